@@ -1,0 +1,76 @@
+"""Views over the keys of a tensor collection (nested and leaf-only iteration)."""
+from __future__ import annotations
+
+from typing import Any, Callable, Iterator
+
+import torch
+
+
+def default_is_leaf(cls: type) -> bool:
+    """Tensors and non-tensor data are leaves; tensor collections are not."""
+    return not getattr(cls, "_is_tensor_collection", False) or getattr(cls, "_is_non_tensor", False)
+
+
+def is_leaf_nontensor(cls: type) -> bool:
+    """Like :func:`default_is_leaf` (kept under tensordict's name for migration)."""
+    return default_is_leaf(cls)
+
+
+class KeysView:
+    """A live view of a collection's keys.
+
+    Nested keys come out as tuples; ``in`` accepts strings and tuples.
+
+    Example:
+        >>> import torch
+        >>> from tdict import TensorDict
+        >>> td = TensorDict({"a": torch.zeros(2), "b": {"c": torch.zeros(2)}}, [2])
+        >>> list(td.keys(include_nested=True, leaves_only=True))
+        ['a', ('b', 'c')]
+    """
+
+    __slots__ = ("_td", "_include_nested", "_leaves_only", "_is_leaf", "_sort")
+
+    def __init__(self, td: Any, include_nested: bool, leaves_only: bool, is_leaf: Callable | None, sort: bool):
+        self._td = td
+        self._include_nested = include_nested
+        self._leaves_only = leaves_only
+        self._is_leaf = is_leaf if is_leaf is not None else default_is_leaf
+        self._sort = sort
+
+    def _walk(self, td: Any, prefix: tuple) -> Iterator:
+        is_leaf = self._is_leaf
+        for key, value in td._items_raw():
+            full = prefix + (key,) if prefix else key
+            leaf = isinstance(value, torch.Tensor) or is_leaf(type(value))
+            if leaf or not self._leaves_only:
+                yield full
+            if not leaf and self._include_nested:
+                yield from self._walk(value, full if prefix else (key,))
+
+    def __iter__(self) -> Iterator:
+        if self._sort:
+            return iter(sorted(self._walk(self._td, ()), key=lambda k: (k,) if isinstance(k, str) else k))
+        return self._walk(self._td, ())
+
+    def __len__(self) -> int:
+        return sum(1 for _ in self._walk(self._td, ()))
+
+    def __contains__(self, key: Any) -> bool:
+        from ._utils import unravel_key
+
+        key = unravel_key(key)
+        if isinstance(key, str):
+            value = self._td._get_str(key, None)
+            if value is None:
+                return False
+            return not self._leaves_only or isinstance(value, torch.Tensor) or self._is_leaf(type(value))
+        if not self._include_nested:
+            return False
+        value = self._td._get_tuple(key, None)
+        if value is None:
+            return False
+        return not self._leaves_only or isinstance(value, torch.Tensor) or self._is_leaf(type(value))
+
+    def __repr__(self) -> str:
+        return f"KeysView({list(self)})"

@@ -1,0 +1,303 @@
+"""torch functions over tensor collections: ``torch.stack``, ``torch.cat`` and friends.
+
+Each handler is registered in :data:`tdict.base.TD_HANDLED_FUNCTIONS`, which
+``TensorDictBase.__torch_function__`` consults.
+"""
+from __future__ import annotations
+
+from typing import Any, Callable, Sequence
+
+import torch
+import torch.nn.functional as F
+
+from ._utils import leaf_shape, normalize_dim
+from .base import TD_HANDLED_FUNCTIONS, TensorDictBase, is_tensor_collection
+from .tensordict import TensorDict
+
+
+def implements(*funcs: Callable) -> Callable:
+    def register(handler: Callable) -> Callable:
+        for func in funcs:
+            TD_HANDLED_FUNCTIONS[func] = handler
+        return handler
+
+    return register
+
+
+def _check_list(tds: Sequence, what: str) -> None:
+    if not isinstance(tds, (list, tuple)) or not tds:
+        raise ValueError(f"{what} expects a non-empty list of tensor collections, got {type(tds).__name__} of length {len(tds) if hasattr(tds, '__len__') else '?'}.")
+
+
+@implements(torch.stack)
+def stack(tds: Sequence[TensorDictBase], dim: int = 0, *, out: TensorDictBase | None = None) -> TensorDictBase:
+    """Dense stack of collections with identical keys and batch sizes (``lazy_stack`` for ragged ones).
+
+    Example:
+        >>> import torch
+        >>> from tdict import TensorDict
+        >>> tds = [TensorDict(a=torch.zeros(3), batch_size=[3]) for _ in range(4)]
+        >>> torch.stack(tds, 1).batch_size
+        torch.Size([3, 4])
+    """
+    _check_list(tds, "stack")
+    first = tds[0]
+    bs = first.batch_size
+    dim = normalize_dim(dim, len(bs) + 1)
+    kind = type(first)
+    if kind is not TensorDict or any(type(td) is not kind for td in tds):
+        return _stack_special(tds, dim, out)
+    for i, td in enumerate(tds):
+        if td._batch_size != bs:
+            raise RuntimeError(f"stack: collection {i} has batch size {list(td._batch_size)}, collection 0 has {list(bs)}; use lazy_stack for different batch sizes.")
+    new_bs = bs[:dim] + (len(tds),) + bs[dim:]
+    n_keys = len(first._tensordict)
+    if any(len(td._tensordict) != n_keys for td in tds):
+        _raise_key_mismatch(tds)
+    entries = {}
+    dest = out._tensordict if out is not None else None
+    for key, value in first._tensordict.items():
+        try:
+            values = [td._tensordict[key] for td in tds]
+        except KeyError:
+            _raise_key_mismatch(tds)
+        if isinstance(value, torch.Tensor):
+            try:
+                if dest is not None:
+                    torch.stack(values, dim, out=dest[key])
+                    continue
+                entries[key] = torch.stack(values, dim)
+            except RuntimeError as err:
+                shapes = sorted({tuple(v.shape) for v in values})
+                raise RuntimeError(f"stack: key {key!r} has different shapes {shapes} across collections; use lazy_stack.") from err
+        else:
+            if dest is not None:
+                stack(values, dim, out=dest[key])
+                continue
+            entries[key] = stack(values, dim)
+    if out is not None:
+        return out
+    return TensorDict._new_unsafe(entries, torch.Size(new_bs), first._device, _stacked_names(tds, dim))
+
+
+def _stack_special(tds: Sequence, dim: int, out: Any) -> Any:
+    """Stacks of non-tensor data, lazy stacks, tensorclasses or mixed collection types."""
+    first = tds[0]
+    hook = getattr(type(first), "_stack_impl", None)
+    if hook is not None:
+        return hook(tds, dim, out)
+    if all(is_tensor_collection(td) for td in tds):
+        return stack([td.to_tensordict() if hasattr(td, "to_tensordict") else td for td in tds], dim, out=out)
+    raise TypeError(f"stack: expected tensor collections, got {[type(t).__name__ for t in tds]}.")
+
+
+def _stacked_names(tds: Sequence, dim: int):
+    names = tds[0]._maybe_names()
+    if names is None:
+        return None
+    return names[:dim] + [None] + names[dim:]
+
+
+def _raise_key_mismatch(tds: Sequence) -> None:
+    reference = set(tds[0].keys(True, True))
+    for i, td in enumerate(tds[1:], 1):
+        keys = set(td.keys(True, True))
+        if keys != reference:
+            raise KeyError(
+                f"stack/cat: collection {i} has keys differing from collection 0 "
+                f"(missing {sorted(map(str, reference - keys))}, extra {sorted(map(str, keys - reference))}); use lazy_stack."
+            )
+    raise KeyError("stack/cat: the collections have different keys; use lazy_stack.")
+
+
+@implements(torch.cat, torch.concatenate, torch.concat)
+def cat(tds: Sequence[TensorDictBase], dim: int = 0, *, out: TensorDictBase | None = None) -> TensorDictBase:
+    """Concatenate along an existing batch dim; keys and other batch dims must match."""
+    _check_list(tds, "cat")
+    first = tds[0]
+    bs = first.batch_size
+    if not bs:
+        raise RuntimeError("cat: collections with an empty batch size cannot be concatenated.")
+    dim = normalize_dim(dim, len(bs))
+    hook = getattr(type(first), "_cat_impl", None)
+    if hook is not None:
+        return hook(tds, dim, out)
+    for i, td in enumerate(tds):
+        other = td.batch_size
+        if len(other) != len(bs) or other[:dim] != bs[:dim] or other[dim + 1 :] != bs[dim + 1 :]:
+            raise RuntimeError(f"cat: collection {i} has batch size {list(other)}, incompatible with {list(bs)} along dim {dim}.")
+    keys = list(first._items_raw())
+    if any(len(list(td._items_raw())) != len(keys) for td in tds):
+        _raise_key_mismatch(tds)
+    entries = {}
+    for key, value in keys:
+        try:
+            values = [td._get_str(key, None) for td in tds]
+        except KeyError:
+            _raise_key_mismatch(tds)
+        if any(v is None for v in values):
+            _raise_key_mismatch(tds)
+        if isinstance(value, torch.Tensor):
+            if out is not None:
+                torch.cat(values, dim, out=out.get(key))
+                continue
+            entries[key] = torch.cat(values, dim)
+        else:
+            if out is not None:
+                cat(values, dim, out=out.get(key))
+                continue
+            entries[key] = cat(values, dim)
+    if out is not None:
+        return out
+    new_bs = bs[:dim] + (sum(td.batch_size[dim] for td in tds),) + bs[dim + 1 :]
+    return TensorDict._new_unsafe(entries, torch.Size(new_bs), first.device, first._maybe_names())
+
+
+@implements(torch.unbind)
+def _unbind(td: TensorDictBase, dim: int = 0) -> tuple:
+    return td.unbind(dim)
+
+
+@implements(torch.split)
+def _split(td: TensorDictBase, split_size_or_sections: Any, dim: int = 0) -> tuple:
+    return td.split(split_size_or_sections, dim)
+
+
+@implements(torch.chunk)
+def _chunk(td: TensorDictBase, chunks: int, dim: int = 0) -> tuple:
+    return td.chunk(chunks, dim)
+
+
+@implements(torch.where)
+def _where(condition: torch.Tensor, input: Any, other: Any, *, out: Any = None) -> TensorDictBase:
+    if is_tensor_collection(input):
+        return input.where(condition, other)
+    # other is the collection: flip the condition
+    return other.where(~condition, input)
+
+
+@implements(torch.gather)
+def _gather(td: TensorDictBase, dim: int, index: torch.Tensor, *, out: Any = None) -> TensorDictBase:
+    return td.gather(dim, index)
+
+
+@implements(torch.clone)
+def _clone(td: TensorDictBase, *, memory_format: Any = None) -> TensorDictBase:
+    return td.clone()
+
+
+@implements(torch.squeeze)
+def _squeeze(td: TensorDictBase, dim: Any = None) -> TensorDictBase:
+    return td.squeeze(dim)
+
+
+@implements(torch.unsqueeze)
+def _unsqueeze(td: TensorDictBase, dim: int) -> TensorDictBase:
+    return td.unsqueeze(dim)
+
+
+@implements(torch.permute)
+def _permute(td: TensorDictBase, dims: Sequence[int]) -> TensorDictBase:
+    return td.permute(*dims)
+
+
+@implements(torch.reshape)
+def _reshape(td: TensorDictBase, shape: Sequence[int]) -> TensorDictBase:
+    return td.reshape(*shape)
+
+
+@implements(torch.flatten)
+def _flatten(td: TensorDictBase, start_dim: int = 0, end_dim: int = -1) -> TensorDictBase:
+    return td.flatten(start_dim, end_dim)
+
+
+@implements(torch.unflatten)
+def _unflatten(td: TensorDictBase, dim: int, sizes: Sequence[int]) -> TensorDictBase:
+    return td.unflatten(dim, sizes)
+
+
+@implements(torch.transpose)
+def _transpose(td: TensorDictBase, dim0: int, dim1: int) -> TensorDictBase:
+    return td.transpose(dim0, dim1)
+
+
+@implements(torch.masked_fill)
+def _masked_fill(td: TensorDictBase, mask: torch.Tensor, value: Any) -> TensorDictBase:
+    return td.masked_fill(mask, value)
+
+
+def _like(fn: Callable) -> Callable:
+    def handler(td: TensorDictBase, *args: Any, **kwargs: Any) -> TensorDictBase:
+        return td._map_entries(lambda v: fn(v, *args, **kwargs) if isinstance(v, torch.Tensor) else handler(v, *args, **kwargs) if not v._is_non_tensor else v, td.batch_size, td._maybe_names())
+
+    return handler
+
+
+for _fn in (torch.zeros_like, torch.ones_like, torch.empty_like, torch.full_like, torch.rand_like, torch.randn_like, torch.randint_like):
+    TD_HANDLED_FUNCTIONS[_fn] = _like(_fn)
+
+
+def pad(td: TensorDictBase, pad_size: Sequence[int], value: float = 0.0) -> TensorDictBase:
+    """Pad batch dims: ``pad_size = [dim0_before, dim0_after, dim1_before, ...]`` from the first dim on.
+
+    Example:
+        >>> import torch
+        >>> from tdict import TensorDict, pad
+        >>> pad(TensorDict(a=torch.ones(2, 3), batch_size=[2]), [1, 0]).batch_size
+        torch.Size([3])
+    """
+    if len(pad_size) % 2 or len(pad_size) // 2 > td.batch_dims:
+        raise ValueError(f"pad: pad_size must hold two ints per padded batch dim (at most {td.batch_dims} dims), got {list(pad_size)}.")
+    pairs = [tuple(pad_size[i : i + 2]) for i in range(0, len(pad_size), 2)]
+    bs = list(td.batch_size)
+    for i, (before, after) in enumerate(pairs):
+        bs[i] += before + after
+
+    def pad_entry(v):
+        if not isinstance(v, torch.Tensor):
+            return pad(v, pad_size, value)
+        spec = [0, 0] * (v.dim() - len(pairs))
+        for before, after in reversed(pairs):
+            spec += [before, after]
+        return F.pad(v, spec, value=value)
+
+    return td._map_entries(pad_entry, torch.Size(bs), td._maybe_names())
+
+
+def pad_sequence(list_of_tds: Sequence[TensorDictBase], pad_dim: int = 0, padding_value: float = 0.0, return_mask: bool = False) -> TensorDictBase:
+    """Pad collections along ``pad_dim`` to the longest one and stack them on a new dim 0.
+
+    With ``return_mask`` a ``"masks"`` entry holds, per leaf, True where data is real.
+    """
+    _check_list(list_of_tds, "pad_sequence")
+    dim = normalize_dim(pad_dim, list_of_tds[0].batch_dims)
+    longest = max(td.batch_size[dim] for td in list_of_tds)
+    padded, masks = [], []
+    for td in list_of_tds:
+        missing = longest - td.batch_size[dim]
+        spec = [0, 0] * dim + [0, missing]
+        padded.append(pad(td, spec, padding_value))
+        if return_mask:
+            mask = torch.zeros(padded[-1].batch_size, dtype=torch.bool, device=td.device)
+            mask.narrow(dim, 0, td.batch_size[dim]).fill_(True)
+            masks.append(mask)
+    out = stack(padded, 0)
+    if return_mask:
+        mask = torch.stack(masks, 0)
+        out.set("masks", out.empty(recurse=True).apply(lambda v: v) if False else _mask_tree(out, mask))
+    return out
+
+
+def _mask_tree(td: TensorDictBase, mask: torch.Tensor) -> TensorDictBase:
+    """A collection with ``td``'s structure whose every leaf is ``mask`` broadcast to the leaf's batch part."""
+    def fill(v):
+        if isinstance(v, torch.Tensor):
+            return mask
+        return None if v._is_non_tensor else _mask_tree(v, mask.reshape(mask.shape + (1,) * (v.batch_dims - mask.dim())).expand(v.batch_size))
+
+    out = {k: fill(v) for k, v in td._items_raw()}
+    return TensorDict._new_unsafe({k: v for k, v in out.items() if v is not None}, td.batch_size, td.device, None)
+
+
+def unused_leaf_shape(v: Any) -> torch.Size:  # pragma: no cover - keep import used for type tools
+    return leaf_shape(v)

@@ -1,0 +1,115 @@
+"""Small helpers shared by the container classes: keys, batch sizes, devices, dims."""
+from __future__ import annotations
+
+from typing import Any, Sequence, Tuple, Union
+
+import torch
+
+NestedKey = Union[str, Tuple[str, ...]]
+
+
+class _NoDefault:
+    """Sentinel for "no default given" (``None`` is a legitimate default)."""
+
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return "NO_DEFAULT"
+
+    def __bool__(self) -> bool:
+        return False
+
+
+NO_DEFAULT = _NoDefault()
+
+
+def unravel_key(key: Any) -> NestedKey:
+    """Normalise a nested key: ``("a",)`` -> ``"a"``, ``("a", ("b", "c"))`` -> ``("a", "b", "c")``.
+
+    Example:
+        >>> unravel_key(("a", ("b", "c")))
+        ('a', 'b', 'c')
+    """
+    if type(key) is str:
+        return key
+    parts = _key_to_tuple(key)
+    return parts[0] if len(parts) == 1 else parts
+
+
+def _key_to_tuple(key: Any) -> tuple[str, ...]:
+    if type(key) is str:
+        return (key,)
+    if isinstance(key, tuple):
+        out: list[str] = []
+        for part in key:
+            if type(part) is str or isinstance(part, str):
+                out.append(part)
+            elif isinstance(part, tuple):
+                out.extend(_key_to_tuple(part))
+            else:
+                raise TypeError(f"Nested keys are made of strings, got {part!r} ({type(part).__name__}) in key {key!r}.")
+        if not out:
+            raise KeyError("The empty tuple is not a valid key.")
+        return tuple(out)
+    if isinstance(key, str):
+        return (str(key),)
+    raise TypeError(f"Keys are strings or tuples of strings, got {key!r} ({type(key).__name__}).")
+
+
+def is_nested_key(key: Any) -> bool:
+    """True when ``key`` is a string or a (possibly nested) tuple of strings."""
+    if isinstance(key, str):
+        return True
+    if isinstance(key, tuple) and key:
+        return all(isinstance(k, str) or (isinstance(k, tuple) and is_nested_key(k)) for k in key)
+    return False
+
+
+def parse_batch_size(batch_size: Any) -> torch.Size:
+    if batch_size is None:
+        return torch.Size(())
+    if type(batch_size) is torch.Size:
+        return batch_size
+    if isinstance(batch_size, int):
+        batch_size = (batch_size,)
+    try:
+        size = torch.Size(batch_size)
+    except (TypeError, ValueError) as err:
+        raise TypeError(f"batch_size must be a sequence of non-negative ints, got {batch_size!r}.") from err
+    for dim in size:
+        if dim < 0:
+            raise ValueError(f"batch_size must be a sequence of non-negative ints, got {list(size)}.")
+    return size
+
+
+def parse_device(device: Any) -> torch.device | None:
+    if device is None:
+        return None
+    if isinstance(device, int):
+        return torch.device("cuda", device)
+    device = torch.device(device)
+    if device.type == "cuda" and device.index is None:
+        return torch.device("cuda", torch.cuda.current_device() if torch.cuda.is_available() else 0)
+    return device
+
+
+def normalize_dim(dim: int, ndim: int, name: str = "dim") -> int:
+    """Map a possibly negative batch dim into ``[0, ndim)`` with a clear error."""
+    if not isinstance(dim, int):
+        raise TypeError(f"{name} must be an int, got {dim!r} ({type(dim).__name__}).")
+    if dim < 0:
+        dim += ndim
+    if not 0 <= dim < ndim:
+        raise IndexError(f"{name}={dim if dim >= 0 else dim - ndim} is out of range for a batch of {ndim} dims.")
+    return dim
+
+
+def normalize_dims(dims: Sequence[int] | int, ndim: int) -> tuple[int, ...]:
+    if isinstance(dims, int):
+        dims = (dims,)
+    return tuple(normalize_dim(d, ndim) for d in dims)
+
+
+def leaf_shape(value: Any) -> torch.Size:
+    """The full shape of a leaf tensor, or the batch size of a nested collection."""
+    return value.shape if isinstance(value, torch.Tensor) else value.batch_size

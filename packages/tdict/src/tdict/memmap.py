@@ -1,0 +1,647 @@
+"""Memory-mapped tensors: a ``torch.Tensor`` whose storage lives in a file (or shared memory).
+
+``MemoryMappedTensor`` follows tensordict 0.14's class of the same name. Its storage is a file
+mapped with ``torch.from_file(..., shared=True)`` so that writes go straight to the page cache and
+every process that maps the same file sees them; without a filename the storage is anonymous
+shared memory (``torch.UntypedStorage._new_shared``).
+
+Behaviour under torch operations (``__torch_function__``):
+
+* View and indexing ops (``t[...]``, ``view``, ``reshape``, ``permute``, ``split``, ``unbind``, ...,
+  see ``_VIEW_FUNCS``) return a ``MemoryMappedTensor`` *when the result aliases the mapped storage*,
+  carrying the same ``filename``; writes through such a view reach the file. Advanced indexing or a
+  ``reshape`` that has to copy returns a plain tensor: the result no longer lives in the file.
+* Every other op returns plain ``torch.Tensor`` results (``t + 1``, ``t.clone()``, ``torch.cat``,
+  ...): the data lives in RAM and has nothing to do with the file. In-place ops (``t.add_(1)``,
+  ``t.copy_(x)``) return ``t`` itself, as torch does.
+
+The handler runs the op once with subclass dispatch disabled, so the cost per op is one Python
+call plus a set lookup; there is no type conversion of outputs for non-view ops.
+
+Pickling (``__reduce_ex__``):
+
+* With a filename, only ``(filename, dtype, shape, stride, offset)`` is pickled and the receiver
+  maps the same file, so a spawn subprocess writing into it is visible to the parent. This also
+  applies to ``copy.copy``, and to ``torch.save`` (which then stores a reference to the file, not
+  the data, and cannot be read back with ``weights_only=True``: save ``t.clone()`` for values).
+* Anonymous tensors pickle their plain-tensor alias: ``multiprocessing`` (whose ``ForkingPickler``
+  has torch's reducers) passes the shared-memory segment by handle, so writes are shared too; plain
+  ``pickle`` copies the values, and the receiver moves them into a fresh shared-memory segment.
+
+``copy.deepcopy`` returns a plain in-RAM tensor, like ``clone``.
+
+Durability: data is written through the mapping; nothing is fsynced per op. Call
+:meth:`MemoryMappedTensor.flush` to force the file's dirty pages to disk. Crash safety of a whole
+memmapped container (metadata written last) is the container's job, not this module's.
+
+Example:
+    >>> import tempfile, os, torch
+    >>> from tdict.memmap import MemoryMappedTensor
+    >>> path = os.path.join(tempfile.mkdtemp(), "x.memmap")
+    >>> t = MemoryMappedTensor.from_tensor(torch.arange(6).view(2, 3), filename=path)
+    >>> t[1, 0] = 10  # writes through to the file
+    >>> MemoryMappedTensor.from_filename(path, dtype=torch.int64, shape=(2, 3))[1].tolist()
+    [10, 4, 5]
+"""
+
+from __future__ import annotations
+
+import operator
+import os
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+
+__all__ = ["MemoryMappedTensor"]
+
+PathLike = str | os.PathLike
+
+_DisableSubclass = torch._C.DisableTorchFunctionSubclass
+
+
+def _view_funcs() -> frozenset:
+    """Ops whose result may alias their first argument (checked on the storage at run time)."""
+    names = (
+        "__getitem__", "view", "view_as", "reshape", "reshape_as", "flatten", "unflatten",
+        "squeeze", "unsqueeze", "permute", "transpose", "swapaxes", "swapdims", "t", "movedim",
+        "moveaxis", "narrow", "select", "expand", "expand_as", "as_strided", "split",
+        "split_with_sizes", "chunk", "unbind", "tensor_split", "hsplit", "vsplit", "dsplit",
+        "diagonal", "unfold", "detach", "view_as_real", "view_as_complex",
+        "squeeze_", "unsqueeze_", "transpose_", "t_", "detach_", "as_strided_",
+    )
+    funcs = set()
+    for name in names:
+        for owner in (torch.Tensor, torch):
+            f = getattr(owner, name, None)
+            if f is not None:
+                funcs.add(f)
+    for prop in ("T", "mT", "H", "mH", "real", "imag", "data"):
+        funcs.add(getattr(torch.Tensor, prop).__get__)
+    return frozenset(funcs)
+
+
+_VIEW_FUNCS = _view_funcs()
+
+
+# --------------------------------------------------------------------------------------------- #
+# argument checking
+# --------------------------------------------------------------------------------------------- #
+
+
+def _as_shape(args: tuple, name: str = "shape") -> torch.Size:
+    """Accept ``f(2, 3)``, ``f((2, 3))``, ``f([2, 3])``, ``f(torch.Size([2, 3]))`` and ``f(())``."""
+    if len(args) == 1 and not isinstance(args[0], int):
+        args = args[0]
+    if isinstance(args, int):
+        args = (args,)
+    if not isinstance(args, Sequence):
+        raise TypeError(
+            f"{name} must be ints or a sequence of ints, got {type(args).__name__}: {args!r}"
+        )
+    dims = []
+    for d in args:
+        if isinstance(d, bool):
+            raise TypeError(f"{name} must contain ints, got bool in {tuple(args)!r}")
+        try:
+            d = operator.index(d)
+        except TypeError:
+            raise TypeError(
+                f"{name} must contain ints, got {type(d).__name__} in {tuple(args)!r}"
+            ) from None
+        if d < 0:
+            raise ValueError(f"{name} must contain non-negative ints, got {tuple(args)!r}")
+        dims.append(d)
+    return torch.Size(dims)
+
+
+def _as_dtype(dtype: Any, name: str = "dtype") -> torch.dtype:
+    if dtype is None:
+        return torch.get_default_dtype()
+    if not isinstance(dtype, torch.dtype):
+        raise TypeError(f"{name} must be a torch.dtype, got {type(dtype).__name__}: {dtype!r}")
+    return dtype
+
+
+def _as_path(filename: Any) -> str:
+    try:
+        path = os.fspath(filename)
+    except TypeError:
+        raise TypeError(
+            f"filename must be a str or os.PathLike, got {type(filename).__name__}: {filename!r}"
+        ) from None
+    if isinstance(path, bytes):
+        path = os.fsdecode(path)
+    # absolute so that a pickled tensor reopens the same file whatever the receiver's cwd is
+    return os.path.abspath(path)
+
+
+def _nbytes(shape: torch.Size, dtype: torch.dtype) -> int:
+    return shape.numel() * dtype.itemsize
+
+
+# --------------------------------------------------------------------------------------------- #
+# storage helpers
+# --------------------------------------------------------------------------------------------- #
+
+
+def _map_file(path: str, nbytes: int) -> torch.UntypedStorage:
+    """Map the first ``nbytes`` of ``path`` shared (MAP_SHARED); the file must be that large."""
+    # torch.from_file cannot map 0 bytes; callers handle the empty case without a mapping.
+    return torch.from_file(path, shared=True, size=nbytes, dtype=torch.uint8).untyped_storage()
+
+
+def _on_storage(storage: torch.UntypedStorage, dtype, shape, stride=None, offset=0) -> torch.Tensor:
+    t = torch.empty(0, dtype=dtype)
+    if stride is None:
+        t.set_(storage, offset, shape)
+    else:
+        t.set_(storage, offset, shape, stride)
+    return t
+
+
+def _prepare_file(path: str, nbytes: int, existsok: bool) -> bool:
+    """Create (or resize) ``path`` to ``nbytes``; return True when the content is all zeros."""
+    flags = os.O_RDWR | os.O_CREAT | (0 if existsok else os.O_EXCL)
+    parent = os.path.dirname(path)
+    if parent:
+        os.makedirs(parent, exist_ok=True)
+    try:
+        fd = os.open(path, flags, 0o644)
+    except FileExistsError:
+        raise FileExistsError(
+            f"filename {path!r} already exists; pass existsok=True to reuse (overwrite) it"
+        ) from None
+    try:
+        size = os.fstat(fd).st_size
+        if size != nbytes:
+            # Shrinking a file somebody else maps would make their accesses fault, but a reused
+            # file of the wrong size cannot hold this tensor either; torch.from_file only grows.
+            os.ftruncate(fd, nbytes)
+        return size == 0
+    finally:
+        os.close(fd)
+
+
+def _new_storage_tensor(shape: torch.Size, dtype: torch.dtype, filename, existsok: bool):
+    """Allocate; return ``(plain tensor, path or None, content_is_zero)``."""
+    nbytes = _nbytes(shape, dtype)
+    if filename is None:
+        if nbytes == 0:
+            return torch.empty(shape, dtype=dtype).share_memory_(), None, True
+        return _on_storage(torch.UntypedStorage._new_shared(nbytes), dtype, shape), None, False
+    path = _as_path(filename)
+    zero = _prepare_file(path, nbytes, existsok)
+    if nbytes == 0:
+        return torch.empty(shape, dtype=dtype), path, True
+    return _on_storage(_map_file(path, nbytes), dtype, shape), path, zero
+
+
+# --------------------------------------------------------------------------------------------- #
+# pickling
+# --------------------------------------------------------------------------------------------- #
+
+
+def _rebuild_from_file(path, dtype, nbytes, shape, stride, offset) -> MemoryMappedTensor:
+    try:
+        found = os.path.getsize(path)
+    except FileNotFoundError:
+        raise FileNotFoundError(
+            f"cannot unpickle MemoryMappedTensor: its file {path!r} does not exist any more"
+        ) from None
+    if found < nbytes:
+        raise ValueError(
+            f"cannot unpickle MemoryMappedTensor from {path!r}: expected at least {nbytes} bytes, "
+            f"found {found}"
+        )
+    storage = _map_file(path, nbytes) if nbytes else torch.UntypedStorage(0)
+    return MemoryMappedTensor._wrap(_on_storage(storage, dtype, shape, stride, offset), path)
+
+
+def _rebuild_anonymous(tensor: torch.Tensor) -> MemoryMappedTensor:
+    if not tensor.is_shared():  # arrived by value through plain pickle
+        tensor.share_memory_()
+    return MemoryMappedTensor._wrap(tensor, None)
+
+
+# --------------------------------------------------------------------------------------------- #
+# the class
+# --------------------------------------------------------------------------------------------- #
+
+
+class MemoryMappedTensor(torch.Tensor):
+    """A CPU tensor whose storage is a memory-mapped file, or anonymous shared memory.
+
+    Build one with the classmethods (:meth:`from_tensor`, :meth:`empty`, :meth:`zeros`,
+    :meth:`ones`, :meth:`full`, the ``*_like`` variants, :meth:`from_filename`,
+    :meth:`from_storage`); calling the class dispatches to them: ``MemoryMappedTensor(tensor,
+    filename=...)``, ``MemoryMappedTensor(path, dtype=..., shape=...)`` or
+    ``MemoryMappedTensor(storage, dtype=..., shape=...)``.
+
+    Views (indexing, ``view``, ``permute``, ...) stay ``MemoryMappedTensor`` and write through to
+    the file; every other op returns a plain ``torch.Tensor``. Pickling a file-backed tensor
+    pickles the filename, not the data.
+
+    Example:
+        >>> import tempfile, os, torch
+        >>> path = os.path.join(tempfile.mkdtemp(), "obs.memmap")
+        >>> t = MemoryMappedTensor.zeros(4, 3, dtype=torch.float32, filename=path)
+        >>> t[0] = 1.0
+        >>> type(t[0]).__name__, type(t + 1).__name__
+        ('MemoryMappedTensor', 'Tensor')
+        >>> t.filename == path
+        True
+    """
+
+    _filename: str | None = None
+
+    def __new__(
+        cls,
+        source: Any,
+        *,
+        dtype: torch.dtype | None = None,
+        shape: Sequence[int] | None = None,
+        filename: PathLike | None = None,
+        existsok: bool = False,
+    ) -> MemoryMappedTensor:
+        if isinstance(source, (str, os.PathLike)):
+            if dtype is None or shape is None:
+                raise TypeError(
+                    "MemoryMappedTensor(filename, ...) needs dtype= and shape=, got "
+                    f"dtype={dtype!r}, shape={shape!r}"
+                )
+            return cls.from_filename(source, dtype, shape)
+        if isinstance(source, (torch.UntypedStorage, torch.TypedStorage)):
+            return cls.from_storage(source, dtype=dtype, shape=shape, filename=filename)
+        return cls.from_tensor(source, filename=filename, existsok=existsok)
+
+    @classmethod
+    def _wrap(cls, tensor: torch.Tensor, filename: str | None) -> MemoryMappedTensor:
+        out = tensor.as_subclass(cls)
+        out._filename = filename
+        return out
+
+    # ------------------------------------------------------------------ properties / helpers
+
+    @property
+    def filename(self) -> str | None:
+        """Absolute path of the backing file, or ``None`` for anonymous shared memory."""
+        return self._filename
+
+    def flush(self) -> None:
+        """Write the file's dirty pages to disk (``fsync``); a no-op for anonymous tensors."""
+        path = self._filename
+        if path is None:
+            return
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+    # ------------------------------------------------------------------ torch integration
+
+    @classmethod
+    def __torch_function__(cls, func, types, args=(), kwargs=None):
+        if kwargs is None:
+            kwargs = {}
+        with _DisableSubclass():
+            out = func(*args, **kwargs)
+            if func in _VIEW_FUNCS:
+                src = args[0] if args else kwargs.get("input", kwargs.get("self"))
+                if isinstance(src, MemoryMappedTensor):
+                    out = _rewrap_aliases(out, src)
+        return out
+
+    def __reduce_ex__(self, protocol):
+        with _DisableSubclass():
+            if self._filename is not None:
+                return _rebuild_from_file, (
+                    self._filename,
+                    self.dtype,
+                    self.untyped_storage().nbytes(),
+                    tuple(self.shape),
+                    self.stride(),
+                    self.storage_offset(),
+                )
+            plain = self.as_subclass(torch.Tensor)
+        return _rebuild_anonymous, (plain,)
+
+    def __reduce__(self):
+        return self.__reduce_ex__(2)
+
+    def __deepcopy__(self, memo):
+        out = self.clone()  # plain tensor in RAM, like clone()
+        memo[id(self)] = out
+        return out
+
+    # ------------------------------------------------------------------ constructors
+
+    @classmethod
+    def from_tensor(
+        cls,
+        input: torch.Tensor,
+        *,
+        filename: PathLike | None = None,
+        existsok: bool = False,
+        copy_existing: bool = False,
+        copy_data: bool = True,
+    ) -> MemoryMappedTensor:
+        """Copy ``input`` into a new memory-mapped tensor of the same shape and dtype.
+
+        Args:
+            input: the tensor to copy (any device, any strides; a numpy array is accepted too).
+            filename: file to create; ``None`` allocates anonymous shared memory.
+            existsok: reuse (and overwrite) ``filename`` if it exists instead of raising
+                ``FileExistsError``.
+            copy_existing: when ``input`` is already a ``MemoryMappedTensor`` backed by another
+                file, copy it to ``filename`` (otherwise that raises ``RuntimeError``).
+            copy_data: ``False`` only allocates (a new file then reads as zeros).
+
+        If ``input`` is a ``MemoryMappedTensor`` already at ``filename`` (or anonymous and
+        ``filename`` is ``None``) it is returned unchanged.
+
+        Example:
+            >>> t = MemoryMappedTensor.from_tensor(torch.ones(2, 2))
+            >>> t.filename is None, t.sum().item()
+            (True, 4.0)
+        """
+        if not isinstance(input, torch.Tensor):
+            if type(input).__module__ == "numpy":
+                input = torch.as_tensor(input)
+            else:
+                raise TypeError(
+                    f"input must be a torch.Tensor, got {type(input).__name__}: {input!r}"
+                )
+        if isinstance(input, MemoryMappedTensor):
+            own = input._filename
+            target = None if filename is None else _as_path(filename)
+            if own == target:
+                return input
+            if own is not None and target is not None and not copy_existing:
+                raise RuntimeError(
+                    f"input is already memory-mapped at {own!r}, but filename={target!r} was "
+                    "given; pass copy_existing=True to copy it there"
+                )
+        with _DisableSubclass():
+            if input.layout != torch.strided:
+                raise ValueError(f"input must be a strided (dense) tensor, got {input.layout}")
+            out, path, _ = _new_storage_tensor(input.shape, input.dtype, filename, existsok)
+            if copy_data and out.numel():
+                with torch.no_grad():
+                    out.copy_(input)
+        return cls._wrap(out, path)
+
+    @classmethod
+    def _filled(cls, shape, dtype, filename, existsok, fill) -> MemoryMappedTensor:
+        shape = _as_shape(shape)
+        dtype = _as_dtype(dtype)
+        if fill is not None and not isinstance(fill, (bool, int, float, complex)):
+            # validate before any file is created
+            if not (isinstance(fill, torch.Tensor) and fill.numel() == 1):
+                raise TypeError(
+                    f"fill_value must be a number or a one-element tensor, got "
+                    f"{type(fill).__name__}: {fill!r}"
+                )
+        out, path, zero = _new_storage_tensor(shape, dtype, filename, existsok)
+        if fill is not None and out.numel() and not (zero and _is_zero(fill)):
+            out.fill_(fill)
+        return cls._wrap(out, path)
+
+    @classmethod
+    def empty(
+        cls,
+        *shape: int | Sequence[int],
+        dtype: torch.dtype | None = None,
+        filename: PathLike | None = None,
+        existsok: bool = False,
+    ) -> MemoryMappedTensor:
+        """Uninitialised tensor of ``shape`` (varargs or one sequence); a new file reads as zeros.
+
+        Example:
+            >>> MemoryMappedTensor.empty(2, 3, dtype=torch.int32).shape
+            torch.Size([2, 3])
+        """
+        return cls._filled(shape, dtype, filename, existsok, None)
+
+    @classmethod
+    def zeros(
+        cls,
+        *shape: int | Sequence[int],
+        dtype: torch.dtype | None = None,
+        filename: PathLike | None = None,
+        existsok: bool = False,
+    ) -> MemoryMappedTensor:
+        """Tensor of zeros. Example: ``MemoryMappedTensor.zeros((2, 3), filename=path)``."""
+        return cls._filled(shape, dtype, filename, existsok, 0)
+
+    @classmethod
+    def ones(
+        cls,
+        *shape: int | Sequence[int],
+        dtype: torch.dtype | None = None,
+        filename: PathLike | None = None,
+        existsok: bool = False,
+    ) -> MemoryMappedTensor:
+        """Tensor of ones. Example: ``MemoryMappedTensor.ones(4, dtype=torch.bool)``."""
+        return cls._filled(shape, dtype, filename, existsok, 1)
+
+    @classmethod
+    def full(
+        cls,
+        shape: int | Sequence[int],
+        fill_value: Any,
+        *,
+        dtype: torch.dtype | None = None,
+        filename: PathLike | None = None,
+        existsok: bool = False,
+    ) -> MemoryMappedTensor:
+        """Tensor filled with ``fill_value``; ``dtype`` defaults to what ``torch.full`` infers.
+
+        Example:
+            >>> MemoryMappedTensor.full((2,), 7).tolist()
+            [7, 7]
+        """
+        if dtype is None:
+            dtype = _infer_dtype(fill_value)
+        return cls._filled((shape,), dtype, filename, existsok, fill_value)
+
+    @classmethod
+    def empty_like(
+        cls,
+        input: torch.Tensor,
+        *,
+        dtype: torch.dtype | None = None,
+        filename: PathLike | None = None,
+        existsok: bool = False,
+    ) -> MemoryMappedTensor:
+        """Uninitialised tensor with the shape (and, by default, dtype) of ``input``."""
+        return cls._filled((input.shape,), dtype or input.dtype, filename, existsok, None)
+
+    @classmethod
+    def zeros_like(
+        cls,
+        input: torch.Tensor,
+        *,
+        dtype: torch.dtype | None = None,
+        filename: PathLike | None = None,
+        existsok: bool = False,
+    ) -> MemoryMappedTensor:
+        """Zeros with the shape (and, by default, dtype) of ``input``."""
+        return cls._filled((input.shape,), dtype or input.dtype, filename, existsok, 0)
+
+    @classmethod
+    def ones_like(
+        cls,
+        input: torch.Tensor,
+        *,
+        dtype: torch.dtype | None = None,
+        filename: PathLike | None = None,
+        existsok: bool = False,
+    ) -> MemoryMappedTensor:
+        """Ones with the shape (and, by default, dtype) of ``input``."""
+        return cls._filled((input.shape,), dtype or input.dtype, filename, existsok, 1)
+
+    @classmethod
+    def full_like(
+        cls,
+        input: torch.Tensor,
+        fill_value: Any,
+        *,
+        dtype: torch.dtype | None = None,
+        filename: PathLike | None = None,
+        existsok: bool = False,
+    ) -> MemoryMappedTensor:
+        """``fill_value`` with the shape (and, by default, dtype) of ``input``."""
+        return cls._filled((input.shape,), dtype or input.dtype, filename, existsok, fill_value)
+
+    @classmethod
+    def from_filename(
+        cls,
+        filename: PathLike,
+        dtype: torch.dtype,
+        shape: int | Sequence[int],
+        index: Any = None,
+    ) -> MemoryMappedTensor:
+        """Map an existing file holding ``shape`` elements of ``dtype`` (row-major, no header).
+
+        The file must hold exactly ``numel * itemsize`` bytes. ``index``, if given, is applied
+        to the result (``t[index]``).
+
+        Example:
+            >>> import tempfile, os
+            >>> path = os.path.join(tempfile.mkdtemp(), "a.memmap")
+            >>> _ = MemoryMappedTensor.from_tensor(torch.arange(3.0), filename=path)
+            >>> MemoryMappedTensor.from_filename(path, torch.float32, (3,)).tolist()
+            [0.0, 1.0, 2.0]
+        """
+        path = _as_path(filename)
+        if dtype is None:
+            raise TypeError("dtype must be a torch.dtype, got None")
+        dtype = _as_dtype(dtype)
+        shape = _as_shape((shape,))
+        expected = _nbytes(shape, dtype)
+        try:
+            found = os.path.getsize(path)
+        except FileNotFoundError:
+            raise FileNotFoundError(f"filename {path!r} does not exist") from None
+        if found != expected:
+            raise ValueError(
+                f"filename {path!r} has the wrong size for shape={tuple(shape)} and "
+                f"dtype={dtype}: expected {expected} bytes, found {found}"
+            )
+        if expected == 0:
+            out = torch.empty(shape, dtype=dtype)
+        else:
+            out = _on_storage(_map_file(path, expected), dtype, shape)
+        out = cls._wrap(out, path)
+        if index is not None:
+            out = out[index]
+        return out
+
+    @classmethod
+    def from_storage(
+        cls,
+        storage: torch.UntypedStorage | torch.TypedStorage,
+        *,
+        dtype: torch.dtype | None = None,
+        shape: int | Sequence[int] | None = None,
+        filename: PathLike | None = None,
+    ) -> MemoryMappedTensor:
+        """Wrap an existing CPU storage (e.g. from ``torch.from_file``) without copying.
+
+        ``dtype`` defaults to the typed storage's dtype (required for an untyped one), ``shape``
+        to the whole storage as 1-D. ``filename`` records which file backs the storage, so that
+        pickling reopens it; leave it ``None`` for a shared-memory storage.
+        """
+        if isinstance(storage, torch.TypedStorage):
+            dtype = storage.dtype if dtype is None else dtype
+            storage = storage.untyped()
+        elif not isinstance(storage, torch.UntypedStorage):
+            raise TypeError(
+                f"storage must be a torch.UntypedStorage or TypedStorage, got "
+                f"{type(storage).__name__}"
+            )
+        if dtype is None:
+            raise TypeError("dtype must be given for an untyped storage, got None")
+        dtype = _as_dtype(dtype)
+        if storage.device.type != "cpu":
+            raise ValueError(f"storage must be on cpu, got {storage.device}")
+        if shape is None:
+            shape = (storage.nbytes() // dtype.itemsize,)
+        shape = _as_shape((shape,))
+        if _nbytes(shape, dtype) > storage.nbytes():
+            raise ValueError(
+                f"storage is too small for shape={tuple(shape)} and dtype={dtype}: expected at "
+                f"least {_nbytes(shape, dtype)} bytes, found {storage.nbytes()}"
+            )
+        path = None if filename is None else _as_path(filename)
+        return cls._wrap(_on_storage(storage, dtype, shape), path)
+
+
+# --------------------------------------------------------------------------------------------- #
+# small helpers used above
+# --------------------------------------------------------------------------------------------- #
+
+
+def _rewrap_aliases(out, src: MemoryMappedTensor):
+    """Re-wrap outputs of a view op that alias ``src``'s storage (run with subclassing off)."""
+    if isinstance(out, torch.Tensor):
+        sid = src.untyped_storage()._cdata
+        if type(out) is torch.Tensor and out.untyped_storage()._cdata == sid:
+            return MemoryMappedTensor._wrap(out, src._filename)
+        return out
+    if isinstance(out, (tuple, list)):  # split, chunk, unbind, ...
+        sid = src.untyped_storage()._cdata
+        path = src._filename
+        return type(out)(
+            MemoryMappedTensor._wrap(o, path)
+            if type(o) is torch.Tensor and o.untyped_storage()._cdata == sid
+            else o
+            for o in out
+        )
+    return out
+
+
+def _infer_dtype(fill_value: Any) -> torch.dtype:
+    if isinstance(fill_value, torch.Tensor):
+        return fill_value.dtype
+    if isinstance(fill_value, bool):
+        return torch.bool
+    if isinstance(fill_value, int):
+        return torch.int64
+    if isinstance(fill_value, complex):
+        return torch.complex128 if torch.get_default_dtype() == torch.float64 else torch.complex64
+    if isinstance(fill_value, float):
+        return torch.get_default_dtype()
+    raise TypeError(
+        f"fill_value must be a bool, int, float, complex or 0-dim tensor, got "
+        f"{type(fill_value).__name__}: {fill_value!r}"
+    )
+
+
+def _is_zero(value: Any) -> bool:
+    try:
+        return bool(value == 0)
+    except (RuntimeError, TypeError, ValueError):
+        return False

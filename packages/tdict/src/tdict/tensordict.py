@@ -1,0 +1,522 @@
+"""TensorDict: a dict of tensors that shares leading batch dims and behaves like one tensor."""
+from __future__ import annotations
+
+from typing import Any, Callable, Iterator, Sequence
+
+import torch
+
+from ._keys import KeysView
+from ._utils import NO_DEFAULT, NestedKey, _key_to_tuple, parse_batch_size, parse_device
+from .base import _MISSING, NON_TENSOR_CLASSES, TensorDictBase, _expand_index, is_tensor_collection
+
+
+class TensorDict(TensorDictBase):
+    """A dictionary of tensors (and nested TensorDicts) with common leading batch dims.
+
+    Args:
+        source: a mapping of keys to tensors, nested mappings, TensorDicts or Python objects
+            (the latter are stored as :class:`~tdict.NonTensorData`). Tuple keys are nested keys.
+        batch_size: the leading dims every entry shares (default ``[]``).
+        device: if given, every tensor is moved to it on write.
+        names: optional names of the batch dims.
+        lock: lock the structure right away (see :meth:`lock_`).
+        **kwargs: more entries, as keyword arguments.
+
+    Example:
+        >>> import torch
+        >>> from tdict import TensorDict
+        >>> td = TensorDict({"obs": torch.zeros(4, 3), "next": {"reward": torch.ones(4)}}, batch_size=[4])
+        >>> td[1:3].batch_size
+        torch.Size([2])
+        >>> td["next", "reward"].shape
+        torch.Size([4])
+    """
+
+    __slots__ = ("_tensordict", "_batch_size", "_device", "_names", "_is_locked", "_lock_ops", "__weakref__")
+
+    def __init__(
+        self,
+        source: Any = None,
+        batch_size: Sequence[int] | torch.Size | int | None = None,
+        device: Any = None,
+        names: Sequence[str | None] | None = None,
+        non_blocking: bool | None = None,
+        lock: bool = False,
+        **kwargs: Any,
+    ) -> None:
+        self._tensordict: dict[str, Any] = {}
+        self._is_locked = False
+        self._lock_ops = None
+        self._names = None
+        self._batch_size = parse_batch_size(batch_size)
+        self._device = parse_device(device)
+        if source is None:
+            items = kwargs.items()
+        else:
+            if is_tensor_collection(source):
+                items = list(source._items_raw())
+            elif hasattr(source, "items"):
+                items = list(source.items())
+            else:
+                raise TypeError(f"TensorDict source must be a mapping or a tensor collection, got {type(source).__name__}.")
+            if kwargs:
+                items += list(kwargs.items())
+        entries = self._tensordict
+        for key, value in items:
+            if type(key) is str:
+                entries[key] = self._validate(key, value)
+            else:
+                self._set_tuple(_key_to_tuple(key), value, inplace=False)
+        if names is not None:
+            self.names = names
+        if lock:
+            self.lock_()
+
+    @classmethod
+    def _new_unsafe(cls, source: dict, batch_size: torch.Size, device: torch.device | None = None, names: Any = None) -> "TensorDict":
+        """Build without any check: ``source`` must already be valid for ``batch_size``."""
+        self = object.__new__(cls)
+        self._tensordict = source
+        self._batch_size = batch_size
+        self._device = device
+        self._names = names
+        self._is_locked = False
+        self._lock_ops = None
+        return self
+
+    @classmethod
+    def from_dict(cls, input_dict: Any, batch_size: Any = None, device: Any = None, batch_dims: int | None = None, names: Any = None, auto_batch_size: bool | None = None) -> "TensorDict":
+        """Build from a (nested) dict; without ``batch_size`` the largest common leading shape is used.
+
+        Example:
+            >>> import torch
+            >>> TensorDict.from_dict({"a": torch.zeros(3, 4), "b": {"c": torch.zeros(3, 4, 5)}}).batch_size
+            torch.Size([3, 4])
+        """
+        out = cls(input_dict, batch_size=batch_size, device=device) if batch_size is not None else cls(_as_nested(input_dict), device=device)
+        if batch_size is None:
+            out.auto_batch_size_(batch_dims)
+        if names is not None:
+            out.names = names
+        return out
+
+    def auto_batch_size_(self, batch_dims: int | None = None) -> "TensorDict":
+        """Set the batch size to the longest leading shape all entries share (at most ``batch_dims`` dims)."""
+        for value in self._tensordict.values():
+            if not isinstance(value, torch.Tensor) and not value._is_non_tensor and not value._is_lazy:
+                value.auto_batch_size_()
+        shapes = [v.shape if isinstance(v, torch.Tensor) else v.batch_size for v in self._tensordict.values() if isinstance(v, torch.Tensor) or not v._is_non_tensor]
+        if not shapes:
+            return self
+        common = []
+        for dims in zip(*shapes):
+            if any(d != dims[0] for d in dims):
+                break
+            common.append(dims[0])
+        if batch_dims is not None:
+            common = common[:batch_dims]
+        self._batch_size = torch.Size(common)
+        for key, value in list(self._tensordict.items()):
+            if not isinstance(value, torch.Tensor) and value._is_non_tensor:
+                self._tensordict[key] = value._with_batch_size(self._batch_size)
+        return self
+
+    # ------------------------------------------------------------------ validation
+    def _validate(self, key: str, value: Any) -> Any:
+        """Check (and convert) an entry before it is stored under ``key``."""
+        if isinstance(value, torch.Tensor):
+            bs = self._batch_size
+            if bs and value.shape[: len(bs)] != bs:
+                raise RuntimeError(
+                    f"Key {key!r}: value of shape {list(value.shape)} does not start with the batch size {list(bs)}."
+                )
+            if self._device is not None and value.device != self._device:
+                value = value.to(self._device)
+            return value
+        if is_tensor_collection(value):
+            bs = self._batch_size
+            if bs and value.batch_size[: len(bs)] != bs:
+                raise RuntimeError(
+                    f"Key {key!r}: nested collection of batch size {list(value.batch_size)} does not start with the batch size {list(bs)}."
+                )
+            if self._device is not None and value.device != self._device:
+                value = value.to(self._device)
+            return value
+        if isinstance(value, dict):
+            return TensorDict(value, self._batch_size, self._device)
+        return self._convert(key, value)
+
+    def _convert(self, key: str, value: Any) -> Any:
+        from .non_tensor import NonTensorData
+
+        if isinstance(value, (bool, int, float, complex)) or type(value).__module__ == "numpy":
+            tensor = torch.as_tensor(value, device=self._device)
+            if tensor.shape[: self.batch_dims] != self._batch_size:
+                tensor = tensor.expand(self._batch_size + tensor.shape) if tensor.dim() == 0 else tensor
+            return self._validate(key, tensor)
+        return NonTensorData(data=value, batch_size=self._batch_size, device=self._device)
+
+    # ------------------------------------------------------------------ primitives
+    def _items_raw(self) -> Iterator[tuple[str, Any]]:
+        return self._tensordict.items()
+
+    def _get_str(self, key: str, default: Any) -> Any:
+        try:
+            return self._tensordict[key]
+        except KeyError:
+            if default is NO_DEFAULT:
+                raise self._missing_key_error(key) from None
+            return default
+
+    def _get_tuple(self, key: tuple, default: Any) -> Any:
+        node = self
+        try:
+            for part in key:
+                node = node._tensordict[part]
+        except KeyError:
+            if default is NO_DEFAULT:
+                raise self._missing_key_error(key) from None
+            return default
+        except (AttributeError, TypeError):
+            return TensorDictBase._get_tuple(self, key, default)
+        return node
+
+    def _set_str(self, key: str, value: Any, *, inplace: bool, validated: bool, ignore_lock: bool = False) -> None:
+        if not validated:
+            value = self._validate(key, value)
+        entries = self._tensordict
+        if inplace:
+            dest = entries.get(key)
+            if dest is not None:
+                if isinstance(dest, torch.Tensor):
+                    if dest.shape != value.shape:
+                        raise RuntimeError(f"Key {key!r}: in-place write of shape {list(value.shape)} into {list(dest.shape)}.")
+                    dest.copy_(value)
+                    return
+                if not dest._is_non_tensor:
+                    dest.update(value, inplace=True)
+                    return
+        if self._is_locked and not ignore_lock:
+            raise RuntimeError(
+                f"Cannot set key {key!r}: the TensorDict is locked (use set_() for in-place writes to existing keys, or unlock_())."
+            )
+        entries[key] = value
+
+    def _del_str(self, key: str) -> None:
+        try:
+            del self._tensordict[key]
+        except KeyError:
+            raise self._missing_key_error(key) from None
+
+    def _map_entries(self, fn: Callable[[Any], Any], batch_size: torch.Size, names: Any = None) -> "TensorDict":
+        return TensorDict._new_unsafe({k: fn(v) for k, v in self._tensordict.items()}, batch_size, self._device, names)
+
+    # ------------------------------------------------------------------ hot paths
+    def get(self, key: NestedKey, default: Any = NO_DEFAULT) -> Any:
+        if type(key) is str:
+            try:
+                return self._tensordict[key]
+            except KeyError:
+                if default is NO_DEFAULT:
+                    raise self._missing_key_error(key) from None
+                return default
+        return self._get_tuple(_key_to_tuple(key), default)
+
+    def set(self, key: NestedKey, item: Any, inplace: bool = False, *, non_blocking: bool = False, **kwargs: Any) -> "TensorDict":
+        if type(key) is str:
+            self._set_str(key, item, inplace=inplace, validated=False)
+        else:
+            self._set_tuple(_key_to_tuple(key), item, inplace=inplace)
+        return self
+
+    def __getitem__(self, index: Any) -> Any:
+        if type(index) is str:
+            try:
+                value = self._tensordict[index]
+            except KeyError:
+                raise self._missing_key_error(index) from None
+            if value.__class__ in NON_TENSOR_CLASSES:
+                return value.tolist() if value._is_lazy else value.data
+            return value
+        return TensorDictBase.__getitem__(self, index)
+
+    def __setitem__(self, index: Any, value: Any) -> None:
+        if type(index) is str:
+            self._set_str(index, value, inplace=False, validated=False)
+        else:
+            TensorDictBase.__setitem__(self, index, value)
+
+    def __contains__(self, key: Any) -> bool:
+        if type(key) is str:
+            return key in self._tensordict
+        return TensorDictBase.__contains__(self, key)
+
+    def keys(self, include_nested: bool = False, leaves_only: bool = False, is_leaf: Callable | None = None, *, sort: bool = False):
+        if not include_nested and not leaves_only and not sort:
+            return self._tensordict.keys()
+        return KeysView(self, include_nested, leaves_only, is_leaf, sort)
+
+    def items(self, include_nested: bool = False, leaves_only: bool = False, is_leaf: Callable | None = None, *, sort: bool = False):
+        if not include_nested and not leaves_only and not sort:
+            return self._tensordict.items()
+        return TensorDictBase.items(self, include_nested, leaves_only, is_leaf, sort=sort)
+
+    def values(self, include_nested: bool = False, leaves_only: bool = False, is_leaf: Callable | None = None, *, sort: bool = False):
+        if not include_nested and not leaves_only and not sort:
+            return self._tensordict.values()
+        return TensorDictBase.values(self, include_nested, leaves_only, is_leaf, sort=sort)
+
+    def _index(self, index: Any) -> "TensorDict":
+        bs = self._batch_size
+        kind = type(index)
+        if kind is int:
+            if not bs:
+                raise IndexError("Cannot index a TensorDict with an empty batch size.")
+            if not -bs[0] <= index < bs[0]:
+                raise IndexError(f"Index {index} is out of range for batch dim 0 of size {bs[0]}.")
+            new_bs = bs[1:]
+            names = self._names[1:] if self._names else None
+        elif kind is slice:
+            if not bs:
+                raise IndexError("Cannot index a TensorDict with an empty batch size.")
+            new_bs = torch.Size((len(range(*index.indices(bs[0]))),)) + bs[1:]
+            names = self._names
+        else:
+            index = _normalize_index(index, bs)
+            new_bs = None
+            names = None
+        out = {}
+        first = None
+        for key, value in self._tensordict.items():
+            out[key] = value[index]
+            if first is None:
+                first = key
+        if new_bs is None:
+            new_bs = _batch_size_from_entry(self._tensordict[first], out[first], len(bs)) if first is not None else _indexed(bs, index)
+            if self._names and len(new_bs) == len(bs):
+                names = self._names
+        return TensorDict._new_unsafe(out, new_bs, self._device, names)
+
+    # ------------------------------------------------------------------ whole-collection ops
+    def clone(self, recurse: bool = True, **kwargs: Any) -> "TensorDict":
+        """A deep copy (``recurse=False``: new structure, shared tensors)."""
+        if not recurse:
+            return self.copy()
+        return TensorDict._new_unsafe({k: v.clone() for k, v in self._tensordict.items()}, self._batch_size, self._device, self._names)
+
+    def copy(self) -> "TensorDict":
+        return TensorDict._new_unsafe(
+            {k: v if isinstance(v, torch.Tensor) else v.copy() for k, v in self._tensordict.items()},
+            self._batch_size, self._device, self._names,
+        )
+
+    def to(self, *args: Any, **kwargs: Any) -> "TensorDictBase":
+        """Move to a device and/or cast floating dtypes: ``to(device)``, ``to(dtype)``, ``to(other)``, ``to(batch_size=...)``."""
+        device, dtype, non_blocking, batch_size = _parse_to_args(args, kwargs)
+        result = self
+        if batch_size is not None:
+            result = self.copy()
+            result.batch_size = batch_size
+        if device is not None and dtype is None and device == self._device:
+            return result
+        if device is None and dtype is None:
+            return result
+
+        cast = [a for a in (device, dtype) if a is not None]
+
+        def move(v):
+            if isinstance(v, torch.Tensor):
+                return v.to(device=device, dtype=dtype, non_blocking=non_blocking)
+            return v.to(*cast)
+
+        new_device = device if device is not None else result._device
+        return TensorDict._new_unsafe({k: move(v) for k, v in result._tensordict.items()}, result._batch_size, new_device, result._names)
+
+    def update(self, input_dict_or_td: Any, clone: bool = False, inplace: bool = False, *, keys_to_update: Sequence | None = None, non_blocking: bool = False, is_leaf: Callable | None = None, update_batch_size: bool = False, ignore_lock: bool = False) -> "TensorDict":
+        if clone or inplace or keys_to_update is not None or type(input_dict_or_td) is not TensorDict or self._is_locked:
+            return TensorDictBase.update(self, input_dict_or_td, clone=clone, inplace=inplace, keys_to_update=keys_to_update, ignore_lock=ignore_lock)
+        entries = self._tensordict
+        for key, value in input_dict_or_td._tensordict.items():
+            dest = entries.get(key)
+            if type(dest) is TensorDict and type(value) is TensorDict:
+                dest.update(value)
+            else:
+                entries[key] = self._validate(key, value)
+        return self
+
+    def select(self, *keys: NestedKey, inplace: bool = False, strict: bool = True) -> "TensorDict":
+        if inplace or not all(type(k) is str for k in keys):
+            return TensorDictBase.select(self, *keys, inplace=inplace, strict=strict)
+        src = self._tensordict
+        if strict:
+            try:
+                out = {k: src[k] for k in keys}
+            except KeyError as err:
+                raise self._missing_key_error(err.args[0]) from None
+        else:
+            out = {k: src[k] for k in keys if k in src}
+        return TensorDict._new_unsafe(out, self._batch_size, self._device, self._names)
+
+    def exclude(self, *keys: NestedKey, inplace: bool = False) -> "TensorDict":
+        if inplace or not all(type(k) is str for k in keys):
+            return TensorDictBase.exclude(self, *keys, inplace=inplace)
+        drop = set(keys)
+        out = {k: v for k, v in self._tensordict.items() if k not in drop}
+        return TensorDict._new_unsafe(out, self._batch_size, self._device, self._names)
+
+    def empty(self, recurse: bool = False, *, batch_size: Any = None, device: Any = NO_DEFAULT, names: Any = None) -> "TensorDict":
+        if recurse or batch_size is not None or device is not NO_DEFAULT or names is not None:
+            return TensorDictBase.empty(self, recurse, batch_size=batch_size, device=device, names=names)
+        return TensorDict._new_unsafe({}, self._batch_size, self._device, self._names)
+
+    def _tensor_leaves(self) -> tuple[list, list]:
+        keys, leaves = [], []
+        for key, value in self._tensordict.items():
+            if isinstance(value, torch.Tensor):
+                keys.append(key)
+                leaves.append(value)
+            elif not value._is_non_tensor:
+                sub_keys, sub_leaves = value._tensor_leaves()
+                keys.extend((key,) + (k if isinstance(k, tuple) else (k,)) for k in sub_keys)
+                leaves.extend(sub_leaves)
+        return keys, leaves
+
+    # ------------------------------------------------------------------ attributes
+    @property
+    def batch_size(self) -> torch.Size:
+        return self._batch_size
+
+    @batch_size.setter
+    def batch_size(self, new: Any) -> None:
+        new = parse_batch_size(new)
+        n = len(new)
+        for key, value in self._tensordict.items():
+            shape = value.shape if isinstance(value, torch.Tensor) else value.batch_size
+            if shape[:n] != new and not (not isinstance(value, torch.Tensor) and value._is_non_tensor):
+                raise RuntimeError(f"Cannot set batch_size {list(new)}: key {key!r} has shape {list(shape)}.")
+        for key, value in list(self._tensordict.items()):
+            if not isinstance(value, torch.Tensor) and value._is_non_tensor:
+                self._tensordict[key] = value._with_batch_size(new)
+        if self._names is not None and len(self._names) != n:
+            self._names = None
+        self._batch_size = new
+
+    @property
+    def device(self) -> torch.device | None:
+        return self._device
+
+    @device.setter
+    def device(self, value: Any) -> None:
+        raise RuntimeError("device cannot be assigned: use td.to(device) or td.clear_device_().")
+
+    def clear_device_(self) -> "TensorDict":
+        """Forget the device (leaves stay where they are); nested collections too."""
+        self._device = None
+        for value in self._tensordict.values():
+            if not isinstance(value, torch.Tensor) and hasattr(value, "clear_device_"):
+                value.clear_device_()
+        return self
+
+    @property
+    def names(self) -> list:
+        return list(self._names) if self._names is not None else [None] * len(self._batch_size)
+
+    @names.setter
+    def names(self, value: Sequence[str | None] | None) -> None:
+        if value is None:
+            self._names = None
+            return
+        value = list(value)
+        if len(value) != len(self._batch_size):
+            raise ValueError(f"names: expected {len(self._batch_size)} names (one per batch dim), got {value}.")
+        named = [v for v in value if v is not None]
+        if len(set(named)) != len(named):
+            raise ValueError(f"names must be unique, got {value}.")
+        self._names = value if named else None
+
+    def _maybe_names(self):
+        return self._names
+
+    def _push_op(self, locked: bool) -> None:
+        if self._lock_ops is None:
+            self._lock_ops = []
+        self._lock_ops.append(locked)
+
+    def _pop_op(self):
+        return self._lock_ops.pop() if self._lock_ops else None
+
+    def __getstate__(self):
+        return {"source": self._tensordict, "batch_size": tuple(self._batch_size), "device": self._device, "names": self._names, "locked": self._is_locked}
+
+    def __setstate__(self, state):
+        self._tensordict = state["source"]
+        self._batch_size = torch.Size(state["batch_size"])
+        self._device = state["device"]
+        self._names = state["names"]
+        self._is_locked = state["locked"]
+        self._lock_ops = None
+
+
+def _as_nested(d: Any) -> Any:
+    """Nested plain dicts become TensorDicts with an empty batch size (to be inferred later)."""
+    if isinstance(d, dict):
+        return {k: TensorDict(_as_nested(v)) if isinstance(v, dict) else v for k, v in d.items()}
+    return d
+
+
+def _normalize_index(index: Any, batch_size: torch.Size) -> Any:
+    """Lists and arrays become tensors; ``...`` spans the batch dims only; too many indices raise."""
+    if isinstance(index, list):
+        index = torch.tensor(index)
+    elif type(index).__module__ == "numpy":
+        index = torch.as_tensor(index)
+    elif isinstance(index, tuple):
+        index = tuple(torch.tensor(p) if isinstance(p, list) else torch.as_tensor(p) if type(p).__module__ == "numpy" else p for p in index)
+    parts = index if isinstance(index, tuple) else (index,)
+    used = 0
+    for p in parts:
+        if p is None or p is Ellipsis:
+            continue
+        used += p.dim() if isinstance(p, torch.Tensor) and p.dtype == torch.bool else 1
+    if used > len(batch_size):
+        raise IndexError(f"Too many indices for a batch of size {list(batch_size)}: {index!r}.")
+    for i, p in enumerate(parts):
+        if isinstance(p, torch.Tensor) and p.dtype == torch.bool:
+            start = sum(q.dim() if isinstance(q, torch.Tensor) and q.dtype == torch.bool else 1 for q in parts[:i] if q is not None and q is not Ellipsis)
+            if Ellipsis not in parts[:i] and p.shape != batch_size[start : start + p.dim()]:
+                raise IndexError(f"Boolean mask of shape {list(p.shape)} does not match batch dims {list(batch_size[start:start + p.dim()])}.")
+    return _expand_index(index, len(batch_size))
+
+
+def _batch_size_from_entry(before: Any, after: Any, batch_dims: int) -> torch.Size:
+    shape_before = before.shape if isinstance(before, torch.Tensor) else before.batch_size
+    shape_after = after.shape if isinstance(after, torch.Tensor) else after.batch_size
+    feature_dims = len(shape_before) - batch_dims
+    return shape_after[: len(shape_after) - feature_dims]
+
+
+def _indexed(batch_size: torch.Size, index: Any) -> torch.Size:
+    return torch.zeros(()).expand(batch_size)[index].shape
+
+
+def _parse_to_args(args: tuple, kwargs: dict):
+    device = kwargs.pop("device", None)
+    dtype = kwargs.pop("dtype", None)
+    non_blocking = kwargs.pop("non_blocking", False)
+    batch_size = kwargs.pop("batch_size", None)
+    if kwargs:
+        raise TypeError(f"to(): unexpected arguments {sorted(kwargs)}.")
+    for arg in args:
+        if isinstance(arg, torch.dtype):
+            dtype = arg
+        elif isinstance(arg, (str, torch.device, int)):
+            device = arg
+        elif isinstance(arg, torch.Tensor):
+            device, dtype = arg.device, arg.dtype
+        elif is_tensor_collection(arg):
+            device = arg.device
+        elif isinstance(arg, bool):
+            non_blocking = arg
+        else:
+            raise TypeError(f"to(): cannot interpret argument {arg!r}.")
+    return parse_device(device), dtype, non_blocking, batch_size
