@@ -9,6 +9,7 @@ import torch
 
 from ._utils import NO_DEFAULT, normalize_dims
 
+_FLOAT_ONLY = frozenset({"mean", "nanmean", "std", "var"})
 ValuesIndices = namedtuple("ValuesIndices", ["values", "indices"])
 
 
@@ -58,6 +59,9 @@ class ArithmeticMixin:
     # ---- reductions
     def _reduce(self, name: str, dim: Any, keepdim: bool, reduce: bool | None, **kwargs) -> Any:
         fn = getattr(torch, name)
+        if name in _FLOAT_ONLY:  # integer and bool leaves are averaged as floats
+            raw = fn
+            fn = lambda v, **kw: raw(v if v.is_floating_point() or v.is_complex() else v.float(), **kw)  # noqa: E731
         if dim is NO_DEFAULT or dim is None:
             if reduce:
                 leaves = [v.reshape(-1) for v in self._tensor_leaves()[1]]
@@ -71,7 +75,8 @@ class ArithmeticMixin:
             bs = torch.Size(s for i, s in enumerate(self.batch_size) if i not in dims)
         if reduce:
             raise ValueError(f"{name}: reduce=True reduces over every leaf and cannot take dim={dim}.")
-        return self._apply(lambda v: fn(v, dim=dims, keepdim=keepdim, **kwargs), (), None, (), bs, NO_DEFAULT, None, False, NO_DEFAULT, None, False, {})
+        axis = dims[0] if len(dims) == 1 else dims  # some reductions (prod, all) take one int only
+        return self._apply(lambda v: fn(v, dim=axis, keepdim=keepdim, **kwargs), (), None, (), bs, NO_DEFAULT, None, False, NO_DEFAULT, None, False, {})
 
     def sum(self, dim: Any = NO_DEFAULT, keepdim: bool = False, *, dtype: torch.dtype | None = None, reduce: bool | None = None) -> Any:
         """Sum over batch ``dim`` (all elements of each leaf if omitted; one scalar if ``reduce``)."""

@@ -147,13 +147,16 @@ class TensorDict(TensorDictBase):
         return self._convert(key, value)
 
     def _convert(self, key: str, value: Any) -> Any:
+        """Numbers, numpy arrays and numeric lists become tensors; anything else NonTensorData."""
+        if isinstance(value, (bool, int, float, complex, list)) or type(value).__module__ == "numpy":
+            try:
+                tensor = torch.as_tensor(value, device=self._device)
+            except (TypeError, ValueError, RuntimeError):
+                tensor = None
+            if tensor is not None:
+                return self._validate(key, tensor)
         from .non_tensor import NonTensorData
 
-        if isinstance(value, (bool, int, float, complex)) or type(value).__module__ == "numpy":
-            tensor = torch.as_tensor(value, device=self._device)
-            if tensor.shape[: self.batch_dims] != self._batch_size:
-                tensor = tensor.expand(self._batch_size + tensor.shape) if tensor.dim() == 0 else tensor
-            return self._validate(key, tensor)
         return NonTensorData(data=value, batch_size=self._batch_size, device=self._device)
 
     # ------------------------------------------------------------------ primitives

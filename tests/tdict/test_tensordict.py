@@ -1,0 +1,465 @@
+"""Behaviour of the TensorDict container: keys, indexing, shape ops, torch functions, math."""
+import pickle
+
+import pytest
+import torch
+
+from tdict import TensorDict, pad, pad_sequence, unravel_key
+
+
+def make(batch=(4, 3)):
+    torch.manual_seed(0)
+    return TensorDict(
+        {"a": torch.randn(*batch, 2), "b": {"c": torch.randn(*batch), "d": {"e": torch.arange(torch.Size(batch).numel()).reshape(batch)}}},
+        batch_size=batch,
+    )
+
+
+# ---------------------------------------------------------------- construction
+def test_construction_nested_dicts_and_tuple_keys():
+    td = TensorDict({"a": torch.zeros(2, 5), ("x", "y"): torch.ones(2)}, batch_size=[2], b=torch.zeros(2))
+    assert isinstance(td["x"], TensorDict)
+    assert td["x"].batch_size == torch.Size([2])
+    assert torch.equal(td["x", "y"], torch.ones(2))
+    assert sorted(td.keys()) == ["a", "b", "x"]
+    assert TensorDict().batch_size == torch.Size([])
+
+
+def test_construction_rejects_wrong_batch_and_names_key():
+    with pytest.raises(RuntimeError, match=r"Key 'a'.*\[4, 3\].*\[5\]"):
+        TensorDict({"a": torch.zeros(4, 3)}, batch_size=[5])
+    with pytest.raises(RuntimeError, match="'sub'"):
+        TensorDict({"sub": TensorDict({}, [3])}, batch_size=[4])
+    with pytest.raises(ValueError):
+        TensorDict({}, batch_size=[-1])
+
+
+def test_device_and_conversions():
+    td = TensorDict({"a": torch.zeros(3)}, batch_size=[3], device="cpu")
+    assert td.device == torch.device("cpu")
+    td["l"] = [1, 2, 3]
+    assert torch.equal(td["l"], torch.tensor([1, 2, 3]))
+    with pytest.raises(RuntimeError, match="'n'"):  # no silent broadcasting of scalars
+        td["n"] = 2.0
+    assert "n" not in td
+    assert torch.equal(TensorDict({"s": 2.0})["s"], torch.tensor(2.0))
+
+
+def test_from_dict_infers_batch_size():
+    td = TensorDict.from_dict({"a": torch.zeros(3, 4, 2), "b": {"c": torch.zeros(3, 4)}})
+    assert td.batch_size == torch.Size([3, 4])
+    assert td["b"].batch_size == torch.Size([3, 4])
+    assert TensorDict.from_dict({"a": torch.zeros(3, 4)}, batch_dims=1).batch_size == torch.Size([3])
+
+
+# ---------------------------------------------------------------- keys
+def test_get_missing_raises_keyerror_listing_keys():
+    td = make()
+    with pytest.raises(KeyError, match=r"'zz'.*'a'.*\('b', 'c'\)"):
+        td.get("zz")
+    with pytest.raises(KeyError):
+        td["b", "zz"]
+    assert td.get("zz", None) is None
+    assert td.get(("b", "zz"), 3) == 3
+
+
+def test_set_get_nested_and_set_():
+    td = make()
+    td.set(("b", "new"), torch.ones(4, 3))
+    assert torch.equal(td["b"]["new"], torch.ones(4, 3))
+    ref = td["a"]
+    td.set_("a", torch.full((4, 3, 2), 7.0))
+    assert ref is td["a"] and torch.all(ref == 7)
+    with pytest.raises(KeyError):
+        td.set_("nope", torch.zeros(4, 3))
+    td.set("a", torch.zeros(4, 3, 2), inplace=True)
+    assert ref is td["a"] and torch.all(ref == 0)
+
+
+def test_setdefault_pop_del_contains():
+    td = make()
+    x = td.setdefault("new", torch.ones(4, 3))
+    assert torch.equal(x, torch.ones(4, 3))
+    assert td.setdefault("new", torch.zeros(4, 3)) is x
+    assert "new" in td and ("b", "c") in td and ("b", "q") not in td
+    popped = td.pop(("b", "c"))
+    assert popped.shape == (4, 3) and ("b", "c") not in td
+    assert td.pop("missing", 5) == 5
+    del td["new"]
+    assert "new" not in td
+    with pytest.raises(KeyError):
+        td.pop("missing")
+
+
+def test_keys_items_values_variants():
+    td = make()
+    assert list(td.keys()) == ["a", "b"]
+    assert list(td.keys(include_nested=True)) == ["a", "b", ("b", "c"), ("b", "d"), ("b", "d", "e")]
+    assert list(td.keys(True, True)) == ["a", ("b", "c"), ("b", "d", "e")]
+    assert ("b", "d", "e") in td.keys(True, True)
+    assert ("b", "d") not in td.keys(True, True)
+    assert len(td.keys(True)) == 5
+    leaves = dict(td.items(True, True))
+    assert torch.equal(leaves["b", "d", "e"], td["b", "d", "e"])
+    assert all(isinstance(v, torch.Tensor) for v in td.values(True, True))
+    # a custom is_leaf treating TensorDicts as leaves stops the recursion
+    assert list(td.keys(True, True, is_leaf=lambda cls: True)) == ["a", "b"]
+
+
+def test_flatten_unflatten_keys_roundtrip():
+    td = make()
+    flat = td.flatten_keys()
+    assert sorted(flat.keys()) == ["a", "b.c", "b.d.e"]
+    back = flat.unflatten_keys()
+    assert set(back.keys(True, True)) == set(td.keys(True, True))
+    assert torch.equal(back["b", "d", "e"], td["b", "d", "e"])
+
+
+def test_rename_select_exclude_split_update():
+    td = make()
+    td.rename_key_(("b", "c"), "c2")
+    assert "c2" in td and ("b", "c") not in td
+    with pytest.raises(KeyError):
+        td.rename_key_("a", "c2", safe=True)
+    sel = td.select("a", ("b", "d", "e"))
+    assert list(sel.keys(True, True)) == ["a", ("b", "d", "e")]
+    with pytest.raises(KeyError):
+        td.select("zz")
+    assert list(td.select("zz", strict=False).keys()) == []
+    exc = td.exclude(("b", "d"), "a")
+    assert list(exc.keys(True, True)) == ["c2"] and ("b", "d", "e") in td  # original untouched
+    left, right, rest = td.split_keys(["a"], ["c2"])
+    assert list(left.keys()) == ["a"] and list(right.keys()) == ["c2"] and list(rest.keys()) == ["b"]
+    other = TensorDict({"a": torch.ones(4, 3, 2), "b": {"z": torch.ones(4, 3)}}, [4, 3])
+    td.update(other)
+    assert torch.equal(td["a"], torch.ones(4, 3, 2)) and ("b", "z") in td and ("b", "d", "e") in td
+    before = td["a"]
+    td.update_({"a": torch.zeros(4, 3, 2)})
+    assert td["a"] is before and torch.all(before == 0)
+    with pytest.raises(KeyError):
+        td.update_({"nope": torch.zeros(4, 3)})
+
+
+def test_empty_and_is_empty():
+    td = make()
+    e = td.empty()
+    assert e.batch_size == td.batch_size and e.is_empty()
+    e2 = td.empty(recurse=True)
+    assert e2.is_empty() and ("b", "d") in e2.keys(True)
+    assert not td.is_empty()
+
+
+# ---------------------------------------------------------------- indexing
+@pytest.mark.parametrize(
+    "index",
+    [0, -1, slice(1, 3), slice(None, None, 2), (slice(None), 1), (0, 2), None, (None, 0), Ellipsis, (Ellipsis, 1), [0, 2], torch.tensor([3, 0, 0])],
+)
+def test_index_matches_per_leaf_indexing(index):
+    td = make()
+    out = td[index]
+    for key, leaf in td.items(True, True):
+        ref = leaf[index]  # feature dims of "a" trail: Ellipsis cases handled separately
+        if key == "a" and (index is Ellipsis or (isinstance(index, tuple) and Ellipsis in index)):
+            ref = leaf[(slice(None),) * 2][index[1:] if isinstance(index, tuple) else ()] if index is not Ellipsis else leaf
+            if isinstance(index, tuple):
+                ref = leaf[:, index[1]]
+        assert torch.equal(out[key], ref), key
+    expected_bs = torch.zeros(4, 3)[index].shape
+    assert out.batch_size == expected_bs
+
+
+def test_bool_mask_and_views():
+    td = make()
+    mask = torch.tensor([True, False, True, False])
+    out = td[mask]
+    assert out.batch_size == torch.Size([2, 3])
+    assert torch.equal(out["a"], td["a"][mask])
+    full_mask = torch.zeros(4, 3, dtype=torch.bool)
+    full_mask[1, 2] = True
+    assert td[full_mask].batch_size == torch.Size([1])
+    view = td[1]
+    view["a"].fill_(42.0)  # int index gives a view: writes reach the parent
+    assert torch.all(td["a"][1] == 42)
+    with pytest.raises(IndexError):
+        td[0, 0, 0]
+    with pytest.raises(IndexError):
+        td[torch.ones(3, dtype=torch.bool)]
+
+
+def test_setitem_by_index_in_place():
+    td = make()
+    a = td["a"]
+    td[0] = TensorDict({"a": torch.ones(3, 2), "b": {"c": torch.ones(3), "d": {"e": torch.zeros(3, dtype=torch.long)}}}, [3])
+    assert td["a"] is a and torch.all(a[0] == 1)
+    td[torch.tensor([1, 3])] = 0.5
+    assert torch.all(td["b", "c"][[1, 3]] == 0.5)
+    td[:, 1] = td[:, 0].clone()
+    assert torch.equal(td["a"][:, 1], td["a"][:, 0])
+    with pytest.raises(RuntimeError, match="'a'"):
+        td[0] = TensorDict({"a": torch.ones(5, 2)}, [5])
+    with pytest.raises(KeyError):
+        td[0] = TensorDict({"zz": torch.ones(3)}, [3])
+
+
+def test_masked_fill_where_gather():
+    td = make()
+    mask = torch.zeros(4, 3, dtype=torch.bool)
+    mask[0] = True
+    out = td.masked_fill(mask, -1.0)
+    assert torch.all(out["a"][0] == -1) and torch.equal(out["a"][1:], td["a"][1:])
+    td2 = td.clone()
+    td2.masked_fill_(mask, 0.0)
+    assert torch.all(td2["b", "c"][0] == 0)
+    cond = torch.rand(4, 3) > 0.5
+    w = torch.where(cond, td, td * 0)
+    assert torch.equal(w["a"], torch.where(cond.unsqueeze(-1), td["a"], torch.zeros_like(td["a"])))
+    idx = torch.tensor([[2, 0, 1]] * 4)
+    g = torch.gather(td, 1, idx)
+    assert torch.equal(g["b", "c"], torch.gather(td["b", "c"], 1, idx))
+    assert torch.equal(g["a"], torch.gather(td["a"], 1, idx.unsqueeze(-1).expand(4, 3, 2)))
+
+
+# ---------------------------------------------------------------- shape ops
+def test_shape_ops_match_leaf_ops():
+    td = make()
+    a = td["a"]
+    assert torch.equal(td.reshape(12)["a"], a.reshape(12, 2))
+    assert torch.equal(td.reshape(-1, 2)["a"], a.reshape(6, 2, 2))
+    assert td.view(3, 4).batch_size == torch.Size([3, 4])
+    assert torch.equal(td.unsqueeze(-1)["a"], a.unsqueeze(2))
+    assert td.unsqueeze(0).squeeze(0).batch_size == td.batch_size
+    assert torch.equal(td.permute(1, 0)["a"], a.permute(1, 0, 2))
+    assert torch.equal(td.transpose(0, 1)["b", "c"], td["b", "c"].t())
+    assert torch.equal(td.flatten(0, 1)["a"], a.flatten(0, 1))
+    assert td.flatten(0, 1).unflatten(0, (4, 3)).batch_size == td.batch_size
+    assert torch.equal(td[:1].expand(5, 3)["a"], a[:1].expand(5, 3, 2))
+    assert td.expand(2, 4, 3).batch_size == torch.Size([2, 4, 3])
+    assert torch.equal(td.repeat(2, 1)["a"], a.repeat(2, 1, 1))
+    assert torch.equal(td.repeat_interleave(2, dim=1)["a"], a.repeat_interleave(2, dim=1))
+    assert torch.equal(td.flip(0)["a"], a.flip(0))
+    assert torch.equal(td.roll(1, 0)["a"], a.roll(1, 0))
+    assert td.permute(1, 0).contiguous()["a"].is_contiguous()
+    with pytest.raises(ValueError):
+        td.reshape(5)
+    with pytest.raises(ValueError):
+        td.expand(5, 3)
+
+
+def test_unbind_split_chunk():
+    td = make()
+    parts = td.unbind(1)
+    assert len(parts) == 3 and torch.equal(parts[2]["a"], td["a"][:, 2])
+    s = td.split([1, 3], 0)
+    assert [p.batch_size[0] for p in s] == [1, 3]
+    assert torch.equal(s[1]["b", "d", "e"], td["b", "d", "e"][1:])
+    assert [p.batch_size[0] for p in td.split(3)] == [3, 1]
+    assert [p.batch_size[1] for p in td.chunk(2, 1)] == [2, 1]
+    assert [p.batch_size for p in torch.unbind(td, 0)] == [torch.Size([3])] * 4
+    assert len(list(td)) == 4 and torch.equal(list(td)[1]["a"], td["a"][1])
+
+
+def test_pad_and_pad_sequence():
+    td = TensorDict({"a": torch.ones(2, 3)}, [2])
+    p = pad(td, [1, 2], value=-1.0)
+    assert p.batch_size == torch.Size([5])
+    assert torch.equal(p["a"][0], torch.full((3,), -1.0)) and torch.equal(p["a"][1:3], torch.ones(2, 3))
+    seq = pad_sequence([TensorDict({"x": torch.ones(n)}, [n]) for n in (1, 3)], return_mask=True)
+    assert seq.batch_size == torch.Size([2, 3])
+    assert torch.equal(seq["x"], torch.tensor([[1.0, 0, 0], [1, 1, 1]]))
+    assert torch.equal(seq["masks", "x"], torch.tensor([[True, False, False], [True, True, True]]))
+
+
+# ---------------------------------------------------------------- torch functions
+def test_stack_dense_and_errors():
+    tds = [make() for _ in range(5)]
+    for dim in (0, 1, 2, -1):
+        st = torch.stack(tds, dim)
+        assert torch.equal(st["b", "c"], torch.stack([t["b", "c"] for t in tds], dim if dim >= 0 else 2))
+    assert torch.stack(tds, -1).batch_size == torch.Size([4, 3, 5])
+    out = torch.stack(tds, 0).zero_()
+    res = torch.stack(tds, 0, out=out)
+    assert res is out and torch.equal(out["a"][2], tds[2]["a"])
+    with pytest.raises(KeyError, match="lazy_stack"):
+        torch.stack([make(), make().exclude("a")])
+    with pytest.raises(RuntimeError, match="batch size"):
+        torch.stack([make(), make((4, 2))])
+    bad = make()
+    bad["a"] = torch.zeros(4, 3, 7)
+    with pytest.raises(RuntimeError, match="'a'"):
+        torch.stack([make(), bad])
+
+
+def test_cat_and_out():
+    x, y = make(), make((2, 3))
+    c = torch.cat([x, y], 0)
+    assert c.batch_size == torch.Size([6, 3]) and torch.equal(c["a"], torch.cat([x["a"], y["a"]]))
+    out = c.clone().zero_()
+    torch.cat([x, y], 0, out=out)
+    assert torch.equal(out["b", "d", "e"], c["b", "d", "e"])
+    with pytest.raises(RuntimeError):
+        torch.cat([x, make((4, 2))], 0)
+
+
+def test_like_functions_and_clone():
+    td = make()
+    z = torch.zeros_like(td)
+    assert z.batch_size == td.batch_size and all(torch.all(v == 0) for v in z.values(True, True))
+    assert torch.all(torch.full_like(td, 3)["a"] == 3)
+    c = torch.clone(td)
+    assert c["a"] is not td["a"] and torch.equal(c["a"], td["a"])
+    shallow = td.clone(recurse=False)
+    assert shallow["a"] is td["a"] and shallow["b"] is not td["b"]
+
+
+# ---------------------------------------------------------------- apply
+def test_apply_named_apply_and_multiple():
+    td = make()
+    out = td.apply(lambda x: x + 1)
+    assert torch.equal(out["b", "c"], td["b", "c"] + 1)
+    two = td.apply(lambda x, y: x * y, td)
+    assert torch.equal(two["a"], td["a"] ** 2)
+    named = td.named_apply(lambda k, x: x if k == "c" else None, nested_keys=False)
+    assert list(named.keys(True, True)) == [("b", "c")]
+    full = td.named_apply(lambda k, x: torch.tensor(len(unravel_key(k) if isinstance(k, tuple) else (k,))).expand(x.shape), nested_keys=True)
+    assert torch.all(full["b", "d", "e"] == 3)
+    assert td.apply(lambda x: None) is None
+    kept = td.apply(lambda x: x if x.dtype == torch.long else None, filter_empty=True)
+    assert list(kept.keys(True, True)) == [("b", "d", "e")]
+    reduced = td.apply(lambda x: x[:, 0], batch_size=[4])
+    assert reduced.batch_size == torch.Size([4]) and reduced["b"].batch_size == torch.Size([4])
+    ref = td["a"]
+    td.apply_(lambda x: x * 0)
+    assert td["a"] is ref and torch.all(ref == 0)
+
+
+# ---------------------------------------------------------------- arithmetic and reductions
+def test_arithmetic_with_scalars_tensors_and_tds():
+    td = make().exclude("b")
+    a = td["a"]
+    assert torch.equal((td + 1)["a"], a + 1)
+    assert torch.equal((2 * td)["a"], a * 2)
+    assert torch.equal((td - td)["a"], torch.zeros_like(a))
+    assert torch.equal((td / 2)["a"], a / 2)
+    assert torch.equal((1 - td)["a"], 1 - a)
+    assert torch.equal((td ** 2)["a"], a**2)
+    assert torch.equal((-td)["a"], -a)
+    assert torch.equal((td > 0)["a"], a > 0)
+    assert (td == td).all() and not (td != td).any()
+    y = td.clone()
+    y += 1
+    assert torch.equal(y["a"], a + 1)
+    y.mul_(2)
+    assert torch.allclose(y["a"], (a + 1) * 2)
+    y.add_(td, alpha=2.0)
+    assert torch.allclose(y["a"], (a + 1) * 2 + 2 * a)
+    assert torch.allclose(td.abs()["a"], a.abs()) and torch.allclose(td.exp()["a"], a.exp())
+    assert torch.allclose(td.clamp(-0.1, 0.1)["a"], a.clamp(-0.1, 0.1))
+
+
+def test_reductions():
+    td = make()
+    s = td.sum()
+    assert s.batch_size == torch.Size([]) and torch.allclose(s["a"], td["a"].sum())
+    assert torch.allclose(td.sum(reduce=True), td["a"].sum() + td["b", "c"].sum() + td["b", "d", "e"].sum())
+    m = td.mean(dim=0)
+    assert m.batch_size == torch.Size([3]) and torch.allclose(m["a"], td["a"].mean(0))
+    assert td.mean(dim=(0, 1), keepdim=True).batch_size == torch.Size([1, 1])
+    assert torch.allclose(td.std(dim=1)["b", "c"], td["b", "c"].std(1))
+    assert torch.allclose(td.var()["a"], td["a"].var())
+    values, indices = td.max(dim=1)
+    assert torch.equal(values["a"], td["a"].max(1).values) and torch.equal(indices["b", "c"], td["b", "c"].max(1).indices)
+    assert torch.equal(td.min()["a"], td["a"].min())
+    assert torch.allclose(td.prod(dim=0)["a"], td["a"].prod(0))
+    assert torch.allclose(td.norm()["a"], td["a"].norm())
+    assert td.any() is True and isinstance(td.all(), bool)
+    assert torch.equal(td.any(dim=1)["a"], td["a"].any(1))
+    with pytest.raises(IndexError):
+        td.sum(dim=2)
+
+
+# ---------------------------------------------------------------- copies, locks, names, pickling
+def test_copy_zero_fill_detach_requires_grad():
+    td = make()
+    c = td.copy()
+    assert c["a"] is td["a"] and c["b"] is not td["b"]
+    z = td.clone().zero_()
+    assert all(torch.all(v == 0) for v in z.values(True, True))
+    z.fill_("a", 2.0)
+    assert torch.all(z["a"] == 2)
+    z.fill_("b", 1)
+    assert torch.all(z["b", "d", "e"] == 1)
+    g = td.exclude("b").requires_grad_()
+    assert g["a"].requires_grad and not g.detach()["a"].requires_grad
+    dst = td.clone().zero_()
+    dst.copy_(td)
+    assert torch.equal(dst["b", "c"], td["b", "c"])
+
+
+def test_to_dtype_device():
+    td = make()
+    d = td.to(torch.float64)
+    assert d["a"].dtype == torch.float64 and d["b", "d", "e"].dtype == torch.float64
+    assert td.to("cpu").device == torch.device("cpu")
+    cpu = TensorDict({"a": torch.zeros(2)}, [2], device="cpu")
+    assert cpu.to("cpu") is cpu
+    assert td.double()["a"].dtype == torch.float64 and td.float()["a"].dtype == torch.float32
+
+
+def test_lock_unlock_and_context_managers():
+    td = make().lock_()
+    assert td.is_locked and td["b"].is_locked
+    with pytest.raises(RuntimeError, match="locked"):
+        td["new"] = torch.zeros(4, 3)
+    with pytest.raises(RuntimeError, match="locked"):
+        td.set("a", torch.zeros(4, 3, 2))
+    td.set_("a", torch.zeros(4, 3, 2))  # in-place writes stay allowed
+    with pytest.raises(RuntimeError):
+        del td["a"]
+    with td.unlock_():
+        td["new"] = torch.zeros(4, 3)
+        assert not td.is_locked
+    assert td.is_locked and "new" in td
+    td.unlock_()
+    with td.lock_():
+        assert td.is_locked
+    assert not td.is_locked
+
+
+def test_names_propagate():
+    td = TensorDict({"a": torch.zeros(3, 4, 2)}, [3, 4], names=["env", "time"])
+    assert td.names == ["env", "time"]
+    assert td[0].names == ["time"]
+    assert td.permute(1, 0).names == ["time", "env"]
+    assert td.unsqueeze(0).names == [None, "env", "time"]
+    assert torch.stack([td, td], 1).names == ["env", None, "time"]
+    with pytest.raises(ValueError):
+        td.names = ["a"]
+    with pytest.raises(ValueError):
+        td.names = ["a", "a"]
+    assert td.rename(env="batch").names == ["batch", "time"] and td.names == ["env", "time"]
+    unnamed = TensorDict({}, [2, 3])
+    unnamed.refine_names(..., "time")
+    assert unnamed.names == [None, "time"]
+
+
+def test_pickle_roundtrip_and_state_len():
+    td = make().lock_()
+    back = pickle.loads(pickle.dumps(td))
+    assert back.batch_size == td.batch_size and back.is_locked
+    assert torch.equal(back["b", "d", "e"], td["b", "d", "e"])
+    assert len(td) == 4 and td.numel() == 12 and td.ndim == 2 and td.shape == td.batch_size
+    with pytest.raises(RuntimeError):
+        bool(td)
+
+
+def test_batch_size_setter_validates():
+    td = make()
+    td.batch_size = [4]
+    assert td.batch_size == torch.Size([4])
+    with pytest.raises(RuntimeError, match="'a'"):
+        td.batch_size = [5]
+
+
+def test_repr_mentions_keys_and_shapes():
+    text = repr(make())
+    assert "a: Tensor(shape=torch.Size([4, 3, 2])" in text and "batch_size=torch.Size([4, 3])" in text
