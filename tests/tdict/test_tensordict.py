@@ -463,3 +463,18 @@ def test_batch_size_setter_validates():
 def test_repr_mentions_keys_and_shapes():
     text = repr(make())
     assert "a: Tensor(shape=torch.Size([4, 3, 2])" in text and "batch_size=torch.Size([4, 3])" in text
+
+
+def test_select_exclude_nested_paths_leave_source_untouched():
+    td = make()
+    both = td.select(("b", "c"), ("b", "d", "e"))
+    assert list(both.keys(True, True)) == [("b", "c"), ("b", "d", "e")]
+    assert both["b"] is not td["b"] and both["b"].batch_size == td["b"].batch_size
+    whole = td.select("b", ("b", "c"))
+    assert whole["b"] is td["b"] and list(td["b"].keys()) == ["c", "d"]
+    whole_after = td.select(("b", "c"), "b")
+    assert set(whole_after["b"].keys(True, True)) == {"c", ("d", "e")}
+    assert list(td["b"].keys()) == ["c", "d"]  # source structure unchanged
+    ex = td.exclude(("b", "d", "e"), "zz")
+    assert list(ex.keys(True, True)) == ["a", ("b", "c")] and ("b", "d", "e") in td
+    assert list(ex["b"]["d"].keys()) == []

@@ -42,6 +42,12 @@ def _trailing_ones(t: torch.Tensor, ndim: int) -> torch.Tensor:
     return t.reshape(t.shape + (1,) * (ndim - t.dim())) if t.dim() < ndim else t
 
 
+def _tensordict_class() -> type:
+    from .tensordict import TensorDict  # deferred: tensordict.py imports this module
+
+    return TensorDict
+
+
 class ShapeOpsMixin:
     """reshape, view, (un)squeeze, permute, expand, split... over batch dims."""
 
@@ -245,6 +251,4 @@ class ShapeOpsMixin:
         return self.split(max(-(-length // chunks), 1), d) if length else (self,)
 
     def _from_parts(self, entries: dict, batch_size: torch.Size) -> Any:
-        from .tensordict import TensorDict
-
-        return TensorDict._new_unsafe(entries, torch.Size(batch_size), self.device, None)
+        return _tensordict_class()._new_unsafe(entries, torch.Size(batch_size), self.device, None)

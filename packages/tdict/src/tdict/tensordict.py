@@ -6,7 +6,7 @@ from typing import Any, Callable, Iterator, Sequence
 import torch
 
 from ._keys import KeysView
-from ._utils import NO_DEFAULT, NestedKey, _key_to_tuple, parse_batch_size, parse_device
+from ._utils import NO_DEFAULT, NestedKey, _key_to_tuple, normalize_dim, parse_batch_size, parse_device
 from .base import _MISSING, NON_TENSOR_CLASSES, TensorDictBase, _expand_index, is_tensor_collection
 
 
@@ -32,7 +32,8 @@ class TensorDict(TensorDictBase):
         torch.Size([4])
     """
 
-    __slots__ = ("_tensordict", "_batch_size", "_device", "_names", "_is_locked", "_lock_ops", "__weakref__")
+    # _consolidated: the one storage of a consolidated TensorDict (tdict.consolidate); unset otherwise
+    __slots__ = ("_tensordict", "_batch_size", "_device", "_names", "_is_locked", "_lock_ops", "_consolidated", "__weakref__")
 
     def __init__(
         self,
@@ -175,7 +176,8 @@ class TensorDict(TensorDictBase):
         node = self
         try:
             for part in key:
-                node = node._tensordict[part]
+                # tensor classes / other collections use their primitive (their _tensordict is not a dict)
+                node = node._tensordict[part] if type(node) is TensorDict else node._get_str(part, NO_DEFAULT)
         except KeyError:
             if default is NO_DEFAULT:
                 raise self._missing_key_error(key) from None
@@ -324,6 +326,12 @@ class TensorDict(TensorDictBase):
             return result
         if device is None and dtype is None:
             return result
+        if dtype is None and result is self and getattr(self, "_consolidated", None) is not None:
+            from .consolidate import _to  # one storage copy instead of one per leaf
+
+            moved = _to(self, device, non_blocking)
+            if moved is not None:
+                return moved
 
         cast = [a for a in (device, dtype) if a is not None]
 
@@ -348,24 +356,81 @@ class TensorDict(TensorDictBase):
         return self
 
     def select(self, *keys: NestedKey, inplace: bool = False, strict: bool = True) -> "TensorDict":
-        if inplace or not all(type(k) is str for k in keys):
+        if inplace:
             return TensorDictBase.select(self, *keys, inplace=inplace, strict=strict)
         src = self._tensordict
-        if strict:
-            try:
-                out = {k: src[k] for k in keys}
-            except KeyError as err:
-                raise self._missing_key_error(err.args[0]) from None
-        else:
-            out = {k: src[k] for k in keys if k in src}
+        out: dict[str, Any] = {}
+        built: set[int] = set()  # ids of the sub-TensorDicts this call created (safe to fill)
+        for key in keys:
+            if type(key) is str:
+                value = src.get(key, _MISSING)
+                if value is _MISSING:
+                    if strict:
+                        raise self._missing_key_error(key)
+                    continue
+                out[key] = value
+                continue
+            path = _key_to_tuple(key)
+            value = self._get_tuple(path, _MISSING)
+            if value is _MISSING:
+                if strict:
+                    raise self._missing_key_error(key)
+                continue
+            node, source = out, self
+            for part in path[:-1]:
+                source = source._get_str(part, NO_DEFAULT)
+                child = node.get(part)
+                if child is None:
+                    child = TensorDict._new_unsafe({}, source.batch_size, source.device, source._maybe_names())
+                    built.add(id(child))
+                    node[part] = child
+                elif id(child) not in built:
+                    break  # the whole sub-collection is already selected
+                node = child._tensordict
+            else:
+                node[path[-1]] = value
         return TensorDict._new_unsafe(out, self._batch_size, self._device, self._names)
 
     def exclude(self, *keys: NestedKey, inplace: bool = False) -> "TensorDict":
-        if inplace or not all(type(k) is str for k in keys):
+        if inplace:
             return TensorDictBase.exclude(self, *keys, inplace=inplace)
-        drop = set(keys)
-        out = {k: v for k, v in self._tensordict.items() if k not in drop}
+        drop: set[str] = set()
+        nested: dict[str, list] = {}
+        for key in keys:
+            if type(key) is str:
+                drop.add(key)
+                continue
+            path = _key_to_tuple(key)
+            if len(path) == 1:
+                drop.add(path[0])
+            else:
+                nested.setdefault(path[0], []).append(path[1:])
+        out = {}
+        for k, v in self._tensordict.items():
+            if k in drop:
+                continue
+            if k in nested and not isinstance(v, torch.Tensor) and not v._is_non_tensor:
+                v = v.exclude(*nested[k])
+            out[k] = v
         return TensorDict._new_unsafe(out, self._batch_size, self._device, self._names)
+
+    def unbind(self, dim: int = 0) -> tuple:
+        d = normalize_dim(dim, len(self._batch_size))
+        bs = self._batch_size[:d] + self._batch_size[d + 1 :]
+        names = self._names[:d] + self._names[d + 1 :] if self._names else None
+        columns = [(k, v.unbind(d)) for k, v in self._tensordict.items()]
+        new, device = TensorDict._new_unsafe, self._device
+        return tuple(new({k: c[i] for k, c in columns}, bs, device, names) for i in range(self._batch_size[d]))
+
+    def _set_at_index(self, index: Any, value: Any) -> None:
+        if type(value) is not TensorDict:
+            return TensorDictBase._set_at_index(self, index, value)
+        index = _normalize_index(index, self._batch_size) if type(index) not in (int, slice) else index
+        dest_bs = _indexed(self._batch_size, index)
+        pairs: list = []
+        _collect_writes(self, value, dest_bs, len(self._batch_size), pairs, ())
+        for dest, leaf in pairs:  # every key and shape was checked before the first write
+            dest[index] = leaf
 
     def empty(self, recurse: bool = False, *, batch_size: Any = None, device: Any = NO_DEFAULT, names: Any = None) -> "TensorDict":
         if recurse or batch_size is not None or device is not NO_DEFAULT or names is not None:
@@ -449,15 +514,50 @@ class TensorDict(TensorDictBase):
         return self._lock_ops.pop() if self._lock_ops else None
 
     def __getstate__(self):
+        if getattr(self, "_consolidated", None) is not None:
+            from .consolidate import _getstate  # one storage + structure
+
+            state = _getstate(self)
+            if state is not None:
+                return state
         return {"source": self._tensordict, "batch_size": tuple(self._batch_size), "device": self._device, "names": self._names, "locked": self._is_locked}
 
     def __setstate__(self, state):
+        if "consolidated" in state:
+            from .consolidate import _setstate
+
+            _setstate(self, state)
+            return
         self._tensordict = state["source"]
         self._batch_size = torch.Size(state["batch_size"])
         self._device = state["device"]
         self._names = state["names"]
         self._is_locked = state["locked"]
         self._lock_ops = None
+
+
+def _collect_writes(dest: "TensorDict", value: "TensorDict", dest_bs: torch.Size, batch_dims: int, pairs: list, path: tuple) -> None:
+    """Pair every tensor leaf of ``value`` with its destination in ``dest``, checking keys and shapes."""
+    for key, leaf in value._tensordict.items():
+        target = dest._tensordict.get(key)
+        if target is None:
+            raise KeyError(f"td[index] = value: key {path + (key,)!r} of the value is absent from the destination.")
+        if isinstance(leaf, torch.Tensor):
+            if not isinstance(target, torch.Tensor):
+                raise KeyError(f"td[index] = value: key {path + (key,)!r} is a tensor in the value but not in the destination.")
+            expected = dest_bs + target.shape[batch_dims:]
+            if leaf.shape != expected:
+                try:
+                    torch.broadcast_shapes(leaf.shape, expected)
+                except RuntimeError:
+                    raise RuntimeError(
+                        f"td[index] = value: key {path + (key,)!r} has shape {list(leaf.shape)}, expected one broadcastable to {list(expected)}."
+                    ) from None
+            pairs.append((target, leaf))
+        elif type(leaf) is TensorDict and type(target) is TensorDict:
+            _collect_writes(target, leaf, dest_bs, batch_dims, pairs, path + (key,))
+        elif not leaf._is_non_tensor:
+            raise KeyError(f"td[index] = value: key {path + (key,)!r} cannot be written through (unsupported nested type {type(target).__name__}).")
 
 
 def _as_nested(d: Any) -> Any:
