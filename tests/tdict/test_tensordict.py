@@ -478,3 +478,11 @@ def test_select_exclude_nested_paths_leave_source_untouched():
     ex = td.exclude(("b", "d", "e"), "zz")
     assert list(ex.keys(True, True)) == ["a", ("b", "c")] and ("b", "d", "e") in td
     assert list(ex["b"]["d"].keys()) == []
+
+
+def test_equality_compares_non_tensor_payloads():
+    a = TensorDict(x=torch.zeros(2), s="hi", batch_size=[2])
+    b = TensorDict(x=torch.zeros(2), s="ho", batch_size=[2])
+    assert (a == a).all() and not (a == b).all()
+    assert torch.equal((a != b)["s"], torch.tensor([True, True]))
+    assert torch.equal((a == b)["x"], torch.tensor([True, True]))

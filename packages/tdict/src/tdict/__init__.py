@@ -14,21 +14,41 @@ from ._keys import is_leaf_nontensor
 from ._torch_function import cat, pad, pad_sequence, stack
 from ._utils import NestedKey, unravel_key
 from .base import TensorDictBase, is_tensor_collection
+from .lazy import LazyStackedTensorDict, lazy_stack
 from .memmap import MemoryMappedTensor
+from .non_tensor import NonTensorData, NonTensorStack, is_non_tensor
+from .consolidate import from_consolidated
+from .persistence import MemmapLoadError, load, load_memmap, memmap, save
+from .tensorclass import TensorClass, is_tensorclass, tensorclass
 from .tensordict import TensorDict
+from . import _pytree  # noqa: F401  (registers the collections as pytree nodes)
 
 __version__ = "0.1.0"
 
 __all__ = [
+    "LazyStackedTensorDict",
+    "MemmapLoadError",
     "MemoryMappedTensor",
     "NestedKey",
+    "NonTensorData",
+    "NonTensorStack",
+    "TensorClass",
     "TensorDict",
     "TensorDictBase",
     "cat",
+    "from_consolidated",
     "is_leaf_nontensor",
+    "is_non_tensor",
     "is_tensor_collection",
+    "is_tensorclass",
+    "lazy_stack",
+    "load",
+    "load_memmap",
+    "memmap",
     "pad",
     "pad_sequence",
+    "save",
     "stack",
+    "tensorclass",
     "unravel_key",
 ]

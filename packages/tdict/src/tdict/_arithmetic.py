@@ -17,6 +17,21 @@ def _is_collection(obj: Any) -> bool:
     return getattr(type(obj), "_is_tensor_collection", False)
 
 
+def _compare_payloads(src: Any, out: Any, other: Any, op: Callable) -> None:
+    """Replace the non-tensor entries that ``_binary`` copied into ``out`` by their comparison."""
+    for key, value in src._items_raw():
+        if isinstance(value, torch.Tensor):
+            continue
+        other_value = other._get_str(key, None) if _is_collection(other) else other
+        if value._is_non_tensor:
+            equal = value == other_value
+            out._set_str(key, equal if op is operator.eq else ~equal, inplace=False, validated=False, ignore_lock=True)
+        elif value._is_lazy:
+            out._set_str(key, value._compare(other_value, op), inplace=False, validated=True, ignore_lock=True)
+        else:
+            _compare_payloads(value, out._get_str(key, None), other_value, op)
+
+
 class ArithmeticMixin:
     """``+ - * / ** == < ...``, their in-place forms, unary math, and reductions."""
 
@@ -31,6 +46,12 @@ class ArithmeticMixin:
 
             return self._apply(pair, (other,), None, (), None, NO_DEFAULT, NO_DEFAULT, False, NO_DEFAULT, None, False, {})
         return self._apply(lambda v: op(v, other), (), None, (), None, NO_DEFAULT, NO_DEFAULT, False, NO_DEFAULT, None, False, {})
+
+    def _compare(self, other: Any, op: Callable) -> Any:
+        """``==``/``!=``: tensors element-wise, non-tensor payloads by value (a batch-shaped bool)."""
+        out = self._binary(other, op)
+        _compare_payloads(self, out, other, op)
+        return out
 
     def _binary_(self, other: Any, foreach: Callable, fallback: Callable) -> Any:
         """In-place op: one fused ``torch._foreach_*_`` call over all leaves when possible."""
@@ -65,7 +86,7 @@ class ArithmeticMixin:
         if dim is NO_DEFAULT or dim is None:
             if reduce:
                 leaves = [v.reshape(-1) for v in self._tensor_leaves()[1]]
-                flat = torch.cat([v.to(torch.result_type(leaves[0], leaves[-1])) for v in leaves]) if leaves else torch.zeros(0)
+                flat = torch.cat([v.to(torch.promote_types(leaves[0].dtype, leaves[-1].dtype)) for v in leaves]) if leaves else torch.zeros(0)
                 return fn(flat, **kwargs)
             return self._apply(lambda v: fn(v, **kwargs), (), None, (), torch.Size(()), NO_DEFAULT, None, False, NO_DEFAULT, None, False, {})
         dims = normalize_dims(dim, self.batch_dims)
@@ -201,7 +222,7 @@ _BINARY = {
     "__add__": operator.add, "__sub__": operator.sub, "__mul__": operator.mul, "__truediv__": operator.truediv,
     "__floordiv__": operator.floordiv, "__mod__": operator.mod, "__pow__": operator.pow,
     "__and__": operator.and_, "__or__": operator.or_, "__xor__": operator.xor,
-    "__eq__": operator.eq, "__ne__": operator.ne, "__lt__": operator.lt, "__le__": operator.le,
+    "__lt__": operator.lt, "__le__": operator.le,
     "__gt__": operator.gt, "__ge__": operator.ge,
     "__radd__": lambda a, b: b + a, "__rsub__": lambda a, b: b - a, "__rmul__": lambda a, b: b * a,
     "__rtruediv__": lambda a, b: b / a, "__rpow__": lambda a, b: b**a,
@@ -231,6 +252,8 @@ def _install() -> None:
             setattr(ArithmeticMixin, name + "_", lambda self, _f=foreach_: (_f(self._tensor_leaves()[1]), self)[1])
         else:
             setattr(ArithmeticMixin, name + "_", lambda self, _n=name: ([getattr(v, _n + "_")() for v in self._tensor_leaves()[1]], self)[1])
+    ArithmeticMixin.__eq__ = lambda self, other: self._compare(other, operator.eq)
+    ArithmeticMixin.__ne__ = lambda self, other: self._compare(other, operator.ne)
     ArithmeticMixin.__neg__ = lambda self: self._unary(torch.neg)
     ArithmeticMixin.__abs__ = lambda self: self._unary(torch.abs)
     ArithmeticMixin.__invert__ = lambda self: self._unary(torch.bitwise_not)

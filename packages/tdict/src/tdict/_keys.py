@@ -39,6 +39,10 @@ class KeysView:
         self._sort = sort
 
     def _walk(self, td: Any, prefix: tuple) -> Iterator:
+        if td._is_lazy and prefix:  # a lazy stack lists its keys without stacking its values
+            for key in td.keys(self._include_nested, self._leaves_only, self._is_leaf):
+                yield prefix + (key if isinstance(key, tuple) else (key,))
+            return
         is_leaf = self._is_leaf
         for key, value in td._items_raw():
             full = prefix + (key,) if prefix else key

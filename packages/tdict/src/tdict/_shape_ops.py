@@ -56,13 +56,13 @@ class ShapeOpsMixin:
     # ---- ops that keep a single output
     def reshape(self, *shape: int) -> Any:
         n, bs = self.batch_dims, infer_shape(_shape_args(shape), self.numel())
-        return self._map_entries(lambda v: v.reshape(*bs, *leaf_shape(v)[n:]), bs)
+        return self._map_entries(lambda v: v.reshape(bs + leaf_shape(v)[n:]), bs)
 
     def view(self, *shape: Any) -> Any:
         if len(shape) == 1 and isinstance(shape[0], torch.dtype):
             return self._map_entries(lambda v: v.view(shape[0]), self.batch_size, self._maybe_names())
         n, bs = self.batch_dims, infer_shape(_shape_args(shape), self.numel(), "view")
-        return self._map_entries(lambda v: v.view(*bs, *leaf_shape(v)[n:]), bs)
+        return self._map_entries(lambda v: v.view(bs + leaf_shape(v)[n:]), bs)
 
     def unsqueeze(self, dim: int) -> Any:
         dim = normalize_dim(dim, self.batch_dims + 1)
@@ -94,7 +94,7 @@ class ShapeOpsMixin:
         names = self._maybe_names()
         if names is not None:
             names = [names[d] for d in dims]
-        return self._map_entries(lambda v: v.permute(*dims, *range(n, len(leaf_shape(v)))), bs, names)
+        return self._map_entries(lambda v: v.permute(tuple(dims) + tuple(range(n, len(leaf_shape(v))))), bs, names)
 
     def transpose(self, dim0: int, dim1: int) -> Any:
         n = self.batch_dims
@@ -135,7 +135,7 @@ class ShapeOpsMixin:
             old, new = self.batch_size[i], bs[i + offset]
             if old != new and old != 1:
                 raise ValueError(f"expand: batch dim {i} of size {old} cannot expand to {new}.")
-        return self._map_entries(lambda v: v.expand(*bs, *leaf_shape(v)[n:]), bs)
+        return self._map_entries(lambda v: v.expand(bs + leaf_shape(v)[n:]), bs)
 
     def expand_as(self, other: Any) -> Any:
         return self.expand(*other.shape)
@@ -146,7 +146,7 @@ class ShapeOpsMixin:
         if len(repeats) != n:
             raise ValueError(f"repeat: expected {n} repeat counts (one per batch dim), got {len(repeats)}.")
         bs = torch.Size(s * r for s, r in zip(self.batch_size, repeats))
-        return self._map_entries(lambda v: v.repeat(*repeats, *(1,) * (len(leaf_shape(v)) - n)), bs)
+        return self._map_entries(lambda v: v.repeat(tuple(repeats) + (1,) * (len(leaf_shape(v)) - n)), bs)
 
     def repeat_interleave(self, repeats: int | torch.Tensor, dim: int = 0, *, output_size: int | None = None) -> Any:
         d = normalize_dim(dim, self.batch_dims)

@@ -1,6 +1,7 @@
 """Small helpers shared by the container classes: keys, batch sizes, devices, dims."""
 from __future__ import annotations
 
+import enum
 from typing import Any, Sequence, Tuple, Union
 
 import torch
@@ -8,10 +9,13 @@ import torch
 NestedKey = Union[str, Tuple[str, ...]]
 
 
-class _NoDefault:
-    """Sentinel for "no default given" (``None`` is a legitimate default)."""
+class _NoDefault(enum.Enum):
+    """Sentinel for "no default given" (``None`` is a legitimate default).
 
-    __slots__ = ()
+    An enum member so that torch.compile (Dynamo) can treat it as a constant wherever it appears.
+    """
+
+    NO_DEFAULT = 0
 
     def __repr__(self) -> str:
         return "NO_DEFAULT"
@@ -20,7 +24,7 @@ class _NoDefault:
         return False
 
 
-NO_DEFAULT = _NoDefault()
+NO_DEFAULT = _NoDefault.NO_DEFAULT
 
 
 def unravel_key(key: Any) -> NestedKey:

@@ -7,6 +7,7 @@ Concrete classes (:class:`~tdict.TensorDict`, :class:`~tdict.LazyStackedTensorDi
 """
 from __future__ import annotations
 
+import enum
 from typing import Any, Callable, Iterator, Sequence
 
 import torch
@@ -190,7 +191,7 @@ class TensorDictBase(ArithmeticMixin, ShapeOpsMixin):
                 raise RuntimeError(f"set_({key!r}): shape {tuple(item.shape)} does not match the existing {tuple(target.shape)}.")
             target.copy_(item)
         else:
-            target.update_(item if is_tensor_collection(item) else self._to_leaf(item, key))
+            target.update_(item if is_tensor_collection(item) or target._is_non_tensor else self._to_leaf(item, key))
         return self
 
     def __setitem__(self, index: Any, value: Any) -> None:
@@ -204,6 +205,7 @@ class TensorDictBase(ArithmeticMixin, ShapeOpsMixin):
 
         All keys and shapes are checked before the first write.
         """
+        non_tensor_pairs = []
         if not is_tensor_collection(value):
             pairs = [(key, value) for key, leaf in self.items(True, True) if isinstance(leaf, torch.Tensor)]
         else:
@@ -211,6 +213,9 @@ class TensorDictBase(ArithmeticMixin, ShapeOpsMixin):
             pairs = []
             for key, leaf in value.items(True, True):
                 if not isinstance(leaf, torch.Tensor):
+                    target = self.get(key, None)
+                    if leaf._is_non_tensor and target is not None and not isinstance(target, torch.Tensor) and target._is_non_tensor:
+                        non_tensor_pairs.append((key, target, leaf))
                     continue
                 target = self.get(key, None)
                 if not isinstance(target, torch.Tensor):
@@ -224,8 +229,13 @@ class TensorDictBase(ArithmeticMixin, ShapeOpsMixin):
                     ) from None
                 pairs.append((key, leaf))
         full_index = _expand_index(index, self.batch_dims)
+        if non_tensor_pairs:  # copy-on-write leaves, computed (and checked) before any write
+            non_tensor_pairs = [(key, target._set_at(full_index, leaf)) for key, target, leaf in non_tensor_pairs]
         for key, leaf in pairs:
             self.get(key)[full_index] = leaf
+        for key, new in non_tensor_pairs:
+            parent = self if isinstance(key, str) else self._get_tuple(key[:-1], NO_DEFAULT)
+            parent._set_str(key if isinstance(key, str) else key[-1], new, inplace=False, validated=True, ignore_lock=True)
 
     def setdefault(self, key: NestedKey, default: Any) -> Any:
         """``get(key)`` if present, else ``set(key, default)`` and return it."""
@@ -512,14 +522,16 @@ class TensorDictBase(ArithmeticMixin, ShapeOpsMixin):
             return TensorDict._new_unsafe(result, out_bs, out_device, names)
         return TensorDict(result, batch_size=out_bs, device=out_device, names=names, **constructor_kwargs)
 
-    def map(self, fn: Callable, dim: int = 0, num_workers: int | None = None, *, chunksize: int | None = None, num_chunks: int | None = None, pool: Any = None, mp_start_method: str | None = None) -> "TensorDictBase":
+    def map(self, fn: Callable, dim: int = 0, num_workers: int | None = None, *, chunksize: int | None = None, num_chunks: int | None = None, pool: Any = None, mp_start_method: str | None = None, **kwargs: Any) -> "TensorDictBase":
         """Apply ``fn`` to chunks of ``self`` along ``dim`` in a process pool and concatenate the results.
 
-        ``fn`` must be picklable (a module-level function) and return a collection.
+        ``fn`` must be picklable (a module-level function) and return a collection, a tensor or
+        ``None``. ``kwargs``: ``out``, ``generator``, ``max_tasks_per_child``, ``worker_threads``,
+        ``timeout`` (see :func:`tdict._map.map_chunks`).
         """
         from ._map import map_chunks
 
-        return map_chunks(self, fn, dim=dim, num_workers=num_workers, chunksize=chunksize, num_chunks=num_chunks, pool=pool, mp_start_method=mp_start_method)
+        return map_chunks(self, fn, dim=dim, num_workers=num_workers, chunksize=chunksize, num_chunks=num_chunks, pool=pool, mp_start_method=mp_start_method, **kwargs)
 
     # ------------------------------------------------------------------ copies, dtype, device
     def clone(self, recurse: bool = True, **kwargs) -> "TensorDictBase":
@@ -614,7 +626,7 @@ class TensorDictBase(ArithmeticMixin, ShapeOpsMixin):
         return self._map_entries(lambda v: v.pin_memory(), self.batch_size, self._maybe_names())
 
     def is_shared(self) -> bool:
-        leaves = [v for v in self.values(True, True) if isinstance(v, torch.Tensor)]
+        leaves = self._tensor_leaves()[1]  # member leaves of lazy stacks: nothing is stacked
         return bool(leaves) and all(v.is_shared() or v.is_cuda for v in leaves)
 
     def share_memory_(self) -> "TensorDictBase":
@@ -768,11 +780,11 @@ class TensorDictBase(ArithmeticMixin, ShapeOpsMixin):
         """Open a collection saved with :meth:`memmap_`/:meth:`save` (never unpickles)."""
         from .persistence import load_memmap
 
-        return load_memmap(prefix, device=device)
+        return load_memmap(prefix, device=device, non_blocking=non_blocking, out=out)
 
     @classmethod
     def load(cls, prefix: Any, device: Any = None, non_blocking: bool = False, *, out: Any = None) -> "TensorDictBase":
-        return cls.load_memmap(prefix, device=device)
+        return cls.load_memmap(prefix, device=device, non_blocking=non_blocking, out=out)
 
     def is_memmap(self) -> bool:
         from .memmap import MemoryMappedTensor
@@ -805,14 +817,15 @@ class TensorDictBase(ArithmeticMixin, ShapeOpsMixin):
         return set(self.keys(True, True)) == set(other.keys(True, True))
 
 
-class _Missing:
-    __slots__ = ()
+class _Missing(enum.Enum):
+    # An enum member so that torch.compile (Dynamo) treats the sentinel as a constant.
+    MISSING = 0
 
     def __repr__(self):
         return "MISSING"
 
 
-_MISSING = _Missing()
+_MISSING = _Missing.MISSING
 
 
 def _is_key_tuple(index: tuple) -> bool:
@@ -861,7 +874,7 @@ def _repr(td: TensorDictBase, indent: int) -> str:
         if isinstance(value, torch.Tensor):
             desc = f"{type(value).__name__}(shape={value.shape}, device={value.device}, dtype={value.dtype}, is_shared={value.is_shared()})"
         else:
-            desc = _repr(value, indent + 8) if not value._is_non_tensor else repr(value)
+            desc = repr(value) if value._is_non_tensor else value._repr_nested(indent + 8) if value._is_lazy else _repr(value, indent + 8)
         lines.append(f"{pad}{key}: {desc}")
     fields = ",\n".join(lines)
     inner = " " * (indent + 4)

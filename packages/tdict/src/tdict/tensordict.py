@@ -556,6 +556,12 @@ def _collect_writes(dest: "TensorDict", value: "TensorDict", dest_bs: torch.Size
             pairs.append((target, leaf))
         elif type(leaf) is TensorDict and type(target) is TensorDict:
             _collect_writes(target, leaf, dest_bs, batch_dims, pairs, path + (key,))
+        elif getattr(type(target), "_is_tensorclass", False) and type(getattr(leaf, "_tensordict", None)) is TensorDict:
+            _collect_writes(target._tensordict, leaf._tensordict, dest_bs, batch_dims, pairs, path + (key,))
+        elif leaf._is_non_tensor and not isinstance(target, torch.Tensor) and target._is_non_tensor:
+            from .non_tensor import _non_tensor_write
+
+            pairs.append((_non_tensor_write(dest, key, target, leaf, dest_bs, batch_dims, path + (key,)), leaf))
         elif not leaf._is_non_tensor:
             raise KeyError(f"td[index] = value: key {path + (key,)!r} cannot be written through (unsupported nested type {type(target).__name__}).")
 

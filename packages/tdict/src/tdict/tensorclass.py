@@ -1,0 +1,656 @@
+"""Tensor classes: dataclasses whose fields live in a TensorDict.
+
+``@tensorclass`` (or subclassing :class:`TensorClass`) turns an annotated class into a
+dataclass-like container: instances take ``batch_size`` / ``device`` keywords, tensor fields
+(and nested TensorDicts / tensor classes) are stored in an inner :class:`~tdict.TensorDict`
+(``obj._tensordict``), other Python objects as :class:`~tdict.NonTensorData`. Every TensorDict
+method works on the instance; results that are collections of the same fields come back as the
+tensor class.
+
+The class you write is the class you get: the decorator adds methods to it and returns it, and
+:class:`TensorClass` configures subclasses in ``__init_subclass__`` (no metaclass).
+"""
+from __future__ import annotations
+
+import dataclasses
+import operator
+from typing import Any, Callable, Iterator, Sequence
+
+import torch
+
+from ._utils import NO_DEFAULT
+from .base import NON_TENSOR_CLASSES, TD_HANDLED_FUNCTIONS, TensorDictBase, _is_key_tuple, _repr, is_tensor_collection
+from .tensordict import TensorDict
+
+__all__ = ["TensorClass", "is_tensorclass", "tensorclass"]
+
+def is_tensorclass(obj: Any) -> bool:
+    """True for tensor classes and their instances.
+
+    Example:
+        >>> import torch
+        >>> from tdict import tensorclass
+        >>> from tdict.tensorclass import is_tensorclass
+        >>> @tensorclass
+        ... class Obs:
+        ...     x: torch.Tensor
+        >>> is_tensorclass(Obs), is_tensorclass(Obs(x=torch.zeros(2), batch_size=[2]))
+        (True, True)
+    """
+    cls = obj if isinstance(obj, type) else type(obj)
+    return getattr(cls, "_is_tensorclass", False)
+
+
+def _unwrap(value: Any) -> Any:
+    """The inner TensorDict of a tensor-class instance (other values pass through)."""
+    if getattr(type(value), "_is_tensorclass", False):
+        return value._tensordict
+    if type(value) in (list, tuple) and value and getattr(type(value[0]), "_is_tensorclass", False):
+        return type(value)(_unwrap(v) for v in value)
+    return value
+
+
+# Methods whose TensorDict results are never re-wrapped (they return entries or unrelated trees).
+_NO_WRAP = frozenset({
+    "get", "_get_str", "_get_tuple", "get_non_tensor", "pop", "setdefault", "to_tensordict", "to_dict",
+    "keys", "values", "items", "_items_raw", "flatten_keys", "unflatten_keys", "_to_leaf", "state_dict",
+})
+
+
+def _wrap(self: Any, name: str, result: Any) -> Any:
+    """Re-wrap ``result`` of ``self._tensordict.<name>(...)`` into ``type(self)`` when it fits."""
+    inner = self._tensordict
+    if result is inner:
+        return self
+    if name in _NO_WRAP:
+        return result
+    if isinstance(result, TensorDictBase):
+        return _maybe_wrap_td(type(self), result)
+    if type(result) in (tuple, list) and result and all(type(r) is TensorDict for r in result):
+        return type(result)(_maybe_wrap_td(type(self), r) for r in result)
+    if type(result).__name__ == "ValuesIndices":  # max/min
+        return type(result)(*(_maybe_wrap_td(type(self), r) for r in result))
+    return result
+
+
+def _maybe_wrap_td(cls: type, td: Any) -> Any:
+    if type(td) is not TensorDict or td._is_non_tensor:
+        return td
+    fields = cls._tc_field_set
+    for key in td._tensordict:
+        if key not in fields:
+            return td
+    return cls._from_tensordict(td)
+
+
+class _Field:
+    """Data descriptor for one field: reads from / validates into the inner TensorDict."""
+
+    __slots__ = ("name", "default", "default_factory")
+
+    def __init__(self, name: str, default: Any, default_factory: Any) -> None:
+        self.name = name
+        self.default = default
+        self.default_factory = default_factory
+
+    def __get__(self, obj: Any, cls: Any = None) -> Any:
+        if obj is None:
+            if self.default is not dataclasses.MISSING:
+                return self.default
+            raise AttributeError(f"type object {cls.__name__!r} has no default for field {self.name!r}")
+        value = obj._tensordict._get_str(self.name, None)
+        if value is None:
+            return None
+        if value.__class__ in NON_TENSOR_CLASSES:
+            return value.tolist() if value._is_lazy else value.data
+        return value
+
+    def __set__(self, obj: Any, value: Any) -> None:
+        obj._set_field(self.name, value)
+
+
+class TensorClass:
+    """Base class of tensor classes: ``class MyData(TensorClass): x: torch.Tensor``.
+
+    Fields are declared with annotations, like a dataclass. Instances take the field values
+    (positionally or by name) plus ``batch_size``, ``device`` and ``names`` keywords.
+
+    Example:
+        >>> import torch
+        >>> from tdict import TensorClass
+        >>> class Batch(TensorClass):
+        ...     obs: torch.Tensor
+        ...     label: str | None = None
+        >>> b = Batch(obs=torch.zeros(4, 3), label="train", batch_size=[4])
+        >>> b[1:3].obs.shape, b[0].label
+        (torch.Size([2, 3]), 'train')
+        >>> torch.stack([b, b]).batch_size
+        torch.Size([2, 4])
+    """
+
+    _is_tensor_collection = True
+    _is_tensorclass = True
+    _is_non_tensor = False
+    _is_lazy = False
+    _tc_fields: tuple = ()
+    _tc_field_set: frozenset = frozenset()
+    _tc_settable: frozenset = frozenset()
+    _tc_defaults: dict = {}
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        _process_class(cls)
+
+    # ------------------------------------------------------------------ construction
+    def __init__(self, *args: Any, batch_size: Any = None, device: Any = None, names: Any = None, non_blocking: bool | None = None, lock: bool = False, **kwargs: Any) -> None:
+        cls = type(self)
+        fields = cls._tc_fields
+        if len(args) > len(fields):
+            raise TypeError(f"{cls.__name__}.__init__() takes {len(fields)} positional field values but {len(args)} were given.")
+        values = dict(zip(fields, args))
+        for key, value in kwargs.items():
+            if key in values:
+                raise TypeError(f"{cls.__name__}.__init__() got multiple values for field {key!r}.")
+            if key not in cls._tc_field_set:
+                raise AttributeError(f"{cls.__name__} has no field {key!r}; its fields are {list(fields)}.")
+            values[key] = value
+        defaults = cls._tc_defaults
+        missing = [f for f in fields if f not in values and f not in defaults]
+        if missing:
+            raise TypeError(f"{cls.__name__}.__init__() missing {len(missing)} required field value(s): {', '.join(map(repr, missing))}.")
+        object.__setattr__(self, "_tensordict", TensorDict(batch_size=batch_size, device=device))
+        for name in fields:
+            if name in values:
+                value = values[name]
+            else:
+                default, factory = defaults[name]
+                value = factory() if factory is not dataclasses.MISSING else default
+            if value is not None:
+                self._set_field(name, value)
+        if names is not None:
+            self._tensordict.names = names
+        post_init = getattr(self, "__post_init__", None)
+        if post_init is not None:
+            post_init()
+        if lock:
+            self._tensordict.lock_()
+
+    @classmethod
+    def _from_tensordict(cls, tensordict: Any) -> Any:
+        self = object.__new__(cls)
+        object.__setattr__(self, "_tensordict", tensordict)
+        return self
+
+    @classmethod
+    def from_tensordict(cls, tensordict: Any, non_tensordict: dict | None = None, safe: bool = True) -> Any:
+        """Wrap ``tensordict`` (shared, not copied) as an instance; extra keys raise when ``safe``."""
+        if not is_tensor_collection(tensordict):
+            raise TypeError(f"{cls.__name__}.from_tensordict expects a TensorDict, got {type(tensordict).__name__}.")
+        tensordict = _unwrap(tensordict)
+        if safe:
+            extra = [k for k, _ in tensordict._items_raw() if k not in cls._tc_field_set]
+            if extra:
+                raise KeyError(f"{cls.__name__}.from_tensordict: keys {extra} are not fields of {cls.__name__} (fields: {list(cls._tc_fields)}).")
+        self = cls._from_tensordict(tensordict)
+        for key, value in (non_tensordict or {}).items():
+            setattr(self, key, value)
+        return self
+
+    def to_tensordict(self, *, retain_none: bool | None = None) -> TensorDict:
+        """A plain TensorDict copy (tensors cloned, nested tensor classes turned into TensorDicts)."""
+        return _to_plain(self._tensordict)
+
+    def _set_field(self, name: str, value: Any) -> None:
+        td = self._tensordict
+        if value is None:
+            if td._get_str(name, None) is not None:
+                if td.is_locked:
+                    raise RuntimeError(f"Cannot reset {type(self).__name__}.{name} to None: the instance is locked.")
+                td._del_str(name)
+            return
+        bs = td.batch_size
+        if isinstance(value, torch.Tensor):
+            shape = value.shape
+        elif is_tensor_collection(value):
+            shape = value.batch_size
+        else:
+            shape = None
+        if shape is not None and shape[: len(bs)] != bs:
+            what = "tensor of shape" if isinstance(value, torch.Tensor) else f"{type(value).__name__} of batch size"
+            raise RuntimeError(
+                f"{type(self).__name__}.{name}: expected a value whose leading dims match the batch size {list(bs)}, got a {what} {list(shape)}."
+            )
+        td._set_str(name, value, inplace=False, validated=False)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        cls = type(self)
+        if name in cls._tc_settable or name[:1] == "_":
+            object.__setattr__(self, name, value)
+            return
+        raise AttributeError(f"Cannot set attribute {name!r} on {cls.__name__}: it is not a field (fields: {list(cls._tc_fields)}).")
+
+    def __getattr__(self, name: str) -> Any:
+        # Reached only for names that are neither fields nor methods of the class: forward
+        # to the inner TensorDict and re-wrap collection results.
+        if name[:2] == "__" and name[-2:] == "__":
+            raise AttributeError(name)
+        inner = self.__dict__.get("_tensordict")
+        if inner is None:
+            raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+        try:
+            attr = getattr(inner, name)
+        except AttributeError:
+            raise AttributeError(
+                f"{type(self).__name__!r} object has no attribute {name!r} (fields: {list(type(self)._tc_fields)})."
+            ) from None
+        if callable(attr) and not isinstance(attr, (torch.Tensor, TensorDictBase)):
+            def method(*args: Any, **kwargs: Any) -> Any:
+                return _wrap(self, name, attr(*[_unwrap(a) for a in args], **{k: _unwrap(v) for k, v in kwargs.items()}))
+
+            return method
+        return attr
+
+    # ------------------------------------------------------------------ shape / attributes
+    @property
+    def batch_size(self) -> torch.Size:
+        return self._tensordict.batch_size
+
+    @batch_size.setter
+    def batch_size(self, new: Any) -> None:
+        self._tensordict.batch_size = new
+
+    @property
+    def names(self) -> list:
+        return self._tensordict.names
+
+    @names.setter
+    def names(self, value: Any) -> None:
+        self._tensordict.names = value
+
+    @property
+    def device(self) -> torch.device | None:
+        return self._tensordict.device
+
+    @property
+    def shape(self) -> torch.Size:
+        return self._tensordict.batch_size
+
+    @property
+    def batch_dims(self) -> int:
+        return len(self._tensordict.batch_size)
+
+    ndim = batch_dims
+
+    def dim(self) -> int:
+        return len(self._tensordict.batch_size)
+
+    def numel(self) -> int:
+        return self._tensordict.batch_size.numel()
+
+    def __len__(self) -> int:
+        return len(self._tensordict)
+
+    def __bool__(self) -> bool:
+        return self._tensordict.__bool__()
+
+    def __contains__(self, key: Any) -> bool:
+        return key in self._tensordict
+
+    def __iter__(self) -> Iterator:
+        for sub in self._tensordict:
+            yield _maybe_wrap_td(type(self), sub)
+
+    # ------------------------------------------------------------------ entries
+    def get(self, key: Any, default: Any = NO_DEFAULT) -> Any:
+        """A field's value (payloads for non-tensor fields, ``None`` for unset ones) or a nested entry."""
+        if type(key) is str and key in type(self)._tc_field_set:
+            value = self._tensordict._get_str(key, None)
+            if value is None:
+                return None if default is NO_DEFAULT else default
+            if value.__class__ in NON_TENSOR_CLASSES:
+                return value.tolist() if value._is_lazy else value.data
+            return value
+        return self._tensordict.get(key, default)
+
+    def set(self, key: Any, value: Any, inplace: bool = False, **kwargs: Any) -> Any:
+        if type(key) is str:
+            if key not in type(self)._tc_field_set:
+                raise AttributeError(f"Cannot set {key!r} on {type(self).__name__}: it is not a field (fields: {list(type(self)._tc_fields)}).")
+            if inplace and isinstance(value, torch.Tensor):
+                self._tensordict.set(key, value, inplace=True)
+            else:
+                self._set_field(key, value)
+            return self
+        self._tensordict.set(key, _unwrap(value), inplace=inplace, **kwargs)
+        return self
+
+    def __getitem__(self, index: Any) -> Any:
+        if type(index) is str:
+            return self.get(index)
+        if type(index) is tuple and index and isinstance(index[0], (str, tuple)) and _is_key_tuple(index):
+            return self._tensordict[index]
+        return _maybe_wrap_td(type(self), self._tensordict[index])
+
+    def __setitem__(self, index: Any, value: Any) -> None:
+        if type(index) is str:
+            self.set(index, value)
+            return
+        self._tensordict[index] = _unwrap(value)
+
+    # ------------------------------------------------------------------ primitives the core calls
+    def _items_raw(self):
+        return self._tensordict._items_raw()
+
+    def _get_str(self, key: str, default: Any) -> Any:
+        return self._tensordict._get_str(key, default)
+
+    def _get_tuple(self, key: tuple, default: Any) -> Any:
+        return self._tensordict._get_tuple(key, default)
+
+    def _set_str(self, key: str, value: Any, *, inplace: bool, validated: bool, ignore_lock: bool = False) -> None:
+        if key not in type(self)._tc_field_set:
+            raise AttributeError(f"Cannot set {key!r} on {type(self).__name__}: it is not a field (fields: {list(type(self)._tc_fields)}).")
+        self._tensordict._set_str(key, value, inplace=inplace, validated=validated, ignore_lock=ignore_lock)
+
+    def _set_tuple(self, key: tuple, value: Any, *, inplace: bool) -> None:
+        if len(key) == 1:
+            self._set_str(key[0], value, inplace=inplace, validated=False)
+        else:
+            self._tensordict._set_tuple(key, value, inplace=inplace)
+
+    def _del_str(self, key: str) -> None:
+        self._tensordict._del_str(key)
+
+    def _index(self, index: Any) -> Any:
+        return _maybe_wrap_td(type(self), self._tensordict._index(index))
+
+    def _map_entries(self, fn: Callable, batch_size: torch.Size, names: Any = None) -> Any:
+        return _maybe_wrap_td(type(self), self._tensordict._map_entries(fn, batch_size, names))
+
+    def _apply(self, fn, others, *args: Any) -> Any:
+        result = self._tensordict._apply(fn, [_unwrap(o) for o in others], *args)
+        return _wrap(self, "_apply", result) if result is not None else None
+
+    def _tensor_leaves(self) -> tuple[list, list]:
+        return self._tensordict._tensor_leaves()
+
+    def _set_lock(self, locked: bool) -> None:
+        self._tensordict._set_lock(locked)
+
+    def _maybe_names(self):
+        return self._tensordict._maybe_names()
+
+    def _with_batch_size(self, batch_size: torch.Size) -> Any:
+        out = self.copy()
+        out.batch_size = batch_size
+        return out
+
+    # ------------------------------------------------------------------ copies
+    def clone(self, recurse: bool = True, **kwargs: Any) -> Any:
+        return type(self)._from_tensordict(self._tensordict.clone(recurse))
+
+    def copy(self) -> Any:
+        return type(self)._from_tensordict(self._tensordict.copy())
+
+    def to(self, *args: Any, **kwargs: Any) -> Any:
+        return _wrap(self, "to", self._tensordict.to(*[_unwrap(a) for a in args], **kwargs))
+
+    def __copy__(self) -> Any:
+        return self.copy()
+
+    def __deepcopy__(self, memo: dict) -> Any:
+        return self.clone()
+
+    # ------------------------------------------------------------------ comparison, display
+    def __eq__(self, other: Any) -> Any:
+        """Field-wise ``==``: bool tensors (non-tensor fields compare payloads), as this class."""
+        return type(self)._from_tensordict(_compare(self._tensordict, _unwrap(other), operator.eq))
+
+    def __ne__(self, other: Any) -> Any:
+        return type(self)._from_tensordict(_compare(self._tensordict, _unwrap(other), operator.ne))
+
+    __hash__ = object.__hash__
+
+    def __repr__(self) -> str:
+        inner = self._tensordict
+        lines = []
+        seen = set()
+        for name in list(type(self)._tc_fields) + [k for k, _ in inner._items_raw()]:
+            if name in seen:
+                continue
+            seen.add(name)
+            value = inner._get_str(name, None)
+            if value is None:
+                desc = "None"
+            elif isinstance(value, torch.Tensor):
+                desc = f"{type(value).__name__}(shape={value.shape}, device={value.device}, dtype={value.dtype}, is_shared={value.is_shared()})"
+            elif value._is_non_tensor:
+                desc = repr(value)
+            elif getattr(type(value), "_is_tensorclass", False):
+                desc = repr(value).replace("\n", "\n    ")
+            else:
+                desc = _repr(value, 4)
+            lines.append(f"    {name}={desc},")
+        body = "\n".join(lines + [f"    batch_size={inner.batch_size},", f"    device={inner.device},", f"    is_shared={inner.is_shared()})"])
+        return f"{type(self).__name__}(\n{body}"
+
+    # ------------------------------------------------------------------ torch functions
+    @classmethod
+    def __torch_function__(cls, func: Callable, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
+        handler = TD_HANDLED_FUNCTIONS.get(func)
+        if handler is None:
+            return NotImplemented
+        return handler(*args, **(kwargs or {}))
+
+    @classmethod
+    def _stack_impl(cls, items: Sequence, dim: int, out: Any = None) -> Any:
+        from ._torch_function import stack
+
+        result = stack([_unwrap(item) for item in items], dim, out=_unwrap(out))
+        return out if out is not None else cls._from_tensordict(result)
+
+    @classmethod
+    def _cat_impl(cls, items: Sequence, dim: int, out: Any = None) -> Any:
+        from ._torch_function import cat
+
+        result = cat([_unwrap(item) for item in items], dim, out=_unwrap(out))
+        return out if out is not None else cls._from_tensordict(result)
+
+    # ------------------------------------------------------------------ persistence
+    # The instance itself goes to tdict.persistence, which records the class so that loading
+    # gives the tensor class back.
+    def memmap_(self, prefix: Any = None, copy_existing: bool = False, *, num_threads: int = 0, existsok: bool = True, **kwargs: Any) -> Any:
+        """Write every tensor leaf to memory-mapped files under ``prefix`` and point the fields at them."""
+        from .persistence import memmap_
+
+        memmap_(self, prefix, copy_existing=copy_existing, existsok=existsok, inplace=True)
+        return self
+
+    def memmap(self, prefix: Any = None, copy_existing: bool = False, *, num_threads: int = 0, existsok: bool = True, **kwargs: Any) -> Any:
+        """Like :meth:`memmap_` but returns a new instance and leaves ``self`` untouched."""
+        from .persistence import memmap_
+
+        return memmap_(self, prefix, copy_existing=copy_existing, existsok=existsok, inplace=False)
+
+    def memmap_like(self, prefix: Any = None, copy_existing: bool = False, *, existsok: bool = True, num_threads: int = 0) -> Any:
+        from .persistence import memmap_like
+
+        return memmap_like(self, prefix, existsok=existsok)
+
+    def save(self, prefix: Any = None, copy_existing: bool = False, *, num_threads: int = 0, existsok: bool = True, **kwargs: Any) -> Any:
+        self.memmap(prefix, copy_existing=copy_existing, existsok=existsok)
+        return self
+
+    dumps = save
+
+    @classmethod
+    def load_memmap(cls, prefix: Any, device: Any = None, non_blocking: bool = False, *, out: Any = None) -> Any:
+        """Open an instance saved with :meth:`memmap_` / :meth:`save`."""
+        from .persistence import load_memmap
+
+        loaded = load_memmap(prefix, device=device)
+        return loaded if isinstance(loaded, cls) else cls._from_tensordict(_unwrap(loaded))
+
+    @classmethod
+    def load(cls, prefix: Any, device: Any = None, non_blocking: bool = False, *, out: Any = None) -> Any:
+        return cls.load_memmap(prefix, device=device)
+
+    @classmethod
+    def fields(cls) -> tuple:
+        """The dataclass fields, in declaration order."""
+        return dataclasses.fields(cls)
+
+
+def _compare(td: Any, other: Any, op: Callable) -> TensorDict:
+    out = {}
+    collection = is_tensor_collection(other)
+    for key, value in td._items_raw():
+        o = other._get_str(key, NO_DEFAULT) if collection else other
+        if isinstance(value, torch.Tensor):
+            out[key] = op(value, o)
+        elif value._is_non_tensor:
+            out[key] = op(value, o)
+        elif getattr(type(value), "_is_tensorclass", False):
+            out[key] = type(value)._from_tensordict(_compare(value._tensordict, _unwrap(o), op))
+        else:
+            out[key] = _compare(value, o, op)
+    return TensorDict._new_unsafe(out, td.batch_size, td.device, td._maybe_names())
+
+
+def _to_plain(td: Any) -> TensorDict:
+    out = {}
+    for key, value in td._items_raw():
+        if isinstance(value, torch.Tensor) or value._is_non_tensor:
+            out[key] = value.clone()
+        else:
+            out[key] = _to_plain(_unwrap(value))
+    return TensorDict._new_unsafe(out, td.batch_size, td.device, td._maybe_names())
+
+
+def _make_forwarder(name: str) -> Callable:
+    def forward(self: Any, *args: Any, **kwargs: Any) -> Any:
+        result = getattr(self._tensordict, name)(*[_unwrap(a) for a in args], **{k: _unwrap(v) for k, v in kwargs.items()})
+        return _wrap(self, name, result)
+
+    forward.__name__ = name
+    forward.__qualname__ = f"TensorClass.{name}"
+    forward.__doc__ = f"Like :meth:`tdict.TensorDict.{name}`; collections of the same fields come back as this class."
+    return forward
+
+
+# TensorDict methods defined on the class (fast, and dunders must live on the type).
+_FORWARDED = (
+    # shape ops
+    "reshape", "view", "unsqueeze", "squeeze", "permute", "transpose", "flatten", "unflatten", "expand", "expand_as",
+    "repeat", "repeat_interleave", "flip", "roll", "contiguous", "masked_fill", "masked_fill_", "where", "gather",
+    "unbind", "split", "chunk",
+    # copies, devices, dtypes
+    "cpu", "cuda", "float", "double", "half", "bfloat16", "int", "long", "bool", "detach", "detach_", "pin_memory",
+    "share_memory_", "zero_", "requires_grad_", "copy_",
+    # apply family and structure
+    "apply", "apply_", "named_apply", "empty", "select", "exclude", "update", "update_", "update_at_", "set_", "fill_",
+    "lock_", "unlock_", "rename", "rename_", "refine_names", "auto_batch_size_", "is_empty", "items", "keys", "values",
+    "tolist", "to_dict", "all", "any", "allclose",
+    # arithmetic and reductions
+    "add", "add_", "sub", "sub_", "mul", "mul_", "div", "div_", "pow", "pow_", "lerp", "lerp_", "clamp", "clamp_",
+    "maximum", "minimum", "isfinite", "isnan", "cumsum", "cumprod", "sum", "nansum", "mean", "nanmean", "std", "var",
+    "prod", "max", "min", "amax", "amin", "norm",
+    "abs", "neg", "exp", "log", "sqrt", "sigmoid", "tanh", "sign", "reciprocal", "sin", "cos", "floor", "ceil", "round",
+    "abs_", "neg_", "exp_", "log_", "sqrt_", "sigmoid_", "tanh_", "sign_", "reciprocal_", "floor_", "ceil_", "round_",
+    "__add__", "__radd__", "__sub__", "__rsub__", "__mul__", "__rmul__", "__truediv__", "__rtruediv__", "__floordiv__",
+    "__mod__", "__pow__", "__rpow__", "__and__", "__or__", "__xor__", "__lt__", "__le__", "__gt__", "__ge__",
+    "__neg__", "__abs__", "__invert__", "__iadd__", "__isub__", "__imul__", "__itruediv__", "__ipow__",
+    "__enter__", "__exit__",
+    # persistence
+    "state_dict", "load_state_dict", "consolidate", "is_memmap",
+    "is_shared", "is_locked",
+)
+for _name in _FORWARDED:
+    if _name == "is_locked":
+        TensorClass.is_locked = property(lambda self: self._tensordict.is_locked)
+    elif _name not in TensorClass.__dict__:
+        setattr(TensorClass, _name, _make_forwarder(_name))
+
+
+# Math / reduction methods a field may shadow (the core never calls them on nested entries);
+# every other TensorClass attribute is part of the collection protocol and is reserved.
+_SHADOWABLE = frozenset(
+    n + suffix
+    for n in ("add", "sub", "mul", "div", "pow", "lerp", "clamp", "maximum", "minimum", "isfinite", "isnan", "cumsum",
+              "cumprod", "sum", "nansum", "mean", "nanmean", "std", "var", "prod", "max", "min", "amax", "amin", "norm",
+              "abs", "neg", "exp", "log", "sqrt", "sigmoid", "tanh", "sign", "reciprocal", "sin", "cos", "floor", "ceil",
+              "round", "all", "any", "allclose", "int", "long", "float", "double", "half", "bfloat16", "bool")
+    for suffix in ("", "_")
+)
+
+_NOT_COPIED = {"__dict__", "__weakref__", "__module__", "__qualname__", "__doc__", "__annotations__", "_tc_fields", "_tc_field_set", "_tc_settable", "_tc_defaults"}
+
+
+def _process_class(cls: type) -> type:
+    """Turn the annotated ``cls`` into a tensor class, in place."""
+    user_init = cls.__dict__.get("__init__")
+    if user_init is TensorClass.__dict__["__init__"] or getattr(user_init, "_tc_generated", False):
+        user_init = None
+    dataclasses.dataclass(cls, init=False, repr=False, eq=False)
+    names, defaults = [], {}
+    for field in dataclasses.fields(cls):
+        names.append(field.name)
+        if field.default is not dataclasses.MISSING or field.default_factory is not dataclasses.MISSING:
+            defaults[field.name] = (field.default, field.default_factory)
+        reserved = TensorClass.__dict__.get(field.name)
+        if reserved is not None and field.name not in _SHADOWABLE and not isinstance(reserved, _Field):
+            raise AttributeError(f"{cls.__name__}: field name {field.name!r} clashes with a TensorClass attribute.")
+        setattr(cls, field.name, _Field(field.name, field.default, field.default_factory))
+    cls._tc_fields = tuple(names)
+    cls._tc_field_set = frozenset(names)
+    cls._tc_settable = frozenset(names) | {"batch_size", "names"}
+    cls._tc_defaults = defaults
+    if user_init is not None:
+        cls.__init__ = _wrap_user_init(user_init)
+    from ._pytree import register_tensorclass_type  # torch.utils._pytree / vmap see the inner TensorDict
+
+    register_tensorclass_type(cls)
+    return cls
+
+
+def _wrap_user_init(user_init: Callable) -> Callable:
+    """A user ``__init__`` runs on an instance that already has its (empty) inner TensorDict."""
+    def __init__(self: Any, *args: Any, batch_size: Any = None, device: Any = None, names: Any = None, **kwargs: Any) -> None:
+        object.__setattr__(self, "_tensordict", TensorDict(batch_size=batch_size, device=device, names=names))
+        user_init(self, *args, **kwargs)
+
+    __init__._tc_generated = True
+    __init__.__wrapped__ = user_init
+    return __init__
+
+
+def tensorclass(cls: type | None = None, **options: Any) -> Any:
+    """Decorator: make an annotated class a tensor class (see :class:`TensorClass`).
+
+    The class is modified in place and returned: TensorClass methods the class does not
+    define itself are added to it.
+
+    Example:
+        >>> import torch
+        >>> from tdict import TensorDict, tensorclass
+        >>> @tensorclass
+        ... class Data:
+        ...     obs: torch.Tensor
+        ...     label: str | None = None
+        >>> d = Data(obs=torch.zeros(3, 2), label="cat", batch_size=[3])
+        >>> d[0].obs.shape, d.label
+        (torch.Size([2]), 'cat')
+        >>> TensorDict({"d": d}, batch_size=[3])[1:]["d"].batch_size
+        torch.Size([2])
+    """
+    def decorate(klass: type) -> type:
+        if not issubclass(klass, TensorClass):
+            own = klass.__dict__
+            for name, attr in TensorClass.__dict__.items():
+                if name in _NOT_COPIED or (name in own and name != "__init__"):
+                    continue
+                if name == "__init__" and "__init__" in own:
+                    continue  # wrapped by _process_class
+                setattr(klass, name, attr)
+        return _process_class(klass)
+
+    return decorate if cls is None else decorate(cls)

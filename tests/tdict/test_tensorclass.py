@@ -1,0 +1,297 @@
+"""tensorclass / TensorClass: dataclass-like containers backed by a TensorDict."""
+from __future__ import annotations
+
+import copy
+import dataclasses
+import importlib.util
+import pickle
+
+import pytest
+import torch
+from hypothesis import given
+from hypothesis import strategies as st
+
+from tdict import NonTensorData, TensorClass, TensorDict, is_tensor_collection, tensorclass
+from tdict.tensorclass import is_tensorclass
+
+
+@tensorclass
+class Data:
+    obs: torch.Tensor
+    label: str | None = None
+
+
+class Pair(TensorClass):
+    x: torch.Tensor
+    sub: Data | None = None
+    meta: TensorDict | None = None
+
+
+@tensorclass
+class WithInit:
+    a: torch.Tensor
+
+    def __init__(self, value: float):
+        self.a = torch.full(self.batch_size, value)
+
+
+def make(n: int = 3, label: str = "x", fill: float = 0.0) -> Data:
+    return Data(obs=torch.full((n, 2), fill), label=label, batch_size=[n])
+
+
+# ---------------------------------------------------------------- construction and fields
+def test_construction_and_access():
+    d = make()
+    assert d.obs.shape == torch.Size([3, 2])
+    assert d.label == "x"
+    assert d.batch_size == torch.Size([3]) and d.shape == torch.Size([3]) and d.device is None
+    assert type(d._tensordict) is TensorDict
+    assert type(d._tensordict.get("label")) is NonTensorData
+    positional = Data(torch.zeros(2), "p", batch_size=[2])
+    assert positional.label == "p"
+    assert Data(obs=torch.zeros(2), batch_size=[2]).label is None
+    assert is_tensorclass(d) and is_tensorclass(Data) and is_tensor_collection(d)
+    assert dataclasses.is_dataclass(Data) and [f.name for f in dataclasses.fields(Data)] == ["obs", "label"]
+    assert Data.label is None  # class access gives the default
+
+
+def test_device_and_names():
+    d = Data(obs=torch.zeros(2, 3), batch_size=[2, 3], device="cpu", names=["env", "time"])
+    assert d.device == torch.device("cpu")
+    assert d.names == ["env", "time"]
+
+
+def test_validation_errors():
+    d = make()
+    with pytest.raises(RuntimeError, match=r"Data\.obs.*\[3\].*\[4\]"):
+        d.obs = torch.zeros(4)
+    with pytest.raises(RuntimeError, match=r"Data\.obs"):
+        Data(obs=torch.zeros(4, 2), batch_size=[3])
+    with pytest.raises(AttributeError, match=r"'Data'.*'foo'"):
+        d.foo
+    with pytest.raises(AttributeError, match=r"'foo'.*Data"):
+        d.foo = 1
+    with pytest.raises(AttributeError, match=r"Data.*'bar'"):
+        Data(obs=torch.zeros(3), bar=1, batch_size=[3])
+    with pytest.raises(TypeError, match=r"missing.*'obs'"):
+        Data(batch_size=[3])
+    with pytest.raises(TypeError, match="multiple values"):
+        Data(torch.zeros(3), obs=torch.zeros(3), batch_size=[3])
+    assert d.obs.shape == torch.Size([3, 2])  # nothing half-written
+
+
+def test_assignment():
+    d = make()
+    d.obs = torch.ones(3, 5)
+    assert d.obs.shape == torch.Size([3, 5])
+    d.label = "y"
+    assert d.label == "y"
+    d.label = None
+    assert d.label is None and "label" not in d._tensordict.keys()
+    d["label"] = "z"
+    assert d["label"] == "z" and d.get("label") == "z"
+    d.batch_size = [3]
+    assert d.batch_size == torch.Size([3])
+
+
+def test_subclass_style_and_user_init():
+    assert Pair.__mro__[1] is TensorClass and type(Pair) is type
+    p = Pair(x=torch.zeros(3), batch_size=[3])
+    assert p.sub is None and p.meta is None
+    w = WithInit(2.0, batch_size=[4])
+    assert w.a.tolist() == [2.0] * 4
+
+
+# ---------------------------------------------------------------- container behaviour
+def test_indexing():
+    d = Data(obs=torch.arange(8.0).view(4, 2), label="x", batch_size=[4])
+    assert type(d[0]) is Data and d[0].obs.tolist() == [0.0, 1.0] and d[0].label == "x"
+    assert d[1:3].batch_size == torch.Size([2]) and d[1:3].obs[0].tolist() == [2.0, 3.0]
+    assert d[torch.tensor([3, 0])].obs[:, 0].tolist() == [6.0, 0.0]
+    assert d[torch.tensor([True, False, True, False])].batch_size == torch.Size([2])
+    assert [e.obs[0].item() for e in d] == [0.0, 2.0, 4.0, 6.0]
+    assert len(d) == 4
+    d[0] = Data(obs=torch.full((2,), -1.0), batch_size=[])
+    assert d.obs[0].tolist() == [-1.0, -1.0]
+
+
+def test_shape_ops():
+    d = Data(obs=torch.zeros(2, 3, 4), label="x", batch_size=[2, 3])
+    assert type(d.reshape(6)) is Data and d.reshape(6).batch_size == torch.Size([6])
+    assert d.reshape(6).obs.shape == torch.Size([6, 4]) and d.reshape(6).label == "x"
+    assert d.permute(1, 0).obs.shape == torch.Size([3, 2, 4])
+    assert d.unsqueeze(0).batch_size == torch.Size([1, 2, 3])
+    assert d.flatten().batch_size == torch.Size([6])
+    parts = d.unbind(1)
+    assert len(parts) == 3 and all(type(p) is Data and p.batch_size == torch.Size([2]) for p in parts)
+    assert [p.batch_size[0] for p in d.split(1, 0)] == [1, 1]
+    assert torch.unbind(d, 0)[0].batch_size == torch.Size([3])
+
+
+def test_stack_and_cat():
+    a, b = make(label="x"), make(label="y", fill=1.0)
+    s = torch.stack([a, b])
+    assert type(s) is Data and s.batch_size == torch.Size([2, 3])
+    assert s.obs[:, 0, 0].tolist() == [0.0, 1.0]
+    assert s.label == [["x"] * 3, ["y"] * 3]
+    assert s[0].label == "x" and s[1].label == "y"
+    s1 = torch.stack([a, b], 1)
+    assert s1.batch_size == torch.Size([3, 2]) and s1[:, 1].label == "y"
+    c = torch.cat([a, b])
+    assert type(c) is Data and c.batch_size == torch.Size([6]) and c.obs[:, 0].tolist() == [0.0] * 3 + [1.0] * 3
+    out = torch.stack([a, b]).clone()
+    res = torch.stack([b, a], out=out)
+    assert res is out and out.obs[:, 0, 0].tolist() == [1.0, 0.0]
+
+
+def test_apply_to_clone_copy():
+    d = make()
+    inc = d.apply(lambda x: x + 1)
+    assert type(inc) is Data and inc.obs.sum().item() == 6.0 and inc.label == "x"
+    assert d.obs.sum().item() == 0.0
+    d.apply_(lambda x: x + 2)
+    assert d.obs.sum().item() == 12.0
+    assert (d + 1).obs[0, 0].item() == 3.0 and type(d * 2) is Data
+    d64 = d.to(torch.float64)
+    assert type(d64) is Data and d64.obs.dtype == torch.float64 and d64.label == "x"
+    assert d.to("cpu").device == torch.device("cpu")
+    cl = d.clone()
+    cl.obs += 1
+    assert d.obs[0, 0].item() == 2.0 and cl.label == "x"
+    cp = d.copy()
+    assert cp.obs is d.obs
+    assert copy.deepcopy(d).obs is not d.obs
+    assert d.zero_() is d and d.obs.sum().item() == 0.0
+
+
+def test_equality():
+    a, b = make(label="x"), make(label="y")
+    eq = a == b
+    assert type(eq) is Data
+    assert eq.obs.all() and eq.label.tolist() == [False] * 3
+    assert (a == a.clone()).all()
+    assert not (a == b).all()
+    assert (a != b).label.all()
+
+
+def test_from_to_tensordict():
+    td = TensorDict({"obs": torch.ones(2, 1), "label": "t"}, batch_size=[2])
+    d = Data.from_tensordict(td)
+    assert d.label == "t" and d.obs is td["obs"]
+    plain = d.to_tensordict()
+    assert type(plain) is TensorDict and plain["label"] == "t" and plain["obs"] is not d.obs
+    with pytest.raises(KeyError, match="not fields"):
+        Data.from_tensordict(TensorDict({"other": torch.zeros(2)}, [2]))
+
+
+def test_nested_tensorclass_and_tensordict():
+    inner = make()
+    p = Pair(x=torch.zeros(3), sub=inner, meta=TensorDict({"m": torch.ones(3)}, [3]), batch_size=[3])
+    assert type(p.sub) is Data and p.sub.label == "x"
+    assert type(p[0].sub) is Data and p[0].sub.obs.shape == torch.Size([2])
+    assert p[1:].meta.batch_size == torch.Size([2])
+    stacked = torch.stack([p, p])
+    assert type(stacked.sub) is Data and stacked.sub.obs.shape == torch.Size([2, 3, 2])
+    plain = p.to_tensordict()
+    assert type(plain["sub"]) is TensorDict and plain["sub", "label"] == "x"
+    assert type(p.apply(lambda v: v + 1).sub) is Data
+    with pytest.raises(RuntimeError, match=r"Pair\.sub"):
+        p.sub = make(n=4)
+
+
+def test_inside_tensordict():
+    d = make(n=4)
+    td = TensorDict({"d": d, "r": torch.zeros(4)}, batch_size=[4])
+    assert td["d"] is d
+    assert type(td[0]["d"]) is Data and td[0]["d"].obs.shape == torch.Size([2])
+    assert td[1:3]["d"].batch_size == torch.Size([2])
+    assert td[torch.tensor([0, 3])]["d"].label == "x"
+    assert set(td.keys(True, True)) == {("d", "obs"), ("d", "label"), "r"}
+    assert td["d", "obs"].shape == torch.Size([4, 2])
+    assert td["d", "label"] == "x" and type(td.get(("d", "label"))) is NonTensorData
+    td["d", "obs"] = torch.ones(4, 2)
+    assert d.obs.sum().item() == 8.0
+    ts = torch.stack([td, td.clone()])
+    assert type(ts["d"]) is Data and ts["d"].batch_size == torch.Size([2, 4])
+    assert type(td.apply(lambda v: v * 2)["d"]) is Data and td.apply(lambda v: v * 2)["d"].obs[0, 0].item() == 2.0
+    assert type(td.clone()["d"]) is Data and td.clone()["d"].obs is not d.obs
+    assert type(td.reshape(2, 2)["d"]) is Data and td.reshape(2, 2)["d"].batch_size == torch.Size([2, 2])
+    assert [type(t["d"]) for t in td.unbind(0)] == [Data] * 4
+    assert type(td.to(torch.float64)["d"]) is Data
+    td.lock_()
+    assert d.is_locked
+    td.unlock_()
+    assert type(torch.cat([td, td])["d"]) is Data
+
+
+def test_indexed_write_through_tensordict():
+    store = TensorDict({"d": make(n=5, label="init"), "r": torch.zeros(5)}, [5])
+    batch = torch.stack([TensorDict({"d": Data(obs=torch.ones(2), label=f"L{i}", batch_size=[]), "r": torch.ones(())}, []) for i in range(2)])
+    store[torch.tensor([1, 3])] = batch
+    assert store["d"].label == ["init", "L0", "init", "L1", "init"]
+    assert store["d"].obs[:, 0].tolist() == [0.0, 1.0, 0.0, 1.0, 0.0]
+    assert store["r"].tolist() == [0.0, 1.0, 0.0, 1.0, 0.0]
+
+
+def test_subclassing_and_reserved_names():
+    class More(Data):
+        extra: torch.Tensor | None = None
+
+    m = More(obs=torch.zeros(2), extra=torch.ones(2), batch_size=[2])
+    assert More._tc_fields == ("obs", "label", "extra")
+    assert type(m[0]) is More and m[0].extra.item() == 1.0
+
+    class Stats(TensorClass):
+        sum: torch.Tensor  # math method names may be shadowed by fields
+
+    assert Stats(sum=torch.ones(2), batch_size=[2]).sum.tolist() == [1.0, 1.0]
+    with pytest.raises(AttributeError, match="batch_size"):
+        class Bad(TensorClass):
+            batch_size: torch.Tensor
+
+
+def test_pytree_and_vmap():
+    from torch.utils._pytree import tree_map
+
+    d = Data(obs=torch.ones(3, 2), label="x", batch_size=[3])
+    doubled = tree_map(lambda t: t * 2, d)
+    assert type(doubled) is Data and doubled.obs.sum().item() == 12.0 and doubled.label == "x"
+    assert torch.vmap(lambda e: e.obs.sum())(d).tolist() == [2.0, 2.0, 2.0]
+
+
+def test_repr():
+    text = repr(make(n=2))
+    assert text.startswith("Data(\n    obs=Tensor(shape=torch.Size([2, 2])")
+    assert "label=NonTensorData(data=x" in text and "batch_size=torch.Size([2])" in text
+    assert "label=None" in repr(Data(obs=torch.zeros(1), batch_size=[1]))
+
+
+def test_pickle():
+    d = make()
+    back = pickle.loads(pickle.dumps(d))
+    assert type(back) is Data and back.label == "x" and torch.equal(back.obs, d.obs)
+
+
+@pytest.mark.skipif(importlib.util.find_spec("tdict.persistence") is None, reason="tdict.persistence (memmap) is not available yet")
+def test_memmap_roundtrip(tmp_path):
+    d = Data(obs=torch.arange(6.0).view(3, 2), label="x", batch_size=[3])
+    assert d.memmap_(tmp_path / "a") is d
+    loaded = Data.load_memmap(tmp_path / "a")
+    assert type(loaded) is Data and loaded.obs.tolist() == d.obs.tolist() and loaded.label == "x"
+    copy_ = make().memmap(tmp_path / "b")
+    assert type(copy_) is Data
+
+
+@given(st.lists(st.tuples(st.text(max_size=5), st.floats(-10, 10, allow_nan=False)), min_size=1, max_size=6), st.integers(0, 2))
+def test_property_stack_index_roundtrip(items, n_extra):
+    # stacking instances then indexing gives each instance's fields back
+    batch = [n_extra] if n_extra else []
+    elems = [Data(obs=torch.full(batch + [2], v), label=lab, batch_size=batch) for lab, v in items]
+    s = torch.stack(elems)
+    assert s.batch_size == torch.Size([len(items)] + batch)
+    for i, (lab, v) in enumerate(items):
+        assert s[i].label == lab
+        assert torch.equal(s[i].obs, elems[i].obs)
+    assert [e.label for e in s.unbind(0)] == [lab for lab, _ in items]
+    back = torch.cat([s[i : i + 1] for i in range(len(items))])
+    assert torch.equal(back.obs, s.obs)
