@@ -738,3 +738,18 @@ def test_load_state_dict_of_tensordict_014_layout(tmp_path):
     target.load_state_dict(torch.load(tmp_path / "sd.pt", weights_only=True), assign=True)
     assert target.batch_size == (2, 3) and target["n"].batch_size == (2, 3)
     assert torch.equal(target["a"], sd["a"]) and target["n", "b"].shape == (2, 3, 4)
+
+
+def test_fsync_is_opt_in_and_covers_data_dirs_and_metadata(tmp_path, monkeypatch):
+    import os as _os
+
+    calls = []
+    real = _os.fsync
+    monkeypatch.setattr(_os, "fsync", lambda fd: (calls.append(fd), real(fd))[1])
+    td = TensorDict({"a": torch.arange(4.0), "n": {"b": torch.ones(4)}}, [4])
+    td.memmap(tmp_path / "fast")
+    assert calls == []
+    td.memmap(tmp_path / "durable", fsync=True)
+    # two leaf files + the metadata temp file + the prefix and the sub-directory, at least
+    assert len(calls) >= 5
+    assert torch.equal(TensorDict.load_memmap(tmp_path / "durable")["n", "b"], torch.ones(4))

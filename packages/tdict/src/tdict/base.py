@@ -750,17 +750,17 @@ class TensorDictBase(ArithmeticMixin, ShapeOpsMixin):
 
         return load_state_dict(self, state_dict, strict=strict, assign=assign, from_flatten=from_flatten)
 
-    def memmap_(self, prefix: Any = None, copy_existing: bool = False, *, num_threads: int = 0, existsok: bool = True, robust_key: bool | None = None, share_non_tensor: bool = False) -> "TensorDictBase":
+    def memmap_(self, prefix: Any = None, copy_existing: bool = False, *, num_threads: int = 0, existsok: bool = True, robust_key: bool | None = None, share_non_tensor: bool = False, fsync: bool = False) -> "TensorDictBase":
         """Write every leaf to memory-mapped files under ``prefix`` (crash-safe) and point the leaves at them."""
         from .persistence import memmap_
 
-        return memmap_(self, prefix, copy_existing=copy_existing, existsok=existsok, inplace=True)
+        return memmap_(self, prefix, copy_existing=copy_existing, existsok=existsok, inplace=True, fsync=fsync)
 
-    def memmap(self, prefix: Any = None, copy_existing: bool = False, *, num_threads: int = 0, existsok: bool = True, **kwargs) -> "TensorDictBase":
+    def memmap(self, prefix: Any = None, copy_existing: bool = False, *, num_threads: int = 0, existsok: bool = True, fsync: bool = False, **kwargs) -> "TensorDictBase":
         """Like :meth:`memmap_` but returns a new collection and leaves ``self`` untouched."""
         from .persistence import memmap_
 
-        return memmap_(self, prefix, copy_existing=copy_existing, existsok=existsok, inplace=False)
+        return memmap_(self, prefix, copy_existing=copy_existing, existsok=existsok, inplace=False, fsync=fsync)
 
     def memmap_like(self, prefix: Any = None, copy_existing: bool = False, *, existsok: bool = True, num_threads: int = 0) -> "TensorDictBase":
         """A memory-mapped collection with the same structure, shapes and dtypes, contents uninitialised."""
@@ -768,9 +768,9 @@ class TensorDictBase(ArithmeticMixin, ShapeOpsMixin):
 
         return memmap_like(self, prefix, existsok=existsok)
 
-    def save(self, prefix: Any = None, copy_existing: bool = False, *, num_threads: int = 0, existsok: bool = True, **kwargs) -> "TensorDictBase":
+    def save(self, prefix: Any = None, copy_existing: bool = False, *, num_threads: int = 0, existsok: bool = True, fsync: bool = False, **kwargs) -> "TensorDictBase":
         """Save to ``prefix`` (memmap layout, JSON metadata); returns ``self``."""
-        self.memmap(prefix, copy_existing=copy_existing, existsok=existsok)
+        self.memmap(prefix, copy_existing=copy_existing, existsok=existsok, fsync=fsync)
         return self
 
     dumps = save

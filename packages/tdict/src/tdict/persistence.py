@@ -17,15 +17,18 @@ sizes, devices, dim names, dtypes, shapes, byte sizes, key order, the file of ev
 non-tensor payloads (as tagged JSON, see :func:`encode_payload`) and the import path of
 tensorclasses. Readers look only at the files that ``tdict_meta.json`` names.
 
-Crash safety (a ``kill -9`` or power loss at any moment leaves the old or the new state):
+Crash safety (a ``kill -9`` at any moment leaves the old or the new state; with
+``fsync=True`` a power loss does too):
 
 1. Every leaf is written to a *new* file (a fresh random token in its name), so files that
    the committed metadata points to are never modified by a later write.
-2. The new files are ``fsync``'ed, then their directories.
-3. The metadata is written to ``.tdict_meta.json.<token>.tmp``, ``fsync``'ed and renamed over
-   ``tdict_meta.json`` with ``os.replace`` (atomic), then the directory is ``fsync``'ed. This
-   rename is the commit: before it the old metadata (and its untouched files) is what loads;
-   after it the new metadata, whose files are all complete.
+2. With ``fsync=True`` the new files are ``fsync``'ed, then their directories. Without it the
+   data sits in the page cache, which a killed process cannot lose; only an OS crash or power
+   loss could (tensordict makes the same trade-off, and never fsyncs).
+3. The metadata is written to ``.tdict_meta.json.<token>.tmp`` (``fsync``'ed when asked) and
+   renamed over ``tdict_meta.json`` with ``os.replace`` (atomic). This rename is the commit:
+   before it the old metadata (and its untouched files) is what loads; after it the new
+   metadata, whose files are all complete.
 4. Only then are the files of older writes (and leftovers of interrupted ones) deleted.
 
 A leaf that is already a whole-file ``MemoryMappedTensor`` committed under the same prefix (a
@@ -421,10 +424,10 @@ def _plan_leaf(value: torch.Tensor, prefix, rel_dir, key, full, copy_existing, l
     return _Leaf(value, rel, False)
 
 
-def _write(node: _Node, prefix: str, like: bool, created: list, dirs: set) -> dict:
+def _write(node: _Node, prefix: str, like: bool, created: list, dirs: set, fsync: bool) -> dict:
     """Write the leaves of ``node``; return its metadata (JSON-able)."""
     if node.meta["type"] == _LAZY:
-        return dict(node.meta, members=[_write(member, prefix, like, created, dirs) for _, member in node.entries])
+        return dict(node.meta, members=[_write(member, prefix, like, created, dirs, fsync) for _, member in node.entries])
     entries = []
     for key, item in node.entries:
         if isinstance(item, _Leaf):
@@ -444,7 +447,8 @@ def _write(node: _Node, prefix: str, like: bool, created: list, dirs: set) -> di
                     item.out = MemoryMappedTensor.empty_like(src, filename=path)
                 else:
                     item.out = MemoryMappedTensor.from_tensor(src, filename=path, copy_existing=True)
-                item.out.flush()
+                if fsync:
+                    item.out.flush()
             entries.append([key, {
                 "type": "tensor",
                 "file": item.rel.replace(os.sep, "/"),
@@ -454,7 +458,7 @@ def _write(node: _Node, prefix: str, like: bool, created: list, dirs: set) -> di
                 "device": str(src.device),
             }])
         elif isinstance(item, _Node):
-            entries.append([key, _write(item, prefix, like, created, dirs)])
+            entries.append([key, _write(item, prefix, like, created, dirs, fsync)])
         else:
             entries.append([key, _encode_non_tensor(item, key)])
     meta = dict(node.meta)
@@ -544,7 +548,7 @@ def _check_inplace_devices(node: _Node) -> None:
 
 
 def memmap_(td: Any, prefix: Any = None, *, copy_existing: bool = False, existsok: bool = True,
-            inplace: bool = True, like: bool = False) -> Any:
+            inplace: bool = True, like: bool = False, fsync: bool = False) -> Any:
     """Write every tensor leaf of ``td`` to memory-mapped storage (crash-safe, see the module doc).
 
     Args:
@@ -555,6 +559,8 @@ def memmap_(td: Any, prefix: Any = None, *, copy_existing: bool = False, existso
         inplace: replace the leaves of ``td`` with the memory-mapped ones and lock it; otherwise
             return a new locked collection and leave ``td`` untouched.
         like: allocate only (contents of new files read as zeros), see :func:`memmap_like`.
+        fsync: also survive an OS crash or power loss (fsync data, directories and metadata
+            before the commit); a killed process never leaves a partial state either way.
 
     Returns:
         ``td`` itself (``inplace``) or the new collection.
@@ -577,7 +583,7 @@ def memmap_(td: Any, prefix: Any = None, *, copy_existing: bool = False, existso
             plan = _plan(td, path, "", (), copy_existing=copy_existing, like=like, committed=committed, token=token, taken=set())
             if inplace:
                 _check_inplace_devices(plan)
-            _commit(plan, path, token, like)
+            _commit(plan, path, token, like, fsync)
     if inplace:
         _apply_inplace(plan)
         td.lock_()
@@ -587,15 +593,15 @@ def memmap_(td: Any, prefix: Any = None, *, copy_existing: bool = False, existso
     return out
 
 
-def _commit(plan: _Node, prefix: str, token: str, like: bool) -> None:
+def _commit(plan: _Node, prefix: str, token: str, like: bool, fsync: bool) -> None:
     created: list[str] = []
     dirs: set[str] = {prefix}
     tmp = os.path.join(prefix, f"{_TMP_PREFIX}{token}.tmp")
     try:
-        root = _write(plan, prefix, like, created, dirs)
-        # the directory entries of the new files must be durable before the metadata names them
-        for d in sorted(dirs, key=len, reverse=True):
-            _fsync_path(d)
+        root = _write(plan, prefix, like, created, dirs, fsync)
+        if fsync:  # the directory entries of the new files must be durable before the metadata names them
+            for d in sorted(dirs, key=len, reverse=True):
+                _fsync_path(d)
         meta = {"format": FORMAT, "version": VERSION, "token": token, "root": root}
         data = json.dumps(meta, separators=(",", ":"), allow_nan=False).encode("utf-8")
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
@@ -603,7 +609,8 @@ def _commit(plan: _Node, prefix: str, token: str, like: bool) -> None:
             view = memoryview(data)
             while view:
                 view = view[os.write(fd, view):]
-            os.fsync(fd)
+            if fsync:
+                os.fsync(fd)
         finally:
             os.close(fd)
         os.replace(tmp, os.path.join(prefix, META_NAME))  # the commit
@@ -613,7 +620,8 @@ def _commit(plan: _Node, prefix: str, token: str, like: bool) -> None:
             with contextlib.suppress(OSError):
                 os.unlink(p)
         raise
-    _fsync_path(prefix)
+    if fsync:
+        _fsync_path(prefix)
     keep = {os.path.normpath(os.path.join(prefix, e["file"])) for e in _iter_tensor_entries(root)}
     _collect_garbage(prefix, keep)
 
@@ -639,9 +647,9 @@ def _collect_garbage(prefix: str, keep: set[str]) -> None:
                 touched.add(os.path.dirname(root))
 
 
-def memmap(td: Any, prefix: Any = None, *, copy_existing: bool = False, existsok: bool = True) -> Any:
+def memmap(td: Any, prefix: Any = None, *, copy_existing: bool = False, existsok: bool = True, fsync: bool = False) -> Any:
     """Module-level :meth:`TensorDictBase.memmap`: a memory-mapped copy of ``td`` (``td`` untouched)."""
-    return memmap_(td, prefix, copy_existing=copy_existing, existsok=existsok, inplace=False)
+    return memmap_(td, prefix, copy_existing=copy_existing, existsok=existsok, inplace=False, fsync=fsync)
 
 
 def memmap_like(td: Any, prefix: Any = None, existsok: bool = True) -> Any:
@@ -650,11 +658,11 @@ def memmap_like(td: Any, prefix: Any = None, existsok: bool = True) -> Any:
     return memmap_(td, prefix, copy_existing=True, existsok=existsok, inplace=False, like=True)
 
 
-def save(td: Any, prefix: Any, *, copy_existing: bool = False, existsok: bool = True) -> Any:
+def save(td: Any, prefix: Any, *, copy_existing: bool = False, existsok: bool = True, fsync: bool = False) -> Any:
     """Save ``td`` to ``prefix`` (the memmap layout); returns ``td`` unchanged."""
     if prefix is None:
         raise TypeError("save needs a prefix (a directory path), got None.")
-    memmap_(td, prefix, copy_existing=copy_existing, existsok=existsok, inplace=False)
+    memmap_(td, prefix, copy_existing=copy_existing, existsok=existsok, inplace=False, fsync=fsync)
     return td
 
 
