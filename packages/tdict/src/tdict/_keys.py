@@ -16,6 +16,9 @@ def is_leaf_nontensor(cls: type) -> bool:
     return default_is_leaf(cls)
 
 
+_LEAF_BY_TYPE: dict[type, bool] = {}  # default_is_leaf per entry type, computed once
+
+
 class KeysView:
     """A live view of a collection's keys.
 
@@ -38,27 +41,37 @@ class KeysView:
         self._is_leaf = is_leaf if is_leaf is not None else default_is_leaf
         self._sort = sort
 
-    def _walk(self, td: Any, prefix: tuple) -> Iterator:
+    def _collect(self, td: Any, prefix: tuple, out: list) -> list:
         if td._is_lazy and prefix:  # a lazy stack lists its keys without stacking its values
-            for key in td.keys(self._include_nested, self._leaves_only, self._is_leaf):
-                yield prefix + (key if isinstance(key, tuple) else (key,))
-            return
+            out.extend(prefix + (k if isinstance(k, tuple) else (k,)) for k in td.keys(self._include_nested, self._leaves_only, self._is_leaf))
+            return out
         is_leaf = self._is_leaf
+        default = is_leaf is default_is_leaf
         for key, value in td._items_raw():
             full = prefix + (key,) if prefix else key
-            leaf = isinstance(value, torch.Tensor) or is_leaf(type(value))
+            if isinstance(value, torch.Tensor):
+                out.append(full)
+                continue
+            cls = type(value)
+            leaf = _LEAF_BY_TYPE.get(cls) if default else None
+            if leaf is None:
+                leaf = is_leaf(cls)
+                if default:
+                    _LEAF_BY_TYPE[cls] = leaf
             if leaf or not self._leaves_only:
-                yield full
+                out.append(full)
             if not leaf and self._include_nested:
-                yield from self._walk(value, full if prefix else (key,))
+                self._collect(value, full if prefix else (key,), out)
+        return out
 
     def __iter__(self) -> Iterator:
+        keys = self._collect(self._td, (), [])
         if self._sort:
-            return iter(sorted(self._walk(self._td, ()), key=lambda k: (k,) if isinstance(k, str) else k))
-        return self._walk(self._td, ())
+            keys.sort(key=lambda k: (k,) if isinstance(k, str) else k)
+        return iter(keys)
 
     def __len__(self) -> int:
-        return sum(1 for _ in self._walk(self._td, ()))
+        return len(self._collect(self._td, (), []))
 
     def __contains__(self, key: Any) -> bool:
         from ._utils import unravel_key

@@ -119,33 +119,33 @@ def cat(tds: Sequence[TensorDictBase], dim: int = 0, *, out: TensorDictBase | No
     if not bs:
         raise RuntimeError("cat: collections with an empty batch size cannot be concatenated.")
     dim = normalize_dim(dim, len(bs))
-    hook = getattr(type(first), "_cat_impl", None)
-    if hook is not None:
-        return hook(tds, dim, out)
+    kind = type(first)
+    if kind is not TensorDict or any(type(td) is not kind for td in tds):
+        hook = getattr(kind, "_cat_impl", None)
+        if hook is not None:
+            return hook(tds, dim, out)
     for i, td in enumerate(tds):
         other = td.batch_size
         if len(other) != len(bs) or other[:dim] != bs[:dim] or other[dim + 1 :] != bs[dim + 1 :]:
             raise RuntimeError(f"cat: collection {i} has batch size {list(other)}, incompatible with {list(bs)} along dim {dim}.")
-    keys = list(first._items_raw())
-    if any(len(list(td._items_raw())) != len(keys) for td in tds):
-        _raise_key_mismatch(tds)
     entries = {}
-    for key, value in keys:
-        try:
-            values = [td._get_str(key, None) for td in tds]
-        except KeyError:
-            _raise_key_mismatch(tds)
+    dest = None if out is None else out._tensordict if type(out) is TensorDict else None
+    n_keys = len(list(first._items_raw()))
+    if any(len(list(td._items_raw())) != n_keys for td in tds):
+        _raise_key_mismatch(tds)
+    for key, value in first._items_raw():
+        values = [td._get_str(key, None) for td in tds]
         if any(v is None for v in values):
             _raise_key_mismatch(tds)
+        target = None if out is None else (dest[key] if dest is not None else out.get(key))
         if isinstance(value, torch.Tensor):
-            if out is not None:
-                torch.cat(values, dim, out=out.get(key))
-                continue
-            entries[key] = torch.cat(values, dim)
+            if target is not None:
+                torch.cat(values, dim, out=target)
+            else:
+                entries[key] = torch.cat(values, dim)
+        elif target is not None:
+            cat(values, dim, out=target)
         else:
-            if out is not None:
-                cat(values, dim, out=out.get(key))
-                continue
             entries[key] = cat(values, dim)
     if out is not None:
         return out

@@ -1202,23 +1202,22 @@ class _LazyKeysView(KeysView):
 
     __slots__ = ()
 
-    def _walk(self, td: Any, prefix: tuple) -> Iterator:
+    def _collect(self, td: Any, prefix: tuple, out: list) -> list:
         if not isinstance(td, LazyStackedTensorDict):
-            yield from KeysView._walk(self, td, prefix)
-            return
+            return KeysView._collect(self, td, prefix, out)
         if not self._include_nested and not self._leaves_only:  # no value needed to tell leaves apart
-            for key in td._common_keys():
-                yield prefix + (key,) if prefix else key
-            return
+            out.extend(prefix + (key,) if prefix else key for key in td._common_keys())
+            return out
         is_leaf = self._is_leaf
         for key in td._common_keys():
             rep = td._probe_str(key)
             full = prefix + (key,) if prefix else key
             leaf = isinstance(rep, torch.Tensor) or is_leaf(type(rep))
             if leaf or not self._leaves_only:
-                yield full
+                out.append(full)
             if not leaf and self._include_nested:
-                yield from self._walk(rep, full if prefix else (key,))
+                self._collect(rep, full if prefix else (key,), out)
+        return out
 
     def __contains__(self, key: Any) -> bool:
         key = _key_to_tuple(unravel_key(key))

@@ -128,9 +128,7 @@ class TensorDict(TensorDictBase):
         if isinstance(value, torch.Tensor):
             bs = self._batch_size
             if bs and value.shape[: len(bs)] != bs:
-                raise RuntimeError(
-                    f"Key {key!r}: value of shape {list(value.shape)} does not start with the batch size {list(bs)}."
-                )
+                raise self._batch_mismatch(key, value.shape)
             if self._device is not None and value.device != self._device:
                 value = value.to(self._device)
             return value
@@ -229,10 +227,31 @@ class TensorDict(TensorDictBase):
 
     def set(self, key: NestedKey, item: Any, inplace: bool = False, *, non_blocking: bool = False, **kwargs: Any) -> "TensorDict":
         if type(key) is str:
-            self._set_str(key, item, inplace=inplace, validated=False)
+            if not inplace and not self._is_locked and isinstance(item, torch.Tensor):  # the common case, inlined
+                bs = self._batch_size
+                if bs and item.shape[: len(bs)] != bs:
+                    raise self._batch_mismatch(key, item.shape)
+                if self._device is not None and item.device != self._device:
+                    item = item.to(self._device)
+                self._tensordict[key] = item
+            else:
+                self._set_str(key, item, inplace=inplace, validated=False)
         else:
             self._set_tuple(_key_to_tuple(key), item, inplace=inplace)
         return self
+
+    def _set_tuple(self, key: tuple, item: Any, *, inplace: bool) -> None:
+        node = self
+        for depth in range(len(key) - 1):  # walk existing plain TensorDicts directly
+            child = node._tensordict.get(key[depth])
+            if type(child) is not TensorDict:
+                TensorDictBase._set_tuple(node, key[depth:], item, inplace=inplace)
+                return
+            node = child
+        node.set(key[-1], item, inplace=inplace)
+
+    def _batch_mismatch(self, key: str, shape: torch.Size) -> RuntimeError:
+        return RuntimeError(f"Key {key!r}: value of shape {list(shape)} does not start with the batch size {list(self._batch_size)}.")
 
     def __getitem__(self, index: Any) -> Any:
         if type(index) is str:
@@ -333,15 +352,17 @@ class TensorDict(TensorDictBase):
             if moved is not None:
                 return moved
 
-        cast = [a for a in (device, dtype) if a is not None]
-
-        def move(v):
-            if isinstance(v, torch.Tensor):
-                return v.to(device=device, dtype=dtype, non_blocking=non_blocking)
-            return v.to(*cast)
-
         new_device = device if device is not None else result._device
-        return TensorDict._new_unsafe({k: move(v) for k, v in result._tensordict.items()}, result._batch_size, new_device, result._names)
+        items = result._tensordict.items()
+        if dtype is None and not non_blocking:
+            entries = {k: v.to(device) for k, v in items}
+        else:
+            cast = [a for a in (device, dtype) if a is not None]
+            entries = {
+                k: v.to(device=device, dtype=dtype, non_blocking=non_blocking) if isinstance(v, torch.Tensor) else v.to(*cast)
+                for k, v in items
+            }
+        return TensorDict._new_unsafe(entries, result._batch_size, new_device, result._names)
 
     def update(self, input_dict_or_td: Any, clone: bool = False, inplace: bool = False, *, keys_to_update: Sequence | None = None, non_blocking: bool = False, is_leaf: Callable | None = None, update_batch_size: bool = False, ignore_lock: bool = False) -> "TensorDict":
         if clone or inplace or keys_to_update is not None or type(input_dict_or_td) is not TensorDict or self._is_locked:
