@@ -5,6 +5,8 @@ from typing import Any, Callable, Iterator
 
 import torch
 
+from ._utils import unravel_key
+
 
 def default_is_leaf(cls: type) -> bool:
     """Tensors and non-tensor data are leaves; tensor collections are not."""
@@ -74,8 +76,6 @@ class KeysView:
         return len(self._collect(self._td, (), []))
 
     def __contains__(self, key: Any) -> bool:
-        from ._utils import unravel_key
-
         key = unravel_key(key)
         if isinstance(key, str):
             value = self._td._get_str(key, None)
@@ -84,7 +84,10 @@ class KeysView:
             return not self._leaves_only or isinstance(value, torch.Tensor) or self._is_leaf(type(value))
         if not self._include_nested:
             return False
-        value = self._td._get_tuple(key, None)
+        try:
+            value = self._td._get_tuple(key, None)
+        except KeyError:  # the path runs through a leaf
+            return False
         if value is None:
             return False
         return not self._leaves_only or isinstance(value, torch.Tensor) or self._is_leaf(type(value))
