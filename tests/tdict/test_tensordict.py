@@ -486,3 +486,13 @@ def test_equality_compares_non_tensor_payloads():
     assert (a == a).all() and not (a == b).all()
     assert torch.equal((a != b)["s"], torch.tensor([True, True]))
     assert torch.equal((a == b)["x"], torch.tensor([True, True]))
+
+
+def test_degenerate_keys_raise():
+    td = make()
+    with pytest.raises(KeyError):
+        td.get(())
+    with pytest.raises(KeyError, match="leaf"):
+        td.get(("a", "x"))
+    with pytest.raises(TypeError):
+        td.get(3)

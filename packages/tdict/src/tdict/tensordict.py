@@ -63,11 +63,15 @@ class TensorDict(TensorDictBase):
             if kwargs:
                 items += list(kwargs.items())
         entries = self._tensordict
+        bs, device = self._batch_size, self._device
+        n = len(bs)
         for key, value in items:
-            if type(key) is str:
-                entries[key] = self._validate(key, value)
-            else:
+            if type(key) is not str:
                 self._set_tuple(_key_to_tuple(key), value, inplace=False)
+            elif isinstance(value, torch.Tensor) and (not n or value.shape[:n] == bs) and (device is None or value.device == device):
+                entries[key] = value  # the common case, checked inline
+            else:
+                entries[key] = self._validate(key, value)
         if names is not None:
             self.names = names
         if lock:
@@ -223,6 +227,16 @@ class TensorDict(TensorDictBase):
                 if default is NO_DEFAULT:
                     raise self._missing_key_error(key) from None
                 return default
+        if type(key) is tuple and key:  # walk plain nested TensorDicts directly; anything unusual takes the general path
+            node = self
+            for part in key:
+                if type(node) is not TensorDict or type(part) is not str:
+                    break
+                node = node._tensordict.get(part, _MISSING)
+                if node is _MISSING:
+                    break
+            else:
+                return node
         return self._get_tuple(_key_to_tuple(key), default)
 
     def set(self, key: NestedKey, item: Any, inplace: bool = False, *, non_blocking: bool = False, **kwargs: Any) -> "TensorDict":
