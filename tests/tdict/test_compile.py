@@ -82,6 +82,7 @@ CASES = {
     "to_dtype": lambda td: td.exclude("next").to(torch.float64),
     "tree_map": lambda td: tree_map(lambda x: x * 2, td.exclude("next")),
     "vmap": lambda td: torch.vmap(lambda t: t["obs"].sum() + t["reward"])(td),
+    "vmap_returns_td": lambda td: torch.vmap(lambda t: t.exclude("next").apply(lambda x: x * 2).set("s", t["obs"].sum()))(td),
 }
 
 

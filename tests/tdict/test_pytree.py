@@ -122,7 +122,7 @@ def test_jacrev_adds_the_output_dims_to_the_batch():
     torch.testing.assert_close(jac["a"], torch.eye(4)[:, :, None].expand(4, 4, 3))
 
 
-def test_tensorclass_registration_helper():
+def test_tensorclass_is_a_pytree_node():
     from tdict import tensorclass
     from tdict._pytree import register_tensorclass_type
 
@@ -131,11 +131,32 @@ def test_tensorclass_registration_helper():
         pos: torch.Tensor
         vel: torch.Tensor
 
-    register_tensorclass_type(Obs)
+    assert Obs in pytree.SUPPORTED_NODES  # registered when the class is made
     register_tensorclass_type(Obs)  # idempotent
     obs = Obs(pos=torch.randn(5, 2), vel=torch.randn(5, 2), batch_size=[5])
+    assert len(pytree.tree_leaves(obs)) == 2
     doubled = pytree.tree_map(lambda x: 2 * x, obs)
     assert type(doubled) is Obs and doubled.batch_size == torch.Size([5])
     torch.testing.assert_close(doubled.vel, 2 * obs.vel)
     speeds = torch.vmap(lambda o: o.vel.norm())(obs)
     torch.testing.assert_close(speeds, obs.vel.norm(dim=-1))
+
+
+def test_lazy_stack_flattens_into_its_members():
+    from tdict import lazy_stack
+
+    a = TensorDict({"x": torch.randn(3, 2)}, [3])
+    b = TensorDict({"x": torch.randn(3, 2), "y": torch.zeros(3)}, [3])
+    stacked = lazy_stack([a, b], 1)
+    leaves, spec = pytree.tree_flatten(stacked)
+    assert len(leaves) == 3
+    doubled = pytree.tree_unflatten([2 * x for x in leaves], spec)
+    assert type(doubled) is type(stacked) and doubled.stack_dim == 1 and doubled.batch_size == torch.Size([3, 2])
+    torch.testing.assert_close(doubled.tensordicts[1]["x"], 2 * b["x"])
+    assert list(doubled.tensordicts[1].keys()) == ["x", "y"]
+    # unmapped (in_dims=None) lazy stacks pass through vmap; mapping one raises instead of
+    # silently mapping a member dim
+    out = torch.vmap(lambda w, s: w * s.tensordicts[0]["x"].sum(), in_dims=(0, None))(torch.ones(4), stacked)
+    torch.testing.assert_close(out, torch.full((4,), a["x"].sum().item()))
+    with pytest.raises(RuntimeError, match="cannot map the dims of a lazy stack"):
+        torch.vmap(lambda s: s.tensordicts[0]["x"].sum())(stacked)

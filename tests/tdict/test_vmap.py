@@ -186,3 +186,23 @@ def test_mismatched_mapped_sizes_raise():
     td = _td(3)
     with pytest.raises(ValueError, match="same size"):
         torch.vmap(lambda a, b: a, in_dims=(0, 0))(td, _td(4))
+
+
+def test_tensorclass_entries_follow_the_mapped_dim():
+    from tdict import tensorclass
+
+    @tensorclass
+    class Pose:
+        pos: torch.Tensor
+
+    # the only entry is a tensor class whose leaves are [4, 4]: the batch size is found through it
+    td = TensorDict({"pose": Pose(pos=torch.randn(4, 4), batch_size=[4])}, batch_size=[4])
+
+    def f(t):
+        assert t.batch_size == torch.Size([]) and t["pose"].batch_size == torch.Size([])
+        return t
+
+    out = torch.vmap(f)(td)
+    assert out.batch_size == torch.Size([4])
+    assert type(out["pose"]) is Pose and out["pose"].batch_size == torch.Size([4])
+    torch.testing.assert_close(out["pose"].pos, td["pose"].pos)

@@ -27,10 +27,19 @@ the longest leading shape all entries share. Names follow removed/inserted dims.
 ``vmap`` caveats (a pure pytree approach, torch is not patched): ``in_dims``/``out_dims`` are
 given per tensor, so use non-negative dims (``-1`` means the last dim of every *leaf*, not the
 last batch dim), and a NonTensorStack is not split along the mapped dim (each call sees it
-whole).
+whole). Under ``torch.compile`` Dynamo cannot trace functorch's batch-dim introspection, so a
+TensorDict vmapped inside a compiled function gets its batch size from shapes alone: right
+unless the leaves still start with the old batch size once the mapped dim is gone (batch ``[4]``
+with ``[4, 4]`` leaves keeps batch ``[4]`` there; eager vmap gets it right).
 
-Other collection types register through :func:`register_tensordict_type` (TensorDict
-subclasses), :func:`register_lazy_stack_type` and :func:`register_tensorclass_type`.
+``unflatten`` never validates: like a dict, the node holds whatever leaves it is given (torch
+builds trees of ints with ``tree_unflatten([0] * n, spec)``; ``tree_map`` may return shapes).
+Such a TensorDict is a bare container: read it with ``get``, not with methods that expect tensors.
+
+Registered here: TensorDict and LazyStackedTensorDict (its members are the children; vmap cannot
+map a lazy stack's dims). Tensor classes register one class at a time
+(:func:`register_tensorclass_type`, called by ``tdict.tensorclass``); a TensorDict subclass
+registers with :func:`register_tensordict_type`.
 """
 from __future__ import annotations
 
@@ -40,6 +49,7 @@ import torch
 from torch._C import _functorch
 from torch.utils._pytree import SUPPORTED_NODES, GetAttrKey, MappingKey, SequenceKey, register_pytree_node
 
+from .lazy import LazyStackedTensorDict
 from .tensordict import TensorDict
 
 __all__ = ["register_lazy_stack_type", "register_tensorclass_type", "register_tensordict_type"]
@@ -69,7 +79,8 @@ class _TDContext:
 
     Equality (which ``tree_map(f, td1, td2)`` and spec comparisons use) looks at the structure
     only: class, keys, batch size, device, names. The reference leaf (``ref``: a path to the
-    first tensor leaf, ``ref_shape``: its shape), the functorch level at flatten time and the
+    first tensor leaf, through nested TensorDicts and tensor classes, else to a child collection;
+    ``ref_shape``: its shape or batch size), the functorch level at flatten time and the
     non-tensor payloads are hints for ``unflatten`` and do not take part.
     """
 
@@ -104,13 +115,22 @@ class _TDContext:
 
 
 # ---------------------------------------------------------------------------- TensorDict
-def _first_tensor(td: Any) -> tuple | None:
-    """``(path, shape)`` of the first tensor leaf below ``td`` (depth first), or None."""
-    for key, value in td._items_raw():
+def _entries(value: Any) -> dict | None:
+    """The entry dict of a TensorDict, or of a tensor class's inner TensorDict; else None."""
+    if isinstance(value, TensorDict):
+        return value._tensordict
+    inner = getattr(value, "_tensordict", None)
+    return inner._tensordict if isinstance(inner, TensorDict) else None
+
+
+def _first_tensor(entries: dict) -> tuple | None:
+    """``(path, shape)`` of the first tensor leaf below ``entries`` (depth first), or None."""
+    for key, value in entries.items():
         if isinstance(value, _Tensor):
             return (key,), value.shape
-        if _is_collection(value) and not value._is_non_tensor:
-            found = _first_tensor(value)
+        sub = _entries(value)
+        if sub is not None:
+            found = _first_tensor(sub)
             if found is not None:
                 return (key,) + found[0], found[1]
     return None
@@ -121,7 +141,7 @@ def _td_flatten(td: TensorDict) -> tuple[list, _TDContext]:
     children = []
     child_keys = []
     non_tensor = None
-    ref = ref_shape = None
+    ref = ref_shape = fallback = None
     for key, value in entries.items():
         if isinstance(value, _Tensor):
             if ref is None:
@@ -134,11 +154,17 @@ def _td_flatten(td: TensorDict) -> tuple[list, _TDContext]:
             non_tensor.append((key, value))
             continue
         elif ref is None:
-            found = _first_tensor(value)
+            sub = _entries(value)
+            found = None if sub is None else _first_tensor(sub)
             if found is not None:
                 ref, ref_shape = (len(children),) + found[0], found[1]
+            elif fallback is None:
+                fallback = len(children), value.batch_size
         children.append(value)
         child_keys.append(key)
+    if ref is None and fallback is not None:
+        # no tensor leaf anywhere below (e.g. only lazy stacks): follow a child's batch size
+        ref, ref_shape = (fallback[0],), fallback[1]
     keys = tuple(entries)
     child_keys = keys if non_tensor is None else tuple(child_keys)
     names = td._names
@@ -183,11 +209,11 @@ def _infer_batch_size(values: list, ctx: _TDContext) -> tuple[torch.Size, tuple 
     if ref is not None:
         leaf = values[ref[0]]
         for part in ref[1:]:
-            leaf = leaf._get_str(part, None) if _is_collection(leaf) else None
-        if isinstance(leaf, _Tensor):
-            new = leaf.shape
-            if new != ctx.ref_shape:
-                batch_size, names = _adjust(batch_size, names, ctx.ref_shape, new, leaf, ctx.level)
+            sub = _entries(leaf)
+            leaf = None if sub is None else sub.get(part)
+        new = _shape(leaf)
+        if new is not None and new != ctx.ref_shape:
+            batch_size, names = _adjust(batch_size, names, ctx.ref_shape, new, leaf, ctx.level)
     n = len(batch_size)
     for value in values:
         shape = _shape(value)
@@ -196,14 +222,14 @@ def _infer_batch_size(values: list, ctx: _TDContext) -> tuple[torch.Size, tuple 
     return batch_size, names
 
 
-def _adjust(batch_size: torch.Size, names: tuple | None, old: torch.Size, new: torch.Size, leaf: torch.Tensor, level: int | None):
-    """The batch size (and names) after the reference leaf went from shape ``old`` to ``new``."""
+def _adjust(batch_size: torch.Size, names: tuple | None, old: torch.Size, new: torch.Size, leaf: Any, level: int | None):
+    """The batch size (and names) after the reference (a tensor leaf, else a collection) went from shape ``old`` to ``new``."""
     k = len(batch_size)
     diff = len(new) - len(old)
     if diff == 0:
         return (batch_size, names) if new[:k] == batch_size else (torch.Size(new[:k]), names)
     if diff == -1:
-        if not _is_compiling() and _is_batched(leaf) and (level is None or _get_level(leaf) > level):
+        if isinstance(leaf, _Tensor) and not _is_compiling() and _is_batched(leaf) and (level is None or _get_level(leaf) > level):
             pos = _get_bdim(leaf)  # vmap in_dims: the exact dim that was mapped
         elif new[:k] == batch_size:
             return batch_size, names
@@ -283,6 +309,8 @@ def _td_from_dumpable(cls: type):
 
 def register_tensordict_type(cls: type) -> None:
     """Register a TensorDict subclass (``_tensordict`` storage, ``_new_unsafe``) as a pytree node."""
+    if cls in SUPPORTED_NODES:
+        return
     register_pytree_node(
         cls,
         _td_flatten,
@@ -295,25 +323,41 @@ def register_tensordict_type(cls: type) -> None:
 
 
 # ---------------------------------------------------------------------------- other collections
-def register_lazy_stack_type(cls: type, stack: Any) -> None:
-    """Register a lazy stack class: children are its stacked collections, ``stack(children, dim)`` rebuilds it.
+def register_lazy_stack_type(cls: type) -> None:
+    """Register a lazy stack class: it flattens into its members (``tensordicts``).
 
-    ``cls`` instances must expose ``tensordicts`` (the stacked collections) and ``stack_dim``.
-    Under ``vmap`` the stacked collections adjust their own batch sizes; ``in_dims`` must not
-    point at the stack dim.
+    The context is ``(cls, stack_dim, stack_dim_name, member batch dims, batch size)``;
+    ``cls._new_unsafe(members, stack_dim, batch_size, stack_dim_name)`` rebuilds the stack.
+
+    ``vmap`` cannot map a lazy stack's dims through the pytree: the mapped dim would be taken from
+    every member's leaves (a member dim), not from the stack, so a member batch size that gains or
+    loses dims raises. Pass a lazy stack with ``in_dims=None``, or densify it first
+    (``lazy.to_tensordict()`` / ``torch.stack(lazy.tensordicts, lazy.stack_dim)``).
     """
     if cls in SUPPORTED_NODES:
         return
 
     def flatten(obj: Any) -> tuple[list, tuple]:
-        return list(obj.tensordicts), (cls, obj.stack_dim)
+        tds = list(obj.tensordicts)
+        member_dims = len(obj.batch_size) - 1
+        return tds, (cls, obj.stack_dim, obj._stack_dim_name, member_dims, obj.batch_size if not tds else None)
 
     def flatten_with_keys(obj: Any) -> tuple[list, tuple]:
         children, ctx = flatten(obj)
         return [(SequenceKey(i), v) for i, v in enumerate(children)], ctx
 
     def unflatten(values: Iterable[Any], ctx: tuple) -> Any:
-        return stack(list(values), ctx[1])
+        klass, stack_dim, name, member_dims, empty_batch_size = ctx
+        tds = list(values)
+        for td in tds:
+            if _is_collection(td) and td.batch_dims != member_dims:
+                raise RuntimeError(
+                    f"{klass.__name__}: a member's batch size went from {member_dims} to {td.batch_dims} dims while "
+                    "rebuilding the lazy stack from its pytree (torch.vmap with in_dims/out_dims on a lazy stack?). "
+                    "vmap cannot map the dims of a lazy stack: pass it with in_dims=None or densify it first "
+                    "with lazy.to_tensordict()."
+                )
+        return klass._new_unsafe(tds, stack_dim, empty_batch_size, name)
 
     register_pytree_node(cls, flatten, unflatten, flatten_with_keys_fn=flatten_with_keys)
 
@@ -342,3 +386,4 @@ def register_tensorclass_type(cls: type) -> None:
 
 
 register_tensordict_type(TensorDict)
+register_lazy_stack_type(LazyStackedTensorDict)
