@@ -1,0 +1,120 @@
+"""Static checks of the monorepo layout: package metadata and the no-sibling-import rule.
+
+These read files only (no build, no install), so they run in well under a second.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+from pathlib import Path
+
+import pytest
+
+try:
+    import tomllib
+except ModuleNotFoundError:  # Python 3.10
+    tomllib = pytest.importorskip("tomli")
+
+REPO = Path(__file__).resolve().parents[2]
+PACKAGE_DIRS = sorted(p.parent for p in (REPO / "packages").glob("*/pyproject.toml"))
+
+# folder -> (distribution, import name), as in DESIGN.md section 1.
+EXPECTED = {
+    "tdict": ("rl-tdict", "tdict"),
+    "rl-envs": ("rl-envs", "rl_envs"),
+    "rl-collect": ("rl-collect", "rl_collect"),
+    "rl-replay": ("rl-replay", "rl_replay"),
+    "rl-objectives": ("rl-objectives", "rl_objectives"),
+    "rl-llm": ("rl-llm", "rl_llm"),
+    "rl-kernels": ("rl-kernels", "rl_kernels"),
+}
+IMPORT_NAMES = {imp for _, imp in EXPECTED.values()}
+# rl_kernels is an optional accelerator: callers may import it, but only lazily (inside a
+# function, behind the `[kernels]` extra) and always with a pure-torch fallback.
+LAZY_ONLY = {"rl_kernels"}
+
+
+def _pyproject(folder: Path) -> dict:
+    return tomllib.loads((folder / "pyproject.toml").read_text(encoding="utf-8"))
+
+
+def _req_name(req: str) -> str:
+    return re.split(r"[\s<>=!~;\[(@]", req, maxsplit=1)[0].lower().replace("_", "-")
+
+
+def test_every_package_of_the_design_is_present() -> None:
+    assert sorted(p.name for p in PACKAGE_DIRS) == sorted(EXPECTED)
+
+
+@pytest.mark.parametrize("folder", PACKAGE_DIRS, ids=lambda p: p.name)
+def test_package_metadata(folder: Path) -> None:
+    dist, imp = EXPECTED[folder.name]
+    data = _pyproject(folder)
+    project = data["project"]
+    assert data["build-system"]["build-backend"] == "hatchling.build"
+    assert project["name"] == dist
+    assert project["requires-python"] == ">=3.10"
+    assert project["license"] == "MIT"
+    assert project["readme"] == "README.md" and (folder / "README.md").is_file()
+    assert (folder / "LICENSE").is_file()
+    assert data["tool"]["hatch"]["build"]["targets"]["wheel"]["packages"] == [f"src/{imp}"]
+    deps = {_req_name(r) for r in project.get("dependencies", [])}
+    siblings = {d for d, _ in EXPECTED.values()} - {dist}
+    # The only sibling a package may depend on is rl-tdict; rl-kernels only via an extra.
+    assert deps & siblings <= {"rl-tdict"}
+    if dist not in ("rl-tdict", "rl-kernels"):
+        assert "rl-tdict" in deps
+    assert "tensordict" not in deps, "the peer library belongs to the bench environment only"
+    for extra, reqs in project.get("optional-dependencies", {}).items():
+        assert {_req_name(r) for r in reqs} & siblings <= {"rl-kernels"}, extra
+
+
+def _module_level_imports(tree: ast.Module) -> set[ast.AST]:
+    """Import nodes that run at import time (not inside a function or lambda body)."""
+    eager: set[ast.AST] = set()
+
+    def visit(node: ast.AST) -> None:
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
+                continue
+            if isinstance(child, (ast.Import, ast.ImportFrom)):
+                eager.add(child)
+            visit(child)
+
+    visit(tree)
+    return eager
+
+
+def _source_files() -> list[tuple[str, Path]]:
+    files = []
+    for folder in PACKAGE_DIRS:
+        own = EXPECTED[folder.name][1]
+        files += [(own, path) for path in sorted((folder / "src").rglob("*.py"))]
+    return files
+
+
+def test_no_package_imports_a_sibling() -> None:
+    problems = []
+    for own, path in _source_files():
+        tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+        eager = _module_level_imports(tree)
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Import):
+                names = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                names = [node.module]
+            else:
+                continue
+            for name in names:
+                top = name.split(".")[0]
+                if top in (own, "tdict") or top not in IMPORT_NAMES:
+                    continue
+                where = f"{path.relative_to(REPO)}:{node.lineno} imports {top}"
+                if own == "tdict":
+                    problems.append(f"{where} (tdict imports no rl_* package)")
+                elif top not in LAZY_ONLY:
+                    problems.append(f"{where} (siblings talk through the TensorDict protocol)")
+                elif node in eager:
+                    problems.append(f"{where} at import time (import it lazily, in a function)")
+    assert not problems, "\n".join(problems)
