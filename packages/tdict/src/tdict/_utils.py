@@ -27,6 +27,23 @@ class _NoDefault(enum.Enum):
 NO_DEFAULT = _NoDefault.NO_DEFAULT
 
 
+class _Missing(enum.Enum):
+    # An enum member so that torch.compile (Dynamo) treats the sentinel as a constant.
+    MISSING = 0
+
+    def __repr__(self):
+        return "MISSING"
+
+
+_MISSING = _Missing.MISSING
+
+
+def is_tensor_collection(obj: Any) -> bool:
+    """True for TensorDicts, lazy stacks, tensorclasses and non-tensor data."""
+    return getattr(type(obj), "_is_tensor_collection", False)
+
+
+
 def unravel_key(key: Any) -> NestedKey:
     """Normalise a nested key: ``("a",)`` -> ``"a"``, ``("a", ("b", "c"))`` -> ``("a", "b", "c")``.
 

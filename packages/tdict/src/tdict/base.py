@@ -7,15 +7,16 @@ Concrete classes (:class:`~tdict.TensorDict`, :class:`~tdict.LazyStackedTensorDi
 """
 from __future__ import annotations
 
-import enum
-from typing import Any, Callable, Iterator, Sequence
+from typing import Any, Callable, Iterator
 
 import torch
 
+from ._apply import ApplyMixin
 from ._arithmetic import ArithmeticMixin
-from ._keys import KeysView, default_is_leaf
+from ._key_ops import KeyOpsMixin
 from ._shape_ops import ShapeOpsMixin
-from ._utils import NO_DEFAULT, NestedKey, _key_to_tuple, parse_device, unravel_key
+from ._storage_methods import StorageMixin
+from ._utils import _MISSING, NO_DEFAULT, NestedKey, _key_to_tuple, is_tensor_collection, parse_device, unravel_key
 
 # torch functions handled through ``__torch_function__``; filled by ``_torch_function``.
 TD_HANDLED_FUNCTIONS: dict[Callable, Callable] = {}
@@ -23,16 +24,7 @@ TD_HANDLED_FUNCTIONS: dict[Callable, Callable] = {}
 NON_TENSOR_CLASSES: set[type] = set()
 
 
-def is_tensor_collection(obj: Any) -> bool:
-    """True for TensorDicts, lazy stacks, tensorclasses and non-tensor data."""
-    return getattr(type(obj), "_is_tensor_collection", False)
-
-
-def _is_leaf_value(value: Any) -> bool:
-    return isinstance(value, torch.Tensor) or type(value)._is_non_tensor
-
-
-class TensorDictBase(ArithmeticMixin, ShapeOpsMixin):
+class TensorDictBase(KeyOpsMixin, ApplyMixin, ArithmeticMixin, ShapeOpsMixin, StorageMixin):
     """Abstract base of all tensor collections. See :class:`tdict.TensorDict`."""
 
     __slots__ = ()
@@ -236,302 +228,6 @@ class TensorDictBase(ArithmeticMixin, ShapeOpsMixin):
         for key, new in non_tensor_pairs:
             parent = self if isinstance(key, str) else self._get_tuple(key[:-1], NO_DEFAULT)
             parent._set_str(key if isinstance(key, str) else key[-1], new, inplace=False, validated=True, ignore_lock=True)
-
-    def setdefault(self, key: NestedKey, default: Any) -> Any:
-        """``get(key)`` if present, else ``set(key, default)`` and return it."""
-        if key not in self:
-            self.set(key, default)
-        return self.get(key)
-
-    # ------------------------------------------------------------------ deleting
-    def __delitem__(self, key: NestedKey) -> None:
-        self.del_(key)
-
-    def del_(self, key: NestedKey) -> "TensorDictBase":
-        if self._is_locked:
-            raise RuntimeError(f"Cannot delete key {key!r}: the collection is locked.")
-        key = unravel_key(key)
-        if isinstance(key, str):
-            self._del_str(key)
-        else:
-            parent = self._get_tuple(key[:-1], NO_DEFAULT)
-            parent.del_(key[-1])
-        return self
-
-    def pop(self, key: NestedKey, default: Any = NO_DEFAULT) -> Any:
-        """Remove ``key`` and return its entry (or ``default`` when absent)."""
-        value = self.get(key, _MISSING if default is not NO_DEFAULT else NO_DEFAULT)
-        if value is _MISSING:
-            return default
-        self.del_(key)
-        return value
-
-    # ------------------------------------------------------------------ keys
-    def keys(self, include_nested: bool = False, leaves_only: bool = False, is_leaf: Callable | None = None, *, sort: bool = False):
-        """Keys of the collection; nested keys come out as tuples when ``include_nested``."""
-        return KeysView(self, include_nested, leaves_only, is_leaf, sort)
-
-    def values(self, include_nested: bool = False, leaves_only: bool = False, is_leaf: Callable | None = None, *, sort: bool = False):
-        for key in self.keys(include_nested, leaves_only, is_leaf, sort=sort):
-            yield self.get(key)
-
-    def items(self, include_nested: bool = False, leaves_only: bool = False, is_leaf: Callable | None = None, *, sort: bool = False):
-        for key in self.keys(include_nested, leaves_only, is_leaf, sort=sort):
-            yield key, self.get(key)
-
-    def is_empty(self) -> bool:
-        """True when no leaf exists (empty sub-collections don't count)."""
-        for _ in self.keys(True, True):
-            return False
-        return True
-
-    def empty(self, recurse: bool = False, *, batch_size: Any = None, device: Any = NO_DEFAULT, names: Any = None) -> "TensorDictBase":
-        """A collection with no leaves, the same batch size and device (keeps sub-structure if ``recurse``)."""
-        from .tensordict import TensorDict
-
-        out = TensorDict(
-            batch_size=self.batch_size if batch_size is None else batch_size,
-            device=self.device if device is NO_DEFAULT else device,
-            names=self._maybe_names() if batch_size is None and names is None else names,
-        )
-        if recurse:
-            for key, value in self._items_raw():
-                if not isinstance(value, torch.Tensor) and not value._is_non_tensor:
-                    out._set_str(key, value.empty(recurse=True), inplace=False, validated=True)
-        return out
-
-    def select(self, *keys: NestedKey, inplace: bool = False, strict: bool = True) -> "TensorDictBase":
-        """A collection with only ``keys`` (nested keys keep their parents)."""
-        out = self if inplace else self.empty()
-        picked = []
-        for key in keys:
-            key = unravel_key(key)
-            value = self.get(key, _MISSING)
-            if value is _MISSING:
-                if strict:
-                    raise self._missing_key_error(key)
-                continue
-            picked.append((key, value))
-        if inplace:
-            keep = {k if isinstance(k, str) else k[0] for k, _ in picked}
-            for key in [k for k, _ in self._items_raw() if k not in keep]:
-                self._del_str(key)
-            for key, _ in picked:
-                if isinstance(key, tuple):
-                    sub = self._get_str(key[0], None)
-                    sub.select(key[1:], inplace=True)
-            return self
-        for key, value in picked:
-            out.set(key, value)
-        return out
-
-    def exclude(self, *keys: NestedKey, inplace: bool = False) -> "TensorDictBase":
-        """A collection without ``keys`` (missing keys are ignored)."""
-        out = self if inplace else self.copy()
-        for key in keys:
-            key = unravel_key(key)
-            if isinstance(key, str):
-                if out._get_str(key, _MISSING) is not _MISSING:
-                    out._del_str(key)
-            else:
-                parent = out._get_tuple(key[:-1], None) if len(key) > 1 else out
-                if parent is None or isinstance(parent, torch.Tensor) or parent._get_str(key[-1], _MISSING) is _MISSING:
-                    continue
-                if not inplace:  # copy the path so the original is untouched
-                    node = out
-                    for part in key[:-1]:
-                        child = node._get_str(part, None).copy()
-                        node._set_str(part, child, inplace=False, validated=True, ignore_lock=True)
-                        node = child
-                    parent = node
-                parent._del_str(key[-1])
-        return out
-
-    def split_keys(self, *key_sets: Sequence[NestedKey], inplace: bool = False, default: Any = NO_DEFAULT, strict: bool = True, reproduce_struct: bool = False):
-        """Split into one collection per key set, plus one with the remaining keys."""
-        outs = [self.select(*ks, strict=strict and default is NO_DEFAULT) for ks in key_sets]
-        if default is not NO_DEFAULT:
-            for ks, out in zip(key_sets, outs):
-                for k in ks:
-                    if k not in out:
-                        out.set(k, default)
-        used = [unravel_key(k) for ks in key_sets for k in ks]
-        rest = self.exclude(*used, inplace=inplace)
-        return (*outs, rest)
-
-    def rename_key_(self, old_key: NestedKey, new_key: NestedKey, safe: bool = False) -> "TensorDictBase":
-        """Move ``old_key`` to ``new_key`` in place (``safe`` refuses to overwrite)."""
-        old_key, new_key = unravel_key(old_key), unravel_key(new_key)
-        if safe and new_key in self:
-            raise KeyError(f"rename_key_: {new_key!r} already exists and safe=True.")
-        value = self.get(old_key)
-        self.del_(old_key)
-        self.set(new_key, value)
-        return self
-
-    def flatten_keys(self, separator: str = ".", inplace: bool = False, is_leaf: Callable | None = None) -> "TensorDictBase":
-        """Turn nested keys into flat ``"a.b"`` keys."""
-        out = self.empty()
-        for key, value in self.items(True, True, is_leaf):
-            name = key if isinstance(key, str) else separator.join(key)
-            if name in out:
-                raise KeyError(f"flatten_keys: flattened key {name!r} collides with an existing key.")
-            out._set_str(name, value, inplace=False, validated=True)
-        if inplace:
-            for key in [k for k, _ in self._items_raw()]:
-                self._del_str(key)
-            self.update(out)
-            return self
-        return out
-
-    def unflatten_keys(self, separator: str = ".", inplace: bool = False) -> "TensorDictBase":
-        """Inverse of :meth:`flatten_keys`."""
-        out = self.empty()
-        for key, value in self._items_raw():
-            out.set(tuple(key.split(separator)), value)
-        if inplace:
-            for key in [k for k, _ in self._items_raw()]:
-                self._del_str(key)
-            self.update(out)
-            return self
-        return out
-
-    # ------------------------------------------------------------------ update
-    def update(self, input_dict_or_td: Any, clone: bool = False, inplace: bool = False, *, keys_to_update: Sequence | None = None, non_blocking: bool = False, is_leaf: Callable | None = None, update_batch_size: bool = False, ignore_lock: bool = False) -> "TensorDictBase":
-        """Write every entry of ``input_dict_or_td`` into ``self`` (recursively merging sub-collections)."""
-        if input_dict_or_td is self:
-            return self
-        allowed = None if keys_to_update is None else {unravel_key(k) for k in keys_to_update}
-        items = input_dict_or_td._items_raw() if is_tensor_collection(input_dict_or_td) else input_dict_or_td.items()
-        for key, value in items:
-            if not isinstance(key, str):
-                if allowed is not None and unravel_key(key) not in allowed:
-                    continue
-                self.set(key, value.clone() if clone else value, inplace=inplace)
-                continue
-            if allowed is not None and key not in allowed and not any(isinstance(a, tuple) and a[0] == key for a in allowed):
-                continue
-            if clone:
-                value = value.clone()
-            dest = self._get_str(key, None)
-            if dest is not None and not isinstance(dest, torch.Tensor) and not dest._is_non_tensor and (is_tensor_collection(value) or isinstance(value, dict)) and not (is_tensor_collection(value) and value._is_non_tensor):
-                sub_allowed = None if allowed is None else [a[1:] for a in allowed if isinstance(a, tuple) and a[0] == key] or None
-                if allowed is not None and key in allowed:
-                    sub_allowed = None
-                dest.update(value, inplace=inplace, keys_to_update=sub_allowed, ignore_lock=ignore_lock)
-            else:
-                self._set_str(key, value, inplace=inplace and dest is not None, validated=False, ignore_lock=ignore_lock)
-        return self
-
-    def update_(self, input_dict_or_td: Any, clone: bool = False, *, keys_to_update: Sequence | None = None) -> "TensorDictBase":
-        """Like :meth:`update` but every key must exist and values are copied in place."""
-        items = input_dict_or_td.items(True, True) if is_tensor_collection(input_dict_or_td) else _flat_dict_items(input_dict_or_td)
-        pairs = []
-        for key, value in items:
-            if keys_to_update is not None and unravel_key(key) not in {unravel_key(k) for k in keys_to_update}:
-                continue
-            dest = self.get(key, _MISSING)
-            if dest is _MISSING:
-                raise self._missing_key_error(key)
-            pairs.append((dest, value))
-        for dest, value in pairs:
-            if isinstance(dest, torch.Tensor):
-                dest.copy_(value)
-        return self
-
-    def update_at_(self, input_dict_or_td: Any, index: Any) -> "TensorDictBase":
-        """Write ``input_dict_or_td`` into ``self[index]`` in place."""
-        self._set_at_index(index, input_dict_or_td if is_tensor_collection(input_dict_or_td) else self._from_dict_like(input_dict_or_td, index))
-        return self
-
-    def _from_dict_like(self, data: dict, index: Any) -> "TensorDictBase":
-        from .tensordict import TensorDict
-
-        return TensorDict(data, batch_size=self._index(index).batch_size)
-
-    # ------------------------------------------------------------------ apply family
-    def apply(self, fn: Callable, *others: "TensorDictBase", batch_size: Sequence[int] | None = None, device: Any = NO_DEFAULT, names: Any = NO_DEFAULT, inplace: bool = False, default: Any = NO_DEFAULT, filter_empty: bool | None = None, call_on_nested: bool = False, **constructor_kwargs) -> "TensorDictBase | None":
-        """Apply ``fn`` to every leaf (and the matching leaves of ``others``).
-
-        Returning ``None`` from ``fn`` drops the key; sub-collections left empty are dropped
-        when ``filter_empty`` is true. ``inplace`` writes the results into ``self``.
-
-        Example:
-            >>> import torch
-            >>> from tdict import TensorDict
-            >>> td = TensorDict(a=torch.zeros(3), batch_size=[3])
-            >>> td.apply(lambda x: x + 1)["a"]
-            tensor([1., 1., 1.])
-        """
-        return self._apply(fn, others, None, (), batch_size, device, names, inplace, default, filter_empty, call_on_nested, constructor_kwargs)
-
-    def named_apply(self, fn: Callable, *others: "TensorDictBase", nested_keys: bool = False, batch_size: Sequence[int] | None = None, device: Any = NO_DEFAULT, names: Any = NO_DEFAULT, inplace: bool = False, default: Any = NO_DEFAULT, filter_empty: bool | None = None, call_on_nested: bool = False, **constructor_kwargs) -> "TensorDictBase | None":
-        """Like :meth:`apply`, with the key passed first: ``fn(key, leaf, *other_leaves)``."""
-        return self._apply(fn, others, bool(nested_keys), (), batch_size, device, names, inplace, default, filter_empty, call_on_nested, constructor_kwargs)
-
-    def apply_(self, fn: Callable, *others: "TensorDictBase", **kwargs) -> "TensorDictBase":
-        """In-place :meth:`apply`: leaves are replaced (or copied into) by ``fn``'s result."""
-        return self._apply(fn, others, None, (), None, NO_DEFAULT, NO_DEFAULT, True, kwargs.get("default", NO_DEFAULT), None, False, {})
-
-    def _apply(self, fn, others, named, path, batch_size, device, names, inplace, default, filter_empty, call_on_nested, constructor_kwargs):
-        # named: None for apply, False/True for named_apply (own key / full nested key); path: keys above self.
-        from .tensordict import TensorDict
-
-        out_bs = self.batch_size if batch_size is None else torch.Size(batch_size)
-        if names is NO_DEFAULT:
-            names = self._maybe_names() if batch_size is None else None
-        out_device = self.device if device is NO_DEFAULT else parse_device(device)
-        result = {}
-        had_entries = False
-        for key, value in self._items_raw():
-            had_entries = True
-            other_values = []
-            for other in others:
-                other_value = other._get_str(key, _MISSING)
-                if other_value is _MISSING:
-                    if default is NO_DEFAULT:
-                        raise KeyError(f"apply: key {path + (key,)!r} is missing from one of the other collections (pass default= to fill it).")
-                    other_value = default
-                other_values.append(other_value)
-            if isinstance(value, torch.Tensor) or call_on_nested:
-                if named is None:
-                    new = fn(value, *other_values)
-                else:
-                    new = fn(unravel_key(path + (key,)) if named else key, value, *other_values)
-                if new is not None:
-                    result[key] = new
-            elif value._is_non_tensor:
-                result[key] = value if batch_size is None else value._with_batch_size(out_bs)
-            else:
-                new = value._apply(fn, other_values, named, path + (key,), batch_size, device, NO_DEFAULT, inplace, default, filter_empty, call_on_nested, constructor_kwargs)
-                if new is not None and not (filter_empty and new.is_empty()):
-                    result[key] = new
-        if inplace:
-            for key, new in result.items():
-                dest = self._get_str(key, None)
-                if dest is new:
-                    continue
-                if isinstance(dest, torch.Tensor) and isinstance(new, torch.Tensor) and dest.shape == new.shape and dest.dtype == new.dtype and dest.device == new.device:
-                    dest.copy_(new)
-                else:
-                    self._set_str(key, new, inplace=False, validated=False, ignore_lock=True)
-            return self
-        if had_entries and not result and filter_empty is not False:
-            return None
-        if batch_size is None and not constructor_kwargs:
-            return TensorDict._new_unsafe(result, out_bs, out_device, names)
-        return TensorDict(result, batch_size=out_bs, device=out_device, names=names, **constructor_kwargs)
-
-    def map(self, fn: Callable, dim: int = 0, num_workers: int | None = None, *, chunksize: int | None = None, num_chunks: int | None = None, pool: Any = None, mp_start_method: str | None = None, **kwargs: Any) -> "TensorDictBase":
-        """Apply ``fn`` to chunks of ``self`` along ``dim`` in a process pool and concatenate the results.
-
-        ``fn`` must be picklable (a module-level function) and return a collection, a tensor or
-        ``None``. ``kwargs``: ``out``, ``generator``, ``max_tasks_per_child``, ``worker_threads``,
-        ``timeout`` (see :func:`tdict._map.map_chunks`).
-        """
-        from ._map import map_chunks
-
-        return map_chunks(self, fn, dim=dim, num_workers=num_workers, chunksize=chunksize, num_chunks=num_chunks, pool=pool, mp_start_method=mp_start_method, **kwargs)
 
     # ------------------------------------------------------------------ copies, dtype, device
     def clone(self, recurse: bool = True, **kwargs) -> "TensorDictBase":
@@ -739,70 +435,6 @@ class TensorDictBase(ArithmeticMixin, ShapeOpsMixin):
         except (TypeError, ValueError, RuntimeError) as err:
             raise TypeError(f"Key {key!r}: cannot convert {type(value).__name__} to a tensor.") from err
 
-    def state_dict(self, destination: dict | None = None, prefix: str = "", keep_vars: bool = False, flatten: bool = False) -> dict:
-        """A plain dict (nested, or flat with ``"."`` keys) of the leaves plus ``__batch_size`` / ``__device``."""
-        from .persistence import state_dict
-
-        return state_dict(self, destination=destination, prefix=prefix, keep_vars=keep_vars, flatten=flatten)
-
-    def load_state_dict(self, state_dict: dict, strict: bool = True, assign: bool = False, from_flatten: bool = False) -> "TensorDictBase":
-        from .persistence import load_state_dict
-
-        return load_state_dict(self, state_dict, strict=strict, assign=assign, from_flatten=from_flatten)
-
-    def memmap_(self, prefix: Any = None, copy_existing: bool = False, *, num_threads: int = 0, existsok: bool = True, robust_key: bool | None = None, share_non_tensor: bool = False, fsync: bool = False) -> "TensorDictBase":
-        """Write every leaf to memory-mapped files under ``prefix`` (crash-safe) and point the leaves at them."""
-        from .persistence import memmap_
-
-        return memmap_(self, prefix, copy_existing=copy_existing, existsok=existsok, inplace=True, fsync=fsync)
-
-    def memmap(self, prefix: Any = None, copy_existing: bool = False, *, num_threads: int = 0, existsok: bool = True, fsync: bool = False, **kwargs) -> "TensorDictBase":
-        """Like :meth:`memmap_` but returns a new collection and leaves ``self`` untouched."""
-        from .persistence import memmap_
-
-        return memmap_(self, prefix, copy_existing=copy_existing, existsok=existsok, inplace=False, fsync=fsync)
-
-    def memmap_like(self, prefix: Any = None, copy_existing: bool = False, *, existsok: bool = True, num_threads: int = 0) -> "TensorDictBase":
-        """A memory-mapped collection with the same structure, shapes and dtypes, contents uninitialised."""
-        from .persistence import memmap_like
-
-        return memmap_like(self, prefix, existsok=existsok)
-
-    def save(self, prefix: Any = None, copy_existing: bool = False, *, num_threads: int = 0, existsok: bool = True, fsync: bool = False, **kwargs) -> "TensorDictBase":
-        """Save to ``prefix`` (memmap layout, JSON metadata); returns ``self``."""
-        self.memmap(prefix, copy_existing=copy_existing, existsok=existsok, fsync=fsync)
-        return self
-
-    dumps = save
-
-    @classmethod
-    def load_memmap(cls, prefix: Any, device: Any = None, non_blocking: bool = False, *, out: Any = None) -> "TensorDictBase":
-        """Open a collection saved with :meth:`memmap_`/:meth:`save` (never unpickles)."""
-        from .persistence import load_memmap
-
-        return load_memmap(prefix, device=device, non_blocking=non_blocking, out=out)
-
-    @classmethod
-    def load(cls, prefix: Any, device: Any = None, non_blocking: bool = False, *, out: Any = None) -> "TensorDictBase":
-        return cls.load_memmap(prefix, device=device, non_blocking=non_blocking, out=out)
-
-    def is_memmap(self) -> bool:
-        from .memmap import MemoryMappedTensor
-
-        leaves = [v for v in self.values(True, True) if isinstance(v, torch.Tensor)]
-        return bool(leaves) and all(isinstance(v, MemoryMappedTensor) for v in leaves)
-
-    def consolidate(self, filename: Any = None, *, num_threads: int = 0, device: Any = None, non_blocking: bool = False, inplace: bool = False, return_early: bool = False, use_buffer: bool = False, share_memory: bool = False, pin_memory: bool = False, metadata: bool = False) -> "TensorDictBase":
-        """A copy whose leaves all live in one contiguous storage (fast to move and to share)."""
-        from .consolidate import consolidate
-
-        return consolidate(self, filename=filename, device=device, share_memory=share_memory, pin_memory=pin_memory)
-
-    def is_consolidated(self) -> bool:
-        from .consolidate import is_consolidated
-
-        return is_consolidated(self)
-
     @classmethod
     def __torch_function__(cls, func, types, args=(), kwargs=None):
         handler = TD_HANDLED_FUNCTIONS.get(func)
@@ -813,19 +445,8 @@ class TensorDictBase(ArithmeticMixin, ShapeOpsMixin):
     def __repr__(self) -> str:
         return _repr(self, 0)
 
-    def __eq_structure__(self, other) -> bool:  # pragma: no cover - helper for tests
-        return set(self.keys(True, True)) == set(other.keys(True, True))
 
 
-class _Missing(enum.Enum):
-    # An enum member so that torch.compile (Dynamo) treats the sentinel as a constant.
-    MISSING = 0
-
-    def __repr__(self):
-        return "MISSING"
-
-
-_MISSING = _Missing.MISSING
 
 
 def _is_key_tuple(index: tuple) -> bool:
@@ -857,14 +478,6 @@ def _numpy_tree(tree: dict) -> dict:
 def _indexed_batch_size(batch_size: torch.Size, index: Any) -> torch.Size:
     """The batch size that ``index`` produces, computed on a zero-stride stand-in tensor."""
     return torch.zeros(()).expand(batch_size)[index].shape
-
-
-def _flat_dict_items(d: dict, prefix: tuple = ()):
-    for key, value in d.items():
-        if isinstance(value, dict):
-            yield from _flat_dict_items(value, prefix + (key,))
-        else:
-            yield (prefix + (key,) if prefix else key), value
 
 
 def _repr(td: TensorDictBase, indent: int) -> str:

@@ -1,0 +1,239 @@
+"""Key-structure operations: select, exclude, update, rename, flatten, pop...
+
+Written against the collection primitives (``_items_raw``, ``_get_str``, ``_set_str``,
+``_del_str``, ``get``, ``set``) so that every collection type shares them.
+"""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Callable, Sequence
+
+import torch
+
+from ._keys import KeysView
+from ._utils import _MISSING, NO_DEFAULT, NestedKey, is_tensor_collection, unravel_key
+
+
+if TYPE_CHECKING:
+    from .base import TensorDictBase
+
+class KeyOpsMixin:
+    """Operations that read or reshape the key structure of a collection."""
+
+    __slots__ = ()
+
+    def __delitem__(self, key: NestedKey) -> None:
+        self.del_(key)
+
+    def del_(self, key: NestedKey) -> "TensorDictBase":
+        if self._is_locked:
+            raise RuntimeError(f"Cannot delete key {key!r}: the collection is locked.")
+        key = unravel_key(key)
+        if isinstance(key, str):
+            self._del_str(key)
+        else:
+            parent = self._get_tuple(key[:-1], NO_DEFAULT)
+            parent.del_(key[-1])
+        return self
+
+    def pop(self, key: NestedKey, default: Any = NO_DEFAULT) -> Any:
+        """Remove ``key`` and return its entry (or ``default`` when absent)."""
+        value = self.get(key, _MISSING if default is not NO_DEFAULT else NO_DEFAULT)
+        if value is _MISSING:
+            return default
+        self.del_(key)
+        return value
+
+    def keys(self, include_nested: bool = False, leaves_only: bool = False, is_leaf: Callable | None = None, *, sort: bool = False):
+        """Keys of the collection; nested keys come out as tuples when ``include_nested``."""
+        return KeysView(self, include_nested, leaves_only, is_leaf, sort)
+
+    def values(self, include_nested: bool = False, leaves_only: bool = False, is_leaf: Callable | None = None, *, sort: bool = False):
+        for key in self.keys(include_nested, leaves_only, is_leaf, sort=sort):
+            yield self.get(key)
+
+    def items(self, include_nested: bool = False, leaves_only: bool = False, is_leaf: Callable | None = None, *, sort: bool = False):
+        for key in self.keys(include_nested, leaves_only, is_leaf, sort=sort):
+            yield key, self.get(key)
+
+    def is_empty(self) -> bool:
+        """True when no leaf exists (empty sub-collections don't count)."""
+        for _ in self.keys(True, True):
+            return False
+        return True
+
+    def empty(self, recurse: bool = False, *, batch_size: Any = None, device: Any = NO_DEFAULT, names: Any = None) -> "TensorDictBase":
+        """A collection with no leaves, the same batch size and device (keeps sub-structure if ``recurse``)."""
+        from .tensordict import TensorDict
+
+        out = TensorDict(
+            batch_size=self.batch_size if batch_size is None else batch_size,
+            device=self.device if device is NO_DEFAULT else device,
+            names=self._maybe_names() if batch_size is None and names is None else names,
+        )
+        if recurse:
+            for key, value in self._items_raw():
+                if not isinstance(value, torch.Tensor) and not value._is_non_tensor:
+                    out._set_str(key, value.empty(recurse=True), inplace=False, validated=True)
+        return out
+
+    def select(self, *keys: NestedKey, inplace: bool = False, strict: bool = True) -> "TensorDictBase":
+        """A collection with only ``keys`` (nested keys keep their parents)."""
+        out = self if inplace else self.empty()
+        picked = []
+        for key in keys:
+            key = unravel_key(key)
+            value = self.get(key, _MISSING)
+            if value is _MISSING:
+                if strict:
+                    raise self._missing_key_error(key)
+                continue
+            picked.append((key, value))
+        if inplace:
+            keep = {k if isinstance(k, str) else k[0] for k, _ in picked}
+            for key in [k for k, _ in self._items_raw() if k not in keep]:
+                self._del_str(key)
+            for key, _ in picked:
+                if isinstance(key, tuple):
+                    sub = self._get_str(key[0], None)
+                    sub.select(key[1:], inplace=True)
+            return self
+        for key, value in picked:
+            out.set(key, value)
+        return out
+
+    def exclude(self, *keys: NestedKey, inplace: bool = False) -> "TensorDictBase":
+        """A collection without ``keys`` (missing keys are ignored)."""
+        out = self if inplace else self.copy()
+        for key in keys:
+            key = unravel_key(key)
+            if isinstance(key, str):
+                if out._get_str(key, _MISSING) is not _MISSING:
+                    out._del_str(key)
+            else:
+                parent = out._get_tuple(key[:-1], None) if len(key) > 1 else out
+                if parent is None or isinstance(parent, torch.Tensor) or parent._get_str(key[-1], _MISSING) is _MISSING:
+                    continue
+                if not inplace:  # copy the path so the original is untouched
+                    node = out
+                    for part in key[:-1]:
+                        child = node._get_str(part, None).copy()
+                        node._set_str(part, child, inplace=False, validated=True, ignore_lock=True)
+                        node = child
+                    parent = node
+                parent._del_str(key[-1])
+        return out
+
+    def split_keys(self, *key_sets: Sequence[NestedKey], inplace: bool = False, default: Any = NO_DEFAULT, strict: bool = True, reproduce_struct: bool = False):
+        """Split into one collection per key set, plus one with the remaining keys."""
+        outs = [self.select(*ks, strict=strict and default is NO_DEFAULT) for ks in key_sets]
+        if default is not NO_DEFAULT:
+            for ks, out in zip(key_sets, outs):
+                for k in ks:
+                    if k not in out:
+                        out.set(k, default)
+        used = [unravel_key(k) for ks in key_sets for k in ks]
+        rest = self.exclude(*used, inplace=inplace)
+        return (*outs, rest)
+
+    def rename_key_(self, old_key: NestedKey, new_key: NestedKey, safe: bool = False) -> "TensorDictBase":
+        """Move ``old_key`` to ``new_key`` in place (``safe`` refuses to overwrite)."""
+        old_key, new_key = unravel_key(old_key), unravel_key(new_key)
+        if safe and new_key in self:
+            raise KeyError(f"rename_key_: {new_key!r} already exists and safe=True.")
+        value = self.get(old_key)
+        self.del_(old_key)
+        self.set(new_key, value)
+        return self
+
+    def flatten_keys(self, separator: str = ".", inplace: bool = False, is_leaf: Callable | None = None) -> "TensorDictBase":
+        """Turn nested keys into flat ``"a.b"`` keys."""
+        out = self.empty()
+        for key, value in self.items(True, True, is_leaf):
+            name = key if isinstance(key, str) else separator.join(key)
+            if name in out:
+                raise KeyError(f"flatten_keys: flattened key {name!r} collides with an existing key.")
+            out._set_str(name, value, inplace=False, validated=True)
+        if inplace:
+            for key in [k for k, _ in self._items_raw()]:
+                self._del_str(key)
+            self.update(out)
+            return self
+        return out
+
+    def unflatten_keys(self, separator: str = ".", inplace: bool = False) -> "TensorDictBase":
+        """Inverse of :meth:`flatten_keys`."""
+        out = self.empty()
+        for key, value in self._items_raw():
+            out.set(tuple(key.split(separator)), value)
+        if inplace:
+            for key in [k for k, _ in self._items_raw()]:
+                self._del_str(key)
+            self.update(out)
+            return self
+        return out
+
+    def update(self, input_dict_or_td: Any, clone: bool = False, inplace: bool = False, *, keys_to_update: Sequence | None = None, non_blocking: bool = False, is_leaf: Callable | None = None, update_batch_size: bool = False, ignore_lock: bool = False) -> "TensorDictBase":
+        """Write every entry of ``input_dict_or_td`` into ``self`` (recursively merging sub-collections)."""
+        if input_dict_or_td is self:
+            return self
+        allowed = None if keys_to_update is None else {unravel_key(k) for k in keys_to_update}
+        items = input_dict_or_td._items_raw() if is_tensor_collection(input_dict_or_td) else input_dict_or_td.items()
+        for key, value in items:
+            if not isinstance(key, str):
+                if allowed is not None and unravel_key(key) not in allowed:
+                    continue
+                self.set(key, value.clone() if clone else value, inplace=inplace)
+                continue
+            if allowed is not None and key not in allowed and not any(isinstance(a, tuple) and a[0] == key for a in allowed):
+                continue
+            if clone:
+                value = value.clone()
+            dest = self._get_str(key, None)
+            if dest is not None and not isinstance(dest, torch.Tensor) and not dest._is_non_tensor and (is_tensor_collection(value) or isinstance(value, dict)) and not (is_tensor_collection(value) and value._is_non_tensor):
+                sub_allowed = None if allowed is None else [a[1:] for a in allowed if isinstance(a, tuple) and a[0] == key] or None
+                if allowed is not None and key in allowed:
+                    sub_allowed = None
+                dest.update(value, inplace=inplace, keys_to_update=sub_allowed, ignore_lock=ignore_lock)
+            else:
+                self._set_str(key, value, inplace=inplace and dest is not None, validated=False, ignore_lock=ignore_lock)
+        return self
+
+    def update_(self, input_dict_or_td: Any, clone: bool = False, *, keys_to_update: Sequence | None = None) -> "TensorDictBase":
+        """Like :meth:`update` but every key must exist and values are copied in place."""
+        items = input_dict_or_td.items(True, True) if is_tensor_collection(input_dict_or_td) else _flat_dict_items(input_dict_or_td)
+        pairs = []
+        for key, value in items:
+            if keys_to_update is not None and unravel_key(key) not in {unravel_key(k) for k in keys_to_update}:
+                continue
+            dest = self.get(key, _MISSING)
+            if dest is _MISSING:
+                raise self._missing_key_error(key)
+            pairs.append((dest, value))
+        for dest, value in pairs:
+            if isinstance(dest, torch.Tensor):
+                dest.copy_(value)
+        return self
+
+    def update_at_(self, input_dict_or_td: Any, index: Any) -> "TensorDictBase":
+        """Write ``input_dict_or_td`` into ``self[index]`` in place."""
+        self._set_at_index(index, input_dict_or_td if is_tensor_collection(input_dict_or_td) else self._from_dict_like(input_dict_or_td, index))
+        return self
+
+    def _from_dict_like(self, data: dict, index: Any) -> "TensorDictBase":
+        from .tensordict import TensorDict
+
+        return TensorDict(data, batch_size=self._index(index).batch_size)
+
+    def setdefault(self, key: NestedKey, default: Any) -> Any:
+        """``get(key)`` if present, else ``set(key, default)`` and return it."""
+        if key not in self:
+            self.set(key, default)
+        return self.get(key)
+
+
+def _flat_dict_items(d: dict, prefix: tuple = ()):
+    for key, value in d.items():
+        if isinstance(value, dict):
+            yield from _flat_dict_items(value, prefix + (key,))
+        else:
+            yield (prefix + (key,) if prefix else key), value
