@@ -16,6 +16,7 @@ from ._arithmetic import ArithmeticMixin
 from ._key_ops import KeyOpsMixin
 from ._shape_ops import ShapeOpsMixin
 from ._storage_methods import StorageMixin
+from ._indexing import _expand_index, _indexed_batch_size, _is_key_tuple  # noqa: F401  (re-exported)
 from ._utils import _MISSING, NO_DEFAULT, NestedKey, _key_to_tuple, is_tensor_collection, parse_device, unravel_key
 
 # torch functions handled through ``__torch_function__``; filled by ``_torch_function``.
@@ -446,38 +447,8 @@ class TensorDictBase(KeyOpsMixin, ApplyMixin, ArithmeticMixin, ShapeOpsMixin, St
         return _repr(self, 0)
 
 
-
-
-
-def _is_key_tuple(index: tuple) -> bool:
-    for part in index:
-        if isinstance(part, str):
-            continue
-        if isinstance(part, tuple) and part and _is_key_tuple(part):
-            continue
-        return False
-    return True
-
-
-def _expand_index(index: Any, batch_dims: int) -> Any:
-    """Replace an Ellipsis so that it spans batch dims only (leaf feature dims stay whole)."""
-    if index is Ellipsis:
-        return (slice(None),) * batch_dims
-    if isinstance(index, tuple) and any(p is Ellipsis for p in index):
-        used = sum(1 for p in index if p is not None and p is not Ellipsis and not (isinstance(p, torch.Tensor) and p.dtype == torch.bool))
-        used += sum(p.dim() for p in index if isinstance(p, torch.Tensor) and p.dtype == torch.bool)
-        pos = next(i for i, p in enumerate(index) if p is Ellipsis)
-        return index[:pos] + (slice(None),) * (batch_dims - used) + index[pos + 1 :]
-    return index
-
-
 def _numpy_tree(tree: dict) -> dict:
     return {k: _numpy_tree(v) if isinstance(v, dict) else v.numpy() if isinstance(v, torch.Tensor) else v for k, v in tree.items()}
-
-
-def _indexed_batch_size(batch_size: torch.Size, index: Any) -> torch.Size:
-    """The batch size that ``index`` produces, computed on a zero-stride stand-in tensor."""
-    return torch.zeros(()).expand(batch_size)[index].shape
 
 
 def _repr(td: TensorDictBase, indent: int) -> str:

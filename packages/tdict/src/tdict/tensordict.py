@@ -7,7 +7,8 @@ import torch
 
 from ._keys import KeysView
 from ._utils import NO_DEFAULT, NestedKey, _key_to_tuple, normalize_dim, parse_batch_size, parse_device
-from .base import _MISSING, NON_TENSOR_CLASSES, TensorDictBase, _expand_index, is_tensor_collection
+from ._indexing import _batch_size_from_entry, _indexed_batch_size, _normalize_index
+from .base import _MISSING, NON_TENSOR_CLASSES, TensorDictBase, is_tensor_collection
 
 
 class TensorDict(TensorDictBase):
@@ -330,7 +331,7 @@ class TensorDict(TensorDictBase):
             if first is None:
                 first = key
         if new_bs is None:
-            new_bs = _batch_size_from_entry(self._tensordict[first], out[first], len(bs)) if first is not None else _indexed(bs, index)
+            new_bs = _batch_size_from_entry(self._tensordict[first], out[first], len(bs)) if first is not None else _indexed_batch_size(bs, index)
             if self._names and len(new_bs) == len(bs):
                 names = self._names
         return TensorDict._new_unsafe(out, new_bs, self._device, names)
@@ -461,7 +462,7 @@ class TensorDict(TensorDictBase):
         if type(value) is not TensorDict:
             return TensorDictBase._set_at_index(self, index, value)
         index = _normalize_index(index, self._batch_size) if type(index) not in (int, slice) else index
-        dest_bs = _indexed(self._batch_size, index)
+        dest_bs = _indexed_batch_size(self._batch_size, index)
         pairs: list = []
         _collect_writes(self, value, dest_bs, len(self._batch_size), pairs, ())
         for dest, leaf in pairs:  # every key and shape was checked before the first write
@@ -606,41 +607,6 @@ def _as_nested(d: Any) -> Any:
     if isinstance(d, dict):
         return {k: TensorDict(_as_nested(v)) if isinstance(v, dict) else v for k, v in d.items()}
     return d
-
-
-def _normalize_index(index: Any, batch_size: torch.Size) -> Any:
-    """Lists and arrays become tensors; ``...`` spans the batch dims only; too many indices raise."""
-    if isinstance(index, list):
-        index = torch.tensor(index)
-    elif type(index).__module__ == "numpy":
-        index = torch.as_tensor(index)
-    elif isinstance(index, tuple):
-        index = tuple(torch.tensor(p) if isinstance(p, list) else torch.as_tensor(p) if type(p).__module__ == "numpy" else p for p in index)
-    parts = index if isinstance(index, tuple) else (index,)
-    used = 0
-    for p in parts:
-        if p is None or p is Ellipsis:
-            continue
-        used += p.dim() if isinstance(p, torch.Tensor) and p.dtype == torch.bool else 1
-    if used > len(batch_size):
-        raise IndexError(f"Too many indices for a batch of size {list(batch_size)}: {index!r}.")
-    for i, p in enumerate(parts):
-        if isinstance(p, torch.Tensor) and p.dtype == torch.bool:
-            start = sum(q.dim() if isinstance(q, torch.Tensor) and q.dtype == torch.bool else 1 for q in parts[:i] if q is not None and q is not Ellipsis)
-            if Ellipsis not in parts[:i] and p.shape != batch_size[start : start + p.dim()]:
-                raise IndexError(f"Boolean mask of shape {list(p.shape)} does not match batch dims {list(batch_size[start:start + p.dim()])}.")
-    return _expand_index(index, len(batch_size))
-
-
-def _batch_size_from_entry(before: Any, after: Any, batch_dims: int) -> torch.Size:
-    shape_before = before.shape if isinstance(before, torch.Tensor) else before.batch_size
-    shape_after = after.shape if isinstance(after, torch.Tensor) else after.batch_size
-    feature_dims = len(shape_before) - batch_dims
-    return shape_after[: len(shape_after) - feature_dims]
-
-
-def _indexed(batch_size: torch.Size, index: Any) -> torch.Size:
-    return torch.zeros(()).expand(batch_size)[index].shape
 
 
 def _parse_to_args(args: tuple, kwargs: dict):

@@ -1,0 +1,68 @@
+"""Index expressions over batch dims: normalising them and the batch size they produce.
+
+An index addresses the batch dims only; leaves keep their trailing feature dims whole, so an
+Ellipsis is expanded over the batch dims before it reaches any leaf.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+
+def _is_key_tuple(index: tuple) -> bool:
+    for part in index:
+        if isinstance(part, str):
+            continue
+        if isinstance(part, tuple) and part and _is_key_tuple(part):
+            continue
+        return False
+    return True
+
+
+def _expand_index(index: Any, batch_dims: int) -> Any:
+    """Replace an Ellipsis so that it spans batch dims only (leaf feature dims stay whole)."""
+    if index is Ellipsis:
+        return (slice(None),) * batch_dims
+    if isinstance(index, tuple) and any(p is Ellipsis for p in index):
+        used = sum(1 for p in index if p is not None and p is not Ellipsis and not (isinstance(p, torch.Tensor) and p.dtype == torch.bool))
+        used += sum(p.dim() for p in index if isinstance(p, torch.Tensor) and p.dtype == torch.bool)
+        pos = next(i for i, p in enumerate(index) if p is Ellipsis)
+        return index[:pos] + (slice(None),) * (batch_dims - used) + index[pos + 1 :]
+    return index
+
+
+def _indexed_batch_size(batch_size: torch.Size, index: Any) -> torch.Size:
+    """The batch size that ``index`` produces, computed on a zero-stride stand-in tensor."""
+    return torch.zeros(()).expand(batch_size)[index].shape
+
+
+def _normalize_index(index: Any, batch_size: torch.Size) -> Any:
+    """Lists and arrays become tensors; ``...`` spans the batch dims only; too many indices raise."""
+    if isinstance(index, list):
+        index = torch.tensor(index)
+    elif type(index).__module__ == "numpy":
+        index = torch.as_tensor(index)
+    elif isinstance(index, tuple):
+        index = tuple(torch.tensor(p) if isinstance(p, list) else torch.as_tensor(p) if type(p).__module__ == "numpy" else p for p in index)
+    parts = index if isinstance(index, tuple) else (index,)
+    used = 0
+    for p in parts:
+        if p is None or p is Ellipsis:
+            continue
+        used += p.dim() if isinstance(p, torch.Tensor) and p.dtype == torch.bool else 1
+    if used > len(batch_size):
+        raise IndexError(f"Too many indices for a batch of size {list(batch_size)}: {index!r}.")
+    for i, p in enumerate(parts):
+        if isinstance(p, torch.Tensor) and p.dtype == torch.bool:
+            start = sum(q.dim() if isinstance(q, torch.Tensor) and q.dtype == torch.bool else 1 for q in parts[:i] if q is not None and q is not Ellipsis)
+            if Ellipsis not in parts[:i] and p.shape != batch_size[start : start + p.dim()]:
+                raise IndexError(f"Boolean mask of shape {list(p.shape)} does not match batch dims {list(batch_size[start:start + p.dim()])}.")
+    return _expand_index(index, len(batch_size))
+
+
+def _batch_size_from_entry(before: Any, after: Any, batch_dims: int) -> torch.Size:
+    shape_before = before.shape if isinstance(before, torch.Tensor) else before.batch_size
+    shape_after = after.shape if isinstance(after, torch.Tensor) else after.batch_size
+    feature_dims = len(shape_before) - batch_dims
+    return shape_after[: len(shape_after) - feature_dims]
