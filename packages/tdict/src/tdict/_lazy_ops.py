@@ -1,0 +1,215 @@
+"""Whole-collection ops of a lazy stack, done member by member (no stacking).
+
+Copies and moves (``clone``, ``to``, ``detach``...), key selection, ``update``, ``apply``,
+comparisons, in-place arithmetic and masked fills are forwarded to every member, with the
+other operand cut along the stack dim; the results are restacked lazily. Ops whose result has
+another batch size work on the dense stack.
+"""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Callable, Sequence
+
+import torch
+
+from ._utils import NO_DEFAULT, NestedKey
+from .base import TensorDictBase, is_tensor_collection
+from .tensordict import TensorDict
+
+if TYPE_CHECKING:
+    from .lazy import LazyStackedTensorDict
+
+
+class LazyMemberOpsMixin:
+    """Member-wise whole-collection ops of :class:`~tdict.lazy.LazyStackedTensorDict`. The host
+    provides ``tensordicts``, ``stack_dim``, ``_batch_size``, ``device``, ``_like``,
+    ``_items_raw`` and ``_split_collection``."""
+
+    __slots__ = ()
+
+    def _map_entries(self, fn: Callable[[Any], Any], batch_size: torch.Size, names: Any = None) -> TensorDict:
+        # Ops that mix the stack dim with others work on the dense stack.
+        return TensorDict._new_unsafe({k: fn(v) for k, v in self._items_raw()}, torch.Size(batch_size), self.device, names)
+
+    def clone(self, recurse: bool = True, **kwargs: Any) -> "LazyStackedTensorDict":
+        """A deep copy, member by member (``recurse=False``: new structure, shared tensors)."""
+        return self._like([td.clone(recurse) for td in self.tensordicts])
+
+    def copy(self) -> "LazyStackedTensorDict":
+        return self._like([td.copy() for td in self.tensordicts])
+
+    def to(self, *args: Any, **kwargs: Any) -> "LazyStackedTensorDict":
+        """Move / cast every member (same arguments as :meth:`TensorDict.to`)."""
+        if kwargs.get("batch_size") is not None:
+            raise RuntimeError("to(batch_size=...) is not supported on a lazy stack: change the members and restack.")
+        kwargs.pop("batch_size", None)
+        tds = self.tensordicts
+        members = [td.to(*args, **kwargs) for td in tds]
+        if all(m is td for m, td in zip(members, tds)):
+            return self
+        return self._like(members)
+
+    def detach(self) -> "LazyStackedTensorDict":
+        return self._like([td.detach() for td in self.tensordicts])
+
+    def pin_memory(self, num_threads: int | None = None, inplace: bool = False) -> "LazyStackedTensorDict":
+        members = [td.pin_memory(inplace=inplace) for td in self.tensordicts]
+        return self if inplace else self._like(members)
+
+    def empty(self, recurse: bool = False, *, batch_size: Any = None, device: Any = NO_DEFAULT, names: Any = None) -> TensorDictBase:
+        if batch_size is not None or device is not NO_DEFAULT or names is not None:
+            return TensorDictBase.empty(self, recurse, batch_size=batch_size, device=device, names=names)
+        return self._like([td.empty(recurse) for td in self.tensordicts])
+
+    def select(self, *keys: NestedKey, inplace: bool = False, strict: bool = True) -> "LazyStackedTensorDict":
+        members = [td.select(*keys, inplace=inplace, strict=strict) for td in self.tensordicts]
+        return self if inplace else self._like(members)
+
+    def exclude(self, *keys: NestedKey, inplace: bool = False) -> "LazyStackedTensorDict":
+        members = [td.exclude(*keys, inplace=inplace) for td in self.tensordicts]
+        return self if inplace else self._like(members)
+
+    def update(self, input_dict_or_td: Any, clone: bool = False, inplace: bool = False, *, keys_to_update: Sequence | None = None, non_blocking: bool = False, is_leaf: Callable | None = None, update_batch_size: bool = False, ignore_lock: bool = False) -> "LazyStackedTensorDict":
+        if input_dict_or_td is self:
+            return self
+        source = input_dict_or_td
+        if isinstance(source, dict) and source:
+            source = TensorDict(source, batch_size=self._batch_size, device=self.device)
+        if is_tensor_collection(source) and not source._is_non_tensor:
+            parts = self._split_collection(source)
+            if parts is not None:
+                for td, part in zip(self.tensordicts, parts):
+                    td.update(part, clone=clone, inplace=inplace, keys_to_update=keys_to_update, ignore_lock=ignore_lock)
+                return self
+        return TensorDictBase.update(self, source, clone=clone, inplace=inplace, keys_to_update=keys_to_update, ignore_lock=ignore_lock)
+
+    def update_(self, input_dict_or_td: Any, clone: bool = False, *, keys_to_update: Sequence | None = None) -> "LazyStackedTensorDict":
+        source = input_dict_or_td
+        if not is_tensor_collection(source):
+            source = TensorDict(source, batch_size=self._batch_size)
+        parts = self._split_collection(source)
+        if parts is None:
+            raise RuntimeError(f"update_: collection of batch size {list(source.batch_size)} does not start with the batch size {list(self._batch_size)} of the lazy stack.")
+        tds = self.tensordicts
+        for td, part in zip(tds, parts):  # every key checked before the first write
+            for key in part.keys(True, True):
+                if key not in td:
+                    raise td._missing_key_error(key)
+        for td, part in zip(tds, parts):
+            td.update_(part, clone=clone, keys_to_update=keys_to_update)
+        return self
+
+    def _apply(self, fn, others, named, path, batch_size, device, names, inplace, default, filter_empty, call_on_nested, constructor_kwargs):
+        if batch_size is not None or constructor_kwargs:
+            # the result has another batch size: compute it on the dense stack
+            return TensorDictBase._apply(self, fn, others, named, path, batch_size, device, names, inplace, default, filter_empty, call_on_nested, constructor_kwargs)
+        tds = self.tensordicts
+        split_others = []
+        for other in others:
+            parts = self._split_collection(other) if is_tensor_collection(other) else None
+            if parts is None:
+                raise RuntimeError(
+                    f"apply: the other collection's batch size {list(getattr(other, 'batch_size', []))} does not start with "
+                    f"the lazy stack's {list(self._batch_size)}."
+                )
+            split_others.append(parts)
+        results = [
+            td._apply(fn, [parts[i] for parts in split_others], named, path, None, device, NO_DEFAULT, inplace, default, filter_empty, call_on_nested, {})
+            for i, td in enumerate(tds)
+        ]
+        if inplace:
+            return self
+        if tds and all(r is None for r in results):
+            return None
+        results = [td.empty() if r is None else r for td, r in zip(tds, results)]
+        out = self._like(results)
+        if names is not NO_DEFAULT and names is not None:
+            out.names = names
+        return out
+
+    def _tensor_leaves(self) -> tuple[list, list]:
+        keys, leaves = [], []
+        for td in self.tensordicts:
+            k, v = td._tensor_leaves()
+            keys.extend(k)
+            leaves.extend(v)
+        return keys, leaves
+
+    def _compare(self, other: Any, op: Callable) -> "LazyStackedTensorDict":
+        """``==``/``!=`` member by member (ragged members never get stacked)."""
+        parts = self._split_collection(other) if is_tensor_collection(other) else [other] * len(self.tensordicts)
+        if parts is None:
+            raise RuntimeError(f"Comparison: the other collection's batch size {list(other.batch_size)} does not start with {list(self._batch_size)}.")
+        return self._like([td._compare(part, op) for td, part in zip(self.tensordicts, parts)])
+
+    def _binary_(self, other: Any, foreach: Callable, fallback: Callable) -> "LazyStackedTensorDict":
+        tds = self.tensordicts
+        if is_tensor_collection(other):
+            parts = self._split_collection(other)
+            if parts is None:
+                raise RuntimeError(f"In-place op: the other collection's batch size {list(other.batch_size)} does not start with {list(self._batch_size)}.")
+            for td, part in zip(tds, parts):
+                td._binary_(part, foreach, fallback)
+        elif isinstance(other, torch.Tensor) and other.dim() > 0:
+            sd = self.stack_dim
+            for j, td in enumerate(tds):
+                for leaf in td._tensor_leaves()[1]:
+                    d = other.dim() - (leaf.dim() + 1 - sd)
+                    fallback(leaf, other if d < 0 else other.select(d, 0 if other.shape[d] == 1 else j))
+        else:
+            for td in tds:
+                td._binary_(other, foreach, fallback)
+        return self
+
+    def allclose(self, other: Any, rtol: float = 1e-5, atol: float = 1e-8, equal_nan: bool = False) -> bool:
+        parts = self._split_collection(other)
+        if parts is None:
+            raise RuntimeError(f"allclose: batch size {list(other.batch_size)} does not match {list(self._batch_size)}.")
+        return all(td.allclose(p, rtol=rtol, atol=atol, equal_nan=equal_nan) for td, p in zip(self.tensordicts, parts))
+
+    def zero_(self) -> "LazyStackedTensorDict":
+        for td in self.tensordicts:
+            td.zero_()
+        return self
+
+    def fill_(self, key: NestedKey, value: float | bool) -> "LazyStackedTensorDict":
+        tds = self.tensordicts
+        for td in tds:
+            if key not in td:
+                raise td._missing_key_error(key)
+        for td in tds:
+            td.fill_(key, value)
+        return self
+
+    def detach_(self) -> "LazyStackedTensorDict":
+        for td in self.tensordicts:
+            td.detach_()
+        return self
+
+    def requires_grad_(self, requires_grad: bool = True) -> "LazyStackedTensorDict":
+        for td in self.tensordicts:
+            td.requires_grad_(requires_grad)
+        return self
+
+    @property
+    def requires_grad(self) -> bool:
+        return any(td.requires_grad for td in self.tensordicts)
+
+    def is_shared(self) -> bool:
+        return bool(self.tensordicts) and all(td.is_shared() for td in self.tensordicts)
+
+    def share_memory_(self) -> "LazyStackedTensorDict":
+        for td in self.tensordicts:
+            td.share_memory_()
+        return self.lock_()
+
+    def _split_mask(self, mask: torch.Tensor) -> Sequence:
+        self._check_mask(mask)
+        return mask.unbind(self.stack_dim) if mask.dim() > self.stack_dim else [mask] * len(self.tensordicts)
+
+    def masked_fill(self, mask: torch.Tensor, value: Any) -> "LazyStackedTensorDict":
+        return self._like([td.masked_fill(m, value) for td, m in zip(self.tensordicts, self._split_mask(mask))])
+
+    def masked_fill_(self, mask: torch.Tensor, value: Any) -> "LazyStackedTensorDict":
+        for td, m in zip(self.tensordicts, self._split_mask(mask)):
+            td.masked_fill_(m, value)
+        return self
