@@ -20,7 +20,8 @@ from tdict import MemoryMappedTensor, TensorDict
 from tdict.persistence import META_NAME, MemmapLoadError, decode_payload, encode_payload, load_memmap
 
 try:
-    from tdict.non_tensor import NonTensorData, NonTensorStack
+    from tdict.non_tensor import NonTensorData
+    from tdict.non_tensor_stack import NonTensorStack
 except ImportError:  # pragma: no cover - module written by another engineer
     NonTensorData = NonTensorStack = None
 

@@ -16,7 +16,8 @@ from ._utils import NestedKey, unravel_key
 from .base import TensorDictBase, is_tensor_collection
 from .lazy import LazyStackedTensorDict, lazy_stack
 from .memmap import MemoryMappedTensor
-from .non_tensor import NonTensorData, NonTensorStack, is_non_tensor
+from .non_tensor import NonTensorData, is_non_tensor
+from .non_tensor_stack import NonTensorStack
 from .consolidate import from_consolidated
 from .persistence import MemmapLoadError, load, load_memmap, memmap, save
 from .tensorclass import TensorClass, is_tensorclass, tensorclass

@@ -159,7 +159,8 @@ def _current(td: Any, storage: torch.Tensor) -> dict:
 
 
 def _rebuild(meta: dict, storage: torch.Tensor, device: Any) -> Any:
-    from .non_tensor import NonTensorData, NonTensorStack
+    from .non_tensor import NonTensorData
+    from .non_tensor_stack import NonTensorStack
     from .tensordict import TensorDict
 
     def build(node: dict) -> Any:
@@ -311,7 +312,7 @@ def _to(td: Any, device: torch.device, non_blocking: bool) -> Any | None:
 
 
 def _json_meta(meta: dict, where: tuple = ()) -> dict:
-    from .persistence import _class_path, _dtype_name, encode_payload
+    from ._memmap_layout import _class_path, _dtype_name, encode_payload
 
     if meta["type"] == _LAZY:
         return dict(meta, members=[_json_meta(m, where + (i,)) for i, m in enumerate(meta["members"])])
@@ -385,7 +386,7 @@ def from_consolidated(filename: Any) -> Any:
         >>> from_consolidated(path)["a"].tolist()
         [0.0, 1.0, 2.0, 3.0]
     """
-    from .persistence import _DTYPES, MemmapLoadError, _resolve_class, decode_payload
+    from ._memmap_layout import _DTYPES, MemmapLoadError, _resolve_class, decode_payload
 
     path = os.path.abspath(os.fspath(filename))
 

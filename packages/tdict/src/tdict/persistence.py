@@ -45,6 +45,10 @@ lists, tuples, dicts, bytes); anything else raises ``TypeError`` before anything
 Tensorclasses are re-created from their recorded ``module:qualname`` only when that module
 is already imported (loading never imports a module named in a file).
 
+This module holds the public API and the write path (lock, write, commit, clean up). The
+format itself (file names, the write plan, metadata and payload encoding) lives in
+``tdict._memmap_layout``; validating and rebuilding on load in ``tdict._memmap_load``.
+
 State dicts (:func:`state_dict` / :func:`load_state_dict`, implemented in ``tdict._state_dict``) are plain (nested, or flat with
 ``"."`` keys) dicts of tensors plus ``"__batch_size"`` / ``"__device"`` entries per level, which
 round-trip through ``torch.save`` / ``torch.load(weights_only=True)``.
@@ -61,23 +65,37 @@ Example:
 """
 from __future__ import annotations
 
-import base64
 import contextlib
 import errno
-import hashlib
 import json
-import math
 import os
-import re
 import secrets
-import sys
 from typing import Any, Iterator
 
 import torch
 
+from ._memmap_layout import (
+    _LAZY,
+    _TMP_PREFIX,
+    _TOKEN_RE,
+    FORMAT,
+    LOCK_NAME,
+    META_NAME,
+    VERSION,
+    MemmapLoadError,
+    _dtype_name,
+    _encode_non_tensor,
+    _iter_tensor_entries,
+    _Leaf,
+    _Node,
+    _plan,
+    _wrap_tensorclass,
+    decode_payload,
+    encode_payload,
+)
+from ._memmap_load import _bad, _load_node, _parse_meta, _read_meta_bytes
 from ._state_dict import load_state_dict, state_dict  # noqa: F401  (re-exported; base.py delegates here)
 from ._utils import parse_device
-from .base import is_tensor_collection
 from .memmap import MemoryMappedTensor
 
 __all__ = [
@@ -94,147 +112,9 @@ __all__ = [
     "state_dict",
 ]
 
-FORMAT = "tdict.memmap"
-VERSION = 1
-META_NAME = "tdict_meta.json"
-LOCK_NAME = ".tdict.lock"
-_TMP_PREFIX = "." + META_NAME + "."
-_TOKEN_RE = re.compile(r"\.[0-9a-f]{16}\.memmap\Z")
-_MAX_META_BYTES = 1 << 30
-_LAZY = "LazyStackedTensorDict"
-
-
-class MemmapLoadError(RuntimeError):
-    """A memmapped directory cannot be loaded: missing or corrupt metadata, missing or short files."""
-
-
 # --------------------------------------------------------------------------------------------- #
-# JSON payloads of non-tensor entries
+# filesystem helpers
 # --------------------------------------------------------------------------------------------- #
-
-
-def encode_payload(obj: Any, where: str = "payload") -> Any:
-    """Encode a Python object as JSON-able data, losslessly, or raise ``TypeError``.
-
-    ``None``, bools, ints, finite or non-finite floats and strings stay as they are; lists
-    stay lists; tuples, dicts (any JSON-able hashable keys) and bytes become one-key tagged
-    objects (``{"tuple": [...]}``, ``{"dict": [[k, v], ...]}``, ``{"bytes": "<base64>"}``,
-    ``{"float": "nan"}``), so that every JSON object in the output is a tag.
-
-    Example:
-        >>> decode_payload(encode_payload({"a": (1, 2.5), 3: [None, b"x"]}))
-        {'a': (1, 2.5), 3: [None, b'x']}
-    """
-    kind = type(obj)
-    if obj is None or kind is bool or kind is int or kind is str:
-        return obj
-    if kind is float:
-        return obj if math.isfinite(obj) else {"float": repr(obj)}
-    if kind is list:
-        return [encode_payload(v, f"{where}[{i}]") for i, v in enumerate(obj)]
-    if kind is tuple:
-        return {"tuple": [encode_payload(v, f"{where}[{i}]") for i, v in enumerate(obj)]}
-    if kind is dict:
-        return {"dict": [[encode_payload(k, f"{where} key"), encode_payload(v, f"{where}[{k!r}]")] for k, v in obj.items()]}
-    if kind is bytes:
-        return {"bytes": base64.b64encode(obj).decode("ascii")}
-    raise TypeError(
-        f"{where}: cannot store a {kind.__module__}.{kind.__qualname__} as JSON (allowed: None, bool, int, "
-        "float, str, bytes and lists, tuples and dicts of those). tdict never pickles saved data: convert "
-        "the value to one of these types or to a tensor, or exclude the key before saving."
-    )
-
-
-def decode_payload(obj: Any, where: str = "payload") -> Any:
-    """Inverse of :func:`encode_payload`; raises ``ValueError`` on anything it did not produce."""
-    kind = type(obj)
-    if obj is None or kind is bool or kind is int or kind is str or kind is float:
-        return obj
-    if kind is list:
-        return [decode_payload(v, where) for v in obj]
-    if kind is dict and len(obj) == 1:
-        (tag, value), = obj.items()
-        if tag == "tuple" and type(value) is list:
-            return tuple(decode_payload(v, where) for v in value)
-        if tag == "dict" and type(value) is list and all(type(p) is list and len(p) == 2 for p in value):
-            try:
-                return {decode_payload(k, where): decode_payload(v, where) for k, v in value}
-            except TypeError as err:  # unhashable key
-                raise ValueError(f"{where}: bad dict key in encoded payload ({err})") from None
-        if tag == "bytes" and type(value) is str:
-            try:
-                return base64.b64decode(value.encode("ascii"), validate=True)
-            except ValueError as err:
-                raise ValueError(f"{where}: bad base64 in encoded payload ({err})") from None
-        if tag == "float" and value in ("nan", "inf", "-inf"):
-            return float(value)
-    raise ValueError(f"{where}: not an encoded payload: {str(obj)[:200]!r}")
-
-
-# --------------------------------------------------------------------------------------------- #
-# names: dtypes, devices, files, classes
-# --------------------------------------------------------------------------------------------- #
-
-
-def _dtype_table() -> dict[str, torch.dtype]:
-    table = {}
-    for name in dir(torch):
-        value = getattr(torch, name, None)
-        if isinstance(value, torch.dtype):
-            table[str(value).removeprefix("torch.")] = value
-    return table
-
-
-_DTYPES = _dtype_table()
-
-
-def _dtype_name(dtype: torch.dtype) -> str:
-    return str(dtype).removeprefix("torch.")
-
-
-def _escape(key: str) -> str:
-    """A file-name-safe, injective rendering of ``key`` (``"a.b"`` -> ``"a%2Eb"``)."""
-    out = []
-    for ch in key:
-        if ch.isascii() and (ch.isalnum() or ch in "_-"):
-            out.append(ch)
-        else:
-            out.extend(f"%{b:02X}" for b in ch.encode("utf-8"))
-    name = "".join(out) or "%"
-    if len(name) > 120:  # keep well below the usual 255-byte limit once the token is added
-        name = name[:80] + "~" + hashlib.sha1(key.encode("utf-8")).hexdigest()
-    return name
-
-
-def _class_path(cls: type) -> str:
-    return f"{cls.__module__}:{cls.__qualname__}"
-
-
-def _resolve_class(path: str, where: str) -> type:
-    """The class at ``module:qualname``, from an *already imported* module only."""
-    module_name, _, qualname = path.partition(":")
-    module = sys.modules.get(module_name)
-    if module is None:
-        raise MemmapLoadError(
-            f"{where}: the saved collection is a {path!r}, but module {module_name!r} is not imported; "
-            f"import it before loading (tdict never imports a module named in a file)."
-        )
-    obj: Any = module
-    for part in qualname.split("."):
-        obj = getattr(obj, part, None)
-        if obj is None:
-            break
-    if not isinstance(obj, type) or not getattr(obj, "_is_tensorclass", False):
-        raise MemmapLoadError(f"{where}: {path!r} does not name a tensorclass in the imported module {module_name!r}.")
-    return obj
-
-
-def _is_tensorclass(obj: Any) -> bool:
-    return getattr(type(obj), "_is_tensorclass", False)
-
-
-def _is_non_tensor(obj: Any) -> bool:
-    return not isinstance(obj, torch.Tensor) and is_tensor_collection(obj) and type(obj)._is_non_tensor
 
 
 def _fsync_path(path: str) -> None:
@@ -273,17 +153,6 @@ def _as_prefix(prefix: Any) -> str:
     return os.path.abspath(path)
 
 
-def _read_meta_bytes(prefix: str) -> bytes | None:
-    path = os.path.join(prefix, META_NAME)
-    try:
-        with open(path, "rb") as f:
-            return f.read(_MAX_META_BYTES + 1)
-    except FileNotFoundError:
-        return None
-    except OSError as err:  # a directory, no permission, I/O error
-        raise _bad(prefix, f"cannot read {path!r}: {err}") from None
-
-
 def _committed_files(prefix: str) -> dict[str, int]:
     """``{absolute file: nbytes}`` of the currently committed metadata (empty if none or unreadable)."""
     raw = _read_meta_bytes(prefix)
@@ -299,129 +168,9 @@ def _committed_files(prefix: str) -> dict[str, int]:
     return out
 
 
-def _iter_tensor_entries(node: dict) -> Iterator[dict]:
-    if node["type"] == _LAZY:
-        for member in node["members"]:
-            yield from _iter_tensor_entries(member)
-        return
-    for _, entry in node["entries"]:
-        kind = entry["type"]
-        if kind == "tensor":
-            yield entry
-        elif kind in ("TensorDict", "tensorclass", _LAZY):
-            yield from _iter_tensor_entries(entry)
-
-
 # --------------------------------------------------------------------------------------------- #
-# memmap_: plan (validate everything), write, commit, rebuild
+# memmap_: plan (validate everything, see tdict._memmap_layout), write, commit, rebuild
 # --------------------------------------------------------------------------------------------- #
-
-
-class _Leaf:
-    __slots__ = ("src", "rel", "reuse", "out")
-
-    def __init__(self, src: torch.Tensor, rel: str | None, reuse: bool):
-        self.src, self.rel, self.reuse, self.out = src, rel, reuse, None
-
-
-class _Node:
-    __slots__ = ("src", "content", "entries", "meta", "tc_class")
-
-    def __init__(self, src: Any, content: Any, meta: dict, tc_class: type | None):
-        self.src, self.content, self.meta, self.tc_class = src, content, meta, tc_class
-        self.entries: list[tuple[str, Any]] = []  # (key, _Leaf | _Node | non-tensor object)
-
-
-def _content_of(collection: Any) -> Any:
-    """The TensorDict that holds a collection's entries (a tensorclass wraps one)."""
-    return collection._tensordict if _is_tensorclass(collection) else collection
-
-
-def _device_str(device: Any) -> str | None:
-    return None if device is None else str(device)
-
-
-def _plan(td: Any, prefix: str | None, rel_dir: str, path: tuple, *, copy_existing: bool, like: bool,
-          committed: dict[str, int], token: str, taken: set) -> _Node:
-    tc_class = None
-    if _is_tensorclass(td):
-        tc_class = type(td)
-        if prefix is not None and "<locals>" in tc_class.__qualname__:
-            raise TypeError(
-                f"key {path or '<root>'!r}: tensorclass {_class_path(tc_class)!r} is defined inside a function; "
-                "it could not be found again when loading. Define it at module level."
-            )
-    elif getattr(td, "_is_lazy", False) and hasattr(td, "tensordicts"):
-        # a lazy stack: its members in sub-directories 0, 1, ... of its own directory
-        meta = {"type": _LAZY, "stack_dim": td.stack_dim, "batch_size": list(td.batch_size),
-                "stack_dim_name": getattr(td, "_stack_dim_name", None)}
-        node = _Node(td, None, meta, None)
-        for i, member in enumerate(td.tensordicts):
-            sub_dir = os.path.join(rel_dir, str(i)) if rel_dir else str(i)
-            node.entries.append((str(i), _plan(member, prefix, sub_dir, path + (i,), copy_existing=copy_existing, like=like,
-                                               committed=committed, token=token, taken=taken)))
-        return node
-    elif getattr(td, "_is_lazy", False) or not hasattr(td, "_items_raw"):
-        raise TypeError(
-            f"key {path or '<root>'!r}: memmap does not support {type(td).__name__} entries yet "
-            "(supported: TensorDict, tensorclasses, tensors and non-tensor data)."
-        )
-    content = _content_of(td)
-    meta = {
-        "type": "tensorclass" if tc_class is not None else "TensorDict",
-        "batch_size": list(td.batch_size),
-        "device": _device_str(td.device),
-        "names": content._maybe_names() if hasattr(content, "_maybe_names") else None,
-    }
-    if meta["names"] is not None:
-        meta["names"] = list(meta["names"])
-    if tc_class is not None:
-        meta["class"] = _class_path(tc_class)
-    node = _Node(td, content, meta, tc_class)
-    for key, value in content._items_raw():
-        full = path + (key,)
-        if isinstance(value, torch.Tensor):
-            node.entries.append((key, _plan_leaf(value, prefix, rel_dir, key, full, copy_existing, like, committed, token, taken)))
-        elif _is_non_tensor(value):
-            if prefix is not None:  # validate now, before any write
-                _encode_non_tensor(value, f"key {full!r}")
-            node.entries.append((key, value))
-        elif is_tensor_collection(value):
-            sub_dir = os.path.join(rel_dir, _escape(key)) if rel_dir else _escape(key)
-            node.entries.append((key, _plan(value, prefix, sub_dir, full, copy_existing=copy_existing, like=like,
-                                            committed=committed, token=token, taken=taken)))
-        else:
-            raise TypeError(f"key {full!r}: cannot memmap an entry of type {type(value).__name__}.")
-    return node
-
-
-def _plan_leaf(value: torch.Tensor, prefix, rel_dir, key, full, copy_existing, like, committed, token, taken) -> _Leaf:
-    if value.layout != torch.strided or value.is_nested:
-        raise TypeError(f"key {full!r}: only dense (strided) tensors can be memory-mapped, got layout {value.layout}.")
-    if value.is_meta:
-        raise TypeError(f"key {full!r}: a meta tensor has no data to memory-map.")
-    own = value.filename if isinstance(value, MemoryMappedTensor) else None
-    if prefix is None:
-        # anonymous shared memory: tensors that are already memory-mapped stay as they are
-        return _Leaf(value, None, isinstance(value, MemoryMappedTensor) and not like)
-    if own is not None and not like:
-        own = os.path.normpath(own)
-        size = committed.get(own)
-        if size is not None and value.storage_offset() == 0 and value.is_contiguous() and value.numel() * value.dtype.itemsize == size:
-            return _Leaf(value, os.path.relpath(own, prefix), True)
-        if not copy_existing and size is None:
-            raise RuntimeError(
-                f"key {full!r}: the tensor is already memory-mapped at {own!r}, outside {prefix!r}; pass "
-                "copy_existing=True to copy it there."
-            )
-    name = _escape(key)
-    rel = os.path.join(rel_dir, f"{name}.{token}.memmap") if rel_dir else f"{name}.{token}.memmap"
-    if rel.casefold() in taken:
-        # escaping is injective, but "Obs" and "obs" are one file on a case-insensitive filesystem
-        digest = hashlib.sha1(repr(full).encode("utf-8")).hexdigest()[:16]
-        rel = os.path.join(rel_dir, f"{name}~{digest}.{token}.memmap") if rel_dir else f"{name}~{digest}.{token}.memmap"
-    taken.add(rel.casefold())
-    return _Leaf(value, rel, False)
 
 
 def _write(node: _Node, prefix: str, like: bool, created: list, dirs: set, fsync: bool) -> dict:
@@ -466,24 +215,6 @@ def _write(node: _Node, prefix: str, like: bool, created: list, dirs: set, fsync
     return meta
 
 
-def _encode_non_tensor(value: Any, where: str) -> dict:
-    if getattr(value, "_is_lazy", False):  # NonTensorStack: ids of the batch shape into a payload table
-        origins, table = value._compact()
-        return {
-            "type": "non_tensor_stack",
-            "origins": origins.reshape(-1).tolist(),
-            "shape": list(origins.shape),
-            "table": [encode_payload(p, where) for p in table],
-            "device": _device_str(value.device),
-        }
-    return {
-        "type": "non_tensor",
-        "data": encode_payload(value.data, where),
-        "batch_size": list(value.batch_size),
-        "device": _device_str(value.device),
-    }
-
-
 def _fill_anonymous(node: _Node, like: bool) -> None:
     for _, item in node.entries:
         if isinstance(item, _Leaf):
@@ -519,10 +250,6 @@ def _build(node: _Node) -> Any:
         device = torch.device("cpu")  # memory-mapped tensors live on the CPU
     td = TensorDict._new_unsafe(entries, node.src.batch_size, device, node.meta["names"])
     return _wrap_tensorclass(node.tc_class, td) if node.tc_class is not None else td
-
-
-def _wrap_tensorclass(cls: type, td: Any) -> Any:
-    return cls._from_tensordict(td)
 
 
 def _apply_inplace(node: _Node) -> None:
@@ -667,163 +394,8 @@ def save(td: Any, prefix: Any, *, copy_existing: bool = False, existsok: bool = 
 
 
 # --------------------------------------------------------------------------------------------- #
-# load_memmap
+# load_memmap (validation and rebuilding: tdict._memmap_load)
 # --------------------------------------------------------------------------------------------- #
-
-
-def _bad(prefix: str, what: str) -> MemmapLoadError:
-    return MemmapLoadError(f"cannot load the memmapped collection at {prefix!r}: {what}")
-
-
-def _parse_meta(raw: bytes, prefix: str) -> dict:
-    if len(raw) > _MAX_META_BYTES:
-        raise _bad(prefix, f"{META_NAME} is larger than {_MAX_META_BYTES} bytes.")
-    try:
-        text = raw.decode("utf-8")
-        meta = json.loads(text, parse_constant=_reject_constant)
-    except (UnicodeDecodeError, ValueError) as err:
-        raise _bad(prefix, f"{META_NAME} is not valid JSON ({type(err).__name__}: {err}); the file is corrupt "
-                           "or was not written by tdict.") from None
-    if type(meta) is not dict:
-        raise _bad(prefix, f"{META_NAME} holds a JSON {type(meta).__name__}, expected an object.")
-    if meta.get("format") != FORMAT:
-        raise _bad(prefix, f"{META_NAME} has format {meta.get('format')!r}, expected {FORMAT!r}.")
-    if meta.get("version") != VERSION:
-        raise _bad(prefix, f"{META_NAME} has format version {meta.get('version')!r}; this tdict reads version {VERSION}.")
-    _check_node(meta.get("root"), prefix, ())
-    return meta
-
-
-def _reject_constant(name: str) -> Any:
-    raise ValueError(f"non-standard JSON constant {name}")
-
-
-def _is_int_list(x: Any) -> bool:
-    return type(x) is list and all(type(d) is int and d >= 0 for d in x)
-
-
-def _check_node(node: Any, prefix: str, path: tuple) -> None:
-    where = f"entry {path!r}" if path else "the root"
-    if type(node) is dict and node.get("type") == _LAZY:
-        members, bs, sd = node.get("members"), node.get("batch_size"), node.get("stack_dim")
-        if not (type(members) is list and _is_int_list(bs) and type(sd) is int and 0 <= sd < len(bs) and bs[sd] == len(members)
-                and (node.get("stack_dim_name") is None or type(node.get("stack_dim_name")) is str)):
-            raise _bad(prefix, f"{where}: malformed lazy stack metadata.")
-        member_bs = bs[:sd] + bs[sd + 1:]
-        for i, member in enumerate(members):
-            _check_node(member, prefix, path + (i,))
-            if member["batch_size"] != member_bs:
-                raise _bad(prefix, f"entry {path + (i,)!r}: member batch size {member['batch_size']} does not fit the stack {bs}.")
-        return
-    if type(node) is not dict or node.get("type") not in ("TensorDict", "tensorclass"):
-        raise _bad(prefix, f"{where}: malformed collection metadata.")
-    if not _is_int_list(node.get("batch_size")):
-        raise _bad(prefix, f"{where}: malformed batch_size {node.get('batch_size')!r}.")
-    if not (node.get("device") is None or type(node.get("device")) is str):
-        raise _bad(prefix, f"{where}: malformed device {node.get('device')!r}.")
-    names = node.get("names")
-    if not (names is None or (type(names) is list and len(names) == len(node["batch_size"])
-                              and all(n is None or type(n) is str for n in names))):
-        raise _bad(prefix, f"{where}: malformed names {names!r}.")
-    if node["type"] == "tensorclass" and type(node.get("class")) is not str:
-        raise _bad(prefix, f"{where}: tensorclass without a class path.")
-    entries = node.get("entries")
-    if type(entries) is not list:
-        raise _bad(prefix, f"{where}: malformed entries.")
-    bs = node["batch_size"]
-    for pair in entries:
-        if type(pair) is not list or len(pair) != 2 or type(pair[0]) is not str or type(pair[1]) is not dict:
-            raise _bad(prefix, f"{where}: malformed entry {str(pair)[:100]!r}.")
-        key, entry = pair
-        full = path + (key,)
-        kind = entry.get("type")
-        if kind == "tensor":
-            dtype, shape, nbytes, file = entry.get("dtype"), entry.get("shape"), entry.get("nbytes"), entry.get("file")
-            if dtype not in _DTYPES:
-                raise _bad(prefix, f"entry {full!r}: unknown dtype {dtype!r}.")
-            if not _is_int_list(shape) or shape[: len(bs)] != bs:
-                raise _bad(prefix, f"entry {full!r}: malformed shape {shape!r} for batch size {bs}.")
-            if nbytes != math.prod(shape) * _DTYPES[dtype].itemsize:
-                raise _bad(prefix, f"entry {full!r}: nbytes {nbytes!r} does not match shape {shape} and dtype {dtype}.")
-            if type(file) is not str or not file or file.startswith("/") or "\\" in file or ".." in file.split("/") or "\0" in file:
-                raise _bad(prefix, f"entry {full!r}: bad file name {str(file)[:200]!r} (must be relative, inside the prefix).")
-        elif kind == "non_tensor":
-            if not _is_int_list(entry.get("batch_size")) or "data" not in entry:
-                raise _bad(prefix, f"entry {full!r}: malformed non-tensor metadata.")
-        elif kind == "non_tensor_stack":
-            shape, origins, table = entry.get("shape"), entry.get("origins"), entry.get("table")
-            if not (_is_int_list(shape) and _is_int_list(origins) and type(table) is list and len(origins) == math.prod(shape)
-                    and all(i < len(table) for i in origins)):
-                raise _bad(prefix, f"entry {full!r}: malformed non-tensor stack metadata.")
-        elif kind in ("TensorDict", "tensorclass", _LAZY):
-            _check_node(entry, prefix, full)
-            if entry["batch_size"][: len(bs)] != bs:
-                raise _bad(prefix, f"entry {full!r}: batch size {entry['batch_size']} does not start with {bs}.")
-        else:
-            raise _bad(prefix, f"entry {full!r}: unknown entry type {kind!r}.")
-
-
-def _load_node(node: dict, prefix: str, path: tuple, real: str) -> Any:
-    from .tensordict import TensorDict
-
-    if node["type"] == _LAZY:
-        from .lazy import LazyStackedTensorDict
-
-        members = [_load_node(m, prefix, path + (i,), real) for i, m in enumerate(node["members"])]
-        return LazyStackedTensorDict._new_unsafe(members, node["stack_dim"], torch.Size(node["batch_size"]), node["stack_dim_name"])
-    entries = {}
-    bs = torch.Size(node["batch_size"])
-    device = None if node["device"] is None else torch.device("cpu")
-    for key, entry in node["entries"]:
-        full = path + (key,)
-        kind = entry["type"]
-        if kind == "tensor":
-            entries[key] = _load_leaf(entry, prefix, full, real)
-        elif kind == "non_tensor":
-            try:
-                data = decode_payload(entry["data"], f"entry {full!r}")
-            except ValueError as err:
-                raise _bad(prefix, str(err)) from None
-            from .non_tensor import NonTensorData
-
-            entries[key] = NonTensorData(data=data, batch_size=entry["batch_size"], device=device)
-        elif kind == "non_tensor_stack":
-            from .non_tensor import NonTensorStack
-
-            try:
-                table = [decode_payload(p, f"entry {full!r}") for p in entry["table"]]
-            except ValueError as err:
-                raise _bad(prefix, str(err)) from None
-            origins = torch.tensor(entry["origins"], dtype=torch.long).reshape(entry["shape"])
-            entries[key] = NonTensorStack._new(origins, table, device)
-        else:
-            entries[key] = _load_node(entry, prefix, full, real)
-    td = TensorDict._new_unsafe(entries, bs, device, node["names"])
-    if node["type"] == "tensorclass":
-        try:
-            cls = _resolve_class(node["class"], f"entry {path!r}" if path else "the root")
-        except MemmapLoadError as err:
-            raise _bad(prefix, str(err)) from None
-        return _wrap_tensorclass(cls, td)
-    return td
-
-
-def _load_leaf(entry: dict, prefix: str, full: tuple, real_prefix: str) -> MemoryMappedTensor:
-    path = os.path.normpath(os.path.join(prefix, *entry["file"].split("/")))
-    if os.path.commonpath([path, prefix]) != prefix:
-        raise _bad(prefix, f"entry {full!r}: file {entry['file']!r} is outside the prefix.")
-    try:
-        if os.path.commonpath([os.path.realpath(path), real_prefix]) != real_prefix:
-            raise _bad(prefix, f"entry {full!r}: file {entry['file']!r} links outside the prefix.")
-        st = os.stat(path)
-    except FileNotFoundError:
-        raise _bad(prefix, f"entry {full!r}: data file {path!r} is missing.") from None
-    if not os.path.isfile(path):
-        raise _bad(prefix, f"entry {full!r}: {path!r} is not a regular file.")
-    if st.st_size != entry["nbytes"]:
-        raise _bad(prefix, f"entry {full!r}: data file {path!r} has {st.st_size} bytes, expected {entry['nbytes']} "
-                           f"(shape {entry['shape']}, dtype {entry['dtype']}); it is truncated or not ours.")
-    return MemoryMappedTensor.from_filename(path, _DTYPES[entry["dtype"]], entry["shape"])
 
 
 def load_memmap(prefix: Any, device: Any = None, non_blocking: bool = False, *, out: Any = None) -> Any:
