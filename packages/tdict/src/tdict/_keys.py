@@ -18,7 +18,8 @@ def is_leaf_nontensor(cls: type) -> bool:
     return default_is_leaf(cls)
 
 
-_LEAF_BY_TYPE: dict[type, bool] = {}  # default_is_leaf per entry type, computed once
+_TENSOR, _LEAF, _NODE = 0, 1, 2  # entry kinds: a tensor, another leaf, a nested collection
+_KIND_BY_TYPE: dict[type, int] = {}  # kinds under default_is_leaf, computed once per type
 
 
 class KeysView:
@@ -34,7 +35,7 @@ class KeysView:
         ['a', ('b', 'c')]
     """
 
-    __slots__ = ("_td", "_include_nested", "_leaves_only", "_is_leaf", "_sort")
+    __slots__ = ("_td", "_include_nested", "_leaves_only", "_is_leaf", "_sort", "_kinds")
 
     def __init__(self, td: Any, include_nested: bool, leaves_only: bool, is_leaf: Callable | None, sort: bool):
         self._td = td
@@ -42,28 +43,32 @@ class KeysView:
         self._leaves_only = leaves_only
         self._is_leaf = is_leaf if is_leaf is not None else default_is_leaf
         self._sort = sort
+        self._kinds = _KIND_BY_TYPE if self._is_leaf is default_is_leaf else {}
+
+    def _kind(self, cls: type) -> int:
+        """What an entry of type ``cls`` is, cached per type (``is_leaf`` depends only on the type)."""
+        kind = self._kinds.get(cls)
+        if kind is None:
+            kind = _TENSOR if issubclass(cls, torch.Tensor) else _LEAF if self._is_leaf(cls) else _NODE
+            self._kinds[cls] = kind
+        return kind
 
     def _collect(self, td: Any, prefix: tuple, out: list) -> list:
         if td._is_lazy and prefix:  # a lazy stack lists its keys without stacking its values
             out.extend(prefix + (k if isinstance(k, tuple) else (k,)) for k in td.keys(self._include_nested, self._leaves_only, self._is_leaf))
             return out
-        is_leaf = self._is_leaf
-        default = is_leaf is default_is_leaf
+        kinds, leaves_only, nested = self._kinds, self._leaves_only, self._include_nested
         for key, value in td._items_raw():
-            full = prefix + (key,) if prefix else key
-            if isinstance(value, torch.Tensor):
-                out.append(full)
+            kind = kinds.get(type(value))
+            if kind is None:
+                kind = self._kind(type(value))
+            if kind != 2:  # _TENSOR or _LEAF (literal: this loop is hot)
+                out.append(prefix + (key,) if prefix else key)
                 continue
-            cls = type(value)
-            leaf = _LEAF_BY_TYPE.get(cls) if default else None
-            if leaf is None:
-                leaf = is_leaf(cls)
-                if default:
-                    _LEAF_BY_TYPE[cls] = leaf
-            if leaf or not self._leaves_only:
-                out.append(full)
-            if not leaf and self._include_nested:
-                self._collect(value, full if prefix else (key,), out)
+            if not leaves_only:
+                out.append(prefix + (key,) if prefix else key)
+            if nested:
+                self._collect(value, prefix + (key,), out)
         return out
 
     def __iter__(self) -> Iterator:
@@ -73,7 +78,28 @@ class KeysView:
         return iter(keys)
 
     def __len__(self) -> int:
-        return len(self._collect(self._td, (), []))
+        # list(view) asks for the length first: count without building the key tuples
+        return self._count(self._td)
+
+    def _count(self, td: Any) -> int:
+        if td._is_lazy and td is not self._td:
+            return len(list(td.keys(self._include_nested, self._leaves_only, self._is_leaf)))
+        if td is self._td and type(self) is not KeysView:
+            return len(self._collect(td, (), []))  # subclasses define their own walk
+        kinds, leaves_only, nested = self._kinds, self._leaves_only, self._include_nested
+        count = 0
+        for value in td.values():
+            kind = kinds.get(type(value))
+            if kind is None:
+                kind = self._kind(type(value))
+            if kind != 2:  # _TENSOR or _LEAF
+                count += 1
+                continue
+            if not leaves_only:
+                count += 1
+            if nested:
+                count += self._count(value)
+        return count
 
     def __contains__(self, key: Any) -> bool:
         key = unravel_key(key)

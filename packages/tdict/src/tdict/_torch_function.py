@@ -128,6 +128,8 @@ def cat(tds: Sequence[TensorDictBase], dim: int = 0, *, out: TensorDictBase | No
         other = td.batch_size
         if len(other) != len(bs) or other[:dim] != bs[:dim] or other[dim + 1 :] != bs[dim + 1 :]:
             raise RuntimeError(f"cat: collection {i} has batch size {list(other)}, incompatible with {list(bs)} along dim {dim}.")
+    if out is None and kind is TensorDict:
+        return _cat_tensordicts(tds, dim)
     entries = {}
     dest = None if out is None else out._tensordict if type(out) is TensorDict else None
     n_keys = len(list(first._items_raw()))
@@ -151,6 +153,37 @@ def cat(tds: Sequence[TensorDictBase], dim: int = 0, *, out: TensorDictBase | No
         return out
     new_bs = bs[:dim] + (sum(td.batch_size[dim] for td in tds),) + bs[dim + 1 :]
     return TensorDict._new_unsafe(entries, torch.Size(new_bs), first.device, first._maybe_names())
+
+
+def _cat_tensordicts(tds: Sequence[TensorDict], dim: int) -> TensorDict:
+    """``cat`` of plain TensorDicts whose batch sizes were checked: a direct walk of their entries."""
+    first = tds[0]
+    n_keys = len(first._tensordict)
+    if any(len(td._tensordict) != n_keys for td in tds):
+        _raise_key_mismatch(tds)
+    entries = {}
+    for key, value in first._tensordict.items():
+        try:
+            values = [td._tensordict[key] for td in tds]
+        except KeyError:
+            _raise_key_mismatch(tds)
+        if isinstance(value, torch.Tensor):
+            try:
+                entries[key] = torch.cat(values, dim)
+            except (RuntimeError, TypeError) as err:
+                shapes = sorted({tuple(v.shape) if isinstance(v, torch.Tensor) else type(v).__name__ for v in values})
+                raise RuntimeError(f"cat: key {key!r} cannot be concatenated along dim {dim}: {shapes}.") from err
+        elif all(type(v) is TensorDict for v in values):
+            sub_bs = value._batch_size
+            for v in values:
+                if v._batch_size[dim + 1 :] != sub_bs[dim + 1 :]:
+                    raise RuntimeError(f"cat: nested key {key!r} has batch sizes {[list(x._batch_size) for x in values]}, incompatible along dim {dim}.")
+            entries[key] = _cat_tensordicts(values, dim)
+        else:
+            entries[key] = cat(values, dim)
+    bs = first._batch_size
+    new_bs = bs[:dim] + (sum(td._batch_size[dim] for td in tds),) + bs[dim + 1 :]
+    return TensorDict._new_unsafe(entries, new_bs, first._device, first._names)
 
 
 @implements(torch.unbind)

@@ -60,6 +60,12 @@ def unravel_key(key: Any) -> NestedKey:
 def _key_to_tuple(key: Any) -> tuple[str, ...]:
     if type(key) is str:
         return (key,)
+    if type(key) is tuple and key:  # already flat: the common case
+        for part in key:
+            if type(part) is not str:
+                break
+        else:
+            return key
     if isinstance(key, tuple):
         out: list[str] = []
         for part in key:

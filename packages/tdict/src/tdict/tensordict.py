@@ -56,13 +56,21 @@ class TensorDict(TensorDictBase):
             items = kwargs.items()
         else:
             if is_tensor_collection(source):
-                items = list(source._items_raw())
+                items = source._items_raw()
             elif hasattr(source, "items"):
-                items = list(source.items())
+                items = source.items()
             else:
                 raise TypeError(f"TensorDict source must be a mapping or a tensor collection, got {type(source).__name__}.")
             if kwargs:
-                items += list(kwargs.items())
+                items = list(items) + list(kwargs.items())
+        self._fill(items)
+        if names is not None:
+            self.names = names
+        if lock:
+            self.lock_()
+
+    def _fill(self, items: Any) -> None:
+        """Validate and store ``(key, value)`` pairs (the constructor's loop)."""
         entries = self._tensordict
         bs, device = self._batch_size, self._device
         n = len(bs)
@@ -71,12 +79,12 @@ class TensorDict(TensorDictBase):
                 self._set_tuple(_key_to_tuple(key), value, inplace=False)
             elif isinstance(value, torch.Tensor) and (not n or value.shape[:n] == bs) and (device is None or value.device == device):
                 entries[key] = value  # the common case, checked inline
+            elif type(value) is dict:
+                sub = TensorDict._new_unsafe({}, bs, device)
+                sub._fill(value.items())
+                entries[key] = sub
             else:
                 entries[key] = self._validate(key, value)
-        if names is not None:
-            self.names = names
-        if lock:
-            self.lock_()
 
     @classmethod
     def _new_unsafe(cls, source: dict, batch_size: torch.Size, device: torch.device | None = None, names: Any = None) -> "TensorDict":
@@ -407,14 +415,13 @@ class TensorDict(TensorDictBase):
                 out[key] = value
                 continue
             path = _key_to_tuple(key)
-            value = self._get_tuple(path, _MISSING)
-            if value is _MISSING:
-                if strict:
-                    raise self._missing_key_error(key)
-                continue
+            if not strict and self._get_tuple(path, _MISSING) is _MISSING:
+                continue  # checked first so that no empty parents get created
             node, source = out, self
             for part in path[:-1]:
-                source = source._get_str(part, NO_DEFAULT)
+                source = source._get_str(part, NO_DEFAULT) if type(source) is not TensorDict else source._tensordict.get(part, _MISSING)
+                if source is _MISSING or isinstance(source, torch.Tensor):
+                    raise self._missing_key_error(key)
                 child = node.get(part)
                 if child is None:
                     child = TensorDict._new_unsafe({}, source.batch_size, source.device, source._maybe_names())
@@ -424,6 +431,9 @@ class TensorDict(TensorDictBase):
                     break  # the whole sub-collection is already selected
                 node = child._tensordict
             else:
+                value = source._get_str(path[-1], _MISSING)
+                if value is _MISSING:
+                    raise self._missing_key_error(key)
                 node[path[-1]] = value
         return TensorDict._new_unsafe(out, self._batch_size, self._device, self._names)
 
