@@ -158,7 +158,9 @@ def _current(td: Any, storage: torch.Tensor) -> dict:
 # --------------------------------------------------------------------------------------------- #
 
 
-def _rebuild(meta: dict, storage: torch.Tensor, device: Any) -> Any:
+def _rebuild(meta: dict, storage: torch.Tensor, device: Any, views: list | None = None) -> Any:
+    """The tree described by ``meta`` over ``storage``; ``views`` (if given) receives every leaf
+    view in the order of :func:`_layout`'s leaves."""
     from .non_tensor import NonTensorData
     from .non_tensor_stack import NonTensorStack
     from .tensordict import TensorDict
@@ -179,7 +181,9 @@ def _rebuild(meta: dict, storage: torch.Tensor, device: Any) -> Any:
                 for d in shape:
                     n *= d
                 start = entry["offset"]
-                entries[key] = storage[start : start + n * dtype.itemsize].view(dtype).view(shape)
+                view = entries[key] = storage[start : start + n * dtype.itemsize].view(dtype).view(shape)
+                if views is not None:
+                    views.append(view)
             elif kind == "non_tensor":
                 entries[key] = NonTensorData._new(entry["data"], torch.Size(entry["batch_size"]), device)
             elif kind == "non_tensor_stack":
@@ -241,8 +245,12 @@ def consolidate(td: Any, filename: Any = None, device: Any = None, share_memory:
     storage = torch.empty(total, dtype=torch.uint8, device=device, pin_memory=pin_memory)
     if share_memory:
         storage.share_memory_()
-    _copy_leaves(meta, leaves, storage)
-    return _rebuild(meta, storage, out_device)
+    views: list = []
+    out = _rebuild(meta, storage, out_device, views)
+    with torch.no_grad():  # each leaf goes into the view the result holds: no second set of views
+        for (leaf, _), view in zip(leaves, views):
+            view.copy_(leaf)
+    return out
 
 
 def _copy_leaves(meta: dict, leaves: list, storage: torch.Tensor) -> None:
