@@ -66,3 +66,11 @@ def _batch_size_from_entry(before: Any, after: Any, batch_dims: int) -> torch.Si
     shape_after = after.shape if isinstance(after, torch.Tensor) else after.batch_size
     feature_dims = len(shape_before) - batch_dims
     return shape_after[: len(shape_after) - feature_dims]
+
+
+def check_write_shape(key: Any, shape: torch.Size, expected: torch.Size) -> None:
+    """Raise (naming ``key``) unless a value of ``shape`` can be written where ``expected`` is."""
+    try:
+        torch.broadcast_shapes(shape, expected)
+    except RuntimeError:
+        raise RuntimeError(f"td[index] = value: key {key!r} has shape {list(shape)}, expected one broadcastable to {list(expected)}.") from None

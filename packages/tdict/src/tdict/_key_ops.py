@@ -153,24 +153,20 @@ class KeyOpsMixin:
             if name in out:
                 raise KeyError(f"flatten_keys: flattened key {name!r} collides with an existing key.")
             out._set_str(name, value, inplace=False, validated=True)
-        if inplace:
-            for key in [k for k, _ in self._items_raw()]:
-                self._del_str(key)
-            self.update(out)
-            return self
-        return out
+        return self._replace_entries(out) if inplace else out
+
+    def _replace_entries(self, new: "TensorDictBase") -> "TensorDictBase":
+        """Make ``new``'s entries the entries of ``self`` (in-place flatten/unflatten)."""
+        for key in [k for k, _ in self._items_raw()]:
+            self._del_str(key)
+        return self.update(new)
 
     def unflatten_keys(self, separator: str = ".", inplace: bool = False) -> "TensorDictBase":
         """Inverse of :meth:`flatten_keys`."""
         out = self.empty()
         for key, value in self._items_raw():
             out.set(tuple(key.split(separator)), value)
-        if inplace:
-            for key in [k for k, _ in self._items_raw()]:
-                self._del_str(key)
-            self.update(out)
-            return self
-        return out
+        return self._replace_entries(out) if inplace else out
 
     def update(self, input_dict_or_td: Any, clone: bool = False, inplace: bool = False, *, keys_to_update: Sequence | None = None, non_blocking: bool = False, is_leaf: Callable | None = None, update_batch_size: bool = False, ignore_lock: bool = False) -> "TensorDictBase":
         """Write every entry of ``input_dict_or_td`` into ``self`` (recursively merging sub-collections)."""

@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Sequence
 
 from ._lazy_index import _FULL
-from ._shape_ops import ShapeOpsMixin, _shape_args, infer_shape
+from ._shape_ops import ShapeOpsMixin, _shape_args, infer_shape, split_lengths
 from ._utils import normalize_dim, normalize_dims
 
 if TYPE_CHECKING:
@@ -48,15 +48,7 @@ class LazyShapeMixin:
             if not per:
                 return ShapeOpsMixin.split(self, split_size, dim)
             return tuple(self._stack_of(list(group), sd) for group in zip(*per))
-        length = self._batch_size[d]
-        if isinstance(split_size, int):
-            if split_size <= 0:
-                raise ValueError(f"split: split_size must be positive, got {split_size}.")
-            lengths = [min(split_size, length - i) for i in range(0, length, split_size)]
-        else:
-            lengths = list(split_size)
-            if sum(lengths) != length:
-                raise ValueError(f"split: sizes {lengths} sum to {sum(lengths)}, the dim has {length}.")
+        lengths = split_lengths(split_size, self._batch_size[d])
         out, start = [], 0
         for n in lengths:
             out.append(self._index((_FULL,) * sd + (slice(start, start + n),)))

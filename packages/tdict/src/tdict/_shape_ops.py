@@ -37,6 +37,18 @@ def infer_shape(shape: Sequence[int], numel: int, what: str = "reshape") -> torc
     return torch.Size(shape)
 
 
+def split_lengths(split_size: int | Sequence[int], length: int) -> list[int]:
+    """The part lengths of ``split(split_size)`` over a dim of ``length`` (checked)."""
+    if isinstance(split_size, int):
+        if split_size <= 0:
+            raise ValueError(f"split: split_size must be positive, got {split_size}.")
+        return [min(split_size, length - i) for i in range(0, length, split_size)]
+    lengths = list(split_size)
+    if sum(lengths) != length:
+        raise ValueError(f"split: sizes {lengths} sum to {sum(lengths)}, the dim has {length}.")
+    return lengths
+
+
 def _trailing_ones(t: torch.Tensor, ndim: int) -> torch.Tensor:
     """View a batch-shaped tensor with singleton dims appended up to ``ndim`` dims."""
     return t.reshape(t.shape + (1,) * (ndim - t.dim())) if t.dim() < ndim else t
@@ -231,15 +243,7 @@ class ShapeOpsMixin:
 
     def split(self, split_size: int | Sequence[int], dim: int = 0) -> tuple:
         d = normalize_dim(dim, self.batch_dims)
-        length = self.batch_size[d]
-        if isinstance(split_size, int):
-            if split_size <= 0:
-                raise ValueError(f"split: split_size must be positive, got {split_size}.")
-            lengths = [min(split_size, length - i) for i in range(0, length, split_size)]
-        else:
-            lengths = list(split_size)
-            if sum(lengths) != length:
-                raise ValueError(f"split: sizes {lengths} sum to {sum(lengths)}, the dim has {length}.")
+        lengths = split_lengths(split_size, self.batch_size[d])
         sizes = [self.batch_size[:d] + (n,) + self.batch_size[d + 1 :] for n in lengths]
         return self._split_entries(lambda v: v.split(lengths, d), sizes)
 

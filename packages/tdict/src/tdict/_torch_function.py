@@ -51,16 +51,9 @@ def stack(tds: Sequence[TensorDictBase], dim: int = 0, *, out: TensorDictBase | 
         if td._batch_size != bs:
             raise RuntimeError(f"stack: collection {i} has batch size {list(td._batch_size)}, collection 0 has {list(bs)}; use lazy_stack for different batch sizes.")
     new_bs = bs[:dim] + (len(tds),) + bs[dim:]
-    n_keys = len(first._tensordict)
-    if any(len(td._tensordict) != n_keys for td in tds):
-        _raise_key_mismatch(tds)
     entries = {}
     dest = out._tensordict if out is not None else None
-    for key, value in first._tensordict.items():
-        try:
-            values = [td._tensordict[key] for td in tds]
-        except KeyError:
-            _raise_key_mismatch(tds)
+    for key, value, values in _values_by_key(tds):
         if isinstance(value, torch.Tensor):
             try:
                 if dest is not None:
@@ -78,6 +71,19 @@ def stack(tds: Sequence[TensorDictBase], dim: int = 0, *, out: TensorDictBase | 
     if out is not None:
         return out
     return TensorDict._new_unsafe(entries, torch.Size(new_bs), first._device, _stacked_names(tds, dim))
+
+
+def _values_by_key(tds: Sequence[TensorDict]):
+    """``(key, first value, every value)`` per key of plain TensorDicts that must hold the same keys."""
+    first = tds[0]
+    n_keys = len(first._tensordict)
+    if any(len(td._tensordict) != n_keys for td in tds):
+        _raise_key_mismatch(tds)
+    for key, value in first._tensordict.items():
+        try:
+            yield key, value, [td._tensordict[key] for td in tds]
+        except KeyError:
+            _raise_key_mismatch(tds)
 
 
 def _stack_special(tds: Sequence, dim: int, out: Any) -> Any:
@@ -158,15 +164,8 @@ def cat(tds: Sequence[TensorDictBase], dim: int = 0, *, out: TensorDictBase | No
 def _cat_tensordicts(tds: Sequence[TensorDict], dim: int) -> TensorDict:
     """``cat`` of plain TensorDicts whose batch sizes were checked: a direct walk of their entries."""
     first = tds[0]
-    n_keys = len(first._tensordict)
-    if any(len(td._tensordict) != n_keys for td in tds):
-        _raise_key_mismatch(tds)
     entries = {}
-    for key, value in first._tensordict.items():
-        try:
-            values = [td._tensordict[key] for td in tds]
-        except KeyError:
-            _raise_key_mismatch(tds)
+    for key, value, values in _values_by_key(tds):
         if isinstance(value, torch.Tensor):
             try:
                 entries[key] = torch.cat(values, dim)

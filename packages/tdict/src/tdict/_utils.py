@@ -120,6 +120,17 @@ def parse_device(device: Any) -> torch.device | None:
     return device
 
 
+def check_names(value: Sequence[str | None], ndim: int) -> list:
+    """Validate dim names: one per batch dim, the non-None ones unique."""
+    value = list(value)
+    if len(value) != ndim:
+        raise ValueError(f"names: expected {ndim} names (one per batch dim), got {value}.")
+    named = [v for v in value if v is not None]
+    if len(set(named)) != len(named):
+        raise ValueError(f"names must be unique, got {value}.")
+    return value
+
+
 def normalize_dim(dim: int, ndim: int, name: str = "dim") -> int:
     """Map a possibly negative batch dim into ``[0, ndim)`` with a clear error."""
     if not isinstance(dim, int):

@@ -16,7 +16,7 @@ from ._arithmetic import ArithmeticMixin
 from ._key_ops import KeyOpsMixin
 from ._shape_ops import ShapeOpsMixin
 from ._storage_methods import StorageMixin
-from ._indexing import _expand_index, _indexed_batch_size, _is_key_tuple  # noqa: F401  (re-exported)
+from ._indexing import _expand_index, _indexed_batch_size, _is_key_tuple, check_write_shape  # noqa: F401  (re-exported)
 from ._utils import _MISSING, NO_DEFAULT, NestedKey, _key_to_tuple, is_tensor_collection, parse_device, unravel_key
 
 # torch functions handled through ``__torch_function__``; filled by ``_torch_function``.
@@ -214,12 +214,7 @@ class TensorDictBase(KeyOpsMixin, ApplyMixin, ArithmeticMixin, ShapeOpsMixin, St
                 if not isinstance(target, torch.Tensor):
                     raise KeyError(f"td[index] = value: key {key!r} of the value is not a tensor leaf of the destination.")
                 expected = dest_bs + target.shape[self.batch_dims :]
-                try:
-                    torch.broadcast_shapes(leaf.shape, expected)
-                except RuntimeError:
-                    raise RuntimeError(
-                        f"td[index] = value: key {key!r} has shape {tuple(leaf.shape)}, expected one broadcastable to {tuple(expected)}."
-                    ) from None
+                check_write_shape(key, leaf.shape, expected)
                 pairs.append((key, leaf))
         full_index = _expand_index(index, self.batch_dims)
         if non_tensor_pairs:  # copy-on-write leaves, computed (and checked) before any write

@@ -278,15 +278,23 @@ def is_consolidated(td: Any) -> bool:
 # --------------------------------------------------------------------------------------------- #
 
 
-def _getstate(td: Any) -> dict | None:
-    """Pickle state for a consolidated ``td``: one storage + structure; ``None`` if no longer consolidated."""
+def _consolidated_state(td: Any) -> tuple | None:
+    """``(storage, structure)`` while ``td`` is still consolidated, else ``None``."""
     storage = getattr(td, "_consolidated", None)
     if storage is None:
         return None
     try:
-        meta = _current(td, storage)
+        return storage, _current(td, storage)
     except _NotConsolidated:
         return None
+
+
+def _getstate(td: Any) -> dict | None:
+    """Pickle state for a consolidated ``td``: one storage + structure; ``None`` if no longer consolidated."""
+    found = _consolidated_state(td)
+    if found is None:
+        return None
+    storage, meta = found
     return {"consolidated": storage, "meta": meta, "device": td.device, "locked": td.is_locked}
 
 
@@ -300,13 +308,10 @@ def _setstate(td: Any, state: dict) -> None:
 
 def _to(td: Any, device: torch.device, non_blocking: bool) -> Any | None:
     """``td.to(device)`` with one storage copy; ``None`` when ``td`` is no longer consolidated."""
-    storage = getattr(td, "_consolidated", None)
-    if storage is None:
+    found = _consolidated_state(td)
+    if found is None:
         return None
-    try:
-        meta = _current(td, storage)
-    except _NotConsolidated:
-        return None
+    storage, meta = found
     if isinstance(storage, MemoryMappedTensor) and device.type == "cpu":
         moved = storage
     else:

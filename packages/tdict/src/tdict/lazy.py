@@ -55,7 +55,7 @@ from ._lazy_index import _FULL, LazyIndexMixin
 from ._lazy_ops import LazyMemberOpsMixin
 from ._lazy_ragged import LazyRaggedMixin, _nested, _pad_stack, _stack_error
 from ._lazy_shape import LazyShapeMixin
-from ._utils import NO_DEFAULT, NestedKey, _key_to_tuple, normalize_dim, parse_batch_size, unravel_key
+from ._utils import NO_DEFAULT, NestedKey, _key_to_tuple, check_names, normalize_dim, parse_batch_size, unravel_key
 from .base import _MISSING, TensorDictBase, is_tensor_collection
 from .tensordict import TensorDict
 
@@ -202,12 +202,7 @@ class LazyStackedTensorDict(LazyIndexMixin, LazyShapeMixin, LazyMemberOpsMixin, 
             for td in self.tensordicts:
                 td.names = None
             return
-        value = list(value)
-        if len(value) != len(self._batch_size):
-            raise ValueError(f"names: expected {len(self._batch_size)} names (one per batch dim), got {value}.")
-        named = [v for v in value if v is not None]
-        if len(set(named)) != len(named):
-            raise ValueError(f"names must be unique, got {value}.")
+        value = check_names(value, len(self._batch_size))
         sd = self.stack_dim
         inner = value[:sd] + value[sd + 1 :]
         for td in self.tensordicts:
@@ -319,26 +314,18 @@ class LazyStackedTensorDict(LazyIndexMixin, LazyShapeMixin, LazyMemberOpsMixin, 
         return vals
 
     def _get_str(self, key: str, default: Any) -> Any:
-        vals = []
-        for td in self.tensordicts:
-            v = td._get_str(key, _MISSING)
-            if v is _MISSING:
-                if default is NO_DEFAULT:
-                    raise self._missing_key_error(key)
-                return default
-            vals.append(v)
-        if not vals:
-            if default is NO_DEFAULT:
-                raise self._missing_key_error(key)
-            return default
-        return self._combine(key, vals)
+        return self._gather(key, lambda td: td._get_str(key, _MISSING), default)
 
     def _get_tuple(self, key: tuple, default: Any) -> Any:
         if len(key) == 1:
             return self._get_str(key[0], default)
+        return self._gather(key, lambda td: td._get_tuple(key, _MISSING), default)
+
+    def _gather(self, key: Any, fetch: Callable, default: Any) -> Any:
+        """Every member's value of ``key`` (``fetch(member)``), combined; ``default`` if one lacks it."""
         vals = []
         for td in self.tensordicts:
-            v = td._get_tuple(key, _MISSING)
+            v = fetch(td)
             if v is _MISSING:
                 if default is NO_DEFAULT:
                     raise self._missing_key_error(key)

@@ -6,8 +6,8 @@ from typing import Any, Callable, Iterator, Sequence
 import torch
 
 from ._keys import KeysView
-from ._utils import NO_DEFAULT, NestedKey, _key_to_tuple, normalize_dim, parse_batch_size, parse_device
-from ._indexing import _batch_size_from_entry, _indexed_batch_size, _normalize_index
+from ._utils import NO_DEFAULT, NestedKey, _key_to_tuple, check_names, normalize_dim, parse_batch_size, parse_device
+from ._indexing import _batch_size_from_entry, _indexed_batch_size, _normalize_index, check_write_shape
 from .base import _MISSING, NON_TENSOR_CLASSES, TensorDictBase, is_tensor_collection
 
 
@@ -229,7 +229,7 @@ class TensorDict(TensorDictBase):
 
     # ------------------------------------------------------------------ hot paths
     def get(self, key: NestedKey, default: Any = NO_DEFAULT) -> Any:
-        if type(key) is str:
+        if type(key) is str:  # _get_str's body, inlined: this is the hottest call of the library
             try:
                 return self._tensordict[key]
             except KeyError:
@@ -540,13 +540,8 @@ class TensorDict(TensorDictBase):
         if value is None:
             self._names = None
             return
-        value = list(value)
-        if len(value) != len(self._batch_size):
-            raise ValueError(f"names: expected {len(self._batch_size)} names (one per batch dim), got {value}.")
-        named = [v for v in value if v is not None]
-        if len(set(named)) != len(named):
-            raise ValueError(f"names must be unique, got {value}.")
-        self._names = value if named else None
+        value = check_names(value, len(self._batch_size))
+        self._names = value if any(v is not None for v in value) else None
 
     def _maybe_names(self):
         return self._names
@@ -593,12 +588,7 @@ def _collect_writes(dest: "TensorDict", value: "TensorDict", dest_bs: torch.Size
                 raise KeyError(f"td[index] = value: key {path + (key,)!r} is a tensor in the value but not in the destination.")
             expected = dest_bs + target.shape[batch_dims:]
             if leaf.shape != expected:
-                try:
-                    torch.broadcast_shapes(leaf.shape, expected)
-                except RuntimeError:
-                    raise RuntimeError(
-                        f"td[index] = value: key {path + (key,)!r} has shape {list(leaf.shape)}, expected one broadcastable to {list(expected)}."
-                    ) from None
+                check_write_shape(path + (key,), leaf.shape, expected)
             pairs.append((target, leaf))
         elif type(leaf) is TensorDict and type(target) is TensorDict:
             _collect_writes(target, leaf, dest_bs, batch_dims, pairs, path + (key,))
