@@ -9,7 +9,7 @@ from typing import Any, Sequence
 
 import torch
 
-from ._utils import leaf_shape, normalize_dim, normalize_dims
+from ._utils import is_tensor_collection, leaf_shape, normalize_dim, normalize_dims
 
 
 def _shape_args(shape: tuple) -> tuple:
@@ -202,8 +202,6 @@ class ShapeOpsMixin:
 
     def where(self, condition: torch.Tensor, other: Any, *, pad: Any = None) -> Any:
         """``torch.where(condition, self, other)`` leaf by leaf; ``condition`` is batch-shaped."""
-        from .base import is_tensor_collection
-
         def pick(v, key):
             o = other.get(key) if is_tensor_collection(other) else other
             return torch.where(_trailing_ones(condition, v.dim()), v, o)

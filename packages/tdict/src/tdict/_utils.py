@@ -151,3 +151,27 @@ def normalize_dims(dims: Sequence[int] | int, ndim: int) -> tuple[int, ...]:
 def leaf_shape(value: Any) -> torch.Size:
     """The full shape of a leaf tensor, or the batch size of a nested collection."""
     return value.shape if isinstance(value, torch.Tensor) else value.batch_size
+
+
+def parse_to_args(args: tuple, kwargs: dict) -> tuple:
+    """``to(...)`` arguments as ``(device, dtype, non_blocking, batch_size)``."""
+    device = kwargs.pop("device", None)
+    dtype = kwargs.pop("dtype", None)
+    non_blocking = kwargs.pop("non_blocking", False)
+    batch_size = kwargs.pop("batch_size", None)
+    if kwargs:
+        raise TypeError(f"to(): unexpected arguments {sorted(kwargs)}.")
+    for arg in args:
+        if isinstance(arg, torch.dtype):
+            dtype = arg
+        elif isinstance(arg, (str, torch.device, int)):
+            device = arg
+        elif isinstance(arg, torch.Tensor):
+            device, dtype = arg.device, arg.dtype
+        elif is_tensor_collection(arg):
+            device = arg.device
+        elif isinstance(arg, bool):
+            non_blocking = arg
+        else:
+            raise TypeError(f"to(): cannot interpret argument {arg!r}.")
+    return parse_device(device), dtype, non_blocking, batch_size

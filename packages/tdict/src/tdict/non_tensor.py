@@ -12,7 +12,7 @@ from typing import Any, Callable, Iterator, Sequence
 
 import torch
 
-from ._utils import NO_DEFAULT, parse_batch_size, parse_device
+from ._utils import NO_DEFAULT, parse_batch_size, parse_device, parse_to_args
 from .base import NON_TENSOR_CLASSES, TensorDictBase, _indexed_batch_size
 
 __all__ = ["NonTensorData", "is_non_tensor"]
@@ -149,9 +149,7 @@ class _NonTensorBase(TensorDictBase):
 
     def to(self, *args: Any, **kwargs: Any) -> Any:
         """``to(device)`` records the device; dtypes do not apply to Python payloads."""
-        from .tensordict import _parse_to_args
-
-        device, _dtype, _non_blocking, batch_size = _parse_to_args(args, dict(kwargs))
+        device, _dtype, _non_blocking, batch_size = parse_to_args(args, dict(kwargs))
         out = self
         if batch_size is not None:
             out = out._with_batch_size(parse_batch_size(batch_size))

@@ -6,7 +6,7 @@ from typing import Any, Callable, Iterator, Sequence
 import torch
 
 from ._keys import KeysView
-from ._utils import NO_DEFAULT, NestedKey, _key_to_tuple, check_names, normalize_dim, parse_batch_size, parse_device
+from ._utils import NO_DEFAULT, NestedKey, _key_to_tuple, check_names, normalize_dim, parse_batch_size, parse_device, parse_to_args
 from ._indexing import _batch_size_from_entry, _indexed_batch_size, _normalize_index, check_write_shape
 from .base import _MISSING, NON_TENSOR_CLASSES, TensorDictBase, is_tensor_collection
 
@@ -359,7 +359,7 @@ class TensorDict(TensorDictBase):
 
     def to(self, *args: Any, **kwargs: Any) -> "TensorDictBase":
         """Move to a device and/or cast floating dtypes: ``to(device)``, ``to(dtype)``, ``to(other)``, ``to(batch_size=...)``."""
-        device, dtype, non_blocking, batch_size = _parse_to_args(args, kwargs)
+        device, dtype, non_blocking, batch_size = parse_to_args(args, kwargs)
         result = self
         if batch_size is not None:
             result = self.copy()
@@ -607,26 +607,3 @@ def _as_nested(d: Any) -> Any:
     if isinstance(d, dict):
         return {k: TensorDict(_as_nested(v)) if isinstance(v, dict) else v for k, v in d.items()}
     return d
-
-
-def _parse_to_args(args: tuple, kwargs: dict):
-    device = kwargs.pop("device", None)
-    dtype = kwargs.pop("dtype", None)
-    non_blocking = kwargs.pop("non_blocking", False)
-    batch_size = kwargs.pop("batch_size", None)
-    if kwargs:
-        raise TypeError(f"to(): unexpected arguments {sorted(kwargs)}.")
-    for arg in args:
-        if isinstance(arg, torch.dtype):
-            dtype = arg
-        elif isinstance(arg, (str, torch.device, int)):
-            device = arg
-        elif isinstance(arg, torch.Tensor):
-            device, dtype = arg.device, arg.dtype
-        elif is_tensor_collection(arg):
-            device = arg.device
-        elif isinstance(arg, bool):
-            non_blocking = arg
-        else:
-            raise TypeError(f"to(): cannot interpret argument {arg!r}.")
-    return parse_device(device), dtype, non_blocking, batch_size
