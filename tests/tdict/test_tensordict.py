@@ -496,3 +496,23 @@ def test_degenerate_keys_raise():
         td.get(("a", "x"))
     with pytest.raises(TypeError):
         td.get(3)
+
+
+def test_fused_arithmetic_matches_per_leaf_ops_and_falls_back():
+    td = make()
+    other = make().apply(lambda x: x + 3)
+    for op in (lambda a, b: a + b, lambda a, b: a - b, lambda a, b: a * b, lambda a, b: a / b, lambda a, b: a**b):
+        out = op(td, other)
+        for key, leaf in td.items(True, True):
+            torch.testing.assert_close(out[key], op(leaf, other[key]), rtol=0, atol=0, equal_nan=True)
+        assert out.batch_size == td.batch_size and out["b"].batch_size == td["b"].batch_size
+    ints = td * 2  # an int scalar keeps integer leaves integer, as torch does
+    assert ints["b", "d", "e"].dtype == torch.long and torch.equal(ints["b", "d", "e"], td["b", "d", "e"] * 2)
+    assert torch.equal(td.maximum(other)["a"], torch.maximum(td["a"], other["a"]))
+    # broadcasting leaves and non-tensor entries take the per-leaf path, with the same results
+    wide = TensorDict({"a": torch.ones(4, 3, 1)}, [4, 3])
+    assert torch.equal((td.select("a") + wide)["a"], td["a"] + 1)
+    text = TensorDict({"x": torch.ones(2), "s": "hi"}, [2])
+    assert torch.equal((text + text)["x"], torch.full((2,), 2.0)) and (text + text)["s"] == "hi"
+    with pytest.raises(RuntimeError):
+        TensorDict(m=torch.ones(2, dtype=torch.bool), batch_size=[2]) - TensorDict(m=torch.ones(2, dtype=torch.bool), batch_size=[2])

@@ -1,6 +1,7 @@
 """TensorDict: a dict of tensors that shares leading batch dims and behaves like one tensor."""
 from __future__ import annotations
 
+import operator
 from typing import Any, Callable, Iterator, Sequence
 
 import torch
@@ -495,6 +496,25 @@ class TensorDict(TensorDictBase):
                 leaves.extend(sub_leaves)
         return keys, leaves
 
+    def _binary(self, other: Any, op: Callable) -> Any:
+        """Out-of-place ``+ - * / **``, maximum, minimum: one fused ``torch._foreach_*`` call over
+        all leaves when both sides are plain TensorDict trees (or ``other`` is a number)."""
+        foreach = _FOREACH.get(op)
+        if foreach is not None:
+            leaves: list = []
+            if type(other) is TensorDict:
+                others: list = []
+                if _paired_leaves(self, other, leaves, others):
+                    return self._with_leaves(iter(foreach(leaves, others)))
+            elif type(other) in (int, float) and _paired_leaves(self, None, leaves, None):
+                return self._with_leaves(iter(foreach(leaves, other)))
+        return TensorDictBase._binary(self, other, op)
+
+    def _with_leaves(self, leaves: Iterator) -> "TensorDict":
+        """A TensorDict of the same structure whose tensor leaves come from ``leaves``, in order."""
+        out = {k: next(leaves) if isinstance(v, torch.Tensor) else v._with_leaves(leaves) for k, v in self._tensordict.items()}
+        return TensorDict._new_unsafe(out, self._batch_size, self._device, self._names)
+
     # ------------------------------------------------------------------ attributes
     @property
     def batch_size(self) -> torch.Size:
@@ -575,6 +595,31 @@ class TensorDict(TensorDictBase):
         self._names = state["names"]
         self._is_locked = state["locked"]
         self._lock_ops = None
+
+
+_FOREACH = {
+    operator.add: torch._foreach_add, operator.sub: torch._foreach_sub, operator.mul: torch._foreach_mul,
+    operator.truediv: torch._foreach_div, operator.pow: torch._foreach_pow,
+    torch.maximum: torch._foreach_maximum, torch.minimum: torch._foreach_minimum,
+}
+
+
+def _paired_leaves(td: "TensorDict", other: "TensorDict | None", leaves: list, others: list | None) -> bool:
+    """Collect ``td``'s tensor leaves (and ``other``'s matching ones, same shapes) depth-first;
+    False when either tree holds anything but tensors and plain TensorDicts."""
+    for key, value in td._tensordict.items():
+        match = None if other is None else other._tensordict.get(key)
+        if isinstance(value, torch.Tensor):
+            if other is not None:
+                if not isinstance(match, torch.Tensor) or match.shape != value.shape:
+                    return False
+                others.append(match)
+            leaves.append(value)
+        elif type(value) is not TensorDict or (other is not None and type(match) is not TensorDict):
+            return False
+        elif not _paired_leaves(value, match, leaves, others):
+            return False
+    return True
 
 
 def _collect_writes(dest: "TensorDict", value: "TensorDict", dest_bs: torch.Size, batch_dims: int, pairs: list, path: tuple) -> None:
