@@ -77,8 +77,9 @@ def _values_by_key(tds: Sequence[TensorDict]):
     """``(key, first value, every value)`` per key of plain TensorDicts that must hold the same keys."""
     first = tds[0]
     n_keys = len(first._tensordict)
-    if any(len(td._tensordict) != n_keys for td in tds):
-        _raise_key_mismatch(tds)
+    for td in tds:
+        if len(td._tensordict) != n_keys:
+            _raise_key_mismatch(tds)
     for key, value in first._tensordict.items():
         try:
             yield key, value, [td._tensordict[key] for td in tds]
@@ -132,7 +133,7 @@ def cat(tds: Sequence[TensorDictBase], dim: int = 0, *, out: TensorDictBase | No
             return hook(tds, dim, out)
     for i, td in enumerate(tds):
         other = td.batch_size
-        if len(other) != len(bs) or other[:dim] != bs[:dim] or other[dim + 1 :] != bs[dim + 1 :]:
+        if other != bs and (len(other) != len(bs) or other[:dim] != bs[:dim] or other[dim + 1 :] != bs[dim + 1 :]):
             raise RuntimeError(f"cat: collection {i} has batch size {list(other)}, incompatible with {list(bs)} along dim {dim}.")
     if out is None and kind is TensorDict:
         return _cat_tensordicts(tds, dim)
@@ -163,7 +164,6 @@ def cat(tds: Sequence[TensorDictBase], dim: int = 0, *, out: TensorDictBase | No
 
 def _cat_tensordicts(tds: Sequence[TensorDict], dim: int) -> TensorDict:
     """``cat`` of plain TensorDicts whose batch sizes were checked: a direct walk of their entries."""
-    first = tds[0]
     entries = {}
     for key, value, values in _values_by_key(tds):
         if isinstance(value, torch.Tensor):
@@ -172,17 +172,25 @@ def _cat_tensordicts(tds: Sequence[TensorDict], dim: int) -> TensorDict:
             except (RuntimeError, TypeError) as err:
                 shapes = sorted({tuple(v.shape) if isinstance(v, torch.Tensor) else type(v).__name__ for v in values})
                 raise RuntimeError(f"cat: key {key!r} cannot be concatenated along dim {dim}: {shapes}.") from err
-        elif all(type(v) is TensorDict for v in values):
-            sub_bs = value._batch_size
-            for v in values:
-                if v._batch_size[dim + 1 :] != sub_bs[dim + 1 :]:
-                    raise RuntimeError(f"cat: nested key {key!r} has batch sizes {[list(x._batch_size) for x in values]}, incompatible along dim {dim}.")
+        elif type(value) is TensorDict and _plain_and_aligned(key, values, value._batch_size, dim):
             entries[key] = _cat_tensordicts(values, dim)
         else:
             entries[key] = cat(values, dim)
-    bs = first._batch_size
-    new_bs = bs[:dim] + (sum(td._batch_size[dim] for td in tds),) + bs[dim + 1 :]
-    return TensorDict._new_unsafe(entries, new_bs, first._device, first._names)
+    bs = tds[0]._batch_size
+    total = 0
+    for td in tds:
+        total += td._batch_size[dim]
+    return TensorDict._new_unsafe(entries, bs[:dim] + (total,) + bs[dim + 1 :], tds[0]._device, tds[0]._names)
+
+
+def _plain_and_aligned(key: str, values: list, batch_size: torch.Size, dim: int) -> bool:
+    """True when every value is a plain TensorDict; raise if their batch dims after ``dim`` differ."""
+    for v in values:
+        if type(v) is not TensorDict:
+            return False
+        if v._batch_size != batch_size and v._batch_size[dim + 1 :] != batch_size[dim + 1 :]:
+            raise RuntimeError(f"cat: nested key {key!r} has batch sizes {[list(x._batch_size) for x in values]}, incompatible along dim {dim}.")
+    return True
 
 
 @implements(torch.unbind)
