@@ -131,11 +131,11 @@ class TensorDictBase(KeyOpsMixin, ApplyMixin, ArithmeticMixin, ShapeOpsMixin, St
     def __getitem__(self, index: Any) -> Any:
         if type(index) is str:
             value = self._get_str(index, NO_DEFAULT)
-        elif isinstance(index, tuple) and index and isinstance(index[0], (str, tuple)) and _is_key_tuple(index):
+        elif _is_key_index(index):
             value = self._get_tuple(_key_to_tuple(index), NO_DEFAULT)
         else:
             return self._index(index)
-        if type(value)._is_non_tensor if not isinstance(value, torch.Tensor) else False:
+        if not isinstance(value, torch.Tensor) and type(value)._is_non_tensor:
             return value.tolist() if value._is_lazy else value.data
         return value
 
@@ -188,7 +188,7 @@ class TensorDictBase(KeyOpsMixin, ApplyMixin, ArithmeticMixin, ShapeOpsMixin, St
         return self
 
     def __setitem__(self, index: Any, value: Any) -> None:
-        if type(index) is str or (isinstance(index, tuple) and index and isinstance(index[0], (str, tuple)) and _is_key_tuple(index)):
+        if type(index) is str or _is_key_index(index):
             self.set(index, value)
             return
         self._set_at_index(index, value)
@@ -461,3 +461,8 @@ def _repr(td: TensorDictBase, indent: int) -> str:
         f"{type(td).__name__}(\n{inner}fields={{\n{fields}}},\n{inner}batch_size={td.batch_size},\n"
         f"{inner}device={td.device},\n{inner}is_shared={td.is_shared()})"
     )
+
+
+def _is_key_index(index: Any) -> bool:
+    """``td[("a", "b")]`` addresses a nested key; ``td[0, 1]`` indexes the batch."""
+    return isinstance(index, tuple) and bool(index) and isinstance(index[0], (str, tuple)) and _is_key_tuple(index)
