@@ -606,3 +606,16 @@ def test_property_setitem_matches_dense(case):
         rows = td["r"].reshape(max(member_bs.numel(), 1), -1)
         for p in range(rows.shape[0]):
             assert bool((rows[p] == -1).all()) == ((m, p) in written)
+
+
+def test_in_place_leaf_ops_reach_the_members():
+    tds = [TensorDict(a=torch.ones(2, 3), b={"c": torch.ones(2)}, batch_size=[2]) for _ in range(2)]
+    s = lazy_stack(tds)
+    s.requires_grad_()
+    assert all(t["a"].requires_grad and t["b", "c"].requires_grad for t in tds) and s.requires_grad
+    s.detach_()
+    assert not any(t["a"].requires_grad for t in tds)
+    s.fill_("b", 4.0)
+    assert all(torch.equal(t["b", "c"], torch.full((2,), 4.0)) for t in tds)
+    s.share_memory_()
+    assert all(t["a"].is_shared() and t["b", "c"].is_shared() for t in tds) and s.is_locked

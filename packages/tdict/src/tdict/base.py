@@ -247,9 +247,8 @@ class TensorDictBase(KeyOpsMixin, ApplyMixin, ArithmeticMixin, ShapeOpsMixin, St
         return self.update_(other)
 
     def zero_(self) -> "TensorDictBase":
-        for value in self.values(True, True):
-            if isinstance(value, torch.Tensor):
-                value.zero_()
+        for leaf in self._tensor_leaves()[1]:  # the real leaves (a lazy stack's members' too)
+            leaf.zero_()
         return self
 
     def fill_(self, key: NestedKey, value: float | bool) -> "TensorDictBase":
@@ -258,29 +257,26 @@ class TensorDictBase(KeyOpsMixin, ApplyMixin, ArithmeticMixin, ShapeOpsMixin, St
         if isinstance(target, torch.Tensor):
             target.fill_(value)
         else:
-            for leaf in target.values(True, True):
-                if isinstance(leaf, torch.Tensor):
-                    leaf.fill_(value)
+            for leaf in target._tensor_leaves()[1]:
+                leaf.fill_(value)
         return self
 
     def detach(self) -> "TensorDictBase":
         return self._map_entries(lambda v: v.detach(), self.batch_size, self._maybe_names())
 
     def detach_(self) -> "TensorDictBase":
-        for value in self.values(True, True):
-            if isinstance(value, torch.Tensor):
-                value.detach_()
+        for leaf in self._tensor_leaves()[1]:
+            leaf.detach_()
         return self
 
     def requires_grad_(self, requires_grad: bool = True) -> "TensorDictBase":
-        for value in self.values(True, True):
-            if isinstance(value, torch.Tensor):
-                value.requires_grad_(requires_grad)
+        for leaf in self._tensor_leaves()[1]:
+            leaf.requires_grad_(requires_grad)
         return self
 
     @property
     def requires_grad(self) -> bool:
-        return any(v.requires_grad for v in self.values(True, True) if isinstance(v, torch.Tensor))
+        return any(leaf.requires_grad for leaf in self._tensor_leaves()[1])
 
     def float(self):
         return self.to(torch.float32)
@@ -323,9 +319,8 @@ class TensorDictBase(KeyOpsMixin, ApplyMixin, ArithmeticMixin, ShapeOpsMixin, St
 
     def share_memory_(self) -> "TensorDictBase":
         """Move every leaf to shared memory (visible across processes) and lock the structure."""
-        for value in self.values(True, True):
-            if isinstance(value, torch.Tensor):
-                value.share_memory_()
+        for leaf in self._tensor_leaves()[1]:
+            leaf.share_memory_()
         return self.lock_()
 
     def to_dict(self, *, retain_none: bool = True, convert_tensors: bool = False) -> dict:
