@@ -264,7 +264,7 @@ WORKLOADS: list[Workload] = [
       plain=lambda c: lambda: plain.memmap(c.fresh, c.prefix),
       observe=file_backed, prepare=p_memmap, teardown=lambda c: shutil.rmtree(c.root, ignore_errors=True),
       note=f"step layout, batch [{round(MEMMAP_BYTES / row_bytes(STEP))}]; one new directory per call. "
-           "tensordict and the plain baseline do not fsync; a crash-safe writer (DESIGN.md §5) pays for it here"),
+           "none of the three fsync (ours: fsync=True opts in); ours still commits metadata last, atomically"),
     W("consolidate()", "storage", s_td,
       td=lambda c: c.td.consolidate,
       plain=lambda c: partial(plain.consolidate, c.td), observe=one_storage),
