@@ -326,9 +326,10 @@ def test_inplace_ops_reach_members():
     assert all((td["y"] == 0).all() for td in tds)
     s.apply_(lambda t: t + 2)
     assert all((td["y"] == 2).all() for td in tds) and (tds[1]["only1"] == 2).all()
-    del tds[1]["only1"]  # a batch-only leaf would not take the (1, 3, 1) broadcast below (nor would it densely)
-    s.mul_(torch.tensor([1.0, 2.0, 3.0]).view(1, 3, 1))  # broadcast along the stack dim
+    # a tensor operand lines up with the batch dims [3, 3] (stack dim 1), whatever the leaves' feature dims
+    s.mul_(torch.tensor([1.0, 2.0, 3.0]).view(1, 3))
     assert [float(td["sub", "z"][0, 0]) for td in tds] == [2.0, 4.0, 6.0]
+    assert [float(td["y"].flatten()[0]) for td in tds] == [2.0, 4.0, 6.0] and (tds[1]["only1"] == 4).all()
     s.set_("x", torch.zeros(3, 3, 2))
     assert all((td["x"] == 0).all() for td in tds)
     s.update_(TensorDict(x=torch.ones(3, 3, 2), batch_size=[3, 3]))

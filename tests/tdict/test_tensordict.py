@@ -516,3 +516,16 @@ def test_fused_arithmetic_matches_per_leaf_ops_and_falls_back():
     assert torch.equal((text + text)["x"], torch.full((2,), 2.0)) and (text + text)["s"] == "hi"
     with pytest.raises(RuntimeError):
         TensorDict(m=torch.ones(2, dtype=torch.bool), batch_size=[2]) - TensorDict(m=torch.ones(2, dtype=torch.bool), batch_size=[2])
+
+
+def test_tensor_operands_line_up_with_the_batch_dims():
+    td = make()  # batch [4, 3]; "a" has a feature dim of 2
+    col = torch.arange(3.0)
+    out = td * col
+    assert torch.equal(out["a"], td["a"] * col.view(3, 1)) and torch.equal(out["b", "c"], td["b", "c"] * col)
+    mask = torch.tensor([1, 0, 1, 0]).view(4, 1)  # integer, so the long leaf can be scaled in place
+    td2 = td.clone()
+    td2.mul_(mask)
+    assert torch.equal(td2["a"], td["a"] * mask.view(4, 1, 1)) and torch.all(td2["b", "d", "e"][1] == 0)
+    with pytest.raises(RuntimeError, match=r"batch size \[4, 3\].*\[2\]"):
+        td + torch.ones(2)  # a feature-shaped operand is refused, not silently broadcast

@@ -23,6 +23,10 @@ from .persistence import MemmapLoadError, load, load_memmap, memmap, save
 from .tensorclass import TensorClass, is_tensorclass, tensorclass
 from .tensordict import TensorDict
 from . import _pytree  # noqa: F401  (registers the collections as pytree nodes)
+from ._constructors import (
+    assert_allclose_td, assert_close, default_is_leaf, dense_stack_tds, from_any, from_dataclass, from_dict, from_namedtuple,
+    from_pytree, from_struct_array, from_tuple, fromkeys, make_tensordict, maybe_dense_stack, merge_tensordicts, unravel_key_list,
+)
 
 __version__ = "0.1.0"
 
@@ -52,4 +56,8 @@ __all__ = [
     "stack",
     "tensorclass",
     "unravel_key",
+    # constructors and helpers (tdict._constructors)
+    "assert_allclose_td", "assert_close", "default_is_leaf", "dense_stack_tds", "from_any", "from_dataclass", "from_dict",
+    "from_namedtuple", "from_pytree", "from_struct_array", "from_tuple", "fromkeys", "make_tensordict", "maybe_dense_stack",
+    "merge_tensordicts", "unravel_key_list",
 ]

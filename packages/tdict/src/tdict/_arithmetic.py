@@ -1,20 +1,25 @@
-"""Element-wise arithmetic, comparisons and reductions over the leaves of a collection."""
+"""Element-wise arithmetic, comparisons, unary math and dtype casts over the leaves of a collection.
+
+Reductions and scans live in :mod:`tdict._reductions` (a base of :class:`ArithmeticMixin`).
+"""
 from __future__ import annotations
 
 import operator
-from collections import namedtuple
 from typing import Any, Callable
 
 import torch
 
-from ._utils import NO_DEFAULT, normalize_dims
-
-_FLOAT_ONLY = frozenset({"mean", "nanmean", "std", "var"})
-ValuesIndices = namedtuple("ValuesIndices", ["values", "indices"])
+from ._reductions import ReductionsMixin
+from ._utils import NO_DEFAULT
 
 
 def _is_collection(obj: Any) -> bool:
     return getattr(type(obj), "_is_tensor_collection", False)
+
+
+def _align(operand: torch.Tensor, feature_dims: int) -> torch.Tensor:
+    """View a batch-aligned operand with singleton dims for a leaf's ``feature_dims``."""
+    return operand.reshape(operand.shape + (1,) * feature_dims) if feature_dims > 0 else operand
 
 
 def _compare_payloads(src: Any, out: Any, other: Any, op: Callable) -> None:
@@ -32,8 +37,8 @@ def _compare_payloads(src: Any, out: Any, other: Any, op: Callable) -> None:
             _compare_payloads(value, out._get_str(key, None), other_value, op)
 
 
-class ArithmeticMixin:
-    """``+ - * / ** == < ...``, their in-place forms, unary math, and reductions."""
+class ArithmeticMixin(ReductionsMixin):
+    """``+ - * / ** == < ...``, their in-place forms, unary math, dtype casts (and, inherited, reductions)."""
 
     __slots__ = ()
     __hash__ = object.__hash__
@@ -45,7 +50,22 @@ class ArithmeticMixin:
                 return op(v, o)
 
             return self._apply(pair, (other,), None, (), None, NO_DEFAULT, NO_DEFAULT, False, NO_DEFAULT, None, False, {})
+        if isinstance(other, torch.Tensor) and other.dim():
+            other, n = self._batch_operand(other), self.batch_dims
+            return self._apply(lambda v: op(v, _align(other, v.dim() - n)), (), None, (), None, NO_DEFAULT, NO_DEFAULT, False, NO_DEFAULT, None, False, {})
         return self._apply(lambda v: op(v, other), (), None, (), None, NO_DEFAULT, NO_DEFAULT, False, NO_DEFAULT, None, False, {})
+
+    def _batch_operand(self, other: torch.Tensor) -> torch.Tensor:
+        """A tensor operand lines up with the batch dims, as in tensordict: ``td * mask`` with a
+        batch-shaped ``mask`` scales every leaf, whatever its feature dims."""
+        bs = self.batch_size
+        try:
+            fits = other.dim() <= len(bs) and torch.broadcast_shapes(other.shape, bs) == bs
+        except RuntimeError:
+            fits = False
+        if not fits:
+            raise RuntimeError(f"A tensor operand must broadcast to the batch size {list(bs)}; got shape {list(other.shape)}.")
+        return other
 
     def _compare(self, other: Any, op: Callable) -> Any:
         """``==``/``!=``: tensors element-wise, non-tensor payloads by value (a batch-shaped bool)."""
@@ -56,12 +76,15 @@ class ArithmeticMixin:
     def _binary_(self, other: Any, foreach: Callable, fallback: Callable) -> Any:
         """In-place op: one fused ``torch._foreach_*_`` call over all leaves when possible."""
         keys, leaves = self._tensor_leaves()
+        if not leaves:  # torch._foreach_* refuses an empty list
+            return self
         if _is_collection(other):
             others = [other.get(k) for k in keys]
             foreach(leaves, others)
         elif isinstance(other, torch.Tensor) and other.dim() > 0:
+            other, n = self._batch_operand(other), self.batch_dims
             for leaf in leaves:
-                fallback(leaf, other)
+                fallback(leaf, _align(other, leaf.dim() - n))
         else:
             foreach(leaves, other)
         return self
@@ -76,109 +99,6 @@ class ArithmeticMixin:
 
     def _unary(self, fn: Callable) -> Any:
         return self._apply(fn, (), None, (), None, NO_DEFAULT, NO_DEFAULT, False, NO_DEFAULT, None, False, {})
-
-    # ---- reductions
-    def _reduce(self, name: str, dim: Any, keepdim: bool, reduce: bool | None, **kwargs) -> Any:
-        fn = getattr(torch, name)
-        if name in _FLOAT_ONLY:  # integer and bool leaves are averaged as floats
-            raw = fn
-            fn = lambda v, **kw: raw(v if v.is_floating_point() or v.is_complex() else v.float(), **kw)  # noqa: E731
-        if dim is NO_DEFAULT or dim is None:
-            if reduce:
-                leaves = [v.reshape(-1) for v in self._tensor_leaves()[1]]
-                flat = torch.cat([v.to(torch.promote_types(leaves[0].dtype, leaves[-1].dtype)) for v in leaves]) if leaves else torch.zeros(0)
-                return fn(flat, **kwargs)
-            return self._apply(lambda v: fn(v, **kwargs), (), None, (), torch.Size(()), NO_DEFAULT, None, False, NO_DEFAULT, None, False, {})
-        dims = normalize_dims(dim, self.batch_dims)
-        if keepdim:
-            bs = torch.Size(1 if i in dims else s for i, s in enumerate(self.batch_size))
-        else:
-            bs = torch.Size(s for i, s in enumerate(self.batch_size) if i not in dims)
-        if reduce:
-            raise ValueError(f"{name}: reduce=True reduces over every leaf and cannot take dim={dim}.")
-        axis = dims[0] if len(dims) == 1 else dims  # some reductions (prod, all) take one int only
-        return self._apply(lambda v: fn(v, dim=axis, keepdim=keepdim, **kwargs), (), None, (), bs, NO_DEFAULT, None, False, NO_DEFAULT, None, False, {})
-
-    def sum(self, dim: Any = NO_DEFAULT, keepdim: bool = False, *, dtype: torch.dtype | None = None, reduce: bool | None = None) -> Any:
-        """Sum over batch ``dim`` (all elements of each leaf if omitted; one scalar if ``reduce``)."""
-        return self._reduce("sum", dim, keepdim, reduce, **({"dtype": dtype} if dtype else {}))
-
-    def nansum(self, dim: Any = NO_DEFAULT, keepdim: bool = False, *, dtype: torch.dtype | None = None, reduce: bool | None = None) -> Any:
-        return self._reduce("nansum", dim, keepdim, reduce, **({"dtype": dtype} if dtype else {}))
-
-    def mean(self, dim: Any = NO_DEFAULT, keepdim: bool = False, *, dtype: torch.dtype | None = None, reduce: bool | None = None) -> Any:
-        return self._reduce("mean", dim, keepdim, reduce, **({"dtype": dtype} if dtype else {}))
-
-    def nanmean(self, dim: Any = NO_DEFAULT, keepdim: bool = False, *, dtype: torch.dtype | None = None, reduce: bool | None = None) -> Any:
-        return self._reduce("nanmean", dim, keepdim, reduce, **({"dtype": dtype} if dtype else {}))
-
-    def std(self, dim: Any = NO_DEFAULT, keepdim: bool = False, *, correction: int = 1, reduce: bool | None = None) -> Any:
-        return self._reduce("std", dim, keepdim, reduce, correction=correction)
-
-    def var(self, dim: Any = NO_DEFAULT, keepdim: bool = False, *, correction: int = 1, reduce: bool | None = None) -> Any:
-        return self._reduce("var", dim, keepdim, reduce, correction=correction)
-
-    def prod(self, dim: Any = NO_DEFAULT, keepdim: bool = False, *, dtype: torch.dtype | None = None, reduce: bool | None = None) -> Any:
-        if dim is not NO_DEFAULT and dim is not None:
-            dims = normalize_dims(dim, self.batch_dims)
-            out = self
-            for d in sorted(dims, reverse=True):  # torch.prod takes a single dim
-                out = out._reduce("prod", d, keepdim, reduce, **({"dtype": dtype} if dtype else {}))
-            return out
-        return self._reduce("prod", dim, keepdim, reduce, **({"dtype": dtype} if dtype else {}))
-
-    def _minmax(self, name: str, dim: Any, keepdim: bool, reduce: bool | None, return_indices: bool) -> Any:
-        if dim is NO_DEFAULT or dim is None:
-            return self._reduce("amax" if name == "max" else "amin", None, keepdim, reduce)
-        if not isinstance(dim, int):
-            raise TypeError(f"{name}: dim must be an int when indices are returned, got {dim!r}.")
-        if not return_indices:
-            return self._reduce("amax" if name == "max" else "amin", dim, keepdim, reduce)
-        (d,) = normalize_dims(dim, self.batch_dims)
-        fn = getattr(torch, name)
-        bs = torch.Size(1 if i == d else s for i, s in enumerate(self.batch_size)) if keepdim else self.batch_size[:d] + self.batch_size[d + 1 :]
-        values = self._apply(lambda v: fn(v, dim=d, keepdim=keepdim).values, (), None, (), bs, NO_DEFAULT, None, False, NO_DEFAULT, None, False, {})
-        indices = self._apply(lambda v: fn(v, dim=d, keepdim=keepdim).indices, (), None, (), bs, NO_DEFAULT, None, False, NO_DEFAULT, None, False, {})
-        return ValuesIndices(values, indices)
-
-    def max(self, dim: Any = NO_DEFAULT, keepdim: bool = False, *, reduce: bool | None = None, return_indices: bool = True) -> Any:
-        """Max over batch ``dim``: a ``(values, indices)`` pair of collections, like ``torch.max``."""
-        return self._minmax("max", dim, keepdim, reduce, return_indices)
-
-    def min(self, dim: Any = NO_DEFAULT, keepdim: bool = False, *, reduce: bool | None = None, return_indices: bool = True) -> Any:
-        return self._minmax("min", dim, keepdim, reduce, return_indices)
-
-    def amax(self, dim: Any = NO_DEFAULT, keepdim: bool = False, *, reduce: bool | None = None) -> Any:
-        return self._reduce("amax", dim, keepdim, reduce)
-
-    def amin(self, dim: Any = NO_DEFAULT, keepdim: bool = False, *, reduce: bool | None = None) -> Any:
-        return self._reduce("amin", dim, keepdim, reduce)
-
-    def norm(self, *, p: float = 2.0, reduce: bool | None = None) -> Any:
-        """The ``p``-norm of each leaf (or of all leaves together when ``reduce``)."""
-        if reduce:
-            leaves = self._tensor_leaves()[1]
-            return torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(v.float(), p) for v in leaves]), p)
-        return self._apply(lambda v: torch.linalg.vector_norm(v.float() if not v.is_floating_point() else v, p), (), None, (), torch.Size(()), NO_DEFAULT, None, False, NO_DEFAULT, None, False, {})
-
-    def all(self, dim: Any = NO_DEFAULT) -> Any:
-        """``bool`` over every leaf, or a collection reduced along batch ``dim``."""
-        if dim is NO_DEFAULT or dim is None:
-            return all(bool(v.all()) for v in self._tensor_leaves()[1])
-        return self._reduce("all", dim, False, None)
-
-    def any(self, dim: Any = NO_DEFAULT) -> Any:
-        if dim is NO_DEFAULT or dim is None:
-            return any(bool(v.any()) for v in self._tensor_leaves()[1])
-        return self._reduce("any", dim, False, None)
-
-    def cumsum(self, dim: int) -> Any:
-        (d,) = normalize_dims(dim, self.batch_dims)
-        return self._unary(lambda v: torch.cumsum(v, d))
-
-    def cumprod(self, dim: int) -> Any:
-        (d,) = normalize_dims(dim, self.batch_dims)
-        return self._unary(lambda v: torch.cumprod(v, d))
 
     def isfinite(self) -> Any:
         return self._unary(torch.isfinite)
@@ -217,6 +137,120 @@ class ArithmeticMixin:
     def minimum(self, other: Any) -> Any:
         return self._binary(other, torch.minimum)
 
+    def maximum_(self, other: Any) -> Any:
+        return self._binary_(other, torch._foreach_maximum_, lambda x, y: torch.maximum(x, y, out=x))
+
+    def minimum_(self, other: Any) -> Any:
+        return self._binary_(other, torch._foreach_minimum_, lambda x, y: torch.minimum(x, y, out=x))
+
+    def clamp_min(self, other: Any) -> Any:
+        """Element-wise ``max(self, other)`` (``other``: a number, a tensor or a collection)."""
+        return self._binary(other, torch.clamp_min)
+
+    def clamp_max(self, other: Any) -> Any:
+        """Element-wise ``min(self, other)`` (``other``: a number, a tensor or a collection)."""
+        return self._binary(other, torch.clamp_max)
+
+    def clamp_min_(self, other: Any) -> Any:
+        return self._binary_(other, torch._foreach_clamp_min_, torch.Tensor.clamp_min_)
+
+    def clamp_max_(self, other: Any) -> Any:
+        return self._binary_(other, torch._foreach_clamp_max_, torch.Tensor.clamp_max_)
+
+    def logical_and(self, other: Any) -> Any:
+        if not _is_collection(other) and not isinstance(other, torch.Tensor):
+            other = _scalar_tensor(other, "logical_and", "other")
+        return self._binary(other, torch.logical_and)
+
+    def bitwise_and(self, other: Any) -> Any:
+        return self._binary(other, torch.bitwise_and)
+
+    def rsub(self, other: Any, *, alpha: float | None = None) -> Any:
+        """``other - alpha * self``, as :func:`torch.rsub`."""
+        if alpha is None:
+            return self._binary(other, torch.rsub)
+        return self._binary(other, lambda a, b: torch.rsub(a, b, alpha=alpha))
+
+    # ---- fused multiply-add: self + value * other1 (* or /) other2
+    def _ternary(self, other1: Any, other2: Any, op: Callable, name: str) -> Any:
+        is1, is2 = _is_collection(other1), _is_collection(other2)
+        if not is1 and not isinstance(other1, torch.Tensor):
+            other1 = _scalar_tensor(other1, name, "other1")
+        if not is2 and not isinstance(other2, torch.Tensor):
+            other2 = _scalar_tensor(other2, name, "other2")
+        if is1 and is2:
+            fn, others = op, (other1, other2)
+        elif is1:
+            fn, others = (lambda v, a: op(v, a, other2)), (other1,)
+        elif is2:
+            fn, others = (lambda v, b: op(v, other1, b)), (other2,)
+        else:
+            fn, others = (lambda v: op(v, other1, other2)), ()
+        return self._apply(fn, others, None, (), None, NO_DEFAULT, NO_DEFAULT, False, NO_DEFAULT, None, False, {})
+
+    def _ternary_(self, other1: Any, other2: Any, value: Any, foreach: Callable, fallback: Callable, name: str) -> Any:
+        if not self._is_lazy and _is_collection(other1) and _is_collection(other2):
+            keys, leaves = self._tensor_leaves()
+            if leaves:  # one fused call over all leaves
+                foreach(leaves, [other1.get(k) for k in keys], [other2.get(k) for k in keys], value=value)
+            return self
+        # leaf by leaf (a lazy stack's members get their slice of a collection operand); the
+        # structure ``_ternary`` builds around the updated leaves is dropped
+        self._ternary(other1, other2, lambda v, a, b: fallback(v, a, b, value=value), name)
+        return self
+
+    def addcmul(self, other1: Any, other2: Any, *, value: float = 1) -> Any:
+        """``self + value * other1 * other2`` (operands: collections, tensors or numbers).
+
+        Example:
+            >>> import torch
+            >>> from tdict import TensorDict
+            >>> td = TensorDict(a=torch.ones(2), batch_size=[2])
+            >>> td.addcmul(td, td * 3, value=2)["a"]
+            tensor([7., 7.])
+        """
+        return self._ternary(other1, other2, lambda v, a, b: torch.addcmul(v, a, b, value=value), "addcmul")
+
+    def addcmul_(self, other1: Any, other2: Any, *, value: float = 1) -> Any:
+        return self._ternary_(other1, other2, value, torch._foreach_addcmul_, torch.Tensor.addcmul_, "addcmul_")
+
+    def addcdiv(self, other1: Any, other2: Any, value: float = 1) -> Any:
+        """``self + value * other1 / other2`` (operands: collections, tensors or numbers)."""
+        return self._ternary(other1, other2, lambda v, a, b: torch.addcdiv(v, a, b, value=value), "addcdiv")
+
+    def addcdiv_(self, other1: Any, other2: Any, *, value: float = 1) -> Any:
+        return self._ternary_(other1, other2, value, torch._foreach_addcdiv_, torch.Tensor.addcdiv_, "addcdiv_")
+
+    # ---- dtypes
+    @property
+    def dtype(self) -> torch.dtype | None:
+        """The dtype shared by every tensor leaf; ``None`` if they differ or there is none."""
+        dtype = None
+        for v in self._tensor_leaves()[1]:
+            if dtype is None:
+                dtype = v.dtype
+            elif v.dtype != dtype:
+                return None
+        return dtype
+
+    def is_floating_point(self) -> bool:
+        """True when every tensor leaf is floating point (also for a collection without tensors)."""
+        return all(v.is_floating_point() for v in self._tensor_leaves()[1])
+
+    def type(self, dst_type: torch.dtype | str) -> Any:
+        """Cast every tensor leaf to ``dst_type`` (a dtype, or a tensor type name like ``"torch.DoubleTensor"``)."""
+        if isinstance(dst_type, torch.dtype):
+            return self.to(dst_type)
+        if isinstance(dst_type, str):
+            return self._unary(lambda v: v.type(dst_type))
+        raise TypeError(f"type: dst_type must be a torch.dtype or a tensor type name such as 'torch.FloatTensor', got {dst_type!r}.")
+
+
+def _scalar_tensor(value: Any, name: str, arg: str) -> torch.Tensor:
+    if isinstance(value, (bool, int, float, complex)):
+        return torch.tensor(value)
+    raise TypeError(f"{name}: {arg} must be a number, a tensor or a tensor collection, got {type(value).__name__}.")
+
 
 _BINARY = {
     "__add__": operator.add, "__sub__": operator.sub, "__mul__": operator.mul, "__truediv__": operator.truediv,
@@ -226,7 +260,7 @@ _BINARY = {
     "__gt__": operator.gt, "__ge__": operator.ge,
     "__radd__": lambda a, b: b + a, "__rsub__": lambda a, b: b - a, "__rmul__": lambda a, b: b * a,
     "__rtruediv__": lambda a, b: b / a, "__rpow__": lambda a, b: b**a,
-    "sub": operator.sub, "mul": operator.mul, "div": operator.truediv, "pow": operator.pow,
+    "sub": operator.sub, "mul": operator.mul, "div": operator.truediv, "pow": operator.pow, "mod": operator.mod,
 }
 _INPLACE = {
     # name: (foreach op, per-tensor fallback for broadcasting tensors)
@@ -234,7 +268,14 @@ _INPLACE = {
     "div_": (torch._foreach_div_, torch.Tensor.div_), "pow_": (torch._foreach_pow_, torch.Tensor.pow_),
 }
 _INPLACE_ALIASES = {"__iadd__": "add_", "__isub__": "sub_", "__imul__": "mul_", "__itruediv__": "div_", "__ipow__": "pow_"}
-_UNARY = ["abs", "neg", "exp", "log", "sqrt", "sigmoid", "tanh", "sign", "reciprocal", "sin", "cos", "floor", "ceil", "round", "log1p", "expm1", "logical_not"]
+_UNARY = [
+    "abs", "neg", "exp", "log", "sqrt", "sigmoid", "tanh", "sign", "reciprocal", "sin", "cos", "floor", "ceil", "round",
+    "log1p", "expm1", "logical_not", "acos", "asin", "atan", "cosh", "sinh", "tan", "erf", "erfc", "frac", "lgamma",
+    "log10", "log2", "trunc",
+]
+_UNARY_NO_INPLACE = ["isneginf", "isposinf", "isreal"]  # results are bool: no in-place form
+# dtype shortcuts (tensordict 0.14's; bfloat16, half, ... are in base.py)
+_DTYPE_CASTS = ["float16", "float32", "float64", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64", "complex64", "complex128"]
 
 
 def _install() -> None:
@@ -249,14 +290,32 @@ def _install() -> None:
         setattr(ArithmeticMixin, name, lambda self, _fn=fn: self._unary(_fn))
         foreach_ = getattr(torch, f"_foreach_{name}_", None)
         if foreach_ is not None:
-            setattr(ArithmeticMixin, name + "_", lambda self, _f=foreach_: (_f(self._tensor_leaves()[1]), self)[1])
+            setattr(ArithmeticMixin, name + "_", lambda self, _f=foreach_: _foreach_inplace(self, _f))
         else:
             setattr(ArithmeticMixin, name + "_", lambda self, _n=name: ([getattr(v, _n + "_")() for v in self._tensor_leaves()[1]], self)[1])
+    for name in _UNARY_NO_INPLACE:
+        fn = getattr(torch, name)
+        setattr(ArithmeticMixin, name, lambda self, _fn=fn: self._unary(_fn))
+    for name in _DTYPE_CASTS:
+        dtype = getattr(torch, name, None)
+        if dtype is None:  # pragma: no cover - an older torch
+            continue
+        cast = lambda self, _dt=dtype: self.to(_dt)  # noqa: E731
+        cast.__name__ = cast.__qualname__ = name
+        cast.__doc__ = f"Cast every tensor leaf to ``{dtype}``."
+        setattr(ArithmeticMixin, name, cast)
     ArithmeticMixin.__eq__ = lambda self, other: self._compare(other, operator.eq)
     ArithmeticMixin.__ne__ = lambda self, other: self._compare(other, operator.ne)
     ArithmeticMixin.__neg__ = lambda self: self._unary(torch.neg)
     ArithmeticMixin.__abs__ = lambda self: self._unary(torch.abs)
     ArithmeticMixin.__invert__ = lambda self: self._unary(torch.bitwise_not)
+
+
+def _foreach_inplace(td: Any, foreach_: Callable) -> Any:
+    leaves = td._tensor_leaves()[1]
+    if leaves:  # torch._foreach_* refuses an empty list
+        foreach_(leaves)
+    return td
 
 
 _install()

@@ -33,8 +33,11 @@ def _expand_index(index: Any, batch_dims: int) -> Any:
 
 
 def _indexed_batch_size(batch_size: torch.Size, index: Any) -> torch.Size:
-    """The batch size that ``index`` produces, computed on a zero-stride stand-in tensor."""
-    return torch.zeros(()).expand(batch_size)[index].shape
+    """The batch size that ``index`` produces, computed on a zero-stride stand-in tensor (on the
+    index tensors' device: a CUDA mask cannot index a CPU tensor)."""
+    parts = index if isinstance(index, tuple) else (index,)
+    device = next((p.device for p in parts if isinstance(p, torch.Tensor)), None)
+    return torch.zeros((), device=device).expand(batch_size)[index].shape
 
 
 def _normalize_index(index: Any, batch_size: torch.Size) -> Any:

@@ -141,6 +141,15 @@ class LazyMemberOpsMixin:
             raise RuntimeError(f"Comparison: the other collection's batch size {list(other.batch_size)} does not start with {list(self._batch_size)}.")
         return self._like([td._compare(part, op) for td, part in zip(self.tensordicts, parts)])
 
+    def _binary(self, other: Any, op: Callable) -> "LazyStackedTensorDict":
+        if isinstance(other, torch.Tensor) and other.dim():  # each member takes its slice of the operand
+            return self._like([td._binary(part, op) for td, part in zip(self.tensordicts, self._member_operands(other))])
+        return super()._binary(other, op)
+
+    def _member_operands(self, other: torch.Tensor) -> tuple:
+        """A batch-aligned tensor operand cut into one slice per member."""
+        return self._batch_operand(other).expand(self._batch_size).unbind(self.stack_dim)
+
     def _binary_(self, other: Any, foreach: Callable, fallback: Callable) -> "LazyStackedTensorDict":
         tds = self.tensordicts
         if is_tensor_collection(other):
@@ -150,11 +159,8 @@ class LazyMemberOpsMixin:
             for td, part in zip(tds, parts):
                 td._binary_(part, foreach, fallback)
         elif isinstance(other, torch.Tensor) and other.dim() > 0:
-            sd = self.stack_dim
-            for j, td in enumerate(tds):
-                for leaf in td._tensor_leaves()[1]:
-                    d = other.dim() - (leaf.dim() + 1 - sd)
-                    fallback(leaf, other if d < 0 else other.select(d, 0 if other.shape[d] == 1 else j))
+            for td, part in zip(tds, self._member_operands(other)):
+                td._binary_(part, foreach, fallback)
         else:
             for td in tds:
                 td._binary_(other, foreach, fallback)

@@ -1,17 +1,25 @@
 """Shape ops of a lazy stack that keep it lazy.
 
 Ops that keep the stack dim (``unsqueeze``, ``squeeze``, ``permute``, ``flatten``/``unflatten``
-of other dims, ``expand``, ``flip``, ``unbind``, ``split``) are applied to every member and
-return lazy stacks; ops that merge the stack dim with others fall back to
-:class:`~tdict._shape_ops.ShapeOpsMixin`, which works on the dense stack.
+of other dims, ``expand``, ``flip``, ``roll``, ``rot90``, ``narrow``, ``tile`` and ``pad`` of
+other dims, ``unbind``, ``split``, ``tensor_split``) are applied to every member, or select /
+reorder the members, and return lazy stacks; ops that merge the stack dim with others fall back
+to :class:`~tdict._shape_ops.ShapeOpsMixin`, which works on the dense stack. ``movedim``,
+``swapdims``, ``atleast_*d``, ``broadcast_to``, ``fliplr``/``flipud`` are built on those and stay
+lazy too.
 """
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Sequence
 
+import torch
+
 from ._lazy_index import _FULL
-from ._shape_ops import ShapeOpsMixin, _shape_args, infer_shape, split_lengths
+from ._shape_ops import (
+    ShapeOpsMixin, _shape_args, infer_shape, narrow_range, rot90_args, split_bounds, split_lengths, split_slices, tile_reps,
+)
 from ._utils import normalize_dim, normalize_dims
+from .tensordict import TensorDict
 
 if TYPE_CHECKING:
     from .base import TensorDictBase
@@ -128,3 +136,84 @@ class LazyShapeMixin:
         tds = self.tensordicts[::-1] if sd in dims else list(self.tensordicts)
         member_dims = tuple(self._member_dim(d) for d in dims if d != sd)
         return self._like([td.flip(member_dims) for td in tds] if member_dims else tds)
+
+    def roll(self, shifts: int | Sequence[int], dims: int | Sequence[int] | None = None) -> TensorDictBase:
+        if dims is None or not self.tensordicts:
+            return ShapeOpsMixin.roll(self, shifts, dims)
+        dims = normalize_dims(dims, self.batch_dims)
+        shifts = (shifts,) if isinstance(shifts, int) else tuple(shifts)
+        if len(shifts) != len(dims):
+            raise ValueError(f"roll: shifts and dims must pair up, got shifts={shifts} and dims={list(dims)}.")
+        sd = self.stack_dim
+        tds = list(self.tensordicts)
+        member_shifts, member_dims = [], []
+        for shift, d in zip(shifts, dims):
+            if d == sd:
+                cut = -shift % len(tds)
+                tds = tds[cut:] + tds[:cut]
+            else:
+                member_shifts.append(shift)
+                member_dims.append(self._member_dim(d))
+        if member_dims:
+            tds = [td.roll(tuple(member_shifts), tuple(member_dims)) for td in tds]
+        return self._like(tds)
+
+    def rot90(self, k: int = 1, dims: Sequence[int] = (0, 1)) -> TensorDictBase:
+        # torch's own decomposition: flips and a transpose, which keep the stack lazy
+        k, d0, d1 = rot90_args(k, dims, self.batch_dims)
+        if k == 0:
+            return self
+        if k == 2:
+            return self.flip((d0, d1))
+        return self.flip(d1 if k == 1 else d0).transpose(d0, d1)
+
+    def narrow(self, dim: int, start: int, length: int) -> TensorDictBase:
+        d = normalize_dim(dim, self.batch_dims)
+        start, length = narrow_range(d, start, length, self._batch_size[d])
+        sd = self.stack_dim
+        if d == sd:
+            return self._index((_FULL,) * sd + (slice(start, start + length),))
+        if not self.tensordicts:
+            return ShapeOpsMixin.narrow(self, dim, start, length)
+        return self._like([td.narrow(self._member_dim(d), start, length) for td in self.tensordicts])
+
+    def tile(self, *dims: int) -> TensorDictBase:
+        n = self.batch_dims
+        reps = tile_reps(_shape_args(dims), n)
+        new_sd = self.stack_dim + len(reps) - n
+        if reps[new_sd] != 1 or not self.tensordicts:  # repeating members would alias them: go dense
+            return ShapeOpsMixin.tile(self, *reps)
+        member_reps = reps[:new_sd] + reps[new_sd + 1 :]
+        return self._stack_of([td.tile(member_reps) for td in self.tensordicts], new_sd)
+
+    def tensor_split(self, indices_or_sections: int | Sequence[int] | torch.Tensor, dim: int = 0) -> tuple:
+        d = normalize_dim(dim, self.batch_dims)
+        sd = self.stack_dim
+        bounds = split_bounds(indices_or_sections, self._batch_size[d])
+        if d == sd:
+            return tuple(self._index((_FULL,) * sd + (slice(r.start, r.stop),)) for r in split_slices(bounds, self._batch_size[d]))
+        if not self.tensordicts:
+            return ShapeOpsMixin.tensor_split(self, bounds, dim)
+        per = [td.tensor_split(bounds, self._member_dim(d)) for td in self.tensordicts]
+        return tuple(self._stack_of(list(group), sd) for group in zip(*per))
+
+    def pad(self, pad_size: Sequence[int], value: float = 0.0, inplace: bool = False, safe: bool = True) -> TensorDictBase:
+        sd = self.stack_dim
+        pad_size = list(pad_size)
+        if tuple(pad_size[2 * sd : 2 * sd + 2]) not in ((), (0, 0)) or not self.tensordicts:
+            if inplace:
+                raise RuntimeError("pad(inplace=True) on a lazy stack cannot pad its stack dim: pad out of place (it returns a dense TensorDict).")
+            return ShapeOpsMixin.pad(self, pad_size, value)
+        if len(pad_size) % 2 or len(pad_size) // 2 > self.batch_dims:  # checked here: members see fewer dims
+            raise ValueError(f"pad: pad_size must hold two ints per padded batch dim (at most {self.batch_dims} dims), got {pad_size}.")
+        member_pad = pad_size[: 2 * sd] + pad_size[2 * sd + 2 :]
+        if not inplace:
+            return self._like([td.pad(member_pad, value) for td in self.tensordicts])
+        if self._is_locked or any(type(td) is not TensorDict or td._is_locked for td in self.tensordicts):
+            raise RuntimeError("pad(inplace=True) on a lazy stack needs unlocked TensorDict members: pad out of place instead.")
+        members = [td.pad(member_pad, value) for td in self.tensordicts]  # every check passes before any swap
+        for td, new in zip(self.tensordicts, members):
+            td._take_entries(new, "pad")
+        bs = self.tensordicts[0].batch_size
+        self._batch_size = torch.Size(tuple(bs[:sd]) + (len(self.tensordicts),) + tuple(bs[sd:]))
+        return self

@@ -5,6 +5,7 @@ with the batch dims: the op touches those leading dims and leaves the feature di
 """
 from __future__ import annotations
 
+import operator
 from typing import Any, Sequence
 
 import torch
@@ -47,6 +48,127 @@ def split_lengths(split_size: int | Sequence[int], length: int) -> list[int]:
     if sum(lengths) != length:
         raise ValueError(f"split: sizes {lengths} sum to {sum(lengths)}, the dim has {length}.")
     return lengths
+
+
+def expanded_size(batch_size: torch.Size, shape: Sequence[int], what: str) -> torch.Size:
+    """The batch size ``expand(shape)`` / ``broadcast_to(shape)`` gives (``-1`` keeps a size; checked)."""
+    n = len(batch_size)
+    if len(shape) < n:
+        raise ValueError(f"{what}: the new shape {list(shape)} has fewer dims than the batch {list(batch_size)}.")
+    offset = len(shape) - n
+    out = []
+    for i, s in enumerate(shape):
+        if type(s) is not int:
+            s = _int_arg(s, what, f"shape[{i}]")
+        if s == -1 and i >= offset:
+            s = batch_size[i - offset]
+        elif s < 0:
+            raise ValueError(f"{what}: size {s} at position {i} of {list(shape)} is invalid (-1 only keeps an existing batch dim).")
+        if i >= offset and batch_size[i - offset] not in (s, 1):
+            raise ValueError(f"{what}: batch dim {i - offset} of size {batch_size[i - offset]} cannot expand to {s} (shape {list(shape)}).")
+        out.append(s)
+    return torch.Size(out)
+
+
+def _int_arg(value: Any, what: str, name: str) -> int:
+    """``value`` as a Python int (numpy ints and 1-element integer tensors too), or a TypeError naming ``name``."""
+    if type(value) is int:
+        return value
+    try:
+        if isinstance(value, bool):
+            raise TypeError
+        return operator.index(value)
+    except TypeError:
+        raise TypeError(f"{what}: {name} must be an int, got {value!r} ({type(value).__name__}).") from None
+
+
+def _dims_arg(value: Any, ndim: int, what: str, name: str) -> tuple[int, ...]:
+    """An int or a sequence of ints, normalized over ``ndim`` batch dims, without repeats."""
+    dims = (value,) if isinstance(value, int) else tuple(value) if isinstance(value, (list, tuple, torch.Size)) else None
+    if dims is None:
+        raise TypeError(f"{what}: {name} must be an int or a sequence of ints, got {value!r} ({type(value).__name__}).")
+    out = tuple(normalize_dim(d, ndim, name) for d in dims)
+    if len(set(out)) != len(out):
+        raise ValueError(f"{what}: {name}={list(dims)} repeats a dim.")
+    return out
+
+
+def movedim_order(source: Any, destination: Any, ndim: int) -> list[int]:
+    """The permutation ``movedim(source, destination)`` applies to ``ndim`` batch dims."""
+    src = _dims_arg(source, ndim, "movedim", "source")
+    dst = _dims_arg(destination, ndim, "movedim", "destination")
+    if len(src) != len(dst):
+        raise ValueError(f"movedim: source has {len(src)} dims ({list(src)}), destination has {len(dst)} ({list(dst)}); they must pair up.")
+    order: list = [None] * ndim
+    for s, d in zip(src, dst):
+        order[d] = s
+    rest = iter(i for i in range(ndim) if i not in src)
+    return [o if o is not None else next(rest) for o in order]
+
+
+def narrow_range(dim: int, start: Any, length: Any, size: int) -> tuple[int, int]:
+    """``(start, length)`` of ``narrow`` on a dim of ``size``, negative ``start`` resolved (checked)."""
+    start, length = _int_arg(start, "narrow", "start"), _int_arg(length, "narrow", "length")
+    if not -size <= start <= size:
+        raise IndexError(f"narrow: start={start} is out of range for batch dim {dim} of size {size} (expected -{size} to {size}).")
+    if start < 0:
+        start += size
+    if length < 0:
+        raise ValueError(f"narrow: length must be non-negative, got {length}.")
+    if start + length > size:
+        raise RuntimeError(f"narrow: start ({start}) + length ({length}) exceeds batch dim {dim} of size {size}.")
+    return start, length
+
+
+def tile_reps(reps: Sequence[Any], ndim: int) -> tuple[int, ...]:
+    """``tile``'s repetitions, left-padded with ones to at least ``ndim`` entries (checked)."""
+    reps = tuple(_int_arg(r, "tile", "dims") for r in reps)
+    for r in reps:
+        if r < 0:
+            raise ValueError(f"tile: repetitions must be non-negative, got dims={list(reps)}.")
+    return (1,) * (ndim - len(reps)) + reps
+
+
+def split_bounds(indices_or_sections: Any, size: int) -> list[int]:
+    """The split points of ``tensor_split``: torch's semantics (sections or indices) as indices."""
+    arg = indices_or_sections
+    if isinstance(arg, torch.Tensor):
+        if arg.dtype.is_floating_point or arg.dtype.is_complex or arg.dtype == torch.bool or arg.dim() > 1:
+            raise TypeError(f"tensor_split: a tensor indices_or_sections must be a 0-dim or 1-dim integer tensor, got dtype {arg.dtype} and shape {list(arg.shape)}.")
+        arg = int(arg) if arg.dim() == 0 else arg.tolist()
+    if isinstance(arg, int) and not isinstance(arg, bool):
+        if arg <= 0:
+            raise ValueError(f"tensor_split: the number of sections must be positive, got indices_or_sections={arg}.")
+        small, extra = divmod(size, arg)
+        bounds, at = [], 0
+        for i in range(arg - 1):
+            at += small + (i < extra)
+            bounds.append(at)
+        return bounds
+    if isinstance(arg, (list, tuple)):
+        return [_int_arg(i, "tensor_split", "indices_or_sections") for i in arg]
+    raise TypeError(
+        f"tensor_split: indices_or_sections must be an int, a sequence of ints or an integer tensor, got {type(indices_or_sections).__name__}."
+    )
+
+
+def split_slices(bounds: Sequence[int], size: int) -> list[range]:
+    """The ranges ``tensor_split`` at ``bounds`` selects (Python slice semantics, as torch)."""
+    starts, stops = [0, *bounds], [*bounds, size]
+    return [range(*slice(a, b).indices(size)) for a, b in zip(starts, stops)]
+
+
+def rot90_args(k: Any, dims: Sequence[int], ndim: int) -> tuple[int, int, int]:
+    """``(k mod 4, dim0, dim1)`` of ``rot90`` over ``ndim`` batch dims (checked)."""
+    k = _int_arg(k, "rot90", "k")
+    if not isinstance(dims, (list, tuple, torch.Size)) or len(dims) != 2:
+        raise ValueError(f"rot90: dims must hold exactly two batch dims, got {dims!r}.")
+    if ndim < 2:
+        raise RuntimeError(f"rot90: needs at least 2 batch dims, the batch size is {ndim}-dim.")
+    d0, d1 = normalize_dim(dims[0], ndim, "dims[0]"), normalize_dim(dims[1], ndim, "dims[1]")
+    if d0 == d1:
+        raise ValueError(f"rot90: dims must be two different batch dims, got {list(dims)}.")
+    return k % 4, d0, d1
 
 
 def _trailing_ones(t: torch.Tensor, ndim: int) -> torch.Tensor:
@@ -137,16 +259,7 @@ class ShapeOpsMixin:
         return self._map_entries(lambda v: v.unflatten(d, sizes), torch.Size(bs))
 
     def expand(self, *shape: int) -> Any:
-        shape = _shape_args(shape)
-        n = self.batch_dims
-        if len(shape) < n:
-            raise ValueError(f"expand: the new shape {list(shape)} has fewer dims than the batch {list(self.batch_size)}.")
-        offset = len(shape) - n
-        bs = torch.Size(self.batch_size[i - offset] if s == -1 and i >= offset else s for i, s in enumerate(shape))
-        for i in range(n):
-            old, new = self.batch_size[i], bs[i + offset]
-            if old != new and old != 1:
-                raise ValueError(f"expand: batch dim {i} of size {old} cannot expand to {new}.")
+        n, bs = self.batch_dims, expanded_size(self.batch_size, _shape_args(shape), "expand")
         return self._map_entries(lambda v: v.expand(bs + leaf_shape(v)[n:]), bs)
 
     def expand_as(self, other: Any) -> Any:
@@ -173,9 +286,101 @@ class ShapeOpsMixin:
         dims = normalize_dims(dims, self.batch_dims)
         return self._map_entries(lambda v: v.flip(dims), self.batch_size, self._maybe_names())
 
-    def roll(self, shifts: int | Sequence[int], dims: int | Sequence[int]) -> Any:
-        dims = normalize_dims(dims, self.batch_dims)
-        return self._map_entries(lambda v: v.roll(shifts, dims), self.batch_size, self._maybe_names())
+    def roll(self, shifts: int | Sequence[int], dims: int | Sequence[int] | None = None) -> Any:
+        """Roll along batch dims; without ``dims``, over the flattened batch (feature dims untouched)."""
+        if dims is not None:
+            dims = normalize_dims(dims, self.batch_dims)
+            return self._map_entries(lambda v: v.roll(shifts, dims), self.batch_size, self._maybe_names())
+        shift = _int_arg(shifts, "roll", "shifts (an int when dims is None)")
+        n, numel = self.batch_dims, self.numel()
+
+        def roll_flat(v):
+            shape = leaf_shape(v)
+            return v.reshape((numel,) + tuple(shape[n:])).roll(shift, 0).reshape(shape)
+
+        return self._map_entries(roll_flat, self.batch_size, self._maybe_names())
+
+    # ---- torch-style aliases and compositions
+    def movedim(self, source: int | Sequence[int], destination: int | Sequence[int]) -> Any:
+        """Move batch dims ``source`` to positions ``destination`` (the others keep their order)."""
+        order = movedim_order(source, destination, self.batch_dims)
+        return self if order == list(range(self.batch_dims)) else self.permute(*order)
+
+    moveaxis = movedim
+
+    def swapdims(self, axis0: int, axis1: int) -> Any:
+        """Alias of :meth:`transpose`."""
+        n = self.batch_dims
+        normalize_dim(axis0, n, "axis0"), normalize_dim(axis1, n, "axis1")
+        return self.transpose(axis0, axis1)
+
+    swapaxes = swapdims
+
+    def fliplr(self) -> Any:
+        """Flip batch dim 1 (needs at least 2 batch dims)."""
+        if self.batch_dims < 2:
+            raise RuntimeError(f"fliplr: needs at least 2 batch dims, the batch size is {list(self.batch_size)}.")
+        return self.flip(1)
+
+    def flipud(self) -> Any:
+        """Flip batch dim 0 (needs at least 1 batch dim)."""
+        if self.batch_dims < 1:
+            raise RuntimeError("flipud: needs at least 1 batch dim, the batch size is [].")
+        return self.flip(0)
+
+    def atleast_1d(self) -> Any:
+        """``self`` if it has a batch dim, else a copy with a leading batch dim of size 1."""
+        return self._atleast(1)
+
+    def atleast_2d(self) -> Any:
+        """``self`` with leading batch dims of size 1 prepended up to 2 batch dims."""
+        return self._atleast(2)
+
+    def atleast_3d(self) -> Any:
+        """``self`` with leading batch dims of size 1 prepended up to 3 batch dims."""
+        return self._atleast(3)
+
+    def _atleast(self, ndim: int) -> Any:
+        out = self
+        while out.batch_dims < ndim:
+            out = out.unsqueeze(0)
+        return out
+
+    def broadcast_to(self, *shape: int) -> Any:
+        """Like :meth:`expand`: ``shape`` covers the batch dims (new ones lead; ``-1`` keeps a size)."""
+        shape = _shape_args(shape)
+        expanded_size(self.batch_size, shape, "broadcast_to")
+        return self.expand(*shape)
+
+    # ---- ops that change sizes
+    def narrow(self, dim: int, start: int, length: int) -> Any:
+        """Batch elements ``start`` to ``start + length`` along batch dim ``dim`` (a view of each leaf)."""
+        d = normalize_dim(dim, self.batch_dims)
+        start, length = narrow_range(d, start, length, self.batch_size[d])
+        bs = self.batch_size[:d] + (length,) + self.batch_size[d + 1 :]
+        return self._map_entries(lambda v: v.narrow(d, start, length), torch.Size(bs), self._maybe_names())
+
+    def tile(self, *dims: int) -> Any:
+        """``torch.tile`` over the batch dims: ``dims`` aligns with the last batch dims; extra
+        leading entries add batch dims. Feature dims are never tiled."""
+        n = self.batch_dims
+        reps = tile_reps(_shape_args(dims), n)
+        old = (1,) * (len(reps) - n) + tuple(self.batch_size)
+        bs = torch.Size(r * s for r, s in zip(reps, old))
+        return self._map_entries(lambda v: v.tile(reps + (1,) * (len(leaf_shape(v)) - n)), bs)
+
+    def rot90(self, k: int = 1, dims: Sequence[int] = (0, 1)) -> Any:
+        """Rotate by 90 degrees ``k`` times in the plane of batch dims ``dims`` (from the first towards the second)."""
+        k, d0, d1 = rot90_args(k, dims, self.batch_dims)
+        if k == 0:
+            return self
+        bs, names = list(self.batch_size), self._maybe_names()
+        if k % 2:
+            bs[d0], bs[d1] = bs[d1], bs[d0]
+            if names is not None:
+                names = list(names)
+                names[d0], names[d1] = names[d1], names[d0]
+        return self._map_entries(lambda v: v.rot90(k, (d0, d1)), torch.Size(bs), names)
 
     def contiguous(self) -> Any:
         return self._map_entries(lambda v: v.contiguous(), self.batch_size, self._maybe_names())
@@ -252,5 +457,127 @@ class ShapeOpsMixin:
         length = self.batch_size[d]
         return self.split(max(-(-length // chunks), 1), d) if length else (self,)
 
+    def tensor_split(self, indices_or_sections: int | Sequence[int] | torch.Tensor, dim: int = 0) -> tuple:
+        """``torch.tensor_split`` along batch dim ``dim``: ``n`` near-equal sections, or split
+        points (Python slice semantics: out-of-range points clamp, decreasing ones give empty parts)."""
+        d = normalize_dim(dim, self.batch_dims)
+        size = self.batch_size[d]
+        bounds = split_bounds(indices_or_sections, size)
+        sizes = [self.batch_size[:d] + (len(r),) + self.batch_size[d + 1 :] for r in split_slices(bounds, size)]
+        return self._split_entries(lambda v: v.tensor_split(bounds, d), sizes)
+
     def _from_parts(self, entries: dict, batch_size: torch.Size) -> Any:
         return _tensordict_class()._new_unsafe(entries, torch.Size(batch_size), self.device, None)
+
+    # ---- padding, layout changes
+    def pad(self, pad_size: Sequence[int], value: float = 0.0, inplace: bool = False, safe: bool = True) -> Any:
+        """Pad batch dims with ``value``: ``pad_size = [dim0_before, dim0_after, dim1_before, ...]``.
+
+        Non-tensor entries hold ``None`` in the padded slots. ``inplace=True`` swaps the padded
+        entries into ``self`` (TensorDicts, and lazy stacks whose stack dim is not padded); every
+        check runs before anything changes, so ``safe`` is accepted for compatibility only.
+        """
+        from ._torch_function import pad  # deferred: that module imports the classes
+
+        out = pad(self, pad_size, value)
+        return self._take_entries(out, "pad") if inplace else out
+
+    def _take_entries(self, other: Any, what: str) -> Any:
+        """Make ``self`` hold ``other``'s entries and batch size (in-place variants of size-changing ops)."""
+        if type(self) is not _tensordict_class() or type(other) is not type(self):
+            raise RuntimeError(f"{what}(inplace=True) is supported on TensorDict, got {type(self).__name__}.")
+        if self._is_locked:
+            raise RuntimeError(f"{what}(inplace=True): the TensorDict is locked (unlock_() it first).")
+        if getattr(self, "_consolidated", None) is not None:
+            del self._consolidated  # the new leaves live outside the consolidated storage
+        self._tensordict = other._tensordict
+        self._batch_size = other._batch_size
+        return self
+
+    def densify(self, layout: torch.layout = torch.strided) -> Any:
+        """``self`` when no nested entry is a lazy stack; else a copy whose lazy stacks are densified."""
+        nested = [v for _, v in self._items_raw() if not isinstance(v, torch.Tensor) and not v._is_non_tensor]
+        dense = {id(v): v.densify(layout=layout) for v in nested}
+        if all(dense[id(v)] is v for v in nested):
+            return self
+        return self._map_entries(lambda v: dense.get(id(v), v), self.batch_size, self._maybe_names())
+
+    def to_lazystack(self, dim: int = 0) -> Any:
+        """A :class:`~tdict.LazyStackedTensorDict` of ``self.unbind(dim)`` along ``dim`` (``self`` if
+        it already is a lazy stack along ``dim``)."""
+        from .lazy import LazyStackedTensorDict  # deferred: lazy.py imports this module
+
+        d = normalize_dim(dim, self.batch_dims)
+        if isinstance(self, LazyStackedTensorDict) and self.stack_dim == d:
+            return self
+        members = list(self.unbind(d))
+        if not members:
+            return LazyStackedTensorDict._new_unsafe([], d, self.batch_size)
+        out = LazyStackedTensorDict._new_unsafe(members, d)
+        names = self._maybe_names()
+        if names is not None:
+            out._stack_dim_name = names[d]
+        return out
+
+    # ---- stacking (classmethods, as in tensordict) and stacking the leaves
+    @classmethod
+    def stack(cls, input: Sequence[Any], dim: int = 0, *, out: Any = None) -> Any:
+        """``torch.stack`` of collections (tensors are passed on to ``torch.stack``)."""
+        from ._torch_function import stack
+
+        if input and not is_tensor_collection(input[0]):
+            return torch.stack(input, dim, out=out)
+        return stack(input, dim, out=out)
+
+    @classmethod
+    def cat(cls, input: Sequence[Any], dim: int = 0, *, out: Any = None) -> Any:
+        """``torch.cat`` of collections (tensors are passed on to ``torch.cat``)."""
+        from ._torch_function import cat
+
+        if input and not is_tensor_collection(input[0]):
+            return torch.cat(input, dim, out=out)
+        return cat(input, dim, out=out)
+
+    @classmethod
+    def lazy_stack(cls, input: Sequence[Any], dim: int = 0, *, out: Any = None, **kwargs: Any) -> Any:
+        """:func:`tdict.lazy_stack` (``stack_dim_name`` is the one extra keyword)."""
+        from .lazy import lazy_stack
+
+        return lazy_stack(input, dim, out=out, **kwargs)
+
+    @classmethod
+    def maybe_dense_stack(cls, input: Sequence[Any], dim: int = 0, *, out: Any = None, strict: bool = False) -> Any:
+        """:func:`tdict.maybe_dense_stack`: dense where keys and leaf shapes agree, lazy where they
+        do not. With ``out``, the result is written into ``out`` in place."""
+        from ._constructors import maybe_dense_stack
+
+        if out is not None and input and not is_tensor_collection(input[0]):
+            return torch.stack(input, dim, out=out)
+        result = maybe_dense_stack(input, dim)
+        return result if out is None else out.update_(result)
+
+    def stack_from_tensordict(self, dim: int = 0, *, sorted: bool | Sequence[Any] | None = None, out: torch.Tensor | None = None) -> torch.Tensor:
+        """``torch.stack`` of every tensor leaf, in key order (``sorted=True``: alphabetical; a list: that order)."""
+        return torch.stack(self._leaves_for("stack_from_tensordict", sorted), dim, out=out)
+
+    def cat_from_tensordict(self, dim: int = 0, *, sorted: bool | Sequence[Any] | None = None, out: torch.Tensor | None = None) -> torch.Tensor:
+        """``torch.cat`` of every tensor leaf, in key order (``sorted=True``: alphabetical; a list: that order)."""
+        return torch.cat(self._leaves_for("cat_from_tensordict", sorted), dim, out=out)
+
+    def _leaves_for(self, what: str, order: Any) -> list:
+        from ._utils import unravel_key
+
+        items = list(self.items(True, True, sort=order is True))
+        for key, value in items:
+            if not isinstance(value, torch.Tensor):
+                raise TypeError(f"{what}: key {key!r} holds a {type(value).__name__}, only tensor leaves can be stacked (exclude it first).")
+        if order in (None, False, True):
+            return [v for _, v in items]
+        wanted = [unravel_key(k) for k in order]
+        have = [k for k, _ in items]
+        if set(wanted) != set(have) or len(wanted) != len(have):
+            missing = [k for k in have if k not in wanted]
+            extra = [k for k in wanted if k not in have]
+            raise KeyError(f"{what}: sorted must list every leaf key once; missing {missing}, unknown {extra}, got {list(order)}.")
+        leaves = dict(items)
+        return [leaves[k] for k in wanted]

@@ -10,7 +10,7 @@ from typing import Any, Callable, Sequence
 import torch
 import torch.nn.functional as F
 
-from ._utils import leaf_shape, normalize_dim
+from ._utils import normalize_dim
 from .base import TD_HANDLED_FUNCTIONS, TensorDictBase, is_tensor_collection
 from .tensordict import TensorDict
 
@@ -277,8 +277,12 @@ for _fn in (torch.zeros_like, torch.ones_like, torch.empty_like, torch.full_like
     TD_HANDLED_FUNCTIONS[_fn] = _like(_fn)
 
 
-def pad(td: TensorDictBase, pad_size: Sequence[int], value: float = 0.0) -> TensorDictBase:
+def pad(td: TensorDictBase, pad_size: Sequence[int], value: float = 0.0, inplace: bool = False, safe: bool = True) -> TensorDictBase:
     """Pad batch dims: ``pad_size = [dim0_before, dim0_after, dim1_before, ...]`` from the first dim on.
+
+    Tensors are padded with ``value``; non-tensor entries hold ``None`` in the padded slots.
+    Negative sizes crop, as in ``torch.nn.functional.pad``. ``inplace`` / ``safe``: see
+    :meth:`TensorDictBase.pad <tdict.TensorDict.pad>`.
 
     Example:
         >>> import torch
@@ -286,22 +290,42 @@ def pad(td: TensorDictBase, pad_size: Sequence[int], value: float = 0.0) -> Tens
         >>> pad(TensorDict(a=torch.ones(2, 3), batch_size=[2]), [1, 0]).batch_size
         torch.Size([3])
     """
-    if len(pad_size) % 2 or len(pad_size) // 2 > td.batch_dims:
-        raise ValueError(f"pad: pad_size must hold two ints per padded batch dim (at most {td.batch_dims} dims), got {list(pad_size)}.")
+    if inplace:
+        return td.pad(pad_size, value, inplace=True)
+    pad_size = list(pad_size)
+    if len(pad_size) % 2 or len(pad_size) // 2 > td.batch_dims or not all(isinstance(p, int) for p in pad_size):
+        raise ValueError(f"pad: pad_size must hold two ints per padded batch dim (at most {td.batch_dims} dims), got {pad_size}.")
     pairs = [tuple(pad_size[i : i + 2]) for i in range(0, len(pad_size), 2)]
     bs = list(td.batch_size)
     for i, (before, after) in enumerate(pairs):
         bs[i] += before + after
+        if bs[i] < 0:
+            raise ValueError(f"pad: pad_size {pad_size} shrinks batch dim {i} of size {td.batch_size[i]} below zero.")
+    return td._map_entries(lambda v: _pad_entry(v, pairs, value), torch.Size(bs), td._maybe_names())
 
-    def pad_entry(v):
-        if not isinstance(v, torch.Tensor):
-            return pad(v, pad_size, value)
-        spec = [0, 0] * (v.dim() - len(pairs))
-        for before, after in reversed(pairs):
-            spec += [before, after]
-        return F.pad(v, spec, value=value)
 
-    return td._map_entries(pad_entry, torch.Size(bs), td._maybe_names())
+def _pad_spec(pairs: list, ndim: int) -> list:
+    """``F.pad``'s spec (last dim first) padding the leading dims of an ``ndim``-dim tensor by ``pairs``."""
+    spec = [0, 0] * (ndim - len(pairs))
+    for before, after in reversed(pairs):
+        spec += [before, after]
+    return spec
+
+
+def _pad_entry(v: Any, pairs: list, value: float) -> Any:
+    if isinstance(v, torch.Tensor):
+        return F.pad(v, _pad_spec(pairs, v.dim()), value=value)
+    if not v._is_non_tensor:
+        return pad(v, [p for pair in pairs for p in pair], value)
+    from .non_tensor_stack import NonTensorStack
+
+    if v._is_lazy:
+        origins, table = v._origins, list(v._table)
+    else:
+        origins, table = torch.zeros(v.batch_size, dtype=torch.long), [v.data]
+    table.append(None)  # what the padded slots hold
+    padded = F.pad(origins, _pad_spec(pairs, origins.dim()), value=len(table) - 1)
+    return NonTensorStack._new(padded, table, v.device)
 
 
 def pad_sequence(list_of_tds: Sequence[TensorDictBase], pad_dim: int = 0, padding_value: float = 0.0, return_mask: bool = False) -> TensorDictBase:
@@ -339,5 +363,79 @@ def _mask_tree(td: TensorDictBase, mask: torch.Tensor) -> TensorDictBase:
     return TensorDict._new_unsafe({k: v for k, v in out.items() if v is not None}, td.batch_size, td.device, None)
 
 
-def unused_leaf_shape(v: Any) -> torch.Size:  # pragma: no cover - keep import used for type tools
-    return leaf_shape(v)
+# ---------------------------------------------------------------------- shape ops as torch functions
+@implements(torch.movedim, torch.moveaxis)
+def _movedim(td: TensorDictBase, source: Any, destination: Any) -> TensorDictBase:
+    return td.movedim(source, destination)
+
+
+@implements(torch.swapdims, torch.swapaxes)
+def _swapdims(td: TensorDictBase, dim0: Any = None, dim1: Any = None, **kwargs: Any) -> TensorDictBase:
+    dim0, dim1 = kwargs.pop("axis0", dim0), kwargs.pop("axis1", dim1)  # torch.swapaxes' names
+    if dim0 is None or dim1 is None or kwargs:
+        raise TypeError(f"swapdims: expected two dims (dim0, dim1), got dim0={dim0}, dim1={dim1} and extra arguments {sorted(kwargs)}.")
+    return td.swapdims(dim0, dim1)
+
+
+@implements(torch.narrow)
+def _narrow(td: TensorDictBase, dim: int, start: int, length: int) -> TensorDictBase:
+    return td.narrow(dim, start, length)
+
+
+@implements(torch.tile)
+def _tile(td: TensorDictBase, dims: Sequence[int]) -> TensorDictBase:
+    return td.tile(dims)
+
+
+@implements(torch.broadcast_to)
+def _broadcast_to(td: TensorDictBase, size: Sequence[int]) -> TensorDictBase:
+    return td.broadcast_to(size)
+
+
+def _atleast(method: str) -> Callable:
+    def handler(*tds: Any) -> Any:
+        items = tds[0] if len(tds) == 1 and isinstance(tds[0], (list, tuple)) else tds
+        out = tuple(getattr(td, method)() if is_tensor_collection(td) else getattr(torch, method)(td) for td in items)
+        return out[0] if len(tds) == 1 and not isinstance(tds[0], (list, tuple)) else out
+
+    return handler
+
+
+for _name in ("atleast_1d", "atleast_2d", "atleast_3d"):
+    TD_HANDLED_FUNCTIONS[getattr(torch, _name)] = _atleast(_name)
+
+
+@implements(torch.tensor_split)
+def _tensor_split(td: TensorDictBase, indices_or_sections: Any = None, dim: int = 0, **kwargs: Any) -> tuple:
+    if indices_or_sections is None:  # torch's keyword spellings
+        for name in ("sections", "indices", "tensor_indices_or_sections"):
+            if name in kwargs:
+                indices_or_sections = kwargs.pop(name)
+    if indices_or_sections is None or kwargs:
+        raise TypeError(f"tensor_split: expected indices_or_sections and dim, got extra arguments {sorted(kwargs)}.")
+    return td.tensor_split(indices_or_sections, dim)
+
+
+@implements(torch.flip)
+def _flip(td: TensorDictBase, dims: Any) -> TensorDictBase:
+    return td.flip(dims)
+
+
+@implements(torch.fliplr)
+def _fliplr(td: TensorDictBase) -> TensorDictBase:
+    return td.fliplr()
+
+
+@implements(torch.flipud)
+def _flipud(td: TensorDictBase) -> TensorDictBase:
+    return td.flipud()
+
+
+@implements(torch.rot90)
+def _rot90(td: TensorDictBase, k: int = 1, dims: Sequence[int] = (0, 1)) -> TensorDictBase:
+    return td.rot90(k, dims)
+
+
+@implements(torch.roll)
+def _roll(td: TensorDictBase, shifts: Any, dims: Any = None) -> TensorDictBase:
+    return td.roll(shifts, dims)

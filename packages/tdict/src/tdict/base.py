@@ -12,6 +12,7 @@ from typing import Any, Callable, Iterator
 import torch
 
 from ._apply import ApplyMixin
+from ._entry_ops import EntryOpsMixin
 from ._arithmetic import ArithmeticMixin
 from ._key_ops import KeyOpsMixin
 from ._shape_ops import ShapeOpsMixin
@@ -25,7 +26,7 @@ TD_HANDLED_FUNCTIONS: dict[Callable, Callable] = {}
 NON_TENSOR_CLASSES: set[type] = set()
 
 
-class TensorDictBase(KeyOpsMixin, ApplyMixin, ArithmeticMixin, ShapeOpsMixin, StorageMixin):
+class TensorDictBase(KeyOpsMixin, ApplyMixin, ArithmeticMixin, ShapeOpsMixin, StorageMixin, EntryOpsMixin):
     """Abstract base of all tensor collections. See :class:`tdict.TensorDict`."""
 
     __slots__ = ()

@@ -54,6 +54,7 @@ def _unwrap(value: Any) -> Any:
 _NO_WRAP = frozenset({
     "get", "_get_str", "_get_tuple", "get_non_tensor", "pop", "setdefault", "to_tensordict", "to_dict",
     "keys", "values", "items", "_items_raw", "flatten_keys", "unflatten_keys", "_to_leaf", "state_dict",
+    "get_at", "data_ptr",
 })
 
 

@@ -109,7 +109,7 @@ class TensorDict(TensorDictBase):
             torch.Size([3, 4])
         """
         out = cls(input_dict, batch_size=batch_size, device=device) if batch_size is not None else cls(_as_nested(input_dict), device=device)
-        if batch_size is None:
+        if batch_size is None and auto_batch_size is not False:
             out.auto_batch_size_(batch_dims)
         if names is not None:
             out.names = names
