@@ -77,3 +77,12 @@ def check_write_shape(key: Any, shape: torch.Size, expected: torch.Size) -> None
         torch.broadcast_shapes(shape, expected)
     except RuntimeError:
         raise RuntimeError(f"td[index] = value: key {key!r} has shape {list(shape)}, expected one broadcastable to {list(expected)}.") from None
+
+
+def index_on_cpu(index: Any) -> Any:
+    """``index`` with its tensors on the CPU, for tables kept there (a CUDA mask, say)."""
+    if isinstance(index, torch.Tensor):
+        return index.cpu()
+    if isinstance(index, tuple):
+        return tuple(p.cpu() if isinstance(p, torch.Tensor) else p for p in index)
+    return index

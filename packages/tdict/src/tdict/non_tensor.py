@@ -13,7 +13,8 @@ from typing import Any, Callable, Iterator, Sequence
 import torch
 
 from ._utils import NO_DEFAULT, parse_batch_size, parse_device, parse_to_args
-from .base import NON_TENSOR_CLASSES, TensorDictBase, _indexed_batch_size
+from ._indexing import _indexed_batch_size, index_on_cpu
+from .base import NON_TENSOR_CLASSES, TensorDictBase
 
 __all__ = ["NonTensorData", "is_non_tensor"]
 
@@ -174,7 +175,7 @@ class _NonTensorBase(TensorDictBase):
         if type(self) is NonTensorData:
             payload = value.data if type(value) is NonTensorData else value if not is_non_tensor(value) else _NOT_UNIQUE
             if payload is not _NOT_UNIQUE and _payload_equal(self.data, payload):
-                torch.zeros(()).expand(self._batch_size)[index]  # still validate the index
+                _indexed_batch_size(self._batch_size, index)  # still validate the index (on its device)
                 return self
             origins, table = torch.zeros(self._batch_size, dtype=torch.long), [self.data]
         else:
@@ -182,6 +183,7 @@ class _NonTensorBase(TensorDictBase):
             if len(table) > 2 * origins.numel() + 16:  # drop payloads no element points to any more
                 origins, table = self._compact()
             origins, table = origins.clone(), list(table)
+        index = index_on_cpu(index)  # the origins table lives on the CPU
         region = origins[index].shape
         if not is_non_tensor(value):
             value = NonTensorData._new(value, region, self._device)

@@ -15,6 +15,7 @@ from typing import Any, Callable, Iterator, Sequence
 import torch
 
 from ._utils import NO_DEFAULT, normalize_dim, parse_batch_size, parse_device
+from ._indexing import index_on_cpu
 from .base import NON_TENSOR_CLASSES
 from .non_tensor import _NOT_UNIQUE, NonTensorData, _deepcopy_payload, _NonTensorBase, _payload_equal
 
@@ -179,7 +180,7 @@ class NonTensorStack(_NonTensorBase):
     def _index(self, index: Any) -> Any:
         if isinstance(index, list) or type(index).__module__ == "numpy":
             index = torch.as_tensor(index)
-        return self._wrap(self._origins[index], _has_int(index))
+        return self._wrap(self._origins[index_on_cpu(index)], _has_int(index))
 
     def _split_entries(self, fn: Callable, sizes: Sequence[torch.Size]) -> tuple:
         ndim = self._origins.dim()
