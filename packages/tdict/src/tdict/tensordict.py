@@ -237,16 +237,16 @@ class TensorDict(TensorDictBase):
                 if default is NO_DEFAULT:
                     raise self._missing_key_error(key) from None
                 return default
-        if type(key) is tuple and key:  # walk plain nested TensorDicts directly; anything unusual takes the general path
+        if type(key) is tuple and key:  # walk the entry dicts directly; anything unusual takes the general path
             node = self
-            for part in key:
-                if type(node) is not TensorDict or type(part) is not str:
-                    break
-                node = node._tensordict.get(part, _MISSING)
-                if node is _MISSING:
-                    break
-            else:
-                return node
+            try:
+                for part in key:
+                    node = node._tensordict[part]
+            except (KeyError, AttributeError, TypeError):
+                pass
+            else:  # a payload means the walk went through a tensorclass's TensorDict.__getitem__
+                if isinstance(node, torch.Tensor) or is_tensor_collection(node):
+                    return node
         return self._get_tuple(_key_to_tuple(key), default)
 
     def set(self, key: NestedKey, item: Any, inplace: bool = False, *, non_blocking: bool = False, **kwargs: Any) -> "TensorDict":
@@ -260,6 +260,17 @@ class TensorDict(TensorDictBase):
                 self._tensordict[key] = item
             else:
                 self._set_str(key, item, inplace=inplace, validated=False)
+        elif type(key) is tuple and len(key) > 1 and type(key[-1]) is str:
+            node = self
+            try:  # an existing path of plain TensorDicts: write into the last one directly
+                for part in key[:-1]:
+                    node = node._tensordict[part]
+            except (KeyError, AttributeError, TypeError):
+                node = None
+            if type(node) is TensorDict:
+                node.set(key[-1], item, inplace=inplace)
+            else:
+                self._set_tuple(_key_to_tuple(key), item, inplace=inplace)
         else:
             self._set_tuple(_key_to_tuple(key), item, inplace=inplace)
         return self
