@@ -529,3 +529,10 @@ def test_tensor_operands_line_up_with_the_batch_dims():
     assert torch.equal(td2["a"], td["a"] * mask.view(4, 1, 1)) and torch.all(td2["b", "d", "e"][1] == 0)
     with pytest.raises(RuntimeError, match=r"batch size \[4, 3\].*\[2\]"):
         td + torch.ones(2)  # a feature-shaped operand is refused, not silently broadcast
+
+
+def test_apply_refuses_results_that_lose_the_batch_dims():
+    td = make()
+    with pytest.raises(RuntimeError, match=r"'a'.*batch size \[4, 3\].*batch_size="):
+        td.apply(lambda x: x[0])
+    assert td.apply(lambda x: x[0], batch_size=[3]).batch_size == torch.Size([3])

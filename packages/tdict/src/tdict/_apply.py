@@ -47,6 +47,7 @@ class ApplyMixin:
         if names is NO_DEFAULT:
             names = self._maybe_names() if batch_size is None else None
         out_device = self.device if device is NO_DEFAULT else parse_device(device)
+        n = len(out_bs) if batch_size is None else 0  # results must keep the batch dims (else the constructor checks)
         result = {}
         had_entries = False
         for key, value in self._items_raw():
@@ -65,6 +66,12 @@ class ApplyMixin:
                 else:
                     new = fn(unravel_key(path + (key,)) if named else key, value, *other_values)
                 if new is not None:
+                    if n and (new.shape[:n] if isinstance(new, torch.Tensor) else new.batch_size[:n]) != out_bs:
+                        shape = new.shape if isinstance(new, torch.Tensor) else new.batch_size
+                        raise RuntimeError(
+                            f"apply: the result for key {path + (key,)!r} has shape {list(shape)}, which does not start with "
+                            f"the batch size {list(out_bs)}; pass batch_size= when fn changes the batch dims."
+                        )
                     result[key] = new
             elif value._is_non_tensor:
                 result[key] = value if batch_size is None else value._with_batch_size(out_bs)

@@ -348,7 +348,7 @@ def pad_sequence(list_of_tds: Sequence[TensorDictBase], pad_dim: int = 0, paddin
     out = stack(padded, 0)
     if return_mask:
         mask = torch.stack(masks, 0)
-        out.set("masks", out.empty(recurse=True).apply(lambda v: v) if False else _mask_tree(out, mask))
+        out.set("masks", _mask_tree(out, mask))
     return out
 
 
