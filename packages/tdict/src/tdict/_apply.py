@@ -66,8 +66,8 @@ class ApplyMixin:
                 else:
                     new = fn(unravel_key(path + (key,)) if named else key, value, *other_values)
                 if new is not None:
-                    if n and (new.shape[:n] if isinstance(new, torch.Tensor) else new.batch_size[:n]) != out_bs:
-                        shape = new.shape if isinstance(new, torch.Tensor) else new.batch_size
+                    shape = new.shape if isinstance(new, torch.Tensor) else new.batch_size
+                    if n and shape != value.shape and shape[:n] != out_bs:  # same shape as the input: nothing to slice
                         raise RuntimeError(
                             f"apply: the result for key {path + (key,)!r} has shape {list(shape)}, which does not start with "
                             f"the batch size {list(out_bs)}; pass batch_size= when fn changes the batch dims."
