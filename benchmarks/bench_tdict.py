@@ -443,7 +443,8 @@ def main(argv: list[str] | None = None) -> int:
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(report, indent=1) + "\n")
-    print(f"\nwrote {out}")
+    shown = out.resolve().relative_to(HERE.parent) if out.resolve().is_relative_to(HERE.parent) else out
+    print(f"\nwrote {shown}")
     return 0
 
 
