@@ -417,6 +417,7 @@ class TensorDict(TensorDictBase):
         src = self._tensordict
         out: dict[str, Any] = {}
         built: set[int] = set()  # ids of the sub-TensorDicts this call created (safe to fill)
+        new = TensorDict._new_unsafe
         for key in keys:
             if type(key) is str:
                 value = src.get(key, _MISSING)
@@ -436,18 +437,22 @@ class TensorDict(TensorDictBase):
                     raise self._missing_key_error(key)
                 child = node.get(part)
                 if child is None:
-                    child = TensorDict._new_unsafe({}, source.batch_size, source.device, source._maybe_names())
+                    if type(source) is TensorDict:
+                        child = new({}, source._batch_size, source._device, source._names)
+                    else:
+                        child = new({}, source.batch_size, source.device, source._maybe_names())
                     built.add(id(child))
                     node[part] = child
                 elif id(child) not in built:
                     break  # the whole sub-collection is already selected
                 node = child._tensordict
             else:
-                value = source._get_str(path[-1], _MISSING)
+                last = path[-1]
+                value = source._tensordict.get(last, _MISSING) if type(source) is TensorDict else source._get_str(last, _MISSING)
                 if value is _MISSING:
                     raise self._missing_key_error(key)
                 node[path[-1]] = value
-        return TensorDict._new_unsafe(out, self._batch_size, self._device, self._names)
+        return new(out, self._batch_size, self._device, self._names)
 
     def exclude(self, *keys: NestedKey, inplace: bool = False) -> "TensorDict":
         if inplace:
