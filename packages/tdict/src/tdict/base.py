@@ -366,7 +366,14 @@ class TensorDictBase(KeyOpsMixin, ApplyMixin, ArithmeticMixin, ShapeOpsMixin, St
                 value._set_lock(locked)
 
     def _push_op(self, locked: bool) -> None:
-        pass
+        """Remember a lock_/unlock_ so that leaving ``with td.lock_():`` undoes it."""
+        ops = getattr(self, "_lock_ops", None)
+        if ops is None:
+            try:
+                ops = self._lock_ops = []
+            except AttributeError:  # no _lock_ops slot (non-tensor data): nothing to undo on exit
+                return
+        ops.append(locked)
 
     def __enter__(self):
         return self
@@ -378,7 +385,8 @@ class TensorDictBase(KeyOpsMixin, ApplyMixin, ArithmeticMixin, ShapeOpsMixin, St
         return False
 
     def _pop_op(self):
-        return None
+        ops = getattr(self, "_lock_ops", None)
+        return ops.pop() if ops else None
 
     # ------------------------------------------------------------------ names
     def _maybe_names(self):

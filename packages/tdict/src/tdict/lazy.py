@@ -367,7 +367,6 @@ class LazyStackedTensorDict(LazyIndexMixin, LazyShapeMixin, LazyMemberOpsMixin, 
         for key in self._common_keys():
             yield key, self._combine(key, [td._get_str(key, NO_DEFAULT) for td in tds])
 
-
     # ------------------------------------------------------------------ set / delete
     def _check_writable(self, key: Any, inplace: bool) -> None:
         locked = self._is_locked
@@ -491,21 +490,11 @@ class LazyStackedTensorDict(LazyIndexMixin, LazyShapeMixin, LazyMemberOpsMixin, 
         """Add a member at the end of the stack dim."""
         self.insert(len(self.tensordicts), tensordict)
 
-
     # ------------------------------------------------------------------ locking
     def _set_lock(self, locked: bool) -> None:
         self._is_locked = locked
         for td in self.tensordicts:
             td._set_lock(locked)
-
-    def _push_op(self, locked: bool) -> None:
-        if self._lock_ops is None:
-            self._lock_ops = []
-        self._lock_ops.append(locked)
-
-    def _pop_op(self):
-        return self._lock_ops.pop() if self._lock_ops else None
-
 
     # ------------------------------------------------------------------ torch.stack / torch.cat hooks
     @classmethod

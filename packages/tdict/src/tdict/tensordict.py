@@ -582,14 +582,6 @@ class TensorDict(TensorDictBase):
     def _maybe_names(self):
         return self._names
 
-    def _push_op(self, locked: bool) -> None:
-        if self._lock_ops is None:
-            self._lock_ops = []
-        self._lock_ops.append(locked)
-
-    def _pop_op(self):
-        return self._lock_ops.pop() if self._lock_ops else None
-
     def __getstate__(self):
         if getattr(self, "_consolidated", None) is not None:
             from .consolidate import _getstate  # one storage + structure
