@@ -58,16 +58,18 @@ class KeysView:
             out.extend(prefix + (k if isinstance(k, tuple) else (k,)) for k in td.keys(self._include_nested, self._leaves_only, self._is_leaf))
             return out
         kinds, leaves_only, nested = self._kinds, self._leaves_only, self._include_nested
+        tensor, append = torch.Tensor, out.append
         for key, value in td._items_raw():
+            full = prefix + (key,) if prefix else key
+            if type(value) is tensor:  # the common entry: no kind lookup
+                append(full)
+                continue
             kind = kinds.get(type(value))
             if kind is None:
                 kind = self._kind(type(value))
-            if kind != 2:  # _TENSOR or _LEAF (literal: this loop is hot)
-                out.append(prefix + (key,) if prefix else key)
-                continue
-            if not leaves_only:
-                out.append(prefix + (key,) if prefix else key)
-            if nested:
+            if kind != 2 or not leaves_only:  # 2 is _NODE (a literal: this loop is hot)
+                append(full)
+            if kind == 2 and nested:
                 self._collect(value, prefix + (key,), out)
         return out
 
@@ -87,6 +89,14 @@ class KeysView:
         if td is self._td and type(self) is not KeysView:
             return len(self._collect(td, (), []))  # subclasses define their own walk
         kinds, leaves_only, nested = self._kinds, self._leaves_only, self._include_nested
+        if not leaves_only:  # every entry is a key: count the entries, then descend into collections
+            count = len(td.keys())
+            if nested:
+                tensor = torch.Tensor
+                for value in td.values():
+                    if type(value) is not tensor and (kinds.get(type(value)) or self._kind(type(value))) == 2:
+                        count += self._count(value)
+            return count
         count = 0
         for value in td.values():
             kind = kinds.get(type(value))
