@@ -8,7 +8,7 @@ import tdict
 
 def test_docstring_examples_run():
     attempted, failures = 0, []
-    for info in pkgutil.iter_modules(tdict.__path__, "tdict."):
+    for info in pkgutil.walk_packages(tdict.__path__, "tdict."):  # sub-packages (nn, specs) too
         module = importlib.import_module(info.name)
         result = doctest.testmod(module, optionflags=doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE)
         attempted += result.attempted
