@@ -1,0 +1,28 @@
+"""tdict.nn: modules that read and write TensorDict entries by key (tensordict.nn under our import).
+
+Example:
+    >>> import torch
+    >>> from torch import nn
+    >>> from tdict import TensorDict
+    >>> from tdict.nn import TensorDictModule, TensorDictSequential
+    >>> actor = TensorDictSequential(
+    ...     TensorDictModule(nn.Linear(4, 8), in_keys=["obs"], out_keys=["hidden"]),
+    ...     TensorDictModule(nn.Linear(8, 2), in_keys=["hidden"], out_keys=["action"]),
+    ... )
+    >>> actor(TensorDict(obs=torch.randn(3, 4), batch_size=[3]))["action"].shape
+    torch.Size([3, 2])
+"""
+from .common import TensorDictModule, TensorDictModuleBase, WrapModule, dispatch
+from .interaction import InteractionType, interaction_type, set_interaction_type
+from .sequence import TensorDictSequential
+
+__all__ = [
+    "InteractionType",
+    "TensorDictModule",
+    "TensorDictModuleBase",
+    "TensorDictSequential",
+    "WrapModule",
+    "dispatch",
+    "interaction_type",
+    "set_interaction_type",
+]
