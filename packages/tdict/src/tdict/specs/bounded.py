@@ -1,0 +1,128 @@
+"""Bounded: a box ``low <= x <= high`` of float or integer values."""
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from .base import TensorSpec, _device, _size
+
+__all__ = ["Bounded"]
+
+
+class Bounded(TensorSpec):
+    """A box-bounded tensor: every element satisfies ``low <= x <= high`` (bounds broadcast to ``shape``).
+
+    Args:
+        low: lower bound, a scalar or a tensor broadcastable to ``shape``.
+        high: upper bound, same rules.
+        shape: the spec shape (default: the broadcast shape of the bounds).
+        device: where generated values live.
+        dtype: float (uniform sampling) or integer dtype (uniform over ``low..high`` inclusive).
+
+    Example:
+        >>> import torch
+        >>> from tdict.specs import Bounded
+        >>> spec = Bounded(low=-1.0, high=1.0, shape=(3,))
+        >>> x = spec.rand((4,))
+        >>> x.shape, spec.is_in(x), bool(((x >= -1) & (x <= 1)).all())
+        (torch.Size([4, 3]), True, True)
+        >>> spec.project(torch.tensor([-3.0, 0.5, 2.0]))
+        tensor([-1.0000,  0.5000,  1.0000])
+        >>> Bounded(0, 4, shape=(), dtype=torch.int64).is_in(torch.tensor(5))
+        False
+    """
+
+    def __init__(self, low: Any, high: Any, shape: Any = None, device: Any = None, dtype: torch.dtype | None = None) -> None:
+        if dtype is None:
+            dtype = torch.get_default_dtype()
+        if dtype is torch.bool:
+            raise TypeError("Bounded: bool dtype is not supported, use Binary")
+        dev = _device(device)
+        low = torch.as_tensor(low, device=dev).to(dtype if dtype.is_floating_point else torch.float64)
+        high = torch.as_tensor(high, device=dev).to(low.dtype)
+        if shape is None:
+            shape = torch.broadcast_shapes(low.shape, high.shape)
+        shape = _size(shape)
+        try:
+            low, high = low.expand(shape).clone(), high.expand(shape).clone()
+        except RuntimeError:
+            raise ValueError(f"Bounded: bounds of shapes {tuple(low.shape)} and {tuple(high.shape)} do not broadcast to shape {tuple(shape)}") from None
+        if (low > high).any():
+            raise ValueError(f"Bounded: low must be <= high, got low={low} high={high}")
+        if not dtype.is_floating_point:
+            low, high = low.to(dtype), high.to(dtype)
+        self.shape, self.device, self.dtype = shape, dev, dtype
+        self._tensors = {"low": low, "high": high}
+        self._finish()
+
+    @property
+    def low(self) -> torch.Tensor:
+        return self._tensors["low"]
+
+    @property
+    def high(self) -> torch.Tensor:
+        return self._tensors["high"]
+
+    @property
+    def space(self) -> tuple[torch.Tensor, torch.Tensor]:
+        return self.low, self.high
+
+    def _finish(self) -> None:
+        low, high = self._tensors["low"], self._tensors["high"]
+        if self.dtype.is_floating_point:
+            self._finite = bool(torch.isfinite(low).all() and torch.isfinite(high).all())
+            self._scale = (high - low) if self._finite else None
+        else:
+            self._finite = True
+            self._scale = (high.double() - low.double() + 1)
+
+    def rand(self, shape: Any = ()) -> torch.Tensor:
+        """Uniform samples of shape ``shape + self.shape``."""
+        full = self._full(shape)
+        low = self._tensors["low"]
+        if self.dtype.is_floating_point:
+            if self._finite:
+                return torch.rand(full, dtype=self.dtype, device=self.device).mul_(self._scale).add_(low)
+            high = self._tensors["high"]
+            # unbounded sides: a normal sample shifted to the finite bound, clipped into the box
+            x = torch.randn(full, dtype=self.dtype, device=self.device)
+            x = torch.where(torch.isfinite(low), low + x.abs(), x)
+            x = torch.where(torch.isfinite(high) & ~torch.isfinite(low), high - x.abs(), x)
+            both = torch.isfinite(low) & torch.isfinite(high)
+            u = torch.rand(full, dtype=self.dtype, device=self.device)
+            x = torch.where(both, low + u * (high - low).nan_to_num(0.0), x)
+            return torch.minimum(torch.maximum(x, low), high)
+        u = torch.rand(full, dtype=torch.float64, device=self.device)
+        out = (u * self._scale).floor_().to(self.dtype) + low
+        return torch.minimum(out, self._tensors["high"])
+
+    def _violation(self, val: Any) -> str | None:
+        why = self._check_tensor(val)
+        if why is not None:
+            return why
+        low, high = self._tensors["low"], self._tensors["high"]
+        below = val < low
+        if below.any():
+            return f"low bound violated: value {val[below].flatten()[:5].tolist()} < low {low.expand_as(val)[below].flatten()[:5].tolist()}"
+        above = val > high
+        if above.any():
+            return f"high bound violated: value {val[above].flatten()[:5].tolist()} > high {high.expand_as(val)[above].flatten()[:5].tolist()}"
+        if self.dtype.is_floating_point and torch.isnan(val).any():
+            return "value contains NaN"
+        return None
+
+    def _project(self, val: torch.Tensor) -> torch.Tensor:
+        low, high = self._tensors["low"], self._tensors["high"]
+        if not self.dtype.is_floating_point:
+            val = val.round() if val.is_floating_point() else val
+        val = val.to(dtype=self.dtype, device=low.device)
+        return torch.minimum(torch.maximum(val, low), high)
+
+    def cardinality(self) -> int:
+        if self.dtype.is_floating_point:
+            raise NotImplementedError("Bounded: a float box is not discrete")
+        return int((self.high.long() - self.low.long() + 1).prod())
+
+    def _repr_extra(self) -> str:
+        return f", low={self.low}, high={self.high}"

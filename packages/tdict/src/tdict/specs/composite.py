@@ -1,0 +1,412 @@
+"""Composite: a (nested) dictionary of specs sharing leading batch dims."""
+from __future__ import annotations
+
+from typing import Any, Iterator
+
+import torch
+
+from ..tensordict import TensorDict
+from .base import _device, _shape_args, _size
+
+__all__ = ["Composite"]
+
+
+def _is_key(key: Any) -> bool:
+    return isinstance(key, str) or (isinstance(key, tuple) and len(key) > 0 and all(isinstance(k, str) for k in key))
+
+
+def _flat(key: Any) -> tuple[str, ...]:
+    return (key,) if isinstance(key, str) else tuple(key)
+
+
+class Composite:
+    """A dictionary of specs (leaf specs or nested Composites) sharing the batch shape ``shape``.
+
+    Keys may be nested (``spec["a", "b"]``). ``rand``/``zero``/``one`` build a :class:`tdict.TensorDict`
+    of batch size ``shape + self.shape`` (nested Composites give nested TensorDicts); the key list is
+    precomputed so generation does no validation.
+
+    Args:
+        specs: a mapping of keys to specs (dicts are turned into nested Composites).
+        shape: the batch shape every sub-spec's shape starts with (default ``()``).
+        device: the device of the sub-specs (sub-specs are moved there).
+        **kwargs: more key/spec pairs.
+
+    Example:
+        >>> import torch
+        >>> from tdict.specs import Bounded, Categorical, Composite, Unbounded
+        >>> spec = Composite(obs=Unbounded(shape=(4, 3)), action=Categorical(2, shape=(4,)),
+        ...                  next={"reward": Bounded(-1.0, 1.0, shape=(4,))}, shape=(4,))
+        >>> td = spec.rand((2,))
+        >>> td.batch_size, td["next", "reward"].shape
+        (torch.Size([2, 4]), torch.Size([2, 4]))
+        >>> spec.is_in(td), spec.keys(include_nested=True, leaves_only=True)
+        (True, ['obs', 'action', ('next', 'reward')])
+    """
+
+    _is_spec = True
+
+    def __init__(self, specs: Any = None, shape: Any = None, device: Any = None, batch_size: Any = None, **kwargs: Any) -> None:
+        if shape is None:
+            shape = batch_size
+        self.shape = _size(shape)
+        self.device = _device(device)
+        self._specs: dict[str, Any] = {}
+        self._locked = False
+        self._items: tuple | None = None
+        entries = dict(specs) if specs is not None else {}
+        entries.update(kwargs)
+        for key, value in entries.items():
+            self.set(key, value)
+
+    # ---- attributes ------------------------------------------------------------------------
+    @property
+    def batch_size(self) -> torch.Size:
+        return self.shape
+
+    @property
+    def ndim(self) -> int:
+        return len(self.shape)
+
+    def ndimension(self) -> int:
+        return len(self.shape)
+
+    @property
+    def is_locked(self) -> bool:
+        return self._locked
+
+    def _leaf_items(self) -> tuple:
+        items = self._items
+        if items is None:
+            items = self._items = tuple(self._specs.items())
+        return items
+
+    # ---- dict API --------------------------------------------------------------------------
+    def _check_unlocked(self, what: str, key: Any) -> None:
+        if self._locked:
+            raise RuntimeError(f"Composite is locked: cannot {what} key {key!r} (call unlock_() first)")
+
+    def set(self, key: Any, spec: Any) -> "Composite":
+        """Set ``key`` (nested keys create intermediate Composites); the spec's shape must start with ``self.shape``."""
+        key = _flat(key)
+        if len(key) > 1:
+            sub = self._specs.get(key[0])
+            if sub is None:
+                self._check_unlocked("set", key)
+                sub = Composite(shape=self.shape, device=self.device)
+                self._specs[key[0]] = sub
+                self._items = None
+            elif not isinstance(sub, Composite):
+                raise KeyError(f"Composite.set: {key[0]!r} holds a {type(sub).__name__}, not a Composite, so {key!r} cannot be set")
+            sub.set(key[1:], spec)
+            return self
+        name = key[0]
+        self._check_unlocked("set", name)
+        if isinstance(spec, dict):
+            spec = Composite(spec, shape=self.shape, device=self.device)
+        if not getattr(type(spec), "_is_spec", False):
+            raise TypeError(f"Composite.set: the spec for key {name!r} must be a spec (TensorSpec, Composite, Stacked...), got {type(spec).__name__}")
+        n = len(self.shape)
+        if spec.shape[:n] != self.shape:
+            raise ValueError(f"Composite.set: the spec for key {name!r} has shape {tuple(spec.shape)}, which does not start with the Composite shape {tuple(self.shape)}")
+        if self.device is not None and spec.device != self.device:
+            spec = spec.to(self.device)
+        self._specs[name] = spec
+        self._items = None
+        return self
+
+    __setitem__ = set
+
+    def get(self, key: Any, default: Any = KeyError) -> Any:
+        key = _flat(key)
+        node: Any = self
+        for i, k in enumerate(key):
+            if not isinstance(node, Composite) or k not in node._specs:
+                if default is KeyError:
+                    raise KeyError(f"Composite: key {key[: i + 1]!r} not found; keys are {sorted(map(str, self.keys(True)))}")
+                return default
+            node = node._specs[k]
+        return node
+
+    def __getitem__(self, key: Any) -> Any:
+        """A sub-spec for a (nested) key, or the Composite indexed along its batch dims."""
+        if _is_key(key):
+            return self.get(key)
+        return self._index(key)
+
+    def __delitem__(self, key: Any) -> None:
+        key = _flat(key)
+        parent = self.get(key[:-1]) if len(key) > 1 else self
+        if not isinstance(parent, Composite) or key[-1] not in parent._specs:
+            raise KeyError(f"Composite: key {key!r} not found")
+        parent._check_unlocked("delete", key)
+        del parent._specs[key[-1]]
+        parent._items = None
+
+    def pop(self, key: Any, default: Any = KeyError) -> Any:
+        out = self.get(key, default)
+        if key in self:
+            del self[key]
+        return out
+
+    def __contains__(self, key: Any) -> bool:
+        return _is_key(key) and self.get(key, None) is not None
+
+    def __len__(self) -> int:
+        return len(self._specs)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._specs)
+
+    def keys(self, include_nested: bool = False, leaves_only: bool = False) -> list:
+        """Keys (nested ones as tuples when ``include_nested``; only leaf specs when ``leaves_only``)."""
+        return [k for k, _ in self.items(include_nested, leaves_only)]
+
+    def items(self, include_nested: bool = False, leaves_only: bool = False) -> list:
+        out = []
+        for k, v in self._specs.items():
+            is_comp = isinstance(v, Composite)
+            if not (leaves_only and is_comp):
+                out.append((k, v))
+            if include_nested and is_comp:
+                out.extend(((k, *_flat(sk)), sv) for sk, sv in v.items(True, leaves_only))
+        return out
+
+    def values(self, include_nested: bool = False, leaves_only: bool = False) -> list:
+        return [v for _, v in self.items(include_nested, leaves_only)]
+
+    def update(self, other: Any) -> "Composite":
+        """Set every entry of ``other`` (nested Composites are merged recursively)."""
+        for k, v in (other.items() if isinstance(other, (dict, Composite)) else other):
+            cur = self._specs.get(k) if isinstance(k, str) else None
+            if isinstance(cur, Composite) and isinstance(v, (Composite, dict)):
+                cur.update(v)
+            else:
+                self.set(k, v)
+        return self
+
+    def select(self, *keys: Any, strict: bool = True) -> "Composite":
+        """A new Composite with only ``keys`` (missing keys raise unless ``strict=False``)."""
+        out = self.empty()
+        for key in keys:
+            sub = self.get(key, None if not strict else KeyError)
+            if sub is not None:
+                out.set(key, sub)
+        return out
+
+    def exclude(self, *keys: Any) -> "Composite":
+        """A new Composite without ``keys`` (the others are shared, not copied)."""
+        out = self._shallow()
+        for key in keys:
+            if key in out:
+                fk = _flat(key)
+                if len(fk) > 1:  # copy the branch before deleting so self is untouched
+                    parent = out
+                    for k in fk[:-1]:
+                        parent._specs[k] = parent._specs[k]._shallow()
+                        parent = parent._specs[k]
+                del out[key]
+        return out
+
+    def _shallow(self) -> "Composite":
+        out = self.empty()
+        out._specs = dict(self._specs)
+        return out
+
+    def empty(self) -> "Composite":
+        """An empty Composite with the same shape and device."""
+        return Composite(shape=self.shape, device=self.device)
+
+    def is_empty(self) -> bool:
+        return all(isinstance(v, Composite) and v.is_empty() for v in self._specs.values())
+
+    def lock_(self) -> "Composite":
+        """Forbid setting or deleting keys (recursively)."""
+        self._locked = True
+        for v in self._specs.values():
+            if isinstance(v, Composite):
+                v.lock_()
+        return self
+
+    def unlock_(self) -> "Composite":
+        self._locked = False
+        for v in self._specs.values():
+            if isinstance(v, Composite):
+                v.unlock_()
+        return self
+
+    # ---- generation (hot path: no validation) ----------------------------------------------
+    def rand(self, shape: Any = ()) -> TensorDict:
+        """Random TensorDict of batch size ``shape + self.shape``."""
+        if shape:
+            lead = _size(shape)
+            return TensorDict._new_unsafe({k: s.rand(lead) for k, s in self._leaf_items()}, lead + self.shape, self.device)
+        return TensorDict._new_unsafe({k: s.rand() for k, s in self._leaf_items()}, self.shape, self.device)
+
+    def zero(self, shape: Any = ()) -> TensorDict:
+        """Zero-filled TensorDict of batch size ``shape + self.shape``."""
+        if shape:
+            lead = _size(shape)
+            return TensorDict._new_unsafe({k: s.zero(lead) for k, s in self._leaf_items()}, lead + self.shape, self.device)
+        return TensorDict._new_unsafe({k: s.zero() for k, s in self._leaf_items()}, self.shape, self.device)
+
+    zeros = zero
+
+    def one(self, shape: Any = ()) -> TensorDict:
+        """One-filled TensorDict of batch size ``shape + self.shape``."""
+        lead = _size(shape)
+        return TensorDict._new_unsafe({k: s.one(lead) for k, s in self._leaf_items()}, lead + self.shape, self.device)
+
+    ones = one
+
+    # ---- validation ------------------------------------------------------------------------
+    def _violation(self, td: Any) -> tuple[tuple, str] | None:
+        for k, spec in self._leaf_items():
+            try:
+                val = td.get(k, None) if hasattr(td, "get") else None
+            except Exception:
+                val = None
+            if val is None:
+                return (k,), "key is missing"
+            bad = spec._violation(val)
+            if bad is None:
+                continue
+            if isinstance(bad, str):  # leaf spec
+                return (k,), bad
+            if len(bad) == 3:  # StackedComposite: (member, key path, reason)
+                return (k, *bad[1]), f"member {bad[0]}: {bad[2]}"
+            return (k, *bad[0]), bad[1]
+        return None
+
+    def is_in(self, td: Any) -> bool:
+        """Whether every key of the spec is in ``td`` with a value inside its spec."""
+        return self._violation(td) is None
+
+    def assert_is_in(self, td: Any) -> None:
+        """Raise ``AssertionError`` naming the first key whose value is missing or out of spec."""
+        bad = self._violation(td)
+        if bad is not None:
+            key = bad[0][0] if len(bad[0]) == 1 else bad[0]
+            raise AssertionError(f"Composite: key {key!r}: {bad[1]}")
+
+    def project(self, td: Any) -> TensorDict:
+        """A TensorDict whose spec'd entries are projected into their specs (others kept)."""
+        out = td.copy() if hasattr(td, "copy") else td
+        for k, spec in self._leaf_items():
+            val = out.get(k, None)
+            if val is None:
+                continue
+            new = spec.project(val)
+            if new is not val:
+                out.set(k, new)
+        return out
+
+    def encode(self, vals: Any, *, ignore_device: bool = False) -> TensorDict:
+        """Encode a (nested) dict of numpy / Python values into a TensorDict of batch size ``self.shape``."""
+        out = {}
+        for k, v in vals.items():
+            spec = self._specs.get(k)
+            if spec is None:
+                raise KeyError(f"Composite.encode: key {k!r} has no spec; keys are {sorted(self._specs)}")
+            out[k] = spec.encode(v, ignore_device=ignore_device)
+        return TensorDict(out, batch_size=self.shape, device=None if ignore_device else self.device)
+
+    def to_numpy(self, td: Any, safe: bool = True) -> dict:
+        """A nested dict of numpy arrays."""
+        if safe:
+            self.assert_is_in(td)
+        return {k: spec.to_numpy(td.get(k), safe=False) for k, spec in self._leaf_items()}
+
+    # ---- shape ops -------------------------------------------------------------------------
+    def _map(self, shape: Any, fn) -> "Composite":
+        out = Composite(shape=shape, device=self.device)
+        out._specs = {k: fn(v) for k, v in self._specs.items()}
+        return out
+
+    def _dim(self, dim: int) -> int:
+        n = len(self.shape)
+        if not -n <= dim < n:
+            raise IndexError(f"Composite: dim {dim} out of range for batch shape {tuple(self.shape)}")
+        return dim + n if dim < 0 else dim
+
+    def expand(self, *shape: Any) -> "Composite":
+        """Expand the batch shape to ``shape`` (which ends with the current one); sub-specs follow."""
+        shape = _shape_args(shape)
+        n = len(self.shape)
+        if len(shape) < n or any(s != -1 and s != c and c != 1 for s, c in zip(shape[len(shape) - n:], self.shape)):
+            raise ValueError(f"Composite.expand: cannot expand batch shape {tuple(self.shape)} to {tuple(shape)}")
+        shape = torch.Size(shape[: len(shape) - n] + tuple(c if s == -1 else s for s, c in zip(shape[len(shape) - n:], self.shape)))
+        return self._map(shape, lambda v: v.expand(shape + v.shape[n:]))
+
+    def reshape(self, *shape: Any) -> "Composite":
+        shape = torch.empty(self.shape, device="meta").reshape(_shape_args(shape)).shape
+        n = len(self.shape)
+        return self._map(shape, lambda v: v.reshape(shape + v.shape[n:]))
+
+    view = reshape
+
+    def unsqueeze(self, dim: int) -> "Composite":
+        n = len(self.shape)
+        if not -n - 1 <= dim <= n:
+            raise IndexError(f"Composite.unsqueeze: dim {dim} out of range for batch shape {tuple(self.shape)}")
+        dim = dim + n + 1 if dim < 0 else dim
+        return self._map(self.shape[:dim] + (1,) + self.shape[dim:], lambda v: v.unsqueeze(dim))
+
+    def squeeze(self, dim: int | None = None) -> "Composite":
+        if dim is None:
+            out = self
+            for d in reversed(range(len(self.shape))):
+                if self.shape[d] == 1:
+                    out = out.squeeze(d)
+            return out
+        dim = self._dim(dim)
+        if self.shape[dim] != 1:
+            return self
+        return self._map(self.shape[:dim] + self.shape[dim + 1:], lambda v: v.squeeze(dim))
+
+    def unbind(self, dim: int = 0) -> tuple["Composite", ...]:
+        dim = self._dim(dim)
+        parts = {k: v.unbind(dim) for k, v in self._specs.items()}
+        shape = self.shape[:dim] + self.shape[dim + 1:]
+        out = []
+        for i in range(self.shape[dim]):
+            c = Composite(shape=shape, device=self.device)
+            c._specs = {k: p[i] for k, p in parts.items()}
+            out.append(c)
+        return tuple(out)
+
+    def _index(self, index: Any) -> "Composite":
+        if index is Ellipsis or (isinstance(index, tuple) and any(i is Ellipsis for i in index)):
+            raise IndexError("Composite: Ellipsis indices are not supported")
+        shape = torch.empty(self.shape, device="meta")[index].shape
+        return self._map(shape, lambda v: v[index])
+
+    def to(self, dest: Any) -> "Composite":
+        dev = _device(dest)
+        out = self._map(self.shape, lambda v: v.to(dev))
+        out.device = dev
+        return out
+
+    def cpu(self) -> "Composite":
+        return self.to("cpu")
+
+    def clone(self) -> "Composite":
+        out = self._map(self.shape, lambda v: v.clone())
+        out._locked = False
+        return out
+
+    def __eq__(self, other: Any) -> bool:
+        if type(other) is not Composite:
+            return False
+        if self.shape != other.shape or self.device != other.device or self._specs.keys() != other._specs.keys():
+            return False
+        return all(v == other._specs[k] for k, v in self._specs.items())
+
+    def __ne__(self, other: Any) -> bool:
+        return not self == other
+
+    __hash__ = None
+
+    def __repr__(self) -> str:
+        inner = ",\n".join(f"    {k}: " + repr(v).replace("\n", "\n    ") for k, v in self._specs.items())
+        return f"Composite(\n{inner},\n    shape={tuple(self.shape)}, device={self.device})"

@@ -1,0 +1,512 @@
+"""Discrete specs: Categorical, OneHot, Binary, MultiCategorical, MultiOneHot."""
+from __future__ import annotations
+
+import math
+from typing import Any, Sequence
+
+import torch
+
+from .base import TensorSpec, _cartesian, _device, _size
+
+__all__ = ["Binary", "Categorical", "MultiCategorical", "MultiOneHot", "OneHot"]
+
+
+def _masked_sample(mask: torch.Tensor, lead: torch.Size) -> torch.Tensor:
+    """Indices drawn uniformly among the True entries of ``mask`` (last dim), ``lead`` prepended."""
+    m = mask.expand(lead + mask.shape)
+    flat = m.reshape(-1, m.shape[-1]).float()
+    if (flat.sum(-1) == 0).any():
+        raise RuntimeError("rand: a mask row has no allowed action")
+    return torch.multinomial(flat, 1).reshape(m.shape[:-1])
+
+
+def _enum_batch(values: torch.Tensor, shape: torch.Size) -> torch.Tensor:
+    """``values`` (``[K, event]``) broadcast over the batch dims of ``shape``: ``[K, *shape]``."""
+    k, ev = values.shape[0], values.shape[1:]
+    nb = len(shape) - len(ev)
+    return values.reshape((k,) + (1,) * nb + ev).expand((k,) + shape).clone()
+
+
+class Categorical(TensorSpec):
+    """Integer actions in ``0..n-1``, optionally restricted by a boolean action mask.
+
+    Args:
+        n: number of categories.
+        shape: the spec shape (default ``()``).
+        device: where generated values live.
+        dtype: integer dtype (default ``torch.int64``).
+        mask: boolean tensor of shape ``shape + (n,)``; ``False`` actions are never sampled.
+
+    Example:
+        >>> import torch
+        >>> from tdict.specs import Categorical
+        >>> spec = Categorical(4, mask=torch.tensor([True, False, True, False]))
+        >>> bool(torch.isin(spec.rand((100,)), torch.tensor([0, 2])).all())
+        True
+        >>> spec.is_in(torch.tensor(1)), spec.to_one_hot(torch.tensor(2)).tolist()
+        (False, [False, False, True, False])
+    """
+
+    def __init__(self, n: int, shape: Any = None, device: Any = None, dtype: torch.dtype | None = torch.int64, mask: torch.Tensor | None = None) -> None:
+        self.n = int(n)
+        super().__init__(shape, device, dtype or torch.int64)
+        if mask is not None:
+            self.update_mask(mask)
+
+    @property
+    def mask(self) -> torch.Tensor | None:
+        return self._tensors.get("mask")
+
+    @property
+    def space(self):
+        return self
+
+    def _mask_shape(self) -> torch.Size:
+        return self.shape + (self.n,)
+
+    def update_mask(self, mask: torch.Tensor | None) -> None:
+        """Set (or clear with ``None``) the boolean action mask."""
+        if mask is None:
+            self._tensors.pop("mask", None)
+            return
+        mask = torch.as_tensor(mask, device=self.device)
+        if mask.dtype is not torch.bool:
+            raise TypeError(f"{type(self).__name__}.update_mask: mask must be bool, got {mask.dtype}")
+        try:
+            mask = mask.expand(self._mask_shape())
+        except RuntimeError:
+            raise ValueError(f"{type(self).__name__}.update_mask: mask shape {tuple(mask.shape)} does not broadcast to {tuple(self._mask_shape())}") from None
+        self._tensors["mask"] = mask.clone()
+
+    def _extra_eq(self, other: Any) -> bool:
+        return self.n == other.n
+
+    def rand(self, shape: Any = ()) -> torch.Tensor:
+        mask = self._tensors.get("mask")
+        if mask is None:
+            return torch.randint(0, self.n, self._full(shape), dtype=self.dtype, device=self.device)
+        return _masked_sample(mask, _size(shape)).to(self.dtype)
+
+    def _violation(self, val: Any) -> str | None:
+        why = self._check_tensor(val)
+        if why is not None:
+            return why
+        bad = (val < 0) | (val >= self.n)
+        if bad.any():
+            return f"value {val[bad].flatten()[:5].tolist()} outside the categories 0..{self.n - 1}"
+        mask = self._tensors.get("mask")
+        if mask is not None:
+            allowed = mask.expand(val.shape + (self.n,)).gather(-1, val.long().unsqueeze(-1)).squeeze(-1)
+            if not allowed.all():
+                return f"value {val[~allowed].flatten()[:5].tolist()} is a masked action"
+        return None
+
+    def _project(self, val: torch.Tensor) -> torch.Tensor:
+        if val.is_floating_point():
+            val = val.round()
+        val = val.clamp(0, self.n - 1)
+        mask = self._tensors.get("mask")
+        if mask is not None:  # the nearest allowed action
+            dist = (torch.arange(self.n, device=val.device) - val.unsqueeze(-1)).abs().float()
+            val = dist.masked_fill(~mask.to(val.device), float("inf")).argmin(-1)
+        return val.to(self.dtype)
+
+    def cardinality(self) -> int:
+        """Number of distinct actions (batch dims share the action, as in TorchRL)."""
+        return self.n
+
+    def enumerate(self) -> torch.Tensor:
+        """Every action, stacked along a new leading dim: shape ``(n, *shape)`` (batch dims share it)."""
+        vals = torch.arange(self.n, dtype=self.dtype, device=self.device)
+        return vals.reshape((self.n,) + (1,) * len(self.shape)).expand((self.n,) + self.shape).clone()
+
+    def to_one_hot(self, val: torch.Tensor) -> torch.Tensor:
+        """Categorical value to its one-hot (bool) encoding."""
+        return torch.nn.functional.one_hot(val.long(), self.n).bool()
+
+    def to_one_hot_spec(self) -> "OneHot":
+        return OneHot(self.n, self.shape + (self.n,), self.device, torch.bool, mask=self.mask)
+
+    def _repr_extra(self) -> str:
+        return f", n={self.n}" + (", masked" if self.mask is not None else "")
+
+
+class OneHot(TensorSpec):
+    """One-hot actions: the last dim (of size ``n``) holds exactly one ``True``.
+
+    Args:
+        n: number of categories.
+        shape: the spec shape, ending with ``n`` (default ``(n,)``).
+        device: where generated values live.
+        dtype: the dtype (default ``torch.bool``).
+        mask: boolean tensor of shape ``shape``; ``False`` actions are never sampled.
+
+    Example:
+        >>> import torch
+        >>> from tdict.specs import OneHot
+        >>> spec = OneHot(3)
+        >>> x = spec.rand((5,))
+        >>> x.shape, bool((x.sum(-1) == 1).all())
+        (torch.Size([5, 3]), True)
+        >>> spec.encode(2).tolist(), spec.to_numpy(spec.encode(2)).item()
+        ([False, False, True], 2)
+    """
+
+    _ev = 1
+
+    def __init__(self, n: int, shape: Any = None, device: Any = None, dtype: torch.dtype | None = torch.bool, mask: torch.Tensor | None = None) -> None:
+        self.n = int(n)
+        shape = _size(shape) if shape is not None else torch.Size((n,))
+        if not shape or shape[-1] != n:
+            raise ValueError(f"{type(self).__name__}: the last dim of shape {tuple(shape)} must be n={n}")
+        super().__init__(shape, device, dtype or torch.bool)
+        if mask is not None:
+            self.update_mask(mask)
+
+    mask = Categorical.mask
+    update_mask = Categorical.update_mask
+    _extra_eq = Categorical._extra_eq
+    _repr_extra = Categorical._repr_extra
+
+    @property
+    def space(self):
+        return self
+
+    def _mask_shape(self) -> torch.Size:
+        return self.shape
+
+    def rand(self, shape: Any = ()) -> torch.Tensor:
+        mask = self._tensors.get("mask")
+        lead = _size(shape)
+        if mask is None:
+            idx = torch.randint(0, self.n, lead + self.shape[:-1], device=self.device)
+        else:
+            idx = _masked_sample(mask, lead)
+        return torch.nn.functional.one_hot(idx, self.n).to(self.dtype)
+
+    def _violation(self, val: Any) -> str | None:
+        why = self._check_tensor(val)
+        if why is not None:
+            return why
+        if not ((val == 0) | (val == 1)).all() or not (val.sum(-1) == 1).all():
+            return "value is not one-hot along the last dim (exactly one 1, the rest 0)"
+        mask = self._tensors.get("mask")
+        if mask is not None and (val.bool() & ~mask).any():
+            return "value selects a masked action"
+        return None
+
+    def _project(self, val: torch.Tensor) -> torch.Tensor:
+        score = val.float()
+        mask = self._tensors.get("mask")
+        if mask is not None:  # the highest-scoring allowed action
+            score = score.masked_fill(~mask.to(val.device), float("-inf"))
+        return torch.nn.functional.one_hot(score.argmax(-1), self.n).to(self.dtype)
+
+    def encode(self, val: Any, *, ignore_device: bool = False) -> torch.Tensor:
+        """Encode category indices (numpy/int) as one-hot values."""
+        idx = torch.as_tensor(val, device=None if ignore_device else self.device)
+        if (idx >= self.n).any() or (idx < 0).any():
+            raise ValueError(f"{type(self).__name__}.encode: index {idx.tolist()} outside 0..{self.n - 1}")
+        return torch.nn.functional.one_hot(idx.long(), self.n).to(self.dtype)
+
+    def to_numpy(self, val: torch.Tensor, safe: bool = True):
+        """The category index of each one-hot value, as numpy."""
+        if safe:
+            self.assert_is_in(val)
+        return val.long().argmax(-1).cpu().numpy()
+
+    def cardinality(self) -> int:
+        """Number of distinct actions (batch dims share the action, as in TorchRL)."""
+        return self.n
+
+    def enumerate(self) -> torch.Tensor:
+        """Every action, stacked along a new leading dim: shape ``(n, *shape)`` (batch dims share it)."""
+        return _enum_batch(torch.eye(self.n, dtype=self.dtype, device=self.device), self.shape)
+
+    def to_categorical(self, val: torch.Tensor) -> torch.Tensor:
+        """One-hot value to its category index."""
+        return val.long().argmax(-1)
+
+    def to_categorical_spec(self) -> Categorical:
+        return Categorical(self.n, self.shape[:-1], self.device, torch.int64, mask=self.mask)
+
+
+class Binary(TensorSpec):
+    """A vector of ``n`` independent binary values (0 or 1).
+
+    Args:
+        n: number of binary elements (default ``shape[-1]``).
+        shape: the spec shape, ending with ``n`` (default ``(n,)``).
+        device: where generated values live.
+        dtype: the dtype (default ``torch.int8``).
+
+    Example:
+        >>> import torch
+        >>> from tdict.specs import Binary
+        >>> spec = Binary(3)
+        >>> spec.rand((4,)).shape, spec.cardinality(), spec.enumerate().shape
+        (torch.Size([4, 3]), 8, torch.Size([8, 3]))
+        >>> spec.is_in(torch.tensor([0, 1, 2], dtype=torch.int8))
+        False
+    """
+
+    _ev = 1
+
+    def __init__(self, n: int | None = None, shape: Any = None, device: Any = None, dtype: torch.dtype | None = torch.int8) -> None:
+        if shape is None:
+            if n is None:
+                raise ValueError("Binary: give n or shape")
+            shape = (n,)
+        shape = _size(shape)
+        if n is not None and (not shape or shape[-1] != n):
+            raise ValueError(f"Binary: the last dim of shape {tuple(shape)} must be n={n}")
+        super().__init__(shape, device, dtype or torch.int8)
+
+    @property
+    def n(self) -> int:
+        return self.shape[-1]
+
+    def rand(self, shape: Any = ()) -> torch.Tensor:
+        return torch.randint(0, 2, self._full(shape), device=self.device).to(self.dtype)
+
+    def _violation(self, val: Any) -> str | None:
+        why = self._check_tensor(val)
+        if why is not None:
+            return why
+        if not ((val == 0) | (val == 1)).all():
+            return f"values {val[(val != 0) & (val != 1)].flatten()[:5].tolist()} are not 0/1"
+        return None
+
+    def _project(self, val: torch.Tensor) -> torch.Tensor:
+        return (val > 0.5).to(self.dtype)
+
+    def cardinality(self) -> int:
+        """``2 ** n`` distinct vectors (batch dims share the value)."""
+        return 2 ** self.n
+
+    def enumerate(self) -> torch.Tensor:
+        """All ``2 ** n`` binary vectors: shape ``(2 ** n, *shape)`` (batch dims share the value)."""
+        vals = torch.tensor([0, 1], dtype=self.dtype, device=self.device)
+        return _enum_batch(_cartesian([vals] * self.n), self.shape)
+
+
+class MultiCategorical(TensorSpec):
+    """Several categorical actions side by side, element ``i`` in ``0..nvec[i]-1``.
+
+    Args:
+        nvec: number of categories of each element (a sequence or tensor).
+        shape: the spec shape, ending with ``len(nvec)`` (default ``nvec.shape``).
+        device: where generated values live.
+        dtype: integer dtype (default ``torch.int64``).
+        mask: optional boolean mask of shape ``shape[:-1] + (sum(nvec),)`` (the blocks of each
+            element side by side); masked actions are never sampled.
+
+    Example:
+        >>> import torch
+        >>> from tdict.specs import MultiCategorical
+        >>> spec = MultiCategorical([2, 3])
+        >>> spec.rand((4,)).shape, spec.cardinality()
+        (torch.Size([4, 2]), 6)
+        >>> spec.is_in(torch.tensor([1, 2])), spec.is_in(torch.tensor([2, 0]))
+        (True, False)
+    """
+
+    _ev = 1
+
+    def __init__(self, nvec: Sequence[int] | torch.Tensor, shape: Any = None, device: Any = None, dtype: torch.dtype | None = torch.int64, mask: Any = None) -> None:
+        dev = _device(device)
+        nvec = torch.as_tensor(nvec, dtype=torch.int64, device=dev)
+        if nvec.ndim == 0:
+            nvec = nvec.unsqueeze(0)
+        shape = _size(shape) if shape is not None else nvec.shape
+        try:
+            nvec = nvec.expand(shape).clone()
+        except RuntimeError:
+            raise ValueError(f"MultiCategorical: nvec of shape {tuple(nvec.shape)} does not broadcast to {tuple(shape)}") from None
+        self.shape, self.device, self.dtype = shape, dev, dtype or torch.int64
+        self._tensors = {"nvec": nvec}
+        self._finish()
+        if mask is not None:
+            self.update_mask(mask)
+
+    @property
+    def nvec(self) -> torch.Tensor:
+        return self._tensors["nvec"]
+
+    mask = Categorical.mask
+    update_mask = Categorical.update_mask
+
+    def _mask_shape(self) -> torch.Size:
+        return self.shape[:-1] + (sum(self._row_nvec()),)
+
+    def _extra_eq(self, other: Any) -> bool:
+        return True
+
+    def rand(self, shape: Any = ()) -> torch.Tensor:
+        mask = self._tensors.get("mask")
+        if mask is not None:
+            lead, start, parts = _size(shape), 0, []
+            for k in self._row_nvec():
+                parts.append(_masked_sample(mask[..., start:start + k], lead))
+                start += k
+            return torch.stack(parts, -1).to(self.dtype)
+        u = torch.rand(self._full(shape), dtype=torch.float64, device=self.device)
+        return torch.minimum((u * self.nvec).floor_().long(), self.nvec - 1).to(self.dtype)
+
+    def _masked_out(self, val: torch.Tensor) -> torch.Tensor | None:
+        """Per-element flags of masked actions (``None`` without a mask)."""
+        mask = self._tensors.get("mask")
+        if mask is None:
+            return None
+        offsets = torch.tensor([0] + self._row_nvec()[:-1], device=val.device).cumsum(0)
+        flat_idx = (val.long().clamp_min(0) + offsets).clamp_max(mask.shape[-1] - 1)
+        return ~mask.to(val.device).expand(val.shape[:-1] + mask.shape[-1:]).gather(-1, flat_idx)
+
+    def _violation(self, val: Any) -> str | None:
+        why = self._check_tensor(val)
+        if why is not None:
+            return why
+        bad = (val < 0) | (val >= self.nvec)
+        if bad.any():
+            return f"value {val[bad].flatten()[:5].tolist()} outside 0..nvec-1 (nvec={self.nvec.tolist()})"
+        masked = self._masked_out(val)
+        if masked is not None and masked.any():
+            return f"value {val[masked].flatten()[:5].tolist()} is a masked action"
+        return None
+
+    def _project(self, val: torch.Tensor) -> torch.Tensor:
+        if val.is_floating_point():
+            val = val.round()
+        val = torch.minimum(val.long().clamp_min(0), self.nvec.to(val.device) - 1)
+        mask = self._tensors.get("mask")
+        if mask is not None:  # the nearest allowed action of each element
+            parts, start = [], 0
+            for j, k in enumerate(self._row_nvec()):
+                dist = (torch.arange(k, device=val.device) - val[..., j:j + 1]).abs().float()
+                parts.append(dist.masked_fill(~mask[..., start:start + k].to(val.device), float("inf")).argmin(-1))
+                start += k
+            val = torch.stack(parts, -1)
+        return val.to(self.dtype)
+
+    def _row_nvec(self) -> list[int]:
+        flat = self.nvec.reshape(-1, self.shape[-1])
+        if not (flat == flat[:1]).all():
+            raise NotImplementedError("MultiCategorical: enumerate/cardinality need the same nvec across batch dims")
+        return flat[0].tolist()
+
+    def cardinality(self) -> int:
+        """Number of distinct action vectors (batch dims share the value)."""
+        return math.prod(self._row_nvec())
+
+    def enumerate(self) -> torch.Tensor:
+        """All action vectors: shape ``(prod(nvec), *shape)`` (batch dims share the value)."""
+        rows = [torch.arange(k, dtype=self.dtype, device=self.device) for k in self._row_nvec()]
+        return _enum_batch(_cartesian(rows), self.shape)
+
+
+class MultiOneHot(TensorSpec):
+    """Several one-hot actions concatenated along the last dim (sizes ``nvec``).
+
+    Args:
+        nvec: size of each one-hot block.
+        shape: the spec shape, ending with ``sum(nvec)`` (default ``(sum(nvec),)``).
+        device: where generated values live.
+        dtype: the dtype (default ``torch.bool``).
+        mask: optional boolean mask of shape ``shape``; masked actions are never sampled.
+
+    Example:
+        >>> import torch
+        >>> from tdict.specs import MultiOneHot
+        >>> spec = MultiOneHot([2, 3])
+        >>> x = spec.rand()
+        >>> x.shape, int(x.sum()), spec.cardinality()
+        (torch.Size([5]), 2, 6)
+        >>> spec.to_numpy(spec.encode([1, 2])).tolist()
+        [1, 2]
+    """
+
+    _ev = 1
+
+    def __init__(self, nvec: Sequence[int], shape: Any = None, device: Any = None, dtype: torch.dtype | None = torch.bool, mask: torch.Tensor | None = None) -> None:
+        self.nvec = [int(k) for k in nvec]
+        total = sum(self.nvec)
+        shape = _size(shape) if shape is not None else torch.Size((total,))
+        if not shape or shape[-1] != total:
+            raise ValueError(f"MultiOneHot: the last dim of shape {tuple(shape)} must be sum(nvec)={total}")
+        super().__init__(shape, device, dtype or torch.bool)
+        if mask is not None:
+            self.update_mask(mask)
+
+    mask = Categorical.mask
+    update_mask = Categorical.update_mask
+    _mask_shape = OneHot._mask_shape
+
+    def _extra_eq(self, other: Any) -> bool:
+        return self.nvec == other.nvec
+
+    def rand(self, shape: Any = ()) -> torch.Tensor:
+        lead = _size(shape)
+        mask = self._tensors.get("mask")
+        parts = []
+        start = 0
+        for k in self.nvec:
+            if mask is None:
+                idx = torch.randint(0, k, lead + self.shape[:-1], device=self.device)
+            else:
+                idx = _masked_sample(mask[..., start:start + k], lead)
+            parts.append(torch.nn.functional.one_hot(idx, k))
+            start += k
+        return torch.cat(parts, -1).to(self.dtype)
+
+    def _violation(self, val: Any) -> str | None:
+        why = self._check_tensor(val)
+        if why is not None:
+            return why
+        if not ((val == 0) | (val == 1)).all():
+            return "values are not 0/1"
+        for i, part in enumerate(val.split(self.nvec, -1)):
+            if not (part.sum(-1) == 1).all():
+                return f"block {i} (size {self.nvec[i]}) is not one-hot"
+        mask = self._tensors.get("mask")
+        if mask is not None and (val.bool() & ~mask).any():
+            return "value selects a masked action"
+        return None
+
+    def _project(self, val: torch.Tensor) -> torch.Tensor:
+        score = val.float()
+        mask = self._tensors.get("mask")
+        if mask is not None:  # the highest-scoring allowed action of each block
+            score = score.masked_fill(~mask.to(val.device), float("-inf"))
+        parts = [torch.nn.functional.one_hot(p.argmax(-1), k) for p, k in zip(score.split(self.nvec, -1), self.nvec)]
+        return torch.cat(parts, -1).to(self.dtype)
+
+    def encode(self, val: Any, *, ignore_device: bool = False) -> torch.Tensor:
+        """Encode per-block category indices (last dim ``len(nvec)``) as concatenated one-hots."""
+        idx = torch.as_tensor(val, device=None if ignore_device else self.device).long()
+        if idx.shape[-1:] != (len(self.nvec),):
+            raise ValueError(f"MultiOneHot.encode: expected a last dim of {len(self.nvec)} indices, got shape {tuple(idx.shape)}")
+        parts = []
+        for i, k in enumerate(self.nvec):
+            if (idx[..., i] >= k).any() or (idx[..., i] < 0).any():
+                raise ValueError(f"MultiOneHot.encode: index {idx[..., i].tolist()} outside block {i} of size {k}")
+            parts.append(torch.nn.functional.one_hot(idx[..., i], k))
+        return torch.cat(parts, -1).to(self.dtype)
+
+    def to_numpy(self, val: torch.Tensor, safe: bool = True):
+        """Per-block category indices, as numpy (last dim ``len(nvec)``)."""
+        if safe:
+            self.assert_is_in(val)
+        return torch.stack([p.long().argmax(-1) for p in val.split(self.nvec, -1)], -1).cpu().numpy()
+
+    def cardinality(self) -> int:
+        """Number of distinct action vectors (batch dims share the value)."""
+        return math.prod(self.nvec)
+
+    def enumerate(self) -> torch.Tensor:
+        """All action vectors: shape ``(prod(nvec), *shape)`` (batch dims share the value)."""
+        idx = _cartesian([torch.arange(k) for k in self.nvec])
+        eyes = [torch.eye(k, dtype=self.dtype, device=self.device) for k in self.nvec]
+        return _enum_batch(torch.cat([e[idx[:, j]] for j, e in enumerate(eyes)], -1), self.shape)
+
+    def _repr_extra(self) -> str:
+        return f", nvec={self.nvec}"

@@ -1,0 +1,47 @@
+"""Unbounded: a tensor of a given shape and dtype, any value."""
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from .base import TensorSpec
+
+__all__ = ["Unbounded"]
+
+
+class Unbounded(TensorSpec):
+    """A tensor of any value: only its shape, dtype and device are checked.
+
+    ``rand`` draws a standard normal for float dtypes and integers in ``[-100, 100)`` otherwise
+    (``{False, True}`` for bool).
+
+    Args:
+        shape: the spec shape (default ``()``).
+        device: where generated values live.
+        dtype: the dtype (default: torch's default float dtype).
+
+    Example:
+        >>> import torch
+        >>> from tdict.specs import Unbounded
+        >>> spec = Unbounded(shape=(2,))
+        >>> spec.rand((5,)).shape, spec.zero().tolist()
+        (torch.Size([5, 2]), [0.0, 0.0])
+        >>> spec.is_in(torch.zeros(2, dtype=torch.int64))
+        False
+    """
+
+    def __init__(self, shape: Any = None, device: Any = None, dtype: torch.dtype | None = None) -> None:
+        super().__init__(shape, device, dtype if dtype is not None else torch.get_default_dtype())
+
+    def rand(self, shape: Any = ()) -> torch.Tensor:
+        full = self._full(shape)
+        if self.dtype.is_floating_point or self.dtype.is_complex:
+            return torch.randn(full, dtype=self.dtype, device=self.device)
+        if self.dtype is torch.bool:
+            return torch.randint(0, 2, full, device=self.device).bool()
+        low = 0 if not self.dtype.is_signed else -100
+        return torch.randint(low, 100, full, dtype=self.dtype, device=self.device)
+
+    def _violation(self, val: Any) -> str | None:
+        return self._check_tensor(val)
