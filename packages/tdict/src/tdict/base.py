@@ -380,6 +380,9 @@ class TensorDictBase(KeyOpsMixin, ApplyMixin, ArithmeticMixin, ShapeOpsMixin, St
 
     def __exit__(self, exc_type, exc, tb):
         last = self._pop_op()
+        if callable(last):  # pushed by to_module: put the module's previous tensors back
+            last()
+            return False  # an exception raised inside the block still propagates
         if last is not None:
             self._set_lock(not last)
         return False

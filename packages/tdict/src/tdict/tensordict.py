@@ -660,3 +660,10 @@ def _as_nested(d: Any) -> Any:
     if isinstance(d, dict):
         return {k: TensorDict(_as_nested(v)) if isinstance(v, dict) else v for k, v in d.items()}
     return d
+
+
+from . import _functional  # noqa: E402  (functional parameters: module <-> TensorDict)
+
+TensorDict.from_module = staticmethod(_functional.from_module)
+TensorDict.from_modules = staticmethod(_functional.from_modules)
+TensorDictBase.to_module = _functional.to_module

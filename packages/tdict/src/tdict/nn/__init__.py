@@ -26,3 +26,28 @@ __all__ = [
     "interaction_type",
     "set_interaction_type",
 ]
+from .distributions import (
+    AddStateIndependentNormalScale,
+    CompositeDistribution,
+    Delta,
+    NormalParamExtractor,
+    OneHotCategorical,
+    TruncatedNormal,
+)
+from .probabilistic import ProbabilisticTensorDictModule, ProbabilisticTensorDictSequential
+
+__all__ += [
+    "AddStateIndependentNormalScale",
+    "CompositeDistribution",
+    "Delta",
+    "NormalParamExtractor",
+    "OneHotCategorical",
+    "ProbabilisticTensorDictModule",
+    "ProbabilisticTensorDictSequential",
+    "TruncatedNormal",
+]
+from .params import TensorDictParams  # noqa: E402
+from .ensemble import EnsembleModule  # noqa: E402
+from .cudagraphs import CudaGraphModule  # noqa: E402
+
+__all__ += ["CudaGraphModule", "EnsembleModule", "TensorDictParams"]

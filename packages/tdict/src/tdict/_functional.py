@@ -1,0 +1,317 @@
+"""Functional parameters: a module's parameters and buffers as a TensorDict, and back.
+
+``from_module`` reads a module tree into a nested TensorDict (one sub-TensorDict per submodule
+that holds tensors, leaves named like the module's attributes). ``to_module`` swaps a
+TensorDict's tensors into a module so that an ordinary call runs with them, and hands back the
+tensors it replaced; the returned TensorDict is also a context manager that swaps them back.
+
+A swapped-in tensor lands where the replaced one was: an ``nn.Parameter`` in ``_parameters``, a
+tensor replacing a buffer in ``_buffers``, any other tensor as a plain attribute (``__dict__``) so
+that a non-leaf tensor (e.g. a vmapped or differentiable one) is used as is. Swapping the original
+objects back restores the module exactly.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch import nn
+
+__all__ = ["from_module", "from_modules", "to_module"]
+
+
+def _module_td(module: nn.Module) -> Any:
+    from .tensordict import TensorDict
+
+    source: dict = {}
+    for name, param in module._parameters.items():
+        if param is not None:
+            source[name] = param
+    for name, buf in module._buffers.items():
+        if buf is not None:
+            source[name] = buf
+    for name, sub in module._modules.items():
+        if sub is None:
+            continue
+        sub_td = _module_td(sub)
+        if sub_td is not None:
+            source[name] = sub_td
+    if not source:
+        return None
+    return TensorDict._new_unsafe(source, torch.Size([]))
+
+
+def from_module(module: nn.Module, as_module: bool = False, lock: bool = True, use_state_dict: bool = False) -> Any:
+    """The parameters and buffers of ``module`` as a nested TensorDict with batch size ``[]``.
+
+    Keys mirror the module tree (submodule names, then ``weight``, ``bias``, buffer names);
+    submodules without tensors are left out. The leaves are the module's own tensors (no copy).
+
+    Args:
+        module: the module to read.
+        as_module: return a :class:`~tdict.nn.TensorDictParams` (an ``nn.Module``) instead.
+        lock: lock the result.
+        use_state_dict: read ``module.state_dict(keep_vars=True)`` (state-dict hooks apply).
+
+    Example:
+        >>> from torch import nn
+        >>> from tdict import TensorDict
+        >>> params = TensorDict.from_module(nn.Sequential(nn.Linear(2, 3), nn.ReLU(), nn.Linear(3, 1)))
+        >>> sorted(params.keys(include_nested=True, leaves_only=True))
+        [('0', 'bias'), ('0', 'weight'), ('2', 'bias'), ('2', 'weight')]
+    """
+    from .tensordict import TensorDict
+
+    if not isinstance(module, nn.Module):
+        raise TypeError(f"from_module: expected an nn.Module, got {type(module).__name__}.")
+    if use_state_dict:
+        flat = module.state_dict(keep_vars=True)
+        td = TensorDict(dict(flat.items())).unflatten_keys(".") if flat else TensorDict()
+    else:
+        td = _module_td(module)
+        if td is None:
+            td = TensorDict()
+    if as_module:
+        from .nn.params import TensorDictParams
+
+        return TensorDictParams(td, no_convert=True, lock=lock)
+    if lock:
+        td.lock_()
+    return td
+
+
+def _stack_leaves(values: list, expand_identical: bool) -> torch.Tensor:
+    first = values[0]
+    if expand_identical and all(v is first for v in values[1:]):
+        stacked = first.data.expand((len(values),) + first.shape)
+    else:
+        stacked = torch.stack([v.data for v in values])
+    if isinstance(first, nn.Parameter):
+        return nn.Parameter(stacked, requires_grad=first.requires_grad)
+    return stacked
+
+
+def _stack_tds(tds: list, expand_identical: bool) -> Any:
+    from .tensordict import TensorDict
+
+    keys = list(tds[0].keys())
+    for i, td in enumerate(tds[1:], 1):
+        if set(td.keys()) != set(keys):
+            raise ValueError(f"from_modules: module {i} holds keys {sorted(td.keys())}, module 0 holds {sorted(keys)}.")
+    source = {}
+    for key in keys:
+        values = [td.get(key) for td in tds]
+        if isinstance(values[0], torch.Tensor):
+            shapes = {tuple(v.shape) for v in values}
+            if len(shapes) != 1:
+                raise ValueError(f"from_modules: entry {key!r} has different shapes across modules: {sorted(shapes)}.")
+            source[key] = _stack_leaves(values, expand_identical)
+        else:
+            source[key] = _stack_tds(values, expand_identical)
+    return TensorDict._new_unsafe(source, torch.Size([len(tds)]))
+
+
+def from_modules(
+    *modules: nn.Module,
+    as_module: bool = False,
+    lock: bool = True,
+    use_state_dict: bool = False,
+    lazy_stack: bool = False,
+    expand_identical: bool = False,
+) -> Any:
+    """The parameters of several same-structured modules stacked along a new dim 0.
+
+    Stacked parameters are new leaf ``nn.Parameter`` s (a model ensemble trains them); stacked
+    buffers are plain tensors.
+
+    Args:
+        *modules: modules with the same parameter names and shapes.
+        as_module: return a :class:`~tdict.nn.TensorDictParams`.
+        lock: lock the result.
+        use_state_dict: read each module through its ``state_dict``.
+        lazy_stack: return a lazy stack of the per-module TensorDicts (the leaves stay the
+            modules' own tensors) instead of a dense stack.
+        expand_identical: a tensor shared by every module is expanded instead of copied.
+
+    Example:
+        >>> from torch import nn
+        >>> from tdict import TensorDict
+        >>> params = TensorDict.from_modules(nn.Linear(2, 3), nn.Linear(2, 3), nn.Linear(2, 3))
+        >>> params.batch_size, params["weight"].shape
+        (torch.Size([3]), torch.Size([3, 3, 2]))
+    """
+    if not modules:
+        raise ValueError("from_modules: pass at least one module.")
+    tds = [from_module(m, lock=False, use_state_dict=use_state_dict) for m in modules]
+    if lazy_stack:
+        from .lazy import lazy_stack as _lazy_stack
+
+        out = _lazy_stack(tds, 0)
+        if as_module:
+            raise ValueError("from_modules: as_module=True needs a dense stack (lazy_stack=False).")
+    else:
+        out = _stack_tds(tds, expand_identical)
+    if as_module:
+        from .nn.params import TensorDictParams
+
+        return TensorDictParams(out, no_convert=True, lock=lock)
+    if lock:
+        out.lock_()
+    return out
+
+
+def _swap_tensor(module: nn.Module, name: str, tensor: Any, slot: str | None = None, pos: int | None = None) -> tuple:
+    """Put ``tensor`` in ``module`` under ``name``; return what was there, where, and at which position.
+
+    ``slot`` forces where ``tensor`` goes (``"param"``, ``"buffer"``, ``"attr"``) and ``pos`` its
+    position in that dict: restoring puts a tensor back exactly where it came from, so the order
+    of ``named_parameters()``/``state_dict()`` is unchanged.
+    """
+    d = module.__dict__
+    dicts = {"param": module._parameters, "buffer": module._buffers, "attr": d}
+    if module._parameters.get(name) is not None:
+        old_slot = "param"
+    elif module._buffers.get(name) is not None:
+        old_slot = "buffer"
+    elif name in d:
+        old_slot = "attr"
+    else:
+        raise KeyError(f"to_module: {type(module).__name__} has no parameter, buffer or attribute {name!r}.")
+    if slot is None:
+        slot = "param" if isinstance(tensor, nn.Parameter) else ("buffer" if old_slot == "buffer" else "attr")
+    src = dicts[old_slot]
+    old = src[name]
+    if slot == old_slot:
+        src[name] = tensor  # in place: the dict keeps its order
+        return old, old_slot, None
+    old_pos = list(src).index(name)
+    del src[name]
+    dest = dicts[slot]
+    if slot == "attr" or pos is None or pos >= len(dest):
+        dest[name] = tensor
+    else:
+        items = list(dest.items())
+        items.insert(pos, (name, tensor))
+        dest.clear()
+        dest.update(items)
+    return old, old_slot, old_pos
+
+
+def _to_module(td: Any, module: nn.Module, inplace: bool, swap: dict | None, non_blocking: bool, memo: dict, undo: list) -> None:
+    if id(module) in memo:
+        return
+    memo[id(module)] = module
+    for key in td.keys():
+        value = td.get(key)
+        if isinstance(value, torch.Tensor):
+            if inplace:
+                current = getattr(module, key)
+                if swap is not None:
+                    swap[key] = current.detach().clone()
+                with torch.no_grad():
+                    current.copy_(value, non_blocking=non_blocking)
+            else:
+                old, slot, pos = _swap_tensor(module, key, value)
+                undo.append((module, key, old, slot, pos))
+                if swap is not None:
+                    swap[key] = old
+        elif not getattr(value, "_is_non_tensor", False):
+            sub = module._modules.get(key)
+            if sub is None:
+                raise KeyError(f"to_module: {type(module).__name__} has no submodule {key!r}.")
+            sub_swap = {} if swap is not None else None
+            _to_module(value, sub, inplace, sub_swap, non_blocking, memo, undo)
+            if swap is not None:
+                swap[key] = sub_swap
+
+
+def _undo(undo: list) -> None:
+    for mod, key, old, slot, pos in reversed(undo):
+        _swap_tensor(mod, key, old, slot, pos)
+
+
+def _dict_to_td(d: dict) -> Any:
+    from .tensordict import TensorDict
+
+    return TensorDict._new_unsafe({k: _dict_to_td(v) if isinstance(v, dict) else v for k, v in d.items()}, torch.Size([]))
+
+
+def to_module(
+    td: Any,
+    module: nn.Module,
+    *,
+    inplace: bool | None = None,
+    return_swap: bool = True,
+    swap_dest: Any = None,
+    use_state_dict: bool = False,
+    non_blocking: bool = False,
+    memo: dict | None = None,
+) -> Any:
+    """Swap ``td``'s tensors into ``module``; return the tensors they replaced as a TensorDict.
+
+    The returned TensorDict is a context manager: leaving ``with td.to_module(module):`` puts the
+    module's previous tensors back (on an exception too). Gradients flow from the module's outputs
+    to ``td``'s leaves, since the very tensors of ``td`` are used.
+
+    Args:
+        td: a TensorDict shaped like :func:`from_module`'s output (a subset of keys is fine).
+        module: the module to write into.
+        inplace: copy the values into the module's existing tensors instead of swapping objects
+            (the returned TensorDict then holds copies of the old values).
+        return_swap: return the replaced tensors (else ``None``).
+        swap_dest: a TensorDict to write the replaced tensors into (it is returned).
+        use_state_dict: go through ``module.load_state_dict`` (its hooks apply).
+        non_blocking: with ``inplace``, copy asynchronously.
+        memo: ids of modules already visited (shared submodules are swapped once).
+
+    Example:
+        >>> import torch
+        >>> from torch import nn
+        >>> from tdict import TensorDict
+        >>> m = nn.Linear(2, 1)
+        >>> zeros = TensorDict.from_module(m).apply(torch.zeros_like)
+        >>> with zeros.to_module(m):
+        ...     m(torch.ones(2))
+        tensor([0.])
+        >>> bool(m.weight.abs().sum() > 0)
+        True
+    """
+    from .tensordict import TensorDict
+
+    inplace = bool(inplace)
+    if use_state_dict:
+        flat = dict(td.flatten_keys(".").items())
+        old_state = module.state_dict(keep_vars=True)
+        swap = {k: (old_state[k].detach().clone() if inplace else old_state[k]) for k in flat if k in old_state} if return_swap else None
+        module.load_state_dict(flat, strict=False, assign=not inplace)
+        if swap is None:
+            return None
+        out = TensorDict(swap).unflatten_keys(".") if swap else TensorDict()
+        if not inplace:
+            out._lock_ops = [lambda: module.load_state_dict(dict(old_state), strict=False, assign=True) and None]
+        return out
+    undo: list = []
+    swap = {} if (return_swap or swap_dest is not None) else None
+    try:
+        _to_module(td, module, inplace, swap, non_blocking, {} if memo is None else memo, undo)
+    except BaseException:
+        _undo(undo)  # nothing half-swapped
+        raise
+    if swap is None:
+        return None
+    if swap_dest is not None:
+        swap_dest.update(_dict_to_td(swap))
+        out = swap_dest
+    else:
+        out = _dict_to_td(swap)
+    if not inplace:
+        def restore() -> None:
+            _undo(undo)
+    else:
+        def restore() -> None:
+            to_module(out, module, inplace=True, return_swap=False)
+    ops = getattr(out, "_lock_ops", None)
+    if ops is None:
+        ops = out._lock_ops = []
+    ops.append(restore)
+    return out

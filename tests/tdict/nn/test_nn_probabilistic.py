@@ -1,0 +1,222 @@
+"""ProbabilisticTensorDictModule / ProbabilisticTensorDictSequential against torch.distributions."""
+import pytest
+import torch
+from torch import distributions as D, nn
+
+from tdict import TensorDict
+from tdict.nn import (
+    CompositeDistribution,
+    InteractionType,
+    NormalParamExtractor,
+    ProbabilisticTensorDictModule as ProbMod,
+    ProbabilisticTensorDictSequential as ProbSeq,
+    TensorDictModule,
+    TensorDictSequential,
+    TruncatedNormal,
+    set_interaction_type,
+)
+
+
+def _normal_td(batch=(4,)):
+    return TensorDict(loc=torch.randn(*batch, 3), scale=torch.rand(*batch, 3) + 0.5, batch_size=batch)
+
+
+def test_deterministic_default_and_log_prob_shape():
+    td = _normal_td()
+    module = ProbMod(in_keys=["loc", "scale"], out_keys=["action"], distribution_class=D.Normal, return_log_prob=True)
+    assert module.out_keys == ["action", "sample_log_prob"] and module.in_keys == ["loc", "scale"]
+    out = module(td)
+    assert out is td
+    torch.testing.assert_close(td["action"], td["loc"])
+    ref = D.Normal(td["loc"], td["scale"]).log_prob(td["loc"]).sum(-1)
+    assert td["sample_log_prob"].shape == (4,)  # no trailing dims: the TensorDict's batch shape
+    torch.testing.assert_close(td["sample_log_prob"], ref)
+    torch.testing.assert_close(module.log_prob(td), ref)
+    # a [B, T] batch keeps [B, T]
+    td2 = _normal_td((2, 5))
+    assert module(td2)["sample_log_prob"].shape == (2, 5)
+    # Independent gives the same joint log-prob
+    indep = ProbMod(in_keys=["loc", "scale"], out_keys=["action"], return_log_prob=True, log_prob_key="lp",
+                    distribution_class=lambda loc, scale: D.Independent(D.Normal(loc, scale), 1))
+    torch.testing.assert_close(indep(td.clone())["lp"], ref)
+
+
+def test_interaction_types_switch():
+    torch.manual_seed(0)
+    td = _normal_td()
+    module = ProbMod(in_keys=["loc", "scale"], out_keys=["action"], distribution_class=D.Normal, return_log_prob=True)
+    with set_interaction_type(InteractionType.RANDOM):
+        a1 = module(td)["action"].clone()
+        lp1 = td["sample_log_prob"].clone()
+        a2 = module(td)["action"].clone()
+    assert not torch.equal(a1, a2) and not torch.equal(a1, td["loc"])
+    torch.testing.assert_close(lp1, D.Normal(td["loc"], td["scale"]).log_prob(a1).sum(-1))
+    for itype in ("mode", "mean", "median", "deterministic"):
+        with set_interaction_type(itype):
+            torch.testing.assert_close(module(td)["action"], td["loc"])
+    random_default = ProbMod(in_keys=["loc", "scale"], out_keys=["action"], default_interaction_type="random")
+    assert not torch.equal(random_default(td)["action"], td["loc"])
+    with set_interaction_type("mode"):
+        torch.testing.assert_close(random_default(td)["action"], td["loc"])
+
+
+def test_rsample_gradient_under_random():
+    loc = torch.zeros(4, 3, requires_grad=True)
+    td = TensorDict(loc=loc, scale=torch.ones(4, 3), batch_size=[4])
+    module = ProbMod(in_keys=["loc", "scale"], out_keys=["action"], distribution_class=D.Normal)
+    with set_interaction_type("random"):
+        module(td)["action"].sum().backward()
+    torch.testing.assert_close(loc.grad, torch.ones(4, 3))
+
+
+def test_discrete_dict_in_keys_and_fallbacks():
+    logits = torch.tensor([[0.0, 2.0, 1.0], [3.0, 0.0, 1.0]])
+    td = TensorDict({("agent", "x"): logits}, batch_size=[2])
+    module = ProbMod(in_keys={"logits": ("agent", "x")}, out_keys=[("agent", "action")],
+                     distribution_class=D.Categorical, return_log_prob=True, log_prob_key=("agent", "lp"))
+    module(td)  # DETERMINISTIC on a discrete support -> the mode
+    assert torch.equal(td["agent", "action"], torch.tensor([1, 0]))
+    torch.testing.assert_close(td["agent", "lp"], D.Categorical(logits=logits).log_prob(torch.tensor([1, 0])))
+    # nested list in_keys use the last part as argument name
+    nested = ProbMod(in_keys=[("agent", "logits")], out_keys=["a"], distribution_class=D.Categorical)
+    td2 = TensorDict({("agent", "logits"): logits}, batch_size=[2])
+    assert torch.equal(nested(td2)["a"], torch.tensor([1, 0]))
+    # a continuous dist without deterministic_sample: the mean (Gamma: concentration / rate)
+    gamma = ProbMod(in_keys=["concentration", "rate"], out_keys=["a"], distribution_class=D.Gamma)
+    tdg = TensorDict(concentration=torch.tensor([2.0, 3.0]), rate=torch.tensor([1.0, 2.0]), batch_size=[2])
+    torch.testing.assert_close(gamma(tdg)["a"], torch.tensor([2.0, 1.5]))
+    with set_interaction_type("mode"):
+        torch.testing.assert_close(gamma(tdg)["a"], torch.tensor([1.0, 1.0]))  # (c - 1) / r
+
+
+class _NoMean(D.Normal):
+    @property
+    def mean(self):
+        raise NotImplementedError
+
+    @property
+    def mode(self):
+        raise NotImplementedError
+
+
+def test_empirical_mean_fallback():
+    torch.manual_seed(0)
+    module = ProbMod(in_keys=["loc", "scale"], out_keys=["a"], distribution_class=_NoMean, n_empirical_estimate=20000)
+    td = TensorDict(loc=torch.tensor([1.0, -2.0]), scale=torch.ones(2), batch_size=[2])
+    for itype in ("mean", "mode"):
+        with set_interaction_type(itype):
+            torch.testing.assert_close(module(td)["a"], td["loc"], atol=0.05, rtol=0)
+
+
+def test_distribution_kwargs_truncated_normal_and_cache():
+    td = TensorDict(loc=torch.tensor([[0.9, 0.0]]), scale=torch.ones(1, 2), batch_size=[1])
+    module = ProbMod(in_keys=["loc", "scale"], out_keys=["a"], distribution_class=TruncatedNormal,
+                     distribution_kwargs={"low": -1.0, "high": 1.0}, return_log_prob=True, cache_dist=True)
+    module(td)
+    ref = TruncatedNormal(td["loc"], td["scale"], -1.0, 1.0)
+    torch.testing.assert_close(td["a"], ref.mean)  # TruncatedNormal's deterministic sample is its mean
+    torch.testing.assert_close(td["sample_log_prob"], ref.log_prob(ref.mean).sum(-1))
+    assert isinstance(module._dist, TruncatedNormal)
+
+
+def test_missing_key_errors():
+    module = ProbMod(in_keys=["loc", "scale"], out_keys=["action"])
+    td = TensorDict(loc=torch.zeros(2, 1), batch_size=[2])
+    with pytest.raises(KeyError, match="in-key 'scale'.*holds"):
+        module(td)
+    td.set("scale", torch.ones(2, 1))
+    with pytest.raises(KeyError, match="sample key 'action'"):
+        module.log_prob(td)
+    with pytest.raises(ValueError, match="in_keys"):
+        ProbMod(in_keys=[1], out_keys=["a"])
+
+
+def test_composite_in_module():
+    torch.manual_seed(0)
+    params = TensorDict(
+        cont=TensorDict(loc=torch.randn(4, 2), scale=torch.ones(4, 2), batch_size=[4]),
+        disc=TensorDict(logits=torch.randn(4, 3), batch_size=[4]),
+        batch_size=[4],
+    )
+    td = TensorDict(params=params, batch_size=[4])
+    module = ProbMod(in_keys=["params"], out_keys=["cont", "disc"], distribution_class=CompositeDistribution,
+                     distribution_kwargs={"distribution_map": {"cont": D.Normal, "disc": D.Categorical}}, return_log_prob=True)
+    with set_interaction_type("random"):
+        module(td)
+    expected = D.Normal(params["cont", "loc"], 1.0).log_prob(td["cont"]).sum(-1) + D.Categorical(
+        logits=params["disc", "logits"]).log_prob(td["disc"])
+    torch.testing.assert_close(td["sample_log_prob"], expected)
+    torch.testing.assert_close(module.log_prob(td), expected)
+    module(td)
+    torch.testing.assert_close(td["cont"], params["cont", "loc"])
+    assert torch.equal(td["disc"], params["disc", "logits"].argmax(-1))
+
+
+def _actor(return_log_prob=True):
+    return ProbSeq(
+        TensorDictModule(nn.Sequential(nn.Linear(3, 4), NormalParamExtractor()), in_keys=["obs"], out_keys=["loc", "scale"]),
+        ProbMod(in_keys=["loc", "scale"], out_keys=["action"], distribution_class=D.Normal, return_log_prob=return_log_prob),
+    )
+
+
+def test_sequential_get_dist_log_prob_and_sampling():
+    torch.manual_seed(0)
+    actor = _actor()
+    assert actor.in_keys == ["obs"] and actor.out_keys == ["loc", "scale", "action", "sample_log_prob"]
+    obs = torch.randn(5, 3)
+    lin = actor[0].module[0]
+    loc, scale = NormalParamExtractor()(lin(obs))
+    td = TensorDict(obs=obs, batch_size=[5])
+    dist = actor.get_dist(td)
+    torch.testing.assert_close(dist.loc, loc)
+    torch.testing.assert_close(dist.scale, scale)
+    assert "loc" in td  # the deterministic part wrote its outputs
+    dist2 = actor.build_dist_from_params(TensorDict(loc=loc, scale=scale, batch_size=[5]))
+    torch.testing.assert_close(dist2.loc, loc)
+    with set_interaction_type("random"):
+        actor(td)
+    torch.testing.assert_close(td["sample_log_prob"], D.Normal(loc, scale).log_prob(td["action"]).sum(-1))
+    torch.testing.assert_close(actor.log_prob(td), td["sample_log_prob"])
+    assert actor.log_prob(td).shape == (5,)
+    actor(td)
+    torch.testing.assert_close(td["action"], loc)
+    assert isinstance(actor[:1], TensorDictSequential) and not isinstance(actor[:1], ProbSeq)
+    assert isinstance(actor[:], ProbSeq)
+    with pytest.raises(TypeError, match="last module must be a ProbabilisticTensorDictModule"):
+        ProbSeq(TensorDictModule(nn.Linear(3, 3), in_keys=["obs"], out_keys=["x"]))
+    with pytest.raises(KeyError, match="obs"):
+        actor.get_dist(TensorDict(wrong=obs, batch_size=[5]))
+
+
+def test_compiled_actor_matches_eager():
+    torch._dynamo.reset()
+    actor = _actor()
+
+    def run(obs):
+        td = TensorDict(obs=obs, batch_size=obs.shape[:1])
+        actor(td)
+        return td["action"], td["sample_log_prob"], actor.log_prob(td)
+
+    compiled = torch.compile(run, fullgraph=True, backend="eager")
+    obs = torch.randn(6, 3)
+    with set_interaction_type(InteractionType.DETERMINISTIC):
+        got, want = compiled(obs), run(obs)
+    for g, w in zip(got, want):
+        torch.testing.assert_close(g, w)
+    assert got[1].shape == (6,)
+
+
+def test_delta_and_one_hot_heads():
+    from tdict.nn import Delta, OneHotCategorical
+
+    td = TensorDict(param=torch.randn(4, 2), logits=torch.tensor([[0.0, 1.0, 0.5]]).expand(4, 3), batch_size=[4])
+    delta = ProbMod(in_keys=["param"], out_keys=["a"], distribution_class=Delta, return_log_prob=True)
+    for itype in ("random", "deterministic", "mode"):
+        with set_interaction_type(itype):
+            delta(td)
+        torch.testing.assert_close(td["a"], td["param"])
+        assert torch.equal(td["sample_log_prob"], torch.zeros(4))
+    onehot = ProbMod(in_keys=["logits"], out_keys=["b"], distribution_class=OneHotCategorical, return_log_prob=True)
+    onehot(td)
+    assert torch.equal(td["b"], torch.tensor([[0.0, 1.0, 0.0]]).expand(4, 3))
+    torch.testing.assert_close(td["sample_log_prob"], D.OneHotCategorical(logits=td["logits"]).log_prob(td["b"]))
