@@ -10,12 +10,14 @@ fresh state per call (``prepare``) are timed one call at a time, ``prepare`` out
 from __future__ import annotations
 
 import gc
+import json
 import math
 import statistics
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from itertools import repeat
+from pathlib import Path
 from time import perf_counter
 from typing import Any
 
@@ -68,6 +70,21 @@ class Config:
     max_number: int = 1000
     fast_op_s: float = 50e-6  # ops faster than this run at least `min_fast_number` calls per sample
     min_fast_number: int = 100
+
+
+def run_config(quick: bool, samples: int | None = None) -> Config:
+    """The sampling plan every benchmark script uses: ``--quick`` (< 1 minute) or the full run."""
+    cfg = Config(samples=7, target_sample_s=0.002, warmup_s=0.02) if quick else Config(samples=41, target_sample_s=0.005, warmup_s=0.1)
+    return Config(samples=samples, target_sample_s=cfg.target_sample_s, warmup_s=cfg.warmup_s) if samples else cfg
+
+
+def write_report(path: str | Path, report: dict) -> None:
+    """Save a report as JSON and say where (relative to the repository when inside it)."""
+    out = Path(path)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(report, indent=1, default=str) + "\n")
+    repo = Path(__file__).resolve().parent.parent
+    print(f"\nwrote {out.resolve().relative_to(repo) if out.resolve().is_relative_to(repo) else out}")
 
 
 @dataclass

@@ -16,7 +16,6 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import importlib
-import json
 from functools import partial
 from pathlib import Path
 from types import SimpleNamespace as NS
@@ -24,7 +23,7 @@ from types import SimpleNamespace as NS
 import torch
 from torch import nn
 
-from _harness import Comparison, Config, Impl, Workload, run_all, summarize, render
+from _harness import Comparison, Impl, Workload, render, run_all, run_config, summarize, write_report
 from bench_tdict import environment, load_impls
 
 HERE = Path(__file__).resolve().parent
@@ -92,7 +91,7 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     if args.threads > 0:
         torch.set_num_threads(args.threads)
-    cfg = Config(samples=7, target_sample_s=0.002, warmup_s=0.02) if args.quick else Config(samples=41, target_sample_s=0.005, warmup_s=0.1)
+    cfg = run_config(args.quick)
     impls, origin = load_impls({"ours", "tensordict", "plain"})
     env = environment(impls, origin)
     print(f"torch {env['torch']}, tensordict {env['tensordict']}, tdict {env['tdict']}; {torch.get_num_threads()} thread(s)\n", flush=True)
@@ -121,8 +120,6 @@ def main(argv: list[str] | None = None) -> int:
     )
     for name, ok in checks.items():
         print(f"  {'met' if ok else 'NOT MET'}: {name}")
-    out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
     report = {
         "benchmark": "nn",
         "timestamp": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
@@ -132,8 +129,7 @@ def main(argv: list[str] | None = None) -> int:
         "summary": summary,
         "workloads": rows,
     }
-    out.write_text(json.dumps(report, indent=1, default=str) + "\n")
-    print(f"\nwrote {out.resolve().relative_to(HERE.parent) if out.resolve().is_relative_to(HERE.parent) else out}")
+    write_report(args.out, report)
     return 0
 
 

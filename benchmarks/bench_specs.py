@@ -14,14 +14,13 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
-import json
 from functools import partial
 from pathlib import Path
 from types import SimpleNamespace as NS
 
 import torch
 
-from _harness import Comparison, Config, Impl, Workload, render, run_all, summarize
+from _harness import Comparison, Impl, Workload, render, run_all, run_config, summarize, write_report
 
 HERE = Path(__file__).resolve().parent
 TDICT_SRC = HERE.parent / "packages" / "tdict" / "src"
@@ -101,7 +100,7 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     if args.threads > 0:
         torch.set_num_threads(args.threads)
-    cfg = Config(samples=7, target_sample_s=0.002, warmup_s=0.02) if args.quick else Config(samples=41, target_sample_s=0.005, warmup_s=0.1)
+    cfg = run_config(args.quick)
     impls = load()
     print(f"torch {torch.__version__}; {torch.get_num_threads()} thread(s); {', '.join(i.label for i in impls)}\n", flush=True)
     results = run_all(WORKLOADS, impls, cfg, reference="plain")
@@ -111,8 +110,6 @@ def main(argv: list[str] | None = None) -> int:
     checks = {f"{r['name']}: >= 3x faster than torchrl": (r["speedup_vs_peer"] or 0) >= 3.0 for r in rows}
     for name, ok in checks.items():
         print(f"  {'met' if ok else 'NOT MET'}: {name}")
-    out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
     report = {
         "benchmark": "specs",
         "timestamp": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
@@ -123,8 +120,7 @@ def main(argv: list[str] | None = None) -> int:
         "summary": summary,
         "workloads": rows,
     }
-    out.write_text(json.dumps(report, indent=1, default=str) + "\n")
-    print(f"\nwrote {out.resolve().relative_to(HERE.parent) if out.resolve().is_relative_to(HERE.parent) else out}")
+    write_report(args.out, report)
     return 0
 
 

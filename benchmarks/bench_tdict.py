@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
-import json
 import operator
 import os
 import platform
@@ -26,7 +25,7 @@ from types import SimpleNamespace as NS
 import torch
 
 import _plain_dict as plain
-from _harness import Comparison, Config, Impl, Workload, harness_overhead_ns, render, run_all, summarize
+from _harness import Comparison, Impl, Workload, harness_overhead_ns, render, run_all, run_config, summarize, write_report
 
 HERE = Path(__file__).resolve().parent
 TDICT_SRC = HERE.parent / "packages" / "tdict" / "src"
@@ -389,13 +388,7 @@ def main(argv: list[str] | None = None) -> int:
         print("\n".join(w.name for w in WORKLOADS) if args.list else f"no workload matches {args.filter!r}")
         return 0 if args.list else 2
 
-    cfg = (
-        Config(samples=7, target_sample_s=0.002, warmup_s=0.02)
-        if args.quick
-        else Config(samples=41, target_sample_s=0.005, warmup_s=0.1)
-    )
-    if args.samples:
-        cfg = Config(samples=args.samples, target_sample_s=cfg.target_sample_s, warmup_s=cfg.warmup_s)
+    cfg = run_config(args.quick, args.samples)
     impls, origin = load_impls({s.strip() for s in args.impls.split(",")})
     env = environment(impls, origin)
     overhead = harness_overhead_ns()
@@ -440,11 +433,7 @@ def main(argv: list[str] | None = None) -> int:
         "summary": summary,
         "workloads": rows,
     }
-    out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(report, indent=1) + "\n")
-    shown = out.resolve().relative_to(HERE.parent) if out.resolve().is_relative_to(HERE.parent) else out
-    print(f"\nwrote {shown}")
+    write_report(args.out, report)
     return 0
 
 
