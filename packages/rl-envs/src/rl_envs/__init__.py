@@ -1,13 +1,54 @@
-"""Environments on rl-tdict: EnvBase, rollouts, transforms, batched envs and library wrappers.
+"""rl_envs: environments on rl-tdict, with TorchRL's names (``torchrl.envs`` → ``rl_envs``).
 
-Not implemented yet. This package will hold: EnvBase, rollout, step_mdp, check_env_specs, native
-envs (Pendulum, CartPole, MuJoCo tasks), wrappers (Gymnasium, DM-Control, Brax, PettingZoo,
-VMAS), transforms, SerialEnv/ParallelEnv, RandomPolicy.
+EnvBase and the rollout contract, native envs (Pendulum, CartPole), the Gymnasium wrapper and
+transforms. Heavy integrations are optional extras imported lazily (``rl-envs[gymnasium]``...).
 
-It imports only ``tdict`` (distribution ``rl-tdict``), the standard library and third-party
-libraries, never a sibling ``rl_*`` package.
+Example:
+    >>> from rl_envs import PendulumEnv, StepCounter, TransformedEnv
+    >>> env = TransformedEnv(PendulumEnv(), StepCounter(max_steps=200))
+    >>> env.rollout(32).batch_size
+    torch.Size([32])
 """
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+from . import transforms
+from .env_base import EnvBase
+from .mdp import step_mdp
+from .native import PendulumEnv
+from .rollout import rollout
+from .transforms import Compose, StepCounter, Transform, TransformedEnv
 
 __version__ = "0.1.0"
 
-__all__ = ["__version__"]
+# name -> module that defines it (imported on first use: gymnasium & co stay optional)
+_LAZY = {
+    "CartPoleEnv": "native.cartpole",
+    "GymEnv": "libs.gymnasium",
+    "GymWrapper": "libs.gymnasium",
+    "check_env_specs": "checks",
+    "RandomPolicy": "policies",
+    "EnvCreator": "env_creator",
+}
+
+__all__ = sorted(
+    ["EnvBase", "PendulumEnv", "__version__", "rollout", "step_mdp", *_LAZY, *transforms.__all__]
+)
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is not None:
+        value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
+    elif name in transforms.__all__:
+        value = getattr(transforms, name)
+    else:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list:
+    return __all__

@@ -1,0 +1,503 @@
+"""EnvBase: the environment contract (specs, reset, step, rollout) that every env implements."""
+from __future__ import annotations
+
+from typing import Any, Callable, Sequence
+
+import torch
+from torch import nn
+from tdict import TensorDict, TensorDictBase
+from tdict.specs import Categorical, Composite, Unbounded
+
+from ._env_keys import EnvKeys, _root_of, any_done, spec_shape_error
+
+__all__ = ["EnvBase", "SPEC_NAMES"]
+
+# the five composite specs an env is described by; output = observation + reward + done, input = action + state
+SPEC_NAMES = ("full_observation_spec", "full_reward_spec", "full_done_spec", "full_action_spec", "full_state_spec")
+_OUTPUT = ("full_observation_spec", "full_reward_spec", "full_done_spec")
+_INPUT = ("full_state_spec", "full_action_spec")
+
+
+def _next_seed(seed: int) -> int:
+    """A deterministic follow-up seed (what ``set_seed`` returns for the next env)."""
+    gen = torch.Generator().manual_seed(int(seed) % (2**63))
+    return int(torch.randint(0, 2**32 - 1, (), generator=gen))
+
+
+class EnvBase(nn.Module):
+    """Base class of all environments: specs describe the data, ``_reset``/``_step`` produce it.
+
+    Subclasses set their specs in ``__init__`` (``observation_spec``, ``action_spec``, and optionally
+    ``reward_spec``, ``done_spec``, ``state_spec``) and implement:
+
+    - ``_reset(tensordict, **kwargs) -> TensorDict``: the first observation (and done flags, which
+      default to ``False`` when left out). ``tensordict`` may hold a ``"_reset"`` mask (partial reset
+      of a batched env) or parameters (stateless envs).
+    - ``_step(tensordict) -> TensorDict``: reads the action, returns the next observation, reward
+      and done flags (``done``, ``terminated``, and ``truncated`` when declared).
+    - ``_set_seed(seed)``.
+
+    Per-step scalars (reward, done flags) have the batch shape with no trailing dim.
+
+    Args:
+        device: where the env's tensors live.
+        batch_size: the env's batch dims (``[]`` for a single env, ``[N]`` for N vectorised envs).
+        validate_actions: check every action against its spec (``is_in``) before stepping.
+            Shape and dtype are always checked (cheaply).
+
+    Example:
+        >>> import torch
+        >>> from tdict import TensorDict
+        >>> from tdict.specs import Bounded, Composite, Unbounded
+        >>> class Counter(EnvBase):
+        ...     def __init__(self):
+        ...         super().__init__()
+        ...         self.observation_spec = Composite(count=Unbounded(shape=(1,)))
+        ...         self.action_spec = Bounded(0.0, 1.0, shape=(1,))
+        ...     def _reset(self, tensordict=None):
+        ...         return TensorDict(count=torch.zeros(1))
+        ...     def _step(self, tensordict):
+        ...         count = tensordict["count"] + tensordict["action"]
+        ...         done = (count > 2).squeeze(-1)
+        ...         return TensorDict(count=count, reward=count.sum(), done=done, terminated=done)
+        ...     def _set_seed(self, seed):
+        ...         pass
+        >>> env = Counter()
+        >>> rollout = env.rollout(5, lambda td: td.set("action", torch.ones(1)))
+        >>> rollout["next", "count"].squeeze(-1).tolist()
+        [1.0, 2.0, 3.0]
+        >>> rollout["next", "reward"].shape
+        torch.Size([3])
+    """
+
+    def __init__(
+        self,
+        *,
+        device: Any = None,
+        batch_size: Sequence[int] | torch.Size | None = None,
+        validate_actions: bool = False,
+    ) -> None:
+        super().__init__()
+        self.__dict__["_device"] = torch.device(device) if device is not None else None
+        self.__dict__["_batch_size"] = torch.Size(batch_size if batch_size is not None else ())
+        self.validate_actions = validate_actions
+        self.__dict__["_env_keys"] = None
+        shape = self._batch_size
+        self.__dict__["_specs"] = {name: Composite(shape=shape, device=self._device) for name in SPEC_NAMES}
+
+    # ------------------------------------------------------------------ basic attributes
+    @property
+    def batch_size(self) -> torch.Size:
+        return self._batch_size
+
+    @batch_size.setter
+    def batch_size(self, value: Sequence[int]) -> None:
+        self.__dict__["_batch_size"] = torch.Size(value)
+        self._specs_changed()
+
+    @property
+    def device(self) -> torch.device | None:
+        return self._device
+
+    @device.setter
+    def device(self, value: Any) -> None:
+        self.__dict__["_device"] = torch.device(value) if value is not None else None
+
+    @property
+    def batch_locked(self) -> bool:
+        """Native and wrapped envs accept only their own batch size."""
+        return True
+
+    def _all_specs(self) -> dict[str, Composite]:
+        """The five full specs (TransformedEnv returns the transformed ones)."""
+        return self._specs
+
+    def _keys(self) -> EnvKeys:
+        keys = self._env_keys
+        if keys is None:
+            specs = self._all_specs()
+            self._fill_default_specs(specs)
+            keys = EnvKeys(specs, len(self._batch_size))
+            for spec in specs.values():
+                spec.lock_()  # in-place edits would make the cached keys lie: assign a new spec instead
+            self.__dict__["_env_keys"] = keys
+        return keys
+
+    def _specs_changed(self) -> None:
+        self.__dict__["_env_keys"] = None
+
+    def _fill_default_specs(self, specs: dict[str, Composite]) -> None:
+        shape = self._batch_size
+        if specs["full_reward_spec"].is_empty() and "full_reward_spec" in self._specs:
+            self._specs["full_reward_spec"] = Composite(reward=Unbounded(shape=shape, device=self._device), shape=shape)
+            specs["full_reward_spec"] = self._specs["full_reward_spec"]
+        if specs["full_done_spec"].is_empty() and "full_done_spec" in self._specs:
+            done = Categorical(2, shape=shape, dtype=torch.bool, device=self._device)
+            self._specs["full_done_spec"] = Composite(done=done, terminated=done.clone(), shape=shape)
+            specs["full_done_spec"] = self._specs["full_done_spec"]
+
+    # ------------------------------------------------------------------ specs
+    def _get_spec(self, name: str) -> Composite:
+        specs = self._all_specs()
+        if name in ("full_reward_spec", "full_done_spec") and specs[name].is_empty():
+            self._keys()  # fills the defaults
+            specs = self._all_specs()
+        return specs[name]
+
+    def _set_spec(self, name: str, spec: Any) -> None:
+        if not isinstance(spec, Composite):
+            raise TypeError(f"{name} must be a Composite, got {type(spec).__name__}.")
+        if spec.shape != self._batch_size:
+            if len(spec.shape) == 0 and len(self._batch_size) > 0:
+                raise ValueError(
+                    f"{name}: the Composite has shape [] but the env's batch_size is {list(self._batch_size)}; "
+                    f"build it with Composite(..., shape={list(self._batch_size)})."
+                )
+            raise ValueError(f"{name}: shape {list(spec.shape)} does not match the env's batch_size {list(self._batch_size)}.")
+        if name == "full_done_spec":
+            spec = self._complete_done_spec(spec)
+        self._specs[name] = spec
+        self._specs_changed()
+
+    def _wrap_leaf(self, key: str, spec: Any) -> Composite:
+        if isinstance(spec, Composite):
+            return spec
+        shape = self._batch_size
+        if tuple(spec.shape[: len(shape)]) != tuple(shape):
+            raise ValueError(f"{key} spec: shape {list(spec.shape)} must start with the env's batch_size {list(shape)}.")
+        return Composite({key: spec}, shape=shape)
+
+    @staticmethod
+    def _complete_done_spec(spec: Composite) -> Composite:
+        # "done" and "terminated" always come together (done = terminated | truncated)
+        keys = spec.keys()
+        if "done" in keys and "terminated" not in keys:
+            spec = spec.clone()
+            spec["terminated"] = spec["done"].clone()
+        elif "terminated" in keys and "done" not in keys:
+            spec = spec.clone()
+            spec["done"] = spec["terminated"].clone()
+        return spec
+
+    def _leaf_or_full(self, name: str) -> Any:
+        full = self._get_spec(name)
+        leaves = list(full.keys(True, True))
+        return full[leaves[0]] if len(leaves) == 1 else full
+
+    full_observation_spec = property(lambda self: self._get_spec("full_observation_spec"), lambda self, v: self._set_spec("full_observation_spec", v))
+    full_reward_spec = property(lambda self: self._get_spec("full_reward_spec"), lambda self, v: self._set_spec("full_reward_spec", v))
+    full_done_spec = property(lambda self: self._get_spec("full_done_spec"), lambda self, v: self._set_spec("full_done_spec", v))
+    full_action_spec = property(lambda self: self._get_spec("full_action_spec"), lambda self, v: self._set_spec("full_action_spec", v))
+    full_state_spec = property(lambda self: self._get_spec("full_state_spec"), lambda self, v: self._set_spec("full_state_spec", v))
+    observation_spec = full_observation_spec
+    state_spec = full_state_spec
+
+    @property
+    def action_spec(self) -> Any:
+        """The action leaf spec when there is one action, else the full composite."""
+        return self._leaf_or_full("full_action_spec")
+
+    @action_spec.setter
+    def action_spec(self, spec: Any) -> None:
+        self._set_spec("full_action_spec", self._wrap_leaf("action", spec))
+
+    @property
+    def reward_spec(self) -> Any:
+        return self._leaf_or_full("full_reward_spec")
+
+    @reward_spec.setter
+    def reward_spec(self, spec: Any) -> None:
+        self._set_spec("full_reward_spec", self._wrap_leaf("reward", spec))
+
+    @property
+    def done_spec(self) -> Any:
+        return self._leaf_or_full("full_done_spec")
+
+    @done_spec.setter
+    def done_spec(self, spec: Any) -> None:
+        self._set_spec("full_done_spec", self._wrap_leaf("done", spec))
+
+    @property
+    def output_spec(self) -> Composite:
+        """``Composite(full_observation_spec, full_reward_spec, full_done_spec)``."""
+        return Composite({name: self._get_spec(name) for name in _OUTPUT}, shape=self._batch_size)
+
+    @output_spec.setter
+    def output_spec(self, spec: Composite) -> None:
+        for name in _OUTPUT:
+            if name in spec.keys():
+                self._set_spec(name, spec[name])
+
+    @property
+    def input_spec(self) -> Composite:
+        """``Composite(full_state_spec, full_action_spec)``."""
+        return Composite({name: self._get_spec(name) for name in _INPUT}, shape=self._batch_size)
+
+    @input_spec.setter
+    def input_spec(self, spec: Composite) -> None:
+        for name in _INPUT:
+            if name in spec.keys():
+                self._set_spec(name, spec[name])
+
+    # keys (TorchRL names)
+    action_keys = property(lambda self: list(self._keys().action_keys))
+    reward_keys = property(lambda self: list(self._keys().reward_keys))
+    done_keys = property(lambda self: list(self._keys().done_keys))
+    observation_keys = property(lambda self: list(self._keys().observation_keys))
+    state_keys = property(lambda self: list(self._keys().state_keys))
+    reset_keys = property(lambda self: list(self._keys().reset_keys))
+
+    def _single_key(self, keys: list, what: str) -> Any:
+        if len(keys) != 1:
+            raise KeyError(f"The env has {len(keys)} {what} keys ({keys}); use {what}_keys.")
+        return keys[0]
+
+    action_key = property(lambda self: self._single_key(self._keys().action_keys, "action"))
+    reward_key = property(lambda self: self._single_key(self._keys().reward_keys, "reward"))
+    done_key = property(lambda self: self._keys().stop_keys[0])
+
+    # ------------------------------------------------------------------ subclass hooks
+    def _reset(self, tensordict: TensorDictBase | None, **kwargs: Any) -> TensorDictBase:
+        raise NotImplementedError(f"{type(self).__name__} must implement _reset(tensordict, **kwargs).")
+
+    def _step(self, tensordict: TensorDictBase) -> TensorDictBase:
+        raise NotImplementedError(f"{type(self).__name__} must implement _step(tensordict).")
+
+    def _set_seed(self, seed: int | None) -> None:
+        raise NotImplementedError(f"{type(self).__name__} must implement _set_seed(seed).")
+
+    # ------------------------------------------------------------------ the contract
+    def set_seed(self, seed: int | None = None, static_seed: bool = False) -> int | None:
+        """Seeds the env and returns the seed the next env should use (unless ``static_seed``)."""
+        self._set_seed(seed)
+        if seed is None or static_seed:
+            return seed
+        return _next_seed(seed)
+
+    def reset(self, tensordict: TensorDictBase | None = None, **kwargs: Any) -> TensorDictBase:
+        """Starts new episodes; returns the first step's root entries (observation, done flags...).
+
+        With ``tensordict`` given, its entries are updated with the reset output and it is returned;
+        a ``"_reset"`` mask in it resets only the selected sub-envs (the others keep their values).
+        """
+        keys = self._keys()
+        masks = None
+        if tensordict is not None:
+            n = len(self._batch_size)
+            if (tensordict.batch_size != self._batch_size) if self.batch_locked else (
+                tensordict.batch_size[tensordict.batch_dims - n:] != self._batch_size
+            ):
+                raise ValueError(
+                    f"reset: the tensordict's batch_size {list(tensordict.batch_size)} does not match the env's "
+                    f"batch_size {list(self._batch_size)}."
+                )
+            masks = [tensordict.get(k, None) for k in keys.reset_keys]
+            if all(m is None for m in masks):
+                masks = None
+        out = self._reset(tensordict, **kwargs)
+        if out is tensordict:
+            raise RuntimeError(f"{type(self).__name__}._reset must return a new TensorDict, not modify its input.")
+        self._complete_reset_done(out, keys)
+        if tensordict is None:
+            return out
+        for key in keys.reset_keys:
+            tensordict.pop(key, None)
+        if masks is None or all(m is None or bool(m.all()) for m in masks):
+            tensordict.update(out)
+            return tensordict
+        return _partial_update(tensordict, out, keys, masks, self._batch_size)
+
+    def _complete_reset_done(self, out: TensorDictBase, keys: EnvKeys) -> None:
+        done_spec = None
+        for key in keys.done_keys:
+            if out.get(key, None) is None:
+                if done_spec is None:
+                    done_spec = self._get_spec("full_done_spec")
+                out.set(key, done_spec[key].zero())
+
+    def step(self, tensordict: TensorDictBase) -> TensorDictBase:
+        """Takes one step: reads the action in ``tensordict``, writes ``tensordict["next"]``, returns it."""
+        keys = self._env_keys
+        if keys is None:
+            keys = self._keys()
+        batch_dims = tensordict.batch_dims
+        if batch_dims != keys.batch_dims and self.batch_locked:
+            raise ValueError(
+                f"step: the tensordict's batch_size {list(tensordict.batch_size)} does not match the env's "
+                f"batch_size {list(self._batch_size)}."
+            )
+        for key, feature_shape, dtype, shape in keys.action_checks:
+            action = tensordict.get(key)
+            if action.shape[batch_dims:] != feature_shape or action.dtype != dtype:
+                raise spec_shape_error("action", key, tensordict.batch_size + feature_shape, dtype, action)
+        if self.validate_actions:
+            self._validate_actions(tensordict, keys)
+        next_td = self._step(tensordict)
+        if not keys.first_step_checked:
+            self._check_step_output(next_td, keys)
+        if type(tensordict) is TensorDict and type(next_td) is TensorDict and not tensordict._is_locked:
+            if next_td._batch_size != tensordict._batch_size:
+                raise ValueError(
+                    f"{type(self).__name__}._step returned batch_size {list(next_td.batch_size)}, "
+                    f"expected {list(tensordict.batch_size)}."
+                )
+            tensordict._tensordict["next"] = next_td
+        else:
+            tensordict.set("next", next_td)
+        return tensordict
+
+    def _validate_actions(self, tensordict: TensorDictBase, keys: EnvKeys) -> None:
+        for key, spec in keys.action_specs:
+            value = tensordict.get(key)
+            if value.ndim > len(spec.shape):  # batch-unlocked env: extra leading dims
+                spec = spec.expand(*value.shape[: value.ndim - len(spec.shape)], *spec.shape)
+            try:
+                spec.assert_is_in(value)
+            except (ValueError, AssertionError) as err:
+                raise ValueError(f"action {key!r} is outside its spec: {err}") from None
+
+    def _check_step_output(self, next_td: TensorDictBase, keys: EnvKeys) -> None:
+        """The first step is checked against the specs: missing or misshapen rewards and done flags."""
+        batch = next_td.batch_size
+        for key, feature_shape, dtype, _ in keys.output_checks:
+            shape = batch + feature_shape
+            value = next_td.get(key, None)
+            if value is None:
+                raise KeyError(
+                    f"{type(self).__name__}._step did not write {key!r} (expected shape {list(shape)}, dtype {dtype}); "
+                    f"it wrote {sorted(map(str, next_td.keys(True, True)))}."
+                )
+            if value.shape != shape:
+                raise spec_shape_error(f"{type(self).__name__}._step output", key, shape, dtype, value)
+        keys.first_step_checked = True
+
+    def step_and_maybe_reset(self, tensordict: TensorDictBase) -> tuple[TensorDictBase, TensorDictBase]:
+        """Steps, moves to the next root, and resets the sub-envs that are done.
+
+        Returns ``(stepped, next_root)``: the step as recorded (with ``"next"``), and the input of the
+        following step, where done sub-envs already hold their reset observation.
+        """
+        tensordict = self.step(tensordict)
+        keys = self._env_keys
+        root = keys.shift(tensordict)
+        if any_done(root, keys.stop_keys):
+            for reset_key, done_root in zip(keys.reset_keys, keys.done_roots):
+                root.set(reset_key, _reset_flag(root, done_root, keys))
+            root = self.reset(root)
+        return tensordict, root
+
+    def rollout(
+        self,
+        max_steps: int,
+        policy: Callable | None = None,
+        callback: Callable | None = None,
+        *,
+        auto_reset: bool = True,
+        break_when_any_done: bool | None = None,
+        break_when_all_done: bool | None = None,
+        return_contiguous: bool = True,
+        tensordict: TensorDictBase | None = None,
+        set_truncated: bool = False,
+        out: TensorDictBase | None = None,
+        trust_policy: bool = False,
+    ) -> TensorDictBase:
+        """Runs ``max_steps`` steps and returns them stacked: a ``[*batch_size, T]`` TensorDict.
+
+        See :func:`rl_envs.rollout.rollout` for the arguments.
+        """
+        from .rollout import rollout
+
+        return rollout(
+            self, max_steps, policy, callback, auto_reset=auto_reset, break_when_any_done=break_when_any_done,
+            break_when_all_done=break_when_all_done, return_contiguous=return_contiguous, tensordict=tensordict,
+            set_truncated=set_truncated, out=out, trust_policy=trust_policy,
+        )
+
+    def rand_action(self, tensordict: TensorDictBase | None = None) -> TensorDictBase:
+        """Writes a random action (from the action spec) into ``tensordict`` (a new one if None)."""
+        keys = self._keys()
+        if tensordict is None:
+            tensordict = TensorDict._new_unsafe({}, self._batch_size, self._device)
+        extra = tensordict.batch_size[: tensordict.batch_dims - keys.batch_dims]
+        for key, spec in keys.action_specs:
+            tensordict.set(key, spec.rand(extra))
+        return tensordict
+
+    def rand_step(self, tensordict: TensorDictBase | None = None) -> TensorDictBase:
+        """``step`` with a random action."""
+        return self.step(self.rand_action(tensordict))
+
+    def fake_tensordict(self) -> TensorDictBase:
+        """A zero-filled step with every key the specs declare (root and ``"next"``)."""
+        self._keys()
+        obs = self._get_spec("full_observation_spec").zero()
+        root = self._get_spec("full_state_spec").zero()
+        root.update(self._get_spec("full_action_spec").zero())
+        root.update(obs.clone())
+        done = self._get_spec("full_done_spec").zero()
+        root.update(done.clone())
+        nxt = obs
+        nxt.update(self._get_spec("full_reward_spec").zero())
+        nxt.update(done)
+        root.set("next", nxt)
+        return root
+
+    def close(self) -> None:
+        """Releases the env's resources (no-op by default)."""
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(batch_size={list(self._batch_size)}, device={self._device})"
+
+    def to(self, *args: Any, **kwargs: Any) -> "EnvBase":
+        device = torch._C._nn._parse_to(*args, **kwargs)[0]
+        super().to(*args, **kwargs)
+        if device is not None:
+            self.device = device
+            for name, spec in self._specs.items():
+                self._specs[name] = spec.to(device)
+            self._specs_changed()
+        return self
+
+
+def _reset_flag(root: TensorDictBase, done_root: tuple, keys: EnvKeys) -> torch.Tensor:
+    """The ``"_reset"`` mask of one sub-tree: its ``done`` flag, or the OR of its done keys."""
+    sub = root.get(done_root) if done_root else root
+    flag = sub.get("done", None)
+    if flag is not None:
+        return flag
+    leaves = [root.get(k) for k in keys.done_keys if _root_of(k) == done_root]
+    flag = leaves[0]
+    for leaf in leaves[1:]:
+        flag = flag | leaf
+    return flag
+
+
+def _expand_mask(mask: torch.Tensor, value: torch.Tensor) -> torch.Tensor:
+    extra = value.ndim - mask.ndim
+    return mask.reshape(*mask.shape, *([1] * extra)) if extra > 0 else mask
+
+
+def _partial_update(tensordict: TensorDictBase, out: TensorDictBase, keys: EnvKeys, masks: list, batch_size: torch.Size) -> TensorDictBase:
+    """Writes the reset output only where a ``"_reset"`` mask is set; other sub-envs keep their values."""
+    root_mask = None
+    for done_root, mask in zip(keys.done_roots, masks):
+        if mask is not None and not done_root:
+            root_mask = mask.reshape(batch_size) if mask.numel() == batch_size.numel() else mask
+    if root_mask is None:  # only sub-tree masks: the root resets where any sub-entry does
+        nested = [m for m in masks if m is not None]
+        root_mask = nested[0].reshape(*batch_size, -1).any(-1)
+        for m in nested[1:]:
+            root_mask = root_mask | m.reshape(*batch_size, -1).any(-1)
+    sub_masks = {root: m for root, m in zip(keys.done_roots, masks) if root and m is not None}
+    for key, value in out.items(True, True):
+        path = (key,) if type(key) is str else key
+        mask = root_mask
+        for root, m in sub_masks.items():
+            if path[: len(root)] == root:
+                mask = m
+        old = tensordict.get(key, None)
+        if old is None or old.shape != value.shape or not isinstance(value, torch.Tensor):
+            tensordict.set(key, value)
+        else:
+            tensordict.set(key, torch.where(_expand_mask(mask, value), value, old))
+    return tensordict

@@ -1,0 +1,1 @@
+"""Wrappers of third-party simulators (each behind its extra: ``rl-envs[gymnasium]``...)."""

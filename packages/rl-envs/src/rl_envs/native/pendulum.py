@@ -1,0 +1,163 @@
+"""PendulumEnv: Gymnasium's Pendulum-v1 in pure torch, vectorised and stateless-capable."""
+from __future__ import annotations
+
+import math
+from typing import Any, Sequence
+
+import torch
+from tdict import TensorDict, TensorDictBase
+from tdict.specs import Bounded, Categorical, Composite, Unbounded
+
+from ..env_base import EnvBase
+
+__all__ = ["PendulumEnv"]
+
+_DEFAULTS = {"max_speed": 8.0, "max_torque": 2.0, "dt": 0.05, "g": 10.0, "m": 1.0, "l": 1.0}
+
+
+def pendulum_step(th, thdot, u, max_speed, max_torque, dt, g, m, l):  # noqa: E741 (gymnasium's names)
+    """One Pendulum-v1 step: ``(new_th, new_thdot, reward)``; parameters are floats or per-env tensors."""
+    u = torch.maximum(torch.minimum(u, max_torque), -max_torque) if isinstance(max_torque, torch.Tensor) else u.clamp(-max_torque, max_torque)
+    normalized = torch.remainder(th + math.pi, 2 * math.pi) - math.pi
+    costs = normalized.square() + 0.1 * thdot.square() + 0.001 * u.square()
+    new_thdot = thdot + (3 * g / (2 * l) * torch.sin(th) + 3.0 / (m * l * l) * u) * dt
+    if isinstance(max_speed, torch.Tensor):
+        new_thdot = torch.maximum(torch.minimum(new_thdot, max_speed), -max_speed)
+    else:
+        new_thdot = new_thdot.clamp(-max_speed, max_speed)
+    return th + new_thdot * dt, new_thdot, -costs
+
+
+def _pendulum_step_fast(th, thdot, u, max_speed, max_torque, dt, g, m, l):  # noqa: E741
+    """:func:`pendulum_step` with float parameters, fused into few in-place ops (the hot path)."""
+    u = u.clamp(-max_torque, max_torque)
+    reward = torch.remainder(th + math.pi, 2 * math.pi).sub_(math.pi)
+    reward = reward.mul_(reward).neg_()
+    reward = torch.addcmul(reward, thdot, thdot, value=-0.1).addcmul_(u, u, value=-0.001)
+    new_thdot = torch.sin(th).mul_(3 * g / (2 * l) * dt).add_(u, alpha=3.0 / (m * l * l) * dt).add_(thdot)
+    new_thdot = new_thdot.clamp_(-max_speed, max_speed)
+    return torch.add(th, new_thdot, alpha=dt), new_thdot, reward
+
+
+class PendulumEnv(EnvBase):
+    """The inverted pendulum swing-up of Gymnasium's ``Pendulum-v1``, in torch.
+
+    State ``"th"`` (angle, 0 = upright) and ``"thdot"``; observation ``"observation"`` =
+    ``[cos th, sin th, thdot]`` as in Gymnasium; action ``"action"`` of shape ``[*batch, 1]`` (torque);
+    reward ``-(th² + 0.1 thdot² + 0.001 u²)``. There is no time limit (Gymnasium's 200 comes from its
+    ``TimeLimit`` wrapper; use ``StepCounter(max_steps=200)``).
+
+    Physics parameters live in the ``"params"`` entry: :meth:`gen_params` makes a TensorDict of them
+    that ``reset``/``rollout(tensordict=...)`` accept (one set per sub-env, any batch size), as in
+    TorchRL's stateless pendulum.
+
+    Args:
+        batch_size: the number of pendulums (``[]`` for one).
+        device: where the tensors live.
+        seed: seeds the env's random generator.
+        **params: overrides of the physics parameters (max_speed, max_torque, dt, g, m, l).
+
+    Example:
+        >>> env = PendulumEnv(batch_size=[8], seed=0)
+        >>> rollout = env.rollout(5)
+        >>> rollout.batch_size, rollout["observation"].shape, rollout["next", "reward"].shape
+        (torch.Size([8, 5]), torch.Size([8, 5, 3]), torch.Size([8, 5]))
+        >>> stateless = PendulumEnv()
+        >>> stateless.rollout(5, tensordict=stateless.gen_params(batch_size=[3], g=9.81)).batch_size
+        torch.Size([3, 5])
+    """
+
+    def __init__(self, batch_size: Sequence[int] | None = None, device: Any = None, seed: int | None = None, **params: float) -> None:
+        unknown = set(params) - set(_DEFAULTS)
+        if unknown:
+            raise TypeError(f"PendulumEnv: unknown parameters {sorted(unknown)}; expected some of {sorted(_DEFAULTS)}.")
+        super().__init__(device=device, batch_size=batch_size)
+        self._params = {**_DEFAULTS, **{k: float(v) for k, v in params.items()}}
+        self._rng = torch.Generator(device=self.device or "cpu")
+        self._rng.manual_seed(int(torch.empty((), dtype=torch.int64).random_()) if seed is None else seed)
+        self._default_params = self.gen_params(self.batch_size)["params"]
+        self._default_g = self._default_params["g"]
+        self._make_specs()
+
+    @property
+    def batch_locked(self) -> bool:
+        return False  # any leading batch works: parameters and state come with the tensordict
+
+    def _make_specs(self) -> None:
+        shape, device = self.batch_size, self.device
+        p = self._params
+        max_speed, max_torque = p["max_speed"], p["max_torque"]
+        params = Composite({k: Unbounded(shape=shape, device=device) for k in _DEFAULTS}, shape=shape)
+        self.observation_spec = Composite(
+            observation=Bounded(
+                torch.tensor([-1.0, -1.0, -max_speed]).expand(*shape, 3), torch.tensor([1.0, 1.0, max_speed]).expand(*shape, 3),
+                shape=(*shape, 3), device=device,
+            ),
+            th=Bounded(-math.pi, math.pi, shape=shape, device=device),
+            thdot=Bounded(-max_speed, max_speed, shape=shape, device=device),
+            shape=shape,
+        )
+        # parameters are read at the root of each step and carried along by step_mdp, not re-emitted
+        self.state_spec = Composite(
+            th=Bounded(-math.pi, math.pi, shape=shape, device=device),
+            thdot=Bounded(-max_speed, max_speed, shape=shape, device=device),
+            params=params,
+            shape=shape,
+        )
+        self.action_spec = Bounded(-max_torque, max_torque, shape=(*shape, 1), device=device)
+        self.reward_spec = Unbounded(shape=shape, device=device)
+        flag = Categorical(2, shape=shape, dtype=torch.bool, device=device)
+        self.done_spec = Composite(done=flag, terminated=flag.clone(), truncated=flag.clone(), shape=shape)
+
+    def gen_params(self, batch_size: Sequence[int] | None = None, **overrides: float) -> TensorDict:
+        """A ``{"params": {...}}`` TensorDict of physics parameters with batch size ``batch_size``."""
+        batch = torch.Size(batch_size if batch_size is not None else ())
+        values = {**self._params, **overrides}
+        params = TensorDict(
+            {k: torch.full(batch, float(values[k]), device=self.device) for k in _DEFAULTS}, batch_size=batch, device=self.device
+        )
+        return TensorDict({"params": params}, batch_size=batch, device=self.device)
+
+    def _reset(self, tensordict: TensorDictBase | None = None, **kwargs: Any) -> TensorDict:
+        params = tensordict.get("params", None) if tensordict is not None else None
+        if params is None:
+            batch = tensordict.batch_size if tensordict is not None else self.batch_size
+            params = self._default_params if batch == self.batch_size else self.gen_params(batch)["params"]
+        batch = params.batch_size
+        th = torch.empty(batch, device=self.device).uniform_(-math.pi, math.pi, generator=self._rng)
+        thdot = torch.empty(batch, device=self.device).uniform_(-1.0, 1.0, generator=self._rng)
+        done = torch.zeros(batch, dtype=torch.bool, device=self.device)
+        obs = torch.stack([th.cos(), th.sin(), thdot], -1)
+        return TensorDict._new_unsafe(
+            {"th": th, "thdot": thdot, "observation": obs, "params": params,
+             "done": done, "terminated": done.clone(), "truncated": done.clone()},
+            batch, self.device,
+        )
+
+    def _step(self, tensordict: TensorDictBase) -> TensorDict:
+        th, thdot = tensordict.get("th"), tensordict.get("thdot")
+        u = tensordict.get("action").squeeze(-1)
+        params = tensordict.get("params", None)
+        # the default parameters (same tensors, even after step_mdp copied their TensorDict): float math
+        if params is None or params.get("g") is self._default_g:
+            p = self._params  # plain floats: the cheapest arithmetic
+            new_th, new_thdot, reward = _pendulum_step_fast(
+                th, thdot, u, p["max_speed"], p["max_torque"], p["dt"], p["g"], p["m"], p["l"]
+            )
+        else:
+            get = params.get
+            new_th, new_thdot, reward = pendulum_step(
+                th, thdot, u, get("max_speed"), get("max_torque"), get("dt"), get("g"), get("m"), get("l")
+            )
+        batch = tensordict.batch_size
+        # three distinct flags from one allocation
+        done, terminated, truncated = torch.zeros((3, *batch), dtype=torch.bool, device=self.device).unbind(0)
+        out = {
+            "th": new_th, "thdot": new_thdot,
+            "observation": torch.stack([new_th.cos(), new_th.sin(), new_thdot], -1),
+            "reward": reward, "done": done, "terminated": terminated, "truncated": truncated,
+        }
+        return TensorDict._new_unsafe(out, batch, self.device)
+
+    def _set_seed(self, seed: int | None) -> None:
+        self._rng.manual_seed(int(torch.empty((), dtype=torch.int64).random_()) if seed is None else int(seed))

@@ -1,0 +1,199 @@
+"""rollout: run an env with a policy for a number of steps and stack the steps along time."""
+from __future__ import annotations
+
+import inspect
+from typing import TYPE_CHECKING, Any, Callable
+
+import torch
+from torch import nn
+from tdict import TensorDictBase, lazy_stack
+from tdict.nn import TensorDictModule, TensorDictModuleBase
+
+from ._env_keys import any_done
+
+if TYPE_CHECKING:
+    from .env_base import EnvBase
+
+__all__ = ["rollout"]
+
+
+def _random_policy(env: "EnvBase") -> Callable:
+    keys = env._keys()
+    leaves, env_dims = keys.action_specs, keys.batch_dims
+    if env.batch_locked:
+        def policy(td: TensorDictBase) -> TensorDictBase:
+            for key, leaf in leaves:
+                td.set(key, leaf.rand())
+            return td
+        return policy
+
+    def unlocked_policy(td: TensorDictBase) -> TensorDictBase:
+        extra = td.batch_size[: td.batch_dims - env_dims]  # a batch-unlocked env takes any leading batch
+        for key, leaf in leaves:
+            td.set(key, leaf.rand(extra))
+        return td
+    return unlocked_policy
+
+
+def _compatible_policy(env: "EnvBase", policy: Any, trust_policy: bool) -> Callable:
+    """A callable ``td -> td``: plain modules are wired to the env's observation and action keys."""
+    if policy is None:
+        return _random_policy(env)
+    if trust_policy or isinstance(policy, TensorDictModuleBase) or not isinstance(policy, nn.Module):
+        return policy
+    obs_keys = env.observation_keys
+    params = [
+        p.name for p in inspect.signature(policy.forward).parameters.values()
+        if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)
+    ]
+    names = {k if type(k) is str else k[-1]: k for k in obs_keys}
+    if params and all(p in names for p in params):
+        in_keys = [names[p] for p in params]
+    elif len(obs_keys) == 1:
+        in_keys = list(obs_keys)
+    else:
+        raise TypeError(
+            f"rollout: cannot tell which observations the module {type(policy).__name__} reads: its forward takes "
+            f"{params} and the env observes {obs_keys}. Wrap it in a TensorDictModule with explicit in_keys."
+        )
+    return TensorDictModule(policy, in_keys=in_keys, out_keys=env.action_keys)
+
+
+def _resolve_breaks(any_: bool | None, all_: bool | None) -> tuple[bool, bool]:
+    if any_ is None:
+        any_ = not bool(all_)
+    all_ = bool(all_)
+    if any_ and all_:
+        raise TypeError("rollout: break_when_any_done and break_when_all_done cannot both be True.")
+    return any_, all_
+
+
+def rollout(
+    env: "EnvBase",
+    max_steps: int,
+    policy: Callable | None = None,
+    callback: Callable | None = None,
+    *,
+    auto_reset: bool = True,
+    break_when_any_done: bool | None = None,
+    break_when_all_done: bool | None = None,
+    return_contiguous: bool = True,
+    tensordict: TensorDictBase | None = None,
+    set_truncated: bool = False,
+    out: TensorDictBase | None = None,
+    trust_policy: bool = False,
+) -> TensorDictBase:
+    """Runs ``env`` for up to ``max_steps`` steps; the steps are stacked along a last dim named ``"time"``.
+
+    Args:
+        env: the environment.
+        max_steps: the number of steps (fewer if the rollout stops on done).
+        policy: ``td -> td`` writing the action; a TensorDictModule, a plain ``nn.Module`` (wired to
+            the observation and action keys) or any callable. ``None``: random actions from the spec.
+        callback: called as ``callback(env, td)`` after each step.
+        auto_reset: reset first (``tensordict`` is passed to ``reset``, e.g. parameters of a stateless
+            env). Without it, ``tensordict`` is the first input.
+        break_when_any_done: stop at the first done (default unless ``break_when_all_done``).
+        break_when_all_done: stop once every sub-env has been done; finished sub-envs repeat their
+            last step in the output.
+        When neither breaks, done sub-envs are reset in place and the rollout runs ``max_steps`` steps.
+        return_contiguous: a dense stack (default) or a lazy stack.
+        tensordict: the initial TensorDict (see ``auto_reset``).
+        set_truncated: mark the last step ``truncated`` (and ``done``); needs a ``truncated`` key.
+        out: a TensorDict to stack into.
+        trust_policy: use ``policy`` as given, without wrapping a plain module.
+
+    Example:
+        >>> from rl_envs import PendulumEnv
+        >>> env = PendulumEnv(batch_size=[4])
+        >>> env.rollout(10).batch_size
+        torch.Size([4, 10])
+    """
+    break_any, break_all = _resolve_breaks(break_when_any_done, break_when_all_done)
+    policy = _compatible_policy(env, policy, trust_policy)
+    if auto_reset:
+        td = env.reset(tensordict)
+    elif tensordict is None:
+        raise RuntimeError("rollout: a tensordict is needed when auto_reset=False.")
+    else:
+        td = tensordict
+    keys = env._keys()
+    stop_keys, shift, step = keys.stop_keys, keys.shift, env.step
+    steps: list = []
+    append = steps.append
+    if break_any:
+        for i in range(max_steps):
+            result = policy(td)
+            if result is not td and result is not None:
+                td.update(result)
+            td = step(td)
+            append(td)
+            if i == max_steps - 1 or any_done(td.get("next"), stop_keys):
+                break
+            td = shift(td)
+            if callback is not None:
+                callback(env, td)
+    elif break_all:
+        finished = None
+        for i in range(max_steps):
+            result = policy(td)
+            if result is not td and result is not None:
+                td.update(result)
+            td = step(td)
+            record = td
+            if finished is not None and bool(finished.any()):
+                record = torch.where(finished, steps[-1], td)
+            append(record)
+            flag = _done_flag(td.get("next"), stop_keys, td.batch_size)
+            finished = flag if finished is None else finished | flag
+            if i == max_steps - 1 or bool(finished.all()):
+                break
+            td = shift(td)
+            if callback is not None:
+                callback(env, td)
+    else:
+        step_and_reset = env.step_and_maybe_reset
+        for i in range(max_steps):
+            result = policy(td)
+            if result is not td and result is not None:
+                td.update(result)
+            if i == max_steps - 1:
+                append(step(td))
+                break
+            stepped, td = step_and_reset(td)
+            append(stepped)
+            if callback is not None:
+                callback(env, stepped)
+    time_dim = len(env.batch_size) if tensordict is None else max(len(env.batch_size), tensordict.batch_dims)
+    result = torch.stack(steps, time_dim, out=out) if return_contiguous else lazy_stack(steps, time_dim)
+    if return_contiguous:
+        result.names = [None] * time_dim + ["time"]
+    if set_truncated:
+        _mark_truncated(result, keys)
+    return result
+
+
+def _done_flag(next_td: TensorDictBase, stop_keys: list, batch_size: torch.Size) -> torch.Tensor:
+    flag = None
+    n = len(batch_size)
+    for key in stop_keys:
+        value = next_td.get(key)
+        if value.ndim > n:  # sub-entries (agents): the sub-env is done when any is
+            value = value.reshape(*batch_size, -1).any(-1)
+        flag = value if flag is None else flag | value
+    return flag
+
+
+def _mark_truncated(result: TensorDictBase, keys: Any) -> None:
+    truncated = [k for k in keys.done_keys if (k if type(k) is str else k[-1]) == "truncated"]
+    if not truncated:
+        raise RuntimeError(
+            f"rollout(set_truncated=True): the env declares no 'truncated' key (done keys: {keys.done_keys})."
+        )
+    for key in truncated:
+        root = () if type(key) is str else tuple(key[:-1])
+        for name in ("truncated", "done"):
+            full = ("next", *root, name)
+            value = result.get(full, None)
+            if value is not None:
+                value[..., -1] = True

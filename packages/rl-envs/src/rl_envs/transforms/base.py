@@ -1,0 +1,369 @@
+"""Transform and Compose: key-mapped changes applied on the way out of an env (and back in, for inverses)."""
+from __future__ import annotations
+
+import copy
+from typing import TYPE_CHECKING, Any, Iterator, Sequence
+
+import torch
+from torch import nn
+from tdict import TensorDictBase
+from tdict._utils import NestedKey
+from tdict.specs import Composite
+
+if TYPE_CHECKING:
+    from ..env_base import EnvBase
+
+__all__ = ["Transform", "Compose"]
+
+
+def _key_list(keys: NestedKey | Sequence[NestedKey] | None) -> list:
+    if keys is None:
+        return []
+    if isinstance(keys, (str, tuple)):
+        return [keys]
+    return list(keys)
+
+
+class Transform(nn.Module):
+    """Base of all transforms: maps ``in_keys`` to ``out_keys`` on env outputs, ``out_keys_inv`` back to
+    ``in_keys_inv`` on env inputs, and keeps the env's specs truthful.
+
+    Subclasses usually override :meth:`_apply_transform` (a tensor-to-tensor function applied to each
+    key) and the spec methods; stateful transforms override :meth:`_reset` and :meth:`_step`.
+
+    Where a transform is used:
+
+    - in a :class:`~rl_envs.TransformedEnv`: ``_reset(td, td_reset)`` on reset outputs, ``_step(td,
+      next_td)`` on step outputs, ``_inv_call(td)`` on the input of each step (actions);
+    - on a plain TensorDict or a replay-buffer sample: ``transform(td)`` (``forward``) and ``inv(td)``.
+
+    Args:
+        in_keys: the entries read by the forward transform.
+        out_keys: where the results are written (defaults to ``in_keys``).
+        in_keys_inv: the entries the inner env reads (written by the inverse transform).
+        out_keys_inv: the entries the caller provides (read by the inverse transform; defaults to
+            ``in_keys_inv``).
+
+    Example:
+        >>> import torch
+        >>> from tdict import TensorDict
+        >>> class Double(Transform):
+        ...     def _apply_transform(self, x):
+        ...         return x * 2
+        >>> Double(in_keys=["obs"], out_keys=["obs2"])(TensorDict(obs=torch.ones(2)))["obs2"].tolist()
+        [2.0, 2.0]
+    """
+
+    invertible = False
+
+    def __init__(
+        self,
+        in_keys: NestedKey | Sequence[NestedKey] | None = None,
+        out_keys: NestedKey | Sequence[NestedKey] | None = None,
+        in_keys_inv: NestedKey | Sequence[NestedKey] | None = None,
+        out_keys_inv: NestedKey | Sequence[NestedKey] | None = None,
+    ) -> None:
+        super().__init__()
+        self.in_keys = in_keys
+        self.out_keys = out_keys
+        self.in_keys_inv = in_keys_inv
+        self.out_keys_inv = out_keys_inv
+        self.__dict__["_container"] = None
+        self.__dict__["_missing_tolerance"] = False
+
+    # ------------------------------------------------------------------ keys
+    @property
+    def in_keys(self) -> list:
+        return self.__dict__["_in_keys"]
+
+    @in_keys.setter
+    def in_keys(self, value: Any) -> None:
+        self.__dict__["_in_keys"] = _key_list(value)
+
+    @property
+    def out_keys(self) -> list:
+        out = self.__dict__["_out_keys"]
+        return out if out else list(self.in_keys)
+
+    @out_keys.setter
+    def out_keys(self, value: Any) -> None:
+        self.__dict__["_out_keys"] = _key_list(value)
+
+    @property
+    def in_keys_inv(self) -> list:
+        return self.__dict__["_in_keys_inv"]
+
+    @in_keys_inv.setter
+    def in_keys_inv(self, value: Any) -> None:
+        self.__dict__["_in_keys_inv"] = _key_list(value)
+
+    @property
+    def out_keys_inv(self) -> list:
+        out = self.__dict__["_out_keys_inv"]
+        return out if out else list(self.in_keys_inv)
+
+    @out_keys_inv.setter
+    def out_keys_inv(self, value: Any) -> None:
+        self.__dict__["_out_keys_inv"] = _key_list(value)
+
+    @property
+    def missing_tolerance(self) -> bool:
+        """Whether a missing ``in_key`` is skipped (True during resets) instead of raising."""
+        return self._missing_tolerance
+
+    def set_missing_tolerance(self, mode: bool = False) -> None:
+        self.__dict__["_missing_tolerance"] = mode
+
+    def _check_pairs(self, ins: list, outs: list, what: str) -> None:
+        if len(ins) != len(outs):
+            raise ValueError(f"{type(self).__name__}: {what} keys and their outputs differ in length: {ins} vs {outs}.")
+
+    # ------------------------------------------------------------------ forward direction
+    def _apply_transform(self, value: torch.Tensor) -> torch.Tensor:
+        """The tensor function applied to each ``in_key`` (override in key-mapping transforms)."""
+        raise NotImplementedError(f"{type(self).__name__} does not implement _apply_transform.")
+
+    def _call(self, next_tensordict: TensorDictBase) -> TensorDictBase:
+        """Applies :meth:`_apply_transform` to every ``in_key`` of ``next_tensordict`` (in place)."""
+        ins, outs = self.in_keys, self.out_keys
+        self._check_pairs(ins, outs, "in")
+        for in_key, out_key in zip(ins, outs):
+            value = next_tensordict.get(in_key, None)
+            if value is not None:
+                next_tensordict.set(out_key, self._apply_transform(value))
+            elif not self._missing_tolerance:
+                raise KeyError(
+                    f"{type(self).__name__}: key {in_key!r} not found; the tensordict has "
+                    f"{sorted(map(str, next_tensordict.keys(True, True)))}."
+                )
+        return next_tensordict
+
+    def _step(self, tensordict: TensorDictBase, next_tensordict: TensorDictBase) -> TensorDictBase:
+        """Called by ``env.step`` with the input step and its ``"next"`` output; returns the output."""
+        return self._call(next_tensordict)
+
+    def _reset(self, tensordict: TensorDictBase | None, tensordict_reset: TensorDictBase) -> TensorDictBase:
+        """Called by ``env.reset`` with its input and output; missing keys (e.g. rewards) are skipped."""
+        previous = self._missing_tolerance
+        self.__dict__["_missing_tolerance"] = True
+        try:
+            return self._call(tensordict_reset)
+        finally:
+            self.__dict__["_missing_tolerance"] = previous
+
+    def forward(self, tensordict: TensorDictBase) -> TensorDictBase:
+        """Applies the transform to a plain TensorDict (e.g. a replay-buffer sample)."""
+        return self._call(tensordict)
+
+    # ------------------------------------------------------------------ inverse direction
+    def _inv_apply_transform(self, value: torch.Tensor) -> torch.Tensor:
+        if self.invertible:
+            raise NotImplementedError(f"{type(self).__name__} does not implement _inv_apply_transform.")
+        return value
+
+    def _inv_call(self, tensordict: TensorDictBase) -> TensorDictBase:
+        """Maps each ``out_key_inv`` (what the caller gives) to ``in_key_inv`` (what the inner env reads)."""
+        ins, outs = self.in_keys_inv, self.out_keys_inv
+        if not ins:
+            return tensordict
+        self._check_pairs(ins, outs, "inverse")
+        for in_key, out_key in zip(ins, outs):
+            value = tensordict.get(out_key, None)
+            if value is not None:
+                tensordict.set(in_key, self._inv_apply_transform(value))
+            elif not self._missing_tolerance:
+                raise KeyError(
+                    f"{type(self).__name__} (inverse): key {out_key!r} not found; the tensordict has "
+                    f"{sorted(map(str, tensordict.keys(True, True)))}."
+                )
+        return tensordict
+
+    def inv(self, tensordict: TensorDictBase) -> TensorDictBase:
+        """The inverse transform on a copy of ``tensordict``'s structure (the input is left untouched)."""
+        return self._inv_call(tensordict.copy())
+
+    @property
+    def has_inverse(self) -> bool:
+        """Whether :meth:`_inv_call` may change anything (TransformedEnv skips it otherwise)."""
+        return bool(self.in_keys_inv) or type(self)._inv_call is not Transform._inv_call
+
+    # ------------------------------------------------------------------ specs
+    def transform_output_spec(self, output_spec: Composite) -> Composite:
+        """Maps ``Composite(full_observation_spec, full_reward_spec, full_done_spec)`` (a private copy)."""
+        output_spec["full_observation_spec"] = self.transform_observation_spec(output_spec["full_observation_spec"])
+        output_spec["full_reward_spec"] = self.transform_reward_spec(output_spec["full_reward_spec"])
+        output_spec["full_done_spec"] = self.transform_done_spec(output_spec["full_done_spec"])
+        return output_spec
+
+    def transform_input_spec(self, input_spec: Composite) -> Composite:
+        """Maps ``Composite(full_state_spec, full_action_spec)`` (a private copy)."""
+        input_spec["full_action_spec"] = self.transform_action_spec(input_spec["full_action_spec"])
+        input_spec["full_state_spec"] = self.transform_state_spec(input_spec["full_state_spec"])
+        return input_spec
+
+    def transform_observation_spec(self, observation_spec: Composite) -> Composite:
+        return observation_spec
+
+    def transform_reward_spec(self, reward_spec: Composite) -> Composite:
+        return reward_spec
+
+    def transform_done_spec(self, done_spec: Composite) -> Composite:
+        return done_spec
+
+    def transform_action_spec(self, action_spec: Composite) -> Composite:
+        return action_spec
+
+    def transform_state_spec(self, state_spec: Composite) -> Composite:
+        return state_spec
+
+    # ------------------------------------------------------------------ containers
+    @property
+    def container(self) -> Any:
+        """The Compose or TransformedEnv that holds this transform (None when free-standing)."""
+        return self._container
+
+    def set_container(self, container: Any) -> None:
+        if self._container is not None and container is not None and self._container is not container:
+            raise RuntimeError(
+                f"{type(self).__name__} already belongs to {type(self._container).__name__}; use transform.clone()."
+            )
+        self.__dict__["_container"] = container
+
+    def reset_parent(self) -> None:
+        self.__dict__["_container"] = None
+
+    @property
+    def parent(self) -> "EnvBase | None":
+        """The env as this transform sees it: the base env with every transform that comes before it."""
+        from .transformed_env import TransformedEnv
+
+        preceding: list = []
+        node: Any = self
+        while True:
+            container = node.container
+            if container is None:
+                return None
+            if isinstance(container, Compose):
+                index = [i for i, t in enumerate(container.transforms) if t is node][0]
+                preceding = list(container.transforms[:index]) + preceding
+                node = container
+                continue
+            if isinstance(container, TransformedEnv):
+                return TransformedEnv._view(container.base_env, preceding)
+            return None
+
+    def clone(self) -> "Transform":
+        """A deep copy that belongs to no container."""
+        container = self._container
+        self.__dict__["_container"] = None
+        try:
+            return copy.deepcopy(self)
+        finally:
+            self.__dict__["_container"] = container
+
+    def close(self) -> None:
+        """Releases resources (no-op by default)."""
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(in_keys={self.in_keys}, out_keys={self.out_keys})"
+
+
+class Compose(Transform):
+    """A sequence of transforms applied in order (inverse transforms in reverse order).
+
+    Example:
+        >>> from rl_envs import Compose, StepCounter, RewardSum
+        >>> t = Compose(StepCounter(), RewardSum())
+        >>> len(t), type(t[1]).__name__
+        (2, 'RewardSum')
+    """
+
+    def __init__(self, *transforms: Transform) -> None:
+        super().__init__()
+        if len(transforms) == 1 and isinstance(transforms[0], (list, tuple)):
+            transforms = tuple(transforms[0])
+        for t in transforms:
+            if not isinstance(t, Transform):
+                raise TypeError(f"Compose takes Transform instances, got {type(t).__name__}.")
+            t.set_container(self)
+        self.transforms = nn.ModuleList(transforms)
+
+    def _call(self, next_tensordict: TensorDictBase) -> TensorDictBase:
+        for t in self.transforms:
+            next_tensordict = t._call(next_tensordict)
+        return next_tensordict
+
+    def _step(self, tensordict: TensorDictBase, next_tensordict: TensorDictBase) -> TensorDictBase:
+        for t in self.transforms:
+            next_tensordict = t._step(tensordict, next_tensordict)
+        return next_tensordict
+
+    def _reset(self, tensordict: TensorDictBase | None, tensordict_reset: TensorDictBase) -> TensorDictBase:
+        for t in self.transforms:
+            tensordict_reset = t._reset(tensordict, tensordict_reset)
+        return tensordict_reset
+
+    def forward(self, tensordict: TensorDictBase) -> TensorDictBase:
+        for t in self.transforms:
+            tensordict = t(tensordict)
+        return tensordict
+
+    def _inv_call(self, tensordict: TensorDictBase) -> TensorDictBase:
+        for t in reversed(self.transforms):
+            tensordict = t._inv_call(tensordict)
+        return tensordict
+
+    @property
+    def has_inverse(self) -> bool:
+        return any(t.has_inverse for t in self.transforms)
+
+    def transform_output_spec(self, output_spec: Composite) -> Composite:
+        for t in self.transforms:
+            output_spec = t.transform_output_spec(output_spec)
+        return output_spec
+
+    def transform_input_spec(self, input_spec: Composite) -> Composite:
+        for t in self.transforms:
+            input_spec = t.transform_input_spec(input_spec)
+        return input_spec
+
+    def set_missing_tolerance(self, mode: bool = False) -> None:
+        super().set_missing_tolerance(mode)
+        for t in self.transforms:
+            t.set_missing_tolerance(mode)
+
+    def _changed(self) -> None:
+        container = self._container
+        while isinstance(container, Compose):
+            container = container._container
+        if container is not None:
+            container._specs_changed()
+
+    def append(self, transform: Transform) -> None:
+        transform.set_container(self)
+        self.transforms.append(transform)
+        self._changed()
+
+    def insert(self, index: int, transform: Transform) -> None:
+        transform.set_container(self)
+        self.transforms.insert(index, transform)
+        self._changed()
+
+    def __getitem__(self, index: int | slice) -> Any:
+        if isinstance(index, slice):
+            return Compose(*[t.clone() for t in self.transforms[index]])
+        return self.transforms[index]
+
+    def __len__(self) -> int:
+        return len(self.transforms)
+
+    def __iter__(self) -> Iterator[Transform]:
+        return iter(self.transforms)
+
+    def close(self) -> None:
+        for t in self.transforms:
+            t.close()
+
+    def __repr__(self) -> str:
+        inner = ",\n    ".join(repr(t) for t in self.transforms)
+        return f"Compose(\n    {inner})" if inner else "Compose()"

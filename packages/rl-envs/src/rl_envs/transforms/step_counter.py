@@ -1,0 +1,84 @@
+"""StepCounter: counts the steps of each episode and truncates it after ``max_steps``."""
+from __future__ import annotations
+
+import torch
+from tdict import TensorDictBase
+from tdict._utils import NestedKey
+from tdict.specs import Bounded, Categorical, Composite
+
+from .base import Transform
+
+__all__ = ["StepCounter"]
+
+
+class StepCounter(Transform):
+    """Writes ``step_count`` (steps since the last reset) and sets ``truncated`` once it reaches ``max_steps``.
+
+    ``step_count`` is an int64 per-step scalar (the batch shape, no trailing dim).
+
+    Args:
+        max_steps: truncate episodes at this many steps (``None``: only count).
+        truncated_key: the done key set at truncation (added to the done spec if missing).
+        step_count_key: where the count is written.
+        update_done: also set ``done`` when truncating (default ``True``).
+
+    Example:
+        >>> from rl_envs import PendulumEnv, TransformedEnv
+        >>> env = TransformedEnv(PendulumEnv(), StepCounter(max_steps=3))
+        >>> env.rollout(10)["next", "step_count"].tolist()
+        [1, 2, 3]
+    """
+
+    def __init__(
+        self,
+        max_steps: int | None = None,
+        truncated_key: NestedKey = "truncated",
+        step_count_key: NestedKey = "step_count",
+        update_done: bool = True,
+    ) -> None:
+        if max_steps is not None and max_steps < 1:
+            raise ValueError(f"StepCounter: max_steps must be >= 1 or None, got {max_steps}.")
+        super().__init__(in_keys=[], out_keys=[step_count_key])
+        self.max_steps = max_steps
+        self.truncated_key = truncated_key
+        self.step_count_key = step_count_key
+        self.update_done = update_done
+
+    def _reset(self, tensordict: TensorDictBase | None, tensordict_reset: TensorDictBase) -> TensorDictBase:
+        # every sub-env is zeroed here; EnvBase.reset keeps the old count where "_reset" is False
+        tensordict_reset.set(
+            self.step_count_key, torch.zeros(tensordict_reset.batch_size, dtype=torch.int64, device=tensordict_reset.device)
+        )
+        return tensordict_reset
+
+    def _step(self, tensordict: TensorDictBase, next_tensordict: TensorDictBase) -> TensorDictBase:
+        count = tensordict.get(self.step_count_key, None)
+        count = count + 1 if count is not None else torch.ones(next_tensordict.batch_size, dtype=torch.int64)
+        next_tensordict.set(self.step_count_key, count)
+        if self.max_steps is not None:
+            truncated = count >= self.max_steps
+            previous = next_tensordict.get(self.truncated_key, None)
+            if previous is not None:
+                truncated = truncated | previous
+            next_tensordict.set(self.truncated_key, truncated)
+            if self.update_done:
+                next_tensordict.set("done", next_tensordict.get("done") | truncated)
+        return next_tensordict
+
+    def forward(self, tensordict: TensorDictBase) -> TensorDictBase:
+        return tensordict  # counting only makes sense inside an env
+
+    def transform_observation_spec(self, observation_spec: Composite) -> Composite:
+        high = self.max_steps if self.max_steps is not None else torch.iinfo(torch.int64).max
+        observation_spec[self.step_count_key] = Bounded(
+            0, high, shape=observation_spec.shape, dtype=torch.int64, device=observation_spec.device
+        )
+        return observation_spec
+
+    def transform_done_spec(self, done_spec: Composite) -> Composite:
+        if self.max_steps is not None and self.truncated_key not in done_spec.keys(True):
+            done_spec[self.truncated_key] = Categorical(2, shape=done_spec.shape, dtype=torch.bool, device=done_spec.device)
+        return done_spec
+
+    def __repr__(self) -> str:
+        return f"StepCounter(max_steps={self.max_steps}, step_count_key={self.step_count_key!r})"
