@@ -272,10 +272,11 @@ class Compose(Transform):
     """A sequence of transforms applied in order (inverse transforms in reverse order).
 
     Example:
-        >>> from rl_envs import Compose, StepCounter, RewardSum
-        >>> t = Compose(StepCounter(), RewardSum())
-        >>> len(t), type(t[1]).__name__
-        (2, 'RewardSum')
+        >>> from rl_envs import PendulumEnv, StepCounter, TransformedEnv
+        >>> t = Compose(StepCounter(max_steps=3), StepCounter(step_count_key="total"))
+        >>> rollout = TransformedEnv(PendulumEnv(), t).rollout(5)
+        >>> len(t), rollout["next", "step_count"].tolist(), rollout["next", "total"].tolist()
+        (2, [1, 2, 3], [1, 2, 3])
     """
 
     def __init__(self, *transforms: Transform) -> None:

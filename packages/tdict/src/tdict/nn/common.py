@@ -19,7 +19,7 @@ from .._utils import NestedKey, is_tensor_collection, unravel_key
 from ..base import NON_TENSOR_CLASSES
 from ..tensordict import TensorDict
 
-__all__ = ["TensorDictModuleBase", "TensorDictModule", "WrapModule", "dispatch"]
+__all__ = ["TensorDictModuleBase", "TensorDictModule", "TensorDictModuleWrapper", "WrapModule", "dispatch"]
 
 _EMPTY_SIZE = torch.Size(())
 _Tensor = torch.Tensor
@@ -248,6 +248,30 @@ class TensorDictModuleBase(nn.Module):
         self._keys_changed()
         return self
 
+    def reset_parameters_recursive(self, parameters: Any = None) -> Any:
+        """Re-initialise every submodule that defines ``reset_parameters``.
+
+        Args:
+            parameters: ``None`` resets the module's own parameters in place (returns ``None``); a
+                TensorDict shaped like :meth:`TensorDict.from_module`'s output (empty batch size)
+                has its tensors re-initialised in place instead (one taken straight from
+                ``from_module`` shares the module's storage, a clone does not), and is returned
+                detached, requiring grad.
+        """
+        if parameters is None:
+            if not _reset_submodules(self):
+                warnings.warn("reset_parameters_recursive found no parameters to reset.", stacklevel=2)
+            return None
+        if parameters.ndim:
+            raise RuntimeError(
+                f"reset_parameters_recursive: parameters must have an empty batch size, got {tuple(parameters.batch_size)} "
+                "(reset batched parameters slice by slice, or use EnsembleModule.reset_parameters_recursive)."
+            )
+        fresh = parameters.apply(lambda t: t.detach().requires_grad_(t.is_floating_point() or t.is_complex()))
+        with fresh.to_module(self):
+            _reset_submodules(self)
+        return fresh
+
     @property
     def __name__(self) -> str:
         return type(self).__name__
@@ -261,6 +285,18 @@ class TensorDictModuleBase(nn.Module):
         entries.append(f"out_keys={self.out_keys}")
         body = indent(",\n".join(entries), 4 * " ")
         return f"{type(self).__name__}(\n{body})"
+
+
+def _reset_submodules(module: nn.Module) -> bool:
+    """Call ``reset_parameters`` of every submodule whose class defines it; whether any did."""
+    found = False
+    with torch.no_grad():
+        for sub in module.modules():
+            # the class, not the instance: TensorDictModule forwards attributes of the module it wraps
+            if callable(getattr(type(sub), "reset_parameters", None)):
+                sub.reset_parameters()
+                found = True
+    return found
 
 
 def _select_hook(module: TensorDictModuleBase, args: tuple, output: Any) -> Any:
@@ -289,6 +325,10 @@ class TensorDictModule(TensorDictModuleBase):
             returns ``input.empty()`` (same batch size and device) filled with the outputs.
         method: call this method of ``module`` instead of ``module(...)``.
         method_kwargs: extra keyword arguments for every call.
+        strict: ``True`` (default here, unlike tensordict's ``False``) raises a ``KeyError`` naming a
+            missing in-key; ``False`` passes ``None`` in its place, as tensordict does.
+        get_kwargs: extra keyword arguments for every ``tensordict.get`` of an in-key, e.g.
+            ``{"as_padded_tensor": True}`` to read ragged entries of a lazy stack.
 
     Calling:
         ``module(td, tensordict_out=None)`` returns the output TensorDict (``tensordict_out`` when
@@ -327,6 +367,8 @@ class TensorDictModule(TensorDictModuleBase):
         inplace: bool | str | None = True,
         method: str | None = None,
         method_kwargs: dict | None = None,
+        strict: bool = True,
+        get_kwargs: dict | None = None,
     ) -> None:
         super().__init__()
         if out_to_in_map is not None and not isinstance(in_keys, Mapping):
@@ -357,6 +399,8 @@ class TensorDictModule(TensorDictModuleBase):
         if "_" in in_keys:
             warnings.warn('key "_" is for ignoring outputs, it should not be used in in_keys.', stacklevel=2)
         self._kwargs = kwarg_names
+        self.strict = bool(strict)
+        self.get_kwargs = dict(get_kwargs) if get_kwargs else {}
         self.module = module
         self.inplace = inplace
         self.method = method
@@ -366,7 +410,7 @@ class TensorDictModule(TensorDictModuleBase):
 
     def __setattr__(self, name: str, value: Any) -> None:
         super().__setattr__(name, value)
-        if name in ("module", "method", "method_kwargs", "inplace"):
+        if name in ("module", "method", "method_kwargs", "inplace", "strict", "get_kwargs"):
             self._keys_changed()
 
     def _keys_changed(self) -> None:
@@ -388,6 +432,11 @@ class TensorDictModule(TensorDictModuleBase):
         d["_out_plan"] = tuple((i, key) for i, key in enumerate(out_keys) if key != "_")
         d["_kw_t"] = tuple(d["_kwargs"]) if d.get("_kwargs") is not None else None
         d["_select"] = self._selecting()
+        # keyword arguments of tensordict.get, or None for the plain (fastest) call
+        get_kw = dict(d.get("get_kwargs") or {})
+        if not d.get("strict", True):
+            get_kw["default"] = None
+        d["_get_kw"] = get_kw or None
 
     def _missing_in_key(self, tensordict: Any) -> KeyError:
         missing = next((key for key in self._in_t if key not in tensordict), None)
@@ -405,6 +454,8 @@ class TensorDictModule(TensorDictModuleBase):
         if self.method_kwargs:
             kwargs.update(self.method_kwargs)
         get = tensordict.get
+        if self._get_kw is not None:
+            get = functools.partial(get, **self._get_kw)
         try:
             if self._kw_t is None:
                 keys = self._in_t
@@ -482,42 +533,4 @@ class TensorDictModule(TensorDictModuleBase):
             return getattr(module, name)
 
 
-class WrapModule(TensorDictModuleBase):
-    """Wrap a plain callable ``TensorDict -> TensorDict`` as a module (a step of a sequence).
-
-    Args:
-        func: the callable.
-
-    Keyword Args:
-        inplace: if ``True`` and ``func`` returns another TensorDict, it is merged into the input.
-        in_keys: the keys ``func`` reads (informative, for :class:`~tdict.nn.TensorDictSequential`).
-        out_keys: the keys ``func`` writes (informative).
-
-    Example:
-        >>> import torch
-        >>> from tdict import TensorDict
-        >>> from tdict.nn import WrapModule
-        >>> double = WrapModule(lambda td: td.set("y", td["x"] * 2), in_keys=["x"], out_keys=["y"])
-        >>> double(TensorDict(x=torch.ones(())))["y"]
-        tensor(2.)
-    """
-
-    _handles_selection = False
-
-    def __init__(self, func: Callable, *, inplace: bool = False, in_keys: Any = None, out_keys: Any = None) -> None:
-        super().__init__()
-        if not callable(func):
-            raise ValueError(f"WrapModule: {func!r} is not callable.")
-        self.func = func
-        self.inplace = inplace
-        self._in_keys = [] if in_keys is None else _parse_key_list(in_keys, "in_keys")
-        self._out_keys = self._out_keys_apparent = [] if out_keys is None else _parse_key_list(out_keys, "out_keys")
-
-    def forward(self, data: Any) -> Any:
-        result = self.func(data)
-        if self.inplace and result is not data:
-            return data.update(result)
-        return result
-
-    def __repr__(self) -> str:
-        return f"WrapModule(\n    func={self.func},\n    in_keys={self.in_keys},\n    out_keys={self.out_keys})"
+from .wrappers import TensorDictModuleWrapper, WrapModule  # noqa: E402  (re-exported: their historical home)

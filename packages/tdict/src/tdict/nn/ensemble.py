@@ -9,15 +9,12 @@ from torch import nn
 
 from ..base import is_tensor_collection
 from ..tensordict import TensorDict
+from .common import _reset_submodules
 from .params import TensorDictParams
 
 __all__ = ["EnsembleModule"]
 
 
-def _reset(module: nn.Module) -> None:
-    for sub in module.modules():
-        if hasattr(sub, "reset_parameters"):
-            sub.reset_parameters()
 
 
 class EnsembleModule(nn.Module):
@@ -58,7 +55,7 @@ class EnsembleModule(nn.Module):
         copies = []
         for _ in range(num_copies):
             c = copy.deepcopy(module)
-            _reset(c)
+            _reset_submodules(c)
             copies.append(c)
         self.params_td = TensorDictParams(TensorDict.from_modules(*copies, lock=False), no_convert=True)
         self.num_copies = num_copies
@@ -70,6 +67,30 @@ class EnsembleModule(nn.Module):
             self.in_keys = module.in_keys
         if hasattr(module, "out_keys"):
             self.out_keys = module.out_keys
+
+    def reset_parameters_recursive(self, parameters: Any = None) -> Any:
+        """Re-initialise every copy independently (each gets its own fresh draw).
+
+        Args:
+            parameters: ``None`` resets :attr:`params_td` in place; otherwise a TensorDict of
+                parameters for ``module`` (batch dims enumerate copies), reset in place.
+
+        Returns:
+            The reset parameters (``params_td`` when ``parameters`` is ``None``).
+        """
+        target = self.params_td._param_td if parameters is None else getattr(parameters, "_param_td", parameters)
+        if not target.ndim:
+            self._reset_one(target)
+        else:
+            for copy_params in target.reshape(-1).unbind(0):
+                self._reset_one(copy_params)
+        return self.params_td if parameters is None else parameters
+
+    def _reset_one(self, params: Any) -> None:
+        # swap views of one copy into the template and re-run its initialisers: they write in place
+        with torch.no_grad(), params.to_module(self.module):
+            if not _reset_submodules(self.module):
+                raise RuntimeError(f"EnsembleModule.reset_parameters_recursive: {type(self.module).__name__} has no submodule with reset_parameters.")
 
     def _call(self, params: Any, *args: Any, **kwargs: Any) -> Any:
         with params.to_module(self.module):

@@ -76,7 +76,7 @@ class TensorSpec:
         return self.shape[: len(self.shape) - self._ev]
 
     def _full(self, shape: Any) -> torch.Size:
-        if not shape:
+        if not shape and type(shape) is not int:  # () / None / torch.Size([]); an int 0 is a batch of 0
             return self.shape
         return _size(shape) + self.shape
 
@@ -256,6 +256,10 @@ class TensorSpec:
 
     def enumerate(self) -> torch.Tensor:
         raise NotImplementedError(f"{type(self).__name__} is not discrete")
+
+    def index(self, index: torch.Tensor, tensor_to_index: torch.Tensor) -> torch.Tensor:
+        """Select entries of ``tensor_to_index``'s last dim with an action of this spec (discrete specs only)."""
+        raise NotImplementedError(f"`index` is not implemented for {type(self).__name__} specs.")
 
     # ---- equality / repr -------------------------------------------------------------------
     def __eq__(self, other: Any) -> bool:

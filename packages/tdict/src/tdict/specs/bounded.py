@@ -1,6 +1,7 @@
 """Bounded: a box ``low <= x <= high`` of float or integer values."""
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import torch
@@ -70,16 +71,32 @@ class Bounded(TensorSpec):
 
     def _finish(self) -> None:
         low, high = self._tensors["low"], self._tensors["high"]
+        # one scalar box over every element: a single uniform_ / randint call per rand()
+        self._uniform = self._randint = None
         if self.dtype.is_floating_point:
             self._finite = bool(torch.isfinite(low).all() and torch.isfinite(high).all())
             self._scale = (high - low) if self._finite else None
+            if self._finite and low.numel():
+                lo, hi = low.reshape(-1)[0], high.reshape(-1)[0]
+                if bool((low == lo).all() and (high == hi).all()) and math.isfinite(float(hi) - float(lo)):
+                    self._uniform = (float(lo), float(hi))
         else:
             self._finite = True
             self._scale = (high.double() - low.double() + 1)
+            if low.numel():
+                lo, hi = int(low.reshape(-1)[0]), int(high.reshape(-1)[0])
+                if bool((low == lo).all() and (high == hi).all()) and hi < torch.iinfo(self.dtype).max:
+                    self._randint = (lo, hi + 1)
 
     def rand(self, shape: Any = ()) -> torch.Tensor:
         """Uniform samples of shape ``shape + self.shape``."""
-        full = self._full(shape)
+        full = self.shape if not shape and type(shape) is not int else _size(shape) + self.shape
+        uniform = self._uniform
+        if uniform is not None:  # uniform on [low, high), like the general path below
+            return torch.empty(full, dtype=self.dtype, device=self.device).uniform_(uniform[0], uniform[1])
+        randint = self._randint
+        if randint is not None:  # uniform on low..high inclusive
+            return torch.randint(randint[0], randint[1], full, dtype=self.dtype, device=self.device)
         low = self._tensors["low"]
         if self.dtype.is_floating_point:
             if self._finite:

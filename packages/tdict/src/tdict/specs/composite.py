@@ -121,6 +121,10 @@ class Composite:
         key = _flat(key)
         node: Any = self
         for i, k in enumerate(key):
+            if getattr(node, "_is_stacked_composite", False):  # stacked members: stack their sub-specs
+                rest = key[i:]
+                if rest in node:
+                    return node[rest]
             if not isinstance(node, Composite) or k not in node._specs:
                 if default is KeyError:
                     raise KeyError(f"Composite: key {key[: i + 1]!r} not found; keys are {sorted(map(str, self.keys(True)))}")
@@ -165,7 +169,7 @@ class Composite:
     def items(self, include_nested: bool = False, leaves_only: bool = False) -> list:
         out = []
         for k, v in self._specs.items():
-            is_comp = isinstance(v, Composite)
+            is_comp = isinstance(v, Composite) or getattr(v, "_is_stacked_composite", False)
             if not (leaves_only and is_comp):
                 out.append((k, v))
             if include_nested and is_comp:
@@ -238,14 +242,14 @@ class Composite:
     # ---- generation (hot path: no validation) ----------------------------------------------
     def rand(self, shape: Any = ()) -> TensorDict:
         """Random TensorDict of batch size ``shape + self.shape``."""
-        if shape:
+        if shape or type(shape) is int:  # an int 0 is a batch of 0
             lead = _size(shape)
             return TensorDict._new_unsafe({k: s.rand(lead) for k, s in self._leaf_items()}, lead + self.shape, self.device)
         return TensorDict._new_unsafe({k: s.rand() for k, s in self._leaf_items()}, self.shape, self.device)
 
     def zero(self, shape: Any = ()) -> TensorDict:
         """Zero-filled TensorDict of batch size ``shape + self.shape``."""
-        if shape:
+        if shape or type(shape) is int:  # an int 0 is a batch of 0
             lead = _size(shape)
             return TensorDict._new_unsafe({k: s.zero(lead) for k, s in self._leaf_items()}, lead + self.shape, self.device)
         return TensorDict._new_unsafe({k: s.zero() for k, s in self._leaf_items()}, self.shape, self.device)
@@ -389,6 +393,16 @@ class Composite:
 
     def cpu(self) -> "Composite":
         return self.to("cpu")
+
+    def cardinality(self) -> int:
+        """Number of distinct values: the product of the sub-specs' cardinalities (0 when empty, as in TorchRL)."""
+        n = 0
+        for v in self._specs.values():
+            n = (n or 1) * v.cardinality()
+        return n
+
+    def index(self, index: Any, tensor_to_index: Any) -> Any:
+        raise NotImplementedError("`index` is not implemented for Composite specs.")
 
     def clone(self) -> "Composite":
         out = self._map(self.shape, lambda v: v.clone())

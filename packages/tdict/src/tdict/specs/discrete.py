@@ -120,6 +120,18 @@ class Categorical(TensorSpec):
         vals = torch.arange(self.n, dtype=self.dtype, device=self.device)
         return vals.reshape((self.n,) + (1,) * len(self.shape)).expand((self.n,) + self.shape).clone()
 
+    def index(self, index: torch.Tensor, tensor_to_index: torch.Tensor) -> torch.Tensor:
+        """``tensor_to_index[..., index]`` element-wise: the entry of the last dim each action selects.
+
+        ``index`` (a value of this spec) broadcasts against ``tensor_to_index.shape[:-1]``; the
+        result has that shape.
+        """
+        if not isinstance(index, torch.Tensor):
+            raise ValueError(f"{type(self).__name__}.index: index must be a tensor, got {type(index).__name__}")
+        idx = index.long().unsqueeze(-1)
+        idx = idx.expand(torch.broadcast_shapes(idx.shape[:-1], tensor_to_index.shape[:-1]) + (1,))
+        return tensor_to_index.expand(idx.shape[:-1] + tensor_to_index.shape[-1:]).gather(-1, idx).squeeze(-1)
+
     def to_one_hot(self, val: torch.Tensor) -> torch.Tensor:
         """Categorical value to its one-hot (bool) encoding."""
         return torch.nn.functional.one_hot(val.long(), self.n).bool()
@@ -222,6 +234,12 @@ class OneHot(TensorSpec):
     def enumerate(self) -> torch.Tensor:
         """Every action, stacked along a new leading dim: shape ``(n, *shape)`` (batch dims share it)."""
         return _enum_batch(torch.eye(self.n, dtype=self.dtype, device=self.device), self.shape)
+
+    def index(self, index: torch.Tensor, tensor_to_index: torch.Tensor) -> torch.Tensor:
+        """The entry of ``tensor_to_index``'s last dim each one-hot action selects (see :meth:`Categorical.index`)."""
+        if not isinstance(index, torch.Tensor):
+            raise ValueError(f"{type(self).__name__}.index: index must be a tensor, got {type(index).__name__}")
+        return Categorical.index(self, index.long().argmax(-1), tensor_to_index)
 
     def to_categorical(self, val: torch.Tensor) -> torch.Tensor:
         """One-hot value to its category index."""

@@ -3,10 +3,11 @@ from __future__ import annotations
 
 from typing import Any, Sequence
 
+import numpy as np
 import torch
 
 from ..lazy import lazy_stack
-from .base import TensorSpec, _device, _size
+from .base import TensorSpec, _device, _shape_args, _size
 from .composite import Composite
 
 __all__ = ["Stacked", "StackedComposite", "stack_specs"]
@@ -68,12 +69,197 @@ TensorSpec.__torch_function__ = _TorchStack.__torch_function__  # type: ignore[a
 Composite.__torch_function__ = _TorchStack.__torch_function__  # type: ignore[attr-defined]
 
 
-class Stacked:
+def _common(values: list) -> Any:
+    """The value every member shares, or ``None``."""
+    first = values[0]
+    return first if all(v == first for v in values[1:]) else None
+
+
+def _np_merge(parts: list, axis: int) -> Any:
+    """Stack member numpy outputs along ``axis`` (nested dicts merged key by key); ragged ones stay a list."""
+    if all(isinstance(p, dict) for p in parts):
+        keys = list(dict.fromkeys(k for p in parts for k in p))
+        return {k: _np_merge([p.get(k) for p in parts], axis) if all(k in p for p in parts) else [p.get(k) for p in parts] for k in keys}
+    if all(isinstance(p, np.ndarray) for p in parts) and len({p.shape for p in parts}) == 1:
+        return np.stack(parts, axis)
+    return list(parts)
+
+
+class _StackOps:
+    """Shape operations shared by :class:`Stacked` and :class:`StackedComposite`.
+
+    Each op maps the members (whose dims are the stack's dims minus the stack dim) and stacks the
+    results again with :func:`stack_specs`, so identical results collapse to a dense spec as
+    ``torch.stack`` would.
+    """
+
+    specs: tuple
+    dim: int
+    shape: torch.Size
+
+    @property
+    def ndim(self) -> int:
+        return len(self.shape)
+
+    def ndimension(self) -> int:
+        return len(self.shape)
+
+    @property
+    def stack_dim(self) -> int:
+        return self.dim
+
+    def __len__(self) -> int:
+        return len(self.specs)
+
+    def _nb(self) -> int:
+        """Number of dims that shape ops may touch (leaf event dims excluded)."""
+        return self.ndim - getattr(self.specs[0], "_ev", 0)
+
+    def _norm(self, dim: int, n: int, what: str) -> int:
+        if not -n <= dim < n:
+            raise IndexError(f"{type(self).__name__}.{what}: dim {dim} out of range for shape {tuple(self.shape)}")
+        return dim + n if dim < 0 else dim
+
+    def expand(self, *shape: Any) -> Any:
+        """Expand to ``shape``: new leading dims, singleton dims grown (``-1`` keeps a dim, as for tensors).
+
+        A stack dim of size 1 may grow (the member is repeated); a heterogeneous dim (``-1`` in
+        ``shape``) must stay ``-1`` unless every member can be expanded to the requested size.
+        """
+        shape = _shape_args(shape)
+        name, n = type(self).__name__, self.ndim
+        if len(shape) < n:
+            raise ValueError(f"{name}.expand: {tuple(shape)} has fewer dims than the spec shape {tuple(self.shape)}")
+        lead, tail = shape[: len(shape) - n], shape[len(shape) - n:]
+        specs = self.specs
+        size = tail[self.dim]
+        if size not in (-1, len(specs)):
+            if len(specs) != 1:
+                raise ValueError(f"{name}.expand: the stack dim {self.dim} has {len(specs)} members and cannot become {size}")
+            specs = [specs[0].clone() for _ in range(size)]
+        member = lead + torch.Size([s for i, s in enumerate(tail) if i != self.dim])
+        out = []
+        for i, spec in enumerate(specs):
+            try:
+                out.append(spec.expand(member))
+            except (ValueError, RuntimeError) as err:
+                raise ValueError(f"{name}.expand: member {i} of shape {tuple(spec.shape)} cannot expand to {tuple(shape)}: {err}") from None
+        return stack_specs(out, self.dim + len(lead))
+
+    def unsqueeze(self, dim: int) -> Any:
+        """Insert a singleton dim at ``dim`` (before or after the stack dim)."""
+        dim = self._norm(dim, self._nb() + 1, "unsqueeze")
+        if dim > self.dim:
+            return stack_specs([s.unsqueeze(dim - 1) for s in self.specs], self.dim)
+        return stack_specs([s.unsqueeze(dim) for s in self.specs], self.dim + 1)
+
+    def squeeze(self, dim: int | None = None) -> Any:
+        """Remove singleton dims (all, or only ``dim``); squeezing a 1-member stack dim gives the member."""
+        if dim is None:
+            out = self
+            for d in reversed(range(self._nb())):
+                if self.shape[d] == 1:
+                    out = out.squeeze(d)
+            return out
+        dim = self._norm(dim, self._nb(), "squeeze")
+        if self.shape[dim] != 1:
+            return self
+        if dim == self.dim:
+            return self.specs[0]
+        if dim > self.dim:
+            return stack_specs([s.squeeze(dim - 1) for s in self.specs], self.dim)
+        return stack_specs([s.squeeze(dim) for s in self.specs], self.dim - 1)
+
+    def reshape(self, *shape: Any) -> Any:
+        """Reshape the member dims only: ``shape[:dim + 1]`` must equal ``self.shape[:dim + 1]``.
+
+        Members are reshaped one by one (a ``-1`` is inferred per member, so heterogeneous members
+        keep their own sizes); reshaping across the stack dim of a heterogeneous stack is impossible
+        and raises a ``ValueError``.
+        """
+        shape = _shape_args(shape)
+        d = self.dim
+        if len(shape) <= d or tuple(shape[: d + 1]) != tuple(self.shape[: d + 1]):
+            raise ValueError(
+                f"{type(self).__name__}.reshape: cannot reshape {tuple(self.shape)} to {tuple(shape)}: a heterogeneous "
+                f"stack cannot be reshaped across its stack dim {d}; keep the leading dims {tuple(self.shape[: d + 1])} "
+                "and reshape only the member dims"
+            )
+        member = shape[:d] + shape[d + 1:]
+        return stack_specs([s.reshape(member) for s in self.specs], d)
+
+    view = reshape
+
+    def unbind(self, dim: int = 0) -> tuple:
+        """Split along ``dim``: the members for the stack dim, else stacks of the members' slices."""
+        dim = self._norm(dim, self._nb(), "unbind")
+        if dim == self.dim:
+            return self.specs
+        if self.shape[dim] == -1:
+            raise ValueError(f"{type(self).__name__}.unbind: dim {dim} differs across members (shape {tuple(self.shape)})")
+        parts = [s.unbind(dim - 1 if dim > self.dim else dim) for s in self.specs]
+        new = self.dim if dim > self.dim else self.dim - 1
+        return tuple(stack_specs(list(p), new) for p in zip(*parts))
+
+    def _index(self, index: Any) -> Any:
+        """Basic indexing (ints, slices, and any index along the stack dim)."""
+        idx = index if isinstance(index, tuple) else (index,)
+        if any(i is Ellipsis or i is None for i in idx) or len(idx) > self._nb():
+            raise IndexError(f"{type(self).__name__}: unsupported index {index!r} (use ints and slices over the dims {tuple(self.shape[: self._nb()])})")
+        idx = idx + (slice(None),) * (self._nb() - len(idx))
+        for i, comp in enumerate(idx):
+            if i != self.dim and not isinstance(comp, (int, slice)):
+                raise IndexError(f"{type(self).__name__}: only ints and slices are supported outside the stack dim {self.dim}, got {comp!r} at dim {i}")
+            if self.shape[i] == -1 and comp != slice(None):
+                raise IndexError(f"{type(self).__name__}: dim {i} differs across members and cannot be indexed")
+        member_idx = idx[: self.dim] + idx[self.dim + 1:]
+        trivial = all(c == slice(None) for c in member_idx)
+        sel = idx[self.dim]
+        if isinstance(sel, int):
+            spec = self.specs[sel]
+            return spec if trivial else spec[member_idx]
+        chosen = [self.specs[i] for i in torch.arange(len(self.specs))[sel].reshape(-1).tolist()]
+        if not chosen:
+            raise IndexError(f"{type(self).__name__}: index {index!r} selects no member")
+        if not trivial:
+            chosen = [s[member_idx] for s in chosen]
+        new_dim = sum(1 for c in idx[: self.dim] if not isinstance(c, int))
+        return stack_specs(chosen, new_dim)
+
+    def cardinality(self) -> int:
+        """The members' common cardinality (batch dims share the value, as for dense specs)."""
+        cards = [s.cardinality() for s in self.specs]
+        if _common(cards) is None:
+            raise NotImplementedError(f"{type(self).__name__}.cardinality: the members' cardinalities differ ({cards})")
+        return cards[0]
+
+    def index(self, index: Any, tensor_to_index: Any) -> Any:
+        raise NotImplementedError(f"`index` is not implemented for {type(self).__name__} specs.")
+
+    def cpu(self) -> Any:
+        return self.to("cpu")
+
+    def clone(self) -> Any:
+        return type(self)([s.clone() for s in self.specs], self.dim)
+
+    def __eq__(self, other: Any) -> bool:
+        return type(other) is type(self) and self.dim == other.dim and len(self.specs) == len(other.specs) and all(a == b for a, b in zip(self.specs, other.specs))
+
+    def __ne__(self, other: Any) -> bool:
+        return not self == other
+
+    __hash__ = None
+
+
+class Stacked(_StackOps):
     """A stack of leaf specs that differ in shape or parameters (e.g. one action spec per agent).
 
-    ``shape`` holds ``-1`` where the members' sizes differ. Values are stacked tensors when the
-    members share a shape; members of different shapes are generated and checked one by one
-    (inside a :class:`StackedComposite` they become a lazily stacked TensorDict).
+    ``shape`` holds ``-1`` where the members' sizes differ; ``dtype`` and ``device`` are the first
+    member's (as in TorchRL). Values are stacked tensors when the members share a shape; members
+    of different shapes are generated, encoded and checked one by one, as lists (inside a
+    :class:`StackedComposite` they become a lazily stacked TensorDict). Shape ops (``expand``,
+    ``squeeze``, ``unsqueeze``, ``reshape`` of the member dims, ``unbind``, indexing) map the
+    members and stack the results again.
 
     Args:
         specs: the member specs (same class, same number of dims).
@@ -81,13 +267,16 @@ class Stacked:
 
     Example:
         >>> import torch
-        >>> from tdict.specs import Categorical, Stacked
+        >>> from tdict.specs import Categorical, Stacked, Unbounded
         >>> spec = torch.stack([Categorical(2), Categorical(5)], 0)
         >>> isinstance(spec, Stacked), spec.shape
         (True, torch.Size([2]))
         >>> x = spec.rand((3,))
         >>> x.shape, spec.is_in(x), spec.is_in(torch.tensor([1, 4])), spec.is_in(torch.tensor([4, 1]))
         (torch.Size([3, 2]), True, True, False)
+        >>> ragged = torch.stack([Unbounded(shape=(3,)), Unbounded(shape=(4,))], 0)
+        >>> ragged.shape, ragged.expand(5, 2, -1).shape, ragged.unsqueeze(-1).shape
+        (torch.Size([2, -1]), torch.Size([5, 2, -1]), torch.Size([2, -1, 1]))
     """
 
     _is_spec = True
@@ -101,13 +290,6 @@ class Stacked:
         self._same_shape = all(s.shape == self.specs[0].shape for s in self.specs)
 
     __torch_function__ = _TorchStack.__torch_function__
-
-    @property
-    def ndim(self) -> int:
-        return len(self.shape)
-
-    def __len__(self) -> int:
-        return len(self.specs)
 
     def _gen(self, name: str, shape: Any) -> Any:
         lead = _size(shape)
@@ -127,6 +309,10 @@ class Stacked:
         return self._gen("one", shape)
 
     zeros, ones = zero, one
+
+    def _lead(self, val: Any) -> int:
+        """Number of leading dims ``val`` has before the spec dims."""
+        return val.ndim - self.ndim if isinstance(val, torch.Tensor) else 0
 
     def _members(self, val: Any) -> list | None:
         if isinstance(val, (list, tuple)):
@@ -154,6 +340,11 @@ class Stacked:
         if why is not None:
             raise AssertionError(f"Stacked: value not in spec: {why}")
 
+    def _restack(self, parts: list, d: int) -> Any:
+        if all(isinstance(p, torch.Tensor) for p in parts) and len({p.shape for p in parts}) == 1:
+            return torch.stack(parts, d)
+        return parts
+
     def project(self, val: Any) -> Any:
         parts = self._members(val)
         if parts is None:
@@ -163,36 +354,57 @@ class Stacked:
             return torch.stack(out, val.ndim - self.ndim + self.dim)
         return out
 
-    def unbind(self, dim: int = 0) -> tuple:
-        if _norm_dim(dim, self.ndim - 1) != self.dim:
-            raise ValueError(f"Stacked.unbind: only the stack dim {self.dim} can be unbound")
-        return self.specs
+    def encode(self, val: Any, *, ignore_device: bool = False) -> Any:
+        """Encode numpy / Python values member by member (a sequence of members, or an array with the stack dim)."""
+        if not isinstance(val, (list, tuple)):
+            arr = val if isinstance(val, torch.Tensor) else torch.as_tensor(np.array(val))
+            if arr.ndim <= self.dim or arr.shape[self.dim] != len(self.specs):
+                raise ValueError(f"Stacked.encode: expected {len(self.specs)} members along dim {self.dim}, got shape {tuple(arr.shape)}")
+            val = arr.unbind(self.dim)
+        elif len(val) != len(self.specs):
+            raise ValueError(f"Stacked.encode: expected {len(self.specs)} members, got {len(val)}")
+        return self._restack([s.encode(v, ignore_device=ignore_device) for s, v in zip(self.specs, val)], self.dim)
+
+    def to_numpy(self, val: Any, safe: bool = True) -> Any:
+        """Member-wise ``to_numpy``, stacked along the stack dim (a list when the members' shapes differ)."""
+        if safe:
+            self.assert_is_in(val)
+        parts = self._members(val)
+        return _np_merge([s.to_numpy(v, safe=False) for s, v in zip(self.specs, parts)], self._lead(val) + self.dim)
+
+    def index(self, index: Any, tensor_to_index: Any) -> Any:
+        """Member-wise :meth:`index` (tensors unbound along the stack dim, or per-member lists)."""
+        parts = self._members(index)
+        if parts is None:
+            raise ValueError(f"Stacked.index: expected {len(self.specs)} members along the stack dim")
+        d = self._lead(index) + self.dim
+        targets = list(tensor_to_index) if isinstance(tensor_to_index, (list, tuple)) else list(tensor_to_index.unbind(d))
+        return self._restack([s.index(i, t) for s, i, t in zip(self.specs, parts, targets)], d)
+
+    def enumerate(self) -> torch.Tensor:
+        """The members' enumerations stacked along ``dim + 1`` (needs a common cardinality and shape)."""
+        self.cardinality()
+        if not self._same_shape:
+            raise NotImplementedError("Stacked.enumerate: the members' shapes differ")
+        return torch.stack([s.enumerate() for s in self.specs], self.dim + 1)
 
     def __getitem__(self, index: Any) -> Any:
-        if self.dim == 0 and isinstance(index, int):
-            return self.specs[index]
-        raise IndexError("Stacked: only an integer index along a leading stack dim is supported")
+        return self._index(index)
 
     def to(self, dest: Any) -> "Stacked":
         return Stacked([s.to(dest) for s in self.specs], self.dim)
-
-    def clone(self) -> "Stacked":
-        return Stacked([s.clone() for s in self.specs], self.dim)
-
-    def __eq__(self, other: Any) -> bool:
-        return type(other) is Stacked and self.dim == other.dim and len(self.specs) == len(other.specs) and all(a == b for a, b in zip(self.specs, other.specs))
-
-    __hash__ = None
 
     def __repr__(self) -> str:
         return f"Stacked(shape={tuple(self.shape)}, dim={self.dim}, specs={list(self.specs)})"
 
 
-class StackedComposite:
+class StackedComposite(_StackOps):
     """A stack of Composites that differ (heterogeneous agents): values are lazily stacked TensorDicts.
 
     Members share a batch shape; their keys and feature shapes may differ. ``spec[key]`` stacks
-    the members' sub-specs (the key must exist in all of them).
+    the members' sub-specs (the key must exist in all of them); other indices select members
+    (along the stack dim) or index the members' batch dims. ``dtype`` is the dtype every leaf
+    shares, else ``None``.
 
     Args:
         specs: the member Composites.
@@ -207,9 +419,12 @@ class StackedComposite:
         >>> td = spec.rand()
         >>> td.batch_size, td[1]["obs"].shape, spec.is_in(td), spec["obs"].shape
         (torch.Size([2]), torch.Size([5]), True, torch.Size([2, -1]))
+        >>> spec.expand(4, 2).rand().batch_size, spec.unsqueeze(-1).shape
+        (torch.Size([4, 2]), torch.Size([2, 1]))
     """
 
     _is_spec = True
+    _is_stacked_composite = True
 
     def __init__(self, specs: Sequence[Composite], dim: int = 0) -> None:
         self.specs = tuple(specs)
@@ -225,11 +440,9 @@ class StackedComposite:
         return self.shape
 
     @property
-    def ndim(self) -> int:
-        return len(self.shape)
-
-    def __len__(self) -> int:
-        return len(self.specs)
+    def dtype(self) -> torch.dtype | None:
+        dtypes = {getattr(v, "dtype", None) for s in self.specs for v in s.values(True, True)}
+        return dtypes.pop() if len(dtypes) == 1 else None
 
     def _gen(self, name: str, shape: Any) -> Any:
         lead = _size(shape)
@@ -246,6 +459,13 @@ class StackedComposite:
         return self._gen("one", shape)
 
     zeros, ones = zero, one
+
+    def _unbind_td(self, td: Any) -> tuple[int, tuple] | None:
+        bs = getattr(td, "batch_size", None)
+        if bs is None or len(bs) < self.ndim:
+            return None
+        d = len(bs) - self.ndim + self.dim
+        return (d, td.unbind(d)) if bs[d] == len(self.specs) else None
 
     def _violation(self, td: Any) -> tuple[int, tuple, str] | None:
         bs = getattr(td, "batch_size", None)
@@ -278,6 +498,24 @@ class StackedComposite:
         d = len(td.batch_size) - self.ndim + self.dim
         return lazy_stack([s.project(p) for s, p in zip(self.specs, td.unbind(d))], d)
 
+    def encode(self, vals: Any, *, ignore_device: bool = False) -> Any:
+        """Encode one (nested) dict of numpy / Python values per member into a lazily stacked TensorDict."""
+        if hasattr(vals, "unbind") and hasattr(vals, "batch_size"):
+            vals = vals.unbind(self.dim)
+        if not isinstance(vals, (list, tuple)) or len(vals) != len(self.specs):
+            raise ValueError(f"StackedComposite.encode: expected a sequence of {len(self.specs)} per-member dicts, got {type(vals).__name__}")
+        return lazy_stack([s.encode(v, ignore_device=ignore_device) for s, v in zip(self.specs, vals)], self.dim)
+
+    def to_numpy(self, td: Any, safe: bool = True) -> dict:
+        """A nested dict of numpy arrays stacked along the stack dim (a list of member arrays where they differ)."""
+        if safe:
+            self.assert_is_in(td)
+        found = self._unbind_td(td)
+        if found is None:
+            raise ValueError(f"StackedComposite.to_numpy: expected a TensorDict with {len(self.specs)} members along the stack dim")
+        d, parts = found
+        return _np_merge([s.to_numpy(p, safe=False) for s, p in zip(self.specs, parts)], d)
+
     def keys(self, include_nested: bool = False, leaves_only: bool = False) -> list:
         """The keys every member has (in the first member's order)."""
         common = set(self.specs[0].keys(include_nested, leaves_only))
@@ -285,33 +523,24 @@ class StackedComposite:
             common &= set(s.keys(include_nested, leaves_only))
         return [k for k in self.specs[0].keys(include_nested, leaves_only) if k in common]
 
+    def items(self, include_nested: bool = False, leaves_only: bool = False) -> list:
+        return [(k, self[k]) for k in self.keys(include_nested, leaves_only)]
+
+    def values(self, include_nested: bool = False, leaves_only: bool = False) -> list:
+        return [self[k] for k in self.keys(include_nested, leaves_only)]
+
     def __contains__(self, key: Any) -> bool:
         return all(key in s for s in self.specs)
 
     def __getitem__(self, index: Any) -> Any:
-        if isinstance(index, (str, tuple)) and all(isinstance(k, str) for k in ((index,) if isinstance(index, str) else index)):
+        if isinstance(index, str) or (isinstance(index, tuple) and index and all(isinstance(k, str) for k in index)):
             return stack_specs([s[index] for s in self.specs], self.dim)
-        if self.dim == 0 and isinstance(index, int):
-            return self.specs[index]
-        raise IndexError("StackedComposite: index with a key or an integer along a leading stack dim")
-
-    def unbind(self, dim: int = 0) -> tuple:
-        if _norm_dim(dim, self.ndim - 1) != self.dim:
-            raise ValueError(f"StackedComposite.unbind: only the stack dim {self.dim} can be unbound")
-        return self.specs
+        return self._index(index)
 
     def to(self, dest: Any) -> "StackedComposite":
         out = StackedComposite([s.to(dest) for s in self.specs], self.dim)
         out.device = _device(dest)
         return out
-
-    def clone(self) -> "StackedComposite":
-        return StackedComposite([s.clone() for s in self.specs], self.dim)
-
-    def __eq__(self, other: Any) -> bool:
-        return type(other) is StackedComposite and self.dim == other.dim and len(self.specs) == len(other.specs) and all(a == b for a, b in zip(self.specs, other.specs))
-
-    __hash__ = None
 
     def __repr__(self) -> str:
         return f"StackedComposite(shape={tuple(self.shape)}, dim={self.dim}, specs={list(self.specs)})"

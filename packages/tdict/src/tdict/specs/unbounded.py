@@ -34,14 +34,20 @@ class Unbounded(TensorSpec):
     def __init__(self, shape: Any = None, device: Any = None, dtype: torch.dtype | None = None) -> None:
         super().__init__(shape, device, dtype if dtype is not None else torch.get_default_dtype())
 
+    def _finish(self) -> None:
+        # the sampler is chosen once, not per call: 0 normal, 1 bool, 2 integers in [_low, 100)
+        dt = self.dtype
+        self._kind = 0 if (dt.is_floating_point or dt.is_complex) else (1 if dt is torch.bool else 2)
+        self._low = -100 if dt.is_signed else 0
+
     def rand(self, shape: Any = ()) -> torch.Tensor:
         full = self._full(shape)
-        if self.dtype.is_floating_point or self.dtype.is_complex:
+        kind = self._kind
+        if kind == 0:
             return torch.randn(full, dtype=self.dtype, device=self.device)
-        if self.dtype is torch.bool:
+        if kind == 1:
             return torch.randint(0, 2, full, device=self.device).bool()
-        low = 0 if not self.dtype.is_signed else -100
-        return torch.randint(low, 100, full, dtype=self.dtype, device=self.device)
+        return torch.randint(self._low, 100, full, dtype=self.dtype, device=self.device)
 
     def _violation(self, val: Any) -> str | None:
         return self._check_tensor(val)
