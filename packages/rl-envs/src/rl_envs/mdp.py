@@ -22,7 +22,7 @@ class MDPShift:
     """A precomputed :func:`step_mdp` for a fixed set of keys (what an env uses on its hot path).
 
     Args:
-        action_keys / reward_keys / done_keys: the env's keys.
+        action_keys / reward_keys / done_keys: the env's keys (a list; a tuple is one nested key).
         keep_other: keep root entries that ``"next"`` does not hold (policy outputs, parameters...).
         exclude_reward / exclude_done / exclude_action: drop those keys from the result.
 
@@ -38,15 +38,17 @@ class MDPShift:
 
     def __init__(
         self,
-        action_keys: Sequence[NestedKey] = ("action",),
-        reward_keys: Sequence[NestedKey] = ("reward",),
-        done_keys: Sequence[NestedKey] = ("done", "terminated", "truncated"),
+        action_keys: NestedKey | Sequence[NestedKey] = "action",
+        reward_keys: NestedKey | Sequence[NestedKey] = "reward",
+        done_keys: NestedKey | Sequence[NestedKey] | None = None,
         *,
         keep_other: bool = True,
         exclude_reward: bool = True,
         exclude_done: bool = False,
         exclude_action: bool = True,
     ) -> None:
+        if done_keys is None:
+            done_keys = ["done", "terminated", "truncated"]
         action_keys, reward_keys, done_keys = (_as_key_list(k) for k in (action_keys, reward_keys, done_keys))
         self.keep_other = keep_other
         # keys never carried over from the root: "next" itself, rewards and dones (they come from "next")
@@ -116,7 +118,7 @@ def step_mdp(
     exclude_done: bool = False,
     exclude_action: bool = True,
     reward_keys: NestedKey | Sequence[NestedKey] = "reward",
-    done_keys: NestedKey | Sequence[NestedKey] = ("done", "terminated", "truncated"),
+    done_keys: NestedKey | Sequence[NestedKey] | None = None,
     action_keys: NestedKey | Sequence[NestedKey] = "action",
 ) -> TensorDictBase:
     """Moves ``tensordict["next"]`` to the root: the state at t+1 becomes the input of the next step.
@@ -128,7 +130,8 @@ def step_mdp(
         exclude_reward: drop the reward keys (default ``True``).
         exclude_done: drop the done keys (default ``False``: the new root says whether it is done).
         exclude_action: drop the action keys (default ``True``).
-        reward_keys, done_keys, action_keys: the keys in question.
+        reward_keys, done_keys, action_keys: the keys in question (a tuple is one nested key; pass
+            several keys as a list). ``done_keys`` defaults to ``["done", "terminated", "truncated"]``.
 
     Example:
         >>> import torch
@@ -141,6 +144,8 @@ def step_mdp(
     """
     if "next" not in tensordict.keys():
         raise KeyError(f"step_mdp: the tensordict has no 'next' entry (keys: {sorted(map(str, tensordict.keys()))}).")
+    if done_keys is None:
+        done_keys = ["done", "terminated", "truncated"]
     shift = MDPShift(
         action_keys, reward_keys, done_keys,
         keep_other=keep_other, exclude_reward=exclude_reward, exclude_done=exclude_done, exclude_action=exclude_action,

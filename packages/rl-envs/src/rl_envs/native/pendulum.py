@@ -28,15 +28,30 @@ def pendulum_step(th, thdot, u, max_speed, max_torque, dt, g, m, l):  # noqa: E7
     return th + new_thdot * dt, new_thdot, -costs
 
 
-def _pendulum_step_fast(th, thdot, u, max_speed, max_torque, dt, g, m, l):  # noqa: E741
-    """:func:`pendulum_step` with float parameters, fused into few in-place ops (the hot path)."""
-    u = u.clamp(-max_torque, max_torque)
-    reward = torch.remainder(th + math.pi, 2 * math.pi).sub_(math.pi)
-    reward = reward.mul_(reward).neg_()
-    reward = torch.addcmul(reward, thdot, thdot, value=-0.1).addcmul_(u, u, value=-0.001)
-    new_thdot = torch.sin(th).mul_(3 * g / (2 * l) * dt).add_(u, alpha=3.0 / (m * l * l) * dt).add_(thdot)
-    new_thdot = new_thdot.clamp_(-max_speed, max_speed)
-    return torch.add(th, new_thdot, alpha=dt), new_thdot, reward
+class _Constants:
+    """The float parameters as 0-d tensors: tensor-tensor ops skip the scalar wrapping (about 2x faster)."""
+
+    def __init__(self, p: dict, device: Any) -> None:
+        def t(x: float) -> torch.Tensor:
+            return torch.tensor(x, dtype=torch.float32, device=device)
+
+        self.pi, self.two_pi = t(math.pi), t(2 * math.pi)
+        self.torque_low, self.torque_high = t(-p["max_torque"]), t(p["max_torque"])
+        self.speed_low, self.speed_high = t(-p["max_speed"]), t(p["max_speed"])
+        self.k_sin = t(3 * p["g"] / (2 * p["l"]) * p["dt"])
+        self.k_u = t(3.0 / (p["m"] * p["l"] ** 2) * p["dt"])
+        self.dt = p["dt"]
+
+
+def _pendulum_step_fast(th: torch.Tensor, thdot: torch.Tensor, u: torch.Tensor, c: _Constants):
+    """:func:`pendulum_step` with the default parameters, in few tensor-tensor ops (the hot path)."""
+    u = torch.clamp(u, c.torque_low, c.torque_high)
+    normalized = torch.remainder(th + c.pi, c.two_pi).sub_(c.pi)
+    reward = normalized.mul_(normalized)
+    reward = reward.addcmul_(thdot, thdot, value=0.1).addcmul_(u, u, value=0.001).neg_()
+    new_thdot = torch.addcmul(thdot, torch.sin(th), c.k_sin).addcmul_(u, c.k_u)
+    new_thdot = new_thdot.clamp_(c.speed_low, c.speed_high)
+    return torch.add(th, new_thdot, alpha=c.dt), new_thdot, reward
 
 
 class PendulumEnv(EnvBase):
@@ -77,6 +92,7 @@ class PendulumEnv(EnvBase):
         self._rng.manual_seed(int(torch.empty((), dtype=torch.int64).random_()) if seed is None else seed)
         self._default_params = self.gen_params(self.batch_size)["params"]
         self._default_g = self._default_params["g"]
+        self._constants = _Constants(self._params, self.device)
         self._make_specs()
 
     @property
@@ -93,13 +109,13 @@ class PendulumEnv(EnvBase):
                 torch.tensor([-1.0, -1.0, -max_speed]).expand(*shape, 3), torch.tensor([1.0, 1.0, max_speed]).expand(*shape, 3),
                 shape=(*shape, 3), device=device,
             ),
-            th=Bounded(-math.pi, math.pi, shape=shape, device=device),
+            th=Unbounded(shape=shape, device=device),  # the angle is not wrapped (as in Gymnasium's state)
             thdot=Bounded(-max_speed, max_speed, shape=shape, device=device),
             shape=shape,
         )
         # parameters are read at the root of each step and carried along by step_mdp, not re-emitted
         self.state_spec = Composite(
-            th=Bounded(-math.pi, math.pi, shape=shape, device=device),
+            th=Unbounded(shape=shape, device=device),
             thdot=Bounded(-max_speed, max_speed, shape=shape, device=device),
             params=params,
             shape=shape,
@@ -140,24 +156,30 @@ class PendulumEnv(EnvBase):
         params = tensordict.get("params", None)
         # the default parameters (same tensors, even after step_mdp copied their TensorDict): float math
         if params is None or params.get("g") is self._default_g:
-            p = self._params  # plain floats: the cheapest arithmetic
-            new_th, new_thdot, reward = _pendulum_step_fast(
-                th, thdot, u, p["max_speed"], p["max_torque"], p["dt"], p["g"], p["m"], p["l"]
-            )
+            new_th, new_thdot, reward = _pendulum_step_fast(th, thdot, u, self._constants)
         else:
             get = params.get
             new_th, new_thdot, reward = pendulum_step(
                 th, thdot, u, get("max_speed"), get("max_torque"), get("dt"), get("g"), get("m"), get("l")
             )
         batch = tensordict.batch_size
-        # three distinct flags from one allocation
-        done, terminated, truncated = torch.zeros((3, *batch), dtype=torch.bool, device=self.device).unbind(0)
+        done = torch.zeros_like(reward, dtype=torch.bool)
         out = {
             "th": new_th, "thdot": new_thdot,
             "observation": torch.stack([new_th.cos(), new_th.sin(), new_thdot], -1),
-            "reward": reward, "done": done, "terminated": terminated, "truncated": truncated,
+            "reward": reward, "done": done, "terminated": torch.zeros_like(done), "truncated": torch.zeros_like(done),
         }
         return TensorDict._new_unsafe(out, batch, self.device)
+
+    def to(self, *args: Any, **kwargs: Any) -> "PendulumEnv":
+        super().to(*args, **kwargs)
+        self._default_params = self.gen_params(self.batch_size)["params"]
+        self._default_g = self._default_params["g"]
+        self._constants = _Constants(self._params, self.device)
+        if self._rng.device != (self.device or torch.device("cpu")):
+            seed = int(torch.randint(0, 2**62, (), generator=self._rng))
+            self._rng = torch.Generator(device=self.device).manual_seed(seed)
+        return self
 
     def _set_seed(self, seed: int | None) -> None:
         self._rng.manual_seed(int(torch.empty((), dtype=torch.int64).random_()) if seed is None else int(seed))

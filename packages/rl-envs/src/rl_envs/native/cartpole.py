@@ -1,0 +1,143 @@
+"""CartPoleEnv: Gymnasium's CartPole-v1 in pure torch, vectorised over a batch dimension."""
+from __future__ import annotations
+
+import math
+from typing import Any, Sequence
+
+import torch
+from tdict import TensorDict, TensorDictBase
+from tdict.specs import Bounded, Categorical, Composite, Unbounded
+
+from ..env_base import EnvBase
+
+__all__ = ["CartPoleEnv"]
+
+# Gymnasium's CartPole-v1 constants (classic_control/cartpole.py)
+GRAVITY = 9.8
+MASSCART = 1.0
+MASSPOLE = 0.1
+TOTAL_MASS = MASSPOLE + MASSCART
+LENGTH = 0.5  # half the pole's length
+POLEMASS_LENGTH = MASSPOLE * LENGTH
+FORCE_MAG = 10.0
+TAU = 0.02  # seconds per step (euler integration)
+THETA_THRESHOLD = 12 * 2 * math.pi / 360  # 12 degrees
+X_THRESHOLD = 2.4
+RESET_BOUND = 0.05
+
+
+def cartpole_step(obs: torch.Tensor, action: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """One CartPole-v1 euler step: ``(next_obs, terminated)``.
+
+    ``obs`` is ``[*batch, 4]`` (x, x_dot, theta, theta_dot), ``action`` an integer tensor of the batch
+    shape (0 pushes left, 1 pushes right). ``obs`` is not modified: every in-place op below works on a
+    tensor allocated here.
+    """
+    x_dot, theta, theta_dot = obs[..., 1], obs[..., 2], obs[..., 3]
+    force = action.to(obs.dtype, copy=True).mul_(2 * FORCE_MAG).sub_(FORCE_MAG)
+    cos, sin = torch.cos(theta), torch.sin(theta)
+    # temp = (force + polemass_length * theta_dot² * sin) / total_mass
+    temp = torch.mul(theta_dot, theta_dot).mul_(sin).mul_(POLEMASS_LENGTH).add_(force).div_(TOTAL_MASS)
+    # thetaacc = (g sin - cos temp) / (length (4/3 - masspole cos² / total_mass))
+    denom = torch.mul(cos, cos).mul_(-LENGTH * MASSPOLE / TOTAL_MASS).add_(LENGTH * 4.0 / 3.0)
+    thetaacc = torch.mul(sin, GRAVITY).addcmul_(cos, temp, value=-1.0).div_(denom)
+    # xacc = temp - polemass_length * thetaacc * cos / total_mass
+    xacc = temp.addcmul_(thetaacc, cos, value=-POLEMASS_LENGTH / TOTAL_MASS)
+    # euler: every coordinate moves by tau times the derivative computed from the old state
+    next_obs = torch.stack((x_dot, xacc, theta_dot, thetaacc), -1).mul_(TAU).add_(obs)
+    terminated = (next_obs[..., 0:3:2].abs() > _THRESHOLDS.get(next_obs)).any(-1)
+    return next_obs, terminated
+
+
+class _PerDevice:
+    """A constant tensor cached per (device, dtype): no allocation or transfer on the hot path."""
+
+    def __init__(self, values: list[float]) -> None:
+        self.values = values
+        self.cache: dict = {}
+
+    def get(self, like: torch.Tensor) -> torch.Tensor:
+        key = (like.device, like.dtype)
+        value = self.cache.get(key)
+        if value is None:
+            value = self.cache[key] = torch.tensor(self.values, dtype=like.dtype, device=like.device)
+        return value
+
+
+_THRESHOLDS = _PerDevice([X_THRESHOLD, THETA_THRESHOLD])  # |x| and |theta| limits
+
+
+class CartPoleEnv(EnvBase):
+    """The cart-pole balancing task of Gymnasium's ``CartPole-v1``, in torch.
+
+    Observation ``"observation"`` (float32, ``[*batch, 4]``): cart position, cart velocity, pole angle
+    (0 = upright) and pole angular velocity. Action ``"action"``: an int64 index of the batch shape
+    (``Categorical(2)``, TorchRL's ``categorical_action_encoding``): 0 pushes the cart left, 1 right.
+    Reward: 1.0 on every step, including the terminating one. The episode terminates when the cart
+    leaves ``|x| <= 2.4`` or the pole leaves ``|theta| <= 12°``; ``truncated`` is always ``False``,
+    because CartPole-v1's 500-step limit comes from Gymnasium's ``TimeLimit`` wrapper: add
+    ``StepCounter(max_steps=500)`` to get it. Resets draw every state entry uniformly in
+    ``(-0.05, 0.05)`` from the env's own generator.
+
+    Args:
+        batch_size: the number of cart-poles (``[]`` for one).
+        device: where the tensors live.
+        seed: seeds the env's random generator.
+
+    Example:
+        >>> from rl_envs import StepCounter, TransformedEnv
+        >>> env = TransformedEnv(CartPoleEnv(batch_size=[4], seed=0), StepCounter(max_steps=500))
+        >>> rollout = env.rollout(100, break_when_any_done=False)
+        >>> rollout.batch_size, rollout["observation"].shape, rollout["action"].dtype
+        (torch.Size([4, 100]), torch.Size([4, 100, 4]), torch.int64)
+        >>> bool(rollout["next", "reward"].eq(1.0).all()), bool(rollout["next", "done"].any())
+        (True, True)
+    """
+
+    def __init__(self, batch_size: Sequence[int] | None = None, device: Any = None, seed: int | None = None) -> None:
+        super().__init__(device=device, batch_size=batch_size)
+        self._rng = torch.Generator(device=self.device or "cpu")
+        self._set_seed(seed)
+        self._make_specs()
+
+    def _make_specs(self) -> None:
+        shape, device = self.batch_size, self.device
+        # Gymnasium's observation space: twice the termination limits, so a terminating state still fits
+        high = torch.tensor([2 * X_THRESHOLD, math.inf, 2 * THETA_THRESHOLD, math.inf], dtype=torch.float32)
+        self.observation_spec = Composite(
+            observation=Bounded(-high.expand(*shape, 4), high.expand(*shape, 4), shape=(*shape, 4), device=device, dtype=torch.float32),
+            shape=shape,
+        )
+        self.action_spec = Categorical(2, shape=shape, device=device)
+        self.reward_spec = Unbounded(shape=shape, device=device, dtype=torch.float32)
+        flag = Categorical(2, shape=shape, dtype=torch.bool, device=device)
+        self.done_spec = Composite(done=flag, terminated=flag.clone(), truncated=flag.clone(), shape=shape)
+
+    def _reset(self, tensordict: TensorDictBase | None = None, **kwargs: Any) -> TensorDict:
+        if kwargs:
+            raise TypeError(f"CartPoleEnv.reset: unexpected keyword arguments {sorted(kwargs)}.")
+        batch = self.batch_size
+        obs = torch.empty((*batch, 4), dtype=torch.float32, device=self.device).uniform_(-RESET_BOUND, RESET_BOUND, generator=self._rng)
+        done = torch.zeros((3, *batch), dtype=torch.bool, device=self.device)
+        return TensorDict._new_unsafe(
+            {"observation": obs, "done": done[0], "terminated": done[1], "truncated": done[2]}, batch, self.device
+        )
+
+    def _step(self, tensordict: TensorDictBase) -> TensorDict:
+        next_obs, terminated = cartpole_step(tensordict.get("observation"), tensordict.get("action"))
+        batch = tensordict.batch_size
+        device = self.device
+        return TensorDict._new_unsafe(
+            {
+                "observation": next_obs,
+                "reward": torch.ones(batch, dtype=torch.float32, device=device),
+                "done": terminated.clone(),
+                "terminated": terminated,
+                "truncated": torch.zeros(batch, dtype=torch.bool, device=device),
+            },
+            batch,
+            device,
+        )
+
+    def _set_seed(self, seed: int | None) -> None:
+        self._rng.manual_seed(int(torch.empty((), dtype=torch.int64).random_()) if seed is None else int(seed))
