@@ -321,7 +321,7 @@ class EnvBase(nn.Module):
         if keys is None:
             keys = self._keys()
         batch_dims = tensordict.batch_dims
-        if batch_dims != keys.batch_dims and self.batch_locked:
+        if self.batch_locked and tensordict.batch_size != self._batch_size:
             raise ValueError(
                 f"step: the tensordict's batch_size {list(tensordict.batch_size)} does not match the env's "
                 f"batch_size {list(self._batch_size)}."

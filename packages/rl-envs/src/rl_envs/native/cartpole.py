@@ -26,45 +26,41 @@ X_THRESHOLD = 2.4
 RESET_BOUND = 0.05
 
 
-def cartpole_step(obs: torch.Tensor, action: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """One CartPole-v1 euler step: ``(next_obs, terminated)``.
+class _Constants:
+    """The step's constants as tensors on the env's device: tensor-tensor ops skip the scalar wrapping."""
+
+    def __init__(self, device: Any) -> None:
+        def t(x: Any) -> torch.Tensor:
+            return torch.tensor(x, dtype=torch.float32, device=device)
+
+        # action 0/1 -> force / total_mass = action * (2 f / M) - f / M
+        self.force_slope, self.force_low = t(2 * FORCE_MAG / TOTAL_MASS), t(-FORCE_MAG / TOTAL_MASS)
+        self.gravity, self.four_thirds_length = t(GRAVITY), t(LENGTH * 4.0 / 3.0)
+        # |x| and |theta| limits; the velocities never terminate
+        self.limits = t([X_THRESHOLD, math.inf, THETA_THRESHOLD, math.inf])
+
+
+def cartpole_step(obs: torch.Tensor, action: torch.Tensor, c: _Constants) -> tuple[torch.Tensor, torch.Tensor]:
+    """One CartPole-v1 euler step: ``(next_obs, terminated)``, Gymnasium's formulas in few tensor ops.
 
     ``obs`` is ``[*batch, 4]`` (x, x_dot, theta, theta_dot), ``action`` an integer tensor of the batch
-    shape (0 pushes left, 1 pushes right). ``obs`` is not modified: every in-place op below works on a
-    tensor allocated here.
+    shape (0 pushes left, 1 pushes right). Inputs are not modified: in-place ops only touch tensors
+    allocated here.
     """
-    x_dot, theta, theta_dot = obs[..., 1], obs[..., 2], obs[..., 3]
-    force = action.to(obs.dtype, copy=True).mul_(2 * FORCE_MAG).sub_(FORCE_MAG)
-    cos, sin = torch.cos(theta), torch.sin(theta)
+    _, x_dot, theta, theta_dot = obs.unbind(-1)
+    force = torch.addcmul(c.force_low, action, c.force_slope)  # already divided by total_mass
+    sin, cos = torch.sin(theta), torch.cos(theta)
     # temp = (force + polemass_length * theta_dot² * sin) / total_mass
-    temp = torch.mul(theta_dot, theta_dot).mul_(sin).mul_(POLEMASS_LENGTH).add_(force).div_(TOTAL_MASS)
+    temp = torch.addcmul(force, torch.mul(theta_dot, theta_dot), sin, value=POLEMASS_LENGTH / TOTAL_MASS)
     # thetaacc = (g sin - cos temp) / (length (4/3 - masspole cos² / total_mass))
-    denom = torch.mul(cos, cos).mul_(-LENGTH * MASSPOLE / TOTAL_MASS).add_(LENGTH * 4.0 / 3.0)
-    thetaacc = torch.mul(sin, GRAVITY).addcmul_(cos, temp, value=-1.0).div_(denom)
+    denom = torch.addcmul(c.four_thirds_length, cos, cos, value=-LENGTH * MASSPOLE / TOTAL_MASS)
+    thetaacc = torch.mul(sin, c.gravity).addcmul_(cos, temp, value=-1.0).div_(denom)
     # xacc = temp - polemass_length * thetaacc * cos / total_mass
     xacc = temp.addcmul_(thetaacc, cos, value=-POLEMASS_LENGTH / TOTAL_MASS)
-    # euler: every coordinate moves by tau times the derivative computed from the old state
-    next_obs = torch.stack((x_dot, xacc, theta_dot, thetaacc), -1).mul_(TAU).add_(obs)
-    terminated = (next_obs[..., 0:3:2].abs() > _THRESHOLDS.get(next_obs)).any(-1)
+    # euler: every coordinate moves by tau times its derivative at the old state
+    next_obs = torch.add(obs, torch.stack((x_dot, xacc, theta_dot, thetaacc), -1), alpha=TAU)
+    terminated = (next_obs.abs() > c.limits).any(-1)
     return next_obs, terminated
-
-
-class _PerDevice:
-    """A constant tensor cached per (device, dtype): no allocation or transfer on the hot path."""
-
-    def __init__(self, values: list[float]) -> None:
-        self.values = values
-        self.cache: dict = {}
-
-    def get(self, like: torch.Tensor) -> torch.Tensor:
-        key = (like.device, like.dtype)
-        value = self.cache.get(key)
-        if value is None:
-            value = self.cache[key] = torch.tensor(self.values, dtype=like.dtype, device=like.device)
-        return value
-
-
-_THRESHOLDS = _PerDevice([X_THRESHOLD, THETA_THRESHOLD])  # |x| and |theta| limits
 
 
 class CartPoleEnv(EnvBase):
@@ -98,7 +94,18 @@ class CartPoleEnv(EnvBase):
         super().__init__(device=device, batch_size=batch_size)
         self._rng = torch.Generator(device=self.device or "cpu")
         self._set_seed(seed)
+        self._consts = _Constants(self.device)
         self._make_specs()
+
+    def to(self, *args: Any, **kwargs: Any) -> "CartPoleEnv":
+        old = self.device
+        super().to(*args, **kwargs)
+        if self.device != old:  # constants and generator follow; the new generator continues the old stream
+            self._consts = _Constants(self.device)
+            seed = int(torch.randint(0, 2**62, (), generator=self._rng, device=self._rng.device))
+            self._rng = torch.Generator(device=self.device or "cpu")
+            self._rng.manual_seed(seed)
+        return self
 
     def _make_specs(self) -> None:
         shape, device = self.batch_size, self.device
@@ -124,7 +131,7 @@ class CartPoleEnv(EnvBase):
         )
 
     def _step(self, tensordict: TensorDictBase) -> TensorDict:
-        next_obs, terminated = cartpole_step(tensordict.get("observation"), tensordict.get("action"))
+        next_obs, terminated = cartpole_step(tensordict.get("observation"), tensordict.get("action"), self._consts)
         batch = tensordict.batch_size
         device = self.device
         return TensorDict._new_unsafe(

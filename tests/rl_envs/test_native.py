@@ -1,0 +1,408 @@
+"""Native envs (PendulumEnv, CartPoleEnv): step-for-step against Gymnasium, batching, seeding, resets, specs."""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+from torch import nn
+
+from tdict import TensorDict
+from tdict.nn import TensorDictModule
+from rl_envs import CartPoleEnv, PendulumEnv, StepCounter, TransformedEnv
+
+THETA_LIMIT = 12 * 2 * math.pi / 360
+ATOL, RTOL = 1e-5, 1e-5  # float32 (ours) against float64 (gymnasium)
+
+
+def _gym_classic():
+    return pytest.importorskip("gymnasium.envs.classic_control")
+
+
+# ----------------------------------------------------------------------------- state samplers
+def _cartpole_states(n: int, gen: torch.Generator) -> torch.Tensor:
+    """Random states: a generic block and blocks close to each termination threshold (both signs)."""
+    def u(lo, hi, k):
+        return torch.empty(k, dtype=torch.float64).uniform_(lo, hi, generator=gen)
+
+    k = n // 3
+    generic = torch.stack([u(-2.4, 2.4, k), u(-3, 3, k), u(-THETA_LIMIT, THETA_LIMIT, k), u(-3, 3, k)], -1)
+    sign = torch.where(u(0, 1, k) < 0.5, -1.0, 1.0)
+    near_x = torch.stack([sign * u(2.3, 2.4, k), sign * u(-2, 2, k), u(-0.1, 0.1, k), u(-1, 1, k)], -1)
+    m = n - 2 * k
+    sign = torch.where(u(0, 1, m) < 0.5, -1.0, 1.0)
+    near_theta = torch.stack([u(-1, 1, m), u(-1, 1, m), sign * u(0.18, THETA_LIMIT, m), sign * u(-2, 2, m)], -1)
+    return torch.cat([generic, near_x, near_theta]).to(torch.float32)
+
+
+def _pendulum_states(n: int, gen: torch.Generator) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(th, thdot, u): angles well past ±pi (wrap-around), near ±pi, speeds and torques past their clips."""
+    def u(lo, hi, k):
+        return torch.empty(k, dtype=torch.float32).uniform_(lo, hi, generator=gen)
+
+    k = n // 2
+    th = torch.cat([u(-3 * math.pi, 3 * math.pi, k), math.pi * torch.where(u(0, 1, n - k) < 0.5, -1.0, 1.0) + u(-0.01, 0.01, n - k)])
+    thdot = u(-8.5, 8.5, n)
+    torque = u(-3.0, 3.0, n)
+    return th, thdot, torque
+
+
+# ----------------------------------------------------------------------------- vs gymnasium
+def test_cartpole_matches_gymnasium_step_for_step():
+    classic = _gym_classic()
+    gen = torch.Generator().manual_seed(0)
+    n = 1500
+    states = _cartpole_states(n, gen)
+    actions = torch.randint(0, 2, (n,), generator=gen)
+    env = CartPoleEnv(batch_size=[n])
+    out = env.step(TensorDict(observation=states, action=actions, batch_size=[n]))["next"]
+    assert out["observation"].dtype == torch.float32 and out["reward"].dtype == torch.float32
+
+    gym_env = classic.CartPoleEnv()
+    gym_env.reset(seed=0)
+    gym_obs, gym_term = np.empty((n, 4), dtype=np.float32), np.empty(n, dtype=bool)
+    ambiguous = np.zeros(n, dtype=bool)
+    for i in range(n):
+        gym_env.unwrapped.state = states[i].double().numpy()
+        gym_env.unwrapped.steps_beyond_terminated = None
+        obs, reward, terminated, truncated, _ = gym_env.step(int(actions[i]))
+        assert reward == 1.0 and truncated is False
+        gym_obs[i], gym_term[i] = obs, terminated
+        # within float32 rounding of a threshold the two precisions may legitimately disagree
+        ambiguous[i] = abs(abs(obs[0]) - 2.4) < 1e-5 or abs(abs(obs[2]) - THETA_LIMIT) < 1e-5
+    torch.testing.assert_close(out["observation"], torch.from_numpy(gym_obs), atol=ATOL, rtol=RTOL)
+    keep = torch.from_numpy(~ambiguous)
+    assert int(keep.sum()) > n - 5
+    assert torch.equal(out["terminated"][keep], torch.from_numpy(gym_term)[keep])
+    assert torch.equal(out["done"], out["terminated"])
+    assert not out["truncated"].any()
+    torch.testing.assert_close(out["reward"], torch.ones(n))
+    # the near-threshold blocks really exercise both outcomes of each threshold
+    x_block, theta_block = gym_term[n // 3: 2 * (n // 3)], gym_term[2 * (n // 3):]
+    assert 0.1 < x_block.mean() < 0.9 and 0.1 < theta_block.mean() < 0.9
+
+
+def test_cartpole_trajectory_matches_gymnasium():
+    """Whole episodes from a reset state, with gymnasium stepping its own (float64) state alongside."""
+    classic = _gym_classic()
+    env = CartPoleEnv(seed=1)
+    gen = torch.Generator().manual_seed(1)
+    gym_env = classic.CartPoleEnv()
+    gym_env.reset(seed=0)
+    for _ in range(3):
+        td = env.reset()
+        gym_env.unwrapped.state = td["observation"].double().numpy()
+        gym_env.unwrapped.steps_beyond_terminated = None
+        for t in range(500):
+            td["action"] = torch.randint(0, 2, (), generator=gen)
+            td = env.step(td)
+            obs, reward, terminated, _, _ = gym_env.step(int(td["action"]))
+            torch.testing.assert_close(td["next", "observation"], torch.from_numpy(obs), atol=1e-4, rtol=1e-4)
+            assert bool(td["next", "terminated"]) == terminated and float(td["next", "reward"]) == reward
+            if terminated:
+                break
+            td = td["next"]
+        assert terminated and t > 3
+
+
+def test_pendulum_matches_gymnasium_step_for_step():
+    classic = _gym_classic()
+    gen = torch.Generator().manual_seed(0)
+    n = 1000
+    th, thdot, torque = _pendulum_states(n, gen)
+    env = PendulumEnv(batch_size=[n])
+    td = env.reset()
+    td.update({"th": th, "thdot": thdot, "action": torque.unsqueeze(-1)})
+    out = env.step(td)["next"]
+
+    gym_env = classic.PendulumEnv()
+    gym_env.reset(seed=0)
+    gym_state, gym_obs, gym_rew = np.empty((n, 2)), np.empty((n, 3), dtype=np.float32), np.empty(n)
+    for i in range(n):
+        gym_env.state = np.array([float(th[i]), float(thdot[i])])
+        obs, reward, terminated, truncated, _ = gym_env.step(torque[i : i + 1].double().numpy())
+        assert terminated is False and truncated is False
+        gym_state[i], gym_obs[i], gym_rew[i] = gym_env.state, obs, reward
+    gym_state = torch.from_numpy(gym_state).float()
+    torch.testing.assert_close(out["th"], gym_state[:, 0], atol=ATOL, rtol=RTOL)
+    torch.testing.assert_close(out["thdot"], gym_state[:, 1], atol=ATOL, rtol=RTOL)
+    torch.testing.assert_close(out["observation"], torch.from_numpy(gym_obs), atol=ATOL, rtol=RTOL)
+    torch.testing.assert_close(out["reward"], torch.from_numpy(gym_rew).float(), atol=1e-4, rtol=RTOL)
+    assert not out["done"].any() and not out["terminated"].any() and not out["truncated"].any()
+    # the samples did reach the speed clip and the wrap-around of the angle cost
+    assert (out["thdot"].abs() == 8.0).any() and (th.abs() > math.pi).sum() > n // 4
+
+
+def test_pendulum_params_match_gymnasium():
+    """Per-env parameters (stateless path) against gymnasium envs built with the same gravity."""
+    classic = _gym_classic()
+    gen = torch.Generator().manual_seed(1)
+    n = 6
+    g = torch.tensor([0.0, 1.62, 3.7, 9.81, 10.0, 24.8])
+    th, thdot, torque = _pendulum_states(n, gen)
+    env = PendulumEnv()
+    params = env.gen_params(batch_size=[n])
+    params["params", "g"] = g.clone()
+    td = env.reset(params)
+    td.update({"th": th, "thdot": thdot, "action": torque.unsqueeze(-1)})
+    out = env.step(td)["next"]
+    for i in range(n):
+        gym_env = classic.PendulumEnv(g=float(g[i]))
+        gym_env.reset(seed=0)
+        gym_env.state = np.array([float(th[i]), float(thdot[i])])
+        obs, reward, *_ = gym_env.step(torque[i : i + 1].double().numpy())
+        torch.testing.assert_close(out["observation"][i], torch.from_numpy(obs), atol=ATOL, rtol=RTOL)
+        torch.testing.assert_close(out["reward"][i], torch.tensor(reward, dtype=torch.float32), atol=1e-4, rtol=RTOL)
+
+
+# ----------------------------------------------------------------------------- batching
+def test_cartpole_batched_equals_single():
+    gen = torch.Generator().manual_seed(2)
+    n = 16
+    states, actions = _cartpole_states(n, gen), torch.randint(0, 2, (n,), generator=gen)
+    batched = CartPoleEnv(batch_size=[n]).step(TensorDict(observation=states, action=actions, batch_size=[n]))["next"]
+    single = CartPoleEnv()
+    for i in range(n):
+        out = single.step(TensorDict(observation=states[i], action=actions[i]))["next"]
+        assert out.batch_size == torch.Size([]) and out["reward"].shape == torch.Size([])
+        torch.testing.assert_close(out["observation"], batched["observation"][i], atol=1e-6, rtol=1e-6)
+        for key in ("reward", "done", "terminated", "truncated"):
+            assert out[key].shape == torch.Size([]) and out[key] == batched[key][i], key
+
+
+def test_pendulum_batched_equals_single():
+    gen = torch.Generator().manual_seed(3)
+    n = 16
+    th, thdot, torque = _pendulum_states(n, gen)
+    env = PendulumEnv(batch_size=[n])
+    td = env.reset()
+    td.update({"th": th, "thdot": thdot, "action": torque.unsqueeze(-1)})
+    batched = env.step(td)["next"]
+    single = PendulumEnv()
+    for i in range(n):
+        td = single.reset()
+        td.update({"th": th[i], "thdot": thdot[i], "action": torque[i : i + 1]})
+        out = single.step(td)["next"]
+        assert out["reward"].shape == torch.Size([]) and out["observation"].shape == torch.Size([3])
+        for key in ("th", "thdot", "observation", "reward"):
+            torch.testing.assert_close(out[key], batched[key][i], atol=1e-6, rtol=1e-6)
+
+
+def test_cartpole_is_batch_locked():
+    env = CartPoleEnv(batch_size=[3])
+    assert env.batch_locked
+    with pytest.raises(ValueError, match="batch_size"):
+        env.reset(TensorDict(batch_size=[2]))
+    with pytest.raises(ValueError, match="batch_size"):
+        env.step(TensorDict(observation=torch.zeros(4), action=torch.zeros((), dtype=torch.int64)))
+    with pytest.raises(ValueError, match="action"):
+        env.step(TensorDict(observation=torch.zeros(3, 4), action=torch.zeros(3), batch_size=[3]))
+    with pytest.raises(TypeError, match="low"):
+        env.reset(low=-0.1)
+
+
+# ----------------------------------------------------------------------------- resets and seeding
+def test_cartpole_reset_distribution():
+    env = CartPoleEnv(batch_size=[2000], seed=0)
+    td = env.reset()
+    obs = td["observation"]
+    assert obs.shape == (2000, 4) and obs.dtype == torch.float32
+    assert bool((obs.abs() < 0.05).all())
+    assert bool((obs.amin(0) < -0.045).all() and (obs.amax(0) > 0.045).all())  # fills the range, per coordinate
+    assert abs(float(obs.mean())) < 0.005
+    for key in ("done", "terminated", "truncated"):
+        assert td[key].shape == (2000,) and td[key].dtype == torch.bool and not td[key].any()
+    single = CartPoleEnv(seed=0).reset()
+    assert single["observation"].shape == (4,) and single["done"].shape == ()
+
+
+def test_pendulum_reset_distribution():
+    td = PendulumEnv(batch_size=[2000], seed=0).reset()
+    th, thdot = td["th"], td["thdot"]
+    assert bool((th.abs() <= math.pi).all() and (thdot.abs() <= 1.0).all())
+    assert th.min() < -3.0 and th.max() > 3.0 and thdot.min() < -0.95 and thdot.max() > 0.95
+    torch.testing.assert_close(td["observation"], torch.stack([th.cos(), th.sin(), thdot], -1))
+
+
+def _cartpole_policy(td):
+    obs = td["observation"]
+    td["action"] = ((obs[..., 2] * 10 + obs[..., 3] * 2 + obs[..., 0] * 0.1 + obs[..., 1] * 0.5) > 0).long()
+    return td
+
+
+def _pendulum_policy(td):
+    td["action"] = (-0.5 * td["thdot"]).clamp(-2, 2).unsqueeze(-1)
+    return td
+
+
+@pytest.mark.parametrize("make, policy", [(CartPoleEnv, _cartpole_policy), (PendulumEnv, _pendulum_policy)])
+def test_seeding_reproducible(make, policy):
+    a = make(batch_size=[3], seed=7).rollout(20, policy, break_when_any_done=False)
+    b = make(batch_size=[3], seed=7).rollout(20, policy, break_when_any_done=False)
+    assert (a == b).all()
+    env = make(batch_size=[3], seed=8)
+    c = env.rollout(20, policy, break_when_any_done=False)
+    assert not torch.equal(a["observation"], c["observation"])
+    next_seed = env.set_seed(7)
+    assert (env.rollout(20, policy, break_when_any_done=False) == a).all()
+    assert isinstance(next_seed, int) and next_seed != 7 and next_seed == make().set_seed(7)
+    assert env.set_seed(7, static_seed=True) == 7 and env.set_seed(None) is None
+    # seeding consecutive envs with the returned seeds gives different episodes
+    other = make(batch_size=[3])
+    other.set_seed(next_seed)
+    assert not torch.equal(other.reset()["observation"], make(batch_size=[3], seed=7).reset()["observation"])
+
+
+@pytest.mark.parametrize("make, policy, keys", [
+    (CartPoleEnv, _cartpole_policy, ["observation"]),
+    (PendulumEnv, _pendulum_policy, ["th", "thdot", "observation"]),
+])
+def test_partial_reset(make, policy, keys):
+    env = make(batch_size=[4], seed=0)
+    td = env.reset()
+    for _ in range(5):
+        td = env.step(policy(td))["next"]
+    before = td.clone()
+    mask = torch.tensor([True, False, True, False])
+    td["_reset"] = mask
+    td["done"] = mask.clone()
+    out = env.reset(td)
+    assert out is td and "_reset" not in out.keys()
+    for key in keys:
+        assert torch.equal(out[key][~mask], before[key][~mask]), key
+        assert not torch.equal(out[key][mask], before[key][mask]), key
+    assert not out["done"].any()
+    if make is CartPoleEnv:
+        assert bool((out["observation"][mask].abs() < 0.05).all())
+    else:
+        assert bool((out["thdot"][mask].abs() <= 1.0).all())
+
+
+# ----------------------------------------------------------------------------- stateless pendulum
+def test_pendulum_stateless_params_rollout():
+    n, t = 4, 12
+    g = torch.tensor([0.0, 3.7, 9.81, 20.0])
+    env = PendulumEnv(seed=0)
+    params = env.gen_params(batch_size=[n], g=5.0)
+    assert params["params", "g"].tolist() == [5.0] * n and torch.equal(params["params", "dt"], torch.full([n], 0.05))
+    params["params", "g"] = g.clone()
+    rollout = env.rollout(t, _pendulum_policy, tensordict=params)
+    assert rollout.batch_size == (n, t) and rollout["next", "reward"].shape == (n, t)
+    assert torch.equal(rollout["params", "g"], g.unsqueeze(-1).expand(n, t))
+    # reference: one single env per parameter set, replaying the same start and actions
+    for i in range(n):
+        single = PendulumEnv(g=float(g[i]))
+        td = single.reset()
+        td.update({"th": rollout["th"][i, 0], "thdot": rollout["thdot"][i, 0]})
+        for s in range(t):
+            td["action"] = rollout["action"][i, s]
+            td = single.step(td)
+            for key in ("th", "thdot", "observation", "reward"):
+                torch.testing.assert_close(td["next", key], rollout["next", key][i, s], atol=1e-5, rtol=1e-5)
+            td = td["next"]
+    # the parameters change the dynamics: default gravity from the same start gives other states
+    default = PendulumEnv()
+    td = default.reset()
+    td.update({"th": rollout["th"][0, 0], "thdot": rollout["thdot"][0, 0], "action": rollout["action"][0, 0]})
+    assert not torch.allclose(default.step(td)["next", "thdot"], rollout["next", "thdot"][0, 0])
+
+
+# ----------------------------------------------------------------------------- specs
+@pytest.mark.parametrize("make, policy", [(CartPoleEnv, _cartpole_policy), (PendulumEnv, _pendulum_policy)])
+@pytest.mark.parametrize("batch", [[], [5]])
+def test_rollout_values_inside_specs(make, policy, batch):
+    env = make(batch_size=batch, seed=0)
+    rollout = env.rollout(60, policy if make is PendulumEnv else None, break_when_any_done=False)
+    assert rollout.batch_size == (*batch, 60)
+    done_keys = env.done_keys
+    assert sorted(done_keys) == ["done", "terminated", "truncated"]
+    for step in rollout.unbind(len(batch)):
+        assert step.batch_size == tuple(batch)
+        env.observation_spec.assert_is_in(step)
+        env.observation_spec.assert_is_in(step["next"])
+        env.state_spec.assert_is_in(step)  # CartPole: empty (the observation is the state)
+        env.full_action_spec.assert_is_in(step)
+        assert env.action_spec.is_in(step["action"])
+        assert env.reward_spec.is_in(step["next", "reward"])
+        env.full_done_spec.assert_is_in(step["next"])
+        env.full_done_spec.assert_is_in(step)
+    if make is CartPoleEnv:
+        assert env.action_spec.n == 2 and env.action_spec.dtype == torch.int64
+        assert env.action_spec.shape == tuple(batch) and env.reward_spec.dtype == torch.float32
+        assert env.observation_spec["observation"].dtype == torch.float32
+        assert rollout["next", "done"].any()  # random actions fail quickly: terminating states are in the spec too
+    fake = env.fake_tensordict()
+    assert set(fake.keys(True, True)) >= {"action", ("next", "reward"), ("next", "done"), "observation"}
+
+
+# ----------------------------------------------------------------------------- rollouts
+def test_quick_example(capsys):
+    env = TransformedEnv(PendulumEnv(), StepCounter(max_steps=200))
+    policy = TensorDictModule(nn.Sequential(nn.LazyLinear(64), nn.Tanh(), nn.Linear(64, 1), nn.Tanh()),
+                              in_keys=["observation"], out_keys=["action"])
+    rollout = env.rollout(max_steps=32, policy=policy)
+    print(rollout.batch_size); print(rollout["next", "reward"].shape)  # noqa: E702
+    assert capsys.readouterr().out == "torch.Size([32])\ntorch.Size([32])\n"
+
+
+def test_cartpole_rollout_stops_at_termination():
+    env = CartPoleEnv(seed=0)
+    rollout = env.rollout(500)
+    steps = rollout.batch_size[0]
+    assert 5 < steps < 500
+    done = rollout["next", "done"]
+    assert bool(done[-1]) and not done[:-1].any() and bool(rollout["next", "terminated"][-1])
+    last = rollout["next", "observation"][-1]
+    assert abs(float(last[0])) > 2.4 or abs(float(last[2])) > THETA_LIMIT
+    inside = rollout["next", "observation"][:-1]
+    assert bool((inside[:, 0].abs() <= 2.4).all() and (inside[:, 2].abs() <= THETA_LIMIT).all())
+    # consecutive steps are chained: the next observation becomes the following root
+    assert torch.equal(rollout["observation"][1:], rollout["next", "observation"][:-1])
+
+
+@pytest.mark.parametrize("batch", [[], [3]])
+def test_cartpole_rollout_autoresets(batch):
+    env = CartPoleEnv(batch_size=batch, seed=0)
+    rollout = env.rollout(200, break_when_any_done=False)
+    assert rollout.batch_size == (*batch, 200)
+    obs, next_obs = rollout["observation"].reshape(-1, 200, 4), rollout["next", "observation"].reshape(-1, 200, 4)
+    done = rollout["next", "done"].reshape(-1, 200)
+    root_done = rollout["done"].reshape(-1, 200)
+    assert done.sum() >= 3
+    for b, t in done[:, :-1].nonzero().tolist():
+        fresh = obs[b, t + 1]
+        assert bool((fresh.abs() < 0.05).all()) and not root_done[b, t + 1]
+        assert not torch.equal(fresh, next_obs[b, t])
+    # where no episode ended, the next root is the previous next observation
+    cont = ~done[:, :-1]
+    assert torch.equal(obs[:, 1:][cont], next_obs[:, :-1][cont])
+
+
+def test_cartpole_time_limit_with_step_counter():
+    env = TransformedEnv(CartPoleEnv(seed=0), StepCounter(max_steps=500))
+    rollout = env.rollout(600, _cartpole_policy)
+    assert rollout.batch_size == (500,)
+    assert bool(rollout["next", "truncated"][-1]) and bool(rollout["next", "done"][-1])
+    assert not rollout["next", "terminated"].any() and rollout["next", "step_count"][-1] == 500
+
+
+
+def test_cartpole_step_leaves_its_input_alone_and_follows_to():
+    env = CartPoleEnv(batch_size=[2], seed=0)
+    td = env.reset()
+    td["action"] = torch.tensor([0, 1])
+    before = td.clone()
+    out = env.step(td)
+    assert torch.equal(out["observation"], before["observation"]) and torch.equal(out["action"], before["action"])
+    # pushing left vs right from the same start: the cart accelerates in opposite directions
+    same = TensorDict(observation=torch.zeros(2, 4), action=torch.tensor([0, 1]), batch_size=[2])
+    x_dot = env.step(same)["next", "observation"][:, 1]
+    temp = 10 / 1.1
+    thetaacc = -temp / (0.5 * (4 / 3 - 0.1 / 1.1))
+    xacc = temp - 0.05 * thetaacc / 1.1
+    torch.testing.assert_close(x_dot, torch.tensor([-0.02 * xacc, 0.02 * xacc]))
+    a, b = CartPoleEnv(seed=3).to("cpu"), CartPoleEnv(seed=3).to("cpu")
+    rollout = a.rollout(10, _cartpole_policy)
+    assert a.device == torch.device("cpu") and rollout["observation"].device == torch.device("cpu")
+    assert (rollout == b.rollout(10, _cartpole_policy)).all()
