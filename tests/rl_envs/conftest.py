@@ -12,7 +12,8 @@ from rl_envs import EnvBase
 class CountingEnv(EnvBase):
     """Counts up by the action (0..n_actions-1) and terminates when the count reaches ``max_count``.
 
-    Observations: ``"observation"`` (float32, shape [*batch, 3]: count repeated) and, with
+    Observations: ``"count"`` (int64, also the state read by ``_step``), ``"observation"`` (float32,
+    shape [*batch, 3]: count repeated) and, with
     ``pixels=True``, ``"pixels"`` (uint8, [*batch, H, W, 3], every pixel equal to count % 256).
     Reward = the action taken (float32). With ``one_hot=True`` actions are one-hot vectors.
     Deterministic, so tests can predict every value.
@@ -23,7 +24,7 @@ class CountingEnv(EnvBase):
         super().__init__(batch_size=batch_size, device=device)
         self.max_count, self.n_actions, self.pixels, self.one_hot, self.size = max_count, n_actions, pixels, one_hot, size
         shape = self.batch_size
-        obs = {"observation": Unbounded(shape=(*shape, 3))}
+        obs = {"observation": Unbounded(shape=(*shape, 3)), "count": Unbounded(shape=shape, dtype=torch.int64)}
         if pixels:
             obs["pixels"] = Bounded(0, 255, shape=(*shape, size, size, 3), dtype=torch.uint8)
         self.observation_spec = Composite(obs, shape=shape)
@@ -49,7 +50,7 @@ class CountingEnv(EnvBase):
 
     def _step(self, tensordict):
         action = tensordict["action"]
-        step = action.argmax(-1) if self.one_hot else action
+        step = action.long().argmax(-1) if self.one_hot else action
         count = tensordict["count"] + step
         terminated = count >= self.max_count
         return TensorDict({**self._obs(count), "reward": step.to(torch.float32), "done": terminated.clone(),

@@ -21,17 +21,6 @@ def _keys_or(value: Any, default: list) -> list:
     return list(value)
 
 
-def _notify_specs_changed(transform: Transform) -> None:
-    """Tells the env holding ``transform`` that its specs must be recomputed."""
-    container = transform.container
-    while isinstance(container, Compose):
-        if container.container is None:
-            return
-        container = container.container
-    if container is not None and hasattr(container, "_specs_changed"):
-        container._specs_changed()
-
-
 # ---------------------------------------------------------------------------------------------- ActionScaling
 class ActionScaling(Transform):
     """Exposes a normalised action space and maps actions back to the env's range on the way in.
@@ -99,12 +88,13 @@ class ActionScaling(Transform):
     def initialized(self) -> bool:
         return self.loc is not None
 
-    def _init_from_spec(self, spec: Any) -> None:
+    def _init_from_spec(self, spec: Any, batch_dims: int) -> None:
         if not isinstance(spec, Bounded) or not spec.dtype.is_floating_point:
             raise TypeError(
                 f"ActionScaling: key {self.in_keys_inv[0]!r} needs a float Bounded action spec, got {spec!r}."
             )
-        low, high = spec.low, spec.high
+        first = (0,) * batch_dims  # loc/scale describe one action, not the batch
+        low, high = spec.low[first], spec.high[first]
         if not (torch.isfinite(low).all() and torch.isfinite(high).all()) or (high <= low).any():
             raise ValueError(f"ActionScaling: the bounds of {self.in_keys_inv[0]!r} must be finite with high > low.")
         self.loc = ((high + low) / 2).to(spec.dtype)
@@ -115,7 +105,7 @@ class ActionScaling(Transform):
             parent = self.parent
             if parent is None:
                 raise RuntimeError("ActionScaling: pass loc and scale, or use it inside a TransformedEnv.")
-            self._init_from_spec(parent.full_action_spec[self.in_keys_inv[0]])
+            self._init_from_spec(parent.full_action_spec[self.in_keys_inv[0]], len(parent.batch_size))
 
     def _apply_transform(self, action: torch.Tensor) -> torch.Tensor:
         self._ensure_initialized()
@@ -157,7 +147,7 @@ class ActionScaling(Transform):
                 new = Unbounded(shape=spec.shape, device=spec.device, dtype=spec.dtype)
         else:
             if self.loc is None:
-                self._init_from_spec(spec)
+                self._init_from_spec(spec, action_spec.ndim)
             low = -1.0 if self.standard_normal else 0.0
             new = Bounded(low, 1.0, shape=spec.shape, device=spec.device, dtype=spec.dtype)
         if out_key != in_key:

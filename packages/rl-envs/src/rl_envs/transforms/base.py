@@ -229,6 +229,14 @@ class Transform(nn.Module):
             )
         self.__dict__["_container"] = container
 
+    def notify_specs_changed(self) -> None:
+        """Tells the env holding this transform to recompute its specs (e.g. after new statistics)."""
+        container = self._container
+        while isinstance(container, Transform):
+            container = container._container
+        if container is not None:
+            container._specs_changed()
+
     def reset_parent(self) -> None:
         self.__dict__["_container"] = None
 
@@ -333,22 +341,15 @@ class Compose(Transform):
         for t in self.transforms:
             t.set_missing_tolerance(mode)
 
-    def _changed(self) -> None:
-        container = self._container
-        while isinstance(container, Compose):
-            container = container._container
-        if container is not None:
-            container._specs_changed()
-
     def append(self, transform: Transform) -> None:
         transform.set_container(self)
         self.transforms.append(transform)
-        self._changed()
+        self.notify_specs_changed()
 
     def insert(self, index: int, transform: Transform) -> None:
         transform.set_container(self)
         self.transforms.insert(index, transform)
-        self._changed()
+        self.notify_specs_changed()
 
     def __getitem__(self, index: int | slice) -> Any:
         if isinstance(index, slice):

@@ -36,8 +36,8 @@ class ActionDiscretizer(Transform):
         >>> import torch
         >>> from rl_envs import PendulumEnv, TransformedEnv
         >>> env = TransformedEnv(PendulumEnv(), ActionDiscretizer(4))
-        >>> env.action_spec
-        MultiCategorical(shape=torch.Size([1]), dtype=torch.int64, device=cpu)
+        >>> type(env.action_spec).__name__, env.action_spec.nvec.tolist()
+        ('MultiCategorical', [4])
         >>> env.transform[0].intervals.tolist()  # centres of 4 intervals over [-2, 2]
         [[-1.5, -0.5, 0.5, 1.5]]
     """
