@@ -182,7 +182,8 @@ class ClipTransform(_MapTransform):
         return Bounded(low, high, shape=shape, device=device, dtype=dtype)
 
     def _inv_spec_fn(self, spec: Any) -> Any:
-        return self._spec_fn(spec)
+        # the caller may give any value of the env's spec: clipping only makes it safer
+        return spec.clone()
 
     def __repr__(self) -> str:
         return f"ClipTransform(in_keys={self.in_keys}, low={self.low}, high={self.high})"
@@ -233,7 +234,8 @@ class UnaryTransform(_MapTransform):
     """Applies a user function to entries (``fn`` forward, ``inv_fn`` on the inverse path).
 
     The transformed specs are derived by evaluating the function on ``spec.zero()``: they become
-    Unbounded specs with the result's shape and dtype, as in TorchRL.
+    Unbounded specs with the result's shape and dtype, as in TorchRL. On the inverse path the caller's
+    spec is Unbounded with the inner env's shape and dtype (``inv_fn`` is assumed to keep them).
 
     Args:
         in_keys: entries read by ``fn``.
@@ -324,8 +326,8 @@ class UnaryTransform(_MapTransform):
         return unbounded_like(spec, self._fn)
 
     def _inv_spec_fn(self, spec: Any) -> Any:
-        # the caller gives values that inv_fn maps to the env's spec; fn maps the env's values back
-        return unbounded_like(spec, self._fn)
+        # inv_fn maps the caller's values onto the env's spec: the caller keeps its shape and dtype
+        return Unbounded(shape=spec.shape, device=spec.device, dtype=spec.dtype)
 
     def __repr__(self) -> str:
         return f"UnaryTransform(in_keys={self.in_keys}, out_keys={self.out_keys}, fn={self._fn!r})"

@@ -4,7 +4,7 @@ from __future__ import annotations
 import torch
 from tdict import TensorDictBase
 from tdict._utils import NestedKey
-from tdict.specs import Bounded, Categorical, Composite
+from tdict.specs import Bounded, Categorical, Composite, Unbounded
 
 from .base import Transform
 
@@ -69,10 +69,12 @@ class StepCounter(Transform):
         return tensordict  # counting only makes sense inside an env
 
     def transform_observation_spec(self, observation_spec: Composite) -> Composite:
-        high = self.max_steps if self.max_steps is not None else torch.iinfo(torch.int64).max
-        observation_spec[self.step_count_key] = Bounded(
-            0, high, shape=observation_spec.shape, dtype=torch.int64, device=observation_spec.device
-        )
+        shape, device = observation_spec.shape, observation_spec.device
+        if self.max_steps is None:
+            spec = Unbounded(shape=shape, dtype=torch.int64, device=device)
+        else:
+            spec = Bounded(0, self.max_steps, shape=shape, dtype=torch.int64, device=device)
+        observation_spec[self.step_count_key] = spec
         return observation_spec
 
     def transform_done_spec(self, done_spec: Composite) -> Composite:

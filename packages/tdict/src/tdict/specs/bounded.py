@@ -32,6 +32,8 @@ class Bounded(TensorSpec):
         tensor([-1.0000,  0.5000,  1.0000])
         >>> Bounded(0, 4, shape=(), dtype=torch.int64).is_in(torch.tensor(5))
         False
+        >>> Bounded(0, torch.iinfo(torch.int64).max, shape=(), dtype=torch.int64).is_in(torch.tensor(5))
+        True
     """
 
     def __init__(self, low: Any, high: Any, shape: Any = None, device: Any = None, dtype: torch.dtype | None = None) -> None:
@@ -40,8 +42,14 @@ class Bounded(TensorSpec):
         if dtype is torch.bool:
             raise TypeError("Bounded: bool dtype is not supported, use Binary")
         dev = _device(device)
-        low = torch.as_tensor(low, device=dev).to(dtype if dtype.is_floating_point else torch.float64)
-        high = torch.as_tensor(high, device=dev).to(low.dtype)
+        low, high = torch.as_tensor(low, device=dev), torch.as_tensor(high, device=dev)
+        if dtype.is_floating_point:
+            work = dtype
+        elif low.is_floating_point() or high.is_floating_point():
+            work = torch.float64
+        else:  # integer bounds stay exact (int64's extremes do not survive a float64 round trip)
+            work = torch.int64
+        low, high = low.to(work), high.to(work)
         if shape is None:
             shape = torch.broadcast_shapes(low.shape, high.shape)
         shape = _size(shape)
