@@ -23,6 +23,20 @@ def _fmt(key: tuple) -> str:
     return repr(key[0]) if len(key) == 1 else repr(key)
 
 
+def _compare_keys(env: Any, fake_leaves: dict, real_leaves: dict, optional: set) -> None:
+    missing = sorted((k for k in fake_leaves if k not in real_leaves and k not in optional), key=str)
+    extra = sorted((k for k in real_leaves if k not in fake_leaves and k not in optional), key=str)
+    if missing or extra:
+        parts = []
+        if missing:
+            parts.append(f"keys the specs declare but the rollout lacks: {[k if len(k) > 1 else k[0] for k in missing]}")
+        if extra:
+            parts.append(f"keys the rollout holds but no spec declares: {[k if len(k) > 1 else k[0] for k in extra]}")
+        raise AssertionError(
+            f"check_env_specs({type(env).__name__}): the keys of the specs and the data differ: " + "; ".join(parts) + "."
+        )
+
+
 def check_env_specs(
     env: "EnvBase",
     return_contiguous: bool = True,
@@ -69,26 +83,20 @@ def check_env_specs(
         if not env.batch_locked and tensordict.batch_size != fake.batch_size:
             shape = torch.broadcast_shapes(fake.batch_size, tensordict.batch_size)
             fake = fake.expand(*shape)
+    # 1. keys, on one step first: a key that comes and goes would make the rollout's stack fail less clearly
+    state_keys = {(k,) if type(k) is str else tuple(k) for k in env.full_state_spec.keys(True, True)}
+    optional = {("next", *k) for k in state_keys}  # _step may or may not repeat state entries under "next"
+    fake_leaves = _leaves(fake)
+    first = env.reset(tensordict.clone() if tensordict is not None else None)
+    _compare_keys(env, fake_leaves, _leaves(env.rand_step(first)), optional)
     real = env.rollout(
         _STEPS, return_contiguous=return_contiguous, tensordict=tensordict, auto_reset=True,
         break_when_any_done=break_when_any_done, break_when_all_done=False,
     )
     batch = real.batch_size  # [*batch, T]
     time_dim = real.batch_dims - 1
-
-    # 1. keys: state entries may also be written under "next" by _step: tolerated either way
-    state_keys = {(k,) if type(k) is str else tuple(k) for k in env.full_state_spec.keys(True, True)}
-    optional = {("next", *k) for k in state_keys}
-    fake_leaves, real_leaves = _leaves(fake), _leaves(real)
-    missing = sorted((k for k in fake_leaves if k not in real_leaves and k not in optional), key=str)
-    extra = sorted((k for k in real_leaves if k not in fake_leaves and k not in optional), key=str)
-    if missing or extra:
-        parts = []
-        if missing:
-            parts.append(f"keys the specs declare but the rollout lacks: {[k if len(k) > 1 else k[0] for k in missing]}")
-        if extra:
-            parts.append(f"keys the rollout holds but no spec declares: {[k if len(k) > 1 else k[0] for k in extra]}")
-        raise AssertionError(f"check_env_specs({type(env).__name__}): the keys of the specs and the data differ: " + "; ".join(parts) + ".")
+    real_leaves = _leaves(real)
+    _compare_keys(env, fake_leaves, real_leaves, optional)
 
     # 2. shapes and dtypes: the fake step expanded over time
     fake_dims = fake.batch_dims
@@ -128,21 +136,22 @@ def check_env_specs(
                 continue
             spec = composite[spec_key]
             value = value.movedim(time_dim, 0)
-            if not spec.is_in(value):
-                why = spec._violation(value)  # the reason, with the offending values and the bound
+            try:
+                spec.assert_is_in(value)
+            except AssertionError as err:  # its message holds the offending values and the violated bound
+                why = str(err)
                 raise AssertionError(
                     f"check_env_specs({type(env).__name__}): key {_fmt(key)} is outside its {group} spec "
                     f"{_spec_summary(spec)}: {why}."
-                )
+                ) from None
 
 
 def _spec_summary(spec: Any) -> str:
     """A one-line description of a leaf spec with its bounds (``repr`` spans lines for big bounds)."""
     parts = [f"shape={list(spec.shape)}", f"dtype={spec.dtype}"]
-    tensors = getattr(spec, "_tensors", {})
     for name in ("low", "high"):
-        bound = tensors.get(name)
-        if bound is not None:
+        bound = getattr(spec, name, None)
+        if isinstance(bound, torch.Tensor):
             flat = bound.flatten()
             shown = flat[0].item() if bool((flat == flat[0]).all()) else flat[:6].tolist()
             parts.append(f"{name}={shown}")
