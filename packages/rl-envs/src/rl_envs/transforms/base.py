@@ -242,7 +242,34 @@ class Transform(nn.Module):
 
     @property
     def parent(self) -> "EnvBase | None":
-        """The env as this transform sees it: the base env with every transform that comes before it."""
+        """The env as this transform sees it: the base env with every transform that comes before it.
+
+        Built once and cached until the chain of containers above the transform changes.
+        """
+        signature = self._chain_signature()
+        cached = self.__dict__.get("_parent_cache")
+        if cached is not None and cached[0] == signature:
+            return cached[1]
+        parent = self._build_parent()
+        self.__dict__["_parent_cache"] = (signature, parent)
+        return parent
+
+    def _chain_signature(self) -> tuple:
+        """Identifies the containers above this transform and their contents (what ``parent`` depends on)."""
+        signature: list = []
+        node: Any = self
+        while True:
+            container = node.container
+            if container is None:
+                return tuple(signature)
+            if isinstance(container, Compose):
+                signature.append((id(container), tuple(id(t) for t in container.transforms)))
+                node = container
+                continue
+            signature.append((id(container), id(getattr(container, "_base", None))))
+            return tuple(signature)
+
+    def _build_parent(self) -> "EnvBase | None":
         from .transformed_env import TransformedEnv
 
         preceding: list = []
@@ -259,6 +286,11 @@ class Transform(nn.Module):
             if isinstance(container, TransformedEnv):
                 return TransformedEnv._view(container.base_env, preceding)
             return None
+
+    def __getstate__(self) -> dict:
+        state = super().__getstate__()
+        state.pop("_parent_cache", None)  # a view of the env, rebuilt on demand (never copied or pickled)
+        return state
 
     def clone(self) -> "Transform":
         """A deep copy that belongs to no container."""

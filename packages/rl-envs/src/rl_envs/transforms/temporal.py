@@ -198,7 +198,7 @@ class CatFrames(Transform):
             if mask is None or buffer is None or buffer.shape != fresh.shape:
                 buffer = fresh
             else:
-                buffer = torch.where(mask.reshape(*mask.shape, *([1] * (fresh.ndim - mask.ndim))), fresh, buffer)
+                buffer = torch.where(mask.reshape(tuple(mask.shape) + (1,) * (fresh.ndim - mask.ndim)), fresh, buffer)
             setattr(self, f"_cat_buffer_{i}", buffer)
             tensordict_reset.set(out_key, buffer.clone())
         return tensordict_reset
@@ -411,8 +411,7 @@ class NextObservationDelta(Transform):
         parent = self.parent
         if parent is None:
             return []
-        return self._infer_keys(parent.base_env.full_observation_spec if not parent.transform.transforms
-                                else parent.full_observation_spec)
+        return self._infer_keys(parent.full_observation_spec)
 
     @in_keys.setter
     def in_keys(self, value) -> None:

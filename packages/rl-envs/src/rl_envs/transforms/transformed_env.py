@@ -67,6 +67,10 @@ class TransformedEnv(EnvBase):
         super()._specs_changed()
         self.__dict__["_transformed_specs"] = None
         self.__dict__["_has_inverse"] = None
+        transform = self.__dict__.get("_transform")
+        if transform is not None:  # the transforms' parent views hold specs that may be stale now
+            for module in transform.modules():
+                module.__dict__.pop("_parent_cache", None)
 
     def _all_specs(self) -> dict[str, Composite]:
         specs = self.__dict__.get("_transformed_specs")

@@ -1,0 +1,146 @@
+"""Transforms that step the parent env themselves: no-op starts (NoopResetEnv) and action repeat
+(FrameSkipTransform). Exported from :mod:`rl_envs.transforms.episode`."""
+from __future__ import annotations
+
+import torch
+from tdict import TensorDictBase
+
+from ..mdp import step_mdp
+from ._episode_utils import _ENV_ONLY, _need_parent
+from .base import Compose, Transform  # noqa: F401  (Compose: used by the doctests)
+
+__all__ = ["NoopResetEnv", "FrameSkipTransform"]
+
+
+# ---------------------------------------------------------------------- NoopResetEnv
+class NoopResetEnv(Transform):
+    """After each reset, takes a random number of random-action steps in the parent env (Atari-style
+    no-op starts) and returns the state reached.
+
+    The number of steps is drawn from ``[0, noops)`` (``random=True``) with the transform's own
+    generator (``seed``), or is ``noops``. If the env is done during the no-ops it is reset and the
+    no-ops start again (at most 10 tries). Like TorchRL, only envs with a single instance (batch
+    ``[]`` or one element) are supported: a batched env cannot step only the sub-envs being reset.
+
+    Args:
+        noops: upper bound (or exact number) of no-op steps.
+        random: draw the number of steps.
+        seed: seed of the generator used to draw it.
+
+    Example:
+        >>> from rl_envs import PendulumEnv, StepCounter, TransformedEnv
+        >>> env = TransformedEnv(PendulumEnv(seed=0), Compose(StepCounter(), NoopResetEnv(3, random=False)))
+        >>> int(env.reset()["step_count"])
+        3
+    """
+
+    _MAX_TRIALS = 10
+
+    def __init__(self, noops: int = 30, random: bool = True, *, seed: int | None = None) -> None:
+        if int(noops) < (1 if random else 0):
+            raise ValueError(f"NoopResetEnv: noops must be >= 1 (>= 0 with random=False), got {noops}.")
+        super().__init__()
+        self.noops, self.random = int(noops), random
+        self.generator = torch.Generator()
+        if seed is not None:
+            self.generator.manual_seed(seed)
+
+    def _reset(self, tensordict: TensorDictBase | None, tensordict_reset: TensorDictBase) -> TensorDictBase:
+        parent = _need_parent(self)
+        if parent.batch_size.numel() > 1:
+            raise ValueError(
+                f"NoopResetEnv: the parent env has batch_size {list(parent.batch_size)}; only single envs are "
+                "supported (a batched env cannot step only the sub-envs being reset)."
+            )
+        noops = int(torch.randint(self.noops, (), generator=self.generator)) if self.random else self.noops
+        keys = parent._keys()
+        td = tensordict_reset
+        for _ in range(self._MAX_TRIALS):
+            td = tensordict_reset.copy()
+            done = False
+            for _ in range(noops):
+                td = parent.rand_step(td)
+                done = any(bool(td.get(("next", k) if isinstance(k, str) else ("next", *k)).any()) for k in keys.stop_keys)
+                td = step_mdp(td, reward_keys=keys.reward_keys, done_keys=keys.done_keys, action_keys=keys.action_keys)
+                if done:
+                    tensordict_reset = parent.reset()
+                    break
+            if not done:
+                return td
+        raise RuntimeError(
+            f"NoopResetEnv: the env was done before {noops} no-op steps in {self._MAX_TRIALS} tries; lower noops."
+        )
+
+    def forward(self, tensordict: TensorDictBase) -> TensorDictBase:
+        raise RuntimeError(_ENV_ONLY.format("NoopResetEnv"))
+
+    def __repr__(self) -> str:
+        return f"NoopResetEnv(noops={self.noops}, random={self.random})"
+
+
+# ---------------------------------------------------------------------- FrameSkipTransform
+class FrameSkipTransform(Transform):
+    """Repeats each action ``frame_skip`` times in the parent env and sums the rewards.
+
+    Repetition stops at the first done; in a batched env the sub-envs that are done keep the output
+    of the step where they finished (their later rewards are not added) while the others go on.
+
+    Args:
+        frame_skip: number of env steps per action.
+
+    Example:
+        >>> from rl_envs import PendulumEnv, StepCounter, TransformedEnv
+        >>> env = TransformedEnv(PendulumEnv(seed=0), Compose(StepCounter(), FrameSkipTransform(3)))
+        >>> env.rollout(2)["next", "step_count"].tolist()
+        [3, 6]
+    """
+
+    def __init__(self, frame_skip: int = 1) -> None:
+        if int(frame_skip) < 1:
+            raise ValueError(f"FrameSkipTransform: frame_skip must be >= 1, got {frame_skip}.")
+        super().__init__()
+        self.frame_skip = int(frame_skip)
+
+    def _step(self, tensordict: TensorDictBase, next_tensordict: TensorDictBase) -> TensorDictBase:
+        if self.frame_skip == 1:
+            return next_tensordict
+        parent = _need_parent(self)
+        keys = parent._keys()
+        batch = next_tensordict.batch_size
+        actions = [(k, tensordict.get(k)) for k in keys.action_keys]
+        rewards = {k: next_tensordict.get(k) for k in keys.reward_keys}
+
+        def done_of(td: TensorDictBase) -> torch.Tensor:
+            flag = None
+            for k in keys.stop_keys:
+                v = td.get(k)
+                v = v.reshape(*batch, -1).any(-1) if v.ndim > len(batch) else v
+                flag = v if flag is None else flag | v
+            return flag
+
+        finished = done_of(next_tensordict)
+        for _ in range(self.frame_skip - 1):
+            if bool(finished.all()):
+                break
+            step_in = tensordict.copy()
+            step_in.set("next", next_tensordict)
+            step_in = keys.shift(step_in)
+            for k, a in actions:
+                step_in.set(k, a)
+            new = parent.step(step_in).get("next")
+            live = ~finished
+            for k in keys.reward_keys:
+                r = new.get(k)
+                rewards[k] = rewards[k] + torch.where(live.reshape(tuple(live.shape) + (1,) * (r.ndim - live.ndim)), r,
+                                                      torch.zeros_like(r))
+            next_tensordict = new if not bool(finished.any()) else torch.where(finished, next_tensordict, new)
+            finished = finished | done_of(next_tensordict)
+        for k, r in rewards.items():
+            next_tensordict.set(k, r)
+        return next_tensordict
+
+    def forward(self, tensordict: TensorDictBase) -> TensorDictBase:
+        raise RuntimeError(_ENV_ONLY.format("FrameSkipTransform"))
+
+    def __repr__(self) -> str:
+        return f"FrameSkipTransform(frame_skip={self.frame_skip})"
