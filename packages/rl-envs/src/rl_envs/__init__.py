@@ -28,6 +28,8 @@ _LAZY = {
     "CartPoleEnv": "native.cartpole",
     "GymEnv": "libs.gymnasium",
     "GymWrapper": "libs.gymnasium",
+    "default_info_dict_reader": "libs.gymnasium",
+    "BaseInfoDictReader": "libs.gymnasium",
     "check_env_specs": "checks",
     "RandomPolicy": "policies",
     "EnvCreator": "env_creator",
