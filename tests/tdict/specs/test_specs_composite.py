@@ -152,3 +152,21 @@ def test_device_and_non_tensor():
     td = spec.rand((2,))
     assert td.batch_size == (2,) and td["text"] == "hi" and td.device == torch.device("cpu")
     assert spec.is_in(td)
+
+
+def test_composite_enumerate_is_the_cartesian_product():
+    import itertools
+
+    from tdict.specs import Categorical, Composite, OneHot
+
+    spec = Composite(a=Categorical(2), n={"b": OneHot(3)})
+    td = spec.enumerate()
+    assert td.batch_size == torch.Size([spec.cardinality()]) == torch.Size([6])
+    expected = list(itertools.product(range(2), range(3)))
+    got = list(zip(td["a"].tolist(), td["n", "b"].long().argmax(-1).tolist()))
+    assert got == expected
+    assert all(spec.is_in(td[i]) for i in range(6))
+    batched = Composite(a=Categorical(2, shape=(4,)), shape=(4,)).enumerate()
+    assert batched.batch_size == torch.Size([2, 4]) and batched["a"].tolist() == [[0] * 4, [1] * 4]
+    with pytest.raises(ValueError, match="no leaves"):
+        Composite().enumerate()

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import inspect
-from typing import TYPE_CHECKING, Any, Callable
+from typing import Any, Callable
 
 import torch
 from torch import nn
@@ -11,13 +11,10 @@ from tdict.nn import TensorDictModule, TensorDictModuleBase
 
 from ._env_keys import any_done
 
-if TYPE_CHECKING:
-    from .env_base import EnvBase
-
 __all__ = ["rollout"]
 
 
-def _random_policy(env: "EnvBase") -> Callable:
+def _random_policy(env: Any) -> Callable:
     keys = env._keys()
     leaves, env_dims = keys.action_specs, keys.batch_dims
     if env.batch_locked:
@@ -35,7 +32,7 @@ def _random_policy(env: "EnvBase") -> Callable:
     return unlocked_policy
 
 
-def _compatible_policy(env: "EnvBase", policy: Any, trust_policy: bool) -> Callable:
+def _compatible_policy(env: Any, policy: Any, trust_policy: bool) -> Callable:
     """A callable ``td -> td``: plain modules are wired to the env's observation and action keys."""
     if policy is None:
         return _random_policy(env)
@@ -69,7 +66,7 @@ def _resolve_breaks(any_: bool | None, all_: bool | None) -> tuple[bool, bool]:
 
 
 def rollout(
-    env: "EnvBase",
+    env: Any,
     max_steps: int,
     policy: Callable | None = None,
     callback: Callable | None = None,

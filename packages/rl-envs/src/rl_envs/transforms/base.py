@@ -270,8 +270,6 @@ class Transform(nn.Module):
             return tuple(signature)
 
     def _build_parent(self) -> "EnvBase | None":
-        from .transformed_env import TransformedEnv
-
         preceding: list = []
         node: Any = self
         while True:
@@ -283,9 +281,8 @@ class Transform(nn.Module):
                 preceding = list(container.transforms[:index]) + preceding
                 node = container
                 continue
-            if isinstance(container, TransformedEnv):
-                return TransformedEnv._view(container.base_env, preceding)
-            return None
+            view = getattr(type(container), "_view", None)  # a TransformedEnv (no import: it imports us)
+            return view(container.base_env, preceding) if view is not None else None
 
     def __getstate__(self) -> dict:
         state = super().__getstate__()

@@ -401,6 +401,27 @@ class Composite:
             n = (n or 1) * v.cardinality()
         return n
 
+    def enumerate(self) -> TensorDict:
+        """Every combination of the leaves' values: a TensorDict of batch size ``(N, *shape)``.
+
+        Leaves vary in key order, the last one fastest (``N`` is :meth:`cardinality`).
+
+        Example:
+            >>> from tdict.specs import Categorical, Composite, OneHot
+            >>> td = Composite(a=Categorical(2), b=OneHot(3)).enumerate()
+            >>> td.batch_size, td["a"].tolist()
+            (torch.Size([6]), [0, 0, 0, 1, 1, 1])
+        """
+        keys = self.keys(True, True)
+        if not keys:
+            raise ValueError("Composite.enumerate: the spec has no leaves.")
+        values = [self[key].enumerate() for key in keys]
+        grids = torch.meshgrid(*[torch.arange(v.shape[0], device=v.device) for v in values], indexing="ij")
+        out = TensorDict({}, batch_size=(grids[0].numel(), *self.shape), device=self.device)
+        for key, value, grid in zip(keys, values, grids):
+            out.set(key, value[grid.reshape(-1)])
+        return out
+
     def index(self, index: Any, tensor_to_index: Any) -> Any:
         raise NotImplementedError("`index` is not implemented for Composite specs.")
 
