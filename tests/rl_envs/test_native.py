@@ -106,15 +106,19 @@ def test_cartpole_trajectory_matches_gymnasium():
         assert terminated and t > 3
 
 
-def test_pendulum_matches_gymnasium_step_for_step():
-    classic = _gym_classic()
-    gen = torch.Generator().manual_seed(0)
-    n = 1000
-    th, thdot, torque = _pendulum_states(n, gen)
+def _batched_pendulum_step(n: int, seed: int):
+    """One step of a PendulumEnv with batch [n] from random states/torques; returns (th, thdot, torque, next td)."""
+    th, thdot, torque = _pendulum_states(n, torch.Generator().manual_seed(seed))
     env = PendulumEnv(batch_size=[n])
     td = env.reset()
     td.update({"th": th, "thdot": thdot, "action": torque.unsqueeze(-1)})
-    out = env.step(td)["next"]
+    return th, thdot, torque, env.step(td)["next"]
+
+
+def test_pendulum_matches_gymnasium_step_for_step():
+    classic = _gym_classic()
+    n = 1000
+    th, thdot, torque, out = _batched_pendulum_step(n, seed=0)
 
     gym_env = classic.PendulumEnv()
     gym_env.reset(seed=0)
@@ -172,13 +176,8 @@ def test_cartpole_batched_equals_single():
 
 
 def test_pendulum_batched_equals_single():
-    gen = torch.Generator().manual_seed(3)
     n = 16
-    th, thdot, torque = _pendulum_states(n, gen)
-    env = PendulumEnv(batch_size=[n])
-    td = env.reset()
-    td.update({"th": th, "thdot": thdot, "action": torque.unsqueeze(-1)})
-    batched = env.step(td)["next"]
+    th, thdot, torque, batched = _batched_pendulum_step(n, seed=3)
     single = PendulumEnv()
     for i in range(n):
         td = single.reset()

@@ -10,34 +10,6 @@ from rl_envs import Compose, EnvBase, PendulumEnv, StepCounter, TransformedEnv
 from rl_envs.transforms import ActionMask, ActionScaling, DiscreteActionProjection, FlattenAction, MultiAction
 
 
-def check_specs(env, rollout, check_action=True):
-    """Every step of ``rollout`` lies in the env's specs and fake_tensordict has the same keys."""
-    nb = len(env.batch_size)
-    for t in range(rollout.shape[nb]):
-        step = rollout[(slice(None),) * nb + (t,)]
-        if check_action:
-            assert env.full_action_spec.is_in(step.select(*env.full_action_spec.keys(True, True)))
-        nxt = step["next"]
-        assert env.full_observation_spec.is_in(nxt.select(*env.full_observation_spec.keys(True, True)))
-        assert env.full_reward_spec.is_in(nxt.select(*env.full_reward_spec.keys(True, True)))
-        assert env.full_done_spec.is_in(nxt.select(*env.full_done_spec.keys(True, True)))
-    fake = env.fake_tensordict()
-    real = rollout[(slice(None),) * nb + (0,)]
-    fake_keys, real_keys = set(fake.keys(True, True)), set(real.keys(True, True))
-    # conftest's CountingEnv also writes its state "count" into "next" (it is only in its state spec)
-    assert fake_keys <= real_keys and real_keys - fake_keys <= {("next", "count")}
-
-
-class RecordingPendulum(PendulumEnv):
-    def __init__(self, *args, **kwargs):
-        super().__init__(*args, **kwargs)
-        self.actions = []
-
-    def _step(self, tensordict):
-        self.actions.append(tensordict["action"].clone())
-        return super()._step(tensordict)
-
-
 class BoxEnv(EnvBase):
     """Continuous action of shape ``action_shape`` in [low, high]; observation = the last action, flattened."""
 
@@ -70,7 +42,7 @@ class BoxEnv(EnvBase):
 
 # ---------------------------------------------------------------------------------------------- ActionScaling
 @pytest.mark.parametrize("batch", [[], [3]])
-def test_action_scaling_env(batch):
+def test_action_scaling_env(batch, specs_truthful):
     base = BoxEnv(batch_size=batch, action_shape=(2,), low=torch.tensor([0.0, -1.0]), high=torch.tensor([4.0, 3.0]))
     env = TransformedEnv(base, ActionScaling())
     spec = env.action_spec
@@ -82,16 +54,16 @@ def test_action_scaling_env(batch):
     loc, scale = torch.tensor([2.0, 1.0]), torch.tensor([2.0, 2.0])
     torch.testing.assert_close(inner, outer * scale + loc)
     assert base.action_spec.is_in(inner[(slice(None),) * len(batch) + (0,)])
-    check_specs(env, r)
+    specs_truthful(env, r)
 
 
-def test_action_scaling_pendulum_compose_and_plain_td():
-    base = RecordingPendulum(batch_size=[3])
+def test_action_scaling_pendulum_compose_and_plain_td(specs_truthful, recording_pendulum):
+    base = recording_pendulum(batch_size=[3])
     env = TransformedEnv(base, Compose(StepCounter(4), ActionScaling(standard_normal=False)))
     assert env.action_spec.low.unique().tolist() == [0.0] and env.action_spec.high.unique().tolist() == [1.0]
     r = env.rollout(4)
     torch.testing.assert_close(torch.stack(base.actions, 1), (r["action"] * 2 - 1) * 2.0)
-    check_specs(env, r)
+    specs_truthful(env, r)
     # replay-buffer stand-in: forward normalises env actions, inv maps back
     t = env.transform[1]
     td = TensorDict(action=torch.tensor([[-2.0], [0.0], [2.0]]), batch_size=[3])
@@ -110,7 +82,7 @@ def test_action_scaling_bad_spec(counting_env):
 
 # ---------------------------------------------------------------------------------------------- FlattenAction
 @pytest.mark.parametrize("batch", [[], [3]])
-def test_flatten_action_env(batch):
+def test_flatten_action_env(batch, specs_truthful):
     low = torch.arange(6.0).reshape(2, 3) - 10
     base = BoxEnv(batch_size=batch, action_shape=(2, 3), low=low, high=low + 1)
     env = TransformedEnv(base, Compose(StepCounter(3), FlattenAction()))
@@ -121,7 +93,7 @@ def test_flatten_action_env(batch):
     assert r["action"].shape == (*batch, 3, 6)
     inner = torch.stack(base.actions, len(batch))
     torch.testing.assert_close(inner, r["action"].reshape(*batch, 3, 2, 3))
-    check_specs(env, r)
+    specs_truthful(env, r)
 
 
 def test_flatten_action_plain_td():
@@ -165,7 +137,7 @@ def masked_env(counting_env):
 
 @pytest.mark.parametrize("batch", [[], [3]])
 @pytest.mark.parametrize("one_hot", [False, True])
-def test_action_mask_random_rollout(masked_env, batch, one_hot):
+def test_action_mask_random_rollout(masked_env, batch, one_hot, specs_truthful):
     env = TransformedEnv(masked_env(batch_size=batch, one_hot=one_hot), Compose(StepCounter(30), ActionMask()))
     torch.manual_seed(1)
     r = env.rollout(30)
@@ -175,7 +147,7 @@ def test_action_mask_random_rollout(masked_env, batch, one_hot):
     assert (index != r["count"] % 4).all()
     # the action spec mask is the last observed mask
     torch.testing.assert_close(env.action_spec.mask, r["next", "action_mask"][(slice(None),) * len(batch) + (-1,)])
-    check_specs(env, r, check_action=False)  # past actions were drawn under past masks
+    specs_truthful(env, r, check_action=False)  # past actions were drawn under past masks
 
 
 def test_action_mask_partial_reset_and_errors(masked_env):
@@ -207,7 +179,7 @@ def recording_counting(counting_env):
 
 
 @pytest.mark.parametrize("batch", [[], [3]])
-def test_discrete_action_projection_env(recording_counting, batch):
+def test_discrete_action_projection_env(recording_counting, batch, specs_truthful):
     base = recording_counting(batch_size=batch, one_hot=True, n_actions=2, max_count=100)
     env = TransformedEnv(base, Compose(StepCounter(20), DiscreteActionProjection(2, 5)))
     assert isinstance(env.action_spec, OneHot) and env.action_spec.shape == (*batch, 5)
@@ -223,7 +195,7 @@ def test_discrete_action_projection_env(recording_counting, batch):
     assert ((inner_idx >= 0) & (inner_idx < 2)).all()
     # the reward is the inner action
     torch.testing.assert_close(r["next", "reward"], inner_idx.float())
-    check_specs(env, r)
+    specs_truthful(env, r)
 
 
 def test_discrete_action_projection_plain_td():
@@ -279,7 +251,7 @@ def test_multi_action_stacked_rewards(recording_counting, batch):
         assert [int(a) for a in base.actions] == [2, 2, 2]
 
 
-def test_multi_action_sum_rewards_compose_rollout(counting_env):
+def test_multi_action_sum_rewards_compose_rollout(counting_env, specs_truthful):
     env = TransformedEnv(counting_env(batch_size=[3], n_actions=3, max_count=6),
                          Compose(MultiAction(num_actions=2, sum_rewards=True), StepCounter(3)))
     torch.manual_seed(0)
@@ -303,11 +275,11 @@ def test_multi_action_sum_rewards_compose_rollout(counting_env):
                 done = count >= 6
             assert r["next", "reward"][b, t].item() == total
             assert int(r["next", "count"][b, t]) == count
-    check_specs(env, r)
+    specs_truthful(env, r)
 
 
-def test_multi_action_pendulum_inverse_and_plain_td():
-    base = RecordingPendulum()
+def test_multi_action_pendulum_inverse_and_plain_td(recording_pendulum):
+    base = recording_pendulum()
     env = TransformedEnv(base, MultiAction(num_actions=3, stack_rewards=False))
     td = env.reset()
     chunk = torch.tensor([[0.5], [-1.0], [2.0]])

@@ -25,18 +25,6 @@ class AddOne(Transform):
         return spec
 
 
-class RecordingPendulum(PendulumEnv):
-    """Records the actions its _step receives."""
-
-    def __init__(self, **kw):
-        super().__init__(**kw)
-        self.seen = []
-
-    def _step(self, td):
-        self.seen.append(td["action"].clone())
-        return super()._step(td)
-
-
 def test_key_mapping_forward_on_plain_tensordict():
     t = AddOne(in_keys=["a", "b"], out_keys=["a2", "b2"])
     td = TensorDict(a=torch.zeros(3), b=torch.ones(3), batch_size=[3])
@@ -74,13 +62,13 @@ def test_transformed_env_observation_and_spec():
     assert "obs_plus" not in base.observation_spec.keys()  # the base env's specs are not touched
 
 
-def test_inverse_path_reaches_the_base_env():
-    inner = RecordingPendulum(seed=0)
+def test_inverse_path_reaches_the_base_env(recording_pendulum):
+    inner = recording_pendulum(seed=0)
     env = TransformedEnv(inner, AddOne(in_keys_inv=["action"]))
     td = env.reset()
     td["action"] = torch.full((1,), 0.5)
     env.step(td)
-    assert inner.seen[-1].tolist() == [-0.5]
+    assert inner.actions[-1].tolist() == [-0.5]
     assert td["action"].tolist() == [0.5]  # the recorded action is the caller's
 
 

@@ -18,31 +18,6 @@ from rl_envs import (
 )
 
 
-def assert_specs_truthful(env, rollout):
-    """Every rollout value lies in its spec, and fake_tensordict() matches a real step (keys, shapes, dtypes)."""
-    nb = len(env.batch_size)
-    steps = [rollout[(slice(None),) * nb + (t,)] for t in range(rollout.batch_size[nb])]
-    fake = env.fake_tensordict()
-    real = steps[0]
-    fake_keys, real_keys = set(fake.keys(True, True)), set(real.keys(True, True))
-    # an env may also write its state entries in its step output (CountingEnv's "count")
-    real_keys -= {("next", *((k,) if isinstance(k, str) else k)) for k in env.full_state_spec.keys(True, True)} - fake_keys
-    assert fake_keys == real_keys, (fake_keys ^ real_keys)
-    for key in fake_keys:
-        assert fake[key].shape == real[key].shape, (key, fake[key].shape, real[key].shape)
-        assert fake[key].dtype == real[key].dtype, (key, fake[key].dtype, real[key].dtype)
-    root_specs = (env.full_observation_spec, env.full_done_spec, env.full_action_spec, env.full_state_spec)
-    next_specs = (env.full_observation_spec, env.full_done_spec, env.full_reward_spec)
-    for step in steps:
-        for where, specs in (((), root_specs), (("next",), next_specs)):
-            for spec in specs:
-                for key, leaf in spec.items(True, True):
-                    full = where + ((key,) if isinstance(key, str) else key)
-                    value = step.get(full, None)
-                    if value is not None:
-                        assert leaf.is_in(value), (full, leaf, value)
-
-
 class Float64Env(EnvBase):
     """obs <- clamp(obs + gain * action), reward = -|obs|²; everything float64; asserts float64 actions."""
 
@@ -96,7 +71,7 @@ ACTIONS = [0.5, -1.0, 0.25, 1.0]
 
 
 @pytest.mark.parametrize("batch_size", [(), (3,)])
-def test_double_to_float_env(batch_size):
+def test_double_to_float_env(batch_size, specs_truthful):
     env = TransformedEnv(Float64Env(batch_size), DoubleToFloat())
     assert env.observation_spec["obs"].dtype == torch.float32
     assert env.action_spec.dtype == torch.float32
@@ -112,7 +87,7 @@ def test_double_to_float_env(batch_size):
     torch.testing.assert_close(rollout["next", "obs"], ref_obs.float())
     torch.testing.assert_close(rollout["next", "reward"], ref_reward.float())
     assert rollout.batch_size == torch.Size([*batch_size, 4])
-    assert_specs_truthful(env, rollout)
+    specs_truthful(env, rollout)
 
 
 def test_double_to_float_inverse_reaches_env_as_float64():
@@ -141,23 +116,23 @@ def test_double_to_float_inv_on_plain_td():
     assert out["action"].dtype == torch.float64
 
 
-def test_double_to_float_explicit_keys():
+def test_double_to_float_explicit_keys(specs_truthful):
     env = TransformedEnv(Float64Env(), DoubleToFloat(in_keys=["obs"]))
     assert env.reward_spec.dtype == torch.float64
     assert env.action_spec.dtype == torch.float64
     rollout = env.rollout(3, _policy((), ACTIONS, torch.float64))
     assert rollout["next", "obs"].dtype == torch.float32
     assert rollout["next", "reward"].dtype == torch.float64
-    assert_specs_truthful(env, rollout)
+    specs_truthful(env, rollout)
 
 
-def test_double_to_float_compose_and_replay_sample():
+def test_double_to_float_compose_and_replay_sample(specs_truthful):
     env = TransformedEnv(Float64Env((3,)), Compose(DoubleToFloat(), StepCounter(max_steps=3)))
     rollout = env.rollout(5, _policy((3,), ACTIONS))
     assert rollout.batch_size == torch.Size([3, 3])
     assert rollout["next", "step_count"][0].tolist() == [1, 2, 3]
     assert rollout["next", "obs"].dtype == torch.float32
-    assert_specs_truthful(env, rollout)
+    specs_truthful(env, rollout)
     # a stacked float64 rollout of the base env, transformed as a replay-buffer sample
     base = Float64Env((3,))
     sample = base.rollout(4, _policy((3,), ACTIONS, torch.float64))
@@ -169,7 +144,7 @@ def test_double_to_float_compose_and_replay_sample():
         torch.testing.assert_close(out[key], expected)
 
 
-def test_dtype_cast_float32_to_float64_pendulum():
+def test_dtype_cast_float32_to_float64_pendulum(specs_truthful):
     base = PendulumEnv(batch_size=[3], seed=0)
     ref = PendulumEnv(batch_size=[3], seed=0).rollout(4, lambda td: td.set("action", torch.full((3, 1), 0.3)))
     env = TransformedEnv(base, DTypeCastTransform(torch.float32, torch.float64))
@@ -179,7 +154,7 @@ def test_dtype_cast_float32_to_float64_pendulum():
     for key in ["observation", "th", ("params", "g"), ("next", "reward"), ("next", "thdot")]:
         assert rollout[key].dtype == torch.float64, key
         torch.testing.assert_close(rollout[key], ref[key].double())
-    assert_specs_truthful(env, rollout)
+    specs_truthful(env, rollout)
 
 
 def test_dtype_cast_errors():
@@ -193,7 +168,7 @@ def test_dtype_cast_errors():
 
 
 @pytest.mark.parametrize("batch_size", [(), (3,)])
-def test_device_cast_env(batch_size):
+def test_device_cast_env(batch_size, specs_truthful):
     policy = lambda td: td.set("action", torch.full((*batch_size, 1), -0.4))  # noqa: E731
     ref = PendulumEnv(batch_size=batch_size, seed=1).rollout(3, policy)
     env = TransformedEnv(PendulumEnv(batch_size=batch_size, seed=1), DeviceCastTransform("cpu"))
@@ -201,17 +176,17 @@ def test_device_cast_env(batch_size):
     torch.testing.assert_close(rollout["next", "observation"], ref["next", "observation"])
     assert rollout["observation"].device.type == "cpu"
     assert env.transform[0]._target_orig() == torch.device("cpu")
-    assert_specs_truthful(env, rollout)
+    specs_truthful(env, rollout)
 
 
-def test_device_cast_keys_compose_and_plain_td():
+def test_device_cast_keys_compose_and_plain_td(specs_truthful):
     env = TransformedEnv(PendulumEnv(batch_size=[3], seed=0),
                          Compose(StepCounter(max_steps=100), DeviceCastTransform("cpu", in_keys=["observation"], in_keys_inv=["action"])))
     policy = lambda td: td.set("action", torch.full((3, 1), 0.1))  # noqa: E731
     rollout = env.rollout(3, policy)
     ref = PendulumEnv(batch_size=[3], seed=0).rollout(3, policy)
     torch.testing.assert_close(rollout["next", "observation"], ref["next", "observation"])
-    assert_specs_truthful(env, rollout)
+    specs_truthful(env, rollout)
     # a plain TensorDict: only the selected keys move
     td = TensorDict(obs=torch.ones(4, 2), other=torch.ones(4), batch_size=[4])
     out = DeviceCastTransform("meta", "cpu", in_keys=["obs"], out_keys=["obs_meta"])(td)

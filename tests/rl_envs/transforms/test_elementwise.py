@@ -9,37 +9,12 @@ from tdict.specs import Bounded, Unbounded
 from rl_envs import ClipTransform, Compose, PendulumEnv, SignTransform, StepCounter, TransformedEnv, UnaryTransform
 
 
-def assert_specs_truthful(env, rollout):
-    """Every rollout value lies in its spec, and fake_tensordict() matches a real step (keys, shapes, dtypes)."""
-    nb = len(env.batch_size)
-    steps = [rollout[(slice(None),) * nb + (t,)] for t in range(rollout.batch_size[nb])]
-    fake = env.fake_tensordict()
-    real = steps[0]
-    fake_keys, real_keys = set(fake.keys(True, True)), set(real.keys(True, True))
-    # an env may also write its state entries in its step output (CountingEnv's "count")
-    real_keys -= {("next", *((k,) if isinstance(k, str) else k)) for k in env.full_state_spec.keys(True, True)} - fake_keys
-    assert fake_keys == real_keys, (fake_keys ^ real_keys)
-    for key in fake_keys:
-        assert fake[key].shape == real[key].shape, (key, fake[key].shape, real[key].shape)
-        assert fake[key].dtype == real[key].dtype, (key, fake[key].dtype, real[key].dtype)
-    root_specs = (env.full_observation_spec, env.full_done_spec, env.full_action_spec, env.full_state_spec)
-    next_specs = (env.full_observation_spec, env.full_done_spec, env.full_reward_spec)
-    for step in steps:
-        for where, specs in (((), root_specs), (("next",), next_specs)):
-            for spec in specs:
-                for key, leaf in spec.items(True, True):
-                    full = where + ((key,) if isinstance(key, str) else key)
-                    value = step.get(full, None)
-                    if value is not None:
-                        assert leaf.is_in(value), (full, leaf, value)
-
-
 def _policy(batch_size, value):
     return lambda td: td.set("action", torch.full((*batch_size, 1), value))
 
 
 @pytest.mark.parametrize("batch_size", [(), (3,)])
-def test_clip_env_and_inverse(batch_size):
+def test_clip_env_and_inverse(batch_size, specs_truthful):
     # the inverse clips the caller's action 1.5 to 0.5 before the env sees it
     ref = PendulumEnv(batch_size=batch_size, seed=0).rollout(4, _policy(batch_size, 0.5))
     env = TransformedEnv(PendulumEnv(batch_size=batch_size, seed=0),
@@ -52,18 +27,18 @@ def test_clip_env_and_inverse(batch_size):
     assert rollout["action"].max().item() == 1.5
     torch.testing.assert_close(rollout["next", "observation"], ref["next", "observation"].clamp(-0.5, 0.5))
     torch.testing.assert_close(rollout["next", "reward"], ref["next", "reward"].clamp(-0.5, 0.5))
-    assert_specs_truthful(env, rollout)
+    specs_truthful(env, rollout)
     td = env.reset()
     td["action"] = torch.full((*batch_size, 1), 1.5)
     inner = env.transform.inv(td)
     assert inner["action"].max().item() == 0.5 and td["action"].max().item() == 1.5
 
 
-def test_clip_compose_and_plain_td():
+def test_clip_compose_and_plain_td(specs_truthful):
     env = TransformedEnv(PendulumEnv(batch_size=[3], seed=0), Compose(StepCounter(max_steps=10), ClipTransform(in_keys=["thdot"], out_keys=["thdot_c"], high=0.0)))
     rollout = env.rollout(3, _policy((3,), 1.0))
     torch.testing.assert_close(rollout["next", "thdot_c"], rollout["next", "thdot"].clamp(max=0.0))
-    assert_specs_truthful(env, rollout)
+    specs_truthful(env, rollout)
     sample = PendulumEnv(batch_size=[2]).rollout(5)
     out = ClipTransform(in_keys=[("next", "reward")], low=-1.0)(sample.clone())
     torch.testing.assert_close(out["next", "reward"], sample["next", "reward"].clamp(min=-1.0))
@@ -72,7 +47,7 @@ def test_clip_compose_and_plain_td():
 
 
 @pytest.mark.parametrize("batch_size", [(), (3,)])
-def test_sign_env_compose_and_plain_td(batch_size):
+def test_sign_env_compose_and_plain_td(batch_size, specs_truthful):
     ref = PendulumEnv(batch_size=batch_size, seed=0).rollout(4, _policy(batch_size, 0.2))
     env = TransformedEnv(PendulumEnv(batch_size=batch_size, seed=0),
                          Compose(StepCounter(max_steps=10), SignTransform(in_keys=["reward", "observation"], out_keys=["reward", "obs_sign"])))
@@ -80,7 +55,7 @@ def test_sign_env_compose_and_plain_td(batch_size):
     rollout = env.rollout(4, _policy(batch_size, 0.2))
     torch.testing.assert_close(rollout["next", "reward"], torch.sign(ref["next", "reward"]))
     torch.testing.assert_close(rollout["next", "obs_sign"], torch.sign(ref["next", "observation"]))
-    assert_specs_truthful(env, rollout)
+    specs_truthful(env, rollout)
     out = SignTransform(in_keys=["x"])(TensorDict(x=torch.tensor([[-3.0, 0.0, 2.0]]), batch_size=[1]))
     assert out["x"].tolist() == [[-1.0, 0.0, 1.0]]
     inv = SignTransform(in_keys_inv=["a"]).inv(TensorDict(a=torch.tensor([-0.2, 0.7])))
@@ -88,7 +63,7 @@ def test_sign_env_compose_and_plain_td(batch_size):
 
 
 @pytest.mark.parametrize("batch_size", [(), (3,)])
-def test_unary_env_and_inverse(batch_size):
+def test_unary_env_and_inverse(batch_size, specs_truthful):
     ref = PendulumEnv(batch_size=batch_size, seed=0).rollout(4, _policy(batch_size, 0.6))
     # the caller speaks in "half torque" units: the inverse doubles it
     env = TransformedEnv(PendulumEnv(batch_size=batch_size, seed=0), UnaryTransform(
@@ -100,16 +75,16 @@ def test_unary_env_and_inverse(batch_size):
     rollout = env.rollout(4, lambda td: td.set("half_action", torch.full((*batch_size, 1), 0.3)))
     torch.testing.assert_close(rollout["next", "obs_norm"], ref["next", "observation"].norm(dim=-1))
     torch.testing.assert_close(rollout["next", "observation"], ref["next", "observation"])
-    assert_specs_truthful(env, rollout)
+    specs_truthful(env, rollout)
 
 
-def test_unary_compose_plain_td_and_errors():
+def test_unary_compose_plain_td_and_errors(specs_truthful):
     env = TransformedEnv(PendulumEnv(batch_size=[3], seed=0), Compose(
         StepCounter(max_steps=10), UnaryTransform(in_keys=["step_count"], out_keys=["t_float"], fn=lambda x: x.float() / 10)))
     assert env.observation_spec["t_float"].dtype == torch.float32
     rollout = env.rollout(3, _policy((3,), 0.0))
     torch.testing.assert_close(rollout["next", "t_float"], rollout["next", "step_count"].float() / 10)
-    assert_specs_truthful(env, rollout)
+    specs_truthful(env, rollout)
     sample = PendulumEnv(batch_size=[2]).rollout(4)
     out = UnaryTransform(in_keys=[("next", "th")], out_keys=[("next", "cos")], fn=torch.cos)(sample.clone())
     torch.testing.assert_close(out["next", "cos"], torch.cos(sample["next", "th"]))

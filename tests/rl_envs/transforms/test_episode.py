@@ -13,25 +13,6 @@ from rl_envs import (
 ACTIONS = torch.tensor([1, 2, 3])  # with max_count=6: episodes of 6, 3 and 2 steps
 
 
-def fixed_policy(actions):
-    def policy(td):
-        return td.set("action", actions.clone())
-    return policy
-
-
-def all_in(spec, value):
-    return all(spec.is_in(value[:, t]) for t in range(value.shape[1]))
-
-
-def added_keys_match(env):
-    base = env.base_env
-    real = env.rand_step(env.reset())
-    real_base = base.rand_step(base.reset())
-    added_real = set(real.keys(True, True)) - set(real_base.keys(True, True))
-    added_fake = set(env.fake_tensordict().keys(True, True)) - set(base.fake_tensordict().keys(True, True))
-    assert added_real == added_fake, (added_real, added_fake)
-
-
 def batched(counting_env, transform, max_count=6):
     return TransformedEnv(counting_env(batch_size=[3], max_count=max_count, n_actions=4), transform)
 
@@ -46,7 +27,7 @@ def episode_starts(done):
 
 
 # ---------------------------------------------------------------------- InitTracker
-def test_init_tracker_single_env(counting_env):
+def test_init_tracker_single_env(counting_env, fixed_policy):
     env = TransformedEnv(counting_env(max_count=3), InitTracker())
     r = env.rollout(7, fixed_policy(torch.tensor(1)), break_when_any_done=False)
     assert r["is_init"].tolist() == [True, False, False, True, False, False, True]
@@ -55,7 +36,7 @@ def test_init_tracker_single_env(counting_env):
         InitTracker()(r)
 
 
-def test_init_tracker_batched_compose_specs(counting_env):
+def test_init_tracker_batched_compose_specs(counting_env, added_keys_match, all_in, fixed_policy):
     env = batched(counting_env, Compose(StepCounter(), InitTracker()))
     r = env.rollout(12, fixed_policy(ACTIONS), break_when_any_done=False)
     assert torch.equal(r["is_init"], episode_starts(r["next", "done"]))
@@ -71,7 +52,7 @@ def test_init_tracker_batched_compose_specs(counting_env):
 
 
 # ---------------------------------------------------------------------- TrajCounter
-def test_traj_counter_single_env(counting_env):
+def test_traj_counter_single_env(counting_env, fixed_policy):
     env = TransformedEnv(counting_env(max_count=3), TrajCounter())
     r = env.rollout(7, fixed_policy(torch.tensor(1)), break_when_any_done=False)
     assert r["traj_count"].tolist() == [0, 0, 0, 1, 1, 1, 2]
@@ -80,7 +61,7 @@ def test_traj_counter_single_env(counting_env):
         TrajCounter()(r)
 
 
-def test_traj_counter_batched_partial_resets(counting_env):
+def test_traj_counter_batched_partial_resets(counting_env, added_keys_match, all_in, fixed_policy):
     env = batched(counting_env, Compose(StepCounter(), TrajCounter()))
     r = env.rollout(12, fixed_policy(ACTIONS), break_when_any_done=False)
     done = r["next", "done"]
@@ -131,7 +112,7 @@ def test_noop_reset_errors(counting_env):
 
 
 # ---------------------------------------------------------------------- FrameSkipTransform
-def test_frame_skip_single_env(counting_env):
+def test_frame_skip_single_env(counting_env, fixed_policy):
     env = TransformedEnv(counting_env(max_count=100), FrameSkipTransform(3))
     r = env.rollout(3, fixed_policy(torch.tensor(1)))
     assert r["next", "observation"][:, 0].tolist() == [3, 6, 9] and r["next", "reward"].tolist() == [3, 3, 3]
@@ -145,7 +126,7 @@ def test_frame_skip_single_env(counting_env):
         FrameSkipTransform(0)
 
 
-def test_frame_skip_batched_partial_resets(counting_env):
+def test_frame_skip_batched_partial_resets(counting_env, all_in, fixed_policy):
     env = batched(counting_env, Compose(StepCounter(), FrameSkipTransform(2)), max_count=7)
     r = env.rollout(8, fixed_policy(ACTIONS), break_when_any_done=False)
     # loop reference: each env step repeats the action until 2 frames or done
@@ -174,7 +155,7 @@ def episode_lengths(done):
     return out
 
 
-def test_random_truncation_batched():
+def test_random_truncation_batched(added_keys_match, all_in):
     def run(seed, prob):
         env = TransformedEnv(PendulumEnv(batch_size=[3], seed=0),
                              Compose(StepCounter(), RandomTruncationTransform(3, 6, prob=prob, seed=seed)))
@@ -205,7 +186,7 @@ def test_random_truncation_single_env_and_errors():
 
 
 # ---------------------------------------------------------------------- TerminateTransform
-def test_terminate_transform(counting_env):
+def test_terminate_transform(counting_env, fixed_policy):
     def stop(td):
         return td["observation"][..., 0] >= 4
 
@@ -255,7 +236,7 @@ def lives_env_class(counting_env):
     return LivesEnv
 
 
-def test_end_of_life_single_env(counting_env):
+def test_end_of_life_single_env(counting_env, fixed_policy):
     env = TransformedEnv(lives_env_class(counting_env)(max_count=6), EndOfLifeTransform())
     r = env.rollout(8, fixed_policy(torch.tensor(1)), break_when_any_done=False)
     # counts 1..6 then 1, 2: lives 3,2,2,1,1,0 | 3,2
@@ -271,7 +252,7 @@ def test_end_of_life_single_env(counting_env):
     assert r2["next", "n_lives"].tolist() == r["next", "lives"].tolist()
 
 
-def test_end_of_life_batched_compose_forward_specs(counting_env):
+def test_end_of_life_batched_compose_forward_specs(counting_env, added_keys_match, all_in, fixed_policy):
     env = TransformedEnv(lives_env_class(counting_env)(batch_size=[3], max_count=6, n_actions=4),
                          Compose(StepCounter(), EndOfLifeTransform()))
     r = env.rollout(10, fixed_policy(ACTIONS), break_when_any_done=False)

@@ -9,31 +9,6 @@ from tdict import TensorDict
 from rl_envs import CenterCrop, Compose, Crop, GrayScale, Resize, StepCounter, ToTensorImage, TransformedEnv
 
 
-def assert_specs_truthful(env, rollout):
-    """Every rollout value lies in its spec, and fake_tensordict() matches a real step (keys, shapes, dtypes)."""
-    nb = len(env.batch_size)
-    steps = [rollout[(slice(None),) * nb + (t,)] for t in range(rollout.batch_size[nb])]
-    fake = env.fake_tensordict()
-    real = steps[0]
-    fake_keys, real_keys = set(fake.keys(True, True)), set(real.keys(True, True))
-    # an env may also write its state entries in its step output (CountingEnv's "count")
-    real_keys -= {("next", *((k,) if isinstance(k, str) else k)) for k in env.full_state_spec.keys(True, True)} - fake_keys
-    assert fake_keys == real_keys, (fake_keys ^ real_keys)
-    for key in fake_keys:
-        assert fake[key].shape == real[key].shape, (key, fake[key].shape, real[key].shape)
-        assert fake[key].dtype == real[key].dtype, (key, fake[key].dtype, real[key].dtype)
-    root_specs = (env.full_observation_spec, env.full_done_spec, env.full_action_spec, env.full_state_spec)
-    next_specs = (env.full_observation_spec, env.full_done_spec, env.full_reward_spec)
-    for step in steps:
-        for where, specs in (((), root_specs), (("next",), next_specs)):
-            for spec in specs:
-                for key, leaf in spec.items(True, True):
-                    full = where + ((key,) if isinstance(key, str) else key)
-                    value = step.get(full, None)
-                    if value is not None:
-                        assert leaf.is_in(value), (full, leaf, value)
-
-
 def _ones(batch_size):
     return lambda td: td.set("action", torch.ones(batch_size, dtype=torch.int64))
 
@@ -44,17 +19,17 @@ def _raw_pixels(counting_env, batch_size, steps=3, size=8):
 
 
 @pytest.mark.parametrize("batch_size", [(), (3,)])
-def test_to_tensor_image_env(counting_env, batch_size):
+def test_to_tensor_image_env(counting_env, batch_size, specs_truthful):
     env = TransformedEnv(counting_env(batch_size=batch_size, pixels=True, size=8), ToTensorImage())
     spec = env.observation_spec["pixels"]
     assert spec.shape == torch.Size([*batch_size, 3, 8, 8]) and spec.dtype == torch.float32
     rollout = env.rollout(3, _ones(batch_size))
     torch.testing.assert_close(rollout["next", "pixels"], _raw_pixels(counting_env, batch_size))
-    assert_specs_truthful(env, rollout)
+    specs_truthful(env, rollout)
 
 
 @pytest.mark.parametrize("batch_size", [(), (3,)])
-def test_resize_crop_gray_env(counting_env, batch_size):
+def test_resize_crop_gray_env(counting_env, batch_size, specs_truthful):
     env = TransformedEnv(counting_env(batch_size=batch_size, pixels=True, size=8),
                          Compose(ToTensorImage(), Resize(6, 4), GrayScale(), StepCounter(max_steps=10)))
     assert env.observation_spec["pixels"].shape == torch.Size([*batch_size, 1, 6, 4])
@@ -64,13 +39,13 @@ def test_resize_crop_gray_env(counting_env, batch_size):
     resized = F.interpolate(flat, size=(6, 4), mode="bilinear", align_corners=False, antialias=True)
     gray = (0.2989 * resized[:, 0] + 0.587 * resized[:, 1] + 0.114 * resized[:, 2]).unsqueeze(1)
     torch.testing.assert_close(rollout["next", "pixels"], gray.reshape(*raw.shape[:-3], 1, 6, 4))
-    assert_specs_truthful(env, rollout)
+    specs_truthful(env, rollout)
     env = TransformedEnv(counting_env(batch_size=batch_size, pixels=True, size=8),
                          Compose(ToTensorImage(), CenterCrop(4, 6), Crop(2, 3, top=1, left=2)))
     assert env.observation_spec["pixels"].shape == torch.Size([*batch_size, 3, 2, 3])
     rollout = env.rollout(3, _ones(batch_size))
     torch.testing.assert_close(rollout["next", "pixels"], raw[..., 2:6, 1:7][..., 1:3, 2:5])
-    assert_specs_truthful(env, rollout)
+    specs_truthful(env, rollout)
 
 
 def test_image_ops_on_replay_sample_match_references():

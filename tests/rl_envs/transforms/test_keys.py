@@ -17,37 +17,12 @@ from rl_envs import (
 )
 
 
-def assert_specs_truthful(env, rollout):
-    """Every rollout value lies in its spec, and fake_tensordict() matches a real step (keys, shapes, dtypes)."""
-    nb = len(env.batch_size)
-    steps = [rollout[(slice(None),) * nb + (t,)] for t in range(rollout.batch_size[nb])]
-    fake = env.fake_tensordict()
-    real = steps[0]
-    fake_keys, real_keys = set(fake.keys(True, True)), set(real.keys(True, True))
-    # an env may also write its state entries in its step output (CountingEnv's "count")
-    real_keys -= {("next", *((k,) if isinstance(k, str) else k)) for k in env.full_state_spec.keys(True, True)} - fake_keys
-    assert fake_keys == real_keys, (fake_keys ^ real_keys)
-    for key in fake_keys:
-        assert fake[key].shape == real[key].shape, (key, fake[key].shape, real[key].shape)
-        assert fake[key].dtype == real[key].dtype, (key, fake[key].dtype, real[key].dtype)
-    root_specs = (env.full_observation_spec, env.full_done_spec, env.full_action_spec, env.full_state_spec)
-    next_specs = (env.full_observation_spec, env.full_done_spec, env.full_reward_spec)
-    for step in steps:
-        for where, specs in (((), root_specs), (("next",), next_specs)):
-            for spec in specs:
-                for key, leaf in spec.items(True, True):
-                    full = where + ((key,) if isinstance(key, str) else key)
-                    value = step.get(full, None)
-                    if value is not None:
-                        assert leaf.is_in(value), (full, leaf, value)
-
-
 def _const_policy(batch_size, value=0.3, key="action"):
     return lambda td: td.set(key, torch.full((*batch_size, 1), value))
 
 
 @pytest.mark.parametrize("batch_size", [(), (3,)])
-def test_exclude_env(batch_size):
+def test_exclude_env(batch_size, specs_truthful):
     policy = _const_policy(batch_size)
     ref = PendulumEnv(batch_size=batch_size, seed=0).rollout(4, policy)
     env = TransformedEnv(PendulumEnv(batch_size=batch_size, seed=0), ExcludeTransform("observation", ("next", "nothing")))
@@ -55,7 +30,7 @@ def test_exclude_env(batch_size):
     rollout = env.rollout(4, policy)
     assert "observation" not in rollout.keys() and "observation" not in rollout["next"].keys()
     torch.testing.assert_close(rollout["next", "th"], ref["next", "th"])
-    assert_specs_truthful(env, rollout)
+    specs_truthful(env, rollout)
 
 
 def test_exclude_inverse_and_plain_td(counting_env):
@@ -82,7 +57,7 @@ def test_exclude_inverse_and_plain_td(counting_env):
 
 
 @pytest.mark.parametrize("batch_size", [(), (3,)])
-def test_select_env(batch_size):
+def test_select_env(batch_size, specs_truthful):
     policy = _const_policy(batch_size)
     ref = PendulumEnv(batch_size=batch_size, seed=0).rollout(4, policy)
     env = TransformedEnv(PendulumEnv(batch_size=batch_size, seed=0), SelectTransform("th", "thdot"))
@@ -91,23 +66,23 @@ def test_select_env(batch_size):
     assert sorted(rollout["next"].keys()) == ["done", "reward", "terminated", "th", "thdot", "truncated"]
     torch.testing.assert_close(rollout["next", "thdot"], ref["next", "thdot"])
     torch.testing.assert_close(rollout["next", "reward"], ref["next", "reward"])
-    assert_specs_truthful(env, rollout)
+    specs_truthful(env, rollout)
 
 
-def test_select_compose_and_plain_td():
+def test_select_compose_and_plain_td(specs_truthful):
     env = TransformedEnv(PendulumEnv(batch_size=[3], seed=0), Compose(StepCounter(max_steps=2), SelectTransform("th", "thdot", "step_count")))
     rollout = env.rollout(5, _const_policy((3,)))
     assert rollout.batch_size == torch.Size([3, 2])
     assert rollout["next", "step_count"][0].tolist() == [1, 2]
     assert "observation" not in rollout.keys()
-    assert_specs_truthful(env, rollout)
+    specs_truthful(env, rollout)
     td = TensorDict(a=torch.ones(4), b=torch.zeros(4), reward=torch.ones(4), done=torch.zeros(4, dtype=torch.bool), batch_size=[4])
     assert sorted(SelectTransform("a")(td).keys()) == ["a", "done", "reward"]
     assert sorted(SelectTransform("a", keep_rewards=False, keep_dones=False)(td).keys()) == ["a"]
 
 
 @pytest.mark.parametrize("batch_size", [(), (3,)])
-def test_rename_env_and_inverse(batch_size):
+def test_rename_env_and_inverse(batch_size, specs_truthful):
     ref = PendulumEnv(batch_size=batch_size, seed=0).rollout(4, _const_policy(batch_size))
     env = TransformedEnv(PendulumEnv(batch_size=batch_size, seed=0),
                          RenameTransform(["observation"], ["obs"], in_keys_inv=["action"], out_keys_inv=["torque"]))
@@ -117,16 +92,16 @@ def test_rename_env_and_inverse(batch_size):
     assert "action" not in rollout.keys() and "torque" in rollout.keys()
     torch.testing.assert_close(rollout["next", "obs"], ref["next", "observation"])
     torch.testing.assert_close(rollout["obs"], ref["observation"])
-    assert_specs_truthful(env, rollout)
+    specs_truthful(env, rollout)
 
 
-def test_rename_copy_compose_plain_td_and_errors():
+def test_rename_copy_compose_plain_td_and_errors(specs_truthful):
     env = TransformedEnv(PendulumEnv(seed=0), Compose(StepCounter(max_steps=10),
                                                       RenameTransform(["th", "step_count"], ["angle", "t"], create_copy=True)))
     rollout = env.rollout(3, _const_policy(()))
     torch.testing.assert_close(rollout["next", "angle"], rollout["next", "th"])
     assert rollout["next", "t"].tolist() == [1, 2, 3]
-    assert_specs_truthful(env, rollout)
+    specs_truthful(env, rollout)
     td = TensorDict(a=torch.arange(3.0), next=TensorDict(a=torch.ones(3), batch_size=[3]), batch_size=[3])
     out = RenameTransform(["a", ("next", "a")], ["b", ("next", "b")])(td)
     assert sorted(out.keys(True, True), key=str) == [("next", "b"), "b"]
@@ -138,7 +113,7 @@ def test_rename_copy_compose_plain_td_and_errors():
 
 
 @pytest.mark.parametrize("batch_size", [(), (3,)])
-def test_cat_tensors_env(batch_size):
+def test_cat_tensors_env(batch_size, specs_truthful):
     ref = PendulumEnv(batch_size=batch_size, seed=0).rollout(4, _const_policy(batch_size))
     env = TransformedEnv(PendulumEnv(batch_size=batch_size, seed=0),
                          CatTensors(["thdot", "observation"], "vec", del_keys=False))
@@ -147,16 +122,16 @@ def test_cat_tensors_env(batch_size):
     # sorted key order: observation then thdot (a per-step scalar gets a trailing dim)
     expected = torch.cat([ref["next", "observation"], ref["next", "thdot"].unsqueeze(-1)], -1)
     torch.testing.assert_close(rollout["next", "vec"], expected)
-    assert_specs_truthful(env, rollout)
+    specs_truthful(env, rollout)
 
 
-def test_cat_tensors_del_keys_compose_unsorted_and_plain_td():
+def test_cat_tensors_del_keys_compose_unsorted_and_plain_td(specs_truthful):
     env = TransformedEnv(PendulumEnv(batch_size=[2], seed=0),
                          Compose(StepCounter(max_steps=10), CatTensors(["observation"], "obs_vec")))
     rollout = env.rollout(3, _const_policy((2,)))
     assert "observation" not in rollout.keys() and rollout["obs_vec"].shape == torch.Size([2, 3, 3])
     assert "observation" not in env.observation_spec.keys()
-    assert_specs_truthful(env, rollout)
+    specs_truthful(env, rollout)
     sample = PendulumEnv(batch_size=[2]).rollout(3)
     out = CatTensors([("next", "thdot"), ("next", "th")], ("next", "state"), sort=False, del_keys=False)(sample.clone())
     torch.testing.assert_close(out["next", "state"], torch.stack([sample["next", "thdot"], sample["next", "th"]], -1))

@@ -11,38 +11,10 @@ from rl_envs import Compose, PendulumEnv, StepCounter, TransformedEnv
 from rl_envs.transforms import ObservationNorm, VecNorm
 
 
-def check_specs(env, rollout, check_action=True):
-    """Every step of ``rollout`` lies in the env's specs and fake_tensordict has the same keys."""
-    nb = len(env.batch_size)
-    for t in range(rollout.shape[nb]):
-        step = rollout[(slice(None),) * nb + (t,)]
-        if check_action:
-            assert env.full_action_spec.is_in(step.select(*env.full_action_spec.keys(True, True)))
-        nxt = step["next"]
-        assert env.full_observation_spec.is_in(nxt.select(*env.full_observation_spec.keys(True, True)))
-        assert env.full_reward_spec.is_in(nxt.select(*env.full_reward_spec.keys(True, True)))
-        assert env.full_done_spec.is_in(nxt.select(*env.full_done_spec.keys(True, True)))
-    fake = env.fake_tensordict()
-    real = rollout[(slice(None),) * nb + (0,)]
-    fake_keys, real_keys = set(fake.keys(True, True)), set(real.keys(True, True))
-    # conftest's CountingEnv also writes its state "count" into "next" (it is only in its state spec)
-    assert fake_keys <= real_keys and real_keys - fake_keys <= {("next", "count")}
-
-
-class RecordingPendulum(PendulumEnv):
-    def __init__(self, *args, **kwargs):
-        super().__init__(*args, **kwargs)
-        self.actions = []
-
-    def _step(self, tensordict):
-        self.actions.append(tensordict["action"].clone())
-        return super()._step(tensordict)
-
-
 # ---------------------------------------------------------------------------------------------- ObservationNorm
 @pytest.mark.parametrize("batch", [[], [3]])
 @pytest.mark.parametrize("standard_normal", [False, True])
-def test_observation_norm_env(batch, standard_normal):
+def test_observation_norm_env(batch, standard_normal, specs_truthful):
     loc, scale = torch.tensor([0.5, -1.0, 2.0]), torch.tensor([2.0, 0.5, 4.0])
     t = ObservationNorm(loc=loc, scale=scale, in_keys=["observation"], out_keys=["obs_norm"], standard_normal=standard_normal)
     env = TransformedEnv(PendulumEnv(batch_size=batch, seed=0), Compose(StepCounter(5), t))
@@ -57,11 +29,11 @@ def test_observation_norm_env(batch, standard_normal):
     assert isinstance(spec, Bounded)
     torch.testing.assert_close(spec.low, torch.minimum(lo, hi).expand(*batch, 3))
     torch.testing.assert_close(spec.high, torch.maximum(lo, hi).expand(*batch, 3))
-    check_specs(env, r)
+    specs_truthful(env, r)
 
 
-def test_observation_norm_inverse_on_action():
-    base = RecordingPendulum(batch_size=[2])
+def test_observation_norm_inverse_on_action(specs_truthful, recording_pendulum):
+    base = recording_pendulum(batch_size=[2])
     t = ObservationNorm(loc=0.5, scale=2.0, in_keys=[], in_keys_inv=["action"], standard_normal=True)
     env = TransformedEnv(base, t)
     spec = env.action_spec
@@ -69,11 +41,11 @@ def test_observation_norm_inverse_on_action():
     torch.testing.assert_close(spec.high, torch.full((2, 1), 0.75))
     r = env.rollout(4)
     torch.testing.assert_close(torch.stack(base.actions, 1), r["action"] * 2.0 + 0.5)
-    check_specs(env, r)
+    specs_truthful(env, r)
 
 
 @pytest.mark.parametrize("standard_normal", [False, True])
-def test_observation_norm_init_stats(standard_normal):
+def test_observation_norm_init_stats(standard_normal, specs_truthful):
     env = TransformedEnv(PendulumEnv(seed=3), ObservationNorm(in_keys=["observation"], standard_normal=standard_normal))
     assert isinstance(env.full_observation_spec["observation"], Unbounded)  # no stats yet
     torch.manual_seed(0)
@@ -91,7 +63,7 @@ def test_observation_norm_init_stats(standard_normal):
         torch.testing.assert_close(t.loc, -mean / std)
     assert isinstance(env.full_observation_spec["observation"], Bounded)  # specs recomputed
     r = env.rollout(5)
-    check_specs(env, r)
+    specs_truthful(env, r)
     # buffers travel through state_dict
     fresh = ObservationNorm(in_keys=["observation"], standard_normal=standard_normal)
     fresh.load_state_dict(t.state_dict())
@@ -141,7 +113,7 @@ def vecnorm_reference(frames, decay, eps, batch_dims=0):
 
 
 @pytest.mark.parametrize("batch", [[], [3]])
-def test_vecnorm_env_values(batch):
+def test_vecnorm_env_values(batch, specs_truthful):
     t = VecNorm(in_keys=["observation"], out_keys=["obs_norm"], decay=0.9)
     env = TransformedEnv(PendulumEnv(batch_size=batch, seed=0), Compose(StepCounter(6), t))
     td = env.reset()
@@ -157,7 +129,7 @@ def test_vecnorm_env_values(batch):
     assert abs(t._td["observation_count"].item() - expected_count) < 1e-4
     spec = env.full_observation_spec["obs_norm"]
     assert isinstance(spec, Unbounded) and spec.shape == (*batch, 3)
-    check_specs(env, r)
+    specs_truthful(env, r)
 
 
 def test_vecnorm_reward_and_plain_td_forward():

@@ -21,20 +21,7 @@ def recurrent_policy(actions=None):
     return policy
 
 
-def all_in(spec, value):
-    return all(spec.is_in(value[:, t]) for t in range(value.shape[1]))
-
-
-def added_keys_match(env):
-    base = env.base_env
-    real = env.rand_step(env.reset())
-    real_base = base.rand_step(base.reset())
-    added_real = set(real.keys(True, True)) - set(real_base.keys(True, True))
-    added_fake = set(env.fake_tensordict().keys(True, True)) - set(base.fake_tensordict().keys(True, True))
-    assert added_real == added_fake, (added_real, added_fake)
-
-
-def test_primer_single_env_carries_state():
+def test_primer_single_env_carries_state(added_keys_match):
     env = TransformedEnv(PendulumEnv(seed=0), Compose(StepCounter(3), TensorDictPrimer(hidden=Unbounded(shape=(4,)))))
     assert env.reset()["hidden"].tolist() == [0.0] * 4
     r = env.rollout(7, recurrent_policy(), break_when_any_done=False)
@@ -45,7 +32,7 @@ def test_primer_single_env_carries_state():
     added_keys_match(env)
 
 
-def test_primer_batched_partial_resets(counting_env):
+def test_primer_batched_partial_resets(counting_env, added_keys_match, all_in):
     primers = Composite(hidden=Unbounded(shape=(3, 2)), shape=(3,))
     env = TransformedEnv(counting_env(batch_size=[3], max_count=6, n_actions=4), TensorDictPrimer(primers))
     r = env.rollout(12, recurrent_policy(ACTIONS), break_when_any_done=False)

@@ -11,12 +11,6 @@ from rl_envs import (
 ACTIONS = torch.tensor([1, 2, 3])  # with max_count=6: episodes of 6, 3 and 2 steps
 
 
-def fixed_policy(actions):
-    def policy(td):
-        return td.set("action", actions.clone())
-    return policy
-
-
 def batched(counting_env, transform, max_count=6):
     return TransformedEnv(counting_env(batch_size=[3], max_count=max_count, n_actions=4), transform)
 
@@ -36,24 +30,8 @@ def episode_sums(reward, done):
     return out
 
 
-def all_in(spec, value):
-    """Every time slice of a batched rollout entry ``[N, T, ...]`` is inside the spec ``[N, ...]``."""
-    return all(spec.is_in(value[:, t]) for t in range(value.shape[1]))
-
-
-def added_keys_match(env):
-    """The keys the transforms add to a real step are exactly those they add to fake_tensordict."""
-    base = env.base_env
-    real = env.rand_step(env.reset())
-    real_base = base.rand_step(base.reset())
-    fake, fake_base = env.fake_tensordict(), base.fake_tensordict()
-    added_real = set(real.keys(True, True)) - set(real_base.keys(True, True))
-    added_fake = set(fake.keys(True, True)) - set(fake_base.keys(True, True))
-    assert added_real == added_fake, (added_real, added_fake)
-
-
 # ---------------------------------------------------------------------- RewardSum
-def test_reward_sum_single_env(counting_env):
+def test_reward_sum_single_env(counting_env, fixed_policy):
     env = TransformedEnv(counting_env(max_count=5), RewardSum())
     r = env.rollout(10, fixed_policy(torch.tensor(1)), break_when_any_done=False)
     assert r["next", "episode_reward"].tolist() == [1, 2, 3, 4, 5, 1, 2, 3, 4, 5]
@@ -61,7 +39,7 @@ def test_reward_sum_single_env(counting_env):
     assert r["next", "episode_reward"].shape == (10,)
 
 
-def test_reward_sum_batched_partial_resets(counting_env):
+def test_reward_sum_batched_partial_resets(counting_env, fixed_policy):
     env = batched(counting_env, RewardSum())
     r = env.rollout(12, fixed_policy(ACTIONS), break_when_any_done=False)
     done = r["next", "done"]
@@ -74,7 +52,7 @@ def test_reward_sum_batched_partial_resets(counting_env):
     torch.testing.assert_close(r["episode_reward"], torch.where(start, 0.0, ref.roll(1, 1)))
 
 
-def test_reward_sum_compose_pendulum():
+def test_reward_sum_compose_pendulum(added_keys_match, all_in):
     env = TransformedEnv(PendulumEnv(batch_size=[4], seed=0), Compose(StepCounter(5), RewardSum()))
     r = env.rollout(12, break_when_any_done=False)
     torch.testing.assert_close(r["next", "episode_reward"], episode_sums(r["next", "reward"], r["next", "done"]))
@@ -82,7 +60,7 @@ def test_reward_sum_compose_pendulum():
     added_keys_match(env)
 
 
-def test_reward_sum_forward_on_trajectory(counting_env):
+def test_reward_sum_forward_on_trajectory(counting_env, fixed_policy):
     base = counting_env(batch_size=[3], max_count=6, n_actions=4)
     r = base.rollout(12, fixed_policy(ACTIONS), break_when_any_done=False)
     out = RewardSum()(r)
@@ -94,7 +72,7 @@ def test_reward_sum_forward_on_trajectory(counting_env):
     torch.testing.assert_close(out_t["next", "episode_reward"].transpose(0, 1), out["next", "episode_reward"])
 
 
-def test_reward_sum_specs(counting_env):
+def test_reward_sum_specs(counting_env, added_keys_match, all_in, fixed_policy):
     env = batched(counting_env, RewardSum())
     r = env.rollout(8, fixed_policy(ACTIONS), break_when_any_done=False)
     spec = env.observation_spec["episode_reward"]
@@ -102,7 +80,7 @@ def test_reward_sum_specs(counting_env):
     added_keys_match(env)
 
 
-def test_reward_sum_reward_spec_mode(counting_env):
+def test_reward_sum_reward_spec_mode(counting_env, fixed_policy):
     env = batched(counting_env, RewardSum(reward_spec=True))
     assert "episode_reward" in env.reward_keys and "episode_reward" not in env.observation_spec.keys()
     r = env.rollout(12, fixed_policy(ACTIONS), break_when_any_done=False)
@@ -116,7 +94,7 @@ def test_reward_sum_bad_key(counting_env):
 
 # ---------------------------------------------------------------------- element-wise maps
 @pytest.mark.parametrize("standard_normal", [False, True])
-def test_reward_scaling(counting_env, standard_normal):
+def test_reward_scaling(counting_env, standard_normal, all_in, fixed_policy):
     t = RewardScaling(loc=0.5, scale=2.0, standard_normal=standard_normal)
     fn = (lambda x: (x - 0.5) / 2.0) if standard_normal else (lambda x: x * 2.0 + 0.5)
     base = counting_env(batch_size=[3], max_count=6, n_actions=4)
@@ -133,7 +111,7 @@ def test_reward_scaling(counting_env, standard_normal):
     torch.testing.assert_close(out["next", "reward"], fn(raw["next", "reward"]))
 
 
-def test_reward_clipping(counting_env):
+def test_reward_clipping(counting_env, all_in, fixed_policy):
     base = counting_env(batch_size=[3], max_count=6, n_actions=4)
     raw = base.rollout(6, fixed_policy(ACTIONS), break_when_any_done=False)
     env = TransformedEnv(counting_env(batch_size=[3], max_count=6, n_actions=4), RewardClipping(1.5, 2.5))
@@ -150,7 +128,7 @@ def test_reward_clipping(counting_env):
         RewardClipping(2, 1)
 
 
-def test_binarize_reward(counting_env):
+def test_binarize_reward(counting_env, all_in, fixed_policy):
     env = TransformedEnv(counting_env(batch_size=[3], max_count=6, n_actions=4), Compose(StepCounter(), BinarizeReward()))
     actions = torch.tensor([0, 2, 3])
     r = env.rollout(4, fixed_policy(actions))
@@ -176,7 +154,7 @@ def reward_to_go(reward, done, gamma):
     return out
 
 
-def test_reward2go_inverse_and_forward(counting_env):
+def test_reward2go_inverse_and_forward(counting_env, fixed_policy):
     base = counting_env(batch_size=[3], max_count=6, n_actions=4)
     r = base.rollout(12, fixed_policy(ACTIONS), break_when_any_done=False)
     ref = reward_to_go(r["next", "reward"], r["next", "done"], 0.9)
@@ -205,7 +183,7 @@ def test_reward2go_errors(counting_env):
 
 
 # ---------------------------------------------------------------------- TargetReturn
-def test_target_return_single_and_constant(counting_env):
+def test_target_return_single_and_constant(counting_env, fixed_policy):
     env = TransformedEnv(counting_env(max_count=5), TargetReturn(10.0))
     r = env.rollout(7, fixed_policy(torch.tensor(1)), break_when_any_done=False)
     assert r["target_return"].tolist() == [10, 9, 8, 7, 6, 10, 9]
@@ -216,7 +194,7 @@ def test_target_return_single_and_constant(counting_env):
         TargetReturn(1.0, mode="bad")
 
 
-def test_target_return_batched_compose_forward_specs(counting_env):
+def test_target_return_batched_compose_forward_specs(counting_env, added_keys_match, all_in, fixed_policy):
     env = batched(counting_env, Compose(StepCounter(), TargetReturn(20.0)))
     r = env.rollout(12, fixed_policy(ACTIONS), break_when_any_done=False)
     ref_next = 20.0 - episode_sums(r["next", "reward"], r["next", "done"])

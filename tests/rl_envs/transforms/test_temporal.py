@@ -11,25 +11,6 @@ from rl_envs import (
 ACTIONS = torch.tensor([1, 2, 3])  # with max_count=6: episodes of 6, 3 and 2 steps
 
 
-def fixed_policy(actions):
-    def policy(td):
-        return td.set("action", actions.clone())
-    return policy
-
-
-def all_in(spec, value):
-    return all(spec.is_in(value[:, t]) for t in range(value.shape[1]))
-
-
-def added_keys_match(env):
-    base = env.base_env
-    real = env.rand_step(env.reset())
-    real_base = base.rand_step(base.reset())
-    added_real = set(real.keys(True, True)) - set(real_base.keys(True, True))
-    added_fake = set(env.fake_tensordict().keys(True, True)) - set(base.fake_tensordict().keys(True, True))
-    assert added_real == added_fake, (added_real, added_fake)
-
-
 def window_reference(obs, next_obs, done, N, reduce, padding="same", value=0.0):
     """Loop reference for one trajectory [T, ...]: the buffer an env keeps (reset-filled, pushed each step).
 
@@ -65,7 +46,7 @@ def cat_last(frames):
 
 
 # ---------------------------------------------------------------------- CatFrames
-def test_catframes_single_env(counting_env):
+def test_catframes_single_env(counting_env, fixed_policy):
     env = TransformedEnv(counting_env(max_count=4), CatFrames(N=3, dim=-1, in_keys=["observation"]))
     r = env.rollout(7, fixed_policy(torch.tensor(1)), break_when_any_done=False)
     assert r["observation"].shape == (7, 9)
@@ -76,7 +57,7 @@ def test_catframes_single_env(counting_env):
 
 
 @pytest.mark.parametrize("padding", ["same", "constant"])
-def test_catframes_batched_partial_resets(counting_env, padding):
+def test_catframes_batched_partial_resets(counting_env, padding, added_keys_match, all_in, fixed_policy):
     t = CatFrames(N=3, dim=-1, in_keys=["observation"], out_keys=["stack"], padding=padding, padding_value=-1.0)
     env = TransformedEnv(counting_env(batch_size=[3], max_count=6, n_actions=4), t)
     r = env.rollout(12, fixed_policy(ACTIONS), break_when_any_done=False)
@@ -87,7 +68,7 @@ def test_catframes_batched_partial_resets(counting_env, padding):
     added_keys_match(env)
 
 
-def test_catframes_pixels_compose_specs(counting_env):
+def test_catframes_pixels_compose_specs(counting_env, added_keys_match, all_in, fixed_policy):
     env = TransformedEnv(counting_env(batch_size=[3], max_count=6, n_actions=4, pixels=True, size=4),
                          Compose(StepCounter(), CatFrames(N=2, dim=-1, in_keys=["pixels"], out_keys=["pixels_stack"])))
     r = env.rollout(6, fixed_policy(ACTIONS), break_when_any_done=False)
@@ -98,7 +79,7 @@ def test_catframes_pixels_compose_specs(counting_env):
     added_keys_match(env)
 
 
-def test_catframes_forward_on_trajectory_matches_env(counting_env):
+def test_catframes_forward_on_trajectory_matches_env(counting_env, fixed_policy):
     env = TransformedEnv(counting_env(batch_size=[3], max_count=6, n_actions=4),
                          CatFrames(N=4, dim=-1, in_keys=["observation"], out_keys=["stack"]))
     r = env.rollout(12, fixed_policy(ACTIONS), break_when_any_done=False)
@@ -117,7 +98,7 @@ def test_catframes_forward_on_trajectory_matches_env(counting_env):
     torch.testing.assert_close(out["next", "observation"], rs["next", "observation"])
 
 
-def test_catframes_inverse_path(counting_env):
+def test_catframes_inverse_path(counting_env, fixed_policy):
     raw = counting_env(batch_size=[3], max_count=6, n_actions=4).rollout(8, fixed_policy(ACTIONS),
                                                                          break_when_any_done=False)
     fwd = CatFrames(N=2, dim=-1, in_keys=["observation"], out_keys=["stack"])(raw.clone())
@@ -152,7 +133,7 @@ def truncating_pendulum(transform):
                           Compose(StepCounter(), RandomTruncationTransform(2, 4, prob=1.0, seed=1), transform))
 
 
-def test_timemaxpool_batched_partial_resets():
+def test_timemaxpool_batched_partial_resets(added_keys_match, all_in):
     env = truncating_pendulum(TimeMaxPool(in_keys=["observation"], out_keys=["pooled"], T=3))
     r = env.rollout(14, break_when_any_done=False)
     done = r["next", "done"]
@@ -183,7 +164,7 @@ def test_timemaxpool_single_env_in_place():
 
 
 # ---------------------------------------------------------------------- NextObservationDelta
-def test_next_observation_delta_single_env():
+def test_next_observation_delta_single_env(added_keys_match):
     env = TransformedEnv(PendulumEnv(seed=0), NextObservationDelta())
     assert sorted(env.transform[0].in_keys) == ["observation", "th", "thdot"]
     r = env.rollout(5)
@@ -196,7 +177,7 @@ def test_next_observation_delta_single_env():
     added_keys_match(env)
 
 
-def test_next_observation_delta_batched_compose_and_buffer(counting_env):
+def test_next_observation_delta_batched_compose_and_buffer(counting_env, added_keys_match, all_in, fixed_policy):
     env = TransformedEnv(counting_env(batch_size=[3], max_count=6, n_actions=4),
                          Compose(StepCounter(), NextObservationDelta(["observation"], delta_dtype=torch.float32)))
     r = env.rollout(10, fixed_policy(ACTIONS), break_when_any_done=False)
