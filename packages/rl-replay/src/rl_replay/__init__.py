@@ -1,12 +1,74 @@
-"""Replay buffers on rl-tdict: storages, samplers, writers, sum/min trees and offline datasets.
+"""rl_replay: replay buffers on rl-tdict, with TorchRL's names (``torchrl.data`` buffers → ``rl_replay``).
 
-Not implemented yet. This package will hold: ReplayBuffer family, storages, samplers, writers,
-sum/min trees, HER, n-step, checkpointing, offline datasets.
+Storages (list, tensor, memory-mapped, compressed), samplers (uniform, without replacement,
+prioritized on vectorised sum/min trees, trajectory slices), writers, HER, n-step returns,
+crash-safe checkpoints and offline datasets. Pure torch: no compiled extension. Useful outside RL
+too: any TensorDict (or tensor, or Python object) can be stored and sampled.
 
-It imports only ``tdict`` (distribution ``rl-tdict``), the standard library and third-party
-libraries, never a sibling ``rl_*`` package.
+Example:
+    >>> import torch
+    >>> from tdict import TensorDict
+    >>> from rl_replay import LazyTensorStorage, ReplayBuffer
+    >>> rb = ReplayBuffer(storage=LazyTensorStorage(1000), batch_size=32)
+    >>> _ = rb.extend(TensorDict(image=torch.zeros(100, 3, 8, 8), label=torch.arange(100), batch_size=[100]))
+    >>> rb.sample()["image"].shape
+    torch.Size([32, 3, 8, 8])
 """
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+from .buffers import ReplayBuffer, TensorDictReplayBuffer
+from .samplers import RandomSampler, Sampler, SamplerWithoutReplacement
+from .storages import LazyTensorStorage, ListStorage, Storage, TensorStorage
+from .writers import ImmutableDatasetWriter, RoundRobinWriter, TensorDictRoundRobinWriter, Writer
 
 __version__ = "0.1.0"
 
-__all__ = ["__version__"]
+# name -> module that defines it (imported on first use)
+_LAZY = {
+    "LazyMemmapStorage": "storages.memmap",
+    "CompressedListStorage": "storages.compressed",
+    "CompactTensorStorage": "storages.compact",
+    "PrioritizedSampler": "samplers.prioritized",
+    "SliceSampler": "samplers.slice",
+    "SliceSamplerWithoutReplacement": "samplers.slice",
+    "PrioritizedSliceSampler": "samplers.prioritized_slice",
+    "TensorDictMaxValueWriter": "max_value_writer",
+    "SumTree": "trees",
+    "MinTree": "trees",
+    "PrioritizedReplayBuffer": "buffers.prioritized",
+    "TensorDictPrioritizedReplayBuffer": "buffers.prioritized",
+    "HERReplayBuffer": "buffers.her",
+    "ReplayBufferEnsemble": "buffers.ensemble",
+    "MultiStepTransform": "transforms",
+    "RandomCropTensorDict": "transforms",
+    "LinearScheduler": "schedulers",
+    "StepScheduler": "schedulers",
+    "SchedulerList": "schedulers",
+    "OfflineDataset": "datasets.offline",
+    "MinariExperienceReplay": "datasets.minari",
+    "D4RLExperienceReplay": "datasets.d4rl",
+    "register_dataset": "datasets.registry",
+    "load_dataset": "datasets.registry",
+}
+
+__all__ = sorted([
+    "ImmutableDatasetWriter", "LazyTensorStorage", "ListStorage", "RandomSampler", "ReplayBuffer",
+    "RoundRobinWriter", "Sampler", "SamplerWithoutReplacement", "Storage", "TensorDictReplayBuffer",
+    "TensorDictRoundRobinWriter", "TensorStorage", "Writer", "__version__", *_LAZY,
+])
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list:
+    return __all__

@@ -1,0 +1,322 @@
+"""ReplayBuffer: a storage, a writer and a sampler behind add/extend/sample."""
+from __future__ import annotations
+
+import threading
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import Any, Callable, Iterator, Sequence
+
+import torch
+from tdict import TensorDictBase, is_tensor_collection
+
+from ..samplers.base import Sampler
+from ..samplers.uniform import RandomSampler
+from ..storages.base import Storage
+from ..storages.list import ListStorage
+from ..writers import RoundRobinWriter, Writer
+
+__all__ = ["ReplayBuffer", "default_collate"]
+
+
+def default_collate(items: Any) -> Any:
+    """Stacks a list of tensors or TensorDicts (what a ListStorage returns); anything else is kept as is."""
+    if isinstance(items, list) and items:
+        first = items[0]
+        if isinstance(first, torch.Tensor) or is_tensor_collection(first):
+            return torch.stack(items)
+    return items
+
+
+def _identity(data: Any) -> Any:
+    return data
+
+
+class ReplayBuffer:
+    """A replay buffer: ``extend`` writes items, ``sample`` draws batches (names follow TorchRL 0.14).
+
+    Args:
+        storage: where items live (default ``ListStorage(1000)``).
+        sampler: which items a batch holds (default :class:`RandomSampler`).
+        writer: where new items go (default :class:`RoundRobinWriter`).
+        collate_fn: applied to the sampled items (default: stack lists of tensors/TensorDicts for a
+            ListStorage, nothing for tensor storages).
+        pin_memory: pin sampled tensors (for fast host-to-GPU copies).
+        prefetch: keep this many batches sampled ahead in a background thread.
+        transform: applied to each sampled batch (any callable; rl-envs transforms work as they are:
+            their ``inv`` runs on ``extend``). More with :meth:`append_transform`.
+        batch_size: the default ``sample()`` size.
+        generator: the ``torch.Generator`` the sampler draws from (reproducible sampling).
+
+    All reads and writes of the storage, writer and sampler happen under one lock, so a collector
+    thread can ``extend`` while the learner ``sample``s.
+
+    Example:
+        >>> import torch
+        >>> from tdict import TensorDict
+        >>> from rl_replay import LazyTensorStorage
+        >>> rb = ReplayBuffer(storage=LazyTensorStorage(100), batch_size=4)
+        >>> rb.extend(TensorDict(obs=torch.randn(10, 3), batch_size=[10])).shape
+        torch.Size([10])
+        >>> len(rb), rb.sample()["obs"].shape
+        (10, torch.Size([4, 3]))
+    """
+
+    def __init__(
+        self,
+        *,
+        storage: Storage | None = None,
+        sampler: Sampler | None = None,
+        writer: Writer | None = None,
+        collate_fn: Callable | None = None,
+        pin_memory: bool = False,
+        prefetch: int | None = None,
+        transform: Callable | None = None,
+        batch_size: int | None = None,
+        generator: torch.Generator | None = None,
+    ) -> None:
+        self._storage = storage if storage is not None else ListStorage(1000)
+        self._sampler = sampler if sampler is not None else RandomSampler()
+        self._writer = writer if writer is not None else self._default_writer()
+        self._writer.register_storage(self._storage)
+        if collate_fn is None:
+            collate_fn = default_collate if isinstance(self._storage, ListStorage) else _identity
+        self._collate_fn = collate_fn
+        self._pin_memory = pin_memory
+        if prefetch is not None and prefetch < 1:
+            raise ValueError(f"ReplayBuffer: prefetch must be >= 1 or None, got {prefetch}.")
+        self._prefetch = prefetch
+        self._prefetch_queue: list[Future] = []
+        self._executor: ThreadPoolExecutor | None = None
+        if batch_size is not None and batch_size < 1:
+            raise ValueError(f"ReplayBuffer: batch_size must be >= 1, got {batch_size}.")
+        self._batch_size = batch_size
+        self._transforms: list = []
+        if transform is not None:
+            self.append_transform(transform)
+        self._lock = threading.RLock()
+        self._rng = None
+        if generator is not None:
+            self.set_rng(generator)
+
+    def _default_writer(self) -> Writer:
+        return RoundRobinWriter()
+
+    # ------------------------------------------------------------------ parts
+    @property
+    def storage(self) -> Storage:
+        return self._storage
+
+    @property
+    def sampler(self) -> Sampler:
+        return self._sampler
+
+    @property
+    def writer(self) -> Writer:
+        return self._writer
+
+    @property
+    def batch_size(self) -> int | None:
+        return self._batch_size
+
+    def set_rng(self, generator: torch.Generator) -> None:
+        """Makes sampling draw from ``generator``."""
+        self._rng = generator
+        self._sampler._rng = generator
+
+    def set_sampler(self, sampler: Sampler) -> None:
+        sampler._rng = self._rng
+        self._sampler = sampler
+
+    def set_writer(self, writer: Writer) -> None:
+        writer.register_storage(self._storage)
+        self._writer = writer
+
+    def __len__(self) -> int:
+        return len(self._storage)
+
+    # ------------------------------------------------------------------ transforms
+    @property
+    def transform(self) -> Callable | None:
+        return self._transforms[0] if len(self._transforms) == 1 else (self._apply_transforms if self._transforms else None)
+
+    def append_transform(self, transform: Callable) -> "ReplayBuffer":
+        """Adds a transform applied after the others to every sampled batch."""
+        if not callable(transform):
+            raise TypeError(f"append_transform takes a callable, got {type(transform).__name__}.")
+        self._transforms.append(transform)
+        return self
+
+    def insert_transform(self, index: int, transform: Callable) -> "ReplayBuffer":
+        if not callable(transform):
+            raise TypeError(f"insert_transform takes a callable, got {type(transform).__name__}.")
+        self._transforms.insert(index, transform)
+        return self
+
+    def _apply_transforms(self, data: Any) -> Any:
+        for t in self._transforms:
+            data = t(data)
+        return data
+
+    def _apply_inverse(self, data: Any) -> Any:
+        # rl-envs transforms map "outside" entries back to what is stored (e.g. Reward2GoTransform)
+        for t in reversed(self._transforms):
+            inv = getattr(t, "inv", None)
+            if inv is not None and getattr(t, "has_inverse", True):
+                data = inv(data)
+        return data
+
+    # ------------------------------------------------------------------ writes
+    def add(self, data: Any) -> Any:
+        """Writes one item; returns its index."""
+        if self._transforms:
+            data = self._apply_inverse(data)
+        with self._lock:
+            index = self._writer.add(data)
+            self._sampler.add(index)
+        return index
+
+    def extend(self, data: Sequence | TensorDictBase | torch.Tensor) -> torch.Tensor:
+        """Writes items along their first dim; returns their indices."""
+        if self._transforms:
+            data = self._apply_inverse(data)
+        with self._lock:
+            index = self._writer.extend(data)
+            self._sampler.extend(index)
+        return index
+
+    def update_priority(self, index: Any, priority: Any) -> None:
+        with self._lock:
+            self._sampler.update_priority(index, priority)
+
+    def empty(self) -> None:
+        """Forgets every item (and the sampler's and writer's state)."""
+        with self._lock:
+            self._clear_prefetch()
+            self._writer._empty()
+            self._sampler._empty()
+            self._storage._empty()
+
+    # ------------------------------------------------------------------ reads
+    def _sample_now(self, batch_size: int) -> tuple[Any, dict]:
+        with self._lock:
+            index, info = self._sampler.sample(self._storage, batch_size)
+            data = self._storage.get(index)
+        info["index"] = index
+        data = self._collate_fn(data)
+        if self._transforms:
+            data = self._apply_transforms(data)
+        if self._pin_memory and torch.cuda.is_available():
+            data = data.pin_memory()
+        return data, info
+
+    def sample(self, batch_size: int | None = None, return_info: bool = False) -> Any:
+        """A batch of ``batch_size`` items (the buffer's default when ``None``); with ``return_info``,
+        ``(batch, info)`` where ``info["index"]`` holds the sampled indices."""
+        if batch_size is None:
+            batch_size = self._batch_size
+            if batch_size is None:
+                raise RuntimeError("ReplayBuffer.sample: no batch_size given and none set at construction.")
+        elif self._batch_size is not None and batch_size != self._batch_size and self._prefetch:
+            raise ValueError(
+                f"ReplayBuffer.sample: batch_size {batch_size} differs from the buffer's {self._batch_size} used for prefetching."
+            )
+        if self._prefetch:
+            data, info = self._sample_prefetched(batch_size)
+        else:
+            data, info = self._sample_now(batch_size)
+        return (data, info) if return_info else data
+
+    def _sample_prefetched(self, batch_size: int) -> tuple[Any, dict]:
+        if self._executor is None:
+            self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="rl_replay_prefetch")
+        queue = self._prefetch_queue
+        while len(queue) < self._prefetch:
+            queue.append(self._executor.submit(self._sample_now, batch_size))
+        result = queue.pop(0).result()
+        queue.append(self._executor.submit(self._sample_now, batch_size))
+        return result
+
+    def _clear_prefetch(self) -> None:
+        for future in self._prefetch_queue:
+            future.cancel()
+        self._prefetch_queue.clear()
+
+    def __getitem__(self, index: Any) -> Any:
+        with self._lock:
+            data = self._storage.get(index)
+        if isinstance(index, int) and not isinstance(self._storage, ListStorage):
+            return self._apply_transforms(data) if self._transforms else data
+        if isinstance(data, list):
+            data = self._collate_fn(data)
+        return self._apply_transforms(data) if self._transforms else data
+
+    def __iter__(self) -> Iterator[Any]:
+        if self._batch_size is None:
+            raise RuntimeError("iterating a ReplayBuffer needs a batch_size set at construction.")
+        self._sampler.ran_out = False
+        while True:
+            yield self.sample()
+            if self._sampler.ran_out:
+                return
+
+    # ------------------------------------------------------------------ state
+    def state_dict(self) -> dict:
+        """The writer's and sampler's state and the storage's item count (not the items: see ``dumps``)."""
+        with self._lock:
+            return {
+                "storage": self._storage.state_dict(),
+                "sampler": self._sampler.state_dict(),
+                "writer": self._writer.state_dict(),
+                "rng": None if self._rng is None else self._rng.get_state(),
+            }
+
+    def load_state_dict(self, state: dict) -> None:
+        with self._lock:
+            self._storage.load_state_dict(state["storage"])
+            self._sampler.load_state_dict(state["sampler"])
+            self._writer.load_state_dict(state["writer"])
+            if state.get("rng") is not None and self._rng is not None:
+                self._rng.set_state(state["rng"])
+
+    def dumps(self, path: Any) -> None:
+        """Writes a crash-safe checkpoint of the whole buffer (items, sampler, writer, RNG) to ``path``."""
+        from ..checkpoint import dump_buffer
+
+        with self._lock:
+            dump_buffer(self, path)
+
+    def loads(self, path: Any) -> None:
+        """Restores a checkpoint written by :meth:`dumps` (no unpickling)."""
+        from ..checkpoint import load_buffer
+
+        with self._lock:
+            self._clear_prefetch()
+            load_buffer(self, path)
+
+    def share_memory_(self) -> "ReplayBuffer":
+        """Moves the storage, the writer's cursor and the sampler's state to shared memory."""
+        self._storage.share_memory_()
+        self._writer.share_memory_()
+        self._sampler.share_memory_()
+        return self
+
+    def __getstate__(self) -> dict:
+        state = self.__dict__.copy()
+        state["_lock"] = None
+        state["_executor"] = None
+        state["_prefetch_queue"] = []
+        return state
+
+    def __setstate__(self, state: dict) -> None:
+        self.__dict__.update(state)
+        self._lock = threading.RLock()
+
+    def __del__(self) -> None:
+        executor = self.__dict__.get("_executor")
+        if executor is not None:
+            executor.shutdown(wait=False, cancel_futures=True)
+
+    def __repr__(self) -> str:
+        return (
+            f"{type(self).__name__}(storage={self._storage!r}, sampler={self._sampler!r}, writer={self._writer!r}, "
+            f"batch_size={self._batch_size})"
+        )

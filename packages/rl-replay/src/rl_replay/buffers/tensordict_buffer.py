@@ -1,0 +1,66 @@
+"""TensorDictReplayBuffer: a ReplayBuffer of TensorDicts that writes ``"index"`` back and reads priorities by key."""
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from tdict import TensorDictBase
+from tdict._utils import NestedKey
+
+from ..writers import TensorDictRoundRobinWriter, Writer
+from .replay_buffer import ReplayBuffer
+
+__all__ = ["TensorDictReplayBuffer"]
+
+
+class TensorDictReplayBuffer(ReplayBuffer):
+    """A :class:`ReplayBuffer` for TensorDicts.
+
+    ``extend`` writes each item's position under ``"index"`` (in the stored data and in the
+    argument), ``sample`` returns a TensorDict that also holds the sampler's info entries (e.g.
+    ``"priority_weight"`` for prioritized samplers) and :meth:`update_tensordict_priority` reads
+    priorities from ``priority_key``.
+
+    Args:
+        priority_key: the entry that holds new priorities (default ``"td_error"``).
+        **kwargs: as :class:`ReplayBuffer`.
+
+    Example:
+        >>> import torch
+        >>> from tdict import TensorDict
+        >>> from rl_replay import LazyTensorStorage
+        >>> rb = TensorDictReplayBuffer(storage=LazyTensorStorage(10), batch_size=3)
+        >>> _ = rb.extend(TensorDict(obs=torch.arange(5.0), batch_size=[5]))
+        >>> sample = rb.sample()
+        >>> bool((sample["obs"] == sample["index"].float()).all())
+        True
+    """
+
+    def __init__(self, *, priority_key: NestedKey = "td_error", **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.priority_key = priority_key
+
+    def _default_writer(self) -> Writer:
+        return TensorDictRoundRobinWriter()
+
+    def sample(self, batch_size: int | None = None, return_info: bool = False) -> Any:
+        data, info = super().sample(batch_size, return_info=True)
+        if isinstance(data, TensorDictBase):
+            n = data.batch_size[:1]
+            for key, value in info.items():
+                if isinstance(value, torch.Tensor) and value.shape[:1] == n and key not in data.keys():
+                    data.set(key, value)
+        return (data, info) if return_info else data
+
+    def update_tensordict_priority(self, data: TensorDictBase) -> None:
+        """Sets the priorities of ``data["index"]`` to ``data[priority_key]`` (reduced to one value per item)."""
+        index = data.get("index")
+        priority = data.get(self.priority_key)
+        if priority.shape != index.shape:
+            if priority.shape[: index.ndim] != index.shape:
+                raise ValueError(
+                    f"update_tensordict_priority: {self.priority_key!r} has shape {list(priority.shape)}, "
+                    f"expected one value per index (shape {list(index.shape)}, optionally with trailing dims)."
+                )
+            priority = priority.reshape(*index.shape, -1).amax(-1)
+        self.update_priority(index, priority)

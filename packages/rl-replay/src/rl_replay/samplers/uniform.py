@@ -1,0 +1,108 @@
+"""Uniform samplers: with replacement (RandomSampler) and epoch by epoch (SamplerWithoutReplacement)."""
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from .base import Sampler
+
+__all__ = ["RandomSampler", "SamplerWithoutReplacement"]
+
+
+class RandomSampler(Sampler):
+    """Uniform sampling with replacement over the stored items.
+
+    Example:
+        >>> import torch
+        >>> from rl_replay import LazyTensorStorage
+        >>> storage = LazyTensorStorage(10)
+        >>> storage.set(torch.arange(4), torch.zeros(4))
+        >>> index, info = RandomSampler().sample(storage, 8)
+        >>> index.shape, bool((index < 4).all())
+        (torch.Size([8]), True)
+    """
+
+    def sample(self, storage: Any, batch_size: int) -> tuple[Any, dict]:
+        return storage._rand_given_ndim(batch_size, self._rng), {}
+
+
+class SamplerWithoutReplacement(Sampler):
+    """Each stored item once per epoch, in a random (or sequential) order.
+
+    Args:
+        drop_last: drop the last, smaller batch of an epoch (default: return it).
+        shuffle: random order within each epoch (default ``True``).
+
+    ``ran_out`` turns True when an epoch is over (``iter(buffer)`` stops there); the next sample
+    starts a new epoch over the items stored at that time.
+
+    Example:
+        >>> import torch
+        >>> from rl_replay import LazyTensorStorage
+        >>> storage = LazyTensorStorage(10)
+        >>> storage.set(torch.arange(5), torch.zeros(5))
+        >>> sampler = SamplerWithoutReplacement(shuffle=False)
+        >>> [sampler.sample(storage, 2)[0].tolist() for _ in range(3)], sampler.ran_out
+        ([[0, 1], [2, 3], [4]], True)
+    """
+
+    def __init__(self, drop_last: bool = False, shuffle: bool = True) -> None:
+        super().__init__()
+        self.drop_last = drop_last
+        self.shuffle = shuffle
+        self._order: torch.Tensor | None = None
+        self._pos = 0
+        self._ran_out = False
+
+    @property
+    def ran_out(self) -> bool:
+        return self._ran_out
+
+    @ran_out.setter
+    def ran_out(self, value: bool) -> None:
+        self._ran_out = bool(value)
+
+    def _new_epoch(self, storage: Any) -> None:
+        n = len(storage)
+        if n == 0:
+            raise RuntimeError(f"{type(storage).__name__} is empty: nothing to sample.")
+        self._order = torch.randperm(n, generator=self._rng) if self.shuffle else torch.arange(n)
+        self._pos = 0
+        self._ran_out = False
+
+    def sample(self, storage: Any, batch_size: int) -> tuple[Any, dict]:
+        if self._order is None or self._pos >= len(self._order) or (
+            self.drop_last and len(self._order) - self._pos < batch_size
+        ):
+            self._new_epoch(storage)
+            if self.drop_last and len(self._order) < batch_size:
+                raise RuntimeError(
+                    f"SamplerWithoutReplacement(drop_last=True): batch_size {batch_size} exceeds the {len(self._order)} stored items."
+                )
+        index = self._order[self._pos : self._pos + batch_size]
+        self._pos += len(index)
+        remaining = len(self._order) - self._pos
+        if remaining == 0 or (self.drop_last and remaining < batch_size):
+            self._ran_out = True
+        nd = getattr(storage, "ndim", 1)
+        if nd > 1:
+            index = torch.unravel_index(index, (len(storage) // _per_row(storage), *storage.shape[1:]))
+        return index, {}
+
+    def _empty(self) -> None:
+        self._order, self._pos, self._ran_out = None, 0, False
+
+    def state_dict(self) -> dict:
+        return {"order": None if self._order is None else self._order.tolist(), "pos": self._pos, "ran_out": self._ran_out}
+
+    def load_state_dict(self, state: dict) -> None:
+        self._order = None if state["order"] is None else torch.tensor(state["order"], dtype=torch.int64)
+        self._pos, self._ran_out = int(state["pos"]), bool(state["ran_out"])
+
+
+def _per_row(storage: Any) -> int:
+    n = 1
+    for d in storage.shape[1:]:
+        n *= d
+    return n

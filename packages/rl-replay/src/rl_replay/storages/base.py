@@ -1,0 +1,94 @@
+"""Storage: where a replay buffer keeps its items (a fixed capacity, written by index)."""
+from __future__ import annotations
+
+from typing import Any, Iterator
+
+import torch
+
+__all__ = ["Storage"]
+
+
+class Storage:
+    """Base class of storages: ``set(index, data)``, ``get(index)``, ``len()`` and a fixed ``max_size``.
+
+    A storage knows nothing of write order (the writer) or sampling (the sampler). The number of
+    valid items lives in a 0-d int64 tensor so that :meth:`share_memory_` can share it across
+    processes.
+
+    Args:
+        max_size: the capacity in items.
+    """
+
+    ndim = 1
+
+    def __init__(self, max_size: int) -> None:
+        if not isinstance(max_size, int) or isinstance(max_size, bool) or max_size < 1:
+            raise ValueError(f"{type(self).__name__}: max_size must be a positive int, got {max_size!r}.")
+        self.max_size = max_size
+        self._len_t = torch.zeros((), dtype=torch.int64)
+
+    # ------------------------------------------------------------------ subclass hooks
+    def set(self, index: Any, data: Any) -> None:
+        """Writes ``data`` at ``index`` (an int, a slice or a 1-D index tensor along the first dim)."""
+        raise NotImplementedError
+
+    def get(self, index: Any) -> Any:
+        """Reads the items at ``index``."""
+        raise NotImplementedError
+
+    def _empty(self) -> None:
+        """Forgets every item (the capacity stays)."""
+        self._len_t.zero_()
+
+    # ------------------------------------------------------------------ common API
+    def __len__(self) -> int:
+        return int(self._len_t)
+
+    def _grow_len(self, index: Any, count: int) -> None:
+        """Raises the valid length to cover ``index`` (``count`` items were written there)."""
+        if isinstance(index, int):
+            top = index + 1
+        elif isinstance(index, slice):
+            top = index.stop if index.stop is not None else self.max_size
+        elif isinstance(index, torch.Tensor):
+            top = int(index.max()) + 1 if index.numel() else 0
+        else:
+            top = max(int(i) for i in index) + 1 if count else 0
+        if top > int(self._len_t):
+            self._len_t.fill_(min(top, self.max_size))
+
+    def __getitem__(self, index: Any) -> Any:
+        return self.get(index)
+
+    def __setitem__(self, index: Any, value: Any) -> None:
+        self.set(index, value)
+
+    def __iter__(self) -> Iterator[Any]:
+        for i in range(len(self)):
+            yield self.get(i)
+
+    @property
+    def shape(self) -> torch.Size:
+        """The storage's item shape: ``[max_size]`` (multi-dim storages: their leading dims)."""
+        return torch.Size([self.max_size])
+
+    def _rand_given_ndim(self, batch_size: int, generator: torch.Generator | None = None) -> Any:
+        """``batch_size`` uniform indices of valid items (a tensor; a tuple of tensors when ndim > 1)."""
+        n = len(self)
+        if n == 0:
+            raise RuntimeError(f"{type(self).__name__} is empty: nothing to sample.")
+        return torch.randint(0, n, (batch_size,), generator=generator)
+
+    def share_memory_(self) -> "Storage":
+        """Moves the item count to shared memory (storages with tensor data share it too)."""
+        self._len_t.share_memory_()
+        return self
+
+    def state_dict(self) -> dict:
+        return {"len": int(self._len_t)}
+
+    def load_state_dict(self, state: dict) -> None:
+        self._len_t.fill_(int(state["len"]))
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(max_size={self.max_size}, len={len(self)})"

@@ -1,0 +1,76 @@
+"""ListStorage: any Python objects, one list slot per item."""
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from .base import Storage
+
+__all__ = ["ListStorage"]
+
+
+def _positions(index: Any, length: int) -> list[int] | int:
+    if isinstance(index, int):
+        return index
+    if isinstance(index, slice):
+        return list(range(*index.indices(length)))
+    if isinstance(index, torch.Tensor):
+        return int(index) if index.ndim == 0 else index.tolist()
+    return [int(i) for i in index]
+
+
+class ListStorage(Storage):
+    """Stores arbitrary objects (tensors, TensorDicts, strings, dicts...) in a list.
+
+    ``get`` of several indices returns a list; the buffer's default ``collate_fn`` stacks tensors
+    and TensorDicts.
+
+    Args:
+        max_size: the capacity in items.
+
+    Example:
+        >>> s = ListStorage(3)
+        >>> s.set([0, 1], ["a", {"b": 1}])
+        >>> len(s), s.get([1, 0])
+        (2, [{'b': 1}, 'a'])
+    """
+
+    def __init__(self, max_size: int = 1000) -> None:
+        super().__init__(max_size)
+        self._items: list = []
+
+    def set(self, index: Any, data: Any) -> None:
+        pos = _positions(index, self.max_size)
+        if isinstance(pos, int):
+            pos, data = [pos], [data]
+        elif len(pos) != len(data):
+            raise ValueError(f"ListStorage.set: {len(pos)} indices for {len(data)} items.")
+        for p in pos:
+            if not 0 <= p < self.max_size:
+                raise IndexError(f"ListStorage.set: index {p} is outside [0, {self.max_size}).")
+        items = self._items
+        for p, item in zip(pos, data):
+            if p < len(items):
+                items[p] = item
+            else:
+                items.extend([None] * (p - len(items)))
+                items.append(item)
+        self._len_t.fill_(min(len(items), self.max_size))
+
+    def get(self, index: Any) -> Any:
+        pos = _positions(index, len(self))
+        n = len(self)
+        if isinstance(pos, int):
+            if not -n <= pos < n:
+                raise IndexError(f"ListStorage.get: index {pos} is outside the {n} stored items.")
+            return self._items[pos]
+        bad = [p for p in pos if not -n <= p < n]
+        if bad:
+            raise IndexError(f"ListStorage.get: indices {bad[:5]} are outside the {n} stored items.")
+        items = self._items
+        return [items[p] for p in pos]
+
+    def _empty(self) -> None:
+        super()._empty()
+        self._items = []

@@ -1,0 +1,170 @@
+"""Writers: decide where new items go (round robin, keep the best, or refuse writes)."""
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from tdict import is_tensor_collection
+
+__all__ = ["Writer", "RoundRobinWriter", "TensorDictRoundRobinWriter", "ImmutableDatasetWriter"]
+
+
+def _count(data: Any) -> int:
+    """The number of items in ``data`` along its first dim (or list length)."""
+    if is_tensor_collection(data):
+        if not data.batch_dims:
+            raise ValueError("extend: a TensorDict with an empty batch_size holds no item dim; use add() for one item.")
+        return data.batch_size[0]
+    if isinstance(data, torch.Tensor):
+        if data.ndim == 0:
+            raise ValueError("extend: a 0-d tensor holds no item dim; use add() for one item.")
+        return data.shape[0]
+    return len(data)
+
+
+class Writer:
+    """Base class of writers: :meth:`add` one item, :meth:`extend` with many; both return the indices."""
+
+    def __init__(self) -> None:
+        self._storage = None
+
+    def register_storage(self, storage: Any) -> None:
+        self._storage = storage
+
+    def add(self, data: Any) -> Any:
+        raise NotImplementedError
+
+    def extend(self, data: Any) -> torch.Tensor:
+        raise NotImplementedError
+
+    def _empty(self) -> None:
+        pass
+
+    def share_memory_(self) -> "Writer":
+        return self
+
+    def state_dict(self) -> dict:
+        return {}
+
+    def load_state_dict(self, state: dict) -> None:
+        pass
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}()"
+
+
+class RoundRobinWriter(Writer):
+    """Writes at a cursor that wraps around: the oldest items are overwritten first.
+
+    The cursor and the write count live in a shared-memory-capable tensor (``share_memory_``), so
+    several processes writing to one shared storage advance one cursor.
+
+    Example:
+        >>> import torch
+        >>> from rl_replay import LazyTensorStorage
+        >>> w = RoundRobinWriter()
+        >>> w.register_storage(LazyTensorStorage(4))
+        >>> w.extend(torch.zeros(3, 2)).tolist(), w.extend(torch.ones(3, 2)).tolist()
+        ([0, 1, 2], [3, 0, 1])
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._state = torch.zeros(2, dtype=torch.int64)  # [cursor, total writes]
+
+    @property
+    def _cursor(self) -> int:
+        return int(self._state[0])
+
+    @property
+    def _write_count(self) -> int:
+        return int(self._state[1])
+
+    def _capacity(self) -> int:
+        storage = self._storage
+        shape = getattr(storage, "shape", None)
+        return shape[0] if shape is not None and getattr(storage, "ndim", 1) > 1 and getattr(storage, "initialized", False) else storage.max_size
+
+    def add(self, data: Any) -> int:
+        cursor = self._cursor
+        self._storage.set(cursor, data)
+        self._state[0] = (cursor + 1) % self._capacity()
+        self._state[1] += 1
+        return cursor
+
+    def extend(self, data: Any) -> torch.Tensor:
+        n = _count(data)
+        cursor = self._cursor
+        capacity = self._capacity()
+        if n > capacity:  # only the last `capacity` items would survive: write just those, once each
+            data = data[n - capacity :]
+            cursor = (cursor + n - capacity) % capacity
+            n = capacity
+        index = torch.arange(cursor, cursor + n) % capacity
+        self._write(index, data)
+        self._state[0] = (cursor + n) % self._capacity()
+        self._state[1] += n
+        return index
+
+    def _write(self, index: torch.Tensor, data: Any) -> None:
+        self._storage.set(index, data)
+
+    def _empty(self) -> None:
+        self._state.zero_()
+
+    def share_memory_(self) -> "RoundRobinWriter":
+        self._state.share_memory_()
+        return self
+
+    def state_dict(self) -> dict:
+        return {"cursor": self._cursor, "write_count": self._write_count}
+
+    def load_state_dict(self, state: dict) -> None:
+        self._state[0] = int(state["cursor"])
+        self._state[1] = int(state["write_count"])
+
+
+class TensorDictRoundRobinWriter(RoundRobinWriter):
+    """A :class:`RoundRobinWriter` that also writes each item's position under ``"index"``.
+
+    Example:
+        >>> import torch
+        >>> from tdict import TensorDict
+        >>> from rl_replay import LazyTensorStorage
+        >>> w = TensorDictRoundRobinWriter()
+        >>> w.register_storage(LazyTensorStorage(4))
+        >>> data = TensorDict(obs=torch.zeros(2), batch_size=[2])
+        >>> w.extend(data).tolist(), data["index"].tolist()
+        ([0, 1], [0, 1])
+    """
+
+    def add(self, data: Any) -> int:
+        index = self._cursor
+        data.set("index", torch.tensor(index))
+        return super().add(data)
+
+    def _write(self, index: torch.Tensor, data: Any) -> None:
+        if data.batch_dims > 1:  # multi-dim storages: every item of a row shares the row's index
+            index_entry = index.reshape(-1, *([1] * (data.batch_dims - 1))).expand(data.batch_size).clone()
+        else:
+            index_entry = index
+        data.set("index", index_entry)
+        super()._write(index, data)
+
+
+class ImmutableDatasetWriter(Writer):
+    """A writer that refuses writes (for read-only datasets).
+
+    Example:
+        >>> w = ImmutableDatasetWriter()
+        >>> w.extend([1])
+        Traceback (most recent call last):
+        ...
+        RuntimeError: this buffer is read-only (ImmutableDatasetWriter): extend() is not allowed.
+    """
+
+    def add(self, data: Any) -> Any:
+        raise RuntimeError("this buffer is read-only (ImmutableDatasetWriter): add() is not allowed.")
+
+    def extend(self, data: Any) -> torch.Tensor:
+        raise RuntimeError("this buffer is read-only (ImmutableDatasetWriter): extend() is not allowed.")
