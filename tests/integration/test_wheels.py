@@ -183,12 +183,28 @@ def torch_site(tmp_path_factory: pytest.TempPathFactory) -> Path:
         return purelib
 
 
+# Real work each package must do with nothing but torch, rl-tdict and itself installed (no numpy,
+# no gymnasium): an empty string means an import is all it offers today.
+SMOKE = {
+    "rl-envs": (
+        "from rl_envs import PendulumEnv, StepCounter, TransformedEnv\n"
+        "assert TransformedEnv(PendulumEnv(), StepCounter(5)).rollout(10).batch_size == (5,)"
+    ),
+    "rl-replay": (
+        "import torch\nfrom tdict import TensorDict\nfrom rl_replay import LazyTensorStorage, ReplayBuffer\n"
+        "rb = ReplayBuffer(storage=LazyTensorStorage(10), batch_size=4)\n"
+        "rb.extend(TensorDict(x=torch.arange(6), batch_size=[6]))\n"
+        "assert rb.sample()['x'].max() < 6 and len(rb) == 6"
+    ),
+}
+
 PROBE = textwrap.dedent(
     """
     import importlib, importlib.util, json, sys
     from importlib import metadata
     dist, module_name, siblings = sys.argv[1], sys.argv[2], sys.argv[3].split(",")
     module = importlib.import_module(module_name)
+    exec(sys.argv[4])
     found = {d.metadata["Name"] for d in metadata.distributions()}
     print(json.dumps({
         "file": module.__file__,
@@ -234,7 +250,7 @@ def test_wheel_installs_alone_and_imports(
     workdir = tmp_path / "cwd"  # not the repository: the source tree must not shadow the wheel
     workdir.mkdir()
     probe = _run(
-        [str(python), "-I", "-c", PROBE, project["name"], module_name, ",".join(siblings)],
+        [str(python), "-I", "-c", PROBE, project["name"], module_name, ",".join(siblings), SMOKE.get(dist, "")],
         cwd=workdir,
         env=_clean_env(),
     )

@@ -2,10 +2,12 @@
 from __future__ import annotations
 
 import copy
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
-import numpy as np
 import torch
+
+if TYPE_CHECKING:  # numpy is optional: only to_numpy's callers need it
+    import numpy
 
 __all__ = ["TensorSpec"]
 
@@ -138,7 +140,8 @@ class TensorSpec:
         if isinstance(val, torch.Tensor):
             out = val
         else:
-            if isinstance(val, np.ndarray) and not val.flags.writeable:
+            flags = getattr(val, "flags", None)  # a numpy array (numpy is imported only by its users)
+            if flags is not None and not flags.writeable:
                 val = val.copy()
             out = torch.as_tensor(val)
         out = out.to(dtype=self.dtype, device=None if ignore_device else self.device)
@@ -146,7 +149,7 @@ class TensorSpec:
             out = out.reshape(self.shape)
         return out
 
-    def to_numpy(self, val: torch.Tensor, safe: bool = True) -> np.ndarray:
+    def to_numpy(self, val: torch.Tensor, safe: bool = True) -> "numpy.ndarray":
         """Convert a tensor of the spec to numpy (checked with :meth:`assert_is_in` when ``safe``)."""
         if safe:
             self.assert_is_in(val)

@@ -3,7 +3,6 @@ from __future__ import annotations
 
 from typing import Any, Sequence
 
-import numpy as np
 import torch
 
 from ..lazy import lazy_stack
@@ -77,6 +76,8 @@ def _common(values: list) -> Any:
 
 def _np_merge(parts: list, axis: int) -> Any:
     """Stack member numpy outputs along ``axis`` (nested dicts merged key by key); ragged ones stay a list."""
+    import numpy as np  # only callers of to_numpy need numpy
+
     if all(isinstance(p, dict) for p in parts):
         keys = list(dict.fromkeys(k for p in parts for k in p))
         return {k: _np_merge([p.get(k) for p in parts], axis) if all(k in p for p in parts) else [p.get(k) for p in parts] for k in keys}
@@ -357,7 +358,12 @@ class Stacked(_StackOps):
     def encode(self, val: Any, *, ignore_device: bool = False) -> Any:
         """Encode numpy / Python values member by member (a sequence of members, or an array with the stack dim)."""
         if not isinstance(val, (list, tuple)):
-            arr = val if isinstance(val, torch.Tensor) else torch.as_tensor(np.array(val))
+            if isinstance(val, torch.Tensor):
+                arr = val
+            else:
+                import numpy as np  # numpy input: numpy is there
+
+                arr = torch.as_tensor(np.array(val))
             if arr.ndim <= self.dim or arr.shape[self.dim] != len(self.specs):
                 raise ValueError(f"Stacked.encode: expected {len(self.specs)} members along dim {self.dim}, got shape {tuple(arr.shape)}")
             val = arr.unbind(self.dim)
