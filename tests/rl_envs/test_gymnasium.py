@@ -495,3 +495,21 @@ def test_half_cheetah_matches_gymnasium():
     assert isinstance(env.action_spec, Bounded) and env.action_spec.shape == (6,)
     ref = manual_loop(gym.make("HalfCheetah-v5"), 2, rollout["action"].numpy())
     assert_matches(rollout, ref)
+
+
+def test_from_pixels_on_a_real_classic_control_env_matches_gymnasium_render():
+    pytest.importorskip("pygame")
+    import gymnasium
+
+    env = GymEnv("Pendulum-v1", from_pixels=True)
+    env.set_seed(3)
+    reference = gymnasium.make("Pendulum-v1", render_mode="rgb_array")
+    reference.reset(seed=3)
+    rollout = env.rollout(4, lambda td: td.set("action", torch.full((1,), 0.5)))
+    frames = [reference.render()]
+    for _ in range(3):
+        reference.step(np.array([0.5], dtype=np.float32))
+        frames.append(reference.render())
+    assert rollout["pixels"].shape == torch.Size([4, 500, 500, 3]) and rollout["pixels"].dtype == torch.uint8
+    assert torch.equal(rollout["pixels"], torch.from_numpy(np.stack(frames)))
+    assert env.observation_spec["pixels"].is_in(rollout["next", "pixels"][-1])
