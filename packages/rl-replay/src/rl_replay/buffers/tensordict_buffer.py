@@ -46,10 +46,15 @@ class TensorDictReplayBuffer(ReplayBuffer):
     def sample(self, batch_size: int | None = None, return_info: bool = False) -> Any:
         data, info = super().sample(batch_size, return_info=True)
         if isinstance(data, TensorDictBase):
-            n = data.batch_size[:1]
+            batch = data.batch_size
             for key, value in info.items():
-                if isinstance(value, torch.Tensor) and value.shape[:1] == n and key not in data.keys():
-                    data.set(key, value)
+                if not isinstance(value, torch.Tensor) or key in data.keys() or not batch:
+                    continue
+                if value.shape[:1] == batch[:1] and value.shape != batch[: value.ndim]:
+                    continue  # not aligned with the batch (e.g. per-slice info of another layout)
+                if value.ndim < len(batch):  # one value per sampled item: shared by its trailing batch dims
+                    value = value.reshape(*value.shape, *([1] * (len(batch) - value.ndim))).expand(batch)
+                data.set(key, value)
         return (data, info) if return_info else data
 
     def update_tensordict_priority(self, data: TensorDictBase) -> None:

@@ -1,0 +1,37 @@
+"""Offline datasets: read-only replay buffers over local files converted once into memory-mapped form.
+
+``OfflineDataset`` (base class), ``MinariExperienceReplay`` (a local Minari HDF5 dataset),
+``D4RLExperienceReplay`` (a D4RL-format HDF5 file), ``register_dataset``/``load_dataset``.
+Names load lazily; h5py is imported only when a loader reads a file (``pip install rl-replay[h5py]``).
+Nothing here downloads.
+"""
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+_LAZY = {
+    "OfflineDataset": "offline",
+    "split_trajectories": "offline",
+    "MinariExperienceReplay": "minari",
+    "D4RLExperienceReplay": "d4rl",
+    "register_dataset": "registry",
+    "load_dataset": "registry",
+    "registered_datasets": "registry",
+}
+
+__all__ = ["D4RLExperienceReplay", "MinariExperienceReplay", "OfflineDataset", "load_dataset",
+           "register_dataset", "registered_datasets", "split_trajectories"]
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list:
+    return __all__

@@ -1,0 +1,23 @@
+"""The runnable examples in rl_replay' docstrings stay runnable."""
+import doctest
+import importlib
+import pkgutil
+
+import pytest
+
+import rl_replay
+
+
+def _modules():
+    for info in pkgutil.walk_packages(rl_replay.__path__, "rl_replay."):
+        yield info.name
+
+
+@pytest.mark.parametrize("name", sorted(_modules()))
+def test_docstring_examples_run(name):
+    try:
+        module = importlib.import_module(name)
+    except ImportError as err:  # an optional third-party library (h5py...) is missing
+        pytest.skip(f"{name}: {err}")
+    result = doctest.testmod(module, optionflags=doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE)
+    assert not result.failed, f"{name}: {result.failed} of {result.attempted} examples failed"
