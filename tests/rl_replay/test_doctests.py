@@ -1,4 +1,4 @@
-"""The runnable examples in rl_replay' docstrings stay runnable."""
+"""The runnable examples in rl_replay's docstrings stay runnable."""
 import doctest
 import importlib
 import pkgutil
