@@ -340,6 +340,12 @@ class TensorDict(TensorDictBase):
                 raise IndexError("Cannot index a TensorDict with an empty batch size.")
             new_bs = torch.Size((len(range(*index.indices(bs[0]))),)) + bs[1:]
             names = self._names
+        elif kind is torch.Tensor and index.dtype is torch.int64 and index.ndim == 1 and bs and not torch.compiler.is_compiling():
+            # rows by position (a replay buffer's sample): index_select is 2-4x faster than value[index]
+            # (eager only: the bounds checks below read values, which a compiled graph must not branch on)
+            if index.numel() and bool(index.min() < 0):
+                index = torch.where(index < 0, index + bs[0], index)
+            return self._take_rows(index)
         else:
             index = _normalize_index(index, bs)
             new_bs = None
@@ -355,6 +361,21 @@ class TensorDict(TensorDictBase):
             if self._names and len(new_bs) == len(bs):
                 names = self._names
         return TensorDict._new_unsafe(out, new_bs, self._device, names)
+
+    def _take_rows(self, index: torch.Tensor) -> "TensorDict":
+        """``self[index]`` for a 1-D int64 ``index`` of non-negative positions along dim 0."""
+        n = self._batch_size[0]
+        if index.numel() and bool(index.max() >= n):
+            raise IndexError(f"index {int(index.max())} is out of bounds for batch dim 0 of size {n}.")
+        out = {}
+        for key, value in self._tensordict.items():
+            if isinstance(value, torch.Tensor):
+                out[key] = value.index_select(0, index if value.device == index.device else index.to(value.device))
+            elif type(value) is TensorDict:
+                out[key] = value._take_rows(index)
+            else:
+                out[key] = value[index]
+        return TensorDict._new_unsafe(out, torch.Size((index.shape[0],)) + self._batch_size[1:], self._device, self._names)
 
     # ------------------------------------------------------------------ whole-collection ops
     def clone(self, recurse: bool = True, **kwargs: Any) -> "TensorDict":

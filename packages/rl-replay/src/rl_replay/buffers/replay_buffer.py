@@ -77,6 +77,7 @@ class ReplayBuffer:
         self._sampler = sampler if sampler is not None else RandomSampler()
         self._writer = writer if writer is not None else self._default_writer()
         self._writer.register_storage(self._storage)
+        self._register_storage_with(self._sampler)
         if collate_fn is None:
             collate_fn = default_collate if isinstance(self._storage, ListStorage) else _identity
         self._collate_fn = collate_fn
@@ -94,6 +95,7 @@ class ReplayBuffer:
             self.append_transform(transform)
         self._lock = threading.RLock()
         self._rng = None
+        self._last_ran_out = False
         if generator is not None:
             self.set_rng(generator)
 
@@ -124,7 +126,14 @@ class ReplayBuffer:
 
     def set_sampler(self, sampler: Sampler) -> None:
         sampler._rng = self._rng
+        self._register_storage_with(sampler)
         self._sampler = sampler
+
+    def _register_storage_with(self, sampler: Sampler) -> None:
+        # samplers that map written rows to items (multi-dim storages) or read stored flags need the storage
+        register = getattr(sampler, "register_storage", None)
+        if register is not None:
+            register(self._storage)
 
     def set_writer(self, writer: Writer) -> None:
         writer.register_storage(self._storage)
@@ -169,6 +178,8 @@ class ReplayBuffer:
         """Writes one item; returns its index."""
         if self._transforms:
             data = self._apply_inverse(data)
+            if data is None:  # the transform holds the item back (e.g. n-step returns waiting for more steps)
+                return None
         with self._lock:
             index = self._writer.add(data)
             self._sampler.add(index)
@@ -178,6 +189,8 @@ class ReplayBuffer:
         """Writes items along their first dim; returns their indices."""
         if self._transforms:
             data = self._apply_inverse(data)
+            if data is None:  # nothing complete to write yet (e.g. MultiStepTransform)
+                return torch.zeros(0, dtype=torch.int64)
         with self._lock:
             index = self._writer.extend(data)
             self._sampler.extend(index)
@@ -200,7 +213,10 @@ class ReplayBuffer:
         with self._lock:
             index, info = self._sampler.sample(self._storage, batch_size)
             data = self._storage.get(index)
+            # read with the sample: a prefetching thread may start the next epoch before the caller looks
+            ran_out = self._sampler.ran_out
         info["index"] = index
+        info["_ran_out"] = ran_out
         data = self._collate_fn(data)
         if self._transforms:
             data = self._apply_transforms(data)
@@ -223,6 +239,7 @@ class ReplayBuffer:
             data, info = self._sample_prefetched(batch_size)
         else:
             data, info = self._sample_now(batch_size)
+        self._last_ran_out = info.pop("_ran_out", self._sampler.ran_out)
         return (data, info) if return_info else data
 
     def _sample_prefetched(self, batch_size: int) -> tuple[Any, dict]:
@@ -241,6 +258,8 @@ class ReplayBuffer:
         self._prefetch_queue.clear()
 
     def __getitem__(self, index: Any) -> Any:
+        if isinstance(index, slice):  # only stored items, not the whole preallocated capacity
+            index = slice(*index.indices(len(self)))
         with self._lock:
             data = self._storage.get(index)
         if isinstance(index, int) and not isinstance(self._storage, ListStorage):
@@ -255,7 +274,7 @@ class ReplayBuffer:
         self._sampler.ran_out = False
         while True:
             yield self.sample()
-            if self._sampler.ran_out:
+            if self._last_ran_out:  # the epoch of the batch just returned is over
                 return
 
     # ------------------------------------------------------------------ state

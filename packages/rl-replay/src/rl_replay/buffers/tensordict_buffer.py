@@ -48,8 +48,8 @@ class TensorDictReplayBuffer(ReplayBuffer):
         if isinstance(data, TensorDictBase):
             batch = data.batch_size
             for key, value in info.items():
-                if not isinstance(value, torch.Tensor) or key in data.keys() or not batch:
-                    continue
+                if not isinstance(value, torch.Tensor) or not batch or (key == "index" and key in data.keys()):
+                    continue  # the sampler's info overrides stored entries (e.g. "is_init" of a slice start)
                 if value.shape[:1] == batch[:1] and value.shape != batch[: value.ndim]:
                     continue  # not aligned with the batch (e.g. per-slice info of another layout)
                 if value.ndim < len(batch):  # one value per sampled item: shared by its trailing batch dims
