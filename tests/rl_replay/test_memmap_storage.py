@@ -5,20 +5,25 @@ from __future__ import annotations
 import gc
 import os
 import pickle
+import queue
 import sys
 import time
 
 import pytest
 import torch
 import torch.multiprocessing as mp
+from rl_replay import (
+    LazyMemmapStorage,
+    LazyTensorStorage,
+    ReplayBuffer,
+    RoundRobinWriter,
+)
 from tdict import MemoryMappedTensor, TensorDict
-
-from rl_replay import LazyMemmapStorage, LazyTensorStorage, ReplayBuffer, RoundRobinWriter
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
 if _HERE not in sys.path:
     sys.path.append(_HERE)
-import _memmap_mp_children as children  # noqa: E402
+import _memmap_mp_children as children
 
 
 def _transitions(start: int, n: int) -> TensorDict:
@@ -195,7 +200,7 @@ def _supervise(procs, results, expected, timeout=60.0):
                 pytest.fail(f"children did not report within {timeout} s (got {sorted(got)})")
             try:
                 who, status, payload = results.get(timeout=min(left, 1.0))
-            except Exception:
+            except queue.Empty:
                 dead = [p for p in procs if p.exitcode not in (None, 0)]
                 if dead:
                     pytest.fail(f"a child died with exit code {dead[0].exitcode} before reporting")
@@ -242,8 +247,9 @@ def test_child_failure_surfaces():
     rb = ReplayBuffer(storage=LazyMemmapStorage(10))
     rb.extend(_transitions(0, 2))
     rb.share_memory_()
-    results = _SPAWN.Queue()
-    proc = _SPAWN.Process(target=children.fail_now, args=(rb, results))
+    fork = mp.get_context("fork")  # fast start; the spawn path is exercised by the test above
+    results = fork.Queue()
+    proc = fork.Process(target=children.fail_now, args=(rb, results))
     proc.start()
     with pytest.raises(pytest.fail.Exception, match="exit code 1"):
         _supervise([proc], results, 1, timeout=60.0)
@@ -257,3 +263,23 @@ def test_writer_cursor_is_shared_without_a_buffer():
     storage.share_memory_()
     writer.share_memory_()
     assert storage._len_t.is_shared() and writer._state.is_shared()
+
+
+def test_add_as_first_write():
+    rb = ReplayBuffer(storage=LazyMemmapStorage(4))
+    item = _transitions(5, 1)[0]
+    assert rb.add(item) == 0
+    assert len(rb) == 1
+    _assert_td_equal(rb.storage.get(0), item)
+
+
+def test_checkpoint_round_trip_into_a_new_scratch_dir(tmp_path):
+    rb = ReplayBuffer(storage=LazyMemmapStorage(20), generator=torch.Generator().manual_seed(0))
+    rb.extend(_transitions(0, 25))
+    rb.dumps(tmp_path / "ckpt")
+    restored = ReplayBuffer(storage=LazyMemmapStorage(20, scratch_dir=tmp_path / "scratch"), generator=torch.Generator())
+    restored.loads(tmp_path / "ckpt")
+    assert len(restored) == 20 and restored.writer._cursor == 5
+    _assert_td_equal(restored.sample(8), rb.sample(8))
+    assert os.listdir(tmp_path / "scratch")
+    _assert_td_equal(TensorDict.load_memmap(tmp_path / "scratch"), rb.storage.get(torch.arange(20)))

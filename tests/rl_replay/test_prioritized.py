@@ -164,11 +164,15 @@ def test_tensordict_buffer_extend_priorities_and_reduction():
     rb = TensorDictPrioritizedReplayBuffer(alpha=1.0, beta=1.0, storage=LazyTensorStorage(6), reduction="mean")
     rb.extend(TensorDict(obs=torch.zeros(3), td_error=torch.tensor([[1.0, 3.0], [2.0, 2.0], [0.0, 8.0]]), batch_size=[3]))
     assert rb.sampler._priority[:3].tolist() == [2.0, 2.0, 4.0]
-    rb.extend(TensorDict(obs=torch.zeros(2), batch_size=[2]))  # no priority entry: the max seen
-    assert rb.sampler._priority[3:5].tolist() == [4.0, 4.0]
+    # items without a priority entry get the max seen (a storage holds one set of keys: another buffer)
+    plain = TensorDictPrioritizedReplayBuffer(alpha=1.0, beta=1.0, storage=LazyTensorStorage(6))
+    plain.extend(TensorDict(obs=torch.zeros(2), batch_size=[2]))
+    plain.update_priority(torch.tensor([0]), torch.tensor([4.0]))
+    plain.extend(TensorDict(obs=torch.zeros(2), batch_size=[2]))
+    assert plain.sampler._priority[2:4].tolist() == [4.0, 4.0]
     with pytest.raises(ValueError, match="td_error"):
         rb.extend(TensorDict(obs=torch.zeros(2), td_error=torch.tensor([1.0, float("inf")]), batch_size=[2]))
-    assert len(rb) == 5  # nothing written by the failed extend
+    assert len(rb) == 3  # nothing written by the failed extend
     sample = rb.sample(8)
     sample.set("td_error", torch.ones(8, 3) * torch.tensor([1.0, 2.0, 6.0]))
     rb.update_tensordict_priority(sample)

@@ -7,6 +7,7 @@ from typing import Any
 import torch
 from tdict import TensorDictBase, is_tensor_collection
 
+from ._write_checks import check_write, stored_leaves, write_shape
 from .base import Storage
 
 __all__ = ["TensorStorage", "LazyTensorStorage"]
@@ -50,7 +51,7 @@ class TensorStorage(Storage):
         self.device = torch.device(device) if device is not None and device != "auto" else None
         self._storage = storage
         if storage is not None:
-            self._item_dims = torch.Size(_leading(storage)[1:ndim])
+            self._adopt_layout(storage)
 
     @property
     def initialized(self) -> bool:
@@ -90,15 +91,26 @@ class TensorStorage(Storage):
             storage = data[:1].apply(alloc, batch_size=[rows, *data.batch_size[1:]])
         else:
             storage = alloc(data)
-        self._item_dims = item_dims
         self._storage = storage
+        self._adopt_layout(storage)
+
+    def _adopt_layout(self, storage: Any) -> None:
+        """Records what every write is checked against: the item dims and ``{key: feature shape}``."""
+        leading = _leading(storage)
+        self._item_dims = torch.Size(leading[1 : self.ndim])
+        self._lead_dims = len(leading)
+        self._leaves = stored_leaves(storage, self._lead_dims)
 
     def set(self, index: Any, data: Any) -> None:
         if self._storage is None:
-            self._init(data)
+            # a single item (add) as the first write: allocate from it as a batch of one
+            self._init(data.unsqueeze(0) if isinstance(index, int) else data)
+        storage = self._storage
+        # missing keys or shapes that would broadcast raise here, before anything is written
+        check_write(type(self).__name__, self._leaves, data, write_shape(_leading(storage)[: self._lead_dims], index))
         if self.device is not None and data.device != self.device:
             data = data.to(self.device)
-        self._storage[index] = data
+        storage[index] = data
         self._grow_len(index, 1)
 
     def get(self, index: Any) -> Any:

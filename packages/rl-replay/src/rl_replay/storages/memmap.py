@@ -1,0 +1,205 @@
+"""LazyMemmapStorage: a tensor storage whose items live in memory-mapped files on disk."""
+from __future__ import annotations
+
+import math
+import os
+import shutil
+import tempfile
+import weakref
+from typing import Any
+
+import torch
+from tdict import TensorDict, is_tensor_collection
+from tdict.persistence import load_memmap
+
+from ._write_checks import check_write, stored_leaves, write_shape
+from .tensor import TensorStorage
+
+__all__ = ["LazyMemmapStorage"]
+
+# plain-tensor data is memory-mapped as the single entry of a TensorDict under this key, so that the
+# files carry tdict's crash-safe JSON metadata and another process can open them with load_memmap
+_TENSOR_KEY = "__rl_replay_tensor__"
+_CPU = torch.device("cpu")
+
+
+def _remove_scratch_dir(path: str, owner_pid: int) -> None:
+    # only the process that created the temporary directory removes it: a forked or spawned
+    # process holding a copy of the storage must not delete the files its parent still uses
+    if os.getpid() == owner_pid:
+        shutil.rmtree(path, ignore_errors=True)
+
+
+class LazyMemmapStorage(TensorStorage):
+    """A :class:`TensorStorage` whose items are memory-mapped files, allocated on the first write.
+
+    Items live on disk (page cache) rather than in process memory, so a buffer can hold more than
+    RAM, survive as files, and be shared by several processes: pickling the storage (for instance
+    into a ``torch.multiprocessing`` child) sends file names, not data, and every process maps the
+    same files. Share the item count with :meth:`share_memory_` (``ReplayBuffer.share_memory_``
+    also shares the writer's cursor); a process that never wrote opens the files on its first read.
+
+    Args:
+        max_size: the capacity in items.
+        scratch_dir: the directory of the files. ``None``: a fresh temporary directory, removed when
+            the storage is garbage collected or at interpreter exit (by the creating process only).
+        device: where ``get`` returns the items. The files are always on the CPU; with
+            ``device="cuda"`` each read is copied to the GPU (TorchRL refuses non-CPU devices here).
+        ndim: how many leading dims of the written data index items.
+        existsok: allow a ``scratch_dir`` that already holds files (they are overwritten). With the
+            default ``False`` a non-empty ``scratch_dir`` raises ``FileExistsError``.
+
+    Example:
+        >>> import os, torch
+        >>> from tdict import TensorDict
+        >>> s = LazyMemmapStorage(100)
+        >>> s.set(torch.arange(3), TensorDict(obs=torch.arange(6.0).view(3, 2), batch_size=[3]))
+        >>> len(s), s.get(torch.tensor([2, 0]))["obs"].tolist()
+        (3, [[4.0, 5.0], [0.0, 1.0]])
+        >>> os.path.isdir(s.scratch_dir)
+        True
+    """
+
+    def __init__(
+        self,
+        max_size: int,
+        *,
+        scratch_dir: str | os.PathLike | None = None,
+        device: Any = "cpu",
+        ndim: int = 1,
+        existsok: bool = False,
+    ) -> None:
+        super().__init__(None, max_size, device=device, ndim=ndim)
+        self.existsok = existsok
+        self._finalizer = None
+        if scratch_dir is None:
+            self.scratch_dir = tempfile.mkdtemp(prefix="rl_replay_memmap_")
+            self._finalizer = weakref.finalize(self, _remove_scratch_dir, self.scratch_dir, os.getpid())
+        else:
+            self.scratch_dir = os.path.abspath(os.fspath(scratch_dir))
+            self._check_scratch_dir()
+        self._leaves: dict = {}
+        self._get_device = None if self.device is None or self.device.type == "cpu" else self.device
+
+    def _check_scratch_dir(self) -> None:
+        path = self.scratch_dir
+        if os.path.exists(path) and not os.path.isdir(path):
+            raise NotADirectoryError(f"LazyMemmapStorage: scratch_dir {path!r} exists and is not a directory.")
+        if not self.existsok and os.path.isdir(path):
+            entries = os.listdir(path)
+            if entries:
+                raise FileExistsError(
+                    f"LazyMemmapStorage: scratch_dir {path!r} is not empty ({len(entries)} entries, e.g. "
+                    f"{min(entries)!r}); pass existsok=True to overwrite its files, or choose an empty directory."
+                )
+
+    # ------------------------------------------------------------------ allocation
+    def _init(self, data: Any) -> None:
+        leading = data.batch_size if is_tensor_collection(data) else data.shape
+        if len(leading) < self.ndim:
+            raise ValueError(
+                f"LazyMemmapStorage: the first write must have at least {self.ndim} leading dims (ndim), "
+                f"got shape {list(leading)}."
+            )
+        item_dims = torch.Size(leading[1 : self.ndim])
+        per_row = math.prod(item_dims)
+        if self.max_size % per_row:
+            raise ValueError(
+                f"LazyMemmapStorage: max_size {self.max_size} is not a multiple of the {list(item_dims)} items per row."
+            )
+        rows = self.max_size // per_row
+        if self._finalizer is None:  # the user's directory may have been filled since construction
+            self._check_scratch_dir()
+        is_tensor = not is_tensor_collection(data)
+        template = TensorDict({_TENSOR_KEY: data}, batch_size=leading[: self.ndim]) if is_tensor else data
+        # one row of the data broadcast to the capacity (a zero-stride view): memmap_like only reads
+        # the structure, shapes and dtypes, so nothing of capacity size is allocated in RAM
+        one = template[:1]
+        if one.device is not None and one.device.type != "cpu" or any(
+            v.device.type != "cpu" for v in one.values(include_nested=True, leaves_only=True)
+        ):
+            one = one.to(_CPU)
+        full = one.expand(rows, *one.batch_size[1:])
+        mapped = full.memmap_like(self.scratch_dir, existsok=True)
+        self._adopt(mapped[_TENSOR_KEY] if is_tensor else mapped)
+
+    def _adopt(self, storage: Any) -> None:
+        self._storage = storage
+        self._item_dims = torch.Size(
+            (storage.shape if isinstance(storage, torch.Tensor) else storage.batch_size)[1 : self.ndim]
+        )
+        self._lead_dims = self.ndim if isinstance(storage, torch.Tensor) else storage.batch_dims
+        self._leaves = stored_leaves(storage, self._lead_dims)
+
+    def _open_existing(self) -> bool:
+        """Maps the files another process allocated (this process never wrote). True if it could."""
+        if self._storage is not None:
+            return True
+        if int(self._len_t) == 0:
+            return False
+        mapped = load_memmap(self.scratch_dir)
+        if _TENSOR_KEY in mapped:
+            mapped = mapped[_TENSOR_KEY]
+        self._adopt(mapped)
+        return True
+
+    # ------------------------------------------------------------------ reads and writes
+    def set(self, index: Any, data: Any) -> None:
+        if self._storage is None and not self._open_existing():
+            # a single item (add) as the first write: allocate from it as a batch of one
+            self._init(data.unsqueeze(0) if isinstance(index, int) else data)
+        storage = self._storage
+        lead = write_shape(storage.shape[: self._lead_dims], index)
+        check_write("LazyMemmapStorage.set", self._leaves, data, lead)
+        if data.device is None or data.device.type != "cpu":
+            data = data.to(_CPU)
+        storage[index] = data
+        self._grow_len(index, 1)
+
+    def get(self, index: Any) -> Any:
+        if self._storage is None and not self._open_existing():
+            raise RuntimeError("LazyMemmapStorage is empty: nothing was written yet.")
+        out = self._storage[index]
+        if self._get_device is not None:
+            out = out.to(self._get_device)
+        return out
+
+    def __len__(self) -> int:
+        if self._storage is None and self.ndim > 1:
+            self._open_existing()
+        return super().__len__()
+
+    def _rand_given_ndim(self, batch_size: int, generator: torch.Generator | None = None) -> Any:
+        if self._storage is None:
+            self._open_existing()
+        return super()._rand_given_ndim(batch_size, generator)
+
+    # ------------------------------------------------------------------ lifecycle
+    def share_memory_(self) -> LazyMemmapStorage:
+        """Shares the item count; the items are files, shared already."""
+        self._len_t.share_memory_()
+        return self
+
+    def cleanup(self) -> bool:
+        """Removes the temporary scratch directory now (the storage is unusable afterwards).
+
+        Returns ``True`` if files were removed; a user-given ``scratch_dir`` is never removed.
+        """
+        if self._finalizer is None or not self._finalizer.alive:
+            return False
+        self._storage = None
+        self._len_t.zero_()
+        self._finalizer()
+        return True
+
+    def __getstate__(self) -> dict:
+        state = self.__dict__.copy()
+        state["_finalizer"] = None  # the receiving process does not own the temporary directory
+        return state
+
+    def __repr__(self) -> str:
+        return (
+            f"LazyMemmapStorage(max_size={self.max_size}, len={len(self)}, scratch_dir={self.scratch_dir!r}, "
+            f"device={self.device}, ndim={self.ndim})"
+        )
+
