@@ -28,9 +28,8 @@ import torch
 
 torch.set_num_threads(1)
 
-from tdict import TensorDict  # noqa: E402
-
-from rl_replay import LazyTensorStorage, ReplayBuffer, SamplerWithoutReplacement  # noqa: E402
+from rl_replay import LazyTensorStorage, ReplayBuffer, SamplerWithoutReplacement
+from tdict import TensorDict
 
 ROOT = sys.argv[1]
 PATH = os.path.join(ROOT, "ckpt")
@@ -87,7 +86,7 @@ def die_at(n: int) -> None:
 
     for name in _FS:
         setattr(os, name, wrap(getattr(os, name)))
-    builtins.open = wrap(builtins.open)  # noqa: builtins file writes count too
+    builtins.open = wrap(builtins.open)  # file writes through open() count too
 
 
 def leftovers() -> list:

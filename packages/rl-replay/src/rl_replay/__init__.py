@@ -53,6 +53,8 @@ _LAZY = {
     "OfflineDataset": "datasets.offline",
     "MinariExperienceReplay": "datasets.minari",
     "D4RLExperienceReplay": "datasets.d4rl",
+    "make_shared": "shared",
+    "BufferProcess": "shared",
     "register_dataset": "datasets.registry",
     "load_dataset": "datasets.registry",
 }

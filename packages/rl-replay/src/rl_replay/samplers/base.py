@@ -55,5 +55,17 @@ class Sampler:
     def load_state_dict(self, state: dict) -> None:
         pass
 
+    def dumps(self, path: Any) -> None:
+        """Writes this part alone as a crash-safe checkpoint directory (see :mod:`rl_replay.checkpoint`)."""
+        from ..checkpoint import dump_part
+
+        dump_part(self, path)
+
+    def loads(self, path: Any) -> None:
+        """Restores what :meth:`dumps` wrote (no unpickling)."""
+        from ..checkpoint import load_part
+
+        load_part(self, path)
+
     def __repr__(self) -> str:
         return f"{type(self).__name__}()"

@@ -90,5 +90,17 @@ class Storage:
     def load_state_dict(self, state: dict) -> None:
         self._len_t.fill_(int(state["len"]))
 
+    def dumps(self, path: Any) -> None:
+        """Writes this part alone as a crash-safe checkpoint directory (see :mod:`rl_replay.checkpoint`)."""
+        from ..checkpoint import dump_part
+
+        dump_part(self, path)
+
+    def loads(self, path: Any) -> None:
+        """Restores what :meth:`dumps` wrote (no unpickling)."""
+        from ..checkpoint import load_part
+
+        load_part(self, path)
+
     def __repr__(self) -> str:
         return f"{type(self).__name__}(max_size={self.max_size}, len={len(self)})"

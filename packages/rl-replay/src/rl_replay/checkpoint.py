@@ -1,0 +1,509 @@
+"""Crash-safe replay-buffer checkpoints: JSON metadata plus raw tensor files, never pickles.
+
+Layout of ``buffer.dumps(path)``::
+
+    path/
+        checkpoint.json     # format, version, token, class names, buffer settings: written last
+        storage/            # one *part* directory per component
+            part.json       # the part's state as tagged JSON (tensors replaced by references)
+            tensors/        # the referenced tensors / TensorDicts, saved with tdict's save()
+        sampler/  writer/  buffer/   (same layout; buffer/ holds the RNG state and transform states)
+
+A *state* is a tree of dicts, lists, tuples, JSON scalars, tensors and TensorDicts (what
+``state_dict()`` of samplers and writers returns). :func:`dump_state` writes one, :func:`load_state`
+reads it back; tensors come back as ordinary in-memory tensors (copies, never mappings of the
+checkpoint files).
+
+Crash safety: everything is written into ``.<name>.tmp-<token>`` next to ``path``; the marker
+file (``checkpoint.json`` / ``part.json``) is written last. Then the old checkpoint is renamed to
+``.<name>.old-<token>``, the new one renamed to ``path``, and the old one deleted. A ``kill -9``
+at any moment leaves ``path`` holding the old or the new checkpoint, or (killed between the two
+renames) no ``path`` but a complete leftover, which :func:`load_buffer` reads and the next dump
+renames back into place. Interrupted, incomplete temp dirs are deleted by the next dump.
+
+Storages are saved by these rules, in order: a storage with ``_checkpoint_state()`` /
+``_load_checkpoint_state(state)`` methods (a hook for storages with their own layout); a
+:class:`~rl_replay.TensorStorage` (its valid rows, restored into a fresh lazy storage by allocating
+it from the checkpoint; a subclass whose internal layout differs from what ``get`` returns, such as
+``CompactTensorStorage``, is saved as the items ``get`` returns and rebuilt with ``set``); a
+:class:`~rl_replay.ListStorage` (tensors, TensorDicts, bytes and JSON-able objects: the compressed
+blobs of ``CompressedListStorage`` are packed into one file); otherwise ``state_dict()``. Samplers and writers use the same hook names, else their
+``state_dict()`` / ``load_state_dict()``.
+
+Example:
+    >>> import tempfile, torch
+    >>> from rl_replay import LazyTensorStorage, ReplayBuffer
+    >>> rb = ReplayBuffer(storage=LazyTensorStorage(10), generator=torch.Generator().manual_seed(0))
+    >>> _ = rb.extend(torch.arange(6.0))
+    >>> path = tempfile.mkdtemp() + "/ckpt"
+    >>> rb.dumps(path)
+    >>> rb2 = ReplayBuffer(storage=LazyTensorStorage(10), generator=torch.Generator())
+    >>> rb2.loads(path)
+    >>> len(rb2), torch.equal(rb.sample(4), rb2.sample(4))
+    (6, True)
+"""
+from __future__ import annotations
+
+import contextlib
+import math
+import os
+import secrets
+from collections.abc import Callable
+from typing import Any
+
+import torch
+from tdict import MemmapLoadError, TensorDict, is_tensor_collection
+from tdict.persistence import load_memmap, save
+
+from ._checkpoint_io import (
+    _BYTES,
+    _CKPT_MARKER,
+    _PART_FORMAT,
+    _PART_MARKER,
+    FORMAT,
+    VERSION,
+    CheckpointError,
+    _atomic_dir,
+    _check_format,
+    _decode,
+    _encode,
+    _read_json,
+    _resolve,
+    _write_json,
+)
+
+__all__ = [
+    "FORMAT",
+    "VERSION",
+    "CheckpointError",
+    "dump_buffer",
+    "dump_part",
+    "dump_state",
+    "load_buffer",
+    "load_part",
+    "load_state",
+]
+
+# ============================================================================================ #
+# states and parts
+# ============================================================================================ #
+def _write_state(directory: str, state: Any, meta: dict, marker: str, fsync: bool, where: str) -> None:
+    tensors: dict = {}
+    encoded = _encode(state, tensors, where)  # raises on non-checkpointable objects before writing
+    blobs = tensors.pop(_BYTES, None)
+    if blobs:
+        sizes = torch.tensor([0] + [len(b) for b in blobs], dtype=torch.int64)
+        tensors["_bytes_offsets"] = sizes.cumsum(0)
+        tensors["_bytes_blob"] = torch.frombuffer(bytearray(b"".join(blobs)), dtype=torch.uint8) if sizes.sum() else torch.zeros(0, dtype=torch.uint8)
+    if tensors:
+        save(TensorDict(tensors, batch_size=[]), os.path.join(directory, "tensors"), copy_existing=True, fsync=fsync)
+    _write_json(os.path.join(directory, marker), {**meta, "tensors": bool(tensors), "state": encoded}, fsync)
+
+
+def _read_state(directory: str, marker: str, fmt: str, where: str) -> tuple[dict, Any]:
+    meta = _read_json(os.path.join(directory, marker), where)
+    _check_format(meta, fmt, os.path.join(directory, marker))
+    tensors = None
+    if meta.get("tensors"):
+        try:
+            tensors = load_memmap(os.path.join(directory, "tensors"))
+        except (MemmapLoadError, FileNotFoundError, OSError, ValueError) as err:
+            raise CheckpointError(f"{where}: the tensor files under {directory!r} are missing or corrupt: {err}") from err
+    if "state" not in meta:
+        raise CheckpointError(f"{where}: {marker} has no 'state' entry; the checkpoint is corrupt.")
+    if tensors is None:
+        tensors = TensorDict({}, batch_size=[])
+    return meta, _decode(meta["state"], tensors, where)
+
+
+def dump_state(state: Any, path: Any, *, fsync: bool = False) -> None:
+    """Writes a state tree (dicts, lists, tuples, JSON scalars, tensors, TensorDicts) to the
+    directory ``path``, crash-safely. Read it back with :func:`load_state`."""
+    _atomic_dir(path, _PART_MARKER, lambda d: _write_state(d, state, _part_meta(None), _PART_MARKER, fsync, "state"), fsync)
+
+
+def load_state(path: Any) -> Any:
+    """Reads a state tree written by :func:`dump_state` or :func:`dump_part` (no unpickling)."""
+    return _read_state(_resolve(path, _PART_MARKER), _PART_MARKER, _PART_FORMAT, f"state at {os.fspath(path)!r}")[1]
+
+
+def _part_meta(part: Any, token: str | None = None) -> dict:
+    meta = {"format": _PART_FORMAT, "version": VERSION, "class": None if part is None else type(part).__name__}
+    if token is not None:
+        meta["token"] = token
+    return meta
+
+
+# ------------------------------------------------------------------------------- storages
+def _storage_state(storage: Any) -> dict:
+    from .storages.list import ListStorage
+    from .storages.tensor import TensorStorage
+
+    hook = getattr(storage, "_checkpoint_state", None)
+    if hook is not None:
+        return {"kind": "hook", "max_size": storage.max_size, "data": hook()}
+    if isinstance(storage, TensorStorage):
+        rows = int(storage._len_t)
+        data = storage._storage
+        if data is None or rows == 0:
+            return {"kind": "tensor", "max_size": storage.max_size, "ndim": storage.ndim, "rows": 0, "items": None}
+        if _structure(storage.get(torch.arange(1))) != _structure(data):
+            # the storage keeps another layout than the items it returns (e.g. CompactTensorStorage):
+            # save the items themselves and write them back with set() on load
+            items = storage.get(torch.arange(rows))
+            return {"kind": "items", "max_size": storage.max_size, "ndim": storage.ndim, "rows": rows, "items": items}
+        return {"kind": "tensor", "max_size": storage.max_size, "ndim": storage.ndim, "rows": rows, "items": data[:rows]}
+    if isinstance(storage, ListStorage):
+        return {"kind": "list", "max_size": storage.max_size, "len": len(storage), "items": _list_items(storage._items)}
+    return {"kind": "state_dict", "max_size": storage.max_size, "data": storage.state_dict()}
+
+
+def _list_items(items: list) -> Any:
+    """ListStorage items; one stacked tensor / TensorDict when they all share a structure (few files)."""
+    if items and all(type(x) is torch.Tensor for x in items):
+        first = items[0]
+        if all(x.shape == first.shape and x.dtype == first.dtype and x.device == first.device for x in items):
+            return {"stacked": "tensor", "data": torch.stack(items)}
+    if items and all(is_tensor_collection(x) and type(x) is TensorDict for x in items):
+        try:
+            return {"stacked": "tensordict", "data": torch.stack(items)}
+        except (RuntimeError, ValueError, TypeError):
+            pass
+    for i, item in enumerate(items):  # check each item here for an error that names its index
+        try:
+            _encode(item, {}, f"ListStorage item {i}")
+        except TypeError as err:
+            raise TypeError(f"ListStorage item {i} cannot be checkpointed: {err}") from None
+    return {"stacked": None, "data": list(items)}
+
+
+def _check_storage(storage: Any, state: dict, where: str) -> Callable[[], None]:
+    """Validates ``state`` against ``storage`` and returns the function that applies it."""
+    from .storages.list import ListStorage
+    from .storages.tensor import TensorStorage
+
+    if not isinstance(state, dict) or "kind" not in state:
+        raise CheckpointError(f"{where}: malformed storage state.")
+    if state.get("max_size") != storage.max_size:
+        raise CheckpointError(
+            f"{where}: the checkpoint's storage has max_size {state.get('max_size')}, this buffer's {type(storage).__name__} "
+            f"has max_size {storage.max_size}."
+        )
+    kind = state["kind"]
+    hook = getattr(storage, "_load_checkpoint_state", None)
+    if kind == "hook":
+        if hook is None:
+            raise CheckpointError(f"{where}: written by a storage with its own checkpoint hook; {type(storage).__name__} has none.")
+        return lambda: hook(state["data"])
+    if kind == "items":
+        if not isinstance(storage, TensorStorage):
+            raise CheckpointError(f"{where}: holds a tensor storage, this buffer has a {type(storage).__name__}.")
+        items, rows = state["items"], int(state["rows"])
+        if state["ndim"] != storage.ndim:
+            raise CheckpointError(f"{where}: the checkpoint's storage has ndim={state['ndim']}, this one ndim={storage.ndim}.")
+        if _leading_of(items)[0] != rows:
+            raise CheckpointError(f"{where}: {_leading_of(items)[0]} rows saved for a recorded length of {rows}.")
+        if storage._storage is not None and len(storage):
+            have = _structure(storage.get(torch.arange(1)))
+            if have != _structure(items[:1]):
+                raise CheckpointError(f"{where}: the checkpoint's items ({have}) do not match the storage's.")
+
+        def apply_items() -> None:
+            storage._empty()
+            storage.set(torch.arange(rows), items)
+            storage._len_t.fill_(rows)
+
+        return apply_items
+    if kind == "tensor":
+        if not isinstance(storage, TensorStorage):
+            raise CheckpointError(f"{where}: holds a tensor storage, this buffer has a {type(storage).__name__}.")
+        return _check_tensor_storage(storage, state, where)
+    if kind == "list":
+        if not isinstance(storage, ListStorage):
+            raise CheckpointError(f"{where}: holds a ListStorage, this buffer has a {type(storage).__name__}.")
+        items = state["items"]
+        if items["stacked"] is not None:
+            data = items["data"]
+            items = [data[i] for i in range(data.shape[0])] if items["stacked"] == "tensor" else list(data.unbind(0))
+        else:
+            items = items["data"]
+        if len(items) != state["len"]:
+            raise CheckpointError(f"{where}: {len(items)} items for a recorded length of {state['len']}.")
+
+        def apply_list() -> None:
+            storage._items = list(items)
+            storage._len_t.fill_(min(len(items), storage.max_size))
+
+        return apply_list
+    if kind == "state_dict":
+        return lambda: storage.load_state_dict(state["data"])
+    raise CheckpointError(f"{where}: unknown storage kind {kind!r}.")
+
+
+def _structure(data: Any) -> Any:
+    """Keys, dtypes and per-row shapes of a tensor or TensorDict (to compare layouts)."""
+    return sorted((str(k), str(v.dtype), tuple(v.shape[1:])) for k, v in _leaves(data).items())
+
+
+def _leaves(data: Any) -> dict:
+    if is_tensor_collection(data):
+        return {k: data.get(k) for k in data.keys(include_nested=True, leaves_only=True)}
+    return {(): data}
+
+
+def _check_tensor_storage(storage: Any, state: dict, where: str) -> Callable[[], None]:
+    items, rows = state["items"], int(state["rows"])
+    if state["ndim"] != storage.ndim:
+        raise CheckpointError(f"{where}: the checkpoint's storage has ndim={state['ndim']}, this one ndim={storage.ndim}.")
+    if items is None:
+        def apply_empty() -> None:
+            storage._len_t.fill_(0)
+        return apply_empty
+    leading = items.batch_size if is_tensor_collection(items) else items.shape
+    if leading[0] != rows:
+        raise CheckpointError(f"{where}: {leading[0]} rows saved for a recorded length of {rows}.")
+    item_dims = leading[1 : storage.ndim]
+    expected_rows = storage.max_size // max(1, math.prod(item_dims))
+    if rows > expected_rows:
+        raise CheckpointError(f"{where}: {rows} rows saved, the storage holds {expected_rows}.")
+    if storage._storage is not None:
+        current = storage._storage
+        if is_tensor_collection(current) != is_tensor_collection(items):
+            raise CheckpointError(f"{where}: the checkpoint holds {type(items).__name__} items, the storage {type(current).__name__}.")
+        have, want = _leaves(current), _leaves(items)
+        if set(have) != set(want):
+            raise CheckpointError(f"{where}: the checkpoint's keys {sorted(map(str, want))} differ from the storage's {sorted(map(str, have))}.")
+        for key, value in want.items():
+            slot = have[key]
+            if slot.dtype != value.dtype or slot.shape[1:] != value.shape[1:]:
+                raise CheckpointError(
+                    f"{where}: entry {key!r} is {value.dtype} {list(value.shape[1:])} per row in the checkpoint, "
+                    f"{slot.dtype} {list(slot.shape[1:])} in the storage."
+                )
+        if _leading_of(current)[1 : storage.ndim] != item_dims:
+            raise CheckpointError(f"{where}: rows of {list(item_dims)} items in the checkpoint, {list(_leading_of(current)[1:storage.ndim])} in the storage.")
+
+    def apply_tensor() -> None:
+        if storage._storage is None:
+            storage._init(items)
+        if rows:
+            target = storage._storage
+            if is_tensor_collection(target):
+                target[:rows] = items
+            else:
+                target[:rows].copy_(items)
+        storage._len_t.fill_(rows)
+
+    return apply_tensor
+
+
+def _leading_of(data: Any) -> torch.Size:
+    return data.batch_size if is_tensor_collection(data) else data.shape
+
+
+# ------------------------------------------------------------------------------- samplers, writers
+def _component_state(part: Any) -> Any:
+    hook = getattr(part, "_checkpoint_state", None)
+    return {"kind": "hook", "data": hook()} if hook is not None else {"kind": "state_dict", "data": part.state_dict()}
+
+
+def _check_component(part: Any, state: Any, where: str) -> Callable[[], None]:
+    if not isinstance(state, dict) or state.get("kind") not in ("hook", "state_dict"):
+        raise CheckpointError(f"{where}: malformed state.")
+    if state["kind"] == "hook":
+        hook = getattr(part, "_load_checkpoint_state", None)
+        if hook is None:
+            raise CheckpointError(f"{where}: written through a checkpoint hook that {type(part).__name__} lacks.")
+        return lambda: hook(state["data"])
+    return lambda: part.load_state_dict(state["data"])
+
+
+def _part_state(part: Any, role: str) -> dict:
+    return _storage_state(part) if role == "storage" else _component_state(part)
+
+
+def _check_part(part: Any, role: str, state: Any, where: str) -> Callable[[], None]:
+    return _check_storage(part, state, where) if role == "storage" else _check_component(part, state, where)
+
+
+def _role(part: Any) -> str:
+    from .samplers.base import Sampler
+    from .storages.base import Storage
+    from .writers import Writer
+
+    for cls, role in ((Storage, "storage"), (Sampler, "sampler"), (Writer, "writer")):
+        if isinstance(part, cls):
+            return role
+    raise TypeError(f"dump_part/load_part take a Storage, Sampler or Writer, got {type(part).__name__}.")
+
+
+def dump_part(part: Any, path: Any, *, fsync: bool = False) -> None:
+    """Writes one storage, sampler or writer to the directory ``path`` (crash-safe).
+
+    The ``dumps(path)`` of storages, samplers and writers: the part's items / ``state_dict()``
+    become JSON plus raw tensor files.
+    """
+    role = _role(part)
+    state = _part_state(part, role)
+    meta = {**_part_meta(part), "role": role}
+    _atomic_dir(path, _PART_MARKER, lambda d: _write_state(d, state, meta, _PART_MARKER, fsync, f"{role} {type(part).__name__}"), fsync)
+
+
+def load_part(part: Any, path: Any) -> None:
+    """Restores a storage, sampler or writer from a directory written by :func:`dump_part`
+    (or the matching part of a buffer checkpoint). Validates everything before changing ``part``."""
+    role = _role(part)
+    directory = _resolve(path, _PART_MARKER)
+    where = f"{role} checkpoint {directory!r}"
+    meta, state = _read_state(directory, _PART_MARKER, _PART_FORMAT, where)
+    _check_class(meta, part, where)
+    _check_part(part, role, state, where)()
+
+
+def _check_class(meta: dict, part: Any, where: str) -> None:
+    if meta.get("class") != type(part).__name__:
+        raise CheckpointError(f"{where}: written by a {meta.get('class')}, cannot be loaded into a {type(part).__name__}.")
+
+
+# ============================================================================================ #
+# whole buffers
+# ============================================================================================ #
+_ROLES = ("storage", "sampler", "writer")
+
+
+def _transforms_state(buffer: Any) -> list:
+    out = []
+    for t in getattr(buffer, "_transforms", []):
+        sd = getattr(t, "state_dict", None)
+        out.append(None if sd is None or not callable(getattr(t, "load_state_dict", None)) else dict(sd()))
+    return out
+
+
+def dump_buffer(buffer: Any, path: Any, *, fsync: bool = False) -> None:
+    """Writes a crash-safe checkpoint of ``buffer`` (items, sampler, writer, RNG, batch size,
+    transform states) to the directory ``path``. Called by ``ReplayBuffer.dumps`` under its lock.
+
+    The buffer's ``torch.Generator`` state is saved (restoring it gives the exact same next
+    samples); a buffer without a generator samples from torch's global RNG, which is neither
+    saved nor restored (restoring a process-wide RNG behind the caller's back would be a surprise).
+
+    Args:
+        buffer: the replay buffer.
+        path: the checkpoint directory (replaced atomically if it exists).
+        fsync: also survive an OS crash / power loss (a killed process is covered either way).
+    """
+    token = secrets.token_hex(8)
+    parts = {
+        "storage": _part_state(buffer._storage, "storage"),
+        "sampler": _part_state(buffer._sampler, "sampler"),
+        "writer": _part_state(buffer._writer, "writer"),
+    }
+    rng = getattr(buffer, "_rng", None)
+    extra = {
+        "rng": None if rng is None else {"state": rng.get_state(), "device": str(rng.device)},
+        "transforms": _transforms_state(buffer),
+    }
+    objs = {"storage": buffer._storage, "sampler": buffer._sampler, "writer": buffer._writer}
+    # encode every part first so that a non-checkpointable object raises before anything is written
+    for role, state in (*parts.items(), ("buffer", extra)):
+        _encode(state, {}, f"{role} state")
+    head = {
+        "format": FORMAT, "version": VERSION, "token": token, "buffer": type(buffer).__name__,
+        "batch_size": getattr(buffer, "_batch_size", None), "parts": {r: type(o).__name__ for r, o in objs.items()},
+        "length": len(buffer._storage),
+    }
+
+    def write(directory: str) -> None:
+        for role in _ROLES:
+            d = os.path.join(directory, role)
+            os.mkdir(d)
+            meta = {**_part_meta(objs[role], token), "role": role}
+            _write_state(d, parts[role], meta, _PART_MARKER, fsync, f"{role} {type(objs[role]).__name__}")
+        d = os.path.join(directory, "buffer")
+        os.mkdir(d)
+        _write_state(d, extra, {**_part_meta(buffer, token), "role": "buffer"}, _PART_MARKER, fsync, "buffer state")
+        _write_json(os.path.join(directory, _CKPT_MARKER), head, fsync)  # the checkpoint is complete
+
+    _atomic_dir(path, _CKPT_MARKER, write, fsync)
+
+
+def _read_buffer(directory: str, buffer: Any) -> tuple[dict, dict, dict]:
+    head = _read_json(os.path.join(directory, _CKPT_MARKER), "checkpoint")
+    _check_format(head, FORMAT, os.path.join(directory, _CKPT_MARKER))
+    token = head.get("token")
+    states, metas = {}, {}
+    for role in (*_ROLES, "buffer"):
+        where = f"checkpoint {directory!r}, {role}"
+        meta, state = _read_state(os.path.join(directory, role), _PART_MARKER, _PART_FORMAT, where)
+        if meta.get("token") != token:
+            raise CheckpointError(f"{where}: belongs to another checkpoint (token {meta.get('token')!r}, expected {token!r}).")
+        states[role], metas[role] = state, meta
+    return head, metas, states
+
+
+def load_buffer(buffer: Any, path: Any) -> None:
+    """Restores ``buffer`` from a checkpoint written by :func:`dump_buffer` (called by
+    ``ReplayBuffer.loads`` under its lock). Reads and validates everything before changing the
+    buffer; a buffer built with the same configuration (its lazy storage not yet allocated) is
+    allocated from the checkpoint. The checkpoint's ``batch_size`` and generator state are restored
+    (a buffer without a generator gets one, as in TorchRL). Never unpickles.
+
+    Raises:
+        CheckpointError: no checkpoint at ``path``, a missing/truncated/corrupt file, another
+            format or version, or parts (classes, capacity, item structure) that do not fit ``buffer``.
+    """
+    for attempt in range(3):
+        directory = _resolve(path, _CKPT_MARKER)
+        before = _identity(directory)
+        try:
+            head, metas, states = _read_buffer(directory, buffer)
+        except CheckpointError:
+            if attempt < 2 and _identity(directory) != before:
+                continue  # a concurrent dump swapped the checkpoint while we read it
+            raise
+        if _identity(directory) == before:
+            break
+    else:  # pragma: no cover - three swaps during three reads
+        raise CheckpointError(f"{os.fspath(path)!r} kept changing while being read.")
+    objs = {"storage": buffer._storage, "sampler": buffer._sampler, "writer": buffer._writer}
+    appliers = []
+    for role in _ROLES:
+        where = f"checkpoint {directory!r}, {role}"
+        _check_class(metas[role], objs[role], where)
+        appliers.append(_check_part(objs[role], role, states[role], where))
+    extra = states["buffer"]
+    rng_state = extra.get("rng") if isinstance(extra, dict) else None
+    transforms = extra.get("transforms", []) if isinstance(extra, dict) else []
+    own = getattr(buffer, "_transforms", [])
+    if len(transforms) != len(own) and any(t is not None for t in transforms):
+        raise CheckpointError(f"checkpoint {directory!r}: {len(transforms)} transforms saved, the buffer has {len(own)}.")
+    # apply; the sampler's and writer's old states are put back if a later step fails
+    backup = {"sampler": buffer._sampler.state_dict(), "writer": buffer._writer.state_dict(), "len": int(buffer._storage._len_t)}
+    try:
+        for apply in appliers:
+            apply()
+        for t, sd in zip(own, transforms):
+            if sd is not None:
+                t.load_state_dict(sd)
+    except BaseException:
+        with contextlib.suppress(Exception):
+            buffer._sampler.load_state_dict(backup["sampler"])
+            buffer._writer.load_state_dict(backup["writer"])
+            buffer._storage._len_t.fill_(backup["len"])
+        raise
+    if rng_state is not None:
+        rng = buffer._rng
+        if rng is None:
+            rng = torch.Generator(device=rng_state["device"])
+            buffer.set_rng(rng)
+        rng.set_state(rng_state["state"])
+    if head.get("batch_size") is not None:
+        buffer._batch_size = int(head["batch_size"])
+
+
+def _identity(directory: str) -> Any:
+    try:
+        st = os.stat(os.path.join(directory, _CKPT_MARKER))
+        return (st.st_ino, st.st_mtime_ns)
+    except OSError:
+        return None
