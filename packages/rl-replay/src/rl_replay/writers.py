@@ -6,6 +6,8 @@ from typing import Any
 import torch
 from tdict import is_tensor_collection
 
+from ._part import BufferPart
+
 __all__ = ["Writer", "RoundRobinWriter", "TensorDictRoundRobinWriter", "ImmutableDatasetWriter"]
 
 
@@ -22,7 +24,7 @@ def _count(data: Any) -> int:
     return len(data)
 
 
-class Writer:
+class Writer(BufferPart):
     """Base class of writers: :meth:`add` one item, :meth:`extend` with many; both return the indices."""
 
     def __init__(self) -> None:
@@ -39,27 +41,6 @@ class Writer:
 
     def _empty(self) -> None:
         pass
-
-    def share_memory_(self) -> "Writer":
-        return self
-
-    def state_dict(self) -> dict:
-        return {}
-
-    def load_state_dict(self, state: dict) -> None:
-        pass
-
-    def dumps(self, path: Any) -> None:
-        """Writes this part alone as a crash-safe checkpoint directory (see :mod:`rl_replay.checkpoint`)."""
-        from .checkpoint import dump_part
-
-        dump_part(self, path)
-
-    def loads(self, path: Any) -> None:
-        """Restores what :meth:`dumps` wrote (no unpickling)."""
-        from .checkpoint import load_part
-
-        load_part(self, path)
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}()"

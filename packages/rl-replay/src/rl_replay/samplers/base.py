@@ -5,10 +5,12 @@ from typing import Any
 
 import torch
 
+from .._part import BufferPart
+
 __all__ = ["Sampler"]
 
 
-class Sampler:
+class Sampler(BufferPart):
     """Base class of samplers: ``sample(storage, batch_size) -> (index, info)``.
 
     Samplers that track items (priorities, trajectories) hear about writes through :meth:`add` and
@@ -45,27 +47,6 @@ class Sampler:
 
     def _empty(self) -> None:
         pass
-
-    def share_memory_(self) -> "Sampler":
-        return self
-
-    def state_dict(self) -> dict:
-        return {}
-
-    def load_state_dict(self, state: dict) -> None:
-        pass
-
-    def dumps(self, path: Any) -> None:
-        """Writes this part alone as a crash-safe checkpoint directory (see :mod:`rl_replay.checkpoint`)."""
-        from ..checkpoint import dump_part
-
-        dump_part(self, path)
-
-    def loads(self, path: Any) -> None:
-        """Restores what :meth:`dumps` wrote (no unpickling)."""
-        from ..checkpoint import load_part
-
-        load_part(self, path)
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}()"

@@ -5,10 +5,12 @@ from typing import Any, Iterator
 
 import torch
 
+from .._part import BufferPart
+
 __all__ = ["Storage"]
 
 
-class Storage:
+class Storage(BufferPart):
     """Base class of storages: ``set(index, data)``, ``get(index)``, ``len()`` and a fixed ``max_size``.
 
     A storage knows nothing of write order (the writer) or sampling (the sampler). The number of
@@ -89,18 +91,6 @@ class Storage:
 
     def load_state_dict(self, state: dict) -> None:
         self._len_t.fill_(int(state["len"]))
-
-    def dumps(self, path: Any) -> None:
-        """Writes this part alone as a crash-safe checkpoint directory (see :mod:`rl_replay.checkpoint`)."""
-        from ..checkpoint import dump_part
-
-        dump_part(self, path)
-
-    def loads(self, path: Any) -> None:
-        """Restores what :meth:`dumps` wrote (no unpickling)."""
-        from ..checkpoint import load_part
-
-        load_part(self, path)
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(max_size={self.max_size}, len={len(self)})"
