@@ -108,8 +108,8 @@ class TensorStorage(Storage):
         storage = self._storage
         # missing keys or shapes that would broadcast raise here, before anything is written
         check_write(type(self).__name__, self._leaves, data, write_shape(_leading(storage)[: self._lead_dims], index))
-        if self.device is not None and data.device != self.device:
-            data = data.to(self.device)
+        if self.device is not None and data.device is not None and data.device != self.device:
+            data = data.to(self.device)  # (no device on the data: the copy into storage moves each leaf)
         storage[index] = data
         self._grow_len(index, 1)
 
@@ -130,7 +130,8 @@ class TensorStorage(Storage):
         if isinstance(index, int):
             top = index + 1
         elif isinstance(index, slice):
-            top = len(range(*index.indices(rows))) and max(range(*index.indices(rows))) + 1
+            span = range(*index.indices(rows))
+            top = (max(span[0], span[-1]) + 1) if len(span) else 0
         elif isinstance(index, torch.Tensor):
             top = int(index.max()) + 1 if index.numel() else 0
         else:
