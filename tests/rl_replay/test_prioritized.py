@@ -277,3 +277,24 @@ def test_async_writer_and_learner_keep_trees_consistent():
             np.testing.assert_allclose(parent.numpy(), reduce(child.view(-1, tree.arity).numpy(), axis=1), rtol=1e-12)
     assert sampler._sum_tree.sum().item() == pytest.approx(q.sum(), rel=1e-12)
     assert sampler._min_tree.min().item() == pytest.approx(q.min(), rel=1e-14)
+
+
+def test_update_priority_inputs_are_not_modified_and_abs_is_stored():
+    """float64 priorities skip the copy: the caller's tensor must stay as given; negatives are stored as |p|."""
+    sampler = PrioritizedSampler(8, alpha=0.5, beta=1.0)
+    sampler.extend(torch.arange(8))
+    given = torch.tensor([-2.0, 3.0, -0.5, 1.0], dtype=torch.float64)
+    index = torch.tensor([1, 3, 5, 3])  # index 3 twice: the last value (1.0) wins
+    before = (given.clone(), index.clone())
+    sampler.update_priority(index, given)
+    assert torch.equal(given, before[0]) and torch.equal(index, before[1])
+    expected = np.ones(8)
+    expected[[1, 3, 5]] = [2.0, 1.0, 0.5]
+    np.testing.assert_array_equal(sampler._priority.numpy(), expected)
+    np.testing.assert_allclose(sampler._sum_tree[:].numpy(), (expected + EPS) ** 0.5, rtol=1e-15)
+    assert sampler.default_priority == 3.0  # the largest |priority| seen, before last-wins
+    sampler.update_priority(torch.tensor([0, 2]), torch.tensor([-4.0, 0.25]))  # float32 input
+    assert sampler._priority[0].item() == 4.0 and sampler.default_priority == 4.0
+    with pytest.raises(ValueError, match="finite"):
+        sampler.update_priority(torch.tensor([6]), torch.tensor([-math.inf], dtype=torch.float64))
+    assert sampler._priority[6].item() == 1.0

@@ -171,3 +171,28 @@ def test_find_prefix_is_batched_level_by_level():
     assert len(binary._levels) == 10
     values = torch.zeros(3, 4, dtype=torch.float64)
     assert binary.find_prefix(values).shape == (3, 4)
+
+
+@pytest.mark.parametrize("capacity,arity", [(1_000_000, 32), (3000, 4), (40, 3)])
+def test_descend_with_scratch_buffers_matches_numpy_searchsorted(capacity, arity):
+    """The sampler's path (scratch tensors, clamped result) equals numpy's searchsorted on the cumsum."""
+    g = torch.Generator().manual_seed(capacity)
+    tree = SumTree(capacity, arity=arity)
+    leaves = torch.rand(capacity, dtype=torch.float64, generator=g)
+    leaves[torch.randint(capacity, (capacity // 4,), generator=g)] = 0.0  # zero leaves are never found (right)
+    tree.update(torch.arange(capacity), leaves)
+    cs = np.cumsum(leaves.numpy())
+    bufs = tree._descend_buffers(257)
+    for _ in range(3):  # the buffers are reused: results must not alias them
+        values = torch.rand(257, dtype=torch.float64, generator=g) * cs[-1]
+        values[:3] = torch.tensor([0.0, float(cs[-1]), float(cs[-1]) * 2])
+        out = tree._descend(values, True, capacity - 1, bufs)
+        expected = np.minimum(np.searchsorted(cs, values.numpy(), side="right"), capacity - 1)
+        # the tree sums blocks before adding them up: values within rounding of a boundary may differ
+        v = values.numpy()
+        near = np.searchsorted(cs, v * (1 - 1e-12), side="right") != np.searchsorted(cs, v * (1 + 1e-12), side="right")
+        assert np.array_equal(out.numpy()[~near], expected[~near])
+        assert torch.equal(out, tree.find_prefix(values).clamp_(max=capacity - 1))
+        assert not any(out.data_ptr() == b.data_ptr() for b in bufs.values() if isinstance(b, torch.Tensor))
+    other = tree._descend(values[:5], True, capacity - 1, bufs)  # another batch size: no buffers used
+    assert torch.equal(other, tree.find_prefix(values[:5]).clamp_(max=capacity - 1))

@@ -23,17 +23,21 @@ import torch
 
 __all__ = ["SumTree", "MinTree"]
 
-# parent levels whose children fit in this many nodes are recomputed whole (one op) rather than
-# by gathering the touched children (four ops)
-_FULL_RECOMPUTE_LIMIT = 8192
+# parent levels whose children fit in this many nodes are recomputed whole (one reduction) rather
+# than by gathering the touched children (shift, gather, reduce, scatter); at 256 updates one
+# reduction over ~32k cached nodes (~5 us) is cheaper than those four ops
+_FULL_RECOMPUTE_LIMIT = 32768
 # the prefix search starts with one flat cumsum over the deepest level at most this large
 _FLAT_SEARCH_LIMIT = 2048
+# "no scratch tensor": every out= gets None (a new tensor)
+_NO_BUFS: dict = {key: None for key in ("flat", "node", "val", "rows", "cs", "mask", "cnt", "gather")}
 
 
 class _SegmentTree:
-    """Shared machinery of :class:`SumTree` and :class:`MinTree` (``_reduce`` and ``_neutral`` differ)."""
+    """Shared machinery of :class:`SumTree` and :class:`MinTree` (``_row_op``, ``_reduce_all`` and ``_neutral`` differ)."""
 
     _neutral: float = 0.0
+    _row_op: Any = None  # the reduction (torch.sum, torch.amin, ...) with a dim argument
 
     def __init__(
         self,
@@ -63,6 +67,8 @@ class _SegmentTree:
             total += size
         self._offsets = offsets
         self._nodes = torch.full((total,), self._neutral, dtype=dtype, device=device)
+        # a power-of-two arity finds parents with a shift (cheaper than a floor division)
+        self._shift = arity.bit_length() - 1 if arity & (arity - 1) == 0 else 0
         self._scratch: torch.Tensor | None = None
         self._order: torch.Tensor | None = None
         self._make_views()
@@ -78,6 +84,8 @@ class _SegmentTree:
         self._full_from = len(self._levels) - 1
         while self._full_from > 0 and self._sizes[self._full_from] > _FULL_RECOMPUTE_LIMIT:
             self._full_from -= 1
+        # (children rows, parent level) pairs recomputed whole by _write, deepest first
+        self._full = [(self._rows[lv - 1], self._levels[lv - 1]) for lv in range(self._full_from, 0, -1)]
         # deepest level with at most _FLAT_SEARCH_LIMIT nodes (level 0 always qualifies: <= arity)
         flat = 0
         while flat + 1 < len(self._sizes) and self._sizes[flat + 1] <= _FLAT_SEARCH_LIMIT:
@@ -93,10 +101,6 @@ class _SegmentTree:
 
     # ------------------------------------------------------------------ hooks
     @staticmethod
-    def _reduce_rows(x: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
-        raise NotImplementedError
-
-    @staticmethod
     def _reduce_all(x: torch.Tensor) -> torch.Tensor:
         raise NotImplementedError
 
@@ -105,10 +109,13 @@ class _SegmentTree:
         index = torch.as_tensor(index, device=self.device)
         if index.dtype not in (torch.int64, torch.int32, torch.int16, torch.int8, torch.uint8):
             raise TypeError(f"{type(self).__name__}: index must be an integer tensor, got dtype {index.dtype}.")
-        index = index.reshape(-1).long()
-        if index.numel():
+        if index.dim() != 1:
+            index = index.reshape(-1)
+        if index.dtype != torch.int64:
+            index = index.long()
+        if index.shape[0]:
             lo, hi = torch.aminmax(index)
-            lo, hi = int(lo), int(hi)
+            lo, hi = lo.item(), hi.item()
             if lo < 0 or hi >= self.capacity:
                 raise IndexError(
                     f"{type(self).__name__}: index must lie in [0, {self.capacity}), got values in [{lo}, {hi}]."
@@ -128,40 +135,46 @@ class _SegmentTree:
 
     def _last_wins(self, index: torch.Tensor, values: torch.Tensor) -> torch.Tensor:
         """Values such that every duplicate of an index carries the value of its last occurrence."""
-        # ``index_put_`` leaves the winner among duplicates unspecified (parallel kernels), so every
-        # duplicate is given the value of the last occurrence first: then any winner is right
+        # scatter kernels leave the winner among duplicates unspecified (parallel kernels), so every
+        # duplicate is given the value of the last occurrence first: then any winner is right. The
+        # position of the last occurrence of each index is the largest position scattered to it.
         if self._scratch is None:
             self._scratch = torch.zeros(self.capacity, dtype=torch.int64, device=self.device)
         n = index.shape[0]
         order = self._order
         if order is None or order.shape[0] < n:
             order = self._order = torch.arange(max(n, 256), device=self.device)
-        order = order[:n]
+        if order.shape[0] != n:
+            order = order[:n]
         self._scratch.scatter_reduce_(0, index, order, reduce="amax", include_self=False)
-        return values[self._scratch[index]]
+        return values.index_select(0, self._scratch.index_select(0, index))
 
     def _plan(self, index: torch.Tensor) -> list:
         """Parent indices of ``index`` at every level updated by gathering (shared by trees of one shape)."""
         plan = []
         p = index
+        shift = self._shift
         for _ in range(len(self._levels) - 1, self._full_from, -1):
-            p = torch.div(p, self.arity, rounding_mode="floor")
+            p = torch.bitwise_right_shift(p, shift) if shift else torch.floor_divide(p, self.arity)
             plan.append(p)
         return plan
 
     def _write(self, index: torch.Tensor, values: torch.Tensor, plan: list | None = None) -> None:
         """Writes checked leaves (duplicates already carry equal values) and refreshes their ancestors."""
-        self._leaves.index_put_((index,), values)
+        # scatter_ with duplicated indices is fine here: duplicates carry equal values at every level
+        # (leaves: after _last_wins; parents: reductions of the same, already written, children)
+        self._leaves.scatter_(0, index, values)
         if plan is None:
             plan = self._plan(index)
-        level = len(self._levels) - 1
+        op = self._row_op  # torch.sum / torch.amin / torch.amax (called directly: this is the hot path)
+        levels, rows = self._levels, self._rows
+        level = len(levels) - 1
         for parents in plan:
-            children = self._rows[level - 1].index_select(0, parents)
-            self._levels[level - 1].index_put_((parents,), self._reduce_rows(children))
             level -= 1
-        for lv in range(level, 0, -1):
-            self._reduce_rows(self._rows[lv - 1], out=self._levels[lv - 1])
-        self._root.copy_(self._reduce_all(self._levels[0]).reshape(1))
+            levels[level].scatter_(0, parents, op(rows[level].index_select(0, parents), 1))
+        for children, parent in self._full:
+            op(children, 1, out=parent)
+        op(levels[0], 0, keepdim=True, out=self._root)
 
     def update(self, index: Any, values: Any) -> None:
         """Sets the leaves at ``index`` to ``values`` (a scalar or one value per index).
@@ -258,10 +271,7 @@ class SumTree(_SegmentTree):
     """
 
     _neutral = 0.0
-
-    @staticmethod
-    def _reduce_rows(x: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
-        return torch.sum(x, 1, out=out) if out is not None else x.sum(1)
+    _row_op = staticmethod(torch.sum)
 
     @staticmethod
     def _reduce_all(x: torch.Tensor) -> torch.Tensor:
@@ -289,27 +299,61 @@ class SumTree(_SegmentTree):
         """
         if side not in ("right", "left"):
             raise ValueError(f"SumTree.find_prefix: side must be 'right' or 'left', got {side!r}.")
-        right = side == "right"
         values = torch.as_tensor(values, device=self.device)
-        shape = values.shape
-        val = values.reshape(-1, 1).to(self.dtype)
+        return self._descend(values.reshape(-1), side == "right", self.capacity).view(values.shape)
+
+    def _descend(self, values: torch.Tensor, right: bool, limit: int, bufs: dict | None = None) -> torch.Tensor:
+        """:meth:`find_prefix` of the 1-D ``values``, clamped to at most ``limit`` (a new 1-D LongTensor).
+
+        ``bufs``: optional scratch tensors (from :meth:`_descend_buffers`) that the intermediate
+        results are written into instead of new tensors; the caller must not share them between
+        threads. The returned tensor is always new.
+        """
+        val = values.view(-1, 1)
+        if val.dtype != self.dtype:
+            val = val.to(self.dtype)
+        elif not val.is_contiguous():
+            val = val.contiguous()
+        b = bufs if bufs is not None and bufs["n"] == val.shape[0] else _NO_BUFS
         last = len(self._levels) - 1
         flat = self._levels[self._flat]
-        cs = flat.cumsum(0)
-        node = torch.searchsorted(cs, val, right=right)
+        cs = torch.cumsum(flat, 0, out=b["flat"])
         if self._flat < last:
-            node.clamp_(max=flat.shape[0] - 1)
-            val = val - cs.sub_(flat)[node]
+            # searching all but the last entry is the search clamped to the last node (one op less)
+            node = torch.searchsorted(cs[:-1], val, right=right, out=b["node"])
+            val = torch.sub(val, cs.sub_(flat).take(node), out=b["val"])  # minus the mass left of the node
+        else:
+            node = torch.searchsorted(cs, val, right=right)
         k = self.arity
         for level in range(self._flat + 1, last + 1):
-            rows = self._rows[level - 1].index_select(0, node.view(-1))
-            cs = rows.cumsum(1)
-            cnt = torch.searchsorted(cs, val, right=right)
+            rows = torch.index_select(self._rows[level - 1], 0, node.view(-1), out=b["rows"])
+            cs = torch.cumsum(rows, 1, out=b["cs"])
+            # within a row, counting beats a binary search (no mispredicted branches); cs is sorted
+            # (a cumulative sum of non-negative values), so the count is what searchsorted returns
+            mask = torch.le(cs, val, out=b["mask"]) if right else torch.lt(cs, val, out=b["mask"])
+            cnt = torch.sum(mask, 1, keepdim=True, out=b["cnt"])
             if level < last:
                 cnt.clamp_(max=k - 1)
-                val = val - cs.sub_(rows).gather(1, cnt)
-            node = node.mul_(k).add_(cnt)
-        return node.clamp_(max=self.capacity).view(shape)
+                val = torch.sub(val, torch.gather(cs.sub_(rows), 1, cnt, out=b["gather"]), out=b["val"])
+                node = torch.add(cnt, node, alpha=k, out=b["node"])
+            else:
+                node = torch.add(cnt, node, alpha=k)  # the result: a new tensor
+        return node.view(-1).clamp_(max=limit)
+
+    def _descend_buffers(self, n: int) -> dict:
+        """Scratch tensors for :meth:`_descend` of ``n`` values at a time."""
+        dev, dt, k = self.device, self.dtype, self.arity
+        return {
+            "n": n,
+            "flat": torch.empty(self._sizes[self._flat], dtype=dt, device=dev),
+            "node": torch.empty(n, 1, dtype=torch.int64, device=dev),
+            "val": torch.empty(n, 1, dtype=dt, device=dev),
+            "rows": torch.empty(n, k, dtype=dt, device=dev),
+            "cs": torch.empty(n, k, dtype=dt, device=dev),
+            "mask": torch.empty(n, k, dtype=torch.bool, device=dev),
+            "cnt": torch.empty(n, 1, dtype=torch.int64, device=dev),
+            "gather": torch.empty(n, 1, dtype=dt, device=dev),
+        }
 
     def scan_lower_bound(self, values: Any) -> torch.Tensor:
         """TorchRL's name for ``find_prefix(values, side="left")``."""
@@ -337,10 +381,7 @@ class MinTree(_SegmentTree):
     """
 
     _neutral = math.inf
-
-    @staticmethod
-    def _reduce_rows(x: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
-        return torch.amin(x, 1, out=out) if out is not None else x.amin(1)
+    _row_op = staticmethod(torch.amin)
 
     @staticmethod
     def _reduce_all(x: torch.Tensor) -> torch.Tensor:
@@ -355,10 +396,7 @@ class _MaxTree(_SegmentTree):
     """Maximums (leaves start at ``-inf``); used to track the largest priority still stored."""
 
     _neutral = -math.inf
-
-    @staticmethod
-    def _reduce_rows(x: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
-        return torch.amax(x, 1, out=out) if out is not None else x.amax(1)
+    _row_op = staticmethod(torch.amax)
 
     @staticmethod
     def _reduce_all(x: torch.Tensor) -> torch.Tensor:

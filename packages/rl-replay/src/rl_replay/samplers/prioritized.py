@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import math
+import threading
 from typing import Any
 
 import torch
@@ -97,6 +98,8 @@ class PrioritizedSampler(Sampler):
         self._max_priority_within_buffer = bool(max_priority_within_buffer)
         self._sum_tree = SumTree(max_capacity, device=device)
         self._min_tree = MinTree(max_capacity, device=device)
+        self._device = self._sum_tree.device
+        self._descend_bufs: dict = {}  # (batch size, thread id) -> SumTree._descend scratch tensors
         # |priority| of every item as given (the trees hold (|p| + eps) ** alpha): lets alpha change exactly
         self._priority = torch.zeros(max_capacity, dtype=torch.float64, device=device)
         self._max_tree = _MaxTree(max_capacity, device=device) if self._max_priority_within_buffer else None
@@ -168,14 +171,21 @@ class PrioritizedSampler(Sampler):
                     f"the storage has shape {list(shape) or 'unknown (1-D)'}."
                 )
             return _ravel([torch.as_tensor(i, device=device).reshape(-1) for i in index], shape)
-        index = torch.as_tensor(index, device=device)
-        if index.dtype.is_floating_point or index.dtype == torch.bool:
-            raise TypeError(f"PrioritizedSampler: index must hold integers, got dtype {index.dtype}.")
-        if index.ndim == 2:
-            shape = self._storage_shape(storage)
-            if shape and index.shape[1] == len(shape):
-                return _ravel(list(index.long().unbind(1)), shape)
-        return index.reshape(-1).long()
+        if isinstance(index, torch.Tensor):
+            if index.device != device:
+                index = index.to(device)
+        else:
+            index = torch.as_tensor(index, device=device)
+        dtype = index.dtype
+        if dtype.is_floating_point or dtype == torch.bool:
+            raise TypeError(f"PrioritizedSampler: index must hold integers, got dtype {dtype}.")
+        if index.dim() != 1:
+            if index.dim() == 2:
+                shape = self._storage_shape(storage)
+                if shape and index.shape[1] == len(shape):
+                    return _ravel(list(index.long().unbind(1)), shape)
+            index = index.reshape(-1)
+        return index if dtype == torch.int64 else index.long()
 
     def _items_of_rows(self, index: Any) -> torch.Tensor:
         """Flat item positions written by a writer (which returns rows for multi-dim storages)."""
@@ -189,35 +199,49 @@ class PrioritizedSampler(Sampler):
 
     # ------------------------------------------------------------------ writes
     def _write_trees(self, index: torch.Tensor, raw: torch.Tensor) -> None:
-        value = torch.add(raw, self._eps).pow_(self._alpha)
-        plan = self._sum_tree._plan(index)
+        # (|p| + eps) ** alpha, skipping the identity steps (the trees copy the values, never keep them)
+        value = torch.add(raw, self._eps) if self._eps else raw
+        if self._alpha != 1.0:
+            value = value.pow_(self._alpha) if self._eps else value.pow(self._alpha)
+        plan = self._sum_tree._plan(index)  # one plan for both trees (same shape)
         self._sum_tree._write(index, value, plan)
         self._min_tree._write(index, value, plan)
 
     def _write(self, index: torch.Tensor, raw: torch.Tensor) -> None:
         """Writes checked ``|priority|`` values (1-D float64, finite, one per index) for items ``index``."""
-        raw = self._sum_tree._last_wins(index, raw)
-        self._priority.index_put_((index,), raw)
+        raw = self._sum_tree._last_wins(index, raw)  # duplicates now carry equal values: any write order is fine
+        self._priority.scatter_(0, index, raw)
         if self._max_tree is not None:
             self._max_tree._write(index, raw)
         self._write_trees(index, raw)
 
     def _check_values(self, priority: Any, n: int, name: str = "priority") -> tuple[torch.Tensor, float]:
         """``|priority|`` as ``n`` float64 values and their maximum; raises on a bad shape or a non-finite value."""
-        priority = torch.as_tensor(priority, device=self._priority.device).detach()
-        if priority.numel() == 1:
+        priority = torch.as_tensor(priority, device=self._device)
+        if priority.requires_grad:
+            priority = priority.detach()
+        size = priority.numel()
+        if size == 1:
             priority = priority.reshape(1).expand(n)
-        elif priority.numel() != n:
+        elif size != n:
             raise ValueError(
                 f"PrioritizedSampler.update_priority: {name} must be a scalar or hold one value per index "
                 f"({n} indices), got shape {list(priority.shape)}."
             )
-        else:
+        elif priority.dim() != 1:
             priority = priority.reshape(-1)
-        priority = priority.to(torch.float64).abs()
-        top = float(priority.max()) if n else 0.0
-        if not math.isfinite(top):
-            raise ValueError(f"PrioritizedSampler.update_priority: {name} must be finite, got a {top} value.")
+        if priority.dtype != torch.float64:  # copy_ converts (cheaper than .to())
+            priority = torch.empty(n, dtype=torch.float64, device=self._device).copy_(priority)
+        if not n:
+            return priority, 0.0
+        lo, top = torch.aminmax(priority)  # one pass: the sign and the largest value (NaN propagates)
+        lo, top = lo.item(), top.item()
+        if lo < 0:  # the caller's tensor is never written to: abs() makes a new one
+            priority = priority.abs()
+            top = max(top, -lo)
+        if not (math.isfinite(top) and math.isfinite(lo)):
+            bad = top if not math.isfinite(top) else lo
+            raise ValueError(f"PrioritizedSampler.update_priority: {name} must be finite, got a {bad} value.")
         return priority, top
 
     def _check(self, index: torch.Tensor, priority: Any, name: str = "priority") -> tuple[torch.Tensor, torch.Tensor]:
@@ -226,7 +250,7 @@ class PrioritizedSampler(Sampler):
         if index.shape[0] == 0:
             return index, priority
         lo, hi = torch.aminmax(index)
-        lo, hi = int(lo), int(hi)
+        lo, hi = lo.item(), hi.item()
         limit = len(self._storage) if self._storage is not None else self._max_capacity
         if hi >= limit:
             raise IndexError(
@@ -237,11 +261,11 @@ class PrioritizedSampler(Sampler):
             index, priority = index[keep], priority[keep]
             if index.numel() == 0:
                 return index, priority
-            top = float(priority.max())
-        self._max_seen.clamp_(min=top)
+            top = priority.max().item()
+        if top > self._max_seen.item():
+            self._max_seen.fill_(top)
         return index, priority
 
-    @torch.no_grad()
     def update_priority(self, index: Any, priority: Any, *, storage: Any = None) -> None:
         """Sets the priority of the items at ``index`` (stored as ``(|priority| + eps) ** alpha``).
 
@@ -253,7 +277,7 @@ class PrioritizedSampler(Sampler):
         """
         index = self._items_of(index, storage)
         index, priority = self._check(index, priority)
-        if index.numel():
+        if index.shape[0]:
             self._write(index, priority)
 
     def mark_update(self, index: Any, *, storage: Any = None) -> None:
@@ -285,17 +309,25 @@ class PrioritizedSampler(Sampler):
         self._new_items(self._items_of_rows(index), priority)
 
     # ------------------------------------------------------------------ sampling
-    @torch.no_grad()
     def sample(self, storage: Any, batch_size: int) -> tuple[Any, dict]:
+        # no grad-mode switch needed: nothing here requires gradients
         if self._storage is None:
             self._storage = storage
         n = len(storage)
         if n == 0:
             raise RuntimeError(f"{type(storage).__name__} is empty: nothing to sample.")
         tree = self._sum_tree
-        mass = torch.rand(batch_size, dtype=torch.float64, generator=self._rng, device=tree.device).mul_(tree._root)
-        index = tree.find_prefix(mass).clamp_(max=n - 1)
-        weight = tree._leaves.index_select(0, index).div_(self._min_tree._root).pow_(-self._beta).to(self.dtype)
+        mass = torch.rand(batch_size, dtype=torch.float64, generator=self._rng, device=self._device).mul_(tree._root)
+        key = (batch_size, threading.get_ident())  # scratch tensors: one set per thread and batch size
+        bufs = self._descend_bufs.get(key)
+        if bufs is None:
+            if len(self._descend_bufs) >= 8:
+                self._descend_bufs.clear()
+            bufs = self._descend_bufs[key] = tree._descend_buffers(batch_size)
+        index = tree._descend(mass, True, n - 1, bufs)  # find_prefix(mass), clamped to the stored items
+        weight = tree._leaves.index_select(0, index).div_(self._min_tree._root).pow_(-self._beta)
+        if self.dtype != torch.float64:
+            weight = weight.to(self.dtype)
         if getattr(storage, "ndim", 1) > 1:
             index = torch.unravel_index(index, tuple(storage.shape))
         return index, {"priority_weight": weight}
