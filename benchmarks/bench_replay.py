@@ -24,7 +24,7 @@ Workloads (issue 5's targets in brackets):
 - ``PrioritizedReplayBuffer(alpha=0.7, beta=0.5)`` ``sample(256)`` + ``update_priority(256)`` at 1M
   items with random priorities [ours >= 1.5x torchrl *with its C++ extension*]. TorchRL's wheel
   ships an extension built for an older torch that does not load on torch 2.13; build it with
-  ``/tmp/trl_ext_src/build.sh`` (see there). When ``torchrl._torchrl`` does not load, the torchrl
+  ``benchmarks/torchrl_ext/build.sh`` (see there). When ``torchrl._torchrl`` does not load, the torchrl
   column is skipped with a note (TorchRL 0.14 has no pure-python segment tree to fall back to).
 - ``SliceSampler(slice_len=32)`` ``sample(256)`` at 1M items in episodes of 50-500 steps ended by
   ``("next", "done")``, no caching (torchrl: ``cache_values=False``) [ours >= 8x torchrl].
@@ -495,7 +495,7 @@ def participants(w: Workload, impls: list[Impl], ref: str | None, ext: str | Non
         if impl.name == "ref" and ref == TRL_CACHED and not any(i.name == "torchrl" for i in impls):
             continue
         if impl.name == "torchrl" and w.group == "prioritized" and ext is not None:
-            notes.append(f"torchrl skipped: its C++ extension does not load ({ext}); build it with /tmp/trl_ext_src/build.sh")
+            notes.append(f"torchrl skipped: its C++ extension does not load ({ext}); build it with benchmarks/torchrl_ext/build.sh")
             continue
         if impl.name in ("ours", "torchrl"):
             names = {"prioritized": ["PrioritizedReplayBuffer"], "slice": ["SliceSampler"], "memmap": ["LazyMemmapStorage"]}

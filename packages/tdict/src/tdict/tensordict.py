@@ -343,8 +343,14 @@ class TensorDict(TensorDictBase):
         elif kind is torch.Tensor and index.dtype is torch.int64 and index.ndim == 1 and bs and not torch.compiler.is_compiling():
             # rows by position (a replay buffer's sample): index_select is 2-4x faster than value[index]
             # (eager only: the bounds checks below read values, which a compiled graph must not branch on)
-            if index.numel() and bool(index.min() < 0):
-                index = torch.where(index < 0, index + bs[0], index)
+            if index.numel():  # one reduction checks both bounds
+                low, high = torch.aminmax(index)
+                if low.item() < 0:
+                    index = torch.where(index < 0, index + bs[0], index)
+                    low, high = torch.aminmax(index)
+                if low.item() < 0 or high.item() >= bs[0]:
+                    bad = low.item() - bs[0] if low.item() < 0 else high.item()  # as the caller wrote it
+                    raise IndexError(f"index {bad} is out of bounds for batch dim 0 of size {bs[0]}.")
             return self._take_rows(index)
         else:
             index = _normalize_index(index, bs)
@@ -363,10 +369,7 @@ class TensorDict(TensorDictBase):
         return TensorDict._new_unsafe(out, new_bs, self._device, names)
 
     def _take_rows(self, index: torch.Tensor) -> "TensorDict":
-        """``self[index]`` for a 1-D int64 ``index`` of non-negative positions along dim 0."""
-        n = self._batch_size[0]
-        if index.numel() and bool(index.max() >= n):
-            raise IndexError(f"index {int(index.max())} is out of bounds for batch dim 0 of size {n}.")
+        """``self[index]`` for a 1-D int64 ``index`` of positions already checked to lie in ``[0, n)``."""
         out = {}
         for key, value in self._tensordict.items():
             if isinstance(value, torch.Tensor):
