@@ -19,6 +19,8 @@ from typing import Any
 import torch
 from tdict import is_tensor_collection
 
+from ._bytes import tensor_bytes
+
 FORMAT = "rl_replay.checkpoint"
 VERSION = 1
 _PART_FORMAT = "rl_replay.part"
@@ -89,7 +91,7 @@ def _decode(obj: Any, tensors: Any, where: str) -> Any:
         if tag in ("bytes", "bytearray"):
             offsets = tensors.get("_bytes_offsets")
             i = int(obj["i"])
-            raw = tensors.get("_bytes_blob")[int(offsets[i]) : int(offsets[i + 1])].numpy().tobytes()
+            raw = tensor_bytes(tensors.get("_bytes_blob")[int(offsets[i]) : int(offsets[i + 1])])
             return raw if tag == "bytes" else bytearray(raw)
         if tag == "dtype":
             dtype = getattr(torch, obj["name"], None)

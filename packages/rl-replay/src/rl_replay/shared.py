@@ -48,7 +48,7 @@ def _rebuild_generator(device: str, state: bytes) -> torch.Generator:
 
 
 def _reduce_generator(generator: torch.Generator) -> tuple:
-    return _rebuild_generator, (str(generator.device), generator.get_state().numpy().tobytes())
+    return _rebuild_generator, (str(generator.device), bytes(generator.get_state().tolist()))  # no numpy needed
 
 
 # A buffer's torch.Generator travels to spawn/forkserver children as a copy of its state: torch's

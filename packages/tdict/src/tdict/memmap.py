@@ -46,6 +46,7 @@ Example:
 
 from __future__ import annotations
 
+import ctypes
 import operator
 import os
 from collections.abc import Sequence
@@ -146,9 +147,12 @@ def _nbytes(shape: torch.Size, dtype: torch.dtype) -> int:
 
 
 def _as_bytes(tensor: torch.Tensor) -> memoryview:
-    """The raw row-major bytes of a CPU tensor (copied only if it is not contiguous)."""
-    flat = tensor.detach().resolve_conj().resolve_neg().contiguous().reshape(-1)
-    return memoryview(flat.view(torch.uint8).numpy())
+    """The raw row-major bytes of a CPU tensor (copied only if it is not contiguous, or without numpy)."""
+    flat = tensor.detach().resolve_conj().resolve_neg().contiguous().reshape(-1).view(torch.uint8)
+    try:
+        return memoryview(flat.numpy())
+    except (ImportError, RuntimeError):  # numpy is optional: copy the memory out instead
+        return memoryview(ctypes.string_at(flat.data_ptr(), flat.numel()) if flat.numel() else b"")
 
 
 def _map_file(path: str, nbytes: int) -> torch.UntypedStorage:

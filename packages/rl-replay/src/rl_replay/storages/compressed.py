@@ -8,6 +8,7 @@ from typing import Any
 import torch
 from tdict import TensorDict, is_tensor_collection
 
+from .._bytes import tensor_bytes
 from .list import ListStorage, _positions
 
 __all__ = ["CompressedListStorage"]
@@ -23,13 +24,11 @@ _CPU = torch.device("cpu")
 # share one schema object, so a batch read checks "same structure" with an identity test.
 
 
-def _leaf_rows(x: torch.Tensor, n: int) -> Any:
-    """The raw bytes of each of the ``n`` items of ``x`` (a [n, ...] tensor), as rows of a numpy array."""
-    x = x.detach()
-    if x.device.type != "cpu":
-        x = x.cpu()
-    per_item = x[0].numel() if n else 0
-    return x.contiguous().reshape(n, per_item).view(torch.uint8).numpy()
+def _leaf_rows(x: torch.Tensor, n: int) -> list:
+    """The raw bytes of each of the ``n`` items of ``x`` (a [n, ...] tensor)."""
+    raw = tensor_bytes(x)
+    size = len(raw) // n if n else 0
+    return [raw[i * size : (i + 1) * size] for i in range(n)]
 
 
 def _schema_of(td: Any, leaves: list, item_dims: int) -> tuple:
@@ -280,7 +279,7 @@ class CompressedListStorage(ListStorage):
                         "CompressedListStorage: only bytes or uint8-tensor outputs of compression_fn (all of one type) "
                         f"can be checkpointed, got {type(blob).__name__}."
                     )
-                raw = blob.cpu().contiguous().numpy().tobytes() if is_tensor else bytes(blob)
+                raw = tensor_bytes(blob) if is_tensor else bytes(blob)
                 lengths.append(len(raw))
                 parts.append(raw)
         joined = bytearray().join(parts)
@@ -299,7 +298,7 @@ class CompressedListStorage(ListStorage):
         schemas = [tuple(m) for m in state["schemas"]]
         kinds = state["kinds"].tolist()
         lengths = state["lengths"].tolist()
-        blob_bytes = state["blobs"].numpy().tobytes()
+        blob_bytes = tensor_bytes(state["blobs"])
         if len(kinds) != int(state["len"]) or len(kinds) > self.max_size:
             raise ValueError(f"CompressedListStorage checkpoint: {len(kinds)} items for a length of {state['len']} (capacity {self.max_size}).")
         if sum(lengths) != len(blob_bytes):

@@ -5,7 +5,7 @@ import math
 from typing import Any
 
 import torch
-from tdict import TensorDictBase, is_tensor_collection
+from tdict import is_tensor_collection
 
 from ._write_checks import check_write, stored_leaves, write_shape
 from .base import Storage
