@@ -194,7 +194,14 @@ SMOKE = {
         "import torch\nfrom tdict import TensorDict\nfrom rl_replay import LazyTensorStorage, ReplayBuffer\n"
         "rb = ReplayBuffer(storage=LazyTensorStorage(10), batch_size=4)\n"
         "rb.extend(TensorDict(x=torch.arange(6), batch_size=[6]))\n"
-        "assert rb.sample()['x'].max() < 6 and len(rb) == 6"
+        "assert rb.sample()['x'].max() < 6 and len(rb) == 6\n"
+        "import os, tempfile\nfrom rl_replay import CompressedListStorage, PrioritizedReplayBuffer\n"
+        "path = os.path.join(tempfile.mkdtemp(), 'ckpt')\nrb.dumps(path)\n"
+        "rb2 = ReplayBuffer(storage=LazyTensorStorage(10), batch_size=4)\nrb2.loads(path)\n"
+        "assert torch.equal(rb2[:]['x'], torch.arange(6))\n"
+        "cb = PrioritizedReplayBuffer(alpha=0.7, beta=0.5, storage=CompressedListStorage(8), batch_size=2)\n"
+        "cb.extend(TensorDict(x=torch.arange(4), batch_size=[4]))\ns, info = cb.sample(return_info=True)\n"
+        "cb.update_priority(info['index'], torch.ones(2))"
     ),
 }
 
