@@ -1,12 +1,21 @@
-"""Data collectors on rl-tdict: sync, async and multi-process collectors with weight sync.
+"""rl_collect: collectors on rl-tdict, with TorchRL's names (``torchrl.collectors`` → ``rl_collect``).
 
-Not implemented yet. This package will hold: Collector, AsyncCollector, MultiSyncCollector,
-MultiAsyncCollector, weight sync, RayCollector, DistributedCollector.
+A collector turns an env and a policy into a stream of TensorDict batches. Envs and policies are
+duck-typed: anything with the rl-envs contract (``reset``/``step``/``step_and_maybe_reset``,
+``batch_size``, specs) works; rl-collect imports no sibling package.
 
-It imports only ``tdict`` (distribution ``rl-tdict``), the standard library and third-party
-libraries, never a sibling ``rl_*`` package.
+Example:
+    >>> from rl_envs import PendulumEnv
+    >>> from rl_collect import Collector
+    >>> collector = Collector(PendulumEnv, frames_per_batch=64, total_frames=128)
+    >>> sum(batch.numel() for batch in collector)
+    128
 """
+from __future__ import annotations
+
+from .collector import Collector
+from .trajectories import split_trajectories
 
 __version__ = "0.1.0"
 
-__all__ = ["__version__"]
+__all__ = ["Collector", "__version__", "split_trajectories"]

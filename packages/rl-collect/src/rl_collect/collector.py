@@ -1,0 +1,396 @@
+"""Collector: runs an env with a policy and yields batches of ``frames_per_batch`` frames."""
+from __future__ import annotations
+
+import math
+import warnings
+from typing import Any, Callable, Iterator
+
+import torch
+from torch import nn
+from tdict import TensorDict, TensorDictBase
+from tdict.nn import TensorDictModule, TensorDictModuleBase, set_interaction_type
+
+from .trajectories import split_trajectories
+
+__all__ = ["Collector"]
+
+_TRAJ = ("collector", "traj_ids")
+_VERSION = ("collector", "policy_version")
+
+
+def _make_env(create_env_fn: Any, kwargs: dict | None) -> Any:
+    """An env object: ``create_env_fn`` itself when it already is one (duck-typed), else its product."""
+    if not isinstance(create_env_fn, type) and hasattr(create_env_fn, "step") and hasattr(create_env_fn, "reset"):
+        if kwargs:
+            raise TypeError("Collector: create_env_kwargs given with an env instance (they need a factory).")
+        return create_env_fn
+    if not callable(create_env_fn):
+        raise TypeError(f"Collector: expected an env or a callable returning one, got {type(create_env_fn).__name__}.")
+    return create_env_fn(**(kwargs or {}))
+
+
+def _random_policy(env: Any) -> Callable:
+    spec = env.full_action_spec
+    leaves = [(key, spec[key]) for key in spec.keys(True, True)]
+
+    def policy(td: TensorDictBase) -> TensorDictBase:
+        for key, leaf in leaves:
+            td.set(key, leaf.rand())
+        return td
+
+    return policy
+
+
+def _wrap_policy(policy: Any, env: Any) -> Any:
+    """A ``td -> td`` callable: plain modules read the observations and write the actions."""
+    if policy is None or isinstance(policy, TensorDictModuleBase) or not isinstance(policy, nn.Module):
+        return policy
+    obs_keys = list(env.observation_keys)
+    if "observation" in obs_keys:  # the conventional key (Gymnasium-style envs)
+        obs_keys = ["observation"]
+    if len(obs_keys) != 1:
+        raise TypeError(
+            f"Collector: a plain nn.Module policy reads one observation; the env has {obs_keys} and none is "
+            "'observation'. Wrap the module in a tdict.nn.TensorDictModule with explicit in_keys."
+        )
+    return TensorDictModule(policy, in_keys=obs_keys, out_keys=list(env.action_keys))
+
+
+class Collector:
+    """Turns an env and a policy into an iterator of ``[*env.batch_size, T]`` batches (TorchRL's ``Collector``).
+
+    Every batch holds ``frames_per_batch`` frames (``T = frames_per_batch / env batch numel``), with
+    ``("collector", "traj_ids")`` (a trajectory id per step, unique across sub-envs and batches) and
+    ``("collector", "policy_version")`` (how many weight updates preceded the step). Done sub-envs are
+    reset in place, so trajectories continue across batches.
+
+    Args:
+        create_env_fn: an env (anything with ``reset``/``step``/``batch_size`` and specs) or a callable
+            returning one.
+        policy: ``td -> td`` (a TensorDictModule, any callable) or a plain ``nn.Module`` (wired to the
+            env's observation and action keys). ``None``: random actions from the action spec.
+        frames_per_batch: frames per yielded batch (rounded up to a multiple of the env's batch numel).
+        total_frames: stop after this many frames (``-1``: never). The last batch is cut so that the
+            total is exact.
+        init_random_frames: the first frames use random actions.
+        max_frames_per_traj: truncate (and reset) trajectories after this many steps.
+        reset_at_each_iter: reset every sub-env at the start of each batch.
+        split_trajs: yield ``[n_traj, T_max]`` batches, one row per trajectory, padded, with a
+            ``("collector", "mask")`` of valid steps.
+        postproc: applied to each batch before it is yielded.
+        exploration_type: the interaction type the policy runs under (``tdict.nn.InteractionType``).
+        device, env_device, policy_device, storing_device: where things live (``device`` sets all three).
+        replay_buffer: each batch is written into it (``extend``) and the iterator yields ``None``.
+        compact_obs: drop ``("next", <observation>)`` entries that the following step's root repeats
+            (a done step keeps its final observation).
+        trajs_per_batch: yield batches of this many complete trajectories (split, padded) instead of a
+            fixed frame count.
+        create_env_kwargs: keyword arguments of ``create_env_fn``.
+        progress_bar: show a tqdm progress bar over ``total_frames``.
+
+    Example:
+        >>> from rl_envs import PendulumEnv  # any env with the rl-envs contract
+        >>> collector = Collector(PendulumEnv, None, frames_per_batch=50, total_frames=120)
+        >>> [batch.batch_size for batch in collector]
+        [torch.Size([50]), torch.Size([50]), torch.Size([20])]
+        >>> collector.shutdown()
+    """
+
+    def __init__(
+        self,
+        create_env_fn: Any,
+        policy: Any = None,
+        *,
+        frames_per_batch: int,
+        total_frames: int = -1,
+        init_random_frames: int = 0,
+        max_frames_per_traj: int | None = None,
+        reset_at_each_iter: bool = False,
+        split_trajs: bool = False,
+        postproc: Callable | None = None,
+        exploration_type: Any = None,
+        device: Any = None,
+        env_device: Any = None,
+        policy_device: Any = None,
+        storing_device: Any = None,
+        replay_buffer: Any = None,
+        compact_obs: bool = False,
+        trajs_per_batch: int | None = None,
+        create_env_kwargs: dict | None = None,
+        progress_bar: bool = False,
+    ) -> None:
+        if not isinstance(frames_per_batch, int) or frames_per_batch < 1:
+            raise ValueError(f"Collector: frames_per_batch must be a positive int, got {frames_per_batch!r}.")
+        if not isinstance(total_frames, int) or (total_frames < 1 and total_frames != -1):
+            raise ValueError(f"Collector: total_frames must be a positive int or -1, got {total_frames!r}.")
+        if max_frames_per_traj is not None and max_frames_per_traj < 1:
+            raise ValueError(f"Collector: max_frames_per_traj must be >= 1 or None, got {max_frames_per_traj}.")
+        if trajs_per_batch is not None and trajs_per_batch < 1:
+            raise ValueError(f"Collector: trajs_per_batch must be >= 1 or None, got {trajs_per_batch}.")
+        self.env = _make_env(create_env_fn, create_env_kwargs)
+        self._create_env_fn = create_env_fn
+        if device is not None:
+            env_device = env_device if env_device is not None else device
+            policy_device = policy_device if policy_device is not None else device
+            storing_device = storing_device if storing_device is not None else device
+        self.env_device = torch.device(env_device) if env_device is not None else None
+        self.policy_device = torch.device(policy_device) if policy_device is not None else None
+        self.storing_device = torch.device(storing_device) if storing_device is not None else None
+        self._given_policy = policy
+        self.policy = _wrap_policy(policy, self.env)
+        if self.policy is not None and self.policy_device is not None and isinstance(self.policy, nn.Module):
+            self.policy = self.policy.to(self.policy_device)
+        self._random_policy = _random_policy(self.env)
+        batch = self.env.batch_size
+        self._n_envs = math.prod(batch)
+        steps = -(-frames_per_batch // self._n_envs)
+        if steps * self._n_envs != frames_per_batch:
+            warnings.warn(
+                f"Collector: frames_per_batch={frames_per_batch} is not a multiple of the env's {self._n_envs} "
+                f"sub-envs; using {steps * self._n_envs}.",
+                stacklevel=2,
+            )
+        self.frames_per_batch = steps * self._n_envs
+        self._steps_per_batch = steps
+        self.total_frames = total_frames
+        self.init_random_frames = init_random_frames
+        self.max_frames_per_traj = max_frames_per_traj
+        self.reset_at_each_iter = reset_at_each_iter
+        self.split_trajs = split_trajs
+        self.postproc = postproc
+        self.exploration_type = exploration_type
+        self.replay_buffer = replay_buffer
+        self.compact_obs = compact_obs
+        self.trajs_per_batch = trajs_per_batch
+        self.progress_bar = progress_bar
+        self.policy_version = 0
+        self._frames = 0
+        self._iter = 0
+        self._traj_count = 0
+        self._td: TensorDictBase | None = None
+        self._traj_ids: torch.Tensor | None = None
+        self._traj_steps: torch.Tensor | None = None
+        self._shut = False
+
+    # ------------------------------------------------------------------ state
+    @property
+    def frames(self) -> int:
+        """Frames collected so far."""
+        return self._frames
+
+    def set_seed(self, seed: int, static_seed: bool = False) -> int:
+        """Seeds the env (and torch's generator for random actions); returns the next seed."""
+        torch.manual_seed(seed)
+        return self.env.set_seed(seed, static_seed=static_seed)
+
+    def reset(self) -> None:
+        """Restarts every trajectory (the frame count is kept)."""
+        self._td = None
+
+    def shutdown(self) -> None:
+        """Closes the env (nothing of a single-process collector keeps running)."""
+        if not self._shut:
+            self._shut = True
+            close = getattr(self.env, "close", None)
+            if close is not None:
+                close()
+
+    def state_dict(self) -> dict:
+        """What a resumed collector needs: counters, the policy's weights and the policy version."""
+        state = {
+            "frames": self._frames, "iter": self._iter, "traj_count": self._traj_count, "policy_version": self.policy_version,
+        }
+        if isinstance(self.policy, nn.Module):
+            state["policy_state_dict"] = self.policy.state_dict()
+        return state
+
+    def load_state_dict(self, state: dict) -> None:
+        self._frames = int(state["frames"])
+        self._iter = int(state["iter"])
+        self._traj_count = int(state["traj_count"])
+        self.policy_version = int(state.get("policy_version", 0))
+        if "policy_state_dict" in state and isinstance(self.policy, nn.Module):
+            self.policy.load_state_dict(state["policy_state_dict"])
+        self._td = None
+
+    def update_policy_weights_(self, weights: TensorDictBase | None = None) -> None:
+        """Makes the next batch use new weights: re-reads the policy given (no argument) or loads
+        ``weights`` (a TensorDict from ``TensorDict.from_module``). Bumps :attr:`policy_version`."""
+        if weights is not None:
+            if not isinstance(self.policy, nn.Module):
+                raise TypeError("update_policy_weights_: the policy has no parameters to update.")
+            weights.to_module(self.policy)
+        elif self.policy is not self._given_policy and isinstance(self._given_policy, nn.Module):
+            # the collector runs a copy (wrapped or moved): copy the given policy's current weights in
+            source = TensorDict.from_module(self._given_policy)
+            target = self.policy.module if isinstance(self.policy, TensorDictModule) and self.policy.module is not self._given_policy else self.policy
+            if target is not self._given_policy:
+                source.to_module(target)
+        self.policy_version += 1
+
+    # ------------------------------------------------------------------ collection
+    def _start(self) -> None:
+        td = self.env.reset()
+        self._td = td
+        n = self._n_envs
+        self._traj_ids = torch.arange(self._traj_count, self._traj_count + n).reshape(self.env.batch_size)
+        self._traj_count += n
+        self._traj_steps = torch.zeros(self.env.batch_size, dtype=torch.int64)
+
+    def _act(self, td: TensorDictBase) -> TensorDictBase:
+        policy = self.policy
+        if policy is None or self._frames < self.init_random_frames:
+            return self._random_policy(td)
+        if self.policy_device is not None:
+            out = policy(td.to(self.policy_device))
+            if self.env_device is not None:
+                out = out.to(self.env_device)
+            return out
+        out = policy(td)
+        return td if out is None else out
+
+    def _rollout(self, steps: int) -> TensorDictBase:
+        """``steps`` steps of every sub-env, stacked along a new last batch dim."""
+        env = self.env
+        if self._td is None or self.reset_at_each_iter:
+            self._start()
+        td = self._td
+        records = []
+        context = set_interaction_type(self.exploration_type) if self.exploration_type is not None else None
+        if context is not None:
+            context.__enter__()
+        try:
+            with torch.no_grad():
+                for _ in range(steps):
+                    td = self._act(td)
+                    td.set(_TRAJ, self._traj_ids)
+                    td.set(_VERSION, torch.full(self.env.batch_size, self.policy_version, dtype=torch.int64))
+                    stepped, td = env.step_and_maybe_reset(td)
+                    if self.max_frames_per_traj is not None:
+                        td = self._truncate_long_trajectories(env, stepped, td)
+                    records.append(stepped)
+                    self._advance_traj_ids(stepped)
+        finally:
+            if context is not None:
+                context.__exit__(None, None, None)
+        self._td = td
+        batch = torch.stack(records, len(env.batch_size))
+        if self.storing_device is not None:
+            batch = batch.to(self.storing_device)
+        return batch
+
+    def _truncate_long_trajectories(self, env: Any, stepped: TensorDictBase, root: TensorDictBase) -> TensorDictBase:
+        """Marks sub-envs that reached ``max_frames_per_traj`` truncated and resets them."""
+        self._traj_steps += 1
+        nxt = stepped.get("next")
+        done = nxt.get("done")
+        over = (self._traj_steps >= self.max_frames_per_traj) & ~done
+        if bool(over.any()):
+            truncated = nxt.get("truncated", None)
+            nxt.set("truncated", over if truncated is None else truncated | over)
+            nxt.set("done", done | over)
+            root.set("done", root.get("done") | over)
+            root.set("_reset", over)
+            root = env.reset(root)
+        return root
+
+    def _advance_traj_ids(self, stepped: TensorDictBase) -> None:
+        done = stepped.get(("next", "done"))
+        if done.ndim > len(self.env.batch_size):
+            done = done.reshape(*self.env.batch_size, -1).any(-1)
+        if bool(done.any()):
+            count = int(done.sum())
+            new_ids = torch.arange(self._traj_count, self._traj_count + count)
+            self._traj_count += count
+            ids = self._traj_ids.clone()
+            ids[done] = new_ids
+            self._traj_ids = ids
+            if self._traj_steps is not None:
+                self._traj_steps = torch.where(done, torch.zeros_like(self._traj_steps), self._traj_steps)
+
+    def _compact(self, batch: TensorDictBase) -> TensorDictBase:
+        """Drops ``("next", obs/state)``: within a trajectory they repeat the following step's root
+        (TorchRL's ``compact_obs``; rewards and done flags stay)."""
+        keys = [*self.env.observation_keys, *getattr(self.env, "state_keys", [])]
+        nxt = batch.get("next")
+        batch.set("next", nxt.exclude(*[k for k in keys if k in nxt.keys(True)]))
+        return batch
+
+    def _finish(self, batch: TensorDictBase) -> Any:
+        if self.split_trajs or self.trajs_per_batch is not None:
+            batch = split_trajectories(batch)
+        if self.compact_obs and not self.split_trajs:
+            batch = self._compact(batch)
+        if self.postproc is not None:
+            batch = self.postproc(batch)
+        if self.replay_buffer is not None:
+            self.replay_buffer.extend(batch)
+            return None
+        return batch
+
+    def _collect_trajs(self) -> TensorDictBase:
+        """Steps until ``trajs_per_batch`` trajectories are complete; returns the steps of those only."""
+        finished: list = []
+        pending: list = []
+        while len(finished) < self.trajs_per_batch:
+            chunk = self._rollout(1)
+            pending.append(chunk)
+            stacked = torch.cat(pending, -1)
+            ids = stacked.get(_TRAJ)
+            done = stacked.get(("next", "done"))
+            ended = torch.unique(ids[done])
+            if ended.numel():
+                finished.extend(int(i) for i in ended if int(i) not in finished)
+        keep_ids = torch.tensor(finished[: self.trajs_per_batch])
+        stacked = torch.cat(pending, -1)
+        flat = stacked.reshape(-1)
+        mask = torch.isin(flat.get(_TRAJ), keep_ids)
+        self._frames += int(stacked.numel())
+        return flat[mask]
+
+    def __iter__(self) -> Iterator[Any]:
+        if self._shut:
+            raise RuntimeError("Collector: iterating after shutdown().")
+        bar = None
+        if self.progress_bar and self.total_frames > 0:
+            from tqdm.auto import tqdm
+
+            bar = tqdm(total=self.total_frames, initial=self._frames, unit="frames")
+        try:
+            while self.total_frames < 0 or self._frames < self.total_frames:
+                if self.trajs_per_batch is not None:
+                    batch = self._collect_trajs()
+                    frames = batch.numel()
+                    out = self._finish_trajs(batch)
+                else:
+                    steps = self._steps_per_batch
+                    if self.total_frames > 0:
+                        remaining = self.total_frames - self._frames
+                        steps = min(steps, -(-remaining // self._n_envs))
+                    batch = self._rollout(steps)
+                    frames = steps * self._n_envs
+                    self._frames += frames
+                    out = self._finish(batch)
+                self._iter += 1
+                if bar is not None:
+                    bar.update(frames)
+                yield out
+        finally:
+            if bar is not None:
+                bar.close()
+
+    def _finish_trajs(self, flat: TensorDictBase) -> Any:
+        batch = split_trajectories(flat, trajectory_dim=0)
+        if self.postproc is not None:
+            batch = self.postproc(batch)
+        if self.replay_buffer is not None:
+            self.replay_buffer.extend(batch)
+            return None
+        return batch
+
+    def __repr__(self) -> str:
+        return (
+            f"Collector(env={type(self.env).__name__}, frames_per_batch={self.frames_per_batch}, "
+            f"total_frames={self.total_frames}, frames={self._frames})"
+        )
+
