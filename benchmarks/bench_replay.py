@@ -104,8 +104,10 @@ def torchrl_extension() -> str | None:
 
 
 def torchrl_extension_file() -> str | None:
+    """The extension's file name (no directory: results must not carry this machine's paths)."""
     module = sys.modules.get("torchrl._torchrl")
-    return getattr(module, "__file__", None)
+    path = getattr(module, "__file__", None)
+    return os.path.basename(path) if path else None
 
 
 def load() -> tuple[list[Impl], list[str]]:
