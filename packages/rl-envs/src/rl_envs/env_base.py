@@ -313,7 +313,8 @@ class EnvBase(nn.Module):
             if out.get(key, None) is None:
                 if done_spec is None:
                     done_spec = self._get_spec("full_done_spec")
-                out.set(key, done_spec[key].zero())
+                extra = out.batch_size[: out.batch_dims - keys.batch_dims]  # batch-unlocked envs: leading dims
+                out.set(key, done_spec[key].zero(extra))
 
     def step(self, tensordict: TensorDictBase) -> TensorDictBase:
         """Takes one step: reads the action in ``tensordict``, writes ``tensordict["next"]``, returns it."""
