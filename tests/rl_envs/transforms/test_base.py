@@ -193,3 +193,14 @@ def test_quick_example_from_the_issue(capsys):
     rollout = env.rollout(max_steps=32, policy=policy)
     print(rollout.batch_size); print(rollout["next", "reward"].shape)
     assert capsys.readouterr().out == "torch.Size([32])\ntorch.Size([32])\n"
+
+
+def test_reset_fills_missing_done_flags_with_the_leading_batch_of_a_stateless_env():
+    class NoFlags(PendulumEnv):
+        def _reset(self, tensordict=None, **kwargs):
+            return super()._reset(tensordict, **kwargs).exclude("done", "terminated", "truncated")
+
+    env = NoFlags()
+    out = env.reset(env.gen_params(batch_size=[3]))
+    for key in ("done", "terminated", "truncated"):
+        assert out[key].shape == torch.Size([3]) and not out[key].any()
