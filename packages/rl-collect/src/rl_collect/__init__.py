@@ -14,8 +14,31 @@ Example:
 from __future__ import annotations
 
 from .collector import Collector
+from .multi_async import AsyncCollector, MultiAsyncCollector
+from .multi_sync import MultiSyncCollector
 from .trajectories import split_trajectories
+from .weight_sync import (
+    PipeWeightReceiver,
+    PipeWeightSyncScheme,
+    SharedMemWeightReceiver,
+    SharedMemWeightSyncScheme,
+    WeightReceiver,
+    WeightSyncScheme,
+)
 
 __version__ = "0.1.0"
 
-__all__ = ["Collector", "__version__", "split_trajectories"]
+__all__ = [
+    "AsyncCollector",
+    "Collector",
+    "MultiAsyncCollector",
+    "MultiSyncCollector",
+    "PipeWeightReceiver",
+    "PipeWeightSyncScheme",
+    "SharedMemWeightReceiver",
+    "SharedMemWeightSyncScheme",
+    "WeightReceiver",
+    "WeightSyncScheme",
+    "__version__",
+    "split_trajectories",
+]

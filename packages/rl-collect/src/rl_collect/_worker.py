@@ -1,0 +1,267 @@
+"""Collector worker processes: the worker's command loop and the parent's pool (faults, shutdown).
+
+Protocol (parent -> worker, one duplex pipe per worker): ``("collect", frames)`` -> ``("batch", td,
+frames)``; ``("seed", seed, static)`` -> ``("seed", next_seed)``; ``("state_dict",)`` ->
+``("state", dict)``; ``("load_state_dict", dict)`` -> ``("ok",)``; ``("reset",)`` -> ``("ok",)``;
+``("close",)`` -> the worker exits. Scheme messages (``("weights", td, version)``) get no reply. A
+worker that raises replies ``("error", traceback_text)`` and exits.
+"""
+from __future__ import annotations
+
+import copy
+import math
+import os
+import traceback
+import weakref
+from multiprocessing import connection
+from typing import Any, Sequence
+
+import torch
+from torch import multiprocessing as mp
+from torch import nn
+
+from .collector import Collector
+from .weight_sync import WeightReceiver
+
+_TRAJ = ("collector", "traj_ids")
+_WORKER = ("collector", "worker_id")
+#: trajectory ids of worker ``i`` start at ``i * TRAJ_ID_STRIDE`` (unique across workers)
+TRAJ_ID_STRIDE = 1 << 40
+
+
+def _apply_weights(collector: Collector, policy: Any, receiver: WeightReceiver) -> None:
+    weights, version = receiver.receive()
+    if version == collector.policy_version:
+        return
+    if weights is not None and isinstance(policy, nn.Module):
+        weights.to_module(policy, inplace=True)
+    collector.policy_version = version
+
+
+def _collect(collector: Collector, worker_id: int, frames: int, stop: torch.Tensor | None) -> Any:
+    """``frames`` frames (fewer when ``stop[worker_id]`` is raised mid-way), as one batch."""
+    steps = max(1, -(-frames // collector._n_envs))
+    if stop is None:
+        batch = collector._rollout(steps)
+    else:
+        chunks = [collector._rollout(1)]
+        for _ in range(steps - 1):
+            if bool(stop[worker_id]):
+                break
+            chunks.append(collector._rollout(1))
+        batch = torch.cat(chunks, -1) if len(chunks) > 1 else chunks[0]
+    collector._frames += batch.numel()
+    collector._iter += 1
+    batch.set(_TRAJ, batch.get(_TRAJ) + worker_id * TRAJ_ID_STRIDE)
+    batch.set(_WORKER, torch.full(batch.batch_size, worker_id, dtype=torch.int64))
+    return collector._finish(batch)
+
+
+def worker_main(
+    worker_id: int,
+    create_env_fn: Any,
+    policy: Any,
+    collector_kwargs: dict,
+    conn: Any,
+    receiver: WeightReceiver,
+    stop: torch.Tensor | None,
+    num_threads: int | None,
+    parent_pid: int,
+) -> None:
+    """The worker process: builds a :class:`Collector` and serves the parent's commands."""
+    try:
+        if num_threads is not None:
+            torch.set_num_threads(num_threads)
+        policy = copy.deepcopy(policy)  # never write into the parent's (possibly shared) tensors
+        collector = Collector(create_env_fn, policy, frames_per_batch=1, total_frames=-1, **collector_kwargs)
+        conn.send(("ready", collector._n_envs))
+        while True:
+            while not conn.poll(1.0):
+                if os.getppid() != parent_pid:  # the parent is gone: nobody will read our results
+                    return
+            message = conn.recv()
+            command = message[0]
+            if receiver.handle(message):
+                continue
+            if command == "collect":
+                _apply_weights(collector, policy, receiver)
+                batch = _collect(collector, worker_id, message[1], stop)
+                conn.send(("batch", batch, batch.numel()))
+            elif command == "seed":
+                conn.send(("seed", collector.set_seed(message[1], static_seed=message[2])))
+            elif command == "state_dict":
+                conn.send(("state", collector.state_dict()))
+            elif command == "load_state_dict":
+                collector.load_state_dict(message[1])
+                conn.send(("ok",))
+            elif command == "reset":
+                collector.reset()
+                conn.send(("ok",))
+            elif command == "close":
+                collector.shutdown()
+                return
+            else:
+                raise ValueError(f"rl_collect worker: unknown command {command!r}")
+    except (EOFError, BrokenPipeError, KeyboardInterrupt):
+        return
+    except BaseException:
+        try:
+            conn.send(("error", traceback.format_exc()))
+        except Exception:
+            pass
+    finally:
+        conn.close()
+
+
+def _shutdown_processes(procs: list, conns: list, grace: float = 2.0) -> None:
+    """Asks the workers to stop, then kills what is still alive; joins everything."""
+    for proc, conn in zip(procs, conns):
+        if proc.is_alive():
+            try:
+                conn.send(("close",))
+            except Exception:
+                pass
+    deadline = _now() + grace
+    for proc in procs:
+        proc.join(max(0.0, deadline - _now()))
+    for proc in procs:
+        if proc.is_alive():
+            proc.kill()
+            proc.join(5.0)
+    for conn in conns:
+        try:
+            conn.close()
+        except Exception:
+            pass
+
+
+def _now() -> float:
+    import time
+
+    return time.monotonic()
+
+
+class WorkerPool:
+    """Worker processes, one per env factory, each running a :class:`Collector`.
+
+    Every receive is bounded: a worker that raised surfaces its traceback, a dead worker its exit
+    code, a silent one a :class:`TimeoutError` after ``timeout`` seconds. Any fault kills every
+    worker before the exception propagates. The processes are also stopped when the pool is
+    garbage collected or the interpreter exits.
+    """
+
+    _since: list
+
+    def __init__(
+        self,
+        create_env_fns: Sequence[Any],
+        policy: Any,
+        collector_kwargs: dict,
+        receivers: Sequence[WeightReceiver],
+        *,
+        stop: torch.Tensor | None,
+        timeout: float | None,
+        start_method: str | None,
+        num_threads: int | None,
+    ) -> None:
+        if start_method is None:
+            start_method = "fork" if "fork" in mp.get_all_start_methods() else "spawn"
+        ctx = mp.get_context(start_method)
+        self.timeout = timeout
+        self.procs: list = []
+        self.conns: list = []
+        self.closed = False
+        self._finalizer = weakref.finalize(self, _shutdown_processes, self.procs, self.conns)
+        try:
+            for i, fn in enumerate(create_env_fns):
+                parent_end, child_end = ctx.Pipe()
+                proc = ctx.Process(
+                    target=worker_main,
+                    args=(i, fn, policy, collector_kwargs, child_end, receivers[i], stop, num_threads, os.getpid()),
+                    name=f"rl_collect-worker-{i}",
+                )
+                proc.start()
+                child_end.close()
+                self.procs.append(proc)
+                self.conns.append(parent_end)
+            self._since = [_now()] * len(self.procs)
+            self.n_envs = [self.recv(i, "ready")[1] for i in range(len(self.procs))]
+        except BaseException:
+            self.close()
+            raise
+
+    def __len__(self) -> int:
+        return len(self.procs)
+
+    def send(self, i: int, message: tuple) -> None:
+        self._since[i] = _now()  # the reply is due within ``timeout`` of this
+        try:
+            self.conns[i].send(message)
+        except (BrokenPipeError, OSError):
+            self._raise_dead(i)
+
+    def recv(self, i: int, expected: str | None = None) -> tuple:
+        return self.recv_any([i], expected)[1]
+
+    def recv_any(self, indices: Sequence[int], expected: str | None = None) -> tuple[int, tuple]:
+        """The first message from any of ``indices`` workers: ``(worker_id, message)``."""
+        if self.closed:
+            raise RuntimeError("rl_collect: the workers were shut down.")
+        conns = {self.conns[i]: i for i in indices}
+        sentinels = {self.procs[i].sentinel: i for i in indices}
+        timeout = None
+        if self.timeout is not None:  # per worker: a busy sibling must not hide a hung one
+            timeout = max(0.0, min(self._since[i] for i in indices) + self.timeout - _now())
+        ready = connection.wait([*conns, *sentinels], timeout)
+        if not ready:
+            late = [i for i in indices if _now() - self._since[i] >= self.timeout] or list(indices)
+            names = ", ".join(f"{i} (pid {self.procs[i].pid})" for i in late)
+            self.close(grace=0.0)
+            raise TimeoutError(
+                f"rl_collect: no reply from worker(s) {names} within worker_timeout={self.timeout}s; "
+                "killed every worker."
+            )
+        for obj in ready:
+            if obj in conns:
+                i = conns[obj]
+                try:
+                    message = self.conns[i].recv()
+                except (EOFError, OSError):
+                    self._raise_dead(i)
+                if message[0] == "error":
+                    pid = self.procs[i].pid
+                    self.close(grace=0.0)
+                    raise RuntimeError(f"rl_collect: worker {i} (pid {pid}) raised:\n{message[1]}")
+                if expected is not None and message[0] != expected:
+                    self.close()
+                    raise RuntimeError(f"rl_collect: worker {i} replied {message[0]!r}, expected {expected!r}.")
+                return i, message
+        i = sentinels[ready[0]]
+        if self.conns[i].poll():  # it replied before exiting
+            return self.recv_any([i], expected)
+        self._raise_dead(i)
+        raise AssertionError("unreachable")
+
+    def _raise_dead(self, i: int) -> None:
+        proc = self.procs[i]
+        proc.join(1.0)
+        code = proc.exitcode
+        self.close(grace=0.0)
+        raise RuntimeError(
+            f"rl_collect: worker {i} (pid {proc.pid}) died with exit code {code}"
+            + (f" (signal {-code})" if code is not None and code < 0 else "")
+            + "; killed every worker."
+        )
+
+    def close(self, grace: float = 2.0) -> None:
+        """Stops every worker (idempotent); after ``grace`` seconds the survivors are killed."""
+        self.closed = True
+        if self._finalizer.detach() is not None:
+            _shutdown_processes(self.procs, self.conns, grace)
+
+
+def split_frames(frames: int, n_envs: Sequence[int]) -> list[int]:
+    """``frames`` split as evenly as possible over workers, each share a multiple of its env count."""
+    n = len(n_envs)
+    shares = [frames // n + (1 if i < frames % n else 0) for i in range(n)]
+    return [math.ceil(s / m) * m if s else 0 for s, m in zip(shares, n_envs)]

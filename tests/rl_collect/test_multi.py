@@ -1,0 +1,258 @@
+"""Multi-process collectors: exact frames, unique traj ids, reference equality, weights, faults, shutdown."""
+import gc
+import multiprocessing as mp
+import os
+import signal
+import time
+
+import pytest
+import torch
+from torch import nn
+from tdict.nn import TensorDictModule
+
+from rl_collect import Collector
+from rl_collect._worker import TRAJ_ID_STRIDE
+from rl_collect.multi_async import AsyncCollector, MultiAsyncCollector
+from rl_collect.multi_sync import MultiSyncCollector
+from rl_collect.weight_sync import PipeWeightSyncScheme, SharedMemWeightSyncScheme
+from rl_envs import CartPoleEnv, PendulumEnv
+
+
+def _policy():
+    torch.manual_seed(0)
+    return TensorDictModule(nn.Linear(3, 1), in_keys=["observation"], out_keys=["action"])
+
+
+def _set_constant(policy, value):
+    with torch.no_grad():
+        policy.module.weight.zero_()
+        policy.module.bias.fill_(value)
+
+
+class _Wrapped:
+    """A duck-typed env around PendulumEnv that misbehaves after ``after`` steps."""
+
+    def __init__(self, mode, after=0, delay=0.0):
+        self._env = PendulumEnv()
+        self._mode, self._after, self._delay, self._steps = mode, after, delay, 0
+
+    def __getattr__(self, name):
+        return getattr(self._env, name)
+
+    def step_and_maybe_reset(self, td):
+        self._steps += 1
+        if self._steps > self._after:
+            if self._mode == "raise":
+                raise ValueError("boom from the env")
+            if self._mode == "hang":
+                time.sleep(120)
+            if self._mode == "slow":
+                time.sleep(self._delay)
+        return self._env.step_and_maybe_reset(td)
+
+
+def _no_children():
+    deadline = time.monotonic() + 5
+    while mp.active_children() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return mp.active_children() == []
+
+
+def test_sync_exact_frames_shapes_and_cat():
+    with MultiSyncCollector([PendulumEnv, PendulumEnv], None, frames_per_batch=20, total_frames=51) as c:
+        sizes = [b.batch_size for b in c]
+        assert c.frames == 51
+    assert sizes == [torch.Size([2, 10])] * 2 + [torch.Size([2, 6])]
+    with MultiSyncCollector([PendulumEnv, PendulumEnv], None, frames_per_batch=20, total_frames=50, cat_results=-1) as c:
+        batches = list(c)
+    assert [b.numel() for b in batches] == [20, 20, 10]
+    last = batches[-1]
+    assert last["collector", "worker_id"].tolist() == [0] * 5 + [1] * 5
+    assert _no_children()
+
+
+def test_sync_last_batch_uneven_is_masked():
+    with MultiSyncCollector([PendulumEnv, PendulumEnv], None, frames_per_batch=20, total_frames=25) as c:
+        batches = list(c)
+    last = batches[-1]
+    assert last.batch_size == torch.Size([2, 3])
+    assert last["collector", "mask"].sum() == 5
+    assert last["collector", "traj_ids"][1, 2] == -1
+
+
+def test_traj_ids_unique_across_workers():
+    with MultiSyncCollector([CartPoleEnv, CartPoleEnv], None, frames_per_batch=200, total_frames=400) as c:
+        c.set_seed(0)
+        batches = list(c)
+    ids = torch.cat([b["collector", "traj_ids"] for b in batches], -1)
+    w0, w1 = set(ids[0].tolist()), set(ids[1].tolist())
+    assert max(w0) < TRAJ_ID_STRIDE <= min(w1)
+    assert len(w0) > 2 and len(w1) > 2  # CartPole episodes end under a random policy
+    # ids continue across batches within a worker (one trajectory spans the boundary)
+    assert batches[0]["collector", "traj_ids"][0, -1] <= batches[1]["collector", "traj_ids"][0, 0]
+
+
+def test_sync_equals_single_process_reference():
+    policy = _policy()
+    with MultiSyncCollector([PendulumEnv, PendulumEnv], policy, frames_per_batch=40, total_frames=80) as c:
+        next_seed = c.set_seed(3)
+        batches = list(c)
+    refs = []
+    seed = 3
+    for _ in range(2):
+        ref = Collector(PendulumEnv, _policy(), frames_per_batch=20, total_frames=40)
+        seed = ref.set_seed(seed)
+        refs.append(torch.cat(list(ref), -1))
+    assert seed == next_seed
+    got = torch.cat(batches, -1)
+    for w in range(2):
+        for key in ["observation", "action", ("next", "reward"), ("next", "observation")]:
+            torch.testing.assert_close(got[w][key], refs[w][key])
+        assert torch.equal(got[w]["collector", "traj_ids"] - w * TRAJ_ID_STRIDE, refs[w]["collector", "traj_ids"])
+    assert not torch.equal(got[0]["observation"], got[1]["observation"])  # distinct seeds per worker
+
+
+@pytest.mark.parametrize("scheme", [None, "pipe"])
+def test_sync_new_weights_in_next_batch(scheme):
+    policy = _policy()
+    _set_constant(policy, 0.25)
+    sync = PipeWeightSyncScheme() if scheme == "pipe" else None
+    with MultiSyncCollector([PendulumEnv, PendulumEnv], policy, frames_per_batch=10, weight_sync_scheme=sync) as c:
+        it = iter(c)
+        first = next(it)
+        assert (first["collector", "policy_version"] == 0).all()
+        assert torch.allclose(first["action"], torch.tensor(0.25))
+        _set_constant(policy, -0.5)
+        c.update_policy_weights_()
+        second = next(it)
+        assert (second["collector", "policy_version"] == 1).all()
+        assert torch.allclose(second["action"], torch.tensor(-0.5))
+        # explicit weights
+        weights = policy.module.state_dict()
+        from tdict import TensorDict
+
+        td = TensorDict.from_module(policy).apply(lambda t: t.detach().clone())
+        td["module", "bias"].fill_(1.5)
+        c.update_policy_weights_(td)
+        third = next(it)
+        assert (third["collector", "policy_version"] == 2).all()
+        assert torch.allclose(third["action"], torch.tensor(1.5))
+        assert c.policy_version == 2
+
+
+def test_async_versions_tag_the_weights_used():
+    policy = _policy()
+    _set_constant(policy, 0.25)
+    with MultiAsyncCollector([PendulumEnv, PendulumEnv], policy, frames_per_batch=10, total_frames=200) as c:
+        seen = []
+        for i, batch in enumerate(c):
+            version = int(batch["collector", "policy_version"][0])
+            assert (batch["collector", "policy_version"] == version).all()
+            expected = 0.25 if version == 0 else -0.5
+            assert torch.allclose(batch["action"], torch.tensor(expected))
+            seen.append((int(batch["collector", "worker_id"][0]), version))
+            if i == 3:
+                _set_constant(policy, -0.5)
+                c.update_policy_weights_()
+        assert c.frames == 200
+    assert {w for w, _ in seen} == {0, 1}
+    assert seen[-1][1] == 1 and seen[0][1] == 0
+
+
+def test_async_collector_exact_and_state_dict():
+    c = AsyncCollector(PendulumEnv, None, frames_per_batch=16, total_frames=40)
+    assert [b.numel() for b in c] == [16, 16, 8]
+    state = c.state_dict()
+    assert state["frames"] == 40 and state["workers"][0]["frames"] == 40
+    c.shutdown()
+    c2 = MultiSyncCollector([PendulumEnv], None, frames_per_batch=16, total_frames=48)
+    c2.load_state_dict(state)
+    assert [b.numel() for b in c2] == [8]  # resumes at frame 40
+    assert c2.frames == 48
+    c2.shutdown()
+    assert _no_children()
+
+
+def test_preemption_uses_partial_batches():
+    fns = [PendulumEnv, lambda: _Wrapped("slow", after=0, delay=0.02)]
+    with MultiSyncCollector(fns, None, frames_per_batch=200, total_frames=400, preemptive_threshold=0.5) as c:
+        t0 = time.monotonic()
+        batch = next(iter(c))
+        elapsed = time.monotonic() - t0
+        mask = batch["collector", "mask"]
+        assert mask[0].all() and mask[0].sum() == 100
+        assert 1 <= int(mask[1].sum()) < 50
+        assert c.frames == int(mask.sum())
+        assert elapsed < 1.5  # not 100 * 20 ms
+        assert (batch["collector", "traj_ids"][~mask] == -1).all()
+
+
+def test_worker_exception_carries_traceback():
+    fns = [PendulumEnv, lambda: _Wrapped("raise", after=3)]
+    c = MultiSyncCollector(fns, None, frames_per_batch=20)
+    with pytest.raises(RuntimeError, match="worker 1") as info:
+        list(c)
+    assert "ValueError: boom from the env" in str(info.value)
+    assert "Traceback" in str(info.value)
+    assert _no_children()
+
+
+def test_killed_worker_is_named_with_exit_code():
+    c = MultiSyncCollector([PendulumEnv, PendulumEnv], None, frames_per_batch=20)
+    it = iter(c)
+    next(it)
+    pid = c._pool.procs[1].pid
+    os.kill(pid, signal.SIGKILL)
+    with pytest.raises(RuntimeError, match=r"worker 1 .*exit code -9"):
+        next(it)
+    assert _no_children()
+
+
+def test_hung_worker_times_out():
+    fns = [PendulumEnv, lambda: _Wrapped("hang", after=2)]
+    c = MultiAsyncCollector(fns, None, frames_per_batch=10, worker_timeout=1.0)
+    t0 = time.monotonic()
+    with pytest.raises(TimeoutError, match="worker"):
+        for _ in c:
+            pass
+    assert time.monotonic() - t0 < 5
+    assert _no_children()
+
+
+def test_shutdown_and_gc_leave_nothing():
+    c = MultiAsyncCollector([PendulumEnv, PendulumEnv], None, frames_per_batch=10)
+    next(iter(c))  # workers are mid-collection
+    c.shutdown()
+    c.shutdown()
+    assert _no_children()
+    c = MultiSyncCollector([PendulumEnv, PendulumEnv], None, frames_per_batch=10)
+    pids = [p.pid for p in c._pool.procs]
+    del c
+    gc.collect()
+    assert _no_children()
+    for pid in pids:
+        with pytest.raises(ProcessLookupError):
+            os.kill(pid, 0)
+
+
+def test_split_trajs_and_postproc_in_parent():
+    seen = []
+    with MultiSyncCollector(
+        [CartPoleEnv, CartPoleEnv], None, frames_per_batch=100, total_frames=100, split_trajs=True,
+        postproc=lambda b: seen.append(b.batch_size) or b,
+    ) as c:
+        c.set_seed(1)
+        (batch,) = list(c)
+    assert int(batch["collector", "mask"].sum()) == 100
+    ids = batch["collector", "traj_ids"][batch["collector", "mask"]]
+    assert len(seen) == 1 and seen[0][0] == len(set(ids.tolist()))
+
+
+def test_bad_arguments():
+    with pytest.raises(TypeError, match="create_env_fns"):
+        MultiSyncCollector(PendulumEnv, None, frames_per_batch=10)
+    with pytest.raises(ValueError, match="preemptive_threshold"):
+        MultiSyncCollector([PendulumEnv], None, frames_per_batch=10, preemptive_threshold=1.5)
+    with pytest.raises(ValueError, match="trajs_per_batch"):
+        MultiSyncCollector([PendulumEnv], None, frames_per_batch=10, trajs_per_batch=2)
+    assert _no_children()
