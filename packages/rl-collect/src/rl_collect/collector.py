@@ -170,6 +170,7 @@ class Collector:
         self._td: TensorDictBase | None = None
         self._traj_ids: torch.Tensor | None = None
         self._traj_steps: torch.Tensor | None = None
+        self._traj_pending: TensorDictBase | None = None  # steps not yet yielded (trajs_per_batch)
         self._shut = False
 
     # ------------------------------------------------------------------ state
@@ -186,6 +187,7 @@ class Collector:
     def reset(self) -> None:
         """Restarts every trajectory (the frame count is kept)."""
         self._td = None
+        self._traj_pending = None
 
     def shutdown(self) -> None:
         """Closes the env (nothing of a single-process collector keeps running)."""
@@ -213,19 +215,25 @@ class Collector:
             self.policy.load_state_dict(state["policy_state_dict"])
         self._td = None
 
+    def _user_policy_module(self) -> nn.Module:
+        """The module that stands for the policy the user gave (the wrapped module for a plain one)."""
+        policy = self.policy
+        if isinstance(policy, TensorDictModule) and not isinstance(self._given_policy, TensorDictModuleBase):
+            return policy.module
+        return policy
+
     def update_policy_weights_(self, weights: TensorDictBase | None = None) -> None:
         """Makes the next batch use new weights: re-reads the policy given (no argument) or loads
-        ``weights`` (a TensorDict from ``TensorDict.from_module``). Bumps :attr:`policy_version`."""
+        ``weights`` (a TensorDict from ``TensorDict.from_module`` of the policy given). Bumps
+        :attr:`policy_version`."""
         if weights is not None:
             if not isinstance(self.policy, nn.Module):
                 raise TypeError("update_policy_weights_: the policy has no parameters to update.")
-            weights.to_module(self.policy)
-        elif self.policy is not self._given_policy and isinstance(self._given_policy, nn.Module):
-            # the collector runs a copy (wrapped or moved): copy the given policy's current weights in
-            source = TensorDict.from_module(self._given_policy)
-            target = self.policy.module if isinstance(self.policy, TensorDictModule) and self.policy.module is not self._given_policy else self.policy
-            if target is not self._given_policy:
-                source.to_module(target)
+            weights.to_module(self._user_policy_module())
+        elif isinstance(self._given_policy, nn.Module):
+            target = self._user_policy_module()
+            if target is not self._given_policy:  # the collector runs a copy (moved to another device)
+                TensorDict.from_module(self._given_policy).to_module(target)
         self.policy_version += 1
 
     # ------------------------------------------------------------------ collection
@@ -329,24 +337,25 @@ class Collector:
         return batch
 
     def _collect_trajs(self) -> TensorDictBase:
-        """Steps until ``trajs_per_batch`` trajectories are complete; returns the steps of those only."""
-        finished: list = []
-        pending: list = []
-        while len(finished) < self.trajs_per_batch:
-            chunk = self._rollout(1)
-            pending.append(chunk)
-            stacked = torch.cat(pending, -1)
-            ids = stacked.get(_TRAJ)
-            done = stacked.get(("next", "done"))
-            ended = torch.unique(ids[done])
-            if ended.numel():
-                finished.extend(int(i) for i in ended if int(i) not in finished)
-        keep_ids = torch.tensor(finished[: self.trajs_per_batch])
-        stacked = torch.cat(pending, -1)
-        flat = stacked.reshape(-1)
-        mask = torch.isin(flat.get(_TRAJ), keep_ids)
-        self._frames += int(stacked.numel())
-        return flat[mask]
+        """Steps until ``trajs_per_batch`` trajectories are complete; returns their steps (flat).
+
+        Steps of trajectories that are still running, or that finished beyond the batch's count,
+        are kept for the next call, so every yielded trajectory is whole.
+        """
+        pending = self._traj_pending
+        while True:
+            if pending is not None:
+                ids = pending.get(_TRAJ)
+                ended = torch.unique(ids[pending.get(("next", "done"))])
+                if ended.numel() >= self.trajs_per_batch:
+                    break
+            chunk = self._rollout(1).reshape(-1)
+            self._frames += chunk.numel()
+            pending = chunk if pending is None else torch.cat([pending, chunk])
+        chosen = ended[: self.trajs_per_batch]  # the oldest finished trajectories (ids grow with start time)
+        keep = torch.isin(pending.get(_TRAJ), chosen)
+        self._traj_pending = pending[~keep] if bool((~keep).any()) else None
+        return pending[keep]
 
     def __iter__(self) -> Iterator[Any]:
         if self._shut:
