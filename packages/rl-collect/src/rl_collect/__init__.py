@@ -14,8 +14,10 @@ Example:
 from __future__ import annotations
 
 from .collector import Collector
+from .distributed import DistributedCollector, run_worker
 from .multi_async import AsyncCollector, MultiAsyncCollector
 from .multi_sync import MultiSyncCollector
+from .ray_collector import RayCollector
 from .trajectories import split_trajectories
 from .weight_sync import (
     PipeWeightReceiver,
@@ -31,14 +33,17 @@ __version__ = "0.1.0"
 __all__ = [
     "AsyncCollector",
     "Collector",
+    "DistributedCollector",
     "MultiAsyncCollector",
     "MultiSyncCollector",
     "PipeWeightReceiver",
     "PipeWeightSyncScheme",
+    "RayCollector",
     "SharedMemWeightReceiver",
     "SharedMemWeightSyncScheme",
     "WeightReceiver",
     "WeightSyncScheme",
     "__version__",
+    "run_worker",
     "split_trajectories",
 ]

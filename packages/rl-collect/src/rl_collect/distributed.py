@@ -1,0 +1,561 @@
+"""DistributedCollector: Collector workers on torch.distributed, the learner on rank 0.
+
+The learner (rank 0) sends each worker (ranks ``1..N``) a small command tensor; a worker runs a
+:class:`~rl_collect.Collector` and answers with its batch as tensors: a length header, a JSON layout
+(keys, shapes, dtypes, batch size) and one consolidated byte buffer holding every leaf. New weights
+travel the same way (one byte buffer in the order of ``TensorDict.from_module(policy)``).
+
+Launching:
+
+* ``launcher="mp"`` (default): the collector spawns the workers with ``multiprocessing`` (spawn
+  start method), so ``create_env_fn`` and ``policy`` must be picklable.
+* ``launcher="torchrun"``: every rank runs the same script; rank 0 builds the collector, the other
+  ranks call :func:`run_worker`::
+
+      # torchrun --nproc-per-node 3 --master-addr 127.0.0.1 script.py
+      import os
+      from rl_collect.distributed import DistributedCollector, run_worker
+      if int(os.environ["RANK"]) == 0:
+          collector = DistributedCollector(make_env, policy, frames_per_batch=200, total_frames=10_000,
+                                           launcher="torchrun")
+          for batch in collector:
+              ...
+          collector.shutdown()
+      else:
+          run_worker()  # receives the config from rank 0; returns when the collector shuts down
+
+  Set ``GLOO_SOCKET_IFNAME=lo`` (or your interface) for the gloo transport under torchrun.
+
+``backend="gloo"`` moves CPU tensors; ``backend="nccl"`` (untested here) needs each worker's batch
+on its GPU: pass ``storing_device="cuda"`` in ``collector_kwargs``.
+"""
+from __future__ import annotations
+
+import datetime
+import json
+import math
+import multiprocessing as mp
+import os
+import socket
+import time
+import traceback
+from typing import Any, Callable, Iterator, Sequence
+
+import torch
+import torch.distributed as dist
+from tdict import TensorDict, TensorDictBase
+
+from .collector import Collector
+
+__all__ = ["DistributedCollector", "run_worker"]
+
+_TRAJ = ("collector", "traj_ids")
+# commands (learner -> worker): [cmd, arg0, arg1]
+_CMD_COLLECT, _CMD_WEIGHTS, _CMD_SEED, _CMD_STOP = 1, 2, 3, 4
+
+
+def _free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def _dtype_name(dtype: torch.dtype) -> str:
+    return str(dtype).removeprefix("torch.")
+
+
+def _device_for(backend: str) -> torch.device:
+    return torch.device("cuda", torch.cuda.current_device()) if backend == "nccl" else torch.device("cpu")
+
+
+# ---------------------------------------------------------------------- tensor packing
+def _pack(td: TensorDictBase) -> tuple[bytes, torch.Tensor]:
+    """(JSON layout, one uint8 buffer with every leaf's bytes)."""
+    layout: list = []
+    chunks: list = []
+    for key, value in td.items(include_nested=True, leaves_only=True):
+        if not isinstance(value, torch.Tensor):
+            continue  # non-tensor leaves do not travel
+        value = value.detach().contiguous()
+        key = [key] if isinstance(key, str) else list(key)
+        layout.append([key, list(value.shape), _dtype_name(value.dtype)])
+        raw = value.reshape(-1).view(torch.uint8) if value.numel() else value.new_empty(0, dtype=torch.uint8)
+        chunks.append(raw)
+        if raw.numel() % 8:  # keep every leaf 8-byte aligned in the buffer
+            chunks.append(raw.new_zeros(8 - raw.numel() % 8))
+    header = json.dumps({"batch_size": list(td.batch_size), "leaves": layout}).encode()
+    buf = torch.cat(chunks) if chunks else torch.empty(0, dtype=torch.uint8)
+    return header, buf
+
+
+def _unpack(header: bytes, buf: torch.Tensor) -> TensorDictBase:
+    meta = json.loads(header.decode())
+    out = TensorDict({}, batch_size=meta["batch_size"])
+    offset = 0
+    for key, shape, dtype_name in meta["leaves"]:
+        dtype = getattr(torch, dtype_name)
+        nbytes = math.prod(shape) * torch.empty(0, dtype=dtype).element_size()
+        leaf = buf[offset:offset + nbytes].view(dtype).reshape(shape)
+        offset += -(-nbytes // 8) * 8
+        out.set(tuple(key), leaf)
+    return out
+
+
+def _weights_buffer(weights: TensorDictBase) -> torch.Tensor:
+    leaves = [v.detach().reshape(-1).view(torch.uint8) for _, v in weights.items(True, True)]
+    return torch.cat(leaves) if leaves else torch.empty(0, dtype=torch.uint8)
+
+
+def _load_weights_buffer(weights: TensorDictBase, buf: torch.Tensor) -> None:
+    offset = 0
+    with torch.no_grad():
+        for _, value in weights.items(True, True):
+            nbytes = value.numel() * value.element_size()
+            value.copy_(buf[offset:offset + nbytes].view(value.dtype).reshape(value.shape))
+            offset += nbytes
+
+
+def _weights_of(policy: Any) -> TensorDictBase | None:
+    if isinstance(policy, torch.nn.Module) and any(True for _ in policy.parameters()):
+        return TensorDict.from_module(policy)
+    return None
+
+
+# ---------------------------------------------------------------------- worker side
+class _Worker:
+    """The loop a worker rank runs: wait for a command, act, answer."""
+
+    def __init__(self, rank: int, num_workers: int, create_env_fn: Any, policy: Any,
+                 frames_per_batch: int, collector_kwargs: dict, backend: str) -> None:
+        self.rank = rank
+        self.num_workers = num_workers
+        self.backend = backend
+        self.device = torch.device("cpu")
+        self.policy = policy
+        self.collector = Collector(create_env_fn, policy, frames_per_batch=frames_per_batch,
+                                   total_frames=-1, **collector_kwargs)
+        self.iterator: Iterator | None = None
+
+    def collect(self, frames: int) -> TensorDictBase:
+        c = self.collector
+        c.total_frames = c.frames + frames  # the generator re-reads total_frames at each step
+        if self.iterator is None:
+            self.iterator = iter(c)
+        batch = next(self.iterator)
+        ids = batch.get(_TRAJ, None)
+        if ids is not None:  # interleave: unique across workers
+            batch.set(_TRAJ, torch.where(ids >= 0, ids * self.num_workers + (self.rank - 1), ids))
+        return batch
+
+    def loop(self) -> None:
+        self.device = _device_for(self.backend)
+        cmd = torch.zeros(3, dtype=torch.int64, device=self.device)
+        while True:
+            dist.recv(cmd, src=0)
+            kind, arg0, _ = (int(x) for x in cmd.tolist())
+            if kind == _CMD_STOP:
+                return
+            if kind == _CMD_SEED:
+                self.collector.set_seed(arg0)
+            elif kind == _CMD_WEIGHTS:
+                buf = torch.empty(arg0, dtype=torch.uint8, device=self.device)
+                dist.recv(buf, src=0)
+                weights = _weights_of(self.policy)
+                if weights is not None:
+                    _load_weights_buffer(weights, buf.cpu() if buf.device != weights.device else buf)
+                self.collector.update_policy_weights_()
+            elif kind == _CMD_COLLECT:
+                header, buf = _pack(self.collect(arg0))
+                sizes = torch.tensor([len(header), buf.numel()], dtype=torch.int64, device=self.device)
+                dist.send(sizes, dst=0)
+                dist.send(torch.frombuffer(bytearray(header), dtype=torch.uint8).to(self.device), dst=0)
+                if buf.numel():
+                    dist.send(buf.to(self.device), dst=0)
+
+
+def _init_group(backend: str, rank: int, world_size: int, addr: str, port: int, timeout: float) -> None:
+    env = {"GLOO_SOCKET_IFNAME": "lo", "NCCL_SOCKET_IFNAME": "lo"} if addr in ("127.0.0.1", "localhost") else {}
+    saved = {k: os.environ.get(k) for k in env}
+    os.environ.update({k: v for k, v in env.items() if k not in os.environ or os.environ[k] == ""})
+    try:
+        dist.init_process_group(backend, init_method=f"tcp://{addr}:{port}", rank=rank, world_size=world_size,
+                                timeout=datetime.timedelta(seconds=timeout))
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
+def _mp_worker_main(rank: int, world_size: int, addr: str, port: int, backend: str, timeout: float,
+                    create_env_fn: Any, policy: Any, frames_per_batch: int, collector_kwargs: dict,
+                    status: Any) -> None:
+    torch.set_num_threads(1)
+    worker = None
+    try:
+        worker = _Worker(rank, world_size - 1, create_env_fn, policy, frames_per_batch, collector_kwargs, backend)
+        status.put((rank, "ready", None))
+        _init_group(backend, rank, world_size, addr, port, timeout)
+        worker.loop()
+    except BaseException:  # report, then exit non-zero: the learner raises with this traceback
+        status.put((rank, "error", traceback.format_exc()))
+        raise SystemExit(1)
+    finally:
+        if worker is not None:
+            worker.collector.shutdown()
+        if dist.is_initialized():
+            dist.destroy_process_group()
+
+
+def run_worker(create_env_fn: Any = None, policy: Any = None, **collector_kwargs: Any) -> None:
+    """The worker side under ``torchrun`` (ranks ``1..N``); returns when the learner shuts down.
+
+    With no argument, the worker receives ``create_env_fn``, ``policy`` and the collector options from
+    rank 0 (pickled through ``torch.distributed.broadcast_object_list``: only run it inside a trusted
+    job). Reads ``RANK``/``WORLD_SIZE``/``MASTER_ADDR``/``MASTER_PORT`` (set by torchrun).
+    """
+    if not dist.is_initialized():
+        dist.init_process_group(os.environ.get("RL_COLLECT_BACKEND", "gloo"), init_method="env://")
+    rank, world_size = dist.get_rank(), dist.get_world_size()
+    config = [None]
+    dist.broadcast_object_list(config, src=0)
+    env_fns, remote_policy, frames_per_batch, kwargs, backend = config[0]
+    create_env_fn = create_env_fn if create_env_fn is not None else env_fns[rank - 1]
+    policy = policy if policy is not None else remote_policy
+    kwargs = {**kwargs, **collector_kwargs}
+    worker = _Worker(rank, world_size - 1, create_env_fn, policy, frames_per_batch, kwargs, backend)
+    try:
+        worker.loop()
+    finally:
+        worker.collector.shutdown()
+        dist.destroy_process_group()
+
+
+# ---------------------------------------------------------------------- learner side
+class DistributedCollector:
+    """Collector workers on ``torch.distributed``: the learner is rank 0, workers are ranks ``1..N``.
+
+    Each worker runs a :class:`~rl_collect.Collector` on its env factory. With ``sync=True`` every
+    iteration asks each worker for ``frames_per_batch / N`` frames and yields their concatenation (along
+    dim 0); with ``sync=False`` each worker keeps one ``frames_per_batch`` request in flight and the first
+    ready batch is yielded, tagged with ``("collector", "worker_id")``. Total frames are exact (the last
+    requests are cut). Trajectory ids are unique across workers (``local_id * N + worker``).
+
+    Args:
+        create_env_fn: an env factory, or a list of them (one worker each).
+        policy: as for :class:`~rl_collect.Collector`; must be picklable (``launcher="mp"``).
+        frames_per_batch: frames per yielded batch.
+        total_frames: total frames (``-1``: never stop).
+        num_workers: the number of workers (default: ``len(create_env_fn)`` or 2).
+        backend: ``"gloo"`` (CPU) or ``"nccl"`` (GPU).
+        master_addr, master_port: the rendezvous address (``master_port=None``: a free port).
+        sync: see above.
+        launcher: ``"mp"`` (spawn workers) or ``"torchrun"`` (the workers call :func:`run_worker`).
+        timeout: seconds a worker may take to start or to answer before the learner raises.
+        **collector_kwargs: passed to each worker's :class:`~rl_collect.Collector`.
+
+    Example:
+        >>> from rl_envs import PendulumEnv
+        >>> collector = DistributedCollector(PendulumEnv, None, frames_per_batch=20, total_frames=50,
+        ...                                  num_workers=2)  # doctest: +SKIP
+        >>> [b.numel() for b in collector]  # doctest: +SKIP
+        [20, 20, 10]
+        >>> collector.shutdown()  # doctest: +SKIP
+    """
+
+    def __init__(
+        self,
+        create_env_fn: Sequence[Callable] | Callable,
+        policy: Any = None,
+        *,
+        frames_per_batch: int,
+        total_frames: int = -1,
+        num_workers: int | None = None,
+        backend: str = "gloo",
+        master_addr: str = "127.0.0.1",
+        master_port: int | None = None,
+        sync: bool = True,
+        launcher: str = "mp",
+        timeout: float = 120.0,
+        **collector_kwargs: Any,
+    ) -> None:
+        if not isinstance(frames_per_batch, int) or frames_per_batch < 1:
+            raise ValueError(f"DistributedCollector: frames_per_batch must be a positive int, got {frames_per_batch!r}.")
+        if not isinstance(total_frames, int) or (total_frames < 1 and total_frames != -1):
+            raise ValueError(f"DistributedCollector: total_frames must be a positive int or -1, got {total_frames!r}.")
+        if launcher not in ("mp", "torchrun"):
+            raise ValueError(f"DistributedCollector: launcher must be 'mp' or 'torchrun', got {launcher!r}.")
+        if backend not in ("gloo", "nccl"):
+            raise ValueError(f"DistributedCollector: backend must be 'gloo' or 'nccl', got {backend!r}.")
+        if isinstance(create_env_fn, (list, tuple)):
+            if num_workers is not None and num_workers != len(create_env_fn):
+                raise ValueError(f"DistributedCollector: num_workers={num_workers} but {len(create_env_fn)} env factories.")
+            env_fns = list(create_env_fn)
+        else:
+            if launcher == "torchrun":
+                num_workers = int(os.environ["WORLD_SIZE"]) - 1 if num_workers is None else num_workers
+            env_fns = [create_env_fn] * (num_workers if num_workers is not None else 2)
+        self.num_workers = len(env_fns)
+        if self.num_workers < 1:
+            raise ValueError("DistributedCollector: needs at least one worker.")
+        if sync and frames_per_batch % self.num_workers:
+            raise ValueError(f"DistributedCollector(sync=True): frames_per_batch={frames_per_batch} must be a "
+                             f"multiple of num_workers={self.num_workers}.")
+        self.frames_per_batch = frames_per_batch
+        self.total_frames = total_frames
+        self.sync = sync
+        self.backend = backend
+        self.launcher = launcher
+        self.timeout = float(timeout)
+        self.policy = policy
+        self.policy_version = 0
+        self._frames = 0  # yielded
+        self._dispatched = 0
+        self._procs: list = []
+        self._status: Any = None
+        self._shut = False
+        self._device = torch.device("cpu")
+        world_size = self.num_workers + 1
+        self._worker_frames = frames_per_batch // self.num_workers if sync else frames_per_batch
+        if launcher == "mp":
+            port = master_port if master_port is not None else _free_port()
+            ctx = mp.get_context("spawn")
+            self._status = ctx.Queue()
+            try:
+                for rank in range(1, world_size):
+                    proc = ctx.Process(
+                        target=_mp_worker_main, daemon=True, name=f"rl_collect-dist-worker-{rank}",
+                        args=(rank, world_size, master_addr, port, backend, self.timeout, env_fns[rank - 1],
+                              policy, self._worker_frames, collector_kwargs, self._status),
+                    )
+                    proc.start()
+                    self._procs.append(proc)
+                self._wait_ready()
+                _init_group(backend, 0, world_size, master_addr, port, self.timeout)
+            except BaseException:
+                self.shutdown()
+                raise
+        else:
+            if not dist.is_initialized():
+                dist.init_process_group(backend, init_method="env://",
+                                        timeout=datetime.timedelta(seconds=self.timeout))
+            if dist.get_rank() != 0 or dist.get_world_size() != world_size:
+                raise RuntimeError(f"DistributedCollector(launcher='torchrun') must run on rank 0 of a world of "
+                                   f"{world_size}; got rank {dist.get_rank()} of {dist.get_world_size()}.")
+            dist.broadcast_object_list([(env_fns, policy, self._worker_frames, collector_kwargs, backend)], src=0)
+        self._device = _device_for(backend)
+        self._pending: dict[int, Any] = {}  # rank -> (sizes tensor, work, frames)
+        self._weights_pending: set[int] = set()
+
+    # ------------------------------------------------------------------ faults
+    def _worker_error(self, rank: int | None = None) -> RuntimeError | None:
+        """An exception describing a dead worker (with its traceback when it sent one), or None."""
+        dead = [p for p in self._procs if p.exitcode is not None]
+        if not dead:
+            return None
+        tracebacks = []
+        while self._status is not None:
+            try:
+                r, kind, text = self._status.get(timeout=0.2)
+            except Exception:
+                break
+            if kind == "error":
+                tracebacks.append(f"worker {r}:\n{text}")
+        names = ", ".join(f"{p.name} (exit code {p.exitcode})" for p in dead)
+        detail = "\n".join(tracebacks) if tracebacks else "no traceback (killed)"
+        return RuntimeError(f"DistributedCollector: worker process died: {names}.\n{detail}")
+
+    def _wait_ready(self) -> None:
+        ready: set = set()
+        deadline = time.monotonic() + self.timeout
+        while len(ready) < self.num_workers:
+            try:
+                rank, kind, text = self._status.get(timeout=0.05)
+            except Exception:
+                err = self._worker_error()
+                if err is not None:
+                    raise err from None
+                if time.monotonic() > deadline:
+                    raise TimeoutError(f"DistributedCollector: workers not ready after {self.timeout}s.") from None
+                continue
+            if kind == "error":
+                raise RuntimeError(f"DistributedCollector: worker {rank} failed to start:\n{text}")
+            ready.add(rank)
+
+    def _wait(self, work: Any, rank: int | None) -> None:
+        """Waits for a point-to-point op; a dead peer (connection closed) or the group timeout raises,
+        with the worker's traceback when it sent one. (Gloo's ``is_completed`` cannot be polled.)"""
+        try:
+            work.wait()
+        except Exception as exc:
+            raise self._failure(exc, rank) from exc
+
+    def _failure(self, exc: BaseException, rank: int | None) -> Exception:
+        deadline = time.monotonic() + 2.0
+        while self._procs and time.monotonic() < deadline:
+            err = self._worker_error(rank)
+            if err is not None:
+                return err
+            time.sleep(0.02)
+        who = f"worker {rank}" if rank is not None else "a worker"
+        return TimeoutError(f"DistributedCollector: {who} failed or did not answer within {self.timeout}s: {exc}")
+
+    # ------------------------------------------------------------------ protocol
+    def _send_cmd(self, rank: int, kind: int, arg0: int = 0) -> None:
+        self._wait(dist.isend(torch.tensor([kind, arg0, 0], dtype=torch.int64, device=self._device), dst=rank), rank)
+
+    def _send_weights(self, rank: int, buf: torch.Tensor) -> None:
+        self._send_cmd(rank, _CMD_WEIGHTS, buf.numel())
+        self._wait(dist.isend(buf, dst=rank), rank)
+
+    def _dispatch(self, rank: int, frames: int) -> None:
+        if rank in self._weights_pending:
+            self._weights_pending.discard(rank)
+            self._send_weights(rank, self._weights_buf)
+        self._send_cmd(rank, _CMD_COLLECT, frames)
+        self._pending[rank] = frames
+        self._dispatched += frames
+
+    def _receive(self, rank: int | None) -> tuple[int, TensorDictBase]:
+        """The next batch from ``rank`` (``None``: from whichever worker answers first)."""
+        sizes = torch.zeros(2, dtype=torch.int64, device=self._device)
+        try:
+            src = dist.recv(sizes, src=rank)
+        except Exception as exc:
+            raise self._failure(exc, rank) from exc
+        src = rank if rank is not None else int(src)
+        self._pending.pop(src)
+        header_len, buf_len = (int(x) for x in sizes.tolist())
+        header = torch.empty(header_len, dtype=torch.uint8, device=self._device)
+        self._wait(dist.irecv(header, src=src), src)
+        buf = torch.empty(buf_len, dtype=torch.uint8, device=self._device)
+        if buf_len:
+            self._wait(dist.irecv(buf, src=src), src)
+        return src, _unpack(bytes(header.cpu().numpy()), buf.cpu())
+
+    def _next_request(self) -> int:
+        """Frames for the next request (0 when the total is dispatched)."""
+        if self.total_frames < 0:
+            return self._worker_frames
+        return max(0, min(self._worker_frames, self.total_frames - self._dispatched))
+
+    @staticmethod
+    def _cat(batches: list) -> TensorDictBase:
+        shapes = {b.batch_size[1:] for b in batches}
+        if len(shapes) == 1:
+            return torch.cat(batches, 0)
+        return torch.cat([b.reshape(-1) for b in batches], 0)
+
+    # ------------------------------------------------------------------ public API
+    @property
+    def frames(self) -> int:
+        """Frames yielded so far."""
+        return self._frames
+
+    def __iter__(self) -> Iterator[TensorDictBase]:
+        if self._shut:
+            raise RuntimeError("DistributedCollector: iterating after shutdown().")
+        ranks = range(1, self.num_workers + 1)
+        try:
+            if self.sync:
+                while self.total_frames < 0 or self._frames < self.total_frames:
+                    remaining = self.total_frames - self._dispatched if self.total_frames > 0 else None
+                    for i, rank in enumerate(ranks):
+                        frames = self._worker_frames
+                        if remaining is not None:  # split what is left evenly (exact total)
+                            frames = min(frames, remaining // self.num_workers + (i < remaining % self.num_workers))
+                        if frames > 0:
+                            self._dispatch(rank, frames)
+                    batches = [self._receive(rank)[1] for rank in ranks if rank in self._pending]
+                    batch = self._cat(batches)
+                    self._frames += batch.numel()
+                    yield batch
+            else:
+                for rank in ranks:
+                    frames = self._next_request()
+                    if frames:
+                        self._dispatch(rank, frames)
+                while self._pending:
+                    rank, batch = self._receive(None)
+                    frames = self._next_request()
+                    if frames:
+                        self._dispatch(rank, frames)
+                    batch.set(("collector", "worker_id"), torch.full(batch.batch_size, rank - 1, dtype=torch.int64))
+                    self._frames += batch.numel()
+                    yield batch
+        except GeneratorExit:
+            raise
+        except BaseException:
+            self.shutdown(raise_on_error=False)
+            raise
+
+    def update_policy_weights_(self, weights: TensorDictBase | None = None) -> None:
+        """Sends new weights to every worker (``None``: the current weights of the policy given).
+
+        In sync mode the very next batch uses them; in async mode every request dispatched from now on
+        does (batches already in flight keep their ``("collector", "policy_version")``).
+        """
+        if weights is None:
+            weights = _weights_of(self.policy)
+            if weights is None:
+                raise TypeError("DistributedCollector.update_policy_weights_: the policy has no parameters.")
+        self._weights_buf = _weights_buffer(weights).to(self._device)
+        self.policy_version += 1
+        for rank in range(1, self.num_workers + 1):
+            if rank in self._pending:
+                self._weights_pending.add(rank)
+            else:
+                self._send_weights(rank, self._weights_buf)
+
+    def set_seed(self, seed: int, static_seed: bool = False) -> int:
+        """Seeds worker ``i`` with ``seed + i``; returns the next free seed."""
+        for i in range(self.num_workers):
+            self._send_cmd(i + 1, _CMD_SEED, seed + i)
+        return seed + self.num_workers
+
+    def shutdown(self, raise_on_error: bool = False) -> None:
+        """Stops the workers, destroys the process group and joins (then kills) the worker processes."""
+        if self._shut:
+            return
+        self._shut = True
+        stopped = False
+        if dist.is_initialized():
+            alive = not self._procs or all(p.exitcode is None for p in self._procs)
+            if alive:
+                try:
+                    for rank in list(self._pending):  # drain requests in flight, then stop
+                        self._receive(rank)
+                    for rank in range(1, self.num_workers + 1):
+                        self._send_cmd(rank, _CMD_STOP)
+                    stopped = True
+                except Exception:
+                    if raise_on_error:
+                        raise
+            self._pending.clear()
+            if not self._procs:  # torchrun
+                dist.destroy_process_group()
+        elif self._procs:
+            pass
+        for proc in self._procs:
+            if stopped:
+                proc.join(timeout=5.0)
+            if proc.is_alive():
+                proc.kill()
+                proc.join(timeout=5.0)
+        if self._procs and dist.is_initialized():
+            dist.destroy_process_group()
+        if self._status is not None:
+            self._status.close()
+            self._status.join_thread()
+        self._procs = []
+
+    def __del__(self) -> None:
+        try:
+            self.shutdown()
+        except Exception:
+            pass
+
+    def __repr__(self) -> str:
+        return (f"DistributedCollector(num_workers={self.num_workers}, backend={self.backend!r}, sync={self.sync}, "
+                f"frames_per_batch={self.frames_per_batch}, total_frames={self.total_frames}, frames={self._frames})")

@@ -1,0 +1,285 @@
+"""RayCollector: Collector workers as Ray actors (``pip install rl-collect[ray]``).
+
+Each actor runs a :class:`~rl_collect.Collector`; the learner keeps one request in flight per actor
+and yields batches as they come. A killed actor is restarted by Ray (``max_restarts``); its lost
+request is sent again (with the latest weights first), so the frame total is still exact.
+"""
+from __future__ import annotations
+
+import itertools
+import uuid
+from typing import Any, Callable, Iterator, Sequence
+
+import torch
+from tdict import TensorDict, TensorDictBase
+
+from .collector import Collector
+
+__all__ = ["RayCollector"]
+
+_TRAJ = ("collector", "traj_ids")
+_ID_STRIDE = 1 << 16  # traj ids: local_id * _ID_STRIDE + actor incarnation (up to 65536 incarnations)
+
+
+def _import_ray() -> Any:
+    try:
+        import ray
+    except ImportError as exc:  # pragma: no cover - depends on the environment
+        raise ImportError(
+            "RayCollector needs Ray: install it with `pip install rl-collect[ray]` (or `pip install 'ray>=2.10'`)."
+        ) from exc
+    return ray
+
+
+class _CollectorActor:
+    """The actor body: a Collector that answers ``collect(frames)`` calls."""
+
+    def __init__(self, create_env_fn: Any, policy: Any, frames_per_batch: int, collector_kwargs: dict) -> None:
+        torch.set_num_threads(1)
+        self.incarnation = uuid.uuid4().hex  # changes when Ray restarts the actor
+        self.policy = policy
+        self.collector = Collector(create_env_fn, policy, frames_per_batch=frames_per_batch, total_frames=-1,
+                                   **collector_kwargs)
+        self.iterator: Iterator | None = None
+
+    def collect(self, frames: int) -> tuple[str, TensorDictBase]:
+        c = self.collector
+        c.total_frames = c.frames + frames  # the generator re-reads total_frames at each step
+        if self.iterator is None:
+            self.iterator = iter(c)
+        return self.incarnation, next(self.iterator)
+
+    def update_weights(self, weights: TensorDictBase, version: int) -> None:
+        if isinstance(self.policy, torch.nn.Module):
+            target = TensorDict.from_module(self.policy)
+            with torch.no_grad():
+                for key, value in target.items(True, True):
+                    value.copy_(weights.get(key))
+        self.collector.update_policy_weights_()
+        self.collector.policy_version = version
+
+    def set_seed(self, seed: int) -> int:
+        return self.collector.set_seed(seed)
+
+    def shutdown(self) -> None:
+        self.collector.shutdown()
+
+
+class RayCollector:
+    """Collector workers as Ray actors; batches are yielded as they arrive (TorchRL's ``RayCollector``).
+
+    Each of ``num_collectors`` actors runs a :class:`~rl_collect.Collector` and keeps one request of
+    ``frames_per_batch`` frames in flight (``sync=True``: each actor collects
+    ``frames_per_batch / num_collectors`` frames and the parts are concatenated). Batches carry
+    ``("collector", "batch_id")`` (unique, increasing) and ``("collector", "worker_id")``. Frame totals
+    are exact. Trajectory ids are unique across actors and restarts.
+
+    Ray is started locally (``ray.init(_node_ip_address="127.0.0.1", include_dashboard=False)``) unless
+    ``address`` is given or Ray is already initialised; a Ray started here is shut down by
+    :meth:`shutdown`.
+
+    Args:
+        create_env_fn: an env factory, or a list of them (one actor each).
+        policy: as for :class:`~rl_collect.Collector` (serialized to the actors).
+        frames_per_batch: frames per yielded batch.
+        total_frames: total frames (``-1``: never stop).
+        num_collectors: the number of actors (ignored when ``create_env_fn`` is a list).
+        ray_init_config: extra ``ray.init`` keyword arguments.
+        address: an existing Ray cluster (``"ray://host:port"`` or ``"auto"``).
+        max_restarts: how many times Ray restarts a dead actor (``-1``: forever).
+        num_cpus: CPUs reserved per actor.
+        sync: see above.
+        **collector_kwargs: passed to each actor's :class:`~rl_collect.Collector`.
+
+    Example:
+        >>> from rl_envs import PendulumEnv
+        >>> collector = RayCollector(PendulumEnv, None, frames_per_batch=20, total_frames=40)  # doctest: +SKIP
+        >>> sum(b.numel() for b in collector)  # doctest: +SKIP
+        40
+        >>> collector.shutdown()  # doctest: +SKIP
+    """
+
+    def __init__(
+        self,
+        create_env_fn: Sequence[Callable] | Callable,
+        policy: Any = None,
+        *,
+        frames_per_batch: int,
+        total_frames: int = -1,
+        num_collectors: int = 2,
+        ray_init_config: dict | None = None,
+        address: str | None = None,
+        max_restarts: int = 3,
+        num_cpus: float = 1,
+        sync: bool = False,
+        **collector_kwargs: Any,
+    ) -> None:
+        if not isinstance(frames_per_batch, int) or frames_per_batch < 1:
+            raise ValueError(f"RayCollector: frames_per_batch must be a positive int, got {frames_per_batch!r}.")
+        if not isinstance(total_frames, int) or (total_frames < 1 and total_frames != -1):
+            raise ValueError(f"RayCollector: total_frames must be a positive int or -1, got {total_frames!r}.")
+        env_fns = list(create_env_fn) if isinstance(create_env_fn, (list, tuple)) else [create_env_fn] * num_collectors
+        if not env_fns:
+            raise ValueError("RayCollector: needs at least one collector.")
+        if sync and frames_per_batch % len(env_fns):
+            raise ValueError(f"RayCollector(sync=True): frames_per_batch={frames_per_batch} must be a multiple of "
+                             f"num_collectors={len(env_fns)}.")
+        ray = _import_ray()
+        self._ray = ray
+        self._owns_ray = False
+        if not ray.is_initialized():
+            config = dict(ray_init_config or {})
+            if address is not None:
+                config.setdefault("address", address)
+            else:
+                config.setdefault("_node_ip_address", "127.0.0.1")
+                config.setdefault("include_dashboard", False)
+            config.setdefault("log_to_driver", False)
+            ray.init(**config)
+            self._owns_ray = True
+        self.num_collectors = len(env_fns)
+        self.frames_per_batch = frames_per_batch
+        self.total_frames = total_frames
+        self.sync = sync
+        self.policy = policy
+        self.policy_version = 0
+        self._worker_frames = frames_per_batch // self.num_collectors if sync else frames_per_batch
+        self._frames = 0
+        self._dispatched = 0
+        self._batch_ids = itertools.count()
+        self._incarnations: dict[str, int] = {}
+        self._weights_ref: Any = None
+        self._restarts = 0
+        remote_cls = ray.remote(num_cpus=num_cpus, max_restarts=max_restarts)(_CollectorActor)
+        self._actors = [remote_cls.remote(fn, policy, self._worker_frames, collector_kwargs) for fn in env_fns]
+        self._pending: dict[Any, tuple[int, int]] = {}  # ObjectRef -> (actor index, frames)
+        self._shut = False
+
+    @property
+    def frames(self) -> int:
+        """Frames yielded so far."""
+        return self._frames
+
+    @property
+    def num_restarts(self) -> int:
+        """How many lost requests were sent again after an actor died."""
+        return self._restarts
+
+    def _request(self, index: int, frames: int) -> None:
+        ref = self._actors[index].collect.remote(frames)
+        self._pending[ref] = (index, frames)
+
+    def _next_frames(self) -> int:
+        if self.total_frames < 0:
+            return self._worker_frames
+        return max(0, min(self._worker_frames, self.total_frames - self._dispatched))
+
+    def _result(self, ref: Any) -> tuple[int, TensorDictBase] | None:
+        """The batch of a finished request, or None when its actor died (the request is sent again)."""
+        ray = self._ray
+        index, frames = self._pending.pop(ref)
+        try:
+            incarnation, batch = ray.get(ref)
+        except (ray.exceptions.RayActorError, ray.exceptions.ActorUnavailableError):
+            self._restarts += 1
+            if self._weights_ref is not None:  # a restarted actor starts from the initial weights
+                self._actors[index].update_weights.remote(self._weights_ref, self.policy_version)
+            self._request(index, frames)
+            return None
+        slot = self._incarnations.setdefault(incarnation, len(self._incarnations))
+        ids = batch.get(_TRAJ, None)
+        if ids is not None:
+            batch.set(_TRAJ, torch.where(ids >= 0, ids * _ID_STRIDE + slot, ids))
+        batch.set(("collector", "worker_id"), torch.full(batch.batch_size, index, dtype=torch.int64))
+        return index, batch
+
+    def __iter__(self) -> Iterator[TensorDictBase]:
+        if self._shut:
+            raise RuntimeError("RayCollector: iterating after shutdown().")
+        ray = self._ray
+        if self.sync:
+            while self.total_frames < 0 or self._frames < self.total_frames:
+                remaining = self.total_frames - self._dispatched if self.total_frames > 0 else None
+                for i in range(self.num_collectors):
+                    frames = self._worker_frames
+                    if remaining is not None:
+                        frames = min(frames, remaining // self.num_collectors + (i < remaining % self.num_collectors))
+                    if frames > 0:
+                        self._request(i, frames)
+                        self._dispatched += frames
+                parts: dict[int, TensorDictBase] = {}
+                while self._pending:
+                    ready, _ = ray.wait(list(self._pending), num_returns=1)
+                    out = self._result(ready[0])
+                    if out is not None:
+                        parts[out[0]] = out[1]
+                batch = self._finish([parts[i] for i in sorted(parts)])
+                yield batch
+            return
+        for i in range(self.num_collectors):
+            frames = self._next_frames()
+            if frames:
+                self._request(i, frames)
+                self._dispatched += frames
+        while self._pending:
+            ready, _ = ray.wait(list(self._pending), num_returns=1)
+            out = self._result(ready[0])
+            if out is None:
+                continue
+            index, batch = out
+            frames = self._next_frames()
+            if frames:
+                self._request(index, frames)
+                self._dispatched += frames
+            yield self._finish([batch])
+
+    def _finish(self, parts: list) -> TensorDictBase:
+        if len(parts) == 1:
+            batch = parts[0]
+        elif len({p.batch_size[1:] for p in parts}) == 1:
+            batch = torch.cat(parts, 0)
+        else:
+            batch = torch.cat([p.reshape(-1) for p in parts], 0)
+        batch.set(("collector", "batch_id"), torch.full(batch.batch_size, next(self._batch_ids), dtype=torch.int64))
+        self._frames += batch.numel()
+        return batch
+
+    def update_policy_weights_(self, weights: TensorDictBase | None = None) -> None:
+        """Sends new weights to every actor (``None``: the current weights of the policy given).
+
+        Actors run calls in order, so every request made from now on uses them (requests already in
+        flight keep their ``("collector", "policy_version")``).
+        """
+        if weights is None:
+            if not isinstance(self.policy, torch.nn.Module):
+                raise TypeError("RayCollector.update_policy_weights_: the policy has no parameters.")
+            weights = TensorDict.from_module(self.policy)
+        self.policy_version += 1
+        self._weights_ref = self._ray.put(weights.detach().clone())
+        for actor in self._actors:
+            actor.update_weights.remote(self._weights_ref, self.policy_version)
+
+    def set_seed(self, seed: int, static_seed: bool = False) -> int:
+        """Seeds actor ``i`` with ``seed + i``; returns the next free seed."""
+        self._ray.get([a.set_seed.remote(seed + i) for i, a in enumerate(self._actors)])
+        return seed + self.num_collectors
+
+    def shutdown(self) -> None:
+        """Kills the actors (and the local Ray this collector started)."""
+        if self._shut:
+            return
+        self._shut = True
+        ray = self._ray
+        self._pending.clear()
+        for actor in self._actors:
+            try:
+                ray.kill(actor, no_restart=True)
+            except Exception:
+                pass
+        self._actors = []
+        if self._owns_ray:
+            ray.shutdown()
+
+    def __repr__(self) -> str:
+        return (f"RayCollector(num_collectors={self.num_collectors}, frames_per_batch={self.frames_per_batch}, "
+                f"total_frames={self.total_frames}, frames={self._frames})")
