@@ -119,7 +119,8 @@ def test_devices_cpu():
 
 def test_total_frames_not_multiple_of_env_batch_rounds_up_to_env_batch():
     # 4 sub-envs step together: the closest a run can get to 10 frames from above is 12
-    collector = Collector(pendulum((4,)), None, frames_per_batch=8, total_frames=10)
+    with pytest.warns(UserWarning, match="total_frames=10 is not a multiple.*collecting 12"):
+        collector = Collector(pendulum((4,)), None, frames_per_batch=8, total_frames=10)
     sizes = [b.batch_size for b in collector]
     assert sizes == [torch.Size([4, 2]), torch.Size([4, 1])]
     assert collector.frames == 12

@@ -71,7 +71,7 @@ class Collector:
             env's observation and action keys). ``None``: random actions from the action spec.
         frames_per_batch: frames per yielded batch (rounded up to a multiple of the env's batch numel).
         total_frames: stop after this many frames (``-1``: never). The last batch is cut so that the
-            total is exact.
+            total is exact (rounded up to a multiple of the env's batch numel, with a warning).
         init_random_frames: the first frames use random actions.
         max_frames_per_traj: truncate (and reset) trajectories after this many steps.
         reset_at_each_iter: reset every sub-env at the start of each batch.
@@ -81,8 +81,9 @@ class Collector:
         exploration_type: the interaction type the policy runs under (``tdict.nn.InteractionType``).
         device, env_device, policy_device, storing_device: where things live (``device`` sets all three).
         replay_buffer: each batch is written into it (``extend``) and the iterator yields ``None``.
-        compact_obs: drop ``("next", <observation>)`` entries that the following step's root repeats
-            (a done step keeps its final observation).
+        compact_obs: drop the ``("next", ...)`` observation and state entries (within a trajectory
+            they repeat the following step's root; the final observation of a trajectory is lost, as in
+            TorchRL). Rewards and done flags stay.
         trajs_per_batch: yield batches of this many complete trajectories (split, padded) instead of a
             fixed frame count.
         create_env_kwargs: keyword arguments of ``create_env_fn``.
@@ -151,6 +152,12 @@ class Collector:
                 stacklevel=2,
             )
         self.frames_per_batch = steps * self._n_envs
+        if total_frames > 0 and total_frames % self._n_envs:
+            warnings.warn(
+                f"Collector: total_frames={total_frames} is not a multiple of the env's {self._n_envs} sub-envs; "
+                f"collecting {-(-total_frames // self._n_envs) * self._n_envs}.",
+                stacklevel=2,
+            )
         self._steps_per_batch = steps
         self.total_frames = total_frames
         self.init_random_frames = init_random_frames
