@@ -19,6 +19,7 @@ from typing import Any, Sequence
 import torch
 from torch import multiprocessing as mp
 from torch import nn
+from tdict import TensorDictBase
 
 from .collector import Collector
 from .weight_sync import WeightReceiver
@@ -86,7 +87,10 @@ def worker_main(
             if command == "collect":
                 _apply_weights(collector, policy, receiver)
                 batch = _collect(collector, worker_id, message[1], stop)
-                conn.send(("batch", batch, batch.numel()))
+                if isinstance(batch, TensorDictBase):
+                    # one storage for every leaf: the pipe shares one block of memory instead of one per tensor
+                    batch = batch.consolidate(share_memory=True)
+                conn.send(("batch", batch, batch.numel() if batch is not None else 0))
             elif command == "seed":
                 conn.send(("seed", collector.set_seed(message[1], static_seed=message[2])))
             elif command == "state_dict":
@@ -232,6 +236,8 @@ class WorkerPool:
                     pid = self.procs[i].pid
                     self.close(grace=0.0)
                     raise RuntimeError(f"rl_collect: worker {i} (pid {pid}) raised:\n{message[1]}")
+                if message[0] == "batch" and isinstance(message[1], TensorDictBase) and message[1].is_locked:
+                    message[1].unlock_()  # consolidated for the trip; the parent adds entries (masks, ids)
                 if expected is not None and message[0] != expected:
                     self.close()
                     raise RuntimeError(f"rl_collect: worker {i} replied {message[0]!r}, expected {expected!r}.")
