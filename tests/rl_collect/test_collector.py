@@ -699,3 +699,15 @@ def test_bad_env_arguments():
         Collector(pendulum(), None, frames_per_batch=4, create_env_kwargs={"seed": 1})
     with pytest.raises(TypeError):
         Collector(PendulumEnv, None)  # frames_per_batch is required
+
+
+def test_rollout_frames_and_finish_batch_are_what_workers_run():
+    collector = Collector(pendulum((2,)), None, frames_per_batch=10, total_frames=-1, split_trajs=True)
+    assert collector.n_envs == 2
+    raw = collector.rollout_frames(9)  # whole steps of both sub-envs: 5 steps
+    assert raw.batch_size == torch.Size([2, 5]) and collector.frames == 10
+    calls = []
+    short = collector.rollout_frames(20, stop=lambda: calls.append(1) or len(calls) >= 2)
+    assert short.batch_size == torch.Size([2, 2]) and collector.frames == 14  # stop() true on its 2nd call
+    out = collector.finish_batch(raw)
+    assert out.get(("collector", "mask")).sum() == 10  # split into padded trajectories

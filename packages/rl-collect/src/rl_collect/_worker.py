@@ -41,21 +41,10 @@ def _apply_weights(collector: Collector, policy: Any, receiver: WeightReceiver) 
 
 def _collect(collector: Collector, worker_id: int, frames: int, stop: torch.Tensor | None) -> Any:
     """``frames`` frames (fewer when ``stop[worker_id]`` is raised mid-way), as one batch."""
-    steps = max(1, -(-frames // collector._n_envs))
-    if stop is None:
-        batch = collector._rollout(steps)
-    else:
-        chunks = [collector._rollout(1)]
-        for _ in range(steps - 1):
-            if bool(stop[worker_id]):
-                break
-            chunks.append(collector._rollout(1))
-        batch = torch.cat(chunks, -1) if len(chunks) > 1 else chunks[0]
-    collector._frames += batch.numel()
-    collector._iter += 1
+    batch = collector.rollout_frames(frames, None if stop is None else lambda: bool(stop[worker_id]))
     batch.set(_TRAJ, batch.get(_TRAJ) + worker_id * TRAJ_ID_STRIDE)
     batch.set(_WORKER, torch.full(batch.batch_size, worker_id, dtype=torch.int64))
-    return collector._finish(batch)
+    return collector.finish_batch(batch)
 
 
 def worker_main(
@@ -75,7 +64,7 @@ def worker_main(
             torch.set_num_threads(num_threads)
         policy = copy.deepcopy(policy)  # never write into the parent's (possibly shared) tensors
         collector = Collector(create_env_fn, policy, frames_per_batch=1, total_frames=-1, **collector_kwargs)
-        conn.send(("ready", collector._n_envs))
+        conn.send(("ready", collector.n_envs))
         while True:
             while not conn.poll(1.0):
                 if os.getppid() != parent_pid:  # the parent is gone: nobody will read our results

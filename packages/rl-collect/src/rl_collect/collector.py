@@ -331,6 +331,34 @@ class Collector:
         batch.set("next", nxt.exclude(*[k for k in keys if k in nxt.keys(True)]))
         return batch
 
+    @property
+    def n_envs(self) -> int:
+        """How many sub-envs step together (the env's batch numel)."""
+        return self._n_envs
+
+    def rollout_frames(self, frames: int, stop: Callable[[], bool] | None = None) -> TensorDictBase:
+        """Collects about ``frames`` frames now (whole steps of every sub-env) and counts them.
+
+        ``stop`` is asked between steps; when it returns True the batch ends early (at least one step
+        is taken). Returns the raw ``[*env_batch, T]`` batch; :meth:`finish_batch` gives it the form
+        iteration yields. (What multi-process workers run.)
+        """
+        steps = max(1, -(-frames // self._n_envs))
+        if stop is None:
+            batch = self._rollout(steps)
+        else:
+            chunks = [self._rollout(1)]
+            while len(chunks) < steps and not stop():
+                chunks.append(self._rollout(1))
+            batch = torch.cat(chunks, -1) if len(chunks) > 1 else chunks[0]
+        self._frames += batch.numel()
+        self._iter += 1
+        return batch
+
+    def finish_batch(self, batch: TensorDictBase) -> Any:
+        """What iteration yields for a raw batch: split, postprocessed, or written to the replay buffer."""
+        return self._finish(batch)
+
     def _finish(self, batch: TensorDictBase) -> Any:
         if self.split_trajs or self.trajs_per_batch is not None:
             batch = split_trajectories(batch)
