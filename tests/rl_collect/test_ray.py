@@ -84,30 +84,57 @@ def test_collects_exact_frames_and_weights(local_ray):
     assert [int(b["collector", "batch_id"][0]) for b in batches] == [0, 1, 2, 3]
 
 
+def _wait_restarted(actor, old: str, timeout: float = 60.0) -> str:
+    """Polls ``actor.ping`` until it answers from an incarnation other than ``old`` (the restart happened)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            new = ray.get(actor.ping.remote(), timeout=10)
+        except (ray.exceptions.RayActorError, ray.exceptions.ActorUnavailableError, ray.exceptions.GetTimeoutError):
+            new = old  # dead or restarting: ask again
+        if new != old:
+            return new
+        time.sleep(0.05)
+    raise AssertionError(f"actor was not restarted within {timeout} s")
+
+
 @inner
 def test_killed_actor_is_restarted(local_ray):
     from rl_envs import PendulumEnv
 
     from rl_collect.ray_collector import RayCollector
 
-    c = RayCollector(PendulumEnv, None, frames_per_batch=10, total_frames=200, num_collectors=2, max_restarts=2)
-    batches = []
-    for i, batch in enumerate(c):
-        batches.append(batch)
-        if i == 3:
-            ray.kill(c._actors[0], no_restart=False)
-            time.sleep(1.0)  # let the kill land before the run ends
+    c = RayCollector(PendulumEnv, None, frames_per_batch=10, total_frames=200, num_collectors=2, max_restarts=2,
+                     max_frames_per_traj=4)
+    it = iter(c)
+    batches = [next(it) for _ in range(4)]
+    old = ray.get(c._actors[0].ping.remote())
+    ray.kill(c._actors[0], no_restart=False)
+    new = _wait_restarted(c._actors[0], old)  # deterministic: Ray has restarted the actor before we go on
+    assert new != old
+    batches += list(it)  # 140+ frames left: actor 0 has a request in flight, so the new incarnation serves some
     c.shutdown()
+
     assert sum(b.numel() for b in batches) == 200
     batch_ids = [int(b["collector", "batch_id"][0]) for b in batches]
-    assert batch_ids == list(range(len(batches)))  # no duplicate batch id
-    workers = torch.cat([b["collector", "worker_id"] for b in batches])
-    assert set(workers.tolist()) == {0, 1}
-    # trajectory ids stay unique across the restart: each (id) maps to one worker
-    ids = torch.cat([b["collector", "traj_ids"] for b in batches])
-    for t in ids.unique().tolist():
-        assert workers[ids == t].unique().numel() == 1
-    # the restarted actor served batches (a new incarnation); requests lost to the kill were sent again
-    # the kill is seen as a third incarnation and/or a resent request in most runs; in some runs under
-    # pytest neither shows (open question, see the report), so it is not asserted here
-    assert len(c._incarnations) in (2, 3)
+    assert batch_ids == list(range(len(batches)))  # unique and contiguous
+    for b in batches:  # one worker and one incarnation per (async) batch
+        assert b["collector", "batch_id"].unique().numel() == 1
+        assert b["collector", "worker_id"].unique().numel() == 1
+        assert b["collector", "incarnation"].unique().numel() == 1
+    per_batch = [(int(b["collector", "worker_id"][0]), int(b["collector", "incarnation"][0])) for b in batches]
+    # the restart happened and is visible: worker 0 served batches from its second life, worker 1 never restarted
+    assert {life for w, life in per_batch if w == 0} == {0, 1}
+    assert {life for w, life in per_batch if w == 1} == {0}
+    lives0 = [life for w, life in per_batch if w == 0]
+    assert lives0 == sorted(lives0)  # no batch of the old life after one of the new
+    assert per_batch[:4].count((0, 1)) == 0
+    # no trajectory id shared across actors or incarnations
+    groups: dict[tuple[int, int], set[int]] = {}
+    for b, key in zip(batches, per_batch):
+        groups.setdefault(key, set()).update(b["collector", "traj_ids"].unique().tolist())
+    keys = list(groups)
+    for i, a in enumerate(keys):
+        for k in keys[i + 1:]:
+            assert not groups[a] & groups[k], (a, k)
+    assert len(c._incarnations) == 3  # two first lives + one restart

@@ -18,6 +18,7 @@ from .collector import Collector
 __all__ = ["RayCollector"]
 
 _TRAJ = ("collector", "traj_ids")
+_INCARNATION = ("collector", "incarnation")
 _ID_STRIDE = 1 << 16  # traj ids: local_id * _ID_STRIDE + actor incarnation (up to 65536 incarnations)
 
 
@@ -49,6 +50,10 @@ class _CollectorActor:
             self.iterator = iter(c)
         return self.incarnation, next(self.iterator)
 
+    def ping(self) -> str:
+        """This actor's incarnation id (a new one after each restart by Ray)."""
+        return self.incarnation
+
     def update_weights(self, weights: TensorDictBase, version: int) -> None:
         if isinstance(self.policy, torch.nn.Module):
             target = TensorDict.from_module(self.policy)
@@ -71,8 +76,9 @@ class RayCollector:
     Each of ``num_collectors`` actors runs a :class:`~rl_collect.Collector` and keeps one request of
     ``frames_per_batch`` frames in flight (``sync=True``: each actor collects
     ``frames_per_batch / num_collectors`` frames and the parts are concatenated). Batches carry
-    ``("collector", "batch_id")`` (unique, increasing) and ``("collector", "worker_id")``. Frame totals
-    are exact. Trajectory ids are unique across actors and restarts.
+    ``("collector", "batch_id")`` (unique, increasing), ``("collector", "worker_id")`` and
+    ``("collector", "incarnation")`` (0 for an actor's first life, +1 each time Ray restarts it).
+    Frame totals are exact. Trajectory ids are unique across actors and restarts.
 
     Ray is started locally (``ray.init(_node_ip_address="127.0.0.1", include_dashboard=False)``) unless
     ``address`` is given or Ray is already initialised; a Ray started here is shut down by
@@ -147,7 +153,8 @@ class RayCollector:
         self._frames = 0
         self._dispatched = 0
         self._batch_ids = itertools.count()
-        self._incarnations: dict[str, int] = {}
+        self._incarnations: dict[str, int] = {}  # incarnation id -> global slot (traj id suffix)
+        self._worker_incarnations: list[dict[str, int]] = [{} for _ in env_fns]  # id -> per-worker count
         self._weights_ref: Any = None
         self._restarts = 0
         remote_cls = ray.remote(num_cpus=num_cpus, max_restarts=max_restarts)(_CollectorActor)
@@ -187,10 +194,13 @@ class RayCollector:
             self._request(index, frames)
             return None
         slot = self._incarnations.setdefault(incarnation, len(self._incarnations))
+        lives = self._worker_incarnations[index]
+        life = lives.setdefault(incarnation, len(lives))
         ids = batch.get(_TRAJ, None)
         if ids is not None:
             batch.set(_TRAJ, torch.where(ids >= 0, ids * _ID_STRIDE + slot, ids))
         batch.set(("collector", "worker_id"), torch.full(batch.batch_size, index, dtype=torch.int64))
+        batch.set(_INCARNATION, torch.full(batch.batch_size, life, dtype=torch.int64))
         return index, batch
 
     def __iter__(self) -> Iterator[TensorDictBase]:
