@@ -8,10 +8,9 @@ import time
 import pytest
 import torch
 import torch.distributed as dist
+from rl_collect.distributed import DistributedCollector
 from rl_envs import PendulumEnv
 from tdict.nn import TensorDictModule
-
-from rl_collect.distributed import DistributedCollector
 
 
 def _policy() -> TensorDictModule:
@@ -20,7 +19,7 @@ def _policy() -> TensorDictModule:
 
 
 class _FailingEnv(PendulumEnv):
-    def _step(self, td):  # noqa: D401 - raises on the 3rd step
+    def _step(self, td):  # raises on the 3rd step
         self._n = getattr(self, "_n", 0) + 1
         if self._n >= 3:
             raise ValueError("boom from the env")
@@ -133,3 +132,133 @@ def test_bad_arguments():
         DistributedCollector(PendulumEnv, None, frames_per_batch=5, num_workers=2)
     with pytest.raises(ValueError, match="launcher"):
         DistributedCollector(PendulumEnv, None, frames_per_batch=4, launcher="slurm")
+
+
+# ---------------------------------------------------------------------- torchrun launcher
+_TORCHRUN_SCRIPT = r'''
+import json, os, sys
+import torch
+import torch.distributed as dist
+from rl_envs import PendulumEnv
+from tdict.nn import TensorDictModule
+from rl_collect.distributed import DistributedCollector, run_worker
+
+
+def make_env():
+    return PendulumEnv()
+
+
+def main():
+    with open(os.path.join(sys.argv[1], "pid." + os.environ["RANK"]), "w") as f:  # the test checks they exit
+        f.write(str(os.getpid()))
+    if int(os.environ["RANK"]) != 0:
+        run_worker()  # config, env factory and policy come from rank 0
+        assert not dist.is_initialized()
+        return
+    torch.manual_seed(0)
+    policy = TensorDictModule(torch.nn.Linear(3, 1), in_keys=["observation"], out_keys=["action"])
+    c = DistributedCollector(make_env, policy, frames_per_batch=20, total_frames=70, launcher="torchrun",
+                             timeout=20, max_frames_per_traj=4)
+    out = {"num_workers": c.num_workers, "numels": [], "versions": [], "all_025": [], "ids0": [], "ids1": []}
+    try:
+        c.set_seed(7)
+        for i, b in enumerate(c):
+            n = b.numel()
+            out["numels"].append(n)
+            out["versions"].append(sorted(set(b["collector", "policy_version"].reshape(-1).tolist())))
+            out["all_025"].append(bool((b["action"] == 0.25).all()))
+            out["ids0"] += b["collector", "traj_ids"][: n // 2].tolist()
+            out["ids1"] += b["collector", "traj_ids"][n // 2:].tolist()
+            if i == 0:
+                out["obs0"] = b["observation"][: n // 2].tolist()
+                with torch.no_grad():
+                    policy.module.weight.zero_()
+                    policy.module.bias.fill_(0.25)
+                c.update_policy_weights_()
+        out["frames"] = c.frames
+    finally:
+        c.shutdown()
+    out["initialized_after_shutdown"] = dist.is_initialized()
+    print("SUMMARY " + json.dumps(out), flush=True)
+
+
+if __name__ == "__main__":
+    main()
+'''
+
+
+def test_torchrun_launcher(tmp_path):
+    """rank 0 builds the collector, ranks 1..2 call run_worker(); all on 127.0.0.1 (static rendezvous:
+    ``--standalone`` would replace any endpoint given with ``localhost:0``)."""
+    import json
+    import socket
+    import subprocess
+    import sys
+
+    from rl_collect import Collector
+
+    script = tmp_path / "torchrun_collect.py"
+    script.write_text(_TORCHRUN_SCRIPT)
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    env = {**os.environ, "GLOO_SOCKET_IFNAME": "lo", "OMP_NUM_THREADS": "1"}
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nnodes=1", "--node-rank=0", "--nproc-per-node=3",
+           "--master-addr=127.0.0.1", f"--master-port={port}", "--max-restarts=0", str(script), str(tmp_path)]
+    proc = subprocess.Popen(cmd, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            text=True, start_new_session=True)
+
+    def rank_pids() -> list:
+        return [int(f.read_text()) for f in sorted(tmp_path.glob("pid.*")) if f.read_text()]
+
+    def alive(pid: int) -> bool:
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+        except FileNotFoundError:
+            return False
+
+    try:
+        output, _ = proc.communicate(timeout=25)
+    except subprocess.TimeoutExpired:
+        proc.terminate()  # torchrun stops its ranks on SIGTERM
+        try:
+            output, _ = proc.communicate(timeout=5)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            output, _ = proc.communicate()
+        for pid in rank_pids():  # each rank runs in its own session
+            if alive(pid):
+                os.kill(pid, signal.SIGKILL)
+        pytest.fail(f"torchrun did not finish within 25 s:\n{output[-4000:]}")
+    assert proc.returncode == 0, output[-4000:]
+    # no process of the job is left: torchrun's group and every rank (own sessions) are gone
+    with pytest.raises(ProcessLookupError):
+        os.killpg(proc.pid, 0)
+    pids = rank_pids()
+    assert len(pids) == 3
+    deadline = time.monotonic() + 2.0
+    while any(alive(p) for p in pids) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not [p for p in pids if alive(p)]
+    lines = [line for line in output.splitlines() if line.startswith("SUMMARY ")]
+    assert len(lines) == 1, output[-4000:]
+    out = json.loads(lines[0].removeprefix("SUMMARY "))
+
+    assert out["num_workers"] == 2 and out["frames"] == 70
+    assert out["numels"] == [20, 20, 20, 10]
+    # the weight update is visible in the very next batch
+    assert out["versions"] == [[0], [1], [1], [1]]
+    assert out["all_025"] == [False, True, True, True]
+    # ids interleave by worker, never collide; 35 steps per worker with max 4 -> 8 trajs of 4 and 1 of 3
+    ids0, ids1 = torch.tensor(out["ids0"]), torch.tensor(out["ids1"])
+    assert ids0.tolist() == [2 * (i // 4) for i in range(35)]
+    assert ids1.tolist() == [2 * (i // 4) + 1 for i in range(35)]
+    assert out["initialized_after_shutdown"] is False
+    # worker 0 (seed 7) matches a single-process collector with the same seed and policy
+    torch.manual_seed(0)
+    policy = TensorDictModule(torch.nn.Linear(3, 1), in_keys=["observation"], out_keys=["action"])
+    ref = Collector(PendulumEnv, policy, frames_per_batch=10, total_frames=10, max_frames_per_traj=4)
+    ref.set_seed(7)
+    (ref_batch,) = list(ref)
+    torch.testing.assert_close(torch.tensor(out["obs0"]), ref_batch["observation"])
