@@ -20,8 +20,12 @@ from .multi_sync import MultiSyncCollector
 from .ray_collector import RayCollector
 from .trajectories import split_trajectories
 from .weight_sync import (
+    DistributedWeightReceiver,
+    DistributedWeightSyncScheme,
     PipeWeightReceiver,
     PipeWeightSyncScheme,
+    RayWeightReceiver,
+    RayWeightSyncScheme,
     SharedMemWeightReceiver,
     SharedMemWeightSyncScheme,
     WeightReceiver,
@@ -34,11 +38,15 @@ __all__ = [
     "AsyncCollector",
     "Collector",
     "DistributedCollector",
+    "DistributedWeightReceiver",
+    "DistributedWeightSyncScheme",
     "MultiAsyncCollector",
     "MultiSyncCollector",
     "PipeWeightReceiver",
     "PipeWeightSyncScheme",
     "RayCollector",
+    "RayWeightReceiver",
+    "RayWeightSyncScheme",
     "SharedMemWeightReceiver",
     "SharedMemWeightSyncScheme",
     "WeightReceiver",

@@ -3,7 +3,8 @@
 The learner (rank 0) sends each worker (ranks ``1..N``) a small command tensor; a worker runs a
 :class:`~rl_collect.Collector` and answers with its batch as tensors: a length header, a JSON layout
 (keys, shapes, dtypes, batch size) and one consolidated byte buffer holding every leaf. New weights
-travel the same way (one byte buffer in the order of ``TensorDict.from_module(policy)``).
+travel through a :class:`~rl_collect.weight_sync.DistributedWeightSyncScheme` (one flat byte buffer in
+the order of ``TensorDict.from_module(policy)``, broadcast when every worker is idle).
 
 Launching:
 
@@ -46,12 +47,18 @@ import torch.distributed as dist
 from tdict import TensorDict, TensorDictBase
 
 from .collector import Collector
+from .weight_sync import (
+    DIST_COMMAND_LEN,
+    DIST_WEIGHTS_COMMAND,
+    DistributedWeightReceiver,
+    DistributedWeightSyncScheme,
+)
 
 __all__ = ["DistributedCollector", "run_worker"]
 
 _TRAJ = ("collector", "traj_ids")
-# commands (learner -> worker): [cmd, arg0, arg1]
-_CMD_COLLECT, _CMD_WEIGHTS, _CMD_SEED, _CMD_STOP = 1, 2, 3, 4
+# commands (learner -> worker): [cmd, arg0, arg1, arg2] (weights: the scheme's header)
+_CMD_COLLECT, _CMD_WEIGHTS, _CMD_SEED, _CMD_STOP = 1, DIST_WEIGHTS_COMMAND, 3, 4
 
 
 def _free_port() -> int:
@@ -101,20 +108,6 @@ def _unpack(header: bytes, buf: torch.Tensor) -> TensorDictBase:
     return out
 
 
-def _weights_buffer(weights: TensorDictBase) -> torch.Tensor:
-    leaves = [v.detach().reshape(-1).view(torch.uint8) for _, v in weights.items(True, True)]
-    return torch.cat(leaves) if leaves else torch.empty(0, dtype=torch.uint8)
-
-
-def _load_weights_buffer(weights: TensorDictBase, buf: torch.Tensor) -> None:
-    offset = 0
-    with torch.no_grad():
-        for _, value in weights.items(True, True):
-            nbytes = value.numel() * value.element_size()
-            value.copy_(buf[offset:offset + nbytes].view(value.dtype).reshape(value.shape))
-            offset += nbytes
-
-
 def _weights_of(policy: Any) -> TensorDictBase | None:
     if isinstance(policy, torch.nn.Module) and any(True for _ in policy.parameters()):
         return TensorDict.from_module(policy)
@@ -149,21 +142,25 @@ class _Worker:
 
     def loop(self) -> None:
         self.device = _device_for(self.backend)
-        cmd = torch.zeros(3, dtype=torch.int64, device=self.device)
+        receiver = DistributedWeightReceiver(_weights_of(self.policy), src=0, device=self.device)
+        cmd = torch.zeros(DIST_COMMAND_LEN, dtype=torch.int64, device=self.device)
         while True:
             dist.recv(cmd, src=0)
-            kind, arg0, _ = (int(x) for x in cmd.tolist())
+            message = tuple(int(x) for x in cmd.tolist())
+            kind, arg0 = message[:2]
             if kind == _CMD_STOP:
                 return
             if kind == _CMD_SEED:
                 self.collector.set_seed(arg0)
-            elif kind == _CMD_WEIGHTS:
-                buf = torch.empty(arg0, dtype=torch.uint8, device=self.device)
-                dist.recv(buf, src=0)
-                weights = _weights_of(self.policy)
-                if weights is not None:
-                    _load_weights_buffer(weights, buf.cpu() if buf.device != weights.device else buf)
+            elif receiver.handle(message):
+                weights, version = receiver.receive()
+                target = _weights_of(self.policy)
+                if weights is not None and target is not None:
+                    with torch.no_grad():
+                        for key, value in target.items(True, True):
+                            value.copy_(weights.get(key))
                 self.collector.update_policy_weights_()
+                self.collector.policy_version = version
             elif kind == _CMD_COLLECT:
                 header, buf = _pack(self.collect(arg0))
                 sizes = torch.tensor([len(header), buf.numel()], dtype=torch.int64, device=self.device)
@@ -345,8 +342,9 @@ class DistributedCollector:
                                    f"{world_size}; got rank {dist.get_rank()} of {dist.get_world_size()}.")
             dist.broadcast_object_list([(env_fns, policy, self._worker_frames, collector_kwargs, backend)], src=0)
         self._device = _device_for(backend)
-        self._pending: dict[int, Any] = {}  # rank -> (sizes tensor, work, frames)
-        self._weights_pending: set[int] = set()
+        self._pending: dict[int, Any] = {}  # rank -> frames
+        self._scheme = DistributedWeightSyncScheme(src=0, device=self._device, wait=self._wait)
+        self._scheme.init_sender(None, range(1, self.num_workers + 1))
 
     # ------------------------------------------------------------------ faults
     def _worker_error(self, rank: int | None = None) -> RuntimeError | None:
@@ -403,18 +401,15 @@ class DistributedCollector:
 
     # ------------------------------------------------------------------ protocol
     def _send_cmd(self, rank: int, kind: int, arg0: int = 0) -> None:
-        self._wait(dist.isend(torch.tensor([kind, arg0, 0], dtype=torch.int64, device=self._device), dst=rank), rank)
-
-    def _send_weights(self, rank: int, buf: torch.Tensor) -> None:
-        self._send_cmd(rank, _CMD_WEIGHTS, buf.numel())
-        self._wait(dist.isend(buf, dst=rank), rank)
+        cmd = torch.zeros(DIST_COMMAND_LEN, dtype=torch.int64)
+        cmd[0], cmd[1] = kind, arg0
+        self._wait(dist.isend(cmd.to(self._device), dst=rank), rank)
 
     def _dispatch(self, rank: int, frames: int) -> None:
-        if rank in self._weights_pending:
-            self._weights_pending.discard(rank)
-            self._send_weights(rank, self._weights_buf)
+        self._scheme.flush(rank)  # weights it missed while busy
         self._send_cmd(rank, _CMD_COLLECT, frames)
         self._pending[rank] = frames
+        self._scheme.set_busy(rank, True)
         self._dispatched += frames
 
     def _receive(self, rank: int | None) -> tuple[int, TensorDictBase]:
@@ -426,6 +421,7 @@ class DistributedCollector:
             raise self._failure(exc, rank) from exc
         src = rank if rank is not None else int(src)
         self._pending.pop(src)
+        self._scheme.set_busy(src, False)
         header_len, buf_len = (int(x) for x in sizes.tolist())
         header = torch.empty(header_len, dtype=torch.uint8, device=self._device)
         self._wait(dist.irecv(header, src=src), src)
@@ -500,13 +496,8 @@ class DistributedCollector:
             weights = _weights_of(self.policy)
             if weights is None:
                 raise TypeError("DistributedCollector.update_policy_weights_: the policy has no parameters.")
-        self._weights_buf = _weights_buffer(weights).to(self._device)
         self.policy_version += 1
-        for rank in range(1, self.num_workers + 1):
-            if rank in self._pending:
-                self._weights_pending.add(rank)
-            else:
-                self._send_weights(rank, self._weights_buf)
+        self._scheme.send(weights, self.policy_version)
 
     def set_seed(self, seed: int, static_seed: bool = False) -> int:
         """Seeds worker ``i`` with ``seed + i``; returns the next free seed."""

@@ -2,7 +2,8 @@
 
 Each actor runs a :class:`~rl_collect.Collector`; the learner keeps one request in flight per actor
 and yields batches as they come. A killed actor is restarted by Ray (``max_restarts``); its lost
-request is sent again (with the latest weights first), so the frame total is still exact.
+request is sent again (with the latest weights first), so the frame total is still exact. Weights
+travel through a :class:`~rl_collect.weight_sync.RayWeightSyncScheme` (one object-store copy per version).
 """
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ import torch
 from tdict import TensorDict, TensorDictBase
 
 from .collector import Collector
+from .weight_sync import RayWeightReceiver, RayWeightSyncScheme
 
 __all__ = ["RayCollector"]
 
@@ -35,15 +37,18 @@ def _import_ray() -> Any:
 class _CollectorActor:
     """The actor body: a Collector that answers ``collect(frames)`` calls."""
 
-    def __init__(self, create_env_fn: Any, policy: Any, frames_per_batch: int, collector_kwargs: dict) -> None:
+    def __init__(self, create_env_fn: Any, policy: Any, frames_per_batch: int, collector_kwargs: dict,
+                 receiver: RayWeightReceiver | None = None) -> None:
         torch.set_num_threads(1)
         self.incarnation = uuid.uuid4().hex  # changes when Ray restarts the actor
         self.policy = policy
+        self.receiver = receiver if receiver is not None else RayWeightReceiver()
         self.collector = Collector(create_env_fn, policy, frames_per_batch=frames_per_batch, total_frames=-1,
                                    **collector_kwargs)
         self.iterator: Iterator | None = None
 
     def collect(self, frames: int) -> tuple[str, TensorDictBase]:
+        self._apply_weights()
         c = self.collector
         c.total_frames = c.frames + frames  # the generator re-reads total_frames at each step
         if self.iterator is None:
@@ -54,8 +59,15 @@ class _CollectorActor:
         """This actor's incarnation id (a new one after each restart by Ray)."""
         return self.incarnation
 
-    def update_weights(self, weights: TensorDictBase, version: int) -> None:
-        if isinstance(self.policy, torch.nn.Module):
+    def handle_weights(self, message: tuple) -> None:
+        """Takes a :class:`RayWeightSyncScheme` message; the weights are fetched at the next collect."""
+        self.receiver.handle(message)
+
+    def _apply_weights(self) -> None:
+        weights, version = self.receiver.receive()
+        if version == self.collector.policy_version and weights is None:
+            return
+        if weights is not None and isinstance(self.policy, torch.nn.Module):
             target = TensorDict.from_module(self.policy)
             with torch.no_grad():
                 for key, value in target.items(True, True):
@@ -155,10 +167,12 @@ class RayCollector:
         self._batch_ids = itertools.count()
         self._incarnations: dict[str, int] = {}  # incarnation id -> global slot (traj id suffix)
         self._worker_incarnations: list[dict[str, int]] = [{} for _ in env_fns]  # id -> per-worker count
-        self._weights_ref: Any = None
         self._restarts = 0
+        self._scheme = RayWeightSyncScheme(method="handle_weights")
         remote_cls = ray.remote(num_cpus=num_cpus, max_restarts=max_restarts)(_CollectorActor)
-        self._actors = [remote_cls.remote(fn, policy, self._worker_frames, collector_kwargs) for fn in env_fns]
+        self._actors = [remote_cls.remote(fn, policy, self._worker_frames, collector_kwargs, self._scheme.receiver(i))
+                        for i, fn in enumerate(env_fns)]
+        self._scheme.init_sender(None, self._actors)
         self._pending: dict[Any, tuple[int, int]] = {}  # ObjectRef -> (actor index, frames)
         self._shut = False
 
@@ -189,8 +203,8 @@ class RayCollector:
             incarnation, batch = ray.get(ref)
         except (ray.exceptions.RayActorError, ray.exceptions.ActorUnavailableError):
             self._restarts += 1
-            if self._weights_ref is not None:  # a restarted actor starts from the initial weights
-                self._actors[index].update_weights.remote(self._weights_ref, self.policy_version)
+            if self.policy_version:  # a restarted actor starts from the initial weights
+                self._scheme.resend(index)
             self._request(index, frames)
             return None
         slot = self._incarnations.setdefault(incarnation, len(self._incarnations))
@@ -265,9 +279,7 @@ class RayCollector:
                 raise TypeError("RayCollector.update_policy_weights_: the policy has no parameters.")
             weights = TensorDict.from_module(self.policy)
         self.policy_version += 1
-        self._weights_ref = self._ray.put(weights.detach().clone())
-        for actor in self._actors:
-            actor.update_weights.remote(self._weights_ref, self.policy_version)
+        self._scheme.send(weights, self.policy_version)  # one object-store copy; actors fetch it when needed
 
     def set_seed(self, seed: int, static_seed: bool = False) -> int:
         """Seeds actor ``i`` with ``seed + i``; returns the next free seed."""

@@ -5,23 +5,32 @@ A scheme has two sides. The learner calls :meth:`WeightSyncScheme.send` with a T
 :class:`WeightReceiver` (from :meth:`WeightSyncScheme.receiver`, picklable) whose ``receive()``
 returns ``(weights, version)`` once per new version and ``(None, version)`` otherwise.
 
-Two transports live here:
+Four transports live here:
 
 * :class:`SharedMemWeightSyncScheme`: one shared-memory copy of the weights plus a shared version
   counter; ``send`` copies in place and bumps the version; workers copy a consistent snapshot.
 * :class:`PipeWeightSyncScheme`: the weights travel through each worker's command pipe.
+* :class:`RayWeightSyncScheme`: one object-store copy per version; actors fetch it when the version
+  changed (used by :class:`~rl_collect.RayCollector`).
+* :class:`DistributedWeightSyncScheme`: one flat byte buffer, broadcast (or sent point to point to
+  idle workers) over a ``torch.distributed`` group (used by :class:`~rl_collect.DistributedCollector`).
 """
 from __future__ import annotations
 
+import math
 import time
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import torch
-from tdict import TensorDictBase
+from tdict import TensorDict, TensorDictBase
 
 __all__ = [
+    "DistributedWeightReceiver",
+    "DistributedWeightSyncScheme",
     "PipeWeightReceiver",
     "PipeWeightSyncScheme",
+    "RayWeightReceiver",
+    "RayWeightSyncScheme",
     "SharedMemWeightReceiver",
     "SharedMemWeightSyncScheme",
     "WeightReceiver",
@@ -202,3 +211,255 @@ class PipeWeightSyncScheme(WeightSyncScheme):
 
     def receiver(self, worker_id: int) -> PipeWeightReceiver:
         return PipeWeightReceiver()
+
+
+# ---------------------------------------------------------------------- Ray
+def _import_ray() -> Any:
+    try:
+        import ray
+    except ImportError as exc:  # pragma: no cover - depends on the environment
+        raise ImportError("RayWeightSyncScheme needs Ray: `pip install rl-collect[ray]`.") from exc
+    return ray
+
+
+class RayWeightReceiver(WeightReceiver):
+    """The actor side of :class:`RayWeightSyncScheme`: keeps the newest ``(ObjectRef, version)`` it was
+    told about and fetches the weights from the object store at ``receive()`` only when the version
+    changed (versions skipped in between are never fetched)."""
+
+    def __init__(self) -> None:
+        self._ref: Any = None
+        self._version = 0
+        self._new = False
+
+    def handle(self, message: tuple) -> bool:
+        if message[0] != WEIGHTS_MESSAGE:
+            return False
+        _, refs, version = message  # the ref sits in a list, so Ray does not resolve it on the call
+        self._ref = refs[0] if refs else None
+        self._new = int(version) != self._version or self._new
+        self._version = int(version)
+        return True
+
+    def receive(self) -> tuple[TensorDictBase | None, int]:
+        if not self._new:
+            return None, self._version
+        self._new = False
+        weights = _import_ray().get(self._ref) if self._ref is not None else None
+        return weights, self._version
+
+
+class RayWeightSyncScheme(WeightSyncScheme):
+    """Weights through the Ray object store: ``send`` puts them once per version and tells every actor
+    the new ``(ObjectRef, version)``; an actor fetches them at its next ``receive()``.
+
+    The "pipes" are the actor handles; each actor exposes a method (``method``, default
+    ``"handle_weights"``) that passes its argument to its receiver's ``handle``. Ray runs the calls of
+    one caller in order, so an actor sees the weights before any call submitted after ``send``.
+
+    Example:
+        >>> from torch import nn
+        >>> from tdict import TensorDict
+        >>> scheme = RayWeightSyncScheme()
+        >>> receiver = scheme.receiver(0)  # travels to the actor when it is created
+        >>> receiver.receive()
+        (None, 0)
+        >>> scheme.init_sender(None, [])  # actor handles go here (none: this example needs no Ray)
+        >>> receiver.handle(("weights", [], 3))  # what an actor gets from send(None, 3)
+        True
+        >>> receiver.receive(), receiver.receive()
+        ((None, 3), (None, 3))
+    """
+
+    def __init__(self, method: str = "handle_weights") -> None:
+        self.method = method
+        self._actors: list = []
+        self._ref: Any = None
+        self._version = 0
+
+    def init_sender(self, weights: TensorDictBase | None, pipes: Sequence[Any] = ()) -> None:
+        self._actors = list(pipes)
+
+    def attach_pipes(self, pipes: Sequence[Any]) -> None:
+        self._actors = list(pipes)
+
+    def message(self) -> tuple:
+        """The latest ``("weights", [ref], version)`` message (to replay to a restarted actor)."""
+        return (WEIGHTS_MESSAGE, [self._ref] if self._ref is not None else [], self._version)
+
+    def send(self, weights: TensorDictBase | None, version: int) -> None:
+        self._ref = _import_ray().put(weights.detach().clone()) if weights is not None else self._ref
+        self._version = int(version)
+        for index in range(len(self._actors)):
+            self.resend(index)
+
+    def resend(self, worker_id: int) -> Any:
+        """Sends the latest message to one actor again (e.g. after Ray restarted it); returns the call's ref."""
+        return getattr(self._actors[worker_id], self.method).remote(self.message())
+
+    def receiver(self, worker_id: int) -> RayWeightReceiver:
+        return RayWeightReceiver()
+
+
+# ---------------------------------------------------------------------- torch.distributed
+DIST_WEIGHTS_COMMAND = 2  # command header: [DIST_WEIGHTS_COMMAND, nbytes, version, broadcast]
+DIST_COMMAND_LEN = 4
+
+
+def _flatten(weights: TensorDictBase) -> torch.Tensor:
+    leaves = [v.detach().contiguous().reshape(-1).view(torch.uint8) for _, v in weights.items(True, True)]
+    return torch.cat(leaves) if leaves else torch.empty(0, dtype=torch.uint8)
+
+
+class DistributedWeightReceiver(WeightReceiver):
+    """The worker side of :class:`DistributedWeightSyncScheme`.
+
+    The worker loop passes the command header (a tuple of ints starting with
+    ``DIST_WEIGHTS_COMMAND``) to :meth:`handle`, which receives the flat byte buffer right away
+    (``broadcast`` or ``recv`` from ``src``); ``receive()`` returns it as a TensorDict shaped like
+    ``template`` (views into the buffer), once per version.
+
+    Args:
+        template: weights with the layout (keys, shapes, dtypes) the learner flattens; None: versions only.
+        src: the learner's rank.
+        device: where the buffer is received (``"cuda"`` for nccl).
+    """
+
+    def __init__(self, template: TensorDictBase | None = None, src: int = 0,
+                 device: torch.device | str = "cpu") -> None:
+        self._layout = ([(k, tuple(v.shape), v.dtype) for k, v in template.items(True, True)]
+                        if template is not None else [])
+        self._src = src
+        self._device = torch.device(device)
+        self._buf: torch.Tensor | None = None
+        self._version = 0
+        self._new = False
+
+    def handle(self, message: tuple) -> bool:
+        if int(message[0]) != DIST_WEIGHTS_COMMAND:
+            return False
+        import torch.distributed as dist
+
+        nbytes, version, broadcast = (int(x) for x in message[1:4])
+        buf = torch.empty(nbytes, dtype=torch.uint8, device=self._device)
+        if broadcast:
+            dist.broadcast(buf, src=self._src)
+        elif nbytes:
+            dist.recv(buf, src=self._src)
+        self._buf = buf.cpu() if nbytes else self._buf
+        self._version = version
+        self._new = True
+        return True
+
+    def receive(self) -> tuple[TensorDictBase | None, int]:
+        if not self._new:
+            return None, self._version
+        self._new = False
+        if self._buf is None or not self._layout:
+            return None, self._version
+        out = TensorDict({}, batch_size=[])
+        offset = 0
+        for key, shape, dtype in self._layout:
+            nbytes = math.prod(shape) * torch.empty(0, dtype=dtype).element_size()
+            out.set(key, self._buf[offset:offset + nbytes].view(dtype).reshape(shape))
+            offset += nbytes
+        if offset != self._buf.numel():
+            raise RuntimeError(f"DistributedWeightReceiver: got {self._buf.numel()} bytes of weights, the "
+                               f"policy's layout holds {offset}.")
+        self._buf = None
+        return out, self._version
+
+
+class DistributedWeightSyncScheme(WeightSyncScheme):
+    """Weights over a ``torch.distributed`` process group, flattened into one byte buffer.
+
+    The "pipes" are the worker ranks. ``send`` flattens the weights once; when no worker is busy
+    and the workers are the whole group, one ``broadcast`` carries them, otherwise each idle worker
+    gets a ``send`` and a busy one (see :meth:`set_busy`) gets them at :meth:`flush` (call it before
+    giving that worker more work). Each transfer starts with a header
+    ``[DIST_WEIGHTS_COMMAND, nbytes, version, broadcast]`` on the worker's command channel; the
+    worker passes it to :meth:`DistributedWeightReceiver.handle`.
+
+    Args:
+        src: the learner's rank.
+        device: where buffers are sent from (``"cuda"`` for nccl).
+        wait: how to wait for a point-to-point op, ``wait(work, rank)`` (default: ``work.wait()``).
+
+    Example:
+        >>> from torch import nn
+        >>> from tdict import TensorDict
+        >>> scheme = DistributedWeightSyncScheme()
+        >>> scheme.init_sender(TensorDict.from_module(nn.Linear(2, 1)), pipes=[])  # no worker: no group needed
+        >>> scheme.send(TensorDict.from_module(nn.Linear(2, 1)), version=1)
+        >>> scheme.version, scheme.receiver(1).receive()
+        (1, (None, 0))
+    """
+
+    def __init__(self, src: int = 0, device: torch.device | str = "cpu",
+                 wait: Callable[[Any, int], None] | None = None) -> None:
+        self.src = src
+        self.device = torch.device(device)
+        self._wait = wait if wait is not None else (lambda work, rank: work.wait())
+        self._ranks: list[int] = []
+        self._template: TensorDictBase | None = None
+        self._buf: torch.Tensor | None = None
+        self._stale: set[int] = set()
+        self._busy: set[int] = set()
+        self.version = 0
+
+    def init_sender(self, weights: TensorDictBase | None, pipes: Sequence[Any] = ()) -> None:
+        self._template = weights.detach().clone() if weights is not None else None
+        self._ranks = [int(r) for r in pipes]
+
+    def attach_pipes(self, pipes: Sequence[Any]) -> None:
+        self._ranks = [int(r) for r in pipes]
+
+    def set_busy(self, rank: int, busy: bool) -> None:
+        """Marks a worker as busy (it is not reading commands: weights for it wait for :meth:`flush`)."""
+        (self._busy.add if busy else self._busy.discard)(rank)
+
+    def send(self, weights: TensorDictBase | None, version: int) -> None:
+        if weights is not None:
+            self._buf = _flatten(weights).to(self.device)
+        self.version = int(version)
+        self._stale = set(self._ranks)
+        if not self._ranks:
+            return
+        import torch.distributed as dist
+
+        if not self._busy and len(self._ranks) == dist.get_world_size() - 1:
+            nbytes = self._nbytes()
+            for rank in self._ranks:
+                self._header(rank, nbytes, broadcast=True)
+            buf = self._buf if self._buf is not None else torch.empty(0, dtype=torch.uint8, device=self.device)
+            dist.broadcast(buf, src=self.src)
+            self._stale.clear()
+            return
+        for rank in self._ranks:
+            if rank not in self._busy:
+                self.flush(rank)
+
+    def flush(self, rank: int) -> None:
+        """Sends the latest weights to ``rank`` if it has not had them yet."""
+        if rank not in self._stale:
+            return
+        import torch.distributed as dist
+
+        self._stale.discard(rank)
+        nbytes = self._nbytes()
+        self._header(rank, nbytes, broadcast=False)
+        if nbytes:
+            self._wait(dist.isend(self._buf, dst=rank), rank)
+
+    def _nbytes(self) -> int:
+        return int(self._buf.numel()) if self._buf is not None else 0
+
+    def _header(self, rank: int, nbytes: int, broadcast: bool) -> None:
+        import torch.distributed as dist
+
+        header = torch.tensor([DIST_WEIGHTS_COMMAND, nbytes, self.version, int(broadcast)], dtype=torch.int64,
+                              device=self.device)
+        self._wait(dist.isend(header, dst=rank), rank)
+
+    def receiver(self, worker_id: int) -> DistributedWeightReceiver:
+        return DistributedWeightReceiver(self._template, src=self.src, device=self.device)
