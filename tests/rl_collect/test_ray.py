@@ -7,9 +7,12 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
+import socket
 import subprocess
 import sys
 import time
+import uuid
 
 import pytest
 import torch
@@ -41,18 +44,143 @@ def test_ray_in_netns():
     assert " passed" in res.stdout and "failed" not in res.stdout, res.stdout[-3000:]
 
 
+def _policy():
+    from tdict.nn import TensorDictModule
+
+    torch.manual_seed(0)
+    return TensorDictModule(torch.nn.Linear(3, 1), in_keys=["observation"], out_keys=["action"])
+
+
+# ----------------------------------------------------------------------------- a Ray started by the user
+# Defined before the tests that use ``local_ray``: this one needs a test process not yet connected to any Ray.
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _session_procs(sid: int, marker: str) -> list[str]:
+    """Live (non-zombie) processes of the head's session ``sid`` or naming its temp dir ``marker``."""
+    found = []
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        pid = int(name)
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                state = f.read().rsplit(")", 1)[1].split()[0]
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                cmd = f.read().replace(b"\0", b" ").decode(errors="replace")
+            if state != "Z" and (os.getsid(pid) == sid or marker in cmd):
+                found.append(f"{pid}: {cmd[:120]}")
+        except (OSError, IndexError):  # the process ended meanwhile
+            continue
+    return found
+
+
+@pytest.fixture
+def user_ray_head(monkeypatch):
+    """A Ray head started with the CLI (``ray start --head``), as a user would; yields ``(address, sid, temp_dir)``.
+
+    Token auth is disabled explicitly (loopback-only namespace) so that the result does not depend on whether
+    ``~/.ray/auth_token`` exists. The head runs in its own session: teardown kills exactly that session.
+    """
+    ray_cli = os.path.join(os.path.dirname(sys.executable), "ray")
+    port = _free_port()
+    temp_dir = f"/tmp/rlc_rayhead_{uuid.uuid4().hex[:8]}"  # short: Ray's unix socket paths live under it
+    monkeypatch.setenv("RAY_AUTH_MODE", "disabled")  # the driver (this process) and the CLI calls below
+    env = {**os.environ, "RAY_AUTH_MODE": "disabled"}
+    start = subprocess.Popen(
+        [ray_cli, "start", "--head", "--node-ip-address=127.0.0.1", f"--port={port}", "--num-cpus=2",
+         "--include-dashboard=false", "--disable-usage-stats", f"--temp-dir={temp_dir}"],
+        env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    sid = start.pid  # every process of the head inherits this session (ray start exits once they run)
+    try:
+        out, _ = start.communicate(timeout=60)
+        assert start.returncode == 0, out[-3000:]
+        yield f"127.0.0.1:{port}", sid, temp_dir
+    finally:
+        _kill_session(sid, temp_dir)
+        shutil.rmtree(temp_dir, ignore_errors=True)
+
+
+def _kill_session(sid: int, marker: str, timeout: float = 15.0) -> None:
+    """Stops this head only (``ray stop`` would stop every Ray on the machine): SIGTERM, then SIGKILL."""
+    for sig, wait in ((signal.SIGTERM, 1.0), (signal.SIGKILL, timeout)):
+        try:
+            os.killpg(sid, sig)
+        except ProcessLookupError:
+            pass
+        deadline = time.monotonic() + wait
+        while _session_procs(sid, marker) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        if not _session_procs(sid, marker):
+            return
+
+
+@inner
+def test_user_given_address(user_ray_head):
+    from rl_collect import Collector
+    from rl_collect.ray_collector import RayCollector
+    from rl_envs import PendulumEnv
+
+    address, sid, temp_dir = user_ray_head
+    assert not ray.is_initialized()
+    c = RayCollector(PendulumEnv, _policy(), frames_per_batch=10, total_frames=34, num_collectors=2, sync=True,
+                     max_frames_per_traj=4, address=address)
+    # connected to the user's head, not to a Ray of its own
+    assert ray.is_initialized() and ray.get_runtime_context().gcs_address == address
+    assert ray.cluster_resources()["CPU"] == 2
+    c.set_seed(0)
+    batches = list(c)
+    actors = [p for p in _session_procs(sid, temp_dir) if "_CollectorActor" in p]
+    c.shutdown()
+
+    assert len(actors) == 2, actors  # the actors ran as workers of the user's head
+    assert [b.numel() for b in batches] == [10, 10, 10, 4]
+    assert [int(b["collector", "batch_id"].unique()) for b in batches] == [0, 1, 2, 3]
+    # same data as two single-process collectors seeded 0 and 1 (the actors' seeds)
+    refs = []
+    for seed in (0, 1):
+        ref = Collector(PendulumEnv, _policy(), frames_per_batch=5, total_frames=17, max_frames_per_traj=4)
+        ref.set_seed(seed)
+        refs.append(list(ref))
+        ref.shutdown()
+    for b, r0, r1 in zip(batches, *refs):
+        for key in ("observation", "action", ("next", "observation"), ("next", "reward")):
+            torch.testing.assert_close(b[key], torch.cat([r0[key], r1[key]]))
+
+    # the collector disconnected from the user's Ray but did not stop it
+    assert not ray.is_initialized()
+    assert len(_session_procs(sid, temp_dir)) > 0
+    cli = os.path.join(os.path.dirname(sys.executable), "ray")
+    res = subprocess.run([cli, "status", f"--address={address}"], capture_output=True, text=True, timeout=60,
+                         check=False)
+    assert res.returncode == 0, res.stdout[-2000:] + res.stderr[-2000:]
+    ray.init(address=address, log_to_driver=False)
+    try:
+        assert ray.get(ray.remote(lambda: 7).remote(), timeout=30) == 7  # the head still runs tasks
+        deadline = time.monotonic() + 20
+        while ray.available_resources().get("CPU", 0) < 2 and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert ray.available_resources().get("CPU", 0) == 2  # the collector's actors are gone
+    finally:
+        ray.shutdown()
+
+    # the user stops their head: nothing of it is left
+    _kill_session(sid, temp_dir)
+    assert _session_procs(sid, temp_dir) == []
+
+
+
 @pytest.fixture(scope="module")
 def local_ray():
     ray.init(num_cpus=4, _node_ip_address="127.0.0.1", include_dashboard=False, log_to_driver=False)
     yield
     ray.shutdown()
 
-
-def _policy():
-    from tdict.nn import TensorDictModule
-
-    torch.manual_seed(0)
-    return TensorDictModule(torch.nn.Linear(3, 1), in_keys=["observation"], out_keys=["action"])
 
 
 @inner

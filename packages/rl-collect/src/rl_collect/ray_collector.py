@@ -103,7 +103,8 @@ class RayCollector:
         total_frames: total frames (``-1``: never stop).
         num_collectors: the number of actors (ignored when ``create_env_fn`` is a list).
         ray_init_config: extra ``ray.init`` keyword arguments.
-        address: an existing Ray cluster (``"ray://host:port"`` or ``"auto"``).
+        address: an existing Ray cluster (``"127.0.0.1:port"``, ``"ray://host:port"`` or ``"auto"``);
+            ``shutdown()`` then only disconnects from it (a Ray the collector started is stopped).
         max_restarts: how many times Ray restarts a dead actor (``-1``: forever).
         num_cpus: CPUs reserved per actor.
         sync: see above.
