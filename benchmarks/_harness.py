@@ -78,11 +78,14 @@ def run_config(quick: bool, samples: int | None = None) -> Config:
     return Config(samples=samples, target_sample_s=cfg.target_sample_s, warmup_s=cfg.warmup_s) if samples else cfg
 
 
-def write_report(path: str | Path, report: dict) -> None:
-    """Save a report as JSON and say where (relative to the repository when inside it)."""
+def write_report(path: str | Path, report: dict, table: str | None = None) -> None:
+    """Save a report as JSON (and ``table``, the printed text, beside it as ``<stem>_table.txt``) and
+    say where (relative to the repository when inside it)."""
     out = Path(path)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(report, indent=1, default=str) + "\n")
+    if table is not None:
+        out.with_name(out.stem + "_table.txt").write_text(table + "\n")
     repo = Path(__file__).resolve().parent.parent
     print(f"\nwrote {out.resolve().relative_to(repo) if out.resolve().is_relative_to(repo) else out}")
 

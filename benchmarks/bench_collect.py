@@ -508,9 +508,7 @@ def main(argv: list[str] | None = None) -> int:
         "summary": summary,
         "workloads": rows,
     }
-    write_report(args.out, report)
-    table_path = Path(args.out).with_name(Path(args.out).stem + "_table.txt")
-    table_path.write_text(text + "\n")
+    write_report(args.out, report, table=text)
     return 0
 
 
