@@ -262,3 +262,62 @@ def test_torchrun_launcher(tmp_path):
     ref.set_seed(7)
     (ref_batch,) = list(ref)
     torch.testing.assert_close(torch.tensor(out["obs0"]), ref_batch["observation"])
+
+
+def test_state_dict_resumes_frames_version_and_weights():
+    policy = _policy()
+    kwargs = {"frames_per_batch": 20, "total_frames": 70, "num_workers": 2, "max_frames_per_traj": 4}
+    c = DistributedCollector(PendulumEnv, policy, **kwargs)
+    procs = list(c._procs)
+    try:
+        first = []
+        for i, batch in enumerate(c):
+            first.append(batch)
+            if i == 0:  # version 1: constant action 0.25
+                with torch.no_grad():
+                    policy.module.weight.zero_()
+                    policy.module.bias.fill_(0.25)
+                c.update_policy_weights_()
+            if i == 1:
+                break
+        state = c.state_dict()
+    finally:
+        c.shutdown()
+    _no_leftovers(c, procs)
+    assert state["frames"] == 40 and state["policy_version"] == 1
+    assert isinstance(state["policy_state_dict"], dict)
+    torch.testing.assert_close(state["policy_state_dict"]["module.bias"], torch.tensor([0.25]))
+
+    fresh = _policy()  # the initial weights again: the state brings the trained ones back
+    c = DistributedCollector(PendulumEnv, fresh, **kwargs)
+    procs = list(c._procs)
+    try:
+        c.load_state_dict(state)
+        assert c.frames == 40 and c.policy_version == 1
+        torch.testing.assert_close(fresh.module.bias, torch.tensor([0.25]))
+        rest = []
+        for i, batch in enumerate(c):
+            rest.append(batch)
+            if i == 0:  # versions continue from the restored one
+                with torch.no_grad():
+                    fresh.module.bias.fill_(-0.5)
+                c.update_policy_weights_()
+        assert c.frames == 70
+    finally:
+        c.shutdown()
+    _no_leftovers(c, procs)
+    assert [b.numel() for b in first] == [20, 20] and [b.numel() for b in rest] == [20, 10]
+    assert (first[0]["collector", "policy_version"] == 0).all()
+    assert (first[1]["collector", "policy_version"] == 1).all()
+    # the restored weights act in the very first batch after loading, with the restored version
+    assert (rest[0]["collector", "policy_version"] == 1).all()
+    torch.testing.assert_close(rest[0]["action"], torch.full_like(rest[0]["action"], 0.25))
+    assert (rest[1]["collector", "policy_version"] == 2).all()
+    torch.testing.assert_close(rest[1]["action"], torch.full_like(rest[1]["action"], -0.5))
+    # trajectory ids of the resumed run neither collide with the earlier ones nor lose the worker parity
+    before = set(torch.cat([b["collector", "traj_ids"] for b in first]).tolist())
+    after = torch.cat([b["collector", "traj_ids"] for b in rest])
+    assert not before & set(after.tolist())
+    for b in rest:
+        half = b.numel() // 2
+        assert (b["collector", "traj_ids"][:half] % 2 == 0).all() and (b["collector", "traj_ids"][half:] % 2 == 1).all()

@@ -266,3 +266,50 @@ def test_killed_actor_is_restarted(local_ray):
         for k in keys[i + 1:]:
             assert not groups[a] & groups[k], (a, k)
     assert len(c._incarnations) == 3  # two first lives + one restart
+
+
+@inner
+def test_state_dict_resumes_frames_version_batch_ids_and_weights(local_ray):
+    from rl_collect.ray_collector import RayCollector
+    from rl_envs import PendulumEnv
+
+    policy = _policy()
+    kwargs = {"frames_per_batch": 20, "total_frames": 70, "num_collectors": 2, "sync": True, "max_frames_per_traj": 4}
+    c = RayCollector(PendulumEnv, policy, **kwargs)
+    first = []
+    for i, batch in enumerate(c):
+        first.append(batch)
+        if i == 0:  # version 1: constant action 0.25
+            with torch.no_grad():
+                policy.module.weight.zero_()
+                policy.module.bias.fill_(0.25)
+            c.update_policy_weights_()
+        if i == 1:
+            break
+    state = c.state_dict()
+    c.shutdown()
+    assert state["frames"] == 40 and state["policy_version"] == 1 and state["batch_id"] == 2
+    torch.testing.assert_close(state["policy_state_dict"]["module.bias"], torch.tensor([0.25]))
+
+    fresh = _policy()  # the initial weights again: the state brings the trained ones back
+    c = RayCollector(PendulumEnv, fresh, **kwargs)
+    c.load_state_dict(state)
+    assert c.frames == 40 and c.policy_version == 1
+    rest = []
+    for i, batch in enumerate(c):
+        rest.append(batch)
+        if i == 0:  # versions continue from the restored one
+            with torch.no_grad():
+                fresh.module.bias.fill_(-0.5)
+            c.update_policy_weights_()
+    c.shutdown()
+    assert c.frames == 70
+    assert [b.numel() for b in first] == [20, 20] and [b.numel() for b in rest] == [20, 10]
+    assert [int(b["collector", "batch_id"].unique()) for b in first + rest] == [0, 1, 2, 3]
+    assert [int(b["collector", "policy_version"].unique()) for b in first + rest] == [0, 1, 1, 2]
+    # the restored weights act in the very first batch after loading
+    torch.testing.assert_close(rest[0]["action"], torch.full_like(rest[0]["action"], 0.25))
+    torch.testing.assert_close(rest[1]["action"], torch.full_like(rest[1]["action"], -0.5))
+    # the resumed run's trajectory ids do not collide with the earlier run's
+    before = set(torch.cat([b["collector", "traj_ids"] for b in first]).tolist())
+    assert not before & set(torch.cat([b["collector", "traj_ids"] for b in rest]).tolist())

@@ -309,6 +309,8 @@ class DistributedCollector:
         self.policy_version = 0
         self._frames = 0  # yielded
         self._dispatched = 0
+        self._traj_offset = 0  # added to the trajectory ids of a resumed run (load_state_dict)
+        self._traj_end = 0  # one past the largest trajectory id yielded
         self._procs: list = []
         self._status: Any = None
         self._shut = False
@@ -428,7 +430,14 @@ class DistributedCollector:
         buf = torch.empty(buf_len, dtype=torch.uint8, device=self._device)
         if buf_len:
             self._wait(dist.irecv(buf, src=src), src)
-        return src, _unpack(bytes(header.cpu().numpy()), buf.cpu())
+        batch = _unpack(bytes(header.cpu().numpy()), buf.cpu())
+        ids = batch.get(_TRAJ, None)
+        if ids is not None and ids.numel():
+            if self._traj_offset:
+                ids = torch.where(ids >= 0, ids + self._traj_offset, ids)
+                batch.set(_TRAJ, ids)
+            self._traj_end = max(self._traj_end, int(ids.max()) + 1)
+        return src, batch
 
     def _next_request(self) -> int:
         """Frames for the next request (0 when the total is dispatched)."""
@@ -498,6 +507,40 @@ class DistributedCollector:
                 raise TypeError("DistributedCollector.update_policy_weights_: the policy has no parameters.")
         self.policy_version += 1
         self._scheme.send(weights, self.policy_version)
+
+    def state_dict(self) -> dict:
+        """What a fresh collector with the same config needs to resume this run (see :meth:`load_state_dict`).
+
+        Holds the frames yielded so far, the policy version, where trajectory ids continue and, for an
+        ``nn.Module`` policy, its weights (``"policy_state_dict"``, a state dict of detached tensor copies).
+        Requests in flight (async mode) are not part of it: a resumed collector collects their frames again.
+        """
+        traj_start = -(-self._traj_end // self.num_workers) * self.num_workers  # keeps id % N == worker
+        state: dict = {"frames": self._frames, "policy_version": self.policy_version, "traj_start": traj_start}
+        if isinstance(self.policy, torch.nn.Module):
+            state["policy_state_dict"] = {k: v.detach().clone() for k, v in self.policy.state_dict().items()}
+        return state
+
+    def load_state_dict(self, state: dict) -> None:
+        """Resumes from :meth:`state_dict`: the frame count (the run still stops at ``total_frames``) and the
+        policy version continue, trajectory ids do not collide with the earlier run's, and the weights are
+        loaded into the policy given and sent to the workers, so the next batch uses them and carries the
+        restored version. Call it before iterating.
+        """
+        if self._shut:
+            raise RuntimeError("DistributedCollector.load_state_dict: the collector was shut down.")
+        self._frames = self._dispatched = int(state["frames"])
+        self._traj_offset = int(state.get("traj_start", 0))
+        self._traj_end = max(self._traj_end, self._traj_offset)
+        weights = None
+        if "policy_state_dict" in state:
+            if not isinstance(self.policy, torch.nn.Module):
+                raise TypeError("DistributedCollector.load_state_dict: the state has policy weights but the "
+                                "policy given has no parameters.")
+            self.policy.load_state_dict(state["policy_state_dict"])
+            weights = _weights_of(self.policy)
+        self.policy_version = int(state.get("policy_version", 0))
+        self._scheme.send(weights, self.policy_version)  # the workers apply it before their next batch
 
     def set_seed(self, seed: int, static_seed: bool = False) -> int:
         """Seeds worker ``i`` with ``seed + i``; returns the next free seed."""

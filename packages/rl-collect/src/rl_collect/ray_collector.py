@@ -7,7 +7,6 @@ travel through a :class:`~rl_collect.weight_sync.RayWeightSyncScheme` (one objec
 """
 from __future__ import annotations
 
-import itertools
 import uuid
 from typing import Any, Callable, Iterator, Sequence
 
@@ -165,8 +164,9 @@ class RayCollector:
         self._worker_frames = frames_per_batch // self.num_collectors if sync else frames_per_batch
         self._frames = 0
         self._dispatched = 0
-        self._batch_ids = itertools.count()
+        self._next_batch_id = 0
         self._incarnations: dict[str, int] = {}  # incarnation id -> global slot (traj id suffix)
+        self._slot_base = 0  # slots used by the run this collector resumes (load_state_dict)
         self._worker_incarnations: list[dict[str, int]] = [{} for _ in env_fns]  # id -> per-worker count
         self._restarts = 0
         self._scheme = RayWeightSyncScheme(method="handle_weights")
@@ -208,7 +208,7 @@ class RayCollector:
                 self._scheme.resend(index)
             self._request(index, frames)
             return None
-        slot = self._incarnations.setdefault(incarnation, len(self._incarnations))
+        slot = self._incarnations.setdefault(incarnation, self._slot_base + len(self._incarnations))
         lives = self._worker_incarnations[index]
         life = lives.setdefault(incarnation, len(lives))
         ids = batch.get(_TRAJ, None)
@@ -265,7 +265,8 @@ class RayCollector:
             batch = torch.cat(parts, 0)
         else:
             batch = torch.cat([p.reshape(-1) for p in parts], 0)
-        batch.set(("collector", "batch_id"), torch.full(batch.batch_size, next(self._batch_ids), dtype=torch.int64))
+        batch.set(("collector", "batch_id"), torch.full(batch.batch_size, self._next_batch_id, dtype=torch.int64))
+        self._next_batch_id += 1
         self._frames += batch.numel()
         return batch
 
@@ -281,6 +282,44 @@ class RayCollector:
             weights = TensorDict.from_module(self.policy)
         self.policy_version += 1
         self._scheme.send(weights, self.policy_version)  # one object-store copy; actors fetch it when needed
+
+    def state_dict(self) -> dict:
+        """What a fresh collector with the same config needs to resume this run (see :meth:`load_state_dict`).
+
+        Holds the frames yielded so far, the policy version, the next batch id, how many trajectory-id
+        slots (actor lives) were used and, for an ``nn.Module`` policy, its weights
+        (``"policy_state_dict"``, a state dict of detached tensor copies). Requests in flight are not
+        part of it: a resumed collector collects their frames again.
+        """
+        state: dict = {
+            "frames": self._frames, "policy_version": self.policy_version, "batch_id": self._next_batch_id,
+            "incarnation_slots": self._slot_base + len(self._incarnations),
+        }
+        if isinstance(self.policy, torch.nn.Module):
+            state["policy_state_dict"] = {k: v.detach().clone() for k, v in self.policy.state_dict().items()}
+        return state
+
+    def load_state_dict(self, state: dict) -> None:
+        """Resumes from :meth:`state_dict`: the frame count (the run still stops at ``total_frames``), the
+        batch ids and the policy version continue; the weights are loaded into the policy given and sent to
+        the actors, so the next batch uses them and carries the restored version. Call it before iterating.
+        """
+        if self._shut:
+            raise RuntimeError("RayCollector.load_state_dict: the collector was shut down.")
+        self._frames = self._dispatched = int(state["frames"])
+        self._next_batch_id = int(state.get("batch_id", 0))
+        self._slot_base = int(state.get("incarnation_slots", 0)) - len(self._incarnations)
+        self._slot_base = max(self._slot_base, 0)
+        version = int(state.get("policy_version", 0))
+        weights = None
+        if "policy_state_dict" in state:
+            if not isinstance(self.policy, torch.nn.Module):
+                raise TypeError("RayCollector.load_state_dict: the state has policy weights but the policy "
+                                "given has no parameters.")
+            self.policy.load_state_dict(state["policy_state_dict"])
+            weights = TensorDict.from_module(self.policy)
+        self.policy_version = version
+        self._scheme.send(weights, version)  # the actors apply it (and the version) before their next batch
 
     def set_seed(self, seed: int, static_seed: bool = False) -> int:
         """Seeds actor ``i`` with ``seed + i``; returns the next free seed."""
