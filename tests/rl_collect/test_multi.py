@@ -256,3 +256,18 @@ def test_bad_arguments():
     with pytest.raises(ValueError, match="trajs_per_batch"):
         MultiSyncCollector([PendulumEnv], None, frames_per_batch=10, trajs_per_batch=2)
     assert _no_children()
+
+
+def test_spawn_start_method_collects_and_shuts_down():
+    # spawn: nothing inherited from the parent; the env class and the policy travel by pickle
+    collector = MultiSyncCollector([PendulumEnv, PendulumEnv], _policy(), frames_per_batch=20, total_frames=40,
+                                   mp_start_method="spawn", worker_timeout=120.0)
+    try:
+        batches = list(collector)
+        assert [b.numel() for b in batches] == [20, 20]
+        ids = torch.cat([b[("collector", "traj_ids")].reshape(-1) for b in batches])
+        assert set((ids // TRAJ_ID_STRIDE).tolist()) == {0, 1}  # both workers delivered
+        collector.update_policy_weights_()
+    finally:
+        collector.shutdown()
+    assert _no_children()
