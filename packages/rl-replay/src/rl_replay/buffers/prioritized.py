@@ -60,7 +60,6 @@ class PrioritizedReplayBuffer(ReplayBuffer):
     ) -> None:
         storage = storage if storage is not None else ListStorage(1000)
         sampler = PrioritizedSampler(storage.max_size, alpha, beta, eps, dtype=dtype)
-        sampler.register_storage(storage)
         super().__init__(
             storage=storage,
             sampler=sampler,
@@ -127,7 +126,6 @@ class TensorDictPrioritizedReplayBuffer(TensorDictReplayBuffer):
     ) -> None:
         storage = storage if storage is not None else ListStorage(1000)
         sampler = PrioritizedSampler(storage.max_size, alpha, beta, eps, dtype=dtype, reduction=reduction)
-        sampler.register_storage(storage)
         super().__init__(
             priority_key=priority_key,
             storage=storage,
