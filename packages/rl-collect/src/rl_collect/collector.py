@@ -29,18 +29,6 @@ def _make_env(create_env_fn: Any, kwargs: dict | None) -> Any:
     return create_env_fn(**(kwargs or {}))
 
 
-def _random_policy(env: Any) -> Callable:
-    spec = env.full_action_spec
-    leaves = [(key, spec[key]) for key in spec.keys(True, True)]
-
-    def policy(td: TensorDictBase) -> TensorDictBase:
-        for key, leaf in leaves:
-            td.set(key, leaf.rand())
-        return td
-
-    return policy
-
-
 def _wrap_policy(policy: Any, env: Any) -> Any:
     """A ``td -> td`` callable: plain modules read the observations and write the actions."""
     if policy is None or isinstance(policy, TensorDictModuleBase) or not isinstance(policy, nn.Module):
@@ -141,7 +129,7 @@ class Collector:
         self.policy = _wrap_policy(policy, self.env)
         if self.policy is not None and self.policy_device is not None and isinstance(self.policy, nn.Module):
             self.policy = self.policy.to(self.policy_device)
-        self._random_policy = _random_policy(self.env)
+        self._random_policy = self.env.rand_action  # the env contract's random action from its spec
         batch = self.env.batch_size
         self._n_envs = math.prod(batch)
         steps = -(-frames_per_batch // self._n_envs)
