@@ -392,20 +392,20 @@ def main(argv: list[str] | None = None) -> int:
     impls, origin = load_impls({s.strip() for s in args.impls.split(",")})
     env = environment(impls, origin)
     overhead = harness_overhead_ns()
-    print(
+    header = (
         f"torch {env['torch']}, tensordict {env['tensordict']}, tdict {env['tdict']}, "
-        f"python {env['python']}, {env['platform']}"
-    )
-    print(
+        f"python {env['python']}, {env['platform']}\n"
         f"torch threads: {env['torch_num_threads']} (interop {env['torch_num_interop_threads']}); "
-        f"{cfg.samples} samples, median per call; harness overhead {overhead:.0f} ns/call (included)"
+        f"{cfg.samples} samples, median per call; harness overhead {overhead:.0f} ns/call (included)\n"
+        f"implementations: {', '.join(i.label for i in impls)}; {len(workloads)} workloads\n"
     )
-    print(f"implementations: {', '.join(i.label for i in impls)}; {len(workloads)} workloads\n", flush=True)
+    print(header, flush=True)
 
     results = run_all(workloads, impls, cfg, reference="tensordict")
     cmp = Comparison("ours", "tensordict", "plain", {"ours": "ours", "tensordict": "tensordict", "plain": "plain dict"})
     rows, summary = summarize(results, cmp)
-    print("\n" + render(rows, summary, cmp))
+    table = render(rows, summary, cmp)
+    print("\n" + table)
 
     report = {
         "benchmark": "tdict",
@@ -433,7 +433,7 @@ def main(argv: list[str] | None = None) -> int:
         "summary": summary,
         "workloads": rows,
     }
-    write_report(args.out, report)
+    write_report(args.out, report, table=header + "\n" + table)
     return 0
 
 

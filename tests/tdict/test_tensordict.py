@@ -480,6 +480,88 @@ def test_select_exclude_nested_paths_leave_source_untouched():
     assert list(ex["b"]["d"].keys()) == []
 
 
+def _mixed_tree() -> TensorDict:
+    """A TensorDict whose nodes are of every kind: plain, tensor class, lazy stack, non-tensor leaf."""
+    from tdict import lazy_stack, tensorclass
+
+    @tensorclass
+    class Obs:
+        pixels: torch.Tensor
+        label: str
+
+    members = [TensorDict({"x": torch.zeros(3), "y": {"z": torch.ones(3)}}, [3]) for _ in range(2)]
+    return TensorDict(
+        {
+            "a": torch.zeros(2, 3),
+            "obs": Obs(pixels=torch.zeros(2, 3, 4), label="cam", batch_size=[2, 3]),
+            "note": "hello",
+            "stack": lazy_stack(members),
+            "p": torch.nn.Parameter(torch.zeros(2, 3)),
+            "sub": {"b": torch.zeros(2, 3), "deep": {"c": torch.zeros(2, 3)}},
+        },
+        batch_size=[2, 3],
+    )
+
+
+def _reference_keys(td, include_nested: bool, leaves_only: bool) -> list:
+    """Depth-first, insertion order; every step goes through the public API (get + keys())."""
+    from tdict import NonTensorData, TensorDictBase
+
+    out = []
+    for key in td.keys():
+        value = td.get(key)
+        node = isinstance(value, TensorDictBase) and not isinstance(value, NonTensorData) or hasattr(value, "_tensordict")
+        if not node or not leaves_only:
+            out.append(key)
+        if node and include_nested:
+            out.extend((key,) + (k if isinstance(k, tuple) else (k,)) for k in _reference_keys(value, True, leaves_only))
+    return out
+
+
+@pytest.mark.parametrize("leaves_only", [False, True])
+@pytest.mark.parametrize("include_nested", [False, True])
+def test_keys_walk_every_node_kind_in_order_and_len_agrees(include_nested, leaves_only):
+    td = _mixed_tree()
+    view = td.keys(include_nested, leaves_only)
+    expected = _reference_keys(td, include_nested, leaves_only)
+    assert list(view) == expected and len(view) == len(expected)
+    if include_nested:
+        assert ("stack", "y", "z") in view and ("obs", "pixels") in view and ("sub", "deep", "c") in view
+    td.set(("sub", "deep", "new"), torch.zeros(2, 3))  # the view is live
+    assert (("sub", "deep", "new") in list(view)) == include_nested
+    assert len(view) == len(list(view))
+
+
+def test_keys_with_custom_is_leaf_treat_sub_tensordicts_as_leaves():
+    td = _mixed_tree()
+    keys = list(td.keys(True, True, is_leaf=lambda cls: True))
+    assert keys == list(td.keys())
+
+
+def test_select_nested_keys_edge_cases():
+    td = _mixed_tree()
+    td.set(("wide", "w"), torch.zeros(2, 3, 5))
+    td["wide"].batch_size = [2, 3, 5]
+    sel = td.select("a", ("sub", "deep", "c"), ("wide", "w"), ("obs", "pixels"), ("sub", "b"))
+    assert list(sel.keys(True, True)) == ["a", ("sub", "deep", "c"), ("sub", "b"), ("wide", "w"), ("obs", "pixels")]
+    assert sel["wide"].batch_size == torch.Size([2, 3, 5])  # a new parent is shaped like the source's
+    assert sel["sub"] is not td["sub"] and sel["sub", "deep", "c"] is td["sub", "deep", "c"]
+    assert sel["obs"].batch_size == torch.Size([2, 3])
+    # a key given as nested tuples, and a one-element tuple
+    assert list(td.select(("sub", ("deep", "c")), ("a",)).keys(True, True)) == [("sub", "deep", "c"), "a"]
+    # errors name the full key; strict=False leaves no empty parent behind
+    with pytest.raises(KeyError, match=r"\('sub', 'deep', 'missing'\)"):
+        td.select("a", ("sub", "deep", "missing"))
+    with pytest.raises(KeyError, match="'zz'"):
+        td.select(("sub", "b"), "zz")
+    with pytest.raises(KeyError):
+        td.select(())
+    assert list(td.select(("sub", "deep", "missing"), "a", strict=False).keys()) == ["a"]
+    # a path through a leaf is a missing key, not a crash
+    with pytest.raises(KeyError):
+        td.select(("a", "x"))
+
+
 def test_equality_compares_non_tensor_payloads():
     a = TensorDict(x=torch.zeros(2), s="hi", batch_size=[2])
     b = TensorDict(x=torch.zeros(2), s="ho", batch_size=[2])

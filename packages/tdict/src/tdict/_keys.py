@@ -18,6 +18,7 @@ def is_leaf_nontensor(cls: type) -> bool:
     return default_is_leaf(cls)
 
 
+_Tensor = torch.Tensor
 _TENSOR, _LEAF, _NODE = 0, 1, 2  # entry kinds: a tensor, another leaf, a nested collection
 _KIND_BY_TYPE: dict[type, int] = {}  # kinds under default_is_leaf, computed once per type
 
@@ -57,21 +58,26 @@ class KeysView:
         if td._is_lazy and prefix:  # a lazy stack lists its keys without stacking its values
             out.extend(prefix + (k if isinstance(k, tuple) else (k,)) for k in td.keys(self._include_nested, self._leaves_only, self._is_leaf))
             return out
-        kinds, leaves_only, nested = self._kinds, self._leaves_only, self._include_nested
-        tensor, append = torch.Tensor, out.append
         for key, value in td._items_raw():
-            full = prefix + (key,) if prefix else key
-            if type(value) is tensor:  # the common entry: no kind lookup
-                append(full)
-                continue
-            kind = kinds.get(type(value))
-            if kind is None:
-                kind = self._kind(type(value))
-            if kind != 2 or not leaves_only:  # 2 is _NODE (a literal: this loop is hot)
-                append(full)
-            if kind == 2 and nested:
-                self._collect(value, prefix + (key,), out)
+            if type(value) is _Tensor:  # the common entry: no kind lookup
+                out.append(prefix + (key,) if prefix else key)
+            else:
+                self._collect_entry(key, value, prefix, out)
         return out
+
+    def _collect_entry(self, key: str, value: Any, prefix: tuple, out: list) -> None:
+        """Add the key(s) of one entry that is not a plain tensor."""
+        kind = self._kinds.get(type(value))
+        if kind is None:
+            kind = self._kind(type(value))
+        if kind != _NODE:
+            out.append(prefix + (key,) if prefix else key)
+            return
+        full = prefix + (key,)
+        if not self._leaves_only:
+            out.append(full if prefix else key)
+        if self._include_nested:
+            self._collect(value, full, out)
 
     def __iter__(self) -> Iterator:
         keys = self._collect(self._td, (), [])
@@ -84,31 +90,21 @@ class KeysView:
         return self._count(self._td)
 
     def _count(self, td: Any) -> int:
-        if td._is_lazy and td is not self._td:
-            return len(list(td.keys(self._include_nested, self._leaves_only, self._is_leaf)))
-        if td is self._td and type(self) is not KeysView:
-            return len(self._collect(td, (), []))  # subclasses define their own walk
-        kinds, leaves_only, nested = self._kinds, self._leaves_only, self._include_nested
-        if not leaves_only:  # every entry is a key: count the entries, then descend into collections
-            count = len(td.keys())
-            if nested:
-                tensor = torch.Tensor
-                for value in td.values():
-                    if type(value) is not tensor and (kinds.get(type(value)) or self._kind(type(value))) == 2:
-                        count += self._count(value)
-            return count
         count = 0
-        for value in td.values():
-            kind = kinds.get(type(value))
-            if kind is None:
-                kind = self._kind(type(value))
-            if kind != 2:  # _TENSOR or _LEAF
-                count += 1
-                continue
-            if not leaves_only:
-                count += 1
-            if nested:
-                count += self._count(value)
+        for _, value in td._items_raw():
+            count += 1 if type(value) is _Tensor else self._count_entry(value)
+        return count
+
+    def _count_entry(self, value: Any) -> int:
+        """How many keys one entry that is not a plain tensor adds."""
+        kind = self._kinds.get(type(value))
+        if kind is None:
+            kind = self._kind(type(value))
+        if kind != _NODE:
+            return 1
+        count = 0 if self._leaves_only else 1
+        if self._include_nested:
+            count += len(list(value.keys(True, self._leaves_only, self._is_leaf))) if value._is_lazy else self._count(value)
         return count
 
     def __contains__(self, key: Any) -> bool:

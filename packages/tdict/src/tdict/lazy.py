@@ -597,6 +597,9 @@ class _LazyKeysView(KeysView):
                 self._collect(rep, full if prefix else (key,), out)
         return out
 
+    def _count(self, td: Any) -> int:
+        return len(self._collect(td, (), []))
+
     def __contains__(self, key: Any) -> bool:
         key = _key_to_tuple(unravel_key(key))
         if len(key) > 1 and not self._include_nested:

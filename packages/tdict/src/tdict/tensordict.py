@@ -11,6 +11,8 @@ from ._utils import NO_DEFAULT, NestedKey, _key_to_tuple, check_names, normalize
 from ._indexing import _batch_size_from_entry, _indexed_batch_size, _normalize_index, check_write_shape
 from .base import _MISSING, NON_TENSOR_CLASSES, TensorDictBase, is_tensor_collection
 
+_Tensor = torch.Tensor
+
 
 class TensorDict(TensorDictBase):
     """A dictionary of tensors (and nested TensorDicts) with common leading batch dims.
@@ -294,6 +296,8 @@ class TensorDict(TensorDictBase):
                 value = self._tensordict[index]
             except KeyError:
                 raise self._missing_key_error(index) from None
+            if type(value) is _Tensor:
+                return value
             if value.__class__ in NON_TENSOR_CLASSES:
                 return value.tolist() if value._is_lazy else value.data
             return value
@@ -313,6 +317,8 @@ class TensorDict(TensorDictBase):
     def keys(self, include_nested: bool = False, leaves_only: bool = False, is_leaf: Callable | None = None, *, sort: bool = False):
         if not include_nested and not leaves_only and not sort:
             return self._tensordict.keys()
+        if is_leaf is None:
+            return _TensorDictKeysView(self, include_nested, leaves_only, None, sort)
         return KeysView(self, include_nested, leaves_only, is_leaf, sort)
 
     def items(self, include_nested: bool = False, leaves_only: bool = False, is_leaf: Callable | None = None, *, sort: bool = False):
@@ -438,45 +444,56 @@ class TensorDict(TensorDictBase):
     def select(self, *keys: NestedKey, inplace: bool = False, strict: bool = True) -> "TensorDict":
         if inplace:
             return TensorDictBase.select(self, *keys, inplace=inplace, strict=strict)
-        src = self._tensordict
-        out: dict[str, Any] = {}
-        built: set[int] = set()  # ids of the sub-TensorDicts this call created (safe to fill)
-        new = TensorDict._new_unsafe
+        src, out, new = self._tensordict, {}, _new_tensordict
         for key in keys:
             if type(key) is str:
-                value = src.get(key, _MISSING)
-                if value is _MISSING:
+                try:
+                    out[key] = src[key]
+                except KeyError:
                     if strict:
-                        raise self._missing_key_error(key)
-                    continue
-                out[key] = value
+                        raise self._missing_key_error(key) from None
                 continue
-            path = _key_to_tuple(key)
-            if not strict and self._get_tuple(path, _MISSING) is _MISSING:
-                continue  # checked first so that no empty parents get created
-            node, source = out, self
-            for part in path[:-1]:
-                source = source._get_str(part, NO_DEFAULT) if type(source) is not TensorDict else source._tensordict.get(part, _MISSING)
-                if source is _MISSING or isinstance(source, torch.Tensor):
-                    raise self._missing_key_error(key)
-                child = node.get(part)
-                if child is None:
-                    if type(source) is TensorDict:
-                        child = new({}, source._batch_size, source._device, source._names)
+            if strict and type(key) is tuple:  # the common nested key: str parts through plain TensorDicts
+                node, source = out, src
+                try:
+                    for part in key[:-1]:
+                        child = source[part]
+                        sub = node.get(part)
+                        if type(child) is not TensorDict or sub is child:
+                            break  # a tensor class on the way, or the whole sub-collection is selected
+                        if sub is None:
+                            sub = node[part] = new({}, child._batch_size, child._device, child._names)
+                        node, source = sub._tensordict, child._tensordict
                     else:
-                        child = new({}, source.batch_size, source.device, source._maybe_names())
-                    built.add(id(child))
-                    node[part] = child
-                elif id(child) not in built:
-                    break  # the whole sub-collection is already selected
-                node = child._tensordict
-            else:
-                last = path[-1]
-                value = source._tensordict.get(last, _MISSING) if type(source) is TensorDict else source._get_str(last, _MISSING)
-                if value is _MISSING:
-                    raise self._missing_key_error(key)
-                node[path[-1]] = value
+                        node[key[-1]] = source[key[-1]]
+                        continue
+                except (LookupError, TypeError):
+                    pass  # missing, or not a plain key: the general walk raises the error naming the key
+            self._select_path(_key_to_tuple(key), out, strict)
         return new(out, self._batch_size, self._device, self._names)
+
+    def _select_path(self, path: tuple, out: dict, strict: bool) -> None:
+        """Copy the entry at ``path`` into ``out`` (the general walk: tensor classes, missing keys)."""
+        if self._get_tuple(path, _MISSING) is _MISSING:
+            if strict:
+                raise self._missing_key_error(path)
+            return  # checked first so that no empty parents get created
+        node, source = out, self
+        for part in path[:-1]:
+            source = source._get_str(part, NO_DEFAULT)
+            if isinstance(source, torch.Tensor):
+                raise self._missing_key_error(path)
+            child = node.get(part)
+            if child is None:
+                if type(source) is TensorDict:
+                    child = TensorDict._new_unsafe({}, source._batch_size, source._device, source._names)
+                else:
+                    child = TensorDict._new_unsafe({}, source.batch_size, source.device, source._maybe_names())
+                node[part] = child
+            elif child is source:
+                return  # the whole sub-collection is already selected
+            node = child._tensordict
+        node[path[-1]] = source._get_str(path[-1], NO_DEFAULT)
 
     def exclude(self, *keys: NestedKey, inplace: bool = False) -> "TensorDict":
         if inplace:
@@ -652,6 +669,48 @@ def _paired_leaves(td: "TensorDict", other: "TensorDict | None", leaves: list, o
         elif not _paired_leaves(value, match, leaves, others):
             return False
     return True
+
+
+_new_tensordict = TensorDict._new_unsafe  # bound once: select and friends call it per call
+
+
+class _TensorDictKeysView(KeysView):
+    """Keys of a TensorDict tree under the default leaf rule: plain TensorDict nodes are walked
+    through their entry dicts; any other entry takes the general rule."""
+
+    __slots__ = ()
+
+    def _collect(self, td: Any, prefix: tuple, out: list) -> list:
+        if type(td) is not TensorDict:
+            return KeysView._collect(self, td, prefix, out)
+        append = out.append
+        for key, value in td._tensordict.items():
+            kind = type(value)
+            if kind is _Tensor:
+                append(prefix + (key,) if prefix else key)
+            elif kind is TensorDict:
+                full = prefix + (key,)
+                if not self._leaves_only:
+                    append(full if prefix else key)
+                if self._include_nested:
+                    self._collect(value, full, out)
+            else:
+                self._collect_entry(key, value, prefix, out)
+        return out
+
+    def _count(self, td: Any) -> int:
+        if type(td) is not TensorDict:
+            return KeysView._count(self, td)
+        count = 0
+        for value in td._tensordict.values():
+            kind = type(value)
+            if kind is _Tensor:
+                count += 1
+            elif kind is TensorDict:
+                count += (0 if self._leaves_only else 1) + (self._count(value) if self._include_nested else 0)
+            else:
+                count += self._count_entry(value)
+        return count
 
 
 def _collect_writes(dest: "TensorDict", value: "TensorDict", dest_bs: torch.Size, batch_dims: int, pairs: list, path: tuple) -> None:
