@@ -25,7 +25,7 @@ from types import SimpleNamespace as NS
 import torch
 
 import _plain_dict as plain
-from _harness import Comparison, Impl, Workload, harness_overhead_ns, render, run_all, run_config, summarize, write_report
+from _harness import Comparison, Impl, Workload, harness_overhead_ns, render, run_all, run_config, run_workload, summarize, write_report
 
 HERE = Path(__file__).resolve().parent
 TDICT_SRC = HERE.parent / "packages" / "tdict" / "src"
@@ -336,6 +336,63 @@ def load_impls(wanted: set[str]) -> tuple[list[Impl], dict]:
     return impls, origin
 
 
+# ----------------------------------------------------------------------------- python call floor
+class MinimalContainer:
+    """The cheapest possible Python-level container: ``get`` and ``[]`` only index the dict.
+
+    Any container whose accessors are Python methods pays at least this much per call; the plain
+    dict row pays a single C call. Timing it beside ours shows how much of the gap is ours.
+    """
+
+    __slots__ = ("_d",)
+
+    def __init__(self, entries: dict, batch_size: torch.Size) -> None:
+        self._d = entries
+
+    def get(self, key: str, default: object = None) -> object:
+        return self._d[key]
+
+    def __getitem__(self, key: str) -> object:
+        return self._d[key]
+
+
+CALL_FLOOR_WORKLOADS = ("get flat td.get(k)", "get flat td[k]")
+
+
+def python_call_floor(workloads: list[Workload], impls: list[Impl], cfg) -> list[dict]:
+    """Times the single-key accessors of ours, MinimalContainer and the plain dict, interleaved."""
+    by_name = {i.name: i for i in impls}
+    if "ours" not in by_name or "plain" not in by_name:
+        return []
+    floor = Impl("python_floor", "minimal Python class", "td", wrap=MinimalContainer)
+    trio = [by_name["ours"], floor, by_name["plain"]]
+    rows = []
+    for w in workloads:
+        if w.name not in CALL_FLOOR_WORKLOADS:
+            continue
+        res = run_workload(w, trio, cfg, reference="plain")
+        rows.append({
+            "workload": w.name,
+            "ours_us": res.median_us("ours"),
+            "python_floor_us": res.median_us("python_floor"),
+            "plain_us": res.median_us("plain"),
+            "ours_over_python_floor": res.paired_ratio("ours", "python_floor"),
+            "python_floor_over_plain": res.paired_ratio("python_floor", "plain"),
+        })
+    return rows
+
+
+def render_call_floor(rows: list[dict]) -> str:
+    lines = ["single-key access against the cost of any Python-level method call (same run):"]
+    for r in rows:
+        lines.append(
+            f"  {r['workload']:<20} ours {r['ours_us'] * 1e3:5.1f} ns, minimal Python class {r['python_floor_us'] * 1e3:5.1f} ns, "
+            f"plain dict {r['plain_us'] * 1e3:5.1f} ns: ours/minimal {r['ours_over_python_floor']:.2f}x, "
+            f"minimal/plain {r['python_floor_over_plain']:.2f}x"
+        )
+    return "\n".join(lines)
+
+
 # ----------------------------------------------------------------------------- main
 
 
@@ -405,6 +462,9 @@ def main(argv: list[str] | None = None) -> int:
     cmp = Comparison("ours", "tensordict", "plain", {"ours": "ours", "tensordict": "tensordict", "plain": "plain dict"})
     rows, summary = summarize(results, cmp)
     table = render(rows, summary, cmp)
+    call_floor = python_call_floor(workloads, impls, cfg)
+    if call_floor:
+        table += "\n\n" + render_call_floor(call_floor)
     print("\n" + table)
 
     report = {
@@ -432,6 +492,7 @@ def main(argv: list[str] | None = None) -> int:
         },
         "summary": summary,
         "workloads": rows,
+        "python_call_floor": call_floor,
     }
     write_report(args.out, report, table=header + "\n" + table)
     return 0
