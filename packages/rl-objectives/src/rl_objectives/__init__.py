@@ -1,13 +1,16 @@
 """Modules, value estimators, losses and trainers on rl-tdict.
 
-Not implemented yet. This package will hold: rl_objectives.modules (nets, actors, critics,
-distributions, exploration, LSTM/GRU, multi-agent, world models), value estimators, losses,
-target updaters, rl_objectives.trainers (Trainer, hooks, loggers, configs).
+Losses and target updaters live at the top level (``from rl_objectives import ClipPPOLoss``), as
+in ``torchrl.objectives``; networks, actors and exploration in :mod:`rl_objectives.modules`; the
+math of estimators and losses as plain tensor functions in :mod:`rl_objectives.functional`; the
+value estimators in :mod:`rl_objectives.value`.
 
 It imports only ``tdict`` (distribution ``rl-tdict``), the standard library and third-party
 libraries, never a sibling ``rl_*`` package.
 """
 
+from .losses import HardUpdate, LossModule, SoftUpdate, TargetNetUpdater
+
 __version__ = "0.1.0"
 
-__all__ = ["__version__"]
+__all__ = ["HardUpdate", "LossModule", "SoftUpdate", "TargetNetUpdater", "__version__"]

@@ -1,0 +1,225 @@
+"""LossModule: the base of every loss (its networks, their target copies, its keys, its value estimator).
+
+A loss holds each network it trains under a name (``actor_network``, ``qvalue_network``, ...) and the
+network's parameters as a :class:`~tdict.nn.TensorDictParams` under ``<name>_params``. Those are the
+network's own ``nn.Parameter`` s, so an optimizer over ``loss.parameters()`` trains the network. A
+network that needs a target copy also gets ``target_<name>_params``: detached clones registered as
+buffers (saved in ``state_dict``, moved by ``.to()``, never seen by optimizers), which
+:class:`~rl_objectives.SoftUpdate` / :class:`~rl_objectives.HardUpdate` move towards the trained ones.
+
+With ``expand_dim=n`` a network is trained as an ensemble of ``n`` parameter sets (SAC's and TD3's
+twin Q-networks): the sets are stacked along a new leading dim and one call runs them all through
+``torch.vmap``; outputs get that leading dim.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Mapping
+from typing import Any, ClassVar
+
+import torch
+from torch import nn
+
+from tdict import TensorDict, unravel_key
+from tdict.nn import TensorDictModuleBase, TensorDictParams
+
+__all__ = ["LossModule"]
+
+
+class _TensorKeys:
+    """The keys a loss reads and writes, as attributes (``loss.tensor_keys.advantage``)."""
+
+    def __init__(self, defaults: Mapping[str, Any]) -> None:
+        self.__dict__.update(defaults)
+
+    def __repr__(self) -> str:
+        return f"TensorKeys({', '.join(f'{k}={v!r}' for k, v in self.__dict__.items())})"
+
+
+class LossModule(nn.Module):
+    """Base class of the losses.
+
+    Subclasses declare ``default_keys`` (name -> default TensorDict key), register their networks
+    with :meth:`convert_to_functional`, build their value estimator in :meth:`make_value_estimator`
+    and return, from ``forward``, a TensorDict whose ``"loss_*"`` entries are the scalars to sum
+    and back-propagate (other entries are detached diagnostics).
+
+    Example:
+        >>> import torch
+        >>> from torch import nn
+        >>> from tdict import TensorDict
+        >>> from tdict.nn import TensorDictModule
+        >>> from rl_objectives import LossModule
+        >>> class Regression(LossModule):
+        ...     default_keys = {"prediction": "prediction", "target": "target"}
+        ...     def __init__(self, network):
+        ...         super().__init__()
+        ...         self.convert_to_functional(network, "network", create_target_params=True)
+        ...     def forward(self, td):
+        ...         out = self.call_network("network", td)
+        ...         err = out[self.tensor_keys.prediction] - td[self.tensor_keys.target]
+        ...         return TensorDict(loss_mse=err.pow(2).mean())
+        >>> net = TensorDictModule(nn.Linear(3, 1), in_keys=["x"], out_keys=["prediction"])
+        >>> loss = Regression(net)
+        >>> td = TensorDict(x=torch.randn(8, 3), target=torch.randn(8, 1), batch_size=[8])
+        >>> loss(td)["loss_mse"].shape
+        torch.Size([])
+        >>> sorted(name for name, _ in loss.named_buffers())[:2]
+        ['target_network_params.module.bias', 'target_network_params.module.weight']
+    """
+
+    default_keys: ClassVar[Mapping[str, Any]] = {}
+    default_value_estimator: ClassVar[Any] = None  # a rl_objectives.value.ValueEstimators member
+    default_value_kwargs: ClassVar[Mapping[str, Any]] = {}
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.tensor_keys = _TensorKeys(self.default_keys)
+        self._networks: dict[str, int | None] = {}  # name -> expand_dim (None: a single set)
+        self._target_networks: list[str] = []
+        self._value_estimator = None
+
+    # ------------------------------------------------------------------ keys
+    def set_keys(self, **keys: Any) -> "LossModule":
+        """Rename the keys this loss reads or writes; the value estimator follows.
+
+        Raises:
+            ValueError: naming the unknown names and listing the accepted ones.
+        """
+        unknown = sorted(set(keys) - set(self.default_keys))
+        if unknown:
+            raise ValueError(f"{type(self).__name__}.set_keys: unknown key name(s) {unknown}; accepted: {sorted(self.default_keys)}.")
+        for name, key in keys.items():
+            if key is None:
+                raise ValueError(f"{type(self).__name__}.set_keys: {name}=None; give a key (str or tuple of str).")
+            setattr(self.tensor_keys, name, unravel_key(key))
+        if self._value_estimator is not None:
+            self._forward_value_estimator_keys(self._value_estimator)
+        return self
+
+    def _value_estimator_keys(self) -> dict[str, Any]:
+        """The estimator keys this loss shares with its value estimator (override to add some)."""
+        shared = ("advantage", "value_target", "value", "reward", "done", "terminated", "sample_log_prob")
+        return {name: getattr(self.tensor_keys, name) for name in shared if name in self.default_keys}
+
+    def _forward_value_estimator_keys(self, estimator: Any) -> None:
+        keys = self._value_estimator_keys()
+        if keys:
+            estimator.set_keys(**keys)
+
+    # ------------------------------------------------------------------ networks
+    def convert_to_functional(
+        self,
+        module: nn.Module,
+        module_name: str,
+        expand_dim: int | None = None,
+        create_target_params: bool = False,
+    ) -> None:
+        """Register ``module`` under ``module_name`` with its parameters (and a target copy).
+
+        Args:
+            module: the network (a TensorDictModule or any ``nn.Module`` taking a TensorDict).
+            module_name: attribute name; parameters go to ``<module_name>_params``.
+            expand_dim: train ``expand_dim`` parameter sets: the first is the module's own values,
+                the others are re-initialised with the module's initialisers.
+            create_target_params: also keep ``target_<module_name>_params`` (detached buffers).
+        """
+        if not isinstance(module, nn.Module):
+            raise TypeError(f"{type(self).__name__}: {module_name} must be an nn.Module, got {type(module).__name__}.")
+        if module_name in self._networks:
+            raise ValueError(f"{type(self).__name__}: a network named {module_name!r} is already registered.")
+        taken = [n for n in (module_name, f"{module_name}_params", f"target_{module_name}_params") if hasattr(type(self), n)]
+        if taken:
+            raise ValueError(f"{type(self).__name__}: network name {module_name!r} would hide the class attribute(s) {taken}.")
+        if expand_dim is not None and (not isinstance(expand_dim, int) or expand_dim < 1):
+            raise ValueError(f"{type(self).__name__}: expand_dim for {module_name} must be a positive int, got {expand_dim!r}.")
+        params = TensorDict.from_module(module, lock=False)
+        if expand_dim is None:
+            setattr(self, module_name, module)
+            params_module = TensorDictParams(params, no_convert=True)  # the module's own tensors
+        else:
+            params_module = TensorDictParams(_expanded_params(module, params, expand_dim), no_convert=True)
+            # the template is only a shape to swap each set into: keep it out of parameters()
+            template = copy.deepcopy(module)
+            TensorDict.from_module(template, lock=False).apply(lambda t: t.detach().to("meta")).to_module(template, return_swap=False)
+            self.__dict__[module_name] = template
+        setattr(self, f"{module_name}_params", params_module)
+        self._networks[module_name] = expand_dim
+        if create_target_params:
+            target = params_module._param_td.detach().clone()
+            setattr(self, f"target_{module_name}_params", TensorDictParams(target, no_convert=True))
+            self._target_networks.append(module_name)
+
+    def params_of(self, module_name: str, target: bool = False) -> TensorDict:
+        """The parameters of a registered network (``target=True``: its target copy)."""
+        if module_name not in self._networks:
+            raise KeyError(f"{type(self).__name__}: no network named {module_name!r}; registered: {sorted(self._networks)}.")
+        if target and module_name not in self._target_networks:
+            raise KeyError(f"{type(self).__name__}: {module_name!r} has no target parameters (create_target_params=False).")
+        holder = getattr(self, f"target_{module_name}_params" if target else f"{module_name}_params")
+        return holder._param_td
+
+    def call_network(self, module_name: str, tensordict: Any, *, target: bool = False, params: Any = None) -> Any:
+        """Run a registered network on ``tensordict`` with its parameters (or ``params``).
+
+        An expanded network maps every parameter set over the same input; the result has a leading
+        dim of size ``expand_dim``.
+        """
+        if params is None:
+            params = self.params_of(module_name, target)
+        module = getattr(self, module_name)
+        if self._networks[module_name] is None:
+            with params.to_module(module):
+                return module(tensordict)
+
+        def one(p: Any, td: Any) -> Any:
+            with p.to_module(module):
+                return module(td)
+
+        return torch.vmap(one, (0, None), randomness="different")(params, tensordict)
+
+    @property
+    def target_networks(self) -> list[str]:
+        """Names of the networks that have target parameters (what the target updaters move)."""
+        return list(self._target_networks)
+
+    # ------------------------------------------------------------------ value estimator
+    @property
+    def value_estimator(self) -> Any:
+        """The value estimator; built with the defaults the first time it is needed."""
+        if self._value_estimator is None:
+            if self.default_value_estimator is None:
+                raise RuntimeError(f"{type(self).__name__} uses no value estimator.")
+            self.make_value_estimator(self.default_value_estimator)
+        return self._value_estimator
+
+    @value_estimator.setter
+    def value_estimator(self, estimator: Any) -> None:
+        self._value_estimator = estimator
+        if estimator is not None:
+            self._forward_value_estimator_keys(estimator)
+
+    def make_value_estimator(self, value_type: Any = None, **hyperparams: Any) -> "LossModule":
+        """Build the value estimator of kind ``value_type`` (``None``: the loss's default)."""
+        raise NotImplementedError(f"{type(self).__name__} does not use a value estimator.")
+
+    def _value_kwargs(self, hyperparams: Mapping[str, Any], allowed: tuple[str, ...]) -> dict[str, Any]:
+        """``default_value_kwargs`` overridden by ``hyperparams``, restricted to what the estimator takes."""
+        kwargs = {k: v for k, v in self.default_value_kwargs.items() if k in allowed}
+        kwargs.update(hyperparams)
+        return kwargs
+
+    def forward(self, tensordict: Any) -> Any:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+
+def _expanded_params(module: nn.Module, params: TensorDict, expand_dim: int) -> TensorDict:
+    """``expand_dim`` parameter sets stacked on dim 0: the module's values, then fresh draws."""
+    if not isinstance(module, TensorDictModuleBase):
+        raise TypeError(f"expand_dim needs a TensorDictModule (to re-initialise each set), got {type(module).__name__}.")
+    sets = [params.detach().clone()]
+    for _ in range(expand_dim - 1):
+        sets.append(module.reset_parameters_recursive(params.detach().clone()))
+    stacked = torch.stack(sets, 0)
+    return stacked.apply(lambda t: nn.Parameter(t) if t.is_floating_point() else t)

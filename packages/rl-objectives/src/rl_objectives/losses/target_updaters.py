@@ -1,0 +1,136 @@
+"""Target-network updaters: move a loss's ``target_<name>_params`` towards ``<name>_params``.
+
+``SoftUpdate`` is Polyak averaging after every optimizer step (DDPG, SAC, TD3);
+``HardUpdate`` copies every ``value_network_update_interval`` steps (DQN).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from .common import LossModule
+
+__all__ = ["HardUpdate", "SoftUpdate", "TargetNetUpdater"]
+
+
+class TargetNetUpdater:
+    """Pairs every trained parameter of a loss with its target copy.
+
+    Args:
+        loss_module: a :class:`LossModule` with at least one network registered with
+            ``create_target_params=True``.
+    """
+
+    def __init__(self, loss_module: LossModule) -> None:
+        if not isinstance(loss_module, LossModule):
+            raise TypeError(f"{type(self).__name__}: loss_module must be a LossModule, got {type(loss_module).__name__}.")
+        names = loss_module.target_networks
+        if not names:
+            raise ValueError(f"{type(self).__name__}: {type(loss_module).__name__} has no target parameters to update.")
+        self.loss_module = loss_module
+        self._sources: list[torch.Tensor] = []
+        self._targets: list[torch.Tensor] = []
+        for name in names:
+            source = loss_module.params_of(name)
+            target = loss_module.params_of(name, target=True)
+            for key in source.keys(include_nested=True, leaves_only=True):
+                self._sources.append(source.get(key))
+                self._targets.append(target.get(key))
+        self.init_()
+
+    @torch.no_grad()
+    def init_(self) -> None:
+        """Copy the trained parameters into the targets."""
+        for src, dst in zip(self._sources, self._targets):
+            dst.copy_(src)
+
+    def step(self) -> None:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+
+class SoftUpdate(TargetNetUpdater):
+    """``target = eps * target + (1 - eps) * source`` after every call of :meth:`step`.
+
+    Args:
+        loss_module: the loss whose targets are updated.
+        eps: weight kept by the target (``1 - tau``); give ``eps`` or ``tau``, not both.
+        tau: weight given to the trained parameters.
+
+    Example:
+        >>> import torch
+        >>> from torch import nn
+        >>> from tdict import TensorDict
+        >>> from tdict.nn import TensorDictModule
+        >>> from rl_objectives import LossModule, SoftUpdate
+        >>> class L(LossModule):
+        ...     def __init__(self, net):
+        ...         super().__init__()
+        ...         self.convert_to_functional(net, "net", create_target_params=True)
+        >>> loss = L(TensorDictModule(nn.Linear(2, 1), in_keys=["x"], out_keys=["y"]))
+        >>> updater = SoftUpdate(loss, tau=0.1)
+        >>> with torch.no_grad():
+        ...     _ = loss.net.module.weight.add_(1.0)
+        >>> updater.step()
+        >>> delta = loss.params_of("net")["module", "weight"] - loss.params_of("net", target=True)["module", "weight"]
+        >>> torch.allclose(delta, torch.full((1, 2), 0.9))
+        True
+    """
+
+    def __init__(self, loss_module: LossModule, *, eps: float | None = None, tau: float | None = None) -> None:
+        if (eps is None) == (tau is None):
+            raise ValueError(f"SoftUpdate: give exactly one of eps or tau, got eps={eps!r}, tau={tau!r}.")
+        eps = 1.0 - tau if eps is None else eps
+        if not 0.0 <= eps <= 1.0:
+            raise ValueError(f"SoftUpdate: eps must be in [0, 1] (tau = 1 - eps), got eps={eps!r}.")
+        self.eps = float(eps)
+        super().__init__(loss_module)
+
+    @torch.no_grad()
+    def step(self) -> None:
+        floats = [(s, t) for s, t in zip(self._sources, self._targets) if t.is_floating_point()]
+        if floats:
+            torch._foreach_lerp_([t for _, t in floats], [s for s, _ in floats], 1.0 - self.eps)
+        for src, dst in zip(self._sources, self._targets):
+            if not dst.is_floating_point():
+                dst.copy_(src)  # counters and other integer buffers follow exactly
+
+
+class HardUpdate(TargetNetUpdater):
+    """Copy the trained parameters into the targets every ``value_network_update_interval`` steps.
+
+    Args:
+        loss_module: the loss whose targets are updated.
+        value_network_update_interval: number of :meth:`step` calls between copies.
+
+    Example:
+        >>> import torch
+        >>> from torch import nn
+        >>> from tdict.nn import TensorDictModule
+        >>> from rl_objectives import HardUpdate, LossModule
+        >>> class L(LossModule):
+        ...     def __init__(self, net):
+        ...         super().__init__()
+        ...         self.convert_to_functional(net, "net", create_target_params=True)
+        >>> loss = L(TensorDictModule(nn.Linear(2, 1), in_keys=["x"], out_keys=["y"]))
+        >>> updater = HardUpdate(loss, value_network_update_interval=2)
+        >>> with torch.no_grad():
+        ...     _ = loss.net.module.bias.fill_(3.0)
+        >>> updater.step()
+        >>> float(loss.params_of("net", target=True)["module", "bias"]) == 3.0
+        False
+        >>> updater.step()
+        >>> float(loss.params_of("net", target=True)["module", "bias"])
+        3.0
+    """
+
+    def __init__(self, loss_module: LossModule, *, value_network_update_interval: int = 1000) -> None:
+        if not isinstance(value_network_update_interval, int) or value_network_update_interval < 1:
+            raise ValueError(f"HardUpdate: value_network_update_interval must be a positive int, got {value_network_update_interval!r}.")
+        self.value_network_update_interval = value_network_update_interval
+        self.counter = 0
+        super().__init__(loss_module)
+
+    def step(self) -> None:
+        self.counter += 1
+        if self.counter % self.value_network_update_interval == 0:
+            self.init_()

@@ -1,0 +1,173 @@
+"""LossModule (networks, target copies, ensembles, keys) and the target updaters."""
+
+import pytest
+import torch
+from torch import nn
+
+from rl_objectives import HardUpdate, LossModule, SoftUpdate
+from tdict import TensorDict
+from tdict.nn import TensorDictModule
+
+
+class Probe(LossModule):
+    default_keys = {"prediction": "prediction", "target": "target", "value": "state_value"}
+
+    def __init__(self, net, expand_dim=None, target=True):
+        super().__init__()
+        self.convert_to_functional(net, "net", expand_dim=expand_dim, create_target_params=target)
+
+    def forward(self, td):
+        out = self.call_network("net", td)
+        return TensorDict(loss_mse=(out[self.tensor_keys.prediction] - td[self.tensor_keys.target]).pow(2).mean())
+
+
+def make_net(seed=0, bn=False):
+    torch.manual_seed(seed)
+    layers = [nn.Linear(3, 4), nn.Tanh(), nn.Linear(4, 2)]
+    if bn:
+        layers.insert(1, nn.BatchNorm1d(4))
+    return TensorDictModule(nn.Sequential(*layers), in_keys=["x"], out_keys=["prediction"])
+
+
+def batch(n=6, seed=1):
+    g = torch.Generator().manual_seed(seed)
+    return TensorDict(x=torch.randn(n, 3, generator=g), target=torch.randn(n, 2, generator=g), batch_size=[n])
+
+
+def test_parameters_are_the_networks_own_and_train_it():
+    net = make_net()
+    loss = Probe(net)
+    assert {id(p) for p in loss.parameters()} == {id(p) for p in net.parameters()}
+    before = net.module[0].weight.detach().clone()
+    opt = torch.optim.SGD(loss.parameters(), lr=0.1)
+    loss(batch())["loss_mse"].backward()
+    opt.step()
+    assert not torch.equal(net.module[0].weight, before)
+
+
+def test_target_params_are_detached_buffers_with_their_own_storage():
+    net = make_net()
+    loss = Probe(net)
+    target = loss.params_of("net", target=True)
+    source = loss.params_of("net")
+    param_ids = {id(p) for p in loss.parameters()}
+    for key in source.keys(True, True):
+        assert torch.equal(target[key], source[key])
+        assert id(target[key]) not in param_ids and not target[key].requires_grad
+        assert target[key].data_ptr() != source[key].data_ptr()
+    buffers = dict(loss.named_buffers())
+    assert "target_net_params.module.0.weight" in buffers and "target_net_params.module.0.weight" in loss.state_dict()
+    with torch.no_grad():
+        net.module[2].bias.add_(1.0)
+    td = batch()
+    expected = net(td.clone())["prediction"] - 1.0
+    assert torch.allclose(loss.call_network("net", td.clone(), target=True)["prediction"], expected, atol=1e-6)
+
+
+def test_expanded_network_is_an_ensemble_run_in_one_vmapped_call():
+    net = make_net()
+    loss = Probe(net, expand_dim=3)
+    params = loss.params_of("net")
+    assert params["module", "0", "weight"].shape == (3, 4, 3)
+    assert torch.equal(params["module", "0", "weight"][0], net.module[0].weight)  # set 0: the module's values
+    assert not torch.equal(params["module", "0", "weight"][1], params["module", "0", "weight"][2])
+    # the template's own tensors are not trained
+    assert {id(p) for p in loss.parameters()} == {id(p) for p in params.values(True, True)}
+    td = batch()
+    out = loss.call_network("net", td)["prediction"]
+    assert out.shape == (3, 6, 2)
+    for i in range(3):
+        with params[i].to_module(net):
+            assert torch.allclose(out[i], net(td.clone())["prediction"], atol=1e-6)
+    loss(td)["loss_mse"].backward()
+    assert params["module", "0", "weight"].grad.shape == (3, 4, 3)
+
+
+def test_soft_update_is_polyak_averaging():
+    loss = Probe(make_net(bn=True))
+    updater = SoftUpdate(loss, tau=0.25)
+    source, target = loss.params_of("net"), loss.params_of("net", target=True)
+    with torch.no_grad():
+        for key in source.keys(True, True):
+            if source[key].is_floating_point():
+                source[key].add_(torch.randn_like(source[key]))
+        source["module", "1", "num_batches_tracked"].fill_(7)
+    before = target.clone()
+    updater.step()
+    for key in source.keys(True, True):
+        if source[key].is_floating_point():
+            assert torch.allclose(target[key], 0.75 * before[key] + 0.25 * source[key], atol=1e-6)
+    assert int(target["module", "1", "num_batches_tracked"]) == 7  # integers are copied
+
+
+def test_hard_update_copies_every_interval():
+    loss = Probe(make_net())
+    updater = HardUpdate(loss, value_network_update_interval=3)
+    source, target = loss.params_of("net"), loss.params_of("net", target=True)
+    with torch.no_grad():
+        source["module", "0", "bias"].fill_(5.0)
+    for step in range(1, 7):
+        updater.step()
+        copied = bool((target["module", "0", "bias"] == 5.0).all())
+        assert copied == (step >= 3), step
+
+
+def test_updaters_reject_bad_arguments():
+    loss = Probe(make_net())
+    with pytest.raises(ValueError, match="exactly one of eps or tau"):
+        SoftUpdate(loss, eps=0.9, tau=0.1)
+    with pytest.raises(ValueError, match="eps must be in"):
+        SoftUpdate(loss, tau=1.5)
+    with pytest.raises(ValueError, match="value_network_update_interval"):
+        HardUpdate(loss, value_network_update_interval=0)
+    with pytest.raises(ValueError, match="no target parameters"):
+        SoftUpdate(Probe(make_net(), target=False), tau=0.1)
+    with pytest.raises(TypeError, match="LossModule"):
+        SoftUpdate(nn.Linear(2, 2), tau=0.1)
+
+
+def test_set_keys_renames_and_forwards_to_the_value_estimator():
+    class Recorder:
+        def __init__(self):
+            self.keys = {}
+
+        def set_keys(self, **keys):
+            self.keys.update(keys)
+
+    loss = Probe(make_net())
+    loss.value_estimator = Recorder()
+    loss.set_keys(target=("next", "y"), value="v")
+    assert loss.tensor_keys.target == ("next", "y")
+    assert loss.value_estimator.keys == {"value": "v"}
+    with pytest.raises(ValueError, match=r"unknown key name\(s\) \['bogus'\]; accepted"):
+        loss.set_keys(bogus="x")
+
+
+def test_registration_errors_name_the_problem():
+    with pytest.raises(TypeError, match="must be an nn.Module"):
+        Probe("not a module")
+    with pytest.raises(TypeError, match="expand_dim needs a TensorDictModule"):
+        Probe(nn.Linear(2, 2), expand_dim=2)
+    with pytest.raises(ValueError, match="positive int"):
+        Probe(make_net(), expand_dim=0)
+
+    class Clash(LossModule):
+        def __init__(self, net):
+            super().__init__()
+            self.convert_to_functional(net, "forward")
+
+    with pytest.raises(ValueError, match="would hide"):
+        Clash(make_net())
+    with pytest.raises(KeyError, match="no network named 'other'"):
+        Probe(make_net()).params_of("other")
+
+
+def test_state_dict_round_trip_restores_targets():
+    a = Probe(make_net(seed=0))
+    SoftUpdate(a, tau=0.5)
+    with torch.no_grad():
+        a.params_of("net", target=True)["module", "0", "weight"].fill_(0.25)
+    b = Probe(make_net(seed=3))
+    b.load_state_dict(a.state_dict())
+    assert torch.equal(b.params_of("net", target=True)["module", "0", "weight"], torch.full((4, 3), 0.25))
+    assert torch.equal(b.params_of("net")["module", "0", "weight"], a.params_of("net")["module", "0", "weight"])
