@@ -1,0 +1,26 @@
+"""The runnable examples in the docstrings of rl_envs, rl_replay, rl_collect and rl_objectives
+stay runnable (tdict's are checked, with a count, in tests/tdict/test_doctests.py)."""
+import doctest
+import importlib
+import pkgutil
+
+import pytest
+
+PACKAGES = ("rl_envs", "rl_replay", "rl_collect", "rl_objectives")
+
+
+def _modules():
+    for package in PACKAGES:
+        root = importlib.import_module(package)
+        for info in pkgutil.walk_packages(root.__path__, f"{package}."):
+            yield info.name
+
+
+@pytest.mark.parametrize("name", sorted(_modules()))
+def test_docstring_examples_run(name):
+    try:
+        module = importlib.import_module(name)
+    except ImportError as err:  # an optional third-party library (gymnasium, h5py, ray...) is missing
+        pytest.skip(f"{name}: {err}")
+    result = doctest.testmod(module, optionflags=doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE)
+    assert not result.failed, f"{name}: {result.failed} of {result.attempted} examples failed"
