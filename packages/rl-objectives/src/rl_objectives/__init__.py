@@ -10,7 +10,8 @@ libraries, never a sibling ``rl_*`` package.
 """
 
 from .losses import HardUpdate, LossModule, SoftUpdate, TargetNetUpdater
+from .value import ValueEstimators
 
 __version__ = "0.1.0"
 
-__all__ = ["HardUpdate", "LossModule", "SoftUpdate", "TargetNetUpdater", "__version__"]
+__all__ = ["HardUpdate", "LossModule", "SoftUpdate", "TargetNetUpdater", "ValueEstimators", "__version__"]

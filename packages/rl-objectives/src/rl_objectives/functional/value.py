@@ -1,0 +1,512 @@
+"""Value and advantage estimators on plain tensors: GAE, TD(0), TD(1), TD(lambda), reward-to-go.
+
+Conventions shared by every function here (TorchRL 0.14 names, this project's shapes):
+
+- Per-step inputs (``state_value``, ``next_state_value``, ``reward``, ``done``, ``terminated``) have
+  the same shape, with the time axis at ``time_dim`` (default ``-1``: the data contract puts time
+  last, ``[*B, T]``). Feature dims after time (multi-objective rewards, ``[*B, T, F]``) are allowed:
+  pass ``time_dim=-2`` (or the non-negative index of the time axis). Shapes are never broadcast
+  against each other: a ``[B, T]`` vs ``[B, T, 1]`` mix raises ``ValueError``.
+- ``next_state_value[..., t]`` is V(s_{t+1}), the value of the observation that followed step t
+  (``td["next", "state_value"]``), so the last step of a window bootstraps without extra input.
+- ``done[..., t]`` (bool) marks the last step of a trajectory, terminated or truncated: no recursion
+  crosses it. ``terminated[..., t]`` (bool) means there is no next state: V(s_{t+1}) counts as 0.
+  A truncated (done, not terminated) step still bootstraps from ``next_state_value``. A terminated
+  step also ends the recursion (terminated implies done). ``terminated=None`` reads ``done``.
+- ``gamma`` / ``lmbda``: a Python number, or a tensor broadcastable to the inputs' shape. A
+  tensor gives per-step values: ``gamma[..., t]`` discounts the transition of step t (there is no
+  ``rolling_gamma`` switch). With feature dims give it a trailing 1 (``[*B, T, 1]``).
+- Nothing is written in place: results are differentiable through ``state_value``,
+  ``next_state_value`` and ``reward`` when those require grad.
+
+The ``vec_`` functions compute the same numbers without a Python loop over time: the backward
+recursion ``x_t = a_t + b_t * x_{t+1}`` is solved by a doubling scan (``ceil(log2 T)`` tensor ops,
+each over the whole rollout), exact for the zeros a ``done`` puts in ``b`` (no division).
+"""
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+__all__ = [
+    "generalized_advantage_estimate",
+    "reward2go",
+    "td0_advantage_estimate",
+    "td0_return_estimate",
+    "td1_advantage_estimate",
+    "td1_return_estimate",
+    "td_lambda_advantage_estimate",
+    "td_lambda_return_estimate",
+    "vec_generalized_advantage_estimate",
+    "vec_td1_advantage_estimate",
+    "vec_td1_return_estimate",
+    "vec_td_lambda_advantage_estimate",
+    "vec_td_lambda_return_estimate",
+]
+
+Scalar = float | int | torch.Tensor  # gamma / lmbda: a number or a tensor
+_Tensor = torch.Tensor
+
+
+# --------------------------------------------------------------------------- input checks
+def _check_inputs(fn: str, time_dim: int, named: dict) -> int:
+    """Check the per-step tensors (same shape, bool masks) and return ``time_dim`` as an index >= 0.
+
+    ``named`` maps argument names to tensors (``None`` entries are skipped); ``done`` and
+    ``terminated`` must be bool.
+    """
+    ref_name = ref = None
+    for name, value in named.items():
+        if value is None:
+            continue
+        if not isinstance(value, _Tensor):
+            raise TypeError(f"{fn}: {name} must be a torch.Tensor, got {type(value).__name__}.")
+        if name in ("done", "terminated") and value.dtype is not torch.bool:
+            raise TypeError(f"{fn}: {name} must be a bool tensor, got dtype {value.dtype}.")
+        if ref is None:
+            ref_name, ref = name, value
+        elif value.shape != ref.shape:
+            raise ValueError(
+                f"{fn}: {name} has shape {tuple(value.shape)} but {ref_name} has shape {tuple(ref.shape)}; "
+                "per-step inputs must have exactly the same shape (they are never broadcast: a [B, T] vs "
+                "[B, T, 1] mix is a bug upstream)."
+            )
+    if ref is None:
+        raise ValueError(f"{fn}: no input tensor given.")
+    ndim = ref.ndim
+    if not isinstance(time_dim, int) or isinstance(time_dim, bool):
+        raise TypeError(f"{fn}: time_dim must be an int, got {type(time_dim).__name__}.")
+    if ndim == 0 or not -ndim <= time_dim < ndim:
+        raise ValueError(
+            f"{fn}: time_dim={time_dim} is out of range for inputs of shape {tuple(ref.shape)} "
+            f"(expected {-ndim} <= time_dim < {ndim}; inputs need a time axis)."
+        )
+    dim = time_dim % ndim
+    if ref.shape[dim] == 0:
+        raise ValueError(f"{fn}: the time axis (dim {dim}) of the inputs of shape {tuple(ref.shape)} is empty.")
+    return dim
+
+
+def _coef(fn: str, name: str, value: Scalar, shape: torch.Size, dim: int | None) -> Scalar:
+    """A discount-like coefficient (``gamma``/``lmbda``): a number as is, a tensor broadcast to
+    ``shape`` and, unless ``dim`` is None, laid out time-last like the moved inputs."""
+    if isinstance(value, _Tensor):
+        if value.ndim == 0:
+            return value
+        try:
+            value = value.broadcast_to(shape)
+        except RuntimeError:
+            raise ValueError(
+                f"{fn}: {name} of shape {tuple(value.shape)} does not broadcast to the inputs' shape {tuple(shape)}."
+            ) from None
+        return value if dim is None else value.movedim(dim, -1)
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise TypeError(f"{fn}: {name} must be a number or a tensor, got {type(value).__name__}.")
+    return float(value)
+
+
+def _with_last_step_true(mask: _Tensor) -> _Tensor:
+    """``mask`` with its last time step set (the window end acts like a trajectory end)."""
+    return torch.cat([mask[..., :-1], torch.ones_like(mask[..., -1:])], -1)
+
+
+def _step(x: Scalar, t: int) -> Scalar:
+    return x[..., t] if isinstance(x, _Tensor) and x.ndim > 0 else x
+
+
+# --------------------------------------------------------------------------- scans
+def _reverse_scan(a: _Tensor, b: _Tensor) -> _Tensor:
+    """Solve ``x_t = a_t + b_t * x_{t+1}`` backwards along the last dim, with ``x_T = 0``.
+
+    Doubling: after the round with stride ``s``, ``(a_t, b_t)`` maps ``x_{t+s}`` to ``x_t``; two
+    such maps compose into one of stride ``2s``. Values past the end are 0, so ``log2(T)`` rounds
+    give ``x_t = a_t``.
+    """
+    steps = a.shape[-1]
+    b = b.expand_as(a)
+    stride = 1
+    while stride < steps:
+        a = a + b * F.pad(a[..., stride:], (0, stride))
+        b = b * F.pad(b[..., stride:], (0, stride))
+        stride *= 2
+    return a
+
+
+# --------------------------------------------------------------------------- GAE
+def _gae_prepare(fn, gamma, lmbda, state_value, next_state_value, reward, done, terminated, time_dim):
+    if terminated is None:
+        terminated = done
+    dim = _check_inputs(fn, time_dim, {
+        "state_value": state_value, "next_state_value": next_state_value, "reward": reward,
+        "done": done, "terminated": terminated,
+    })
+    shape = reward.shape
+    gamma = _coef(fn, "gamma", gamma, shape, dim)
+    lmbda = _coef(fn, "lmbda", lmbda, shape, dim)
+    value, next_value, reward, done, terminated = (
+        x.movedim(dim, -1) for x in (state_value, next_state_value, reward, done, terminated)
+    )
+    # where (not a product) so that a NaN/inf next value after a terminal step cannot leak in
+    next_value = torch.where(terminated, torch.zeros_like(next_value), next_value)
+    delta = reward + gamma * next_value - value
+    carry = torch.where(done | terminated, 0.0, gamma * lmbda * torch.ones_like(delta))
+    return dim, value, delta, carry
+
+
+def generalized_advantage_estimate(
+    gamma: Scalar,
+    lmbda: Scalar,
+    state_value: _Tensor,
+    next_state_value: _Tensor,
+    reward: _Tensor,
+    done: _Tensor,
+    terminated: _Tensor | None = None,
+    *,
+    time_dim: int = -1,
+) -> tuple[_Tensor, _Tensor]:
+    """Generalized advantage estimate (Schulman et al., 2016), a reverse-time loop.
+
+    ``delta_t = r_t + gamma_t * (0 if terminated_t else V(s_{t+1})) - V(s_t)`` and
+    ``A_t = delta_t + gamma_t * lmbda_t * (0 if done_t else A_{t+1})`` (``A_T = 0``);
+    the value target is ``A_t + V(s_t)``. See the module docstring for shapes and masks.
+
+    Returns:
+        ``(advantage, value_target)``, both shaped like ``state_value``.
+
+    Example:
+        >>> import torch
+        >>> v, nv = torch.zeros(3), torch.ones(3)
+        >>> done = torch.tensor([False, True, False])
+        >>> adv, target = generalized_advantage_estimate(0.5, 1.0, v, nv, torch.ones(3), done)
+        >>> adv
+        tensor([2.0000, 1.0000, 1.5000])
+    """
+    fn = "generalized_advantage_estimate"
+    dim, value, delta, carry = _gae_prepare(fn, gamma, lmbda, state_value, next_state_value, reward, done, terminated, time_dim)
+    steps = delta.shape[-1]
+    adv = torch.zeros_like(delta[..., 0])
+    out = [None] * steps
+    for t in reversed(range(steps)):
+        adv = delta[..., t] + carry[..., t] * adv
+        out[t] = adv
+    advantage = torch.stack(out, -1)
+    return advantage.movedim(-1, dim), (advantage + value).movedim(-1, dim)
+
+
+def vec_generalized_advantage_estimate(
+    gamma: Scalar,
+    lmbda: Scalar,
+    state_value: _Tensor,
+    next_state_value: _Tensor,
+    reward: _Tensor,
+    done: _Tensor,
+    terminated: _Tensor | None = None,
+    *,
+    time_dim: int = -1,
+) -> tuple[_Tensor, _Tensor]:
+    """:func:`generalized_advantage_estimate` without a Python loop over time (same numbers).
+
+    Example:
+        >>> import torch
+        >>> v, nv = torch.zeros(3), torch.ones(3)
+        >>> done = torch.tensor([False, True, False])
+        >>> adv, target = vec_generalized_advantage_estimate(0.5, 1.0, v, nv, torch.ones(3), done)
+        >>> adv
+        tensor([2.0000, 1.0000, 1.5000])
+    """
+    fn = "vec_generalized_advantage_estimate"
+    dim, value, delta, carry = _gae_prepare(fn, gamma, lmbda, state_value, next_state_value, reward, done, terminated, time_dim)
+    advantage = _reverse_scan(delta, carry)
+    return advantage.movedim(-1, dim), (advantage + value).movedim(-1, dim)
+
+
+# --------------------------------------------------------------------------- TD(0)
+def td0_return_estimate(
+    gamma: Scalar,
+    next_state_value: _Tensor,
+    reward: _Tensor,
+    terminated: _Tensor | None = None,
+    *,
+    done: _Tensor | None = None,
+    time_dim: int = -1,
+) -> _Tensor:
+    """One-step bootstrapped return ``r_t + gamma_t * (0 if terminated_t else V(s_{t+1}))``.
+
+    ``done`` is only read when ``terminated`` is None (TorchRL's older call).
+
+    Example:
+        >>> import torch
+        >>> td0_return_estimate(0.9, torch.ones(2), torch.ones(2), torch.tensor([False, True]))
+        tensor([1.9000, 1.0000])
+    """
+    fn = "td0_return_estimate"
+    if terminated is None:
+        if done is None:
+            raise ValueError(f"{fn}: pass terminated (or done, read as terminated when terminated is None).")
+        terminated = done
+    _check_inputs(fn, time_dim, {"next_state_value": next_state_value, "reward": reward, "terminated": terminated})
+    gamma = _coef(fn, "gamma", gamma, reward.shape, None)
+    next_value = torch.where(terminated, torch.zeros_like(next_state_value), next_state_value)
+    return reward + gamma * next_value
+
+
+def td0_advantage_estimate(
+    gamma: Scalar,
+    state_value: _Tensor,
+    next_state_value: _Tensor,
+    reward: _Tensor,
+    done: _Tensor,
+    terminated: _Tensor | None = None,
+    *,
+    time_dim: int = -1,
+) -> _Tensor:
+    """TD(0) advantage: :func:`td0_return_estimate` minus ``state_value``.
+
+    Example:
+        >>> import torch
+        >>> done = torch.tensor([False, True])
+        >>> td0_advantage_estimate(0.9, torch.ones(2), torch.ones(2), torch.ones(2), done)
+        tensor([0.9000, 0.0000])
+    """
+    fn = "td0_advantage_estimate"
+    if terminated is None:
+        terminated = done
+    _check_inputs(fn, time_dim, {
+        "state_value": state_value, "next_state_value": next_state_value, "reward": reward,
+        "done": done, "terminated": terminated,
+    })
+    return td0_return_estimate(gamma, next_state_value, reward, terminated, time_dim=time_dim) - state_value
+
+
+# --------------------------------------------------------------------------- TD(lambda)
+def _td_lambda_prepare(fn, gamma, lmbda, next_state_value, reward, done, terminated, time_dim, state_value=None):
+    if terminated is None:
+        terminated = done
+    dim = _check_inputs(fn, time_dim, {
+        "state_value": state_value, "next_state_value": next_state_value, "reward": reward,
+        "done": done, "terminated": terminated,
+    })
+    shape = reward.shape
+    gamma = _coef(fn, "gamma", gamma, shape, dim)
+    lmbda = _coef(fn, "lmbda", lmbda, shape, dim)
+    next_value, reward, done, terminated = (x.movedim(dim, -1) for x in (next_state_value, reward, done, terminated))
+    next_value = torch.where(terminated, torch.zeros_like(next_value), next_value)
+    # a trajectory end, or the end of the window: the lambda-return bootstraps from V(s_{t+1})
+    end = _with_last_step_true(done | terminated)
+    return dim, gamma, lmbda, next_value, reward, end
+
+
+def td_lambda_return_estimate(
+    gamma: Scalar,
+    lmbda: Scalar,
+    next_state_value: _Tensor,
+    reward: _Tensor,
+    done: _Tensor,
+    terminated: _Tensor | None = None,
+    *,
+    time_dim: int = -1,
+) -> _Tensor:
+    """TD(lambda) return, a reverse-time loop.
+
+    ``G_t = r_t + gamma_t * ((1 - lmbda_t) * V'_t + lmbda_t * C_t)`` with ``V'_t`` the next value
+    (0 when terminated) and ``C_t = V'_t`` at a trajectory end or the last step of the window,
+    ``G_{t+1}`` otherwise. ``lmbda=1`` is :func:`td1_return_estimate`, ``lmbda=0`` TD(0).
+
+    Example:
+        >>> import torch
+        >>> done = torch.tensor([False, False])
+        >>> td_lambda_return_estimate(1.0, 0.5, torch.tensor([2.0, 4.0]), torch.zeros(2), done)
+        tensor([3., 4.])
+    """
+    fn = "td_lambda_return_estimate"
+    dim, gamma, lmbda, next_value, reward, end = _td_lambda_prepare(fn, gamma, lmbda, next_state_value, reward, done, terminated, time_dim)
+    steps = reward.shape[-1]
+    out = [None] * steps
+    ret = None
+    for t in reversed(range(steps)):
+        nv = next_value[..., t]
+        follow = nv if ret is None else torch.where(end[..., t], nv, ret)
+        lm = _step(lmbda, t)
+        ret = reward[..., t] + _step(gamma, t) * ((1 - lm) * nv + lm * follow)
+        out[t] = ret
+    return torch.stack(out, -1).movedim(-1, dim)
+
+
+def vec_td_lambda_return_estimate(
+    gamma: Scalar,
+    lmbda: Scalar,
+    next_state_value: _Tensor,
+    reward: _Tensor,
+    done: _Tensor,
+    terminated: _Tensor | None = None,
+    *,
+    time_dim: int = -1,
+) -> _Tensor:
+    """:func:`td_lambda_return_estimate` without a Python loop over time (same numbers).
+
+    Example:
+        >>> import torch
+        >>> done = torch.tensor([False, False])
+        >>> vec_td_lambda_return_estimate(1.0, 0.5, torch.tensor([2.0, 4.0]), torch.zeros(2), done)
+        tensor([3., 4.])
+    """
+    fn = "vec_td_lambda_return_estimate"
+    dim, gamma, lmbda, next_value, reward, end = _td_lambda_prepare(fn, gamma, lmbda, next_state_value, reward, done, terminated, time_dim)
+    # G_t = a_t + b_t * G_{t+1}: the bootstrap terms go to a_t, the continuation weight to b_t
+    zero = torch.zeros_like(next_value)
+    a = reward + gamma * ((1 - lmbda) * next_value + lmbda * torch.where(end, next_value, zero))
+    b = torch.where(end, zero, gamma * lmbda * torch.ones_like(next_value))
+    return _reverse_scan(a, b).movedim(-1, dim)
+
+
+def td_lambda_advantage_estimate(
+    gamma: Scalar,
+    lmbda: Scalar,
+    state_value: _Tensor,
+    next_state_value: _Tensor,
+    reward: _Tensor,
+    done: _Tensor,
+    terminated: _Tensor | None = None,
+    *,
+    time_dim: int = -1,
+) -> _Tensor:
+    """TD(lambda) advantage: :func:`td_lambda_return_estimate` minus ``state_value``.
+
+    Example:
+        >>> import torch
+        >>> done = torch.tensor([False, False])
+        >>> td_lambda_advantage_estimate(1.0, 0.5, torch.ones(2), torch.tensor([2.0, 4.0]), torch.zeros(2), done)
+        tensor([2., 3.])
+    """
+    _check_inputs("td_lambda_advantage_estimate", time_dim, {"state_value": state_value, "reward": reward})
+    return td_lambda_return_estimate(gamma, lmbda, next_state_value, reward, done, terminated, time_dim=time_dim) - state_value
+
+
+def vec_td_lambda_advantage_estimate(
+    gamma: Scalar,
+    lmbda: Scalar,
+    state_value: _Tensor,
+    next_state_value: _Tensor,
+    reward: _Tensor,
+    done: _Tensor,
+    terminated: _Tensor | None = None,
+    *,
+    time_dim: int = -1,
+) -> _Tensor:
+    """:func:`td_lambda_advantage_estimate` without a Python loop over time (same numbers).
+
+    Example:
+        >>> import torch
+        >>> done = torch.tensor([False, False])
+        >>> vec_td_lambda_advantage_estimate(1.0, 0.5, torch.ones(2), torch.tensor([2.0, 4.0]), torch.zeros(2), done)
+        tensor([2., 3.])
+    """
+    _check_inputs("vec_td_lambda_advantage_estimate", time_dim, {"state_value": state_value, "reward": reward})
+    return vec_td_lambda_return_estimate(gamma, lmbda, next_state_value, reward, done, terminated, time_dim=time_dim) - state_value
+
+
+# --------------------------------------------------------------------------- TD(1)
+def td1_return_estimate(
+    gamma: Scalar,
+    next_state_value: _Tensor,
+    reward: _Tensor,
+    done: _Tensor,
+    terminated: _Tensor | None = None,
+    *,
+    time_dim: int = -1,
+) -> _Tensor:
+    """Discounted Monte-Carlo return that bootstraps where the data stops: at a truncated step and at
+    the end of the window (``G_t = r_t + gamma_t * G_{t+1}``, ``V(s_{t+1})`` at those ends, 0 after a
+    terminated step). TD(lambda) with ``lmbda=1``; a reverse-time loop.
+
+    Example:
+        >>> import torch
+        >>> done = torch.tensor([False, True, False])  # step 1 is truncated: it bootstraps
+        >>> no_term = torch.zeros(3, dtype=torch.bool)
+        >>> td1_return_estimate(0.5, torch.full((3,), 8.0), torch.ones(3), done, no_term)
+        tensor([3.5000, 5.0000, 5.0000])
+    """
+    return td_lambda_return_estimate(gamma, 1.0, next_state_value, reward, done, terminated, time_dim=time_dim)
+
+
+def vec_td1_return_estimate(
+    gamma: Scalar,
+    next_state_value: _Tensor,
+    reward: _Tensor,
+    done: _Tensor,
+    terminated: _Tensor | None = None,
+    *,
+    time_dim: int = -1,
+) -> _Tensor:
+    """:func:`td1_return_estimate` without a Python loop over time (same numbers).
+
+    Example:
+        >>> import torch
+        >>> done = torch.tensor([False, True, False])  # step 1 is truncated: it bootstraps
+        >>> no_term = torch.zeros(3, dtype=torch.bool)
+        >>> vec_td1_return_estimate(0.5, torch.full((3,), 8.0), torch.ones(3), done, no_term)
+        tensor([3.5000, 5.0000, 5.0000])
+    """
+    return vec_td_lambda_return_estimate(gamma, 1.0, next_state_value, reward, done, terminated, time_dim=time_dim)
+
+
+def td1_advantage_estimate(
+    gamma: Scalar,
+    state_value: _Tensor,
+    next_state_value: _Tensor,
+    reward: _Tensor,
+    done: _Tensor,
+    terminated: _Tensor | None = None,
+    *,
+    time_dim: int = -1,
+) -> _Tensor:
+    """TD(1) advantage: :func:`td1_return_estimate` minus ``state_value``.
+
+    Example:
+        >>> import torch
+        >>> done = torch.tensor([False, True, False])
+        >>> td1_advantage_estimate(0.5, torch.ones(3), torch.full((3,), 8.0), torch.ones(3), done)
+        tensor([0.5000, 0.0000, 4.0000])
+    """
+    return td_lambda_advantage_estimate(gamma, 1.0, state_value, next_state_value, reward, done, terminated, time_dim=time_dim)
+
+
+def vec_td1_advantage_estimate(
+    gamma: Scalar,
+    state_value: _Tensor,
+    next_state_value: _Tensor,
+    reward: _Tensor,
+    done: _Tensor,
+    terminated: _Tensor | None = None,
+    *,
+    time_dim: int = -1,
+) -> _Tensor:
+    """:func:`td1_advantage_estimate` without a Python loop over time (same numbers).
+
+    Example:
+        >>> import torch
+        >>> done = torch.tensor([False, True, False])
+        >>> vec_td1_advantage_estimate(0.5, torch.ones(3), torch.full((3,), 8.0), torch.ones(3), done)
+        tensor([0.5000, 0.0000, 4.0000])
+    """
+    return vec_td_lambda_advantage_estimate(gamma, 1.0, state_value, next_state_value, reward, done, terminated, time_dim=time_dim)
+
+
+# --------------------------------------------------------------------------- reward-to-go
+def reward2go(reward: _Tensor, done: _Tensor, gamma: Scalar, *, time_dim: int = -1) -> _Tensor:
+    """Discounted reward-to-go ``G_t = r_t + gamma_t * G_{t+1}``, restarted after each ``done``.
+
+    No bootstrap: the sum stops at a trajectory end and at the end of the window. Vectorised.
+
+    Example:
+        >>> import torch
+        >>> reward2go(torch.ones(4), torch.tensor([False, True, False, False]), 0.5)
+        tensor([1.5000, 1.0000, 1.5000, 1.0000])
+    """
+    fn = "reward2go"
+    dim = _check_inputs(fn, time_dim, {"reward": reward, "done": done})
+    gamma = _coef(fn, "gamma", gamma, reward.shape, dim)
+    reward, done = reward.movedim(dim, -1), done.movedim(dim, -1)
+    carry = torch.where(done, 0.0, gamma * torch.ones_like(reward))
+    return _reverse_scan(reward, carry).movedim(-1, dim)
+

@@ -1,0 +1,368 @@
+"""ValueEstimatorBase: the TensorDict shell shared by the value estimators, and ValueEstimators.
+
+An estimator maps keys to the plain functions of :mod:`rl_objectives.functional`: it reads
+``state_value`` (running the value network when it has one), ``("next", "state_value")``,
+``("next", "reward")``, ``("next", "done")`` and ``("next", "terminated")`` from a rollout
+TensorDict shaped ``[*B, T]`` and writes ``"advantage"`` and ``"value_target"`` (batch shape, no
+trailing singleton dim).
+"""
+from __future__ import annotations
+
+import contextlib
+import enum
+from dataclasses import dataclass, fields
+from typing import Any
+
+import torch
+from tdict import unravel_key
+from torch import nn
+
+__all__ = ["ValueEstimatorBase", "ValueEstimators"]
+
+_Tensor = torch.Tensor
+
+
+class ValueEstimators(str, enum.Enum):
+    """The value estimators a loss can build, by name (TorchRL's enum with short string values).
+
+    Members compare equal to their value (a ``str`` enum), and ``ValueEstimators("gae")`` also
+    accepts a member name, case-insensitively.
+
+    Example:
+        >>> ValueEstimators.GAE.value
+        'GAE'
+        >>> ValueEstimators("TD(lambda)") is ValueEstimators.TDLambda
+        True
+        >>> ValueEstimators("td0")
+        <ValueEstimators.TD0: 'TD(0)'>
+    """
+
+    TD0 = "TD(0)"
+    TD1 = "TD(1)"
+    TDLambda = "TD(lambda)"
+    GAE = "GAE"
+    VTrace = "VTrace"
+
+    @classmethod
+    def _missing_(cls, value: object) -> ValueEstimators | None:
+        if isinstance(value, str):
+            for member in cls:
+                if member.name.lower() == value.lower() or member.value.lower() == value.lower():
+                    return member
+        return None
+
+
+def _is_key(value: Any) -> bool:
+    if isinstance(value, str):
+        return True
+    return isinstance(value, tuple) and len(value) > 0 and all(_is_key(part) for part in value)
+
+
+def _nested(prefix: str, key: Any) -> tuple:
+    return unravel_key((prefix, key))
+
+
+@dataclass
+class _AcceptedKeys:
+    """Keys an estimator reads and writes (``reward``, ``done``, ``terminated`` under ``"next"``).
+
+    Attributes:
+        advantage: where the advantage is written.
+        value_target: where the value target is written.
+        value: the state value, at the root (V(s_t)) and under ``"next"`` (V(s_{t+1})).
+        reward: the reward, read as ``("next", reward)``.
+        done: the trajectory-end flag, read as ``("next", done)``.
+        terminated: the termination flag, read as ``("next", terminated)`` (``done`` when absent).
+        sample_log_prob: the behaviour policy's log-prob of the action (V-trace).
+    """
+
+    advantage: Any = "advantage"
+    value_target: Any = "value_target"
+    value: Any = "state_value"
+    reward: Any = "reward"
+    done: Any = "done"
+    terminated: Any = "terminated"
+    sample_log_prob: Any = "sample_log_prob"
+
+
+class ValueEstimatorBase(nn.Module):
+    """Base of the value estimators: keys, value-network calls, time dim and the no-grad policy.
+
+    Subclasses implement :meth:`_estimate` (the call of a functional estimator). The value network
+    is kept as an attribute, not registered as a submodule (as in TorchRL): the loss that owns the
+    estimator owns the network's parameters.
+
+    Args:
+        value_network: a TensorDict module writing the value key (``"state_value"`` by default,
+            batch-shaped), or ``None`` when the values are already in the TensorDict.
+        differentiable: when ``False`` (default) the targets are computed under
+            ``torch.no_grad()``; when ``True`` gradients flow to the value network's parameters (or
+            to ``params``) and to any input that requires grad.
+        skip_existing: reuse ``state_value`` / ``("next", "state_value")`` already in the
+            TensorDict instead of running ``value_network`` (``None`` means ``False``: there is no
+            global switch).
+        shifted: compute V(s_t) and V(s_{t+1}) with one call of the value network on the
+            observations at ``t = 0..T-1`` followed by the last next observation (``T + 1`` steps along
+            the time dim): ``V(s_t)`` is the output at ``t``, ``V(s_{t+1})`` the output at ``t + 1``.
+            Equal to the two-call result when ``td["next", obs][..., t] == td[obs][..., t + 1]``, i.e.
+            when no trajectory ends inside the window or all ends are terminations (whose next value
+            is ignored); after a truncation inside the window it reads the reset observation's value
+            instead of the final observation's. Cannot be combined with ``target_params``.
+        time_dim: the time dim among the TensorDict's batch dims; default: the dim named ``"time"``
+            when names are set, else the last batch dim.
+
+    Example:
+        >>> import torch
+        >>> from tdict import TensorDict
+        >>> from rl_objectives.value import TD0Estimator
+        >>> est = TD0Estimator(gamma=0.5, value_network=None)
+        >>> est.set_keys(value="v").tensor_keys.value
+        'v'
+        >>> td = TensorDict({"v": torch.zeros(4), "next": {"v": torch.ones(4), "reward": torch.ones(4),
+        ...     "done": torch.zeros(4, dtype=torch.bool)}}, batch_size=[4])
+        >>> est(td)["value_target"]
+        tensor([1.5000, 1.5000, 1.5000, 1.5000])
+    """
+
+    default_keys = _AcceptedKeys
+    # whether value_estimate needs V(s_t) (GAE, V-trace) or only the next values (TD estimators)
+    _target_needs_value = True
+
+    def __init__(
+        self,
+        *,
+        value_network: Any = None,
+        differentiable: bool = False,
+        skip_existing: bool | None = None,
+        shifted: bool = False,
+        time_dim: int | None = None,
+    ) -> None:
+        super().__init__()
+        if value_network is not None and not callable(value_network):
+            raise TypeError(f"{type(self).__name__}: value_network must be a TensorDict module or None, got {type(value_network).__name__}.")
+        if time_dim is not None and (not isinstance(time_dim, int) or isinstance(time_dim, bool)):
+            raise TypeError(f"{type(self).__name__}: time_dim must be an int or None, got {type(time_dim).__name__}.")
+        # not a registered submodule (TorchRL does the same): the owning loss holds the parameters
+        self.__dict__["value_network"] = value_network
+        self.differentiable = bool(differentiable)
+        self.skip_existing = bool(skip_existing)
+        self.shifted = bool(shifted)
+        self.time_dim = time_dim
+        self._tensor_keys = self.default_keys()
+
+    # ------------------------------------------------------------------ keys
+    @property
+    def tensor_keys(self) -> _AcceptedKeys:
+        """The keys in use (see :meth:`set_keys`)."""
+        return self._tensor_keys
+
+    def set_keys(self, **kwargs: Any) -> ValueEstimatorBase:
+        """Change the keys read and written: ``advantage``, ``value_target``, ``value``, ``reward``,
+        ``done``, ``terminated``, ``sample_log_prob``. Returns ``self``.
+
+        Raises:
+            ValueError: for an unknown name or a value that is not a key (str or tuple of str);
+                nothing is changed then.
+        """
+        accepted = [f.name for f in fields(self._tensor_keys)]
+        for name, key in kwargs.items():
+            if name not in accepted:
+                raise ValueError(f"{type(self).__name__}.set_keys: unknown key name {name!r}; accepted: {accepted}.")
+            if key is None or not _is_key(key):
+                raise ValueError(f"{type(self).__name__}.set_keys: {name} must be a str or a tuple of str, got {key!r}.")
+        for name, key in kwargs.items():
+            setattr(self._tensor_keys, name, unravel_key(key))
+        return self
+
+    @property
+    def in_keys(self) -> list:
+        """The keys read: the value network's in-keys at the root and under ``"next"`` (or the value
+        key there when there is no network), and the next reward, done and terminated."""
+        keys = self._tensor_keys
+        net = self.value_network
+        base = list(net.in_keys) if net is not None else [keys.value]
+        out = base + [_nested("next", key) for key in base]
+        out += [_nested("next", keys.reward), _nested("next", keys.done), _nested("next", keys.terminated)]
+        return out
+
+    @property
+    def out_keys(self) -> list:
+        """The keys written: advantage and value target."""
+        return [self._tensor_keys.advantage, self._tensor_keys.value_target]
+
+    # ------------------------------------------------------------------ helpers
+    def _resolve_time_dim(self, tensordict: Any) -> int:
+        ndim = tensordict.batch_dims
+        name = type(self).__name__
+        if ndim == 0:
+            raise ValueError(f"{name}: the tensordict needs a time dim among its batch dims, got batch_size {tuple(tensordict.batch_size)}.")
+        if self.time_dim is not None:
+            if not -ndim <= self.time_dim < ndim:
+                raise ValueError(f"{name}: time_dim={self.time_dim} is out of range for batch_size {tuple(tensordict.batch_size)}.")
+            return self.time_dim % ndim
+        names = tensordict.names
+        if "time" in names:
+            return names.index("time")
+        return ndim - 1
+
+    def _read(self, tensordict: Any, key: Any, where: str) -> _Tensor:
+        try:
+            return tensordict.get(key)
+        except KeyError:
+            raise KeyError(
+                f"{type(self).__name__}: the tensordict misses {where}; keys present: "
+                f"{sorted(map(str, tensordict.keys(True, True)))}."
+            ) from None
+
+    def _run_value_network(self, tensordict: Any, params: Any) -> None:
+        net = self.value_network
+        if params is None:
+            net(tensordict)
+        else:
+            with params.to_module(net):
+                net(tensordict)
+
+    def _written_value(self, tensordict: Any, where: str) -> _Tensor:
+        key = self._tensor_keys.value
+        try:
+            return tensordict.get(key)
+        except KeyError:
+            raise KeyError(
+                f"{type(self).__name__}: value_network did not write {where} (its out_keys: "
+                f"{list(self.value_network.out_keys)}); set the value key with set_keys(value=...)."
+            ) from None
+
+    def _shifted_values(self, tensordict: Any, params: Any, time_dim: int) -> tuple[_Tensor, _Tensor]:
+        net = self.value_network
+        next_td = tensordict.get("next")
+        in_keys = list(net.in_keys)
+        steps = tensordict.batch_size[time_dim]
+        last = (slice(None),) * time_dim + (slice(steps - 1, steps),)
+        data_in = torch.cat([tensordict.select(*in_keys), next_td.select(*in_keys)[last]], time_dim)
+        self._run_value_network(data_in, params)
+        both = self._written_value(data_in, "the value key")
+        value, next_value = both.narrow(time_dim, 0, steps), both.narrow(time_dim, 1, steps)
+        key = self._tensor_keys.value
+        tensordict.set(key, value)
+        next_td.set(key, next_value)
+        return value, next_value
+
+    def _values(self, tensordict: Any, params: Any, target_params: Any, time_dim: int, need_value: bool) -> tuple:
+        """``(V(s_t) or None, V(s_{t+1}))``, running the value network where needed."""
+        key = self._tensor_keys.value
+        next_key = _nested("next", key)
+        net = self.value_network
+        if net is None:
+            hint = "the value network is None, so the values must be in the tensordict"
+            value = self._read(tensordict, key, f"{key!r} ({hint})") if need_value else None
+            return value, self._read(tensordict, next_key, f"{next_key!r} ({hint})")
+        have_value = self.skip_existing and key in tensordict
+        have_next = self.skip_existing and next_key in tensordict
+        if self.shifted and not have_next and (need_value and not have_value or not need_value):
+            if target_params is not None and target_params is not params:
+                raise ValueError(f"{type(self).__name__}: shifted=True calls the value network once, so it cannot use separate target_params.")
+            value, next_value = self._shifted_values(tensordict, params, time_dim)
+            return (value if need_value else None), next_value
+        if need_value and not have_value:
+            self._run_value_network(tensordict, params)
+        if not have_next:
+            self._run_value_network(tensordict.get("next"), target_params if target_params is not None else params)
+        value = self._written_value(tensordict, repr(key)) if need_value else None
+        return value, self._written_value(tensordict.get("next"), repr(next_key))
+
+    def _check_shapes(self, named: list, batch_size: torch.Size) -> None:
+        """All ``(key, tensor)`` pairs share one shape (per-step scalars never broadcast)."""
+        ref_key, ref = named[0]
+        for key, value in named[1:]:
+            if value.shape != ref.shape:
+                raise ValueError(
+                    f"{type(self).__name__}: {key!r} has shape {tuple(value.shape)} but {ref_key!r} has shape "
+                    f"{tuple(ref.shape)} (batch_size {tuple(batch_size)}); per-step entries must have the same shape, "
+                    "they are never broadcast (a [B, T] vs [B, T, 1] mix is a bug upstream)."
+                )
+
+    @staticmethod
+    def _to_feature_shape(mask: _Tensor, shape: torch.Size, batch_size: torch.Size) -> _Tensor:
+        """A batch-shaped per-step tensor expanded over a multi-objective reward's feature dims.
+
+        Only real feature dims expand: a reward whose extra dims are all 1 (``[B, T, 1]``) is the
+        trailing-singleton mix the shape check rejects.
+        """
+        extra = shape[len(batch_size):]
+        if mask.shape == batch_size and len(extra) > 0 and shape[: len(batch_size)] == batch_size and any(n != 1 for n in extra):
+            return mask.reshape(*batch_size, *([1] * (len(shape) - len(batch_size)))).expand(shape)
+        return mask
+
+    def _inputs(self, tensordict: Any, time_dim: int) -> tuple:
+        """The next reward, done and terminated, checked (before any network runs)."""
+        keys = self._tensor_keys
+        next_td = self._read(tensordict, "next", "the 'next' entry (a rollout holds ('next', reward/done/...))")
+        reward = self._read(next_td, keys.reward, repr(_nested("next", keys.reward)))
+        done = self._read(next_td, keys.done, repr(_nested("next", keys.done)))
+        terminated = next_td.get(keys.terminated, None)
+        if terminated is None:
+            terminated = done
+        for key, mask in ((keys.done, done), (keys.terminated, terminated)):
+            if mask.dtype is not torch.bool:
+                raise TypeError(f"{type(self).__name__}: {_nested('next', key)!r} must be bool, got dtype {mask.dtype}.")
+        batch = tensordict.batch_size
+        done = self._to_feature_shape(done, reward.shape, batch)
+        terminated = self._to_feature_shape(terminated, reward.shape, batch)
+        self._check_shapes(
+            [(_nested("next", keys.reward), reward), (_nested("next", keys.done), done), (_nested("next", keys.terminated), terminated)],
+            batch,
+        )
+        return reward, done, terminated
+
+    # ------------------------------------------------------------------ calls
+    def _estimate(self, tensordict: Any, value: _Tensor | None, next_value: _Tensor, reward: _Tensor, done: _Tensor,
+                  terminated: _Tensor, time_dim: int) -> tuple[_Tensor | None, _Tensor]:
+        """``(advantage, value_target)`` from the checked inputs; ``advantage`` may be None when
+        ``value`` is None (value targets only)."""
+        raise NotImplementedError(f"{type(self).__name__} must implement _estimate.")
+
+    def _run(self, tensordict: Any, params: Any, target_params: Any, need_value: bool) -> tuple:
+        keys = self._tensor_keys
+        time_dim = self._resolve_time_dim(tensordict)
+        reward, done, terminated = self._inputs(tensordict, time_dim)
+        value, next_value = self._values(tensordict, params, target_params, time_dim, need_value)
+        named = [(_nested("next", keys.reward), reward), (_nested("next", keys.value), next_value)]
+        if value is not None:
+            named.insert(0, (keys.value, value))
+        self._check_shapes(named, tensordict.batch_size)
+        return self._estimate(tensordict, value, next_value, reward, done, terminated, time_dim)
+
+    def _grad_context(self) -> Any:
+        return contextlib.nullcontext() if self.differentiable else torch.no_grad()
+
+    def forward(self, tensordict: Any, *, params: Any = None, target_params: Any = None) -> Any:
+        """Write the advantage and the value target into ``tensordict`` and return it.
+
+        Args:
+            tensordict: a rollout, batch ``[*B, T]``.
+            params: parameters for the value network (a TensorDict as ``TensorDict.from_module``
+                gives), swapped in for the calls; ``None`` uses the network's own.
+            target_params: parameters for the next-state value; default ``params``.
+
+        Raises:
+            KeyError: naming a missing entry. ValueError: on a shape mix, naming the keys.
+        """
+        keys = self._tensor_keys
+        with self._grad_context():
+            advantage, value_target = self._run(tensordict, params, target_params, need_value=True)
+        tensordict.set(keys.advantage, advantage)
+        tensordict.set(keys.value_target, value_target)
+        return tensordict
+
+    def value_estimate(self, tensordict: Any, *, params: Any = None, target_params: Any = None) -> _Tensor:
+        """The value target only (nothing but the value network's outputs is written).
+
+        TD estimators need only the next values here, so the value network runs on
+        ``tensordict["next"]`` alone.
+        """
+        with self._grad_context():
+            _, value_target = self._run(tensordict, params, target_params, need_value=self._target_needs_value)
+        return value_target
+
+    def extra_repr(self) -> str:
+        return f"differentiable={self.differentiable}, shifted={self.shifted}, time_dim={self.time_dim}"

@@ -1,0 +1,479 @@
+"""rl_objectives.value: the TensorDict estimators give the functional results and map keys, params,
+grad mode, shifted calls and time dims as documented."""
+from __future__ import annotations
+
+import doctest
+import importlib
+
+import pytest
+import torch
+from rl_objectives import functional as F
+from rl_objectives.value import (
+    GAE,
+    TD0Estimator,
+    TD1Estimator,
+    TDLambdaEstimator,
+    ValueEstimatorBase,
+    ValueEstimators,
+    VTrace,
+)
+from tdict import TensorDict
+from tdict.nn import (
+    NormalParamExtractor,
+    ProbabilisticTensorDictModule,
+    ProbabilisticTensorDictSequential,
+    TensorDictModule,
+)
+from torch import nn
+
+N, T, OBS = 3, 6, 4
+GAMMA, LMBDA = 0.9, 0.8
+
+
+class Head(nn.Module):
+    """nn.Linear(obs, out) with the 1-wide head squeezed: state values have the batch shape."""
+
+    def __init__(self, out: int = 1, squeeze: bool = True) -> None:
+        super().__init__()
+        self.lin = nn.Linear(OBS, out)
+        self.squeeze = squeeze and out == 1
+        self.calls = 0
+
+    def forward(self, obs):
+        self.calls += 1
+        out = self.lin(obs)
+        return out.squeeze(-1) if self.squeeze else out
+
+
+def make_net(seed=0, **kwargs):
+    torch.manual_seed(seed)
+    return TensorDictModule(Head(**kwargs), in_keys=["obs"], out_keys=["state_value"])
+
+
+def make_rollout(seed=0, truncate=True, terminate=True):
+    """Batch [N, T], names [None, "time"]. next obs = following obs inside a trajectory; after a
+    done step the next obs is a final observation and the following obs a reset one."""
+    g = torch.Generator().manual_seed(seed)
+    obs = torch.randn(N, T + 1, OBS, generator=g)
+    done = torch.zeros(N, T, dtype=torch.bool)
+    terminated = torch.zeros(N, T, dtype=torch.bool)
+    if terminate:
+        done[0, 2] = terminated[0, 2] = True
+        done[2, 4] = terminated[2, 4] = True
+    if truncate:
+        done[1, 3] = True  # truncated
+        done[2, 1] = True
+    next_obs = obs[:, 1:].clone()
+    next_obs[done] = torch.randn(int(done.sum()), OBS, generator=g)  # final obs differs from the reset obs
+    return TensorDict(
+        {
+            "obs": obs[:, :-1],
+            "next": {
+                "obs": next_obs,
+                "reward": torch.randn(N, T, generator=g),
+                "done": done,
+                "terminated": terminated,
+            },
+        },
+        batch_size=[N, T],
+        names=[None, "time"],
+    )
+
+
+def values(net, td):
+    with torch.no_grad():
+        head = net.module
+        return head.lin(td["obs"]).squeeze(-1), head.lin(td["next", "obs"]).squeeze(-1)
+
+
+def expected(kind, td, net):
+    v, nv = values(net, td)
+    r, d, term = td["next", "reward"], td["next", "done"], td["next", "terminated"]
+    if kind.startswith("gae"):
+        fn = F.generalized_advantage_estimate if kind == "gae_loop" else F.vec_generalized_advantage_estimate
+        return fn(GAMMA, LMBDA, v, nv, r, d, term)
+    if kind == "td0":
+        target = F.td0_return_estimate(GAMMA, nv, r, term)
+    elif kind.startswith("td1"):
+        target = F.td1_return_estimate(GAMMA, nv, r, d, term)
+    else:
+        target = F.td_lambda_return_estimate(GAMMA, LMBDA, nv, r, d, term)
+    return target - v, target
+
+
+BUILDERS = {
+    "gae": lambda net: GAE(GAMMA, LMBDA, net),
+    "gae_loop": lambda net: GAE(GAMMA, LMBDA, net, vectorized=False),
+    "td0": lambda net: TD0Estimator(GAMMA, net),
+    "td1": lambda net: TD1Estimator(GAMMA, net),
+    "td1_loop": lambda net: TD1Estimator(GAMMA, net, vectorized=False),
+    "tdlambda": lambda net: TDLambdaEstimator(GAMMA, LMBDA, net),
+    "tdlambda_loop": lambda net: TDLambdaEstimator(GAMMA, LMBDA, net, vectorized=False),
+}
+
+
+# --------------------------------------------------------------------------- values
+@pytest.mark.parametrize("kind", list(BUILDERS))
+def test_estimator_matches_functional(kind):
+    net = make_net()
+    td = make_rollout()
+    out = BUILDERS[kind](net)(td)
+    assert out is td
+    adv, target = expected(kind, td, net)
+    assert td["advantage"].shape == td["value_target"].shape == (N, T)
+    torch.testing.assert_close(td["advantage"], adv)
+    torch.testing.assert_close(td["value_target"], target)
+    v, nv = values(net, td)
+    torch.testing.assert_close(td["state_value"], v)
+    torch.testing.assert_close(td["next", "state_value"], nv)
+    assert not td["advantage"].requires_grad
+
+
+@pytest.mark.parametrize("kind", ["gae", "td0", "tdlambda"])
+def test_value_estimate_returns_the_target_only(kind):
+    net = make_net()
+    td = make_rollout()
+    target = BUILDERS[kind](net).value_estimate(td)
+    torch.testing.assert_close(target, expected(kind, td, net)[1])
+    assert "advantage" not in td and "value_target" not in td
+    # a TD target needs only V(s_{t+1}): the network runs on td["next"] alone
+    assert ("state_value" in td) == (kind == "gae")
+    assert ("next", "state_value") in td
+
+
+def test_missing_terminated_reads_done():
+    net = make_net()
+    td = make_rollout(truncate=False)  # all ends are terminations: terminated == done
+    full = GAE(GAMMA, LMBDA, net)(td.clone())
+    del td["next", "terminated"]
+    torch.testing.assert_close(GAE(GAMMA, LMBDA, net)(td)["advantage"], full["advantage"])
+
+
+def test_per_step_gamma_tensor():
+    net = make_net()
+    td = make_rollout()
+    gamma = torch.linspace(0.8, 0.99, T)
+    est = GAE(gamma, LMBDA, net)
+    assert "gamma" in dict(est.named_buffers())
+    v, nv = values(net, td)
+    adv, _ = F.generalized_advantage_estimate(gamma, LMBDA, v, nv, td["next", "reward"], td["next", "done"], td["next", "terminated"])
+    torch.testing.assert_close(est(td)["advantage"], adv)
+
+
+# --------------------------------------------------------------------------- value network calls
+def test_skip_existing_reuses_values():
+    net = make_net()
+    td = make_rollout()
+    td["state_value"] = torch.zeros(N, T)
+    td["next", "state_value"] = torch.ones(N, T)
+    out = GAE(GAMMA, LMBDA, net, skip_existing=True)(td.clone())
+    assert net.module.calls == 0
+    r, d, term = td["next", "reward"], td["next", "done"], td["next", "terminated"]
+    adv, _ = F.generalized_advantage_estimate(GAMMA, LMBDA, torch.zeros(N, T), torch.ones(N, T), r, d, term)
+    torch.testing.assert_close(out["advantage"], adv)
+    # default: the network recomputes (and overwrites) both
+    out = GAE(GAMMA, LMBDA, net)(td.clone())
+    assert net.module.calls == 2
+    torch.testing.assert_close(out["advantage"], expected("gae", td, net)[0])
+    # only the missing one is computed
+    del td["next", "state_value"]
+    out = GAE(GAMMA, LMBDA, net, skip_existing=True)(td)
+    assert net.module.calls == 3
+    torch.testing.assert_close(out["state_value"], torch.zeros(N, T))
+
+
+def test_values_without_network_must_be_present():
+    td = make_rollout()
+    with pytest.raises(KeyError, match="state_value.*value network is None"):
+        GAE(GAMMA, LMBDA, None)(td)
+    td["state_value"] = torch.zeros(N, T)
+    with pytest.raises(KeyError, match=r"misses \(.{0,3}next.{0,6}state_value"):
+        GAE(GAMMA, LMBDA, None)(td)
+    assert "advantage" not in td
+    td["next", "state_value"] = torch.zeros(N, T)
+    r, d, term = td["next", "reward"], td["next", "done"], td["next", "terminated"]
+    torch.testing.assert_close(
+        TD1Estimator(GAMMA, None)(td)["value_target"], F.td1_return_estimate(GAMMA, torch.zeros(N, T), r, d, term)
+    )
+
+
+def test_params_and_target_params():
+    net = make_net(seed=0)
+    other = make_net(seed=1)
+    third = make_net(seed=2)
+    params = TensorDict.from_module(other)
+    target_params = TensorDict.from_module(third)
+    td = make_rollout()
+    est = TD0Estimator(GAMMA, net)
+    est(td, params=params)
+    v_other, nv_other = values(other, td)
+    torch.testing.assert_close(td["state_value"], v_other)
+    torch.testing.assert_close(td["next", "state_value"], nv_other)  # target_params default to params
+    est(td, params=params, target_params=target_params)
+    _, nv_third = values(third, td)
+    torch.testing.assert_close(td["state_value"], v_other)
+    torch.testing.assert_close(td["next", "state_value"], nv_third)
+    torch.testing.assert_close(td["value_target"], F.td0_return_estimate(GAMMA, nv_third, td["next", "reward"], td["next", "terminated"]))
+    # the network's own parameters are back in place
+    v_own, _ = values(net, td)
+    est(td)
+    torch.testing.assert_close(td["state_value"], v_own)
+
+
+@pytest.mark.parametrize("differentiable", [False, True])
+def test_differentiable(differentiable):
+    net = make_net()
+    td = make_rollout()
+    GAE(GAMMA, LMBDA, net, differentiable=differentiable)(td)
+    assert td["advantage"].requires_grad == differentiable
+    assert td["value_target"].requires_grad == differentiable
+    if differentiable:
+        td["advantage"].pow(2).sum().backward()
+        assert net.module.lin.weight.grad is not None and net.module.lin.weight.grad.abs().sum() > 0
+    # differentiable through params passed functionally, too
+    params = TensorDict.from_module(net).apply(lambda p: p.detach().clone().requires_grad_(True))
+    target = TD0Estimator(GAMMA, net, differentiable=differentiable).value_estimate(td, params=params)
+    assert target.requires_grad == differentiable
+    if differentiable:
+        (grad,) = torch.autograd.grad(target.sum(), params["module", "lin", "bias"])
+        assert grad.abs().sum() > 0
+
+
+def test_shifted_single_call_equals_two_calls():
+    net = make_net()
+    td = make_rollout(truncate=False)  # consistent: every end inside the window is a termination
+    ref = GAE(GAMMA, LMBDA, net)(td.clone())
+    calls = net.module.calls
+    out = GAE(GAMMA, LMBDA, net, shifted=True)(td.clone())
+    assert net.module.calls == calls + 1
+    torch.testing.assert_close(out["advantage"], ref["advantage"])
+    torch.testing.assert_close(out["value_target"], ref["value_target"])
+    torch.testing.assert_close(out["state_value"], ref["state_value"])
+    # V(s_{t+1}) differs from the two-call one only where it is unused (after a termination)
+    used = ~td["next", "terminated"]
+    torch.testing.assert_close(out["next", "state_value"][used], ref["next", "state_value"][used])
+    # TD estimators and params work the same way
+    params = TensorDict.from_module(make_net(seed=3))
+    torch.testing.assert_close(
+        TDLambdaEstimator(GAMMA, LMBDA, net, shifted=True).value_estimate(td.clone(), params=params),
+        TDLambdaEstimator(GAMMA, LMBDA, net).value_estimate(td.clone(), params=params),
+    )
+    with pytest.raises(ValueError, match="target_params"):
+        GAE(GAMMA, LMBDA, net, shifted=True)(td, params=params, target_params=TensorDict.from_module(make_net(seed=4)))
+
+
+def test_shifted_after_a_truncation_reads_the_reset_observation():
+    # documented limit: a truncation inside the window makes V(s_{t+1}) the reset obs's value
+    net = make_net()
+    td = make_rollout(terminate=False)
+    ref = GAE(GAMMA, LMBDA, net)(td.clone())
+    out = GAE(GAMMA, LMBDA, net, shifted=True)(td.clone())
+    trunc = td["next", "done"]
+    assert not torch.allclose(out["next", "state_value"][trunc], ref["next", "state_value"][trunc])
+    following = torch.cat([ref["state_value"][:, 1:], ref["next", "state_value"][:, -1:]], 1)
+    torch.testing.assert_close(out["next", "state_value"], following)
+
+
+# --------------------------------------------------------------------------- options and keys
+def test_average_gae():
+    net = make_net()
+    td = make_rollout()
+    raw = GAE(GAMMA, LMBDA, net)(td.clone())
+    avg = GAE(GAMMA, LMBDA, net, average_gae=True)(td.clone())
+    a = raw["advantage"]
+    torch.testing.assert_close(avg["advantage"], (a - a.mean()) / a.std())
+    torch.testing.assert_close(avg["value_target"], raw["value_target"])
+    assert abs(float(avg["advantage"].mean())) < 1e-5 and abs(float(avg["advantage"].std()) - 1) < 1e-5
+
+
+def test_average_rewards_td():
+    net = make_net()
+    td = make_rollout()
+    reward = td["next", "reward"].clone()
+    out = TD1Estimator(GAMMA, net, average_rewards=True)(td)
+    _, nv = values(net, td)
+    scaled = (reward - reward.mean()) / reward.std()
+    torch.testing.assert_close(out["value_target"], F.td1_return_estimate(GAMMA, nv, scaled, td["next", "done"], td["next", "terminated"]))
+    torch.testing.assert_close(td["next", "reward"], reward)  # stored rewards untouched
+
+
+def test_set_keys():
+    torch.manual_seed(0)
+    net = TensorDictModule(Head(), in_keys=["o"], out_keys=[("critic", "v")])
+    src = make_rollout()
+    td = TensorDict(
+        {"o": src["obs"], "next": {"o": src["next", "obs"], "r": src["next", "reward"], "d": src["next", "done"],
+                                   "term": src["next", "terminated"]}},
+        batch_size=[N, T], names=[None, "time"],
+    )
+    est = GAE(GAMMA, LMBDA, net).set_keys(
+        value=("critic", "v"), reward="r", done="d", terminated="term", advantage=("out", "adv"), value_target="vt"
+    )
+    assert est.in_keys == ["o", ("next", "o"), ("next", "r"), ("next", "d"), ("next", "term")]
+    assert est.out_keys == [("out", "adv"), "vt"]
+    est(td)
+    ref = GAE(GAMMA, LMBDA, make_net())(src)
+    torch.testing.assert_close(td["out", "adv"], ref["advantage"])
+    torch.testing.assert_close(td["vt"], ref["value_target"])
+    torch.testing.assert_close(td["next", "critic", "v"], ref["next", "state_value"])
+    with pytest.raises(ValueError, match="unknown key name 'values'"):
+        est.set_keys(values="x")
+    with pytest.raises(ValueError, match="must be a str or a tuple of str"):
+        est.set_keys(reward=3, done="dd")
+    assert est.tensor_keys.done == "d"  # nothing changed by the failed call
+    with pytest.raises(KeyError, match=r"did not write .{0,2}wrong"):
+        GAE(GAMMA, LMBDA, net).set_keys(value="wrong", reward="r", done="d", terminated="term")(td)
+
+
+def test_time_dim():
+    net = make_net()
+    td = make_rollout()
+    ref = GAE(GAMMA, LMBDA, net)(td.clone())
+    # time first, found by name
+    tt = td.clone().transpose(0, 1)
+    tt.names = ["time", None]
+    out = GAE(GAMMA, LMBDA, net)(tt)
+    torch.testing.assert_close(out["advantage"], ref["advantage"].transpose(0, 1))
+    # no names: the last batch dim, unless time_dim says otherwise
+    tt.names = None
+    out = GAE(GAMMA, LMBDA, net, time_dim=0)(tt)
+    torch.testing.assert_close(out["advantage"], ref["advantage"].transpose(0, 1))
+    out = GAE(GAMMA, LMBDA, net, time_dim=-2)(tt.clone())
+    torch.testing.assert_close(out["advantage"], ref["advantage"].transpose(0, 1))
+    with pytest.raises(ValueError, match="time_dim=2 is out of range"):
+        GAE(GAMMA, LMBDA, net, time_dim=2)(tt)
+    with pytest.raises(ValueError, match="needs a time dim"):
+        GAE(GAMMA, LMBDA, net)(td[0, 0])
+
+
+# --------------------------------------------------------------------------- shapes and errors
+def test_shape_mix_raises_naming_the_keys():
+    net = make_net()
+    td = make_rollout()
+    td["next", "reward"] = td["next", "reward"].unsqueeze(-1)  # TorchRL's [N, T, 1]
+    with pytest.raises(ValueError, match=r"\('next', 'done'\).*\(3, 6\).*\('next', 'reward'\).*\(3, 6, 1\)"):
+        GAE(GAMMA, LMBDA, net)(td)
+    assert "state_value" not in td  # checked before the network ran
+    td = make_rollout()
+    wide = TensorDictModule(Head(squeeze=False), in_keys=["obs"], out_keys=["state_value"])  # [N, T, 1] values
+    with pytest.raises(ValueError, match=r"'state_value' has shape \(3, 6, 1\)"):
+        TDLambdaEstimator(GAMMA, LMBDA, wide)(td)
+    assert "advantage" not in td and "value_target" not in td
+    td = make_rollout()
+    td["next", "done"] = td["next", "done"].float()
+    with pytest.raises(TypeError, match=r"\('next', 'done'\) must be bool"):
+        GAE(GAMMA, LMBDA, net)(td)
+    with pytest.raises(KeyError, match=r"misses \(.{0,3}next.{0,6}reward"):
+        GAE(GAMMA, LMBDA, net)(make_rollout().exclude(("next", "reward")))
+
+
+def test_multi_objective_reward():
+    torch.manual_seed(0)
+    net = TensorDictModule(Head(out=2), in_keys=["obs"], out_keys=["state_value"])  # [N, T, 2] values
+    td = make_rollout()
+    td["next", "reward"] = torch.randn(N, T, 2)
+    out = GAE(GAMMA, LMBDA, net)(td)
+    assert out["advantage"].shape == (N, T, 2)
+    d = td["next", "done"].unsqueeze(-1).expand(N, T, 2)
+    term = td["next", "terminated"].unsqueeze(-1).expand(N, T, 2)
+    adv, target = F.generalized_advantage_estimate(
+        GAMMA, LMBDA, td["state_value"], td["next", "state_value"], td["next", "reward"], d, term, time_dim=1
+    )
+    torch.testing.assert_close(out["advantage"], adv.detach())
+    torch.testing.assert_close(out["value_target"], target.detach())
+
+
+# --------------------------------------------------------------------------- V-trace
+def make_actor():
+    torch.manual_seed(5)
+    return ProbabilisticTensorDictSequential(
+        TensorDictModule(nn.Sequential(nn.Linear(OBS, 4), NormalParamExtractor()), in_keys=["obs"], out_keys=["loc", "scale"]),
+        ProbabilisticTensorDictModule(in_keys=["loc", "scale"], out_keys=["action"], distribution_class=torch.distributions.Normal,
+                                      return_log_prob=True),
+    )
+
+
+def test_vtrace_matches_functional():
+    net, actor = make_net(), make_actor()
+    td = make_rollout()
+    td["action"] = torch.randn(N, T, 2)
+    behaviour = torch.randn(N, T) * 0.3 - 2.0
+    td["sample_log_prob"] = behaviour
+    est = VTrace(GAMMA, actor, net, rho_thresh=1.5, c_thresh=0.9)
+    assert "sample_log_prob" in est.in_keys and "obs" in est.in_keys
+    est(td)
+    assert "loc" not in td and "scale" not in td  # the actor ran on a shallow copy
+    with torch.no_grad():
+        log_pi = actor.log_prob(td.copy())
+    v, nv = values(net, td)
+    adv, target = F.vtrace_advantage_estimate(
+        GAMMA, log_pi, behaviour, v, nv, td["next", "reward"], td["next", "done"], td["next", "terminated"], 1.5, 0.9
+    )
+    torch.testing.assert_close(td["advantage"], adv)
+    torch.testing.assert_close(td["value_target"], target)
+    assert not td["advantage"].requires_grad
+    torch.testing.assert_close(est.value_estimate(td), target)
+    avg = VTrace(GAMMA, actor, net, rho_thresh=1.5, c_thresh=0.9, average_adv=True)(td.clone())
+    torch.testing.assert_close(avg["advantage"], (adv - adv.mean()) / adv.std())
+
+
+def test_vtrace_errors():
+    net, actor = make_net(), make_actor()
+    td = make_rollout()
+    td["action"] = torch.randn(N, T, 2)
+    with pytest.raises(KeyError, match="sample_log_prob"):
+        VTrace(GAMMA, actor, net)(td)
+    td["sample_log_prob"] = torch.zeros(N, T, 1)
+    with pytest.raises(ValueError, match="'sample_log_prob' has shape"):
+        VTrace(GAMMA, actor, net)(td)
+    with pytest.raises(TypeError, match="log_prob"):
+        VTrace(GAMMA, net, net)
+    with pytest.raises(ValueError, match="rho_thresh"):
+        VTrace(GAMMA, actor, net, rho_thresh=0.0)
+
+
+# --------------------------------------------------------------------------- misc
+def test_value_estimators_enum():
+    assert [m.value for m in ValueEstimators] == ["TD(0)", "TD(1)", "TD(lambda)", "GAE", "VTrace"]
+    assert ValueEstimators("GAE") is ValueEstimators.GAE
+    assert ValueEstimators("tdlambda") is ValueEstimators.TDLambda
+    assert ValueEstimators.TD1 == "TD(1)"
+    with pytest.raises(ValueError):
+        ValueEstimators("TD(2)")
+
+
+def test_constructor_errors_and_module_layout():
+    net = make_net()
+    with pytest.raises(TypeError, match="gamma"):
+        GAE("0.9", LMBDA, net)
+    with pytest.raises(TypeError, match="value_network"):
+        TD0Estimator(GAMMA, value_network=3)
+    est = GAE(GAMMA, LMBDA, net)
+    assert isinstance(est, ValueEstimatorBase)
+    assert list(est.parameters()) == []  # the owning loss holds the value network's parameters
+    assert est.value_network is net
+
+
+def test_compile_gae_forward_fullgraph_matches_eager():
+    torch.compiler.reset()
+    try:
+        net = make_net()
+        est = GAE(GAMMA, LMBDA, net)
+        td = make_rollout()
+        eager = est(td.clone())
+        compiled = torch.compile(est, fullgraph=True, backend="eager")
+        out = compiled(td.clone())
+        for key in ("advantage", "value_target", "state_value", ("next", "state_value")):
+            torch.testing.assert_close(out[key], eager[key])
+    finally:
+        torch.compiler.reset()
+
+
+@pytest.mark.parametrize(
+    "name",
+    ["rl_objectives.functional", "rl_objectives.functional.value", "rl_objectives.functional.vtrace",
+     "rl_objectives.value", "rl_objectives.value.base", "rl_objectives.value.advantages"],
+)
+def test_docstring_examples_run(name):
+    result = doctest.testmod(importlib.import_module(name), optionflags=doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE)
+    assert result.failed == 0 and result.attempted > 0
