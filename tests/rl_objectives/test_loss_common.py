@@ -171,3 +171,19 @@ def test_state_dict_round_trip_restores_targets():
     b.load_state_dict(a.state_dict())
     assert torch.equal(b.params_of("net", target=True)["module", "0", "weight"], torch.full((4, 3), 0.25))
     assert torch.equal(b.params_of("net")["module", "0", "weight"], a.params_of("net")["module", "0", "weight"])
+
+
+def test_assigning_an_estimator_module_goes_through_the_property():
+    class KeyedEstimator(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.keys = {}
+
+        def set_keys(self, **keys):
+            self.keys.update(keys)
+
+    loss = Probe(make_net())
+    estimator = KeyedEstimator()
+    loss.value_estimator = estimator
+    assert loss.value_estimator is estimator and estimator.keys == {"value": "state_value"}
+    assert any(m is estimator for m in loss.modules())  # registered: .to() moves its buffers

@@ -80,6 +80,12 @@ class LossModule(nn.Module):
         self._target_networks: list[str] = []
         self._value_estimator = None
 
+    def __setattr__(self, name: str, value: Any) -> None:
+        if name == "value_estimator":  # nn.Module would register an estimator module without the property
+            LossModule.value_estimator.fset(self, value)
+            return
+        super().__setattr__(name, value)
+
     # ------------------------------------------------------------------ keys
     def set_keys(self, **keys: Any) -> "LossModule":
         """Rename the keys this loss reads or writes; the value estimator follows.

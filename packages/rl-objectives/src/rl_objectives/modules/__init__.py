@@ -1,0 +1,70 @@
+"""rl_objectives.modules: networks, actors, critics, distributions and exploration (torchrl.modules names).
+
+Example:
+    >>> import torch
+    >>> from tdict import TensorDict
+    >>> from tdict.nn import TensorDictModule, NormalParamExtractor
+    >>> from tdict.specs import Bounded
+    >>> from rl_objectives.modules import MLP, ProbabilisticActor, TanhNormal, ValueOperator
+    >>> net = TensorDictModule(torch.nn.Sequential(MLP(3, 4, num_cells=[16]), NormalParamExtractor()),
+    ...                        in_keys=["observation"], out_keys=["loc", "scale"])
+    >>> actor = ProbabilisticActor(net, in_keys=["loc", "scale"], distribution_class=TanhNormal,
+    ...                            spec=Bounded(-1.0, 1.0, shape=(2,)))
+    >>> critic = ValueOperator(MLP(3, 1, num_cells=[16]))
+    >>> td = critic(actor(TensorDict(observation=torch.randn(8, 3), batch_size=[8])))
+    >>> td["action"].shape, td["state_value"].shape
+    (torch.Size([8, 2]), torch.Size([8]))
+"""
+from .actors import (
+    Actor,
+    ActorCriticWrapper,
+    ActorValueOperator,
+    ProbabilisticActor,
+    QValueActor,
+    QValueModule,
+    SafeModule,
+    SafeProbabilisticModule,
+    ValueOperator,
+)
+from .distributions import (
+    Delta,
+    IndependentNormal,
+    MaskedCategorical,
+    NormalParamExtractor,
+    OneHotCategorical,
+    TanhDelta,
+    TanhNormal,
+    TruncatedNormal,
+)
+from .exploration import (
+    AdditiveGaussianModule,
+    EGreedyModule,
+    OrnsteinUhlenbeckProcessModule,
+)
+from .models import MLP, ConvNet, SquashDims
+
+__all__ = [
+    "MLP",
+    "Actor",
+    "ActorCriticWrapper",
+    "ActorValueOperator",
+    "AdditiveGaussianModule",
+    "ConvNet",
+    "Delta",
+    "EGreedyModule",
+    "IndependentNormal",
+    "MaskedCategorical",
+    "NormalParamExtractor",
+    "OneHotCategorical",
+    "OrnsteinUhlenbeckProcessModule",
+    "ProbabilisticActor",
+    "QValueActor",
+    "QValueModule",
+    "SafeModule",
+    "SafeProbabilisticModule",
+    "SquashDims",
+    "TanhDelta",
+    "TanhNormal",
+    "TruncatedNormal",
+    "ValueOperator",
+]

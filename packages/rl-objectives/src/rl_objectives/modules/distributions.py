@@ -1,0 +1,339 @@
+"""Action distributions for policies (torchrl.modules.distributions names).
+
+:class:`TanhNormal`, :class:`TanhDelta`, :class:`IndependentNormal` and :class:`MaskedCategorical`
+live here; :class:`~tdict.nn.OneHotCategorical`, :class:`~tdict.nn.TruncatedNormal`,
+:class:`~tdict.nn.Delta` and :class:`~tdict.nn.NormalParamExtractor` are re-exported from ``tdict.nn``.
+
+Every distribution here exposes ``deterministic_sample`` (what
+``set_interaction_type(DETERMINISTIC)`` makes a probabilistic module write) and, where it has an
+event dim, sums ``log_prob`` over it, so the log-prob of an action has the batch shape.
+"""
+from __future__ import annotations
+
+import torch
+from tdict.nn import Delta, NormalParamExtractor, OneHotCategorical, TruncatedNormal
+from torch import distributions as D
+
+__all__ = [
+    "Delta",
+    "IndependentNormal",
+    "MaskedCategorical",
+    "NormalParamExtractor",
+    "OneHotCategorical",
+    "TanhDelta",
+    "TanhNormal",
+    "TruncatedNormal",
+]
+
+
+def _bounds(low: torch.Tensor | float, high: torch.Tensor | float, like: torch.Tensor, what: str) -> tuple[torch.Tensor, torch.Tensor]:
+    """``low`` and ``high`` as tensors of ``like``'s dtype and device, checked ``low < high``."""
+    scalars = isinstance(low, (int, float)) and isinstance(high, (int, float))
+    if scalars and not low < high:
+        raise ValueError(f"{what}: low must be smaller than high, got low={low} and high={high}.")
+    low_t = torch.as_tensor(low, dtype=like.dtype, device=like.device)
+    high_t = torch.as_tensor(high, dtype=like.dtype, device=like.device)
+    if not scalars and not bool((low_t < high_t).all()):
+        raise ValueError(f"{what}: low must be smaller than high everywhere, got low={low_t} and high={high_t}.")
+    return low_t, high_t
+
+
+def _event_dims(event_dims: int | None, loc: torch.Tensor, what: str) -> int:
+    if event_dims is None:
+        return min(1, loc.ndim)
+    if not isinstance(event_dims, int) or not 0 <= event_dims <= loc.ndim:
+        raise ValueError(f"{what}: event_dims must be an int in [0, {loc.ndim}] (loc has shape {tuple(loc.shape)}), got {event_dims!r}.")
+    return event_dims
+
+
+def _sum_event(value: torch.Tensor, event_dims: int) -> torch.Tensor:
+    return value.sum(tuple(range(-event_dims, 0))) if event_dims else value
+
+
+class TanhNormal(D.Distribution):
+    """A Normal squashed by ``tanh`` and scaled to ``[low, high]``: ``y = c + h * tanh(x)``, ``x ~ N(loc, scale)``.
+
+    ``c = (high + low) / 2`` and ``h = (high - low) / 2``. The density follows from the change of variables
+    ``log p(y) = log N(atanh(t); loc, scale) - log(1 - t**2) - log(h)`` with ``t = (y - c) / h``,
+    summed over the ``event_dims`` trailing dims, so ``log_prob`` has the batch shape.
+
+    Numerical safety: ``tanh`` saturates to exactly ``+-1`` in floating point, so samples are kept
+    ``eps`` (the dtype's machine epsilon) away from ``+-1`` before scaling, and ``log_prob`` clamps
+    ``t`` the same way: it stays finite at (and beyond) the bounds instead of giving ``inf``/``nan``.
+
+    ``mode`` and ``deterministic_sample`` are ``c + h * tanh(loc)``: the image of the Normal's mode, the
+    usual deterministic action of SAC-like policies (it is not the exact mode of the squashed
+    density). ``mean`` and ``entropy`` have no closed form and raise ``NotImplementedError``
+    (probabilistic modules then fall back to an empirical mean).
+
+    Args:
+        loc, scale: parameters of the Normal before squashing (broadcast together).
+        upscale: with ``tanh_loc=True``, ``loc`` is first mapped to ``upscale * tanh(loc / upscale)``.
+        low, high: the bounds (floats or tensors broadcasting with the event shape). Default ``-1, 1``.
+        event_dims: how many trailing dims of ``loc`` form one event (default ``min(1, loc.ndim)``).
+        tanh_loc: see ``upscale``.
+        safe_tanh: keep squashed samples ``eps`` away from the bounds (default ``True``).
+
+    Raises:
+        ValueError: when ``low >= high`` somewhere, or ``event_dims`` is out of range.
+
+    Example:
+        >>> import torch
+        >>> from rl_objectives.modules import TanhNormal
+        >>> d = TanhNormal(torch.zeros(3, 2), torch.ones(3, 2), low=-2.0, high=2.0)
+        >>> s = d.rsample()
+        >>> s.shape, bool((s.abs() < 2).all()), d.log_prob(s).shape
+        (torch.Size([3, 2]), True, torch.Size([3]))
+        >>> d.deterministic_sample
+        tensor([[0., 0.],
+                [0., 0.],
+                [0., 0.]])
+    """
+
+    arg_constraints = {"loc": D.constraints.real, "scale": D.constraints.positive}
+    has_rsample = True
+
+    def __init__(
+        self,
+        loc: torch.Tensor,
+        scale: torch.Tensor,
+        upscale: torch.Tensor | float = 5.0,
+        low: torch.Tensor | float = -1.0,
+        high: torch.Tensor | float = 1.0,
+        event_dims: int | None = None,
+        tanh_loc: bool = False,
+        safe_tanh: bool = True,
+        validate_args: bool | None = None,
+    ) -> None:
+        if not isinstance(loc, torch.Tensor) or not isinstance(scale, torch.Tensor):
+            raise TypeError(f"TanhNormal: loc and scale must be tensors, got {type(loc).__name__} and {type(scale).__name__}.")
+        if tanh_loc:
+            loc = upscale * torch.tanh(loc / upscale)
+        loc, scale = torch.broadcast_tensors(loc, scale)
+        n_event = _event_dims(event_dims, loc, "TanhNormal")
+        self.low, self.high = _bounds(low, high, loc, "TanhNormal")
+        self.loc, self.scale = loc, scale
+        self.upscale, self.tanh_loc, self.safe_tanh = upscale, tanh_loc, safe_tanh
+        self.event_dims = n_event
+        self._center = (self.high + self.low) / 2
+        self._half = (self.high - self.low) / 2
+        self._eps = torch.finfo(loc.dtype).eps
+        self._base = D.Normal(loc, scale, validate_args=False)
+        split = loc.ndim - n_event
+        super().__init__(batch_shape=loc.shape[:split], event_shape=loc.shape[split:], validate_args=validate_args)
+
+    @property
+    def support(self) -> D.constraints.Constraint:
+        return D.constraints.independent(D.constraints.interval(self.low, self.high), self.event_dims)
+
+    def _squash(self, x: torch.Tensor) -> torch.Tensor:
+        t = torch.tanh(x)
+        if self.safe_tanh:
+            t = t.clamp(-1 + self._eps, 1 - self._eps)
+        return self._center + self._half * t
+
+    def rsample(self, sample_shape: torch.Size | tuple = torch.Size()) -> torch.Tensor:
+        return self._squash(self._base.rsample(sample_shape))
+
+    def sample(self, sample_shape: torch.Size | tuple = torch.Size()) -> torch.Tensor:
+        with torch.no_grad():
+            return self.rsample(sample_shape)
+
+    def log_prob(self, value: torch.Tensor) -> torch.Tensor:
+        t = ((value - self._center) / self._half).clamp(-1 + self._eps, 1 - self._eps)
+        x = torch.atanh(t)
+        # log(1 - t^2) as log1p(-t) + log1p(t): accurate when |t| is close to 1
+        lp = self._base.log_prob(x) - torch.log1p(-t) - torch.log1p(t) - torch.log(self._half)
+        return _sum_event(lp, self.event_dims)
+
+    @property
+    def deterministic_sample(self) -> torch.Tensor:
+        return self._squash(self.loc)
+
+    @property
+    def mode(self) -> torch.Tensor:
+        return self.deterministic_sample
+
+    def expand(self, batch_shape: torch.Size | tuple, _instance: D.Distribution | None = None) -> TanhNormal:
+        shape = torch.Size(batch_shape) + self.event_shape
+        return TanhNormal(
+            self.loc.expand(shape), self.scale.expand(shape), low=self.low, high=self.high,
+            event_dims=self.event_dims, safe_tanh=self.safe_tanh, validate_args=False,
+        )
+
+
+class TanhDelta(Delta):
+    """A point mass at ``c + h * tanh(param)`` (``c``, ``h``: centre and half-width of ``[low, high]``).
+
+    The deterministic counterpart of :class:`TanhNormal` (DDPG/TD3 actors). Inherits
+    :class:`tdict.nn.Delta`'s log-prob: ``0`` where the value matches the mass over the whole event,
+    ``-inf`` elsewhere, with the batch shape (TorchRL adds the ``tanh`` Jacobian to it; a point mass has
+    probability one, so we do not).
+
+    Args:
+        param: the pre-``tanh`` location.
+        low, high: the bounds (floats or tensors broadcasting with ``param``). Default ``-1, 1``.
+        event_dims: trailing dims of ``param`` forming one event (default ``min(1, param.ndim)``).
+        atol, rtol: tolerances of the equality test of ``log_prob``.
+
+    Raises:
+        ValueError: when ``low >= high`` somewhere, or ``event_dims`` is out of range.
+
+    Example:
+        >>> import torch
+        >>> from rl_objectives.modules import TanhDelta
+        >>> d = TanhDelta(torch.tensor([0.0, 100.0]), low=0.0, high=2.0)
+        >>> d.mode
+        tensor([1., 2.])
+        >>> d.log_prob(d.sample()), d.sample((3,)).shape
+        (tensor(0.), torch.Size([3, 2]))
+    """
+
+    def __init__(
+        self,
+        param: torch.Tensor,
+        low: torch.Tensor | float = -1.0,
+        high: torch.Tensor | float = 1.0,
+        event_dims: int | None = None,
+        atol: float = 1e-6,
+        rtol: float = 1e-6,
+    ) -> None:
+        if not isinstance(param, torch.Tensor):
+            raise TypeError(f"TanhDelta: param must be a tensor, got {type(param).__name__}.")
+        n_event = _event_dims(event_dims, param, "TanhDelta")
+        self.low, self.high = _bounds(low, high, param, "TanhDelta")
+        self.event_dims = n_event
+        squashed = (self.high + self.low) / 2 + (self.high - self.low) / 2 * torch.tanh(param)
+        split = squashed.ndim - n_event
+        super().__init__(squashed, atol=atol, rtol=rtol, batch_shape=squashed.shape[:split], event_shape=squashed.shape[split:])
+
+
+class IndependentNormal(D.Independent):
+    """A diagonal Normal whose last ``event_dim`` dims form one event (``log_prob`` has the batch shape).
+
+    Args:
+        loc, scale: the Normal's parameters.
+        upscale: with ``tanh_loc=True``, ``loc`` is first mapped to ``upscale * tanh(loc / upscale)``.
+        tanh_loc: see ``upscale``.
+        event_dim: trailing dims that form one event (default 1).
+
+    Example:
+        >>> import torch
+        >>> from rl_objectives.modules import IndependentNormal
+        >>> d = IndependentNormal(torch.zeros(4, 3), torch.ones(4, 3))
+        >>> d.log_prob(d.sample()).shape, d.deterministic_sample.shape
+        (torch.Size([4]), torch.Size([4, 3]))
+    """
+
+    def __init__(
+        self,
+        loc: torch.Tensor,
+        scale: torch.Tensor,
+        upscale: float = 5.0,
+        tanh_loc: bool = False,
+        event_dim: int = 1,
+        validate_args: bool | None = None,
+    ) -> None:
+        if tanh_loc:
+            loc = upscale * torch.tanh(loc / upscale)
+        loc, scale = torch.broadcast_tensors(loc, scale)
+        if not isinstance(event_dim, int) or not 0 <= event_dim <= loc.ndim:
+            raise ValueError(f"IndependentNormal: event_dim must be an int in [0, {loc.ndim}] (loc has shape {tuple(loc.shape)}), got {event_dim!r}.")
+        self.upscale, self.tanh_loc = upscale, tanh_loc
+        super().__init__(D.Normal(loc, scale, validate_args=validate_args), event_dim, validate_args=validate_args)
+
+    @property
+    def loc(self) -> torch.Tensor:
+        return self.base_dist.loc
+
+    @property
+    def scale(self) -> torch.Tensor:
+        return self.base_dist.scale
+
+    @property
+    def deterministic_sample(self) -> torch.Tensor:
+        return self.base_dist.loc
+
+    @property
+    def mode(self) -> torch.Tensor:
+        return self.base_dist.loc
+
+
+class MaskedCategorical(D.Categorical):
+    """A categorical distribution over the actions allowed by a boolean ``mask``.
+
+    Masked-out actions get the logit ``neg_inf`` before normalisation. With the default
+    ``neg_inf=-inf`` they have probability exactly zero: they are never sampled, never the mode,
+    and ``log_prob`` of a masked action is ``-inf``. A finite ``neg_inf`` (e.g. ``-1e9``) makes that
+    log-prob very negative but finite instead (useful when a masked action may be stored and its
+    log-prob must not produce ``nan`` gradients). The entropy counts the allowed actions only.
+
+    Args:
+        logits: unnormalised log-probabilities, ``[*batch, n]``.
+        probs: probabilities instead of logits (exactly one of the two).
+        mask: boolean tensor broadcasting to ``[*batch, n]``; ``True`` marks an allowed action.
+            Every row needs at least one allowed action.
+        neg_inf: the logit given to masked actions (default ``-inf``).
+
+    Raises:
+        ValueError: when both or neither of ``logits``/``probs`` are given, ``mask`` is missing, not
+            boolean, does not broadcast, or (with argument validation, torch's default) has a row
+            with no allowed action.
+
+    Example:
+        >>> import torch
+        >>> from rl_objectives.modules import MaskedCategorical
+        >>> d = MaskedCategorical(logits=torch.zeros(2, 4),
+        ...                       mask=torch.tensor([[True, False, True, False], [False, False, False, True]]))
+        >>> d.probs
+        tensor([[0.5000, 0.0000, 0.5000, 0.0000],
+                [0.0000, 0.0000, 0.0000, 1.0000]])
+        >>> d.log_prob(torch.tensor([1, 3]))
+        tensor([-inf, 0.])
+        >>> d.deterministic_sample.shape
+        torch.Size([2])
+    """
+
+    def __init__(
+        self,
+        logits: torch.Tensor | None = None,
+        probs: torch.Tensor | None = None,
+        *,
+        mask: torch.Tensor | None = None,
+        neg_inf: float = float("-inf"),
+        validate_args: bool | None = None,
+    ) -> None:
+        if (logits is None) == (probs is None):
+            raise ValueError("MaskedCategorical: pass exactly one of logits and probs.")
+        if mask is None:
+            raise ValueError("MaskedCategorical: mask is required (a boolean tensor, True for allowed actions).")
+        if not isinstance(mask, torch.Tensor) or mask.dtype is not torch.bool:
+            raise ValueError(f"MaskedCategorical: mask must be a bool tensor, got {getattr(mask, 'dtype', type(mask).__name__)}.")
+        raw = logits if logits is not None else probs.log()
+        try:
+            mask = mask.expand(raw.shape)
+        except RuntimeError:
+            raise ValueError(f"MaskedCategorical: mask of shape {tuple(mask.shape)} does not broadcast to the logits shape {tuple(raw.shape)}.") from None
+        validate = validate_args if validate_args is not None else D.Distribution._validate_args
+        if validate and not bool(mask.any(-1).all()):
+            raise ValueError("MaskedCategorical: mask has a row with no allowed action (every row needs at least one True).")
+        self.mask = mask
+        self.neg_inf = neg_inf
+        super().__init__(logits=raw.masked_fill(~mask, neg_inf), validate_args=validate_args)
+
+    @property
+    def deterministic_sample(self) -> torch.Tensor:
+        return self.mode
+
+    @property
+    def mode(self) -> torch.Tensor:
+        return self.logits.argmax(-1)
+
+    def entropy(self) -> torch.Tensor:
+        # masked entries contribute 0 (their probability is 0), never -inf * 0 = nan
+        p_log_p = (self.probs * self.logits).masked_fill(~self.mask, 0.0)
+        return -p_log_p.sum(-1)
+
+    def expand(self, batch_shape: torch.Size | tuple, _instance: D.Distribution | None = None) -> MaskedCategorical:
+        shape = torch.Size(batch_shape) + self.logits.shape[-1:]
+        return MaskedCategorical(logits=self.logits.expand(shape), mask=self.mask.expand(shape), neg_inf=self.neg_inf, validate_args=False)

@@ -1,0 +1,216 @@
+"""TanhNormal, TanhDelta, IndependentNormal, MaskedCategorical against references written here."""
+import math
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from rl_objectives.modules import (
+    Delta,
+    IndependentNormal,
+    MaskedCategorical,
+    NormalParamExtractor,
+    OneHotCategorical,
+    TanhDelta,
+    TanhNormal,
+    TruncatedNormal,
+)
+from torch import distributions as D
+
+BATCHES = [(), (4,), (2, 3)]
+
+
+def _tanh_normal_ref(y, loc, scale, low, high):
+    """log p(y) by change of variables y = c + h * tanh(x), x ~ N(loc, scale); summed over the last dim."""
+    c, h = (high + low) / 2, (high - low) / 2
+    x = torch.atanh((y - c) / h)
+    log_det = torch.log(h * (1 - torch.tanh(x) ** 2))  # |dy/dx|
+    normal = -((x - loc) ** 2) / (2 * scale**2) - torch.log(scale) - 0.5 * math.log(2 * math.pi)
+    return (normal - log_det).sum(-1)
+
+
+def test_reexports_are_tdict_classes():
+    import tdict.nn as tnn
+
+    assert OneHotCategorical is tnn.OneHotCategorical and TruncatedNormal is tnn.TruncatedNormal
+    assert Delta is tnn.Delta and NormalParamExtractor is tnn.NormalParamExtractor
+
+
+class TestTanhNormal:
+    @pytest.mark.parametrize("batch", BATCHES)
+    def test_log_prob_matches_change_of_variables(self, batch):
+        torch.manual_seed(0)
+        loc = torch.randn(*batch, 3, dtype=torch.float64)
+        scale = torch.rand(*batch, 3, dtype=torch.float64) + 0.2
+        low, high = torch.tensor([-1.0, 0.0, -3.0], dtype=torch.float64), torch.tensor([1.0, 2.0, 5.0], dtype=torch.float64)
+        d = TanhNormal(loc, scale, low=low, high=high)
+        y = d.sample((7,))
+        assert y.shape == (7, *batch, 3)
+        lp = d.log_prob(y)
+        assert lp.shape == (7, *batch)
+        torch.testing.assert_close(lp, _tanh_normal_ref(y, loc, scale, low, high))
+        assert d.batch_shape == batch and d.event_shape == (3,)
+
+    def test_density_integrates_to_one(self):
+        d = TanhNormal(torch.tensor([0.7], dtype=torch.float64), torch.tensor([0.9], dtype=torch.float64), low=-2.0, high=3.0)
+        y = torch.linspace(-2.0, 3.0, 200001, dtype=torch.float64)[1:-1].unsqueeze(-1)
+        total = torch.trapezoid(d.log_prob(y).exp(), y.squeeze(-1))
+        assert abs(total.item() - 1.0) < 1e-3
+
+    @pytest.mark.parametrize("loc_value", [-60.0, 60.0])
+    def test_saturated_samples_stay_inside_and_log_prob_finite(self, loc_value):
+        d = TanhNormal(torch.full((1000, 2), loc_value), torch.ones(1000, 2), low=-2.0, high=0.5)
+        s = d.sample()
+        assert ((s >= -2.0) & (s <= 0.5)).all()
+        assert torch.isfinite(d.log_prob(s)).all()
+        # exactly at and beyond the bounds: clamped, finite
+        edge = torch.tensor([[-2.0, 0.5], [-5.0, 9.0]])
+        assert torch.isfinite(TanhNormal(torch.zeros(2), torch.ones(2), low=-2.0, high=0.5).log_prob(edge)).all()
+
+    def test_rsample_gradient_flows(self):
+        loc = torch.zeros(5, 2, requires_grad=True)
+        scale = torch.ones(5, 2, requires_grad=True)
+        d = TanhNormal(loc, scale)
+        s = d.rsample()
+        (s.sum() + d.log_prob(s).sum()).backward()
+        assert loc.grad is not None and scale.grad is not None
+        assert loc.grad.abs().sum() > 0 and scale.grad.abs().sum() > 0
+
+    def test_deterministic_sample_and_mode(self):
+        loc = torch.tensor([[0.3, -2.0]])
+        d = TanhNormal(loc, torch.ones(1, 2), low=torch.tensor([0.0, -4.0]), high=torch.tensor([2.0, 4.0]))
+        expected = torch.tensor([[1.0, 0.0]]) + torch.tensor([[1.0, 4.0]]) * torch.tanh(loc)
+        torch.testing.assert_close(d.deterministic_sample, expected)
+        torch.testing.assert_close(d.mode, expected)
+
+    def test_tanh_loc_and_event_dims(self):
+        loc = torch.full((2, 3), 100.0)
+        d = TanhNormal(loc, torch.ones(2, 3), upscale=2.0, tanh_loc=True)
+        torch.testing.assert_close(d.loc, 2.0 * torch.tanh(loc / 2.0))
+        d0 = TanhNormal(torch.zeros(2, 3), torch.ones(2, 3), event_dims=0)
+        assert d0.log_prob(d0.sample()).shape == (2, 3)
+        d2 = TanhNormal(torch.zeros(2, 3), torch.ones(2, 3), event_dims=2)
+        assert d2.log_prob(d2.sample()).shape == ()
+        scalar = TanhNormal(torch.zeros(()), torch.ones(()))
+        assert scalar.event_shape == () and scalar.log_prob(scalar.sample()).shape == ()
+
+    def test_errors(self):
+        with pytest.raises(ValueError, match="low must be smaller than high"):
+            TanhNormal(torch.zeros(2), torch.ones(2), low=1.0, high=1.0)
+        with pytest.raises(ValueError, match="low must be smaller than high everywhere"):
+            TanhNormal(torch.zeros(2), torch.ones(2), low=torch.tensor([0.0, 2.0]), high=torch.tensor([1.0, 1.0]))
+        with pytest.raises(ValueError, match="event_dims"):
+            TanhNormal(torch.zeros(2), torch.ones(2), event_dims=2)
+        with pytest.raises(ValueError):
+            TanhNormal(torch.zeros(2), -torch.ones(2), validate_args=True)  # torch's argument validation: scale > 0
+
+
+class TestTanhDelta:
+    @pytest.mark.parametrize("batch", BATCHES)
+    def test_mode_log_prob_shapes(self, batch):
+        param = torch.randn(*batch, 2)
+        d = TanhDelta(param, low=-3.0, high=1.0)
+        expected = -1.0 + 2.0 * torch.tanh(param)
+        torch.testing.assert_close(d.mode, expected)
+        torch.testing.assert_close(d.deterministic_sample, expected)
+        assert d.sample((5,)).shape == (5, *batch, 2)
+        lp = d.log_prob(expected)
+        assert lp.shape == batch and (lp == 0).all()
+        assert (d.log_prob(expected + 0.5) == -math.inf).all()
+
+    def test_errors(self):
+        with pytest.raises(ValueError, match="low must be smaller"):
+            TanhDelta(torch.zeros(2), low=2.0, high=1.0)
+
+
+class TestIndependentNormal:
+    @pytest.mark.parametrize("batch", BATCHES)
+    def test_log_prob_is_sum_of_normals(self, batch):
+        loc, scale = torch.randn(*batch, 3), torch.rand(*batch, 3) + 0.1
+        d = IndependentNormal(loc, scale)
+        x = d.sample((4,))
+        torch.testing.assert_close(d.log_prob(x), D.Normal(loc, scale).log_prob(x).sum(-1))
+        torch.testing.assert_close(d.deterministic_sample, loc)
+        torch.testing.assert_close(d.mode, loc)
+        assert d.batch_shape == batch
+
+    def test_tanh_loc(self):
+        d = IndependentNormal(torch.full((3,), 50.0), torch.ones(3), upscale=3.0, tanh_loc=True)
+        torch.testing.assert_close(d.loc, torch.full((3,), 3.0 * math.tanh(50.0 / 3.0)))
+
+    def test_errors(self):
+        with pytest.raises(ValueError, match="event_dim"):
+            IndependentNormal(torch.zeros(3), torch.ones(3), event_dim=2)
+
+
+class TestMaskedCategorical:
+    def _ref_log_prob(self, logits, mask, value):
+        masked = logits.masked_fill(~mask, -math.inf)
+        return torch.log_softmax(masked, -1).gather(-1, value.unsqueeze(-1)).squeeze(-1)
+
+    @pytest.mark.parametrize("batch", BATCHES)
+    def test_log_prob_matches_reference(self, batch):
+        torch.manual_seed(0)
+        logits = torch.randn(*batch, 5)
+        mask = torch.rand(*batch, 5) > 0.4
+        mask[..., 2] = True  # at least one allowed action per row
+        d = MaskedCategorical(logits=logits, mask=mask)
+        for a in range(5):
+            value = torch.full(batch, a, dtype=torch.long)
+            lp = d.log_prob(value)
+            assert lp.shape == batch
+            torch.testing.assert_close(lp, self._ref_log_prob(logits, mask, value))
+            assert (lp[~mask[..., a]] == -math.inf).all()
+
+    def test_never_samples_masked_actions(self):
+        torch.manual_seed(0)
+        mask = torch.tensor([[True, False, True, False, False], [False, False, False, False, True]])
+        logits = torch.tensor([[0.0, 10.0, 1.0, 10.0, 10.0], [5.0, 5.0, 5.0, 5.0, -5.0]])
+        d = MaskedCategorical(logits=logits, mask=mask)
+        s = d.sample((20000,))
+        assert mask.gather(-1, s.T).all()
+        # allowed frequencies follow the renormalised probabilities: row 0 has p(2) = e / (1 + e)
+        freq = (s[:, 0] == 2).float().mean().item()
+        assert abs(freq - math.e / (1 + math.e)) < 0.02
+        assert (s[:, 1] == 4).all()
+
+    @settings(max_examples=30, deadline=None)
+    @given(st.lists(st.booleans(), min_size=2, max_size=6), st.integers(0, 2**16))
+    def test_property_samples_and_mode_are_allowed(self, mask_list, seed):
+        mask = torch.tensor(mask_list)
+        if not mask.any():
+            mask[0] = True
+        gen = torch.Generator().manual_seed(seed)
+        logits = torch.randn(len(mask_list), generator=gen) * 5
+        d = MaskedCategorical(logits=logits, mask=mask)
+        torch.manual_seed(seed)
+        s = d.sample((200,))
+        assert mask[s].all()
+        assert mask[d.mode] and mask[d.deterministic_sample]
+        torch.testing.assert_close(d.probs.sum(), torch.tensor(1.0))
+        assert (d.probs[~mask] == 0).all()
+
+    def test_mode_entropy_probs_and_finite_neg_inf(self):
+        logits = torch.tensor([3.0, 1.0, 2.0, 0.0])
+        mask = torch.tensor([False, True, True, True])
+        d = MaskedCategorical(logits=logits, mask=mask)
+        assert d.mode.item() == 2
+        p = torch.softmax(torch.tensor([1.0, 2.0, 0.0]), -1)
+        torch.testing.assert_close(d.entropy(), -(p * p.log()).sum())
+        finite = MaskedCategorical(logits=logits, mask=mask, neg_inf=-1e9)
+        lp0 = finite.log_prob(torch.tensor(0))
+        assert torch.isfinite(lp0) and lp0 < -1e8
+        probs = MaskedCategorical(probs=torch.tensor([0.4, 0.1, 0.3, 0.2]), mask=mask)
+        torch.testing.assert_close(probs.probs, torch.tensor([0.0, 1 / 6, 0.5, 2 / 6]))
+
+    def test_errors(self):
+        with pytest.raises(ValueError, match="exactly one of logits and probs"):
+            MaskedCategorical(mask=torch.ones(3, dtype=torch.bool))
+        with pytest.raises(ValueError, match="mask is required"):
+            MaskedCategorical(logits=torch.zeros(3))
+        with pytest.raises(ValueError, match="mask must be a bool tensor"):
+            MaskedCategorical(logits=torch.zeros(3), mask=torch.ones(3))
+        with pytest.raises(ValueError, match="does not broadcast"):
+            MaskedCategorical(logits=torch.zeros(3), mask=torch.ones(4, dtype=torch.bool))
+        with pytest.raises(ValueError, match="no allowed action"):
+            MaskedCategorical(logits=torch.zeros(2, 3), mask=torch.tensor([[True, False, False], [False, False, False]]), validate_args=True)
