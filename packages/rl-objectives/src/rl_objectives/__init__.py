@@ -9,9 +9,41 @@ It imports only ``tdict`` (distribution ``rl-tdict``), the standard library and 
 libraries, never a sibling ``rl_*`` package.
 """
 
-from .losses import HardUpdate, LossModule, SoftUpdate, TargetNetUpdater
+from .losses import (
+    A2CLoss,
+    ClipPPOLoss,
+    DDPGLoss,
+    DQNLoss,
+    HardUpdate,
+    KLPENPPOLoss,
+    LossModule,
+    PPOLoss,
+    ReinforceLoss,
+    SACLoss,
+    SoftUpdate,
+    TargetNetUpdater,
+    TD3Loss,
+    distance_loss,
+)
 from .value import ValueEstimators
 
 __version__ = "0.1.0"
 
-__all__ = ["HardUpdate", "LossModule", "SoftUpdate", "TargetNetUpdater", "ValueEstimators", "__version__"]
+__all__ = [
+    "A2CLoss",
+    "ClipPPOLoss",
+    "DDPGLoss",
+    "DQNLoss",
+    "HardUpdate",
+    "KLPENPPOLoss",
+    "LossModule",
+    "PPOLoss",
+    "ReinforceLoss",
+    "SACLoss",
+    "SoftUpdate",
+    "TD3Loss",
+    "TargetNetUpdater",
+    "ValueEstimators",
+    "__version__",
+    "distance_loss",
+]

@@ -1,0 +1,121 @@
+"""A2CLoss: advantage actor-critic, the plainest on-policy loss.
+
+    loss_objective = -mean(log pi(a_t | s_t) * A_t)
+    loss_critic    = critic_coeff * mean(distance(V(s_t), value_target_t))
+    loss_entropy   = -entropy_coeff * mean(H[pi(. | s_t)])
+
+Per-step entries (advantage, value target, state value, log-probs) have the TensorDict's batch
+shape (``[B]`` or a rollout's ``[N, T]``), with no trailing singleton dim; a ``[B]`` vs ``[B, 1]``
+mix raises ``ValueError`` naming the keys instead of broadcasting.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from tdict import TensorDict
+
+from .actor_critic import _ActorCriticLoss, _check_same_shape
+
+__all__ = ["A2CLoss"]
+
+
+class A2CLoss(_ActorCriticLoss):
+    """Advantage actor-critic loss (TorchRL's ``A2CLoss``).
+
+    ``loss_objective = -mean(log pi(a|s) * A)`` on the stored action, ``loss_critic =
+    critic_coeff * mean(distance(V(s), value_target))`` and, with ``entropy_bonus``,
+    ``loss_entropy = -entropy_coeff * mean(H[pi(.|s)])`` (``"entropy"`` is reported detached).
+    When the input has no advantage, the value estimator (GAE by default, see
+    :meth:`make_value_estimator`) computes it without gradients on a shallow copy of the input:
+    the caller's TensorDict is not modified.
+
+    Args:
+        actor_network: the policy (a ProbabilisticTensorDictSequential / ProbabilisticTensorDictModule).
+        critic_network: writes the state value (``"state_value"``, batch-shaped) or ``None`` (no
+            critic loss; the input must then hold the advantage).
+
+    Keyword Args:
+        entropy_bonus: add ``loss_entropy``. Default ``True``.
+        samples_mc_entropy: draws of the Monte-Carlo entropy estimate for distributions without a
+            closed form. Default 1.
+        entropy_coeff: weight of the entropy bonus. Default 0.01.
+        critic_coeff: weight of the critic loss; ``None`` leaves ``loss_critic`` out. Default 1.0.
+        loss_critic_type: ``"l1"``, ``"l2"`` or ``"smooth_l1"`` (default).
+        separate_losses: the critic loss does not train parameters shared with the actor.
+        reduction: ``"mean"`` (default), ``"sum"`` or ``"none"`` (per-step losses, batch-shaped).
+        clip_value: clip the value prediction to ``stored value +/- clip_value`` (the input must
+            hold the collection-time ``"state_value"``); adds ``"value_clip_fraction"``.
+        gamma: default discount of the value estimator (else 0.99).
+        advantage_key, value_target_key, value_key: shortcuts for :meth:`set_keys`.
+
+    Keys (``set_keys``): advantage, value_target, value, sample_log_prob, action, reward, done,
+    terminated.
+
+    Example:
+        >>> import torch
+        >>> from torch import nn
+        >>> from tdict import TensorDict
+        >>> from tdict.nn import TensorDictModule, ProbabilisticTensorDictModule, ProbabilisticTensorDictSequential
+        >>> from rl_objectives.losses.a2c import A2CLoss
+        >>> actor = ProbabilisticTensorDictSequential(
+        ...     TensorDictModule(nn.Linear(3, 2), in_keys=["obs"], out_keys=["logits"]),
+        ...     ProbabilisticTensorDictModule(in_keys=["logits"], out_keys=["action"],
+        ...                                   distribution_class=torch.distributions.Categorical))
+        >>> critic = TensorDictModule(lambda obs: obs.sum(-1), in_keys=["obs"], out_keys=["state_value"])
+        >>> loss = A2CLoss(actor, critic)
+        >>> td = TensorDict(obs=torch.randn(5, 3), action=torch.randint(2, (5,)), advantage=torch.randn(5),
+        ...                 value_target=torch.randn(5), batch_size=[5])
+        >>> out = loss(td)
+        >>> sorted(out.keys())
+        ['entropy', 'loss_critic', 'loss_entropy', 'loss_objective']
+        >>> out["loss_objective"].shape
+        torch.Size([])
+    """
+
+    def __init__(
+        self,
+        actor_network: Any,
+        critic_network: Any,
+        *,
+        entropy_bonus: bool = True,
+        samples_mc_entropy: int = 1,
+        entropy_coeff: float = 0.01,
+        critic_coeff: float | None = 1.0,
+        loss_critic_type: str = "smooth_l1",
+        separate_losses: bool = False,
+        reduction: str | None = "mean",
+        clip_value: float | None = None,
+        gamma: float | None = None,
+        advantage_key: Any = None,
+        value_target_key: Any = None,
+        value_key: Any = None,
+    ) -> None:
+        super().__init__(
+            actor_network,
+            critic_network,
+            entropy_bonus=entropy_bonus,
+            samples_mc_entropy=samples_mc_entropy,
+            entropy_coeff=entropy_coeff,
+            critic_coeff=critic_coeff,
+            loss_critic_type=loss_critic_type,
+            separate_losses=separate_losses,
+            reduction=reduction,
+            clip_value=clip_value,
+            gamma=gamma,
+            advantage_key=advantage_key,
+            value_target_key=value_target_key,
+            value_key=value_key,
+        )
+
+    def forward(self, tensordict: Any) -> TensorDict:
+        """The A2C losses on a batch ``[*B]`` (a flat sample or a ``[N, T]`` rollout)."""
+        td = tensordict.copy()  # networks and the estimator write here, never into the caller's entries
+        advantage = self._advantage(td)
+        dist = self._get_dist(td)
+        log_prob = self._log_prob(dist, td)
+        _check_same_shape(type(self).__name__, [(self.tensor_keys.advantage, advantage), ("log-prob of " + repr(self.tensor_keys.action), log_prob)])
+        out: dict = {"loss_objective": -(log_prob * advantage)}
+        self._entropy_terms(dist, td, out)
+        self._critic_terms(td, out)
+        return self._output(out)
+

@@ -1,0 +1,347 @@
+"""The machinery the on-policy losses (A2C, PPO and its variants, REINFORCE) share.
+
+They read the same entries: the taken action and, for PPO, its behaviour log-prob; an advantage
+(estimated by the loss's value estimator when absent); a value target for the critic.
+:class:`_ActorCriticLoss` holds the network registration, the no-grad advantage estimate, the
+log-prob of the stored action, the entropy bonus and the critic regression.
+
+Per-step entries (advantage, value target, state value, log-probs) have the TensorDict's batch
+shape (``[B]`` or a rollout's ``[N, T]``), with no trailing singleton dim; a ``[B]`` vs ``[B, 1]``
+mix raises ``ValueError`` naming the keys instead of broadcasting.
+"""
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+import torch
+from tdict import TensorDict
+from tdict.nn import CompositeDistribution, ProbabilisticTensorDictModule
+from torch import distributions as D
+
+from ..value import (
+    GAE,
+    TD0Estimator,
+    TD1Estimator,
+    TDLambdaEstimator,
+    ValueEstimators,
+    VTrace,
+)
+from .common import LossModule
+from .utils import (
+    _check_loss_function,
+    _check_reduction,
+    _reduce,
+    _sum_to_batch,
+    distance_loss,
+)
+
+__all__: list[str] = []  # private base: the losses built on it are public
+
+_Tensor = torch.Tensor
+
+
+# ---------------------------------------------------------------------------- tensor helpers
+def _check_same_shape(owner: str, named: list) -> None:
+    """Per-step entries never broadcast: every ``(key, tensor)`` pair must share one shape."""
+    ref_key, ref = named[0]
+    for key, value in named[1:]:
+        if value.shape != ref.shape:
+            raise ValueError(
+                f"{owner}: {key!r} has shape {tuple(value.shape)} but {ref_key!r} has shape {tuple(ref.shape)}; "
+                "per-step entries must have the TensorDict's batch shape and are never broadcast "
+                "(a [B] vs [B, 1] mix is a bug upstream)."
+            )
+
+
+def _standardize(value: _Tensor, exclude_dims: tuple) -> _Tensor:
+    """``(value - mean) / std`` over every dim but ``exclude_dims`` (std: unbiased, at least 1e-6)."""
+    excluded = {d % value.ndim for d in exclude_dims}
+    dims = [d for d in range(value.ndim) if d not in excluded]
+    if not dims:
+        return value
+    mean = value.mean(dims, keepdim=True)
+    std = value.std(dims, keepdim=True).clamp_min(1e-6)
+    return (value - mean) / std
+
+
+def _entropy(dist: D.Distribution, batch_dims: int, samples_mc: int) -> _Tensor:
+    """The policy's entropy with the batch shape: closed form when the distribution has one,
+    else a Monte-Carlo estimate ``-mean_k log pi(x_k)`` over ``samples_mc`` (reparametrised) draws."""
+    try:
+        if isinstance(dist, CompositeDistribution):
+            return dist.entropy(aggregate_probabilities=True)
+        return _sum_to_batch(dist.entropy(), batch_dims)
+    except NotImplementedError:
+        pass
+    draws = dist.rsample((samples_mc,)) if dist.has_rsample else dist.sample((samples_mc,))
+    if isinstance(dist, CompositeDistribution):
+        log_prob = dist.log_prob(draws, aggregate_probabilities=True)
+    else:
+        log_prob = _sum_to_batch(dist.log_prob(draws), batch_dims + 1)
+    return -log_prob.mean(0)
+
+
+def _distribution_module(actor: Any) -> ProbabilisticTensorDictModule:
+    """The actor's (last) probabilistic module: it knows which entries hold the distribution's
+    parameters (KLPENPPOLoss rebuilds the behaviour policy from them)."""
+    found = [m for m in actor.modules() if isinstance(m, ProbabilisticTensorDictModule)]
+    if not found:
+        raise TypeError(f"actor_network holds no ProbabilisticTensorDictModule; got {type(actor).__name__}.")
+    return found[-1]
+
+
+class _ActorCriticLoss(LossModule):
+    """What A2C, PPO and REINFORCE share (private base; see the subclasses for the losses).
+
+    It registers ``actor_network`` (anything with ``get_dist``: a ProbabilisticTensorDictModule or
+    ProbabilisticTensorDictSequential) and the optional ``critic_network`` (writing the value key),
+    validates the common hyperparameters before anything is registered, estimates the advantage
+    with the value estimator when the input lacks it, and computes the log-prob of the stored
+    action, the entropy bonus and the critic regression.
+    """
+
+    default_keys: ClassVar[dict] = {
+        "advantage": "advantage",
+        "value_target": "value_target",
+        "value": "state_value",
+        "sample_log_prob": "sample_log_prob",
+        "action": "action",
+        "reward": "reward",
+        "done": "done",
+        "terminated": "terminated",
+    }
+    default_value_estimator = ValueEstimators.GAE
+    default_value_kwargs: ClassVar[dict] = {"gamma": 0.99, "lmbda": 0.95}
+    # whether the critic loss also reports the explained variance (PPO does, as in TorchRL)
+    _log_explained_variance = False
+    # the output key of the critic loss (REINFORCE calls it "loss_value", as TorchRL does)
+    _critic_loss_key = "loss_critic"
+
+    def __init__(
+        self,
+        actor_network: Any,
+        critic_network: Any,
+        *,
+        entropy_bonus: bool = True,
+        samples_mc_entropy: int = 1,
+        entropy_coeff: float = 0.01,
+        critic_coeff: float | None = 1.0,
+        loss_critic_type: str = "smooth_l1",
+        separate_losses: bool = False,
+        reduction: str | None = "mean",
+        clip_value: float | None = None,
+        gamma: float | None = None,
+        delay_value: bool = False,
+        advantage_key: Any = None,
+        value_target_key: Any = None,
+        value_key: Any = None,
+    ) -> None:
+        name = type(self).__name__
+        if reduction is None:
+            reduction = "mean"
+        _check_reduction(name, reduction)
+        _check_loss_function(name, loss_critic_type)
+        if not hasattr(actor_network, "get_dist"):
+            raise TypeError(
+                f"{name}: actor_network must build a distribution (a ProbabilisticTensorDictModule or "
+                f"ProbabilisticTensorDictSequential with get_dist), got {type(actor_network).__name__}."
+            )
+        if critic_network is not None and not isinstance(critic_network, torch.nn.Module):
+            raise TypeError(f"{name}: critic_network must be a TensorDict module or None, got {type(critic_network).__name__}.")
+        if isinstance(samples_mc_entropy, bool) or not isinstance(samples_mc_entropy, int) or samples_mc_entropy < 1:
+            raise ValueError(f"{name}: samples_mc_entropy must be a positive int, got {samples_mc_entropy!r}.")
+        if clip_value is not None and (isinstance(clip_value, bool) or not isinstance(clip_value, (int, float)) or clip_value <= 0):
+            raise ValueError(f"{name}: clip_value must be a positive float or None, got {clip_value!r}.")
+        if gamma is not None and not 0.0 <= float(gamma) <= 1.0:
+            raise ValueError(f"{name}: gamma must be in [0, 1], got {gamma!r}.")
+        renames = {k: v for k, v in (("advantage", advantage_key), ("value_target", value_target_key), ("value", value_key)) if v is not None}
+        super().__init__()
+        self.convert_to_functional(actor_network, "actor_network")
+        self._has_critic = critic_network is not None and critic_coeff is not None
+        if critic_network is not None:
+            self.convert_to_functional(critic_network, "critic_network", create_target_params=delay_value)
+        self._critic_in_keys = list(critic_network.in_keys) if critic_network is not None else []
+        # separate_losses: the critic loss must not train parameters the actor also uses, so those
+        # are found once here (the very same tensors) and detached at every critic call
+        self._shared_critic_keys: list = []
+        if separate_losses and critic_network is not None:
+            actor_ids = {id(p) for p in actor_network.parameters()}
+            critic_params = self.params_of("critic_network")
+            self._shared_critic_keys = [k for k, v in critic_params.items(True, True) if id(v) in actor_ids]
+        self.entropy_bonus = bool(entropy_bonus)
+        self.samples_mc_entropy = samples_mc_entropy
+        self.register_buffer("entropy_coeff", torch.tensor(float(entropy_coeff)))
+        self.register_buffer("critic_coeff", torch.tensor(float(critic_coeff)) if critic_coeff is not None else None)
+        self.register_buffer("clip_value", torch.tensor(float(clip_value)) if clip_value is not None else None)
+        self.loss_critic_type = loss_critic_type
+        self.separate_losses = bool(separate_losses)
+        self.reduction = reduction
+        self.gamma = gamma
+        self.delay_value = bool(delay_value)
+        if renames:
+            self.set_keys(**renames)
+
+    # ------------------------------------------------------------------ value estimator
+    def make_value_estimator(self, value_type: Any = None, **hyperparams: Any) -> _ActorCriticLoss:
+        """Build the value estimator (``None``: :attr:`default_value_estimator`) on the critic.
+
+        ``gamma`` defaults to the loss's ``gamma`` when one was given, else 0.99; ``lmbda`` (GAE,
+        TD(lambda)) to 0.95. Other keyword arguments go to the estimator's constructor.
+
+        Raises:
+            RuntimeError: the loss has no critic_network. ValueError: unknown ``value_type``.
+        """
+        name = type(self).__name__
+        if "critic_network" not in self._networks:
+            raise RuntimeError(f"{name}: a value estimator needs a critic_network; pass one, or put the advantage in the input.")
+        try:
+            value_type = ValueEstimators(self.default_value_estimator if value_type is None else value_type)
+        except ValueError:
+            raise ValueError(f"{name}.make_value_estimator: unknown value_type {value_type!r}; accepted: {[m.value for m in ValueEstimators]}.") from None
+        defaults = dict(self.default_value_kwargs)
+        if self.gamma is not None:
+            defaults["gamma"] = self.gamma
+        allowed = ("gamma", "lmbda") if value_type in (ValueEstimators.GAE, ValueEstimators.TDLambda) else ("gamma",)
+        kwargs = {k: v for k, v in defaults.items() if k in allowed}
+        kwargs.update(hyperparams)
+        critic = self.critic_network
+        if value_type is ValueEstimators.GAE:
+            estimator = GAE(value_network=critic, **kwargs)
+        elif value_type is ValueEstimators.TDLambda:
+            estimator = TDLambdaEstimator(value_network=critic, **kwargs)
+        elif value_type is ValueEstimators.TD1:
+            estimator = TD1Estimator(value_network=critic, **kwargs)
+        elif value_type is ValueEstimators.TD0:
+            estimator = TD0Estimator(value_network=critic, **kwargs)
+        else:
+            estimator = VTrace(value_network=critic, actor_network=self.actor_network, **kwargs)
+        self.value_estimator = estimator
+        self.value_type = value_type
+        return self
+
+    def _advantage(self, tensordict: Any) -> _Tensor:
+        """The advantage in ``tensordict``, estimated (without gradients) into it when absent."""
+        key = self.tensor_keys.advantage
+        advantage = tensordict.get(key, None)
+        if advantage is None:
+            if "critic_network" not in self._networks:
+                raise KeyError(
+                    f"{type(self).__name__}: the input has no {key!r} entry and there is no critic_network to "
+                    f"estimate it; keys present: {sorted(map(str, tensordict.keys(True, True)))}."
+                )
+            params = self.params_of("critic_network").detach()
+            target = self.params_of("critic_network", target=True) if self.delay_value else params
+            with torch.no_grad():
+                self.value_estimator(tensordict, params=params, target_params=target)
+            advantage = tensordict.get(key)
+        return advantage.detach()
+
+    # ------------------------------------------------------------------ actor
+    def _get_dist(self, tensordict: Any) -> D.Distribution:
+        """The current policy at the states of ``tensordict`` (its intermediate outputs are written there)."""
+        with self.params_of("actor_network").to_module(self.actor_network):
+            return self.actor_network.get_dist(tensordict)
+
+    def _log_prob(self, dist: D.Distribution, tensordict: Any) -> _Tensor:
+        """log pi(a | s) of the stored action, with ``tensordict``'s batch shape."""
+        key = self.tensor_keys.action
+        name = type(self).__name__
+        if isinstance(dist, CompositeDistribution):
+            return dist.log_prob(tensordict, aggregate_probabilities=True)
+        try:
+            action = tensordict.get(key)
+        except KeyError:
+            raise KeyError(f"{name}: the input misses the action {key!r}; keys present: {sorted(map(str, tensordict.keys(True, True)))}.") from None
+        if action.requires_grad:
+            raise RuntimeError(f"{name}: the stored {key!r} requires grad; the loss scores a recorded action, detach it.")
+        log_prob = dist.log_prob(action)
+        if log_prob.shape != dist.batch_shape:
+            # e.g. a Categorical over [B] given a [B, 1] action broadcasts to [B, B]
+            raise ValueError(
+                f"{name}: {key!r} of shape {tuple(action.shape)} does not match the policy (batch shape "
+                f"{tuple(dist.batch_shape)}, event shape {tuple(dist.event_shape)}); log_prob broadcast it to "
+                f"{tuple(log_prob.shape)}."
+            )
+        log_prob = _sum_to_batch(log_prob, tensordict.batch_dims)
+        if log_prob.shape != tensordict.batch_size:
+            raise ValueError(
+                f"{name}: the policy's batch shape {tuple(dist.batch_shape)} does not start with the input's "
+                f"batch size {tuple(tensordict.batch_size)}."
+            )
+        return log_prob
+
+    def _entropy_terms(self, dist: D.Distribution, tensordict: Any, out: dict) -> None:
+        if self.entropy_bonus:
+            entropy = _entropy(dist, tensordict.batch_dims, self.samples_mc_entropy)
+            out["entropy"] = entropy.detach().mean()
+            out["loss_entropy"] = -self.entropy_coeff * entropy
+
+    # ------------------------------------------------------------------ critic
+    def _critic_params(self) -> Any:
+        if not self._shared_critic_keys:
+            return None
+        params = self.params_of("critic_network").copy()
+        for key in self._shared_critic_keys:
+            params.set(key, params.get(key).detach())
+        return params
+
+    def _critic_terms(self, tensordict: Any, out: dict) -> None:
+        """``loss_critic`` (and ``value_clip_fraction`` / ``explained_variance``) into ``out``."""
+        if not self._has_critic:
+            return
+        out[self._critic_loss_key] = self._critic_loss(tensordict, out) * self.critic_coeff
+
+    def _critic_loss(self, tensordict: Any, out: dict) -> _Tensor:
+        keys = self.tensor_keys
+        name = type(self).__name__
+        present = lambda: sorted(map(str, tensordict.keys(True, True)))
+        try:
+            target = tensordict.get(keys.value_target)
+        except KeyError:
+            raise KeyError(
+                f"{name}: the input misses the value target {keys.value_target!r} (value estimators write it next to "
+                f"the advantage); keys present: {present()}."
+            ) from None
+        old_value = None
+        if self.clip_value is not None:
+            try:
+                old_value = tensordict.get(keys.value).detach()
+            except KeyError:
+                raise KeyError(
+                    f"{name}: clip_value is set, so the input must hold the collection-time value {keys.value!r}; "
+                    f"keys present: {present()}."
+                ) from None
+        source = tensordict.detach() if self.separate_losses else tensordict
+        source = source.select(*self._critic_in_keys, strict=False)
+        value_td = self.call_network("critic_network", source, params=self._critic_params())
+        try:
+            value = value_td.get(keys.value)
+        except KeyError:
+            raise KeyError(f"{name}: critic_network did not write the value key {keys.value!r}; set it with set_keys(value=...).") from None
+        named = [(keys.value, value), (keys.value_target, target)]
+        if old_value is not None:
+            named.append((f"{keys.value!r} (stored)", old_value))
+        _check_same_shape(name, named)
+        loss = distance_loss(value, target, self.loss_critic_type)
+        if old_value is not None:
+            # PPO-style value clipping: the prediction moves at most clip_value from the stored value,
+            # and the larger (more pessimistic) of the two errors is kept
+            delta = value - old_value
+            clipped = delta.clamp(-self.clip_value, self.clip_value)
+            loss = torch.maximum(loss, distance_loss(old_value + clipped, target, self.loss_critic_type))
+            out["value_clip_fraction"] = (delta != clipped).to(value.dtype).mean().detach()
+        if self._log_explained_variance:
+            with torch.no_grad():
+                residual = (target - value).pow(2).mean()
+                total = (target - target.mean()).pow(2).mean().clamp_min(1e-8)
+                out["explained_variance"] = 1.0 - residual / total
+        return loss
+
+    # ------------------------------------------------------------------ output
+    def _output(self, out: dict) -> TensorDict:
+        """Reduce the ``loss_*`` entries with ``reduction``; diagnostics are already scalars."""
+        reduced = {k: (_reduce(v, self.reduction) if k.startswith("loss_") else v) for k, v in out.items()}
+        return TensorDict(reduced, batch_size=[])
+
+    def extra_repr(self) -> str:
+        return f"reduction={self.reduction!r}, loss_critic_type={self.loss_critic_type!r}, separate_losses={self.separate_losses}"

@@ -1,0 +1,366 @@
+"""PPO losses: PPOLoss (importance-weighted policy gradient), ClipPPOLoss and KLPENPPOLoss.
+
+With ``r_t = exp(log pi(a_t|s_t) - log pi_old(a_t|s_t))`` (``pi_old``'s log-prob is the stored
+``"sample_log_prob"``) and the advantage ``A_t``:
+
+    PPOLoss       loss_objective = -mean(r_t * A_t)
+    ClipPPOLoss   loss_objective = -mean(min(r_t * A_t, clamp(r_t, 1 - eps, 1 + eps) * A_t))
+    KLPENPPOLoss  loss_objective = -mean(r_t * A_t - beta * KL(pi_old(.|s_t) || pi(.|s_t)))
+
+plus, as in :class:`~rl_objectives.losses.a2c.A2CLoss`, ``loss_critic`` (with optional value
+clipping) and ``loss_entropy``. Diagnostics: ``"entropy"``, ``"kl_approx"`` (mean of
+``log pi_old - log pi``), ``"ESS"`` (normalised effective sample size of the ratios),
+``"explained_variance"``, ``"clip_fraction"`` (clip variant), ``"kl"`` (KL variant).
+"""
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import torch
+from tdict import TensorDict
+from torch import distributions as D
+
+from .actor_critic import (
+    _ActorCriticLoss,
+    _check_same_shape,
+    _distribution_module,
+    _standardize,
+    _sum_to_batch,
+)
+
+__all__ = ["ClipPPOLoss", "KLPENPPOLoss", "PPOLoss"]
+
+_Tensor = torch.Tensor
+
+
+class PPOLoss(_ActorCriticLoss):
+    """The PPO policy-gradient loss without a trust-region term (TorchRL's ``PPOLoss``).
+
+    ``loss_objective = -mean(exp(log pi(a|s) - sample_log_prob) * A)``, where ``a`` is the stored
+    action and ``sample_log_prob`` its log-prob under the policy that collected it. When the input
+    has no advantage, the value estimator (GAE by default, see :meth:`make_value_estimator`)
+    computes it without gradients, with the current critic, on a shallow copy of the input: the
+    caller's TensorDict is not modified (compute the advantage once per batch with
+    ``loss.value_estimator(td)`` to reuse it across epochs).
+
+    Use :class:`ClipPPOLoss` or :class:`KLPENPPOLoss` for training; this plain variant keeps no
+    policy close to the behaviour one.
+
+    Args:
+        actor_network: the policy (a ProbabilisticTensorDictSequential / ProbabilisticTensorDictModule).
+        critic_network: writes ``"state_value"`` (batch-shaped), or ``None``: no critic loss and
+            the input must hold the advantage.
+
+    Keyword Args:
+        entropy_bonus: add ``loss_entropy = -entropy_coeff * mean(entropy)``. Default ``True``.
+        samples_mc_entropy: draws of the Monte-Carlo entropy estimate (distributions without a
+            closed-form entropy). Default 1.
+        entropy_coeff: weight of the entropy bonus. Default 0.01.
+        critic_coeff: weight of the critic loss; ``None`` leaves it out. Default 1.0.
+        loss_critic_type: ``"l1"``, ``"l2"`` or ``"smooth_l1"`` (default).
+        normalize_advantage: standardise the advantage (mean 0, unbiased std 1) before use.
+        normalize_advantage_exclude_dims: dims kept independent when standardising (e.g. an agent dim).
+        gamma: default discount of the value estimator (else 0.99).
+        separate_losses: the critic loss does not train parameters shared with the actor (nor
+            the actor outputs it reads).
+        reduction: ``"mean"`` (default), ``"sum"`` or ``"none"`` (batch-shaped losses).
+        clip_value: clip the value prediction to ``stored state_value +/- clip_value`` and keep the
+            larger of the clipped and unclipped errors; adds ``"value_clip_fraction"``.
+        log_explained_variance: report ``"explained_variance"`` of the critic. Default ``True``.
+        advantage_key, value_target_key, value_key: shortcuts for :meth:`set_keys`.
+
+    Keys (``set_keys``): advantage, value_target, value, sample_log_prob, action, reward, done,
+    terminated.
+
+    Example:
+        >>> import torch
+        >>> from torch import nn
+        >>> from tdict import TensorDict
+        >>> from tdict.nn import TensorDictModule, ProbabilisticTensorDictModule, ProbabilisticTensorDictSequential
+        >>> from rl_objectives.losses.ppo import PPOLoss
+        >>> actor = ProbabilisticTensorDictSequential(
+        ...     TensorDictModule(nn.Linear(3, 2), in_keys=["obs"], out_keys=["logits"]),
+        ...     ProbabilisticTensorDictModule(in_keys=["logits"], out_keys=["action"],
+        ...                                   distribution_class=torch.distributions.Categorical))
+        >>> critic = TensorDictModule(lambda obs: obs.sum(-1), in_keys=["obs"], out_keys=["state_value"])
+        >>> td = TensorDict(obs=torch.randn(6, 3), action=torch.randint(2, (6,)),
+        ...                 sample_log_prob=torch.full((6,), -0.7), advantage=torch.randn(6),
+        ...                 value_target=torch.randn(6), batch_size=[6])
+        >>> out = PPOLoss(actor, critic)(td)
+        >>> sorted(out.keys())
+        ['ESS', 'entropy', 'explained_variance', 'kl_approx', 'loss_critic', 'loss_entropy', 'loss_objective']
+    """
+
+    def __init__(
+        self,
+        actor_network: Any,
+        critic_network: Any = None,
+        *,
+        entropy_bonus: bool = True,
+        samples_mc_entropy: int = 1,
+        entropy_coeff: float = 0.01,
+        critic_coeff: float | None = 1.0,
+        loss_critic_type: str = "smooth_l1",
+        normalize_advantage: bool = False,
+        normalize_advantage_exclude_dims: tuple = (),
+        gamma: float | None = None,
+        separate_losses: bool = False,
+        reduction: str | None = "mean",
+        clip_value: float | None = None,
+        log_explained_variance: bool = True,
+        advantage_key: Any = None,
+        value_target_key: Any = None,
+        value_key: Any = None,
+    ) -> None:
+        exclude = tuple(normalize_advantage_exclude_dims)
+        if not all(isinstance(d, int) and not isinstance(d, bool) for d in exclude):
+            raise ValueError(f"{type(self).__name__}: normalize_advantage_exclude_dims must be ints, got {normalize_advantage_exclude_dims!r}.")
+        super().__init__(
+            actor_network,
+            critic_network,
+            entropy_bonus=entropy_bonus,
+            samples_mc_entropy=samples_mc_entropy,
+            entropy_coeff=entropy_coeff,
+            critic_coeff=critic_coeff,
+            loss_critic_type=loss_critic_type,
+            separate_losses=separate_losses,
+            reduction=reduction,
+            clip_value=clip_value,
+            gamma=gamma,
+            advantage_key=advantage_key,
+            value_target_key=value_target_key,
+            value_key=value_key,
+        )
+        self.normalize_advantage = bool(normalize_advantage)
+        self.normalize_advantage_exclude_dims = exclude
+        self._log_explained_variance = bool(log_explained_variance)
+
+    def _prepare(self, tensordict: Any) -> tuple:
+        """``(working copy, advantage, current policy, log importance weight)``, shapes checked."""
+        name = type(self).__name__
+        td = tensordict.copy()  # networks and the estimator write here, never into the caller's entries
+        advantage = self._advantage(td)
+        if self.normalize_advantage and advantage.numel() > 1:
+            advantage = _standardize(advantage, self.normalize_advantage_exclude_dims)
+        dist = self._get_dist(td)
+        log_prob = self._log_prob(dist, td)
+        key = self.tensor_keys.sample_log_prob
+        try:
+            prev_log_prob = td.get(key)
+        except KeyError:
+            raise KeyError(
+                f"{name}: the input misses the behaviour log-prob {key!r} (the collecting policy writes it with "
+                f"return_log_prob=True); keys present: {sorted(map(str, td.keys(True, True)))}."
+            ) from None
+        if prev_log_prob.requires_grad:
+            raise RuntimeError(f"{name}: the stored {key!r} requires grad; it must be data from the behaviour policy.")
+        _check_same_shape(name, [(self.tensor_keys.advantage, advantage), (key, prev_log_prob),
+                                 (f"log-prob of {self.tensor_keys.action!r}", log_prob)])
+        return td, advantage, dist, log_prob - prev_log_prob
+
+    @staticmethod
+    def _weight_diagnostics(log_weight: _Tensor, out: dict) -> None:
+        with torch.no_grad():
+            lw = log_weight.detach().reshape(-1)
+            # normalised effective sample size of the importance weights: 1 when all are equal
+            ess = torch.exp(2 * lw.logsumexp(0) - (2 * lw).logsumexp(0))
+            out["ESS"] = ess / lw.numel()
+            out["kl_approx"] = (-lw).mean()
+
+    def _gain(self, log_weight: _Tensor, advantage: _Tensor, out: dict) -> _Tensor:
+        return log_weight.exp() * advantage
+
+    def forward(self, tensordict: Any) -> TensorDict:
+        """The PPO losses on a batch ``[*B]`` (a flat sample or a ``[N, T]`` rollout)."""
+        td, advantage, dist, log_weight = self._prepare(tensordict)
+        out: dict = {}
+        out["loss_objective"] = -self._gain(log_weight, advantage, out)
+        self._weight_diagnostics(log_weight, out)
+        self._entropy_terms(dist, td, out)
+        self._critic_terms(td, out)
+        return self._output(out)
+
+
+class ClipPPOLoss(PPOLoss):
+    """Clipped PPO (TorchRL's ``ClipPPOLoss``).
+
+    ``loss_objective = -mean(min(r * A, clamp(r, 1 - clip_epsilon, 1 + clip_epsilon) * A))`` with
+    ``r = exp(log pi(a|s) - sample_log_prob)``; ``"clip_fraction"`` reports the share of clipped
+    ratios. Every other argument, key and output is :class:`PPOLoss`'s.
+
+    Keyword Args:
+        clip_epsilon: the ratio's clipping half-width, in (0, 1). Default 0.2.
+        clip_value: as in :class:`PPOLoss`; ``True`` clips the value with ``clip_epsilon``.
+
+    Example:
+        >>> import torch
+        >>> from torch import nn
+        >>> from tdict import TensorDict
+        >>> from tdict.nn import (TensorDictModule, NormalParamExtractor, ProbabilisticTensorDictModule,
+        ...                       ProbabilisticTensorDictSequential)
+        >>> from rl_objectives.losses.ppo import ClipPPOLoss
+        >>> actor = ProbabilisticTensorDictSequential(
+        ...     TensorDictModule(nn.Sequential(nn.Linear(3, 4), NormalParamExtractor()),
+        ...                      in_keys=["obs"], out_keys=["loc", "scale"]),
+        ...     ProbabilisticTensorDictModule(in_keys=["loc", "scale"], out_keys=["action"],
+        ...                                   distribution_class=torch.distributions.Normal, return_log_prob=True))
+        >>> critic = TensorDictModule(lambda obs: obs.sum(-1), in_keys=["obs"], out_keys=["state_value"])
+        >>> loss = ClipPPOLoss(actor, critic, clip_epsilon=0.1)
+        >>> with torch.no_grad():
+        ...     td = actor(TensorDict(obs=torch.randn(4, 5, 3), batch_size=[4, 5]))   # a [N, T] rollout
+        >>> td["advantage"], td["value_target"] = torch.randn(4, 5), torch.randn(4, 5)
+        >>> out = loss(td)
+        >>> out["loss_objective"].shape, float(out["clip_fraction"])
+        (torch.Size([]), 0.0)
+        >>> (out["loss_objective"] + out["loss_critic"] + out["loss_entropy"]).backward()
+    """
+
+    def __init__(self, actor_network: Any, critic_network: Any = None, *, clip_epsilon: float = 0.2,
+                 clip_value: bool | float | None = None, **kwargs: Any) -> None:
+        if isinstance(clip_epsilon, bool) or not isinstance(clip_epsilon, (int, float)) or not 0.0 < clip_epsilon < 1.0:
+            raise ValueError(f"{type(self).__name__}: clip_epsilon must be in (0, 1), got {clip_epsilon!r}.")
+        if isinstance(clip_value, bool):
+            clip_value = float(clip_epsilon) if clip_value else None
+        super().__init__(actor_network, critic_network, clip_value=clip_value, **kwargs)
+        self.register_buffer("clip_epsilon", torch.tensor(float(clip_epsilon)))
+        # the clipping is done on the log-ratio: log(1 - eps) <= log r <= log(1 + eps)
+        self._log_bounds = (math.log1p(-float(clip_epsilon)), math.log1p(float(clip_epsilon)))
+
+    def _gain(self, log_weight: _Tensor, advantage: _Tensor, out: dict) -> _Tensor:
+        low, high = self._log_bounds
+        clipped = log_weight.clamp(low, high)
+        with torch.no_grad():
+            out["clip_fraction"] = (clipped != log_weight).to(log_weight.dtype).mean()
+        return torch.minimum(log_weight.exp() * advantage, clipped.exp() * advantage)
+
+    def extra_repr(self) -> str:
+        return f"clip_epsilon={float(self.clip_epsilon)}, " + super().extra_repr()
+
+
+class KLPENPPOLoss(PPOLoss):
+    """PPO with an adaptive KL penalty (TorchRL's ``KLPENPPOLoss``).
+
+    ``loss_objective = -mean(r * A - beta * KL(pi_old(.|s) || pi(.|s)))``. The behaviour policy
+    ``pi_old`` is rebuilt from the distribution parameters stored in the input: the entries named
+    by the actor's probabilistic module's ``in_keys`` (e.g. ``"loc"`` and ``"scale"`` for a
+    Normal, ``"logits"`` for a Categorical), which the collecting actor wrote next to the action.
+    The current policy is computed on a shallow copy, so those stored entries are never
+    overwritten. The KL is analytic when torch registers one for the pair of distributions, else
+    a Monte-Carlo estimate over ``samples_mc_kl`` draws from ``pi_old``.
+
+    After each call, ``beta`` adapts to the batch's mean KL: times ``increment`` when it exceeds
+    ``1.5 * dtarg``, times ``decrement`` when it is below ``dtarg / 1.5``. The loss of that call uses
+    the value of ``beta`` before the update. :meth:`reset` restores the initial ``beta``.
+
+    Keyword Args:
+        dtarg: the target KL. Default 0.01.
+        beta: the initial penalty weight (a buffer, saved in ``state_dict``). Default 1.0.
+        increment: factor (>= 1) applied when the KL is too large. Default 2.
+        decrement: factor (in (0, 1]) applied when the KL is too small. Default 0.5.
+        samples_mc_kl: draws of the Monte-Carlo KL estimate. Default 1.
+        Others: as in :class:`PPOLoss`. Extra output: ``"kl"`` (mean KL, detached).
+
+    Example:
+        >>> import torch
+        >>> from torch import nn
+        >>> from tdict import TensorDict
+        >>> from tdict.nn import TensorDictModule, ProbabilisticTensorDictModule, ProbabilisticTensorDictSequential
+        >>> from rl_objectives.losses.ppo import KLPENPPOLoss
+        >>> actor = ProbabilisticTensorDictSequential(
+        ...     TensorDictModule(nn.Linear(3, 2), in_keys=["obs"], out_keys=["logits"]),
+        ...     ProbabilisticTensorDictModule(in_keys=["logits"], out_keys=["action"], return_log_prob=True,
+        ...                                   distribution_class=torch.distributions.Categorical))
+        >>> with torch.no_grad():
+        ...     td = actor(TensorDict(obs=torch.randn(8, 3), batch_size=[8]))   # stores "logits"
+        >>> td["advantage"] = torch.randn(8)
+        >>> loss = KLPENPPOLoss(actor, None, dtarg=0.01, beta=1.0)
+        >>> out = loss(td)
+        >>> float(out["kl"])   # nothing moved yet
+        0.0
+        >>> float(loss.beta)   # KL < dtarg / 1.5: beta halves
+        0.5
+    """
+
+    def __init__(
+        self,
+        actor_network: Any,
+        critic_network: Any = None,
+        *,
+        dtarg: float = 0.01,
+        beta: float = 1.0,
+        increment: float = 2,
+        decrement: float = 0.5,
+        samples_mc_kl: int = 1,
+        **kwargs: Any,
+    ) -> None:
+        name = type(self).__name__
+        if not float(dtarg) > 0:
+            raise ValueError(f"{name}: dtarg must be > 0, got {dtarg!r}.")
+        if not float(beta) >= 0:
+            raise ValueError(f"{name}: beta must be >= 0, got {beta!r}.")
+        if not float(increment) >= 1.0:
+            raise ValueError(f"{name}: increment must be >= 1.0, got {increment!r}.")
+        if not 0.0 < float(decrement) <= 1.0:
+            raise ValueError(f"{name}: decrement must be in (0, 1], got {decrement!r}.")
+        if isinstance(samples_mc_kl, bool) or not isinstance(samples_mc_kl, int) or samples_mc_kl < 1:
+            raise ValueError(f"{name}: samples_mc_kl must be a positive int, got {samples_mc_kl!r}.")
+        dist_module = _distribution_module(actor_network)
+        super().__init__(actor_network, critic_network, **kwargs)
+        self.__dict__["_dist_module"] = dist_module  # already a submodule of the actor: not registered twice
+        self.dtarg = float(dtarg)
+        self.increment = float(increment)
+        self.decrement = float(decrement)
+        self.samples_mc_kl = samples_mc_kl
+        self._beta_init = float(beta)
+        self.register_buffer("beta", torch.tensor(float(beta)))
+
+    def _behaviour_dist(self, tensordict: Any) -> D.Distribution:
+        keys = list(self._dist_module.in_keys)
+        missing = [k for k in keys if k not in tensordict]
+        if missing:
+            raise KeyError(
+                f"{type(self).__name__}: the input misses the behaviour policy's distribution parameters {missing} "
+                f"(the actor's probabilistic module reads {keys}; keep them from collection); keys present: "
+                f"{sorted(map(str, tensordict.keys(True, True)))}."
+            )
+        return self._dist_module.get_dist(tensordict.select(*keys).detach())
+
+    def _kl(self, previous: D.Distribution, current: D.Distribution, batch_dims: int) -> _Tensor:
+        try:
+            return _sum_to_batch(D.kl_divergence(previous, current), batch_dims)
+        except NotImplementedError:
+            pass
+        draws = previous.sample((self.samples_mc_kl,))
+        if hasattr(draws, "batch_size"):  # a CompositeDistribution's TensorDict sample
+            diff = previous.log_prob(draws, aggregate_probabilities=True) - current.log_prob(draws, aggregate_probabilities=True)
+        else:
+            diff = _sum_to_batch(previous.log_prob(draws) - current.log_prob(draws), batch_dims + 1)
+        return diff.mean(0)
+
+    def forward(self, tensordict: Any) -> TensorDict:
+        """The KL-penalised PPO losses; adapts ``beta`` afterwards (see the class docstring)."""
+        previous = self._behaviour_dist(tensordict)
+        td, advantage, dist, log_weight = self._prepare(tensordict)
+        kl = self._kl(previous, dist, td.batch_dims)
+        _check_same_shape(type(self).__name__, [(self.tensor_keys.advantage, advantage), ("KL", kl)])
+        beta = self.beta.clone()
+        out: dict = {"loss_objective": -(log_weight.exp() * advantage - beta * kl)}
+        with torch.no_grad():
+            mean_kl = kl.detach().mean()
+            out["kl"] = mean_kl
+            # tensor ops rather than a Python branch, so that a compiled forward has no graph break
+            factor = torch.where(mean_kl > 1.5 * self.dtarg, self.increment, torch.where(mean_kl < self.dtarg / 1.5, self.decrement, 1.0))
+            self.beta.copy_(beta * factor)
+        self._weight_diagnostics(log_weight, out)
+        self._entropy_terms(dist, td, out)
+        self._critic_terms(td, out)
+        return self._output(out)
+
+    def reset(self) -> None:
+        """Restore the initial ``beta``."""
+        with torch.no_grad():
+            self.beta.fill_(self._beta_init)
+
+    def extra_repr(self) -> str:
+        return f"dtarg={self.dtarg}, beta={float(self.beta)}, " + super().extra_repr()

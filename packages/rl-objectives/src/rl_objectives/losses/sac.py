@@ -1,0 +1,254 @@
+"""SACLoss: soft actor-critic without a state-value network (Haarnoja et al., 2018, "SAC v2").
+
+- critics: ``Q_i(s, a)`` regress onto ``r + gamma * (1 - terminated) * (min_i Q'_i(s', a') - alpha * log pi(a'|s'))``
+  with ``a' ~ pi(.|s')`` (target Q ensemble, the current actor);
+- actor: minimise ``alpha * log pi(a|s) - min_i Q_i(s, a)`` with ``a`` reparameterised (critics detached);
+- temperature: minimise ``-log_alpha * (log pi(a|s) + target_entropy)`` (log-prob detached), so alpha
+  grows when the policy's entropy falls below the target.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import torch
+from torch import nn
+
+from tdict import TensorDict
+from tdict.specs import Composite
+
+from .common import LossModule
+from .utils import (
+    _check_batch_shaped,
+    _check_loss_function,
+    _check_reduction,
+    _get,
+    _make_bootstrapped_estimator,
+    _reduce,
+    _set_next_value,
+    _sum_to_batch,
+    distance_loss,
+)
+
+__all__ = ["SACLoss"]
+
+
+def _auto_target_entropy(action_spec: Any, actor_network: Any, action_key: Any) -> float | None:
+    """``-prod(action shape)`` from the spec (given or the actor's), or ``None`` to infer it later."""
+    spec = action_spec if action_spec is not None else getattr(actor_network, "spec", None)
+    if isinstance(spec, Composite):
+        spec = spec[action_key] if action_key in spec else None
+    if spec is None:
+        return None
+    return -float(math.prod(spec.shape))
+
+
+class SACLoss(LossModule):
+    """The SAC loss (TorchRL's ``SACLoss``, the version without a value network).
+
+    Args:
+        actor_network: a probabilistic actor (``ProbabilisticTensorDictSequential`` or
+            ``ProbabilisticActor``) whose ``get_dist`` gives a reparameterisable distribution over
+            ``"action"`` (e.g. ``TanhNormal``).
+        qvalue_network: a Q-network reading the observation and ``"action"`` and writing
+            ``"state_action_value"`` (batch shape); trained as an ensemble of ``num_qvalue_nets``.
+        value_network: must be ``None``: SAC v1 (with a state-value network) is not implemented.
+
+    Keyword Args:
+        num_qvalue_nets: size of the Q ensemble (default 2).
+        loss_function: ``"smooth_l1"`` (default), ``"l1"`` or ``"l2"`` for the critics.
+        alpha_init: initial temperature (default 1.0).
+        min_alpha, max_alpha: clamp the temperature used in the losses (``None``: no bound).
+        action_spec: the action spec, read for ``target_entropy="auto"``; default: the actor's
+            ``spec``; when neither is known, the first call reads the sampled action's shape.
+        fixed_alpha: keep the temperature fixed (``log_alpha`` is then a buffer, not a parameter).
+        target_entropy: a number, or ``"auto"`` for ``-prod(action shape)``.
+        delay_actor: keep target actor parameters (default ``False``); when ``True`` they sample the
+            next action of the target.
+        delay_qvalue: keep target Q parameters (default ``True``).
+        delay_value: accepted for TorchRL compatibility; there is no value network.
+        reduction: ``"mean"`` (default), ``"sum"`` or ``"none"``.
+
+    Returns from ``forward`` a TensorDict with ``"loss_actor"``, ``"loss_qvalue"`` (summed over the
+    ensemble), ``"loss_alpha"``, and the detached ``"alpha"`` and ``"entropy"`` (mean of
+    ``-log pi(a|s)``). Like TorchRL it writes the detached absolute TD error (max over the ensemble)
+    into the input at ``"td_error"`` for prioritized replay.
+
+    Example:
+        >>> import torch
+        >>> from torch import nn
+        >>> from tdict import TensorDict
+        >>> from tdict.nn import (NormalParamExtractor, ProbabilisticTensorDictModule,
+        ...                       ProbabilisticTensorDictSequential, TensorDictModule)
+        >>> from rl_objectives.losses.sac import SACLoss
+        >>> class Critic(nn.Module):
+        ...     def __init__(self):
+        ...         super().__init__()
+        ...         self.net = nn.Linear(5, 1)
+        ...     def forward(self, obs, action):
+        ...         return self.net(torch.cat([obs, action], -1)).squeeze(-1)
+        >>> actor = ProbabilisticTensorDictSequential(
+        ...     TensorDictModule(nn.Sequential(nn.Linear(3, 4), NormalParamExtractor()),
+        ...                      in_keys=["observation"], out_keys=["loc", "scale"]),
+        ...     ProbabilisticTensorDictModule(in_keys=["loc", "scale"], out_keys=["action"],
+        ...                                   distribution_class=torch.distributions.Normal))
+        >>> critic = TensorDictModule(Critic(), in_keys=["observation", "action"], out_keys=["state_action_value"])
+        >>> loss = SACLoss(actor, critic)
+        >>> td = TensorDict({"observation": torch.randn(6, 3), "action": torch.randn(6, 2),
+        ...     "next": {"observation": torch.randn(6, 3), "reward": torch.randn(6),
+        ...              "done": torch.zeros(6, dtype=torch.bool), "terminated": torch.zeros(6, dtype=torch.bool)}},
+        ...     batch_size=[6])
+        >>> out = loss(td)
+        >>> sorted(out.keys()), loss.target_entropy
+        (['alpha', 'entropy', 'loss_actor', 'loss_alpha', 'loss_qvalue'], -2.0)
+    """
+
+    default_keys = {
+        "action": "action",
+        "value": "state_value",
+        "state_action_value": "state_action_value",
+        "log_prob": "sample_log_prob",
+        "priority": "td_error",
+        "reward": "reward",
+        "done": "done",
+        "terminated": "terminated",
+    }
+    default_value_estimator = "TD(0)"
+    default_value_kwargs = {"gamma": 0.99, "lmbda": 0.95}
+    out_keys = ["loss_actor", "loss_qvalue", "loss_alpha", "alpha", "entropy"]
+
+    def __init__(
+        self,
+        actor_network: Any,
+        qvalue_network: Any,
+        value_network: Any = None,
+        *,
+        num_qvalue_nets: int = 2,
+        loss_function: str = "smooth_l1",
+        alpha_init: float = 1.0,
+        min_alpha: float | None = None,
+        max_alpha: float | None = None,
+        action_spec: Any = None,
+        fixed_alpha: bool = False,
+        target_entropy: float | str = "auto",
+        delay_actor: bool = False,
+        delay_qvalue: bool = True,
+        delay_value: bool = True,
+        reduction: str = "mean",
+    ) -> None:
+        super().__init__()
+        if value_network is not None:
+            raise NotImplementedError(
+                "SACLoss: the version with a state-value network (SAC v1) is not implemented; "
+                "pass value_network=None (SAC v2: the next-state value comes from the target Q ensemble)."
+            )
+        self.loss_function = _check_loss_function("SACLoss", loss_function)
+        self.reduction = _check_reduction("SACLoss", reduction)
+        if not isinstance(num_qvalue_nets, int) or isinstance(num_qvalue_nets, bool) or num_qvalue_nets < 1:
+            raise ValueError(f"SACLoss: num_qvalue_nets must be a positive int, got {num_qvalue_nets!r}.")
+        if not hasattr(actor_network, "get_dist"):
+            raise TypeError(f"SACLoss: actor_network must be a probabilistic module with get_dist (e.g. ProbabilisticActor), got {type(actor_network).__name__}.")
+        for name, value in (("alpha_init", alpha_init), ("min_alpha", min_alpha), ("max_alpha", max_alpha)):
+            if value is not None and not value > 0:
+                raise ValueError(f"SACLoss: {name} must be > 0, got {value!r}.")
+        if min_alpha is not None and max_alpha is not None and min_alpha > max_alpha:
+            raise ValueError(f"SACLoss: min_alpha ({min_alpha}) is above max_alpha ({max_alpha}).")
+        if target_entropy == "auto":
+            resolved = _auto_target_entropy(action_spec, actor_network, self.default_keys["action"])
+        elif isinstance(target_entropy, (int, float)) and not isinstance(target_entropy, bool):
+            resolved = float(target_entropy)
+        else:
+            raise ValueError(f"SACLoss: target_entropy must be a number or 'auto', got {target_entropy!r}.")
+        self.num_qvalue_nets = num_qvalue_nets
+        self.fixed_alpha = bool(fixed_alpha)
+        self.delay_actor = bool(delay_actor)
+        self.delay_qvalue = bool(delay_qvalue)
+        self.delay_value = bool(delay_value)
+        self.min_log_alpha = None if min_alpha is None else math.log(min_alpha)
+        self.max_log_alpha = None if max_alpha is None else math.log(max_alpha)
+        self._target_entropy = resolved
+        self.convert_to_functional(actor_network, "actor_network", create_target_params=self.delay_actor)
+        self.convert_to_functional(qvalue_network, "qvalue_network", expand_dim=num_qvalue_nets, create_target_params=self.delay_qvalue)
+        log_alpha = torch.tensor(math.log(alpha_init))
+        if self.fixed_alpha:
+            self.register_buffer("log_alpha", log_alpha)
+        else:
+            self.log_alpha = nn.Parameter(log_alpha)
+
+    @property
+    def target_entropy(self) -> float | None:
+        """The entropy target (``None`` until the first call when it is inferred from the action)."""
+        return self._target_entropy
+
+    @property
+    def _alpha(self) -> torch.Tensor:
+        with torch.no_grad():
+            log_alpha = self.log_alpha
+            if self.min_log_alpha is not None or self.max_log_alpha is not None:
+                log_alpha = log_alpha.clamp(self.min_log_alpha, self.max_log_alpha)
+            return log_alpha.exp()
+
+    def make_value_estimator(self, value_type: Any = None, **hyperparams: Any) -> "SACLoss":
+        """Build the bootstrapped estimator: TD(0) (default), TD(1) or TD(lambda); GAE raises."""
+        _make_bootstrapped_estimator(self, value_type, hyperparams)
+        return self
+
+    def _sample(self, tensordict: Any, target: bool = False, params: Any = None) -> tuple[Any, torch.Tensor, torch.Tensor]:
+        """A reparameterised action from the actor on a copy of ``tensordict``: ``(copy, action, log_prob)``."""
+        work = tensordict.copy()
+        if params is None:
+            params = self.params_of("actor_network", target=target)
+        with params.to_module(self.actor_network):
+            dist = self.actor_network.get_dist(work)
+        if not dist.has_rsample:
+            raise ValueError(f"SACLoss: the actor's {type(dist).__name__} distribution has no rsample; SAC needs a reparameterisable one (e.g. TanhNormal).")
+        action = dist.rsample()
+        log_prob = _sum_to_batch(dist.log_prob(action), tensordict.batch_dims)
+        _check_batch_shaped("SACLoss", {"log_prob": log_prob}, tensordict.batch_size)
+        work.set(self.tensor_keys.action, action)
+        return work, action, log_prob
+
+    def _q(self, tensordict: Any, **kwargs: Any) -> torch.Tensor:
+        """The ensemble's values, ``[num_qvalue_nets, *batch]``."""
+        out = self.call_network("qvalue_network", tensordict, **kwargs)
+        key = self.tensor_keys.state_action_value
+        value = _get("SACLoss", out, key)
+        _check_batch_shaped("SACLoss", {key: value}, tensordict.batch_size, lead=(self.num_qvalue_nets,))
+        return value
+
+    def _qvalue_loss(self, tensordict: Any) -> tuple[torch.Tensor, torch.Tensor]:
+        next_td = _get("SACLoss", tensordict, "next")
+        estimator = self.value_estimator
+        with torch.no_grad():
+            next_td, _, next_log_prob = self._sample(next_td, target=self.delay_actor)
+            next_q = self._q(next_td, target=self.delay_qvalue)
+            next_value = next_q.min(0).values - self._alpha * next_log_prob
+            target = estimator.value_estimate(_set_next_value(tensordict, estimator.tensor_keys.value, next_value))
+        _check_batch_shaped("SACLoss", {"value_target": target}, tensordict.batch_size)
+        pred = self._q(tensordict.copy())
+        loss = distance_loss(pred, target.expand_as(pred), self.loss_function).sum(0)
+        return _reduce(loss, self.reduction), (pred.detach() - target).abs().max(0).values
+
+    def _actor_loss(self, tensordict: Any) -> tuple[torch.Tensor, torch.Tensor]:
+        work, _, log_prob = self._sample(tensordict)
+        min_q = self._q(work, params=self.params_of("qvalue_network").detach()).min(0).values
+        return _reduce(self._alpha * log_prob - min_q, self.reduction), log_prob.detach()
+
+    def forward(self, tensordict: Any) -> TensorDict:
+        _get("SACLoss", tensordict, self.tensor_keys.action)
+        loss_qvalue, td_error = self._qvalue_loss(tensordict)
+        loss_actor, log_prob = self._actor_loss(tensordict)
+        if self._target_entropy is None:
+            # no spec: the action's own shape (beyond the batch dims) gives "auto"
+            action = _get("SACLoss", tensordict, self.tensor_keys.action)
+            self._target_entropy = -float(math.prod(action.shape[tensordict.batch_dims:]))
+        loss_alpha = _reduce(-self.log_alpha * (log_prob + self._target_entropy), self.reduction)
+        tensordict.set(self.tensor_keys.priority, td_error)
+        return TensorDict(
+            loss_actor=loss_actor,
+            loss_qvalue=loss_qvalue,
+            loss_alpha=loss_alpha,
+            alpha=self._alpha,
+            entropy=-log_prob.mean(),
+        )

@@ -1,0 +1,205 @@
+"""TD3Loss: twin delayed DDPG (Fujimoto et al., 2018).
+
+Three changes to DDPG: an ensemble of Q-networks whose minimum at the next state gives the target
+(clipped double Q), clipped Gaussian noise on the target action (target policy smoothing), and target
+copies of both actor and critics. The actor maximises the first Q-network (critics detached).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from tdict import TensorDict
+from tdict.specs import Bounded, Composite
+
+from .common import LossModule
+from .utils import (
+    _check_batch_shaped,
+    _check_loss_function,
+    _check_reduction,
+    _get,
+    _make_bootstrapped_estimator,
+    _reduce,
+    _set_next_value,
+    distance_loss,
+)
+
+__all__ = ["TD3Loss"]
+
+
+def _action_bounds(action_spec: Any, bounds: Any, action_key: Any) -> tuple[torch.Tensor, torch.Tensor]:
+    if bounds is not None:
+        if action_spec is not None:
+            raise ValueError("TD3Loss: give action_spec or bounds, not both.")
+        try:
+            low, high = bounds
+        except (TypeError, ValueError):
+            raise ValueError(f"TD3Loss: bounds must be a (low, high) pair, got {bounds!r}.") from None
+    else:
+        if action_spec is None:
+            raise ValueError("TD3Loss: the target action is clamped to the action bounds: give action_spec (a Bounded spec) or bounds=(low, high).")
+        spec = action_spec
+        if isinstance(spec, Composite):
+            if action_key not in spec:
+                raise ValueError(f"TD3Loss: the Composite action_spec has no {action_key!r} entry; it holds {spec.keys(True, True)}.")
+            spec = spec[action_key]
+        if not isinstance(spec, Bounded):
+            raise ValueError(f"TD3Loss: action_spec must be a Bounded spec (or a Composite holding one), got {type(spec).__name__}.")
+        low, high = spec.low, spec.high
+    low = torch.as_tensor(low, dtype=torch.get_default_dtype()) if not isinstance(low, torch.Tensor) else low
+    high = torch.as_tensor(high, dtype=low.dtype, device=low.device) if not isinstance(high, torch.Tensor) else high
+    if (low > high).any():
+        raise ValueError(f"TD3Loss: a low bound is above its high bound (low={low.tolist()}, high={high.tolist()}).")
+    return low.clone(), high.clone()
+
+
+class TD3Loss(LossModule):
+    """The TD3 loss (TorchRL's ``TD3Loss``).
+
+    Args:
+        actor_network: a deterministic actor writing ``"action"``.
+        qvalue_network: a Q-network reading the observation and ``"action"`` and writing
+            ``"state_action_value"`` (batch shape); it is trained as an ensemble of
+            ``num_qvalue_nets`` parameter sets (the first is the network's own values).
+
+    Keyword Args:
+        action_spec: the action's ``Bounded`` spec (or a ``Composite`` holding it under
+            ``"action"``): the smoothed target action is clamped to its bounds.
+        bounds: ``(low, high)`` instead of ``action_spec``.
+        num_qvalue_nets: size of the Q ensemble (default 2).
+        policy_noise: std of the Gaussian noise added to the target action (default 0.2).
+        noise_clip: the noise is clipped to ``[-noise_clip, noise_clip]`` (default 0.5).
+        loss_function: ``"smooth_l1"`` (default), ``"l1"`` or ``"l2"`` for the critics.
+        delay_actor: keep target actor parameters (default ``True``).
+        delay_qvalue: keep target Q parameters (default ``True``).
+        reduction: ``"mean"`` (default), ``"sum"`` or ``"none"``.
+
+    Returns from ``forward`` a TensorDict with ``"loss_actor"`` (``-Q_1(s, pi(s))``),
+    ``"loss_qvalue"`` (the critics' distances to the target, summed over the ensemble) and the
+    detached means ``"pred_value"``, ``"state_action_value_actor"``, ``"next_state_value"``,
+    ``"target_value"``. Like TorchRL it writes the detached squared TD error (max over the ensemble)
+    into the input at ``"td_error"`` for prioritized replay.
+
+    Example:
+        >>> import torch
+        >>> from torch import nn
+        >>> from tdict import TensorDict
+        >>> from tdict.nn import TensorDictModule
+        >>> from tdict.specs import Bounded
+        >>> from rl_objectives.losses.td3 import TD3Loss
+        >>> class Critic(nn.Module):
+        ...     def __init__(self):
+        ...         super().__init__()
+        ...         self.net = nn.Linear(4, 1)
+        ...     def forward(self, obs, action):
+        ...         return self.net(torch.cat([obs, action], -1)).squeeze(-1)
+        >>> actor = TensorDictModule(nn.Sequential(nn.Linear(3, 1), nn.Tanh()), in_keys=["observation"], out_keys=["action"])
+        >>> critic = TensorDictModule(Critic(), in_keys=["observation", "action"], out_keys=["state_action_value"])
+        >>> loss = TD3Loss(actor, critic, action_spec=Bounded(-1.0, 1.0, shape=(1,)))
+        >>> td = TensorDict({"observation": torch.randn(6, 3), "action": torch.rand(6, 1),
+        ...     "next": {"observation": torch.randn(6, 3), "reward": torch.randn(6),
+        ...              "done": torch.zeros(6, dtype=torch.bool), "terminated": torch.zeros(6, dtype=torch.bool)}},
+        ...     batch_size=[6])
+        >>> out = loss(td)
+        >>> out["loss_actor"].shape, out["loss_qvalue"].shape
+        (torch.Size([]), torch.Size([]))
+    """
+
+    default_keys = {
+        "action": "action",
+        "state_action_value": "state_action_value",
+        "priority": "td_error",
+        "reward": "reward",
+        "done": "done",
+        "terminated": "terminated",
+    }
+    default_value_estimator = "TD(0)"
+    default_value_kwargs = {"gamma": 0.99, "lmbda": 0.95}
+    out_keys = ["loss_actor", "loss_qvalue", "pred_value", "state_action_value_actor", "next_state_value", "target_value"]
+
+    def __init__(
+        self,
+        actor_network: Any,
+        qvalue_network: Any,
+        *,
+        action_spec: Any = None,
+        bounds: Any = None,
+        num_qvalue_nets: int = 2,
+        policy_noise: float = 0.2,
+        noise_clip: float = 0.5,
+        loss_function: str = "smooth_l1",
+        delay_actor: bool = True,
+        delay_qvalue: bool = True,
+        reduction: str = "mean",
+    ) -> None:
+        super().__init__()
+        self.loss_function = _check_loss_function("TD3Loss", loss_function)
+        self.reduction = _check_reduction("TD3Loss", reduction)
+        if not isinstance(num_qvalue_nets, int) or isinstance(num_qvalue_nets, bool) or num_qvalue_nets < 1:
+            raise ValueError(f"TD3Loss: num_qvalue_nets must be a positive int, got {num_qvalue_nets!r}.")
+        if policy_noise < 0 or noise_clip < 0:
+            raise ValueError(f"TD3Loss: policy_noise and noise_clip must be >= 0, got {policy_noise!r} and {noise_clip!r}.")
+        low, high = _action_bounds(action_spec, bounds, self.default_keys["action"])
+        self.num_qvalue_nets = num_qvalue_nets
+        self.policy_noise = float(policy_noise)
+        self.noise_clip = float(noise_clip)
+        self.delay_actor = bool(delay_actor)
+        self.delay_qvalue = bool(delay_qvalue)
+        self.convert_to_functional(actor_network, "actor_network", create_target_params=self.delay_actor)
+        self.convert_to_functional(qvalue_network, "qvalue_network", expand_dim=num_qvalue_nets, create_target_params=self.delay_qvalue)
+        self.register_buffer("min_action", low)
+        self.register_buffer("max_action", high)
+
+    def make_value_estimator(self, value_type: Any = None, **hyperparams: Any) -> "TD3Loss":
+        """Build the bootstrapped estimator: TD(0) (default), TD(1) or TD(lambda); GAE raises."""
+        _make_bootstrapped_estimator(self, value_type, hyperparams)
+        return self
+
+    def _q(self, tensordict: Any, **kwargs: Any) -> torch.Tensor:
+        """The ensemble's values, ``[num_qvalue_nets, *batch]``."""
+        out = self.call_network("qvalue_network", tensordict, **kwargs)
+        key = self.tensor_keys.state_action_value
+        value = _get("TD3Loss", out, key)
+        _check_batch_shaped("TD3Loss", {key: value}, tensordict.batch_size, lead=(self.num_qvalue_nets,))
+        return value
+
+    def actor_loss(self, tensordict: Any) -> tuple[torch.Tensor, dict]:
+        """``-Q_1(s, pi(s))``, critics detached: gradients reach the actor only."""
+        acted = self.call_network("actor_network", tensordict.copy())
+        value = self._q(acted, params=self.params_of("qvalue_network").detach())
+        return _reduce(-value[0], self.reduction), {"state_action_value_actor": value.detach().mean()}
+
+    def value_loss(self, tensordict: Any) -> tuple[torch.Tensor, dict]:
+        """The critics' loss against the clipped double-Q target with target policy smoothing."""
+        keys = self.tensor_keys
+        action = _get("TD3Loss", tensordict, keys.action)
+        next_td = _get("TD3Loss", tensordict, "next")
+        estimator = self.value_estimator
+        # drawn before the networks run, so a seeded call is reproducible whatever they do
+        noise = (torch.randn_like(action) * self.policy_noise).clamp(-self.noise_clip, self.noise_clip)
+        with torch.no_grad():
+            next_td = self.call_network("actor_network", next_td.copy(), target=self.delay_actor)
+            next_action = _get("TD3Loss", next_td, keys.action)
+            next_td.set(keys.action, torch.clamp(next_action + noise, self.min_action, self.max_action))
+            next_value = self._q(next_td, target=self.delay_qvalue).min(0).values
+            target = estimator.value_estimate(_set_next_value(tensordict, estimator.tensor_keys.value, next_value))
+        _check_batch_shaped("TD3Loss", {"value_target": target}, tensordict.batch_size)
+        pred = self._q(tensordict.copy())
+        # per sample: the sum over the ensemble of each critic's distance to the shared target
+        loss = _reduce(distance_loss(pred, target.expand_as(pred), self.loss_function).sum(0), self.reduction)
+        pred = pred.detach()
+        metadata = {
+            "td_error": (pred - target).pow(2).max(0).values,
+            "pred_value": pred.mean(),
+            "next_state_value": next_value.mean(),
+            "target_value": target.mean(),
+        }
+        return loss, metadata
+
+    def forward(self, tensordict: Any) -> TensorDict:
+        loss_qvalue, metadata = self.value_loss(tensordict)
+        loss_actor, metadata_actor = self.actor_loss(tensordict)
+        tensordict.set(self.tensor_keys.priority, metadata.pop("td_error"))
+        return TensorDict(loss_actor=loss_actor, loss_qvalue=loss_qvalue, **metadata_actor, **metadata)

@@ -1,0 +1,295 @@
+"""DQNLoss against a hand-written reference: targets, double DQN, gradients, keys, errors, learning."""
+
+import pytest
+import torch
+from hypothesis import given
+from hypothesis import strategies as st
+from torch import nn
+
+from rl_objectives.losses.dqn import DQNLoss
+from rl_objectives.losses.utils import distance_loss
+from rl_objectives.value import ValueEstimators
+from tdict import TensorDict
+from tdict.nn import TensorDictModule, TensorDictSequential
+
+N_OBS, N_ACT, B = 3, 4, 7
+
+
+class GreedyHead(nn.Module):
+    """action values -> (greedy action, its value), as a Q-value actor's last step."""
+
+    def __init__(self, space):
+        super().__init__()
+        self.space = space
+
+    def forward(self, action_value):
+        idx = action_value.argmax(-1)
+        chosen = action_value.gather(-1, idx.unsqueeze(-1)).squeeze(-1)
+        action = idx if self.space == "categorical" else nn.functional.one_hot(idx, action_value.shape[-1])
+        return action, chosen
+
+
+def q_actor(space="one_hot", seed=0):
+    torch.manual_seed(seed)
+    return TensorDictSequential(
+        TensorDictModule(nn.Linear(N_OBS, N_ACT), in_keys=["observation"], out_keys=["action_value"]),
+        TensorDictModule(GreedyHead(space), in_keys=["action_value"], out_keys=["action", "chosen_action_value"]),
+    )
+
+
+def batch(space="one_hot", n=B, seed=1):
+    g = torch.Generator().manual_seed(seed)
+    idx = torch.randint(N_ACT, (n,), generator=g)
+    action = idx if space == "categorical" else nn.functional.one_hot(idx, N_ACT)
+    terminated = torch.rand(n, generator=g) < 0.3
+    return TensorDict(
+        {
+            "observation": torch.randn(n, N_OBS, generator=g),
+            "action": action,
+            "next": {
+                "observation": torch.randn(n, N_OBS, generator=g),
+                "reward": torch.randn(n, generator=g),
+                "done": terminated.clone(),
+                "terminated": terminated,
+            },
+        },
+        batch_size=[n],
+    ), idx
+
+
+def perturb_online(loss):
+    """Move the online parameters away from the targets (as training does)."""
+    with torch.no_grad():
+        for p in loss.params_of("value_network").values(True, True):
+            p.add_(0.3 * torch.randn_like(p))
+
+
+def linear_q(weights, obs):
+    return obs @ weights["module", "0", "module", "weight"].T + weights["module", "0", "module", "bias"]
+
+
+@pytest.mark.parametrize("space", ["one_hot", "categorical"])
+@pytest.mark.parametrize("double_dqn", [False, True])
+@pytest.mark.parametrize("loss_function", ["l2", "smooth_l1"])
+def test_loss_matches_reference(space, double_dqn, loss_function):
+    loss = DQNLoss(q_actor(space), double_dqn=double_dqn, loss_function=loss_function)
+    loss.make_value_estimator(gamma=0.9)
+    perturb_online(loss)
+    td, idx = batch(space)
+    online = loss.params_of("value_network").detach()
+    target = loss.params_of("value_network", target=True)
+    q = linear_q(online, td["observation"])
+    pred = q[torch.arange(B), idx]
+    q_next_target = linear_q(target, td["next", "observation"])
+    if double_dqn:
+        a_next = linear_q(online, td["next", "observation"]).argmax(-1)
+        v_next = q_next_target[torch.arange(B), a_next]
+    else:
+        v_next = q_next_target.max(-1).values
+    y = td["next", "reward"] + 0.9 * (~td["next", "terminated"]).float() * v_next
+    if loss_function == "l2":
+        expected = (pred - y).pow(2).mean()
+    else:
+        err = (pred - y).abs()
+        expected = torch.where(err < 1, 0.5 * err**2, err - 0.5).mean()
+    out = loss(td)
+    assert out.batch_size == torch.Size([]) and list(out.keys()) == ["loss"]
+    assert torch.allclose(out["loss"], expected, atol=1e-5)
+    assert torch.allclose(td["td_error"], (pred - y).pow(2), atol=1e-5)
+    assert not td["td_error"].requires_grad
+
+
+def test_double_dqn_differs_when_online_and_target_disagree():
+    loss_a, loss_b = DQNLoss(q_actor()), DQNLoss(q_actor(), double_dqn=True)
+    loss_b.load_state_dict(loss_a.state_dict())
+    torch.manual_seed(5)
+    perturb_online(loss_a)
+    loss_b.load_state_dict(loss_a.state_dict())
+    td, _ = batch(n=64)
+    assert not torch.allclose(loss_a(td.clone())["loss"], loss_b(td.clone())["loss"])
+
+
+def test_caller_entries_untouched_except_td_error():
+    loss = DQNLoss(q_actor())
+    td, _ = batch()
+    before = td.clone()
+    loss(td)
+    assert set(td.keys(True, True)) - set(before.keys(True, True)) == {"td_error"}
+    for key in before.keys(True, True):
+        assert torch.equal(td[key], before[key]), key
+
+
+def test_gradients_reach_online_params_only_and_target_is_used():
+    loss = DQNLoss(q_actor())
+    td, _ = batch()
+    target_before = loss.params_of("value_network", target=True).clone()
+    out = loss(td.clone())
+    out["loss"].backward()
+    for p in loss.params_of("value_network").values(True, True):
+        assert p.grad is not None and p.grad.abs().sum() > 0
+    for t in loss.params_of("value_network", target=True).values(True, True):
+        assert not t.requires_grad and t.grad is None
+    # an optimizer step moves the online params, never the targets
+    opt = torch.optim.SGD(loss.parameters(), lr=0.1)
+    opt.step()
+    assert (loss.params_of("value_network", target=True) == target_before).all()
+
+
+def test_without_delay_value_bootstraps_from_the_online_network():
+    loss = DQNLoss(q_actor(), delay_value=False)
+    loss.make_value_estimator(gamma=0.5)
+    assert loss.target_networks == []
+    td, idx = batch()
+    w = loss.params_of("value_network").detach()
+    pred = linear_q(w, td["observation"])[torch.arange(B), idx]
+    y = td["next", "reward"] + 0.5 * (~td["next", "terminated"]).float() * linear_q(w, td["next", "observation"]).max(-1).values
+    assert torch.allclose(loss(td)["loss"], (pred - y).pow(2).mean(), atol=1e-5)
+
+
+@pytest.mark.parametrize("reduction", ["none", "sum"])
+def test_reduction(reduction):
+    loss = DQNLoss(q_actor(), reduction=reduction)
+    td, _ = batch()
+    per_sample = DQNLoss(q_actor(), reduction="none")(td.clone())["loss"]
+    assert per_sample.shape == (B,)
+    out = loss(td)["loss"]
+    assert torch.allclose(out, per_sample if reduction == "none" else per_sample.sum(), atol=1e-6)
+
+
+def test_value_estimators():
+    td, _ = batch()
+    loss = DQNLoss(q_actor())
+    assert loss.value_estimator.gamma == pytest.approx(0.99)
+    loss.make_value_estimator(ValueEstimators.TDLambda, gamma=0.9, lmbda=0.5)
+    assert type(loss.value_estimator).__name__ == "TDLambdaEstimator"
+    assert loss(td)["loss"].isfinite()
+    with pytest.raises(NotImplementedError, match="GAE"):
+        loss.make_value_estimator(ValueEstimators.GAE)
+    with pytest.raises(ValueError, match="unknown value_type"):
+        loss.make_value_estimator("bogus")
+
+
+def test_set_keys_reads_renamed_entries():
+    loss = DQNLoss(q_actor()).set_keys(reward="r", done="d", terminated="t", priority="prio")
+    td, _ = batch()
+    renamed = td.clone()
+    for old, new in (("reward", "r"), ("done", "d"), ("terminated", "t")):
+        renamed["next"].set(new, renamed["next"].pop(old))
+    expected = DQNLoss(q_actor())(td)["loss"]
+    assert torch.allclose(loss(renamed)["loss"], expected)
+    assert "prio" in renamed.keys() and "td_error" not in renamed.keys()
+    assert loss.value_estimator.tensor_keys.reward == "r"
+
+
+def test_action_space_inference():
+    # from a QValueModule's action_space attribute
+    from rl_objectives.modules import QValueActor
+    from tdict.specs import Categorical, OneHot
+
+    assert DQNLoss(QValueActor(nn.Linear(N_OBS, N_ACT), spec=OneHot(N_ACT))).action_space == "one_hot"
+    assert DQNLoss(QValueActor(nn.Linear(N_OBS, N_ACT), spec=Categorical(N_ACT))).action_space == "categorical"
+    # nothing on the network: decided per call from the action's shape
+    loss = DQNLoss(q_actor("categorical"))
+    assert loss.action_space is None
+    td_cat, _ = batch("categorical")
+    td_hot, _ = batch("one_hot")
+    assert torch.allclose(loss(td_cat)["loss"], loss(td_hot)["loss"])
+    assert DQNLoss(q_actor(), action_space=OneHot(N_ACT)).action_space == "one_hot"
+
+
+def test_qvalue_actor_end_to_end():
+    from rl_objectives.modules import QValueActor
+    from tdict.specs import OneHot
+
+    torch.manual_seed(0)
+    actor = QValueActor(nn.Linear(N_OBS, N_ACT), spec=OneHot(N_ACT))
+    loss = DQNLoss(actor, double_dqn=True)
+    td, idx = batch()
+    w = loss.params_of("value_network").detach()
+    q = td["observation"] @ w["module", "0", "module", "weight"].T + w["module", "0", "module", "bias"]
+    qn = td["next", "observation"] @ w["module", "0", "module", "weight"].T + w["module", "0", "module", "bias"]
+    y = td["next", "reward"] + 0.99 * (~td["next", "terminated"]).float() * qn.max(-1).values
+    assert torch.allclose(loss(td)["loss"], (q[torch.arange(B), idx] - y).pow(2).mean(), atol=1e-5)
+
+
+def test_errors():
+    with pytest.raises(ValueError, match="loss_function must be one of"):
+        DQNLoss(q_actor(), loss_function="l3")
+    with pytest.raises(ValueError, match="reduction must be one of"):
+        DQNLoss(q_actor(), reduction="avg")
+    with pytest.raises(ValueError, match="action_space must be one of"):
+        DQNLoss(q_actor(), action_space="continuous")
+    loss = DQNLoss(q_actor(), action_space="categorical")
+    td, _ = batch("one_hot")
+    with pytest.raises(ValueError, match=r"'action' has shape \(7, 4\)"):
+        loss(td)
+    td, _ = batch("categorical")
+    td["next"].set("reward", td["next", "reward"].unsqueeze(-1))
+    with pytest.raises(ValueError, match="reward"):
+        loss(td)
+    td, _ = batch("categorical")
+    del td["action"]
+    with pytest.raises(KeyError, match="misses .*action"):
+        loss(td)
+    td, _ = batch("categorical")
+    td["next"].set("done", td["next", "done"].float())
+    with pytest.raises(TypeError, match="bool"):
+        loss(td)
+    assert "td_error" not in td.keys()  # nothing written before the error
+
+
+def test_learns_the_best_arm_of_a_bandit():
+    torch.manual_seed(0)
+    actor = q_actor("categorical")
+    loss = DQNLoss(actor, action_space="categorical")
+    opt = torch.optim.Adam(loss.parameters(), lr=0.05)
+    rewards = torch.tensor([0.0, 1.0, 0.2, 0.5])
+    for _ in range(200):
+        a = torch.randint(N_ACT, (32,))
+        td = TensorDict(
+            {"observation": torch.ones(32, N_OBS), "action": a,
+             "next": {"observation": torch.ones(32, N_OBS), "reward": rewards[a],
+                      "done": torch.ones(32, dtype=torch.bool), "terminated": torch.ones(32, dtype=torch.bool)}},
+            batch_size=[32],
+        )
+        opt.zero_grad()
+        loss(td)["loss"].backward()
+        opt.step()
+    q = actor(TensorDict(observation=torch.ones(1, N_OBS), batch_size=[1]))
+    assert int(q["action"]) == 1
+    assert torch.allclose(q["action_value"][0], rewards, atol=0.05)
+
+
+def test_compiled_forward_matches_eager():
+    loss = DQNLoss(q_actor(), double_dqn=True)
+    loss.make_value_estimator(gamma=0.9)
+    td, _ = batch()
+    eager = loss(td.clone())["loss"]
+    compiled = torch.compile(loss, fullgraph=True, backend="eager")
+    assert torch.allclose(compiled(td.clone())["loss"], eager, atol=1e-6)
+
+
+def test_distance_loss():
+    a, b = torch.tensor([0.0, 3.0]), torch.tensor([0.5, 0.0])
+    assert torch.allclose(distance_loss(a, b, "l1"), torch.tensor([0.5, 3.0]))
+    assert torch.allclose(distance_loss(a, b, "l2"), torch.tensor([0.25, 9.0]))
+    assert torch.allclose(distance_loss(a, b, "smooth_l1"), torch.tensor([0.125, 2.5]))
+    with pytest.raises(ValueError, match="must match"):
+        distance_loss(a, b.unsqueeze(-1))
+    assert distance_loss(a, b.unsqueeze(-1), "smooth_l1", strict_shape=False).shape == (2, 2)
+
+
+@given(
+    st.lists(st.floats(-5, 5, allow_nan=False, width=32), min_size=1, max_size=8),
+    st.lists(st.floats(-5, 5, allow_nan=False, width=32), min_size=1, max_size=8),
+    st.sampled_from(["l1", "l2", "smooth_l1"]),
+)
+def test_distance_loss_matches_torch_reference(xs, ys, loss_function):
+    n = min(len(xs), len(ys))
+    a, b = torch.tensor(xs[:n]), torch.tensor(ys[:n])
+    reference = {
+        "l1": lambda: nn.functional.l1_loss(a, b, reduction="none"),
+        "l2": lambda: nn.functional.mse_loss(a, b, reduction="none"),
+        "smooth_l1": lambda: nn.functional.smooth_l1_loss(a, b, reduction="none"),
+    }[loss_function]()
+    assert torch.allclose(distance_loss(a, b, loss_function), reference, atol=1e-6)

@@ -1,0 +1,481 @@
+"""PPOLoss, ClipPPOLoss and KLPENPPOLoss against hand-written references."""
+import math
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from rl_objectives.losses.ppo import ClipPPOLoss, KLPENPPOLoss, PPOLoss
+from rl_objectives.value import ValueEstimators
+from tdict import TensorDict
+from tdict.nn import (
+    InteractionType,
+    NormalParamExtractor,
+    ProbabilisticTensorDictModule,
+    ProbabilisticTensorDictSequential,
+    TensorDictModule,
+    TensorDictSequential,
+    set_interaction_type,
+)
+from torch import distributions as D
+from torch import nn
+from torch.nn import functional as F
+
+
+class Squeeze(nn.Module):
+    def forward(self, x):
+        return x.squeeze(-1)
+
+
+class _Tanh(D.TanhTransform):
+    def __eq__(self, other):  # every instance differs: torch finds no KL between two such distributions
+        return self is other
+
+
+class TanhNormal(D.TransformedDistribution):
+    """No closed-form entropy and no registered KL: exercises the Monte-Carlo paths."""
+
+    def __init__(self, loc, scale):
+        super().__init__(D.Normal(loc, scale), [_Tanh(cache_size=1)])
+
+
+def normal_actor(obs_dim=3, act_dim=2, dist=D.Normal, seed=0):
+    torch.manual_seed(seed)
+    lin = nn.Linear(obs_dim, 2 * act_dim)
+    actor = ProbabilisticTensorDictSequential(
+        TensorDictModule(nn.Sequential(lin, NormalParamExtractor()), in_keys=["obs"], out_keys=["loc", "scale"]),
+        ProbabilisticTensorDictModule(in_keys=["loc", "scale"], out_keys=["action"], distribution_class=dist, return_log_prob=True),
+    )
+    return actor, lin
+
+
+def categorical_actor(obs_dim=3, n=4, seed=0):
+    torch.manual_seed(seed)
+    lin = nn.Linear(obs_dim, n)
+    actor = ProbabilisticTensorDictSequential(
+        TensorDictModule(lin, in_keys=["obs"], out_keys=["logits"]),
+        ProbabilisticTensorDictModule(in_keys=["logits"], out_keys=["action"], distribution_class=D.Categorical, return_log_prob=True),
+    )
+    return actor, lin
+
+
+def make_critic(obs_dim=3, seed=1):
+    torch.manual_seed(seed)
+    lin = nn.Linear(obs_dim, 1)
+    return TensorDictModule(nn.Sequential(lin, Squeeze()), in_keys=["obs"], out_keys=["state_value"]), lin
+
+
+def rollout(actor, batch=(3, 5), obs_dim=3, seed=2, with_adv=True):
+    """Actions and behaviour log-probs/params from ``actor``, then the actor is perturbed."""
+    g = torch.Generator().manual_seed(seed)
+    td = TensorDict(
+        {
+            "obs": torch.randn(*batch, obs_dim, generator=g),
+            "next": {
+                "obs": torch.randn(*batch, obs_dim, generator=g),
+                "reward": torch.randn(*batch, generator=g),
+                "done": torch.rand(*batch, generator=g) < 0.2,
+            },
+        },
+        batch_size=list(batch),
+    )
+    td["next", "terminated"] = td["next", "done"].clone()
+    with torch.no_grad(), set_interaction_type(InteractionType.RANDOM):
+        actor(td)
+        for p in actor.parameters():
+            p.add_(0.3 * torch.randn(p.shape, generator=g))
+    if with_adv:
+        td["advantage"] = torch.randn(*batch, generator=g)
+        td["value_target"] = torch.randn(*batch, generator=g)
+    return td
+
+
+def normal_dist(lin, obs):
+    loc, scale = NormalParamExtractor()(lin(obs))
+    return D.Normal(loc, scale)
+
+
+def test_clip_ppo_matches_a_hand_written_reference_on_a_rollout():
+    actor, lin = normal_actor()
+    critic, clin = make_critic()
+    td = rollout(actor)
+    loss = ClipPPOLoss(actor, critic, clip_epsilon=0.1, entropy_coeff=0.05, critic_coeff=0.7, loss_critic_type="l2")
+    out = loss(td)
+
+    dist = normal_dist(lin, td["obs"])
+    log_w = dist.log_prob(td["action"]).sum(-1) - td["sample_log_prob"]
+    ratio, adv = log_w.exp(), td["advantage"]
+    gain = torch.minimum(ratio * adv, ratio.clamp(0.9, 1.1) * adv)
+    value = clin(td["obs"]).squeeze(-1)
+    entropy = dist.entropy().sum(-1)
+    torch.testing.assert_close(out["loss_objective"], -gain.mean())
+    torch.testing.assert_close(out["loss_critic"], 0.7 * (value - td["value_target"]).pow(2).mean())
+    torch.testing.assert_close(out["loss_entropy"], -0.05 * entropy.mean())
+    torch.testing.assert_close(out["entropy"], entropy.mean().detach())
+    torch.testing.assert_close(out["kl_approx"], (-log_w).mean().detach())
+    clipped = ((ratio < 0.9) | (ratio > 1.1)).float().mean()
+    assert 0 < float(clipped) < 1
+    torch.testing.assert_close(out["clip_fraction"], clipped)
+    lw = log_w.detach().flatten()
+    ess = lw.exp().sum() ** 2 / (2 * lw).exp().sum()
+    torch.testing.assert_close(out["ESS"], ess / lw.numel())
+    ev = 1 - (td["value_target"] - value).pow(2).mean() / td["value_target"].var(unbiased=False)
+    torch.testing.assert_close(out["explained_variance"], ev.detach())
+    assert out.batch_size == torch.Size([])
+    assert all(out[k].shape == () for k in out.keys())
+    assert not any(out[k].requires_grad for k in out.keys() if not k.startswith("loss_"))
+
+
+def test_plain_ppo_on_a_flat_categorical_batch():
+    actor, lin = categorical_actor()
+    critic, clin = make_critic()
+    td = rollout(actor, batch=(7,))
+    out = PPOLoss(actor, critic, entropy_bonus=False)(td)
+    dist = D.Categorical(logits=lin(td["obs"]))
+    ratio = (dist.log_prob(td["action"]) - td["sample_log_prob"]).exp()
+    torch.testing.assert_close(out["loss_objective"], -(ratio * td["advantage"]).mean())
+    value = clin(td["obs"]).squeeze(-1)
+    torch.testing.assert_close(out["loss_critic"], F.smooth_l1_loss(value, td["value_target"]))
+    assert "loss_entropy" not in out and "clip_fraction" not in out
+
+
+@pytest.mark.parametrize("reduction", ["none", "sum"])
+def test_reduction(reduction):
+    actor, lin = categorical_actor()
+    critic, clin = make_critic()
+    td = rollout(actor, batch=(2, 4))
+    out = ClipPPOLoss(actor, critic, reduction=reduction)(td)
+    dist = D.Categorical(logits=lin(td["obs"]))
+    ratio = (dist.log_prob(td["action"]) - td["sample_log_prob"]).exp()
+    adv = td["advantage"]
+    per_step = -torch.minimum(ratio * adv, ratio.clamp(0.8, 1.2) * adv)
+    ent = -0.01 * dist.entropy()
+    crit = F.smooth_l1_loss(clin(td["obs"]).squeeze(-1), td["value_target"], reduction="none")
+    if reduction == "sum":
+        per_step, ent, crit = per_step.sum(), ent.sum(), crit.sum()
+    torch.testing.assert_close(out["loss_objective"], per_step)
+    torch.testing.assert_close(out["loss_entropy"], ent)
+    torch.testing.assert_close(out["loss_critic"], crit)
+    assert out["entropy"].shape == ()
+
+
+def gae_reference(value, next_value, reward, done, terminated, gamma, lmbda):
+    adv = torch.zeros_like(reward)
+    running = torch.zeros(reward.shape[:-1])
+    for t in reversed(range(reward.shape[-1])):
+        delta = reward[..., t] + gamma * next_value[..., t] * (~terminated[..., t]) - value[..., t]
+        running = delta + gamma * lmbda * (~done[..., t]) * running
+        adv[..., t] = running
+    return adv, adv + value
+
+
+def test_missing_advantage_is_estimated_with_gae_without_touching_the_input():
+    actor, lin = categorical_actor()
+    critic, clin = make_critic()
+    td = rollout(actor, batch=(2, 6), with_adv=False)
+    before = {k: td.get(k) for k in td.keys(True, True)}
+    loss = ClipPPOLoss(actor, critic, gamma=0.9, entropy_bonus=False)
+    out = loss(td)
+    # the caller's TensorDict is left as it was (TorchRL works on a shallow copy too)
+    assert {k: td.get(k) for k in td.keys(True, True)}.keys() == before.keys()
+    assert all(td.get(k) is v for k, v in before.items())
+    with torch.no_grad():
+        value, next_value = clin(td["obs"]).squeeze(-1), clin(td["next", "obs"]).squeeze(-1)
+    adv, target = gae_reference(value, next_value, td["next", "reward"], td["next", "done"], td["next", "terminated"], 0.9, 0.95)
+    dist = D.Categorical(logits=lin(td["obs"]))
+    ratio = (dist.log_prob(td["action"]) - td["sample_log_prob"]).exp()
+    torch.testing.assert_close(out["loss_objective"], -torch.minimum(ratio * adv, ratio.clamp(0.8, 1.2) * adv).mean())
+    torch.testing.assert_close(out["loss_critic"], F.smooth_l1_loss(clin(td["obs"]).squeeze(-1), target))
+    # the estimate carries no gradient: the objective trains the actor only
+    out["loss_objective"].backward()
+    assert clin.weight.grad is None and lin.weight.grad is not None
+    assert isinstance(loss.value_estimator, nn.Module) and loss.value_type is ValueEstimators.GAE
+
+
+def test_make_value_estimator_types_and_keys():
+    actor, _ = categorical_actor()
+    critic, clin = make_critic()
+    loss = PPOLoss(actor, critic, entropy_bonus=False)
+    loss.make_value_estimator(ValueEstimators.TD0, gamma=0.5)
+    td = rollout(actor, batch=(2, 3), with_adv=False)
+    out = loss(td)
+    with torch.no_grad():
+        next_value = clin(td["next", "obs"]).squeeze(-1)
+    target = td["next", "reward"] + 0.5 * next_value * (~td["next", "terminated"])
+    torch.testing.assert_close(out["loss_critic"], F.smooth_l1_loss(clin(td["obs"]).squeeze(-1), target))
+    loss.make_value_estimator("td(lambda)", lmbda=0.3)
+    assert loss.value_estimator.lmbda == 0.3 if not torch.is_tensor(loss.value_estimator.lmbda) else float(loss.value_estimator.lmbda) == 0.3
+    loss.set_keys(value_target="vt")
+    assert loss.value_estimator.tensor_keys.value_target == "vt"
+    with pytest.raises(ValueError, match="unknown value_type"):
+        loss.make_value_estimator("bogus")
+    with pytest.raises(RuntimeError, match="needs a critic_network"):
+        PPOLoss(actor, None).make_value_estimator()
+
+
+def test_normalize_advantage_and_exclude_dims():
+    actor, lin = categorical_actor()
+    td = rollout(actor, batch=(3, 5))
+    adv = td["advantage"]
+    ratio = (D.Categorical(logits=lin(td["obs"])).log_prob(td["action"]) - td["sample_log_prob"]).exp()
+    out = PPOLoss(actor, None, normalize_advantage=True, entropy_bonus=False)(td)
+    norm = (adv - adv.mean()) / adv.std()
+    torch.testing.assert_close(out["loss_objective"], -(ratio * norm).mean())
+    out = PPOLoss(actor, None, normalize_advantage=True, normalize_advantage_exclude_dims=(0,), entropy_bonus=False)(td)
+    norm = (adv - adv.mean(1, keepdim=True)) / adv.std(1, keepdim=True)
+    torch.testing.assert_close(out["loss_objective"], -(ratio * norm).mean())
+    assert "loss_critic" not in out
+
+
+def _grads(module):
+    return [p.grad is not None and bool(p.grad.abs().sum() > 0) for p in module.parameters()]
+
+
+def test_gradient_routing():
+    actor, lin = normal_actor()
+    critic, clin = make_critic()
+    td = rollout(actor)
+    loss = ClipPPOLoss(actor, critic)
+    out = loss(td)
+    (out["loss_objective"] + out["loss_entropy"]).backward()
+    assert all(_grads(lin)) and not any(_grads(clin))
+    loss.zero_grad()
+    loss(td)["loss_critic"].backward()
+    assert all(_grads(clin)) and not any(_grads(lin))
+
+
+def shared_trunk_nets(seed=0):
+    torch.manual_seed(seed)
+    trunk = TensorDictModule(nn.Linear(3, 8), in_keys=["obs"], out_keys=["hidden"])
+    actor = ProbabilisticTensorDictSequential(
+        trunk,
+        TensorDictModule(nn.Linear(8, 3), in_keys=["hidden"], out_keys=["logits"]),
+        ProbabilisticTensorDictModule(in_keys=["logits"], out_keys=["action"], distribution_class=D.Categorical, return_log_prob=True),
+    )
+    critic = TensorDictSequential(trunk, TensorDictModule(nn.Sequential(nn.Linear(8, 1), Squeeze()), in_keys=["hidden"], out_keys=["state_value"]))
+    return actor, critic, trunk
+
+
+@pytest.mark.parametrize("separate", [False, True])
+def test_separate_losses_keeps_the_critic_loss_off_shared_parameters(separate):
+    actor, critic, trunk = shared_trunk_nets()
+    td = rollout(actor, batch=(6,))
+    loss = ClipPPOLoss(actor, critic, separate_losses=separate)
+    # shared parameters are not duplicated in the loss's parameters
+    assert len(list(loss.parameters())) == len({id(p) for p in list(actor.parameters()) + list(critic.parameters())})
+    loss(td)["loss_critic"].backward()
+    assert all(_grads(critic[1])) and not any(_grads(actor[1]))
+    assert any(_grads(trunk)) is (not separate)
+
+
+def test_clip_value():
+    actor, _ = categorical_actor()
+    critic, clin = make_critic()
+    td = rollout(actor, batch=(10,))
+    with torch.no_grad():
+        td["state_value"] = clin(td["obs"]).squeeze(-1) + torch.linspace(-0.5, 0.5, 10)
+    out = ClipPPOLoss(actor, critic, clip_value=0.2, loss_critic_type="l2")(td)
+    value, old, target = clin(td["obs"]).squeeze(-1), td["state_value"], td["value_target"]
+    clipped = old + (value - old).clamp(-0.2, 0.2)
+    expected = torch.maximum((value - target).pow(2), (clipped - target).pow(2)).mean()
+    torch.testing.assert_close(out["loss_critic"], expected)
+    torch.testing.assert_close(out["value_clip_fraction"], ((value - old).abs() > 0.2).float().mean().detach())
+    # True means "clip with clip_epsilon"
+    assert float(ClipPPOLoss(actor, critic, clip_epsilon=0.3, clip_value=True).clip_value) == pytest.approx(0.3)
+    del td["state_value"]
+    with pytest.raises(KeyError, match="clip_value is set"):
+        ClipPPOLoss(actor, critic, clip_value=0.2)(td)
+
+
+def test_monte_carlo_entropy_when_there_is_no_closed_form():
+    actor, lin = normal_actor(dist=TanhNormal)
+    td = rollout(actor, batch=(5,))
+    td["action"] = td["action"].clamp(-0.99, 0.99)
+    loss = PPOLoss(actor, None, samples_mc_entropy=7, entropy_coeff=1.0)
+    torch.manual_seed(11)
+    out = loss(td)
+    torch.manual_seed(11)
+    loc, scale = NormalParamExtractor()(lin(td["obs"]))
+    dist = TanhNormal(loc, scale)
+    draws = dist.rsample((7,))
+    entropy = -dist.log_prob(draws).sum(-1).mean(0)
+    torch.testing.assert_close(out["loss_entropy"], -entropy.mean())
+    out["loss_entropy"].backward()  # reparametrised draws: the estimate has gradients
+    assert lin.weight.grad is not None
+
+
+def test_klpen_matches_reference_and_adapts_beta():
+    actor, lin = normal_actor()
+    critic, _ = make_critic()
+    td = rollout(actor)
+    stored_loc = td["loc"]
+    loss = KLPENPPOLoss(actor, critic, dtarg=0.001, beta=0.5, increment=3.0, decrement=0.25)
+    out = loss(td)
+    current = normal_dist(lin, td["obs"])
+    previous = D.Normal(td["loc"], td["scale"])
+    kl = D.kl_divergence(previous, current).sum(-1)
+    ratio = (current.log_prob(td["action"]).sum(-1) - td["sample_log_prob"]).exp()
+    torch.testing.assert_close(out["loss_objective"], -(ratio * td["advantage"] - 0.5 * kl).mean())
+    torch.testing.assert_close(out["kl"], kl.mean().detach())
+    assert float(kl.detach().mean()) > 1.5 * 0.001
+    assert float(loss.beta) == pytest.approx(1.5)  # the loss above used the old beta
+    assert td["loc"] is stored_loc  # the behaviour parameters are not overwritten
+    out["loss_objective"].backward()
+    # a policy equal to the behaviour one: KL 0 < dtarg / 1.5, so beta shrinks
+    with torch.no_grad():
+        actor(td)
+    loss.dtarg = 0.5
+    out = loss(td)
+    assert float(out["kl"]) == pytest.approx(0.0, abs=1e-6)
+    assert float(loss.beta) == pytest.approx(1.5 * 0.25)
+    loss.reset()
+    assert float(loss.beta) == 0.5
+    assert "beta" in loss.state_dict()
+
+
+def test_klpen_monte_carlo_kl_without_a_registered_kl():
+    actor, lin = normal_actor(dist=TanhNormal)
+    td = rollout(actor, batch=(6,))
+    td["action"] = td["action"].clamp(-0.99, 0.99)
+    loss = KLPENPPOLoss(actor, None, samples_mc_kl=5, entropy_bonus=False, beta=2.0)
+    torch.manual_seed(5)
+    out = loss(td)
+    torch.manual_seed(5)
+    previous = TanhNormal(td["loc"], td["scale"])
+    loc, scale = NormalParamExtractor()(lin(td["obs"]))
+    current = TanhNormal(loc, scale)
+    draws = previous.sample((5,))
+    kl = (previous.log_prob(draws) - current.log_prob(draws)).sum(-1).mean(0)
+    ratio = (current.log_prob(td["action"]).sum(-1) - td["sample_log_prob"]).exp()
+    torch.testing.assert_close(out["loss_objective"], -(ratio * td["advantage"] - 2.0 * kl).mean(), rtol=1e-4, atol=1e-4)
+
+
+def test_klpen_needs_the_behaviour_parameters():
+    actor, _ = normal_actor()
+    td = rollout(actor)
+    del td["scale"]
+    with pytest.raises(KeyError, match=r"distribution parameters \[\W*scale\W*\]"):
+        KLPENPPOLoss(actor, None)(td)
+
+
+def test_set_keys_renames_every_entry():
+    actor, _ = categorical_actor()
+    critic, clin = make_critic()
+    td = rollout(actor, batch=(5,))
+    renamed = td.clone()
+    for old, new in [("advantage", "adv"), ("value_target", "ret"), ("sample_log_prob", "old_lp"), ("action", "act")]:
+        renamed[new] = renamed.pop(old)
+    critic2 = TensorDictModule(nn.Sequential(clin, Squeeze()), in_keys=["obs"], out_keys=["v"])
+    loss = ClipPPOLoss(actor, critic2, advantage_key="adv", value_target_key="ret", value_key="v")
+    loss.set_keys(sample_log_prob="old_lp", action="act")
+    ref = ClipPPOLoss(actor, critic)(td)
+    out = loss(renamed)
+    for key in ("loss_objective", "loss_critic", "loss_entropy"):
+        torch.testing.assert_close(out[key], ref[key])
+
+
+def test_errors_name_the_problem():
+    actor, _ = categorical_actor()
+    critic, _ = make_critic()
+    td = rollout(actor, batch=(4,))
+    bad = td.clone()
+    bad["advantage"] = bad["advantage"].unsqueeze(-1)
+    with pytest.raises(ValueError, match="'advantage' has shape \\(4, 1\\)"):
+        ClipPPOLoss(actor, critic)(bad)
+    bad = td.clone()
+    bad["value_target"] = bad["value_target"].unsqueeze(-1)
+    with pytest.raises(ValueError, match="'value_target' has shape"):
+        ClipPPOLoss(actor, critic)(bad)
+    bad = td.clone()
+    bad["action"] = bad["action"].unsqueeze(-1)
+    with pytest.raises(ValueError, match="'action' of shape \\(4, 1\\)"):
+        ClipPPOLoss(actor, critic)(bad)
+    with pytest.raises(KeyError, match="misses the behaviour log-prob"):
+        ClipPPOLoss(actor, critic)(td.exclude("sample_log_prob"))
+    with pytest.raises(KeyError, match="no critic_network to estimate it"):
+        ClipPPOLoss(actor, None)(td.exclude("advantage"))
+    bad = td.clone()
+    bad["sample_log_prob"] = bad["sample_log_prob"].requires_grad_()
+    with pytest.raises(RuntimeError, match="requires grad"):
+        ClipPPOLoss(actor, critic)(bad)
+    for kwargs, match in [
+        ({"clip_epsilon": 1.5}, "clip_epsilon must be in"),
+        ({"reduction": "max"}, "reduction must be one of"),
+        ({"loss_critic_type": "huber"}, "loss_function must be one of"),
+        ({"samples_mc_entropy": 0}, "samples_mc_entropy"),
+        ({"clip_value": -1.0}, "clip_value must be"),
+    ]:
+        with pytest.raises(ValueError, match=match):
+            ClipPPOLoss(actor, critic, **kwargs)
+    with pytest.raises(ValueError, match="increment must be >= 1.0"):
+        KLPENPPOLoss(actor, critic, increment=0.5)
+    with pytest.raises(ValueError, match="decrement must be in"):
+        KLPENPPOLoss(actor, critic, decrement=2.0)
+    with pytest.raises(TypeError, match="must build a distribution"):
+        PPOLoss(critic, critic)
+
+
+@pytest.mark.parametrize("cls", [ClipPPOLoss, KLPENPPOLoss])
+def test_compiled_forward_matches_eager(cls):
+    torch.compiler.reset()
+    actor, _ = normal_actor()
+    critic, _ = make_critic()
+    td = rollout(actor)
+    eager_loss = cls(actor, critic)
+    compiled_loss = cls(actor, critic)
+    expected = eager_loss(td)
+    compiled = torch.compile(compiled_loss, fullgraph=True, backend="eager")
+    actual = compiled(td)
+    assert set(actual.keys()) == set(expected.keys())
+    for key in expected.keys():
+        torch.testing.assert_close(actual[key], expected[key])
+    if cls is KLPENPPOLoss:
+        torch.testing.assert_close(compiled_loss.beta, eager_loss.beta)
+    torch.compiler.reset()
+
+
+def test_clip_ppo_learns_a_bandit():
+    """Three arms with rewards 0, 1, 0.3: the policy concentrates on arm 1."""
+    torch.manual_seed(0)
+    actor, lin = categorical_actor(obs_dim=1, n=3)
+    critic, _ = make_critic(obs_dim=1)
+    loss = ClipPPOLoss(actor, critic, entropy_coeff=0.0, critic_coeff=0.5, gamma=0.0)
+    loss.make_value_estimator(ValueEstimators.GAE, lmbda=1.0)
+    opt = torch.optim.Adam(loss.parameters(), lr=0.05)
+    rewards = torch.tensor([0.0, 1.0, 0.3])
+    for _ in range(40):
+        td = TensorDict({"obs": torch.ones(64, 1), "next": {"obs": torch.ones(64, 1),
+                         "done": torch.ones(64, dtype=torch.bool)}}, batch_size=[64])
+        with torch.no_grad(), set_interaction_type(InteractionType.RANDOM):
+            actor(td)
+        td["next", "reward"] = rewards[td["action"]]
+        with torch.no_grad():
+            loss.value_estimator(td)
+        for _ in range(4):
+            out = loss(td)
+            opt.zero_grad()
+            (out["loss_objective"] + out["loss_critic"]).backward()
+            opt.step()
+    probs = torch.softmax(lin(torch.ones(1)), -1)
+    assert probs[1] > 0.9, probs
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    log_w=st.lists(st.floats(-1.0, 1.0), min_size=1, max_size=8),
+    adv_seed=st.integers(0, 10_000),
+    eps=st.floats(0.05, 0.5),
+)
+def test_clipped_objective_is_the_piecewise_pessimistic_bound(log_w, adv_seed, eps):
+    """Against the textbook case split: A >= 0 caps r at 1 + eps, A < 0 floors it at 1 - eps."""
+    n = len(log_w)
+    log_w = torch.tensor(log_w)
+    adv = torch.randn(n, generator=torch.Generator().manual_seed(adv_seed))
+    # a parameter-free policy: uniform over two actions, so log pi(a) = log 0.5 and r = exp(log_w)
+    actor = ProbabilisticTensorDictModule(in_keys=["logits"], out_keys=["action"], distribution_class=D.Categorical)
+    td = TensorDict(logits=torch.zeros(n, 2), action=torch.zeros(n, dtype=torch.long),
+                    sample_log_prob=math.log(0.5) - log_w, advantage=adv, batch_size=[n])
+    out = ClipPPOLoss(actor, None, clip_epsilon=eps, entropy_bonus=False, reduction="none")(td)
+    ratio = log_w.exp()
+    expected = [-(min(r, 1 + eps) * a if a >= 0 else max(r, 1 - eps) * a) for r, a in zip(ratio.tolist(), adv.tolist())]
+    torch.testing.assert_close(out["loss_objective"], torch.tensor(expected), rtol=1e-5, atol=1e-6)
