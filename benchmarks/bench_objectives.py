@@ -1,4 +1,4 @@
-"""Value estimators: ``rl_objectives`` vs TorchRL 0.14's ``torchrl.objectives.value`` vs a hand loop.
+"""Value estimators and losses: ``rl_objectives`` vs TorchRL 0.14's ``torchrl.objectives`` vs hand-written torch.
 
 Usage::
 
@@ -6,9 +6,11 @@ Usage::
 
 Same method as ``bench_tdict.py`` (one process, interleaved rounds, paired medians, 1 thread by
 default). Every implementation gets the same seeded rollout: ours as ``[N, T]`` tensors (time last,
-no trailing dim), TorchRL's as ``[N, T, 1]`` (its layout). The floor is the textbook reverse loop over
-time written here with plain torch ops. Each run's advantage is checked against that loop (within
-1e-4) before timing.
+no trailing dim), TorchRL's as ``[N, T, 1]`` (its layout). For the estimators the floor is the
+textbook reverse loop over time written here with plain torch ops, and each run's advantage is
+checked against it (within 1e-4) before timing. For the losses the floor is the same step written
+out on tensors (no TensorDict, no modules); a loss step is forward plus backward on identical
+networks and data (its values are checked by the tests, here only that it is a finite scalar).
 """
 
 from __future__ import annotations
@@ -68,25 +70,33 @@ def value_net() -> nn.Module:
 def _ours() -> NS | None:
     try:
         import rl_objectives.functional as F
+        from rl_objectives import ClipPPOLoss, SACLoss
+        from rl_objectives.modules import IndependentNormal, ProbabilisticActor, TanhNormal, ValueOperator
         from rl_objectives.value import GAE
         from tdict import TensorDict
-        from tdict.nn import TensorDictModule
+        from tdict.nn import NormalParamExtractor, TensorDictModule
     except Exception as e:  # noqa: BLE001
         print(f"note: skipping ours ({type(e).__name__}: {e})", file=sys.stderr)
         return None
-    return NS(F=F, GAE=GAE, TensorDict=TensorDict, TensorDictModule=TensorDictModule, trailing=False)
+    return NS(F=F, GAE=GAE, TensorDict=TensorDict, TensorDictModule=TensorDictModule, trailing=False,
+              ClipPPOLoss=ClipPPOLoss, SACLoss=SACLoss, ProbabilisticActor=ProbabilisticActor, ValueOperator=ValueOperator,
+              IndependentNormal=IndependentNormal, TanhNormal=TanhNormal, NormalParamExtractor=NormalParamExtractor)
 
 
 def _torchrl() -> NS | None:
     try:
         import torchrl.objectives.value.functional as F
         from tensordict import TensorDict
-        from tensordict.nn import TensorDictModule
+        from tensordict.nn import NormalParamExtractor, TensorDictModule
+        from torchrl.modules import IndependentNormal, ProbabilisticActor, TanhNormal, ValueOperator
+        from torchrl.objectives import ClipPPOLoss, SACLoss
         from torchrl.objectives.value import GAE
     except Exception as e:  # noqa: BLE001
         print(f"note: skipping torchrl ({type(e).__name__}: {e})", file=sys.stderr)
         return None
-    return NS(F=F, GAE=GAE, TensorDict=TensorDict, TensorDictModule=TensorDictModule, trailing=True)
+    return NS(F=F, GAE=GAE, TensorDict=TensorDict, TensorDictModule=TensorDictModule, trailing=True,
+              ClipPPOLoss=ClipPPOLoss, SACLoss=SACLoss, ProbabilisticActor=ProbabilisticActor, ValueOperator=ValueOperator,
+              IndependentNormal=IndependentNormal, TanhNormal=TanhNormal, NormalParamExtractor=NormalParamExtractor)
 
 
 def load_impls() -> list[Impl]:
@@ -172,6 +182,160 @@ def plain_module(c: NS):
     return run
 
 
+# ----------------------------------------------------------------------------- losses
+ACT = 2
+HIDDEN = 64
+
+
+def _net(n_in: int, n_out: int, seed: int) -> nn.Module:
+    torch.manual_seed(seed)  # the same weights for every implementation
+    return nn.Sequential(nn.Linear(n_in, HIDDEN), nn.Tanh(), nn.Linear(HIDDEN, n_out))
+
+
+def _actor(m: NS, dist: str) -> object:
+    body = m.TensorDictModule(nn.Sequential(_net(OBS, 2 * ACT, 0), m.NormalParamExtractor()), in_keys=["observation"], out_keys=["loc", "scale"])
+    cls = m.IndependentNormal if dist == "normal" else m.TanhNormal
+    return m.ProbabilisticActor(body, in_keys=["loc", "scale"], distribution_class=cls, return_log_prob=True)
+
+
+def _batch(m: NS, n: int, lp_key: str, seed: int = 3) -> object:
+    """A flat batch of transitions: obs, action, its behaviour log-prob, advantage, targets, next."""
+    g = torch.Generator().manual_seed(seed)
+    ex = (lambda x: x.unsqueeze(-1)) if m.trailing else (lambda x: x)
+    done = torch.rand(n, generator=g) < 0.05
+    return m.TensorDict(
+        {
+            "observation": torch.randn(n, OBS, generator=g),
+            "action": torch.rand(n, ACT, generator=g) * 1.8 - 0.9,
+            lp_key: ex(torch.randn(n, generator=g) - 2.0),
+            "advantage": ex(torch.randn(n, generator=g)),
+            "value_target": ex(torch.randn(n, generator=g)),
+            "next": {"observation": torch.randn(n, OBS, generator=g), "reward": ex(torch.randn(n, generator=g)),
+                     "done": ex(done), "terminated": ex(done.clone())},
+        },
+        batch_size=[n],
+    )
+
+
+def s_ppo(n: int):
+    def setup(impl: Impl) -> NS:
+        m = impl.TensorDict
+        if m is None:
+            return NS(n=n)
+        critic = m.ValueOperator(_net(OBS, 1, 1), in_keys=["observation"])
+        loss = m.ClipPPOLoss(_actor(m, "normal"), critic, clip_epsilon=0.2, entropy_bonus=True, entropy_coeff=0.01)
+        return NS(loss=loss, td=_batch(m, n, loss.tensor_keys.sample_log_prob), params=list(loss.parameters()))
+
+    return setup
+
+
+class _Concat(nn.Module):
+    """A Q-network over (observation, action): the two inputs concatenated."""
+
+    def __init__(self, net: nn.Module) -> None:
+        super().__init__()
+        self.net = net
+
+    def forward(self, obs: torch.Tensor, action: torch.Tensor) -> torch.Tensor:
+        return self.net(torch.cat([obs, action], -1))
+
+
+def s_sac(n: int):
+    def setup(impl: Impl) -> NS:
+        m = impl.TensorDict
+        if m is None:
+            return NS(n=n)
+        qnet = m.ValueOperator(_Concat(_net(OBS + ACT, 1, 2)), in_keys=["observation", "action"])
+        loss = m.SACLoss(_actor(m, "tanh"), qnet, num_qvalue_nets=2, target_entropy=-float(ACT))
+        td = _batch(m, n, loss.tensor_keys.log_prob)
+        return NS(loss=loss, td=td, params=list(loss.parameters()))
+
+    return setup
+
+
+def loss_step(c: NS):
+    """One loss evaluation and backward pass (what a training step costs besides the optimizer)."""
+
+    def run():
+        for p in c.params:
+            p.grad = None
+        out = c.loss(c.td.copy())
+        total = sum(v for k, v in out.items() if k.startswith("loss_"))
+        total.backward()
+        return total.detach()
+
+    return run
+
+
+def plain_ppo(c: NS):
+    """The clipped PPO step written out on tensors: Gaussian policy, MLP critic, same sizes."""
+    torch.manual_seed(0)
+    pi, v = _net(OBS, 2 * ACT, 0), _net(OBS, 1, 1)
+    g = torch.Generator().manual_seed(3)
+    obs, act = torch.randn(c.n, OBS, generator=g), torch.rand(c.n, ACT, generator=g) * 1.8 - 0.9
+    old_lp, adv, target = torch.randn(c.n, generator=g) - 2.0, torch.randn(c.n, generator=g), torch.randn(c.n, generator=g)
+    params = list(pi.parameters()) + list(v.parameters())
+
+    def run():
+        for p in params:
+            p.grad = None
+        loc, scale = pi(obs).chunk(2, -1)
+        dist = torch.distributions.Independent(torch.distributions.Normal(loc, torch.nn.functional.softplus(scale) + 1e-4), 1)
+        ratio = (dist.log_prob(act) - old_lp).exp()
+        objective = -torch.min(ratio * adv, ratio.clamp(0.8, 1.2) * adv).mean()
+        critic = torch.nn.functional.smooth_l1_loss(v(obs).squeeze(-1), target)
+        total = objective + critic - 0.01 * dist.entropy().mean()
+        total.backward()
+        return total.detach()
+
+    return run
+
+
+def plain_sac(c: NS):
+    """The SAC step written out on tensors: tanh-Gaussian actor, twin MLP critics with targets, alpha."""
+    import copy
+
+    pi = _net(OBS, 2 * ACT, 0)
+    qs = [_net(OBS + ACT, 1, 2), _net(OBS + ACT, 1, 5)]
+    targets = [copy.deepcopy(q) for q in qs]
+    log_alpha = torch.zeros((), requires_grad=True)
+    g = torch.Generator().manual_seed(3)
+    obs, act = torch.randn(c.n, OBS, generator=g), torch.rand(c.n, ACT, generator=g) * 1.8 - 0.9
+    nobs, rew = torch.randn(c.n, OBS, generator=g), torch.randn(c.n, generator=g)
+    term = torch.rand(c.n, generator=g) < 0.05
+    params = [*pi.parameters(), *(p for q in qs for p in q.parameters()), log_alpha]
+
+    def policy(o):
+        loc, scale = pi(o).chunk(2, -1)
+        base = torch.distributions.Normal(loc, torch.nn.functional.softplus(scale) + 1e-4)
+        u = base.rsample()
+        a = torch.tanh(u)
+        return a, (base.log_prob(u) - torch.log1p(-a.pow(2) + 1e-6)).sum(-1)
+
+    def run():
+        for p in params:
+            p.grad = None
+        alpha = log_alpha.exp()
+        with torch.no_grad():
+            na, nlp = policy(nobs)
+            nq = torch.min(*(t(torch.cat([nobs, na], -1)).squeeze(-1) for t in targets)) - alpha * nlp
+            y = rew + 0.99 * (~term) * nq
+        q_loss = sum(torch.nn.functional.smooth_l1_loss(q(torch.cat([obs, act], -1)).squeeze(-1), y) for q in qs)
+        a, lp = policy(obs)
+        q_pi = torch.min(*(q(torch.cat([obs, a], -1)).squeeze(-1) for q in qs))
+        actor_loss = (alpha.detach() * lp - q_pi).mean()
+        alpha_loss = -(log_alpha * (lp.detach() - ACT)).mean()
+        total = q_loss + actor_loss + alpha_loss
+        total.backward()
+        return total.detach()
+
+    return run
+
+
+def finite_scalar(ctx: NS, out) -> bool:
+    return bool(out.shape == () and torch.isfinite(out))
+
+
 def matches_reference(ctx: NS, out) -> bool:
     adv = out[0] if isinstance(out, tuple) else out if isinstance(out, torch.Tensor) else out["advantage"]
     adv = adv.squeeze(-1) if adv.shape != ctx.ref.shape else adv
@@ -187,6 +351,12 @@ WORKLOADS = [
     Workload("GAE module (linear critic), 16 x 256 rollout", "module", s_module(16, 256),
              td=module_call, plain=plain_module, observe=matches_reference,
              note="values computed by the critic on observation and next observation; then the vectorised estimate"),
+    Workload("ClipPPOLoss forward+backward, batch 256", "loss", s_ppo(256),
+             td=loss_step, plain=plain_ppo, observe=finite_scalar,
+             note="Gaussian policy and critic (MLP 64); advantage and value target given"),
+    Workload("SACLoss forward+backward, batch 256", "loss", s_sac(256),
+             td=loss_step, plain=plain_sac, observe=finite_scalar,
+             note="tanh-Gaussian policy, 2 Q-nets with targets (MLP 64), learnt alpha"),
 ]
 # fmt: on
 

@@ -64,23 +64,24 @@ def test_target_params_are_detached_buffers_with_their_own_storage():
     assert torch.allclose(loss.call_network("net", td.clone(), target=True)["prediction"], expected, atol=1e-6)
 
 
-def test_expanded_network_is_an_ensemble_run_in_one_vmapped_call():
+@pytest.mark.parametrize("n", [3, 6])  # a loop over the sets, then one vmapped call
+def test_expanded_network_is_an_ensemble_of_parameter_sets(n):
     net = make_net()
-    loss = Probe(net, expand_dim=3)
+    loss = Probe(net, expand_dim=n)
     params = loss.params_of("net")
-    assert params["module", "0", "weight"].shape == (3, 4, 3)
+    assert params["module", "0", "weight"].shape == (n, 4, 3)
     assert torch.equal(params["module", "0", "weight"][0], net.module[0].weight)  # set 0: the module's values
     assert not torch.equal(params["module", "0", "weight"][1], params["module", "0", "weight"][2])
     # the template's own tensors are not trained
     assert {id(p) for p in loss.parameters()} == {id(p) for p in params.values(True, True)}
     td = batch()
     out = loss.call_network("net", td)["prediction"]
-    assert out.shape == (3, 6, 2)
-    for i in range(3):
+    assert out.shape == (n, 6, 2) and list(td.keys()) == ["x", "target"]  # the input is not written
+    for i in range(n):
         with params[i].to_module(net):
             assert torch.allclose(out[i], net(td.clone())["prediction"], atol=1e-6)
     loss(td)["loss_mse"].backward()
-    assert params["module", "0", "weight"].grad.shape == (3, 4, 3)
+    assert params["module", "0", "weight"].grad.shape == (n, 4, 3)
 
 
 def test_soft_update_is_polyak_averaging():

