@@ -203,6 +203,19 @@ SMOKE = {
         "cb.extend(TensorDict(x=torch.arange(4), batch_size=[4]))\ns, info = cb.sample(return_info=True)\n"
         "cb.update_priority(info['index'], torch.ones(2))"
     ),
+    "rl-objectives": (
+        "import torch\nfrom torch import nn\nfrom tdict import TensorDict\nfrom tdict.nn import TensorDictModule\n"
+        "from rl_objectives import DQNLoss, SoftUpdate\nfrom rl_objectives.modules import MLP, QValueActor\n"
+        "from rl_objectives.functional import vec_generalized_advantage_estimate as gae\n"
+        "q = QValueActor(MLP(in_features=3, out_features=2), in_keys=['observation'], action_space='one_hot')\n"
+        "loss = DQNLoss(q, action_space='one_hot')\n"
+        "td = TensorDict({'observation': torch.randn(5, 3), 'action': torch.eye(2)[torch.tensor([0, 1, 0, 1, 1])].bool(),\n"
+        "    'next': {'observation': torch.randn(5, 3), 'reward': torch.ones(5), 'done': torch.zeros(5, dtype=torch.bool),\n"
+        "    'terminated': torch.zeros(5, dtype=torch.bool)}}, batch_size=[5])\n"
+        "loss(td)['loss'].backward()\n"
+        "adv, target = gae(0.9, 0.9, torch.zeros(2, 4), torch.zeros(2, 4), torch.ones(2, 4), torch.zeros(2, 4, dtype=torch.bool))\n"
+        "assert adv.shape == (2, 4) and torch.allclose(adv[:, -1], torch.ones(2))"
+    ),
 }
 
 PROBE = textwrap.dedent(
