@@ -16,8 +16,10 @@ EXAMPLES = sorted((REPO / "examples").glob("*.py"))
 @pytest.mark.parametrize("script", EXAMPLES, ids=lambda p: p.name)
 def test_example_runs(script: Path, tmp_path: Path) -> None:
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    # examples with a long default run (the demo trains an agent) offer --quick for this check
+    quick = ["--quick"] if '"--quick"' in script.read_text() else []
     proc = subprocess.run(
-        [sys.executable, str(script)],
+        [sys.executable, str(script), *quick],
         cwd=tmp_path,
         env=env,
         stdin=subprocess.DEVNULL,
@@ -27,3 +29,16 @@ def test_example_runs(script: Path, tmp_path: Path) -> None:
     )
     assert proc.returncode == 0, f"{script.name} failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}"
     assert proc.stdout.strip(), f"{script.name} printed nothing"
+
+
+@pytest.mark.slow
+def test_demo_learns_the_pendulum(tmp_path: Path) -> None:
+    """The demo's SAC agent swings the pendulum up (a random policy scores about -1400)."""
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    proc = subprocess.run(
+        [sys.executable, str(REPO / "examples" / "sac_pendulum.py"), "--frames", "12000"],
+        cwd=tmp_path, env=env, stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=600,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    final = float(proc.stdout.strip().splitlines()[-1].split("final eval return ")[1].split()[0])
+    assert final > -400, proc.stdout
