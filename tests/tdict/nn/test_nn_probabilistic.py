@@ -41,6 +41,25 @@ def test_deterministic_default_and_log_prob_shape():
     torch.testing.assert_close(indep(td.clone())["lp"], ref)
 
 
+def test_log_prob_keeps_the_batch_shape_of_the_group_holding_the_sample():
+    # a multi-agent rollout: root [N, T], group "agents" [N, T, n_agents], a 2-dim action per agent
+    td = TensorDict({"agents": TensorDict(loc=torch.randn(2, 5, 3, 2), scale=torch.rand(2, 5, 3, 2) + 0.5, batch_size=[2, 5, 3])},
+                    batch_size=[2, 5])
+    module = ProbMod(in_keys=[("agents", "loc"), ("agents", "scale")], out_keys=[("agents", "action")],
+                     distribution_class=D.Normal, return_log_prob=True, log_prob_key=("agents", "sample_log_prob"))
+    with set_interaction_type(InteractionType.RANDOM):
+        module(td)
+    group = td["agents"]
+    ref = D.Normal(group["loc"], group["scale"]).log_prob(group["action"]).sum(-1)
+    assert group["sample_log_prob"].shape == (2, 5, 3)  # one log-prob per agent
+    torch.testing.assert_close(group["sample_log_prob"], ref)
+    torch.testing.assert_close(module.log_prob(td), ref)
+    # a sample at the root keeps the root batch shape, as before
+    flat = _normal_td((2, 5))
+    assert ProbMod(in_keys=["loc", "scale"], out_keys=["action"], distribution_class=D.Normal,
+                   return_log_prob=True)(flat)["sample_log_prob"].shape == (2, 5)
+
+
 def test_interaction_types_switch():
     torch.manual_seed(0)
     td = _normal_td()

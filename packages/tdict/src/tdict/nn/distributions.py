@@ -402,6 +402,19 @@ def _reduce_to(value: torch.Tensor, ndim: int) -> torch.Tensor:
     return value.sum(tuple(range(-extra, 0))) if extra > 0 else value
 
 
+def _holder_batch_dims(tensordict: Any, key: Any) -> int:
+    """Batch dims of the (sub-)collection that holds ``key``.
+
+    A log-prob keeps the batch shape of the group its sample lives in: an action at
+    ``("agents", "action")`` under a ``[N, T, n_agents]`` group gets a ``[N, T, n_agents]`` log-prob.
+    """
+    if isinstance(key, tuple) and len(key) > 1:
+        parent = tensordict.get(key[:-1], None)
+        if parent is not None and getattr(type(parent), "_is_tensor_collection", False):
+            return parent.batch_dims
+    return tensordict.batch_dims
+
+
 def _add_suffix(key: NestedKey, suffix: str) -> NestedKey:
     return key + suffix if isinstance(key, str) else (*key[:-1], key[-1] + suffix)
 

@@ -1,10 +1,11 @@
 """Probabilistic TensorDict modules: build a distribution from entries, sample it, write the sample.
 
 Log-probs follow the design's no-trailing-dim rule: a log-prob written by these modules has the batch
-shape of the TensorDict it is written to. ``dist.log_prob(sample)`` is summed over its dims beyond the
-TensorDict's batch dims, so a ``Normal`` over a ``[B, A]`` action (TensorDict batch ``[B]``) gives a
-``[B]`` log-prob, as ``Independent(Normal, 1)`` would. (tensordict 0.14 writes what the distribution
-returns, ``[B, A]`` here.)
+shape of the (sub-)TensorDict that holds its sample. ``dist.log_prob(sample)`` is summed over its dims
+beyond those batch dims, so a ``Normal`` over a ``[B, A]`` action (TensorDict batch ``[B]``) gives a
+``[B]`` log-prob, as ``Independent(Normal, 1)`` would, and an action at ``("agents", "action")`` in a
+``[B, n_agents]`` group gives a ``[B, n_agents]`` log-prob (one per agent, for multi-agent losses).
+(tensordict 0.14 writes what the distribution returns, ``[B, A]`` in the first case.)
 """
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ from torch import distributions as D
 
 from .._utils import NestedKey
 from .common import TensorDictModuleBase, _parse_key, _parse_key_list
-from .distributions import CompositeDistribution, _reduce_to
+from .distributions import CompositeDistribution, _holder_batch_dims, _reduce_to
 from .interaction import InteractionType, interaction_type
 from .sequence import TensorDictSequential
 
@@ -196,7 +197,8 @@ class ProbabilisticTensorDictModule(TensorDictModuleBase):
             return _mean(dist, self.n_empirical_estimate)
 
     def log_prob(self, tensordict: Any, *, dist: D.Distribution | None = None) -> _Tensor:
-        """The log-prob of the sample stored in ``tensordict``, with ``tensordict``'s batch shape.
+        """The log-prob of the sample stored in ``tensordict``, with the batch shape of the
+        (sub-)TensorDict that holds the sample.
 
         Raises:
             KeyError: naming the missing sample key.
@@ -213,7 +215,7 @@ class ProbabilisticTensorDictModule(TensorDictModuleBase):
                 raise KeyError(
                     f"{type(self).__name__}.log_prob: the input misses the sample key {key!r}; it holds {sorted(map(str, tensordict.keys(True)))}."
                 ) from None
-        return _reduce_to(dist.log_prob(*values), tensordict.batch_dims)
+        return _reduce_to(dist.log_prob(*values), _holder_batch_dims(tensordict, self.dist_sample_keys[0]))
 
     def forward(self, tensordict: Any, tensordict_out: Any = None) -> Any:
         """Sample (see the class docstring) and write the out-keys (and log-prob) into ``tensordict_out``
@@ -229,7 +231,8 @@ class ProbabilisticTensorDictModule(TensorDictModuleBase):
             if keys[0] != "_":
                 tensordict_out.set(keys[0], sample)
             if self.return_log_prob:
-                tensordict_out.set(self.log_prob_key, _reduce_to(dist.log_prob(sample), tensordict_out.batch_dims))
+                lp = _reduce_to(dist.log_prob(sample), _holder_batch_dims(tensordict_out, keys[0]))
+                tensordict_out.set(self.log_prob_key, lp)
         elif getattr(type(sample), "_is_tensor_collection", False):
             if self.return_log_prob:
                 lp = dist.log_prob(sample, aggregate_probabilities=True) if isinstance(dist, CompositeDistribution) else dist.log_prob(sample)
@@ -245,7 +248,8 @@ class ProbabilisticTensorDictModule(TensorDictModuleBase):
                 if key != "_":
                     tensordict_out.set(key, value)
             if self.return_log_prob:
-                tensordict_out.set(self.log_prob_key, _reduce_to(dist.log_prob(*sample), tensordict_out.batch_dims))
+                lp = _reduce_to(dist.log_prob(*sample), _holder_batch_dims(tensordict_out, keys[0]))
+                tensordict_out.set(self.log_prob_key, lp)
         return tensordict_out
 
 
