@@ -1,72 +1,18 @@
-"""A2CLoss against hand-written references."""
+"""A2CLoss against hand-written references (networks and rollouts: conftest.py fixtures)."""
 import pytest
 import torch
 from rl_objectives.losses.a2c import A2CLoss
 from rl_objectives.value import ValueEstimators
 from tdict import TensorDict
-from tdict.nn import (
-    InteractionType,
-    ProbabilisticTensorDictModule,
-    ProbabilisticTensorDictSequential,
-    TensorDictModule,
-    TensorDictSequential,
-    set_interaction_type,
-)
+from tdict.nn import ProbabilisticTensorDictModule, TensorDictModule
 from torch import distributions as D
 from torch import nn
 from torch.nn import functional as F
 
 
-class Squeeze(nn.Module):
-    def forward(self, x):
-        return x.squeeze(-1)
-
-
-def categorical_actor(obs_dim=3, n=4, seed=0):
-    torch.manual_seed(seed)
-    lin = nn.Linear(obs_dim, n)
-    actor = ProbabilisticTensorDictSequential(
-        TensorDictModule(lin, in_keys=["obs"], out_keys=["logits"]),
-        ProbabilisticTensorDictModule(in_keys=["logits"], out_keys=["action"], distribution_class=D.Categorical, return_log_prob=True),
-    )
-    return actor, lin
-
-
-def make_critic(obs_dim=3, seed=1):
-    torch.manual_seed(seed)
-    lin = nn.Linear(obs_dim, 1)
-    return TensorDictModule(nn.Sequential(lin, Squeeze()), in_keys=["obs"], out_keys=["state_value"]), lin
-
-
-def rollout(actor, batch=(3, 5), obs_dim=3, seed=2, with_adv=True):
-    g = torch.Generator().manual_seed(seed)
-    td = TensorDict(
-        {
-            "obs": torch.randn(*batch, obs_dim, generator=g),
-            "next": {
-                "obs": torch.randn(*batch, obs_dim, generator=g),
-                "reward": torch.randn(*batch, generator=g),
-                "done": torch.rand(*batch, generator=g) < 0.2,
-            },
-        },
-        batch_size=list(batch),
-    )
-    td["next", "terminated"] = td["next", "done"].clone()
-    with torch.no_grad(), set_interaction_type(InteractionType.RANDOM):
-        actor(td)
-    if with_adv:
-        td["advantage"] = torch.randn(*batch, generator=g)
-        td["value_target"] = torch.randn(*batch, generator=g)
-    return td
-
-
-def _grads(module):
-    return [p.grad is not None and bool(p.grad.abs().sum() > 0) for p in module.parameters()]
-
-
-def test_matches_a_hand_written_reference():
+def test_matches_a_hand_written_reference(categorical_actor, state_value_critic, rollout):
     actor, lin = categorical_actor()
-    critic, clin = make_critic()
+    critic, clin = state_value_critic()
     td = rollout(actor)
     out = A2CLoss(actor, critic, entropy_coeff=0.1, critic_coeff=0.5, loss_critic_type="l1")(td)
     dist = D.Categorical(logits=lin(td["obs"]))
@@ -91,19 +37,9 @@ def test_policy_gradient_is_advantage_times_score():
     torch.testing.assert_close(logits.grad, expected)
 
 
-def gae_reference(value, next_value, reward, done, terminated, gamma, lmbda):
-    adv = torch.zeros_like(reward)
-    running = torch.zeros(reward.shape[:-1])
-    for t in reversed(range(reward.shape[-1])):
-        delta = reward[..., t] + gamma * next_value[..., t] * (~terminated[..., t]) - value[..., t]
-        running = delta + gamma * lmbda * (~done[..., t]) * running
-        adv[..., t] = running
-    return adv, adv + value
-
-
-def test_missing_advantage_is_estimated_without_gradients_and_input_untouched():
+def test_missing_advantage_is_estimated_without_gradients_and_input_untouched(categorical_actor, state_value_critic, rollout, gae_reference):
     actor, lin = categorical_actor()
-    critic, clin = make_critic()
+    critic, clin = state_value_critic()
     td = rollout(actor, with_adv=False)
     before = {k: td.get(k) for k in td.keys(True, True)}
     loss = A2CLoss(actor, critic, gamma=0.8)
@@ -122,29 +58,23 @@ def test_missing_advantage_is_estimated_without_gradients_and_input_untouched():
 
 
 @pytest.mark.parametrize("separate", [False, True])
-def test_gradient_routing_and_separate_losses(separate):
-    torch.manual_seed(0)
-    trunk = TensorDictModule(nn.Linear(3, 8), in_keys=["obs"], out_keys=["hidden"])
-    head = TensorDictModule(nn.Linear(8, 3), in_keys=["hidden"], out_keys=["logits"])
-    vhead = TensorDictModule(nn.Sequential(nn.Linear(8, 1), Squeeze()), in_keys=["hidden"], out_keys=["state_value"])
-    actor = ProbabilisticTensorDictSequential(
-        trunk, head, ProbabilisticTensorDictModule(in_keys=["logits"], out_keys=["action"], distribution_class=D.Categorical)
-    )
-    critic = TensorDictSequential(trunk, vhead)
+def test_gradient_routing_and_separate_losses(separate, shared_trunk_nets, rollout, has_grads):
+    actor, critic, trunk = shared_trunk_nets()
+    head, vhead = actor[1], critic[1]
     td = rollout(actor, batch=(7,))
     loss = A2CLoss(actor, critic, separate_losses=separate)
     out = loss(td)
     (out["loss_objective"] + out["loss_entropy"]).backward()
-    assert all(_grads(head)) and all(_grads(trunk)) and not any(_grads(vhead))
+    assert all(has_grads(head)) and all(has_grads(trunk)) and not any(has_grads(vhead))
     loss.zero_grad()
     loss(td)["loss_critic"].backward()
-    assert all(_grads(vhead)) and not any(_grads(head))
-    assert any(_grads(trunk)) is (not separate)
+    assert all(has_grads(vhead)) and not any(has_grads(head))
+    assert any(has_grads(trunk)) is (not separate)
 
 
-def test_reduction_none_and_optional_terms():
+def test_reduction_none_and_optional_terms(categorical_actor, state_value_critic, rollout):
     actor, lin = categorical_actor()
-    critic, _ = make_critic()
+    critic, _ = state_value_critic()
     td = rollout(actor, batch=(2, 3))
     out = A2CLoss(actor, critic, reduction="none")(td)
     dist = D.Categorical(logits=lin(td["obs"]))
@@ -156,9 +86,9 @@ def test_reduction_none_and_optional_terms():
     assert "loss_critic" not in out
 
 
-def test_set_keys_and_errors():
+def test_set_keys_and_errors(categorical_actor, state_value_critic, rollout):
     actor, _ = categorical_actor()
-    critic, _ = make_critic()
+    critic, _ = state_value_critic()
     td = rollout(actor, batch=(4,))
     renamed = td.clone()
     renamed["A"] = renamed.pop("advantage")
@@ -183,34 +113,21 @@ def test_set_keys_and_errors():
         A2CLoss(actor, "critic")
 
 
-def test_compiled_forward_matches_eager():
-    torch.compiler.reset()
+def test_compiled_forward_matches_eager(categorical_actor, state_value_critic, rollout, assert_compiled_matches_eager):
     actor, _ = categorical_actor()
-    critic, _ = make_critic()
-    td = rollout(actor)
-    loss = A2CLoss(actor, critic)
-    expected = loss(td)
-    actual = torch.compile(loss, fullgraph=True, backend="eager")(td)
-    assert set(actual.keys()) == set(expected.keys())
-    for key in expected.keys():
-        torch.testing.assert_close(actual[key], expected[key])
-    torch.compiler.reset()
+    critic, _ = state_value_critic()
+    assert_compiled_matches_eager(A2CLoss(actor, critic), rollout(actor))
 
 
-def test_a2c_learns_a_bandit():
+def test_a2c_learns_a_bandit(categorical_actor, state_value_critic, bandit_rollout):
     torch.manual_seed(0)
     actor, lin = categorical_actor(obs_dim=1, n=3)
-    critic, _ = make_critic(obs_dim=1)
+    critic, _ = state_value_critic(obs_dim=1)
     loss = A2CLoss(actor, critic, entropy_coeff=0.0, gamma=0.0)
     opt = torch.optim.Adam(loss.parameters(), lr=0.05)
     rewards = torch.tensor([0.2, 0.0, 1.0])
     for _ in range(150):
-        td = TensorDict({"obs": torch.ones(32, 1), "next": {"obs": torch.ones(32, 1),
-                         "done": torch.ones(32, dtype=torch.bool)}}, batch_size=[32])
-        with torch.no_grad(), set_interaction_type(InteractionType.RANDOM):
-            actor(td)
-        td["next", "reward"] = rewards[td["action"]]
-        out = loss(td)
+        out = loss(bandit_rollout(actor, lambda a: rewards[a], 32))
         opt.zero_grad()
         (out["loss_objective"] + out["loss_critic"]).backward()
         opt.step()

@@ -1,16 +1,18 @@
-"""DQNLoss against a hand-written reference: targets, double DQN, gradients, keys, errors, learning."""
+"""DQNLoss against a hand-written reference: targets, double DQN, gradients, keys, errors, learning.
+
+Replay batches and the learning loop: conftest.py fixtures.
+"""
 
 import pytest
 import torch
 from hypothesis import given
 from hypothesis import strategies as st
-from torch import nn
-
 from rl_objectives.losses.dqn import DQNLoss
 from rl_objectives.losses.utils import distance_loss
 from rl_objectives.value import ValueEstimators
 from tdict import TensorDict
 from tdict.nn import TensorDictModule, TensorDictSequential
+from torch import nn
 
 N_OBS, N_ACT, B = 3, 4, 7
 
@@ -37,31 +39,19 @@ def q_actor(space="one_hot", seed=0):
     )
 
 
-def batch(space="one_hot", n=B, seed=1):
-    g = torch.Generator().manual_seed(seed)
-    idx = torch.randint(N_ACT, (n,), generator=g)
-    action = idx if space == "categorical" else nn.functional.one_hot(idx, N_ACT)
-    terminated = torch.rand(n, generator=g) < 0.3
-    return TensorDict(
-        {
-            "observation": torch.randn(n, N_OBS, generator=g),
-            "action": action,
-            "next": {
-                "observation": torch.randn(n, N_OBS, generator=g),
-                "reward": torch.randn(n, generator=g),
-                "done": terminated.clone(),
-                "terminated": terminated,
-            },
-        },
-        batch_size=[n],
-    ), idx
+@pytest.fixture
+def batch(transition_batch):
+    """``(space="one_hot", n=7, seed=1) -> (td, index)``: a replay batch whose action is an index
+    (``"categorical"``) or its one-hot vector."""
 
+    def build(space="one_hot", n=B, seed=1):
+        td = transition_batch(n=n, seed=seed, action="index", n_act=N_ACT)
+        idx = td["action"]
+        if space != "categorical":
+            td["action"] = nn.functional.one_hot(idx, N_ACT)
+        return td, idx
 
-def perturb_online(loss):
-    """Move the online parameters away from the targets (as training does)."""
-    with torch.no_grad():
-        for p in loss.params_of("value_network").values(True, True):
-            p.add_(0.3 * torch.randn_like(p))
+    return build
 
 
 def linear_q(weights, obs):
@@ -71,10 +61,10 @@ def linear_q(weights, obs):
 @pytest.mark.parametrize("space", ["one_hot", "categorical"])
 @pytest.mark.parametrize("double_dqn", [False, True])
 @pytest.mark.parametrize("loss_function", ["l2", "smooth_l1"])
-def test_loss_matches_reference(space, double_dqn, loss_function):
+def test_loss_matches_reference(space, double_dqn, loss_function, batch, perturb):
     loss = DQNLoss(q_actor(space), double_dqn=double_dqn, loss_function=loss_function)
     loss.make_value_estimator(gamma=0.9)
-    perturb_online(loss)
+    perturb(loss.params_of("value_network"))
     td, idx = batch(space)
     online = loss.params_of("value_network").detach()
     target = loss.params_of("value_network", target=True)
@@ -99,27 +89,21 @@ def test_loss_matches_reference(space, double_dqn, loss_function):
     assert not td["td_error"].requires_grad
 
 
-def test_double_dqn_differs_when_online_and_target_disagree():
+def test_double_dqn_differs_when_online_and_target_disagree(batch, perturb):
     loss_a, loss_b = DQNLoss(q_actor()), DQNLoss(q_actor(), double_dqn=True)
     loss_b.load_state_dict(loss_a.state_dict())
     torch.manual_seed(5)
-    perturb_online(loss_a)
+    perturb(loss_a.params_of("value_network"))
     loss_b.load_state_dict(loss_a.state_dict())
     td, _ = batch(n=64)
     assert not torch.allclose(loss_a(td.clone())["loss"], loss_b(td.clone())["loss"])
 
 
-def test_caller_entries_untouched_except_td_error():
-    loss = DQNLoss(q_actor())
-    td, _ = batch()
-    before = td.clone()
-    loss(td)
-    assert set(td.keys(True, True)) - set(before.keys(True, True)) == {"td_error"}
-    for key in before.keys(True, True):
-        assert torch.equal(td[key], before[key]), key
+def test_caller_entries_untouched_except_td_error(batch, assert_writes_only_td_error):
+    assert_writes_only_td_error(DQNLoss(q_actor()), batch()[0])
 
 
-def test_gradients_reach_online_params_only_and_target_is_used():
+def test_gradients_reach_online_params_only_and_target_is_used(batch):
     loss = DQNLoss(q_actor())
     td, _ = batch()
     target_before = loss.params_of("value_network", target=True).clone()
@@ -135,7 +119,7 @@ def test_gradients_reach_online_params_only_and_target_is_used():
     assert (loss.params_of("value_network", target=True) == target_before).all()
 
 
-def test_without_delay_value_bootstraps_from_the_online_network():
+def test_without_delay_value_bootstraps_from_the_online_network(batch):
     loss = DQNLoss(q_actor(), delay_value=False)
     loss.make_value_estimator(gamma=0.5)
     assert loss.target_networks == []
@@ -147,7 +131,7 @@ def test_without_delay_value_bootstraps_from_the_online_network():
 
 
 @pytest.mark.parametrize("reduction", ["none", "sum"])
-def test_reduction(reduction):
+def test_reduction(reduction, batch):
     loss = DQNLoss(q_actor(), reduction=reduction)
     td, _ = batch()
     per_sample = DQNLoss(q_actor(), reduction="none")(td.clone())["loss"]
@@ -156,7 +140,7 @@ def test_reduction(reduction):
     assert torch.allclose(out, per_sample if reduction == "none" else per_sample.sum(), atol=1e-6)
 
 
-def test_value_estimators():
+def test_value_estimators(batch):
     td, _ = batch()
     loss = DQNLoss(q_actor())
     assert loss.value_estimator.gamma == pytest.approx(0.99)
@@ -169,7 +153,7 @@ def test_value_estimators():
         loss.make_value_estimator("bogus")
 
 
-def test_set_keys_reads_renamed_entries():
+def test_set_keys_reads_renamed_entries(batch):
     loss = DQNLoss(q_actor()).set_keys(reward="r", done="d", terminated="t", priority="prio")
     td, _ = batch()
     renamed = td.clone()
@@ -181,7 +165,7 @@ def test_set_keys_reads_renamed_entries():
     assert loss.value_estimator.tensor_keys.reward == "r"
 
 
-def test_action_space_inference():
+def test_action_space_inference(batch):
     # from a QValueModule's action_space attribute
     from rl_objectives.modules import QValueActor
     from tdict.specs import Categorical, OneHot
@@ -197,7 +181,7 @@ def test_action_space_inference():
     assert DQNLoss(q_actor(), action_space=OneHot(N_ACT)).action_space == "one_hot"
 
 
-def test_qvalue_actor_end_to_end():
+def test_qvalue_actor_end_to_end(batch):
     from rl_objectives.modules import QValueActor
     from tdict.specs import OneHot
 
@@ -206,13 +190,12 @@ def test_qvalue_actor_end_to_end():
     loss = DQNLoss(actor, double_dqn=True)
     td, idx = batch()
     w = loss.params_of("value_network").detach()
-    q = td["observation"] @ w["module", "0", "module", "weight"].T + w["module", "0", "module", "bias"]
-    qn = td["next", "observation"] @ w["module", "0", "module", "weight"].T + w["module", "0", "module", "bias"]
+    q, qn = linear_q(w, td["observation"]), linear_q(w, td["next", "observation"])
     y = td["next", "reward"] + 0.99 * (~td["next", "terminated"]).float() * qn.max(-1).values
     assert torch.allclose(loss(td)["loss"], (q[torch.arange(B), idx] - y).pow(2).mean(), atol=1e-5)
 
 
-def test_errors():
+def test_errors(batch):
     with pytest.raises(ValueError, match="loss_function must be one of"):
         DQNLoss(q_actor(), loss_function="l3")
     with pytest.raises(ValueError, match="reduction must be one of"):
@@ -238,35 +221,22 @@ def test_errors():
     assert "td_error" not in td.keys()  # nothing written before the error
 
 
-def test_learns_the_best_arm_of_a_bandit():
+def test_learns_the_best_arm_of_a_bandit(train_on_bandit):
     torch.manual_seed(0)
     actor = q_actor("categorical")
     loss = DQNLoss(actor, action_space="categorical")
-    opt = torch.optim.Adam(loss.parameters(), lr=0.05)
     rewards = torch.tensor([0.0, 1.0, 0.2, 0.5])
-    for _ in range(200):
-        a = torch.randint(N_ACT, (32,))
-        td = TensorDict(
-            {"observation": torch.ones(32, N_OBS), "action": a,
-             "next": {"observation": torch.ones(32, N_OBS), "reward": rewards[a],
-                      "done": torch.ones(32, dtype=torch.bool), "terminated": torch.ones(32, dtype=torch.bool)}},
-            batch_size=[32],
-        )
-        opt.zero_grad()
-        loss(td)["loss"].backward()
-        opt.step()
+    train_on_bandit(loss, lambda n: torch.randint(N_ACT, (n,)), lambda a: rewards[a], steps=200, n=32, lr=0.05, n_obs=N_OBS)
     q = actor(TensorDict(observation=torch.ones(1, N_OBS), batch_size=[1]))
     assert int(q["action"]) == 1
     assert torch.allclose(q["action_value"][0], rewards, atol=0.05)
 
 
-def test_compiled_forward_matches_eager():
+def test_compiled_forward_matches_eager(batch, assert_compiled_matches_eager):
     loss = DQNLoss(q_actor(), double_dqn=True)
     loss.make_value_estimator(gamma=0.9)
     td, _ = batch()
-    eager = loss(td.clone())["loss"]
-    compiled = torch.compile(loss, fullgraph=True, backend="eager")
-    assert torch.allclose(compiled(td.clone())["loss"], eager, atol=1e-6)
+    assert_compiled_matches_eager(loss, td)
 
 
 def test_distance_loss():

@@ -1,4 +1,6 @@
-"""PPOLoss, ClipPPOLoss and KLPENPPOLoss against hand-written references."""
+"""PPOLoss, ClipPPOLoss and KLPENPPOLoss against hand-written references (networks and rollouts:
+conftest.py fixtures)."""
+import functools
 import math
 
 import pytest
@@ -9,22 +11,13 @@ from rl_objectives.losses.ppo import ClipPPOLoss, KLPENPPOLoss, PPOLoss
 from rl_objectives.value import ValueEstimators
 from tdict import TensorDict
 from tdict.nn import (
-    InteractionType,
     NormalParamExtractor,
     ProbabilisticTensorDictModule,
-    ProbabilisticTensorDictSequential,
     TensorDictModule,
-    TensorDictSequential,
-    set_interaction_type,
 )
 from torch import distributions as D
 from torch import nn
 from torch.nn import functional as F
-
-
-class Squeeze(nn.Module):
-    def forward(self, x):
-        return x.squeeze(-1)
 
 
 class _Tanh(D.TanhTransform):
@@ -39,65 +32,15 @@ class TanhNormal(D.TransformedDistribution):
         super().__init__(D.Normal(loc, scale), [_Tanh(cache_size=1)])
 
 
-def normal_actor(obs_dim=3, act_dim=2, dist=D.Normal, seed=0):
-    torch.manual_seed(seed)
-    lin = nn.Linear(obs_dim, 2 * act_dim)
-    actor = ProbabilisticTensorDictSequential(
-        TensorDictModule(nn.Sequential(lin, NormalParamExtractor()), in_keys=["obs"], out_keys=["loc", "scale"]),
-        ProbabilisticTensorDictModule(in_keys=["loc", "scale"], out_keys=["action"], distribution_class=dist, return_log_prob=True),
-    )
-    return actor, lin
+@pytest.fixture
+def rollout(rollout):
+    """Rollouts whose actor moves after collection: the behaviour policy differs from the current one."""
+    return functools.partial(rollout, perturb=True)
 
 
-def categorical_actor(obs_dim=3, n=4, seed=0):
-    torch.manual_seed(seed)
-    lin = nn.Linear(obs_dim, n)
-    actor = ProbabilisticTensorDictSequential(
-        TensorDictModule(lin, in_keys=["obs"], out_keys=["logits"]),
-        ProbabilisticTensorDictModule(in_keys=["logits"], out_keys=["action"], distribution_class=D.Categorical, return_log_prob=True),
-    )
-    return actor, lin
-
-
-def make_critic(obs_dim=3, seed=1):
-    torch.manual_seed(seed)
-    lin = nn.Linear(obs_dim, 1)
-    return TensorDictModule(nn.Sequential(lin, Squeeze()), in_keys=["obs"], out_keys=["state_value"]), lin
-
-
-def rollout(actor, batch=(3, 5), obs_dim=3, seed=2, with_adv=True):
-    """Actions and behaviour log-probs/params from ``actor``, then the actor is perturbed."""
-    g = torch.Generator().manual_seed(seed)
-    td = TensorDict(
-        {
-            "obs": torch.randn(*batch, obs_dim, generator=g),
-            "next": {
-                "obs": torch.randn(*batch, obs_dim, generator=g),
-                "reward": torch.randn(*batch, generator=g),
-                "done": torch.rand(*batch, generator=g) < 0.2,
-            },
-        },
-        batch_size=list(batch),
-    )
-    td["next", "terminated"] = td["next", "done"].clone()
-    with torch.no_grad(), set_interaction_type(InteractionType.RANDOM):
-        actor(td)
-        for p in actor.parameters():
-            p.add_(0.3 * torch.randn(p.shape, generator=g))
-    if with_adv:
-        td["advantage"] = torch.randn(*batch, generator=g)
-        td["value_target"] = torch.randn(*batch, generator=g)
-    return td
-
-
-def normal_dist(lin, obs):
-    loc, scale = NormalParamExtractor()(lin(obs))
-    return D.Normal(loc, scale)
-
-
-def test_clip_ppo_matches_a_hand_written_reference_on_a_rollout():
+def test_clip_ppo_matches_a_hand_written_reference_on_a_rollout(normal_actor, state_value_critic, rollout, normal_dist):
     actor, lin = normal_actor()
-    critic, clin = make_critic()
+    critic, clin = state_value_critic()
     td = rollout(actor)
     loss = ClipPPOLoss(actor, critic, clip_epsilon=0.1, entropy_coeff=0.05, critic_coeff=0.7, loss_critic_type="l2")
     out = loss(td)
@@ -126,9 +69,9 @@ def test_clip_ppo_matches_a_hand_written_reference_on_a_rollout():
     assert not any(out[k].requires_grad for k in out.keys() if not k.startswith("loss_"))
 
 
-def test_plain_ppo_on_a_flat_categorical_batch():
+def test_plain_ppo_on_a_flat_categorical_batch(categorical_actor, state_value_critic, rollout):
     actor, lin = categorical_actor()
-    critic, clin = make_critic()
+    critic, clin = state_value_critic()
     td = rollout(actor, batch=(7,))
     out = PPOLoss(actor, critic, entropy_bonus=False)(td)
     dist = D.Categorical(logits=lin(td["obs"]))
@@ -140,9 +83,9 @@ def test_plain_ppo_on_a_flat_categorical_batch():
 
 
 @pytest.mark.parametrize("reduction", ["none", "sum"])
-def test_reduction(reduction):
+def test_reduction(reduction, categorical_actor, state_value_critic, rollout):
     actor, lin = categorical_actor()
-    critic, clin = make_critic()
+    critic, clin = state_value_critic()
     td = rollout(actor, batch=(2, 4))
     out = ClipPPOLoss(actor, critic, reduction=reduction)(td)
     dist = D.Categorical(logits=lin(td["obs"]))
@@ -159,19 +102,9 @@ def test_reduction(reduction):
     assert out["entropy"].shape == ()
 
 
-def gae_reference(value, next_value, reward, done, terminated, gamma, lmbda):
-    adv = torch.zeros_like(reward)
-    running = torch.zeros(reward.shape[:-1])
-    for t in reversed(range(reward.shape[-1])):
-        delta = reward[..., t] + gamma * next_value[..., t] * (~terminated[..., t]) - value[..., t]
-        running = delta + gamma * lmbda * (~done[..., t]) * running
-        adv[..., t] = running
-    return adv, adv + value
-
-
-def test_missing_advantage_is_estimated_with_gae_without_touching_the_input():
+def test_missing_advantage_is_estimated_with_gae_without_touching_the_input(categorical_actor, state_value_critic, rollout, gae_reference):
     actor, lin = categorical_actor()
-    critic, clin = make_critic()
+    critic, clin = state_value_critic()
     td = rollout(actor, batch=(2, 6), with_adv=False)
     before = {k: td.get(k) for k in td.keys(True, True)}
     loss = ClipPPOLoss(actor, critic, gamma=0.9, entropy_bonus=False)
@@ -192,9 +125,9 @@ def test_missing_advantage_is_estimated_with_gae_without_touching_the_input():
     assert isinstance(loss.value_estimator, nn.Module) and loss.value_type is ValueEstimators.GAE
 
 
-def test_make_value_estimator_types_and_keys():
+def test_make_value_estimator_types_and_keys(categorical_actor, state_value_critic, rollout):
     actor, _ = categorical_actor()
-    critic, clin = make_critic()
+    critic, clin = state_value_critic()
     loss = PPOLoss(actor, critic, entropy_bonus=False)
     loss.make_value_estimator(ValueEstimators.TD0, gamma=0.5)
     td = rollout(actor, batch=(2, 3), with_adv=False)
@@ -213,7 +146,7 @@ def test_make_value_estimator_types_and_keys():
         PPOLoss(actor, None).make_value_estimator()
 
 
-def test_normalize_advantage_and_exclude_dims():
+def test_normalize_advantage_and_exclude_dims(categorical_actor, rollout):
     actor, lin = categorical_actor()
     td = rollout(actor, batch=(3, 5))
     adv = td["advantage"]
@@ -227,50 +160,34 @@ def test_normalize_advantage_and_exclude_dims():
     assert "loss_critic" not in out
 
 
-def _grads(module):
-    return [p.grad is not None and bool(p.grad.abs().sum() > 0) for p in module.parameters()]
-
-
-def test_gradient_routing():
+def test_gradient_routing(normal_actor, state_value_critic, rollout, has_grads):
     actor, lin = normal_actor()
-    critic, clin = make_critic()
+    critic, clin = state_value_critic()
     td = rollout(actor)
     loss = ClipPPOLoss(actor, critic)
     out = loss(td)
     (out["loss_objective"] + out["loss_entropy"]).backward()
-    assert all(_grads(lin)) and not any(_grads(clin))
+    assert all(has_grads(lin)) and not any(has_grads(clin))
     loss.zero_grad()
     loss(td)["loss_critic"].backward()
-    assert all(_grads(clin)) and not any(_grads(lin))
-
-
-def shared_trunk_nets(seed=0):
-    torch.manual_seed(seed)
-    trunk = TensorDictModule(nn.Linear(3, 8), in_keys=["obs"], out_keys=["hidden"])
-    actor = ProbabilisticTensorDictSequential(
-        trunk,
-        TensorDictModule(nn.Linear(8, 3), in_keys=["hidden"], out_keys=["logits"]),
-        ProbabilisticTensorDictModule(in_keys=["logits"], out_keys=["action"], distribution_class=D.Categorical, return_log_prob=True),
-    )
-    critic = TensorDictSequential(trunk, TensorDictModule(nn.Sequential(nn.Linear(8, 1), Squeeze()), in_keys=["hidden"], out_keys=["state_value"]))
-    return actor, critic, trunk
+    assert all(has_grads(clin)) and not any(has_grads(lin))
 
 
 @pytest.mark.parametrize("separate", [False, True])
-def test_separate_losses_keeps_the_critic_loss_off_shared_parameters(separate):
+def test_separate_losses_keeps_the_critic_loss_off_shared_parameters(separate, shared_trunk_nets, rollout, has_grads):
     actor, critic, trunk = shared_trunk_nets()
     td = rollout(actor, batch=(6,))
     loss = ClipPPOLoss(actor, critic, separate_losses=separate)
     # shared parameters are not duplicated in the loss's parameters
     assert len(list(loss.parameters())) == len({id(p) for p in list(actor.parameters()) + list(critic.parameters())})
     loss(td)["loss_critic"].backward()
-    assert all(_grads(critic[1])) and not any(_grads(actor[1]))
-    assert any(_grads(trunk)) is (not separate)
+    assert all(has_grads(critic[1])) and not any(has_grads(actor[1]))
+    assert any(has_grads(trunk)) is (not separate)
 
 
-def test_clip_value():
+def test_clip_value(categorical_actor, state_value_critic, rollout):
     actor, _ = categorical_actor()
-    critic, clin = make_critic()
+    critic, clin = state_value_critic()
     td = rollout(actor, batch=(10,))
     with torch.no_grad():
         td["state_value"] = clin(td["obs"]).squeeze(-1) + torch.linspace(-0.5, 0.5, 10)
@@ -287,7 +204,7 @@ def test_clip_value():
         ClipPPOLoss(actor, critic, clip_value=0.2)(td)
 
 
-def test_monte_carlo_entropy_when_there_is_no_closed_form():
+def test_monte_carlo_entropy_when_there_is_no_closed_form(normal_actor, rollout):
     actor, lin = normal_actor(dist=TanhNormal)
     td = rollout(actor, batch=(5,))
     td["action"] = td["action"].clamp(-0.99, 0.99)
@@ -304,9 +221,9 @@ def test_monte_carlo_entropy_when_there_is_no_closed_form():
     assert lin.weight.grad is not None
 
 
-def test_klpen_matches_reference_and_adapts_beta():
+def test_klpen_matches_reference_and_adapts_beta(normal_actor, state_value_critic, rollout, normal_dist):
     actor, lin = normal_actor()
-    critic, _ = make_critic()
+    critic, _ = state_value_critic()
     td = rollout(actor)
     stored_loc = td["loc"]
     loss = KLPENPPOLoss(actor, critic, dtarg=0.001, beta=0.5, increment=3.0, decrement=0.25)
@@ -333,7 +250,7 @@ def test_klpen_matches_reference_and_adapts_beta():
     assert "beta" in loss.state_dict()
 
 
-def test_klpen_monte_carlo_kl_without_a_registered_kl():
+def test_klpen_monte_carlo_kl_without_a_registered_kl(normal_actor, rollout):
     actor, lin = normal_actor(dist=TanhNormal)
     td = rollout(actor, batch=(6,))
     td["action"] = td["action"].clamp(-0.99, 0.99)
@@ -350,7 +267,7 @@ def test_klpen_monte_carlo_kl_without_a_registered_kl():
     torch.testing.assert_close(out["loss_objective"], -(ratio * td["advantage"] - 2.0 * kl).mean(), rtol=1e-4, atol=1e-4)
 
 
-def test_klpen_needs_the_behaviour_parameters():
+def test_klpen_needs_the_behaviour_parameters(normal_actor, rollout):
     actor, _ = normal_actor()
     td = rollout(actor)
     del td["scale"]
@@ -358,14 +275,14 @@ def test_klpen_needs_the_behaviour_parameters():
         KLPENPPOLoss(actor, None)(td)
 
 
-def test_set_keys_renames_every_entry():
+def test_set_keys_renames_every_entry(categorical_actor, state_value_critic, rollout):
     actor, _ = categorical_actor()
-    critic, clin = make_critic()
+    critic, _ = state_value_critic()
     td = rollout(actor, batch=(5,))
     renamed = td.clone()
     for old, new in [("advantage", "adv"), ("value_target", "ret"), ("sample_log_prob", "old_lp"), ("action", "act")]:
         renamed[new] = renamed.pop(old)
-    critic2 = TensorDictModule(nn.Sequential(clin, Squeeze()), in_keys=["obs"], out_keys=["v"])
+    critic2 = TensorDictModule(critic.module, in_keys=["obs"], out_keys=["v"])  # the same network, another key
     loss = ClipPPOLoss(actor, critic2, advantage_key="adv", value_target_key="ret", value_key="v")
     loss.set_keys(sample_log_prob="old_lp", action="act")
     ref = ClipPPOLoss(actor, critic)(td)
@@ -374,9 +291,9 @@ def test_set_keys_renames_every_entry():
         torch.testing.assert_close(out[key], ref[key])
 
 
-def test_errors_name_the_problem():
+def test_errors_name_the_problem(categorical_actor, state_value_critic, rollout):
     actor, _ = categorical_actor()
-    critic, _ = make_critic()
+    critic, _ = state_value_critic()
     td = rollout(actor, batch=(4,))
     bad = td.clone()
     bad["advantage"] = bad["advantage"].unsqueeze(-1)
@@ -416,39 +333,27 @@ def test_errors_name_the_problem():
 
 
 @pytest.mark.parametrize("cls", [ClipPPOLoss, KLPENPPOLoss])
-def test_compiled_forward_matches_eager(cls):
-    torch.compiler.reset()
+def test_compiled_forward_matches_eager(cls, normal_actor, state_value_critic, rollout, assert_compiled_matches_eager):
     actor, _ = normal_actor()
-    critic, _ = make_critic()
-    td = rollout(actor)
+    critic, _ = state_value_critic()
     eager_loss = cls(actor, critic)
-    compiled_loss = cls(actor, critic)
-    expected = eager_loss(td)
-    compiled = torch.compile(compiled_loss, fullgraph=True, backend="eager")
-    actual = compiled(td)
-    assert set(actual.keys()) == set(expected.keys())
-    for key in expected.keys():
-        torch.testing.assert_close(actual[key], expected[key])
+    compiled_loss = cls(actor, critic)  # its own instance: KLPENPPOLoss adapts beta at each call
+    assert_compiled_matches_eager(eager_loss, rollout(actor), compiled_loss=compiled_loss)
     if cls is KLPENPPOLoss:
         torch.testing.assert_close(compiled_loss.beta, eager_loss.beta)
-    torch.compiler.reset()
 
 
-def test_clip_ppo_learns_a_bandit():
+def test_clip_ppo_learns_a_bandit(categorical_actor, state_value_critic, bandit_rollout):
     """Three arms with rewards 0, 1, 0.3: the policy concentrates on arm 1."""
     torch.manual_seed(0)
     actor, lin = categorical_actor(obs_dim=1, n=3)
-    critic, _ = make_critic(obs_dim=1)
+    critic, _ = state_value_critic(obs_dim=1)
     loss = ClipPPOLoss(actor, critic, entropy_coeff=0.0, critic_coeff=0.5, gamma=0.0)
     loss.make_value_estimator(ValueEstimators.GAE, lmbda=1.0)
     opt = torch.optim.Adam(loss.parameters(), lr=0.05)
     rewards = torch.tensor([0.0, 1.0, 0.3])
     for _ in range(40):
-        td = TensorDict({"obs": torch.ones(64, 1), "next": {"obs": torch.ones(64, 1),
-                         "done": torch.ones(64, dtype=torch.bool)}}, batch_size=[64])
-        with torch.no_grad(), set_interaction_type(InteractionType.RANDOM):
-            actor(td)
-        td["next", "reward"] = rewards[td["action"]]
+        td = bandit_rollout(actor, lambda a: rewards[a], 64)
         with torch.no_grad():
             loss.value_estimator(td)
         for _ in range(4):

@@ -1,99 +1,35 @@
-"""ReinforceLoss against hand-written references."""
+"""ReinforceLoss against hand-written references (networks and rollouts: conftest.py fixtures)."""
 import pytest
 import torch
 from rl_objectives import SoftUpdate
 from rl_objectives.losses.reinforce import ReinforceLoss
 from rl_objectives.value import ValueEstimators
-from tdict import TensorDict
-from tdict.nn import (
-    InteractionType,
-    NormalParamExtractor,
-    ProbabilisticTensorDictModule,
-    ProbabilisticTensorDictSequential,
-    TensorDictModule,
-    set_interaction_type,
-)
-from torch import distributions as D
-from torch import nn
+from tdict.nn import NormalParamExtractor
 from torch.nn import functional as F
 
-
-class Squeeze(nn.Module):
-    def forward(self, x):
-        return x.squeeze(-1)
+BATCH = (2, 5)
 
 
-def normal_actor(obs_dim=3, act_dim=2, seed=0):
-    torch.manual_seed(seed)
-    lin = nn.Linear(obs_dim, 2 * act_dim)
-    actor = ProbabilisticTensorDictSequential(
-        TensorDictModule(nn.Sequential(lin, NormalParamExtractor()), in_keys=["obs"], out_keys=["loc", "scale"]),
-        ProbabilisticTensorDictModule(in_keys=["loc", "scale"], out_keys=["action"], distribution_class=D.Normal, return_log_prob=True),
-    )
-    return actor, lin
-
-
-def make_critic(obs_dim=3, seed=1):
-    torch.manual_seed(seed)
-    lin = nn.Linear(obs_dim, 1)
-    return TensorDictModule(nn.Sequential(lin, Squeeze()), in_keys=["obs"], out_keys=["state_value"]), lin
-
-
-def rollout(actor, batch=(2, 5), obs_dim=3, seed=2):
-    g = torch.Generator().manual_seed(seed)
-    td = TensorDict(
-        {
-            "obs": torch.randn(*batch, obs_dim, generator=g),
-            "next": {
-                "obs": torch.randn(*batch, obs_dim, generator=g),
-                "reward": torch.randn(*batch, generator=g),
-                "done": torch.rand(*batch, generator=g) < 0.2,
-            },
-        },
-        batch_size=list(batch),
-    )
-    td["next", "terminated"] = td["next", "done"].clone()
-    with torch.no_grad(), set_interaction_type(InteractionType.RANDOM):
-        actor(td)
-    return td
-
-
-def normal_log_prob(lin, obs, action):
-    loc, scale = NormalParamExtractor()(lin(obs))
-    return D.Normal(loc, scale).log_prob(action).sum(-1)
-
-
-def _grads(module):
-    return [p.grad is not None and bool(p.grad.abs().sum() > 0) for p in module.parameters()]
-
-
-def test_actor_loss_scores_the_stored_action():
+def test_actor_loss_scores_the_stored_action(normal_actor, rollout, normal_dist):
     actor, lin = normal_actor()
-    td = rollout(actor)
-    td["advantage"] = torch.randn(2, 5)
+    td = rollout(actor, batch=BATCH, with_adv=False)
+    td["advantage"] = torch.randn(*BATCH)
     action = td["action"]
+    log_prob = normal_dist(lin, td["obs"]).log_prob(action).sum(-1)
     out = ReinforceLoss(actor)(td)
     assert sorted(out.keys()) == ["loss_actor"]
-    torch.testing.assert_close(out["loss_actor"], -(normal_log_prob(lin, td["obs"], action) * td["advantage"]).mean())
+    torch.testing.assert_close(out["loss_actor"], -(log_prob * td["advantage"]).mean())
     assert td["action"] is action  # the stored action is neither resampled nor overwritten
     out = ReinforceLoss(actor, reduction="sum")(td)
-    torch.testing.assert_close(out["loss_actor"], -(normal_log_prob(lin, td["obs"], action) * td["advantage"]).sum())
+    torch.testing.assert_close(out["loss_actor"], -(log_prob * td["advantage"]).sum())
 
 
-def gae_reference(value, next_value, reward, done, terminated, gamma, lmbda):
-    adv = torch.zeros_like(reward)
-    running = torch.zeros(reward.shape[:-1])
-    for t in reversed(range(reward.shape[-1])):
-        delta = reward[..., t] + gamma * next_value[..., t] * (~terminated[..., t]) - value[..., t]
-        running = delta + gamma * lmbda * (~done[..., t]) * running
-        adv[..., t] = running
-    return adv, adv + value
-
-
-def test_default_estimator_is_gae_and_writes_advantage_and_target_into_the_input():
+def test_default_estimator_is_gae_and_writes_advantage_and_target_into_the_input(
+    normal_actor, state_value_critic, rollout, normal_dist, gae_reference, has_grads
+):
     actor, lin = normal_actor()
-    critic, clin = make_critic()
-    td = rollout(actor)
+    critic, clin = state_value_critic()
+    td = rollout(actor, batch=BATCH, with_adv=False)
     keys_before = set(td.keys(True, True))
     loss = ReinforceLoss(actor, critic, gamma=0.9, loss_critic_type="l2")
     out = loss(td)
@@ -104,26 +40,27 @@ def test_default_estimator_is_gae_and_writes_advantage_and_target_into_the_input
     adv, target = gae_reference(value, next_value, td["next", "reward"], td["next", "done"], td["next", "terminated"], 0.9, 0.95)
     torch.testing.assert_close(td["advantage"], adv)
     torch.testing.assert_close(td["value_target"], target)
-    torch.testing.assert_close(out["loss_actor"], -(normal_log_prob(lin, td["obs"], td["action"]) * adv).mean())
+    log_prob = normal_dist(lin, td["obs"]).log_prob(td["action"]).sum(-1)
+    torch.testing.assert_close(out["loss_actor"], -(log_prob * adv).mean())
     torch.testing.assert_close(out["loss_value"], F.mse_loss(clin(td["obs"]).squeeze(-1), target))
     out["loss_actor"].backward()
-    assert all(_grads(lin)) and not any(_grads(clin))
+    assert all(has_grads(lin)) and not any(has_grads(clin))
     loss.zero_grad()
     out = loss(td)  # the advantage is now in the input: reused as is
     out["loss_value"].backward()
-    assert all(_grads(clin)) and not any(_grads(lin))
+    assert all(has_grads(clin)) and not any(has_grads(lin))
 
 
-def test_delay_value_bootstraps_from_the_target_critic():
+def test_delay_value_bootstraps_from_the_target_critic(normal_actor, state_value_critic, rollout):
     actor, _ = normal_actor()
-    critic, clin = make_critic()
+    critic, clin = state_value_critic()
     loss = ReinforceLoss(actor, critic, delay_value=True, gamma=0.5)
     loss.make_value_estimator(ValueEstimators.TD0)
     assert loss.target_networks == ["critic_network"]
     with torch.no_grad():
         old_w, old_b = clin.weight.clone(), clin.bias.clone()
         clin.weight.add_(1.0)  # the online critic moves; the target copy does not
-    td = rollout(actor)
+    td = rollout(actor, batch=BATCH, with_adv=False)
     loss(td)
     with torch.no_grad():
         value = clin(td["obs"]).squeeze(-1)
@@ -135,10 +72,10 @@ def test_delay_value_bootstraps_from_the_target_critic():
     torch.testing.assert_close(loss.params_of("critic_network", target=True)["module", "0", "weight"], clin.weight.detach())
 
 
-def test_errors():
+def test_errors(normal_actor, state_value_critic, rollout):
     actor, _ = normal_actor()
-    critic, _ = make_critic()
-    td = rollout(actor, batch=(4,))
+    critic, _ = state_value_critic()
+    td = rollout(actor, batch=(4,), with_adv=False)
     with pytest.raises(KeyError, match="no critic_network to estimate it"):
         ReinforceLoss(actor)(td)
     td["advantage"] = torch.randn(4, 1)
@@ -150,31 +87,23 @@ def test_errors():
         ReinforceLoss(critic)
 
 
-def test_compiled_forward_matches_eager():
-    torch.compiler.reset()
+def test_compiled_forward_matches_eager(normal_actor, state_value_critic, rollout, assert_compiled_matches_eager):
     actor, _ = normal_actor()
-    critic, _ = make_critic()
-    td = rollout(actor)
-    td["advantage"], td["value_target"] = torch.randn(2, 5), torch.randn(2, 5)
-    loss = ReinforceLoss(actor, critic)
-    expected = loss(td)
-    actual = torch.compile(loss, fullgraph=True, backend="eager")(td)
-    for key in expected.keys():
-        torch.testing.assert_close(actual[key], expected[key])
-    torch.compiler.reset()
+    critic, _ = state_value_critic()
+    td = rollout(actor, batch=BATCH, with_adv=False)
+    td["advantage"], td["value_target"] = torch.randn(*BATCH), torch.randn(*BATCH)
+    assert_compiled_matches_eager(ReinforceLoss(actor, critic), td)
 
 
-def test_reinforce_learns_a_bandit():
+def test_reinforce_learns_a_bandit(normal_actor, bandit_rollout):
     """A 1-step continuous bandit: reward -(a - 0.7)^2; the policy's mean moves to 0.7."""
     torch.manual_seed(0)
     actor, lin = normal_actor(obs_dim=1, act_dim=1)
     loss = ReinforceLoss(actor)
     opt = torch.optim.Adam(loss.parameters(), lr=0.03)
     for _ in range(300):
-        td = TensorDict(obs=torch.ones(64, 1), batch_size=[64])
-        with torch.no_grad(), set_interaction_type(InteractionType.RANDOM):
-            actor(td)
-        reward = -(td["action"].squeeze(-1) - 0.7) ** 2
+        td = bandit_rollout(actor, lambda a: -(a.squeeze(-1) - 0.7) ** 2, 64)
+        reward = td["next", "reward"]
         td["advantage"] = reward - reward.mean()
         opt.zero_grad()
         loss(td)["loss_actor"].backward()

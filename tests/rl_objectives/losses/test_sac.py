@@ -1,69 +1,41 @@
-"""SACLoss against a hand-written reference: soft target, actor and temperature losses, gradients, errors."""
+"""SACLoss against a hand-written reference: soft target, actor and temperature losses, gradients, errors.
 
+Networks, batches and the reference Q: conftest.py fixtures.
+"""
+
+import functools
 import math
 
 import pytest
 import torch
-from torch import nn
-
 from rl_objectives.losses.sac import SACLoss
 from tdict import TensorDict
-from tdict.nn import NormalParamExtractor, ProbabilisticTensorDictModule, ProbabilisticTensorDictSequential, TensorDictModule
 from tdict.specs import Bounded
 
-N_OBS, N_ACT, B = 3, 2, 6
+N_OBS, N_ACT = 3, 2  # conftest's default network sizes
 
 
-class Critic(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.net = nn.Linear(N_OBS + N_ACT, 1)
+@pytest.fixture
+def networks(normal_actor, q_critic):
+    """``(seed=0, n_obs=3, n_act=2, hidden=None) -> (actor, critic)``: a Normal policy on
+    ``"observation"`` and conftest's Q-network."""
 
-    def forward(self, observation, action):
-        return self.net(torch.cat([observation, action], -1)).squeeze(-1)
+    def build(seed=0, n_obs=N_OBS, n_act=N_ACT, hidden=None):
+        actor, _ = normal_actor(n_obs, n_act, seed=seed, obs_key="observation")
+        return actor, q_critic(n_obs, n_act, hidden)
 
-
-def networks(seed=0, n_obs=N_OBS, n_act=N_ACT):
-    torch.manual_seed(seed)
-    actor = ProbabilisticTensorDictSequential(
-        TensorDictModule(nn.Sequential(nn.Linear(n_obs, 2 * n_act), NormalParamExtractor()), in_keys=["observation"], out_keys=["loc", "scale"]),
-        ProbabilisticTensorDictModule(in_keys=["loc", "scale"], out_keys=["action"], distribution_class=torch.distributions.Normal),
-    )
-    critic = TensorDictModule(Critic(), in_keys=["observation", "action"], out_keys=["state_action_value"])
-    return actor, critic
+    return build
 
 
-def batch(n=B, seed=1):
-    g = torch.Generator().manual_seed(seed)
-    terminated = torch.rand(n, generator=g) < 0.3
-    return TensorDict(
-        {
-            "observation": torch.randn(n, N_OBS, generator=g),
-            "action": torch.randn(n, N_ACT, generator=g),
-            "next": {
-                "observation": torch.randn(n, N_OBS, generator=g),
-                "reward": torch.randn(n, generator=g),
-                "done": terminated.clone(),
-                "terminated": terminated,
-            },
-        },
-        batch_size=[n],
-    )
-
-
-def q_all(p, obs, act):
-    w, b = p["module", "net", "weight"], p["module", "net", "bias"]
-    return torch.einsum("bf,nf->nb", torch.cat([obs, act], -1), w[:, 0]) + b
-
-
-def perturb(params):
-    with torch.no_grad():
-        for t in params.values(True, True):
-            t.add_(0.3 * torch.randn_like(t))
+@pytest.fixture
+def batch(transition_batch):
+    """Replay batches with Gaussian stored actions."""
+    return functools.partial(transition_batch, action="normal")
 
 
 @pytest.mark.parametrize("alpha_init", [1.0, 0.3])
-def test_losses_match_reference(alpha_init):
+def test_losses_match_reference(alpha_init, networks, batch, perturb, q_reference):
+    q_all = q_reference
     actor, critic = networks()
     loss = SACLoss(actor, critic, alpha_init=alpha_init, loss_function="l2", action_spec=Bounded(-1.0, 1.0, shape=(N_ACT,)))
     loss.make_value_estimator(gamma=0.9)
@@ -99,7 +71,7 @@ def test_losses_match_reference(alpha_init):
     assert loss.target_entropy == -N_ACT
 
 
-def test_gradient_routing():
+def test_gradient_routing(networks, batch):
     actor, critic = networks()
     loss = SACLoss(actor, critic)
     out = loss(batch())
@@ -125,7 +97,7 @@ def test_gradient_routing():
         assert not t.requires_grad
 
 
-def test_fixed_alpha_min_max_and_target_entropy():
+def test_fixed_alpha_min_max_and_target_entropy(networks, batch):
     actor, critic = networks()
     loss = SACLoss(actor, critic, fixed_alpha=True, alpha_init=0.5, target_entropy=-0.7)
     assert "log_alpha" in dict(loss.named_buffers()) and "log_alpha" not in dict(loss.named_parameters())
@@ -144,7 +116,7 @@ def test_fixed_alpha_min_max_and_target_entropy():
     assert loss.target_entropy == -N_ACT
 
 
-def test_errors():
+def test_errors(networks, batch):
     actor, critic = networks()
     with pytest.raises(NotImplementedError, match="SAC v1"):
         SACLoss(actor, critic, value_network=critic)
@@ -164,55 +136,20 @@ def test_errors():
     assert "td_error" not in td.keys()
 
 
-def test_caller_entries_untouched_except_td_error():
-    loss = SACLoss(*networks())
-    td = batch()
-    before = td.clone()
-    loss(td)
-    assert set(td.keys(True, True)) - set(before.keys(True, True)) == {"td_error"}
-    for key in before.keys(True, True):
-        assert torch.equal(td[key], before[key]), key
+def test_caller_entries_untouched_except_td_error(networks, batch, assert_writes_only_td_error):
+    assert_writes_only_td_error(SACLoss(*networks()), batch())
 
 
-def test_learns_a_one_step_bandit_and_tunes_alpha():
+def test_learns_a_one_step_bandit_and_tunes_alpha(networks, train_on_bandit):
     # reward = -(a - 0.5)^2, all steps terminal: the policy mean goes to ~0.5 and alpha falls
-    actor, _ = networks(n_obs=1, n_act=1)
-
-    class QuadCritic(nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.net = nn.Sequential(nn.Linear(2, 32), nn.Tanh(), nn.Linear(32, 1))
-
-        def forward(self, observation, action):
-            return self.net(torch.cat([observation, action], -1)).squeeze(-1)
-
-    critic = TensorDictModule(QuadCritic(), in_keys=["observation", "action"], out_keys=["state_action_value"])
+    actor, critic = networks(n_obs=1, n_act=1, hidden=32)
     loss = SACLoss(actor, critic, alpha_init=0.1, loss_function="l2", target_entropy=-3.0)
-    opt = torch.optim.Adam(loss.parameters(), lr=0.02)
-    for _ in range(300):
-        a = torch.rand(64, 1) * 2 - 1
-        td = TensorDict(
-            {"observation": torch.ones(64, 1), "action": a,
-             "next": {"observation": torch.ones(64, 1), "reward": -(a.squeeze(-1) - 0.5) ** 2,
-                      "done": torch.ones(64, dtype=torch.bool), "terminated": torch.ones(64, dtype=torch.bool)}},
-            batch_size=[64],
-        )
-        out = loss(td)
-        opt.zero_grad()
-        (out["loss_actor"] + out["loss_qvalue"] + out["loss_alpha"]).backward()
-        opt.step()
+    out = train_on_bandit(loss, lambda n: torch.rand(n, 1) * 2 - 1, lambda a: -(a.squeeze(-1) - 0.5) ** 2, steps=300, n=64, lr=0.02)
     with torch.no_grad():
         loc = actor.get_dist(TensorDict(observation=torch.ones(1, 1), batch_size=[1])).mean
     assert abs(float(loc) - 0.5) < 0.15, float(loc)
     assert float(out["alpha"]) < 0.1
 
 
-def test_compiled_forward_matches_eager():
-    loss = SACLoss(*networks())
-    td = batch()
-    torch.manual_seed(3)
-    eager = loss(td.clone())
-    torch.manual_seed(3)
-    compiled = torch.compile(loss, fullgraph=True, backend="eager")(td.clone())
-    for key in eager.keys():
-        assert torch.allclose(compiled[key], eager[key], atol=1e-6), key
+def test_compiled_forward_matches_eager(networks, batch, assert_compiled_matches_eager):
+    assert_compiled_matches_eager(SACLoss(*networks()), batch(), seed=3)

@@ -2,9 +2,14 @@
 
 from .a2c import A2CLoss
 from .common import LossModule
+from .cql import CQLLoss, DiscreteCQLLoss
 from .ddpg import DDPGLoss
+from .discrete_sac import DiscreteSACLoss
 from .dqn import DQNLoss
+from .iql import DiscreteIQLLoss, IQLLoss
 from .ppo import ClipPPOLoss, KLPENPPOLoss, PPOLoss
+from .qmixer import QMixerLoss
+from .redq import REDQLoss
 from .reinforce import ReinforceLoss
 from .sac import SACLoss
 from .target_updaters import HardUpdate, SoftUpdate, TargetNetUpdater
@@ -13,13 +18,20 @@ from .utils import distance_loss
 
 __all__ = [
     "A2CLoss",
+    "CQLLoss",
     "ClipPPOLoss",
     "DDPGLoss",
     "DQNLoss",
+    "DiscreteCQLLoss",
+    "DiscreteIQLLoss",
+    "DiscreteSACLoss",
     "HardUpdate",
+    "IQLLoss",
     "KLPENPPOLoss",
     "LossModule",
     "PPOLoss",
+    "QMixerLoss",
+    "REDQLoss",
     "ReinforceLoss",
     "SACLoss",
     "SoftUpdate",

@@ -14,7 +14,7 @@ from typing import Any
 
 from tdict import TensorDict
 
-from .actor_critic import _ActorCriticLoss, _check_same_shape
+from .actor_critic import _ActorCriticLoss
 
 __all__ = ["A2CLoss"]
 
@@ -109,11 +109,7 @@ class A2CLoss(_ActorCriticLoss):
 
     def forward(self, tensordict: Any) -> TensorDict:
         """The A2C losses on a batch ``[*B]`` (a flat sample or a ``[N, T]`` rollout)."""
-        td = tensordict.copy()  # networks and the estimator write here, never into the caller's entries
-        advantage = self._advantage(td)
-        dist = self._get_dist(td)
-        log_prob = self._log_prob(dist, td)
-        _check_same_shape(type(self).__name__, [(self.tensor_keys.advantage, advantage), ("log-prob of " + repr(self.tensor_keys.action), log_prob)])
+        td, advantage, dist, log_prob = self._score(tensordict)
         out: dict = {"loss_objective": -(log_prob * advantage)}
         self._entropy_terms(dist, td, out)
         self._critic_terms(td, out)

@@ -16,6 +16,7 @@ from typing import Any, ClassVar
 import torch
 from tdict import TensorDict
 from tdict.nn import CompositeDistribution, ProbabilisticTensorDictModule
+from tdict.nn.distributions import _holder_batch_dims
 from torch import distributions as D
 
 from ..value import (
@@ -29,9 +30,12 @@ from ..value import (
 from .common import LossModule
 from .utils import (
     _check_loss_function,
+    _check_positive_int,
     _check_reduction,
+    _present_keys,
     _reduce,
     _sum_to_batch,
+    _value_type,
     distance_loss,
 )
 
@@ -148,8 +152,7 @@ class _ActorCriticLoss(LossModule):
             )
         if critic_network is not None and not isinstance(critic_network, torch.nn.Module):
             raise TypeError(f"{name}: critic_network must be a TensorDict module or None, got {type(critic_network).__name__}.")
-        if isinstance(samples_mc_entropy, bool) or not isinstance(samples_mc_entropy, int) or samples_mc_entropy < 1:
-            raise ValueError(f"{name}: samples_mc_entropy must be a positive int, got {samples_mc_entropy!r}.")
+        _check_positive_int(name, "samples_mc_entropy", samples_mc_entropy)
         if clip_value is not None and (isinstance(clip_value, bool) or not isinstance(clip_value, (int, float)) or clip_value <= 0):
             raise ValueError(f"{name}: clip_value must be a positive float or None, got {clip_value!r}.")
         if gamma is not None and not 0.0 <= float(gamma) <= 1.0:
@@ -194,10 +197,7 @@ class _ActorCriticLoss(LossModule):
         name = type(self).__name__
         if "critic_network" not in self._networks:
             raise RuntimeError(f"{name}: a value estimator needs a critic_network; pass one, or put the advantage in the input.")
-        try:
-            value_type = ValueEstimators(self.default_value_estimator if value_type is None else value_type)
-        except ValueError:
-            raise ValueError(f"{name}.make_value_estimator: unknown value_type {value_type!r}; accepted: {[m.value for m in ValueEstimators]}.") from None
+        value_type = _value_type(self, value_type)
         defaults = dict(self.default_value_kwargs)
         if self.gamma is not None:
             defaults["gamma"] = self.gamma
@@ -227,7 +227,7 @@ class _ActorCriticLoss(LossModule):
             if "critic_network" not in self._networks:
                 raise KeyError(
                     f"{type(self).__name__}: the input has no {key!r} entry and there is no critic_network to "
-                    f"estimate it; keys present: {sorted(map(str, tensordict.keys(True, True)))}."
+                    f"estimate it; keys present: {_present_keys(tensordict)}."
                 )
             params = self.params_of("critic_network").detach()
             target = self.params_of("critic_network", target=True) if self.delay_value else params
@@ -251,7 +251,7 @@ class _ActorCriticLoss(LossModule):
         try:
             action = tensordict.get(key)
         except KeyError:
-            raise KeyError(f"{name}: the input misses the action {key!r}; keys present: {sorted(map(str, tensordict.keys(True, True)))}.") from None
+            raise KeyError(f"{name}: the input misses the action {key!r}; keys present: {_present_keys(tensordict)}.") from None
         if action.requires_grad:
             raise RuntimeError(f"{name}: the stored {key!r} requires grad; the loss scores a recorded action, detach it.")
         log_prob = dist.log_prob(action)
@@ -262,17 +262,36 @@ class _ActorCriticLoss(LossModule):
                 f"{tuple(dist.batch_shape)}, event shape {tuple(dist.event_shape)}); log_prob broadcast it to "
                 f"{tuple(log_prob.shape)}."
             )
-        log_prob = _sum_to_batch(log_prob, tensordict.batch_dims)
-        if log_prob.shape != tensordict.batch_size:
+        batch_dims = self._action_batch_dims(tensordict)
+        log_prob = _sum_to_batch(log_prob, batch_dims)
+        if log_prob.shape != action.shape[:batch_dims]:
             raise ValueError(
-                f"{name}: the policy's batch shape {tuple(dist.batch_shape)} does not start with the input's "
-                f"batch size {tuple(tensordict.batch_size)}."
+                f"{name}: the policy's batch shape {tuple(dist.batch_shape)} does not start with the batch size "
+                f"{tuple(action.shape[:batch_dims])} of the TensorDict holding {key!r}."
             )
         return log_prob
 
+    def _action_batch_dims(self, tensordict: Any) -> int:
+        """Batch dims of the (sub-)TensorDict holding the action: per-agent log-probs and entropies
+        for an action under a ``[N, T, n_agents]`` group, as tdict.nn writes them."""
+        return _holder_batch_dims(tensordict, self.tensor_keys.action)
+
+    def _score(self, tensordict: Any) -> tuple:
+        """``(working copy, advantage, current policy, log pi(a|s) of the stored action)``.
+
+        The networks and the value estimator write into the shallow working copy, never into the
+        caller's entries; the advantage and the log-prob must have the same (batch) shape.
+        """
+        td = tensordict.copy()
+        advantage = self._advantage(td)
+        dist = self._get_dist(td)
+        log_prob = self._log_prob(dist, td)
+        _check_same_shape(type(self).__name__, [(self.tensor_keys.advantage, advantage), (f"log-prob of {self.tensor_keys.action!r}", log_prob)])
+        return td, advantage, dist, log_prob
+
     def _entropy_terms(self, dist: D.Distribution, tensordict: Any, out: dict) -> None:
         if self.entropy_bonus:
-            entropy = _entropy(dist, tensordict.batch_dims, self.samples_mc_entropy)
+            entropy = _entropy(dist, self._action_batch_dims(tensordict), self.samples_mc_entropy)
             out["entropy"] = entropy.detach().mean()
             out["loss_entropy"] = -self.entropy_coeff * entropy
 
@@ -294,13 +313,12 @@ class _ActorCriticLoss(LossModule):
     def _critic_loss(self, tensordict: Any, out: dict) -> _Tensor:
         keys = self.tensor_keys
         name = type(self).__name__
-        present = lambda: sorted(map(str, tensordict.keys(True, True)))
         try:
             target = tensordict.get(keys.value_target)
         except KeyError:
             raise KeyError(
                 f"{name}: the input misses the value target {keys.value_target!r} (value estimators write it next to "
-                f"the advantage); keys present: {present()}."
+                f"the advantage); keys present: {_present_keys(tensordict)}."
             ) from None
         old_value = None
         if self.clip_value is not None:
@@ -309,7 +327,7 @@ class _ActorCriticLoss(LossModule):
             except KeyError:
                 raise KeyError(
                     f"{name}: clip_value is set, so the input must hold the collection-time value {keys.value!r}; "
-                    f"keys present: {present()}."
+                    f"keys present: {_present_keys(tensordict)}."
                 ) from None
         source = tensordict.detach() if self.separate_losses else tensordict
         source = source.select(*self._critic_in_keys, strict=False)

@@ -7,28 +7,17 @@ detached, so the actor loss trains the actor only.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
-
 from tdict import TensorDict
 
-from .common import LossModule
-from .utils import (
-    _check_batch_shaped,
-    _check_loss_function,
-    _check_reduction,
-    _get,
-    _make_bootstrapped_estimator,
-    _reduce,
-    _set_next_value,
-    distance_loss,
-)
+from .utils import _BootstrappedLoss, _get, _reduce, distance_loss
 
 __all__ = ["DDPGLoss"]
 
 
-class DDPGLoss(LossModule):
+class DDPGLoss(_BootstrappedLoss):
     """The DDPG loss (TorchRL's ``DDPGLoss``).
 
     Args:
@@ -72,16 +61,15 @@ class DDPGLoss(LossModule):
         ['loss_actor', 'loss_value', 'pred_value', 'pred_value_max', 'target_value', 'target_value_max']
     """
 
-    default_keys = {
+    default_keys: ClassVar[dict] = {
         "state_action_value": "state_action_value",
         "priority": "td_error",
         "reward": "reward",
         "done": "done",
         "terminated": "terminated",
     }
-    default_value_estimator = "TD(0)"
-    default_value_kwargs = {"gamma": 0.99, "lmbda": 0.95}
-    out_keys = ["loss_actor", "loss_value", "pred_value", "target_value", "pred_value_max", "target_value_max"]
+    _q_network = "value_network"
+    out_keys: ClassVar[list] = ["loss_actor", "loss_value", "pred_value", "target_value", "pred_value_max", "target_value_max"]
 
     def __init__(
         self,
@@ -93,36 +81,19 @@ class DDPGLoss(LossModule):
         delay_value: bool = True,
         reduction: str = "mean",
     ) -> None:
-        super().__init__()
-        self.loss_function = _check_loss_function("DDPGLoss", loss_function)
-        self.reduction = _check_reduction("DDPGLoss", reduction)
+        super().__init__(loss_function=loss_function, reduction=reduction)
         self.delay_actor = bool(delay_actor)
         self.delay_value = bool(delay_value)
         self.convert_to_functional(actor_network, "actor_network", create_target_params=self.delay_actor)
         self.convert_to_functional(value_network, "value_network", create_target_params=self.delay_value)
 
-    def make_value_estimator(self, value_type: Any = None, **hyperparams: Any) -> "DDPGLoss":
-        """Build the bootstrapped estimator: TD(0) (default), TD(1) or TD(lambda); GAE raises."""
-        _make_bootstrapped_estimator(self, value_type, hyperparams)
-        return self
-
-    def _q(self, tensordict: Any, **kwargs: Any) -> torch.Tensor:
-        out = self.call_network("value_network", tensordict, **kwargs)
-        key = self.tensor_keys.state_action_value
-        value = _get("DDPGLoss", out, key)
-        _check_batch_shaped("DDPGLoss", {key: value}, tensordict.batch_size)
-        return value
-
     def loss_value(self, tensordict: Any) -> tuple[torch.Tensor, dict]:
         """The critic loss and its diagnostics (the TD error under ``"td_error"``)."""
         next_td = _get("DDPGLoss", tensordict, "next")
-        estimator = self.value_estimator
         pred = self._q(tensordict.copy())
         with torch.no_grad():
             next_td = self.call_network("actor_network", next_td.copy(), target=self.delay_actor)
-            next_value = self._q(next_td, target=self.delay_value)
-            target = estimator.value_estimate(_set_next_value(tensordict, estimator.tensor_keys.value, next_value))
-        _check_batch_shaped("DDPGLoss", {"value_target": target}, tensordict.batch_size)
+            target = self._bootstrap(tensordict, self._q(next_td, target=self.delay_value))
         loss = _reduce(distance_loss(pred, target, self.loss_function), self.reduction)
         pred = pred.detach()
         metadata = {
@@ -136,9 +107,7 @@ class DDPGLoss(LossModule):
 
     def loss_actor(self, tensordict: Any) -> tuple[torch.Tensor, dict]:
         """``-Q(s, pi(s))`` with the critic's parameters detached: gradients reach the actor only."""
-        acted = self.call_network("actor_network", tensordict.copy())
-        value = self._q(acted, params=self.params_of("value_network").detach())
-        return _reduce(-value, self.reduction), {}
+        return _reduce(-self._q_of_policy(tensordict), self.reduction), {}
 
     def forward(self, tensordict: Any) -> TensorDict:
         loss_value, metadata = self.loss_value(tensordict)

@@ -7,24 +7,13 @@ DQN ``Q_target(s', argmax_a Q(s', a))`` (action chosen by the online network, va
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
-
 from tdict import TensorDict
 from tdict.specs import Categorical, Composite, MultiOneHot, OneHot
 
-from .common import LossModule
-from .utils import (
-    _check_batch_shaped,
-    _check_loss_function,
-    _check_reduction,
-    _get,
-    _make_bootstrapped_estimator,
-    _reduce,
-    _set_next_value,
-    distance_loss,
-)
+from .utils import _BootstrappedLoss, _check_batch_shaped, _get, _reduce, distance_loss
 
 __all__ = ["DQNLoss"]
 
@@ -60,7 +49,7 @@ def _find_action_space(value_network: Any, action_space: Any, action_key: Any) -
     return _space_from_spec(getattr(value_network, "spec", None), action_key)
 
 
-class DQNLoss(LossModule):
+class DQNLoss(_BootstrappedLoss):
     """The DQN loss (TorchRL's ``DQNLoss``): regress ``Q(s, a)`` onto a bootstrapped target.
 
     Args:
@@ -106,7 +95,7 @@ class DQNLoss(LossModule):
         (torch.Size([]), torch.Size([5]))
     """
 
-    default_keys = {
+    default_keys: ClassVar[dict] = {
         "advantage": "advantage",
         "value_target": "value_target",
         "value": "chosen_action_value",
@@ -117,9 +106,7 @@ class DQNLoss(LossModule):
         "done": "done",
         "terminated": "terminated",
     }
-    default_value_estimator = "TD(0)"
-    default_value_kwargs = {"gamma": 0.99, "lmbda": 0.95}
-    out_keys = ["loss"]
+    out_keys: ClassVar[list] = ["loss"]
 
     def __init__(
         self,
@@ -131,18 +118,11 @@ class DQNLoss(LossModule):
         action_space: Any = None,
         reduction: str = "mean",
     ) -> None:
-        super().__init__()
-        self.loss_function = _check_loss_function("DQNLoss", loss_function)
-        self.reduction = _check_reduction("DQNLoss", reduction)
+        super().__init__(loss_function=loss_function, reduction=reduction)
         self.action_space = _find_action_space(value_network, action_space, self.default_keys["action"])
         self.delay_value = bool(delay_value)
         self.double_dqn = bool(double_dqn)
         self.convert_to_functional(value_network, "value_network", create_target_params=self.delay_value)
-
-    def make_value_estimator(self, value_type: Any = None, **hyperparams: Any) -> "DQNLoss":
-        """Build the bootstrapped estimator: TD(0) (default), TD(1) or TD(lambda); GAE raises."""
-        _make_bootstrapped_estimator(self, value_type, hyperparams)
-        return self
 
     def _chosen(self, action_value: torch.Tensor, action: torch.Tensor, space: str) -> torch.Tensor:
         if space == "categorical":
@@ -172,7 +152,6 @@ class DQNLoss(LossModule):
         batch = tensordict.batch_size
         action = _get("DQNLoss", tensordict, keys.action)
         next_td = _get("DQNLoss", tensordict, "next")
-        estimator = self.value_estimator
 
         online = self.call_network("value_network", tensordict.copy())
         action_value = _get("DQNLoss", online, keys.action_value)
@@ -193,8 +172,7 @@ class DQNLoss(LossModule):
             else:
                 next_value = _get("DQNLoss", target_td, keys.value)
             _check_batch_shaped("DQNLoss", {("next", keys.value): next_value}, batch)
-            target = estimator.value_estimate(_set_next_value(tensordict, estimator.tensor_keys.value, next_value))
-        _check_batch_shaped("DQNLoss", {"value_target": target}, batch)
+            target = self._bootstrap(tensordict, next_value)
 
         tensordict.set(keys.priority, (pred.detach() - target).pow(2))
         loss = _reduce(distance_loss(pred, target, self.loss_function), self.reduction)

@@ -26,8 +26,8 @@ from .actor_critic import (
     _check_same_shape,
     _distribution_module,
     _standardize,
-    _sum_to_batch,
 )
+from .utils import _check_positive_int, _present_keys, _sum_to_batch
 
 __all__ = ["ClipPPOLoss", "KLPENPPOLoss", "PPOLoss"]
 
@@ -139,24 +139,20 @@ class PPOLoss(_ActorCriticLoss):
     def _prepare(self, tensordict: Any) -> tuple:
         """``(working copy, advantage, current policy, log importance weight)``, shapes checked."""
         name = type(self).__name__
-        td = tensordict.copy()  # networks and the estimator write here, never into the caller's entries
-        advantage = self._advantage(td)
+        td, advantage, dist, log_prob = self._score(tensordict)
         if self.normalize_advantage and advantage.numel() > 1:
             advantage = _standardize(advantage, self.normalize_advantage_exclude_dims)
-        dist = self._get_dist(td)
-        log_prob = self._log_prob(dist, td)
         key = self.tensor_keys.sample_log_prob
         try:
             prev_log_prob = td.get(key)
         except KeyError:
             raise KeyError(
                 f"{name}: the input misses the behaviour log-prob {key!r} (the collecting policy writes it with "
-                f"return_log_prob=True); keys present: {sorted(map(str, td.keys(True, True)))}."
+                f"return_log_prob=True); keys present: {_present_keys(td)}."
             ) from None
         if prev_log_prob.requires_grad:
             raise RuntimeError(f"{name}: the stored {key!r} requires grad; it must be data from the behaviour policy.")
-        _check_same_shape(name, [(self.tensor_keys.advantage, advantage), (key, prev_log_prob),
-                                 (f"log-prob of {self.tensor_keys.action!r}", log_prob)])
+        _check_same_shape(name, [(self.tensor_keys.advantage, advantage), (key, prev_log_prob)])
         return td, advantage, dist, log_prob - prev_log_prob
 
     @staticmethod
@@ -303,8 +299,7 @@ class KLPENPPOLoss(PPOLoss):
             raise ValueError(f"{name}: increment must be >= 1.0, got {increment!r}.")
         if not 0.0 < float(decrement) <= 1.0:
             raise ValueError(f"{name}: decrement must be in (0, 1], got {decrement!r}.")
-        if isinstance(samples_mc_kl, bool) or not isinstance(samples_mc_kl, int) or samples_mc_kl < 1:
-            raise ValueError(f"{name}: samples_mc_kl must be a positive int, got {samples_mc_kl!r}.")
+        _check_positive_int(name, "samples_mc_kl", samples_mc_kl)
         dist_module = _distribution_module(actor_network)
         super().__init__(actor_network, critic_network, **kwargs)
         self.__dict__["_dist_module"] = dist_module  # already a submodule of the actor: not registered twice
@@ -322,7 +317,7 @@ class KLPENPPOLoss(PPOLoss):
             raise KeyError(
                 f"{type(self).__name__}: the input misses the behaviour policy's distribution parameters {missing} "
                 f"(the actor's probabilistic module reads {keys}; keep them from collection); keys present: "
-                f"{sorted(map(str, tensordict.keys(True, True)))}."
+                f"{_present_keys(tensordict)}."
             )
         return self._dist_module.get_dist(tensordict.select(*keys).detach())
 
@@ -342,7 +337,7 @@ class KLPENPPOLoss(PPOLoss):
         """The KL-penalised PPO losses; adapts ``beta`` afterwards (see the class docstring)."""
         previous = self._behaviour_dist(tensordict)
         td, advantage, dist, log_weight = self._prepare(tensordict)
-        kl = self._kl(previous, dist, td.batch_dims)
+        kl = self._kl(previous, dist, self._action_batch_dims(td))
         _check_same_shape(type(self).__name__, [(self.tensor_keys.advantage, advantage), ("KL", kl)])
         beta = self.beta.clone()
         out: dict = {"loss_objective": -(log_weight.exp() * advantage - beta * kl)}

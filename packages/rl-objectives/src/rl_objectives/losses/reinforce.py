@@ -13,7 +13,7 @@ from typing import Any
 
 from tdict import TensorDict
 
-from .actor_critic import _ActorCriticLoss, _check_same_shape
+from .actor_critic import _ActorCriticLoss
 
 __all__ = ["ReinforceLoss"]
 
@@ -104,15 +104,11 @@ class ReinforceLoss(_ActorCriticLoss):
     def forward(self, tensordict: Any) -> TensorDict:
         """``loss_actor`` (and ``loss_value``) on a batch ``[*B]``."""
         keys = self.tensor_keys
-        td = tensordict.copy()  # the networks write their outputs here, not into the caller's entries
-        estimated = keys.advantage not in td
-        advantage = self._advantage(td)
-        if estimated:
+        estimated = keys.advantage not in tensordict
+        td, advantage, _, log_prob = self._score(tensordict)
+        if estimated:  # as TorchRL does, the estimate is written into the input (nothing else is)
             tensordict.set(keys.advantage, advantage)
             tensordict.set(keys.value_target, td.get(keys.value_target))
-        dist = self._get_dist(td)
-        log_prob = self._log_prob(dist, td)
-        _check_same_shape(type(self).__name__, [(keys.advantage, advantage), (f"log-prob of {keys.action!r}", log_prob)])
         out: dict = {"loss_actor": -(log_prob * advantage)}
         self._critic_terms(td, out)
         return self._output(out)

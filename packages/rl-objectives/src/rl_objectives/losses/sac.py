@@ -10,24 +10,21 @@
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
-from torch import nn
-
 from tdict import TensorDict
 from tdict.specs import Composite
 
-from .common import LossModule
 from .utils import (
+    _BootstrappedLoss,
+    _check_alpha_bounds,
     _check_batch_shaped,
-    _check_loss_function,
-    _check_reduction,
+    _check_positive_int,
     _get,
-    _make_bootstrapped_estimator,
     _reduce,
-    _set_next_value,
     _sum_to_batch,
+    _TemperatureMixin,
     distance_loss,
 )
 
@@ -44,7 +41,7 @@ def _auto_target_entropy(action_spec: Any, actor_network: Any, action_key: Any) 
     return -float(math.prod(spec.shape))
 
 
-class SACLoss(LossModule):
+class SACLoss(_TemperatureMixin, _BootstrappedLoss):
     """The SAC loss (TorchRL's ``SACLoss``, the version without a value network).
 
     Args:
@@ -104,7 +101,7 @@ class SACLoss(LossModule):
         (['alpha', 'entropy', 'loss_actor', 'loss_alpha', 'loss_qvalue'], -2.0)
     """
 
-    default_keys = {
+    default_keys: ClassVar[dict] = {
         "action": "action",
         "value": "state_value",
         "state_action_value": "state_action_value",
@@ -114,9 +111,7 @@ class SACLoss(LossModule):
         "done": "done",
         "terminated": "terminated",
     }
-    default_value_estimator = "TD(0)"
-    default_value_kwargs = {"gamma": 0.99, "lmbda": 0.95}
-    out_keys = ["loss_actor", "loss_qvalue", "loss_alpha", "alpha", "entropy"]
+    out_keys: ClassVar[list] = ["loss_actor", "loss_qvalue", "loss_alpha", "alpha", "entropy"]
 
     def __init__(
         self,
@@ -137,23 +132,16 @@ class SACLoss(LossModule):
         delay_value: bool = True,
         reduction: str = "mean",
     ) -> None:
-        super().__init__()
         if value_network is not None:
             raise NotImplementedError(
                 "SACLoss: the version with a state-value network (SAC v1) is not implemented; "
                 "pass value_network=None (SAC v2: the next-state value comes from the target Q ensemble)."
             )
-        self.loss_function = _check_loss_function("SACLoss", loss_function)
-        self.reduction = _check_reduction("SACLoss", reduction)
-        if not isinstance(num_qvalue_nets, int) or isinstance(num_qvalue_nets, bool) or num_qvalue_nets < 1:
-            raise ValueError(f"SACLoss: num_qvalue_nets must be a positive int, got {num_qvalue_nets!r}.")
+        super().__init__(loss_function=loss_function, reduction=reduction)
+        _check_positive_int("SACLoss", "num_qvalue_nets", num_qvalue_nets)
         if not hasattr(actor_network, "get_dist"):
             raise TypeError(f"SACLoss: actor_network must be a probabilistic module with get_dist (e.g. ProbabilisticActor), got {type(actor_network).__name__}.")
-        for name, value in (("alpha_init", alpha_init), ("min_alpha", min_alpha), ("max_alpha", max_alpha)):
-            if value is not None and not value > 0:
-                raise ValueError(f"SACLoss: {name} must be > 0, got {value!r}.")
-        if min_alpha is not None and max_alpha is not None and min_alpha > max_alpha:
-            raise ValueError(f"SACLoss: min_alpha ({min_alpha}) is above max_alpha ({max_alpha}).")
+        _check_alpha_bounds("SACLoss", alpha_init, min_alpha, max_alpha)
         if target_entropy == "auto":
             resolved = _auto_target_entropy(action_spec, actor_network, self.default_keys["action"])
         elif isinstance(target_entropy, (int, float)) and not isinstance(target_entropy, bool):
@@ -161,38 +149,18 @@ class SACLoss(LossModule):
         else:
             raise ValueError(f"SACLoss: target_entropy must be a number or 'auto', got {target_entropy!r}.")
         self.num_qvalue_nets = num_qvalue_nets
-        self.fixed_alpha = bool(fixed_alpha)
         self.delay_actor = bool(delay_actor)
         self.delay_qvalue = bool(delay_qvalue)
         self.delay_value = bool(delay_value)
-        self.min_log_alpha = None if min_alpha is None else math.log(min_alpha)
-        self.max_log_alpha = None if max_alpha is None else math.log(max_alpha)
         self._target_entropy = resolved
         self.convert_to_functional(actor_network, "actor_network", create_target_params=self.delay_actor)
         self.convert_to_functional(qvalue_network, "qvalue_network", expand_dim=num_qvalue_nets, create_target_params=self.delay_qvalue)
-        log_alpha = torch.tensor(math.log(alpha_init))
-        if self.fixed_alpha:
-            self.register_buffer("log_alpha", log_alpha)
-        else:
-            self.log_alpha = nn.Parameter(log_alpha)
+        self._init_temperature(alpha_init, min_alpha, max_alpha, fixed_alpha)
 
     @property
     def target_entropy(self) -> float | None:
         """The entropy target (``None`` until the first call when it is inferred from the action)."""
         return self._target_entropy
-
-    @property
-    def _alpha(self) -> torch.Tensor:
-        with torch.no_grad():
-            log_alpha = self.log_alpha
-            if self.min_log_alpha is not None or self.max_log_alpha is not None:
-                log_alpha = log_alpha.clamp(self.min_log_alpha, self.max_log_alpha)
-            return log_alpha.exp()
-
-    def make_value_estimator(self, value_type: Any = None, **hyperparams: Any) -> "SACLoss":
-        """Build the bootstrapped estimator: TD(0) (default), TD(1) or TD(lambda); GAE raises."""
-        _make_bootstrapped_estimator(self, value_type, hyperparams)
-        return self
 
     def _sample(self, tensordict: Any, target: bool = False, params: Any = None) -> tuple[Any, torch.Tensor, torch.Tensor]:
         """A reparameterised action from the actor on a copy of ``tensordict``: ``(copy, action, log_prob)``."""
@@ -209,23 +177,12 @@ class SACLoss(LossModule):
         work.set(self.tensor_keys.action, action)
         return work, action, log_prob
 
-    def _q(self, tensordict: Any, **kwargs: Any) -> torch.Tensor:
-        """The ensemble's values, ``[num_qvalue_nets, *batch]``."""
-        out = self.call_network("qvalue_network", tensordict, **kwargs)
-        key = self.tensor_keys.state_action_value
-        value = _get("SACLoss", out, key)
-        _check_batch_shaped("SACLoss", {key: value}, tensordict.batch_size, lead=(self.num_qvalue_nets,))
-        return value
-
     def _qvalue_loss(self, tensordict: Any) -> tuple[torch.Tensor, torch.Tensor]:
         next_td = _get("SACLoss", tensordict, "next")
-        estimator = self.value_estimator
         with torch.no_grad():
             next_td, _, next_log_prob = self._sample(next_td, target=self.delay_actor)
             next_q = self._q(next_td, target=self.delay_qvalue)
-            next_value = next_q.min(0).values - self._alpha * next_log_prob
-            target = estimator.value_estimate(_set_next_value(tensordict, estimator.tensor_keys.value, next_value))
-        _check_batch_shaped("SACLoss", {"value_target": target}, tensordict.batch_size)
+            target = self._bootstrap(tensordict, next_q.min(0).values - self._alpha * next_log_prob)
         pred = self._q(tensordict.copy())
         loss = distance_loss(pred, target.expand_as(pred), self.loss_function).sum(0)
         return _reduce(loss, self.reduction), (pred.detach() - target).abs().max(0).values

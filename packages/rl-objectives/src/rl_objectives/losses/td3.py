@@ -7,24 +7,13 @@ copies of both actor and critics. The actor maximises the first Q-network (criti
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
-
 from tdict import TensorDict
 from tdict.specs import Bounded, Composite
 
-from .common import LossModule
-from .utils import (
-    _check_batch_shaped,
-    _check_loss_function,
-    _check_reduction,
-    _get,
-    _make_bootstrapped_estimator,
-    _reduce,
-    _set_next_value,
-    distance_loss,
-)
+from .utils import _BootstrappedLoss, _check_positive_int, _get, _reduce, distance_loss
 
 __all__ = ["TD3Loss"]
 
@@ -55,7 +44,7 @@ def _action_bounds(action_spec: Any, bounds: Any, action_key: Any) -> tuple[torc
     return low.clone(), high.clone()
 
 
-class TD3Loss(LossModule):
+class TD3Loss(_BootstrappedLoss):
     """The TD3 loss (TorchRL's ``TD3Loss``).
 
     Args:
@@ -107,7 +96,7 @@ class TD3Loss(LossModule):
         (torch.Size([]), torch.Size([]))
     """
 
-    default_keys = {
+    default_keys: ClassVar[dict] = {
         "action": "action",
         "state_action_value": "state_action_value",
         "priority": "td_error",
@@ -115,9 +104,7 @@ class TD3Loss(LossModule):
         "done": "done",
         "terminated": "terminated",
     }
-    default_value_estimator = "TD(0)"
-    default_value_kwargs = {"gamma": 0.99, "lmbda": 0.95}
-    out_keys = ["loss_actor", "loss_qvalue", "pred_value", "state_action_value_actor", "next_state_value", "target_value"]
+    out_keys: ClassVar[list] = ["loss_actor", "loss_qvalue", "pred_value", "state_action_value_actor", "next_state_value", "target_value"]
 
     def __init__(
         self,
@@ -134,11 +121,8 @@ class TD3Loss(LossModule):
         delay_qvalue: bool = True,
         reduction: str = "mean",
     ) -> None:
-        super().__init__()
-        self.loss_function = _check_loss_function("TD3Loss", loss_function)
-        self.reduction = _check_reduction("TD3Loss", reduction)
-        if not isinstance(num_qvalue_nets, int) or isinstance(num_qvalue_nets, bool) or num_qvalue_nets < 1:
-            raise ValueError(f"TD3Loss: num_qvalue_nets must be a positive int, got {num_qvalue_nets!r}.")
+        super().__init__(loss_function=loss_function, reduction=reduction)
+        _check_positive_int("TD3Loss", "num_qvalue_nets", num_qvalue_nets)
         if policy_noise < 0 or noise_clip < 0:
             raise ValueError(f"TD3Loss: policy_noise and noise_clip must be >= 0, got {policy_noise!r} and {noise_clip!r}.")
         low, high = _action_bounds(action_spec, bounds, self.default_keys["action"])
@@ -152,23 +136,9 @@ class TD3Loss(LossModule):
         self.register_buffer("min_action", low)
         self.register_buffer("max_action", high)
 
-    def make_value_estimator(self, value_type: Any = None, **hyperparams: Any) -> "TD3Loss":
-        """Build the bootstrapped estimator: TD(0) (default), TD(1) or TD(lambda); GAE raises."""
-        _make_bootstrapped_estimator(self, value_type, hyperparams)
-        return self
-
-    def _q(self, tensordict: Any, **kwargs: Any) -> torch.Tensor:
-        """The ensemble's values, ``[num_qvalue_nets, *batch]``."""
-        out = self.call_network("qvalue_network", tensordict, **kwargs)
-        key = self.tensor_keys.state_action_value
-        value = _get("TD3Loss", out, key)
-        _check_batch_shaped("TD3Loss", {key: value}, tensordict.batch_size, lead=(self.num_qvalue_nets,))
-        return value
-
     def actor_loss(self, tensordict: Any) -> tuple[torch.Tensor, dict]:
         """``-Q_1(s, pi(s))``, critics detached: gradients reach the actor only."""
-        acted = self.call_network("actor_network", tensordict.copy())
-        value = self._q(acted, params=self.params_of("qvalue_network").detach())
+        value = self._q_of_policy(tensordict)  # [num_qvalue_nets, *batch]
         return _reduce(-value[0], self.reduction), {"state_action_value_actor": value.detach().mean()}
 
     def value_loss(self, tensordict: Any) -> tuple[torch.Tensor, dict]:
@@ -176,7 +146,6 @@ class TD3Loss(LossModule):
         keys = self.tensor_keys
         action = _get("TD3Loss", tensordict, keys.action)
         next_td = _get("TD3Loss", tensordict, "next")
-        estimator = self.value_estimator
         # drawn before the networks run, so a seeded call is reproducible whatever they do
         noise = (torch.randn_like(action) * self.policy_noise).clamp(-self.noise_clip, self.noise_clip)
         with torch.no_grad():
@@ -184,8 +153,7 @@ class TD3Loss(LossModule):
             next_action = _get("TD3Loss", next_td, keys.action)
             next_td.set(keys.action, torch.clamp(next_action + noise, self.min_action, self.max_action))
             next_value = self._q(next_td, target=self.delay_qvalue).min(0).values
-            target = estimator.value_estimate(_set_next_value(tensordict, estimator.tensor_keys.value, next_value))
-        _check_batch_shaped("TD3Loss", {"value_target": target}, tensordict.batch_size)
+            target = self._bootstrap(tensordict, next_value)
         pred = self._q(tensordict.copy())
         # per sample: the sum over the ensemble of each critic's distance to the shared target
         loss = _reduce(distance_loss(pred, target.expand_as(pred), self.loss_function).sum(0), self.reduction)

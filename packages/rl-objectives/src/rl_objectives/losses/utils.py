@@ -4,15 +4,21 @@
 underscored helpers are for the loss modules of this package: argument checks made once at
 construction, the per-step shape rule checked at call time, and the construction of the bootstrapped
 (TD) value estimator that the off-policy losses feed with next-state values they computed themselves.
+:class:`_BootstrappedLoss` is the private base of those off-policy losses (DQN, DDPG, TD3, SAC);
+:class:`_TemperatureMixin` holds the entropy temperature of the SAC family.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 import torch.nn.functional as F
+from tdict.nn.distributions import _reduce_to as _sum_to_batch  # log-probs keep the batch shape
+
+from .common import LossModule
 
 __all__ = ["distance_loss"]
 
@@ -77,6 +83,13 @@ def _check_reduction(owner: str, reduction: Any) -> str:
     return reduction
 
 
+def _check_positive_int(owner: str, name: str, value: Any) -> int:
+    """``value`` is an int >= 1 (a bool is not accepted as an int)."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(f"{owner}: {name} must be a positive int, got {value!r}.")
+    return value
+
+
 def _reduce(tensor: torch.Tensor, reduction: str) -> torch.Tensor:
     """``"mean"`` / ``"sum"`` over every element, or the tensor itself for ``"none"``."""
     if reduction == "mean":
@@ -86,14 +99,17 @@ def _reduce(tensor: torch.Tensor, reduction: str) -> torch.Tensor:
     return tensor
 
 
+def _present_keys(tensordict: Any) -> list[str]:
+    """The (nested) leaf keys of ``tensordict``, sorted, for error messages."""
+    return sorted(map(str, tensordict.keys(True, True)))
+
+
 def _get(owner: str, tensordict: Any, key: Any) -> Any:
     """``tensordict.get(key)`` with an error naming the loss, the key and the keys present."""
     try:
         return tensordict.get(key)
     except KeyError:
-        raise KeyError(
-            f"{owner}: the input misses {key!r}; keys present: {sorted(map(str, tensordict.keys(True, True)))}."
-        ) from None
+        raise KeyError(f"{owner}: the input misses {key!r}; keys present: {_present_keys(tensordict)}.") from None
 
 
 def _check_batch_shaped(owner: str, named: Mapping[Any, torch.Tensor], batch_size: torch.Size, lead: tuple = ()) -> None:
@@ -112,13 +128,6 @@ def _check_batch_shaped(owner: str, named: Mapping[Any, torch.Tensor], batch_siz
             )
 
 
-def _sum_to_batch(log_prob: torch.Tensor, batch_dims: int) -> torch.Tensor:
-    """Sum a distribution's log-prob over the dims beyond the TensorDict's batch dims."""
-    if log_prob.dim() > batch_dims:
-        return log_prob.sum(tuple(range(batch_dims, log_prob.dim())))
-    return log_prob
-
-
 def _set_next_value(tensordict: Any, value_key: Any, next_value: torch.Tensor) -> Any:
     """A shallow copy of ``tensordict`` holding ``next_value`` at ``("next", value_key)``.
 
@@ -129,6 +138,21 @@ def _set_next_value(tensordict: Any, value_key: Any, next_value: torch.Tensor) -
     return work
 
 
+def _value_type(loss: Any, value_type: Any) -> Any:
+    """``value_type`` (``None``: the loss's ``default_value_estimator``) as a ``ValueEstimators`` member."""
+    from ..value import ValueEstimators  # local: keeps utils import-light
+
+    if value_type is None:
+        value_type = loss.default_value_estimator
+    try:
+        return ValueEstimators(value_type)
+    except ValueError:
+        raise ValueError(
+            f"{type(loss).__name__}.make_value_estimator: unknown value_type {value_type!r}; "
+            f"accepted: {[m.value for m in ValueEstimators]}."
+        ) from None
+
+
 def _make_bootstrapped_estimator(loss: Any, value_type: Any, hyperparams: Mapping[str, Any]) -> Any:
     """A TD(0) / TD(1) / TD(lambda) estimator without a value network.
 
@@ -136,15 +160,15 @@ def _make_bootstrapped_estimator(loss: Any, value_type: Any, hyperparams: Mappin
     Q, entropy bonus), write it at ``("next", value)`` of a copy of the batch and ask the estimator
     only for the bootstrapped return: the estimator never runs a network.
     """
-    from ..value import TD0Estimator, TD1Estimator, TDLambdaEstimator, ValueEstimators  # local: keeps utils import-light
+    from ..value import (  # local: keeps utils import-light
+        TD0Estimator,
+        TD1Estimator,
+        TDLambdaEstimator,
+        ValueEstimators,
+    )
 
     owner = type(loss).__name__
-    if value_type is None:
-        value_type = loss.default_value_estimator
-    try:
-        value_type = ValueEstimators(value_type)
-    except ValueError:
-        raise ValueError(f"{owner}.make_value_estimator: unknown value_type {value_type!r}; accepted: {[m.value for m in ValueEstimators]}.") from None
+    value_type = _value_type(loss, value_type)
     if value_type is ValueEstimators.TD0:
         cls, allowed = TD0Estimator, ("gamma",)
     elif value_type is ValueEstimators.TD1:
@@ -162,3 +186,97 @@ def _make_bootstrapped_estimator(loss: Any, value_type: Any, hyperparams: Mappin
     loss.value_type = value_type
     loss.value_estimator = estimator
     return estimator
+
+
+class _BootstrappedLoss(LossModule):
+    """Private base of the off-policy losses that regress onto a bootstrapped (TD) return.
+
+    It checks and stores ``loss_function`` and ``reduction``, builds the network-free TD(0) / TD(1)
+    / TD(lambda) estimator (:func:`_make_bootstrapped_estimator`), turns a next-state value the
+    subclass computed into the regression target (:meth:`_bootstrap`), and reads a Q-network's
+    batch-shaped ``"state_action_value"`` (:meth:`_q`; a subclass names its Q-network in
+    ``_q_network``, an ensemble gets a leading dim).
+    """
+
+    default_value_estimator = "TD(0)"
+    default_value_kwargs: ClassVar[dict] = {"gamma": 0.99, "lmbda": 0.95}
+    _q_network: ClassVar[str] = "qvalue_network"
+
+    def __init__(self, *, loss_function: str, reduction: str) -> None:
+        owner = type(self).__name__
+        _check_loss_function(owner, loss_function)
+        _check_reduction(owner, reduction)
+        super().__init__()
+        self.loss_function = loss_function
+        self.reduction = reduction
+
+    def make_value_estimator(self, value_type: Any = None, **hyperparams: Any) -> _BootstrappedLoss:
+        """Build the bootstrapped estimator: TD(0) (default), TD(1) or TD(lambda); GAE raises."""
+        _make_bootstrapped_estimator(self, value_type, hyperparams)
+        return self
+
+    def _bootstrap(self, tensordict: Any, next_value: torch.Tensor) -> torch.Tensor:
+        """The estimator's return with ``next_value`` as the next-state value, checked batch-shaped.
+
+        The estimator reads reward, done and terminated from ``tensordict["next"]``; ``tensordict``
+        itself is not modified (the value goes into a shallow copy).
+        """
+        estimator = self.value_estimator
+        target = estimator.value_estimate(_set_next_value(tensordict, estimator.tensor_keys.value, next_value))
+        _check_batch_shaped(type(self).__name__, {"value_target": target}, tensordict.batch_size)
+        return target
+
+    def _q(self, tensordict: Any, **kwargs: Any) -> torch.Tensor:
+        """The Q-network's ``state_action_value`` on ``tensordict``: ``[*batch]``, or
+        ``[num_qvalue_nets, *batch]`` for an ensemble; ``kwargs`` go to :meth:`call_network`."""
+        owner = type(self).__name__
+        out = self.call_network(self._q_network, tensordict, **kwargs)
+        key = self.tensor_keys.state_action_value
+        value = _get(owner, out, key)
+        ensemble = self._networks[self._q_network]  # expand_dim: None for a single network
+        lead = () if ensemble is None else (ensemble,)
+        _check_batch_shaped(owner, {key: value}, tensordict.batch_size, lead=lead)
+        return value
+
+    def _q_of_policy(self, tensordict: Any) -> torch.Tensor:
+        """``Q(s, pi(s))`` of the deterministic ``actor_network``, the Q-network's parameters
+        detached: a loss built on it trains the actor only."""
+        acted = self.call_network("actor_network", tensordict.copy())
+        return self._q(acted, params=self.params_of(self._q_network).detach())
+
+
+def _check_alpha_bounds(owner: str, alpha_init: Any, min_alpha: Any, max_alpha: Any) -> None:
+    """``alpha_init`` > 0, ``min_alpha`` / ``max_alpha`` > 0 or ``None``, ``min_alpha <= max_alpha``."""
+    for name, value in (("alpha_init", alpha_init), ("min_alpha", min_alpha), ("max_alpha", max_alpha)):
+        if value is not None and not (isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0):
+            raise ValueError(f"{owner}: {name} must be > 0, got {value!r}.")
+    if min_alpha is not None and max_alpha is not None and min_alpha > max_alpha:
+        raise ValueError(f"{owner}: min_alpha ({min_alpha}) is above max_alpha ({max_alpha}).")
+
+
+class _TemperatureMixin:
+    """The entropy temperature of the SAC family, for a :class:`LossModule` subclass.
+
+    :meth:`_init_temperature` registers ``log_alpha`` (a parameter, or a buffer with
+    ``fixed_alpha``) and the optional clamp bounds; :attr:`_alpha` is the clamped temperature,
+    detached (the losses that use it never train it; only ``loss_alpha`` reads ``log_alpha``).
+    Check the arguments first with :func:`_check_alpha_bounds`.
+    """
+
+    def _init_temperature(self, alpha_init: float, min_alpha: float | None, max_alpha: float | None, fixed_alpha: bool) -> None:
+        self.fixed_alpha = bool(fixed_alpha)
+        self.min_log_alpha = None if min_alpha is None else math.log(min_alpha)
+        self.max_log_alpha = None if max_alpha is None else math.log(max_alpha)
+        log_alpha = torch.tensor(math.log(alpha_init))
+        if self.fixed_alpha:
+            self.register_buffer("log_alpha", log_alpha)
+        else:
+            self.log_alpha = torch.nn.Parameter(log_alpha)
+
+    @property
+    def _alpha(self) -> torch.Tensor:
+        with torch.no_grad():
+            log_alpha = self.log_alpha
+            if self.min_log_alpha is not None or self.max_log_alpha is not None:
+                log_alpha = log_alpha.clamp(self.min_log_alpha, self.max_log_alpha)
+            return log_alpha.exp()

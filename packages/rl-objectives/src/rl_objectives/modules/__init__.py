@@ -42,6 +42,7 @@ from .exploration import (
     OrnsteinUhlenbeckProcessModule,
 )
 from .models import MLP, ConvNet, SquashDims
+from .multiagent import Mixer, MultiAgentConvNet, MultiAgentMLP, MultiAgentNetBase, QMixer, VDNMixer
 
 __all__ = [
     "MLP",
@@ -54,10 +55,15 @@ __all__ = [
     "EGreedyModule",
     "IndependentNormal",
     "MaskedCategorical",
+    "Mixer",
+    "MultiAgentConvNet",
+    "MultiAgentMLP",
+    "MultiAgentNetBase",
     "NormalParamExtractor",
     "OneHotCategorical",
     "OrnsteinUhlenbeckProcessModule",
     "ProbabilisticActor",
+    "QMixer",
     "QValueActor",
     "QValueModule",
     "SafeModule",
@@ -66,5 +72,6 @@ __all__ = [
     "TanhDelta",
     "TanhNormal",
     "TruncatedNormal",
+    "VDNMixer",
     "ValueOperator",
 ]

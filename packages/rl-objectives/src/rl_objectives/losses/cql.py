@@ -1,0 +1,376 @@
+"""CQLLoss / DiscreteCQLLoss: conservative Q-learning (Kumar et al., 2020) for offline RL.
+
+CQL adds to the critic loss a penalty that pushes Q down on actions the policy would take and up on the
+actions of the data, ``min_q_weight * (temperature * logsumexp_a(Q(s, a) / temperature) - Q(s, a_data))``.
+
+Continuous actions (``CQLLoss``, the paper's ``CQL(H)`` on top of SAC): the log-sum-exp over the action
+space is estimated by importance sampling with ``num_random`` actions from each of three proposals at
+the state ``s`` of the sample: uniform actions (density ``1 / volume``), actions of the current policy
+at ``s`` and at ``s'`` (densities ``pi(a|s)``, ``pi(a|s')``)::
+
+    logsumexp over [Q(s, a_unif) - log(1/volume), Q(s, a ~ pi(.|s)) - log pi(a|s), Q(s, a ~ pi(.|s')) - log pi(a|s')]
+
+The SAC parts: critics regress onto ``r + gamma * (1 - terminated) * V(s')`` with
+``V(s') = min_i Q'_i(s', a')`` (``deterministic_backup``; else minus ``alpha * log pi(a'|s')``) or, with
+``max_q_backup``, the max over ``num_random`` policy actions of ``min_i Q'_i``; the actor minimises
+``alpha * log pi(a|s) - min_i Q_i(s, a)``; the temperature as in SAC. ``loss_actor_bc`` is the
+behaviour-cloning actor loss ``alpha * log pi(a|s) - log pi(a_data|s)`` used for the first updates
+(sum the actor loss you train with: ``loss_actor`` or ``loss_actor_bc``, not both).
+
+Discrete actions (``DiscreteCQLLoss``): the DQN loss plus ``logsumexp_a Q(s, a) - Q(s, a_data)`` (exact).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, ClassVar
+
+import torch
+from tdict import TensorDict
+from tdict.specs import Bounded, Composite
+from torch import nn
+
+from .discrete_sac import _chosen, _discrete_space, _resolve_action_space
+from .redq import _continuous_target_entropy, _rsample
+from .utils import (
+    _BootstrappedLoss,
+    _check_alpha_bounds,
+    _check_batch_shaped,
+    _check_positive_int,
+    _get,
+    _reduce,
+    _sum_to_batch,
+    _TemperatureMixin,
+    distance_loss,
+)
+
+__all__ = ["CQLLoss", "DiscreteCQLLoss"]
+
+_MAX_ALPHA_PRIME = 1e6  # the paper's clamp of the Lagrange multiplier
+
+
+def _uniform_bounds(action_spec: Any, actor_network: Any, action_key: Any) -> tuple[torch.Tensor, torch.Tensor]:
+    """Bounds of the uniform proposal: a ``Bounded`` spec's (given or the actor's), else ``[-1, 1]``."""
+    spec = action_spec if action_spec is not None else getattr(actor_network, "spec", None)
+    if isinstance(spec, Composite):
+        spec = spec[action_key] if action_key in spec else None
+    if isinstance(spec, Bounded):
+        low, high = spec.low.detach().clone().float(), spec.high.detach().clone().float()
+        if not bool((high > low).all()):
+            raise ValueError(f"CQLLoss: the action spec's bounds must satisfy high > low, got low={low.tolist()}, high={high.tolist()}.")
+        return low, high
+    return torch.tensor(-1.0), torch.tensor(1.0)
+
+
+class CQLLoss(_TemperatureMixin, _BootstrappedLoss):
+    """The continuous CQL loss (TorchRL's ``CQLLoss``), SAC with the conservative penalty.
+
+    Args:
+        actor_network: a probabilistic actor with a reparameterisable distribution over ``"action"``
+            (e.g. ``TanhNormal``); its ``get_dist`` also scores the stored actions.
+        qvalue_network: a Q-network reading the observation and ``"action"`` and writing
+            ``"state_action_value"`` (batch shape); trained as a pair of critics.
+
+    Keyword Args:
+        loss_function: ``"smooth_l1"`` (default), ``"l1"`` or ``"l2"`` for the critics' TD regression.
+        alpha_init, min_alpha, max_alpha, fixed_alpha, target_entropy: the SAC temperature (see
+            :class:`~rl_objectives.losses.sac.SACLoss`).
+        action_spec: read for ``target_entropy="auto"`` and for the bounds of the uniform proposal
+            (a ``Bounded`` spec; otherwise ``[-1, 1]``, the range of a ``TanhNormal``). Default the
+            actor's ``spec``.
+        delay_actor: keep target actor parameters that draw the next actions (default ``False``).
+        delay_qvalue: keep target Q parameters (default ``True``).
+        temperature: the log-sum-exp temperature (default 1.0).
+        min_q_weight: the penalty's weight (default 1.0; 5.0 or 10.0 in the paper's benchmarks).
+        max_q_backup: bootstrap with the max over ``num_random`` policy actions at ``s'``.
+        deterministic_backup: leave the entropy term out of the bootstrap (default ``True``).
+        num_random: actions drawn from each proposal (default 10).
+        with_lagrange: tune the penalty's weight ``alpha_prime`` by dual gradient descent so that
+            the penalty stays near ``lagrange_thresh`` (``loss_alpha_prime`` is then returned).
+        lagrange_thresh: the target of the penalty with ``with_lagrange`` (default 0.0).
+        reduction: ``"mean"`` (default), ``"sum"`` or ``"none"``.
+
+    Returns from ``forward`` a TensorDict with ``"loss_actor"``, ``"loss_actor_bc"``,
+    ``"loss_qvalue"`` (summed over the two critics), ``"loss_cql"`` (summed over the two critics),
+    ``"loss_alpha"``, ``"loss_alpha_prime"`` (only with ``with_lagrange``) and the detached ``"alpha"``
+    and ``"entropy"``. Writes the detached squared TD error (max over the critics) into the input at
+    ``"td_error"``.
+
+    Example:
+        >>> import torch
+        >>> from torch import nn
+        >>> from tdict import TensorDict
+        >>> from tdict.nn import (NormalParamExtractor, ProbabilisticTensorDictModule,
+        ...                       ProbabilisticTensorDictSequential, TensorDictModule)
+        >>> from rl_objectives.losses.cql import CQLLoss
+        >>> from rl_objectives.modules import TanhNormal
+        >>> class Critic(nn.Module):
+        ...     def __init__(self):
+        ...         super().__init__()
+        ...         self.net = nn.Linear(5, 1)
+        ...     def forward(self, obs, action):
+        ...         return self.net(torch.cat([obs, action], -1)).squeeze(-1)
+        >>> actor = ProbabilisticTensorDictSequential(
+        ...     TensorDictModule(nn.Sequential(nn.Linear(3, 4), NormalParamExtractor()),
+        ...                      in_keys=["observation"], out_keys=["loc", "scale"]),
+        ...     ProbabilisticTensorDictModule(in_keys=["loc", "scale"], out_keys=["action"], distribution_class=TanhNormal))
+        >>> critic = TensorDictModule(Critic(), in_keys=["observation", "action"], out_keys=["state_action_value"])
+        >>> loss = CQLLoss(actor, critic, with_lagrange=True, lagrange_thresh=5.0)
+        >>> td = TensorDict({"observation": torch.randn(6, 3), "action": torch.rand(6, 2) * 1.8 - 0.9,
+        ...     "next": {"observation": torch.randn(6, 3), "reward": torch.randn(6),
+        ...              "done": torch.zeros(6, dtype=torch.bool), "terminated": torch.zeros(6, dtype=torch.bool)}},
+        ...     batch_size=[6])
+        >>> sorted(loss(td).keys())  # doctest: +NORMALIZE_WHITESPACE
+        ['alpha', 'entropy', 'loss_actor', 'loss_actor_bc', 'loss_alpha', 'loss_alpha_prime',
+         'loss_cql', 'loss_qvalue']
+    """
+
+    default_keys: ClassVar[dict] = {
+        "action": "action",
+        "value": "state_value",
+        "state_action_value": "state_action_value",
+        "log_prob": "sample_log_prob",
+        "priority": "td_error",
+        "reward": "reward",
+        "done": "done",
+        "terminated": "terminated",
+    }
+    num_qvalue_nets: ClassVar[int] = 2
+
+    def __init__(
+        self,
+        actor_network: Any,
+        qvalue_network: Any,
+        *,
+        loss_function: str = "smooth_l1",
+        alpha_init: float = 1.0,
+        min_alpha: float | None = None,
+        max_alpha: float | None = None,
+        action_spec: Any = None,
+        fixed_alpha: bool = False,
+        target_entropy: float | str = "auto",
+        delay_actor: bool = False,
+        delay_qvalue: bool = True,
+        temperature: float = 1.0,
+        min_q_weight: float = 1.0,
+        max_q_backup: bool = False,
+        deterministic_backup: bool = True,
+        num_random: int = 10,
+        with_lagrange: bool = False,
+        lagrange_thresh: float = 0.0,
+        reduction: str = "mean",
+    ) -> None:
+        super().__init__(loss_function=loss_function, reduction=reduction)
+        owner = "CQLLoss"
+        if not hasattr(actor_network, "get_dist"):
+            raise TypeError(f"{owner}: actor_network must be a probabilistic module with get_dist (e.g. ProbabilisticActor), got {type(actor_network).__name__}.")
+        _check_alpha_bounds(owner, alpha_init, min_alpha, max_alpha)
+        _check_positive_int(owner, "num_random", num_random)
+        for name, value in (("temperature", temperature), ("min_q_weight", min_q_weight)):
+            if not isinstance(value, (int, float)) or isinstance(value, bool) or not value > 0:
+                raise ValueError(f"{owner}: {name} must be a number > 0, got {value!r}.")
+        if not isinstance(lagrange_thresh, (int, float)) or isinstance(lagrange_thresh, bool):
+            raise ValueError(f"{owner}: lagrange_thresh must be a number, got {lagrange_thresh!r}.")
+        action_key = self.default_keys["action"]
+        self._target_entropy = _continuous_target_entropy(owner, target_entropy, action_spec, actor_network, action_key)
+        low, high = _uniform_bounds(action_spec, actor_network, action_key)
+        self.register_buffer("_uniform_low", low)
+        self.register_buffer("_uniform_high", high)
+        self.delay_actor = bool(delay_actor)
+        self.delay_qvalue = bool(delay_qvalue)
+        self.temperature = float(temperature)
+        self.min_q_weight = float(min_q_weight)
+        self.max_q_backup = bool(max_q_backup)
+        self.deterministic_backup = bool(deterministic_backup)
+        self.num_random = num_random
+        self.with_lagrange = bool(with_lagrange)
+        self.lagrange_thresh = float(lagrange_thresh)
+        self.convert_to_functional(actor_network, "actor_network", create_target_params=self.delay_actor)
+        self.convert_to_functional(qvalue_network, "qvalue_network", expand_dim=self.num_qvalue_nets, create_target_params=self.delay_qvalue)
+        self._init_temperature(alpha_init, min_alpha, max_alpha, fixed_alpha)
+        if self.with_lagrange:
+            self.log_alpha_prime = nn.Parameter(torch.tensor(0.0))
+
+    @property
+    def out_keys(self) -> list[str]:
+        keys = ["loss_actor", "loss_actor_bc", "loss_qvalue", "loss_cql", "loss_alpha", "alpha", "entropy"]
+        return keys[:5] + ["loss_alpha_prime"] + keys[5:] if self.with_lagrange else keys
+
+    @property
+    def target_entropy(self) -> float | None:
+        """The entropy target (``None`` until the first call when it is inferred from the action)."""
+        return self._target_entropy
+
+    def _repeat(self, tensordict: Any, n: int) -> Any:
+        """``n`` copies of ``tensordict`` along a new leading batch dim (a view, no data copied)."""
+        return tensordict.expand(n, *tensordict.batch_size).copy()
+
+    def _next_value(self, next_td: Any, alpha: torch.Tensor) -> torch.Tensor:
+        actor_params = self.params_of("actor_network", target=self.delay_actor)
+        q_params = self.params_of("qvalue_network", target=self.delay_qvalue)
+        if self.max_q_backup:
+            work, _, _ = _rsample("CQLLoss", self.actor_network, actor_params, self._repeat(next_td, self.num_random), self.tensor_keys.action)
+            return self._q(work, params=q_params).max(1).values.min(0).values  # best of the policy's actions, then the pessimistic critic
+        work, _, log_prob = _rsample("CQLLoss", self.actor_network, actor_params, next_td, self.tensor_keys.action)
+        value = self._q(work, params=q_params).min(0).values
+        if not self.deterministic_backup:
+            value = value - alpha * log_prob
+        return value
+
+    def _penalty(self, tensordict: Any, next_td: Any, pred: torch.Tensor, action_shape: torch.Size) -> torch.Tensor:
+        """The conservative penalty of each critic, ``[2, *batch]``."""
+        n = self.num_random
+        batch = tensordict.batch_size
+        actor_params = self.params_of("actor_network")
+        key = self.tensor_keys.action
+        low, high = self._uniform_low, self._uniform_high
+        random_actions = torch.rand((n, *batch, *action_shape), device=pred.device) * (high - low) + low
+        # log of the uniform density 1 / volume, the same for every action
+        random_log_density = -torch.log(high - low).expand(action_shape).sum()
+        with torch.no_grad():
+            _, curr_actions, curr_log_prob = _rsample("CQLLoss", self.actor_network, actor_params, self._repeat(tensordict, n), key)
+            _, next_actions, next_log_prob = _rsample("CQLLoss", self.actor_network, actor_params, self._repeat(next_td, n), key)
+        # every proposal is scored at the sample's own state s (as in the paper's code)
+        proposals = self._repeat(tensordict, 3 * n)
+        proposals.set(key, torch.cat([random_actions, curr_actions, next_actions], 0))
+        q = self._q(proposals)  # [2, 3n, *batch]
+        log_density = torch.cat([random_log_density.expand(n, *batch), curr_log_prob, next_log_prob], 0)
+        lse = self.temperature * torch.logsumexp((q - log_density) / self.temperature, dim=1)
+        return self.min_q_weight * (lse - pred)
+
+    def forward(self, tensordict: Any) -> TensorDict:
+        keys = self.tensor_keys
+        batch = tensordict.batch_size
+        action = _get("CQLLoss", tensordict, keys.action)
+        next_td = _get("CQLLoss", tensordict, "next")
+        alpha = self._alpha
+        action_shape = action.shape[tensordict.batch_dims:]
+
+        with torch.no_grad():
+            target = self._bootstrap(tensordict, self._next_value(next_td, alpha))
+        pred = self._q(tensordict.copy())
+        loss_qvalue = _reduce(distance_loss(pred, target.expand_as(pred), self.loss_function).sum(0), self.reduction)
+
+        with self.params_of("actor_network").to_module(self.actor_network):
+            dist = self.actor_network.get_dist(tensordict.copy())
+        if not dist.has_rsample:
+            raise ValueError(f"CQLLoss: the actor's {type(dist).__name__} distribution has no rsample; a reparameterisable one is needed (e.g. TanhNormal).")
+        new_action = dist.rsample()
+        log_prob = _sum_to_batch(dist.log_prob(new_action), tensordict.batch_dims)
+        bc_log_prob = _sum_to_batch(dist.log_prob(action), tensordict.batch_dims)
+        _check_batch_shaped("CQLLoss", {"log_prob": log_prob, "bc_log_prob": bc_log_prob}, batch)
+        actor_td = tensordict.copy()
+        actor_td.set(keys.action, new_action)
+        min_q = self._q(actor_td, params=self.params_of("qvalue_network").detach()).min(0).values
+        loss_actor = _reduce(alpha * log_prob - min_q, self.reduction)
+        loss_actor_bc = _reduce(alpha * log_prob - bc_log_prob, self.reduction)
+
+        penalty = self._penalty(tensordict, next_td, pred, action_shape)
+        out = {"loss_actor": loss_actor, "loss_actor_bc": loss_actor_bc, "loss_qvalue": loss_qvalue}
+        if self.with_lagrange:
+            alpha_prime = self.log_alpha_prime.exp().clamp(0.0, _MAX_ALPHA_PRIME)
+            # the critics see the multiplier as a constant, the multiplier sees the penalty as one
+            out["loss_cql"] = _reduce(alpha_prime.detach() * penalty.sum(0), self.reduction)
+            gap = penalty.detach().mean(tuple(range(1, penalty.dim()))) - self.lagrange_thresh
+            loss_alpha_prime = -0.5 * alpha_prime * gap.sum()
+        else:
+            out["loss_cql"] = _reduce(penalty.sum(0), self.reduction)
+
+        if self._target_entropy is None:
+            # no spec: the action's own shape gives "auto"
+            self._target_entropy = -float(math.prod(action_shape))
+        out["loss_alpha"] = _reduce(-self.log_alpha * (log_prob.detach() + self._target_entropy), self.reduction)
+        if self.with_lagrange:
+            out["loss_alpha_prime"] = loss_alpha_prime
+        out["alpha"] = alpha
+        out["entropy"] = -log_prob.detach().mean()
+        tensordict.set(keys.priority, (pred.detach() - target).pow(2).max(0).values)
+        return TensorDict(out)
+
+
+class DiscreteCQLLoss(_BootstrappedLoss):
+    """The discrete CQL loss (TorchRL's ``DiscreteCQLLoss``): DQN plus the exact conservative penalty.
+
+    Args:
+        value_network: a Q-value actor (e.g. :class:`~rl_objectives.modules.QValueActor`) writing
+            ``"action_value"`` (``[*B, n]``) and the greedy ``"chosen_action_value"`` (``[*B]``).
+
+    Keyword Args:
+        action_space: ``"one_hot"`` (also ``"one-hot"``, ``"mult_one_hot"``) or ``"categorical"``, or an
+            action spec; ``None``: decided per call from the stored action's shape.
+        loss_function: ``"l2"`` (default), ``"l1"`` or ``"smooth_l1"`` for the TD regression.
+        delay_value: keep target parameters for the bootstrap (default ``True``).
+        reduction: ``"mean"`` (default), ``"sum"`` or ``"none"``.
+
+    The TD target is ``r + gamma * (1 - terminated) * max_a Q_target(s', a)`` (the target network's
+    ``"chosen_action_value"``), through the value estimator (TD(0) by default). Returns a TensorDict
+    with ``"loss_qvalue"`` and ``"loss_cql"`` (``logsumexp_a Q(s, a) - Q(s, a_data)``); writes the
+    detached squared TD error into the input at ``"td_error"``.
+
+    Example:
+        >>> import torch
+        >>> from torch import nn
+        >>> from tdict import TensorDict
+        >>> from tdict.specs import OneHot
+        >>> from rl_objectives.losses.cql import DiscreteCQLLoss
+        >>> from rl_objectives.modules import QValueActor
+        >>> loss = DiscreteCQLLoss(QValueActor(nn.Linear(3, 2), spec=OneHot(2)), action_space="one_hot")
+        >>> td = TensorDict({"observation": torch.randn(5, 3), "action": OneHot(2).rand((5,)),
+        ...     "next": {"observation": torch.randn(5, 3), "reward": torch.randn(5),
+        ...              "done": torch.zeros(5, dtype=torch.bool), "terminated": torch.zeros(5, dtype=torch.bool)}},
+        ...     batch_size=[5])
+        >>> sorted(loss(td).keys())
+        ['loss_cql', 'loss_qvalue']
+    """
+
+    default_keys: ClassVar[dict] = {
+        "value_target": "value_target",
+        "value": "chosen_action_value",
+        "action_value": "action_value",
+        "action": "action",
+        "priority": "td_error",
+        "reward": "reward",
+        "done": "done",
+        "terminated": "terminated",
+    }
+    out_keys: ClassVar[list] = ["loss_qvalue", "loss_cql"]
+
+    def __init__(
+        self,
+        value_network: Any,
+        *,
+        action_space: Any = None,
+        loss_function: str = "l2",
+        delay_value: bool = True,
+        reduction: str = "mean",
+    ) -> None:
+        super().__init__(loss_function=loss_function, reduction=reduction)
+        self.action_space = _resolve_action_space("DiscreteCQLLoss", action_space, self.default_keys["action"])
+        self.delay_value = bool(delay_value)
+        self.convert_to_functional(value_network, "value_network", create_target_params=self.delay_value)
+
+    def forward(self, tensordict: Any) -> TensorDict:
+        keys = self.tensor_keys
+        batch = tensordict.batch_size
+        action = _get("DiscreteCQLLoss", tensordict, keys.action)
+        next_td = _get("DiscreteCQLLoss", tensordict, "next")
+
+        action_value = _get("DiscreteCQLLoss", self.call_network("value_network", tensordict.copy()), keys.action_value)
+        if action_value.dim() != tensordict.batch_dims + 1 or action_value.shape[:-1] != batch:
+            raise ValueError(
+                f"DiscreteCQLLoss: {keys.action_value!r} has shape {tuple(action_value.shape)}, expected the batch shape "
+                f"{tuple(batch)} plus the number of actions."
+            )
+        space = _discrete_space("DiscreteCQLLoss", self.action_space, action, action_value.shape, batch, keys.action)
+        pred = _chosen(action_value, action, space)
+
+        with torch.no_grad():
+            target_out = self.call_network("value_network", next_td.copy(), target=self.delay_value)
+            next_value = _get("DiscreteCQLLoss", target_out, keys.value)
+            _check_batch_shaped("DiscreteCQLLoss", {("next", keys.value): next_value}, batch)
+            target = self._bootstrap(tensordict, next_value)
+
+        loss_qvalue = _reduce(distance_loss(pred, target, self.loss_function), self.reduction)
+        loss_cql = _reduce(torch.logsumexp(action_value, dim=-1) - pred, self.reduction)
+        tensordict.set(keys.priority, (pred.detach() - target).pow(2))
+        return TensorDict(loss_qvalue=loss_qvalue, loss_cql=loss_cql)

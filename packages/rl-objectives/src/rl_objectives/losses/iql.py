@@ -1,0 +1,248 @@
+"""IQLLoss / DiscreteIQLLoss: implicit Q-learning (Kostrikov et al., 2021), offline RL without
+querying the policy on unseen actions.
+
+- value: expectile regression of ``V(s)`` onto ``min_i Q'_i(s, a)`` (target critics, stored action):
+  ``|tau - 1(u < 0)| * u^2`` with ``u = min_i Q'_i(s, a) - V(s)``;
+- critics: ``Q_i(s, a)`` regress onto ``r + gamma * (1 - terminated) * V(s')`` (``V`` detached);
+- actor: advantage-weighted regression, ``-min(exp(temperature * (min_i Q'_i(s, a) - V(s))), 100) * log pi(a|s)``
+  with the stored action ``a`` (weights detached).
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+import torch
+from tdict import TensorDict
+
+from .discrete_sac import _chosen, _discrete_space, _resolve_action_space
+from .utils import (
+    _BootstrappedLoss,
+    _check_batch_shaped,
+    _check_positive_int,
+    _get,
+    _reduce,
+    _sum_to_batch,
+    distance_loss,
+)
+
+__all__ = ["DiscreteIQLLoss", "IQLLoss"]
+
+_MAX_WEIGHT = 100.0  # the paper's clip of the advantage weights
+
+
+class IQLLoss(_BootstrappedLoss):
+    """The IQL loss (TorchRL's ``IQLLoss``).
+
+    Args:
+        actor_network: a probabilistic actor; its ``get_dist`` gives the log-prob of the stored action.
+        qvalue_network: a Q-network reading the observation and ``"action"`` and writing
+            ``"state_action_value"`` (batch shape); trained as an ensemble of ``num_qvalue_nets``,
+            with target parameters (update them with a target updater).
+        value_network: a state-value network writing ``"state_value"`` (batch shape).
+
+    Keyword Args:
+        num_qvalue_nets: size of the Q ensemble (default 2).
+        loss_function: ``"smooth_l1"`` (default), ``"l1"`` or ``"l2"`` for the critics.
+        temperature: the inverse temperature ``beta`` of the advantage weights (default 1.0): small
+            values behave like behaviour cloning, large ones like greedy improvement.
+        expectile: the expectile ``tau`` in ``(0, 1)`` of the value regression (default 0.5: the mean;
+            0.7-0.9 in the paper).
+        reduction: ``"mean"`` (default), ``"sum"`` or ``"none"``.
+
+    Returns from ``forward`` a TensorDict with ``"loss_actor"``, ``"loss_qvalue"`` (summed over the
+    ensemble), ``"loss_value"`` and the detached ``"entropy"`` (mean of ``-log pi(a|s)`` over the stored
+    actions). Writes the detached squared TD error (max over the ensemble) into the input at
+    ``"td_error"``.
+
+    Example:
+        >>> import torch
+        >>> from torch import nn
+        >>> from tdict import TensorDict
+        >>> from tdict.nn import (NormalParamExtractor, ProbabilisticTensorDictModule,
+        ...                       ProbabilisticTensorDictSequential, TensorDictModule)
+        >>> from rl_objectives.losses.iql import IQLLoss
+        >>> from rl_objectives.modules import ValueOperator
+        >>> class Critic(nn.Module):
+        ...     def __init__(self):
+        ...         super().__init__()
+        ...         self.net = nn.Linear(5, 1)
+        ...     def forward(self, obs, action):
+        ...         return self.net(torch.cat([obs, action], -1)).squeeze(-1)
+        >>> actor = ProbabilisticTensorDictSequential(
+        ...     TensorDictModule(nn.Sequential(nn.Linear(3, 4), NormalParamExtractor()),
+        ...                      in_keys=["observation"], out_keys=["loc", "scale"]),
+        ...     ProbabilisticTensorDictModule(in_keys=["loc", "scale"], out_keys=["action"],
+        ...                                   distribution_class=torch.distributions.Normal))
+        >>> critic = TensorDictModule(Critic(), in_keys=["observation", "action"], out_keys=["state_action_value"])
+        >>> value = ValueOperator(nn.Linear(3, 1), in_keys=["observation"])  # squeezes the 1-wide head
+        >>> loss = IQLLoss(actor, critic, value, expectile=0.7)
+        >>> td = TensorDict({"observation": torch.randn(6, 3), "action": torch.randn(6, 2),
+        ...     "next": {"observation": torch.randn(6, 3), "reward": torch.randn(6),
+        ...              "done": torch.zeros(6, dtype=torch.bool), "terminated": torch.zeros(6, dtype=torch.bool)}},
+        ...     batch_size=[6])
+        >>> sorted(loss(td).keys())
+        ['entropy', 'loss_actor', 'loss_qvalue', 'loss_value']
+    """
+
+    default_keys: ClassVar[dict] = {
+        "action": "action",
+        "value": "state_value",
+        "state_action_value": "state_action_value",
+        "priority": "td_error",
+        "reward": "reward",
+        "done": "done",
+        "terminated": "terminated",
+    }
+    out_keys: ClassVar[list] = ["loss_actor", "loss_qvalue", "loss_value", "entropy"]
+
+    def __init__(
+        self,
+        actor_network: Any,
+        qvalue_network: Any,
+        value_network: Any,
+        *,
+        num_qvalue_nets: int = 2,
+        loss_function: str = "smooth_l1",
+        temperature: float = 1.0,
+        expectile: float = 0.5,
+        reduction: str = "mean",
+    ) -> None:
+        super().__init__(loss_function=loss_function, reduction=reduction)
+        owner = type(self).__name__
+        _check_positive_int(owner, "num_qvalue_nets", num_qvalue_nets)
+        if not hasattr(actor_network, "get_dist"):
+            raise TypeError(f"{owner}: actor_network must be a probabilistic module with get_dist, got {type(actor_network).__name__}.")
+        if value_network is None:
+            raise TypeError(f"{owner}: value_network is required (a state-value network writing {self.default_keys['value']!r}).")
+        if not isinstance(temperature, (int, float)) or isinstance(temperature, bool) or temperature < 0:
+            raise ValueError(f"{owner}: temperature must be a number >= 0, got {temperature!r}.")
+        if not isinstance(expectile, (int, float)) or isinstance(expectile, bool) or not 0 < expectile < 1:
+            raise ValueError(f"{owner}: expectile must be in (0, 1), got {expectile!r}.")
+        self.num_qvalue_nets = num_qvalue_nets
+        self.temperature = float(temperature)
+        self.expectile = float(expectile)
+        self.convert_to_functional(actor_network, "actor_network")
+        self.convert_to_functional(qvalue_network, "qvalue_network", expand_dim=num_qvalue_nets, create_target_params=True)
+        self.convert_to_functional(value_network, "value_network")
+
+    # ------------------------------------------------------------------ network calls
+    def _stored_q(self, tensordict: Any, **kwargs: Any) -> torch.Tensor:
+        """``Q_i(s, a)`` of the stored action, ``[num_qvalue_nets, *batch]``."""
+        return self._q(tensordict.copy(), **kwargs)
+
+    def _v(self, tensordict: Any, **kwargs: Any) -> torch.Tensor:
+        out = self.call_network("value_network", tensordict.copy(), **kwargs)
+        key = self.tensor_keys.value
+        value = _get(type(self).__name__, out, key)
+        _check_batch_shaped(type(self).__name__, {key: value}, tensordict.batch_size)
+        return value
+
+    # ------------------------------------------------------------------ loss
+    def forward(self, tensordict: Any) -> TensorDict:
+        owner = type(self).__name__
+        batch = tensordict.batch_size
+        _get(owner, tensordict, self.tensor_keys.action)
+        next_td = _get(owner, tensordict, "next")
+
+        with torch.no_grad():
+            target_min_q = self._stored_q(tensordict, target=True).min(0).values
+            target = self._bootstrap(tensordict, self._v(next_td))
+
+        value = self._v(tensordict)
+        diff = target_min_q - value
+        weight = torch.where(diff > 0, self.expectile, 1.0 - self.expectile)
+        loss_value = _reduce(weight * diff.pow(2), self.reduction)
+
+        pred = self._stored_q(tensordict)
+        loss_qvalue = _reduce(distance_loss(pred, target.expand_as(pred), self.loss_function).sum(0), self.reduction)
+
+        with self.params_of("actor_network").to_module(self.actor_network):
+            dist = self.actor_network.get_dist(tensordict.copy())
+        log_prob = _sum_to_batch(dist.log_prob(tensordict.get(self.tensor_keys.action)), tensordict.batch_dims)
+        _check_batch_shaped(owner, {"log_prob": log_prob}, batch)
+        advantage_weight = torch.exp(self.temperature * (target_min_q - value.detach())).clamp(max=_MAX_WEIGHT)
+        loss_actor = _reduce(-advantage_weight * log_prob, self.reduction)
+
+        tensordict.set(self.tensor_keys.priority, (pred.detach() - target).pow(2).max(0).values)
+        return TensorDict(loss_actor=loss_actor, loss_qvalue=loss_qvalue, loss_value=loss_value, entropy=-log_prob.detach().mean())
+
+
+class DiscreteIQLLoss(IQLLoss):
+    """The IQL loss over a finite action set (TorchRL's ``DiscreteIQLLoss``).
+
+    As :class:`IQLLoss`, except that the Q-network reads only the observation and writes
+    ``"action_value"`` (``[*B, n]``); ``Q(s, a)`` is the stored action's entry. The actor gives a
+    ``Categorical`` (stored action: an index) or ``OneHotCategorical`` (a one-hot vector).
+
+    Keyword Args:
+        action_space: ``"one_hot"`` (also ``"one-hot"``, ``"mult_one_hot"``) or ``"categorical"``, or an
+            action spec; ``None``: decided per call from the stored action's shape.
+        (the others as :class:`IQLLoss`)
+
+    Example:
+        >>> import torch
+        >>> from torch import nn
+        >>> from tdict import TensorDict
+        >>> from tdict.nn import ProbabilisticTensorDictModule, ProbabilisticTensorDictSequential, TensorDictModule
+        >>> from rl_objectives.losses.iql import DiscreteIQLLoss
+        >>> from rl_objectives.modules import ValueOperator
+        >>> actor = ProbabilisticTensorDictSequential(
+        ...     TensorDictModule(nn.Linear(3, 4), in_keys=["observation"], out_keys=["logits"]),
+        ...     ProbabilisticTensorDictModule(in_keys=["logits"], out_keys=["action"],
+        ...                                   distribution_class=torch.distributions.Categorical))
+        >>> qvalue = TensorDictModule(nn.Linear(3, 4), in_keys=["observation"], out_keys=["action_value"])
+        >>> value = ValueOperator(nn.Linear(3, 1), in_keys=["observation"])  # squeezes the 1-wide head
+        >>> loss = DiscreteIQLLoss(actor, qvalue, value, action_space="categorical")
+        >>> td = TensorDict({"observation": torch.randn(5, 3), "action": torch.randint(4, (5,)),
+        ...     "next": {"observation": torch.randn(5, 3), "reward": torch.randn(5),
+        ...              "done": torch.zeros(5, dtype=torch.bool), "terminated": torch.zeros(5, dtype=torch.bool)}},
+        ...     batch_size=[5])
+        >>> loss(td)["loss_value"].shape
+        torch.Size([])
+    """
+
+    default_keys: ClassVar[dict] = {**IQLLoss.default_keys, "action_value": "action_value"}
+
+    def __init__(
+        self,
+        actor_network: Any,
+        qvalue_network: Any,
+        value_network: Any,
+        *,
+        action_space: Any = None,
+        num_qvalue_nets: int = 2,
+        loss_function: str = "smooth_l1",
+        temperature: float = 1.0,
+        expectile: float = 0.5,
+        reduction: str = "mean",
+    ) -> None:
+        space = _resolve_action_space("DiscreteIQLLoss", action_space, self.default_keys["action"])
+        super().__init__(
+            actor_network,
+            qvalue_network,
+            value_network,
+            num_qvalue_nets=num_qvalue_nets,
+            loss_function=loss_function,
+            temperature=temperature,
+            expectile=expectile,
+            reduction=reduction,
+        )
+        self.action_space = space
+
+    def _action_values(self, tensordict: Any, **kwargs: Any) -> torch.Tensor:
+        out = self.call_network("qvalue_network", tensordict.copy(), **kwargs)
+        key = self.tensor_keys.action_value
+        values = _get("DiscreteIQLLoss", out, key)
+        if values.dim() != tensordict.batch_dims + 2 or values.shape[1:-1] != tensordict.batch_size:
+            raise ValueError(
+                f"DiscreteIQLLoss: {key!r} has shape {tuple(values.shape[1:])} per critic, expected the batch shape "
+                f"{tuple(tensordict.batch_size)} plus the number of actions."
+            )
+        return values
+
+    def _stored_q(self, tensordict: Any, **kwargs: Any) -> torch.Tensor:
+        values = self._action_values(tensordict, **kwargs)
+        action = tensordict.get(self.tensor_keys.action)
+        space = _discrete_space("DiscreteIQLLoss", self.action_space, action, values.shape[1:], tensordict.batch_size, self.tensor_keys.action)
+        return _chosen(values, action, space)

@@ -1,0 +1,235 @@
+"""REDQLoss: randomized ensembled double Q-learning (Chen et al., 2021) on top of SAC.
+
+A large ensemble of ``N`` critics is trained; each update draws a random subset of ``M`` target critics:
+
+- critics: every ``Q_i(s, a)`` regresses onto ``r + gamma * (1 - terminated) * (min_{j in subset} Q'_j(s', a') - alpha * log pi(a'|s'))``
+  with ``a' ~ pi(.|s')`` (the subset is drawn with ``torch.randperm``, so ``torch.manual_seed`` fixes it);
+- actor: minimise ``alpha * log pi(a|s) - mean_i Q_i(s, a)`` (the mean over the whole ensemble,
+  critics detached, ``a`` reparameterised);
+- temperature: minimise ``-alpha * (log pi + target_entropy)`` over the current and next actions'
+  log-probs (log-probs detached), as TorchRL's REDQ does.
+
+The module also holds the continuous-action SAC helpers (target entropy from a spec, a reparameterised
+draw from the actor) that CQLLoss uses.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, ClassVar
+
+import torch
+from tdict import TensorDict
+from tdict.specs import Composite
+
+from .utils import (
+    _BootstrappedLoss,
+    _check_alpha_bounds,
+    _check_batch_shaped,
+    _check_positive_int,
+    _get,
+    _sum_to_batch,
+    _TemperatureMixin,
+    distance_loss,
+)
+
+__all__ = ["REDQLoss"]
+
+
+def _continuous_target_entropy(owner: str, target_entropy: Any, action_spec: Any, actor_network: Any, action_key: Any) -> float | None:
+    """A number as given; ``"auto"``: ``-prod(action shape)`` from the spec (given or the actor's), or
+    ``None`` when no spec is known (the caller reads the action's shape on the first call)."""
+    if isinstance(target_entropy, (int, float)) and not isinstance(target_entropy, bool):
+        return float(target_entropy)
+    if target_entropy != "auto":
+        raise ValueError(f"{owner}: target_entropy must be a number or 'auto', got {target_entropy!r}.")
+    spec = action_spec if action_spec is not None else getattr(actor_network, "spec", None)
+    if isinstance(spec, Composite):
+        spec = spec[action_key] if action_key in spec else None
+    if spec is None:
+        return None
+    return -float(math.prod(spec.shape))
+
+
+def _rsample(owner: str, actor: Any, params: Any, tensordict: Any, action_key: Any) -> tuple[Any, torch.Tensor, torch.Tensor]:
+    """A reparameterised action on a copy of ``tensordict``: ``(copy holding the action, action, log_prob)``."""
+    work = tensordict.copy()
+    with params.to_module(actor):
+        dist = actor.get_dist(work)
+    if not dist.has_rsample:
+        raise ValueError(f"{owner}: the actor's {type(dist).__name__} distribution has no rsample; a reparameterisable one is needed (e.g. TanhNormal).")
+    action = dist.rsample()
+    log_prob = _sum_to_batch(dist.log_prob(action), tensordict.batch_dims)
+    _check_batch_shaped(owner, {"log_prob": log_prob}, tensordict.batch_size)
+    work.set(action_key, action)
+    return work, action, log_prob
+
+
+class REDQLoss(_TemperatureMixin, _BootstrappedLoss):
+    """The REDQ loss (TorchRL's ``REDQLoss``).
+
+    Args:
+        actor_network: a probabilistic actor with a reparameterisable distribution over ``"action"``.
+        qvalue_network: a Q-network reading the observation and ``"action"`` and writing
+            ``"state_action_value"`` (batch shape); trained as an ensemble of ``num_qvalue_nets``.
+
+    Keyword Args:
+        num_qvalue_nets: size of the ensemble ``N`` (default 10).
+        sub_sample_len: size ``M`` of the random subset of target critics (default 2).
+        loss_function: ``"smooth_l1"`` (default), ``"l1"`` or ``"l2"`` for the critics (averaged
+            over the ensemble).
+        alpha_init: initial temperature (default 1.0).
+        min_alpha, max_alpha: clamp the temperature used in the losses (``None``: no bound).
+        action_spec: read for ``target_entropy="auto"``; default the actor's ``spec``; when neither
+            is known, the first call reads the sampled action's shape.
+        fixed_alpha: keep the temperature fixed (``log_alpha`` is then a buffer).
+        target_entropy: a number, or ``"auto"`` for ``-prod(action shape)``.
+        delay_actor: keep target actor parameters that draw the next action (default ``False``).
+        delay_qvalue: keep target Q parameters (default ``True``).
+
+    Returns from ``forward`` a TensorDict with the scalars ``"loss_actor"``, ``"loss_qvalue"``,
+    ``"loss_alpha"`` and the detached diagnostics ``"alpha"``, ``"entropy"`` (mean of ``-log pi`` over
+    the current and next actions), ``"state_action_value_actor"``, ``"action_log_prob_actor"``,
+    ``"next.state_value"`` and ``"target_value"`` (batch means). Writes the detached squared TD error
+    (max over the ensemble) into the input at ``"td_error"``.
+
+    Example:
+        >>> import torch
+        >>> from torch import nn
+        >>> from tdict import TensorDict
+        >>> from tdict.nn import (NormalParamExtractor, ProbabilisticTensorDictModule,
+        ...                       ProbabilisticTensorDictSequential, TensorDictModule)
+        >>> from rl_objectives.losses.redq import REDQLoss
+        >>> class Critic(nn.Module):
+        ...     def __init__(self):
+        ...         super().__init__()
+        ...         self.net = nn.Linear(5, 1)
+        ...     def forward(self, obs, action):
+        ...         return self.net(torch.cat([obs, action], -1)).squeeze(-1)
+        >>> actor = ProbabilisticTensorDictSequential(
+        ...     TensorDictModule(nn.Sequential(nn.Linear(3, 4), NormalParamExtractor()),
+        ...                      in_keys=["observation"], out_keys=["loc", "scale"]),
+        ...     ProbabilisticTensorDictModule(in_keys=["loc", "scale"], out_keys=["action"],
+        ...                                   distribution_class=torch.distributions.Normal))
+        >>> critic = TensorDictModule(Critic(), in_keys=["observation", "action"], out_keys=["state_action_value"])
+        >>> loss = REDQLoss(actor, critic, num_qvalue_nets=4, sub_sample_len=2)
+        >>> td = TensorDict({"observation": torch.randn(6, 3), "action": torch.randn(6, 2),
+        ...     "next": {"observation": torch.randn(6, 3), "reward": torch.randn(6),
+        ...              "done": torch.zeros(6, dtype=torch.bool), "terminated": torch.zeros(6, dtype=torch.bool)}},
+        ...     batch_size=[6])
+        >>> out = loss(td)
+        >>> out["loss_qvalue"].shape, loss.target_entropy
+        (torch.Size([]), -2.0)
+    """
+
+    default_keys: ClassVar[dict] = {
+        "action": "action",
+        "value": "state_value",
+        "state_action_value": "state_action_value",
+        "log_prob": "sample_log_prob",
+        "priority": "td_error",
+        "reward": "reward",
+        "done": "done",
+        "terminated": "terminated",
+    }
+    out_keys: ClassVar[list] = [
+        "loss_actor",
+        "loss_qvalue",
+        "loss_alpha",
+        "alpha",
+        "entropy",
+        "state_action_value_actor",
+        "action_log_prob_actor",
+        "next.state_value",
+        "target_value",
+    ]
+
+    def __init__(
+        self,
+        actor_network: Any,
+        qvalue_network: Any,
+        *,
+        num_qvalue_nets: int = 10,
+        sub_sample_len: int = 2,
+        loss_function: str = "smooth_l1",
+        alpha_init: float = 1.0,
+        min_alpha: float | None = 0.1,
+        max_alpha: float | None = 10.0,
+        action_spec: Any = None,
+        fixed_alpha: bool = False,
+        target_entropy: float | str = "auto",
+        delay_actor: bool = False,
+        delay_qvalue: bool = True,
+    ) -> None:
+        super().__init__(loss_function=loss_function, reduction="mean")  # TorchRL's REDQ has no reduction argument
+        owner = "REDQLoss"
+        _check_positive_int(owner, "num_qvalue_nets", num_qvalue_nets)
+        _check_positive_int(owner, "sub_sample_len", sub_sample_len)
+        if sub_sample_len > num_qvalue_nets:
+            raise ValueError(f"{owner}: sub_sample_len ({sub_sample_len}) is above num_qvalue_nets ({num_qvalue_nets}).")
+        if not hasattr(actor_network, "get_dist"):
+            raise TypeError(f"{owner}: actor_network must be a probabilistic module with get_dist (e.g. ProbabilisticActor), got {type(actor_network).__name__}.")
+        _check_alpha_bounds(owner, alpha_init, min_alpha, max_alpha)
+        self._target_entropy = _continuous_target_entropy(owner, target_entropy, action_spec, actor_network, self.default_keys["action"])
+        self.num_qvalue_nets = num_qvalue_nets
+        self.sub_sample_len = sub_sample_len
+        self.delay_actor = bool(delay_actor)
+        self.delay_qvalue = bool(delay_qvalue)
+        self.convert_to_functional(actor_network, "actor_network", create_target_params=self.delay_actor)
+        self.convert_to_functional(qvalue_network, "qvalue_network", expand_dim=num_qvalue_nets, create_target_params=self.delay_qvalue)
+        self._init_temperature(alpha_init, min_alpha, max_alpha, fixed_alpha)
+
+    @property
+    def target_entropy(self) -> float | None:
+        """The entropy target (``None`` until the first call when it is inferred from the action)."""
+        return self._target_entropy
+
+    def _subset_q(self, tensordict: Any, n: int, **kwargs: Any) -> torch.Tensor:
+        """``n`` critics' values, ``[n, *batch]`` (``n``: the ensemble, or the target subset)."""
+        out = self.call_network("qvalue_network", tensordict, **kwargs)
+        key = self.tensor_keys.state_action_value
+        value = _get("REDQLoss", out, key)
+        _check_batch_shaped("REDQLoss", {key: value}, tensordict.batch_size, lead=(n,))
+        return value
+
+    def forward(self, tensordict: Any) -> TensorDict:
+        keys = self.tensor_keys
+        _get("REDQLoss", tensordict, keys.action)
+        next_td = _get("REDQLoss", tensordict, "next")
+        alpha = self._alpha
+        subset = torch.randperm(self.num_qvalue_nets)[: self.sub_sample_len].sort().values
+
+        actor_td, _, log_prob = _rsample("REDQLoss", self.actor_network, self.params_of("actor_network"), tensordict, keys.action)
+        q_actor = self._subset_q(actor_td, self.num_qvalue_nets, params=self.params_of("qvalue_network").detach())
+        loss_actor = (alpha * log_prob - q_actor.mean(0)).mean()
+
+        with torch.no_grad():
+            actor_params = self.params_of("actor_network", target=self.delay_actor)
+            next_actor_td, _, next_log_prob = _rsample("REDQLoss", self.actor_network, actor_params, next_td, keys.action)
+            target_params = self.params_of("qvalue_network", target=self.delay_qvalue)[subset]
+            next_q = self._subset_q(next_actor_td, self.sub_sample_len, params=target_params)
+            next_value = next_q.min(0).values - alpha * next_log_prob
+            target = self._bootstrap(tensordict, next_value)
+        pred = self._subset_q(tensordict.copy(), self.num_qvalue_nets)
+        loss_qvalue = distance_loss(pred, target.expand_as(pred), self.loss_function).mean(0).mean()
+
+        if self._target_entropy is None:
+            # no spec: the sampled action's own shape (beyond the batch dims) gives "auto"
+            self._target_entropy = -float(math.prod(actor_td.get(keys.action).shape[tensordict.batch_dims:]))
+        log_pi = torch.stack([log_prob.detach(), next_log_prob], 0)
+        loss_alpha = (-self.log_alpha.exp() * (log_pi + self._target_entropy)).mean()
+
+        tensordict.set(keys.priority, (pred.detach() - target).pow(2).max(0).values)
+        return TensorDict(
+            {
+                "loss_actor": loss_actor,
+                "loss_qvalue": loss_qvalue,
+                "loss_alpha": loss_alpha,
+                "alpha": alpha,
+                "entropy": -log_pi.mean(),
+                "state_action_value_actor": q_actor.detach().mean(),
+                "action_log_prob_actor": log_prob.detach().mean(),
+                "next.state_value": next_value.mean(),
+                "target_value": target.mean(),
+            }
+        )
