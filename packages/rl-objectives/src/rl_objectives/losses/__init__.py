@@ -4,6 +4,7 @@ from .a2c import A2CLoss
 from .common import LossModule
 from .cql import CQLLoss, DiscreteCQLLoss
 from .ddpg import DDPGLoss
+from .decision_transformer import DTLoss, OnlineDTLoss
 from .discrete_sac import DiscreteSACLoss
 from .dqn import DQNLoss
 from .iql import DiscreteIQLLoss, IQLLoss
@@ -22,6 +23,7 @@ __all__ = [
     "ClipPPOLoss",
     "DDPGLoss",
     "DQNLoss",
+    "DTLoss",
     "DiscreteCQLLoss",
     "DiscreteIQLLoss",
     "DiscreteSACLoss",
@@ -29,6 +31,7 @@ __all__ = [
     "IQLLoss",
     "KLPENPPOLoss",
     "LossModule",
+    "OnlineDTLoss",
     "PPOLoss",
     "QMixerLoss",
     "REDQLoss",

@@ -26,6 +26,7 @@ from .actors import (
     SafeProbabilisticModule,
     ValueOperator,
 )
+from .decision_transformer import DecisionTransformer, DecisionTransformerInferenceWrapper, DTActor, DTConfig, OnlineDTActor
 from .distributions import (
     Delta,
     IndependentNormal,
@@ -51,6 +52,10 @@ __all__ = [
     "ActorValueOperator",
     "AdditiveGaussianModule",
     "ConvNet",
+    "DTActor",
+    "DTConfig",
+    "DecisionTransformer",
+    "DecisionTransformerInferenceWrapper",
     "Delta",
     "EGreedyModule",
     "IndependentNormal",
@@ -61,6 +66,7 @@ __all__ = [
     "MultiAgentNetBase",
     "NormalParamExtractor",
     "OneHotCategorical",
+    "OnlineDTActor",
     "OrnsteinUhlenbeckProcessModule",
     "ProbabilisticActor",
     "QMixer",
