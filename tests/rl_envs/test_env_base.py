@@ -615,3 +615,22 @@ def test_step_counter_partial_reset_keeps_other_counts(counting_env):
         counts.append(td["step_count"].tolist())
     # sub-env 1 terminates on its 2nd step (count 4 >= 3) and restarts; sub-env 0 on its 3rd
     assert counts == [[1, 1], [2, 0], [0, 1]]
+
+
+def test_step_keeps_the_policys_next_entries_the_env_does_not_produce():
+    """A recurrent policy writes its next hidden state under "next" before the step (TorchRL keeps it)."""
+    env = PendulumEnv(batch_size=[3])
+    td = env.reset()
+    td["action"] = torch.zeros(3, 1)
+    hidden = torch.randn(3, 4)
+    td["next"] = TensorDict(hidden=hidden, observation=torch.full((3, 3), 9.0), batch_size=[3])
+    out = env.step(td)["next"]
+    assert torch.equal(out["hidden"], hidden)
+    assert not torch.equal(out["observation"], torch.full((3, 3), 9.0))  # the env's own entries win
+    # through a transform too: the entry is there before the transforms run
+    tenv = TransformedEnv(PendulumEnv(batch_size=[3]), StepCounter(5))
+    td = tenv.reset()
+    td["action"] = torch.zeros(3, 1)
+    td["next"] = TensorDict(hidden=hidden, batch_size=[3])
+    out = tenv.step(td)["next"]
+    assert torch.equal(out["hidden"], hidden) and torch.equal(out["step_count"], torch.ones(3, dtype=out["step_count"].dtype))

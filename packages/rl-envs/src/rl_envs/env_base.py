@@ -333,7 +333,7 @@ class EnvBase(nn.Module):
                 raise spec_shape_error("action", key, tensordict.batch_size + feature_shape, dtype, action)
         if self.validate_actions:
             self._validate_actions(tensordict, keys)
-        next_td = self._step(tensordict)
+        next_td = carry_next_preset(tensordict, self._step(tensordict))
         if not keys.first_step_checked:
             self._check_step_output(next_td, keys)
         if type(tensordict) is TensorDict and type(next_td) is TensorDict and not tensordict._is_locked:
@@ -458,6 +458,21 @@ class EnvBase(nn.Module):
                 self._specs[name] = spec.to(device)
             self._specs_changed()
         return self
+
+
+def carry_next_preset(tensordict: TensorDictBase, next_td: TensorDictBase) -> TensorDictBase:
+    """Keep what the policy already wrote under ``"next"`` and the env does not produce.
+
+    A recurrent policy writes its next hidden state at ``("next", "recurrent_state")`` before the
+    step; the step's output gets those entries (the env's own entries win), as in TorchRL.
+    """
+    preset = tensordict._tensordict.get("next") if type(tensordict) is TensorDict else tensordict.get("next", None)
+    if preset is None or preset is next_td or isinstance(preset, torch.Tensor):
+        return next_td
+    for key in preset.keys(include_nested=True, leaves_only=True):
+        if key not in next_td:
+            next_td.set(key, preset.get(key))
+    return next_td
 
 
 def _reset_flag(root: TensorDictBase, done_root: tuple, keys: EnvKeys) -> torch.Tensor:

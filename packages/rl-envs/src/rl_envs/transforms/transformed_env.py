@@ -6,7 +6,7 @@ from typing import Any, Sequence
 from tdict import TensorDictBase
 from tdict.specs import Composite
 
-from ..env_base import _INPUT, _OUTPUT, EnvBase
+from ..env_base import _INPUT, _OUTPUT, EnvBase, carry_next_preset
 from .base import Compose, Transform
 
 __all__ = ["TransformedEnv"]
@@ -134,7 +134,8 @@ class TransformedEnv(EnvBase):
             self.__dict__["_has_inverse"] = has_inverse
         transform = self._transform
         inner = transform.inv(tensordict) if has_inverse else tensordict
-        return transform._step(tensordict, self._base._step(inner))
+        # the policy's "next" entries join the base env's output before the transforms see it
+        return transform._step(tensordict, carry_next_preset(tensordict, self._base._step(inner)))
 
     def _set_seed(self, seed: int | None) -> None:
         self.base_env._set_seed(seed)

@@ -43,6 +43,7 @@ from .exploration import (
     OrnsteinUhlenbeckProcessModule,
 )
 from .models import MLP, ConvNet, SquashDims
+from .recurrent import GRUModule, LSTMModule, recurrent_mode, set_recurrent_mode
 from .multiagent import Mixer, MultiAgentConvNet, MultiAgentMLP, MultiAgentNetBase, QMixer, VDNMixer
 
 __all__ = [
@@ -58,7 +59,9 @@ __all__ = [
     "DecisionTransformerInferenceWrapper",
     "Delta",
     "EGreedyModule",
+    "GRUModule",
     "IndependentNormal",
+    "LSTMModule",
     "MaskedCategorical",
     "Mixer",
     "MultiAgentConvNet",
@@ -79,5 +82,7 @@ __all__ = [
     "TanhNormal",
     "TruncatedNormal",
     "VDNMixer",
+    "recurrent_mode",
+    "set_recurrent_mode",
     "ValueOperator",
 ]

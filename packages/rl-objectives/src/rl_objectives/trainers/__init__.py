@@ -1,0 +1,66 @@
+"""rl_objectives.trainers: the Trainer loop, its hooks and loggers (``torchrl.trainers`` names).
+
+The :class:`Trainer` iterates any iterable of TensorDicts (a collector), runs a loss and an optimizer
+on every batch, and calls the hooks registered at its stages (:data:`HOOK_STAGES`). Hook objects
+register themselves (``hook.register(trainer)``); the ones with state join the trainer's checkpoint.
+
+Example:
+    >>> import torch
+    >>> from torch import nn
+    >>> from tdict import TensorDict
+    >>> from rl_objectives.trainers import CountFramesLog, Trainer
+    >>> class Regression(nn.Module):
+    ...     def __init__(self):
+    ...         super().__init__()
+    ...         self.lin = nn.Linear(3, 1)
+    ...     def forward(self, td):
+    ...         return TensorDict(loss=(self.lin(td["x"]).squeeze(-1) - td["y"]).pow(2).mean())
+    >>> x = torch.randn(2, 5, 3)
+    >>> loss = Regression()
+    >>> trainer = Trainer(collector=[TensorDict(x=x, y=x[..., 0], batch_size=[2, 5])] * 4, total_frames=40,
+    ...                   optim_steps_per_batch=2, loss_module=loss, optimizer=torch.optim.SGD(loss.parameters(), lr=0.1))
+    >>> CountFramesLog().register(trainer)
+    >>> trainer.train()
+    >>> trainer.state_dict()["count_frames_log"]
+    {'frame_count': 40}
+"""
+
+from .data_hooks import (
+    BatchSubSampler,
+    ReplayBufferTrainer,
+    RewardNormalizer,
+    SelectKeys,
+)
+from .hooks import (
+    ClearCudaCache,
+    OptimizerHook,
+    TargetNetUpdaterHook,
+    TrainerHookBase,
+    UpdateWeights,
+)
+from .log_hooks import CountFramesLog, LogScalar, LogValidationReward
+from .loggers import CSVLogger, Logger, TensorboardLogger, generate_exp_name, get_logger
+from .trainer import HOOK_STAGES, Trainer, atomic_torch_save
+
+__all__ = [
+    "HOOK_STAGES",
+    "BatchSubSampler",
+    "CSVLogger",
+    "ClearCudaCache",
+    "CountFramesLog",
+    "LogScalar",
+    "LogValidationReward",
+    "Logger",
+    "OptimizerHook",
+    "ReplayBufferTrainer",
+    "RewardNormalizer",
+    "SelectKeys",
+    "TargetNetUpdaterHook",
+    "TensorboardLogger",
+    "Trainer",
+    "TrainerHookBase",
+    "UpdateWeights",
+    "atomic_torch_save",
+    "generate_exp_name",
+    "get_logger",
+]

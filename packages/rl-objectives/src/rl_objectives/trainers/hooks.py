@@ -1,0 +1,329 @@
+"""Trainer hooks that drive the optimisation: the hook base class, the optimizer step, target-network
+updates, collector weight updates and CUDA cache clearing (``torchrl.trainers`` names).
+
+A hook is a callable registered at one stage of :meth:`Trainer.train
+<rl_objectives.trainers.Trainer.train>`; hook objects know their own stage(s) and register themselves
+with ``hook.register(trainer)``. A hook with state (counters, statistics, an optimizer) also registers
+itself as a trainer module, so the trainer's ``state_dict`` saves it and ``load_state_dict`` restores it.
+"""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import torch
+from tdict import TensorDictBase
+from torch import nn
+
+__all__ = ["ClearCudaCache", "OptimizerHook", "TargetNetUpdaterHook", "TrainerHookBase", "UpdateWeights"]
+
+
+def _positive_int(owner: str, name: str, value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(f"{owner}: {name} must be a positive int, got {value!r}.")
+    return value
+
+
+def _int_state(owner: str, state: Any, names: Sequence[str]) -> dict[str, int]:
+    """Checks a hook state dict holding integer counters and returns it (nothing is set here)."""
+    if not isinstance(state, Mapping):
+        raise TypeError(f"{owner}.load_state_dict: expected a mapping, got {type(state).__name__}.")
+    missing = [n for n in names if n not in state]
+    if missing:
+        raise KeyError(f"{owner}.load_state_dict: missing {missing}; got keys {sorted(state)}.")
+    out = {}
+    for n in names:
+        value = state[n]
+        if isinstance(value, torch.Tensor) and value.numel() == 1:
+            value = int(value)
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise TypeError(f"{owner}.load_state_dict: {n!r} must be an int, got {type(value).__name__}.")
+        out[n] = value
+    return out
+
+
+class TrainerHookBase(abc.ABC):
+    """Base class of the trainer hooks: a callable with a state and a ``register`` method.
+
+    Subclasses implement ``__call__`` and :meth:`register` (which stage(s) of the trainer they run at);
+    stateful hooks override :meth:`state_dict` / :meth:`load_state_dict`.
+
+    Example:
+        >>> from rl_objectives.trainers import TrainerHookBase
+        >>> class CountBatches(TrainerHookBase):
+        ...     def __init__(self):
+        ...         self.count = 0
+        ...     def __call__(self, batch):
+        ...         self.count += 1
+        ...     def state_dict(self):
+        ...         return {"count": self.count}
+        ...     def load_state_dict(self, state):
+        ...         self.count = state["count"]
+        ...     def register(self, trainer, name="count_batches"):
+        ...         trainer.register_op("batch_process", self)
+        ...         trainer.register_module(name, self)
+        >>> hook = CountBatches()
+        >>> hook(None); hook.state_dict()
+        {'count': 1}
+    """
+
+    def state_dict(self) -> dict[str, Any]:
+        """The hook's state (plain Python values and tensors); stateless hooks return ``{}``."""
+        return {}
+
+    def load_state_dict(self, state_dict: Mapping[str, Any]) -> None:
+        """Restores what :meth:`state_dict` returned (stateless hooks accept only ``{}``)."""
+        if not isinstance(state_dict, Mapping) or len(state_dict):
+            raise ValueError(f"{type(self).__name__}.load_state_dict: this hook has no state; expected {{}}, got {state_dict!r}.")
+
+    @abc.abstractmethod
+    def register(self, trainer: Any, name: str | None = None) -> None:
+        """Registers the hook's operation(s) with ``trainer`` (and its state, when it has one)."""
+
+
+class OptimizerHook(TrainerHookBase):
+    """Back-propagates the loss, clips or measures the gradients and steps an optimizer.
+
+    The trainer registers one for its ``optimizer`` argument; register more (under other names) to
+    train parts of a loss with their own optimizers, e.g. an actor and a critic. At the trainer's
+    ``"optimizer"`` stage it is called as ``hook(losses_td, clip_grad_norm, clip_norm, index)``: it sums
+    the ``loss_components`` entries (default: every entry whose name starts with ``"loss"``), zeroes the
+    gradients of its parameters (so another hook's backward pass never leaks into this step),
+    back-propagates, clips, steps and zeroes the gradients again. It writes the gradient norm before
+    clipping at ``"grad_norm_<index>"``.
+
+    Clipping: with ``clip_grad_norm=True`` and a ``clip_norm``, the total norm is scaled down to at
+    most ``clip_norm``; with ``clip_grad_norm=False`` and a ``clip_norm``, every partial derivative
+    is clamped to ``[-clip_norm, clip_norm]``; without ``clip_norm`` nothing is clipped.
+
+    Args:
+        optimizer: a ``torch.optim.Optimizer`` (anything with ``param_groups``, ``step``,
+            ``zero_grad``, ``state_dict`` and ``load_state_dict``).
+        loss_components: the loss entries to sum; ``None``: those whose name starts with ``"loss"``.
+
+    Example:
+        >>> import torch
+        >>> from tdict import TensorDict
+        >>> from rl_objectives.trainers import OptimizerHook
+        >>> w = torch.nn.Parameter(torch.tensor([3.0, 4.0]))
+        >>> hook = OptimizerHook(torch.optim.SGD([w], lr=1.0))
+        >>> out = hook(TensorDict(loss_a=w.sum(), loss_b=0.5 * w.sum()), True, 1.0, 0)
+        >>> float(out["grad_norm_0"])  # norm of [1.5, 1.5], then clipped to norm 1
+        2.1213...
+        >>> w.detach()
+        tensor([2.2929, 3.2929])
+    """
+
+    def __init__(self, optimizer: Any, loss_components: Sequence[str] | None = None) -> None:
+        missing = [a for a in ("param_groups", "step", "zero_grad", "state_dict", "load_state_dict") if not hasattr(optimizer, a)]
+        if missing:
+            raise TypeError(f"OptimizerHook: optimizer must be a torch optimizer, got {type(optimizer).__name__} (no {missing}).")
+        if loss_components is not None:
+            if isinstance(loss_components, str) or not isinstance(loss_components, Sequence) or not loss_components:
+                raise ValueError(f"OptimizerHook: loss_components must be a non-empty list of loss names or None, got {loss_components!r}.")
+            bad = [c for c in loss_components if not isinstance(c, str)]
+            if bad:
+                raise TypeError(f"OptimizerHook: loss_components must hold strings, got {bad!r}.")
+            loss_components = list(loss_components)
+        self.optimizer = optimizer
+        self.loss_components = loss_components
+
+    def _params(self) -> list[torch.Tensor]:
+        return [p for group in self.optimizer.param_groups for p in group["params"]]
+
+    def _loss(self, losses_td: TensorDictBase) -> torch.Tensor:
+        present = list(losses_td.keys())
+        if self.loss_components is None:
+            names = [k for k in present if isinstance(k, str) and k.startswith("loss")]
+            if not names:
+                raise KeyError(f"OptimizerHook: the loss output has no entry whose name starts with 'loss'; entries: {present}.")
+        else:
+            names = self.loss_components
+            missing = [k for k in names if k not in present]
+            if missing:
+                raise KeyError(f"OptimizerHook: loss_components {missing} are not in the loss output; entries: {present}.")
+        values = []
+        for name in names:
+            value = losses_td.get(name)
+            if not isinstance(value, torch.Tensor) or value.numel() != 1:
+                shape = tuple(value.shape) if isinstance(value, torch.Tensor) else type(value).__name__
+                raise ValueError(f"OptimizerHook: loss entry {name!r} must be a scalar tensor, got {shape} (use reduction='mean' or 'sum').")
+            values.append(value.reshape(()))
+        return torch.stack(values).sum() if len(values) > 1 else values[0]
+
+    def _grad_clip(self, params: list[torch.Tensor], clip_grad_norm: bool, clip_norm: float | None) -> float:
+        grads = [p.grad for p in params if p.grad is not None]
+        if clip_grad_norm and clip_norm is not None:
+            return float(nn.utils.clip_grad_norm_(params, clip_norm))
+        norm = float(torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(g) for g in grads]))) if grads else 0.0
+        if clip_norm is not None:
+            nn.utils.clip_grad_value_(params, clip_norm)
+        return norm
+
+    def __call__(self, losses_td: TensorDictBase, clip_grad_norm: bool = True, clip_norm: float | None = None, index: int = 0) -> TensorDictBase:
+        if not isinstance(losses_td, TensorDictBase):
+            raise TypeError(f"OptimizerHook: expected the loss module's output TensorDict, got {type(losses_td).__name__}.")
+        loss = self._loss(losses_td)
+        if not loss.requires_grad:
+            raise RuntimeError("OptimizerHook: the summed loss does not require grad (was it computed under torch.no_grad()?).")
+        params = self._params()
+        self.optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        grad_norm = self._grad_clip(params, clip_grad_norm, clip_norm)
+        self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        losses_td.set(f"grad_norm_{index}", torch.tensor(grad_norm))
+        return losses_td
+
+    def state_dict(self) -> dict[str, Any]:
+        return self.optimizer.state_dict()
+
+    def load_state_dict(self, state_dict: Mapping[str, Any]) -> None:
+        self.optimizer.load_state_dict(state_dict)
+
+    def register(self, trainer: Any, name: str = "optimizer") -> None:
+        trainer.register_op("optimizer", self)
+        trainer.register_module(name, self)
+
+
+class UpdateWeights(TrainerHookBase):
+    """Calls ``collector.update_policy_weights_()`` every ``update_weights_interval`` batches.
+
+    Runs at the ``"post_steps"`` stage, after the optimisation steps of a batch, so the collector's
+    policy copy follows the trained one (multi-process and remote collectors keep their own copy).
+
+    Args:
+        collector: anything with ``update_policy_weights_()``.
+        update_weights_interval: number of calls between two updates.
+        policy_weights_getter: optional callable returning the weights to send; they are passed to
+            ``update_policy_weights_``.
+
+    Example:
+        >>> from rl_objectives.trainers import UpdateWeights
+        >>> class Collector:
+        ...     updates = 0
+        ...     def update_policy_weights_(self):
+        ...         self.updates += 1
+        >>> collector = Collector()
+        >>> hook = UpdateWeights(collector, update_weights_interval=2)
+        >>> for _ in range(5):
+        ...     hook()
+        >>> collector.updates
+        2
+    """
+
+    def __init__(self, collector: Any, update_weights_interval: int, policy_weights_getter: Callable[[], Any] | None = None) -> None:
+        if not callable(getattr(collector, "update_policy_weights_", None)):
+            raise TypeError(f"UpdateWeights: collector must have an update_policy_weights_() method, got {type(collector).__name__}.")
+        if policy_weights_getter is not None and not callable(policy_weights_getter):
+            raise TypeError(f"UpdateWeights: policy_weights_getter must be callable or None, got {type(policy_weights_getter).__name__}.")
+        self.collector = collector
+        self.update_weights_interval = _positive_int("UpdateWeights", "update_weights_interval", update_weights_interval)
+        self.policy_weights_getter = policy_weights_getter
+        self.counter = 0
+
+    def __call__(self) -> None:
+        self.counter += 1
+        if self.counter % self.update_weights_interval == 0:
+            if self.policy_weights_getter is None:
+                self.collector.update_policy_weights_()
+            else:
+                self.collector.update_policy_weights_(self.policy_weights_getter())
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"counter": self.counter}
+
+    def load_state_dict(self, state_dict: Mapping[str, Any]) -> None:
+        self.counter = _int_state("UpdateWeights", state_dict, ["counter"])["counter"]
+
+    def register(self, trainer: Any, name: str = "update_weights") -> None:
+        trainer.register_op("post_steps", self)
+        trainer.register_module(name, self)
+
+
+class TargetNetUpdaterHook(TrainerHookBase):
+    """Steps a target-network updater (:class:`~rl_objectives.SoftUpdate`, :class:`~rl_objectives.HardUpdate`).
+
+    Registered at ``"post_optim"``: the updater steps after every optimizer step, as Polyak
+    averaging and DQN's hard-update interval count optimizer steps. The updater's step counter (a
+    ``HardUpdate``'s phase) is part of the trainer state.
+
+    Args:
+        target_params_updater: anything with a ``step()`` method.
+
+    Example:
+        >>> import torch
+        >>> from torch import nn
+        >>> from tdict.nn import TensorDictModule
+        >>> from rl_objectives import HardUpdate, LossModule
+        >>> from rl_objectives.trainers import TargetNetUpdaterHook
+        >>> class L(LossModule):
+        ...     def __init__(self, net):
+        ...         super().__init__()
+        ...         self.convert_to_functional(net, "net", create_target_params=True)
+        >>> loss = L(TensorDictModule(nn.Linear(2, 1), in_keys=["x"], out_keys=["y"]))
+        >>> hook = TargetNetUpdaterHook(HardUpdate(loss, value_network_update_interval=2))
+        >>> hook(); hook(); hook.state_dict()
+        {'counter': 2}
+    """
+
+    def __init__(self, target_params_updater: Any) -> None:
+        if not callable(getattr(target_params_updater, "step", None)):
+            raise TypeError(
+                f"TargetNetUpdaterHook: target_params_updater must have a step() method (e.g. SoftUpdate), "
+                f"got {type(target_params_updater).__name__}."
+            )
+        self.target_params_updater = target_params_updater
+
+    def __call__(self, tensordict: Any = None) -> Any:
+        self.target_params_updater.step()
+        return tensordict
+
+    def state_dict(self) -> dict[str, Any]:
+        counter = getattr(self.target_params_updater, "counter", None)
+        return {} if counter is None else {"counter": int(counter)}
+
+    def load_state_dict(self, state_dict: Mapping[str, Any]) -> None:
+        if getattr(self.target_params_updater, "counter", None) is None:
+            super().load_state_dict(state_dict)
+            return
+        self.target_params_updater.counter = _int_state("TargetNetUpdaterHook", state_dict, ["counter"])["counter"]
+
+    def register(self, trainer: Any, name: str = "target_net_updater") -> None:
+        trainer.register_op("post_optim", self)
+        trainer.register_module(name, self)
+
+
+class ClearCudaCache(TrainerHookBase):
+    """Empties the CUDA caching allocator every ``interval`` calls (no-op without CUDA).
+
+    Registered at ``"pre_optim_steps"``.
+
+    Args:
+        interval: number of calls between two ``torch.cuda.empty_cache()``.
+
+    Example:
+        >>> from rl_objectives.trainers import ClearCudaCache
+        >>> hook = ClearCudaCache(interval=3)
+        >>> for _ in range(7):
+        ...     hook()
+        >>> hook.count, hook.cleared
+        (7, 2)
+    """
+
+    def __init__(self, interval: int) -> None:
+        self.interval = _positive_int("ClearCudaCache", "interval", interval)
+        self.count = 0
+        self.cleared = 0
+
+    def __call__(self, *args: Any, **kwargs: Any) -> None:
+        self.count += 1
+        if self.count % self.interval == 0:
+            self.cleared += 1
+            if torch.cuda.is_available() and torch.cuda.is_initialized():
+                torch.cuda.empty_cache()
+
+    def register(self, trainer: Any, name: str | None = None) -> None:
+        trainer.register_op("pre_optim_steps", self)

@@ -1,0 +1,466 @@
+"""Trainer: the collect -> (sample) -> loss -> optimizer loop, with hooks at fixed stages (``torchrl.trainers.Trainer``).
+
+The trainer builds nothing itself: every specific operation (replay buffer, target updates, logging,
+weight sync) is a hook registered at one of the stages of :meth:`Trainer.train`. Its state (frames,
+optimizer steps, the loss module, the collector when it has a state, and every registered module)
+is saved with ``torch.save`` of plain state dicts written atomically, and loaded with
+``torch.load(weights_only=True)``: loading never unpickles arbitrary objects.
+"""
+
+from __future__ import annotations
+
+import copy
+import os
+import tempfile
+import warnings
+from collections.abc import Callable, Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+import torch
+from tdict import TensorDictBase
+
+from .hooks import OptimizerHook
+
+__all__ = ["HOOK_STAGES", "Trainer"]
+
+# stage -> how its ops are called; the order is the order of :meth:`Trainer.train`
+HOOK_STAGES = (
+    "batch_process",  # op(batch) -> new batch or None, once per collected batch
+    "pre_steps_log",  # op(batch) -> dict to log or None
+    "pre_optim_steps",  # op()
+    "process_optim_batch",  # op(batch) -> sample or None, once per optimisation step
+    "post_loss",  # op(sample) (e.g. priority updates)
+    "optimizer",  # op(losses_td, clip_grad_norm, clip_norm, index) -> losses_td or None
+    "post_optim",  # op() (e.g. target-network updates)
+    "post_optim_log",  # op(sample) -> dict to log or None
+    "post_steps",  # op() (e.g. collector weight updates)
+    "post_steps_log",  # op(batch) -> dict to log or None
+)
+_STATE_KEYS = ("collected_frames", "_last_log", "_last_save", "_optim_count")
+_RESERVED = ("collector", "loss_module", "state")
+
+
+def _check_int(name: str, value: Any, minimum: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise ValueError(f"Trainer: {name} must be an int >= {minimum}, got {value!r}.")
+    return value
+
+
+def atomic_torch_save(obj: Any, path: str | os.PathLike) -> None:
+    """``torch.save(obj, path)`` that never leaves a half-written file at ``path``.
+
+    The data goes to a temporary file in the same folder, is flushed and fsynced, then renamed over
+    ``path`` with ``os.replace`` (atomic on POSIX and Windows): a crash at any moment leaves either the
+    old file or the new one. The temporary file is removed when writing fails.
+
+    Example:
+        >>> import os, tempfile, torch
+        >>> from rl_objectives.trainers.trainer import atomic_torch_save
+        >>> path = os.path.join(tempfile.mkdtemp(), "state.pt")
+        >>> atomic_torch_save({"step": 3, "w": torch.ones(2)}, path)
+        >>> torch.load(path, weights_only=True)["step"]
+        3
+    """
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            torch.save(obj, f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except FileNotFoundError:
+            pass
+        raise
+    if hasattr(os, "O_DIRECTORY"):  # make the rename itself durable (POSIX)
+        dir_fd = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY)
+        try:
+            os.fsync(dir_fd)
+        finally:
+            os.close(dir_fd)
+
+
+class Trainer:
+    """A generic training loop driven by hooks (TorchRL's ``Trainer``).
+
+    :meth:`train` iterates the collector; for every batch it runs the stages of :data:`HOOK_STAGES`:
+
+    1. ``"batch_process"`` ops (``op(batch)``; a returned TensorDict replaces the batch), after the
+       batch's frames (``batch.numel() * frame_skip``, counted on the collected batch) were added to
+       ``collected_frames``;
+    2. ``"pre_steps_log"`` ops (``op(batch)``, returned dicts are logged);
+    3. when ``collected_frames > collector.init_random_frames`` (0 when the collector has none):
+       ``"pre_optim_steps"`` ops, then ``optim_steps_per_batch`` times: ``"process_optim_batch"`` ops
+       turn the batch into a sample (e.g. a replay-buffer draw), ``loss_module(sample)``,
+       ``"post_loss"`` ops (``op(sample)``), ``"optimizer"`` ops (backward, clipping, step; see
+       :class:`OptimizerHook`), ``"post_optim"`` ops and ``"post_optim_log"`` ops; the loss entries
+       averaged over the steps are logged with ``"optim_steps"``;
+    4. ``"post_steps"`` ops (e.g. weight updates), ``"post_steps_log"`` ops;
+    5. a checkpoint when ``save_trainer_interval`` frames passed since the last one.
+
+    It stops once ``collected_frames >= total_frames`` (saving a final checkpoint) or when the
+    collector is exhausted, and calls ``collector.shutdown()`` (when it exists) however it stops.
+
+    Args (keyword-only):
+        collector: any iterable of TensorDicts (batch ``[*B, T]``, time last); ``init_random_frames``,
+            ``set_seed``, ``state_dict``/``load_state_dict`` and ``shutdown`` are used when present.
+        total_frames: frames to collect.
+        frame_skip: env frames per collected step.
+        optim_steps_per_batch: optimisation steps per collected batch.
+        loss_module: ``td -> TensorDict`` of losses; the ``"loss*"`` entries are summed.
+        optimizer: registered as an :class:`OptimizerHook` named ``"optimizer"``; with ``None``,
+            register one (or another ``"optimizer"`` op) before training.
+        logger: anything with ``log_scalar(name, value, step=...)``; ``None``: nothing is logged.
+        clip_grad_norm: clip the total gradient norm (``True``) or each gradient value (``False``).
+        clip_norm: the clipping threshold; ``None``: no clipping (the norm is still measured).
+        progress_bar: show a tqdm progress bar (warns and does without when tqdm is missing).
+        seed: when given, seeds the collector (``set_seed``) and torch.
+        save_trainer_interval: frames between two checkpoints.
+        log_interval: frames between two logger calls for the same name (the first value is logged).
+        save_trainer_file: where checkpoints go (``None``: no checkpoints).
+
+    Example:
+        >>> import torch
+        >>> from torch import nn
+        >>> from tdict import TensorDict
+        >>> from rl_objectives.trainers import Trainer
+        >>> class Regression(nn.Module):
+        ...     def __init__(self):
+        ...         super().__init__()
+        ...         self.lin = nn.Linear(2, 1)
+        ...     def forward(self, td):
+        ...         pred = self.lin(td["x"]).squeeze(-1)
+        ...         return TensorDict(loss_mse=(pred - td["y"]).pow(2).mean())
+        >>> x = torch.randn(4, 8, 2)
+        >>> batches = [TensorDict(x=x, y=x.sum(-1), batch_size=[4, 8])] * 10
+        >>> loss = Regression()
+        >>> trainer = Trainer(collector=batches, total_frames=320, optim_steps_per_batch=5, loss_module=loss,
+        ...                   optimizer=torch.optim.Adam(loss.parameters(), lr=0.05))
+        >>> trainer.train()
+        >>> trainer.collected_frames, trainer._optim_count
+        (320, 50)
+    """
+
+    hook_stages = HOOK_STAGES
+
+    def __init__(
+        self,
+        *,
+        collector: Iterable[TensorDictBase],
+        total_frames: int,
+        frame_skip: int = 1,
+        optim_steps_per_batch: int,
+        loss_module: Callable[[TensorDictBase], TensorDictBase],
+        optimizer: Any = None,
+        logger: Any = None,
+        clip_grad_norm: bool = True,
+        clip_norm: float | None = None,
+        progress_bar: bool = False,
+        seed: int | None = None,
+        save_trainer_interval: int = 10000,
+        log_interval: int = 10000,
+        save_trainer_file: str | os.PathLike | None = None,
+    ) -> None:
+        if not hasattr(collector, "__iter__"):
+            raise TypeError(f"Trainer: collector must be an iterable of TensorDicts, got {type(collector).__name__}.")
+        if not callable(loss_module):
+            raise TypeError(f"Trainer: loss_module must be callable (td -> TensorDict of losses), got {type(loss_module).__name__}.")
+        if logger is not None and not callable(getattr(logger, "log_scalar", None)):
+            raise TypeError(f"Trainer: logger must have a log_scalar(name, value, step) method or be None, got {type(logger).__name__}.")
+        if clip_norm is not None and (isinstance(clip_norm, bool) or not isinstance(clip_norm, (int, float)) or clip_norm <= 0):
+            raise ValueError(f"Trainer: clip_norm must be a positive number or None, got {clip_norm!r}.")
+        if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
+            raise ValueError(f"Trainer: seed must be an int or None, got {seed!r}.")
+        if save_trainer_file is not None and not isinstance(save_trainer_file, (str, os.PathLike)):
+            raise TypeError(f"Trainer: save_trainer_file must be a path or None, got {type(save_trainer_file).__name__}.")
+        self.total_frames = _check_int("total_frames", total_frames, 1)
+        self.frame_skip = _check_int("frame_skip", frame_skip, 1)
+        self.optim_steps_per_batch = _check_int("optim_steps_per_batch", optim_steps_per_batch, 0)
+        self.save_trainer_interval = _check_int("save_trainer_interval", save_trainer_interval, 1)
+        self.log_interval = _check_int("log_interval", log_interval, 1)
+        optimizer_hook = None if optimizer is None else OptimizerHook(optimizer)  # checks the optimizer first
+
+        self.collector = collector
+        self.loss_module = loss_module
+        self.optimizer = optimizer
+        self.logger = logger
+        self.clip_grad_norm = bool(clip_grad_norm)
+        self.clip_norm = None if clip_norm is None else float(clip_norm)
+        self.save_trainer_file = None if save_trainer_file is None else Path(save_trainer_file)
+        self.progress_bar = bool(progress_bar)
+        self._tqdm = None
+        if self.progress_bar:
+            try:
+                from tqdm import tqdm
+            except ImportError:
+                warnings.warn("Trainer: progress_bar=True needs the 'tqdm' package, which is not installed; no progress bar.", stacklevel=2)
+                self.progress_bar = False
+            else:
+                self._tqdm = tqdm
+        self._pbar = None
+        self._pbar_str: dict[str, float] = {}
+
+        self.collected_frames = 0
+        self._optim_count = 0
+        self._last_log: dict[str, int] = {}
+        self._last_save = 0
+        self.last_logged: dict[str, float] = {}  # latest value per name (bounded, unlike a full history)
+        self._ops: dict[str, list[tuple[Callable, dict]]] = {stage: [] for stage in HOOK_STAGES}
+        self._modules: dict[str, Any] = {}
+
+        self.seed = seed
+        if seed is not None:
+            if callable(getattr(collector, "set_seed", None)):
+                returned = collector.set_seed(seed)
+                if isinstance(returned, int) and not isinstance(returned, bool):
+                    seed = returned
+            torch.manual_seed(seed)
+        if optimizer_hook is not None:
+            optimizer_hook.register(self)
+
+    # ------------------------------------------------------------------ registration
+    def register_op(self, dest: str, op: Callable, **kwargs: Any) -> None:
+        """Runs ``op`` (with ``kwargs``) at stage ``dest``; ops of a stage run in registration order.
+
+        Raises:
+            ValueError: ``dest`` is not one of :data:`HOOK_STAGES`.
+            TypeError: ``op`` is not callable.
+        """
+        if dest not in self._ops:
+            raise ValueError(f"Trainer.register_op: unknown stage dest={dest!r}; choose one of {list(HOOK_STAGES)}.")
+        if not callable(op):
+            raise TypeError(f"Trainer.register_op: op for {dest!r} must be callable, got {type(op).__name__}.")
+        self._ops[dest].append((op, kwargs))
+
+    def register_module(self, module_name: str, module: Any) -> None:
+        """Adds ``module``'s ``state_dict`` to the trainer's under ``module_name``.
+
+        Raises:
+            ValueError: the name is taken (or reserved: ``collector``, ``loss_module``, ``state``).
+            TypeError: ``module`` has no ``state_dict``/``load_state_dict``.
+        """
+        if not isinstance(module_name, str) or not module_name:
+            raise ValueError(f"Trainer.register_module: module_name must be a non-empty string, got {module_name!r}.")
+        if module_name in _RESERVED or module_name in self._modules:
+            raise ValueError(f"Trainer.register_module: {module_name!r} is already registered or reserved; taken: {list(_RESERVED) + list(self._modules)}.")
+        missing = [m for m in ("state_dict", "load_state_dict") if not callable(getattr(module, m, None))]
+        if missing:
+            raise TypeError(f"Trainer.register_module: {module_name!r} ({type(module).__name__}) has no {missing}.")
+        self._modules[module_name] = module
+
+    # ------------------------------------------------------------------ state
+    def state_dict(self) -> dict[str, Any]:
+        """Plain state dicts: ``loss_module``, ``collector`` (when it has one), ``state`` (counters)
+        and one entry per registered module (the optimizer is the ``"optimizer"`` module)."""
+        out: dict[str, Any] = {}
+        if callable(getattr(self.loss_module, "state_dict", None)):
+            out["loss_module"] = self.loss_module.state_dict()
+        if callable(getattr(self.collector, "state_dict", None)):
+            out["collector"] = self.collector.state_dict()
+        out["state"] = {
+            "collected_frames": self.collected_frames,
+            "_last_log": dict(self._last_log),
+            "_last_save": self._last_save,
+            "_optim_count": self._optim_count,
+        }
+        for name, module in self._modules.items():
+            out[name] = module.state_dict()
+        return out
+
+    def _check_state_dict(self, state_dict: Any) -> dict[str, Any]:
+        if not isinstance(state_dict, Mapping):
+            raise TypeError(f"Trainer.load_state_dict: expected a mapping, got {type(state_dict).__name__}.")
+        expected = {"state", *self._modules}
+        if callable(getattr(self.loss_module, "load_state_dict", None)):
+            expected.add("loss_module")
+        if callable(getattr(self.collector, "load_state_dict", None)) and callable(getattr(self.collector, "state_dict", None)):
+            expected.add("collector")
+        missing, unexpected = sorted(expected - set(state_dict)), sorted(set(state_dict) - expected)
+        if missing or unexpected:
+            raise KeyError(
+                f"Trainer.load_state_dict: the state does not match this trainer: missing {missing}, unexpected {unexpected} "
+                f"(registered modules: {list(self._modules)})."
+            )
+        state = state_dict["state"]
+        if not isinstance(state, Mapping) or any(k not in state for k in _STATE_KEYS):
+            raise KeyError(f"Trainer.load_state_dict: 'state' must hold {list(_STATE_KEYS)}, got {state!r}.")
+        for key in ("collected_frames", "_last_save", "_optim_count"):
+            if isinstance(state[key], bool) or not isinstance(state[key], int) or state[key] < 0:
+                raise ValueError(f"Trainer.load_state_dict: state[{key!r}] must be a non-negative int, got {state[key]!r}.")
+        if not isinstance(state["_last_log"], Mapping):
+            raise TypeError(f"Trainer.load_state_dict: state['_last_log'] must be a mapping, got {type(state['_last_log']).__name__}.")
+        loss_sd = state_dict.get("loss_module")
+        if loss_sd is not None and callable(getattr(self.loss_module, "state_dict", None)):
+            own = set(self.loss_module.state_dict())
+            if own != set(loss_sd):
+                raise KeyError(
+                    f"Trainer.load_state_dict: loss_module keys differ: missing {sorted(own - set(loss_sd))}, "
+                    f"unexpected {sorted(set(loss_sd) - own)}."
+                )
+        return state
+
+    def _apply_state_dict(self, state_dict: Mapping[str, Any], state: Mapping[str, Any]) -> None:
+        if "loss_module" in state_dict:
+            self.loss_module.load_state_dict(state_dict["loss_module"])
+        if "collector" in state_dict:
+            self.collector.load_state_dict(state_dict["collector"])
+        for name, module in self._modules.items():
+            module.load_state_dict(state_dict[name])
+        self.collected_frames = state["collected_frames"]
+        self._last_log = dict(state["_last_log"])
+        self._last_save = state["_last_save"]
+        self._optim_count = state["_optim_count"]
+
+    def load_state_dict(self, state_dict: Mapping[str, Any]) -> None:
+        """Restores what :meth:`state_dict` returned.
+
+        The keys are checked first; if a component then fails to load (a shape mismatch, say), every
+        component is put back as it was, so a failed load changes nothing.
+        """
+        state = self._check_state_dict(state_dict)
+        backup = copy.deepcopy(self.state_dict())
+        try:
+            self._apply_state_dict(state_dict, state)
+        except BaseException:
+            self._apply_state_dict(backup, backup["state"])
+            raise
+
+    def save_trainer(self, force_save: bool = False) -> bool:
+        """Writes a checkpoint to ``save_trainer_file`` when ``save_trainer_interval`` frames passed
+        since the last one (or with ``force_save``); returns whether it wrote one."""
+        if self.save_trainer_file is None:
+            return False
+        if not force_save and self.collected_frames - self._last_save < self.save_trainer_interval:
+            return False
+        previous = self._last_save
+        self._last_save = self.collected_frames  # part of the saved state
+        try:
+            atomic_torch_save(self.state_dict(), self.save_trainer_file)
+        except BaseException:
+            self._last_save = previous
+            raise
+        return True
+
+    def load_from_file(self, file: str | os.PathLike, *, map_location: Any = None, weights_only: bool = True) -> Trainer:
+        """Loads a checkpoint written by :meth:`save_trainer` (``torch.load(weights_only=True)``: no unpickling)."""
+        state_dict = torch.load(file, map_location=map_location, weights_only=weights_only)
+        self.load_state_dict(state_dict)
+        return self
+
+    # ------------------------------------------------------------------ stages
+    def _run_ops(self, stage: str, *args: Any) -> None:
+        for op, kwargs in self._ops[stage]:
+            op(*args, **kwargs)
+
+    def _run_td_ops(self, stage: str, batch: TensorDictBase) -> TensorDictBase:
+        for op, kwargs in self._ops[stage]:
+            out = op(batch, **kwargs)
+            if isinstance(out, TensorDictBase):
+                batch = out
+        return batch
+
+    def _run_log_ops(self, stage: str, batch: TensorDictBase) -> None:
+        for op, kwargs in self._ops[stage]:
+            result = op(batch, **kwargs)
+            if result is None:
+                continue
+            if not isinstance(result, Mapping):
+                raise TypeError(f"Trainer: a {stage!r} op must return a dict of values to log or None, got {type(result).__name__} from {op!r}.")
+            self._log(**result)
+
+    def _optimizer_step(self, losses_td: TensorDictBase) -> TensorDictBase:
+        for index, (op, kwargs) in enumerate(self._ops["optimizer"]):
+            out = op(losses_td, self.clip_grad_norm, self.clip_norm, index, **kwargs)
+            if isinstance(out, TensorDictBase):
+                losses_td = out
+        return losses_td.detach()
+
+    def optim_steps(self, batch: TensorDictBase) -> None:
+        """Runs ``optim_steps_per_batch`` optimisation steps on ``batch`` (stage 3 of :meth:`train`)."""
+        self._run_ops("pre_optim_steps")
+        average: dict[str, torch.Tensor] = {}
+        for step in range(self.optim_steps_per_batch):
+            self._optim_count += 1
+            sample = self._run_td_ops("process_optim_batch", batch)
+            losses_td = self.loss_module(sample)
+            if not isinstance(losses_td, TensorDictBase):
+                raise TypeError(f"Trainer: loss_module must return a TensorDict of losses, got {type(losses_td).__name__}.")
+            self._run_ops("post_loss", sample)
+            losses = self._optimizer_step(losses_td)
+            self._run_ops("post_optim")
+            self._run_log_ops("post_optim_log", sample)
+            for key, value in losses.items():
+                if isinstance(value, torch.Tensor) and value.numel() == 1:  # diagnostics with a shape are not logged
+                    value = value.reshape(()).float()
+                    average[key] = value if step == 0 or key not in average else average[key] + (value - average[key]) / (step + 1)
+        if self.optim_steps_per_batch > 0:
+            self._log(optim_steps=self._optim_count, **average)
+
+    def _log(self, log_pbar: bool = False, **values: Any) -> None:
+        frames = self.collected_frames
+        for name, value in values.items():
+            if isinstance(value, torch.Tensor):
+                if value.numel() != 1:
+                    raise ValueError(f"Trainer: can only log scalars; {name!r} has shape {tuple(value.shape)}.")
+                value = value.item()
+            elif isinstance(value, bool) or not isinstance(value, (int, float)):
+                raise TypeError(f"Trainer: can only log numbers; {name!r} is a {type(value).__name__}.")
+            self.last_logged[name] = value
+            last = self._last_log.get(name)
+            if self.logger is not None and (last is None or frames - last >= self.log_interval):
+                self._last_log[name] = frames
+                self.logger.log_scalar(name, value, step=frames)
+            if log_pbar and self._pbar is not None:
+                self._pbar_str[name] = value
+
+    # ------------------------------------------------------------------ loop
+    def train(self) -> None:
+        """Runs the loop until ``total_frames`` (continuing from ``collected_frames`` after a load)."""
+        if self.optim_steps_per_batch > 0 and not self._ops["optimizer"]:
+            raise RuntimeError("Trainer.train: no optimizer; pass optimizer= or register an OptimizerHook before training.")
+        init_random_frames = getattr(self.collector, "init_random_frames", 0) or 0
+        if self.progress_bar:
+            self._pbar = self._tqdm(total=self.total_frames, initial=min(self.collected_frames, self.total_frames))
+        try:
+            if self.collected_frames < self.total_frames:
+                for batch in self.collector:
+                    if not isinstance(batch, TensorDictBase):
+                        raise TypeError(f"Trainer.train: the collector yielded a {type(batch).__name__}, expected a TensorDict.")
+                    current_frames = batch.numel() * self.frame_skip
+                    self.collected_frames += current_frames
+                    batch = self._run_td_ops("batch_process", batch)
+                    self._run_log_ops("pre_steps_log", batch)
+                    if self.collected_frames > init_random_frames:
+                        self.optim_steps(batch)
+                    self._run_ops("post_steps")
+                    self._run_log_ops("post_steps_log", batch)
+                    if self._pbar is not None:
+                        self._pbar.update(current_frames)
+                        if self._pbar_str:
+                            self._pbar.set_description(", ".join(f"{k}: {v:.4g}" for k, v in self._pbar_str.items()))
+                    if self.collected_frames >= self.total_frames:
+                        break
+                    self.save_trainer()
+            self.save_trainer(force_save=True)
+        finally:
+            if self._pbar is not None:
+                self._pbar.close()
+                self._pbar = None
+            self.shutdown()
+
+    def shutdown(self) -> None:
+        """Shuts the collector down (when it has ``shutdown``)."""
+        if callable(getattr(self.collector, "shutdown", None)):
+            self.collector.shutdown()
+
+    def __repr__(self) -> str:
+        ops = {stage: len(ops) for stage, ops in self._ops.items() if ops}
+        return (
+            f"Trainer(collected_frames={self.collected_frames}/{self.total_frames}, optim_steps={self._optim_count}, "
+            f"ops={ops}, modules={list(self._modules)})"
+        )
