@@ -26,26 +26,22 @@ of the padding, the values written here are exact, whichever backend runs.
 """
 from __future__ import annotations
 
-import functools
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
 import torch.nn.functional as F
 from tdict.nn import TensorDictModuleBase, dispatch
+from tdict.nn.interaction import _ScopedSwitch  # the mechanics of set_interaction_type
 from tdict.specs import Composite, Unbounded
 from torch import nn
 from torch.nn.utils.rnn import PackedSequence, pack_padded_sequence, pad_packed_sequence
-
-if TYPE_CHECKING:  # typing.Self is 3.11+, the package supports 3.10
-    from typing import Self
 
 __all__ = ["GRUModule", "LSTMModule", "recurrent_mode", "set_recurrent_mode"]
 
 NestedKey = Any
 States = tuple  # a tuple of hidden-state tensors, each [N, num_layers, H_i]
 
-_RECURRENT_MODE: bool | None = None
 _MODE_NAMES = {"recurrent": True, "sequential": False}
 
 
@@ -60,10 +56,10 @@ def recurrent_mode() -> bool | None:
         ...     recurrent_mode()
         True
     """
-    return _RECURRENT_MODE
+    return set_recurrent_mode._current
 
 
-class set_recurrent_mode:
+class set_recurrent_mode(_ScopedSwitch):
     """Run recurrent modules in sequence mode (``True``) or step mode (``False``) inside a block.
 
     Overrides every module's ``default_recurrent_mode`` while the block runs; the previous mode comes
@@ -93,26 +89,8 @@ class set_recurrent_mode:
             mode = _MODE_NAMES[mode]
         if mode is not None and not isinstance(mode, bool):
             raise ValueError(f"set_recurrent_mode: mode must be True, False, None, 'recurrent' or 'sequential', got {mode!r}.")
+        super().__init__(mode)
         self.mode = mode
-        self._saved: list = []  # a stack, so one instance can be re-entered
-
-    def __enter__(self) -> Self:
-        global _RECURRENT_MODE
-        self._saved.append(_RECURRENT_MODE)
-        _RECURRENT_MODE = self.mode
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        global _RECURRENT_MODE
-        _RECURRENT_MODE = self._saved.pop()
-
-    def __call__(self, func: Callable) -> Callable:
-        @functools.wraps(func)
-        def wrapper(*args: Any, **kwargs: Any) -> Any:
-            with self:
-                return func(*args, **kwargs)
-
-        return wrapper
 
 
 # ---------------------------------------------------------------------------- cell math
@@ -274,7 +252,7 @@ class _RecurrentModule(TensorDictModuleBase):
     @property
     def recurrent_mode(self) -> bool:
         """True in sequence mode: the innermost :class:`set_recurrent_mode` block, else the module default."""
-        mode = _RECURRENT_MODE
+        mode = set_recurrent_mode._current
         return self._recurrent_mode if mode is None else mode
 
     @recurrent_mode.setter

@@ -49,7 +49,35 @@ class InteractionType(str, enum.Enum):
         return None
 
 
-_INTERACTION_TYPE: InteractionType | None = None
+class _ScopedSwitch:
+    """A process-wide setting that a ``with`` block (or a decorated call) changes and restores.
+
+    The current value lives on the concrete switch class (``_current``); entering pushes the previous
+    value, leaving pops it back, also when the block raises. One instance can be re-entered.
+    """
+
+    _current: Any = None
+
+    def __init__(self, value: Any) -> None:
+        self.value = value
+        self._saved: list = []
+
+    def __enter__(self) -> Any:
+        cls = type(self)
+        self._saved.append(cls._current)
+        cls._current = self.value
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        type(self)._current = self._saved.pop()
+
+    def __call__(self, func: Callable) -> Callable:
+        @functools.wraps(func)
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            with self:
+                return func(*args, **kwargs)
+
+        return wrapper
 
 
 def interaction_type() -> InteractionType | None:
@@ -60,10 +88,10 @@ def interaction_type() -> InteractionType | None:
         >>> interaction_type() is None
         True
     """
-    return _INTERACTION_TYPE
+    return set_interaction_type._current
 
 
-class set_interaction_type:
+class set_interaction_type(_ScopedSwitch):
     """Set the interaction type inside a ``with`` block or a decorated function.
 
     The previous value comes back on exit, also when the block raises.
@@ -99,26 +127,8 @@ class set_interaction_type:
                 raise ValueError(
                     f"set_interaction_type: {type!r} is not an interaction type; expected one of {[m.value for m in InteractionType]}."
                 ) from None
+        super().__init__(type)
         self.type = type
-        self._saved: list[InteractionType | None] = []  # a stack, so one instance can be re-entered
-
-    def __enter__(self) -> "set_interaction_type":
-        global _INTERACTION_TYPE
-        self._saved.append(_INTERACTION_TYPE)
-        _INTERACTION_TYPE = self.type
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        global _INTERACTION_TYPE
-        _INTERACTION_TYPE = self._saved.pop()
-
-    def __call__(self, func: Callable) -> Callable:
-        @functools.wraps(func)
-        def wrapper(*args: Any, **kwargs: Any) -> Any:
-            with self:
-                return func(*args, **kwargs)
-
-        return wrapper
 
     def __repr__(self) -> str:
         return f"set_interaction_type({self.type!r})"
