@@ -76,9 +76,9 @@ def test_writer_in_child_sampler_in_parent_concurrently():
     with BufferProcess(children.extend_rows, rb, 0, 600, 20, 0.02, context=CTX) as p:  # ~0.6 s of writes
         deadline = time.monotonic() + 60
         while p.alive and time.monotonic() < deadline:
-            n = len(rb)
-            if n:
+            if len(rb):
                 batch = rb.sample(32)
+                n = len(rb)  # read after sampling: the child keeps writing, and the length only grows
                 # rows written before len grew are complete: every entry matches the row's id
                 assert bool((batch["id"] < n).all())
                 assert torch.equal(batch["obs"], torch.stack([batch["id"], 2 * batch["id"], 3 * batch["id"]], -1).float())
