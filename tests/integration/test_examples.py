@@ -42,3 +42,16 @@ def test_demo_learns_the_pendulum(tmp_path: Path) -> None:
     assert proc.returncode == 0, proc.stderr[-3000:]
     final = float(proc.stdout.strip().splitlines()[-1].split("final eval return ")[1].split()[0])
     assert final > -400, proc.stdout
+
+
+@pytest.mark.slow
+def test_ppo_example_balances_the_cart_pole(tmp_path: Path) -> None:
+    """PPO's greedy policy keeps the pole up for most of the 500 steps (a random policy: about 22)."""
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    proc = subprocess.run(
+        [sys.executable, str(REPO / "examples" / "ppo_cartpole.py")],
+        cwd=tmp_path, env=env, stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=600,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    final = float(proc.stdout.strip().splitlines()[-1].split("final greedy return ")[1].split()[0])
+    assert final > 350, proc.stdout

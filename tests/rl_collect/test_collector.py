@@ -372,6 +372,25 @@ def test_exploration_type_is_set_during_rollout():
     assert seen == [InteractionType.DETERMINISTIC] * 3
 
 
+def test_policies_sample_by_default_and_none_leaves_the_callers_setting():
+    """As in TorchRL, a collector runs its policy under RANDOM unless told otherwise."""
+    from tdict.nn import InteractionType, interaction_type, set_interaction_type
+
+    seen = []
+
+    def policy(td):
+        seen.append(interaction_type())
+        td.set("action", torch.zeros(*td.batch_size, 1))
+        return td
+
+    list(Collector(pendulum(), policy, frames_per_batch=2, total_frames=2))
+    assert seen == [InteractionType.RANDOM] * 2
+    seen.clear()
+    with set_interaction_type(InteractionType.MODE):
+        list(Collector(pendulum(), policy, frames_per_batch=2, total_frames=2, exploration_type=None))
+    assert seen == [InteractionType.MODE] * 2
+
+
 # ----------------------------------------------------------------------------- trajectory options
 @pytest.mark.parametrize("batch", [(), (3,)])
 def test_max_frames_per_traj_truncates(batch):

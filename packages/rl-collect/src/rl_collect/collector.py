@@ -8,7 +8,7 @@ from typing import Any, Callable, Iterator
 import torch
 from torch import nn
 from tdict import TensorDict, TensorDictBase
-from tdict.nn import TensorDictModule, TensorDictModuleBase, set_interaction_type
+from tdict.nn import InteractionType, TensorDictModule, TensorDictModuleBase, set_interaction_type
 
 from .trajectories import split_trajectories
 
@@ -66,7 +66,9 @@ class Collector:
         split_trajs: yield ``[n_traj, T_max]`` batches, one row per trajectory, padded, with a
             ``("collector", "mask")`` of valid steps.
         postproc: applied to each batch before it is yielded.
-        exploration_type: the interaction type the policy runs under (``tdict.nn.InteractionType``).
+        exploration_type: the interaction type the policy runs under (``tdict.nn.InteractionType``);
+            ``RANDOM`` by default, as in TorchRL (a probabilistic policy samples its actions);
+            ``None`` leaves the caller's setting alone.
         device, env_device, policy_device, storing_device: where things live (``device`` sets all three).
         replay_buffer: each batch is written into it (``extend``) and the iterator yields ``None``.
         compact_obs: drop the ``("next", ...)`` observation and state entries (within a trajectory
@@ -97,7 +99,7 @@ class Collector:
         reset_at_each_iter: bool = False,
         split_trajs: bool = False,
         postproc: Callable | None = None,
-        exploration_type: Any = None,
+        exploration_type: Any = InteractionType.RANDOM,
         device: Any = None,
         env_device: Any = None,
         policy_device: Any = None,
