@@ -177,3 +177,14 @@ def test_tensor_and_mask_indices():
     assert spec[None].shape == (1, 4, 3)
     with pytest.raises(IndexError):
         spec[..., 0]
+
+
+def test_bounded_space_is_a_named_box():
+    from tdict.specs import ContinuousBox
+
+    spec = Bounded(torch.tensor([-1.0, -2.0]), torch.tensor([1.0, 3.0]), shape=(2,))
+    box = spec.space
+    assert isinstance(box, ContinuousBox)
+    assert torch.equal(box.low, spec.low) and torch.equal(box.high, spec.high)
+    low, high = box  # still a (low, high) pair
+    assert torch.equal(high, torch.tensor([1.0, 3.0]))

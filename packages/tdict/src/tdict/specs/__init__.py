@@ -12,7 +12,7 @@ Example:
     (torch.Size([5]), True)
 """
 from .base import TensorSpec
-from .bounded import Bounded
+from .bounded import Bounded, ContinuousBox
 from .composite import Composite
 from .discrete import Binary, Categorical, MultiCategorical, MultiOneHot, OneHot
 from .non_tensor import NonTensor
@@ -24,6 +24,7 @@ __all__ = [
     "Bounded",
     "Categorical",
     "Composite",
+    "ContinuousBox",
     "MultiCategorical",
     "MultiOneHot",
     "NonTensor",

@@ -2,13 +2,27 @@
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
 
 from .base import TensorSpec, _device, _size
 
-__all__ = ["Bounded"]
+__all__ = ["Bounded", "ContinuousBox"]
+
+
+class ContinuousBox(NamedTuple):
+    """The box of a :class:`Bounded` spec: a ``(low, high)`` pair with named fields.
+
+    Example:
+        >>> from tdict.specs import Bounded
+        >>> box = Bounded(-2.0, 2.0, shape=(1,)).space
+        >>> box.low, box.high
+        (tensor([-2.]), tensor([2.]))
+    """
+
+    low: torch.Tensor
+    high: torch.Tensor
 
 
 class Bounded(TensorSpec):
@@ -74,8 +88,9 @@ class Bounded(TensorSpec):
         return self._tensors["high"]
 
     @property
-    def space(self) -> tuple[torch.Tensor, torch.Tensor]:
-        return self.low, self.high
+    def space(self) -> "ContinuousBox":
+        """The box ``(low, high)``; ``spec.space.low`` / ``spec.space.high`` as in TorchRL."""
+        return ContinuousBox(self.low, self.high)
 
     def _finish(self) -> None:
         low, high = self._tensors["low"], self._tensors["high"]
