@@ -33,6 +33,9 @@ _LAZY = {
     "check_env_specs": "checks",
     "RandomPolicy": "policies",
     "EnvCreator": "env_creator",
+    "ExplorationType": "utils",
+    "exploration_type": "utils",
+    "set_exploration_type": "utils",
 }
 
 __all__ = sorted(
