@@ -84,8 +84,7 @@ def main() -> None:
     print(f"SAC on PendulumEnv x {N_ENVS}: {args.frames} frames; random policy return {evaluate(actor):.0f}")
     start, frames, next_eval = time.perf_counter(), 0, args.eval_every
     for batch in collector:
-        # the policy's distribution parameters are not needed for SAC (and the random warm-up
-        # frames have none): store transitions only
+        # the policy's distribution parameters are not needed for SAC: store transitions only
         buffer.extend(batch.reshape(-1).exclude("loc", "scale"))
         frames += batch.numel()
         if frames < 1_000:

@@ -85,3 +85,48 @@ def test_ppo_tutorial_runs_with_changed_imports():
         batches += 1
     collector.shutdown()
     assert batches == total_frames // frames_per_batch
+
+
+def test_dqn_tutorial_runs_with_changed_imports():
+    """TorchRL's DQN "getting started" flow: MLP + QValueModule + EGreedyModule, DQNLoss, SoftUpdate."""
+    from rl_collect import Collector
+    from rl_envs import GymEnv, StepCounter, TransformedEnv
+    from rl_objectives import DQNLoss, SoftUpdate
+    from rl_objectives.modules import MLP, EGreedyModule, QValueModule
+    from rl_replay import LazyTensorStorage, ReplayBuffer
+    from tdict.nn import TensorDictModule, TensorDictSequential
+
+    torch.manual_seed(0)
+    env = TransformedEnv(GymEnv("CartPole-v1"), StepCounter())
+    env.set_seed(0)
+    value_mlp = MLP(out_features=env.action_spec.shape[-1], num_cells=[64, 64])
+    value_net = TensorDictModule(value_mlp, in_keys=["observation"], out_keys=["action_value"])
+    policy = TensorDictSequential(value_net, QValueModule(spec=env.action_spec))
+    exploration_module = EGreedyModule(env.action_spec, annealing_num_steps=1_000, eps_init=0.5)
+    policy_explore = TensorDictSequential(policy, exploration_module)
+
+    init_rand_steps, frames_per_batch, optim_steps = 100, 50, 5
+    collector = Collector(env, policy_explore, frames_per_batch=frames_per_batch, total_frames=400, init_random_frames=init_rand_steps)
+    rb = ReplayBuffer(storage=LazyTensorStorage(10_000))
+    loss = DQNLoss(value_network=policy, action_space=env.action_spec, delay_value=True)
+    optim = torch.optim.Adam(loss.parameters(), lr=0.02)
+    updater = SoftUpdate(loss, eps=0.99)
+
+    eps_before = float(exploration_module.eps)
+    updates = 0
+    for data in collector:
+        rb.extend(data)
+        if len(rb) > init_rand_steps:
+            for _ in range(optim_steps):
+                sample = rb.sample(32)
+                loss_vals = loss(sample)
+                assert loss_vals["loss"].shape == () and torch.isfinite(loss_vals["loss"])
+                loss_vals["loss"].backward()
+                optim.step()
+                optim.zero_grad()
+                exploration_module.step(data.numel())
+                updater.step()
+                updates += 1
+    collector.shutdown()
+    assert len(rb) == 400 and updates > 0
+    assert float(exploration_module.eps) < eps_before  # annealed

@@ -350,6 +350,29 @@ def test_init_random_frames_then_policy():
     assert torch.allclose(b2["action"], expected_action(net, b2))
 
 
+def test_random_steps_carry_the_policys_other_outputs_as_zeros():
+    """Every batch has the same keys, so a replay buffer takes random and policy batches alike."""
+    from tdict.nn import TensorDictModule, TensorDictSequential
+
+    torch.manual_seed(0)
+    features = TensorDictModule(nn.Linear(3, 4), in_keys=["observation"], out_keys=["hidden"])
+    head = TensorDictModule(nn.Linear(4, 1), in_keys=["hidden"], out_keys=["action"])
+    policy = TensorDictSequential(features, head)
+    collector = Collector(pendulum(), policy, frames_per_batch=10, total_frames=30, init_random_frames=20)
+    random_batch, _, policy_batch = list(collector)
+    assert set(random_batch.keys(True, True)) == set(policy_batch.keys(True, True))
+    assert torch.equal(random_batch["hidden"], torch.zeros(10, 4))
+    assert not torch.equal(policy_batch["hidden"], torch.zeros(10, 4))
+
+
+def test_lazy_policy_layers_exist_once_the_collector_is_built():
+    from tdict.nn import TensorDictModule
+
+    policy = TensorDictModule(nn.LazyLinear(1), in_keys=["observation"], out_keys=["action"])
+    Collector(pendulum(), policy, frames_per_batch=4, total_frames=4)
+    assert policy.module.weight.shape == (1, 3)  # an optimizer built now sees real parameters
+
+
 def test_exploration_type_is_set_during_rollout():
     from tdict.nn import InteractionType, interaction_type
 

@@ -6,6 +6,7 @@ import warnings
 from typing import Any, Callable, Iterator
 
 import torch
+from torch.nn.parameter import is_lazy
 from torch import nn
 from tdict import TensorDict, TensorDictBase
 from tdict.nn import InteractionType, TensorDictModule, TensorDictModuleBase, set_interaction_type
@@ -132,6 +133,7 @@ class Collector:
         if self.policy is not None and self.policy_device is not None and isinstance(self.policy, nn.Module):
             self.policy = self.policy.to(self.policy_device)
         self._random_policy = self.env.rand_action  # the env contract's random action from its spec
+        self._random_fill = _policy_only_entries(self.policy, self.env, dry_run=init_random_frames > 0)
         batch = self.env.batch_size
         self._n_envs = math.prod(batch)
         steps = -(-frames_per_batch // self._n_envs)
@@ -245,7 +247,10 @@ class Collector:
     def _act(self, td: TensorDictBase) -> TensorDictBase:
         policy = self.policy
         if policy is None or self._frames < self.init_random_frames:
-            return self._random_policy(td)
+            td = self._random_policy(td)
+            if self._random_fill is not None:  # the policy's other outputs, as zeros (TorchRL's layout)
+                td.update(self._random_fill.clone())
+            return td
         if self.policy_device is not None:
             out = policy(td.to(self.policy_device))
             if self.env_device is not None:
@@ -428,3 +433,26 @@ class Collector:
             f"total_frames={self.total_frames}, frames={self._frames})"
         )
 
+
+def _policy_only_entries(policy: Any, env: Any, dry_run: bool) -> TensorDictBase | None:
+    """Run the policy once on a fake step (no grad) when it has lazy layers or ``dry_run`` is set.
+
+    Lazy layers (``nn.LazyLinear``, ``MLP(in_features=None)``) get their shapes before the first
+    batch, so an optimizer or a loss built after the collector sees real parameters. With
+    ``dry_run``, the entries the policy writes besides the action come back as zeros: random-action
+    steps (``init_random_frames``) carry them too, so every batch has the same keys (TorchRL's
+    collectors give random steps the policy's layout the same way).
+    """
+    lazy = isinstance(policy, nn.Module) and any(is_lazy(p) for p in policy.parameters())
+    if policy is None or not (lazy or dry_run):
+        return None
+    fake = env.fake_tensordict()
+    before = set(fake.keys(include_nested=True, leaves_only=True))
+    with torch.no_grad():
+        out = policy(fake.copy())
+    out = fake if out is None else out
+    actions = set(env.action_keys)
+    written = [k for k in out.keys(include_nested=True, leaves_only=True) if k not in before and k not in actions]
+    if not dry_run or not written:
+        return None
+    return out.select(*written).apply(torch.zeros_like)
