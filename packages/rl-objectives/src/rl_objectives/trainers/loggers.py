@@ -10,7 +10,6 @@ from __future__ import annotations
 import abc
 import json
 import os
-import tempfile
 import uuid
 from collections.abc import Mapping
 from datetime import datetime
@@ -19,6 +18,7 @@ from typing import IO, Any
 
 import torch
 
+from ._atomic import atomic_write
 from .trainer import atomic_torch_save
 
 __all__ = ["CSVLogger", "Logger", "TensorboardLogger", "generate_exp_name", "get_logger"]
@@ -45,20 +45,7 @@ def _check_name(owner: str, name: Any) -> str:
 
 
 def _atomic_write_text(path: Path, text: str) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except FileNotFoundError:
-            pass
-        raise
+    atomic_write(path, lambda f: f.write(text), binary=False)
 
 
 def generate_exp_name(model_name: str, experiment_name: str) -> str:

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import copy
 import os
-import tempfile
 import warnings
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
@@ -20,6 +19,7 @@ from typing import Any
 import torch
 from tdict import TensorDictBase
 
+from ._atomic import atomic_write
 from .hooks import OptimizerHook
 
 __all__ = ["HOOK_STAGES", "Trainer"]
@@ -48,11 +48,7 @@ def _check_int(name: str, value: Any, minimum: int) -> int:
 
 
 def atomic_torch_save(obj: Any, path: str | os.PathLike) -> None:
-    """``torch.save(obj, path)`` that never leaves a half-written file at ``path``.
-
-    The data goes to a temporary file in the same folder, is flushed and fsynced, then renamed over
-    ``path`` with ``os.replace`` (atomic on POSIX and Windows): a crash at any moment leaves either the
-    old file or the new one. The temporary file is removed when writing fails.
+    """``torch.save(obj, path)`` that never leaves a half-written file at ``path`` (see :func:`atomic_write`).
 
     Example:
         >>> import os, tempfile, torch
@@ -62,27 +58,7 @@ def atomic_torch_save(obj: Any, path: str | os.PathLike) -> None:
         >>> torch.load(path, weights_only=True)["step"]
         3
     """
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            torch.save(obj, f)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except FileNotFoundError:
-            pass
-        raise
-    if hasattr(os, "O_DIRECTORY"):  # make the rename itself durable (POSIX)
-        dir_fd = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY)
-        try:
-            os.fsync(dir_fd)
-        finally:
-            os.close(dir_fd)
+    atomic_write(path, lambda f: torch.save(obj, f))
 
 
 class Trainer:
