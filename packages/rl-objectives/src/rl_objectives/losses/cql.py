@@ -22,16 +22,23 @@ Discrete actions (``DiscreteCQLLoss``): the DQN loss plus ``logsumexp_a Q(s, a) 
 
 from __future__ import annotations
 
-import math
 from typing import Any, ClassVar
 
 import torch
 from tdict import TensorDict
-from tdict.specs import Bounded, Composite
+from tdict.specs import Bounded
 from torch import nn
 
-from .discrete_sac import _chosen, _discrete_space, _resolve_action_space
-from .redq import _continuous_target_entropy, _rsample
+from ._actions import (
+    action_leaf_spec,
+    auto_target_entropy,
+    check_action_values,
+    check_discrete_action,
+    chosen_value,
+    continuous_target_entropy,
+    resolve_action_space,
+    rsample_action,
+)
 from .utils import (
     _BootstrappedLoss,
     _check_alpha_bounds,
@@ -51,9 +58,7 @@ _MAX_ALPHA_PRIME = 1e6  # the paper's clamp of the Lagrange multiplier
 
 def _uniform_bounds(action_spec: Any, actor_network: Any, action_key: Any) -> tuple[torch.Tensor, torch.Tensor]:
     """Bounds of the uniform proposal: a ``Bounded`` spec's (given or the actor's), else ``[-1, 1]``."""
-    spec = action_spec if action_spec is not None else getattr(actor_network, "spec", None)
-    if isinstance(spec, Composite):
-        spec = spec[action_key] if action_key in spec else None
+    spec = action_leaf_spec(action_spec if action_spec is not None else getattr(actor_network, "spec", None), action_key)
     if isinstance(spec, Bounded):
         low, high = spec.low.detach().clone().float(), spec.high.detach().clone().float()
         if not bool((high > low).all()):
@@ -172,7 +177,7 @@ class CQLLoss(_TemperatureMixin, _BootstrappedLoss):
         if not isinstance(lagrange_thresh, (int, float)) or isinstance(lagrange_thresh, bool):
             raise ValueError(f"{owner}: lagrange_thresh must be a number, got {lagrange_thresh!r}.")
         action_key = self.default_keys["action"]
-        self._target_entropy = _continuous_target_entropy(owner, target_entropy, action_spec, actor_network, action_key)
+        self._target_entropy = continuous_target_entropy(owner, target_entropy, action_spec, actor_network, action_key)
         low, high = _uniform_bounds(action_spec, actor_network, action_key)
         self.register_buffer("_uniform_low", low)
         self.register_buffer("_uniform_high", high)
@@ -209,9 +214,9 @@ class CQLLoss(_TemperatureMixin, _BootstrappedLoss):
         actor_params = self.params_of("actor_network", target=self.delay_actor)
         q_params = self.params_of("qvalue_network", target=self.delay_qvalue)
         if self.max_q_backup:
-            work, _, _ = _rsample("CQLLoss", self.actor_network, actor_params, self._repeat(next_td, self.num_random), self.tensor_keys.action)
+            work, _, _, _ = rsample_action("CQLLoss", self.actor_network, actor_params, self._repeat(next_td, self.num_random), self.tensor_keys.action)
             return self._q(work, params=q_params).max(1).values.min(0).values  # best of the policy's actions, then the pessimistic critic
-        work, _, log_prob = _rsample("CQLLoss", self.actor_network, actor_params, next_td, self.tensor_keys.action)
+        work, _, log_prob, _ = rsample_action("CQLLoss", self.actor_network, actor_params, next_td, self.tensor_keys.action)
         value = self._q(work, params=q_params).min(0).values
         if not self.deterministic_backup:
             value = value - alpha * log_prob
@@ -228,8 +233,8 @@ class CQLLoss(_TemperatureMixin, _BootstrappedLoss):
         # log of the uniform density 1 / volume, the same for every action
         random_log_density = -torch.log(high - low).expand(action_shape).sum()
         with torch.no_grad():
-            _, curr_actions, curr_log_prob = _rsample("CQLLoss", self.actor_network, actor_params, self._repeat(tensordict, n), key)
-            _, next_actions, next_log_prob = _rsample("CQLLoss", self.actor_network, actor_params, self._repeat(next_td, n), key)
+            _, curr_actions, curr_log_prob, _ = rsample_action("CQLLoss", self.actor_network, actor_params, self._repeat(tensordict, n), key)
+            _, next_actions, next_log_prob, _ = rsample_action("CQLLoss", self.actor_network, actor_params, self._repeat(next_td, n), key)
         # every proposal is scored at the sample's own state s (as in the paper's code)
         proposals = self._repeat(tensordict, 3 * n)
         proposals.set(key, torch.cat([random_actions, curr_actions, next_actions], 0))
@@ -251,14 +256,10 @@ class CQLLoss(_TemperatureMixin, _BootstrappedLoss):
         pred = self._q(tensordict.copy())
         loss_qvalue = _reduce(distance_loss(pred, target.expand_as(pred), self.loss_function).sum(0), self.reduction)
 
-        with self.params_of("actor_network").to_module(self.actor_network):
-            dist = self.actor_network.get_dist(tensordict.copy())
-        if not dist.has_rsample:
-            raise ValueError(f"CQLLoss: the actor's {type(dist).__name__} distribution has no rsample; a reparameterisable one is needed (e.g. TanhNormal).")
-        new_action = dist.rsample()
-        log_prob = _sum_to_batch(dist.log_prob(new_action), tensordict.batch_dims)
+        _, new_action, log_prob, dist = rsample_action("CQLLoss", self.actor_network, self.params_of("actor_network"), tensordict, keys.action)
+        # the same distribution scores the data's action, for the behaviour-cloning loss
         bc_log_prob = _sum_to_batch(dist.log_prob(action), tensordict.batch_dims)
-        _check_batch_shaped("CQLLoss", {"log_prob": log_prob, "bc_log_prob": bc_log_prob}, batch)
+        _check_batch_shaped("CQLLoss", {"bc_log_prob": bc_log_prob}, batch)
         actor_td = tensordict.copy()
         actor_td.set(keys.action, new_action)
         min_q = self._q(actor_td, params=self.params_of("qvalue_network").detach()).min(0).values
@@ -278,7 +279,7 @@ class CQLLoss(_TemperatureMixin, _BootstrappedLoss):
 
         if self._target_entropy is None:
             # no spec: the action's own shape gives "auto"
-            self._target_entropy = -float(math.prod(action_shape))
+            self._target_entropy = auto_target_entropy(action_shape)
         out["loss_alpha"] = _reduce(-self.log_alpha * (log_prob.detach() + self._target_entropy), self.reduction)
         if self.with_lagrange:
             out["loss_alpha_prime"] = loss_alpha_prime
@@ -345,7 +346,7 @@ class DiscreteCQLLoss(_BootstrappedLoss):
         reduction: str = "mean",
     ) -> None:
         super().__init__(loss_function=loss_function, reduction=reduction)
-        self.action_space = _resolve_action_space("DiscreteCQLLoss", action_space, self.default_keys["action"])
+        self.action_space = resolve_action_space("DiscreteCQLLoss", action_space, self.default_keys["action"])
         self.delay_value = bool(delay_value)
         self.convert_to_functional(value_network, "value_network", create_target_params=self.delay_value)
 
@@ -356,13 +357,9 @@ class DiscreteCQLLoss(_BootstrappedLoss):
         next_td = _get("DiscreteCQLLoss", tensordict, "next")
 
         action_value = _get("DiscreteCQLLoss", self.call_network("value_network", tensordict.copy()), keys.action_value)
-        if action_value.dim() != tensordict.batch_dims + 1 or action_value.shape[:-1] != batch:
-            raise ValueError(
-                f"DiscreteCQLLoss: {keys.action_value!r} has shape {tuple(action_value.shape)}, expected the batch shape "
-                f"{tuple(batch)} plus the number of actions."
-            )
-        space = _discrete_space("DiscreteCQLLoss", self.action_space, action, action_value.shape, batch, keys.action)
-        pred = _chosen(action_value, action, space)
+        check_action_values("DiscreteCQLLoss", action_value, batch, keys.action_value)
+        space = check_discrete_action("DiscreteCQLLoss", self.action_space, action, action_value.shape, keys.action)
+        pred = chosen_value(action_value, action, space)
 
         with torch.no_grad():
             target_out = self.call_network("value_network", next_td.copy(), target=self.delay_value)

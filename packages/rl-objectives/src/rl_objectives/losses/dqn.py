@@ -11,42 +11,16 @@ from typing import Any, ClassVar
 
 import torch
 from tdict import TensorDict
-from tdict.specs import Categorical, Composite, MultiOneHot, OneHot
 
+from ._actions import (
+    check_action_values,
+    check_discrete_action,
+    chosen_value,
+    resolve_action_space,
+)
 from .utils import _BootstrappedLoss, _check_batch_shaped, _get, _reduce, distance_loss
 
 __all__ = ["DQNLoss"]
-
-# how the loss reads the taken action: an index ("categorical") or a (multi-)one-hot vector
-_SPACES = {"one_hot": "one_hot", "one-hot": "one_hot", "mult_one_hot": "one_hot", "multi_one_hot": "one_hot", "categorical": "categorical"}
-
-
-def _space_from_spec(spec: Any, action_key: Any) -> str | None:
-    if isinstance(spec, Composite):
-        spec = spec[action_key] if action_key in spec else None
-    if isinstance(spec, (OneHot, MultiOneHot)):
-        return "one_hot"
-    if isinstance(spec, Categorical):
-        return "categorical"
-    if spec is None:
-        return None
-    raise ValueError(f"DQNLoss: cannot read an action space from a {type(spec).__name__} spec; expected OneHot, MultiOneHot or Categorical.")
-
-
-def _find_action_space(value_network: Any, action_space: Any, action_key: Any) -> str | None:
-    """The action space: given, else the network's (a QValueModule's ``action_space`` or its spec),
-    else ``None`` (decided per call from the action's shape)."""
-    if action_space is not None and not isinstance(action_space, str):
-        return _space_from_spec(action_space, action_key)
-    if action_space is not None:
-        if action_space not in _SPACES:
-            raise ValueError(f"DQNLoss: action_space must be one of {sorted(_SPACES)}, got {action_space!r}.")
-        return _SPACES[action_space]
-    for module in value_network.modules():
-        found = getattr(module, "action_space", None)
-        if isinstance(found, str) and found in _SPACES:
-            return _SPACES[found]
-    return _space_from_spec(getattr(value_network, "spec", None), action_key)
 
 
 class DQNLoss(_BootstrappedLoss):
@@ -119,33 +93,10 @@ class DQNLoss(_BootstrappedLoss):
         reduction: str = "mean",
     ) -> None:
         super().__init__(loss_function=loss_function, reduction=reduction)
-        self.action_space = _find_action_space(value_network, action_space, self.default_keys["action"])
+        self.action_space = resolve_action_space("DQNLoss", action_space, self.default_keys["action"], network=value_network)
         self.delay_value = bool(delay_value)
         self.double_dqn = bool(double_dqn)
         self.convert_to_functional(value_network, "value_network", create_target_params=self.delay_value)
-
-    def _chosen(self, action_value: torch.Tensor, action: torch.Tensor, space: str) -> torch.Tensor:
-        if space == "categorical":
-            return action_value.gather(-1, action.long().unsqueeze(-1)).squeeze(-1)
-        return (action_value * action.to(action_value.dtype)).sum(-1)
-
-    def _space_of(self, action: torch.Tensor, action_value: torch.Tensor, batch_size: torch.Size) -> str:
-        space = self.action_space
-        key = self.tensor_keys.action
-        if space is None:
-            if action.shape == batch_size:
-                space = "categorical"
-            elif action.shape == action_value.shape:
-                space = "one_hot"
-        expected = batch_size if space == "categorical" else action_value.shape
-        if space is None or action.shape != expected:
-            raise ValueError(
-                f"DQNLoss: the action {key!r} has shape {tuple(action.shape)}; expected {tuple(batch_size)} (an index) "
-                f"or {tuple(action_value.shape)} (one-hot over the action values){'' if space is None else f' for action_space={space!r}'}."
-            )
-        if space == "categorical" and (action.is_floating_point() or action.dtype is torch.bool):
-            raise ValueError(f"DQNLoss: a categorical action {key!r} must hold integer indices, got dtype {action.dtype}.")
-        return space
 
     def forward(self, tensordict: Any) -> TensorDict:
         keys = self.tensor_keys
@@ -155,20 +106,16 @@ class DQNLoss(_BootstrappedLoss):
 
         online = self.call_network("value_network", tensordict.copy())
         action_value = _get("DQNLoss", online, keys.action_value)
-        if action_value.shape[:-1] != batch:
-            raise ValueError(
-                f"DQNLoss: {keys.action_value!r} has shape {tuple(action_value.shape)}, expected the batch shape "
-                f"{tuple(batch)} plus the number of actions."
-            )
-        space = self._space_of(action, action_value, batch)
-        pred = self._chosen(action_value, action, space)
+        check_action_values("DQNLoss", action_value, batch, keys.action_value)
+        space = check_discrete_action("DQNLoss", self.action_space, action, action_value.shape, keys.action)
+        pred = chosen_value(action_value, action, space)
 
         with torch.no_grad():
             target_td = self.call_network("value_network", next_td.copy(), target=self.delay_value)
             if self.double_dqn:
                 greedy = self.call_network("value_network", next_td.copy())
                 next_action = _get("DQNLoss", greedy, keys.action)
-                next_value = self._chosen(_get("DQNLoss", target_td, keys.action_value), next_action, space)
+                next_value = chosen_value(_get("DQNLoss", target_td, keys.action_value), next_action, space)
             else:
                 next_value = _get("DQNLoss", target_td, keys.value)
             _check_batch_shaped("DQNLoss", {("next", keys.value): next_value}, batch)

@@ -15,7 +15,7 @@ from typing import Any, ClassVar
 import torch
 from tdict import TensorDict
 
-from .discrete_sac import _chosen, _discrete_space, _resolve_action_space
+from ._actions import check_discrete_action, chosen_value, resolve_action_space
 from .utils import (
     _BootstrappedLoss,
     _check_batch_shaped,
@@ -217,7 +217,7 @@ class DiscreteIQLLoss(IQLLoss):
         expectile: float = 0.5,
         reduction: str = "mean",
     ) -> None:
-        space = _resolve_action_space("DiscreteIQLLoss", action_space, self.default_keys["action"])
+        space = resolve_action_space("DiscreteIQLLoss", action_space, self.default_keys["action"])
         super().__init__(
             actor_network,
             qvalue_network,
@@ -244,5 +244,5 @@ class DiscreteIQLLoss(IQLLoss):
     def _stored_q(self, tensordict: Any, **kwargs: Any) -> torch.Tensor:
         values = self._action_values(tensordict, **kwargs)
         action = tensordict.get(self.tensor_keys.action)
-        space = _discrete_space("DiscreteIQLLoss", self.action_space, action, values.shape[1:], tensordict.batch_size, self.tensor_keys.action)
-        return _chosen(values, action, space)
+        space = check_discrete_action("DiscreteIQLLoss", self.action_space, action, values.shape[1:], self.tensor_keys.action)
+        return chosen_value(values, action, space)

@@ -12,8 +12,8 @@ from typing import Any, ClassVar
 
 import torch
 from tdict import TensorDict
-from tdict.specs import Categorical, Composite, MultiOneHot, OneHot
 
+from ._actions import check_discrete_action, chosen_value, resolve_action_space
 from .common import LossModule
 from .utils import (
     _check_batch_shaped,
@@ -27,37 +27,6 @@ from .utils import (
 )
 
 __all__ = ["QMixerLoss"]
-
-_SPACES = {"one_hot": "one_hot", "one-hot": "one_hot", "mult_one_hot": "one_hot", "multi_one_hot": "one_hot", "categorical": "categorical"}
-
-
-def _space_of_spec(spec: Any, action_key: Any) -> str | None:
-    if isinstance(spec, Composite):
-        spec = spec[action_key] if action_key in spec else None  # noqa: SIM401 (a spec, not a dict)
-    if spec is None:
-        return None
-    if isinstance(spec, (OneHot, MultiOneHot)):
-        return "one_hot"
-    if isinstance(spec, Categorical):
-        return "categorical"
-    raise ValueError(f"QMixerLoss: cannot read an action space from a {type(spec).__name__} spec; expected OneHot, MultiOneHot or Categorical.")
-
-
-def _action_space(local_value_network: Any, action_space: Any, action_key: Any) -> str | None:
-    """Given, else the local network's (a QValueModule's ``action_space``, or its spec), else ``None``
-    (decided per call from the action's shape)."""
-    if action_space is not None and not isinstance(action_space, str):
-        return _space_of_spec(action_space, action_key)
-    if action_space is not None:
-        if action_space not in _SPACES:
-            raise ValueError(f"QMixerLoss: action_space must be one of {sorted(_SPACES)}, got {action_space!r}.")
-        return _SPACES[action_space]
-    for module in local_value_network.modules():
-        found = getattr(module, "action_space", None)
-        if isinstance(found, str) and found in _SPACES:
-            return _SPACES[found]
-    return _space_of_spec(getattr(local_value_network, "spec", None), action_key)
-
 
 class QMixerLoss(LossModule):
     """The QMIX loss (TorchRL's ``QMixerLoss``); with a :class:`VDNMixer` it is VDN.
@@ -164,7 +133,7 @@ class QMixerLoss(LossModule):
         for name, net in (("local_value_network", local_value_network), ("mixer_network", mixer_network)):
             if not hasattr(net, "in_keys") or not hasattr(net, "out_keys"):
                 raise TypeError(f"QMixerLoss: {name} must be a TensorDict module (with in_keys and out_keys), got {type(net).__name__}.")
-        self.action_space = _action_space(local_value_network, action_space, self.default_keys["action"])
+        self.action_space = resolve_action_space("QMixerLoss", action_space, self.default_keys["action"], network=local_value_network)
         self.delay_value = bool(delay_value)
         self.convert_to_functional(local_value_network, "local_value_network", create_target_params=self.delay_value)
         self.convert_to_functional(mixer_network, "mixer_network", create_target_params=self.delay_value)
@@ -175,25 +144,6 @@ class QMixerLoss(LossModule):
         return self
 
     # ------------------------------------------------------------------ helpers
-    def _space_of(self, action: torch.Tensor, action_value: torch.Tensor) -> str:
-        space = self.action_space
-        key = self.tensor_keys.action
-        agent_shape = action_value.shape[:-1]
-        if space is None:
-            if action.shape == agent_shape:
-                space = "categorical"
-            elif action.shape == action_value.shape:
-                space = "one_hot"
-        expected = agent_shape if space == "categorical" else action_value.shape
-        if space is None or action.shape != expected:
-            raise ValueError(
-                f"QMixerLoss: the action {key!r} has shape {tuple(action.shape)}; expected {tuple(agent_shape)} (indices) "
-                f"or {tuple(action_value.shape)} (one-hot over the action values){'' if space is None else f' for action_space={space!r}'}."
-            )
-        if space == "categorical" and (action.is_floating_point() or action.dtype is torch.bool):
-            raise ValueError(f"QMixerLoss: a categorical action {key!r} must hold integer indices, got dtype {action.dtype}.")
-        return space
-
     def _action_values(self, td: Any, batch: torch.Size, where: str) -> torch.Tensor:
         key = self.tensor_keys.action_value
         values = _get("QMixerLoss", td, key)
@@ -224,11 +174,8 @@ class QMixerLoss(LossModule):
         # the networks write into a shallow copy: the caller's entries stay as they are
         work = self.call_network("local_value_network", tensordict.copy())
         action_value = self._action_values(work, batch, "the local network's")
-        space = self._space_of(action, action_value)
-        if space == "categorical":
-            local = action_value.gather(-1, action.long().unsqueeze(-1)).squeeze(-1)
-        else:
-            local = (action_value * action.to(action_value.dtype)).sum(-1)
+        space = check_discrete_action("QMixerLoss", self.action_space, action, action_value.shape, keys.action)
+        local = chosen_value(action_value, action, space)
         pred = self._mix(work, local, batch, target=False)
 
         with torch.no_grad():

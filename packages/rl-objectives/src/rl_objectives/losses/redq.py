@@ -8,61 +8,27 @@ A large ensemble of ``N`` critics is trained; each update draws a random subset 
   critics detached, ``a`` reparameterised);
 - temperature: minimise ``-alpha * (log pi + target_entropy)`` over the current and next actions'
   log-probs (log-probs detached), as TorchRL's REDQ does.
-
-The module also holds the continuous-action SAC helpers (target entropy from a spec, a reparameterised
-draw from the actor) that CQLLoss uses.
 """
 
 from __future__ import annotations
 
-import math
 from typing import Any, ClassVar
 
 import torch
 from tdict import TensorDict
-from tdict.specs import Composite
 
+from ._actions import auto_target_entropy, continuous_target_entropy, rsample_action
 from .utils import (
     _BootstrappedLoss,
     _check_alpha_bounds,
     _check_batch_shaped,
     _check_positive_int,
     _get,
-    _sum_to_batch,
     _TemperatureMixin,
     distance_loss,
 )
 
 __all__ = ["REDQLoss"]
-
-
-def _continuous_target_entropy(owner: str, target_entropy: Any, action_spec: Any, actor_network: Any, action_key: Any) -> float | None:
-    """A number as given; ``"auto"``: ``-prod(action shape)`` from the spec (given or the actor's), or
-    ``None`` when no spec is known (the caller reads the action's shape on the first call)."""
-    if isinstance(target_entropy, (int, float)) and not isinstance(target_entropy, bool):
-        return float(target_entropy)
-    if target_entropy != "auto":
-        raise ValueError(f"{owner}: target_entropy must be a number or 'auto', got {target_entropy!r}.")
-    spec = action_spec if action_spec is not None else getattr(actor_network, "spec", None)
-    if isinstance(spec, Composite):
-        spec = spec[action_key] if action_key in spec else None
-    if spec is None:
-        return None
-    return -float(math.prod(spec.shape))
-
-
-def _rsample(owner: str, actor: Any, params: Any, tensordict: Any, action_key: Any) -> tuple[Any, torch.Tensor, torch.Tensor]:
-    """A reparameterised action on a copy of ``tensordict``: ``(copy holding the action, action, log_prob)``."""
-    work = tensordict.copy()
-    with params.to_module(actor):
-        dist = actor.get_dist(work)
-    if not dist.has_rsample:
-        raise ValueError(f"{owner}: the actor's {type(dist).__name__} distribution has no rsample; a reparameterisable one is needed (e.g. TanhNormal).")
-    action = dist.rsample()
-    log_prob = _sum_to_batch(dist.log_prob(action), tensordict.batch_dims)
-    _check_batch_shaped(owner, {"log_prob": log_prob}, tensordict.batch_size)
-    work.set(action_key, action)
-    return work, action, log_prob
 
 
 class REDQLoss(_TemperatureMixin, _BootstrappedLoss):
@@ -170,7 +136,7 @@ class REDQLoss(_TemperatureMixin, _BootstrappedLoss):
         if not hasattr(actor_network, "get_dist"):
             raise TypeError(f"{owner}: actor_network must be a probabilistic module with get_dist (e.g. ProbabilisticActor), got {type(actor_network).__name__}.")
         _check_alpha_bounds(owner, alpha_init, min_alpha, max_alpha)
-        self._target_entropy = _continuous_target_entropy(owner, target_entropy, action_spec, actor_network, self.default_keys["action"])
+        self._target_entropy = continuous_target_entropy(owner, target_entropy, action_spec, actor_network, self.default_keys["action"])
         self.num_qvalue_nets = num_qvalue_nets
         self.sub_sample_len = sub_sample_len
         self.delay_actor = bool(delay_actor)
@@ -199,13 +165,13 @@ class REDQLoss(_TemperatureMixin, _BootstrappedLoss):
         alpha = self._alpha
         subset = torch.randperm(self.num_qvalue_nets)[: self.sub_sample_len].sort().values
 
-        actor_td, _, log_prob = _rsample("REDQLoss", self.actor_network, self.params_of("actor_network"), tensordict, keys.action)
+        actor_td, _, log_prob, _ = rsample_action("REDQLoss", self.actor_network, self.params_of("actor_network"), tensordict, keys.action)
         q_actor = self._subset_q(actor_td, self.num_qvalue_nets, params=self.params_of("qvalue_network").detach())
         loss_actor = (alpha * log_prob - q_actor.mean(0)).mean()
 
         with torch.no_grad():
             actor_params = self.params_of("actor_network", target=self.delay_actor)
-            next_actor_td, _, next_log_prob = _rsample("REDQLoss", self.actor_network, actor_params, next_td, keys.action)
+            next_actor_td, _, next_log_prob, _ = rsample_action("REDQLoss", self.actor_network, actor_params, next_td, keys.action)
             target_params = self.params_of("qvalue_network", target=self.delay_qvalue)[subset]
             next_q = self._subset_q(next_actor_td, self.sub_sample_len, params=target_params)
             next_value = next_q.min(0).values - alpha * next_log_prob
@@ -215,7 +181,7 @@ class REDQLoss(_TemperatureMixin, _BootstrappedLoss):
 
         if self._target_entropy is None:
             # no spec: the sampled action's own shape (beyond the batch dims) gives "auto"
-            self._target_entropy = -float(math.prod(actor_td.get(keys.action).shape[tensordict.batch_dims:]))
+            self._target_entropy = auto_target_entropy(actor_td.get(keys.action).shape[tensordict.batch_dims:])
         log_pi = torch.stack([log_prob.detach(), next_log_prob], 0)
         loss_alpha = (-self.log_alpha.exp() * (log_pi + self._target_entropy)).mean()
 

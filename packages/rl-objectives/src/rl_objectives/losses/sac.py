@@ -9,36 +9,28 @@
 
 from __future__ import annotations
 
-import math
 from typing import Any, ClassVar
 
 import torch
 from tdict import TensorDict
-from tdict.specs import Composite
 
+from ._actions import (
+    PolicyDraw,
+    auto_target_entropy,
+    continuous_target_entropy,
+    rsample_action,
+)
 from .utils import (
     _BootstrappedLoss,
     _check_alpha_bounds,
-    _check_batch_shaped,
     _check_positive_int,
     _get,
     _reduce,
-    _sum_to_batch,
     _TemperatureMixin,
     distance_loss,
 )
 
 __all__ = ["SACLoss"]
-
-
-def _auto_target_entropy(action_spec: Any, actor_network: Any, action_key: Any) -> float | None:
-    """``-prod(action shape)`` from the spec (given or the actor's), or ``None`` to infer it later."""
-    spec = action_spec if action_spec is not None else getattr(actor_network, "spec", None)
-    if isinstance(spec, Composite):
-        spec = spec[action_key] if action_key in spec else None
-    if spec is None:
-        return None
-    return -float(math.prod(spec.shape))
 
 
 class SACLoss(_TemperatureMixin, _BootstrappedLoss):
@@ -142,12 +134,7 @@ class SACLoss(_TemperatureMixin, _BootstrappedLoss):
         if not hasattr(actor_network, "get_dist"):
             raise TypeError(f"SACLoss: actor_network must be a probabilistic module with get_dist (e.g. ProbabilisticActor), got {type(actor_network).__name__}.")
         _check_alpha_bounds("SACLoss", alpha_init, min_alpha, max_alpha)
-        if target_entropy == "auto":
-            resolved = _auto_target_entropy(action_spec, actor_network, self.default_keys["action"])
-        elif isinstance(target_entropy, (int, float)) and not isinstance(target_entropy, bool):
-            resolved = float(target_entropy)
-        else:
-            raise ValueError(f"SACLoss: target_entropy must be a number or 'auto', got {target_entropy!r}.")
+        resolved = continuous_target_entropy("SACLoss", target_entropy, action_spec, actor_network, self.default_keys["action"])
         self.num_qvalue_nets = num_qvalue_nets
         self.delay_actor = bool(delay_actor)
         self.delay_qvalue = bool(delay_qvalue)
@@ -162,25 +149,15 @@ class SACLoss(_TemperatureMixin, _BootstrappedLoss):
         """The entropy target (``None`` until the first call when it is inferred from the action)."""
         return self._target_entropy
 
-    def _sample(self, tensordict: Any, target: bool = False, params: Any = None) -> tuple[Any, torch.Tensor, torch.Tensor]:
-        """A reparameterised action from the actor on a copy of ``tensordict``: ``(copy, action, log_prob)``."""
-        work = tensordict.copy()
-        if params is None:
-            params = self.params_of("actor_network", target=target)
-        with params.to_module(self.actor_network):
-            dist = self.actor_network.get_dist(work)
-        if not dist.has_rsample:
-            raise ValueError(f"SACLoss: the actor's {type(dist).__name__} distribution has no rsample; SAC needs a reparameterisable one (e.g. TanhNormal).")
-        action = dist.rsample()
-        log_prob = _sum_to_batch(dist.log_prob(action), tensordict.batch_dims)
-        _check_batch_shaped("SACLoss", {"log_prob": log_prob}, tensordict.batch_size)
-        work.set(self.tensor_keys.action, action)
-        return work, action, log_prob
+    def _sample(self, tensordict: Any, target: bool = False) -> PolicyDraw:
+        """A reparameterised action from the actor (its target parameters with ``target``)."""
+        params = self.params_of("actor_network", target=target)
+        return rsample_action("SACLoss", self.actor_network, params, tensordict, self.tensor_keys.action)
 
     def _qvalue_loss(self, tensordict: Any) -> tuple[torch.Tensor, torch.Tensor]:
         next_td = _get("SACLoss", tensordict, "next")
         with torch.no_grad():
-            next_td, _, next_log_prob = self._sample(next_td, target=self.delay_actor)
+            next_td, _, next_log_prob, _ = self._sample(next_td, target=self.delay_actor)
             next_q = self._q(next_td, target=self.delay_qvalue)
             target = self._bootstrap(tensordict, next_q.min(0).values - self._alpha * next_log_prob)
         pred = self._q(tensordict.copy())
@@ -188,7 +165,7 @@ class SACLoss(_TemperatureMixin, _BootstrappedLoss):
         return _reduce(loss, self.reduction), (pred.detach() - target).abs().max(0).values
 
     def _actor_loss(self, tensordict: Any) -> tuple[torch.Tensor, torch.Tensor]:
-        work, _, log_prob = self._sample(tensordict)
+        work, _, log_prob, _ = self._sample(tensordict)
         min_q = self._q(work, params=self.params_of("qvalue_network").detach()).min(0).values
         return _reduce(self._alpha * log_prob - min_q, self.reduction), log_prob.detach()
 
@@ -199,7 +176,7 @@ class SACLoss(_TemperatureMixin, _BootstrappedLoss):
         if self._target_entropy is None:
             # no spec: the action's own shape (beyond the batch dims) gives "auto"
             action = _get("SACLoss", tensordict, self.tensor_keys.action)
-            self._target_entropy = -float(math.prod(action.shape[tensordict.batch_dims:]))
+            self._target_entropy = auto_target_entropy(action.shape[tensordict.batch_dims:])
         loss_alpha = _reduce(-self.log_alpha * (log_prob + self._target_entropy), self.reduction)
         tensordict.set(self.tensor_keys.priority, td_error)
         return TensorDict(
