@@ -33,6 +33,8 @@ _LAZY = {
     "check_env_specs": "checks",
     "RandomPolicy": "policies",
     "EnvCreator": "env_creator",
+    "ParallelEnv": "batched.parallel",
+    "SerialEnv": "batched.serial",
     "ExplorationType": "utils",
     "exploration_type": "utils",
     "set_exploration_type": "utils",

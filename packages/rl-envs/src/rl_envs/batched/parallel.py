@@ -1,0 +1,319 @@
+"""ParallelEnv: one process per sub-env, data through shared-memory buffers, commands through pipes."""
+from __future__ import annotations
+
+import atexit
+import os
+import signal
+import time
+import weakref
+from collections.abc import Callable, Sequence
+from multiprocessing import connection
+from typing import Any
+
+import torch.multiprocessing as mp
+from tdict import TensorDictBase
+
+from ..env_base import EnvBase
+from ..env_creator import EnvCreator
+from ._shared import BatchedEnvBase
+from ._worker import BufferLayout, EnvRunner, worker_main
+
+__all__ = ["ParallelEnv"]
+
+# pools with live workers; closed at interpreter exit by a hook registered after multiprocessing's own
+# (atexit runs last-registered first), so multiprocessing never waits on a worker that waits for us
+_LIVE_POOLS: weakref.WeakSet[_WorkerPool] = weakref.WeakSet()
+_ATEXIT_REGISTERED = False
+
+
+def _close_live_pools() -> None:
+    for pool in list(_LIVE_POOLS):
+        pool.close(grace=1.0)
+
+
+def _register_pool(pool: _WorkerPool) -> None:
+    global _ATEXIT_REGISTERED
+    _LIVE_POOLS.add(pool)
+    if not _ATEXIT_REGISTERED:
+        atexit.register(_close_live_pools)
+        _ATEXIT_REGISTERED = True
+
+
+class _WorkerPool:
+    """The worker processes and their pipes. Every wait is bounded, and any fault stops every worker.
+
+    Holds no reference to the env, so a ``weakref.finalize`` on the env can close it.
+    """
+
+    def __init__(self, timeout: float | None) -> None:
+        self.timeout = timeout
+        self.procs: list = []
+        self.conns: list = []
+        self.owner_pid = os.getpid()
+        self.closed = False
+        self._index: dict = {}  # pipe or process sentinel -> worker index
+
+    def start(self, ctx: Any, creators: list, buffer: TensorDictBase, layout: BufferLayout,
+              num_threads: int | None, daemon: bool) -> None:
+        _register_pool(self)
+        for i, creator in enumerate(creators):
+            parent_end, child_end = ctx.Pipe()
+            proc = ctx.Process(
+                target=worker_main,
+                args=(i, creator, buffer, layout, child_end, os.getpid(), num_threads),
+                daemon=daemon,
+                name=f"ParallelEnv-worker-{i}",
+            )
+            try:
+                proc.start()
+            finally:
+                child_end.close()
+            self.procs.append(proc)
+            self.conns.append(parent_end)
+            self._index[parent_end] = i
+            self._index[proc.sentinel] = i
+        self.gather(range(len(self.procs)), "ready")
+
+    def send(self, i: int, message: tuple) -> None:
+        try:
+            self.conns[i].send(message)
+        except (BrokenPipeError, ConnectionResetError, OSError):
+            self._raise_dead(i)
+
+    def gather(self, indices: Any, expected: str) -> dict:
+        """The reply of each worker in ``indices``; raises on an error reply, a dead or a silent worker."""
+        if self.closed:
+            raise RuntimeError("ParallelEnv: the workers were stopped after an earlier failure; call close() and retry.")
+        pending = set(indices)
+        replies: dict = {}
+        deadline = None if self.timeout is None else time.monotonic() + self.timeout
+        while pending:
+            waiting = [self.conns[i] for i in pending] + [self.procs[i].sentinel for i in pending]
+            remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
+            ready = connection.wait(waiting, remaining)
+            if not ready:
+                late = ", ".join(f"{i} (pid {self.procs[i].pid})" for i in sorted(pending))
+                self.close(grace=0.0)
+                raise TimeoutError(
+                    f"ParallelEnv: no {expected!r} reply from worker(s) {late} within worker_timeout={self.timeout}s; "
+                    f"every worker was stopped."
+                )
+            exited = []
+            for obj in ready:
+                i = self._index[obj]
+                if obj is not self.conns[i]:
+                    exited.append(i)
+                    continue
+                try:
+                    message = obj.recv()
+                except (EOFError, OSError):
+                    self._raise_dead(i)
+                if message[0] == "error":
+                    pid = self.procs[i].pid
+                    self.close(grace=1.0)
+                    raise RuntimeError(f"ParallelEnv: worker {i} (pid {pid}) raised:\n{message[1]}")
+                if message[0] != expected:
+                    self.close(grace=0.0)
+                    raise RuntimeError(f"ParallelEnv: worker {i} replied {message[0]!r}, expected {expected!r}.")
+                replies[i] = message
+                pending.discard(i)
+            for i in exited:
+                if i in pending and not self.conns[i].poll():  # a reply sent before exiting is read first
+                    self._raise_dead(i)
+        return replies
+
+    def _raise_dead(self, i: int) -> None:
+        proc = self.procs[i]
+        proc.join(1.0)
+        code, pid = proc.exitcode, proc.pid
+        self.close(grace=0.0)
+        why = ""
+        if code is not None and code < 0:
+            try:
+                why = f" (killed by {signal.Signals(-code).name})"
+            except ValueError:
+                why = f" (killed by signal {-code})"
+        raise RuntimeError(f"ParallelEnv: worker {i} (pid {pid}) died with exit code {code}{why}; every worker was stopped.")
+
+    def close(self, grace: float = 2.0) -> None:
+        """Asks the workers to exit, kills those still alive after ``grace`` seconds, joins all (idempotent)."""
+        if self.closed or os.getpid() != self.owner_pid:  # a forked child holds a copy: not its workers
+            return
+        self.closed = True
+        _LIVE_POOLS.discard(self)
+        for proc, conn in zip(self.procs, self.conns):
+            if proc.is_alive():
+                try:
+                    conn.send(("close",))
+                except Exception:
+                    pass
+        deadline = time.monotonic() + grace
+        for proc in self.procs:
+            proc.join(max(0.0, deadline - time.monotonic()))
+        for proc in self.procs:
+            if proc.is_alive():
+                proc.kill()
+                proc.join(5.0)
+        for conn in self.conns:
+            try:
+                conn.close()
+            except Exception:
+                pass
+
+
+class ParallelEnv(BatchedEnvBase):
+    """Runs ``num_workers`` sub-envs, each in its own process; batch size ``[num_workers, *sub_batch]``.
+
+    The parent and the workers share one buffer in shared memory, preallocated from the specs: a step
+    writes the actions (and the state and observation entries the sub-envs read) into it, sends each
+    worker a short command through its pipe, and returns a copy of the ``"next"`` entries the
+    workers wrote; no tensor is pickled per step. Results equal :class:`SerialEnv`'s for the same
+    factories and seeds. Workers start on first use (or with :meth:`start`).
+
+    Faults surface in the parent as exceptions naming the worker: a worker that raises gives a
+    ``RuntimeError`` with its traceback, a worker that dies one with its exit code, a worker silent
+    for ``worker_timeout`` seconds a ``TimeoutError``; every worker is stopped first. :meth:`close`
+    is idempotent and also runs when the env is garbage collected and at interpreter exit; the
+    shared memory is released with the last reference to the buffer. Workers whose parent dies exit
+    within a second. After :meth:`close` (or a fault) the next reset/step starts fresh workers.
+
+    Args:
+        num_workers: the number of sub-envs (and processes).
+        create_env_fn: a callable returning an env, an :class:`~rl_envs.EnvCreator`, or a list of
+            ``num_workers`` of them whose envs have the same batch size and specs. With ``"spawn"``
+            or ``"forkserver"`` it must pickle: a module-level function or class, or a lambda
+            wrapped by EnvCreator with ``cloudpickle`` installed.
+        create_env_kwargs: keyword arguments for the factory: a dict, or one dict per worker.
+        serial_for_single: with ``num_workers == 1``, run the env in this process (no worker).
+        shared_memory: must be True: the buffers live in shared memory (TorchRL also offers memmap
+            buffers and per-worker TensorDicts; these are not implemented).
+        mp_start_method: ``"fork"``, ``"spawn"`` or ``"forkserver"``; ``None`` uses multiprocessing's
+            default (``"fork"`` on Linux up to Python 3.13), as TorchRL does.
+        daemon: start the workers as daemon processes.
+        num_sub_threads: ``torch.set_num_threads`` in each worker (TorchRL's default, 1).
+        worker_timeout: seconds to wait for any worker reply (including start-up) before raising;
+            ``None`` waits forever (a dead worker is still detected at once).
+
+    Seeding: ``set_seed(seed)`` seeds worker ``i`` with ``seed + i`` and returns ``seed + num_workers``
+    (TorchRL chains the seeds each sub-env's ``set_seed`` returns instead).
+
+    Example:
+        >>> from rl_envs import PendulumEnv
+        >>> env = ParallelEnv(2, PendulumEnv, {"batch_size": [3]})
+        >>> env.set_seed(0)
+        2
+        >>> env.rollout(4).batch_size
+        torch.Size([2, 3, 4])
+        >>> env.close()
+    """
+
+    def __init__(
+        self,
+        num_workers: int,
+        create_env_fn: Callable[..., EnvBase] | Sequence[Callable[..., EnvBase]] | EnvCreator,
+        create_env_kwargs: dict | Sequence[dict] | None = None,
+        *,
+        serial_for_single: bool = False,
+        shared_memory: bool = True,
+        mp_start_method: str | None = None,
+        daemon: bool = False,
+        num_sub_threads: int | None = 1,
+        worker_timeout: float | None = 120.0,
+    ) -> None:
+        if not shared_memory:
+            raise ValueError(
+                "ParallelEnv: shared_memory=False is not supported; the workers exchange data with the parent through "
+                "shared-memory buffers."
+            )
+        methods = mp.get_all_start_methods()
+        if mp_start_method is not None and mp_start_method not in methods:
+            raise ValueError(f"ParallelEnv: mp_start_method must be one of {methods} or None, got {mp_start_method!r}.")
+        if worker_timeout is not None and not worker_timeout > 0:
+            raise ValueError(f"ParallelEnv: worker_timeout must be > 0 seconds or None, got {worker_timeout!r}.")
+        if num_sub_threads is not None and (not isinstance(num_sub_threads, int) or num_sub_threads < 1):
+            raise ValueError(f"ParallelEnv: num_sub_threads must be an int >= 1 or None, got {num_sub_threads!r}.")
+        super().__init__(num_workers, create_env_fn, create_env_kwargs, serial_for_single=serial_for_single)
+        self.mp_start_method = mp_start_method or mp.get_start_method()
+        self.daemon = daemon
+        self.num_sub_threads = num_sub_threads
+        self.worker_timeout = worker_timeout
+        self.__dict__["_pool"] = None
+        self.__dict__["_finalizer"] = None
+        self.__dict__["_local"] = []  # in-process runners (serial_for_single with one worker)
+        self.__dict__["_sent_keys"] = None
+        self.__dict__["_written"] = [()] * num_workers
+
+    @property
+    def _in_process(self) -> bool:
+        return self.serial_for_single and self.num_workers == 1
+
+    # ------------------------------------------------------------------ lifecycle
+    def _start_runners(self, buffer: TensorDictBase, layout: BufferLayout) -> None:
+        self.__dict__["_sent_keys"] = None
+        self.__dict__["_written"] = [()] * self.num_workers
+        if self._in_process:
+            self.__dict__["_local"] = [EnvRunner(self._creators[0](), buffer[0], layout)]
+            return
+        buffer.share_memory_()
+        pool = _WorkerPool(self.worker_timeout)
+        self.__dict__["_pool"] = pool
+        self.__dict__["_finalizer"] = weakref.finalize(self, pool.close)
+        pool.start(mp.get_context(self.mp_start_method), self._creators, buffer, layout, self.num_sub_threads, self.daemon)
+
+    def _stop_runners(self) -> None:
+        pool, finalizer, local = self._pool, self._finalizer, self._local
+        self.__dict__.update(_pool=None, _finalizer=None, _local=[])
+        if finalizer is not None:
+            finalizer.detach()
+        if pool is not None:
+            pool.close()
+        for runner in local:
+            runner.env.close()
+
+    def _live_pool(self) -> _WorkerPool | None:
+        pool = self._pool
+        if pool is not None and pool.closed:
+            raise RuntimeError(
+                "ParallelEnv: the workers were stopped after a failure (see the earlier exception); call close(), "
+                "after which the next reset/step starts new workers."
+            )
+        return pool
+
+    @property
+    def _workers(self) -> list:
+        """The worker processes (empty while closed or in-process)."""
+        return list(self._pool.procs) if self._pool is not None else []
+
+    # ------------------------------------------------------------------ commands
+    def _run_step(self, keys: tuple) -> tuple:
+        pool = self._live_pool()
+        if pool is None:
+            return self._local[0].step(keys)
+        message = ("step", None if keys == self._sent_keys else keys)
+        for i in range(self.num_workers):
+            pool.send(i, message)
+        self.__dict__["_sent_keys"] = keys
+        written = self._written
+        for i, reply in pool.gather(range(self.num_workers), "stepped").items():
+            if reply[1] is not None:
+                written[i] = reply[1]
+        return written[0]
+
+    def _run_reset(self, need: list, keys: tuple, with_mask: bool, kwargs: dict) -> tuple:
+        pool = self._live_pool()
+        if pool is None:
+            return self._local[0].reset(keys, with_mask, kwargs) if need[0] else ()
+        indices = [i for i, flag in enumerate(need) if flag]
+        for i in indices:
+            pool.send(i, ("reset", keys, with_mask, kwargs))
+        replies = pool.gather(indices, "reset")
+        return replies[indices[0]][1] if indices else ()
+
+    def _run_seed(self, seeds: list) -> None:
+        pool = self._live_pool()
+        if pool is None:
+            self._local[0].seed(seeds[0])
+            return
+        for i, seed in enumerate(seeds):
+            pool.send(i, ("seed", seed))
+        pool.gather(range(self.num_workers), "seeded")

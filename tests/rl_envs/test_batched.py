@@ -1,0 +1,362 @@
+"""SerialEnv / ParallelEnv: values against separate envs stepped by hand, partial resets, specs,
+and worker faults (a killed worker, a raising env, a hanging env) surfacing in the parent."""
+from __future__ import annotations
+
+import gc
+import multiprocessing
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+
+import pytest
+import torch
+from rl_envs import (
+    CartPoleEnv,
+    EnvCreator,
+    PendulumEnv,
+    StepCounter,
+    TransformedEnv,
+    check_env_specs,
+    step_mdp,
+)
+from rl_envs.batched import ParallelEnv, SerialEnv
+from tdict import TensorDict
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))  # spawned workers import the factories by name
+import _batched_children as children
+
+W = 3  # workers
+
+
+def _fork_parallel(*args, **kwargs):
+    return ParallelEnv(*args, mp_start_method="fork", **kwargs)
+
+
+BATCHED = [SerialEnv, _fork_parallel]
+IDS = ["serial", "parallel"]
+
+
+def _alive(pid: int) -> bool:
+    """A process that exists and is not a zombie (a reaped worker has no /proc entry)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+def _table_policy(actions: torch.Tensor, time_dim: int):
+    """A policy writing ``actions.select(time_dim, t)`` at its t-th call."""
+    calls = iter(range(actions.shape[time_dim]))
+
+    def policy(td):
+        return td.set("action", actions.select(time_dim, next(calls)).clone())
+
+    return policy
+
+
+def _by_hand(env, actions: torch.Tensor) -> dict:
+    """Steps one env with ``actions[..., t, :]``, resetting the sub-envs that are done (plain loop)."""
+    td = env.reset()
+    rows = {"observation": [], "next_observation": [], "reward": [], "done": []}
+    n_steps = actions.shape[len(env.batch_size)]
+    for t in range(n_steps):
+        td.set("action", actions.select(len(env.batch_size), t).clone())
+        # a copy, as the batched envs' buffers hand the sub-envs: PendulumEnv takes a float fast path only
+        # for its own default-parameter tensors (same values, last-bit rounding differences)
+        td = env.step(td.clone())
+        rows["observation"].append(td["observation"])
+        rows["next_observation"].append(td["next", "observation"])
+        rows["reward"].append(td["next", "reward"])
+        rows["done"].append(td["next", "done"])
+        done = td["next", "done"]
+        td = step_mdp(td)
+        if done.any():
+            td.set("_reset", done.clone())
+            td = env.reset(td)
+    return {k: torch.stack(v, len(env.batch_size)) for k, v in rows.items()}
+
+
+def _reference(make, n: int, actions: torch.Tensor, seed: int) -> dict:
+    per_env = []
+    for i in range(n):
+        env = make(i)
+        env.set_seed(seed + i)
+        per_env.append(_by_hand(env, actions[i]))
+    return {k: torch.stack([p[k] for p in per_env]) for k in per_env[0]}
+
+
+def _assert_rollout_matches(rollout, ref: dict) -> None:
+    assert torch.equal(rollout["observation"], ref["observation"])
+    assert torch.equal(rollout["next", "observation"], ref["next_observation"])
+    assert torch.equal(rollout["next", "reward"], ref["reward"])
+    assert torch.equal(rollout["next", "done"], ref["done"])
+
+
+@pytest.mark.parametrize("make_batched", BATCHED, ids=IDS)
+@pytest.mark.parametrize("sub_batch", [(), (2,)], ids=["single", "sub2"])
+def test_pendulum_matches_separate_envs(make_batched, sub_batch):
+    torch.manual_seed(0)
+    T = 6
+    actions = torch.rand(W, *sub_batch, T, 1) * 4 - 2
+    env = make_batched(W, PendulumEnv, {"batch_size": list(sub_batch)})
+    try:
+        assert env.batch_size == torch.Size([W, *sub_batch])
+        assert env.set_seed(7) == 7 + W
+        rollout = env.rollout(T, _table_policy(actions, len(sub_batch) + 1))
+        assert rollout.batch_size == torch.Size([W, *sub_batch, T])
+        assert rollout["next", "reward"].shape == torch.Size([W, *sub_batch, T])  # no trailing singleton
+        _assert_rollout_matches(rollout, _reference(lambda i: PendulumEnv(batch_size=sub_batch), W, actions, 7))
+    finally:
+        env.close()
+
+
+@pytest.mark.parametrize("make_batched", BATCHED, ids=IDS)
+def test_cartpole_auto_resets_match_separate_envs(make_batched):
+    """break_when_any_done=False: done workers (and done sub-envs inside a worker) reset in place."""
+    T = 60
+    actions = torch.randint(0, 2, (W, 2, T), generator=torch.Generator().manual_seed(3))
+    env = make_batched(W, CartPoleEnv, {"batch_size": [2]})
+    try:
+        env.set_seed(11)
+        rollout = env.rollout(T, _table_policy(actions, 2), break_when_any_done=False)
+        assert rollout.batch_size == torch.Size([W, 2, T])
+        ref = _reference(lambda i: CartPoleEnv(batch_size=[2]), W, actions, 11)
+        assert ref["done"][:, :, :-1].any()  # the episodes did end and restart mid-rollout
+        _assert_rollout_matches(rollout, ref)
+    finally:
+        env.close()
+
+
+def test_per_worker_kwargs_and_list_of_factories():
+    torch.manual_seed(0)
+    T = 5
+    actions = torch.rand(2, T, 1) * 4 - 2
+    kwargs = [{"g": 9.0}, {"g": 11.0}]
+    ref = _reference(lambda i: PendulumEnv(**kwargs[i]), 2, actions, 0)
+    envs = [
+        SerialEnv(2, PendulumEnv, kwargs),
+        _fork_parallel(2, [EnvCreator(PendulumEnv, kwargs[0]), lambda: PendulumEnv(g=11.0)]),
+    ]
+    for env in envs:
+        env.set_seed(0)
+        _assert_rollout_matches(env.rollout(T, _table_policy(actions, 1)), ref)
+        env.close()
+    assert envs[0].create_env_kwargs == kwargs
+
+
+@pytest.mark.parametrize("make_batched", BATCHED, ids=IDS)
+def test_partial_reset_only_touches_flagged_workers(make_batched):
+    env = make_batched(W, PendulumEnv, {"batch_size": [2]})
+    refs = [PendulumEnv(batch_size=[2]) for _ in range(W)]
+    try:
+        env.set_seed(0)
+        for i, ref in enumerate(refs):
+            ref.set_seed(i)
+        first = env.reset()
+        ref_first = torch.stack([r.reset()["observation"] for r in refs])
+        assert torch.equal(first["observation"], ref_first)
+        mask = torch.tensor([[True, False], [False, False], [False, True]])
+        second = env.reset(first.clone().set("_reset", mask))
+        assert "_reset" not in second
+        # workers 0 and 2 reset (their generators advance), worker 1 is untouched
+        ref_second = torch.stack([r.reset()["observation"] for r in refs])
+        expected = torch.where(mask.unsqueeze(-1), ref_second, ref_first)
+        assert torch.equal(second["observation"], expected)
+        assert torch.equal(second["th"][1], first["th"][1]) and not torch.equal(second["th"][0, 0], first["th"][0, 0])
+    finally:
+        env.close()
+
+
+@pytest.mark.parametrize("make_batched", BATCHED, ids=IDS)
+def test_partial_reset_skips_unflagged_workers(make_batched, counting_env):
+    """A worker whose mask is all False is not reset at all (its env's reset is not called)."""
+    env = make_batched(W, counting_env, {"max_count": 2})
+    try:
+        td = env.rollout(3, lambda td: td.set("action", torch.ones(W, dtype=torch.int64)), break_when_any_done=False)
+        assert td["next", "count"][:, -1].tolist() == [1, 1, 1]  # 1, 2 (done -> reset), 1
+        root = step_mdp(td[:, -1])
+        root.set("_reset", torch.tensor([False, True, False]))
+        out = env.reset(root)
+        assert out["count"].tolist() == [1, 0, 1]
+        assert out["done"].tolist() == [False, False, False]
+    finally:
+        env.close()
+    counting = SerialEnv(W, counting_env)
+    counting.reset()
+    counting.reset(TensorDict({"_reset": torch.tensor([True, False, True])}, batch_size=[W]))
+    assert [r.env.reset_count for r in counting._runners] == [2, 1, 2]
+    counting.close()
+
+
+@pytest.mark.parametrize("make_batched", BATCHED, ids=IDS)
+def test_specs_rand_action_fake_tensordict_check_env_specs(make_batched):
+    env = make_batched(2, lambda: TransformedEnv(PendulumEnv(batch_size=[3]), StepCounter(max_steps=4)))
+    try:
+        assert env.is_closed  # lazy: nothing started yet
+        assert env.action_spec.shape == torch.Size([2, 3, 1])
+        assert env.full_observation_spec["observation"].shape == torch.Size([2, 3, 3])
+        assert env.full_done_spec["truncated"].shape == torch.Size([2, 3])
+        assert env.action_spec.is_in(env.rand_action()["action"])
+        fake = env.fake_tensordict()
+        assert fake.batch_size == torch.Size([2, 3]) and fake["next", "reward"].shape == torch.Size([2, 3])
+        check_env_specs(env, seed=0)
+        assert not env.is_closed
+        rollout = env.rollout(10, break_when_any_done=False)  # StepCounter truncates every 4 steps
+        assert rollout["next", "step_count"][0, 0].tolist() == [1, 2, 3, 4, 1, 2, 3, 4, 1, 2]
+        assert rollout["next", "truncated"][:, :, 3].all() and not rollout["next", "truncated"][:, :, 2].any()
+    finally:
+        env.close()
+
+
+def test_parallel_equals_serial_with_spawn():
+    T = 8
+    actions = torch.rand(2, T, 1, generator=torch.Generator().manual_seed(0)) * 4 - 2
+    results = []
+    for env in (SerialEnv(2, children.make_pendulum), ParallelEnv(2, children.make_pendulum, mp_start_method="spawn")):
+        env.set_seed(5)
+        results.append(env.rollout(T, _table_policy(actions, 1)))
+        env.close()
+    assert (results[0] == results[1]).all()
+
+
+def test_serial_for_single_runs_in_process():
+    env = ParallelEnv(1, PendulumEnv, serial_for_single=True)
+    env.set_seed(0)
+    rollout = env.rollout(4, lambda td: td.set("action", torch.ones(1, 1)))
+    assert env._workers == [] and rollout.batch_size == torch.Size([1, 4])
+    ref = SerialEnv(1, PendulumEnv)
+    ref.set_seed(0)
+    assert (ref.rollout(4, lambda td: td.set("action", torch.ones(1, 1))) == rollout).all()
+    env.close()
+
+
+def test_killed_worker_surfaces_and_nothing_is_left():
+    env = _fork_parallel(W, PendulumEnv)
+    env.start()
+    pids = [p.pid for p in env._workers]
+    assert all(_alive(pid) for pid in pids)
+
+    def kill_second_worker(env_, td):
+        if kill_second_worker.calls == 2:
+            os.kill(pids[1], signal.SIGKILL)
+        kill_second_worker.calls += 1
+
+    kill_second_worker.calls = 0
+    start = time.monotonic()
+    with pytest.raises(RuntimeError, match=rf"worker 1 \(pid {pids[1]}\) died with exit code -9 \(killed by SIGKILL\)"):
+        env.rollout(100, callback=kill_second_worker)
+    assert time.monotonic() - start < 10
+    assert not any(_alive(pid) for pid in pids)
+    assert not [c for c in multiprocessing.active_children() if c.pid in pids]
+    with pytest.raises(RuntimeError, match="stopped after a failure"):
+        env.rand_step(env.reset())
+    env.close()
+    env.close()  # idempotent
+    assert env.rollout(3).batch_size == torch.Size([W, 3])  # close() then use: fresh workers
+    new = [p.pid for p in env._workers]
+    env.close()
+    assert not any(_alive(pid) for pid in new)
+
+
+@pytest.mark.parametrize("make_batched", BATCHED, ids=IDS)
+def test_raising_env_surfaces_with_its_error(make_batched):
+    env = make_batched(2, [children.make_pendulum, lambda: children.FailingPendulum(fail_at=3)])
+    with pytest.raises((RuntimeError, ValueError), match="sub-env exploded at step 3"):
+        env.rollout(10)
+    if make_batched is not SerialEnv:
+        assert not any(_alive(p.pid) for p in env._workers)
+    env.close()
+
+
+def test_hanging_worker_times_out():
+    env = _fork_parallel(2, [children.make_pendulum, lambda: children.HangingPendulum(hang_at=2)], worker_timeout=1.0)
+    env.start()
+    pids = [p.pid for p in env._workers]
+    start = time.monotonic()
+    with pytest.raises(TimeoutError, match=rf"worker\(s\) 1 \(pid {pids[1]}\) within worker_timeout=1.0s"):
+        env.rollout(5)
+    assert time.monotonic() - start < 10
+    assert not any(_alive(pid) for pid in pids)
+    env.close()
+
+
+def test_close_releases_processes_pipes_and_shared_memory():
+    gc.collect()
+    fds_before = len(os.listdir("/proc/self/fd"))
+    env = _fork_parallel(2, PendulumEnv, {"batch_size": [4]})
+    env.rollout(3)
+    assert env._buffer["observation"].is_shared()
+    pids = [p.pid for p in env._workers]
+    env.close()
+    env.close()
+    assert env.is_closed and not any(_alive(pid) for pid in pids)
+    del env
+    gc.collect()
+    # the pipes and the shared-memory file descriptors are closed with the workers and the buffer
+    assert len(os.listdir("/proc/self/fd")) == fds_before
+
+
+def test_workers_stop_at_interpreter_exit_without_close():
+    script = textwrap.dedent(
+        """
+        from rl_envs import PendulumEnv
+        from rl_envs.batched import ParallelEnv
+        env = ParallelEnv(2, PendulumEnv, mp_start_method="fork")
+        env.rollout(2)
+        print(*[p.pid for p in env._workers], flush=True)
+        """
+    )
+    done = subprocess.run([sys.executable, "-c", script], check=False, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    pids = [int(p) for p in done.stdout.split()]
+    assert len(pids) == 2
+    deadline = time.monotonic() + 5
+    while any(_alive(pid) for pid in pids) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not any(_alive(pid) for pid in pids)
+
+
+def test_seeding():
+    env = SerialEnv(2, PendulumEnv)
+    assert env.set_seed(3) == 5 and env.set_seed(3, static_seed=True) == 3 and env.set_seed(None) is None
+    env.set_seed(3)
+    first = env.reset()["th"]
+    refs = [PendulumEnv(seed=3), PendulumEnv(seed=4)]
+    assert torch.equal(first, torch.stack([r.reset()["th"] for r in refs]))
+    with pytest.raises(TypeError, match="seed must be an int"):
+        env.set_seed(1.5)
+    env.close()
+
+
+def test_bad_arguments():
+    with pytest.raises(ValueError, match="num_workers must be an int >= 1, got 0"):
+        SerialEnv(0, PendulumEnv)
+    with pytest.raises(ValueError, match="list of 2 callables, expected num_workers=3"):
+        SerialEnv(3, [PendulumEnv, PendulumEnv])
+    with pytest.raises(TypeError, match=r"create_env_fn\[0\] must be callable"):
+        SerialEnv(1, [3])
+    with pytest.raises(ValueError, match="list of num_workers=2 dicts"):
+        SerialEnv(2, PendulumEnv, [{}])
+    with pytest.raises(ValueError, match="worker 1 .* different batch_size"):
+        SerialEnv(2, [PendulumEnv, lambda: PendulumEnv(batch_size=[2])])
+    with pytest.raises(ValueError, match="worker 1 .* different input_spec"):
+        SerialEnv(2, [PendulumEnv, lambda: PendulumEnv(max_torque=1.0)])
+    with pytest.raises(ValueError, match="shared_memory=False is not supported"):
+        ParallelEnv(2, PendulumEnv, shared_memory=False)
+    with pytest.raises(ValueError, match="mp_start_method must be one of"):
+        ParallelEnv(2, PendulumEnv, mp_start_method="thread")
+    env = SerialEnv(2, PendulumEnv)
+    with pytest.raises(ValueError, match=r"'_reset' must have shape \[2\]"):
+        env.reset(TensorDict({"_reset": torch.ones(2, 3, dtype=torch.bool)}, batch_size=[2]))
+    with pytest.raises(ValueError, match="batch_size"):
+        env.step(TensorDict({"action": torch.zeros(3, 1)}, batch_size=[3]))
+    td = env.rand_action(env.reset()).set("thdot", torch.zeros(2, 5))
+    with pytest.raises(ValueError, match=r"'thdot': expected shape \[2\] .* got \[2, 5\]"):
+        env.step(td)
+    with pytest.raises(NotImplementedError, match="build them on the device"):
+        env.to("cpu")
+    env.close()
