@@ -133,7 +133,7 @@ class Collector:
         if self.policy is not None and self.policy_device is not None and isinstance(self.policy, nn.Module):
             self.policy = self.policy.to(self.policy_device)
         self._random_policy = self.env.rand_action  # the env contract's random action from its spec
-        self._random_fill = _policy_only_entries(self.policy, self.env, dry_run=init_random_frames > 0)
+        self._random_fill = _policy_only_entries(self.policy, self.env, init_random_frames > 0, self.policy_device)
         batch = self.env.batch_size
         self._n_envs = math.prod(batch)
         steps = -(-frames_per_batch // self._n_envs)
@@ -434,7 +434,7 @@ class Collector:
         )
 
 
-def _policy_only_entries(policy: Any, env: Any, dry_run: bool) -> TensorDictBase | None:
+def _policy_only_entries(policy: Any, env: Any, dry_run: bool, policy_device: torch.device | None = None) -> TensorDictBase | None:
     """Run the policy once on a fake step (no grad) when it has lazy layers or ``dry_run`` is set.
 
     Lazy layers (``nn.LazyLinear``, ``MLP(in_features=None)``) get their shapes before the first
@@ -449,10 +449,14 @@ def _policy_only_entries(policy: Any, env: Any, dry_run: bool) -> TensorDictBase
     fake = env.fake_tensordict()
     before = set(fake.keys(include_nested=True, leaves_only=True))
     with torch.no_grad():
-        out = policy(fake.copy())
+        out = policy(fake.to(policy_device) if policy_device is not None else fake.copy())
     out = fake if out is None else out
     actions = set(env.action_keys)
     written = [k for k in out.keys(include_nested=True, leaves_only=True) if k not in before and k not in actions]
     if not dry_run or not written:
         return None
-    return out.select(*written).apply(torch.zeros_like)
+    zeros = out.select(*written).apply(torch.zeros_like)
+    if policy_device is None:
+        return zeros
+    env_leaf = next(iter(fake.values(include_nested=True, leaves_only=True)), None)
+    return zeros.to(env_leaf.device) if env_leaf is not None else zeros  # random steps live on the env's device
