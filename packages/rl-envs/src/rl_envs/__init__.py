@@ -26,6 +26,8 @@ __version__ = "0.1.0"
 # name -> module that defines it (imported on first use: gymnasium & co stay optional)
 _LAZY = {
     "CartPoleEnv": "native.cartpole",
+    "DMControlEnv": "libs.dm_control",
+    "DMControlWrapper": "libs.dm_control",
     "GymEnv": "libs.gymnasium",
     "GymWrapper": "libs.gymnasium",
     "default_info_dict_reader": "libs.gymnasium",
