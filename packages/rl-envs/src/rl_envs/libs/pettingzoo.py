@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import importlib
 from collections.abc import Mapping, Sequence
-from enum import Enum
 from typing import Any
 
 import torch
@@ -35,12 +34,12 @@ from tdict.specs import (
 )
 
 from ..env_base import EnvBase
+from ._marl import MarlGroupMapType, check_marl_grouping
+from ._marl import group_by_prefix as _default_group_map
 
 __all__ = ["MarlGroupMapType", "PettingZooEnv", "PettingZooWrapper", "check_marl_grouping"]
 
 _new_td = TensorDict._new_unsafe
-# keys the wrapper writes at the root: a group may not take these names
-_RESERVED = ("done", "terminated", "truncated", "state", "_reset", "next")
 # task families searched by PettingZooEnv, in order (the MPE tasks moved from pettingzoo.mpe to mpe2)
 _FAMILIES = ("mpe2", "pettingzoo.classic", "pettingzoo.butterfly", "pettingzoo.sisl", "pettingzoo.atari")
 
@@ -53,72 +52,6 @@ def _pettingzoo() -> Any:
             "PettingZooEnv/PettingZooWrapper need pettingzoo, which is not installed: pip install rl-envs[pettingzoo]"
         ) from err
     return pettingzoo
-
-
-# ---------------------------------------------------------------------------------------------- grouping
-class MarlGroupMapType(Enum):
-    """Ready-made ways of grouping agents (``torchrl.envs.MarlGroupMapType``).
-
-    ``ALL_IN_ONE_GROUP`` puts every agent in a group called ``"agents"``; ``ONE_GROUP_PER_AGENT``
-    gives each agent its own group, named after the agent.
-
-    Example:
-        >>> MarlGroupMapType.ALL_IN_ONE_GROUP.get_group_map(["a_0", "b_0"])
-        {'agents': ['a_0', 'b_0']}
-        >>> MarlGroupMapType.ONE_GROUP_PER_AGENT.get_group_map(["a_0", "b_0"])
-        {'a_0': ['a_0'], 'b_0': ['b_0']}
-    """
-
-    ALL_IN_ONE_GROUP = 1
-    ONE_GROUP_PER_AGENT = 2
-
-    def get_group_map(self, agent_names: Sequence[str]) -> dict[str, list[str]]:
-        """The group map of this type for ``agent_names``."""
-        if self is MarlGroupMapType.ALL_IN_ONE_GROUP:
-            return {"agents": list(agent_names)}
-        return {name: [name] for name in agent_names}
-
-
-def check_marl_grouping(group_map: Mapping[str, Sequence[str]], agent_names: Sequence[str]) -> None:
-    """Raises a ``ValueError`` unless every agent is in exactly one non-empty group.
-
-    Example:
-        >>> check_marl_grouping({"agents": ["a", "b"]}, ["a", "b"])
-        >>> check_marl_grouping({"agents": ["a"]}, ["a", "b"])
-        Traceback (most recent call last):
-        ...
-        ValueError: group_map: agents ['b'] are in no group; every agent of the env must be in exactly one group.
-    """
-    seen: dict[str, str] = {}
-    for group, agents in group_map.items():
-        if not isinstance(group, str) or not group:
-            raise ValueError(f"group_map: group names must be non-empty strings, got {group!r}.")
-        if group in _RESERVED:
-            raise ValueError(f"group_map: group name {group!r} is reserved (the root holds {list(_RESERVED)}).")
-        if isinstance(agents, str) or not isinstance(agents, Sequence) or len(agents) == 0:
-            raise ValueError(f"group_map[{group!r}]: expected a non-empty list of agent names, got {agents!r}.")
-        for agent in agents:
-            if agent not in agent_names:
-                raise ValueError(f"group_map[{group!r}]: agent {agent!r} is not an agent of the env {list(agent_names)}.")
-            if agent in seen:
-                raise ValueError(f"group_map: agent {agent!r} is in two groups ({seen[agent]!r} and {group!r}).")
-            seen[agent] = group
-    missing = [a for a in agent_names if a not in seen]
-    if missing:
-        raise ValueError(f"group_map: agents {missing} are in no group; every agent of the env must be in exactly one group.")
-
-
-def _default_group_map(agent_names: Sequence[str]) -> dict[str, list[str]]:
-    """PettingZoo's naming convention ``"<group>_<int>"``: agents sharing ``<group>`` share a group.
-
-    A name that does not end in ``_<int>`` is a group of its own.
-    """
-    group_map: dict[str, list[str]] = {}
-    for name in agent_names:
-        head, sep, tail = name.rpartition("_")
-        group = head if sep and head and tail.isdigit() else name
-        group_map.setdefault(group, []).append(name)
-    return group_map
 
 
 # ---------------------------------------------------------------------------------------------- wrapper
