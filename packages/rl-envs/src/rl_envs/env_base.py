@@ -217,6 +217,21 @@ class EnvBase(nn.Module):
     def done_spec(self, spec: Any) -> None:
         self._set_spec("full_done_spec", self._wrap_leaf("done", spec))
 
+    def _unbatched(self, spec: Any) -> Any:
+        """``spec`` for one env of the batch (the env's batch dims removed), as TorchRL's ``*_unbatched``."""
+        return spec[(0,) * len(self._batch_size)] if self._batch_size else spec.clone()
+
+    full_observation_spec_unbatched = property(lambda self: self._unbatched(self.full_observation_spec))
+    full_reward_spec_unbatched = property(lambda self: self._unbatched(self.full_reward_spec))
+    full_done_spec_unbatched = property(lambda self: self._unbatched(self.full_done_spec))
+    full_action_spec_unbatched = property(lambda self: self._unbatched(self.full_action_spec))
+    full_state_spec_unbatched = property(lambda self: self._unbatched(self.full_state_spec))
+    observation_spec_unbatched = full_observation_spec_unbatched
+    state_spec_unbatched = full_state_spec_unbatched
+    action_spec_unbatched = property(lambda self: self._unbatched(self.action_spec))
+    reward_spec_unbatched = property(lambda self: self._unbatched(self.reward_spec))
+    done_spec_unbatched = property(lambda self: self._unbatched(self.done_spec))
+
     @property
     def output_spec(self) -> Composite:
         """``Composite(full_observation_spec, full_reward_spec, full_done_spec)``."""

@@ -89,6 +89,7 @@ class TensorStorage(Storage):
 
         if is_tensor_collection(data):
             storage = data[:1].apply(alloc, batch_size=[rows, *data.batch_size[1:]])
+            _keep_nested_batch_dims(storage, data)
         else:
             storage = alloc(data)
         self._storage = storage
@@ -180,3 +181,18 @@ class LazyTensorStorage(TensorStorage):
 
     def __init__(self, max_size: int, *, device: Any = "cpu", ndim: int = 1) -> None:
         super().__init__(None, max_size, device=device, ndim=ndim)
+
+
+def _keep_nested_batch_dims(storage: Any, data: Any) -> None:
+    """Give each sub-TensorDict of ``storage`` the extra batch dims it has in ``data``.
+
+    ``apply(..., batch_size=...)`` sets every level to the root's batch size; a group such as
+    ``"agents"`` (batch ``[B, n_agents]`` under a ``[B]`` root) keeps its own dims in the storage,
+    so samples come back with per-agent batch dims.
+    """
+    rows = storage.batch_size[0]
+    keys = sorted(data.keys(include_nested=True), key=lambda k: -len(k) if isinstance(k, tuple) else -1)
+    for key in keys:  # deepest first: a parent's batch dims must stay a prefix of its children's
+        sub = data.get(key)
+        if is_tensor_collection(sub) and not sub._is_non_tensor and sub.batch_dims > storage.batch_dims:
+            storage.get(key).batch_size = torch.Size([rows, *sub.batch_size[1:]])
