@@ -1,4 +1,4 @@
-"""The runnable examples in the docstrings of rl_envs, rl_replay, rl_collect and rl_objectives
+"""The runnable examples in the docstrings of rl_envs, rl_replay, rl_collect, rl_objectives and rl_llm
 stay runnable (tdict's are checked, with a count, in tests/tdict/test_doctests.py)."""
 import doctest
 import importlib
@@ -6,7 +6,7 @@ import pkgutil
 
 import pytest
 
-PACKAGES = ("rl_envs", "rl_replay", "rl_collect", "rl_objectives")
+PACKAGES = ("rl_envs", "rl_replay", "rl_collect", "rl_objectives", "rl_llm")
 
 
 def _modules():

@@ -1,0 +1,191 @@
+"""Shared pieces of the LLM losses: per-token log-probs of a response, masked reductions, key handling.
+
+The one forward pass every loss and the policy wrapper run is :func:`response_log_probs`: the prompt
+(left-padded) and the response (right-padded) are concatenated, the model sees the joint attention mask
+and position ids that count only real tokens, and the log-softmax of the logits that *predict* each
+response token is gathered at that token. Padding therefore changes nothing: a row's log-probs equal
+those of the same row run alone without padding.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, ClassVar
+
+import torch
+from tdict import unravel_key
+from torch import nn
+
+__all__ = ["LLMLossBase", "aggregate_tokens", "masked_mean", "masked_sum", "response_log_probs"]
+
+
+def _check_pair(tokens: torch.Tensor, mask: torch.Tensor, name: str) -> None:
+    if not isinstance(tokens, torch.Tensor) or tokens.ndim != 2:
+        raise ValueError(f"{name}: expected a [batch, length] tensor of token ids, got {getattr(tokens, 'shape', type(tokens))}.")
+    if tokens.is_floating_point():
+        raise ValueError(f"{name}: expected integer token ids, got dtype {tokens.dtype}.")
+    if mask.shape != tokens.shape:
+        raise ValueError(f"{name} mask: expected shape {tuple(tokens.shape)} (as the tokens), got {tuple(mask.shape)}.")
+
+
+def response_log_probs(
+    model: nn.Module,
+    prompt_tokens: torch.Tensor,
+    prompt_mask: torch.Tensor,
+    response_tokens: torch.Tensor,
+    response_mask: torch.Tensor,
+    *,
+    return_entropy: bool = False,
+) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Per-token log-probs (and entropies) of ``response_tokens`` given ``prompt_tokens``, in one pass.
+
+    Args:
+        model: a causal LM returning ``.logits`` of shape ``[B, L, vocab]`` (any Hugging Face
+            ``*ForCausalLM``).
+        prompt_tokens: ``[B, Lp]`` token ids, LEFT-padded (every row's last column is a real token).
+        prompt_mask: ``[B, Lp]`` bool/int, true on real prompt tokens.
+        response_tokens: ``[B, Lr]`` token ids, RIGHT-padded.
+        response_mask: ``[B, Lr]`` bool/int, true on real response tokens (a prefix of each row).
+        return_entropy: also return the entropy of the model's next-token distribution at each
+            response position.
+
+    Returns:
+        ``(log_probs, entropy)``, both ``[B, Lr]`` float, 0 where ``response_mask`` is false
+        (``entropy`` is ``None`` unless asked for). Gradients flow to the model's parameters.
+
+    Example:
+        >>> import torch
+        >>> from transformers import GPT2Config, GPT2LMHeadModel
+        >>> from rl_llm.losses import response_log_probs
+        >>> model = GPT2LMHeadModel(GPT2Config(n_layer=1, n_head=1, n_embd=8, vocab_size=11,
+        ...                                    bos_token_id=1, eos_token_id=1, pad_token_id=0))
+        >>> lp, _ = response_log_probs(model, torch.tensor([[0, 3, 4]]), torch.tensor([[0, 1, 1]]),
+        ...                            torch.tensor([[5, 6, 0]]), torch.tensor([[1, 1, 0]]))
+        >>> lp.shape, bool(lp[0, 2] == 0), bool((lp[0, :2] < 0).all())
+        (torch.Size([1, 3]), True, True)
+    """
+    _check_pair(prompt_tokens, prompt_mask, "prompt_tokens")
+    _check_pair(response_tokens, response_mask, "response_tokens")
+    if prompt_tokens.shape[0] != response_tokens.shape[0]:
+        raise ValueError(
+            f"response_log_probs: prompt batch {prompt_tokens.shape[0]} != response batch {response_tokens.shape[0]}."
+        )
+    prompt_mask = prompt_mask.bool()
+    response_mask = response_mask.bool()
+    if prompt_tokens.shape[1] == 0 or not bool(prompt_mask[:, -1].all()):
+        raise ValueError(
+            "prompt_tokens must be LEFT-padded with at least one real token per row (prompt_mask[:, -1] all true): "
+            "the last prompt position predicts the first response token."
+        )
+    lp_len = prompt_tokens.shape[1]
+    r_len = response_tokens.shape[1]
+    input_ids = torch.cat([prompt_tokens, response_tokens], dim=1)
+    attention = torch.cat([prompt_mask, response_mask], dim=1)
+    # positions count real tokens only, so left padding does not shift them (as generate() does)
+    position_ids = (attention.long().cumsum(-1) - 1).clamp(min=0)
+    logits = model(input_ids=input_ids, attention_mask=attention.long(), position_ids=position_ids).logits
+    # logits at position t predict token t + 1: the response is predicted by positions Lp-1 .. Lp+Lr-2
+    logits = logits[:, lp_len - 1 : lp_len - 1 + r_len].float()
+    log_softmax = logits.log_softmax(-1)
+    log_probs = log_softmax.gather(-1, response_tokens.unsqueeze(-1)).squeeze(-1)
+    zero = log_probs.new_zeros(())
+    log_probs = torch.where(response_mask, log_probs, zero)
+    entropy = None
+    if return_entropy:
+        entropy = -(log_softmax.exp() * log_softmax).sum(-1)
+        entropy = torch.where(response_mask, entropy, zero)
+    return log_probs, entropy
+
+
+def masked_sum(values: torch.Tensor, mask: torch.Tensor, dim: int = -1) -> torch.Tensor:
+    """Sum of ``values`` where ``mask`` is true, along ``dim``."""
+    return torch.where(mask.bool(), values, values.new_zeros(())).sum(dim)
+
+
+def masked_mean(values: torch.Tensor, mask: torch.Tensor, dim: int | None = None) -> torch.Tensor:
+    """Mean of ``values`` over the true entries of ``mask`` (all dims when ``dim`` is None).
+
+    An all-false mask gives 0 rather than NaN (a batch without response tokens contributes nothing).
+    """
+    mask = mask.bool()
+    masked = torch.where(mask, values, values.new_zeros(()))
+    if dim is None:
+        return masked.sum() / mask.sum().clamp(min=1)
+    return masked.sum(dim) / mask.sum(dim).clamp(min=1)
+
+
+AGGREGATIONS = ("token_mean", "sequence_mean", "sum")
+
+
+def aggregate_tokens(values: torch.Tensor, mask: torch.Tensor, aggregation: str) -> torch.Tensor:
+    """Reduce per-token ``values`` ``[B, L]`` to a scalar.
+
+    ``"token_mean"``: mean over every valid token of the batch (long responses weigh more, as in DAPO
+    and TRL's default); ``"sequence_mean"``: mean over tokens within each sequence, then over
+    sequences (the original GRPO paper); ``"sum"``: sum over valid tokens.
+    """
+    if aggregation == "token_mean":
+        return masked_mean(values, mask)
+    if aggregation == "sequence_mean":
+        return masked_mean(values, mask, dim=-1).mean()
+    if aggregation == "sum":
+        return masked_sum(values, mask).sum()
+    raise ValueError(f"aggregation must be one of {AGGREGATIONS}, got {aggregation!r}.")
+
+
+class _TensorKeys:
+    """The keys a loss reads and writes, as attributes (``loss.tensor_keys.advantage``)."""
+
+    def __init__(self, defaults: Mapping[str, Any]) -> None:
+        self.__dict__.update(defaults)
+
+    def __repr__(self) -> str:
+        return f"TensorKeys({', '.join(f'{k}={v!r}' for k, v in self.__dict__.items())})"
+
+
+class LLMLossBase(nn.Module):
+    """Base of the LLM losses: a policy wrapper under ``actor_network`` and renamable keys.
+
+    The actor's own ``nn.Parameter`` s are the loss's parameters (no functional copies: LLM losses
+    need no target networks), so ``torch.optim.AdamW(loss.parameters())`` trains the model.
+    ``forward`` returns a TensorDict whose ``"loss_*"`` entries are the scalars to sum.
+    """
+
+    default_keys: ClassVar[Mapping[str, Any]] = {}
+
+    def __init__(self, actor_network: nn.Module) -> None:
+        super().__init__()
+        if not isinstance(actor_network, nn.Module):
+            raise TypeError(f"{type(self).__name__}: actor_network must be an nn.Module, got {type(actor_network).__name__}.")
+        if getattr(actor_network, "generate", False):
+            raise ValueError(
+                f"{type(self).__name__}: actor_network must score given responses (TransformersWrapper(generate=False)), "
+                "got a wrapper with generate=True."
+            )
+        self.actor_network = actor_network
+        self.tensor_keys = _TensorKeys({k: unravel_key(v) for k, v in self.default_keys.items()})
+
+    def set_keys(self, **keys: Any) -> LLMLossBase:
+        """Rename the keys this loss reads or writes.
+
+        Raises:
+            ValueError: naming the unknown names and listing the accepted ones.
+        """
+        unknown = sorted(set(keys) - set(self.default_keys))
+        if unknown:
+            raise ValueError(f"{type(self).__name__}.set_keys: unknown key name(s) {unknown}; accepted: {sorted(self.default_keys)}.")
+        for name, key in keys.items():
+            if key is None:
+                raise ValueError(f"{type(self).__name__}.set_keys: {name}=None; give a key (str or tuple of str).")
+            setattr(self.tensor_keys, name, unravel_key(key))
+        return self
+
+    def _get(self, tensordict: Any, name: str) -> torch.Tensor:
+        key = getattr(self.tensor_keys, name)
+        value = tensordict.get(key, None)
+        if value is None:
+            raise KeyError(
+                f"{type(self).__name__}: the input lacks {key!r} ({name}); keys present: "
+                f"{sorted(map(str, tensordict.keys(True, True)))}."
+            )
+        return value
