@@ -10,6 +10,7 @@ those of the same row run alone without padding.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from types import SimpleNamespace
 from typing import Any, ClassVar
 
 import torch
@@ -133,16 +134,6 @@ def aggregate_tokens(values: torch.Tensor, mask: torch.Tensor, aggregation: str)
     raise ValueError(f"aggregation must be one of {AGGREGATIONS}, got {aggregation!r}.")
 
 
-class _TensorKeys:
-    """The keys a loss reads and writes, as attributes (``loss.tensor_keys.advantage``)."""
-
-    def __init__(self, defaults: Mapping[str, Any]) -> None:
-        self.__dict__.update(defaults)
-
-    def __repr__(self) -> str:
-        return f"TensorKeys({', '.join(f'{k}={v!r}' for k, v in self.__dict__.items())})"
-
-
 class LLMLossBase(nn.Module):
     """Base of the LLM losses: a policy wrapper under ``actor_network`` and renamable keys.
 
@@ -163,7 +154,7 @@ class LLMLossBase(nn.Module):
                 "got a wrapper with generate=True."
             )
         self.actor_network = actor_network
-        self.tensor_keys = _TensorKeys({k: unravel_key(v) for k, v in self.default_keys.items()})
+        self.tensor_keys = SimpleNamespace(**{k: unravel_key(v) for k, v in self.default_keys.items()})
 
     def set_keys(self, **keys: Any) -> LLMLossBase:
         """Rename the keys this loss reads or writes.

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Mapping
+from types import SimpleNamespace
 from typing import Any, ClassVar
 
 import torch
@@ -27,16 +28,6 @@ from tdict.nn import TensorDictModuleBase, TensorDictParams
 __all__ = ["LossModule"]
 
 _LOOP_MAX_SETS = 4  # measured crossover: a loop beats torch.vmap for 2 to 4 small networks
-
-
-class _TensorKeys:
-    """The keys a loss reads and writes, as attributes (``loss.tensor_keys.advantage``)."""
-
-    def __init__(self, defaults: Mapping[str, Any]) -> None:
-        self.__dict__.update(defaults)
-
-    def __repr__(self) -> str:
-        return f"TensorKeys({', '.join(f'{k}={v!r}' for k, v in self.__dict__.items())})"
 
 
 class LossModule(nn.Module):
@@ -77,7 +68,7 @@ class LossModule(nn.Module):
 
     def __init__(self) -> None:
         super().__init__()
-        self.tensor_keys = _TensorKeys(self.default_keys)
+        self.tensor_keys = SimpleNamespace(**self.default_keys)  # loss.tensor_keys.advantage
         self._networks: dict[str, int | None] = {}  # name -> expand_dim (None: a single set)
         self._target_networks: list[str] = []
         self._value_estimator = None
