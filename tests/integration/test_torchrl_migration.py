@@ -205,3 +205,50 @@ def test_multiagent_ppo_tutorial_runs_with_changed_imports():
             optim.zero_grad()
         collector.update_policy_weights_()
     collector.shutdown()
+
+
+def test_td3_with_gaussian_exploration_runs_with_changed_imports():
+    """TD3 as TorchRL's examples build it: deterministic actor + AdditiveGaussianModule, twin critics."""
+    from rl_collect import Collector
+    from rl_envs import DoubleToFloat, GymEnv, TransformedEnv
+    from rl_objectives import SoftUpdate, TD3Loss
+    from rl_objectives.modules import MLP, AdditiveGaussianModule, TanhModule, ValueOperator
+    from rl_replay import LazyTensorStorage, ReplayBuffer
+    from tdict.nn import InteractionType, TensorDictModule, TensorDictSequential, set_interaction_type
+
+    torch.manual_seed(0)
+    env = TransformedEnv(GymEnv("Pendulum-v1"), DoubleToFloat())
+    env.set_seed(0)
+    action_spec = env.action_spec
+    actor = TensorDictSequential(
+        TensorDictModule(MLP(num_cells=[32, 32], out_features=action_spec.shape[-1]), in_keys=["observation"], out_keys=["param"]),
+        TanhModule(in_keys=["param"], out_keys=["action"], spec=action_spec),
+    )
+    qvalue = ValueOperator(MLP(num_cells=[32, 32], out_features=1), in_keys=["observation", "action"])
+    exploration = AdditiveGaussianModule(spec=action_spec, annealing_num_steps=500, sigma_init=1.0, sigma_end=0.1)
+    policy = TensorDictSequential(actor, exploration)
+    with torch.no_grad():  # as TorchRL's examples do: a fake step gives the lazy layers their shapes
+        fake = env.fake_tensordict()
+        actor(fake)
+        qvalue(fake)
+    collector = Collector(env, policy, frames_per_batch=50, total_frames=300, init_random_frames=100)
+    loss = TD3Loss(actor_network=actor, qvalue_network=qvalue, action_spec=action_spec, num_qvalue_nets=2, loss_function="l2")
+    loss.make_value_estimator(gamma=0.99)
+    updater = SoftUpdate(loss, eps=0.995)
+    optim = torch.optim.Adam(loss.parameters(), lr=3e-4)
+    rb = ReplayBuffer(storage=LazyTensorStorage(1_000), batch_size=32)
+    for data in collector:
+        rb.extend(data)
+        exploration.step(data.numel())
+        for _ in range(4):
+            out = loss(rb.sample())
+            total = out["loss_actor"] + out["loss_qvalue"]
+            assert torch.isfinite(total)
+            optim.zero_grad()
+            total.backward()
+            optim.step()
+            updater.step()
+    collector.shutdown()
+    with set_interaction_type(InteractionType.DETERMINISTIC), torch.no_grad():
+        rollout = env.rollout(20, policy)
+    assert bool((rollout["action"].abs() <= 2.0).all())

@@ -188,3 +188,11 @@ def test_assigning_an_estimator_module_goes_through_the_property():
     loss.value_estimator = estimator
     assert loss.value_estimator is estimator and estimator.keys == {"value": "state_value"}
     assert any(m is estimator for m in loss.modules())  # registered: .to() moves its buffers
+
+
+def test_lazy_networks_must_be_initialised_first():
+    net = TensorDictModule(nn.LazyLinear(2), in_keys=["x"], out_keys=["prediction"])
+    with pytest.raises(ValueError, match=r"uninitialized \(lazy\) parameters.*fake_tensordict"):
+        Probe(net)
+    net(TensorDict(x=torch.zeros(1, 3), batch_size=[1]))
+    assert Probe(net).params_of("net")["module", "weight"].shape == (2, 3)

@@ -21,6 +21,7 @@ from typing import Any, ClassVar
 
 import torch
 from torch import nn
+from torch.nn.parameter import is_lazy
 
 from tdict import TensorDict, unravel_key
 from tdict.nn import TensorDictModuleBase, TensorDictParams
@@ -133,6 +134,12 @@ class LossModule(nn.Module):
             raise ValueError(f"{type(self).__name__}: network name {module_name!r} would hide the class attribute(s) {taken}.")
         if expand_dim is not None and (not isinstance(expand_dim, int) or expand_dim < 1):
             raise ValueError(f"{type(self).__name__}: expand_dim for {module_name} must be a positive int, got {expand_dim!r}.")
+        lazy = [name for name, p in module.named_parameters() if is_lazy(p)]
+        if lazy:
+            raise ValueError(
+                f"{type(self).__name__}: {module_name} has uninitialized (lazy) parameters {lazy[:3]}; run it once on a "
+                "sample first (e.g. `with torch.no_grad(): module(env.fake_tensordict())`) so that their shapes exist."
+            )
         params = TensorDict.from_module(module, lock=False)
         if expand_dim is None:
             setattr(self, module_name, module)

@@ -43,6 +43,7 @@ from .exploration import (
     OrnsteinUhlenbeckProcessModule,
 )
 from .models import MLP, ConvNet, SquashDims
+from .tanh import TanhModule
 from .recurrent import GRUModule, LSTMModule, recurrent_mode, set_recurrent_mode
 from .multiagent import Mixer, MultiAgentConvNet, MultiAgentMLP, MultiAgentNetBase, QMixer, VDNMixer
 
@@ -79,6 +80,7 @@ __all__ = [
     "SafeProbabilisticModule",
     "SquashDims",
     "TanhDelta",
+    "TanhModule",
     "TanhNormal",
     "TruncatedNormal",
     "VDNMixer",
