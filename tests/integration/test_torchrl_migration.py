@@ -252,3 +252,46 @@ def test_td3_with_gaussian_exploration_runs_with_changed_imports():
     with set_interaction_type(InteractionType.DETERMINISTIC), torch.no_grad():
         rollout = env.rollout(20, policy)
     assert bool((rollout["action"].abs() <= 2.0).all())
+
+
+def test_recurrent_dqn_tutorial_runs_with_changed_imports():
+    """TorchRL's recurrent DQN tutorial: LSTMModule in step mode to collect, in sequence mode to learn."""
+    from rl_collect import Collector
+    from rl_envs import Compose, GymEnv, InitTracker, StepCounter, TensorDictPrimer, TransformedEnv
+    from rl_objectives import DQNLoss, SoftUpdate
+    from rl_objectives.modules import MLP, EGreedyModule, LSTMModule, QValueModule
+    from rl_replay import LazyMemmapStorage, TensorDictReplayBuffer
+    from tdict.nn import TensorDictModule as Mod, TensorDictSequential as Seq
+
+    torch.manual_seed(0)
+    env = TransformedEnv(GymEnv("CartPole-v1"), Compose(StepCounter(), InitTracker()))
+    env.set_seed(0)
+    feature = Mod(MLP(in_features=4, out_features=16, num_cells=[16]), in_keys=["observation"], out_keys=["embed"])
+    lstm = LSTMModule(input_size=16, hidden_size=32, in_key="embed", out_key="embed")
+    # the one change besides imports: TorchRL's lstm.make_tensordict_primer() needs rl-envs, which
+    # rl-objectives does not import; the primer is built from the module's state spec instead
+    env.append_transform(TensorDictPrimer(lstm.recurrent_state_spec()))
+    mlp = Mod(MLP(in_features=32, out_features=2, num_cells=[32]), in_keys=["embed"], out_keys=["action_value"])
+    qval = QValueModule(spec=env.action_spec)
+    stoch_policy = Seq(Seq(feature, lstm, mlp, qval), EGreedyModule(annealing_num_steps=1_000, spec=env.action_spec, eps_init=0.2))
+    policy = Seq(feature, lstm.set_recurrent_mode(True), mlp, qval)
+    loss_fn = DQNLoss(policy, action_space=env.action_spec, delay_value=True)
+    updater = SoftUpdate(loss_fn, eps=0.95)
+    optim = torch.optim.Adam(policy.parameters(), lr=3e-4)
+    collector = Collector(env, stoch_policy, frames_per_batch=50, total_frames=200)
+    rb = TensorDictReplayBuffer(storage=LazyMemmapStorage(100), batch_size=4)
+    for data in collector:
+        assert data["recurrent_state_h"].shape == (50, 1, 32)
+        assert data["recurrent_state_h"][1:].abs().sum() > 0  # the state travels from step to step
+        rb.extend(data.unsqueeze(0))  # whole 50-step sequences
+        s = rb.sample()
+        assert s.batch_size == (4, 50)
+        loss_vals = loss_fn(s)
+        assert torch.isfinite(loss_vals["loss"])
+        loss_vals["loss"].backward()
+        optim.step()
+        optim.zero_grad()
+        updater.step()
+        stoch_policy[1].step(data.numel())
+        collector.update_policy_weights_()
+    collector.shutdown()
