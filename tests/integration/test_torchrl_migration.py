@@ -295,3 +295,45 @@ def test_recurrent_dqn_tutorial_runs_with_changed_imports():
         stoch_policy[1].step(data.numel())
         collector.update_policy_weights_()
     collector.shutdown()
+
+
+def test_ddpg_with_ou_noise_runs_with_changed_imports():
+    """DDPG as TorchRL's examples build it: TanhModule actor, OrnsteinUhlenbeckProcessModule (needs
+    InitTracker's "is_init"), DDPGLoss with a target critic."""
+    from rl_collect import Collector
+    from rl_envs import Compose, DoubleToFloat, GymEnv, InitTracker, TransformedEnv
+    from rl_objectives import DDPGLoss, SoftUpdate
+    from rl_objectives.modules import MLP, OrnsteinUhlenbeckProcessModule, TanhModule, ValueOperator
+    from rl_replay import LazyTensorStorage, ReplayBuffer
+    from tdict.nn import TensorDictModule, TensorDictSequential
+
+    torch.manual_seed(0)
+    env = TransformedEnv(GymEnv("Pendulum-v1"), Compose(DoubleToFloat(), InitTracker()))
+    env.set_seed(0)
+    spec = env.action_spec
+    actor = TensorDictSequential(
+        TensorDictModule(MLP(in_features=3, num_cells=[32], out_features=1), in_keys=["observation"], out_keys=["param"]),
+        TanhModule(in_keys=["param"], out_keys=["action"], spec=spec),
+    )
+    qvalue = ValueOperator(MLP(in_features=4, num_cells=[32], out_features=1), in_keys=["observation", "action"])
+    noise = OrnsteinUhlenbeckProcessModule(spec=spec, annealing_num_steps=1_000)
+    collector = Collector(env, TensorDictSequential(actor, noise), frames_per_batch=50, total_frames=200)
+    loss = DDPGLoss(actor_network=actor, value_network=qvalue, loss_function="l2", delay_value=True)
+    loss.make_value_estimator(gamma=0.99)
+    updater = SoftUpdate(loss, eps=0.99)
+    optim = torch.optim.Adam(loss.parameters(), lr=1e-3)
+    rb = ReplayBuffer(storage=LazyTensorStorage(500), batch_size=32)
+    for i, data in enumerate(collector):
+        assert bool(data["is_init"][0]) == (i == 0)  # only the first batch starts an episode (Pendulum runs 200 steps)
+        assert bool((data["action"].abs() <= 2.0).all())
+        rb.extend(data)
+        for _ in range(4):
+            out = loss(rb.sample())
+            total = out["loss_actor"] + out["loss_value"]
+            assert torch.isfinite(total)
+            optim.zero_grad()
+            total.backward()
+            optim.step()
+            updater.step()
+        noise.step(data.numel())
+    collector.shutdown()
