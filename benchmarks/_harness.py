@@ -78,6 +78,17 @@ def run_config(quick: bool, samples: int | None = None) -> Config:
     return Config(samples=samples, target_sample_s=cfg.target_sample_s, warmup_s=cfg.warmup_s) if samples else cfg
 
 
+def module_versions(*names: str) -> dict[str, str | None]:
+    """``{name: __version__}`` of each importable module (``None`` when it is absent)."""
+    versions: dict[str, str | None] = {}
+    for name in names:
+        try:
+            versions[name] = __import__(name).__version__
+        except Exception:  # noqa: BLE001 (a peer may be missing from this environment)
+            versions[name] = None
+    return versions
+
+
 def write_report(path: str | Path, report: dict, table: str | None = None) -> None:
     """Save a report as JSON (and ``table``, the printed text, beside it as ``<stem>_table.txt``) and
     say where (relative to the repository when inside it)."""

@@ -22,7 +22,7 @@ from types import SimpleNamespace as NS
 
 import torch
 
-from _harness import Comparison, Impl, Workload, render, run_all, run_config, summarize, write_report
+from _harness import Comparison, Impl, Workload, module_versions, render, run_all, run_config, summarize, write_report
 
 HERE = Path(__file__).resolve().parent
 WORKERS, STEPS = 4, 200
@@ -111,12 +111,7 @@ def main(argv: list[str] | None = None) -> int:
     torch.set_num_threads(1)
     cfg = run_config(args.quick)
     impls = load_impls()
-    versions = {}
-    for mod in ("torch", "torchrl", "gymnasium"):
-        try:
-            versions[mod] = __import__(mod).__version__
-        except Exception:  # noqa: BLE001
-            versions[mod] = None
+    versions = module_versions("torch", "torchrl", "gymnasium")
     header = f"{', '.join(f'{k} {v}' for k, v in versions.items())}; python {platform.python_version()}; 1 torch thread in the parent"
     print(header + "\n", flush=True)
     results = run_all(WORKLOADS, impls, cfg, reference="plain")

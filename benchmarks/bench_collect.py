@@ -42,6 +42,7 @@ from _harness import (
     Comparison,
     Impl,
     Workload,
+    module_versions,
     render,
     run_all,
     run_config,
@@ -354,12 +355,7 @@ def targets(rows: list[dict], multi_row: dict | None) -> tuple[dict, dict]:
 
 
 def environment(impls: list[Impl]) -> dict:
-    versions = {i.name: i.version for i in impls if i.version}
-    for mod in ("tensordict", "tdict", "rl_envs"):
-        try:
-            versions[mod] = __import__(mod).__version__
-        except Exception:  # noqa: BLE001 (optional)
-            versions[mod] = None
+    versions = {i.name: i.version for i in impls if i.version} | module_versions("tensordict", "tdict", "rl_envs")
     return {
         "python": platform.python_version(),
         "platform": platform.platform(),

@@ -35,7 +35,7 @@ from types import SimpleNamespace as NS
 
 import torch
 
-from _harness import Comparison, Impl, Workload, render, run_all, run_config, summarize, write_report
+from _harness import Comparison, Impl, Workload, module_versions, render, run_all, run_config, summarize, write_report
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
@@ -225,12 +225,7 @@ def targets(rows: list[dict]) -> tuple[dict, dict]:
 
 
 def environment(impls: list[Impl]) -> dict:
-    versions = {i.name: i.version for i in impls if i.version}
-    for mod in ("gymnasium", "mujoco", "tensordict", "tdict"):
-        try:
-            versions[mod] = __import__(mod).__version__
-        except Exception:  # noqa: BLE001 (optional)
-            versions[mod] = None
+    versions = {i.name: i.version for i in impls if i.version} | module_versions("gymnasium", "mujoco", "tensordict", "tdict")
     return {
         "python": platform.python_version(),
         "platform": platform.platform(),

@@ -26,7 +26,7 @@ from types import SimpleNamespace as NS
 import torch
 from torch import nn
 
-from _harness import Comparison, Impl, Workload, render, run_all, run_config, summarize, write_report
+from _harness import Comparison, Impl, Workload, module_versions, render, run_all, run_config, summarize, write_report
 
 HERE = Path(__file__).resolve().parent
 GAMMA, LMBDA = 0.99, 0.95
@@ -371,12 +371,7 @@ def main(argv: list[str] | None = None) -> int:
         torch.set_num_threads(args.threads)
     cfg = run_config(args.quick)
     impls = load_impls()
-    versions = {}
-    for mod in ("torch", "torchrl", "tensordict", "rl_objectives"):
-        try:
-            versions[mod] = __import__(mod).__version__
-        except Exception:  # noqa: BLE001
-            versions[mod] = None
+    versions = module_versions("torch", "torchrl", "tensordict", "rl_objectives")
     header = f"{', '.join(f'{k} {v}' for k, v in versions.items())}; python {platform.python_version()}; {torch.get_num_threads()} thread(s)"
     print(header + "\n", flush=True)
     results = run_all(WORKLOADS, impls, cfg, reference="plain")
