@@ -16,7 +16,7 @@ from typing import Any, ClassVar
 
 import torch
 import torch.nn.functional as F
-from tdict.nn.distributions import _reduce_to as _sum_to_batch  # log-probs keep the batch shape
+from tdict.nn.distributions import _reduce_to as _sum_to_batch  # noqa: F401  (re-exported: the losses reduce log-probs with it)
 
 from .common import LossModule
 
