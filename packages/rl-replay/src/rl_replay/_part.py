@@ -1,9 +1,22 @@
 """BufferPart: what storages, samplers and writers share (state, sharing, checkpoints)."""
 from __future__ import annotations
 
+import copy
 from typing import Any
 
-__all__ = ["BufferPart"]
+__all__ = ["BufferPart", "check_loadable"]
+
+
+def check_loadable(part: Any, state: Any, method: str = "load_state_dict") -> None:
+    """Loads ``state`` into a throwaway copy of ``part``, so that a bad state raises while ``part``
+    itself is unchanged (``load_state_dict`` implementations may assign field by field).
+
+    The copy shares the part's storage and generator (never copied: the storage may be large or
+    memory-mapped); everything else of the part is copied.
+    """
+    keep = (getattr(part, "_storage", None), getattr(part, "_rng", None))
+    memo = {id(obj): obj for obj in keep if obj is not None}
+    getattr(copy.deepcopy(part, memo), method)(state)
 
 
 class BufferPart:

@@ -24,6 +24,20 @@ def _count(data: Any) -> int:
     return len(data)
 
 
+def _int_entries(owner: str, state: Any, keys: tuple) -> list[int]:
+    """``state[key]`` for each key, each an int >= 0, or a ValueError naming the entry."""
+    if not isinstance(state, dict):
+        raise ValueError(f"{owner}.load_state_dict: state must be a dict with {list(keys)}, got {type(state).__name__}.")
+    out = []
+    for key in keys:
+        value = state.get(key)
+        if type(value) is not int or value < 0:
+            got = repr(value) if key in state else f"no such entry (keys: {sorted(map(str, state))})"
+            raise ValueError(f"{owner}.load_state_dict: state[{key!r}] must be an int >= 0, got {got}.")
+        out.append(value)
+    return out
+
+
 class Writer(BufferPart):
     """Base class of writers: :meth:`add` one item, :meth:`extend` with many; both return the indices."""
 
@@ -118,8 +132,13 @@ class RoundRobinWriter(Writer):
         return {"cursor": self._cursor, "write_count": self._write_count}
 
     def load_state_dict(self, state: dict) -> None:
-        self._state[0] = int(state["cursor"])
-        self._state[1] = int(state["write_count"])
+        """Restores :meth:`state_dict` (checked first: a bad state raises with the writer unchanged)."""
+        cursor, count = _int_entries(type(self).__name__, state, ("cursor", "write_count"))
+        top = None if self._storage is None else self._capacity()
+        if top is not None and cursor >= top:
+            raise ValueError(f"{type(self).__name__}.load_state_dict: state['cursor'] must be < the capacity {top}, got {cursor}.")
+        self._state[0] = cursor
+        self._state[1] = count
 
 
 class TensorDictRoundRobinWriter(RoundRobinWriter):

@@ -1,29 +1,62 @@
 """ReplayBuffer: a storage, a writer and a sampler behind add/extend/sample."""
 from __future__ import annotations
 
+import operator
 import threading
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, Callable, Iterator, Sequence
 
 import torch
-from tdict import TensorDictBase, is_tensor_collection
+from tdict import TensorDict, TensorDictBase, is_tensor_collection
 
+from .._dict_items import check_dicts, is_dict_list, stack_dicts
+from .._part import check_loadable
 from ..samplers.base import Sampler
 from ..samplers.uniform import RandomSampler
 from ..storages.base import Storage
 from ..storages.list import ListStorage
+from ..storages.tensor import TensorStorage
 from ..writers import RoundRobinWriter, Writer
 
 __all__ = ["ReplayBuffer", "default_collate"]
 
 
 def default_collate(items: Any) -> Any:
-    """Stacks a list of tensors or TensorDicts (what a ListStorage returns); anything else is kept as is."""
+    """Stacks a list of tensors or TensorDicts (what a ListStorage returns); a list of dicts becomes one
+    dict of stacked leaves (numbers as tensors, other objects as lists); anything else is kept as is."""
     if isinstance(items, list) and items:
         first = items[0]
         if isinstance(first, torch.Tensor) or is_tensor_collection(first):
             return torch.stack(items)
+        if isinstance(first, dict):
+            return stack_dicts(items, "default_collate", objects=True)
     return items
+
+
+def _batch_of_dict(data: dict, owner: str) -> TensorDict:
+    """A dict of batched leaves (``{"x": [N, ...], ...}``) as a TensorDict of batch size ``[N]``."""
+    leaf: Any = data
+    while isinstance(leaf, dict) and leaf:
+        leaf = next(iter(leaf.values()))
+    if not isinstance(leaf, torch.Tensor) or leaf.ndim == 0:
+        raise ValueError(
+            f"{owner}: a dict passed to extend holds a batch (tensors with a leading item dim), got {type(leaf).__name__} "
+            f"{list(getattr(leaf, 'shape', []))}; pass a list of dicts for one dict per item."
+        )
+    return TensorDict(data, batch_size=leaf.shape[:1])
+
+
+def _batch_size_arg(value: Any) -> int:
+    """``sample``'s batch size as an int >= 0 (the slow path: not a plain non-negative int)."""
+    try:
+        n = operator.index(value) if not isinstance(value, bool) else None
+    except TypeError:
+        n = None
+    if n is None or n < 0:
+        raise ValueError(
+            f"ReplayBuffer.sample: batch_size must be an int >= 0 (or None for the buffer's default), got {value!r}."
+        )
+    return n
 
 
 def _identity(data: Any) -> Any:
@@ -96,6 +129,7 @@ class ReplayBuffer:
         self._lock = threading.RLock()
         self._rng = None
         self._last_ran_out = False
+        self._dict_items = False  # items were written as dicts into a tensor storage: reads give dicts back
         if generator is not None:
             self.set_rng(generator)
 
@@ -174,26 +208,62 @@ class ReplayBuffer:
         return data
 
     # ------------------------------------------------------------------ writes
+    def _from_dicts(self, data: Any, what: str) -> tuple[Any, bool]:
+        """Dicts as the storage takes them, and whether reads should give dicts back.
+
+        A tensor storage gets one TensorDict (a list of dicts stacked, one dict as one item, a dict of
+        batches as is); other storages keep each dict as it is (checked first when the default collate
+        will stack them). Raises, naming the item and the key, before anything is written.
+        """
+        owner = f"{type(self).__name__}.{what}"
+        if not isinstance(self._storage, TensorStorage):
+            if type(data) is dict and what == "extend":
+                raise TypeError(
+                    f"{owner}: a {type(self._storage).__name__} takes a list of items, got a dict; pass [item] for one."
+                )
+            if what == "extend" and self._collate_fn is default_collate and is_dict_list(data):
+                check_dicts(data, owner)
+            return data, False
+        if type(data) is dict:
+            if what == "add":
+                return TensorDict(stack_dicts([data], owner), batch_size=[1])[0], True
+            return _batch_of_dict(data, owner), True
+        if not is_dict_list(data):
+            return data, False
+        return TensorDict(stack_dicts(data, owner), batch_size=[len(data)]), True
+
     def add(self, data: Any) -> Any:
         """Writes one item; returns its index."""
+        dicts = False
+        if type(data) is dict:
+            data, dicts = self._from_dicts(data, "add")
         if self._transforms:
             data = self._apply_inverse(data)
             if data is None:  # the transform holds the item back (e.g. n-step returns waiting for more steps)
                 return None
         with self._lock:
+            first = dicts and len(self._storage) == 0
             index = self._writer.add(data)
             self._sampler.add(index)
+            if first:
+                self._dict_items = True
         return index
 
     def extend(self, data: Sequence | TensorDictBase | torch.Tensor) -> torch.Tensor:
-        """Writes items along their first dim; returns their indices."""
+        """Writes items along their first dim (or a list of items, e.g. one dict per item); returns their indices."""
+        dicts = False
+        if type(data) is list or type(data) is dict:
+            data, dicts = self._from_dicts(data, "extend")
         if self._transforms:
             data = self._apply_inverse(data)
             if data is None:  # nothing complete to write yet (e.g. MultiStepTransform)
                 return torch.zeros(0, dtype=torch.int64)
         with self._lock:
+            first = dicts and len(self._storage) == 0
             index = self._writer.extend(data)
             self._sampler.extend(index)
+            if first:  # the first items were dicts: reads give dicts back, as TorchRL does
+                self._dict_items = True
         return index
 
     def update_priority(self, index: Any, priority: Any) -> None:
@@ -207,6 +277,7 @@ class ReplayBuffer:
             self._writer._empty()
             self._sampler._empty()
             self._storage._empty()
+            self._dict_items = False
 
     # ------------------------------------------------------------------ reads
     def _sample_now(self, batch_size: int) -> tuple[Any, dict]:
@@ -222,6 +293,8 @@ class ReplayBuffer:
             data = self._apply_transforms(data)
         if self._pin_memory and torch.cuda.is_available():
             data = data.pin_memory()
+        if self._dict_items:  # last: transforms and pinning work on the TensorDict
+            data = data.to_dict()
         return data, info
 
     def sample(self, batch_size: int | None = None, return_info: bool = False) -> Any:
@@ -231,7 +304,9 @@ class ReplayBuffer:
             batch_size = self._batch_size
             if batch_size is None:
                 raise RuntimeError("ReplayBuffer.sample: no batch_size given and none set at construction.")
-        elif self._batch_size is not None and batch_size != self._batch_size and self._prefetch:
+        elif type(batch_size) is not int or batch_size < 0:
+            batch_size = _batch_size_arg(batch_size)
+        if self._batch_size is not None and batch_size != self._batch_size and self._prefetch:
             raise ValueError(
                 f"ReplayBuffer.sample: batch_size {batch_size} differs from the buffer's {self._batch_size} used for prefetching."
             )
@@ -262,11 +337,11 @@ class ReplayBuffer:
             index = slice(*index.indices(len(self)))
         with self._lock:
             data = self._storage.get(index)
-        if isinstance(index, int) and not isinstance(self._storage, ListStorage):
-            return self._apply_transforms(data) if self._transforms else data
         if isinstance(data, list):
             data = self._collate_fn(data)
-        return self._apply_transforms(data) if self._transforms else data
+        if self._transforms:
+            data = self._apply_transforms(data)
+        return data.to_dict() if self._dict_items else data
 
     def __iter__(self) -> Iterator[Any]:
         if self._batch_size is None:
@@ -289,12 +364,29 @@ class ReplayBuffer:
             }
 
     def load_state_dict(self, state: dict) -> None:
+        """Restores :meth:`state_dict`. Every part's state is checked first: a bad one raises
+        ``ValueError`` naming it, with the buffer unchanged."""
+        owner = f"{type(self).__name__}.load_state_dict"
+        if not isinstance(state, dict) or not {"storage", "sampler", "writer"} <= state.keys():
+            got = sorted(map(str, state)) if isinstance(state, dict) else type(state).__name__
+            raise ValueError(f"{owner}: state must be a dict with 'storage', 'sampler' and 'writer' entries, got {got}.")
+        rng = state.get("rng")
         with self._lock:
-            self._storage.load_state_dict(state["storage"])
+            for name, part in (("sampler", self._sampler), ("writer", self._writer)):
+                try:
+                    check_loadable(part, state[name])
+                except (KeyError, TypeError, ValueError, IndexError, RuntimeError) as err:
+                    raise ValueError(f"{owner}: state[{name!r}] is not a valid {type(part).__name__} state: {err}") from err
+            if rng is not None and self._rng is not None:
+                try:
+                    torch.Generator(device=self._rng.device).set_state(rng)
+                except (TypeError, ValueError, RuntimeError) as err:
+                    raise ValueError(f"{owner}: state['rng'] is not a generator state: {err}") from err
+            self._storage.load_state_dict(state["storage"])  # checks, then changes one count: first
             self._sampler.load_state_dict(state["sampler"])
             self._writer.load_state_dict(state["writer"])
-            if state.get("rng") is not None and self._rng is not None:
-                self._rng.set_state(state["rng"])
+            if rng is not None and self._rng is not None:
+                self._rng.set_state(rng)
 
     def dumps(self, path: Any) -> None:
         """Writes a crash-safe checkpoint of the whole buffer (items, sampler, writer, RNG) to ``path``."""

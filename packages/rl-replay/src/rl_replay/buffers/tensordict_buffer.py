@@ -4,11 +4,12 @@ from __future__ import annotations
 from typing import Any
 
 import torch
-from tdict import TensorDictBase
+from tdict import TensorDict, TensorDictBase, is_tensor_collection
 from tdict._utils import NestedKey
 
+from .._dict_items import is_dict_list, stack_dicts
 from ..writers import TensorDictRoundRobinWriter, Writer
-from .replay_buffer import ReplayBuffer
+from .replay_buffer import ReplayBuffer, _batch_of_dict
 
 __all__ = ["TensorDictReplayBuffer"]
 
@@ -17,7 +18,7 @@ class TensorDictReplayBuffer(ReplayBuffer):
     """A :class:`ReplayBuffer` for TensorDicts.
 
     ``extend`` writes each item's position under ``"index"`` (in the stored data and in the
-    argument), ``sample`` returns a TensorDict that also holds the sampler's info entries (e.g.
+    argument; a list of dicts, one per item, is stacked into a TensorDict first), ``sample`` returns a TensorDict that also holds the sampler's info entries (e.g.
     ``"priority_weight"`` for prioritized samplers) and :meth:`update_tensordict_priority` reads
     priorities from ``priority_key``.
 
@@ -42,6 +43,27 @@ class TensorDictReplayBuffer(ReplayBuffer):
 
     def _default_writer(self) -> Writer:
         return TensorDictRoundRobinWriter()
+
+    def _from_dicts(self, data: Any, what: str) -> tuple[Any, bool]:
+        # every storage gets a TensorDict, and reads give TensorDicts
+        owner = f"{type(self).__name__}.{what}"
+        if type(data) is dict:
+            return (TensorDict(stack_dicts([data], owner), batch_size=[1])[0] if what == "add" else _batch_of_dict(data, owner)), False
+        if is_dict_list(data):
+            return TensorDict(stack_dicts(data, owner), batch_size=[len(data)]), False
+        raise TypeError(_not_a_tensordict(owner, data))
+
+    def add(self, data: Any) -> Any:
+        """Writes one item (a TensorDict with the items' batch dims dropped, or a dict); returns its index."""
+        if not is_tensor_collection(data) and type(data) is not dict:
+            raise TypeError(_not_a_tensordict(f"{type(self).__name__}.add", data, one=True))
+        return super().add(data)
+
+    def extend(self, data: Any) -> torch.Tensor:
+        """Writes a TensorDict of items (or a list of dicts, one per item); returns their indices."""
+        if not is_tensor_collection(data) and type(data) is not list and type(data) is not dict:
+            raise TypeError(_not_a_tensordict(f"{type(self).__name__}.extend", data))
+        return super().extend(data)
 
     def sample(self, batch_size: int | None = None, return_info: bool = False) -> Any:
         data, info = super().sample(batch_size, return_info=True)
@@ -69,3 +91,13 @@ class TensorDictReplayBuffer(ReplayBuffer):
                 )
             priority = priority.reshape(*index.shape, -1).amax(-1)
         self.update_priority(index, priority)
+
+
+def _not_a_tensordict(owner: str, data: Any, one: bool = False) -> str:
+    got = type(data).__name__
+    if isinstance(data, torch.Tensor):
+        got = f"a tensor of shape {list(data.shape)}"
+    elif isinstance(data, list) and data:
+        got = f"a list of {type(data[0]).__name__}"
+    want = "a TensorDict (or a dict)" if one else "a TensorDict of items (or a list of dicts, one per item)"
+    return f"{owner}: data must be {want}, got {got}; use a ReplayBuffer for other data."

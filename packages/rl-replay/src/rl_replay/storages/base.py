@@ -90,7 +90,13 @@ class Storage(BufferPart):
         return {"len": int(self._len_t)}
 
     def load_state_dict(self, state: dict) -> None:
-        self._len_t.fill_(int(state["len"]))
+        n = state.get("len") if isinstance(state, dict) else None
+        if type(n) is not int or not 0 <= n <= self.max_size:
+            raise ValueError(
+                f"{type(self).__name__}.load_state_dict: state['len'] must be an int in [0, {self.max_size}], "
+                f"got {n if isinstance(state, dict) else state!r}."
+            )
+        self._len_t.fill_(n)
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(max_size={self.max_size}, len={len(self)})"
