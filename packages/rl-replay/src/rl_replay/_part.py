@@ -4,6 +4,8 @@ from __future__ import annotations
 import copy
 from typing import Any
 
+import torch
+
 __all__ = ["BufferPart", "check_loadable"]
 
 
@@ -11,11 +13,11 @@ def check_loadable(part: Any, state: Any, method: str = "load_state_dict") -> No
     """Loads ``state`` into a throwaway copy of ``part``, so that a bad state raises while ``part``
     itself is unchanged (``load_state_dict`` implementations may assign field by field).
 
-    The copy shares the part's storage and generator (never copied: the storage may be large or
-    memory-mapped); everything else of the part is copied.
+    The copy shares the other buffer parts and generators that ``part`` refers to (a sampler's
+    storage may be large or memory-mapped); everything of ``part`` itself is copied.
     """
-    keep = (getattr(part, "_storage", None), getattr(part, "_rng", None))
-    memo = {id(obj): obj for obj in keep if obj is not None}
+    shared = [v for v in getattr(part, "__dict__", {}).values() if isinstance(v, (BufferPart, torch.Generator))]
+    memo = {id(v): v for v in shared}
     getattr(copy.deepcopy(part, memo), method)(state)
 
 

@@ -44,15 +44,12 @@ Example:
 """
 from __future__ import annotations
 
-import contextlib
-import math
 import os
 import secrets
-from collections.abc import Callable
 from typing import Any
 
 import torch
-from tdict import MemmapLoadError, TensorDict, is_tensor_collection
+from tdict import TensorDict, is_tensor_collection
 from tdict.persistence import load_memmap, save
 
 from ._checkpoint_io import (
@@ -71,6 +68,7 @@ from ._checkpoint_io import (
     _resolve,
     _write_json,
 )
+from ._checkpoint_staging import stage_buffer_state, stage_part, structure
 
 __all__ = [
     "FORMAT",
@@ -107,7 +105,7 @@ def _read_state(directory: str, marker: str, fmt: str, where: str) -> tuple[dict
     if meta.get("tensors"):
         try:
             tensors = load_memmap(os.path.join(directory, "tensors"))
-        except (MemmapLoadError, FileNotFoundError, OSError, ValueError) as err:
+        except Exception as err:  # noqa: BLE001 - MemmapLoadError, or whatever else a damaged file makes tdict raise
             raise CheckpointError(f"{where}: the tensor files under {directory!r} are missing or corrupt: {err}") from err
     if "state" not in meta:
         raise CheckpointError(f"{where}: {marker} has no 'state' entry; the checkpoint is corrupt.")
@@ -147,7 +145,7 @@ def _storage_state(storage: Any) -> dict:
         data = storage._storage
         if data is None or rows == 0:
             return {"kind": "tensor", "max_size": storage.max_size, "ndim": storage.ndim, "rows": 0, "items": None}
-        if _structure(storage.get(torch.arange(1))) != _structure(data):
+        if structure(storage.get(torch.arange(1))) != structure(data):
             # the storage keeps another layout than the items it returns (e.g. CompactTensorStorage):
             # save the items themselves and write them back with set() on load
             items = storage.get(torch.arange(rows))
@@ -177,153 +175,14 @@ def _list_items(items: list) -> Any:
     return {"stacked": None, "data": list(items)}
 
 
-def _check_storage(storage: Any, state: dict, where: str) -> Callable[[], None]:
-    """Validates ``state`` against ``storage`` and returns the function that applies it."""
-    from .storages.list import ListStorage
-    from .storages.tensor import TensorStorage
-
-    if not isinstance(state, dict) or "kind" not in state:
-        raise CheckpointError(f"{where}: malformed storage state.")
-    if state.get("max_size") != storage.max_size:
-        raise CheckpointError(
-            f"{where}: the checkpoint's storage has max_size {state.get('max_size')}, this buffer's {type(storage).__name__} "
-            f"has max_size {storage.max_size}."
-        )
-    kind = state["kind"]
-    hook = getattr(storage, "_load_checkpoint_state", None)
-    if kind == "hook":
-        if hook is None:
-            raise CheckpointError(f"{where}: written by a storage with its own checkpoint hook; {type(storage).__name__} has none.")
-        return lambda: hook(state["data"])
-    if kind == "items":
-        if not isinstance(storage, TensorStorage):
-            raise CheckpointError(f"{where}: holds a tensor storage, this buffer has a {type(storage).__name__}.")
-        items, rows = state["items"], int(state["rows"])
-        if state["ndim"] != storage.ndim:
-            raise CheckpointError(f"{where}: the checkpoint's storage has ndim={state['ndim']}, this one ndim={storage.ndim}.")
-        if _leading_of(items)[0] != rows:
-            raise CheckpointError(f"{where}: {_leading_of(items)[0]} rows saved for a recorded length of {rows}.")
-        if storage._storage is not None and len(storage):
-            have = _structure(storage.get(torch.arange(1)))
-            if have != _structure(items[:1]):
-                raise CheckpointError(f"{where}: the checkpoint's items ({have}) do not match the storage's.")
-
-        def apply_items() -> None:
-            storage._empty()
-            storage.set(torch.arange(rows), items)
-            storage._len_t.fill_(rows)
-
-        return apply_items
-    if kind == "tensor":
-        if not isinstance(storage, TensorStorage):
-            raise CheckpointError(f"{where}: holds a tensor storage, this buffer has a {type(storage).__name__}.")
-        return _check_tensor_storage(storage, state, where)
-    if kind == "list":
-        if not isinstance(storage, ListStorage):
-            raise CheckpointError(f"{where}: holds a ListStorage, this buffer has a {type(storage).__name__}.")
-        items = state["items"]
-        if items["stacked"] is not None:
-            data = items["data"]
-            items = [data[i] for i in range(data.shape[0])] if items["stacked"] == "tensor" else list(data.unbind(0))
-        else:
-            items = items["data"]
-        if len(items) != state["len"]:
-            raise CheckpointError(f"{where}: {len(items)} items for a recorded length of {state['len']}.")
-
-        def apply_list() -> None:
-            storage._items = list(items)
-            storage._len_t.fill_(min(len(items), storage.max_size))
-
-        return apply_list
-    if kind == "state_dict":
-        return lambda: storage.load_state_dict(state["data"])
-    raise CheckpointError(f"{where}: unknown storage kind {kind!r}.")
-
-
-def _structure(data: Any) -> Any:
-    """Keys, dtypes and per-row shapes of a tensor or TensorDict (to compare layouts)."""
-    return sorted((str(k), str(v.dtype), tuple(v.shape[1:])) for k, v in _leaves(data).items())
-
-
-def _leaves(data: Any) -> dict:
-    if is_tensor_collection(data):
-        return {k: data.get(k) for k in data.keys(include_nested=True, leaves_only=True)}
-    return {(): data}
-
-
-def _check_tensor_storage(storage: Any, state: dict, where: str) -> Callable[[], None]:
-    items, rows = state["items"], int(state["rows"])
-    if state["ndim"] != storage.ndim:
-        raise CheckpointError(f"{where}: the checkpoint's storage has ndim={state['ndim']}, this one ndim={storage.ndim}.")
-    if items is None:
-        def apply_empty() -> None:
-            storage._len_t.fill_(0)
-        return apply_empty
-    leading = items.batch_size if is_tensor_collection(items) else items.shape
-    if leading[0] != rows:
-        raise CheckpointError(f"{where}: {leading[0]} rows saved for a recorded length of {rows}.")
-    item_dims = leading[1 : storage.ndim]
-    expected_rows = storage.max_size // max(1, math.prod(item_dims))
-    if rows > expected_rows:
-        raise CheckpointError(f"{where}: {rows} rows saved, the storage holds {expected_rows}.")
-    if storage._storage is not None:
-        current = storage._storage
-        if is_tensor_collection(current) != is_tensor_collection(items):
-            raise CheckpointError(f"{where}: the checkpoint holds {type(items).__name__} items, the storage {type(current).__name__}.")
-        have, want = _leaves(current), _leaves(items)
-        if set(have) != set(want):
-            raise CheckpointError(f"{where}: the checkpoint's keys {sorted(map(str, want))} differ from the storage's {sorted(map(str, have))}.")
-        for key, value in want.items():
-            slot = have[key]
-            if slot.dtype != value.dtype or slot.shape[1:] != value.shape[1:]:
-                raise CheckpointError(
-                    f"{where}: entry {key!r} is {value.dtype} {list(value.shape[1:])} per row in the checkpoint, "
-                    f"{slot.dtype} {list(slot.shape[1:])} in the storage."
-                )
-        if _leading_of(current)[1 : storage.ndim] != item_dims:
-            raise CheckpointError(f"{where}: rows of {list(item_dims)} items in the checkpoint, {list(_leading_of(current)[1:storage.ndim])} in the storage.")
-
-    def apply_tensor() -> None:
-        if storage._storage is None:
-            storage._init(items)
-        if rows:
-            target = storage._storage
-            if is_tensor_collection(target):
-                target[:rows] = items
-            else:
-                target[:rows].copy_(items)
-        storage._len_t.fill_(rows)
-
-    return apply_tensor
-
-
-def _leading_of(data: Any) -> torch.Size:
-    return data.batch_size if is_tensor_collection(data) else data.shape
-
-
 # ------------------------------------------------------------------------------- samplers, writers
 def _component_state(part: Any) -> Any:
     hook = getattr(part, "_checkpoint_state", None)
     return {"kind": "hook", "data": hook()} if hook is not None else {"kind": "state_dict", "data": part.state_dict()}
 
 
-def _check_component(part: Any, state: Any, where: str) -> Callable[[], None]:
-    if not isinstance(state, dict) or state.get("kind") not in ("hook", "state_dict"):
-        raise CheckpointError(f"{where}: malformed state.")
-    if state["kind"] == "hook":
-        hook = getattr(part, "_load_checkpoint_state", None)
-        if hook is None:
-            raise CheckpointError(f"{where}: written through a checkpoint hook that {type(part).__name__} lacks.")
-        return lambda: hook(state["data"])
-    return lambda: part.load_state_dict(state["data"])
-
-
 def _part_state(part: Any, role: str) -> dict:
     return _storage_state(part) if role == "storage" else _component_state(part)
-
-
-def _check_part(part: Any, role: str, state: Any, where: str) -> Callable[[], None]:
-    return _check_storage(part, state, where) if role == "storage" else _check_component(part, state, where)
 
 
 def _role(part: Any) -> str:
@@ -357,7 +216,7 @@ def load_part(part: Any, path: Any) -> None:
     where = f"{role} checkpoint {directory!r}"
     meta, state = _read_state(directory, _PART_MARKER, _PART_FORMAT, where)
     _check_class(meta, part, where)
-    _check_part(part, role, state, where)()
+    stage_part(part, role, state, where)()
 
 
 def _check_class(meta: dict, part: Any, where: str) -> None:
@@ -402,6 +261,7 @@ def dump_buffer(buffer: Any, path: Any, *, fsync: bool = False) -> None:
     extra = {
         "rng": None if rng is None else {"state": rng.get_state(), "device": str(rng.device)},
         "transforms": _transforms_state(buffer),
+        "dict_items": bool(getattr(buffer, "_dict_items", False)),
     }
     objs = {"storage": buffer._storage, "sampler": buffer._sampler, "writer": buffer._writer}
     # encode every part first so that a non-checkpointable object raises before anything is written
@@ -427,7 +287,7 @@ def dump_buffer(buffer: Any, path: Any, *, fsync: bool = False) -> None:
     _atomic_dir(path, _CKPT_MARKER, write, fsync)
 
 
-def _read_buffer(directory: str, buffer: Any) -> tuple[dict, dict, dict]:
+def _read_buffer(directory: str) -> tuple[dict, dict, dict]:
     head = _read_json(os.path.join(directory, _CKPT_MARKER), "checkpoint")
     _check_format(head, FORMAT, os.path.join(directory, _CKPT_MARKER))
     token = head.get("token")
@@ -443,67 +303,24 @@ def _read_buffer(directory: str, buffer: Any) -> tuple[dict, dict, dict]:
 
 def load_buffer(buffer: Any, path: Any) -> None:
     """Restores ``buffer`` from a checkpoint written by :func:`dump_buffer` (called by
-    ``ReplayBuffer.loads`` under its lock). Reads and validates everything before changing the
+    ``ReplayBuffer.loads`` under its lock). Reads and validates every part before changing the
     buffer; a buffer built with the same configuration (its lazy storage not yet allocated) is
     allocated from the checkpoint. The checkpoint's ``batch_size`` and generator state are restored
     (a buffer without a generator gets one, as in TorchRL). Never unpickles.
 
     Raises:
         CheckpointError: no checkpoint at ``path``, a missing/truncated/corrupt file, another
-            format or version, or parts (classes, capacity, item structure) that do not fit ``buffer``.
+            format or version, or parts (classes, capacity, item structure) that do not fit ``buffer``;
+            the buffer is unchanged then.
     """
-    for attempt in range(3):
-        directory = _resolve(path, _CKPT_MARKER)
-        before = _identity(directory)
-        try:
-            head, metas, states = _read_buffer(directory, buffer)
-        except CheckpointError:
-            if attempt < 2 and _identity(directory) != before:
-                continue  # a concurrent dump swapped the checkpoint while we read it
-            raise
-        if _identity(directory) == before:
-            break
-    else:  # pragma: no cover - three swaps during three reads
-        raise CheckpointError(f"{os.fspath(path)!r} kept changing while being read.")
+    directory = _resolve(path, _CKPT_MARKER)
+    head, metas, states = _read_buffer(directory)
     objs = {"storage": buffer._storage, "sampler": buffer._sampler, "writer": buffer._writer}
     appliers = []
     for role in _ROLES:
         where = f"checkpoint {directory!r}, {role}"
         _check_class(metas[role], objs[role], where)
-        appliers.append(_check_part(objs[role], role, states[role], where))
-    extra = states["buffer"]
-    rng_state = extra.get("rng") if isinstance(extra, dict) else None
-    transforms = extra.get("transforms", []) if isinstance(extra, dict) else []
-    own = getattr(buffer, "_transforms", [])
-    if len(transforms) != len(own) and any(t is not None for t in transforms):
-        raise CheckpointError(f"checkpoint {directory!r}: {len(transforms)} transforms saved, the buffer has {len(own)}.")
-    # apply; the sampler's and writer's old states are put back if a later step fails
-    backup = {"sampler": buffer._sampler.state_dict(), "writer": buffer._writer.state_dict(), "len": int(buffer._storage._len_t)}
-    try:
-        for apply in appliers:
-            apply()
-        for t, sd in zip(own, transforms):
-            if sd is not None:
-                t.load_state_dict(sd)
-    except BaseException:
-        with contextlib.suppress(Exception):
-            buffer._sampler.load_state_dict(backup["sampler"])
-            buffer._writer.load_state_dict(backup["writer"])
-            buffer._storage._len_t.fill_(backup["len"])
-        raise
-    if rng_state is not None:
-        rng = buffer._rng
-        if rng is None:
-            rng = torch.Generator(device=rng_state["device"])
-            buffer.set_rng(rng)
-        rng.set_state(rng_state["state"])
-    if head.get("batch_size") is not None:
-        buffer._batch_size = int(head["batch_size"])
-
-
-def _identity(directory: str) -> Any:
-    try:
-        st = os.stat(os.path.join(directory, _CKPT_MARKER))
-        return (st.st_ino, st.st_mtime_ns)
-    except OSError:
-        return None
+        appliers.append(stage_part(objs[role], role, states[role], where))
+    appliers.append(stage_buffer_state(buffer, states["buffer"], head, f"checkpoint {directory!r}, buffer"))
+    for apply in appliers:  # every part was checked: from here on nothing is corrupt
+        apply()

@@ -230,13 +230,17 @@ class TensorDictMaxValueWriter(Writer):
                 f"TensorDictMaxValueWriter.load_state_dict: size {size} and ranks of shape {list(ranks.shape)} do not "
                 f"fit a storage of {capacity} items."
             )
+        cursor, write_count = int(state["cursor"]), int(state["write_count"])  # read all before changing anything
+        reduction = state.get("reduction", self._reduction)
+        if reduction not in _REDUCTIONS:
+            raise ValueError(f"TensorDictMaxValueWriter.load_state_dict: reduction must be one of {_REDUCTIONS}, got {reduction!r}.")
         key = state.get("rank_key", self._rank_key)
         self._rank_key = tuple(key) if isinstance(key, list) else key
-        self._reduction = state.get("reduction", self._reduction)
+        self._reduction = reduction
         self._ranks.fill_(float("-inf"))
         self._ranks[:size] = ranks
-        self._state[0] = int(state["cursor"])
-        self._state[1] = int(state["write_count"])
+        self._state[0] = cursor
+        self._state[1] = write_count
         self._state[2] = size
 
     def dumps(self, path: Any) -> None:

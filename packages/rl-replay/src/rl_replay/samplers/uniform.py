@@ -97,8 +97,23 @@ class SamplerWithoutReplacement(Sampler):
         return {"order": None if self._order is None else self._order.tolist(), "pos": self._pos, "ran_out": self._ran_out}
 
     def load_state_dict(self, state: dict) -> None:
-        self._order = None if state["order"] is None else torch.tensor(state["order"], dtype=torch.int64)
-        self._pos, self._ran_out = int(state["pos"]), bool(state["ran_out"])
+        """Restores :meth:`state_dict` (checked first: a bad state raises with the sampler unchanged)."""
+        owner = "SamplerWithoutReplacement.load_state_dict"
+        if not isinstance(state, dict) or not {"order", "pos", "ran_out"} <= state.keys():
+            got = sorted(map(str, state)) if isinstance(state, dict) else type(state).__name__
+            raise ValueError(f"{owner}: state must be a dict with 'order', 'pos' and 'ran_out', got {got}.")
+        order, pos, ran_out = state["order"], state["pos"], state["ran_out"]
+        if order is not None:
+            if not isinstance(order, list) or not all(type(i) is int for i in order):
+                raise ValueError(f"{owner}: state['order'] must be a list of ints or None, got {str(order)[:80]}.")
+            order = torch.tensor(order, dtype=torch.int64)
+            # an epoch's order is a permutation of the items stored when it began
+            if not torch.equal(order.sort().values, torch.arange(len(order))):
+                raise ValueError(f"{owner}: state['order'] must be a permutation of range({len(order)}), got {str(order.tolist())[:80]}.")
+        top = 0 if order is None else len(order)
+        if type(pos) is not int or not 0 <= pos <= top or type(ran_out) is not bool:
+            raise ValueError(f"{owner}: state['pos'] must be an int in [0, {top}] and state['ran_out'] a bool, got {pos!r}, {ran_out!r}.")
+        self._order, self._pos, self._ran_out = order, pos, ran_out
 
 
 def _per_row(storage: Any) -> int:
