@@ -90,7 +90,7 @@ def die_at(n: int) -> None:
 
 
 def leftovers() -> list:
-    return sorted(e for e in os.listdir(ROOT) if e != "ckpt")
+    return sorted(e for e in os.listdir(ROOT) if e not in ("ckpt", ".ckpt.lock"))  # the lock file stays
 
 
 def systematic(limit: int = 400) -> list:

@@ -194,7 +194,7 @@ def test_corrupt_checkpoint_keeps_previous_on_failed_dump(tmp_path):
     fresh = ReplayBuffer(storage=ListStorage(10))
     fresh.loads(tmp_path / "ck")
     assert fresh.storage._items == [1, 2]
-    assert sorted(os.listdir(tmp_path)) == ["ck"]
+    assert sorted(os.listdir(tmp_path)) == [".ck.lock", "ck"]  # the lock that serializes dumps stays
 
 
 def test_dump_overwrites_previous(tmp_path):
@@ -206,7 +206,7 @@ def test_dump_overwrites_previous(tmp_path):
     fresh = ReplayBuffer(storage=LazyTensorStorage(10))
     fresh.loads(tmp_path / "ck")
     assert fresh[:7].tolist() == [0.0, 1.0, 2.0, 0.0, 1.0, 2.0, 3.0]
-    assert sorted(os.listdir(tmp_path)) == ["ck"]
+    assert sorted(os.listdir(tmp_path)) == [".ck.lock", "ck"]  # the lock that serializes dumps stays
 
 
 def test_refuses_to_replace_a_non_checkpoint_directory(tmp_path):
@@ -234,7 +234,7 @@ def test_fsync_and_recovery_between_renames(tmp_path):
     (tmp_path / ".ck.tmp-abcdef").mkdir()
     rb.extend(torch.tensor([9.0]))
     rb.dumps(tmp_path / "ck")
-    assert sorted(os.listdir(tmp_path)) == ["ck"]
+    assert sorted(os.listdir(tmp_path)) == [".ck.lock", "ck"]  # the lock that serializes dumps stays
     fresh.loads(tmp_path / "ck")
     assert len(fresh) == 6
 

@@ -1,19 +1,15 @@
-"""Building blocks of rl_replay checkpoints: tagged JSON for state trees, crash-safe directory swaps.
+"""Building blocks of rl_replay checkpoints: tagged JSON for state trees, and JSON files.
 
 State trees (dicts, lists, tuples, JSON scalars, bytes, dtypes, tensors, TensorDicts) become tagged
 JSON; tensors and TensorDicts are collected for one tdict ``save`` and bytes packed into one uint8
-tensor. :func:`_atomic_dir` writes a directory next to its final path and swaps it in with two
-renames; :func:`_resolve` finds the committed directory (or the complete leftover of a dump killed
-between the renames). The public API is in :mod:`rl_replay.checkpoint`.
+tensor. Directories are replaced by :mod:`rl_replay._dir_swap`; the public API is in
+:mod:`rl_replay.checkpoint`.
 """
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import secrets
-import shutil
-from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -142,6 +138,8 @@ def _read_json(path: str, what: str) -> dict:
             raw = f.read()
     except FileNotFoundError:
         raise CheckpointError(f"{what}: {path!r} is missing (not a checkpoint, or an incomplete one).") from None
+    except OSError as err:
+        raise CheckpointError(f"{what}: {path!r} cannot be read ({err}).") from None
     try:
         payload = json.loads(raw.decode("utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError) as err:
@@ -158,91 +156,3 @@ def _check_format(payload: dict, fmt: str, path: str) -> None:
         raise CheckpointError(
             f"{path!r}: format version {payload.get('version')!r} is not supported (this rl_replay reads version {VERSION})."
         )
-
-
-def _fsync_dir(path: str) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def _fsync_tree(path: str) -> None:
-    for root, _, files in os.walk(path):
-        for name in files:
-            fd = os.open(os.path.join(root, name), os.O_RDONLY)
-            try:
-                os.fsync(fd)
-            finally:
-                os.close(fd)
-        _fsync_dir(root)
-
-
-def _split(path: Any) -> tuple[str, str, str]:
-    path = os.path.abspath(os.fspath(path))
-    parent, name = os.path.split(path)
-    if not name:
-        raise ValueError(f"checkpoint path {path!r} has no final name.")
-    return path, parent, name
-
-
-def _leftovers(parent: str, name: str) -> tuple[list[str], list[str]]:
-    """(temp dirs, old dirs) left next to ``parent/name`` by interrupted dumps."""
-    tmp, old = [], []
-    with contextlib.suppress(FileNotFoundError):
-        for entry in os.listdir(parent):
-            if entry.startswith(f".{name}.tmp-"):
-                tmp.append(os.path.join(parent, entry))
-            elif entry.startswith(f".{name}.old-"):
-                old.append(os.path.join(parent, entry))
-    return tmp, old
-
-
-def _resolve(path: Any, marker: str) -> str:
-    """The directory holding the committed checkpoint for ``path`` (a complete leftover if a dump
-    was killed between its two renames)."""
-    path, parent, name = _split(path)
-    if os.path.isdir(path):
-        return path
-    if os.path.exists(path):
-        raise CheckpointError(f"{path!r} is not a directory: not a checkpoint.")
-    tmp, old = _leftovers(parent, name)
-    # the new state (a complete temp dir) first, then the previous one
-    for candidate in sorted(tmp, key=os.path.getmtime, reverse=True) + sorted(old, key=os.path.getmtime, reverse=True):
-        if os.path.isfile(os.path.join(candidate, marker)):
-            return candidate
-    raise CheckpointError(f"no checkpoint at {path!r}.")
-
-
-def _atomic_dir(path: Any, marker: str, write: Callable[[str], None], fsync: bool) -> None:
-    """Runs ``write(tmp_dir)`` (which writes ``marker`` last), then swaps ``tmp_dir`` in for ``path``."""
-    path, parent, name = _split(path)
-    os.makedirs(parent, exist_ok=True)
-    if os.path.exists(path) and not os.path.isdir(path):
-        raise NotADirectoryError(f"checkpoint path {path!r} exists and is not a directory.")
-    if not os.path.exists(path):  # a previous dump died between its renames: put its result back first
-        with contextlib.suppress(CheckpointError):
-            found = _resolve(path, marker)
-            os.rename(found, path)
-    elif os.listdir(path) and not os.path.isfile(os.path.join(path, marker)):
-        raise FileExistsError(f"{path!r} exists and is not a checkpoint (no {marker}); refusing to replace it.")
-    token = secrets.token_hex(6)
-    tmp = os.path.join(parent, f".{name}.tmp-{token}")
-    os.mkdir(tmp)
-    try:
-        write(tmp)
-        if fsync:
-            _fsync_tree(tmp)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
-    old = os.path.join(parent, f".{name}.old-{token}")
-    if os.path.exists(path):
-        os.rename(path, old)
-    os.rename(tmp, path)  # the commit
-    if fsync:
-        _fsync_dir(parent)
-    stale_tmp, stale_old = _leftovers(parent, name)
-    for leftover in stale_old + stale_tmp:
-        shutil.rmtree(leftover, ignore_errors=True)

@@ -20,6 +20,9 @@ file (``checkpoint.json`` / ``part.json``) is written last. Then the old checkpo
 at any moment leaves ``path`` holding the old or the new checkpoint, or (killed between the two
 renames) no ``path`` but a complete leftover, which :func:`load_buffer` reads and the next dump
 renames back into place. Interrupted, incomplete temp dirs are deleted by the next dump.
+Several processes may dump to and load from one ``path`` at once: a load sees the old or the new
+complete checkpoint, and no dump deletes another's temp dir (``flock`` on ``.<name>.lock``, kept
+next to ``path``; see :mod:`rl_replay._dir_swap`).
 
 Storages are saved by these rules, in order: a storage with ``_checkpoint_state()`` /
 ``_load_checkpoint_state(state)`` methods (a hook for storages with their own layout); a
@@ -60,15 +63,14 @@ from ._checkpoint_io import (
     FORMAT,
     VERSION,
     CheckpointError,
-    _atomic_dir,
     _check_format,
     _decode,
     _encode,
     _read_json,
-    _resolve,
     _write_json,
 )
 from ._checkpoint_staging import stage_buffer_state, stage_part, structure
+from ._dir_swap import atomic_dir, reading, resolve
 
 __all__ = [
     "FORMAT",
@@ -117,12 +119,13 @@ def _read_state(directory: str, marker: str, fmt: str, where: str) -> tuple[dict
 def dump_state(state: Any, path: Any, *, fsync: bool = False) -> None:
     """Writes a state tree (dicts, lists, tuples, JSON scalars, tensors, TensorDicts) to the
     directory ``path``, crash-safely. Read it back with :func:`load_state`."""
-    _atomic_dir(path, _PART_MARKER, lambda d: _write_state(d, state, _part_meta(None), _PART_MARKER, fsync, "state"), fsync)
+    atomic_dir(path, _PART_MARKER, lambda d: _write_state(d, state, _part_meta(None), _PART_MARKER, fsync, "state"), fsync)
 
 
 def load_state(path: Any) -> Any:
     """Reads a state tree written by :func:`dump_state` or :func:`dump_part` (no unpickling)."""
-    return _read_state(_resolve(path, _PART_MARKER), _PART_MARKER, _PART_FORMAT, f"state at {os.fspath(path)!r}")[1]
+    with reading(path):  # a concurrent dump cannot swap the directory while it is read
+        return _read_state(resolve(path, _PART_MARKER), _PART_MARKER, _PART_FORMAT, f"state at {os.fspath(path)!r}")[1]
 
 
 def _part_meta(part: Any, token: str | None = None) -> dict:
@@ -205,16 +208,17 @@ def dump_part(part: Any, path: Any, *, fsync: bool = False) -> None:
     role = _role(part)
     state = _part_state(part, role)
     meta = {**_part_meta(part), "role": role}
-    _atomic_dir(path, _PART_MARKER, lambda d: _write_state(d, state, meta, _PART_MARKER, fsync, f"{role} {type(part).__name__}"), fsync)
+    atomic_dir(path, _PART_MARKER, lambda d: _write_state(d, state, meta, _PART_MARKER, fsync, f"{role} {type(part).__name__}"), fsync)
 
 
 def load_part(part: Any, path: Any) -> None:
     """Restores a storage, sampler or writer from a directory written by :func:`dump_part`
     (or the matching part of a buffer checkpoint). Validates everything before changing ``part``."""
     role = _role(part)
-    directory = _resolve(path, _PART_MARKER)
-    where = f"{role} checkpoint {directory!r}"
-    meta, state = _read_state(directory, _PART_MARKER, _PART_FORMAT, where)
+    with reading(path):  # a concurrent dump cannot swap the directory while it is read
+        directory = resolve(path, _PART_MARKER)
+        where = f"{role} checkpoint {directory!r}"
+        meta, state = _read_state(directory, _PART_MARKER, _PART_FORMAT, where)
     _check_class(meta, part, where)
     stage_part(part, role, state, where)()
 
@@ -284,7 +288,7 @@ def dump_buffer(buffer: Any, path: Any, *, fsync: bool = False) -> None:
         _write_state(d, extra, {**_part_meta(buffer, token), "role": "buffer"}, _PART_MARKER, fsync, "buffer state")
         _write_json(os.path.join(directory, _CKPT_MARKER), head, fsync)  # the checkpoint is complete
 
-    _atomic_dir(path, _CKPT_MARKER, write, fsync)
+    atomic_dir(path, _CKPT_MARKER, write, fsync)
 
 
 def _read_buffer(directory: str) -> tuple[dict, dict, dict]:
@@ -313,8 +317,9 @@ def load_buffer(buffer: Any, path: Any) -> None:
             format or version, or parts (classes, capacity, item structure) that do not fit ``buffer``;
             the buffer is unchanged then.
     """
-    directory = _resolve(path, _CKPT_MARKER)
-    head, metas, states = _read_buffer(directory)
+    with reading(path):  # a concurrent dump cannot swap the directory while it is read
+        directory = resolve(path, _CKPT_MARKER)
+        head, metas, states = _read_buffer(directory)
     objs = {"storage": buffer._storage, "sampler": buffer._sampler, "writer": buffer._writer}
     appliers = []
     for role in _ROLES:
