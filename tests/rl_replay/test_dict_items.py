@@ -91,6 +91,9 @@ def test_extend_with_a_dict_of_batches():
     rb = ReplayBuffer(storage=LazyTensorStorage(10))
     assert rb.extend({"x": torch.zeros(3, 2), "y": torch.arange(3)}).tolist() == [0, 1, 2]
     assert _plain(rb[:]) == {"x": ("torch.float32", [3, 2], [[0.0, 0.0]] * 3), "y": ("torch.int64", [3], [0, 1, 2])}
+    with pytest.raises(ValueError, match=r"a dict given to extend is a batch .*got a float32 tensor of shape \[\]"):
+        rb.extend({"x": torch.tensor(1.0)})
+    assert len(rb) == 3
     with pytest.raises(TypeError, match="ListStorage takes a list of items, got a dict"):
         ReplayBuffer(storage=ListStorage(10)).extend({"x": torch.zeros(3)})
 

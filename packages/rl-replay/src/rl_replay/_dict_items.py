@@ -11,8 +11,9 @@ from collections.abc import Mapping
 from typing import Any
 
 import torch
+from tdict import TensorDict
 
-__all__ = ["check_dicts", "is_dict_list", "stack_dicts"]
+__all__ = ["as_tensordict", "check_dicts", "is_dict_list", "stack_dicts"]
 
 
 def is_dict_list(data: Any) -> bool:
@@ -120,3 +121,25 @@ def stack_dicts(items: list, owner: str, *, objects: bool = False) -> dict:
             node = node.setdefault(key, {})
         node[path[-1]] = stacked
     return out
+
+
+def as_tensordict(data: Any, owner: str, *, one: bool) -> TensorDict | None:
+    """A list of dicts (one per item), or a dict, as a TensorDict; ``None`` for anything else.
+
+    A dict is one item when ``one`` (``add``), else a batch: tensors with a leading item dim (``extend``).
+    """
+    if type(data) is dict:
+        if one:
+            return TensorDict(stack_dicts([data], owner), batch_size=[1])[0]
+        leaf: Any = data
+        while isinstance(leaf, Mapping) and leaf:
+            leaf = next(iter(leaf.values()))
+        if not isinstance(leaf, torch.Tensor) or leaf.ndim == 0:
+            raise ValueError(
+                f"{owner}: a dict given to extend is a batch (tensors with a leading item dim), got {_describe(leaf)} "
+                f"as its first leaf; pass a list of dicts for one dict per item."
+            )
+        return TensorDict(data, batch_size=leaf.shape[:1])
+    if is_dict_list(data):
+        return TensorDict(stack_dicts(data, owner), batch_size=[len(data)])
+    return None

@@ -7,9 +7,9 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, Callable, Iterator, Sequence
 
 import torch
-from tdict import TensorDict, TensorDictBase, is_tensor_collection
+from tdict import TensorDictBase, is_tensor_collection
 
-from .._dict_items import check_dicts, is_dict_list, stack_dicts
+from .._dict_items import as_tensordict, check_dicts, is_dict_list, stack_dicts
 from .._part import check_loadable
 from ..samplers.base import Sampler
 from ..samplers.uniform import RandomSampler
@@ -31,19 +31,6 @@ def default_collate(items: Any) -> Any:
         if isinstance(first, dict):
             return stack_dicts(items, "default_collate", objects=True)
     return items
-
-
-def _batch_of_dict(data: dict, owner: str) -> TensorDict:
-    """A dict of batched leaves (``{"x": [N, ...], ...}``) as a TensorDict of batch size ``[N]``."""
-    leaf: Any = data
-    while isinstance(leaf, dict) and leaf:
-        leaf = next(iter(leaf.values()))
-    if not isinstance(leaf, torch.Tensor) or leaf.ndim == 0:
-        raise ValueError(
-            f"{owner}: a dict passed to extend holds a batch (tensors with a leading item dim), got {type(leaf).__name__} "
-            f"{list(getattr(leaf, 'shape', []))}; pass a list of dicts for one dict per item."
-        )
-    return TensorDict(data, batch_size=leaf.shape[:1])
 
 
 def _batch_size_arg(value: Any) -> int:
@@ -224,13 +211,8 @@ class ReplayBuffer:
             if what == "extend" and self._collate_fn is default_collate and is_dict_list(data):
                 check_dicts(data, owner)
             return data, False
-        if type(data) is dict:
-            if what == "add":
-                return TensorDict(stack_dicts([data], owner), batch_size=[1])[0], True
-            return _batch_of_dict(data, owner), True
-        if not is_dict_list(data):
-            return data, False
-        return TensorDict(stack_dicts(data, owner), batch_size=[len(data)]), True
+        batch = as_tensordict(data, owner, one=what == "add")
+        return (data, False) if batch is None else (batch, True)
 
     def add(self, data: Any) -> Any:
         """Writes one item; returns its index."""
@@ -382,7 +364,7 @@ class ReplayBuffer:
                     torch.Generator(device=self._rng.device).set_state(rng)
                 except (TypeError, ValueError, RuntimeError) as err:
                     raise ValueError(f"{owner}: state['rng'] is not a generator state: {err}") from err
-            self._storage.load_state_dict(state["storage"])  # checks, then changes one count: first
+            self._storage.load_state_dict(state["storage"])  # checks its state before its one change: may go first
             self._sampler.load_state_dict(state["sampler"])
             self._writer.load_state_dict(state["writer"])
             if rng is not None and self._rng is not None:

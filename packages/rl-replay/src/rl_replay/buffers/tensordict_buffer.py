@@ -4,12 +4,12 @@ from __future__ import annotations
 from typing import Any
 
 import torch
-from tdict import TensorDict, TensorDictBase, is_tensor_collection
+from tdict import TensorDictBase, is_tensor_collection
 from tdict._utils import NestedKey
 
-from .._dict_items import is_dict_list, stack_dicts
+from .._dict_items import as_tensordict
 from ..writers import TensorDictRoundRobinWriter, Writer
-from .replay_buffer import ReplayBuffer, _batch_of_dict
+from .replay_buffer import ReplayBuffer
 
 __all__ = ["TensorDictReplayBuffer"]
 
@@ -18,9 +18,10 @@ class TensorDictReplayBuffer(ReplayBuffer):
     """A :class:`ReplayBuffer` for TensorDicts.
 
     ``extend`` writes each item's position under ``"index"`` (in the stored data and in the
-    argument; a list of dicts, one per item, is stacked into a TensorDict first), ``sample`` returns a TensorDict that also holds the sampler's info entries (e.g.
-    ``"priority_weight"`` for prioritized samplers) and :meth:`update_tensordict_priority` reads
-    priorities from ``priority_key``.
+    argument; a list of dicts, one per item, is stacked into a TensorDict first), ``sample``
+    returns a TensorDict that also holds the sampler's info entries (e.g. ``"priority_weight"``
+    for prioritized samplers) and :meth:`update_tensordict_priority` reads priorities from
+    ``priority_key``.
 
     Args:
         priority_key: the entry that holds new priorities (default ``"td_error"``).
@@ -47,11 +48,10 @@ class TensorDictReplayBuffer(ReplayBuffer):
     def _from_dicts(self, data: Any, what: str) -> tuple[Any, bool]:
         # every storage gets a TensorDict, and reads give TensorDicts
         owner = f"{type(self).__name__}.{what}"
-        if type(data) is dict:
-            return (TensorDict(stack_dicts([data], owner), batch_size=[1])[0] if what == "add" else _batch_of_dict(data, owner)), False
-        if is_dict_list(data):
-            return TensorDict(stack_dicts(data, owner), batch_size=[len(data)]), False
-        raise TypeError(_not_a_tensordict(owner, data))
+        batch = as_tensordict(data, owner, one=what == "add")
+        if batch is None:
+            raise TypeError(_not_a_tensordict(owner, data))
+        return batch, False
 
     def add(self, data: Any) -> Any:
         """Writes one item (a TensorDict with the items' batch dims dropped, or a dict); returns its index."""
