@@ -4,8 +4,7 @@ from __future__ import annotations
 from typing import Any, Sequence
 
 import torch
-from tdict import TensorDict, TensorDictBase
-from tdict._utils import NestedKey
+from tdict import LazyStackedTensorDict, NestedKey, TensorDict, TensorDictBase, lazy_stack
 
 __all__ = ["step_mdp", "MDPShift"]
 
@@ -18,13 +17,24 @@ def _as_key_list(keys: NestedKey | Sequence[NestedKey] | None) -> list:
     return list(keys)
 
 
+def _path(key: NestedKey) -> tuple:
+    return (key,) if type(key) is str else tuple(key)
+
+
+def _is_collection(value: Any) -> bool:
+    """A sub-TensorDict (not a tensor, not non-tensor data): its entries are copied one by one."""
+    return not isinstance(value, torch.Tensor) and not value._is_non_tensor
+
+
 class MDPShift:
     """A precomputed :func:`step_mdp` for a fixed set of keys (what an env uses on its hot path).
 
     Args:
-        action_keys / reward_keys / done_keys: the env's keys (a list; a tuple is one nested key).
-        keep_other: keep root entries that ``"next"`` does not hold (policy outputs, parameters...).
-        exclude_reward / exclude_done / exclude_action: drop those keys from the result.
+        action_keys / reward_keys / done_keys: the keys (a list; a tuple is one nested key).
+        keep_other: keep root entries that are not excluded (observations are then replaced by
+            ``"next"``'s; policy outputs, recurrent states... stay).
+        exclude_reward / exclude_done / exclude_action: drop those keys, at the root and in ``"next"``.
+            A kept action stays even with ``keep_other=False`` (as in TorchRL).
 
     Example:
         >>> import torch
@@ -40,74 +50,109 @@ class MDPShift:
         self,
         action_keys: NestedKey | Sequence[NestedKey] = "action",
         reward_keys: NestedKey | Sequence[NestedKey] = "reward",
-        done_keys: NestedKey | Sequence[NestedKey] | None = None,
+        done_keys: NestedKey | Sequence[NestedKey] = "done",
         *,
         keep_other: bool = True,
         exclude_reward: bool = True,
         exclude_done: bool = False,
         exclude_action: bool = True,
     ) -> None:
-        if done_keys is None:
-            done_keys = ["done", "terminated", "truncated"]
         action_keys, reward_keys, done_keys = (_as_key_list(k) for k in (action_keys, reward_keys, done_keys))
+        # TorchRL's rule: one set of excluded keys for both levels; the root's other entries are
+        # copied first, then "next"'s overwrite them (so done flags always come from "next")
+        excluded = (reward_keys if exclude_reward else []) + (done_keys if exclude_done else [])
+        excluded += action_keys if exclude_action else []
         self.keep_other = keep_other
-        # keys never carried over from the root: "next" itself, rewards and dones (they come from "next")
-        root_drop = ["next", *reward_keys, *done_keys]
-        if exclude_action:
-            root_drop += action_keys
-        next_drop = []
-        if exclude_reward:
-            next_drop += reward_keys
-        if exclude_done:
-            next_drop += done_keys
-        self.root_drop = tuple(root_drop)
-        self.next_drop = tuple(next_drop)
-        flat = all(type(k) is str for k in (*root_drop, *next_drop))
-        self._root_drop_set = frozenset(root_drop) if flat else None
-        self._next_drop_set = frozenset(next_drop) if flat else None
+        self.excluded = frozenset(_path(k) for k in excluded)
+        # with keep_other=False the root contributes only the actions, when they are kept
+        self.kept_actions = () if keep_other or exclude_action else tuple(_path(k) for k in action_keys)
+        flat = keep_other and all(len(k) == 1 for k in self.excluded)
+        self._flat_excluded = frozenset(k[0] for k in self.excluded) | {"next"} if flat else None
 
     def __call__(self, tensordict: TensorDictBase) -> TensorDictBase:
+        if isinstance(tensordict, LazyStackedTensorDict):
+            # members may differ in shape (heterogeneous agents): shift each one, stack lazily again
+            return lazy_stack([self(td) for td in tensordict.tensordicts], tensordict.stack_dim)
         nxt = tensordict.get("next")
-        if self._root_drop_set is not None and type(tensordict) is TensorDict and type(nxt) is TensorDict:
+        if self._flat_excluded is not None and type(tensordict) is TensorDict and type(nxt) is TensorDict:
             return self._flat(tensordict, nxt)
         return self._general(tensordict, nxt)
 
     def _flat(self, tensordict: TensorDict, nxt: TensorDict) -> TensorDict:
-        # the hot path: all keys are strings, both levels are plain TensorDicts
+        # the hot path: every excluded key is a root key, both levels are plain TensorDicts
         out: dict[str, Any] = {}
-        if self.keep_other:
-            drop = self._root_drop_set
-            for key, value in tensordict._tensordict.items():
-                if key not in drop:
-                    # a fresh structure for nested entries, so that writing into the new root never
-                    # reaches the step that was just recorded
-                    out[key] = value if type(value) is not TensorDict else value.copy()
-        drop = self._next_drop_set
-        for key, value in nxt._tensordict.items():
-            if key not in drop:
-                out[key] = value if type(value) is not TensorDict else value.copy()
+        drop = self._flat_excluded
+        for source in (tensordict, nxt):
+            for key, value in source._tensordict.items():
+                if key in drop:
+                    continue
+                if type(value) is TensorDict:
+                    if value.is_empty():  # no leaf to carry (TorchRL drops such entries)
+                        continue
+                    # a fresh structure, so that writing into the new root never reaches the recorded step
+                    value = _merged(out.get(key), value)
+                out[key] = value
         return TensorDict._new_unsafe(out, tensordict._batch_size, tensordict._device, tensordict._names)
 
     def _general(self, tensordict: TensorDictBase, nxt: TensorDictBase) -> TensorDictBase:
+        out = tensordict.empty()
         if self.keep_other:
-            out = tensordict.exclude(*self.root_drop).clone(False)
-        else:
-            out = tensordict.empty()
-        _merge_into(out, nxt.exclude(*self.next_drop) if self.next_drop else nxt)
+            _copy_into(out, tensordict, (), self.excluded, skip="next")
+        for path in self.kept_actions:
+            _copy_path(out, tensordict, path)
+        _copy_into(out, nxt, (), self.excluded)
         return out
 
 
-def _merge_into(dest: TensorDictBase, src: TensorDictBase) -> None:
-    """Write ``src`` into ``dest`` key by key, creating fresh sub-TensorDicts (never sharing them)."""
+def _merged(existing: Any, value: TensorDict) -> TensorDict:
+    """``value``'s structure copied (never shared); merged into ``existing`` when that is a copy too."""
+    if type(existing) is TensorDict:
+        _copy_into(existing, value, (), frozenset())
+        return existing
+    return value.copy()
+
+
+def _copy_path(dest: TensorDictBase, src: TensorDictBase, path: tuple) -> None:
+    """Copies the entry at ``path`` if there is one, creating the sub-TensorDicts on the way with ``src``'s shapes."""
+    chain = []
+    for key in path[:-1]:
+        src = src.get(key, None)
+        if src is None or not _is_collection(src):
+            return
+        chain.append((key, src))
+    value = src.get(path[-1], None)
+    if value is None:
+        return
+    for key, sub_src in chain:
+        sub = dest.get(key, None)
+        if sub is None:
+            sub = sub_src.empty()
+            dest.set(key, sub)
+        dest = sub
+    dest.set(path[-1], value)
+
+
+def _copy_into(dest: TensorDictBase, src: TensorDictBase, prefix: tuple, excluded: frozenset, skip: str | None = None) -> bool:
+    """Copies ``src``'s entries into ``dest`` except the ``excluded`` paths; sub-TensorDicts are new
+    structures, and those left without a leaf are not created. Returns whether anything was written."""
+    wrote = False
     for key, value in src.items():
-        if isinstance(value, torch.Tensor) or value._is_non_tensor:
+        path = prefix + (key,)
+        if key == skip or path in excluded:
+            continue
+        if not _is_collection(value):
             dest.set(key, value)
+            wrote = True
             continue
         sub = dest.get(key, None)
-        if sub is None or isinstance(sub, torch.Tensor):
-            dest.set(key, value.copy())
-        else:
-            _merge_into(sub, value)
+        fresh = sub is None or isinstance(sub, torch.Tensor)
+        if fresh:
+            sub = value.empty()
+        if _copy_into(sub, value, path, excluded):
+            if fresh:
+                dest.set(key, sub)
+            wrote = True
+    return wrote
 
 
 def step_mdp(
@@ -118,10 +163,15 @@ def step_mdp(
     exclude_done: bool = False,
     exclude_action: bool = True,
     reward_keys: NestedKey | Sequence[NestedKey] = "reward",
-    done_keys: NestedKey | Sequence[NestedKey] | None = None,
+    done_keys: NestedKey | Sequence[NestedKey] = "done",
     action_keys: NestedKey | Sequence[NestedKey] = "action",
 ) -> TensorDictBase:
     """Moves ``tensordict["next"]`` to the root: the state at t+1 becomes the input of the next step.
+
+    TorchRL's semantics: the root's entries (all of them with ``keep_other``, else only the kept
+    actions) are copied, then ``"next"``'s entries overwrite them; the excluded keys are dropped at
+    both levels, and sub-TensorDicts left without a leaf are dropped. A lazy stack is shifted member
+    by member (members may differ in shape). The input is never modified.
 
     Args:
         tensordict: a TensorDict that holds a ``"next"`` entry (the output of ``env.step``).
@@ -129,9 +179,11 @@ def step_mdp(
         keep_other: keep root entries that are not in ``"next"`` (e.g. recurrent states).
         exclude_reward: drop the reward keys (default ``True``).
         exclude_done: drop the done keys (default ``False``: the new root says whether it is done).
-        exclude_action: drop the action keys (default ``True``).
+        exclude_action: drop the action keys (default ``True``); a kept action stays even with
+            ``keep_other=False``.
         reward_keys, done_keys, action_keys: the keys in question (a tuple is one nested key; pass
-            several keys as a list). ``done_keys`` defaults to ``["done", "terminated", "truncated"]``.
+            several keys as a list). Defaults: ``"reward"``, ``"done"``, ``"action"`` (as in TorchRL;
+            an env's own shift uses all of its done keys).
 
     Example:
         >>> import torch
@@ -144,8 +196,6 @@ def step_mdp(
     """
     if "next" not in tensordict.keys():
         raise KeyError(f"step_mdp: the tensordict has no 'next' entry (keys: {sorted(map(str, tensordict.keys()))}).")
-    if done_keys is None:
-        done_keys = ["done", "terminated", "truncated"]
     shift = MDPShift(
         action_keys, reward_keys, done_keys,
         keep_other=keep_other, exclude_reward=exclude_reward, exclude_done=exclude_done, exclude_action=exclude_action,
