@@ -258,6 +258,21 @@ def test_rollout_max_steps_and_time_dim(counting_env):
     assert single.batch_size == torch.Size([4]) and single.names == ["time"]
 
 
+@pytest.mark.parametrize("max_steps", [-1, 0, 2.5, True])
+def test_rollout_bad_max_steps_names_the_argument(counting_env, max_steps):
+    env = counting_env(max_count=100)
+    with pytest.raises(ValueError, match=rf"rollout: max_steps must be an int >= 1, got {max_steps!r}"):
+        env.rollout(max_steps)
+
+
+def test_rollout_time_dim_named_for_every_layout(counting_env):
+    env = counting_env(batch_size=[2], max_count=100)
+    lazy = env.rollout(3, _const_policy([1, 2]), return_contiguous=False)
+    assert lazy.batch_size == torch.Size([2, 3]) and lazy.names == [None, "time"]
+    kept = env.rollout(3, _const_policy([1, 2]), break_when_any_done=False)
+    assert kept.names == [None, "time"]
+
+
 def test_quick_example_from_issue():
     torch.manual_seed(0)
     env = TransformedEnv(PendulumEnv(), StepCounter(max_steps=200))

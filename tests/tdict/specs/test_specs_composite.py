@@ -109,6 +109,24 @@ def test_project_encode_to_numpy():
     assert arrays["obs"].shape == (4, 3) and arrays["next"]["reward"].dtype == np.float32
 
 
+def test_project_returns_a_new_value_and_leaves_the_input_alone():
+    from tdict import TensorDict, lazy_stack
+
+    spec = Composite(a=Bounded(-1.0, 1.0, shape=(2,)), n=Composite(b=Categorical(3, shape=(2,))))
+    td = TensorDict(a=torch.tensor([-3.0, 0.5]), n=TensorDict(b=torch.tensor([5, 1])), extra=torch.ones(1))
+    a, b = td["a"], td["n", "b"]
+    out = spec.project(td)
+    assert out is not td and out["n"] is not td["n"]
+    assert out["a"].tolist() == [-1.0, 0.5] and out["n", "b"].tolist() == [2, 1] and out["extra"].tolist() == [1.0]
+    # neither the entries nor the tensors of the input changed (nested ones included)
+    assert td["a"] is a and td["n", "b"] is b and a.tolist() == [-3.0, 0.5] and b.tolist() == [5, 1]
+    members = [TensorDict(a=torch.tensor([-3.0, 0.5]), n=TensorDict(b=torch.tensor([5, 1]))) for _ in range(2)]
+    stacked = Composite(a=Bounded(-1.0, 1.0, shape=(2, 2)), n=Composite(b=Categorical(3, shape=(2, 2)), shape=(2,)), shape=(2,))
+    out = stacked.project(lazy_stack(members, 0))
+    assert out["a"].tolist() == [[-1.0, 0.5]] * 2 and out["n", "b"].tolist() == [[2, 1]] * 2
+    assert [m["a"].tolist() for m in members] == [[-3.0, 0.5]] * 2 and [m["n", "b"].tolist() for m in members] == [[5, 1]] * 2
+
+
 def test_shape_ops():
     spec = make()
     e = spec.expand(2, 4)

@@ -106,6 +106,8 @@ def rollout(
         >>> env.rollout(10).batch_size
         torch.Size([4, 10])
     """
+    if isinstance(max_steps, bool) or not hasattr(max_steps, "__index__") or max_steps < 1:
+        raise ValueError(f"rollout: max_steps must be an int >= 1, got {max_steps!r}.")
     break_any, break_all = _resolve_breaks(break_when_any_done, break_when_all_done)
     policy = _compatible_policy(env, policy, trust_policy)
     if auto_reset:
@@ -163,8 +165,7 @@ def rollout(
                 callback(env, stepped)
     time_dim = len(env.batch_size) if tensordict is None else max(len(env.batch_size), tensordict.batch_dims)
     result = torch.stack(steps, time_dim, out=out) if return_contiguous else lazy_stack(steps, time_dim)
-    if return_contiguous:
-        result.names = [None] * time_dim + ["time"]
+    result.names = [None] * time_dim + ["time"]
     if set_truncated:
         _mark_truncated(result, keys)
     return result

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import copy
+import operator
 from typing import TYPE_CHECKING, Any, Sequence
 
 import torch
@@ -18,6 +19,30 @@ def _size(shape: Any) -> torch.Size:
     if isinstance(shape, int):
         return torch.Size((shape,))
     return torch.Size(shape)
+
+
+def _spec_shape(shape: Any, owner: str) -> torch.Size:
+    """A constructor's ``shape`` argument as a Size, refusing negative (or non-integer) sizes."""
+    try:
+        size = _size(shape)
+    except (TypeError, ValueError):
+        raise TypeError(f"{owner}: shape must be a sequence of ints, got {shape!r}") from None
+    if any(s < 0 for s in size):
+        raise ValueError(f"{owner}: shape must hold sizes >= 0, got {tuple(size)}")
+    return size
+
+
+def _count(value: Any, owner: str, name: str) -> int:
+    """A constructor's category count (``n``, an ``nvec`` entry) as an int >= 1."""
+    integral = not isinstance(value, bool) and hasattr(value, "__index__")
+    if isinstance(value, torch.Tensor):  # a one-element integer tensor counts as an int
+        integral = value.numel() == 1 and not value.is_floating_point() and value.dtype is not torch.bool
+    if not integral:
+        raise TypeError(f"{owner}: {name} must be an int >= 1, got {value!r}")
+    value = operator.index(value)
+    if value < 1:
+        raise ValueError(f"{owner}: {name} must be an int >= 1, got {value}")
+    return value
 
 
 def _shape_args(shape: tuple) -> torch.Size:
@@ -52,7 +77,7 @@ class TensorSpec:
     dtype: torch.dtype | None
 
     def __init__(self, shape: Any, device: Any, dtype: torch.dtype | None) -> None:
-        self.shape = _size(shape)
+        self.shape = _spec_shape(shape, type(self).__name__)
         self.device = _device(device)
         self.dtype = dtype
         self._tensors: dict[str, torch.Tensor] = {}

@@ -6,7 +6,7 @@ from typing import Any, NamedTuple
 
 import torch
 
-from .base import TensorSpec, _device, _size
+from .base import TensorSpec, _device, _size, _spec_shape
 
 __all__ = ["Bounded", "ContinuousBox"]
 
@@ -64,9 +64,12 @@ class Bounded(TensorSpec):
         else:  # integer bounds stay exact (int64's extremes do not survive a float64 round trip)
             work = torch.int64
         low, high = low.to(work), high.to(work)
+        for name, bound in (("low", low), ("high", high)):
+            if bound.is_floating_point() and bool(torch.isnan(bound).any()):
+                raise ValueError(f"Bounded: {name} must be a number (inf for no bound), got NaN in {name}={bound.tolist()}")
         if shape is None:
             shape = torch.broadcast_shapes(low.shape, high.shape)
-        shape = _size(shape)
+        shape = _spec_shape(shape, "Bounded")
         try:
             low, high = low.expand(shape).clone(), high.expand(shape).clone()
         except RuntimeError:

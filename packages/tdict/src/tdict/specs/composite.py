@@ -6,7 +6,7 @@ from typing import Any, Iterator
 import torch
 
 from ..tensordict import TensorDict
-from .base import _device, _shape_args, _size
+from .base import _device, _shape_args, _size, _spec_shape
 
 __all__ = ["Composite"]
 
@@ -49,7 +49,7 @@ class Composite:
     def __init__(self, specs: Any = None, shape: Any = None, device: Any = None, batch_size: Any = None, **kwargs: Any) -> None:
         if shape is None:
             shape = batch_size
-        self.shape = _size(shape)
+        self.shape = _spec_shape(shape, "Composite")
         self.device = _device(device)
         self._specs: dict[str, Any] = {}
         self._locked = False
@@ -294,7 +294,11 @@ class Composite:
             raise AssertionError(f"Composite: key {key!r}: {bad[1]}")
 
     def project(self, td: Any) -> TensorDict:
-        """A TensorDict whose spec'd entries are projected into their specs (others kept)."""
+        """A new TensorDict whose spec'd entries are projected into their specs (others kept).
+
+        The input is never modified, nested entries included (TorchRL 0.14 writes the projected
+        values into its input and returns it: use the return value, ``td = spec.project(td)``).
+        """
         out = td.copy() if hasattr(td, "copy") else td
         for k, spec in self._leaf_items():
             val = out.get(k, None)

@@ -6,7 +6,7 @@ from typing import Any, Sequence
 
 import torch
 
-from .base import TensorSpec, _cartesian, _device, _size
+from .base import TensorSpec, _cartesian, _count, _device, _size, _spec_shape
 
 __all__ = ["Binary", "Categorical", "MultiCategorical", "MultiOneHot", "OneHot"]
 
@@ -48,7 +48,7 @@ class Categorical(TensorSpec):
     """
 
     def __init__(self, n: int, shape: Any = None, device: Any = None, dtype: torch.dtype | None = torch.int64, mask: torch.Tensor | None = None) -> None:
-        self.n = int(n)
+        self.n = _count(n, "Categorical", "n")
         super().__init__(shape, device, dtype or torch.int64)
         if mask is not None:
             self.update_mask(mask)
@@ -167,8 +167,8 @@ class OneHot(TensorSpec):
     _ev = 1
 
     def __init__(self, n: int, shape: Any = None, device: Any = None, dtype: torch.dtype | None = torch.bool, mask: torch.Tensor | None = None) -> None:
-        self.n = int(n)
-        shape = _size(shape) if shape is not None else torch.Size((n,))
+        self.n = n = _count(n, type(self).__name__, "n")
+        shape = _spec_shape(shape, type(self).__name__) if shape is not None else torch.Size((n,))
         if not shape or shape[-1] != n:
             raise ValueError(f"{type(self).__name__}: the last dim of shape {tuple(shape)} must be n={n}")
         super().__init__(shape, device, dtype or torch.bool)
@@ -274,8 +274,8 @@ class Binary(TensorSpec):
         if shape is None:
             if n is None:
                 raise ValueError("Binary: give n or shape")
-            shape = (n,)
-        shape = _size(shape)
+            shape = (_count(n, "Binary", "n"),)
+        shape = _spec_shape(shape, "Binary")
         if n is not None and (not shape or shape[-1] != n):
             raise ValueError(f"Binary: the last dim of shape {tuple(shape)} must be n={n}")
         super().__init__(shape, device, dtype or torch.int8)
@@ -333,10 +333,13 @@ class MultiCategorical(TensorSpec):
 
     def __init__(self, nvec: Sequence[int] | torch.Tensor, shape: Any = None, device: Any = None, dtype: torch.dtype | None = torch.int64, mask: Any = None) -> None:
         dev = _device(device)
-        nvec = torch.as_tensor(nvec, dtype=torch.int64, device=dev)
+        raw = torch.as_tensor(nvec, device=dev)
+        if raw.is_floating_point() or raw.dtype is torch.bool or (raw.numel() and bool((raw < 1).any())):
+            raise ValueError(f"MultiCategorical: nvec must hold ints >= 1, got {raw.tolist()}")
+        nvec = raw.to(torch.int64)
         if nvec.ndim == 0:
             nvec = nvec.unsqueeze(0)
-        shape = _size(shape) if shape is not None else nvec.shape
+        shape = _spec_shape(shape, "MultiCategorical") if shape is not None else nvec.shape
         try:
             nvec = nvec.expand(shape).clone()
         except RuntimeError:
@@ -446,9 +449,9 @@ class MultiOneHot(TensorSpec):
     _ev = 1
 
     def __init__(self, nvec: Sequence[int], shape: Any = None, device: Any = None, dtype: torch.dtype | None = torch.bool, mask: torch.Tensor | None = None) -> None:
-        self.nvec = [int(k) for k in nvec]
+        self.nvec = [_count(k, "MultiOneHot", "each nvec entry") for k in nvec]
         total = sum(self.nvec)
-        shape = _size(shape) if shape is not None else torch.Size((total,))
+        shape = _spec_shape(shape, "MultiOneHot") if shape is not None else torch.Size((total,))
         if not shape or shape[-1] != total:
             raise ValueError(f"MultiOneHot: the last dim of shape {tuple(shape)} must be sum(nvec)={total}")
         super().__init__(shape, device, dtype or torch.bool)
