@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import math
+import re
 
 import numpy as np
 import pytest
@@ -405,3 +406,44 @@ def test_cartpole_step_leaves_its_input_alone_and_follows_to():
     rollout = a.rollout(10, _cartpole_policy)
     assert a.device == torch.device("cpu") and rollout["observation"].device == torch.device("cpu")
     assert (rollout == b.rollout(10, _cartpole_policy)).all()
+
+
+# ----------------------------------------------------------------------------- CartPole action checks
+@pytest.mark.parametrize("actions, bad", [(torch.tensor(7), [7]), (torch.tensor([0, 7, -1, 1]), [-1, 7])])
+def test_cartpole_refuses_invalid_actions_by_default(actions, bad):
+    env = CartPoleEnv(batch_size=actions.shape, seed=0)
+    assert env.validate_actions is True
+    td = env.reset()
+    before = td.clone()
+    td["action"] = actions
+    with pytest.raises(ValueError, match=rf"CartPoleEnv: action 'action' must be 0 \(push left\) or 1 \(push right\), got {re.escape(str(bad))}"):
+        env.step(td)
+    assert "next" not in td.keys() and torch.equal(td["observation"], before["observation"])
+    # the same check runs for rollouts and behind transforms
+    with pytest.raises(ValueError, match="must be 0 .* or 1"):
+        TransformedEnv(CartPoleEnv(batch_size=actions.shape), StepCounter(5)).rollout(3, lambda t: t.set("action", actions))
+
+
+def test_cartpole_validate_actions_argument_and_unchecked_rule():
+    assert CartPoleEnv(validate_actions=True).validate_actions is True
+    env = CartPoleEnv(batch_size=[3], validate_actions=False)
+    start = TensorDict(observation=torch.zeros(3, 4), action=torch.tensor([0, 7, 1]), batch_size=[3])
+    x_dot = env.step(start)["next", "observation"][:, 1]
+    # Gymnasium's rule: 1 pushes right, anything else left; the action never scales the force
+    temp = 10 / 1.1
+    xacc = temp - 0.05 * (-temp / (0.5 * (4 / 3 - 0.1 / 1.1))) / 1.1
+    torch.testing.assert_close(x_dot, torch.tensor([-0.02 * xacc, -0.02 * xacc, 0.02 * xacc]))
+
+
+def test_cartpole_action_check_reaches_batched_workers():
+    from rl_envs.batched import ParallelEnv, SerialEnv
+
+    bad = torch.tensor([1, 7])
+    with pytest.raises(ValueError, match=r"CartPoleEnv: action 'action' must be 0 .* got \[7\]"):
+        SerialEnv(2, CartPoleEnv).rollout(3, lambda t: t.set("action", bad))
+    env = ParallelEnv(2, CartPoleEnv, mp_start_method="fork")
+    try:
+        with pytest.raises(RuntimeError, match=r"worker 1 .* raised:[\s\S]*CartPoleEnv: action 'action' must be 0 .* got \[7\]"):
+            env.rollout(3, lambda t: t.set("action", bad))
+    finally:
+        env.close()

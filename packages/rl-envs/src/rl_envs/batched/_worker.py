@@ -65,6 +65,7 @@ class EnvRunner:
         self.reset_dests = _dests(root, layout.reset_out_keys)
         self._inputs: dict = {}  # key tuple -> root.select(*keys): views, refreshed by in-place writes
         self._checked: set = set()
+        self._validate = bool(getattr(env, "validate_actions", False))  # its step() is bypassed
 
     def _input(self, keys: tuple) -> TensorDictBase:
         view = self._inputs.get(keys)
@@ -74,7 +75,10 @@ class EnvRunner:
 
     def step(self, keys: tuple) -> tuple:
         """Steps the env on the buffer's root entries ``keys``; returns the ``"next"`` keys written."""
-        out = self.env._step(self._input(keys))
+        td = self._input(keys)
+        if self._validate:
+            self.env._validate_actions(td, self.env._keys())
+        out = self.env._step(td)
         return self._write(self.next_dests, out, "_step")
 
     def reset(self, keys: tuple, with_mask: bool, kwargs: dict) -> tuple:

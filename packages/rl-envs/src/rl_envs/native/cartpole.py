@@ -33,8 +33,8 @@ class _Constants:
         def t(x: Any) -> torch.Tensor:
             return torch.tensor(x, dtype=torch.float32, device=device)
 
-        # action 0/1 -> force / total_mass = action * (2 f / M) - f / M
-        self.force_slope, self.force_low = t(2 * FORCE_MAG / TOTAL_MASS), t(-FORCE_MAG / TOTAL_MASS)
+        # force / total_mass for action 1 (push right) and any other action (push left), as Gymnasium
+        self.force_right, self.force_left = t(FORCE_MAG / TOTAL_MASS), t(-FORCE_MAG / TOTAL_MASS)
         self.gravity, self.four_thirds_length = t(GRAVITY), t(LENGTH * 4.0 / 3.0)
         # |x| and |theta| limits; the velocities never terminate
         self.limits = t([X_THRESHOLD, math.inf, THETA_THRESHOLD, math.inf])
@@ -44,11 +44,11 @@ def cartpole_step(obs: torch.Tensor, action: torch.Tensor, c: _Constants) -> tup
     """One CartPole-v1 euler step: ``(next_obs, terminated)``, Gymnasium's formulas in few tensor ops.
 
     ``obs`` is ``[*batch, 4]`` (x, x_dot, theta, theta_dot), ``action`` an integer tensor of the batch
-    shape (0 pushes left, 1 pushes right). Inputs are not modified: in-place ops only touch tensors
-    allocated here.
+    shape: 1 pushes right, anything else left (Gymnasium's rule; an action is never a force scale).
+    Inputs are not modified: in-place ops only touch tensors allocated here.
     """
     _, x_dot, theta, theta_dot = obs.unbind(-1)
-    force = torch.addcmul(c.force_low, action, c.force_slope)  # already divided by total_mass
+    force = torch.where(action == 1, c.force_right, c.force_left)  # already divided by total_mass
     sin, cos = torch.sin(theta), torch.cos(theta)
     # temp = (force + polemass_length * theta_dot² * sin) / total_mass
     temp = torch.addcmul(force, torch.mul(theta_dot, theta_dot), sin, value=POLEMASS_LENGTH / TOTAL_MASS)
@@ -79,6 +79,10 @@ class CartPoleEnv(EnvBase):
         batch_size: the number of cart-poles (``[]`` for one).
         device: where the tensors live.
         seed: seeds the env's random generator.
+        validate_actions: raise a ``ValueError`` naming the action and the allowed values (0, 1)
+            when a step gets anything else (default ``True``, as Gymnasium's CartPole-v1 asserts
+            its action space on every step). ``False`` skips the check (one host sync per step);
+            an invalid action then pushes left, as in Gymnasium, and is never a force scale.
 
     Example:
         >>> from rl_envs import StepCounter, TransformedEnv
@@ -90,8 +94,11 @@ class CartPoleEnv(EnvBase):
         (True, True)
     """
 
-    def __init__(self, batch_size: Sequence[int] | None = None, device: Any = None, seed: int | None = None) -> None:
-        super().__init__(device=device, batch_size=batch_size)
+    def __init__(
+        self, batch_size: Sequence[int] | None = None, device: Any = None, seed: int | None = None,
+        validate_actions: bool = True,
+    ) -> None:
+        super().__init__(device=device, batch_size=batch_size, validate_actions=validate_actions)
         self._rng = torch.Generator(device=self.device or "cpu")
         self._set_seed(seed)
         self._consts = _Constants(self.device)
@@ -129,6 +136,13 @@ class CartPoleEnv(EnvBase):
         return TensorDict._new_unsafe(
             {"observation": obs, "done": done[0], "terminated": done[1], "truncated": done[2]}, batch, self.device
         )
+
+    def _validate_actions(self, tensordict: TensorDictBase, keys: Any) -> None:
+        # one fused test instead of the generic spec check: only 0 and 1 have no bit above the first
+        action = tensordict.get("action")
+        if action.bitwise_and(-2).count_nonzero():
+            bad = action[(action != 0) & (action != 1)].unique().tolist()
+            raise ValueError(f"CartPoleEnv: action 'action' must be 0 (push left) or 1 (push right), got {bad}.")
 
     def _step(self, tensordict: TensorDictBase) -> TensorDict:
         next_obs, terminated = cartpole_step(tensordict.get("observation"), tensordict.get("action"), self._consts)

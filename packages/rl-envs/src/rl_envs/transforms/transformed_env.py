@@ -134,8 +134,11 @@ class TransformedEnv(EnvBase):
             self.__dict__["_has_inverse"] = has_inverse
         transform = self._transform
         inner = transform.inv(tensordict) if has_inverse else tensordict
+        base = self._base
+        if base.validate_actions:  # its step() is bypassed: check what it receives, in its own terms
+            base._validate_actions(inner, base._keys())
         # the policy's "next" entries join the base env's output before the transforms see it
-        return transform._step(tensordict, carry_next_preset(tensordict, self._base._step(inner)))
+        return transform._step(tensordict, carry_next_preset(tensordict, base._step(inner)))
 
     def _set_seed(self, seed: int | None) -> None:
         self.base_env._set_seed(seed)
