@@ -165,11 +165,14 @@ def test_composite_distribution_sample_and_log_prob():
     assert joint.shape == (4,)
     torch.testing.assert_close(joint, expected)
     per_head = dist.log_prob(sample)
-    torch.testing.assert_close(per_head["agent", "action_log_prob"], normal.log_prob(sample["agent", "action"]))
+    # each leaf summed to the batch shape of its holder (design rule: no feature dims on log-probs)
+    assert per_head["agent", "action_log_prob"].shape == (4,)
+    torch.testing.assert_close(per_head["agent", "action_log_prob"], normal.log_prob(sample["agent", "action"]).sum(-1))
     torch.testing.assert_close(per_head["choice_log_prob"], cat.log_prob(sample["choice"]))
     ent = dist.entropy(aggregate_probabilities=True)
     torch.testing.assert_close(ent, normal.entropy().sum(-1) + cat.entropy())
     torch.testing.assert_close(dist.entropy()["choice_entropy"], cat.entropy())
+    torch.testing.assert_close(dist.entropy()["agent", "action_entropy"], normal.entropy().sum(-1))
     torch.testing.assert_close(dist.mode["agent", "action"], params["cont", "loc"])
     torch.testing.assert_close(dist.mean["agent", "action"], params["cont", "loc"])
     det = dist.deterministic_sample
@@ -179,6 +182,27 @@ def test_composite_distribution_sample_and_log_prob():
     assert dist.rsample()["agent", "action"].shape == (4, 2)
     composite = dist.log_prob_composite(sample)
     torch.testing.assert_close(composite["sample_log_prob"], expected)
+
+
+def test_composite_per_leaf_log_prob_keeps_the_batch_shape_of_the_group_holding_the_leaf():
+    # a per-agent head under a [B, n_agents] group: one log-prob (and entropy) per agent, as the
+    # design's no-trailing-dim rule asks; the aggregate sums everything down to the root batch
+    loc, scale, logits = torch.randn(4, 3, 2), torch.rand(4, 3, 2) + 0.5, torch.randn(4, 5)
+    params = TensorDict({("agents", "action"): TensorDict(loc=loc, scale=scale, batch_size=[4, 3]),
+                         "disc": TensorDict(logits=logits, batch_size=[4])}, batch_size=[4])
+    dist = CompositeDistribution(params, distribution_map={("agents", "action"): D.Normal, "disc": D.Categorical})
+    action, disc = torch.randn(4, 3, 2), torch.tensor([0, 1, 2, 4])
+    sample = TensorDict(agents=TensorDict(action=action, batch_size=[4, 3]), disc=disc, batch_size=[4])
+    lp = dist.log_prob(sample)
+    assert sorted(lp.keys(True, True), key=str) == [("agents", "action_log_prob"), "disc_log_prob"]
+    assert lp["agents"].batch_size == (4, 3)
+    torch.testing.assert_close(lp["agents", "action_log_prob"], D.Normal(loc, scale).log_prob(action).sum(-1))
+    torch.testing.assert_close(lp["disc_log_prob"], D.Categorical(logits=logits).log_prob(disc))
+    total = dist.log_prob(sample, aggregate_probabilities=True)
+    torch.testing.assert_close(total, D.Normal(loc, scale).log_prob(action).sum((-2, -1)) + D.Categorical(logits=logits).log_prob(disc))
+    ent = dist.entropy()
+    assert ent["agents", "action_entropy"].shape == (4, 3)
+    torch.testing.assert_close(ent["agents", "action_entropy"], D.Normal(loc, scale).entropy().sum(-1))
 
 
 def test_composite_distribution_defaults_and_errors():

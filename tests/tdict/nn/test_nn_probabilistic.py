@@ -24,17 +24,17 @@ def _normal_td(batch=(4,)):
 def test_deterministic_default_and_log_prob_shape():
     td = _normal_td()
     module = ProbMod(in_keys=["loc", "scale"], out_keys=["action"], distribution_class=D.Normal, return_log_prob=True)
-    assert module.out_keys == ["action", "sample_log_prob"] and module.in_keys == ["loc", "scale"]
+    assert module.out_keys == ["action", "action_log_prob"] and module.in_keys == ["loc", "scale"]
     out = module(td)
     assert out is td
     torch.testing.assert_close(td["action"], td["loc"])
     ref = D.Normal(td["loc"], td["scale"]).log_prob(td["loc"]).sum(-1)
-    assert td["sample_log_prob"].shape == (4,)  # no trailing dims: the TensorDict's batch shape
-    torch.testing.assert_close(td["sample_log_prob"], ref)
+    assert td["action_log_prob"].shape == (4,)  # no trailing dims: the TensorDict's batch shape
+    torch.testing.assert_close(td["action_log_prob"], ref)
     torch.testing.assert_close(module.log_prob(td), ref)
     # a [B, T] batch keeps [B, T]
     td2 = _normal_td((2, 5))
-    assert module(td2)["sample_log_prob"].shape == (2, 5)
+    assert module(td2)["action_log_prob"].shape == (2, 5)
     # Independent gives the same joint log-prob
     indep = ProbMod(in_keys=["loc", "scale"], out_keys=["action"], return_log_prob=True, log_prob_key="lp",
                     distribution_class=lambda loc, scale: D.Independent(D.Normal(loc, scale), 1))
@@ -46,18 +46,19 @@ def test_log_prob_keeps_the_batch_shape_of_the_group_holding_the_sample():
     td = TensorDict({"agents": TensorDict(loc=torch.randn(2, 5, 3, 2), scale=torch.rand(2, 5, 3, 2) + 0.5, batch_size=[2, 5, 3])},
                     batch_size=[2, 5])
     module = ProbMod(in_keys=[("agents", "loc"), ("agents", "scale")], out_keys=[("agents", "action")],
-                     distribution_class=D.Normal, return_log_prob=True, log_prob_key=("agents", "sample_log_prob"))
+                     distribution_class=D.Normal, return_log_prob=True)
+    assert module.log_prob_key == ("agents", "action_log_prob")  # derived from the action key
     with set_interaction_type(InteractionType.RANDOM):
         module(td)
     group = td["agents"]
     ref = D.Normal(group["loc"], group["scale"]).log_prob(group["action"]).sum(-1)
-    assert group["sample_log_prob"].shape == (2, 5, 3)  # one log-prob per agent
-    torch.testing.assert_close(group["sample_log_prob"], ref)
+    assert group["action_log_prob"].shape == (2, 5, 3)  # one log-prob per agent
+    torch.testing.assert_close(group["action_log_prob"], ref)
     torch.testing.assert_close(module.log_prob(td), ref)
     # a sample at the root keeps the root batch shape, as before
     flat = _normal_td((2, 5))
     assert ProbMod(in_keys=["loc", "scale"], out_keys=["action"], distribution_class=D.Normal,
-                   return_log_prob=True)(flat)["sample_log_prob"].shape == (2, 5)
+                   return_log_prob=True)(flat)["action_log_prob"].shape == (2, 5)
 
 
 def test_interaction_types_switch():
@@ -66,7 +67,7 @@ def test_interaction_types_switch():
     module = ProbMod(in_keys=["loc", "scale"], out_keys=["action"], distribution_class=D.Normal, return_log_prob=True)
     with set_interaction_type(InteractionType.RANDOM):
         a1 = module(td)["action"].clone()
-        lp1 = td["sample_log_prob"].clone()
+        lp1 = td["action_log_prob"].clone()
         a2 = module(td)["action"].clone()
     assert not torch.equal(a1, a2) and not torch.equal(a1, td["loc"])
     torch.testing.assert_close(lp1, D.Normal(td["loc"], td["scale"]).log_prob(a1).sum(-1))
@@ -134,7 +135,7 @@ def test_distribution_kwargs_truncated_normal_and_cache():
     module(td)
     ref = TruncatedNormal(td["loc"], td["scale"], -1.0, 1.0)
     torch.testing.assert_close(td["a"], ref.mean)  # TruncatedNormal's deterministic sample is its mean
-    torch.testing.assert_close(td["sample_log_prob"], ref.log_prob(ref.mean).sum(-1))
+    torch.testing.assert_close(td["a_log_prob"], ref.log_prob(ref.mean).sum(-1))
     assert isinstance(module._dist, TruncatedNormal)
 
 
@@ -160,15 +161,63 @@ def test_composite_in_module():
     td = TensorDict(params=params, batch_size=[4])
     module = ProbMod(in_keys=["params"], out_keys=["cont", "disc"], distribution_class=CompositeDistribution,
                      distribution_kwargs={"distribution_map": {"cont": D.Normal, "disc": D.Categorical}}, return_log_prob=True)
+    assert module.log_prob_keys == ["cont_log_prob", "disc_log_prob"]
+    assert module.out_keys == ["cont", "disc", "cont_log_prob", "disc_log_prob"]
     with set_interaction_type("random"):
         module(td)
-    expected = D.Normal(params["cont", "loc"], 1.0).log_prob(td["cont"]).sum(-1) + D.Categorical(
-        logits=params["disc", "logits"]).log_prob(td["disc"])
-    torch.testing.assert_close(td["sample_log_prob"], expected)
-    torch.testing.assert_close(module.log_prob(td), expected)
+    # one log-prob per leaf (tensordict 0.14's default), each with the batch shape
+    cont = D.Normal(params["cont", "loc"], 1.0).log_prob(td["cont"]).sum(-1)
+    disc = D.Categorical(logits=params["disc", "logits"]).log_prob(td["disc"])
+    assert "sample_log_prob" not in td.keys()
+    torch.testing.assert_close(td["cont_log_prob"], cont)
+    torch.testing.assert_close(td["disc_log_prob"], disc)
+    lp = module.log_prob(td)
+    assert sorted(lp.keys()) == ["cont_log_prob", "disc_log_prob"]
+    torch.testing.assert_close(lp["cont_log_prob"], cont)
+    torch.testing.assert_close(lp["disc_log_prob"], disc)
     module(td)
     torch.testing.assert_close(td["cont"], params["cont", "loc"])
     assert torch.equal(td["disc"], params["disc", "logits"].argmax(-1))
+
+
+def test_log_prob_keys_follow_tensordict():
+    # out_keys=None with a CompositeDistribution: the heads are the sample keys (name_map wins)
+    kwargs = {"distribution_map": {"cont": D.Normal, ("group", "disc"): D.Categorical}}
+    module = ProbMod(in_keys=["params"], distribution_class=CompositeDistribution, distribution_kwargs=kwargs, return_log_prob=True)
+    assert module.dist_sample_keys == ["cont", ("group", "disc")]
+    assert module.log_prob_keys == ["cont_log_prob", ("group", "disc_log_prob")]
+    with pytest.raises(RuntimeError, match="log_prob_keys"):
+        module.log_prob_key
+    renamed = ProbMod(in_keys=["params"], distribution_class=CompositeDistribution, return_log_prob=True,
+                      distribution_kwargs={**kwargs, "name_map": {"cont": "a", ("group", "disc"): "b"}})
+    assert renamed.dist_sample_keys == ["a", "b"] and renamed.log_prob_keys == ["a_log_prob", "b_log_prob"]
+    # explicit keys: the old name still works when asked for, and log_prob_keys renames per leaf
+    old = ProbMod(in_keys=["loc", "scale"], out_keys=["action"], return_log_prob=True, log_prob_key="sample_log_prob")
+    assert old.out_keys == ["action", "sample_log_prob"] and old.log_prob_keys == ["sample_log_prob"]
+    params = TensorDict(cont=TensorDict(loc=torch.zeros(2, 3), scale=torch.ones(2, 3), batch_size=[2]),
+                        group=TensorDict(disc=TensorDict(logits=torch.zeros(2, 4), batch_size=[2]), batch_size=[2]), batch_size=[2])
+    custom = ProbMod(in_keys=["params"], out_keys=["cont", ("group", "disc")], distribution_class=CompositeDistribution,
+                     distribution_kwargs=kwargs, return_log_prob=True, log_prob_keys=["lp_c", ("group", "lp_d")])
+    td = custom(TensorDict(params=params, batch_size=[2]))
+    torch.testing.assert_close(td["lp_c"], torch.full((2,), 3 * D.Normal(0.0, 1.0).log_prob(torch.tensor(0.0)).item()))
+    torch.testing.assert_close(td["group", "lp_d"], torch.full((2,), -torch.log(torch.tensor(4.0)).item()))
+    assert "cont_log_prob" not in td.keys()
+    # the log-prob keys follow return_log_prob when it is switched later (TorchRL's losses do)
+    late = ProbMod(in_keys=["loc", "scale"], out_keys=["action"])
+    assert late.out_keys == ["action"] and late.log_prob_key == "action_log_prob"
+    late.return_log_prob = True
+    assert late.out_keys == ["action", "action_log_prob"]
+
+
+def test_log_prob_key_errors():
+    with pytest.raises(RuntimeError, match=r"log_prob_key='lp'.*2 sample keys.*log_prob_keys"):
+        ProbMod(in_keys=["loc"], out_keys=["a", "b"], log_prob_key="lp")
+    with pytest.raises(ValueError, match=r"log_prob_keys needs one key per sample key \['a', 'b'\], got \['x'\]"):
+        ProbMod(in_keys=["loc"], out_keys=["a", "b"], log_prob_keys=["x"])
+    with pytest.raises(ValueError, match="disagrees"):
+        ProbMod(in_keys=["loc"], out_keys=["a"], log_prob_keys=["x"], log_prob_key="y")
+    two = ProbMod(in_keys=["loc"], out_keys=["a", "b"])
+    assert two.log_prob_keys == ["a_log_prob", "b_log_prob"]
 
 
 def _actor(return_log_prob=True):
@@ -181,7 +230,7 @@ def _actor(return_log_prob=True):
 def test_sequential_get_dist_log_prob_and_sampling():
     torch.manual_seed(0)
     actor = _actor()
-    assert actor.in_keys == ["obs"] and actor.out_keys == ["loc", "scale", "action", "sample_log_prob"]
+    assert actor.in_keys == ["obs"] and actor.out_keys == ["loc", "scale", "action", "action_log_prob"]
     obs = torch.randn(5, 3)
     lin = actor[0].module[0]
     loc, scale = NormalParamExtractor()(lin(obs))
@@ -194,8 +243,10 @@ def test_sequential_get_dist_log_prob_and_sampling():
     torch.testing.assert_close(dist2.loc, loc)
     with set_interaction_type("random"):
         actor(td)
-    torch.testing.assert_close(td["sample_log_prob"], D.Normal(loc, scale).log_prob(td["action"]).sum(-1))
-    torch.testing.assert_close(actor.log_prob(td), td["sample_log_prob"])
+    torch.testing.assert_close(td["action_log_prob"], D.Normal(loc, scale).log_prob(td["action"]).sum(-1))
+    torch.testing.assert_close(actor.log_prob(td), td["action_log_prob"])
+    assert actor.log_prob_key == "action_log_prob" and actor.log_prob_keys == ["action_log_prob"]
+    assert actor.dist_sample_keys == ["action"] and actor.dist_params_keys == ["loc", "scale"]
     assert actor.log_prob(td).shape == (5,)
     actor(td)
     torch.testing.assert_close(td["action"], loc)
@@ -214,7 +265,7 @@ def test_compiled_actor_matches_eager():
     def run(obs):
         td = TensorDict(obs=obs, batch_size=obs.shape[:1])
         actor(td)
-        return td["action"], td["sample_log_prob"], actor.log_prob(td)
+        return td["action"], td["action_log_prob"], actor.log_prob(td)
 
     compiled = torch.compile(run, fullgraph=True, backend="eager")
     obs = torch.randn(6, 3)
@@ -234,8 +285,8 @@ def test_delta_and_one_hot_heads():
         with set_interaction_type(itype):
             delta(td)
         torch.testing.assert_close(td["a"], td["param"])
-        assert torch.equal(td["sample_log_prob"], torch.zeros(4))
+        assert torch.equal(td["a_log_prob"], torch.zeros(4))
     onehot = ProbMod(in_keys=["logits"], out_keys=["b"], distribution_class=OneHotCategorical, return_log_prob=True)
     onehot(td)
     assert torch.equal(td["b"], torch.tensor([[0.0, 1.0, 0.0]]).expand(4, 3))
-    torch.testing.assert_close(td["sample_log_prob"], D.OneHotCategorical(logits=td["logits"]).log_prob(td["b"]))
+    torch.testing.assert_close(td["b_log_prob"], D.OneHotCategorical(logits=td["logits"]).log_prob(td["b"]))

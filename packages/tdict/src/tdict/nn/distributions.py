@@ -435,8 +435,10 @@ class CompositeDistribution(D.Distribution):
         aggregate_probabilities: default of ``log_prob``/``entropy``: ``True`` returns one tensor of
             the batch shape (each head's log-prob summed over its non-batch dims, then over heads);
             ``False`` (default, tensordict 0.14's ``composite_lp_aggregate()`` default) a TensorDict
-            holding each head's log-prob at ``<sample key>_log_prob`` (entropy: ``<sample key>_entropy``).
-        log_prob_key: key of the aggregated log-prob in ``log_prob_composite``; ``"sample_log_prob"``.
+            holding each head's log-prob at ``<sample key>_log_prob`` (entropy: ``<sample key>_entropy``),
+            with the batch shape of the (sub-)TensorDict holding that sample key.
+        log_prob_key: key of the aggregated log-prob in ``log_prob_composite``; ``"sample_log_prob"``
+            (tensordict 0.14 keeps that name for the summed log-prob of a composite).
         entropy_key: key of the aggregated entropy in ``entropy_composite``; ``"entropy"``.
 
     Raises:
@@ -458,8 +460,9 @@ class CompositeDistribution(D.Distribution):
         (torch.Size([4, 2]), torch.Size([4]))
         >>> dist.log_prob(sample, aggregate_probabilities=True).shape
         torch.Size([4])
-        >>> sorted(dist.log_prob(sample).keys())
-        ['cont_log_prob', 'disc_log_prob']
+        >>> lp = dist.log_prob(sample)
+        >>> sorted(lp.keys()), lp["cont_log_prob"].shape
+        (['cont_log_prob', 'disc_log_prob'], torch.Size([4]))
     """
 
     arg_constraints: dict = {}
@@ -479,6 +482,7 @@ class CompositeDistribution(D.Distribution):
         name_map = {unravel_key(k): unravel_key(v) for k, v in (name_map or {}).items()}
         extra_kwargs = {unravel_key(k): v for k, v in (extra_kwargs or {}).items()}
         self.dists: dict = {}
+        self._head_batch_dims: dict = {}
         for head, cls in distribution_map.items():
             head = unravel_key(head)
             try:
@@ -489,7 +493,10 @@ class CompositeDistribution(D.Distribution):
                 ) from None
             kwargs = dict(head_params.items()) if hasattr(head_params, "batch_size") else {}
             kwargs.update(extra_kwargs.get(head, {}))
-            self.dists[name_map.get(head, head)] = cls(**kwargs)
+            name = name_map.get(head, head)
+            self.dists[name] = cls(**kwargs)
+            # per-head entropies keep the batch shape of the head's parameters (e.g. one per agent)
+            self._head_batch_dims[name] = getattr(head_params, "batch_dims", len(self._batch_size))
         self.aggregate_probabilities = aggregate_probabilities
         self.log_prob_key = unravel_key(log_prob_key)
         self.entropy_key = unravel_key(entropy_key)
@@ -524,32 +531,34 @@ class CompositeDistribution(D.Distribution):
 
         return self._collect(_deterministic)
 
-    def _per_head(self, fn: Callable, suffix: str, aggregate: bool, ndim: int) -> Any:
+    def _head_sample(self, sample: Any, key: NestedKey) -> torch.Tensor:
+        try:
+            return sample.get(key)
+        except KeyError:
+            raise KeyError(
+                f"CompositeDistribution.log_prob: the sample misses {key!r}; it holds {sorted(map(str, sample.keys(True)))}."
+            ) from None
+
+    def log_prob(self, sample: Any, *, aggregate_probabilities: bool | None = None) -> Any:
+        """The log-prob of a sample TensorDict (see ``aggregate_probabilities`` in the class docstring).
+
+        Per leaf, the log-prob is summed over the dims past the batch dims of the (sub-)TensorDict
+        holding the leaf in ``sample``: ``("agents", "action")`` under a ``[B, n_agents]`` group gives
+        ``("agents", "action_log_prob")`` of shape ``[B, n_agents]``. The aggregate sums every leaf
+        down to ``sample``'s batch shape.
+        """
+        aggregate = self.aggregate_probabilities if aggregate_probabilities is None else aggregate_probabilities
         if aggregate:
             total = None
             for key, dist in self.dists.items():
-                value = _reduce_to(fn(key, dist), ndim)
+                value = _reduce_to(dist.log_prob(self._head_sample(sample, key)), sample.batch_dims)
                 total = value if total is None else total + value
             return total
-        out = TensorDict({}, batch_size=self._batch_size if ndim == len(self._batch_size) else torch.Size(()))
+        out = sample.empty(recurse=True)  # the sample's structure: nested groups keep their batch size
         for key, dist in self.dists.items():
-            out.set(_add_suffix(key, suffix), fn(key, dist))
-        return out
-
-    def log_prob(self, sample: Any, *, aggregate_probabilities: bool | None = None) -> Any:
-        """The log-prob of a sample TensorDict (see ``aggregate_probabilities`` in the class docstring)."""
-        aggregate = self.aggregate_probabilities if aggregate_probabilities is None else aggregate_probabilities
-
-        def head_lp(key: NestedKey, dist: D.Distribution) -> torch.Tensor:
-            try:
-                value = sample.get(key)
-            except KeyError:
-                raise KeyError(
-                    f"CompositeDistribution.log_prob: the sample misses {key!r}; it holds {sorted(map(str, sample.keys(True)))}."
-                ) from None
-            return dist.log_prob(value)
-
-        return self._per_head(head_lp, "_log_prob", aggregate, sample.batch_dims)
+            value = _reduce_to(dist.log_prob(self._head_sample(sample, key)), _holder_batch_dims(sample, key))
+            out.set(_add_suffix(key, "_log_prob"), value)
+        return out.filter_empty_()
 
     def log_prob_composite(self, sample: Any) -> Any:
         """``sample`` updated with each head's log-prob and the summed one at ``log_prob_key``."""
@@ -559,6 +568,17 @@ class CompositeDistribution(D.Distribution):
         return sample
 
     def entropy(self, *, aggregate_probabilities: bool | None = None) -> Any:
-        """Per-head entropies (``<key>_entropy``) or their sum over heads and event dims."""
+        """Per-head entropies (``<key>_entropy``, each summed past its head's parameter batch dims) or
+        their sum over heads, down to the batch shape."""
         aggregate = self.aggregate_probabilities if aggregate_probabilities is None else aggregate_probabilities
-        return self._per_head(lambda key, dist: dist.entropy(), "_entropy", aggregate, len(self._batch_size))
+        ndim = len(self._batch_size)
+        if aggregate:
+            total = None
+            for dist in self.dists.values():
+                value = _reduce_to(dist.entropy(), ndim)
+                total = value if total is None else total + value
+            return total
+        out = TensorDict({}, batch_size=self._batch_size)
+        for key, dist in self.dists.items():
+            out.set(_add_suffix(key, "_entropy"), _reduce_to(dist.entropy(), self._head_batch_dims[key]))
+        return out

@@ -1,5 +1,10 @@
 """Probabilistic TensorDict modules: build a distribution from entries, sample it, write the sample.
 
+Log-prob keys are derived from the sample keys as in tensordict 0.14: the sample ``"action"`` gets
+``"action_log_prob"``, ``("agents", "action")`` gets ``("agents", "action_log_prob")``, and each leaf of
+a :class:`~tdict.nn.CompositeDistribution` sample gets its own ``<leaf>_log_prob`` (``"sample_log_prob"``
+is the old name; pass ``log_prob_key="sample_log_prob"`` to keep writing it).
+
 Log-probs follow the design's no-trailing-dim rule: a log-prob written by these modules has the batch
 shape of the (sub-)TensorDict that holds its sample. ``dist.log_prob(sample)`` is summed over its dims
 beyond those batch dims, so a ``Normal`` over a ``[B, A]`` action (TensorDict batch ``[B]``) gives a
@@ -17,7 +22,7 @@ from torch import distributions as D
 
 from .._utils import NestedKey
 from .common import TensorDictModuleBase, _parse_key, _parse_key_list
-from .distributions import CompositeDistribution, _holder_batch_dims, _reduce_to
+from .distributions import CompositeDistribution, _add_suffix, _holder_batch_dims, _reduce_to
 from .interaction import InteractionType, interaction_type
 from .sequence import TensorDictSequential
 
@@ -44,6 +49,45 @@ def _mode(dist: D.Distribution) -> Any:
         return _mean(dist)
 
 
+def _log_prob_keys(sample_keys: list, log_prob_key: Any, log_prob_keys: Any, owner: str) -> list:
+    """The log-prob key of each sample key, as tensordict 0.14 derives them.
+
+    One sample key: ``log_prob_key`` when given, else ``<sample key>_log_prob``. Several: ``log_prob_keys``
+    when given (one per sample key), else ``<sample key>_log_prob`` for each.
+    """
+    if log_prob_keys is not None:
+        log_prob_keys = _parse_key_list(log_prob_keys, "log_prob_keys")
+        if len(log_prob_keys) != len(sample_keys):
+            raise ValueError(
+                f"{owner}: log_prob_keys needs one key per sample key {sample_keys}, got {log_prob_keys}."
+            )
+        if log_prob_key is not None and [_parse_key(log_prob_key, "log_prob_key")] != log_prob_keys:
+            raise ValueError(f"{owner}: log_prob_key={log_prob_key!r} disagrees with log_prob_keys={log_prob_keys}; pass one of them.")
+        return log_prob_keys
+    if log_prob_key is not None:
+        if len(sample_keys) != 1:
+            raise RuntimeError(
+                f"{owner}: log_prob_key={log_prob_key!r} names one log-prob but there are {len(sample_keys)} sample keys "
+                f"{sample_keys}; pass log_prob_keys (one per sample key) instead."
+            )
+        return [_parse_key(log_prob_key, "log_prob_key")]
+    return [_add_suffix(key, "_log_prob") for key in sample_keys]
+
+
+def _composite_out_keys(distribution_kwargs: Mapping) -> list:
+    """A CompositeDistribution's sample keys: the values of ``name_map``, else the heads of ``distribution_map``."""
+    name_map = distribution_kwargs.get("name_map")
+    if name_map:
+        return list(name_map.values())
+    distribution_map = distribution_kwargs.get("distribution_map")
+    if distribution_map is None:
+        raise KeyError(
+            "ProbabilisticTensorDictModule: distribution_kwargs must hold 'distribution_map' when the distribution "
+            f"is a CompositeDistribution; got {sorted(distribution_kwargs)}."
+        )
+    return list(distribution_map.keys())
+
+
 def _mean(dist: D.Distribution, n_empirical_estimate: int = 1000) -> Any:
     try:
         return dist.mean
@@ -65,18 +109,22 @@ class ProbabilisticTensorDictModule(TensorDictModuleBase):
         in_keys: the keys holding the distribution's keyword arguments. A list uses each key's last
             part as the argument name (``("agent", "loc")`` -> ``loc``); a dict maps argument names to
             keys (``{"loc": "my_loc"}``).
-        out_keys: where the sample goes (one key per value the distribution returns; for a
-            :class:`~tdict.nn.CompositeDistribution`, the sample TensorDict's keys are written as they are).
+        out_keys: where the sample goes (one key per value the distribution returns). For a
+            :class:`~tdict.nn.CompositeDistribution` they default to the sample keys (``name_map``'s
+            values, else ``distribution_map``'s heads), and the sample TensorDict is written as it is.
         distribution_class: the distribution to build (``torch.distributions.Normal`` by default).
         distribution_kwargs: constant keyword arguments of ``distribution_class``.
         default_interaction_type: used when no interaction type is set.
         return_log_prob: also write the sample's log-prob (batch shape, see the module docstring).
-        log_prob_key: where the log-prob goes; ``"sample_log_prob"`` (tensordict 0.14's name when
-            log-probs are aggregated).
+        log_prob_keys: where each sample key's log-prob goes (default ``<sample key>_log_prob``).
+        log_prob_key: the log-prob key when there is one sample key (default ``<sample key>_log_prob``:
+            ``"action_log_prob"`` for ``"action"``).
         cache_dist: keep the last distribution built in ``self._dist``.
         n_empirical_estimate: samples used when a mean has no closed form.
 
     Raises:
+        RuntimeError: ``log_prob_key`` with several sample keys (use ``log_prob_keys``).
+        ValueError: ``log_prob_keys`` of another length than the sample keys.
         KeyError: at call, naming the in-key missing from the input and the keys it holds.
 
     Example:
@@ -92,7 +140,9 @@ class ProbabilisticTensorDictModule(TensorDictModuleBase):
         tensor([[0., 0.],
                 [0., 0.],
                 [0., 0.]])
-        >>> td["sample_log_prob"].shape
+        >>> module.out_keys
+        ['action', 'action_log_prob']
+        >>> td["action_log_prob"].shape
         torch.Size([3])
         >>> with set_interaction_type(InteractionType.RANDOM):
         ...     module(td)["action"].shape
@@ -108,7 +158,8 @@ class ProbabilisticTensorDictModule(TensorDictModuleBase):
         distribution_kwargs: dict | None = None,
         default_interaction_type: InteractionType | str = InteractionType.DETERMINISTIC,
         return_log_prob: bool = False,
-        log_prob_key: NestedKey = "sample_log_prob",
+        log_prob_keys: Sequence[NestedKey] | None = None,
+        log_prob_key: NestedKey | None = None,
         cache_dist: bool = False,
         n_empirical_estimate: int = 1000,
     ) -> None:
@@ -123,15 +174,11 @@ class ProbabilisticTensorDictModule(TensorDictModuleBase):
                 raise ValueError(f"in_keys: the distribution argument names must be strings, got {name!r}.")
         self._dist_pairs = tuple(pairs)
         if out_keys is None:
-            out_keys = ["_"]
+            out_keys = _composite_out_keys(distribution_kwargs or {}) if distribution_class is CompositeDistribution else ["_"]
         self._sample_keys = _parse_key_list(out_keys, "out_keys")
-        self.log_prob_key = _parse_key(log_prob_key, "log_prob_key")
-        self.return_log_prob = return_log_prob
+        self._log_prob_keys = _log_prob_keys(self._sample_keys, log_prob_key, log_prob_keys, type(self).__name__)
         self.in_keys = [key for _, key in pairs]
-        written = list(self._sample_keys)
-        if return_log_prob and self.log_prob_key not in written:
-            written.append(self.log_prob_key)
-        self.out_keys = written
+        self.return_log_prob = return_log_prob  # sets out_keys
         self.distribution_class = distribution_class
         self.distribution_kwargs = dict(distribution_kwargs or {})
         self.default_interaction_type = InteractionType(default_interaction_type)
@@ -140,9 +187,46 @@ class ProbabilisticTensorDictModule(TensorDictModuleBase):
         self._dist: D.Distribution | None = None
 
     @property
+    def return_log_prob(self) -> bool:
+        """Whether the log-prob is written; setting it updates :attr:`out_keys`."""
+        return self._return_log_prob
+
+    @return_log_prob.setter
+    def return_log_prob(self, value: bool) -> None:
+        self._return_log_prob = bool(value)
+        written = list(self._sample_keys)
+        if value:
+            written += [key for key in self._log_prob_keys if key not in written]
+        self.out_keys = written
+
+    @property
+    def log_prob_keys(self) -> list:
+        """The log-prob key of each sample key (``<sample key>_log_prob`` unless given)."""
+        return list(self._log_prob_keys)
+
+    @property
+    def log_prob_key(self) -> NestedKey:
+        """The log-prob key, when there is one sample key.
+
+        Raises:
+            RuntimeError: with several sample keys (read :attr:`log_prob_keys`).
+        """
+        if len(self._log_prob_keys) != 1:
+            raise RuntimeError(
+                f"{type(self).__name__}.log_prob_key: there are {len(self._log_prob_keys)} log-prob keys "
+                f"{self._log_prob_keys} (one per sample key); read log_prob_keys instead."
+            )
+        return self._log_prob_keys[0]
+
+    @property
     def dist_sample_keys(self) -> list:
-        """The out-keys that receive the sample (without the log-prob key)."""
+        """The out-keys that receive the sample (without the log-prob keys)."""
         return [key for key in self._sample_keys if key != "_"]
+
+    @property
+    def dist_params_keys(self) -> list:
+        """The in-keys holding the distribution's parameters."""
+        return list(self.in_keys)
 
     def _dist_kwargs(self, tensordict: Any) -> dict:
         kwargs = {}
@@ -196,9 +280,12 @@ class ProbabilisticTensorDictModule(TensorDictModuleBase):
         except (AttributeError, NotImplementedError):
             return _mean(dist, self.n_empirical_estimate)
 
-    def log_prob(self, tensordict: Any, *, dist: D.Distribution | None = None) -> _Tensor:
+    def log_prob(self, tensordict: Any, *, dist: D.Distribution | None = None) -> Any:
         """The log-prob of the sample stored in ``tensordict``, with the batch shape of the
         (sub-)TensorDict that holds the sample.
+
+        For a :class:`~tdict.nn.CompositeDistribution` it is a TensorDict holding each leaf's
+        log-prob at its :attr:`log_prob_keys` entry (as tensordict 0.14 returns it).
 
         Raises:
             KeyError: naming the missing sample key.
@@ -206,7 +293,7 @@ class ProbabilisticTensorDictModule(TensorDictModuleBase):
         if dist is None:
             dist = self.get_dist(tensordict)
         if isinstance(dist, CompositeDistribution):
-            return dist.log_prob(tensordict, aggregate_probabilities=True)
+            return self._composite_log_prob(dist, tensordict)
         values = []
         for key in self.dist_sample_keys:
             try:
@@ -217,39 +304,43 @@ class ProbabilisticTensorDictModule(TensorDictModuleBase):
                 ) from None
         return _reduce_to(dist.log_prob(*values), _holder_batch_dims(tensordict, self.dist_sample_keys[0]))
 
+    def _composite_log_prob(self, dist: CompositeDistribution, sample: Any) -> Any:
+        """Per-leaf log-probs of ``sample``, each at its :attr:`log_prob_keys` entry."""
+        per_leaf = dist.log_prob(sample, aggregate_probabilities=False)
+        for sample_key, lp_key in zip(self._sample_keys, self._log_prob_keys):
+            default = _add_suffix(sample_key, "_log_prob")
+            if lp_key != default:
+                per_leaf.rename_key_(default, lp_key)
+        return per_leaf
+
+    def _process_sample(self, sample: Any) -> Any:
+        """A hook on the drawn value before it is written (a safe module projects it into its spec)."""
+        return sample
+
     def forward(self, tensordict: Any, tensordict_out: Any = None) -> Any:
-        """Sample (see the class docstring) and write the out-keys (and log-prob) into ``tensordict_out``
+        """Sample (see the class docstring) and write the out-keys (and log-probs) into ``tensordict_out``
         (default: ``tensordict``), which is returned."""
         if tensordict_out is None:
             tensordict_out = tensordict
         dist = self.get_dist(tensordict)
-        sample = self._sample(dist)
-        if isinstance(sample, _Tensor):
-            keys = self._sample_keys
-            if len(keys) != 1:
-                raise RuntimeError(f"{type(self).__name__}: the distribution returned one tensor but out_keys are {keys}.")
-            if keys[0] != "_":
-                tensordict_out.set(keys[0], sample)
-            if self.return_log_prob:
-                lp = _reduce_to(dist.log_prob(sample), _holder_batch_dims(tensordict_out, keys[0]))
-                tensordict_out.set(self.log_prob_key, lp)
-        elif getattr(type(sample), "_is_tensor_collection", False):
-            if self.return_log_prob:
-                lp = dist.log_prob(sample, aggregate_probabilities=True) if isinstance(dist, CompositeDistribution) else dist.log_prob(sample)
-                lp = _reduce_to(lp, tensordict_out.batch_dims)
+        sample = self._process_sample(self._sample(dist))
+        keys = self._sample_keys
+        if getattr(type(sample), "_is_tensor_collection", False):
             tensordict_out.update(sample)
             if self.return_log_prob:
-                tensordict_out.set(self.log_prob_key, lp)
-        else:
-            keys = self._sample_keys
-            if len(keys) != len(sample):
-                raise RuntimeError(f"{type(self).__name__}: the distribution returned {len(sample)} values but out_keys are {keys}.")
-            for key, value in zip(keys, sample):
-                if key != "_":
-                    tensordict_out.set(key, value)
-            if self.return_log_prob:
-                lp = _reduce_to(dist.log_prob(*sample), _holder_batch_dims(tensordict_out, keys[0]))
-                tensordict_out.set(self.log_prob_key, lp)
+                # computed on the written entries: each leaf's log-prob gets the batch shape of its holder
+                tensordict_out.update(self._composite_log_prob(dist, tensordict_out))
+            return tensordict_out
+        values = (sample,) if isinstance(sample, _Tensor) else tuple(sample)
+        if len(keys) != len(values):
+            raise RuntimeError(f"{type(self).__name__}: the distribution returned {len(values)} value(s) but out_keys are {keys}.")
+        for key, value in zip(keys, values):
+            if key != "_":
+                tensordict_out.set(key, value)
+        if self.return_log_prob:
+            # one joint log-prob for the values of one draw, at the first sample key's log-prob key
+            lp = _reduce_to(dist.log_prob(*values), _holder_batch_dims(tensordict_out, keys[0]))
+            tensordict_out.set(self._log_prob_keys[0], lp)
         return tensordict_out
 
 
@@ -280,7 +371,7 @@ class ProbabilisticTensorDictSequential(TensorDictSequential):
         ...     ProbabilisticTensorDictModule(in_keys=["loc", "scale"], out_keys=["action"],
         ...                                   distribution_class=torch.distributions.Normal, return_log_prob=True))
         >>> td = actor(TensorDict(obs=torch.randn(5, 3), batch_size=[5]))
-        >>> td["action"].shape, td["sample_log_prob"].shape
+        >>> td["action"].shape, td["action_log_prob"].shape
         (torch.Size([5, 2]), torch.Size([5]))
         >>> actor.log_prob(td).shape
         torch.Size([5])
@@ -294,6 +385,36 @@ class ProbabilisticTensorDictSequential(TensorDictSequential):
             last = type(steps[-1]).__name__ if steps else "nothing"
             raise TypeError(f"ProbabilisticTensorDictSequential: the last module must be a ProbabilisticTensorDictModule, got {last}.")
         super().__init__(*modules, partial_tolerant=partial_tolerant, selected_out_keys=selected_out_keys, inplace=inplace)
+
+    def _probabilistic_steps(self) -> list:
+        return [m for m in reversed(self._steps) if isinstance(m, (ProbabilisticTensorDictModule, ProbabilisticTensorDictSequential))]
+
+    @property
+    def log_prob_keys(self) -> list:
+        """The log-prob keys of the probabilistic steps (last step first, as tensordict lists them)."""
+        return [key for m in self._probabilistic_steps() for key in m.log_prob_keys]
+
+    @property
+    def log_prob_key(self) -> NestedKey:
+        """The log-prob key, when there is one (see :attr:`log_prob_keys`).
+
+        Raises:
+            RuntimeError: when there are several.
+        """
+        keys = self.log_prob_keys
+        if len(keys) != 1:
+            raise RuntimeError(f"{type(self).__name__}.log_prob_key: there are {len(keys)} log-prob keys {keys}; read log_prob_keys instead.")
+        return keys[0]
+
+    @property
+    def dist_sample_keys(self) -> list:
+        """The sample keys of the probabilistic steps (last step first)."""
+        return [key for m in self._probabilistic_steps() for key in m.dist_sample_keys]
+
+    @property
+    def dist_params_keys(self) -> list:
+        """The distribution-parameter keys of the probabilistic steps (last step first)."""
+        return [key for m in self._probabilistic_steps() for key in m.dist_params_keys]
 
     @property
     def det_part(self) -> TensorDictSequential:
@@ -314,9 +435,9 @@ class ProbabilisticTensorDictSequential(TensorDictSequential):
         """The distribution built from parameters already in ``tensordict`` (no step is run)."""
         return self._steps[-1].get_dist(tensordict)
 
-    def log_prob(self, tensordict: Any) -> _Tensor:
+    def log_prob(self, tensordict: Any) -> Any:
         """The log-prob (batch shape) of the sample stored in ``tensordict`` under the distribution
-        the steps compute from it."""
+        the steps compute from it (a TensorDict of per-leaf log-probs for a CompositeDistribution)."""
         dist = self.get_dist(tensordict)
         return self._steps[-1].log_prob(tensordict, dist=dist)
 
