@@ -753,3 +753,84 @@ def test_rollout_frames_and_finish_batch_are_what_workers_run():
     assert short.batch_size == torch.Size([2, 2]) and collector.frames == 14  # stop() true on its 2nd call
     out = collector.finish_batch(raw)
     assert out.get(("collector", "mask")).sum() == 10  # split into padded trajectories
+
+
+# ----------------------------------------------------------------------------- the time dim's name
+@pytest.mark.parametrize(
+    "make, kwargs, names",
+    [
+        (lambda: pendulum(), {}, ["time"]),
+        (lambda: pendulum((2,)), {}, [None, "time"]),
+        (lambda: CartPoleEnv(seed=0), {"split_trajs": True}, [None, "time"]),
+        (lambda: CartPoleEnv(seed=0), {"trajs_per_batch": 2}, [None, "time"]),
+        (lambda: pendulum(), {"max_frames_per_traj": 3}, ["time"]),
+    ],
+)
+def test_batches_name_their_time_dim(make, kwargs, names):
+    # TorchRL 0.14.1's collectors yield batches whose last dim is named "time" (split ones: [None, "time"])
+    for batch in Collector(make(), None, frames_per_batch=8, total_frames=16, **kwargs):
+        assert batch.names == names
+
+
+# ----------------------------------------------------------------------------- truncation keys
+class _Counter:
+    """A duck-typed env that counts up and never ends, with no "truncated" flag of its own."""
+
+    batch_size = torch.Size([])
+    observation_keys = ["count"]
+    action_keys = ["action"]
+
+    def reset(self, td=None):
+        out = TensorDict(count=torch.zeros(()), done=torch.tensor(False), terminated=torch.tensor(False))
+        if td is None:
+            return out
+        mask = td.pop("_reset", None)
+        assert mask is None or bool(mask)  # a scalar env resets whole
+        td.update(out)
+        return td
+
+    def rand_action(self, td):
+        return td.set("action", torch.ones(()))
+
+    def step(self, td):
+        count = td["count"] + td["action"]
+        return td.set("next", TensorDict(count=count, reward=count.clone(), done=torch.tensor(False),
+                                         terminated=torch.tensor(False)))
+
+    def step_and_maybe_reset(self, td):
+        from rl_envs import step_mdp
+
+        td = self.step(td)
+        return td, step_mdp(td, done_keys=["done", "terminated"])
+
+
+def _hand_stepped(env, steps: int, max_steps: int) -> list:
+    """The steps a collector with ``max_frames_per_traj=max_steps`` records, stepped by hand."""
+    td, rows, length = env.reset(), [], 0
+    for _ in range(steps):
+        td = env.step(env.rand_action(td))
+        length += 1
+        cut = length == max_steps
+        rows.append({"count": td["count"].item(), "next_count": td["next", "count"].item(), "truncated": cut})
+        td = env.reset() if cut else TensorDict(count=td["next", "count"], done=td["next", "done"],
+                                                 terminated=td["next", "terminated"])
+        length = 0 if cut else length
+    return rows
+
+
+def test_max_frames_per_traj_batches_all_have_the_same_keys():
+    collector = Collector(_Counter(), None, frames_per_batch=5, total_frames=15, max_frames_per_traj=3)
+    batches = list(collector)
+    keys = [sorted(map(str, b.keys(True, True))) for b in batches]
+    assert keys == [sorted(map(str, [
+        "action", "count", "done", "terminated", "truncated", ("collector", "policy_version"), ("collector", "traj_ids"),
+        ("next", "count"), ("next", "done"), ("next", "reward"), ("next", "terminated"), ("next", "truncated"),
+    ]))] * 3
+    full = torch.cat(batches, -1)
+    ref = _hand_stepped(_Counter(), 15, 3)
+    assert full["count"].tolist() == [r["count"] for r in ref] == [0.0, 1.0, 2.0] * 5
+    assert full["next", "count"].tolist() == [r["next_count"] for r in ref]
+    assert full["next", "truncated"].tolist() == [r["truncated"] for r in ref] == [False, False, True] * 5
+    assert full["next", "done"].tolist() == [False, False, True] * 5
+    assert not full["truncated"].any() and not full["done"].any()
+    assert full[TRAJ].tolist() == [i // 3 for i in range(15)]

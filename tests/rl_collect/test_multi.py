@@ -187,6 +187,24 @@ def test_preemption_uses_partial_batches():
         assert (batch["collector", "traj_ids"][~mask] == -1).all()
 
 
+def test_batches_name_their_time_dim():
+    # as TorchRL 0.14.1: stacked batches are [None, "time"], batches of one worker or concatenated ["time"]
+    cases = [
+        (MultiSyncCollector, {}, [[None, "time"]] * 2),
+        (MultiSyncCollector, {"cat_results": -1}, [["time"]] * 2),
+        (MultiSyncCollector, {"total_frames": 10}, [[None, "time"]] * 2),  # the last batch is uneven: padded
+        (MultiSyncCollector, {"split_trajs": True}, [[None, "time"]] * 2),
+        (MultiAsyncCollector, {}, [["time"]] * 2),
+    ]
+    for cls, kwargs, names in cases:
+        kwargs = {"total_frames": 12, **kwargs}
+        with cls([PendulumEnv, PendulumEnv], None, frames_per_batch=6, **kwargs) as c:
+            assert [b.names for b in c] == names, (cls.__name__, kwargs)
+    with AsyncCollector(PendulumEnv, None, frames_per_batch=6, total_frames=12) as c:
+        assert [b.names for b in c] == [["time"]] * 2
+    assert _no_children()
+
+
 def test_worker_exception_carries_traceback():
     fns = [PendulumEnv, lambda: _Wrapped("raise", after=3)]
     c = MultiSyncCollector(fns, None, frames_per_batch=20)

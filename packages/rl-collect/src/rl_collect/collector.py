@@ -169,6 +169,7 @@ class Collector:
         self._td: TensorDictBase | None = None
         self._traj_ids: torch.Tensor | None = None
         self._traj_steps: torch.Tensor | None = None
+        self._add_truncated = False  # set by _start (max_frames_per_traj on an env without "truncated")
         self._traj_pending: TensorDictBase | None = None  # steps not yet yielded (trajs_per_batch)
         self._shut = False
 
@@ -243,6 +244,11 @@ class Collector:
         self._traj_ids = torch.arange(self._traj_count, self._traj_count + n).reshape(self.env.batch_size)
         self._traj_count += n
         self._traj_steps = torch.zeros(self.env.batch_size, dtype=torch.int64)
+        # an env without a "truncated" flag gets one from max_frames_per_traj, at the root and in
+        # "next" of every step, so that every batch has the same keys (TorchRL adds a StepCounter)
+        self._add_truncated = self.max_frames_per_traj is not None and "truncated" not in td.keys()
+        if self._add_truncated:
+            td.set("truncated", torch.zeros(self.env.batch_size, dtype=torch.bool, device=td.get("done").device))
 
     def _act(self, td: TensorDictBase) -> TensorDictBase:
         policy = self.policy
@@ -285,6 +291,7 @@ class Collector:
                 context.__exit__(None, None, None)
         self._td = td
         batch = torch.stack(records, len(env.batch_size))
+        batch.names = [None] * len(env.batch_size) + ["time"]
         if self.storing_device is not None:
             batch = batch.to(self.storing_device)
         return batch
@@ -295,9 +302,12 @@ class Collector:
         nxt = stepped.get("next")
         done = nxt.get("done")
         over = (self._traj_steps >= self.max_frames_per_traj) & ~done
+        if self._add_truncated:
+            nxt.set("truncated", over)
+            root.set("truncated", torch.zeros_like(over))  # the next root is never truncated: cut ones are reset
         if bool(over.any()):
-            truncated = nxt.get("truncated", None)
-            nxt.set("truncated", over if truncated is None else truncated | over)
+            if not self._add_truncated:
+                nxt.set("truncated", nxt.get("truncated") | over)
             nxt.set("done", done | over)
             root.set("done", root.get("done") | over)
             root.set("_reset", over)

@@ -14,7 +14,8 @@ def split_trajectories(batch: TensorDictBase, trajectory_dim: int | None = None)
     """Regroups the steps of ``batch`` by ``("collector", "traj_ids")`` into ``[n_traj, T_max]``.
 
     Steps keep their time order; rows shorter than the longest trajectory are zero-padded and
-    ``("collector", "mask")`` marks the valid steps. Trajectories appear in order of their ids.
+    ``("collector", "mask")`` marks the valid steps. Trajectories appear in order of their ids; the
+    second dim is named ``"time"``.
 
     Args:
         batch: a ``[*env_batch, T]`` batch (or a flat ``[N]`` one in time order per trajectory).
@@ -46,4 +47,5 @@ def split_trajectories(batch: TensorDictBase, trajectory_dim: int | None = None)
     mask = torch.zeros(n_traj, t_max, dtype=torch.bool)
     mask[inverse, position] = True
     out.set(_MASK, mask)
+    out.names = [None, "time"]
     return out
