@@ -30,14 +30,17 @@ class FailingPendulum(PendulumEnv):
 
 
 class HangingPendulum(PendulumEnv):
-    """A PendulumEnv whose ``_step`` sleeps for a minute on its ``hang_at``-th call."""
+    """A PendulumEnv whose ``_step`` sleeps for ``seconds`` (a minute) on its ``hang_at``-th call;
+    it first creates the file ``marker``, if given, so a test knows the worker is inside the step."""
 
-    def __init__(self, hang_at: int = 2, **kwargs) -> None:
+    def __init__(self, hang_at: int = 2, seconds: float = 60.0, marker: str | None = None, **kwargs) -> None:
         super().__init__(**kwargs)
-        self.hang_at, self.calls = hang_at, 0
+        self.hang_at, self.seconds, self.marker, self.calls = hang_at, seconds, marker, 0
 
     def _step(self, tensordict):
         self.calls += 1
         if self.calls == self.hang_at:
-            time.sleep(60)
+            if self.marker is not None:
+                open(self.marker, "w").close()
+            time.sleep(self.seconds)
         return super()._step(tensordict)

@@ -360,3 +360,112 @@ def test_bad_arguments():
     with pytest.raises(NotImplementedError, match="build them on the device"):
         env.to("cpu")
     env.close()
+
+
+# ----------------------------------------------------------------------------- liveness: heartbeats, parent death
+def test_default_liveness_settings():
+    import inspect
+
+    params = inspect.signature(ParallelEnv).parameters
+    # a dead worker surfaces at once, a frozen one within 20 s; a live step has no time limit by default
+    assert params["heartbeat_timeout"].default == 20.0 and params["heartbeat_interval"].default == 1.0
+    assert params["worker_timeout"].default is None
+    env = ParallelEnv(2, PendulumEnv)
+    assert (env.heartbeat_timeout, env.heartbeat_interval, env.worker_timeout) == (20.0, 1.0, None)
+
+
+def test_slow_but_live_step_is_not_a_hang():
+    # the step takes 3 s, 3x the heartbeat timeout: the worker keeps beating, so it is waited for
+    slow = [children.make_pendulum, lambda: children.HangingPendulum(hang_at=2, seconds=3.0)]
+    env = _fork_parallel(2, slow, heartbeat_interval=0.1, heartbeat_timeout=1.0)
+    env.set_seed(0)
+    rollout = env.rollout(4, break_when_any_done=False)
+    env.close()
+    ref = SerialEnv(2, PendulumEnv)
+    ref.set_seed(0)
+    torch.manual_seed(0)
+    assert rollout.batch_size == torch.Size([2, 4])
+    # the same actions (random from the same spec) give the same trajectories as in-process envs
+    expected = ref.rollout(4, _table_policy(rollout["action"], 1), break_when_any_done=False)
+    assert torch.equal(rollout["next", "observation"], expected["next", "observation"])
+
+
+def test_frozen_worker_is_detected_by_its_missing_heartbeat():
+    env = _fork_parallel(2, PendulumEnv, heartbeat_interval=0.1, heartbeat_timeout=1.5)
+    env.start()
+    pids = [p.pid for p in env._workers]
+
+    def freeze_second_worker(env_, td):
+        if freeze_second_worker.calls == 1:
+            os.kill(pids[1], signal.SIGSTOP)  # alive but never scheduled: no reply, no heartbeat
+        freeze_second_worker.calls += 1
+
+    freeze_second_worker.calls = 0
+    start = time.monotonic()
+    with pytest.raises(TimeoutError, match=rf"no heartbeat from worker\(s\) 1 \(pid {pids[1]}\) for heartbeat_timeout=1.5s"):
+        env.rollout(50, callback=freeze_second_worker)
+    assert 1.5 <= time.monotonic() - start < 15
+    assert not any(_alive(pid) for pid in pids)
+    env.close()
+
+
+def test_bad_liveness_arguments():
+    with pytest.raises(ValueError, match=r"heartbeat_interval must be a number of seconds > 0, got 0"):
+        ParallelEnv(2, PendulumEnv, heartbeat_interval=0)
+    with pytest.raises(ValueError, match=r"heartbeat_timeout must be None or a number of seconds > heartbeat_interval=1.0, got 0.5"):
+        ParallelEnv(2, PendulumEnv, heartbeat_timeout=0.5)
+
+
+_PARENT_SCRIPT = """
+import os, sys, threading, time
+sys.path.insert(0, {folder!r})
+import _batched_children as children
+from rl_envs.batched import ParallelEnv
+
+
+def run():
+    env = ParallelEnv(2, [children.make_pendulum,
+                          lambda: children.HangingPendulum(hang_at=1, seconds=120, marker={marker!r})],
+                      mp_start_method={method!r})
+    env.start()
+    print(*[p.pid for p in env._workers], flush=True)
+    env.rollout(3)  # worker 1 sleeps two minutes inside its first step
+
+
+if {in_thread!r}:  # started from another thread: no kernel parent-death signal, the watchdog thread acts
+    thread = threading.Thread(target=run)
+    thread.start()
+    thread.join()
+else:
+    run()
+"""
+
+
+@pytest.mark.parametrize("method, in_thread", [("fork", False), ("spawn", False), ("fork", True)],
+                         ids=["fork", "spawn", "fork-from-thread"])
+def test_workers_busy_in_a_step_die_with_a_killed_parent(tmp_path, method, in_thread):
+    marker = tmp_path / "inside_step"
+    script = _PARENT_SCRIPT.format(folder=os.path.dirname(os.path.abspath(__file__)), marker=str(marker), method=method,
+                                   in_thread=in_thread)
+    parent = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    pids: list = []
+    try:
+        pids += [int(p) for p in parent.stdout.readline().split()]
+        assert len(pids) == 2, parent.stderr.read()
+        deadline = time.monotonic() + 60
+        while not marker.exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert marker.exists(), "worker 1 never entered its step"
+        assert all(_alive(pid) for pid in pids)
+        parent.kill()  # SIGKILL: no atexit, no finalizer runs in the parent
+        parent.wait(timeout=10)
+        deadline = time.monotonic() + 10  # generous: the kernel kills them at once on Linux
+        while any(_alive(pid) for pid in pids) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not [pid for pid in pids if _alive(pid)], "a worker outlived its parent"
+    finally:
+        parent.kill()
+        parent.wait(timeout=10)
+        for pid in pids:  # never leave a process behind, even when the test fails
+            if _alive(pid):
+                os.kill(pid, signal.SIGKILL)

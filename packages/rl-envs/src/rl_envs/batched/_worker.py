@@ -14,21 +14,19 @@ Pipe protocol (parent -> worker; every command gets exactly one reply):
 - ``("close",)`` -> the worker closes its env and exits (no reply).
 
 The worker first sends ``("ready", None)``. A worker that raises sends ``("error", traceback)`` and
-exits; a worker whose parent died exits on its own within a second.
+exits. Every worker beats and dies with its parent, even in the middle of a step (``_liveness``).
 """
 from __future__ import annotations
 
-import os
 import traceback
 from typing import Any, NamedTuple
 
 import torch
 from tdict import TensorDictBase
 
-__all__ = ["BufferLayout", "EnvRunner", "worker_main"]
+from ._liveness import die_with_parent, start_heartbeat
 
-# how often an idle worker checks that its parent is still alive (seconds)
-_PARENT_CHECK_S = 1.0
+__all__ = ["BufferLayout", "EnvRunner", "worker_main"]
 
 
 class BufferLayout(NamedTuple):
@@ -119,8 +117,13 @@ def worker_main(
     conn: Any,
     parent_pid: int,
     num_threads: int | None,
+    beats: torch.Tensor,
+    heartbeat_interval: float,
+    kernel_signal: bool,
 ) -> None:
     """The body of ParallelEnv's worker ``index``: builds its env and serves the parent's commands."""
+    die_with_parent(parent_pid, kernel_signal)
+    start_heartbeat(beats, index, heartbeat_interval, parent_pid)  # before the env: its construction may be slow
     env = None
     try:
         if num_threads is not None:
@@ -132,10 +135,7 @@ def worker_main(
         last_keys: tuple = ()
         last_written: tuple | None = None
         while True:
-            while not conn.poll(_PARENT_CHECK_S):
-                if os.getppid() != parent_pid:  # the parent is gone: nobody will read our results
-                    return
-            message = conn.recv()
+            message = conn.recv()  # the heartbeat thread ends this process if the parent dies meanwhile
             command = message[0]
             if command == "step":
                 if message[1] is not None:

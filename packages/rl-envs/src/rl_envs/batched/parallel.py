@@ -4,6 +4,7 @@ from __future__ import annotations
 import atexit
 import os
 import signal
+import threading
 import time
 import weakref
 from collections.abc import Callable, Sequence
@@ -15,6 +16,7 @@ from tdict import TensorDictBase
 
 from ..env_base import EnvBase
 from ..env_creator import EnvCreator
+from ._liveness import HeartbeatBoard, check_heartbeat_args
 from ._shared import BatchedEnvBase
 from ._worker import BufferLayout, EnvRunner, worker_main
 
@@ -40,13 +42,17 @@ def _register_pool(pool: _WorkerPool) -> None:
 
 
 class _WorkerPool:
-    """The worker processes and their pipes. Every wait is bounded, and any fault stops every worker.
+    """The worker processes and their pipes. Every wait watches the workers' exits and heartbeats, and
+    any fault stops every worker (the rule is in ``_liveness``).
 
     Holds no reference to the env, so a ``weakref.finalize`` on the env can close it.
     """
 
-    def __init__(self, timeout: float | None) -> None:
+    def __init__(self, timeout: float | None, heartbeat_interval: float, heartbeat_timeout: float | None) -> None:
         self.timeout = timeout
+        self.heartbeat_interval = heartbeat_interval
+        self.heartbeat_timeout = heartbeat_timeout
+        self.board: HeartbeatBoard | None = None
         self.procs: list = []
         self.conns: list = []
         self.owner_pid = os.getpid()
@@ -56,16 +62,21 @@ class _WorkerPool:
     def start(self, ctx: Any, creators: list, buffer: TensorDictBase, layout: BufferLayout,
               num_threads: int | None, daemon: bool) -> None:
         _register_pool(self)
+        self.board = board = HeartbeatBoard(len(creators), self.heartbeat_interval, self.heartbeat_timeout)
+        # the kernel's parent-death signal follows the starting thread: only ask for it from the main one
+        kernel_signal = threading.current_thread() is threading.main_thread()
         for i, creator in enumerate(creators):
             parent_end, child_end = ctx.Pipe()
             proc = ctx.Process(
                 target=worker_main,
-                args=(i, creator, buffer, layout, child_end, os.getpid(), num_threads),
+                args=(i, creator, buffer, layout, child_end, os.getpid(), num_threads, board.beats,
+                      self.heartbeat_interval, kernel_signal),
                 daemon=daemon,
                 name=f"ParallelEnv-worker-{i}",
             )
             try:
                 proc.start()
+                board.started(i)
             finally:
                 child_end.close()
             self.procs.append(proc)
@@ -86,18 +97,25 @@ class _WorkerPool:
             raise RuntimeError("ParallelEnv: the workers were stopped after an earlier failure; call close() and retry.")
         pending = set(indices)
         replies: dict = {}
-        deadline = None if self.timeout is None else time.monotonic() + self.timeout
+        board = self.board
+        now = time.monotonic()
+        deadline = None if self.timeout is None else now + self.timeout
+        # heartbeats are read only when a wait lasts this long: nothing extra on the per-step path
+        check = None if board.timeout is None else now + board.timeout
         while pending:
             waiting = [self.conns[i] for i in pending] + [self.procs[i].sentinel for i in pending]
-            remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
-            ready = connection.wait(waiting, remaining)
+            until = min((t for t in (deadline, check) if t is not None), default=None)
+            ready = connection.wait(waiting, None if until is None else max(0.0, until - time.monotonic()))
             if not ready:
-                late = ", ".join(f"{i} (pid {self.procs[i].pid})" for i in sorted(pending))
-                self.close(grace=0.0)
-                raise TimeoutError(
-                    f"ParallelEnv: no {expected!r} reply from worker(s) {late} within worker_timeout={self.timeout}s; "
-                    f"every worker was stopped."
-                )
+                frozen = board.frozen(sorted(pending))
+                if frozen:
+                    self._raise_silent(frozen, "no heartbeat from worker(s) {} for heartbeat_timeout="
+                                               f"{board.timeout}s (the process is stopped or frozen)")
+                if deadline is not None and time.monotonic() >= deadline:
+                    self._raise_silent(sorted(pending), f"no {expected!r} reply from worker(s) {{}} within "
+                                                        f"worker_timeout={self.timeout}s")
+                check = board.next_check(pending)
+                continue
             exited = []
             for obj in ready:
                 i = self._index[obj]
@@ -121,6 +139,12 @@ class _WorkerPool:
                 if i in pending and not self.conns[i].poll():  # a reply sent before exiting is read first
                     self._raise_dead(i)
         return replies
+
+    def _raise_silent(self, indices: list, what: str) -> None:
+        """Stops every worker, then raises ``what`` (its ``{}`` names the silent workers)."""
+        late = ", ".join(f"{i} (pid {self.procs[i].pid})" for i in indices)
+        self.close(grace=0.0)
+        raise TimeoutError(f"ParallelEnv: {what.format(late)}; every worker was stopped.")
 
     def _raise_dead(self, i: int) -> None:
         proc = self.procs[i]
@@ -170,12 +194,16 @@ class ParallelEnv(BatchedEnvBase):
     workers wrote; no tensor is pickled per step. Results equal :class:`SerialEnv`'s for the same
     factories and seeds. Workers start on first use (or with :meth:`start`).
 
-    Faults surface in the parent as exceptions naming the worker: a worker that raises gives a
-    ``RuntimeError`` with its traceback, a worker that dies one with its exit code, a worker silent
-    for ``worker_timeout`` seconds a ``TimeoutError``; every worker is stopped first. :meth:`close`
-    is idempotent and also runs when the env is garbage collected and at interpreter exit; the
-    shared memory is released with the last reference to the buffer. Workers whose parent dies exit
-    within a second. After :meth:`close` (or a fault) the next reset/step starts fresh workers.
+    Faults surface in the parent as exceptions naming the worker, and every worker is stopped first:
+    a worker that raises gives a ``RuntimeError`` with its traceback, a worker that dies one with its
+    exit code (at once), a frozen worker (no heartbeat for ``heartbeat_timeout`` seconds: stopped, or
+    stuck in native code holding the GIL) a ``TimeoutError``, and so does a live worker whose reply
+    takes longer than ``worker_timeout``, if one is set: a heartbeat proves that the process runs,
+    not that its step progresses, so by default a slow step (a minute, say) is waited for.
+    :meth:`close` is idempotent and also runs when the env is garbage collected and at interpreter
+    exit; the shared memory is released with the last reference to the buffer. Workers die with
+    this process, even in the middle of a step (Linux: at once; elsewhere within one heartbeat
+    interval). After :meth:`close` (or a fault) the next reset/step starts fresh workers.
 
     Args:
         num_workers: the number of sub-envs (and processes).
@@ -191,8 +219,11 @@ class ParallelEnv(BatchedEnvBase):
             default (``"fork"`` on Linux up to Python 3.13), as TorchRL does.
         daemon: start the workers as daemon processes.
         num_sub_threads: ``torch.set_num_threads`` in each worker (TorchRL's default, 1).
-        worker_timeout: seconds to wait for any worker reply (including start-up) before raising;
-            ``None`` waits forever (a dead worker is still detected at once).
+        worker_timeout: the longest a live worker may take to reply (start-up included) before it
+            counts as hung; ``None`` (default): no limit, as long as it sends heartbeats.
+        heartbeat_interval: seconds between a worker's heartbeats (a thread in the worker).
+        heartbeat_timeout: a worker silent this long counts as frozen (default 20 s, so a stopped or
+            frozen worker surfaces within 20 s); ``None`` turns the check off.
 
     Seeding: ``set_seed(seed)`` seeds worker ``i`` with ``seed + i`` and returns ``seed + num_workers``
     (TorchRL chains the seeds each sub-env's ``set_seed`` returns instead).
@@ -218,7 +249,9 @@ class ParallelEnv(BatchedEnvBase):
         mp_start_method: str | None = None,
         daemon: bool = False,
         num_sub_threads: int | None = 1,
-        worker_timeout: float | None = 120.0,
+        worker_timeout: float | None = None,
+        heartbeat_interval: float = 1.0,
+        heartbeat_timeout: float | None = 20.0,
     ) -> None:
         if not shared_memory:
             raise ValueError(
@@ -230,6 +263,7 @@ class ParallelEnv(BatchedEnvBase):
             raise ValueError(f"ParallelEnv: mp_start_method must be one of {methods} or None, got {mp_start_method!r}.")
         if worker_timeout is not None and not worker_timeout > 0:
             raise ValueError(f"ParallelEnv: worker_timeout must be > 0 seconds or None, got {worker_timeout!r}.")
+        check_heartbeat_args("ParallelEnv", heartbeat_interval, heartbeat_timeout)
         if num_sub_threads is not None and (not isinstance(num_sub_threads, int) or num_sub_threads < 1):
             raise ValueError(f"ParallelEnv: num_sub_threads must be an int >= 1 or None, got {num_sub_threads!r}.")
         super().__init__(num_workers, create_env_fn, create_env_kwargs, serial_for_single=serial_for_single)
@@ -237,6 +271,8 @@ class ParallelEnv(BatchedEnvBase):
         self.daemon = daemon
         self.num_sub_threads = num_sub_threads
         self.worker_timeout = worker_timeout
+        self.heartbeat_interval = heartbeat_interval
+        self.heartbeat_timeout = heartbeat_timeout
         self.__dict__["_pool"] = None
         self.__dict__["_finalizer"] = None
         self.__dict__["_local"] = []  # in-process runners (serial_for_single with one worker)
@@ -255,7 +291,7 @@ class ParallelEnv(BatchedEnvBase):
             self.__dict__["_local"] = [EnvRunner(self._creators[0](), buffer[0], layout)]
             return
         buffer.share_memory_()
-        pool = _WorkerPool(self.worker_timeout)
+        pool = _WorkerPool(self.worker_timeout, self.heartbeat_interval, self.heartbeat_timeout)
         self.__dict__["_pool"] = pool
         self.__dict__["_finalizer"] = weakref.finalize(self, pool.close)
         pool.start(mp.get_context(self.mp_start_method), self._creators, buffer, layout, self.num_sub_threads, self.daemon)
