@@ -289,3 +289,123 @@ def test_spawn_start_method_collects_and_shuts_down():
     finally:
         collector.shutdown()
     assert _no_children()
+
+
+# ----------------------------------------------------------------------------- liveness: heartbeats, parent death
+def test_default_liveness_settings():
+    import inspect
+
+    # a dead worker surfaces at once, a frozen one within 20 s; a live batch has no time limit by default
+    for cls in (MultiSyncCollector, MultiAsyncCollector):
+        params = inspect.signature(cls).parameters
+        assert params["worker_timeout"].default is None, cls
+        assert params["heartbeat_timeout"].default == 20.0 and params["heartbeat_interval"].default == 1.0, cls
+    with AsyncCollector(PendulumEnv, None, frames_per_batch=4) as c:
+        assert (c.worker_timeout, c.heartbeat_timeout, c.heartbeat_interval) == (None, 20.0, 1.0)
+    assert _no_children()
+
+
+def test_slow_but_live_worker_is_not_a_hang():
+    # worker 1's steps take 1.2 s, past the heartbeat timeout of 0.8 s: it keeps beating, so it is waited for
+    fns = [PendulumEnv, lambda: _Wrapped("slow", after=1, delay=1.2)]
+    with MultiSyncCollector(fns, _policy(), frames_per_batch=6, total_frames=6, heartbeat_interval=0.1,
+                            heartbeat_timeout=0.8) as c:
+        c.set_seed(3)
+        (batch,) = list(c)
+    assert batch.batch_size == torch.Size([2, 3]) and c.frames == 6
+    ref = Collector(PendulumEnv, _policy(), frames_per_batch=3, total_frames=3)
+    ref.set_seed(ref.set_seed(3))  # worker 1 gets the seed worker 0 hands on
+    (expected,) = list(ref)
+    torch.testing.assert_close(batch[1]["next", "observation"], expected["next", "observation"])
+    assert _no_children()
+
+
+def test_frozen_worker_is_detected_by_its_missing_heartbeat():
+    c = MultiSyncCollector([PendulumEnv, PendulumEnv], None, frames_per_batch=10, heartbeat_interval=0.1,
+                           heartbeat_timeout=1.5)
+    it = iter(c)
+    next(it)
+    pid = c._pool.procs[1].pid
+    os.kill(pid, signal.SIGSTOP)  # alive but never scheduled: no batch, no heartbeat
+    start = time.monotonic()
+    with pytest.raises(TimeoutError, match=rf"no heartbeat from worker\(s\) 1 \(pid {pid}\) for heartbeat_timeout=1.5s"):
+        next(it)
+    assert 1.5 <= time.monotonic() - start < 15
+    assert _no_children()
+
+
+def test_bad_liveness_arguments():
+    with pytest.raises(ValueError, match=r"MultiSyncCollector: heartbeat_interval must be a number of seconds > 0, got -1"):
+        MultiSyncCollector([PendulumEnv], None, frames_per_batch=10, heartbeat_interval=-1)
+    with pytest.raises(ValueError, match=r"MultiAsyncCollector: heartbeat_timeout must be None or a number of seconds > "
+                                         r"heartbeat_interval=1.0, got 1.0"):
+        MultiAsyncCollector([PendulumEnv], None, frames_per_batch=10, heartbeat_timeout=1.0)
+    assert _no_children()
+
+
+_PARENT_SCRIPT = """
+import sys, threading, time
+from rl_envs import PendulumEnv
+from rl_collect import {cls}
+
+
+class Sleepy(PendulumEnv):
+    def _step(self, td):  # marks the moment it is inside its step, then sleeps two minutes
+        open({marker!r}, "w").close()
+        time.sleep(120)
+        return super()._step(td)
+
+
+def run():
+    c = {cls}([PendulumEnv, Sleepy], None, frames_per_batch=4, mp_start_method="fork")
+    print(*[p.pid for p in c._pool.procs], flush=True)
+    for _ in c:
+        pass
+
+
+if {in_thread!r}:  # started from another thread: no kernel parent-death signal, the watchdog thread acts
+    thread = threading.Thread(target=run)
+    thread.start()
+    thread.join()
+else:
+    run()
+"""
+
+
+def _alive(pid: int) -> bool:
+    """A process that exists and is not a zombie."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+@pytest.mark.parametrize("cls, in_thread", [("MultiSyncCollector", False), ("MultiAsyncCollector", True)])
+def test_workers_busy_in_a_step_die_with_a_killed_parent(tmp_path, cls, in_thread):
+    import subprocess
+    import sys
+
+    marker = tmp_path / "inside_step"
+    script = _PARENT_SCRIPT.format(cls=cls, marker=str(marker), in_thread=in_thread)
+    parent = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    pids: list = []
+    try:
+        pids += [int(p) for p in parent.stdout.readline().split()]
+        assert len(pids) == 2, parent.stderr.read()
+        deadline = time.monotonic() + 60
+        while not marker.exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert marker.exists(), "worker 1 never entered its step"
+        parent.kill()  # SIGKILL: no atexit, no finalizer runs in the parent
+        parent.wait(timeout=10)
+        deadline = time.monotonic() + 10  # generous: the kernel kills them at once on Linux
+        while any(_alive(pid) for pid in pids) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not [pid for pid in pids if _alive(pid)], "a worker outlived its parent"
+    finally:
+        parent.kill()
+        parent.wait(timeout=10)
+        for pid in pids:  # never leave a process behind, even when the test fails
+            if _alive(pid):
+                os.kill(pid, signal.SIGKILL)

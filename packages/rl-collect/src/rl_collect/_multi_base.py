@@ -7,6 +7,7 @@ import torch
 from torch import nn
 from tdict import TensorDict, TensorDictBase
 
+from ._liveness import check_heartbeat_args
 from ._worker import WorkerPool
 from .trajectories import split_trajectories
 from .weight_sync import SharedMemWeightSyncScheme, WeightSyncScheme
@@ -27,7 +28,9 @@ class MultiCollectorBase:
         frames_per_batch: int,
         total_frames: int = -1,
         weight_sync_scheme: WeightSyncScheme | None = None,
-        worker_timeout: float | None = 120.0,
+        worker_timeout: float | None = None,
+        heartbeat_interval: float = 1.0,
+        heartbeat_timeout: float | None = 20.0,
         mp_start_method: str | None = None,
         num_threads: int | None = 1,
         split_trajs: bool = False,
@@ -45,6 +48,7 @@ class MultiCollectorBase:
             raise ValueError(f"{name}: total_frames must be a positive int or -1, got {total_frames!r}.")
         if worker_timeout is not None and worker_timeout <= 0:
             raise ValueError(f"{name}: worker_timeout must be > 0 or None, got {worker_timeout!r}.")
+        check_heartbeat_args(name, heartbeat_interval, heartbeat_timeout)
         for key in _UNSUPPORTED:
             if collector_kwargs.get(key) is not None:
                 raise ValueError(f"{name}: {key} is not supported by multi-process collectors.")
@@ -57,6 +61,9 @@ class MultiCollectorBase:
         self.replay_buffer = replay_buffer
         self.policy = policy
         self.policy_version = 0
+        self.worker_timeout = worker_timeout
+        self.heartbeat_interval = heartbeat_interval
+        self.heartbeat_timeout = heartbeat_timeout
         self._frames = 0
         self._iter = 0
         self.weight_sync_scheme = weight_sync_scheme if weight_sync_scheme is not None else SharedMemWeightSyncScheme()
@@ -65,7 +72,8 @@ class MultiCollectorBase:
         receivers = [self.weight_sync_scheme.receiver(i) for i in range(self.num_workers)]
         self._pool = WorkerPool(
             create_env_fns, policy, collector_kwargs, receivers, stop=self._stop, timeout=worker_timeout,
-            start_method=mp_start_method, num_threads=num_threads,
+            start_method=mp_start_method, num_threads=num_threads, heartbeat_interval=heartbeat_interval,
+            heartbeat_timeout=heartbeat_timeout,
         )
         self.weight_sync_scheme.attach_pipes(self._pool.conns)
         self._n_envs = self._pool.n_envs

@@ -4,13 +4,15 @@ Protocol (parent -> worker, one duplex pipe per worker): ``("collect", frames)``
 frames)``; ``("seed", seed, static)`` -> ``("seed", next_seed)``; ``("state_dict",)`` ->
 ``("state", dict)``; ``("load_state_dict", dict)`` -> ``("ok",)``; ``("reset",)`` -> ``("ok",)``;
 ``("close",)`` -> the worker exits. Scheme messages (``("weights", td, version)``) get no reply. A
-worker that raises replies ``("error", traceback_text)`` and exits.
+worker that raises replies ``("error", traceback_text)`` and exits. Every worker beats and dies with
+its parent, even in the middle of a batch (``_liveness``).
 """
 from __future__ import annotations
 
 import copy
 import math
 import os
+import threading
 import traceback
 import weakref
 from multiprocessing import connection
@@ -21,6 +23,7 @@ from torch import multiprocessing as mp
 from torch import nn
 from tdict import TensorDictBase
 
+from ._liveness import HeartbeatBoard, die_with_parent, start_heartbeat
 from .collector import Collector
 from .weight_sync import WeightReceiver
 
@@ -57,8 +60,13 @@ def worker_main(
     stop: torch.Tensor | None,
     num_threads: int | None,
     parent_pid: int,
+    beats: torch.Tensor,
+    heartbeat_interval: float,
+    kernel_signal: bool,
 ) -> None:
     """The worker process: builds a :class:`Collector` and serves the parent's commands."""
+    die_with_parent(parent_pid, kernel_signal)
+    start_heartbeat(beats, worker_id, heartbeat_interval, parent_pid)  # before the env: building it may be slow
     try:
         if num_threads is not None:
             torch.set_num_threads(num_threads)
@@ -66,10 +74,7 @@ def worker_main(
         collector = Collector(create_env_fn, policy, frames_per_batch=1, total_frames=-1, **collector_kwargs)
         conn.send(("ready", collector.n_envs))
         while True:
-            while not conn.poll(1.0):
-                if os.getppid() != parent_pid:  # the parent is gone: nobody will read our results
-                    return
-            message = conn.recv()
+            message = conn.recv()  # the heartbeat thread ends this process if the parent dies meanwhile
             command = message[0]
             if receiver.handle(message):
                 continue
@@ -137,10 +142,11 @@ def _now() -> float:
 class WorkerPool:
     """Worker processes, one per env factory, each running a :class:`Collector`.
 
-    Every receive is bounded: a worker that raised surfaces its traceback, a dead worker its exit
-    code, a silent one a :class:`TimeoutError` after ``timeout`` seconds. Any fault kills every
-    worker before the exception propagates. The processes are also stopped when the pool is
-    garbage collected or the interpreter exits.
+    Every receive watches the workers (the rule is in ``_liveness``): a worker that raised surfaces
+    its traceback, a dead worker its exit code, a frozen one (no heartbeat for ``heartbeat_timeout``
+    seconds) and, when ``timeout`` is set, one whose reply is later than that, a :class:`TimeoutError`.
+    Any fault kills every worker before the exception propagates. The processes are also stopped
+    when the pool is garbage collected or the interpreter exits.
     """
 
     _since: list
@@ -156,11 +162,16 @@ class WorkerPool:
         timeout: float | None,
         start_method: str | None,
         num_threads: int | None,
+        heartbeat_interval: float = 1.0,
+        heartbeat_timeout: float | None = 20.0,
     ) -> None:
         if start_method is None:
             start_method = "fork" if "fork" in mp.get_all_start_methods() else "spawn"
         ctx = mp.get_context(start_method)
         self.timeout = timeout
+        self.board = HeartbeatBoard(len(create_env_fns), heartbeat_interval, heartbeat_timeout)
+        # the kernel's parent-death signal follows the starting thread: only ask for it from the main one
+        kernel_signal = threading.current_thread() is threading.main_thread()
         self.procs: list = []
         self.conns: list = []
         self.closed = False
@@ -170,10 +181,12 @@ class WorkerPool:
                 parent_end, child_end = ctx.Pipe()
                 proc = ctx.Process(
                     target=worker_main,
-                    args=(i, fn, policy, collector_kwargs, child_end, receivers[i], stop, num_threads, os.getpid()),
+                    args=(i, fn, policy, collector_kwargs, child_end, receivers[i], stop, num_threads, os.getpid(),
+                          self.board.beats, heartbeat_interval, kernel_signal),
                     name=f"rl_collect-worker-{i}",
                 )
                 proc.start()
+                self.board.started(i)
                 child_end.close()
                 self.procs.append(proc)
                 self.conns.append(parent_end)
@@ -202,18 +215,25 @@ class WorkerPool:
             raise RuntimeError("rl_collect: the workers were shut down.")
         conns = {self.conns[i]: i for i in indices}
         sentinels = {self.procs[i].sentinel: i for i in indices}
-        timeout = None
+        board = self.board
+        deadline = None
         if self.timeout is not None:  # per worker: a busy sibling must not hide a hung one
-            timeout = max(0.0, min(self._since[i] for i in indices) + self.timeout - _now())
-        ready = connection.wait([*conns, *sentinels], timeout)
-        if not ready:
-            late = [i for i in indices if _now() - self._since[i] >= self.timeout] or list(indices)
-            names = ", ".join(f"{i} (pid {self.procs[i].pid})" for i in late)
-            self.close(grace=0.0)
-            raise TimeoutError(
-                f"rl_collect: no reply from worker(s) {names} within worker_timeout={self.timeout}s; "
-                "killed every worker."
-            )
+            deadline = min(self._since[i] for i in indices) + self.timeout
+        # heartbeats are read only when a wait lasts this long
+        check = None if board.timeout is None else _now() + board.timeout
+        while True:
+            until = min((t for t in (deadline, check) if t is not None), default=None)
+            ready = connection.wait([*conns, *sentinels], None if until is None else max(0.0, until - _now()))
+            if ready:
+                break
+            frozen = board.frozen(indices)
+            if frozen:
+                self._raise_silent(frozen, "no heartbeat from worker(s) {} for heartbeat_timeout="
+                                           f"{board.timeout}s (the process is stopped or frozen)")
+            if deadline is not None and _now() >= deadline:
+                late = [i for i in indices if _now() - self._since[i] >= self.timeout] or list(indices)
+                self._raise_silent(late, f"no reply from worker(s) {{}} within worker_timeout={self.timeout}s")
+            check = board.next_check(indices)
         for obj in ready:
             if obj in conns:
                 i = conns[obj]
@@ -236,6 +256,12 @@ class WorkerPool:
             return self.recv_any([i], expected)
         self._raise_dead(i)
         raise AssertionError("unreachable")
+
+    def _raise_silent(self, indices: Sequence[int], what: str) -> None:
+        """Kills every worker, then raises ``what`` (its ``{}`` names the silent workers)."""
+        names = ", ".join(f"{i} (pid {self.procs[i].pid})" for i in indices)
+        self.close(grace=0.0)
+        raise TimeoutError(f"rl_collect: {what.format(names)}; killed every worker.")
 
     def _raise_dead(self, i: int) -> None:
         proc = self.procs[i]

@@ -24,8 +24,9 @@ class MultiAsyncCollector(MultiCollectorBase):
         policy: as for :class:`~rl_collect.Collector`; each worker gets a copy.
         frames_per_batch: frames per yielded batch.
         total_frames: stop after exactly this many frames (``-1``: never).
-        weight_sync_scheme, worker_timeout, mp_start_method, num_threads, split_trajs, postproc,
-            replay_buffer, **collector_kwargs: as for :class:`~rl_collect.MultiSyncCollector`.
+        weight_sync_scheme, worker_timeout, heartbeat_interval, heartbeat_timeout, mp_start_method,
+            num_threads, split_trajs, postproc, replay_buffer, **collector_kwargs: as for
+            :class:`~rl_collect.MultiSyncCollector`.
 
     Example:
         >>> from rl_envs import PendulumEnv
@@ -43,7 +44,9 @@ class MultiAsyncCollector(MultiCollectorBase):
         frames_per_batch: int,
         total_frames: int = -1,
         weight_sync_scheme: WeightSyncScheme | None = None,
-        worker_timeout: float | None = 120.0,
+        worker_timeout: float | None = None,
+        heartbeat_interval: float = 1.0,
+        heartbeat_timeout: float | None = 20.0,
         mp_start_method: str | None = None,
         num_threads: int | None = 1,
         split_trajs: bool = False,
@@ -53,7 +56,8 @@ class MultiAsyncCollector(MultiCollectorBase):
     ) -> None:
         super().__init__(
             create_env_fns, policy, frames_per_batch=frames_per_batch, total_frames=total_frames,
-            weight_sync_scheme=weight_sync_scheme, worker_timeout=worker_timeout, mp_start_method=mp_start_method,
+            weight_sync_scheme=weight_sync_scheme, worker_timeout=worker_timeout, heartbeat_interval=heartbeat_interval,
+            heartbeat_timeout=heartbeat_timeout, mp_start_method=mp_start_method,
             num_threads=num_threads, split_trajs=split_trajs, postproc=postproc, replay_buffer=replay_buffer,
             **collector_kwargs,
         )
@@ -92,7 +96,8 @@ class AsyncCollector(MultiAsyncCollector):
     the caller trains on the current one (TorchRL's ``AsyncCollector``).
 
     Takes :class:`~rl_collect.Collector`'s arguments plus ``weight_sync_scheme``, ``worker_timeout``,
-    ``mp_start_method`` and ``num_threads``.
+    ``heartbeat_interval``, ``heartbeat_timeout``, ``mp_start_method`` and ``num_threads`` (see
+    :class:`~rl_collect.MultiSyncCollector`).
 
     Example:
         >>> from rl_envs import PendulumEnv

@@ -50,8 +50,13 @@ class MultiSyncCollector(MultiCollectorBase):
             at their next step and their partial batches are used.
         weight_sync_scheme: how :meth:`update_policy_weights_` reaches the workers (default: shared
             memory, :class:`~rl_collect.SharedMemWeightSyncScheme`).
-        worker_timeout: seconds a worker may stay silent before a :class:`TimeoutError` (every
-            worker is then killed). ``None``: wait forever.
+        worker_timeout: the longest a live worker may take to deliver its share before it counts as
+            hung (:class:`TimeoutError`, every worker killed); ``None`` (default): no limit, as long
+            as it sends heartbeats (a heartbeat proves the process runs, not that it progresses).
+        heartbeat_interval: seconds between a worker's heartbeats (a thread in the worker).
+        heartbeat_timeout: a worker without a heartbeat for this long (a stopped or frozen process)
+            counts as hung: 20 s by default; ``None`` turns the check off. A dead worker surfaces at
+            once, and workers die with this process, even in the middle of a batch.
         cat_results: ``"stack"`` or ``-1`` (see above).
         mp_start_method: ``"fork"`` (default where available) or ``"spawn"``/``"forkserver"``.
         num_threads: torch threads in each worker (``None``: leave torch's default).
@@ -75,7 +80,9 @@ class MultiSyncCollector(MultiCollectorBase):
         total_frames: int = -1,
         preemptive_threshold: float | None = None,
         weight_sync_scheme: WeightSyncScheme | None = None,
-        worker_timeout: float | None = 120.0,
+        worker_timeout: float | None = None,
+        heartbeat_interval: float = 1.0,
+        heartbeat_timeout: float | None = 20.0,
         cat_results: str | int = "stack",
         mp_start_method: str | None = None,
         num_threads: int | None = 1,
@@ -92,7 +99,8 @@ class MultiSyncCollector(MultiCollectorBase):
         self.cat_results = cat_results
         super().__init__(
             create_env_fns, policy, frames_per_batch=frames_per_batch, total_frames=total_frames,
-            weight_sync_scheme=weight_sync_scheme, worker_timeout=worker_timeout, mp_start_method=mp_start_method,
+            weight_sync_scheme=weight_sync_scheme, worker_timeout=worker_timeout, heartbeat_interval=heartbeat_interval,
+            heartbeat_timeout=heartbeat_timeout, mp_start_method=mp_start_method,
             num_threads=num_threads, split_trajs=split_trajs, postproc=postproc, replay_buffer=replay_buffer,
             _preemptive=preemptive_threshold is not None, **collector_kwargs,
         )
