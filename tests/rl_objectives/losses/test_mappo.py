@@ -44,7 +44,7 @@ def make_actor(prefix=("agents",)):
         TensorDictModule(net, in_keys=[key("observation")], out_keys=[key("loc"), key("scale")]),
         ProbabilisticTensorDictModule(
             in_keys={"loc": key("loc"), "scale": key("scale")}, out_keys=[key("action")],
-            distribution_class=torch.distributions.Normal, return_log_prob=True, log_prob_key=key("sample_log_prob"),
+            distribution_class=torch.distributions.Normal, return_log_prob=True,
         ),
     )
 
@@ -90,7 +90,7 @@ def collect(actor, td):
     with torch.no_grad(), set_interaction_type(InteractionType.RANDOM):  # sample, as a collector does
         view = actor(view)
     reward = team_reward(view.get("action"))
-    view.get("next").set("reward", reward.unsqueeze(-1).expand_as(view.get("sample_log_prob")).clone())
+    view.get("next").set("reward", reward.unsqueeze(-1).expand_as(view.get("action_log_prob")).clone())
     return view
 
 
@@ -106,7 +106,7 @@ def test_ppo_on_the_agents_view_matches_a_reference(centralized):
     torch.manual_seed(0)
     actor, critic = make_actor(prefix=()), make_critic(centralized, prefix=())
     view = collect(actor, rollout())
-    assert view.batch_size == (N, T, A) and view.get("sample_log_prob").shape == (N, T, A)
+    assert view.batch_size == (N, T, A) and view.get("action_log_prob").shape == (N, T, A)
     loss = make_loss(actor, critic, loss_critic_type="l2")
     out = loss(view.clone())
 
@@ -124,7 +124,7 @@ def test_ppo_on_the_agents_view_matches_a_reference(centralized):
         adv[:, t] = running
     dist = actor.get_dist(view.copy())
     log_prob = dist.log_prob(view.get("action")).sum(-1)
-    ratio = (log_prob - view.get("sample_log_prob")).exp()
+    ratio = (log_prob - view.get("action_log_prob")).exp()
     objective = -torch.minimum(ratio * adv, ratio.clamp(0.8, 1.2) * adv).mean()
     value = critic(view.copy()).get("state_value")
     torch.testing.assert_close(out["loss_objective"], objective)
@@ -182,9 +182,9 @@ def test_actor_writes_per_agent_log_prob_in_the_group():
     with torch.no_grad(), set_interaction_type(InteractionType.RANDOM):
         actor(td)
     group = td.get("agents")
-    assert group.get("sample_log_prob").shape == (N, T, A)
+    assert group.get("action_log_prob").shape == (N, T, A)
     ref = torch.distributions.Normal(group.get("loc"), group.get("scale")).log_prob(group.get("action")).sum(-1)
-    torch.testing.assert_close(group.get("sample_log_prob"), ref)
+    torch.testing.assert_close(group.get("action_log_prob"), ref)
 
 
 @pytest.mark.parametrize("centralized", [True, False], ids=["MAPPO", "IPPO"])
@@ -194,10 +194,10 @@ def test_clip_ppo_on_the_root_rollout_equals_the_agents_view(centralized):
     td = rollout()
     view = collect(make_actor(prefix=()), td)  # per-agent actions and log-probs, written back into the group
     td.set(("agents", "action"), view.get("action"))
-    td.set(("agents", "sample_log_prob"), view.get("sample_log_prob"))
+    td.set(("agents", "action_log_prob"), view.get("action_log_prob"))
     td.set(("next", "agents", "reward"), view.get(("next", "reward")))
     loss = ClipPPOLoss(actor, critic, entropy_coeff=0.0)
-    loss.set_keys(action=("agents", "action"), sample_log_prob=("agents", "sample_log_prob"),
+    loss.set_keys(action=("agents", "action"), sample_log_prob=("agents", "action_log_prob"),
                   value=("agents", "state_value"), advantage=("agents", "advantage"),
                   value_target=("agents", "value_target"), reward=("agents", "reward"))
     loss.make_value_estimator(ValueEstimators.GAE, gamma=0.9, lmbda=0.9)  # time: the root's last batch dim

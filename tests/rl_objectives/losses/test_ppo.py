@@ -46,7 +46,7 @@ def test_clip_ppo_matches_a_hand_written_reference_on_a_rollout(normal_actor, st
     out = loss(td)
 
     dist = normal_dist(lin, td["obs"])
-    log_w = dist.log_prob(td["action"]).sum(-1) - td["sample_log_prob"]
+    log_w = dist.log_prob(td["action"]).sum(-1) - td["action_log_prob"]
     ratio, adv = log_w.exp(), td["advantage"]
     gain = torch.minimum(ratio * adv, ratio.clamp(0.9, 1.1) * adv)
     value = clin(td["obs"]).squeeze(-1)
@@ -75,7 +75,7 @@ def test_plain_ppo_on_a_flat_categorical_batch(categorical_actor, state_value_cr
     td = rollout(actor, batch=(7,))
     out = PPOLoss(actor, critic, entropy_bonus=False)(td)
     dist = D.Categorical(logits=lin(td["obs"]))
-    ratio = (dist.log_prob(td["action"]) - td["sample_log_prob"]).exp()
+    ratio = (dist.log_prob(td["action"]) - td["action_log_prob"]).exp()
     torch.testing.assert_close(out["loss_objective"], -(ratio * td["advantage"]).mean())
     value = clin(td["obs"]).squeeze(-1)
     torch.testing.assert_close(out["loss_critic"], F.smooth_l1_loss(value, td["value_target"]))
@@ -89,7 +89,7 @@ def test_reduction(reduction, categorical_actor, state_value_critic, rollout):
     td = rollout(actor, batch=(2, 4))
     out = ClipPPOLoss(actor, critic, reduction=reduction)(td)
     dist = D.Categorical(logits=lin(td["obs"]))
-    ratio = (dist.log_prob(td["action"]) - td["sample_log_prob"]).exp()
+    ratio = (dist.log_prob(td["action"]) - td["action_log_prob"]).exp()
     adv = td["advantage"]
     per_step = -torch.minimum(ratio * adv, ratio.clamp(0.8, 1.2) * adv)
     ent = -0.01 * dist.entropy()
@@ -116,7 +116,7 @@ def test_missing_advantage_is_estimated_with_gae_without_touching_the_input(cate
         value, next_value = clin(td["obs"]).squeeze(-1), clin(td["next", "obs"]).squeeze(-1)
     adv, target = gae_reference(value, next_value, td["next", "reward"], td["next", "done"], td["next", "terminated"], 0.9, 0.95)
     dist = D.Categorical(logits=lin(td["obs"]))
-    ratio = (dist.log_prob(td["action"]) - td["sample_log_prob"]).exp()
+    ratio = (dist.log_prob(td["action"]) - td["action_log_prob"]).exp()
     torch.testing.assert_close(out["loss_objective"], -torch.minimum(ratio * adv, ratio.clamp(0.8, 1.2) * adv).mean())
     torch.testing.assert_close(out["loss_critic"], F.smooth_l1_loss(clin(td["obs"]).squeeze(-1), target))
     # the estimate carries no gradient: the objective trains the actor only
@@ -150,7 +150,7 @@ def test_normalize_advantage_and_exclude_dims(categorical_actor, rollout):
     actor, lin = categorical_actor()
     td = rollout(actor, batch=(3, 5))
     adv = td["advantage"]
-    ratio = (D.Categorical(logits=lin(td["obs"])).log_prob(td["action"]) - td["sample_log_prob"]).exp()
+    ratio = (D.Categorical(logits=lin(td["obs"])).log_prob(td["action"]) - td["action_log_prob"]).exp()
     out = PPOLoss(actor, None, normalize_advantage=True, entropy_bonus=False)(td)
     norm = (adv - adv.mean()) / adv.std()
     torch.testing.assert_close(out["loss_objective"], -(ratio * norm).mean())
@@ -231,7 +231,7 @@ def test_klpen_matches_reference_and_adapts_beta(normal_actor, state_value_criti
     current = normal_dist(lin, td["obs"])
     previous = D.Normal(td["loc"], td["scale"])
     kl = D.kl_divergence(previous, current).sum(-1)
-    ratio = (current.log_prob(td["action"]).sum(-1) - td["sample_log_prob"]).exp()
+    ratio = (current.log_prob(td["action"]).sum(-1) - td["action_log_prob"]).exp()
     torch.testing.assert_close(out["loss_objective"], -(ratio * td["advantage"] - 0.5 * kl).mean())
     torch.testing.assert_close(out["kl"], kl.mean().detach())
     assert float(kl.detach().mean()) > 1.5 * 0.001
@@ -263,7 +263,7 @@ def test_klpen_monte_carlo_kl_without_a_registered_kl(normal_actor, rollout):
     current = TanhNormal(loc, scale)
     draws = previous.sample((5,))
     kl = (previous.log_prob(draws) - current.log_prob(draws)).sum(-1).mean(0)
-    ratio = (current.log_prob(td["action"]).sum(-1) - td["sample_log_prob"]).exp()
+    ratio = (current.log_prob(td["action"]).sum(-1) - td["action_log_prob"]).exp()
     torch.testing.assert_close(out["loss_objective"], -(ratio * td["advantage"] - 2.0 * kl).mean(), rtol=1e-4, atol=1e-4)
 
 
@@ -280,7 +280,7 @@ def test_set_keys_renames_every_entry(categorical_actor, state_value_critic, rol
     critic, _ = state_value_critic()
     td = rollout(actor, batch=(5,))
     renamed = td.clone()
-    for old, new in [("advantage", "adv"), ("value_target", "ret"), ("sample_log_prob", "old_lp"), ("action", "act")]:
+    for old, new in [("advantage", "adv"), ("value_target", "ret"), ("action_log_prob", "old_lp"), ("action", "act")]:
         renamed[new] = renamed.pop(old)
     critic2 = TensorDictModule(critic.module, in_keys=["obs"], out_keys=["v"])  # the same network, another key
     loss = ClipPPOLoss(actor, critic2, advantage_key="adv", value_target_key="ret", value_key="v")
@@ -308,11 +308,11 @@ def test_errors_name_the_problem(categorical_actor, state_value_critic, rollout)
     with pytest.raises(ValueError, match="'action' of shape \\(4, 1\\)"):
         ClipPPOLoss(actor, critic)(bad)
     with pytest.raises(KeyError, match="misses the behaviour log-prob"):
-        ClipPPOLoss(actor, critic)(td.exclude("sample_log_prob"))
+        ClipPPOLoss(actor, critic)(td.exclude("action_log_prob"))
     with pytest.raises(KeyError, match="no critic_network to estimate it"):
         ClipPPOLoss(actor, None)(td.exclude("advantage"))
     bad = td.clone()
-    bad["sample_log_prob"] = bad["sample_log_prob"].requires_grad_()
+    bad["action_log_prob"] = bad["action_log_prob"].requires_grad_()
     with pytest.raises(RuntimeError, match="requires grad"):
         ClipPPOLoss(actor, critic)(bad)
     for kwargs, match in [
@@ -379,7 +379,7 @@ def test_clipped_objective_is_the_piecewise_pessimistic_bound(log_w, adv_seed, e
     # a parameter-free policy: uniform over two actions, so log pi(a) = log 0.5 and r = exp(log_w)
     actor = ProbabilisticTensorDictModule(in_keys=["logits"], out_keys=["action"], distribution_class=D.Categorical)
     td = TensorDict(logits=torch.zeros(n, 2), action=torch.zeros(n, dtype=torch.long),
-                    sample_log_prob=math.log(0.5) - log_w, advantage=adv, batch_size=[n])
+                    action_log_prob=math.log(0.5) - log_w, advantage=adv, batch_size=[n])
     out = ClipPPOLoss(actor, None, clip_epsilon=eps, entropy_bonus=False, reduction="none")(td)
     ratio = log_w.exp()
     expected = [-(min(r, 1 + eps) * a if a >= 0 else max(r, 1 - eps) * a) for r, a in zip(ratio.tolist(), adv.tolist())]

@@ -92,11 +92,11 @@ class TestProbabilisticActor:
         with set_interaction_type(InteractionType.DETERMINISTIC):
             td = actor(_obs(batch))
         torch.testing.assert_close(td["action"], 2.0 * torch.tanh(td["loc"]))
-        assert td["sample_log_prob"].shape == batch
+        assert td["action_log_prob"].shape == batch
         ref = TanhNormal(td["loc"], td["scale"], low=-2.0, high=2.0).log_prob(td["action"])
-        torch.testing.assert_close(td["sample_log_prob"], ref)
+        torch.testing.assert_close(td["action_log_prob"], ref)
         # no interaction type set: default_interaction_type (deterministic)
-        td2 = actor(td.exclude("action", "sample_log_prob"))
+        td2 = actor(td.exclude("action", "action_log_prob"))
         torch.testing.assert_close(td2["action"], td["action"])
 
     @pytest.mark.parametrize("batch", BATCHES)
@@ -110,11 +110,30 @@ class TestProbabilisticActor:
         assert td["action"].shape == (*batch, 3)
         assert spec.is_in(td["action"])
         # the log-prob describes the written (projected) action, summed to the batch shape
-        torch.testing.assert_close(td["sample_log_prob"], D.Normal(td["loc"], td["scale"]).log_prob(td["action"]).sum(-1))
+        torch.testing.assert_close(td["action_log_prob"], D.Normal(td["loc"], td["scale"]).log_prob(td["action"]).sum(-1))
         # unsafe: raw samples escape the box
         raw = ProbabilisticActor(net, in_keys=["loc", "scale"], spec=spec, distribution_class=D.Normal)
         with set_interaction_type("random"):
             assert not spec.is_in(raw(_obs((50,)))["action"])
+
+    def test_safe_nested_action_keeps_one_log_prob_per_agent(self):
+        # safe=True on an action under a [B, n_agents] group: the log-prob key follows the action key
+        # and keeps the group's batch shape (it used to be summed down to the root batch)
+        loc = torch.full((4, 3, 2), 5.0)
+        net = TensorDictModule(lambda obs: (obs * 0 + loc, torch.ones_like(obs)), in_keys=[("agents", "observation")],
+                               out_keys=[("agents", "loc"), ("agents", "scale")])
+        spec = Composite({("agents", "action"): Bounded(-1.0, 1.0, shape=(4, 3, 2))})
+        actor = ProbabilisticActor(net, in_keys={"loc": ("agents", "loc"), "scale": ("agents", "scale")},
+                                   out_keys=[("agents", "action")], spec=spec, safe=True, distribution_class=D.Normal,
+                                   return_log_prob=True)
+        assert actor.log_prob_key == ("agents", "action_log_prob")
+        td = TensorDict(agents=TensorDict(observation=torch.zeros(4, 3, 2), batch_size=[4, 3]), batch_size=[4])
+        with set_interaction_type("random"):
+            actor(td)
+        assert torch.equal(td["agents", "action"], torch.ones(4, 3, 2))  # every draw projected onto the bound
+        lp = td["agents", "action_log_prob"]
+        assert lp.shape == (4, 3)
+        torch.testing.assert_close(lp, D.Normal(loc, 1.0).log_prob(torch.ones(4, 3, 2)).sum(-1))
 
     def test_random_varies_and_in_bounds_with_tanh(self):
         actor = ProbabilisticActor(_param_net(), in_keys=["loc", "scale"], distribution_class=TanhNormal, spec=Bounded(-1.0, 1.0, shape=(2,)))
@@ -265,7 +284,7 @@ class TestActorValueOperator:
         assert isinstance(policy_op, ProbabilisticTensorDictSequential)
         p = policy_op(td.select("observation"))
         torch.testing.assert_close(p["action"], td["action"])
-        torch.testing.assert_close(policy_op.log_prob(p), td["sample_log_prob"])
+        torch.testing.assert_close(policy_op.log_prob(p), td["action_log_prob"])
         v = op.get_value_operator()(td.select("observation"))
         torch.testing.assert_close(v["state_value"], td["state_value"])
         assert "action" not in v

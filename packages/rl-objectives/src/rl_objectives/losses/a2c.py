@@ -72,6 +72,8 @@ class A2CLoss(_ActorCriticLoss):
         torch.Size([])
     """
 
+    _keys_follow_actor = True
+
     def __init__(
         self,
         actor_network: Any,

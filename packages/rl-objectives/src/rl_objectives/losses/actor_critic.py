@@ -108,7 +108,7 @@ class _ActorCriticLoss(LossModule):
         "advantage": "advantage",
         "value_target": "value_target",
         "value": "state_value",
-        "sample_log_prob": "sample_log_prob",
+        "sample_log_prob": "action_log_prob",
         "action": "action",
         "reward": "reward",
         "done": "done",
@@ -120,6 +120,8 @@ class _ActorCriticLoss(LossModule):
     _log_explained_variance = False
     # the output key of the critic loss (REINFORCE calls it "loss_value", as TorchRL does)
     _critic_loss_key = "loss_critic"
+    # whether the action and log-prob keys are read from the actor (TorchRL's PPO and A2C do, REINFORCE does not)
+    _keys_follow_actor = False
 
     def __init__(
         self,
@@ -183,6 +185,8 @@ class _ActorCriticLoss(LossModule):
         self.delay_value = bool(delay_value)
         if renames:
             self.set_keys(**renames)
+        if self._keys_follow_actor:
+            self._keys_from_actor(actor_network, "sample_log_prob")
 
     # ------------------------------------------------------------------ value estimator
     def make_value_estimator(self, value_type: Any = None, **hyperparams: Any) -> _ActorCriticLoss:
@@ -243,7 +247,8 @@ class _ActorCriticLoss(LossModule):
             return self.actor_network.get_dist(tensordict)
 
     def _log_prob(self, dist: D.Distribution, tensordict: Any) -> _Tensor:
-        """log pi(a | s) of the stored action, with ``tensordict``'s batch shape."""
+        """log pi(a | s) of the stored action, with ``tensordict``'s batch shape (a composite policy's
+        heads are summed)."""
         key = self.tensor_keys.action
         name = type(self).__name__
         if isinstance(dist, CompositeDistribution):
@@ -274,7 +279,34 @@ class _ActorCriticLoss(LossModule):
     def _action_batch_dims(self, tensordict: Any) -> int:
         """Batch dims of the (sub-)TensorDict holding the action: per-agent log-probs and entropies
         for an action under a ``[N, T, n_agents]`` group, as tdict.nn writes them."""
-        return _holder_batch_dims(tensordict, self.tensor_keys.action)
+        key = self.tensor_keys.action
+        if isinstance(key, list):  # a composite policy's heads: summed to the root batch
+            return tensordict.batch_dims
+        return _holder_batch_dims(tensordict, key)
+
+    def _behaviour_log_prob(self, tensordict: Any) -> _Tensor:
+        """The stored log-prob of the action under the collecting policy (a list of keys, one per
+        head of a composite policy, is summed down to the batch shape)."""
+        name = type(self).__name__
+        keys = self.tensor_keys.sample_log_prob
+        values = []
+        for key in keys if isinstance(keys, list) else [keys]:
+            value = tensordict.get(key, None)
+            if value is None:
+                hint = ""
+                if "sample_log_prob" in tensordict.keys():
+                    hint = (" The input holds 'sample_log_prob', the name older versions wrote: TorchRL 0.14 and tdict "
+                            "write '<action key>_log_prob'; rename the entry or call set_keys(sample_log_prob='sample_log_prob').")
+                raise KeyError(
+                    f"{name}: the input misses the behaviour log-prob {key!r} (the collecting policy writes it with "
+                    f"return_log_prob=True); keys present: {_present_keys(tensordict)}.{hint}"
+                )
+            if value.requires_grad:
+                raise RuntimeError(f"{name}: the stored {key!r} requires grad; it must be data from the behaviour policy.")
+            values.append(value)
+        if len(values) == 1 and not isinstance(keys, list):
+            return values[0]
+        return sum(_sum_to_batch(v, tensordict.batch_dims) for v in values)
 
     def _score(self, tensordict: Any) -> tuple:
         """``(working copy, advantage, current policy, log pi(a|s) of the stored action)``.

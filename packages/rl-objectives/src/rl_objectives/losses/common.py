@@ -91,12 +91,26 @@ class LossModule(nn.Module):
         if unknown:
             raise ValueError(f"{type(self).__name__}.set_keys: unknown key name(s) {unknown}; accepted: {sorted(self.default_keys)}.")
         for name, key in keys.items():
-            if key is None:
-                raise ValueError(f"{type(self).__name__}.set_keys: {name}=None; give a key (str or tuple of str).")
-            setattr(self.tensor_keys, name, unravel_key(key))
+            if key is None or (isinstance(key, list) and not key):
+                raise ValueError(f"{type(self).__name__}.set_keys: {name}={key!r}; give a key (str or tuple of str) or a list of keys.")
+        for name, key in keys.items():
+            # a list names several entries (TorchRL's per-head log-probs and actions of a composite policy)
+            setattr(self.tensor_keys, name, [unravel_key(k) for k in key] if isinstance(key, list) else unravel_key(key))
         if self._value_estimator is not None:
             self._forward_value_estimator_keys(self._value_estimator)
         return self
+
+    def _keys_from_actor(self, actor: Any, log_prob_name: str) -> None:
+        """Read the action and log-prob keys from a probabilistic actor, as TorchRL's PPO, A2C and SAC
+        do: one key each, or lists for a composite policy (one entry per head)."""
+        try:
+            log_prob_keys, action_keys = list(actor.log_prob_keys), list(actor.dist_sample_keys)
+        except AttributeError:  # not a tdict.nn probabilistic module: keep the defaults
+            return
+        if len(log_prob_keys) > 1:
+            self.set_keys(**{log_prob_name: log_prob_keys, "action": action_keys})
+        elif log_prob_keys:
+            self.set_keys(**{log_prob_name: log_prob_keys[0], "action": action_keys[0]})
 
     def _value_estimator_keys(self) -> dict[str, Any]:
         """The estimator keys this loss shares with its value estimator (override to add some)."""

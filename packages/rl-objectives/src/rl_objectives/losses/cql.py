@@ -134,7 +134,7 @@ class CQLLoss(_TemperatureMixin, _BootstrappedLoss):
         "action": "action",
         "value": "state_value",
         "state_action_value": "state_action_value",
-        "log_prob": "sample_log_prob",
+        "log_prob": "_log_prob",  # TorchRL 0.14's default: a metadata key, not read from the data
         "priority": "td_error",
         "reward": "reward",
         "done": "done",

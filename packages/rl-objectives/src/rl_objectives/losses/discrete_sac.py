@@ -94,6 +94,7 @@ class DiscreteSACLoss(_TemperatureMixin, _BootstrappedLoss):
         "reward": "reward",
         "done": "done",
         "terminated": "terminated",
+        "log_prob": "log_prob",  # TorchRL 0.14's key (accepted by set_keys, not read)
     }
     out_keys: ClassVar[list] = ["loss_actor", "loss_qvalue", "loss_alpha", "alpha", "entropy"]
 

@@ -89,6 +89,8 @@ class IQLLoss(_BootstrappedLoss):
         "action": "action",
         "value": "state_value",
         "state_action_value": "state_action_value",
+        # TorchRL 0.14's name for the actor's log-prob in the loss metadata (accepted by set_keys, not read)
+        "log_prob": "_log_prob",
         "priority": "td_error",
         "reward": "reward",
         "done": "done",

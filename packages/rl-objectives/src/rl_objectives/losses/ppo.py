@@ -1,7 +1,7 @@
 """PPO losses: PPOLoss (importance-weighted policy gradient), ClipPPOLoss and KLPENPPOLoss.
 
 With ``r_t = exp(log pi(a_t|s_t) - log pi_old(a_t|s_t))`` (``pi_old``'s log-prob is the stored
-``"sample_log_prob"``) and the advantage ``A_t``:
+``"action_log_prob"``, the ``sample_log_prob`` key of :meth:`set_keys`) and the advantage ``A_t``:
 
     PPOLoss       loss_objective = -mean(r_t * A_t)
     ClipPPOLoss   loss_objective = -mean(min(r_t * A_t, clamp(r_t, 1 - eps, 1 + eps) * A_t))
@@ -37,8 +37,8 @@ _Tensor = torch.Tensor
 class PPOLoss(_ActorCriticLoss):
     """The PPO policy-gradient loss without a trust-region term (TorchRL's ``PPOLoss``).
 
-    ``loss_objective = -mean(exp(log pi(a|s) - sample_log_prob) * A)``, where ``a`` is the stored
-    action and ``sample_log_prob`` its log-prob under the policy that collected it. When the input
+    ``loss_objective = -mean(exp(log pi(a|s) - log pi_old(a|s)) * A)``, where ``a`` is the stored
+    action and ``log pi_old(a|s)`` its log-prob under the policy that collected it. When the input
     has no advantage, the value estimator (GAE by default, see :meth:`make_value_estimator`)
     computes it without gradients, with the current critic, on a shallow copy of the input: the
     caller's TensorDict is not modified (compute the advantage once per batch with
@@ -71,7 +71,9 @@ class PPOLoss(_ActorCriticLoss):
         advantage_key, value_target_key, value_key: shortcuts for :meth:`set_keys`.
 
     Keys (``set_keys``): advantage, value_target, value, sample_log_prob, action, reward, done,
-    terminated.
+    terminated. As in TorchRL 0.14, ``action`` and ``sample_log_prob`` are read from the actor
+    (its ``dist_sample_keys`` and ``log_prob_keys``: ``"action"`` and ``"action_log_prob"`` by
+    default, lists of per-head keys for a composite policy, whose stored log-probs are summed).
 
     Example:
         >>> import torch
@@ -85,12 +87,14 @@ class PPOLoss(_ActorCriticLoss):
         ...                                   distribution_class=torch.distributions.Categorical))
         >>> critic = TensorDictModule(lambda obs: obs.sum(-1), in_keys=["obs"], out_keys=["state_value"])
         >>> td = TensorDict(obs=torch.randn(6, 3), action=torch.randint(2, (6,)),
-        ...                 sample_log_prob=torch.full((6,), -0.7), advantage=torch.randn(6),
+        ...                 action_log_prob=torch.full((6,), -0.7), advantage=torch.randn(6),
         ...                 value_target=torch.randn(6), batch_size=[6])
         >>> out = PPOLoss(actor, critic)(td)
         >>> sorted(out.keys())
         ['ESS', 'entropy', 'explained_variance', 'kl_approx', 'loss_critic', 'loss_entropy', 'loss_objective']
     """
+
+    _keys_follow_actor = True
 
     def __init__(
         self,
@@ -142,17 +146,8 @@ class PPOLoss(_ActorCriticLoss):
         td, advantage, dist, log_prob = self._score(tensordict)
         if self.normalize_advantage and advantage.numel() > 1:
             advantage = _standardize(advantage, self.normalize_advantage_exclude_dims)
-        key = self.tensor_keys.sample_log_prob
-        try:
-            prev_log_prob = td.get(key)
-        except KeyError:
-            raise KeyError(
-                f"{name}: the input misses the behaviour log-prob {key!r} (the collecting policy writes it with "
-                f"return_log_prob=True); keys present: {_present_keys(td)}."
-            ) from None
-        if prev_log_prob.requires_grad:
-            raise RuntimeError(f"{name}: the stored {key!r} requires grad; it must be data from the behaviour policy.")
-        _check_same_shape(name, [(self.tensor_keys.advantage, advantage), (key, prev_log_prob)])
+        prev_log_prob = self._behaviour_log_prob(td)
+        _check_same_shape(name, [(self.tensor_keys.advantage, advantage), (self.tensor_keys.sample_log_prob, prev_log_prob)])
         return td, advantage, dist, log_prob - prev_log_prob
 
     @staticmethod
@@ -182,7 +177,7 @@ class ClipPPOLoss(PPOLoss):
     """Clipped PPO (TorchRL's ``ClipPPOLoss``).
 
     ``loss_objective = -mean(min(r * A, clamp(r, 1 - clip_epsilon, 1 + clip_epsilon) * A))`` with
-    ``r = exp(log pi(a|s) - sample_log_prob)``; ``"clip_fraction"`` reports the share of clipped
+    ``r = exp(log pi(a|s) - log pi_old(a|s))``; ``"clip_fraction"`` reports the share of clipped
     ratios. Every other argument, key and output is :class:`PPOLoss`'s.
 
     Keyword Args:

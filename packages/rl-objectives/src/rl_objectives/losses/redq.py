@@ -92,7 +92,7 @@ class REDQLoss(_TemperatureMixin, _BootstrappedLoss):
         "action": "action",
         "value": "state_value",
         "state_action_value": "state_action_value",
-        "log_prob": "sample_log_prob",
+        "sample_log_prob": "action_log_prob",  # TorchRL 0.14's name and default (the log-prob is recomputed)
         "priority": "td_error",
         "reward": "reward",
         "done": "done",

@@ -97,7 +97,7 @@ class SACLoss(_TemperatureMixin, _BootstrappedLoss):
         "action": "action",
         "value": "state_value",
         "state_action_value": "state_action_value",
-        "log_prob": "sample_log_prob",
+        "log_prob": "action_log_prob",
         "priority": "td_error",
         "reward": "reward",
         "done": "done",
@@ -143,6 +143,7 @@ class SACLoss(_TemperatureMixin, _BootstrappedLoss):
         self.convert_to_functional(actor_network, "actor_network", create_target_params=self.delay_actor)
         self.convert_to_functional(qvalue_network, "qvalue_network", expand_dim=num_qvalue_nets, create_target_params=self.delay_qvalue)
         self._init_temperature(alpha_init, min_alpha, max_alpha, fixed_alpha)
+        self._keys_from_actor(actor_network, "log_prob")
 
     @property
     def target_entropy(self) -> float | None:

@@ -14,9 +14,8 @@ from collections.abc import Sequence
 from typing import Any
 
 import torch
-from tdict.nn.distributions import _reduce_to
 from tdict.nn import (
-    CompositeDistribution, ProbabilisticTensorDictModule, ProbabilisticTensorDictSequential, TensorDictModule,
+    ProbabilisticTensorDictModule, ProbabilisticTensorDictSequential, TensorDictModule,
     TensorDictModuleBase, TensorDictSequential, dispatch,
 )
 from tdict.specs import Binary, Categorical, Composite, MultiOneHot, OneHot
@@ -185,35 +184,19 @@ class SafeProbabilisticModule(ProbabilisticTensorDictModule):
         """The Composite spec of the sample keys (``None`` when none was given)."""
         return self._spec
 
-    def forward(self, tensordict: Any, tensordict_out: Any = None) -> Any:
+    def _process_sample(self, sample: Any) -> Any:
+        # safe=True: the written value is the projected one, and its log-prob is computed on it
         if not self.safe:
-            return super().forward(tensordict, tensordict_out)
-        out = tensordict if tensordict_out is None else tensordict_out
-        dist = self.get_dist(tensordict)
-        sample = self._sample(dist)
+            return sample
         if getattr(type(sample), "_is_tensor_collection", False):  # a CompositeDistribution's sample
             for key, project in self._safe_plan:
-                if key in sample:
+                if key in sample.keys(True):
                     sample.set(key, project(sample.get(key)))
-            out.update(sample)
-            values = None
-        else:
-            values = [sample] if isinstance(sample, torch.Tensor) else list(sample)
-            if len(values) != len(self._sample_keys):
-                raise RuntimeError(f"{type(self).__name__}: the distribution returned {len(values)} values but out_keys are {self._sample_keys}.")
-            specs = dict(self._safe_plan)
-            for i, key in enumerate(self._sample_keys):
-                if key in specs:
-                    values[i] = specs[key](values[i])
-                if key != "_":
-                    out.set(key, values[i])
-        if self.return_log_prob:
-            if values is None:
-                lp = dist.log_prob(out, aggregate_probabilities=True) if isinstance(dist, CompositeDistribution) else dist.log_prob(sample)
-            else:
-                lp = dist.log_prob(*values)
-            out.set(self.log_prob_key, _reduce_to(lp, out.batch_dims))
-        return out
+            return sample
+        values = [sample] if isinstance(sample, torch.Tensor) else list(sample)
+        specs = dict(self._safe_plan)
+        projected = [specs[key](v) if key in specs else v for key, v in zip(self._sample_keys, values)]
+        return projected[0] if isinstance(sample, torch.Tensor) else tuple(projected)
 
 
 class ProbabilisticActor(ProbabilisticTensorDictSequential):
@@ -233,7 +216,8 @@ class ProbabilisticActor(ProbabilisticTensorDictSequential):
         safe: project the sample into ``spec`` (before computing its log-prob).
         distribution_class: the distribution (default ``torch.distributions.Normal``).
         distribution_kwargs: constant keyword arguments of ``distribution_class`` (e.g. ``low``/``high``).
-        return_log_prob: also write the log-prob (batch shape) at ``log_prob_key`` (``"sample_log_prob"``).
+        return_log_prob: also write the log-prob (batch shape) at ``log_prob_key`` (derived from the
+            action key as in TorchRL 0.14: ``"action_log_prob"`` for ``"action"``).
         default_interaction_type: used when no interaction type is set.
         **kwargs: more :class:`~tdict.nn.ProbabilisticTensorDictModule` keyword arguments.
 
@@ -253,7 +237,7 @@ class ProbabilisticActor(ProbabilisticTensorDictSequential):
         ...                            spec=Bounded(-1.0, 1.0, shape=(2,)), return_log_prob=True)
         >>> with set_interaction_type("random"):
         ...     td = actor(TensorDict(observation=torch.randn(5, 3), batch_size=[5]))
-        >>> td["action"].shape, td["sample_log_prob"].shape
+        >>> td["action"].shape, td["action_log_prob"].shape
         (torch.Size([5, 2]), torch.Size([5]))
     """
 
