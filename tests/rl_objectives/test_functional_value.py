@@ -511,3 +511,26 @@ def test_compile_vec_gae_fullgraph_matches_eager():
         torch.testing.assert_close(out, exp)
     finally:
         torch.compiler.reset()
+
+
+@pytest.mark.parametrize(
+    "call, match",
+    [
+        (lambda v, r, d: generalized_advantage_estimate(-0.5, 0.9, v, v, r, d), r"generalized_advantage_estimate: gamma must be in \[0, 1\], got -0.5"),
+        (lambda v, r, d: vec_generalized_advantage_estimate(0.9, 1.1, v, v, r, d), r"vec_generalized_advantage_estimate: lmbda must be in \[0, 1\], got 1.1"),
+        (lambda v, r, d: td0_return_estimate(1.5, v, r, d), r"td0_return_estimate: gamma must be in \[0, 1\], got 1.5"),
+        (lambda v, r, d: vec_td_lambda_return_estimate(0.9, torch.full((2, 4), 2.0), v, r, d),
+         r"lmbda must be in \[0, 1\], got a tensor with values in \[2, 2\]"),
+        (lambda v, r, d: td1_return_estimate(torch.tensor(-1.0), v, r, d), r"td1_return_estimate: gamma must be in \[0, 1\], got -1"),
+        (lambda v, r, d: reward2go(r, d, 3.0), r"reward2go: gamma must be in \[0, 1\], got 3.0"),
+        (lambda v, r, d: vtrace_advantage_estimate(float("nan"), v, v, v, v, r, d), r"vtrace_advantage_estimate: gamma must be in \[0, 1\], got nan"),
+    ],
+)
+def test_gamma_and_lmbda_outside_the_unit_interval_raise(call, match):
+    v, r, d = torch.zeros(2, 4), torch.ones(2, 4), torch.zeros(2, 4, dtype=torch.bool)
+    with pytest.raises(ValueError, match=match):
+        call(v, r, d)
+    # the bounds themselves are valid discounts
+    adv, _ = generalized_advantage_estimate(1.0, 0.0, v, v, r, d)
+    torch.testing.assert_close(adv, r)
+    torch.testing.assert_close(td0_return_estimate(0.0, torch.full((2, 4), 5.0), r, d), r)

@@ -222,21 +222,53 @@ def test_params_and_target_params():
 
 @pytest.mark.parametrize("differentiable", [False, True])
 def test_differentiable(differentiable):
+    # TorchRL 0.14 (its test_diff_reward / test_non_differentiable): with differentiable=True the
+    # estimate carries gradients to the inputs that require them (here the rewards and the
+    # observations, through V(s_t)), never into the value network's parameters; without it the
+    # results are detached leaves
     net = make_net()
     td = make_rollout()
+    reward = td["next", "reward"].clone().requires_grad_(True)
+    obs = td["obs"].clone().requires_grad_(True)
+    td["next", "reward"], td["obs"] = reward, obs
     GAE(GAMMA, LMBDA, net, differentiable=differentiable)(td)
     assert td["advantage"].requires_grad == differentiable
     assert td["value_target"].requires_grad == differentiable
-    if differentiable:
-        td["advantage"].pow(2).sum().backward()
-        assert net.module.lin.weight.grad is not None and net.module.lin.weight.grad.abs().sum() > 0
-    # differentiable through params passed functionally, too
+    if not differentiable:
+        assert td["advantage"].is_leaf and td["value_target"].is_leaf
+        return
+    td["advantage"].sum().backward()
+    assert all(p.grad is None for p in net.parameters())  # the value network is held out
+    # d(sum of advantages)/d r_t = sum_{k <= t} (gamma * lambda)^(t - k) (no trajectory ends before t)
+    done = td["next", "done"]
+    expected = torch.zeros(N, T)
+    for n in range(N):
+        acc = 0.0
+        for t in range(T):
+            acc = 1.0 + GAMMA * LMBDA * acc
+            expected[n, t] = acc
+            if done[n, t]:
+                acc = 0.0
+    torch.testing.assert_close(reward.grad, expected)
+    assert obs.grad is not None and obs.grad.abs().sum() > 0  # through V(s_t)
+    # parameters passed functionally are held out too, and V(s_{t+1}) is a target (detached)
     params = TensorDict.from_module(net).apply(lambda p: p.detach().clone().requires_grad_(True))
-    target = TD0Estimator(GAMMA, net, differentiable=differentiable).value_estimate(td, params=params)
-    assert target.requires_grad == differentiable
-    if differentiable:
-        (grad,) = torch.autograd.grad(target.sum(), params["module", "lin", "bias"])
-        assert grad.abs().sum() > 0
+    fresh = make_rollout()
+    target = TD0Estimator(GAMMA, net, differentiable=True).value_estimate(fresh, params=params)
+    assert not target.requires_grad
+
+
+def test_differentiable_vtrace_holds_the_actor_out():
+    net, actor = make_net(), make_actor()
+    td = make_rollout()
+    td["action"] = torch.randn(N, T, 2)
+    td["action_log_prob"] = torch.randn(N, T) * 0.3 - 2.0
+    reward = td["next", "reward"].clone().requires_grad_(True)
+    td["next", "reward"] = reward
+    VTrace(GAMMA, actor, net, differentiable=True)(td)
+    td["advantage"].sum().backward()
+    assert reward.grad is not None and reward.grad.abs().sum() > 0
+    assert all(p.grad is None for p in actor.parameters()) and all(p.grad is None for p in net.parameters())
 
 
 def test_shifted_single_call_equals_two_calls():
@@ -398,9 +430,10 @@ def test_vtrace_matches_functional():
     td = make_rollout()
     td["action"] = torch.randn(N, T, 2)
     behaviour = torch.randn(N, T) * 0.3 - 2.0
-    td["sample_log_prob"] = behaviour
+    td["action_log_prob"] = behaviour
     est = VTrace(GAMMA, actor, net, rho_thresh=1.5, c_thresh=0.9)
-    assert "sample_log_prob" in est.in_keys and "obs" in est.in_keys
+    assert est.tensor_keys.sample_log_prob == "action_log_prob"  # TorchRL 0.14's default
+    assert "action_log_prob" in est.in_keys and "obs" in est.in_keys
     est(td)
     assert "loc" not in td and "scale" not in td  # the actor ran on a shallow copy
     with torch.no_grad():
@@ -421,10 +454,10 @@ def test_vtrace_errors():
     net, actor = make_net(), make_actor()
     td = make_rollout()
     td["action"] = torch.randn(N, T, 2)
-    with pytest.raises(KeyError, match="sample_log_prob"):
+    with pytest.raises(KeyError, match="action_log_prob"):
         VTrace(GAMMA, actor, net)(td)
-    td["sample_log_prob"] = torch.zeros(N, T, 1)
-    with pytest.raises(ValueError, match="'sample_log_prob' has shape"):
+    td["action_log_prob"] = torch.zeros(N, T, 1)
+    with pytest.raises(ValueError, match="'action_log_prob' has shape"):
         VTrace(GAMMA, actor, net)(td)
     with pytest.raises(TypeError, match="log_prob"):
         VTrace(GAMMA, net, net)
@@ -440,6 +473,116 @@ def test_value_estimators_enum():
     assert ValueEstimators.TD1 == "TD(1)"
     with pytest.raises(ValueError):
         ValueEstimators("TD(2)")
+
+
+def test_vtrace_composite_policy_sums_the_heads():
+    # per-head behaviour log-probs (a list of keys) and a composite actor: both summed to the batch
+    from tdict.nn import CompositeDistribution
+
+    torch.manual_seed(0)
+    lin = nn.Linear(OBS, 5)
+
+    def params(obs):
+        out = lin(obs)
+        b = obs.shape[:-1]
+        return TensorDict(cont=TensorDict(loc=out[..., :2], scale=torch.ones(*b, 2), batch_size=b),
+                          disc=TensorDict(logits=out[..., 2:], batch_size=b), batch_size=b)
+
+    actor = ProbabilisticTensorDictSequential(
+        TensorDictModule(params, in_keys=["obs"], out_keys=["params"]),
+        ProbabilisticTensorDictModule(in_keys=["params"], distribution_class=CompositeDistribution, return_log_prob=True,
+                                      distribution_kwargs={"distribution_map": {"cont": torch.distributions.Normal,
+                                                                                "disc": torch.distributions.Categorical}}),
+    )
+    net = make_net()
+    td = make_rollout()
+    td["cont"], td["disc"] = torch.randn(N, T, 2), torch.randint(3, (N, T))
+    td["cont_log_prob"], td["disc_log_prob"] = torch.full((N, T), -2.0), torch.full((N, T), -1.0)
+    est = VTrace(GAMMA, actor, net).set_keys(sample_log_prob=["cont_log_prob", "disc_log_prob"])
+    est(td)
+    with torch.no_grad():
+        p = params(td["obs"])
+        log_pi = torch.distributions.Normal(p["cont", "loc"], 1.0).log_prob(td["cont"]).sum(-1) + torch.distributions.Categorical(
+            logits=p["disc", "logits"]).log_prob(td["disc"])
+    v, nv = values(net, td)
+    adv, target = F.vtrace_advantage_estimate(GAMMA, log_pi, torch.full((N, T), -3.0), v, nv, td["next", "reward"],
+                                              td["next", "done"], td["next", "terminated"])
+    torch.testing.assert_close(td["advantage"], adv)
+    torch.testing.assert_close(td["value_target"], target)
+    with pytest.raises(ValueError, match="non-empty list of keys"):
+        est.set_keys(sample_log_prob=[])
+
+
+def test_multi_agent_gae_broadcasts_the_team_reward():
+    # per-agent values [N, T, A] and a team reward [N, T]: the same as GAE on the reward copied per agent
+    A = 3
+    g = torch.Generator().manual_seed(3)
+    value, next_value = torch.randn(N, T, A, generator=g), torch.randn(N, T, A, generator=g)
+    reward = torch.randn(N, T, generator=g)
+    done = torch.zeros(N, T, dtype=torch.bool)
+    done[:, 2] = True
+    td = TensorDict({"agents": TensorDict(state_value=value, batch_size=[N, T, A]),
+                     "next": {"agents": TensorDict(state_value=next_value, batch_size=[N, T, A]),
+                              "reward": reward, "done": done, "terminated": done}}, batch_size=[N, T])
+    from rl_objectives.value import MultiAgentGAE
+
+    est = MultiAgentGAE(gamma=GAMMA, lmbda=LMBDA, value_network=None).set_keys(value=("agents", "state_value"))
+    est(td)
+    shared = reward.unsqueeze(-1).expand(N, T, A)
+    mask = done.unsqueeze(-1).expand(N, T, A)
+    adv, target = F.generalized_advantage_estimate(GAMMA, LMBDA, value, next_value, shared, mask, mask, time_dim=1)
+    assert td["advantage"].shape == (N, T, A)
+    torch.testing.assert_close(td["advantage"], adv)
+    torch.testing.assert_close(td["value_target"], target)
+    # average_gae standardises per agent (over the batch and time, each agent on its own)
+    avg = MultiAgentGAE(gamma=GAMMA, lmbda=LMBDA, value_network=None, average_gae=True).set_keys(value=("agents", "state_value"))
+    out = avg(td.clone())["advantage"]
+    torch.testing.assert_close(out, (adv - adv.mean((0, 1), keepdim=True)) / adv.std((0, 1), keepdim=True))
+    bad = td.clone()
+    bad["next", "reward"] = torch.zeros(N, T, A, 2)
+    with pytest.raises(ValueError, match=r"reward of shape \(3, 6, 3, 2\)"):
+        est(bad)
+
+
+def test_value_module_exposes_torchrl_names():
+    import rl_objectives.value as value
+    import rl_objectives.value.functional as vf
+
+    # torchrl.objectives.value.__all__ (0.14.1) and its functional module's public functions
+    assert sorted(value.__all__) == sorted(["GAE", "MultiAgentGAE", "TD0Estimate", "TD0Estimator", "TD1Estimate", "TD1Estimator",
+                                            "TDLambdaEstimate", "TDLambdaEstimator", "ValueEstimatorBase", "VTrace", "ValueEstimators"])
+    expected = ["generalized_advantage_estimate", "reward2go", "td0_advantage_estimate", "td0_return_estimate",
+                "td1_advantage_estimate", "td1_return_estimate", "td_lambda_advantage_estimate", "td_lambda_return_estimate",
+                "vec_generalized_advantage_estimate", "vec_td1_advantage_estimate", "vec_td1_return_estimate",
+                "vec_td_lambda_advantage_estimate", "vec_td_lambda_return_estimate", "vtrace_advantage_estimate"]
+    assert sorted(vf.__all__) == expected
+    assert vf.vec_generalized_advantage_estimate is F.vec_generalized_advantage_estimate
+    # the deprecated names still build the estimator, with a DeprecationWarning
+    with pytest.warns(DeprecationWarning, match="TD0Estimate is deprecated, use TD0Estimator"):
+        old = value.TD0Estimate(gamma=GAMMA, value_network=None)
+    assert isinstance(old, TD0Estimator)
+    td = make_rollout()
+    td["state_value"], td["next", "state_value"] = torch.zeros(N, T), torch.ones(N, T)
+    torch.testing.assert_close(old.value_estimate(td), TD0Estimator(GAMMA, None).value_estimate(td))
+
+
+@pytest.mark.parametrize(
+    "build, match",
+    [
+        (lambda: GAE(gamma=-0.1, lmbda=0.9, value_network=None), r"GAE: gamma must be in \[0, 1\], got -0.1"),
+        (lambda: GAE(gamma=0.9, lmbda=1.5, value_network=None), r"GAE: lmbda must be in \[0, 1\], got 1.5"),
+        (lambda: GAE(gamma=float("nan"), lmbda=0.9, value_network=None), r"gamma must be in \[0, 1\], got nan"),
+        (lambda: GAE(gamma=torch.tensor([0.9, 1.2]), lmbda=0.9, value_network=None),
+         r"gamma must be in \[0, 1\], got a tensor with values in \[0.9, 1.2\]"),
+        (lambda: TDLambdaEstimator(gamma=0.9, lmbda=torch.tensor(-0.5), value_network=None), r"lmbda must be in \[0, 1\], got -0.5"),
+        (lambda: TD0Estimator(gamma=2.0, value_network=None), r"TD0Estimator: gamma must be in \[0, 1\], got 2.0"),
+        (lambda: TD1Estimator(gamma=-1, value_network=None), r"TD1Estimator: gamma must be in \[0, 1\], got -1"),
+        (lambda: VTrace(gamma=1.01, actor_network=make_actor(), value_network=None), r"VTrace: gamma must be in \[0, 1\]"),
+    ],
+)
+def test_gamma_and_lmbda_outside_the_unit_interval_are_refused(build, match):
+    with pytest.raises(ValueError, match=match):
+        build()
 
 
 def test_constructor_errors_and_module_layout():

@@ -13,9 +13,10 @@ Conventions shared by every function here (TorchRL 0.14 names, this project's sh
   crosses it. ``terminated[..., t]`` (bool) means there is no next state: V(s_{t+1}) counts as 0.
   A truncated (done, not terminated) step still bootstraps from ``next_state_value``. A terminated
   step also ends the recursion (terminated implies done). ``terminated=None`` reads ``done``.
-- ``gamma`` / ``lmbda``: a Python number, or a tensor broadcastable to the inputs' shape. A
-  tensor gives per-step values: ``gamma[..., t]`` discounts the transition of step t (there is no
-  ``rolling_gamma`` switch). With feature dims give it a trailing 1 (``[*B, T, 1]``).
+- ``gamma`` / ``lmbda``: a Python number, or a tensor broadcastable to the inputs' shape, with values
+  in ``[0, 1]`` (else ``ValueError`` naming the argument; tensors are not checked inside
+  ``torch.compile``). A tensor gives per-step values: ``gamma[..., t]`` discounts the transition of
+  step t (there is no ``rolling_gamma`` switch). With feature dims give it a trailing 1 (``[*B, T, 1]``).
 - Nothing is written in place: results are differentiable through ``state_value``,
   ``next_state_value`` and ``reward`` when those require grad.
 
@@ -87,9 +88,30 @@ def _check_inputs(fn: str, time_dim: int, named: dict) -> int:
     return dim
 
 
+def _check_unit_interval(owner: str, name: str, value: Scalar) -> None:
+    """Raise ``ValueError`` naming ``name`` unless every value of ``value`` is in ``[0, 1]``.
+
+    A discount or a lambda outside ``[0, 1]`` (``gamma=-0.9``, ``lmbda=1.5``) gives estimates that
+    diverge or flip sign instead of an error. NaN is rejected too. A tensor is checked eagerly
+    only: inside ``torch.compile`` the data-dependent check would break the graph.
+    """
+    if isinstance(value, _Tensor):
+        if torch.compiler.is_compiling() or value.numel() == 0:
+            return
+        low, high = value.detach().aminmax()
+        if bool(low >= 0) and bool(high <= 1):
+            return
+        shown = f"{float(low):.6g}" if value.numel() == 1 else f"a tensor with values in [{float(low):.6g}, {float(high):.6g}]"
+        raise ValueError(f"{owner}: {name} must be in [0, 1], got {shown}.")
+    if isinstance(value, (int, float)) and not isinstance(value, bool) and not 0.0 <= value <= 1.0:
+        raise ValueError(f"{owner}: {name} must be in [0, 1], got {value!r}.")
+
+
 def _coef(fn: str, name: str, value: Scalar, shape: torch.Size, dim: int | None) -> Scalar:
-    """A discount-like coefficient (``gamma``/``lmbda``): a number as is, a tensor broadcast to
-    ``shape`` and, unless ``dim`` is None, laid out time-last like the moved inputs."""
+    """A discount-like coefficient (``gamma``/``lmbda``, checked to be in ``[0, 1]``): a number as
+    is, a tensor broadcast to ``shape`` and, unless ``dim`` is None, laid out time-last like the
+    moved inputs."""
+    _check_unit_interval(fn, name, value)
     if isinstance(value, _Tensor):
         if value.ndim == 0:
             return value
@@ -426,6 +448,7 @@ def td1_return_estimate(
         >>> td1_return_estimate(0.5, torch.full((3,), 8.0), torch.ones(3), done, no_term)
         tensor([3.5000, 5.0000, 5.0000])
     """
+    _check_unit_interval("td1_return_estimate", "gamma", gamma)  # named here: the error would name TD(lambda)
     return td_lambda_return_estimate(gamma, 1.0, next_state_value, reward, done, terminated, time_dim=time_dim)
 
 
@@ -447,6 +470,7 @@ def vec_td1_return_estimate(
         >>> vec_td1_return_estimate(0.5, torch.full((3,), 8.0), torch.ones(3), done, no_term)
         tensor([3.5000, 5.0000, 5.0000])
     """
+    _check_unit_interval("vec_td1_return_estimate", "gamma", gamma)  # named here: the error would name TD(lambda)
     return vec_td_lambda_return_estimate(gamma, 1.0, next_state_value, reward, done, terminated, time_dim=time_dim)
 
 
@@ -468,6 +492,7 @@ def td1_advantage_estimate(
         >>> td1_advantage_estimate(0.5, torch.ones(3), torch.full((3,), 8.0), torch.ones(3), done)
         tensor([0.5000, 0.0000, 4.0000])
     """
+    _check_unit_interval("td1_advantage_estimate", "gamma", gamma)  # named here: the error would name TD(lambda)
     return td_lambda_advantage_estimate(gamma, 1.0, state_value, next_state_value, reward, done, terminated, time_dim=time_dim)
 
 
@@ -489,6 +514,7 @@ def vec_td1_advantage_estimate(
         >>> vec_td1_advantage_estimate(0.5, torch.ones(3), torch.full((3,), 8.0), torch.ones(3), done)
         tensor([0.5000, 0.0000, 4.0000])
     """
+    _check_unit_interval("vec_td1_advantage_estimate", "gamma", gamma)  # named here: the error would name TD(lambda)
     return vec_td_lambda_advantage_estimate(gamma, 1.0, state_value, next_state_value, reward, done, terminated, time_dim=time_dim)
 
 

@@ -2,7 +2,8 @@
 
 Each estimator reads a rollout TensorDict (batch ``[*B, T]``, time last or named ``"time"``),
 runs the value network on it and on ``td["next"]`` when it has one, and writes ``"advantage"``
-and ``"value_target"`` with the batch shape. The math is in :mod:`rl_objectives.functional`.
+and ``"value_target"`` with the batch shape. The math is in :mod:`rl_objectives.functional`, also
+importable as :mod:`rl_objectives.value.functional` (TorchRL's ``torchrl.objectives.value.functional``).
 
 Example:
     >>> import torch
@@ -13,7 +14,30 @@ Example:
     >>> GAE(gamma=1.0, lmbda=1.0, value_network=None)(td)["advantage"]
     tensor([3., 2., 1.])
 """
-from .advantages import GAE, TD0Estimator, TD1Estimator, TDLambdaEstimator, VTrace
+from . import functional
+from .advantages import (
+    GAE,
+    MultiAgentGAE,
+    TD0Estimate,
+    TD0Estimator,
+    TD1Estimate,
+    TD1Estimator,
+    TDLambdaEstimate,
+    TDLambdaEstimator,
+    VTrace,
+)
 from .base import ValueEstimatorBase, ValueEstimators
 
-__all__ = ["GAE", "TD0Estimator", "TD1Estimator", "TDLambdaEstimator", "VTrace", "ValueEstimatorBase", "ValueEstimators"]
+__all__ = [
+    "GAE",
+    "MultiAgentGAE",
+    "TD0Estimate",
+    "TD0Estimator",
+    "TD1Estimate",
+    "TD1Estimator",
+    "TDLambdaEstimate",
+    "TDLambdaEstimator",
+    "VTrace",
+    "ValueEstimatorBase",
+    "ValueEstimators",
+]

@@ -1,13 +1,16 @@
-"""The value estimators: GAE, TD(0), TD(1), TD(lambda) and V-trace, as TensorDict modules.
+"""The value estimators: GAE, TD(0), TD(1), TD(lambda), V-trace and the multi-agent GAE, as TensorDict
+modules (and TorchRL's deprecated names ``TD0Estimate``, ``TD1Estimate``, ``TDLambdaEstimate``).
 
 Each maps keys (see :class:`~rl_objectives.value.ValueEstimatorBase`) to one function of
 :mod:`rl_objectives.functional`; the math lives there.
 """
 from __future__ import annotations
 
+import warnings
 from typing import Any
 
 import torch
+from tdict import TensorDict
 
 from ..functional import (
     generalized_advantage_estimate,
@@ -19,15 +22,21 @@ from ..functional import (
     vec_td_lambda_return_estimate,
     vtrace_advantage_estimate,
 )
+from ..functional.value import _check_unit_interval
 from .base import ValueEstimatorBase
 
-__all__ = ["GAE", "TD0Estimator", "TD1Estimator", "TDLambdaEstimator", "VTrace"]
+__all__ = [
+    "GAE", "MultiAgentGAE", "TD0Estimate", "TD0Estimator", "TD1Estimate", "TD1Estimator", "TDLambdaEstimate",
+    "TDLambdaEstimator", "VTrace",
+]
 
 _Tensor = torch.Tensor
 
 
 def _set_coefficient(module: torch.nn.Module, name: str, value: Any) -> None:
-    """A float attribute, or a registered buffer for a tensor (so ``.to(device)`` moves it)."""
+    """A float attribute, or a registered buffer for a tensor (so ``.to(device)`` moves it); a
+    discount or lambda outside ``[0, 1]`` is refused, naming it."""
+    _check_unit_interval(type(module).__name__, name, value)
     if isinstance(value, _Tensor):
         module.register_buffer(name, value)
     elif isinstance(value, (int, float)) and not isinstance(value, bool):
@@ -36,8 +45,16 @@ def _set_coefficient(module: torch.nn.Module, name: str, value: Any) -> None:
         raise TypeError(f"{type(module).__name__}: {name} must be a number or a tensor, got {type(value).__name__}.")
 
 
-def _standardize(x: _Tensor, eps: float) -> _Tensor:
-    return (x - x.mean()) / x.std().clamp_min(eps)
+def _standardize(x: _Tensor, eps: float, keep_dim: int | None = None) -> _Tensor:
+    """``(x - mean) / std`` over every dim (all but ``keep_dim``)."""
+    if keep_dim is None:
+        return (x - x.mean()) / x.std().clamp_min(eps)
+    dims = [d for d in range(x.ndim) if d != keep_dim % x.ndim]
+    return (x - x.mean(dims, keepdim=True)) / x.std(dims, keepdim=True).clamp_min(eps)
+
+
+def _sum_to(x: _Tensor, ndim: int) -> _Tensor:
+    return x.sum(tuple(range(ndim, x.ndim))) if x.ndim > ndim else x
 
 
 class _TDBase(ValueEstimatorBase):
@@ -244,12 +261,14 @@ class GAE(ValueEstimatorBase):
 class VTrace(ValueEstimatorBase):
     """V-trace (IMPALA) value targets and policy-gradient advantages for off-policy data.
 
-    The behaviour policy's log-prob is read from the ``sample_log_prob`` key (root, batch shape,
-    as the collector's policy wrote it). The current policy's log-prob is
-    ``actor_network.log_prob(td)``, which :class:`tdict.nn.ProbabilisticTensorDictModule` and
+    The behaviour policy's log-prob is read from the ``sample_log_prob`` key (``"action_log_prob"``,
+    as the collector's policy wrote it, batch-shaped; a list of per-head keys is summed). The
+    current policy's log-prob is ``actor_network.log_prob(td)``, which
+    :class:`tdict.nn.ProbabilisticTensorDictModule` and
     :class:`tdict.nn.ProbabilisticTensorDictSequential` provide (batch-shaped: summed over the
-    action's event dims); it runs on a shallow copy, so the actor's intermediate outputs (``loc``,
-    ``scale``, ...) are not written into the input.
+    action's event dims; a composite policy's per-head log-probs are summed); it runs on a shallow
+    copy, so the actor's intermediate outputs (``loc``, ``scale``, ...) are not written into the
+    input. With ``differentiable=True`` the actor is held out of the graph like the value network.
 
     Args:
         gamma: discount.
@@ -309,12 +328,32 @@ class VTrace(ValueEstimatorBase):
     @property
     def in_keys(self) -> list:
         keys = super().in_keys
-        return keys + [self._tensor_keys.sample_log_prob] + [key for key in self.actor_network.in_keys if key not in keys]
+        lp = self._tensor_keys.sample_log_prob
+        return keys + (lp if isinstance(lp, list) else [lp]) + [key for key in self.actor_network.in_keys if key not in keys]
+
+    def _behaviour_log_prob(self, tensordict: Any) -> _Tensor:
+        key = self._tensor_keys.sample_log_prob
+        if not isinstance(key, list):
+            return self._read(tensordict, key, f"{key!r} (the behaviour policy's log-prob)")
+        heads = [self._read(tensordict, k, f"{k!r} (the behaviour policy's log-prob of a head)") for k in key]
+        return sum(_sum_to(h, tensordict.batch_dims) for h in heads)
+
+    def _current_log_prob(self, tensordict: Any) -> _Tensor:
+        actor = self.actor_network
+        if self.differentiable and isinstance(actor, torch.nn.Module):
+            # held out of the graph like the value network: no gradient into the actor's parameters
+            with TensorDict.from_module(actor).detach().to_module(actor):
+                log_pi = actor.log_prob(tensordict.copy())
+        else:
+            log_pi = actor.log_prob(tensordict.copy())
+        if getattr(type(log_pi), "_is_tensor_collection", False):  # a composite policy: one entry per head
+            log_pi = log_pi.sum(dim="feature", reduce=True)
+        return log_pi
 
     def _estimate(self, tensordict, value, next_value, reward, done, terminated, time_dim):
         key = self._tensor_keys.sample_log_prob
-        log_mu = self._read(tensordict, key, f"{key!r} (the behaviour policy's log-prob)")
-        log_pi = self.actor_network.log_prob(tensordict.copy())
+        log_mu = self._behaviour_log_prob(tensordict)
+        log_pi = self._current_log_prob(tensordict)
         batch = tensordict.batch_size
         log_mu = self._to_feature_shape(log_mu, value.shape, batch)
         log_pi = self._to_feature_shape(log_pi, value.shape, batch)
@@ -327,3 +366,76 @@ class VTrace(ValueEstimatorBase):
             advantage = _standardize(advantage, 1e-5)
         return advantage, value_target
 
+
+
+class MultiAgentGAE(GAE):
+    """GAE for per-agent values with a team reward (TorchRL's ``MultiAgentGAE``).
+
+    The values have an agent dim (``("agents", "state_value")`` of shape ``[*B, T, n_agents]``)
+    while the reward, done and terminated may be shared by the team (``[*B, T]``): those are
+    broadcast along ``agent_dim`` before the GAE recursion; per-agent ones (same shape as the
+    values) pass through. With ``average_gae`` the advantage is standardised per agent.
+
+    Args:
+        agent_dim: the agent dim of the value tensor. Default ``-1``: values carry no trailing
+            singleton dim here (TorchRL's default ``-2`` points at the agent dim of ``[*B, T, n_agents, 1]``).
+        **kwargs: as :class:`GAE`.
+
+    Raises:
+        ValueError: at call, when a team signal has neither the values' number of dims nor one less.
+
+    Example:
+        >>> import torch
+        >>> from tdict import TensorDict
+        >>> from rl_objectives.value import MultiAgentGAE
+        >>> td = TensorDict({"agents": TensorDict(state_value=torch.zeros(2, 3), batch_size=[2]),
+        ...     "next": {"agents": TensorDict(state_value=torch.zeros(2, 3), batch_size=[2]),
+        ...              "reward": torch.ones(2), "done": torch.zeros(2, dtype=torch.bool)}}, batch_size=[2])
+        >>> est = MultiAgentGAE(gamma=1.0, lmbda=1.0, value_network=None).set_keys(value=("agents", "state_value"))
+        >>> est(td)["advantage"]
+        tensor([[2., 2., 2.],
+                [1., 1., 1.]])
+    """
+
+    def __init__(self, *, agent_dim: int = -1, **kwargs: Any) -> None:
+        if isinstance(agent_dim, bool) or not isinstance(agent_dim, int):
+            raise TypeError(f"MultiAgentGAE: agent_dim must be an int, got {type(agent_dim).__name__}.")
+        super().__init__(**kwargs)
+        self.agent_dim = agent_dim
+
+    def _broadcast(self, name: str, signal: _Tensor, value: _Tensor) -> _Tensor:
+        if signal.ndim == value.ndim:
+            return signal
+        if signal.ndim != value.ndim - 1:
+            raise ValueError(
+                f"MultiAgentGAE: {name} of shape {tuple(signal.shape)} must have the values' shape {tuple(value.shape)} "
+                f"(per agent) or that shape without the agent dim {self.agent_dim} (shared by the team)."
+            )
+        dim = self.agent_dim % value.ndim
+        return signal.unsqueeze(dim).expand(value.shape)
+
+    def _prepare_signals(self, reward, done, terminated, value):
+        return tuple(self._broadcast(name, x, value) for name, x in (("reward", reward), ("done", done), ("terminated", terminated)))
+
+    def _estimate(self, tensordict, value, next_value, reward, done, terminated, time_dim):
+        fn = vec_generalized_advantage_estimate if self.vectorized else generalized_advantage_estimate
+        advantage, value_target = fn(self.gamma, self.lmbda, value, next_value, reward, done, terminated, time_dim=time_dim)
+        if self.average_gae:
+            # per agent: a high-variance agent is not flattened by the others
+            advantage = _standardize(advantage, 1e-4, keep_dim=self.agent_dim)
+        return advantage, value_target
+
+
+def _deprecated_name(old: str, new: type) -> type:
+    """A subclass under TorchRL's old name that warns when built (TorchRL 0.14 keeps these names)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        warnings.warn(f"{old} is deprecated, use {new.__name__} instead.", DeprecationWarning, stacklevel=2)
+        new.__init__(self, *args, **kwargs)
+
+    return type(old, (new,), {"__init__": __init__, "__doc__": f"Deprecated name of :class:`{new.__name__}`.", "__module__": __name__})
+
+
+TD0Estimate = _deprecated_name("TD0Estimate", TD0Estimator)
+TD1Estimate = _deprecated_name("TD1Estimate", TD1Estimator)
+TDLambdaEstimate = _deprecated_name("TDLambdaEstimate", TDLambdaEstimator)

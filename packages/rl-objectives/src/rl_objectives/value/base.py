@@ -14,7 +14,7 @@ from dataclasses import dataclass, fields
 from typing import Any
 
 import torch
-from tdict import unravel_key
+from tdict import TensorDict, unravel_key
 from torch import nn
 
 __all__ = ["ValueEstimatorBase", "ValueEstimators"]
@@ -73,7 +73,8 @@ class _AcceptedKeys:
         reward: the reward, read as ``("next", reward)``.
         done: the trajectory-end flag, read as ``("next", done)``.
         terminated: the termination flag, read as ``("next", terminated)`` (``done`` when absent).
-        sample_log_prob: the behaviour policy's log-prob of the action (V-trace).
+        sample_log_prob: the behaviour policy's log-prob of the action (V-trace); ``"action_log_prob"``
+            as in TorchRL 0.14, or a list of per-head keys (summed) for a composite policy.
     """
 
     advantage: Any = "advantage"
@@ -82,7 +83,7 @@ class _AcceptedKeys:
     reward: Any = "reward"
     done: Any = "done"
     terminated: Any = "terminated"
-    sample_log_prob: Any = "sample_log_prob"
+    sample_log_prob: Any = "action_log_prob"
 
 
 class ValueEstimatorBase(nn.Module):
@@ -96,8 +97,11 @@ class ValueEstimatorBase(nn.Module):
         value_network: a TensorDict module writing the value key (``"state_value"`` by default,
             batch-shaped), or ``None`` when the values are already in the TensorDict.
         differentiable: when ``False`` (default) the targets are computed under
-            ``torch.no_grad()``; when ``True`` gradients flow to the value network's parameters (or
-            to ``params``) and to any input that requires grad.
+            ``torch.no_grad()`` (detached). When ``True``, as in TorchRL, gradients flow from the
+            advantage and the value target to the inputs that require grad (the rewards, and the
+            observations through V(s_t)), but never into the value network's parameters (nor into
+            ``params``, nor the actor's for V-trace): the network runs with detached parameters, and
+            V(s_{t+1}) is detached.
         skip_existing: reuse ``state_value`` / ``("next", "state_value")`` already in the
             TensorDict instead of running ``value_network`` (``None`` means ``False``: there is no
             global switch).
@@ -168,10 +172,12 @@ class ValueEstimatorBase(nn.Module):
         for name, key in kwargs.items():
             if name not in accepted:
                 raise ValueError(f"{type(self).__name__}.set_keys: unknown key name {name!r}; accepted: {accepted}.")
-            if key is None or not _is_key(key):
-                raise ValueError(f"{type(self).__name__}.set_keys: {name} must be a str or a tuple of str, got {key!r}.")
+            several = name == "sample_log_prob" and isinstance(key, list) and key and all(_is_key(k) for k in key)
+            if not several and (key is None or not _is_key(key)):
+                allowed = " or a non-empty list of keys" if name == "sample_log_prob" else ""
+                raise ValueError(f"{type(self).__name__}.set_keys: {name} must be a str or a tuple of str{allowed}, got {key!r}.")
         for name, key in kwargs.items():
-            setattr(self._tensor_keys, name, unravel_key(key))
+            setattr(self._tensor_keys, name, [unravel_key(k) for k in key] if isinstance(key, list) else unravel_key(key))
         return self
 
     @property
@@ -216,11 +222,14 @@ class ValueEstimatorBase(nn.Module):
 
     def _run_value_network(self, tensordict: Any, params: Any) -> None:
         net = self.value_network
+        if params is None and self.differentiable and isinstance(net, nn.Module):
+            params = TensorDict.from_module(net)
         if params is None:
             net(tensordict)
-        else:
-            with params.to_module(net):
-                net(tensordict)
+            return
+        # TorchRL holds the value network out of the graph: gradients reach its inputs, never its parameters
+        with params.detach().to_module(net):
+            net(tensordict)
 
     def _written_value(self, tensordict: Any, where: str) -> _Tensor:
         key = self._tensor_keys.value
@@ -241,7 +250,7 @@ class ValueEstimatorBase(nn.Module):
         data_in = torch.cat([tensordict.select(*in_keys), next_td.select(*in_keys)[last]], time_dim)
         self._run_value_network(data_in, params)
         both = self._written_value(data_in, "the value key")
-        value, next_value = both.narrow(time_dim, 0, steps), both.narrow(time_dim, 1, steps)
+        value, next_value = both.narrow(time_dim, 0, steps), both.narrow(time_dim, 1, steps).detach()
         key = self._tensor_keys.value
         tensordict.set(key, value)
         next_td.set(key, next_value)
@@ -268,7 +277,9 @@ class ValueEstimatorBase(nn.Module):
         if not have_next:
             self._run_value_network(tensordict.get("next"), target_params if target_params is not None else params)
         value = self._written_value(tensordict, repr(key)) if need_value else None
-        return value, self._written_value(tensordict.get("next"), repr(next_key))
+        next_value = self._written_value(tensordict.get("next"), repr(next_key))
+        # the bootstrap V(s_{t+1}) the network computes is a target: no gradient through it (as TorchRL)
+        return value, (next_value if have_next else next_value.detach())
 
     def _check_shapes(self, named: list, batch_size: torch.Size) -> None:
         """All ``(key, tensor)`` pairs share one shape (per-step scalars never broadcast)."""
@@ -315,6 +326,11 @@ class ValueEstimatorBase(nn.Module):
         return reward, done, terminated
 
     # ------------------------------------------------------------------ calls
+    def _prepare_signals(self, reward: _Tensor, done: _Tensor, terminated: _Tensor, value: _Tensor) -> tuple:
+        """A hook to lay the reward and the masks out like the values (MultiAgentGAE broadcasts a
+        team reward over the agents); the identity here."""
+        return reward, done, terminated
+
     def _estimate(self, tensordict: Any, value: _Tensor | None, next_value: _Tensor, reward: _Tensor, done: _Tensor,
                   terminated: _Tensor, time_dim: int) -> tuple[_Tensor | None, _Tensor]:
         """``(advantage, value_target)`` from the checked inputs; ``advantage`` may be None when
@@ -326,6 +342,7 @@ class ValueEstimatorBase(nn.Module):
         time_dim = self._resolve_time_dim(tensordict)
         reward, done, terminated = self._inputs(tensordict, time_dim)
         value, next_value = self._values(tensordict, params, target_params, time_dim, need_value)
+        reward, done, terminated = self._prepare_signals(reward, done, terminated, next_value)
         named = [(_nested("next", keys.reward), reward), (_nested("next", keys.value), next_value)]
         if value is not None:
             named.insert(0, (keys.value, value))
