@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 
 import tdict
 from tdict import MemoryMappedTensor, TensorDict
-from tdict.persistence import META_NAME, MemmapLoadError, decode_payload, encode_payload, load_memmap
+from tdict.persistence import META_NAME, MemmapLoadError, decode_payload, encode_payload, load_memmap, metadata_checksum
 
 try:
     from tdict.non_tensor import NonTensorData
@@ -104,7 +104,7 @@ def test_memmap_roundtrip_all_dtypes_and_odd_keys(tmp_path):
     assert all(isinstance(v, MemoryMappedTensor) for v in loaded.values(True, True))
     # nested keys are sub-directories; odd characters are escaped; every file is named by the metadata
     meta = json.loads((tmp_path / META_NAME).read_text())
-    assert meta["format"] == "tdict.memmap" and meta["version"] == 1
+    assert meta["format"] == "tdict.memmap" and meta["version"] == 2 and len(meta["sha256"]) == 64
     assert any(f.startswith("nested/deeper/y.") for f in _files(tmp_path))
     assert not any(".." in f.split("/") for f in _files(tmp_path))
 
@@ -310,6 +310,12 @@ def _saved(tmp_path):
     return json.loads((tmp_path / META_NAME).read_text())
 
 
+def _write_meta(prefix, meta):
+    """Write edited metadata with a matching checksum: what a crafted (not corrupted) file looks like."""
+    body = {k: v for k, v in meta.items() if k != "sha256"}
+    (prefix / META_NAME).write_text(json.dumps(dict(body, sha256=metadata_checksum(body))))
+
+
 def _leaf_file(tmp_path, meta, key="a"):
     entry = dict(meta["root"]["entries"])[key]
     return tmp_path / entry["file"]
@@ -335,7 +341,7 @@ def test_missing_prefix_and_missing_metadata(tmp_path):
         (b"[1, 2]", "expected an object"),
         (b'{"format": "other", "version": 1}', "format 'other'"),
         (b'{"format": "tdict.memmap", "version": 99, "root": {}}', "version 99"),
-        (b'{"format": "tdict.memmap", "version": 1, "root": {"type": "TensorDict"}}', "malformed batch_size"),
+        (b'{"format": "tdict.memmap", "version": 1, "token": "t", "root": {"type": "TensorDict"}}', "malformed batch_size"),
         (b'{"format": "tdict.memmap", "version": 1, "root": NaN}', "not valid JSON"),
     ],
 )
@@ -373,7 +379,7 @@ def test_missing_and_short_leaf_files(tmp_path):
 def test_tampered_leaf_entries(tmp_path, field, value, match):
     meta = _saved(tmp_path)
     dict(meta["root"]["entries"])["a"][field] = value
-    (tmp_path / META_NAME).write_text(json.dumps(meta))
+    _write_meta(tmp_path, meta)
     with pytest.raises(MemmapLoadError, match=match):
         load_memmap(tmp_path)
 
@@ -410,7 +416,7 @@ def test_crafted_pickles_are_never_unpickled(tmp_path):
         load_memmap(tmp_path / "p")
     assert not marker.exists()
     # 2. a pickle as a leaf's data file: wrong size -> clear error ...
-    (tmp_path / "p" / META_NAME).write_text(json.dumps(meta))
+    _write_meta(tmp_path / "p", meta)
     leaf = _leaf_file(tmp_path / "p", meta)
     leaf.write_bytes(blob)
     with pytest.raises(MemmapLoadError, match="bytes, expected 16"):
@@ -418,7 +424,7 @@ def test_crafted_pickles_are_never_unpickled(tmp_path):
     # ... and with metadata that matches its size, it is read as raw bytes, never executed
     entry = dict(meta["root"]["entries"])["a"]
     entry.update(dtype="uint8", shape=[len(blob)], nbytes=len(blob))
-    (tmp_path / "p" / META_NAME).write_text(json.dumps(meta))
+    _write_meta(tmp_path / "p", meta)
     loaded = load_memmap(tmp_path / "p")
     assert bytes(loaded["a"].tolist()) == blob
     assert not marker.exists()
@@ -572,7 +578,7 @@ def test_tensorclass_class_path_is_never_imported_or_called(tmp_path, path, matc
     meta = json.loads((tmp_path / META_NAME).read_text())
     assert meta["root"]["class"].endswith(":_TC")
     meta["root"]["class"] = path
-    (tmp_path / META_NAME).write_text(json.dumps(meta))
+    _write_meta(tmp_path, meta)
     with pytest.raises(MemmapLoadError, match=match):
         load_memmap(tmp_path)
     assert "no_such_module_xyz" not in sys.modules

@@ -153,7 +153,10 @@ class KeyOpsMixin:
             if name in out:
                 raise KeyError(f"flatten_keys: flattened key {name!r} collides with an existing key.")
             out._set_str(name, value, inplace=False, validated=True)
-        return self._replace_entries(out) if inplace else out
+        if inplace:
+            return self._replace_entries(out)
+        _write_back_on_exit(self, out, lambda: out.unflatten_keys(separator))
+        return out
 
     def _replace_entries(self, new: "TensorDictBase") -> "TensorDictBase":
         """Make ``new``'s entries the entries of ``self`` (in-place flatten/unflatten)."""
@@ -166,7 +169,10 @@ class KeyOpsMixin:
         out = self.empty()
         for key, value in self._items_raw():
             out.set(tuple(key.split(separator)), value)
-        return self._replace_entries(out) if inplace else out
+        if inplace:
+            return self._replace_entries(out)
+        _write_back_on_exit(self, out, lambda: out.flatten_keys(separator))
+        return out
 
     def update(self, input_dict_or_td: Any, clone: bool = False, inplace: bool = False, *, keys_to_update: Sequence | None = None, non_blocking: bool = False, is_leaf: Callable | None = None, update_batch_size: bool = False, ignore_lock: bool = False) -> "TensorDictBase":
         """Write every entry of ``input_dict_or_td`` into ``self`` (recursively merging sub-collections)."""
@@ -225,6 +231,21 @@ class KeyOpsMixin:
         if key not in self:
             self.set(key, default)
         return self.get(key)
+
+
+def _write_back_on_exit(source: Any, result: Any, restore: Callable[[], Any]) -> None:
+    """Make ``with source.op() as result:`` write ``restore()`` (``result`` in ``source``'s layout)
+    back into ``source`` on exit: new and changed entries (in place if ``source`` is locked)."""
+    from .base import _WriteBack
+
+    def write_back() -> None:
+        back = restore()
+        if source.is_locked:
+            source.update_(back)
+        else:
+            source.update(back)
+
+    result._push_op(_WriteBack(write_back))
 
 
 def _flat_dict_items(d: dict, prefix: tuple = ()):

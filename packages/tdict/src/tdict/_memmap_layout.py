@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import json
 import math
 import os
 import re
@@ -21,19 +22,36 @@ from .base import is_tensor_collection
 from .memmap import MemoryMappedTensor
 
 FORMAT = "tdict.memmap"
-VERSION = 1
+VERSION = 2  # 2: the metadata carries a checksum ("sha256"); 1: written before it, still read (unchecked)
+LEGACY_VERSION = 1
 META_NAME = "tdict_meta.json"
 LOCK_NAME = ".tdict.lock"
 _TMP_PREFIX = "." + META_NAME + "."
 _TOKEN_RE = re.compile(r"\.[0-9a-f]{16}\.memmap\Z")
 _MAX_META_BYTES = 1 << 30
 _LAZY = "LazyStackedTensorDict"
+_NON_TENSOR = ("non_tensor", "non_tensor_stack")  # entry types of non-tensor data (also valid as the root)
 
 
 class MemmapLoadError(RuntimeError):
     """A memmapped directory cannot be loaded: missing or corrupt metadata, missing or short files."""
 
     __module__ = "tdict.persistence"  # its public home (re-exported there)
+
+
+# --------------------------------------------------------------------------------------------- #
+# the integrity check of the metadata
+# --------------------------------------------------------------------------------------------- #
+
+
+def metadata_checksum(body: dict) -> str:
+    """SHA-256 (hex) of the canonical JSON of ``body``: the metadata without its ``"sha256"`` field.
+
+    Canonical: keys sorted, no whitespace, ASCII only, so that the digest depends on the parsed
+    content and not on how the file spells it.
+    """
+    text = json.dumps(body, sort_keys=True, separators=(",", ":"), ensure_ascii=True, allow_nan=False)
+    return hashlib.sha256(text.encode("ascii")).hexdigest()
 
 
 # --------------------------------------------------------------------------------------------- #
@@ -166,6 +184,8 @@ def _is_non_tensor(obj: Any) -> bool:
 
 
 def _iter_tensor_entries(node: dict) -> Iterator[dict]:
+    if node["type"] in _NON_TENSOR:  # a non-tensor root: no files
+        return
     if node["type"] == _LAZY:
         for member in node["members"]:
             yield from _iter_tensor_entries(member)
@@ -210,6 +230,9 @@ def _device_str(device: Any) -> str | None:
 def _plan(td: Any, prefix: str | None, rel_dir: str, path: tuple, *, copy_existing: bool, like: bool,
           committed: dict[str, int], token: str, taken: set) -> _Node:
     tc_class = None
+    if _is_non_tensor(td):  # a non-tensor root (NonTensorData / NonTensorStack): one JSON node, no files
+        meta = _encode_non_tensor(td, "the root") if prefix is not None else {"type": "non_tensor"}
+        return _Node(td, None, meta, None)
     if _is_tensorclass(td):
         tc_class = type(td)
         if prefix is not None and "<locals>" in tc_class.__qualname__:

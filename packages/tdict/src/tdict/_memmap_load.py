@@ -18,14 +18,18 @@ from ._memmap_layout import (
     _DTYPES,
     _LAZY,
     _MAX_META_BYTES,
+    _NON_TENSOR,
     FORMAT,
+    LEGACY_VERSION,
     META_NAME,
     VERSION,
     MemmapLoadError,
+    metadata_checksum,
     _resolve_class,
     _wrap_tensorclass,
     decode_payload,
 )
+from ._utils import _MISSING
 from .memmap import MemoryMappedTensor
 
 
@@ -57,10 +61,25 @@ def _parse_meta(raw: bytes, prefix: str) -> dict:
         raise _bad(prefix, f"{META_NAME} holds a JSON {type(meta).__name__}, expected an object.")
     if meta.get("format") != FORMAT:
         raise _bad(prefix, f"{META_NAME} has format {meta.get('format')!r}, expected {FORMAT!r}.")
-    if meta.get("version") != VERSION:
-        raise _bad(prefix, f"{META_NAME} has format version {meta.get('version')!r}; this tdict reads version {VERSION}.")
-    _check_node(meta.get("root"), prefix, ())
+    version = meta.get("version")
+    if type(version) is not int or version not in (VERSION, LEGACY_VERSION):
+        raise _bad(prefix, f"{META_NAME} has format version {version!r}; this tdict reads versions {LEGACY_VERSION} and {VERSION}.")
+    expected = _V2_FIELDS if version == VERSION else _V1_FIELDS
+    if set(meta) != expected:
+        raise _bad(prefix, f"{META_NAME} (version {version}) has fields {sorted(meta)}, expected {sorted(expected)}; the file is corrupt.")
+    if version == VERSION:  # version 1 files predate the checksum: they load unchecked
+        body = {k: v for k, v in meta.items() if k != "sha256"}
+        if meta["sha256"] != metadata_checksum(body):
+            raise _bad(prefix, f"{META_NAME} fails its integrity check (sha256 of the content does not match the "
+                               "recorded one): the file is corrupt or was edited.")
+    if type(meta["token"]) is not str:
+        raise _bad(prefix, f"{META_NAME} has a malformed token {str(meta['token'])[:100]!r}.")
+    _check_node(meta["root"], prefix, ())
     return meta
+
+
+_V1_FIELDS = frozenset({"format", "version", "token", "root"})
+_V2_FIELDS = _V1_FIELDS | {"sha256"}
 
 
 def _reject_constant(name: str) -> Any:
@@ -73,10 +92,13 @@ def _is_int_list(x: Any) -> bool:
 
 def _check_node(node: Any, prefix: str, path: tuple) -> None:
     where = f"entry {path!r}" if path else "the root"
+    if not path and type(node) is dict and node.get("type") in _NON_TENSOR:  # a non-tensor root
+        _check_non_tensor(node, prefix, where)
+        return
     if type(node) is dict and node.get("type") == _LAZY:
         members, bs, sd = node.get("members"), node.get("batch_size"), node.get("stack_dim")
         if not (type(members) is list and _is_int_list(bs) and type(sd) is int and 0 <= sd < len(bs) and bs[sd] == len(members)
-                and (node.get("stack_dim_name") is None or type(node.get("stack_dim_name")) is str)):
+                and "stack_dim_name" in node and (node["stack_dim_name"] is None or type(node["stack_dim_name"]) is str)):
             raise _bad(prefix, f"{where}: malformed lazy stack metadata.")
         member_bs = bs[:sd] + bs[sd + 1:]
         for i, member in enumerate(members):
@@ -88,9 +110,9 @@ def _check_node(node: Any, prefix: str, path: tuple) -> None:
         raise _bad(prefix, f"{where}: malformed collection metadata.")
     if not _is_int_list(node.get("batch_size")):
         raise _bad(prefix, f"{where}: malformed batch_size {node.get('batch_size')!r}.")
-    if not (node.get("device") is None or type(node.get("device")) is str):
+    if "device" not in node or not (node["device"] is None or type(node["device"]) is str):
         raise _bad(prefix, f"{where}: malformed device {node.get('device')!r}.")
-    names = node.get("names")
+    names = node.get("names", _MISSING)
     if not (names is None or (type(names) is list and len(names) == len(node["batch_size"])
                               and all(n is None or type(n) is str for n in names))):
         raise _bad(prefix, f"{where}: malformed names {names!r}.")
@@ -108,7 +130,7 @@ def _check_node(node: Any, prefix: str, path: tuple) -> None:
         kind = entry.get("type")
         if kind == "tensor":
             dtype, shape, nbytes, file = entry.get("dtype"), entry.get("shape"), entry.get("nbytes"), entry.get("file")
-            if dtype not in _DTYPES:
+            if type(dtype) is not str or dtype not in _DTYPES:
                 raise _bad(prefix, f"entry {full!r}: unknown dtype {dtype!r}.")
             if not _is_int_list(shape) or shape[: len(bs)] != bs:
                 raise _bad(prefix, f"entry {full!r}: malformed shape {shape!r} for batch size {bs}.")
@@ -116,14 +138,8 @@ def _check_node(node: Any, prefix: str, path: tuple) -> None:
                 raise _bad(prefix, f"entry {full!r}: nbytes {nbytes!r} does not match shape {shape} and dtype {dtype}.")
             if type(file) is not str or not file or file.startswith("/") or "\\" in file or ".." in file.split("/") or "\0" in file:
                 raise _bad(prefix, f"entry {full!r}: bad file name {str(file)[:200]!r} (must be relative, inside the prefix).")
-        elif kind == "non_tensor":
-            if not _is_int_list(entry.get("batch_size")) or "data" not in entry:
-                raise _bad(prefix, f"entry {full!r}: malformed non-tensor metadata.")
-        elif kind == "non_tensor_stack":
-            shape, origins, table = entry.get("shape"), entry.get("origins"), entry.get("table")
-            if not (_is_int_list(shape) and _is_int_list(origins) and type(table) is list and len(origins) == math.prod(shape)
-                    and all(i < len(table) for i in origins)):
-                raise _bad(prefix, f"entry {full!r}: malformed non-tensor stack metadata.")
+        elif kind in _NON_TENSOR:
+            _check_non_tensor(entry, prefix, f"entry {full!r}")
         elif kind in ("TensorDict", "tensorclass", _LAZY):
             _check_node(entry, prefix, full)
             if entry["batch_size"][: len(bs)] != bs:
@@ -132,9 +148,39 @@ def _check_node(node: Any, prefix: str, path: tuple) -> None:
             raise _bad(prefix, f"entry {full!r}: unknown entry type {kind!r}.")
 
 
+def _check_non_tensor(entry: dict, prefix: str, where: str) -> None:
+    if not (entry.get("device") is None or type(entry.get("device")) is str):
+        raise _bad(prefix, f"{where}: malformed device {entry.get('device')!r}.")
+    if entry["type"] == "non_tensor":
+        if not _is_int_list(entry.get("batch_size")) or "data" not in entry:
+            raise _bad(prefix, f"{where}: malformed non-tensor metadata.")
+        return
+    shape, origins, table = entry.get("shape"), entry.get("origins"), entry.get("table")
+    if not (_is_int_list(shape) and _is_int_list(origins) and type(table) is list and len(origins) == math.prod(shape)
+            and all(i < len(table) for i in origins)):
+        raise _bad(prefix, f"{where}: malformed non-tensor stack metadata.")
+
+
+def _load_non_tensor(entry: dict, prefix: str, where: str, device: torch.device | None) -> Any:
+    try:
+        if entry["type"] == "non_tensor":
+            from .non_tensor import NonTensorData
+
+            return NonTensorData(data=decode_payload(entry["data"], where), batch_size=entry["batch_size"], device=device)
+        from .non_tensor_stack import NonTensorStack
+
+        table = [decode_payload(p, where) for p in entry["table"]]
+    except ValueError as err:
+        raise _bad(prefix, str(err)) from None
+    origins = torch.tensor(entry["origins"], dtype=torch.long).reshape(entry["shape"])
+    return NonTensorStack._new(origins, table, device)
+
+
 def _load_node(node: dict, prefix: str, path: tuple, real: str) -> Any:
     from .tensordict import TensorDict
 
+    if node["type"] in _NON_TENSOR:  # a non-tensor root
+        return _load_non_tensor(node, prefix, "the root", None if node.get("device") is None else torch.device("cpu"))
     if node["type"] == _LAZY:
         from .lazy import LazyStackedTensorDict
 
@@ -148,23 +194,8 @@ def _load_node(node: dict, prefix: str, path: tuple, real: str) -> Any:
         kind = entry["type"]
         if kind == "tensor":
             entries[key] = _load_leaf(entry, prefix, full, real)
-        elif kind == "non_tensor":
-            try:
-                data = decode_payload(entry["data"], f"entry {full!r}")
-            except ValueError as err:
-                raise _bad(prefix, str(err)) from None
-            from .non_tensor import NonTensorData
-
-            entries[key] = NonTensorData(data=data, batch_size=entry["batch_size"], device=device)
-        elif kind == "non_tensor_stack":
-            from .non_tensor_stack import NonTensorStack
-
-            try:
-                table = [decode_payload(p, f"entry {full!r}") for p in entry["table"]]
-            except ValueError as err:
-                raise _bad(prefix, str(err)) from None
-            origins = torch.tensor(entry["origins"], dtype=torch.long).reshape(entry["shape"])
-            entries[key] = NonTensorStack._new(origins, table, device)
+        elif kind in _NON_TENSOR:
+            entries[key] = _load_non_tensor(entry, prefix, f"entry {full!r}", device)
         else:
             entries[key] = _load_node(entry, prefix, full, real)
     td = TensorDict._new_unsafe(entries, bs, device, node["names"])

@@ -10,6 +10,7 @@ from typing import Any, Sequence
 
 import torch
 
+from ._key_ops import _write_back_on_exit
 from ._utils import is_tensor_collection, leaf_shape, normalize_dim, normalize_dims
 
 
@@ -196,7 +197,10 @@ class ShapeOpsMixin:
         if len(shape) == 1 and isinstance(shape[0], torch.dtype):
             return self._map_entries(lambda v: v.view(shape[0]), self.batch_size, self._maybe_names())
         n, bs = self.batch_dims, infer_shape(_shape_args(shape), self.numel(), "view")
-        return self._map_entries(lambda v: v.view(bs + leaf_shape(v)[n:]), bs)
+        out = self._map_entries(lambda v: v.view(bs + leaf_shape(v)[n:]), bs)
+        source_bs = self.batch_size
+        _write_back_on_exit(self, out, lambda: out.view(source_bs))
+        return out
 
     def unsqueeze(self, dim: int) -> Any:
         dim = normalize_dim(dim, self.batch_dims + 1)

@@ -65,7 +65,7 @@ class StorageMixin:
     def is_memmap(self) -> bool:
         from .memmap import MemoryMappedTensor
 
-        leaves = [v for v in self.values(True, True) if isinstance(v, torch.Tensor)]
+        leaves = self._tensor_leaves()[1]  # the stored leaves: a lazy stack's values would be stacked copies
         return bool(leaves) and all(isinstance(v, MemoryMappedTensor) for v in leaves)
 
     def consolidate(self, filename: Any = None, *, num_threads: int = 0, device: Any = None, non_blocking: bool = False, inplace: bool = False, return_early: bool = False, use_buffer: bool = False, share_memory: bool = False, pin_memory: bool = False, metadata: bool = False) -> "TensorDictBase":

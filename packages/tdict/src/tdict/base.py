@@ -348,15 +348,18 @@ class TensorDictBase(KeyOpsMixin, ApplyMixin, ArithmeticMixin, ShapeOpsMixin, St
 
     # ------------------------------------------------------------------ locking
     def lock_(self) -> "TensorDictBase":
-        """Forbid adding or removing keys (recursively); usable as a context manager."""
+        """Forbid adding or removing keys (recursively); usable as a context manager, which
+        restores the previous state on exit (an already-locked collection stays locked)."""
+        was_locked = self._is_locked
         self._set_lock(True)
-        self._push_op(True)
+        self._push_op(was_locked)
         return self
 
     def unlock_(self) -> "TensorDictBase":
-        """Allow adding and removing keys again; as a context manager, relocks on exit."""
+        """Allow adding and removing keys again; as a context manager, restores the previous state on exit."""
+        was_locked = self._is_locked
         self._set_lock(False)
-        self._push_op(False)
+        self._push_op(was_locked)
         return self
 
     def _set_lock(self, locked: bool) -> None:
@@ -365,26 +368,31 @@ class TensorDictBase(KeyOpsMixin, ApplyMixin, ArithmeticMixin, ShapeOpsMixin, St
             if not isinstance(value, torch.Tensor):
                 value._set_lock(locked)
 
-    def _push_op(self, locked: bool) -> None:
-        """Remember a lock_/unlock_ so that leaving ``with td.lock_():`` undoes it."""
+    def _push_op(self, op: Any) -> None:
+        """Remember what leaving the next ``with`` block must undo: the lock state before a
+        lock_/unlock_ (a bool), or a callable (to_module, write-backs of flatten_keys & co)."""
         ops = getattr(self, "_lock_ops", None)
         if ops is None:
             try:
                 ops = self._lock_ops = []
             except AttributeError:  # no _lock_ops slot (non-tensor data): nothing to undo on exit
                 return
-        ops.append(locked)
+        ops.append(op)
 
     def __enter__(self):
         return self
 
     def __exit__(self, exc_type, exc, tb):
         last = self._pop_op()
+        if type(last) is _WriteBack:  # the block's result goes back to the source, unless it failed
+            if exc_type is None:
+                last.fn()
+            return False
         if callable(last):  # pushed by to_module: put the module's previous tensors back
             last()
             return False  # an exception raised inside the block still propagates
         if last is not None:
-            self._set_lock(not last)
+            self._set_lock(last)
         return False
 
     def _pop_op(self):
@@ -447,6 +455,16 @@ class TensorDictBase(KeyOpsMixin, ApplyMixin, ArithmeticMixin, ShapeOpsMixin, St
 
     def __repr__(self) -> str:
         return _repr(self, 0)
+
+
+class _WriteBack:
+    """Pushed on the result of ``flatten_keys`` / ``unflatten_keys`` / ``view``: leaving
+    ``with td.view(-1) as v:`` without an error writes ``v``'s entries back into ``td``."""
+
+    __slots__ = ("fn",)
+
+    def __init__(self, fn: Callable[[], Any]) -> None:
+        self.fn = fn
 
 
 def _numpy_tree(tree: dict) -> dict:

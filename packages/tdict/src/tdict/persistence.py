@@ -14,8 +14,8 @@ A leaf file holds exactly ``numel * itemsize`` bytes. Its name is the escaped ke
 suffixed with a hash) plus the *token* of the write that created it; sub-collections are
 sub-directories. ``tdict_meta.json`` describes everything else: format name and version, batch
 sizes, devices, dim names, dtypes, shapes, byte sizes, key order, the file of every leaf,
-non-tensor payloads (as tagged JSON, see :func:`encode_payload`) and the import path of
-tensorclasses. Readers look only at the files that ``tdict_meta.json`` names.
+non-tensor payloads (as tagged JSON, see :func:`encode_payload`; a non-tensor root, such as
+a saved NonTensorStack, is one such entry) and the import path of tensorclasses. Readers look only at the files that ``tdict_meta.json`` names.
 
 Crash safety (a ``kill -9`` at any moment leaves the old or the new state; with
 ``fsync=True`` a power loss does too):
@@ -37,10 +37,17 @@ to the same file. Old files are removed after each commit, so a collection that 
 them keeps its data (POSIX keeps an unlinked file alive while mapped) but its ``filename``
 no longer exists; re-load it from ``prefix`` to follow later writes.
 
-:func:`load_memmap` never unpickles: it parses the JSON, checks the format and version,
-checks that every named file is inside ``prefix`` and has exactly the expected size, and raises
-:class:`MemmapLoadError` (naming the path and the problem) for missing or bad metadata and
-missing or short files. Non-tensor payloads must be JSON-able (str, numbers, bools, None,
+Integrity: the metadata carries ``"sha256"``, the SHA-256 of the canonical JSON of everything
+else in it (:func:`metadata_checksum`), so that a damaged file (a flipped byte that still parses,
+say a renamed key) is refused instead of loading different data. Format version 1 (files written
+before the checksum existed) has no ``"sha256"``: such files still load, with the structural
+checks below only; every write produces version 2. The checksum detects corruption, not
+tampering (anyone can recompute it): the structural checks and the no-pickle rule still apply.
+
+:func:`load_memmap` never unpickles: it parses the JSON, checks the format, version, fields and
+checksum, checks that every named file is inside ``prefix`` and has exactly the expected size,
+and raises :class:`MemmapLoadError` (naming the path and the problem) for missing or bad
+metadata and missing or short files. Non-tensor payloads must be JSON-able (str, numbers, bools, None,
 lists, tuples, dicts, bytes); anything else raises ``TypeError`` before anything is written.
 Tensorclasses are re-created from their recorded ``module:qualname`` only when that module
 is already imported (loading never imports a module named in a file).
@@ -76,6 +83,7 @@ import torch
 
 from ._memmap_layout import (
     _LAZY,
+    _NON_TENSOR,
     _TMP_PREFIX,
     _TOKEN_RE,
     FORMAT,
@@ -92,6 +100,7 @@ from ._memmap_layout import (
     _wrap_tensorclass,
     decode_payload,
     encode_payload,
+    metadata_checksum,
 )
 from ._memmap_load import _bad, _load_node, _parse_meta, _read_meta_bytes
 from ._state_dict import load_state_dict, state_dict  # noqa: F401  (re-exported; base.py delegates here)
@@ -108,6 +117,7 @@ __all__ = [
     "memmap",
     "memmap_",
     "memmap_like",
+    "metadata_checksum",
     "save",
     "state_dict",
 ]
@@ -177,6 +187,8 @@ def _write(node: _Node, prefix: str, like: bool, created: list, dirs: set, fsync
     """Write the leaves of ``node``; return its metadata (JSON-able)."""
     if node.meta["type"] == _LAZY:
         return dict(node.meta, members=[_write(member, prefix, like, created, dirs, fsync) for _, member in node.entries])
+    if node.meta["type"] in _NON_TENSOR:  # a non-tensor root, encoded by the plan
+        return node.meta
     entries = []
     for key, item in node.entries:
         if isinstance(item, _Leaf):
@@ -232,6 +244,8 @@ def _build(node: _Node) -> Any:
     """A new collection with the memmapped leaves (non-tensor entries are shared)."""
     from .tensordict import TensorDict
 
+    if node.meta["type"] in _NON_TENSOR:
+        return node.src.copy()
     if node.meta["type"] == _LAZY:
         from .lazy import LazyStackedTensorDict
 
@@ -330,6 +344,7 @@ def _commit(plan: _Node, prefix: str, token: str, like: bool, fsync: bool) -> No
             for d in sorted(dirs, key=len, reverse=True):
                 _fsync_path(d)
         meta = {"format": FORMAT, "version": VERSION, "token": token, "root": root}
+        meta["sha256"] = metadata_checksum(meta)
         data = json.dumps(meta, separators=(",", ":"), allow_nan=False).encode("utf-8")
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
         try:
