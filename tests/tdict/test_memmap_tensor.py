@@ -274,6 +274,29 @@ def test_existsok(tmp_path):
     assert os.path.getsize(path) == 40  # resized to the new tensor
 
 
+@pytest.mark.skipif(not hasattr(os, "symlink"), reason="needs symbolic links")
+@pytest.mark.parametrize("make", ["from_tensor", "zeros", "empty_like"])
+def test_a_symlink_filename_is_refused_not_written_through(tmp_path, make):
+    target = tmp_path / "precious.bin"
+    target.write_bytes(b"precious")
+    link = tmp_path / "data.memmap"
+    link.symlink_to(target)
+    src = torch.arange(4)
+    build = {
+        "from_tensor": lambda: MemoryMappedTensor.from_tensor(src, filename=link, existsok=True),
+        "zeros": lambda: MemoryMappedTensor.zeros(4, filename=link, existsok=True),
+        "empty_like": lambda: MemoryMappedTensor.empty_like(src, filename=link, existsok=True),
+    }[make]
+    # tensordict 0.14 refuses too ("Refusing to write memory-mapped tensor through symlink")
+    with pytest.raises(FileExistsError, match=r"data\.memmap.*symbolic link.*precious\.bin"):
+        build()
+    assert target.read_bytes() == b"precious" and link.is_symlink()
+    target.unlink()  # a dangling link: its target is not created either
+    with pytest.raises(FileExistsError, match="symbolic link"):
+        build()
+    assert not target.exists()
+
+
 def test_from_filename_errors(tmp_path):
     path = tmp_path / "x"
     MemoryMappedTensor.from_tensor(torch.zeros(4, dtype=torch.float32), filename=path)

@@ -47,6 +47,7 @@ Example:
 from __future__ import annotations
 
 import ctypes
+import errno
 import operator
 import os
 from collections.abc import Sequence
@@ -170,20 +171,37 @@ def _on_storage(storage: torch.UntypedStorage, dtype, shape, stride=None, offset
     return t
 
 
+_O_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
+
+
+def _symlink_error(path: str) -> FileExistsError:
+    return FileExistsError(
+        f"filename {path!r} is a symbolic link (to {os.readlink(path)!r}); memory-mapped tensors are never "
+        "written through a link: remove it or pass another filename"
+    )
+
+
 def _prepare_file(path: str, nbytes: int, existsok: bool, data: memoryview | None = None) -> bool:
     """Create (or resize) ``path`` to ``nbytes`` and write ``data`` into it (plain writes are
     several times faster than page-faulting through a fresh mapping); return True when the
     content is all zeros."""
-    flags = os.O_RDWR | os.O_CREAT | (0 if existsok else os.O_EXCL)
+    # O_NOFOLLOW: a symlink at ``path`` is refused, never written through (its target may be any file)
+    flags = os.O_RDWR | os.O_CREAT | _O_NOFOLLOW | (0 if existsok else os.O_EXCL)
     parent = os.path.dirname(path)
     if parent:
         os.makedirs(parent, exist_ok=True)
+    if not _O_NOFOLLOW and os.path.islink(path):  # pragma: no cover - platforms without O_NOFOLLOW
+        raise _symlink_error(path)
     try:
         fd = os.open(path, flags, 0o644)
     except FileExistsError:
         raise FileExistsError(
             f"filename {path!r} already exists; pass existsok=True to reuse (overwrite) it"
         ) from None
+    except OSError as err:
+        if err.errno == errno.ELOOP and os.path.islink(path):
+            raise _symlink_error(path) from None
+        raise
     try:
         size = os.fstat(fd).st_size
         if size != nbytes:
