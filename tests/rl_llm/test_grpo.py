@@ -186,6 +186,23 @@ def test_grpo_errors(model):
         GRPOLoss(TransformersWrapper(model, generate=False), kl_to_ref_coeff=0.1)(td)
 
 
+def test_grpo_keys_carry_torchrl_names(model):
+    # TorchRL's GRPOLoss names the behaviour log-probs sample_log_prob and the reference ones ref_log_probs
+    loss = GRPOLoss(TransformersWrapper(model, generate=False), kl_to_ref_coeff=0.1)
+    assert loss.tensor_keys.sample_log_prob == ("log_probs", "response")
+    assert loss.tensor_keys.ref_log_probs == ("ref_log_probs", "response")
+    td, _ = _rollout(model)
+    ref = loss(td.copy())
+    td["my_ref"] = td.pop("ref_log_probs")
+    loss.set_keys(ref_log_probs=("my_ref", "response"))
+    torch.testing.assert_close(loss(td.copy())["loss_kl_to_ref"], ref["loss_kl_to_ref"])
+    # this package's former name still works, with a DeprecationWarning
+    old = GRPOLoss(TransformersWrapper(model, generate=False), kl_to_ref_coeff=0.1)
+    with pytest.warns(DeprecationWarning, match="'ref_log_prob' is deprecated, use 'ref_log_probs'"):
+        old.set_keys(ref_log_prob=("my_ref", "response"))
+    assert old.tensor_keys.ref_log_probs == ("my_ref", "response")
+
+
 def test_grpo_learns_a_rule_reward(model, tokenizer):
     """reward = fraction of the target word in the response: the mean reward rises within 30 steps."""
     torch.manual_seed(0)

@@ -9,6 +9,8 @@ those of the same row run alone without padding.
 
 from __future__ import annotations
 
+import warnings
+
 from collections.abc import Mapping
 from types import SimpleNamespace
 from typing import Any, ClassVar
@@ -143,6 +145,8 @@ class LLMLossBase(nn.Module):
     """
 
     default_keys: ClassVar[Mapping[str, Any]] = {}
+    # old key names still accepted by set_keys (with a DeprecationWarning): {old: current}
+    deprecated_key_names: ClassVar[Mapping[str, str]] = {}
 
     def __init__(self, actor_network: nn.Module) -> None:
         super().__init__()
@@ -162,6 +166,10 @@ class LLMLossBase(nn.Module):
         Raises:
             ValueError: naming the unknown names and listing the accepted ones.
         """
+        for old in sorted(set(keys) & set(self.deprecated_key_names)):
+            new = self.deprecated_key_names[old]
+            warnings.warn(f"{type(self).__name__}.set_keys: {old!r} is deprecated, use {new!r} (TorchRL's name).", DeprecationWarning, stacklevel=2)
+            keys = {(new if name == old else name): value for name, value in keys.items()}
         unknown = sorted(set(keys) - set(self.default_keys))
         if unknown:
             raise ValueError(f"{type(self).__name__}.set_keys: unknown key name(s) {unknown}; accepted: {sorted(self.default_keys)}.")

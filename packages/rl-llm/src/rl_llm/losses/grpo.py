@@ -216,9 +216,10 @@ class GRPOLoss(LLMLossBase):
     default_keys: ClassVar[dict[str, Any]] = {
         "response_mask": RESPONSE_MASK,
         "sample_log_prob": RESPONSE_LOG_PROBS,
-        "ref_log_prob": ("ref_log_probs", "response"),
+        "ref_log_probs": ("ref_log_probs", "response"),  # TorchRL's GRPOLoss key name
         "advantage": "advantage",
     }
+    deprecated_key_names: ClassVar[dict[str, str]] = {"ref_log_prob": "ref_log_probs"}
 
     def __init__(
         self,
@@ -266,7 +267,7 @@ class GRPOLoss(LLMLossBase):
             )
         ref = None
         if self.kl_to_ref_coeff is not None:
-            ref = self._get(tensordict, "ref_log_prob")
+            ref = self._get(tensordict, "ref_log_probs")
             if ref.shape != mask.shape:
                 raise ValueError(f"GRPOLoss: reference log-probs shape {tuple(ref.shape)} != response mask shape {tuple(mask.shape)}.")
         current = self._current(tensordict)
