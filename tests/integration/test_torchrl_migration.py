@@ -166,7 +166,6 @@ def test_multiagent_ppo_tutorial_runs_with_changed_imports():
         distribution_kwargs={"low": env.full_action_spec_unbatched[env.action_key].space.low,
                              "high": env.full_action_spec_unbatched[env.action_key].space.high},
         return_log_prob=True,
-        log_prob_key=("agents", "sample_log_prob"),
     )
     critic_net = MultiAgentMLP(n_agent_inputs=obs_dim, n_agent_outputs=1, n_agents=env.n_agents, centralised=True,
                                share_params=True, depth=2, num_cells=32, activation_class=torch.nn.Tanh)
@@ -178,7 +177,9 @@ def test_multiagent_ppo_tutorial_runs_with_changed_imports():
     collector = Collector(env, policy, frames_per_batch=frames_per_batch, total_frames=2 * frames_per_batch)
     replay_buffer = ReplayBuffer(storage=LazyTensorStorage(frames_per_batch), sampler=SamplerWithoutReplacement(), batch_size=minibatch_size)
     loss_module = ClipPPOLoss(actor_network=policy, critic_network=critic, clip_epsilon=0.2, entropy_coeff=1e-4, normalize_advantage=False)
-    loss_module.set_keys(reward=env.reward_key, action=env.action_key, sample_log_prob=("agents", "sample_log_prob"),
+    # as in TorchRL 0.14's tutorial: the log-prob key, ("agents", "action_log_prob"), comes from the actor
+    assert loss_module.tensor_keys.sample_log_prob == ("agents", "action_log_prob")
+    loss_module.set_keys(reward=env.reward_key, action=env.action_key,
                          value=("agents", "state_value"), done=("agents", "done"), terminated=("agents", "terminated"))
     loss_module.make_value_estimator(ValueEstimators.GAE, gamma=0.99, lmbda=0.9)
     gae = loss_module.value_estimator
