@@ -12,6 +12,11 @@ from ..tensordict import TensorDict
 __all__ = ["TensorDictParams"]
 
 
+def _unwrap(value: Any) -> Any:
+    """The TensorDict inside a TensorDictParams (TensorDict methods take TensorDicts)."""
+    return value._param_td if isinstance(value, TensorDictParams) else value
+
+
 class TensorDictParams(nn.Module):
     """A TensorDict whose tensors are registered as the parameters and buffers of a module.
 
@@ -21,9 +26,14 @@ class TensorDictParams(nn.Module):
     ``named_parameters()``, ``state_dict()`` and ``load_state_dict()`` read like those of the module
     the TensorDict came from. The TensorDict API (``get``, ``set``, ``keys``, ``items``, indexing,
     ``to_module``, ...) is forwarded to the wrapped TensorDict; indexing and other
-    TensorDict-returning methods return plain TensorDicts that hold the very parameters.
-    ``.to(device/dtype)``, ``zero_grad()`` and ``requires_grad_()`` act as on any module, and a
-    module holding a TensorDictParams exposes its parameters to optimizers.
+    TensorDict-returning methods return plain TensorDicts that hold the very parameters, while
+    ``clone()`` / ``copy()`` return TensorDictParams (new parameters / the same ones). As in
+    tensordict, ``apply`` and ``named_apply`` are the TensorDict methods (not ``nn.Module.apply``),
+    ``data`` is a TensorDict of the leaves' ``.data``, in-place value ops (``zero_``, ``fill_``,
+    ``copy_``, ``update_``, ``apply_``) write through ``.data`` (no autograd error on leaf
+    parameters), and ``pop`` / ``del_`` / ``del td[key]`` / ``rename_key_`` keep the registered
+    parameters in sync. ``.to(device/dtype)``, ``zero_grad()`` and ``requires_grad_()`` act as on any
+    module, and a module holding a TensorDictParams exposes its parameters to optimizers.
 
     Args:
         parameters: a TensorDict (or a mapping) of tensors.
@@ -86,6 +96,15 @@ class TensorDictParams(nn.Module):
         else:
             self._buffers[name] = value
         self._names[name] = key
+
+    def _reregister(self) -> None:
+        """Register the wrapped TensorDict's leaves afresh (after keys were removed or renamed)."""
+        self._parameters.clear()
+        self._buffers.clear()
+        self._names.clear()
+        td = self._param_td
+        for key in td.keys(include_nested=True, leaves_only=True):
+            self._register(key if isinstance(key, tuple) else (key,), td.get(key))
 
     def _sync(self) -> None:
         """Point the TensorDict's leaves at the registered tensors (after ``_apply``/assign)."""
@@ -170,6 +189,78 @@ class TensorDictParams(nn.Module):
         """Set every entry of ``input_dict_or_td``."""
         for key, value in input_dict_or_td.items():
             self.set(key, value)
+        return self
+
+    # TensorDict methods that nn.Module would shadow
+    def apply(self, fn: Any, *others: Any, **kwargs: Any) -> Any:
+        """``TensorDict.apply`` on the parameters (a TensorDict; not ``nn.Module.apply``)."""
+        return self._param_td.apply(fn, *others, **kwargs)
+
+    def named_apply(self, fn: Any, *others: Any, **kwargs: Any) -> Any:
+        """``TensorDict.named_apply`` on the parameters (a TensorDict)."""
+        return self._param_td.named_apply(fn, *others, **kwargs)
+
+    def clone(self, recurse: bool = True) -> "TensorDictParams":
+        """A TensorDictParams of new parameters (``recurse=False``: of the very same tensors)."""
+        if not recurse:
+            out = TensorDictParams(self._param_td.copy(), no_convert=True)
+        else:
+            def fresh(t: torch.Tensor) -> torch.Tensor:
+                if isinstance(t, nn.Parameter):
+                    return nn.Parameter(t.detach().clone(), requires_grad=t.requires_grad)
+                return t.clone()
+
+            out = TensorDictParams(self._param_td.apply(fresh), no_convert=True)
+        out.no_convert = self.no_convert
+        return out
+
+    def copy(self) -> "TensorDictParams":
+        """A shallow copy: a new TensorDictParams holding the same parameters."""
+        return self.clone(recurse=False)
+
+    @property
+    def data(self) -> Any:
+        """The leaves' ``.data`` (no autograd), as a TensorDict sharing their storage."""
+        return self._param_td.apply(lambda t: t.data)
+
+    # in-place value ops write through .data: an autograd leaf cannot be modified in place
+    def zero_(self) -> "TensorDictParams":
+        self.data.zero_()
+        return self
+
+    def fill_(self, key: Any, value: Any) -> "TensorDictParams":
+        self.data.fill_(key, value)
+        return self
+
+    def copy_(self, tensordict: Any, non_blocking: bool = False) -> "TensorDictParams":
+        self.data.copy_(_unwrap(tensordict), non_blocking=non_blocking)
+        return self
+
+    def update_(self, input_dict_or_td: Any, **kwargs: Any) -> "TensorDictParams":
+        self.data.update_(_unwrap(input_dict_or_td), **kwargs)
+        return self
+
+    def apply_(self, fn: Any, *others: Any, **kwargs: Any) -> "TensorDictParams":
+        self.data.apply_(fn, *map(_unwrap, others), **kwargs)
+        return self
+
+    # structural edits: the registered parameters follow the keys
+    def pop(self, key: Any, *default: Any) -> Any:
+        out = self._param_td.pop(key, *default)
+        self._reregister()
+        return out
+
+    def del_(self, key: Any) -> "TensorDictParams":
+        self._param_td.del_(key)
+        self._reregister()
+        return self
+
+    def __delitem__(self, key: Any) -> None:
+        self.del_(key)
+
+    def rename_key_(self, old_key: Any, new_key: Any, safe: bool = False) -> "TensorDictParams":
+        self._param_td.rename_key_(old_key, new_key, safe=safe)
+        self._reregister()
         return self
 
     def __getitem__(self, index: Any) -> Any:
