@@ -421,6 +421,24 @@ def test_checkpoint_write_is_atomic(tmp_path, monkeypatch, failure):
     torch.testing.assert_close(loaded["loss_module"]["lin.weight"], weight)
 
 
+@pytest.mark.parametrize("keep", ["empty", "half", "all_but_the_last_byte"])
+def test_a_truncated_checkpoint_names_the_file(tmp_path, keep):
+    path = tmp_path / "trainer.pt"
+    trainer, loss, *_ = make_trainer(Collector(n_batches=2), total_frames=16, save_trainer_file=path)
+    trainer.train()
+    data = path.read_bytes()
+    cut = tmp_path / "cut.pt"
+    cut.write_bytes({"empty": b"", "half": data[: len(data) // 2], "all_but_the_last_byte": data[:-1]}[keep])
+    fresh, loss2, *_ = make_trainer(Collector(n_batches=2), total_frames=16, init_seed=3)
+    before = loss2.lin.weight.detach().clone()
+    with pytest.raises(RuntimeError, match=r"load_from_file: '.*cut\.pt' \(\d+ bytes\) is truncated or corrupt") as info:
+        fresh.load_from_file(cut)
+    assert isinstance(info.value.__cause__, (EOFError, RuntimeError))  # torch's own error, kept
+    assert torch.equal(loss2.lin.weight, before) and fresh.collected_frames == 0  # nothing loaded
+    fresh.load_from_file(path)  # the complete file still loads
+    assert fresh.collected_frames == 16
+
+
 def test_load_never_unpickles(tmp_path):
     path = tmp_path / "evil.pt"
 

@@ -323,8 +323,24 @@ class Trainer:
         return True
 
     def load_from_file(self, file: str | os.PathLike, *, map_location: Any = None, weights_only: bool = True) -> Trainer:
-        """Loads a checkpoint written by :meth:`save_trainer` (``torch.load(weights_only=True)``: no unpickling)."""
-        state_dict = torch.load(file, map_location=map_location, weights_only=weights_only)
+        """Loads a checkpoint written by :meth:`save_trainer` (``torch.load(weights_only=True)``: no unpickling).
+
+        Raises:
+            RuntimeError: naming ``file`` when it is truncated or corrupt (torch's own error, which
+                does not name the file, is kept as ``__cause__``); nothing is loaded then.
+        """
+        try:
+            state_dict = torch.load(file, map_location=map_location, weights_only=weights_only)
+        except (EOFError, RuntimeError) as err:
+            # an empty file gives EOFError, a cut zip archive torch's "PytorchStreamReader failed reading zip archive"
+            if isinstance(err, RuntimeError) and "zip archive" not in str(err):
+                raise
+            where = f"{os.fspath(file)!r} ({os.path.getsize(file)} bytes)" if isinstance(file, (str, os.PathLike)) else repr(file)
+            said = str(err).split(". ")[0] if str(err) else type(err).__name__
+            raise RuntimeError(
+                f"{type(self).__name__}.load_from_file: {where} is truncated or corrupt, not a complete checkpoint; "
+                f"torch.load said: {said}."
+            ) from err
         self.load_state_dict(state_dict)
         return self
 
