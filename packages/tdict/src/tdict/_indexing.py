@@ -71,12 +71,19 @@ def _batch_size_from_entry(before: Any, after: Any, batch_dims: int) -> torch.Si
     return shape_after[: len(shape_after) - feature_dims]
 
 
+def broadcasts_to(shape: torch.Size, target: torch.Size) -> bool:
+    """True when a value of ``shape`` can be copied into ``target`` (``[3]`` does not fit ``[]``,
+    although the two broadcast together)."""
+    try:
+        return torch.broadcast_shapes(shape, target) == target
+    except RuntimeError:
+        return False
+
+
 def check_write_shape(key: Any, shape: torch.Size, expected: torch.Size) -> None:
     """Raise (naming ``key``) unless a value of ``shape`` can be written where ``expected`` is."""
-    try:
-        torch.broadcast_shapes(shape, expected)
-    except RuntimeError:
-        raise RuntimeError(f"td[index] = value: key {key!r} has shape {list(shape)}, expected one broadcastable to {list(expected)}.") from None
+    if not broadcasts_to(shape, expected):
+        raise RuntimeError(f"td[index] = value: key {key!r} has shape {list(shape)}, expected one broadcastable to {list(expected)}.")
 
 
 def index_on_cpu(index: Any) -> Any:

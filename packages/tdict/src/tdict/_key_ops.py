@@ -175,46 +175,25 @@ class KeyOpsMixin:
         return out
 
     def update(self, input_dict_or_td: Any, clone: bool = False, inplace: bool = False, *, keys_to_update: Sequence | None = None, non_blocking: bool = False, is_leaf: Callable | None = None, update_batch_size: bool = False, ignore_lock: bool = False) -> "TensorDictBase":
-        """Write every entry of ``input_dict_or_td`` into ``self`` (recursively merging sub-collections)."""
-        if input_dict_or_td is self:
-            return self
-        allowed = None if keys_to_update is None else {unravel_key(k) for k in keys_to_update}
-        items = input_dict_or_td._items_raw() if is_tensor_collection(input_dict_or_td) else input_dict_or_td.items()
-        for key, value in items:
-            if not isinstance(key, str):
-                if allowed is not None and unravel_key(key) not in allowed:
-                    continue
-                self.set(key, value.clone() if clone else value, inplace=inplace)
-                continue
-            if allowed is not None and key not in allowed and not any(isinstance(a, tuple) and a[0] == key for a in allowed):
-                continue
-            if clone:
-                value = value.clone()
-            dest = self._get_str(key, None)
-            if dest is not None and not isinstance(dest, torch.Tensor) and not dest._is_non_tensor and (is_tensor_collection(value) or isinstance(value, dict)) and not (is_tensor_collection(value) and value._is_non_tensor):
-                sub_allowed = None if allowed is None else [a[1:] for a in allowed if isinstance(a, tuple) and a[0] == key] or None
-                if allowed is not None and key in allowed:
-                    sub_allowed = None
-                dest.update(value, inplace=inplace, keys_to_update=sub_allowed, ignore_lock=ignore_lock)
-            else:
-                self._set_str(key, value, inplace=inplace and dest is not None, validated=False, ignore_lock=ignore_lock)
-        return self
+        """Write every entry of ``input_dict_or_td`` into ``self``, merging sub-collections.
+
+        Tuple keys of a dict are nested keys; ``clone`` copies the values; ``inplace`` copies into
+        existing tensors; ``keys_to_update`` restricts the keys (a key also selects what is below
+        it). Every entry is checked before the first write: an error leaves ``self`` unchanged.
+        """
+        from ._update import update
+
+        return update(self, input_dict_or_td, clone=clone, inplace=inplace, keys_to_update=keys_to_update, ignore_lock=ignore_lock)
 
     def update_(self, input_dict_or_td: Any, clone: bool = False, *, keys_to_update: Sequence | None = None) -> "TensorDictBase":
-        """Like :meth:`update` but every key must exist and values are copied in place."""
-        items = input_dict_or_td.items(True, True) if is_tensor_collection(input_dict_or_td) else _flat_dict_items(input_dict_or_td)
-        pairs = []
-        for key, value in items:
-            if keys_to_update is not None and unravel_key(key) not in {unravel_key(k) for k in keys_to_update}:
-                continue
-            dest = self.get(key, _MISSING)
-            if dest is _MISSING:
-                raise self._missing_key_error(key)
-            pairs.append((dest, value))
-        for dest, value in pairs:
-            if isinstance(dest, torch.Tensor):
-                dest.copy_(value)
-        return self
+        """Copy every tensor of ``input_dict_or_td`` into the existing entry of ``self``, in place.
+
+        Every key must exist and every value broadcast to its entry; all of it is checked before
+        the first write. Non-tensor entries are skipped (as in tensordict).
+        """
+        from ._update import update_
+
+        return update_(self, input_dict_or_td, keys_to_update=keys_to_update)
 
     def update_at_(self, input_dict_or_td: Any, index: Any) -> "TensorDictBase":
         """Write ``input_dict_or_td`` into ``self[index]`` in place."""
@@ -247,10 +226,3 @@ def _write_back_on_exit(source: Any, result: Any, restore: Callable[[], Any]) ->
 
     result._push_op(_WriteBack(write_back))
 
-
-def _flat_dict_items(d: dict, prefix: tuple = ()):
-    for key, value in d.items():
-        if isinstance(value, dict):
-            yield from _flat_dict_items(value, prefix + (key,))
-        else:
-            yield (prefix + (key,) if prefix else key), value

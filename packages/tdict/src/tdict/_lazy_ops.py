@@ -1,13 +1,13 @@
 """Whole-collection ops of a lazy stack, done member by member (no stacking).
 
-Copies and moves (``clone``, ``to``, ``detach``...), key selection, ``update``, ``apply``,
+Copies and moves (``clone``, ``to``, ``detach``...), key selection, ``apply``,
 comparisons, in-place arithmetic and masked fills are forwarded to every member, with the
 other operand cut along the stack dim; the results are restacked lazily. Ops whose result has
 another batch size work on the dense stack.
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Callable, Sequence
+from typing import TYPE_CHECKING, Any, Callable
 
 import torch
 
@@ -67,36 +67,6 @@ class LazyMemberOpsMixin:
     def exclude(self, *keys: NestedKey, inplace: bool = False) -> "LazyStackedTensorDict":
         members = [td.exclude(*keys, inplace=inplace) for td in self.tensordicts]
         return self if inplace else self._like(members)
-
-    def update(self, input_dict_or_td: Any, clone: bool = False, inplace: bool = False, *, keys_to_update: Sequence | None = None, non_blocking: bool = False, is_leaf: Callable | None = None, update_batch_size: bool = False, ignore_lock: bool = False) -> "LazyStackedTensorDict":
-        if input_dict_or_td is self:
-            return self
-        source = input_dict_or_td
-        if isinstance(source, dict) and source:
-            source = TensorDict(source, batch_size=self._batch_size, device=self.device)
-        if is_tensor_collection(source) and not source._is_non_tensor:
-            parts = self._split_collection(source)
-            if parts is not None:
-                for td, part in zip(self.tensordicts, parts):
-                    td.update(part, clone=clone, inplace=inplace, keys_to_update=keys_to_update, ignore_lock=ignore_lock)
-                return self
-        return TensorDictBase.update(self, source, clone=clone, inplace=inplace, keys_to_update=keys_to_update, ignore_lock=ignore_lock)
-
-    def update_(self, input_dict_or_td: Any, clone: bool = False, *, keys_to_update: Sequence | None = None) -> "LazyStackedTensorDict":
-        source = input_dict_or_td
-        if not is_tensor_collection(source):
-            source = TensorDict(source, batch_size=self._batch_size)
-        parts = self._split_collection(source)
-        if parts is None:
-            raise RuntimeError(f"update_: collection of batch size {list(source.batch_size)} does not start with the batch size {list(self._batch_size)} of the lazy stack.")
-        tds = self.tensordicts
-        for td, part in zip(tds, parts):  # every key checked before the first write
-            for key in part.keys(True, True):
-                if key not in td:
-                    raise td._missing_key_error(key)
-        for td, part in zip(tds, parts):
-            td.update_(part, clone=clone, keys_to_update=keys_to_update)
-        return self
 
     def _apply(self, fn, others, named, path, batch_size, device, names, inplace, default, filter_empty, call_on_nested, constructor_kwargs):
         if batch_size is not None or constructor_kwargs:

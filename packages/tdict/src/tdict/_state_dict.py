@@ -21,6 +21,7 @@ from typing import Any
 
 import torch
 
+from ._entry_ops import _is_lazy_stack
 from ._utils import parse_batch_size, parse_device
 from .base import is_tensor_collection
 from .memmap import MemoryMappedTensor
@@ -203,7 +204,8 @@ def _plan_load(td: Any, sd: dict, strict: bool, assign: bool, path: tuple, actio
             else:
                 if dest.shape != value.shape:
                     raise RuntimeError(f"load_state_dict: key {full!r} has shape {list(value.shape)} in the state dict, {list(dest.shape)} in the collection.")
-                actions.append(_copier(dest, value))
+                # a lazy stack's leaf is a stacked copy: its members take their slices in place
+                actions.append(_member_copier(content, key, value) if _is_lazy_stack(content) else _copier(dest, value))
             continue
         if dest is not None and (isinstance(dest, torch.Tensor) or not _is_non_tensor(dest)):
             raise RuntimeError(f"load_state_dict: key {full!r} is non-tensor data in the state dict but a {type(dest).__name__} in the collection.")
@@ -231,6 +233,13 @@ def _copier(dest, value):
     def run():
         with torch.no_grad():
             dest.copy_(value)
+    return run
+
+
+def _member_copier(stack, key, value):
+    def run():
+        with torch.no_grad():
+            stack._set_str(key, value, inplace=True, validated=False, ignore_lock=True)
     return run
 
 

@@ -430,16 +430,15 @@ class TensorDict(TensorDictBase):
         return TensorDict._new_unsafe(entries, result._batch_size, new_device, result._names)
 
     def update(self, input_dict_or_td: Any, clone: bool = False, inplace: bool = False, *, keys_to_update: Sequence | None = None, non_blocking: bool = False, is_leaf: Callable | None = None, update_batch_size: bool = False, ignore_lock: bool = False) -> "TensorDict":
-        if clone or inplace or keys_to_update is not None or type(input_dict_or_td) is not TensorDict or self._is_locked:
-            return TensorDictBase.update(self, input_dict_or_td, clone=clone, inplace=inplace, keys_to_update=keys_to_update, ignore_lock=ignore_lock)
-        entries = self._tensordict
-        for key, value in input_dict_or_td._tensordict.items():
-            dest = entries.get(key)
-            if type(dest) is TensorDict and type(value) is TensorDict:
-                dest.update(value)
-            else:
-                entries[key] = self._validate(key, value)
-        return self
+        # the common case (plain TensorDicts, no options) walks the entry dicts directly; anything
+        # else, or any problem, takes the general path, which names the offending key
+        if not (clone or inplace or keys_to_update is not None or type(input_dict_or_td) is not TensorDict or input_dict_or_td is self):
+            writes: list = []
+            if _plain_updates(self, input_dict_or_td, writes):
+                for entries, key, value in writes:  # all validated: nothing is half-written
+                    entries[key] = value
+                return self
+        return TensorDictBase.update(self, input_dict_or_td, clone=clone, inplace=inplace, keys_to_update=keys_to_update, ignore_lock=ignore_lock)
 
     def select(self, *keys: NestedKey, inplace: bool = False, strict: bool = True) -> "TensorDict":
         if inplace:
@@ -711,6 +710,27 @@ class _TensorDictKeysView(KeysView):
             else:
                 count += self._count_entry(value)
         return count
+
+
+def _plain_updates(dest: "TensorDict", source: "TensorDict", writes: list) -> bool:
+    """Collect the validated ``(entries, key, value)`` writes of ``dest.update(source)``; False when
+    the general path must decide (a locked level, a value that does not validate)."""
+    if dest._is_locked:
+        return False
+    entries = dest._tensordict
+    for key, value in source._tensordict.items():
+        current = entries.get(key)
+        if type(current) is TensorDict and type(value) is TensorDict:
+            if not _plain_updates(current, value, writes):
+                return False
+            continue
+        if current is not None and not isinstance(current, torch.Tensor) and not current._is_non_tensor and is_tensor_collection(value):
+            return False  # merging into a tensor class or a lazy stack
+        try:
+            writes.append((entries, key, dest._validate(key, value)))
+        except (RuntimeError, TypeError, ValueError):
+            return False
+    return True
 
 
 def _collect_writes(dest: "TensorDict", value: "TensorDict", dest_bs: torch.Size, batch_dims: int, pairs: list, path: tuple) -> None:
