@@ -150,3 +150,4 @@ def _normal_actor():
         ProbabilisticTensorDictModule(in_keys=["loc"], out_keys=["action"], distribution_class=D.Normal,
                                       distribution_kwargs={"scale": 1.0}, return_log_prob=True),
     )
+

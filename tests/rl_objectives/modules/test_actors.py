@@ -264,6 +264,23 @@ class TestQValueActor:
             QValueActor(bad, action_space="categorical")
 
 
+    def test_torchrl_style_output_keys(self):
+        # TorchRL 0.14: QValueActor(..., action_key=, chosen_action_value_key=, action_value_key=, action_mask_key=)
+        lin = nn.Linear(3, 4)
+        spec = Composite({("agent", "act"): Categorical(4)})
+        actor = QValueActor(lin, in_keys=["observation"], spec=spec, action_space="categorical", action_value_key="q",
+                            action_key=("agent", "act"), chosen_action_value_key="q_max", action_mask_key="mask")
+        assert actor[-1].out_keys == [("agent", "act"), "q", "q_max"]
+        td = _obs((2,))
+        td["mask"] = torch.tensor([[True, False, True, False], [False, True, False, False]])
+        actor(td)
+        q = lin(td["observation"])
+        best = q.masked_fill(~td["mask"], float("-inf")).argmax(-1)
+        assert torch.equal(td["agent", "act"], best) and "action" not in td.keys()
+        torch.testing.assert_close(td["q_max"], q.gather(-1, best.unsqueeze(-1)).squeeze(-1))
+        assert td["agent", "act"].dtype == torch.int64  # the spec's dtype, found under the action key
+
+
 class TestActorValueOperator:
     def _parts(self):
         torch.manual_seed(0)

@@ -94,6 +94,20 @@ class TestMLP:
         with pytest.raises(ValueError, match="in_features"):
             MLP(in_features=-1, out_features=1)
 
+    def test_single_bias_last_layer_shares_one_bias(self):
+        # TorchRL 0.14: a bias-free head followed by one scalar bias (zero at first) shared by all outputs
+        torch.manual_seed(0)
+        net = MLP(in_features=3, out_features=4, depth=1, num_cells=5, single_bias_last_layer=True)
+        assert _types(net) == ["Linear", "Tanh", "Linear", "_SharedBias"]
+        assert net[2].bias is None and net[3].bias.shape == (1,)
+        assert sum(p.numel() for p in net.parameters()) == 3 * 5 + 5 + 5 * 4 + 1
+        x = torch.randn(2, 3)
+        with torch.no_grad():
+            net[3].bias.fill_(0.5)
+        torch.testing.assert_close(net(x), net[2](torch.tanh(net[0](x))) + 0.5)
+        # without a head bias there is nothing to share
+        assert _types(MLP(3, 4, depth=0, bias_last_layer=False, single_bias_last_layer=True)) == ["Linear"]
+
 
 class TestConvNet:
     def test_structure(self):

@@ -47,6 +47,9 @@ class A2CLoss(_ActorCriticLoss):
             hold the collection-time ``"state_value"``); adds ``"value_clip_fraction"``.
         gamma: default discount of the value estimator (else 0.99).
         advantage_key, value_target_key, value_key: shortcuts for :meth:`set_keys`.
+        functional: accepted for TorchRL's signature; the networks' own parameters are trained
+            either way, so ``True`` and ``False`` give the same losses.
+        actor, critic: TorchRL's other names of ``actor_network`` / ``critic_network``.
 
     Keys (``set_keys``): advantage, value_target, value, sample_log_prob, action, reward, done,
     terminated.
@@ -76,8 +79,8 @@ class A2CLoss(_ActorCriticLoss):
 
     def __init__(
         self,
-        actor_network: Any,
-        critic_network: Any,
+        actor_network: Any = None,
+        critic_network: Any = None,
         *,
         entropy_bonus: bool = True,
         samples_mc_entropy: int = 1,
@@ -91,10 +94,16 @@ class A2CLoss(_ActorCriticLoss):
         advantage_key: Any = None,
         value_target_key: Any = None,
         value_key: Any = None,
+        functional: bool = True,
+        actor: Any = None,
+        critic: Any = None,
     ) -> None:
         super().__init__(
             actor_network,
             critic_network,
+            functional=functional,
+            actor=actor,
+            critic=critic,
             entropy_bonus=entropy_bonus,
             samples_mc_entropy=samples_mc_entropy,
             entropy_coeff=entropy_coeff,

@@ -85,6 +85,18 @@ def _entropy(dist: D.Distribution, batch_dims: int, samples_mc: int) -> _Tensor:
     return -log_prob.mean(0)
 
 
+def _alias_networks(owner: str, actor_network: Any, critic_network: Any, actor: Any, critic: Any) -> tuple:
+    """TorchRL's ``actor=`` / ``critic=`` spellings of ``actor_network`` / ``critic_network``."""
+    for alias, given, name in (("actor", actor, "actor_network"), ("critic", critic, "critic_network")):
+        if given is not None and (actor_network if name == "actor_network" else critic_network) is not None:
+            raise ValueError(f"{owner}: pass {name} or {alias}, not both.")
+    actor_network = actor if actor is not None else actor_network
+    critic_network = critic if critic is not None else critic_network
+    if actor_network is None:
+        raise TypeError(f"{owner}: actor_network (or actor) is required.")
+    return actor_network, critic_network
+
+
 def _distribution_module(actor: Any) -> ProbabilisticTensorDictModule:
     """The actor's (last) probabilistic module: it knows which entries hold the distribution's
     parameters (KLPENPPOLoss rebuilds the behaviour policy from them)."""
@@ -141,8 +153,15 @@ class _ActorCriticLoss(LossModule):
         advantage_key: Any = None,
         value_target_key: Any = None,
         value_key: Any = None,
+        functional: bool = True,
+        actor: Any = None,
+        critic: Any = None,
+        device: Any = None,
     ) -> None:
         name = type(self).__name__
+        actor_network, critic_network = _alias_networks(name, actor_network, critic_network, actor, critic)
+        if not isinstance(functional, bool):
+            raise TypeError(f"{name}: functional must be a bool, got {type(functional).__name__}.")
         if reduction is None:
             reduction = "mean"
         _check_reduction(name, reduction)
@@ -175,9 +194,13 @@ class _ActorCriticLoss(LossModule):
             self._shared_critic_keys = [k for k, v in critic_params.items(True, True) if id(v) in actor_ids]
         self.entropy_bonus = bool(entropy_bonus)
         self.samples_mc_entropy = samples_mc_entropy
-        self.register_buffer("entropy_coeff", torch.tensor(float(entropy_coeff)))
-        self.register_buffer("critic_coeff", torch.tensor(float(critic_coeff)) if critic_coeff is not None else None)
-        self.register_buffer("clip_value", torch.tensor(float(clip_value)) if clip_value is not None else None)
+        # the loss's own coefficients live on ``device`` (the networks are not moved, as in TorchRL)
+        self.register_buffer("entropy_coeff", torch.tensor(float(entropy_coeff), device=device))
+        self.register_buffer("critic_coeff", torch.tensor(float(critic_coeff), device=device) if critic_coeff is not None else None)
+        self.register_buffer("clip_value", torch.tensor(float(clip_value), device=device) if clip_value is not None else None)
+        # the networks' own parameters are always the ones trained, so TorchRL's functional=False
+        # (no functional copies) gives the same losses and gradients; kept for the call signature
+        self.functional = functional
         self.loss_critic_type = loss_critic_type
         self.separate_losses = bool(separate_losses)
         self.reduction = reduction

@@ -69,6 +69,14 @@ class PPOLoss(_ActorCriticLoss):
             larger of the clipped and unclipped errors; adds ``"value_clip_fraction"``.
         log_explained_variance: report ``"explained_variance"`` of the critic. Default ``True``.
         advantage_key, value_target_key, value_key: shortcuts for :meth:`set_keys`.
+        max_importance_ratio: cap of the ratio ``pi / pi_old`` (> 0; ``None``: no cap), as TorchRL
+            does it: the gradient-free behaviour log-prob is lifted where the ratio exceeds the cap,
+            so a capped sample keeps a rescaled gradient (a clamp would give none). The clip of
+            :class:`ClipPPOLoss` still acts on the uncapped ratio.
+        device: where the loss's own coefficient buffers are created (the networks are not moved).
+        functional: accepted for TorchRL's signature; the networks' own parameters are trained
+            either way, so ``True`` and ``False`` give the same losses.
+        actor, critic: TorchRL's other names of ``actor_network`` / ``critic_network``.
 
     Keys (``set_keys``): advantage, value_target, value, sample_log_prob, action, reward, done,
     terminated. As in TorchRL 0.14, ``action`` and ``sample_log_prob`` are read from the actor
@@ -98,7 +106,7 @@ class PPOLoss(_ActorCriticLoss):
 
     def __init__(
         self,
-        actor_network: Any,
+        actor_network: Any = None,
         critic_network: Any = None,
         *,
         entropy_bonus: bool = True,
@@ -116,7 +124,16 @@ class PPOLoss(_ActorCriticLoss):
         advantage_key: Any = None,
         value_target_key: Any = None,
         value_key: Any = None,
+        max_importance_ratio: float | None = None,
+        device: Any = None,
+        functional: bool = True,
+        actor: Any = None,
+        critic: Any = None,
     ) -> None:
+        if max_importance_ratio is not None and (
+            isinstance(max_importance_ratio, bool) or not isinstance(max_importance_ratio, (int, float)) or not max_importance_ratio > 0
+        ):
+            raise ValueError(f"{type(self).__name__}: max_importance_ratio must be a number > 0 or None, got {max_importance_ratio!r}.")
         exclude = tuple(normalize_advantage_exclude_dims)
         if not all(isinstance(d, int) and not isinstance(d, bool) for d in exclude):
             raise ValueError(f"{type(self).__name__}: normalize_advantage_exclude_dims must be ints, got {normalize_advantage_exclude_dims!r}.")
@@ -135,10 +152,24 @@ class PPOLoss(_ActorCriticLoss):
             advantage_key=advantage_key,
             value_target_key=value_target_key,
             value_key=value_key,
+            functional=functional,
+            actor=actor,
+            critic=critic,
+            device=device,
+        )
+        self.register_buffer(
+            "max_importance_ratio", None if max_importance_ratio is None else torch.tensor(float(max_importance_ratio), device=device)
         )
         self.normalize_advantage = bool(normalize_advantage)
         self.normalize_advantage_exclude_dims = exclude
         self._log_explained_variance = bool(log_explained_variance)
+
+    def _capped(self, log_weight: _Tensor) -> _Tensor | None:
+        """The gradient-free correction that caps ``exp(log_weight)`` at ``max_importance_ratio``
+        (``None`` without a cap): ``log_weight + correction`` is at most ``log(max)``."""
+        if self.max_importance_ratio is None:
+            return None
+        return torch.clamp(self.max_importance_ratio.log() - log_weight.detach(), max=0.0)
 
     def _prepare(self, tensordict: Any) -> tuple:
         """``(working copy, advantage, current policy, log importance weight)``, shapes checked."""
@@ -151,23 +182,26 @@ class PPOLoss(_ActorCriticLoss):
         return td, advantage, dist, log_prob - prev_log_prob
 
     @staticmethod
-    def _weight_diagnostics(log_weight: _Tensor, out: dict) -> None:
+    def _weight_diagnostics(log_weight: _Tensor, out: dict, cap: _Tensor | None = None) -> None:
         with torch.no_grad():
-            lw = log_weight.detach().reshape(-1)
+            kl = (-log_weight.detach()).mean()
+            # the ESS describes the weights the surrogate uses (capped, when a cap is set)
+            lw = (log_weight if cap is None else log_weight + cap).detach().reshape(-1)
             # normalised effective sample size of the importance weights: 1 when all are equal
             ess = torch.exp(2 * lw.logsumexp(0) - (2 * lw).logsumexp(0))
             out["ESS"] = ess / lw.numel()
-            out["kl_approx"] = (-lw).mean()
+            out["kl_approx"] = kl
 
-    def _gain(self, log_weight: _Tensor, advantage: _Tensor, out: dict) -> _Tensor:
-        return log_weight.exp() * advantage
+    def _gain(self, log_weight: _Tensor, advantage: _Tensor, out: dict, cap: _Tensor | None = None) -> _Tensor:
+        return (log_weight if cap is None else log_weight + cap).exp() * advantage
 
     def forward(self, tensordict: Any) -> TensorDict:
         """The PPO losses on a batch ``[*B]`` (a flat sample or a ``[N, T]`` rollout)."""
         td, advantage, dist, log_weight = self._prepare(tensordict)
+        cap = self._capped(log_weight)
         out: dict = {}
-        out["loss_objective"] = -self._gain(log_weight, advantage, out)
-        self._weight_diagnostics(log_weight, out)
+        out["loss_objective"] = -self._gain(log_weight, advantage, out, cap)
+        self._weight_diagnostics(log_weight, out, cap)
         self._entropy_terms(dist, td, out)
         self._critic_terms(td, out)
         return self._output(out)
@@ -207,7 +241,7 @@ class ClipPPOLoss(PPOLoss):
         >>> (out["loss_objective"] + out["loss_critic"] + out["loss_entropy"]).backward()
     """
 
-    def __init__(self, actor_network: Any, critic_network: Any = None, *, clip_epsilon: float = 0.2,
+    def __init__(self, actor_network: Any = None, critic_network: Any = None, *, clip_epsilon: float = 0.2,
                  clip_value: bool | float | None = None, **kwargs: Any) -> None:
         if isinstance(clip_epsilon, bool) or not isinstance(clip_epsilon, (int, float)) or not 0.0 < clip_epsilon < 1.0:
             raise ValueError(f"{type(self).__name__}: clip_epsilon must be in (0, 1), got {clip_epsilon!r}.")
@@ -218,11 +252,13 @@ class ClipPPOLoss(PPOLoss):
         # the clipping is done on the log-ratio: log(1 - eps) <= log r <= log(1 + eps)
         self._log_bounds = (math.log1p(-float(clip_epsilon)), math.log1p(float(clip_epsilon)))
 
-    def _gain(self, log_weight: _Tensor, advantage: _Tensor, out: dict) -> _Tensor:
+    def _gain(self, log_weight: _Tensor, advantage: _Tensor, out: dict, cap: _Tensor | None = None) -> _Tensor:
         low, high = self._log_bounds
         clipped = log_weight.clamp(low, high)
         with torch.no_grad():
             out["clip_fraction"] = (clipped != log_weight).to(log_weight.dtype).mean()
+        if cap is not None:  # as TorchRL: the clip acts on the raw ratio, the cap on both terms
+            log_weight, clipped = log_weight + cap, clipped + cap
         return torch.minimum(log_weight.exp() * advantage, clipped.exp() * advantage)
 
     def extra_repr(self) -> str:
@@ -275,7 +311,7 @@ class KLPENPPOLoss(PPOLoss):
 
     def __init__(
         self,
-        actor_network: Any,
+        actor_network: Any = None,
         critic_network: Any = None,
         *,
         dtarg: float = 0.01,
@@ -295,9 +331,9 @@ class KLPENPPOLoss(PPOLoss):
         if not 0.0 < float(decrement) <= 1.0:
             raise ValueError(f"{name}: decrement must be in (0, 1], got {decrement!r}.")
         _check_positive_int(name, "samples_mc_kl", samples_mc_kl)
-        dist_module = _distribution_module(actor_network)
         super().__init__(actor_network, critic_network, **kwargs)
-        self.__dict__["_dist_module"] = dist_module  # already a submodule of the actor: not registered twice
+        # already a submodule of the actor: not registered twice
+        self.__dict__["_dist_module"] = _distribution_module(self.actor_network)
         self.dtarg = float(dtarg)
         self.increment = float(increment)
         self.decrement = float(decrement)
@@ -335,14 +371,15 @@ class KLPENPPOLoss(PPOLoss):
         kl = self._kl(previous, dist, self._action_batch_dims(td))
         _check_same_shape(type(self).__name__, [(self.tensor_keys.advantage, advantage), ("KL", kl)])
         beta = self.beta.clone()
-        out: dict = {"loss_objective": -(log_weight.exp() * advantage - beta * kl)}
+        cap = self._capped(log_weight)
+        out: dict = {"loss_objective": -(self._gain(log_weight, advantage, {}, cap) - beta * kl)}
         with torch.no_grad():
             mean_kl = kl.detach().mean()
             out["kl"] = mean_kl
             # tensor ops rather than a Python branch, so that a compiled forward has no graph break
             factor = torch.where(mean_kl > 1.5 * self.dtarg, self.increment, torch.where(mean_kl < self.dtarg / 1.5, self.decrement, 1.0))
             self.beta.copy_(beta * factor)
-        self._weight_diagnostics(log_weight, out)
+        self._weight_diagnostics(log_weight, out, cap)
         self._entropy_terms(dist, td, out)
         self._critic_terms(td, out)
         return self._output(out)

@@ -39,6 +39,9 @@ class ReinforceLoss(_ActorCriticLoss):
         loss_critic_type: ``"l1"``, ``"l2"`` or ``"smooth_l1"`` (default).
         gamma: default discount of the value estimator (else 0.99).
         advantage_key, value_target_key, value_key: shortcuts for :meth:`set_keys`.
+        functional: accepted for TorchRL's signature; the networks' own parameters are trained
+            either way, so ``True`` and ``False`` give the same losses.
+        actor, critic: TorchRL's other names of ``actor_network`` / ``critic_network``.
         separate_losses: ``loss_value`` does not train parameters shared with the actor.
         reduction: ``"mean"`` (default), ``"sum"`` or ``"none"``.
         clip_value: clip the value prediction to ``stored state_value +/- clip_value``; adds
@@ -72,7 +75,7 @@ class ReinforceLoss(_ActorCriticLoss):
 
     def __init__(
         self,
-        actor_network: Any,
+        actor_network: Any = None,
         critic_network: Any = None,
         *,
         delay_value: bool = False,
@@ -84,10 +87,16 @@ class ReinforceLoss(_ActorCriticLoss):
         separate_losses: bool = False,
         reduction: str | None = "mean",
         clip_value: float | None = None,
+        functional: bool = True,
+        actor: Any = None,
+        critic: Any = None,
     ) -> None:
         super().__init__(
             actor_network,
             critic_network,
+            functional=functional,
+            actor=actor,
+            critic=critic,
             entropy_bonus=False,
             critic_coeff=1.0,
             loss_critic_type=loss_critic_type,

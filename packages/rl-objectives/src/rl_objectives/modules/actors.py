@@ -363,7 +363,12 @@ class QValueModule(TensorDictModuleBase):
             if spec is not None:
                 raise ValueError("QValueModule: pass the spec either as action_space or as spec, not both.")
             action_space, spec = None, action_space
-        leaf = spec.get("action") if isinstance(spec, Composite) and "action" in spec else spec
+        action_value_key = "action_value" if action_value_key is None else action_value_key
+        out_keys = _as_key_list(out_keys, ["action", action_value_key, "chosen_action_value"], "QValueModule: out_keys")
+        if len(out_keys) != 3:
+            raise ValueError(f"QValueModule: out_keys must hold 3 keys (action, action values, chosen action value), got {out_keys}.")
+        # a Composite spec describes the action under the action key (out_keys[0])
+        leaf = spec.get(out_keys[0]) if isinstance(spec, Composite) and out_keys[0] in spec else spec
         inferred = None if leaf is None else _space_of_spec(leaf)
         if action_space is None:
             if leaf is None:
@@ -385,11 +390,8 @@ class QValueModule(TensorDictModuleBase):
             raise ValueError("QValueModule: safe=True needs a spec to project the action into, got spec=None.")
         self.action_space = action_space
         self.var_nums = var_nums
-        self.action_value_key = "action_value" if action_value_key is None else action_value_key
+        self.action_value_key = action_value_key
         self.action_mask_key = action_mask_key
-        out_keys = _as_key_list(out_keys, ["action", self.action_value_key, "chosen_action_value"], "QValueModule: out_keys")
-        if len(out_keys) != 3:
-            raise ValueError(f"QValueModule: out_keys must hold 3 keys (action, action values, chosen action value), got {out_keys}.")
         self.in_keys = [self.action_value_key] + ([action_mask_key] if action_mask_key is not None else [])
         self.out_keys = out_keys
         self._spec = _as_composite(leaf, out_keys[0], "QValueModule")
@@ -456,6 +458,8 @@ class QValueActor(TensorDictSequential):
         safe: project the action into ``spec``.
         action_space: ``"one_hot"``, ``"categorical"`` or ``"mult_one_hot"`` (inferred from ``spec`` if omitted).
         action_value_key: default ``"action_value"``.
+        action_key: where the greedy action is written (default ``"action"``).
+        chosen_action_value_key: where its value is written (default ``"chosen_action_value"``).
         action_mask_key: optional boolean mask of allowed actions.
 
     Raises:
@@ -474,11 +478,15 @@ class QValueActor(TensorDictSequential):
 
     def __init__(
         self, module: Any, *, in_keys: Any = None, spec: Any = None, safe: bool = False, action_space: str | None = None,
-        action_value_key: NestedKey | None = None, action_mask_key: NestedKey | None = None,
+        action_value_key: NestedKey | None = None, action_key: NestedKey | None = None,
+        chosen_action_value_key: NestedKey | None = None, action_mask_key: NestedKey | None = None,
     ) -> None:
         action_value_key = "action_value" if action_value_key is None else action_value_key
+        out_keys = ["action" if action_key is None else action_key, action_value_key,
+                    "chosen_action_value" if chosen_action_value_key is None else chosen_action_value_key]
         qvalue = QValueModule(
-            action_space=action_space, action_value_key=action_value_key, action_mask_key=action_mask_key, spec=spec, safe=safe
+            action_space=action_space, action_value_key=action_value_key, action_mask_key=action_mask_key,
+            out_keys=out_keys, spec=spec, safe=safe,
         )
         if TensorDictModuleBase.is_tdmodule_compatible(module):
             if action_value_key not in module.out_keys:

@@ -69,6 +69,20 @@ class SquashDims(nn.Module):
         return value.flatten(-self.ndims_in, -1)
 
 
+class _SharedBias(nn.Module):
+    """One learnt scalar added to every output feature (the head's bias with ``single_bias_last_layer``)."""
+
+    def __init__(self, device: torch.device | str | None = None, dtype: torch.dtype | None = None) -> None:
+        super().__init__()
+        self.bias = nn.Parameter(torch.zeros(1, device=device, dtype=dtype))
+
+    def reset_parameters(self) -> None:
+        nn.init.zeros_(self.bias)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x + self.bias
+
+
 class MLP(nn.Sequential):
     """A multi-layer perceptron: ``depth`` hidden layers of ``num_cells`` units, then a linear head.
 
@@ -88,6 +102,8 @@ class MLP(nn.Sequential):
         norm_kwargs: keyword arguments of ``norm_class``.
         dropout: dropout probability after each hidden linear layer (``None``: no dropout).
         bias_last_layer: whether the head has a bias.
+        single_bias_last_layer: the head's bias is one scalar shared by all its output features (a
+            zero-initialised parameter added after a bias-free head, as in TorchRL).
         activate_last_layer: also apply the activation (and norm, dropout) after the head.
         layer_class: the linear layer class (``nn.Linear``); built as ``layer_class(in, out, bias=...)``.
         layer_kwargs: more keyword arguments of ``layer_class``.
@@ -120,6 +136,7 @@ class MLP(nn.Sequential):
         norm_kwargs: dict | None = None,
         dropout: float | None = None,
         bias_last_layer: bool = True,
+        single_bias_last_layer: bool = False,
         activate_last_layer: bool = False,
         layer_class: type[nn.Module] = nn.Linear,
         layer_kwargs: dict | None = None,
@@ -149,10 +166,13 @@ class MLP(nn.Sequential):
         for i, (n_in, n_out) in enumerate(zip(sizes_in, sizes_out)):
             last = i == len(sizes_out) - 1
             bias = bias_last_layer if last else True
+            shared_bias = last and bias and single_bias_last_layer
             if n_in is None:
-                layers.append(nn.LazyLinear(n_out, bias=bias, device=device))
+                layers.append(nn.LazyLinear(n_out, bias=bias and not shared_bias, device=device))
             else:
-                layers.append(layer_class(n_in, n_out, bias=bias, device=device, **layer_kwargs))
+                layers.append(layer_class(n_in, n_out, bias=bias and not shared_bias, device=device, **layer_kwargs))
+            if shared_bias:
+                layers.append(_SharedBias(device=device))
             if not last or activate_last_layer:
                 if dropout is not None:
                     layers.append(nn.Dropout(dropout))

@@ -1,0 +1,76 @@
+"""TorchRL 0.14's keyword arguments of the on-policy losses: a TorchRL-style call works and has its effect."""
+import pytest
+import torch
+from rl_objectives import A2CLoss, ClipPPOLoss, PPOLoss, ReinforceLoss
+from tdict import TensorDict
+from tdict.nn import ProbabilisticTensorDictModule, ProbabilisticTensorDictSequential, TensorDictModule
+from torch import distributions as D
+from torch import nn
+
+
+def _categorical_actor():
+    return ProbabilisticTensorDictSequential(
+        TensorDictModule(nn.Linear(3, 4), in_keys=["obs"], out_keys=["logits"]),
+        ProbabilisticTensorDictModule(in_keys=["logits"], out_keys=["action"], distribution_class=D.Categorical, return_log_prob=True),
+    )
+
+
+def _critic():
+    return TensorDictModule(lambda obs: obs.sum(-1), in_keys=["obs"], out_keys=["state_value"])
+
+
+def _on_policy_batch(actor, n=6, seed=0):
+    torch.manual_seed(seed)
+    with torch.no_grad():
+        td = actor(TensorDict(obs=torch.randn(n, 3), batch_size=[n]))
+    td["advantage"] = torch.linspace(-1.0, 1.5, n)
+    td["value_target"] = torch.zeros(n)
+    return td
+
+
+def test_torchrl_style_actor_critic_and_functional_keywords():
+    actor, critic = _categorical_actor(), _critic()
+    td = _on_policy_batch(actor)
+    for loss_cls in (ClipPPOLoss, A2CLoss, ReinforceLoss):
+        ref = loss_cls(actor, critic)(td.clone())
+        for functional in (True, False):
+            out = loss_cls(actor=actor, critic=critic, functional=functional)(td.clone())
+            for key in ref.keys():
+                torch.testing.assert_close(out[key], ref[key])
+    with pytest.raises(ValueError, match="actor_network or actor, not both"):
+        ClipPPOLoss(actor, critic, actor=actor)
+    with pytest.raises(TypeError, match="actor_network \\(or actor\\) is required"):
+        A2CLoss(critic=critic)
+    with pytest.raises(TypeError, match="functional must be a bool"):
+        PPOLoss(actor, functional="yes")
+
+
+def test_ppo_max_importance_ratio_caps_the_weight_and_keeps_a_gradient():
+    # a parameter-free behaviour log-prob far below the current one: ratios 1, e, e^2, e^3 for a
+    # uniform 4-way policy whose logits are a learnable zero vector
+    logits = torch.zeros(4, requires_grad=True)
+    actor = ProbabilisticTensorDictModule(in_keys=["logits"], out_keys=["action"], distribution_class=D.Categorical)
+    n = 4
+    log_w = torch.arange(4.0)
+    td = TensorDict(logits=logits.expand(n, 4), action=torch.zeros(n, dtype=torch.long),
+                    action_log_prob=torch.log(torch.tensor(0.25)) - log_w, advantage=torch.ones(n), batch_size=[n])
+    loss = PPOLoss(actor, None, entropy_bonus=False, max_importance_ratio=2.0, reduction="none")
+    out = loss(td)
+    capped = torch.minimum(log_w.exp(), torch.tensor(2.0))
+    torch.testing.assert_close(out["loss_objective"], -capped)
+    # the capped samples still carry a gradient: d(-w * A)/d logits_0 = -w * (1 - 1/4)
+    (grad,) = torch.autograd.grad(out["loss_objective"].sum(), logits)
+    torch.testing.assert_close(grad[0], -(capped.sum() * 0.75))
+    clip = ClipPPOLoss(actor, None, entropy_bonus=False, max_importance_ratio=2.0, clip_epsilon=0.2, reduction="none")(td)
+    # positive advantages: min(capped r, clip(r) * cap correction) -> 1 for r = 1, else the 1.2 clip rescaled by the cap
+    expected = torch.minimum(capped, log_w.exp().clamp(0.8, 1.2) * capped / log_w.exp())
+    torch.testing.assert_close(clip["loss_objective"], -expected)
+    for bad in (0.0, -1.0, True):
+        with pytest.raises(ValueError, match="max_importance_ratio must be a number > 0"):
+            PPOLoss(actor, None, max_importance_ratio=bad)
+
+
+def test_ppo_device_places_the_loss_coefficients():
+    loss = ClipPPOLoss(_categorical_actor(), _critic(), device="meta", max_importance_ratio=10.0)
+    assert {b.device.type for b in (loss.entropy_coeff, loss.critic_coeff, loss.max_importance_ratio)} == {"meta"}
+    assert next(loss.actor_network.parameters()).device.type == "cpu"  # the networks stay where they are
