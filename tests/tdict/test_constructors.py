@@ -219,6 +219,21 @@ def test_maybe_dense_stack():
         maybe_dense_stack([a, 1])
 
 
+def test_dense_stack_tds_keeps_keys_of_some_members_of_nested_lazy_stacks():
+    def inner(scale):
+        return lazy_stack([TensorDict({"x": torch.zeros(1) + scale}), TensorDict({"x": torch.ones(1) * scale, "y": torch.full((1,), 10.0 * scale)})])
+
+    stacked = lazy_stack([TensorDict({"n": inner(1.0)}, [2]), TensorDict({"n": inner(2.0)}, [2])])
+    dense = dense_stack_tds(stacked)
+    # tensordict 0.14: a TensorDict [2, 2] whose "n" is a lazy stack along dim 1 with y held by member 1
+    assert type(dense) is TensorDict and dense.batch_size == torch.Size([2, 2])
+    n = dense.get("n")
+    assert type(n) is LazyStackedTensorDict and n.stack_dim == 1 and n.batch_size == torch.Size([2, 2])
+    assert [sorted(m.keys()) for m in n.tensordicts] == [["x"], ["x", "y"]]
+    assert n.tensordicts[1]["y"].tolist() == [[10.0], [20.0]]
+    assert n["x"].tolist() == [[[1.0], [1.0]], [[2.0], [2.0]]]
+
+
 def test_dense_stack_tds():
     a, b = TensorDict(x=torch.zeros(3)), TensorDict(x=torch.zeros(3), y=torch.zeros(1))
     inner = [lazy_stack([a, b]), lazy_stack([a.clone(), b.clone()])]

@@ -219,6 +219,20 @@ def test_masked_fill_where_gather():
     assert torch.equal(g["a"], torch.gather(td["a"], 1, idx.unsqueeze(-1).expand(4, 3, 2)))
 
 
+def test_torch_where_writes_into_out():
+    td = TensorDict({"a": torch.zeros(3), "n": {"b": torch.zeros(3, 2)}}, [3])
+    other = TensorDict({"a": torch.ones(3), "n": {"b": torch.ones(3, 2)}}, [3])
+    out = TensorDict({"a": torch.full((3,), 7.0), "n": {"b": torch.full((3, 2), 7.0)}}, [3])
+    leaf = out["a"]
+    cond = torch.tensor([True, False, True])
+    result = torch.where(cond, td, other, out=out)
+    # tensordict 0.14: the result is out, holding [0., 1., 0.] (tdict ignored out)
+    assert result is out and out["a"] is leaf
+    assert out["a"].tolist() == [0.0, 1.0, 0.0]
+    assert out["n", "b"].tolist() == [[0.0, 0.0], [1.0, 1.0], [0.0, 0.0]]
+    assert td.where(~cond, other, out=out) is out and out["a"].tolist() == [1.0, 0.0, 1.0]
+
+
 # ---------------------------------------------------------------- shape ops
 def test_shape_ops_match_leaf_ops():
     td = make()

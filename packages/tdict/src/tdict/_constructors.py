@@ -406,6 +406,13 @@ def _dense_or_lazy(items: list, dim: int) -> Any:
     if is_tensorclass(first) and all(type(it) is type(first) for it in items):
         inner = _dense_or_lazy([it._tensordict for it in items], dim)
         return type(first)._from_tensordict(inner) if type(inner) is TensorDict else lazy_stack(items, dim)
+    if all(type(it) is LazyStackedTensorDict and it.stack_dim == first.stack_dim and len(it.tensordicts) == len(first.tensordicts) for it in items):
+        # lazy stacks along the same dim: stack their members pairwise and keep the stack lazy, so
+        # that keys held by some members only are kept (a lazy stack of lazy stacks hides them)
+        sd = first.stack_dim
+        members = [_dense_or_lazy([it.tensordicts[j] for it in items], dim if dim <= sd else dim - 1) for j in range(len(first.tensordicts))]
+        bs = first.batch_size
+        return LazyStackedTensorDict._new_unsafe(members, sd + 1 if sd >= dim else sd, torch.Size(bs[:dim] + (len(items),) + bs[dim:]), first._stack_dim_name)
     if not all(type(it) is TensorDict for it in items) or any(it._tensordict.keys() != first._tensordict.keys() for it in items):
         return lazy_stack(items, dim)
     out = {}

@@ -409,17 +409,20 @@ class ShapeOpsMixin:
         if mask.shape != self.batch_size[: mask.dim()]:
             raise ValueError(f"mask has shape {tuple(mask.shape)}, expected a prefix of the batch size {tuple(self.batch_size)}.")
 
-    def where(self, condition: torch.Tensor, other: Any, *, pad: Any = None) -> Any:
-        """``torch.where(condition, self, other)`` leaf by leaf; ``condition`` is batch-shaped."""
+    def where(self, condition: torch.Tensor, other: Any, *, out: Any = None, pad: Any = None) -> Any:
+        """``torch.where(condition, self, other)`` leaf by leaf; ``condition`` is batch-shaped.
+
+        ``out``: a collection of the same keys that receives the result in place (and is returned).
+        """
         def pick(v, key):
             o = other.get(key) if is_tensor_collection(other) else other
             return torch.where(_trailing_ones(condition, v.dim()), v, o)
 
-        out = self.empty(recurse=True)
+        result = self.empty(recurse=True)
         for key, value in self.items(True, True):
             if isinstance(value, torch.Tensor):
-                out.set(key, pick(value, key))
-        return out
+                result.set(key, pick(value, key))
+        return result if out is None else out.update_(result)
 
     def gather(self, dim: int, index: torch.Tensor) -> Any:
         """``torch.gather`` along batch dim ``dim``; ``index`` has as many dims as the batch."""

@@ -211,9 +211,9 @@ def _chunk(td: TensorDictBase, chunks: int, dim: int = 0) -> tuple:
 @implements(torch.where)
 def _where(condition: torch.Tensor, input: Any, other: Any, *, out: Any = None) -> TensorDictBase:
     if is_tensor_collection(input):
-        return input.where(condition, other)
+        return input.where(condition, other, out=out)
     # other is the collection: flip the condition
-    return other.where(~condition, input)
+    return other.where(~condition, input, out=out)
 
 
 @implements(torch.gather)
