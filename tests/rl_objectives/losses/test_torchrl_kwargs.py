@@ -7,6 +7,8 @@ from tdict.nn import ProbabilisticTensorDictModule, ProbabilisticTensorDictSeque
 from torch import distributions as D
 from torch import nn
 
+_real_vmap = torch.vmap
+
 
 def _categorical_actor():
     return ProbabilisticTensorDictSequential(
@@ -74,3 +76,41 @@ def test_ppo_device_places_the_loss_coefficients():
     loss = ClipPPOLoss(_categorical_actor(), _critic(), device="meta", max_importance_ratio=10.0)
     assert {b.device.type for b in (loss.entropy_coeff, loss.critic_coeff, loss.max_importance_ratio)} == {"meta"}
     assert next(loss.actor_network.parameters()).device.type == "cpu"  # the networks stay where they are
+
+
+def test_deactivate_vmap_runs_the_q_ensemble_in_a_loop_with_the_same_numbers(monkeypatch):
+    from rl_objectives import SACLoss
+
+    torch.manual_seed(0)
+    actor = ProbabilisticTensorDictSequential(
+        TensorDictModule(nn.Linear(3, 2), in_keys=["observation"], out_keys=["loc"]),
+        ProbabilisticTensorDictModule(in_keys=["loc"], out_keys=["action"], distribution_class=D.Normal,
+                                      distribution_kwargs={"scale": 1.0}, return_log_prob=True),
+    )
+    class Q(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.lin = nn.Linear(5, 1)
+
+        def forward(self, observation, action):
+            return self.lin(torch.cat([observation, action], -1)).squeeze(-1)
+
+    qnet = TensorDictModule(Q(), in_keys=["observation", "action"], out_keys=["state_action_value"])
+    td = TensorDict({"observation": torch.randn(6, 3), "action": torch.randn(6, 2),
+                     "next": {"observation": torch.randn(6, 3), "reward": torch.randn(6),
+                              "done": torch.zeros(6, dtype=torch.bool), "terminated": torch.zeros(6, dtype=torch.bool)}}, [6])
+    losses = {}
+    for deactivate in (False, True):
+        torch.manual_seed(1)
+        loss = SACLoss(actor, qnet, num_qvalue_nets=6, deactivate_vmap=deactivate)  # 6 sets: vmapped unless deactivated
+        calls = []
+        monkeypatch.setattr(torch, "vmap", lambda *a, **k: calls.append(1) or _real_vmap(*a, **k))
+        torch.manual_seed(2)
+        losses[deactivate] = loss(td.clone())
+        monkeypatch.undo()
+        assert bool(calls) is not deactivate
+    for key in ("loss_actor", "loss_qvalue", "loss_alpha"):
+        torch.testing.assert_close(losses[True][key], losses[False][key])
+    with pytest.raises(TypeError, match="deactivate_vmap must be a bool"):
+        SACLoss(actor, qnet, deactivate_vmap="no")
+

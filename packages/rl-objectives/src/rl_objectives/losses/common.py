@@ -66,6 +66,8 @@ class LossModule(nn.Module):
     default_keys: ClassVar[Mapping[str, Any]] = {}
     default_value_estimator: ClassVar[Any] = None  # a rl_objectives.value.ValueEstimators member
     default_value_kwargs: ClassVar[Mapping[str, Any]] = {}
+    # TorchRL's deactivate_vmap: run every parameter set of an ensemble in a plain loop
+    deactivate_vmap: bool = False
 
     def __init__(self) -> None:
         super().__init__()
@@ -185,7 +187,8 @@ class LossModule(nn.Module):
 
         An expanded network maps every parameter set over the same input; the result has a leading
         dim of size ``expand_dim``. Up to ``_LOOP_MAX_SETS`` sets run one after the other (cheaper
-        than ``torch.vmap``'s set-up for twin critics); more run as one vmapped call.
+        than ``torch.vmap``'s set-up for twin critics); more run as one vmapped call, unless
+        ``deactivate_vmap`` is set (then they all run in the loop).
         """
         if params is None:
             params = self.params_of(module_name, target)
@@ -193,7 +196,7 @@ class LossModule(nn.Module):
         if self._networks[module_name] is None:
             with params.to_module(module):
                 return module(tensordict)
-        if params.batch_size[0] <= _LOOP_MAX_SETS:
+        if self.deactivate_vmap or params.batch_size[0] <= _LOOP_MAX_SETS:
             outs = []
             for one_set in params.unbind(0):
                 with one_set.to_module(module):

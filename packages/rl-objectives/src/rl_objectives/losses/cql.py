@@ -94,6 +94,8 @@ class CQLLoss(_TemperatureMixin, _BootstrappedLoss):
             the penalty stays near ``lagrange_thresh`` (``loss_alpha_prime`` is then returned).
         lagrange_thresh: the target of the penalty with ``with_lagrange`` (default 0.0).
         reduction: ``"mean"`` (default), ``"sum"`` or ``"none"``.
+        deactivate_vmap: run the Q-ensemble's parameter sets in a plain loop instead of ``torch.vmap``
+            (TorchRL's option; the same numbers).
 
     Returns from ``forward`` a TensorDict with ``"loss_actor"``, ``"loss_actor_bc"``,
     ``"loss_qvalue"`` (summed over the two critics), ``"loss_cql"`` (summed over the two critics),
@@ -164,8 +166,9 @@ class CQLLoss(_TemperatureMixin, _BootstrappedLoss):
         with_lagrange: bool = False,
         lagrange_thresh: float = 0.0,
         reduction: str = "mean",
+        deactivate_vmap: bool = False,
     ) -> None:
-        super().__init__(loss_function=loss_function, reduction=reduction)
+        super().__init__(loss_function=loss_function, reduction=reduction, deactivate_vmap=deactivate_vmap)
         owner = "CQLLoss"
         if not hasattr(actor_network, "get_dist"):
             raise TypeError(f"{owner}: actor_network must be a probabilistic module with get_dist (e.g. ProbabilisticActor), got {type(actor_network).__name__}.")

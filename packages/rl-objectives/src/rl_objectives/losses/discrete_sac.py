@@ -59,6 +59,8 @@ class DiscreteSACLoss(_TemperatureMixin, _BootstrappedLoss):
         target_entropy: a number, or ``"auto"``.
         delay_qvalue: keep target Q parameters for the bootstrap (default ``True``).
         reduction: ``"mean"`` (default), ``"sum"`` or ``"none"``.
+        deactivate_vmap: run the Q-ensemble's parameter sets in a plain loop instead of ``torch.vmap``
+            (TorchRL's option; the same numbers).
 
     Returns from ``forward`` a TensorDict with ``"loss_actor"``, ``"loss_qvalue"`` (summed over the
     ensemble), ``"loss_alpha"``, and the detached ``"alpha"`` and ``"entropy"`` (the policy's exact
@@ -115,8 +117,9 @@ class DiscreteSACLoss(_TemperatureMixin, _BootstrappedLoss):
         target_entropy: float | str = "auto",
         delay_qvalue: bool = True,
         reduction: str = "mean",
+        deactivate_vmap: bool = False,
     ) -> None:
-        super().__init__(loss_function=loss_function, reduction=reduction)
+        super().__init__(loss_function=loss_function, reduction=reduction, deactivate_vmap=deactivate_vmap)
         owner = "DiscreteSACLoss"
         self.action_space = resolve_action_space(owner, action_space, self.default_keys["action"])
         _check_positive_int(owner, "num_actions", num_actions)

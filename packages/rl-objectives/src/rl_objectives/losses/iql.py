@@ -49,6 +49,8 @@ class IQLLoss(_BootstrappedLoss):
         expectile: the expectile ``tau`` in ``(0, 1)`` of the value regression (default 0.5: the mean;
             0.7-0.9 in the paper).
         reduction: ``"mean"`` (default), ``"sum"`` or ``"none"``.
+        deactivate_vmap: run the Q-ensemble's parameter sets in a plain loop instead of ``torch.vmap``
+            (TorchRL's option; the same numbers).
 
     Returns from ``forward`` a TensorDict with ``"loss_actor"``, ``"loss_qvalue"`` (summed over the
     ensemble), ``"loss_value"`` and the detached ``"entropy"`` (mean of ``-log pi(a|s)`` over the stored
@@ -109,8 +111,9 @@ class IQLLoss(_BootstrappedLoss):
         temperature: float = 1.0,
         expectile: float = 0.5,
         reduction: str = "mean",
+        deactivate_vmap: bool = False,
     ) -> None:
-        super().__init__(loss_function=loss_function, reduction=reduction)
+        super().__init__(loss_function=loss_function, reduction=reduction, deactivate_vmap=deactivate_vmap)
         owner = type(self).__name__
         _check_positive_int(owner, "num_qvalue_nets", num_qvalue_nets)
         if not hasattr(actor_network, "get_dist"):

@@ -52,6 +52,8 @@ class REDQLoss(_TemperatureMixin, _BootstrappedLoss):
         target_entropy: a number, or ``"auto"`` for ``-prod(action shape)``.
         delay_actor: keep target actor parameters that draw the next action (default ``False``).
         delay_qvalue: keep target Q parameters (default ``True``).
+        deactivate_vmap: run the Q-ensemble's parameter sets in a plain loop instead of ``torch.vmap``
+            (TorchRL's option; the same numbers).
 
     Returns from ``forward`` a TensorDict with the scalars ``"loss_actor"``, ``"loss_qvalue"``,
     ``"loss_alpha"`` and the detached diagnostics ``"alpha"``, ``"entropy"`` (mean of ``-log pi`` over
@@ -126,8 +128,9 @@ class REDQLoss(_TemperatureMixin, _BootstrappedLoss):
         target_entropy: float | str = "auto",
         delay_actor: bool = False,
         delay_qvalue: bool = True,
+        deactivate_vmap: bool = False,
     ) -> None:
-        super().__init__(loss_function=loss_function, reduction="mean")  # TorchRL's REDQ has no reduction argument
+        super().__init__(loss_function=loss_function, reduction="mean", deactivate_vmap=deactivate_vmap)  # TorchRL's REDQ has no reduction argument
         owner = "REDQLoss"
         _check_positive_int(owner, "num_qvalue_nets", num_qvalue_nets)
         _check_positive_int(owner, "sub_sample_len", sub_sample_len)

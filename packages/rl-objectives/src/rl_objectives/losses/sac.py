@@ -58,6 +58,8 @@ class SACLoss(_TemperatureMixin, _BootstrappedLoss):
         delay_qvalue: keep target Q parameters (default ``True``).
         delay_value: accepted for TorchRL compatibility; there is no value network.
         reduction: ``"mean"`` (default), ``"sum"`` or ``"none"``.
+        deactivate_vmap: run the Q-ensemble's parameter sets in a plain loop instead of ``torch.vmap``
+            (TorchRL's option; the same numbers).
 
     Returns from ``forward`` a TensorDict with ``"loss_actor"``, ``"loss_qvalue"`` (summed over the
     ensemble), ``"loss_alpha"``, and the detached ``"alpha"`` and ``"entropy"`` (mean of
@@ -123,13 +125,14 @@ class SACLoss(_TemperatureMixin, _BootstrappedLoss):
         delay_qvalue: bool = True,
         delay_value: bool = True,
         reduction: str = "mean",
+        deactivate_vmap: bool = False,
     ) -> None:
         if value_network is not None:
             raise NotImplementedError(
                 "SACLoss: the version with a state-value network (SAC v1) is not implemented; "
                 "pass value_network=None (SAC v2: the next-state value comes from the target Q ensemble)."
             )
-        super().__init__(loss_function=loss_function, reduction=reduction)
+        super().__init__(loss_function=loss_function, reduction=reduction, deactivate_vmap=deactivate_vmap)
         _check_positive_int("SACLoss", "num_qvalue_nets", num_qvalue_nets)
         if not hasattr(actor_network, "get_dist"):
             raise TypeError(f"SACLoss: actor_network must be a probabilistic module with get_dist (e.g. ProbabilisticActor), got {type(actor_network).__name__}.")

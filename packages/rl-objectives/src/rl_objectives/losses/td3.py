@@ -64,6 +64,8 @@ class TD3Loss(_BootstrappedLoss):
         delay_actor: keep target actor parameters (default ``True``).
         delay_qvalue: keep target Q parameters (default ``True``).
         reduction: ``"mean"`` (default), ``"sum"`` or ``"none"``.
+        deactivate_vmap: run the Q-ensemble's parameter sets in a plain loop instead of ``torch.vmap``
+            (TorchRL's option; the same numbers).
 
     Returns from ``forward`` a TensorDict with ``"loss_actor"`` (``-Q_1(s, pi(s))``),
     ``"loss_qvalue"`` (the critics' distances to the target, summed over the ensemble) and the
@@ -120,8 +122,9 @@ class TD3Loss(_BootstrappedLoss):
         delay_actor: bool = True,
         delay_qvalue: bool = True,
         reduction: str = "mean",
+        deactivate_vmap: bool = False,
     ) -> None:
-        super().__init__(loss_function=loss_function, reduction=reduction)
+        super().__init__(loss_function=loss_function, reduction=reduction, deactivate_vmap=deactivate_vmap)
         _check_positive_int("TD3Loss", "num_qvalue_nets", num_qvalue_nets)
         if policy_noise < 0 or noise_clip < 0:
             raise ValueError(f"TD3Loss: policy_noise and noise_clip must be >= 0, got {policy_noise!r} and {noise_clip!r}.")

@@ -202,13 +202,16 @@ class _BootstrappedLoss(LossModule):
     default_value_kwargs: ClassVar[dict] = {"gamma": 0.99, "lmbda": 0.95}
     _q_network: ClassVar[str] = "qvalue_network"
 
-    def __init__(self, *, loss_function: str, reduction: str) -> None:
+    def __init__(self, *, loss_function: str, reduction: str, deactivate_vmap: bool = False) -> None:
         owner = type(self).__name__
         _check_loss_function(owner, loss_function)
         _check_reduction(owner, reduction)
+        if not isinstance(deactivate_vmap, bool):
+            raise TypeError(f"{owner}: deactivate_vmap must be a bool, got {type(deactivate_vmap).__name__}.")
         super().__init__()
         self.loss_function = loss_function
         self.reduction = reduction
+        self.deactivate_vmap = deactivate_vmap
 
     def make_value_estimator(self, value_type: Any = None, **hyperparams: Any) -> _BootstrappedLoss:
         """Build the bootstrapped estimator: TD(0) (default), TD(1) or TD(lambda); GAE raises."""
