@@ -152,3 +152,19 @@ def test_to_module_under_vmap():
     out = torch.vmap(call, (0, None))(params, x)
     for i, mod in enumerate(mods):
         torch.testing.assert_close(out[i], mod(x))
+
+
+def test_to_module_round_trip_of_tensordict_params_keeps_buffers_in_their_slot():
+    # TensorDictParams holds BatchNorm's running stats as Parameters; swapping them in and back
+    # without a context manager must leave every tensor object and every slot as it was.
+    m = _net()
+    before = m.state_dict(keep_vars=True)
+    params = TensorDictParams(TensorDict.from_module(m).clone())
+    old = params.to_module(m)
+    assert isinstance(m[2].running_mean, nn.Parameter) and "running_mean" in m[2]._buffers
+    assert list(m.state_dict(keep_vars=True)) == list(before)
+    old.to_module(m)
+    after = m.state_dict(keep_vars=True)
+    assert list(after) == list(before)
+    assert all(after[k] is before[k] for k in before)
+    assert [n for n, _ in m.named_buffers()] == ["2.running_mean", "2.running_var", "2.num_batches_tracked"]

@@ -178,7 +178,12 @@ def _swap_tensor(module: nn.Module, name: str, tensor: Any, slot: str | None = N
     else:
         raise KeyError(f"to_module: {type(module).__name__} has no parameter, buffer or attribute {name!r}.")
     if slot is None:
-        slot = "param" if isinstance(tensor, nn.Parameter) else ("buffer" if old_slot == "buffer" else "attr")
+        # A buffer slot stays a buffer even for a Parameter (TensorDictParams turns float buffers into
+        # Parameters): moving it to _parameters would break the round trip and state_dict.
+        if old_slot == "buffer":
+            slot = "buffer"
+        else:
+            slot = "param" if isinstance(tensor, nn.Parameter) else "attr"
     src = dicts[old_slot]
     old = src[name]
     if slot == old_slot:
