@@ -285,7 +285,9 @@ def test_unravel_key_list_and_default_is_leaf():
         unravel_key_list(["a", 1])
     with pytest.raises(TypeError, match="string"):
         unravel_key_list("ab")
-    assert default_is_leaf(torch.Tensor) and not default_is_leaf(TensorDict) and default_is_leaf(NonTensorData)
+    # tensordict 0.14: non-tensor data is not a leaf under default_is_leaf, it is under is_leaf_nontensor
+    assert default_is_leaf(torch.Tensor) and not default_is_leaf(TensorDict) and not default_is_leaf(NonTensorData)
+    assert tdict.is_leaf_nontensor(torch.Tensor) and not tdict.is_leaf_nontensor(TensorDict) and tdict.is_leaf_nontensor(NonTensorData)
 
 
 def test_exports():

@@ -11,7 +11,7 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
-from tdict import NonTensorData, TensorClass, TensorDict, is_tensor_collection, tensorclass
+from tdict import NonTensorData, TensorClass, TensorDict, is_leaf_nontensor, is_tensor_collection, tensorclass
 from tdict.tensorclass import is_tensorclass
 
 
@@ -206,7 +206,8 @@ def test_inside_tensordict():
     assert type(td[0]["d"]) is Data and td[0]["d"].obs.shape == torch.Size([2])
     assert td[1:3]["d"].batch_size == torch.Size([2])
     assert td[torch.tensor([0, 3])]["d"].label == "x"
-    assert set(td.keys(True, True)) == {("d", "obs"), ("d", "label"), "r"}
+    assert set(td.keys(True, True)) == {("d", "obs"), "r"}  # tensordict 0.14: non-tensor fields are no leaves
+    assert set(td.keys(True, True, is_leaf_nontensor)) == {("d", "obs"), ("d", "label"), "r"}
     assert td["d", "obs"].shape == torch.Size([4, 2])
     assert td["d", "label"] == "x" and type(td.get(("d", "label"))) is NonTensorData
     td["d", "obs"] = torch.ones(4, 2)

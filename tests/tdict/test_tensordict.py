@@ -525,7 +525,7 @@ def _reference_keys(td, include_nested: bool, leaves_only: bool) -> list:
     for key in td.keys():
         value = td.get(key)
         node = isinstance(value, TensorDictBase) and not isinstance(value, NonTensorData) or hasattr(value, "_tensordict")
-        if not node or not leaves_only:
+        if not (node or td.is_non_tensor(key)) or not leaves_only:  # tensordict 0.14: non-tensor data is no leaf
             out.append(key)
         if node and include_nested:
             out.extend((key,) + (k if isinstance(k, tuple) else (k,)) for k in _reference_keys(value, True, leaves_only))

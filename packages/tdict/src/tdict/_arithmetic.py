@@ -4,6 +4,7 @@ Reductions and scans live in :mod:`tdict._reductions` (a base of :class:`Arithme
 """
 from __future__ import annotations
 
+import numbers
 import operator
 from typing import Any, Callable
 
@@ -20,6 +21,22 @@ def _is_collection(obj: Any) -> bool:
 def _align(operand: torch.Tensor, feature_dims: int) -> torch.Tensor:
     """View a batch-aligned operand with singleton dims for a leaf's ``feature_dims``."""
     return operand.reshape(operand.shape + (1,) * feature_dims) if feature_dims > 0 else operand
+
+
+_UNCOMPARABLE = object()
+
+
+def comparison_operand(other: Any) -> Any:
+    """What ``==`` / ``!=`` compare a collection with: a dict becomes a (batch-less) TensorDict;
+    anything but a collection, a number or a tensor gives ``_UNCOMPARABLE`` (``td == "z"`` is
+    then ``False`` and ``td != "z"`` ``True``, as in tensordict 0.14)."""
+    if isinstance(other, dict):
+        from .tensordict import TensorDict
+
+        return TensorDict(other)
+    if _is_collection(other) or isinstance(other, (numbers.Number, torch.Tensor)):
+        return other
+    return _UNCOMPARABLE
 
 
 def _compare_payloads(src: Any, out: Any, other: Any, op: Callable) -> None:
@@ -68,9 +85,12 @@ class ArithmeticMixin(ReductionsMixin):
         return other
 
     def _compare(self, other: Any, op: Callable) -> Any:
-        """``==``/``!=``: tensors element-wise, non-tensor payloads by value (a batch-shaped bool)."""
+        """``==``/``!=``: tensors element-wise; non-tensor payloads by value (a batch-shaped bool)
+        against another collection, and passed through against a number or a tensor (tensordict
+        0.14: ``(td == 0).all()`` looks at the tensors only)."""
         out = self._binary(other, op)
-        _compare_payloads(self, out, other, op)
+        if _is_collection(other):
+            _compare_payloads(self, out, other, op)
         return out
 
     def _binary_(self, other: Any, foreach: Callable, fallback: Callable) -> Any:
@@ -304,11 +324,16 @@ def _install() -> None:
         cast.__name__ = cast.__qualname__ = name
         cast.__doc__ = f"Cast every tensor leaf to ``{dtype}``."
         setattr(ArithmeticMixin, name, cast)
-    ArithmeticMixin.__eq__ = lambda self, other: self._compare(other, operator.eq)
-    ArithmeticMixin.__ne__ = lambda self, other: self._compare(other, operator.ne)
+    ArithmeticMixin.__eq__ = lambda self, other: _equality(self, other, operator.eq)
+    ArithmeticMixin.__ne__ = lambda self, other: _equality(self, other, operator.ne)
     ArithmeticMixin.__neg__ = lambda self: self._unary(torch.neg)
     ArithmeticMixin.__abs__ = lambda self: self._unary(torch.abs)
     ArithmeticMixin.__invert__ = lambda self: self._unary(torch.bitwise_not)
+
+
+def _equality(td: Any, other: Any, op: Callable) -> Any:
+    operand = comparison_operand(other)
+    return op is operator.ne if operand is _UNCOMPARABLE else td._compare(operand, op)
 
 
 def _foreach_inplace(td: Any, foreach_: Callable) -> Any:

@@ -13,7 +13,7 @@ from typing import Any, Callable, Sequence
 
 import torch
 
-from ._keys import default_is_leaf  # noqa: F401  (re-exported)
+from ._keys import default_is_leaf, is_leaf_nontensor  # noqa: F401  (default_is_leaf: re-exported)
 from ._utils import NestedKey, is_tensor_collection, normalize_dim, unravel_key
 from .lazy import LazyStackedTensorDict, lazy_stack
 from .non_tensor_stack import NonTensorStack
@@ -349,7 +349,7 @@ def merge_tensordicts(*tensordicts: Any, callback_exist: Callable | Mapping | No
     callbacks = {unravel_key(k): v for k, v in callback_exist.items()} if isinstance(callback_exist, Mapping) else None
     keys: dict = {}
     for td in tensordicts:
-        keys.update(dict.fromkeys(td.keys(True, True)))
+        keys.update(dict.fromkeys(td.keys(True, True, is_leaf_nontensor)))
     out = tensordicts[0].empty(recurse=True)
     for key in keys:
         values = [_get_or_none(td, key) for td in tensordicts]

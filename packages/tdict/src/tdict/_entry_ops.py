@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any, Callable
 import torch
 
 from ._indexing import _expand_index, _indexed_batch_size
+from ._keys import is_leaf_nontensor
 from ._utils import _MISSING, NO_DEFAULT, NestedKey, _key_to_tuple, is_tensor_collection, parse_batch_size, parse_device, unravel_key
 
 if TYPE_CHECKING:
@@ -283,7 +284,7 @@ class EntryOpsMixin:
     @property
     def depth(self) -> int:
         """The deepest nesting level of a leaf (0 when no leaf sits in a sub-collection)."""
-        return max((len(k) - 1 for k in self.keys(True, True) if isinstance(k, tuple)), default=0)
+        return max((len(k) - 1 for k in self.keys(True, True, is_leaf_nontensor) if isinstance(k, tuple)), default=0)
 
     is_cuda = property(lambda self: _device_type(self) == "cuda", doc="True when the collection's device is a CUDA device.")
     is_cpu = property(lambda self: _device_type(self) == "cpu", doc="True when the collection's device is the CPU.")
@@ -296,7 +297,7 @@ class EntryOpsMixin:
 
     def non_tensor_items(self, include_nested: bool = False) -> tuple:
         """``(key, entry)`` pairs of the non-tensor leaves (stacked for lazy stacks)."""
-        return tuple((k, self.get(k)) for k in self.keys(include_nested, True) if _non_tensor(_probe(self, k)))
+        return tuple((k, self.get(k)) for k in self.keys(include_nested, True, is_leaf_nontensor) if _non_tensor(_probe(self, k)))
 
     def filter_non_tensor_data(self) -> "TensorDictBase":
         """A copy of the structure without its non-tensor leaves (empty sub-collections stay)."""

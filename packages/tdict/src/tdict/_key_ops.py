@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 import torch
 
-from ._keys import KeysView
+from ._keys import KeysView, is_leaf_nontensor
 from ._utils import _MISSING, NO_DEFAULT, NestedKey, is_tensor_collection, unravel_key
 
 
@@ -56,8 +56,8 @@ class KeyOpsMixin:
             yield key, self.get(key)
 
     def is_empty(self) -> bool:
-        """True when no leaf exists (empty sub-collections don't count)."""
-        for _ in self.keys(True, True):
+        """True when no leaf exists (empty sub-collections don't count; non-tensor data does)."""
+        for _ in self.keys(True, True, is_leaf_nontensor):
             return False
         return True
 
@@ -146,9 +146,9 @@ class KeyOpsMixin:
         return self
 
     def flatten_keys(self, separator: str = ".", inplace: bool = False, is_leaf: Callable | None = None) -> "TensorDictBase":
-        """Turn nested keys into flat ``"a.b"`` keys."""
+        """Turn nested keys into flat ``"a.b"`` keys (non-tensor data included, as in tensordict)."""
         out = self.empty()
-        for key, value in self.items(True, True, is_leaf):
+        for key, value in self.items(True, True, is_leaf or is_leaf_nontensor):
             name = key if isinstance(key, str) else separator.join(key)
             if name in out:
                 raise KeyError(f"flatten_keys: flattened key {name!r} collides with an existing key.")

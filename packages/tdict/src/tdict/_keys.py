@@ -9,18 +9,41 @@ from ._utils import unravel_key
 
 
 def default_is_leaf(cls: type) -> bool:
-    """Tensors and non-tensor data are leaves; tensor collections are not."""
-    return not getattr(cls, "_is_tensor_collection", False) or getattr(cls, "_is_non_tensor", False)
+    """Tensors are leaves; tensor collections, non-tensor data included, are not (tensordict 0.14).
+
+    So ``keys(include_nested=True, leaves_only=True)`` lists the tensors only: a
+    :class:`~tdict.NonTensorData` is listed by ``keys()`` / ``keys(True)`` but never by
+    ``leaves_only`` (pass ``is_leaf=is_leaf_nontensor`` to have it there).
+    """
+    return not getattr(cls, "_is_tensor_collection", False)
 
 
 def is_leaf_nontensor(cls: type) -> bool:
-    """Like :func:`default_is_leaf` (kept under tensordict's name for migration)."""
-    return default_is_leaf(cls)
+    """Tensors and non-tensor data (:class:`~tdict.NonTensorData`, :class:`~tdict.NonTensorStack`) are leaves.
+
+    Example:
+        >>> from tdict import TensorDict
+        >>> td = TensorDict(a={}, b="a string!", c=torch.zeros(()))
+        >>> list(td.keys(leaves_only=True)), list(td.keys(leaves_only=True, is_leaf=is_leaf_nontensor))
+        (['c'], ['b', 'c'])
+    """
+    return not getattr(cls, "_is_tensor_collection", False) or getattr(cls, "_is_non_tensor", False)
 
 
 _Tensor = torch.Tensor
-_TENSOR, _LEAF, _NODE = 0, 1, 2  # entry kinds: a tensor, another leaf, a nested collection
+# entry kinds: a tensor, another leaf, a nested collection, a non-leaf that is never walked into
+# (non-tensor data under default_is_leaf: listed without leaves_only, as in tensordict)
+_TENSOR, _LEAF, _NODE, _OPAQUE = 0, 1, 2, 3
 _KIND_BY_TYPE: dict[type, int] = {}  # kinds under default_is_leaf, computed once per type
+
+
+def entry_kind(cls: type, is_leaf: Callable) -> int:
+    """The kind of an entry of type ``cls`` under ``is_leaf``."""
+    if issubclass(cls, torch.Tensor):
+        return _TENSOR
+    if is_leaf(cls):
+        return _LEAF
+    return _OPAQUE if getattr(cls, "_is_non_tensor", False) else _NODE
 
 
 class KeysView:
@@ -50,8 +73,7 @@ class KeysView:
         """What an entry of type ``cls`` is, cached per type (``is_leaf`` depends only on the type)."""
         kind = self._kinds.get(cls)
         if kind is None:
-            kind = _TENSOR if issubclass(cls, torch.Tensor) else _LEAF if self._is_leaf(cls) else _NODE
-            self._kinds[cls] = kind
+            kind = self._kinds[cls] = entry_kind(cls, self._is_leaf)
         return kind
 
     def _collect(self, td: Any, prefix: tuple, out: list) -> list:
@@ -71,7 +93,8 @@ class KeysView:
         if kind is None:
             kind = self._kind(type(value))
         if kind != _NODE:
-            out.append(prefix + (key,) if prefix else key)
+            if kind != _OPAQUE or not self._leaves_only:
+                out.append(prefix + (key,) if prefix else key)
             return
         full = prefix + (key,)
         if not self._leaves_only:
@@ -101,28 +124,26 @@ class KeysView:
         if kind is None:
             kind = self._kind(type(value))
         if kind != _NODE:
-            return 1
+            return 0 if kind == _OPAQUE and self._leaves_only else 1
         count = 0 if self._leaves_only else 1
         if self._include_nested:
             count += len(list(value.keys(True, self._leaves_only, self._is_leaf))) if value._is_lazy else self._count(value)
         return count
 
     def __contains__(self, key: Any) -> bool:
+        """Is ``key`` there (with ``leaves_only``: and not a sub-collection)? Non-tensor data counts
+        as there under ``leaves_only`` too (tensordict checks presence), though iterating skips it."""
         key = unravel_key(key)
         if isinstance(key, str):
             value = self._td._get_str(key, None)
-            if value is None:
+        elif not self._include_nested:
+            return False
+        else:
+            try:
+                value = self._td._get_tuple(key, None)
+            except KeyError:  # the path runs through a leaf
                 return False
-            return not self._leaves_only or isinstance(value, torch.Tensor) or self._is_leaf(type(value))
-        if not self._include_nested:
-            return False
-        try:
-            value = self._td._get_tuple(key, None)
-        except KeyError:  # the path runs through a leaf
-            return False
-        if value is None:
-            return False
-        return not self._leaves_only or isinstance(value, torch.Tensor) or self._is_leaf(type(value))
+        return value is not None and (not self._leaves_only or self._kind(type(value)) != _NODE)
 
     def __repr__(self) -> str:
         return f"KeysView({list(self)})"

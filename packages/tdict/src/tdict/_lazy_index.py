@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from ._keys import is_leaf_nontensor
 from .base import TensorDictBase, _indexed_batch_size, is_tensor_collection
 from .tensordict import TensorDict
 
@@ -226,7 +227,7 @@ class LazyIndexMixin:
             if is_tensor_collection(value) and not value._is_non_tensor:
                 rows = (owner == j).nonzero().squeeze(1) if value.batch_size[k] != 1 else torch.zeros(1, dtype=torch.long)
                 v = value._index((_FULL,) * k + (rows,))
-                for key in v.keys(True, True):  # every key checked before the first write
+                for key in v.keys(True, True, is_leaf_nontensor):  # every key checked before the first write
                     if key not in td:
                         raise KeyError(f"stack[mask] = value: key {key!r} of the value is not in member {j} of the lazy stack.")
             writes.append((td, tuple(parts[:pos] + [member_mask] + parts[pos + 1 :]), v))
@@ -247,7 +248,7 @@ class LazyIndexMixin:
                 raise RuntimeError(f"stack[index] = value: value of batch size {list(value.batch_size)} does not fit {count} selected members on dim {k}.")
             for i, v in zip(ids, vals):  # check every key before the first write
                 member = self.tensordicts[i]
-                for key in v.keys(True, True):
+                for key in v.keys(True, True, is_leaf_nontensor):
                     if key not in member:
                         raise KeyError(f"stack[index] = value: key {key!r} of the value is not in member {i} of the lazy stack.")
             return list(vals)

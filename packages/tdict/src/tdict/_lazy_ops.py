@@ -107,6 +107,8 @@ class LazyMemberOpsMixin:
     def _compare(self, other: Any, op: Callable) -> "LazyStackedTensorDict":
         """``==``/``!=`` member by member (ragged members never get stacked)."""
         parts = self._split_collection(other) if is_tensor_collection(other) else [other] * len(self.tensordicts)
+        if parts is None and not other.batch_size:  # a batch-less collection (a compared dict) meets every member
+            parts = [other] * len(self.tensordicts)
         if parts is None:
             raise RuntimeError(f"Comparison: the other collection's batch size {list(other.batch_size)} does not start with {list(self._batch_size)}.")
         return self._like([td._compare(part, op) for td, part in zip(self.tensordicts, parts)])

@@ -11,6 +11,7 @@ from typing import Any, Sequence
 import torch
 
 from ._key_ops import _write_back_on_exit
+from ._keys import is_leaf_nontensor
 from ._utils import is_tensor_collection, leaf_shape, normalize_dim, normalize_dims
 
 
@@ -574,7 +575,7 @@ class ShapeOpsMixin:
     def _leaves_for(self, what: str, order: Any) -> list:
         from ._utils import unravel_key
 
-        items = list(self.items(True, True, sort=order is True))
+        items = list(self.items(True, True, is_leaf_nontensor, sort=order is True))  # non-tensor data raises below
         for key, value in items:
             if not isinstance(value, torch.Tensor):
                 raise TypeError(f"{what}: key {key!r} holds a {type(value).__name__}, only tensor leaves can be stacked (exclude it first).")

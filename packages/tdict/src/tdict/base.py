@@ -17,6 +17,7 @@ from ._arithmetic import ArithmeticMixin
 from ._key_ops import KeyOpsMixin
 from ._shape_ops import ShapeOpsMixin
 from ._storage_methods import StorageMixin
+from ._keys import is_leaf_nontensor
 from ._indexing import _expand_index, _indexed_batch_size, _is_key_tuple, check_write_shape  # noqa: F401  (re-exported)
 from ._utils import _MISSING, NO_DEFAULT, NestedKey, _key_to_tuple, is_tensor_collection, parse_device, unravel_key
 
@@ -205,7 +206,7 @@ class TensorDictBase(KeyOpsMixin, ApplyMixin, ArithmeticMixin, ShapeOpsMixin, St
         else:
             dest_bs = _indexed_batch_size(self.batch_size, index)
             pairs = []
-            for key, leaf in value.items(True, True):
+            for key, leaf in value.items(True, True, is_leaf_nontensor):
                 if not isinstance(leaf, torch.Tensor):
                     target = self.get(key, None)
                     if leaf._is_non_tensor and target is not None and not isinstance(target, torch.Tensor) and target._is_non_tensor:

@@ -50,7 +50,7 @@ from typing import Any, Callable, Iterator, Sequence
 
 import torch
 
-from ._keys import KeysView
+from ._keys import _LEAF, _NODE, _TENSOR, KeysView
 from ._lazy_index import _FULL, LazyIndexMixin
 from ._lazy_ops import LazyMemberOpsMixin
 from ._lazy_ragged import LazyRaggedMixin, _nested, _pad_stack, _stack_error
@@ -586,14 +586,13 @@ class _LazyKeysView(KeysView):
         if not self._include_nested and not self._leaves_only:  # no value needed to tell leaves apart
             out.extend(prefix + (key,) if prefix else key for key in td._common_keys())
             return out
-        is_leaf = self._is_leaf
         for key in td._common_keys():
             rep = td._probe_str(key)
             full = prefix + (key,) if prefix else key
-            leaf = isinstance(rep, torch.Tensor) or is_leaf(type(rep))
-            if leaf or not self._leaves_only:
+            kind = self._kind(type(rep))
+            if kind == _TENSOR or kind == _LEAF or not self._leaves_only:
                 out.append(full)
-            if not leaf and self._include_nested:
+            if kind == _NODE and self._include_nested:
                 self._collect(rep, full if prefix else (key,), out)
         return out
 
@@ -607,7 +606,7 @@ class _LazyKeysView(KeysView):
         rep = _probe(self._td, key)
         if rep is _MISSING:
             return False
-        return not self._leaves_only or isinstance(rep, torch.Tensor) or self._is_leaf(type(rep))
+        return not self._leaves_only or self._kind(type(rep)) != _NODE
 
 
 def lazy_stack(list_of_tds: Sequence[TensorDictBase], dim: int = 0, *, out: TensorDictBase | None = None, stack_dim_name: str | None = None) -> TensorDictBase:

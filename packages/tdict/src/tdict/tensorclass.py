@@ -18,6 +18,7 @@ from typing import Any, Callable, Iterator, Sequence
 
 import torch
 
+from ._arithmetic import _UNCOMPARABLE, comparison_operand
 from ._utils import NO_DEFAULT
 from .base import NON_TENSOR_CLASSES, TD_HANDLED_FUNCTIONS, TensorDictBase, _is_key_tuple, _repr, is_tensor_collection
 from .tensordict import TensorDict
@@ -403,11 +404,18 @@ class TensorClass:
 
     # ------------------------------------------------------------------ comparison, display
     def __eq__(self, other: Any) -> Any:
-        """Field-wise ``==``: bool tensors (non-tensor fields compare payloads), as this class."""
-        return type(self)._from_tensordict(_compare(self._tensordict, _unwrap(other), operator.eq))
+        """Field-wise ``==``: bool tensors, as this class (non-tensor fields compare payloads with
+        another collection's); ``False`` for a non-comparable ``other`` such as a string."""
+        return self._equality(other, operator.eq)
 
     def __ne__(self, other: Any) -> Any:
-        return type(self)._from_tensordict(_compare(self._tensordict, _unwrap(other), operator.ne))
+        return self._equality(other, operator.ne)
+
+    def _equality(self, other: Any, op: Callable) -> Any:
+        operand = comparison_operand(_unwrap(other))
+        if operand is _UNCOMPARABLE:
+            return op is operator.ne
+        return type(self)._from_tensordict(_compare(self._tensordict, _unwrap(operand), op))
 
     __hash__ = object.__hash__
 
@@ -509,7 +517,7 @@ def _compare(td: Any, other: Any, op: Callable) -> TensorDict:
         if isinstance(value, torch.Tensor):
             out[key] = op(value, o)
         elif value._is_non_tensor:
-            out[key] = op(value, o)
+            out[key] = op(value, o) if collection else value  # a number or a tensor: passed through
         elif getattr(type(value), "_is_tensorclass", False):
             out[key] = type(value)._from_tensordict(_compare(value._tensordict, _unwrap(o), op))
         else:
