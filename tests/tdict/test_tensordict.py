@@ -346,6 +346,18 @@ def test_apply_named_apply_and_multiple():
     assert td["a"] is ref and torch.all(ref == 0)
 
 
+def test_apply_default_fills_the_leaves_of_a_missing_sub_collection():
+    td = TensorDict({"a": torch.zeros(2), "n": {"b": torch.ones(2), "m": {"c": torch.ones(2)}}}, [2])
+    other = TensorDict({"a": torch.ones(2), "n": {"b": torch.ones(2)}}, [2])
+    out = td.apply(lambda x, y: x + y, other, default=10)
+    # tensordict 0.14: {'a': [1., 1.], 'n': {'b': [2., 2.], 'm': {'c': [11., 11.]}}} (tdict raised AttributeError)
+    assert {k: v.tolist() for k, v in out.items(True, True)} == {"a": [1.0, 1.0], ("n", "b"): [2.0, 2.0], ("n", "m", "c"): [11.0, 11.0]}
+    out = td.apply(lambda x, y: x + y, TensorDict({"a": torch.ones(2)}, [2]), default=10)
+    assert out["n", "b"].tolist() == [11.0, 11.0] and out["n", "m", "c"].tolist() == [11.0, 11.0]
+    named = td.named_apply(lambda k, x, y: x * 0 + y, TensorDict({}, [2]), default=3, nested_keys=True)
+    assert named["n", "m", "c"].tolist() == [3.0, 3.0]
+
+
 # ---------------------------------------------------------------- arithmetic and reductions
 def test_arithmetic_with_scalars_tensors_and_tds():
     td = make().exclude("b")

@@ -58,7 +58,10 @@ class ApplyMixin:
                 if other_value is _MISSING:
                     if default is NO_DEFAULT:
                         raise KeyError(f"apply: key {path + (key,)!r} is missing from one of the other collections (pass default= to fill it).")
-                    other_value = default
+                    if isinstance(value, torch.Tensor) or call_on_nested or value._is_non_tensor:
+                        other_value = default
+                    else:  # a missing sub-collection: an empty one, so that default fills each leaf below
+                        other_value = TensorDict._new_unsafe({}, value.batch_size)
                 other_values.append(other_value)
             if isinstance(value, torch.Tensor) or call_on_nested:
                 if named is None:
