@@ -11,6 +11,7 @@ from typing import Any, Callable
 
 import torch
 
+from ._names import reduced_names
 from ._utils import NO_DEFAULT, normalize_dim, normalize_dims
 
 # Reductions torch defines on floating tensors only: integer and bool leaves are reduced as floats.
@@ -129,7 +130,8 @@ class ReductionsMixin:
             raise ValueError(f"{name}: reduce=True reduces over every leaf and cannot take dim={dim}.")
         bs = _reduced_size(self.batch_size, dims, keepdim)
         axis = dims[0] if len(dims) == 1 else dims  # some reductions (prod, all) take one int only
-        return self._apply(lambda v: fn(v, dim=axis, keepdim=keepdim, **kwargs), (), None, (), bs, NO_DEFAULT, None, False, NO_DEFAULT, None, False, {})
+        names = reduced_names(self._maybe_names(), dims, keepdim)
+        return self._apply(lambda v: fn(v, dim=axis, keepdim=keepdim, **kwargs), (), None, (), bs, NO_DEFAULT, names, False, NO_DEFAULT, None, False, {})
 
     def sum(self, dim: Any = NO_DEFAULT, keepdim: bool = False, *, dtype: torch.dtype | None = None, reduce: bool | None = None) -> Any:
         """Sum over batch ``dim`` (all elements of each leaf if omitted; one scalar if ``reduce``)."""
@@ -169,8 +171,9 @@ class ReductionsMixin:
         (d,) = normalize_dims(dim, self.batch_dims)
         fn = getattr(torch, name)
         bs = _reduced_size(self.batch_size, (d,), keepdim)
-        values = self._apply(lambda v: fn(v, dim=d, keepdim=keepdim).values, (), None, (), bs, NO_DEFAULT, None, False, NO_DEFAULT, None, False, {})
-        indices = self._apply(lambda v: fn(v, dim=d, keepdim=keepdim).indices, (), None, (), bs, NO_DEFAULT, None, False, NO_DEFAULT, None, False, {})
+        names = reduced_names(self._maybe_names(), (d,), keepdim)
+        values = self._apply(lambda v: fn(v, dim=d, keepdim=keepdim).values, (), None, (), bs, NO_DEFAULT, names, False, NO_DEFAULT, None, False, {})
+        indices = self._apply(lambda v: fn(v, dim=d, keepdim=keepdim).indices, (), None, (), bs, NO_DEFAULT, names, False, NO_DEFAULT, None, False, {})
         return ValuesIndices(values, indices)
 
     def max(self, dim: Any = NO_DEFAULT, keepdim: bool = False, *, reduce: bool | None = None, return_indices: bool = True) -> Any:

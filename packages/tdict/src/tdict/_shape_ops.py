@@ -178,6 +178,10 @@ def _trailing_ones(t: torch.Tensor, ndim: int) -> torch.Tensor:
     return t.reshape(t.shape + (1,) * (ndim - t.dim())) if t.dim() < ndim else t
 
 
+def _named_or_none(names: list) -> list | None:
+    return names if any(n is not None for n in names) else None
+
+
 def _tensordict_class() -> type:
     from .tensordict import TensorDict  # deferred: tensordict.py imports this module
 
@@ -244,8 +248,9 @@ class ShapeOpsMixin:
 
     def flatten(self, start_dim: int = 0, end_dim: int = -1) -> Any:
         n = self.batch_dims
-        if n == 0:
-            return self
+        if n == 0:  # as torch: a 0-dim input flattens to one dim of size 1
+            normalize_dim(start_dim, 1, "start_dim"), normalize_dim(end_dim, 1, "end_dim")
+            return self.unsqueeze(0)
         s, e = normalize_dim(start_dim, n, "start_dim"), normalize_dim(end_dim, n, "end_dim")
         if e < s:
             raise ValueError(f"flatten: start_dim {start_dim} comes after end_dim {end_dim}.")
@@ -255,7 +260,10 @@ class ShapeOpsMixin:
         for d in self.batch_size[s : e + 1]:
             merged *= d
         bs = self.batch_size[:s] + (merged,) + self.batch_size[e + 1 :]
-        return self._map_entries(lambda v: v.flatten(s, e), torch.Size(bs))
+        names = self._maybe_names()
+        if names is not None:  # the merged dim is unnamed, the others keep their names
+            names = _named_or_none(names[:s] + [None] + names[e + 1 :])
+        return self._map_entries(lambda v: v.flatten(s, e), torch.Size(bs), names)
 
     def unflatten(self, dim: int, unflattened_size: Sequence[int]) -> Any:
         d = normalize_dim(dim, self.batch_dims)
@@ -265,7 +273,10 @@ class ShapeOpsMixin:
 
     def expand(self, *shape: int) -> Any:
         n, bs = self.batch_dims, expanded_size(self.batch_size, _shape_args(shape), "expand")
-        return self._map_entries(lambda v: v.expand(bs + leaf_shape(v)[n:]), bs)
+        names = self._maybe_names()
+        if names is not None:  # new leading dims are unnamed
+            names = [None] * (len(bs) - n) + list(names)
+        return self._map_entries(lambda v: v.expand(bs + leaf_shape(v)[n:]), bs, names)
 
     def expand_as(self, other: Any) -> Any:
         return self.expand(*other.shape)
@@ -278,7 +289,10 @@ class ShapeOpsMixin:
         bs = torch.Size(s * r for s, r in zip(self.batch_size, repeats))
         return self._map_entries(lambda v: v.repeat(tuple(repeats) + (1,) * (len(leaf_shape(v)) - n)), bs)
 
-    def repeat_interleave(self, repeats: int | torch.Tensor, dim: int = 0, *, output_size: int | None = None) -> Any:
+    def repeat_interleave(self, repeats: int | torch.Tensor, dim: int | None = None, *, output_size: int | None = None) -> Any:
+        """Repeat elements along batch ``dim``; without ``dim`` the batch is flattened first (as torch)."""
+        if dim is None:
+            return self.reshape(-1).repeat_interleave(repeats, 0, output_size=output_size)
         d = normalize_dim(dim, self.batch_dims)
         if isinstance(repeats, torch.Tensor) and repeats.numel() > 1:
             new = int(repeats.sum())
@@ -438,25 +452,28 @@ class ShapeOpsMixin:
             idx = _trailing_ones(index, v.dim()).expand(*index.shape, *feat)
             return torch.gather(v, d, idx)
 
-        return self._map_entries(take, index.shape)
+        return self._map_entries(take, index.shape, self._maybe_names())
 
     # ---- ops with several outputs
-    def _split_entries(self, fn, sizes: Sequence[torch.Size]) -> tuple:
+    def _split_entries(self, fn, sizes: Sequence[torch.Size], names: Any = None) -> tuple:
         parts: dict[str, Any] = {}
         for key, value in self._items_raw():
             parts[key] = fn(value)
-        return tuple(self._from_parts({k: p[i] for k, p in parts.items()}, bs) for i, bs in enumerate(sizes))
+        return tuple(self._from_parts({k: p[i] for k, p in parts.items()}, bs, names) for i, bs in enumerate(sizes))
 
     def unbind(self, dim: int = 0) -> tuple:
         d = normalize_dim(dim, self.batch_dims)
         bs = self.batch_size[:d] + self.batch_size[d + 1 :]
-        return self._split_entries(lambda v: v.unbind(d), [bs] * self.batch_size[d])
+        names = self._maybe_names()
+        if names is not None:
+            names = _named_or_none(names[:d] + names[d + 1 :])
+        return self._split_entries(lambda v: v.unbind(d), [bs] * self.batch_size[d], names)
 
     def split(self, split_size: int | Sequence[int], dim: int = 0) -> tuple:
         d = normalize_dim(dim, self.batch_dims)
         lengths = split_lengths(split_size, self.batch_size[d])
         sizes = [self.batch_size[:d] + (n,) + self.batch_size[d + 1 :] for n in lengths]
-        return self._split_entries(lambda v: v.split(lengths, d), sizes)
+        return self._split_entries(lambda v: v.split(lengths, d), sizes, self._maybe_names())
 
     def chunk(self, chunks: int, dim: int = 0) -> tuple:
         d = normalize_dim(dim, self.batch_dims)
@@ -472,10 +489,10 @@ class ShapeOpsMixin:
         size = self.batch_size[d]
         bounds = split_bounds(indices_or_sections, size)
         sizes = [self.batch_size[:d] + (len(r),) + self.batch_size[d + 1 :] for r in split_slices(bounds, size)]
-        return self._split_entries(lambda v: v.tensor_split(bounds, d), sizes)
+        return self._split_entries(lambda v: v.tensor_split(bounds, d), sizes, self._maybe_names())
 
-    def _from_parts(self, entries: dict, batch_size: torch.Size) -> Any:
-        return _tensordict_class()._new_unsafe(entries, torch.Size(batch_size), self.device, None)
+    def _from_parts(self, entries: dict, batch_size: torch.Size, names: Any = None) -> Any:
+        return _tensordict_class()._new_unsafe(entries, torch.Size(batch_size), self.device, names)
 
     # ---- padding, layout changes
     def pad(self, pad_size: Sequence[int], value: float = 0.0, inplace: bool = False, safe: bool = True) -> Any:

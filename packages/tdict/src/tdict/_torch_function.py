@@ -10,7 +10,8 @@ from typing import Any, Callable, Sequence
 import torch
 import torch.nn.functional as F
 
-from ._utils import normalize_dim
+from ._entry_ops import _set_device_tree
+from ._utils import normalize_dim, parse_device
 from .base import TD_HANDLED_FUNCTIONS, TensorDictBase, is_tensor_collection
 from .tensordict import TensorDict
 
@@ -99,8 +100,9 @@ def _stack_special(tds: Sequence, dim: int, out: Any) -> Any:
 
 
 def _stacked_names(tds: Sequence, dim: int):
+    """The first collection's names, with the new dim unnamed; none when the collections disagree."""
     names = tds[0]._maybe_names()
-    if names is None:
+    if names is None or any(td._maybe_names() != names for td in tds[1:]):
         return None
     return names[:dim] + [None] + names[dim:]
 
@@ -268,7 +270,10 @@ def _masked_fill(td: TensorDictBase, mask: torch.Tensor, value: Any) -> TensorDi
 
 def _like(fn: Callable) -> Callable:
     def handler(td: TensorDictBase, *args: Any, **kwargs: Any) -> TensorDictBase:
-        return td._map_entries(lambda v: fn(v, *args, **kwargs) if isinstance(v, torch.Tensor) else handler(v, *args, **kwargs) if not v._is_non_tensor else v, td.batch_size, td._maybe_names())
+        out = td._map_entries(lambda v: fn(v, *args, **kwargs) if isinstance(v, torch.Tensor) else handler(v, *args, **kwargs) if not v._is_non_tensor else v, td.batch_size, td._maybe_names())
+        if kwargs.get("device") is not None:  # the leaves moved: so does the collection
+            _set_device_tree(out, parse_device(kwargs["device"]))
+        return out
 
     return handler
 

@@ -295,7 +295,7 @@ class NonTensorData(_NonTensorBase):
             index = torch.as_tensor(index)
         return NonTensorData._new(self.data, _indexed_batch_size(bs, index), self._device)
 
-    def _split_entries(self, fn: Callable, sizes: Sequence[torch.Size]) -> tuple:
+    def _split_entries(self, fn: Callable, sizes: Sequence[torch.Size], names: Any = None) -> tuple:
         return tuple(NonTensorData._new(self.data, torch.Size(bs), self._device) for bs in sizes)
 
     # ---- copies

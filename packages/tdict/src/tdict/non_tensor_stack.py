@@ -182,7 +182,7 @@ class NonTensorStack(_NonTensorBase):
             index = torch.as_tensor(index)
         return self._wrap(self._origins[index_on_cpu(index)], _has_int(index))
 
-    def _split_entries(self, fn: Callable, sizes: Sequence[torch.Size]) -> tuple:
+    def _split_entries(self, fn: Callable, sizes: Sequence[torch.Size], names: Any = None) -> tuple:
         ndim = self._origins.dim()
         return tuple(self._wrap(part, part.dim() < ndim) for part in fn(self._origins))
 

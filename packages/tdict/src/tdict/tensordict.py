@@ -9,6 +9,7 @@ import torch
 from ._keys import KeysView
 from ._utils import NO_DEFAULT, NestedKey, _key_to_tuple, check_names, normalize_dim, parse_batch_size, parse_device, parse_to_args
 from ._indexing import _batch_size_from_entry, _indexed_batch_size, _normalize_index, check_write_shape
+from ._names import indexed_names, leading_names
 from .base import _MISSING, NON_TENSOR_CLASSES, TensorDictBase, is_tensor_collection
 
 _Tensor = torch.Tensor
@@ -55,6 +56,8 @@ class TensorDict(TensorDictBase):
         self._names = None
         self._batch_size = parse_batch_size(batch_size)
         self._device = parse_device(device)
+        if names is not None:  # before the entries: sub-collections are stored with these names
+            self._names = _parsed_names(names, len(self._batch_size))
         if source is None:
             items = kwargs.items()
         else:
@@ -67,8 +70,6 @@ class TensorDict(TensorDictBase):
             if kwargs:
                 items = list(items) + list(kwargs.items())
         self._fill(items)
-        if names is not None:
-            self.names = names
         if lock:
             self.lock_()
 
@@ -83,7 +84,7 @@ class TensorDict(TensorDictBase):
             elif isinstance(value, torch.Tensor) and (not n or value.shape[:n] == bs) and (device is None or value.device == device):
                 entries[key] = value  # the common case, checked inline
             elif type(value) is dict:
-                sub = TensorDict._new_unsafe({}, bs, device)
+                sub = TensorDict._new_unsafe({}, bs, device, self._names)
                 sub._fill(value.items())
                 entries[key] = sub
             else:
@@ -118,10 +119,11 @@ class TensorDict(TensorDictBase):
         return out
 
     def auto_batch_size_(self, batch_dims: int | None = None) -> "TensorDict":
-        """Set the batch size to the longest leading shape all entries share (at most ``batch_dims`` dims)."""
+        """Set the batch size to the longest leading shape all entries share (at most ``batch_dims`` dims,
+        at every level: sub-collections are sized first, with the same limit)."""
         for value in self._tensordict.values():
             if not isinstance(value, torch.Tensor) and not value._is_non_tensor and not value._is_lazy:
-                value.auto_batch_size_()
+                value.auto_batch_size_(batch_dims)
         shapes = [v.shape if isinstance(v, torch.Tensor) else v.batch_size for v in self._tensordict.values() if isinstance(v, torch.Tensor) or not v._is_non_tensor]
         if not shapes:
             return self
@@ -156,9 +158,14 @@ class TensorDict(TensorDictBase):
                 )
             if self._device is not None and value.device != self._device:
                 value = value.to(self._device)
+            if self._names is not None and not value._is_non_tensor:
+                names = leading_names(value, self._names, key, force=False)
+                if names is not None:  # a shallow copy carries the parent's names (the caller's object is left alone)
+                    value = value.copy()
+                    value.names = names
             return value
         if isinstance(value, dict):
-            return TensorDict(value, self._batch_size, self._device)
+            return TensorDict(value, self._batch_size, self._device, names=self._names)
         return self._convert(key, value)
 
     def _convert(self, key: str, value: Any) -> Any:
@@ -370,8 +377,8 @@ class TensorDict(TensorDictBase):
                 first = key
         if new_bs is None:
             new_bs = _batch_size_from_entry(self._tensordict[first], out[first], len(bs)) if first is not None else _indexed_batch_size(bs, index)
-            if self._names and len(new_bs) == len(bs):
-                names = self._names
+            if self._names:
+                names = indexed_names(self._names, index, len(new_bs))
         return TensorDict._new_unsafe(out, new_bs, self._device, names)
 
     def _take_rows(self, index: torch.Tensor) -> "TensorDict":
@@ -613,11 +620,14 @@ class TensorDict(TensorDictBase):
 
     @names.setter
     def names(self, value: Sequence[str | None] | None) -> None:
-        if value is None:
-            self._names = None
-            return
-        value = check_names(value, len(self._batch_size))
-        self._names = value if any(v is not None for v in value) else None
+        """Name the batch dims; sub-collections get the same names on these dims."""
+        value = None if value is None else _parsed_names(value, len(self._batch_size))
+        self._names = value
+        for key, sub in self._tensordict.items():
+            if not isinstance(sub, torch.Tensor) and not sub._is_non_tensor:
+                names = leading_names(sub, value, key, force=True)
+                if names is not None:
+                    sub.names = names
 
     def _maybe_names(self):
         return self._names
@@ -710,6 +720,11 @@ class _TensorDictKeysView(KeysView):
             else:
                 count += self._count_entry(value)
         return count
+
+
+def _parsed_names(names: Sequence[str | None], ndim: int) -> list | None:
+    names = check_names(names, ndim)
+    return names if any(n is not None for n in names) else None
 
 
 def _plain_updates(dest: "TensorDict", source: "TensorDict", writes: list) -> bool:
