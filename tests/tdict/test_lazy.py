@@ -620,3 +620,25 @@ def test_in_place_leaf_ops_reach_the_members():
     assert all(torch.equal(t["b", "c"], torch.full((2,), 4.0)) for t in tds)
     s.share_memory_()
     assert all(t["a"].is_shared() and t["b", "c"].is_shared() for t in tds) and s.is_locked
+
+
+def test_in_place_arithmetic_pairs_nested_lazy_stacks_member_by_member():
+    def stack(v):
+        return lazy_stack([TensorDict({"x": torch.zeros(2) + v, "y": torch.ones(1) + v}), TensorDict({"x": torch.ones(2) + v, "z": torch.zeros(3) + v})])
+
+    def members(td):
+        return [{k: v.tolist() for k, v in m.items()} for m in td.get("lz").tensordicts]
+
+    a = TensorDict({"lz": stack(0.0), "d": torch.zeros(2)}, [2])
+    b = TensorDict({"lz": stack(1.0), "d": torch.ones(2)}, [2])
+    a += b  # tdict raised KeyError: ('lz', 'y') (a key only member 0 holds)
+    # tensordict 0.14: every member gets its own exclusive keys added
+    assert members(a) == [{"x": [1.0, 1.0], "y": [3.0]}, {"x": [3.0, 3.0], "z": [1.0, 1.0, 1.0]}]
+    assert a["d"].tolist() == [1.0, 1.0]
+    a.lerp_(b, 0.5)
+    assert members(a) == [{"x": [1.0, 1.0], "y": [2.5]}, {"x": [2.5, 2.5], "z": [1.0, 1.0, 1.0]}]
+    a.addcmul_(b, b)
+    assert members(a) == [{"x": [2.0, 2.0], "y": [6.5]}, {"x": [6.5, 6.5], "z": [2.0, 2.0, 2.0]}]
+    assert a.allclose(a.clone())
+    with pytest.raises(KeyError, match=r"\('lz', 'y'\)"):
+        a.add_(TensorDict({"lz": lazy_stack([TensorDict({"x": torch.zeros(2)}), TensorDict({"x": torch.zeros(2), "z": torch.zeros(3)})]), "d": torch.ones(2)}, [2]))

@@ -408,3 +408,20 @@ def test_tensorclass_forwards_the_new_methods():
     assert p.dtype is None and p.float().dtype == torch.float32 and p.is_floating_point() is False
     q = p.float()
     assert q.erf_() is q and q.clamp_max_(0.5) is q and q.addcdiv_(q, q + 1) is q
+
+
+def test_clamp_with_batch_shaped_tensor_bounds():
+    td = TensorDict({"a": torch.arange(6.0).view(2, 3), "b": torch.arange(2.0)}, [2])
+    low, high = torch.tensor([1.0, 2.0]), torch.tensor([3.0, 4.0])
+    out = td.clamp(low, high)  # tdict raised: the bounds broadcast against the last dim
+    # tensordict 0.14: one bound per batch element
+    assert out["a"].tolist() == [[1.0, 1.0, 2.0], [3.0, 4.0, 4.0]] and out["b"].tolist() == [1.0, 2.0]
+    assert td.clamp(min=low)["a"].tolist() == [[1.0, 1.0, 2.0], [3.0, 4.0, 5.0]]
+    assert td.clamp(max=high)["a"].tolist() == [[0.0, 1.0, 2.0], [3.0, 4.0, 4.0]]
+    assert td.clamp(1.0, 3.0)["a"].tolist() == [[1.0, 1.0, 2.0], [3.0, 3.0, 3.0]]
+    td.clamp_(low, high)
+    assert td["a"].tolist() == [[1.0, 1.0, 2.0], [3.0, 4.0, 4.0]]
+    stack = lazy_stack([TensorDict({"a": torch.arange(3.0)}), TensorDict({"a": torch.arange(3.0, 6.0)})])
+    assert stack.clamp(low, high)["a"].tolist() == [[1.0, 1.0, 2.0], [3.0, 4.0, 4.0]]
+    with pytest.raises(RuntimeError, match=r"broadcast to the batch size \[2\]"):
+        td.clamp(torch.zeros(3))

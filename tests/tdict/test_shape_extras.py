@@ -566,3 +566,25 @@ def test_property_tensor_split(case):
     assert len(parts) == len(batches)
     for i, (part, b) in enumerate(zip(parts, batches)):
         assert_leaves(part, td, lambda t: t.tensor_split(arg, d)[i], b.shape)
+
+
+def test_repeat_interleave_without_dim_flattens_first():
+    td = TensorDict({"a": torch.arange(4).view(2, 2), "f": torch.arange(8).view(2, 2, 2)}, [2, 2])
+    out = td.repeat_interleave(2)
+    # torch / tensordict 0.14: batch [8], the flattened elements repeated (tdict repeated dim 0: [4, 2])
+    assert out.batch_size == torch.Size([8])
+    assert out["a"].tolist() == [0, 0, 1, 1, 2, 2, 3, 3]
+    assert out["f"].shape == torch.Size([8, 2]) and out["f"][:2].tolist() == [[0, 1], [0, 1]]
+    out = td.repeat_interleave(torch.tensor([1, 2, 0, 1]))
+    assert out.batch_size == torch.Size([4]) and out["a"].tolist() == [0, 1, 1, 3]
+    assert td.repeat_interleave(2, dim=1)["a"].tolist() == [[0, 0, 1, 1], [2, 2, 3, 3]]
+
+
+def test_flatten_of_a_batch_less_tensordict_gives_one_dim():
+    td = TensorDict({"a": torch.zeros(3), "n": {"b": torch.zeros(())}}, [])
+    for out in (td.flatten(), td.flatten(0, -1), torch.flatten(td)):
+        # torch.zeros(()).flatten().shape == [1], as tensordict 0.14 does (tdict kept [])
+        assert out.batch_size == torch.Size([1]) and out["a"].shape == torch.Size([1, 3]) and out["n", "b"].shape == torch.Size([1])
+    with pytest.raises(IndexError, match="start_dim"):
+        td.flatten(1)
+    assert TensorDict({"a": torch.zeros(3)}, [3]).flatten().batch_size == torch.Size([3])

@@ -346,6 +346,33 @@ def test_apply_named_apply_and_multiple():
     assert td["a"] is ref and torch.all(ref == 0)
 
 
+def test_like_functions_with_a_device_set_the_collections_device():
+    td = TensorDict({"a": torch.zeros(2), "n": {"b": torch.zeros(2)}}, [2])
+    for fn in (torch.empty_like, torch.zeros_like, torch.ones_like):
+        out = fn(td, device="meta")
+        # tensordict 0.14: device meta (tdict kept the stale None)
+        assert out.device == torch.device("meta") and out["n"].device == torch.device("meta") and out["a"].is_meta
+    assert torch.zeros_like(TensorDict({"a": torch.zeros(2)}, [2], device="cpu"), device="meta").device == torch.device("meta")
+    assert torch.zeros_like(td).device is None
+
+
+def test_to_none_is_a_no_op():
+    td = TensorDict({"a": torch.zeros(2)}, [2])
+    assert td.to(None) is td and td.to(None).device is None  # tdict raised TypeError
+    on_cpu = TensorDict({"a": torch.zeros(2)}, [2], device="cpu")
+    assert on_cpu.to(None).device == torch.device("cpu")
+
+
+def test_from_dict_batch_dims_limits_nested_dicts_too():
+    source = {"a": torch.zeros(3, 4, 5), "n": {"b": torch.zeros(3, 4, 5)}}
+    # tensordict 0.14: the nested batch size follows batch_dims (tdict gave [3, 4, 5])
+    for batch_dims, expected in ((1, [3]), (2, [3, 4])):
+        td = TensorDict.from_dict(source, batch_dims=batch_dims, auto_batch_size=True)
+        assert td.batch_size == torch.Size(expected) and td["n"].batch_size == torch.Size(expected)
+    nested_first = TensorDict.from_dict({"n": {"b": torch.zeros(3, 4, 5)}, "a": torch.zeros(3, 4)}, batch_dims=1)
+    assert nested_first.batch_size == torch.Size([3]) and nested_first["n"].batch_size == torch.Size([3])
+
+
 def test_apply_default_fills_the_leaves_of_a_missing_sub_collection():
     td = TensorDict({"a": torch.zeros(2), "n": {"b": torch.ones(2), "m": {"c": torch.ones(2)}}}, [2])
     other = TensorDict({"a": torch.ones(2), "n": {"b": torch.ones(2)}}, [2])

@@ -39,6 +39,44 @@ def comparison_operand(other: Any) -> Any:
     return _UNCOMPARABLE
 
 
+def paired_leaves(td: Any, others: list) -> tuple:
+    """``td``'s tensor leaves and, for each of ``others``, the leaves under the same keys (a list
+    per collection). A lazy stack inside ``td`` pairs member by member, so that keys only some
+    members hold are found; every key is checked before anything is computed."""
+    out: tuple = tuple([] for _ in range(len(others) + 1))
+    _pair(td, others, out, ())
+    return out
+
+
+def _pair(td: Any, others: list, out: tuple, path: tuple) -> None:
+    if td._is_lazy and not td._is_non_tensor:
+        splits = []
+        for other in others:
+            parts = td._split_collection(other)
+            if parts is None:
+                raise RuntimeError(f"key {path or '<root>'!r}: the other collection's batch size {list(other.batch_size)} does not start with {list(td.batch_size)}.")
+            splits.append(parts)
+        for j, member in enumerate(td.tensordicts):
+            _pair(member, [parts[j] for parts in splits], out, path)
+        return
+    for key, value in td._items_raw():
+        if not isinstance(value, torch.Tensor) and value._is_non_tensor:
+            continue
+        full = path + (key,)
+        matches = []
+        for other in others:
+            match = other._get_str(key, None) if _is_collection(other) else None
+            if match is None or isinstance(match, torch.Tensor) != isinstance(value, torch.Tensor):
+                raise KeyError(f"key {full!r}: the other collection has no {'tensor' if isinstance(value, torch.Tensor) else 'sub-collection'} there.")
+            matches.append(match)
+        if isinstance(value, torch.Tensor):
+            out[0].append(value)
+            for i, match in enumerate(matches):
+                out[i + 1].append(match)
+        else:
+            _pair(value, matches, out, full)
+
+
 def _compare_payloads(src: Any, out: Any, other: Any, op: Callable) -> None:
     """Replace the non-tensor entries that ``_binary`` copied into ``out`` by their comparison."""
     for key, value in src._items_raw():
@@ -95,13 +133,15 @@ class ArithmeticMixin(ReductionsMixin):
 
     def _binary_(self, other: Any, foreach: Callable, fallback: Callable) -> Any:
         """In-place op: one fused ``torch._foreach_*_`` call over all leaves when possible."""
-        keys, leaves = self._tensor_leaves()
+        if _is_collection(other):
+            leaves, others = paired_leaves(self, [other])
+            if leaves:  # torch._foreach_* refuses an empty list
+                foreach(leaves, others)
+            return self
+        leaves = self._tensor_leaves()[1]
         if not leaves:  # torch._foreach_* refuses an empty list
             return self
-        if _is_collection(other):
-            others = [other.get(k) for k in keys]
-            foreach(leaves, others)
-        elif isinstance(other, torch.Tensor) and other.dim() > 0:
+        if isinstance(other, torch.Tensor) and other.dim() > 0:
             other, n = self._batch_operand(other), self.batch_dims
             for leaf in leaves:
                 fallback(leaf, _align(other, leaf.dim() - n))
@@ -127,7 +167,8 @@ class ArithmeticMixin(ReductionsMixin):
         return self._unary(torch.isnan)
 
     def allclose(self, other: Any, rtol: float = 1e-5, atol: float = 1e-8, equal_nan: bool = False) -> bool:
-        return all(torch.allclose(v, other.get(k), rtol=rtol, atol=atol, equal_nan=equal_nan) for k, v in zip(*self._tensor_leaves()))
+        leaves, others = paired_leaves(self, [other])
+        return all(torch.allclose(v, o, rtol=rtol, atol=atol, equal_nan=equal_nan) for v, o in zip(leaves, others))
 
     def add(self, other: Any, *, alpha: float | None = None) -> Any:
         return self._binary(other, operator.add if alpha is None else (lambda a, b: torch.add(a, b, alpha=alpha)))
@@ -144,9 +185,18 @@ class ArithmeticMixin(ReductionsMixin):
         return self._binary_(end, lambda xs, ys: torch._foreach_lerp_(xs, ys, weight), lambda x, y: x.lerp_(y, weight))
 
     def clamp(self, min: Any = None, max: Any = None) -> Any:
+        """Clamp every leaf; a tensor bound lines up with the batch dims (one bound per batch element),
+        a collection bound gives one bound per leaf."""
+        if _is_bound_operand(min) or _is_bound_operand(max):
+            out = self if min is None else self.clamp_min(min)
+            return out if max is None else out.clamp_max(max)
         return self._unary(lambda v: v.clamp(min, max))
 
     def clamp_(self, min: Any = None, max: Any = None) -> Any:
+        if _is_bound_operand(min) or _is_bound_operand(max):
+            if min is not None:
+                self.clamp_min_(min)
+            return self if max is None else self.clamp_max_(max)
         for leaf in self._tensor_leaves()[1]:
             leaf.clamp_(min, max)
         return self
@@ -210,9 +260,9 @@ class ArithmeticMixin(ReductionsMixin):
 
     def _ternary_(self, other1: Any, other2: Any, value: Any, foreach: Callable, fallback: Callable, name: str) -> Any:
         if not self._is_lazy and _is_collection(other1) and _is_collection(other2):
-            keys, leaves = self._tensor_leaves()
+            leaves, firsts, seconds = paired_leaves(self, [other1, other2])
             if leaves:  # one fused call over all leaves
-                foreach(leaves, [other1.get(k) for k in keys], [other2.get(k) for k in keys], value=value)
+                foreach(leaves, firsts, seconds, value=value)
             return self
         # leaf by leaf (a lazy stack's members get their slice of a collection operand); the
         # structure ``_ternary`` builds around the updated leaves is dropped
@@ -264,6 +314,11 @@ class ArithmeticMixin(ReductionsMixin):
         if isinstance(dst_type, str):
             return self._unary(lambda v: v.type(dst_type))
         raise TypeError(f"type: dst_type must be a torch.dtype or a tensor type name such as 'torch.FloatTensor', got {dst_type!r}.")
+
+
+def _is_bound_operand(bound: Any) -> bool:
+    """A clamp bound that must be aligned per leaf (a batch-shaped tensor or a collection)."""
+    return _is_collection(bound) or (isinstance(bound, torch.Tensor) and bound.dim() > 0)
 
 
 def _scalar_tensor(value: Any, name: str, arg: str) -> torch.Tensor:

@@ -162,6 +162,8 @@ def parse_to_args(args: tuple, kwargs: dict) -> tuple:
     if kwargs:
         raise TypeError(f"to(): unexpected arguments {sorted(kwargs)}.")
     for arg in args:
+        if arg is None:  # to(None): nothing to move to (tensordict returns the collection unchanged)
+            continue
         if isinstance(arg, torch.dtype):
             dtype = arg
         elif isinstance(arg, (str, torch.device, int)):
