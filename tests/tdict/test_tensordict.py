@@ -34,6 +34,35 @@ def test_construction_rejects_wrong_batch_and_names_key():
         TensorDict({}, batch_size=[-1])
 
 
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda: TensorDict({}, batch_size=[-1]),
+        lambda: TensorDict({}, batch_size=torch.Size([-1])),  # a valid torch.Size, not a valid batch size
+        lambda: TensorDict({}, batch_size=-1),
+        lambda: TensorDict({}, batch_size=(2, -3)),
+        lambda: TensorDict(batch_size=torch.Size([2, -1]), a=torch.zeros(2)),
+        lambda: setattr(TensorDict({}, [2]), "batch_size", torch.Size([-2])),
+        lambda: TensorDict({}, [2]).empty(batch_size=[-1]),
+        lambda: TensorDict({}, [2]).to(batch_size=[-1]),
+        lambda: TensorDict.from_dict({"a": torch.zeros(2)}, batch_size=[-1]),
+        lambda: __import__("tdict").NonTensorData("x", batch_size=torch.Size([-1])),
+        lambda: __import__("tdict").LazyStackedTensorDict(batch_size=[-1]),
+    ],
+)
+def test_negative_batch_sizes_raise_naming_batch_size(make):
+    with pytest.raises(ValueError, match=r"batch_size must be a sequence of non-negative ints, got \[.*-\d.*\]"):
+        make()
+
+
+def test_negative_new_sizes_raise_naming_size():
+    td = TensorDict({"a": torch.zeros(2)}, [2])
+    with pytest.raises(ValueError, match=r"new_zeros: size must be non-negative ints, got \[-1\]"):
+        td.new_zeros(-1)
+    with pytest.raises(ValueError, match=r"new_empty: size must be non-negative ints, got \[-1\]"):
+        td.new_empty(torch.Size([-1]))
+
+
 def test_device_and_conversions():
     td = TensorDict({"a": torch.zeros(3)}, batch_size=[3], device="cpu")
     assert td.device == torch.device("cpu")

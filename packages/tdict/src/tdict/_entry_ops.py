@@ -50,8 +50,10 @@ def _new_size(size: tuple, what: str) -> torch.Size:
         size = size[0]
     try:
         return parse_batch_size(size)
-    except (TypeError, ValueError) as err:
+    except TypeError as err:
         raise TypeError(f"{what}: size must be ints or one sequence of ints, got {size!r}.") from err
+    except ValueError:
+        raise ValueError(f"{what}: size must be non-negative ints, got {list(size)}.") from None
 
 
 def _set_device_tree(td: Any, device: torch.device | None) -> None:

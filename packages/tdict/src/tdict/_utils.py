@@ -93,16 +93,19 @@ def is_nested_key(key: Any) -> bool:
 
 
 def parse_batch_size(batch_size: Any) -> torch.Size:
+    """``batch_size`` as a ``torch.Size``; ``ValueError`` naming it for a negative dim (a
+    ``torch.Size`` too: ``torch.Size([-1])`` is a valid Size but not a valid batch size)."""
     if batch_size is None:
         return torch.Size(())
     if type(batch_size) is torch.Size:
-        return batch_size
-    if isinstance(batch_size, int):
-        batch_size = (batch_size,)
-    try:
-        size = torch.Size(batch_size)
-    except (TypeError, ValueError) as err:
-        raise TypeError(f"batch_size must be a sequence of non-negative ints, got {batch_size!r}.") from err
+        size = batch_size
+    else:
+        if isinstance(batch_size, int):
+            batch_size = (batch_size,)
+        try:
+            size = torch.Size(batch_size)
+        except (TypeError, ValueError) as err:
+            raise TypeError(f"batch_size must be a sequence of non-negative ints, got {batch_size!r}.") from err
     for dim in size:
         if dim < 0:
             raise ValueError(f"batch_size must be a sequence of non-negative ints, got {list(size)}.")
