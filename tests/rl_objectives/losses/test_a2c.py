@@ -42,7 +42,8 @@ def test_missing_advantage_is_estimated_without_gradients_and_input_untouched(ca
     critic, clin = state_value_critic()
     td = rollout(actor, with_adv=False)
     before = {k: td.get(k) for k in td.keys(True, True)}
-    loss = A2CLoss(actor, critic, gamma=0.8)
+    with pytest.warns(DeprecationWarning, match="gamma"):  # TorchRL's deprecated argument, still honoured
+        loss = A2CLoss(actor, critic, gamma=0.8)
     out = loss(td)
     assert {k: td.get(k) for k in td.keys(True, True)} == before
     with torch.no_grad():
@@ -123,7 +124,8 @@ def test_a2c_learns_a_bandit(categorical_actor, state_value_critic, bandit_rollo
     torch.manual_seed(0)
     actor, lin = categorical_actor(obs_dim=1, n=3)
     critic, _ = state_value_critic(obs_dim=1)
-    loss = A2CLoss(actor, critic, entropy_coeff=0.0, gamma=0.0)
+    with pytest.warns(DeprecationWarning, match="gamma"):  # TorchRL's deprecated argument, still honoured
+        loss = A2CLoss(actor, critic, entropy_coeff=0.0, gamma=0.0)
     opt = torch.optim.Adam(loss.parameters(), lr=0.05)
     rewards = torch.tensor([0.2, 0.0, 1.0])
     for _ in range(150):

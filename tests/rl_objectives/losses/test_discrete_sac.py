@@ -131,7 +131,7 @@ def test_categorical_and_one_hot_agree(seed, n):
 def test_reduction_none_and_sum():
     td, _ = batch()
     mean = DiscreteSACLoss(*networks(), num_actions=N_ACT)(td.clone())
-    none = DiscreteSACLoss(*networks(), num_actions=N_ACT, reduction="none")(td.clone())
+    none = DiscreteSACLoss(*networks(), num_actions=N_ACT, reduction="none", scalar_output_mode="exclude")(td.clone())
     total = DiscreteSACLoss(*networks(), num_actions=N_ACT, reduction="sum")(td.clone())
     for key in ("loss_actor", "loss_qvalue", "loss_alpha"):
         assert none[key].shape == (B,)

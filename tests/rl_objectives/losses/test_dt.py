@@ -216,7 +216,10 @@ class TestOnlineDTLoss:
     @pytest.mark.parametrize("n_samples", [1, 3])
     def test_matches_reference(self, reduction, masked, n_samples):
         net, actor = online_actor()
-        loss = OnlineDTLoss(actor, alpha_init=0.2, target_entropy=-1.5, samples_mc_entropy=n_samples, reduction=reduction)
+        # reduction="none": TorchRL leaves the scalars out unless they are kept as non-tensor entries
+        mode = "non_tensor" if reduction == "none" else None
+        loss = OnlineDTLoss(actor, alpha_init=0.2, target_entropy=-1.5, samples_mc_entropy=n_samples, reduction=reduction,
+                            scalar_output_mode=mode)
         td = batch(mask=masked)
         torch.manual_seed(7)
         out = loss(td)

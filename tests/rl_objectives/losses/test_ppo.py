@@ -107,7 +107,8 @@ def test_missing_advantage_is_estimated_with_gae_without_touching_the_input(cate
     critic, clin = state_value_critic()
     td = rollout(actor, batch=(2, 6), with_adv=False)
     before = {k: td.get(k) for k in td.keys(True, True)}
-    loss = ClipPPOLoss(actor, critic, gamma=0.9, entropy_bonus=False)
+    with pytest.warns(DeprecationWarning, match="gamma"):  # TorchRL's deprecated argument, still honoured
+        loss = ClipPPOLoss(actor, critic, gamma=0.9, entropy_bonus=False)
     out = loss(td)
     # the caller's TensorDict is left as it was (TorchRL works on a shallow copy too)
     assert {k: td.get(k) for k in td.keys(True, True)}.keys() == before.keys()
@@ -348,7 +349,8 @@ def test_clip_ppo_learns_a_bandit(categorical_actor, state_value_critic, bandit_
     torch.manual_seed(0)
     actor, lin = categorical_actor(obs_dim=1, n=3)
     critic, _ = state_value_critic(obs_dim=1)
-    loss = ClipPPOLoss(actor, critic, entropy_coeff=0.0, critic_coeff=0.5, gamma=0.0)
+    with pytest.warns(DeprecationWarning, match="gamma"):  # TorchRL's deprecated argument, still honoured
+        loss = ClipPPOLoss(actor, critic, entropy_coeff=0.0, critic_coeff=0.5, gamma=0.0)
     loss.make_value_estimator(ValueEstimators.GAE, lmbda=1.0)
     opt = torch.optim.Adam(loss.parameters(), lr=0.05)
     rewards = torch.tensor([0.0, 1.0, 0.3])

@@ -31,7 +31,8 @@ def test_default_estimator_is_gae_and_writes_advantage_and_target_into_the_input
     critic, clin = state_value_critic()
     td = rollout(actor, batch=BATCH, with_adv=False)
     keys_before = set(td.keys(True, True))
-    loss = ReinforceLoss(actor, critic, gamma=0.9, loss_critic_type="l2")
+    with pytest.warns(DeprecationWarning, match="gamma"):  # TorchRL's deprecated argument, still honoured
+        loss = ReinforceLoss(actor, critic, gamma=0.9, loss_critic_type="l2")
     out = loss(td)
     assert loss.value_type is ValueEstimators.GAE
     assert set(td.keys(True, True)) == keys_before | {"advantage", "value_target"}
@@ -54,7 +55,8 @@ def test_default_estimator_is_gae_and_writes_advantage_and_target_into_the_input
 def test_delay_value_bootstraps_from_the_target_critic(normal_actor, state_value_critic, rollout):
     actor, _ = normal_actor()
     critic, clin = state_value_critic()
-    loss = ReinforceLoss(actor, critic, delay_value=True, gamma=0.5)
+    with pytest.warns(DeprecationWarning, match="gamma"):  # TorchRL's deprecated argument, still honoured
+        loss = ReinforceLoss(actor, critic, delay_value=True, gamma=0.5)
     loss.make_value_estimator(ValueEstimators.TD0)
     assert loss.target_networks == ["critic_network"]
     with torch.no_grad():

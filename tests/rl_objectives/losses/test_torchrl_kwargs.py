@@ -114,3 +114,86 @@ def test_deactivate_vmap_runs_the_q_ensemble_in_a_loop_with_the_same_numbers(mon
     with pytest.raises(TypeError, match="deactivate_vmap must be a bool"):
         SACLoss(actor, qnet, deactivate_vmap="no")
 
+
+
+def _with_prox_offset(loss, offset):
+    """Move the proximal (target) actor away from the online one: its logits' bias + ``offset``."""
+    with torch.no_grad():
+        loss.params_of("actor_network", target=True)["module", "0", "module", "bias"].add_(offset)
+
+
+def test_ppo_delay_actor_uses_the_target_actor_as_proximal_policy():
+    from rl_objectives import KLPENPPOLoss, SoftUpdate
+
+    actor = _categorical_actor()
+    td = _on_policy_batch(actor)
+    with torch.no_grad():  # a behaviour policy away from the current one
+        td["action_log_prob"] = td["action_log_prob"] - torch.linspace(0.0, 0.6, 6)
+    loss = ClipPPOLoss(actor, None, entropy_bonus=False, delay_actor=True, reduction="none", clip_epsilon=0.2)
+    assert loss.target_networks == ["actor_network"]
+    SoftUpdate(loss, eps=0.9)  # TorchRL's PPO-EWMA pairing: the updater finds the target actor
+    offset = torch.tensor([0.3, -0.2, 0.0, 0.5])
+    _with_prox_offset(loss, offset)
+    out = loss(td.clone())
+    with torch.no_grad():
+        lin = actor[0].module
+        logits = lin(td["obs"])
+        logp = torch.log_softmax(logits, -1).gather(-1, td["action"].unsqueeze(-1)).squeeze(-1)
+        prox = torch.log_softmax(logits + offset, -1).gather(-1, td["action"].unsqueeze(-1)).squeeze(-1)
+    r, w, adv = (logp - prox).exp(), (prox - td["action_log_prob"]).exp(), td["advantage"]
+    # Hilton et al.'s decoupled objective: -(pi_prox / pi_behav) * min(r A, clip(r) A), r = pi / pi_prox
+    torch.testing.assert_close(out["loss_objective"], -w * torch.minimum(r * adv, r.clamp(0.8, 1.2) * adv))
+    torch.testing.assert_close(out["kl_approx"], (prox - logp).mean())
+    # PPOLoss: the surrogate is weighted by the behaviour ratio only
+    plain = PPOLoss(actor, None, entropy_bonus=False, delay_actor=True, reduction="none")
+    _with_prox_offset(plain, offset)
+    torch.testing.assert_close(plain(td.clone())["loss_objective"], -(r * w) * adv)
+    # KLPENPPOLoss: the penalty is the KL to the proximal policy
+    kl = KLPENPPOLoss(actor, None, entropy_bonus=False, delay_actor=True, beta=1.0)
+    _with_prox_offset(kl, offset)
+    with torch.no_grad():
+        expected_kl = D.kl_divergence(D.Categorical(logits=logits + offset), D.Categorical(logits=logits)).mean()
+    torch.testing.assert_close(kl(td.clone())["kl"], expected_kl)
+    with pytest.raises(ValueError, match="delay_actor=True needs functional=True"):
+        PPOLoss(actor, None, delay_actor=True, functional=False)
+
+
+class _HalfScale(nn.Module):
+    """A value normaliser (TorchRL's ValueNorm interface) whose scale is the last target's max."""
+
+    def __init__(self):
+        super().__init__()
+        self.register_buffer("last", torch.tensor(2.0))
+        self.updates = 0
+
+    def update(self, value_target):
+        self.updates += 1
+        self.last.copy_(value_target.abs().max())
+
+    def scale(self):
+        return self.last
+
+
+def test_advantage_norm_divides_the_advantage():
+    actor, critic = _categorical_actor(), _critic()
+    td = _on_policy_batch(actor)
+    for cls in (A2CLoss, ClipPPOLoss):
+        norm = _HalfScale()
+        loss = cls(actor, critic, advantage_norm=norm, entropy_bonus=False, critic_coeff=None)
+        ref = cls(actor, critic, entropy_bonus=False, critic_coeff=None)
+        halved = td.clone()
+        halved["advantage"] = td["advantage"] / 2.0
+        torch.testing.assert_close(loss(td.clone())["loss_objective"], ref(halved)["loss_objective"])
+        assert norm.updates == 0  # a precomputed advantage: the caller updates the statistics
+        # the loss estimates the advantage: the normaliser sees the fresh value targets first
+        fresh = TensorDict({"obs": td["obs"], "action": td["action"], "action_log_prob": td["action_log_prob"],
+                            "next": {"obs": td["obs"] + 1, "reward": torch.ones(6), "done": torch.zeros(6, dtype=torch.bool)}}, [6])
+        loss(fresh.clone())
+        assert norm.updates == 1
+        loss.eval()
+        loss(fresh.clone())
+        assert norm.updates == 1  # no update outside training mode, as in TorchRL
+    with pytest.raises(ValueError, match="normalize_advantage=True and advantage_norm exclude each other"):
+        PPOLoss(actor, critic, advantage_norm=_HalfScale(), normalize_advantage=True)
+    with pytest.raises(TypeError, match="advantage_norm must be a value normaliser"):
+        A2CLoss(actor, critic, advantage_norm=2.0)

@@ -150,6 +150,26 @@ def rsample_action(owner: str, actor: Any, params: Any, tensordict: Any, action_
     return PolicyDraw(work, action, log_prob, dist)
 
 
+def on_live_rows(owner: str, tensordict: Any, done_key: Any, fn: Any) -> tuple:
+    """TorchRL's ``skip_done_states``: ``fn`` (a TensorDict -> tuple of tensors) runs only on the
+    rows of ``tensordict`` whose ``done_key`` entry is ``False``; the rows of done states get zeros.
+
+    Returns ``fn``'s tensors laid out over the whole batch (``fn(tensordict)`` itself when no state
+    is done). The done flag must have the batch shape.
+    """
+    done = tensordict.get(done_key, None)
+    if done is None or not bool(done.any()):
+        return fn(tensordict)
+    _check_batch_shaped(owner, {done_key: done}, tensordict.batch_size)
+    live = ~done
+    outs = []
+    for value in fn(tensordict[live]):
+        full = value.new_zeros(tensordict.batch_size + value.shape[1:])
+        full[live] = value
+        outs.append(full)
+    return tuple(outs)
+
+
 def auto_target_entropy(action_shape: Any) -> float:
     """The ``"auto"`` entropy target of a continuous action: ``-prod(action shape)``."""
     return -float(math.prod(action_shape))

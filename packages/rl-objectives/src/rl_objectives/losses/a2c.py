@@ -45,7 +45,13 @@ class A2CLoss(_ActorCriticLoss):
         reduction: ``"mean"`` (default), ``"sum"`` or ``"none"`` (per-step losses, batch-shaped).
         clip_value: clip the value prediction to ``stored value +/- clip_value`` (the input must
             hold the collection-time ``"state_value"``); adds ``"value_clip_fraction"``.
-        gamma: default discount of the value estimator (else 0.99).
+        gamma: deprecated (``DeprecationWarning``): the default discount of the value estimator
+            (else 0.99); use ``make_value_estimator(gamma=...)``.
+        advantage_norm: a value normaliser (TorchRL's ``ValueNorm`` interface: ``update(value_target)``
+            and ``scale()``): the advantage is divided by ``advantage_norm.scale()`` (not re-centred).
+            In training mode its statistics are updated with the value targets whenever the loss runs
+            its own value estimator (the input has no advantage); with a precomputed advantage, call
+            ``advantage_norm.update(value_target)`` once per batch yourself.
         advantage_key, value_target_key, value_key: shortcuts for :meth:`set_keys`.
         functional: accepted for TorchRL's signature; the networks' own parameters are trained
             either way, so ``True`` and ``False`` give the same losses.
@@ -97,10 +103,12 @@ class A2CLoss(_ActorCriticLoss):
         functional: bool = True,
         actor: Any = None,
         critic: Any = None,
+        advantage_norm: Any = None,
     ) -> None:
         super().__init__(
             actor_network,
             critic_network,
+            advantage_norm=advantage_norm,
             functional=functional,
             actor=actor,
             critic=critic,

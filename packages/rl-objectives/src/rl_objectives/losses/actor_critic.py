@@ -157,11 +157,23 @@ class _ActorCriticLoss(LossModule):
         actor: Any = None,
         critic: Any = None,
         device: Any = None,
+        advantage_norm: Any = None,
+        delay_actor: bool = False,
     ) -> None:
         name = type(self).__name__
         actor_network, critic_network = _alias_networks(name, actor_network, critic_network, actor, critic)
         if not isinstance(functional, bool):
             raise TypeError(f"{name}: functional must be a bool, got {type(functional).__name__}.")
+        for flag, value in (("separate_losses", separate_losses), ("delay_actor", delay_actor)):
+            if not isinstance(value, bool):
+                raise TypeError(f"{name}: {flag} must be a bool, got {type(value).__name__}.")
+        if delay_actor and not functional:
+            raise ValueError(f"{name}: delay_actor=True needs functional=True (TorchRL's rule: the proximal policy is held in target_actor_network_params).")
+        if advantage_norm is not None and not (callable(getattr(advantage_norm, "update", None)) and callable(getattr(advantage_norm, "scale", None))):
+            raise TypeError(
+                f"{name}: advantage_norm must be a value normaliser with update(value_target) and scale() methods "
+                f"(TorchRL's ValueNorm interface), got {type(advantage_norm).__name__}."
+            )
         if reduction is None:
             reduction = "mean"
         _check_reduction(name, reduction)
@@ -176,22 +188,18 @@ class _ActorCriticLoss(LossModule):
         _check_positive_int(name, "samples_mc_entropy", samples_mc_entropy)
         if clip_value is not None and (isinstance(clip_value, bool) or not isinstance(clip_value, (int, float)) or clip_value <= 0):
             raise ValueError(f"{name}: clip_value must be a positive float or None, got {clip_value!r}.")
-        if gamma is not None and not 0.0 <= float(gamma) <= 1.0:
-            raise ValueError(f"{name}: gamma must be in [0, 1], got {gamma!r}.")
         renames = {k: v for k, v in (("advantage", advantage_key), ("value_target", value_target_key), ("value", value_key)) if v is not None}
         super().__init__()
-        self.convert_to_functional(actor_network, "actor_network")
+        self._set_deprecated_ctor_args(gamma=gamma)
+        self.delay_actor = delay_actor
+        self.convert_to_functional(actor_network, "actor_network", create_target_params=delay_actor)
         self._has_critic = critic_network is not None and critic_coeff is not None
         if critic_network is not None:
-            self.convert_to_functional(critic_network, "critic_network", create_target_params=delay_value)
+            # separate_losses: the critic's calls see the parameters it shares with the actor detached
+            shared = list(actor_network.parameters()) if separate_losses else None
+            self.convert_to_functional(critic_network, "critic_network", create_target_params=delay_value, compare_against=shared)
         self._critic_in_keys = list(critic_network.in_keys) if critic_network is not None else []
-        # separate_losses: the critic loss must not train parameters the actor also uses, so those
-        # are found once here (the very same tensors) and detached at every critic call
-        self._shared_critic_keys: list = []
-        if separate_losses and critic_network is not None:
-            actor_ids = {id(p) for p in actor_network.parameters()}
-            critic_params = self.params_of("critic_network")
-            self._shared_critic_keys = [k for k, v in critic_params.items(True, True) if id(v) in actor_ids]
+        self.advantage_norm = advantage_norm
         self.entropy_bonus = bool(entropy_bonus)
         self.samples_mc_entropy = samples_mc_entropy
         # the loss's own coefficients live on ``device`` (the networks are not moved, as in TorchRL)
@@ -202,9 +210,8 @@ class _ActorCriticLoss(LossModule):
         # (no functional copies) gives the same losses and gradients; kept for the call signature
         self.functional = functional
         self.loss_critic_type = loss_critic_type
-        self.separate_losses = bool(separate_losses)
+        self.separate_losses = separate_losses
         self.reduction = reduction
-        self.gamma = gamma
         self.delay_value = bool(delay_value)
         if renames:
             self.set_keys(**renames)
@@ -215,8 +222,9 @@ class _ActorCriticLoss(LossModule):
     def make_value_estimator(self, value_type: Any = None, **hyperparams: Any) -> _ActorCriticLoss:
         """Build the value estimator (``None``: :attr:`default_value_estimator`) on the critic.
 
-        ``gamma`` defaults to the loss's ``gamma`` when one was given, else 0.99; ``lmbda`` (GAE,
-        TD(lambda)) to 0.95. Other keyword arguments go to the estimator's constructor.
+        ``gamma`` defaults to the loss's (deprecated) constructor ``gamma`` when one was given, else
+        0.99; ``lmbda`` (GAE, TD(lambda)) to 0.95. Other keyword arguments go to the estimator's
+        constructor.
 
         Raises:
             RuntimeError: the loss has no critic_network. ValueError: unknown ``value_type``.
@@ -225,12 +233,8 @@ class _ActorCriticLoss(LossModule):
         if "critic_network" not in self._networks:
             raise RuntimeError(f"{name}: a value estimator needs a critic_network; pass one, or put the advantage in the input.")
         value_type = _value_type(self, value_type)
-        defaults = dict(self.default_value_kwargs)
-        if self.gamma is not None:
-            defaults["gamma"] = self.gamma
         allowed = ("gamma", "lmbda") if value_type in (ValueEstimators.GAE, ValueEstimators.TDLambda) else ("gamma",)
-        kwargs = {k: v for k, v in defaults.items() if k in allowed}
-        kwargs.update(hyperparams)
+        kwargs = self._value_kwargs(hyperparams, allowed)
         critic = self.critic_network
         if value_type is ValueEstimators.GAE:
             estimator = GAE(value_network=critic, **kwargs)
@@ -247,10 +251,14 @@ class _ActorCriticLoss(LossModule):
         return self
 
     def _advantage(self, tensordict: Any) -> _Tensor:
-        """The advantage in ``tensordict``, estimated (without gradients) into it when absent."""
+        """The advantage in ``tensordict``, estimated (without gradients) into it when absent, and
+        divided by ``advantage_norm.scale()`` when a normaliser is set (TorchRL's rule: its
+        statistics take the fresh value targets, in training mode, only when the loss ran the
+        estimator itself, so that epochs over one precomputed batch do not count it again)."""
         key = self.tensor_keys.advantage
         advantage = tensordict.get(key, None)
-        if advantage is None:
+        estimated = advantage is None
+        if estimated:
             if "critic_network" not in self._networks:
                 raise KeyError(
                     f"{type(self).__name__}: the input has no {key!r} entry and there is no critic_network to "
@@ -261,12 +269,22 @@ class _ActorCriticLoss(LossModule):
             with torch.no_grad():
                 self.value_estimator(tensordict, params=params, target_params=target)
             advantage = tensordict.get(key)
-        return advantage.detach()
+        advantage = advantage.detach()
+        if self.advantage_norm is None:
+            return advantage
+        if estimated and self.training:
+            target_key = self.tensor_keys.value_target
+            value_target = tensordict.get(target_key, None)
+            if value_target is None:
+                raise KeyError(f"{type(self).__name__}: advantage_norm updates on the value target {target_key!r}, which the estimator did not write.")
+            self.advantage_norm.update(value_target.detach())
+        return advantage / self.advantage_norm.scale()
 
     # ------------------------------------------------------------------ actor
-    def _get_dist(self, tensordict: Any) -> D.Distribution:
-        """The current policy at the states of ``tensordict`` (its intermediate outputs are written there)."""
-        with self.params_of("actor_network").to_module(self.actor_network):
+    def _get_dist(self, tensordict: Any, target: bool = False) -> D.Distribution:
+        """The current policy (``target``: the target actor's, with ``delay_actor``) at the states of
+        ``tensordict`` (its intermediate outputs are written there)."""
+        with self.params_of("actor_network", target=target).to_module(self.actor_network):
             return self.actor_network.get_dist(tensordict)
 
     def _log_prob(self, dist: D.Distribution, tensordict: Any) -> _Tensor:
@@ -351,14 +369,6 @@ class _ActorCriticLoss(LossModule):
             out["loss_entropy"] = -self.entropy_coeff * entropy
 
     # ------------------------------------------------------------------ critic
-    def _critic_params(self) -> Any:
-        if not self._shared_critic_keys:
-            return None
-        params = self.params_of("critic_network").copy()
-        for key in self._shared_critic_keys:
-            params.set(key, params.get(key).detach())
-        return params
-
     def _critic_terms(self, tensordict: Any, out: dict) -> None:
         """``loss_critic`` (and ``value_clip_fraction`` / ``explained_variance``) into ``out``."""
         if not self._has_critic:
@@ -386,7 +396,7 @@ class _ActorCriticLoss(LossModule):
                 ) from None
         source = tensordict.detach() if self.separate_losses else tensordict
         source = source.select(*self._critic_in_keys, strict=False)
-        value_td = self.call_network("critic_network", source, params=self._critic_params())
+        value_td = self.call_network("critic_network", source)
         try:
             value = value_td.get(keys.value)
         except KeyError:

@@ -10,12 +10,20 @@ buffers (saved in ``state_dict``, moved by ``.to()``, never seen by optimizers),
 With ``expand_dim=n`` a network is trained as an ensemble of ``n`` parameter sets (SAC's and TD3's
 twin Q-networks): the sets are stacked along a new leading dim and one call runs them all through
 ``torch.vmap``; outputs get that leading dim.
+
+``compare_against`` (TorchRL's ``separate_losses``): the parameters a network shares with another one
+(a critic built on the actor's trunk) are trained only through that other network. This network's
+calls see them detached (an ensemble sees a detached expansion of them, one view per set, that
+follows the owner's updates), so its losses send no gradient into them.
 """
 
 from __future__ import annotations
 
 import copy
-from collections.abc import Mapping
+import os
+import sys
+import warnings
+from collections.abc import Iterable, Mapping
 from types import SimpleNamespace
 from typing import Any, ClassVar
 
@@ -29,6 +37,16 @@ from tdict.nn import TensorDictModuleBase, TensorDictParams
 __all__ = ["LossModule"]
 
 _LOOP_MAX_SETS = 4  # measured crossover: a loop beats torch.vmap for 2 to 4 small networks
+_PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def _user_stacklevel() -> int:
+    """The ``stacklevel`` that makes a warning raised by the caller point at the first frame
+    outside this package (the user's constructor call, however deep the ``super().__init__`` chain)."""
+    level, frame = 1, sys._getframe(1)
+    while frame is not None and os.path.abspath(frame.f_code.co_filename).startswith(_PACKAGE_DIR):
+        frame, level = frame.f_back, level + 1
+    return level
 
 
 class LossModule(nn.Module):
@@ -74,7 +92,9 @@ class LossModule(nn.Module):
         self.tensor_keys = SimpleNamespace(**self.default_keys)  # loss.tensor_keys.advantage
         self._networks: dict[str, int | None] = {}  # name -> expand_dim (None: a single set)
         self._target_networks: list[str] = []
+        self._shared_params: dict[str, dict] = {}  # name -> {key: the other network's Parameter}
         self._value_estimator = None
+        self._ctor_gamma: float | None = None  # TorchRL's deprecated loss(gamma=...)
 
     def __setattr__(self, name: str, value: Any) -> None:
         if name == "value_estimator":  # nn.Module would register an estimator module without the property
@@ -101,6 +121,38 @@ class LossModule(nn.Module):
         if self._value_estimator is not None:
             self._forward_value_estimator_keys(self._value_estimator)
         return self
+
+    def _set_deprecated_ctor_args(self, *, gamma: Any = None, priority_key: Any = None) -> None:
+        """TorchRL's deprecated constructor arguments: ``gamma`` (the value estimator's discount, now
+        set with ``make_value_estimator(gamma=...)``) and ``priority_key`` (now ``set_keys(priority=...)``).
+
+        Each one given emits a ``DeprecationWarning`` and takes effect: ``gamma`` becomes the default
+        discount of the value estimator this loss builds, ``priority_key`` the key the TD error is
+        written to. (TorchRL 0.14 refuses both; older TorchRL accepted them with the warning.)
+
+        Raises:
+            ValueError: ``gamma`` outside ``[0, 1]``, or a ``priority_key`` that is not a key.
+        """
+        name = type(self).__name__
+        if gamma is not None:
+            if isinstance(gamma, bool) or not isinstance(gamma, (int, float)) or not 0.0 <= gamma <= 1.0:
+                raise ValueError(f"{name}: gamma must be a number in [0, 1], got {gamma!r}.")
+            warnings.warn(
+                f"{name}(gamma=...) is deprecated: call loss.make_value_estimator(<ValueEstimators member>, gamma={gamma}) "
+                "instead. The value is used as the value estimator's discount.",
+                DeprecationWarning,
+                stacklevel=_user_stacklevel(),
+            )
+            self._ctor_gamma = float(gamma)
+        if priority_key is not None:
+            if "priority" not in self.default_keys:
+                raise ValueError(f"{name}: priority_key is not accepted, this loss writes no priority.")
+            warnings.warn(
+                f"{name}(priority_key=...) is deprecated: call loss.set_keys(priority={priority_key!r}) instead.",
+                DeprecationWarning,
+                stacklevel=_user_stacklevel(),
+            )
+            self.set_keys(priority=priority_key)
 
     def _keys_from_actor(self, actor: Any, log_prob_name: str) -> None:
         """Read the action and log-prob keys from a probabilistic actor, as TorchRL's PPO, A2C and SAC
@@ -131,6 +183,7 @@ class LossModule(nn.Module):
         module_name: str,
         expand_dim: int | None = None,
         create_target_params: bool = False,
+        compare_against: Iterable[nn.Parameter] | None = None,
     ) -> None:
         """Register ``module`` under ``module_name`` with its parameters (and a target copy).
 
@@ -140,6 +193,10 @@ class LossModule(nn.Module):
             expand_dim: train ``expand_dim`` parameter sets: the first is the module's own values,
                 the others are re-initialised with the module's initialisers.
             create_target_params: also keep ``target_<module_name>_params`` (detached buffers).
+            compare_against: parameters of another registered network (TorchRL's argument, used for
+                ``separate_losses``): those ``module`` shares are trained only through that network.
+                :meth:`params_of` gives them detached (expanded over the sets of an ensemble, instead
+                of re-initialised copies), so this network's losses do not train them.
         """
         if not isinstance(module, nn.Module):
             raise TypeError(f"{type(self).__name__}: {module_name} must be an nn.Module, got {type(module).__name__}.")
@@ -157,19 +214,26 @@ class LossModule(nn.Module):
                 "sample first (e.g. `with torch.no_grad(): module(env.fake_tensordict())`) so that their shapes exist."
             )
         params = TensorDict.from_module(module, lock=False)
+        others = {id(p) for p in compare_against} if compare_against is not None else set()
+        shared = {k: v for k, v in params.items(True, True) if isinstance(v, nn.Parameter) and id(v) in others}
         if expand_dim is None:
             setattr(self, module_name, module)
             params_module = TensorDictParams(params, no_convert=True)  # the module's own tensors
         else:
-            params_module = TensorDictParams(_expanded_params(module, params, expand_dim), no_convert=True)
+            stacked = _expanded_params(module, params, expand_dim)
+            if shared:  # not copies: params_of expands the owner's parameters
+                stacked = stacked.exclude(*shared)
+            params_module = TensorDictParams(stacked, no_convert=True)
             # the template is only a shape to swap each set into: keep it out of parameters()
             template = copy.deepcopy(module)
             TensorDict.from_module(template, lock=False).apply(lambda t: t.detach().to("meta")).to_module(template, return_swap=False)
             self.__dict__[module_name] = template
         setattr(self, f"{module_name}_params", params_module)
         self._networks[module_name] = expand_dim
+        if shared:
+            self._shared_params[module_name] = shared
         if create_target_params:
-            target = params_module._param_td.detach().clone()
+            target = self.params_of(module_name).detach().clone()
             setattr(self, f"target_{module_name}_params", TensorDictParams(target, no_convert=True))
             self._target_networks.append(module_name)
 
@@ -180,7 +244,15 @@ class LossModule(nn.Module):
         if target and module_name not in self._target_networks:
             raise KeyError(f"{type(self).__name__}: {module_name!r} has no target parameters (create_target_params=False).")
         holder = getattr(self, f"target_{module_name}_params" if target else f"{module_name}_params")
-        return holder._param_td
+        shared = None if target else self._shared_params.get(module_name)
+        if not shared:
+            return holder._param_td
+        # parameters owned by another network: seen detached, so this network's losses leave them alone
+        params = holder._param_td.copy()
+        sets = self._networks[module_name]
+        for key, owned in shared.items():
+            params.set(key, owned.detach() if sets is None else owned.detach().expand(sets, *owned.shape))
+        return params
 
     def call_network(self, module_name: str, tensordict: Any, *, target: bool = False, params: Any = None) -> Any:
         """Run a registered network on ``tensordict`` with its parameters (or ``params``).
@@ -236,8 +308,12 @@ class LossModule(nn.Module):
         raise NotImplementedError(f"{type(self).__name__} does not use a value estimator.")
 
     def _value_kwargs(self, hyperparams: Mapping[str, Any], allowed: tuple[str, ...]) -> dict[str, Any]:
-        """``default_value_kwargs`` overridden by ``hyperparams``, restricted to what the estimator takes."""
-        kwargs = {k: v for k, v in self.default_value_kwargs.items() if k in allowed}
+        """``default_value_kwargs`` (the deprecated constructor ``gamma`` first) overridden by
+        ``hyperparams``, restricted to what the estimator takes."""
+        defaults = dict(self.default_value_kwargs)
+        if self._ctor_gamma is not None:
+            defaults["gamma"] = self._ctor_gamma
+        kwargs = {k: v for k, v in defaults.items() if k in allowed}
         kwargs.update(hyperparams)
         return kwargs
 

@@ -44,7 +44,9 @@ from .utils import (
     _check_alpha_bounds,
     _check_batch_shaped,
     _check_positive_int,
+    _check_scalar_output_mode,
     _get,
+    _loss_output,
     _reduce,
     _sum_to_batch,
     _TemperatureMixin,
@@ -96,6 +98,12 @@ class CQLLoss(_TemperatureMixin, _BootstrappedLoss):
         reduction: ``"mean"`` (default), ``"sum"`` or ``"none"``.
         deactivate_vmap: run the Q-ensemble's parameter sets in a plain loop instead of ``torch.vmap``
             (TorchRL's option; the same numbers).
+        scalar_output_mode: with ``reduction="none"``, ``"exclude"`` leaves ``"alpha"`` and
+            ``"entropy"`` out of the output, ``"non_tensor"`` keeps them as non-tensor entries;
+            ``None`` excludes them with a warning, as TorchRL. The output then has the input's batch
+            size (an empty one with ``with_lagrange``, whose ``loss_alpha_prime`` is a scalar).
+        gamma: deprecated (``DeprecationWarning``): the value estimator's discount; use
+            ``make_value_estimator(gamma=...)``.
 
     Returns from ``forward`` a TensorDict with ``"loss_actor"``, ``"loss_actor_bc"``,
     ``"loss_qvalue"`` (summed over the two critics), ``"loss_cql"`` (summed over the two critics),
@@ -165,11 +173,16 @@ class CQLLoss(_TemperatureMixin, _BootstrappedLoss):
         num_random: int = 10,
         with_lagrange: bool = False,
         lagrange_thresh: float = 0.0,
-        reduction: str = "mean",
+        reduction: str | None = "mean",
         deactivate_vmap: bool = False,
+        scalar_output_mode: str | None = None,
+        gamma: float | None = None,
     ) -> None:
-        super().__init__(loss_function=loss_function, reduction=reduction, deactivate_vmap=deactivate_vmap)
         owner = "CQLLoss"
+        reduction = "mean" if reduction is None else reduction
+        mode = _check_scalar_output_mode(owner, scalar_output_mode, reduction, ("alpha", "entropy"))
+        super().__init__(loss_function=loss_function, reduction=reduction, deactivate_vmap=deactivate_vmap, gamma=gamma)
+        self.scalar_output_mode = mode
         if not hasattr(actor_network, "get_dist"):
             raise TypeError(f"{owner}: actor_network must be a probabilistic module with get_dist (e.g. ProbabilisticActor), got {type(actor_network).__name__}.")
         _check_alpha_bounds(owner, alpha_init, min_alpha, max_alpha)
@@ -286,10 +299,9 @@ class CQLLoss(_TemperatureMixin, _BootstrappedLoss):
         out["loss_alpha"] = _reduce(-self.log_alpha * (log_prob.detach() + self._target_entropy), self.reduction)
         if self.with_lagrange:
             out["loss_alpha_prime"] = loss_alpha_prime
-        out["alpha"] = alpha
-        out["entropy"] = -log_prob.detach().mean()
         tensordict.set(keys.priority, (pred.detach() - target).pow(2).max(0).values)
-        return TensorDict(out)
+        scalars = {"alpha": alpha, "entropy": -log_prob.detach().mean()}
+        return _loss_output(out, scalars, self.reduction, self.scalar_output_mode, [] if self.with_lagrange else tensordict.batch_size)
 
 
 class DiscreteCQLLoss(_BootstrappedLoss):
@@ -305,6 +317,8 @@ class DiscreteCQLLoss(_BootstrappedLoss):
         loss_function: ``"l2"`` (default), ``"l1"`` or ``"smooth_l1"`` for the TD regression.
         delay_value: keep target parameters for the bootstrap (default ``True``).
         reduction: ``"mean"`` (default), ``"sum"`` or ``"none"``.
+        gamma: deprecated (``DeprecationWarning``): the value estimator's discount; use
+            ``make_value_estimator(gamma=...)``.
 
     The TD target is ``r + gamma * (1 - terminated) * max_a Q_target(s', a)`` (the target network's
     ``"chosen_action_value"``), through the value estimator (TD(0) by default). Returns a TensorDict
@@ -346,9 +360,10 @@ class DiscreteCQLLoss(_BootstrappedLoss):
         action_space: Any = None,
         loss_function: str = "l2",
         delay_value: bool = True,
-        reduction: str = "mean",
+        reduction: str | None = "mean",
+        gamma: float | None = None,
     ) -> None:
-        super().__init__(loss_function=loss_function, reduction=reduction)
+        super().__init__(loss_function=loss_function, reduction="mean" if reduction is None else reduction, gamma=gamma)
         self.action_space = resolve_action_space("DiscreteCQLLoss", action_space, self.default_keys["action"])
         self.delay_value = bool(delay_value)
         self.convert_to_functional(value_network, "value_network", create_target_params=self.delay_value)

@@ -12,7 +12,7 @@ from typing import Any, ClassVar
 import torch
 from tdict import TensorDict
 
-from .utils import _BootstrappedLoss, _get, _reduce, distance_loss
+from .utils import _BootstrappedLoss, _get, distance_loss
 
 __all__ = ["DDPGLoss"]
 
@@ -31,6 +31,13 @@ class DDPGLoss(_BootstrappedLoss):
             picks the next action).
         delay_value: keep target critic parameters (default ``True``).
         reduction: ``"mean"`` (default), ``"sum"`` or ``"none"``.
+        separate_losses: parameters the critic shares with the actor are trained by the actor loss
+            only (the critic loss sees them detached).
+        use_prioritized_weights: ``"auto"`` (default) or ``True``: when the batch holds
+            ``"priority_weight"`` (the ``priority_weight`` key), both losses are weighted
+            reductions, as in :class:`~rl_objectives.SACLoss`; ``False`` ignores the weights.
+        gamma: deprecated (``DeprecationWarning``): the value estimator's discount; use
+            ``make_value_estimator(gamma=...)``.
 
     Returns from ``forward`` a TensorDict with ``"loss_actor"`` (``-Q(s, pi(s))``), ``"loss_value"``
     and the detached diagnostics ``"pred_value"`` / ``"target_value"`` (means over the batch) and
@@ -64,6 +71,7 @@ class DDPGLoss(_BootstrappedLoss):
     default_keys: ClassVar[dict] = {
         "state_action_value": "state_action_value",
         "priority": "td_error",
+        "priority_weight": "priority_weight",
         "reward": "reward",
         "done": "done",
         "terminated": "terminated",
@@ -79,13 +87,18 @@ class DDPGLoss(_BootstrappedLoss):
         loss_function: str = "l2",
         delay_actor: bool = False,
         delay_value: bool = True,
-        reduction: str = "mean",
+        reduction: str | None = "mean",
+        separate_losses: bool = False,
+        use_prioritized_weights: bool | str = "auto",
+        gamma: float | None = None,
     ) -> None:
-        super().__init__(loss_function=loss_function, reduction=reduction)
+        super().__init__(loss_function=loss_function, reduction="mean" if reduction is None else reduction,
+                         separate_losses=separate_losses, use_prioritized_weights=use_prioritized_weights, gamma=gamma)
         self.delay_actor = bool(delay_actor)
         self.delay_value = bool(delay_value)
         self.convert_to_functional(actor_network, "actor_network", create_target_params=self.delay_actor)
-        self.convert_to_functional(value_network, "value_network", create_target_params=self.delay_value)
+        self.convert_to_functional(value_network, "value_network", create_target_params=self.delay_value,
+                                   compare_against=self._policy_params(actor_network))
 
     def loss_value(self, tensordict: Any) -> tuple[torch.Tensor, dict]:
         """The critic loss and its diagnostics (the TD error under ``"td_error"``)."""
@@ -94,7 +107,7 @@ class DDPGLoss(_BootstrappedLoss):
         with torch.no_grad():
             next_td = self.call_network("actor_network", next_td.copy(), target=self.delay_actor)
             target = self._bootstrap(tensordict, self._q(next_td, target=self.delay_value))
-        loss = _reduce(distance_loss(pred, target, self.loss_function), self.reduction)
+        loss = self._reduce_loss(distance_loss(pred, target, self.loss_function), tensordict)
         pred = pred.detach()
         metadata = {
             "td_error": (pred - target).pow(2),
@@ -107,7 +120,7 @@ class DDPGLoss(_BootstrappedLoss):
 
     def loss_actor(self, tensordict: Any) -> tuple[torch.Tensor, dict]:
         """``-Q(s, pi(s))`` with the critic's parameters detached: gradients reach the actor only."""
-        return _reduce(-self._q_of_policy(tensordict), self.reduction), {}
+        return self._reduce_loss(-self._q_of_policy(tensordict), tensordict), {}
 
     def forward(self, tensordict: Any) -> TensorDict:
         loss_value, metadata = self.loss_value(tensordict)

@@ -29,7 +29,9 @@ from .utils import (
     _check_loss_function,
     _check_positive_int,
     _check_reduction,
+    _check_scalar_output_mode,
     _get,
+    _loss_output,
     _sum_to_batch,
     _TemperatureMixin,
     distance_loss,
@@ -91,6 +93,8 @@ class DTLoss(LossModule):
         loss_function: ``"l2"`` (default), ``"l1"`` or ``"smooth_l1"``.
         reduction: ``"mean"`` (default: over every real element), ``"sum"`` or ``"none"``
             (``[*B, T, act_dim]``, padded steps 0).
+        device: accepted for TorchRL's signature: the loss holds no tensors of its own to place
+            (TorchRL does not use it either); a bad device raises.
 
     Keys (``set_keys``): ``action_target`` (``"action"``: the data), ``action_pred``
     (``"action"``: the actor's output; the actor writes it into the copy, the data stays intact),
@@ -121,9 +125,12 @@ class DTLoss(LossModule):
     default_keys: ClassVar[dict] = {"action_target": "action", "action_pred": "action", "mask": "mask"}
     out_keys: ClassVar[list] = ["loss"]
 
-    def __init__(self, actor_network: Any, *, loss_function: str = "l2", reduction: str = "mean") -> None:
+    def __init__(self, actor_network: Any, *, loss_function: str = "l2", reduction: str | None = "mean", device: Any = None) -> None:
+        reduction = "mean" if reduction is None else reduction
         _check_loss_function("DTLoss", loss_function)
         _check_reduction("DTLoss", reduction)
+        if device is not None:
+            torch.device(device)  # a bad device string raises here, naming it
         super().__init__()
         self.convert_to_functional(actor_network, "actor_network")
         self.loss_function = loss_function
@@ -177,6 +184,9 @@ class OnlineDTLoss(_TemperatureMixin, LossModule):
             without a spec, from the distribution's event shape at the first call.
         samples_mc_entropy: samples per step for the entropy estimate (default 1).
         reduction: ``"mean"`` (default), ``"sum"`` or ``"none"`` (per step, ``[*B, T]``).
+        scalar_output_mode: with ``reduction="none"``, ``"exclude"`` leaves ``"alpha"`` and
+            ``"entropy"`` out of the output (which then has the input's batch size), ``"non_tensor"``
+            keeps them as non-tensor entries; ``None`` excludes them with a warning, as TorchRL.
 
     Keys (``set_keys``): ``action_target`` (``"action"``), ``action_pred`` (``"action"``: the actor's
     action key, read in its spec for ``"auto"``), ``mask`` (``"mask"``, optional).
@@ -221,14 +231,17 @@ class OnlineDTLoss(_TemperatureMixin, LossModule):
         fixed_alpha: bool = False,
         target_entropy: float | str = "auto",
         samples_mc_entropy: int = 1,
-        reduction: str = "mean",
+        reduction: str | None = "mean",
+        scalar_output_mode: str | None = None,
     ) -> None:
         owner = "OnlineDTLoss"
+        reduction = "mean" if reduction is None else reduction
         if not hasattr(actor_network, "get_dist"):
             raise TypeError(f"{owner}: actor_network must be a probabilistic module with get_dist (e.g. ProbabilisticActor), got {type(actor_network).__name__}.")
         _check_alpha_bounds(owner, alpha_init, min_alpha, max_alpha)
         _check_positive_int(owner, "samples_mc_entropy", samples_mc_entropy)
         _check_reduction(owner, reduction)
+        mode = _check_scalar_output_mode(owner, scalar_output_mode, reduction, ("alpha", "entropy"))
         if target_entropy == "auto":
             resolved = self._entropy_from_spec(getattr(actor_network, "spec", None))
         elif isinstance(target_entropy, (int, float)) and not isinstance(target_entropy, bool):
@@ -241,6 +254,7 @@ class OnlineDTLoss(_TemperatureMixin, LossModule):
         self._target_entropy = resolved
         self.samples_mc_entropy = samples_mc_entropy
         self.reduction = reduction
+        self.scalar_output_mode = mode
 
     def _entropy_from_spec(self, spec: Any) -> float | None:
         """``-prod(action shape)`` from the actor's spec, or ``None`` to read the distribution later."""
@@ -294,11 +308,11 @@ class OnlineDTLoss(_TemperatureMixin, LossModule):
         alpha = self._alpha
         # mean/sum over real steps of (H - target): the temperature sees the same steps as the losses
         entropy_gap = _masked_reduce(entropy.detach() - self._target_entropy, mask, self.reduction)
-        return TensorDict(
-            loss_log_likelihood=-_masked_reduce(log_prob, mask, self.reduction),
-            loss_entropy=-alpha * _masked_reduce(entropy, mask, self.reduction),
-            loss_alpha=self.log_alpha.exp() * entropy_gap,
-            alpha=alpha,
-            entropy=mean_entropy,
-        )
+        losses = {
+            "loss_log_likelihood": -_masked_reduce(log_prob, mask, self.reduction),
+            "loss_entropy": -alpha * _masked_reduce(entropy, mask, self.reduction),
+            "loss_alpha": self.log_alpha.exp() * entropy_gap,
+        }
+        scalars = {"alpha": alpha, "entropy": mean_entropy}
+        return _loss_output(losses, scalars, self.reduction, self.scalar_output_mode, tensordict.batch_size)
 

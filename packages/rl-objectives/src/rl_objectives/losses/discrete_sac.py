@@ -22,14 +22,17 @@ from ._actions import (
     check_discrete_action,
     chosen_value,
     discrete_target_entropy,
+    on_live_rows,
     resolve_action_space,
 )
 from .utils import (
     _BootstrappedLoss,
     _check_alpha_bounds,
+    _check_bool,
     _check_positive_int,
+    _check_scalar_output_mode,
     _get,
-    _reduce,
+    _loss_output,
     _TemperatureMixin,
     distance_loss,
 )
@@ -61,6 +64,16 @@ class DiscreteSACLoss(_TemperatureMixin, _BootstrappedLoss):
         reduction: ``"mean"`` (default), ``"sum"`` or ``"none"``.
         deactivate_vmap: run the Q-ensemble's parameter sets in a plain loop instead of ``torch.vmap``
             (TorchRL's option; the same numbers).
+        separate_losses: parameters the Q-network shares with the actor are trained by the actor
+            loss only (the critics see them detached, expanded over the ensemble).
+        skip_done_states: run the actor and the target critics only on the next states that are
+            not done; the next-state value of a done state is 0 (TorchRL's option).
+        use_prioritized_weights: ``"auto"`` (default) or ``True``: when the batch holds
+            ``"priority_weight"`` (the ``priority_weight`` key), every loss is a weighted
+            reduction, as in :class:`~rl_objectives.SACLoss`; ``False`` ignores the weights.
+        scalar_output_mode: with ``reduction="none"``: ``"exclude"`` or ``"non_tensor"`` for
+            ``"alpha"`` and ``"entropy"`` (``None``: excluded with a warning), as in SACLoss.
+        priority_key: deprecated (``DeprecationWarning``): use ``set_keys(priority=...)``.
 
     Returns from ``forward`` a TensorDict with ``"loss_actor"``, ``"loss_qvalue"`` (summed over the
     ensemble), ``"loss_alpha"``, and the detached ``"alpha"`` and ``"entropy"`` (the policy's exact
@@ -93,6 +106,7 @@ class DiscreteSACLoss(_TemperatureMixin, _BootstrappedLoss):
         "action_value": "action_value",
         "value": "state_value",
         "priority": "td_error",
+        "priority_weight": "priority_weight",
         "reward": "reward",
         "done": "done",
         "terminated": "terminated",
@@ -116,11 +130,21 @@ class DiscreteSACLoss(_TemperatureMixin, _BootstrappedLoss):
         target_entropy_weight: float = 0.98,
         target_entropy: float | str = "auto",
         delay_qvalue: bool = True,
-        reduction: str = "mean",
+        reduction: str | None = "mean",
         deactivate_vmap: bool = False,
+        separate_losses: bool = False,
+        skip_done_states: bool = False,
+        use_prioritized_weights: bool | str = "auto",
+        scalar_output_mode: str | None = None,
+        priority_key: Any = None,
     ) -> None:
-        super().__init__(loss_function=loss_function, reduction=reduction, deactivate_vmap=deactivate_vmap)
         owner = "DiscreteSACLoss"
+        reduction = "mean" if reduction is None else reduction
+        _check_bool(owner, "skip_done_states", skip_done_states)
+        mode = _check_scalar_output_mode(owner, scalar_output_mode, reduction, ("alpha", "entropy"))
+        super().__init__(loss_function=loss_function, reduction=reduction, deactivate_vmap=deactivate_vmap,
+                         separate_losses=separate_losses, use_prioritized_weights=use_prioritized_weights,
+                         priority_key=priority_key)
         self.action_space = resolve_action_space(owner, action_space, self.default_keys["action"])
         _check_positive_int(owner, "num_actions", num_actions)
         _check_positive_int(owner, "num_qvalue_nets", num_qvalue_nets)
@@ -132,8 +156,11 @@ class DiscreteSACLoss(_TemperatureMixin, _BootstrappedLoss):
         self.num_qvalue_nets = num_qvalue_nets
         self.delay_qvalue = bool(delay_qvalue)
         self.target_entropy = resolved
+        self.skip_done_states = skip_done_states
+        self.scalar_output_mode = mode
         self.convert_to_functional(actor_network, "actor_network")
-        self.convert_to_functional(qvalue_network, "qvalue_network", expand_dim=num_qvalue_nets, create_target_params=self.delay_qvalue)
+        self.convert_to_functional(qvalue_network, "qvalue_network", expand_dim=num_qvalue_nets, create_target_params=self.delay_qvalue,
+                                   compare_against=self._policy_params(actor_network))
         self._init_temperature(alpha_init, min_alpha, max_alpha, fixed_alpha)
 
     def _policy(self, tensordict: Any) -> tuple[torch.Tensor, torch.Tensor]:
@@ -159,20 +186,32 @@ class DiscreteSACLoss(_TemperatureMixin, _BootstrappedLoss):
         alpha = self._alpha
         space = check_discrete_action("DiscreteSACLoss", self.action_space, action, batch + (self.num_actions,), keys.action)
 
+        def soft_value(td: Any) -> tuple[torch.Tensor]:
+            next_probs, next_log_probs = self._policy(td)
+            next_q = self._action_values(td, target=self.delay_qvalue).min(0).values
+            return ((next_probs * (next_q - alpha * next_log_probs)).sum(-1),)
+
         with torch.no_grad():
-            next_probs, next_log_probs = self._policy(next_td)
-            next_q = self._action_values(next_td, target=self.delay_qvalue).min(0).values
-            next_value = (next_probs * (next_q - alpha * next_log_probs)).sum(-1)
+            if self.skip_done_states:
+                (next_value,) = on_live_rows("DiscreteSACLoss", next_td, keys.done, soft_value)
+            else:
+                (next_value,) = soft_value(next_td)
             target = self._bootstrap(tensordict, next_value)
         pred = chosen_value(self._action_values(tensordict), action, space)
-        loss_qvalue = _reduce(distance_loss(pred, target.expand_as(pred), self.loss_function).sum(0), self.reduction)
+        loss_qvalue = self._reduce_loss(distance_loss(pred, target.expand_as(pred), self.loss_function).sum(0), tensordict)
 
         probs, log_probs = self._policy(tensordict)
         min_q = self._action_values(tensordict, params=self.params_of("qvalue_network").detach()).min(0).values
-        loss_actor = _reduce((probs * (alpha * log_probs - min_q)).sum(-1), self.reduction)
+        loss_actor = self._reduce_loss((probs * (alpha * log_probs - min_q)).sum(-1), tensordict)
         neg_entropy = (probs * log_probs).sum(-1).detach()
-        loss_alpha = _reduce(-self.log_alpha * (neg_entropy + self.target_entropy), self.reduction)
+        loss_alpha = self._reduce_loss(-self.log_alpha * (neg_entropy + self.target_entropy), tensordict)
 
         tensordict.set(keys.priority, (pred.detach() - target).abs().max(0).values)
-        return TensorDict(loss_actor=loss_actor, loss_qvalue=loss_qvalue, loss_alpha=loss_alpha, alpha=alpha, entropy=-neg_entropy.mean())
+        return _loss_output(
+            {"loss_actor": loss_actor, "loss_qvalue": loss_qvalue, "loss_alpha": loss_alpha},
+            {"alpha": alpha, "entropy": -neg_entropy.mean()},
+            self.reduction,
+            self.scalar_output_mode,
+            batch,
+        )
 

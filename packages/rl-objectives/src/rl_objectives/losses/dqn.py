@@ -18,7 +18,7 @@ from ._actions import (
     chosen_value,
     resolve_action_space,
 )
-from .utils import _BootstrappedLoss, _check_batch_shaped, _get, _reduce, distance_loss
+from .utils import _BootstrappedLoss, _check_batch_shaped, _get, distance_loss
 
 __all__ = ["DQNLoss"]
 
@@ -42,6 +42,13 @@ class DQNLoss(_BootstrappedLoss):
             network gives none, each call decides from the taken action's shape (the batch shape:
             an index; the batch shape plus the number of actions: a one-hot vector).
         reduction: ``"mean"`` (default), ``"sum"`` or ``"none"`` (per-sample losses).
+        use_prioritized_weights: ``"auto"`` (default) or ``True``: when the batch holds
+            ``"priority_weight"`` (a prioritized buffer's importance weights, the ``priority_weight``
+            key), the loss is ``sum(w * l) / sum(w)`` (``"sum"``: ``sum(w * l)``, ``"none"``:
+            ``w * l``); ``False`` ignores them.
+        gamma: deprecated (``DeprecationWarning``): the value estimator's discount; use
+            ``make_value_estimator(gamma=...)``.
+        priority_key: deprecated (``DeprecationWarning``): use ``set_keys(priority=...)``.
 
     Reads ``"action"``, the network's in-keys, and ``("next", ...)``: the next observation,
     ``"reward"``, ``"done"``, ``"terminated"`` (batch-shaped). Returns a TensorDict with ``"loss"``.
@@ -76,6 +83,7 @@ class DQNLoss(_BootstrappedLoss):
         "action_value": "action_value",
         "action": "action",
         "priority": "td_error",
+        "priority_weight": "priority_weight",
         "reward": "reward",
         "done": "done",
         "terminated": "terminated",
@@ -90,9 +98,13 @@ class DQNLoss(_BootstrappedLoss):
         delay_value: bool = True,
         double_dqn: bool = False,
         action_space: Any = None,
-        reduction: str = "mean",
+        reduction: str | None = "mean",
+        use_prioritized_weights: bool | str = "auto",
+        gamma: float | None = None,
+        priority_key: Any = None,
     ) -> None:
-        super().__init__(loss_function=loss_function, reduction=reduction)
+        super().__init__(loss_function=loss_function, reduction="mean" if reduction is None else reduction,
+                         use_prioritized_weights=use_prioritized_weights, gamma=gamma, priority_key=priority_key)
         self.action_space = resolve_action_space("DQNLoss", action_space, self.default_keys["action"], network=value_network)
         self.delay_value = bool(delay_value)
         self.double_dqn = bool(double_dqn)
@@ -122,5 +134,5 @@ class DQNLoss(_BootstrappedLoss):
             target = self._bootstrap(tensordict, next_value)
 
         tensordict.set(keys.priority, (pred.detach() - target).pow(2))
-        loss = _reduce(distance_loss(pred, target, self.loss_function), self.reduction)
+        loss = self._reduce_loss(distance_loss(pred, target, self.loss_function), tensordict)
         return TensorDict(loss=loss)

@@ -20,7 +20,9 @@ from .utils import (
     _BootstrappedLoss,
     _check_batch_shaped,
     _check_positive_int,
+    _check_scalar_output_mode,
     _get,
+    _loss_output,
     _reduce,
     _sum_to_batch,
     distance_loss,
@@ -51,11 +53,20 @@ class IQLLoss(_BootstrappedLoss):
         reduction: ``"mean"`` (default), ``"sum"`` or ``"none"``.
         deactivate_vmap: run the Q-ensemble's parameter sets in a plain loop instead of ``torch.vmap``
             (TorchRL's option; the same numbers).
+        separate_losses: parameters the value network shares with the actor, and those the
+            Q-network shares with the actor or the value network, are trained only through their
+            owner (the actor's loss, then the value loss), as in TorchRL.
+        scalar_output_mode: with ``reduction="none"``, ``"exclude"`` leaves ``"entropy"`` out of the
+            (batch-shaped) output, ``"non_tensor"`` keeps it as a non-tensor entry; ``None`` excludes
+            it with a warning, as TorchRL.
+        gamma: deprecated (``DeprecationWarning``): the value estimator's discount; use
+            ``make_value_estimator(gamma=...)``.
+        priority_key: deprecated (``DeprecationWarning``): use ``set_keys(priority=...)``.
 
     Returns from ``forward`` a TensorDict with ``"loss_actor"``, ``"loss_qvalue"`` (summed over the
     ensemble), ``"loss_value"`` and the detached ``"entropy"`` (mean of ``-log pi(a|s)`` over the stored
     actions). Writes the detached squared TD error (max over the ensemble) into the input at
-    ``"td_error"``.
+    ``"td_error"``. With ``reduction="none"`` the output has the input's batch size.
 
     Example:
         >>> import torch
@@ -110,11 +121,18 @@ class IQLLoss(_BootstrappedLoss):
         loss_function: str = "smooth_l1",
         temperature: float = 1.0,
         expectile: float = 0.5,
-        reduction: str = "mean",
+        reduction: str | None = "mean",
         deactivate_vmap: bool = False,
+        separate_losses: bool = False,
+        scalar_output_mode: str | None = None,
+        gamma: float | None = None,
+        priority_key: Any = None,
     ) -> None:
-        super().__init__(loss_function=loss_function, reduction=reduction, deactivate_vmap=deactivate_vmap)
         owner = type(self).__name__
+        reduction = "mean" if reduction is None else reduction
+        mode = _check_scalar_output_mode(owner, scalar_output_mode, reduction, ("entropy",))
+        super().__init__(loss_function=loss_function, reduction=reduction, deactivate_vmap=deactivate_vmap,
+                         separate_losses=separate_losses, gamma=gamma, priority_key=priority_key)
         _check_positive_int(owner, "num_qvalue_nets", num_qvalue_nets)
         if not hasattr(actor_network, "get_dist"):
             raise TypeError(f"{owner}: actor_network must be a probabilistic module with get_dist, got {type(actor_network).__name__}.")
@@ -127,9 +145,12 @@ class IQLLoss(_BootstrappedLoss):
         self.num_qvalue_nets = num_qvalue_nets
         self.temperature = float(temperature)
         self.expectile = float(expectile)
+        self.scalar_output_mode = mode
         self.convert_to_functional(actor_network, "actor_network")
-        self.convert_to_functional(qvalue_network, "qvalue_network", expand_dim=num_qvalue_nets, create_target_params=True)
-        self.convert_to_functional(value_network, "value_network")
+        # TorchRL's order: the value network, then the Q-network (which may share with both)
+        self.convert_to_functional(value_network, "value_network", compare_against=self._policy_params(actor_network))
+        self.convert_to_functional(qvalue_network, "qvalue_network", expand_dim=num_qvalue_nets, create_target_params=True,
+                                   compare_against=self._policy_params(actor_network, value_network))
 
     # ------------------------------------------------------------------ network calls
     def _stored_q(self, tensordict: Any, **kwargs: Any) -> torch.Tensor:
@@ -170,7 +191,13 @@ class IQLLoss(_BootstrappedLoss):
         loss_actor = _reduce(-advantage_weight * log_prob, self.reduction)
 
         tensordict.set(self.tensor_keys.priority, (pred.detach() - target).pow(2).max(0).values)
-        return TensorDict(loss_actor=loss_actor, loss_qvalue=loss_qvalue, loss_value=loss_value, entropy=-log_prob.detach().mean())
+        return _loss_output(
+            {"loss_actor": loss_actor, "loss_qvalue": loss_qvalue, "loss_value": loss_value},
+            {"entropy": -log_prob.detach().mean()},
+            self.reduction,
+            self.scalar_output_mode,
+            batch,
+        )
 
 
 class DiscreteIQLLoss(IQLLoss):
@@ -220,7 +247,11 @@ class DiscreteIQLLoss(IQLLoss):
         loss_function: str = "smooth_l1",
         temperature: float = 1.0,
         expectile: float = 0.5,
-        reduction: str = "mean",
+        reduction: str | None = "mean",
+        separate_losses: bool = False,
+        scalar_output_mode: str | None = None,
+        gamma: float | None = None,
+        priority_key: Any = None,
     ) -> None:
         space = resolve_action_space("DiscreteIQLLoss", action_space, self.default_keys["action"])
         super().__init__(
@@ -232,6 +263,10 @@ class DiscreteIQLLoss(IQLLoss):
             temperature=temperature,
             expectile=expectile,
             reduction=reduction,
+            separate_losses=separate_losses,
+            scalar_output_mode=scalar_output_mode,
+            gamma=gamma,
+            priority_key=priority_key,
         )
         self.action_space = space
 

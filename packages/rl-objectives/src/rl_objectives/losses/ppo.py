@@ -61,7 +61,17 @@ class PPOLoss(_ActorCriticLoss):
         loss_critic_type: ``"l1"``, ``"l2"`` or ``"smooth_l1"`` (default).
         normalize_advantage: standardise the advantage (mean 0, unbiased std 1) before use.
         normalize_advantage_exclude_dims: dims kept independent when standardising (e.g. an agent dim).
-        gamma: default discount of the value estimator (else 0.99).
+        gamma: deprecated (``DeprecationWarning``): the default discount of the value estimator
+            (else 0.99); use ``make_value_estimator(gamma=...)``.
+        advantage_norm: a value normaliser (``update(value_target)`` and ``scale()``, TorchRL's
+            ``ValueNorm`` interface) dividing the advantage, as in :class:`~rl_objectives.A2CLoss`;
+            it excludes ``normalize_advantage``.
+        delay_actor: keep target actor parameters (``target_actor_network_params``) as the
+            *proximal* policy ``pi_prox``, decoupled from the behaviour policy that collected the data
+            (PPO-EWMA, Hilton et al., 2021, when a :class:`~rl_objectives.SoftUpdate` moves them after
+            every step). The ratio the trust region acts on (the clip, the KL penalty's reference
+            policy, ``"kl_approx"``) is ``pi / pi_prox``, while the surrogate stays weighted by the
+            behaviour ratio ``pi / pi_behav`` (``"ESS"`` describes that one). Needs ``functional=True``.
         separate_losses: the critic loss does not train parameters shared with the actor (nor
             the actor outputs it reads).
         reduction: ``"mean"`` (default), ``"sum"`` or ``"none"`` (batch-shaped losses).
@@ -129,7 +139,11 @@ class PPOLoss(_ActorCriticLoss):
         functional: bool = True,
         actor: Any = None,
         critic: Any = None,
+        advantage_norm: Any = None,
+        delay_actor: bool = False,
     ) -> None:
+        if advantage_norm is not None and normalize_advantage:
+            raise ValueError(f"{type(self).__name__}: normalize_advantage=True and advantage_norm exclude each other; pass one.")
         if max_importance_ratio is not None and (
             isinstance(max_importance_ratio, bool) or not isinstance(max_importance_ratio, (int, float)) or not max_importance_ratio > 0
         ):
@@ -156,6 +170,8 @@ class PPOLoss(_ActorCriticLoss):
             actor=actor,
             critic=critic,
             device=device,
+            advantage_norm=advantage_norm,
+            delay_actor=delay_actor,
         )
         self.register_buffer(
             "max_importance_ratio", None if max_importance_ratio is None else torch.tensor(float(max_importance_ratio), device=device)
@@ -164,22 +180,34 @@ class PPOLoss(_ActorCriticLoss):
         self.normalize_advantage_exclude_dims = exclude
         self._log_explained_variance = bool(log_explained_variance)
 
-    def _capped(self, log_weight: _Tensor) -> _Tensor | None:
-        """The gradient-free correction that caps ``exp(log_weight)`` at ``max_importance_ratio``
-        (``None`` without a cap): ``log_weight + correction`` is at most ``log(max)``."""
+    def _correction(self, log_weight: _Tensor, log_is_weight: _Tensor | None) -> _Tensor | None:
+        """The gradient-free term added to ``log_weight`` (``log pi / pi_prox``) to weight the
+        surrogate by the behaviour ratio: ``log_is_weight`` (``log pi_prox / pi_behav``, ``None``
+        without ``delay_actor``: 0), lowered where needed so that the weight is at most
+        ``max_importance_ratio``. ``None`` when there is neither."""
         if self.max_importance_ratio is None:
-            return None
-        return torch.clamp(self.max_importance_ratio.log() - log_weight.detach(), max=0.0)
+            return log_is_weight
+        cap = self.max_importance_ratio.log() - log_weight.detach()
+        return torch.clamp(cap, max=0.0) if log_is_weight is None else torch.minimum(log_is_weight, cap)
 
     def _prepare(self, tensordict: Any) -> tuple:
-        """``(working copy, advantage, current policy, log importance weight)``, shapes checked."""
+        """``(working copy, advantage, current policy, log pi / pi_prox, gradient-free correction)``,
+        shapes checked; ``pi_prox`` is the behaviour policy unless ``delay_actor``."""
         name = type(self).__name__
         td, advantage, dist, log_prob = self._score(tensordict)
         if self.normalize_advantage and advantage.numel() > 1:
             advantage = _standardize(advantage, self.normalize_advantage_exclude_dims)
         prev_log_prob = self._behaviour_log_prob(td)
         _check_same_shape(name, [(self.tensor_keys.advantage, advantage), (self.tensor_keys.sample_log_prob, prev_log_prob)])
-        return td, advantage, dist, log_prob - prev_log_prob
+        log_is_weight = None
+        if self.delay_actor:
+            with torch.no_grad():
+                prox = td.copy()
+                prox_log_prob = self._log_prob(self._get_dist(prox, target=True), prox)
+            log_weight, log_is_weight = log_prob - prox_log_prob, prox_log_prob - prev_log_prob
+        else:
+            log_weight = log_prob - prev_log_prob
+        return td, advantage, dist, log_weight, self._correction(log_weight, log_is_weight)
 
     @staticmethod
     def _weight_diagnostics(log_weight: _Tensor, out: dict, cap: _Tensor | None = None) -> None:
@@ -197,8 +225,7 @@ class PPOLoss(_ActorCriticLoss):
 
     def forward(self, tensordict: Any) -> TensorDict:
         """The PPO losses on a batch ``[*B]`` (a flat sample or a ``[N, T]`` rollout)."""
-        td, advantage, dist, log_weight = self._prepare(tensordict)
-        cap = self._capped(log_weight)
+        td, advantage, dist, log_weight, cap = self._prepare(tensordict)
         out: dict = {}
         out["loss_objective"] = -self._gain(log_weight, advantage, out, cap)
         self._weight_diagnostics(log_weight, out, cap)
@@ -257,7 +284,7 @@ class ClipPPOLoss(PPOLoss):
         clipped = log_weight.clamp(low, high)
         with torch.no_grad():
             out["clip_fraction"] = (clipped != log_weight).to(log_weight.dtype).mean()
-        if cap is not None:  # as TorchRL: the clip acts on the raw ratio, the cap on both terms
+        if cap is not None:  # as TorchRL: the clip acts on pi / pi_prox, the correction on both terms
             log_weight, clipped = log_weight + cap, clipped + cap
         return torch.minimum(log_weight.exp() * advantage, clipped.exp() * advantage)
 
@@ -366,12 +393,16 @@ class KLPENPPOLoss(PPOLoss):
 
     def forward(self, tensordict: Any) -> TensorDict:
         """The KL-penalised PPO losses; adapts ``beta`` afterwards (see the class docstring)."""
-        previous = self._behaviour_dist(tensordict)
-        td, advantage, dist, log_weight = self._prepare(tensordict)
+        if self.delay_actor:
+            # the penalty pulls towards the proximal policy (the target actor), not the behaviour one
+            with torch.no_grad():
+                previous = self._get_dist(tensordict.copy(), target=True)
+        else:
+            previous = self._behaviour_dist(tensordict)
+        td, advantage, dist, log_weight, cap = self._prepare(tensordict)
         kl = self._kl(previous, dist, self._action_batch_dims(td))
         _check_same_shape(type(self).__name__, [(self.tensor_keys.advantage, advantage), ("KL", kl)])
         beta = self.beta.clone()
-        cap = self._capped(log_weight)
         out: dict = {"loss_objective": -(self._gain(log_weight, advantage, {}, cap) - beta * kl)}
         with torch.no_grad():
             mean_kl = kl.detach().mean()

@@ -49,6 +49,9 @@ class QMixerLoss(LossModule):
             network's (a ``QValueModule``'s ``action_space``, or its ``spec``), else decided per call
             from the action's shape (``[*B, n_agents]``: indices; ``[*B, n_agents, n_actions]``: one-hot).
         reduction: ``"mean"`` (default), ``"sum"`` or ``"none"`` (per-sample losses ``[*B]``).
+        gamma: deprecated (``DeprecationWarning``): the value estimator's discount; use
+            ``make_value_estimator(gamma=...)``.
+        priority_key: deprecated (``DeprecationWarning``): use ``set_keys(priority=...)``.
 
     Keys (``set_keys``), for a batch ``[*B]`` whose agent entries sit in a sub-TensorDict ``"agents"``
     of batch ``[*B, n_agents]`` (TorchRL's multi-agent layout):
@@ -125,11 +128,14 @@ class QMixerLoss(LossModule):
         loss_function: str = "l2",
         delay_value: bool = True,
         action_space: Any = None,
-        reduction: str = "mean",
+        reduction: str | None = "mean",
+        gamma: float | None = None,
+        priority_key: Any = None,
     ) -> None:
         super().__init__()
         self.loss_function = _check_loss_function("QMixerLoss", loss_function)
-        self.reduction = _check_reduction("QMixerLoss", reduction)
+        self.reduction = _check_reduction("QMixerLoss", "mean" if reduction is None else reduction)
+        self._set_deprecated_ctor_args(gamma=gamma, priority_key=priority_key)
         for name, net in (("local_value_network", local_value_network), ("mixer_network", mixer_network)):
             if not hasattr(net, "in_keys") or not hasattr(net, "out_keys"):
                 raise TypeError(f"QMixerLoss: {name} must be a TensorDict module (with in_keys and out_keys), got {type(net).__name__}.")

@@ -22,8 +22,12 @@ from .utils import (
     _BootstrappedLoss,
     _check_alpha_bounds,
     _check_batch_shaped,
+    _check_bool,
     _check_positive_int,
+    _check_scalar_output_mode,
     _get,
+    _loss_output,
+    _reduce,
     _TemperatureMixin,
     distance_loss,
 )
@@ -54,8 +58,24 @@ class REDQLoss(_TemperatureMixin, _BootstrappedLoss):
         delay_qvalue: keep target Q parameters (default ``True``).
         deactivate_vmap: run the Q-ensemble's parameter sets in a plain loop instead of ``torch.vmap``
             (TorchRL's option; the same numbers).
+        reduction: ``"mean"`` (default), ``"sum"`` or ``"none"``, applied as TorchRL's REDQ does to
+            the element-wise losses: ``loss_actor`` and ``loss_qvalue`` are ``[num_qvalue_nets, *B]``
+            (``alpha * log pi(a|s) - Q_i(s, a)`` and each critic's distance to the target),
+            ``loss_alpha`` is ``[2, *B]`` (current and next actions). ``"mean"`` averages over all of
+            it, ``"sum"`` sums, ``"none"`` returns those tensors.
+        separate_losses: parameters the Q-network shares with the actor are trained by the actor
+            loss only (the critics see them detached, expanded over the ensemble).
+        scalar_output_mode: with ``reduction="none"``, ``"exclude"`` leaves ``"alpha"`` and
+            ``"entropy"`` out of the output, ``"non_tensor"`` keeps them as non-tensor entries;
+            ``None`` excludes them with a warning, as TorchRL.
+        gSDE: must be ``False``: no generalized state-dependent exploration module exists in
+            :mod:`rl_objectives.modules`, so TorchRL's ``gSDE=True`` (which resets that noise) has
+            nothing to act on and raises ``NotImplementedError``.
+        gamma: deprecated (``DeprecationWarning``): the value estimator's discount; use
+            ``make_value_estimator(gamma=...)``.
+        priority_key: deprecated (``DeprecationWarning``): use ``set_keys(priority=...)``.
 
-    Returns from ``forward`` a TensorDict with the scalars ``"loss_actor"``, ``"loss_qvalue"``,
+    Returns from ``forward`` a TensorDict with ``"loss_actor"``, ``"loss_qvalue"``,
     ``"loss_alpha"`` and the detached diagnostics ``"alpha"``, ``"entropy"`` (mean of ``-log pi`` over
     the current and next actions), ``"state_action_value_actor"``, ``"action_log_prob_actor"``,
     ``"next.state_value"`` and ``"target_value"`` (batch means). Writes the detached squared TD error
@@ -129,9 +149,23 @@ class REDQLoss(_TemperatureMixin, _BootstrappedLoss):
         delay_actor: bool = False,
         delay_qvalue: bool = True,
         deactivate_vmap: bool = False,
+        reduction: str | None = "mean",
+        separate_losses: bool = False,
+        scalar_output_mode: str | None = None,
+        gSDE: bool = False,
+        gamma: float | None = None,
+        priority_key: Any = None,
     ) -> None:
-        super().__init__(loss_function=loss_function, reduction="mean", deactivate_vmap=deactivate_vmap)  # TorchRL's REDQ has no reduction argument
         owner = "REDQLoss"
+        reduction = "mean" if reduction is None else reduction
+        if _check_bool(owner, "gSDE", gSDE):
+            raise NotImplementedError(
+                "REDQLoss: gSDE=True is not supported: rl_objectives.modules has no generalized state-dependent "
+                "exploration (gSDE) module whose noise the loss would reset; pass gSDE=False."
+            )
+        mode = _check_scalar_output_mode(owner, scalar_output_mode, reduction, ("alpha", "entropy"))
+        super().__init__(loss_function=loss_function, reduction=reduction, deactivate_vmap=deactivate_vmap,
+                         separate_losses=separate_losses, gamma=gamma, priority_key=priority_key)
         _check_positive_int(owner, "num_qvalue_nets", num_qvalue_nets)
         _check_positive_int(owner, "sub_sample_len", sub_sample_len)
         if sub_sample_len > num_qvalue_nets:
@@ -144,8 +178,11 @@ class REDQLoss(_TemperatureMixin, _BootstrappedLoss):
         self.sub_sample_len = sub_sample_len
         self.delay_actor = bool(delay_actor)
         self.delay_qvalue = bool(delay_qvalue)
+        self.gSDE = gSDE
+        self.scalar_output_mode = mode
         self.convert_to_functional(actor_network, "actor_network", create_target_params=self.delay_actor)
-        self.convert_to_functional(qvalue_network, "qvalue_network", expand_dim=num_qvalue_nets, create_target_params=self.delay_qvalue)
+        self.convert_to_functional(qvalue_network, "qvalue_network", expand_dim=num_qvalue_nets, create_target_params=self.delay_qvalue,
+                                   compare_against=self._policy_params(actor_network))
         self._init_temperature(alpha_init, min_alpha, max_alpha, fixed_alpha)
 
     @property
@@ -170,7 +207,7 @@ class REDQLoss(_TemperatureMixin, _BootstrappedLoss):
 
         actor_td, _, log_prob, _ = rsample_action("REDQLoss", self.actor_network, self.params_of("actor_network"), tensordict, keys.action)
         q_actor = self._subset_q(actor_td, self.num_qvalue_nets, params=self.params_of("qvalue_network").detach())
-        loss_actor = (alpha * log_prob - q_actor.mean(0)).mean()
+        loss_actor = _reduce(alpha * log_prob - q_actor, self.reduction)  # [N, *B] before the reduction
 
         with torch.no_grad():
             actor_params = self.params_of("actor_network", target=self.delay_actor)
@@ -180,25 +217,27 @@ class REDQLoss(_TemperatureMixin, _BootstrappedLoss):
             next_value = next_q.min(0).values - alpha * next_log_prob
             target = self._bootstrap(tensordict, next_value)
         pred = self._subset_q(tensordict.copy(), self.num_qvalue_nets)
-        loss_qvalue = distance_loss(pred, target.expand_as(pred), self.loss_function).mean(0).mean()
+        loss_qvalue = _reduce(distance_loss(pred, target.expand_as(pred), self.loss_function), self.reduction)
 
         if self._target_entropy is None:
             # no spec: the sampled action's own shape (beyond the batch dims) gives "auto"
             self._target_entropy = auto_target_entropy(actor_td.get(keys.action).shape[tensordict.batch_dims:])
         log_pi = torch.stack([log_prob.detach(), next_log_prob], 0)
-        loss_alpha = (-self.log_alpha.exp() * (log_pi + self._target_entropy)).mean()
+        loss_alpha = _reduce(-self.log_alpha.exp() * (log_pi + self._target_entropy), self.reduction)
 
         tensordict.set(keys.priority, (pred.detach() - target).pow(2).max(0).values)
-        return TensorDict(
+        return _loss_output(
             {
                 "loss_actor": loss_actor,
                 "loss_qvalue": loss_qvalue,
                 "loss_alpha": loss_alpha,
-                "alpha": alpha,
-                "entropy": -log_pi.mean(),
                 "state_action_value_actor": q_actor.detach().mean(),
                 "action_log_prob_actor": log_prob.detach().mean(),
                 "next.state_value": next_value.mean(),
                 "target_value": target.mean(),
-            }
+            },
+            {"alpha": alpha, "entropy": -log_pi.mean()},
+            self.reduction,
+            self.scalar_output_mode,
+            [],  # the losses are [N, *B] and [2, *B]: no common batch dims
         )

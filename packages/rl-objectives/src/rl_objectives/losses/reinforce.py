@@ -37,7 +37,8 @@ class ReinforceLoss(_ActorCriticLoss):
             :class:`~rl_objectives.SoftUpdate` / :class:`~rl_objectives.HardUpdate`) for the next-state
             values of the advantage estimate.
         loss_critic_type: ``"l1"``, ``"l2"`` or ``"smooth_l1"`` (default).
-        gamma: default discount of the value estimator (else 0.99).
+        gamma: deprecated (``DeprecationWarning``): the default discount of the value estimator
+            (else 0.99); use ``make_value_estimator(gamma=...)``.
         advantage_key, value_target_key, value_key: shortcuts for :meth:`set_keys`.
         functional: accepted for TorchRL's signature; the networks' own parameters are trained
             either way, so ``True`` and ``False`` give the same losses.
@@ -62,7 +63,7 @@ class ReinforceLoss(_ActorCriticLoss):
         ...                                   distribution_class=torch.distributions.Categorical))
         >>> critic = TensorDictModule(nn.Sequential(nn.Linear(3, 1), nn.Flatten(0)), in_keys=["obs"],
         ...                           out_keys=["state_value"])
-        >>> loss = ReinforceLoss(actor, critic, gamma=0.9)
+        >>> loss = ReinforceLoss(actor, critic).make_value_estimator(gamma=0.9)
         >>> td = TensorDict({"obs": torch.randn(5, 3), "action": torch.randint(2, (5,)),
         ...                  "next": {"obs": torch.randn(5, 3), "reward": torch.ones(5),
         ...                           "done": torch.zeros(5, dtype=torch.bool)}}, batch_size=[5])

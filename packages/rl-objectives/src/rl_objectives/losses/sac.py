@@ -18,14 +18,17 @@ from ._actions import (
     PolicyDraw,
     auto_target_entropy,
     continuous_target_entropy,
+    on_live_rows,
     rsample_action,
 )
 from .utils import (
     _BootstrappedLoss,
     _check_alpha_bounds,
+    _check_bool,
     _check_positive_int,
+    _check_scalar_output_mode,
     _get,
-    _reduce,
+    _loss_output,
     _TemperatureMixin,
     distance_loss,
 )
@@ -60,11 +63,28 @@ class SACLoss(_TemperatureMixin, _BootstrappedLoss):
         reduction: ``"mean"`` (default), ``"sum"`` or ``"none"``.
         deactivate_vmap: run the Q-ensemble's parameter sets in a plain loop instead of ``torch.vmap``
             (TorchRL's option; the same numbers).
+        separate_losses: parameters the Q-network shares with the actor are trained by the actor
+            loss only (the critics see them detached, expanded over the ensemble).
+        skip_done_states: run the actor only on the next states that are not done; the done ones
+            get a zero next action and a zero log-prob (TorchRL's option, for actors that fail on
+            terminal observations).
+        use_prioritized_weights: ``"auto"`` (default) or ``True``: when the batch holds
+            ``"priority_weight"`` (a prioritized buffer's importance weights, the
+            ``priority_weight`` key of :meth:`set_keys`), every loss is the weighted reduction
+            ``sum(w * l) / sum(w)`` (``"sum"``: ``sum(w * l)``, ``"none"``: ``w * l``); ``False``
+            ignores them.
+        scalar_output_mode: with ``reduction="none"``, ``"exclude"`` leaves ``"alpha"`` and
+            ``"entropy"`` out of the (batch-shaped) output and ``"non_tensor"`` keeps them as
+            non-tensor entries; ``None`` excludes them with a warning, as TorchRL.
+        gamma: deprecated (``DeprecationWarning``): the value estimator's discount; use
+            ``make_value_estimator(gamma=...)``.
+        priority_key: deprecated (``DeprecationWarning``): use ``set_keys(priority=...)``.
 
     Returns from ``forward`` a TensorDict with ``"loss_actor"``, ``"loss_qvalue"`` (summed over the
     ensemble), ``"loss_alpha"``, and the detached ``"alpha"`` and ``"entropy"`` (mean of
     ``-log pi(a|s)``). Like TorchRL it writes the detached absolute TD error (max over the ensemble)
-    into the input at ``"td_error"`` for prioritized replay.
+    into the input at ``"td_error"`` for prioritized replay. With ``reduction="none"`` the output
+    has the input's batch size.
 
     Example:
         >>> import torch
@@ -101,6 +121,7 @@ class SACLoss(_TemperatureMixin, _BootstrappedLoss):
         "state_action_value": "state_action_value",
         "log_prob": "action_log_prob",
         "priority": "td_error",
+        "priority_weight": "priority_weight",
         "reward": "reward",
         "done": "done",
         "terminated": "terminated",
@@ -124,15 +145,26 @@ class SACLoss(_TemperatureMixin, _BootstrappedLoss):
         delay_actor: bool = False,
         delay_qvalue: bool = True,
         delay_value: bool = True,
-        reduction: str = "mean",
+        reduction: str | None = "mean",
         deactivate_vmap: bool = False,
+        separate_losses: bool = False,
+        skip_done_states: bool = False,
+        use_prioritized_weights: bool | str = "auto",
+        scalar_output_mode: str | None = None,
+        gamma: float | None = None,
+        priority_key: Any = None,
     ) -> None:
+        reduction = "mean" if reduction is None else reduction
         if value_network is not None:
             raise NotImplementedError(
                 "SACLoss: the version with a state-value network (SAC v1) is not implemented; "
                 "pass value_network=None (SAC v2: the next-state value comes from the target Q ensemble)."
             )
-        super().__init__(loss_function=loss_function, reduction=reduction, deactivate_vmap=deactivate_vmap)
+        _check_bool("SACLoss", "skip_done_states", skip_done_states)
+        mode = _check_scalar_output_mode("SACLoss", scalar_output_mode, reduction, ("alpha", "entropy"))
+        super().__init__(loss_function=loss_function, reduction=reduction, deactivate_vmap=deactivate_vmap,
+                         separate_losses=separate_losses, use_prioritized_weights=use_prioritized_weights,
+                         gamma=gamma, priority_key=priority_key)
         _check_positive_int("SACLoss", "num_qvalue_nets", num_qvalue_nets)
         if not hasattr(actor_network, "get_dist"):
             raise TypeError(f"SACLoss: actor_network must be a probabilistic module with get_dist (e.g. ProbabilisticActor), got {type(actor_network).__name__}.")
@@ -142,9 +174,12 @@ class SACLoss(_TemperatureMixin, _BootstrappedLoss):
         self.delay_actor = bool(delay_actor)
         self.delay_qvalue = bool(delay_qvalue)
         self.delay_value = bool(delay_value)
+        self.skip_done_states = skip_done_states
+        self.scalar_output_mode = mode
         self._target_entropy = resolved
         self.convert_to_functional(actor_network, "actor_network", create_target_params=self.delay_actor)
-        self.convert_to_functional(qvalue_network, "qvalue_network", expand_dim=num_qvalue_nets, create_target_params=self.delay_qvalue)
+        self.convert_to_functional(qvalue_network, "qvalue_network", expand_dim=num_qvalue_nets, create_target_params=self.delay_qvalue,
+                                   compare_against=self._policy_params(actor_network))
         self._init_temperature(alpha_init, min_alpha, max_alpha, fixed_alpha)
         self._keys_from_actor(actor_network, "log_prob")
 
@@ -158,20 +193,36 @@ class SACLoss(_TemperatureMixin, _BootstrappedLoss):
         params = self.params_of("actor_network", target=target)
         return rsample_action("SACLoss", self.actor_network, params, tensordict, self.tensor_keys.action)
 
+    def _next_state(self, next_td: Any) -> tuple[Any, torch.Tensor]:
+        """``next_td`` holding ``a' ~ pi(.|s')`` (the target actor with ``delay_actor``), and
+        ``log pi(a'|s')``; with ``skip_done_states`` the done states get zeros for both."""
+        if not self.skip_done_states:
+            work, _, log_prob, _ = self._sample(next_td, target=self.delay_actor)
+            return work, log_prob
+
+        def draw(td: Any) -> tuple[torch.Tensor, torch.Tensor]:
+            _, action, log_prob, _ = self._sample(td, target=self.delay_actor)
+            return action, log_prob
+
+        action, log_prob = on_live_rows("SACLoss", next_td, self.tensor_keys.done, draw)
+        work = next_td.copy()
+        work.set(self.tensor_keys.action, action)
+        return work, log_prob
+
     def _qvalue_loss(self, tensordict: Any) -> tuple[torch.Tensor, torch.Tensor]:
         next_td = _get("SACLoss", tensordict, "next")
         with torch.no_grad():
-            next_td, _, next_log_prob, _ = self._sample(next_td, target=self.delay_actor)
+            next_td, next_log_prob = self._next_state(next_td)
             next_q = self._q(next_td, target=self.delay_qvalue)
             target = self._bootstrap(tensordict, next_q.min(0).values - self._alpha * next_log_prob)
         pred = self._q(tensordict.copy())
         loss = distance_loss(pred, target.expand_as(pred), self.loss_function).sum(0)
-        return _reduce(loss, self.reduction), (pred.detach() - target).abs().max(0).values
+        return self._reduce_loss(loss, tensordict), (pred.detach() - target).abs().max(0).values
 
     def _actor_loss(self, tensordict: Any) -> tuple[torch.Tensor, torch.Tensor]:
         work, _, log_prob, _ = self._sample(tensordict)
         min_q = self._q(work, params=self.params_of("qvalue_network").detach()).min(0).values
-        return _reduce(self._alpha * log_prob - min_q, self.reduction), log_prob.detach()
+        return self._reduce_loss(self._alpha * log_prob - min_q, tensordict), log_prob.detach()
 
     def forward(self, tensordict: Any) -> TensorDict:
         _get("SACLoss", tensordict, self.tensor_keys.action)
@@ -181,12 +232,12 @@ class SACLoss(_TemperatureMixin, _BootstrappedLoss):
             # no spec: the action's own shape (beyond the batch dims) gives "auto"
             action = _get("SACLoss", tensordict, self.tensor_keys.action)
             self._target_entropy = auto_target_entropy(action.shape[tensordict.batch_dims:])
-        loss_alpha = _reduce(-self.log_alpha * (log_prob + self._target_entropy), self.reduction)
+        loss_alpha = self._reduce_loss(-self.log_alpha * (log_prob + self._target_entropy), tensordict)
         tensordict.set(self.tensor_keys.priority, td_error)
-        return TensorDict(
-            loss_actor=loss_actor,
-            loss_qvalue=loss_qvalue,
-            loss_alpha=loss_alpha,
-            alpha=self._alpha,
-            entropy=-log_prob.mean(),
+        return _loss_output(
+            {"loss_actor": loss_actor, "loss_qvalue": loss_qvalue, "loss_alpha": loss_alpha},
+            {"alpha": self._alpha, "entropy": -log_prob.mean()},
+            self.reduction,
+            self.scalar_output_mode,
+            tensordict.batch_size,
         )

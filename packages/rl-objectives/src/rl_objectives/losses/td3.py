@@ -13,7 +13,7 @@ import torch
 from tdict import TensorDict
 from tdict.specs import Bounded, Composite
 
-from .utils import _BootstrappedLoss, _check_positive_int, _get, _reduce, distance_loss
+from .utils import _BootstrappedLoss, _check_positive_int, _get, distance_loss
 
 __all__ = ["TD3Loss"]
 
@@ -66,6 +66,14 @@ class TD3Loss(_BootstrappedLoss):
         reduction: ``"mean"`` (default), ``"sum"`` or ``"none"``.
         deactivate_vmap: run the Q-ensemble's parameter sets in a plain loop instead of ``torch.vmap``
             (TorchRL's option; the same numbers).
+        separate_losses: parameters the Q-network shares with the actor are trained by the actor
+            loss only (the critics see them detached, expanded over the ensemble).
+        use_prioritized_weights: ``"auto"`` (default) or ``True``: when the batch holds
+            ``"priority_weight"`` (the ``priority_weight`` key), both losses are weighted
+            reductions, as in :class:`~rl_objectives.SACLoss`; ``False`` ignores the weights.
+        gamma: deprecated (``DeprecationWarning``): the value estimator's discount; use
+            ``make_value_estimator(gamma=...)``.
+        priority_key: deprecated (``DeprecationWarning``): use ``set_keys(priority=...)``.
 
     Returns from ``forward`` a TensorDict with ``"loss_actor"`` (``-Q_1(s, pi(s))``),
     ``"loss_qvalue"`` (the critics' distances to the target, summed over the ensemble) and the
@@ -102,6 +110,7 @@ class TD3Loss(_BootstrappedLoss):
         "action": "action",
         "state_action_value": "state_action_value",
         "priority": "td_error",
+        "priority_weight": "priority_weight",
         "reward": "reward",
         "done": "done",
         "terminated": "terminated",
@@ -121,10 +130,16 @@ class TD3Loss(_BootstrappedLoss):
         loss_function: str = "smooth_l1",
         delay_actor: bool = True,
         delay_qvalue: bool = True,
-        reduction: str = "mean",
+        reduction: str | None = "mean",
         deactivate_vmap: bool = False,
+        separate_losses: bool = False,
+        use_prioritized_weights: bool | str = "auto",
+        gamma: float | None = None,
+        priority_key: Any = None,
     ) -> None:
-        super().__init__(loss_function=loss_function, reduction=reduction, deactivate_vmap=deactivate_vmap)
+        super().__init__(loss_function=loss_function, reduction="mean" if reduction is None else reduction,
+                         deactivate_vmap=deactivate_vmap, separate_losses=separate_losses,
+                         use_prioritized_weights=use_prioritized_weights, gamma=gamma, priority_key=priority_key)
         _check_positive_int("TD3Loss", "num_qvalue_nets", num_qvalue_nets)
         if policy_noise < 0 or noise_clip < 0:
             raise ValueError(f"TD3Loss: policy_noise and noise_clip must be >= 0, got {policy_noise!r} and {noise_clip!r}.")
@@ -135,14 +150,15 @@ class TD3Loss(_BootstrappedLoss):
         self.delay_actor = bool(delay_actor)
         self.delay_qvalue = bool(delay_qvalue)
         self.convert_to_functional(actor_network, "actor_network", create_target_params=self.delay_actor)
-        self.convert_to_functional(qvalue_network, "qvalue_network", expand_dim=num_qvalue_nets, create_target_params=self.delay_qvalue)
+        self.convert_to_functional(qvalue_network, "qvalue_network", expand_dim=num_qvalue_nets, create_target_params=self.delay_qvalue,
+                                   compare_against=self._policy_params(actor_network))
         self.register_buffer("min_action", low)
         self.register_buffer("max_action", high)
 
     def actor_loss(self, tensordict: Any) -> tuple[torch.Tensor, dict]:
         """``-Q_1(s, pi(s))``, critics detached: gradients reach the actor only."""
         value = self._q_of_policy(tensordict)  # [num_qvalue_nets, *batch]
-        return _reduce(-value[0], self.reduction), {"state_action_value_actor": value.detach().mean()}
+        return self._reduce_loss(-value[0], tensordict), {"state_action_value_actor": value.detach().mean()}
 
     def value_loss(self, tensordict: Any) -> tuple[torch.Tensor, dict]:
         """The critics' loss against the clipped double-Q target with target policy smoothing."""
@@ -159,7 +175,7 @@ class TD3Loss(_BootstrappedLoss):
             target = self._bootstrap(tensordict, next_value)
         pred = self._q(tensordict.copy())
         # per sample: the sum over the ensemble of each critic's distance to the shared target
-        loss = _reduce(distance_loss(pred, target.expand_as(pred), self.loss_function).sum(0), self.reduction)
+        loss = self._reduce_loss(distance_loss(pred, target.expand_as(pred), self.loss_function).sum(0), tensordict)
         pred = pred.detach()
         metadata = {
             "td_error": (pred - target).pow(2).max(0).values,

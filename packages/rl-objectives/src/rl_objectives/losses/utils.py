@@ -11,6 +11,7 @@ construction, the per-step shape rule checked at call time, and the construction
 from __future__ import annotations
 
 import math
+import warnings
 from collections.abc import Mapping
 from typing import Any, ClassVar
 
@@ -18,12 +19,14 @@ import torch
 import torch.nn.functional as F
 from tdict.nn.distributions import _reduce_to as _sum_to_batch  # noqa: F401  (re-exported: the losses reduce log-probs with it)
 
-from .common import LossModule
+from .common import LossModule, _user_stacklevel
 
 __all__ = ["distance_loss"]
 
 _LOSS_FUNCTIONS = ("l1", "l2", "smooth_l1")
 _REDUCTIONS = ("mean", "sum", "none")
+_SCALAR_OUTPUT_MODES = ("exclude", "non_tensor")
+_PRIORITIZED = (True, False, "auto")
 
 
 def distance_loss(
@@ -83,6 +86,52 @@ def _check_reduction(owner: str, reduction: Any) -> str:
     return reduction
 
 
+def _check_bool(owner: str, name: str, value: Any) -> bool:
+    if not isinstance(value, bool):
+        raise TypeError(f"{owner}: {name} must be a bool, got {type(value).__name__}.")
+    return value
+
+
+def _check_scalar_output_mode(owner: str, mode: Any, reduction: str, scalars: tuple) -> str | None:
+    """TorchRL's ``scalar_output_mode``: what happens to the scalar diagnostics (``scalars``) when
+    ``reduction="none"`` leaves the losses batch-shaped. ``"exclude"`` drops them, ``"non_tensor"``
+    keeps them as non-tensor entries; ``None`` with ``reduction="none"`` warns and excludes them, as
+    TorchRL does. With another reduction the mode has no effect (the scalars are ordinary entries).
+    """
+    if mode is not None and mode not in _SCALAR_OUTPUT_MODES:
+        raise ValueError(f"{owner}: scalar_output_mode must be None or one of {list(_SCALAR_OUTPUT_MODES)}, got {mode!r}.")
+    if reduction == "none" and mode is None:
+        warnings.warn(
+            f"{owner}(reduction='none') gives batch-shaped losses, so the scalars {list(scalars)} are left out of the "
+            "output; pass scalar_output_mode='exclude' to silence this, or 'non_tensor' to keep them as non-tensor entries.",
+            UserWarning,
+            stacklevel=_user_stacklevel(),
+        )
+        mode = "exclude"
+    return mode
+
+
+def _loss_output(losses: Mapping[str, Any], scalars: Mapping[str, Any], reduction: str, mode: str | None, batch_size: Any) -> Any:
+    """The output TensorDict: with ``reduction="none"`` it has the input's ``batch_size`` (the losses
+    are batch-shaped) and the scalar diagnostics follow ``scalar_output_mode``; otherwise every entry
+    is a scalar of an empty batch."""
+    from tdict import TensorDict  # local: keeps utils import-light
+
+    if reduction != "none":
+        return TensorDict({**losses, **scalars}, batch_size=[])
+    out = TensorDict(dict(losses), batch_size=batch_size)
+    if mode == "non_tensor":
+        for key, value in scalars.items():
+            out.set_non_tensor(key, value)
+    return out
+
+
+def _check_prioritized(owner: str, value: Any) -> bool | str:
+    if not any(value is v or (isinstance(value, str) and value == v) for v in _PRIORITIZED):
+        raise ValueError(f"{owner}: use_prioritized_weights must be True, False or 'auto', got {value!r}.")
+    return value
+
+
 def _check_positive_int(owner: str, name: str, value: Any) -> int:
     """``value`` is an int >= 1 (a bool is not accepted as an int)."""
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
@@ -90,8 +139,17 @@ def _check_positive_int(owner: str, name: str, value: Any) -> int:
     return value
 
 
-def _reduce(tensor: torch.Tensor, reduction: str) -> torch.Tensor:
-    """``"mean"`` / ``"sum"`` over every element, or the tensor itself for ``"none"``."""
+def _reduce(tensor: torch.Tensor, reduction: str, weights: torch.Tensor | None = None) -> torch.Tensor:
+    """``"mean"`` / ``"sum"`` over every element, or the tensor itself for ``"none"``.
+
+    With importance ``weights`` (a prioritized buffer's, same shape as ``tensor``): the weighted
+    mean ``sum(w * x) / sum(w)``, the weighted sum ``sum(w * x)``, or ``w * x``.
+    """
+    if weights is not None:
+        weighted = tensor * weights
+        if reduction == "mean":
+            return weighted.sum() / weights.sum()
+        return weighted.sum() if reduction == "sum" else weighted
     if reduction == "mean":
         return tensor.mean()
     if reduction == "sum":
@@ -202,16 +260,53 @@ class _BootstrappedLoss(LossModule):
     default_value_kwargs: ClassVar[dict] = {"gamma": 0.99, "lmbda": 0.95}
     _q_network: ClassVar[str] = "qvalue_network"
 
-    def __init__(self, *, loss_function: str, reduction: str, deactivate_vmap: bool = False) -> None:
+    def __init__(
+        self,
+        *,
+        loss_function: str,
+        reduction: str,
+        deactivate_vmap: bool = False,
+        separate_losses: bool = False,
+        use_prioritized_weights: bool | str = "auto",
+        gamma: float | None = None,
+        priority_key: Any = None,
+    ) -> None:
         owner = type(self).__name__
         _check_loss_function(owner, loss_function)
         _check_reduction(owner, reduction)
-        if not isinstance(deactivate_vmap, bool):
-            raise TypeError(f"{owner}: deactivate_vmap must be a bool, got {type(deactivate_vmap).__name__}.")
+        _check_bool(owner, "deactivate_vmap", deactivate_vmap)
+        _check_bool(owner, "separate_losses", separate_losses)
+        _check_prioritized(owner, use_prioritized_weights)
         super().__init__()
         self.loss_function = loss_function
         self.reduction = reduction
         self.deactivate_vmap = deactivate_vmap
+        self.separate_losses = separate_losses
+        self.use_prioritized_weights = use_prioritized_weights
+        self._set_deprecated_ctor_args(gamma=gamma, priority_key=priority_key)
+
+    def _policy_params(self, *networks: Any) -> list | None:
+        """The parameters of ``networks`` with ``separate_losses`` (the ``compare_against`` of the
+        critics built after them), else ``None``."""
+        if not self.separate_losses:
+            return None
+        return [p for net in networks for p in net.parameters()]
+
+    def _priority_weight(self, tensordict: Any) -> torch.Tensor | None:
+        """The prioritized buffer's importance weights (``tensor_keys.priority_weight``) when this loss
+        reads them (``use_prioritized_weights`` True or ``"auto"``) and the batch holds them."""
+        if self.use_prioritized_weights is False or "priority_weight" not in self.default_keys:
+            return None
+        key = self.tensor_keys.priority_weight
+        weights = tensordict.get(key, None)
+        if weights is not None:
+            _check_batch_shaped(type(self).__name__, {key: weights}, tensordict.batch_size)
+        return weights
+
+    def _reduce_loss(self, loss: torch.Tensor, tensordict: Any) -> torch.Tensor:
+        """``loss`` (batch-shaped) reduced with ``reduction``, weighted by the importance weights of
+        a prioritized buffer when :meth:`_priority_weight` finds them (as TorchRL 0.14 does)."""
+        return _reduce(loss, self.reduction, self._priority_weight(tensordict))
 
     def make_value_estimator(self, value_type: Any = None, **hyperparams: Any) -> _BootstrappedLoss:
         """Build the bootstrapped estimator: TD(0) (default), TD(1) or TD(lambda); GAE raises."""
