@@ -20,8 +20,6 @@ follows the owner's updates), so its losses send no gradient into them.
 from __future__ import annotations
 
 import copy
-import os
-import sys
 import warnings
 from collections.abc import Iterable, Mapping
 from types import SimpleNamespace
@@ -34,19 +32,11 @@ from torch.nn.parameter import is_lazy
 from tdict import TensorDict, unravel_key
 from tdict.nn import TensorDictModuleBase, TensorDictParams
 
+from .._stack import user_stacklevel as _user_stacklevel
+
 __all__ = ["LossModule"]
 
 _LOOP_MAX_SETS = 4  # measured crossover: a loop beats torch.vmap for 2 to 4 small networks
-_PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-
-
-def _user_stacklevel() -> int:
-    """The ``stacklevel`` that makes a warning raised by the caller point at the first frame
-    outside this package (the user's constructor call, however deep the ``super().__init__`` chain)."""
-    level, frame = 1, sys._getframe(1)
-    while frame is not None and os.path.abspath(frame.f_code.co_filename).startswith(_PACKAGE_DIR):
-        frame, level = frame.f_back, level + 1
-    return level
 
 
 class LossModule(nn.Module):

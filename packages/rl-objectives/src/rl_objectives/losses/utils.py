@@ -19,7 +19,8 @@ import torch
 import torch.nn.functional as F
 from tdict.nn.distributions import _reduce_to as _sum_to_batch  # noqa: F401  (re-exported: the losses reduce log-probs with it)
 
-from .common import LossModule, _user_stacklevel
+from .._stack import user_stacklevel as _user_stacklevel
+from .common import LossModule
 
 __all__ = ["distance_loss"]
 

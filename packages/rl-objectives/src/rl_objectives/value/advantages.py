@@ -23,7 +23,7 @@ from ..functional import (
     vtrace_advantage_estimate,
 )
 from ..functional.value import _check_unit_interval
-from .base import ValueEstimatorBase
+from .base import ValueEstimatorBase, _standardize
 
 __all__ = [
     "GAE", "MultiAgentGAE", "TD0Estimate", "TD0Estimator", "TD1Estimate", "TD1Estimator", "TDLambdaEstimate",
@@ -33,24 +33,21 @@ __all__ = [
 _Tensor = torch.Tensor
 
 
-def _set_coefficient(module: torch.nn.Module, name: str, value: Any) -> None:
-    """A float attribute, or a registered buffer for a tensor (so ``.to(device)`` moves it); a
+def _set_coefficient(module: ValueEstimatorBase, name: str, value: Any) -> None:
+    """A float attribute, or a registered buffer for a tensor (so ``.to(device)`` moves it), on the
+    estimator's ``device`` when one was given (then a number becomes a buffer too, as in TorchRL); a
     discount or lambda outside ``[0, 1]`` is refused, naming it."""
     _check_unit_interval(type(module).__name__, name, value)
+    device = module._device
     if isinstance(value, _Tensor):
-        module.register_buffer(name, value)
+        module.register_buffer(name, value if device is None else value.to(device))
     elif isinstance(value, (int, float)) and not isinstance(value, bool):
-        setattr(module, name, float(value))
+        if device is None:
+            setattr(module, name, float(value))
+        else:
+            module.register_buffer(name, torch.tensor(float(value), device=device))
     else:
         raise TypeError(f"{type(module).__name__}: {name} must be a number or a tensor, got {type(value).__name__}.")
-
-
-def _standardize(x: _Tensor, eps: float, keep_dim: int | None = None) -> _Tensor:
-    """``(x - mean) / std`` over every dim (all but ``keep_dim``)."""
-    if keep_dim is None:
-        return (x - x.mean()) / x.std().clamp_min(eps)
-    dims = [d for d in range(x.ndim) if d != keep_dim % x.ndim]
-    return (x - x.mean(dims, keepdim=True)) / x.std(dims, keepdim=True).clamp_min(eps)
 
 
 def _sum_to(x: _Tensor, ndim: int) -> _Tensor:
@@ -73,7 +70,7 @@ class _TDBase(ValueEstimatorBase):
     def _estimate(self, tensordict, value, next_value, reward, done, terminated, time_dim):
         if self.average_rewards:
             # the stored rewards are left as they are (TorchRL writes the standardised ones back)
-            reward = _standardize(reward, 1e-4)
+            reward = _standardize(reward, 1e-4, groups=self._group_ids(tensordict))
         value_target = self._return(next_value, reward, done, terminated, time_dim)
         advantage = None if value is None else value_target - value
         return advantage, value_target
@@ -87,6 +84,9 @@ class TD0Estimator(_TDBase):
         value_network: writes the value key, or ``None`` when values are in the TensorDict.
         average_rewards: standardise the rewards (over all elements) before the estimate.
         differentiable, skip_existing, shifted, time_dim: see :class:`ValueEstimatorBase`.
+        **kwargs: the other :class:`ValueEstimatorBase` keyword arguments (``value_chunk_size``,
+            ``num_chunks``, ``value_chunk_dim``, ``shifted_budget``, ``group_key``, ``device``,
+            ``deactivate_vmap``, the deprecated ``advantage_key`` / ``value_target_key`` / ``value_key``).
 
     Example:
         >>> import torch
@@ -111,9 +111,10 @@ class TD0Estimator(_TDBase):
         skip_existing: bool | None = None,
         shifted: bool = False,
         time_dim: int | None = None,
+        **kwargs: Any,
     ) -> None:
         super().__init__(gamma, value_network, average_rewards, differentiable=differentiable,
-                         skip_existing=skip_existing, shifted=shifted, time_dim=time_dim)
+                         skip_existing=skip_existing, shifted=shifted, time_dim=time_dim, **kwargs)
 
     def _return(self, next_value, reward, done, terminated, time_dim):
         return td0_return_estimate(self.gamma, next_value, reward, terminated, time_dim=time_dim)
@@ -128,6 +129,9 @@ class TD1Estimator(_TDBase):
         value_network: writes the value key, or ``None``.
         average_rewards: standardise the rewards before the estimate.
         differentiable, skip_existing, shifted, time_dim: see :class:`ValueEstimatorBase`.
+        **kwargs: the other :class:`ValueEstimatorBase` keyword arguments (``value_chunk_size``,
+            ``num_chunks``, ``value_chunk_dim``, ``shifted_budget``, ``group_key``, ``device``,
+            ``deactivate_vmap``, the deprecated ``advantage_key`` / ``value_target_key`` / ``value_key``).
         vectorized: use the loop-free scan (default) instead of the reverse-time loop.
 
     Example:
@@ -151,9 +155,10 @@ class TD1Estimator(_TDBase):
         skip_existing: bool | None = None,
         shifted: bool = False,
         time_dim: int | None = None,
+        **kwargs: Any,
     ) -> None:
         super().__init__(gamma, value_network, average_rewards, differentiable=differentiable,
-                         skip_existing=skip_existing, shifted=shifted, time_dim=time_dim)
+                         skip_existing=skip_existing, shifted=shifted, time_dim=time_dim, **kwargs)
         self.vectorized = bool(vectorized)
 
     def _return(self, next_value, reward, done, terminated, time_dim):
@@ -170,6 +175,9 @@ class TDLambdaEstimator(_TDBase):
         value_network: writes the value key, or ``None``.
         average_rewards: standardise the rewards before the estimate.
         differentiable, skip_existing, shifted, time_dim: see :class:`ValueEstimatorBase`.
+        **kwargs: the other :class:`ValueEstimatorBase` keyword arguments (``value_chunk_size``,
+            ``num_chunks``, ``value_chunk_dim``, ``shifted_budget``, ``group_key``, ``device``,
+            ``deactivate_vmap``, the deprecated ``advantage_key`` / ``value_target_key`` / ``value_key``).
         vectorized: use the loop-free scan (default) instead of the reverse-time loop.
 
     Example:
@@ -193,9 +201,10 @@ class TDLambdaEstimator(_TDBase):
         skip_existing: bool | None = None,
         shifted: bool = False,
         time_dim: int | None = None,
+        **kwargs: Any,
     ) -> None:
         super().__init__(gamma, value_network, average_rewards, differentiable=differentiable,
-                         skip_existing=skip_existing, shifted=shifted, time_dim=time_dim)
+                         skip_existing=skip_existing, shifted=shifted, time_dim=time_dim, **kwargs)
         _set_coefficient(self, "lmbda", lmbda)
         self.vectorized = bool(vectorized)
 
@@ -211,9 +220,15 @@ class GAE(ValueEstimatorBase):
         gamma: discount (a number or a per-step tensor).
         lmbda: the GAE lambda.
         value_network: writes the value key, or ``None`` when values are in the TensorDict.
-        average_gae: standardise the written advantage (mean 0, std 1 over all its elements; the
-            value target is computed from the raw advantage).
+        average_gae: standardise the written advantage (mean 0, std 1 over all its elements, or
+            within the groups of ``group_key``; the value target is computed from the raw advantage).
+        auto_reset_env: TorchRL's option for data whose ``("next", obs)`` after a truncation is
+            already the reset observation: a truncated step (``("next", "truncated")``) bootstraps
+            from its own ``V(s_t)`` (``r_t + gamma * V(s_t)``) and every done step ends the recursion.
         differentiable, skip_existing, shifted, time_dim: see :class:`ValueEstimatorBase`.
+        **kwargs: the other :class:`ValueEstimatorBase` keyword arguments (``value_chunk_size``,
+            ``num_chunks``, ``value_chunk_dim``, ``shifted_budget``, ``group_key``, ``device``,
+            ``deactivate_vmap``, the deprecated ``advantage_key`` / ``value_target_key`` / ``value_key``).
         vectorized: use the loop-free scan (default) instead of the reverse-time loop.
 
     Example:
@@ -242,20 +257,39 @@ class GAE(ValueEstimatorBase):
         skip_existing: bool | None = None,
         shifted: bool = False,
         time_dim: int | None = None,
+        auto_reset_env: bool = False,
+        **kwargs: Any,
     ) -> None:
         super().__init__(value_network=value_network, differentiable=differentiable,
-                         skip_existing=skip_existing, shifted=shifted, time_dim=time_dim)
+                         skip_existing=skip_existing, shifted=shifted, time_dim=time_dim, **kwargs)
+        if not isinstance(auto_reset_env, bool):
+            raise TypeError(f"{type(self).__name__}: auto_reset_env must be a bool, got {type(auto_reset_env).__name__}.")
         _set_coefficient(self, "gamma", gamma)
         _set_coefficient(self, "lmbda", lmbda)
         self.average_gae = bool(average_gae)
         self.vectorized = bool(vectorized)
+        self.auto_reset_env = auto_reset_env
+
+    def _auto_reset(self, tensordict: Any, value: _Tensor, reward: _Tensor, done: _Tensor) -> tuple[_Tensor, _Tensor]:
+        """TorchRL's ``auto_reset_env``: the next observation after a truncation is the reset one, so
+        a truncated step bootstraps from ``V(s_t)`` (added to its reward) and every ``done`` ends the
+        recursion like a termination."""
+        truncated = self._read(tensordict, ("next", "truncated"), "('next', 'truncated') (auto_reset_env reads it)")
+        truncated = self._to_feature_shape(truncated, value.shape, tensordict.batch_size)
+        self._check_shapes([(self._tensor_keys.value, value), (("next", "truncated"), truncated)], tensordict.batch_size)
+        return reward + self.gamma * value * truncated.to(value.dtype), done
 
     def _estimate(self, tensordict, value, next_value, reward, done, terminated, time_dim):
         fn = vec_generalized_advantage_estimate if self.vectorized else generalized_advantage_estimate
+        if self.auto_reset_env:
+            reward, terminated = self._auto_reset(tensordict, value, reward, done)
         advantage, value_target = fn(self.gamma, self.lmbda, value, next_value, reward, done, terminated, time_dim=time_dim)
         if self.average_gae:
-            advantage = _standardize(advantage, 1e-5)
+            advantage = self._standardize_advantage(advantage, tensordict)
         return advantage, value_target
+
+    def _standardize_advantage(self, advantage: _Tensor, tensordict: Any) -> _Tensor:
+        return _standardize(advantage, 1e-5, groups=self._group_ids(tensordict))
 
 
 class VTrace(ValueEstimatorBase):
@@ -278,6 +312,9 @@ class VTrace(ValueEstimatorBase):
         c_thresh: clipping of the trace coefficients (c-bar).
         average_adv: standardise the written advantage.
         differentiable, skip_existing, shifted, time_dim: see :class:`ValueEstimatorBase`.
+        **kwargs: the other :class:`ValueEstimatorBase` keyword arguments (``value_chunk_size``,
+            ``num_chunks``, ``value_chunk_dim``, ``shifted_budget``, ``group_key``, ``device``,
+            ``deactivate_vmap``, the deprecated ``advantage_key`` / ``value_target_key`` / ``value_key``).
 
     Example:
         >>> import torch
@@ -308,9 +345,10 @@ class VTrace(ValueEstimatorBase):
         skip_existing: bool | None = None,
         shifted: bool = False,
         time_dim: int | None = None,
+        **kwargs: Any,
     ) -> None:
         super().__init__(value_network=value_network, differentiable=differentiable,
-                         skip_existing=skip_existing, shifted=shifted, time_dim=time_dim)
+                         skip_existing=skip_existing, shifted=shifted, time_dim=time_dim, **kwargs)
         if not callable(getattr(actor_network, "log_prob", None)):
             raise TypeError(
                 f"VTrace: actor_network must have a log_prob(tensordict) method (e.g. a ProbabilisticTensorDictModule "
@@ -363,7 +401,7 @@ class VTrace(ValueEstimatorBase):
             self.rho_thresh, self.c_thresh, time_dim=time_dim,
         )
         if self.average_adv:
-            advantage = _standardize(advantage, 1e-5)
+            advantage = _standardize(advantage, 1e-5, groups=self._group_ids(tensordict))
         return advantage, value_target
 
 
@@ -417,13 +455,9 @@ class MultiAgentGAE(GAE):
     def _prepare_signals(self, reward, done, terminated, value):
         return tuple(self._broadcast(name, x, value) for name, x in (("reward", reward), ("done", done), ("terminated", terminated)))
 
-    def _estimate(self, tensordict, value, next_value, reward, done, terminated, time_dim):
-        fn = vec_generalized_advantage_estimate if self.vectorized else generalized_advantage_estimate
-        advantage, value_target = fn(self.gamma, self.lmbda, value, next_value, reward, done, terminated, time_dim=time_dim)
-        if self.average_gae:
-            # per agent: a high-variance agent is not flattened by the others
-            advantage = _standardize(advantage, 1e-4, keep_dim=self.agent_dim)
-        return advantage, value_target
+    def _standardize_advantage(self, advantage: _Tensor, tensordict: Any) -> _Tensor:
+        # per agent: a high-variance agent is not flattened by the others
+        return _standardize(advantage, 1e-4, keep_dim=self.agent_dim, groups=self._group_ids(tensordict))
 
 
 def _deprecated_name(old: str, new: type) -> type:

@@ -10,12 +10,15 @@ from __future__ import annotations
 
 import contextlib
 import enum
+import warnings
 from dataclasses import dataclass, fields
 from typing import Any
 
 import torch
 from tdict import TensorDict, unravel_key
 from torch import nn
+
+from .._stack import user_stacklevel
 
 __all__ = ["ValueEstimatorBase", "ValueEstimators"]
 
@@ -114,6 +117,23 @@ class ValueEstimatorBase(nn.Module):
             instead of the final observation's. Cannot be combined with ``target_params``.
         time_dim: the time dim among the TensorDict's batch dims; default: the dim named ``"time"``
             when names are set, else the last batch dim.
+        value_chunk_size: run the value network on chunks of at most this many elements along
+            ``value_chunk_dim`` (bounded memory for long rollouts; the values are concatenated).
+        num_chunks: run it on this many near-equal chunks instead (``num_chunk``: TorchRL's alias).
+            Exclusive with ``value_chunk_size``.
+        value_chunk_dim: the batch dim the chunks split (default 0).
+        shifted_budget: TorchRL's number of extra time slots of the ``shifted`` call. Only ``1`` (the
+            ``T + 1`` single call described above) is supported; other values raise
+            ``NotImplementedError``.
+        group_key: an integer entry (one id per batch element, e.g. a task id) within whose groups
+            the estimator's standardisation (``average_rewards``, ``average_gae``, ``average_adv``) is
+            done instead of over the whole batch, as TorchRL does.
+        device: where tensor coefficients (``gamma``, ``lmbda``) live: with a device they are
+            registered as buffers there (as TorchRL's); without, numbers stay Python floats.
+        deactivate_vmap: TorchRL's switch from ``torch.vmap`` to a loop. These estimators call the
+            value network directly, without vmap, so it changes nothing; accepted (a bool).
+        advantage_key, value_target_key, value_key: deprecated (``DeprecationWarning``): the keys
+            of :meth:`set_keys` (``advantage``, ``value_target``, ``value``), set at construction.
 
     Example:
         >>> import torch
@@ -140,19 +160,66 @@ class ValueEstimatorBase(nn.Module):
         skip_existing: bool | None = None,
         shifted: bool = False,
         time_dim: int | None = None,
+        value_chunk_size: int | None = None,
+        num_chunks: int | None = None,
+        num_chunk: int | None = None,
+        value_chunk_dim: int = 0,
+        shifted_budget: int = 1,
+        group_key: Any = None,
+        device: Any = None,
+        deactivate_vmap: bool = False,
+        advantage_key: Any = None,
+        value_target_key: Any = None,
+        value_key: Any = None,
     ) -> None:
         super().__init__()
+        name = type(self).__name__
         if value_network is not None and not callable(value_network):
-            raise TypeError(f"{type(self).__name__}: value_network must be a TensorDict module or None, got {type(value_network).__name__}.")
+            raise TypeError(f"{name}: value_network must be a TensorDict module or None, got {type(value_network).__name__}.")
         if time_dim is not None and (not isinstance(time_dim, int) or isinstance(time_dim, bool)):
-            raise TypeError(f"{type(self).__name__}: time_dim must be an int or None, got {type(time_dim).__name__}.")
+            raise TypeError(f"{name}: time_dim must be an int or None, got {type(time_dim).__name__}.")
+        for arg, value in (("value_chunk_size", value_chunk_size), ("num_chunks", num_chunks), ("num_chunk", num_chunk), ("shifted_budget", shifted_budget)):
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+                raise ValueError(f"{name}: {arg} must be an int >= 1{'' if arg == 'shifted_budget' else ' or None'}, got {value!r}.")
+        if num_chunks is not None and num_chunk is not None and num_chunks != num_chunk:
+            raise ValueError(f"{name}: num_chunks={num_chunks} and its alias num_chunk={num_chunk} differ.")
+        num_chunks = num_chunk if num_chunks is None else num_chunks
+        if value_chunk_size is not None and num_chunks is not None:
+            raise ValueError(f"{name}: value_chunk_size and num_chunks exclude each other; pass one.")
+        if isinstance(value_chunk_dim, bool) or not isinstance(value_chunk_dim, int):
+            raise TypeError(f"{name}: value_chunk_dim must be an int, got {type(value_chunk_dim).__name__}.")
+        if shifted_budget != 1:
+            raise NotImplementedError(
+                f"{name}: shifted_budget={shifted_budget} is not supported: shifted=True makes one T + 1 call "
+                "(shifted_budget=1); use shifted=False (two calls) for rollouts with truncations inside."
+            )
+        if not isinstance(deactivate_vmap, bool):
+            raise TypeError(f"{name}: deactivate_vmap must be a bool, got {type(deactivate_vmap).__name__}.")
+        if group_key is not None and not _is_key(group_key):
+            raise ValueError(f"{name}: group_key must be a key (str or tuple of str) or None, got {group_key!r}.")
+        self._device = None if device is None else torch.device(device)  # a bad device raises here
         # not a registered submodule (TorchRL does the same): the owning loss holds the parameters
         self.__dict__["value_network"] = value_network
         self.differentiable = bool(differentiable)
         self.skip_existing = bool(skip_existing)
         self.shifted = bool(shifted)
         self.time_dim = time_dim
+        self.value_chunk_size = value_chunk_size
+        self.num_chunks = num_chunks
+        self.value_chunk_dim = value_chunk_dim
+        self.shifted_budget = shifted_budget
+        self.group_key = None if group_key is None else unravel_key(group_key)
+        self.deactivate_vmap = deactivate_vmap
         self._tensor_keys = self.default_keys()
+        renames = {k: v for k, v in (("advantage", advantage_key), ("value_target", value_target_key), ("value", value_key)) if v is not None}
+        if renames:
+            warnings.warn(
+                f"{name}: {', '.join(f'{k}_key' for k in renames)} in the constructor is deprecated; call "
+                f"set_keys({', '.join(f'{k}=...' for k in renames)}) instead.",
+                DeprecationWarning,
+                stacklevel=user_stacklevel(),
+            )
+            self.set_keys(**renames)
 
     # ------------------------------------------------------------------ keys
     @property
@@ -189,6 +256,8 @@ class ValueEstimatorBase(nn.Module):
         base = list(net.in_keys) if net is not None else [keys.value]
         out = base + [_nested("next", key) for key in base]
         out += [_nested("next", keys.reward), _nested("next", keys.done), _nested("next", keys.terminated)]
+        if self.group_key is not None and self.group_key not in out:
+            out.append(self.group_key)
         return out
 
     @property
@@ -220,16 +289,50 @@ class ValueEstimatorBase(nn.Module):
                 f"{sorted(map(str, tensordict.keys(True, True)))}."
             ) from None
 
+    def _chunks(self, tensordict: Any) -> tuple[int, list] | None:
+        """``(dim, sizes)`` of the value network's chunked calls, or ``None`` for one call."""
+        if self.value_chunk_size is None and self.num_chunks is None:
+            return None
+        ndim = tensordict.batch_dims
+        if not -ndim <= self.value_chunk_dim < ndim:
+            raise ValueError(f"{type(self).__name__}: value_chunk_dim={self.value_chunk_dim} is out of range for batch_size {tuple(tensordict.batch_size)}.")
+        dim = self.value_chunk_dim % ndim
+        n = tensordict.batch_size[dim]
+        if self.num_chunks is not None:
+            k = min(self.num_chunks, n)  # as torch.tensor_split: the first n % k chunks are one longer
+            sizes = [n // k + (1 if i < n % k else 0) for i in range(k)]
+        else:
+            sizes = [min(self.value_chunk_size, n - start) for start in range(0, n, self.value_chunk_size)]
+        return None if len(sizes) <= 1 else (dim, sizes)
+
+    def _call_net(self, tensordict: Any) -> None:
+        """The value network on ``tensordict``, in chunks when asked (only the value key is kept)."""
+        net = self.value_network
+        chunks = self._chunks(tensordict)
+        if chunks is None:
+            net(tensordict)
+            return
+        dim, sizes = chunks
+        key = self._tensor_keys.value
+        parts = [self._written_value(net(part), repr(key)) for part in tensordict.split(sizes, dim)]
+        tensordict.set(key, torch.cat(parts, dim))
+
     def _run_value_network(self, tensordict: Any, params: Any) -> None:
         net = self.value_network
         if params is None and self.differentiable and isinstance(net, nn.Module):
             params = TensorDict.from_module(net)
         if params is None:
-            net(tensordict)
+            self._call_net(tensordict)
             return
         # TorchRL holds the value network out of the graph: gradients reach its inputs, never its parameters
         with params.detach().to_module(net):
-            net(tensordict)
+            self._call_net(tensordict)
+
+    def _group_ids(self, tensordict: Any) -> _Tensor | None:
+        """The ids under ``group_key`` (``None`` when it is unset)."""
+        if self.group_key is None:
+            return None
+        return self._read(tensordict, self.group_key, f"the group ids {self.group_key!r} (group_key)")
 
     def _written_value(self, tensordict: Any, where: str) -> _Tensor:
         key = self._tensor_keys.value
@@ -383,3 +486,32 @@ class ValueEstimatorBase(nn.Module):
 
     def extra_repr(self) -> str:
         return f"differentiable={self.differentiable}, shifted={self.shifted}, time_dim={self.time_dim}"
+
+
+def _standardize(x: _Tensor, eps: float, keep_dim: int | None = None, groups: _Tensor | None = None) -> _Tensor:
+    """``(x - mean) / std`` (unbiased std, at least ``eps``) over every element, or over all dims but
+    ``keep_dim``; with ``groups`` (integer ids, shaped like ``x`` or a leading part of it) within each
+    group instead (and each ``keep_dim`` index apart)."""
+    if groups is None:
+        if keep_dim is None:
+            return (x - x.mean()) / x.std().clamp_min(eps)
+        dims = [d for d in range(x.ndim) if d != keep_dim % x.ndim]
+        return (x - x.mean(dims, keepdim=True)) / x.std(dims, keepdim=True).clamp_min(eps)
+    if groups.is_floating_point() or groups.dtype is torch.bool or groups.ndim > x.ndim or groups.shape != x.shape[: groups.ndim]:
+        raise ValueError(
+            f"group ids of shape {tuple(groups.shape)} and dtype {groups.dtype} cannot group values of shape {tuple(x.shape)}: "
+            "they must be integers shaped like the values' leading dims."
+        )
+    ids = groups.reshape(groups.shape + (1,) * (x.ndim - groups.ndim)).expand(x.shape)
+    if keep_dim is not None:  # each agent (say) is its own set of groups
+        dim = keep_dim % x.ndim
+        index = torch.arange(x.shape[dim], device=x.device).reshape([-1 if d == dim else 1 for d in range(x.ndim)])
+        ids = ids * x.shape[dim] + index
+    _, inverse = torch.unique(ids.reshape(-1), return_inverse=True)
+    flat = x.reshape(-1)
+    n_groups = int(inverse.max()) + 1
+    count = torch.zeros(n_groups, dtype=flat.dtype, device=flat.device).index_add_(0, inverse, torch.ones_like(flat))
+    mean = torch.zeros_like(count).index_add_(0, inverse, flat) / count
+    centred = flat - mean[inverse]
+    var = torch.zeros_like(count).index_add_(0, inverse, centred.square()) / (count - 1).clamp_min(1)
+    return (centred / var.sqrt().clamp_min(eps)[inverse]).reshape(x.shape)
