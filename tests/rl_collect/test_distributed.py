@@ -26,6 +26,14 @@ class _FailingEnv(PendulumEnv):
         return super()._step(td)
 
 
+class _HangingEnv(PendulumEnv):
+    def _step(self, td):  # never returns from its 2nd step (within the test's time)
+        self._n = getattr(self, "_n", 0) + 1
+        if self._n >= 2:
+            time.sleep(120)
+        return super()._step(td)
+
+
 def _no_leftovers(collector: DistributedCollector, procs: list) -> None:
     assert not dist.is_initialized()
     assert all(p.exitcode is not None for p in procs), [p.exitcode for p in procs]
@@ -123,6 +131,71 @@ def test_worker_exception_traceback_reaches_the_parent():
     with pytest.raises(RuntimeError, match="boom from the env") as info:
         list(c)
     assert "Traceback" in str(info.value)
+    c.shutdown()
+    _no_leftovers(c, procs)
+
+
+def _socket_inodes(pid: int) -> set:
+    inodes = set()
+    for fd in os.listdir(f"/proc/{pid}/fd"):
+        try:
+            link = os.readlink(f"/proc/{pid}/fd/{fd}")
+        except OSError:  # closed meanwhile
+            continue
+        if link.startswith("socket:["):
+            inodes.add(link[len("socket:["):-1])
+    return inodes
+
+
+def _listening(inodes: set) -> list:
+    """(address hex, port) of the TCP sockets in LISTEN state among ``inodes`` (IPv4 and IPv6)."""
+    out = []
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        with open(table) as f:
+            next(f)
+            for line in f:
+                fields = line.split()
+                address, port = fields[1].split(":")
+                if fields[3] == "0A" and fields[9] in inodes:  # 0A: TCP_LISTEN
+                    out.append((address, int(port, 16)))
+    return out
+
+
+def test_nothing_listens_on_a_wildcard_address():
+    c = DistributedCollector(PendulumEnv, None, frames_per_batch=4, total_frames=8, num_workers=2)
+    procs = list(c._procs)
+    try:
+        next(iter(c))  # the store and every connection are up
+        inodes = set().union(*(_socket_inodes(pid) for pid in [os.getpid(), *(p.pid for p in procs)]))
+        listening = _listening(inodes)
+    finally:
+        c.shutdown()
+    _no_leftovers(c, procs)
+    wildcard = {"00000000", "00000000000000000000000000000000"}  # 0.0.0.0 and ::
+    assert listening, "expected the rendezvous store to listen"
+    assert not [a for a, _ in listening if a in wildcard], listening
+    # every listener is on 127.0.0.1 (IPv4, or IPv4-mapped IPv6)
+    assert {a for a, _ in listening} <= {"0100007F", "0000000000000000FFFF00000100007F"}, listening
+
+
+@pytest.mark.parametrize("sync", [True, False], ids=["sync", "async"])
+def test_hung_worker_is_the_one_named(sync):
+    # rank 2 hangs; rank 1 answers at once and then waits, idle, for its next command: the error must
+    # name rank 2, never the idle one (which used to time out on its own wait at the same moment)
+    c = DistributedCollector([PendulumEnv, _HangingEnv], None, frames_per_batch=4, total_frames=-1, sync=sync, timeout=4)
+    procs = list(c._procs)
+    hung = procs[1].pid
+    start = time.monotonic()
+    with pytest.raises(TimeoutError) as info:
+        for _ in c:  # in async mode the healthy worker keeps delivering: the hung one must surface anyway
+            if time.monotonic() - start > 60:
+                c.shutdown()
+                pytest.fail("the hung worker went unnoticed for 60 s")
+    elapsed = time.monotonic() - start
+    message = str(info.value)
+    assert f"worker rank 2 (pid {hung})" in message and "rank 1" not in message, message
+    assert "did not answer within timeout=4.0s" in message
+    assert elapsed < 30
     c.shutdown()
     _no_leftovers(c, procs)
 
@@ -321,3 +394,62 @@ def test_state_dict_resumes_frames_version_and_weights():
     for b in rest:
         half = b.numel() // 2
         assert (b["collector", "traj_ids"][:half] % 2 == 0).all() and (b["collector", "traj_ids"][half:] % 2 == 1).all()
+
+
+_PARENT_SCRIPT = """
+import sys, time
+from rl_envs import PendulumEnv
+from rl_collect.distributed import DistributedCollector
+
+
+class Sleepy(PendulumEnv):
+    def _step(self, td):  # marks the moment it is inside its step, then sleeps two minutes
+        open(sys.argv[1], "w").close()
+        time.sleep(120)
+        return super()._step(td)
+
+
+if __name__ == "__main__":
+    c = DistributedCollector([PendulumEnv, Sleepy], None, frames_per_batch=4, total_frames=-1, timeout=300)
+    print(*[p.pid for p in c._procs], flush=True)
+    for _ in c:
+        pass
+"""
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+def test_workers_busy_in_a_step_die_with_a_killed_learner(tmp_path):
+    import subprocess
+    import sys
+
+    script, marker = tmp_path / "learner.py", tmp_path / "inside_step"
+    script.write_text(_PARENT_SCRIPT)  # a file: spawned workers re-import the main module to find Sleepy
+    learner = subprocess.Popen([sys.executable, str(script), str(marker)], stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE, text=True, env={**os.environ, "OMP_NUM_THREADS": "1"})
+    pids: list = []
+    try:
+        pids += [int(p) for p in learner.stdout.readline().split()]
+        assert len(pids) == 2, learner.stderr.read()
+        deadline = time.monotonic() + 120
+        while not marker.exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert marker.exists(), "worker rank 2 never entered its step"
+        learner.kill()  # SIGKILL: no atexit, no finalizer runs in the learner
+        learner.wait(timeout=10)
+        deadline = time.monotonic() + 10  # generous: the kernel kills them at once on Linux
+        while any(_alive(pid) for pid in pids) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not [pid for pid in pids if _alive(pid)], "a worker outlived the learner"
+    finally:
+        learner.kill()
+        learner.wait(timeout=10)
+        for pid in pids:  # never leave a process behind, even when the test fails
+            if _alive(pid):
+                os.kill(pid, signal.SIGKILL)

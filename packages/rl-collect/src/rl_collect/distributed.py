@@ -38,6 +38,7 @@ import math
 import multiprocessing as mp
 import os
 import socket
+import threading
 import time
 import traceback
 from typing import Any, Callable, Iterator, Sequence
@@ -46,6 +47,7 @@ import torch
 import torch.distributed as dist
 from tdict import TensorDict, TensorDictBase
 
+from ._liveness import die_with_parent, start_heartbeat
 from .collector import Collector
 from .weight_sync import (
     DIST_COMMAND_LEN,
@@ -59,12 +61,34 @@ __all__ = ["DistributedCollector", "run_worker"]
 _TRAJ = ("collector", "traj_ids")
 # commands (learner -> worker): [cmd, arg0, arg1, arg2] (weights: the scheme's header)
 _CMD_COLLECT, _CMD_WEIGHTS, _CMD_SEED, _CMD_STOP = 1, DIST_WEIGHTS_COMMAND, 3, 4
+# a worker waits this long for its next command: the learner may train for hours between batches,
+# and an idle worker that timed out on its own would be blamed for the learner's wait on another
+_WORKER_IDLE_TIMEOUT = datetime.timedelta(days=7)
+# spawning a worker imports torch: start-up may take longer than a request
+_START_TIMEOUT = 60.0
 
 
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
+def _listening_socket(addr: str, port: int) -> socket.socket:
+    """A socket bound to ``addr`` only (never the wildcard address) and listening."""
+    family, kind, proto, _, sockaddr = socket.getaddrinfo(addr, port, type=socket.SOCK_STREAM)[0]
+    sock = socket.socket(family, kind, proto)
+    try:
+        sock.bind(sockaddr)
+        sock.listen()
+    except BaseException:
+        sock.close()
+        raise
+    return sock
+
+
+def _learner_store(addr: str, port: int, world_size: int, timeout: float) -> dist.TCPStore:
+    """The rendezvous store, served on ``addr`` alone: c10d's own server would bind every interface
+    whatever address it is given, so it is handed a socket bound here."""
+    sock = _listening_socket(addr, port)
+    return dist.TCPStore(
+        addr, sock.getsockname()[1], world_size, True, datetime.timedelta(seconds=timeout), wait_for_workers=False,
+        master_listen_fd=sock.detach(),  # the store owns the descriptor now
+    )
 
 
 def _dtype_name(dtype: torch.dtype) -> str:
@@ -170,13 +194,19 @@ class _Worker:
                     dist.send(buf.to(self.device), dst=0)
 
 
-def _init_group(backend: str, rank: int, world_size: int, addr: str, port: int, timeout: float) -> None:
-    env = {"GLOO_SOCKET_IFNAME": "lo", "NCCL_SOCKET_IFNAME": "lo"} if addr in ("127.0.0.1", "localhost") else {}
+def _loopback_ifname(addr: str) -> dict:
+    return {"GLOO_SOCKET_IFNAME": "lo", "NCCL_SOCKET_IFNAME": "lo"} if addr in ("127.0.0.1", "localhost", "::1") else {}
+
+
+def _init_group(backend: str, rank: int, world_size: int, addr: str, store: Any, timeout: datetime.timedelta) -> None:
+    """Joins the group: rank 0 with its ``store``, a worker (``store`` is the port) as a client of it."""
+    env = _loopback_ifname(addr)
     saved = {k: os.environ.get(k) for k in env}
     os.environ.update({k: v for k, v in env.items() if k not in os.environ or os.environ[k] == ""})
     try:
-        dist.init_process_group(backend, init_method=f"tcp://{addr}:{port}", rank=rank, world_size=world_size,
-                                timeout=datetime.timedelta(seconds=timeout))
+        if isinstance(store, int):  # a client of the learner's store (clients never listen)
+            store = dist.TCPStore(addr, store, world_size, False, timeout)
+        dist.init_process_group(backend, store=store, rank=rank, world_size=world_size, timeout=timeout)
     finally:
         for k, v in saved.items():
             if v is None:
@@ -185,15 +215,17 @@ def _init_group(backend: str, rank: int, world_size: int, addr: str, port: int, 
                 os.environ[k] = v
 
 
-def _mp_worker_main(rank: int, world_size: int, addr: str, port: int, backend: str, timeout: float,
-                    create_env_fn: Any, policy: Any, frames_per_batch: int, collector_kwargs: dict,
-                    status: Any) -> None:
+def _mp_worker_main(rank: int, world_size: int, addr: str, port: int, backend: str, parent_pid: int,
+                    kernel_signal: bool, create_env_fn: Any, policy: Any, frames_per_batch: int,
+                    collector_kwargs: dict, status: Any) -> None:
+    die_with_parent(parent_pid, kernel_signal)
+    start_heartbeat(None, rank, 1.0, parent_pid)  # a watchdog only: ends this worker if the learner dies
     torch.set_num_threads(1)
     worker = None
     try:
         worker = _Worker(rank, world_size - 1, create_env_fn, policy, frames_per_batch, collector_kwargs, backend)
         status.put((rank, "ready", None))
-        _init_group(backend, rank, world_size, addr, port, timeout)
+        _init_group(backend, rank, world_size, addr, port, _WORKER_IDLE_TIMEOUT)
         worker.loop()
     except BaseException:  # report, then exit non-zero: the learner raises with this traceback
         status.put((rank, "error", traceback.format_exc()))
@@ -212,8 +244,9 @@ def run_worker(create_env_fn: Any = None, policy: Any = None, **collector_kwargs
     rank 0 (pickled through ``torch.distributed.broadcast_object_list``: only run it inside a trusted
     job). Reads ``RANK``/``WORLD_SIZE``/``MASTER_ADDR``/``MASTER_PORT`` (set by torchrun).
     """
-    if not dist.is_initialized():
-        dist.init_process_group(os.environ.get("RL_COLLECT_BACKEND", "gloo"), init_method="env://")
+    if not dist.is_initialized():  # an idle worker waits as long as the learner trains
+        dist.init_process_group(os.environ.get("RL_COLLECT_BACKEND", "gloo"), init_method="env://",
+                                timeout=_WORKER_IDLE_TIMEOUT)
     rank, world_size = dist.get_rank(), dist.get_world_size()
     config = [None]
     dist.broadcast_object_list(config, src=0)
@@ -246,10 +279,14 @@ class DistributedCollector:
         total_frames: total frames (``-1``: never stop).
         num_workers: the number of workers (default: ``len(create_env_fn)`` or 2).
         backend: ``"gloo"`` (CPU) or ``"nccl"`` (GPU).
-        master_addr, master_port: the rendezvous address (``master_port=None``: a free port).
+        master_addr, master_port: the rendezvous address (``master_port=None``: a free port); with
+            ``launcher="mp"`` the learner's store listens on this address only (loopback by default).
         sync: see above.
         launcher: ``"mp"`` (spawn workers) or ``"torchrun"`` (the workers call :func:`run_worker`).
-        timeout: seconds a worker may take to start or to answer before the learner raises.
+        timeout: seconds a worker may take to deliver a batch before the learner raises a
+            ``TimeoutError`` naming it (start-up may take ``max(timeout, 60)`` s: spawning imports
+            torch). Idle workers wait for their next command as long as the learner needs; spawned
+            workers die with the learner.
         **collector_kwargs: passed to each worker's :class:`~rl_collect.Collector`.
 
     Example:
@@ -314,24 +351,30 @@ class DistributedCollector:
         self._procs: list = []
         self._status: Any = None
         self._shut = False
+        self._failed = False  # a wait on a worker failed: shutdown does not wait on them again
         self._device = torch.device("cpu")
         world_size = self.num_workers + 1
         self._worker_frames = frames_per_batch // self.num_workers if sync else frames_per_batch
         if launcher == "mp":
-            port = master_port if master_port is not None else _free_port()
             ctx = mp.get_context("spawn")
             self._status = ctx.Queue()
+            # the kernel's parent-death signal follows the starting thread: only ask for it from the main one
+            kernel_signal = threading.current_thread() is threading.main_thread()
             try:
+                store = _learner_store(master_addr, master_port or 0, world_size, max(self.timeout, _START_TIMEOUT))
+                port = store.port
                 for rank in range(1, world_size):
                     proc = ctx.Process(
                         target=_mp_worker_main, daemon=True, name=f"rl_collect-dist-worker-{rank}",
-                        args=(rank, world_size, master_addr, port, backend, self.timeout, env_fns[rank - 1],
-                              policy, self._worker_frames, collector_kwargs, self._status),
+                        args=(rank, world_size, master_addr, port, backend, os.getpid(), kernel_signal,
+                              env_fns[rank - 1], policy, self._worker_frames, collector_kwargs, self._status),
                     )
                     proc.start()
                     self._procs.append(proc)
                 self._wait_ready()
-                _init_group(backend, 0, world_size, master_addr, port, self.timeout)
+                # joining waits for every worker's start-up; each request then waits ``timeout`` (``_wait``)
+                _init_group(backend, 0, world_size, master_addr, store,
+                            datetime.timedelta(seconds=max(self.timeout, _START_TIMEOUT)))
             except BaseException:
                 self.shutdown()
                 raise
@@ -345,6 +388,7 @@ class DistributedCollector:
             dist.broadcast_object_list([(env_fns, policy, self._worker_frames, collector_kwargs, backend)], src=0)
         self._device = _device_for(backend)
         self._pending: dict[int, Any] = {}  # rank -> frames
+        self._sent_at: dict[int, float] = {}  # rank -> when its request in flight was sent
         self._scheme = DistributedWeightSyncScheme(src=0, device=self._device, wait=self._wait)
         self._scheme.init_sender(None, range(1, self.num_workers + 1))
 
@@ -368,7 +412,7 @@ class DistributedCollector:
 
     def _wait_ready(self) -> None:
         ready: set = set()
-        deadline = time.monotonic() + self.timeout
+        deadline = time.monotonic() + max(self.timeout, _START_TIMEOUT)
         while len(ready) < self.num_workers:
             try:
                 rank, kind, text = self._status.get(timeout=0.05)
@@ -377,29 +421,51 @@ class DistributedCollector:
                 if err is not None:
                     raise err from None
                 if time.monotonic() > deadline:
-                    raise TimeoutError(f"DistributedCollector: workers not ready after {self.timeout}s.") from None
+                    late = sorted(set(range(1, self.num_workers + 1)) - ready)
+                    raise TimeoutError(f"DistributedCollector: worker rank(s) {late} not ready after "
+                                       f"{max(self.timeout, _START_TIMEOUT)}s.") from None
                 continue
             if kind == "error":
                 raise RuntimeError(f"DistributedCollector: worker {rank} failed to start:\n{text}")
             ready.add(rank)
 
-    def _wait(self, work: Any, rank: int | None) -> None:
-        """Waits for a point-to-point op; a dead peer (connection closed) or the group timeout raises,
-        with the worker's traceback when it sent one. (Gloo's ``is_completed`` cannot be polled.)"""
+    def _wait(self, work: Any, rank: int | None, seconds: float | None = None) -> None:
+        """Waits up to ``seconds`` (default ``timeout``) for a point-to-point op; a dead peer (connection
+        closed) or the timeout raises, with the worker's traceback when it sent one. (Gloo's
+        ``is_completed`` cannot be polled.)"""
         try:
-            work.wait()
+            work.wait(timeout=datetime.timedelta(seconds=self.timeout if seconds is None else seconds))
         except Exception as exc:
             raise self._failure(exc, rank) from exc
 
     def _failure(self, exc: BaseException, rank: int | None) -> Exception:
-        deadline = time.monotonic() + 2.0
-        while self._procs and time.monotonic() < deadline:
-            err = self._worker_error(rank)
-            if err is not None:
-                return err
-            time.sleep(0.02)
-        who = f"worker {rank}" if rank is not None else "a worker"
-        return TimeoutError(f"DistributedCollector: {who} failed or did not answer within {self.timeout}s: {exc}")
+        """The exception for a failed wait on ``rank`` (``None``: on any worker with a request in flight).
+
+        A timeout blames the silent workers: ``rank``, or every worker whose request in flight outlived
+        the timeout. It is decided from the error itself, not from which processes exit next:
+        gloo closes the learner's connections on a timeout, so healthy workers die right after it.
+        (Idle workers never time out on their own.) Any other error means a peer went away: the
+        worker that died is reported, with its traceback when it sent one.
+        """
+        self._failed = True  # shutdown() then stops the workers without waiting on them again
+        timed_out = "timed out" in str(exc).lower() or "timeout" in str(exc).lower()
+        if not timed_out:
+            deadline = time.monotonic() + 2.0
+            while self._procs and time.monotonic() < deadline:
+                err = self._worker_error(rank)
+                if err is not None:
+                    return err
+                time.sleep(0.02)
+        if rank is not None:
+            ranks = [rank]
+        else:  # the requests that outlived the timeout (a healthy worker in flight is not named)
+            now = time.monotonic()
+            ranks = [r for r in sorted(self._pending) if now - self._sent_at[r] >= self.timeout - 0.01]
+            ranks = ranks or sorted(self._pending)
+        pids = {r: p.pid for r, p in enumerate(self._procs, start=1)}
+        names = ", ".join(f"rank {r} (pid {pids[r]})" if r in pids else f"rank {r}" for r in ranks)
+        why = f"did not answer within timeout={self.timeout}s (hung)" if timed_out else f"failed: {exc}"
+        return TimeoutError(f"DistributedCollector: worker {names or '(none)'} {why}; every worker is stopped.")
 
     # ------------------------------------------------------------------ protocol
     def _send_cmd(self, rank: int, kind: int, arg0: int = 0) -> None:
@@ -411,17 +477,19 @@ class DistributedCollector:
         self._scheme.flush(rank)  # weights it missed while busy
         self._send_cmd(rank, _CMD_COLLECT, frames)
         self._pending[rank] = frames
+        self._sent_at[rank] = time.monotonic()  # its batch is due within ``timeout`` of this
         self._scheme.set_busy(rank, True)
         self._dispatched += frames
 
     def _receive(self, rank: int | None) -> tuple[int, TensorDictBase]:
         """The next batch from ``rank`` (``None``: from whichever worker answers first)."""
         sizes = torch.zeros(2, dtype=torch.int64, device=self._device)
-        try:
-            src = dist.recv(sizes, src=rank)
-        except Exception as exc:
-            raise self._failure(exc, rank) from exc
-        src = rank if rank is not None else int(src)
+        # bounded by the oldest request waited on: in async mode healthy workers keep answering, and a
+        # hung one must still surface within ``timeout`` of its request
+        due = min(self._sent_at[r] for r in ([rank] if rank is not None else self._pending)) + self.timeout
+        work = dist.irecv(sizes, src=rank)
+        self._wait(work, rank, max(due - time.monotonic(), 0.001))
+        src = rank if rank is not None else int(work._source_rank())
         self._pending.pop(src)
         self._scheme.set_busy(src, False)
         header_len, buf_len = (int(x) for x in sizes.tolist())
@@ -555,7 +623,7 @@ class DistributedCollector:
         self._shut = True
         stopped = False
         if dist.is_initialized():
-            alive = not self._procs or all(p.exitcode is None for p in self._procs)
+            alive = not self._failed and (not self._procs or all(p.exitcode is None for p in self._procs))
             if alive:
                 try:
                     for rank in list(self._pending):  # drain requests in flight, then stop
