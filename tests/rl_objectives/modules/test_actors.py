@@ -243,6 +243,35 @@ class TestQValueModule:
             QValueModule(action_space="one_hot")(TensorDict(q=torch.zeros(3)))
 
 
+    def test_strict_shape_follows_torchrl(self):
+        values = torch.tensor([[0.0, 2.0, 1.0, 0.5], [3.0, 0.0, 1.0, 0.2], [0.1, 0.2, 0.3, 0.4]])
+
+        def action(**kwargs):
+            return QValueModule(**kwargs)(TensorDict(action_value=values, batch_size=[3]))["action"]
+
+        # TorchRL 0.14.1 on the same calls: a leaf spec has no batch dims, so a spec carrying the
+        # batch (OneHot(4, shape=(3, 4))) is refused unless its Composite says so
+        assert action(spec=OneHot(4)).shape == (3, 4)
+        with pytest.raises(RuntimeError, match=r"has shape \(3, 4\), the spec expects \(3, 3, 4\).*strict_shape='auto'"):
+            action(spec=OneHot(4, shape=(3, 4)))
+        with pytest.raises(RuntimeError, match="strict_shape='auto' cannot reshape the action 'action' from \\(3, 4\\) to \\(3, 3, 4\\)"):
+            action(spec=OneHot(4, shape=(3, 4)), strict_shape="auto")
+        assert action(spec=OneHot(4, shape=(3, 4)), strict_shape=False).shape == (3, 4)
+        assert action(spec=Composite(action=OneHot(4, shape=(3, 4)), shape=(3,))).shape == (3, 4)
+        with pytest.raises(RuntimeError, match="the spec expects \\(3, 1\\)"):
+            action(spec=Categorical(4, shape=(1,)))
+        assert action(spec=Categorical(4, shape=(1,)), strict_shape="auto").tolist() == [[1], [0], [3]]
+        with pytest.raises(RuntimeError):
+            action(spec=Categorical(4, shape=(1,)), strict_shape=None)  # None behaves like True
+        assert action(action_space="one_hot").shape == (3, 4)  # no spec: nothing to check
+        with pytest.raises(ValueError, match="strict_shape must be True, False, None or 'auto', got 'maybe'"):
+            QValueModule(spec=OneHot(4), strict_shape="maybe")
+        actor = QValueActor(nn.Linear(3, 4), spec=OneHot(4, shape=(2, 4)), strict_shape=False)
+        assert actor(TensorDict(observation=torch.randn(2, 3), batch_size=[2]))["action"].shape == (2, 4)
+        with pytest.raises(RuntimeError, match="strict_shape"):
+            QValueActor(nn.Linear(3, 4), spec=OneHot(4, shape=(2, 4)))(TensorDict(observation=torch.randn(2, 3), batch_size=[2]))
+
+
 class TestQValueActor:
     @pytest.mark.parametrize("batch", BATCHES)
     def test_wraps_network(self, batch):

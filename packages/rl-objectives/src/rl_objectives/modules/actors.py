@@ -18,6 +18,7 @@ from tdict.nn import (
     ProbabilisticTensorDictModule, ProbabilisticTensorDictSequential, TensorDictModule,
     TensorDictModuleBase, TensorDictSequential, dispatch,
 )
+from tdict import unravel_key
 from tdict.specs import Binary, Categorical, Composite, MultiOneHot, OneHot
 
 __all__ = [
@@ -333,10 +334,19 @@ class QValueModule(TensorDictModuleBase):
         var_nums: chunk sizes for ``"mult_one_hot"`` (taken from a ``MultiOneHot`` spec's ``nvec``).
         spec: the action spec; when given, the action has its dtype (e.g. bool for ``OneHot``), else ``int64``.
         safe: project the action into ``spec``.
+        strict_shape: TorchRL's check of the action's shape against ``spec`` (default ``True``, as
+            TorchRL): the action must be ``action_values.shape[:-1]`` followed by the spec's
+            per-sample shape (its shape beyond the batch dims of the Composite holding it; a leaf
+            spec has none). ``True`` (or ``None``) raises ``RuntimeError`` on a mismatch, ``"auto"``
+            reshapes the action to that shape, ``False`` skips the check. A spec that carries the
+            batch dims (``OneHot(4, shape=(3, 4))`` for 3 envs) must therefore sit in a Composite with
+            that batch shape, or be used with ``strict_shape=False``. No check without a spec.
 
     Raises:
-        ValueError: when neither ``action_space`` nor ``spec`` is given, they disagree, or the action
-            space is unknown. NotImplementedError: for ``"binary"``.
+        ValueError: when neither ``action_space`` nor ``spec`` is given, they disagree, the action
+            space is unknown, or ``strict_shape`` is not ``True``, ``False``, ``None`` or ``"auto"``.
+            NotImplementedError: for ``"binary"``. RuntimeError: at call, on an action shape
+            ``strict_shape`` refuses.
 
     Example:
         >>> import torch
@@ -357,8 +367,11 @@ class QValueModule(TensorDictModuleBase):
         var_nums: Sequence[int] | None = None,
         spec: Any = None,
         safe: bool = False,
+        strict_shape: bool | str | None = True,
     ) -> None:
         super().__init__()
+        if not (strict_shape is None or isinstance(strict_shape, bool) or strict_shape == "auto"):
+            raise ValueError(f"QValueModule: strict_shape must be True, False, None or 'auto', got {strict_shape!r}.")
         if action_space is not None and not isinstance(action_space, str):
             if spec is not None:
                 raise ValueError("QValueModule: pass the spec either as action_space or as spec, not both.")
@@ -369,6 +382,12 @@ class QValueModule(TensorDictModuleBase):
             raise ValueError(f"QValueModule: out_keys must hold 3 keys (action, action values, chosen action value), got {out_keys}.")
         # a Composite spec describes the action under the action key (out_keys[0])
         leaf = spec.get(out_keys[0]) if isinstance(spec, Composite) and out_keys[0] in spec else spec
+        # the action's shape per sample: the leaf's shape beyond the batch dims of its Composite parent
+        per_sample = None
+        if leaf is not None and not isinstance(leaf, Composite):
+            key = unravel_key(out_keys[0])
+            parent = (spec.get(key[:-1]) if isinstance(key, tuple) else spec) if isinstance(spec, Composite) else None
+            per_sample = leaf.shape[len(parent.shape) if parent is not None else 0:]
         inferred = None if leaf is None else _space_of_spec(leaf)
         if action_space is None:
             if leaf is None:
@@ -398,11 +417,28 @@ class QValueModule(TensorDictModuleBase):
         self._project = None if leaf is None else _projector(leaf)
         self.safe = bool(safe)
         self._dtype = leaf.dtype if leaf is not None else torch.int64
+        self.strict_shape = strict_shape
+        self._per_sample_shape = None if strict_shape is False else per_sample
 
     @property
     def spec(self) -> Composite | None:
         """The Composite spec of the action (``None`` when none was given)."""
         return self._spec
+
+    def _check_shape(self, action: torch.Tensor, values: torch.Tensor) -> torch.Tensor:
+        expected = values.shape[:-1] + self._per_sample_shape
+        if action.shape == expected:
+            return action
+        if self.strict_shape == "auto":
+            try:
+                return action.reshape(expected)
+            except RuntimeError:
+                raise RuntimeError(f"QValueModule: strict_shape='auto' cannot reshape the action {self.out_keys[0]!r} from {tuple(action.shape)} to {tuple(expected)}.") from None
+        raise RuntimeError(
+            f"QValueModule: the action {self.out_keys[0]!r} has shape {tuple(action.shape)}, the spec expects {tuple(expected)} "
+            f"(the action values' batch shape {tuple(values.shape[:-1])} + the spec's per-sample shape {tuple(self._per_sample_shape)}); "
+            "pass strict_shape='auto' to reshape it or strict_shape=False to skip the check (TorchRL's strict_shape)."
+        )
 
     def _greedy(self, values: torch.Tensor, mask: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
         ranked = values if mask is None else values.masked_fill(~mask, float("-inf"))
@@ -436,6 +472,8 @@ class QValueModule(TensorDictModuleBase):
             if mask.dtype is not torch.bool:
                 raise ValueError(f"QValueModule: the action mask {self.action_mask_key!r} must be bool, got {mask.dtype}.")
         action, chosen = self._greedy(values, mask)
+        if self._per_sample_shape is not None:
+            action = self._check_shape(action, values)
         if self.safe:
             action = self._project(action)
         key_action, key_values, key_chosen = self.out_keys
@@ -461,6 +499,7 @@ class QValueActor(TensorDictSequential):
         action_key: where the greedy action is written (default ``"action"``).
         chosen_action_value_key: where its value is written (default ``"chosen_action_value"``).
         action_mask_key: optional boolean mask of allowed actions.
+        strict_shape: the action-shape check of :class:`QValueModule` (default ``True``, as TorchRL).
 
     Raises:
         ValueError: see :class:`QValueModule`; also when a TensorDict ``module`` does not write ``action_value_key``.
@@ -480,13 +519,14 @@ class QValueActor(TensorDictSequential):
         self, module: Any, *, in_keys: Any = None, spec: Any = None, safe: bool = False, action_space: str | None = None,
         action_value_key: NestedKey | None = None, action_key: NestedKey | None = None,
         chosen_action_value_key: NestedKey | None = None, action_mask_key: NestedKey | None = None,
+        strict_shape: bool | str | None = True,
     ) -> None:
         action_value_key = "action_value" if action_value_key is None else action_value_key
         out_keys = ["action" if action_key is None else action_key, action_value_key,
                     "chosen_action_value" if chosen_action_value_key is None else chosen_action_value_key]
         qvalue = QValueModule(
             action_space=action_space, action_value_key=action_value_key, action_mask_key=action_mask_key,
-            out_keys=out_keys, spec=spec, safe=safe,
+            out_keys=out_keys, spec=spec, safe=safe, strict_shape=strict_shape,
         )
         if TensorDictModuleBase.is_tdmodule_compatible(module):
             if action_value_key not in module.out_keys:
