@@ -10,6 +10,7 @@ from typing import Any, Callable
 
 import torch
 
+from ._locking import keeps_lock
 from ._reductions import ReductionsMixin
 from ._utils import NO_DEFAULT
 
@@ -160,9 +161,11 @@ class ArithmeticMixin(ReductionsMixin):
     def _unary(self, fn: Callable) -> Any:
         return self._apply(fn, (), None, (), None, NO_DEFAULT, NO_DEFAULT, False, NO_DEFAULT, None, False, {})
 
+    @keeps_lock
     def isfinite(self) -> Any:
         return self._unary(torch.isfinite)
 
+    @keeps_lock
     def isnan(self) -> Any:
         return self._unary(torch.isnan)
 
@@ -170,6 +173,7 @@ class ArithmeticMixin(ReductionsMixin):
         leaves, others = paired_leaves(self, [other])
         return all(torch.allclose(v, o, rtol=rtol, atol=atol, equal_nan=equal_nan) for v, o in zip(leaves, others))
 
+    @keeps_lock
     def add(self, other: Any, *, alpha: float | None = None) -> Any:
         return self._binary(other, operator.add if alpha is None else (lambda a, b: torch.add(a, b, alpha=alpha)))
 
@@ -178,6 +182,7 @@ class ArithmeticMixin(ReductionsMixin):
             other = other * alpha
         return self._binary_(other, torch._foreach_add_, torch.Tensor.add_)
 
+    @keeps_lock
     def lerp(self, end: Any, weight: Any) -> Any:
         return self._binary(end, lambda a, b: torch.lerp(a, b, weight))
 
@@ -186,10 +191,10 @@ class ArithmeticMixin(ReductionsMixin):
 
     def clamp(self, min: Any = None, max: Any = None) -> Any:
         """Clamp every leaf; a tensor bound lines up with the batch dims (one bound per batch element),
-        a collection bound gives one bound per leaf."""
+        a collection bound gives one bound per leaf. The result is not locked (as in tensordict)."""
         if _is_bound_operand(min) or _is_bound_operand(max):
-            out = self if min is None else self.clamp_min(min)
-            return out if max is None else out.clamp_max(max)
+            out = self if min is None else self._binary(min, torch.clamp_min)
+            return out if max is None else out._binary(max, torch.clamp_max)
         return self._unary(lambda v: v.clamp(min, max))
 
     def clamp_(self, min: Any = None, max: Any = None) -> Any:
@@ -201,9 +206,11 @@ class ArithmeticMixin(ReductionsMixin):
             leaf.clamp_(min, max)
         return self
 
+    @keeps_lock
     def maximum(self, other: Any) -> Any:
         return self._binary(other, torch.maximum)
 
+    @keeps_lock
     def minimum(self, other: Any) -> Any:
         return self._binary(other, torch.minimum)
 
@@ -213,10 +220,12 @@ class ArithmeticMixin(ReductionsMixin):
     def minimum_(self, other: Any) -> Any:
         return self._binary_(other, torch._foreach_minimum_, lambda x, y: torch.minimum(x, y, out=x))
 
+    @keeps_lock
     def clamp_min(self, other: Any) -> Any:
         """Element-wise ``max(self, other)`` (``other``: a number, a tensor or a collection)."""
         return self._binary(other, torch.clamp_min)
 
+    @keeps_lock
     def clamp_max(self, other: Any) -> Any:
         """Element-wise ``min(self, other)`` (``other``: a number, a tensor or a collection)."""
         return self._binary(other, torch.clamp_max)
@@ -227,14 +236,17 @@ class ArithmeticMixin(ReductionsMixin):
     def clamp_max_(self, other: Any) -> Any:
         return self._binary_(other, torch._foreach_clamp_max_, torch.Tensor.clamp_max_)
 
+    @keeps_lock
     def logical_and(self, other: Any) -> Any:
         if not _is_collection(other) and not isinstance(other, torch.Tensor):
             other = _scalar_tensor(other, "logical_and", "other")
         return self._binary(other, torch.logical_and)
 
+    @keeps_lock
     def bitwise_and(self, other: Any) -> Any:
         return self._binary(other, torch.bitwise_and)
 
+    @keeps_lock
     def rsub(self, other: Any, *, alpha: float | None = None) -> Any:
         """``other - alpha * self``, as :func:`torch.rsub`."""
         if alpha is None:
@@ -269,6 +281,7 @@ class ArithmeticMixin(ReductionsMixin):
         self._ternary(other1, other2, lambda v, a, b: fallback(v, a, b, value=value), name)
         return self
 
+    @keeps_lock
     def addcmul(self, other1: Any, other2: Any, *, value: float = 1) -> Any:
         """``self + value * other1 * other2`` (operands: collections, tensors or numbers).
 
@@ -284,6 +297,7 @@ class ArithmeticMixin(ReductionsMixin):
     def addcmul_(self, other1: Any, other2: Any, *, value: float = 1) -> Any:
         return self._ternary_(other1, other2, value, torch._foreach_addcmul_, torch.Tensor.addcmul_, "addcmul_")
 
+    @keeps_lock
     def addcdiv(self, other1: Any, other2: Any, value: float = 1) -> Any:
         """``self + value * other1 / other2`` (operands: collections, tensors or numbers)."""
         return self._ternary(other1, other2, lambda v, a, b: torch.addcdiv(v, a, b, value=value), "addcdiv")
@@ -337,6 +351,7 @@ _BINARY = {
     "__rtruediv__": lambda a, b: b / a, "__rpow__": lambda a, b: b**a,
     "sub": operator.sub, "mul": operator.mul, "div": operator.truediv, "pow": operator.pow, "mod": operator.mod,
 }
+_COMPARISONS = frozenset({"__lt__", "__le__", "__gt__", "__ge__"})  # their results are not locked (== and != neither)
 _INPLACE = {
     # name: (foreach op, per-tensor fallback for broadcasting tensors)
     "sub_": (torch._foreach_sub_, torch.Tensor.sub_), "mul_": (torch._foreach_mul_, torch.Tensor.mul_),
@@ -355,14 +370,15 @@ _DTYPE_CASTS = ["float16", "float32", "float64", "int8", "int16", "int32", "int6
 
 def _install() -> None:
     for name, op in _BINARY.items():
-        setattr(ArithmeticMixin, name, lambda self, other, _op=op: self._binary(other, _op))
+        binary = lambda self, other, _op=op: self._binary(other, _op)  # noqa: E731
+        setattr(ArithmeticMixin, name, binary if name in _COMPARISONS else keeps_lock(binary))
     for name, (foreach, fallback) in _INPLACE.items():
         setattr(ArithmeticMixin, name, lambda self, other, _f=foreach, _b=fallback: self._binary_(other, _f, _b))
     for alias, name in _INPLACE_ALIASES.items():
         setattr(ArithmeticMixin, alias, lambda self, other, _n=name: getattr(self, _n)(other))
     for name in _UNARY:
         fn = getattr(torch, name)
-        setattr(ArithmeticMixin, name, lambda self, _fn=fn: self._unary(_fn))
+        setattr(ArithmeticMixin, name, keeps_lock(lambda self, _fn=fn: self._unary(_fn)))
         foreach_ = getattr(torch, f"_foreach_{name}_", None)
         if foreach_ is not None:
             setattr(ArithmeticMixin, name + "_", lambda self, _f=foreach_: _foreach_inplace(self, _f))
@@ -370,7 +386,7 @@ def _install() -> None:
             setattr(ArithmeticMixin, name + "_", lambda self, _n=name: ([getattr(v, _n + "_")() for v in self._tensor_leaves()[1]], self)[1])
     for name in _UNARY_NO_INPLACE:
         fn = getattr(torch, name)
-        setattr(ArithmeticMixin, name, lambda self, _fn=fn: self._unary(_fn))
+        setattr(ArithmeticMixin, name, keeps_lock(lambda self, _fn=fn: self._unary(_fn)))
     for name in _DTYPE_CASTS:
         dtype = getattr(torch, name, None)
         if dtype is None:  # pragma: no cover - an older torch
@@ -381,9 +397,9 @@ def _install() -> None:
         setattr(ArithmeticMixin, name, cast)
     ArithmeticMixin.__eq__ = lambda self, other: _equality(self, other, operator.eq)
     ArithmeticMixin.__ne__ = lambda self, other: _equality(self, other, operator.ne)
-    ArithmeticMixin.__neg__ = lambda self: self._unary(torch.neg)
-    ArithmeticMixin.__abs__ = lambda self: self._unary(torch.abs)
-    ArithmeticMixin.__invert__ = lambda self: self._unary(torch.bitwise_not)
+    ArithmeticMixin.__neg__ = keeps_lock(lambda self: self._unary(torch.neg))
+    ArithmeticMixin.__abs__ = keeps_lock(lambda self: self._unary(torch.abs))
+    ArithmeticMixin.__invert__ = keeps_lock(lambda self: self._unary(torch.bitwise_not))
 
 
 def _equality(td: Any, other: Any, op: Callable) -> Any:

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any, Callable
 
 import torch
 
+from ._locking import keeps_lock
 from ._utils import NO_DEFAULT, NestedKey
 from .base import TensorDictBase, is_tensor_collection
 from .tensordict import TensorDict
@@ -37,6 +38,7 @@ class LazyMemberOpsMixin:
     def copy(self) -> "LazyStackedTensorDict":
         return self._like([td.copy() for td in self.tensordicts])
 
+    @keeps_lock
     def to(self, *args: Any, **kwargs: Any) -> "LazyStackedTensorDict":
         """Move / cast every member (same arguments as :meth:`TensorDict.to`)."""
         if kwargs.get("batch_size") is not None:
@@ -48,6 +50,7 @@ class LazyMemberOpsMixin:
             return self
         return self._like(members)
 
+    @keeps_lock
     def detach(self) -> "LazyStackedTensorDict":
         return self._like([td.detach() for td in self.tensordicts])
 

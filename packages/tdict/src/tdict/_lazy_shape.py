@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Sequence
 import torch
 
 from ._lazy_index import _FULL
+from ._locking import keeps_lock
 from ._shape_ops import (
     ShapeOpsMixin, _shape_args, infer_shape, narrow_range, rot90_args, split_bounds, split_lengths, split_slices, tile_reps,
 )
@@ -48,6 +49,7 @@ class LazyShapeMixin:
             return tuple(self._empty_stack([_FULL] * d + [i]) for i in range(self._batch_size[d]))
         return tuple(self._stack_of([p[i] for p in per], new_sd) for i in range(self._batch_size[d]))
 
+    @keeps_lock
     def split(self, split_size: int | Sequence[int], dim: int = 0) -> tuple:
         d = normalize_dim(dim, self.batch_dims)
         sd = self.stack_dim
@@ -63,6 +65,7 @@ class LazyShapeMixin:
             start += n
         return tuple(out)
 
+    @keeps_lock
     def unsqueeze(self, dim: int) -> "LazyStackedTensorDict":
         d = normalize_dim(dim, self.batch_dims + 1)
         sd = self.stack_dim
@@ -70,6 +73,7 @@ class LazyShapeMixin:
             return self._like([td.unsqueeze(d) for td in self.tensordicts], sd + 1)
         return self._like([td.unsqueeze(d - 1) for td in self.tensordicts], sd)
 
+    @keeps_lock
     def squeeze(self, dim: int | Sequence[int] | None = None) -> TensorDictBase:
         bs = self._batch_size
         if dim is None:
@@ -86,6 +90,7 @@ class LazyShapeMixin:
         new_sd = sd - sum(1 for d in dims if d < sd)
         return self._like([td.squeeze(member_dims) for td in self.tensordicts], new_sd)
 
+    @keeps_lock
     def permute(self, *dims: int) -> "LazyStackedTensorDict":
         n = self.batch_dims
         dims = normalize_dims(_shape_args(dims), n)
@@ -96,6 +101,7 @@ class LazyShapeMixin:
         members = [td.permute(*member_perm) for td in self.tensordicts] if member_perm != sorted(member_perm) else list(self.tensordicts)
         return self._like(members, dims.index(sd))
 
+    @keeps_lock
     def flatten(self, start_dim: int = 0, end_dim: int = -1) -> TensorDictBase:
         n = self.batch_dims
         s, e = normalize_dim(start_dim, n, "start_dim"), normalize_dim(end_dim, n, "end_dim")
@@ -106,6 +112,7 @@ class LazyShapeMixin:
         new_sd = sd if sd < s else sd - (e - s)
         return self._like([td.flatten(ms, me) for td in self.tensordicts], new_sd)
 
+    @keeps_lock
     def unflatten(self, dim: int, unflattened_size: Sequence[int]) -> TensorDictBase:
         d = normalize_dim(dim, self.batch_dims)
         sd = self.stack_dim
@@ -115,11 +122,13 @@ class LazyShapeMixin:
         new_sd = sd if d > sd else sd + len(sizes) - 1
         return self._like([td.unflatten(self._member_dim(d), sizes) for td in self.tensordicts], new_sd)
 
+    @keeps_lock
     def reshape(self, *shape: int) -> TensorDictBase:
         if infer_shape(_shape_args(shape), self.numel()) == self._batch_size:
             return self
         return ShapeOpsMixin.reshape(self, *shape)
 
+    @keeps_lock
     def expand(self, *shape: int) -> TensorDictBase:
         shape = _shape_args(shape)
         n = self.batch_dims
@@ -130,6 +139,7 @@ class LazyShapeMixin:
         member_shape = tuple(shape[: sd + offset]) + tuple(shape[sd + offset + 1 :])
         return self._like([td.expand(*member_shape) for td in self.tensordicts], sd + offset)
 
+    @keeps_lock
     def flip(self, dims: int | Sequence[int]) -> "LazyStackedTensorDict":
         dims = normalize_dims(dims, self.batch_dims)
         sd = self.stack_dim
@@ -137,6 +147,7 @@ class LazyShapeMixin:
         member_dims = tuple(self._member_dim(d) for d in dims if d != sd)
         return self._like([td.flip(member_dims) for td in tds] if member_dims else tds)
 
+    @keeps_lock
     def roll(self, shifts: int | Sequence[int], dims: int | Sequence[int] | None = None) -> TensorDictBase:
         if dims is None or not self.tensordicts:
             return ShapeOpsMixin.roll(self, shifts, dims)
@@ -158,6 +169,7 @@ class LazyShapeMixin:
             tds = [td.roll(tuple(member_shifts), tuple(member_dims)) for td in tds]
         return self._like(tds)
 
+    @keeps_lock
     def rot90(self, k: int = 1, dims: Sequence[int] = (0, 1)) -> TensorDictBase:
         # torch's own decomposition: flips and a transpose, which keep the stack lazy
         k, d0, d1 = rot90_args(k, dims, self.batch_dims)
@@ -167,6 +179,7 @@ class LazyShapeMixin:
             return self.flip((d0, d1))
         return self.flip(d1 if k == 1 else d0).transpose(d0, d1)
 
+    @keeps_lock
     def narrow(self, dim: int, start: int, length: int) -> TensorDictBase:
         d = normalize_dim(dim, self.batch_dims)
         start, length = narrow_range(d, start, length, self._batch_size[d])
@@ -177,6 +190,7 @@ class LazyShapeMixin:
             return ShapeOpsMixin.narrow(self, dim, start, length)
         return self._like([td.narrow(self._member_dim(d), start, length) for td in self.tensordicts])
 
+    @keeps_lock
     def tile(self, *dims: int) -> TensorDictBase:
         n = self.batch_dims
         reps = tile_reps(_shape_args(dims), n)
@@ -186,6 +200,7 @@ class LazyShapeMixin:
         member_reps = reps[:new_sd] + reps[new_sd + 1 :]
         return self._stack_of([td.tile(member_reps) for td in self.tensordicts], new_sd)
 
+    @keeps_lock
     def tensor_split(self, indices_or_sections: int | Sequence[int] | torch.Tensor, dim: int = 0) -> tuple:
         d = normalize_dim(dim, self.batch_dims)
         sd = self.stack_dim

@@ -180,8 +180,12 @@ def _split(td: Any, dim: int, chunksize: int | None, num_chunks: int | None, num
     if length == 0:
         return [td]
     if chunksize is not None:
-        return list(td.split(chunksize, dim))
-    return list(td.chunk(min(num_chunks if num_chunks is not None else num_workers, length), dim))
+        chunks = td.split(chunksize, dim)
+    else:
+        chunks = td.chunk(min(num_chunks if num_chunks is not None else num_workers, length), dim)
+    for chunk in chunks:  # new structures (split keeps the lock): fn may add keys to its chunk
+        chunk._set_lock(False)
+    return list(chunks)
 
 
 def _available_cpus() -> int:

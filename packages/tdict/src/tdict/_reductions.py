@@ -11,6 +11,7 @@ from typing import Any, Callable
 
 import torch
 
+from ._locking import keeps_lock
 from ._names import reduced_names
 from ._utils import NO_DEFAULT, normalize_dim, normalize_dims
 
@@ -189,6 +190,7 @@ class ReductionsMixin:
     def amin(self, dim: Any = NO_DEFAULT, keepdim: bool = False, *, reduce: bool | None = None) -> Any:
         return self._reduce("amin", dim, keepdim, reduce)
 
+    @keeps_lock  # tensordict 0.14 locks this reduction's result, not the others'
     def norm(self, *, p: float = 2.0, reduce: bool | None = None) -> Any:
         """The ``p``-norm of each leaf (or of all leaves together when ``reduce``)."""
         if reduce:

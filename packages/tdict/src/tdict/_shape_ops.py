@@ -12,6 +12,7 @@ import torch
 
 from ._key_ops import _write_back_on_exit
 from ._keys import is_leaf_nontensor
+from ._locking import keeps_lock
 from ._utils import is_tensor_collection, leaf_shape, normalize_dim, normalize_dims
 
 
@@ -194,10 +195,12 @@ class ShapeOpsMixin:
     __slots__ = ()
 
     # ---- ops that keep a single output
+    @keeps_lock
     def reshape(self, *shape: int) -> Any:
         n, bs = self.batch_dims, infer_shape(_shape_args(shape), self.numel())
         return self._map_entries(lambda v: v.reshape(bs + leaf_shape(v)[n:]), bs)
 
+    @keeps_lock
     def view(self, *shape: Any) -> Any:
         if len(shape) == 1 and isinstance(shape[0], torch.dtype):
             return self._map_entries(lambda v: v.view(shape[0]), self.batch_size, self._maybe_names())
@@ -207,6 +210,7 @@ class ShapeOpsMixin:
         _write_back_on_exit(self, out, lambda: out.view(source_bs))
         return out
 
+    @keeps_lock
     def unsqueeze(self, dim: int) -> Any:
         dim = normalize_dim(dim, self.batch_dims + 1)
         bs = self.batch_size[:dim] + (1,) + self.batch_size[dim:]
@@ -215,6 +219,7 @@ class ShapeOpsMixin:
             names = names[:dim] + [None] + names[dim:]
         return self._map_entries(lambda v: v.unsqueeze(dim), torch.Size(bs), names)
 
+    @keeps_lock
     def squeeze(self, dim: int | Sequence[int] | None = None) -> Any:
         if dim is None:
             dims = tuple(i for i, s in enumerate(self.batch_size) if s == 1)
@@ -228,6 +233,7 @@ class ShapeOpsMixin:
             names = [nm for i, nm in enumerate(names) if i not in dims]
         return self._map_entries(lambda v: v.squeeze(dims), bs, names)
 
+    @keeps_lock
     def permute(self, *dims: int) -> Any:
         n = self.batch_dims
         dims = normalize_dims(_shape_args(dims), n)
@@ -246,6 +252,7 @@ class ShapeOpsMixin:
         order[d0], order[d1] = order[d1], order[d0]
         return self.permute(*order)
 
+    @keeps_lock
     def flatten(self, start_dim: int = 0, end_dim: int = -1) -> Any:
         n = self.batch_dims
         if n == 0:  # as torch: a 0-dim input flattens to one dim of size 1
@@ -265,12 +272,14 @@ class ShapeOpsMixin:
             names = _named_or_none(names[:s] + [None] + names[e + 1 :])
         return self._map_entries(lambda v: v.flatten(s, e), torch.Size(bs), names)
 
+    @keeps_lock
     def unflatten(self, dim: int, unflattened_size: Sequence[int]) -> Any:
         d = normalize_dim(dim, self.batch_dims)
         sizes = infer_shape(unflattened_size, self.batch_size[d], "unflatten")
         bs = self.batch_size[:d] + sizes + self.batch_size[d + 1 :]
         return self._map_entries(lambda v: v.unflatten(d, sizes), torch.Size(bs))
 
+    @keeps_lock
     def expand(self, *shape: int) -> Any:
         n, bs = self.batch_dims, expanded_size(self.batch_size, _shape_args(shape), "expand")
         names = self._maybe_names()
@@ -281,6 +290,7 @@ class ShapeOpsMixin:
     def expand_as(self, other: Any) -> Any:
         return self.expand(*other.shape)
 
+    @keeps_lock
     def repeat(self, *repeats: int) -> Any:
         repeats = _shape_args(repeats)
         n = self.batch_dims
@@ -289,6 +299,7 @@ class ShapeOpsMixin:
         bs = torch.Size(s * r for s, r in zip(self.batch_size, repeats))
         return self._map_entries(lambda v: v.repeat(tuple(repeats) + (1,) * (len(leaf_shape(v)) - n)), bs)
 
+    @keeps_lock
     def repeat_interleave(self, repeats: int | torch.Tensor, dim: int | None = None, *, output_size: int | None = None) -> Any:
         """Repeat elements along batch ``dim``; without ``dim`` the batch is flattened first (as torch)."""
         if dim is None:
@@ -301,10 +312,12 @@ class ShapeOpsMixin:
         bs = self.batch_size[:d] + (new,) + self.batch_size[d + 1 :]
         return self._map_entries(lambda v: v.repeat_interleave(repeats, dim=d, output_size=output_size), torch.Size(bs), self._maybe_names())
 
+    @keeps_lock
     def flip(self, dims: int | Sequence[int]) -> Any:
         dims = normalize_dims(dims, self.batch_dims)
         return self._map_entries(lambda v: v.flip(dims), self.batch_size, self._maybe_names())
 
+    @keeps_lock
     def roll(self, shifts: int | Sequence[int], dims: int | Sequence[int] | None = None) -> Any:
         """Roll along batch dims; without ``dims``, over the flattened batch (feature dims untouched)."""
         if dims is not None:
@@ -372,6 +385,7 @@ class ShapeOpsMixin:
         return self.expand(*shape)
 
     # ---- ops that change sizes
+    @keeps_lock
     def narrow(self, dim: int, start: int, length: int) -> Any:
         """Batch elements ``start`` to ``start + length`` along batch dim ``dim`` (a view of each leaf)."""
         d = normalize_dim(dim, self.batch_dims)
@@ -379,6 +393,7 @@ class ShapeOpsMixin:
         bs = self.batch_size[:d] + (length,) + self.batch_size[d + 1 :]
         return self._map_entries(lambda v: v.narrow(d, start, length), torch.Size(bs), self._maybe_names())
 
+    @keeps_lock
     def tile(self, *dims: int) -> Any:
         """``torch.tile`` over the batch dims: ``dims`` aligns with the last batch dims; extra
         leading entries add batch dims. Feature dims are never tiled."""
@@ -388,6 +403,7 @@ class ShapeOpsMixin:
         bs = torch.Size(r * s for r, s in zip(reps, old))
         return self._map_entries(lambda v: v.tile(reps + (1,) * (len(leaf_shape(v)) - n)), bs)
 
+    @keeps_lock
     def rot90(self, k: int = 1, dims: Sequence[int] = (0, 1)) -> Any:
         """Rotate by 90 degrees ``k`` times in the plane of batch dims ``dims`` (from the first towards the second)."""
         k, d0, d1 = rot90_args(k, dims, self.batch_dims)
@@ -469,6 +485,7 @@ class ShapeOpsMixin:
             names = _named_or_none(names[:d] + names[d + 1 :])
         return self._split_entries(lambda v: v.unbind(d), [bs] * self.batch_size[d], names)
 
+    @keeps_lock
     def split(self, split_size: int | Sequence[int], dim: int = 0) -> tuple:
         d = normalize_dim(dim, self.batch_dims)
         lengths = split_lengths(split_size, self.batch_size[d])
@@ -482,6 +499,7 @@ class ShapeOpsMixin:
         length = self.batch_size[d]
         return self.split(max(-(-length // chunks), 1), d) if length else (self,)
 
+    @keeps_lock
     def tensor_split(self, indices_or_sections: int | Sequence[int] | torch.Tensor, dim: int = 0) -> tuple:
         """``torch.tensor_split`` along batch dim ``dim``: ``n`` near-equal sections, or split
         points (Python slice semantics: out-of-range points clamp, decreasing ones give empty parts)."""

@@ -11,6 +11,7 @@ import torch
 import torch.nn.functional as F
 
 from ._entry_ops import _set_device_tree
+from ._locking import keep_lock
 from ._utils import normalize_dim, parse_device
 from .base import TD_HANDLED_FUNCTIONS, TensorDictBase, is_tensor_collection
 from .tensordict import TensorDict
@@ -273,7 +274,7 @@ def _like(fn: Callable) -> Callable:
         out = td._map_entries(lambda v: fn(v, *args, **kwargs) if isinstance(v, torch.Tensor) else handler(v, *args, **kwargs) if not v._is_non_tensor else v, td.batch_size, td._maybe_names())
         if kwargs.get("device") is not None:  # the leaves moved: so does the collection
             _set_device_tree(out, parse_device(kwargs["device"]))
-        return out
+        return keep_lock(td, out)
 
     return handler
 

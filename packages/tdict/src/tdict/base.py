@@ -18,6 +18,7 @@ from ._key_ops import KeyOpsMixin
 from ._shape_ops import ShapeOpsMixin
 from ._storage_methods import StorageMixin
 from ._keys import is_leaf_nontensor
+from ._locking import keeps_lock
 from ._indexing import _expand_index, _indexed_batch_size, _is_key_tuple, check_write_shape  # noqa: F401  (re-exported)
 from ._utils import _MISSING, NO_DEFAULT, NestedKey, _key_to_tuple, is_tensor_collection, parse_device, unravel_key
 
@@ -263,6 +264,7 @@ class TensorDictBase(KeyOpsMixin, ApplyMixin, ArithmeticMixin, ShapeOpsMixin, St
                 leaf.fill_(value)
         return self
 
+    @keeps_lock
     def detach(self) -> "TensorDictBase":
         return self._map_entries(lambda v: v.detach(), self.batch_size, self._maybe_names())
 

@@ -9,6 +9,7 @@ import torch
 from ._keys import KeysView
 from ._utils import NO_DEFAULT, NestedKey, _key_to_tuple, check_names, normalize_dim, parse_batch_size, parse_device, parse_to_args
 from ._indexing import _batch_size_from_entry, _indexed_batch_size, _normalize_index, check_write_shape
+from ._locking import keeps_lock
 from ._names import indexed_names, leading_names
 from .base import _MISSING, NON_TENSOR_CLASSES, TensorDictBase, is_tensor_collection
 
@@ -406,6 +407,7 @@ class TensorDict(TensorDictBase):
             self._batch_size, self._device, self._names,
         )
 
+    @keeps_lock
     def to(self, *args: Any, **kwargs: Any) -> "TensorDictBase":
         """Move to a device and/or cast floating dtypes: ``to(device)``, ``to(dtype)``, ``to(other)``, ``to(batch_size=...)``."""
         device, dtype, non_blocking, batch_size = parse_to_args(args, kwargs)
