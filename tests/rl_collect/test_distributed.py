@@ -182,6 +182,7 @@ def test_nothing_listens_on_a_wildcard_address():
 def test_hung_worker_is_the_one_named(sync):
     # rank 2 hangs; rank 1 answers at once and then waits, idle, for its next command: the error must
     # name rank 2, never the idle one (which used to time out on its own wait at the same moment)
+    threads_before = len(os.listdir("/proc/self/task"))
     c = DistributedCollector([PendulumEnv, _HangingEnv], None, frames_per_batch=4, total_frames=-1, sync=sync, timeout=4)
     procs = list(c._procs)
     hung = procs[1].pid
@@ -198,6 +199,9 @@ def test_hung_worker_is_the_one_named(sync):
     assert elapsed < 30
     c.shutdown()
     _no_leftovers(c, procs)
+    # the error (still held here) keeps no gloo op alive: its threads are gone, so a process forked
+    # later never runs their destructors (which aborted forked collector workers)
+    assert len(os.listdir("/proc/self/task")) <= threads_before
 
 
 def test_bad_arguments():

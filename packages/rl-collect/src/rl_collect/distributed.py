@@ -429,14 +429,19 @@ class DistributedCollector:
                 raise RuntimeError(f"DistributedCollector: worker {rank} failed to start:\n{text}")
             ready.add(rank)
 
-    def _wait(self, work: Any, rank: int | None, seconds: float | None = None) -> None:
-        """Waits up to ``seconds`` (default ``timeout``) for a point-to-point op; a dead peer (connection
-        closed) or the timeout raises, with the worker's traceback when it sent one. (Gloo's
-        ``is_completed`` cannot be polled.)"""
+    def _wait(self, work: Any, rank: int | None, seconds: float | None = None) -> int:
+        """Waits up to ``seconds`` (default ``timeout``) for a point-to-point op with ``rank`` (``None``: a
+        receive from any worker); returns the worker's rank. A dead peer (connection closed) or the
+        timeout raises, with the worker's traceback when it sent one. (Gloo's ``is_completed`` cannot
+        be polled.) Callers pass the op straight in, so that no frame of a raised error keeps it."""
         try:
             work.wait(timeout=datetime.timedelta(seconds=self.timeout if seconds is None else seconds))
         except Exception as exc:
+            # the error's traceback keeps this frame: it must not keep gloo's op, whose destructor
+            # joins threads, alive until a forked child's garbage collector runs it
+            del work
             raise self._failure(exc, rank) from exc
+        return rank if rank is not None else int(work._source_rank())
 
     def _failure(self, exc: BaseException, rank: int | None) -> Exception:
         """The exception for a failed wait on ``rank`` (``None``: on any worker with a request in flight).
@@ -487,9 +492,7 @@ class DistributedCollector:
         # bounded by the oldest request waited on: in async mode healthy workers keep answering, and a
         # hung one must still surface within ``timeout`` of its request
         due = min(self._sent_at[r] for r in ([rank] if rank is not None else self._pending)) + self.timeout
-        work = dist.irecv(sizes, src=rank)
-        self._wait(work, rank, max(due - time.monotonic(), 0.001))
-        src = rank if rank is not None else int(work._source_rank())
+        src = self._wait(dist.irecv(sizes, src=rank), rank, max(due - time.monotonic(), 0.001))
         self._pending.pop(src)
         self._scheme.set_busy(src, False)
         header_len, buf_len = (int(x) for x in sizes.tolist())
