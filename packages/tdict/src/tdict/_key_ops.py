@@ -155,7 +155,7 @@ class KeyOpsMixin:
             out._set_str(name, value, inplace=False, validated=True)
         if inplace:
             return self._replace_entries(out)
-        _write_back_on_exit(self, out, lambda: out.unflatten_keys(separator))
+        _write_back_on_exit(self, out, lambda result: result.unflatten_keys(separator))
         return out
 
     def _replace_entries(self, new: "TensorDictBase") -> "TensorDictBase":
@@ -171,7 +171,7 @@ class KeyOpsMixin:
             out.set(tuple(key.split(separator)), value)
         if inplace:
             return self._replace_entries(out)
-        _write_back_on_exit(self, out, lambda: out.flatten_keys(separator))
+        _write_back_on_exit(self, out, lambda result: result.flatten_keys(separator))
         return out
 
     def update(self, input_dict_or_td: Any, clone: bool = False, inplace: bool = False, *, keys_to_update: Sequence | None = None, non_blocking: bool = False, is_leaf: Callable | None = None, update_batch_size: bool = False, ignore_lock: bool = False) -> "TensorDictBase":
@@ -212,13 +212,22 @@ class KeyOpsMixin:
         return self.get(key)
 
 
-def _write_back_on_exit(source: Any, result: Any, restore: Callable[[], Any]) -> None:
-    """Make ``with source.op() as result:`` write ``restore()`` (``result`` in ``source``'s layout)
-    back into ``source`` on exit: new and changed entries (in place if ``source`` is locked)."""
-    from .base import _WriteBack
+class _WriteBack:
+    """Pushed on the result of ``flatten_keys`` / ``unflatten_keys`` / ``view``: leaving
+    ``with td.view(-1) as v:`` without an error writes ``v``'s entries back into ``td``."""
 
-    def write_back() -> None:
-        back = restore()
+    __slots__ = ("fn",)
+
+    def __init__(self, fn: Callable[[Any], Any]) -> None:
+        self.fn = fn  # fn(result); it must not hold the result itself (no reference cycle)
+
+
+def _write_back_on_exit(source: Any, result: Any, restore: Callable[[Any], Any]) -> None:
+    """Make ``with source.op() as result:`` write ``restore(result)`` (``result`` in ``source``'s
+    layout) back into ``source`` on exit: new and changed entries (in place if ``source`` is locked)."""
+
+    def write_back(result: Any) -> None:
+        back = restore(result)
         if source.is_locked:
             source.update_(back)
         else:

@@ -35,6 +35,7 @@ _Tensor = torch.Tensor
 # (non-tensor data under default_is_leaf: listed without leaves_only, as in tensordict)
 _TENSOR, _LEAF, _NODE, _OPAQUE = 0, 1, 2, 3
 _KIND_BY_TYPE: dict[type, int] = {}  # kinds under default_is_leaf, computed once per type
+_KIND_BY_TYPE_NONTENSOR: dict[type, int] = {}  # the same under is_leaf_nontensor
 
 
 def entry_kind(cls: type, is_leaf: Callable) -> int:
@@ -67,7 +68,7 @@ class KeysView:
         self._leaves_only = leaves_only
         self._is_leaf = is_leaf if is_leaf is not None else default_is_leaf
         self._sort = sort
-        self._kinds = _KIND_BY_TYPE if self._is_leaf is default_is_leaf else {}
+        self._kinds = _KIND_BY_TYPE if self._is_leaf is default_is_leaf else _KIND_BY_TYPE_NONTENSOR if self._is_leaf is is_leaf_nontensor else {}
 
     def _kind(self, cls: type) -> int:
         """What an entry of type ``cls`` is, cached per type (``is_leaf`` depends only on the type)."""

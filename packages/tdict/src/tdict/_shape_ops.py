@@ -202,13 +202,18 @@ class ShapeOpsMixin:
 
     @keeps_lock
     def view(self, *shape: Any) -> Any:
-        if len(shape) == 1 and isinstance(shape[0], torch.dtype):
-            return self._map_entries(lambda v: v.view(shape[0]), self.batch_size, self._maybe_names())
-        n, bs = self.batch_dims, infer_shape(_shape_args(shape), self.numel(), "view")
-        out = self._map_entries(lambda v: v.view(bs + leaf_shape(v)[n:]), bs)
-        source_bs = self.batch_size
-        _write_back_on_exit(self, out, lambda: out.view(source_bs))
+        out = self._view(*shape)
+        if not (len(shape) == 1 and isinstance(shape[0], torch.dtype)):
+            source_bs = self.batch_size
+            _write_back_on_exit(self, out, lambda result: result.view(source_bs))
         return out
+
+    def _view(self, *shape: Any) -> Any:
+        """``view`` itself (nested collections are viewed without the context-manager bookkeeping)."""
+        if len(shape) == 1 and isinstance(shape[0], torch.dtype):
+            return self._map_entries(lambda v: v.view(shape[0]) if isinstance(v, torch.Tensor) else v._view(shape[0]), self.batch_size, self._maybe_names())
+        n, bs = self.batch_dims, infer_shape(_shape_args(shape), self.numel(), "view")
+        return self._map_entries(lambda v: v.view(bs + leaf_shape(v)[n:]) if isinstance(v, torch.Tensor) else v._view(bs + leaf_shape(v)[n:]), bs)
 
     @keeps_lock
     def unsqueeze(self, dim: int) -> Any:

@@ -14,7 +14,7 @@ import torch
 from ._apply import ApplyMixin
 from ._entry_ops import EntryOpsMixin
 from ._arithmetic import ArithmeticMixin
-from ._key_ops import KeyOpsMixin
+from ._key_ops import KeyOpsMixin, _WriteBack
 from ._shape_ops import ShapeOpsMixin
 from ._storage_methods import StorageMixin
 from ._keys import is_leaf_nontensor
@@ -389,7 +389,7 @@ class TensorDictBase(KeyOpsMixin, ApplyMixin, ArithmeticMixin, ShapeOpsMixin, St
         last = self._pop_op()
         if type(last) is _WriteBack:  # the block's result goes back to the source, unless it failed
             if exc_type is None:
-                last.fn()
+                last.fn(self)
             return False
         if callable(last):  # pushed by to_module: put the module's previous tensors back
             last()
@@ -458,16 +458,6 @@ class TensorDictBase(KeyOpsMixin, ApplyMixin, ArithmeticMixin, ShapeOpsMixin, St
 
     def __repr__(self) -> str:
         return _repr(self, 0)
-
-
-class _WriteBack:
-    """Pushed on the result of ``flatten_keys`` / ``unflatten_keys`` / ``view``: leaving
-    ``with td.view(-1) as v:`` without an error writes ``v``'s entries back into ``td``."""
-
-    __slots__ = ("fn",)
-
-    def __init__(self, fn: Callable[[], Any]) -> None:
-        self.fn = fn
 
 
 def _numpy_tree(tree: dict) -> dict:

@@ -6,7 +6,7 @@ from typing import Any, Callable, Iterator, Sequence
 
 import torch
 
-from ._keys import KeysView
+from ._keys import KeysView, is_leaf_nontensor
 from ._utils import NO_DEFAULT, NestedKey, _key_to_tuple, check_names, normalize_dim, parse_batch_size, parse_device, parse_to_args
 from ._indexing import _batch_size_from_entry, _indexed_batch_size, _normalize_index, check_write_shape
 from ._locking import keeps_lock
@@ -325,8 +325,8 @@ class TensorDict(TensorDictBase):
     def keys(self, include_nested: bool = False, leaves_only: bool = False, is_leaf: Callable | None = None, *, sort: bool = False):
         if not include_nested and not leaves_only and not sort:
             return self._tensordict.keys()
-        if is_leaf is None:
-            return _TensorDictKeysView(self, include_nested, leaves_only, None, sort)
+        if is_leaf is None or is_leaf is is_leaf_nontensor:  # the fast walk: tensors are leaves, TensorDicts nodes
+            return _TensorDictKeysView(self, include_nested, leaves_only, is_leaf, sort)
         return KeysView(self, include_nested, leaves_only, is_leaf, sort)
 
     def items(self, include_nested: bool = False, leaves_only: bool = False, is_leaf: Callable | None = None, *, sort: bool = False):
