@@ -60,3 +60,17 @@ def test_locked_source_gets_changed_values_in_place():
         flat["a.b"] = torch.full((2,), 5.0)
     assert td.is_locked
     assert td["a", "b"] is leaf and leaf.tolist() == [5.0, 5.0]
+
+
+def test_results_are_freed_without_a_gc_pass():
+    import gc
+    import weakref
+
+    td = TensorDict({"a": torch.zeros(2, 3), "n": {"b": torch.zeros(2, 3)}}, [2, 3])
+    gc.disable()
+    try:
+        for op in (lambda: td.view(-1), lambda: td.flatten_keys(), lambda: td.flatten_keys().unflatten_keys()):
+            ref = weakref.ref(op())
+            assert ref() is None  # no reference cycle through the write-back
+    finally:
+        gc.enable()
