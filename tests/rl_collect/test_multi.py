@@ -306,10 +306,10 @@ def test_default_liveness_settings():
 
 
 def test_slow_but_live_worker_is_not_a_hang():
-    # worker 1's steps take 1.2 s, past the heartbeat timeout of 0.8 s: it keeps beating, so it is waited for
-    fns = [PendulumEnv, lambda: _Wrapped("slow", after=1, delay=1.2)]
+    # worker 1's steps take 2 s, past the heartbeat timeout of 1.5 s: it keeps beating, so it is waited for
+    fns = [PendulumEnv, lambda: _Wrapped("slow", after=1, delay=2.0)]
     with MultiSyncCollector(fns, _policy(), frames_per_batch=6, total_frames=6, heartbeat_interval=0.1,
-                            heartbeat_timeout=0.8) as c:
+                            heartbeat_timeout=1.5) as c:
         c.set_seed(3)
         (batch,) = list(c)
     assert batch.batch_size == torch.Size([2, 3]) and c.frames == 6

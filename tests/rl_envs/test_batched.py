@@ -375,9 +375,9 @@ def test_default_liveness_settings():
 
 
 def test_slow_but_live_step_is_not_a_hang():
-    # the step takes 3 s, 3x the heartbeat timeout: the worker keeps beating, so it is waited for
-    slow = [children.make_pendulum, lambda: children.HangingPendulum(hang_at=2, seconds=3.0)]
-    env = _fork_parallel(2, slow, heartbeat_interval=0.1, heartbeat_timeout=1.0)
+    # the step takes 4 s, over twice the heartbeat timeout: the worker keeps beating, so it is waited for
+    slow = [children.make_pendulum, lambda: children.HangingPendulum(hang_at=2, seconds=4.0)]
+    env = _fork_parallel(2, slow, heartbeat_interval=0.1, heartbeat_timeout=1.5)
     env.set_seed(0)
     rollout = env.rollout(4, break_when_any_done=False)
     env.close()
