@@ -32,8 +32,11 @@ def _tanh_normal_ref(y, loc, scale, low, high):
 def test_reexports_are_tdict_classes():
     import tdict.nn as tnn
 
-    assert OneHotCategorical is tnn.OneHotCategorical and TruncatedNormal is tnn.TruncatedNormal
     assert Delta is tnn.Delta and NormalParamExtractor is tnn.NormalParamExtractor
+    # TorchRL's modules.OneHotCategorical / TruncatedNormal take more arguments than tensordict's:
+    # ours extend the tdict.nn classes (grad_method; upscale, tanh_loc and the event dim)
+    assert issubclass(OneHotCategorical, tnn.OneHotCategorical)
+    assert isinstance(TruncatedNormal(torch.zeros(2), torch.ones(2)).base_dist, tnn.TruncatedNormal)
 
 
 class TestTanhNormal:
@@ -206,11 +209,93 @@ class TestMaskedCategorical:
     def test_errors(self):
         with pytest.raises(ValueError, match="exactly one of logits and probs"):
             MaskedCategorical(mask=torch.ones(3, dtype=torch.bool))
-        with pytest.raises(ValueError, match="mask is required"):
+        with pytest.raises(ValueError, match="exactly one of mask .* and indices"):
             MaskedCategorical(logits=torch.zeros(3))
+        with pytest.raises(ValueError, match="exactly one of mask .* and indices"):
+            MaskedCategorical(logits=torch.zeros(3), mask=torch.ones(3, dtype=torch.bool), indices=torch.tensor([0]))
         with pytest.raises(ValueError, match="mask must be a bool tensor"):
             MaskedCategorical(logits=torch.zeros(3), mask=torch.ones(3))
         with pytest.raises(ValueError, match="does not broadcast"):
             MaskedCategorical(logits=torch.zeros(3), mask=torch.ones(4, dtype=torch.bool))
         with pytest.raises(ValueError, match="no allowed action"):
             MaskedCategorical(logits=torch.zeros(2, 3), mask=torch.tensor([[True, False, False], [False, False, False]]), validate_args=True)
+
+
+class TestTorchRLArguments:
+    """TorchRL 0.14's arguments of the distributions; expected numbers are TorchRL 0.14.1's."""
+
+    def test_masked_categorical_sparse_indices(self):
+        logits = torch.tensor([[0.0, 1.0, 2.0, 3.0], [3.0, 2.0, 1.0, 0.0]])
+        d = MaskedCategorical(logits=logits, indices=torch.tensor([[0, 2, -1], [1, 3, 2]]), padding_value=-1)
+        torch.testing.assert_close(d.log_prob(torch.tensor([2, 3])), torch.tensor([-0.12692804634571075, -2.4076061248779297]))
+        assert d.log_prob(torch.tensor([1, 0])).tolist() == [float("-inf"), float("-inf")]  # not listed
+        assert d.mode.tolist() == [2, 1]
+        torch.manual_seed(0)
+        assert d.sample((5,)).tolist() == [[2, 2], [2, 1], [2, 1], [2, 1], [2, 1]]
+        # TorchRL gives nan for a padded row's entropy; here the padding counts as a masked action
+        torch.testing.assert_close(d.entropy(), torch.tensor([0.36533403, 0.83239555]))
+        assert (d.padding_side, d.padding_value) == ("left", -1) and d.expand((3, 2)).sample().shape == (3, 2)
+        with pytest.raises(ValueError, match="built from indices"):
+            d.mask
+        single = MaskedCategorical(logits=torch.tensor([0.0, 1.0, 2.0, 3.0]), indices=torch.tensor([0, 2]))
+        torch.testing.assert_close(single.log_prob(torch.tensor([2, 1])), torch.tensor([-0.12692804634571075, float("-inf")]))
+        assert int(single.mode) == 2
+
+    def test_masked_categorical_use_cross_entropy_and_padding_side(self):
+        logits = torch.tensor([[0.0, 1.0, 2.0, 3.0], [3.0, 2.0, 1.0, 0.0]])
+        mask = torch.tensor([[True, False, True, True], [False, True, True, True]])
+        for use_ce in (True, False):
+            d = MaskedCategorical(logits=logits, mask=mask, use_cross_entropy=use_ce)
+            torch.testing.assert_close(d.log_prob(torch.tensor([2, 0])), torch.tensor([-1.3490123748779297, float("-inf")]))
+        with pytest.raises(ValueError, match="padding_side must be 'left' or 'right'"):
+            MaskedCategorical(logits=logits, mask=mask, padding_side="top")
+        with pytest.raises(ValueError, match="indices must be an integer tensor"):
+            MaskedCategorical(logits=logits, indices=torch.zeros(2, 2))
+
+    def test_tanh_delta_safe(self):
+        param = torch.tensor([0.0, 100.0, -100.0])
+        # TorchRL 0.14.1 with its default safe=True: tanh kept 1e-6 (float32 resolution) inside +-1
+        assert TanhDelta(param).mode.tolist() == [0.0, 0.9999989867210388, -0.9999989867210388]
+        assert TanhDelta(param, low=0.0, high=2.0).mode[1:].tolist() == [1.9999990463256836, 1.0132789611816406e-06]
+        assert TanhDelta(param, safe=False).mode.tolist() == [0.0, 1.0, -1.0]
+        with pytest.raises(TypeError, match="safe must be a bool"):
+            TanhDelta(param, safe="yes")
+
+    def test_truncated_normal_torchrl_signature(self):
+        loc, scale = torch.tensor([[0.0, 30.0, -0.5]]), torch.ones(1, 3)
+        d = TruncatedNormal(loc, scale, upscale=2.0, low=-1.0, high=1.0, tanh_loc=True)
+        torch.testing.assert_close(d.loc, 2.0 * torch.tanh(loc / 2.0))
+        value = torch.tensor([[0.2, 0.9, -0.3]])
+        ref = tnn_truncated(d.loc, scale).log_prob(value).sum(-1)  # one event over the last dim, as TorchRL's Independent
+        torch.testing.assert_close(d.log_prob(value), ref)
+        assert d.log_prob(torch.tensor([[0.2, 1.5, 0.0]])).item() == float("-inf")
+        torch.testing.assert_close(d.mode, torch.tensor([[0.0, 1.0, -2.0 * torch.tanh(torch.tensor(0.25)).item()]]))
+        assert d.entropy().shape == (1,) and d.rsample((4,)).shape == (4, 1, 3)
+        plain = TruncatedNormal(loc, scale)  # tanh_loc=False (TorchRL's default): loc kept
+        torch.testing.assert_close(plain.loc, loc)
+        with pytest.raises(ValueError, match="low must be smaller than high"):
+            TruncatedNormal(loc, scale, low=1.0, high=-1.0)
+
+    def test_one_hot_categorical_grad_method(self):
+        from rl_objectives.modules import ReparamGradientStrategy
+
+        logits = torch.tensor([[0.0, 1.0, 2.0]], requires_grad=True)
+        torch.manual_seed(0)
+        s = OneHotCategorical(logits=logits).rsample()
+        assert s.tolist() == [[0.0, 0.0, 1.0]] and s.requires_grad  # TorchRL 0.14.1 draws the same with seed 0
+        # pass-through: d sample / d logits is the softmax Jacobian
+        (grad,) = torch.autograd.grad(s[0, 2], logits)
+        p = torch.softmax(logits.detach(), -1)[0]
+        torch.testing.assert_close(grad[0], p[2] * (torch.eye(3)[2] - p))
+        relaxed = OneHotCategorical(logits=logits, grad_method=ReparamGradientStrategy.RelaxedOneHot)
+        torch.manual_seed(0)
+        r = relaxed.rsample((2,))
+        assert r.tolist() == [[[0.0, 1.0, 0.0]], [[0.0, 0.0, 1.0]]] and r.requires_grad  # TorchRL's values, seed 0
+        with pytest.raises(ValueError, match="grad_method must be a ReparamGradientStrategy"):
+            OneHotCategorical(logits=logits, grad_method="pass")
+
+
+def tnn_truncated(loc, scale):
+    import tdict.nn as tnn
+
+    return tnn.TruncatedNormal(loc, scale, -1.0, 1.0)

@@ -493,3 +493,16 @@ def test_env_rollout_carries_recurrent_state(kind):
     with torch.no_grad(), set_recurrent_mode(True):
         replay = module(rollout.exclude("out", *(("next", n) for n in names)))
     torch.testing.assert_close(replay["out"], rollout["out"])
+
+
+def test_torchrl_recurrent_kernel_options_only_defaults():
+    from rl_objectives.modules import GRUModule, LSTMModule
+
+    for cls in (LSTMModule, GRUModule):
+        # TorchRL 0.14's defaults describe what the module computes: accepted
+        cls(input_size=3, hidden_size=4, in_key="x", out_key="y", recurrent_backend="pad", recurrent_compute_dtype=torch.float32,
+            recurrent_matmul_precision="auto", recurrent_recompute="none")
+        for arg, value in (("recurrent_backend", "triton"), ("recurrent_compute_dtype", torch.bfloat16),
+                           ("recurrent_matmul_precision", "tf32"), ("recurrent_recompute", "full")):
+            with pytest.raises(NotImplementedError, match=f"{arg}="):
+                cls(input_size=3, hidden_size=4, in_key="x", out_key="y", **{arg: value})

@@ -216,3 +216,20 @@ def test_composite_distribution_defaults_and_errors():
         CompositeDistribution(params, distribution_map={"other": D.Normal})
     with pytest.raises(KeyError, match=r"sample misses .*act"):
         dist.log_prob(TensorDict(wrong=torch.zeros(3, 2), batch_size=[3]))
+
+
+def test_add_state_independent_normal_scale_device():
+    module = AddStateIndependentNormalScale(3, device="meta")
+    assert module.state_independent_scale.device.type == "meta"
+    assert AddStateIndependentNormalScale(3, device="cpu").state_independent_scale.device.type == "cpu"
+
+
+def test_truncated_normal_a_b_are_the_bounds():
+    loc, scale = torch.zeros(3), torch.ones(3)
+    d = TruncatedNormal(loc, scale, a=-0.5, b=torch.tensor([0.5, 1.0, 2.0]))  # tensordict 0.14's names
+    ref = TruncatedNormal(loc, scale, low=-0.5, high=torch.tensor([0.5, 1.0, 2.0]))
+    value = torch.tensor([0.1, 0.7, 1.5])
+    torch.testing.assert_close(d.log_prob(value), ref.log_prob(value))
+    torch.testing.assert_close(TruncatedNormal(loc, scale, -0.5, 2.0).mean, TruncatedNormal(loc, scale, a=-0.5, b=2.0).mean)
+    with pytest.raises(ValueError, match="pass low or its tensordict name a, not both"):
+        TruncatedNormal(loc, scale, low=-1.0, a=-1.0)

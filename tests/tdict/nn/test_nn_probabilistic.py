@@ -252,8 +252,12 @@ def test_sequential_get_dist_log_prob_and_sampling():
     torch.testing.assert_close(td["action"], loc)
     assert isinstance(actor[:1], TensorDictSequential) and not isinstance(actor[:1], ProbSeq)
     assert isinstance(actor[:], ProbSeq)
+    # tensordict 0.14: a sequence ending in a deterministic step is allowed, as a composite (return_composite
+    # defaults to True then); return_composite=False needs a probabilistic last step
     with pytest.raises(TypeError, match="last module must be a ProbabilisticTensorDictModule"):
-        ProbSeq(TensorDictModule(nn.Linear(3, 3), in_keys=["obs"], out_keys=["x"]))
+        ProbSeq(TensorDictModule(nn.Linear(3, 3), in_keys=["obs"], out_keys=["x"]), return_composite=False)
+    with pytest.raises(RuntimeError, match="no probabilistic module among the steps"):
+        ProbSeq(TensorDictModule(nn.Linear(3, 3), in_keys=["obs"], out_keys=["x"])).get_dist(TensorDict(obs=obs, batch_size=[5]))
     with pytest.raises(KeyError, match="obs"):
         actor.get_dist(TensorDict(wrong=obs, batch_size=[5]))
 
@@ -269,8 +273,15 @@ def test_compiled_actor_matches_eager():
 
     compiled = torch.compile(run, fullgraph=True, backend="eager")
     obs = torch.randn(6, 3)
-    with set_interaction_type(InteractionType.DETERMINISTIC):
-        got, want = compiled(obs), run(obs)
+    # torch's distribution argument checks do not trace; the first torch.compile of a session turns them
+    # off, a test that ran before may have turned them back on: off here, whatever the order
+    validate = D.Distribution._validate_args
+    D.Distribution.set_default_validate_args(False)
+    try:
+        with set_interaction_type(InteractionType.DETERMINISTIC):
+            got, want = compiled(obs), run(obs)
+    finally:
+        D.Distribution.set_default_validate_args(validate)
     for g, w in zip(got, want):
         torch.testing.assert_close(g, w)
     assert got[1].shape == (6,)
@@ -290,3 +301,102 @@ def test_delta_and_one_hot_heads():
     onehot(td)
     assert torch.equal(td["b"], torch.tensor([[0.0, 1.0, 0.0]]).expand(4, 3))
     torch.testing.assert_close(td["b_log_prob"], D.OneHotCategorical(logits=td["logits"]).log_prob(td["b"]))
+
+
+# ---------------------------------------------------------------------- tensordict 0.14 arguments
+def _seeded_normal(**kwargs):
+    return ProbMod(in_keys=["loc", "scale"], out_keys=["action"], distribution_class=D.Normal,
+                   default_interaction_type=InteractionType.RANDOM, **kwargs)
+
+
+def test_num_samples_expands_the_output():
+    td = TensorDict(loc=torch.zeros(2), scale=torch.ones(2), batch_size=[2])
+    module = _seeded_normal(num_samples=3, return_log_prob=True)
+    assert module.num_samples == (3,)
+    out = module(td)
+    # as tensordict 0.14.3: a new [3, 2] TensorDict; the input is left as it was
+    assert out is not td and out.batch_size == (3, 2) and "action" not in td.keys()
+    assert out["action"].shape == (3, 2) and out["action_log_prob"].shape == (3, 2) and out["loc"].shape == (3, 2)
+    torch.testing.assert_close(out["action_log_prob"], D.Normal(0.0, 1.0).log_prob(out["action"]))
+    wide = _seeded_normal(num_samples=(2, 3))(TensorDict(loc=torch.zeros(4), scale=torch.ones(4), batch_size=[4]))
+    assert wide["action"].shape == (2, 3, 4)
+    seq = ProbSeq(TensorDictModule(lambda x: x, in_keys=["x"], out_keys=["loc"]), _seeded_normal(num_samples=5))
+    assert seq.num_samples == (5,)
+    for bad in (-1, 1.5, "3", True):
+        with pytest.raises(ValueError, match="num_samples must be None, an int >= 0"):
+            _seeded_normal(num_samples=bad)
+
+
+def test_generator_argument_forms():
+    td = TensorDict(loc=torch.zeros(2), scale=torch.ones(2))
+    # tensordict 0.14.3's draws: an int seed makes the module's own generator (the stream advances)
+    first = [1.5409960746765137, -0.293428897857666]
+    second = [-2.1787893772125244, 0.5684312582015991]
+    module = _seeded_normal(generator=0)
+    assert module(td.clone())["action"].tolist() == first and module(td.clone())["action"].tolist() == second
+    torch.manual_seed(123)
+    state = torch.get_rng_state()
+    gen = torch.Generator().manual_seed(0)
+    assert _seeded_normal(generator=gen)(td.clone())["action"].tolist() == first
+    assert torch.equal(torch.get_rng_state(), state)  # the global RNG is untouched
+    # a key: a seed in the input, replaced by the next seed of its stream (JAX-style)
+    keyed = _seeded_normal(generator="seed")
+    data = td.clone()
+    data["seed"] = torch.tensor(0)
+    assert keyed(data)["action"].tolist() == first and int(data["seed"]) == 1895649597198586619
+    assert keyed(data)["action"].tolist() == [1.8946284055709839, 0.1361444741487503] and int(data["seed"]) == 3588561024410285094
+    data = td.clone()
+    data.set_non_tensor("seed", 5)
+    assert keyed(data)["action"].tolist() == [-0.4867807626724243, -0.6038215756416321]
+    assert data.get_non_tensor("seed") == 3813295331020233846
+    data = td.clone()
+    data.set_non_tensor("seed", torch.Generator().manual_seed(0))
+    assert keyed(data)["action"].tolist() == first
+    assert keyed(td.clone())["action"].shape == (2,)  # no key in the input: the global RNG
+    with pytest.raises(TypeError, match="generator must be a torch.Generator, an int seed, a key or None, got float"):
+        _seeded_normal(generator=1.5)
+    data = td.clone()
+    data["seed"] = torch.tensor(0.5)
+    with pytest.raises(TypeError, match="the generator key 'seed' holds Tensor"):
+        keyed(data)
+
+
+def _two_step(**kwargs):
+    return ProbSeq(
+        TensorDictModule(lambda x: x + 1, in_keys=["x"], out_keys=["loc"]),
+        ProbMod(in_keys=["loc"], out_keys=["sample0"], distribution_class=D.Normal, distribution_kwargs={"scale": 1.0}),
+        TensorDictModule(lambda s: s + 1, in_keys=["sample0"], out_keys=["loc2"]),
+        ProbMod(in_keys={"loc": "loc2"}, out_keys=["sample1"], distribution_class=D.Normal, distribution_kwargs={"scale": 1.0}),
+        **kwargs,
+    )
+
+
+def test_return_composite():
+    composite = _two_step()
+    assert composite.return_composite  # tensordict 0.14's default with two probabilistic steps
+    dist = composite.get_dist(TensorDict(x=torch.ones(3)))
+    assert isinstance(dist, CompositeDistribution) and sorted(dist.dists) == ["sample0", "sample1"]
+    # batch [3]: log-probs have the batch shape here (tensordict writes [3] for a [] batch too)
+    td = TensorDict(x=torch.ones(3), sample0=torch.tensor([0.5, 2.0, 3.0]), sample1=torch.tensor([1.0, 3.0, 0.0]), batch_size=[3])
+    lp = composite.log_prob(td)
+    # tensordict 0.14.3's numbers: the intermediate step draws (deterministically: its mean 2) before loc2
+    assert sorted(lp.keys()) == ["sample0_log_prob", "sample1_log_prob"]
+    torch.testing.assert_close(lp["sample0_log_prob"], torch.tensor([-2.043938636779785, -0.9189385175704956, -1.4189385175704956]))
+    torch.testing.assert_close(lp["sample1_log_prob"], torch.tensor([-2.918938636779785, -0.9189385175704956, -5.418938636779785]))
+    last_only = _two_step(return_composite=False)
+    assert isinstance(last_only.get_dist(TensorDict(x=torch.ones(3))), D.Normal)
+    torch.testing.assert_close(last_only.log_prob(td), lp["sample1_log_prob"])
+    assert isinstance(composite[:2], ProbSeq) and composite[:2].return_composite
+    # a deterministic last step: a composite of the earlier probabilistic step
+    tail = ProbSeq(
+        TensorDictModule(lambda x: x + 1, in_keys=["x"], out_keys=["loc"]),
+        ProbMod(in_keys=["loc"], out_keys=["s"], distribution_class=D.Normal, distribution_kwargs={"scale": 1.0}),
+        TensorDictModule(lambda s: s * 2, in_keys=["s"], out_keys=["y"]),
+    )
+    assert tail.return_composite and sorted(tail(TensorDict(x=torch.ones(3))).keys()) == ["loc", "s", "x", "y"]
+    assert sorted(tail.get_dist(TensorDict(x=torch.ones(3))).dists) == ["s"]
+    single = ProbSeq(TensorDictModule(lambda x: x + 1, in_keys=["x"], out_keys=["loc"]),
+                     ProbMod(in_keys=["loc"], out_keys=["s"], distribution_class=D.Normal, distribution_kwargs={"scale": 1.0}))
+    assert not single.return_composite
+    with pytest.raises(TypeError, match="return_composite must be a bool or None"):
+        _two_step(return_composite="yes")

@@ -1,8 +1,10 @@
 """Action distributions for policies (torchrl.modules.distributions names).
 
-:class:`TanhNormal`, :class:`TanhDelta`, :class:`IndependentNormal` and :class:`MaskedCategorical`
-live here; :class:`~tdict.nn.OneHotCategorical`, :class:`~tdict.nn.TruncatedNormal`,
-:class:`~tdict.nn.Delta` and :class:`~tdict.nn.NormalParamExtractor` are re-exported from ``tdict.nn``.
+:class:`TanhNormal`, :class:`TanhDelta`, :class:`IndependentNormal`, :class:`MaskedCategorical`,
+:class:`TruncatedNormal` and :class:`OneHotCategorical` live here (the last two extend their
+``tdict.nn`` namesakes with TorchRL's arguments: location scaling and event dim, reparametrised
+one-hot samples); :class:`~tdict.nn.Delta` and :class:`~tdict.nn.NormalParamExtractor` are
+re-exported from ``tdict.nn``.
 
 Every distribution here exposes ``deterministic_sample`` (what
 ``set_interaction_type(DETERMINISTIC)`` makes a probabilistic module write) and, where it has an
@@ -10,8 +12,11 @@ event dim, sums ``log_prob`` over it, so the log-prob of an action has the batch
 """
 from __future__ import annotations
 
+import enum
+
 import torch
-from tdict.nn import Delta, NormalParamExtractor, OneHotCategorical, TruncatedNormal
+from tdict import nn as tnn
+from tdict.nn import Delta, NormalParamExtractor
 from torch import distributions as D
 
 __all__ = [
@@ -20,6 +25,7 @@ __all__ = [
     "MaskedCategorical",
     "NormalParamExtractor",
     "OneHotCategorical",
+    "ReparamGradientStrategy",
     "TanhDelta",
     "TanhNormal",
     "TruncatedNormal",
@@ -175,6 +181,9 @@ class TanhDelta(Delta):
         low, high: the bounds (floats or tensors broadcasting with ``param``). Default ``-1, 1``.
         event_dims: trailing dims of ``param`` forming one event (default ``min(1, param.ndim)``).
         atol, rtol: tolerances of the equality test of ``log_prob``.
+        safe: TorchRL's safe tanh (default ``True``): ``tanh(param)`` is kept within
+            ``1 - resolution`` of ``+-1`` (``1e-6`` in float32), so the mass never sits exactly on a
+            bound; ``False`` lets a saturated ``tanh`` reach it.
 
     Raises:
         ValueError: when ``low >= high`` somewhere, or ``event_dims`` is out of range.
@@ -182,9 +191,11 @@ class TanhDelta(Delta):
     Example:
         >>> import torch
         >>> from rl_objectives.modules import TanhDelta
-        >>> d = TanhDelta(torch.tensor([0.0, 100.0]), low=0.0, high=2.0)
+        >>> d = TanhDelta(torch.tensor([0.0, 100.0]), low=0.0, high=2.0, safe=False)
         >>> d.mode
         tensor([1., 2.])
+        >>> TanhDelta(torch.tensor([0.0, 100.0]), low=0.0, high=2.0).mode  # safe: just inside the bound
+        tensor([1.0000, 2.0000])
         >>> d.log_prob(d.sample()), d.sample((3,)).shape
         (tensor(0.), torch.Size([3, 2]))
     """
@@ -197,13 +208,21 @@ class TanhDelta(Delta):
         event_dims: int | None = None,
         atol: float = 1e-6,
         rtol: float = 1e-6,
+        safe: bool = True,
     ) -> None:
         if not isinstance(param, torch.Tensor):
             raise TypeError(f"TanhDelta: param must be a tensor, got {type(param).__name__}.")
+        if not isinstance(safe, bool):
+            raise TypeError(f"TanhDelta: safe must be a bool, got {type(safe).__name__}.")
         n_event = _event_dims(event_dims, param, "TanhDelta")
         self.low, self.high = _bounds(low, high, param, "TanhDelta")
         self.event_dims = n_event
-        squashed = (self.high + self.low) / 2 + (self.high - self.low) / 2 * torch.tanh(param)
+        self.safe = safe
+        t = torch.tanh(param)
+        if safe:
+            limit = 1.0 - torch.finfo(param.dtype).resolution
+            t = t.clamp(-limit, limit)
+        squashed = (self.high + self.low) / 2 + (self.high - self.low) / 2 * t
         split = squashed.ndim - n_event
         super().__init__(squashed, atol=atol, rtol=rtol, batch_shape=squashed.shape[:split], event_shape=squashed.shape[split:])
 
@@ -259,8 +278,121 @@ class IndependentNormal(D.Independent):
         return self.base_dist.loc
 
 
+class TruncatedNormal(D.Independent):
+    """TorchRL's ``TruncatedNormal``: a normal restricted to ``[low, high]`` whose last dim is one event.
+
+    The element-wise distribution is :class:`tdict.nn.TruncatedNormal` (inverse-CDF ``rsample``,
+    ``log_prob`` ``-inf`` outside the bounds); here its last dim forms the event, so ``log_prob``
+    and ``entropy`` have the batch shape, as in TorchRL. ``mode`` is ``loc`` clamped to the bounds,
+    ``deterministic_sample`` the mean.
+
+    Args:
+        loc, scale: the parameters of the untruncated normal (at least one dim: the event).
+        upscale: with ``tanh_loc=True``, ``loc`` is first mapped to ``upscale * tanh(loc / upscale)``
+            (keeps it from drifting far outside the bounds). Default 5.0.
+        low, high: the bounds (floats or tensors broadcasting with ``loc``). Default ``-1`` and ``1``.
+        tanh_loc: see ``upscale``. Default ``False``.
+
+    Raises:
+        ValueError: when ``low >= high`` somewhere, or ``loc`` has no dim.
+
+    Example:
+        >>> import torch
+        >>> from rl_objectives.modules import TruncatedNormal
+        >>> d = TruncatedNormal(torch.tensor([[0.0, 30.0]]), torch.ones(1, 2), tanh_loc=True, upscale=2.0)
+        >>> d.loc
+        tensor([[0., 2.]])
+        >>> d.log_prob(d.sample()).shape, d.mode
+        (torch.Size([1]), tensor([[0., 1.]]))
+    """
+
+    def __init__(
+        self,
+        loc: torch.Tensor,
+        scale: torch.Tensor,
+        upscale: torch.Tensor | float = 5.0,
+        low: torch.Tensor | float = -1.0,
+        high: torch.Tensor | float = 1.0,
+        tanh_loc: bool = False,
+    ) -> None:
+        if not isinstance(loc, torch.Tensor) or loc.ndim == 0:
+            raise ValueError(f"TruncatedNormal: loc must be a tensor with at least one dim (the event), got {loc!r}.")
+        low_t, high_t = _bounds(low, high, loc, "TruncatedNormal")
+        if tanh_loc:
+            loc = upscale * torch.tanh(loc / upscale)
+        self.upscale, self.tanh_loc = upscale, tanh_loc
+        self.low, self.high = low_t, high_t
+        super().__init__(tnn.TruncatedNormal(loc, scale, low_t, high_t), 1, validate_args=False)
+
+    @property
+    def loc(self) -> torch.Tensor:
+        return self.base_dist.loc
+
+    @property
+    def scale(self) -> torch.Tensor:
+        return self.base_dist.scale
+
+    @property
+    def mode(self) -> torch.Tensor:
+        return self.base_dist.mode
+
+    @property
+    def deterministic_sample(self) -> torch.Tensor:
+        return self.base_dist.mean
+
+
+class ReparamGradientStrategy(enum.Enum):
+    """How :class:`OneHotCategorical.rsample` makes a one-hot sample differentiable (TorchRL's enum)."""
+
+    PassThrough = 1  # the sample, with the gradient of the probabilities (straight-through)
+    RelaxedOneHot = 2  # a Gumbel-softmax (RelaxedOneHotCategorical, temperature 1) draw, rounded to one-hot
+
+
+class OneHotCategorical(tnn.OneHotCategorical):
+    """:class:`tdict.nn.OneHotCategorical` with TorchRL's reparametrised samples.
+
+    ``rsample`` returns one-hot samples that carry a gradient: with ``PassThrough`` (default) the
+    sample plus ``probs - probs.detach()`` (straight-through), with ``RelaxedOneHot`` a relaxed
+    (Gumbel-softmax, temperature 1) draw whose values are set to the one-hot of its argmax. As in
+    TorchRL ``has_rsample`` stays ``False``, so a probabilistic module calls ``sample``; call
+    ``rsample`` yourself where the gradient is wanted.
+
+    Args:
+        logits, probs: as in ``torch.distributions.OneHotCategorical``.
+        grad_method: a :class:`ReparamGradientStrategy`. Default ``PassThrough``.
+
+    Example:
+        >>> import torch
+        >>> from rl_objectives.modules import OneHotCategorical
+        >>> logits = torch.zeros(3, requires_grad=True)
+        >>> s = OneHotCategorical(logits=logits).rsample()
+        >>> s.sum().item(), s.requires_grad
+        (1.0, True)
+    """
+
+    def __init__(
+        self,
+        logits: torch.Tensor | None = None,
+        probs: torch.Tensor | None = None,
+        grad_method: ReparamGradientStrategy = ReparamGradientStrategy.PassThrough,
+        validate_args: bool | None = None,
+    ) -> None:
+        if not isinstance(grad_method, ReparamGradientStrategy):
+            raise ValueError(f"OneHotCategorical: grad_method must be a ReparamGradientStrategy member, got {grad_method!r}.")
+        self.grad_method = grad_method
+        super().__init__(probs=probs, logits=logits, validate_args=validate_args)
+
+    def rsample(self, sample_shape: torch.Size | tuple = torch.Size()) -> torch.Tensor:
+        if self.grad_method is ReparamGradientStrategy.RelaxedOneHot:
+            out = D.RelaxedOneHotCategorical(torch.tensor(1.0, device=self.logits.device), logits=self.logits).rsample(sample_shape)
+            hard = torch.nn.functional.one_hot(out.argmax(-1), out.shape[-1]).to(out.dtype)
+            return out + (hard - out).detach()
+        probs = self.probs
+        return self.sample(sample_shape) + probs - probs.detach()
+
+
 class MaskedCategorical(D.Categorical):
-    """A categorical distribution over the actions allowed by a boolean ``mask``.
+    """A categorical distribution over the actions allowed by a boolean ``mask`` (or listed by ``indices``).
 
     Masked-out actions get the logit ``neg_inf`` before normalisation. With the default
     ``neg_inf=-inf`` they have probability exactly zero: they are never sampled, never the mode,
@@ -268,17 +400,29 @@ class MaskedCategorical(D.Categorical):
     log-prob very negative but finite instead (useful when a masked action may be stored and its
     log-prob must not produce ``nan`` gradients). The entropy counts the allowed actions only.
 
+    Sparse form (TorchRL's ``indices``): ``indices`` (``[*batch, k]``, integers) lists the allowed
+    actions; the distribution is over those ``k`` entries (``logits`` gathered there), samples and
+    the mode are the listed actions themselves, and ``log_prob`` of an action not listed is
+    ``neg_inf``. Entries equal to ``padding_value`` are padding (never drawn), so rows may list
+    different numbers of actions.
+
     Args:
         logits: unnormalised log-probabilities, ``[*batch, n]``.
         probs: probabilities instead of logits (exactly one of the two).
         mask: boolean tensor broadcasting to ``[*batch, n]``; ``True`` marks an allowed action.
-            Every row needs at least one allowed action.
+            Every row needs at least one allowed action. Exclusive with ``indices``.
+        indices: the allowed actions, ``[*batch, k]`` integer indices (see above).
         neg_inf: the logit given to masked actions (default ``-inf``).
+        padding_value: the padding entry of ``indices`` (``None``: no padding). Ignored with ``mask``.
+        use_cross_entropy: TorchRL computes ``log_prob`` through ``cross_entropy`` when ``True``
+            (default); it is the same number, so both values give the same ``log_prob`` here.
+        padding_side: ``"left"`` (default) or ``"right"``: where the padding of ``indices`` sits, kept
+            for TorchRL's API (padding entries are recognised by their value, wherever they are).
 
     Raises:
-        ValueError: when both or neither of ``logits``/``probs`` are given, ``mask`` is missing, not
-            boolean, does not broadcast, or (with argument validation, torch's default) has a row
-            with no allowed action.
+        ValueError: when both or neither of ``logits``/``probs`` (or of ``mask``/``indices``) are
+            given, ``mask`` is not boolean or does not broadcast, ``indices`` is not an integer
+            tensor, or (with argument validation, torch's default) a row allows no action.
 
     Example:
         >>> import torch
@@ -292,6 +436,9 @@ class MaskedCategorical(D.Categorical):
         tensor([-inf, 0.])
         >>> d.deterministic_sample.shape
         torch.Size([2])
+        >>> sparse = MaskedCategorical(logits=torch.tensor([0.0, 1.0, 2.0, 3.0]), indices=torch.tensor([0, 2]))
+        >>> sparse.log_prob(torch.tensor([2, 1])), sparse.mode
+        (tensor([-0.1269,    -inf]), tensor(2))
     """
 
     def __init__(
@@ -300,16 +447,35 @@ class MaskedCategorical(D.Categorical):
         probs: torch.Tensor | None = None,
         *,
         mask: torch.Tensor | None = None,
+        indices: torch.Tensor | None = None,
         neg_inf: float = float("-inf"),
+        padding_value: int | None = None,
+        use_cross_entropy: bool = True,
+        padding_side: str = "left",
         validate_args: bool | None = None,
     ) -> None:
         if (logits is None) == (probs is None):
             raise ValueError("MaskedCategorical: pass exactly one of logits and probs.")
-        if mask is None:
-            raise ValueError("MaskedCategorical: mask is required (a boolean tensor, True for allowed actions).")
-        if not isinstance(mask, torch.Tensor) or mask.dtype is not torch.bool:
-            raise ValueError(f"MaskedCategorical: mask must be a bool tensor, got {getattr(mask, 'dtype', type(mask).__name__)}.")
+        if (mask is None) == (indices is None):
+            raise ValueError("MaskedCategorical: pass exactly one of mask (a boolean tensor, True for allowed actions) and indices.")
+        if padding_side not in ("left", "right"):
+            raise ValueError(f"MaskedCategorical: padding_side must be 'left' or 'right', got {padding_side!r}.")
+        if not isinstance(use_cross_entropy, bool):
+            raise TypeError(f"MaskedCategorical: use_cross_entropy must be a bool, got {type(use_cross_entropy).__name__}.")
         raw = logits if logits is not None else probs.log()
+        self._indices = None
+        if indices is not None:
+            if not isinstance(indices, torch.Tensor) or indices.is_floating_point() or indices.dtype is torch.bool:
+                raise ValueError(f"MaskedCategorical: indices must be an integer tensor, got {getattr(indices, 'dtype', type(indices).__name__)}.")
+            valid = torch.ones_like(indices, dtype=torch.bool) if padding_value is None else indices != padding_value
+            safe_index = indices.masked_fill(~valid, 0)  # padding entries read a real logit, then get neg_inf
+            try:
+                raw = raw.expand(*indices.shape[:-1], raw.shape[-1]).gather(-1, safe_index)
+            except RuntimeError:
+                raise ValueError(f"MaskedCategorical: indices of shape {tuple(indices.shape)} do not match the logits shape {tuple(raw.shape)}.") from None
+            self._indices, mask = indices, valid
+        elif not isinstance(mask, torch.Tensor) or mask.dtype is not torch.bool:
+            raise ValueError(f"MaskedCategorical: mask must be a bool tensor, got {getattr(mask, 'dtype', type(mask).__name__)}.")
         try:
             mask = mask.expand(raw.shape)
         except RuntimeError:
@@ -317,9 +483,45 @@ class MaskedCategorical(D.Categorical):
         validate = validate_args if validate_args is not None else D.Distribution._validate_args
         if validate and not bool(mask.any(-1).all()):
             raise ValueError("MaskedCategorical: mask has a row with no allowed action (every row needs at least one True).")
-        self.mask = mask
+        self._valid = mask
         self.neg_inf = neg_inf
+        self._padding_value = padding_value
+        self.use_cross_entropy = use_cross_entropy
+        self._padding_side = padding_side
         super().__init__(logits=raw.masked_fill(~mask, neg_inf), validate_args=validate_args)
+
+    @property
+    def mask(self) -> torch.Tensor:
+        """The boolean mask (TorchRL: not available for the sparse ``indices`` form)."""
+        if self._indices is not None:
+            raise ValueError("MaskedCategorical.mask: this distribution was built from indices (sparse), it has no dense mask.")
+        return self._valid
+
+    @property
+    def padding_value(self) -> int:
+        return 0 if self._padding_value is None else self._padding_value
+
+    @property
+    def padding_side(self) -> str:
+        return self._padding_side
+
+    def _to_action(self, position: torch.Tensor) -> torch.Tensor:
+        """Sparse form: a position among the ``k`` listed entries -> the listed action."""
+        if self._indices is None:
+            return position
+        index = self._indices.expand(*position.shape, self._indices.shape[-1])
+        return index.gather(-1, position.unsqueeze(-1)).squeeze(-1)
+
+    def sample(self, sample_shape: torch.Size | tuple = torch.Size()) -> torch.Tensor:
+        return self._to_action(super().sample(sample_shape))
+
+    def log_prob(self, value: torch.Tensor) -> torch.Tensor:
+        if self._indices is None:
+            return super().log_prob(value)
+        listed = (self._indices == value.unsqueeze(-1)) & self._valid
+        position = listed.to(torch.uint8).argmax(-1)
+        lp = super().log_prob(position)
+        return lp.masked_fill(~listed.any(-1), self.neg_inf)
 
     @property
     def deterministic_sample(self) -> torch.Tensor:
@@ -327,13 +529,19 @@ class MaskedCategorical(D.Categorical):
 
     @property
     def mode(self) -> torch.Tensor:
-        return self.logits.argmax(-1)
+        return self._to_action(self.logits.argmax(-1))
 
     def entropy(self) -> torch.Tensor:
         # masked entries contribute 0 (their probability is 0), never -inf * 0 = nan
-        p_log_p = (self.probs * self.logits).masked_fill(~self.mask, 0.0)
+        p_log_p = (self.probs * self.logits).masked_fill(~self._valid, 0.0)
         return -p_log_p.sum(-1)
 
     def expand(self, batch_shape: torch.Size | tuple, _instance: D.Distribution | None = None) -> MaskedCategorical:
         shape = torch.Size(batch_shape) + self.logits.shape[-1:]
-        return MaskedCategorical(logits=self.logits.expand(shape), mask=self.mask.expand(shape), neg_inf=self.neg_inf, validate_args=False)
+        new = type(self).__new__(type(self))
+        new._indices = None if self._indices is None else self._indices.expand(shape)
+        new._valid = self._valid.expand(shape)
+        new.neg_inf, new._padding_value = self.neg_inf, self._padding_value
+        new.use_cross_entropy, new._padding_side = self.use_cross_entropy, self._padding_side
+        D.Categorical.__init__(new, logits=self.logits.expand(shape), validate_args=False)
+        return new

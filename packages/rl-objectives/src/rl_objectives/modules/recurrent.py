@@ -230,6 +230,19 @@ class _RecurrentModule(TensorDictModuleBase):
         self._bind_weights()
 
     @staticmethod
+    def _check_backend(name: str, backend: Any, compute_dtype: Any, matmul_precision: Any, recompute: Any) -> None:
+        """TorchRL 0.14's recurrent-kernel options: only their defaults (the padded pure-torch scan in
+        float32, which is what this module computes) are supported; the kernels are rl-kernels' job."""
+        defaults = (("recurrent_backend", backend, "pad"), ("recurrent_compute_dtype", compute_dtype, torch.float32),
+                    ("recurrent_matmul_precision", matmul_precision, "auto"), ("recurrent_recompute", recompute, "none"))
+        for arg, value, default in defaults:
+            if value is not None and value != default:
+                raise NotImplementedError(
+                    f"{name}: {arg}={value!r} is not supported; only TorchRL's default {default!r} (the pure-torch "
+                    "padded scan this module runs) is, and fused recurrent kernels are not implemented here."
+                )
+
+    @staticmethod
     def _check_rnn(name: str, kind: str, rnn: Any, cls: type, sizes: tuple, batch_first: bool, bidirectional: bool) -> None:
         """Argument checks shared by both constructors (before any module is built)."""
         if rnn is not None:
@@ -463,6 +476,10 @@ class LSTMModule(_RecurrentModule):
         device: device of a new LSTM.
         lstm: an existing ``nn.LSTM`` to wrap (its weights are shared; exclusive with the sizes).
         default_recurrent_mode: the mode outside any :class:`set_recurrent_mode` block (default step mode).
+        recurrent_backend, recurrent_compute_dtype, recurrent_matmul_precision, recurrent_recompute:
+            TorchRL 0.14's fused-kernel options; only their defaults (``"pad"``, ``torch.float32``,
+            ``"auto"``, ``"none"``: what this module computes) are accepted, others raise
+            ``NotImplementedError`` naming the argument.
 
     Raises:
         NotImplementedError: for ``bidirectional=True``.
@@ -509,7 +526,12 @@ class LSTMModule(_RecurrentModule):
         device: torch.device | str | None = None,
         lstm: nn.LSTM | None = None,
         default_recurrent_mode: bool | None = None,
+        recurrent_backend: str | None = "pad",
+        recurrent_compute_dtype: torch.dtype | None = torch.float32,
+        recurrent_matmul_precision: str | None = "auto",
+        recurrent_recompute: str | None = "none",
     ) -> None:
+        self._check_backend("LSTMModule", recurrent_backend, recurrent_compute_dtype, recurrent_matmul_precision, recurrent_recompute)
         self._check_rnn("LSTMModule", "LSTM", lstm, nn.LSTM, (input_size, hidden_size), batch_first, bidirectional)
         super().__init__()
         if lstm is None:
@@ -537,6 +559,10 @@ class GRUModule(_RecurrentModule):
         device: device of a new GRU.
         gru: an existing ``nn.GRU`` to wrap (exclusive with the sizes).
         default_recurrent_mode: the mode outside any :class:`set_recurrent_mode` block (default step mode).
+        recurrent_backend, recurrent_compute_dtype, recurrent_matmul_precision, recurrent_recompute:
+            TorchRL 0.14's fused-kernel options; only their defaults (``"pad"``, ``torch.float32``,
+            ``"auto"``, ``"none"``: what this module computes) are accepted, others raise
+            ``NotImplementedError`` naming the argument.
 
     Raises:
         NotImplementedError: for ``bidirectional=True``.
@@ -576,7 +602,12 @@ class GRUModule(_RecurrentModule):
         device: torch.device | str | None = None,
         gru: nn.GRU | None = None,
         default_recurrent_mode: bool | None = None,
+        recurrent_backend: str | None = "pad",
+        recurrent_compute_dtype: torch.dtype | None = torch.float32,
+        recurrent_matmul_precision: str | None = "auto",
+        recurrent_recompute: str | None = "none",
     ) -> None:
+        self._check_backend("GRUModule", recurrent_backend, recurrent_compute_dtype, recurrent_matmul_precision, recurrent_recompute)
         self._check_rnn("GRUModule", "GRU", gru, nn.GRU, (input_size, hidden_size), batch_first, bidirectional)
         super().__init__()
         if gru is None:

@@ -142,6 +142,7 @@ class AddStateIndependentNormalScale(nn.Module):
         scale_lb: the smallest scale returned.
         init_value: initial value of the (unmapped) parameter.
         make_param: if ``False`` the scale is a buffer, not a trained parameter.
+        device: where the scale parameter is created (tensordict 0.14's argument).
 
     Example:
         >>> import torch
@@ -158,6 +159,7 @@ class AddStateIndependentNormalScale(nn.Module):
         scale_lb: float = 1e-4,
         init_value: float = 0.0,
         make_param: bool = True,
+        device: torch.device | str | None = None,
     ) -> None:
         super().__init__()
         if scale_shape is None:
@@ -168,7 +170,7 @@ class AddStateIndependentNormalScale(nn.Module):
         self.scale_lb = scale_lb
         self._mapping = mappings(scale_mapping)
         self.scale_mapping = scale_mapping
-        value = torch.full(self.scale_shape, float(init_value), dtype=torch.get_default_dtype())
+        value = torch.full(self.scale_shape, float(init_value), dtype=torch.get_default_dtype(), device=device)
         if make_param:
             self.state_independent_scale = nn.Parameter(value)
         else:
@@ -307,6 +309,7 @@ class TruncatedNormal(D.Distribution):
         loc, scale: the parameters of the untruncated normal.
         low, high: the bounds (tensors or floats, broadcast with ``loc``). Default ``-1`` and ``1``.
         eps: the CDF values are kept in ``[eps, 1 - eps]`` when sampling.
+        a, b: tensordict 0.14's names of ``low`` and ``high`` (keyword only; give one name of each).
 
     Example:
         >>> import torch
@@ -324,11 +327,19 @@ class TruncatedNormal(D.Distribution):
         self,
         loc: torch.Tensor,
         scale: torch.Tensor,
-        low: torch.Tensor | float = -1.0,
-        high: torch.Tensor | float = 1.0,
+        low: torch.Tensor | float | None = None,
+        high: torch.Tensor | float | None = None,
         eps: float = 1e-6,
         validate_args: bool | None = None,
+        *,
+        a: torch.Tensor | float | None = None,
+        b: torch.Tensor | float | None = None,
     ) -> None:
+        for name, alias, value, other in (("low", "a", low, a), ("high", "b", high, b)):
+            if value is not None and other is not None:
+                raise ValueError(f"TruncatedNormal: pass {name} or its tensordict name {alias}, not both.")
+        low = (-1.0 if a is None else a) if low is None else low
+        high = (1.0 if b is None else b) if high is None else high
         loc, scale, low, high = torch.broadcast_tensors(
             *(torch.as_tensor(v, dtype=loc.dtype, device=loc.device) for v in (loc, scale, low, high))
         )
@@ -501,6 +512,43 @@ class CompositeDistribution(D.Distribution):
         self.log_prob_key = unravel_key(log_prob_key)
         self.entropy_key = unravel_key(entropy_key)
         super().__init__(batch_shape=self._batch_size, validate_args=False)
+
+    @classmethod
+    def from_distributions(
+        cls,
+        params: Any,
+        distributions: Mapping,
+        *,
+        aggregate_probabilities: bool = False,
+        log_prob_key: NestedKey = "sample_log_prob",
+        entropy_key: NestedKey = "entropy",
+    ) -> CompositeDistribution:
+        """A composite of distributions already built (tensordict 0.14's constructor).
+
+        Args:
+            params: a TensorDict giving the batch size; it holds (or will hold) the samples, so that
+                each head's entropy keeps the batch shape of the group its sample key lives in.
+            distributions: ``{sample key: distribution}``.
+
+        Example:
+            >>> import torch
+            >>> from torch import distributions as D
+            >>> from tdict import TensorDict
+            >>> from tdict.nn import CompositeDistribution
+            >>> dist = CompositeDistribution.from_distributions(
+            ...     TensorDict(batch_size=[3]), {"a": D.Normal(torch.zeros(3), 1.0), "b": D.Bernoulli(torch.full((3,), 0.5))})
+            >>> sorted(dist.log_prob(dist.sample()).keys())
+            ['a_log_prob', 'b_log_prob']
+        """
+        self = cls.__new__(cls)
+        self._batch_size = params.batch_size
+        self.dists = {unravel_key(k): v for k, v in distributions.items()}
+        self._head_batch_dims = {k: _holder_batch_dims(params, k) for k in self.dists}
+        self.aggregate_probabilities = aggregate_probabilities
+        self.log_prob_key = unravel_key(log_prob_key)
+        self.entropy_key = unravel_key(entropy_key)
+        D.Distribution.__init__(self, batch_shape=self._batch_size, validate_args=False)
+        return self
 
     def _collect(self, fn: Callable[[Any], torch.Tensor], sample_shape: torch.Size = torch.Size()) -> TensorDict:
         out = TensorDict({}, batch_size=torch.Size(sample_shape) + self._batch_size)

@@ -14,13 +14,15 @@ beyond those batch dims, so a ``Normal`` over a ``[B, A]`` action (TensorDict ba
 """
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import contextlib
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 import torch
 from torch import distributions as D
 
 from .._utils import NestedKey
+from ..non_tensor import is_non_tensor
 from .common import TensorDictModuleBase, _parse_key, _parse_key_list
 from .distributions import CompositeDistribution, _add_suffix, _holder_batch_dims, _reduce_to
 from .interaction import InteractionType, interaction_type
@@ -96,6 +98,40 @@ def _mean(dist: D.Distribution, n_empirical_estimate: int = 1000) -> Any:
         return dist.sample((n_empirical_estimate,)).mean(0)
 
 
+def _as_num_samples(num_samples: Any, owner: str) -> torch.Size | None:
+    if num_samples is None:
+        return None
+    dims = (num_samples,) if isinstance(num_samples, int) else num_samples
+    try:
+        size = torch.Size(dims)
+    except TypeError:
+        size = None
+    if size is None or isinstance(num_samples, bool) or any(isinstance(d, bool) or d < 0 for d in size):
+        raise ValueError(f"{owner}: num_samples must be None, an int >= 0 or a sequence of them, got {num_samples!r}.")
+    return size
+
+
+@contextlib.contextmanager
+def _use_generator(generator: torch.Generator | None) -> Iterator[None]:
+    """Draw from ``generator`` inside the block: torch.distributions take no generator, so the global
+    RNG is forked, loaded with the generator's state, and the generator gets the state back after
+    (its stream advances). No-op for ``None`` and under torch.compile (fork_rng is not traceable)."""
+    if generator is None or torch.compiler.is_compiling():
+        yield
+        return
+    device = generator.device
+    cuda = device.type == "cuda"
+    with torch.random.fork_rng(devices=[device.index if device.index is not None else torch.cuda.current_device()] if cuda else []):
+        if cuda:
+            torch.cuda.set_rng_state(generator.get_state(), device)
+        else:
+            torch.set_rng_state(generator.get_state())
+        try:
+            yield
+        finally:
+            generator.set_state(torch.cuda.get_rng_state(device) if cuda else torch.get_rng_state())
+
+
 class ProbabilisticTensorDictModule(TensorDictModuleBase):
     """Build a distribution from TensorDict entries, and write a value drawn from it.
 
@@ -121,10 +157,21 @@ class ProbabilisticTensorDictModule(TensorDictModuleBase):
             ``"action_log_prob"`` for ``"action"``).
         cache_dist: keep the last distribution built in ``self._dist``.
         n_empirical_estimate: samples used when a mean has no closed form.
+        num_samples: with the ``RANDOM`` interaction type, draw this many samples (an int or a shape):
+            the output is ``tensordict_out`` expanded to ``num_samples + batch size`` (a new
+            TensorDict, as in tensordict 0.14) holding the samples and their log-probs. Other
+            interaction types give one value, which an expanded output refuses (an error).
+        generator: the random numbers of ``RANDOM`` (and of an empirical ``MEAN``): ``None`` (the
+            global RNG), a :class:`torch.Generator` (used in place: its state advances), an ``int``
+            (a CPU generator seeded with it, owned by the module), or a key: the input holds a
+            generator there (used in place), or an integer seed (a scalar tensor or a non-tensor
+            int), replaced after the draw by the next seed drawn from that stream (tensordict 0.14's
+            JAX-style stream key). Ignored under torch.compile, as in tensordict.
 
     Raises:
         RuntimeError: ``log_prob_key`` with several sample keys (use ``log_prob_keys``).
-        ValueError: ``log_prob_keys`` of another length than the sample keys.
+        ValueError: ``log_prob_keys`` of another length than the sample keys, or a bad ``num_samples``.
+        TypeError: a ``generator`` of another type than the above.
         KeyError: at call, naming the in-key missing from the input and the keys it holds.
 
     Example:
@@ -162,8 +209,22 @@ class ProbabilisticTensorDictModule(TensorDictModuleBase):
         log_prob_key: NestedKey | None = None,
         cache_dist: bool = False,
         n_empirical_estimate: int = 1000,
+        num_samples: int | Sequence[int] | torch.Size | None = None,
+        generator: torch.Generator | int | NestedKey | None = None,
     ) -> None:
         super().__init__()
+        owner = type(self).__name__
+        num_samples = _as_num_samples(num_samples, owner)
+        self._generator: torch.Generator | None = None
+        self._generator_key: NestedKey | None = None
+        if isinstance(generator, torch.Generator):
+            self._generator = generator
+        elif isinstance(generator, int) and not isinstance(generator, bool):
+            self._generator = torch.Generator().manual_seed(generator)
+        elif isinstance(generator, (str, tuple)):
+            self._generator_key = _parse_key(generator, "generator")
+        elif generator is not None:
+            raise TypeError(f"{owner}: generator must be a torch.Generator, an int seed, a key or None, got {type(generator).__name__}.")
         if isinstance(in_keys, Mapping):
             pairs = [(name, _parse_key(key, "in_keys")) for name, key in in_keys.items()]
         else:
@@ -184,6 +245,7 @@ class ProbabilisticTensorDictModule(TensorDictModuleBase):
         self.default_interaction_type = InteractionType(default_interaction_type)
         self.cache_dist = cache_dist
         self.n_empirical_estimate = n_empirical_estimate
+        self.num_samples = num_samples
         self._dist: D.Distribution | None = None
 
     @property
@@ -263,22 +325,59 @@ class ProbabilisticTensorDictModule(TensorDictModuleBase):
     # tensordict 0.14 name
     build_dist_from_params = get_dist
 
-    def _sample(self, dist: D.Distribution) -> Any:
+    def _sample(self, dist: D.Distribution, generator: torch.Generator | None = None) -> Any:
         itype = interaction_type()
         if itype is None:
             itype = self.default_interaction_type
         if itype is InteractionType.RANDOM:
-            return dist.rsample() if dist.has_rsample else dist.sample()
+            shape = torch.Size() if self.num_samples is None else self.num_samples
+            with _use_generator(generator):
+                return dist.rsample(shape) if dist.has_rsample else dist.sample(shape)
         if itype is InteractionType.DETERMINISTIC:
             return _deterministic(dist)
         if itype is InteractionType.MODE:
             return _mode(dist)
-        if itype is InteractionType.MEAN:
-            return _mean(dist, self.n_empirical_estimate)
-        try:
-            return dist.median
-        except (AttributeError, NotImplementedError):
-            return _mean(dist, self.n_empirical_estimate)
+        with _use_generator(generator):
+            if itype is InteractionType.MEAN:
+                return _mean(dist, self.n_empirical_estimate)
+            try:
+                return dist.median
+            except (AttributeError, NotImplementedError):
+                return _mean(dist, self.n_empirical_estimate)
+
+    def _resolve_generator(self, tensordict: Any) -> tuple:
+        """``(generator or None, writeback or None)`` for one call; ``writeback(gen)`` stores the next
+        seed of a seed-valued ``generator`` key after the draw."""
+        if self._generator is not None or self._generator_key is None:
+            return self._generator, None
+        key = self._generator_key
+        value = tensordict.get(key, None)
+        if value is None:
+            return None, None
+        raw = value.data if is_non_tensor(value) else value
+        if isinstance(raw, torch.Generator):
+            return raw, None
+        if isinstance(raw, _Tensor) and raw.numel() == 1 and not raw.is_floating_point() and raw.dtype is not torch.bool:
+            seed, device, as_tensor = int(raw.item()), raw.device, True
+        elif isinstance(raw, int) and not isinstance(raw, bool):
+            first = next((tensordict.get(k) for k in self.in_keys if isinstance(tensordict.get(k, None), _Tensor)), None)
+            seed, device, as_tensor = raw, (first.device if first is not None else torch.device("cpu")), False
+        else:
+            raise TypeError(
+                f"{type(self).__name__}: the generator key {key!r} holds {type(raw).__name__}"
+                f"{f' of shape {tuple(raw.shape)} and dtype {raw.dtype}' if isinstance(raw, _Tensor) else ''}; "
+                "expected a torch.Generator or an integer seed (an int or a one-element integer tensor)."
+            )
+        generator = torch.Generator(device=device).manual_seed(seed)
+
+        def writeback(gen: torch.Generator) -> None:
+            following = torch.randint(0, 2**62, (), generator=gen, dtype=torch.int64, device=device)
+            if as_tensor:
+                tensordict.set(key, following)
+            else:
+                tensordict.set_non_tensor(key, int(following))
+
+        return generator, writeback
 
     def log_prob(self, tensordict: Any, *, dist: D.Distribution | None = None) -> Any:
         """The log-prob of the sample stored in ``tensordict``, with the batch shape of the
@@ -323,7 +422,13 @@ class ProbabilisticTensorDictModule(TensorDictModuleBase):
         if tensordict_out is None:
             tensordict_out = tensordict
         dist = self.get_dist(tensordict)
-        sample = self._process_sample(self._sample(dist))
+        generator, writeback = self._resolve_generator(tensordict)
+        sample = self._process_sample(self._sample(dist, generator))
+        if writeback is not None:
+            writeback(generator)
+        if self.num_samples is not None:
+            # a new, expanded TensorDict holds the samples (tensordict 0.14's num_samples)
+            tensordict_out = tensordict_out.expand(*self.num_samples, *tensordict_out.batch_size)
         keys = self._sample_keys
         if getattr(type(sample), "_is_tensor_collection", False):
             tensordict_out.update(sample)
@@ -345,19 +450,30 @@ class ProbabilisticTensorDictModule(TensorDictModuleBase):
 
 
 class ProbabilisticTensorDictSequential(TensorDictSequential):
-    """A :class:`~tdict.nn.TensorDictSequential` whose last step is a :class:`ProbabilisticTensorDictModule`.
+    """A :class:`~tdict.nn.TensorDictSequential` of steps among which are
+    :class:`ProbabilisticTensorDictModule` s (usually just the last one).
 
-    Calling it runs the steps and samples; :meth:`get_dist` runs the deterministic steps (writing
-    their outputs into the input, as tensordict 0.14 does) and returns the distribution.
+    Calling it runs the steps (each probabilistic step samples and writes its sample). With one
+    probabilistic step at the end, :meth:`get_dist` runs the other steps (writing their outputs into
+    the input, as tensordict 0.14 does) and returns the last step's distribution. With
+    ``return_composite`` it returns one :class:`~tdict.nn.CompositeDistribution` over every
+    probabilistic step instead: on a shallow copy of the input, each intermediate probabilistic step
+    draws its sample (with the current interaction type) for the steps after it, so the later
+    distributions are conditioned on those draws; :meth:`log_prob` then gives a TensorDict of
+    ``<sample key>_log_prob`` entries.
 
     Args:
-        *modules: the steps; the last one must be a :class:`ProbabilisticTensorDictModule`.
+        *modules: the steps.
 
     Keyword Args:
         partial_tolerant, selected_out_keys, inplace: as in :class:`~tdict.nn.TensorDictSequential`.
+        return_composite: ``None`` (default, tensordict 0.14's rule): ``True`` when there are several
+            probabilistic steps or the last step is not probabilistic, else ``False``. ``False``
+            requires the last step to be probabilistic and uses only its distribution.
 
     Raises:
-        TypeError: when the last step is not probabilistic.
+        TypeError: with ``return_composite=False`` when the last step is not probabilistic.
+        RuntimeError: :meth:`get_dist` without any probabilistic step.
 
     Example:
         >>> import torch
@@ -375,16 +491,41 @@ class ProbabilisticTensorDictSequential(TensorDictSequential):
         (torch.Size([5, 2]), torch.Size([5]))
         >>> actor.log_prob(td).shape
         torch.Size([5])
+        >>> two = ProbabilisticTensorDictSequential(
+        ...     TensorDictModule(lambda x: x + 1, in_keys=["x"], out_keys=["loc"]),
+        ...     ProbabilisticTensorDictModule(in_keys=["loc"], out_keys=["a"], distribution_kwargs={"scale": 1.0}),
+        ...     TensorDictModule(lambda a: a + 1, in_keys=["a"], out_keys=["loc2"]),
+        ...     ProbabilisticTensorDictModule(in_keys={"loc": "loc2"}, out_keys=["b"], distribution_kwargs={"scale": 1.0}))
+        >>> two.return_composite, sorted(two.log_prob(two(TensorDict(x=torch.zeros(3)))).keys())
+        (True, ['a_log_prob', 'b_log_prob'])
     """
 
-    def __init__(self, *modules: Any, partial_tolerant: bool = False, selected_out_keys: Any = None, inplace: bool | str | None = None) -> None:
+    def __init__(
+        self,
+        *modules: Any,
+        partial_tolerant: bool = False,
+        return_composite: bool | None = None,
+        selected_out_keys: Any = None,
+        inplace: bool | str | None = None,
+    ) -> None:
         steps = list(modules[0].values()) if len(modules) == 1 and isinstance(modules[0], Mapping) else (
             list(modules[0]) if len(modules) == 1 and isinstance(modules[0], list) else list(modules)
         )
-        if not steps or not isinstance(steps[-1], ProbabilisticTensorDictModule):
-            last = type(steps[-1]).__name__ if steps else "nothing"
-            raise TypeError(f"ProbabilisticTensorDictSequential: the last module must be a ProbabilisticTensorDictModule, got {last}.")
+        if not steps:
+            raise ValueError("ProbabilisticTensorDictSequential: give at least one module.")
+        if return_composite is not None and not isinstance(return_composite, bool):
+            raise TypeError(f"ProbabilisticTensorDictSequential: return_composite must be a bool or None, got {type(return_composite).__name__}.")
+        probabilistic = (ProbabilisticTensorDictModule, ProbabilisticTensorDictSequential)
+        last_is_probabilistic = isinstance(steps[-1], probabilistic)
+        if return_composite is False and not last_is_probabilistic:
+            raise TypeError(
+                "ProbabilisticTensorDictSequential: the last module must be a ProbabilisticTensorDictModule (or a "
+                f"ProbabilisticTensorDictSequential) unless return_composite=True, got {type(steps[-1]).__name__}."
+            )
+        if return_composite is None:
+            return_composite = not last_is_probabilistic or sum(isinstance(m, ProbabilisticTensorDictModule) for m in steps) > 1
         super().__init__(*modules, partial_tolerant=partial_tolerant, selected_out_keys=selected_out_keys, inplace=inplace)
+        self.return_composite = return_composite
 
     def _probabilistic_steps(self) -> list:
         return [m for m in reversed(self._steps) if isinstance(m, (ProbabilisticTensorDictModule, ProbabilisticTensorDictSequential))]
@@ -417,6 +558,15 @@ class ProbabilisticTensorDictSequential(TensorDictSequential):
         return [key for m in self._probabilistic_steps() for key in m.dist_params_keys]
 
     @property
+    def num_samples(self) -> torch.Size:
+        """The sample shape the probabilistic steps add in front of the batch (outermost first)."""
+        shape = torch.Size()
+        for m in self._steps:
+            if isinstance(m, (ProbabilisticTensorDictModule, ProbabilisticTensorDictSequential)):
+                shape = torch.Size(m.num_samples or ()) + shape
+        return shape
+
+    @property
     def det_part(self) -> TensorDictSequential:
         """The deterministic steps (all but the last) as a :class:`~tdict.nn.TensorDictSequential`."""
         return TensorDictSequential(*self._steps[:-1])
@@ -428,8 +578,28 @@ class ProbabilisticTensorDictSequential(TensorDictSequential):
         return tensordict
 
     def get_dist(self, tensordict: Any) -> D.Distribution:
-        """Run the deterministic steps, then build the distribution from their outputs."""
-        return self._steps[-1].get_dist(self.get_dist_params(tensordict))
+        """Run the deterministic steps, then build the distribution from their outputs (with
+        ``return_composite``: the CompositeDistribution of every probabilistic step, see the class
+        docstring)."""
+        if not self.return_composite:
+            return self._steps[-1].get_dist(self.get_dist_params(tensordict))
+        work = tensordict.copy()
+        dists: dict = {}
+        last = len(self._steps) - 1
+        for i, module in enumerate(self._steps):
+            if not isinstance(module, (ProbabilisticTensorDictModule, ProbabilisticTensorDictSequential)):
+                work = module(work)
+                continue
+            dist = module.get_dist(work)
+            if isinstance(dist, CompositeDistribution):
+                dists.update(dist.dists)
+            else:
+                dists[module.dist_sample_keys[0]] = dist
+            if i < last:  # the later steps read this step's draw
+                work = module(work)
+        if not dists:
+            raise RuntimeError(f"{type(self).__name__}.get_dist: no probabilistic module among the steps {list(self._names)}.")
+        return CompositeDistribution.from_distributions(work, dists)
 
     def build_dist_from_params(self, tensordict: Any) -> D.Distribution:
         """The distribution built from parameters already in ``tensordict`` (no step is run)."""
@@ -439,13 +609,18 @@ class ProbabilisticTensorDictSequential(TensorDictSequential):
         """The log-prob (batch shape) of the sample stored in ``tensordict`` under the distribution
         the steps compute from it (a TensorDict of per-leaf log-probs for a CompositeDistribution)."""
         dist = self.get_dist(tensordict)
+        if self.return_composite:
+            return dist.log_prob(tensordict, aggregate_probabilities=False)
         return self._steps[-1].log_prob(tensordict, dist=dist)
 
     def __getitem__(self, index: int | slice | str) -> Any:
         if isinstance(index, slice):
             # a slice need not end with the probabilistic step
             steps = self._steps[index]
-            if steps and isinstance(steps[-1], ProbabilisticTensorDictModule):
+            probabilistic = (ProbabilisticTensorDictModule, ProbabilisticTensorDictSequential)
+            if self.return_composite and any(isinstance(m, probabilistic) for m in steps):
+                return type(self)(*steps, return_composite=True)
+            if steps and isinstance(steps[-1], probabilistic):
                 return type(self)(*steps)
             return TensorDictSequential(*steps)
         return super().__getitem__(index)
