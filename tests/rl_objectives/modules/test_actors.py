@@ -75,6 +75,15 @@ class TestActor:
         torch.testing.assert_close(td["a"], torch.tensor([0.5, -0.5]))
         torch.testing.assert_close(td["b"], torch.tensor([1.0, 0.0]))
 
+    def test_torchrl_keyword_arguments(self):
+        # TorchRL's SafeModule(inplace=): False writes into a new TensorDict, the input is left alone
+        m = SafeModule(lambda x: 3 * x, in_keys=["x"], out_keys=["y"], spec=Bounded(-1.0, 1.0, shape=(2,)), safe=True, inplace=False)
+        td = TensorDict(x=torch.tensor([0.1, 0.5]))
+        out = m(td)
+        assert out is not td and list(td.keys()) == ["x"] and out["y"].tolist() == [0.30000001192092896, 1.0]
+        with pytest.raises(ValueError, match="inplace must be True, False, None or 'empty'"):
+            SafeModule(lambda x: x, in_keys=["x"], out_keys=["y"], inplace="maybe")
+
 
 def _param_net(n_obs=3, n_act=2, scale_mapping="biased_softplus_1.0"):
     torch.manual_seed(0)
@@ -82,6 +91,31 @@ def _param_net(n_obs=3, n_act=2, scale_mapping="biased_softplus_1.0"):
         nn.Sequential(nn.Linear(n_obs, 2 * n_act), NormalParamExtractor(scale_mapping=scale_mapping)),
         in_keys=["observation"], out_keys=["loc", "scale"],
     )
+
+
+class TestSafeProbabilisticModule:
+    def test_every_probabilistic_module_argument(self):
+        from rl_objectives.modules import SafeProbabilisticModule
+
+        spec = Bounded(-1.0, 1.0, shape=(2,))
+        m = SafeProbabilisticModule(
+            in_keys=["loc", "scale"], out_keys=["action"], spec=spec, safe=True, log_prob_key="lp", return_log_prob=True,
+            default_interaction_type=InteractionType.RANDOM, distribution_class=D.Normal, distribution_kwargs={"validate_args": False},
+            cache_dist=True, n_empirical_estimate=10, num_samples=4, generator=0,
+        )
+        td = TensorDict(loc=torch.full((3, 2), 5.0), scale=torch.ones(3, 2), batch_size=[3])
+        out = m(td)
+        assert out.batch_size == (4, 3) and out["action"].shape == (4, 3, 2) and out["lp"].shape == (4, 3)
+        assert bool((out["action"] == 1.0).all())  # projected into the spec before the log-prob
+        torch.testing.assert_close(out["lp"], D.Normal(5.0, 1.0).log_prob(torch.ones(4, 3, 2)).sum(-1))
+        assert isinstance(m._dist, D.Normal) and m.n_empirical_estimate == 10
+        # the module's own seeded generator: the same draws as a fresh one seeded 0 (and the stream advances)
+        free = SafeProbabilisticModule(in_keys=["loc", "scale"], out_keys=["action"], default_interaction_type="random", generator=0)
+        ref = torch.Generator().manual_seed(0)
+        small = TensorDict(loc=torch.zeros(3), scale=torch.ones(3), batch_size=[3])
+        assert free(small.clone())["action"].tolist() == torch.randn(3, generator=ref).tolist()
+        m2 = SafeProbabilisticModule(in_keys=["loc", "scale"], out_keys=["action"], log_prob_keys=["a_lp"], return_log_prob=True)
+        assert m2.log_prob_keys == ["a_lp"] and m2.out_keys == ["action", "a_lp"]
 
 
 class TestProbabilisticActor:

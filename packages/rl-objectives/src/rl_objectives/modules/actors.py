@@ -84,7 +84,8 @@ class SafeModule(TensorDictModule):
         spec: a :class:`~tdict.specs.Composite` describing the out-keys, or a leaf spec (placed under
             the first out-key).
         safe: project every written out-key that the spec describes into it (``spec.project``).
-        **kwargs: more :class:`~tdict.nn.TensorDictModule` keyword arguments.
+        **kwargs: more :class:`~tdict.nn.TensorDictModule` keyword arguments (TorchRL's ``inplace``:
+            ``False`` writes into a new TensorDict, ``"empty"`` into ``input.empty()``).
 
     Raises:
         ValueError: when ``safe=True`` without a ``spec``.
@@ -155,8 +156,10 @@ class SafeProbabilisticModule(ProbabilisticTensorDictModule):
             default ``["action"]``).
         spec: a Composite describing the sample keys, or a leaf spec (placed under the first out-key).
         safe: project the sample into ``spec``.
-        **kwargs: ``distribution_class``, ``distribution_kwargs``, ``return_log_prob``,
-            ``default_interaction_type``, ``log_prob_key``, ... of the parent class.
+        **kwargs: every argument of :class:`~tdict.nn.ProbabilisticTensorDictModule`
+            (``distribution_class``, ``distribution_kwargs``, ``return_log_prob``,
+            ``default_interaction_type``, ``log_prob_key``, ``log_prob_keys``, ``cache_dist``,
+            ``n_empirical_estimate``, ``num_samples``, ``generator``), as TorchRL's signature lists them.
 
     Raises:
         ValueError: when ``safe=True`` without a ``spec``.
