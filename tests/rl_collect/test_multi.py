@@ -48,6 +48,10 @@ class _Wrapped:
                 time.sleep(120)
             if self._mode == "slow":
                 time.sleep(self._delay)
+            if self._mode == "busy":  # computes for delay seconds: slow, not stuck
+                end = time.monotonic() + self._delay
+                while time.monotonic() < end:
+                    sum(range(1000))
         return self._env.step_and_maybe_reset(td)
 
 
@@ -295,7 +299,7 @@ def test_spawn_start_method_collects_and_shuts_down():
 def test_default_liveness_settings():
     import inspect
 
-    # a dead worker surfaces at once, a frozen one within 20 s; a live batch has no time limit by default
+    # a dead worker surfaces at once, a stuck one within about 21 s; a computing batch has no time limit by default
     for cls in (MultiSyncCollector, MultiAsyncCollector):
         params = inspect.signature(cls).parameters
         assert params["worker_timeout"].default is None, cls
@@ -306,8 +310,8 @@ def test_default_liveness_settings():
 
 
 def test_slow_but_live_worker_is_not_a_hang():
-    # worker 1's steps take 2 s, past the heartbeat timeout of 1.5 s: it keeps beating, so it is waited for
-    fns = [PendulumEnv, lambda: _Wrapped("slow", after=1, delay=2.0)]
+    # worker 1's steps compute for 2 s, past the heartbeat timeout of 1.5 s: it keeps beating, so it is waited for
+    fns = [PendulumEnv, lambda: _Wrapped("busy", after=1, delay=2.0)]
     with MultiSyncCollector(fns, _policy(), frames_per_batch=6, total_frames=6, heartbeat_interval=0.1,
                             heartbeat_timeout=1.5) as c:
         c.set_seed(3)
@@ -328,9 +332,34 @@ def test_frozen_worker_is_detected_by_its_missing_heartbeat():
     pid = c._pool.procs[1].pid
     os.kill(pid, signal.SIGSTOP)  # alive but never scheduled: no batch, no heartbeat
     start = time.monotonic()
-    with pytest.raises(TimeoutError, match=rf"no heartbeat from worker\(s\) 1 \(pid {pid}\) for heartbeat_timeout=1.5s"):
+    with pytest.raises(TimeoutError, match=rf"no progress \(heartbeat\) from worker\(s\) 1 \(pid {pid}\) for heartbeat_timeout=1.5s"):
         next(it)
     assert 1.5 <= time.monotonic() - start < 15
+    assert _no_children()
+
+
+@pytest.mark.parametrize("cls", [MultiSyncCollector, MultiAsyncCollector])
+def test_a_step_that_sleeps_is_a_hang_without_worker_timeout(cls):
+    # alive (its heartbeat thread runs) but stuck in a step that uses no CPU: detected by the heartbeat rule
+    fns = [PendulumEnv, lambda: _Wrapped("hang", after=2)]
+    c = cls(fns, None, frames_per_batch=10, heartbeat_interval=0.1, heartbeat_timeout=1.5)
+    start = time.monotonic()
+    with pytest.raises(TimeoutError, match=r"no progress \(heartbeat\) from worker\(s\) 1 \(pid \d+\) for heartbeat_timeout=1.5s"):
+        for _ in c:
+            pass
+    assert 1.5 <= time.monotonic() - start < 15
+    assert _no_children()
+
+
+def test_an_idle_pause_between_batches_is_not_a_hang():
+    # workers send no heartbeat while they wait for the next request: silence counts from the request
+    with MultiSyncCollector([PendulumEnv, PendulumEnv], None, frames_per_batch=10, total_frames=20,
+                            heartbeat_interval=0.1, heartbeat_timeout=1.5) as c:
+        sizes = []
+        for batch in c:
+            sizes.append(batch.numel())
+            time.sleep(2.5)  # the learner is busy for longer than heartbeat_timeout
+    assert sizes == [10, 10]
     assert _no_children()
 
 

@@ -29,18 +29,30 @@ class FailingPendulum(PendulumEnv):
         return super()._step(tensordict)
 
 
-class HangingPendulum(PendulumEnv):
-    """A PendulumEnv whose ``_step`` sleeps for ``seconds`` (a minute) on its ``hang_at``-th call;
-    it first creates the file ``marker``, if given, so a test knows the worker is inside the step."""
+def spin(seconds: float) -> None:
+    """Computes for ``seconds`` of wall-clock time (a step that is slow, not stuck)."""
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        sum(range(1000))
 
-    def __init__(self, hang_at: int = 2, seconds: float = 60.0, marker: str | None = None, **kwargs) -> None:
+
+class HangingPendulum(PendulumEnv):
+    """A PendulumEnv whose ``_step`` sleeps for ``seconds`` (a minute) on its ``hang_at``-th call, or
+    computes for that long with ``busy=True`` (a slow but live step); it first creates the file
+    ``marker``, if given, so a test knows the worker is inside the step."""
+
+    def __init__(self, hang_at: int = 2, seconds: float = 60.0, marker: str | None = None, busy: bool = False,
+                 **kwargs) -> None:
         super().__init__(**kwargs)
-        self.hang_at, self.seconds, self.marker, self.calls = hang_at, seconds, marker, 0
+        self.hang_at, self.seconds, self.marker, self.busy, self.calls = hang_at, seconds, marker, busy, 0
 
     def _step(self, tensordict):
         self.calls += 1
         if self.calls == self.hang_at:
             if self.marker is not None:
                 open(self.marker, "w").close()
-            time.sleep(self.seconds)
+            if self.busy:
+                spin(self.seconds)
+            else:
+                time.sleep(self.seconds)
         return super()._step(tensordict)

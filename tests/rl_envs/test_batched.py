@@ -367,7 +367,7 @@ def test_default_liveness_settings():
     import inspect
 
     params = inspect.signature(ParallelEnv).parameters
-    # a dead worker surfaces at once, a frozen one within 20 s; a live step has no time limit by default
+    # a dead worker surfaces at once, a stuck one within about 21 s; a computing step has no time limit by default
     assert params["heartbeat_timeout"].default == 20.0 and params["heartbeat_interval"].default == 1.0
     assert params["worker_timeout"].default is None
     env = ParallelEnv(2, PendulumEnv)
@@ -375,8 +375,8 @@ def test_default_liveness_settings():
 
 
 def test_slow_but_live_step_is_not_a_hang():
-    # the step takes 4 s, over twice the heartbeat timeout: the worker keeps beating, so it is waited for
-    slow = [children.make_pendulum, lambda: children.HangingPendulum(hang_at=2, seconds=4.0)]
+    # the step computes for 4 s, over twice the heartbeat timeout: the worker keeps beating, so it is waited for
+    slow = [children.make_pendulum, lambda: children.HangingPendulum(hang_at=2, seconds=4.0, busy=True)]
     env = _fork_parallel(2, slow, heartbeat_interval=0.1, heartbeat_timeout=1.5)
     env.set_seed(0)
     rollout = env.rollout(4, break_when_any_done=False)
@@ -402,10 +402,36 @@ def test_frozen_worker_is_detected_by_its_missing_heartbeat():
 
     freeze_second_worker.calls = 0
     start = time.monotonic()
-    with pytest.raises(TimeoutError, match=rf"no heartbeat from worker\(s\) 1 \(pid {pids[1]}\) for heartbeat_timeout=1.5s"):
+    with pytest.raises(TimeoutError, match=rf"no progress \(heartbeat\) from worker\(s\) 1 \(pid {pids[1]}\) for heartbeat_timeout=1.5s"):
         env.rollout(50, callback=freeze_second_worker)
     assert 1.5 <= time.monotonic() - start < 15
     assert not any(_alive(pid) for pid in pids)
+    env.close()
+
+
+def test_a_step_that_sleeps_is_a_hang_without_worker_timeout():
+    # alive (its heartbeat thread runs) but its step waits on nothing: no CPU used, no heartbeat
+    env = _fork_parallel(2, [children.make_pendulum, lambda: children.HangingPendulum(hang_at=2, seconds=120)],
+                         heartbeat_interval=0.1, heartbeat_timeout=1.5)
+    env.start()
+    pids = [p.pid for p in env._workers]
+    start = time.monotonic()
+    with pytest.raises(TimeoutError, match=rf"no progress \(heartbeat\) from worker\(s\) 1 \(pid {pids[1]}\) for heartbeat_timeout=1.5s"):
+        env.rollout(5)
+    assert 1.5 <= time.monotonic() - start < 15
+    assert not any(_alive(pid) for pid in pids)
+    env.close()
+
+
+def test_an_idle_pause_between_steps_is_not_a_hang():
+    # workers send no heartbeat while they wait for a command: silence counts from the request only
+    env = _fork_parallel(2, PendulumEnv, heartbeat_interval=0.1, heartbeat_timeout=1.5)
+    env.set_seed(0)
+    td = env.reset()
+    time.sleep(2.5)  # longer than heartbeat_timeout with both workers idle
+    td["action"] = torch.zeros(2, 1)
+    td = env.step(td)
+    assert td["next", "observation"].shape == (2, 3)
     env.close()
 
 

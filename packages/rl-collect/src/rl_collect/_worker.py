@@ -143,8 +143,9 @@ class WorkerPool:
     """Worker processes, one per env factory, each running a :class:`Collector`.
 
     Every receive watches the workers (the rule is in ``_liveness``): a worker that raised surfaces
-    its traceback, a dead worker its exit code, a frozen one (no heartbeat for ``heartbeat_timeout``
-    seconds) and, when ``timeout`` is set, one whose reply is later than that, a :class:`TimeoutError`.
+    its traceback, a dead worker its exit code, a hung one (no heartbeat for ``heartbeat_timeout``
+    seconds while its reply is due) and, when ``timeout`` is set, one whose reply is later than
+    that, a :class:`TimeoutError`.
     Any fault kills every worker before the exception propagates. The processes are also stopped
     when the pool is garbage collected or the interpreter exits.
     """
@@ -186,7 +187,7 @@ class WorkerPool:
                     name=f"rl_collect-worker-{i}",
                 )
                 proc.start()
-                self.board.started(i)
+                self.board.asked(i)
                 child_end.close()
                 self.procs.append(proc)
                 self.conns.append(parent_end)
@@ -201,6 +202,7 @@ class WorkerPool:
 
     def send(self, i: int, message: tuple) -> None:
         self._since[i] = _now()  # the reply is due within ``timeout`` of this
+        self.board.asked(i)
         try:
             self.conns[i].send(message)
         except (BrokenPipeError, OSError):
@@ -215,25 +217,14 @@ class WorkerPool:
             raise RuntimeError("rl_collect: the workers were shut down.")
         conns = {self.conns[i]: i for i in indices}
         sentinels = {self.procs[i].sentinel: i for i in indices}
-        board = self.board
-        deadline = None
-        if self.timeout is not None:  # per worker: a busy sibling must not hide a hung one
-            deadline = min(self._since[i] for i in indices) + self.timeout
-        # heartbeats are read only when a wait lasts this long
-        check = None if board.timeout is None else _now() + board.timeout
+        # checked before every wait too: in async mode busy siblings keep answering, and would hide a hung worker
+        self._raise_if_hung(indices)
         while True:
-            until = min((t for t in (deadline, check) if t is not None), default=None)
+            until = self._next_check(indices)
             ready = connection.wait([*conns, *sentinels], None if until is None else max(0.0, until - _now()))
             if ready:
                 break
-            frozen = board.frozen(indices)
-            if frozen:
-                self._raise_silent(frozen, "no heartbeat from worker(s) {} for heartbeat_timeout="
-                                           f"{board.timeout}s (the process is stopped or frozen)")
-            if deadline is not None and _now() >= deadline:
-                late = [i for i in indices if _now() - self._since[i] >= self.timeout] or list(indices)
-                self._raise_silent(late, f"no reply from worker(s) {{}} within worker_timeout={self.timeout}s")
-            check = board.next_check(indices)
+            self._raise_if_hung(indices)
         for obj in ready:
             if obj in conns:
                 i = conns[obj]
@@ -256,6 +247,24 @@ class WorkerPool:
             return self.recv_any([i], expected)
         self._raise_dead(i)
         raise AssertionError("unreachable")
+
+    def _next_check(self, indices: Sequence[int]) -> float | None:
+        """When the first of ``indices`` would be hung (no heartbeat, or past ``timeout``) if nothing changed."""
+        due = [] if self.timeout is None else [min(self._since[i] for i in indices) + self.timeout]
+        check = self.board.next_check(indices)
+        return min(due + ([] if check is None else [check]), default=None)
+
+    def _raise_if_hung(self, indices: Sequence[int]) -> None:
+        indices = [i for i in indices if not self.conns[i].poll()]  # a reply waiting to be read is no hang
+        hung = self.board.hung(indices)
+        if hung:
+            self._raise_silent(hung, "no progress (heartbeat) from worker(s) {} for heartbeat_timeout="
+                                     f"{self.board.timeout}s (stopped, sleeping, blocked or deadlocked in a step)")
+        if self.timeout is not None:
+            now = _now()
+            late = [i for i in indices if now - self._since[i] >= self.timeout]
+            if late:
+                self._raise_silent(late, f"no reply from worker(s) {{}} within worker_timeout={self.timeout}s")
 
     def _raise_silent(self, indices: Sequence[int], what: str) -> None:
         """Kills every worker, then raises ``what`` (its ``{}`` names the silent workers)."""

@@ -50,13 +50,16 @@ class MultiSyncCollector(MultiCollectorBase):
             at their next step and their partial batches are used.
         weight_sync_scheme: how :meth:`update_policy_weights_` reaches the workers (default: shared
             memory, :class:`~rl_collect.SharedMemWeightSyncScheme`).
-        worker_timeout: the longest a live worker may take to deliver its share before it counts as
-            hung (:class:`TimeoutError`, every worker killed); ``None`` (default): no limit, as long
-            as it sends heartbeats (a heartbeat proves the process runs, not that it progresses).
-        heartbeat_interval: seconds between a worker's heartbeats (a thread in the worker).
-        heartbeat_timeout: a worker without a heartbeat for this long (a stopped or frozen process)
-            counts as hung: 20 s by default; ``None`` turns the check off. A dead worker surfaces at
-            once, and workers die with this process, even in the middle of a batch.
+        worker_timeout: the longest a worker may take to deliver its share before it counts as
+            hung, busy or not (:class:`TimeoutError`, every worker killed); ``None`` (default): no
+            limit, as long as it sends heartbeats.
+        heartbeat_interval: seconds between two looks of a worker's heartbeat thread at its CPU use
+            (a heartbeat is sent when the worker used CPU since the last one).
+        heartbeat_timeout: a worker whose batch is due and that sends no heartbeat for this long
+            (stopped, sleeping, blocked or deadlocked) counts as hung: 20 s by default, so a slow
+            step that computes is waited for and a stuck one surfaces within about 21 s; ``None``
+            turns the check off. A dead worker surfaces at once, and workers die with this process,
+            even in the middle of a batch.
         cat_results: ``"stack"`` or ``-1`` (see above).
         mp_start_method: ``"fork"`` (default where available) or ``"spawn"``/``"forkserver"``.
         num_threads: torch threads in each worker (``None``: leave torch's default).

@@ -1,17 +1,24 @@
-"""Worker liveness: workers die with their parent, and prove that they are alive with heartbeats.
+"""Worker liveness: workers die with their parent, and prove with heartbeats that they make progress.
 
-What counts as hung (the rule ParallelEnv's parent applies while it waits for a reply):
+A heartbeat thread in each worker samples the CPU time that the worker's other threads have used,
+and writes a heartbeat only when it has grown (by ``_WORK`` seconds) since the last one: a
+heartbeat means "this worker did work", not merely "this process is scheduled". What counts as
+hung (the rule the parent applies while it waits for a reply):
 
 - a worker whose process exits is detected at once (its process sentinel);
-- a worker that stops beating for ``heartbeat_timeout`` seconds is frozen: stopped (SIGSTOP, a
-  debugger), or stuck in native code that holds the GIL. A heartbeat thread proves that the
-  process is scheduled, not that its step progresses, so
-- a worker that beats but whose reply takes longer than ``worker_timeout`` (when one is set) is
-  hung too. Without ``worker_timeout`` a live step may take any time (a 60 s step is not a hang).
+- a worker whose reply is due and that has sent no heartbeat for ``heartbeat_timeout`` seconds
+  (counted from the later of its last heartbeat and the request) is hung: stopped (SIGSTOP, a
+  debugger), sleeping, deadlocked or blocked on I/O inside its step. A slow step that computes
+  keeps beating and is waited for however long it takes (a 60 s step is not a hang);
+- a worker whose reply takes longer than ``worker_timeout`` (when one is set) is hung too, busy
+  or not (catches a step that spins forever).
+
+A step that legitimately waits for minutes without using CPU (a remote simulator, a human) needs
+``heartbeat_timeout=None`` (or a larger value).
 
 Workers die with their parent: on Linux the kernel kills them (``PR_SET_PDEATHSIG``) the moment
-the thread that started them ends, and a watchdog thread (the heartbeat thread, everywhere) ends
-the worker within one heartbeat interval once the parent process is gone, even mid-step.
+the thread that started them ends, and the heartbeat thread (everywhere) ends the worker within
+one heartbeat interval once the parent process is gone, even mid-step.
 """
 from __future__ import annotations
 
@@ -21,12 +28,16 @@ import signal
 import sys
 import threading
 import time
+from collections.abc import Iterable
 
 import torch
 
 __all__ = ["HeartbeatBoard", "check_heartbeat_args", "die_with_parent", "start_heartbeat"]
 
 _PR_SET_PDEATHSIG = 1  # linux/prctl.h
+# CPU seconds of work that earn a heartbeat: far above the clocks' noise (the two reads below are not
+# simultaneous), far below what any computing step uses in one heartbeat interval.
+_WORK = 1e-3
 
 
 def die_with_parent(parent_pid: int, kernel_signal: bool) -> None:
@@ -41,17 +52,29 @@ def die_with_parent(parent_pid: int, kernel_signal: bool) -> None:
         os._exit(1)
 
 
-def start_heartbeat(beats: torch.Tensor, index: int, interval: float, parent_pid: int) -> None:
-    """In a worker: a daemon thread writes the time into ``beats[index]`` every ``interval`` seconds,
-    and ends the process as soon as the parent process is gone (nobody would read its results)."""
+def _work_done() -> float:
+    """CPU seconds used by every thread of this process but the calling one."""
+    return time.process_time() - time.thread_time()
+
+
+def start_heartbeat(beats: torch.Tensor | None, index: int, interval: float, parent_pid: int) -> None:
+    """In a worker: a daemon thread that, every ``interval`` seconds, ends the process if the parent
+    process is gone (nobody would read its results), and writes the time into ``beats[index]`` if
+    the worker did work since the last heartbeat (``beats=None``: it only watches the parent)."""
     def beat() -> None:
+        last = _work_done()
         while True:
             if os.getppid() != parent_pid:
                 os._exit(1)
-            beats[index] = time.monotonic()
+            if beats is not None:
+                work = _work_done()
+                if work - last >= _WORK:
+                    beats[index] = time.monotonic()
+                    last = work
             time.sleep(interval)
 
-    beats[index] = time.monotonic()
+    if beats is not None:
+        beats[index] = time.monotonic()
     threading.Thread(target=beat, name="heartbeat", daemon=True).start()
 
 
@@ -65,27 +88,32 @@ class HeartbeatBoard:
         self.interval = interval
         self.timeout = timeout
         self.beats = torch.full((n,), time.monotonic(), dtype=torch.float64).share_memory_()
+        self._asked = [time.monotonic()] * n
 
-    def started(self, index: int) -> None:
-        """A worker was just started: it has ``timeout`` seconds to send its first heartbeat."""
-        self.beats[index] = time.monotonic()
+    def asked(self, index: int) -> None:
+        """A reply of worker ``index`` is now due (it was just started or sent a request): an idle
+        worker sends no heartbeats, so its silence counts from now at the earliest."""
+        self._asked[index] = time.monotonic()
 
-    def next_check(self, indices) -> float | None:
-        """When the first of ``indices`` would be frozen if it sent no more heartbeats (``None``: never)."""
+    def _quiet_since(self, index: int) -> float:
+        return max(float(self.beats[index]), self._asked[index])
+
+    def next_check(self, indices: Iterable[int]) -> float | None:
+        """When the first of ``indices`` would be hung if it sent no more heartbeats (``None``: never)."""
         if self.timeout is None:
             return None
-        return float(self.beats[list(indices)].min()) + self.timeout
+        return min(self._quiet_since(i) for i in indices) + self.timeout
 
-    def frozen(self, indices) -> list:
-        """The workers of ``indices`` silent for ``timeout`` seconds or more."""
+    def hung(self, indices: Iterable[int]) -> list:
+        """The workers of ``indices`` without a heartbeat for ``timeout`` seconds since their reply was due."""
         if self.timeout is None:
             return []
         now = time.monotonic()
-        return [i for i in indices if now - float(self.beats[i]) >= self.timeout]
+        return [i for i in indices if now - self._quiet_since(i) >= self.timeout]
 
 
 def check_heartbeat_args(owner: str, interval: float, timeout: float | None) -> None:
-    """Argument checks shared by ParallelEnv's constructor and its callers."""
+    """Argument checks of ``heartbeat_interval`` and ``heartbeat_timeout``."""
     if isinstance(interval, bool) or not isinstance(interval, (int, float)) or not interval > 0:
         raise ValueError(f"{owner}: heartbeat_interval must be a number of seconds > 0, got {interval!r}.")
     if timeout is not None and (isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not timeout > interval):

@@ -76,7 +76,7 @@ class _WorkerPool:
             )
             try:
                 proc.start()
-                board.started(i)
+                board.asked(i)
             finally:
                 child_end.close()
             self.procs.append(proc)
@@ -86,6 +86,7 @@ class _WorkerPool:
         self.gather(range(len(self.procs)), "ready")
 
     def send(self, i: int, message: tuple) -> None:
+        self.board.asked(i)
         try:
             self.conns[i].send(message)
         except (BrokenPipeError, ConnectionResetError, OSError):
@@ -107,10 +108,10 @@ class _WorkerPool:
             until = min((t for t in (deadline, check) if t is not None), default=None)
             ready = connection.wait(waiting, None if until is None else max(0.0, until - time.monotonic()))
             if not ready:
-                frozen = board.frozen(sorted(pending))
-                if frozen:
-                    self._raise_silent(frozen, "no heartbeat from worker(s) {} for heartbeat_timeout="
-                                               f"{board.timeout}s (the process is stopped or frozen)")
+                hung = board.hung(sorted(i for i in pending if not self.conns[i].poll()))
+                if hung:
+                    self._raise_silent(hung, "no progress (heartbeat) from worker(s) {} for heartbeat_timeout="
+                                             f"{board.timeout}s (stopped, sleeping, blocked or deadlocked in a step)")
                 if deadline is not None and time.monotonic() >= deadline:
                     self._raise_silent(sorted(pending), f"no {expected!r} reply from worker(s) {{}} within "
                                                         f"worker_timeout={self.timeout}s")
@@ -196,10 +197,11 @@ class ParallelEnv(BatchedEnvBase):
 
     Faults surface in the parent as exceptions naming the worker, and every worker is stopped first:
     a worker that raises gives a ``RuntimeError`` with its traceback, a worker that dies one with its
-    exit code (at once), a frozen worker (no heartbeat for ``heartbeat_timeout`` seconds: stopped, or
-    stuck in native code holding the GIL) a ``TimeoutError``, and so does a live worker whose reply
-    takes longer than ``worker_timeout``, if one is set: a heartbeat proves that the process runs,
-    not that its step progresses, so by default a slow step (a minute, say) is waited for.
+    exit code (at once), a hung worker (no heartbeat for ``heartbeat_timeout`` seconds while its
+    reply is due: stopped, sleeping, blocked or deadlocked in a step) a ``TimeoutError``, and so
+    does any worker whose reply takes longer than ``worker_timeout``, if one is set. A worker sends
+    heartbeats only while it uses CPU, so by default a slow step that computes (a minute, say) is
+    waited for, and a step that waits on nothing for 20 s is a hang.
     :meth:`close` is idempotent and also runs when the env is garbage collected and at interpreter
     exit; the shared memory is released with the last reference to the buffer. Workers die with
     this process, even in the middle of a step (Linux: at once; elsewhere within one heartbeat
@@ -219,11 +221,13 @@ class ParallelEnv(BatchedEnvBase):
             default (``"fork"`` on Linux up to Python 3.13), as TorchRL does.
         daemon: start the workers as daemon processes.
         num_sub_threads: ``torch.set_num_threads`` in each worker (TorchRL's default, 1).
-        worker_timeout: the longest a live worker may take to reply (start-up included) before it
-            counts as hung; ``None`` (default): no limit, as long as it sends heartbeats.
-        heartbeat_interval: seconds between a worker's heartbeats (a thread in the worker).
-        heartbeat_timeout: a worker silent this long counts as frozen (default 20 s, so a stopped or
-            frozen worker surfaces within 20 s); ``None`` turns the check off.
+        worker_timeout: the longest a worker may take to reply (start-up included) before it counts
+            as hung, busy or not; ``None`` (default): no limit, as long as it sends heartbeats.
+        heartbeat_interval: seconds between two looks of a worker's heartbeat thread at its CPU use
+            (a heartbeat is sent when the worker used CPU since the last one).
+        heartbeat_timeout: a worker whose reply is due and that sends no heartbeat for this long
+            counts as hung (default 20 s: a stuck worker surfaces within about 21 s); ``None`` turns
+            the check off (for steps that wait a long time on something outside the process).
 
     Seeding: ``set_seed(seed)`` seeds worker ``i`` with ``seed + i`` and returns ``seed + num_workers``
     (TorchRL chains the seeds each sub-env's ``set_seed`` returns instead).
