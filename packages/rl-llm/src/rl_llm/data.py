@@ -25,7 +25,7 @@ from collections.abc import Sequence
 from typing import Any
 
 import torch
-from tdict import NonTensorStack, TensorDict, lazy_stack
+from tdict import NonTensorStack, TensorDict, is_leaf_nontensor, lazy_stack
 
 __all__ = [
     "PROMPT_MASK",
@@ -256,7 +256,7 @@ def repeat_prompts(tensordict: TensorDict, group_size: int) -> TensorDict:
     n = tensordict.batch_size[0]
     index = torch.arange(n).repeat_interleave(group_size)
     out = TensorDict(batch_size=[n * group_size])
-    for key in tensordict.keys(True, True):
+    for key in tensordict.keys(True, True, is_leaf=is_leaf_nontensor):
         value = tensordict.get(key)
         if isinstance(value, torch.Tensor):
             out.set(key, value[index])
@@ -281,7 +281,7 @@ def unpad_rows(tensordict: TensorDict) -> Any:
     rows = []
     for i in range(tensordict.batch_size[0]):
         row = TensorDict(batch_size=[])
-        for key in tensordict.keys(True, True):
+        for key in tensordict.keys(True, True, is_leaf=is_leaf_nontensor):
             value = tensordict.get(key)
             if not isinstance(value, torch.Tensor):
                 row.set(key, get_texts(tensordict, key)[i])
@@ -309,7 +309,7 @@ def pad_rows(rows: Any, pad_token_id: int) -> TensorDict:
     if not rows:
         raise ValueError("pad_rows: got no rows.")
     out = TensorDict(batch_size=[len(rows)])
-    for key in rows[0].keys(True, True):
+    for key in rows[0].keys(True, True, is_leaf=is_leaf_nontensor):
         values = [row.get(key) for row in rows]
         if not isinstance(values[0], torch.Tensor):
             set_texts(out, key, [row[key] for row in rows])
