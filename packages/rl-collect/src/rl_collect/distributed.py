@@ -429,17 +429,19 @@ class DistributedCollector:
                 raise RuntimeError(f"DistributedCollector: worker {rank} failed to start:\n{text}")
             ready.add(rank)
 
-    def _wait(self, work: Any, rank: int | None, seconds: float | None = None) -> int:
-        """Waits up to ``seconds`` (default ``timeout``) for a point-to-point op with ``rank`` (``None``: a
-        receive from any worker); returns the worker's rank. A dead peer (connection closed) or the
-        timeout raises, with the worker's traceback when it sent one. (Gloo's ``is_completed`` cannot
-        be polled.) Callers pass the op straight in, so that no frame of a raised error keeps it."""
+    def _wait(self, start: Callable[[], Any], rank: int | None, seconds: float | None = None) -> int:
+        """Posts a point-to-point op with ``rank`` (``start()`` returns its work handle; ``None`` rank: a
+        receive from any worker) and waits up to ``seconds`` (default ``timeout``) for it; returns the
+        worker's rank. A dead peer (connection closed, when posting or waiting) or the timeout raises,
+        with the worker's traceback when it sent one. (Gloo's ``is_completed`` cannot be polled.)"""
+        work = None
         try:
+            work = start()
             work.wait(timeout=datetime.timedelta(seconds=self.timeout if seconds is None else seconds))
         except Exception as exc:
             # the error's traceback keeps this frame: it must not keep gloo's op, whose destructor
             # joins threads, alive until a forked child's garbage collector runs it
-            del work
+            work = None
             raise self._failure(exc, rank) from exc
         return rank if rank is not None else int(work._source_rank())
 
@@ -476,7 +478,7 @@ class DistributedCollector:
     def _send_cmd(self, rank: int, kind: int, arg0: int = 0) -> None:
         cmd = torch.zeros(DIST_COMMAND_LEN, dtype=torch.int64)
         cmd[0], cmd[1] = kind, arg0
-        self._wait(dist.isend(cmd.to(self._device), dst=rank), rank)
+        self._wait(lambda: dist.isend(cmd.to(self._device), dst=rank), rank)
 
     def _dispatch(self, rank: int, frames: int) -> None:
         self._scheme.flush(rank)  # weights it missed while busy
@@ -492,15 +494,15 @@ class DistributedCollector:
         # bounded by the oldest request waited on: in async mode healthy workers keep answering, and a
         # hung one must still surface within ``timeout`` of its request
         due = min(self._sent_at[r] for r in ([rank] if rank is not None else self._pending)) + self.timeout
-        src = self._wait(dist.irecv(sizes, src=rank), rank, max(due - time.monotonic(), 0.001))
+        src = self._wait(lambda: dist.irecv(sizes, src=rank), rank, max(due - time.monotonic(), 0.001))
         self._pending.pop(src)
         self._scheme.set_busy(src, False)
         header_len, buf_len = (int(x) for x in sizes.tolist())
         header = torch.empty(header_len, dtype=torch.uint8, device=self._device)
-        self._wait(dist.irecv(header, src=src), src)
+        self._wait(lambda: dist.irecv(header, src=src), src)
         buf = torch.empty(buf_len, dtype=torch.uint8, device=self._device)
         if buf_len:
-            self._wait(dist.irecv(buf, src=src), src)
+            self._wait(lambda: dist.irecv(buf, src=src), src)
         batch = _unpack(bytes(header.cpu().numpy()), buf.cpu())
         ids = batch.get(_TRAJ, None)
         if ids is not None and ids.numel():

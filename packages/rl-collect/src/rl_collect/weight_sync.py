@@ -383,7 +383,8 @@ class DistributedWeightSyncScheme(WeightSyncScheme):
     Args:
         src: the learner's rank.
         device: where buffers are sent from (``"cuda"`` for nccl).
-        wait: how to wait for a point-to-point op, ``wait(work, rank)`` (default: ``work.wait()``).
+        wait: how to run and wait for a point-to-point op, ``wait(start, rank)`` where ``start()`` posts it
+            and returns its work handle (default: ``start().wait()``).
 
     Example:
         >>> from torch import nn
@@ -396,10 +397,10 @@ class DistributedWeightSyncScheme(WeightSyncScheme):
     """
 
     def __init__(self, src: int = 0, device: torch.device | str = "cpu",
-                 wait: Callable[[Any, int], None] | None = None) -> None:
+                 wait: Callable[[Callable[[], Any], int], Any] | None = None) -> None:
         self.src = src
         self.device = torch.device(device)
-        self._wait = wait if wait is not None else (lambda work, rank: work.wait())
+        self._wait = wait if wait is not None else (lambda start, rank: start().wait())
         self._ranks: list[int] = []
         self._template: TensorDictBase | None = None
         self._buf: torch.Tensor | None = None
@@ -449,7 +450,7 @@ class DistributedWeightSyncScheme(WeightSyncScheme):
         nbytes = self._nbytes()
         self._header(rank, nbytes, broadcast=False)
         if nbytes:
-            self._wait(dist.isend(self._buf, dst=rank), rank)
+            self._wait(lambda: dist.isend(self._buf, dst=rank), rank)
 
     def _nbytes(self) -> int:
         return int(self._buf.numel()) if self._buf is not None else 0
@@ -459,7 +460,7 @@ class DistributedWeightSyncScheme(WeightSyncScheme):
 
         header = torch.tensor([DIST_WEIGHTS_COMMAND, nbytes, self.version, int(broadcast)], dtype=torch.int64,
                               device=self.device)
-        self._wait(dist.isend(header, dst=rank), rank)
+        self._wait(lambda: dist.isend(header, dst=rank), rank)
 
     def receiver(self, worker_id: int) -> DistributedWeightReceiver:
         return DistributedWeightReceiver(self._template, src=self.src, device=self.device)
