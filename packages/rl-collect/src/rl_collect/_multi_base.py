@@ -7,7 +7,7 @@ import torch
 from torch import nn
 from tdict import TensorDict, TensorDictBase
 
-from ._liveness import check_heartbeat_args
+from tdict.liveness import check_heartbeat_args
 from ._worker import WorkerPool
 from .trajectories import split_trajectories
 from .weight_sync import SharedMemWeightSyncScheme, WeightSyncScheme

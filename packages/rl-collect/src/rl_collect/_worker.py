@@ -5,7 +5,7 @@ frames)``; ``("seed", seed, static)`` -> ``("seed", next_seed)``; ``("state_dict
 ``("state", dict)``; ``("load_state_dict", dict)`` -> ``("ok",)``; ``("reset",)`` -> ``("ok",)``;
 ``("close",)`` -> the worker exits. Scheme messages (``("weights", td, version)``) get no reply. A
 worker that raises replies ``("error", traceback_text)`` and exits. Every worker beats and dies with
-its parent, even in the middle of a batch (``_liveness``).
+its parent, even in the middle of a batch (``tdict.liveness``).
 """
 from __future__ import annotations
 
@@ -23,7 +23,7 @@ from torch import multiprocessing as mp
 from torch import nn
 from tdict import TensorDictBase
 
-from ._liveness import HeartbeatBoard, die_with_parent, start_heartbeat
+from tdict.liveness import HeartbeatBoard, die_with_parent, start_heartbeat
 from .collector import Collector
 from .weight_sync import WeightReceiver
 
@@ -142,7 +142,7 @@ def _now() -> float:
 class WorkerPool:
     """Worker processes, one per env factory, each running a :class:`Collector`.
 
-    Every receive watches the workers (the rule is in ``_liveness``): a worker that raised surfaces
+    Every receive watches the workers (the rule is in ``tdict.liveness``): a worker that raised surfaces
     its traceback, a dead worker its exit code, a hung one (no heartbeat for ``heartbeat_timeout``
     seconds while its reply is due) and, when ``timeout`` is set, one whose reply is later than
     that, a :class:`TimeoutError`.

@@ -47,7 +47,7 @@ import torch
 import torch.distributed as dist
 from tdict import TensorDict, TensorDictBase
 
-from ._liveness import die_with_parent, start_heartbeat
+from tdict.liveness import die_with_parent, start_heartbeat
 from .collector import Collector
 from .weight_sync import (
     DIST_COMMAND_LEN,

@@ -14,7 +14,7 @@ Pipe protocol (parent -> worker; every command gets exactly one reply):
 - ``("close",)`` -> the worker closes its env and exits (no reply).
 
 The worker first sends ``("ready", None)``. A worker that raises sends ``("error", traceback)`` and
-exits. Every worker beats and dies with its parent, even in the middle of a step (``_liveness``).
+exits. Every worker beats and dies with its parent, even in the middle of a step (``tdict.liveness``).
 """
 from __future__ import annotations
 
@@ -24,7 +24,7 @@ from typing import Any, NamedTuple
 import torch
 from tdict import TensorDictBase
 
-from ._liveness import die_with_parent, start_heartbeat
+from tdict.liveness import die_with_parent, start_heartbeat
 
 __all__ = ["BufferLayout", "EnvRunner", "worker_main"]
 

@@ -16,7 +16,7 @@ from tdict import TensorDictBase
 
 from ..env_base import EnvBase
 from ..env_creator import EnvCreator
-from ._liveness import HeartbeatBoard, check_heartbeat_args
+from tdict.liveness import HeartbeatBoard, check_heartbeat_args
 from ._shared import BatchedEnvBase
 from ._worker import BufferLayout, EnvRunner, worker_main
 
@@ -43,7 +43,7 @@ def _register_pool(pool: _WorkerPool) -> None:
 
 class _WorkerPool:
     """The worker processes and their pipes. Every wait watches the workers' exits and heartbeats, and
-    any fault stops every worker (the rule is in ``_liveness``).
+    any fault stops every worker (the rule is in ``tdict.liveness``).
 
     Holds no reference to the env, so a ``weakref.finalize`` on the env can close it.
     """

@@ -1,4 +1,6 @@
-"""Worker liveness: workers die with their parent, and prove with heartbeats that they make progress.
+"""Worker liveness for the process pools of the sibling packages (rl-envs' ParallelEnv, rl-collect's
+multi-process collectors): workers die with their parent, and prove with heartbeats that they
+make progress.
 
 A heartbeat thread in each worker samples the CPU time that the worker's other threads have used,
 and writes a heartbeat only when it has grown (by ``_WORK`` seconds) since the last one: a
@@ -19,6 +21,15 @@ A step that legitimately waits for minutes without using CPU (a remote simulator
 Workers die with their parent: on Linux the kernel kills them (``PR_SET_PDEATHSIG``) the moment
 the thread that started them ends, and the heartbeat thread (everywhere) ends the worker within
 one heartbeat interval once the parent process is gone, even mid-step.
+
+Example (the parent's side; a worker calls ``die_with_parent`` and ``start_heartbeat(board.beats, i, ...)``):
+    >>> import time
+    >>> board = HeartbeatBoard(2, interval=1.0, timeout=20.0)  # board.beats goes to the workers
+    >>> board.asked(0)  # a request was sent to worker 0
+    >>> board.hung([0, 1])
+    []
+    >>> round(board.next_check([0]) - time.monotonic())  # when to look again if nothing comes
+    20
 """
 from __future__ import annotations
 
