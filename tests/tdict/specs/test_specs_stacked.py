@@ -75,4 +75,4 @@ def test_stacked_composite_inside_composite():
         spec.assert_is_in(td)
     fixed = spec.project(td)
     assert spec.is_in(fixed) and fixed["agents"][:, 1]["extra"].tolist() == [1.0] * 4
-    assert not spec.is_in(td)  # the input is left as it was
+    assert fixed is td  # projected in place, as TorchRL

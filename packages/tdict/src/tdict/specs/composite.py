@@ -293,21 +293,21 @@ class Composite:
             key = bad[0][0] if len(bad[0]) == 1 else bad[0]
             raise AssertionError(f"Composite: key {key!r}: {bad[1]}")
 
-    def project(self, td: Any) -> TensorDict:
-        """A new TensorDict whose spec'd entries are projected into their specs (others kept).
+    def project(self, td: Any) -> Any:
+        """Projects the spec'd entries of ``td`` that fall outside their specs, in place (nested
+        entries and lazy stacks' members included), and returns ``td``, as TorchRL 0.14 does.
 
-        The input is never modified, nested entries included (TorchRL 0.14 writes the projected
-        values into its input and returns it: use the return value, ``td = spec.project(td)``).
+        Entries without a spec are kept; the tensors themselves are not written into: a projected
+        entry is replaced by the projected tensor.
         """
-        out = td.copy() if hasattr(td, "copy") else td
         for k, spec in self._leaf_items():
-            val = out.get(k, None)
+            val = td.get(k, None)
             if val is None:
                 continue
             new = spec.project(val)
             if new is not val:
-                out.set(k, new)
-        return out
+                td.set(k, new)
+        return td
 
     def encode(self, vals: Any, *, ignore_device: bool = False) -> TensorDict:
         """Encode a (nested) dict of numpy / Python values into a TensorDict of batch size ``self.shape``."""
