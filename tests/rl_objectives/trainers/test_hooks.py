@@ -395,7 +395,9 @@ class EvalEnv:
     def rollout(self, max_steps, policy=None, auto_reset=True, break_when_any_done=True):
         self.seen.append((interaction_type(), policy.training, self.training, torch.is_grad_enabled(), break_when_any_done))
         reward = torch.arange(2 * max_steps, dtype=torch.float32).reshape(2, max_steps)
-        return TensorDict({"next": {"reward": reward}, "speed": torch.ones(2, max_steps) * 3}, batch_size=[2, max_steps])
+        done = torch.zeros(2, max_steps, dtype=torch.bool)
+        done[:, -1] = True  # one whole episode per sub-env
+        return TensorDict({"next": {"reward": reward, "done": done}, "speed": torch.ones(2, max_steps) * 3}, batch_size=[2, max_steps])
 
 
 def test_log_validation_reward_interval_mode_and_values():

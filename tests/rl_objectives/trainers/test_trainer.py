@@ -166,6 +166,73 @@ def test_init_random_frames_skips_optimisation():
     assert loss.calls == 2 * 3
 
 
+class StepRecorder:
+    """Records the trainer's collected_frames at every optimizer step and every replay-style sample."""
+
+    def __init__(self, trainer, optimizer):
+        self.steps, self.samples = [], []
+        step = optimizer.step
+
+        def recorded_step(*args, **kwargs):
+            self.steps.append(trainer.collected_frames)
+            return step(*args, **kwargs)
+
+        optimizer.step = recorded_step
+        trainer.register_op("process_optim_batch", lambda batch: self.samples.append(trainer.collected_frames))
+
+
+def test_no_optimizer_step_before_the_trainers_init_random_frames():
+    # a plain iterable (or a multi-process collector) has no init_random_frames attribute: the trainer's own
+    collector = [b for _, b in zip(range(6), Collector())]
+    trainer, _, opt, _ = make_trainer(collector, total_frames=48, steps=2, init_random_frames=20)
+    recorder = StepRecorder(trainer, opt)
+    trainer.train()
+    # frames after each batch: 8, 16, 24, 32, 40, 48; warm-up while frames <= 20
+    assert recorder.steps == [24, 24, 32, 32, 40, 40, 48, 48] == recorder.samples
+    assert trainer.warmup_frames == 20 and trainer._optim_count == 8
+
+
+def test_the_collectors_warm_up_counts_collector_steps_times_frame_skip():
+    trainer, _, opt, _ = make_trainer(Collector(n_batches=4, init_random_frames=10), total_frames=100, steps=1, frame_skip=2)
+    recorder = StepRecorder(trainer, opt)
+    trainer.train()
+    # 8 collector steps per batch = 16 frames; the collector's 10 random steps are 20 frames
+    assert trainer.warmup_frames == 20
+    assert recorder.steps == [32, 48, 64]
+    # an explicit value wins over the collector's
+    trainer, _, opt, _ = make_trainer(Collector(n_batches=4, init_random_frames=10), total_frames=100, steps=1, init_random_frames=0)
+    recorder = StepRecorder(trainer, opt)
+    trainer.train()
+    assert recorder.steps == [8, 16, 24, 32]
+
+
+def test_no_optimizer_step_during_a_real_collectors_random_warm_up():
+    from rl_collect import Collector as RealCollector
+    from rl_envs import PendulumEnv
+    from tdict.nn import TensorDictModule
+
+    policy = TensorDictModule(nn.Linear(3, 1), in_keys=["observation"], out_keys=["action"])
+    collector = RealCollector(lambda: PendulumEnv(batch_size=[4]), policy, frames_per_batch=16, total_frames=96, init_random_frames=40)
+
+    class ActionLoss(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.policy = policy
+
+        def forward(self, td):
+            return TensorDict(loss=self.policy(td.select("observation").clone())["action"].pow(2).mean())
+
+    loss = ActionLoss()
+    opt = torch.optim.SGD(loss.parameters(), lr=0.01)
+    trainer = Trainer(collector=collector, total_frames=96, optim_steps_per_batch=1, loss_module=loss, optimizer=opt)
+    recorder = StepRecorder(trainer, opt)
+    trainer.train()
+    # the collector acts randomly for its first 3 batches (it starts batch 3 at 32 < 40 frames); the
+    # trainer's first step follows the batch that ends past 40 frames
+    assert trainer.warmup_frames == 40
+    assert recorder.steps == [48, 64, 80, 96]
+
+
 def test_training_reduces_the_loss():
     trainer, loss, _, _ = make_trainer(Collector(), total_frames=8 * 60, steps=4, lr=0.05)
     x = torch.randn(64, 3)
@@ -479,6 +546,7 @@ def test_load_state_dict_checks_keys_and_rolls_back():
         ({"total_frames": 0}, ValueError, "total_frames"),
         ({"frame_skip": 0}, ValueError, "frame_skip"),
         ({"optim_steps_per_batch": -1}, ValueError, "optim_steps_per_batch"),
+        ({"init_random_frames": -1}, ValueError, "init_random_frames"),
         ({"clip_norm": -1.0}, ValueError, "clip_norm"),
         ({"save_trainer_interval": 0}, ValueError, "save_trainer_interval"),
         ({"log_interval": 1.5}, ValueError, "log_interval"),

@@ -3,6 +3,8 @@
 The :class:`Trainer` iterates any iterable of TensorDicts (a collector), runs a loss and an optimizer
 on every batch, and calls the hooks registered at its stages (:data:`HOOK_STAGES`). Hook objects
 register themselves (``hook.register(trainer)``); the ones with state join the trainer's checkpoint.
+Around it: :func:`evaluate_episodes` (returns of whole episodes), :class:`ProgressBar` (tqdm),
+:func:`write_learning_curve` (matplotlib) and the CSV/TensorBoard loggers.
 
 Example:
     >>> import torch
@@ -38,8 +40,11 @@ from .hooks import (
     TrainerHookBase,
     UpdateWeights,
 )
+from .evaluation import episode_returns, eval_rollout, evaluate_episodes
+from .learning_curve import write_learning_curve
 from .log_hooks import CountFramesLog, LogScalar, LogValidationReward
-from .loggers import CSVLogger, Logger, TensorboardLogger, generate_exp_name, get_logger
+from .loggers import CSVLogger, Logger, TensorboardLogger, generate_exp_name, get_logger, read_csv_scalar
+from .progress import ProgressBar
 from .trainer import HOOK_STAGES, Trainer, atomic_torch_save
 
 __all__ = [
@@ -52,6 +57,7 @@ __all__ = [
     "LogValidationReward",
     "Logger",
     "OptimizerHook",
+    "ProgressBar",
     "ReplayBufferTrainer",
     "RewardNormalizer",
     "SelectKeys",
@@ -61,6 +67,11 @@ __all__ = [
     "TrainerHookBase",
     "UpdateWeights",
     "atomic_torch_save",
+    "episode_returns",
+    "eval_rollout",
+    "evaluate_episodes",
     "generate_exp_name",
     "get_logger",
+    "read_csv_scalar",
+    "write_learning_curve",
 ]

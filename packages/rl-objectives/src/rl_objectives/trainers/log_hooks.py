@@ -1,5 +1,5 @@
-"""Trainer hooks that report: a scalar of the batch, the frame count, and a validation rollout
-(``torchrl.trainers`` names).
+"""Trainer hooks that report: a scalar of the batch, the frame count, and the return of validation
+episodes (``torchrl.trainers`` names).
 
 A logging hook returns a dict ``{name: number, ..., "log_pbar": bool}``; the trainer sends every
 number to its logger (at most once per ``log_interval`` frames per name) and, with ``log_pbar``, to
@@ -13,9 +13,9 @@ from typing import Any
 
 import torch
 from tdict import TensorDictBase, unravel_key
-from tdict.nn import InteractionType, set_interaction_type
-from torch import nn
+from tdict.nn import InteractionType
 
+from .evaluation import _done_mask, episode_returns, eval_rollout
 from .hooks import TrainerHookBase, _int_state, _positive_int
 
 __all__ = ["CountFramesLog", "LogScalar", "LogValidationReward"]
@@ -117,40 +117,49 @@ class CountFramesLog(TrainerHookBase):
 
 
 class LogValidationReward(TrainerHookBase):
-    """Every ``record_interval`` calls, runs the policy in an evaluation env and logs what it earned.
+    """Every ``record_interval`` calls, runs the policy in an evaluation env and logs the return of its
+    whole episodes.
 
-    Registered at ``"post_steps_log"`` (the first call records). The rollout runs under ``torch.no_grad()``
+    Registered at ``"post_steps_log"`` (the first call records). The rollout is
+    :func:`~rl_objectives.trainers.eval_rollout`: ``environment.rollout(max_steps=record_frames,
+    policy=policy_exploration, auto_reset=True, break_when_any_done=False)`` under ``torch.no_grad()``
     and ``set_interaction_type(exploration_type)`` (deterministic by default, so exploration modules
-    stand aside) with the policy (and the env, when it has ``eval``/``train``) in eval mode, restored
-    afterwards: ``environment.rollout(max_steps=record_frames, policy=policy_exploration,
-    auto_reset=True, break_when_any_done=False)``.
+    stand aside), with the policy (and the env, when it has ``eval``/``train``) in eval mode, restored
+    afterwards. Done sub-envs are reset in place, so a sub-env may run several episodes.
 
-    For the reward key it logs ``out_keys[key]`` (default ``"r_evaluation"``), the mean reward per step
-    divided by ``frame_skip``, and ``"total_" + out_keys[key]``, the reward summed over time (the last
-    batch dim) and averaged over the env's batch; other ``log_keys`` are logged as their mean.
+    For the reward key it logs ``"total_" + out_keys[key]`` (default ``"total_r_evaluation"``), the mean
+    return of the episodes that ended within the rollout (:func:`~rl_objectives.trainers.episode_returns`:
+    an episode still running when the rollout stops is not counted; sub-envs may end their episodes at
+    different steps), and ``out_keys[key]`` (default ``"r_evaluation"``), the mean reward per step of
+    the whole rollout divided by ``frame_skip``; other ``log_keys`` are logged as their mean. Give
+    ``record_frames`` at least the episode length (the env's time limit): when no episode ends within
+    the rollout, the call raises instead of logging a partial sum.
 
     Args:
         record_interval: number of calls between two rollouts.
-        record_frames: rollout length in steps.
+        record_frames: rollout length in steps (per sub-env).
         frame_skip: env frames per step.
         policy_exploration: the policy (``td -> td``).
-        environment: anything with ``rollout(max_steps, policy, ...)`` returning a ``[*B, T]`` TensorDict.
+        environment: anything with ``rollout(max_steps, policy, ...)`` returning a ``[*B, T]``
+            TensorDict with done flags (``("next", "done")``, ``"terminated"`` or ``"truncated"``).
         exploration_type: the interaction type of the rollout (an ``InteractionType`` or its name).
         log_keys: the rollout entries to log; default ``[("next", "reward")]``.
         out_keys: log names per key; default ``{("next", "reward"): "r_evaluation"}``, other keys:
             their parts joined by ``"_"``.
         log_pbar: also show the values on the progress bar.
+        done_keys: the flags that end an episode (see :func:`~rl_objectives.trainers.evaluate_episodes`).
 
     Example:
         >>> import torch
         >>> from tdict import TensorDict
         >>> from rl_objectives.trainers import LogValidationReward
-        >>> class Env:
+        >>> class Env:  # episodes of 2 steps, reward 1 per step
         ...     def rollout(self, max_steps, policy=None, **kwargs):
-        ...         return TensorDict({"next": {"reward": torch.ones(max_steps)}}, batch_size=[max_steps])
+        ...         done = torch.arange(1, max_steps + 1) % 2 == 0
+        ...         return TensorDict({"next": {"reward": torch.ones(max_steps), "done": done}}, batch_size=[max_steps])
         >>> hook = LogValidationReward(record_interval=2, record_frames=5, policy_exploration=lambda td: td, environment=Env())
-        >>> hook()
-        {'r_evaluation': 1.0, 'total_r_evaluation': 5.0, 'log_pbar': False}
+        >>> hook()  # two whole episodes in 5 steps; the fifth step starts a third one
+        {'r_evaluation': 1.0, 'total_r_evaluation': 2.0, 'log_pbar': False}
         >>> hook() is None  # not due: nothing recorded
         True
     """
@@ -167,6 +176,7 @@ class LogValidationReward(TrainerHookBase):
         log_keys: Sequence[Any] | None = None,
         out_keys: Mapping[Any, str] | None = None,
         log_pbar: bool = False,
+        done_keys: Sequence[Any] | None = None,
     ) -> None:
         self.record_interval = _positive_int("LogValidationReward", "record_interval", record_interval)
         self.record_frames = _positive_int("LogValidationReward", "record_frames", record_frames)
@@ -179,6 +189,8 @@ class LogValidationReward(TrainerHookBase):
             self.exploration_type = InteractionType(exploration_type)
         except ValueError:
             raise ValueError(f"LogValidationReward: exploration_type must name an InteractionType {[t.value for t in InteractionType]}, got {exploration_type!r}.") from None
+        if done_keys is not None and (isinstance(done_keys, (str, tuple)) or not isinstance(done_keys, Sequence) or not done_keys):
+            raise ValueError(f"LogValidationReward: done_keys must be a non-empty list of keys or None, got {done_keys!r}.")
         self.policy_exploration = policy_exploration
         self.environment = environment
         self.reward_key = ("next", "reward")
@@ -188,24 +200,11 @@ class LogValidationReward(TrainerHookBase):
             names[unravel_key(key)] = name
         self.out_keys = {k: names.get(k, _key_name(k)) for k in self.log_keys}
         self.log_pbar = bool(log_pbar)
+        self.done_keys = None if done_keys is None else [unravel_key(k) for k in done_keys]
         self._count = 0
 
     def _rollout(self) -> TensorDictBase:
-        policy, env = self.policy_exploration, self.environment
-        policy_was_training = policy.training if isinstance(policy, nn.Module) else None
-        env_was_training = getattr(env, "training", None)
-        if policy_was_training is not None:
-            policy.eval()
-        if callable(getattr(env, "eval", None)):
-            env.eval()
-        try:
-            with torch.no_grad(), set_interaction_type(self.exploration_type):
-                return env.rollout(max_steps=self.record_frames, policy=policy, auto_reset=True, break_when_any_done=False)
-        finally:
-            if policy_was_training is not None:
-                policy.train(policy_was_training)
-            if callable(getattr(env, "train", None)):
-                env.train(True if env_was_training is None else env_was_training)
+        return eval_rollout(self.environment, self.policy_exploration, self.record_frames, self.exploration_type)
 
     def __call__(self, batch: Any = None) -> dict[str, Any] | None:
         out = None
@@ -220,9 +219,14 @@ class LogValidationReward(TrainerHookBase):
                 value = record.get(key).detach().float()
                 name = self.out_keys[key]
                 if key == self.reward_key:
+                    returns = episode_returns(value, _done_mask(record, self.done_keys, "LogValidationReward"))
+                    if returns.shape[0] == 0:
+                        raise RuntimeError(
+                            f"LogValidationReward: no episode ended within record_frames={self.record_frames} steps, so there "
+                            f"is no whole-episode return to log; give record_frames at least the episode length (the env's time limit)."
+                        )
                     out[name] = float(value.mean()) / self.frame_skip
-                    total = value.sum(record.ndim - 1) if record.ndim else value  # time is the last batch dim
-                    out[f"total_{name}"] = float(total.mean())
+                    out[f"total_{name}"] = float(returns.mean())
                 else:
                     out[name] = float(value.mean())
             out["log_pbar"] = self.log_pbar

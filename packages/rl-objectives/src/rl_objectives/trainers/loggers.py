@@ -21,7 +21,7 @@ import torch
 from ._atomic import atomic_write
 from .trainer import atomic_torch_save
 
-__all__ = ["CSVLogger", "Logger", "TensorboardLogger", "generate_exp_name", "get_logger"]
+__all__ = ["CSVLogger", "Logger", "TensorboardLogger", "generate_exp_name", "get_logger", "read_csv_scalar"]
 
 
 def _number(owner: str, name: str, value: Any) -> float:
@@ -113,6 +113,40 @@ class Logger(abc.ABC):
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(exp_name={self.exp_name!r}, log_dir={self.log_dir!r})"
+
+
+def read_csv_scalar(path: str | os.PathLike) -> list[tuple[int, float]]:
+    """The ``(step, value)`` pairs of a :class:`CSVLogger` scalar file, in file order.
+
+    A last line without its newline (a write cut by a crash) is ignored, as :class:`CSVLogger` does.
+
+    Raises:
+        FileNotFoundError: naming the file.
+        ValueError: naming the file and the line number of a line that is not ``step,value``.
+
+    Example:
+        >>> import tempfile
+        >>> from rl_objectives.trainers import CSVLogger, read_csv_scalar
+        >>> logger = CSVLogger("run", log_dir=tempfile.mkdtemp())
+        >>> logger.log_scalar("return", -1200.0, step=0); logger.log_scalar("return", -180.5, step=4000)
+        >>> read_csv_scalar(logger.scalar_path("return"))
+        [(0, -1200.0), (4000, -180.5)]
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"read_csv_scalar: no scalar file at {os.fspath(path)!r}.")
+    text = path.read_text(encoding="utf-8")
+    lines = text.split("\n")[:-1]  # the piece after the last newline is empty or half-written
+    out = []
+    for number, line in enumerate(lines, 1):
+        step, sep, value = line.partition(",")
+        try:
+            if not sep:
+                raise ValueError
+            out.append((int(step), float(value)))
+        except ValueError:
+            raise ValueError(f"read_csv_scalar: {os.fspath(path)!r} line {number} is not 'step,value': {line!r}.") from None
+    return out
 
 
 class CSVLogger(Logger):

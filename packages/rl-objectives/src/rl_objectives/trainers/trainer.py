@@ -70,7 +70,7 @@ class Trainer:
        batch's frames (``batch.numel() * frame_skip``, counted on the collected batch) were added to
        ``collected_frames``;
     2. ``"pre_steps_log"`` ops (``op(batch)``, returned dicts are logged);
-    3. when ``collected_frames > collector.init_random_frames`` (0 when the collector has none):
+    3. once the warm-up is over (``collected_frames > init_random_frames``, see below):
        ``"pre_optim_steps"`` ops, then ``optim_steps_per_batch`` times: ``"process_optim_batch"`` ops
        turn the batch into a sample (e.g. a replay-buffer draw), ``loss_module(sample)``,
        ``"post_loss"`` ops (``op(sample)``), ``"optimizer"`` ops (backward, clipping, step; see
@@ -88,6 +88,13 @@ class Trainer:
         total_frames: frames to collect.
         frame_skip: env frames per collected step.
         optim_steps_per_batch: optimisation steps per collected batch.
+        init_random_frames: the warm-up, in frames as ``collected_frames`` counts them: no
+            optimisation step (and no ``"pre_optim_steps"``/``"process_optim_batch"`` op) runs until
+            more frames than this were collected. ``None`` (default): the collector's own warm-up,
+            ``collector.init_random_frames * frame_skip`` (the collector counts its steps), 0 when the
+            collector has none. Pass it when the collector's warm-up is not visible as that
+            attribute (a multi-process collector passes it on to its workers, a plain iterable has
+            none), or to train only after a warm-up of policy actions.
         loss_module: ``td -> TensorDict`` of losses; the ``"loss*"`` entries are summed.
         optimizer: registered as an :class:`OptimizerHook` named ``"optimizer"``; with ``None``,
             register one (or another ``"optimizer"`` op) before training.
@@ -131,6 +138,7 @@ class Trainer:
         total_frames: int,
         frame_skip: int = 1,
         optim_steps_per_batch: int,
+        init_random_frames: int | None = None,
         loss_module: Callable[[TensorDictBase], TensorDictBase],
         optimizer: Any = None,
         logger: Any = None,
@@ -157,6 +165,7 @@ class Trainer:
         self.total_frames = _check_int("total_frames", total_frames, 1)
         self.frame_skip = _check_int("frame_skip", frame_skip, 1)
         self.optim_steps_per_batch = _check_int("optim_steps_per_batch", optim_steps_per_batch, 0)
+        self.init_random_frames = None if init_random_frames is None else _check_int("init_random_frames", init_random_frames, 0)
         self.save_trainer_interval = _check_int("save_trainer_interval", save_trainer_interval, 1)
         self.log_interval = _check_int("log_interval", log_interval, 1)
         optimizer_hook = None if optimizer is None else OptimizerHook(optimizer)  # checks the optimizer first
@@ -198,6 +207,19 @@ class Trainer:
             torch.manual_seed(seed)
         if optimizer_hook is not None:
             optimizer_hook.register(self)
+
+    @property
+    def warmup_frames(self) -> int:
+        """Frames collected before the first optimisation step (see ``init_random_frames``)."""
+        if self.init_random_frames is not None:
+            return self.init_random_frames
+        collector_frames = getattr(self.collector, "init_random_frames", 0) or 0
+        if isinstance(collector_frames, bool) or not isinstance(collector_frames, int) or collector_frames < 0:
+            raise ValueError(
+                f"Trainer: collector.init_random_frames must be a non-negative int, got {collector_frames!r}; "
+                f"pass Trainer(init_random_frames=) instead."
+            )
+        return collector_frames * self.frame_skip
 
     # ------------------------------------------------------------------ registration
     def register_op(self, dest: str, op: Callable, **kwargs: Any) -> None:
@@ -415,7 +437,7 @@ class Trainer:
         """Runs the loop until ``total_frames`` (continuing from ``collected_frames`` after a load)."""
         if self.optim_steps_per_batch > 0 and not self._ops["optimizer"]:
             raise RuntimeError("Trainer.train: no optimizer; pass optimizer= or register an OptimizerHook before training.")
-        init_random_frames = getattr(self.collector, "init_random_frames", 0) or 0
+        init_random_frames = self.warmup_frames
         if self.progress_bar:
             self._pbar = self._tqdm(total=self.total_frames, initial=min(self.collected_frames, self.total_frames))
         try:
