@@ -4,7 +4,7 @@ import pytest
 import torch
 from torch import nn
 
-from rl_objectives import HardUpdate, LossModule, SoftUpdate
+from rl_objectives import HardUpdate, LossModule, SoftUpdate, total_loss
 from tdict import TensorDict
 from tdict.nn import TensorDictModule
 
@@ -196,3 +196,22 @@ def test_lazy_networks_must_be_initialised_first():
         Probe(net)
     net(TensorDict(x=torch.zeros(1, 3), batch_size=[1]))
     assert Probe(net).params_of("net")["module", "weight"].shape == (2, 3)
+
+
+def test_total_loss_sums_every_loss_term_and_only_those():
+    w = nn.Parameter(torch.tensor([1.0, 2.0]))
+    out = TensorDict(loss_a=w.sum(), loss_b=(w * w).sum(), alpha=torch.tensor(7.0), entropy=torch.tensor(3.0))
+    total = total_loss(out)
+    assert total.shape == () and float(total.detach()) == 3.0 + 5.0  # the diagnostics are left out
+    total.backward()
+    torch.testing.assert_close(w.grad, torch.tensor([1.0, 1.0]) + 2 * w.detach())
+    assert float(total_loss(out, ["loss_b"])) == 5.0
+
+
+def test_total_loss_errors_name_the_entries():
+    with pytest.raises(KeyError, match=r"no entry whose name starts with 'loss'.*\['alpha'\]"):
+        total_loss(TensorDict(alpha=torch.tensor(1.0)))
+    with pytest.raises(KeyError, match=r"\['loss_c'\] are not in the loss output"):
+        total_loss(TensorDict(loss_a=torch.tensor(1.0)), ["loss_c"])
+    with pytest.raises(ValueError, match=r"'loss_a' must be a scalar tensor, got \(3,\)"):
+        total_loss(TensorDict(loss_a=torch.ones(3)))

@@ -214,6 +214,20 @@ def test_replay_buffer_trainer_errors_and_state():
     assert ReplayBufferTrainer(DuckBuffer()).state_dict() == {}
 
 
+def test_replay_buffer_trainer_leaves_a_uniform_buffer_alone():
+    # SAC writes "td_error" into every sample: a uniform rl_replay buffer (no "index" in its samples,
+    # a sampler without priorities) must not be sent priorities
+    rl_replay = pytest.importorskip("rl_replay")
+    for rb in (rl_replay.ReplayBuffer(storage=rl_replay.LazyTensorStorage(16)),
+               rl_replay.TensorDictReplayBuffer(storage=rl_replay.LazyTensorStorage(16))):
+        hook = ReplayBufferTrainer(rb, batch_size=4)
+        hook.extend(rollout_td(2, 3))
+        sample = hook.sample()
+        sample.set("td_error", torch.ones(4))
+        hook.update_priority(sample)  # no error, nothing to do
+        assert len(rb) == 6
+
+
 def test_replay_buffer_trainer_with_rl_replay_prioritized_buffer():
     rl_replay = pytest.importorskip("rl_replay")
     rb = rl_replay.TensorDictPrioritizedReplayBuffer(alpha=1.0, beta=1.0, storage=rl_replay.LazyTensorStorage(64),

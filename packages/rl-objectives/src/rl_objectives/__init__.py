@@ -33,6 +33,7 @@ from .losses import (
     TD3Loss,
     TargetNetUpdater,
     distance_loss,
+    total_loss,
 )
 from .value import ValueEstimators
 
@@ -63,5 +64,6 @@ __all__ = [
     "TargetNetUpdater",
     "ValueEstimators",
     "distance_loss",
+    "total_loss",
     "__version__",
 ]

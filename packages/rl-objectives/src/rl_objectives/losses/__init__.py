@@ -1,7 +1,7 @@
 """Losses and what they share: the LossModule base, the target-network updaters, the losses."""
 
 from .a2c import A2CLoss
-from .common import LossModule
+from .common import LossModule, total_loss
 from .cql import CQLLoss, DiscreteCQLLoss
 from .ddpg import DDPGLoss
 from .decision_transformer import DTLoss, OnlineDTLoss
@@ -41,4 +41,5 @@ __all__ = [
     "TD3Loss",
     "TargetNetUpdater",
     "distance_loss",
+    "total_loss",
 ]

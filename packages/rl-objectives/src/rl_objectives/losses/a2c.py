@@ -29,6 +29,12 @@ class A2CLoss(_ActorCriticLoss):
     :meth:`make_value_estimator`) computes it without gradients on a shallow copy of the input:
     the caller's TensorDict is not modified.
 
+    Advantages need the time order: on a batch from a collector (its steps carry
+    ``("collector", "traj_ids")``) whose steps are out of order, a flattened or shuffled minibatch,
+    the estimator raises a ``ValueError`` naming the fix instead of computing wrong advantages
+    silently, as TorchRL would: run ``loss.value_estimator(batch)`` on the collected batch before
+    flattening (the minibatches then carry the advantage). TD(0) needs no time order.
+
     Args:
         actor_network: the policy (a ProbabilisticTensorDictSequential / ProbabilisticTensorDictModule).
         critic_network: writes the state value (``"state_value"``, batch-shaped) or ``None`` (no

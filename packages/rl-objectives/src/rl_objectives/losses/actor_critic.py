@@ -134,6 +134,8 @@ class _ActorCriticLoss(LossModule):
     _critic_loss_key = "loss_critic"
     # whether the action and log-prob keys are read from the actor (TorchRL's PPO and A2C do, REINFORCE does not)
     _keys_follow_actor = False
+    # ``loss.entropy_coeff = 0.005`` anneals in place (TorchRL 0.14's schedulable buffers)
+    _schedulable_buffers = frozenset({"entropy_coeff", "critic_coeff", "clip_value"})
 
     def __init__(
         self,
@@ -217,6 +219,11 @@ class _ActorCriticLoss(LossModule):
             self.set_keys(**renames)
         if self._keys_follow_actor:
             self._keys_from_actor(actor_network, "sample_log_prob")
+
+    def _check_hyperparameter(self, name: str, value: float) -> None:
+        if name == "clip_value" and not value > 0:
+            raise ValueError(f"{type(self).__name__}: clip_value must be a positive float, got {value!r}.")
+        super()._check_hyperparameter(name, value)
 
     # ------------------------------------------------------------------ value estimator
     def make_value_estimator(self, value_type: Any = None, **hyperparams: Any) -> _ActorCriticLoss:

@@ -20,8 +20,10 @@ follows the owner's updates), so its losses send no gradient into them.
 from __future__ import annotations
 
 import copy
+import math
+import numbers
 import warnings
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from types import SimpleNamespace
 from typing import Any, ClassVar
 
@@ -29,14 +31,59 @@ import torch
 from torch import nn
 from torch.nn.parameter import is_lazy
 
-from tdict import TensorDict, unravel_key
+from tdict import TensorDict, TensorDictBase, unravel_key
 from tdict.nn import TensorDictModuleBase, TensorDictParams
 
 from .._stack import user_stacklevel as _user_stacklevel
 
-__all__ = ["LossModule"]
+__all__ = ["LossModule", "total_loss"]
 
 _LOOP_MAX_SETS = 4  # measured crossover: a loop beats torch.vmap for 2 to 4 small networks
+
+
+def total_loss(losses: TensorDictBase, components: Sequence[str] | None = None) -> torch.Tensor:
+    """The sum of a loss output's terms: the scalar to back-propagate.
+
+    A loss returns its terms separately (``"loss_actor"``, ``"loss_qvalue"``, ``"loss_alpha"``, ...)
+    next to detached diagnostics (``"alpha"``, ``"entropy"``); summing them by hand invites leaving
+    one out. This sums every entry whose name starts with ``"loss"`` (or exactly ``components``).
+
+    Args:
+        losses: the loss module's output TensorDict.
+        components: the entries to sum; ``None``: every root entry whose name starts with ``"loss"``.
+
+    Raises:
+        KeyError: no entry starts with ``"loss"``, or a named component is missing (listing the entries).
+        ValueError: a summed entry is not a one-element tensor (naming it; use ``reduction="mean"``).
+
+    Example:
+        >>> import torch
+        >>> from tdict import TensorDict
+        >>> from rl_objectives import total_loss
+        >>> out = TensorDict(loss_actor=torch.tensor(1.5), loss_qvalue=torch.tensor(2.0), alpha=torch.tensor(0.2))
+        >>> total_loss(out)  # alpha is a diagnostic, not summed
+        tensor(3.5000)
+        >>> total_loss(out, ["loss_qvalue"])
+        tensor(2.)
+    """
+    present = list(losses.keys())
+    if components is None:
+        names = [k for k in present if isinstance(k, str) and k.startswith("loss")]
+        if not names:
+            raise KeyError(f"total_loss: the loss output has no entry whose name starts with 'loss'; entries: {present}.")
+    else:
+        names = list(components)
+        missing = [k for k in names if k not in present]
+        if missing:
+            raise KeyError(f"total_loss: components {missing} are not in the loss output; entries: {present}.")
+    values = []
+    for name in names:
+        value = losses.get(name)
+        if not isinstance(value, torch.Tensor) or value.numel() != 1:
+            shape = tuple(value.shape) if isinstance(value, torch.Tensor) else type(value).__name__
+            raise ValueError(f"total_loss: loss entry {name!r} must be a scalar tensor, got {shape} (use reduction='mean' or 'sum').")
+        values.append(value.reshape(()))
+    return torch.stack(values).sum() if len(values) > 1 else values[0]
 
 
 class LossModule(nn.Module):
@@ -45,7 +92,14 @@ class LossModule(nn.Module):
     Subclasses declare ``default_keys`` (name -> default TensorDict key), register their networks
     with :meth:`convert_to_functional`, build their value estimator in :meth:`make_value_estimator`
     and return, from ``forward``, a TensorDict whose ``"loss_*"`` entries are the scalars to sum
-    and back-propagate (other entries are detached diagnostics).
+    and back-propagate (other entries are detached diagnostics; :func:`~rl_objectives.total_loss`
+    sums them).
+
+    Hyper-parameters held as buffers and listed in ``_schedulable_buffers`` (PPO's ``clip_epsilon``,
+    ``entropy_coeff``, ``critic_coeff``, ...) can be scheduled by assignment, as in TorchRL 0.14:
+    ``loss.entropy_coeff = 0.003`` checks the number, then writes it into the buffer in place (its
+    device and dtype are kept, and a compiled forward reads the new value without recompiling).
+    The next call uses it; nothing is cached from the value given at construction.
 
     Example:
         >>> import torch
@@ -74,6 +128,10 @@ class LossModule(nn.Module):
     default_keys: ClassVar[Mapping[str, Any]] = {}
     default_value_estimator: ClassVar[Any] = None  # a rl_objectives.value.ValueEstimators member
     default_value_kwargs: ClassVar[Mapping[str, Any]] = {}
+    # buffers that ``loss.<name> = number`` updates in place (TorchRL's _schedulable_buffers); the
+    # names of a class and of its bases are merged into _all_schedulable_buffers
+    _schedulable_buffers: ClassVar[frozenset] = frozenset()
+    _all_schedulable_buffers: ClassVar[frozenset] = frozenset()
     # TorchRL's deactivate_vmap: run every parameter set of an ensemble in a plain loop
     deactivate_vmap: bool = False
 
@@ -86,11 +144,44 @@ class LossModule(nn.Module):
         self._value_estimator = None
         self._ctor_gamma: float | None = None  # TorchRL's deprecated loss(gamma=...)
 
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        merged: set = set()
+        for base in cls.__mro__:
+            merged |= vars(base).get("_schedulable_buffers", frozenset())
+        cls._all_schedulable_buffers = frozenset(merged)  # one set lookup per assignment
+
     def __setattr__(self, name: str, value: Any) -> None:
         if name == "value_estimator":  # nn.Module would register an estimator module without the property
             LossModule.value_estimator.fset(self, value)
             return
+        if name in self._all_schedulable_buffers and not isinstance(value, torch.Tensor) and value is not None \
+                and name in self.__dict__.get("_buffers", ()):
+            self._set_schedulable(name, value)
+            return
         super().__setattr__(name, value)
+
+    # ------------------------------------------------------------------ scheduled hyper-parameters
+    def _set_schedulable(self, name: str, value: Any) -> None:
+        """``loss.<name> = value`` for a schedulable buffer: checked, then copied in place."""
+        owner = type(self).__name__
+        if isinstance(value, bool) or not isinstance(value, numbers.Real):
+            raise TypeError(f"{owner}: {name} must be a number (or a tensor), got {value!r}.")
+        if not math.isfinite(float(value)):
+            raise ValueError(f"{owner}: {name} must be finite, got {value!r}.")
+        buffer = self._buffers[name]
+        if buffer is None:
+            raise ValueError(
+                f"{owner}: {name} was None at construction, so there is nothing to schedule (the term it weights is "
+                f"off); build the loss with {name}=<number> to schedule it."
+            )
+        self._check_hyperparameter(name, float(value))
+        with torch.no_grad():
+            buffer.fill_(float(value))
+
+    def _check_hyperparameter(self, name: str, value: float) -> None:
+        """Raise ``ValueError`` naming ``name`` when ``value`` is not allowed (override per loss;
+        the constructor's rule). Called before a scheduled value is written."""
 
     # ------------------------------------------------------------------ keys
     def set_keys(self, **keys: Any) -> "LossModule":

@@ -217,10 +217,6 @@ class CQLLoss(_TemperatureMixin, _BootstrappedLoss):
         keys = ["loss_actor", "loss_actor_bc", "loss_qvalue", "loss_cql", "loss_alpha", "alpha", "entropy"]
         return keys[:5] + ["loss_alpha_prime"] + keys[5:] if self.with_lagrange else keys
 
-    @property
-    def target_entropy(self) -> float | None:
-        """The entropy target (``None`` until the first call when it is inferred from the action)."""
-        return self._target_entropy
 
     def _repeat(self, tensordict: Any, n: int) -> Any:
         """``n`` copies of ``tensordict`` along a new leading batch dim (a view, no data copied)."""

@@ -267,10 +267,6 @@ class OnlineDTLoss(_TemperatureMixin, LossModule):
             return None
         return -float(math.prod(spec.shape[-1:]))  # the action's feature dim; leading dims are steps
 
-    @property
-    def target_entropy(self) -> float | None:
-        """The entropy target (``None`` until the first call when it comes from the distribution)."""
-        return self._target_entropy
 
     @property
     def alpha(self) -> torch.Tensor:

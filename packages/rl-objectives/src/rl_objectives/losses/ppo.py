@@ -14,7 +14,6 @@ clipping) and ``loss_entropy``. Diagnostics: ``"entropy"``, ``"kl_approx"`` (mea
 """
 from __future__ import annotations
 
-import math
 from typing import Any
 
 import torch
@@ -42,7 +41,9 @@ class PPOLoss(_ActorCriticLoss):
     has no advantage, the value estimator (GAE by default, see :meth:`make_value_estimator`)
     computes it without gradients, with the current critic, on a shallow copy of the input: the
     caller's TensorDict is not modified (compute the advantage once per batch with
-    ``loss.value_estimator(td)`` to reuse it across epochs).
+    ``loss.value_estimator(td)`` to reuse it across epochs). On a shuffled minibatch of a collected
+    batch without the advantage the estimator raises ``ValueError`` naming the fix (see
+    :class:`~rl_objectives.A2CLoss`; TorchRL estimates silently).
 
     Use :class:`ClipPPOLoss` or :class:`KLPENPPOLoss` for training; this plain variant keeps no
     policy close to the behaviour one.
@@ -88,6 +89,11 @@ class PPOLoss(_ActorCriticLoss):
             either way, so ``True`` and ``False`` give the same losses.
         actor, critic: TorchRL's other names of ``actor_network`` / ``critic_network``.
 
+    Scheduling: ``entropy_coeff``, ``critic_coeff``, ``clip_value`` and ``max_importance_ratio``
+    (``clip_epsilon`` of :class:`ClipPPOLoss`, ``beta`` of :class:`KLPENPPOLoss`) are buffers;
+    assigning a number (``loss.entropy_coeff = 0.005``) checks it and updates the buffer in place,
+    and the next call uses it, as TorchRL 0.14's schedulable buffers.
+
     Keys (``set_keys``): advantage, value_target, value, sample_log_prob, action, reward, done,
     terminated. As in TorchRL 0.14, ``action`` and ``sample_log_prob`` are read from the actor
     (its ``dist_sample_keys`` and ``log_prob_keys``: ``"action"`` and ``"action_log_prob"`` by
@@ -113,6 +119,7 @@ class PPOLoss(_ActorCriticLoss):
     """
 
     _keys_follow_actor = True
+    _schedulable_buffers = frozenset({"max_importance_ratio"})
 
     def __init__(
         self,
@@ -180,6 +187,11 @@ class PPOLoss(_ActorCriticLoss):
         self.normalize_advantage_exclude_dims = exclude
         self._log_explained_variance = bool(log_explained_variance)
 
+    def _check_hyperparameter(self, name: str, value: float) -> None:
+        if name == "max_importance_ratio" and not value > 0:
+            raise ValueError(f"{type(self).__name__}: max_importance_ratio must be a number > 0 or None, got {value!r}.")
+        super()._check_hyperparameter(name, value)
+
     def _correction(self, log_weight: _Tensor, log_is_weight: _Tensor | None) -> _Tensor | None:
         """The gradient-free term added to ``log_weight`` (``log pi / pi_prox``) to weight the
         surrogate by the behaviour ratio: ``log_is_weight`` (``log pi_prox / pi_behav``, ``None``
@@ -242,8 +254,10 @@ class ClipPPOLoss(PPOLoss):
     ratios. Every other argument, key and output is :class:`PPOLoss`'s.
 
     Keyword Args:
-        clip_epsilon: the ratio's clipping half-width, in (0, 1). Default 0.2.
-        clip_value: as in :class:`PPOLoss`; ``True`` clips the value with ``clip_epsilon``.
+        clip_epsilon: the ratio's clipping half-width, in (0, 1). Default 0.2. A buffer: anneal it
+            with ``loss.clip_epsilon = 0.1`` (checked, written in place; the next call clips with it).
+        clip_value: as in :class:`PPOLoss`; ``True`` clips the value with ``clip_epsilon``'s value
+            at construction (a buffer of its own, as in TorchRL).
 
     Example:
         >>> import torch
@@ -266,7 +280,12 @@ class ClipPPOLoss(PPOLoss):
         >>> out["loss_objective"].shape, float(out["clip_fraction"])
         (torch.Size([]), 0.0)
         >>> (out["loss_objective"] + out["loss_critic"] + out["loss_entropy"]).backward()
+        >>> loss.clip_epsilon = 0.05   # an annealed clip range: the next call clips at 1 -/+ 0.05
+        >>> loss.clip_epsilon
+        tensor(0.0500)
     """
+
+    _schedulable_buffers = frozenset({"clip_epsilon"})
 
     def __init__(self, actor_network: Any = None, critic_network: Any = None, *, clip_epsilon: float = 0.2,
                  clip_value: bool | float | None = None, **kwargs: Any) -> None:
@@ -275,13 +294,19 @@ class ClipPPOLoss(PPOLoss):
         if isinstance(clip_value, bool):
             clip_value = float(clip_epsilon) if clip_value else None
         super().__init__(actor_network, critic_network, clip_value=clip_value, **kwargs)
-        self.register_buffer("clip_epsilon", torch.tensor(float(clip_epsilon)))
-        # the clipping is done on the log-ratio: log(1 - eps) <= log r <= log(1 + eps)
-        self._log_bounds = (math.log1p(-float(clip_epsilon)), math.log1p(float(clip_epsilon)))
+        self.register_buffer("clip_epsilon", torch.tensor(float(clip_epsilon), device=kwargs.get("device")))
+
+    def _check_hyperparameter(self, name: str, value: float) -> None:
+        if name == "clip_epsilon" and not 0.0 < value < 1.0:
+            raise ValueError(f"{type(self).__name__}: clip_epsilon must be in (0, 1), got {value!r}.")
+        super()._check_hyperparameter(name, value)
 
     def _gain(self, log_weight: _Tensor, advantage: _Tensor, out: dict, cap: _Tensor | None = None) -> _Tensor:
-        low, high = self._log_bounds
-        clipped = log_weight.clamp(low, high)
+        # the bounds come from the buffer at every call (two scalar ops), so a scheduled, loaded or
+        # in-place edited clip_epsilon always takes effect; the clip acts on the log-ratio:
+        # log(1 - eps) <= log r <= log(1 + eps)
+        eps = self.clip_epsilon
+        clipped = torch.clamp(log_weight, torch.log1p(-eps), torch.log1p(eps))
         with torch.no_grad():
             out["clip_fraction"] = (clipped != log_weight).to(log_weight.dtype).mean()
         if cap is not None:  # as TorchRL: the clip acts on pi / pi_prox, the correction on both terms
@@ -312,6 +337,8 @@ class KLPENPPOLoss(PPOLoss):
         beta: the initial penalty weight (a buffer, saved in ``state_dict``). Default 1.0.
         increment: factor (>= 1) applied when the KL is too large. Default 2.
         decrement: factor (in (0, 1]) applied when the KL is too small. Default 0.5.
+            ``dtarg``, ``increment`` and ``decrement`` are read at every call: assign new values to
+            schedule them; ``loss.beta = 0.5`` writes the buffer in place.
         samples_mc_kl: draws of the Monte-Carlo KL estimate. Default 1.
         Others: as in :class:`PPOLoss`. Extra output: ``"kl"`` (mean KL, detached).
 
@@ -335,6 +362,8 @@ class KLPENPPOLoss(PPOLoss):
         >>> float(loss.beta)   # KL < dtarg / 1.5: beta halves
         0.5
     """
+
+    _schedulable_buffers = frozenset({"beta"})
 
     def __init__(
         self,
@@ -367,6 +396,11 @@ class KLPENPPOLoss(PPOLoss):
         self.samples_mc_kl = samples_mc_kl
         self._beta_init = float(beta)
         self.register_buffer("beta", torch.tensor(float(beta)))
+
+    def _check_hyperparameter(self, name: str, value: float) -> None:
+        if name == "beta" and not value >= 0:
+            raise ValueError(f"{type(self).__name__}: beta must be >= 0, got {value!r}.")
+        super()._check_hyperparameter(name, value)
 
     def _behaviour_dist(self, tensordict: Any) -> D.Distribution:
         keys = list(self._dist_module.in_keys)

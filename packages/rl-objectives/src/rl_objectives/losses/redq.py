@@ -185,10 +185,6 @@ class REDQLoss(_TemperatureMixin, _BootstrappedLoss):
                                    compare_against=self._policy_params(actor_network))
         self._init_temperature(alpha_init, min_alpha, max_alpha, fixed_alpha)
 
-    @property
-    def target_entropy(self) -> float | None:
-        """The entropy target (``None`` until the first call when it is inferred from the action)."""
-        return self._target_entropy
 
     def _subset_q(self, tensordict: Any, n: int, **kwargs: Any) -> torch.Tensor:
         """``n`` critics' values, ``[n, *batch]`` (``n``: the ensemble, or the target subset)."""

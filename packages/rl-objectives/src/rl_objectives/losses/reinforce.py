@@ -24,7 +24,8 @@ class ReinforceLoss(_ActorCriticLoss):
     ``loss_actor = -mean(log pi(a|s) * A)`` with ``a`` the stored action and ``A`` the (detached)
     advantage; ``loss_value = mean(distance(V(s), value_target))`` when a critic is given. When the
     input has no advantage, the value estimator writes ``"advantage"`` and ``"value_target"`` into
-    the input TensorDict (as TorchRL does); nothing else of the input is modified.
+    the input TensorDict (as TorchRL does); nothing else of the input is modified. Its steps must be
+    in time order (see :class:`~rl_objectives.A2CLoss`).
 
     Args:
         actor_network: the policy (a ProbabilisticTensorDictSequential / ProbabilisticTensorDictModule).

@@ -183,10 +183,6 @@ class SACLoss(_TemperatureMixin, _BootstrappedLoss):
         self._init_temperature(alpha_init, min_alpha, max_alpha, fixed_alpha)
         self._keys_from_actor(actor_network, "log_prob")
 
-    @property
-    def target_entropy(self) -> float | None:
-        """The entropy target (``None`` until the first call when it is inferred from the action)."""
-        return self._target_entropy
 
     def _sample(self, tensordict: Any, target: bool = False) -> PolicyDraw:
         """A reparameterised action from the actor (its target parameters with ``target``)."""

@@ -360,7 +360,27 @@ class _TemperatureMixin:
     ``fixed_alpha``) and the optional clamp bounds; :attr:`_alpha` is the clamped temperature,
     detached (the losses that use it never train it; only ``loss_alpha`` reads ``log_alpha``).
     Check the arguments first with :func:`_check_alpha_bounds`.
+
+    Scheduling: with ``fixed_alpha``, ``loss.log_alpha = math.log(0.05)`` writes the buffer in place
+    (a learnt ``log_alpha`` is a parameter: the optimizer owns it); ``loss.target_entropy = -1.0``
+    sets the entropy target; ``min_log_alpha`` / ``max_log_alpha`` are read at every call. The
+    subclass stores the target in ``_target_entropy`` (``None``: inferred at the first call).
     """
+
+    _schedulable_buffers = frozenset({"log_alpha"})
+    _target_entropy: float | None = None
+
+    @property
+    def target_entropy(self) -> float | None:
+        """The entropy target (``None`` until the first call when it is inferred from the action);
+        assign a number to change it."""
+        return self._target_entropy
+
+    @target_entropy.setter
+    def target_entropy(self, value: float) -> None:
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+            raise ValueError(f"{type(self).__name__}: target_entropy must be a finite number, got {value!r}.")
+        self._target_entropy = float(value)
 
     def _init_temperature(self, alpha_init: float, min_alpha: float | None, max_alpha: float | None, fixed_alpha: bool) -> None:
         self.fixed_alpha = bool(fixed_alpha)

@@ -30,7 +30,8 @@ class ReplayBufferTrainer(TrainerHookBase):
     Registers three operations: ``extend`` at ``"batch_process"`` (every collected batch goes into the
     buffer), ``sample`` at ``"process_optim_batch"`` (every optimisation step trains on a sample) and
     ``update_priority`` at ``"post_loss"`` (when the loss wrote a priority, e.g. DQN's ``"td_error"``,
-    the sampled items get it as their new priority).
+    and the buffer is prioritized, the sampled items get it as their new priority; a buffer whose
+    ``sampler`` has no ``alpha``/``beta`` exponents, e.g. a uniform one, is left alone).
 
     The buffer is duck-typed: it needs ``extend(td)`` and ``sample(batch_size)`` (or ``sample()``);
     priorities go through ``update_tensordict_priority(td)`` when the buffer has it (rl_replay's
@@ -117,10 +118,18 @@ class ReplayBufferTrainer(TrainerHookBase):
             sample = self.replay_buffer.sample(self.batch_size)
         return sample if self.device is None else sample.to(self.device)
 
+    def _takes_priorities(self) -> bool:
+        # as TorchRL: priorities go to prioritized buffers only (SAC, TD3, ... write a TD error into every
+        # sample, also with a uniform buffer). A buffer that shows its sampler is prioritized when the
+        # sampler has the PER exponents alpha and beta; a duck-typed buffer without one decides itself.
+        sampler = getattr(self.replay_buffer, "sampler", None)
+        return sampler is None or (hasattr(sampler, "alpha") and hasattr(sampler, "beta"))
+
     def update_priority(self, batch: TensorDictBase) -> None:
-        """Sends the priority the loss wrote into the sample back to the buffer (no-op when absent)."""
+        """Sends the priority the loss wrote into the sample back to the buffer (no-op when absent, or
+        when the buffer's sampler has no priorities)."""
         batch = _check_td("ReplayBufferTrainer.update_priority", batch)
-        if self.priority_key not in batch.keys(include_nested=True):
+        if self.priority_key not in batch.keys(include_nested=True) or not self._takes_priorities():
             return
         if callable(getattr(self.replay_buffer, "update_tensordict_priority", None)):
             self.replay_buffer.update_tensordict_priority(batch)

@@ -17,6 +17,8 @@ import torch
 from tdict import TensorDictBase
 from torch import nn
 
+from ..losses.common import total_loss
+
 __all__ = ["ClearCudaCache", "OptimizerHook", "TargetNetUpdaterHook", "TrainerHookBase", "UpdateWeights"]
 
 
@@ -134,24 +136,10 @@ class OptimizerHook(TrainerHookBase):
         return [p for group in self.optimizer.param_groups for p in group["params"]]
 
     def _loss(self, losses_td: TensorDictBase) -> torch.Tensor:
-        present = list(losses_td.keys())
-        if self.loss_components is None:
-            names = [k for k in present if isinstance(k, str) and k.startswith("loss")]
-            if not names:
-                raise KeyError(f"OptimizerHook: the loss output has no entry whose name starts with 'loss'; entries: {present}.")
-        else:
-            names = self.loss_components
-            missing = [k for k in names if k not in present]
-            if missing:
-                raise KeyError(f"OptimizerHook: loss_components {missing} are not in the loss output; entries: {present}.")
-        values = []
-        for name in names:
-            value = losses_td.get(name)
-            if not isinstance(value, torch.Tensor) or value.numel() != 1:
-                shape = tuple(value.shape) if isinstance(value, torch.Tensor) else type(value).__name__
-                raise ValueError(f"OptimizerHook: loss entry {name!r} must be a scalar tensor, got {shape} (use reduction='mean' or 'sum').")
-            values.append(value.reshape(()))
-        return torch.stack(values).sum() if len(values) > 1 else values[0]
+        try:
+            return total_loss(losses_td, self.loss_components)
+        except (KeyError, ValueError) as err:
+            raise type(err)(f"OptimizerHook: {err.args[0].removeprefix('total_loss: ')}") from None
 
     def _grad_clip(self, params: list[torch.Tensor], clip_grad_norm: bool, clip_norm: float | None) -> float:
         grads = [p.grad for p in params if p.grad is not None]

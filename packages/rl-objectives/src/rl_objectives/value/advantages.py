@@ -22,7 +22,6 @@ from ..functional import (
     vec_td_lambda_return_estimate,
     vtrace_advantage_estimate,
 )
-from ..functional.value import _check_unit_interval
 from .base import ValueEstimatorBase, _standardize
 
 __all__ = [
@@ -31,23 +30,6 @@ __all__ = [
 ]
 
 _Tensor = torch.Tensor
-
-
-def _set_coefficient(module: ValueEstimatorBase, name: str, value: Any) -> None:
-    """A float attribute, or a registered buffer for a tensor (so ``.to(device)`` moves it), on the
-    estimator's ``device`` when one was given (then a number becomes a buffer too, as in TorchRL); a
-    discount or lambda outside ``[0, 1]`` is refused, naming it."""
-    _check_unit_interval(type(module).__name__, name, value)
-    device = module._device
-    if isinstance(value, _Tensor):
-        module.register_buffer(name, value if device is None else value.to(device))
-    elif isinstance(value, (int, float)) and not isinstance(value, bool):
-        if device is None:
-            setattr(module, name, float(value))
-        else:
-            module.register_buffer(name, torch.tensor(float(value), device=device))
-    else:
-        raise TypeError(f"{type(module).__name__}: {name} must be a number or a tensor, got {type(value).__name__}.")
 
 
 def _sum_to(x: _Tensor, ndim: int) -> _Tensor:
@@ -61,7 +43,7 @@ class _TDBase(ValueEstimatorBase):
 
     def __init__(self, gamma: Any, value_network: Any, average_rewards: bool, **kwargs: Any) -> None:
         super().__init__(value_network=value_network, **kwargs)
-        _set_coefficient(self, "gamma", gamma)
+        self._set_coefficient("gamma", gamma)
         self.average_rewards = bool(average_rewards)
 
     def _return(self, next_value: _Tensor, reward: _Tensor, done: _Tensor, terminated: _Tensor, time_dim: int) -> _Tensor:
@@ -101,6 +83,8 @@ class TD0Estimator(_TDBase):
         >>> td["value_target"][0], td["advantage"][0]
         (tensor([3., 3., 3.]), tensor([-1., -1., -1.]))
     """
+
+    recursive_in_time = False  # one step at a time: a shuffled, flattened batch gives the same targets
 
     def __init__(
         self,
@@ -205,7 +189,7 @@ class TDLambdaEstimator(_TDBase):
     ) -> None:
         super().__init__(gamma, value_network, average_rewards, differentiable=differentiable,
                          skip_existing=skip_existing, shifted=shifted, time_dim=time_dim, **kwargs)
-        _set_coefficient(self, "lmbda", lmbda)
+        self._set_coefficient("lmbda", lmbda)
         self.vectorized = bool(vectorized)
 
     def _return(self, next_value, reward, done, terminated, time_dim):
@@ -264,8 +248,8 @@ class GAE(ValueEstimatorBase):
                          skip_existing=skip_existing, shifted=shifted, time_dim=time_dim, **kwargs)
         if not isinstance(auto_reset_env, bool):
             raise TypeError(f"{type(self).__name__}: auto_reset_env must be a bool, got {type(auto_reset_env).__name__}.")
-        _set_coefficient(self, "gamma", gamma)
-        _set_coefficient(self, "lmbda", lmbda)
+        self._set_coefficient("gamma", gamma)
+        self._set_coefficient("lmbda", lmbda)
         self.average_gae = bool(average_gae)
         self.vectorized = bool(vectorized)
         self.auto_reset_env = auto_reset_env
@@ -358,7 +342,7 @@ class VTrace(ValueEstimatorBase):
             if not isinstance(thresh, (int, float)) or isinstance(thresh, bool) or thresh <= 0:
                 raise ValueError(f"VTrace: {name} must be a positive number, got {thresh!r}.")
         self.__dict__["actor_network"] = actor_network  # owned by the loss, like value_network
-        _set_coefficient(self, "gamma", gamma)
+        self._set_coefficient("gamma", gamma)
         self.rho_thresh = float(rho_thresh)
         self.c_thresh = float(c_thresh)
         self.average_adv = bool(average_adv)

@@ -19,10 +19,12 @@ from tdict import TensorDict, unravel_key
 from torch import nn
 
 from .._stack import user_stacklevel
+from ..functional.value import _check_unit_interval
 
 __all__ = ["ValueEstimatorBase", "ValueEstimators"]
 
 _Tensor = torch.Tensor
+_TRAJ_IDS = ("collector", "traj_ids")
 
 
 class ValueEstimators(str, enum.Enum):
@@ -151,6 +153,11 @@ class ValueEstimatorBase(nn.Module):
     default_keys = _AcceptedKeys
     # whether value_estimate needs V(s_t) (GAE, V-trace) or only the next values (TD estimators)
     _target_needs_value = True
+    # whether the estimate of a step depends on the later steps (a recursion along time): then the
+    # steps must be in time order (only TD(0) works on a shuffled, flattened batch)
+    recursive_in_time = True
+    # ``estimator.gamma = 0.9`` (also ``lmbda``) is checked and takes effect at the next call
+    _coefficients = frozenset({"gamma", "lmbda"})
 
     def __init__(
         self,
@@ -220,6 +227,38 @@ class ValueEstimatorBase(nn.Module):
                 stacklevel=user_stacklevel(),
             )
             self.set_keys(**renames)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        # ``estimator.gamma = 0.95`` after construction: checked like the constructor's value
+        if name in self._coefficients and "_device" in self.__dict__:
+            self._set_coefficient(name, value)
+            return
+        super().__setattr__(name, value)
+
+    def _set_coefficient(self, name: str, value: Any) -> None:
+        """Set the discount or lambda ``name``: a float attribute, or a registered buffer for a tensor
+        (so ``.to(device)`` moves it), on the estimator's ``device`` when one was given (then a number
+        becomes a buffer too, as in TorchRL). A number assigned to a scalar buffer is written into it
+        in place (device and dtype kept; a compiled call reads it without recompiling). A value
+        outside ``[0, 1]`` is refused, naming it, before anything changes."""
+        owner = type(self).__name__
+        if isinstance(value, bool) or not isinstance(value, (_Tensor, int, float)):
+            raise TypeError(f"{owner}: {name} must be a number or a tensor, got {type(value).__name__}.")
+        _check_unit_interval(owner, name, value)
+        buffer = self._buffers.get(name)
+        if not isinstance(value, _Tensor) and buffer is not None and buffer.numel() == 1:
+            with torch.no_grad():
+                buffer.fill_(float(value))
+            return
+        self._buffers.pop(name, None)
+        self.__dict__.pop(name, None)
+        device = self._device
+        if isinstance(value, _Tensor):
+            self.register_buffer(name, value if device is None else value.to(device))
+        elif device is None:
+            self.__dict__[name] = float(value)
+        else:
+            self.register_buffer(name, torch.tensor(float(value), device=device))
 
     # ------------------------------------------------------------------ keys
     @property
@@ -440,10 +479,44 @@ class ValueEstimatorBase(nn.Module):
         ``value`` is None (value targets only)."""
         raise NotImplementedError(f"{type(self).__name__} must implement _estimate.")
 
+    def _check_time_order(self, tensordict: Any, time_dim: int) -> None:
+        """Refuse a batch whose steps are not in time order, as far as the data can tell.
+
+        A recursion along time (GAE, TD(1), TD(lambda), V-trace) over a shuffled or flattened
+        minibatch mixes unrelated steps and gives wrong advantages without any error: the classic
+        mistake of calling a loss on minibatches before running ``loss.value_estimator(batch)`` on
+        the collected batch. Collectors tag every step with ``("collector", "traj_ids")``; along the
+        time dim, a step may only follow a step of the same trajectory or a done step. Batches
+        without trajectory ids (hand-built rollouts) are trusted, as in TorchRL.
+        """
+        traj = tensordict.get(_TRAJ_IDS, None)
+        batch = tensordict.batch_size
+        if not self.recursive_in_time or traj is None or batch[time_dim] < 2 or tuple(traj.shape) != tuple(batch):
+            return
+        done = tensordict.get(_nested("next", self._tensor_keys.done), None)
+        if done is None:
+            return  # _inputs names the missing key
+        if tuple(done.shape) != tuple(batch):  # per-agent or trailing-singleton done flags
+            done = done.reshape(*batch, -1).any(-1)
+        ids, ends = traj.movedim(time_dim, -1), done.movedim(time_dim, -1)
+        jumps = (ids[..., 1:] != ids[..., :-1]) & ~ends[..., :-1]
+        if bool(jumps.any()):
+            where = [int(i) for i in jumps.nonzero()[0]]
+            pos, t = tuple(where[:-1]), where[-1]
+            raise ValueError(
+                f"{type(self).__name__}: the batch is not in time order along dim {time_dim} (batch_size {tuple(batch)}): "
+                f"step {t} belongs to trajectory {int(ids[pos + (t,)])} and step {t + 1} to trajectory "
+                f"{int(ids[pos + (t + 1,)])} (('collector', 'traj_ids')) with no done between them, so a recursion along "
+                "time would mix unrelated steps and give wrong advantages: is this a shuffled or flattened minibatch? "
+                "Estimate on the whole collected batch before flattening, `loss.value_estimator(batch)` (the minibatches "
+                "then carry the advantage and the loss uses it), or give the estimator the right time_dim."
+            )
+
     def _run(self, tensordict: Any, params: Any, target_params: Any, need_value: bool) -> tuple:
         keys = self._tensor_keys
         time_dim = self._resolve_time_dim(tensordict)
         reward, done, terminated = self._inputs(tensordict, time_dim)
+        self._check_time_order(tensordict, time_dim)
         value, next_value = self._values(tensordict, params, target_params, time_dim, need_value)
         reward, done, terminated = self._prepare_signals(reward, done, terminated, next_value)
         named = [(_nested("next", keys.reward), reward), (_nested("next", keys.value), next_value)]
