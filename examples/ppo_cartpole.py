@@ -33,7 +33,7 @@ N_ENVS, STEPS, EPOCHS, MINIBATCH = 16, 128, 4, 256
 
 
 def make_env() -> TransformedEnv:
-    return TransformedEnv(CartPoleEnv(batch_size=[N_ENVS]), StepCounter(500))
+    return TransformedEnv(CartPoleEnv(batch_size=[N_ENVS], categorical_action_encoding=True), StepCounter(500))
 
 
 def make_networks() -> tuple[ProbabilisticActor, ValueOperator]:

@@ -72,7 +72,9 @@ class Config:
     alpha_init: float = 0.2  # initial SAC temperature
     buffer_size: int = 100_000
     eval_every: int = 2_000  # frames between two evaluations
-    eval_envs: int = 8  # whole episodes per evaluation
+    eval_envs: int = 10  # whole episodes per evaluation
+    save_every: int = 0  # frames between two checkpoints; 0: one checkpoint, at the end
+    resume: bool = False  # continue the run in runs/<name>/ from its checkpoint
     threads: int = 1  # torch.set_num_threads: small nets run fastest on one core
     quick: bool = False  # a smoke test: 1,024 frames
 
@@ -88,6 +90,8 @@ def parse_config() -> Config:
     cfg = Config(**vars(parser.parse_args()))
     if cfg.quick:
         cfg = dataclasses.replace(cfg, frames=1_024, init_random_frames=256, eval_every=512, eval_envs=2)
+    if cfg.resume and not cfg.name:
+        parser.error("--resume continues a named run: give --name")
     if not cfg.name:
         cfg = dataclasses.replace(cfg, name=f"sac_pendulum_{datetime.now():%Y%m%d_%H%M%S}_seed{cfg.seed}")
     return cfg
@@ -181,13 +185,11 @@ def main() -> None:
         logger=logger,
         seed=cfg.seed,
         log_interval=cfg.frames_per_batch * 8,
-        save_trainer_interval=cfg.frames,  # one checkpoint, at the end
+        save_trainer_interval=cfg.save_every or cfg.frames,
         save_trainer_file=run_dir / "checkpoint.pt",
     )
-    # the policy's distribution parameters are not needed for SAC: store the transitions only
     buffer = ReplayBuffer(storage=LazyTensorStorage(min(cfg.buffer_size, cfg.frames)), batch_size=cfg.batch_size)
-    trainer.register_op("batch_process", lambda batch: batch.exclude("loc", "scale"))
-    ReplayBufferTrainer(buffer).register(trainer)
+    ReplayBufferTrainer(buffer).register(trainer)  # its items are saved with every checkpoint
     TargetNetUpdaterHook(SoftUpdate(loss, tau=cfg.tau)).register(trainer)
     UpdateWeights(collector, update_weights_interval=1).register(trainer)
     eval_env = make_env(cfg.eval_envs)
@@ -198,6 +200,9 @@ def main() -> None:
     ).register(trainer)
     ProgressBar(desc="SAC pendulum ").register(trainer)
     trainer.register_module("policy", actor)  # the checkpoint's "policy" entry: load_policy() reads it
+    if cfg.resume and (run_dir / "checkpoint.pt").exists():
+        trainer.load_from_file(run_dir / "checkpoint.pt")  # weights, optimizer, buffer, collector, env, RNGs
+        print(f"resumed from {run_dir / 'checkpoint.pt'} at frame {trainer.collected_frames}", flush=True)
 
     print(f"SAC on {cfg.n_envs} pendulums, {cfg.frames} frames, seed {cfg.seed}; run folder {run_dir}/", flush=True)
     trainer.train()

@@ -222,8 +222,12 @@ def test_policy_none_random_actions_inside_spec():
         frames_per_batch=200,
         total_frames=200,
     )
+    acts = next(iter(cp))["action"]  # one-hot, as GymEnv("CartPole-v1")'s default spec
+    assert acts.shape == (2, 100, 2) and acts.dtype == torch.int64 and bool((acts.sum(-1) == 1).all())
+    assert set(acts.unique().tolist()) == {0, 1} and set(acts.argmax(-1).unique().tolist()) == {0, 1}
+    cp = Collector(CartPoleEnv(batch_size=[2], seed=0, categorical_action_encoding=True), None, frames_per_batch=200, total_frames=200)
     acts = next(iter(cp))["action"]
-    assert acts.dtype == torch.int64 and set(acts.unique().tolist()) == {0, 1}
+    assert acts.shape == (2, 100) and acts.dtype == torch.int64 and set(acts.unique().tolist()) == {0, 1}
 
 
 def test_plain_module_policy_wrapped_on_observation():
@@ -654,6 +658,7 @@ def test_state_dict_resume_mid_run():
     collector.update_policy_weights_()
     state = copy.deepcopy(collector.state_dict())
     assert state["frames"] == 16 and state["policy_version"] == 1
+    uninterrupted = list(it)
 
     other = linear_module(0.0)
     with torch.no_grad():
@@ -672,8 +677,39 @@ def test_state_dict_resume_mid_run():
     assert all(b[VERSION].eq(1).all() for b in rest)
     for b in rest:
         assert torch.allclose(b["action"], expected_action(net, b))
-    # trajectory ids keep counting: no collision with ids handed out before the checkpoint
+    # the pendulum is resumable: the collector goes on from the step it was at, as the uninterrupted one did
+    assert len(rest) == len(uninterrupted)
+    for b, u in zip(rest, uninterrupted):
+        assert (b == u).all()
+    assert int(rest[0][TRAJ].min()) == 0  # the trajectory begun before the checkpoint goes on
+
+
+class _NotResumable(PendulumEnv):
+    @property
+    def resumable(self):
+        return False
+
+
+def test_state_dict_resume_with_an_env_that_is_not_resumable_starts_new_trajectories():
+    def make(seed):
+        return TransformedEnv(_NotResumable(seed=seed), StepCounter(max_steps=100))
+
+    collector = Collector(make(0), None, frames_per_batch=8, total_frames=32)
+    it = iter(collector)
+    next(it), next(it)
+    state = copy.deepcopy(collector.state_dict())
+    assert "carrier" not in state  # nothing to continue from
+    resumed = Collector(make(1), None, frames_per_batch=8, total_frames=32)
+    resumed.load_state_dict(state)
+    rest = list(resumed)
+    assert [b.batch_size for b in rest] == [torch.Size([8])] * 2
+    # a reset starts new trajectories, whose ids keep counting (no collision with earlier ids)
     assert int(rest[0][TRAJ].min()) >= state["traj_count"] >= 1
+    assert int(rest[0]["step_count"][0]) == 0
+    carrier = Collector(pendulum(), None, frames_per_batch=8, total_frames=32)
+    next(iter(carrier))
+    with pytest.raises(ValueError, match="not resumable"):
+        Collector(make(2), None, frames_per_batch=8, total_frames=32).load_state_dict(carrier.state_dict())
 
 
 def test_reset_restarts_trajectories_keeps_frames():

@@ -119,12 +119,12 @@ def test_cartpole_auto_resets_match_separate_envs(make_batched):
     """break_when_any_done=False: done workers (and done sub-envs inside a worker) reset in place."""
     T = 60
     actions = torch.randint(0, 2, (W, 2, T), generator=torch.Generator().manual_seed(3))
-    env = make_batched(W, CartPoleEnv, {"batch_size": [2]})
+    env = make_batched(W, CartPoleEnv, {"batch_size": [2], "categorical_action_encoding": True})
     try:
         env.set_seed(11)
         rollout = env.rollout(T, _table_policy(actions, 2), break_when_any_done=False)
         assert rollout.batch_size == torch.Size([W, 2, T])
-        ref = _reference(lambda i: CartPoleEnv(batch_size=[2]), W, actions, 11)
+        ref = _reference(lambda i: CartPoleEnv(batch_size=[2], categorical_action_encoding=True), W, actions, 11)
         assert ref["done"][:, :, :-1].any()  # the episodes did end and restart mid-rollout
         _assert_rollout_matches(rollout, ref)
     finally:

@@ -11,6 +11,7 @@ from torch import nn
 
 from tdict import TensorDict
 from tdict.nn import TensorDictModule
+from tdict.specs import Categorical, OneHot
 from rl_envs import CartPoleEnv, PendulumEnv, StepCounter, TransformedEnv
 
 THETA_LIMIT = 12 * 2 * math.pi / 360
@@ -49,15 +50,21 @@ def _pendulum_states(n: int, gen: torch.Generator) -> tuple[torch.Tensor, torch.
     return th, thdot, torque
 
 
+def _encode(actions: torch.Tensor, categorical: bool) -> torch.Tensor:
+    """Index actions as the env reads them: indices, or one-hot rows (int64, as GymEnv's OneHot spec)."""
+    return actions if categorical else torch.nn.functional.one_hot(actions, 2)
+
+
 # ----------------------------------------------------------------------------- vs gymnasium
-def test_cartpole_matches_gymnasium_step_for_step():
+@pytest.mark.parametrize("categorical", [False, True])
+def test_cartpole_matches_gymnasium_step_for_step(categorical):
     classic = _gym_classic()
     gen = torch.Generator().manual_seed(0)
     n = 1500
     states = _cartpole_states(n, gen)
     actions = torch.randint(0, 2, (n,), generator=gen)
-    env = CartPoleEnv(batch_size=[n])
-    out = env.step(TensorDict(observation=states, action=actions, batch_size=[n]))["next"]
+    env = CartPoleEnv(batch_size=[n], categorical_action_encoding=categorical)
+    out = env.step(TensorDict(observation=states, action=_encode(actions, categorical), batch_size=[n]))["next"]
     assert out["observation"].dtype == torch.float32 and out["reward"].dtype == torch.float32
 
     gym_env = classic.CartPoleEnv()
@@ -87,7 +94,7 @@ def test_cartpole_matches_gymnasium_step_for_step():
 def test_cartpole_trajectory_matches_gymnasium():
     """Whole episodes from a reset state, with gymnasium stepping its own (float64) state alongside."""
     classic = _gym_classic()
-    env = CartPoleEnv(seed=1)
+    env = CartPoleEnv(seed=1, categorical_action_encoding=True)
     gen = torch.Generator().manual_seed(1)
     gym_env = classic.CartPoleEnv()
     gym_env.reset(seed=0)
@@ -105,6 +112,54 @@ def test_cartpole_trajectory_matches_gymnasium():
                 break
             td = td["next"]
         assert terminated and t > 3
+
+
+@pytest.mark.parametrize("batch", [[], [3]])
+def test_cartpole_action_spec_equals_gymenv(batch):
+    """CartPoleEnv's action spec is GymEnv("CartPole-v1")'s, for each encoding (the real gymnasium)."""
+    pytest.importorskip("gymnasium")
+    from rl_envs import GymEnv
+
+    kwargs = {"num_envs": batch[0]} if batch else {}
+    for cat_kwargs in ({}, {"categorical_action_encoding": False}, {"categorical_action_encoding": True}):
+        native = CartPoleEnv(batch_size=batch, **cat_kwargs)
+        gym_env = GymEnv("CartPole-v1", **kwargs, **cat_kwargs)
+        try:
+            ours, theirs = native.action_spec, gym_env.action_spec
+            assert type(ours) is type(theirs), cat_kwargs
+            assert (ours.shape, ours.dtype, ours.device) == (theirs.shape, theirs.dtype, theirs.device), cat_kwargs
+            assert ours.space == theirs.space and ours.n == theirs.n == 2, cat_kwargs
+            assert ours == theirs and native.full_action_spec == gym_env.full_action_spec, cat_kwargs
+            assert native.observation_spec == gym_env.observation_spec
+            # each env accepts the other's random actions
+            assert ours.is_in(theirs.rand()) and theirs.is_in(ours.rand())
+        finally:
+            gym_env.close()
+    assert type(CartPoleEnv(batch_size=batch).action_spec) is OneHot  # the default is GymEnv's one-hot
+
+
+@pytest.mark.parametrize("batch", [[], [3]])
+def test_cartpole_one_hot_and_categorical_trajectories_are_equal(batch):
+    """Same seed, same action sequence: one-hot and index actions give the same rollouts (with auto-resets)."""
+    T = 150
+    indices = torch.randint(0, 2, (*batch, T), generator=torch.Generator().manual_seed(4))
+
+    def table(categorical):
+        t = [0]
+
+        def policy(td):
+            a = indices[..., t[0]]
+            td["action"] = a if categorical else torch.nn.functional.one_hot(a, 2)
+            t[0] += 1
+            return td
+        return policy
+
+    one_hot = CartPoleEnv(batch_size=batch, seed=5).rollout(T, table(False), break_when_any_done=False)
+    index = CartPoleEnv(batch_size=batch, seed=5, categorical_action_encoding=True).rollout(T, table(True), break_when_any_done=False)
+    assert one_hot["action"].shape == (*batch, T, 2) and index["action"].shape == (*batch, T)
+    assert torch.equal(one_hot["action"].argmax(-1), index["action"]) and torch.equal(index["action"], indices)
+    assert bool(index["next", "done"].sum() >= 2)  # episodes ended and restarted inside the rollout
+    assert (one_hot.exclude("action") == index.exclude("action")).all()
 
 
 def _batched_pendulum_step(n: int, seed: int):
@@ -162,12 +217,15 @@ def test_pendulum_params_match_gymnasium():
 
 
 # ----------------------------------------------------------------------------- batching
-def test_cartpole_batched_equals_single():
+@pytest.mark.parametrize("categorical", [False, True])
+def test_cartpole_batched_equals_single(categorical):
     gen = torch.Generator().manual_seed(2)
     n = 16
     states, actions = _cartpole_states(n, gen), torch.randint(0, 2, (n,), generator=gen)
-    batched = CartPoleEnv(batch_size=[n]).step(TensorDict(observation=states, action=actions, batch_size=[n]))["next"]
-    single = CartPoleEnv()
+    actions = _encode(actions, categorical)
+    batched = CartPoleEnv(batch_size=[n], categorical_action_encoding=categorical).step(
+        TensorDict(observation=states, action=actions, batch_size=[n]))["next"]
+    single = CartPoleEnv(categorical_action_encoding=categorical)
     for i in range(n):
         out = single.step(TensorDict(observation=states[i], action=actions[i]))["next"]
         assert out.batch_size == torch.Size([]) and out["reward"].shape == torch.Size([])
@@ -226,8 +284,10 @@ def test_pendulum_reset_distribution():
 
 
 def _cartpole_policy(td):
+    """A balancing controller; one-hot actions (CartPoleEnv's default encoding)."""
     obs = td["observation"]
-    td["action"] = ((obs[..., 2] * 10 + obs[..., 3] * 2 + obs[..., 0] * 0.1 + obs[..., 1] * 0.5) > 0).long()
+    push_right = ((obs[..., 2] * 10 + obs[..., 3] * 2 + obs[..., 0] * 0.1 + obs[..., 1] * 0.5) > 0).long()
+    td["action"] = torch.nn.functional.one_hot(push_right, 2)
     return td
 
 
@@ -328,8 +388,9 @@ def test_rollout_values_inside_specs(make, policy, batch):
         env.full_done_spec.assert_is_in(step["next"])
         env.full_done_spec.assert_is_in(step)
     if make is CartPoleEnv:
-        assert env.action_spec.n == 2 and env.action_spec.dtype == torch.int64
-        assert env.action_spec.shape == tuple(batch) and env.reward_spec.dtype == torch.float32
+        assert type(env.action_spec) is OneHot and env.action_spec.n == 2 and env.action_spec.dtype == torch.int64
+        assert env.action_spec.shape == (*batch, 2) and env.reward_spec.dtype == torch.float32
+        assert bool((rollout["action"].sum(-1) == 1).all())
         assert env.observation_spec["observation"].dtype == torch.float32
         assert rollout["next", "done"].any()  # random actions fail quickly: terminating states are in the spec too
     fake = env.fake_tensordict()
@@ -391,12 +452,12 @@ def test_cartpole_time_limit_with_step_counter():
 def test_cartpole_step_leaves_its_input_alone_and_follows_to():
     env = CartPoleEnv(batch_size=[2], seed=0)
     td = env.reset()
-    td["action"] = torch.tensor([0, 1])
+    td["action"] = torch.tensor([[1, 0], [0, 1]])
     before = td.clone()
     out = env.step(td)
     assert torch.equal(out["observation"], before["observation"]) and torch.equal(out["action"], before["action"])
     # pushing left vs right from the same start: the cart accelerates in opposite directions
-    same = TensorDict(observation=torch.zeros(2, 4), action=torch.tensor([0, 1]), batch_size=[2])
+    same = TensorDict(observation=torch.zeros(2, 4), action=torch.tensor([[1, 0], [0, 1]]), batch_size=[2])
     x_dot = env.step(same)["next", "observation"][:, 1]
     temp = 10 / 1.1
     thetaacc = -temp / (0.5 * (4 / 3 - 0.1 / 1.1))
@@ -411,7 +472,7 @@ def test_cartpole_step_leaves_its_input_alone_and_follows_to():
 # ----------------------------------------------------------------------------- CartPole action checks
 @pytest.mark.parametrize("actions, bad", [(torch.tensor(7), [7]), (torch.tensor([0, 7, -1, 1]), [-1, 7])])
 def test_cartpole_refuses_invalid_actions_by_default(actions, bad):
-    env = CartPoleEnv(batch_size=actions.shape, seed=0)
+    env = CartPoleEnv(batch_size=actions.shape, seed=0, categorical_action_encoding=True)
     assert env.validate_actions is True
     td = env.reset()
     before = td.clone()
@@ -421,27 +482,87 @@ def test_cartpole_refuses_invalid_actions_by_default(actions, bad):
     assert "next" not in td.keys() and torch.equal(td["observation"], before["observation"])
     # the same check runs for rollouts and behind transforms
     with pytest.raises(ValueError, match="must be 0 .* or 1"):
-        TransformedEnv(CartPoleEnv(batch_size=actions.shape), StepCounter(5)).rollout(3, lambda t: t.set("action", actions))
+        TransformedEnv(CartPoleEnv(batch_size=actions.shape, categorical_action_encoding=True), StepCounter(5)).rollout(
+            3, lambda t: t.set("action", actions))
+
+
+# every int64 row of two entries that is not [1, 0] or [0, 1], next to valid rows
+_NOT_ONE_HOT = [[1, 1], [0, 0], [2, 0], [0, 2], [-1, 2], [2, -1], [3, 1], [1, -1], [-1, 0], [-(2**63), 1], [1, 2**62]]
+
+
+@pytest.mark.parametrize("batch, rows, bad", [
+    ([], [[1, 1]], [[1, 1]]),
+    ([4], [[1, 0], [0, 0], [0, 1], [0, 0]], [[0, 0]]),
+    ([2, 2], [[2, -1], [0, 1], [1, 0], [1, 1]], [[1, 1], [2, -1]]),
+] + [([2], [[0, 1], row], [row]) for row in _NOT_ONE_HOT])
+def test_cartpole_refuses_non_one_hot_actions_by_default(batch, rows, bad):
+    env = CartPoleEnv(batch_size=batch, seed=0)
+    td = env.reset()
+    before = td.clone()
+    td["action"] = torch.tensor(rows).reshape(*batch, 2)
+    expected = rf"CartPoleEnv: action 'action' must be one-hot, \[1, 0\] \(push left\) or \[0, 1\] \(push right\), got {re.escape(str(bad))}"
+    with pytest.raises(ValueError, match=expected):
+        env.step(td)
+    assert "next" not in td.keys() and torch.equal(td["observation"], before["observation"])
+    # the valid rows pass: the check accepts exactly the two one-hot rows
+    td["action"] = torch.nn.functional.one_hot(torch.tensor([i % 2 for i in range(max(1, math.prod(batch)))]), 2).reshape(*batch, 2)
+    assert env.step(td)["next", "observation"].shape == (*batch, 4)
+    # index actions on a one-hot env are refused by shape before any check of the values
+    with pytest.raises(ValueError, match=r"action 'action': expected shape \[3, 2\]"):
+        CartPoleEnv(batch_size=[3]).step(TensorDict(observation=torch.zeros(3, 4), action=torch.tensor([0, 1, 1]), batch_size=[3]))
+
+
+def test_cartpole_one_hot_check_agrees_with_the_spec():
+    """The fused check refuses exactly what OneHot(2).is_in refuses, over a grid of int64 rows."""
+    values = torch.tensor([-(2**63), -3, -2, -1, 0, 1, 2, 3, 2**62, 2**63 - 1])
+    rows = torch.cartesian_prod(values, values)  # [100, 2]
+    env = CartPoleEnv(batch_size=[1], seed=0)
+    spec = OneHot(2, dtype=torch.int64)
+    for row in rows:
+        td = env.reset()
+        td["action"] = row.unsqueeze(0)
+        if spec.is_in(row):
+            env.step(td)
+        else:
+            with pytest.raises(ValueError, match="must be one-hot"):
+                env.step(td)
+
+
+def test_cartpole_categorical_action_encoding_argument():
+    with pytest.raises(TypeError, match=r"categorical_action_encoding must be a bool, got 1 \(int\)"):
+        CartPoleEnv(categorical_action_encoding=1)
+    env = CartPoleEnv(batch_size=[3], categorical_action_encoding=True)
+    assert env.categorical_action_encoding is True and env.action_spec == Categorical(2, shape=(3,))
+    assert CartPoleEnv(batch_size=[3]).action_spec == OneHot(2, shape=(3, 2), dtype=torch.int64)
 
 
 def test_cartpole_validate_actions_argument_and_unchecked_rule():
     assert CartPoleEnv(validate_actions=True).validate_actions is True
-    env = CartPoleEnv(batch_size=[3], validate_actions=False)
+    env = CartPoleEnv(batch_size=[3], validate_actions=False, categorical_action_encoding=True)
     start = TensorDict(observation=torch.zeros(3, 4), action=torch.tensor([0, 7, 1]), batch_size=[3])
     x_dot = env.step(start)["next", "observation"][:, 1]
     # Gymnasium's rule: 1 pushes right, anything else left; the action never scales the force
     temp = 10 / 1.1
     xacc = temp - 0.05 * (-temp / (0.5 * (4 / 3 - 0.1 / 1.1))) / 1.1
     torch.testing.assert_close(x_dot, torch.tensor([-0.02 * xacc, -0.02 * xacc, 0.02 * xacc]))
+    # one-hot rows are decoded with argmax (the first on ties), as GymEnv decodes them
+    env = CartPoleEnv(batch_size=[5], validate_actions=False)
+    rows = torch.tensor([[1, 0], [0, 1], [1, 1], [0, 0], [2, 5]])
+    start = TensorDict(observation=torch.zeros(5, 4), action=rows, batch_size=[5])
+    x_dot = env.step(start)["next", "observation"][:, 1]
+    torch.testing.assert_close(x_dot, 0.02 * xacc * torch.tensor([-1.0, 1.0, -1.0, -1.0, 1.0]))
 
 
 def test_cartpole_action_check_reaches_batched_workers():
     from rl_envs.batched import ParallelEnv, SerialEnv
 
     bad = torch.tensor([1, 7])
+    cat = {"categorical_action_encoding": True}
     with pytest.raises(ValueError, match=r"CartPoleEnv: action 'action' must be 0 .* got \[7\]"):
-        SerialEnv(2, CartPoleEnv).rollout(3, lambda t: t.set("action", bad))
-    env = ParallelEnv(2, CartPoleEnv, mp_start_method="fork")
+        SerialEnv(2, CartPoleEnv, cat).rollout(3, lambda t: t.set("action", bad))
+    with pytest.raises(ValueError, match=r"CartPoleEnv: action 'action' must be one-hot.* got \[\[1, 1\]\]"):
+        SerialEnv(2, CartPoleEnv).rollout(3, lambda t: t.set("action", torch.tensor([[1, 0], [1, 1]])))
+    env = ParallelEnv(2, CartPoleEnv, cat, mp_start_method="fork")
     try:
         with pytest.raises(RuntimeError, match=r"worker 1 .* raised:[\s\S]*CartPoleEnv: action 'action' must be 0 .* got \[7\]"):
             env.rollout(3, lambda t: t.set("action", bad))

@@ -113,6 +113,59 @@ def test_hard_update_copies_every_interval():
         assert copied == (step >= 3), step
 
 
+def test_hard_update_step_n_counts_n_steps():
+    """step(n) equals n calls of step() for when copies happen, and copies once per call at most."""
+    for interval in (1, 3, 7):
+        loss = Probe(make_net())
+        updater = HardUpdate(loss, value_network_update_interval=interval)
+        bias = loss.params_of("net")["module", "0", "bias"]
+        target = loss.params_of("net", target=True)["module", "0", "bias"]
+        ref_counter, value = 0, 0.0
+        for n in [1, 2, 0, 5, 3, 1, 14, 2, 6]:
+            value += 1.0
+            with torch.no_grad():
+                bias.fill_(value)
+            before = float(target[0])
+            # reference: n single steps; a copy if any of them lands on a multiple of the interval
+            copies = [c for c in range(ref_counter + 1, ref_counter + n + 1) if c % interval == 0]
+            ref_counter += n
+            updater.step(n)
+            assert updater.counter == ref_counter
+            assert float(target[0]) == (value if copies else before), (interval, n)
+    loss = Probe(make_net())
+    updater = HardUpdate(loss, value_network_update_interval=2)
+    for bad in (-1, 1.0, True, None):
+        with pytest.raises(ValueError, match=rf"HardUpdate.step: n \(the number of steps to count\) must be a non-negative int, got {bad!r}"):
+            updater.step(bad)
+    assert updater.counter == 0
+
+
+def test_soft_update_step_n_is_n_polyak_steps():
+    loss = Probe(make_net(bn=True))
+    updater = SoftUpdate(loss, tau=0.2)
+    source, target = loss.params_of("net"), loss.params_of("net", target=True)
+    with torch.no_grad():
+        for key in source.keys(True, True):
+            if source[key].is_floating_point():
+                source[key].add_(torch.randn_like(source[key]))
+        source["module", "1", "num_batches_tracked"].fill_(4)
+    reference = target.clone()
+    for _ in range(5):  # five single Polyak steps, by hand
+        for key in source.keys(True, True):
+            if source[key].is_floating_point():
+                reference[key] = 0.8 * reference[key] + 0.2 * source[key]
+    before = target.clone()
+    updater.step(0)
+    assert (target == before).all()  # n=0: nothing moves, integers included
+    updater.step(5)
+    for key in source.keys(True, True):
+        if source[key].is_floating_point():
+            torch.testing.assert_close(target[key], reference[key], atol=1e-6, rtol=1e-6)
+    assert int(target["module", "1", "num_batches_tracked"]) == 4
+    with pytest.raises(ValueError, match="SoftUpdate.step: n .* got -2"):
+        updater.step(-2)
+
+
 def test_updaters_reject_bad_arguments():
     loss = Probe(make_net())
     with pytest.raises(ValueError, match="exactly one of eps or tau"):

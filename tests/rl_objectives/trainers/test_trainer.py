@@ -500,7 +500,7 @@ def test_a_truncated_checkpoint_names_the_file(tmp_path, keep):
     before = loss2.lin.weight.detach().clone()
     with pytest.raises(RuntimeError, match=r"load_from_file: '.*cut\.pt' \(\d+ bytes\) is truncated or corrupt") as info:
         fresh.load_from_file(cut)
-    assert isinstance(info.value.__cause__, (EOFError, RuntimeError))  # torch's own error, kept
+    assert isinstance(info.value.__cause__, (EOFError, RuntimeError, OSError))  # torch's own error, kept
     assert torch.equal(loss2.lin.weight, before) and fresh.collected_frames == 0  # nothing loaded
     fresh.load_from_file(path)  # the complete file still loads
     assert fresh.collected_frames == 16
@@ -589,3 +589,121 @@ def test_bad_batches_and_loss_outputs():
                       optimizer=torch.optim.SGD([nn.Parameter(torch.zeros(1))], lr=0.1))
     with pytest.raises(TypeError, match="loss_module must return a TensorDict"):
         trainer.train()
+
+
+# ---------------------------------------------------------------------------- exact resume: RNGs and folders
+def test_seed_seeds_python_and_numpy_too():
+    import random
+
+    import numpy as np
+
+    make_trainer(Collector(n_batches=1), seed=7)  # the collector returns 8
+    a = (random.random(), float(np.random.rand()))
+    random.seed(8)
+    np.random.seed(8)
+    assert a == (random.random(), float(np.random.rand()))
+
+
+def test_the_checkpoint_restores_every_global_generator(tmp_path):
+    import random
+
+    import numpy as np
+
+    path = tmp_path / "trainer.pt"
+    trainer, *_ = make_trainer(Collector(n_batches=2), total_frames=16, save_trainer_file=path, seed=3)
+    trainer.train()
+    expected = (torch.rand(3), random.random(), float(np.random.rand()))
+    torch.manual_seed(99), random.seed(99), np.random.seed(99)
+    fresh, *_ = make_trainer(Collector(n_batches=2), total_frames=16)
+    fresh.load_from_file(path)
+    got = (torch.rand(3), random.random(), float(np.random.rand()))
+    assert torch.equal(got[0], expected[0]) and got[1:] == expected[1:]
+
+
+class FolderBuffer:
+    """A buffer saved whole into a folder (the rl_replay protocol: dumps/loads), recording its calls."""
+
+    def __init__(self):
+        self.items: list[float] = []
+        self.loaded_from = None
+
+    def extend(self, td):
+        self.items.extend(td["x"].reshape(-1, 3)[:, 0].tolist())
+
+    def sample(self, batch_size):
+        n = batch_size or 4
+        x = torch.tensor(self.items[-n:]).unsqueeze(-1).expand(-1, 3)
+        return TensorDict(x=x, y=x.sum(-1), batch_size=[n])
+
+    def state_dict(self):
+        return {"n": len(self.items)}
+
+    def load_state_dict(self, state):
+        assert state["n"] == len(self.items)  # what loads() restored is kept
+
+    def dumps(self, path):
+        os.makedirs(path)
+        with open(os.path.join(path, "items.txt"), "w") as f:
+            f.write(",".join(map(repr, self.items)))
+
+    def loads(self, path):
+        with open(os.path.join(path, "items.txt")) as f:
+            self.items = [float(v) for v in f.read().split(",")]
+        self.loaded_from = os.path.basename(path)
+
+
+def test_a_buffer_is_saved_whole_into_a_folder_named_by_the_checkpoint(tmp_path):
+    path = tmp_path / "trainer.pt"
+    trainer, *_ = make_trainer(Collector(n_batches=6), total_frames=48, save_trainer_file=path, save_trainer_interval=16)
+    buffer = FolderBuffer()
+    ReplayBufferTrainer(buffer, batch_size=4).register(trainer)
+    trainer.train()
+    folders = sorted(p.name for p in tmp_path.iterdir() if p.name != "trainer.pt")
+    saved = torch.load(path, weights_only=True)["replay_buffer"]
+    assert saved == {"__dumped_to__": folders[0]} and len(folders) == 1  # earlier checkpoints' folders are gone
+    assert folders[0].startswith("trainer.pt.replay_buffer.")
+
+    fresh, *_ = make_trainer(Collector(n_batches=6), total_frames=48)
+    other = FolderBuffer()
+    ReplayBufferTrainer(other, batch_size=4).register(fresh)
+    fresh.load_from_file(path)
+    assert other.items == buffer.items and len(other.items) == 48 and other.loaded_from == folders[0]
+
+
+def test_a_checkpoint_naming_a_missing_folder_raises_naming_it(tmp_path):
+    import shutil
+
+    path = tmp_path / "trainer.pt"
+    trainer, *_ = make_trainer(Collector(n_batches=2), total_frames=16, save_trainer_file=path)
+    ReplayBufferTrainer(FolderBuffer(), batch_size=4).register(trainer)
+    trainer.train()
+    folder = next(p for p in tmp_path.iterdir() if p.is_dir())
+    shutil.rmtree(folder)
+    fresh, loss, *_ = make_trainer(Collector(n_batches=2), total_frames=16, init_seed=5)
+    ReplayBufferTrainer(FolderBuffer(), batch_size=4).register(fresh)
+    before = loss.lin.weight.detach().clone()
+    with pytest.raises(FileNotFoundError, match=rf"names {folder.name!r} for 'replay_buffer', which is missing"):
+        fresh.load_from_file(path)
+    assert torch.equal(loss.lin.weight, before) and fresh.collected_frames == 0
+
+
+def test_a_failed_folder_write_keeps_the_previous_checkpoint(tmp_path, monkeypatch):
+    path = tmp_path / "trainer.pt"
+    trainer, *_ = make_trainer(Collector(n_batches=4), total_frames=32, save_trainer_file=path, save_trainer_interval=16)
+    buffer = FolderBuffer()
+    ReplayBufferTrainer(buffer, batch_size=4).register(trainer)
+    calls = []
+
+    def failing_dumps(p):
+        calls.append(p)
+        if len(calls) == 2:
+            os.makedirs(p)
+            raise OSError("disk full")
+        FolderBuffer.dumps(buffer, p)
+
+    monkeypatch.setattr(buffer, "dumps", failing_dumps)
+    with pytest.raises(OSError, match="disk full"):
+        trainer.train()
+    # the first checkpoint (16 frames) and its folder are intact; the failed folder was removed
+    assert torch.load(path, weights_only=True)["state"]["collected_frames"] == 16
+    assert [p.name for p in tmp_path.iterdir() if p.is_dir()] == [os.path.basename(calls[0])]

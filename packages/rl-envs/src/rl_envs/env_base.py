@@ -9,6 +9,7 @@ from tdict import TensorDict, TensorDictBase
 from tdict.specs import Categorical, Composite, Unbounded
 
 from ._env_keys import EnvKeys, _root_of, any_done, spec_shape_error
+from ._generator_state import GeneratorState
 
 __all__ = ["EnvBase", "SPEC_NAMES"]
 
@@ -24,7 +25,7 @@ def _next_seed(seed: int) -> int:
     return int(torch.randint(0, 2**32 - 1, (), generator=gen))
 
 
-class EnvBase(nn.Module):
+class EnvBase(GeneratorState, nn.Module):
     """Base class of all environments: specs describe the data, ``_reset``/``_step`` produce it.
 
     Subclasses set their specs in ``__init__`` (``observation_spec``, ``action_spec``, and optionally
@@ -38,6 +39,11 @@ class EnvBase(nn.Module):
     - ``_set_seed(seed)``.
 
     Per-step scalars (reward, done flags) have the batch shape with no trailing dim.
+
+    ``state_dict`` carries the env's buffers and the state of every ``torch.Generator`` attribute
+    (``self._rng = torch.Generator()``), so that a restored env draws the same resets. An env whose
+    whole state is in the TensorDicts it exchanges plus its ``state_dict`` says so with
+    :attr:`resumable` (then a collector can continue its trajectories after a restart).
 
     Args:
         device: where the env's tensors live.
@@ -102,6 +108,16 @@ class EnvBase(nn.Module):
     @device.setter
     def device(self, value: Any) -> None:
         self.__dict__["_device"] = torch.device(value) if value is not None else None
+
+    @property
+    def resumable(self) -> bool:
+        """Whether the env's whole state lives in the step TensorDict and in its ``state_dict``.
+
+        Then a restored env (``load_state_dict``) continues a trajectory from a saved step
+        TensorDict, as a collector resuming a run does. ``False`` by default (a wrapped simulator
+        keeps state of its own); native envs that read their state from the TensorDict say ``True``.
+        """
+        return False
 
     @property
     def batch_locked(self) -> bool:

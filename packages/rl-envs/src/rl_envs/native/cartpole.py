@@ -6,7 +6,7 @@ from typing import Any, Sequence
 
 import torch
 from tdict import TensorDict, TensorDictBase
-from tdict.specs import Bounded, Categorical, Composite, Unbounded
+from tdict.specs import Bounded, Categorical, Composite, OneHot, Unbounded
 
 from ..env_base import EnvBase
 
@@ -67,42 +67,64 @@ class CartPoleEnv(EnvBase):
     """The cart-pole balancing task of Gymnasium's ``CartPole-v1``, in torch.
 
     Observation ``"observation"`` (float32, ``[*batch, 4]``): cart position, cart velocity, pole angle
-    (0 = upright) and pole angular velocity. Action ``"action"``: an int64 index of the batch shape
-    (``Categorical(2)``, TorchRL's ``categorical_action_encoding``): 0 pushes the cart left, 1 right.
+    (0 = upright) and pole angular velocity. Action ``"action"``, int64, encoded as ``GymEnv`` encodes a
+    ``Discrete(2)`` space (TorchRL's rule): one-hot by default (``OneHot(2)``, ``[*batch, 2]``:
+    ``[1, 0]`` pushes the cart left, ``[0, 1]`` right, read with ``argmax``), or with
+    ``categorical_action_encoding=True`` an index of the batch shape (``Categorical(2)``: 0 left,
+    1 right). Either way the action spec equals ``GymEnv("CartPole-v1")``'s with the same argument.
     Reward: 1.0 on every step, including the terminating one. The episode terminates when the cart
     leaves ``|x| <= 2.4`` or the pole leaves ``|theta| <= 12°``; ``truncated`` is always ``False``,
     because CartPole-v1's 500-step limit comes from Gymnasium's ``TimeLimit`` wrapper: add
     ``StepCounter(max_steps=500)`` to get it. Resets draw every state entry uniformly in
-    ``(-0.05, 0.05)`` from the env's own generator.
+    ``(-0.05, 0.05)`` from the env's own generator; the encoding does not change the dynamics.
 
     Args:
         batch_size: the number of cart-poles (``[]`` for one).
         device: where the tensors live.
         seed: seeds the env's random generator.
-        validate_actions: raise a ``ValueError`` naming the action and the allowed values (0, 1)
-            when a step gets anything else (default ``True``, as Gymnasium's CartPole-v1 asserts
-            its action space on every step). ``False`` skips the check (one host sync per step);
-            an invalid action then pushes left, as in Gymnasium, and is never a force scale.
+        validate_actions: raise a ``ValueError`` naming the action and the allowed values (0 and 1,
+            or the one-hot rows ``[1, 0]`` and ``[0, 1]``) when a step gets anything else (default
+            ``True``, as Gymnasium's CartPole-v1 asserts its action space on every step). ``False``
+            skips the check (one host sync per step); an invalid index then pushes left, as in
+            Gymnasium, and an invalid one-hot row acts as its ``argmax`` (the first on ties, as
+            ``GymEnv`` decodes it). An action is never a force scale.
+        categorical_action_encoding: index actions (``Categorical(2)``) instead of one-hot ones
+            (``OneHot(2)``, the default, as ``GymEnv``'s).
+
+    Raises:
+        TypeError: ``categorical_action_encoding`` is not a bool.
 
     Example:
         >>> from rl_envs import StepCounter, TransformedEnv
         >>> env = TransformedEnv(CartPoleEnv(batch_size=[4], seed=0), StepCounter(max_steps=500))
         >>> rollout = env.rollout(100, break_when_any_done=False)
-        >>> rollout.batch_size, rollout["observation"].shape, rollout["action"].dtype
-        (torch.Size([4, 100]), torch.Size([4, 100, 4]), torch.int64)
+        >>> rollout.batch_size, rollout["observation"].shape, rollout["action"].shape
+        (torch.Size([4, 100]), torch.Size([4, 100, 4]), torch.Size([4, 100, 2]))
         >>> bool(rollout["next", "reward"].eq(1.0).all()), bool(rollout["next", "done"].any())
         (True, True)
+        >>> CartPoleEnv(categorical_action_encoding=True).action_spec
+        Categorical(shape=(), device=None, dtype=torch.int64, n=2)
     """
 
     def __init__(
         self, batch_size: Sequence[int] | None = None, device: Any = None, seed: int | None = None,
-        validate_actions: bool = True,
+        validate_actions: bool = True, categorical_action_encoding: bool = False,
     ) -> None:
+        if not isinstance(categorical_action_encoding, bool):
+            raise TypeError(
+                f"CartPoleEnv: categorical_action_encoding must be a bool, got {categorical_action_encoding!r} "
+                f"({type(categorical_action_encoding).__name__})."
+            )
         super().__init__(device=device, batch_size=batch_size, validate_actions=validate_actions)
+        self.categorical_action_encoding = categorical_action_encoding
         self._rng = torch.Generator(device=self.device or "cpu")
         self._set_seed(seed)
         self._consts = _Constants(self.device)
         self._make_specs()
+
+    @property
+    def resumable(self) -> bool:
+        return True  # the state is the observation in the tensordict, the generator is in state_dict
 
     def to(self, *args: Any, **kwargs: Any) -> "CartPoleEnv":
         old = self.device
@@ -122,7 +144,10 @@ class CartPoleEnv(EnvBase):
             observation=Bounded(-high.expand(*shape, 4), high.expand(*shape, 4), shape=(*shape, 4), device=device, dtype=torch.float32),
             shape=shape,
         )
-        self.action_spec = Categorical(2, shape=shape, device=device)
+        if self.categorical_action_encoding:
+            self.action_spec = Categorical(2, shape=shape, device=device)
+        else:  # GymEnv's spec of a Discrete(2) space
+            self.action_spec = OneHot(2, shape=(*shape, 2), device=device, dtype=torch.int64)
         self.reward_spec = Unbounded(shape=shape, device=device, dtype=torch.float32)
         flag = Categorical(2, shape=shape, dtype=torch.bool, device=device)
         self.done_spec = Composite(done=flag, terminated=flag.clone(), truncated=flag.clone(), shape=shape)
@@ -138,14 +163,29 @@ class CartPoleEnv(EnvBase):
         )
 
     def _validate_actions(self, tensordict: TensorDictBase, keys: Any) -> None:
-        # one fused test instead of the generic spec check: only 0 and 1 have no bit above the first
+        # one fused test and one host sync instead of the generic spec check
         action = tensordict.get("action")
-        if action.bitwise_and(-2).count_nonzero():
-            bad = action[(action != 0) & (action != 1)].unique().tolist()
-            raise ValueError(f"CartPoleEnv: action 'action' must be 0 (push left) or 1 (push right), got {bad}.")
+        if self.categorical_action_encoding:
+            # only 0 and 1 have no bit above the first
+            if action.bitwise_and(-2).count_nonzero():
+                bad = action[(action != 0) & (action != 1)].unique().tolist()
+                raise ValueError(f"CartPoleEnv: action 'action' must be 0 (push left) or 1 (push right), got {bad}.")
+            return
+        # a row (a0, a1) is one-hot iff a1 is 0 or 1 and a0 is its complement: (a0 ^ a1 ^ 1) | (a1 & ~1) == 0
+        left, right = action.unbind(-1)
+        wrong = torch.bitwise_xor(left, right).bitwise_xor_(1).bitwise_or_(right.bitwise_and(-2))
+        if wrong.count_nonzero():
+            bad = action.reshape(-1, 2)[wrong.reshape(-1) != 0].unique(dim=0).tolist()
+            raise ValueError(
+                f"CartPoleEnv: action 'action' must be one-hot, [1, 0] (push left) or [0, 1] (push right), got {bad} "
+                f"(pass categorical_action_encoding=True for index actions)."
+            )
 
     def _step(self, tensordict: TensorDictBase) -> TensorDict:
-        next_obs, terminated = cartpole_step(tensordict.get("observation"), tensordict.get("action"), self._consts)
+        action = tensordict.get("action")
+        if not self.categorical_action_encoding:
+            action = action.argmax(-1)  # GymEnv's decoding of a one-hot action
+        next_obs, terminated = cartpole_step(tensordict.get("observation"), action, self._consts)
         batch = tensordict.batch_size
         device = self.device
         return TensorDict._new_unsafe(

@@ -71,6 +71,12 @@ class Transform(nn.Module):
         self.__dict__["_container"] = None
         self.__dict__["_missing_tolerance"] = False
 
+    @property
+    def resumable(self) -> bool:
+        """Whether the transform keeps no per-step state outside the tensordict and its ``state_dict``
+        (a transform holding such state in non-persistent buffers, e.g. ``CatFrames``, is not)."""
+        return all(not m._non_persistent_buffers_set for m in self.modules())
+
     # ------------------------------------------------------------------ keys
     @property
     def in_keys(self) -> list:

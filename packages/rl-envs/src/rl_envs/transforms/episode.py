@@ -12,6 +12,7 @@ from tdict._utils import NestedKey
 from tdict.specs import Bounded, Categorical, Composite, Unbounded
 
 from ._episode_utils import _ENV_ONLY, _join, _mask, _need_parent, _prefix
+from .._generator_state import GeneratorState
 from .base import Compose, Transform  # noqa: F401  (Compose: used by the doctests)
 from .stepping import FrameSkipTransform, NoopResetEnv
 
@@ -196,7 +197,7 @@ class TrajCounter(Transform):
 
 
 # ---------------------------------------------------------------------- RandomTruncationTransform
-class RandomTruncationTransform(Transform):
+class RandomTruncationTransform(GeneratorState, Transform):
     """Truncates episodes at a random horizon per sub-env, to decorrelate batched envs (TorchRL 0.14).
 
     Needs a :class:`~rl_envs.StepCounter` earlier in the chain (reads ``step_count``). On the first

@@ -7,13 +7,14 @@ from tdict import TensorDictBase
 
 from ..mdp import step_mdp
 from ._episode_utils import _ENV_ONLY, _need_parent
+from .._generator_state import GeneratorState
 from .base import Compose, Transform  # noqa: F401  (Compose: used by the doctests)
 
 __all__ = ["NoopResetEnv", "FrameSkipTransform"]
 
 
 # ---------------------------------------------------------------------- NoopResetEnv
-class NoopResetEnv(Transform):
+class NoopResetEnv(GeneratorState, Transform):
     """After each reset, takes a random number of random-action steps in the parent env (Atari-style
     no-op starts) and returns the state reached.
 

@@ -103,6 +103,11 @@ class TransformedEnv(EnvBase):
     def batch_locked(self) -> bool:
         return self._base.batch_locked
 
+    @property
+    def resumable(self) -> bool:
+        """The base env is resumable and no transform keeps per-step state outside the tensordict."""
+        return self._base.resumable and all(t.resumable for t in self._transform)
+
     # ------------------------------------------------------------------ transforms
     def append_transform(self, transform: Transform) -> "TransformedEnv":
         """Adds a transform at the end of the chain."""

@@ -1,7 +1,9 @@
 """Target-network updaters: move a loss's ``target_<name>_params`` towards ``<name>_params``.
 
 ``SoftUpdate`` is Polyak averaging after every optimizer step (DDPG, SAC, TD3);
-``HardUpdate`` copies every ``value_network_update_interval`` steps (DQN).
+``HardUpdate`` copies every ``value_network_update_interval`` steps (DQN). ``step()`` counts one
+step, as in TorchRL; ``step(n)`` counts ``n`` at once (collected frames, with
+:class:`~rl_objectives.trainers.TargetNetUpdaterHook`'s ``unit="frames"``).
 """
 
 from __future__ import annotations
@@ -44,12 +46,21 @@ class TargetNetUpdater:
         for src, dst in zip(self._sources, self._targets):
             dst.copy_(src)
 
-    def step(self) -> None:  # pragma: no cover - abstract
+    def step(self, n: int = 1) -> None:  # pragma: no cover - abstract
         raise NotImplementedError
+
+
+def _check_n(owner: str, n: object) -> int:
+    if isinstance(n, bool) or not isinstance(n, int) or n < 0:
+        raise ValueError(f"{owner}.step: n (the number of steps to count) must be a non-negative int, got {n!r}.")
+    return n
 
 
 class SoftUpdate(TargetNetUpdater):
     """``target = eps * target + (1 - eps) * source`` after every call of :meth:`step`.
+
+    ``step(n)`` applies ``n`` such updates towards the current parameters at once, in closed form:
+    ``target = eps**n * target + (1 - eps**n) * source`` (``n=0`` changes nothing).
 
     Args:
         loss_module: the loss whose targets are updated.
@@ -86,10 +97,17 @@ class SoftUpdate(TargetNetUpdater):
         super().__init__(loss_module)
 
     @torch.no_grad()
-    def step(self) -> None:
+    def step(self, n: int = 1) -> None:
+        """``n`` Polyak updates (default one) towards the current parameters.
+
+        Raises:
+            ValueError: ``n`` is not a non-negative int.
+        """
+        if _check_n("SoftUpdate", n) == 0:
+            return
         floats = [(s, t) for s, t in zip(self._sources, self._targets) if t.is_floating_point()]
         if floats:
-            torch._foreach_lerp_([t for _, t in floats], [s for s, _ in floats], 1.0 - self.eps)
+            torch._foreach_lerp_([t for _, t in floats], [s for s, _ in floats], 1.0 - self.eps ** n)
         for src, dst in zip(self._sources, self._targets):
             if not dst.is_floating_point():
                 dst.copy_(src)  # counters and other integer buffers follow exactly
@@ -98,9 +116,13 @@ class SoftUpdate(TargetNetUpdater):
 class HardUpdate(TargetNetUpdater):
     """Copy the trained parameters into the targets every ``value_network_update_interval`` steps.
 
+    ``counter`` counts the steps: ``step()`` adds one (TorchRL's rule: an optimizer step), ``step(n)``
+    adds ``n`` (e.g. the frames of a collected batch). A call copies once when the counter crossed a
+    multiple of the interval, however many it crossed (the copies would be the same).
+
     Args:
         loss_module: the loss whose targets are updated.
-        value_network_update_interval: number of :meth:`step` calls between copies.
+        value_network_update_interval: number of counted steps between copies.
 
     Example:
         >>> import torch
@@ -121,6 +143,11 @@ class HardUpdate(TargetNetUpdater):
         >>> updater.step()
         >>> float(loss.params_of("net", target=True)["module", "bias"])
         3.0
+        >>> with torch.no_grad():
+        ...     _ = loss.net.module.bias.fill_(5.0)
+        >>> updater.step(3)  # counter 2 -> 5: crosses 4, one copy
+        >>> updater.counter, float(loss.params_of("net", target=True)["module", "bias"])
+        (5, 5.0)
     """
 
     def __init__(self, loss_module: LossModule, *, value_network_update_interval: int = 1000) -> None:
@@ -130,7 +157,15 @@ class HardUpdate(TargetNetUpdater):
         self.counter = 0
         super().__init__(loss_module)
 
-    def step(self) -> None:
-        self.counter += 1
-        if self.counter % self.value_network_update_interval == 0:
+    def step(self, n: int = 1) -> None:
+        """Counts ``n`` steps (default one); copies if the counter crossed a multiple of the interval.
+
+        Raises:
+            ValueError: ``n`` is not a non-negative int.
+        """
+        _check_n("HardUpdate", n)
+        before = self.counter
+        self.counter = before + n
+        interval = self.value_network_update_interval
+        if self.counter // interval > before // interval:
             self.init_()

@@ -9,7 +9,9 @@ TorchRL's collectors (whose default is ``RANDOM``) do; evaluate under
 
 Annealing: ``step(frames)`` advances a step counter and the annealed factor is computed from it in
 closed form, ``max(end, init - count * (init - end) / annealing_num_steps)``, so it carries no
-floating-point drift from repeated subtraction (TorchRL subtracts once per frame).
+floating-point drift from repeated subtraction (TorchRL subtracts once per frame). In a
+:class:`~rl_objectives.trainers.Trainer`, :class:`~rl_objectives.trainers.AnnealExploration` calls
+``step`` with the frames of every collected batch and checkpoints the counter.
 """
 from __future__ import annotations
 
@@ -94,8 +96,12 @@ class _Annealed(TensorDictModuleBase):
         """
         if not isinstance(frames, int) or frames < 0:
             raise ValueError(f"{type(self).__name__}.step: frames must be a non-negative int, got {frames!r}.")
+        self._set_anneal_count(int(self._anneal_count) + frames)
+
+    def _set_anneal_count(self, count: int) -> None:
+        """Sets the step counter (capped at ``annealing_num_steps``) and the factor it gives."""
         init, end, n = self._schedule
-        count = min(int(self._anneal_count) + frames, n)
+        count = min(count, n)
         self._anneal_count.fill_(count)
         getattr(self, self._factor_name).fill_(max(end, init - count * (init - end) / n))
 
@@ -105,8 +111,10 @@ class EGreedyModule(_Annealed):
 
     One Bernoulli draw per element of the batch holding the action (a whole action vector is replaced
     or kept). ``eps`` anneals linearly from ``eps_init`` to ``eps_end`` over ``annealing_num_steps``
-    calls of :meth:`step` (call it in the training loop). Acts only while exploring (see the module
-    docstring).
+    steps counted by :meth:`step` (call it in the training loop with the frames collected, or
+    register :class:`~rl_objectives.trainers.AnnealExploration`: with ``annealing_num_steps =
+    exploration_fraction * total_timesteps`` this is SB3's DQN schedule). Acts only while exploring
+    (see the module docstring).
 
     Args:
         spec: the action spec random actions are drawn from (a leaf spec, or a Composite holding ``action_key``).
@@ -197,8 +205,9 @@ class EGreedyModule(_Annealed):
 class AdditiveGaussianModule(_Annealed):
     """Gaussian exploration noise: ``action + sigma * N(mean, std)``, then projected into the spec.
 
-    ``sigma`` anneals linearly from ``sigma_init`` to ``sigma_end`` over ``annealing_num_steps`` calls of
-    :meth:`step`. Acts only while exploring (see the module docstring).
+    ``sigma`` anneals linearly from ``sigma_init`` to ``sigma_end`` over ``annealing_num_steps`` steps
+    counted by :meth:`step` (or :class:`~rl_objectives.trainers.AnnealExploration`). Acts only while
+    exploring (see the module docstring).
 
     Args:
         spec: the action spec (a leaf spec, or a Composite holding ``action_key``); required when ``safe``.
@@ -289,7 +298,9 @@ class OrnsteinUhlenbeckProcessModule(_Annealed):
     Where ``is_init_key`` (``"is_init"``, written by rl_envs' ``InitTracker``) is True, the state is
     reset (``prev_noise = 0``, ``n_steps = 0``) before the update; without that entry the state is never
     reset and a warning is emitted. ``eps`` anneals from ``eps_init`` to ``eps_end`` over
-    ``annealing_num_steps`` calls of :meth:`step`. Acts only while exploring (see the module docstring).
+    ``annealing_num_steps`` steps counted by :meth:`step` (or
+    :class:`~rl_objectives.trainers.AnnealExploration`). Acts only while exploring (see the module
+    docstring).
 
     Args:
         spec: the action spec (a leaf spec, or a Composite holding ``action_key``); required when ``safe``.

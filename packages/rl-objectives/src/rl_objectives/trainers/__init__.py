@@ -3,8 +3,11 @@
 The :class:`Trainer` iterates any iterable of TensorDicts (a collector), runs a loss and an optimizer
 on every batch, and calls the hooks registered at its stages (:data:`HOOK_STAGES`). Hook objects
 register themselves (``hook.register(trainer)``); the ones with state join the trainer's checkpoint.
+:class:`AnnealExploration` steps exploration schedules by the frames collected, and
+:class:`TargetNetUpdaterHook` counts target-network updates in optimizer steps or in frames.
 Around it: :func:`evaluate_episodes` (returns of whole episodes), :class:`ProgressBar` (tqdm),
-:func:`write_learning_curve` (matplotlib) and the CSV/TensorBoard loggers.
+:func:`write_learning_curve` (matplotlib), the loggers (CSV, TensorBoard, Weights & Biases, MLflow) and
+what resuming a run exactly needs (:func:`rng_state`: the global generators, saved in checkpoints).
 
 Example:
     >>> import torch
@@ -40,15 +43,28 @@ from .hooks import (
     TrainerHookBase,
     UpdateWeights,
 )
+from .exploration_hooks import AnnealExploration
 from .evaluation import episode_returns, eval_rollout, evaluate_episodes
 from .learning_curve import write_learning_curve
 from .log_hooks import CountFramesLog, LogScalar, LogValidationReward
-from .loggers import CSVLogger, Logger, TensorboardLogger, generate_exp_name, get_logger, read_csv_scalar
+from .loggers import (
+    CSVLogger,
+    Logger,
+    MLFlowLogger,
+    TensorboardLogger,
+    WandbLogger,
+    generate_exp_name,
+    get_logger,
+    read_csv_histogram,
+    read_csv_scalar,
+)
 from .progress import ProgressBar
+from .rng import rng_state, seed_everything, set_rng_state
 from .trainer import HOOK_STAGES, Trainer, atomic_torch_save
 
 __all__ = [
     "HOOK_STAGES",
+    "AnnealExploration",
     "BatchSubSampler",
     "CSVLogger",
     "ClearCudaCache",
@@ -56,6 +72,7 @@ __all__ = [
     "LogScalar",
     "LogValidationReward",
     "Logger",
+    "MLFlowLogger",
     "OptimizerHook",
     "ProgressBar",
     "ReplayBufferTrainer",
@@ -63,6 +80,7 @@ __all__ = [
     "SelectKeys",
     "TargetNetUpdaterHook",
     "TensorboardLogger",
+    "WandbLogger",
     "Trainer",
     "TrainerHookBase",
     "UpdateWeights",
@@ -72,6 +90,10 @@ __all__ = [
     "evaluate_episodes",
     "generate_exp_name",
     "get_logger",
+    "read_csv_histogram",
     "read_csv_scalar",
+    "rng_state",
+    "seed_everything",
+    "set_rng_state",
     "write_learning_curve",
 ]

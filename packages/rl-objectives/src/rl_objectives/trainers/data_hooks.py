@@ -7,7 +7,7 @@ per-step scalars (``("next", "reward")``, ...) have exactly that shape.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import torch
@@ -154,6 +154,28 @@ class ReplayBufferTrainer(TrainerHookBase):
             self._iterator = None
         else:
             super().load_state_dict(state_dict)
+
+    # A buffer that can write itself whole (rl_replay's dumps/loads: items, sampler, writer, generator)
+    # is saved whole in the trainer's checkpoint: the Trainer calls these when they are not None.
+    @property
+    def dumps(self) -> Callable[[Any], None] | None:
+        """``dumps(path)`` of the buffer when it has ``dumps`` and ``loads``, else ``None``."""
+        return self._dump if self._can_dump() else None
+
+    @property
+    def loads(self) -> Callable[[Any], None] | None:
+        """``loads(path)`` of the buffer when it has ``dumps`` and ``loads``, else ``None``."""
+        return self._load if self._can_dump() else None
+
+    def _can_dump(self) -> bool:
+        return callable(getattr(self.replay_buffer, "dumps", None)) and callable(getattr(self.replay_buffer, "loads", None))
+
+    def _dump(self, path: Any) -> None:
+        self.replay_buffer.dumps(path)
+
+    def _load(self, path: Any) -> None:
+        self.replay_buffer.loads(path)
+        self._iterator = None
 
     def register(self, trainer: Any, name: str = "replay_buffer") -> None:
         trainer.register_op("batch_process", self.extend)

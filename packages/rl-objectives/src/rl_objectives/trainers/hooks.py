@@ -10,6 +10,7 @@ itself as a trainer module, so the trainer's ``state_dict`` saves it and ``load_
 from __future__ import annotations
 
 import abc
+import inspect
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -231,19 +232,60 @@ class UpdateWeights(TrainerHookBase):
         trainer.register_module(name, self)
 
 
+_UNITS = ("optim_steps", "frames")
+
+
+def _trainer_frame_skip(owner: str, trainer: Any) -> int:
+    """The trainer's ``frame_skip`` (1 when it has none), checked."""
+    frame_skip = getattr(trainer, "frame_skip", 1)
+    if isinstance(frame_skip, bool) or not isinstance(frame_skip, int) or frame_skip < 1:
+        raise ValueError(f"{owner}.register: trainer.frame_skip must be a positive int, got {frame_skip!r}.")
+    return frame_skip
+
+
+def _batch_frames(owner: str, batch: Any, frame_skip: int) -> int:
+    if not isinstance(batch, TensorDictBase):
+        raise TypeError(f"{owner}: expected the collected TensorDict batch (to count its frames), got {type(batch).__name__}.")
+    return batch.numel() * frame_skip
+
+
 class TargetNetUpdaterHook(TrainerHookBase):
     """Steps a target-network updater (:class:`~rl_objectives.SoftUpdate`, :class:`~rl_objectives.HardUpdate`).
 
-    Registered at ``"post_optim"``: the updater steps after every optimizer step, as Polyak
-    averaging and DQN's hard-update interval count optimizer steps. The updater's step counter (a
-    ``HardUpdate``'s phase) is part of the trainer state.
+    ``unit`` says what the updater's steps count:
+
+    - ``"optim_steps"`` (default, TorchRL's rule): registered at ``"post_optim"``, the hook calls
+      ``updater.step()`` after every optimizer step, so a ``HardUpdate`` copies every
+      ``value_network_update_interval`` gradient steps and a ``SoftUpdate`` averages once per step.
+    - ``"frames"``: registered at ``"batch_process"`` (once per collected batch, warm-up included,
+      before the batch's optimisation steps), the hook calls ``updater.step(n)`` with the batch's
+      frames, ``n = batch.numel() * trainer.frame_skip``. A ``HardUpdate`` then copies whenever the
+      collected frames cross a multiple of ``value_network_update_interval`` (SB3's DQN counts its
+      ``target_update_interval`` in env steps); a ``SoftUpdate`` applies ``n`` Polyak steps at once.
+
+    How this relates to SB3: with ``n_envs`` parallel envs, SB3's DQN copies every
+    ``max(target_update_interval // n_envs, 1)`` vector steps, during collection, hence with the
+    weights of its last training phase. ``unit="frames"`` copies at the end of each collected batch in
+    which the frame count crossed a multiple of ``N = value_network_update_interval``, before training
+    on it, hence the same weights: when ``n_envs`` divides ``N`` and a batch is one SB3 rollout
+    (``frames_per_batch = train_freq * n_envs``), the copies are SB3's. When ``n_envs`` does not
+    divide ``N``, SB3's interval is ``max(N // n_envs, 1) * n_envs`` frames: pass that to match it.
+
+    The updater's step counter (a ``HardUpdate``'s ``counter``, in the chosen unit) is part of the
+    trainer state.
 
     Args:
-        target_params_updater: anything with a ``step()`` method.
+        target_params_updater: anything with a ``step()`` method (``step(n)`` for ``unit="frames"``).
+        unit: ``"optim_steps"`` or ``"frames"``, see above.
+
+    Raises:
+        TypeError: the updater has no ``step`` method, or one that takes no ``n`` with ``unit="frames"``.
+        ValueError: ``unit`` is not one of the two.
 
     Example:
         >>> import torch
         >>> from torch import nn
+        >>> from tdict import TensorDict
         >>> from tdict.nn import TensorDictModule
         >>> from rl_objectives import HardUpdate, LossModule
         >>> from rl_objectives.trainers import TargetNetUpdaterHook
@@ -255,18 +297,39 @@ class TargetNetUpdaterHook(TrainerHookBase):
         >>> hook = TargetNetUpdaterHook(HardUpdate(loss, value_network_update_interval=2))
         >>> hook(); hook(); hook.state_dict()
         {'counter': 2}
+        >>> frames = TargetNetUpdaterHook(HardUpdate(loss, value_network_update_interval=100), unit="frames")
+        >>> _ = frames(TensorDict(batch_size=[4, 16])); frames.state_dict()  # a batch of 4 envs x 16 steps
+        {'counter': 64}
     """
 
-    def __init__(self, target_params_updater: Any) -> None:
-        if not callable(getattr(target_params_updater, "step", None)):
+    def __init__(self, target_params_updater: Any, *, unit: str = "optim_steps") -> None:
+        step = getattr(target_params_updater, "step", None)
+        if not callable(step):
             raise TypeError(
                 f"TargetNetUpdaterHook: target_params_updater must have a step() method (e.g. SoftUpdate), "
                 f"got {type(target_params_updater).__name__}."
             )
+        if unit not in _UNITS:
+            raise ValueError(f"TargetNetUpdaterHook: unit must be one of {list(_UNITS)}, got {unit!r}.")
+        if unit == "frames":
+            try:
+                inspect.signature(step).bind(1)
+            except TypeError:
+                raise TypeError(
+                    f"TargetNetUpdaterHook: unit='frames' calls target_params_updater.step(n) with the frames of each "
+                    f"batch, but {type(target_params_updater).__name__}.step{inspect.signature(step)} takes no n."
+                ) from None
+            except ValueError:  # no signature (a builtin): let the first call tell
+                pass
         self.target_params_updater = target_params_updater
+        self.unit = unit
+        self.frame_skip = 1
 
     def __call__(self, tensordict: Any = None) -> Any:
-        self.target_params_updater.step()
+        if self.unit == "frames":
+            self.target_params_updater.step(_batch_frames("TargetNetUpdaterHook", tensordict, self.frame_skip))
+        else:
+            self.target_params_updater.step()
         return tensordict
 
     def state_dict(self) -> dict[str, Any]:
@@ -280,8 +343,10 @@ class TargetNetUpdaterHook(TrainerHookBase):
         self.target_params_updater.counter = _int_state("TargetNetUpdaterHook", state_dict, ["counter"])["counter"]
 
     def register(self, trainer: Any, name: str = "target_net_updater") -> None:
-        trainer.register_op("post_optim", self)
+        frame_skip = _trainer_frame_skip("TargetNetUpdaterHook", trainer) if self.unit == "frames" else 1
         trainer.register_module(name, self)
+        self.frame_skip = frame_skip
+        trainer.register_op("batch_process" if self.unit == "frames" else "post_optim", self)
 
 
 class ClearCudaCache(TrainerHookBase):

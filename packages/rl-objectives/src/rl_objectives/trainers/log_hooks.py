@@ -233,11 +233,21 @@ class LogValidationReward(TrainerHookBase):
         self._count += 1
         return out
 
+    def _env_has_state(self) -> bool:
+        return callable(getattr(self.environment, "state_dict", None)) and callable(getattr(self.environment, "load_state_dict", None))
+
     def state_dict(self) -> dict[str, Any]:
-        return {"_count": self._count}
+        """The call count and the evaluation env's ``state_dict`` (its generators: the next resets)."""
+        state: dict[str, Any] = {"_count": self._count}
+        if self._env_has_state():
+            state["environment"] = self.environment.state_dict()
+        return state
 
     def load_state_dict(self, state_dict: Mapping[str, Any]) -> None:
-        self._count = _int_state("LogValidationReward", state_dict, ["_count"])["_count"]
+        count = _int_state("LogValidationReward", state_dict, ["_count"])["_count"]
+        if "environment" in state_dict and self._env_has_state():
+            self.environment.load_state_dict(state_dict["environment"])
+        self._count = count
 
     def register(self, trainer: Any, name: str = "recorder") -> None:
         trainer.register_op("post_steps_log", self)

@@ -2,15 +2,20 @@
 
 The trainer builds nothing itself: every specific operation (replay buffer, target updates, logging,
 weight sync) is a hook registered at one of the stages of :meth:`Trainer.train`. Its state (frames,
-optimizer steps, the loss module, the collector when it has a state, and every registered module)
-is saved with ``torch.save`` of plain state dicts written atomically, and loaded with
-``torch.load(weights_only=True)``: loading never unpickles arbitrary objects.
+optimizer steps, the loss module, the collector when it has a state, every registered module and
+the random generators of torch, NumPy and Python) is saved with ``torch.save`` of plain state dicts
+written atomically, and loaded with ``torch.load(weights_only=True)``: loading never unpickles
+arbitrary objects. Registered modules with ``dumps(path)``/``loads(path)`` (a replay buffer with its
+items) are saved whole into a folder beside the checkpoint file, which names it.
 """
 
 from __future__ import annotations
 
 import copy
+import errno
 import os
+import shutil
+import uuid
 import warnings
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
@@ -21,6 +26,7 @@ from tdict import TensorDictBase
 
 from ._atomic import atomic_write
 from .hooks import OptimizerHook
+from .rng import check_rng_state, rng_state, seed_everything, set_rng_state
 
 __all__ = ["HOOK_STAGES", "Trainer"]
 
@@ -38,7 +44,8 @@ HOOK_STAGES = (
     "post_steps_log",  # op(batch) -> dict to log or None
 )
 _STATE_KEYS = ("collected_frames", "_last_log", "_last_save", "_optim_count")
-_RESERVED = ("collector", "loss_module", "state")
+_RESERVED = ("collector", "loss_module", "state", "rng")
+_DUMPED = "__dumped_to__"  # a module saved into a folder: the checkpoint holds {_DUMPED: folder name}
 
 
 def _check_int(name: str, value: Any, minimum: int) -> int:
@@ -102,7 +109,8 @@ class Trainer:
         clip_grad_norm: clip the total gradient norm (``True``) or each gradient value (``False``).
         clip_norm: the clipping threshold; ``None``: no clipping (the norm is still measured).
         progress_bar: show a tqdm progress bar (warns and does without when tqdm is missing).
-        seed: when given, seeds the collector (``set_seed``) and torch.
+        seed: when given, seeds the collector (``set_seed``), then torch, NumPy and Python's
+            ``random`` with the seed the collector returns (as SB3's ``set_random_seed``).
         save_trainer_interval: frames between two checkpoints.
         log_interval: frames between two logger calls for the same name (the first value is logged).
         save_trainer_file: where checkpoints go (``None``: no checkpoints).
@@ -204,7 +212,7 @@ class Trainer:
                 returned = collector.set_seed(seed)
                 if isinstance(returned, int) and not isinstance(returned, bool):
                     seed = returned
-            torch.manual_seed(seed)
+            seed_everything(seed)
         if optimizer_hook is not None:
             optimizer_hook.register(self)
 
@@ -268,6 +276,7 @@ class Trainer:
         }
         for name, module in self._modules.items():
             out[name] = module.state_dict()
+        out["rng"] = rng_state()
         return out
 
     def _check_state_dict(self, state_dict: Any) -> dict[str, Any]:
@@ -278,7 +287,7 @@ class Trainer:
             expected.add("loss_module")
         if callable(getattr(self.collector, "load_state_dict", None)) and callable(getattr(self.collector, "state_dict", None)):
             expected.add("collector")
-        missing, unexpected = sorted(expected - set(state_dict)), sorted(set(state_dict) - expected)
+        missing, unexpected = sorted(expected - set(state_dict)), sorted(set(state_dict) - expected - {"rng"})
         if missing or unexpected:
             raise KeyError(
                 f"Trainer.load_state_dict: the state does not match this trainer: missing {missing}, unexpected {unexpected} "
@@ -290,6 +299,8 @@ class Trainer:
         for key in ("collected_frames", "_last_save", "_optim_count"):
             if isinstance(state[key], bool) or not isinstance(state[key], int) or state[key] < 0:
                 raise ValueError(f"Trainer.load_state_dict: state[{key!r}] must be a non-negative int, got {state[key]!r}.")
+        if "rng" in state_dict:
+            check_rng_state(state_dict["rng"])
         if not isinstance(state["_last_log"], Mapping):
             raise TypeError(f"Trainer.load_state_dict: state['_last_log'] must be a mapping, got {type(state['_last_log']).__name__}.")
         loss_sd = state_dict.get("loss_module")
@@ -309,6 +320,8 @@ class Trainer:
             self.collector.load_state_dict(state_dict["collector"])
         for name, module in self._modules.items():
             module.load_state_dict(state_dict[name])
+        if "rng" in state_dict:
+            set_rng_state(state_dict["rng"])
         self.collected_frames = state["collected_frames"]
         self._last_log = dict(state["_last_log"])
         self._last_save = state["_last_save"]
@@ -328,21 +341,63 @@ class Trainer:
             self._apply_state_dict(backup, backup["state"])
             raise
 
+    def _dumped_modules(self) -> dict[str, Any]:
+        """Registered modules saved whole into a folder (they have ``dumps(path)`` and ``loads(path)``)."""
+        return {n: m for n, m in self._modules.items() if callable(getattr(m, "dumps", None)) and callable(getattr(m, "loads", None))}
+
     def save_trainer(self, force_save: bool = False) -> bool:
         """Writes a checkpoint to ``save_trainer_file`` when ``save_trainer_interval`` frames passed
-        since the last one (or with ``force_save``); returns whether it wrote one."""
+        since the last one (or with ``force_save``); returns whether it wrote one.
+
+        Modules with ``dumps``/``loads`` (a replay buffer: its items too) are written first, each into
+        a new folder ``<file name>.<module name>.<id>`` beside the file; then the file, atomically,
+        naming those folders; then the folders of earlier checkpoints are removed. A kill at any
+        moment leaves the previous checkpoint or the new one loadable, never a mix."""
         if self.save_trainer_file is None:
             return False
         if not force_save and self.collected_frames - self._last_save < self.save_trainer_interval:
             return False
+        file = self.save_trainer_file
         previous = self._last_save
         self._last_save = self.collected_frames  # part of the saved state
+        written: list[Path] = []
         try:
-            atomic_torch_save(self.state_dict(), self.save_trainer_file)
+            state = self.state_dict()
+            for name, module in self._dumped_modules().items():
+                folder = file.parent / f"{file.name}.{name}.{uuid.uuid4().hex[:12]}"
+                written.append(folder)
+                module.dumps(folder)
+                state[name] = {_DUMPED: folder.name}
+            atomic_torch_save(state, file)
         except BaseException:
             self._last_save = previous
+            for folder in written:
+                shutil.rmtree(folder, ignore_errors=True)
             raise
+        keep = {folder.name for folder in written}
+        for name in self._dumped_modules():
+            for stale in file.parent.glob(f"{file.name}.{name}.*"):
+                if stale.name not in keep:
+                    shutil.rmtree(stale, ignore_errors=True)
         return True
+
+    def _load_dumped(self, state_dict: dict[str, Any], file: Path) -> dict[str, Any]:
+        """Loads the folders a checkpoint names into their modules; returns the rest of the state."""
+        rest = dict(state_dict)
+        for name, module in self._dumped_modules().items():
+            entry = state_dict.get(name)
+            if isinstance(entry, Mapping) and set(entry) == {_DUMPED}:
+                folder = file.parent / str(entry[_DUMPED])
+                if not folder.is_dir():
+                    raise FileNotFoundError(f"Trainer.load_from_file: {os.fspath(file)!r} names {folder.name!r} for {name!r}, which is missing.")
+                rest[name] = module.state_dict()  # checked below like any module state; loads() brings the rest
+        self._check_state_dict(rest)
+        for name, module in self._dumped_modules().items():
+            entry = state_dict.get(name)
+            if isinstance(entry, Mapping) and set(entry) == {_DUMPED}:
+                module.loads(file.parent / str(entry[_DUMPED]))
+                rest[name] = module.state_dict()  # what loads() restored: load_state_dict keeps it
+        return rest
 
     def load_from_file(self, file: str | os.PathLike, *, map_location: Any = None, weights_only: bool = True) -> Trainer:
         """Loads a checkpoint written by :meth:`save_trainer` (``torch.load(weights_only=True)``: no unpickling).
@@ -353,9 +408,12 @@ class Trainer:
         """
         try:
             state_dict = torch.load(file, map_location=map_location, weights_only=weights_only)
-        except (EOFError, RuntimeError) as err:
+        except (EOFError, RuntimeError, OSError) as err:
             # an empty file gives EOFError, a cut zip archive torch's "PytorchStreamReader failed reading zip archive"
+            # or, cut elsewhere, OSError EINVAL from the zip reader; a missing or unreadable file is no corruption
             if isinstance(err, RuntimeError) and "zip archive" not in str(err):
+                raise
+            if isinstance(err, OSError) and (err.errno != errno.EINVAL or isinstance(err, (FileNotFoundError, PermissionError))):
                 raise
             where = f"{os.fspath(file)!r} ({os.path.getsize(file)} bytes)" if isinstance(file, (str, os.PathLike)) else repr(file)
             said = str(err).split(". ")[0] if str(err) else type(err).__name__
@@ -363,6 +421,8 @@ class Trainer:
                 f"{type(self).__name__}.load_from_file: {where} is truncated or corrupt, not a complete checkpoint; "
                 f"torch.load said: {said}."
             ) from err
+        if isinstance(state_dict, Mapping) and isinstance(file, (str, os.PathLike)) and self._dumped_modules():
+            state_dict = self._load_dumped(dict(state_dict), Path(file))
         self.load_state_dict(state_dict)
         return self
 
