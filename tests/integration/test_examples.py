@@ -11,13 +11,18 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLES = sorted((REPO / "examples").glob("*.py"))
+# a short run of the scripts whose default run trains an agent
+QUICK = {
+    "train.py": ["algo=sac", "env=pendulum", "collector.total_frames=512", "collector.init_random_frames=256",
+                 "logger.eval_every=512", "env.eval_envs=2", "logger.progress=false"],
+}
 
 
 @pytest.mark.parametrize("script", EXAMPLES, ids=lambda p: p.name)
 def test_example_runs(script: Path, tmp_path: Path) -> None:
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     # examples with a long default run (the demo trains an agent) offer --quick for this check
-    quick = ["--quick"] if '"--quick"' in script.read_text() else []
+    quick = QUICK.get(script.name, ["--quick"] if '"--quick"' in script.read_text() else [])
     proc = subprocess.run(
         [sys.executable, str(script), *quick],
         cwd=tmp_path,

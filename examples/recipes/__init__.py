@@ -1,0 +1,15 @@
+"""Training recipes: one file per algorithm, each readable top to bottom, all on the shared Trainer.
+
+Each recipe module has a config dataclass (``Config``, the ``algo`` group of ``examples/train.py``),
+``PRESETS`` (tuned values per task), ``THRESHOLDS`` (the return its slow test asserts) and
+``train(cfg) -> final eval return``. ``common.py`` holds what they share (run folder, loggers,
+evaluation, checkpoints), ``envs.py`` the tasks, ``config.py`` the other config groups. Recipes
+import only the RL packages at module level; task libraries (Gymnasium, VMAS) load with their env.
+"""
+
+from __future__ import annotations
+
+import importlib
+
+NAMES = ("sac",)
+RECIPES = {name: importlib.import_module(f"{__name__}.{name}") for name in NAMES}

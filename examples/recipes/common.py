@@ -1,0 +1,193 @@
+"""What every recipe shares: the run folder, the loggers, evaluation, checkpoints and the last lines.
+
+A recipe builds its networks, loss, collector and buffer; :func:`make_trainer` wires them to the
+shared :class:`~rl_objectives.trainers.Trainer` with the standard hooks (evaluation over whole
+episodes every ``logger.eval_every`` frames, a progress bar, checkpoints, resume), and
+:func:`finish` runs the final evaluation, draws the learning curve and prints
+``final eval return X`` as the last line. Everything a run writes goes to ``runs_dir/name/``:
+``config.json`` (the resolved config), ``scalars/*.csv``, ``tensorboard/``, ``checkpoint.pt``
+(with the replay buffer beside it) and ``learning_curve.png``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import time
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import torch
+from rl_objectives.trainers import (
+    CSVLogger,
+    LogValidationReward,
+    ProgressBar,
+    Trainer,
+    evaluate_episodes,
+    get_logger,
+    write_learning_curve,
+)
+
+from .config import TrainConfig, resolve
+from .envs import make_env, time_limit
+
+EVAL_KEY = "total_r_evaluation"  # LogValidationReward's mean return of whole episodes
+
+
+class Loggers:
+    """Sends every call to each of the run's loggers (CSV first: the learning curve reads it)."""
+
+    def __init__(self, loggers: list) -> None:
+        self.loggers = loggers
+        self.csv = next(lg for lg in loggers if isinstance(lg, CSVLogger))
+
+    def log_scalar(self, name: str, value: float, step: int | None = None) -> None:
+        for logger in self.loggers:
+            logger.log_scalar(name, value, step=step)
+
+    def log_hparams(self, cfg: dict) -> None:
+        for logger in self.loggers:
+            logger.log_hparams(cfg)
+
+    def close(self) -> None:
+        for logger in self.loggers:
+            logger.close()
+
+
+@dataclasses.dataclass
+class Run:
+    """A started run: its resolved config, folder, loggers and start time."""
+
+    cfg: TrainConfig
+    dir: Path
+    logger: Loggers
+    start: float
+    algo: str
+
+    @property
+    def checkpoint(self) -> Path:
+        return self.dir / "checkpoint.pt"
+
+
+def _flat(cfg: TrainConfig) -> dict:
+    """The config as one flat dict of numbers and strings (``algo.lr``: ...), for hyper-parameter logs."""
+    out = {}
+    for key, value in dataclasses.asdict(cfg).items():
+        if isinstance(value, dict):
+            out.update({f"{key}.{k}": v for k, v in value.items()})
+        else:
+            out[key] = value
+    return {k: (v if isinstance(v, (int, float, str, bool)) or v is None else str(v)) for k, v in out.items()}
+
+
+def start_run(cfg: TrainConfig, algo: str, presets: dict, defaults: dict) -> Run:
+    """Resolves ``cfg`` with the recipe's presets, seeds, creates the run folder and its loggers,
+    and writes the resolved config to ``config.json``."""
+    cfg = resolve(cfg, presets, defaults)
+    if not cfg.name:
+        cfg = dataclasses.replace(cfg, name=f"{algo}_{cfg.env.name}_seed{cfg.seed}_{datetime.now():%Y%m%d_%H%M%S}")
+    run_dir = Path(cfg.runs_dir) / cfg.name
+    if run_dir.exists() and not cfg.resume and (run_dir / "checkpoint.pt").exists():
+        raise FileExistsError(f"{run_dir} holds a finished or interrupted run: pass resume=true to continue it, or another name.")
+    torch.set_num_threads(cfg.threads)
+    torch.manual_seed(cfg.seed)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    (run_dir / "config.json").write_text(json.dumps({"algo": algo, **dataclasses.asdict(cfg)}, indent=2) + "\n")
+    backends = list(dict.fromkeys(["csv", *cfg.logger.backends]))
+    loggers = []
+    for backend in backends:
+        if backend == "csv":
+            loggers.append(CSVLogger(cfg.name, log_dir=cfg.runs_dir))
+        elif backend == "tensorboard":
+            loggers.append(get_logger("tensorboard", run_dir, "tensorboard"))
+        elif backend == "wandb":
+            loggers.append(get_logger("wandb", run_dir, cfg.name, project=cfg.logger.wandb_project))
+        else:
+            loggers.append(get_logger(backend, run_dir, cfg.name))
+    logger = Loggers(loggers)
+    logger.log_hparams(_flat(cfg))
+    return Run(cfg=cfg, dir=run_dir, logger=logger, start=time.perf_counter(), algo=algo)
+
+
+def make_eval_env(run: Run, **kwargs: Any) -> Any:
+    """``env.eval_envs`` copies of the task for evaluation, seeded apart from the training envs."""
+    env = make_env(run.cfg.env, run.cfg.env.eval_envs, **kwargs)
+    env.set_seed(run.cfg.seed + 1)
+    return env
+
+
+def make_trainer(
+    run: Run,
+    *,
+    collector: Any,
+    loss: Any,
+    optimizer: Any,
+    optim_steps_per_batch: int,
+    policy: Any,
+    eval_env: Any = None,
+    clip_norm: float | None = None,
+    **eval_kwargs: Any,
+) -> Trainer:
+    """The shared trainer for ``run``: its loss and optimizer, the logger, the seed, checkpoints every
+    ``logger.save_every`` frames (and at the end), evaluation of ``policy`` (deterministic) over whole
+    episodes every ``logger.eval_every`` frames, a progress bar. Hooks the recipe registers after
+    this run in their order; :func:`finish` loads a checkpoint first when resuming (call
+    :func:`resume_if_asked` after registering every hook that has state)."""
+    cfg = run.cfg
+    trainer = Trainer(
+        collector=collector,
+        total_frames=cfg.collector.total_frames,
+        optim_steps_per_batch=optim_steps_per_batch,
+        init_random_frames=cfg.collector.init_random_frames,
+        loss_module=loss,
+        optimizer=optimizer,
+        logger=run.logger,
+        seed=cfg.seed,
+        clip_norm=clip_norm,
+        log_interval=cfg.logger.log_every,
+        save_trainer_interval=cfg.logger.save_every or cfg.collector.total_frames,
+        save_trainer_file=run.checkpoint,
+    )
+    batch = cfg.collector.frames_per_batch
+    LogValidationReward(
+        record_interval=max(1, cfg.logger.eval_every // batch),
+        record_frames=time_limit(cfg.env),
+        policy_exploration=policy,
+        environment=eval_env if eval_env is not None else make_eval_env(run),
+        **eval_kwargs,
+    ).register(trainer)
+    if cfg.logger.progress:
+        ProgressBar(desc=f"{run.algo} {cfg.env.name} ").register(trainer)
+    trainer.register_module("policy", policy)  # the checkpoint's "policy" entry
+    return trainer
+
+
+def resume_if_asked(run: Run, trainer: Trainer) -> None:
+    """Loads the run's checkpoint when ``resume=true`` and one exists (weights, optimizer, buffer,
+    collector and env state, generators, counters): the run continues where it stopped."""
+    if run.cfg.resume and run.checkpoint.exists():
+        trainer.load_from_file(run.checkpoint)
+        print(f"resumed from {run.checkpoint} at frame {trainer.collected_frames}", flush=True)
+
+
+def finish(run: Run, trainer: Trainer, policy: Any, *, threshold: float | None = None, **eval_kwargs: Any) -> float:
+    """Final evaluation (one whole episode in each of ``env.eval_envs`` sub-envs, seeded apart from
+    training and the periodic evaluations), the learning curve, and the run's last lines."""
+    cfg = run.cfg
+    env = make_env(cfg.env, cfg.env.eval_envs, **eval_kwargs)
+    env.set_seed(cfg.seed + 10_000)
+    final = float(evaluate_episodes(env, policy, max_steps=time_limit(cfg.env)).mean())
+    run.logger.log_scalar("final_r_evaluation", final, step=trainer.collected_frames)
+    run.logger.close()
+    curve = write_learning_curve(
+        run.dir / "learning_curve.png",
+        {f"evaluation ({cfg.env.eval_envs} episodes)": run.logger.csv.scalar_path(EVAL_KEY),
+         "final evaluation": [(trainer.collected_frames, final)]},
+        ylabel="episode return", title=f"{run.algo} on {cfg.env.name} (seed {cfg.seed})",
+        hline=None if threshold is None else (threshold, f"threshold ({threshold:g})"),
+    )
+    print(f"run folder {run.dir}/: config.json, scalars/*.csv, {run.checkpoint.name}, {curve.name}")
+    print(f"trained {trainer.collected_frames} frames in {time.perf_counter() - run.start:.0f} s")
+    print(f"final eval return {final:.1f}", flush=True)
+    return final

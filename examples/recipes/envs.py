@@ -1,0 +1,77 @@
+"""The tasks the recipes train on, by the name ``env=<name>`` takes.
+
+Native tasks (``pendulum``, ``cartpole``) are ``rl_envs`` envs vectorised over a batch dim;
+``halfcheetah`` is Gymnasium's ``HalfCheetah-v5`` (needs ``rl-envs[gymnasium]`` and ``mujoco``);
+``navigation`` and ``balance`` are VMAS multi-agent tasks (``rl-envs[vmas]``) whose agents sit
+under the ``"agents"`` group. Every env gets a ``StepCounter`` time limit, so that episodes end
+with ``truncated`` and evaluations see whole episodes.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+from rl_envs import CartPoleEnv, PendulumEnv, StepCounter, TransformedEnv
+
+from .config import EnvConfig
+
+
+def _pendulum(n: int, discrete: bool) -> Any:
+    return PendulumEnv(batch_size=[n])
+
+
+def _cartpole(n: int, discrete: bool) -> Any:
+    return CartPoleEnv(batch_size=[n])  # one-hot actions, as GymEnv("CartPole-v1")
+
+
+def _gym(env_id: str) -> Callable[[int, bool], Any]:
+    def make(n: int, discrete: bool) -> Any:
+        try:
+            from rl_envs import GymEnv
+
+            return GymEnv(env_id, num_envs=n)
+        except ImportError as err:
+            raise ImportError(
+                f"env {env_id} needs Gymnasium's MuJoCo tasks: pip install 'rl-envs[gymnasium]' mujoco "
+                f"(`hatch run train` has them). {err}"
+            ) from err
+
+    return make
+
+
+def _vmas(scenario: str, **kwargs: Any) -> Callable[[int, bool], Any]:
+    def make(n: int, discrete: bool) -> Any:
+        from rl_envs import VmasEnv
+
+        return VmasEnv(scenario, num_envs=n, continuous_actions=not discrete, **kwargs)
+
+    return make
+
+
+# name -> (builder(num_envs, discrete_actions), time limit in steps)
+TASKS: dict[str, tuple[Callable[[int, bool], Any], int]] = {
+    "pendulum": (_pendulum, 200),
+    "cartpole": (_cartpole, 500),
+    "halfcheetah": (_gym("HalfCheetah-v5"), 1000),
+    "hopper": (_gym("Hopper-v5"), 1000),
+    "navigation": (_vmas("navigation", n_agents=3), 100),
+    "balance": (_vmas("balance", n_agents=3), 100),
+}
+
+
+def time_limit(cfg: EnvConfig) -> int:
+    """The episode length cap of the task (``cfg.max_steps`` when given)."""
+    return cfg.max_steps or TASKS[check_task(cfg.name)][1]
+
+
+def check_task(name: str) -> str:
+    if name not in TASKS:
+        raise ValueError(f"env={name!r} is not a known task; choose one of {sorted(TASKS)}.")
+    return name
+
+
+def make_env(cfg: EnvConfig, num_envs: int | None = None, *, discrete: bool = False) -> Any:
+    """``num_envs`` (default ``cfg.num_envs``) copies of the task, with its time limit."""
+    builder, _ = TASKS[check_task(cfg.name)]
+    env = builder(num_envs or cfg.num_envs, discrete)
+    return TransformedEnv(env, StepCounter(time_limit(cfg)))
