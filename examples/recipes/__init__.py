@@ -10,6 +10,13 @@ import only the RL packages at module level; task libraries (Gymnasium, VMAS) lo
 from __future__ import annotations
 
 import importlib
+import pkgutil
 
-NAMES = ("sac",)
-RECIPES = {name: importlib.import_module(f"{__name__}.{name}") for name in NAMES}
+_SHARED = {"common", "config", "envs", "datasets"}  # modules that are not recipes
+
+# algo name -> recipe module: every module of this package that is not shared
+RECIPES = {
+    info.name: importlib.import_module(f"{__name__}.{info.name}")
+    for info in sorted(pkgutil.iter_modules(__path__), key=lambda i: i.name)
+    if info.name not in _SHARED and not info.name.startswith("_")
+}

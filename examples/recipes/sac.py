@@ -34,7 +34,7 @@ class SACConfig:
     lr: Optional[float] = None
     gamma: Optional[float] = None
     tau: Optional[float] = None  # Polyak step of the target critics
-    alpha_init: float = 1.0  # initial temperature (learnt)
+    alpha_init: Optional[float] = None  # initial temperature (learnt)
     utd: Optional[float] = None  # gradient steps per collected frame
     hidden: Optional[int] = None  # width of the two hidden layers of actor and critics
 
@@ -44,7 +44,7 @@ Config = SACConfig  # the recipe's entry in the ``algo`` config group
 # per task: what RL-zoo tunes, and a faster setting where ours measures faster to the threshold
 PRESETS = {
     "pendulum": {
-        "algo": {"lr": 1e-3, "gamma": 0.99, "tau": 0.01, "utd": 0.5, "hidden": 64},
+        "algo": {"lr": 1e-3, "gamma": 0.99, "tau": 0.01, "utd": 0.5, "hidden": 64, "alpha_init": 0.2},
         "env": {"num_envs": 8},
         "collector": {"frames_per_batch": 64, "total_frames": 12_000, "init_random_frames": 1_000},
         "buffer": {"size": 100_000, "batch_size": 256},
@@ -58,7 +58,7 @@ PRESETS = {
         "logger": {"eval_every": 10_000},
     },
 }
-DEFAULTS = {"algo": {"lr": 3e-4, "gamma": 0.99, "tau": 0.005, "utd": 1.0, "hidden": 256}}
+DEFAULTS = {"algo": {"lr": 3e-4, "gamma": 0.99, "tau": 0.005, "utd": 1.0, "hidden": 256, "alpha_init": 1.0}}
 THRESHOLDS = {"pendulum": -200.0, "halfcheetah": 3000.0}
 
 

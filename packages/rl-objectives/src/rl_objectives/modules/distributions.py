@@ -349,9 +349,13 @@ class ReparamGradientStrategy(enum.Enum):
 
 
 class OneHotCategorical(tnn.OneHotCategorical):
-    """:class:`tdict.nn.OneHotCategorical` with TorchRL's reparametrised samples.
+    """:class:`tdict.nn.OneHotCategorical` with TorchRL's sample dtype and reparametrised samples.
 
-    ``rsample`` returns one-hot samples that carry a gradient: with ``PassThrough`` (default) the
+    As TorchRL's, ``sample``, ``mode`` and ``deterministic_sample`` are int64 one-hot tensors (what a
+    ``OneHot`` action spec holds: an env that checks its actions' dtype takes them as they are);
+    ``log_prob`` reads int or float one-hot values.
+
+    ``rsample`` returns float one-hot samples that carry a gradient: with ``PassThrough`` (default) the
     sample plus ``probs - probs.detach()`` (straight-through), with ``RelaxedOneHot`` a relaxed
     (Gumbel-softmax, temperature 1) draw whose values are set to the one-hot of its argmax. As in
     TorchRL ``has_rsample`` stays ``False``, so a probabilistic module calls ``sample``; call
@@ -368,6 +372,8 @@ class OneHotCategorical(tnn.OneHotCategorical):
         >>> s = OneHotCategorical(logits=logits).rsample()
         >>> s.sum().item(), s.requires_grad
         (1.0, True)
+        >>> OneHotCategorical(logits=torch.tensor([0.0, 2.0])).mode
+        tensor([0, 1])
     """
 
     def __init__(
@@ -382,13 +388,24 @@ class OneHotCategorical(tnn.OneHotCategorical):
         self.grad_method = grad_method
         super().__init__(probs=probs, logits=logits, validate_args=validate_args)
 
+    def sample(self, sample_shape: torch.Size | tuple = torch.Size()) -> torch.Tensor:
+        return super().sample(sample_shape).long()
+
+    @property
+    def mode(self) -> torch.Tensor:
+        return super().mode.long()
+
+    @property
+    def deterministic_sample(self) -> torch.Tensor:
+        return self.mode
+
     def rsample(self, sample_shape: torch.Size | tuple = torch.Size()) -> torch.Tensor:
         if self.grad_method is ReparamGradientStrategy.RelaxedOneHot:
             out = D.RelaxedOneHotCategorical(torch.tensor(1.0, device=self.logits.device), logits=self.logits).rsample(sample_shape)
             hard = torch.nn.functional.one_hot(out.argmax(-1), out.shape[-1]).to(out.dtype)
             return out + (hard - out).detach()
         probs = self.probs
-        return self.sample(sample_shape) + probs - probs.detach()
+        return self.sample(sample_shape).to(probs.dtype) + probs - probs.detach()
 
 
 class MaskedCategorical(D.Categorical):
