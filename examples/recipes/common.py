@@ -93,7 +93,7 @@ def start_run(cfg: TrainConfig, algo: str, presets: dict, defaults: dict) -> Run
     torch.set_num_threads(cfg.threads)
     torch.manual_seed(cfg.seed)
     run_dir.mkdir(parents=True, exist_ok=True)
-    (run_dir / "config.json").write_text(json.dumps({"algo": algo, **dataclasses.asdict(cfg)}, indent=2) + "\n")
+    (run_dir / "config.json").write_text(json.dumps({"recipe": algo, **dataclasses.asdict(cfg)}, indent=2) + "\n")
     backends = list(dict.fromkeys(["csv", *cfg.logger.backends]))
     loggers = []
     for backend in backends:
@@ -132,9 +132,10 @@ def make_trainer(
     """The shared trainer for ``run``: its loss and optimizer, the logger, the seed, checkpoints every
     ``logger.save_every`` frames (and at the end), evaluation of ``policy`` (deterministic) over whole
     episodes every ``logger.eval_every`` frames, a progress bar. Hooks the recipe registers after
-    this run in their order; :func:`finish` loads a checkpoint first when resuming (call
-    :func:`resume_if_asked` after registering every hook that has state)."""
+    this in their order; call :func:`resume_if_asked` after registering every hook that has state."""
     cfg = run.cfg
+    batch = cfg.collector.frames_per_batch
+    record_interval = max(1, cfg.logger.eval_every // batch)  # evaluations are this many batches apart
     trainer = Trainer(
         collector=collector,
         total_frames=cfg.collector.total_frames,
@@ -145,13 +146,13 @@ def make_trainer(
         logger=run.logger,
         seed=cfg.seed,
         clip_norm=clip_norm,
-        log_interval=cfg.logger.log_every,
+        # the trainer throttles every logged name: never below the evaluations' spacing, or some would be dropped
+        log_interval=min(cfg.logger.log_every, record_interval * batch),
         save_trainer_interval=cfg.logger.save_every or cfg.collector.total_frames,
         save_trainer_file=run.checkpoint,
     )
-    batch = cfg.collector.frames_per_batch
     LogValidationReward(
-        record_interval=max(1, cfg.logger.eval_every // batch),
+        record_interval=record_interval,
         record_frames=time_limit(cfg.env),
         policy_exploration=policy,
         environment=eval_env if eval_env is not None else make_eval_env(run),
@@ -171,11 +172,17 @@ def resume_if_asked(run: Run, trainer: Trainer) -> None:
         print(f"resumed from {run.checkpoint} at frame {trainer.collected_frames}", flush=True)
 
 
-def finish(run: Run, trainer: Trainer, policy: Any, *, threshold: float | None = None, **eval_kwargs: Any) -> float:
+def finish(run: Run, trainer: Trainer, policy: Any, *, threshold: float | None = None, wrap_env: Any = None,
+           **env_kwargs: Any) -> float:
     """Final evaluation (one whole episode in each of ``env.eval_envs`` sub-envs, seeded apart from
-    training and the periodic evaluations), the learning curve, and the run's last lines."""
+    training and the periodic evaluations), the learning curve, and the run's last lines.
+
+    ``env_kwargs`` go to :func:`make_env` (e.g. ``discrete=True``); ``wrap_env(env)`` returns the
+    evaluation env to use instead (e.g. with a transform appended, as DT's target return)."""
     cfg = run.cfg
-    env = make_env(cfg.env, cfg.env.eval_envs, **eval_kwargs)
+    env = make_env(cfg.env, cfg.env.eval_envs, **env_kwargs)
+    if wrap_env is not None:
+        env = wrap_env(env)
     env.set_seed(cfg.seed + 10_000)
     final = float(evaluate_episodes(env, policy, max_steps=time_limit(cfg.env)).mean())
     run.logger.log_scalar("final_r_evaluation", final, step=trainer.collected_frames)

@@ -4,7 +4,10 @@ Native tasks (``pendulum``, ``cartpole``) are ``rl_envs`` envs vectorised over a
 ``halfcheetah`` is Gymnasium's ``HalfCheetah-v5`` (needs ``rl-envs[gymnasium]`` and ``mujoco``);
 ``navigation`` and ``balance`` are VMAS multi-agent tasks (``rl-envs[vmas]``) whose agents sit
 under the ``"agents"`` group. Every env gets a ``StepCounter`` time limit, so that episodes end
-with ``truncated`` and evaluations see whole episodes.
+with ``truncated`` and evaluations see whole episodes. VMAS tasks also get the limit inside VMAS
+(so that the agents' own ``("agents", "done")`` flags, which per-agent losses read, mark it too) and
+the team's reward at the root, ``("next", "reward")``: the mean of the agents' rewards, which
+evaluation, logs and QMIX read (TorchRL's QMIX example takes the same mean).
 """
 
 from __future__ import annotations
@@ -16,40 +19,46 @@ from rl_envs import CartPoleEnv, PendulumEnv, StepCounter, TransformedEnv
 from .config import EnvConfig
 
 
-def _pendulum(n: int, discrete: bool) -> Any:
+def _pendulum(n: int, discrete: bool, max_steps: int) -> Any:
     return PendulumEnv(batch_size=[n])
 
 
-def _cartpole(n: int, discrete: bool) -> Any:
+def _cartpole(n: int, discrete: bool, max_steps: int) -> Any:
     return CartPoleEnv(batch_size=[n])  # one-hot actions, as GymEnv("CartPole-v1")
 
 
-def _gym(env_id: str) -> Callable[[int, bool], Any]:
-    def make(n: int, discrete: bool) -> Any:
-        try:
-            from rl_envs import GymEnv
+def _gym(env_id: str) -> Callable[[int, bool, int], Any]:
+    def make(n: int, discrete: bool, max_steps: int) -> Any:
+        from rl_envs import DoubleToFloat, GymEnv
 
-            return GymEnv(env_id, num_envs=n)
+        try:
+            env = GymEnv(env_id, num_envs=n)
         except ImportError as err:
             raise ImportError(
                 f"env {env_id} needs Gymnasium's MuJoCo tasks: pip install 'rl-envs[gymnasium]' mujoco "
                 f"(`hatch run train` has them). {err}"
             ) from err
+        return TransformedEnv(env, DoubleToFloat())  # MuJoCo observations are float64; the networks float32
 
     return make
 
 
-def _vmas(scenario: str, **kwargs: Any) -> Callable[[int, bool], Any]:
-    def make(n: int, discrete: bool) -> Any:
-        from rl_envs import VmasEnv
+def _team_reward(agents_reward: Any) -> Any:
+    return agents_reward.mean(-1)  # [N, n_agents] -> [N]
 
-        return VmasEnv(scenario, num_envs=n, continuous_actions=not discrete, **kwargs)
+
+def _vmas(scenario: str, **kwargs: Any) -> Callable[[int, bool, int], Any]:
+    def make(n: int, discrete: bool, max_steps: int) -> Any:
+        from rl_envs import UnaryTransform, VmasEnv
+
+        env = VmasEnv(scenario, num_envs=n, continuous_actions=not discrete, max_steps=max_steps, **kwargs)
+        return TransformedEnv(env, UnaryTransform(in_keys=[("agents", "reward")], out_keys=["reward"], fn=_team_reward))
 
     return make
 
 
-# name -> (builder(num_envs, discrete_actions), time limit in steps)
-TASKS: dict[str, tuple[Callable[[int, bool], Any], int]] = {
+# name -> (builder(num_envs, discrete_actions, time limit), time limit in steps)
+TASKS: dict[str, tuple[Callable[[int, bool, int], Any], int]] = {
     "pendulum": (_pendulum, 200),
     "cartpole": (_cartpole, 500),
     "halfcheetah": (_gym("HalfCheetah-v5"), 1000),
@@ -73,5 +82,5 @@ def check_task(name: str) -> str:
 def make_env(cfg: EnvConfig, num_envs: int | None = None, *, discrete: bool = False) -> Any:
     """``num_envs`` (default ``cfg.num_envs``) copies of the task, with its time limit."""
     builder, _ = TASKS[check_task(cfg.name)]
-    env = builder(num_envs or cfg.num_envs, discrete)
+    env = builder(num_envs or cfg.num_envs, discrete, time_limit(cfg))
     return TransformedEnv(env, StepCounter(time_limit(cfg)))

@@ -110,7 +110,7 @@ def train(cfg: TrainConfig) -> float:
                        entropy_bonus=algo.entropy_coeff > 0, critic_coeff=algo.critic_coeff, loss_critic_type="l2",
                        normalize_advantage=True)
     loss.make_value_estimator(ValueEstimators.GAE, gamma=algo.gamma, lmbda=algo.lmbda)
-    optimizer = torch.optim.Adam(loss.parameters(), lr=algo.lr, eps=1e-5)
+    optimizer = torch.optim.Adam(loss.parameters(), lr=algo.lr, eps=1e-5, fused=True)
     batch = cfg.collector.frames_per_batch
     n_batches = -(-cfg.collector.total_frames // batch)
     collector = Collector(lambda: make_env(cfg.env), actor, frames_per_batch=batch, total_frames=cfg.collector.total_frames)

@@ -103,7 +103,7 @@ def train(cfg: TrainConfig) -> float:
         total_frames=cfg.collector.total_frames, init_random_frames=cfg.collector.init_random_frames,
     )
     trainer = make_trainer(
-        run, collector=collector, loss=loss, optimizer=torch.optim.Adam(loss.parameters(), lr=algo.lr),
+        run, collector=collector, loss=loss, optimizer=torch.optim.Adam(loss.parameters(), lr=algo.lr, fused=True),
         optim_steps_per_batch=max(1, round(algo.utd * cfg.collector.frames_per_batch)), policy=actor,
     )
     ReplayBufferTrainer(make_buffer(run, min(cfg.buffer.size, cfg.collector.total_frames), cfg.buffer.batch_size)).register(trainer)

@@ -118,3 +118,17 @@ def test_no_package_imports_a_sibling() -> None:
                 elif node in eager:
                     problems.append(f"{where} at import time (import it lazily, in a function)")
     assert not problems, "\n".join(problems)
+
+
+def test_the_demo_environment_is_lean() -> None:
+    """``hatch run demo`` runs in the default env: torch, the five RL packages and what the demo writes
+    with; the test suite's libraries (Ray, dm-control, VMAS, transformers, ...) live in ``tests``."""
+    envs = tomllib.loads((REPO / "hatch.toml").read_text(encoding="utf-8"))["envs"]
+    default = envs["default"]
+    assert sorted(_req_name(d) for d in default["dependencies"]) == ["matplotlib", "numpy", "tensorboard", "torch", "tqdm"]
+    assert sorted(Path(m).name for m in default["workspace"]["members"]) == sorted(
+        ["tdict", "rl-envs", "rl-collect", "rl-replay", "rl-objectives"]
+    )
+    assert default["scripts"]["demo"].endswith("examples/sac_pendulum.py {args}")
+    assert default["scripts"]["test"] == "hatch run tests:run {args}"
+    assert envs["tests"]["workspace"]["members"] == ["packages/*"]

@@ -318,3 +318,14 @@ def test_import_does_not_load_vmas():
     )
     result = subprocess.run([sys.executable, "-c", code], check=False, capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr
+
+
+def test_step_counter_truncates_the_agents_group_too():
+    from rl_envs import StepCounter, TransformedEnv
+
+    env = TransformedEnv(VmasEnv("navigation", num_envs=2, n_agents=3, seed=0), StepCounter(5))
+    rollout = env.rollout(5)
+    assert rollout["next", "truncated"][:, -1].all() and not rollout["next", "truncated"][:, :-1].any()
+    # per-agent flags follow the root's at the limit (per-agent GAE reads them), and not before
+    assert rollout["next", "agents", "truncated"][:, -1].all() and rollout["next", "agents", "done"][:, -1].all()
+    assert not rollout["next", "agents", "truncated"][:, :-1].any()

@@ -177,3 +177,19 @@ def test_log_validation_reward_without_a_complete_episode_raises():
         hook()
     with pytest.raises(ValueError, match="done_keys"):
         LogValidationReward(record_interval=1, record_frames=1, policy_exploration=ConstantPolicy(), environment=EpisodeEnv(), done_keys="done")
+
+
+def test_log_validation_reward_takes_a_group_reward_key():
+    # a multi-agent rollout: two agents' rewards under ("next", "agents", "reward"), episodes of 2 steps
+    class AgentsEnv:
+        def rollout(self, max_steps, policy=None, **kwargs):
+            done = torch.arange(1, max_steps + 1) % 2 == 0
+            reward = torch.stack([torch.ones(max_steps), 3 * torch.ones(max_steps)], -1)
+            agents = TensorDict(reward=reward, batch_size=[max_steps, 2])
+            return TensorDict({"next": {"agents": agents, "done": done}}, batch_size=[max_steps])
+
+    hook = LogValidationReward(record_interval=1, record_frames=5, policy_exploration=lambda td: td, environment=AgentsEnv(),
+                               reward_key=("next", "agents", "reward"))
+    out = hook()
+    # two whole episodes of 2 steps per agent: returns 2 and 6, averaged over agents and episodes
+    assert out["total_r_evaluation"] == pytest.approx(4.0) and out["r_evaluation"] == pytest.approx(2.0)

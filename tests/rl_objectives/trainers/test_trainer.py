@@ -313,6 +313,29 @@ def test_logging_interval_and_averaged_losses():
     assert trainer.last_logged["loss_a"] == pytest.approx(8.0)
 
 
+def test_a_loss_some_steps_skip_is_averaged_over_its_own_steps():
+    # TD3's delayed actor: loss_actor appears on every second step only
+    class Delayed(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.w = nn.Parameter(torch.zeros(()))
+            self.step = 0
+
+        def forward(self, td):
+            self.step += 1
+            out = TensorDict(loss_critic=self.w * 0 + float(self.step))
+            if self.step % 2 == 0:
+                out.set("loss_actor", self.w * 0 + 10.0 * self.step)
+            return out
+
+    loss = Delayed()
+    trainer = Trainer(collector=Collector(n_batches=1), total_frames=8, optim_steps_per_batch=4, loss_module=loss,
+                      optimizer=torch.optim.SGD(loss.parameters(), lr=0.1), logger=RecordingLogger())
+    trainer.train()
+    assert trainer.last_logged["loss_critic"] == pytest.approx((1 + 2 + 3 + 4) / 4)
+    assert trainer.last_logged["loss_actor"] == pytest.approx((20 + 40) / 2)  # not (20 + 40) / 4
+
+
 def test_progress_bar_without_tqdm_warns_and_trains(monkeypatch):
     monkeypatch.setitem(sys.modules, "tqdm", None)  # as when tqdm is not installed
     with pytest.warns(UserWarning, match="'tqdm'"):

@@ -11,6 +11,7 @@ libraries, never a sibling ``rl_*`` package.
 
 from .losses import (
     A2CLoss,
+    BCLoss,
     CQLLoss,
     ClipPPOLoss,
     DDPGLoss,
@@ -41,6 +42,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     "A2CLoss",
+    "BCLoss",
     "CQLLoss",
     "ClipPPOLoss",
     "DDPGLoss",

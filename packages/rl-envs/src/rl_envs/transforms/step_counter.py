@@ -14,7 +14,9 @@ __all__ = ["StepCounter"]
 class StepCounter(Transform):
     """Writes ``step_count`` (steps since the last reset) and sets ``truncated`` once it reaches ``max_steps``.
 
-    ``step_count`` is an int64 per-step scalar (the batch shape, no trailing dim).
+    ``step_count`` is an int64 per-step scalar (the batch shape, no trailing dim). At the limit the
+    ``done`` and ``truncated`` flags of nested groups (a multi-agent env's ``("agents", "done")``)
+    are set too, so that per-agent value estimators see the episode end.
 
     Args:
         max_steps: truncate episodes at this many steps (``None``: only count).
@@ -63,7 +65,27 @@ class StepCounter(Transform):
             next_tensordict.set(self.truncated_key, truncated)
             if self.update_done:
                 next_tensordict.set("done", next_tensordict.get("done") | truncated)
+            for key in self._group_done_keys():
+                # the done flags of nested groups (("agents", "done"), ...) end their episodes too
+                flags = next_tensordict.get(key, None)
+                if flags is not None:
+                    next_tensordict.set(key, flags | truncated.reshape(*truncated.shape, *([1] * (flags.ndim - truncated.ndim))))
         return next_tensordict
+
+    def _group_done_keys(self) -> list:
+        """The ``done`` and ``truncated`` keys of nested groups in the env's done spec (cached per parent)."""
+        parent = self.parent
+        cached = self.__dict__.get("_group_done_cache")
+        if cached is not None and cached[0] is parent:
+            return cached[1]
+        names = {"done", self.truncated_key if isinstance(self.truncated_key, str) else self.truncated_key[-1]}
+        keys = []
+        if parent is not None:
+            keys = [k for k in parent.full_done_spec.keys(True, True) if isinstance(k, tuple) and len(k) > 1 and k[-1] in names]
+            if not self.update_done:
+                keys = [k for k in keys if k[-1] != "done"]
+        self.__dict__["_group_done_cache"] = (parent, keys)
+        return keys
 
     def forward(self, tensordict: TensorDictBase) -> TensorDictBase:
         return tensordict  # counting only makes sense inside an env

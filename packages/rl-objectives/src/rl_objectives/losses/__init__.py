@@ -1,6 +1,7 @@
 """Losses and what they share: the LossModule base, the target-network updaters, the losses."""
 
 from .a2c import A2CLoss
+from .bc import BCLoss
 from .common import LossModule, total_loss
 from .cql import CQLLoss, DiscreteCQLLoss
 from .ddpg import DDPGLoss
@@ -19,6 +20,7 @@ from .utils import distance_loss
 
 __all__ = [
     "A2CLoss",
+    "BCLoss",
     "CQLLoss",
     "ClipPPOLoss",
     "DDPGLoss",

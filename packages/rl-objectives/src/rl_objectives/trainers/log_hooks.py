@@ -148,6 +148,8 @@ class LogValidationReward(TrainerHookBase):
             their parts joined by ``"_"``.
         log_pbar: also show the values on the progress bar.
         done_keys: the flags that end an episode (see :func:`~rl_objectives.trainers.evaluate_episodes`).
+        reward_key: the reward whose whole-episode return is logged (``("next", "agents", "reward")``
+            for a multi-agent group: one return per agent, averaged). Default ``("next", "reward")``.
 
     Example:
         >>> import torch
@@ -177,6 +179,7 @@ class LogValidationReward(TrainerHookBase):
         out_keys: Mapping[Any, str] | None = None,
         log_pbar: bool = False,
         done_keys: Sequence[Any] | None = None,
+        reward_key: Any = ("next", "reward"),
     ) -> None:
         self.record_interval = _positive_int("LogValidationReward", "record_interval", record_interval)
         self.record_frames = _positive_int("LogValidationReward", "record_frames", record_frames)
@@ -193,7 +196,7 @@ class LogValidationReward(TrainerHookBase):
             raise ValueError(f"LogValidationReward: done_keys must be a non-empty list of keys or None, got {done_keys!r}.")
         self.policy_exploration = policy_exploration
         self.environment = environment
-        self.reward_key = ("next", "reward")
+        self.reward_key = unravel_key(reward_key)
         self.log_keys = [unravel_key(k) for k in (log_keys if log_keys is not None else [self.reward_key])]
         names = {self.reward_key: "r_evaluation"}
         for key, name in (out_keys or {}).items():

@@ -458,6 +458,7 @@ class Trainer:
         """Runs ``optim_steps_per_batch`` optimisation steps on ``batch`` (stage 3 of :meth:`train`)."""
         self._run_ops("pre_optim_steps")
         average: dict[str, torch.Tensor] = {}
+        counts: dict[str, int] = {}
         for step in range(self.optim_steps_per_batch):
             self._optim_count += 1
             sample = self._run_td_ops("process_optim_batch", batch)
@@ -471,7 +472,8 @@ class Trainer:
             for key, value in losses.items():
                 if isinstance(value, torch.Tensor) and value.numel() == 1:  # diagnostics with a shape are not logged
                     value = value.reshape(()).float()
-                    average[key] = value if step == 0 or key not in average else average[key] + (value - average[key]) / (step + 1)
+                    n = counts[key] = counts.get(key, 0) + 1  # a loss some steps skip (TD3's delayed actor) averages its own steps
+                    average[key] = value if n == 1 else average[key] + (value - average[key]) / n
         if self.optim_steps_per_batch > 0:
             self._log(optim_steps=self._optim_count, **average)
 
