@@ -40,7 +40,8 @@ TASKS = {
     "td3-pendulum": Task(
         "td3", "pendulum", "Pendulum-v1", frames=20_000, threshold=-200.0, eval_every=1_000,
         ours=["env.num_envs=1", "collector.frames_per_batch=200", "collector.init_random_frames=10000", "algo.utd=1",
-              "algo.lr=1e-3", "algo.gamma=0.98", "buffer.size=200000"],
+              "algo.lr=1e-3", "algo.gamma=0.98", "algo.exploration_noise=0.1", "algo.hidden=[400,300]", "buffer.size=200000",
+              "buffer.batch_size=256"],
         sb3={"learning_rate": 1e-3, "gamma": 0.98, "buffer_size": 200_000, "learning_starts": 10_000,
              "train_freq": (1, "episode"), "gradient_steps": -1, "policy_kwargs": {"net_arch": [400, 300]}},
     ),
@@ -55,7 +56,11 @@ TASKS = {
     # RL-zoo dqn.yml, CartPole-v1
     "dqn-cartpole": Task(
         "dqn", "cartpole", "CartPole-v1", frames=50_000, threshold=475.0, eval_every=2_560,
-        ours=["env.num_envs=1"],
+        # RL-zoo's settings alone: our preset's double DQN and learning-rate decay off
+        ours=["env.num_envs=1", "collector.frames_per_batch=256", "collector.init_random_frames=1000", "algo.lr=2.3e-3",
+              "algo.gamma=0.99", "algo.gradient_steps=128", "algo.target_update_interval=10", "algo.exploration_fraction=0.16",
+              "algo.eps_end=0.04", "algo.hidden=256", "algo.double_dqn=false", "algo.anneal_lr=false", "buffer.size=100000",
+              "buffer.batch_size=64"],
         sb3={"learning_rate": 2.3e-3, "batch_size": 64, "buffer_size": 100_000, "learning_starts": 1_000, "gamma": 0.99,
              "target_update_interval": 10, "train_freq": 256, "gradient_steps": 128, "exploration_fraction": 0.16,
              "exploration_final_eps": 0.04, "policy_kwargs": {"net_arch": [256, 256]}},

@@ -12,7 +12,7 @@ from __future__ import annotations
 import importlib
 import pkgutil
 
-_SHARED = {"common", "config", "envs", "datasets"}  # modules that are not recipes
+_SHARED = {"common", "config", "envs", "datasets", "networks"}  # modules that are not recipes
 
 # algo name -> recipe module: every module of this package that is not shared
 RECIPES = {

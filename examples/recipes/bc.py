@@ -23,7 +23,7 @@ from .common import finish, make_trainer, resume_if_asked, start_run
 from .config import TrainConfig
 from .datasets import DatasetSamples, load_dataset
 from .envs import make_env
-from .sac import make_actor
+from .networks import tanh_gaussian_actor
 
 
 @dataclass
@@ -61,7 +61,7 @@ def train(cfg: TrainConfig) -> float:
     proto = make_env(cfg.env, 1)
     obs_dim, action_spec = proto.observation_spec_unbatched["observation"].shape[-1], proto.action_spec_unbatched
 
-    actor = make_actor(obs_dim, action_spec, algo.hidden)
+    actor = tanh_gaussian_actor(obs_dim, action_spec, [algo.hidden, algo.hidden])
     loss = BCLoss(actor)  # a probabilistic actor: the negative log-likelihood of the dataset's actions
     trainer = make_trainer(
         run, collector=DatasetSamples(dataset), loss=loss, optimizer=torch.optim.Adam(loss.parameters(), lr=algo.lr),

@@ -28,9 +28,10 @@ from rl_objectives.trainers import (
     get_logger,
     write_learning_curve,
 )
+from rl_replay import LazyMemmapStorage, LazyTensorStorage, ReplayBuffer, TensorDictPrioritizedReplayBuffer
 
 from .config import TrainConfig, resolve
-from .envs import make_env, time_limit
+from .envs import check_task, make_env, time_limit
 
 EVAL_KEY = "total_r_evaluation"  # LogValidationReward's mean return of whole episodes
 
@@ -84,6 +85,7 @@ def _flat(cfg: TrainConfig) -> dict:
 def start_run(cfg: TrainConfig, algo: str, presets: dict, defaults: dict) -> Run:
     """Resolves ``cfg`` with the recipe's presets, seeds, creates the run folder and its loggers,
     and writes the resolved config to ``config.json``."""
+    check_task(cfg.env.name)
     cfg = resolve(cfg, presets, defaults)
     if not cfg.name:
         cfg = dataclasses.replace(cfg, name=f"{algo}_{cfg.env.name}_seed{cfg.seed}_{datetime.now():%Y%m%d_%H%M%S}")
@@ -108,6 +110,17 @@ def start_run(cfg: TrainConfig, algo: str, presets: dict, defaults: dict) -> Run
     logger = Loggers(loggers)
     logger.log_hparams(_flat(cfg))
     return Run(cfg=cfg, dir=run_dir, logger=logger, start=time.perf_counter(), algo=algo)
+
+
+def make_buffer(run: Run, size: int, batch_size: int) -> Any:
+    """The replay buffer the ``buffer`` group describes: uniform or prioritized (``buffer=prioritized``:
+    the losses weight by its importance weights and the trainer sends their TD errors back as
+    priorities), in memory or memory-mapped under the run folder (``buffer=memmap``)."""
+    cfg = run.cfg.buffer
+    storage = LazyMemmapStorage(size, scratch_dir=run.dir / "buffer") if cfg.memmap else LazyTensorStorage(size)
+    if cfg.prioritized:
+        return TensorDictPrioritizedReplayBuffer(alpha=cfg.alpha, beta=cfg.beta, storage=storage, batch_size=batch_size)
+    return ReplayBuffer(storage=storage, batch_size=batch_size)
 
 
 def make_eval_env(run: Run, **kwargs: Any) -> Any:

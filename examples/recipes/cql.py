@@ -30,7 +30,7 @@ from .common import finish, make_trainer, resume_if_asked, start_run
 from .config import TrainConfig
 from .datasets import DatasetSamples, load_dataset
 from .envs import make_env
-from .sac import make_actor, make_critic
+from .networks import q_critic, tanh_gaussian_actor
 
 
 @dataclass
@@ -98,8 +98,8 @@ def train(cfg: TrainConfig) -> float:
     proto = make_env(cfg.env, 1)
     obs_dim, action_spec = proto.observation_spec_unbatched["observation"].shape[-1], proto.action_spec_unbatched
 
-    actor = make_actor(obs_dim, action_spec, algo.hidden)
-    loss = CQLLoss(actor, make_critic(obs_dim, action_spec.shape[-1], algo.hidden), action_spec=action_spec,
+    actor = tanh_gaussian_actor(obs_dim, action_spec, [algo.hidden, algo.hidden])
+    loss = CQLLoss(actor, q_critic(obs_dim, action_spec.shape[-1], [algo.hidden, algo.hidden]), action_spec=action_spec,
                    alpha_init=algo.alpha_init, min_q_weight=algo.min_q_weight, num_random=algo.num_random,
                    deterministic_backup=False)
     loss.make_value_estimator(gamma=algo.gamma)

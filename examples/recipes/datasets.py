@@ -44,6 +44,7 @@ from tdict.nn import InteractionType, set_interaction_type
 
 from .config import CollectorConfig, EnvConfig, LoggerConfig, TrainConfig
 from .envs import make_env, time_limit
+from .networks import tanh_gaussian_actor
 
 STEP_KEYS = ["observation", "action", "episode", "return_to_go", ("next", "observation"), ("next", "reward"),
              ("next", "done"), ("next", "terminated"), ("next", "truncated")]
@@ -89,7 +90,7 @@ class BehaviourDataset(OfflineDataset):
             ))
         proto = make_env(self.env_cfg, 1)
         hidden = json.loads((self.behaviour_dir / "config.json").read_text())["algo"]["hidden"]  # the width it trained with
-        actor = sac.make_actor(proto.observation_spec_unbatched["observation"].shape[-1], proto.action_spec_unbatched, hidden)
+        actor = tanh_gaussian_actor(proto.observation_spec_unbatched["observation"].shape[-1], proto.action_spec_unbatched, [hidden, hidden])
         actor.load_state_dict(torch.load(checkpoint, weights_only=True)["policy"])
         return actor
 

@@ -29,12 +29,11 @@ from rl_collect import Collector
 from rl_objectives import DQNLoss, HardUpdate
 from rl_objectives.modules import MLP, EGreedyModule, QValueActor
 from rl_objectives.trainers import AnnealExploration, ReplayBufferTrainer, TargetNetUpdaterHook, UpdateWeights
-from rl_replay import LazyMemmapStorage, LazyTensorStorage, ReplayBuffer, TensorDictPrioritizedReplayBuffer
 from tdict.nn import TensorDictSequential
 from tdict.specs import OneHot
 from torch import nn
 
-from .common import finish, make_trainer, resume_if_asked, start_run
+from .common import finish, make_buffer, make_trainer, resume_if_asked, start_run
 from .config import TrainConfig
 from .envs import make_env
 
@@ -88,14 +87,6 @@ def make_qnet(obs_dim: int, action_spec, hidden: int) -> QValueActor:
     return QValueActor(mlp, in_keys=["observation"], spec=action_spec)
 
 
-def make_buffer(run, size: int, batch_size: int):
-    buf = run.cfg.buffer
-    storage = LazyMemmapStorage(size, scratch_dir=run.dir / "buffer") if buf.memmap else LazyTensorStorage(size)
-    if buf.prioritized:  # DQNLoss reads the sample's "priority_weight" and writes "td_error" as new priorities
-        return TensorDictPrioritizedReplayBuffer(alpha=buf.alpha, beta=buf.beta, storage=storage, batch_size=batch_size)
-    return ReplayBuffer(storage=storage, batch_size=batch_size)
-
-
 def train(cfg: TrainConfig) -> float:
     run = start_run(cfg, "dqn", PRESETS, DEFAULTS)
     cfg, algo = run.cfg, run.cfg.algo
@@ -112,7 +103,7 @@ def train(cfg: TrainConfig) -> float:
         lambda: make_env(cfg.env), explore, frames_per_batch=cfg.collector.frames_per_batch,
         total_frames=cfg.collector.total_frames, init_random_frames=cfg.collector.init_random_frames,
     )
-    optimizer = torch.optim.Adam(loss.parameters(), lr=algo.lr)
+    optimizer = torch.optim.Adam(loss.parameters(), lr=algo.lr, fused=True)
     trainer = make_trainer(run, collector=collector, loss=loss, optimizer=optimizer, policy=qnet,
                            optim_steps_per_batch=algo.gradient_steps, clip_norm=algo.max_grad_norm)
     ReplayBufferTrainer(make_buffer(run, min(cfg.buffer.size, cfg.collector.total_frames), cfg.buffer.batch_size)).register(trainer)

@@ -29,7 +29,7 @@ from .common import finish, make_trainer, resume_if_asked, start_run
 from .config import TrainConfig
 from .datasets import DatasetSamples, load_dataset
 from .envs import make_env
-from .sac import make_actor, make_critic
+from .networks import q_critic, tanh_gaussian_actor
 
 
 @dataclass
@@ -82,8 +82,8 @@ def train(cfg: TrainConfig) -> float:
     proto = make_env(cfg.env, 1)
     obs_dim, action_spec = proto.observation_spec_unbatched["observation"].shape[-1], proto.action_spec_unbatched
 
-    actor = make_actor(obs_dim, action_spec, algo.hidden)
-    loss = IQLLoss(actor, make_critic(obs_dim, action_spec.shape[-1], algo.hidden), make_value(obs_dim, algo.hidden),
+    actor = tanh_gaussian_actor(obs_dim, action_spec, [algo.hidden, algo.hidden])
+    loss = IQLLoss(actor, q_critic(obs_dim, action_spec.shape[-1], [algo.hidden, algo.hidden]), make_value(obs_dim, algo.hidden),
                    num_qvalue_nets=2, expectile=algo.expectile, temperature=algo.temperature)
     loss.make_value_estimator(gamma=algo.gamma)
     trainer = make_trainer(

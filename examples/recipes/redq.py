@@ -27,15 +27,12 @@ from typing import Optional
 import torch
 from rl_collect import Collector
 from rl_objectives import REDQLoss, SoftUpdate
-from rl_objectives.modules import MLP, ProbabilisticActor, TanhNormal, ValueOperator
 from rl_objectives.trainers import ReplayBufferTrainer, TargetNetUpdaterHook, UpdateWeights
-from rl_replay import LazyMemmapStorage, LazyTensorStorage, ReplayBuffer
-from tdict.nn import NormalParamExtractor, TensorDictModule
-from torch import nn
 
-from .common import finish, make_trainer, resume_if_asked, start_run
+from .common import finish, make_buffer, make_trainer, resume_if_asked, start_run
 from .config import TrainConfig
 from .envs import make_env
+from .networks import q_critic, tanh_gaussian_actor
 
 
 @dataclass
@@ -72,41 +69,15 @@ DEFAULTS = {
 THRESHOLDS = {"pendulum": -200.0}
 
 
-def make_actor(obs_dim: int, action_spec, hidden: int) -> ProbabilisticActor:
-    act_dim = action_spec.shape[-1]
-    body = nn.Sequential(
-        MLP(in_features=obs_dim, out_features=2 * act_dim, num_cells=[hidden, hidden], activation_class=nn.ReLU),
-        NormalParamExtractor(),
-    )
-    return ProbabilisticActor(
-        TensorDictModule(body, in_keys=["observation"], out_keys=["loc", "scale"]),
-        in_keys=["loc", "scale"],
-        spec=action_spec,
-        distribution_class=TanhNormal,
-        distribution_kwargs={"low": action_spec.low[..., 0], "high": action_spec.high[..., 0]}
-        if act_dim == 1 else {"low": action_spec.low, "high": action_spec.high},
-    )
-
-
-def make_critic(obs_dim: int, act_dim: int, hidden: int) -> ValueOperator:
-    mlp = MLP(in_features=obs_dim + act_dim, out_features=1, num_cells=[hidden, hidden], activation_class=nn.ReLU)
-    return ValueOperator(mlp, in_keys=["observation", "action"])
-
-
-def make_buffer(run, size: int, batch_size: int) -> ReplayBuffer:
-    storage = LazyMemmapStorage(size, scratch_dir=run.dir / "buffer") if run.cfg.buffer.memmap else LazyTensorStorage(size)
-    return ReplayBuffer(storage=storage, batch_size=batch_size)
-
-
 def train(cfg: TrainConfig) -> float:
     run = start_run(cfg, "redq", PRESETS, DEFAULTS)
     cfg, algo = run.cfg, run.cfg.algo
     proto = make_env(cfg.env, 1)
     obs_dim, action_spec = proto.observation_spec_unbatched["observation"].shape[-1], proto.action_spec_unbatched
 
-    actor = make_actor(obs_dim, action_spec, algo.hidden)
+    actor = tanh_gaussian_actor(obs_dim, action_spec, [algo.hidden, algo.hidden])
     # the paper's MSE, and its unbounded temperature (REDQLoss clamps alpha to [0.1, 10] by default)
-    loss = REDQLoss(actor, make_critic(obs_dim, action_spec.shape[-1], algo.hidden), num_qvalue_nets=algo.num_critics,
+    loss = REDQLoss(actor, q_critic(obs_dim, action_spec.shape[-1], [algo.hidden, algo.hidden]), num_qvalue_nets=algo.num_critics,
                     sub_sample_len=algo.subset, loss_function="l2", alpha_init=algo.alpha_init, min_alpha=None,
                     max_alpha=None, action_spec=action_spec)
     loss.make_value_estimator(gamma=algo.gamma)

@@ -17,15 +17,12 @@ from typing import Optional
 import torch
 from rl_collect import Collector
 from rl_objectives import SACLoss, SoftUpdate
-from rl_objectives.modules import MLP, ProbabilisticActor, TanhNormal, ValueOperator
 from rl_objectives.trainers import ReplayBufferTrainer, TargetNetUpdaterHook, UpdateWeights
-from rl_replay import LazyMemmapStorage, LazyTensorStorage, ReplayBuffer
-from tdict.nn import NormalParamExtractor, TensorDictModule
-from torch import nn
 
-from .common import finish, make_trainer, resume_if_asked, start_run
+from .common import finish, make_buffer, make_trainer, resume_if_asked, start_run
 from .config import TrainConfig
 from .envs import make_env
+from .networks import q_critic, tanh_gaussian_actor
 
 
 @dataclass
@@ -62,40 +59,14 @@ DEFAULTS = {"algo": {"lr": 3e-4, "gamma": 0.99, "tau": 0.005, "utd": 1.0, "hidde
 THRESHOLDS = {"pendulum": -200.0, "halfcheetah": 3000.0}
 
 
-def make_actor(obs_dim: int, action_spec, hidden: int) -> ProbabilisticActor:
-    act_dim = action_spec.shape[-1]
-    body = nn.Sequential(
-        MLP(in_features=obs_dim, out_features=2 * act_dim, num_cells=[hidden, hidden], activation_class=nn.ReLU),
-        NormalParamExtractor(),
-    )
-    return ProbabilisticActor(
-        TensorDictModule(body, in_keys=["observation"], out_keys=["loc", "scale"]),
-        in_keys=["loc", "scale"],
-        spec=action_spec,
-        distribution_class=TanhNormal,
-        distribution_kwargs={"low": action_spec.low[..., 0], "high": action_spec.high[..., 0]}
-        if act_dim == 1 else {"low": action_spec.low, "high": action_spec.high},
-    )
-
-
-def make_critic(obs_dim: int, act_dim: int, hidden: int) -> ValueOperator:
-    mlp = MLP(in_features=obs_dim + act_dim, out_features=1, num_cells=[hidden, hidden], activation_class=nn.ReLU)
-    return ValueOperator(mlp, in_keys=["observation", "action"])
-
-
-def make_buffer(run, size: int, batch_size: int) -> ReplayBuffer:
-    storage = LazyMemmapStorage(size, scratch_dir=run.dir / "buffer") if run.cfg.buffer.memmap else LazyTensorStorage(size)
-    return ReplayBuffer(storage=storage, batch_size=batch_size)
-
-
 def train(cfg: TrainConfig) -> float:
     run = start_run(cfg, "sac", PRESETS, DEFAULTS)
     cfg, algo = run.cfg, run.cfg.algo
     proto = make_env(cfg.env, 1)
     obs_dim, action_spec = proto.observation_spec_unbatched["observation"].shape[-1], proto.action_spec_unbatched
 
-    actor = make_actor(obs_dim, action_spec, algo.hidden)
-    loss = SACLoss(actor, make_critic(obs_dim, action_spec.shape[-1], algo.hidden), num_qvalue_nets=2,
+    actor = tanh_gaussian_actor(obs_dim, action_spec, [algo.hidden, algo.hidden])
+    loss = SACLoss(actor, q_critic(obs_dim, action_spec.shape[-1], [algo.hidden, algo.hidden]), num_qvalue_nets=2,
                    alpha_init=algo.alpha_init, action_spec=action_spec)
     loss.make_value_estimator(gamma=algo.gamma)
     collector = Collector(

@@ -22,16 +22,16 @@ from typing import List, Optional
 import torch
 from rl_collect import Collector
 from rl_objectives import SoftUpdate, TD3Loss
-from rl_objectives.modules import MLP, AdditiveGaussianModule, TanhModule, ValueOperator
+from rl_objectives.modules import AdditiveGaussianModule
 from rl_objectives.trainers import ReplayBufferTrainer, UpdateWeights
-from rl_replay import LazyMemmapStorage, LazyTensorStorage, ReplayBuffer
 from tdict import TensorDict
-from tdict.nn import TensorDictModule, TensorDictSequential
+from tdict.nn import TensorDictSequential
 from torch import nn
 
-from .common import finish, make_trainer, resume_if_asked, start_run
+from .common import finish, make_buffer, make_trainer, resume_if_asked, start_run
 from .config import TrainConfig
 from .envs import make_env
+from .networks import q_critic, tanh_actor
 
 
 @dataclass
@@ -77,25 +77,6 @@ DEFAULTS = {
 THRESHOLDS = {"pendulum": -200.0, "halfcheetah": 2000.0}
 
 
-def make_actor(obs_dim: int, action_spec, hidden: list) -> TensorDictSequential:
-    """A deterministic policy: an MLP, then tanh squashed into the action bounds."""
-    mlp = MLP(in_features=obs_dim, out_features=action_spec.shape[-1], num_cells=list(hidden), activation_class=nn.ReLU)
-    return TensorDictSequential(
-        TensorDictModule(mlp, in_keys=["observation"], out_keys=["param"]),
-        TanhModule(in_keys=["param"], out_keys=["action"], spec=action_spec),
-    )
-
-
-def make_critic(obs_dim: int, act_dim: int, hidden: list) -> ValueOperator:
-    mlp = MLP(in_features=obs_dim + act_dim, out_features=1, num_cells=list(hidden), activation_class=nn.ReLU)
-    return ValueOperator(mlp, in_keys=["observation", "action"])
-
-
-def make_buffer(run, size: int, batch_size: int) -> ReplayBuffer:
-    storage = LazyMemmapStorage(size, scratch_dir=run.dir / "buffer") if run.cfg.buffer.memmap else LazyTensorStorage(size)
-    return ReplayBuffer(storage=storage, batch_size=batch_size)
-
-
 class DelayedPolicyLoss(nn.Module):
     """TD3's delayed policy updates around ``TD3Loss``: the critics' loss at every call, the actor's
     at every ``policy_delay``-th call only. In between the actor's parameters get no gradient, so
@@ -125,10 +106,10 @@ def train(cfg: TrainConfig) -> float:
     obs_dim, action_spec = proto.observation_spec_unbatched["observation"].shape[-1], proto.action_spec_unbatched
     half_range = float((action_spec.high - action_spec.low).mean()) / 2  # noise unit: 2 on the pendulum, 1 on MuJoCo
 
-    actor = make_actor(obs_dim, action_spec, algo.hidden)
+    actor = tanh_actor(obs_dim, action_spec, algo.hidden)
     sigma = algo.exploration_noise * half_range
     policy = TensorDictSequential(actor, AdditiveGaussianModule(action_spec, sigma_init=sigma, sigma_end=sigma))
-    td3 = TD3Loss(actor, make_critic(obs_dim, action_spec.shape[-1], algo.hidden), action_spec=action_spec,
+    td3 = TD3Loss(actor, q_critic(obs_dim, action_spec.shape[-1], algo.hidden), action_spec=action_spec,
                   num_qvalue_nets=2, policy_noise=algo.target_noise * half_range,
                   noise_clip=algo.target_noise_clip * half_range, loss_function="l2")
     td3.make_value_estimator(gamma=algo.gamma)

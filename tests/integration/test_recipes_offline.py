@@ -24,6 +24,7 @@ sys.path.insert(0, str(REPO / "examples"))
 from recipes import bc, cql, datasets, dt, iql, sac  # noqa: E402
 from recipes.config import CollectorConfig, EnvConfig, LoggerConfig, TrainConfig  # noqa: E402
 from recipes.envs import make_env  # noqa: E402
+from recipes.networks import q_critic, tanh_gaussian_actor  # noqa: E402
 
 RECIPES = {"bc": bc, "iql": iql, "cql": cql, "dt": dt}
 RUN_FILES = ("config.json", "checkpoint.pt", "learning_curve.png", "scalars/total_r_evaluation.csv",
@@ -149,7 +150,7 @@ def test_quick_run(name: str, tmp_path: Path, tiny_dataset: Path, capsys) -> Non
 def test_cql_clones_the_actor_for_its_first_steps(tiny_dataset: Path) -> None:
     data = datasets.BehaviourDataset(tiny_dataset, env=TINY_ENV, dataset_frames=0, behaviour_frames=0, seed=0, batch_size=16)
     spec = make_env(TINY_ENV, 1).action_spec_unbatched
-    loss = cql.CQLLoss(sac.make_actor(3, spec, 8), sac.make_critic(3, 1, 8), action_spec=spec)
+    loss = cql.CQLLoss(tanh_gaussian_actor(3, spec, [8, 8]), q_critic(3, 1, [8, 8]), action_spec=spec)
     wrapped = cql.BCStart(loss, bc_steps=2)
     batch = data.sample()
     torch.manual_seed(0)

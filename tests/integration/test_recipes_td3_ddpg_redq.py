@@ -15,6 +15,8 @@ sys.path.insert(0, str(EXAMPLES))
 
 from recipes import ddpg, redq, td3  # noqa: E402
 from recipes.config import CollectorConfig, EnvConfig, LoggerConfig, TrainConfig  # noqa: E402
+from recipes.networks import q_critic, tanh_actor  # noqa: E402
+from rl_objectives import TD3Loss  # noqa: E402
 
 RECIPES = {"td3": td3, "ddpg": ddpg, "redq": redq}
 # small networks and few gradient steps: a smoke run is about the plumbing, not the learning
@@ -75,8 +77,8 @@ def test_td3_updates_the_actor_every_policy_delay_critic_steps() -> None:
 
     torch.manual_seed(0)
     spec = Bounded(-2.0, 2.0, shape=(1,))
-    actor = td3.make_actor(3, spec, [16])
-    loss = td3.DelayedPolicyLoss(td3.TD3Loss(actor, td3.make_critic(3, 1, [16]), action_spec=spec, loss_function="l2"), 2)
+    actor = tanh_actor(3, spec, [16])
+    loss = td3.DelayedPolicyLoss(TD3Loss(actor, q_critic(3, 1, [16]), action_spec=spec, loss_function="l2"), 2)
     loss.td3.make_value_estimator(gamma=0.98)
     optimizer = torch.optim.Adam(loss.parameters(), lr=1e-2, fused=True)  # as the recipe
     batch = TensorDict({"observation": torch.randn(8, 3), "action": torch.rand(8, 1) * 4 - 2,
