@@ -730,3 +730,16 @@ def test_a_failed_folder_write_keeps_the_previous_checkpoint(tmp_path, monkeypat
     # the first checkpoint (16 frames) and its folder are intact; the failed folder was removed
     assert torch.load(path, weights_only=True)["state"]["collected_frames"] == 16
     assert [p.name for p in tmp_path.iterdir() if p.is_dir()] == [os.path.basename(calls[0])]
+
+
+def test_files_written_atomically_get_the_usual_permissions(tmp_path):
+    import stat
+
+    from rl_objectives.trainers import atomic_torch_save
+
+    old = os.umask(0o022)
+    try:
+        atomic_torch_save({"x": torch.ones(1)}, tmp_path / "a.pt")
+    finally:
+        os.umask(old)
+    assert stat.S_IMODE(os.stat(tmp_path / "a.pt").st_mode) == 0o644  # not mkstemp's 0600

@@ -10,6 +10,12 @@ from typing import Any
 __all__ = ["atomic_write"]
 
 
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
 def atomic_write(path: str | os.PathLike, write: Callable[[Any], None], *, binary: bool = True) -> None:
     """Write a file through ``write(file)`` so that ``path`` never holds a half-written file.
 
@@ -22,6 +28,7 @@ def atomic_write(path: str | os.PathLike, write: Callable[[Any], None], *, binar
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
+        os.fchmod(fd, 0o666 & ~_umask())  # mkstemp's 0600 would make every checkpoint and log private
         with os.fdopen(fd, "wb" if binary else "w", **({} if binary else {"encoding": "utf-8"})) as f:
             write(f)
             f.flush()
