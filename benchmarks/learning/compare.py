@@ -11,8 +11,8 @@ final return, and our/SB3 ratios.
     hatch run bench:learning                       # every task, 3 seeds (about an hour)
     hatch run bench:learning --tasks sac-pendulum --seeds 0 --best
 
-``--best`` adds a third run per seed: our recipe at its own preset ("each library at its best",
-against SB3 with RL-zoo's settings). Results: benchmarks/results/learning.json and
+``--best`` adds our recipe at its own preset per seed ("each library at its best", against SB3
+with RL-zoo's settings), two seeds at a time after the task's pairs. Results: benchmarks/results/learning.json and
 learning_table.md.
 """
 
@@ -43,17 +43,22 @@ def _command(lib: str, task: str, seed: int, out: Path, frames: int | None = Non
 
 def run_pair(task: str, seed: int, libs: list[str], cores: list[int], frames: int | None = None) -> list[dict]:
     """Runs ``libs`` for one task and seed at the same time, one core each; returns their records."""
+    return run_runs([(lib, task, seed) for lib in libs], cores, frames)
+
+
+def run_runs(runs: list[tuple], cores: list[int], frames: int | None = None) -> list[dict]:
+    """Runs ``(lib, task, seed)`` runs at the same time, one core each; returns their records."""
     with tempfile.TemporaryDirectory() as tmp:
         procs = []
-        for i, lib in enumerate(libs):
-            out = Path(tmp) / f"{lib}.json"
+        for i, (lib, task, seed) in enumerate(runs):
+            out = Path(tmp) / f"{lib}-{seed}.json"
             cmd = _command(lib, task, seed, out, frames)
             if cores:
                 cmd = ["taskset", "-c", str(cores[i % len(cores)]), *cmd]
             env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
-            procs.append((lib, out, subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)))
+            procs.append(((lib, task, seed), out, subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)))
         records = []
-        for lib, out, proc in procs:
+        for (lib, task, seed), out, proc in procs:
             text, _ = proc.communicate()
             if proc.returncode != 0:
                 raise RuntimeError(f"{lib} {task} seed {seed} failed:\n{text[-3000:]}")
@@ -136,12 +141,14 @@ def main() -> None:
     cores = [int(c) for c in args.cores.split(",") if c]
     libs = ["ours", "sb3"] + (["ours-best"] if args.best else [])
     records = []
+    seeds = [int(s) for s in args.seeds.split(",")]
     for task in tasks:
-        for seed in (int(s) for s in args.seeds.split(",")):
-            # three runs on two cores would share one: ours-best runs after the pair
+        for seed in seeds:
             records += run_pair(task, seed, libs[:2], cores, args.frames)
-            if args.best:
-                records += run_pair(task, seed, ["ours-best"], cores, args.frames)
+        if args.best:  # our preset, two seeds at a time (one per core)
+            for i in range(0, len(seeds), max(1, len(cores))):
+                records += run_runs([("ours-best", task, seed) for seed in seeds[i:i + max(1, len(cores))]], cores, args.frames)
+        for seed in seeds:
             print(f"{task} seed {seed}: " + ", ".join(
                 f"{r['lib']} final {r['final_return']:.1f}" for r in records if r["task"] == task and r["seed"] == seed), flush=True)
     summary = summarise(records)

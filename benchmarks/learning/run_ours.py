@@ -80,17 +80,23 @@ def main() -> None:
         resume_if_asked(run, trainer)
         clock.__init__()
 
+    finish, stopped = None, {}
+
+    def stop_clock(run, trainer, *args, **kwargs):  # training is over: the final evaluation and plot are not counted
+        stopped["cpu"], stopped["wall"] = clock.now()
+        return finish(run, trainer, *args, **kwargs)
+
     common.LogValidationReward = TimedEval
     common.Loggers.log_scalar = recording_log_scalar
     recipe = train_app.RECIPES[task.algo]
-    recipe.resume_if_asked = start_clock
+    recipe.resume_if_asked, finish, recipe.finish = start_clock, recipe.finish, stop_clock
 
     overrides = [f"algo={task.algo}", f"env={task.env}", f"seed={args.seed}", f"runs_dir={args.runs_dir}",
                  f"name={args.task}-{'best' if args.best else 'zoo'}-s{args.seed}-{int(time.time())}", *common_overrides(task, args.best)]
     with initialize_config_dir(config_dir=str(REPO / "examples" / "conf"), version_base="1.3"):
         cfg = OmegaConf.to_object(compose(config_name="train", overrides=overrides))
     final = recipe.train(cfg)
-    cpu, wall = clock.now()
+    cpu, wall = stopped["cpu"], stopped["wall"]
     record = {"lib": "ours-best" if args.best else "ours", "task": args.task, "seed": args.seed, "points": points,
               "final_return": final, "train_cpu_s": cpu, "train_wall_s": wall, "frames": task.frames}
     Path(args.out).write_text(json.dumps(record) + "\n")

@@ -32,6 +32,7 @@ from torch import nn
 from .common import finish, make_trainer, resume_if_asked, start_run
 from .config import TrainConfig
 from .envs import make_env
+from .networks import FAST
 
 
 @dataclass
@@ -86,7 +87,7 @@ def make_actor(obs_dim: int, action_spec, hidden: int) -> ProbabilisticActor:
     logits = MLP(in_features=obs_dim, out_features=action_spec.shape[-1], num_cells=[hidden, hidden], activation_class=nn.Tanh)
     return ProbabilisticActor(
         TensorDictModule(orthogonal_init(logits, 0.01), in_keys=["observation"], out_keys=["logits"]),
-        in_keys=["logits"], spec=action_spec, distribution_class=OneHotCategorical, return_log_prob=True,
+        in_keys=["logits"], spec=action_spec, distribution_class=OneHotCategorical, distribution_kwargs=FAST, return_log_prob=True,
     )
 
 

@@ -1,6 +1,7 @@
 """The tasks the recipes train on, by the name ``env=<name>`` takes.
 
-Native tasks (``pendulum``, ``cartpole``) are ``rl_envs`` envs vectorised over a batch dim;
+Native tasks (``pendulum``, ``cartpole``) are ``rl_envs`` envs vectorised over a batch dim (a single
+``cartpole`` is Gymnasium's ``CartPole-v1`` when Gymnasium is installed: cheaper at batch 1);
 ``halfcheetah`` is Gymnasium's ``HalfCheetah-v5`` (needs ``rl-envs[gymnasium]`` and ``mujoco``);
 ``navigation`` and ``balance`` are VMAS multi-agent tasks (``rl-envs[vmas]``) whose agents sit
 under the ``"agents"`` group. Every env gets a ``StepCounter`` time limit, so that episodes end
@@ -24,6 +25,13 @@ def _pendulum(n: int, discrete: bool, max_steps: int) -> Any:
 
 
 def _cartpole(n: int, discrete: bool, max_steps: int) -> Any:
+    if n == 1:  # one env: Gymnasium's Python step costs a fifth of a batched torch step at batch 1
+        try:
+            from rl_envs import GymEnv
+
+            return GymEnv("CartPole-v1")
+        except ImportError:
+            pass
     return CartPoleEnv(batch_size=[n])  # one-hot actions, as GymEnv("CartPole-v1")
 
 

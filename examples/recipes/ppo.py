@@ -28,6 +28,7 @@ from torch import nn
 from .common import finish, make_trainer, resume_if_asked, start_run
 from .config import TrainConfig
 from .envs import make_env
+from .networks import FAST
 
 
 @dataclass
@@ -82,7 +83,8 @@ def make_actor(obs_dim: int, action_spec, hidden: int) -> ProbabilisticActor:
     if isinstance(action_spec, OneHot):
         logits = MLP(in_features=obs_dim, out_features=action_spec.shape[-1], num_cells=[hidden, hidden], activation_class=nn.Tanh)
         return ProbabilisticActor(TensorDictModule(logits, in_keys=["observation"], out_keys=["logits"]), in_keys=["logits"],
-                                  spec=action_spec, distribution_class=OneHotCategorical, return_log_prob=True)
+                                  spec=action_spec, distribution_class=OneHotCategorical, distribution_kwargs=FAST,
+                                  return_log_prob=True)
     act_dim = action_spec.shape[-1]
     body = nn.Sequential(
         MLP(in_features=obs_dim, out_features=act_dim, num_cells=[hidden, hidden], activation_class=nn.Tanh),
@@ -90,7 +92,8 @@ def make_actor(obs_dim: int, action_spec, hidden: int) -> ProbabilisticActor:
     )
     return ProbabilisticActor(
         TensorDictModule(body, in_keys=["observation"], out_keys=["loc", "scale"]), in_keys=["loc", "scale"], spec=action_spec,
-        distribution_class=TanhNormal, distribution_kwargs={"low": action_spec.low, "high": action_spec.high}, return_log_prob=True,
+        distribution_class=TanhNormal, distribution_kwargs={"low": action_spec.low, "high": action_spec.high, **FAST},
+        return_log_prob=True,
     )
 
 

@@ -100,6 +100,18 @@ def test_dqn_policy_acts_with_int64_one_hot() -> None:
     env.step(qnet(env.reset()))
 
 
+def test_one_cartpole_is_gymnasiums_with_the_native_specs() -> None:
+    from rl_envs import CartPoleEnv, GymEnv
+    from recipes.envs import make_env
+
+    one, many = make_env(EnvConfig(name="cartpole", num_envs=1)), make_env(EnvConfig(name="cartpole", num_envs=4))
+    assert isinstance(one.base_env, GymEnv) and isinstance(many.base_env, CartPoleEnv)
+    assert one.action_spec_unbatched == many.action_spec_unbatched
+    assert one.observation_spec_unbatched["observation"].shape == many.observation_spec_unbatched["observation"].shape
+    td = one.rollout(600, break_when_any_done=True)  # a random policy: an episode ends, with the env's own flags
+    assert td["next", "done"][..., -1].all() and td["next", "reward"].dtype == torch.float32
+
+
 def _preset_run(recipe, tmp_path: Path, seed: int = 0) -> float:
     cfg = TrainConfig(algo=recipe.Config(), env=EnvConfig(name="cartpole"),
                       logger=LoggerConfig(backends=["csv"], progress=False), runs_dir=str(tmp_path), seed=seed)

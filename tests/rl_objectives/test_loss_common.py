@@ -84,6 +84,42 @@ def test_expanded_network_is_an_ensemble_of_parameter_sets(n):
     assert params["module", "0", "weight"].grad.shape == (n, 4, 3)
 
 
+@pytest.mark.parametrize("n", [None, 2, 6])  # one set, the loop over sets, the vmapped call
+def test_out_key_returns_that_entry_of_the_full_call(n):
+    loss = Probe(make_net(), expand_dim=n)
+    td = batch()
+    full = loss.call_network("net", td.clone())["prediction"]
+    only = loss.call_network("net", td.clone(), out_key="prediction")
+    assert only.shape == ((6, 2) if n is None else (n, 6, 2))
+    assert torch.allclose(only, full, atol=1e-6)
+    with pytest.raises(KeyError, match="net wrote no 'missing'.*prediction"):
+        loss.call_network("net", td.clone(), out_key="missing")
+
+
+def test_swapped_runs_the_network_with_given_params_and_puts_its_own_back():
+    net = make_net()
+    loss = Probe(net)
+    own = {k: v for k, v in loss.params_of("net").items(True, True)}
+    zeros = loss.params_of("net").detach().apply(torch.zeros_like)
+    td = batch()
+    with loss.swapped("net", zeros):
+        assert torch.equal(net(td.clone())["prediction"], torch.zeros(6, 2))
+    with loss.swapped("net", target=True):  # the target copy: equal values, other tensors
+        assert net.module[0].weight is loss.params_of("net", target=True)["module", "0", "weight"]
+    with pytest.raises(RuntimeError, match="inside"):
+        with loss.swapped("net", zeros):
+            raise RuntimeError("inside")
+    # after leaving (also through an exception) the module holds its own Parameters, in their order
+    assert [name for name, _ in net.named_parameters()] == ["module.0.weight", "module.0.bias", "module.2.weight", "module.2.bias"]
+    for key, value in own.items():
+        assert net.get_submodule(".".join(key[:-1])).get_parameter(key[-1]) is value
+    # gradients reach the tensors that were swapped in
+    w = loss.params_of("net").detach().clone().apply(lambda t: t.requires_grad_())
+    with loss.swapped("net", w):
+        net(td.clone())["prediction"].sum().backward()
+    assert w["module", "0", "weight"].grad is not None and net.module[0].weight.grad is None
+
+
 def test_soft_update_is_polyak_averaging():
     loss = Probe(make_net(bn=True))
     updater = SoftUpdate(loss, tau=0.25)

@@ -39,6 +39,11 @@ class TestEGreedy:
         out = module(TensorDict(action=action.clone(), batch_size=batch))["action"]
         assert torch.equal(out, action)
 
+    def test_a_wrong_action_shape_is_refused_even_when_nobody_explores(self):
+        module = EGreedyModule(OneHot(4), eps_init=0.0, eps_end=0.0)
+        with pytest.raises(ValueError, match=r"shape \(5, 3\) does not end with the spec shape \(4,\)"):
+            module(TensorDict(action=torch.zeros(5, 3, dtype=torch.long), batch_size=[5]))
+
     def test_fraction_replaced_is_eps_and_whole_vectors(self):
         torch.manual_seed(0)
         module = EGreedyModule(Bounded(-1.0, 1.0, shape=(2,)), eps_init=0.3, eps_end=0.3)

@@ -136,10 +136,11 @@ class PolicyDraw(NamedTuple):
     dist: Any  # the distribution, e.g. to score other actions
 
 
-def rsample_action(owner: str, actor: Any, params: Any, tensordict: Any, action_key: Any) -> PolicyDraw:
-    """Draw a reparameterised action from ``actor`` (run with ``params``) on a copy of ``tensordict``."""
+def rsample_action(owner: str, actor: Any, swapped: Any, tensordict: Any, action_key: Any) -> PolicyDraw:
+    """Draw a reparameterised action from ``actor`` on a copy of ``tensordict``; ``swapped`` is the
+    context manager that puts the parameters to use into ``actor`` (:meth:`LossModule.swapped`)."""
     work = tensordict.copy()
-    with params.to_module(actor):
+    with swapped:
         dist = actor.get_dist(work)
     if not dist.has_rsample:
         raise ValueError(f"{owner}: the actor's {type(dist).__name__} distribution has no rsample; a reparameterisable one is needed (e.g. TanhNormal).")

@@ -291,7 +291,7 @@ class _ActorCriticLoss(LossModule):
     def _get_dist(self, tensordict: Any, target: bool = False) -> D.Distribution:
         """The current policy (``target``: the target actor's, with ``delay_actor``) at the states of
         ``tensordict`` (its intermediate outputs are written there)."""
-        with self.params_of("actor_network", target=target).to_module(self.actor_network):
+        with self.swapped("actor_network", target=target):
             return self.actor_network.get_dist(tensordict)
 
     def _log_prob(self, dist: D.Distribution, tensordict: Any) -> _Tensor:

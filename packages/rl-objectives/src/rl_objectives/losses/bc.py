@@ -191,7 +191,7 @@ class BCLoss(LossModule):
         if self.loss_function is not None:
             return self._distance(self._prediction(tensordict), target, self.loss_function)
         if hasattr(self.actor_network, "get_dist"):
-            with self.params_of("actor_network").to_module(self.actor_network):
+            with self.swapped("actor_network"):
                 dist = self.actor_network.get_dist(tensordict.copy())
             if isinstance(dist, Delta):  # a point mass has no useful likelihood: regress its location
                 return self._distance(dist.deterministic_sample, target, "l2")

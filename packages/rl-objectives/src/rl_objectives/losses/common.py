@@ -141,6 +141,7 @@ class LossModule(nn.Module):
         self._networks: dict[str, int | None] = {}  # name -> expand_dim (None: a single set)
         self._target_networks: list[str] = []
         self._shared_params: dict[str, dict] = {}  # name -> {key: the other network's Parameter}
+        self._swap_plans: dict[str, tuple] = {}  # name -> (leaf keys, where each leaf lives in the module)
         self._value_estimator = None
         self._ctor_gamma: float | None = None  # TorchRL's deprecated loss(gamma=...)
 
@@ -335,8 +336,45 @@ class LossModule(nn.Module):
             params.set(key, owned.detach() if sets is None else owned.detach().expand(sets, *owned.shape))
         return params
 
-    def call_network(self, module_name: str, tensordict: Any, *, target: bool = False, params: Any = None) -> Any:
-        """Run a registered network on ``tensordict`` with its parameters (or ``params``).
+    def swapped(self, module_name: str, params: Any = None, *, target: bool = False) -> "_Swapped":
+        """A context manager running a registered network with ``params`` (default: its own, or
+        its target copy with ``target``): ``with loss.swapped("actor_network", p): actor(td)``.
+
+        The same as ``params.to_module(network)`` for a TensorDict shaped like :meth:`params_of`'s,
+        without its bookkeeping: the network's tensor slots were located once, so entering writes
+        each tensor into its slot and leaving puts the previous ones back.
+        """
+        if params is None:
+            params = self.params_of(module_name, target)
+        if torch.compiler.is_compiling():  # dynamo follows to_module's swaps, not writes into a module's dicts
+            return params.to_module(getattr(self, module_name))
+        keys, slots = self._swap_plan(module_name)
+        return _Swapped(slots, [params.get(k) for k in keys])
+
+    def _swap_plan(self, module_name: str) -> tuple:
+        """``(leaf keys, slots)`` of a registered network: each key of :meth:`params_of` and the dict
+        (``_parameters``, ``_buffers`` or the instance ``__dict__``) holding that tensor in the module."""
+        plan = self._swap_plans.get(module_name)
+        if plan is None:
+            module = getattr(self, module_name)
+            keys = [k if isinstance(k, tuple) else (k,) for k in self.params_of(module_name).keys(include_nested=True, leaves_only=True)]
+            slots = []
+            for key in keys:
+                owner = module
+                for part in key[:-1]:
+                    owner = owner._modules[part]
+                name = key[-1]
+                holder = next((d for d in (owner._parameters, owner._buffers, owner.__dict__) if d.get(name) is not None), None)
+                if holder is None:
+                    raise KeyError(f"{type(self).__name__}: {module_name} has no tensor at {key!r}.")
+                slots.append((holder, name))
+            plan = self._swap_plans[module_name] = (keys, slots)
+        return plan
+
+    def call_network(self, module_name: str, tensordict: Any, *, target: bool = False, params: Any = None,
+                     out_key: Any = None) -> Any:
+        """Run a registered network on ``tensordict`` with its parameters (or ``params``, a
+        TensorDict shaped like :meth:`params_of`'s); ``out_key``: return only that output entry.
 
         An expanded network maps every parameter set over the same input; the result has a leading
         dim of size ``expand_dim``. Up to ``_LOOP_MAX_SETS`` sets run one after the other (cheaper
@@ -346,22 +384,42 @@ class LossModule(nn.Module):
         if params is None:
             params = self.params_of(module_name, target)
         module = getattr(self, module_name)
+        if torch.compiler.is_compiling():  # dynamo follows to_module's swaps, not writes into a module's dicts
+            keys = list(params.keys(include_nested=True, leaves_only=True))
+
+            def swapped(tensors: Sequence[torch.Tensor]) -> Any:
+                return TensorDict(dict(zip(keys, tensors))).to_module(module)
+        else:
+            keys, slots = self._swap_plan(module_name)
+
+            def swapped(tensors: Sequence[torch.Tensor]) -> Any:
+                return _Swapped(slots, tensors)
+        leaves = [params.get(k) for k in keys]
+
+        def run(td: Any) -> Any:
+            out = module(td)
+            if out_key is None:
+                return out
+            value = out.get(out_key, None)
+            if value is None:
+                raise KeyError(f"{type(self).__name__}: {module_name} wrote no {out_key!r}; its output holds {sorted(map(str, out.keys(True, True)))}.")
+            return value
+
         if self._networks[module_name] is None:
-            with params.to_module(module):
-                return module(tensordict)
+            with swapped(leaves):
+                return run(tensordict)
         if self.deactivate_vmap or params.batch_size[0] <= _LOOP_MAX_SETS:
             outs = []
-            for one_set in params.unbind(0):
-                with one_set.to_module(module):
-                    outs.append(module(tensordict.copy()))
+            for one_set in zip(*(leaf.unbind(0) for leaf in leaves)):
+                with swapped(one_set):
+                    outs.append(run(tensordict.copy()))
             return torch.stack(outs, 0)
-        keys = list(params.keys(include_nested=True, leaves_only=True))
 
-        def one(*leaves: torch.Tensor) -> Any:  # flat leaves: vmap then skips flattening nested TensorDicts
-            with TensorDict(dict(zip(keys, leaves))).to_module(module):
-                return module(tensordict.copy())
+        def one(*one_set: torch.Tensor) -> Any:
+            with swapped(one_set):
+                return run(tensordict.copy())
 
-        return torch.vmap(one, (0,) * len(keys), randomness="different")(*(params.get(k) for k in keys))
+        return torch.vmap(one, (0,) * len(leaves), randomness="different")(*leaves)
 
     @property
     def target_networks(self) -> list[str]:
@@ -400,6 +458,26 @@ class LossModule(nn.Module):
 
     def forward(self, tensordict: Any) -> Any:  # pragma: no cover - abstract
         raise NotImplementedError
+
+
+class _Swapped:
+    """Writes tensors into a module's slots on entering, puts the previous ones back on leaving
+    (see :meth:`LossModule.swapped`). The dicts keep their keys and order: only values change."""
+
+    __slots__ = ("_slots", "_tensors", "_previous")
+
+    def __init__(self, slots: list, tensors: Sequence[torch.Tensor]) -> None:
+        self._slots, self._tensors = slots, tensors
+
+    def __enter__(self) -> "_Swapped":
+        self._previous = [holder[name] for holder, name in self._slots]
+        for (holder, name), tensor in zip(self._slots, self._tensors):
+            holder[name] = tensor
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        for (holder, name), tensor in zip(self._slots, self._previous):
+            holder[name] = tensor
 
 
 def _expanded_params(module: nn.Module, params: TensorDict, expand_dim: int) -> TensorDict:

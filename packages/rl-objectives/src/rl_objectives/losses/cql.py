@@ -226,9 +226,9 @@ class CQLLoss(_TemperatureMixin, _BootstrappedLoss):
         actor_params = self.params_of("actor_network", target=self.delay_actor)
         q_params = self.params_of("qvalue_network", target=self.delay_qvalue)
         if self.max_q_backup:
-            work, _, _, _ = rsample_action("CQLLoss", self.actor_network, actor_params, self._repeat(next_td, self.num_random), self.tensor_keys.action)
+            work, _, _, _ = rsample_action("CQLLoss", self.actor_network, self.swapped("actor_network", actor_params), self._repeat(next_td, self.num_random), self.tensor_keys.action)
             return self._q(work, params=q_params).max(1).values.min(0).values  # best of the policy's actions, then the pessimistic critic
-        work, _, log_prob, _ = rsample_action("CQLLoss", self.actor_network, actor_params, next_td, self.tensor_keys.action)
+        work, _, log_prob, _ = rsample_action("CQLLoss", self.actor_network, self.swapped("actor_network", actor_params), next_td, self.tensor_keys.action)
         value = self._q(work, params=q_params).min(0).values
         if not self.deterministic_backup:
             value = value - alpha * log_prob
@@ -245,8 +245,8 @@ class CQLLoss(_TemperatureMixin, _BootstrappedLoss):
         # log of the uniform density 1 / volume, the same for every action
         random_log_density = -torch.log(high - low).expand(action_shape).sum()
         with torch.no_grad():
-            _, curr_actions, curr_log_prob, _ = rsample_action("CQLLoss", self.actor_network, actor_params, self._repeat(tensordict, n), key)
-            _, next_actions, next_log_prob, _ = rsample_action("CQLLoss", self.actor_network, actor_params, self._repeat(next_td, n), key)
+            _, curr_actions, curr_log_prob, _ = rsample_action("CQLLoss", self.actor_network, self.swapped("actor_network", actor_params), self._repeat(tensordict, n), key)
+            _, next_actions, next_log_prob, _ = rsample_action("CQLLoss", self.actor_network, self.swapped("actor_network", actor_params), self._repeat(next_td, n), key)
         # every proposal is scored at the sample's own state s (as in the paper's code)
         proposals = self._repeat(tensordict, 3 * n)
         proposals.set(key, torch.cat([random_actions, curr_actions, next_actions], 0))
@@ -268,7 +268,7 @@ class CQLLoss(_TemperatureMixin, _BootstrappedLoss):
         pred = self._q(tensordict.copy())
         loss_qvalue = _reduce(distance_loss(pred, target.expand_as(pred), self.loss_function).sum(0), self.reduction)
 
-        _, new_action, log_prob, dist = rsample_action("CQLLoss", self.actor_network, self.params_of("actor_network"), tensordict, keys.action)
+        _, new_action, log_prob, dist = rsample_action("CQLLoss", self.actor_network, self.swapped("actor_network"), tensordict, keys.action)
         # the same distribution scores the data's action, for the behaviour-cloning loss
         bc_log_prob = _sum_to_batch(dist.log_prob(action), tensordict.batch_dims)
         _check_batch_shaped("CQLLoss", {"bc_log_prob": bc_log_prob}, batch)

@@ -291,7 +291,7 @@ class OnlineDTLoss(_TemperatureMixin, LossModule):
             raise RuntimeError(f"{owner}: the data action {self.tensor_keys.action_target!r} requires grad; it is a target and cannot be part of a graph.")
         mask = _step_mask(owner, tensordict, self.tensor_keys.mask, target)
         step_dims = target.ndim - 1
-        with self.params_of("actor_network").to_module(self.actor_network):
+        with self.swapped("actor_network"):
             dist = self.actor_network.get_dist(tensordict.copy())
         log_prob = _sum_to_batch(dist.log_prob(target), step_dims)
         entropy = self.get_entropy_bonus(dist, step_dims)

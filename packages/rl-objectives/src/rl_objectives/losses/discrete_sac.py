@@ -164,7 +164,7 @@ class DiscreteSACLoss(_TemperatureMixin, _BootstrappedLoss):
         self._init_temperature(alpha_init, min_alpha, max_alpha, fixed_alpha)
 
     def _policy(self, tensordict: Any) -> tuple[torch.Tensor, torch.Tensor]:
-        with self.params_of("actor_network").to_module(self.actor_network):
+        with self.swapped("actor_network"):
             dist = self.actor_network.get_dist(tensordict.copy())
         return categorical_probs("DiscreteSACLoss", dist, self.num_actions, tensordict.batch_size)
 

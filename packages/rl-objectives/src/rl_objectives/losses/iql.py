@@ -183,7 +183,7 @@ class IQLLoss(_BootstrappedLoss):
         pred = self._stored_q(tensordict)
         loss_qvalue = _reduce(distance_loss(pred, target.expand_as(pred), self.loss_function).sum(0), self.reduction)
 
-        with self.params_of("actor_network").to_module(self.actor_network):
+        with self.swapped("actor_network"):
             dist = self.actor_network.get_dist(tensordict.copy())
         log_prob = _sum_to_batch(dist.log_prob(tensordict.get(self.tensor_keys.action)), tensordict.batch_dims)
         _check_batch_shaped(owner, {"log_prob": log_prob}, batch)

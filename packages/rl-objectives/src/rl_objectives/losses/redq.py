@@ -201,13 +201,13 @@ class REDQLoss(_TemperatureMixin, _BootstrappedLoss):
         alpha = self._alpha
         subset = torch.randperm(self.num_qvalue_nets)[: self.sub_sample_len].sort().values
 
-        actor_td, _, log_prob, _ = rsample_action("REDQLoss", self.actor_network, self.params_of("actor_network"), tensordict, keys.action)
+        actor_td, _, log_prob, _ = rsample_action("REDQLoss", self.actor_network, self.swapped("actor_network"), tensordict, keys.action)
         q_actor = self._subset_q(actor_td, self.num_qvalue_nets, params=self.params_of("qvalue_network").detach())
         loss_actor = _reduce(alpha * log_prob - q_actor, self.reduction)  # [N, *B] before the reduction
 
         with torch.no_grad():
             actor_params = self.params_of("actor_network", target=self.delay_actor)
-            next_actor_td, _, next_log_prob, _ = rsample_action("REDQLoss", self.actor_network, actor_params, next_td, keys.action)
+            next_actor_td, _, next_log_prob, _ = rsample_action("REDQLoss", self.actor_network, self.swapped("actor_network", actor_params), next_td, keys.action)
             target_params = self.params_of("qvalue_network", target=self.delay_qvalue)[subset]
             next_q = self._subset_q(next_actor_td, self.sub_sample_len, params=target_params)
             next_value = next_q.min(0).values - alpha * next_log_prob

@@ -186,8 +186,8 @@ class SACLoss(_TemperatureMixin, _BootstrappedLoss):
 
     def _sample(self, tensordict: Any, target: bool = False) -> PolicyDraw:
         """A reparameterised action from the actor (its target parameters with ``target``)."""
-        params = self.params_of("actor_network", target=target)
-        return rsample_action("SACLoss", self.actor_network, params, tensordict, self.tensor_keys.action)
+        swapped = self.swapped("actor_network", target=target)
+        return rsample_action("SACLoss", self.actor_network, swapped, tensordict, self.tensor_keys.action)
 
     def _next_state(self, next_td: Any) -> tuple[Any, torch.Tensor]:
         """``next_td`` holding ``a' ~ pi(.|s')`` (the target actor with ``delay_actor``), and

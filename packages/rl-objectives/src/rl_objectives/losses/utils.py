@@ -329,9 +329,8 @@ class _BootstrappedLoss(LossModule):
         """The Q-network's ``state_action_value`` on ``tensordict``: ``[*batch]``, or
         ``[num_qvalue_nets, *batch]`` for an ensemble; ``kwargs`` go to :meth:`call_network`."""
         owner = type(self).__name__
-        out = self.call_network(self._q_network, tensordict, **kwargs)
         key = self.tensor_keys.state_action_value
-        value = _get(owner, out, key)
+        value = self.call_network(self._q_network, tensordict, out_key=key, **kwargs)
         ensemble = self._networks[self._q_network]  # expand_dim: None for a single network
         lead = () if ensemble is None else (ensemble,)
         _check_batch_shaped(owner, {key: value}, tensordict.batch_size, lead=lead)

@@ -172,12 +172,15 @@ class EGreedyModule(_Annealed):
         """The Composite spec holding the action spec under ``action_key``."""
         return self._spec
 
-    def _random_actions(self, action: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
+    def _check_action(self, action: torch.Tensor) -> None:
         spec = self._leaf
         n = spec.ndim
         if action.ndim < n or action.shape[action.ndim - n:] != spec.shape:
             raise ValueError(f"EGreedyModule: the action of shape {tuple(action.shape)} does not end with the spec shape {tuple(spec.shape)}.")
-        lead = action.shape[: action.ndim - n]
+
+    def _random_actions(self, action: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
+        spec = self._leaf
+        lead = action.shape[: action.ndim - spec.ndim]
         if mask is None:
             return spec.rand(lead)
         # a per-sample mask: expand the spec to the action's shape and sample among the allowed actions
@@ -196,8 +199,11 @@ class EGreedyModule(_Annealed):
             mask = _get(tensordict, self.action_mask_key, "EGreedyModule")
             if mask.dtype is not torch.bool:
                 raise ValueError(f"EGreedyModule: the action mask {self.action_mask_key!r} must be bool, got {mask.dtype}.")
-        random = self._random_actions(action, mask).to(device=action.device, dtype=action.dtype)
+        self._check_action(action)
         cond = torch.rand(holder.batch_size, device=action.device) < self.eps.to(action.device)
+        if not cond.any():  # every sample acts greedily: no random actions to draw
+            return tensordict
+        random = self._random_actions(action, mask).to(device=action.device, dtype=action.dtype)
         tensordict.set(self.action_key, torch.where(_right_expand(cond, action.ndim), random, action))
         return tensordict
 
