@@ -21,7 +21,6 @@ from dataclasses import dataclass
 from typing import Optional
 
 import torch
-from rl_collect import Collector
 from rl_objectives import A2CLoss, ValueEstimators
 from rl_objectives.modules import MLP, OneHotCategorical, ProbabilisticActor, ValueOperator
 from rl_objectives.trainers import UpdateWeights
@@ -29,7 +28,7 @@ from tdict.nn import TensorDictModule
 from tdict.specs import OneHot
 from torch import nn
 
-from .common import finish, make_trainer, resume_if_asked, start_run
+from .common import finish, make_collector, make_trainer, resume_if_asked, start_run
 from .config import TrainConfig
 from .envs import make_env
 from .networks import FAST
@@ -108,7 +107,7 @@ def train(cfg: TrainConfig) -> float:
                    critic_coeff=algo.critic_coeff, loss_critic_type="l2")
     loss.make_value_estimator(ValueEstimators.GAE, gamma=algo.gamma, lmbda=algo.lmbda, average_gae=algo.normalize_advantage)
     optimizer = torch.optim.RMSprop(loss.parameters(), lr=algo.lr, alpha=algo.rms_alpha, eps=algo.rms_eps)
-    collector = Collector(lambda: make_env(cfg.env), actor, frames_per_batch=batch, total_frames=cfg.collector.total_frames)
+    collector = make_collector(run, lambda: make_env(cfg.env), actor)
     # one step per batch, on the batch itself: the loss computes the advantages (time order intact)
     trainer = make_trainer(run, collector=collector, loss=loss, optimizer=optimizer, policy=actor,
                            clip_norm=algo.max_grad_norm, optim_steps_per_batch=1)

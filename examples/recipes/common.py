@@ -28,6 +28,7 @@ from rl_objectives.trainers import (
     get_logger,
     write_learning_curve,
 )
+from rl_collect import Collector, MultiAsyncCollector, MultiSyncCollector
 from rl_replay import LazyMemmapStorage, LazyTensorStorage, ReplayBuffer, TensorDictPrioritizedReplayBuffer
 
 from .config import TrainConfig, resolve
@@ -128,6 +129,30 @@ def make_eval_env(run: Run, **kwargs: Any) -> Any:
     env = make_env(run.cfg.env, run.cfg.env.eval_envs, **kwargs)
     env.set_seed(run.cfg.seed + 1)
     return env
+
+
+def make_collector(run: Run, create_env: Any, policy: Any, *, warmup: bool = False) -> Any:
+    """The collector ``collector.kind`` names, over ``create_env`` and ``policy``.
+
+    ``sync``: a :class:`~rl_collect.Collector` in this process. ``multisync`` / ``multiasync``:
+    ``collector.num_workers`` processes, each stepping its own ``create_env()`` with a copy of the
+    policy (``UpdateWeights`` sends them new weights); a ``multisync`` batch gathers every worker's
+    share (``frames_per_batch`` frames in all, stacked ``[workers, *env batch, T]``), a
+    ``multiasync`` batch is one worker's ``frames_per_batch`` frames, collected while the trainer
+    trains. ``warmup``: the first ``collector.init_random_frames`` frames (in all) take random actions.
+    """
+    cfg = run.cfg.collector
+    random_frames = (cfg.init_random_frames or 0) if warmup else 0
+    sizes = {"frames_per_batch": cfg.frames_per_batch, "total_frames": cfg.total_frames}
+    if cfg.kind == "sync":
+        return Collector(create_env, policy, init_random_frames=random_frames, **sizes)
+    kinds = {"multisync": MultiSyncCollector, "multiasync": MultiAsyncCollector}
+    if cfg.kind not in kinds:
+        raise ValueError(f"collector.kind must be one of ['multiasync', 'multisync', 'sync'], got {cfg.kind!r}.")
+    if not isinstance(cfg.num_workers, int) or cfg.num_workers < 1:
+        raise ValueError(f"collector.num_workers must be a positive int, got {cfg.num_workers!r}.")
+    per_worker = -(-random_frames // cfg.num_workers)  # each worker counts its own frames
+    return kinds[cfg.kind]([create_env] * cfg.num_workers, policy, init_random_frames=per_worker, **sizes)
 
 
 def make_trainer(

@@ -18,13 +18,12 @@ from dataclasses import dataclass
 from typing import List, Optional
 
 import torch
-from rl_collect import Collector
 from rl_objectives import DDPGLoss, SoftUpdate
 from rl_objectives.modules import AdditiveGaussianModule
 from rl_objectives.trainers import ReplayBufferTrainer, TargetNetUpdaterHook, UpdateWeights
 from tdict.nn import TensorDictSequential
 
-from .common import finish, make_buffer, make_trainer, resume_if_asked, start_run
+from .common import finish, make_buffer, make_collector, make_trainer, resume_if_asked, start_run
 from .config import TrainConfig
 from .envs import make_env
 from .networks import q_critic, tanh_actor
@@ -76,10 +75,7 @@ def train(cfg: TrainConfig) -> float:
     loss = DDPGLoss(actor, q_critic(obs_dim, action_spec.shape[-1], algo.hidden), loss_function="l2",
                     delay_actor=True, delay_value=True)
     loss.make_value_estimator(gamma=algo.gamma)
-    collector = Collector(
-        lambda: make_env(cfg.env), policy, frames_per_batch=cfg.collector.frames_per_batch,
-        total_frames=cfg.collector.total_frames, init_random_frames=cfg.collector.init_random_frames,
-    )
+    collector = make_collector(run, lambda: make_env(cfg.env), policy, warmup=True)
     trainer = make_trainer(
         run, collector=collector, loss=loss, optimizer=torch.optim.Adam(loss.parameters(), lr=algo.lr, fused=True),
         optim_steps_per_batch=max(1, round(algo.utd * cfg.collector.frames_per_batch)), policy=actor,

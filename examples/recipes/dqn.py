@@ -25,7 +25,6 @@ from dataclasses import dataclass
 from typing import Optional
 
 import torch
-from rl_collect import Collector
 from rl_objectives import DQNLoss, HardUpdate
 from rl_objectives.modules import MLP, EGreedyModule, QValueActor
 from rl_objectives.trainers import AnnealExploration, ReplayBufferTrainer, TargetNetUpdaterHook, UpdateWeights
@@ -33,7 +32,7 @@ from tdict.nn import TensorDictSequential
 from tdict.specs import OneHot
 from torch import nn
 
-from .common import finish, make_buffer, make_trainer, resume_if_asked, start_run
+from .common import finish, make_buffer, make_collector, make_trainer, resume_if_asked, start_run
 from .config import TrainConfig
 from .envs import make_env
 
@@ -99,10 +98,7 @@ def train(cfg: TrainConfig) -> float:
     explore = TensorDictSequential(qnet, egreedy)  # collection
     loss = DQNLoss(qnet, loss_function=algo.loss_function, double_dqn=algo.double_dqn, delay_value=True)
     loss.make_value_estimator(gamma=algo.gamma)
-    collector = Collector(
-        lambda: make_env(cfg.env), explore, frames_per_batch=cfg.collector.frames_per_batch,
-        total_frames=cfg.collector.total_frames, init_random_frames=cfg.collector.init_random_frames,
-    )
+    collector = make_collector(run, lambda: make_env(cfg.env), explore, warmup=True)
     optimizer = torch.optim.Adam(loss.parameters(), lr=algo.lr, fused=True)
     trainer = make_trainer(run, collector=collector, loss=loss, optimizer=optimizer, policy=qnet,
                            optim_steps_per_batch=algo.gradient_steps, clip_norm=algo.max_grad_norm)

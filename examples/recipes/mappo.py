@@ -19,7 +19,6 @@ from dataclasses import dataclass
 from typing import Optional
 
 import torch
-from rl_collect import Collector
 from rl_objectives import ClipPPOLoss, ValueEstimators
 from rl_objectives.modules import MultiAgentMLP, ProbabilisticActor, TanhNormal, ValueOperator
 from rl_objectives.trainers import ReplayBufferTrainer, UpdateWeights
@@ -27,7 +26,7 @@ from rl_replay import LazyTensorStorage, ReplayBuffer, SamplerWithoutReplacement
 from tdict.nn import NormalParamExtractor, TensorDictModule
 from torch import nn
 
-from .common import finish, make_trainer, resume_if_asked, start_run
+from .common import finish, make_collector, make_trainer, resume_if_asked, start_run
 from .config import TrainConfig
 from .envs import make_env
 
@@ -107,7 +106,7 @@ def train(cfg: TrainConfig) -> float:
     loss.make_value_estimator(ValueEstimators.GAE, gamma=algo.gamma, lmbda=algo.lmbda)
     optimizer = torch.optim.Adam(loss.parameters(), lr=algo.lr)
     batch = cfg.collector.frames_per_batch
-    collector = Collector(lambda: make_env(cfg.env), actor, frames_per_batch=batch, total_frames=cfg.collector.total_frames)
+    collector = make_collector(run, lambda: make_env(cfg.env), actor)
     trainer = make_trainer(
         run, collector=collector, loss=loss, optimizer=optimizer, policy=actor, clip_norm=algo.max_grad_norm,
         optim_steps_per_batch=algo.epochs * (batch // algo.minibatch),

@@ -16,7 +16,6 @@ from dataclasses import dataclass
 from typing import Optional
 
 import torch
-from rl_collect import Collector
 from rl_objectives import ClipPPOLoss, ValueEstimators
 from rl_objectives.modules import MLP, OneHotCategorical, ProbabilisticActor, TanhNormal, ValueOperator
 from rl_objectives.trainers import ReplayBufferTrainer, UpdateWeights
@@ -25,7 +24,7 @@ from tdict.nn import AddStateIndependentNormalScale, TensorDictModule
 from tdict.specs import OneHot
 from torch import nn
 
-from .common import finish, make_trainer, resume_if_asked, start_run
+from .common import finish, make_collector, make_trainer, resume_if_asked, start_run
 from .config import TrainConfig
 from .envs import make_env
 from .networks import FAST
@@ -116,7 +115,7 @@ def train(cfg: TrainConfig) -> float:
     optimizer = torch.optim.Adam(loss.parameters(), lr=algo.lr, eps=1e-5, fused=True)
     batch = cfg.collector.frames_per_batch
     n_batches = -(-cfg.collector.total_frames // batch)
-    collector = Collector(lambda: make_env(cfg.env), actor, frames_per_batch=batch, total_frames=cfg.collector.total_frames)
+    collector = make_collector(run, lambda: make_env(cfg.env), actor)
     trainer = make_trainer(
         run, collector=collector, loss=loss, optimizer=optimizer, policy=actor, clip_norm=algo.max_grad_norm,
         optim_steps_per_batch=algo.epochs * (batch // algo.minibatch),

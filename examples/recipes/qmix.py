@@ -22,7 +22,6 @@ from dataclasses import dataclass
 from typing import Optional
 
 import torch
-from rl_collect import Collector
 from rl_objectives import QMixerLoss, SoftUpdate, ValueEstimators
 from rl_objectives.modules import EGreedyModule, MultiAgentMLP, QMixer, QValueModule, VDNMixer
 from rl_objectives.trainers import AnnealExploration, ReplayBufferTrainer, TargetNetUpdaterHook, UpdateWeights
@@ -30,7 +29,7 @@ from rl_replay import LazyTensorStorage, ReplayBuffer
 from tdict.nn import TensorDictModule, TensorDictSequential
 from torch import nn
 
-from .common import finish, make_eval_env, make_trainer, resume_if_asked, start_run
+from .common import finish, make_collector, make_eval_env, make_trainer, resume_if_asked, start_run
 from .config import TrainConfig
 from .envs import make_env
 
@@ -109,8 +108,7 @@ def train(cfg: TrainConfig) -> float:
     loss = QMixerLoss(qnet, make_mixer(proto, algo.mixer, algo.mixing_embed_dim), delay_value=True)
     loss.make_value_estimator(ValueEstimators.TD0, gamma=algo.gamma)  # team reward and done flags at the root
     batch = cfg.collector.frames_per_batch
-    collector = Collector(lambda: make_env(cfg.env, discrete=True), policy, frames_per_batch=batch,
-                          total_frames=cfg.collector.total_frames, init_random_frames=cfg.collector.init_random_frames)
+    collector = make_collector(run, lambda: make_env(cfg.env, discrete=True), policy, warmup=True)
     trainer = make_trainer(
         run, collector=collector, loss=loss, optimizer=torch.optim.Adam(loss.parameters(), lr=algo.lr), policy=policy,
         eval_env=make_eval_env(run, discrete=True), clip_norm=algo.max_grad_norm,

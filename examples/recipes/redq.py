@@ -25,11 +25,10 @@ from dataclasses import dataclass
 from typing import Optional
 
 import torch
-from rl_collect import Collector
 from rl_objectives import REDQLoss, SoftUpdate
 from rl_objectives.trainers import ReplayBufferTrainer, TargetNetUpdaterHook, UpdateWeights
 
-from .common import finish, make_buffer, make_trainer, resume_if_asked, start_run
+from .common import finish, make_buffer, make_collector, make_trainer, resume_if_asked, start_run
 from .config import TrainConfig
 from .envs import make_env
 from .networks import q_critic, tanh_gaussian_actor
@@ -81,10 +80,7 @@ def train(cfg: TrainConfig) -> float:
                     sub_sample_len=algo.subset, loss_function="l2", alpha_init=algo.alpha_init, min_alpha=None,
                     max_alpha=None, action_spec=action_spec)
     loss.make_value_estimator(gamma=algo.gamma)
-    collector = Collector(
-        lambda: make_env(cfg.env), actor, frames_per_batch=cfg.collector.frames_per_batch,
-        total_frames=cfg.collector.total_frames, init_random_frames=cfg.collector.init_random_frames,
-    )
+    collector = make_collector(run, lambda: make_env(cfg.env), actor, warmup=True)
     trainer = make_trainer(
         run, collector=collector, loss=loss, optimizer=torch.optim.Adam(loss.parameters(), lr=algo.lr, fused=True),
         optim_steps_per_batch=max(1, round(algo.utd * cfg.collector.frames_per_batch)), policy=actor,

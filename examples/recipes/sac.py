@@ -15,11 +15,10 @@ from dataclasses import dataclass
 from typing import Optional
 
 import torch
-from rl_collect import Collector
 from rl_objectives import SACLoss, SoftUpdate
 from rl_objectives.trainers import ReplayBufferTrainer, TargetNetUpdaterHook, UpdateWeights
 
-from .common import finish, make_buffer, make_trainer, resume_if_asked, start_run
+from .common import finish, make_buffer, make_collector, make_trainer, resume_if_asked, start_run
 from .config import TrainConfig
 from .envs import make_env
 from .networks import q_critic, tanh_gaussian_actor
@@ -41,7 +40,7 @@ Config = SACConfig  # the recipe's entry in the ``algo`` config group
 # per task: what RL-zoo tunes, and a faster setting where ours measures faster to the threshold
 PRESETS = {
     "pendulum": {
-        "algo": {"lr": 1e-3, "gamma": 0.99, "tau": 0.01, "utd": 0.5, "hidden": 64, "alpha_init": 0.2},
+        "algo": {"lr": 5e-4, "gamma": 0.99, "tau": 0.01, "utd": 0.5, "hidden": 64, "alpha_init": 0.2},
         "env": {"num_envs": 8},
         "collector": {"frames_per_batch": 64, "total_frames": 12_000, "init_random_frames": 1_000},
         "buffer": {"size": 100_000, "batch_size": 256},
@@ -69,10 +68,7 @@ def train(cfg: TrainConfig) -> float:
     loss = SACLoss(actor, q_critic(obs_dim, action_spec.shape[-1], [algo.hidden, algo.hidden]), num_qvalue_nets=2,
                    alpha_init=algo.alpha_init, action_spec=action_spec)
     loss.make_value_estimator(gamma=algo.gamma)
-    collector = Collector(
-        lambda: make_env(cfg.env), actor, frames_per_batch=cfg.collector.frames_per_batch,
-        total_frames=cfg.collector.total_frames, init_random_frames=cfg.collector.init_random_frames,
-    )
+    collector = make_collector(run, lambda: make_env(cfg.env), actor, warmup=True)
     trainer = make_trainer(
         run, collector=collector, loss=loss, optimizer=torch.optim.Adam(loss.parameters(), lr=algo.lr, fused=True),
         optim_steps_per_batch=max(1, round(algo.utd * cfg.collector.frames_per_batch)), policy=actor,

@@ -20,7 +20,6 @@ from dataclasses import dataclass
 from typing import List, Optional
 
 import torch
-from rl_collect import Collector
 from rl_objectives import SoftUpdate, TD3Loss
 from rl_objectives.modules import AdditiveGaussianModule
 from rl_objectives.trainers import ReplayBufferTrainer, UpdateWeights
@@ -28,7 +27,7 @@ from tdict import TensorDict
 from tdict.nn import TensorDictSequential
 from torch import nn
 
-from .common import finish, make_buffer, make_trainer, resume_if_asked, start_run
+from .common import finish, make_buffer, make_collector, make_trainer, resume_if_asked, start_run
 from .config import TrainConfig
 from .envs import make_env
 from .networks import q_critic, tanh_actor
@@ -114,10 +113,7 @@ def train(cfg: TrainConfig) -> float:
                   noise_clip=algo.target_noise_clip * half_range, loss_function="l2")
     td3.make_value_estimator(gamma=algo.gamma)
     loss = DelayedPolicyLoss(td3, algo.policy_delay)
-    collector = Collector(
-        lambda: make_env(cfg.env), policy, frames_per_batch=cfg.collector.frames_per_batch,
-        total_frames=cfg.collector.total_frames, init_random_frames=cfg.collector.init_random_frames,
-    )
+    collector = make_collector(run, lambda: make_env(cfg.env), policy, warmup=True)
     trainer = make_trainer(
         run, collector=collector, loss=loss, optimizer=torch.optim.Adam(loss.parameters(), lr=algo.lr, fused=True),
         optim_steps_per_batch=max(1, round(algo.utd * cfg.collector.frames_per_batch)), policy=actor,

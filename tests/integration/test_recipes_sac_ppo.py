@@ -54,6 +54,47 @@ def test_ppo_quick_run_decays_lr_and_clip_range(tmp_path: Path) -> None:
     assert float(ckpt["loss_module"]["clip_epsilon"]) == pytest.approx(1e-3)  # the floor of the decayed clip range
 
 
+@pytest.mark.parametrize("kind", ["multisync", "multiasync"])
+def test_sac_runs_on_worker_processes(kind: str, tmp_path: Path) -> None:
+    final = sac.train(_quick(sac, "pendulum", tmp_path, kind=kind, num_workers=2, total_frames=512, init_random_frames=256))
+    assert math.isfinite(final) and -16.3 * 200 <= final <= 0.0
+    ckpt = torch.load(tmp_path / "quick" / "checkpoint.pt", weights_only=True)
+    assert ckpt["state"]["collected_frames"] == 512  # exact over the workers
+    assert json.loads((tmp_path / "quick" / "config.json").read_text())["collector"]["kind"] == kind
+
+
+def test_ppo_runs_on_two_synchronous_workers(tmp_path: Path) -> None:
+    final = ppo.train(_quick(ppo, "cartpole", tmp_path, kind="multisync", num_workers=2, total_frames=1024))
+    assert math.isfinite(final) and 0 < final <= 500
+    assert torch.load(tmp_path / "quick" / "checkpoint.pt", weights_only=True)["state"]["collected_frames"] == 1024
+
+
+def test_make_collector_builds_the_configured_kind_and_splits_the_warm_up(tmp_path: Path) -> None:
+    from recipes import common
+    from rl_collect import Collector, MultiAsyncCollector, MultiSyncCollector
+    from recipes.envs import make_env
+
+    def collector(**fields):
+        cfg = TrainConfig(algo=sac.Config(), env=EnvConfig(name="pendulum", num_envs=2),
+                          collector=CollectorConfig(frames_per_batch=8, total_frames=32, init_random_frames=10, **fields))
+        run = common.Run(cfg, tmp_path, None, 0.0, "sac")
+        return common.make_collector(run, lambda: make_env(cfg.env), None, warmup=True)
+
+    sync = collector()
+    assert type(sync) is Collector and sync.init_random_frames == 10
+    for kind, cls in (("multisync", MultiSyncCollector), ("multiasync", MultiAsyncCollector)):
+        multi = collector(kind=kind, num_workers=2)  # 2 workers x 2 sub-envs: batches of 8 frames are 2 steps
+        try:
+            assert type(multi) is cls and multi.num_workers == 2
+            assert sum(batch.numel() for batch in multi) == 32
+        finally:
+            multi.shutdown()
+    with pytest.raises(ValueError, match="collector.kind must be one of .* got 'ray'"):
+        collector(kind="ray")
+    with pytest.raises(ValueError, match="collector.num_workers must be a positive int, got 0"):
+        collector(kind="multisync", num_workers=0)
+
+
 def _train_app(args: list[str], cwd: Path) -> subprocess.CompletedProcess:
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     return subprocess.run([sys.executable, str(EXAMPLES / "train.py"), *args], cwd=cwd, env=env, stdin=subprocess.DEVNULL,

@@ -195,8 +195,12 @@ def online_reference(net, td, n_samples, alpha, log_alpha, target_entropy, reduc
         normal = -((x - loc) ** 2) / (2 * scale**2) - scale.log() - 0.5 * math.log(2 * math.pi)
         return (normal - torch.log1p(-y) - torch.log1p(y)).sum(-1)
 
-    samples = torch.tanh(loc + scale * noise).clamp(-1 + 1.2e-7, 1 - 1.2e-7)
-    entropy = -torch.stack([log_prob(s) for s in samples]).mean(0)
+    # the policy's own draws are scored from the Normal draw x itself, log(1 - tanh(x)^2) in a stable form
+    def log_prob_of_draw(x):
+        normal = -((x - loc) ** 2) / (2 * scale**2) - scale.log() - 0.5 * math.log(2 * math.pi)
+        return (normal - (math.log(4.0) - 2 * x.abs() - 2 * torch.log1p(torch.exp(-2 * x.abs())))).sum(-1)
+
+    entropy = -torch.stack([log_prob_of_draw(loc + scale * n) for n in noise]).mean(0)
     mask = td.get("mask", None)
     ll = reference_reduce(log_prob(td["action"]), mask, reduction)
     ent = reference_reduce(entropy, mask, reduction)

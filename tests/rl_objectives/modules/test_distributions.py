@@ -70,6 +70,22 @@ class TestTanhNormal:
         edge = torch.tensor([[-2.0, 0.5], [-5.0, 9.0]])
         assert torch.isfinite(TanhNormal(torch.zeros(2), torch.ones(2), low=-2.0, high=0.5).log_prob(edge)).all()
 
+    def test_own_draws_are_scored_from_the_normal_draw_even_when_saturated(self):
+        loc, scale = torch.full((500, 1), 40.0, dtype=torch.float64), torch.full((500, 1), 1e-3, dtype=torch.float64)
+        d = TanhNormal(loc, scale, low=-2.0, high=2.0)
+        torch.manual_seed(3)
+        x = loc + scale * torch.randn(500, 1, dtype=torch.float64)  # the draw rsample makes with this seed
+        torch.manual_seed(3)
+        y = d.rsample()
+        # log(1 - tanh(x)^2) = log 4 - 2|x| - 2 log(1 + exp(-2|x|)); half-width 2
+        log_jacobian = math.log(4.0) - 2 * x.abs() - 2 * torch.log1p(torch.exp(-2 * x.abs()))
+        expected = (D.Normal(loc, scale).log_prob(x) - log_jacobian - math.log(2.0)).sum(-1)
+        got = d.log_prob(y)
+        assert torch.isfinite(got).all() and got.min() > -200.0  # about 2 * 40 - 4 at x = 40
+        torch.testing.assert_close(got, expected, rtol=1e-9, atol=1e-9)
+        # the same values, not that tensor: inverted through atanh of a saturated tanh, far below
+        assert d.log_prob(y.clone()).max() < -1e6
+
     def test_rsample_gradient_flows(self):
         loc = torch.zeros(5, 2, requires_grad=True)
         scale = torch.ones(5, 2, requires_grad=True)

@@ -13,6 +13,7 @@ event dim, sums ``log_prob`` over it, so the log-prob of an action has the batch
 from __future__ import annotations
 
 import enum
+import math
 
 import torch
 from tdict import nn as tnn
@@ -66,6 +67,11 @@ class TanhNormal(D.Distribution):
     Numerical safety: ``tanh`` saturates to exactly ``+-1`` in floating point, so samples are kept
     ``eps`` (the dtype's machine epsilon) away from ``+-1`` before scaling, and ``log_prob`` clamps
     ``t`` the same way: it stays finite at (and beyond) the bounds instead of giving ``inf``/``nan``.
+    The log-density of the tensor the last ``rsample``/``sample`` returned is computed from the
+    Normal draw itself (``log N(x) - log(1 - tanh(x)**2)``, the Jacobian term in a stable form), not
+    from ``atanh`` of the squashed value: where ``tanh`` saturates, inverting it gives a point far
+    from the draw, and with a small ``scale`` a log-density of -1e15 (the policy-gradient losses
+    that score their own samples then blow up).
 
     ``mode`` and ``deterministic_sample`` are ``c + h * tanh(loc)``: the image of the Normal's mode, the
     usual deterministic action of SAC-like policies (it is not the exact mode of the squashed
@@ -139,13 +145,22 @@ class TanhNormal(D.Distribution):
         return self._center + self._half * t
 
     def rsample(self, sample_shape: torch.Size | tuple = torch.Size()) -> torch.Tensor:
-        return self._squash(self._base.rsample(sample_shape))
+        x = self._base.rsample(sample_shape)
+        y = self._squash(x)
+        self._last_draw = (y, x)  # log_prob(y) scores x itself (see the class docstring)
+        return y
 
     def sample(self, sample_shape: torch.Size | tuple = torch.Size()) -> torch.Tensor:
         with torch.no_grad():
             return self.rsample(sample_shape)
 
     def log_prob(self, value: torch.Tensor) -> torch.Tensor:
+        last = getattr(self, "_last_draw", None)
+        if last is not None and value is last[0]:
+            x = last[1]
+            # log(1 - tanh(x)^2) = 2 * (log 2 - x - softplus(-2x)): finite for any x
+            log_det = 2.0 * (math.log(2.0) - x - torch.nn.functional.softplus(-2.0 * x))
+            return _sum_event(self._base.log_prob(x) - log_det - torch.log(self._half), self.event_dims)
         t = ((value - self._center) / self._half).clamp(-1 + self._eps, 1 - self._eps)
         x = torch.atanh(t)
         # log(1 - t^2) as log1p(-t) + log1p(t): accurate when |t| is close to 1
