@@ -40,7 +40,7 @@ def test_sac_quick_run_writes_its_run_folder(tmp_path: Path) -> None:
     for file in ("config.json", "checkpoint.pt", "learning_curve.png", "scalars/total_r_evaluation.csv", "hparams.json"):
         assert (run / file).is_file(), file
     config = json.loads((run / "config.json").read_text())
-    assert config["recipe"] == "sac" and config["algo"]["lr"] == 1e-3 and config["collector"]["frames_per_batch"] == 64
+    assert config["recipe"] == "sac" and config["algo"]["lr"] == 5e-4 and config["collector"]["frames_per_batch"] == 64
     ckpt = torch.load(run / "checkpoint.pt", weights_only=True)
     assert ckpt["state"]["collected_frames"] == 512 and set(ckpt["replay_buffer"]) == {"__dumped_to__"}
 
