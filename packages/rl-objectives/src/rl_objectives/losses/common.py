@@ -346,10 +346,18 @@ class LossModule(nn.Module):
         """
         if params is None:
             params = self.params_of(module_name, target)
+        leaves, bind = self._binder(module_name, params)
+        return bind(leaves)
+
+    def _binder(self, module_name: str, params: Any) -> tuple:
+        """``(params' leaves, bind)``: ``bind(tensors)`` is the context manager putting ``tensors``
+        (those leaves, or one set of an ensemble's) into the network."""
         if torch.compiler.is_compiling():  # dynamo follows to_module's swaps, not writes into a module's dicts
-            return params.to_module(getattr(self, module_name))
+            keys = list(params.keys(include_nested=True, leaves_only=True))
+            module = getattr(self, module_name)
+            return [params.get(k) for k in keys], lambda tensors: TensorDict(dict(zip(keys, tensors))).to_module(module)
         keys, slots = self._swap_plan(module_name)
-        return _Swapped(slots, [params.get(k) for k in keys])
+        return [params.get(k) for k in keys], lambda tensors: _Swapped(slots, tensors)
 
     def _swap_plan(self, module_name: str) -> tuple:
         """``(leaf keys, slots)`` of a registered network: each key of :meth:`params_of` and the dict
@@ -384,17 +392,7 @@ class LossModule(nn.Module):
         if params is None:
             params = self.params_of(module_name, target)
         module = getattr(self, module_name)
-        if torch.compiler.is_compiling():  # dynamo follows to_module's swaps, not writes into a module's dicts
-            keys = list(params.keys(include_nested=True, leaves_only=True))
-
-            def swapped(tensors: Sequence[torch.Tensor]) -> Any:
-                return TensorDict(dict(zip(keys, tensors))).to_module(module)
-        else:
-            keys, slots = self._swap_plan(module_name)
-
-            def swapped(tensors: Sequence[torch.Tensor]) -> Any:
-                return _Swapped(slots, tensors)
-        leaves = [params.get(k) for k in keys]
+        leaves, swapped = self._binder(module_name, params)
 
         def run(td: Any) -> Any:
             out = module(td)
