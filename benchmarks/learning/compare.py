@@ -10,6 +10,7 @@ final return, and our/SB3 ratios.
 
     hatch run bench:learning                       # every task, 3 seeds (about an hour)
     hatch run bench:learning --tasks sac-pendulum --seeds 0 --best
+    hatch run bench:learning --tasks td3-pendulum --best --update   # rerun one task, keep the others' rows
 
 ``--best`` adds our recipe at its own preset per seed ("each library at its best", against SB3
 with RL-zoo's settings), two seeds at a time after the task's pairs. Results: benchmarks/results/learning.json and
@@ -133,6 +134,7 @@ def main() -> None:
     parser.add_argument("--cores", default="0,1", help="cores to pin the runs to ('' : no pinning)")
     parser.add_argument("--out", default=str(RESULTS / "learning.json"))
     parser.add_argument("--frames", type=int, default=None, help="shorter runs than the tasks' (smoke tests)")
+    parser.add_argument("--update", action="store_true", help="keep --out's records of the tasks not run now")
     args = parser.parse_args()
     tasks = [t for t in args.tasks.split(",") if t]
     unknown = [t for t in tasks if t not in TASKS]
@@ -151,11 +153,17 @@ def main() -> None:
         for seed in seeds:
             print(f"{task} seed {seed}: " + ", ".join(
                 f"{r['lib']} final {r['final_return']:.1f}" for r in records if r["task"] == task and r["seed"] == seed), flush=True)
+    commands = []
+    if args.update and Path(args.out).is_file():  # the kept rows came from the earlier commands
+        old = json.loads(Path(args.out).read_text())
+        kept = [r for r in old["records"] if r["task"] not in tasks]
+        records = sorted(kept + records, key=lambda r: list(TASKS).index(r["task"]))
+        commands = old["meta"].get("commands", [old["meta"].get("command")]) if kept else []
     summary = summarise(records)
     text = table(summary)
     print(text)
     meta = {"python": platform.python_version(), "platform": platform.platform(), "cpus": os.cpu_count(),
-            "command": " ".join(sys.argv)}
+            "commands": [*commands, " ".join(sys.argv)]}
     Path(args.out).write_text(json.dumps({"meta": meta, "records": records, "summary": summary}, indent=1) + "\n")
     Path(args.out).with_name(Path(args.out).stem + "_table.md").write_text(text + "\n")
 

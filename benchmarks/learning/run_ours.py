@@ -3,7 +3,8 @@
 Runs ``examples/recipes/<algo>.py`` through the Hydra config of ``examples/train.py`` with the
 task's overrides, on one torch thread, and writes a JSON record: at every evaluation (10 whole
 episodes, deterministic policy) the frames so far, the training CPU and wall-clock seconds so far
-(the evaluations' own time left out) and the mean return; then the final evaluation's return.
+(the evaluations' own time left out) and the mean return; then the final return, over
+``FINAL_EPISODES`` episodes (settings.py).
 
     python benchmarks/learning/run_ours.py sac-pendulum --seed 0 --out /tmp/ours.json [--best]
 """
@@ -24,7 +25,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import torch  # noqa: E402
 from hydra import compose, initialize_config_dir  # noqa: E402
 from omegaconf import OmegaConf  # noqa: E402
-from settings import TASKS  # noqa: E402
+from settings import FINAL_EPISODES, TASKS  # noqa: E402
 
 import recipes.common as common  # noqa: E402
 import train as train_app  # noqa: E402  (registers the config groups)
@@ -84,6 +85,7 @@ def main() -> None:
 
     def stop_clock(run, trainer, *args, **kwargs):  # training is over: the final evaluation and plot are not counted
         stopped["cpu"], stopped["wall"] = clock.now()
+        run.cfg.env.eval_envs = FINAL_EPISODES
         return finish(run, trainer, *args, **kwargs)
 
     common.LogValidationReward = TimedEval

@@ -21,7 +21,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import gymnasium as gym  # noqa: E402
 import torch  # noqa: E402
-from settings import TASKS  # noqa: E402
+from settings import FINAL_EPISODES, TASKS  # noqa: E402
 from stable_baselines3 import DQN, PPO, SAC, TD3  # noqa: E402
 from stable_baselines3.common.callbacks import BaseCallback  # noqa: E402
 from stable_baselines3.common.env_util import make_vec_env  # noqa: E402
@@ -88,7 +88,7 @@ def main() -> None:
     recorder.cpu0, recorder.wall0 = time.process_time(), time.perf_counter()
     model.learn(total_timesteps=task.frames, callback=recorder)
     cpu, wall = recorder.clock()
-    final, _ = evaluate_policy(model, eval_env, n_eval_episodes=10, deterministic=True)
+    final, _ = evaluate_policy(model, eval_env, n_eval_episodes=FINAL_EPISODES, deterministic=True)
     record = {"lib": "sb3", "task": args.task, "seed": args.seed, "points": recorder.points, "final_return": float(final),
               "train_cpu_s": cpu, "train_wall_s": wall, "frames": task.frames}
     Path(args.out).write_text(json.dumps(record) + "\n")

@@ -66,7 +66,7 @@ def train(cfg: TrainConfig) -> float:
 
     actor = tanh_gaussian_actor(obs_dim, action_spec, [algo.hidden, algo.hidden])
     loss = SACLoss(actor, q_critic(obs_dim, action_spec.shape[-1], [algo.hidden, algo.hidden]), num_qvalue_nets=2,
-                   alpha_init=algo.alpha_init, action_spec=action_spec)
+                   alpha_init=algo.alpha_init, action_spec=action_spec, loss_function="l2")
     loss.make_value_estimator(gamma=algo.gamma)
     collector = make_collector(run, lambda: make_env(cfg.env), actor, warmup=True)
     trainer = make_trainer(

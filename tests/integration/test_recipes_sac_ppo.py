@@ -46,7 +46,7 @@ def test_sac_quick_run_writes_its_run_folder(tmp_path: Path) -> None:
 
 
 def test_ppo_quick_run_decays_lr_and_clip_range(tmp_path: Path) -> None:
-    final = ppo.train(_quick(ppo, "cartpole", tmp_path, total_frames=1024))
+    final = ppo.train(_quick(ppo, "cartpole", tmp_path, total_frames=1024, frames_per_batch=256))
     assert math.isfinite(final) and 0 < final <= 500
     ckpt = torch.load(tmp_path / "quick" / "checkpoint.pt", weights_only=True)
     # 4 batches of 256 frames out of a 1,024-frame run: the linear decay ends at 0
