@@ -8,7 +8,7 @@ run in one process, one thread, in alternating blocks; medians of the blocks' CP
 When plain torch costs about what SB3 costs, no framework overhead is left to remove: 0.8x SB3's
 CPU per frame would need faster kernels than eager PyTorch's, not less Python.
 
-    hatch run bench:python benchmarks/learning/floor.py [--tasks ppo-cartpole,dqn-cartpole,sac-pendulum]
+    hatch run bench:floor [--tasks ppo-cartpole,dqn-cartpole,sac-pendulum]
 """
 
 from __future__ import annotations

@@ -23,7 +23,9 @@ from rl_objectives.trainers import (
     CSVLogger,
     LogValidationReward,
     ProgressBar,
+    ReplayBufferTrainer,
     Trainer,
+    UpdateWeights,
     evaluate_episodes,
     get_logger,
     write_learning_curve,
@@ -199,6 +201,24 @@ def make_trainer(
     if cfg.logger.progress:
         ProgressBar(desc=f"{run.algo} {cfg.env.name} ").register(trainer)
     trainer.register_module("policy", policy)  # the checkpoint's "policy" entry
+    return trainer
+
+
+def make_off_policy_trainer(run: Run, loss: Any, policy: Any, actor: Any, *, lr: float, utd: float) -> Trainer:
+    """The loop of the off-policy recipes (SAC, TD3, DDPG, REDQ): ``policy`` collects batches of the
+    task (random actions during the warm-up), each batch goes into the replay buffer, then
+    ``utd * frames_per_batch`` Adam steps on the loss over uniform samples; the collector gets the
+    new weights after every batch. ``actor`` is what evaluations run and the checkpoint keeps. The
+    recipe adds its target-network update."""
+    cfg = run.cfg
+    collector = make_collector(run, lambda: make_env(cfg.env), policy, warmup=True)
+    trainer = make_trainer(
+        run, collector=collector, loss=loss, optimizer=torch.optim.Adam(loss.parameters(), lr=lr, fused=True),
+        optim_steps_per_batch=max(1, round(utd * cfg.collector.frames_per_batch)), policy=actor,
+    )
+    buffer = make_buffer(run, min(cfg.buffer.size, cfg.collector.total_frames), cfg.buffer.batch_size)
+    ReplayBufferTrainer(buffer).register(trainer)
+    UpdateWeights(collector, update_weights_interval=1).register(trainer)
     return trainer
 
 

@@ -17,13 +17,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import List, Optional
 
-import torch
 from rl_objectives import DDPGLoss, SoftUpdate
 from rl_objectives.modules import AdditiveGaussianModule
-from rl_objectives.trainers import ReplayBufferTrainer, TargetNetUpdaterHook, UpdateWeights
+from rl_objectives.trainers import TargetNetUpdaterHook
 from tdict.nn import TensorDictSequential
 
-from .common import finish, make_buffer, make_collector, make_trainer, resume_if_asked, start_run
+from .common import finish, make_off_policy_trainer, resume_if_asked, start_run
 from .config import TrainConfig
 from .envs import make_env
 from .networks import q_critic, tanh_actor
@@ -75,14 +74,8 @@ def train(cfg: TrainConfig) -> float:
     loss = DDPGLoss(actor, q_critic(obs_dim, action_spec.shape[-1], algo.hidden), loss_function="l2",
                     delay_actor=True, delay_value=True)
     loss.make_value_estimator(gamma=algo.gamma)
-    collector = make_collector(run, lambda: make_env(cfg.env), policy, warmup=True)
-    trainer = make_trainer(
-        run, collector=collector, loss=loss, optimizer=torch.optim.Adam(loss.parameters(), lr=algo.lr, fused=True),
-        optim_steps_per_batch=max(1, round(algo.utd * cfg.collector.frames_per_batch)), policy=actor,
-    )
-    ReplayBufferTrainer(make_buffer(run, min(cfg.buffer.size, cfg.collector.total_frames), cfg.buffer.batch_size)).register(trainer)
+    trainer = make_off_policy_trainer(run, loss, policy, actor, lr=algo.lr, utd=algo.utd)
     TargetNetUpdaterHook(SoftUpdate(loss, tau=algo.tau)).register(trainer)
-    UpdateWeights(collector, update_weights_interval=1).register(trainer)
     resume_if_asked(run, trainer)
 
     print(f"DDPG on {cfg.env.num_envs} x {cfg.env.name}, {cfg.collector.total_frames} frames, seed {cfg.seed}; "

@@ -24,11 +24,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Optional
 
-import torch
 from rl_objectives import REDQLoss, SoftUpdate
-from rl_objectives.trainers import ReplayBufferTrainer, TargetNetUpdaterHook, UpdateWeights
+from rl_objectives.trainers import TargetNetUpdaterHook
 
-from .common import finish, make_buffer, make_collector, make_trainer, resume_if_asked, start_run
+from .common import finish, make_off_policy_trainer, resume_if_asked, start_run
 from .config import TrainConfig
 from .envs import make_env
 from .networks import q_critic, tanh_gaussian_actor
@@ -80,14 +79,8 @@ def train(cfg: TrainConfig) -> float:
                     sub_sample_len=algo.subset, loss_function="l2", alpha_init=algo.alpha_init, min_alpha=None,
                     max_alpha=None, action_spec=action_spec)
     loss.make_value_estimator(gamma=algo.gamma)
-    collector = make_collector(run, lambda: make_env(cfg.env), actor, warmup=True)
-    trainer = make_trainer(
-        run, collector=collector, loss=loss, optimizer=torch.optim.Adam(loss.parameters(), lr=algo.lr, fused=True),
-        optim_steps_per_batch=max(1, round(algo.utd * cfg.collector.frames_per_batch)), policy=actor,
-    )
-    ReplayBufferTrainer(make_buffer(run, min(cfg.buffer.size, cfg.collector.total_frames), cfg.buffer.batch_size)).register(trainer)
+    trainer = make_off_policy_trainer(run, loss, actor, actor, lr=algo.lr, utd=algo.utd)
     TargetNetUpdaterHook(SoftUpdate(loss, tau=algo.tau)).register(trainer)
-    UpdateWeights(collector, update_weights_interval=1).register(trainer)
     resume_if_asked(run, trainer)
 
     print(f"REDQ ({algo.num_critics} critics, subsets of {algo.subset}, UTD {algo.utd:g}) on {cfg.env.num_envs} x "

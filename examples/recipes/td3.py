@@ -23,12 +23,11 @@ from typing import List, Optional
 import torch
 from rl_objectives import SoftUpdate, TD3Loss
 from rl_objectives.modules import AdditiveGaussianModule
-from rl_objectives.trainers import ReplayBufferTrainer, UpdateWeights
 from tdict import TensorDict
 from tdict.nn import TensorDictSequential
 from torch import nn
 
-from .common import finish, make_buffer, make_collector, make_trainer, resume_if_asked, start_run
+from .common import finish, make_off_policy_trainer, resume_if_asked, start_run
 from .config import TrainConfig
 from .envs import make_env
 from .networks import q_critic, tanh_actor
@@ -115,12 +114,7 @@ def train(cfg: TrainConfig) -> float:
                   noise_clip=algo.target_noise_clip * half_range, loss_function="l2")
     td3.make_value_estimator(gamma=algo.gamma)
     loss = DelayedPolicyLoss(td3, algo.policy_delay)
-    collector = make_collector(run, lambda: make_env(cfg.env), policy, warmup=True)
-    trainer = make_trainer(
-        run, collector=collector, loss=loss, optimizer=torch.optim.Adam(loss.parameters(), lr=algo.lr, fused=True),
-        optim_steps_per_batch=max(1, round(algo.utd * cfg.collector.frames_per_batch)), policy=actor,
-    )
-    ReplayBufferTrainer(make_buffer(run, min(cfg.buffer.size, cfg.collector.total_frames), cfg.buffer.batch_size)).register(trainer)
+    trainer = make_off_policy_trainer(run, loss, policy, actor, lr=algo.lr, utd=algo.utd)
     target_update = SoftUpdate(td3, tau=algo.tau)
 
     def update_targets() -> None:  # target actor and critics move with the actor
@@ -128,7 +122,6 @@ def train(cfg: TrainConfig) -> float:
             target_update.step()
 
     trainer.register_op("post_optim", update_targets)
-    UpdateWeights(collector, update_weights_interval=1).register(trainer)
     resume_if_asked(run, trainer)
 
     print(f"TD3 on {cfg.env.num_envs} x {cfg.env.name}, {cfg.collector.total_frames} frames, seed {cfg.seed}; "

@@ -11,7 +11,10 @@ from torch import nn
 from tdict.nn import TensorDictModule
 
 from rl_collect import Collector
-from rl_collect._worker import TRAJ_ID_STRIDE
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from rl_collect._worker import TRAJ_ID_STRIDE, split_frames
 from rl_collect.multi_async import AsyncCollector, MultiAsyncCollector
 from rl_collect.multi_sync import MultiSyncCollector
 from rl_collect.weight_sync import PipeWeightSyncScheme, SharedMemWeightSyncScheme
@@ -72,6 +75,33 @@ def test_sync_exact_frames_shapes_and_cat():
     assert [b.numel() for b in batches] == [20, 20, 10]
     last = batches[-1]
     assert last["collector", "worker_id"].tolist() == [0] * 5 + [1] * 5
+    assert _no_children()
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.integers(1, 5_000), st.lists(st.integers(1, 8), min_size=1, max_size=6))
+def test_split_frames_whole_steps_and_smallest_overshoot(frames, n_envs):
+    shares = split_frames(frames, n_envs)
+    assert len(shares) == len(n_envs)
+    assert all(share % m == 0 and share >= 0 for share, m in zip(shares, n_envs))  # whole env steps
+    assert frames <= sum(shares) < frames + max(n_envs)
+    if len(set(n_envs)) == 1 and frames % n_envs[0] == 0:
+        assert sum(shares) == frames  # exact whenever whole steps can make it with equal workers
+    # even: no worker holds more than one step beyond the least loaded one (plus its rounding)
+    assert max(shares) - min(shares) <= 2 * max(n_envs)
+
+
+def test_sync_frames_exact_when_workers_batch_envs():
+    """3 workers x 2 sub-envs, 8 frames per batch: shares of 4, 2 and 2 frames (the old split
+    rounded each third up, 4 + 4 + 2, and collected 40 frames for 32)."""
+    fns = [lambda: PendulumEnv(batch_size=[2])] * 3
+    with MultiSyncCollector(fns, None, frames_per_batch=8, total_frames=32) as c:
+        batches = list(c)
+        assert c.frames == 32
+    assert len(batches) == 4
+    for b in batches:
+        assert b.batch_size == torch.Size([3, 2, 2])  # padded to the longest share
+        assert int(b["collector", "mask"].sum()) == 8
     assert _no_children()
 
 

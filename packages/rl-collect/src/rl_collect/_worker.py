@@ -291,7 +291,22 @@ class WorkerPool:
 
 
 def split_frames(frames: int, n_envs: Sequence[int]) -> list[int]:
-    """``frames`` split as evenly as possible over workers, each share a multiple of its env count."""
+    """``frames`` split over workers in whole env steps (worker ``i`` steps ``n_envs[i]`` frames at
+    a time), as evenly as possible: the shares sum to ``frames`` or overshoot it by less than the
+    largest env count (exactly ``frames`` when every worker has the same env count and it divides
+    ``frames``).
+
+    Example:
+        >>> split_frames(8, [2, 2, 2])  # rounding each third up would give 4 + 4 + 2 = 10
+        [4, 2, 2]
+        >>> split_frames(7, [1, 3])
+        [4, 3]
+    """
     n = len(n_envs)
-    shares = [frames // n + (1 if i < frames % n else 0) for i in range(n)]
-    return [math.ceil(s / m) * m if s else 0 for s, m in zip(shares, n_envs)]
+    shares = [(frames // n) // m * m for m in n_envs]  # whole steps under an even share
+    total = sum(shares)
+    while total < frames:  # fewer than n * max(n_envs) frames left: a step at a time to the least loaded
+        i = min(range(n), key=lambda j: (shares[j], j))
+        shares[i] += n_envs[i]
+        total += n_envs[i]
+    return shares

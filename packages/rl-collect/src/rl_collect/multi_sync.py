@@ -34,8 +34,8 @@ class MultiSyncCollector(MultiCollectorBase):
     """Runs one :class:`~rl_collect.Collector` per env factory in worker processes; each batch waits
     for every worker (TorchRL's ``MultiSyncCollector``).
 
-    ``frames_per_batch`` is the total over workers, split evenly. With ``cat_results="stack"`` (the
-    default) batches are ``[num_workers, *env_batch, T]``; with ``cat_results=-1`` they are
+    ``frames_per_batch`` is the total over workers, split evenly in whole env steps. With
+    ``cat_results="stack"`` (the default) batches are ``[num_workers, *env_batch, T]``; with ``cat_results=-1`` they are
     concatenated along time. Every step carries ``("collector", "traj_ids")`` (unique across workers:
     worker ``i``'s ids start at ``i * 2**40``), ``("collector", "worker_id")`` and
     ``("collector", "policy_version")``. When the shares differ in length (the last batch, or
