@@ -5,8 +5,9 @@ For each task, RL-zoo's settings (settings.py): our recipe's gradient step as it
 ``train()`` per gradient step, and the same math written as plain torch in this file (no
 framework: tensors in, one optimizer step out; samples drawn from a preallocated batch). The three
 run in one process, one thread, in alternating blocks; medians of the blocks' CPU ms per step.
-When plain torch costs about what SB3 costs, no framework overhead is left to remove: 0.8x SB3's
-CPU per frame would need faster kernels than eager PyTorch's, not less Python.
+Plain torch is the floor of eager PyTorch for that math: what a library spends above it is its own
+overhead (modules, containers, sampling every stored key, diagnostics), and whether 0.8x SB3's CPU
+per frame is reachable without compiling depends on where plain torch sits against SB3.
 
     hatch run bench:floor [--tasks ppo-cartpole,dqn-cartpole,sac-pendulum]
 """
