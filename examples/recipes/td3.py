@@ -3,14 +3,15 @@
 Three changes to DDPG: the target is the minimum of two critics (clipped double Q), the target action
 gets clipped Gaussian noise (target policy smoothing), and the actor and the target networks move
 once every ``policy_delay`` critic updates (delayed policy updates). The behaviour policy adds
-Gaussian noise to the actor's action. Collect one episode (random actions during the warm-up),
-write it into the replay buffer, then take ``utd * frames_per_batch`` critic steps on uniform
-samples. Noise scales are in units of half the action range, as SB3 adds them to actions rescaled
-to [-1, 1]. Expected: ``pendulum`` -200 or better in 12,000 frames (8 envs, 1,000 random frames,
-one update per frame, 64-wide networks: the threshold at 3,904 frames, in 10 s on one core, seeds
-0, 1); with RL-zoo's settings (20,000 frames of which 10,000 random, one env, [400, 300]: benchmarks/
-learning/settings.py) 5 to 7 minutes on 2 shared cores; ``halfcheetah`` (HalfCheetah-v5) is RL-zoo's setting on a budget cut from 1,000,000 to 100,000
-frames with a threshold of 2,000 (untested beyond a smoke run).
+Gaussian noise to the actor's action. Collect a batch (random actions during the warm-up), write
+it into the replay buffer, then take ``utd * frames_per_batch`` critic steps on uniform samples.
+Noise scales are in units of half the action range, as SB3 adds them to actions rescaled to
+[-1, 1]. Expected: ``pendulum`` -200 or better in 12,000 frames (8 envs, 1,000 random frames, one
+update per frame, 64-wide networks: the threshold at 3,904 frames, in 10 s on one core, seeds 0,
+1); with RL-zoo's settings (one 200-frame episode per batch, 20,000 frames of which 10,000 random,
+[400, 300]: benchmarks/learning/settings.py) 5 to 7 minutes on 2 shared cores; ``halfcheetah``
+(HalfCheetah-v5) is RL-zoo's setting on a budget cut from 1,000,000 to 100,000 frames with a
+threshold of 2,000 (untested beyond a smoke run).
 
 Run: ``python examples/train.py algo=td3 env=pendulum [algo.policy_delay=2 algo.hidden=[256,256] ...]``.
 """
