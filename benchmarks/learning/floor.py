@@ -27,9 +27,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
-from hydra import compose, initialize_config_dir  # noqa: E402
-from omegaconf import OmegaConf  # noqa: E402
-from run_ours import common_overrides  # noqa: E402
+from run_ours import compose_config  # noqa: E402
 from settings import TASKS  # noqa: E402
 from torch import nn  # noqa: E402
 
@@ -151,10 +149,7 @@ def our_step(task_name: str):
         raise Captured
 
     recipe.resume_if_asked = capture
-    overrides = [f"algo={task.algo}", f"env={task.env}", "seed=0", "runs_dir=/tmp/rl-floor", f"name=floor-{time.time()}",
-                 *common_overrides(task, best=False), "logger.progress=false", f"logger.eval_every={10**9}"]
-    with initialize_config_dir(config_dir=str(REPO / "examples" / "conf"), version_base="1.3"):
-        cfg = OmegaConf.to_object(compose(config_name="train", overrides=overrides))
+    cfg = compose_config(task, 0, False, "/tmp/rl-floor", f"floor-{time.time()}", extra=(f"logger.eval_every={10**9}",))
     try:
         recipe.train(cfg)
     except Captured:
@@ -170,21 +165,17 @@ def our_step(task_name: str):
 
 
 def sb3_step(task_name: str):
+    """SB3's model after WARM collected frames; returns (one ``train()`` of STEPS gradient steps)."""
     import run_sb3
-    from stable_baselines3.common.env_util import make_vec_env
 
     task = TASKS[task_name]
-    kwargs = {k: (run_sb3._linear(v) if isinstance(v, str) and v.startswith("lin_") else v) for k, v in task.sb3.items()}
-    if task.algo == "ppo":
-        # train() makes one pass over the rollout: STEPS minibatches of 256
-        kwargs.update(n_epochs=1, batch_size=256, n_steps=STEPS * 256 // task.n_envs)
-    else:
-        kwargs["learning_starts"] = min(kwargs.get("learning_starts", 100), 1_000)
-    model = run_sb3.CLASSES[task.algo]("MlpPolicy", make_vec_env(task.gym_id, n_envs=task.n_envs, seed=0), seed=0, device="cpu", **kwargs)
-    model.learn(WARM[task.algo])
-    if task.algo == "ppo":
+    if task.algo == "ppo":  # train() makes one pass over the rollout: STEPS minibatches of 256
+        model = run_sb3.make_model(task, 0, n_epochs=1, batch_size=256, n_steps=STEPS * 256 // task.n_envs)
+        model.learn(WARM[task.algo])
         return model.train
-    return lambda: model.train(STEPS, kwargs.get("batch_size", 256))
+    model = run_sb3.make_model(task, 0, learning_starts=min(task.sb3.get("learning_starts", 100), 1_000))
+    model.learn(WARM[task.algo])
+    return lambda: model.train(STEPS, task.sb3.get("batch_size", 256))
 
 
 def timed(fn, steps: int) -> float:

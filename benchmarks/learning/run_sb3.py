@@ -61,6 +61,20 @@ class Recorder(BaseCallback):
         return True
 
 
+def make_model(task, seed: int, **overrides):
+    """SB3's model for ``task`` with RL-zoo's settings (``lin_`` schedules, TD3's N(0, 0.1) action
+    noise) and ``overrides`` of its constructor arguments."""
+    kwargs = {**task.sb3, **overrides}
+    for key in ("learning_rate", "clip_range"):
+        if isinstance(kwargs.get(key), str):
+            kwargs[key] = _linear(kwargs[key])
+    env = make_vec_env(task.gym_id, n_envs=task.n_envs, seed=seed)
+    if task.algo == "td3":
+        n = env.action_space.shape[-1]
+        kwargs["action_noise"] = NormalActionNoise(mean=torch.zeros(n).numpy(), sigma=0.1 * torch.ones(n).numpy())
+    return CLASSES[task.algo]("MlpPolicy", env, seed=seed, device="cpu", verbose=0, **kwargs)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("task", choices=sorted(TASKS))
@@ -73,18 +87,10 @@ def main() -> None:
         task = dataclasses.replace(task, frames=args.frames, eval_every=min(task.eval_every, args.frames))
     torch.set_num_threads(1)
 
-    kwargs = dict(task.sb3)
-    for key in ("learning_rate", "clip_range"):
-        if isinstance(kwargs.get(key), str):
-            kwargs[key] = _linear(kwargs[key])
-    env = make_vec_env(task.gym_id, n_envs=task.n_envs, seed=args.seed)
-    if task.algo == "td3":
-        n = env.action_space.shape[-1]
-        kwargs["action_noise"] = NormalActionNoise(mean=torch.zeros(n).numpy(), sigma=0.1 * torch.ones(n).numpy())
+    model = make_model(task, args.seed)
     eval_env = Monitor(gym.make(task.gym_id))
     eval_env.reset(seed=args.seed + 1)
     recorder = Recorder(eval_env, task.eval_every)
-    model = CLASSES[task.algo]("MlpPolicy", env, seed=args.seed, device="cpu", verbose=0, **kwargs)
     recorder.cpu0, recorder.wall0 = time.process_time(), time.perf_counter()
     model.learn(total_timesteps=task.frames, callback=recorder)
     cpu, wall = recorder.clock()
