@@ -53,7 +53,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 @pytest.fixture(autouse=True)
 def _seed_everything() -> None:
-    """Every test starts from the same RNG state, whatever ran before it."""
+    """Every test starts from the same RNG state and with torch's distribution argument checks on
+    (the recipes switch them off for speed), whatever ran before it."""
     random.seed(0)
     try:
         import numpy as np
@@ -67,3 +68,4 @@ def _seed_everything() -> None:
         pass
     else:
         torch.manual_seed(0)
+        torch.distributions.Distribution.set_default_validate_args(True)

@@ -24,6 +24,7 @@ from rl_objectives.trainers import (
     LogValidationReward,
     ProgressBar,
     ReplayBufferTrainer,
+    SelectKeys,
     Trainer,
     UpdateWeights,
     evaluate_episodes,
@@ -37,6 +38,9 @@ from .config import TrainConfig, resolve
 from .envs import check_task, make_env, time_limit
 
 EVAL_KEY = "total_r_evaluation"  # LogValidationReward's mean return of whole episodes
+# what the off-policy losses read from a stored transition; the buffer keeps only these (an env step
+# also records the env's state and parameters, the policy's distribution and the collector's ids)
+TRANSITION_KEYS = ("observation", "action", ("next", "observation"), ("next", "reward"), ("next", "done"), ("next", "terminated"))
 
 
 class Loggers:
@@ -97,6 +101,9 @@ def start_run(cfg: TrainConfig, algo: str, presets: dict, defaults: dict) -> Run
         raise FileExistsError(f"{run_dir} holds a finished or interrupted run: pass resume=true to continue it, or another name.")
     torch.set_num_threads(cfg.threads)
     torch.manual_seed(cfg.seed)
+    # the networks build valid distribution parameters by construction; torch's argument checks cost
+    # about a tenth of a small network's gradient step (PPO on CartPole)
+    torch.distributions.Distribution.set_default_validate_args(False)
     run_dir.mkdir(parents=True, exist_ok=True)
     (run_dir / "config.json").write_text(json.dumps({"recipe": algo, **dataclasses.asdict(cfg)}, indent=2) + "\n")
     backends = list(dict.fromkeys(["csv", *cfg.logger.backends]))
@@ -217,6 +224,7 @@ def make_off_policy_trainer(run: Run, loss: Any, policy: Any, actor: Any, *, lr:
         optim_steps_per_batch=max(1, round(utd * cfg.collector.frames_per_batch)), policy=actor,
     )
     buffer = make_buffer(run, min(cfg.buffer.size, cfg.collector.total_frames), cfg.buffer.batch_size)
+    SelectKeys(list(TRANSITION_KEYS)).register(trainer)  # before the buffer: it stores only these
     ReplayBufferTrainer(buffer).register(trainer)
     UpdateWeights(collector, update_weights_interval=1).register(trainer)
     return trainer

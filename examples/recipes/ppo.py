@@ -20,7 +20,7 @@ from typing import Optional
 import torch
 from rl_objectives import ClipPPOLoss, ValueEstimators
 from rl_objectives.modules import MLP, OneHotCategorical, ProbabilisticActor, TanhNormal, ValueOperator
-from rl_objectives.trainers import ReplayBufferTrainer, UpdateWeights
+from rl_objectives.trainers import ReplayBufferTrainer, SelectKeys, UpdateWeights
 from rl_replay import LazyTensorStorage, ReplayBuffer, SamplerWithoutReplacement
 from tdict.nn import AddStateIndependentNormalScale, TensorDictModule
 from tdict.specs import OneHot
@@ -132,6 +132,9 @@ def train(cfg: TrainConfig) -> float:
         buffer.empty()
 
     trainer.register_op("batch_process", advantages)
+    keys = loss.tensor_keys  # what the loss reads: the minibatches carry nothing else
+    reads = [*actor.in_keys, keys.action, keys.sample_log_prob, keys.advantage, keys.value_target]
+    SelectKeys(list(dict.fromkeys(reads))).register(trainer)
     ReplayBufferTrainer(buffer).register(trainer)  # minibatches without replacement: one epoch per pass
     UpdateWeights(collector, update_weights_interval=1).register(trainer)
 

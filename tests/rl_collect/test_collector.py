@@ -91,6 +91,22 @@ def test_exact_frames_last_batch_cut(batch):
         assert b["observation"].shape == (*b.batch_size, 3)
 
 
+@pytest.mark.parametrize("batch", [(), (3,)])
+def test_one_step_batches_hold_their_own_values(batch):
+    # a one-step batch is a view of the step's data (no stack): later steps must not write into it,
+    # and seven one-step batches equal one seven-step batch of the same env and policy
+    n = batch[0] if batch else 1
+    kept = list(Collector(pendulum(batch, max_steps=5), td_policy(), frames_per_batch=n, total_frames=7 * n))
+    copies = [b.clone() for b in kept]
+    full = next(iter(Collector(pendulum(batch, max_steps=5), td_policy(), frames_per_batch=7 * n, total_frames=7 * n)))
+    for b, c in zip(kept, copies):
+        assert b.batch_size == torch.Size([*batch, 1])
+        for key in c.keys(True, True):
+            assert torch.equal(b[key], c[key]), key
+    for key in full.keys(True, True):
+        torch.testing.assert_close(torch.cat([b[key] for b in kept], len(batch)), full[key], msg=str(key))
+
+
 def test_two_dim_env_batch():
     collector = Collector(
         pendulum((2, 3), max_steps=4), None, frames_per_batch=36, total_frames=72

@@ -51,6 +51,27 @@ def test_optimizer_hook_loss_components_and_separate_optimizers():
     torch.testing.assert_close(out["grad_norm_1"], torch.tensor(2.0))
 
 
+@pytest.mark.parametrize("clip_grad_norm, clip_norm", [(True, 0.5), (True, 100.0), (False, 0.3), (True, None)])
+def test_optimizer_hook_clips_as_torch(clip_grad_norm, clip_norm):
+    # the hook's own clipping against torch's clip_grad_norm_ / clip_grad_value_ on the same gradients
+    torch.manual_seed(0)
+    net, ref = nn.Sequential(nn.Linear(3, 4), nn.Tanh(), nn.Linear(4, 2)), nn.Sequential(nn.Linear(3, 4), nn.Tanh(), nn.Linear(4, 2))
+    ref.load_state_dict(net.state_dict())
+    x = torch.randn(8, 3)
+    out = OptimizerHook(torch.optim.SGD(net.parameters(), lr=0.1))(TensorDict(loss=net(x).pow(2).sum()), clip_grad_norm, clip_norm, 0)
+    ref(x).pow(2).sum().backward()
+    expected_norm = nn.utils.clip_grad_norm_(ref.parameters(), float("inf"))
+    if clip_norm is not None and clip_grad_norm:
+        nn.utils.clip_grad_norm_(ref.parameters(), clip_norm)
+    elif clip_norm is not None:
+        nn.utils.clip_grad_value_(ref.parameters(), clip_norm)
+    torch.optim.SGD(ref.parameters(), lr=0.1).step()
+    torch.testing.assert_close(out["grad_norm_0"], expected_norm)
+    for p, q in zip(net.parameters(), ref.parameters()):
+        torch.testing.assert_close(p.detach(), q.detach())
+        assert p.grad is None
+
+
 def test_optimizer_hook_errors():
     w = nn.Parameter(torch.ones(2))
     hook = OptimizerHook(torch.optim.SGD([w], lr=0.1))

@@ -340,6 +340,7 @@ class Collector:
             self._start()
         td = self._td
         records = []
+        version = torch.full(self.env.batch_size, self.policy_version, dtype=torch.int64)  # read-only: shared by the steps
         context = set_interaction_type(self.exploration_type) if self.exploration_type is not None else None
         if context is not None:
             context.__enter__()
@@ -348,7 +349,7 @@ class Collector:
                 for _ in range(steps):
                     td = self._act(td)
                     td.set(_TRAJ, self._traj_ids)
-                    td.set(_VERSION, torch.full(self.env.batch_size, self.policy_version, dtype=torch.int64))
+                    td.set(_VERSION, version)
                     stepped, td = env.step_and_maybe_reset(td)
                     if self.max_frames_per_traj is not None:
                         td = self._truncate_long_trajectories(env, stepped, td)
@@ -358,7 +359,8 @@ class Collector:
             if context is not None:
                 context.__exit__(None, None, None)
         self._td = td
-        batch = torch.stack(records, len(env.batch_size))
+        # one step (off-policy recipes collect frame by frame): a view, not a stacked copy
+        batch = records[0].unsqueeze(len(env.batch_size)) if steps == 1 else torch.stack(records, len(env.batch_size))
         batch.names = [None] * len(env.batch_size) + ["time"]
         if self.storing_device is not None:
             batch = batch.to(self.storing_device)

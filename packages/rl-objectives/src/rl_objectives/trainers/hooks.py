@@ -16,7 +16,6 @@ from typing import Any
 
 import torch
 from tdict import TensorDictBase
-from torch import nn
 
 from ..losses.common import total_loss
 
@@ -142,14 +141,19 @@ class OptimizerHook(TrainerHookBase):
         except (KeyError, ValueError) as err:
             raise type(err)(f"OptimizerHook: {err.args[0].removeprefix('total_loss: ')}") from None
 
-    def _grad_clip(self, params: list[torch.Tensor], clip_grad_norm: bool, clip_norm: float | None) -> float:
-        grads = [p.grad for p in params if p.grad is not None]
-        if clip_grad_norm and clip_norm is not None:
-            return float(nn.utils.clip_grad_norm_(params, clip_norm))
-        # one fused kernel for the per-tensor norms (a Python loop of norms cost more than the norms)
-        norm = float(torch.linalg.vector_norm(torch.stack(torch._foreach_norm(grads)))) if grads else 0.0
+    def _grad_clip(self, grads: list[torch.Tensor], clip_grad_norm: bool, clip_norm: float | None) -> torch.Tensor:
+        """The gradients' total norm (before clipping); clips them in place as the docstring says."""
+        if not grads:
+            return torch.zeros(())
+        # torch's clip_grad_norm_ computes the same through several Python layers per call: on a small
+        # network those cost more than the norms, and this runs at every gradient step
+        norm = torch.linalg.vector_norm(torch.stack(torch._foreach_norm(grads)))
         if clip_norm is not None:
-            nn.utils.clip_grad_value_(params, clip_norm)
+            if clip_grad_norm:
+                torch._foreach_mul_(grads, (clip_norm / (norm + 1e-6)).clamp(max=1.0))
+            else:
+                torch._foreach_clamp_min_(grads, -clip_norm)
+                torch._foreach_clamp_max_(grads, clip_norm)
         return norm
 
     def __call__(self, losses_td: TensorDictBase, clip_grad_norm: bool = True, clip_norm: float | None = None, index: int = 0) -> TensorDictBase:
@@ -159,12 +163,14 @@ class OptimizerHook(TrainerHookBase):
         if not loss.requires_grad:
             raise RuntimeError("OptimizerHook: the summed loss does not require grad (was it computed under torch.no_grad()?).")
         params = self._params()
-        self.optimizer.zero_grad(set_to_none=True)
+        for p in params:  # zero_grad(set_to_none=True), without the optimizer's profiling wrapper
+            p.grad = None
         loss.backward()
-        grad_norm = self._grad_clip(params, clip_grad_norm, clip_norm)
+        grad_norm = self._grad_clip([p.grad for p in params if p.grad is not None], clip_grad_norm, clip_norm)
         self.optimizer.step()
-        self.optimizer.zero_grad(set_to_none=True)
-        losses_td.set(f"grad_norm_{index}", torch.tensor(grad_norm))
+        for p in params:
+            p.grad = None
+        losses_td.set(f"grad_norm_{index}", grad_norm)
         return losses_td
 
     def state_dict(self) -> dict[str, Any]:

@@ -457,8 +457,7 @@ class Trainer:
     def optim_steps(self, batch: TensorDictBase) -> None:
         """Runs ``optim_steps_per_batch`` optimisation steps on ``batch`` (stage 3 of :meth:`train`)."""
         self._run_ops("pre_optim_steps")
-        average: dict[str, torch.Tensor] = {}
-        counts: dict[str, int] = {}
+        values: dict[str, list[torch.Tensor]] = {}  # each logged loss entry, per step, averaged once at the end
         for step in range(self.optim_steps_per_batch):
             self._optim_count += 1
             sample = self._run_td_ops("process_optim_batch", batch)
@@ -471,10 +470,9 @@ class Trainer:
             self._run_log_ops("post_optim_log", sample)
             for key, value in losses.items():
                 if isinstance(value, torch.Tensor) and value.numel() == 1:  # diagnostics with a shape are not logged
-                    value = value.reshape(()).float()
-                    n = counts[key] = counts.get(key, 0) + 1  # a loss some steps skip (TD3's delayed actor) averages its own steps
-                    average[key] = value if n == 1 else average[key] + (value - average[key]) / n
+                    values.setdefault(key, []).append(value)  # a loss some steps skip (TD3's delayed actor) averages its own steps
         if self.optim_steps_per_batch > 0:
+            average = {key: torch.cat([v.reshape(1) for v in vs]).float().mean() for key, vs in values.items()}
             self._log(optim_steps=self._optim_count, **average)
 
     def _log(self, log_pbar: bool = False, **values: Any) -> None:
