@@ -51,13 +51,18 @@ def test_optimizer_hook_loss_components_and_separate_optimizers():
     torch.testing.assert_close(out["grad_norm_1"], torch.tensor(2.0))
 
 
+@pytest.mark.parametrize("mixed", [False, True])
 @pytest.mark.parametrize("clip_grad_norm, clip_norm", [(True, 0.5), (True, 100.0), (False, 0.3), (True, None)])
-def test_optimizer_hook_clips_as_torch(clip_grad_norm, clip_norm):
-    # the hook's own clipping against torch's clip_grad_norm_ / clip_grad_value_ on the same gradients
+def test_optimizer_hook_clips_as_torch(clip_grad_norm, clip_norm, mixed):
+    # the hook's own clipping against torch's clip_grad_norm_ / clip_grad_value_ on the same
+    # gradients; ``mixed``: a float64 layer among float32 ones (the hook hands those to torch)
     torch.manual_seed(0)
     net, ref = nn.Sequential(nn.Linear(3, 4), nn.Tanh(), nn.Linear(4, 2)), nn.Sequential(nn.Linear(3, 4), nn.Tanh(), nn.Linear(4, 2))
     ref.load_state_dict(net.state_dict())
     x = torch.randn(8, 3)
+    if mixed:
+        for layer in (net[2], ref[2]):
+            layer.double().register_forward_pre_hook(lambda m, args: (args[0].double(),))
     out = OptimizerHook(torch.optim.SGD(net.parameters(), lr=0.1))(TensorDict(loss=net(x).pow(2).sum()), clip_grad_norm, clip_norm, 0)
     ref(x).pow(2).sum().backward()
     expected_norm = nn.utils.clip_grad_norm_(ref.parameters(), float("inf"))

@@ -16,6 +16,7 @@ from typing import Any
 
 import torch
 from tdict import TensorDictBase
+from torch import nn
 
 from ..losses.common import total_loss
 
@@ -141,10 +142,16 @@ class OptimizerHook(TrainerHookBase):
         except (KeyError, ValueError) as err:
             raise type(err)(f"OptimizerHook: {err.args[0].removeprefix('total_loss: ')}") from None
 
-    def _grad_clip(self, grads: list[torch.Tensor], clip_grad_norm: bool, clip_norm: float | None) -> torch.Tensor:
+    def _grad_clip(self, params: list[torch.Tensor], clip_grad_norm: bool, clip_norm: float | None) -> torch.Tensor:
         """The gradients' total norm (before clipping); clips them in place as the docstring says."""
+        grads = [p.grad for p in params if p.grad is not None]
         if not grads:
             return torch.zeros(())
+        if len({(g.dtype, g.device) for g in grads}) > 1:  # mixed dtypes or devices: torch groups them
+            norm = nn.utils.clip_grad_norm_(params, float("inf"))
+            if clip_norm is not None:
+                (nn.utils.clip_grad_norm_ if clip_grad_norm else nn.utils.clip_grad_value_)(params, clip_norm)
+            return norm
         # torch's clip_grad_norm_ computes the same through several Python layers per call: on a small
         # network those cost more than the norms, and this runs at every gradient step
         norm = torch.linalg.vector_norm(torch.stack(torch._foreach_norm(grads)))
@@ -166,7 +173,7 @@ class OptimizerHook(TrainerHookBase):
         for p in params:  # zero_grad(set_to_none=True), without the optimizer's profiling wrapper
             p.grad = None
         loss.backward()
-        grad_norm = self._grad_clip([p.grad for p in params if p.grad is not None], clip_grad_norm, clip_norm)
+        grad_norm = self._grad_clip(params, clip_grad_norm, clip_norm)
         self.optimizer.step()
         for p in params:
             p.grad = None
