@@ -223,11 +223,19 @@ def make_off_policy_trainer(run: Run, loss: Any, policy: Any, actor: Any, *, lr:
         run, collector=collector, loss=loss, optimizer=torch.optim.Adam(loss.parameters(), lr=lr, fused=True),
         optim_steps_per_batch=max(1, round(utd * cfg.collector.frames_per_batch)), policy=actor,
     )
+    add_transition_buffer(run, trainer)
+    UpdateWeights(collector, update_weights_interval=1).register(trainer)
+    return trainer
+
+
+def add_transition_buffer(run: Run, trainer: Trainer) -> None:
+    """The replay buffer of the off-policy recipes (``buffer`` group, no larger than the run's
+    frames), registered with ``trainer``: each batch is cut to ``TRANSITION_KEYS`` and written in,
+    and every gradient step samples ``buffer.batch_size`` transitions from it."""
+    cfg = run.cfg
     buffer = make_buffer(run, min(cfg.buffer.size, cfg.collector.total_frames), cfg.buffer.batch_size)
     SelectKeys(list(TRANSITION_KEYS)).register(trainer)  # before the buffer: it stores only these
     ReplayBufferTrainer(buffer).register(trainer)
-    UpdateWeights(collector, update_weights_interval=1).register(trainer)
-    return trainer
 
 
 def resume_if_asked(run: Run, trainer: Trainer) -> None:

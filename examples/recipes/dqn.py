@@ -27,12 +27,12 @@ from typing import Optional
 import torch
 from rl_objectives import DQNLoss, HardUpdate
 from rl_objectives.modules import MLP, EGreedyModule, QValueActor
-from rl_objectives.trainers import AnnealExploration, ReplayBufferTrainer, SelectKeys, TargetNetUpdaterHook, UpdateWeights
+from rl_objectives.trainers import AnnealExploration, TargetNetUpdaterHook, UpdateWeights
 from tdict.nn import TensorDictSequential
 from tdict.specs import OneHot
 from torch import nn
 
-from .common import TRANSITION_KEYS, finish, make_buffer, make_collector, make_trainer, resume_if_asked, start_run
+from .common import add_transition_buffer, finish, make_collector, make_trainer, resume_if_asked, start_run
 from .config import TrainConfig
 from .envs import make_env
 
@@ -102,9 +102,7 @@ def train(cfg: TrainConfig) -> float:
     optimizer = torch.optim.Adam(loss.parameters(), lr=algo.lr, fused=True)
     trainer = make_trainer(run, collector=collector, loss=loss, optimizer=optimizer, policy=qnet,
                            optim_steps_per_batch=algo.gradient_steps, clip_norm=algo.max_grad_norm)
-    buffer = make_buffer(run, min(cfg.buffer.size, cfg.collector.total_frames), cfg.buffer.batch_size)
-    SelectKeys(list(TRANSITION_KEYS)).register(trainer)  # before the buffer: it stores only these
-    ReplayBufferTrainer(buffer).register(trainer)
+    add_transition_buffer(run, trainer)
     AnnealExploration(egreedy).register(trainer)  # epsilon follows the collected frames, warm-up included
     TargetNetUpdaterHook(HardUpdate(loss, value_network_update_interval=algo.target_update_interval), unit="frames").register(trainer)
     UpdateWeights(collector, update_weights_interval=1).register(trainer)
