@@ -163,7 +163,7 @@ def main() -> None:
     text = table(summary)
     print(text)
     meta = {"python": platform.python_version(), "platform": platform.platform(), "cpus": os.cpu_count(),
-            "commands": [*commands, " ".join(sys.argv)]}
+            "commands": [*commands, " ".join(["python", str(Path(__file__).resolve().relative_to(HERE.parents[1])), *sys.argv[1:]])]}
     Path(args.out).write_text(json.dumps({"meta": meta, "records": records, "summary": summary}, indent=1) + "\n")
     Path(args.out).with_name(Path(args.out).stem + "_table.md").write_text(text + "\n")
 

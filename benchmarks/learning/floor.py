@@ -207,7 +207,7 @@ def main() -> None:
         r = rows[task_name]
         print(f"{task_name}: CPU ms per gradient step: ours {r['ours']:.3f}, SB3 {r['sb3']:.3f}, plain torch {r['plain torch']:.3f} "
               f"(ours/SB3 {r['ours'] / r['sb3']:.2f}x, plain/SB3 {r['plain torch'] / r['sb3']:.2f}x)", flush=True)
-    Path(args.out).write_text(json.dumps({"command": " ".join(sys.argv), "ms_per_gradient_step": rows}, indent=1) + "\n")
+    Path(args.out).write_text(json.dumps({"command": " ".join(["python", str(Path(__file__).resolve().relative_to(REPO)), *sys.argv[1:]]), "ms_per_gradient_step": rows}, indent=1) + "\n")
 
 
 if __name__ == "__main__":
