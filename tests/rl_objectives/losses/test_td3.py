@@ -49,7 +49,7 @@ def test_losses_match_reference(num_qvalue_nets, deterministic_actor_critic, tra
     assert torch.allclose(out["next_state_value"], next_v.mean(), atol=1e-5)
     assert torch.allclose(out["target_value"], y.mean(), atol=1e-5)
     assert torch.allclose(out["pred_value"], pred.mean(), atol=1e-5)
-    assert torch.allclose(out["state_action_value_actor"], q_actor.mean(), atol=1e-5)
+    assert torch.allclose(out["state_action_value_actor"], q_actor[0].mean(), atol=1e-5)
     assert torch.allclose(td["td_error"], (pred - y).pow(2).max(0).values, atol=1e-5)
 
 

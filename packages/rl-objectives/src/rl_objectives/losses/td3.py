@@ -77,8 +77,9 @@ class TD3Loss(_BootstrappedLoss):
 
     Returns from ``forward`` a TensorDict with ``"loss_actor"`` (``-Q_1(s, pi(s))``),
     ``"loss_qvalue"`` (the critics' distances to the target, summed over the ensemble) and the
-    detached means ``"pred_value"``, ``"state_action_value_actor"``, ``"next_state_value"``,
-    ``"target_value"``. Like TorchRL it writes the detached squared TD error (max over the ensemble)
+    detached means ``"pred_value"``, ``"state_action_value_actor"`` (of ``Q_1``, the critic the
+    actor maximises: unlike TorchRL, which also runs the others and averages them all),
+    ``"next_state_value"``, ``"target_value"``. Like TorchRL it writes the detached squared TD error (max over the ensemble)
     into the input at ``"td_error"`` for prioritized replay.
 
     Example:
@@ -156,9 +157,10 @@ class TD3Loss(_BootstrappedLoss):
         self.register_buffer("max_action", high)
 
     def actor_loss(self, tensordict: Any) -> tuple[torch.Tensor, dict]:
-        """``-Q_1(s, pi(s))``, critics detached: gradients reach the actor only."""
-        value = self._q_of_policy(tensordict)  # [num_qvalue_nets, *batch]
-        return self._reduce_loss(-value[0], tensordict), {"state_action_value_actor": value.detach().mean()}
+        """``-Q_1(s, pi(s))``, critics detached: gradients reach the actor only (the other
+        critics are not evaluated)."""
+        value = self._q_of_policy(tensordict)  # Q_1: [*batch]
+        return self._reduce_loss(-value, tensordict), {"state_action_value_actor": value.detach().mean()}
 
     def value_loss(self, tensordict: Any) -> tuple[torch.Tensor, dict]:
         """The critics' loss against the clipped double-Q target with target policy smoothing."""
