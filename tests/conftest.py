@@ -53,8 +53,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 @pytest.fixture(autouse=True)
 def _seed_everything() -> None:
-    """Every test starts from the same RNG state and with torch's distribution argument checks on
-    (the recipes switch them off for speed), whatever ran before it."""
+    """Every test starts from the same RNG state, with torch's distribution argument checks on and
+    subnormal floats kept (the recipes switch both off for speed), whatever ran before it."""
     random.seed(0)
     try:
         import numpy as np
@@ -69,3 +69,4 @@ def _seed_everything() -> None:
     else:
         torch.manual_seed(0)
         torch.distributions.Distribution.set_default_validate_args(True)
+        torch.set_flush_denormal(False)  # the recipes' start_run turns it on for the process

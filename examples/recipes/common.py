@@ -104,6 +104,11 @@ def start_run(cfg: TrainConfig, algo: str, presets: dict, defaults: dict) -> Run
     # the networks build valid distribution parameters by construction; torch's argument checks cost
     # about a tenth of a small network's gradient step (PPO on CartPole)
     torch.distributions.Distribution.set_default_validate_args(False)
+    # subnormal floats (below 1.2e-38) make CPU arithmetic an order of magnitude slower, and training
+    # makes them: Adam's moments of a dead ReLU unit's weights decay towards 0 by 0.9 and 0.999 per
+    # step. Flushed to zero, one fused Adam step on DQN's cartpole network took 0.08 ms instead of 0.68
+    # (12,000 frames: 3.8 -> 0.4 s of optimizer time; SAC's pendulum, 3,900 steps: 4.5 -> 0.9 s)
+    torch.set_flush_denormal(True)
     run_dir.mkdir(parents=True, exist_ok=True)
     (run_dir / "config.json").write_text(json.dumps({"recipe": algo, **dataclasses.asdict(cfg)}, indent=2) + "\n")
     backends = list(dict.fromkeys(["csv", *cfg.logger.backends]))

@@ -32,6 +32,9 @@ class SACConfig:
     alpha_init: Optional[float] = None  # initial temperature (learnt)
     utd: Optional[float] = None  # gradient steps per collected frame
     hidden: Optional[int] = None  # width of the two hidden layers of actor and critics
+    # the temperature's entropy target, in nats of the env's action (None: SACLoss's "auto", -dim(A));
+    # SB3 measures -dim(A) on actions scaled to [-1, 1]: on the pendulum's [-2, 2], -1 + log 2 here
+    target_entropy: Optional[float] = None
 
 
 Config = SACConfig  # the recipe's entry in the ``algo`` config group
@@ -65,7 +68,8 @@ def train(cfg: TrainConfig) -> float:
 
     actor = tanh_gaussian_actor(obs_dim, action_spec, [algo.hidden, algo.hidden])
     loss = SACLoss(actor, q_critic(obs_dim, action_spec.shape[-1], [algo.hidden, algo.hidden]), num_qvalue_nets=2,
-                   alpha_init=algo.alpha_init, action_spec=action_spec, loss_function="l2")
+                   alpha_init=algo.alpha_init, action_spec=action_spec, loss_function="l2",
+                   target_entropy="auto" if algo.target_entropy is None else algo.target_entropy)
     loss.make_value_estimator(gamma=algo.gamma)
     trainer = make_off_policy_trainer(run, loss, actor, actor, lr=algo.lr, utd=algo.utd)
     TargetNetUpdaterHook(SoftUpdate(loss, tau=algo.tau)).register(trainer)
