@@ -79,8 +79,8 @@ class TD3Loss(_BootstrappedLoss):
     ``"loss_qvalue"`` (the critics' distances to the target, summed over the ensemble) and the
     detached means ``"pred_value"``, ``"state_action_value_actor"`` (of ``Q_1``, the critic the
     actor maximises: unlike TorchRL, which also runs the others and averages them all),
-    ``"next_state_value"``, ``"target_value"``. Like TorchRL it writes the detached squared TD error (max over the ensemble)
-    into the input at ``"td_error"`` for prioritized replay.
+    ``"next_state_value"``, ``"target_value"``. Like TorchRL it writes the detached squared TD
+    error (max over the ensemble) into the input at ``"td_error"`` for prioritized replay.
 
     Example:
         >>> import torch
