@@ -187,7 +187,8 @@ def make_trainer(
     this in their order; call :func:`resume_if_asked` after registering every hook that has state."""
     cfg = run.cfg
     batch = cfg.collector.frames_per_batch
-    record_interval = max(1, cfg.logger.eval_every // batch)  # evaluations are this many batches apart
+    # evaluations are this many batches apart; at least one in the run (its curve needs a point)
+    record_interval = max(1, min(cfg.logger.eval_every, cfg.collector.total_frames) // batch)
     trainer = Trainer(
         collector=collector,
         total_frames=cfg.collector.total_frames,
@@ -208,6 +209,7 @@ def make_trainer(
         record_frames=time_limit(cfg.env),
         policy_exploration=policy,
         environment=eval_env if eval_env is not None else make_eval_env(run),
+        record_first=False,  # at eval_every, 2 * eval_every, ... frames, as SB3's EvalCallback (not after the first batch)
         **eval_kwargs,
     ).register(trainer)
     if cfg.logger.progress:

@@ -456,7 +456,25 @@ def test_log_validation_reward_interval_mode_and_values():
     assert hook.state_dict() == {"_count": 7}
 
 
+def test_log_validation_reward_records_last_call_of_each_interval():
+    # record_first=False: calls n-1, 2n-1, ... record, so after batches of B frames the evaluations
+    # fall on n * B, 2n * B, ... frames (here B = 4: frames 12 and 24)
+    env = EvalEnv()
+    hook = LogValidationReward(record_interval=3, record_frames=4, policy_exploration=nn.Linear(1, 1), environment=env, record_first=False)
+    frames = [4 * (call + 1) for call in range(7) if hook() is not None]
+    assert frames == [12, 24] and len(env.seen) == 2
+    every_call = LogValidationReward(record_interval=1, record_frames=4, policy_exploration=nn.Linear(1, 1), environment=EvalEnv(),
+                                     record_first=False)
+    assert all(every_call() is not None for _ in range(3))
+    resumed = LogValidationReward(record_interval=3, record_frames=4, policy_exploration=nn.Linear(1, 1), environment=EvalEnv(),
+                                  record_first=False)
+    resumed.load_state_dict(hook.state_dict())  # 7 calls made: the next rollout is the 9th call's
+    assert [resumed() is not None for _ in range(3)] == [False, True, False]
+
+
 def test_log_validation_reward_errors():
+    with pytest.raises(TypeError, match="record_first must be a bool"):
+        LogValidationReward(record_interval=1, record_frames=1, policy_exploration=lambda td: td, environment=EvalEnv(), record_first=1)
     with pytest.raises(TypeError, match="rollout"):
         LogValidationReward(record_interval=1, record_frames=1, policy_exploration=lambda td: td, environment=object())
     with pytest.raises(ValueError, match="record_frames"):

@@ -120,7 +120,9 @@ class LogValidationReward(TrainerHookBase):
     """Every ``record_interval`` calls, runs the policy in an evaluation env and logs the return of its
     whole episodes.
 
-    Registered at ``"post_steps_log"`` (the first call records). The rollout is
+    Registered at ``"post_steps_log"``. The first call records (TorchRL's schedule: calls ``0, n,
+    2n, ...``); with ``record_first=False`` calls ``n - 1, 2n - 1, ...`` do, so that after batches of
+    ``B`` frames the evaluations fall at ``n * B, 2n * B, ...`` frames (SB3's ``EvalCallback``). The rollout is
     :func:`~rl_objectives.trainers.eval_rollout`: ``environment.rollout(max_steps=record_frames,
     policy=policy_exploration, auto_reset=True, break_when_any_done=False)`` under ``torch.no_grad()``
     and ``set_interaction_type(exploration_type)`` (deterministic by default, so exploration modules
@@ -147,6 +149,7 @@ class LogValidationReward(TrainerHookBase):
         out_keys: log names per key; default ``{("next", "reward"): "r_evaluation"}``, other keys:
             their parts joined by ``"_"``.
         log_pbar: also show the values on the progress bar.
+        record_first: record on the first call (default), else on the ``record_interval``-th.
         done_keys: the flags that end an episode (see :func:`~rl_objectives.trainers.evaluate_episodes`).
         reward_key: the reward whose whole-episode return is logged (``("next", "agents", "reward")``
             for a multi-agent group: one return per agent, averaged). Default ``("next", "reward")``.
@@ -178,6 +181,7 @@ class LogValidationReward(TrainerHookBase):
         log_keys: Sequence[Any] | None = None,
         out_keys: Mapping[Any, str] | None = None,
         log_pbar: bool = False,
+        record_first: bool = True,
         done_keys: Sequence[Any] | None = None,
         reward_key: Any = ("next", "reward"),
     ) -> None:
@@ -203,6 +207,9 @@ class LogValidationReward(TrainerHookBase):
             names[unravel_key(key)] = name
         self.out_keys = {k: names.get(k, _key_name(k)) for k in self.log_keys}
         self.log_pbar = bool(log_pbar)
+        if not isinstance(record_first, bool):
+            raise TypeError(f"LogValidationReward: record_first must be a bool, got {type(record_first).__name__}.")
+        self._phase = 0 if record_first else 1  # added to the call count: 1 shifts the rollouts to the interval's last call
         self.done_keys = None if done_keys is None else [unravel_key(k) for k in done_keys]
         self._count = 0
 
@@ -211,7 +218,7 @@ class LogValidationReward(TrainerHookBase):
 
     def __call__(self, batch: Any = None) -> dict[str, Any] | None:
         out = None
-        if self._count % self.record_interval == 0:
+        if (self._count + self._phase) % self.record_interval == 0:
             record = self._rollout()
             present = record.keys(include_nested=True)
             missing = [k for k in self.log_keys if k not in present]
