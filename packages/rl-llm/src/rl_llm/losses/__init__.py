@@ -6,6 +6,7 @@ from ._logprobs import (
     masked_mean,
     masked_sum,
     response_log_probs,
+    sequence_log_probs,
 )
 from .dpo import DPOLoss, dpo_loss
 from .grpo import GRPOLoss, MCAdvantage, group_advantages, grpo_token_loss
@@ -24,5 +25,6 @@ __all__ = [
     "masked_mean",
     "masked_sum",
     "response_log_probs",
+    "sequence_log_probs",
     "sft_loss",
 ]

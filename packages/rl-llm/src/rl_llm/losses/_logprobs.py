@@ -19,7 +19,7 @@ import torch
 from tdict import unravel_key
 from torch import nn
 
-__all__ = ["LLMLossBase", "aggregate_tokens", "masked_mean", "masked_sum", "response_log_probs"]
+__all__ = ["LLMLossBase", "aggregate_tokens", "masked_mean", "masked_sum", "response_log_probs", "sequence_log_probs"]
 
 
 def _check_pair(tokens: torch.Tensor, mask: torch.Tensor, name: str) -> None:
@@ -98,6 +98,32 @@ def response_log_probs(
         entropy = -(log_softmax.exp() * log_softmax).sum(-1)
         entropy = torch.where(response_mask, entropy, zero)
     return log_probs, entropy
+
+
+def sequence_log_probs(model: nn.Module, input_ids: torch.Tensor, attention_mask: torch.Tensor,
+                       position_ids: torch.Tensor | None = None) -> torch.Tensor:
+    """Log-prob of each token given the ones before it, for right-padded sequences: ``[B, T]``
+    with column 0 (no context) and padded positions set to 0.
+
+    ``position_ids`` (optional) restarts positions inside a row that packs several sequences.
+
+    Example:
+        >>> import torch
+        >>> from transformers import GPT2Config, GPT2LMHeadModel
+        >>> from rl_llm.losses import sequence_log_probs
+        >>> model = GPT2LMHeadModel(GPT2Config(n_layer=1, n_head=1, n_embd=8, vocab_size=11))
+        >>> with torch.no_grad():
+        ...     lp = sequence_log_probs(model, torch.tensor([[3, 4, 5, 0]]), torch.tensor([[1, 1, 1, 0]]))
+        >>> lp.shape, float(lp[0, 0]), float(lp[0, 3]), bool((lp[0, 1:3] < 0).all())
+        (torch.Size([1, 4]), 0.0, 0.0, True)
+    """
+    _check_pair(input_ids, attention_mask, "input_ids")
+    mask = attention_mask.bool()
+    kwargs = {} if position_ids is None else {"position_ids": position_ids}
+    logits = model(input_ids=input_ids, attention_mask=attention_mask.long(), **kwargs).logits[:, :-1].float()
+    picked = logits.log_softmax(-1).gather(-1, input_ids[:, 1:].unsqueeze(-1)).squeeze(-1)
+    out = torch.cat([picked.new_zeros(picked.shape[0], 1), picked], dim=1)
+    return torch.where(mask, out, out.new_zeros(()))
 
 
 def masked_sum(values: torch.Tensor, mask: torch.Tensor, dim: int = -1) -> torch.Tensor:

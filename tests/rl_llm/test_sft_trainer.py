@@ -1,0 +1,292 @@
+"""SFTTrainer, its config, the chat templates, the data files and checkpoints: against transformers'
+own loss, hand computations and uninterrupted runs."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+import torch
+
+transformers = pytest.importorskip("transformers")
+tokenizers = pytest.importorskip("tokenizers")
+
+from rl_llm.chat import render_chat, render_segments  # noqa: E402
+from rl_llm.cli import main as cli_main  # noqa: E402
+from rl_llm.data_files import dataset_format, load_rows  # noqa: E402
+from rl_llm.trainers import SFTConfig, SFTTrainer, TrainingConfig, lr_lambda, tokenize_sft_row  # noqa: E402
+from rl_llm.trainers.checkpoint import latest_checkpoint  # noqa: E402
+
+pytestmark = pytest.mark.llm
+
+CORPUS = [
+    "what is two plus two? four.",
+    "what is one plus one? two.",
+    "the cat sat on the mat.",
+    "user assistant system hello there",
+    "numbers: 0 1 2 3 4 5 6 7 8 9 = + -",
+]
+SPECIALS = ["<pad>", "<eos>", "<|im_start|>", "<|im_end|>"]
+
+
+@pytest.fixture(scope="module")
+def tok():
+    """A byte-level BPE tokenizer trained here (every string encodes), ChatML markers as specials."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+
+    t = Tokenizer(models.BPE())
+    t.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    t.decoder = decoders.ByteLevel()
+    t.train_from_iterator(CORPUS * 4, trainers.BpeTrainer(vocab_size=300, special_tokens=SPECIALS,
+                                                          initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
+    return transformers.PreTrainedTokenizerFast(tokenizer_object=t, pad_token="<pad>", eos_token="<eos>",
+                                                additional_special_tokens=["<|im_start|>", "<|im_end|>"])
+
+
+def tiny_model(tok, seed=0):
+    torch.manual_seed(seed)
+    config = transformers.GPT2Config(n_layer=2, n_head=2, n_embd=32, n_positions=128, vocab_size=len(tok),
+                                     eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id,
+                                     resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0)
+    return transformers.GPT2LMHeadModel(config)
+
+
+ROWS = [
+    {"prompt": "what is two plus two?", "completion": " four."},
+    {"prompt": "what is one plus one?", "completion": " two."},
+    {"prompt": "the cat", "completion": " sat on the mat."},
+    {"prompt": "hello", "completion": " there"},
+]
+
+
+def args(tmp_path, **kw):
+    base = dict(output_dir=str(tmp_path / "out"), per_device_train_batch_size=2, learning_rate=1e-2, report_to=[],
+                disable_tqdm=True, max_steps=4, max_grad_norm=None, seed=0)
+    base.update(kw)
+    return SFTConfig(**base)
+
+
+# ---------------------------------------------------------------------------- rows and templates
+def test_rows_of_each_format_tokenize_with_their_masks(tok):
+    cfg = SFTConfig()
+    ids, mask = tokenize_sft_row({"text": "the cat sat"}, tok, cfg)
+    assert ids == tok("the cat sat", add_special_tokens=False)["input_ids"] + [tok.eos_token_id]
+    assert all(mask)
+    ids, mask = tokenize_sft_row({"prompt": "the cat", "completion": " sat"}, tok, cfg)
+    n_prompt = len(tok("the cat", add_special_tokens=False)["input_ids"])
+    assert ids[n_prompt:] == tok(" sat", add_special_tokens=False)["input_ids"] + [tok.eos_token_id]
+    assert mask == [False] * n_prompt + [True] * (len(ids) - n_prompt)
+    ids2, mask2 = tokenize_sft_row({"prompt": "the cat", "completion": " sat"}, tok, SFTConfig(completion_only_loss=False))
+    assert ids2 == ids and all(mask2)
+    ids3, mask3 = tokenize_sft_row({"prompt": "the cat", "completion": " sat"}, tok, SFTConfig(max_length=3))
+    assert ids3 == ids[:3] and mask3 == mask[:3]
+
+
+def test_assistant_only_mask_covers_exactly_the_replies(tok):
+    chat = [{"role": "system", "content": "be brief"}, {"role": "user", "content": "one plus one?"},
+            {"role": "assistant", "content": "two."}, {"role": "user", "content": "two plus two?"},
+            {"role": "assistant", "content": "four."}]
+    ids, mask = tokenize_sft_row({"messages": chat}, tok, SFTConfig(assistant_only_loss=True, chat_template="chatml"))
+    assert tok.decode(ids) == render_chat(chat, chat_template="chatml")
+    trained = [i for i, m in zip(ids, mask) if m]
+    assert tok.decode(trained) == "two.<|im_end|>\nfour.<|im_end|>\n"
+    _, all_mask = tokenize_sft_row({"messages": chat}, tok, SFTConfig(chat_template="chatml"))
+    assert all(all_mask)
+    pieces = render_segments(chat, chat_template="chatml")
+    assert "".join(text for text, _ in pieces) == render_chat(chat, chat_template="chatml")
+    assert [flag for _, flag in pieces] == [False, True, False, True]
+
+
+def test_tokenizer_template_and_conversational_prompt_completion(tok):
+    template = "{% for m in messages %}[{{ m['role'] }}] {{ m['content'] }}\n{% endfor %}{% if add_generation_prompt %}[assistant] {% endif %}"
+    prompt = [{"role": "user", "content": "hello"}]
+    completion = [{"role": "assistant", "content": "there"}]
+    ids, mask = tokenize_sft_row({"prompt": prompt, "completion": completion}, tok, SFTConfig(chat_template=template))
+    assert tok.decode(ids) == "[user] hello\n[assistant] there\n"
+    assert tok.decode([i for i, m in zip(ids, mask) if m]) == "there\n"
+
+
+def test_rewriting_template_is_refused(tok):
+    template = "{{ messages | length }}{% for m in messages %}{{ m['content'] }}{% endfor %}"
+    chat = [{"role": "user", "content": "a"}, {"role": "assistant", "content": "b"}]
+    with pytest.raises(ValueError, match="rewrites earlier turns"):
+        render_segments(chat, tok, chat_template=template)
+
+
+def test_bad_rows_are_refused_naming_the_columns(tok, model_factory=None):
+    with pytest.raises(ValueError, match=r"columns \['foo'\]"):
+        tokenize_sft_row({"foo": "x"}, tok, SFTConfig())
+    with pytest.raises(ValueError, match="both be strings"):
+        tokenize_sft_row({"prompt": "x", "completion": [{"role": "assistant", "content": "y"}]}, tok, SFTConfig())
+
+
+# ---------------------------------------------------------------------------- the loss
+def test_loss_equals_transformers_labels_loss(tok, tmp_path):
+    """One step's reported loss is transformers' own token-mean loss with -100 on untrained tokens."""
+    model = tiny_model(tok)
+    trainer = SFTTrainer(model, args=args(tmp_path, per_device_train_batch_size=4, shuffle=False), train_dataset=ROWS,
+                         processing_class=tok)
+    ids, attention, mask = trainer._collate(trainer.examples)
+    labels = torch.where(mask, ids, torch.full_like(ids, -100))
+    with torch.no_grad():
+        expected = model(input_ids=ids, attention_mask=attention, labels=labels).loss
+    metrics = trainer.step()
+    assert metrics["loss"] == pytest.approx(float(expected), rel=1e-5)
+    assert metrics["num_tokens"] == int(mask.sum())
+
+
+@pytest.mark.parametrize("split", [(1, 4), (2, 2)])
+def test_gradient_accumulation_is_exact(tok, tmp_path, split):
+    """The step's gradient does not depend on how its rows are split into micro-batches (SGD with
+    lr 1 makes the update the gradient itself)."""
+    updates = []
+    for batch, accum in [(4, 1), split]:
+        model = tiny_model(tok)
+        before = [p.detach().clone() for p in model.parameters()]
+        trainer = SFTTrainer(model, args=args(tmp_path, per_device_train_batch_size=batch, gradient_accumulation_steps=accum,
+                                              shuffle=False), train_dataset=ROWS, processing_class=tok,
+                             optimizers=(torch.optim.SGD(model.parameters(), lr=1.0), None))
+        trainer.step()
+        updates.append(torch.cat([(b - p.detach()).flatten() for b, p in zip(before, model.parameters())]))
+    torch.testing.assert_close(updates[1], updates[0], rtol=1e-4, atol=1e-6)
+    # the naive rule (each micro-batch's own token mean, averaged) gives another gradient here
+    model = tiny_model(tok)
+    trainer = SFTTrainer(model, args=args(tmp_path, per_device_train_batch_size=split[0], shuffle=False), train_dataset=ROWS,
+                         processing_class=tok)
+    naive = []
+    for k in range(0, 4, split[0]):
+        ids, attention, mask = trainer._collate(trainer.examples[k: k + split[0]])
+        labels = torch.where(mask, ids, torch.full_like(ids, -100))
+        naive.append(model(input_ids=ids, attention_mask=attention, labels=labels).loss / split[1])
+    torch.stack(naive).sum().backward()
+    naive_update = torch.cat([p.grad.flatten() for p in model.parameters()])
+    assert not torch.allclose(naive_update, updates[0], rtol=1e-3, atol=1e-6)
+
+
+def test_training_lowers_the_loss_and_follows_the_schedule(tok, tmp_path):
+    model = tiny_model(tok)
+    cfg = args(tmp_path, max_steps=30, warmup_steps=5, lr_scheduler_type="cosine", learning_rate=5e-3, max_grad_norm=1.0)
+    trainer = SFTTrainer(model, args=cfg, train_dataset=ROWS, processing_class=tok)
+    first = trainer.step()
+    last = trainer.train()
+    assert trainer.global_step == 30 and last["loss"] < 0.5 * first["loss"]
+    assert trainer.scheduler.get_last_lr()[0] == pytest.approx(0.0, abs=1e-12)
+    f = lr_lambda("cosine", 5, 30)
+    assert f(3) == pytest.approx(3 / 5) and f(5) == 1.0
+    assert f(17) == pytest.approx(0.5 * (1 + math.cos(math.pi * 12 / 25)))
+    assert lr_lambda("constant_with_warmup", 4, 10)(9) == 1.0
+
+
+def test_epochs_set_the_budget_and_cover_every_row(tok, tmp_path):
+    cfg = args(tmp_path, max_steps=-1, num_train_epochs=2, per_device_train_batch_size=3, shuffle=True)
+    trainer = SFTTrainer(tiny_model(tok), args=cfg, train_dataset=ROWS, processing_class=tok)
+    assert trainer.total_steps == math.ceil(2 * 4 / 3)
+    seen = trainer._next_indices(8)
+    assert sorted(seen[:4]) == [0, 1, 2, 3] and sorted(seen[4:]) == [0, 1, 2, 3]
+
+
+def test_gradient_checkpointing_runs_and_gives_the_same_loss(tok, tmp_path):
+    losses = []
+    for flag in (False, True):
+        model = tiny_model(tok)
+        trainer = SFTTrainer(model, args=args(tmp_path, gradient_checkpointing=flag, shuffle=False), train_dataset=ROWS,
+                             processing_class=tok)
+        checkpointing = getattr(model, "is_activation_checkpointing", None)
+        assert model.training and (checkpointing if checkpointing is not None else model.is_gradient_checkpointing) == flag
+        losses.append(trainer.step()["loss"])
+    assert losses[0] == pytest.approx(losses[1], rel=1e-6)
+
+
+# ---------------------------------------------------------------------------- checkpoints
+def test_resume_equals_an_uninterrupted_run_bit_for_bit(tok, tmp_path):
+    full = SFTTrainer(tiny_model(tok), args=args(tmp_path / "a", max_steps=6, per_device_train_batch_size=3),
+                      train_dataset=ROWS, processing_class=tok)
+    full.train()
+    first = SFTTrainer(tiny_model(tok), args=args(tmp_path / "b", max_steps=6, per_device_train_batch_size=3, save_steps=3),
+                       train_dataset=ROWS, processing_class=tok)
+    for _ in range(3):
+        first.step()
+    first.save_checkpoint()
+    (tmp_path / "b" / "out" / "checkpoint-9.tmp").mkdir()  # a write killed half-way is ignored
+    assert latest_checkpoint(tmp_path / "b" / "out").name == "checkpoint-3"
+    resumed = SFTTrainer(tiny_model(tok, seed=5), args=args(tmp_path / "b", max_steps=6, per_device_train_batch_size=3),
+                         train_dataset=ROWS, processing_class=tok)
+    resumed.train(resume_from_checkpoint=True)
+    assert resumed.global_step == 6
+    for a, b in zip(full.model.parameters(), resumed.model.parameters()):
+        assert torch.equal(a, b)
+    files = sorted(p.name for p in (tmp_path / "b" / "out" / "checkpoint-3").iterdir())
+    assert files == ["model.safetensors", "optimizer.json", "optimizer.safetensors", "rng.safetensors", "trainer_state.json"]
+
+
+def test_resume_without_a_checkpoint_says_so(tok, tmp_path):
+    trainer = SFTTrainer(tiny_model(tok), args=args(tmp_path), train_dataset=ROWS, processing_class=tok)
+    with pytest.raises(FileNotFoundError, match="no checkpoint"):
+        trainer.train(resume_from_checkpoint=True)
+
+
+# ---------------------------------------------------------------------------- config, data, command
+def test_config_from_yaml_with_overrides_and_errors(tmp_path):
+    path = tmp_path / "cfg.yaml"
+    path.write_text("learning_rate: 1e-4\nmax_length: 64\nreport_to: [csv]\n")
+    cfg = SFTConfig.from_yaml(path, ["max_steps=5", "assistant_only_loss=true", "max_grad_norm=null"])
+    assert (cfg.learning_rate, cfg.max_length, cfg.max_steps, cfg.assistant_only_loss, cfg.max_grad_norm) == (1e-4, 64, 5, True, None)
+    with pytest.raises(ValueError, match=r"unknown option\(s\) \['lerning_rate'\]"):
+        SFTConfig.from_overrides(["lerning_rate=1"])
+    with pytest.raises(ValueError, match="'max_steps' expects int, got 'ten'"):
+        SFTConfig.from_overrides(["max_steps=ten"])
+    with pytest.raises(ValueError, match="lr_scheduler_type must be one of"):
+        TrainingConfig(lr_scheduler_type="step")
+    with pytest.raises(ValueError, match="must read key=value"):
+        SFTConfig.from_overrides(["max_steps"])
+
+
+def test_data_files(tmp_path):
+    path = tmp_path / "rows.jsonl"
+    path.write_text(json.dumps(ROWS[0]) + "\n\n" + json.dumps(ROWS[1]) + "\n")
+    rows = load_rows(path)
+    assert list(rows) == ROWS[:2] and dataset_format(rows[0]) == "prompt_completion"
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text(json.dumps(ROWS[0]) + "\n{oops\n")
+    with pytest.raises(ValueError, match="bad.jsonl, line 2"):
+        load_rows(bad)
+    with pytest.raises(ValueError, match="suffix '.txt'"):
+        (tmp_path / "x.txt").write_text("")
+        load_rows(tmp_path / "x.txt")
+    with pytest.raises(ValueError, match="empty"):
+        load_rows([])
+    assert dataset_format({"prompt": "p"}) == "prompt_only"
+
+
+def test_parquet_and_datasets_objects(tmp_path):
+    pa = pytest.importorskip("pyarrow")
+    import pyarrow.parquet as pq
+
+    pq.write_table(pa.Table.from_pylist(ROWS), tmp_path / "rows.parquet")
+    assert list(load_rows(tmp_path / "rows.parquet")) == ROWS
+    datasets = pytest.importorskip("datasets")
+    ds = datasets.Dataset.from_list(ROWS)
+    assert load_rows(ds)[2] == ROWS[2]
+    assert load_rows(datasets.DatasetDict(train=ds, test=ds), split="test")[1] == ROWS[1]
+
+
+def test_command_trains_and_saves(tok, tmp_path, capsys):
+    model_dir = tmp_path / "model"
+    tiny_model(tok).save_pretrained(model_dir)
+    tok.save_pretrained(model_dir)
+    data = tmp_path / "train.jsonl"
+    data.write_text("".join(json.dumps(r) + "\n" for r in ROWS))
+    cfg = tmp_path / "sft.yaml"
+    cfg.write_text(f"model_name_or_path: {model_dir}\ndataset: {data}\nper_device_train_batch_size: 2\nlearning_rate: 0.01\n"
+                   "disable_tqdm: true\n")
+    out = tmp_path / "trained"
+    assert cli_main(["sft", "--config", str(cfg), "max_steps=3", f"output_dir={out}", "logging_steps=1"]) == 0
+    assert "rl-llm sft: 3 steps" in capsys.readouterr().out
+    assert (out / "model.safetensors").exists() and (out / "tokenizer.json").exists()
+    lines = (out / "metrics.csv").read_text().splitlines()
+    assert lines[0] == "step,name,value" and sum(line.startswith("3,train/loss,") for line in lines) == 1
+    reloaded = transformers.AutoModelForCausalLM.from_pretrained(out)
+    assert reloaded.config.n_layer == 2
+    with pytest.raises(SystemExit, match="model_name_or_path"):
+        cli_main(["sft", f"dataset={data}"])
