@@ -1,4 +1,4 @@
-"""The ``rl-llm`` command: ``rl-llm sft --config FILE [key=value ...]``.
+"""The ``rl-llm`` command: ``rl-llm sft|dpo --config FILE [key=value ...]``.
 
 The YAML file (and the overrides) hold the trainer's config options plus what the command loads:
 
@@ -21,11 +21,11 @@ from typing import Any
 
 import yaml
 
-from .trainers import SFTConfig, SFTTrainer
+from .trainers import DPOConfig, DPOTrainer, SFTConfig, SFTTrainer
 
 __all__ = ["main"]
 
-TRAINERS = {"sft": (SFTConfig, SFTTrainer)}
+TRAINERS = {"dpo": (DPOConfig, DPOTrainer), "sft": (SFTConfig, SFTTrainer)}
 RUN_KEYS = ("model_name_or_path", "tokenizer_name_or_path", "dataset", "dataset_config", "dataset_split")
 
 

@@ -8,6 +8,23 @@ what the ``rl-llm`` command does.
 
 from .base import CSVMetrics, LLMTrainer, lr_lambda
 from .config import TrainingConfig
+from .dpo import DPOConfig, DPOTrainer, dpo_losses, tokenize_preference_row
+from .reference import Reference, disable_dropout, sync_reference
 from .sft import SFTConfig, SFTTrainer, tokenize_sft_row
 
-__all__ = ["CSVMetrics", "LLMTrainer", "SFTConfig", "SFTTrainer", "TrainingConfig", "lr_lambda", "tokenize_sft_row"]
+__all__ = [
+    "CSVMetrics",
+    "DPOConfig",
+    "DPOTrainer",
+    "LLMTrainer",
+    "Reference",
+    "SFTConfig",
+    "SFTTrainer",
+    "TrainingConfig",
+    "disable_dropout",
+    "dpo_losses",
+    "lr_lambda",
+    "sync_reference",
+    "tokenize_preference_row",
+    "tokenize_sft_row",
+]

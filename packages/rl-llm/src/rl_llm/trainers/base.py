@@ -90,12 +90,16 @@ class LLMTrainer:
             ``rl_objectives.trainers``); a CSV file is written too when ``"csv"`` is in ``args.report_to``.
         optimizers: ``(optimizer, scheduler)``; ``None`` for either builds the default (AdamW over the
             trainable parameters; the schedule of ``args``).
+        peft_config: a ``peft`` config (e.g. ``LoraConfig``; needs ``pip install rl-llm[peft]``): the
+            model is wrapped with ``get_peft_model`` and only the adapter's parameters are trained
+            (and checkpointed).
     """
 
     config_class: type[TrainingConfig] = TrainingConfig
 
     def __init__(self, model: nn.Module, args: TrainingConfig | None = None, train_dataset: Any = None,
-                 processing_class: Any = None, *, loggers: Sequence[Any] = (), optimizers: tuple = (None, None)) -> None:
+                 processing_class: Any = None, *, loggers: Sequence[Any] = (), optimizers: tuple = (None, None),
+                 peft_config: Any = None) -> None:
         name = type(self).__name__
         if not isinstance(model, nn.Module):
             raise TypeError(f"{name}: model must be a loaded transformers model (an nn.Module), got {type(model).__name__}; "
@@ -108,6 +112,12 @@ class LLMTrainer:
         bad = [lg for lg in loggers if not callable(getattr(lg, "log_scalar", None))]
         if bad:
             raise TypeError(f"{name}: loggers need a log_scalar(name, value, step) method; {type(bad[0]).__name__} has none.")
+        if peft_config is not None:
+            try:
+                from peft import get_peft_model
+            except ImportError:
+                raise ImportError(f"{name}: peft_config needs the peft library (pip install 'rl-llm[peft]').") from None
+            model = get_peft_model(model, peft_config)
         self.args = args
         self.model = model
         self.processing_class = processing_class
