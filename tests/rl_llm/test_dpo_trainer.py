@@ -16,26 +16,12 @@ from rl_llm.trainers import DPOConfig, DPOTrainer, dpo_losses, tokenize_preferen
 
 pytestmark = pytest.mark.llm
 
-CORPUS = ["what is two plus two? four. five.", "the cat sat on the mat. the dog.", "user assistant hello there yes no"]
 
 
 @pytest.fixture(scope="module")
-def tok():
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+def tok(bpe_tok):
+    return bpe_tok
 
-    t = Tokenizer(models.BPE())
-    t.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    t.decoder = decoders.ByteLevel()
-    t.train_from_iterator(CORPUS * 4, trainers.BpeTrainer(vocab_size=280, special_tokens=["<pad>", "<eos>"],
-                                                          initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
-    return transformers.PreTrainedTokenizerFast(tokenizer_object=t, pad_token="<pad>", eos_token="<eos>")
-
-
-def tiny_model(tok, seed=0):
-    torch.manual_seed(seed)
-    config = transformers.GPT2Config(n_layer=2, n_head=2, n_embd=32, n_positions=128, vocab_size=len(tok),
-                                     eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id)
-    return transformers.GPT2LMHeadModel(config)
 
 
 ROWS = [
@@ -64,8 +50,9 @@ def answer_log_prob(model, tok, prompt, answer, mean=False):
 
 
 @pytest.mark.parametrize("loss_type", ["sigmoid", "ipo", "hinge"])
-def test_first_step_loss_equals_a_hand_computation(tok, tmp_path, loss_type):
-    policy, ref = tiny_model(tok, 0).eval(), tiny_model(tok, 1).eval()  # dropout off (the trainer sets it to 0)
+def test_first_step_loss_equals_a_hand_computation(tok, tmp_path, loss_type, tiny_model):
+    policy, ref = tiny_model(tok, 0, dropout=0.1), tiny_model(tok, 1, dropout=0.1)  # the trainer switches dropout off
+    policy.eval(), ref.eval()
     beta, ls = 0.2, (0.1 if loss_type == "sigmoid" else 0.0)
     with torch.no_grad():
         expected = []
@@ -84,7 +71,7 @@ def test_first_step_loss_equals_a_hand_computation(tok, tmp_path, loss_type):
     assert metrics["loss"] == pytest.approx(float(torch.stack(expected).mean()), rel=1e-5)
 
 
-def test_copied_reference_starts_at_log_two_and_learns(tok, tmp_path):
+def test_copied_reference_starts_at_log_two_and_learns(tok, tmp_path, tiny_model):
     trainer = DPOTrainer(tiny_model(tok), args=cfg(tmp_path, max_steps=15, learning_rate=3e-3), train_dataset=ROWS,
                          processing_class=tok)
     first = trainer.step()
@@ -94,7 +81,7 @@ def test_copied_reference_starts_at_log_two_and_learns(tok, tmp_path):
     assert all(not p.requires_grad for p in trainer.reference.model.parameters())
 
 
-def test_gradient_accumulation_is_exact(tok, tmp_path):
+def test_gradient_accumulation_is_exact(tok, tmp_path, tiny_model):
     updates = []
     for batch, accum in [(4, 1), (2, 2), (1, 4)]:
         model = tiny_model(tok)
@@ -108,7 +95,7 @@ def test_gradient_accumulation_is_exact(tok, tmp_path):
     torch.testing.assert_close(updates[2], updates[0], rtol=1e-4, atol=1e-7)
 
 
-def test_precomputed_reference_gives_the_same_losses(tok, tmp_path):
+def test_precomputed_reference_gives_the_same_losses(tok, tmp_path, tiny_model):
     losses = []
     for pre in (False, True):
         trainer = DPOTrainer(tiny_model(tok), ref_model=tiny_model(tok, 1), args=cfg(tmp_path, precompute_ref_log_probs=pre,
@@ -117,7 +104,7 @@ def test_precomputed_reference_gives_the_same_losses(tok, tmp_path):
     assert losses[1] == pytest.approx(losses[0], rel=1e-5)
 
 
-def test_sync_ref_model_mixes_the_policy_in(tok, tmp_path):
+def test_sync_ref_model_mixes_the_policy_in(tok, tmp_path, tiny_model):
     trainer = DPOTrainer(tiny_model(tok), args=cfg(tmp_path, sync_ref_model=True, ref_model_sync_steps=2,
                          ref_model_mixup_alpha=0.25), train_dataset=ROWS, processing_class=tok)
     ref0 = [p.clone() for p in trainer.reference.model.parameters()]
@@ -128,7 +115,7 @@ def test_sync_ref_model_mixes_the_policy_in(tok, tmp_path):
         torch.testing.assert_close(new, 0.75 * old + 0.25 * pol.detach())
 
 
-def test_peft_trains_only_the_adapter_against_the_base(tok, tmp_path):
+def test_peft_trains_only_the_adapter_against_the_base(tok, tmp_path, tiny_model):
     peft = pytest.importorskip("peft")
     model = tiny_model(tok)
     base = [p.detach().clone() for p in model.parameters()]

@@ -20,36 +20,12 @@ from rl_llm.trainers.checkpoint import latest_checkpoint  # noqa: E402
 
 pytestmark = pytest.mark.llm
 
-CORPUS = [
-    "what is two plus two? four.",
-    "what is one plus one? two.",
-    "the cat sat on the mat.",
-    "user assistant system hello there",
-    "numbers: 0 1 2 3 4 5 6 7 8 9 = + -",
-]
-SPECIALS = ["<pad>", "<eos>", "<|im_start|>", "<|im_end|>"]
 
 
 @pytest.fixture(scope="module")
-def tok():
-    """A byte-level BPE tokenizer trained here (every string encodes), ChatML markers as specials."""
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+def tok(bpe_tok):
+    return bpe_tok
 
-    t = Tokenizer(models.BPE())
-    t.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    t.decoder = decoders.ByteLevel()
-    t.train_from_iterator(CORPUS * 4, trainers.BpeTrainer(vocab_size=300, special_tokens=SPECIALS,
-                                                          initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
-    return transformers.PreTrainedTokenizerFast(tokenizer_object=t, pad_token="<pad>", eos_token="<eos>",
-                                                additional_special_tokens=["<|im_start|>", "<|im_end|>"])
-
-
-def tiny_model(tok, seed=0):
-    torch.manual_seed(seed)
-    config = transformers.GPT2Config(n_layer=2, n_head=2, n_embd=32, n_positions=128, vocab_size=len(tok),
-                                     eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id,
-                                     resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0)
-    return transformers.GPT2LMHeadModel(config)
 
 
 ROWS = [
@@ -122,7 +98,7 @@ def test_bad_rows_are_refused_naming_the_columns(tok, model_factory=None):
 
 
 # ---------------------------------------------------------------------------- the loss
-def test_loss_equals_transformers_labels_loss(tok, tmp_path):
+def test_loss_equals_transformers_labels_loss(tok, tmp_path, tiny_model):
     """One step's reported loss is transformers' own token-mean loss with -100 on untrained tokens."""
     model = tiny_model(tok)
     trainer = SFTTrainer(model, args=args(tmp_path, per_device_train_batch_size=4, shuffle=False), train_dataset=ROWS,
@@ -137,7 +113,7 @@ def test_loss_equals_transformers_labels_loss(tok, tmp_path):
 
 
 @pytest.mark.parametrize("split", [(1, 4), (2, 2)])
-def test_gradient_accumulation_is_exact(tok, tmp_path, split):
+def test_gradient_accumulation_is_exact(tok, tmp_path, split, tiny_model):
     """The step's gradient does not depend on how its rows are split into micro-batches (SGD with
     lr 1 makes the update the gradient itself)."""
     updates = []
@@ -164,7 +140,7 @@ def test_gradient_accumulation_is_exact(tok, tmp_path, split):
     assert not torch.allclose(naive_update, updates[0], rtol=1e-3, atol=1e-6)
 
 
-def test_training_lowers_the_loss_and_follows_the_schedule(tok, tmp_path):
+def test_training_lowers_the_loss_and_follows_the_schedule(tok, tmp_path, tiny_model):
     model = tiny_model(tok)
     cfg = args(tmp_path, max_steps=30, warmup_steps=5, lr_scheduler_type="cosine", learning_rate=5e-3, max_grad_norm=1.0)
     trainer = SFTTrainer(model, args=cfg, train_dataset=ROWS, processing_class=tok)
@@ -178,7 +154,7 @@ def test_training_lowers_the_loss_and_follows_the_schedule(tok, tmp_path):
     assert lr_lambda("constant_with_warmup", 4, 10)(9) == 1.0
 
 
-def test_epochs_set_the_budget_and_cover_every_row(tok, tmp_path):
+def test_epochs_set_the_budget_and_cover_every_row(tok, tmp_path, tiny_model):
     cfg = args(tmp_path, max_steps=-1, num_train_epochs=2, per_device_train_batch_size=3, shuffle=True)
     trainer = SFTTrainer(tiny_model(tok), args=cfg, train_dataset=ROWS, processing_class=tok)
     assert trainer.total_steps == math.ceil(2 * 4 / 3)
@@ -186,7 +162,7 @@ def test_epochs_set_the_budget_and_cover_every_row(tok, tmp_path):
     assert sorted(seen[:4]) == [0, 1, 2, 3] and sorted(seen[4:]) == [0, 1, 2, 3]
 
 
-def test_gradient_checkpointing_runs_and_gives_the_same_loss(tok, tmp_path):
+def test_gradient_checkpointing_runs_and_gives_the_same_loss(tok, tmp_path, tiny_model):
     losses = []
     for flag in (False, True):
         model = tiny_model(tok)
@@ -199,7 +175,7 @@ def test_gradient_checkpointing_runs_and_gives_the_same_loss(tok, tmp_path):
 
 
 # ---------------------------------------------------------------------------- checkpoints
-def test_resume_equals_an_uninterrupted_run_bit_for_bit(tok, tmp_path):
+def test_resume_equals_an_uninterrupted_run_bit_for_bit(tok, tmp_path, tiny_model):
     full = SFTTrainer(tiny_model(tok), args=args(tmp_path / "a", max_steps=6, per_device_train_batch_size=3),
                       train_dataset=ROWS, processing_class=tok)
     full.train()
@@ -220,7 +196,7 @@ def test_resume_equals_an_uninterrupted_run_bit_for_bit(tok, tmp_path):
     assert files == ["model.safetensors", "optimizer.json", "optimizer.safetensors", "rng.safetensors", "trainer_state.json"]
 
 
-def test_resume_without_a_checkpoint_says_so(tok, tmp_path):
+def test_resume_without_a_checkpoint_says_so(tok, tmp_path, tiny_model):
     trainer = SFTTrainer(tiny_model(tok), args=args(tmp_path), train_dataset=ROWS, processing_class=tok)
     with pytest.raises(FileNotFoundError, match="no checkpoint"):
         trainer.train(resume_from_checkpoint=True)
@@ -271,7 +247,7 @@ def test_parquet_and_datasets_objects(tmp_path):
     assert load_rows(datasets.DatasetDict(train=ds, test=ds), split="test")[1] == ROWS[1]
 
 
-def test_command_trains_and_saves(tok, tmp_path, capsys):
+def test_command_trains_and_saves(tok, tmp_path, capsys, tiny_model):
     model_dir = tmp_path / "model"
     tiny_model(tok).save_pretrained(model_dir)
     tok.save_pretrained(model_dir)

@@ -1,4 +1,4 @@
-"""The ``rl-llm`` command: ``rl-llm sft|dpo --config FILE [key=value ...]``.
+"""The ``rl-llm`` command: ``rl-llm sft|dpo|grpo --config FILE [key=value ...]``.
 
 The YAML file (and the overrides) hold the trainer's config options plus what the command loads:
 
@@ -6,7 +6,10 @@ The YAML file (and the overrides) hold the trainer's config options plus what th
   the Hub is reachable);
 - ``tokenizer_name_or_path``: default ``model_name_or_path``;
 - ``dataset``: a ``.jsonl``/``.json``/``.parquet`` file, or a ``datasets`` name (``dataset_config``,
-  ``dataset_split``, default ``"train"``).
+  ``dataset_split``, default ``"train"``);
+- ``reward_funcs`` (GRPO): a list whose entries are built-in rewards of :mod:`rl_llm.rewards` given
+  as a mapping (``{name: numeric_match, answer_column: answer}``: the factory called with the other
+  keys) or ``"module:function"`` paths of your own reward functions.
 
 At the end the trained model and its tokenizer are saved to ``output_dir`` (safetensors weights).
 """
@@ -14,6 +17,7 @@ At the end the trained model and its tokenizer are saved to ``output_dir`` (safe
 from __future__ import annotations
 
 import argparse
+import importlib
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -21,12 +25,13 @@ from typing import Any
 
 import yaml
 
-from .trainers import DPOConfig, DPOTrainer, SFTConfig, SFTTrainer
+from .trainers import DPOConfig, DPOTrainer, GRPOConfig, GRPOTrainer, SFTConfig, SFTTrainer
 
 __all__ = ["main"]
 
-TRAINERS = {"dpo": (DPOConfig, DPOTrainer), "sft": (SFTConfig, SFTTrainer)}
-RUN_KEYS = ("model_name_or_path", "tokenizer_name_or_path", "dataset", "dataset_config", "dataset_split")
+TRAINERS = {"dpo": (DPOConfig, DPOTrainer), "grpo": (GRPOConfig, GRPOTrainer), "sft": (SFTConfig, SFTTrainer)}
+RUN_KEYS = ("model_name_or_path", "tokenizer_name_or_path", "dataset", "dataset_config", "dataset_split", "reward_funcs")
+BUILT_IN_REWARDS = ("exact_match", "numeric_match", "format_reward", "length_penalty", "overlong_penalty")
 
 
 def _options(config_file: str | None, overrides: Sequence[str]) -> dict[str, Any]:
@@ -59,6 +64,30 @@ def _dataset(options: dict[str, Any]) -> Any:
     return datasets.load_dataset(str(source), options.get("dataset_config"), split=options.get("dataset_split") or "train")
 
 
+def _reward_funcs(spec: Any) -> list:
+    if not spec:
+        raise SystemExit("rl-llm grpo: set reward_funcs (a list of built-in rewards or module:function paths).")
+    from . import rewards
+
+    out = []
+    for entry in spec if isinstance(spec, list) else [spec]:
+        if isinstance(entry, dict):
+            kwargs = dict(entry)
+            name = kwargs.pop("name", None)
+            if name not in BUILT_IN_REWARDS:
+                raise SystemExit(f"rl-llm: reward {name!r} is not built in; built-in: {list(BUILT_IN_REWARDS)} (or give 'module:function').")
+            out.append(getattr(rewards, name)(**kwargs))
+        elif isinstance(entry, str) and ":" in entry:
+            module_name, _, attr = entry.partition(":")
+            try:
+                out.append(getattr(importlib.import_module(module_name), attr))
+            except (ImportError, AttributeError) as err:
+                raise SystemExit(f"rl-llm: cannot load reward {entry!r}: {err}") from None
+        else:
+            raise SystemExit(f"rl-llm: a reward_funcs entry must be a mapping with 'name' or a 'module:function' path, got {entry!r}.")
+    return out
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="rl-llm", description="Fine-tune a causal language model.")
     parser.add_argument("trainer", choices=sorted(TRAINERS), help="the algorithm")
@@ -78,7 +107,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     tokenizer = AutoTokenizer.from_pretrained(run.get("tokenizer_name_or_path") or run["model_name_or_path"])
     model = AutoModelForCausalLM.from_pretrained(run["model_name_or_path"])
-    trainer = trainer_class(model, args=config, train_dataset=_dataset(run), processing_class=tokenizer)
+    extra = {"reward_funcs": _reward_funcs(run.get("reward_funcs"))} if args.trainer == "grpo" else {}
+    trainer = trainer_class(model, args=config, train_dataset=_dataset(run), processing_class=tokenizer, **extra)
     metrics = trainer.train()
     model.save_pretrained(config.output_dir)
     tokenizer.save_pretrained(config.output_dir)

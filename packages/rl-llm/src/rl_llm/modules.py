@@ -57,9 +57,10 @@ class TransformersWrapper(TensorDictModuleBase):
         generate: sample responses (True) or score the responses present in the input (False).
         return_log_probs: write ``("log_probs", "response")``. Must be True when ``generate=False``.
         generate_kwargs: passed to ``model.generate``. Defaults: ``do_sample=True, top_k=0, top_p=1.0,
-            temperature=1.0, max_new_tokens=32`` (sampling from the untempered model, so that the
-            recorded log-probs are those of the sampling distribution; change them and the log-probs
-            still describe the untempered model).
+            temperature=1.0, max_new_tokens=32`` (sampling from the model's full distribution). The
+            recorded log-probs are those of the tempered distribution (logits divided by
+            ``temperature``), the same in both modes; ``top_k``/``top_p`` truncation is not
+            renormalised in them.
         pad_output: True: write dense padded tensors into the input TensorDict. False: return a
             lazy stack of rows holding only their real tokens (prompt and response unpadded). A lazy
             stack of such rows is also accepted as input and padded first.
@@ -237,7 +238,8 @@ class TransformersWrapper(TensorDictModuleBase):
         if self.return_log_probs or self.return_entropy:
             with grad:
                 log_probs, entropy = response_log_probs(
-                    self.model, prompt, prompt_mask, response, response_mask, return_entropy=self.return_entropy
+                    self.model, prompt, prompt_mask, response, response_mask, return_entropy=self.return_entropy,
+                    temperature=self._temperature(),
                 )
         batch = tensordict.batch_size
         k = self.keys
@@ -258,6 +260,12 @@ class TransformersWrapper(TensorDictModuleBase):
                 raise ValueError(f"TransformersWrapper: pad_output=False needs a batch of one dim, got {tuple(batch)}.")
             return _data.unpad_rows(tensordict)
         return tensordict
+
+    def _temperature(self) -> float:
+        """The sampling temperature (1 without sampling): recorded log-probs are those of the
+        tempered distribution the responses were drawn from."""
+        kwargs = self.generate_kwargs
+        return float(kwargs.get("temperature", 1.0)) if kwargs.get("do_sample", True) else 1.0
 
     @torch.no_grad()
     def _sample(self, prompt: torch.Tensor, prompt_mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

@@ -39,6 +39,7 @@ def response_log_probs(
     response_mask: torch.Tensor,
     *,
     return_entropy: bool = False,
+    temperature: float = 1.0,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Per-token log-probs (and entropies) of ``response_tokens`` given ``prompt_tokens``, in one pass.
 
@@ -51,6 +52,8 @@ def response_log_probs(
         response_mask: ``[B, Lr]`` bool/int, true on real response tokens (a prefix of each row).
         return_entropy: also return the entropy of the model's next-token distribution at each
             response position.
+        temperature: the logits are divided by it first: the log-probs of the distribution that
+            sampling at this temperature draws from.
 
     Returns:
         ``(log_probs, entropy)``, both ``[B, Lr]`` float, 0 where ``response_mask`` is false
@@ -89,6 +92,10 @@ def response_log_probs(
     logits = model(input_ids=input_ids, attention_mask=attention.long(), position_ids=position_ids).logits
     # logits at position t predict token t + 1: the response is predicted by positions Lp-1 .. Lp+Lr-2
     logits = logits[:, lp_len - 1 : lp_len - 1 + r_len].float()
+    if temperature != 1.0:
+        if not temperature > 0:
+            raise ValueError(f"response_log_probs: temperature must be > 0, got {temperature!r}.")
+        logits = logits / temperature
     log_softmax = logits.log_softmax(-1)
     log_probs = log_softmax.gather(-1, response_tokens.unsqueeze(-1)).squeeze(-1)
     zero = log_probs.new_zeros(())

@@ -9,6 +9,7 @@ what the ``rl-llm`` command does.
 from .base import CSVMetrics, LLMTrainer, lr_lambda
 from .config import TrainingConfig
 from .dpo import DPOConfig, DPOTrainer, dpo_losses, tokenize_preference_row
+from .grpo import GRPOConfig, GRPOTrainer, grpo_advantages, grpo_token_losses
 from .reference import Reference, disable_dropout, sync_reference
 from .sft import SFTConfig, SFTTrainer, tokenize_sft_row
 
@@ -16,6 +17,8 @@ __all__ = [
     "CSVMetrics",
     "DPOConfig",
     "DPOTrainer",
+    "GRPOConfig",
+    "GRPOTrainer",
     "LLMTrainer",
     "Reference",
     "SFTConfig",
@@ -23,6 +26,8 @@ __all__ = [
     "TrainingConfig",
     "disable_dropout",
     "dpo_losses",
+    "grpo_advantages",
+    "grpo_token_losses",
     "lr_lambda",
     "sync_reference",
     "tokenize_preference_row",
