@@ -225,3 +225,49 @@ def test_command_runs_grpo_with_a_built_in_reward(bpe_tok, tiny_model, tmp_path,
     assert (out / "model.safetensors").exists()
     lines = [json.loads(line) for line in (out / "completions.jsonl").read_text().splitlines()]
     assert {row["step"] for row in lines} == {1, 2} and all("reward" in row for row in lines)
+
+
+# ---------------------------------------------------------------------------- chunked log-probs
+@pytest.mark.parametrize("bias,temperature", [(False, 1.0), (True, 0.7)])
+def test_chunked_log_probs_equal_the_full_ones_with_gradients(bias, temperature):
+    from rl_llm.losses import token_log_probs_chunked
+
+    torch.manual_seed(0)
+    h = torch.randn(3, 7, 16, dtype=torch.float64, requires_grad=True)
+    w = torch.randn(50, 16, dtype=torch.float64, requires_grad=True)
+    b = torch.randn(50, dtype=torch.float64, requires_grad=True) if bias else None
+    t = torch.randint(0, 50, (3, 7))
+    g = torch.randn(3, 7, dtype=torch.float64)
+    full = ((h @ w.T + (b if bias else 0)) / temperature).log_softmax(-1).gather(-1, t[..., None])[..., 0]
+    grads_full = torch.autograd.grad((full * g).sum(), [h, w] + ([b] if bias else []))
+    chunked = token_log_probs_chunked(h, w, b, t, chunk_size=4, temperature=temperature)
+    grads_chunked = torch.autograd.grad((chunked * g).sum(), [h, w] + ([b] if bias else []))
+    torch.testing.assert_close(chunked, full, rtol=1e-10, atol=1e-12)
+    for a, c in zip(grads_full, grads_chunked):
+        torch.testing.assert_close(c, a, rtol=1e-10, atol=1e-12)
+    assert torch.autograd.gradcheck(lambda h_, w_: token_log_probs_chunked(h_, w_, None, t[:1], chunk_size=5),
+                                    (h.detach()[:1].requires_grad_(), w.detach().requires_grad_()))
+
+
+def test_chunked_path_through_a_model_and_the_trainers(bpe_tok, tiny_model, tmp_path):
+    from rl_llm.losses import response_log_probs, sequence_log_probs
+
+    model = tiny_model(bpe_tok, 0)
+    prompt, pmask = torch.tensor([[0, 5, 6], [7, 8, 9]]), torch.tensor([[0, 1, 1], [1, 1, 1]])
+    resp, rmask = torch.tensor([[10, 11, 12, 0], [13, 14, 0, 0]]), torch.tensor([[1, 1, 1, 0], [1, 1, 0, 0]])
+    full, _ = response_log_probs(model, prompt, pmask, resp, rmask, temperature=0.8)
+    grads_full = torch.autograd.grad(full.sum(), list(model.parameters()))
+    chunked, _ = response_log_probs(model, prompt, pmask, resp, rmask, temperature=0.8, chunk_size=3)
+    grads_chunked = torch.autograd.grad(chunked.sum(), list(model.parameters()))
+    torch.testing.assert_close(chunked, full, rtol=1e-5, atol=1e-6)
+    for a, c in zip(grads_full, grads_chunked):
+        torch.testing.assert_close(c, a, rtol=1e-4, atol=1e-6)
+    ids, att = torch.tensor([[3, 4, 5, 0]]), torch.tensor([[1, 1, 1, 0]])
+    torch.testing.assert_close(sequence_log_probs(model, ids, att, chunk_size=2), sequence_log_probs(model, ids, att), rtol=1e-5, atol=1e-6)
+    losses = []
+    for chunk in (None, 5):
+        trainer = GRPOTrainer(tiny_model(bpe_tok, 0), reward_funcs=digits_reward, args=cfg(tmp_path, logprob_chunk_size=chunk),
+                              train_dataset=ROWS, processing_class=bpe_tok)
+        torch.manual_seed(1)
+        losses.append(trainer.step()["loss"])
+    assert losses[0] == pytest.approx(losses[1], rel=1e-5, abs=1e-7)

@@ -8,6 +8,7 @@ from ._logprobs import (
     response_log_probs,
     sequence_log_probs,
 )
+from .chunked import lm_hidden_and_head, token_log_probs_chunked
 from .dpo import DPOLoss, dpo_loss
 from .grpo import GRPOLoss, MCAdvantage, group_advantages, grpo_token_loss
 from .sft import SFTLoss, sft_loss
@@ -22,9 +23,11 @@ __all__ = [
     "dpo_loss",
     "group_advantages",
     "grpo_token_loss",
+    "lm_hidden_and_head",
     "masked_mean",
     "masked_sum",
     "response_log_probs",
     "sequence_log_probs",
     "sft_loss",
+    "token_log_probs_chunked",
 ]

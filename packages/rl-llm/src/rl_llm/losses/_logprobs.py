@@ -19,6 +19,8 @@ import torch
 from tdict import unravel_key
 from torch import nn
 
+from .chunked import lm_hidden_and_head, token_log_probs_chunked
+
 __all__ = ["LLMLossBase", "aggregate_tokens", "masked_mean", "masked_sum", "response_log_probs", "sequence_log_probs"]
 
 
@@ -40,6 +42,7 @@ def response_log_probs(
     *,
     return_entropy: bool = False,
     temperature: float = 1.0,
+    chunk_size: int | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Per-token log-probs (and entropies) of ``response_tokens`` given ``prompt_tokens``, in one pass.
 
@@ -54,6 +57,9 @@ def response_log_probs(
             response position.
         temperature: the logits are divided by it first: the log-probs of the distribution that
             sampling at this temperature draws from.
+        chunk_size: compute the output layer and log-softmax ``chunk_size`` positions at a time
+            (:func:`~rl_llm.losses.token_log_probs_chunked`): the same values and gradients without
+            ever holding the ``[B, Lr, vocab]`` logits. ``None``: one pass over full logits.
 
     Returns:
         ``(log_probs, entropy)``, both ``[B, Lr]`` float, 0 where ``response_mask`` is false
@@ -89,6 +95,14 @@ def response_log_probs(
     attention = torch.cat([prompt_mask, response_mask], dim=1)
     # positions count real tokens only, so left padding does not shift them (as generate() does)
     position_ids = (attention.long().cumsum(-1) - 1).clamp(min=0)
+    if chunk_size is not None:
+        if return_entropy:
+            raise ValueError("response_log_probs: return_entropy needs the full logits; pass chunk_size=None.")
+        backbone, head = lm_hidden_and_head(model)
+        hidden = backbone(input_ids=input_ids, attention_mask=attention.long(), position_ids=position_ids)[0]
+        log_probs = token_log_probs_chunked(hidden[:, lp_len - 1 : lp_len - 1 + r_len], head.weight, head.bias, response_tokens,
+                                            chunk_size=chunk_size, temperature=temperature)
+        return torch.where(response_mask, log_probs, log_probs.new_zeros(())), None
     logits = model(input_ids=input_ids, attention_mask=attention.long(), position_ids=position_ids).logits
     # logits at position t predict token t + 1: the response is predicted by positions Lp-1 .. Lp+Lr-2
     logits = logits[:, lp_len - 1 : lp_len - 1 + r_len].float()
@@ -108,11 +122,12 @@ def response_log_probs(
 
 
 def sequence_log_probs(model: nn.Module, input_ids: torch.Tensor, attention_mask: torch.Tensor,
-                       position_ids: torch.Tensor | None = None) -> torch.Tensor:
+                       position_ids: torch.Tensor | None = None, *, chunk_size: int | None = None) -> torch.Tensor:
     """Log-prob of each token given the ones before it, for right-padded sequences: ``[B, T]``
     with column 0 (no context) and padded positions set to 0.
 
-    ``position_ids`` (optional) restarts positions inside a row that packs several sequences.
+    ``position_ids`` (optional) restarts positions inside a row that packs several sequences;
+    ``chunk_size`` as in :func:`response_log_probs`.
 
     Example:
         >>> import torch
@@ -127,8 +142,13 @@ def sequence_log_probs(model: nn.Module, input_ids: torch.Tensor, attention_mask
     _check_pair(input_ids, attention_mask, "input_ids")
     mask = attention_mask.bool()
     kwargs = {} if position_ids is None else {"position_ids": position_ids}
-    logits = model(input_ids=input_ids, attention_mask=attention_mask.long(), **kwargs).logits[:, :-1].float()
-    picked = logits.log_softmax(-1).gather(-1, input_ids[:, 1:].unsqueeze(-1)).squeeze(-1)
+    if chunk_size is not None:
+        backbone, head = lm_hidden_and_head(model)
+        hidden = backbone(input_ids=input_ids, attention_mask=attention_mask.long(), **kwargs)[0][:, :-1]
+        picked = token_log_probs_chunked(hidden, head.weight, head.bias, input_ids[:, 1:], chunk_size=chunk_size)
+    else:
+        logits = model(input_ids=input_ids, attention_mask=attention_mask.long(), **kwargs).logits[:, :-1].float()
+        picked = logits.log_softmax(-1).gather(-1, input_ids[:, 1:].unsqueeze(-1)).squeeze(-1)
     out = torch.cat([picked.new_zeros(picked.shape[0], 1), picked], dim=1)
     return torch.where(mask, out, out.new_zeros(()))
 

@@ -58,6 +58,7 @@ class TrainingConfig:
     shuffle: bool = True
     bf16: bool = False  # autocast to bfloat16 (CUDA with bf16 support, or CPU)
     gradient_checkpointing: bool = False
+    logprob_chunk_size: Optional[int] = None  # compute log-probs this many positions at a time (never the full logits)
     disable_tqdm: bool = False
     report_to: list = field(default_factory=lambda: ["csv"])  # "csv" writes <output_dir>/metrics.csv
 
@@ -82,6 +83,8 @@ class TrainingConfig:
             raise ValueError(f"{name}: warmup_steps must be >= 0 and warmup_ratio in [0, 1), got {self.warmup_steps!r} and {self.warmup_ratio!r}.")
         if self.max_grad_norm is not None and self.max_grad_norm < 0:
             raise ValueError(f"{name}: max_grad_norm must be >= 0 or None, got {self.max_grad_norm!r}.")
+        if self.logprob_chunk_size is not None and self.logprob_chunk_size < 1:
+            raise ValueError(f"{name}: logprob_chunk_size must be >= 1 or None, got {self.logprob_chunk_size!r}.")
         if self.save_steps < 0:
             raise ValueError(f"{name}: save_steps must be >= 0, got {self.save_steps!r}.")
         unknown = [r for r in self.report_to if r not in ("csv", "none")]

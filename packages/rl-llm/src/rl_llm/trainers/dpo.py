@@ -188,7 +188,7 @@ class DPOTrainer(LLMTrainer):
         """``[2n]``: each answer's summed log-prob (IPO: averaged over its tokens)."""
         prompt, prompt_mask, answer, answer_mask = batch
         with self._autocast():
-            log_probs, _ = response_log_probs(model, prompt, prompt_mask, answer, answer_mask)
+            log_probs, _ = response_log_probs(model, prompt, prompt_mask, answer, answer_mask, chunk_size=self.args.logprob_chunk_size)
         total = log_probs.sum(-1)
         return total / answer_mask.sum(-1) if self.args.loss_type == "ipo" else total
 

@@ -274,7 +274,7 @@ class GRPOTrainer(LLMTrainer):
         with self._autocast():
             lp, _ = response_log_probs(model, batch["prompt"][start:stop], batch["prompt_mask"][start:stop],
                                        batch["completion"][start:stop], batch["valid"][start:stop],
-                                       temperature=self.args.temperature)
+                                       temperature=self.args.temperature, chunk_size=self.args.logprob_chunk_size)
         return lp
 
     def step(self) -> dict[str, float]:

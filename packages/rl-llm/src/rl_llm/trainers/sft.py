@@ -183,7 +183,7 @@ class SFTTrainer(LLMTrainer):
         total = 0.0
         for ids, attention, mask in batches:
             with self._autocast():
-                log_probs = sequence_log_probs(self.model, ids, attention)
+                log_probs = sequence_log_probs(self.model, ids, attention, chunk_size=self.args.logprob_chunk_size)
             nll = -(log_probs * mask).sum()
             (nll / max(tokens, 1)).backward()
             total += float(nll.detach())
