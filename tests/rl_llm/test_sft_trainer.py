@@ -103,7 +103,7 @@ def test_loss_equals_transformers_labels_loss(tok, tmp_path, tiny_model):
     model = tiny_model(tok)
     trainer = SFTTrainer(model, args=args(tmp_path, per_device_train_batch_size=4, shuffle=False), train_dataset=ROWS,
                          processing_class=tok)
-    ids, attention, mask = trainer._collate(trainer.examples)
+    ids, attention, mask, _ = trainer._collate(trainer.examples)
     labels = torch.where(mask, ids, torch.full_like(ids, -100))
     with torch.no_grad():
         expected = model(input_ids=ids, attention_mask=attention, labels=labels).loss
@@ -132,7 +132,7 @@ def test_gradient_accumulation_is_exact(tok, tmp_path, split, tiny_model):
                          processing_class=tok)
     naive = []
     for k in range(0, 4, split[0]):
-        ids, attention, mask = trainer._collate(trainer.examples[k: k + split[0]])
+        ids, attention, mask, _ = trainer._collate(trainer.examples[k: k + split[0]])
         labels = torch.where(mask, ids, torch.full_like(ids, -100))
         naive.append(model(input_ids=ids, attention_mask=attention, labels=labels).loss / split[1])
     torch.stack(naive).sum().backward()
@@ -266,3 +266,35 @@ def test_command_trains_and_saves(tok, tmp_path, capsys, tiny_model):
     assert reloaded.config.n_layer == 2
     with pytest.raises(SystemExit, match="model_name_or_path"):
         cli_main(["sft", f"dataset={data}"])
+
+
+# ---------------------------------------------------------------------------- packing
+def test_best_fit_packing():
+    from rl_llm.trainers import pack_best_fit
+
+    lengths = [7, 3, 5, 1, 4, 2, 6]
+    bins = pack_best_fit(lengths, capacity=8)
+    assert sorted(i for b in bins for i in b) == list(range(7))
+    assert all(sum(lengths[i] for i in b) <= 8 for b in bins) and len(bins) == 4  # 28 tokens need 4 bins of 8
+    with pytest.raises(ValueError, match="longer than the capacity"):
+        pack_best_fit([9], capacity=8)
+
+
+def test_packed_rows_train_as_the_unpacked_ones(tok, tmp_path, tiny_model):
+    """The same rows in one step: packed (attention kept within each sequence, positions restarting)
+    or padded, the loss and the gradient are the same."""
+    updates, losses = [], []
+    for packing, batch in ((False, 4), (True, 1)):
+        model = tiny_model(tok)
+        before = [p.detach().clone() for p in model.parameters()]
+        trainer = SFTTrainer(model, args=args(tmp_path, packing=packing, max_length=64, per_device_train_batch_size=batch,
+                                              shuffle=False), train_dataset=ROWS, processing_class=tok,
+                             optimizers=(torch.optim.SGD(model.parameters(), lr=1.0), None))
+        if packing:
+            assert len(trainer.examples) == 1 and trainer.examples[0][2] == sorted(trainer.examples[0][2], reverse=True)
+        losses.append(trainer.step()["loss"])
+        updates.append(torch.cat([(b - p.detach()).flatten() for b, p in zip(before, model.parameters())]))
+    assert losses[1] == pytest.approx(losses[0], rel=1e-5)
+    torch.testing.assert_close(updates[1], updates[0], rtol=1e-4, atol=1e-6)
+    with pytest.raises(ValueError, match="packing=True needs max_length"):
+        SFTConfig(packing=True, max_length=None)

@@ -126,7 +126,9 @@ def sequence_log_probs(model: nn.Module, input_ids: torch.Tensor, attention_mask
     """Log-prob of each token given the ones before it, for right-padded sequences: ``[B, T]``
     with column 0 (no context) and padded positions set to 0.
 
-    ``position_ids`` (optional) restarts positions inside a row that packs several sequences;
+    For rows that pack several sequences, pass ``position_ids`` restarting at each sequence and a
+    ``[B, 1, T, T]`` bool ``attention_mask`` (true where a position may attend: same sequence, not
+    later); padded positions are then not zeroed (weight the result with your loss mask).
     ``chunk_size`` as in :func:`response_log_probs`.
 
     Example:
@@ -139,18 +141,23 @@ def sequence_log_probs(model: nn.Module, input_ids: torch.Tensor, attention_mask
         >>> lp.shape, float(lp[0, 0]), float(lp[0, 3]), bool((lp[0, 1:3] < 0).all())
         (torch.Size([1, 4]), 0.0, 0.0, True)
     """
-    _check_pair(input_ids, attention_mask, "input_ids")
-    mask = attention_mask.bool()
+    if attention_mask.ndim == 4:  # [B, 1, T, T] bool: which positions each one attends to (packed rows)
+        if attention_mask.shape != (input_ids.shape[0], 1, input_ids.shape[1], input_ids.shape[1]) or attention_mask.dtype != torch.bool:
+            raise ValueError(f"sequence_log_probs: a 4-D attention_mask must be bool [B, 1, T, T], got {attention_mask.dtype} {tuple(attention_mask.shape)}.")
+        mask, model_mask = None, attention_mask
+    else:
+        _check_pair(input_ids, attention_mask, "input_ids")
+        mask, model_mask = attention_mask.bool(), attention_mask.long()
     kwargs = {} if position_ids is None else {"position_ids": position_ids}
     if chunk_size is not None:
         backbone, head = lm_hidden_and_head(model)
-        hidden = backbone(input_ids=input_ids, attention_mask=attention_mask.long(), **kwargs)[0][:, :-1]
+        hidden = backbone(input_ids=input_ids, attention_mask=model_mask, **kwargs)[0][:, :-1]
         picked = token_log_probs_chunked(hidden, head.weight, head.bias, input_ids[:, 1:], chunk_size=chunk_size)
     else:
-        logits = model(input_ids=input_ids, attention_mask=attention_mask.long(), **kwargs).logits[:, :-1].float()
+        logits = model(input_ids=input_ids, attention_mask=model_mask, **kwargs).logits[:, :-1].float()
         picked = logits.log_softmax(-1).gather(-1, input_ids[:, 1:].unsqueeze(-1)).squeeze(-1)
     out = torch.cat([picked.new_zeros(picked.shape[0], 1), picked], dim=1)
-    return torch.where(mask, out, out.new_zeros(()))
+    return out if mask is None else torch.where(mask, out, out.new_zeros(()))
 
 
 def masked_sum(values: torch.Tensor, mask: torch.Tensor, dim: int = -1) -> torch.Tensor:

@@ -11,7 +11,7 @@ from .config import TrainingConfig
 from .dpo import DPOConfig, DPOTrainer, dpo_losses, tokenize_preference_row
 from .grpo import GRPOConfig, GRPOTrainer, grpo_advantages, grpo_token_losses
 from .reference import Reference, disable_dropout, sync_reference
-from .sft import SFTConfig, SFTTrainer, tokenize_sft_row
+from .sft import SFTConfig, SFTTrainer, pack_best_fit, tokenize_sft_row
 
 __all__ = [
     "CSVMetrics",
@@ -29,6 +29,7 @@ __all__ = [
     "grpo_advantages",
     "grpo_token_losses",
     "lr_lambda",
+    "pack_best_fit",
     "sync_reference",
     "tokenize_preference_row",
     "tokenize_sft_row",

@@ -156,16 +156,20 @@ class LLMTrainer:
         """Dataset rows one optimisation step consumes."""
         return self.args.per_device_train_batch_size * self.args.gradient_accumulation_steps
 
+    def _num_units(self) -> int:
+        """How many items the data order runs over (dataset rows; SFT's packed rows when packing)."""
+        return len(self.rows)
+
     def _total_steps(self) -> int:
         if self.args.max_steps > 0:
             return self.args.max_steps
-        return max(1, math.ceil(self.args.num_train_epochs * len(self.rows) / self.rows_per_step()))
+        return max(1, math.ceil(self.args.num_train_epochs * self._num_units() / self.rows_per_step()))
 
     def _epoch_order(self, epoch: int) -> list[int]:
         if not self.args.shuffle:
-            return list(range(len(self.rows)))
+            return list(range(self._num_units()))
         generator = torch.Generator().manual_seed(self.args.seed + epoch)
-        return torch.randperm(len(self.rows), generator=generator).tolist()
+        return torch.randperm(self._num_units(), generator=generator).tolist()
 
     def _next_indices(self, count: int) -> list[int]:
         """The next ``count`` row indices in the data order (crossing into the next epoch as needed)."""

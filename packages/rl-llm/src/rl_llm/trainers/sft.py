@@ -8,8 +8,12 @@ Each row becomes token ids and a loss mask (:func:`tokenize_sft_row`):
 - ``messages`` rows (and conversational prompt/completion rows): rendered with the chat template
   (:mod:`rl_llm.chat`); with ``assistant_only_loss=True`` only the assistant replies are trained.
 
-Rows longer than ``max_length`` tokens are cut to their first ``max_length``. One optimisation step
-takes ``per_device_train_batch_size * gradient_accumulation_steps`` rows; the loss is the mean
+Rows longer than ``max_length`` tokens are cut to their first ``max_length``. With ``packing=True``
+the tokenized rows are packed into rows of at most ``max_length`` tokens by best-fit decreasing
+(:func:`pack_best_fit`; TRL's ``"bfd"``); inside a packed row each sequence restarts its positions
+and attends only to itself (a block-diagonal causal attention mask), so a packed sequence gets the
+log-probs it would get alone. One optimisation step takes
+``per_device_train_batch_size * gradient_accumulation_steps`` rows (packed rows when packing); the loss is the mean
 negative log-likelihood over every trained token of those rows (what transformers' ``labels=``
 loss gives for one batch), accumulated exactly: each micro-batch's summed NLL is divided by the
 token count of the whole step before its backward pass, so the gradient equals the one-batch
@@ -30,7 +34,7 @@ from ..losses._logprobs import sequence_log_probs
 from .base import LLMTrainer
 from .config import TrainingConfig
 
-__all__ = ["SFTConfig", "SFTTrainer", "tokenize_sft_row"]
+__all__ = ["SFTConfig", "SFTTrainer", "pack_best_fit", "tokenize_sft_row"]
 
 
 @dataclass
@@ -49,11 +53,14 @@ class SFTConfig(TrainingConfig):
     completion_only_loss: Optional[bool] = None  # None: True for prompt/completion rows
     assistant_only_loss: bool = False
     chat_template: Optional[str] = None  # None: the tokenizer's own, else ChatML; "chatml"; or a Jinja string
+    packing: bool = False  # pack rows into rows of max_length tokens (best-fit decreasing)
 
     def validate(self) -> None:
         super().validate()
         if self.max_length is not None and self.max_length < 2:
             raise ValueError(f"SFTConfig: max_length must be >= 2 or None, got {self.max_length!r}.")
+        if self.packing and self.max_length is None:
+            raise ValueError("SFTConfig: packing=True needs max_length (the packed rows' length).")
 
 
 def _encode(tokenizer: Any, text: str) -> list[int]:
@@ -120,6 +127,32 @@ def tokenize_sft_row(row: Mapping[str, Any], tokenizer: Any, args: SFTConfig) ->
     return ids, mask
 
 
+def pack_best_fit(lengths: list[int], capacity: int) -> list[list[int]]:
+    """Indices of ``lengths`` grouped into bins of total length at most ``capacity``: longest first,
+    each into the fullest bin that still has room for it (best-fit decreasing).
+
+    Example:
+        >>> from rl_llm.trainers import pack_best_fit
+        >>> pack_best_fit([5, 3, 4, 2, 6], capacity=8)
+        [[4, 3], [0, 1], [2]]
+    """
+    too_long = [i for i, n in enumerate(lengths) if n > capacity]
+    if too_long:
+        raise ValueError(f"pack_best_fit: items {too_long[:5]} are longer than the capacity {capacity}.")
+    bins: list[list[int]] = []
+    room: list[int] = []
+    for i in sorted(range(len(lengths)), key=lambda k: (-lengths[k], k)):
+        fits = [b for b in range(len(bins)) if room[b] >= lengths[i]]
+        if fits:
+            best = min(fits, key=lambda b: (room[b], b))
+            bins[best].append(i)
+            room[best] -= lengths[i]
+        else:
+            bins.append([i])
+            room.append(capacity - lengths[i])
+    return bins
+
+
 class SFTTrainer(LLMTrainer):
     """Supervised fine-tuning (TRL's ``SFTTrainer`` call shape).
 
@@ -152,38 +185,71 @@ class SFTTrainer(LLMTrainer):
                  **kwargs: Any) -> None:
         if processing_class is None:
             raise ValueError("SFTTrainer: processing_class (the tokenizer) is required.")
+        self._examples: list | None = None
         super().__init__(model, args, train_dataset, processing_class, **kwargs)
         pad = getattr(processing_class, "pad_token_id", None)
         self.pad_token_id = pad if pad is not None else (_eos_id(processing_class) or 0)
-        self.examples = [tokenize_sft_row(row, processing_class, self.args) for row in self.rows]
-        empty = [i for i, (ids, _) in enumerate(self.examples) if len(ids) < 2]
-        if empty:
-            raise ValueError(f"SFTTrainer: rows {empty[:5]} tokenize to fewer than 2 tokens; nothing to predict.")
         self.model.train()
 
-    def _collate(self, examples: list[tuple[list[int], list[bool]]]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """Right-padded ``(input_ids, attention_mask, loss_mask)`` on the model's device."""
-        width = max(len(ids) for ids, _ in examples)
+    @property
+    def examples(self) -> list[tuple[list[int], list[bool], list[int]]]:
+        """The training items: ``(token ids, loss mask, sequence lengths)``, one per row, or per
+        packed row with ``packing`` (tokenized, and packed, on first use)."""
+        if self._examples is None:
+            rows = [tokenize_sft_row(row, self.processing_class, self.args) for row in self.rows]
+            empty = [i for i, (ids, _) in enumerate(rows) if len(ids) < 2]
+            if empty:
+                raise ValueError(f"SFTTrainer: rows {empty[:5]} tokenize to fewer than 2 tokens; nothing to predict.")
+            if self.args.packing:
+                bins = pack_best_fit([len(ids) for ids, _ in rows], self.args.max_length)
+                self._examples = [([t for i in b for t in rows[i][0]], [m for i in b for m in rows[i][1]], [len(rows[i][0]) for i in b])
+                                  for b in bins]
+            else:
+                self._examples = [(ids, mask, [len(ids)]) for ids, mask in rows]
+        return self._examples
+
+    def _num_units(self) -> int:
+        return len(self.examples)
+
+    def _collate(self, examples: list[tuple[list[int], list[bool], list[int]]]) -> tuple[torch.Tensor, ...]:
+        """Right-padded ``(input_ids, attention, loss_mask, position_ids)`` on the model's device.
+
+        ``attention`` is ``[B, T]`` (1 on real tokens) for plain rows; for packed rows a
+        ``[B, 1, T, T]`` bool mask letting each position see the earlier positions of its own
+        sequence only. The first token of every sequence is never trained (nothing predicts it)."""
+        width = max(len(ids) for ids, _, _ in examples)
         device = next(self.model.parameters()).device
-        ids = torch.full((len(examples), width), int(self.pad_token_id), dtype=torch.long)
-        attention = torch.zeros((len(examples), width), dtype=torch.long)
-        loss_mask = torch.zeros((len(examples), width), dtype=torch.bool)
-        for row, (tokens, mask) in enumerate(examples):
+        n = len(examples)
+        ids = torch.full((n, width), int(self.pad_token_id), dtype=torch.long)
+        loss_mask = torch.zeros((n, width), dtype=torch.bool)
+        positions = torch.zeros((n, width), dtype=torch.long)
+        segment = torch.full((n, width), -1, dtype=torch.long)  # which sequence of the row; -1 on padding
+        for row, (tokens, mask, lengths) in enumerate(examples):
             ids[row, : len(tokens)] = torch.tensor(tokens)
-            attention[row, : len(tokens)] = 1
             loss_mask[row, : len(tokens)] = torch.tensor(mask)
-        loss_mask[:, 0] = False  # the first token has no context to be predicted from
-        return ids.to(device), attention.to(device), loss_mask.to(device)
+            start = 0
+            for k, length in enumerate(lengths):
+                positions[row, start: start + length] = torch.arange(length)
+                segment[row, start: start + length] = k
+                loss_mask[row, start] = False
+                start += length
+        if not self.args.packing:
+            return ids.to(device), (segment >= 0).long().to(device), loss_mask.to(device), None
+        causal = torch.ones(width, width, dtype=torch.bool).tril()
+        attention = (segment[:, :, None] == segment[:, None, :]) & causal & (segment[:, None, :] >= 0)
+        attention |= torch.eye(width, dtype=torch.bool)  # padding attends to itself only (no empty rows)
+        attention &= (segment[:, :, None] >= 0) | torch.eye(width, dtype=torch.bool)
+        return ids.to(device), attention[:, None].to(device), loss_mask.to(device), positions.to(device)
 
     def step(self) -> dict[str, float]:
         indices = self._next_indices(self.rows_per_step())
         size = self.args.per_device_train_batch_size
         batches = [self._collate([self.examples[i] for i in indices[k: k + size]]) for k in range(0, len(indices), size)]
-        tokens = sum(int(mask.sum()) for _, _, mask in batches)
+        tokens = sum(int(mask.sum()) for _, _, mask, _ in batches)
         total = 0.0
-        for ids, attention, mask in batches:
+        for ids, attention, mask, positions in batches:
             with self._autocast():
-                log_probs = sequence_log_probs(self.model, ids, attention, chunk_size=self.args.logprob_chunk_size)
+                log_probs = sequence_log_probs(self.model, ids, attention, positions, chunk_size=self.args.logprob_chunk_size)
             nll = -(log_probs * mask).sum()
             (nll / max(tokens, 1)).backward()
             total += float(nll.detach())
