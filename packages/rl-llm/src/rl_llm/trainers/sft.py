@@ -157,8 +157,8 @@ class SFTTrainer(LLMTrainer):
     """Supervised fine-tuning (TRL's ``SFTTrainer`` call shape).
 
     ``SFTTrainer(model, args=SFTConfig(...), train_dataset=..., processing_class=tokenizer)``, then
-    ``.train()``; ``.step()`` runs one optimisation step and returns ``{"loss", "num_tokens",
-    "grad_norm"}``. See :class:`~rl_llm.trainers.base.LLMTrainer` for the shared arguments.
+    ``.train()``; ``.step()`` runs one optimisation step and returns ``{"loss", "num_tokens"
+    (trained tokens), "num_input_tokens", "grad_norm"}``. See :class:`~rl_llm.trainers.base.LLMTrainer` for the shared arguments.
 
     Example:
         >>> import torch
@@ -246,6 +246,7 @@ class SFTTrainer(LLMTrainer):
         size = self.args.per_device_train_batch_size
         batches = [self._collate([self.examples[i] for i in indices[k: k + size]]) for k in range(0, len(indices), size)]
         tokens = sum(int(mask.sum()) for _, _, mask, _ in batches)
+        inputs = sum(len(self.examples[i][0]) for i in indices)
         total = 0.0
         for ids, attention, mask, positions in batches:
             with self._autocast():
@@ -254,4 +255,4 @@ class SFTTrainer(LLMTrainer):
             (nll / max(tokens, 1)).backward()
             total += float(nll.detach())
         grad_norm = self._apply_gradients()
-        return {"loss": total / max(tokens, 1), "num_tokens": float(tokens), "grad_norm": grad_norm}
+        return {"loss": total / max(tokens, 1), "num_tokens": float(tokens), "num_input_tokens": float(inputs), "grad_norm": grad_norm}

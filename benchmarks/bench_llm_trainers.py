@@ -1,0 +1,203 @@
+"""rl-llm's trainers against TRL's, same run, same machine, one thread.
+
+Both libraries get the same tiny GPT-2 (4 layers, width 128, no dropout, built from a config), the same
+tokenizer (byte-level BPE trained here, 2,000 tokens), the same data and the same settings.
+
+- ``grpo``: one GRPO step (generation of 8 completions of up to 64 tokens for one prompt, reward,
+  loss, backward, optimizer), TRL's ``GRPOTrainer`` against ours: median seconds per step over
+  ``--steps`` steps after one warm-up step (process CPU time), and the growth of peak resident
+  memory from the start of training (model and trainer built) to the end (``ru_maxrss``). Each library runs in its own process, ``--repeats`` times.
+- ``sft``: SFT tokens per second (non-padding input tokens over wall time of ``--steps`` steps of
+  8 rows of up to 256 tokens), TRL's ``SFTTrainer`` against ours, without and with packing.
+
+    hatch run bench:llm-trainers grpo|sft [--steps 10 --repeats 3]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import resource
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+RESULTS = REPO / "benchmarks" / "results"
+WORDS = ("the cat sat on a mat and the dog ran in the park while one plus two is three and four times five "
+         "is twenty so what is the answer to this question please think step by step before you reply").split()
+
+
+def _setup(seed: int = 0):
+    import torch
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import GPT2Config, GPT2LMHeadModel, PreTrainedTokenizerFast
+
+    torch.set_num_threads(1)
+    raw = Tokenizer(models.BPE())
+    raw.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    raw.decoder = decoders.ByteLevel()
+    corpus = [" ".join(WORDS[i:] + WORDS[:i]) for i in range(len(WORDS))]
+    raw.train_from_iterator(corpus * 20, trainers.BpeTrainer(vocab_size=2000, special_tokens=["<pad>", "<eos>"],
+                                                             initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
+    tok = PreTrainedTokenizerFast(tokenizer_object=raw, pad_token="<pad>", eos_token="<eos>")
+    torch.manual_seed(seed)
+    # no dropout, as the configs of current open LLMs (Llama, Qwen, Mistral: attention_dropout 0)
+    config = GPT2Config(n_layer=4, n_head=4, n_embd=128, n_positions=512, vocab_size=len(tok), bos_token_id=tok.eos_token_id,
+                        eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id, resid_pdrop=0.0, embd_pdrop=0.0,
+                        attn_pdrop=0.0)
+    return tok, GPT2LMHeadModel(config)
+
+
+def _prompts(n: int) -> list[dict]:
+    return [{"prompt": " ".join(WORDS[i % 20: i % 20 + 12]), "answer": str(i % 7)} for i in range(n)]
+
+
+def digit_reward(prompts=None, completions=(), **kwargs):
+    return [float(sum(ch.isdigit() for ch in c)) for c in completions]
+
+
+def _peak_mb() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+# ---------------------------------------------------------------------------- GRPO
+def _grpo_child(lib: str, steps: int) -> dict:
+    tok, model = _setup()
+    rows, out_dir = _prompts(64), tempfile.mkdtemp()
+    common = dict(output_dir=out_dir, per_device_train_batch_size=8, num_generations=8, max_completion_length=64,
+                  learning_rate=1e-6, max_steps=steps + 1, logging_steps=1000, seed=0, temperature=1.0, top_p=1.0, top_k=0,
+                  beta=0.0, loss_type="dapo", max_grad_norm=1.0)
+    times: list[float] = []
+    if lib == "trl":
+        from datasets import Dataset
+        from transformers import TrainerCallback
+        from trl import GRPOConfig, GRPOTrainer
+
+        class Clock(TrainerCallback):
+            def on_train_begin(self, *a, **k):
+                self.base = _peak_mb()
+
+            def on_step_begin(self, *a, **k):
+                self.t = time.process_time()
+
+            def on_step_end(self, *a, **k):
+                times.append(time.process_time() - self.t)
+
+        clock = Clock()
+        trainer = GRPOTrainer(model, reward_funcs=digit_reward, train_dataset=Dataset.from_list(rows), processing_class=tok,
+                              args=GRPOConfig(**common, use_cpu=True, report_to="none", save_strategy="no", disable_tqdm=True,
+                                              disable_dropout=True), callbacks=[clock])
+        trainer.train()
+        peak = _peak_mb() - clock.base
+    else:
+        from rl_llm.trainers import GRPOConfig, GRPOTrainer
+
+        trainer = GRPOTrainer(model, reward_funcs=digit_reward, train_dataset=rows, processing_class=tok,
+                              args=GRPOConfig(**common, report_to=[], disable_tqdm=True, log_completions=False))
+        base = _peak_mb()
+        for _ in range(steps + 1):
+            t = time.process_time()
+            trainer.step()
+            times.append(time.process_time() - t)
+        peak = _peak_mb() - base
+    return {"step_s": statistics.median(times[1:]), "peak_mb": peak}
+
+
+# ---------------------------------------------------------------------------- SFT
+def _sft_child(lib: str, steps: int, packing: bool) -> dict:
+    tok, model = _setup()
+    rows = [{"text": " ".join((WORDS * 4)[i % 30: i % 30 + 40 + (i * 37) % 120])} for i in range(512)]
+    out_dir = tempfile.mkdtemp()
+    common = dict(output_dir=out_dir, per_device_train_batch_size=8, learning_rate=1e-4, max_steps=steps + 1, logging_steps=1000,
+                  seed=0, max_length=256, packing=packing, max_grad_norm=1.0)
+    times: list[float] = []
+    if lib == "trl":
+        from datasets import Dataset
+        from transformers import TrainerCallback
+        from trl import SFTConfig, SFTTrainer
+
+        class Clock(TrainerCallback):
+            def on_step_begin(self, *a, **k):
+                self.t = time.perf_counter()
+
+            def on_step_end(self, *a, **k):
+                times.append(time.perf_counter() - self.t)
+
+        trainer = SFTTrainer(model, train_dataset=Dataset.from_list(rows), processing_class=tok, callbacks=[Clock()],
+                             args=SFTConfig(**common, use_cpu=True, report_to="none", save_strategy="no", disable_tqdm=True,
+                                            packing_strategy="bfd", padding_free=False, dataset_num_proc=None))
+        counted: list[int] = []
+        collate = trainer.data_collator
+
+        def counting(features):
+            batch = collate(features)
+            counted.append(int(batch["attention_mask"].sum()) if "attention_mask" in batch else int((batch["input_ids"] != tok.pad_token_id).sum()))
+            return batch
+
+        trainer.data_collator = counting
+        trainer.train()
+        tokens = counted[1: steps + 1]
+    else:
+        from rl_llm.trainers import SFTConfig, SFTTrainer
+
+        trainer = SFTTrainer(model, train_dataset=rows, processing_class=tok,
+                             args=SFTConfig(**common, report_to=[], disable_tqdm=True))
+        tokens = []
+        for i in range(steps + 1):
+            t = time.perf_counter()
+            metrics = trainer.step()
+            times.append(time.perf_counter() - t)
+            if i:
+                tokens.append(int(metrics["num_input_tokens"]))
+    return {"tokens_per_s": sum(tokens) / sum(times[1:]), "tokens": sum(tokens)}
+
+
+def _run_child(args: list[str]) -> dict:
+    out = subprocess.run([sys.executable, __file__, "_child", *args], capture_output=True, text=True)
+    if out.returncode:
+        raise RuntimeError(f"child {args} failed:\n{out.stderr[-3000:]}")
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def main() -> None:
+    if len(sys.argv) > 1 and sys.argv[1] == "_child":
+        kind, lib, steps = sys.argv[2], sys.argv[3], int(sys.argv[4])
+        result = _grpo_child(lib, steps) if kind == "grpo" else _sft_child(lib, steps, sys.argv[5] == "1")
+        print(json.dumps(result))
+        return
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("what", choices=["grpo", "sft"])
+    parser.add_argument("--steps", type=int, default=10)
+    parser.add_argument("--repeats", type=int, default=3)
+    args = parser.parse_args()
+    result: dict = {"command": " ".join(["python", str(Path(__file__).resolve().relative_to(REPO)), *sys.argv[1:]])}
+    variants = [("grpo", "")] if args.what == "grpo" else [("sft", "0"), ("sft", "1")]
+    for kind, packing in variants:
+        rows: dict = {}
+        for _ in range(args.repeats):  # alternate the libraries
+            for lib in ("trl", "ours"):
+                rows.setdefault(lib, []).append(_run_child([kind, lib, str(args.steps), packing]))
+        name = kind + ("" if not packing else ("-packed" if packing == "1" else "-padded"))
+        summary = {lib: {key: statistics.median(r[key] for r in runs) for key in runs[0]} for lib, runs in rows.items()}
+        if kind == "grpo":
+            summary["ratio_step_time"] = summary["ours"]["step_s"] / summary["trl"]["step_s"]
+            summary["ratio_peak_memory"] = summary["ours"]["peak_mb"] / summary["trl"]["peak_mb"]
+            print(f"GRPO step: ours {summary['ours']['step_s']:.3f} s, TRL {summary['trl']['step_s']:.3f} s "
+                  f"({summary['ratio_step_time']:.2f}x); peak memory growth ours {summary['ours']['peak_mb']:.0f} MB, "
+                  f"TRL {summary['trl']['peak_mb']:.0f} MB ({summary['ratio_peak_memory']:.2f}x)", flush=True)
+        else:
+            summary["ratio_tokens_per_s"] = summary["ours"]["tokens_per_s"] / summary["trl"]["tokens_per_s"]
+            print(f"{name}: tokens/s ours {summary['ours']['tokens_per_s']:.0f}, TRL {summary['trl']['tokens_per_s']:.0f} "
+                  f"({summary['ratio_tokens_per_s']:.2f}x)", flush=True)
+        result[name] = summary
+    out = RESULTS / f"llm_trainers_{args.what}.json"
+    out.write_text(json.dumps(result, indent=1) + "\n")
+    print(f"written {out.relative_to(REPO)}")
+
+
+if __name__ == "__main__":
+    main()
