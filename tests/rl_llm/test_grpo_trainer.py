@@ -203,11 +203,31 @@ def test_reward_model(bpe_tok):
     assert scores == pytest.approx(alone, rel=1e-4, abs=1e-5)
 
 
+def test_resume_equals_an_uninterrupted_run(bpe_tok, tiny_model, tmp_path):
+    full = GRPOTrainer(tiny_model(bpe_tok, 0), reward_funcs=digits_reward, args=cfg(tmp_path / "a", max_steps=4, num_iterations=2),
+                       train_dataset=ROWS, processing_class=bpe_tok)
+    full.train()
+    first = GRPOTrainer(tiny_model(bpe_tok, 0), reward_funcs=digits_reward, train_dataset=ROWS, processing_class=bpe_tok,
+                        args=cfg(tmp_path / "b", max_steps=4, num_iterations=2, save_steps=2))
+    first.step()
+    with pytest.raises(RuntimeError, match="between generation rounds"):
+        first.save_checkpoint()
+    first.step()
+    first.save_checkpoint()
+    resumed = GRPOTrainer(tiny_model(bpe_tok, 3), reward_funcs=digits_reward, train_dataset=ROWS, processing_class=bpe_tok,
+                          args=cfg(tmp_path / "b", max_steps=4, num_iterations=2, save_steps=2))
+    resumed.train(resume_from_checkpoint=True)
+    for a, b in zip(full.model.parameters(), resumed.model.parameters()):
+        assert torch.equal(a, b)
+
+
 def test_config_checks():
     with pytest.raises(ValueError, match="must be a multiple of num_generations"):
         GRPOConfig(per_device_train_batch_size=6, num_generations=4)
     with pytest.raises(ValueError, match="loss_type must be one of"):
         GRPOConfig(loss_type="ppo")
+    with pytest.raises(ValueError, match="save_steps .3. must be a multiple of num_iterations .2."):
+        GRPOConfig(save_steps=3, num_iterations=2)
     assert GRPOConfig(per_device_train_batch_size=3, gradient_accumulation_steps=4, num_generations=6).generation_batch_size == 12
 
 

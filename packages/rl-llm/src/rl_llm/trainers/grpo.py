@@ -94,6 +94,9 @@ class GRPOConfig(TrainingConfig):
                 raise ValueError(f"GRPOConfig: {name} must be one of {allowed}, got {getattr(self, name)!r}.")
         if self.max_completion_length < 1 or not self.temperature > 0 or not 0 < self.top_p <= 1 or self.top_k < 0:
             raise ValueError("GRPOConfig: need max_completion_length >= 1, temperature > 0, 0 < top_p <= 1 and top_k >= 0.")
+        if self.save_steps % self.num_iterations:
+            raise ValueError(f"GRPOConfig: save_steps ({self.save_steps}) must be a multiple of num_iterations ({self.num_iterations}): "
+                             "checkpoints are written between generation rounds.")
         if self.beta < 0 or self.epsilon < 0 or (self.epsilon_high is not None and self.epsilon_high < 0) or self.num_iterations < 1:
             raise ValueError("GRPOConfig: beta, epsilon and epsilon_high must be >= 0, num_iterations >= 1.")
 
@@ -340,6 +343,6 @@ class GRPOTrainer(LLMTrainer):
 
     def _trainer_state(self) -> dict[str, Any]:
         if self._round is not None and self._round_uses < self.args.num_iterations:
-            raise RuntimeError("GRPOTrainer: checkpoints are written between generation rounds; make save_steps a multiple of num_iterations.")
+            raise RuntimeError("GRPOTrainer: a checkpoint can only be written between generation rounds (after a multiple of num_iterations steps).")
         return super()._trainer_state()
 
