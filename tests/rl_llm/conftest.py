@@ -109,7 +109,8 @@ def build_lm(tokenizer, seed: int = 0, dropout: float = 0.0):
 
 
 @pytest.fixture(scope="session")
-def bpe_tok():
+def tok():
+    """The byte-level BPE tokenizer of :func:`build_bpe_tokenizer` (every string encodes)."""
     return build_bpe_tokenizer()
 
 

@@ -16,14 +16,6 @@ from rl_llm.trainers import DPOConfig, DPOTrainer, dpo_losses, tokenize_preferen
 
 pytestmark = pytest.mark.llm
 
-
-
-@pytest.fixture(scope="module")
-def tok(bpe_tok):
-    return bpe_tok
-
-
-
 ROWS = [
     {"prompt": "what is two plus two?", "chosen": " four.", "rejected": " five."},
     {"prompt": "the cat", "chosen": " sat on the mat.", "rejected": " the dog."},

@@ -53,9 +53,9 @@ def rows_of(batch, i):
 
 
 @pytest.mark.parametrize("loss_type", ["grpo", "bnpo", "dapo", "dr_grpo"])
-def test_first_step_loss_equals_a_hand_computation(bpe_tok, tiny_model, tmp_path, loss_type):
+def test_first_step_loss_equals_a_hand_computation(tok, tiny_model, tmp_path, loss_type):
     """num_iterations=1: the ratio is 1, so each token's loss is -A (plus beta * k3 to a reference)."""
-    tok, beta = bpe_tok, 0.05
+    beta = 0.05
     model, ref = tiny_model(tok, 0), tiny_model(tok, 1)
     trainer = GRPOTrainer(model, reward_funcs=digits_reward, args=cfg(tmp_path, loss_type=loss_type, beta=beta, temperature=0.7,
                           per_device_train_batch_size=4, gradient_accumulation_steps=2), train_dataset=ROWS,
@@ -96,9 +96,8 @@ def test_advantages_per_group_batch_or_none():
 
 
 @pytest.mark.parametrize("level", ["token", "sequence"])
-def test_later_iterations_clip_the_importance_weight(bpe_tok, tiny_model, tmp_path, level):
+def test_later_iterations_clip_the_importance_weight(tok, tiny_model, tmp_path, level):
     """num_iterations=2: the second step reuses the round with the recorded behaviour log-probs."""
-    tok = bpe_tok
     model = tiny_model(tok, 0)
     trainer = GRPOTrainer(model, reward_funcs=digits_reward, args=cfg(tmp_path, num_iterations=2, learning_rate=5e-2, epsilon=0.1,
                           epsilon_high=0.3, importance_sampling_level=level), train_dataset=ROWS, processing_class=tok)
@@ -120,8 +119,8 @@ def test_later_iterations_clip_the_importance_weight(bpe_tok, tiny_model, tmp_pa
     assert metrics["loss"] == pytest.approx(float(sums / count), rel=1e-4, abs=1e-6)
 
 
-def test_gradient_accumulation_is_exact(bpe_tok, tiny_model, tmp_path):
-    tok, updates, rounds = bpe_tok, [], None
+def test_gradient_accumulation_is_exact(tok, tiny_model, tmp_path):
+    updates, rounds = [], None
     for batch_size, accum in [(8, 1), (2, 4)]:
         model = tiny_model(tok, 0)
         before = [p.detach().clone() for p in model.parameters()]
@@ -136,8 +135,7 @@ def test_gradient_accumulation_is_exact(bpe_tok, tiny_model, tmp_path):
     torch.testing.assert_close(updates[1], updates[0], rtol=1e-4, atol=1e-7)
 
 
-def test_recorded_log_probs_follow_the_temperature(bpe_tok, tiny_model):
-    tok = bpe_tok
+def test_recorded_log_probs_follow_the_temperature(tok, tiny_model):
     model = tiny_model(tok, 0).eval()
     policy = TransformersWrapper(model, tokenizer=tok, generate_kwargs={"temperature": 0.7, "max_new_tokens": 5})
     from rl_llm.data import tokenize_prompts
@@ -149,21 +147,21 @@ def test_recorded_log_probs_follow_the_temperature(bpe_tok, tiny_model):
     torch.testing.assert_close(out["log_probs", "response"][0][: len(c)], expected, rtol=1e-5, atol=1e-5)
 
 
-def test_truncated_completions_can_be_left_out(bpe_tok, tiny_model, tmp_path):
-    trainer = GRPOTrainer(tiny_model(bpe_tok, 0), reward_funcs=length_reward, args=cfg(tmp_path, mask_truncated_completions=True,
-                          max_completion_length=3), train_dataset=ROWS, processing_class=bpe_tok)
+def test_truncated_completions_can_be_left_out(tok, tiny_model, tmp_path):
+    trainer = GRPOTrainer(tiny_model(tok, 0), reward_funcs=length_reward, args=cfg(tmp_path, mask_truncated_completions=True,
+                          max_completion_length=3), train_dataset=ROWS, processing_class=tok)
     batch = trainer._new_round()
-    ended = (batch["completion"] == bpe_tok.eos_token_id).any(-1)
+    ended = (batch["completion"] == tok.eos_token_id).any(-1)
     assert torch.equal(batch["mask"].any(-1), ended & batch["valid"].any(-1))
     assert torch.equal(batch["mask"][~ended], torch.zeros_like(batch["mask"][~ended]))
 
 
-def test_rewards_are_weighted_and_none_skips(bpe_tok, tiny_model, tmp_path):
+def test_rewards_are_weighted_and_none_skips(tok, tiny_model, tmp_path):
     def sometimes(prompts=None, completions=(), **kw):
         return [None if i % 2 else 1.0 for i in range(len(completions))]
 
-    trainer = GRPOTrainer(tiny_model(bpe_tok, 0), reward_funcs=[length_reward, sometimes], train_dataset=ROWS,
-                          args=cfg(tmp_path, reward_weights=[0.5, 2.0]), processing_class=bpe_tok)
+    trainer = GRPOTrainer(tiny_model(tok, 0), reward_funcs=[length_reward, sometimes], train_dataset=ROWS,
+                          args=cfg(tmp_path, reward_weights=[0.5, 2.0]), processing_class=tok)
     batch = trainer._new_round()
     lengths = batch["valid"].sum(-1).float()
     expected = 0.5 * lengths + 2.0 * torch.tensor([0.0 if i % 2 else 1.0 for i in range(8)])
@@ -171,14 +169,14 @@ def test_rewards_are_weighted_and_none_skips(bpe_tok, tiny_model, tmp_path):
     assert batch["per_func"]["rewards/sometimes"] == 1.0
 
 
-def test_dataset_columns_reach_the_reward_functions(bpe_tok, tiny_model, tmp_path):
+def test_dataset_columns_reach_the_reward_functions(tok, tiny_model, tmp_path):
     seen = {}
 
     def spy(prompts=None, completions=(), completion_ids=(), answer=(), **kw):
         seen["answer"], seen["prompts"] = list(answer), list(prompts)
         return [0.0] * len(completions)
 
-    trainer = GRPOTrainer(tiny_model(bpe_tok, 0), reward_funcs=spy, args=cfg(tmp_path), train_dataset=ROWS, processing_class=bpe_tok)
+    trainer = GRPOTrainer(tiny_model(tok, 0), reward_funcs=spy, args=cfg(tmp_path), train_dataset=ROWS, processing_class=tok)
     trainer._new_round()
     assert seen["answer"] == ["4"] * 4 + ["2"] * 4 and seen["prompts"] == [ROWS[0]["prompt"]] * 4 + [ROWS[1]["prompt"]] * 4
 
@@ -192,29 +190,29 @@ def test_reward_functions():
         exact_match()(completions=["4"])
 
 
-def test_reward_model(bpe_tok):
+def test_reward_model(tok):
     torch.manual_seed(0)
-    config = transformers.GPT2Config(n_layer=1, n_head=2, n_embd=16, vocab_size=len(bpe_tok), num_labels=1,
-                                     pad_token_id=bpe_tok.pad_token_id)
+    config = transformers.GPT2Config(n_layer=1, n_head=2, n_embd=16, vocab_size=len(tok), num_labels=1,
+                                     pad_token_id=tok.pad_token_id)
     rm = transformers.GPT2ForSequenceClassification(config)
-    scores = RewardModel(rm, bpe_tok, batch_size=2)(prompts=["the cat", "hello"], completions=[" sat", " there yes"])
+    scores = RewardModel(rm, tok, batch_size=2)(prompts=["the cat", "hello"], completions=[" sat", " there yes"])
     with torch.no_grad():
-        alone = [float(rm(**bpe_tok([t], return_tensors="pt")).logits[0, 0]) for t in ("the cat sat", "hello there yes")]
+        alone = [float(rm(**tok([t], return_tensors="pt")).logits[0, 0]) for t in ("the cat sat", "hello there yes")]
     assert scores == pytest.approx(alone, rel=1e-4, abs=1e-5)
 
 
-def test_resume_equals_an_uninterrupted_run(bpe_tok, tiny_model, tmp_path):
-    full = GRPOTrainer(tiny_model(bpe_tok, 0), reward_funcs=digits_reward, args=cfg(tmp_path / "a", max_steps=4, num_iterations=2),
-                       train_dataset=ROWS, processing_class=bpe_tok)
+def test_resume_equals_an_uninterrupted_run(tok, tiny_model, tmp_path):
+    full = GRPOTrainer(tiny_model(tok, 0), reward_funcs=digits_reward, args=cfg(tmp_path / "a", max_steps=4, num_iterations=2),
+                       train_dataset=ROWS, processing_class=tok)
     full.train()
-    first = GRPOTrainer(tiny_model(bpe_tok, 0), reward_funcs=digits_reward, train_dataset=ROWS, processing_class=bpe_tok,
+    first = GRPOTrainer(tiny_model(tok, 0), reward_funcs=digits_reward, train_dataset=ROWS, processing_class=tok,
                         args=cfg(tmp_path / "b", max_steps=4, num_iterations=2, save_steps=2))
     first.step()
     with pytest.raises(RuntimeError, match="between generation rounds"):
         first.save_checkpoint()
     first.step()
     first.save_checkpoint()
-    resumed = GRPOTrainer(tiny_model(bpe_tok, 3), reward_funcs=digits_reward, train_dataset=ROWS, processing_class=bpe_tok,
+    resumed = GRPOTrainer(tiny_model(tok, 3), reward_funcs=digits_reward, train_dataset=ROWS, processing_class=tok,
                           args=cfg(tmp_path / "b", max_steps=4, num_iterations=2, save_steps=2))
     resumed.train(resume_from_checkpoint=True)
     for a, b in zip(full.model.parameters(), resumed.model.parameters()):
@@ -231,10 +229,10 @@ def test_config_checks():
     assert GRPOConfig(per_device_train_batch_size=3, gradient_accumulation_steps=4, num_generations=6).generation_batch_size == 12
 
 
-def test_command_runs_grpo_with_a_built_in_reward(bpe_tok, tiny_model, tmp_path, capsys):
+def test_command_runs_grpo_with_a_built_in_reward(tok, tiny_model, tmp_path, capsys):
     model_dir = tmp_path / "model"
-    tiny_model(bpe_tok, 0).save_pretrained(model_dir)
-    bpe_tok.save_pretrained(model_dir)
+    tiny_model(tok, 0).save_pretrained(model_dir)
+    tok.save_pretrained(model_dir)
     data = tmp_path / "train.jsonl"
     data.write_text("".join(json.dumps(r) + "\n" for r in ROWS))
     out = tmp_path / "trained"
@@ -269,10 +267,10 @@ def test_chunked_log_probs_equal_the_full_ones_with_gradients(bias, temperature)
                                     (h.detach()[:1].requires_grad_(), w.detach().requires_grad_()))
 
 
-def test_chunked_path_through_a_model_and_the_trainers(bpe_tok, tiny_model, tmp_path):
+def test_chunked_path_through_a_model_and_the_trainers(tok, tiny_model, tmp_path):
     from rl_llm.losses import response_log_probs, sequence_log_probs
 
-    model = tiny_model(bpe_tok, 0)
+    model = tiny_model(tok, 0)
     prompt, pmask = torch.tensor([[0, 5, 6], [7, 8, 9]]), torch.tensor([[0, 1, 1], [1, 1, 1]])
     resp, rmask = torch.tensor([[10, 11, 12, 0], [13, 14, 0, 0]]), torch.tensor([[1, 1, 1, 0], [1, 1, 0, 0]])
     full, _ = response_log_probs(model, prompt, pmask, resp, rmask, temperature=0.8)
@@ -286,8 +284,8 @@ def test_chunked_path_through_a_model_and_the_trainers(bpe_tok, tiny_model, tmp_
     torch.testing.assert_close(sequence_log_probs(model, ids, att, chunk_size=2), sequence_log_probs(model, ids, att), rtol=1e-5, atol=1e-6)
     losses = []
     for chunk in (None, 5):
-        trainer = GRPOTrainer(tiny_model(bpe_tok, 0), reward_funcs=digits_reward, args=cfg(tmp_path, logprob_chunk_size=chunk),
-                              train_dataset=ROWS, processing_class=bpe_tok)
+        trainer = GRPOTrainer(tiny_model(tok, 0), reward_funcs=digits_reward, args=cfg(tmp_path, logprob_chunk_size=chunk),
+                              train_dataset=ROWS, processing_class=tok)
         torch.manual_seed(1)
         losses.append(trainer.step()["loss"])
     assert losses[0] == pytest.approx(losses[1], rel=1e-5, abs=1e-7)

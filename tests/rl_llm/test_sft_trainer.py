@@ -20,14 +20,6 @@ from rl_llm.trainers.checkpoint import latest_checkpoint  # noqa: E402
 
 pytestmark = pytest.mark.llm
 
-
-
-@pytest.fixture(scope="module")
-def tok(bpe_tok):
-    return bpe_tok
-
-
-
 ROWS = [
     {"prompt": "what is two plus two?", "completion": " four."},
     {"prompt": "what is one plus one?", "completion": " two."},

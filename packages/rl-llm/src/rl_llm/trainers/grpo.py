@@ -37,7 +37,7 @@ from typing import Any, Optional
 import torch
 
 from ..chat import render_chat
-from ..data import left_pad, right_pad
+from ..data import left_pad
 from ..data_files import dataset_format, is_conversational
 from ..losses._logprobs import response_log_probs
 from .base import LLMTrainer
