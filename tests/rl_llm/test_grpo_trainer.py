@@ -219,6 +219,20 @@ def test_resume_equals_an_uninterrupted_run(tok, tiny_model, tmp_path):
         assert torch.equal(a, b)
 
 
+def test_sync_ref_model_mixes_the_policy_in(tok, tiny_model, tmp_path):
+    trainer = GRPOTrainer(tiny_model(tok, 0), reward_funcs=digits_reward, train_dataset=ROWS, processing_class=tok,
+                          args=cfg(tmp_path, beta=0.1, sync_ref_model=True, ref_model_sync_steps=2, ref_model_mixup_alpha=0.5,
+                                   learning_rate=1e-2))
+    ref0 = [p.clone() for p in trainer.reference.model.parameters()]
+    trainer.step()
+    assert all(torch.equal(a, b) for a, b in zip(ref0, trainer.reference.model.parameters()))
+    trainer.step()
+    for old, new, pol in zip(ref0, trainer.reference.model.parameters(), trainer.model.parameters()):
+        torch.testing.assert_close(new, 0.5 * old + 0.5 * pol.detach())
+    with pytest.raises(ValueError, match="sync_ref_model needs beta > 0"):
+        GRPOConfig(sync_ref_model=True)
+
+
 def test_config_checks():
     with pytest.raises(ValueError, match="must be a multiple of num_generations"):
         GRPOConfig(per_device_train_batch_size=6, num_generations=4)

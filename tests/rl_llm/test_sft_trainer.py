@@ -166,6 +166,15 @@ def test_gradient_checkpointing_runs_and_gives_the_same_loss(tok, tmp_path, tiny
     assert losses[0] == pytest.approx(losses[1], rel=1e-6)
 
 
+def test_bf16_autocast_runs_close_to_float32(tok, tmp_path, tiny_model):
+    losses = []
+    for bf16 in (False, True):
+        trainer = SFTTrainer(tiny_model(tok), args=args(tmp_path, bf16=bf16, shuffle=False), train_dataset=ROWS, processing_class=tok)
+        losses.append(trainer.step()["loss"])
+    assert math.isfinite(losses[1]) and losses[1] == pytest.approx(losses[0], rel=2e-2)
+    assert all(p.dtype == torch.float32 for p in trainer.model.parameters())  # autocast leaves the weights in float32
+
+
 # ---------------------------------------------------------------------------- checkpoints
 def test_resume_equals_an_uninterrupted_run_bit_for_bit(tok, tmp_path, tiny_model):
     full = SFTTrainer(tiny_model(tok), args=args(tmp_path / "a", max_steps=6, per_device_train_batch_size=3),

@@ -15,7 +15,9 @@ the ratio of the current to the behaviour probability: per token, or per sequenc
 (``importance_sampling_level="sequence"``, GSPO: the exponentiated mean log-ratio over the
 completion). All log-probs are those of the tempered distribution that sampling draws from. With
 ``num_iterations=1`` the behaviour log-probs are the current ones, detached (``w = 1``; no extra
-forward pass); otherwise they are recorded once, right after sampling.
+forward pass); otherwise they are recorded once, right after sampling. The reference (``beta > 0``):
+see :mod:`rl_llm.trainers.reference`; ``sync_ref_model`` mixes the policy into it every
+``ref_model_sync_steps`` steps.
 
 ``loss_type`` reduces token losses to the step's loss (exactly across micro-batches):
 ``"grpo"`` each completion's token mean, averaged over completions; ``"bnpo"`` the token mean of each
@@ -42,7 +44,7 @@ from ..data_files import dataset_format, is_conversational
 from ..losses._logprobs import response_log_probs
 from .base import LLMTrainer
 from .config import TrainingConfig
-from .reference import Reference, disable_dropout
+from .reference import Reference, disable_dropout, sync_reference
 
 __all__ = ["GRPOConfig", "GRPOTrainer", "grpo_advantages", "grpo_token_losses"]
 
@@ -75,6 +77,9 @@ class GRPOConfig(TrainingConfig):
     importance_sampling_level: str = "token"
     mask_truncated_completions: bool = False
     reward_weights: Optional[list] = None
+    sync_ref_model: bool = False  # TR-DPO's soft update of the reference every ref_model_sync_steps (needs beta > 0)
+    ref_model_sync_steps: int = 512
+    ref_model_mixup_alpha: float = 0.6
     disable_dropout: bool = True
     chat_template: Optional[str] = None
     log_completions: bool = True  # write a few completions per logged step to <output_dir>/completions.jsonl
@@ -94,6 +99,8 @@ class GRPOConfig(TrainingConfig):
                 raise ValueError(f"GRPOConfig: {name} must be one of {allowed}, got {getattr(self, name)!r}.")
         if self.max_completion_length < 1 or not self.temperature > 0 or not 0 < self.top_p <= 1 or self.top_k < 0:
             raise ValueError("GRPOConfig: need max_completion_length >= 1, temperature > 0, 0 < top_p <= 1 and top_k >= 0.")
+        if self.sync_ref_model and (self.beta <= 0 or self.ref_model_sync_steps < 1 or not 0 < self.ref_model_mixup_alpha <= 1):
+            raise ValueError("GRPOConfig: sync_ref_model needs beta > 0, ref_model_sync_steps >= 1 and ref_model_mixup_alpha in (0, 1].")
         if self.save_steps % self.num_iterations:
             raise ValueError(f"GRPOConfig: save_steps ({self.save_steps}) must be a multiple of num_iterations ({self.num_iterations}): "
                              "checkpoints are written between generation rounds.")
@@ -178,6 +185,8 @@ class GRPOTrainer(LLMTrainer):
         if self.pad_token_id is None:
             raise ValueError("GRPOTrainer: the tokenizer has neither a pad nor an EOS token.")
         self.reference = Reference(self.model, ref_model) if self.args.beta > 0 else None
+        if self.args.sync_ref_model and not self.reference.is_copy:
+            raise ValueError("GRPOTrainer: sync_ref_model needs a copied reference; a PEFT model's reference is its base (adapter off).")
         self._round: dict[str, Any] | None = None  # the current generation round, reused num_iterations times
         self._round_uses = 0
 
@@ -320,6 +329,8 @@ class GRPOTrainer(LLMTrainer):
                     delta = ref - log_probs
                     kl_sum += float(((delta.exp() - delta - 1) * mask).sum())
         grad_norm = self._apply_gradients()
+        if args.sync_ref_model and self.global_step % args.ref_model_sync_steps == 0:
+            sync_reference(self.reference, args.ref_model_mixup_alpha)
         rewards = batch["rewards"]
         metrics = {"loss": total, "reward": float(rewards.mean()), "reward_std": float(rewards.std()),
                    **batch["per_func"], "completion_length": float(batch["valid"].sum(-1).float().mean()),
