@@ -90,12 +90,16 @@ def test_bad_rows_are_refused_naming_the_columns(tok, model_factory=None):
 
 
 # ---------------------------------------------------------------------------- the loss
-def test_loss_equals_transformers_labels_loss(tok, tmp_path, tiny_model):
-    """One step's reported loss is transformers' own token-mean loss with -100 on untrained tokens."""
+@pytest.mark.parametrize("padding_free", [False, True])
+def test_loss_equals_transformers_labels_loss(tok, tmp_path, tiny_model, padding_free):
+    """One step's reported loss is transformers' own token-mean loss with -100 on untrained tokens
+    (on padded rows), whether the trainer runs them padded or padding-free."""
     model = tiny_model(tok)
-    trainer = SFTTrainer(model, args=args(tmp_path, per_device_train_batch_size=4, shuffle=False), train_dataset=ROWS,
-                         processing_class=tok)
-    ids, attention, mask, _ = trainer._collate(trainer.examples)
+    trainer = SFTTrainer(model, args=args(tmp_path, per_device_train_batch_size=4, shuffle=False, padding_free=padding_free),
+                         train_dataset=ROWS, processing_class=tok)
+    assert trainer.padding_free is padding_free
+    padded = SFTTrainer(model, args=args(tmp_path, padding_free=False), train_dataset=ROWS, processing_class=tok)
+    ids, attention, mask, _, _ = padded._collate(trainer.examples)
     labels = torch.where(mask, ids, torch.full_like(ids, -100))
     with torch.no_grad():
         expected = model(input_ids=ids, attention_mask=attention, labels=labels).loss
@@ -120,11 +124,11 @@ def test_gradient_accumulation_is_exact(tok, tmp_path, split, tiny_model):
     torch.testing.assert_close(updates[1], updates[0], rtol=1e-4, atol=1e-6)
     # the naive rule (each micro-batch's own token mean, averaged) gives another gradient here
     model = tiny_model(tok)
-    trainer = SFTTrainer(model, args=args(tmp_path, per_device_train_batch_size=split[0], shuffle=False), train_dataset=ROWS,
-                         processing_class=tok)
+    trainer = SFTTrainer(model, args=args(tmp_path, per_device_train_batch_size=split[0], shuffle=False, padding_free=False),
+                         train_dataset=ROWS, processing_class=tok)
     naive = []
     for k in range(0, 4, split[0]):
-        ids, attention, mask, _ = trainer._collate(trainer.examples[k: k + split[0]])
+        ids, attention, mask, _, _ = trainer._collate(trainer.examples[k: k + split[0]])
         labels = torch.where(mask, ids, torch.full_like(ids, -100))
         naive.append(model(input_ids=ids, attention_mask=attention, labels=labels).loss / split[1])
     torch.stack(naive).sum().backward()

@@ -43,6 +43,7 @@ def response_log_probs(
     return_entropy: bool = False,
     temperature: float = 1.0,
     chunk_size: int | None = None,
+    padding_free: bool = False,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Per-token log-probs (and entropies) of ``response_tokens`` given ``prompt_tokens``, in one pass.
 
@@ -60,6 +61,9 @@ def response_log_probs(
         chunk_size: compute the output layer and log-softmax ``chunk_size`` positions at a time
             (:func:`~rl_llm.losses.token_log_probs_chunked`): the same values and gradients without
             ever holding the ``[B, Lr, vocab]`` logits. ``None``: one pass over full logits.
+        padding_free: run the rows' real tokens end to end in one row, attention kept within each
+            row (:mod:`rl_llm.padding_free`): the same log-probs without computing on padding.
+            The model must dispatch its attention through transformers' ``AttentionInterface``.
 
     Returns:
         ``(log_probs, entropy)``, both ``[B, Lr]`` float, 0 where ``response_mask`` is false
@@ -95,6 +99,18 @@ def response_log_probs(
     attention = torch.cat([prompt_mask, response_mask], dim=1)
     # positions count real tokens only, so left padding does not shift them (as generate() does)
     position_ids = (attention.long().cumsum(-1) - 1).clamp(min=0)
+    if padding_free:
+        if bool((prompt_mask.long().diff(dim=1) < 0).any()) or bool((response_mask.long().diff(dim=1) > 0).any()):
+            raise ValueError("response_log_probs(padding_free=True): prompt_mask must be a suffix of each row (left padding) "
+                             "and response_mask a prefix (right padding).")
+        # each row's real tokens are contiguous once the padding is dropped: prompt, then response
+        lengths = attention.sum(1)
+        flat_lp, flat_entropy = _padding_free_log_probs(model, input_ids[attention][None], lengths, chunk_size=chunk_size,
+                                                        temperature=temperature, return_entropy=return_entropy)
+        zero = flat_lp.new_zeros(attention.shape)
+        log_probs = zero.masked_scatter(attention, flat_lp)[:, lp_len:]
+        entropy = None if flat_entropy is None else zero.masked_scatter(attention, flat_entropy)[:, lp_len:]
+        return log_probs, entropy
     if chunk_size is not None:
         if return_entropy:
             raise ValueError("response_log_probs: return_entropy needs the full logits; pass chunk_size=None.")
@@ -121,8 +137,9 @@ def response_log_probs(
     return log_probs, entropy
 
 
-def sequence_log_probs(model: nn.Module, input_ids: torch.Tensor, attention_mask: torch.Tensor,
-                       position_ids: torch.Tensor | None = None, *, chunk_size: int | None = None) -> torch.Tensor:
+def sequence_log_probs(model: nn.Module, input_ids: torch.Tensor, attention_mask: torch.Tensor | None,
+                       position_ids: torch.Tensor | None = None, *, chunk_size: int | None = None,
+                       cu_seq_lens: torch.Tensor | None = None) -> torch.Tensor:
     """Log-prob of each token given the ones before it, for right-padded sequences: ``[B, T]``
     with column 0 (no context) and padded positions set to 0.
 
@@ -130,6 +147,10 @@ def sequence_log_probs(model: nn.Module, input_ids: torch.Tensor, attention_mask
     ``[B, 1, T, T]`` bool ``attention_mask`` (true where a position may attend: same sequence, not
     later); padded positions are then not zeroed (weight the result with your loss mask).
     ``chunk_size`` as in :func:`response_log_probs`.
+
+    Padding-free (:mod:`rl_llm.padding_free`): ``input_ids`` ``[1, N]`` holding sequences end to end,
+    ``cu_seq_lens`` their boundaries (``[0, l0, l0 + l1, ..., N]``), ``attention_mask=None``; every
+    sequence's first column is 0 and ``position_ids`` (derived when None) restart at each sequence.
 
     Example:
         >>> import torch
@@ -141,6 +162,17 @@ def sequence_log_probs(model: nn.Module, input_ids: torch.Tensor, attention_mask
         >>> lp.shape, float(lp[0, 0]), float(lp[0, 3]), bool((lp[0, 1:3] < 0).all())
         (torch.Size([1, 4]), 0.0, 0.0, True)
     """
+    if cu_seq_lens is not None:
+        if attention_mask is not None or input_ids.ndim != 2 or input_ids.shape[0] != 1:
+            raise ValueError(f"sequence_log_probs: with cu_seq_lens, pass input_ids [1, N] and attention_mask=None; got input_ids "
+                             f"{tuple(input_ids.shape)} and an attention_mask.")
+        cu = cu_seq_lens.long()
+        if cu.ndim != 1 or int(cu[0]) != 0 or int(cu[-1]) != input_ids.shape[1] or bool((cu.diff() < 0).any()):
+            raise ValueError(f"sequence_log_probs: cu_seq_lens must rise from 0 to {input_ids.shape[1]}, got {cu_seq_lens.tolist()}.")
+        out, _ = _padding_free_log_probs(model, input_ids, cu.diff(), chunk_size=chunk_size, position_ids=position_ids)
+        return out[None]
+    if attention_mask is None:
+        raise ValueError("sequence_log_probs: attention_mask is required (None only with cu_seq_lens).")
     if attention_mask.ndim == 4:  # [B, 1, T, T] bool: which positions each one attends to (packed rows)
         if attention_mask.shape != (input_ids.shape[0], 1, input_ids.shape[1], input_ids.shape[1]) or attention_mask.dtype != torch.bool:
             raise ValueError(f"sequence_log_probs: a 4-D attention_mask must be bool [B, 1, T, T], got {attention_mask.dtype} {tuple(attention_mask.shape)}.")
@@ -158,6 +190,45 @@ def sequence_log_probs(model: nn.Module, input_ids: torch.Tensor, attention_mask
         picked = logits.log_softmax(-1).gather(-1, input_ids[:, 1:].unsqueeze(-1)).squeeze(-1)
     out = torch.cat([picked.new_zeros(picked.shape[0], 1), picked], dim=1)
     return out if mask is None else torch.where(mask, out, out.new_zeros(()))
+
+
+def _padding_free_log_probs(model: nn.Module, input_ids: torch.Tensor, lengths: torch.Tensor, *, chunk_size: int | None = None,
+                            temperature: float = 1.0, return_entropy: bool = False,
+                            position_ids: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Sequences of ``lengths`` laid end to end in ``input_ids`` ``[1, N]``: ``[N]`` log-probs of each
+    token given the earlier tokens of its sequence (0 at each sequence's first token), and the
+    entropies of the distributions that predicted them (or None)."""
+    from ..padding_free import boundaries, run_padding_free
+
+    if not temperature > 0:
+        raise ValueError(f"response_log_probs: temperature must be > 0, got {temperature!r}.")
+    if chunk_size is not None and return_entropy:
+        raise ValueError("response_log_probs: return_entropy needs the full logits; pass chunk_size=None.")
+    lengths = lengths.to(input_ids.device)
+    offsets = lengths.cumsum(0) - lengths
+    starts = torch.zeros(input_ids.shape[1], dtype=torch.bool, device=input_ids.device)
+    starts[offsets[lengths > 0]] = True
+    if position_ids is None:
+        index = torch.arange(input_ids.shape[1], device=input_ids.device)
+        position_ids = (index - torch.repeat_interleave(offsets, lengths))[None]
+    cu, targets = boundaries(lengths, device=input_ids.device), input_ids[0, 1:]
+    entropy = None
+    if chunk_size is not None:
+        backbone, head = lm_hidden_and_head(model)
+        hidden = run_padding_free(model, backbone, input_ids, cu, position_ids)[0]
+        picked = token_log_probs_chunked(hidden[0, :-1], head.weight, head.bias, targets, chunk_size=chunk_size,
+                                         temperature=temperature)
+    else:
+        logits = run_padding_free(model, model, input_ids, cu, position_ids).logits[0, :-1].float()
+        log_softmax = (logits / temperature if temperature != 1.0 else logits).log_softmax(-1)
+        picked = log_softmax.gather(-1, targets[:, None])[:, 0]
+        if return_entropy:
+            entropy = -(log_softmax.exp() * log_softmax).sum(-1)
+    zero = picked.new_zeros(())
+    log_probs = torch.where(starts, zero, torch.cat([picked.new_zeros(1), picked]))
+    if entropy is not None:
+        entropy = torch.where(starts, zero, torch.cat([entropy.new_zeros(1), entropy]))
+    return log_probs, entropy
 
 
 def masked_sum(values: torch.Tensor, mask: torch.Tensor, dim: int = -1) -> torch.Tensor:

@@ -25,6 +25,7 @@ import torch
 from torch import nn
 
 from ..data_files import load_rows
+from ..padding_free import padding_free_attention, supports_padding_free
 from . import checkpoint as ckpt
 from .config import TrainingConfig
 
@@ -136,15 +137,22 @@ class LLMTrainer:
             enable()
             if hasattr(model, "config"):
                 model.config.use_cache = False
+        supported = supports_padding_free(model)
+        if args.padding_free and not supported:
+            raise ValueError(f"{name}: padding_free=True but {type(model).__name__} does not dispatch its attention through "
+                             "transformers' AttentionInterface; set padding_free=False (or leave it None).")
+        self.padding_free = supported if args.padding_free is None else args.padding_free
         torch.manual_seed(args.seed)
         random.seed(args.seed)
         optimizer, scheduler = optimizers
         params = [p for p in model.parameters() if p.requires_grad]
         if not params and optimizer is None:
             raise ValueError(f"{name}: the model has no trainable parameters.")
+        # the fused kernel needs floating-point parameters on CPU or CUDA
+        fused = args.optim == "adamw_torch_fused" and all(p.is_floating_point() and p.device.type in ("cpu", "cuda") for p in params)
         self.optimizer = optimizer or torch.optim.AdamW(
             params, lr=args.learning_rate, betas=(args.adam_beta1, args.adam_beta2), eps=args.adam_epsilon,
-            weight_decay=args.weight_decay)
+            weight_decay=args.weight_decay, **({"fused": True} if fused else {}))
         self.total_steps = self._total_steps()
         warmup = args.warmup_steps or math.ceil(args.warmup_ratio * self.total_steps)
         self.scheduler = scheduler or torch.optim.lr_scheduler.LambdaLR(
@@ -199,6 +207,11 @@ class LLMTrainer:
         if device.type == "cuda" and not torch.cuda.is_bf16_supported():
             raise RuntimeError(f"{type(self).__name__}: bf16=True but this CUDA device has no bfloat16 support.")
         return torch.autocast(device.type, dtype=torch.bfloat16)
+
+    def _padding_free_block(self) -> Any:
+        """The model switched to padding-free attention for a forward and its backward (when
+        ``padding_free``): activation checkpointing recomputes the forward during the backward."""
+        return padding_free_attention(self.model) if self.padding_free else nullcontext()
 
     def _apply_gradients(self) -> float:
         """Clip (``max_grad_norm``), step the optimizer and the schedule, clear the gradients.

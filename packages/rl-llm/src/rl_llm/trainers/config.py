@@ -22,9 +22,10 @@ from typing import Any, Optional, Union
 
 import yaml
 
-__all__ = ["SCHEDULERS", "TrainingConfig"]
+__all__ = ["OPTIMIZERS", "SCHEDULERS", "TrainingConfig"]
 
 SCHEDULERS = ("linear", "cosine", "constant", "constant_with_warmup")
+OPTIMIZERS = ("adamw_torch_fused", "adamw_torch")
 
 
 @dataclass
@@ -44,6 +45,7 @@ class TrainingConfig:
     adam_beta1: float = 0.9
     adam_beta2: float = 0.999
     adam_epsilon: float = 1e-8
+    optim: str = "adamw_torch_fused"  # torch's AdamW, fused kernel (transformers' default on torch >= 2.8) or not
     per_device_train_batch_size: int = 8
     gradient_accumulation_steps: int = 1
     num_train_epochs: float = 3.0
@@ -57,8 +59,11 @@ class TrainingConfig:
     seed: int = 42
     shuffle: bool = True
     bf16: bool = False  # autocast to bfloat16 (CUDA with bf16 support, or CPU)
-    gradient_checkpointing: bool = False
+    gradient_checkpointing: bool = True  # recompute activations in the backward pass (TRL's default)
     logprob_chunk_size: Optional[int] = None  # compute log-probs this many positions at a time (never the full logits)
+    # run each micro-batch's sequences end to end, attention within each (rl_llm.padding_free): no compute on
+    # padding; None: when the model supports it (attention through transformers' AttentionInterface)
+    padding_free: Optional[bool] = None
     disable_tqdm: bool = False
     report_to: list = field(default_factory=lambda: ["csv"])  # "csv" writes <output_dir>/metrics.csv
 
@@ -79,6 +84,8 @@ class TrainingConfig:
             raise ValueError(f"{name}: give num_train_epochs > 0 or max_steps > 0 (got {self.num_train_epochs!r} and {self.max_steps!r}).")
         if self.lr_scheduler_type not in SCHEDULERS:
             raise ValueError(f"{name}: lr_scheduler_type must be one of {SCHEDULERS}, got {self.lr_scheduler_type!r}.")
+        if self.optim not in OPTIMIZERS:
+            raise ValueError(f"{name}: optim must be one of {OPTIMIZERS} (or pass optimizers= to the trainer), got {self.optim!r}.")
         if self.warmup_steps < 0 or not 0.0 <= self.warmup_ratio < 1.0:
             raise ValueError(f"{name}: warmup_steps must be >= 0 and warmup_ratio in [0, 1), got {self.warmup_steps!r} and {self.warmup_ratio!r}.")
         if self.max_grad_norm is not None and self.max_grad_norm < 0:

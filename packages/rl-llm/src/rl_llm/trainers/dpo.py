@@ -188,7 +188,8 @@ class DPOTrainer(LLMTrainer):
         """``[2n]``: each answer's summed log-prob (IPO: averaged over its tokens)."""
         prompt, prompt_mask, answer, answer_mask = batch
         with self._autocast():
-            log_probs, _ = response_log_probs(model, prompt, prompt_mask, answer, answer_mask, chunk_size=self.args.logprob_chunk_size)
+            log_probs, _ = response_log_probs(model, prompt, prompt_mask, answer, answer_mask, chunk_size=self.args.logprob_chunk_size,
+                                              padding_free=self.padding_free)
         total = log_probs.sum(-1)
         return total / answer_mask.sum(-1) if self.args.loss_type == "ipo" else total
 
@@ -210,15 +211,16 @@ class DPOTrainer(LLMTrainer):
         for k in range(0, pairs, size):
             part = indices[k: k + size]
             batch = self._batch(part)
-            chosen, rejected = self._scores(self.model, batch).chunk(2)
-            if self.ref_log_probs is not None:
-                ref_chosen, ref_rejected = self.ref_log_probs[:, part].to(chosen.device)
-            else:
-                with self.reference.scoring() as ref:
-                    ref_chosen, ref_rejected = self._scores(ref, batch).chunk(2)
-            losses = dpo_losses(chosen, rejected, ref_chosen, ref_rejected, beta=self.args.beta,
-                                loss_type=self.args.loss_type, label_smoothing=self.args.label_smoothing)
-            (losses.sum() / pairs).backward()
+            with self._padding_free_block():  # the policy's forward and backward
+                chosen, rejected = self._scores(self.model, batch).chunk(2)
+                if self.ref_log_probs is not None:
+                    ref_chosen, ref_rejected = self.ref_log_probs[:, part].to(chosen.device)
+                else:
+                    with self.reference.scoring() as ref:
+                        ref_chosen, ref_rejected = self._scores(ref, batch).chunk(2)
+                losses = dpo_losses(chosen, rejected, ref_chosen, ref_rejected, beta=self.args.beta,
+                                    loss_type=self.args.loss_type, label_smoothing=self.args.label_smoothing)
+                (losses.sum() / pairs).backward()
             with torch.no_grad():
                 reward_c, reward_r = self.args.beta * (chosen - ref_chosen), self.args.beta * (rejected - ref_rejected)
                 sums["loss"] += float(losses.sum())

@@ -226,9 +226,14 @@ class GRPOTrainer(LLMTrainer):
     @torch.no_grad()
     def _generate(self, prompt: torch.Tensor, prompt_mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         args = self.args
-        out = self.model.generate(input_ids=prompt, attention_mask=prompt_mask.long(), do_sample=True, temperature=args.temperature,
-                                  top_p=args.top_p, top_k=args.top_k, max_new_tokens=args.max_completion_length,
-                                  pad_token_id=self.pad_token_id, eos_token_id=self.eos_token_id)
+        # sampled in eval mode: no dropout, and the KV cache (activation checkpointing turns it off in train mode)
+        self.model.eval()
+        try:
+            out = self.model.generate(input_ids=prompt, attention_mask=prompt_mask.long(), do_sample=True, temperature=args.temperature,
+                                      top_p=args.top_p, top_k=args.top_k, max_new_tokens=args.max_completion_length,
+                                      pad_token_id=self.pad_token_id, eos_token_id=self.eos_token_id, use_cache=True)
+        finally:
+            self.model.train()
         completion = (out if isinstance(out, torch.Tensor) else out.sequences)[:, prompt.shape[1]:]
         if self.eos_token_id is None:
             mask = torch.ones_like(completion, dtype=torch.bool)
@@ -286,8 +291,39 @@ class GRPOTrainer(LLMTrainer):
         with self._autocast():
             lp, _ = response_log_probs(model, batch["prompt"][start:stop], batch["prompt_mask"][start:stop],
                                        batch["completion"][start:stop], batch["valid"][start:stop],
-                                       temperature=self.args.temperature, chunk_size=self.args.logprob_chunk_size)
+                                       temperature=self.args.temperature, chunk_size=self.args.logprob_chunk_size,
+                                       padding_free=self.padding_free)
         return lp
+
+    def _micro_step(self, batch: dict, start: int, stop: int, tokens_all: int, num_micro: int) -> tuple[float, float, float]:
+        """Forward and backward of completions ``start:stop`` of the round; returns (loss, clipped tokens, summed KL)."""
+        args, n, sl = self.args, len(batch["texts"]), slice(start, stop)
+        mask = batch["mask"][sl]
+        log_probs = self._log_probs(self.model, batch, start, stop)
+        old = batch["old"][sl] if "old" in batch else log_probs.detach()
+        ref = batch["ref"][sl] if "ref" in batch else None
+        eps_high = args.epsilon if args.epsilon_high is None else args.epsilon_high
+        token_loss, weight = grpo_token_losses(log_probs, old, batch["advantages"][sl], mask, epsilon_low=args.epsilon,
+                                               epsilon_high=eps_high, level=args.importance_sampling_level, ref_log_probs=ref,
+                                               beta=args.beta, bias_correction=args.use_bias_correction_kl)
+        masked = token_loss * mask
+        if args.loss_type == "grpo":
+            loss = (masked.sum(-1) / mask.sum(-1).clamp(min=1)).sum() / n
+        elif args.loss_type == "bnpo":
+            loss = masked.sum() / mask.sum().clamp(min=1) / num_micro
+        elif args.loss_type == "dapo":
+            loss = masked.sum() / max(tokens_all, 1)
+        else:  # dr_grpo
+            loss = masked.sum() / (n * args.max_completion_length)
+        loss.backward()
+        with torch.no_grad():
+            w = weight.expand_as(mask)
+            clipped = float((((w < 1 - args.epsilon) | (w > 1 + eps_high)) & mask).sum())
+            kl_sum = 0.0
+            if ref is not None:
+                delta = ref - log_probs
+                kl_sum = float(((delta.exp() - delta - 1) * mask).sum())
+        return float(loss.detach()), clipped, kl_sum
 
     def step(self) -> dict[str, float]:
         args = self.args
@@ -296,38 +332,13 @@ class GRPOTrainer(LLMTrainer):
         batch = self._round
         self._round_uses += 1
         n, size = len(batch["texts"]), args.per_device_train_batch_size
-        mask_all = batch["mask"]
-        tokens_all = int(mask_all.sum())
+        tokens_all = int(batch["mask"].sum())
         micro = list(range(0, n, size))
         total, clipped, kl_sum = 0.0, 0.0, 0.0
         for k in micro:
-            sl = slice(k, k + size)
-            mask = mask_all[sl]
-            log_probs = self._log_probs(self.model, batch, k, k + size)
-            old = batch["old"][sl] if "old" in batch else log_probs.detach()
-            ref = batch["ref"][sl] if "ref" in batch else None
-            eps_high = args.epsilon if args.epsilon_high is None else args.epsilon_high
-            token_loss, weight = grpo_token_losses(log_probs, old, batch["advantages"][sl], mask, epsilon_low=args.epsilon,
-                                                   epsilon_high=eps_high, level=args.importance_sampling_level, ref_log_probs=ref,
-                                                   beta=args.beta, bias_correction=args.use_bias_correction_kl)
-            masked = token_loss * mask
-            if args.loss_type == "grpo":
-                loss = (masked.sum(-1) / mask.sum(-1).clamp(min=1)).sum() / n
-            elif args.loss_type == "bnpo":
-                loss = masked.sum() / mask.sum().clamp(min=1) / len(micro)
-            elif args.loss_type == "dapo":
-                loss = masked.sum() / max(tokens_all, 1)
-            else:  # dr_grpo
-                loss = masked.sum() / (n * args.max_completion_length)
-            loss.backward()
-            total += float(loss.detach())
-            with torch.no_grad():
-                w = weight.expand_as(mask)
-                out_of_range = (w < 1 - args.epsilon) | (w > 1 + eps_high)
-                clipped += float((out_of_range & mask).sum())
-                if ref is not None:
-                    delta = ref - log_probs
-                    kl_sum += float(((delta.exp() - delta - 1) * mask).sum())
+            with self._padding_free_block():
+                total_k, clipped_k, kl_k = self._micro_step(batch, k, k + size, tokens_all, len(micro))
+            total, clipped, kl_sum = total + total_k, clipped + clipped_k, kl_sum + kl_k
         grad_norm = self._apply_gradients()
         if args.sync_ref_model and self.global_step % args.ref_model_sync_steps == 0:
             sync_reference(self.reference, args.ref_model_mixup_alpha)

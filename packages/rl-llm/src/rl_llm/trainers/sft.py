@@ -31,6 +31,7 @@ import torch
 from ..chat import render_chat, render_segments
 from ..data_files import dataset_format, is_conversational
 from ..losses._logprobs import sequence_log_probs
+from ..padding_free import boundaries
 from .base import LLMTrainer
 from .config import TrainingConfig
 
@@ -211,14 +212,26 @@ class SFTTrainer(LLMTrainer):
     def _num_units(self) -> int:
         return len(self.examples)
 
-    def _collate(self, examples: list[tuple[list[int], list[bool], list[int]]]) -> tuple[torch.Tensor, ...]:
-        """Right-padded ``(input_ids, attention, loss_mask, position_ids)`` on the model's device.
+    def _collate(self, examples: list[tuple[list[int], list[bool], list[int]]]) -> tuple[torch.Tensor | None, ...]:
+        """``(input_ids, attention, loss_mask, position_ids, cu_seq_lens)`` on the model's device.
 
-        ``attention`` is ``[B, T]`` (1 on real tokens) for plain rows; for packed rows a
-        ``[B, 1, T, T]`` bool mask letting each position see the earlier positions of its own
-        sequence only. The first token of every sequence is never trained (nothing predicts it)."""
-        width = max(len(ids) for ids, _, _ in examples)
+        Padding-free (``self.padding_free``): every sequence of ``examples`` end to end in one
+        ``[1, N]`` row, ``attention`` None, ``cu_seq_lens`` the sequence boundaries. Otherwise
+        right-padded rows, ``cu_seq_lens`` None, and ``attention`` ``[B, T]`` (1 on real tokens) for
+        plain rows or, for packed rows, a ``[B, 1, T, T]`` bool mask letting each position see the
+        earlier positions of its own sequence only. The first token of every sequence is never
+        trained (nothing predicts it)."""
         device = next(self.model.parameters()).device
+        if self.padding_free:
+            lengths = torch.tensor([n for _, _, seqs in examples for n in seqs])
+            ids = torch.tensor([t for tokens, _, _ in examples for t in tokens])
+            loss_mask = torch.tensor([m for _, mask, _ in examples for m in mask], dtype=torch.bool)
+            starts = lengths.cumsum(0) - lengths
+            loss_mask[starts] = False
+            positions = torch.arange(len(ids)) - torch.repeat_interleave(starts, lengths)
+            return (ids[None].to(device), None, loss_mask[None].to(device), positions[None].to(device),
+                    boundaries(lengths).to(device))
+        width = max(len(ids) for ids, _, _ in examples)
         n = len(examples)
         ids = torch.full((n, width), int(self.pad_token_id), dtype=torch.long)
         loss_mask = torch.zeros((n, width), dtype=torch.bool)
@@ -234,25 +247,27 @@ class SFTTrainer(LLMTrainer):
                 loss_mask[row, start] = False
                 start += length
         if not self.args.packing:
-            return ids.to(device), (segment >= 0).long().to(device), loss_mask.to(device), None
+            return ids.to(device), (segment >= 0).long().to(device), loss_mask.to(device), None, None
         causal = torch.ones(width, width, dtype=torch.bool).tril()
         attention = (segment[:, :, None] == segment[:, None, :]) & causal & (segment[:, None, :] >= 0)
         attention |= torch.eye(width, dtype=torch.bool)  # padding attends to itself only (no empty rows)
         attention &= (segment[:, :, None] >= 0) | torch.eye(width, dtype=torch.bool)
-        return ids.to(device), attention[:, None].to(device), loss_mask.to(device), positions.to(device)
+        return ids.to(device), attention[:, None].to(device), loss_mask.to(device), positions.to(device), None
 
     def step(self) -> dict[str, float]:
         indices = self._next_indices(self.rows_per_step())
         size = self.args.per_device_train_batch_size
         batches = [self._collate([self.examples[i] for i in indices[k: k + size]]) for k in range(0, len(indices), size)]
-        tokens = sum(int(mask.sum()) for _, _, mask, _ in batches)
+        tokens = sum(int(mask.sum()) for _, _, mask, _, _ in batches)
         inputs = sum(len(self.examples[i][0]) for i in indices)
         total = 0.0
-        for ids, attention, mask, positions in batches:
-            with self._autocast():
-                log_probs = sequence_log_probs(self.model, ids, attention, positions, chunk_size=self.args.logprob_chunk_size)
-            nll = -(log_probs * mask).sum()
-            (nll / max(tokens, 1)).backward()
+        for ids, attention, mask, positions, cu_seq_lens in batches:
+            with self._padding_free_block():
+                with self._autocast():
+                    log_probs = sequence_log_probs(self.model, ids, attention, positions, chunk_size=self.args.logprob_chunk_size,
+                                                   cu_seq_lens=cu_seq_lens)
+                nll = -(log_probs * mask).sum()
+                (nll / max(tokens, 1)).backward()
             total += float(nll.detach())
         grad_norm = self._apply_gradients()
         return {"loss": total / max(tokens, 1), "num_tokens": float(tokens), "num_input_tokens": float(inputs), "grad_norm": grad_norm}
