@@ -1,7 +1,11 @@
 """rl-llm's trainers against TRL's, same run, same machine, one thread.
 
 Both libraries get the same tiny GPT-2 (4 layers, width 128, no dropout, built from a config), the same
-tokenizer (byte-level BPE trained here, 2,000 tokens), the same data and the same settings.
+tokenizer (byte-level BPE trained here, 2,000 tokens), the same data and the same settings: float32
+(``bf16=False``: TRL's own default turns bf16 autocast on, ours does not) and activation checkpointing
+as ``--gradient-checkpointing`` says (default ``on``, both libraries' default). ``--library-defaults``
+instead leaves both at their own defaults (TRL: bf16 autocast and checkpointing; ours: float32 and
+checkpointing), which is what each does out of the box, not the same computation.
 
 - ``grpo``: one GRPO step (generation of 8 completions of up to 64 tokens for one prompt, reward,
   loss, backward, optimizer), TRL's ``GRPOTrainer`` against ours: median seconds per step over
@@ -10,7 +14,7 @@ tokenizer (byte-level BPE trained here, 2,000 tokens), the same data and the sam
 - ``sft``: SFT tokens per second (non-padding input tokens over wall time of ``--steps`` steps of
   8 rows of up to 256 tokens), TRL's ``SFTTrainer`` against ours, without and with packing.
 
-    hatch run bench:llm-trainers grpo|sft [--steps 10 --repeats 3]
+    hatch run bench:llm-trainers grpo|sft [--steps 10 --repeats 3 --gradient-checkpointing on|off | --library-defaults]
 """
 
 from __future__ import annotations
@@ -65,12 +69,17 @@ def _peak_mb() -> float:
 
 
 # ---------------------------------------------------------------------------- GRPO
-def _grpo_child(lib: str, steps: int) -> dict:
+def _settings(mode: str) -> dict:
+    """The precision and checkpointing settings both libraries get (none: each keeps its defaults)."""
+    return {} if mode == "defaults" else {"bf16": False, "gradient_checkpointing": mode == "on"}
+
+
+def _grpo_child(lib: str, steps: int, mode: str) -> dict:
     tok, model = _setup()
     rows, out_dir = _prompts(64), tempfile.mkdtemp()
     common = dict(output_dir=out_dir, per_device_train_batch_size=8, num_generations=8, max_completion_length=64,
                   learning_rate=1e-6, max_steps=steps + 1, logging_steps=1000, seed=0, temperature=1.0, top_p=1.0, top_k=0,
-                  beta=0.0, loss_type="dapo", max_grad_norm=1.0)
+                  beta=0.0, loss_type="dapo", max_grad_norm=1.0, **_settings(mode))
     times: list[float] = []
     if lib == "trl":
         from datasets import Dataset
@@ -108,12 +117,12 @@ def _grpo_child(lib: str, steps: int) -> dict:
 
 
 # ---------------------------------------------------------------------------- SFT
-def _sft_child(lib: str, steps: int, packing: bool) -> dict:
+def _sft_child(lib: str, steps: int, packing: bool, mode: str) -> dict:
     tok, model = _setup()
     rows = [{"text": " ".join((WORDS * 4)[i % 30: i % 30 + 40 + (i * 37) % 120])} for i in range(512)]
     out_dir = tempfile.mkdtemp()
     common = dict(output_dir=out_dir, per_device_train_batch_size=8, learning_rate=1e-4, max_steps=steps + 1, logging_steps=1000,
-                  seed=0, max_length=256, packing=packing, max_grad_norm=1.0)
+                  seed=0, max_length=256, packing=packing, max_grad_norm=1.0, **_settings(mode))
     times: list[float] = []
     if lib == "trl":
         from datasets import Dataset
@@ -165,22 +174,26 @@ def _run_child(args: list[str]) -> dict:
 
 def main() -> None:
     if len(sys.argv) > 1 and sys.argv[1] == "_child":
-        kind, lib, steps = sys.argv[2], sys.argv[3], int(sys.argv[4])
-        result = _grpo_child(lib, steps) if kind == "grpo" else _sft_child(lib, steps, sys.argv[5] == "1")
+        kind, lib, steps, mode = sys.argv[2], sys.argv[3], int(sys.argv[4]), sys.argv[6]
+        result = _grpo_child(lib, steps, mode) if kind == "grpo" else _sft_child(lib, steps, sys.argv[5] == "1", mode)
         print(json.dumps(result))
         return
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("what", choices=["grpo", "sft"])
     parser.add_argument("--steps", type=int, default=10)
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--gradient-checkpointing", choices=["on", "off"], default="on")
+    parser.add_argument("--library-defaults", action="store_true", help="each library at its own bf16/checkpointing defaults")
     args = parser.parse_args()
-    result: dict = {"command": " ".join(["python", str(Path(__file__).resolve().relative_to(REPO)), *sys.argv[1:]])}
+    mode = "defaults" if args.library_defaults else args.gradient_checkpointing
+    result: dict = {"command": " ".join(["python", str(Path(__file__).resolve().relative_to(REPO)), *sys.argv[1:]]),
+                    "settings": {"threads": 1, **({"each library's defaults": True} if mode == "defaults" else _settings(mode))}}
     variants = [("grpo", "")] if args.what == "grpo" else [("sft", "0"), ("sft", "1")]
     for kind, packing in variants:
         rows: dict = {}
         for _ in range(args.repeats):  # alternate the libraries
             for lib in ("trl", "ours"):
-                rows.setdefault(lib, []).append(_run_child([kind, lib, str(args.steps), packing]))
+                rows.setdefault(lib, []).append(_run_child([kind, lib, str(args.steps), packing or "-", mode]))
         name = kind + ("" if not packing else ("-packed" if packing == "1" else "-padded"))
         summary = {lib: {key: statistics.median(r[key] for r in runs) for key in runs[0]} for lib, runs in rows.items()}
         if kind == "grpo":
@@ -194,7 +207,7 @@ def main() -> None:
             print(f"{name}: tokens/s ours {summary['ours']['tokens_per_s']:.0f}, TRL {summary['trl']['tokens_per_s']:.0f} "
                   f"({summary['ratio_tokens_per_s']:.2f}x)", flush=True)
         result[name] = summary
-    out = RESULTS / f"llm_trainers_{args.what}.json"
+    out = RESULTS / f"llm_trainers_{args.what}{ {'on': '', 'off': '_no_checkpointing', 'defaults': '_library_defaults'}[mode]}.json"
     out.write_text(json.dumps(result, indent=1) + "\n")
     print(f"written {out.relative_to(REPO)}")
 
