@@ -303,3 +303,36 @@ def test_packed_rows_train_as_the_unpacked_ones(tok, tmp_path, tiny_model):
     torch.testing.assert_close(updates[1], updates[0], rtol=1e-4, atol=1e-6)
     with pytest.raises(ValueError, match="packing=True needs max_length"):
         SFTConfig(packing=True, max_length=None)
+
+
+def test_duck_typed_loggers_get_the_metrics_and_the_config(tok, tmp_path, tiny_model):
+    """Any object with log_scalar receives train/<metric> every logging_steps (and at the end);
+    one with log_hparams also receives the config once; others are refused when the trainer is built."""
+
+    class Recorder:
+        def __init__(self):
+            self.scalars, self.hparams = [], []
+
+        def log_scalar(self, name, value, step=None):
+            self.scalars.append((step, name, value))
+
+        def log_hparams(self, cfg):
+            self.hparams.append(cfg)
+
+    class ScalarsOnly:
+        def __init__(self):
+            self.names = []
+
+        def log_scalar(self, name, value, step=None):
+            self.names.append(name)
+
+    recorder, plain = Recorder(), ScalarsOnly()
+    trainer = SFTTrainer(tiny_model(tok), args=args(tmp_path, max_steps=5, logging_steps=2, learning_rate=1e-3), train_dataset=ROWS,
+                         processing_class=tok, loggers=[recorder, plain])
+    last = trainer.train()
+    assert [cfg["max_steps"] for cfg in recorder.hparams] == [5] and recorder.hparams[0]["logging_steps"] == 2
+    losses = [(step, value) for step, name, value in recorder.scalars if name == "train/loss"]
+    assert [step for step, _ in losses] == [2, 4, 5] and losses[-1][1] == pytest.approx(last["loss"])
+    assert {"train/loss", "train/grad_norm", "train/learning_rate", "train/num_tokens"} <= set(plain.names)
+    with pytest.raises(TypeError, match="log_scalar"):
+        SFTTrainer(tiny_model(tok), args=args(tmp_path), train_dataset=ROWS, processing_class=tok, loggers=[object()])

@@ -242,6 +242,9 @@ class LLMTrainer:
             if folder is None:
                 raise FileNotFoundError(f"{type(self).__name__}.train: no checkpoint under {self.args.output_dir} to resume from.")
             self.load_checkpoint(folder)
+        for logger in self.loggers:  # the run's config, to loggers that record hyper-parameters
+            if callable(getattr(logger, "log_hparams", None)):
+                logger.log_hparams(self.args.to_dict())
         bar = self._progress_bar()
         metrics: dict[str, float] = {}
         try:
