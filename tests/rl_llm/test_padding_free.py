@@ -162,6 +162,12 @@ def test_trainers_pick_padding_free_when_the_model_supports_it(tok, tmp_path):
     with pytest.raises(ValueError, match="padding_free=True but NoBackend"):
         SFTTrainer(other, args=SFTConfig(**common, padding_free=True), train_dataset=rows, processing_class=tok)
 
+    class DropsBoundaries(transformers.GPT2LMHeadModel):  # claims the backend, loses the keyword: the probe finds out
+        def forward(self, *args, cu_seq_lens_q=None, cu_seq_lens_k=None, **kwargs):
+            return super().forward(*args, **kwargs)
+
+    assert not SFTTrainer(DropsBoundaries(gpt2().config), args=SFTConfig(**common), train_dataset=rows, processing_class=tok).padding_free
+
 
 def _first_step(trainer_cls, config, rows, tok, tiny_model, **kwargs):
     model = tiny_model(tok)

@@ -42,8 +42,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-__all__ = ["ATTENTION_NAME", "boundaries", "padding_free_attention", "run_padding_free", "supports_padding_free",
-           "varlen_attention"]
+__all__ = ["ATTENTION_NAME", "boundaries", "padding_free_attention", "padding_free_works", "run_padding_free",
+           "supports_padding_free", "varlen_attention"]
 
 ATTENTION_NAME = "rl_llm_varlen"
 # attention features this function does not implement: refused rather than silently ignored
@@ -220,3 +220,19 @@ def run_padding_free(model: nn.Module, module: nn.Module, input_ids: torch.Tenso
         raise RuntimeError(f"padding-free forward: {type(model).__name__} did not pass the sequence boundaries (cu_seq_lens_q) "
                            "to its attention; use padded batches (padding_free=False).")
     return out
+
+
+def padding_free_works(model: nn.Module) -> bool:
+    """Whether ``model`` runs padding-free: :func:`supports_padding_free`, then a probe forward of two
+    2-token sequences whose boundaries must reach the attention (no gradients; a few milliseconds)."""
+    if not supports_padding_free(model):
+        return False
+    device = next(model.parameters()).device
+    ids = torch.zeros(1, 4, dtype=torch.long, device=device)
+    positions = torch.tensor([[0, 1, 0, 1]], device=device)
+    try:
+        with torch.no_grad():
+            run_padding_free(model, model, ids, boundaries([2, 2], device=device), positions)
+    except (RuntimeError, NotImplementedError):  # boundaries dropped, or an attention feature varlen_attention lacks
+        return False
+    return True

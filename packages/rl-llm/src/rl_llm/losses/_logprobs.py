@@ -19,6 +19,7 @@ import torch
 from tdict import unravel_key
 from torch import nn
 
+from ..padding_free import boundaries, run_padding_free
 from .chunked import lm_hidden_and_head, token_log_probs_chunked
 
 __all__ = ["LLMLossBase", "aggregate_tokens", "masked_mean", "masked_sum", "response_log_probs", "sequence_log_probs"]
@@ -165,7 +166,7 @@ def sequence_log_probs(model: nn.Module, input_ids: torch.Tensor, attention_mask
     if cu_seq_lens is not None:
         if attention_mask is not None or input_ids.ndim != 2 or input_ids.shape[0] != 1:
             raise ValueError(f"sequence_log_probs: with cu_seq_lens, pass input_ids [1, N] and attention_mask=None; got input_ids "
-                             f"{tuple(input_ids.shape)} and an attention_mask.")
+                             f"{tuple(input_ids.shape)} and attention_mask {None if attention_mask is None else tuple(attention_mask.shape)}.")
         cu = cu_seq_lens.long()
         if cu.ndim != 1 or int(cu[0]) != 0 or int(cu[-1]) != input_ids.shape[1] or bool((cu.diff() < 0).any()):
             raise ValueError(f"sequence_log_probs: cu_seq_lens must rise from 0 to {input_ids.shape[1]}, got {cu_seq_lens.tolist()}.")
@@ -198,8 +199,6 @@ def _padding_free_log_probs(model: nn.Module, input_ids: torch.Tensor, lengths: 
     """Sequences of ``lengths`` laid end to end in ``input_ids`` ``[1, N]``: ``[N]`` log-probs of each
     token given the earlier tokens of its sequence (0 at each sequence's first token), and the
     entropies of the distributions that predicted them (or None)."""
-    from ..padding_free import boundaries, run_padding_free
-
     if not temperature > 0:
         raise ValueError(f"response_log_probs: temperature must be > 0, got {temperature!r}.")
     if chunk_size is not None and return_entropy:

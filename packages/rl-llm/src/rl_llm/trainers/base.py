@@ -25,7 +25,7 @@ import torch
 from torch import nn
 
 from ..data_files import load_rows
-from ..padding_free import padding_free_attention, supports_padding_free
+from ..padding_free import padding_free_attention, padding_free_works, supports_padding_free
 from . import checkpoint as ckpt
 from .config import TrainingConfig
 
@@ -137,11 +137,11 @@ class LLMTrainer:
             enable()
             if hasattr(model, "config"):
                 model.config.use_cache = False
-        supported = supports_padding_free(model)
-        if args.padding_free and not supported:
+        if args.padding_free and not supports_padding_free(model):
             raise ValueError(f"{name}: padding_free=True but {type(model).__name__} does not dispatch its attention through "
                              "transformers' AttentionInterface; set padding_free=False (or leave it None).")
-        self.padding_free = supported if args.padding_free is None else args.padding_free
+        # None: padding-free when a probe forward shows the model runs it
+        self.padding_free = padding_free_works(model) if args.padding_free is None else args.padding_free
         torch.manual_seed(args.seed)
         random.seed(args.seed)
         optimizer, scheduler = optimizers

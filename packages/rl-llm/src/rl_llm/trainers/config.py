@@ -62,7 +62,7 @@ class TrainingConfig:
     gradient_checkpointing: bool = True  # recompute activations in the backward pass (TRL's default)
     logprob_chunk_size: Optional[int] = None  # compute log-probs this many positions at a time (never the full logits)
     # run each micro-batch's sequences end to end, attention within each (rl_llm.padding_free): no compute on
-    # padding; None: when the model supports it (attention through transformers' AttentionInterface)
+    # padding; None: when the model supports it (attention through transformers' AttentionInterface; checked by a probe)
     padding_free: Optional[bool] = None
     disable_tqdm: bool = False
     report_to: list = field(default_factory=lambda: ["csv"])  # "csv" writes <output_dir>/metrics.csv
