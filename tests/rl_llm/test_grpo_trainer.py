@@ -303,3 +303,24 @@ def test_chunked_path_through_a_model_and_the_trainers(tok, tiny_model, tmp_path
         torch.manual_seed(1)
         losses.append(trainer.step()["loss"])
     assert losses[0] == pytest.approx(losses[1], rel=1e-5, abs=1e-7)
+
+
+def test_chunked_path_through_a_peft_model(tok, tiny_model):
+    """With LoRA adapters the backbone is the wrapped model's own (the adapters live in its layers):
+    chunked log-probs and the adapters' gradients equal the full path's."""
+    peft = pytest.importorskip("peft")
+    from rl_llm.losses import response_log_probs
+
+    torch.manual_seed(0)
+    model = peft.get_peft_model(tiny_model(tok, 0), peft.LoraConfig(r=2, target_modules=["c_attn"], fan_in_fan_out=True,
+                                                                     init_lora_weights=False))
+    adapters = [p for p in model.parameters() if p.requires_grad]
+    prompt, pmask = torch.tensor([[0, 5, 6], [7, 8, 9]]), torch.tensor([[0, 1, 1], [1, 1, 1]])
+    resp, rmask = torch.tensor([[10, 11, 12, 0], [13, 14, 0, 0]]), torch.tensor([[1, 1, 1, 0], [1, 1, 0, 0]])
+    full, _ = response_log_probs(model, prompt, pmask, resp, rmask)
+    grads_full = torch.autograd.grad(full.sum(), adapters)
+    for padding_free in (False, True):
+        chunked, _ = response_log_probs(model, prompt, pmask, resp, rmask, chunk_size=3, padding_free=padding_free)
+        torch.testing.assert_close(chunked, full, rtol=1e-5, atol=1e-6)
+        for a, c in zip(grads_full, torch.autograd.grad(chunked.sum(), adapters)):
+            torch.testing.assert_close(c, a, rtol=1e-4, atol=1e-6)

@@ -115,9 +115,11 @@ def lm_hidden_and_head(model: nn.Module) -> tuple[nn.Module, nn.Module]:
     Raises:
         ValueError: the model has no such split, or transforms its logits after the head.
     """
-    head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
-    backbone = getattr(model, "base_model", None)
-    if not isinstance(head, nn.Linear) or backbone is None or backbone is model:
+    # a PEFT model: its adapters sit inside the wrapped model's layers, so that model's own backbone runs them
+    inner = model.get_base_model() if callable(getattr(model, "get_base_model", None)) else model
+    head = inner.get_output_embeddings() if hasattr(inner, "get_output_embeddings") else None
+    backbone = getattr(inner, "base_model", None)
+    if not isinstance(head, nn.Linear) or backbone is None or backbone is inner:
         raise ValueError(f"chunked log-probs: {type(model).__name__} does not expose a backbone and a linear output layer; "
                          "use the full-logits path (logprob_chunk_size=None).")
     config = getattr(model, "config", None)
