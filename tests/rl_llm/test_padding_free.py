@@ -41,6 +41,18 @@ def attention_path(request, monkeypatch):
     return request.param
 
 
+def drops_boundaries() -> torch.nn.Module:
+    """A GPT-2 whose backbone drops the sequence boundaries instead of passing them to its attention."""
+
+    class Dropping(transformers.GPT2Model):
+        def forward(self, *args, cu_seq_lens_q=None, cu_seq_lens_k=None, **kwargs):
+            return super().forward(*args, **kwargs)
+
+    model = gpt2()
+    model.transformer = Dropping(model.config)
+    return model
+
+
 def ragged(lengths: list[int], seed: int = 0) -> list[torch.Tensor]:
     generator = torch.Generator().manual_seed(seed)
     return [torch.randint(1, VOCAB, (n,), generator=generator) for n in lengths]
@@ -127,11 +139,7 @@ def test_activation_checkpointing_needs_the_block_and_is_exact_inside_it():
 
 
 def test_what_cannot_run_padding_free_is_refused():
-    class DropsBoundaries(transformers.GPT2LMHeadModel):
-        def forward(self, *args, cu_seq_lens_q=None, cu_seq_lens_k=None, **kwargs):
-            return super().forward(*args, **kwargs)
-
-    dropping = DropsBoundaries(gpt2().config)
+    dropping = drops_boundaries()
     with pytest.raises(RuntimeError, match="did not pass the sequence boundaries"):
         sequence_log_probs(dropping, torch.tensor([[1, 2, 3, 4]]), None, cu_seq_lens=boundaries([2, 2]))
     assert not supports_padding_free(torch.nn.Linear(2, 2))
@@ -162,11 +170,8 @@ def test_trainers_pick_padding_free_when_the_model_supports_it(tok, tmp_path):
     with pytest.raises(ValueError, match="padding_free=True but NoBackend"):
         SFTTrainer(other, args=SFTConfig(**common, padding_free=True), train_dataset=rows, processing_class=tok)
 
-    class DropsBoundaries(transformers.GPT2LMHeadModel):  # claims the backend, loses the keyword: the probe finds out
-        def forward(self, *args, cu_seq_lens_q=None, cu_seq_lens_k=None, **kwargs):
-            return super().forward(*args, **kwargs)
-
-    assert not SFTTrainer(DropsBoundaries(gpt2().config), args=SFTConfig(**common), train_dataset=rows, processing_class=tok).padding_free
+    # claims the attention backend but loses the keyword: the probe finds out
+    assert not SFTTrainer(drops_boundaries(), args=SFTConfig(**common), train_dataset=rows, processing_class=tok).padding_free
 
 
 def _first_step(trainer_cls, config, rows, tok, tiny_model, **kwargs):
@@ -200,3 +205,17 @@ def test_grpo_and_dpo_steps_equal_their_padded_steps(tok, tiny_model, tmp_path, 
     for (metrics, update), (want_metrics, want_update) in zip((grpo, dpo), expected):
         assert metrics["loss"] == pytest.approx(want_metrics["loss"], rel=1e-5, abs=1e-7)
         torch.testing.assert_close(update, want_update, atol=1e-6, rtol=1e-4)
+
+
+def test_the_output_layer_runs_only_where_a_response_token_is_predicted():
+    """As transformers' logits_to_keep: prompt positions never reach the [positions, vocab] product."""
+    model = gpt2().eval()
+    rows = []
+    model.lm_head.register_forward_hook(lambda module, args, out: rows.append(args[0].shape[0]))
+    prompt, prompt_mask = torch.tensor([[0, 3, 4, 5], [6, 7, 8, 9]]), torch.tensor([[0, 1, 1, 1], [1, 1, 1, 1]], dtype=torch.bool)
+    response, response_mask = torch.tensor([[10, 11, 0], [12, 13, 14]]), torch.tensor([[1, 1, 0], [1, 1, 1]], dtype=torch.bool)
+    with torch.no_grad():
+        free, _ = response_log_probs(model, prompt, prompt_mask, response, response_mask, padding_free=True)
+        padded, _ = response_log_probs(model, prompt, prompt_mask, response, response_mask)
+    assert rows[0] == 5 == int(response_mask.sum())  # then the padded pass: every position of the [2, 7] batch
+    torch.testing.assert_close(free, padded, atol=2e-5, rtol=1e-4)

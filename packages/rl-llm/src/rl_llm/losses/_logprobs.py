@@ -105,9 +105,9 @@ def response_log_probs(
             raise ValueError("response_log_probs(padding_free=True): prompt_mask must be a suffix of each row (left padding) "
                              "and response_mask a prefix (right padding).")
         # each row's real tokens are contiguous once the padding is dropped: prompt, then response
-        lengths = attention.sum(1)
-        flat_lp, flat_entropy = _padding_free_log_probs(model, input_ids[attention][None], lengths, chunk_size=chunk_size,
-                                                        temperature=temperature, return_entropy=return_entropy)
+        is_response = torch.cat([torch.zeros_like(prompt_mask), response_mask], dim=1)[attention]
+        flat_lp, flat_entropy = _padding_free_log_probs(model, input_ids[attention][None], attention.sum(1), chunk_size=chunk_size,
+                                                        temperature=temperature, return_entropy=return_entropy, needed=is_response)
         zero = flat_lp.new_zeros(attention.shape)
         log_probs = zero.masked_scatter(attention, flat_lp)[:, lp_len:]
         entropy = None if flat_entropy is None else zero.masked_scatter(attention, flat_entropy)[:, lp_len:]
@@ -194,40 +194,47 @@ def sequence_log_probs(model: nn.Module, input_ids: torch.Tensor, attention_mask
 
 
 def _padding_free_log_probs(model: nn.Module, input_ids: torch.Tensor, lengths: torch.Tensor, *, chunk_size: int | None = None,
-                            temperature: float = 1.0, return_entropy: bool = False,
-                            position_ids: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:
+                            temperature: float = 1.0, return_entropy: bool = False, position_ids: torch.Tensor | None = None,
+                            needed: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Sequences of ``lengths`` laid end to end in ``input_ids`` ``[1, N]``: ``[N]`` log-probs of each
-    token given the earlier tokens of its sequence (0 at each sequence's first token), and the
-    entropies of the distributions that predicted them (or None)."""
+    token given the earlier tokens of its sequence, and the entropies of the distributions that
+    predicted them (or None); 0 at each sequence's first token and where ``needed`` (``[N]`` bool)
+    is false. The output layer runs only at the positions predicting needed tokens (as
+    ``logits_to_keep`` does in transformers), unless the model transforms its logits after it."""
     if not temperature > 0:
         raise ValueError(f"response_log_probs: temperature must be > 0, got {temperature!r}.")
     if chunk_size is not None and return_entropy:
         raise ValueError("response_log_probs: return_entropy needs the full logits; pass chunk_size=None.")
-    lengths = lengths.to(input_ids.device)
+    device, n = input_ids.device, input_ids.shape[1]
+    lengths = lengths.to(device)
     offsets = lengths.cumsum(0) - lengths
-    starts = torch.zeros(input_ids.shape[1], dtype=torch.bool, device=input_ids.device)
-    starts[offsets[lengths > 0]] = True
+    wanted = torch.ones(n, dtype=torch.bool, device=device) if needed is None else needed.to(device).bool().clone()
+    wanted[offsets[lengths > 0]] = False  # a sequence's first token has no context
+    index = wanted.nonzero()[:, 0]  # the tokens scored; index - 1 are the positions predicting them
     if position_ids is None:
-        index = torch.arange(input_ids.shape[1], device=input_ids.device)
-        position_ids = (index - torch.repeat_interleave(offsets, lengths))[None]
-    cu, targets = boundaries(lengths, device=input_ids.device), input_ids[0, 1:]
-    entropy = None
-    if chunk_size is not None:
+        position_ids = (torch.arange(n, device=device) - torch.repeat_interleave(offsets, lengths))[None]
+    cu, targets = boundaries(lengths, device=device), input_ids[0, index]
+    try:
         backbone, head = lm_hidden_and_head(model)
-        hidden = run_padding_free(model, backbone, input_ids, cu, position_ids)[0]
-        picked = token_log_probs_chunked(hidden[0, :-1], head.weight, head.bias, targets, chunk_size=chunk_size,
-                                         temperature=temperature)
+    except ValueError:
+        if chunk_size is not None:
+            raise
+        backbone = head = None  # logits transformed after the output layer: the model's own forward computes them
+    entropy = None
+    if head is not None:
+        hidden = run_padding_free(model, backbone, input_ids, cu, position_ids)[0][0, index - 1]
+    if chunk_size is not None:
+        picked = token_log_probs_chunked(hidden, head.weight, head.bias, targets, chunk_size=chunk_size, temperature=temperature)
     else:
-        logits = run_padding_free(model, model, input_ids, cu, position_ids).logits[0, :-1].float()
+        if head is not None:
+            logits = head(hidden).float()
+        else:
+            logits = run_padding_free(model, model, input_ids, cu, position_ids).logits[0, index - 1].float()
         log_softmax = (logits / temperature if temperature != 1.0 else logits).log_softmax(-1)
         picked = log_softmax.gather(-1, targets[:, None])[:, 0]
         if return_entropy:
-            entropy = -(log_softmax.exp() * log_softmax).sum(-1)
-    zero = picked.new_zeros(())
-    log_probs = torch.where(starts, zero, torch.cat([picked.new_zeros(1), picked]))
-    if entropy is not None:
-        entropy = torch.where(starts, zero, torch.cat([entropy.new_zeros(1), entropy]))
-    return log_probs, entropy
+            entropy = picked.new_zeros(n).index_put((index,), -(log_softmax.exp() * log_softmax).sum(-1))
+    return picked.new_zeros(n).index_put((index,), picked), entropy
 
 
 def masked_sum(values: torch.Tensor, mask: torch.Tensor, dim: int = -1) -> torch.Tensor:
