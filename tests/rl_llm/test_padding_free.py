@@ -219,3 +219,19 @@ def test_the_output_layer_runs_only_where_a_response_token_is_predicted():
         padded, _ = response_log_probs(model, prompt, prompt_mask, response, response_mask)
     assert rows[0] == 5 == int(response_mask.sum())  # then the padded pass: every position of the [2, 7] batch
     torch.testing.assert_close(free, padded, atol=2e-5, rtol=1e-4)
+
+
+def test_sequence_log_probs_score_only_the_needed_tokens():
+    model = gpt2().eval()
+    rows = []
+    model.lm_head.register_forward_hook(lambda module, args, out: rows.append(args[0].shape[0]))
+    ids, cu = torch.tensor([[3, 4, 5, 6, 7, 8, 9]]), boundaries([4, 3])
+    needed = torch.tensor([[False, False, True, True, False, True, True]])
+    with torch.no_grad():
+        some = sequence_log_probs(model, ids, None, cu_seq_lens=cu, needed=needed)
+        every = sequence_log_probs(model, ids, None, cu_seq_lens=cu)
+    assert rows == [4, 5]  # the needed tokens, then every token but the two sequence starts
+    torch.testing.assert_close(some[needed], every[needed])
+    assert bool((some[~needed] == 0).all())
+    with pytest.raises(ValueError, match="shaped like input_ids"):
+        sequence_log_probs(model, ids, None, cu_seq_lens=cu, needed=needed[:, :3])

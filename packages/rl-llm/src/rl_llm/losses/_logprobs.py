@@ -140,7 +140,7 @@ def response_log_probs(
 
 def sequence_log_probs(model: nn.Module, input_ids: torch.Tensor, attention_mask: torch.Tensor | None,
                        position_ids: torch.Tensor | None = None, *, chunk_size: int | None = None,
-                       cu_seq_lens: torch.Tensor | None = None) -> torch.Tensor:
+                       cu_seq_lens: torch.Tensor | None = None, needed: torch.Tensor | None = None) -> torch.Tensor:
     """Log-prob of each token given the ones before it, for right-padded sequences: ``[B, T]``
     with column 0 (no context) and padded positions set to 0.
 
@@ -152,6 +152,8 @@ def sequence_log_probs(model: nn.Module, input_ids: torch.Tensor, attention_mask
     Padding-free (:mod:`rl_llm.padding_free`): ``input_ids`` ``[1, N]`` holding sequences end to end,
     ``cu_seq_lens`` their boundaries (``[0, l0, l0 + l1, ..., N]``), ``attention_mask=None``; every
     sequence's first column is 0 and ``position_ids`` (derived when None) restart at each sequence.
+    ``needed`` (``[1, N]`` bool, padding-free only): the tokens whose log-probs are wanted (e.g. the
+    trained ones); the output layer skips the others, which come out 0.
 
     Example:
         >>> import torch
@@ -170,8 +172,13 @@ def sequence_log_probs(model: nn.Module, input_ids: torch.Tensor, attention_mask
         cu = cu_seq_lens.long()
         if cu.ndim != 1 or int(cu[0]) != 0 or int(cu[-1]) != input_ids.shape[1] or bool((cu.diff() < 0).any()):
             raise ValueError(f"sequence_log_probs: cu_seq_lens must rise from 0 to {input_ids.shape[1]}, got {cu_seq_lens.tolist()}.")
-        out, _ = _padding_free_log_probs(model, input_ids, cu.diff(), chunk_size=chunk_size, position_ids=position_ids)
+        if needed is not None and needed.shape != input_ids.shape:
+            raise ValueError(f"sequence_log_probs: needed must be shaped like input_ids {tuple(input_ids.shape)}, got {tuple(needed.shape)}.")
+        out, _ = _padding_free_log_probs(model, input_ids, cu.diff(), chunk_size=chunk_size, position_ids=position_ids,
+                                         needed=None if needed is None else needed[0])
         return out[None]
+    if needed is not None:
+        raise ValueError("sequence_log_probs: needed applies to padding-free rows (with cu_seq_lens) only.")
     if attention_mask is None:
         raise ValueError("sequence_log_probs: attention_mask is required (None only with cu_seq_lens).")
     if attention_mask.ndim == 4:  # [B, 1, T, T] bool: which positions each one attends to (packed rows)

@@ -12,7 +12,9 @@ Rows longer than ``max_length`` tokens are cut to their first ``max_length``. Wi
 the tokenized rows are packed into rows of at most ``max_length`` tokens by best-fit decreasing
 (:func:`pack_best_fit`; TRL's ``"bfd"``); inside a packed row each sequence restarts its positions
 and attends only to itself (a block-diagonal causal attention mask), so a packed sequence gets the
-log-probs it would get alone. One optimisation step takes
+log-probs it would get alone. When the model supports it (``padding_free``, the default) each
+micro-batch's sequences run end to end in one row instead (:mod:`rl_llm.padding_free`), and the
+output layer scores only the trained tokens. One optimisation step takes
 ``per_device_train_batch_size * gradient_accumulation_steps`` rows (packed rows when packing); the loss is the mean
 negative log-likelihood over every trained token of those rows (what transformers' ``labels=``
 loss gives for one batch), accumulated exactly: each micro-batch's summed NLL is divided by the
@@ -265,7 +267,7 @@ class SFTTrainer(LLMTrainer):
             with self._padding_free_block():
                 with self._autocast():
                     log_probs = sequence_log_probs(self.model, ids, attention, positions, chunk_size=self.args.logprob_chunk_size,
-                                                   cu_seq_lens=cu_seq_lens)
+                                                   cu_seq_lens=cu_seq_lens, needed=None if cu_seq_lens is None else mask)
                 nll = -(log_probs * mask).sum()
                 (nll / max(tokens, 1)).backward()
             total += float(nll.detach())
