@@ -5,7 +5,8 @@ Native tasks (``pendulum``, ``cartpole``) are ``rl_envs`` envs vectorised over a
 ``halfcheetah`` is Gymnasium's ``HalfCheetah-v5`` (needs ``rl-envs[gymnasium]`` and ``mujoco``);
 ``navigation`` and ``balance`` are VMAS multi-agent tasks (``rl-envs[vmas]``) whose agents sit
 under the ``"agents"`` group. Every env gets a ``StepCounter`` time limit, so that episodes end
-with ``truncated`` and evaluations see whole episodes. VMAS tasks also get the limit inside VMAS
+with ``truncated`` and evaluations see whole episodes. :class:`Normalization` is RL-zoo's
+``normalize: true`` (SB3's ``VecNormalize``) for the recipes that ask for it. VMAS tasks also get the limit inside VMAS
 (so that the agents' own ``("agents", "done")`` flags, which per-agent losses read, mark it too) and
 the team's reward at the root, ``("next", "reward")``: the mean of the agents' rewards, which
 evaluation, logs and QMIX read (TorchRL's QMIX example takes the same mean).
@@ -15,7 +16,7 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
-from rl_envs import CartPoleEnv, PendulumEnv, StepCounter, TransformedEnv
+from rl_envs import CartPoleEnv, ClipTransform, NormalizeReward, PendulumEnv, StepCounter, TransformedEnv, VecNorm
 
 from .config import EnvConfig
 
@@ -92,3 +93,33 @@ def make_env(cfg: EnvConfig, num_envs: int | None = None, *, discrete: bool = Fa
     builder, _ = TASKS[check_task(cfg.name)]
     env = builder(num_envs or cfg.num_envs, discrete, time_limit(cfg))
     return TransformedEnv(env, StepCounter(time_limit(cfg)))
+
+
+class Normalization:
+    """RL-zoo's ``normalize: true`` (SB3's ``VecNormalize``) for the task ``cfg`` describes.
+
+    Training envs standardise observations with running statistics (every observation so far, float64)
+    and clip them to ``[-clip, clip]``, and divide rewards by the running std of the ``gamma``-discounted
+    return (:class:`~rl_envs.NormalizeReward`, clipped likewise). Evaluation envs read the same
+    observation statistics, frozen, and keep the task's own rewards, so evaluations report real returns.
+    The statistics live in the training env's transforms, so the checkpoint (the collector's env state)
+    holds them and a resumed run restores them for both.
+    """
+
+    def __init__(self, cfg: EnvConfig, gamma: float, clip: float = 10.0) -> None:
+        self.gamma, self.clip = gamma, clip
+        stats = VecNorm.build_td_for_shared_vecnorm(make_env(cfg, 1), ["observation"])
+        self.stats = stats.double().share_memory_()  # float64 sums: a million steps without rounding drift
+
+    def _observations(self, env: Any, *, frozen: bool) -> Any:
+        norm = VecNorm(in_keys=["observation"], shared_td=self.stats, decay=1.0, eps=1e-8)
+        env.append_transform(norm.freeze() if frozen else norm)
+        return env.append_transform(ClipTransform(in_keys=["observation"], low=-self.clip, high=self.clip))
+
+    def training(self, env: Any) -> Any:
+        """``env`` (a task from :func:`make_env`) with normalised observations and rewards, updating the statistics."""
+        return self._observations(env, frozen=False).append_transform(NormalizeReward(gamma=self.gamma, clip=self.clip))
+
+    def evaluation(self, env: Any) -> Any:
+        """``env`` with observations normalised by the training statistics (frozen); rewards untouched."""
+        return self._observations(env, frozen=True)

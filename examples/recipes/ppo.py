@@ -28,9 +28,9 @@ from tdict.nn import AddStateIndependentNormalScale, TensorDictModule
 from tdict.specs import OneHot
 from torch import nn
 
-from .common import finish, make_collector, make_trainer, resume_if_asked, start_run
+from .common import finish, make_collector, make_eval_env, make_trainer, resume_if_asked, start_run
 from .config import TrainConfig
-from .envs import make_env
+from .envs import Normalization, make_env
 from .networks import FAST
 
 
@@ -42,12 +42,15 @@ class PPOConfig:
     lmbda: Optional[float] = None  # GAE's lambda
     clip_epsilon: Optional[float] = None  # initial clip range (decays linearly to 0 with anneal=True)
     entropy_coeff: Optional[float] = None
-    critic_coeff: float = 0.5
+    critic_coeff: Optional[float] = None
     epochs: Optional[int] = None  # passes over each batch
     minibatch: Optional[int] = None  # frames per gradient step
-    max_grad_norm: float = 0.5
+    max_grad_norm: Optional[float] = None
     hidden: Optional[int] = None
-    anneal: bool = True  # linear decay of lr and clip range
+    anneal: Optional[bool] = None  # linear decay of lr and clip range
+    normalize: Optional[bool] = None  # RL-zoo's normalize: observations and rewards by running statistics (recipes/envs.py)
+    activation: Optional[str] = None  # of the hidden layers: tanh or relu
+    log_std_init: Optional[float] = None  # initial log standard deviation of a continuous policy
 
 
 Config = PPOConfig  # the recipe's entry in the ``algo`` config group
@@ -68,30 +71,43 @@ PRESETS = {
         "collector": {"frames_per_batch": 4_096, "total_frames": 300_000},
         "logger": {"eval_every": 20_480},
     },
-    "halfcheetah": {
-        "algo": {"lr": 2.0633e-5, "gamma": 0.98, "lmbda": 0.92, "clip_epsilon": 0.1, "entropy_coeff": 4.0e-4, "epochs": 20,
-                 "minibatch": 64, "hidden": 256},
+    "halfcheetah": {  # constant lr and clip range, ReLU, log std -2, observations and rewards normalised
+        "algo": {"lr": 2.0633e-5, "gamma": 0.98, "lmbda": 0.92, "clip_epsilon": 0.1, "entropy_coeff": 4.01762e-4, "epochs": 20,
+                 "minibatch": 64, "hidden": 256, "max_grad_norm": 0.8, "critic_coeff": 0.58096, "anneal": False,
+                 "normalize": True, "activation": "relu", "log_std_init": -2.0},
         "env": {"num_envs": 1},
         "collector": {"frames_per_batch": 512, "total_frames": 1_000_000},
         "logger": {"eval_every": 51_200},
     },
 }
 DEFAULTS = {"algo": {"lr": 3e-4, "gamma": 0.99, "lmbda": 0.95, "clip_epsilon": 0.2, "entropy_coeff": 0.0, "epochs": 10,
-                     "minibatch": 64, "hidden": 64}, "collector": {"init_random_frames": 0}}
+                     "minibatch": 64, "hidden": 64, "critic_coeff": 0.5, "max_grad_norm": 0.5, "anneal": True,
+                     "normalize": False, "activation": "tanh", "log_std_init": 0.0},
+            "collector": {"init_random_frames": 0}}
 THRESHOLDS = {"cartpole": 475.0, "pendulum": -200.0, "halfcheetah": 1500.0}
 
 
-def make_actor(obs_dim: int, action_spec, hidden: int) -> ProbabilisticActor:
+ACTIVATIONS = {"tanh": nn.Tanh, "relu": nn.ReLU}
+
+
+def _activation(name: str) -> type:
+    if name not in ACTIVATIONS:
+        raise ValueError(f"algo.activation must be one of {sorted(ACTIVATIONS)}, got {name!r}.")
+    return ACTIVATIONS[name]
+
+
+def make_actor(obs_dim: int, action_spec, hidden: int, activation: str = "tanh", log_std_init: float = 0.0) -> ProbabilisticActor:
     """A categorical policy over one-hot actions, or a tanh-Gaussian with a state-independent scale."""
+    act = _activation(activation)
     if isinstance(action_spec, OneHot):
-        logits = MLP(in_features=obs_dim, out_features=action_spec.shape[-1], num_cells=[hidden, hidden], activation_class=nn.Tanh)
+        logits = MLP(in_features=obs_dim, out_features=action_spec.shape[-1], num_cells=[hidden, hidden], activation_class=act)
         return ProbabilisticActor(TensorDictModule(logits, in_keys=["observation"], out_keys=["logits"]), in_keys=["logits"],
                                   spec=action_spec, distribution_class=OneHotCategorical, distribution_kwargs=FAST,
                                   return_log_prob=True)
     act_dim = action_spec.shape[-1]
     body = nn.Sequential(
-        MLP(in_features=obs_dim, out_features=act_dim, num_cells=[hidden, hidden], activation_class=nn.Tanh),
-        AddStateIndependentNormalScale(act_dim),
+        MLP(in_features=obs_dim, out_features=act_dim, num_cells=[hidden, hidden], activation_class=act),
+        AddStateIndependentNormalScale(act_dim, init_value=log_std_init),
     )
     return ProbabilisticActor(
         TensorDictModule(body, in_keys=["observation"], out_keys=["loc", "scale"]), in_keys=["loc", "scale"], spec=action_spec,
@@ -100,8 +116,8 @@ def make_actor(obs_dim: int, action_spec, hidden: int) -> ProbabilisticActor:
     )
 
 
-def make_critic(obs_dim: int, hidden: int) -> ValueOperator:
-    return ValueOperator(MLP(in_features=obs_dim, out_features=1, num_cells=[hidden, hidden], activation_class=nn.Tanh),
+def make_critic(obs_dim: int, hidden: int, activation: str = "tanh") -> ValueOperator:
+    return ValueOperator(MLP(in_features=obs_dim, out_features=1, num_cells=[hidden, hidden], activation_class=_activation(activation)),
                          in_keys=["observation"])
 
 
@@ -111,7 +127,8 @@ def train(cfg: TrainConfig) -> float:
     proto = make_env(cfg.env, 1)
     obs_dim, action_spec = proto.observation_spec_unbatched["observation"].shape[-1], proto.action_spec_unbatched
 
-    actor, critic = make_actor(obs_dim, action_spec, algo.hidden), make_critic(obs_dim, algo.hidden)
+    actor = make_actor(obs_dim, action_spec, algo.hidden, algo.activation, algo.log_std_init)
+    critic = make_critic(obs_dim, algo.hidden, algo.activation)
     loss = ClipPPOLoss(actor, critic, clip_epsilon=algo.clip_epsilon, entropy_coeff=algo.entropy_coeff,
                        entropy_bonus=algo.entropy_coeff > 0, critic_coeff=algo.critic_coeff, loss_critic_type="l2",
                        normalize_advantage=True)
@@ -119,10 +136,12 @@ def train(cfg: TrainConfig) -> float:
     optimizer = torch.optim.Adam(loss.parameters(), lr=algo.lr, eps=1e-5, fused=True)
     batch = cfg.collector.frames_per_batch
     n_batches = -(-cfg.collector.total_frames // batch)
-    collector = make_collector(run, lambda: make_env(cfg.env), actor)
+    norm = Normalization(cfg.env, algo.gamma) if algo.normalize else None
+    collector = make_collector(run, (lambda: norm.training(make_env(cfg.env))) if norm else (lambda: make_env(cfg.env)), actor)
     trainer = make_trainer(
         run, collector=collector, loss=loss, optimizer=optimizer, policy=actor, clip_norm=algo.max_grad_norm,
         optim_steps_per_batch=algo.epochs * (batch // algo.minibatch),
+        eval_env=norm.evaluation(make_eval_env(run)) if norm else None,
     )
 
     # each batch: advantages over the whole batch (time order intact), then epochs of minibatches
@@ -156,4 +175,4 @@ def train(cfg: TrainConfig) -> float:
     print(f"PPO on {cfg.env.num_envs} x {cfg.env.name}, {cfg.collector.total_frames} frames, seed {cfg.seed}; "
           f"run folder {run.dir}/", flush=True)
     trainer.train()
-    return finish(run, trainer, actor, threshold=THRESHOLDS.get(cfg.env.name))
+    return finish(run, trainer, actor, threshold=THRESHOLDS.get(cfg.env.name), wrap_env=norm.evaluation if norm else None)

@@ -1,4 +1,4 @@
-"""ObservationNorm and VecNorm."""
+"""ObservationNorm, VecNorm and NormalizeReward."""
 from __future__ import annotations
 
 import pytest
@@ -8,7 +8,7 @@ from tdict import TensorDict
 from tdict.specs import Bounded, Unbounded
 
 from rl_envs import Compose, PendulumEnv, StepCounter, TransformedEnv
-from rl_envs.transforms import ObservationNorm, VecNorm
+from rl_envs.transforms import NormalizeReward, ObservationNorm, VecNorm
 
 
 # ---------------------------------------------------------------------------------------------- ObservationNorm
@@ -198,3 +198,97 @@ def test_vecnorm_shared_stats_across_processes():
     assert shared["obs_count"].item() == 2
     parent = VecNorm(in_keys=["obs"], shared_td=shared, lock=lock, decay=1.0)
     torch.testing.assert_close(parent.loc["obs"], values.mean(0))
+
+
+# ---------------------------------------------------------------------------------------------- NormalizeReward
+def _swing(td):
+    """A deterministic policy: the same actions in every env built alike."""
+    return td.set("action", 2.0 * torch.tanh(td["observation"][..., 2:3]))
+
+
+def _pendulums(*transforms, seed=0):
+    return TransformedEnv(PendulumEnv(batch_size=[3], seed=seed), Compose(StepCounter(7), *transforms))
+
+
+def test_normalize_reward_matches_a_hand_written_loop(specs_truthful):
+    gamma, eps, clip = 0.9, 1e-8, 1.5
+    r = _pendulums(NormalizeReward(gamma=gamma, eps=eps, clip=clip)).rollout(30, _swing, break_when_any_done=False)
+    raw = _pendulums().rollout(30, _swing, break_when_any_done=False)
+    rewards, dones = raw["next", "reward"].double(), raw["next", "done"]
+    assert dones[:, 6].all() and not dones[:, 5].any()  # episodes of 7 steps end inside the rollout
+    # reference: SB3's VecNormalize reward path written as a loop over steps and sub-envs
+    mean, var, count = 0.0, 1.0, 1e-4
+    returns, seen, expected = [0.0] * 3, [], torch.empty(3, 30, dtype=torch.float64)
+    for t in range(30):
+        returns = [returns[i] * gamma + float(rewards[i, t]) for i in range(3)]
+        seen += returns
+        b_mean = sum(returns) / 3
+        b_var = sum((x - b_mean) ** 2 for x in returns) / 3
+        delta, total = b_mean - mean, count + 3
+        var = (var * count + b_var * 3 + delta**2 * count * 3 / total) / total
+        mean, count = mean + delta * 3 / total, total
+        for i in range(3):
+            expected[i, t] = max(-clip, min(clip, float(rewards[i, t]) / (var + eps) ** 0.5))
+            if dones[i, t]:
+                returns[i] = 0.0
+    torch.testing.assert_close(r["next", "reward"].double(), expected, rtol=1e-5, atol=1e-6)
+    assert r["next", "reward"].abs().max() <= clip and (r["next", "reward"].abs() == clip).any()
+    specs_truthful(_pendulums(NormalizeReward(gamma=gamma)), r)
+
+
+def test_normalize_reward_statistics_are_those_of_the_returns():
+    env = _pendulums(NormalizeReward(gamma=0.95))
+    raw = _pendulums().rollout(40, _swing, break_when_any_done=False)
+    env.rollout(40, _swing, break_when_any_done=False)
+    rewards, dones = raw["next", "reward"].double(), raw["next", "done"]
+    returns, g = torch.empty_like(rewards), torch.zeros(3, dtype=torch.float64)
+    for t in range(40):
+        g = g * 0.95 + rewards[:, t]
+        returns[:, t] = g
+        g = torch.where(dones[:, t], 0.0, g)
+    t = env.transform[-1]
+    assert float(t.count) == pytest.approx(120 + 1e-4)
+    torch.testing.assert_close(t.mean, returns.mean(), rtol=1e-5, atol=0)
+    torch.testing.assert_close(t.var, returns.var(unbiased=False), rtol=1e-5, atol=0)
+
+
+def test_normalize_reward_freeze_state_dict_and_plain_td():
+    env = _pendulums(NormalizeReward(gamma=0.9))
+    env.rollout(10, _swing, break_when_any_done=False)
+    t = env.transform[-1]
+    # a copy loaded from the state dict continues the same returns and statistics
+    twin = _pendulums(NormalizeReward(gamma=0.9))
+    twin.load_state_dict(env.state_dict())
+    td = env.reset()
+    a = env.rollout(5, _swing, auto_reset=False, tensordict=td.clone(), break_when_any_done=False)
+    b = twin.rollout(5, _swing, auto_reset=False, tensordict=td.clone(), break_when_any_done=False)
+    torch.testing.assert_close(a["next", "reward"], b["next", "reward"])
+    torch.testing.assert_close(twin.transform[-1].var, t.var)
+    # frozen: rewards still scaled, nothing updated
+    t.freeze()
+    before = (t.mean.clone(), t.var.clone(), t.count.clone())
+    raw_env = _pendulums()
+    raw_env.load_state_dict(env.state_dict(), strict=False)  # the same generator: the same resets
+    r = env.rollout(5, _swing, break_when_any_done=False)
+    assert (t.mean, t.var, t.count) == before
+    raw = raw_env.rollout(5, _swing, break_when_any_done=False)
+    torch.testing.assert_close(r["next", "reward"], (raw["next", "reward"].double() / (t.var + 1e-8).sqrt()).float())
+    # a stored batch: scaled with the current statistics, not counted
+    t.unfreeze()
+    out = t(TensorDict(reward=torch.tensor([2.0, -4.0])))
+    torch.testing.assert_close(out["reward"], (torch.tensor([2.0, -4.0]).double() / (t.var + 1e-8).sqrt()).float())
+    assert float(t.count) == float(before[2])
+
+
+def test_normalize_reward_bad_arguments():
+    with pytest.raises(ValueError, match="gamma must be in"):
+        NormalizeReward(gamma=1.5)
+    with pytest.raises(ValueError, match="clip must be > 0"):
+        NormalizeReward(clip=0.0)
+    with pytest.raises(ValueError, match="eps must be > 0"):
+        NormalizeReward(eps=0)
+    with pytest.raises(ValueError, match="one reward key"):
+        NormalizeReward(in_keys=["reward", "other"])
+    env = _pendulums(NormalizeReward(done_key="finished"))
+    with pytest.raises(KeyError, match="'finished' not found"):
+        env.rollout(2, _swing)

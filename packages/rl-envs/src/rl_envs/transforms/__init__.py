@@ -30,7 +30,7 @@ _LAZY = {
     **dict.fromkeys(["CatFrames", "TimeMaxPool", "NextObservationDelta"], "temporal"),
     **dict.fromkeys(["ActionScaling", "FlattenAction", "ActionMask", "DiscreteActionProjection", "MultiAction"], "action"),
     "ActionDiscretizer": "discretize",
-    **dict.fromkeys(["ObservationNorm", "VecNorm"], "norm"),
+    **dict.fromkeys(["ObservationNorm", "VecNorm", "NormalizeReward"], "norm"),
     "VideoRecorder": "video",
 }
 

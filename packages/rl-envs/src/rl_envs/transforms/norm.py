@@ -1,4 +1,5 @@
-"""ObservationNorm (fixed affine normalisation) and VecNorm (running statistics, shareable between envs)."""
+"""ObservationNorm (fixed affine normalisation), VecNorm (running statistics, shareable between envs) and
+NormalizeReward (rewards scaled by the running spread of the discounted return)."""
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Sequence
@@ -13,7 +14,7 @@ from .base import Compose, Transform
 if TYPE_CHECKING:
     from ..env_base import EnvBase
 
-__all__ = ["ObservationNorm", "VecNorm"]
+__all__ = ["ObservationNorm", "VecNorm", "NormalizeReward"]
 
 
 def _suffix(key: NestedKey, suffix: str) -> NestedKey:
@@ -434,3 +435,146 @@ class VecNorm(Transform):
 
     def __repr__(self) -> str:
         return f"VecNorm(decay={self.decay}, eps={self.eps}, in_keys={self.in_keys}, out_keys={self.out_keys})"
+
+
+class NormalizeReward(Transform):
+    """Divides rewards by the running standard deviation of the discounted return.
+
+    The reward normalisation of Stable-Baselines3's ``VecNormalize(norm_reward=True)`` and Gymnasium's
+    ``NormalizeReward``, which on-policy MuJoCo settings (RL-zoo's ``normalize: true``) rely on. Each
+    sub-env keeps a discounted return ``G = gamma * G + r``; the mean and variance of ``G`` over every
+    step and sub-env so far (a parallel Welford update, float64, starting from variance 1 with weight
+    1e-4) scale the reward: ``clamp(r / sqrt(var + eps), -clip, clip)``. ``G`` restarts at 0 after a
+    ``done`` (terminated or truncated: append this after the time limit). The reward's sign and the
+    optimal policy are unchanged; the returns an evaluation reports come from an env without it.
+
+    :meth:`freeze` stops the updates (the rewards are still scaled). ``state_dict`` holds the
+    statistics and the per-sub-env returns, so a resumed run continues exactly. ``forward`` on a plain
+    TensorDict (a stored batch) scales its rewards with the current statistics and updates nothing.
+
+    Args:
+        gamma: discount of the return whose spread scales the rewards (the algorithm's discount).
+        eps: added to the variance under the square root.
+        clip: bound of the scaled rewards (``None``: no clipping).
+        in_keys: the reward entry (one key; default ``["reward"]``).
+        done_key: the flag that restarts the return (default ``"done"`` beside the reward).
+
+    Example:
+        >>> import torch
+        >>> from rl_envs import PendulumEnv, TransformedEnv
+        >>> t = NormalizeReward(gamma=0.9)
+        >>> env = TransformedEnv(PendulumEnv(seed=0), t)
+        >>> r = env.rollout(50)
+        >>> bool(r["next", "reward"].abs().max() <= 10.0), int(t.count.round())
+        (True, 50)
+    """
+
+    def __init__(
+        self,
+        gamma: float = 0.99,
+        eps: float = 1e-8,
+        clip: float | None = 10.0,
+        in_keys: Sequence[NestedKey] | None = None,
+        done_key: NestedKey | None = None,
+    ) -> None:
+        if not 0.0 <= float(gamma) <= 1.0:
+            raise ValueError(f"NormalizeReward: gamma must be in [0, 1], got {gamma!r}.")
+        if not float(eps) > 0.0:
+            raise ValueError(f"NormalizeReward: eps must be > 0, got {eps!r}.")
+        if clip is not None and not float(clip) > 0.0:
+            raise ValueError(f"NormalizeReward: clip must be > 0 or None, got {clip!r}.")
+        super().__init__(in_keys=in_keys if in_keys is not None else ["reward"])
+        if len(self.in_keys) != 1:
+            raise ValueError(f"NormalizeReward: one reward key per transform, got in_keys={self.in_keys}.")
+        key = self.in_keys[0]
+        self.done_key = done_key if done_key is not None else (
+            "done" if isinstance(key, str) else (*key[:-1], "done"))
+        self.gamma, self.eps = float(gamma), float(eps)
+        self.clip = None if clip is None else float(clip)
+        self.frozen = False
+        self.register_buffer("mean", torch.zeros((), dtype=torch.float64))
+        self.register_buffer("var", torch.ones((), dtype=torch.float64))
+        self.register_buffer("count", torch.tensor(1e-4, dtype=torch.float64))
+        self.__dict__["_returns"] = None  # [*batch, *reward feature], float64: created at the first step
+
+    def freeze(self) -> "NormalizeReward":
+        """Stops updating the statistics and the returns (the rewards are still scaled)."""
+        self.frozen = True
+        return self
+
+    def unfreeze(self) -> "NormalizeReward":
+        self.frozen = False
+        return self
+
+    def get_extra_state(self) -> dict:
+        return {} if self._returns is None else {"returns": self._returns.clone()}
+
+    def set_extra_state(self, state: dict) -> None:
+        returns = state.get("returns") if state else None
+        self.__dict__["_returns"] = None if returns is None else returns.to(torch.float64).clone()
+
+    def _update_statistics(self, returns: torch.Tensor) -> None:
+        batch = returns.reshape(-1)
+        n = batch.numel()
+        batch_mean = batch.mean()
+        batch_var = batch.var(unbiased=False)
+        delta = batch_mean - self.mean
+        total = self.count + n
+        m2 = self.var * self.count + batch_var * n + delta.pow(2) * self.count * n / total
+        self.mean.add_(delta * n / total)
+        self.var.copy_(m2 / total)
+        self.count.copy_(total)
+
+    def _scale(self, reward: torch.Tensor) -> torch.Tensor:
+        scaled = reward.to(torch.float64) / (self.var + self.eps).sqrt()
+        if self.clip is not None:
+            scaled = scaled.clamp(-self.clip, self.clip)
+        return scaled.to(reward.dtype if reward.dtype.is_floating_point else torch.get_default_dtype())
+
+    def _step(self, tensordict: TensorDictBase, next_tensordict: TensorDictBase) -> TensorDictBase:
+        key = self.in_keys[0]
+        reward = next_tensordict.get(key, None)
+        if reward is None:
+            raise KeyError(f"NormalizeReward: reward {key!r} not found; the step has "
+                           f"{sorted(map(str, next_tensordict.keys(True, True)))}.")
+        if not self.frozen:
+            done = next_tensordict.get(self.done_key, None)
+            if done is None:
+                raise KeyError(f"NormalizeReward: done flag {self.done_key!r} not found; the step has "
+                               f"{sorted(map(str, next_tensordict.keys(True, True)))}.")
+            returns = self._returns
+            if returns is None or returns.shape != reward.shape:
+                returns = torch.zeros(reward.shape, dtype=torch.float64, device=reward.device)
+            returns = returns * self.gamma + reward.to(torch.float64)
+            self._update_statistics(returns)
+            ended = done.reshape(tuple(done.shape) + (1,) * (returns.ndim - done.ndim))
+            self.__dict__["_returns"] = returns.masked_fill(ended, 0.0)
+        next_tensordict.set(key, self._scale(reward))
+        return next_tensordict
+
+    def _reset(self, tensordict: TensorDictBase | None, tensordict_reset: TensorDictBase) -> TensorDictBase:
+        return tensordict_reset  # returns restart after each done, in _step
+
+    def _call(self, next_tensordict: TensorDictBase) -> TensorDictBase:
+        key = self.in_keys[0]
+        reward = next_tensordict.get(key, None)
+        if reward is None:
+            raise KeyError(f"NormalizeReward: reward {key!r} not found; the tensordict has "
+                           f"{sorted(map(str, next_tensordict.keys(True, True)))}.")
+        next_tensordict.set(key, self._scale(reward))
+        return next_tensordict
+
+    def transform_reward_spec(self, reward_spec: Composite) -> Composite:
+        key = self.in_keys[0]
+        if key in reward_spec.keys(True, True):
+            leaf = reward_spec[key]
+            dtype = leaf.dtype if leaf.dtype.is_floating_point else torch.get_default_dtype()
+            if self.clip is None:
+                reward_spec[key] = Unbounded(shape=leaf.shape, dtype=dtype, device=leaf.device)
+            else:
+                reward_spec[key] = Bounded(-self.clip, self.clip, shape=leaf.shape, dtype=dtype, device=leaf.device)
+        return reward_spec
+
+    def __repr__(self) -> str:
+        return (f"NormalizeReward(gamma={self.gamma}, eps={self.eps}, clip={self.clip}, in_keys={self.in_keys}, "
+                f"count={float(self.count):.0f}, frozen={self.frozen})")
