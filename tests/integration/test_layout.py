@@ -132,3 +132,80 @@ def test_the_demo_environment_is_lean() -> None:
     assert default["scripts"]["demo"].endswith("examples/sac_pendulum.py {args}")
     assert default["scripts"]["test"] == "hatch run tests:run {args}"
     assert envs["tests"]["workspace"]["members"] == ["packages/*"]
+
+
+# Attributes of tdict's containers that are implementation details (siblings use the public
+# equivalents: TensorDict.unchecked, td.items(), td.batch_size, td.device, td.names, td.is_locked).
+TDICT_PRIVATE_ATTRIBUTES = {"_new_unsafe", "_tensordict", "_is_locked", "_lock_ops"}
+
+
+def test_siblings_use_only_tdict_public_api() -> None:
+    """No module path or name with a leading underscore is imported from tdict, and no private attribute
+    of its containers is read: a tdict release within the pinned minor range keeps the siblings working."""
+    problems = []
+    for own, path in _source_files():
+        if own == "tdict":
+            continue
+        tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+        for node in ast.walk(tree):
+            where = f"{path.relative_to(REPO)}:{getattr(node, 'lineno', '?')}"
+            if isinstance(node, ast.Import):
+                for alias in node.names:
+                    parts = alias.name.split(".")
+                    if parts[0] == "tdict" and any(p.startswith("_") for p in parts):
+                        problems.append(f"{where} imports {alias.name}")
+            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                parts = node.module.split(".")
+                if parts[0] != "tdict":
+                    continue
+                if any(p.startswith("_") for p in parts):
+                    problems.append(f"{where} imports from {node.module}")
+                problems += [f"{where} imports {node.module}.{a.name}" for a in node.names if a.name.startswith("_")]
+            elif isinstance(node, ast.Attribute) and node.attr in TDICT_PRIVATE_ATTRIBUTES:
+                owner = node.value
+                if not (isinstance(owner, ast.Name) and owner.id in ("self", "cls")):
+                    problems.append(f"{where} reads .{node.attr}")
+    assert not problems, "\n".join(problems)
+
+
+@pytest.mark.parametrize("folder", [f for f in PACKAGE_DIRS if f.name not in ("tdict", "rl-kernels")], ids=lambda p: p.name)
+def test_siblings_pin_the_tdict_minor_release(folder: Path) -> None:
+    """Before 1.0 a minor release of tdict may change its API: each sibling accepts one minor line."""
+    reqs = [r for r in _pyproject(folder)["project"]["dependencies"] if _req_name(r) == "rl-tdict"]
+    assert reqs == ["rl-tdict>=0.1,<0.2"]
+
+
+@pytest.mark.parametrize("folder", PACKAGE_DIRS, ids=lambda p: p.name)
+def test_every_package_ships_its_type_hints(folder: Path) -> None:
+    """PEP 561: a ``py.typed`` marker beside the package's ``__init__.py`` (the wheel carries the whole folder)."""
+    imp = EXPECTED[folder.name][1]
+    assert (folder / "src" / imp / "py.typed").is_file()
+
+
+def _type_checking_imports(tree: ast.Module) -> dict[str, str]:
+    """name -> relative module of the ``from .module import name`` lines under ``if TYPE_CHECKING:``."""
+    found = {}
+    for node in tree.body:
+        if isinstance(node, ast.If) and isinstance(node.test, ast.Name) and node.test.id == "TYPE_CHECKING":
+            for stmt in node.body:
+                if isinstance(stmt, ast.ImportFrom) and stmt.level == 1:
+                    found.update({alias.name: stmt.module for alias in stmt.names})
+    return found
+
+
+def test_lazy_re_exports_are_visible_to_static_tools() -> None:
+    """A package ``__init__`` that loads names on first use (``_LAZY`` + ``__getattr__``) also imports each of
+    them under ``if TYPE_CHECKING:`` from the module ``_LAZY`` names, so IDEs and type checkers resolve them."""
+    checked, problems = 0, []
+    for _, path in _source_files():
+        if path.name != "__init__.py":
+            continue
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        lazy = next((n.value for n in tree.body if isinstance(n, ast.Assign) and getattr(n.targets[0], "id", None) == "_LAZY"), None)
+        if lazy is None:
+            continue
+        checked += 1
+        table = eval(ast.unparse(lazy), {"__builtins__": {}, "dict": dict})  # a dict display, dict.fromkeys at most
+        seen = _type_checking_imports(tree)
+        problems += [f"{path.relative_to(REPO)}: {name} (from .{module})" for name, module in table.items() if seen.get(name) != module]
+    assert checked >= 4 and not problems, "\n".join(problems)

@@ -12,7 +12,7 @@ Example:
 from __future__ import annotations
 
 import importlib
-from typing import Any
+from typing import Any, TYPE_CHECKING
 
 from . import transforms
 from .env_base import EnvBase
@@ -47,6 +47,68 @@ _LAZY = {
     "exploration_type": "utils",
     "set_exploration_type": "utils",
 }
+
+if TYPE_CHECKING:  # what type checkers and IDEs see; at run time the names load on first use (__getattr__)
+    from .batched.parallel import ParallelEnv
+    from .batched.serial import SerialEnv
+    from .checks import check_env_specs
+    from .env_creator import EnvCreator
+    from .libs._marl import MarlGroupMapType, check_marl_grouping
+    from .libs.dm_control import DMControlEnv, DMControlWrapper
+    from .libs.gymnasium import BaseInfoDictReader, GymEnv, GymWrapper, default_info_dict_reader
+    from .libs.pettingzoo import PettingZooEnv, PettingZooWrapper
+    from .libs.vmas import VmasEnv, VmasWrapper
+    from .native.cartpole import CartPoleEnv
+    from .policies import RandomPolicy
+    from .utils import ExplorationType, exploration_type, set_exploration_type
+    from .transforms import (
+        ActionDiscretizer,
+        ActionMask,
+        ActionScaling,
+        BinarizeReward,
+        CatFrames,
+        CatTensors,
+        CenterCrop,
+        ClipTransform,
+        Crop,
+        DTypeCastTransform,
+        DeviceCastTransform,
+        DiscreteActionProjection,
+        DoubleToFloat,
+        EndOfLifeTransform,
+        ExcludeTransform,
+        FlattenAction,
+        FlattenObservation,
+        FrameSkipTransform,
+        GrayScale,
+        InitTracker,
+        MultiAction,
+        NextObservationDelta,
+        NoopResetEnv,
+        NormalizeReward,
+        ObservationNorm,
+        PermuteTransform,
+        RandomTruncationTransform,
+        RenameTransform,
+        Resize,
+        Reward2GoTransform,
+        RewardClipping,
+        RewardScaling,
+        RewardSum,
+        SelectTransform,
+        SignTransform,
+        SqueezeTransform,
+        TargetReturn,
+        TensorDictPrimer,
+        TerminateTransform,
+        TimeMaxPool,
+        ToTensorImage,
+        TrajCounter,
+        UnaryTransform,
+        UnsqueezeTransform,
+        VecNorm,
+        VideoRecorder,
+    )
 
 __all__ = sorted(
     ["EnvBase", "PendulumEnv", "__version__", "rollout", "step_mdp", *_LAZY, *transforms.__all__]

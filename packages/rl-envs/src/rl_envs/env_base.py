@@ -367,15 +367,12 @@ class EnvBase(GeneratorState, nn.Module):
         next_td = carry_next_preset(tensordict, self._step(tensordict))
         if not keys.first_step_checked:
             self._check_step_output(next_td, keys)
-        if type(tensordict) is TensorDict and type(next_td) is TensorDict and not tensordict._is_locked:
-            if next_td._batch_size != tensordict._batch_size:
-                raise ValueError(
-                    f"{type(self).__name__}._step returned batch_size {list(next_td.batch_size)}, "
-                    f"expected {list(tensordict.batch_size)}."
-                )
-            tensordict._tensordict["next"] = next_td
-        else:
-            tensordict.set("next", next_td)
+        if next_td.batch_size != tensordict.batch_size:
+            raise ValueError(
+                f"{type(self).__name__}._step returned batch_size {list(next_td.batch_size)}, "
+                f"expected {list(tensordict.batch_size)}."
+            )
+        tensordict.set("next", next_td)
         return tensordict
 
     def _validate_actions(self, tensordict: TensorDictBase, keys: EnvKeys) -> None:
@@ -449,7 +446,7 @@ class EnvBase(GeneratorState, nn.Module):
         """Writes a random action (from the action spec) into ``tensordict`` (a new one if None)."""
         keys = self._keys()
         if tensordict is None:
-            tensordict = TensorDict._new_unsafe({}, self._batch_size, self._device)
+            tensordict = TensorDict.unchecked({}, self._batch_size, self._device)
         extra = tensordict.batch_size[: tensordict.batch_dims - keys.batch_dims]
         for key, spec in keys.action_specs:
             tensordict.set(key, spec.rand(extra))
@@ -497,7 +494,7 @@ def carry_next_preset(tensordict: TensorDictBase, next_td: TensorDictBase) -> Te
     A recurrent policy writes its next hidden state at ``("next", "recurrent_state")`` before the
     step; the step's output gets those entries (the env's own entries win), as in TorchRL.
     """
-    preset = tensordict._tensordict.get("next") if type(tensordict) is TensorDict else tensordict.get("next", None)
+    preset = tensordict.get("next", None)
     if preset is None or preset is next_td or isinstance(preset, torch.Tensor):
         return next_td
     for key in preset.keys(include_nested=True, leaves_only=True):

@@ -83,7 +83,7 @@ class MDPShift:
         out: dict[str, Any] = {}
         drop = self._flat_excluded
         for source in (tensordict, nxt):
-            for key, value in source._tensordict.items():
+            for key, value in source.items():
                 if key in drop:
                     continue
                 if type(value) is TensorDict:
@@ -92,7 +92,7 @@ class MDPShift:
                     # a fresh structure, so that writing into the new root never reaches the recorded step
                     value = _merged(out.get(key), value)
                 out[key] = value
-        return TensorDict._new_unsafe(out, tensordict._batch_size, tensordict._device, tensordict._names)
+        return TensorDict.unchecked(out, tensordict.batch_size, tensordict.device, tensordict.names)
 
     def _general(self, tensordict: TensorDictBase, nxt: TensorDictBase) -> TensorDictBase:
         out = tensordict.empty()

@@ -5,7 +5,7 @@ from typing import Any
 
 import torch
 from tdict import TensorDictBase
-from tdict._utils import NestedKey
+from tdict import NestedKey
 from tdict.specs import Composite
 
 __all__ = ["RandomPolicy"]

@@ -17,7 +17,7 @@ Example:
 from __future__ import annotations
 
 import importlib
-from typing import Any
+from typing import Any, TYPE_CHECKING
 
 from .buffers import ReplayBuffer, TensorDictReplayBuffer
 from .samplers import RandomSampler, Sampler, SamplerWithoutReplacement
@@ -58,6 +58,26 @@ _LAZY = {
     "register_dataset": "datasets.registry",
     "load_dataset": "datasets.registry",
 }
+
+if TYPE_CHECKING:  # what type checkers and IDEs see; at run time the names load on first use (__getattr__)
+    from .buffers.ensemble import ReplayBufferEnsemble
+    from .buffers.her import HERReplayBuffer, HindsightStrategy
+    from .buffers.prioritized import PrioritizedReplayBuffer, TensorDictPrioritizedReplayBuffer
+    from .datasets.d4rl import D4RLExperienceReplay
+    from .datasets.minari import MinariExperienceReplay
+    from .datasets.offline import OfflineDataset
+    from .datasets.registry import load_dataset, register_dataset
+    from .max_value_writer import TensorDictMaxValueWriter
+    from .samplers.prioritized import PrioritizedSampler
+    from .samplers.prioritized_slice import PrioritizedSliceSampler
+    from .samplers.slice import SliceSampler, SliceSamplerWithoutReplacement
+    from .schedulers import LambdaScheduler, LinearScheduler, ParameterScheduler, SchedulerList, StepScheduler
+    from .shared import BufferProcess, make_shared
+    from .storages.compact import CompactTensorStorage
+    from .storages.compressed import CompressedListStorage
+    from .storages.memmap import LazyMemmapStorage
+    from .transforms import MultiStepTransform, RandomCropTensorDict
+    from .trees import MinTree, SumTree
 
 __all__ = sorted([
     "ImmutableDatasetWriter", "LazyTensorStorage", "ListStorage", "RandomSampler", "ReplayBuffer",

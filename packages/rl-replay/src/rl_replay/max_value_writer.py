@@ -5,7 +5,7 @@ from typing import Any
 
 import torch
 from tdict import is_tensor_collection
-from tdict._utils import NestedKey
+from tdict import NestedKey
 
 from .writers import Writer
 

@@ -11,7 +11,7 @@ from typing import Sequence
 
 import torch
 from tdict import TensorDictBase
-from tdict._utils import NestedKey
+from tdict import NestedKey
 
 __all__ = ["MultiStepTransform", "RandomCropTensorDict"]
 

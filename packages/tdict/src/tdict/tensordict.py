@@ -92,6 +92,28 @@ class TensorDict(TensorDictBase):
                 entries[key] = self._validate(key, value)
 
     @classmethod
+    def unchecked(cls, source: dict, batch_size: torch.Size, device: torch.device | None = None,
+                  names: Sequence[str | None] | None = None) -> "TensorDict":
+        """Wraps ``source`` as it is: no copy and no check (the fast constructor of hot paths).
+
+        For code that builds entries whose shapes it already knows (an env's step output, a view
+        of another TensorDict's entries): the dict becomes the TensorDict's own storage, so the
+        caller must not reuse it. Each value must be a tensor or a TensorDict whose leading dims
+        equal ``batch_size`` and that lives on ``device`` when one is given; nothing verifies this.
+        ``names`` is ``None`` or one name (or ``None``) per batch dim, as ``td.names`` returns.
+        Build with ``TensorDict(...)`` everywhere else.
+
+        Example:
+            >>> import torch
+            >>> td = TensorDict.unchecked({"obs": torch.zeros(4, 3)}, torch.Size([4]))
+            >>> td.batch_size, td["obs"].shape
+            (torch.Size([4]), torch.Size([4, 3]))
+        """
+        if names is not None:
+            names = list(names) if any(n is not None for n in names) else None
+        return cls._new_unsafe(source, batch_size, device, names)
+
+    @classmethod
     def _new_unsafe(cls, source: dict, batch_size: torch.Size, device: torch.device | None = None, names: Any = None) -> "TensorDict":
         """Build without any check: ``source`` must already be valid for ``batch_size``."""
         self = object.__new__(cls)

@@ -255,7 +255,7 @@ class BatchedEnvBase(EnvBase):
             need_list = [True] * self.num_workers
         written = self._run_reset(need_list, present, with_mask, kwargs)
         if not written:
-            return TensorDict._new_unsafe({}, self.batch_size, self.device)
+            return TensorDict.unchecked({}, self.batch_size, self.device)
         return self._output(written, "root")
 
     def set_seed(self, seed: int | None = None, static_seed: bool = False) -> int | None:

@@ -321,7 +321,7 @@ def _composite_codec(space, kind, spec, cat, batch_size, device, remap) -> Space
                                           remap_state_to_observation=remap)) for i, sub in enumerate(space.spaces)]
     readers = tuple((key, name, c.read) for key, name, c in members)
     safe_readers = tuple((key, name, c.read_safe) for key, name, c in members)
-    new_td = TensorDict._new_unsafe
+    new_td = TensorDict.unchecked
 
     def read(x: Any) -> TensorDict:
         return new_td({key: r(x[name]) for key, name, r in readers}, batch_size, device)

@@ -39,7 +39,7 @@ except ImportError:  # pragma: no cover - dm_control brings numpy; _dm_control()
 __all__ = ["DMControlEnv", "DMControlWrapper"]
 
 _from_numpy = torch.from_numpy
-_new_td = TensorDict._new_unsafe
+_new_td = TensorDict.unchecked
 
 
 def _default_gl() -> None:

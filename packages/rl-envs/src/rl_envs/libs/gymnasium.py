@@ -29,7 +29,7 @@ except ImportError:  # pragma: no cover - gymnasium brings numpy; _gymnasium() r
 __all__ = ["BaseInfoDictReader", "GymEnv", "GymWrapper", "default_info_dict_reader"]
 
 _from_numpy = torch.from_numpy
-_new_td = TensorDict._new_unsafe
+_new_td = TensorDict.unchecked
 _array = np.array if np is not None else None
 _float32 = np.float32 if np is not None else None
 # steps during which observations are copied while we check that the env hands out fresh arrays
@@ -275,8 +275,8 @@ class GymWrapper(EnvBase):
         if isinstance(obs.spec, Composite):
             obs_spec = obs.spec.expand(batch)
             read, read_safe = obs.read, obs.read_safe
-            self._obs_dict_fast = lambda x: read(x)._tensordict  # a fresh TensorDict each call
-            self._obs_dict_safe = lambda x: read_safe(x)._tensordict
+            self._obs_dict_fast = lambda x: dict(read(x).items())
+            self._obs_dict_safe = lambda x: dict(read_safe(x).items())
         else:
             key = "pixels" if self.from_pixels else "observation"
             obs_spec = Composite({key: obs.spec.expand(*batch, *obs.spec.shape)}, shape=batch)

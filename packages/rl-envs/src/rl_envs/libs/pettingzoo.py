@@ -39,7 +39,7 @@ from ._marl import group_by_prefix as _default_group_map
 
 __all__ = ["MarlGroupMapType", "PettingZooEnv", "PettingZooWrapper", "check_marl_grouping"]
 
-_new_td = TensorDict._new_unsafe
+_new_td = TensorDict.unchecked
 # task families searched by PettingZooEnv, in order (the MPE tasks moved from pettingzoo.mpe to mpe2)
 _FAMILIES = ("mpe2", "pettingzoo.classic", "pettingzoo.butterfly", "pettingzoo.sisl", "pettingzoo.atari")
 

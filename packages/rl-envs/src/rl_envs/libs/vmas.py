@@ -41,7 +41,7 @@ from ._marl import (
 
 __all__ = ["VmasEnv", "VmasWrapper", "vmas_default_group_map"]
 
-_new_td = TensorDict._new_unsafe
+_new_td = TensorDict.unchecked
 _FLAGS = ("done", "terminated", "truncated")
 # make_env arguments VmasEnv sets itself
 _OWN_KWARGS = ("terminated_truncated", "wrapper", "wrapper_kwargs")

@@ -158,7 +158,7 @@ class CartPoleEnv(EnvBase):
         batch = self.batch_size
         obs = torch.empty((*batch, 4), dtype=torch.float32, device=self.device).uniform_(-RESET_BOUND, RESET_BOUND, generator=self._rng)
         done = torch.zeros((3, *batch), dtype=torch.bool, device=self.device)
-        return TensorDict._new_unsafe(
+        return TensorDict.unchecked(
             {"observation": obs, "done": done[0], "terminated": done[1], "truncated": done[2]}, batch, self.device
         )
 
@@ -188,7 +188,7 @@ class CartPoleEnv(EnvBase):
         next_obs, terminated = cartpole_step(tensordict.get("observation"), action, self._consts)
         batch = tensordict.batch_size
         device = self.device
-        return TensorDict._new_unsafe(
+        return TensorDict.unchecked(
             {
                 "observation": next_obs,
                 "reward": torch.ones(batch, dtype=torch.float32, device=device),

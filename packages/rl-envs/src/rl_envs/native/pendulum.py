@@ -149,7 +149,7 @@ class PendulumEnv(EnvBase):
         thdot = torch.empty(batch, device=self.device).uniform_(-1.0, 1.0, generator=self._rng)
         done = torch.zeros(batch, dtype=torch.bool, device=self.device)
         obs = torch.stack([th.cos(), th.sin(), thdot], -1)
-        return TensorDict._new_unsafe(
+        return TensorDict.unchecked(
             {"th": th, "thdot": thdot, "observation": obs, "params": params,
              "done": done, "terminated": done.clone(), "truncated": done.clone()},
             batch, self.device,
@@ -192,7 +192,7 @@ class PendulumEnv(EnvBase):
             "observation": torch.stack([new_th.cos(), new_th.sin(), new_thdot], -1),
             "reward": reward, "done": done, "terminated": torch.zeros_like(done), "truncated": torch.zeros_like(done),
         }
-        return TensorDict._new_unsafe(out, batch, self.device)
+        return TensorDict.unchecked(out, batch, self.device)
 
     def to(self, *args: Any, **kwargs: Any) -> "PendulumEnv":
         super().to(*args, **kwargs)

@@ -5,7 +5,7 @@ Each transform lives in the module of its family; names are imported on first us
 from __future__ import annotations
 
 import importlib
-from typing import Any
+from typing import Any, TYPE_CHECKING
 
 from .base import Compose, Transform
 from .step_counter import StepCounter
@@ -33,6 +33,29 @@ _LAZY = {
     **dict.fromkeys(["ObservationNorm", "VecNorm", "NormalizeReward"], "norm"),
     "VideoRecorder": "video",
 }
+
+if TYPE_CHECKING:  # what type checkers and IDEs see; at run time the names load on first use (__getattr__)
+    from .action import ActionMask, ActionScaling, DiscreteActionProjection, FlattenAction, MultiAction
+    from .discretize import ActionDiscretizer
+    from .dtype import DTypeCastTransform, DeviceCastTransform, DoubleToFloat
+    from .elementwise import ClipTransform, SignTransform, UnaryTransform
+    from .episode import (
+        EndOfLifeTransform,
+        FrameSkipTransform,
+        InitTracker,
+        NoopResetEnv,
+        RandomTruncationTransform,
+        TerminateTransform,
+        TrajCounter,
+    )
+    from .image import CenterCrop, Crop, GrayScale, Resize, ToTensorImage
+    from .keys import CatTensors, ExcludeTransform, RenameTransform, SelectTransform
+    from .norm import NormalizeReward, ObservationNorm, VecNorm
+    from .primer import TensorDictPrimer
+    from .reward import BinarizeReward, Reward2GoTransform, RewardClipping, RewardScaling, RewardSum, TargetReturn
+    from .shape import FlattenObservation, PermuteTransform, SqueezeTransform, UnsqueezeTransform
+    from .temporal import CatFrames, NextObservationDelta, TimeMaxPool
+    from .video import VideoRecorder
 
 __all__ = sorted(["Compose", "StepCounter", "Transform", "TransformedEnv", *_LAZY])
 

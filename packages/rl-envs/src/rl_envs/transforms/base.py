@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any, Iterator, Sequence
 import torch
 from torch import nn
 from tdict import TensorDictBase
-from tdict._utils import NestedKey
+from tdict import NestedKey
 from tdict.specs import Composite
 
 if TYPE_CHECKING:

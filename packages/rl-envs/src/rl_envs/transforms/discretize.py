@@ -6,7 +6,7 @@ from typing import Any
 
 import torch
 from tdict import TensorDictBase
-from tdict._utils import NestedKey
+from tdict import NestedKey
 from tdict.specs import Bounded, Categorical, Composite, MultiCategorical, MultiOneHot, OneHot
 
 from .base import Transform

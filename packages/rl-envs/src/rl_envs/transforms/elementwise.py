@@ -10,7 +10,7 @@ from typing import Any, Callable, Sequence
 
 import torch
 from tdict import TensorDictBase
-from tdict._utils import NestedKey
+from tdict import NestedKey
 from tdict.specs import Bounded, Composite, Unbounded
 
 from .base import Transform

@@ -8,7 +8,7 @@ from typing import Any, Callable, Mapping
 
 import torch
 from tdict import TensorDictBase
-from tdict._utils import NestedKey
+from tdict import NestedKey
 from tdict.specs import Bounded, Categorical, Composite, Unbounded
 
 from ._episode_utils import _ENV_ONLY, _join, _mask, _need_parent, _prefix

@@ -10,7 +10,7 @@ from typing import Any, Sequence
 
 import torch
 import torch.nn.functional as F
-from tdict._utils import NestedKey
+from tdict import NestedKey
 
 from .elementwise import _MapTransform, map_spec
 

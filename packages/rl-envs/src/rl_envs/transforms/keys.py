@@ -5,7 +5,7 @@ from typing import Any, Sequence
 
 import torch
 from tdict import TensorDictBase
-from tdict._utils import NestedKey
+from tdict import NestedKey
 from tdict.specs import Bounded, Composite, Unbounded
 
 from .base import Transform

@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING, Any, Sequence
 
 import torch
 from tdict import TensorDict, TensorDictBase
-from tdict._utils import NestedKey
+from tdict import NestedKey
 from tdict.specs import Bounded, Composite, Unbounded
 
 from .base import Compose, Transform

@@ -5,7 +5,7 @@ from typing import Any, Callable
 
 import torch
 from tdict import TensorDictBase
-from tdict._utils import NestedKey
+from tdict import NestedKey
 from tdict.specs import Composite, TensorSpec
 
 from .base import Transform

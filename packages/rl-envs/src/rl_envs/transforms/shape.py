@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Any, Sequence
 
 import torch
-from tdict._utils import NestedKey
+from tdict import NestedKey
 
 from .elementwise import _MapTransform, map_spec
 

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import torch
 from tdict import TensorDictBase
-from tdict._utils import NestedKey
+from tdict import NestedKey
 from tdict.specs import Bounded, Categorical, Composite, Unbounded
 
 from .base import Transform

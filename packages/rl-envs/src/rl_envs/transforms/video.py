@@ -8,7 +8,7 @@ from typing import Any, Sequence
 
 import torch
 from tdict import TensorDictBase
-from tdict._utils import NestedKey
+from tdict import NestedKey
 
 from .base import Transform
 

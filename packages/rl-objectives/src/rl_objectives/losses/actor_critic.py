@@ -16,7 +16,7 @@ from typing import Any, ClassVar
 import torch
 from tdict import TensorDict
 from tdict.nn import CompositeDistribution, ProbabilisticTensorDictModule
-from tdict.nn.distributions import _holder_batch_dims
+from tdict.nn import holder_batch_dims
 from torch import distributions as D
 
 from ..value import (
@@ -330,7 +330,7 @@ class _ActorCriticLoss(LossModule):
         key = self.tensor_keys.action
         if isinstance(key, list):  # a composite policy's heads: summed to the root batch
             return tensordict.batch_dims
-        return _holder_batch_dims(tensordict, key)
+        return holder_batch_dims(tensordict, key)
 
     def _behaviour_log_prob(self, tensordict: Any) -> _Tensor:
         """The stored log-prob of the action under the collecting policy (a list of keys, one per

@@ -17,7 +17,7 @@ from typing import Any, ClassVar
 
 import torch
 import torch.nn.functional as F
-from tdict.nn.distributions import _reduce_to as _sum_to_batch  # noqa: F401  (re-exported: the losses reduce log-probs with it)
+from tdict.nn import sum_to_batch as _sum_to_batch  # noqa: F401  (re-exported: the losses reduce log-probs with it)
 
 from .._stack import user_stacklevel as _user_stacklevel
 from .common import LossModule

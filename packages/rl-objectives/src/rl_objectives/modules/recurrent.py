@@ -32,7 +32,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 from tdict.nn import TensorDictModuleBase, dispatch
-from tdict.nn.interaction import _ScopedSwitch  # the mechanics of set_interaction_type
+from tdict.nn import ScopedSwitch  # the mechanics of set_interaction_type
 from tdict.specs import Composite, Unbounded
 from torch import nn
 from torch.nn.utils.rnn import PackedSequence, pack_padded_sequence, pad_packed_sequence
@@ -59,7 +59,7 @@ def recurrent_mode() -> bool | None:
     return set_recurrent_mode._current
 
 
-class set_recurrent_mode(_ScopedSwitch):
+class set_recurrent_mode(ScopedSwitch):
     """Run recurrent modules in sequence mode (``True``) or step mode (``False``) inside a block.
 
     Overrides every module's ``default_recurrent_mode`` while the block runs; the previous mode comes

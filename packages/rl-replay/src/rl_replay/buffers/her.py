@@ -9,7 +9,7 @@ from typing import Any, Callable
 
 import torch
 from tdict import TensorDictBase
-from tdict._utils import NestedKey
+from tdict import NestedKey
 
 from ..samplers.base import Sampler
 from ..samplers.uniform import RandomSampler

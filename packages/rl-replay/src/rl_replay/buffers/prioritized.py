@@ -6,7 +6,7 @@ from typing import Any, Callable
 
 import torch
 from tdict import TensorDictBase
-from tdict._utils import NestedKey
+from tdict import NestedKey
 
 from ..samplers.prioritized import PrioritizedSampler, reduce_priority
 from ..storages.base import Storage

@@ -5,7 +5,7 @@ from typing import Any
 
 import torch
 from tdict import TensorDictBase, is_tensor_collection
-from tdict._utils import NestedKey
+from tdict import NestedKey
 
 from .._dict_items import as_tensordict
 from ..writers import TensorDictRoundRobinWriter, Writer

@@ -8,7 +8,7 @@ Nothing here downloads.
 from __future__ import annotations
 
 import importlib
-from typing import Any
+from typing import Any, TYPE_CHECKING
 
 _LAZY = {
     "OfflineDataset": "offline",
@@ -19,6 +19,12 @@ _LAZY = {
     "load_dataset": "registry",
     "registered_datasets": "registry",
 }
+
+if TYPE_CHECKING:  # what type checkers and IDEs see; at run time the names load on first use (__getattr__)
+    from .d4rl import D4RLExperienceReplay
+    from .minari import MinariExperienceReplay
+    from .offline import OfflineDataset, split_trajectories
+    from .registry import load_dataset, register_dataset, registered_datasets
 
 __all__ = ["D4RLExperienceReplay", "MinariExperienceReplay", "OfflineDataset", "load_dataset",
            "register_dataset", "registered_datasets", "split_trajectories"]

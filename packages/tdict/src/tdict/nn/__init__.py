@@ -13,11 +13,12 @@ Example:
     torch.Size([3, 2])
 """
 from .common import TensorDictModule, TensorDictModuleBase, TensorDictModuleWrapper, WrapModule, dispatch
-from .interaction import InteractionType, interaction_type, set_interaction_type
+from .interaction import InteractionType, ScopedSwitch, interaction_type, set_interaction_type
 from .sequence import TensorDictSequential
 
 __all__ = [
     "InteractionType",
+    "ScopedSwitch",
     "TensorDictModule",
     "TensorDictModuleBase",
     "TensorDictModuleWrapper",
@@ -34,6 +35,8 @@ from .distributions import (
     NormalParamExtractor,
     OneHotCategorical,
     TruncatedNormal,
+    holder_batch_dims,
+    sum_to_batch,
 )
 from .probabilistic import ProbabilisticTensorDictModule, ProbabilisticTensorDictSequential
 
@@ -46,6 +49,8 @@ __all__ += [
     "ProbabilisticTensorDictModule",
     "ProbabilisticTensorDictSequential",
     "TruncatedNormal",
+    "holder_batch_dims",
+    "sum_to_batch",
 ]
 from .params import TensorDictParams  # noqa: E402
 from .ensemble import EnsembleModule  # noqa: E402

@@ -31,7 +31,9 @@ __all__ = [
     "OneHotCategorical",
     "TruncatedNormal",
     "biased_softplus",
+    "holder_batch_dims",
     "mappings",
+    "sum_to_batch",
 ]
 
 
@@ -407,17 +409,28 @@ class TruncatedNormal(D.Distribution):
         return _LOG_SQRT_2PI + 0.5 + self.scale.log() + self._log_Z + (a * phi_a - b * phi_b) / (2 * self._Z)
 
 
-def _reduce_to(value: torch.Tensor, ndim: int) -> torch.Tensor:
-    """Sum the trailing dims of ``value`` beyond the first ``ndim`` (log-probs have the batch shape)."""
-    extra = value.ndim - ndim
+def sum_to_batch(value: torch.Tensor, batch_dims: int) -> torch.Tensor:
+    """Sums the dims of ``value`` after its first ``batch_dims`` (a log-prob or entropy per sample).
+
+    Example:
+        >>> sum_to_batch(torch.ones(4, 3, 2), 1).tolist()
+        [6.0, 6.0, 6.0, 6.0]
+    """
+    extra = value.ndim - batch_dims
     return value.sum(tuple(range(-extra, 0))) if extra > 0 else value
 
 
-def _holder_batch_dims(tensordict: Any, key: Any) -> int:
-    """Batch dims of the (sub-)collection that holds ``key``.
+def holder_batch_dims(tensordict: Any, key: Any) -> int:
+    """Batch dims of the (sub-)TensorDict that holds ``key``.
 
     A log-prob keeps the batch shape of the group its sample lives in: an action at
     ``("agents", "action")`` under a ``[N, T, n_agents]`` group gets a ``[N, T, n_agents]`` log-prob.
+
+    Example:
+        >>> from tdict import TensorDict
+        >>> td = TensorDict(agents=TensorDict(action=torch.zeros(5, 3, 2), batch_size=[5, 3]), batch_size=[5])
+        >>> holder_batch_dims(td, ("agents", "action")), holder_batch_dims(td, "agents")
+        (2, 1)
     """
     if isinstance(key, tuple) and len(key) > 1:
         parent = tensordict.get(key[:-1], None)
@@ -543,7 +556,7 @@ class CompositeDistribution(D.Distribution):
         self = cls.__new__(cls)
         self._batch_size = params.batch_size
         self.dists = {unravel_key(k): v for k, v in distributions.items()}
-        self._head_batch_dims = {k: _holder_batch_dims(params, k) for k in self.dists}
+        self._head_batch_dims = {k: holder_batch_dims(params, k) for k in self.dists}
         self.aggregate_probabilities = aggregate_probabilities
         self.log_prob_key = unravel_key(log_prob_key)
         self.entropy_key = unravel_key(entropy_key)
@@ -599,12 +612,12 @@ class CompositeDistribution(D.Distribution):
         if aggregate:
             total = None
             for key, dist in self.dists.items():
-                value = _reduce_to(dist.log_prob(self._head_sample(sample, key)), sample.batch_dims)
+                value = sum_to_batch(dist.log_prob(self._head_sample(sample, key)), sample.batch_dims)
                 total = value if total is None else total + value
             return total
         out = sample.empty(recurse=True)  # the sample's structure: nested groups keep their batch size
         for key, dist in self.dists.items():
-            value = _reduce_to(dist.log_prob(self._head_sample(sample, key)), _holder_batch_dims(sample, key))
+            value = sum_to_batch(dist.log_prob(self._head_sample(sample, key)), holder_batch_dims(sample, key))
             out.set(_add_suffix(key, "_log_prob"), value)
         return out.filter_empty_()
 
@@ -623,10 +636,10 @@ class CompositeDistribution(D.Distribution):
         if aggregate:
             total = None
             for dist in self.dists.values():
-                value = _reduce_to(dist.entropy(), ndim)
+                value = sum_to_batch(dist.entropy(), ndim)
                 total = value if total is None else total + value
             return total
         out = TensorDict({}, batch_size=self._batch_size)
         for key, dist in self.dists.items():
-            out.set(_add_suffix(key, "_entropy"), _reduce_to(dist.entropy(), self._head_batch_dims[key]))
+            out.set(_add_suffix(key, "_entropy"), sum_to_batch(dist.entropy(), self._head_batch_dims[key]))
         return out

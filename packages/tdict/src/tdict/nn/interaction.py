@@ -49,11 +49,21 @@ class InteractionType(str, enum.Enum):
         return None
 
 
-class _ScopedSwitch:
+class ScopedSwitch:
     """A process-wide setting that a ``with`` block (or a decorated call) changes and restores.
 
-    The current value lives on the concrete switch class (``_current``); entering pushes the previous
-    value, leaving pops it back, also when the block raises. One instance can be re-entered.
+    The base of ``set_interaction_type`` (and of rl-objectives' ``set_recurrent_mode``): subclass it,
+    one class per setting. The current value lives on the concrete class (``_current``, read it
+    through a function of yours); entering pushes the previous value, leaving pops it back, also
+    when the block raises. One instance can be re-entered.
+
+    Example:
+        >>> class set_verbose(ScopedSwitch):
+        ...     _current = False
+        >>> with set_verbose(True):
+        ...     inside = set_verbose._current
+        >>> inside, set_verbose._current
+        (True, False)
     """
 
     _current: Any = None
@@ -91,7 +101,7 @@ def interaction_type() -> InteractionType | None:
     return set_interaction_type._current
 
 
-class set_interaction_type(_ScopedSwitch):
+class set_interaction_type(ScopedSwitch):
     """Set the interaction type inside a ``with`` block or a decorated function.
 
     The previous value comes back on exit, also when the block raises.

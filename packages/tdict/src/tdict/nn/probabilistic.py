@@ -24,7 +24,7 @@ from torch import distributions as D
 from .._utils import NestedKey
 from ..non_tensor import is_non_tensor
 from .common import TensorDictModuleBase, _parse_key, _parse_key_list
-from .distributions import CompositeDistribution, _add_suffix, _holder_batch_dims, _reduce_to
+from .distributions import CompositeDistribution, _add_suffix, holder_batch_dims, sum_to_batch
 from .interaction import InteractionType, interaction_type
 from .sequence import TensorDictSequential
 
@@ -401,7 +401,7 @@ class ProbabilisticTensorDictModule(TensorDictModuleBase):
                 raise KeyError(
                     f"{type(self).__name__}.log_prob: the input misses the sample key {key!r}; it holds {sorted(map(str, tensordict.keys(True)))}."
                 ) from None
-        return _reduce_to(dist.log_prob(*values), _holder_batch_dims(tensordict, self.dist_sample_keys[0]))
+        return sum_to_batch(dist.log_prob(*values), holder_batch_dims(tensordict, self.dist_sample_keys[0]))
 
     def _composite_log_prob(self, dist: CompositeDistribution, sample: Any) -> Any:
         """Per-leaf log-probs of ``sample``, each at its :attr:`log_prob_keys` entry."""
@@ -444,7 +444,7 @@ class ProbabilisticTensorDictModule(TensorDictModuleBase):
                 tensordict_out.set(key, value)
         if self.return_log_prob:
             # one joint log-prob for the values of one draw, at the first sample key's log-prob key
-            lp = _reduce_to(dist.log_prob(*values), _holder_batch_dims(tensordict_out, keys[0]))
+            lp = sum_to_batch(dist.log_prob(*values), holder_batch_dims(tensordict_out, keys[0]))
             tensordict_out.set(self._log_prob_keys[0], lp)
         return tensordict_out
 
