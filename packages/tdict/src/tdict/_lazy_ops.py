@@ -31,9 +31,9 @@ class LazyMemberOpsMixin:
         # Ops that mix the stack dim with others work on the dense stack.
         return TensorDict._new_unsafe({k: fn(v) for k, v in self._items_raw()}, torch.Size(batch_size), self.device, names)
 
-    def clone(self, recurse: bool = True, **kwargs: Any) -> "LazyStackedTensorDict":
-        """A deep copy, member by member (``recurse=False``: new structure, shared tensors)."""
-        return self._like([td.clone(recurse) for td in self.tensordicts])
+    def clone(self, recurse: bool = True, *, device: Any = None) -> "LazyStackedTensorDict":
+        """A deep copy, member by member (``recurse=False``: new structure, shared tensors); ``device``: the copy's device."""
+        return self._like([td.clone(recurse, device=device) for td in self.tensordicts])
 
     def copy(self) -> "LazyStackedTensorDict":
         return self._like([td.copy() for td in self.tensordicts])

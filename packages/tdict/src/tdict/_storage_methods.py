@@ -32,7 +32,8 @@ class StorageMixin:
 
         return memmap_(self, prefix, copy_existing=copy_existing, existsok=existsok, inplace=True, fsync=fsync)
 
-    def memmap(self, prefix: Any = None, copy_existing: bool = False, *, num_threads: int = 0, existsok: bool = True, fsync: bool = False, **kwargs) -> "TensorDictBase":
+    def memmap(self, prefix: Any = None, copy_existing: bool = False, *, num_threads: int = 0, existsok: bool = True,
+               robust_key: bool | None = None, share_non_tensor: bool = False, fsync: bool = False) -> "TensorDictBase":
         """Like :meth:`memmap_` but returns a new collection and leaves ``self`` untouched."""
         from .persistence import memmap_
 
@@ -44,7 +45,8 @@ class StorageMixin:
 
         return memmap_like(self, prefix, existsok=existsok)
 
-    def save(self, prefix: Any = None, copy_existing: bool = False, *, num_threads: int = 0, existsok: bool = True, fsync: bool = False, **kwargs) -> "TensorDictBase":
+    def save(self, prefix: Any = None, copy_existing: bool = False, *, num_threads: int = 0, existsok: bool = True,
+             robust_key: bool | None = None, share_non_tensor: bool = False, fsync: bool = False) -> "TensorDictBase":
         """Save to ``prefix`` (memmap layout, JSON metadata); returns ``self``."""
         self.memmap(prefix, copy_existing=copy_existing, existsok=existsok, fsync=fsync)
         return self

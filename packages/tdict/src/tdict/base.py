@@ -153,7 +153,7 @@ class TensorDictBase(KeyOpsMixin, ApplyMixin, ArithmeticMixin, ShapeOpsMixin, St
         raise TypeError(f"'in' expects a key (str or tuple of str), got {type(key).__name__}.")
 
     # ------------------------------------------------------------------ setting
-    def set(self, key: NestedKey, item: Any, inplace: bool = False, *, non_blocking: bool = False, **kwargs) -> "TensorDictBase":
+    def set(self, key: NestedKey, item: Any, inplace: bool = False, *, non_blocking: bool = False) -> "TensorDictBase":
         """Write ``item`` under ``key`` (nested keys create sub-collections); returns ``self``."""
         if type(key) is str:
             self._set_str(key, item, inplace=inplace, validated=False)
@@ -229,11 +229,10 @@ class TensorDictBase(KeyOpsMixin, ApplyMixin, ArithmeticMixin, ShapeOpsMixin, St
             parent._set_str(key if isinstance(key, str) else key[-1], new, inplace=False, validated=True, ignore_lock=True)
 
     # ------------------------------------------------------------------ copies, dtype, device
-    def clone(self, recurse: bool = True, **kwargs) -> "TensorDictBase":
-        """A copy; ``recurse=False`` copies the structure but shares the tensors."""
-        if not recurse:
-            return self.copy()
-        return self._map_entries(lambda v: v.clone(), self.batch_size, self._maybe_names())
+    def clone(self, recurse: bool = True, *, device: Any = None) -> "TensorDictBase":
+        """A copy; ``recurse=False`` copies the structure but shares the tensors; ``device``: the copy's device."""
+        out = self.copy() if not recurse else self._map_entries(lambda v: v.clone(), self.batch_size, self._maybe_names())
+        return out if device is None else out.to(device)
 
     def copy(self) -> "TensorDictBase":
         """A shallow copy: new structure, same tensors."""
@@ -303,11 +302,11 @@ class TensorDictBase(KeyOpsMixin, ApplyMixin, ArithmeticMixin, ShapeOpsMixin, St
     def bool(self):
         return self.to(torch.bool)
 
-    def cpu(self, **kwargs):
-        return self.to("cpu", **kwargs)
+    def cpu(self, *, non_blocking: bool = False):
+        return self.to("cpu", non_blocking=non_blocking)
 
-    def cuda(self, device: Any = None, **kwargs):
-        return self.to(torch.device("cuda") if device is None else parse_device(device), **kwargs)
+    def cuda(self, device: Any = None, *, non_blocking: bool = False):
+        return self.to(torch.device("cuda") if device is None else parse_device(device), non_blocking=non_blocking)
 
     def pin_memory(self, num_threads: int | None = None, inplace: bool = False) -> "TensorDictBase":
         if inplace:

@@ -299,22 +299,23 @@ class NonTensorData(_NonTensorBase):
         return tuple(NonTensorData._new(self.data, torch.Size(bs), self._device) for bs in sizes)
 
     # ---- copies
-    def clone(self, recurse: bool = True, **kwargs: Any) -> "NonTensorData":
-        """A copy; the payload is deep-copied unless ``recurse=False``."""
+    def clone(self, recurse: bool = True, *, device: Any = None) -> "NonTensorData":
+        """A copy; the payload is deep-copied unless ``recurse=False``; ``device``: the copy's device."""
         data = _deepcopy_payload(self.data) if recurse else self.data
-        return NonTensorData._new(data, self._batch_size, self._device, self._names)
+        return NonTensorData._new(data, self._batch_size, self._device if device is None else parse_device(device), self._names)
 
     def copy(self) -> "NonTensorData":
         return NonTensorData._new(self.data, self._batch_size, self._device, self._names)
 
-    def update(self, input_dict_or_td: Any, *args: Any, **kwargs: Any) -> "NonTensorData":
-        """Replace the payload with the one of another :class:`NonTensorData` (or with a raw object)."""
-        if self._is_locked and not kwargs.get("ignore_lock", False):
+    def update(self, input_dict_or_td: Any, clone: bool = False, inplace: bool = False, *, keys_to_update: Any = None, non_blocking: bool = False, is_leaf: Any = None, update_batch_size: bool = False, ignore_lock: bool = False) -> "NonTensorData":
+        """Replace the payload with the one of another :class:`NonTensorData` (or with a raw object).
+        The other arguments are :meth:`TensorDict.update`'s (a single payload has no keys to select)."""
+        if self._is_locked and not ignore_lock:
             raise RuntimeError("Cannot update a locked NonTensorData.")
         self.data = input_dict_or_td.data if type(input_dict_or_td) is NonTensorData else input_dict_or_td
         return self
 
-    def update_(self, input_dict_or_td: Any, *args: Any, **kwargs: Any) -> "NonTensorData":
+    def update_(self, input_dict_or_td: Any, clone: bool = False, *, keys_to_update: Any = None) -> "NonTensorData":
         self.data = input_dict_or_td.data if type(input_dict_or_td) is NonTensorData else input_dict_or_td
         return self
 

@@ -202,27 +202,27 @@ class NonTensorStack(_NonTensorBase):
             return self._origins, self._table
         return inverse.reshape(self._origins.shape), [self._table[i] for i in used.tolist()]
 
-    def clone(self, recurse: bool = True, **kwargs: Any) -> "NonTensorStack":
-        """A copy; payloads are deep-copied unless ``recurse=False``."""
+    def clone(self, recurse: bool = True, *, device: Any = None) -> "NonTensorStack":
+        """A copy; payloads are deep-copied unless ``recurse=False``; ``device``: the copy's device."""
         origins, table = self._compact()
         if recurse:
             table = [_deepcopy_payload(p) for p in table]
             origins = origins.clone()
-        return NonTensorStack._new(origins, list(table), self._device, self._names)
+        return NonTensorStack._new(origins, list(table), self._device if device is None else parse_device(device), self._names)
 
     def copy(self) -> "NonTensorStack":
         return NonTensorStack._new(self._origins, self._table, self._device, self._names)
 
     # ---- conversion, comparison, display
-    def update_(self, input_dict_or_td: Any, *args: Any, **kwargs: Any) -> "NonTensorStack":
+    def update_(self, input_dict_or_td: Any, clone: bool = False, *, keys_to_update: Any = None) -> "NonTensorStack":
         """Replace every element (``set_`` on a stacked non-tensor entry): ``value`` is a payload,
         a :class:`NonTensorData` or a :class:`NonTensorStack` broadcastable to the batch size."""
         new = self._set_at(Ellipsis, input_dict_or_td)
         self._origins, self._table = new._origins, new._table
         return self
 
-    def update(self, input_dict_or_td: Any, *args: Any, **kwargs: Any) -> "NonTensorStack":
-        if self._is_locked and not kwargs.get("ignore_lock", False):
+    def update(self, input_dict_or_td: Any, clone: bool = False, inplace: bool = False, *, keys_to_update: Any = None, non_blocking: bool = False, is_leaf: Any = None, update_batch_size: bool = False, ignore_lock: bool = False) -> "NonTensorStack":
+        if self._is_locked and not ignore_lock:
             raise RuntimeError("Cannot update a locked NonTensorStack.")
         return self.update_(input_dict_or_td)
 

@@ -313,7 +313,7 @@ class TensorClass:
             return value
         return self._tensordict.get(key, default)
 
-    def set(self, key: Any, value: Any, inplace: bool = False, **kwargs: Any) -> Any:
+    def set(self, key: Any, value: Any, inplace: bool = False, *, non_blocking: bool = False) -> Any:
         if type(key) is str:
             if key not in type(self)._tc_field_set:
                 raise AttributeError(f"Cannot set {key!r} on {type(self).__name__}: it is not a field (fields: {list(type(self)._tc_fields)}).")
@@ -322,7 +322,7 @@ class TensorClass:
             else:
                 self._set_field(key, value)
             return self
-        self._tensordict.set(key, _unwrap(value), inplace=inplace, **kwargs)
+        self._tensordict.set(key, _unwrap(value), inplace=inplace, non_blocking=non_blocking)
         return self
 
     def __getitem__(self, index: Any) -> Any:
@@ -387,8 +387,8 @@ class TensorClass:
         return out
 
     # ------------------------------------------------------------------ copies
-    def clone(self, recurse: bool = True, **kwargs: Any) -> Any:
-        return type(self)._from_tensordict(self._tensordict.clone(recurse))
+    def clone(self, recurse: bool = True, *, device: Any = None) -> Any:
+        return type(self)._from_tensordict(self._tensordict.clone(recurse, device=device))
 
     def copy(self) -> Any:
         return type(self)._from_tensordict(self._tensordict.copy())
@@ -467,14 +467,16 @@ class TensorClass:
     # ------------------------------------------------------------------ persistence
     # The instance itself goes to tdict.persistence, which records the class so that loading
     # gives the tensor class back.
-    def memmap_(self, prefix: Any = None, copy_existing: bool = False, *, num_threads: int = 0, existsok: bool = True, **kwargs: Any) -> Any:
+    def memmap_(self, prefix: Any = None, copy_existing: bool = False, *, num_threads: int = 0, existsok: bool = True,
+                robust_key: bool | None = None, share_non_tensor: bool = False) -> Any:
         """Write every tensor leaf to memory-mapped files under ``prefix`` and point the fields at them."""
         from .persistence import memmap_
 
         memmap_(self, prefix, copy_existing=copy_existing, existsok=existsok, inplace=True)
         return self
 
-    def memmap(self, prefix: Any = None, copy_existing: bool = False, *, num_threads: int = 0, existsok: bool = True, **kwargs: Any) -> Any:
+    def memmap(self, prefix: Any = None, copy_existing: bool = False, *, num_threads: int = 0, existsok: bool = True,
+               robust_key: bool | None = None, share_non_tensor: bool = False) -> Any:
         """Like :meth:`memmap_` but returns a new instance and leaves ``self`` untouched."""
         from .persistence import memmap_
 
@@ -485,7 +487,8 @@ class TensorClass:
 
         return memmap_like(self, prefix, existsok=existsok)
 
-    def save(self, prefix: Any = None, copy_existing: bool = False, *, num_threads: int = 0, existsok: bool = True, **kwargs: Any) -> Any:
+    def save(self, prefix: Any = None, copy_existing: bool = False, *, num_threads: int = 0, existsok: bool = True,
+             robust_key: bool | None = None, share_non_tensor: bool = False) -> Any:
         self.memmap(prefix, copy_existing=copy_existing, existsok=existsok)
         return self
 

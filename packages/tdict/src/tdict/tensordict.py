@@ -281,7 +281,7 @@ class TensorDict(TensorDictBase):
                     return node
         return self._get_tuple(_key_to_tuple(key), default)
 
-    def set(self, key: NestedKey, item: Any, inplace: bool = False, *, non_blocking: bool = False, **kwargs: Any) -> "TensorDict":
+    def set(self, key: NestedKey, item: Any, inplace: bool = False, *, non_blocking: bool = False) -> "TensorDict":
         if type(key) is str:
             if not inplace and not self._is_locked and isinstance(item, torch.Tensor):  # the common case, inlined
                 bs = self._batch_size
@@ -417,11 +417,13 @@ class TensorDict(TensorDictBase):
         return TensorDict._new_unsafe(out, torch.Size((index.shape[0],)) + self._batch_size[1:], self._device, self._names)
 
     # ------------------------------------------------------------------ whole-collection ops
-    def clone(self, recurse: bool = True, **kwargs: Any) -> "TensorDict":
-        """A deep copy (``recurse=False``: new structure, shared tensors)."""
+    def clone(self, recurse: bool = True, *, device: Any = None) -> "TensorDict":
+        """A deep copy (``recurse=False``: new structure, shared tensors); ``device``: the copy's device."""
         if not recurse:
-            return self.copy()
-        return TensorDict._new_unsafe({k: v.clone() for k, v in self._tensordict.items()}, self._batch_size, self._device, self._names)
+            out = self.copy()
+        else:
+            out = TensorDict._new_unsafe({k: v.clone() for k, v in self._tensordict.items()}, self._batch_size, self._device, self._names)
+        return out if device is None else out.to(device)
 
     def copy(self) -> "TensorDict":
         return TensorDict._new_unsafe(
