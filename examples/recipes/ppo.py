@@ -7,9 +7,9 @@ range decay linearly to zero over the run (RL-zoo's ``lin_`` schedules). Expecte
 reaches the 500 maximum (threshold 475) in 100,000 frames (threshold crossed at 11,000 to 32,000
 frames, 1.3 to 4.5 s on one core, seeds 0-3; 16 envs x 64 steps, 5 epochs: fewer gradient steps per
 frame than RL-zoo's 8 x 32 steps and 20 epochs, which are in benchmarks/learning/settings.py);
-``pendulum`` -200 or better in 300,000 frames; ``halfcheetah`` is meant to pass 1,500 in 1,000,000
-frames but does not yet (seed 0: 1,369 at the end, 59 minutes on one thread; RL-zoo's setting also
-normalises observations and rewards, which this preset does not).
+``pendulum`` -200 or better in 300,000 frames; ``halfcheetah`` (HalfCheetah-v5, RL-zoo's setting in
+full, observations and rewards normalised) above 3,000 in 1,000,000 frames (seed 0: 2,282 at the first
+evaluation, 51,200 frames; 3,076 at 102,400; final 5,493; 34 minutes on one thread).
 
 Run: ``python examples/train.py algo=ppo env=cartpole [algo.epochs=10 collector.frames_per_batch=2048 ...]``.
 """
@@ -84,7 +84,7 @@ DEFAULTS = {"algo": {"lr": 3e-4, "gamma": 0.99, "lmbda": 0.95, "clip_epsilon": 0
                      "minibatch": 64, "hidden": 64, "critic_coeff": 0.5, "max_grad_norm": 0.5, "anneal": True,
                      "normalize": False, "activation": "tanh", "log_std_init": 0.0},
             "collector": {"init_random_frames": 0}}
-THRESHOLDS = {"cartpole": 475.0, "pendulum": -200.0, "halfcheetah": 1500.0}
+THRESHOLDS = {"cartpole": 475.0, "pendulum": -200.0, "halfcheetah": 3000.0}
 
 
 ACTIVATIONS = {"tanh": nn.Tanh, "relu": nn.ReLU}
