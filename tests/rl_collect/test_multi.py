@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 from rl_collect._worker import TRAJ_ID_STRIDE, split_frames
 from rl_collect.multi_async import AsyncCollector, MultiAsyncCollector
 from rl_collect.multi_sync import MultiSyncCollector
-from rl_collect.weight_sync import PipeWeightSyncScheme, SharedMemWeightSyncScheme
+from rl_collect.weight_sync import PipeWeightSyncScheme
 from rl_envs import CartPoleEnv, PendulumEnv
 
 
@@ -162,7 +162,6 @@ def test_sync_new_weights_in_next_batch(scheme):
         assert (second["collector", "policy_version"] == 1).all()
         assert torch.allclose(second["action"], torch.tensor(-0.5))
         # explicit weights
-        weights = policy.module.state_dict()
         from tdict import TensorDict
 
         td = TensorDict.from_module(policy).apply(lambda t: t.detach().clone())

@@ -191,7 +191,8 @@ def test_quick_example_from_the_issue(capsys):
     policy = TensorDictModule(nn.Sequential(nn.LazyLinear(64), nn.Tanh(), nn.Linear(64, 1), nn.Tanh()),
                               in_keys=["observation"], out_keys=["action"])
     rollout = env.rollout(max_steps=32, policy=policy)
-    print(rollout.batch_size); print(rollout["next", "reward"].shape)
+    print(rollout.batch_size)
+    print(rollout["next", "reward"].shape)
     assert capsys.readouterr().out == "torch.Size([32])\ntorch.Size([32])\n"
 
 

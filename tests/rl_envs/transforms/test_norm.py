@@ -173,7 +173,7 @@ def test_vecnorm_two_envs_share_stats():
     assert shared.is_shared() and shared["observation_sum"].shape == (3,)
     env_a = TransformedEnv(env_a, VecNorm(in_keys=["observation"], shared_td=shared, decay=1.0))
     env_b = TransformedEnv(PendulumEnv(seed=1), VecNorm(in_keys=["observation"], shared_td=shared, decay=1.0))
-    ra, rb = env_a.rollout(3), env_b.rollout(4)
+    env_a.rollout(3), env_b.rollout(4)
     assert shared["observation_count"].item() == 3 + 4 + 2  # steps + one reset each
     assert env_a.transform[0].loc["observation"].tolist() == env_b.transform[0].loc["observation"].tolist()
     with pytest.raises(ValueError, match="shared memory"):

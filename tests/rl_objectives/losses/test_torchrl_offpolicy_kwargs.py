@@ -29,7 +29,7 @@ from tdict.nn import (
     TensorDictModule,
     TensorDictSequential,
 )
-from tdict.specs import Bounded, OneHot
+from tdict.specs import OneHot
 from torch import distributions as D
 from torch import nn
 

@@ -10,7 +10,6 @@ its parent, even in the middle of a batch (``tdict.liveness``).
 from __future__ import annotations
 
 import copy
-import math
 import os
 import threading
 import traceback

@@ -48,66 +48,99 @@ _LAZY = {
     "set_exploration_type": "utils",
 }
 
-if TYPE_CHECKING:  # what type checkers and IDEs see; at run time the names load on first use (__getattr__)
-    from .batched.parallel import ParallelEnv
-    from .batched.serial import SerialEnv
-    from .checks import check_env_specs
-    from .env_creator import EnvCreator
-    from .libs._marl import MarlGroupMapType, check_marl_grouping
-    from .libs.dm_control import DMControlEnv, DMControlWrapper
-    from .libs.gymnasium import BaseInfoDictReader, GymEnv, GymWrapper, default_info_dict_reader
-    from .libs.pettingzoo import PettingZooEnv, PettingZooWrapper
-    from .libs.vmas import VmasEnv, VmasWrapper
-    from .native.cartpole import CartPoleEnv
-    from .policies import RandomPolicy
-    from .utils import ExplorationType, exploration_type, set_exploration_type
+if TYPE_CHECKING:  # type checkers and IDEs see these (`X as X`: re-exported); at run time __getattr__ loads them
+    from .batched.parallel import (
+        ParallelEnv as ParallelEnv,
+    )
+    from .batched.serial import (
+        SerialEnv as SerialEnv,
+    )
+    from .checks import (
+        check_env_specs as check_env_specs,
+    )
+    from .env_creator import (
+        EnvCreator as EnvCreator,
+    )
+    from .libs._marl import (
+        MarlGroupMapType as MarlGroupMapType,
+        check_marl_grouping as check_marl_grouping,
+    )
+    from .libs.dm_control import (
+        DMControlEnv as DMControlEnv,
+        DMControlWrapper as DMControlWrapper,
+    )
+    from .libs.gymnasium import (
+        BaseInfoDictReader as BaseInfoDictReader,
+        GymEnv as GymEnv,
+        GymWrapper as GymWrapper,
+        default_info_dict_reader as default_info_dict_reader,
+    )
+    from .libs.pettingzoo import (
+        PettingZooEnv as PettingZooEnv,
+        PettingZooWrapper as PettingZooWrapper,
+    )
+    from .libs.vmas import (
+        VmasEnv as VmasEnv,
+        VmasWrapper as VmasWrapper,
+    )
+    from .native.cartpole import (
+        CartPoleEnv as CartPoleEnv,
+    )
+    from .policies import (
+        RandomPolicy as RandomPolicy,
+    )
+    from .utils import (
+        ExplorationType as ExplorationType,
+        exploration_type as exploration_type,
+        set_exploration_type as set_exploration_type,
+    )
     from .transforms import (
-        ActionDiscretizer,
-        ActionMask,
-        ActionScaling,
-        BinarizeReward,
-        CatFrames,
-        CatTensors,
-        CenterCrop,
-        ClipTransform,
-        Crop,
-        DTypeCastTransform,
-        DeviceCastTransform,
-        DiscreteActionProjection,
-        DoubleToFloat,
-        EndOfLifeTransform,
-        ExcludeTransform,
-        FlattenAction,
-        FlattenObservation,
-        FrameSkipTransform,
-        GrayScale,
-        InitTracker,
-        MultiAction,
-        NextObservationDelta,
-        NoopResetEnv,
-        NormalizeReward,
-        ObservationNorm,
-        PermuteTransform,
-        RandomTruncationTransform,
-        RenameTransform,
-        Resize,
-        Reward2GoTransform,
-        RewardClipping,
-        RewardScaling,
-        RewardSum,
-        SelectTransform,
-        SignTransform,
-        SqueezeTransform,
-        TargetReturn,
-        TensorDictPrimer,
-        TerminateTransform,
-        TimeMaxPool,
-        ToTensorImage,
-        TrajCounter,
-        UnaryTransform,
-        UnsqueezeTransform,
-        VecNorm,
-        VideoRecorder,
+        ActionDiscretizer as ActionDiscretizer,
+        ActionMask as ActionMask,
+        ActionScaling as ActionScaling,
+        BinarizeReward as BinarizeReward,
+        CatFrames as CatFrames,
+        CatTensors as CatTensors,
+        CenterCrop as CenterCrop,
+        ClipTransform as ClipTransform,
+        Crop as Crop,
+        DTypeCastTransform as DTypeCastTransform,
+        DeviceCastTransform as DeviceCastTransform,
+        DiscreteActionProjection as DiscreteActionProjection,
+        DoubleToFloat as DoubleToFloat,
+        EndOfLifeTransform as EndOfLifeTransform,
+        ExcludeTransform as ExcludeTransform,
+        FlattenAction as FlattenAction,
+        FlattenObservation as FlattenObservation,
+        FrameSkipTransform as FrameSkipTransform,
+        GrayScale as GrayScale,
+        InitTracker as InitTracker,
+        MultiAction as MultiAction,
+        NextObservationDelta as NextObservationDelta,
+        NoopResetEnv as NoopResetEnv,
+        NormalizeReward as NormalizeReward,
+        ObservationNorm as ObservationNorm,
+        PermuteTransform as PermuteTransform,
+        RandomTruncationTransform as RandomTruncationTransform,
+        RenameTransform as RenameTransform,
+        Resize as Resize,
+        Reward2GoTransform as Reward2GoTransform,
+        RewardClipping as RewardClipping,
+        RewardScaling as RewardScaling,
+        RewardSum as RewardSum,
+        SelectTransform as SelectTransform,
+        SignTransform as SignTransform,
+        SqueezeTransform as SqueezeTransform,
+        TargetReturn as TargetReturn,
+        TensorDictPrimer as TensorDictPrimer,
+        TerminateTransform as TerminateTransform,
+        TimeMaxPool as TimeMaxPool,
+        ToTensorImage as ToTensorImage,
+        TrajCounter as TrajCounter,
+        UnaryTransform as UnaryTransform,
+        UnsqueezeTransform as UnsqueezeTransform,
+        VecNorm as VecNorm,
+        VideoRecorder as VideoRecorder,
     )
 
 __all__ = sorted(

@@ -59,25 +59,72 @@ _LAZY = {
     "load_dataset": "datasets.registry",
 }
 
-if TYPE_CHECKING:  # what type checkers and IDEs see; at run time the names load on first use (__getattr__)
-    from .buffers.ensemble import ReplayBufferEnsemble
-    from .buffers.her import HERReplayBuffer, HindsightStrategy
-    from .buffers.prioritized import PrioritizedReplayBuffer, TensorDictPrioritizedReplayBuffer
-    from .datasets.d4rl import D4RLExperienceReplay
-    from .datasets.minari import MinariExperienceReplay
-    from .datasets.offline import OfflineDataset
-    from .datasets.registry import load_dataset, register_dataset
-    from .max_value_writer import TensorDictMaxValueWriter
-    from .samplers.prioritized import PrioritizedSampler
-    from .samplers.prioritized_slice import PrioritizedSliceSampler
-    from .samplers.slice import SliceSampler, SliceSamplerWithoutReplacement
-    from .schedulers import LambdaScheduler, LinearScheduler, ParameterScheduler, SchedulerList, StepScheduler
-    from .shared import BufferProcess, make_shared
-    from .storages.compact import CompactTensorStorage
-    from .storages.compressed import CompressedListStorage
-    from .storages.memmap import LazyMemmapStorage
-    from .transforms import MultiStepTransform, RandomCropTensorDict
-    from .trees import MinTree, SumTree
+if TYPE_CHECKING:  # type checkers and IDEs see these (`X as X`: re-exported); at run time __getattr__ loads them
+    from .buffers.ensemble import (
+        ReplayBufferEnsemble as ReplayBufferEnsemble,
+    )
+    from .buffers.her import (
+        HERReplayBuffer as HERReplayBuffer,
+        HindsightStrategy as HindsightStrategy,
+    )
+    from .buffers.prioritized import (
+        PrioritizedReplayBuffer as PrioritizedReplayBuffer,
+        TensorDictPrioritizedReplayBuffer as TensorDictPrioritizedReplayBuffer,
+    )
+    from .datasets.d4rl import (
+        D4RLExperienceReplay as D4RLExperienceReplay,
+    )
+    from .datasets.minari import (
+        MinariExperienceReplay as MinariExperienceReplay,
+    )
+    from .datasets.offline import (
+        OfflineDataset as OfflineDataset,
+    )
+    from .datasets.registry import (
+        load_dataset as load_dataset,
+        register_dataset as register_dataset,
+    )
+    from .max_value_writer import (
+        TensorDictMaxValueWriter as TensorDictMaxValueWriter,
+    )
+    from .samplers.prioritized import (
+        PrioritizedSampler as PrioritizedSampler,
+    )
+    from .samplers.prioritized_slice import (
+        PrioritizedSliceSampler as PrioritizedSliceSampler,
+    )
+    from .samplers.slice import (
+        SliceSampler as SliceSampler,
+        SliceSamplerWithoutReplacement as SliceSamplerWithoutReplacement,
+    )
+    from .schedulers import (
+        LambdaScheduler as LambdaScheduler,
+        LinearScheduler as LinearScheduler,
+        ParameterScheduler as ParameterScheduler,
+        SchedulerList as SchedulerList,
+        StepScheduler as StepScheduler,
+    )
+    from .shared import (
+        BufferProcess as BufferProcess,
+        make_shared as make_shared,
+    )
+    from .storages.compact import (
+        CompactTensorStorage as CompactTensorStorage,
+    )
+    from .storages.compressed import (
+        CompressedListStorage as CompressedListStorage,
+    )
+    from .storages.memmap import (
+        LazyMemmapStorage as LazyMemmapStorage,
+    )
+    from .transforms import (
+        MultiStepTransform as MultiStepTransform,
+        RandomCropTensorDict as RandomCropTensorDict,
+    )
+    from .trees import (
+        MinTree as MinTree,
+        SumTree as SumTree,
+    )
 
 __all__ = sorted([
     "ImmutableDatasetWriter", "LazyTensorStorage", "ListStorage", "RandomSampler", "ReplayBuffer",

@@ -34,28 +34,79 @@ _LAZY = {
     "VideoRecorder": "video",
 }
 
-if TYPE_CHECKING:  # what type checkers and IDEs see; at run time the names load on first use (__getattr__)
-    from .action import ActionMask, ActionScaling, DiscreteActionProjection, FlattenAction, MultiAction
-    from .discretize import ActionDiscretizer
-    from .dtype import DTypeCastTransform, DeviceCastTransform, DoubleToFloat
-    from .elementwise import ClipTransform, SignTransform, UnaryTransform
-    from .episode import (
-        EndOfLifeTransform,
-        FrameSkipTransform,
-        InitTracker,
-        NoopResetEnv,
-        RandomTruncationTransform,
-        TerminateTransform,
-        TrajCounter,
+if TYPE_CHECKING:  # type checkers and IDEs see these (`X as X`: re-exported); at run time __getattr__ loads them
+    from .action import (
+        ActionMask as ActionMask,
+        ActionScaling as ActionScaling,
+        DiscreteActionProjection as DiscreteActionProjection,
+        FlattenAction as FlattenAction,
+        MultiAction as MultiAction,
     )
-    from .image import CenterCrop, Crop, GrayScale, Resize, ToTensorImage
-    from .keys import CatTensors, ExcludeTransform, RenameTransform, SelectTransform
-    from .norm import NormalizeReward, ObservationNorm, VecNorm
-    from .primer import TensorDictPrimer
-    from .reward import BinarizeReward, Reward2GoTransform, RewardClipping, RewardScaling, RewardSum, TargetReturn
-    from .shape import FlattenObservation, PermuteTransform, SqueezeTransform, UnsqueezeTransform
-    from .temporal import CatFrames, NextObservationDelta, TimeMaxPool
-    from .video import VideoRecorder
+    from .discretize import (
+        ActionDiscretizer as ActionDiscretizer,
+    )
+    from .dtype import (
+        DTypeCastTransform as DTypeCastTransform,
+        DeviceCastTransform as DeviceCastTransform,
+        DoubleToFloat as DoubleToFloat,
+    )
+    from .elementwise import (
+        ClipTransform as ClipTransform,
+        SignTransform as SignTransform,
+        UnaryTransform as UnaryTransform,
+    )
+    from .episode import (
+        EndOfLifeTransform as EndOfLifeTransform,
+        FrameSkipTransform as FrameSkipTransform,
+        InitTracker as InitTracker,
+        NoopResetEnv as NoopResetEnv,
+        RandomTruncationTransform as RandomTruncationTransform,
+        TerminateTransform as TerminateTransform,
+        TrajCounter as TrajCounter,
+    )
+    from .image import (
+        CenterCrop as CenterCrop,
+        Crop as Crop,
+        GrayScale as GrayScale,
+        Resize as Resize,
+        ToTensorImage as ToTensorImage,
+    )
+    from .keys import (
+        CatTensors as CatTensors,
+        ExcludeTransform as ExcludeTransform,
+        RenameTransform as RenameTransform,
+        SelectTransform as SelectTransform,
+    )
+    from .norm import (
+        NormalizeReward as NormalizeReward,
+        ObservationNorm as ObservationNorm,
+        VecNorm as VecNorm,
+    )
+    from .primer import (
+        TensorDictPrimer as TensorDictPrimer,
+    )
+    from .reward import (
+        BinarizeReward as BinarizeReward,
+        Reward2GoTransform as Reward2GoTransform,
+        RewardClipping as RewardClipping,
+        RewardScaling as RewardScaling,
+        RewardSum as RewardSum,
+        TargetReturn as TargetReturn,
+    )
+    from .shape import (
+        FlattenObservation as FlattenObservation,
+        PermuteTransform as PermuteTransform,
+        SqueezeTransform as SqueezeTransform,
+        UnsqueezeTransform as UnsqueezeTransform,
+    )
+    from .temporal import (
+        CatFrames as CatFrames,
+        NextObservationDelta as NextObservationDelta,
+        TimeMaxPool as TimeMaxPool,
+    )
+    from .video import (
+        VideoRecorder as VideoRecorder,
+    )
 
 __all__ = sorted(["Compose", "StepCounter", "Transform", "TransformedEnv", *_LAZY])
 

@@ -20,11 +20,22 @@ _LAZY = {
     "registered_datasets": "registry",
 }
 
-if TYPE_CHECKING:  # what type checkers and IDEs see; at run time the names load on first use (__getattr__)
-    from .d4rl import D4RLExperienceReplay
-    from .minari import MinariExperienceReplay
-    from .offline import OfflineDataset, split_trajectories
-    from .registry import load_dataset, register_dataset, registered_datasets
+if TYPE_CHECKING:  # type checkers and IDEs see these (`X as X`: re-exported); at run time __getattr__ loads them
+    from .d4rl import (
+        D4RLExperienceReplay as D4RLExperienceReplay,
+    )
+    from .minari import (
+        MinariExperienceReplay as MinariExperienceReplay,
+    )
+    from .offline import (
+        OfflineDataset as OfflineDataset,
+        split_trajectories as split_trajectories,
+    )
+    from .registry import (
+        load_dataset as load_dataset,
+        register_dataset as register_dataset,
+        registered_datasets as registered_datasets,
+    )
 
 __all__ = ["D4RLExperienceReplay", "MinariExperienceReplay", "OfflineDataset", "load_dataset",
            "register_dataset", "registered_datasets", "split_trajectories"]
