@@ -74,7 +74,11 @@ class Config:
 
 def run_config(quick: bool, samples: int | None = None) -> Config:
     """The sampling plan every benchmark script uses: ``--quick`` (< 1 minute) or the full run."""
-    cfg = Config(samples=7, target_sample_s=0.002, warmup_s=0.02) if quick else Config(samples=41, target_sample_s=0.005, warmup_s=0.1)
+    cfg = (
+        Config(samples=7, target_sample_s=0.002, warmup_s=0.02)
+        if quick
+        else Config(samples=41, target_sample_s=0.005, warmup_s=0.1)
+    )
     return Config(samples=samples, target_sample_s=cfg.target_sample_s, warmup_s=cfg.warmup_s) if samples else cfg
 
 

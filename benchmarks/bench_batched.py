@@ -47,7 +47,11 @@ def _torchrl() -> NS | None:
 
 
 def load_impls() -> list[Impl]:
-    impls = [Impl(name, name, "td", wrap=lambda d, bs, m=m: m, TensorDict=m) for name, m in (("ours", _ours()), ("torchrl", _torchrl())) if m is not None]
+    impls = [
+        Impl(name, name, "td", wrap=lambda d, bs, m=m: m, TensorDict=m)
+        for name, m in (("ours", _ours()), ("torchrl", _torchrl()))
+        if m is not None
+    ]
     impls.append(Impl("plain", "gymnasium vector env", "plain", wrap=lambda d, bs: None))
     return impls
 
@@ -115,8 +119,14 @@ def main(argv: list[str] | None = None) -> int:
     header = f"{', '.join(f'{k} {v}' for k, v in versions.items())}; python {platform.python_version()}; 1 torch thread in the parent"
     print(header + "\n", flush=True)
     results = run_all(WORKLOADS, impls, cfg, reference="plain")
-    cmp = Comparison("ours", "torchrl", "plain", {"ours": "ours", "torchrl": "torchrl", "plain": "gymnasium vector env"},
-                     max_over_floor=float("inf"), min_geomean_speedup=None)
+    cmp = Comparison(
+        "ours",
+        "torchrl",
+        "plain",
+        {"ours": "ours", "torchrl": "torchrl", "plain": "gymnasium vector env"},
+        max_over_floor=float("inf"),
+        min_geomean_speedup=None,
+    )
     rows, summary = summarize(results, cmp)
     table = render(rows, summary, cmp)
     print("\n" + table)

@@ -65,10 +65,7 @@ def _import_ours():
         import rl_collect
         import rl_envs
     except ImportError:  # run from a checkout without the packages installed
-        sys.path[:0] = [
-            str(ROOT / "packages" / p / "src")
-            for p in ("tdict", "rl-envs", "rl-collect")
-        ]
+        sys.path[:0] = [str(ROOT / "packages" / p / "src") for p in ("tdict", "rl-envs", "rl-collect")]
         import rl_collect
         import rl_envs
     return rl_collect, rl_envs
@@ -77,9 +74,7 @@ def _import_ours():
 # ----------------------------------------------------------------------------- policies
 def _mlp() -> nn.Module:
     torch.manual_seed(0)
-    return nn.Sequential(
-        nn.Linear(3, 64), nn.Tanh(), nn.Linear(64, 64), nn.Tanh(), nn.Linear(64, 1)
-    )
+    return nn.Sequential(nn.Linear(3, 64), nn.Tanh(), nn.Linear(64, 64), nn.Tanh(), nn.Linear(64, 1))
 
 
 class _FromAngle(nn.Module):
@@ -202,9 +197,7 @@ def s_pendulum(batch: tuple):
         env = PendulumEnv(seed=0)
         if batch:
             env = TransformedEnv(env, BatchSizeTransform(batch_size=list(batch)))
-        policy = TensorDictModule(
-            _FromAngle(_mlp()), in_keys=["th", "thdot"], out_keys=["action"]
-        )
+        policy = TensorDictModule(_FromAngle(_mlp()), in_keys=["th", "thdot"], out_keys=["action"])
         collector = Collector(env, policy, frames_per_batch=STEPS * n, total_frames=-1)
         return NS(op=_next_batch(iter(collector)), close=collector.shutdown)
 
@@ -215,9 +208,7 @@ def s_multi(impl: Impl) -> NS:
     rl_collect, _ = _import_ours()
     torch.manual_seed(0)
     if impl.name == "plain":
-        collector = rl_collect.Collector(
-            make_slow_pendulum, _our_policy(), frames_per_batch=SLOW_FRAMES
-        )
+        collector = rl_collect.Collector(make_slow_pendulum, _our_policy(), frames_per_batch=SLOW_FRAMES)
     else:
         multi = getattr(rl_collect, "MultiSyncCollector", None)
         if multi is None:  # written but not exported yet
@@ -253,9 +244,7 @@ def same_data_as_hand_loop(batch: tuple) -> bool:
         )
     )
     torch.manual_seed(0)
-    loop = _hand_loop(
-        rl_envs.PendulumEnv(batch_size=list(batch), seed=0), _our_policy(), 20
-    )()
+    loop = _hand_loop(rl_envs.PendulumEnv(batch_size=list(batch), seed=0), _our_policy(), 20)()
     return bool((ours.exclude("collector") == loop).all())
 
 
@@ -326,15 +315,11 @@ def targets(rows: list[dict], multi_row: dict | None) -> tuple[dict, dict]:
             ("plain", "hand loop"),
         ):
             us = r["median_us"].get(k)
-            derived[f"{name}: {label} frames/s"] = (
-                None if us is None else STEPS * n / (us * 1e-6)
-            )
+            derived[f"{name}: {label} frames/s"] = None if us is None else STEPS * n / (us * 1e-6)
         s = r["speedup_vs_peer"]
         o = r["ours_over_floor"]
         derived[f"{name}: speed-up vs torchrl"] = s
-        derived[f"{name}: frames/s as a fraction of the hand loop"] = (
-            None if o is None else 1.0 / o
-        )
+        derived[f"{name}: frames/s as a fraction of the hand loop"] = None if o is None else 1.0 / o
         checks[f"{name}: >= 3x torchrl"] = s is not None and s >= 3.0
         checks[f"{name}: >= 0.8x the hand loop"] = o is not None and 1.0 / o >= 0.8
     if multi_row is not None:
@@ -342,12 +327,12 @@ def targets(rows: list[dict], multi_row: dict | None) -> tuple[dict, dict]:
         derived[f"{MULTI}: speed-up vs one Collector"] = ratio
         for k, label in (("ours", "MultiSyncCollector"), ("plain", "Collector")):
             us = multi_row["median_us"].get(k)
-            derived[f"{MULTI}: {label} frames/s"] = (
-                None if us is None else SLOW_FRAMES / (us * 1e-6)
-            )
+            derived[f"{MULTI}: {label} frames/s"] = None if us is None else SLOW_FRAMES / (us * 1e-6)
         control = multi_row.get("machine_parallel_gain")
         derived[f"{MULTI}: control, bare {WORKERS}-process pool gain on the same work"] = control
-        derived[f"{MULTI}: gain as a fraction of the control's"] = None if ratio is None or not control else ratio / control
+        derived[f"{MULTI}: gain as a fraction of the control's"] = (
+            None if ratio is None or not control else ratio / control
+        )
         if multi_row["errors"]:
             derived[f"{MULTI}: errors"] = multi_row["errors"]
         checks[f"{MULTI}: >= 1.6x one Collector"] = ratio is not None and ratio >= 1.6
@@ -371,16 +356,12 @@ def environment(impls: list[Impl]) -> dict:
 
 def load() -> list[Impl]:
     rl_collect, _ = _import_ours()
-    impls = [
-        Impl("ours", "rl_collect", "td", wrap=None, version=rl_collect.__version__)
-    ]
+    impls = [Impl("ours", "rl_collect", "td", wrap=None, version=rl_collect.__version__)]
     try:
         import torchrl
         import torchrl.collectors
 
-        impls.append(
-            Impl("torchrl", "torchrl", "td", wrap=None, version=torchrl.__version__)
-        )
+        impls.append(Impl("torchrl", "torchrl", "td", wrap=None, version=torchrl.__version__))
     except ImportError as e:
         print(f"note: skipping torchrl ({e})")
     impls.append(Impl("plain", "hand loop", "plain", wrap=None))
@@ -389,9 +370,7 @@ def load() -> list[Impl]:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument(
-        "--quick", action="store_true", help="fewer samples (about a minute)"
-    )
+    ap.add_argument("--quick", action="store_true", help="fewer samples (about a minute)")
     ap.add_argument("--out", default=str(HERE / "results" / "collect.json"))
     ap.add_argument(
         "--threads",
@@ -409,9 +388,7 @@ def main(argv: list[str] | None = None) -> int:
         default="",
         help="comma-separated substrings of workload names (case-insensitive)",
     )
-    ap.add_argument(
-        "--list", action="store_true", help="print the workload names and exit"
-    )
+    ap.add_argument("--list", action="store_true", help="print the workload names and exit")
     args = ap.parse_args(argv)
     if args.list:
         print("\n".join(w.name for w in [*WORKLOADS, MULTI_WORKLOAD]))
@@ -419,9 +396,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.threads > 0:
         torch.set_num_threads(args.threads)
         torch.set_num_interop_threads(1)
-    warnings.filterwarnings(
-        "ignore"
-    )  # torchrl's deprecation chatter would drown the table
+    warnings.filterwarnings("ignore")  # torchrl's deprecation chatter would drown the table
     cfg = run_config(args.quick, args.samples or (5 if args.quick else 15))
     wanted = [s.strip().lower() for s in args.filter.split(",") if s.strip()]
     keep = lambda w: not wanted or any(s in w.name.lower() for s in wanted)
@@ -474,9 +449,7 @@ def main(argv: list[str] | None = None) -> int:
 
     derived, checks = targets(rows, multi_row)
     for batch in ((), (BATCH,)):
-        checks[f"Collector data == hand loop data, batch {list(batch)}"] = (
-            same_data_as_hand_loop(batch)
-        )
+        checks[f"Collector data == hand loop data, batch {list(batch)}"] = same_data_as_hand_loop(batch)
     lines = [table, ""]
     if multi_text:
         lines += [multi_text, ""]

@@ -10,6 +10,7 @@ script re-runs itself under ``unshare -n`` (with ``lo`` up) and starts a local R
 ``bench_collect.py`` whose step costs 1 ms of CPU and the same 2x64 MLP policy; one batch is 100
 frames. Reported: median per-batch latency (time between two yields) and frames/s over the run.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -61,8 +62,11 @@ def inner(batches: int, out: str) -> int:
         rows = {"MultiSyncCollector(2)": _time_batches(multi, batches)}
         multi.shutdown()
         ray_collector = RayCollector(
-            bench_collect.make_slow_pendulum, bench_collect._our_policy(), frames_per_batch=FRAMES,
-            total_frames=total, num_collectors=WORKERS,
+            bench_collect.make_slow_pendulum,
+            bench_collect._our_policy(),
+            frames_per_batch=FRAMES,
+            total_frames=total,
+            num_collectors=WORKERS,
         )
         rows["RayCollector(2)"] = _time_batches(ray_collector, batches)
         ray_collector.shutdown()

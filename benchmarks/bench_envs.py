@@ -95,7 +95,9 @@ def _pendulum_loop(batch: tuple):
             u = torch.empty(batch).uniform_(-max_torque, max_torque, generator=gen)
             norm = torch.remainder(th + math.pi, 2 * math.pi) - math.pi
             reward = -(norm * norm + 0.1 * thdot * thdot + 0.001 * u * u)  # noqa: F841 (computed as the envs do)
-            thdot = (thdot + (3 * g / (2 * l) * torch.sin(th) + 3.0 / (m * l * l) * u) * dt_).clamp(-max_speed, max_speed)
+            thdot = (thdot + (3 * g / (2 * l) * torch.sin(th) + 3.0 / (m * l * l) * u) * dt_).clamp(
+                -max_speed, max_speed
+            )
             th = th + thdot * dt_
             obs = torch.stack([th.cos(), th.sin(), thdot], -1)  # noqa: F841
         return STEPS * max(1, math.prod(batch))
@@ -171,7 +173,9 @@ def _teardown(ctx: NS) -> None:
 
 
 def _w(name: str, group: str, setup, note: str) -> Workload:
-    return Workload(name, group, setup, td=lambda c: c.op, plain=lambda c: c.op, note=note, observe=_observe, teardown=_teardown)
+    return Workload(
+        name, group, setup, td=lambda c: c.op, plain=lambda c: c.op, note=note, observe=_observe, teardown=_teardown
+    )
 
 
 PENDULUM_1 = f"PendulumEnv rollout({STEPS}), batch []"
@@ -225,7 +229,9 @@ def targets(rows: list[dict]) -> tuple[dict, dict]:
 
 
 def environment(impls: list[Impl]) -> dict:
-    versions = {i.name: i.version for i in impls if i.version} | module_versions("gymnasium", "mujoco", "tensordict", "tdict")
+    versions = {i.name: i.version for i in impls if i.version} | module_versions(
+        "gymnasium", "mujoco", "tensordict", "tdict"
+    )
     return {
         "python": platform.python_version(),
         "platform": platform.platform(),
@@ -260,9 +266,20 @@ def main(argv: list[str] | None = None) -> int:
     workloads = [w for w in WORKLOADS if not wanted or any(s in w.name.lower() for s in wanted)]
     impls = load()
     env = environment(impls)
-    print(f"torch {env['torch']}; {torch.get_num_threads()} thread(s); " + ", ".join(f"{k} {v}" for k, v in env["versions"].items()) + "\n", flush=True)
+    print(
+        f"torch {env['torch']}; {torch.get_num_threads()} thread(s); "
+        + ", ".join(f"{k} {v}" for k, v in env["versions"].items())
+        + "\n",
+        flush=True,
+    )
     results = run_all(workloads, impls, cfg, reference="plain")
-    cmp = Comparison("ours", "torchrl", "plain", {"ours": "rl_envs", "torchrl": "torchrl", "plain": "floor"}, max_over_floor=float("inf"))
+    cmp = Comparison(
+        "ours",
+        "torchrl",
+        "plain",
+        {"ours": "rl_envs", "torchrl": "torchrl", "plain": "floor"},
+        max_over_floor=float("inf"),
+    )
     rows, summary = summarize(results, cmp)
     table = render(rows, summary, cmp)
     derived, checks = targets(rows)

@@ -55,14 +55,29 @@ def logprobs(args: argparse.Namespace) -> dict:
     for variant in ("full", "chunked"):
         peaks = []
         for _ in range(args.repeats):
-            out = subprocess.run([sys.executable, __file__, "_logprobs_child", variant, str(args.chunk_size)],
-                                 capture_output=True, text=True, check=True)
+            out = subprocess.run(
+                [sys.executable, __file__, "_logprobs_child", variant, str(args.chunk_size)],
+                capture_output=True,
+                text=True,
+                check=True,
+            )
             peaks.append(float(out.stdout.strip().splitlines()[-1]))
         rows[variant] = statistics.median(peaks)
-        print(f"{variant:8s}: peak memory growth {rows[variant]:8.1f} MB (runs: {', '.join(f'{p:.0f}' for p in peaks)})", flush=True)
+        print(
+            f"{variant:8s}: peak memory growth {rows[variant]:8.1f} MB (runs: {', '.join(f'{p:.0f}' for p in peaks)})",
+            flush=True,
+        )
     ratio = rows["chunked"] / rows["full"]
     print(f"chunked / full: {ratio:.3f}x (vocab 32000, batch 8, length 512, hidden 512, chunk {args.chunk_size})")
-    return {"peak_mb": rows, "ratio": ratio, "chunk_size": args.chunk_size, "vocab": 32000, "batch": 8, "length": 512, "hidden": 512}
+    return {
+        "peak_mb": rows,
+        "ratio": ratio,
+        "chunk_size": args.chunk_size,
+        "vocab": 32000,
+        "batch": 8,
+        "length": 512,
+        "hidden": 512,
+    }
 
 
 def main() -> None:
@@ -74,7 +89,10 @@ def main() -> None:
     parser.add_argument("--chunk-size", type=int, default=512)
     parser.add_argument("--repeats", type=int, default=3)
     args = parser.parse_args()
-    result = {"command": " ".join(["python", str(Path(__file__).resolve().relative_to(REPO)), *sys.argv[1:]]), **logprobs(args)}
+    result = {
+        "command": " ".join(["python", str(Path(__file__).resolve().relative_to(REPO)), *sys.argv[1:]]),
+        **logprobs(args),
+    }
     out = RESULTS / f"llm_{args.what}.json"
     out.write_text(json.dumps(result, indent=1) + "\n")
     print(f"written {out.relative_to(REPO)}")

@@ -31,8 +31,10 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 RESULTS = REPO / "benchmarks" / "results"
-WORDS = ("the cat sat on a mat and the dog ran in the park while one plus two is three and four times five "
-         "is twenty so what is the answer to this question please think step by step before you reply").split()
+WORDS = (
+    "the cat sat on a mat and the dog ran in the park while one plus two is three and four times five "
+    "is twenty so what is the answer to this question please think step by step before you reply"
+).split()
 
 
 def _setup(seed: int = 0):
@@ -45,19 +47,33 @@ def _setup(seed: int = 0):
     raw.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     raw.decoder = decoders.ByteLevel()
     corpus = [" ".join(WORDS[i:] + WORDS[:i]) for i in range(len(WORDS))]
-    raw.train_from_iterator(corpus * 20, trainers.BpeTrainer(vocab_size=2000, special_tokens=["<pad>", "<eos>"],
-                                                             initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
+    raw.train_from_iterator(
+        corpus * 20,
+        trainers.BpeTrainer(
+            vocab_size=2000, special_tokens=["<pad>", "<eos>"], initial_alphabet=pre_tokenizers.ByteLevel.alphabet()
+        ),
+    )
     tok = PreTrainedTokenizerFast(tokenizer_object=raw, pad_token="<pad>", eos_token="<eos>")
     torch.manual_seed(seed)
     # no dropout, as the configs of current open LLMs (Llama, Qwen, Mistral: attention_dropout 0)
-    config = GPT2Config(n_layer=4, n_head=4, n_embd=128, n_positions=512, vocab_size=len(tok), bos_token_id=tok.eos_token_id,
-                        eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id, resid_pdrop=0.0, embd_pdrop=0.0,
-                        attn_pdrop=0.0)
+    config = GPT2Config(
+        n_layer=4,
+        n_head=4,
+        n_embd=128,
+        n_positions=512,
+        vocab_size=len(tok),
+        bos_token_id=tok.eos_token_id,
+        eos_token_id=tok.eos_token_id,
+        pad_token_id=tok.pad_token_id,
+        resid_pdrop=0.0,
+        embd_pdrop=0.0,
+        attn_pdrop=0.0,
+    )
     return tok, GPT2LMHeadModel(config)
 
 
 def _prompts(n: int) -> list[dict]:
-    return [{"prompt": " ".join(WORDS[i % 20: i % 20 + 12]), "answer": str(i % 7)} for i in range(n)]
+    return [{"prompt": " ".join(WORDS[i % 20 : i % 20 + 12]), "answer": str(i % 7)} for i in range(n)]
 
 
 def digit_reward(prompts=None, completions=(), **kwargs):
@@ -77,9 +93,23 @@ def _settings(mode: str) -> dict:
 def _grpo_child(lib: str, steps: int, mode: str) -> dict:
     tok, model = _setup()
     rows, out_dir = _prompts(64), tempfile.mkdtemp()
-    common = dict(output_dir=out_dir, per_device_train_batch_size=8, num_generations=8, max_completion_length=64,
-                  learning_rate=1e-6, max_steps=steps + 1, logging_steps=1000, seed=0, temperature=1.0, top_p=1.0, top_k=0,
-                  beta=0.0, loss_type="dapo", max_grad_norm=1.0, **_settings(mode))
+    common = dict(
+        output_dir=out_dir,
+        per_device_train_batch_size=8,
+        num_generations=8,
+        max_completion_length=64,
+        learning_rate=1e-6,
+        max_steps=steps + 1,
+        logging_steps=1000,
+        seed=0,
+        temperature=1.0,
+        top_p=1.0,
+        top_k=0,
+        beta=0.0,
+        loss_type="dapo",
+        max_grad_norm=1.0,
+        **_settings(mode),
+    )
     times: list[float] = []
     if lib == "trl":
         from datasets import Dataset
@@ -97,16 +127,28 @@ def _grpo_child(lib: str, steps: int, mode: str) -> dict:
                 times.append(time.process_time() - self.t)
 
         clock = Clock()
-        trainer = GRPOTrainer(model, reward_funcs=digit_reward, train_dataset=Dataset.from_list(rows), processing_class=tok,
-                              args=GRPOConfig(**common, use_cpu=True, report_to="none", save_strategy="no", disable_tqdm=True,
-                                              disable_dropout=True), callbacks=[clock])
+        trainer = GRPOTrainer(
+            model,
+            reward_funcs=digit_reward,
+            train_dataset=Dataset.from_list(rows),
+            processing_class=tok,
+            args=GRPOConfig(
+                **common, use_cpu=True, report_to="none", save_strategy="no", disable_tqdm=True, disable_dropout=True
+            ),
+            callbacks=[clock],
+        )
         trainer.train()
         peak = _peak_mb() - clock.base
     else:
         from rl_llm.trainers import GRPOConfig, GRPOTrainer
 
-        trainer = GRPOTrainer(model, reward_funcs=digit_reward, train_dataset=rows, processing_class=tok,
-                              args=GRPOConfig(**common, report_to=[], disable_tqdm=True, log_completions=False))
+        trainer = GRPOTrainer(
+            model,
+            reward_funcs=digit_reward,
+            train_dataset=rows,
+            processing_class=tok,
+            args=GRPOConfig(**common, report_to=[], disable_tqdm=True, log_completions=False),
+        )
         base = _peak_mb()
         for _ in range(steps + 1):
             t = time.process_time()
@@ -119,10 +161,20 @@ def _grpo_child(lib: str, steps: int, mode: str) -> dict:
 # ---------------------------------------------------------------------------- SFT
 def _sft_child(lib: str, steps: int, packing: bool, mode: str) -> dict:
     tok, model = _setup()
-    rows = [{"text": " ".join((WORDS * 4)[i % 30: i % 30 + 40 + (i * 37) % 120])} for i in range(512)]
+    rows = [{"text": " ".join((WORDS * 4)[i % 30 : i % 30 + 40 + (i * 37) % 120])} for i in range(512)]
     out_dir = tempfile.mkdtemp()
-    common = dict(output_dir=out_dir, per_device_train_batch_size=8, learning_rate=1e-4, max_steps=steps + 1, logging_steps=1000,
-                  seed=0, max_length=256, packing=packing, max_grad_norm=1.0, **_settings(mode))
+    common = dict(
+        output_dir=out_dir,
+        per_device_train_batch_size=8,
+        learning_rate=1e-4,
+        max_steps=steps + 1,
+        logging_steps=1000,
+        seed=0,
+        max_length=256,
+        packing=packing,
+        max_grad_norm=1.0,
+        **_settings(mode),
+    )
     times: list[float] = []
     if lib == "trl":
         from datasets import Dataset
@@ -136,25 +188,43 @@ def _sft_child(lib: str, steps: int, packing: bool, mode: str) -> dict:
             def on_step_end(self, *a, **k):
                 times.append(time.perf_counter() - self.t)
 
-        trainer = SFTTrainer(model, train_dataset=Dataset.from_list(rows), processing_class=tok, callbacks=[Clock()],
-                             args=SFTConfig(**common, use_cpu=True, report_to="none", save_strategy="no", disable_tqdm=True,
-                                            packing_strategy="bfd", padding_free=False, dataset_num_proc=None))
+        trainer = SFTTrainer(
+            model,
+            train_dataset=Dataset.from_list(rows),
+            processing_class=tok,
+            callbacks=[Clock()],
+            args=SFTConfig(
+                **common,
+                use_cpu=True,
+                report_to="none",
+                save_strategy="no",
+                disable_tqdm=True,
+                packing_strategy="bfd",
+                padding_free=False,
+                dataset_num_proc=None,
+            ),
+        )
         counted: list[int] = []
         collate = trainer.data_collator
 
         def counting(features):
             batch = collate(features)
-            counted.append(int(batch["attention_mask"].sum()) if "attention_mask" in batch else int((batch["input_ids"] != tok.pad_token_id).sum()))
+            counted.append(
+                int(batch["attention_mask"].sum())
+                if "attention_mask" in batch
+                else int((batch["input_ids"] != tok.pad_token_id).sum())
+            )
             return batch
 
         trainer.data_collator = counting
         trainer.train()
-        tokens = counted[1: steps + 1]
+        tokens = counted[1 : steps + 1]
     else:
         from rl_llm.trainers import SFTConfig, SFTTrainer
 
-        trainer = SFTTrainer(model, train_dataset=rows, processing_class=tok,
-                             args=SFTConfig(**common, report_to=[], disable_tqdm=True))
+        trainer = SFTTrainer(
+            model, train_dataset=rows, processing_class=tok, args=SFTConfig(**common, report_to=[], disable_tqdm=True)
+        )
         tokens = []
         for i in range(steps + 1):
             t = time.perf_counter()
@@ -183,11 +253,15 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=10)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--gradient-checkpointing", choices=["on", "off"], default="on")
-    parser.add_argument("--library-defaults", action="store_true", help="each library at its own bf16/checkpointing defaults")
+    parser.add_argument(
+        "--library-defaults", action="store_true", help="each library at its own bf16/checkpointing defaults"
+    )
     args = parser.parse_args()
     mode = "defaults" if args.library_defaults else args.gradient_checkpointing
-    result: dict = {"command": " ".join(["python", str(Path(__file__).resolve().relative_to(REPO)), *sys.argv[1:]]),
-                    "settings": {"threads": 1, **({"each library's defaults": True} if mode == "defaults" else _settings(mode))}}
+    result: dict = {
+        "command": " ".join(["python", str(Path(__file__).resolve().relative_to(REPO)), *sys.argv[1:]]),
+        "settings": {"threads": 1, **({"each library's defaults": True} if mode == "defaults" else _settings(mode))},
+    }
     variants = [("grpo", "")] if args.what == "grpo" else [("sft", "0"), ("sft", "1")]
     for kind, packing in variants:
         rows: dict = {}
@@ -199,15 +273,24 @@ def main() -> None:
         if kind == "grpo":
             summary["ratio_step_time"] = summary["ours"]["step_s"] / summary["trl"]["step_s"]
             summary["ratio_peak_memory"] = summary["ours"]["peak_mb"] / summary["trl"]["peak_mb"]
-            print(f"GRPO step: ours {summary['ours']['step_s']:.3f} s, TRL {summary['trl']['step_s']:.3f} s "
-                  f"({summary['ratio_step_time']:.2f}x); peak memory growth ours {summary['ours']['peak_mb']:.0f} MB, "
-                  f"TRL {summary['trl']['peak_mb']:.0f} MB ({summary['ratio_peak_memory']:.2f}x)", flush=True)
+            print(
+                f"GRPO step: ours {summary['ours']['step_s']:.3f} s, TRL {summary['trl']['step_s']:.3f} s "
+                f"({summary['ratio_step_time']:.2f}x); peak memory growth ours {summary['ours']['peak_mb']:.0f} MB, "
+                f"TRL {summary['trl']['peak_mb']:.0f} MB ({summary['ratio_peak_memory']:.2f}x)",
+                flush=True,
+            )
         else:
             summary["ratio_tokens_per_s"] = summary["ours"]["tokens_per_s"] / summary["trl"]["tokens_per_s"]
-            print(f"{name}: tokens/s ours {summary['ours']['tokens_per_s']:.0f}, TRL {summary['trl']['tokens_per_s']:.0f} "
-                  f"({summary['ratio_tokens_per_s']:.2f}x)", flush=True)
+            print(
+                f"{name}: tokens/s ours {summary['ours']['tokens_per_s']:.0f}, TRL {summary['trl']['tokens_per_s']:.0f} "
+                f"({summary['ratio_tokens_per_s']:.2f}x)",
+                flush=True,
+            )
         result[name] = summary
-    out = RESULTS / f"llm_trainers_{args.what}{ {'on': '', 'off': '_no_checkpointing', 'defaults': '_library_defaults'}[mode]}.json"
+    out = (
+        RESULTS
+        / f"llm_trainers_{args.what}{ {'on': '', 'off': '_no_checkpointing', 'defaults': '_library_defaults'}[mode] }.json"
+    )
     out.write_text(json.dumps(result, indent=1) + "\n")
     print(f"written {out.relative_to(REPO)}")
 

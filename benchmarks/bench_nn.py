@@ -59,7 +59,9 @@ def s_sequence(impl: Impl) -> NS:
         return NS(nets=nets, x=x)
     m = _nn_of(impl)
     keys = ["obs", "h1", "h2", "out"]
-    seq = m.TensorDictSequential(*(m.TensorDictModule(n, in_keys=[keys[i]], out_keys=[keys[i + 1]]) for i, n in enumerate(nets)))
+    seq = m.TensorDictSequential(
+        *(m.TensorDictModule(n, in_keys=[keys[i]], out_keys=[keys[i + 1]]) for i, n in enumerate(nets))
+    )
     return NS(mod=seq, td=impl.TensorDict({"obs": x}, batch_size=[BATCH]))
 
 
@@ -94,9 +96,18 @@ def main(argv: list[str] | None = None) -> int:
     cfg = run_config(args.quick)
     impls, origin = load_impls({"ours", "tensordict", "plain"})
     env = environment(impls, origin)
-    print(f"torch {env['torch']}, tensordict {env['tensordict']}, tdict {env['tdict']}; {torch.get_num_threads()} thread(s)\n", flush=True)
+    print(
+        f"torch {env['torch']}, tensordict {env['tensordict']}, tdict {env['tdict']}; {torch.get_num_threads()} thread(s)\n",
+        flush=True,
+    )
     results = run_all(WORKLOADS, impls, cfg, reference="tensordict")
-    cmp = Comparison("ours", "tensordict", "plain", {"ours": "ours", "tensordict": "tensordict", "plain": "module call"}, max_over_floor=float("inf"))
+    cmp = Comparison(
+        "ours",
+        "tensordict",
+        "plain",
+        {"ours": "ours", "tensordict": "tensordict", "plain": "module call"},
+        max_over_floor=float("inf"),
+    )
     rows, summary = summarize(results, cmp)
     print("\n" + render(rows, summary, cmp))
 

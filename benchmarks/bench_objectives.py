@@ -78,9 +78,20 @@ def _ours() -> NS | None:
     except Exception as e:  # noqa: BLE001
         print(f"note: skipping ours ({type(e).__name__}: {e})", file=sys.stderr)
         return None
-    return NS(F=F, GAE=GAE, TensorDict=TensorDict, TensorDictModule=TensorDictModule, trailing=False,
-              ClipPPOLoss=ClipPPOLoss, SACLoss=SACLoss, ProbabilisticActor=ProbabilisticActor, ValueOperator=ValueOperator,
-              IndependentNormal=IndependentNormal, TanhNormal=TanhNormal, NormalParamExtractor=NormalParamExtractor)
+    return NS(
+        F=F,
+        GAE=GAE,
+        TensorDict=TensorDict,
+        TensorDictModule=TensorDictModule,
+        trailing=False,
+        ClipPPOLoss=ClipPPOLoss,
+        SACLoss=SACLoss,
+        ProbabilisticActor=ProbabilisticActor,
+        ValueOperator=ValueOperator,
+        IndependentNormal=IndependentNormal,
+        TanhNormal=TanhNormal,
+        NormalParamExtractor=NormalParamExtractor,
+    )
 
 
 def _torchrl() -> NS | None:
@@ -94,9 +105,20 @@ def _torchrl() -> NS | None:
     except Exception as e:  # noqa: BLE001
         print(f"note: skipping torchrl ({type(e).__name__}: {e})", file=sys.stderr)
         return None
-    return NS(F=F, GAE=GAE, TensorDict=TensorDict, TensorDictModule=TensorDictModule, trailing=True,
-              ClipPPOLoss=ClipPPOLoss, SACLoss=SACLoss, ProbabilisticActor=ProbabilisticActor, ValueOperator=ValueOperator,
-              IndependentNormal=IndependentNormal, TanhNormal=TanhNormal, NormalParamExtractor=NormalParamExtractor)
+    return NS(
+        F=F,
+        GAE=GAE,
+        TensorDict=TensorDict,
+        TensorDictModule=TensorDictModule,
+        trailing=True,
+        ClipPPOLoss=ClipPPOLoss,
+        SACLoss=SACLoss,
+        ProbabilisticActor=ProbabilisticActor,
+        ValueOperator=ValueOperator,
+        IndependentNormal=IndependentNormal,
+        TanhNormal=TanhNormal,
+        NormalParamExtractor=NormalParamExtractor,
+    )
 
 
 def load_impls() -> list[Impl]:
@@ -135,7 +157,12 @@ def s_module(n: int, t: int):
         td = m.TensorDict(
             {
                 "observation": d["obs"],
-                "next": {"observation": d["next_obs"], "reward": ex(d["reward"]), "done": ex(d["done"]), "terminated": ex(d["terminated"])},
+                "next": {
+                    "observation": d["next_obs"],
+                    "reward": ex(d["reward"]),
+                    "done": ex(d["done"]),
+                    "terminated": ex(d["terminated"]),
+                },
             },
             batch_size=[n, t],
         )
@@ -162,7 +189,9 @@ def gae_call(c: NS, vectorized: bool):
     d, m = c.d, c.m
     fn = m.F.vec_generalized_advantage_estimate if vectorized else m.F.generalized_advantage_estimate
     time_dim = -2 if m.trailing else -1
-    return partial(fn, GAMMA, LMBDA, d["value"], d["next_value"], d["reward"], d["done"], d["terminated"], time_dim=time_dim)
+    return partial(
+        fn, GAMMA, LMBDA, d["value"], d["next_value"], d["reward"], d["done"], d["terminated"], time_dim=time_dim
+    )
 
 
 def module_call(c: NS):
@@ -193,7 +222,11 @@ def _net(n_in: int, n_out: int, seed: int) -> nn.Module:
 
 
 def _actor(m: NS, dist: str) -> object:
-    body = m.TensorDictModule(nn.Sequential(_net(OBS, 2 * ACT, 0), m.NormalParamExtractor()), in_keys=["observation"], out_keys=["loc", "scale"])
+    body = m.TensorDictModule(
+        nn.Sequential(_net(OBS, 2 * ACT, 0), m.NormalParamExtractor()),
+        in_keys=["observation"],
+        out_keys=["loc", "scale"],
+    )
     cls = m.IndependentNormal if dist == "normal" else m.TanhNormal
     return m.ProbabilisticActor(body, in_keys=["loc", "scale"], distribution_class=cls, return_log_prob=True)
 
@@ -210,8 +243,12 @@ def _batch(m: NS, n: int, lp_key: str, seed: int = 3) -> object:
             lp_key: ex(torch.randn(n, generator=g) - 2.0),
             "advantage": ex(torch.randn(n, generator=g)),
             "value_target": ex(torch.randn(n, generator=g)),
-            "next": {"observation": torch.randn(n, OBS, generator=g), "reward": ex(torch.randn(n, generator=g)),
-                     "done": ex(done), "terminated": ex(done.clone())},
+            "next": {
+                "observation": torch.randn(n, OBS, generator=g),
+                "reward": ex(torch.randn(n, generator=g)),
+                "done": ex(done),
+                "terminated": ex(done.clone()),
+            },
         },
         batch_size=[n],
     )
@@ -273,14 +310,20 @@ def plain_ppo(c: NS):
     pi, v = _net(OBS, 2 * ACT, 0), _net(OBS, 1, 1)
     g = torch.Generator().manual_seed(3)
     obs, act = torch.randn(c.n, OBS, generator=g), torch.rand(c.n, ACT, generator=g) * 1.8 - 0.9
-    old_lp, adv, target = torch.randn(c.n, generator=g) - 2.0, torch.randn(c.n, generator=g), torch.randn(c.n, generator=g)
+    old_lp, adv, target = (
+        torch.randn(c.n, generator=g) - 2.0,
+        torch.randn(c.n, generator=g),
+        torch.randn(c.n, generator=g),
+    )
     params = list(pi.parameters()) + list(v.parameters())
 
     def run():
         for p in params:
             p.grad = None
         loc, scale = pi(obs).chunk(2, -1)
-        dist = torch.distributions.Independent(torch.distributions.Normal(loc, torch.nn.functional.softplus(scale) + 1e-4), 1)
+        dist = torch.distributions.Independent(
+            torch.distributions.Normal(loc, torch.nn.functional.softplus(scale) + 1e-4), 1
+        )
         ratio = (dist.log_prob(act) - old_lp).exp()
         objective = -torch.min(ratio * adv, ratio.clamp(0.8, 1.2) * adv).mean()
         critic = torch.nn.functional.smooth_l1_loss(v(obs).squeeze(-1), target)
@@ -375,16 +418,26 @@ def main(argv: list[str] | None = None) -> int:
     header = f"{', '.join(f'{k} {v}' for k, v in versions.items())}; python {platform.python_version()}; {torch.get_num_threads()} thread(s)"
     print(header + "\n", flush=True)
     results = run_all(WORKLOADS, impls, cfg, reference="plain")
-    cmp = Comparison("ours", "torchrl", "plain", {"ours": "ours", "torchrl": "torchrl", "plain": "hand-written"},
-                     max_over_floor=float("inf"), min_geomean_speedup=None)
+    cmp = Comparison(
+        "ours",
+        "torchrl",
+        "plain",
+        {"ours": "ours", "torchrl": "torchrl", "plain": "hand-written"},
+        max_over_floor=float("inf"),
+        min_geomean_speedup=None,
+    )
     rows, summary = summarize(results, cmp)
     table = render(rows, summary, cmp)
     print("\n" + table)
     report = {
         "benchmark": "objectives",
         "timestamp": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
-        "environment": {"versions": versions, "python": platform.python_version(), "platform": platform.platform(),
-                        "torch_num_threads": torch.get_num_threads()},
+        "environment": {
+            "versions": versions,
+            "python": platform.python_version(),
+            "platform": platform.platform(),
+            "torch_num_threads": torch.get_num_threads(),
+        },
         "method": {"samples": cfg.samples, "target_sample_s": cfg.target_sample_s, "warmup_s": cfg.warmup_s},
         "summary": summary,
         "workloads": rows,

@@ -115,13 +115,19 @@ def load() -> tuple[list[Impl], list[str]]:
     impls = []
     try:
         ours = _import_ours()
-        impls.append(Impl("ours", "rl_replay", "td", wrap=None, TensorDict=_ours_lib(), version=getattr(ours, "__version__", None)))
+        impls.append(
+            Impl(
+                "ours", "rl_replay", "td", wrap=None, TensorDict=_ours_lib(), version=getattr(ours, "__version__", None)
+            )
+        )
     except ImportError as e:
         notes.append(f"skipping rl_replay ({e})")
     try:
         import torchrl
 
-        impls.append(Impl("torchrl", "torchrl", "td", wrap=None, TensorDict=_torchrl_lib(), version=torchrl.__version__))
+        impls.append(
+            Impl("torchrl", "torchrl", "td", wrap=None, TensorDict=_torchrl_lib(), version=torchrl.__version__)
+        )
     except ImportError as e:
         notes.append(f"skipping torchrl ({e})")
     impls.append(Impl("ref", "ref", "plain", wrap=None))
@@ -158,13 +164,21 @@ def source(n: int) -> dict:
         act = torch.rand(n, ACT, generator=gen) * 2 - 1
         act[:, 0] = ids
         done = _episode_done(n) if n == CAPACITY else torch.zeros(n, dtype=torch.bool)
-        _SOURCE[n] = {"observation": obs, "action": act, "next": {"observation": nobs, "reward": ids.clone(), "done": done}}
+        _SOURCE[n] = {
+            "observation": obs,
+            "action": act,
+            "next": {"observation": nobs, "reward": ids.clone(), "done": done},
+        }
     return _SOURCE[n]
 
 
 def _td(lib: NS, data: dict, n: int):
     return lib.TensorDict(
-        {"observation": data["observation"], "action": data["action"], "next": lib.TensorDict(data["next"], batch_size=[n])},
+        {
+            "observation": data["observation"],
+            "action": data["action"],
+            "next": lib.TensorDict(data["next"], batch_size=[n]),
+        },
         batch_size=[n],
     )
 
@@ -213,7 +227,9 @@ class PlainRing:
 
     def _gather(self, store: dict, index: torch.Tensor) -> dict:
         # index_select copies whole rows; ``v[index]`` (advanced indexing) is up to 3x slower on a cold 1M-row tensor
-        return {k: self._gather(v, index) if isinstance(v, dict) else v.index_select(0, index) for k, v in store.items()}
+        return {
+            k: self._gather(v, index) if isinstance(v, dict) else v.index_select(0, index) for k, v in store.items()
+        }
 
     def extend(self, data: dict) -> torch.Tensor:
         n = len(data["observation"])
@@ -296,7 +312,9 @@ def s_prioritized(mode: str):
         if mode == "update":
             # fresh random indices every call (a cycled pool would keep those tree paths in cache); randint is
             # part of both sides' time
-            return NS(op=lambda: rb.update_priority(torch.randint(CAPACITY, (BATCH,), generator=gen), new_priority), rb=rb)
+            return NS(
+                op=lambda: rb.update_priority(torch.randint(CAPACITY, (BATCH,), generator=gen), new_priority), rb=rb
+            )
 
         def op():
             data, info = rb.sample(BATCH, return_info=True)
@@ -337,7 +355,10 @@ def o_sample(ctx: NS, out) -> dict:
 
 
 def o_extend(ctx: NS, out) -> dict:
-    return {"indices": int(torch.as_tensor(out).numel()), "len": ctx.rb.len if isinstance(ctx.rb, PlainRing) else len(ctx.rb)}
+    return {
+        "indices": int(torch.as_tensor(out).numel()),
+        "len": ctx.rb.len if isinstance(ctx.rb, PlainRing) else len(ctx.rb),
+    }
 
 
 def o_prioritized(ctx: NS, out) -> dict | None:
@@ -366,7 +387,9 @@ def o_slice(ctx: NS, out) -> dict:
 
 # ----------------------------------------------------------------------------- workloads
 def _w(name, group, setup, observe, note, ref: str | None) -> tuple[Workload, str | None]:
-    w = Workload(name, group, setup, td=lambda c: c.op, plain=lambda c: c.op, note=note, observe=observe, teardown=_teardown)
+    w = Workload(
+        name, group, setup, td=lambda c: c.op, plain=lambda c: c.op, note=note, observe=observe, teardown=_teardown
+    )
     return w, ref
 
 
@@ -407,9 +430,15 @@ WORKLOADS = [
 
 # (workload, ratio kind, threshold): "speedup" = torchrl/ours >= x; "ref" = ours/ref <= x
 TARGETS = [
-    (EXT_RB, "speedup", 2.0), (EXT_TDRB, "speedup", 2.0), (SMP_RB, "speedup", 2.0), (SMP_TDRB, "speedup", 2.0),
-    (SMP_RB_S, "speedup", 2.0), (SMP_TDRB_S, "speedup", 2.0),
-    (PRB, "speedup", 1.5), (SLICE, "speedup", 8.0), (MM_SMP, "ref", 2.0),
+    (EXT_RB, "speedup", 2.0),
+    (EXT_TDRB, "speedup", 2.0),
+    (SMP_RB, "speedup", 2.0),
+    (SMP_TDRB, "speedup", 2.0),
+    (SMP_RB_S, "speedup", 2.0),
+    (SMP_TDRB_S, "speedup", 2.0),
+    (PRB, "speedup", 1.5),
+    (SLICE, "speedup", 8.0),
+    (MM_SMP, "ref", 2.0),
 ]
 
 
@@ -437,7 +466,15 @@ def targets(rows: list[dict]) -> dict:
 
 
 def render(rows: list[dict], refs: dict[str, str | None], checks: dict) -> str:
-    head = ["workload", "rl_replay (µs)", "torchrl (µs)", "ref (µs)", "speed-up vs torchrl [IQR]", "ours/ref", "torchrl/ref"]
+    head = [
+        "workload",
+        "rl_replay (µs)",
+        "torchrl (µs)",
+        "ref (µs)",
+        "speed-up vs torchrl [IQR]",
+        "ours/ref",
+        "torchrl/ref",
+    ]
     body = [
         [
             x["name"],
@@ -445,7 +482,11 @@ def render(rows: list[dict], refs: dict[str, str | None], checks: dict) -> str:
             fmt_us(x["median_us"]["torchrl"]),
             fmt_us(x["median_us"]["ref"]),
             fmt_ratio(x["speedup_vs_peer"])
-            + (f" [{x['speedup_vs_peer_quartiles'][0]:.2f}-{x['speedup_vs_peer_quartiles'][1]:.2f}]" if x.get("speedup_vs_peer_quartiles") else ""),
+            + (
+                f" [{x['speedup_vs_peer_quartiles'][0]:.2f}-{x['speedup_vs_peer_quartiles'][1]:.2f}]"
+                if x.get("speedup_vs_peer_quartiles")
+                else ""
+            ),
             fmt_ratio(x["ours_over_floor"]),
             fmt_ratio(x["peer_over_floor"]),
         ]
@@ -497,14 +538,22 @@ def participants(w: Workload, impls: list[Impl], ref: str | None, ext: str | Non
         if impl.name == "ref" and ref == TRL_CACHED and not any(i.name == "torchrl" for i in impls):
             continue
         if impl.name == "torchrl" and w.group == "prioritized" and ext is not None:
-            notes.append(f"torchrl skipped: its C++ extension does not load ({ext}); build it with benchmarks/torchrl_ext/build.sh")
+            notes.append(
+                f"torchrl skipped: its C++ extension does not load ({ext}); build it with benchmarks/torchrl_ext/build.sh"
+            )
             continue
         if impl.name in ("ours", "torchrl"):
-            names = {"prioritized": ["PrioritizedReplayBuffer"], "slice": ["SliceSampler"], "memmap": ["LazyMemmapStorage"]}
+            names = {
+                "prioritized": ["PrioritizedReplayBuffer"],
+                "slice": ["SliceSampler"],
+                "memmap": ["LazyMemmapStorage"],
+            }
             try:
                 _need(impl.TensorDict, *names.get(w.group, []))
             except Exception as e:  # noqa: BLE001 (not written yet, or an import error inside it)
-                notes.append(f"{impl.name} skipped: {type(e).__name__}: {str(e).splitlines()[0][:160] if str(e) else ''}")
+                notes.append(
+                    f"{impl.name} skipped: {type(e).__name__}: {str(e).splitlines()[0][:160] if str(e) else ''}"
+                )
                 continue
         chosen.append(impl)
     return chosen, notes
@@ -512,7 +561,9 @@ def participants(w: Workload, impls: list[Impl], ref: str | None, ext: str | Non
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--quick", action="store_true", help="fewer samples (a few minutes, most of it filling 1M-item buffers)")
+    ap.add_argument(
+        "--quick", action="store_true", help="fewer samples (a few minutes, most of it filling 1M-item buffers)"
+    )
     ap.add_argument("--out", default=str(HERE / "results" / "replay.json"))
     ap.add_argument("--threads", type=int, default=1, help="torch intra-op threads (default 1; 0 = torch's default)")
     ap.add_argument("--samples", type=int, help="samples per workload and implementation (overrides the mode)")
@@ -536,7 +587,10 @@ def main(argv: list[str] | None = None) -> int:
     env = environment(impls, ext)
     for n in notes:
         print(f"note: {n}")
-    print(f"torch {env['torch']}; {torch.get_num_threads()} thread(s); " + ", ".join(f"{k} {v}" for k, v in env["versions"].items()))
+    print(
+        f"torch {env['torch']}; {torch.get_num_threads()} thread(s); "
+        + ", ".join(f"{k} {v}" for k, v in env["versions"].items())
+    )
     print(f"torchrl C++ extension: {env['torchrl_extension']}\n", flush=True)
     results, skipped, refs = [], {}, {}
     for i, (w, ref) in enumerate(chosen, 1):
@@ -547,13 +601,23 @@ def main(argv: list[str] | None = None) -> int:
             for n in why:
                 print(f"  note ({w.name}): {n}", file=sys.stderr)
         if not any(m.name == "ours" for m in members):
-            print(f"  [{i:2d}/{len(chosen)}] {w.name:<58} skipped (rl_replay part not importable)", file=sys.stderr, flush=True)
+            print(
+                f"  [{i:2d}/{len(chosen)}] {w.name:<58} skipped (rl_replay part not importable)",
+                file=sys.stderr,
+                flush=True,
+            )
             continue
         t0 = __import__("time").perf_counter()
         reference = "torchrl" if any(m.name == "torchrl" for m in members) else "ours"
         results.append(run_workload(w, members, cfg, reference))
-        print(f"  [{i:2d}/{len(chosen)}] {w.name:<58} {__import__('time').perf_counter() - t0:5.1f}s", file=sys.stderr, flush=True)
-    cmp = Comparison("ours", "torchrl", "ref", {"ours": "rl_replay", "torchrl": "torchrl", "ref": "ref"}, max_over_floor=float("inf"))
+        print(
+            f"  [{i:2d}/{len(chosen)}] {w.name:<58} {__import__('time').perf_counter() - t0:5.1f}s",
+            file=sys.stderr,
+            flush=True,
+        )
+    cmp = Comparison(
+        "ours", "torchrl", "ref", {"ours": "rl_replay", "torchrl": "torchrl", "ref": "ref"}, max_over_floor=float("inf")
+    )
     rows, summary = summarize(results, cmp)
     for r, res in zip(rows, results, strict=True):
         r["ref"] = refs.get(r["name"])
@@ -562,7 +626,9 @@ def main(argv: list[str] | None = None) -> int:
     checks = targets(rows)
     text = render(rows, refs, checks)
     skipped_all = [f"{name}: {n}" for name, ns in skipped.items() for n in ns]
-    skipped_all += [f"{w.name}: not run (rl_replay part missing)" for w, _ in chosen if w.name not in {r["name"] for r in rows}]
+    skipped_all += [
+        f"{w.name}: not run (rl_replay part missing)" for w, _ in chosen if w.name not in {r["name"] for r in rows}
+    ]
     if skipped_all:
         text += "\nskipped:\n" + "\n".join(f"  {s}" for s in skipped_all)
     print("\n" + text)
@@ -570,7 +636,12 @@ def main(argv: list[str] | None = None) -> int:
         "benchmark": "replay",
         "timestamp": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
         "environment": env,
-        "items": {"observation": [OBS], "action": [ACT], "next": {"observation": [OBS], "reward": [], "done": []}, "capacity": CAPACITY},
+        "items": {
+            "observation": [OBS],
+            "action": [ACT],
+            "next": {"observation": [OBS], "reward": [], "done": []},
+            "capacity": CAPACITY,
+        },
         "method": {"samples": cfg.samples, "target_sample_s": cfg.target_sample_s, "warmup_s": cfg.warmup_s},
         "targets": checks,
         "skipped": skipped_all,

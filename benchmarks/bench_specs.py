@@ -71,7 +71,9 @@ def load() -> list[Impl]:
     try:
         import torchrl.data as peer
 
-        impls.append(Impl("torchrl", "torchrl", "td", wrap=None, TensorDict=peer, version=__import__("torchrl").__version__))
+        impls.append(
+            Impl("torchrl", "torchrl", "td", wrap=None, TensorDict=peer, version=__import__("torchrl").__version__)
+        )
     except ImportError as e:
         print(f"note: skipping torchrl ({e})")
     impls.append(Impl("plain", "by hand", "plain", wrap=None))
@@ -102,9 +104,18 @@ def main(argv: list[str] | None = None) -> int:
         torch.set_num_threads(args.threads)
     cfg = run_config(args.quick)
     impls = load()
-    print(f"torch {torch.__version__}; {torch.get_num_threads()} thread(s); {', '.join(i.label for i in impls)}\n", flush=True)
+    print(
+        f"torch {torch.__version__}; {torch.get_num_threads()} thread(s); {', '.join(i.label for i in impls)}\n",
+        flush=True,
+    )
     results = run_all(WORKLOADS, impls, cfg, reference="plain")
-    cmp = Comparison("ours", "torchrl", "plain", {"ours": "tdict.specs", "torchrl": "torchrl", "plain": "by hand"}, max_over_floor=float("inf"))
+    cmp = Comparison(
+        "ours",
+        "torchrl",
+        "plain",
+        {"ours": "tdict.specs", "torchrl": "torchrl", "plain": "by hand"},
+        max_over_floor=float("inf"),
+    )
     rows, summary = summarize(results, cmp)
     print("\n" + render(rows, summary, cmp))
     checks = {f"{r['name']}: >= 3x faster than torchrl": (r["speedup_vs_peer"] or 0) >= 3.0 for r in rows}

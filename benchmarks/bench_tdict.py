@@ -25,7 +25,18 @@ from types import SimpleNamespace as NS
 import torch
 
 import _plain_dict as plain
-from _harness import Comparison, Impl, Workload, harness_overhead_ns, render, run_all, run_config, run_workload, summarize, write_report
+from _harness import (
+    Comparison,
+    Impl,
+    Workload,
+    harness_overhead_ns,
+    render,
+    run_all,
+    run_config,
+    run_workload,
+    summarize,
+    write_report,
+)
 
 HERE = Path(__file__).resolve().parent
 TDICT_SRC = HERE.parent / "packages" / "tdict" / "src"
@@ -371,14 +382,16 @@ def python_call_floor(workloads: list[Workload], impls: list[Impl], cfg) -> list
         if w.name not in CALL_FLOOR_WORKLOADS:
             continue
         res = run_workload(w, trio, cfg, reference="plain")
-        rows.append({
-            "workload": w.name,
-            "ours_us": res.median_us("ours"),
-            "python_floor_us": res.median_us("python_floor"),
-            "plain_us": res.median_us("plain"),
-            "ours_over_python_floor": res.paired_ratio("ours", "python_floor"),
-            "python_floor_over_plain": res.paired_ratio("python_floor", "plain"),
-        })
+        rows.append(
+            {
+                "workload": w.name,
+                "ours_us": res.median_us("ours"),
+                "python_floor_us": res.median_us("python_floor"),
+                "plain_us": res.median_us("plain"),
+                "ours_over_python_floor": res.paired_ratio("ours", "python_floor"),
+                "python_floor_over_plain": res.paired_ratio("python_floor", "plain"),
+            }
+        )
     return rows
 
 

@@ -37,8 +37,12 @@ def make_env() -> TransformedEnv:
 
 
 def make_networks() -> tuple[ProbabilisticActor, ValueOperator]:
-    logits = TensorDictModule(MLP(in_features=4, out_features=2, num_cells=[64, 64]), in_keys=["observation"], out_keys=["logits"])
-    actor = ProbabilisticActor(logits, in_keys=["logits"], distribution_class=torch.distributions.Categorical, return_log_prob=True)
+    logits = TensorDictModule(
+        MLP(in_features=4, out_features=2, num_cells=[64, 64]), in_keys=["observation"], out_keys=["logits"]
+    )
+    actor = ProbabilisticActor(
+        logits, in_keys=["logits"], distribution_class=torch.distributions.Categorical, return_log_prob=True
+    )
     critic = ValueOperator(MLP(in_features=4, out_features=1, num_cells=[64, 64]), in_keys=["observation"])
     return actor, critic
 
@@ -73,7 +77,9 @@ def main() -> None:
     loss.make_value_estimator(ValueEstimators.GAE, gamma=0.99, lmbda=0.95)
     optim = torch.optim.Adam(loss.parameters(), lr=3e-4)
     frames_per_batch = N_ENVS * STEPS
-    buffer = ReplayBuffer(storage=LazyTensorStorage(frames_per_batch), sampler=SamplerWithoutReplacement(), batch_size=MINIBATCH)
+    buffer = ReplayBuffer(
+        storage=LazyTensorStorage(frames_per_batch), sampler=SamplerWithoutReplacement(), batch_size=MINIBATCH
+    )
     collector = Collector(make_env, actor, frames_per_batch=frames_per_batch, total_frames=args.frames)
 
     print(f"PPO on CartPoleEnv x {N_ENVS}: {args.frames} frames")
@@ -96,8 +102,10 @@ def main() -> None:
                 optim.step()
         collector.update_policy_weights_()
         if frames % (10 * frames_per_batch) < frames_per_batch:
-            print(f"frames {frames:7d}  episodes ending in the batch: mean length {last:6.1f}  "
-                  f"greedy return {evaluate(actor):6.1f}  {time.perf_counter() - start:4.0f} s")
+            print(
+                f"frames {frames:7d}  episodes ending in the batch: mean length {last:6.1f}  "
+                f"greedy return {evaluate(actor):6.1f}  {time.perf_counter() - start:4.0f} s"
+            )
     collector.shutdown()
     print(f"final greedy return {evaluate(actor):.1f} after {frames} frames ({time.perf_counter() - start:.0f} s)")
 

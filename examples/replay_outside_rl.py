@@ -9,6 +9,7 @@ dataset's, trains a small linear classifier, and prints one line.
 
 Run: ``python examples/replay_outside_rl.py [--size 10000] [--batch-size 256] [--epochs 3]``.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -107,7 +108,9 @@ def main() -> None:
         LazyMemmapStorage = None
     if LazyMemmapStorage is not None:
         with tempfile.TemporaryDirectory(prefix="replay_outside_rl_") as scratch:
-            mm = make_buffer(LazyMemmapStorage(args.size, scratch_dir=scratch, existsok=True), args.size, args.batch_size, seed=2)
+            mm = make_buffer(
+                LazyMemmapStorage(args.size, scratch_dir=scratch, existsok=True), args.size, args.batch_size, seed=2
+            )
             mm.extend(dataset)
             print(f"LazyMemmapStorage: {len(mm)} items stored under a scratch directory")
             ok &= run_epochs(mm, dataset, 1, args.batch_size, "memmap")

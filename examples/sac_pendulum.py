@@ -54,11 +54,15 @@ def parse_config() -> TrainConfig:
     return TrainConfig(
         algo=sac.SACConfig(utd=args.utd),
         env=EnvConfig(name="pendulum", eval_envs=args.eval_envs),
-        collector=CollectorConfig(frames_per_batch=args.frames_per_batch, total_frames=args.frames,
-                                  init_random_frames=args.init_random_frames),
+        collector=CollectorConfig(
+            frames_per_batch=args.frames_per_batch, total_frames=args.frames, init_random_frames=args.init_random_frames
+        ),
         buffer=BufferConfig(batch_size=args.batch_size),
         logger=LoggerConfig(eval_every=args.eval_every, save_every=args.save_every, progress=not args.no_progress),
-        seed=args.seed, name=args.name or "", runs_dir=args.runs_dir, resume=args.resume,
+        seed=args.seed,
+        name=args.name or "",
+        runs_dir=args.runs_dir,
+        resume=args.resume,
     )
 
 

@@ -69,8 +69,7 @@ def main() -> None:
     print("view(2, 6)       ->", td.view(2, 6).batch_size)
     print("permute(1, 0)    ->", td.permute(1, 0).batch_size)
     print("unsqueeze(0)     ->", td.unsqueeze(0).batch_size)
-    print("flatten/unflatten round trip:",
-          bool((flat.unflatten(0, (4, 3)) == td).all()))
+    print("flatten/unflatten round trip:", bool((flat.unflatten(0, (4, 3)) == td).all()))
 
     section("stack and cat")
     stacked = torch.stack([td, td.clone()], dim=0)
@@ -82,20 +81,21 @@ def main() -> None:
     obs = td.select("observation", ("next", "observation"))
     clipped = obs.apply(lambda x: x.clamp(-1.0, 1.0))
     print("max after clamp:", float(clipped["observation"].max()))
-    delta = td["next"].select("observation").apply(
-        lambda nxt, cur: nxt - cur, td.select("observation")
-    )
+    delta = td["next"].select("observation").apply(lambda nxt, cur: nxt - cur, td.select("observation"))
     print("next obs - obs  ->", tuple(delta["observation"].shape))
     as_float = td.apply(lambda x: x.float())
-    print("dtypes after apply(float):",
-          sorted({str(v.dtype) for v in as_float.values(include_nested=True, leaves_only=True)}))
+    print(
+        "dtypes after apply(float):",
+        sorted({str(v.dtype) for v in as_float.values(include_nested=True, leaves_only=True)}),
+    )
 
     section("arithmetic")
     numeric = td.exclude("action", ("next", "done"))
     doubled = numeric * 2
     print("(td * 2 - td) == td:", bool(((doubled - numeric) == numeric).all()))
-    print("(td + td).abs() leaf sum:",
-          round(float(sum(v.sum() for v in (numeric + numeric).abs().values(True, True))), 4))
+    print(
+        "(td + td).abs() leaf sum:", round(float(sum(v.sum() for v in (numeric + numeric).abs().values(True, True))), 4)
+    )
     print("mean reward per env:", [round(r, 3) for r in td["next", "reward"].mean(-1).tolist()])
     returns = td["next", "reward"].flip(-1).cumsum(-1).flip(-1)
     td.set("return", returns)
@@ -115,8 +115,7 @@ def main() -> None:
         print("reloaded batch_size:", loaded.batch_size)
         print("reloaded == original:", bool((loaded == td).all()))
         loaded["next", "reward"][0, 0] = 1.0  # writes go straight to the mapped file
-        print("write through the mapping, then reload:",
-              float(TensorDict.load_memmap(prefix)["next", "reward"][0, 0]))
+        print("write through the mapping, then reload:", float(TensorDict.load_memmap(prefix)["next", "reward"][0, 0]))
         del saved, loaded
 
 

@@ -38,7 +38,9 @@ def register_configs() -> None:
     cs.store(group="buffer", name="memmap", node=BufferConfig(memmap=True))
     cs.store(group="logger", name="default", node=LoggerConfig())
     for backend in ("csv", "wandb", "mlflow"):
-        cs.store(group="logger", name=backend, node=LoggerConfig(backends=["csv"] if backend == "csv" else ["csv", backend]))
+        cs.store(
+            group="logger", name=backend, node=LoggerConfig(backends=["csv"] if backend == "csv" else ["csv", backend])
+        )
 
 
 register_configs()

@@ -1,5 +1,6 @@
 """The runnable examples in the docstrings of rl_envs, rl_replay, rl_collect, rl_objectives and rl_llm
 stay runnable (tdict's are checked, with a count, in tests/tdict/test_doctests.py)."""
+
 import doctest
 import importlib
 import pkgutil

@@ -57,7 +57,13 @@ def run_runs(runs: list[tuple], cores: list[int], frames: int | None = None) -> 
             if cores:
                 cmd = ["taskset", "-c", str(cores[i % len(cores)]), *cmd]
             env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
-            procs.append(((lib, task, seed), out, subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)))
+            procs.append(
+                (
+                    (lib, task, seed),
+                    out,
+                    subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True),
+                )
+            )
         records = []
         for (lib, task, seed), out, proc in procs:
             text, _ = proc.communicate()
@@ -119,9 +125,13 @@ def table(summary: dict) -> str:
                 f"| {task_name} (>= {TASKS[task_name].threshold:g}) | {lib} | {s['reached']}/{len(s['seeds'])} | "
                 f"{_fmt(s['frames_to_threshold'])} | {_fmt(s['cpu_s_to_threshold'], '.1f')} | {_fmt(s['wall_s_to_threshold'], '.1f')} | "
                 f"{_fmt(s['cpu_ms_per_frame'], '.2f')} | {_fmt(s['final_return'], '.1f')} | "
-                + (f"{_ratio(s['frames_to_threshold'], sb3.get('frames_to_threshold'))} | "
-                   f"{_ratio(s['cpu_ms_per_frame'], sb3.get('cpu_ms_per_frame'))} | "
-                   f"{_ratio(s['wall_s_to_threshold'], sb3.get('wall_s_to_threshold'))} |" if ours else "| | |")
+                + (
+                    f"{_ratio(s['frames_to_threshold'], sb3.get('frames_to_threshold'))} | "
+                    f"{_ratio(s['cpu_ms_per_frame'], sb3.get('cpu_ms_per_frame'))} | "
+                    f"{_ratio(s['wall_s_to_threshold'], sb3.get('wall_s_to_threshold'))} |"
+                    if ours
+                    else "| | |"
+                )
             )
     return "\n".join(lines)
 
@@ -149,10 +159,19 @@ def main() -> None:
             records += run_pair(task, seed, libs[:2], cores, args.frames)
         if args.best:  # our preset, two seeds at a time (one per core)
             for i in range(0, len(seeds), max(1, len(cores))):
-                records += run_runs([("ours-best", task, seed) for seed in seeds[i:i + max(1, len(cores))]], cores, args.frames)
+                records += run_runs(
+                    [("ours-best", task, seed) for seed in seeds[i : i + max(1, len(cores))]], cores, args.frames
+                )
         for seed in seeds:
-            print(f"{task} seed {seed}: " + ", ".join(
-                f"{r['lib']} final {r['final_return']:.1f}" for r in records if r["task"] == task and r["seed"] == seed), flush=True)
+            print(
+                f"{task} seed {seed}: "
+                + ", ".join(
+                    f"{r['lib']} final {r['final_return']:.1f}"
+                    for r in records
+                    if r["task"] == task and r["seed"] == seed
+                ),
+                flush=True,
+            )
     commands = []
     if args.update and Path(args.out).is_file():  # the kept rows came from the earlier commands
         old = json.loads(Path(args.out).read_text())
@@ -162,8 +181,15 @@ def main() -> None:
     summary = summarise(records)
     text = table(summary)
     print(text)
-    meta = {"python": platform.python_version(), "platform": platform.platform(), "cpus": os.cpu_count(),
-            "commands": [*commands, " ".join(["python", str(Path(__file__).resolve().relative_to(HERE.parents[1])), *sys.argv[1:]])]}
+    meta = {
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+        "cpus": os.cpu_count(),
+        "commands": [
+            *commands,
+            " ".join(["python", str(Path(__file__).resolve().relative_to(HERE.parents[1])), *sys.argv[1:]]),
+        ],
+    }
     Path(args.out).write_text(json.dumps({"meta": meta, "records": records, "summary": summary}, indent=1) + "\n")
     Path(args.out).with_name(Path(args.out).stem + "_table.md").write_text(text + "\n")
 

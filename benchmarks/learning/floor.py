@@ -55,7 +55,10 @@ def plain_ppo(n: int = 256):
     def step() -> None:
         lp = torch.log_softmax(actor(obs), -1).gather(-1, act[:, None]).squeeze(-1)
         ratio, a = torch.exp(lp - old_lp), (adv - adv.mean()) / (adv.std() + 1e-8)
-        loss = -torch.min(ratio * a, ratio.clamp(0.8, 1.2) * a).mean() + 0.5 * (critic(obs).squeeze(-1) - ret).pow(2).mean()
+        loss = (
+            -torch.min(ratio * a, ratio.clamp(0.8, 1.2) * a).mean()
+            + 0.5 * (critic(obs).squeeze(-1) - ret).pow(2).mean()
+        )
         opt.zero_grad(set_to_none=True)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(params, 0.5, foreach=True)
@@ -103,7 +106,9 @@ def plain_sac(n: int = 256, size: int = 10_000):
         std = log_std.clamp(-20, 2).exp()
         u = mean + std * torch.randn_like(mean)
         a = torch.tanh(u)
-        logp = (-0.5 * ((u - mean) / std).pow(2) - std.log() - 0.9189385).sum(-1) - (2 * (0.6931472 - u - F.softplus(-2 * u))).sum(-1)
+        logp = (-0.5 * ((u - mean) / std).pow(2) - std.log() - 0.9189385).sum(-1) - (
+            2 * (0.6931472 - u - F.softplus(-2 * u))
+        ).sum(-1)
         return a, logp
 
     def q_values(nets, o, a) -> torch.Tensor:
@@ -196,7 +201,11 @@ def main() -> None:
     for task_name in args.tasks.split(","):
         algo = TASKS[task_name].algo
         plain = PLAIN[algo]()
-        runs = {"ours": our_step(task_name), "sb3": sb3_step(task_name), "plain torch": lambda: [plain() for _ in range(STEPS)]}
+        runs = {
+            "ours": our_step(task_name),
+            "sb3": sb3_step(task_name),
+            "plain torch": lambda: [plain() for _ in range(STEPS)],
+        }
         times: dict = {name: [] for name in runs}
         for block in range(args.blocks + 1):
             for name, fn in runs.items():
@@ -205,9 +214,21 @@ def main() -> None:
                     times[name].append(ms)
         rows[task_name] = {name: statistics.median(v) for name, v in times.items()}
         r = rows[task_name]
-        print(f"{task_name}: CPU ms per gradient step: ours {r['ours']:.3f}, SB3 {r['sb3']:.3f}, plain torch {r['plain torch']:.3f} "
-              f"(ours/SB3 {r['ours'] / r['sb3']:.2f}x, plain/SB3 {r['plain torch'] / r['sb3']:.2f}x)", flush=True)
-    Path(args.out).write_text(json.dumps({"command": " ".join(["python", str(Path(__file__).resolve().relative_to(REPO)), *sys.argv[1:]]), "ms_per_gradient_step": rows}, indent=1) + "\n")
+        print(
+            f"{task_name}: CPU ms per gradient step: ours {r['ours']:.3f}, SB3 {r['sb3']:.3f}, plain torch {r['plain torch']:.3f} "
+            f"(ours/SB3 {r['ours'] / r['sb3']:.2f}x, plain/SB3 {r['plain torch'] / r['sb3']:.2f}x)",
+            flush=True,
+        )
+    Path(args.out).write_text(
+        json.dumps(
+            {
+                "command": " ".join(["python", str(Path(__file__).resolve().relative_to(REPO)), *sys.argv[1:]]),
+                "ms_per_gradient_step": rows,
+            },
+            indent=1,
+        )
+        + "\n"
+    )
 
 
 if __name__ == "__main__":

@@ -96,15 +96,30 @@ def main() -> None:
     name = f"{args.task}-{'best' if args.best else 'zoo'}-s{args.seed}-{int(time.time())}"
     final = recipe.train(compose_config(task, args.seed, args.best, args.runs_dir, name))
     cpu, wall = stopped["cpu"], stopped["wall"]
-    record = {"lib": "ours-best" if args.best else "ours", "task": args.task, "seed": args.seed, "points": points,
-              "final_return": final, "train_cpu_s": cpu, "train_wall_s": wall, "frames": task.frames}
+    record = {
+        "lib": "ours-best" if args.best else "ours",
+        "task": args.task,
+        "seed": args.seed,
+        "points": points,
+        "final_return": final,
+        "train_cpu_s": cpu,
+        "train_wall_s": wall,
+        "frames": task.frames,
+    }
     Path(args.out).write_text(json.dumps(record) + "\n")
 
 
 def compose_config(task, seed: int, best: bool, runs_dir: str, name: str, extra: tuple = ()) -> object:
     """The recipe's resolved Hydra config for ``task`` (RL-zoo's settings, or our preset with ``best``)."""
-    overrides = [f"algo={task.algo}", f"env={task.env}", f"seed={seed}", f"runs_dir={runs_dir}", f"name={name}",
-                 *common_overrides(task, best), *extra]
+    overrides = [
+        f"algo={task.algo}",
+        f"env={task.env}",
+        f"seed={seed}",
+        f"runs_dir={runs_dir}",
+        f"name={name}",
+        *common_overrides(task, best),
+        *extra,
+    ]
     with initialize_config_dir(config_dir=str(REPO / "examples" / "conf"), version_base="1.3"):
         return OmegaConf.to_object(compose(config_name="train", overrides=overrides))
 

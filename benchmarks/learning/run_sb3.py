@@ -95,8 +95,16 @@ def main() -> None:
     model.learn(total_timesteps=task.frames, callback=recorder)
     cpu, wall = recorder.clock()
     final, _ = evaluate_policy(model, eval_env, n_eval_episodes=FINAL_EPISODES, deterministic=True)
-    record = {"lib": "sb3", "task": args.task, "seed": args.seed, "points": recorder.points, "final_return": float(final),
-              "train_cpu_s": cpu, "train_wall_s": wall, "frames": task.frames}
+    record = {
+        "lib": "sb3",
+        "task": args.task,
+        "seed": args.seed,
+        "points": recorder.points,
+        "final_return": float(final),
+        "train_cpu_s": cpu,
+        "train_wall_s": wall,
+        "frames": task.frames,
+    }
     Path(args.out).write_text(json.dumps(record) + "\n")
 
 

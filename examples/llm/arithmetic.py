@@ -43,14 +43,23 @@ def char_tokenizer() -> PreTrainedTokenizerFast:
 
 def tiny_gpt2(tokenizer: PreTrainedTokenizerFast, seed: int) -> GPT2LMHeadModel:
     torch.manual_seed(seed)
-    config = GPT2Config(n_layer=2, n_head=4, n_embd=64, n_positions=32, vocab_size=len(tokenizer),
-                        bos_token_id=tokenizer.eos_token_id, eos_token_id=tokenizer.eos_token_id,
-                        pad_token_id=tokenizer.pad_token_id)
+    config = GPT2Config(
+        n_layer=2,
+        n_head=4,
+        n_embd=64,
+        n_positions=32,
+        vocab_size=len(tokenizer),
+        bos_token_id=tokenizer.eos_token_id,
+        eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id,
+    )
     return GPT2LMHeadModel(config)
 
 
 def problems(max_operand: int) -> list[dict]:
-    return [{"prompt": f"{a}+{b}=", "answer": str(a + b)} for a in range(max_operand + 1) for b in range(max_operand + 1)]
+    return [
+        {"prompt": f"{a}+{b}=", "answer": str(a + b)} for a in range(max_operand + 1) for b in range(max_operand + 1)
+    ]
 
 
 def read_metric(path: Path, name: str) -> list[tuple[int, float]]:
@@ -93,18 +102,43 @@ def main() -> None:
 
     random.Random(args.seed).shuffle(rows)
     sft_rows = [{"prompt": r["prompt"], "completion": r["answer"]} for r in rows[: args.sft_pairs]]
-    sft = SFTTrainer(model, args=SFTConfig(output_dir=str(run / "sft"), max_steps=args.sft_steps, learning_rate=3e-3,
-                                           per_device_train_batch_size=16, logging_steps=5, seed=args.seed, disable_tqdm=True,
-                                           gradient_checkpointing=False),  # a tiny model: memory is no concern
-                     train_dataset=sft_rows, processing_class=tok)
+    sft = SFTTrainer(
+        model,
+        args=SFTConfig(
+            output_dir=str(run / "sft"),
+            max_steps=args.sft_steps,
+            learning_rate=3e-3,
+            per_device_train_batch_size=16,
+            logging_steps=5,
+            seed=args.seed,
+            disable_tqdm=True,
+            gradient_checkpointing=False,
+        ),  # a tiny model: memory is no concern
+        train_dataset=sft_rows,
+        processing_class=tok,
+    )
     sft_loss = sft.train()["loss"]
     print(f"SFT: {args.sft_steps} steps on {len(sft_rows)} pairs, last loss {sft_loss:.3f}", flush=True)
 
-    grpo = GRPOTrainer(model, reward_funcs=numeric_match("answer"), train_dataset=rows, processing_class=tok,
-                       args=GRPOConfig(output_dir=str(run / "grpo"), max_steps=args.grpo_steps, learning_rate=args.grpo_lr,
-                                       per_device_train_batch_size=64, num_generations=8, max_completion_length=4,
-                                       temperature=1.0, logging_steps=1, seed=args.seed, max_grad_norm=1.0,
-                                       gradient_checkpointing=False))
+    grpo = GRPOTrainer(
+        model,
+        reward_funcs=numeric_match("answer"),
+        train_dataset=rows,
+        processing_class=tok,
+        args=GRPOConfig(
+            output_dir=str(run / "grpo"),
+            max_steps=args.grpo_steps,
+            learning_rate=args.grpo_lr,
+            per_device_train_batch_size=64,
+            num_generations=8,
+            max_completion_length=4,
+            temperature=1.0,
+            logging_steps=1,
+            seed=args.seed,
+            max_grad_norm=1.0,
+            gradient_checkpointing=False,
+        ),
+    )
     grpo.train()
     model.save_pretrained(run / "model")
     tok.save_pretrained(run / "model")

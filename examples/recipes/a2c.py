@@ -62,8 +62,18 @@ PRESETS = {
     },
 }
 DEFAULTS = {
-    "algo": {"lr": 7e-4, "gamma": 0.99, "lmbda": 1.0, "entropy_coeff": 0.0, "critic_coeff": 0.5,
-             "max_grad_norm": 0.5, "rms_alpha": 0.99, "rms_eps": 1e-5, "normalize_advantage": False, "hidden": 64},
+    "algo": {
+        "lr": 7e-4,
+        "gamma": 0.99,
+        "lmbda": 1.0,
+        "entropy_coeff": 0.0,
+        "critic_coeff": 0.5,
+        "max_grad_norm": 0.5,
+        "rms_alpha": 0.99,
+        "rms_eps": 1e-5,
+        "normalize_advantage": False,
+        "hidden": 64,
+    },
     "collector": {"init_random_frames": 0},
     "logger": {"eval_every": 50_000},
 }
@@ -82,11 +92,19 @@ def orthogonal_init(mlp: nn.Module, last_gain: float) -> nn.Module:
 def make_actor(obs_dim: int, action_spec, hidden: int) -> ProbabilisticActor:
     """A categorical policy over one-hot actions (int64, as the env's spec)."""
     if not isinstance(action_spec, OneHot):
-        raise ValueError(f"a2c: this recipe handles one-hot (discrete) actions, the task has {type(action_spec).__name__}.")
-    logits = MLP(in_features=obs_dim, out_features=action_spec.shape[-1], num_cells=[hidden, hidden], activation_class=nn.Tanh)
+        raise ValueError(
+            f"a2c: this recipe handles one-hot (discrete) actions, the task has {type(action_spec).__name__}."
+        )
+    logits = MLP(
+        in_features=obs_dim, out_features=action_spec.shape[-1], num_cells=[hidden, hidden], activation_class=nn.Tanh
+    )
     return ProbabilisticActor(
         TensorDictModule(orthogonal_init(logits, 0.01), in_keys=["observation"], out_keys=["logits"]),
-        in_keys=["logits"], spec=action_spec, distribution_class=OneHotCategorical, distribution_kwargs=FAST, return_log_prob=True,
+        in_keys=["logits"],
+        spec=action_spec,
+        distribution_class=OneHotCategorical,
+        distribution_kwargs=FAST,
+        return_log_prob=True,
     )
 
 
@@ -103,18 +121,36 @@ def train(cfg: TrainConfig) -> float:
     batch = cfg.collector.frames_per_batch  # [num_envs, n_steps]: SB3's n_steps is frames_per_batch / num_envs
 
     actor, critic = make_actor(obs_dim, action_spec, algo.hidden), make_critic(obs_dim, algo.hidden)
-    loss = A2CLoss(actor, critic, entropy_bonus=algo.entropy_coeff > 0, entropy_coeff=algo.entropy_coeff,
-                   critic_coeff=algo.critic_coeff, loss_critic_type="l2")
-    loss.make_value_estimator(ValueEstimators.GAE, gamma=algo.gamma, lmbda=algo.lmbda, average_gae=algo.normalize_advantage)
+    loss = A2CLoss(
+        actor,
+        critic,
+        entropy_bonus=algo.entropy_coeff > 0,
+        entropy_coeff=algo.entropy_coeff,
+        critic_coeff=algo.critic_coeff,
+        loss_critic_type="l2",
+    )
+    loss.make_value_estimator(
+        ValueEstimators.GAE, gamma=algo.gamma, lmbda=algo.lmbda, average_gae=algo.normalize_advantage
+    )
     optimizer = torch.optim.RMSprop(loss.parameters(), lr=algo.lr, alpha=algo.rms_alpha, eps=algo.rms_eps)
     collector = make_collector(run, lambda: make_env(cfg.env), actor)
     # one step per batch, on the batch itself: the loss computes the advantages (time order intact)
-    trainer = make_trainer(run, collector=collector, loss=loss, optimizer=optimizer, policy=actor,
-                           clip_norm=algo.max_grad_norm, optim_steps_per_batch=1)
+    trainer = make_trainer(
+        run,
+        collector=collector,
+        loss=loss,
+        optimizer=optimizer,
+        policy=actor,
+        clip_norm=algo.max_grad_norm,
+        optim_steps_per_batch=1,
+    )
     UpdateWeights(collector, update_weights_interval=1).register(trainer)
     resume_if_asked(run, trainer)
 
-    print(f"A2C on {cfg.env.num_envs} x {cfg.env.name}, {batch} frames per batch, {cfg.collector.total_frames} frames, "
-          f"seed {cfg.seed}; run folder {run.dir}/", flush=True)
+    print(
+        f"A2C on {cfg.env.num_envs} x {cfg.env.name}, {batch} frames per batch, {cfg.collector.total_frames} frames, "
+        f"seed {cfg.seed}; run folder {run.dir}/",
+        flush=True,
+    )
     trainer.train()
     return finish(run, trainer, actor, threshold=THRESHOLDS.get(cfg.env.name))

@@ -31,7 +31,9 @@ class BCConfig:
     name: str = "bc"
     lr: Optional[float] = None
     hidden: Optional[int] = None  # width of the actor's two hidden layers
-    dataset_dir: Optional[str] = None  # a dataset folder shared between runs (built there if missing); None: <run folder>/dataset
+    dataset_dir: Optional[str] = (
+        None  # a dataset folder shared between runs (built there if missing); None: <run folder>/dataset
+    )
     dataset_frames: Optional[int] = None  # frames of the dataset, when it is built
     behaviour_frames: Optional[int] = None  # SAC frames of the behaviour policy, when the dataset is built
 
@@ -64,13 +66,20 @@ def train(cfg: TrainConfig) -> float:
     actor = tanh_gaussian_actor(obs_dim, action_spec, [algo.hidden, algo.hidden])
     loss = BCLoss(actor)  # a probabilistic actor: the negative log-likelihood of the dataset's actions
     trainer = make_trainer(
-        run, collector=DatasetSamples(dataset), loss=loss, optimizer=torch.optim.Adam(loss.parameters(), lr=algo.lr),
-        optim_steps_per_batch=1, policy=actor,
+        run,
+        collector=DatasetSamples(dataset),
+        loss=loss,
+        optimizer=torch.optim.Adam(loss.parameters(), lr=algo.lr),
+        optim_steps_per_batch=1,
+        policy=actor,
     )
     resume_if_asked(run, trainer)
 
     steps = cfg.collector.total_frames // cfg.collector.frames_per_batch
-    print(f"BC on {cfg.env.name}: {steps} gradient steps of {cfg.collector.frames_per_batch} dataset steps, seed {cfg.seed}; "
-          f"run folder {run.dir}/", flush=True)
+    print(
+        f"BC on {cfg.env.name}: {steps} gradient steps of {cfg.collector.frames_per_batch} dataset steps, seed {cfg.seed}; "
+        f"run folder {run.dir}/",
+        flush=True,
+    )
     trainer.train()
     return finish(run, trainer, actor, threshold=THRESHOLDS.get(cfg.env.name))

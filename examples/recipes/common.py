@@ -40,7 +40,14 @@ from .envs import check_task, make_env, time_limit
 EVAL_KEY = "total_r_evaluation"  # LogValidationReward's mean return of whole episodes
 # what the off-policy losses read from a stored transition; the buffer keeps only these (an env step
 # also records the env's state and parameters, the policy's distribution and the collector's ids)
-TRANSITION_KEYS = ("observation", "action", ("next", "observation"), ("next", "reward"), ("next", "done"), ("next", "terminated"))
+TRANSITION_KEYS = (
+    "observation",
+    "action",
+    ("next", "observation"),
+    ("next", "reward"),
+    ("next", "done"),
+    ("next", "terminated"),
+)
 
 
 class Loggers:
@@ -98,7 +105,9 @@ def start_run(cfg: TrainConfig, algo: str, presets: dict, defaults: dict) -> Run
         cfg = dataclasses.replace(cfg, name=f"{algo}_{cfg.env.name}_seed{cfg.seed}_{datetime.now():%Y%m%d_%H%M%S}")
     run_dir = Path(cfg.runs_dir) / cfg.name
     if run_dir.exists() and not cfg.resume and (run_dir / "checkpoint.pt").exists():
-        raise FileExistsError(f"{run_dir} holds a finished or interrupted run: pass resume=true to continue it, or another name.")
+        raise FileExistsError(
+            f"{run_dir} holds a finished or interrupted run: pass resume=true to continue it, or another name."
+        )
     torch.set_num_threads(cfg.threads)
     torch.manual_seed(cfg.seed)
     # the networks build valid distribution parameters by construction; torch's argument checks cost
@@ -227,8 +236,12 @@ def make_off_policy_trainer(run: Run, loss: Any, policy: Any, actor: Any, *, lr:
     cfg = run.cfg
     collector = make_collector(run, lambda: make_env(cfg.env), policy, warmup=True)
     trainer = make_trainer(
-        run, collector=collector, loss=loss, optimizer=torch.optim.Adam(loss.parameters(), lr=lr, fused=True),
-        optim_steps_per_batch=max(1, round(utd * cfg.collector.frames_per_batch)), policy=actor,
+        run,
+        collector=collector,
+        loss=loss,
+        optimizer=torch.optim.Adam(loss.parameters(), lr=lr, fused=True),
+        optim_steps_per_batch=max(1, round(utd * cfg.collector.frames_per_batch)),
+        policy=actor,
     )
     add_transition_buffer(run, trainer)
     UpdateWeights(collector, update_weights_interval=1).register(trainer)
@@ -253,8 +266,9 @@ def resume_if_asked(run: Run, trainer: Trainer) -> None:
         print(f"resumed from {run.checkpoint} at frame {trainer.collected_frames}", flush=True)
 
 
-def finish(run: Run, trainer: Trainer, policy: Any, *, threshold: float | None = None, wrap_env: Any = None,
-           **env_kwargs: Any) -> float:
+def finish(
+    run: Run, trainer: Trainer, policy: Any, *, threshold: float | None = None, wrap_env: Any = None, **env_kwargs: Any
+) -> float:
     """Final evaluation (one whole episode in each of ``env.eval_envs`` sub-envs, seeded apart from
     training and the periodic evaluations), the learning curve, and the run's last lines.
 
@@ -270,9 +284,12 @@ def finish(run: Run, trainer: Trainer, policy: Any, *, threshold: float | None =
     run.logger.close()
     curve = write_learning_curve(
         run.dir / "learning_curve.png",
-        {f"evaluation ({cfg.env.eval_envs} episodes)": run.logger.csv.scalar_path(EVAL_KEY),
-         "final evaluation": [(trainer.collected_frames, final)]},
-        ylabel="episode return", title=f"{run.algo} on {cfg.env.name} (seed {cfg.seed})",
+        {
+            f"evaluation ({cfg.env.eval_envs} episodes)": run.logger.csv.scalar_path(EVAL_KEY),
+            "final evaluation": [(trainer.collected_frames, final)],
+        },
+        ylabel="episode return",
+        title=f"{run.algo} on {cfg.env.name} (seed {cfg.seed})",
         hline=None if threshold is None else (threshold, f"threshold ({threshold:g})"),
     )
     print(f"run folder {run.dir}/: config.json, scalars/*.csv, {run.checkpoint.name}, {curve.name}")

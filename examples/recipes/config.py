@@ -106,9 +106,13 @@ def resolve(cfg: TrainConfig, presets: dict, defaults: dict) -> TrainConfig:
                     filled[f.name] = value
         out[group] = dataclasses.replace(section, **filled)
     resolved = dataclasses.replace(cfg, **out)
-    missing = [f"{g}.{f.name}" for g in GROUPS if getattr(resolved, g) is not None
-               for f in dataclasses.fields(getattr(resolved, g)) if getattr(getattr(resolved, g), f.name) is None
-               and f.name in _REQUIRED.get(g, ())]
+    missing = [
+        f"{g}.{f.name}"
+        for g in GROUPS
+        if getattr(resolved, g) is not None
+        for f in dataclasses.fields(getattr(resolved, g))
+        if getattr(getattr(resolved, g), f.name) is None and f.name in _REQUIRED.get(g, ())
+    ]
     if missing:
         raise ValueError(
             f"{type(cfg.algo).__name__}: no value for {missing} with env={cfg.env.name!r} (the recipe has presets for "

@@ -45,7 +45,9 @@ class CQLConfig:
     num_random: Optional[int] = None  # actions per proposal (uniform, policy at s, policy at s') in the log-sum-exp
     bc_steps: Optional[int] = None  # first gradient steps that train the actor by behaviour cloning
     hidden: Optional[int] = None  # width of the two hidden layers of actor and critics
-    dataset_dir: Optional[str] = None  # a dataset folder shared between runs (built there if missing); None: <run folder>/dataset
+    dataset_dir: Optional[str] = (
+        None  # a dataset folder shared between runs (built there if missing); None: <run folder>/dataset
+    )
     dataset_frames: Optional[int] = None  # frames of the dataset, when it is built
     behaviour_frames: Optional[int] = None  # SAC frames of the behaviour policy, when the dataset is built
 
@@ -57,8 +59,17 @@ Config = CQLConfig  # the recipe's entry in the ``algo`` config group
 # 3,000 steps (with gamma 0.99 and tau 0.005 the actor, once it leaves cloning, chases unripe critics)
 PRESETS = {
     "pendulum": {
-        "algo": {"lr": 1e-3, "actor_lr": 1e-3, "gamma": 0.95, "tau": 0.02, "alpha_init": 0.2, "min_q_weight": 1.0, "num_random": 10,
-                 "bc_steps": 500, "hidden": 64},
+        "algo": {
+            "lr": 1e-3,
+            "actor_lr": 1e-3,
+            "gamma": 0.95,
+            "tau": 0.02,
+            "alpha_init": 0.2,
+            "min_q_weight": 1.0,
+            "num_random": 10,
+            "bc_steps": 500,
+            "hidden": 64,
+        },
         "env": {"num_envs": 10},  # sub-envs of the dataset's rollout
         "collector": {"frames_per_batch": 256, "total_frames": 256 * 3_000},
         "logger": {"eval_every": 256 * 500, "log_every": 256 * 50},
@@ -66,8 +77,19 @@ PRESETS = {
 }
 # TorchRL's offline CQL example (MuJoCo), with a fixed penalty weight
 DEFAULTS = {
-    "algo": {"lr": 3e-4, "actor_lr": 1e-4, "gamma": 0.99, "tau": 0.005, "alpha_init": 1.0, "min_q_weight": 1.0, "num_random": 10,
-             "bc_steps": 40_000, "hidden": 256, "dataset_frames": 20_000, "behaviour_frames": 8_000},
+    "algo": {
+        "lr": 3e-4,
+        "actor_lr": 1e-4,
+        "gamma": 0.99,
+        "tau": 0.005,
+        "alpha_init": 1.0,
+        "min_q_weight": 1.0,
+        "num_random": 10,
+        "bc_steps": 40_000,
+        "hidden": 256,
+        "dataset_frames": 20_000,
+        "behaviour_frames": 8_000,
+    },
     "collector": {"init_random_frames": 0},
 }
 THRESHOLDS = {"pendulum": -300.0}
@@ -99,22 +121,35 @@ def train(cfg: TrainConfig) -> float:
     obs_dim, action_spec = proto.observation_spec_unbatched["observation"].shape[-1], proto.action_spec_unbatched
 
     actor = tanh_gaussian_actor(obs_dim, action_spec, [algo.hidden, algo.hidden])
-    loss = CQLLoss(actor, q_critic(obs_dim, action_spec.shape[-1], [algo.hidden, algo.hidden]), action_spec=action_spec,
-                   alpha_init=algo.alpha_init, min_q_weight=algo.min_q_weight, num_random=algo.num_random,
-                   deterministic_backup=False)
+    loss = CQLLoss(
+        actor,
+        q_critic(obs_dim, action_spec.shape[-1], [algo.hidden, algo.hidden]),
+        action_spec=action_spec,
+        alpha_init=algo.alpha_init,
+        min_q_weight=algo.min_q_weight,
+        num_random=algo.num_random,
+        deterministic_backup=False,
+    )
     loss.make_value_estimator(gamma=algo.gamma)
     critics = list(loss.qvalue_network_params.parameters())
     others = [p for p in loss.parameters() if all(p is not c for c in critics)]  # the actor and the temperature
     optimizer = torch.optim.Adam([{"params": critics, "lr": algo.lr}, {"params": others, "lr": algo.actor_lr}])
     trainer = make_trainer(
-        run, collector=DatasetSamples(dataset), loss=BCStart(loss, algo.bc_steps), optimizer=optimizer,
-        optim_steps_per_batch=1, policy=actor,
+        run,
+        collector=DatasetSamples(dataset),
+        loss=BCStart(loss, algo.bc_steps),
+        optimizer=optimizer,
+        optim_steps_per_batch=1,
+        policy=actor,
     )
     TargetNetUpdaterHook(SoftUpdate(loss, tau=algo.tau)).register(trainer)
     resume_if_asked(run, trainer)
 
     steps = cfg.collector.total_frames // cfg.collector.frames_per_batch
-    print(f"CQL on {cfg.env.name}: {steps} gradient steps of {cfg.collector.frames_per_batch} dataset steps "
-          f"(the first {algo.bc_steps} clone the actor), seed {cfg.seed}; run folder {run.dir}/", flush=True)
+    print(
+        f"CQL on {cfg.env.name}: {steps} gradient steps of {cfg.collector.frames_per_batch} dataset steps "
+        f"(the first {algo.bc_steps} clone the actor), seed {cfg.seed}; run folder {run.dir}/",
+        flush=True,
+    )
     trainer.train()
     return finish(run, trainer, actor, threshold=THRESHOLDS.get(cfg.env.name))

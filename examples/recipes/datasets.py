@@ -46,8 +46,17 @@ from .config import CollectorConfig, EnvConfig, LoggerConfig, TrainConfig
 from .envs import make_env, time_limit
 from .networks import tanh_gaussian_actor
 
-STEP_KEYS = ["observation", "action", "episode", "return_to_go", ("next", "observation"), ("next", "reward"),
-             ("next", "done"), ("next", "terminated"), ("next", "truncated")]
+STEP_KEYS = [
+    "observation",
+    "action",
+    "episode",
+    "return_to_go",
+    ("next", "observation"),
+    ("next", "reward"),
+    ("next", "done"),
+    ("next", "terminated"),
+    ("next", "truncated"),
+]
 
 
 class BehaviourDataset(OfflineDataset):
@@ -61,8 +70,17 @@ class BehaviourDataset(OfflineDataset):
     default_kind = "behaviour"
     source_format = "sac rollout"
 
-    def __init__(self, path: Path, *, env: EnvConfig, dataset_frames: int, behaviour_frames: int, seed: int,
-                 progress: bool = False, **buffer_kwargs: Any) -> None:
+    def __init__(
+        self,
+        path: Path,
+        *,
+        env: EnvConfig,
+        dataset_frames: int,
+        behaviour_frames: int,
+        seed: int,
+        progress: bool = False,
+        **buffer_kwargs: Any,
+    ) -> None:
         path = Path(path)
         self.env_cfg, self.dataset_frames, self.behaviour_frames = env, dataset_frames, behaviour_frames
         self.seed, self.progress = seed, progress
@@ -71,8 +89,10 @@ class BehaviourDataset(OfflineDataset):
         super().__init__(path.name, root=path.parent, **buffer_kwargs)
         built_for = self.metadata["source"].get("task")
         if built_for != env.name:
-            raise ValueError(f"the dataset at {path} was built for env={built_for!r}, this run is on env={env.name!r}; "
-                             "give another algo.dataset_dir.")
+            raise ValueError(
+                f"the dataset at {path} was built for env={built_for!r}, this run is on env={env.name!r}; "
+                "give another algo.dataset_dir."
+            )
 
     # ------------------------------------------------------------------ 1. the behaviour policy
     def behaviour_policy(self) -> Any:
@@ -81,16 +101,26 @@ class BehaviourDataset(OfflineDataset):
 
         checkpoint = self.behaviour_dir / "checkpoint.pt"
         if not checkpoint.exists():
-            sac.train(TrainConfig(
-                algo=sac.SACConfig(),
-                env=EnvConfig(name=self.env_cfg.name, max_steps=self.env_cfg.max_steps, eval_envs=self.env_cfg.eval_envs),
-                collector=CollectorConfig(total_frames=self.behaviour_frames),
-                logger=LoggerConfig(backends=["csv"], progress=self.progress),
-                seed=self.seed, name=self.behaviour_dir.name, runs_dir=str(self.behaviour_dir.parent),
-            ))
+            sac.train(
+                TrainConfig(
+                    algo=sac.SACConfig(),
+                    env=EnvConfig(
+                        name=self.env_cfg.name, max_steps=self.env_cfg.max_steps, eval_envs=self.env_cfg.eval_envs
+                    ),
+                    collector=CollectorConfig(total_frames=self.behaviour_frames),
+                    logger=LoggerConfig(backends=["csv"], progress=self.progress),
+                    seed=self.seed,
+                    name=self.behaviour_dir.name,
+                    runs_dir=str(self.behaviour_dir.parent),
+                )
+            )
         proto = make_env(self.env_cfg, 1)
-        hidden = json.loads((self.behaviour_dir / "config.json").read_text())["algo"]["hidden"]  # the width it trained with
-        actor = tanh_gaussian_actor(proto.observation_spec_unbatched["observation"].shape[-1], proto.action_spec_unbatched, [hidden, hidden])
+        hidden = json.loads((self.behaviour_dir / "config.json").read_text())["algo"][
+            "hidden"
+        ]  # the width it trained with
+        actor = tanh_gaussian_actor(
+            proto.observation_spec_unbatched["observation"].shape[-1], proto.action_spec_unbatched, [hidden, hidden]
+        )
         actor.load_state_dict(torch.load(checkpoint, weights_only=True)["policy"])
         return actor
 
@@ -113,15 +143,22 @@ class BehaviourDataset(OfflineDataset):
         eval_env.set_seed(self.seed + 1)
         episodes = int(data["episode"][-1]) + 1
         self._facts = {
-            "frames": int(data.numel()), "episodes": episodes,
+            "frames": int(data.numel()),
+            "episodes": episodes,
             "dataset_return": float(data["next", "reward"].sum()) / episodes,
             "behaviour_return": float(evaluate_episodes(eval_env, actor, max_steps=limit).mean()),
         }
         return data
 
     def _source_metadata(self) -> dict:
-        return {"task": self.env_cfg.name, "behaviour": "sac", "behaviour_frames": self.behaviour_frames,
-                "seed": self.seed, "behaviour_run": str(self.behaviour_dir), **self._facts}
+        return {
+            "task": self.env_cfg.name,
+            "behaviour": "sac",
+            "behaviour_frames": self.behaviour_frames,
+            "seed": self.seed,
+            "behaviour_run": str(self.behaviour_dir),
+            **self._facts,
+        }
 
 
 def dataset_path(run: Any, algo: Any) -> Path:
@@ -139,16 +176,24 @@ def load_dataset(run: Any, algo: Any, **buffer_kwargs: Any) -> BehaviourDataset:
     state = rng_state()
     try:
         dataset = BehaviourDataset(
-            dataset_path(run, algo), env=run.cfg.env, dataset_frames=algo.dataset_frames,
-            behaviour_frames=algo.behaviour_frames, seed=run.cfg.seed, progress=run.cfg.logger.progress, **buffer_kwargs,
+            dataset_path(run, algo),
+            env=run.cfg.env,
+            dataset_frames=algo.dataset_frames,
+            behaviour_frames=algo.behaviour_frames,
+            seed=run.cfg.seed,
+            progress=run.cfg.logger.progress,
+            **buffer_kwargs,
         )
     finally:
         set_rng_state(state)
         torch.set_num_threads(run.cfg.threads)  # the SAC sub-run sets its own
     facts = dataset.metadata["source"]
-    print(f"dataset {dataset.data_path}/ ({'built' if dataset.converted else 'reused'}): {facts['frames']} frames, "
-          f"{facts['episodes']} episodes of {facts['task']}, mean episode return {facts['dataset_return']:.1f}; "
-          f"behaviour policy (SAC, {facts['behaviour_frames']} frames) returns {facts['behaviour_return']:.1f}", flush=True)
+    print(
+        f"dataset {dataset.data_path}/ ({'built' if dataset.converted else 'reused'}): {facts['frames']} frames, "
+        f"{facts['episodes']} episodes of {facts['task']}, mean episode return {facts['dataset_return']:.1f}; "
+        f"behaviour policy (SAC, {facts['behaviour_frames']} frames) returns {facts['behaviour_return']:.1f}",
+        flush=True,
+    )
     return dataset
 
 

@@ -71,14 +71,22 @@ def train(cfg: TrainConfig) -> float:
     sigma = algo.exploration_noise * half_range
     policy = TensorDictSequential(actor, AdditiveGaussianModule(action_spec, sigma_init=sigma, sigma_end=sigma))
     # a target actor as well as a target critic (the paper, SB3; TorchRL's default has no target actor)
-    loss = DDPGLoss(actor, q_critic(obs_dim, action_spec.shape[-1], algo.hidden), loss_function="l2",
-                    delay_actor=True, delay_value=True)
+    loss = DDPGLoss(
+        actor,
+        q_critic(obs_dim, action_spec.shape[-1], algo.hidden),
+        loss_function="l2",
+        delay_actor=True,
+        delay_value=True,
+    )
     loss.make_value_estimator(gamma=algo.gamma)
     trainer = make_off_policy_trainer(run, loss, policy, actor, lr=algo.lr, utd=algo.utd)
     TargetNetUpdaterHook(SoftUpdate(loss, tau=algo.tau)).register(trainer)
     resume_if_asked(run, trainer)
 
-    print(f"DDPG on {cfg.env.num_envs} x {cfg.env.name}, {cfg.collector.total_frames} frames, seed {cfg.seed}; "
-          f"run folder {run.dir}/", flush=True)
+    print(
+        f"DDPG on {cfg.env.num_envs} x {cfg.env.name}, {cfg.collector.total_frames} frames, seed {cfg.seed}; "
+        f"run folder {run.dir}/",
+        flush=True,
+    )
     trainer.train()
     return finish(run, trainer, actor, threshold=THRESHOLDS.get(cfg.env.name))

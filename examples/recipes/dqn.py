@@ -65,8 +65,17 @@ Config = DQNConfig  # the recipe's entry in the ``algo`` config group
 # the learning-rate decay and 8 envs on cartpole (see the module docstring)
 PRESETS = {
     "cartpole": {
-        "algo": {"lr": 2.3e-3, "gamma": 0.99, "gradient_steps": 128, "target_update_interval": 10,
-                 "exploration_fraction": 0.16, "eps_end": 0.04, "hidden": 256, "double_dqn": True, "anneal_lr": True},
+        "algo": {
+            "lr": 2.3e-3,
+            "gamma": 0.99,
+            "gradient_steps": 128,
+            "target_update_interval": 10,
+            "exploration_fraction": 0.16,
+            "eps_end": 0.04,
+            "hidden": 256,
+            "double_dqn": True,
+            "anneal_lr": True,
+        },
         "env": {"num_envs": 8},
         "collector": {"frames_per_batch": 256, "total_frames": 50_000, "init_random_frames": 1_000},
         "buffer": {"size": 100_000, "batch_size": 64},
@@ -74,9 +83,20 @@ PRESETS = {
     },
 }
 DEFAULTS = {
-    "algo": {"lr": 1e-4, "gamma": 0.99, "gradient_steps": 1, "target_update_interval": 10_000, "exploration_fraction": 0.1,
-             "eps_init": 1.0, "eps_end": 0.05, "max_grad_norm": 10.0, "loss_function": "smooth_l1", "double_dqn": False,
-             "anneal_lr": False, "hidden": 64},
+    "algo": {
+        "lr": 1e-4,
+        "gamma": 0.99,
+        "gradient_steps": 1,
+        "target_update_interval": 10_000,
+        "exploration_fraction": 0.1,
+        "eps_init": 1.0,
+        "eps_end": 0.05,
+        "max_grad_norm": 10.0,
+        "loss_function": "smooth_l1",
+        "double_dqn": False,
+        "anneal_lr": False,
+        "hidden": 64,
+    },
     "collector": {"frames_per_batch": 4, "init_random_frames": 100},
     "buffer": {"size": 1_000_000, "batch_size": 32},
 }
@@ -86,8 +106,12 @@ THRESHOLDS = {"cartpole": 475.0}
 def make_qnet(obs_dim: int, action_spec, hidden: int) -> QValueActor:
     """Action values from an MLP; the greedy action is one-hot with the spec's dtype (int64 on cartpole)."""
     if not isinstance(action_spec, OneHot):
-        raise ValueError(f"dqn: this recipe handles one-hot (discrete) actions, the task has {type(action_spec).__name__}.")
-    mlp = MLP(in_features=obs_dim, out_features=action_spec.shape[-1], num_cells=[hidden, hidden], activation_class=nn.ReLU)
+        raise ValueError(
+            f"dqn: this recipe handles one-hot (discrete) actions, the task has {type(action_spec).__name__}."
+        )
+    mlp = MLP(
+        in_features=obs_dim, out_features=action_spec.shape[-1], num_cells=[hidden, hidden], activation_class=nn.ReLU
+    )
     return QValueActor(mlp, in_keys=["observation"], spec=action_spec)
 
 
@@ -98,18 +122,31 @@ def train(cfg: TrainConfig) -> float:
     obs_dim, action_spec = proto.observation_spec_unbatched["observation"].shape[-1], proto.action_spec_unbatched
 
     qnet = make_qnet(obs_dim, action_spec, algo.hidden)  # greedy: evaluation and checkpoint
-    egreedy = EGreedyModule(action_spec, eps_init=algo.eps_init, eps_end=algo.eps_end,
-                            annealing_num_steps=max(1, round(algo.exploration_fraction * cfg.collector.total_frames)))
+    egreedy = EGreedyModule(
+        action_spec,
+        eps_init=algo.eps_init,
+        eps_end=algo.eps_end,
+        annealing_num_steps=max(1, round(algo.exploration_fraction * cfg.collector.total_frames)),
+    )
     explore = TensorDictSequential(qnet, egreedy)  # collection
     loss = DQNLoss(qnet, loss_function=algo.loss_function, double_dqn=algo.double_dqn, delay_value=True)
     loss.make_value_estimator(gamma=algo.gamma)
     collector = make_collector(run, lambda: make_env(cfg.env), explore, warmup=True)
     optimizer = torch.optim.Adam(loss.parameters(), lr=algo.lr, fused=True)
-    trainer = make_trainer(run, collector=collector, loss=loss, optimizer=optimizer, policy=qnet,
-                           optim_steps_per_batch=algo.gradient_steps, clip_norm=algo.max_grad_norm)
+    trainer = make_trainer(
+        run,
+        collector=collector,
+        loss=loss,
+        optimizer=optimizer,
+        policy=qnet,
+        optim_steps_per_batch=algo.gradient_steps,
+        clip_norm=algo.max_grad_norm,
+    )
     add_transition_buffer(run, trainer)
     AnnealExploration(egreedy).register(trainer)  # epsilon follows the collected frames, warm-up included
-    TargetNetUpdaterHook(HardUpdate(loss, value_network_update_interval=algo.target_update_interval), unit="frames").register(trainer)
+    TargetNetUpdaterHook(
+        HardUpdate(loss, value_network_update_interval=algo.target_update_interval), unit="frames"
+    ).register(trainer)
     UpdateWeights(collector, update_weights_interval=1).register(trainer)
 
     def decay_lr():  # SB3's "lin_" schedule, set before each training phase from the frames collected
@@ -120,7 +157,10 @@ def train(cfg: TrainConfig) -> float:
         trainer.register_op("pre_optim_steps", decay_lr)
     resume_if_asked(run, trainer)
 
-    print(f"DQN on {cfg.env.num_envs} x {cfg.env.name}, {cfg.collector.total_frames} frames, seed {cfg.seed}; "
-          f"run folder {run.dir}/", flush=True)
+    print(
+        f"DQN on {cfg.env.num_envs} x {cfg.env.name}, {cfg.collector.total_frames} frames, seed {cfg.seed}; "
+        f"run folder {run.dir}/",
+        flush=True,
+    )
     trainer.train()
     return finish(run, trainer, qnet, threshold=THRESHOLDS.get(cfg.env.name))

@@ -49,7 +49,9 @@ class DTConfig:
     dropout: Optional[float] = None
     target_return: Optional[float] = None  # the return asked for at the start of an evaluation episode
     rtg_scale: Optional[float] = None  # returns to go are multiplied by it before they enter the transformer
-    dataset_dir: Optional[str] = None  # a dataset folder shared between runs (built there if missing); None: <run folder>/dataset
+    dataset_dir: Optional[str] = (
+        None  # a dataset folder shared between runs (built there if missing); None: <run folder>/dataset
+    )
     dataset_frames: Optional[int] = None  # frames of the dataset, when it is built
     behaviour_frames: Optional[int] = None  # SAC frames of the behaviour policy, when the dataset is built
 
@@ -59,8 +61,17 @@ Config = DTConfig  # the recipe's entry in the ``algo`` config group
 # offline: a "batch" is one sample of frames_per_batch / context windows, one gradient step each
 PRESETS = {
     "pendulum": {
-        "algo": {"lr": 5e-4, "weight_decay": 1e-4, "context": 10, "n_embd": 64, "n_layer": 2, "n_head": 2, "dropout": 0.1,
-                 "target_return": -100.0, "rtg_scale": 0.01},
+        "algo": {
+            "lr": 5e-4,
+            "weight_decay": 1e-4,
+            "context": 10,
+            "n_embd": 64,
+            "n_layer": 2,
+            "n_head": 2,
+            "dropout": 0.1,
+            "target_return": -100.0,
+            "rtg_scale": 0.01,
+        },
         "env": {"num_envs": 10},  # sub-envs of the dataset's rollout
         "collector": {"frames_per_batch": 64 * 10, "total_frames": 64 * 10 * 3_000},
         "logger": {"eval_every": 64 * 10 * 500, "log_every": 64 * 10 * 50},
@@ -68,8 +79,18 @@ PRESETS = {
 }
 # TorchRL's offline DT example (MuJoCo) where it applies
 DEFAULTS = {
-    "algo": {"lr": 1e-4, "weight_decay": 5e-4, "context": 20, "n_embd": 128, "n_layer": 3, "n_head": 1, "dropout": 0.1,
-             "rtg_scale": 0.001, "dataset_frames": 20_000, "behaviour_frames": 8_000},
+    "algo": {
+        "lr": 1e-4,
+        "weight_decay": 5e-4,
+        "context": 20,
+        "n_embd": 128,
+        "n_layer": 3,
+        "n_head": 1,
+        "dropout": 0.1,
+        "rtg_scale": 0.001,
+        "dataset_frames": 20_000,
+        "behaviour_frames": 8_000,
+    },
     "collector": {"init_random_frames": 0},
 }
 THRESHOLDS = {"pendulum": -300.0}
@@ -77,10 +98,19 @@ THRESHOLDS = {"pendulum": -300.0}
 
 def make_actor(obs_dim: int, action_spec, algo: DTConfig) -> TensorDictSequential:
     """The transformer, then ``tanh`` into the action bounds: reads the three histories, writes ``"action"``."""
-    net = DTActor(obs_dim, action_spec.shape[-1], transformer_config={
-        "n_embd": algo.n_embd, "n_layer": algo.n_layer, "n_head": algo.n_head, "n_inner": 4 * algo.n_embd,
-        "n_positions": 3 * algo.context, "resid_pdrop": algo.dropout, "attn_pdrop": algo.dropout,
-    })
+    net = DTActor(
+        obs_dim,
+        action_spec.shape[-1],
+        transformer_config={
+            "n_embd": algo.n_embd,
+            "n_layer": algo.n_layer,
+            "n_head": algo.n_head,
+            "n_inner": 4 * algo.n_embd,
+            "n_positions": 3 * algo.context,
+            "resid_pdrop": algo.dropout,
+            "attn_pdrop": algo.dropout,
+        },
+    )
     return TensorDictSequential(
         TensorDictModule(net, in_keys=["observation", "action", "return_to_go"], out_keys=["param"]),
         TanhModule(in_keys=["param"], out_keys=["action"], spec=action_spec),
@@ -104,8 +134,13 @@ def to_windows(sample: Any, context: int, rtg_scale: float) -> TensorDict:
         moved = x.gather(1, source.reshape(*source.shape, *extra).expand_as(x))
         return torch.where(real.reshape(*real.shape, *extra), moved, torch.zeros((), dtype=x.dtype))
 
-    return TensorDict(observation=window(slices["observation"]), action=window(slices["action"]),
-                      return_to_go=window(slices["return_to_go"]) * rtg_scale, mask=real, batch_size=slices.batch_size)
+    return TensorDict(
+        observation=window(slices["observation"]),
+        action=window(slices["action"]),
+        return_to_go=window(slices["return_to_go"]) * rtg_scale,
+        mask=real,
+        batch_size=slices.batch_size,
+    )
 
 
 class DTPolicy(TensorDictModuleBase):
@@ -131,13 +166,22 @@ class DTPolicy(TensorDictModuleBase):
         obs, new = td["observation"], td["step_count"] == 0
         n = obs.shape[0]
         if self.history is None or self.history.batch_size[0] != n:
-            self.history = TensorDict(observation=obs.new_zeros(n, self.context, obs.shape[-1]),
-                                      action=obs.new_zeros(n, self.context, self.act_dim),
-                                      return_to_go=obs.new_zeros(n, self.context),
-                                      last_action=obs.new_zeros(n, self.act_dim), batch_size=[n])
+            self.history = TensorDict(
+                observation=obs.new_zeros(n, self.context, obs.shape[-1]),
+                action=obs.new_zeros(n, self.context, self.act_dim),
+                return_to_go=obs.new_zeros(n, self.context),
+                last_action=obs.new_zeros(n, self.act_dim),
+                batch_size=[n],
+            )
         # a sub-env that starts an episode starts from zeros
-        history = self.history.apply(lambda x: torch.where(new.reshape(n, *(1,) * (x.ndim - 1)), torch.zeros((), dtype=x.dtype), x))
-        step = {"observation": obs, "action": history["last_action"], "return_to_go": td["target_return"] * self.rtg_scale}
+        history = self.history.apply(
+            lambda x: torch.where(new.reshape(n, *(1,) * (x.ndim - 1)), torch.zeros((), dtype=x.dtype), x)
+        )
+        step = {
+            "observation": obs,
+            "action": history["last_action"],
+            "return_to_go": td["target_return"] * self.rtg_scale,
+        }
         for key, value in step.items():  # drop the oldest step, append this one
             history.set(key, torch.cat([history[key][:, 1:], value.unsqueeze(1)], 1))
         action = self.wrapper(history.select("observation", "action", "return_to_go"))["action"]
@@ -150,8 +194,12 @@ def train(cfg: TrainConfig) -> float:
     cfg, algo = run.cfg, run.cfg.algo
     windows = cfg.collector.frames_per_batch // algo.context
     dataset = load_dataset(
-        run, algo, batch_size=windows * algo.context,
-        sampler=SliceSampler(slice_len=algo.context, traj_key="episode", span=(True, False), strict_length=False, pad_output=True),
+        run,
+        algo,
+        batch_size=windows * algo.context,
+        sampler=SliceSampler(
+            slice_len=algo.context, traj_key="episode", span=(True, False), strict_length=False, pad_output=True
+        ),
     )
     proto = make_env(cfg.env, 1)
     obs_dim, action_spec = proto.observation_spec_unbatched["observation"].shape[-1], proto.action_spec_unbatched
@@ -162,15 +210,28 @@ def train(cfg: TrainConfig) -> float:
     eval_env = make_eval_env(run).append_transform(TargetReturn(algo.target_return))
     samples = DatasetSamples(dataset, transform=lambda sample: to_windows(sample, algo.context, algo.rtg_scale))
     trainer = make_trainer(
-        run, collector=samples, loss=loss, optimizer=torch.optim.AdamW(loss.parameters(), lr=algo.lr, weight_decay=algo.weight_decay),
-        optim_steps_per_batch=1, policy=policy, eval_env=eval_env, clip_norm=0.25,
+        run,
+        collector=samples,
+        loss=loss,
+        optimizer=torch.optim.AdamW(loss.parameters(), lr=algo.lr, weight_decay=algo.weight_decay),
+        optim_steps_per_batch=1,
+        policy=policy,
+        eval_env=eval_env,
+        clip_norm=0.25,
     )
     resume_if_asked(run, trainer)
 
     steps = cfg.collector.total_frames // cfg.collector.frames_per_batch
-    print(f"DT on {cfg.env.name}: {steps} gradient steps of {windows} windows of {algo.context} steps, target return "
-          f"{algo.target_return:g}, seed {cfg.seed}; run folder {run.dir}/", flush=True)
+    print(
+        f"DT on {cfg.env.name}: {steps} gradient steps of {windows} windows of {algo.context} steps, target return "
+        f"{algo.target_return:g}, seed {cfg.seed}; run folder {run.dir}/",
+        flush=True,
+    )
     trainer.train()
-    return finish(run, trainer, policy, threshold=THRESHOLDS.get(cfg.env.name),
-                  wrap_env=lambda env: env.append_transform(TargetReturn(algo.target_return)))
-
+    return finish(
+        run,
+        trainer,
+        policy,
+        threshold=THRESHOLDS.get(cfg.env.name),
+        wrap_env=lambda env: env.append_transform(TargetReturn(algo.target_return)),
+    )

@@ -41,7 +41,9 @@ class IQLConfig:
     expectile: Optional[float] = None  # of the value regression: 0.5 the mean, towards 1 the best action in the data
     temperature: Optional[float] = None  # inverse temperature of the advantage weights: 0 is behaviour cloning
     hidden: Optional[int] = None  # width of the two hidden layers of actor, critics and value
-    dataset_dir: Optional[str] = None  # a dataset folder shared between runs (built there if missing); None: <run folder>/dataset
+    dataset_dir: Optional[str] = (
+        None  # a dataset folder shared between runs (built there if missing); None: <run folder>/dataset
+    )
     dataset_frames: Optional[int] = None  # frames of the dataset, when it is built
     behaviour_frames: Optional[int] = None  # SAC frames of the behaviour policy, when the dataset is built
 
@@ -63,8 +65,16 @@ PRESETS = {
 }
 # the paper's (and TorchRL's) MuJoCo values
 DEFAULTS = {
-    "algo": {"lr": 3e-4, "gamma": 0.99, "tau": 0.005, "expectile": 0.7, "temperature": 3.0, "hidden": 256,
-             "dataset_frames": 20_000, "behaviour_frames": 8_000},
+    "algo": {
+        "lr": 3e-4,
+        "gamma": 0.99,
+        "tau": 0.005,
+        "expectile": 0.7,
+        "temperature": 3.0,
+        "hidden": 256,
+        "dataset_frames": 20_000,
+        "behaviour_frames": 8_000,
+    },
     "collector": {"init_random_frames": 0},
 }
 THRESHOLDS = {"pendulum": -300.0}
@@ -83,18 +93,31 @@ def train(cfg: TrainConfig) -> float:
     obs_dim, action_spec = proto.observation_spec_unbatched["observation"].shape[-1], proto.action_spec_unbatched
 
     actor = tanh_gaussian_actor(obs_dim, action_spec, [algo.hidden, algo.hidden])
-    loss = IQLLoss(actor, q_critic(obs_dim, action_spec.shape[-1], [algo.hidden, algo.hidden]), make_value(obs_dim, algo.hidden),
-                   num_qvalue_nets=2, expectile=algo.expectile, temperature=algo.temperature)
+    loss = IQLLoss(
+        actor,
+        q_critic(obs_dim, action_spec.shape[-1], [algo.hidden, algo.hidden]),
+        make_value(obs_dim, algo.hidden),
+        num_qvalue_nets=2,
+        expectile=algo.expectile,
+        temperature=algo.temperature,
+    )
     loss.make_value_estimator(gamma=algo.gamma)
     trainer = make_trainer(
-        run, collector=DatasetSamples(dataset), loss=loss, optimizer=torch.optim.Adam(loss.parameters(), lr=algo.lr),
-        optim_steps_per_batch=1, policy=actor,
+        run,
+        collector=DatasetSamples(dataset),
+        loss=loss,
+        optimizer=torch.optim.Adam(loss.parameters(), lr=algo.lr),
+        optim_steps_per_batch=1,
+        policy=actor,
     )
     TargetNetUpdaterHook(SoftUpdate(loss, tau=algo.tau)).register(trainer)
     resume_if_asked(run, trainer)
 
     steps = cfg.collector.total_frames // cfg.collector.frames_per_batch
-    print(f"IQL on {cfg.env.name}: {steps} gradient steps of {cfg.collector.frames_per_batch} dataset steps, seed {cfg.seed}; "
-          f"run folder {run.dir}/", flush=True)
+    print(
+        f"IQL on {cfg.env.name}: {steps} gradient steps of {cfg.collector.frames_per_batch} dataset steps, seed {cfg.seed}; "
+        f"run folder {run.dir}/",
+        flush=True,
+    )
     trainer.train()
     return finish(run, trainer, actor, threshold=THRESHOLDS.get(cfg.env.name))

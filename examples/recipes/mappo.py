@@ -53,15 +53,34 @@ Config = MAPPOConfig  # the recipe's entry in the ``algo`` config group
 
 PRESETS = {
     "navigation": {
-        "algo": {"lr": 3e-4, "gamma": 0.99, "lmbda": 0.9, "clip_epsilon": 0.2, "entropy_coeff": 1e-4, "epochs": 10,
-                 "minibatch": 400, "hidden": 128},
+        "algo": {
+            "lr": 3e-4,
+            "gamma": 0.99,
+            "lmbda": 0.9,
+            "clip_epsilon": 0.2,
+            "entropy_coeff": 1e-4,
+            "epochs": 10,
+            "minibatch": 400,
+            "hidden": 128,
+        },
         "env": {"num_envs": 60},
         "collector": {"frames_per_batch": 6_000, "total_frames": 60_000},  # 60 envs x 100 steps: whole episodes
         "logger": {"eval_every": 12_000},
     },
 }
-DEFAULTS = {"algo": {"lr": 3e-4, "gamma": 0.99, "lmbda": 0.9, "clip_epsilon": 0.2, "entropy_coeff": 1e-4, "epochs": 10,
-                     "minibatch": 400, "hidden": 128}, "collector": {"init_random_frames": 0}}
+DEFAULTS = {
+    "algo": {
+        "lr": 3e-4,
+        "gamma": 0.99,
+        "lmbda": 0.9,
+        "clip_epsilon": 0.2,
+        "entropy_coeff": 1e-4,
+        "epochs": 10,
+        "minibatch": 400,
+        "hidden": 128,
+    },
+    "collector": {"init_random_frames": 0},
+}
 THRESHOLDS = {"navigation": 1.5}
 
 
@@ -70,14 +89,25 @@ def make_actor(env, hidden: int) -> ProbabilisticActor:
     obs_dim = env.observation_spec_unbatched[AGENTS, "observation"].shape[-1]
     action_spec = env.full_action_spec_unbatched[AGENTS, "action"]
     net = nn.Sequential(
-        MultiAgentMLP(n_agent_inputs=obs_dim, n_agent_outputs=2 * action_spec.shape[-1], n_agents=env.n_agents,
-                      centralised=False, share_params=True, depth=2, num_cells=hidden, activation_class=nn.Tanh),
+        MultiAgentMLP(
+            n_agent_inputs=obs_dim,
+            n_agent_outputs=2 * action_spec.shape[-1],
+            n_agents=env.n_agents,
+            centralised=False,
+            share_params=True,
+            depth=2,
+            num_cells=hidden,
+            activation_class=nn.Tanh,
+        ),
         NormalParamExtractor(),
     )
     return ProbabilisticActor(
         TensorDictModule(net, in_keys=[(AGENTS, "observation")], out_keys=[(AGENTS, "loc"), (AGENTS, "scale")]),
-        in_keys=[(AGENTS, "loc"), (AGENTS, "scale")], out_keys=[(AGENTS, "action")], spec=env.full_action_spec_unbatched,
-        distribution_class=TanhNormal, distribution_kwargs={"low": action_spec.space.low, "high": action_spec.space.high},
+        in_keys=[(AGENTS, "loc"), (AGENTS, "scale")],
+        out_keys=[(AGENTS, "action")],
+        spec=env.full_action_spec_unbatched,
+        distribution_class=TanhNormal,
+        distribution_kwargs={"low": action_spec.space.low, "high": action_spec.space.high},
         return_log_prob=True,  # writes (AGENTS, "action_log_prob"): one per agent
     )
 
@@ -85,8 +115,16 @@ def make_actor(env, hidden: int) -> ProbabilisticActor:
 def make_critic(env, hidden: int, centralised: bool) -> ValueOperator:
     """One value per agent: from every agent's observation (centralised, MAPPO) or its own (IPPO)."""
     obs_dim = env.observation_spec_unbatched[AGENTS, "observation"].shape[-1]
-    net = MultiAgentMLP(n_agent_inputs=obs_dim, n_agent_outputs=1, n_agents=env.n_agents, centralised=centralised,
-                        share_params=True, depth=2, num_cells=hidden, activation_class=nn.Tanh)
+    net = MultiAgentMLP(
+        n_agent_inputs=obs_dim,
+        n_agent_outputs=1,
+        n_agents=env.n_agents,
+        centralised=centralised,
+        share_params=True,
+        depth=2,
+        num_cells=hidden,
+        activation_class=nn.Tanh,
+    )
     return ValueOperator(net, in_keys=[(AGENTS, "observation")], out_keys=[(AGENTS, "state_value")])  # [.., n_agents]
 
 
@@ -96,24 +134,44 @@ def train(cfg: TrainConfig) -> float:
     proto = make_env(cfg.env, 1)
 
     actor, critic = make_actor(proto, algo.hidden), make_critic(proto, algo.hidden, algo.centralised_critic)
-    loss = ClipPPOLoss(actor, critic, clip_epsilon=algo.clip_epsilon, entropy_coeff=algo.entropy_coeff,
-                       entropy_bonus=algo.entropy_coeff > 0, critic_coeff=algo.critic_coeff, loss_critic_type="smooth_l1",
-                       normalize_advantage=False)
+    loss = ClipPPOLoss(
+        actor,
+        critic,
+        clip_epsilon=algo.clip_epsilon,
+        entropy_coeff=algo.entropy_coeff,
+        entropy_bonus=algo.entropy_coeff > 0,
+        critic_coeff=algo.critic_coeff,
+        loss_critic_type="smooth_l1",
+        normalize_advantage=False,
+    )
     # per-agent rewards, done flags, values and advantages ([N, T, n_agents]); the action and its
     # log-prob keys come from the actor
-    loss.set_keys(reward=(AGENTS, "reward"), done=(AGENTS, "done"), terminated=(AGENTS, "terminated"),
-                  value=(AGENTS, "state_value"), advantage=(AGENTS, "advantage"), value_target=(AGENTS, "value_target"))
+    loss.set_keys(
+        reward=(AGENTS, "reward"),
+        done=(AGENTS, "done"),
+        terminated=(AGENTS, "terminated"),
+        value=(AGENTS, "state_value"),
+        advantage=(AGENTS, "advantage"),
+        value_target=(AGENTS, "value_target"),
+    )
     loss.make_value_estimator(ValueEstimators.GAE, gamma=algo.gamma, lmbda=algo.lmbda)
     optimizer = torch.optim.Adam(loss.parameters(), lr=algo.lr)
     batch = cfg.collector.frames_per_batch
     collector = make_collector(run, lambda: make_env(cfg.env), actor)
     trainer = make_trainer(
-        run, collector=collector, loss=loss, optimizer=optimizer, policy=actor, clip_norm=algo.max_grad_norm,
+        run,
+        collector=collector,
+        loss=loss,
+        optimizer=optimizer,
+        policy=actor,
+        clip_norm=algo.max_grad_norm,
         optim_steps_per_batch=algo.epochs * (batch // algo.minibatch),
     )
 
     # each batch: advantages over the whole batch (time order intact), then epochs of minibatches
-    buffer = ReplayBuffer(storage=LazyTensorStorage(batch), sampler=SamplerWithoutReplacement(), batch_size=algo.minibatch)
+    buffer = ReplayBuffer(
+        storage=LazyTensorStorage(batch), sampler=SamplerWithoutReplacement(), batch_size=algo.minibatch
+    )
 
     @torch.no_grad()
     def advantages(batch_td):
@@ -126,7 +184,10 @@ def train(cfg: TrainConfig) -> float:
     resume_if_asked(run, trainer)
 
     critic_kind = "centralised" if algo.centralised_critic else "decentralised"
-    print(f"{algo.name.upper()} ({critic_kind} critic) on {cfg.env.num_envs} x {cfg.env.name} ({proto.n_agents} agents), "
-          f"{cfg.collector.total_frames} frames, seed {cfg.seed}; run folder {run.dir}/", flush=True)
+    print(
+        f"{algo.name.upper()} ({critic_kind} critic) on {cfg.env.num_envs} x {cfg.env.name} ({proto.n_agents} agents), "
+        f"{cfg.collector.total_frames} frames, seed {cfg.seed}; run folder {run.dir}/",
+        flush=True,
+    )
     trainer.train()
     return finish(run, trainer, actor, threshold=THRESHOLDS.get(cfg.env.name))

@@ -23,11 +23,17 @@ def tanh_gaussian_actor(obs_dim: int, action_spec, hidden: list) -> Probabilisti
         MLP(in_features=obs_dim, out_features=2 * act_dim, num_cells=list(hidden), activation_class=nn.ReLU),
         NormalParamExtractor(),
     )
-    bounds = ({"low": action_spec.low[..., 0], "high": action_spec.high[..., 0]} if act_dim == 1
-              else {"low": action_spec.low, "high": action_spec.high})
+    bounds = (
+        {"low": action_spec.low[..., 0], "high": action_spec.high[..., 0]}
+        if act_dim == 1
+        else {"low": action_spec.low, "high": action_spec.high}
+    )
     return ProbabilisticActor(
         TensorDictModule(body, in_keys=["observation"], out_keys=["loc", "scale"]),
-        in_keys=["loc", "scale"], spec=action_spec, distribution_class=TanhNormal, distribution_kwargs={**bounds, **FAST},
+        in_keys=["loc", "scale"],
+        spec=action_spec,
+        distribution_class=TanhNormal,
+        distribution_kwargs={**bounds, **FAST},
     )
 
 

@@ -48,7 +48,9 @@ class PPOConfig:
     max_grad_norm: Optional[float] = None
     hidden: Optional[int] = None
     anneal: Optional[bool] = None  # linear decay of lr and clip range
-    normalize: Optional[bool] = None  # RL-zoo's normalize: observations and rewards by running statistics (recipes/envs.py)
+    normalize: Optional[bool] = (
+        None  # RL-zoo's normalize: observations and rewards by running statistics (recipes/envs.py)
+    )
     activation: Optional[str] = None  # of the hidden layers: tanh or relu
     log_std_init: Optional[float] = None  # initial log standard deviation of a continuous policy
 
@@ -58,32 +60,76 @@ Config = PPOConfig  # the recipe's entry in the ``algo`` config group
 # RL-zoo's PPO hyper-parameters per task, but on cartpole our fastest setting to the threshold
 PRESETS = {
     "cartpole": {
-        "algo": {"lr": 3e-3, "gamma": 0.99, "lmbda": 0.95, "clip_epsilon": 0.2, "entropy_coeff": 0.0, "epochs": 5,
-                 "minibatch": 256, "hidden": 64},
+        "algo": {
+            "lr": 3e-3,
+            "gamma": 0.99,
+            "lmbda": 0.95,
+            "clip_epsilon": 0.2,
+            "entropy_coeff": 0.0,
+            "epochs": 5,
+            "minibatch": 256,
+            "hidden": 64,
+        },
         "env": {"num_envs": 16},
         "collector": {"frames_per_batch": 1_024, "total_frames": 100_000},
         "logger": {"eval_every": 10_240},
     },
     "pendulum": {
-        "algo": {"lr": 1e-3, "gamma": 0.9, "lmbda": 0.95, "clip_epsilon": 0.2, "entropy_coeff": 0.0, "epochs": 10,
-                 "minibatch": 64, "hidden": 64},
+        "algo": {
+            "lr": 1e-3,
+            "gamma": 0.9,
+            "lmbda": 0.95,
+            "clip_epsilon": 0.2,
+            "entropy_coeff": 0.0,
+            "epochs": 10,
+            "minibatch": 64,
+            "hidden": 64,
+        },
         "env": {"num_envs": 4},
         "collector": {"frames_per_batch": 4_096, "total_frames": 300_000},
         "logger": {"eval_every": 20_480},
     },
     "halfcheetah": {  # constant lr and clip range, ReLU, log std -2, observations and rewards normalised
-        "algo": {"lr": 2.0633e-5, "gamma": 0.98, "lmbda": 0.92, "clip_epsilon": 0.1, "entropy_coeff": 4.01762e-4, "epochs": 20,
-                 "minibatch": 64, "hidden": 256, "max_grad_norm": 0.8, "critic_coeff": 0.58096, "anneal": False,
-                 "normalize": True, "activation": "relu", "log_std_init": -2.0},
+        "algo": {
+            "lr": 2.0633e-5,
+            "gamma": 0.98,
+            "lmbda": 0.92,
+            "clip_epsilon": 0.1,
+            "entropy_coeff": 4.01762e-4,
+            "epochs": 20,
+            "minibatch": 64,
+            "hidden": 256,
+            "max_grad_norm": 0.8,
+            "critic_coeff": 0.58096,
+            "anneal": False,
+            "normalize": True,
+            "activation": "relu",
+            "log_std_init": -2.0,
+        },
         "env": {"num_envs": 1},
         "collector": {"frames_per_batch": 512, "total_frames": 1_000_000},
         "logger": {"eval_every": 51_200},
     },
 }
-DEFAULTS = {"algo": {"lr": 3e-4, "gamma": 0.99, "lmbda": 0.95, "clip_epsilon": 0.2, "entropy_coeff": 0.0, "epochs": 10,
-                     "minibatch": 64, "hidden": 64, "critic_coeff": 0.5, "max_grad_norm": 0.5, "anneal": True,
-                     "normalize": False, "activation": "tanh", "log_std_init": 0.0},
-            "collector": {"init_random_frames": 0}}
+DEFAULTS = {
+    "algo": {
+        "lr": 3e-4,
+        "gamma": 0.99,
+        "lmbda": 0.95,
+        "clip_epsilon": 0.2,
+        "entropy_coeff": 0.0,
+        "epochs": 10,
+        "minibatch": 64,
+        "hidden": 64,
+        "critic_coeff": 0.5,
+        "max_grad_norm": 0.5,
+        "anneal": True,
+        "normalize": False,
+        "activation": "tanh",
+        "log_std_init": 0.0,
+    },
+    "collector": {"init_random_frames": 0},
+}
 THRESHOLDS = {"cartpole": 475.0, "pendulum": -200.0, "halfcheetah": 3000.0}
 
 
@@ -96,29 +142,43 @@ def _activation(name: str) -> type:
     return ACTIVATIONS[name]
 
 
-def make_actor(obs_dim: int, action_spec, hidden: int, activation: str = "tanh", log_std_init: float = 0.0) -> ProbabilisticActor:
+def make_actor(
+    obs_dim: int, action_spec, hidden: int, activation: str = "tanh", log_std_init: float = 0.0
+) -> ProbabilisticActor:
     """A categorical policy over one-hot actions, or a tanh-Gaussian with a state-independent scale."""
     act = _activation(activation)
     if isinstance(action_spec, OneHot):
-        logits = MLP(in_features=obs_dim, out_features=action_spec.shape[-1], num_cells=[hidden, hidden], activation_class=act)
-        return ProbabilisticActor(TensorDictModule(logits, in_keys=["observation"], out_keys=["logits"]), in_keys=["logits"],
-                                  spec=action_spec, distribution_class=OneHotCategorical, distribution_kwargs=FAST,
-                                  return_log_prob=True)
+        logits = MLP(
+            in_features=obs_dim, out_features=action_spec.shape[-1], num_cells=[hidden, hidden], activation_class=act
+        )
+        return ProbabilisticActor(
+            TensorDictModule(logits, in_keys=["observation"], out_keys=["logits"]),
+            in_keys=["logits"],
+            spec=action_spec,
+            distribution_class=OneHotCategorical,
+            distribution_kwargs=FAST,
+            return_log_prob=True,
+        )
     act_dim = action_spec.shape[-1]
     body = nn.Sequential(
         MLP(in_features=obs_dim, out_features=act_dim, num_cells=[hidden, hidden], activation_class=act),
         AddStateIndependentNormalScale(act_dim, init_value=log_std_init),
     )
     return ProbabilisticActor(
-        TensorDictModule(body, in_keys=["observation"], out_keys=["loc", "scale"]), in_keys=["loc", "scale"], spec=action_spec,
-        distribution_class=TanhNormal, distribution_kwargs={"low": action_spec.low, "high": action_spec.high, **FAST},
+        TensorDictModule(body, in_keys=["observation"], out_keys=["loc", "scale"]),
+        in_keys=["loc", "scale"],
+        spec=action_spec,
+        distribution_class=TanhNormal,
+        distribution_kwargs={"low": action_spec.low, "high": action_spec.high, **FAST},
         return_log_prob=True,
     )
 
 
 def make_critic(obs_dim: int, hidden: int, activation: str = "tanh") -> ValueOperator:
-    return ValueOperator(MLP(in_features=obs_dim, out_features=1, num_cells=[hidden, hidden], activation_class=_activation(activation)),
-                         in_keys=["observation"])
+    return ValueOperator(
+        MLP(in_features=obs_dim, out_features=1, num_cells=[hidden, hidden], activation_class=_activation(activation)),
+        in_keys=["observation"],
+    )
 
 
 def train(cfg: TrainConfig) -> float:
@@ -129,23 +189,39 @@ def train(cfg: TrainConfig) -> float:
 
     actor = make_actor(obs_dim, action_spec, algo.hidden, algo.activation, algo.log_std_init)
     critic = make_critic(obs_dim, algo.hidden, algo.activation)
-    loss = ClipPPOLoss(actor, critic, clip_epsilon=algo.clip_epsilon, entropy_coeff=algo.entropy_coeff,
-                       entropy_bonus=algo.entropy_coeff > 0, critic_coeff=algo.critic_coeff, loss_critic_type="l2",
-                       normalize_advantage=True)
+    loss = ClipPPOLoss(
+        actor,
+        critic,
+        clip_epsilon=algo.clip_epsilon,
+        entropy_coeff=algo.entropy_coeff,
+        entropy_bonus=algo.entropy_coeff > 0,
+        critic_coeff=algo.critic_coeff,
+        loss_critic_type="l2",
+        normalize_advantage=True,
+    )
     loss.make_value_estimator(ValueEstimators.GAE, gamma=algo.gamma, lmbda=algo.lmbda)
     optimizer = torch.optim.Adam(loss.parameters(), lr=algo.lr, eps=1e-5, fused=True)
     batch = cfg.collector.frames_per_batch
     n_batches = -(-cfg.collector.total_frames // batch)
     norm = Normalization(cfg.env, algo.gamma) if algo.normalize else None
-    collector = make_collector(run, (lambda: norm.training(make_env(cfg.env))) if norm else (lambda: make_env(cfg.env)), actor)
+    collector = make_collector(
+        run, (lambda: norm.training(make_env(cfg.env))) if norm else (lambda: make_env(cfg.env)), actor
+    )
     trainer = make_trainer(
-        run, collector=collector, loss=loss, optimizer=optimizer, policy=actor, clip_norm=algo.max_grad_norm,
+        run,
+        collector=collector,
+        loss=loss,
+        optimizer=optimizer,
+        policy=actor,
+        clip_norm=algo.max_grad_norm,
         optim_steps_per_batch=algo.epochs * (batch // algo.minibatch),
         eval_env=norm.evaluation(make_eval_env(run)) if norm else None,
     )
 
     # each batch: advantages over the whole batch (time order intact), then epochs of minibatches
-    buffer = ReplayBuffer(storage=LazyTensorStorage(batch), sampler=SamplerWithoutReplacement(), batch_size=algo.minibatch)
+    buffer = ReplayBuffer(
+        storage=LazyTensorStorage(batch), sampler=SamplerWithoutReplacement(), batch_size=algo.minibatch
+    )
 
     @torch.no_grad()
     def advantages(batch_td):
@@ -172,7 +248,12 @@ def train(cfg: TrainConfig) -> float:
     resume_if_asked(run, trainer)
     loss.clip_epsilon = max(algo.clip_epsilon * decay(scheduler.last_epoch), 1e-3)  # where a resumed run left it
 
-    print(f"PPO on {cfg.env.num_envs} x {cfg.env.name}, {cfg.collector.total_frames} frames, seed {cfg.seed}; "
-          f"run folder {run.dir}/", flush=True)
+    print(
+        f"PPO on {cfg.env.num_envs} x {cfg.env.name}, {cfg.collector.total_frames} frames, seed {cfg.seed}; "
+        f"run folder {run.dir}/",
+        flush=True,
+    )
     trainer.train()
-    return finish(run, trainer, actor, threshold=THRESHOLDS.get(cfg.env.name), wrap_env=norm.evaluation if norm else None)
+    return finish(
+        run, trainer, actor, threshold=THRESHOLDS.get(cfg.env.name), wrap_env=norm.evaluation if norm else None
+    )

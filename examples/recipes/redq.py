@@ -60,8 +60,16 @@ PRESETS = {
 }
 # the paper's settings
 DEFAULTS = {
-    "algo": {"lr": 3e-4, "gamma": 0.99, "tau": 0.005, "utd": 20.0, "num_critics": 10, "subset": 2, "alpha_init": 1.0,
-             "hidden": 256},
+    "algo": {
+        "lr": 3e-4,
+        "gamma": 0.99,
+        "tau": 0.005,
+        "utd": 20.0,
+        "num_critics": 10,
+        "subset": 2,
+        "alpha_init": 1.0,
+        "hidden": 256,
+    },
     "buffer": {"size": 1_000_000, "batch_size": 256},
 }
 THRESHOLDS = {"pendulum": -200.0}
@@ -75,15 +83,26 @@ def train(cfg: TrainConfig) -> float:
 
     actor = tanh_gaussian_actor(obs_dim, action_spec, [algo.hidden, algo.hidden])
     # the paper's MSE, and its unbounded temperature (REDQLoss clamps alpha to [0.1, 10] by default)
-    loss = REDQLoss(actor, q_critic(obs_dim, action_spec.shape[-1], [algo.hidden, algo.hidden]), num_qvalue_nets=algo.num_critics,
-                    sub_sample_len=algo.subset, loss_function="l2", alpha_init=algo.alpha_init, min_alpha=None,
-                    max_alpha=None, action_spec=action_spec)
+    loss = REDQLoss(
+        actor,
+        q_critic(obs_dim, action_spec.shape[-1], [algo.hidden, algo.hidden]),
+        num_qvalue_nets=algo.num_critics,
+        sub_sample_len=algo.subset,
+        loss_function="l2",
+        alpha_init=algo.alpha_init,
+        min_alpha=None,
+        max_alpha=None,
+        action_spec=action_spec,
+    )
     loss.make_value_estimator(gamma=algo.gamma)
     trainer = make_off_policy_trainer(run, loss, actor, actor, lr=algo.lr, utd=algo.utd)
     TargetNetUpdaterHook(SoftUpdate(loss, tau=algo.tau)).register(trainer)
     resume_if_asked(run, trainer)
 
-    print(f"REDQ ({algo.num_critics} critics, subsets of {algo.subset}, UTD {algo.utd:g}) on {cfg.env.num_envs} x "
-          f"{cfg.env.name}, {cfg.collector.total_frames} frames, seed {cfg.seed}; run folder {run.dir}/", flush=True)
+    print(
+        f"REDQ ({algo.num_critics} critics, subsets of {algo.subset}, UTD {algo.utd:g}) on {cfg.env.num_envs} x "
+        f"{cfg.env.name}, {cfg.collector.total_frames} frames, seed {cfg.seed}; run folder {run.dir}/",
+        flush=True,
+    )
     trainer.train()
     return finish(run, trainer, actor, threshold=THRESHOLDS.get(cfg.env.name))

@@ -68,15 +68,24 @@ def train(cfg: TrainConfig) -> float:
     obs_dim, action_spec = proto.observation_spec_unbatched["observation"].shape[-1], proto.action_spec_unbatched
 
     actor = tanh_gaussian_actor(obs_dim, action_spec, [algo.hidden, algo.hidden])
-    loss = SACLoss(actor, q_critic(obs_dim, action_spec.shape[-1], [algo.hidden, algo.hidden]), num_qvalue_nets=2,
-                   alpha_init=algo.alpha_init, action_spec=action_spec, loss_function="l2",
-                   target_entropy="auto" if algo.target_entropy is None else algo.target_entropy)
+    loss = SACLoss(
+        actor,
+        q_critic(obs_dim, action_spec.shape[-1], [algo.hidden, algo.hidden]),
+        num_qvalue_nets=2,
+        alpha_init=algo.alpha_init,
+        action_spec=action_spec,
+        loss_function="l2",
+        target_entropy="auto" if algo.target_entropy is None else algo.target_entropy,
+    )
     loss.make_value_estimator(gamma=algo.gamma)
     trainer = make_off_policy_trainer(run, loss, actor, actor, lr=algo.lr, utd=algo.utd)
     TargetNetUpdaterHook(SoftUpdate(loss, tau=algo.tau)).register(trainer)
     resume_if_asked(run, trainer)
 
-    print(f"SAC on {cfg.env.num_envs} x {cfg.env.name}, {cfg.collector.total_frames} frames, seed {cfg.seed}; "
-          f"run folder {run.dir}/", flush=True)
+    print(
+        f"SAC on {cfg.env.num_envs} x {cfg.env.name}, {cfg.collector.total_frames} frames, seed {cfg.seed}; "
+        f"run folder {run.dir}/",
+        flush=True,
+    )
     trainer.train()
     return finish(run, trainer, actor, threshold=THRESHOLDS.get(cfg.env.name))

@@ -71,8 +71,17 @@ PRESETS = {
 }
 # SB3's TD3 defaults (and the paper's)
 DEFAULTS = {
-    "algo": {"lr": 1e-3, "gamma": 0.99, "tau": 0.005, "utd": 1.0, "policy_delay": 2, "exploration_noise": 0.1,
-             "target_noise": 0.2, "target_noise_clip": 0.5, "hidden": [400, 300]},
+    "algo": {
+        "lr": 1e-3,
+        "gamma": 0.99,
+        "tau": 0.005,
+        "utd": 1.0,
+        "policy_delay": 2,
+        "exploration_noise": 0.1,
+        "target_noise": 0.2,
+        "target_noise_clip": 0.5,
+        "hidden": [400, 300],
+    },
     "buffer": {"size": 1_000_000, "batch_size": 256},
 }
 THRESHOLDS = {"pendulum": -200.0, "halfcheetah": 2000.0}
@@ -110,9 +119,15 @@ def train(cfg: TrainConfig) -> float:
     actor = tanh_actor(obs_dim, action_spec, algo.hidden)
     sigma = algo.exploration_noise * half_range
     policy = TensorDictSequential(actor, AdditiveGaussianModule(action_spec, sigma_init=sigma, sigma_end=sigma))
-    td3 = TD3Loss(actor, q_critic(obs_dim, action_spec.shape[-1], algo.hidden), action_spec=action_spec,
-                  num_qvalue_nets=2, policy_noise=algo.target_noise * half_range,
-                  noise_clip=algo.target_noise_clip * half_range, loss_function="l2")
+    td3 = TD3Loss(
+        actor,
+        q_critic(obs_dim, action_spec.shape[-1], algo.hidden),
+        action_spec=action_spec,
+        num_qvalue_nets=2,
+        policy_noise=algo.target_noise * half_range,
+        noise_clip=algo.target_noise_clip * half_range,
+        loss_function="l2",
+    )
     td3.make_value_estimator(gamma=algo.gamma)
     loss = DelayedPolicyLoss(td3, algo.policy_delay)
     trainer = make_off_policy_trainer(run, loss, policy, actor, lr=algo.lr, utd=algo.utd)
@@ -125,7 +140,10 @@ def train(cfg: TrainConfig) -> float:
     trainer.register_op("post_optim", update_targets)
     resume_if_asked(run, trainer)
 
-    print(f"TD3 on {cfg.env.num_envs} x {cfg.env.name}, {cfg.collector.total_frames} frames, seed {cfg.seed}; "
-          f"run folder {run.dir}/", flush=True)
+    print(
+        f"TD3 on {cfg.env.num_envs} x {cfg.env.name}, {cfg.collector.total_frames} frames, seed {cfg.seed}; "
+        f"run folder {run.dir}/",
+        flush=True,
+    )
     trainer.train()
     return finish(run, trainer, actor, threshold=THRESHOLDS.get(cfg.env.name))

@@ -13,8 +13,15 @@ REPO = Path(__file__).resolve().parents[2]
 EXAMPLES = sorted((REPO / "examples").glob("*.py"))
 # a short run of the scripts whose default run trains an agent
 QUICK = {
-    "train.py": ["algo=sac", "env=pendulum", "collector.total_frames=512", "collector.init_random_frames=256",
-                 "logger.eval_every=512", "env.eval_envs=2", "logger.progress=false"],
+    "train.py": [
+        "algo=sac",
+        "env=pendulum",
+        "collector.total_frames=512",
+        "collector.init_random_frames=256",
+        "logger.eval_every=512",
+        "env.eval_envs=2",
+        "logger.progress=false",
+    ],
 }
 
 
@@ -42,7 +49,12 @@ def test_demo_learns_the_pendulum(tmp_path: Path) -> None:
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     proc = subprocess.run(
         [sys.executable, str(REPO / "examples" / "sac_pendulum.py"), "--frames", "12000"],
-        cwd=tmp_path, env=env, stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=600,
+        cwd=tmp_path,
+        env=env,
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=600,
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     final = float(proc.stdout.strip().splitlines()[-1].split("final eval return ")[1].split()[0])
@@ -55,7 +67,12 @@ def test_ppo_example_balances_the_cart_pole(tmp_path: Path) -> None:
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     proc = subprocess.run(
         [sys.executable, str(REPO / "examples" / "ppo_cartpole.py")],
-        cwd=tmp_path, env=env, stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=600,
+        cwd=tmp_path,
+        env=env,
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=600,
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     final = float(proc.stdout.strip().splitlines()[-1].split("final greedy return ")[1].split()[0])

@@ -125,7 +125,13 @@ def test_the_demo_environment_is_lean() -> None:
     with; the test suite's libraries (Ray, dm-control, VMAS, transformers, ...) live in ``tests``."""
     envs = tomllib.loads((REPO / "hatch.toml").read_text(encoding="utf-8"))["envs"]
     default = envs["default"]
-    assert sorted(_req_name(d) for d in default["dependencies"]) == ["matplotlib", "numpy", "tensorboard", "torch", "tqdm"]
+    assert sorted(_req_name(d) for d in default["dependencies"]) == [
+        "matplotlib",
+        "numpy",
+        "tensorboard",
+        "torch",
+        "tqdm",
+    ]
     assert sorted(Path(m).name for m in default["workspace"]["members"]) == sorted(
         ["tdict", "rl-envs", "rl-collect", "rl-replay", "rl-objectives"]
     )
@@ -168,7 +174,9 @@ def test_siblings_use_only_tdict_public_api() -> None:
     assert not problems, "\n".join(problems)
 
 
-@pytest.mark.parametrize("folder", [f for f in PACKAGE_DIRS if f.name not in ("tdict", "rl-kernels")], ids=lambda p: p.name)
+@pytest.mark.parametrize(
+    "folder", [f for f in PACKAGE_DIRS if f.name not in ("tdict", "rl-kernels")], ids=lambda p: p.name
+)
 def test_siblings_pin_the_tdict_minor_release(folder: Path) -> None:
     """Before 1.0 a minor release of tdict may change its API: each sibling accepts one minor line."""
     reqs = [r for r in _pyproject(folder)["project"]["dependencies"] if _req_name(r) == "rl-tdict"]
@@ -201,11 +209,32 @@ def test_lazy_re_exports_are_visible_to_static_tools() -> None:
         if path.name != "__init__.py":
             continue
         tree = ast.parse(path.read_text(encoding="utf-8"))
-        lazy = next((n.value for n in tree.body if isinstance(n, ast.Assign) and getattr(n.targets[0], "id", None) == "_LAZY"), None)
+        lazy = next(
+            (n.value for n in tree.body if isinstance(n, ast.Assign) and getattr(n.targets[0], "id", None) == "_LAZY"),
+            None,
+        )
         if lazy is None:
             continue
         checked += 1
         table = eval(ast.unparse(lazy), {"__builtins__": {}, "dict": dict})  # a dict display, dict.fromkeys at most
         seen = _type_checking_imports(tree)
-        problems += [f"{path.relative_to(REPO)}: {name} (from .{module})" for name, module in table.items() if seen.get(name) != module]
+        problems += [
+            f"{path.relative_to(REPO)}: {name} (from .{module})"
+            for name, module in table.items()
+            if seen.get(name) != module
+        ]
+        # a literal __all__ (documentation tools read it without running the module) naming every lazy name
+        exported = next(
+            (
+                n.value
+                for n in tree.body
+                if isinstance(n, ast.Assign) and getattr(n.targets[0], "id", None) == "__all__"
+            ),
+            None,
+        )
+        if not isinstance(exported, ast.List):
+            problems.append(f"{path.relative_to(REPO)}: __all__ is not a list literal")
+        else:
+            missing = set(table) - set(ast.literal_eval(exported))
+            problems += [f"{path.relative_to(REPO)}: {name} missing from __all__" for name in sorted(missing)]
     assert checked >= 4 and not problems, "\n".join(problems)

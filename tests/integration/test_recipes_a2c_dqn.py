@@ -21,8 +21,13 @@ sys.path.insert(0, str(REPO / "examples"))
 from recipes import a2c, dqn  # noqa: E402
 from recipes.config import BufferConfig, CollectorConfig, EnvConfig, LoggerConfig, TrainConfig  # noqa: E402
 
-RUN_FILES = ("config.json", "checkpoint.pt", "learning_curve.png", "scalars/total_r_evaluation.csv",
-             "scalars/final_r_evaluation.csv")
+RUN_FILES = (
+    "config.json",
+    "checkpoint.pt",
+    "learning_curve.png",
+    "scalars/total_r_evaluation.csv",
+    "scalars/final_r_evaluation.csv",
+)
 
 
 def _quick(algo, tmp_path: Path, *, frames: int, batch: int, warmup: int | None = None, **groups) -> TrainConfig:
@@ -32,13 +37,17 @@ def _quick(algo, tmp_path: Path, *, frames: int, batch: int, warmup: int | None 
         env=EnvConfig(name="cartpole", max_steps=50, eval_envs=2),
         collector=CollectorConfig(frames_per_batch=batch, total_frames=frames, init_random_frames=warmup),
         logger=LoggerConfig(backends=["csv"], eval_every=frames // 2, progress=False),
-        runs_dir=str(tmp_path), name="quick", **groups,
+        runs_dir=str(tmp_path),
+        name="quick",
+        **groups,
     )
 
 
 def _check_run(run_dir: Path, final: float, frames: int) -> dict:
     for name in RUN_FILES:
-        assert (run_dir / name).is_file(), f"{name} missing; the run folder holds {sorted(p.name for p in run_dir.rglob('*'))}"
+        assert (run_dir / name).is_file(), (
+            f"{name} missing; the run folder holds {sorted(p.name for p in run_dir.rglob('*'))}"
+        )
     assert math.isfinite(final) and 0 < final <= 50  # episodes capped at max_steps=50, reward 1 per step
     state = torch.load(run_dir / "checkpoint.pt", weights_only=True)
     assert state["state"]["collected_frames"] == frames
@@ -55,8 +64,17 @@ def test_a2c_quick_run(tmp_path: Path) -> None:
     resolved = json.loads((run_dir / "config.json").read_text())
     # RL-zoo's CartPole-v1 settings (SB3's A2C defaults where RL-zoo sets none)
     assert resolved["algo"] | {"name": "a2c"} == {
-        "name": "a2c", "lr": 7e-4, "gamma": 0.99, "lmbda": 1.0, "entropy_coeff": 0.0, "critic_coeff": 0.5,
-        "max_grad_norm": 0.5, "rms_alpha": 0.99, "rms_eps": 1e-5, "normalize_advantage": False, "hidden": 64,
+        "name": "a2c",
+        "lr": 7e-4,
+        "gamma": 0.99,
+        "lmbda": 1.0,
+        "entropy_coeff": 0.0,
+        "critic_coeff": 0.5,
+        "max_grad_norm": 0.5,
+        "rms_alpha": 0.99,
+        "rms_eps": 1e-5,
+        "normalize_advantage": False,
+        "hidden": 64,
     }
     assert resolved["env"]["num_envs"] == 8
     assert state["state"]["_optim_count"] == 400 // 40  # one RMSprop step per 8 x 5 batch
@@ -80,7 +98,11 @@ def test_dqn_quick_run(tmp_path: Path, prioritized: bool) -> None:
     run_dir = tmp_path / "quick"
     state = _check_run(run_dir, final, 512)
     resolved = json.loads((run_dir / "config.json").read_text())
-    assert resolved["algo"]["lr"] == 2.3e-3 and resolved["algo"]["hidden"] == 256 and resolved["buffer"]["batch_size"] == 64
+    assert (
+        resolved["algo"]["lr"] == 2.3e-3
+        and resolved["algo"]["hidden"] == 256
+        and resolved["buffer"]["batch_size"] == 64
+    )
     assert state["state"]["_optim_count"] == 4 * 2  # two batches after the 256-frame warm-up
     # epsilon counts frames, warm-up included: it reached eps_end after RL-zoo's 16 % of them (the count stops there)
     assert state["anneal_exploration"] == {"anneal_counts": [round(0.16 * 512)]}
@@ -116,8 +138,13 @@ def test_one_cartpole_is_gymnasiums_with_the_native_specs() -> None:
 
 
 def _preset_run(recipe, tmp_path: Path, seed: int = 0) -> float:
-    cfg = TrainConfig(algo=recipe.Config(), env=EnvConfig(name="cartpole"),
-                      logger=LoggerConfig(backends=["csv"], progress=False), runs_dir=str(tmp_path), seed=seed)
+    cfg = TrainConfig(
+        algo=recipe.Config(),
+        env=EnvConfig(name="cartpole"),
+        logger=LoggerConfig(backends=["csv"], progress=False),
+        runs_dir=str(tmp_path),
+        seed=seed,
+    )
     return recipe.train(cfg)
 
 

@@ -27,8 +27,13 @@ from recipes import ippo, mappo, qmix  # noqa: E402
 from recipes.config import CollectorConfig, EnvConfig, LoggerConfig, TrainConfig  # noqa: E402
 from recipes.envs import make_env  # noqa: E402
 
-RUN_FILES = ("config.json", "checkpoint.pt", "learning_curve.png", "scalars/total_r_evaluation.csv",
-             "scalars/final_r_evaluation.csv")
+RUN_FILES = (
+    "config.json",
+    "checkpoint.pt",
+    "learning_curve.png",
+    "scalars/total_r_evaluation.csv",
+    "scalars/final_r_evaluation.csv",
+)
 
 
 @pytest.fixture(autouse=True)
@@ -46,13 +51,16 @@ def _quick(algo, tmp_path: Path, *, frames: int = 160, batch: int = 80) -> Train
         env=EnvConfig(name="navigation", num_envs=4, max_steps=20, eval_envs=2),
         collector=CollectorConfig(frames_per_batch=batch, total_frames=frames),
         logger=LoggerConfig(backends=["csv"], eval_every=batch, progress=False),
-        runs_dir=str(tmp_path), name="quick",
+        runs_dir=str(tmp_path),
+        name="quick",
     )
 
 
 def _check_run(run_dir: Path, final: float, frames: int) -> dict:
     for name in RUN_FILES:
-        assert (run_dir / name).is_file(), f"{name} missing; the run folder holds {sorted(p.name for p in run_dir.rglob('*'))}"
+        assert (run_dir / name).is_file(), (
+            f"{name} missing; the run folder holds {sorted(p.name for p in run_dir.rglob('*'))}"
+        )
     assert math.isfinite(final)
     state = torch.load(run_dir / "checkpoint.pt", weights_only=True)
     assert state["state"]["collected_frames"] == frames
@@ -136,16 +144,22 @@ def test_qmix_mixes_the_agents_greedy_values() -> None:
     for kind in ("qmix", "vdn"):
         team = qmix.make_mixer(env, kind, 8)(td.clone())["chosen_action_value"]
         assert team.shape == (4,)
-    torch.testing.assert_close(qmix.make_mixer(env, "vdn", 8)(td)["chosen_action_value"],
-                               td["agents", "chosen_action_value"].sum(-1))
+    torch.testing.assert_close(
+        qmix.make_mixer(env, "vdn", 8)(td)["chosen_action_value"], td["agents", "chosen_action_value"].sum(-1)
+    )
     with pytest.raises(ValueError, match="algo.mixer"):
         qmix.make_mixer(env, "sum", 8)
 
 
 # ---------------------------------------------------------------------------- learning
 def _preset(recipe, tmp_path: Path) -> TrainConfig:
-    return TrainConfig(algo=recipe.Config(), env=EnvConfig(name="navigation"),
-                       logger=LoggerConfig(backends=["csv"], progress=False), runs_dir=str(tmp_path), name="preset")
+    return TrainConfig(
+        algo=recipe.Config(),
+        env=EnvConfig(name="navigation"),
+        logger=LoggerConfig(backends=["csv"], progress=False),
+        runs_dir=str(tmp_path),
+        name="preset",
+    )
 
 
 @pytest.mark.slow

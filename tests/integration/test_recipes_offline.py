@@ -27,15 +27,26 @@ from recipes.envs import make_env  # noqa: E402
 from recipes.networks import q_critic, tanh_gaussian_actor  # noqa: E402
 
 RECIPES = {"bc": bc, "iql": iql, "cql": cql, "dt": dt}
-RUN_FILES = ("config.json", "checkpoint.pt", "learning_curve.png", "scalars/total_r_evaluation.csv",
-             "scalars/final_r_evaluation.csv")
+RUN_FILES = (
+    "config.json",
+    "checkpoint.pt",
+    "learning_curve.png",
+    "scalars/total_r_evaluation.csv",
+    "scalars/final_r_evaluation.csv",
+)
 TINY = {"dataset_frames": 120, "behaviour_frames": 128}  # 3 sub-envs x 2 episodes of 20 steps; SAC: random warm-up only
 TINY_ENV = EnvConfig(name="pendulum", num_envs=3, max_steps=20, eval_envs=2)
 
 
 def _load(path: Path, env: EnvConfig = TINY_ENV, **buffer_kwargs) -> datasets.BehaviourDataset:
-    return datasets.BehaviourDataset(path, env=env, dataset_frames=TINY["dataset_frames"],
-                                     behaviour_frames=TINY["behaviour_frames"], seed=0, **buffer_kwargs)
+    return datasets.BehaviourDataset(
+        path,
+        env=env,
+        dataset_frames=TINY["dataset_frames"],
+        behaviour_frames=TINY["behaviour_frames"],
+        seed=0,
+        **buffer_kwargs,
+    )
 
 
 @pytest.fixture(scope="module")
@@ -50,8 +61,16 @@ def tiny_dataset(tmp_path_factory) -> Path:
 def test_dataset_holds_whole_episodes_with_their_returns_to_go(tiny_dataset: Path) -> None:
     data = _load(tiny_dataset)[:]
     assert data.batch_size == (120,) and set(data.keys(True, True)) == {
-        "observation", "action", "episode", "return_to_go", ("next", "observation"), ("next", "reward"),
-        ("next", "done"), ("next", "terminated"), ("next", "truncated")}
+        "observation",
+        "action",
+        "episode",
+        "return_to_go",
+        ("next", "observation"),
+        ("next", "reward"),
+        ("next", "done"),
+        ("next", "terminated"),
+        ("next", "truncated"),
+    }
     episode, reward, done = data["episode"], data["next", "reward"], data["next", "done"]
     assert torch.equal(episode, torch.arange(120) // 20)  # 6 episodes of 20 steps, one after the other
     assert torch.equal(done, torch.arange(120) % 20 == 19) and not bool(data["next", "terminated"].any())
@@ -79,7 +98,9 @@ def test_a_build_that_fails_halfway_leaves_no_dataset(tiny_dataset: Path, tmp_pa
     import shutil
 
     path = tmp_path / "pendulum"
-    shutil.copytree(tiny_dataset.parent / "pendulum-behaviour", tmp_path / "pendulum-behaviour")  # a finished SAC sub-run
+    shutil.copytree(
+        tiny_dataset.parent / "pendulum-behaviour", tmp_path / "pendulum-behaviour"
+    )  # a finished SAC sub-run
     monkeypatch.setattr(sac, "train", lambda cfg: pytest.fail("the finished behaviour run was retrained"))
     real_write = datasets.OfflineDataset._write
 
@@ -90,10 +111,14 @@ def test_a_build_that_fails_halfway_leaves_no_dataset(tiny_dataset: Path, tmp_pa
     monkeypatch.setattr(datasets.OfflineDataset, "_write", staticmethod(write_then_die))
     with pytest.raises(KeyboardInterrupt):
         _load(path)
-    assert not path.exists() and sorted(p.name for p in tmp_path.iterdir()) == ["pendulum-behaviour"]  # no temporary folder left
+    assert not path.exists() and sorted(p.name for p in tmp_path.iterdir()) == [
+        "pendulum-behaviour"
+    ]  # no temporary folder left
     monkeypatch.setattr(datasets.OfflineDataset, "_write", staticmethod(real_write))
     rebuilt = _load(path)
-    assert rebuilt.converted and torch.equal(rebuilt[:]["action"], _load(tiny_dataset)[:]["action"])  # same policy, same seed
+    assert rebuilt.converted and torch.equal(
+        rebuilt[:]["action"], _load(tiny_dataset)[:]["action"]
+    )  # same policy, same seed
 
 
 def test_sampling_is_endless_and_counts_frames(tiny_dataset: Path) -> None:
@@ -106,9 +131,13 @@ def test_dt_windows_end_at_their_last_real_step() -> None:
     from tdict import TensorDict
 
     obs = torch.arange(8.0).reshape(8, 1)  # two slices of 4 steps: the second began 2 steps before its episode
-    sample = TensorDict(observation=obs, action=obs + 100, return_to_go=obs.squeeze(-1) * 10,
-                        collector=TensorDict(mask=torch.tensor([True] * 4 + [True, True, False, False]), batch_size=[8]),
-                        batch_size=[8])
+    sample = TensorDict(
+        observation=obs,
+        action=obs + 100,
+        return_to_go=obs.squeeze(-1) * 10,
+        collector=TensorDict(mask=torch.tensor([True] * 4 + [True, True, False, False]), batch_size=[8]),
+        batch_size=[8],
+    )
     out = dt.to_windows(sample, context=4, rtg_scale=0.5)
     assert out.batch_size == (2, 4)
     assert out["observation"].squeeze(-1).tolist() == [[0, 1, 2, 3], [0, 0, 4, 5]]
@@ -125,7 +154,8 @@ def _quick(name: str, tmp_path: Path, dataset: Path, *, batch: int, steps: int, 
         env=TINY_ENV,
         collector=CollectorConfig(frames_per_batch=batch, total_frames=batch * steps),
         logger=LoggerConfig(backends=["csv"], eval_every=batch * steps // 2, progress=False),
-        runs_dir=str(tmp_path), name="quick",
+        runs_dir=str(tmp_path),
+        name="quick",
     )
 
 
@@ -139,16 +169,23 @@ def test_quick_run(name: str, tmp_path: Path, tiny_dataset: Path, capsys) -> Non
         assert (run_dir / file).is_file(), f"{file} missing"
     assert math.isfinite(final) and -16.3 * 20 <= final <= 0  # 20 steps of rewards in [-16.3, 0]
     state = torch.load(run_dir / "checkpoint.pt", weights_only=True)
-    assert state["state"]["collected_frames"] == batch * 6 and state["state"]["_optim_count"] == 6  # one step per sample
+    assert (
+        state["state"]["collected_frames"] == batch * 6 and state["state"]["_optim_count"] == 6
+    )  # one step per sample
     resolved = json.loads((run_dir / "config.json").read_text())["algo"]
-    assert resolved["dataset_dir"] == str(tiny_dataset) and resolved["lr"] == RECIPES[name].PRESETS["pendulum"]["algo"]["lr"]
+    assert (
+        resolved["dataset_dir"] == str(tiny_dataset)
+        and resolved["lr"] == RECIPES[name].PRESETS["pendulum"]["algo"]["lr"]
+    )
     out = capsys.readouterr().out
     assert "(reused)" in out and out.strip().splitlines()[-1] == f"final eval return {final:.1f}"
     assert not (run_dir / "dataset").exists()  # the shared folder was used
 
 
 def test_cql_clones_the_actor_for_its_first_steps(tiny_dataset: Path) -> None:
-    data = datasets.BehaviourDataset(tiny_dataset, env=TINY_ENV, dataset_frames=0, behaviour_frames=0, seed=0, batch_size=16)
+    data = datasets.BehaviourDataset(
+        tiny_dataset, env=TINY_ENV, dataset_frames=0, behaviour_frames=0, seed=0, batch_size=16
+    )
     spec = make_env(TINY_ENV, 1).action_spec_unbatched
     loss = cql.CQLLoss(tanh_gaussian_actor(3, spec, [8, 8]), q_critic(3, 1, [8, 8]), action_spec=spec)
     wrapped = cql.BCStart(loss, bc_steps=2)
@@ -170,8 +207,12 @@ def test_dt_policy_clears_the_history_of_a_new_episode() -> None:
     env_spec = make_env(TINY_ENV, 1).action_spec_unbatched
     algo = dt.DTConfig(context=3, n_embd=8, n_layer=1, n_head=1, dropout=0.0)
     policy = dt.DTPolicy(dt.make_actor(3, env_spec, algo), context=3, rtg_scale=0.1, act_dim=1).eval()
-    step = lambda obs, count: TensorDict(observation=obs, target_return=torch.full((2,), -50.0),  # noqa: E731
-                                         step_count=torch.tensor(count), batch_size=[2])
+    step = lambda obs, count: TensorDict(
+        observation=obs,
+        target_return=torch.full((2,), -50.0),  # noqa: E731
+        step_count=torch.tensor(count),
+        batch_size=[2],
+    )
     for t in range(4):
         policy(step(torch.full((2, 3), float(t + 1)), [t, t]))
     first = policy(step(torch.full((2, 3), 9.0), [4, 0]))["action"]
@@ -194,8 +235,13 @@ def full_dataset(tmp_path_factory) -> Path:
 def test_learns_the_pendulum_offline(name: str, tmp_path: Path, full_dataset: Path) -> None:
     """The pendulum preset reaches the recipe's threshold from the default dataset (its behaviour
     policy scores about -150; a random policy about -1200)."""
-    cfg = TrainConfig(algo=RECIPES[name].Config(dataset_dir=str(full_dataset)), env=EnvConfig(name="pendulum"),
-                      logger=LoggerConfig(backends=["csv"], progress=False), runs_dir=str(tmp_path), name=name)
+    cfg = TrainConfig(
+        algo=RECIPES[name].Config(dataset_dir=str(full_dataset)),
+        env=EnvConfig(name="pendulum"),
+        logger=LoggerConfig(backends=["csv"], progress=False),
+        runs_dir=str(tmp_path),
+        name=name,
+    )
     final = RECIPES[name].train(cfg)
     behaviour = json.loads((full_dataset / "rl_replay_dataset.json").read_text())["source"]["behaviour_return"]
     assert final >= RECIPES[name].THRESHOLDS["pendulum"], f"{name}: {final:.1f} (behaviour policy {behaviour:.1f})"

@@ -28,9 +28,12 @@ from recipes.envs import Normalization, make_env  # noqa: E402
 
 def _quick(recipe, env: str, tmp_path: Path, **collector) -> TrainConfig:
     return TrainConfig(
-        algo=recipe.Config(), env=EnvConfig(name=env, eval_envs=2), collector=CollectorConfig(**collector),
+        algo=recipe.Config(),
+        env=EnvConfig(name=env, eval_envs=2),
+        collector=CollectorConfig(**collector),
         logger=LoggerConfig(backends=["csv"], eval_every=collector["total_frames"], progress=False),
-        runs_dir=str(tmp_path), name="quick",
+        runs_dir=str(tmp_path),
+        name="quick",
     )
 
 
@@ -38,7 +41,13 @@ def test_sac_quick_run_writes_its_run_folder(tmp_path: Path) -> None:
     final = sac.train(_quick(sac, "pendulum", tmp_path, total_frames=512, init_random_frames=256))
     assert math.isfinite(final) and -16.3 * 200 <= final <= 0.0
     run = tmp_path / "quick"
-    for file in ("config.json", "checkpoint.pt", "learning_curve.png", "scalars/total_r_evaluation.csv", "hparams.json"):
+    for file in (
+        "config.json",
+        "checkpoint.pt",
+        "learning_curve.png",
+        "scalars/total_r_evaluation.csv",
+        "hparams.json",
+    ):
         assert (run / file).is_file(), file
     config = json.loads((run / "config.json").read_text())
     assert config["recipe"] == "sac" and config["algo"]["lr"] == 5e-4 and config["collector"]["frames_per_batch"] == 64
@@ -100,7 +109,9 @@ def test_ppo_normalized_run_checkpoints_the_statistics(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("kind", ["multisync", "multiasync"])
 def test_sac_runs_on_worker_processes(kind: str, tmp_path: Path) -> None:
-    final = sac.train(_quick(sac, "pendulum", tmp_path, kind=kind, num_workers=2, total_frames=512, init_random_frames=256))
+    final = sac.train(
+        _quick(sac, "pendulum", tmp_path, kind=kind, num_workers=2, total_frames=512, init_random_frames=256)
+    )
     assert math.isfinite(final) and -16.3 * 200 <= final <= 0.0
     ckpt = torch.load(tmp_path / "quick" / "checkpoint.pt", weights_only=True)
     assert ckpt["state"]["collected_frames"] == 512  # exact over the workers
@@ -119,8 +130,11 @@ def test_make_collector_builds_the_configured_kind_and_splits_the_warm_up(tmp_pa
     from recipes.envs import make_env
 
     def collector(**fields):
-        cfg = TrainConfig(algo=sac.Config(), env=EnvConfig(name="pendulum", num_envs=2),
-                          collector=CollectorConfig(frames_per_batch=8, total_frames=32, init_random_frames=10, **fields))
+        cfg = TrainConfig(
+            algo=sac.Config(),
+            env=EnvConfig(name="pendulum", num_envs=2),
+            collector=CollectorConfig(frames_per_batch=8, total_frames=32, init_random_frames=10, **fields),
+        )
         run = common.Run(cfg, tmp_path, None, 0.0, "sac")
         return common.make_collector(run, lambda: make_env(cfg.env), None, warmup=True)
 
@@ -141,17 +155,41 @@ def test_make_collector_builds_the_configured_kind_and_splits_the_warm_up(tmp_pa
 
 def _train_app(args: list[str], cwd: Path) -> subprocess.CompletedProcess:
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-    return subprocess.run([sys.executable, str(EXAMPLES / "train.py"), *args], cwd=cwd, env=env, stdin=subprocess.DEVNULL,
-                          capture_output=True, text=True, timeout=600)
+    return subprocess.run(
+        [sys.executable, str(EXAMPLES / "train.py"), *args],
+        cwd=cwd,
+        env=env,
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
 
 
-QUICK = ["collector.total_frames=256", "collector.init_random_frames=128", "logger.eval_every=256", "env.eval_envs=2",
-         "logger.progress=false", "logger=csv"]
+QUICK = [
+    "collector.total_frames=256",
+    "collector.init_random_frames=128",
+    "logger.eval_every=256",
+    "env.eval_envs=2",
+    "logger.progress=false",
+    "logger=csv",
+]
 
 
 def test_train_app_multirun_over_seeds_writes_one_folder_per_seed(tmp_path: Path) -> None:
-    proc = _train_app(["-m", "algo=sac", "env=pendulum", "seed=0,1", f"runs_dir={tmp_path}", "name=sac_s${seed}",
-                       "algo.hidden=32", *QUICK], tmp_path)
+    proc = _train_app(
+        [
+            "-m",
+            "algo=sac",
+            "env=pendulum",
+            "seed=0,1",
+            f"runs_dir={tmp_path}",
+            "name=sac_s${seed}",
+            "algo.hidden=32",
+            *QUICK,
+        ],
+        tmp_path,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert proc.stdout.count("final eval return") == 2
     for seed in (0, 1):
@@ -172,11 +210,19 @@ def test_train_app_names_unknown_groups_and_tasks(tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("recipe, env", [(sac, "pendulum"), (ppo, "cartpole"), (ppo, "pendulum")],
-                         ids=["sac-pendulum", "ppo-cartpole", "ppo-pendulum"])
+@pytest.mark.parametrize(
+    "recipe, env",
+    [(sac, "pendulum"), (ppo, "cartpole"), (ppo, "pendulum")],
+    ids=["sac-pendulum", "ppo-cartpole", "ppo-pendulum"],
+)
 def test_preset_reaches_its_threshold(recipe, env: str, tmp_path: Path) -> None:
-    cfg = TrainConfig(algo=recipe.Config(), env=EnvConfig(name=env), logger=LoggerConfig(backends=["csv"], progress=False),
-                      runs_dir=str(tmp_path), name="preset")
+    cfg = TrainConfig(
+        algo=recipe.Config(),
+        env=EnvConfig(name=env),
+        logger=LoggerConfig(backends=["csv"], progress=False),
+        runs_dir=str(tmp_path),
+        name="preset",
+    )
     assert recipe.train(cfg) >= recipe.THRESHOLDS[env]
 
 
@@ -187,6 +233,11 @@ def test_halfcheetah_preset_reaches_its_threshold(recipe, tmp_path: Path) -> Non
     """HalfCheetah-v5 (Gymnasium's MuJoCo task): long on a CPU (SAC 33 min on one thread, seed 0 final 5,597; PPO 34 min,
     seed 0 final 5,493)."""
     pytest.importorskip("mujoco")
-    cfg = TrainConfig(algo=recipe.Config(), env=EnvConfig(name="halfcheetah"), logger=LoggerConfig(backends=["csv"], progress=False),
-                      runs_dir=str(tmp_path), name="preset")
+    cfg = TrainConfig(
+        algo=recipe.Config(),
+        env=EnvConfig(name="halfcheetah"),
+        logger=LoggerConfig(backends=["csv"], progress=False),
+        runs_dir=str(tmp_path),
+        name="preset",
+    )
     assert recipe.train(cfg) >= recipe.THRESHOLDS["halfcheetah"]

@@ -44,8 +44,13 @@ def test_recipe_smoke_run_writes_its_run_folder(name: str, tmp_path: Path) -> No
     assert math.isfinite(final)
     assert -16.3 * 200 <= final <= 0.0  # pendulum rewards lie in [-16.3, 0] per step, 200 steps
     run_dir = tmp_path / f"{name}_smoke"
-    for file in ("config.json", "checkpoint.pt", "learning_curve.png", "scalars/total_r_evaluation.csv",
-                 "scalars/final_r_evaluation.csv"):
+    for file in (
+        "config.json",
+        "checkpoint.pt",
+        "learning_curve.png",
+        "scalars/total_r_evaluation.csv",
+        "scalars/final_r_evaluation.csv",
+    ):
         assert (run_dir / file).is_file(), f"{file} missing from {sorted(p.name for p in run_dir.iterdir())}"
     config = json.loads((run_dir / "config.json").read_text())
     assert config["algo"]["name"] == name and config["collector"]["total_frames"] == 300
@@ -59,7 +64,9 @@ def test_recipes_are_registered_and_resolve_the_pendulum_preset() -> None:
 
     for name, module in RECIPES.items():
         assert ALL[name] is module and module.Config().name == name
-        cfg = resolve(TrainConfig(algo=module.Config(), env=EnvConfig(name="pendulum")), module.PRESETS, module.DEFAULTS)
+        cfg = resolve(
+            TrainConfig(algo=module.Config(), env=EnvConfig(name="pendulum")), module.PRESETS, module.DEFAULTS
+        )
         assert all(value is not None for value in vars(cfg.algo).values()), cfg.algo
         assert module.THRESHOLDS["pendulum"] == -200.0
     # RL-zoo's DDPG Pendulum-v1 settings
@@ -70,7 +77,11 @@ def test_recipes_are_registered_and_resolve_the_pendulum_preset() -> None:
     # TD3's is the fastest measured to the threshold: RL-zoo's learning rate and gamma, 8 envs, small networks
     preset = td3.PRESETS["pendulum"]
     assert preset["algo"]["lr"] == 1e-3 and preset["algo"]["gamma"] == 0.98 and preset["algo"]["hidden"] == [64, 64]
-    assert preset["env"]["num_envs"] == 8 and preset["algo"]["utd"] == 1.0 and preset["collector"]["init_random_frames"] == 1_000
+    assert (
+        preset["env"]["num_envs"] == 8
+        and preset["algo"]["utd"] == 1.0
+        and preset["collector"]["init_random_frames"] == 1_000
+    )
 
 
 def test_td3_updates_the_actor_every_policy_delay_critic_steps() -> None:
@@ -84,12 +95,24 @@ def test_td3_updates_the_actor_every_policy_delay_critic_steps() -> None:
     loss = td3.DelayedPolicyLoss(TD3Loss(actor, q_critic(3, 1, [16]), action_spec=spec, loss_function="l2"), 2)
     loss.td3.make_value_estimator(gamma=0.98)
     optimizer = torch.optim.Adam(loss.parameters(), lr=1e-2, fused=True)  # as the recipe
-    batch = TensorDict({"observation": torch.randn(8, 3), "action": torch.rand(8, 1) * 4 - 2,
-                        "next": {"observation": torch.randn(8, 3), "reward": torch.randn(8),
-                                 "done": torch.zeros(8, dtype=torch.bool), "terminated": torch.zeros(8, dtype=torch.bool)}},
-                       batch_size=[8])
+    batch = TensorDict(
+        {
+            "observation": torch.randn(8, 3),
+            "action": torch.rand(8, 1) * 4 - 2,
+            "next": {
+                "observation": torch.randn(8, 3),
+                "reward": torch.randn(8),
+                "done": torch.zeros(8, dtype=torch.bool),
+                "terminated": torch.zeros(8, dtype=torch.bool),
+            },
+        },
+        batch_size=[8],
+    )
     params = dict(loss.named_parameters())
-    actor_weight, critic_weight = params["td3.actor_network.module.0.module.0.weight"], params["td3.qvalue_network_params.module.0.weight"]
+    actor_weight, critic_weight = (
+        params["td3.actor_network.module.0.module.0.weight"],
+        params["td3.qvalue_network_params.module.0.weight"],
+    )
     for call in range(1, 5):
         actor_before, critic_before = actor_weight.detach().clone(), critic_weight.detach().clone()
         out = loss(batch)
@@ -103,8 +126,14 @@ def test_td3_updates_the_actor_every_policy_delay_critic_steps() -> None:
 
 
 def _pendulum_run(name: str, tmp_path: Path, seed: int = 0) -> float:
-    cfg = TrainConfig(algo=RECIPES[name].Config(), env=EnvConfig(name="pendulum"), logger=LoggerConfig(progress=False),
-                      runs_dir=str(tmp_path), name=f"{name}_pendulum", seed=seed)
+    cfg = TrainConfig(
+        algo=RECIPES[name].Config(),
+        env=EnvConfig(name="pendulum"),
+        logger=LoggerConfig(progress=False),
+        runs_dir=str(tmp_path),
+        name=f"{name}_pendulum",
+        seed=seed,
+    )
     return RECIPES[name].train(cfg)
 
 

@@ -23,15 +23,36 @@ from rl_replay import LazyTensorStorage, ReplayBuffer
 REPO = Path(__file__).resolve().parents[2]
 DEMO = REPO / "examples" / "sac_pendulum.py"
 ARGS = [
-    "--frames", "768", "--frames-per-batch", "64", "--init-random-frames", "128", "--utd", "0.125",
-    "--batch-size", "64", "--save-every", "192", "--eval-every", "384", "--eval-envs", "2",
+    "--frames",
+    "768",
+    "--frames-per-batch",
+    "64",
+    "--init-random-frames",
+    "128",
+    "--utd",
+    "0.125",
+    "--batch-size",
+    "64",
+    "--save-every",
+    "192",
+    "--eval-every",
+    "384",
+    "--eval-envs",
+    "2",
 ]
 
 
 def _run(args: list[str], cwd: Path) -> subprocess.Popen:
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-    return subprocess.Popen([sys.executable, str(DEMO), *ARGS, "--runs-dir", str(cwd / "runs"), *args], cwd=cwd, env=env,
-                            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    return subprocess.Popen(
+        [sys.executable, str(DEMO), *ARGS, "--runs-dir", str(cwd / "runs"), *args],
+        cwd=cwd,
+        env=env,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
 
 
 def _finish(proc: subprocess.Popen) -> str:

@@ -5,6 +5,7 @@ TorchRL" tutorial (GymEnv + ObservationNorm/DoubleToFloat/StepCounter, a TanhNor
 ProbabilisticActor, ValueOperator, Collector, ReplayBuffer with SamplerWithoutReplacement, GAE,
 ClipPPOLoss, a deterministic evaluation rollout), on Pendulum-v1 and a few small batches.
 """
+
 from __future__ import annotations
 
 import pytest
@@ -36,8 +37,12 @@ def test_ppo_tutorial_runs_with_changed_imports():
     check_env_specs(env)
 
     actor_net = nn.Sequential(
-        nn.LazyLinear(num_cells), nn.Tanh(), nn.LazyLinear(num_cells), nn.Tanh(),
-        nn.LazyLinear(2 * env.action_spec.shape[-1]), NormalParamExtractor(),
+        nn.LazyLinear(num_cells),
+        nn.Tanh(),
+        nn.LazyLinear(num_cells),
+        nn.Tanh(),
+        nn.LazyLinear(2 * env.action_spec.shape[-1]),
+        NormalParamExtractor(),
     )
     policy_module = TensorDictModule(actor_net, in_keys=["observation"], out_keys=["loc", "scale"])
     policy_module = ProbabilisticActor(
@@ -53,12 +58,21 @@ def test_ppo_tutorial_runs_with_changed_imports():
     policy_module(env.reset())
     value_module(env.reset())
 
-    collector = Collector(env, policy_module, frames_per_batch=frames_per_batch, total_frames=total_frames, split_trajs=False)
-    replay_buffer = ReplayBuffer(storage=LazyTensorStorage(max_size=frames_per_batch), sampler=SamplerWithoutReplacement())
+    collector = Collector(
+        env, policy_module, frames_per_batch=frames_per_batch, total_frames=total_frames, split_trajs=False
+    )
+    replay_buffer = ReplayBuffer(
+        storage=LazyTensorStorage(max_size=frames_per_batch), sampler=SamplerWithoutReplacement()
+    )
     advantage_module = GAE(gamma=0.99, lmbda=0.95, value_network=value_module, average_gae=True)
     loss_module = ClipPPOLoss(
-        actor_network=policy_module, critic_network=value_module, clip_epsilon=0.2,
-        entropy_bonus=True, entropy_coeff=1e-4, critic_coeff=1.0, loss_critic_type="smooth_l1",
+        actor_network=policy_module,
+        critic_network=value_module,
+        clip_epsilon=0.2,
+        entropy_bonus=True,
+        entropy_coeff=1e-4,
+        critic_coeff=1.0,
+        loss_critic_type="smooth_l1",
     )
     optim = torch.optim.Adam(loss_module.parameters(), 3e-4)
 
@@ -106,7 +120,9 @@ def test_dqn_tutorial_runs_with_changed_imports():
     policy_explore = TensorDictSequential(policy, exploration_module)
 
     init_rand_steps, frames_per_batch, optim_steps = 100, 50, 5
-    collector = Collector(env, policy_explore, frames_per_batch=frames_per_batch, total_frames=400, init_random_frames=init_rand_steps)
+    collector = Collector(
+        env, policy_explore, frames_per_batch=frames_per_batch, total_frames=400, init_random_frames=init_rand_steps
+    )
     rb = ReplayBuffer(storage=LazyTensorStorage(10_000))
     loss = DQNLoss(value_network=policy, action_space=env.action_spec, delay_value=True)
     optim = torch.optim.Adam(loss.parameters(), lr=0.02)
@@ -146,41 +162,79 @@ def test_multiagent_ppo_tutorial_runs_with_changed_imports():
     torch.manual_seed(0)
     num_vmas_envs, max_steps, n_agents = 4, 20, 2
     frames_per_batch, minibatch_size = num_vmas_envs * max_steps, 40
-    env = VmasEnv(scenario="navigation", num_envs=num_vmas_envs, continuous_actions=True, max_steps=max_steps, n_agents=n_agents, seed=0)
+    env = VmasEnv(
+        scenario="navigation",
+        num_envs=num_vmas_envs,
+        continuous_actions=True,
+        max_steps=max_steps,
+        n_agents=n_agents,
+        seed=0,
+    )
     env = TransformedEnv(env, RewardSum(in_keys=[env.reward_key], out_keys=[("agents", "episode_reward")]))
     check_env_specs(env)
 
     obs_dim = env.observation_spec["agents", "observation"].shape[-1]
     policy_net = torch.nn.Sequential(
-        MultiAgentMLP(n_agent_inputs=obs_dim, n_agent_outputs=2 * env.action_spec.shape[-1], n_agents=env.n_agents,
-                      centralised=False, share_params=True, depth=2, num_cells=32, activation_class=torch.nn.Tanh),
+        MultiAgentMLP(
+            n_agent_inputs=obs_dim,
+            n_agent_outputs=2 * env.action_spec.shape[-1],
+            n_agents=env.n_agents,
+            centralised=False,
+            share_params=True,
+            depth=2,
+            num_cells=32,
+            activation_class=torch.nn.Tanh,
+        ),
         NormalParamExtractor(),
     )
-    policy_module = TensorDictModule(policy_net, in_keys=[("agents", "observation")], out_keys=[("agents", "loc"), ("agents", "scale")])
+    policy_module = TensorDictModule(
+        policy_net, in_keys=[("agents", "observation")], out_keys=[("agents", "loc"), ("agents", "scale")]
+    )
     policy = ProbabilisticActor(
         module=policy_module,
         spec=env.action_spec_unbatched,
         in_keys=[("agents", "loc"), ("agents", "scale")],
         out_keys=[env.action_key],
         distribution_class=TanhNormal,
-        distribution_kwargs={"low": env.full_action_spec_unbatched[env.action_key].space.low,
-                             "high": env.full_action_spec_unbatched[env.action_key].space.high},
+        distribution_kwargs={
+            "low": env.full_action_spec_unbatched[env.action_key].space.low,
+            "high": env.full_action_spec_unbatched[env.action_key].space.high,
+        },
         return_log_prob=True,
     )
-    critic_net = MultiAgentMLP(n_agent_inputs=obs_dim, n_agent_outputs=1, n_agents=env.n_agents, centralised=True,
-                               share_params=True, depth=2, num_cells=32, activation_class=torch.nn.Tanh)
+    critic_net = MultiAgentMLP(
+        n_agent_inputs=obs_dim,
+        n_agent_outputs=1,
+        n_agents=env.n_agents,
+        centralised=True,
+        share_params=True,
+        depth=2,
+        num_cells=32,
+        activation_class=torch.nn.Tanh,
+    )
     # the one change besides imports: per-step values carry no trailing 1 here (DESIGN), so the
     # critic's [.., n_agents, 1] head is flattened (ValueOperator would squeeze it by itself)
     critic_net = torch.nn.Sequential(critic_net, torch.nn.Flatten(-2))
-    critic = TensorDictModule(module=critic_net, in_keys=[("agents", "observation")], out_keys=[("agents", "state_value")])
+    critic = TensorDictModule(
+        module=critic_net, in_keys=[("agents", "observation")], out_keys=[("agents", "state_value")]
+    )
 
     collector = Collector(env, policy, frames_per_batch=frames_per_batch, total_frames=2 * frames_per_batch)
-    replay_buffer = ReplayBuffer(storage=LazyTensorStorage(frames_per_batch), sampler=SamplerWithoutReplacement(), batch_size=minibatch_size)
-    loss_module = ClipPPOLoss(actor_network=policy, critic_network=critic, clip_epsilon=0.2, entropy_coeff=1e-4, normalize_advantage=False)
+    replay_buffer = ReplayBuffer(
+        storage=LazyTensorStorage(frames_per_batch), sampler=SamplerWithoutReplacement(), batch_size=minibatch_size
+    )
+    loss_module = ClipPPOLoss(
+        actor_network=policy, critic_network=critic, clip_epsilon=0.2, entropy_coeff=1e-4, normalize_advantage=False
+    )
     # as in TorchRL 0.14's tutorial: the log-prob key, ("agents", "action_log_prob"), comes from the actor
     assert loss_module.tensor_keys.sample_log_prob == ("agents", "action_log_prob")
-    loss_module.set_keys(reward=env.reward_key, action=env.action_key,
-                         value=("agents", "state_value"), done=("agents", "done"), terminated=("agents", "terminated"))
+    loss_module.set_keys(
+        reward=env.reward_key,
+        action=env.action_key,
+        value=("agents", "state_value"),
+        done=("agents", "done"),
+        terminated=("agents", "terminated"),
+    )
     loss_module.make_value_estimator(ValueEstimators.GAE, gamma=0.99, lmbda=0.9)
     gae = loss_module.value_estimator
     optim = torch.optim.Adam(loss_module.parameters(), 3e-4)
@@ -189,8 +243,12 @@ def test_multiagent_ppo_tutorial_runs_with_changed_imports():
         # the tutorial expands the team done flags per agent; this wrapper already gives them per agent
         shape = tensordict_data.get_item_shape(("next", env.reward_key))
         assert shape == (num_vmas_envs, max_steps, n_agents)
-        tensordict_data.set(("next", "agents", "done"), tensordict_data.get(("next", "done")).unsqueeze(-1).expand(shape))
-        tensordict_data.set(("next", "agents", "terminated"), tensordict_data.get(("next", "terminated")).unsqueeze(-1).expand(shape))
+        tensordict_data.set(
+            ("next", "agents", "done"), tensordict_data.get(("next", "done")).unsqueeze(-1).expand(shape)
+        )
+        tensordict_data.set(
+            ("next", "agents", "terminated"), tensordict_data.get(("next", "terminated")).unsqueeze(-1).expand(shape)
+        )
         with torch.no_grad():
             gae(tensordict_data, params=loss_module.critic_network_params)
         assert tensordict_data["advantage"].shape == shape  # at the root, as in TorchRL (one per agent)
@@ -222,7 +280,9 @@ def test_td3_with_gaussian_exploration_runs_with_changed_imports():
     env.set_seed(0)
     action_spec = env.action_spec
     actor = TensorDictSequential(
-        TensorDictModule(MLP(num_cells=[32, 32], out_features=action_spec.shape[-1]), in_keys=["observation"], out_keys=["param"]),
+        TensorDictModule(
+            MLP(num_cells=[32, 32], out_features=action_spec.shape[-1]), in_keys=["observation"], out_keys=["param"]
+        ),
         TanhModule(in_keys=["param"], out_keys=["action"], spec=action_spec),
     )
     qvalue = ValueOperator(MLP(num_cells=[32, 32], out_features=1), in_keys=["observation", "action"])
@@ -233,7 +293,9 @@ def test_td3_with_gaussian_exploration_runs_with_changed_imports():
         actor(fake)
         qvalue(fake)
     collector = Collector(env, policy, frames_per_batch=50, total_frames=300, init_random_frames=100)
-    loss = TD3Loss(actor_network=actor, qvalue_network=qvalue, action_spec=action_spec, num_qvalue_nets=2, loss_function="l2")
+    loss = TD3Loss(
+        actor_network=actor, qvalue_network=qvalue, action_spec=action_spec, num_qvalue_nets=2, loss_function="l2"
+    )
     loss.make_value_estimator(gamma=0.99)
     updater = SoftUpdate(loss, eps=0.995)
     optim = torch.optim.Adam(loss.parameters(), lr=3e-4)
@@ -274,7 +336,9 @@ def test_recurrent_dqn_tutorial_runs_with_changed_imports():
     env.append_transform(TensorDictPrimer(lstm.recurrent_state_spec()))
     mlp = Mod(MLP(in_features=32, out_features=2, num_cells=[32]), in_keys=["embed"], out_keys=["action_value"])
     qval = QValueModule(spec=env.action_spec)
-    stoch_policy = Seq(Seq(feature, lstm, mlp, qval), EGreedyModule(annealing_num_steps=1_000, spec=env.action_spec, eps_init=0.2))
+    stoch_policy = Seq(
+        Seq(feature, lstm, mlp, qval), EGreedyModule(annealing_num_steps=1_000, spec=env.action_spec, eps_init=0.2)
+    )
     policy = Seq(feature, lstm.set_recurrent_mode(True), mlp, qval)
     loss_fn = DQNLoss(policy, action_space=env.action_spec, delay_value=True)
     updater = SoftUpdate(loss_fn, eps=0.95)
@@ -313,7 +377,9 @@ def test_ddpg_with_ou_noise_runs_with_changed_imports():
     env.set_seed(0)
     spec = env.action_spec
     actor = TensorDictSequential(
-        TensorDictModule(MLP(in_features=3, num_cells=[32], out_features=1), in_keys=["observation"], out_keys=["param"]),
+        TensorDictModule(
+            MLP(in_features=3, num_cells=[32], out_features=1), in_keys=["observation"], out_keys=["param"]
+        ),
         TanhModule(in_keys=["param"], out_keys=["action"], spec=spec),
     )
     qvalue = ValueOperator(MLP(in_features=4, num_cells=[32], out_features=1), in_keys=["observation", "action"])

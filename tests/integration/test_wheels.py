@@ -40,7 +40,6 @@ CORE = "rl-tdict"
 MIN_HATCHLING = Version("1.26")
 
 
-
 def _pip_version() -> Version:
     # Not importlib.util.find_spec("pip"): with setuptools' distutils shim active, probing "pip"
     # through the import system switches the shim off for the whole process, and a later
@@ -253,9 +252,7 @@ def _expected_requires(project: dict) -> set[str]:
 
 
 @pytest.mark.parametrize("dist", sorted(PACKAGES))
-def test_wheel_installs_alone_and_imports(
-    dist: str, wheels: dict[str, Path], torch_site: Path, tmp_path: Path
-) -> None:
+def test_wheel_installs_alone_and_imports(dist: str, wheels: dict[str, Path], torch_site: Path, tmp_path: Path) -> None:
     folder = PACKAGES[dist]
     project = _project(folder)
     module_name = IMPORT_NAMES[dist]

@@ -37,9 +37,7 @@ def linear_module(bias: float = 0.0) -> nn.Linear:
 
 
 def td_policy(bias: float = 0.0) -> TensorDictModule:
-    return TensorDictModule(
-        linear_module(bias), in_keys=["observation"], out_keys=["action"]
-    )
+    return TensorDictModule(linear_module(bias), in_keys=["observation"], out_keys=["action"])
 
 
 def expected_action(module: nn.Module, batch) -> torch.Tensor:
@@ -57,15 +55,11 @@ def check_traj_ids(flat_ids: torch.Tensor, done: torch.Tensor) -> None:
     ids = flat_ids.reshape(-1, flat_ids.shape[-1])
     dn = done.reshape(-1, done.shape[-1])
     changed = ids[:, 1:] != ids[:, :-1]
-    assert torch.equal(changed, dn[:, :-1]), (
-        "trajectory ids must change exactly after done steps"
-    )
+    assert torch.equal(changed, dn[:, :-1]), "trajectory ids must change exactly after done steps"
     seen: set[int] = set()
     for row in ids:
         runs = torch.unique_consecutive(row).tolist()
-        assert not (set(runs) & seen), (
-            "a trajectory id is reused by another sub-env or run"
-        )
+        assert not (set(runs) & seen), "a trajectory id is reused by another sub-env or run"
         assert len(runs) == len(set(runs))
         seen |= set(runs)
 
@@ -74,13 +68,9 @@ def check_traj_ids(flat_ids: torch.Tensor, done: torch.Tensor) -> None:
 @pytest.mark.parametrize("batch", [(), (4,)])
 def test_exact_frames_last_batch_cut(batch):
     n = 1 if not batch else batch[0]
-    collector = Collector(
-        pendulum(batch), None, frames_per_batch=8 * n, total_frames=20 * n
-    )
+    collector = Collector(pendulum(batch), None, frames_per_batch=8 * n, total_frames=20 * n)
     out = list(collector)
-    assert [b.batch_size for b in out] == [torch.Size([*batch, 8])] * 2 + [
-        torch.Size([*batch, 4])
-    ]
+    assert [b.batch_size for b in out] == [torch.Size([*batch, 8])] * 2 + [torch.Size([*batch, 4])]
     assert sum(b.numel() for b in out) == 20 * n == collector.frames
     assert collector.frames_per_batch == 8 * n
     for b in out:
@@ -108,9 +98,7 @@ def test_one_step_batches_hold_their_own_values(batch):
 
 
 def test_two_dim_env_batch():
-    collector = Collector(
-        pendulum((2, 3), max_steps=4), None, frames_per_batch=36, total_frames=72
-    )
+    collector = Collector(pendulum((2, 3), max_steps=4), None, frames_per_batch=36, total_frames=72)
     batches = list(collector)
     assert [b.batch_size for b in batches] == [torch.Size([2, 3, 6])] * 2
     full = concat_time(batches)
@@ -119,15 +107,8 @@ def test_two_dim_env_batch():
 
 
 def test_devices_cpu():
-    collector = Collector(
-        pendulum((2,)), td_policy(), frames_per_batch=4, total_frames=4, device="cpu"
-    )
-    assert (
-        collector.env_device
-        == collector.policy_device
-        == collector.storing_device
-        == torch.device("cpu")
-    )
+    collector = Collector(pendulum((2,)), td_policy(), frames_per_batch=4, total_frames=4, device="cpu")
+    assert collector.env_device == collector.policy_device == collector.storing_device == torch.device("cpu")
     batch = next(iter(collector))
     assert batch["observation"].device == torch.device("cpu")
     assert torch.allclose(batch["action"], expected_action(linear_module(), batch))
@@ -144,9 +125,7 @@ def test_total_frames_not_multiple_of_env_batch_rounds_up_to_env_batch():
 
 def test_frames_per_batch_rounded_up_with_warning():
     with pytest.warns(UserWarning, match="frames_per_batch=10.*4"):
-        collector = Collector(
-            pendulum((4,)), None, frames_per_batch=10, total_frames=24
-        )
+        collector = Collector(pendulum((4,)), None, frames_per_batch=10, total_frames=24)
     assert collector.frames_per_batch == 12
     assert [b.batch_size for b in collector] == [torch.Size([4, 3])] * 2
 
@@ -177,9 +156,7 @@ def test_env_factory_with_kwargs_equals_instance():
     assert a.env.batch_size == torch.Size([2])
     torch.manual_seed(0)
     first = next(iter(a))
-    b = Collector(
-        PendulumEnv(batch_size=[2], seed=3), None, frames_per_batch=6, total_frames=6
-    )
+    b = Collector(PendulumEnv(batch_size=[2], seed=3), None, frames_per_batch=6, total_frames=6)
     torch.manual_seed(0)
     second = next(iter(b))
     assert (first == second).all()
@@ -206,18 +183,13 @@ def test_traj_ids_follow_done_flags_across_batches(batch):
     for prev, nxt in itertools.pairwise(batches):
         cont = ~prev["next", "done"][..., -1]
         assert torch.equal(prev[TRAJ][..., -1][cont], nxt[TRAJ][..., 0][cont])
-        assert not (
-            set(prev[TRAJ][..., -1][~cont].tolist())
-            & set(nxt[TRAJ].reshape(-1).tolist())
-        )
+        assert not (set(prev[TRAJ][..., -1][~cont].tolist()) & set(nxt[TRAJ].reshape(-1).tolist()))
     # ids start at 0 and are dense
     assert torch.equal(torch.unique(ids), torch.arange(int(ids.max()) + 1))
 
 
 def test_traj_ids_with_random_termination():
-    collector = Collector(
-        CartPoleEnv(batch_size=[4], seed=1), None, frames_per_batch=40, total_frames=400
-    )
+    collector = Collector(CartPoleEnv(batch_size=[4], seed=1), None, frames_per_batch=40, total_frames=400)
     full = concat_time(list(collector))
     assert full["next", "terminated"].sum() > 4
     check_traj_ids(full[TRAJ], full["next", "done"])
@@ -241,7 +213,12 @@ def test_policy_none_random_actions_inside_spec():
     acts = next(iter(cp))["action"]  # one-hot, as GymEnv("CartPole-v1")'s default spec
     assert acts.shape == (2, 100, 2) and acts.dtype == torch.int64 and bool((acts.sum(-1) == 1).all())
     assert set(acts.unique().tolist()) == {0, 1} and set(acts.argmax(-1).unique().tolist()) == {0, 1}
-    cp = Collector(CartPoleEnv(batch_size=[2], seed=0, categorical_action_encoding=True), None, frames_per_batch=200, total_frames=200)
+    cp = Collector(
+        CartPoleEnv(batch_size=[2], seed=0, categorical_action_encoding=True),
+        None,
+        frames_per_batch=200,
+        total_frames=200,
+    )
     acts = next(iter(cp))["action"]
     assert acts.shape == (2, 100) and acts.dtype == torch.int64 and set(acts.unique().tolist()) == {0, 1}
 
@@ -276,12 +253,8 @@ def test_callable_policy():
         td.set("action", torch.full((*td.batch_size, 1), 0.25))
         return td
 
-    batch = next(
-        iter(Collector(pendulum((2,)), policy, frames_per_batch=6, total_frames=6))
-    )
+    batch = next(iter(Collector(pendulum((2,)), policy, frames_per_batch=6, total_frames=6)))
     assert batch["action"].eq(0.25).all()
-
-
 
 
 def test_update_policy_weights_rereads_plain_module():
@@ -317,9 +290,7 @@ def test_update_policy_weights_from_tensordict():
     second = next(it)
     assert collector.policy_version == 1 and second[VERSION].eq(1).all()
     assert torch.allclose(second["action"], expected_action(trained.module, second))
-    assert not torch.allclose(
-        second["action"], expected_action(linear_module(0.0), second)
-    )
+    assert not torch.allclose(second["action"], expected_action(linear_module(0.0), second))
 
 
 def test_update_policy_weights_from_tensordict_plain_module():
@@ -358,14 +329,10 @@ def test_update_policy_weights_without_parameters_raises():
 
 def test_init_random_frames_then_policy():
     net = linear_module(0.5)
-    collector = Collector(
-        pendulum(), net, frames_per_batch=20, total_frames=60, init_random_frames=40
-    )
+    collector = Collector(pendulum(), net, frames_per_batch=20, total_frames=60, init_random_frames=40)
     b0, b1, b2 = list(collector)
     for random_batch in (b0, b1):
-        assert not torch.allclose(
-            random_batch["action"], expected_action(net, random_batch)
-        )
+        assert not torch.allclose(random_batch["action"], expected_action(net, random_batch))
         assert (random_batch["action"].abs() <= 2).all()
     assert torch.allclose(b2["action"], expected_action(net, b2))
 
@@ -451,18 +418,12 @@ def test_max_frames_per_traj_truncates(batch):
     _, counts = torch.unique(ids, return_counts=True)
     assert counts.max() == 4
     assert (counts[:-n] == 4).all()  # all but the trajectories still running at the end
-    assert torch.equal(
-        trunc, done
-    )  # pendulum never terminates: every end is a truncation
-    assert trunc.reshape(n, -1)[:, 3::4].all() and trunc.reshape(n, -1).sum() == n * (
-        49 // 4
-    )
+    assert torch.equal(trunc, done)  # pendulum never terminates: every end is a truncation
+    assert trunc.reshape(n, -1)[:, 3::4].all() and trunc.reshape(n, -1).sum() == n * (49 // 4)
 
 
 def test_max_frames_per_traj_resets_observation():
-    collector = Collector(
-        pendulum(), None, frames_per_batch=8, total_frames=8, max_frames_per_traj=4
-    )
+    collector = Collector(pendulum(), None, frames_per_batch=8, total_frames=8, max_frames_per_traj=4)
     batch = next(iter(collector))
     # the step after the truncation starts from a fresh reset, not from the truncated state
     assert not torch.allclose(batch["observation"][4], batch["next", "observation"][3])
@@ -486,9 +447,7 @@ def test_reset_at_each_iter():
 
 
 def test_without_reset_at_each_iter_continues():
-    collector = Collector(
-        pendulum((2,), max_steps=100), None, frames_per_batch=10, total_frames=20
-    )
+    collector = Collector(pendulum((2,), max_steps=100), None, frames_per_batch=10, total_frames=20)
     b0, b1 = list(collector)
     assert b1["step_count"][..., 0].eq(5).all()
     assert torch.equal(b0[TRAJ], b1[TRAJ])
@@ -502,18 +461,14 @@ def test_split_trajs(batch):
     torch.manual_seed(0)
     flat = list(Collector(pendulum(batch, max_steps=5), None, **kwargs))
     torch.manual_seed(0)
-    split = list(
-        Collector(pendulum(batch, max_steps=5), None, split_trajs=True, **kwargs)
-    )
+    split = list(Collector(pendulum(batch, max_steps=5), None, split_trajs=True, **kwargs))
     for f, s in zip(flat, split):
         ids = f[TRAJ].reshape(-1)
         unique = torch.unique(ids)
         assert s.batch_size[0] == unique.numel()
         mask = s[MASK]
         assert mask.dtype == torch.bool
-        assert torch.equal(
-            mask.sum(-1), torch.stack([(ids == i).sum() for i in unique])
-        )
+        assert torch.equal(mask.sum(-1), torch.stack([(ids == i).sum() for i in unique]))
         assert torch.equal(s[TRAJ][:, 0], unique)
         # rows are left-aligned: valid steps first, then padding
         assert torch.equal(mask, mask.cumprod(-1).bool())
@@ -522,10 +477,7 @@ def test_split_trajs(batch):
             k = steps.numel()
             assert (s[row, :k].exclude(MASK) == steps).all()
             if k < s.batch_size[1]:
-                assert (
-                    s["observation"][row, k:].eq(0).all()
-                    and s["next", "reward"][row, k:].eq(0).all()
-                )
+                assert s["observation"][row, k:].eq(0).all() and s["next", "reward"][row, k:].eq(0).all()
         # pieces of trajectories cut at batch edges are rows too; complete ones are 5 steps long
         assert mask.sum(-1).max() <= 5
 
@@ -550,25 +502,19 @@ def test_trajs_per_batch_fixed_length():
 
 def test_trajs_per_batch_yields_complete_trajectories():
     env = TransformedEnv(CartPoleEnv(batch_size=[3], seed=0), StepCounter())
-    collector = Collector(
-        env, None, frames_per_batch=21, total_frames=300, trajs_per_batch=4
-    )
+    collector = Collector(env, None, frames_per_batch=21, total_frames=300, trajs_per_batch=4)
     for b in collector:
         assert b.batch_size[0] == 4
         mask = b[MASK]
         lengths = mask.sum(-1)
-        assert b["step_count"][:, 0].eq(0).all(), (
-            "every trajectory starts at its first step"
-        )
+        assert b["step_count"][:, 0].eq(0).all(), "every trajectory starts at its first step"
         last = b["next", "done"][torch.arange(4), lengths - 1]
         assert last.all(), "every trajectory ends with done"
 
 
 def test_compact_obs_drops_next_observation():
     torch.manual_seed(0)
-    full = next(
-        iter(Collector(pendulum((2,)), None, frames_per_batch=10, total_frames=10))
-    )
+    full = next(iter(Collector(pendulum((2,)), None, frames_per_batch=10, total_frames=10)))
     torch.manual_seed(0)
     compact = next(
         iter(
@@ -586,9 +532,7 @@ def test_compact_obs_drops_next_observation():
     assert torch.equal(compact["next", "done"], full["next", "done"])
     assert torch.equal(compact["observation"], full["observation"])
     # what was dropped is recoverable from the following root within a trajectory
-    assert torch.equal(
-        full["next", "observation"][:, :-1], compact["observation"][:, 1:]
-    )
+    assert torch.equal(full["next", "observation"][:, :-1], compact["observation"][:, 1:])
 
 
 def test_postproc_applied():
@@ -599,11 +543,7 @@ def test_postproc_applied():
         batch.set("doubled", batch["next", "reward"] * 2)
         return batch
 
-    out = list(
-        Collector(
-            pendulum(), None, frames_per_batch=4, total_frames=10, postproc=postproc
-        )
-    )
+    out = list(Collector(pendulum(), None, frames_per_batch=4, total_frames=10, postproc=postproc))
     assert calls == [torch.Size([4]), torch.Size([4]), torch.Size([2])]
     for b in out:
         assert torch.equal(b["doubled"], b["next", "reward"] * 2)
@@ -614,15 +554,11 @@ def test_replay_buffer_receives_batches():
 
     rb = ReplayBuffer(storage=LazyTensorStorage(100))
     torch.manual_seed(0)
-    collector = Collector(
-        pendulum(), None, frames_per_batch=8, total_frames=20, replay_buffer=rb
-    )
+    collector = Collector(pendulum(), None, frames_per_batch=8, total_frames=20, replay_buffer=rb)
     assert list(collector) == [None, None, None]
     assert len(rb) == 20
     torch.manual_seed(0)
-    reference = concat_time(
-        list(Collector(pendulum(), None, frames_per_batch=8, total_frames=20))
-    )
+    reference = concat_time(list(Collector(pendulum(), None, frames_per_batch=8, total_frames=20)))
     stored = rb.storage[torch.arange(20)] if hasattr(rb, "storage") else rb[:20]
     assert torch.equal(stored["observation"], reference["observation"])
     assert torch.equal(stored["next", "reward"], reference["next", "reward"])
@@ -633,9 +569,7 @@ def test_replay_buffer_batched_env():
     from rl_replay import LazyTensorStorage, ReplayBuffer
 
     rb = ReplayBuffer(storage=LazyTensorStorage(100))
-    collector = Collector(
-        pendulum((4,)), None, frames_per_batch=20, total_frames=40, replay_buffer=rb
-    )
+    collector = Collector(pendulum((4,)), None, frames_per_batch=20, total_frames=40, replay_buffer=rb)
     assert list(collector) == [None, None]
     # a [4, T] batch is written along its first dim: 4 rows of 5 steps per batch
     assert len(rb) * 5 == 40
@@ -646,9 +580,7 @@ def test_replay_buffer_batched_env():
 def test_set_seed_reproducible(policy):
     def run(seed):
         pol = None if policy == "random" else linear_module(0.1)
-        collector = Collector(
-            pendulum((2,), max_steps=6), pol, frames_per_batch=10, total_frames=30
-        )
+        collector = Collector(pendulum((2,), max_steps=6), pol, frames_per_batch=10, total_frames=30)
         out = collector.set_seed(seed)
         return out, list(collector)
 
@@ -729,18 +661,14 @@ def test_state_dict_resume_with_an_env_that_is_not_resumable_starts_new_trajecto
 
 
 def test_reset_restarts_trajectories_keeps_frames():
-    collector = Collector(
-        pendulum((2,), max_steps=50), None, frames_per_batch=6, total_frames=18
-    )
+    collector = Collector(pendulum((2,), max_steps=50), None, frames_per_batch=6, total_frames=18)
     it = iter(collector)
     first = next(it)
     collector.reset()
     second = next(it)
     assert collector.frames == 12
     assert second["step_count"][..., 0].eq(0).all()
-    assert not (
-        set(first[TRAJ].reshape(-1).tolist()) & set(second[TRAJ].reshape(-1).tolist())
-    )
+    assert not (set(first[TRAJ].reshape(-1).tolist()) & set(second[TRAJ].reshape(-1).tolist()))
 
 
 def test_shutdown_then_iterate_raises():
@@ -754,9 +682,7 @@ def test_shutdown_then_iterate_raises():
 
 def test_progress_bar(capsys):
     pytest.importorskip("tqdm")
-    collector = Collector(
-        pendulum(), None, frames_per_batch=5, total_frames=12, progress_bar=True
-    )
+    collector = Collector(pendulum(), None, frames_per_batch=5, total_frames=12, progress_bar=True)
     sizes = [b.numel() for b in collector]
     assert sizes == [5, 5, 2]
     err = capsys.readouterr().err
@@ -846,8 +772,10 @@ class _Counter:
 
     def step(self, td):
         count = td["count"] + td["action"]
-        return td.set("next", TensorDict(count=count, reward=count.clone(), done=torch.tensor(False),
-                                         terminated=torch.tensor(False)))
+        return td.set(
+            "next",
+            TensorDict(count=count, reward=count.clone(), done=torch.tensor(False), terminated=torch.tensor(False)),
+        )
 
     def step_and_maybe_reset(self, td):
         from rl_envs import step_mdp
@@ -864,8 +792,11 @@ def _hand_stepped(env, steps: int, max_steps: int) -> list:
         length += 1
         cut = length == max_steps
         rows.append({"count": td["count"].item(), "next_count": td["next", "count"].item(), "truncated": cut})
-        td = env.reset() if cut else TensorDict(count=td["next", "count"], done=td["next", "done"],
-                                                 terminated=td["next", "terminated"])
+        td = (
+            env.reset()
+            if cut
+            else TensorDict(count=td["next", "count"], done=td["next", "done"], terminated=td["next", "terminated"])
+        )
         length = 0 if cut else length
     return rows
 
@@ -874,10 +805,31 @@ def test_max_frames_per_traj_batches_all_have_the_same_keys():
     collector = Collector(_Counter(), None, frames_per_batch=5, total_frames=15, max_frames_per_traj=3)
     batches = list(collector)
     keys = [sorted(map(str, b.keys(True, True))) for b in batches]
-    assert keys == [sorted(map(str, [
-        "action", "count", "done", "terminated", "truncated", ("collector", "policy_version"), ("collector", "traj_ids"),
-        ("next", "count"), ("next", "done"), ("next", "reward"), ("next", "terminated"), ("next", "truncated"),
-    ]))] * 3
+    assert (
+        keys
+        == [
+            sorted(
+                map(
+                    str,
+                    [
+                        "action",
+                        "count",
+                        "done",
+                        "terminated",
+                        "truncated",
+                        ("collector", "policy_version"),
+                        ("collector", "traj_ids"),
+                        ("next", "count"),
+                        ("next", "done"),
+                        ("next", "reward"),
+                        ("next", "terminated"),
+                        ("next", "truncated"),
+                    ],
+                )
+            )
+        ]
+        * 3
+    )
     full = torch.cat(batches, -1)
     ref = _hand_stepped(_Counter(), 15, 3)
     assert full["count"].tolist() == [r["count"] for r in ref] == [0.0, 1.0, 2.0] * 5

@@ -1,4 +1,5 @@
 """DistributedCollector: torch.distributed (gloo, 127.0.0.1) workers spawned with multiprocessing."""
+
 from __future__ import annotations
 
 import os
@@ -41,8 +42,9 @@ def _no_leftovers(collector: DistributedCollector, procs: list) -> None:
 
 def test_sync_frames_traj_ids_and_weights():
     policy = _policy()
-    c = DistributedCollector(PendulumEnv, policy, frames_per_batch=20, total_frames=70, num_workers=2,
-                             max_frames_per_traj=4)
+    c = DistributedCollector(
+        PendulumEnv, policy, frames_per_batch=20, total_frames=70, num_workers=2, max_frames_per_traj=4
+    )
     procs = list(c._procs)
     try:
         batches = []
@@ -63,7 +65,7 @@ def test_sync_frames_traj_ids_and_weights():
         assert not torch.allclose(batches[0]["action"], torch.full_like(batches[0]["action"], 0.25))
         # worker 0 gives the first half of each batch, worker 1 the second; ids never collide
         ids0 = torch.cat([b["collector", "traj_ids"][: b.numel() // 2] for b in batches])
-        ids1 = torch.cat([b["collector", "traj_ids"][b.numel() // 2:] for b in batches])
+        ids1 = torch.cat([b["collector", "traj_ids"][b.numel() // 2 :] for b in batches])
         assert (ids0 % 2 == 0).all() and (ids1 % 2 == 1).all()
         # max_frames_per_traj=4: each worker's 35 steps form 9 trajectories (8 of 4 steps, 1 of 3)
         assert ids0.unique().numel() == 9 and ids1.unique().numel() == 9
@@ -143,7 +145,7 @@ def _socket_inodes(pid: int) -> set:
         except OSError:  # closed meanwhile
             continue
         if link.startswith("socket:["):
-            inodes.add(link[len("socket:["):-1])
+            inodes.add(link[len("socket:[") : -1])
     return inodes
 
 
@@ -183,7 +185,9 @@ def test_hung_worker_is_the_one_named(sync):
     # rank 2 hangs; rank 1 answers at once and then waits, idle, for its next command: the error must
     # name rank 2, never the idle one (which used to time out on its own wait at the same moment)
     threads_before = len(os.listdir("/proc/self/task"))
-    c = DistributedCollector([PendulumEnv, _HangingEnv], None, frames_per_batch=4, total_frames=-1, sync=sync, timeout=4)
+    c = DistributedCollector(
+        [PendulumEnv, _HangingEnv], None, frames_per_batch=4, total_frames=-1, sync=sync, timeout=4
+    )
     procs = list(c._procs)
     hung = procs[1].pid
     start = time.monotonic()
@@ -216,7 +220,7 @@ def test_bad_arguments():
 
 
 # ---------------------------------------------------------------------- torchrun launcher
-_TORCHRUN_SCRIPT = r'''
+_TORCHRUN_SCRIPT = r"""
 import json, os, sys
 import torch
 import torch.distributed as dist
@@ -265,7 +269,7 @@ def main():
 
 if __name__ == "__main__":
     main()
-'''
+"""
 
 
 def test_torchrun_launcher(tmp_path):
@@ -284,10 +288,22 @@ def test_torchrun_launcher(tmp_path):
         sock.bind(("127.0.0.1", 0))
         port = sock.getsockname()[1]
     env = {**os.environ, "GLOO_SOCKET_IFNAME": "lo", "OMP_NUM_THREADS": "1"}
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--nnodes=1", "--node-rank=0", "--nproc-per-node=3",
-           "--master-addr=127.0.0.1", f"--master-port={port}", "--max-restarts=0", str(script), str(tmp_path)]
-    proc = subprocess.Popen(cmd, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                            text=True, start_new_session=True)
+    cmd = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--nnodes=1",
+        "--node-rank=0",
+        "--nproc-per-node=3",
+        "--master-addr=127.0.0.1",
+        f"--master-port={port}",
+        "--max-restarts=0",
+        str(script),
+        str(tmp_path),
+    ]
+    proc = subprocess.Popen(
+        cmd, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True
+    )
 
     def rank_pids() -> list:
         return [int(f.read_text()) for f in sorted(tmp_path.glob("pid.*")) if f.read_text()]
@@ -439,8 +455,13 @@ def test_workers_busy_in_a_step_die_with_a_killed_learner(tmp_path):
 
     script, marker = tmp_path / "learner.py", tmp_path / "inside_step"
     script.write_text(_PARENT_SCRIPT)  # a file: spawned workers re-import the main module to find Sleepy
-    learner = subprocess.Popen([sys.executable, str(script), str(marker)], stdout=subprocess.PIPE,
-                               stderr=subprocess.PIPE, text=True, env={**os.environ, "OMP_NUM_THREADS": "1"})
+    learner = subprocess.Popen(
+        [sys.executable, str(script), str(marker)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "OMP_NUM_THREADS": "1"},
+    )
     pids: list = []
     try:
         pids += [int(p) for p in learner.stdout.readline().split()]

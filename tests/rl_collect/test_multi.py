@@ -1,4 +1,5 @@
 """Multi-process collectors: exact frames, unique traj ids, reference equality, weights, faults, shutdown."""
+
 import gc
 import multiprocessing as mp
 import os
@@ -70,7 +71,9 @@ def test_sync_exact_frames_shapes_and_cat():
         sizes = [b.batch_size for b in c]
         assert c.frames == 51
     assert sizes == [torch.Size([2, 10])] * 2 + [torch.Size([2, 6])]
-    with MultiSyncCollector([PendulumEnv, PendulumEnv], None, frames_per_batch=20, total_frames=50, cat_results=-1) as c:
+    with MultiSyncCollector(
+        [PendulumEnv, PendulumEnv], None, frames_per_batch=20, total_frames=50, cat_results=-1
+    ) as c:
         batches = list(c)
     assert [b.numel() for b in batches] == [20, 20, 10]
     last = batches[-1]
@@ -289,7 +292,11 @@ def test_shutdown_and_gc_leave_nothing():
 def test_split_trajs_and_postproc_in_parent():
     seen = []
     with MultiSyncCollector(
-        [CartPoleEnv, CartPoleEnv], None, frames_per_batch=100, total_frames=100, split_trajs=True,
+        [CartPoleEnv, CartPoleEnv],
+        None,
+        frames_per_batch=100,
+        total_frames=100,
+        split_trajs=True,
         postproc=lambda b: seen.append(b.batch_size) or b,
     ) as c:
         c.set_seed(1)
@@ -311,8 +318,14 @@ def test_bad_arguments():
 
 def test_spawn_start_method_collects_and_shuts_down():
     # spawn: nothing inherited from the parent; the env class and the policy travel by pickle
-    collector = MultiSyncCollector([PendulumEnv, PendulumEnv], _policy(), frames_per_batch=20, total_frames=40,
-                                   mp_start_method="spawn", worker_timeout=120.0)
+    collector = MultiSyncCollector(
+        [PendulumEnv, PendulumEnv],
+        _policy(),
+        frames_per_batch=20,
+        total_frames=40,
+        mp_start_method="spawn",
+        worker_timeout=120.0,
+    )
     try:
         batches = list(collector)
         assert [b.numel() for b in batches] == [20, 20]
@@ -341,8 +354,9 @@ def test_default_liveness_settings():
 def test_slow_but_live_worker_is_not_a_hang():
     # worker 1's steps compute for 2 s, past the heartbeat timeout of 1.5 s: it keeps beating, so it is waited for
     fns = [PendulumEnv, lambda: _Wrapped("busy", after=1, delay=2.0)]
-    with MultiSyncCollector(fns, _policy(), frames_per_batch=6, total_frames=6, heartbeat_interval=0.1,
-                            heartbeat_timeout=1.5) as c:
+    with MultiSyncCollector(
+        fns, _policy(), frames_per_batch=6, total_frames=6, heartbeat_interval=0.1, heartbeat_timeout=1.5
+    ) as c:
         c.set_seed(3)
         (batch,) = list(c)
     assert batch.batch_size == torch.Size([2, 3]) and c.frames == 6
@@ -354,14 +368,17 @@ def test_slow_but_live_worker_is_not_a_hang():
 
 
 def test_frozen_worker_is_detected_by_its_missing_heartbeat():
-    c = MultiSyncCollector([PendulumEnv, PendulumEnv], None, frames_per_batch=10, heartbeat_interval=0.1,
-                           heartbeat_timeout=1.5)
+    c = MultiSyncCollector(
+        [PendulumEnv, PendulumEnv], None, frames_per_batch=10, heartbeat_interval=0.1, heartbeat_timeout=1.5
+    )
     it = iter(c)
     next(it)
     pid = c._pool.procs[1].pid
     os.kill(pid, signal.SIGSTOP)  # alive but never scheduled: no batch, no heartbeat
     start = time.monotonic()
-    with pytest.raises(TimeoutError, match=rf"no progress \(heartbeat\) from worker\(s\) 1 \(pid {pid}\) for heartbeat_timeout=1.5s"):
+    with pytest.raises(
+        TimeoutError, match=rf"no progress \(heartbeat\) from worker\(s\) 1 \(pid {pid}\) for heartbeat_timeout=1.5s"
+    ):
         next(it)
     assert 1.5 <= time.monotonic() - start < 15
     assert _no_children()
@@ -373,7 +390,9 @@ def test_a_step_that_sleeps_is_a_hang_without_worker_timeout(cls):
     fns = [PendulumEnv, lambda: _Wrapped("hang", after=2)]
     c = cls(fns, None, frames_per_batch=10, heartbeat_interval=0.1, heartbeat_timeout=1.5)
     start = time.monotonic()
-    with pytest.raises(TimeoutError, match=r"no progress \(heartbeat\) from worker\(s\) 1 \(pid \d+\) for heartbeat_timeout=1.5s"):
+    with pytest.raises(
+        TimeoutError, match=r"no progress \(heartbeat\) from worker\(s\) 1 \(pid \d+\) for heartbeat_timeout=1.5s"
+    ):
         for _ in c:
             pass
     assert 1.5 <= time.monotonic() - start < 15
@@ -382,8 +401,14 @@ def test_a_step_that_sleeps_is_a_hang_without_worker_timeout(cls):
 
 def test_an_idle_pause_between_batches_is_not_a_hang():
     # workers send no heartbeat while they wait for the next request: silence counts from the request
-    with MultiSyncCollector([PendulumEnv, PendulumEnv], None, frames_per_batch=10, total_frames=20,
-                            heartbeat_interval=0.1, heartbeat_timeout=1.5) as c:
+    with MultiSyncCollector(
+        [PendulumEnv, PendulumEnv],
+        None,
+        frames_per_batch=10,
+        total_frames=20,
+        heartbeat_interval=0.1,
+        heartbeat_timeout=1.5,
+    ) as c:
         sizes = []
         for batch in c:
             sizes.append(batch.numel())
@@ -393,10 +418,15 @@ def test_an_idle_pause_between_batches_is_not_a_hang():
 
 
 def test_bad_liveness_arguments():
-    with pytest.raises(ValueError, match=r"MultiSyncCollector: heartbeat_interval must be a number of seconds > 0, got -1"):
+    with pytest.raises(
+        ValueError, match=r"MultiSyncCollector: heartbeat_interval must be a number of seconds > 0, got -1"
+    ):
         MultiSyncCollector([PendulumEnv], None, frames_per_batch=10, heartbeat_interval=-1)
-    with pytest.raises(ValueError, match=r"MultiAsyncCollector: heartbeat_timeout must be None or a number of seconds > "
-                                         r"heartbeat_interval=1.0, got 1.0"):
+    with pytest.raises(
+        ValueError,
+        match=r"MultiAsyncCollector: heartbeat_timeout must be None or a number of seconds > "
+        r"heartbeat_interval=1.0, got 1.0",
+    ):
         MultiAsyncCollector([PendulumEnv], None, frames_per_batch=10, heartbeat_timeout=1.0)
     assert _no_children()
 

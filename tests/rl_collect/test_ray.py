@@ -3,6 +3,7 @@
 ``test_ray_in_netns`` re-runs this file under ``unshare -n`` (lo up) with ``RL_COLLECT_RAY_NETNS=1``;
 the inner tests only run there, so Ray never sees a non-loopback interface.
 """
+
 from __future__ import annotations
 
 import os
@@ -93,9 +94,23 @@ def user_ray_head(monkeypatch):
     monkeypatch.setenv("RAY_AUTH_MODE", "disabled")  # the driver (this process) and the CLI calls below
     env = {**os.environ, "RAY_AUTH_MODE": "disabled"}
     start = subprocess.Popen(
-        [ray_cli, "start", "--head", "--node-ip-address=127.0.0.1", f"--port={port}", "--num-cpus=2",
-         "--include-dashboard=false", "--disable-usage-stats", f"--temp-dir={temp_dir}"],
-        env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
+        [
+            ray_cli,
+            "start",
+            "--head",
+            "--node-ip-address=127.0.0.1",
+            f"--port={port}",
+            "--num-cpus=2",
+            "--include-dashboard=false",
+            "--disable-usage-stats",
+            f"--temp-dir={temp_dir}",
+        ],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+    )
     sid = start.pid  # every process of the head inherits this session (ray start exits once they run)
     try:
         out, _ = start.communicate(timeout=60)
@@ -128,8 +143,16 @@ def test_user_given_address(user_ray_head):
 
     address, sid, temp_dir = user_ray_head
     assert not ray.is_initialized()
-    c = RayCollector(PendulumEnv, _policy(), frames_per_batch=10, total_frames=34, num_collectors=2, sync=True,
-                     max_frames_per_traj=4, address=address)
+    c = RayCollector(
+        PendulumEnv,
+        _policy(),
+        frames_per_batch=10,
+        total_frames=34,
+        num_collectors=2,
+        sync=True,
+        max_frames_per_traj=4,
+        address=address,
+    )
     # connected to the user's head, not to a Ray of its own
     assert ray.is_initialized() and ray.get_runtime_context().gcs_address == address
     assert ray.cluster_resources()["CPU"] == 2
@@ -156,8 +179,9 @@ def test_user_given_address(user_ray_head):
     assert not ray.is_initialized()
     assert len(_session_procs(sid, temp_dir)) > 0
     cli = os.path.join(os.path.dirname(sys.executable), "ray")
-    res = subprocess.run([cli, "status", f"--address={address}"], capture_output=True, text=True, timeout=60,
-                         check=False)
+    res = subprocess.run(
+        [cli, "status", f"--address={address}"], capture_output=True, text=True, timeout=60, check=False
+    )
     assert res.returncode == 0, res.stdout[-2000:] + res.stderr[-2000:]
     ray.init(address=address, log_to_driver=False)
     try:
@@ -174,13 +198,11 @@ def test_user_given_address(user_ray_head):
     assert _session_procs(sid, temp_dir) == []
 
 
-
 @pytest.fixture(scope="module")
 def local_ray():
     ray.init(num_cpus=4, _node_ip_address="127.0.0.1", include_dashboard=False, log_to_driver=False)
     yield
     ray.shutdown()
-
 
 
 @inner
@@ -190,8 +212,9 @@ def test_collects_exact_frames_and_weights(local_ray):
     from rl_collect.ray_collector import RayCollector
 
     policy = _policy()
-    c = RayCollector(PendulumEnv, policy, frames_per_batch=20, total_frames=70, num_collectors=2, sync=True,
-                     max_frames_per_traj=4)
+    c = RayCollector(
+        PendulumEnv, policy, frames_per_batch=20, total_frames=70, num_collectors=2, sync=True, max_frames_per_traj=4
+    )
     batches = []
     for i, batch in enumerate(c):
         batches.append(batch)
@@ -232,8 +255,15 @@ def test_killed_actor_is_restarted(local_ray):
 
     from rl_collect.ray_collector import RayCollector
 
-    c = RayCollector(PendulumEnv, None, frames_per_batch=10, total_frames=200, num_collectors=2, max_restarts=2,
-                     max_frames_per_traj=4)
+    c = RayCollector(
+        PendulumEnv,
+        None,
+        frames_per_batch=10,
+        total_frames=200,
+        num_collectors=2,
+        max_restarts=2,
+        max_frames_per_traj=4,
+    )
     it = iter(c)
     batches = [next(it) for _ in range(4)]
     old = ray.get(c._actors[0].ping.remote())
@@ -263,7 +293,7 @@ def test_killed_actor_is_restarted(local_ray):
         groups.setdefault(key, set()).update(b["collector", "traj_ids"].unique().tolist())
     keys = list(groups)
     for i, a in enumerate(keys):
-        for k in keys[i + 1:]:
+        for k in keys[i + 1 :]:
             assert not groups[a] & groups[k], (a, k)
     assert len(c._incarnations) == 3  # two first lives + one restart
 

@@ -1,4 +1,5 @@
 """Weight sync schemes: values and versions reach the worker side, once per version."""
+
 import multiprocessing as mp
 
 import pytest
@@ -185,8 +186,9 @@ def _dist_worker(port, receiver, conn, n_messages):
     from rl_collect.weight_sync import DIST_COMMAND_LEN
 
     torch.set_num_threads(1)
-    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=1, world_size=2,
-                            timeout=datetime.timedelta(seconds=30))
+    dist.init_process_group(
+        "gloo", init_method=f"tcp://127.0.0.1:{port}", rank=1, world_size=2, timeout=datetime.timedelta(seconds=30)
+    )
     try:
         header = torch.zeros(DIST_COMMAND_LEN, dtype=torch.int64)
         for _ in range(n_messages):
@@ -194,8 +196,9 @@ def _dist_worker(port, receiver, conn, n_messages):
             message = tuple(int(x) for x in header.tolist())
             assert receiver.handle(message)
             weights, version = receiver.receive()
-            conn.send((version, message[3], None if weights is None else float(weights["weight"].sum()),
-                       receiver.receive()))
+            conn.send(
+                (version, message[3], None if weights is None else float(weights["weight"].sum()), receiver.receive())
+            )
     finally:
         dist.destroy_process_group()
 
@@ -218,8 +221,9 @@ def test_distributed_scheme_broadcast_send_and_deferred_flush():
     parent, child = ctx.Pipe()
     proc = ctx.Process(target=_dist_worker, args=(port, receiver, child, 2), daemon=True)
     proc.start()
-    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=0, world_size=2,
-                            timeout=datetime.timedelta(seconds=30))
+    dist.init_process_group(
+        "gloo", init_method=f"tcp://127.0.0.1:{port}", rank=0, world_size=2, timeout=datetime.timedelta(seconds=30)
+    )
     try:
         scheme.send(_weights(1.0), version=1)  # the worker is idle and the whole group: one broadcast
         assert parent.poll(20)

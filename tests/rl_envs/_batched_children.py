@@ -4,6 +4,7 @@ Importable by name from a fresh interpreter (pytest's importlib mode does not ma
 importable), so "spawn" workers can unpickle them. The test puts this folder on ``sys.path``; spawned
 children inherit it. Keep imports minimal.
 """
+
 from __future__ import annotations
 
 import time
@@ -41,8 +42,9 @@ class HangingPendulum(PendulumEnv):
     computes for that long with ``busy=True`` (a slow but live step); it first creates the file
     ``marker``, if given, so a test knows the worker is inside the step."""
 
-    def __init__(self, hang_at: int = 2, seconds: float = 60.0, marker: str | None = None, busy: bool = False,
-                 **kwargs) -> None:
+    def __init__(
+        self, hang_at: int = 2, seconds: float = 60.0, marker: str | None = None, busy: bool = False, **kwargs
+    ) -> None:
         super().__init__(**kwargs)
         self.hang_at, self.seconds, self.marker, self.busy, self.calls = hang_at, seconds, marker, busy, 0
 

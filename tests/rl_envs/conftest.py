@@ -1,4 +1,5 @@
 """Small envs shared by the rl_envs tests (fixtures return the classes)."""
+
 from __future__ import annotations
 
 import pytest
@@ -19,17 +20,33 @@ class CountingEnv(EnvBase):
     Deterministic, so tests can predict every value.
     """
 
-    def __init__(self, batch_size=(), max_count: int = 5, n_actions: int = 2, pixels: bool = False,
-                 one_hot: bool = False, size: int = 8, device=None):
+    def __init__(
+        self,
+        batch_size=(),
+        max_count: int = 5,
+        n_actions: int = 2,
+        pixels: bool = False,
+        one_hot: bool = False,
+        size: int = 8,
+        device=None,
+    ):
         super().__init__(batch_size=batch_size, device=device)
-        self.max_count, self.n_actions, self.pixels, self.one_hot, self.size = max_count, n_actions, pixels, one_hot, size
+        self.max_count, self.n_actions, self.pixels, self.one_hot, self.size = (
+            max_count,
+            n_actions,
+            pixels,
+            one_hot,
+            size,
+        )
         shape = self.batch_size
         obs = {"observation": Unbounded(shape=(*shape, 3)), "count": Unbounded(shape=shape, dtype=torch.int64)}
         if pixels:
             obs["pixels"] = Bounded(0, 255, shape=(*shape, size, size, 3), dtype=torch.uint8)
         self.observation_spec = Composite(obs, shape=shape)
         self.state_spec = Composite(count=Unbounded(shape=shape, dtype=torch.int64), shape=shape)
-        self.action_spec = OneHot(n_actions, shape=(*shape, n_actions)) if one_hot else Categorical(n_actions, shape=shape)
+        self.action_spec = (
+            OneHot(n_actions, shape=(*shape, n_actions)) if one_hot else Categorical(n_actions, shape=shape)
+        )
         flag = Categorical(2, shape=shape, dtype=torch.bool)
         self.done_spec = Composite(done=flag, terminated=flag.clone(), truncated=flag.clone(), shape=shape)
         self.reset_count = 0
@@ -37,25 +54,39 @@ class CountingEnv(EnvBase):
     def _obs(self, count):
         out = {"observation": count.to(torch.float32).unsqueeze(-1).expand(*count.shape, 3).clone(), "count": count}
         if self.pixels:
-            out["pixels"] = (count % 256).to(torch.uint8).reshape(*count.shape, 1, 1, 1).expand(
-                *count.shape, self.size, self.size, 3).clone()
+            out["pixels"] = (
+                (count % 256)
+                .to(torch.uint8)
+                .reshape(*count.shape, 1, 1, 1)
+                .expand(*count.shape, self.size, self.size, 3)
+                .clone()
+            )
         return out
 
     def _reset(self, tensordict=None, **kwargs):
         self.reset_count += 1
         count = torch.zeros(self.batch_size, dtype=torch.int64)
         done = torch.zeros(self.batch_size, dtype=torch.bool)
-        return TensorDict({**self._obs(count), "done": done, "terminated": done.clone(), "truncated": done.clone()},
-                          batch_size=self.batch_size)
+        return TensorDict(
+            {**self._obs(count), "done": done, "terminated": done.clone(), "truncated": done.clone()},
+            batch_size=self.batch_size,
+        )
 
     def _step(self, tensordict):
         action = tensordict["action"]
         step = action.long().argmax(-1) if self.one_hot else action
         count = tensordict["count"] + step
         terminated = count >= self.max_count
-        return TensorDict({**self._obs(count), "reward": step.to(torch.float32), "done": terminated.clone(),
-                           "terminated": terminated, "truncated": torch.zeros_like(terminated)},
-                          batch_size=self.batch_size)
+        return TensorDict(
+            {
+                **self._obs(count),
+                "reward": step.to(torch.float32),
+                "done": terminated.clone(),
+                "terminated": terminated,
+                "truncated": torch.zeros_like(terminated),
+            },
+            batch_size=self.batch_size,
+        )
 
     def _set_seed(self, seed):
         pass
@@ -107,12 +138,15 @@ def _assert_specs_truthful(env, rollout, check_action=True):
     fake_keys, real_keys = set(fake.keys(True, True)), set(real.keys(True, True))
     assert fake_keys == real_keys, (
         f"fake_tensordict() keys differ from a real step: only in fake {sorted(fake_keys - real_keys)}, "
-        f"only in the real step {sorted(real_keys - fake_keys)}")
+        f"only in the real step {sorted(real_keys - fake_keys)}"
+    )
     for key in fake_keys:
         assert fake[key].shape == real[key].shape, (
-            f"{key}: fake_tensordict() shape {tuple(fake[key].shape)} != real step shape {tuple(real[key].shape)}")
+            f"{key}: fake_tensordict() shape {tuple(fake[key].shape)} != real step shape {tuple(real[key].shape)}"
+        )
         assert fake[key].dtype == real[key].dtype, (
-            f"{key}: fake_tensordict() dtype {fake[key].dtype} != real step dtype {real[key].dtype}")
+            f"{key}: fake_tensordict() dtype {fake[key].dtype} != real step dtype {real[key].dtype}"
+        )
     root_specs = [env.full_observation_spec, env.full_state_spec, env.full_done_spec]
     if check_action:
         root_specs.append(env.full_action_spec)
@@ -142,7 +176,8 @@ def _assert_added_keys_match(env):
     added_real = set(real.keys(True, True)) - set(real_base.keys(True, True))
     added_fake = set(env.fake_tensordict().keys(True, True)) - set(base.fake_tensordict().keys(True, True))
     assert added_real == added_fake, (
-        f"keys added to a real step {sorted(added_real)} != keys added to fake_tensordict() {sorted(added_fake)}")
+        f"keys added to a real step {sorted(added_real)} != keys added to fake_tensordict() {sorted(added_fake)}"
+    )
 
 
 @pytest.fixture
@@ -164,8 +199,10 @@ def all_in():
 
 def _fixed_policy(actions, key="action"):
     """A policy that writes (a copy of) ``actions`` under ``key`` at every step."""
+
     def policy(td):
         return td.set(key, actions.clone())
+
     return policy
 
 

@@ -1,5 +1,6 @@
 """SerialEnv / ParallelEnv: values against separate envs stepped by hand, partial resets, specs,
 and worker faults (a killed worker, a raising env, a hanging env) surfacing in the parent."""
+
 from __future__ import annotations
 
 import gc
@@ -402,7 +403,10 @@ def test_frozen_worker_is_detected_by_its_missing_heartbeat():
 
     freeze_second_worker.calls = 0
     start = time.monotonic()
-    with pytest.raises(TimeoutError, match=rf"no progress \(heartbeat\) from worker\(s\) 1 \(pid {pids[1]}\) for heartbeat_timeout=1.5s"):
+    with pytest.raises(
+        TimeoutError,
+        match=rf"no progress \(heartbeat\) from worker\(s\) 1 \(pid {pids[1]}\) for heartbeat_timeout=1.5s",
+    ):
         env.rollout(50, callback=freeze_second_worker)
     assert 1.5 <= time.monotonic() - start < 15
     assert not any(_alive(pid) for pid in pids)
@@ -411,12 +415,19 @@ def test_frozen_worker_is_detected_by_its_missing_heartbeat():
 
 def test_a_step_that_sleeps_is_a_hang_without_worker_timeout():
     # alive (its heartbeat thread runs) but its step waits on nothing: no CPU used, no heartbeat
-    env = _fork_parallel(2, [children.make_pendulum, lambda: children.HangingPendulum(hang_at=2, seconds=120)],
-                         heartbeat_interval=0.1, heartbeat_timeout=1.5)
+    env = _fork_parallel(
+        2,
+        [children.make_pendulum, lambda: children.HangingPendulum(hang_at=2, seconds=120)],
+        heartbeat_interval=0.1,
+        heartbeat_timeout=1.5,
+    )
     env.start()
     pids = [p.pid for p in env._workers]
     start = time.monotonic()
-    with pytest.raises(TimeoutError, match=rf"no progress \(heartbeat\) from worker\(s\) 1 \(pid {pids[1]}\) for heartbeat_timeout=1.5s"):
+    with pytest.raises(
+        TimeoutError,
+        match=rf"no progress \(heartbeat\) from worker\(s\) 1 \(pid {pids[1]}\) for heartbeat_timeout=1.5s",
+    ):
         env.rollout(5)
     assert 1.5 <= time.monotonic() - start < 15
     assert not any(_alive(pid) for pid in pids)
@@ -438,7 +449,9 @@ def test_an_idle_pause_between_steps_is_not_a_hang():
 def test_bad_liveness_arguments():
     with pytest.raises(ValueError, match=r"heartbeat_interval must be a number of seconds > 0, got 0"):
         ParallelEnv(2, PendulumEnv, heartbeat_interval=0)
-    with pytest.raises(ValueError, match=r"heartbeat_timeout must be None or a number of seconds > heartbeat_interval=1.0, got 0.5"):
+    with pytest.raises(
+        ValueError, match=r"heartbeat_timeout must be None or a number of seconds > heartbeat_interval=1.0, got 0.5"
+    ):
         ParallelEnv(2, PendulumEnv, heartbeat_timeout=0.5)
 
 
@@ -467,12 +480,14 @@ else:
 """
 
 
-@pytest.mark.parametrize("method, in_thread", [("fork", False), ("spawn", False), ("fork", True)],
-                         ids=["fork", "spawn", "fork-from-thread"])
+@pytest.mark.parametrize(
+    "method, in_thread", [("fork", False), ("spawn", False), ("fork", True)], ids=["fork", "spawn", "fork-from-thread"]
+)
 def test_workers_busy_in_a_step_die_with_a_killed_parent(tmp_path, method, in_thread):
     marker = tmp_path / "inside_step"
-    script = _PARENT_SCRIPT.format(folder=os.path.dirname(os.path.abspath(__file__)), marker=str(marker), method=method,
-                                   in_thread=in_thread)
+    script = _PARENT_SCRIPT.format(
+        folder=os.path.dirname(os.path.abspath(__file__)), marker=str(marker), method=method, in_thread=in_thread
+    )
     parent = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     pids: list = []
     try:

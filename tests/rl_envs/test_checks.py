@@ -1,4 +1,5 @@
 """check_env_specs: passes on truthful envs, names the key and the mismatch on lying ones."""
+
 from __future__ import annotations
 
 import pytest
@@ -127,12 +128,17 @@ def test_wrong_dtype_named():
 
 
 def test_out_of_bounds_named_with_bounds():
-    with pytest.raises(AssertionError, match=r"key (\('next', 'obs'\)|'obs') is outside its observation spec .*low=0\.0, high=10\.0.*high bound violated"):
+    with pytest.raises(
+        AssertionError,
+        match=r"key (\('next', 'obs'\)|'obs') is outside its observation spec .*low=0\.0, high=10\.0.*high bound violated",
+    ):
         check_env_specs(FaultyEnv(batch_size=[2], fault="bounds"))
 
 
 def test_reward_out_of_spec_named():
-    with pytest.raises(AssertionError, match=r"key \('next', 'reward'\) is outside its reward spec .*low=-1\.0, high=1\.0"):
+    with pytest.raises(
+        AssertionError, match=r"key \('next', 'reward'\) is outside its reward spec .*low=-1\.0, high=1\.0"
+    ):
         check_env_specs(FaultyEnv(fault="reward"))
 
 
@@ -141,5 +147,7 @@ def test_done_spec_checked(counting_env):
     # a done spec that says the flag is uint8 while the env writes bool
     flag = Categorical(2, shape=(2,), dtype=torch.uint8)
     env.full_done_spec = Composite(done=flag, terminated=flag.clone(), truncated=flag.clone(), shape=[2])
-    with pytest.raises(AssertionError, match=r"key '(done|terminated|truncated)': expected dtype torch.uint8, got torch.bool"):
+    with pytest.raises(
+        AssertionError, match=r"key '(done|terminated|truncated)': expected dtype torch.uint8, got torch.bool"
+    ):
         check_env_specs(env)

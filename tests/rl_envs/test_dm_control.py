@@ -1,4 +1,5 @@
 """DMControlEnv / DMControlWrapper, checked against stepping dm_control itself."""
+
 from __future__ import annotations
 
 import subprocess
@@ -170,7 +171,9 @@ def test_frame_skip_sums_rewards_and_stops_at_episode_end(frame_skip, limit):
                 last = True
                 break
         assert rollout["next", "reward"][t].item() == pytest.approx(total, rel=1e-12, abs=1e-12)
-        torch.testing.assert_close(rollout["next", "position"][t], _np_obs(timestep.observation, "position"), rtol=0, atol=0)
+        torch.testing.assert_close(
+            rollout["next", "position"][t], _np_obs(timestep.observation, "position"), rtol=0, atol=0
+        )
         assert bool(rollout["next", "truncated"][t]) == last
     expected_len = min(steps, -(-limit // frame_skip))
     assert rollout.batch_size == torch.Size([expected_len])
@@ -201,7 +204,9 @@ def test_from_pixels_matches_physics_render():
     assert torch.equal(rollout["pixels"][0], torch.from_numpy(dm.physics.render(camera_id=0, **kwargs).copy()))
     for t in range(3):
         dm.step(actions[t].numpy())
-        assert torch.equal(rollout["next", "pixels"][t], torch.from_numpy(dm.physics.render(camera_id=0, **kwargs).copy()))
+        assert torch.equal(
+            rollout["next", "pixels"][t], torch.from_numpy(dm.physics.render(camera_id=0, **kwargs).copy())
+        )
     check_env_specs(env)
 
     only = DMControlEnv("cartpole", "swingup", from_pixels=True, pixels_only=True, camera_id=1, render_kwargs=kwargs)

@@ -1,4 +1,5 @@
 """The EnvBase contract: specs, reset, step, step_and_maybe_reset, rollout, seeding, and bad input."""
+
 from __future__ import annotations
 
 import pytest
@@ -278,7 +279,8 @@ def test_quick_example_from_issue():
     env = TransformedEnv(PendulumEnv(), StepCounter(max_steps=200))
     policy = TensorDictModule(
         nn.Sequential(nn.LazyLinear(64), nn.Tanh(), nn.Linear(64, 1), nn.Tanh()),
-        in_keys=["observation"], out_keys=["action"],
+        in_keys=["observation"],
+        out_keys=["action"],
     )
     rollout = env.rollout(max_steps=32, policy=policy)
     assert rollout.batch_size == torch.Size([32])
@@ -536,7 +538,9 @@ def test_user_env_reward_of_wrong_shape(batch, reward_shape):
     env = MinimalEnv(batch_size=batch, reward_shape=reward_shape)
     td = env.rand_action(env.reset())
     expected = list(batch)
-    with pytest.raises(ValueError, match=rf"'reward'.*expected shape {re_list(expected)}.*got shape {re_list(reward_shape)}"):
+    with pytest.raises(
+        ValueError, match=rf"'reward'.*expected shape {re_list(expected)}.*got shape {re_list(reward_shape)}"
+    ):
         env.step(td)
     assert "next" not in td.keys()
     with pytest.raises(ValueError, match="'reward'"):
@@ -579,7 +583,9 @@ class AgentsEnv(EnvBase):
         super().__init__(batch_size=[2])
         agents = (2, 3)
         self.observation_spec = Composite(agents=Composite(obs=Unbounded(shape=(2, 3, 1)), shape=agents), shape=[2])
-        self.full_action_spec = Composite(agents=Composite(action=Categorical(2, shape=agents), shape=agents), shape=[2])
+        self.full_action_spec = Composite(
+            agents=Composite(action=Categorical(2, shape=agents), shape=agents), shape=[2]
+        )
         self.full_reward_spec = Composite(agents=Composite(reward=Unbounded(shape=agents), shape=agents), shape=[2])
         flag = Categorical(2, shape=agents, dtype=torch.bool)
         self.full_done_spec = Composite(agents=Composite(done=flag, terminated=flag.clone(), shape=agents), shape=[2])
@@ -648,4 +654,6 @@ def test_step_keeps_the_policys_next_entries_the_env_does_not_produce():
     td["action"] = torch.zeros(3, 1)
     td["next"] = TensorDict(hidden=hidden, batch_size=[3])
     out = tenv.step(td)["next"]
-    assert torch.equal(out["hidden"], hidden) and torch.equal(out["step_count"], torch.ones(3, dtype=out["step_count"].dtype))
+    assert torch.equal(out["hidden"], hidden) and torch.equal(
+        out["step_count"], torch.ones(3, dtype=out["step_count"].dtype)
+    )

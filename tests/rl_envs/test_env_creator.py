@@ -1,4 +1,5 @@
 """EnvCreator: a picklable factory with lazily computed metadata; RandomPolicy."""
+
 from __future__ import annotations
 
 import pickle

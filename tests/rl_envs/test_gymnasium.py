@@ -1,4 +1,5 @@
 """GymEnv / GymWrapper and the space <-> spec mapping, checked against gymnasium itself."""
+
 from __future__ import annotations
 
 import sys
@@ -78,8 +79,10 @@ class DictTupleEnv(gym.Env):
         self.action_space = spaces.Tuple((spaces.Discrete(2), spaces.Box(-1, 1, (2,), np.float32)))
 
     def _obs(self, a0=0, a1=(0.0, 0.0)):
-        return {"state": np.array([a0, float(np.sum(a1))]),
-                "nested": {"flag": np.array([a0, 1 - a0], np.int8), "choice": a0 + 2}}
+        return {
+            "state": np.array([a0, float(np.sum(a1))]),
+            "nested": {"flag": np.array([a0, 1 - a0], np.int8), "choice": a0 + 2},
+        }
 
     def reset(self, *, seed=None, options=None):
         super().reset(seed=seed)
@@ -188,9 +191,14 @@ def test_dict_and_tuple_specs_nested():
     assert td["inner", "t", "0"].tolist() == value["inner"]["t"][0].tolist()
     back = codec.write(td)
     assert back["state"].tolist() == value["state"].tolist()
-    assert back["inner"]["d"] == value["inner"]["d"] and back["inner"]["t"][1].tolist() == value["inner"]["t"][1].tolist()
+    assert (
+        back["inner"]["d"] == value["inner"]["d"] and back["inner"]["t"][1].tolist() == value["inner"]["t"][1].tolist()
+    )
     # a top-level "observation" entry keeps "state" as it is
-    assert space_to_spec(spaces.Dict(state=spaces.Discrete(2), observation=spaces.Discrete(2))).keys() == ["state", "observation"]
+    assert space_to_spec(spaces.Dict(state=spaces.Discrete(2), observation=spaces.Discrete(2))).keys() == [
+        "state",
+        "observation",
+    ]
 
 
 def test_unsupported_space_names_it():
@@ -280,7 +288,9 @@ def test_discrete_start_and_reward_of_the_action_sent():
 
 def test_info_dict_reader_with_spec_and_inferred():
     env = GymEnv("RLEnvsToy-v0", categorical_action_encoding=True)
-    reader = default_info_dict_reader(["count", "vec"], spec=[Unbounded((), dtype=torch.int64), Unbounded((2,), dtype=torch.float64)])
+    reader = default_info_dict_reader(
+        ["count", "vec"], spec=[Unbounded((), dtype=torch.int64), Unbounded((2,), dtype=torch.float64)]
+    )
     assert env.set_info_dict_reader(reader) is env
     assert env.observation_spec["vec"] == Unbounded((2,), dtype=torch.float64)
     env.set_seed(0)
@@ -325,7 +335,9 @@ def test_discrete_observation_frozen_lake():
     rollout = env.rollout(30, break_when_any_done=False)
     obs0, obs1, rew, term, _ = manual_loop(gym.make("FrozenLake-v1", is_slippery=True), 4, rollout["action"].numpy())
     assert rollout["observation"].tolist() == obs0.tolist() and rollout["next", "observation"].tolist() == obs1.tolist()
-    assert rollout["next", "reward"].tolist() == rew.tolist() and rollout["next", "terminated"].tolist() == term.tolist()
+    assert (
+        rollout["next", "reward"].tolist() == rew.tolist() and rollout["next", "terminated"].tolist() == term.tolist()
+    )
     one_hot = GymEnv("FrozenLake-v1").reset(seed=4)["observation"]
     assert one_hot.shape == (16,) and one_hot.argmax().item() == obs0[0]
 
@@ -385,14 +397,18 @@ def test_missing_gymnasium_raises_install_hint(monkeypatch):
         gym_lib._gymnasium()
 
 
-@pytest.mark.parametrize("make", [
-    lambda: GymEnv("Pendulum-v1"),
-    lambda: GymEnv("CartPole-v1", num_envs=3, vector_kwargs={"autoreset_mode": AutoresetMode.SAME_STEP}),
-    lambda: GymEnv("RLEnvsDictTuple-v0"),
-    lambda: GymEnv("RLEnvsToy-v0", from_pixels=True),
-    lambda: GymEnv("RLEnvsToy-v0", num_envs=2).set_info_dict_reader(),
-    lambda: GymEnv("FrozenLake-v1"),
-], ids=["pendulum", "vector", "dict-tuple", "pixels", "info", "discrete-obs"])
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda: GymEnv("Pendulum-v1"),
+        lambda: GymEnv("CartPole-v1", num_envs=3, vector_kwargs={"autoreset_mode": AutoresetMode.SAME_STEP}),
+        lambda: GymEnv("RLEnvsDictTuple-v0"),
+        lambda: GymEnv("RLEnvsToy-v0", from_pixels=True),
+        lambda: GymEnv("RLEnvsToy-v0", num_envs=2).set_info_dict_reader(),
+        lambda: GymEnv("FrozenLake-v1"),
+    ],
+    ids=["pendulum", "vector", "dict-tuple", "pixels", "info", "discrete-obs"],
+)
 def test_check_env_specs(make):
     from rl_envs import check_env_specs
 
@@ -426,8 +442,13 @@ def test_vector_env_autoreset_modes_match_single_envs(mode, wrapped):
     n, steps, max_steps = 3, 60, 15
     torch.manual_seed(0)  # the rollout's random actions
     if wrapped:
-        venv = gym.make_vec("CartPole-v1", num_envs=n, vectorization_mode="sync", max_episode_steps=max_steps,
-                            vector_kwargs={"autoreset_mode": mode})
+        venv = gym.make_vec(
+            "CartPole-v1",
+            num_envs=n,
+            vectorization_mode="sync",
+            max_episode_steps=max_steps,
+            vector_kwargs={"autoreset_mode": mode},
+        )
         env = GymWrapper(venv)
     else:
         env = GymEnv("CartPole-v1", num_envs=n, max_episode_steps=max_steps, vector_kwargs={"autoreset_mode": mode})
@@ -447,8 +468,13 @@ def test_vector_env_autoreset_modes_match_single_envs(mode, wrapped):
 
 @pytest.mark.parametrize("mode", [AutoresetMode.NEXT_STEP, AutoresetMode.SAME_STEP, AutoresetMode.DISABLED])
 def test_vector_env_break_when_all_done_and_explicit_partial_reset(mode):
-    env = GymEnv("CartPole-v1", num_envs=2, max_episode_steps=5, vector_kwargs={"autoreset_mode": mode},
-                 categorical_action_encoding=True)
+    env = GymEnv(
+        "CartPole-v1",
+        num_envs=2,
+        max_episode_steps=5,
+        vector_kwargs={"autoreset_mode": mode},
+        categorical_action_encoding=True,
+    )
     rollout = env.rollout(20, break_when_all_done=True)
     assert rollout["next", "done"].any(-1).all()
     # a reset of a sub-env that is running (not done) resets only that one
@@ -463,8 +489,9 @@ def test_vector_env_break_when_all_done_and_explicit_partial_reset(mode):
 
 
 def test_vector_info_reader_same_step_reads_final_info():
-    venv = gym.make_vec("RLEnvsToy-v0", num_envs=2, vectorization_mode="sync",
-                        vector_kwargs={"autoreset_mode": AutoresetMode.SAME_STEP})
+    venv = gym.make_vec(
+        "RLEnvsToy-v0", num_envs=2, vectorization_mode="sync", vector_kwargs={"autoreset_mode": AutoresetMode.SAME_STEP}
+    )
     env = GymWrapper(venv, categorical_action_encoding=True)
     env.set_info_dict_reader(default_info_dict_reader(["count"], spec=[Unbounded((), dtype=torch.int64)]))
     env.set_seed(0)
@@ -475,7 +502,9 @@ def test_vector_info_reader_same_step_reads_final_info():
 
 
 def test_vector_env_without_reset_mask_support_fails_clearly():
-    env = GymWrapper(gym.make_vec("CartPole-v1", num_envs=2, vectorization_mode="vector_entry_point", max_episode_steps=3))
+    env = GymWrapper(
+        gym.make_vec("CartPole-v1", num_envs=2, vectorization_mode="vector_entry_point", max_episode_steps=3)
+    )
     assert env.autoreset_mode == AutoresetMode.NEXT_STEP
     assert env.rollout(10, break_when_any_done=False).batch_size == (2, 10)  # full resets work
     td = env.reset()

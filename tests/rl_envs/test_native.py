@@ -1,4 +1,5 @@
 """Native envs (PendulumEnv, CartPoleEnv): step-for-step against Gymnasium, batching, seeding, resets, specs."""
+
 from __future__ import annotations
 
 import math
@@ -25,6 +26,7 @@ def _gym_classic():
 # ----------------------------------------------------------------------------- state samplers
 def _cartpole_states(n: int, gen: torch.Generator) -> torch.Tensor:
     """Random states: a generic block and blocks close to each termination threshold (both signs)."""
+
     def u(lo, hi, k):
         return torch.empty(k, dtype=torch.float64).uniform_(lo, hi, generator=gen)
 
@@ -40,11 +42,17 @@ def _cartpole_states(n: int, gen: torch.Generator) -> torch.Tensor:
 
 def _pendulum_states(n: int, gen: torch.Generator) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """(th, thdot, u): angles well past ±pi (wrap-around), near ±pi, speeds and torques past their clips."""
+
     def u(lo, hi, k):
         return torch.empty(k, dtype=torch.float32).uniform_(lo, hi, generator=gen)
 
     k = n // 2
-    th = torch.cat([u(-3 * math.pi, 3 * math.pi, k), math.pi * torch.where(u(0, 1, n - k) < 0.5, -1.0, 1.0) + u(-0.01, 0.01, n - k)])
+    th = torch.cat(
+        [
+            u(-3 * math.pi, 3 * math.pi, k),
+            math.pi * torch.where(u(0, 1, n - k) < 0.5, -1.0, 1.0) + u(-0.01, 0.01, n - k),
+        ]
+    )
     thdot = u(-8.5, 8.5, n)
     torque = u(-3.0, 3.0, n)
     return th, thdot, torque
@@ -87,7 +95,7 @@ def test_cartpole_matches_gymnasium_step_for_step(categorical):
     assert not out["truncated"].any()
     torch.testing.assert_close(out["reward"], torch.ones(n))
     # the near-threshold blocks really exercise both outcomes of each threshold
-    x_block, theta_block = gym_term[n // 3: 2 * (n // 3)], gym_term[2 * (n // 3):]
+    x_block, theta_block = gym_term[n // 3 : 2 * (n // 3)], gym_term[2 * (n // 3) :]
     assert 0.1 < x_block.mean() < 0.9 and 0.1 < theta_block.mean() < 0.9
 
 
@@ -152,10 +160,13 @@ def test_cartpole_one_hot_and_categorical_trajectories_are_equal(batch):
             td["action"] = a if categorical else torch.nn.functional.one_hot(a, 2)
             t[0] += 1
             return td
+
         return policy
 
     one_hot = CartPoleEnv(batch_size=batch, seed=5).rollout(T, table(False), break_when_any_done=False)
-    index = CartPoleEnv(batch_size=batch, seed=5, categorical_action_encoding=True).rollout(T, table(True), break_when_any_done=False)
+    index = CartPoleEnv(batch_size=batch, seed=5, categorical_action_encoding=True).rollout(
+        T, table(True), break_when_any_done=False
+    )
     assert one_hot["action"].shape == (*batch, T, 2) and index["action"].shape == (*batch, T)
     assert torch.equal(one_hot["action"].argmax(-1), index["action"]) and torch.equal(index["action"], indices)
     assert bool(index["next", "done"].sum() >= 2)  # episodes ended and restarted inside the rollout
@@ -224,7 +235,8 @@ def test_cartpole_batched_equals_single(categorical):
     states, actions = _cartpole_states(n, gen), torch.randint(0, 2, (n,), generator=gen)
     actions = _encode(actions, categorical)
     batched = CartPoleEnv(batch_size=[n], categorical_action_encoding=categorical).step(
-        TensorDict(observation=states, action=actions, batch_size=[n]))["next"]
+        TensorDict(observation=states, action=actions, batch_size=[n])
+    )["next"]
     single = CartPoleEnv(categorical_action_encoding=categorical)
     for i in range(n):
         out = single.step(TensorDict(observation=states[i], action=actions[i]))["next"]
@@ -314,10 +326,13 @@ def test_seeding_reproducible(make, policy):
     assert not torch.equal(other.reset()["observation"], make(batch_size=[3], seed=7).reset()["observation"])
 
 
-@pytest.mark.parametrize("make, policy, keys", [
-    (CartPoleEnv, _cartpole_policy, ["observation"]),
-    (PendulumEnv, _pendulum_policy, ["th", "thdot", "observation"]),
-])
+@pytest.mark.parametrize(
+    "make, policy, keys",
+    [
+        (CartPoleEnv, _cartpole_policy, ["observation"]),
+        (PendulumEnv, _pendulum_policy, ["th", "thdot", "observation"]),
+    ],
+)
 def test_partial_reset(make, policy, keys):
     env = make(batch_size=[4], seed=0)
     td = env.reset()
@@ -400,10 +415,14 @@ def test_rollout_values_inside_specs(make, policy, batch):
 # ----------------------------------------------------------------------------- rollouts
 def test_quick_example(capsys):
     env = TransformedEnv(PendulumEnv(), StepCounter(max_steps=200))
-    policy = TensorDictModule(nn.Sequential(nn.LazyLinear(64), nn.Tanh(), nn.Linear(64, 1), nn.Tanh()),
-                              in_keys=["observation"], out_keys=["action"])
+    policy = TensorDictModule(
+        nn.Sequential(nn.LazyLinear(64), nn.Tanh(), nn.Linear(64, 1), nn.Tanh()),
+        in_keys=["observation"],
+        out_keys=["action"],
+    )
     rollout = env.rollout(max_steps=32, policy=policy)
-    print(rollout.batch_size); print(rollout["next", "reward"].shape)  # noqa: E702
+    print(rollout.batch_size)
+    print(rollout["next", "reward"].shape)  # noqa: E702
     assert capsys.readouterr().out == "torch.Size([32])\ntorch.Size([32])\n"
 
 
@@ -448,7 +467,6 @@ def test_cartpole_time_limit_with_step_counter():
     assert not rollout["next", "terminated"].any() and rollout["next", "step_count"][-1] == 500
 
 
-
 def test_cartpole_step_leaves_its_input_alone_and_follows_to():
     env = CartPoleEnv(batch_size=[2], seed=0)
     td = env.reset()
@@ -477,24 +495,32 @@ def test_cartpole_refuses_invalid_actions_by_default(actions, bad):
     td = env.reset()
     before = td.clone()
     td["action"] = actions
-    with pytest.raises(ValueError, match=rf"CartPoleEnv: action 'action' must be 0 \(push left\) or 1 \(push right\), got {re.escape(str(bad))}"):
+    with pytest.raises(
+        ValueError,
+        match=rf"CartPoleEnv: action 'action' must be 0 \(push left\) or 1 \(push right\), got {re.escape(str(bad))}",
+    ):
         env.step(td)
     assert "next" not in td.keys() and torch.equal(td["observation"], before["observation"])
     # the same check runs for rollouts and behind transforms
     with pytest.raises(ValueError, match="must be 0 .* or 1"):
         TransformedEnv(CartPoleEnv(batch_size=actions.shape, categorical_action_encoding=True), StepCounter(5)).rollout(
-            3, lambda t: t.set("action", actions))
+            3, lambda t: t.set("action", actions)
+        )
 
 
 # every int64 row of two entries that is not [1, 0] or [0, 1], next to valid rows
 _NOT_ONE_HOT = [[1, 1], [0, 0], [2, 0], [0, 2], [-1, 2], [2, -1], [3, 1], [1, -1], [-1, 0], [-(2**63), 1], [1, 2**62]]
 
 
-@pytest.mark.parametrize("batch, rows, bad", [
-    ([], [[1, 1]], [[1, 1]]),
-    ([4], [[1, 0], [0, 0], [0, 1], [0, 0]], [[0, 0]]),
-    ([2, 2], [[2, -1], [0, 1], [1, 0], [1, 1]], [[1, 1], [2, -1]]),
-] + [([2], [[0, 1], row], [row]) for row in _NOT_ONE_HOT])
+@pytest.mark.parametrize(
+    "batch, rows, bad",
+    [
+        ([], [[1, 1]], [[1, 1]]),
+        ([4], [[1, 0], [0, 0], [0, 1], [0, 0]], [[0, 0]]),
+        ([2, 2], [[2, -1], [0, 1], [1, 0], [1, 1]], [[1, 1], [2, -1]]),
+    ]
+    + [([2], [[0, 1], row], [row]) for row in _NOT_ONE_HOT],
+)
 def test_cartpole_refuses_non_one_hot_actions_by_default(batch, rows, bad):
     env = CartPoleEnv(batch_size=batch, seed=0)
     td = env.reset()
@@ -505,11 +531,15 @@ def test_cartpole_refuses_non_one_hot_actions_by_default(batch, rows, bad):
         env.step(td)
     assert "next" not in td.keys() and torch.equal(td["observation"], before["observation"])
     # the valid rows pass: the check accepts exactly the two one-hot rows
-    td["action"] = torch.nn.functional.one_hot(torch.tensor([i % 2 for i in range(max(1, math.prod(batch)))]), 2).reshape(*batch, 2)
+    td["action"] = torch.nn.functional.one_hot(
+        torch.tensor([i % 2 for i in range(max(1, math.prod(batch)))]), 2
+    ).reshape(*batch, 2)
     assert env.step(td)["next", "observation"].shape == (*batch, 4)
     # index actions on a one-hot env are refused by shape before any check of the values
     with pytest.raises(ValueError, match=r"action 'action': expected shape \[3, 2\]"):
-        CartPoleEnv(batch_size=[3]).step(TensorDict(observation=torch.zeros(3, 4), action=torch.tensor([0, 1, 1]), batch_size=[3]))
+        CartPoleEnv(batch_size=[3]).step(
+            TensorDict(observation=torch.zeros(3, 4), action=torch.tensor([0, 1, 1]), batch_size=[3])
+        )
 
 
 def test_cartpole_one_hot_check_agrees_with_the_spec():
@@ -564,7 +594,9 @@ def test_cartpole_action_check_reaches_batched_workers():
         SerialEnv(2, CartPoleEnv).rollout(3, lambda t: t.set("action", torch.tensor([[1, 0], [1, 1]])))
     env = ParallelEnv(2, CartPoleEnv, cat, mp_start_method="fork")
     try:
-        with pytest.raises(RuntimeError, match=r"worker 1 .* raised:[\s\S]*CartPoleEnv: action 'action' must be 0 .* got \[7\]"):
+        with pytest.raises(
+            RuntimeError, match=r"worker 1 .* raised:[\s\S]*CartPoleEnv: action 'action' must be 0 .* got \[7\]"
+        ):
             env.rollout(3, lambda t: t.set("action", bad))
     finally:
         env.close()

@@ -1,4 +1,5 @@
 """PettingZooEnv / PettingZooWrapper, checked against stepping the PettingZoo envs directly."""
+
 from __future__ import annotations
 
 import subprocess
@@ -73,6 +74,7 @@ def _actions_policy(actions):
             td.set((group, "action"), value.clone())
         step["t"] += 1
         return td
+
     return policy
 
 
@@ -80,7 +82,10 @@ def _actions_policy(actions):
 def test_default_group_map():
     names = ["adversary_0", "agent_0", "agent_1", "alice", "my_team_3", "x_y"]
     assert _default_group_map(names) == {
-        "adversary": ["adversary_0"], "agent": ["agent_0", "agent_1"], "alice": ["alice"], "my_team": ["my_team_3"],
+        "adversary": ["adversary_0"],
+        "agent": ["agent_0", "agent_1"],
+        "alice": ["alice"],
+        "my_team": ["my_team_3"],
         "x_y": ["x_y"],
     }
     assert MarlGroupMapType.ALL_IN_ONE_GROUP.get_group_map(names[:2]) == {"agents": names[:2]}
@@ -119,8 +124,14 @@ def test_parallel_specs_match_spaces(categorical):
     for key in ("done", "terminated", "truncated"):
         assert env.full_done_spec["agent", key].shape == (3,)
         assert env.full_done_spec[key].shape == ()
-    assert set(env.done_keys) == {"done", "terminated", "truncated", ("agent", "done"), ("agent", "terminated"),
-                                  ("agent", "truncated")}
+    assert set(env.done_keys) == {
+        "done",
+        "terminated",
+        "truncated",
+        ("agent", "done"),
+        ("agent", "terminated"),
+        ("agent", "truncated"),
+    }
     assert env.batch_size == torch.Size([])
 
 
@@ -141,8 +152,12 @@ def test_parallel_rollout_equals_pettingzoo():
         torch.testing.assert_close(rollout["agent", "observation"][t], expected)
         torch.testing.assert_close(rollout["state"][t], torch.as_tensor(ref.state()))
         obs, rewards, terms, truncs, _ = ref.step({a: int(actions[t]["agent"][i]) for i, a in enumerate(names)})
-        torch.testing.assert_close(rollout["next", "agent", "observation"][t], torch.as_tensor(np.stack([obs[a] for a in names])))
-        torch.testing.assert_close(rollout["next", "agent", "reward"][t], torch.tensor([rewards[a] for a in names], dtype=torch.float32))
+        torch.testing.assert_close(
+            rollout["next", "agent", "observation"][t], torch.as_tensor(np.stack([obs[a] for a in names]))
+        )
+        torch.testing.assert_close(
+            rollout["next", "agent", "reward"][t], torch.tensor([rewards[a] for a in names], dtype=torch.float32)
+        )
         assert rollout["next", "agent", "truncated"][t].tolist() == [truncs[a] for a in names]
         assert rollout["next", "agent", "terminated"][t].tolist() == [terms[a] for a in names]
         assert bool(rollout["next", "done"][t]) == any(truncs.values())
@@ -165,10 +180,16 @@ def test_aec_rollout_equals_pettingzoo():
     for t in range(steps):
         acting = ref.agent_selection
         assert rollout["agent", "mask"][t].tolist() == [a == acting for a in names]
-        torch.testing.assert_close(rollout["agent", "observation"][t], torch.as_tensor(np.stack([ref.observe(a) for a in names])))
+        torch.testing.assert_close(
+            rollout["agent", "observation"][t], torch.as_tensor(np.stack([ref.observe(a) for a in names]))
+        )
         ref.step(int(actions[t]["agent"][names.index(acting)]))  # the other agent's action is ignored
-        torch.testing.assert_close(rollout["next", "agent", "observation"][t], torch.as_tensor(np.stack([ref.observe(a) for a in names])))
-        torch.testing.assert_close(rollout["next", "agent", "reward"][t], torch.tensor([ref.rewards[a] for a in names], dtype=torch.float32))
+        torch.testing.assert_close(
+            rollout["next", "agent", "observation"][t], torch.as_tensor(np.stack([ref.observe(a) for a in names]))
+        )
+        torch.testing.assert_close(
+            rollout["next", "agent", "reward"][t], torch.tensor([ref.rewards[a] for a in names], dtype=torch.float32)
+        )
         assert rollout["next", "agent", "truncated"][t].tolist() == [ref.truncations[a] for a in names]
         # AEC default: the root is done when all agents are
         assert bool(rollout["next", "done"][t]) == all(ref.truncations[a] or ref.terminations[a] for a in names)
@@ -221,8 +242,15 @@ def test_one_hot_actions_equal_categorical():
 
 @pytest.mark.parametrize("parallel", [True, False])
 def test_check_env_specs_simple_spread(parallel):
-    env = PettingZooEnv("simple_spread_v3", parallel=parallel, N=2, max_cycles=2, use_mask=True, return_state=True,
-                        categorical_actions=parallel)
+    env = PettingZooEnv(
+        "simple_spread_v3",
+        parallel=parallel,
+        N=2,
+        max_cycles=2,
+        use_mask=True,
+        return_state=True,
+        categorical_actions=parallel,
+    )
     check_env_specs(env, seed=0)
     mask = env.rollout(4)["agent", "mask"]
     if parallel:
@@ -256,9 +284,13 @@ def test_tictactoe_action_masks_and_values(specs_truthful):
         legal = torch.as_tensor(ref.observe(acting)["action_mask"]).bool()
         assert torch.equal(rollout["player", "action_mask"][t, row], legal)
         assert rollout["player", "action_mask"][t, 1 - row].all()
-        assert torch.equal(rollout["player", "observation", "observation"][t, row], torch.as_tensor(ref.observe(acting)["observation"]))
+        assert torch.equal(
+            rollout["player", "observation", "observation"][t, row], torch.as_tensor(ref.observe(acting)["observation"])
+        )
         ref.step(int(legal.int().argmax()))
-        torch.testing.assert_close(rollout["next", "player", "reward"][t], torch.tensor([float(ref.rewards[a]) for a in names]))
+        torch.testing.assert_close(
+            rollout["next", "player", "reward"][t], torch.tensor([float(ref.rewards[a]) for a in names])
+        )
         assert rollout["next", "player", "terminated"][t].tolist() == [ref.terminations[a] for a in names]
     # first-legal play: player_1 fills the left column and wins at its 4th move
     assert rollout.batch_size[0] == 7 and rollout["next", "done"][-1]

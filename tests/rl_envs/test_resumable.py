@@ -11,12 +11,18 @@ from rl_envs import CartPoleEnv, PendulumEnv, StepCounter, TransformedEnv
 from rl_envs.transforms import CatFrames, NoopResetEnv, RandomTruncationTransform
 
 
-@pytest.mark.parametrize("make", [lambda: PendulumEnv(batch_size=[3], seed=4), lambda: CartPoleEnv(batch_size=[3], seed=4)],
-                         ids=["pendulum", "cartpole"])
+@pytest.mark.parametrize(
+    "make",
+    [lambda: PendulumEnv(batch_size=[3], seed=4), lambda: CartPoleEnv(batch_size=[3], seed=4)],
+    ids=["pendulum", "cartpole"],
+)
 def test_state_dict_restores_the_reset_stream(make):
     env = make()
     env.reset()
-    state = {k: v.clone() if isinstance(v, torch.Tensor) else {n: s.clone() for n, s in v.items()} for k, v in env.state_dict().items()}
+    state = {
+        k: v.clone() if isinstance(v, torch.Tensor) else {n: s.clone() for n, s in v.items()}
+        for k, v in env.state_dict().items()
+    }
     expected = [env.reset() for _ in range(3)]
     other = make()
     other.set_seed(123)  # a different stream, replaced by the loaded one

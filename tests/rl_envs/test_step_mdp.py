@@ -1,4 +1,5 @@
 """step_mdp and MDPShift: the one time shift of the data contract."""
+
 from __future__ import annotations
 
 import pytest
@@ -11,10 +12,18 @@ from rl_envs.mdp import MDPShift
 
 def _step_td():
     return TensorDict(
-        obs=torch.zeros(2, 3), action=torch.ones(2, 1), hidden=torch.full((2, 4), 7.0),
-        done=torch.zeros(2, dtype=torch.bool), terminated=torch.zeros(2, dtype=torch.bool),
-        next=TensorDict(obs=torch.ones(2, 3), reward=torch.tensor([1.0, 2.0]),
-                        done=torch.tensor([False, True]), terminated=torch.tensor([False, True]), batch_size=[2]),
+        obs=torch.zeros(2, 3),
+        action=torch.ones(2, 1),
+        hidden=torch.full((2, 4), 7.0),
+        done=torch.zeros(2, dtype=torch.bool),
+        terminated=torch.zeros(2, dtype=torch.bool),
+        next=TensorDict(
+            obs=torch.ones(2, 3),
+            reward=torch.tensor([1.0, 2.0]),
+            done=torch.tensor([False, True]),
+            terminated=torch.tensor([False, True]),
+            batch_size=[2],
+        ),
         batch_size=[2],
     )
 
@@ -70,23 +79,33 @@ def test_nested_keys():
         agents=TensorDict(obs=torch.zeros(2, 3, 4), action=torch.ones(2, 3), batch_size=[2, 3]),
         state=torch.zeros(2),
         next=TensorDict(
-            agents=TensorDict(obs=torch.ones(2, 3, 4), reward=torch.ones(2, 3), done=torch.ones(2, 3, dtype=torch.bool),
-                              batch_size=[2, 3]),
+            agents=TensorDict(
+                obs=torch.ones(2, 3, 4),
+                reward=torch.ones(2, 3),
+                done=torch.ones(2, 3, dtype=torch.bool),
+                batch_size=[2, 3],
+            ),
             state=torch.ones(2),
             batch_size=[2],
         ),
         batch_size=[2],
     )
-    out = step_mdp(td, action_keys=[("agents", "action")], reward_keys=[("agents", "reward")],
-                   done_keys=[("agents", "done")])
+    out = step_mdp(
+        td, action_keys=[("agents", "action")], reward_keys=[("agents", "reward")], done_keys=[("agents", "done")]
+    )
     assert sorted(out.keys(True, True), key=str) == sorted([("agents", "done"), ("agents", "obs"), "state"], key=str)
     assert torch.equal(out["agents", "obs"], torch.ones(2, 3, 4))
     assert torch.equal(out["state"], torch.ones(2))
     # writing into the new root's sub-TensorDict never reaches the recorded step
     out["agents", "obs"] = torch.full((2, 3, 4), 5.0)
     assert torch.equal(td["next", "agents", "obs"], torch.ones(2, 3, 4))
-    out_keep_action = step_mdp(td, exclude_action=False, action_keys=[("agents", "action")],
-                               reward_keys=[("agents", "reward")], done_keys=[("agents", "done")])
+    out_keep_action = step_mdp(
+        td,
+        exclude_action=False,
+        action_keys=[("agents", "action")],
+        reward_keys=[("agents", "reward")],
+        done_keys=[("agents", "done")],
+    )
     assert torch.equal(out_keep_action["agents", "action"], torch.ones(2, 3))
 
 
@@ -141,8 +160,12 @@ def _agents_step():
         state=torch.zeros(()),
         done=torch.tensor(False),
         next=TensorDict(
-            agents=TensorDict(obs=torch.ones(2), reward=torch.ones(2), done=torch.tensor([True, False]), batch_size=[2]),
-            state=torch.ones(()), done=torch.tensor(False), reward=torch.tensor(3.0),
+            agents=TensorDict(
+                obs=torch.ones(2), reward=torch.ones(2), done=torch.tensor([True, False]), batch_size=[2]
+            ),
+            state=torch.ones(()),
+            done=torch.tensor(False),
+            reward=torch.tensor(3.0),
         ),
     )
 
@@ -151,28 +174,43 @@ def test_nested_action_kept_with_default_action_key():
     # only "action" is excluded by default: the agents' own action stays, and so does their reward
     out = step_mdp(_agents_step())
     assert _leaves(out) == {
-        ("agents", "action"): [1.0, 1.0], ("agents", "done"): [True, False], ("agents", "obs"): [1.0, 1.0],
-        ("agents", "reward"): [1.0, 1.0], "done": False, "state": 1.0,
+        ("agents", "action"): [1.0, 1.0],
+        ("agents", "done"): [True, False],
+        ("agents", "obs"): [1.0, 1.0],
+        ("agents", "reward"): [1.0, 1.0],
+        "done": False,
+        "state": 1.0,
     }
     assert out["agents"].batch_size == torch.Size([2])
 
 
-_NESTED = dict(action_keys=[("agents", "action")], reward_keys=[("agents", "reward")], done_keys=[("agents", "done"), "done"])
+_NESTED = dict(
+    action_keys=[("agents", "action")], reward_keys=[("agents", "reward")], done_keys=[("agents", "done"), "done"]
+)
 
 
 @pytest.mark.parametrize("keep_other", [True, False])
 def test_nested_action_kept_when_not_excluded(keep_other):
     out = step_mdp(_agents_step(), keep_other=keep_other, exclude_action=False, **_NESTED)
     assert _leaves(out) == {
-        ("agents", "action"): [1.0, 1.0], ("agents", "done"): [True, False], ("agents", "obs"): [1.0, 1.0],
-        "done": False, "reward": 3.0, "state": 1.0,
+        ("agents", "action"): [1.0, 1.0],
+        ("agents", "done"): [True, False],
+        ("agents", "obs"): [1.0, 1.0],
+        "done": False,
+        "reward": 3.0,
+        "state": 1.0,
     }
     assert out["agents"].batch_size == torch.Size([2])
 
 
 def test_keep_other_false_keeps_a_kept_action():
-    td = TensorDict(obs=torch.zeros(()), action=torch.ones(()), hidden=torch.tensor(7.0), done=torch.tensor(False),
-                    next=TensorDict(obs=torch.ones(()), reward=torch.tensor(2.0), done=torch.tensor(True)))
+    td = TensorDict(
+        obs=torch.zeros(()),
+        action=torch.ones(()),
+        hidden=torch.tensor(7.0),
+        done=torch.tensor(False),
+        next=TensorDict(obs=torch.ones(()), reward=torch.tensor(2.0), done=torch.tensor(True)),
+    )
     assert _leaves(step_mdp(td, keep_other=False, exclude_action=False)) == {"action": 1.0, "done": True, "obs": 1.0}
     assert _leaves(step_mdp(td, keep_other=False)) == {"done": True, "obs": 1.0}
 
@@ -186,7 +224,9 @@ def test_no_empty_sub_tensordicts_left_behind():
     td = TensorDict(
         obs=torch.zeros(()),
         agents=TensorDict(action=torch.ones(2), batch_size=[2]),
-        next=TensorDict(obs=torch.ones(()), done=torch.tensor(False), agents=TensorDict(reward=torch.ones(2), batch_size=[2])),
+        next=TensorDict(
+            obs=torch.ones(()), done=torch.tensor(False), agents=TensorDict(reward=torch.ones(2), batch_size=[2])
+        ),
     )
     keys = dict(action_keys=[("agents", "action")], reward_keys=[("agents", "reward")])
     out = step_mdp(td, **keys)
@@ -194,7 +234,9 @@ def test_no_empty_sub_tensordicts_left_behind():
     out = step_mdp(td, exclude_action=False, **keys)
     assert _leaves(out) == {("agents", "action"): [1.0, 1.0], "done": False, "obs": 1.0}
     # the env's cached shift (flat keys) drops an empty group as well
-    td = TensorDict(obs=torch.zeros(()), empty=TensorDict(), next=TensorDict(obs=torch.ones(()), done=torch.tensor(False)))
+    td = TensorDict(
+        obs=torch.zeros(()), empty=TensorDict(), next=TensorDict(obs=torch.ones(()), done=torch.tensor(False))
+    )
     assert sorted(MDPShift(done_keys=["done"])(td).keys()) == ["done", "obs"]
 
 
@@ -202,8 +244,11 @@ def _heterogeneous_stack():
     from tdict import lazy_stack
 
     steps = [
-        TensorDict(obs=torch.zeros(n), action=torch.ones(()),
-                   next=TensorDict(obs=torch.full((n,), float(n)), reward=torch.tensor(1.0), done=torch.tensor(False)))
+        TensorDict(
+            obs=torch.zeros(n),
+            action=torch.ones(()),
+            next=TensorDict(obs=torch.full((n,), float(n)), reward=torch.tensor(1.0), done=torch.tensor(False)),
+        )
         for n in (2, 3)
     ]
     return lazy_stack(steps, 0)
@@ -213,9 +258,14 @@ def _heterogeneous_stack():
     "kwargs, expected",
     [
         ({}, [{"done": False, "obs": [2.0, 2.0]}, {"done": False, "obs": [3.0, 3.0, 3.0]}]),
-        ({"exclude_done": True, "exclude_reward": False}, [{"obs": [2.0, 2.0], "reward": 1.0}, {"obs": [3.0, 3.0, 3.0], "reward": 1.0}]),
-        ({"keep_other": False, "exclude_action": False},
-         [{"action": 1.0, "done": False, "obs": [2.0, 2.0]}, {"action": 1.0, "done": False, "obs": [3.0, 3.0, 3.0]}]),
+        (
+            {"exclude_done": True, "exclude_reward": False},
+            [{"obs": [2.0, 2.0], "reward": 1.0}, {"obs": [3.0, 3.0, 3.0], "reward": 1.0}],
+        ),
+        (
+            {"keep_other": False, "exclude_action": False},
+            [{"action": 1.0, "done": False, "obs": [2.0, 2.0]}, {"action": 1.0, "done": False, "obs": [3.0, 3.0, 3.0]}],
+        ),
     ],
 )
 def test_lazy_stack_of_mixed_shapes(kwargs, expected):

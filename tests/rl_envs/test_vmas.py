@@ -1,4 +1,5 @@
 """VmasEnv / VmasWrapper, checked against stepping the vmas envs directly with the same seed and actions."""
+
 from __future__ import annotations
 
 import subprocess
@@ -46,6 +47,7 @@ def _replay_policy(actions):
         td.update(actions[step["t"]].clone())
         step["t"] += 1
         return td
+
     return policy
 
 
@@ -53,8 +55,14 @@ def _replay_policy(actions):
 def test_default_group_map_follows_torchrl():
     assert vmas_default_group_map(["agent_0", "agent_1"]) == {"agents": ["agent_0", "agent_1"]}
     assert vmas_default_group_map(["adversary_0", "agent_0", "agent_1"]) == {
-        "adversary": ["adversary_0"], "agents": ["agent_0", "agent_1"]}
-    assert vmas_default_group_map(["eve_0", "bob_0", "alice_0"]) == {"eve": ["eve_0"], "bob": ["bob_0"], "alice": ["alice_0"]}
+        "adversary": ["adversary_0"],
+        "agents": ["agent_0", "agent_1"],
+    }
+    assert vmas_default_group_map(["eve_0", "bob_0", "alice_0"]) == {
+        "eve": ["eve_0"],
+        "bob": ["bob_0"],
+        "alice": ["alice_0"],
+    }
     # one name off the convention: everyone in "agents"
     assert vmas_default_group_map(["leader", "follower_0"]) == {"agents": ["leader", "follower_0"]}
     # "agent" is not renamed onto an existing "agents" group
@@ -79,8 +87,14 @@ def test_pettingzoo_names_still_importable():
     [
         (None, {"adversary": ["adversary_0"], "agents": ["agent_0", "agent_1"]}),
         (MarlGroupMapType.ALL_IN_ONE_GROUP, None),  # heterogeneous observation sizes: an error
-        (MarlGroupMapType.ONE_GROUP_PER_AGENT, {"adversary_0": ["adversary_0"], "agent_0": ["agent_0"], "agent_1": ["agent_1"]}),
-        ({"good": ["agent_1", "agent_0"], "bad": ["adversary_0"]}, {"good": ["agent_1", "agent_0"], "bad": ["adversary_0"]}),
+        (
+            MarlGroupMapType.ONE_GROUP_PER_AGENT,
+            {"adversary_0": ["adversary_0"], "agent_0": ["agent_0"], "agent_1": ["agent_1"]},
+        ),
+        (
+            {"good": ["agent_1", "agent_0"], "bad": ["adversary_0"]},
+            {"good": ["agent_1", "agent_0"], "bad": ["adversary_0"]},
+        ),
     ],
 )
 def test_group_map_options(group_map, expected):
@@ -91,8 +105,9 @@ def test_group_map_options(group_map, expected):
     env = VmasEnv("simple_adversary", N, group_map=group_map, seed=0)
     assert env.group_map == expected
     td = env.rand_step(env.reset())
-    raw = env.env.get_from_scenario(get_observations=True, get_rewards=True, get_infos=False, get_dones=False,
-                                    dict_agent_names=True)
+    raw = env.env.get_from_scenario(
+        get_observations=True, get_rewards=True, get_infos=False, get_dones=False, dict_agent_names=True
+    )
     for group, agents in expected.items():
         assert td["next", group].batch_size == (N, len(agents))
         for j, agent in enumerate(agents):  # each row holds its agent's data, in the group's order
@@ -165,8 +180,9 @@ def test_one_hot_and_categorical_actions_give_the_same_rollout():
     actions = _random_actions(cat, 4)
     a = cat.rollout(4, _replay_policy(actions), break_when_any_done=False)
     hot = VmasEnv("navigation", N, continuous_actions=False, categorical_actions=False, seed=3, n_agents=2)
-    one_hot = [TensorDict({("agents", "action"): torch.nn.functional.one_hot(x["agents", "action"], 9)}, [N])
-               for x in actions]
+    one_hot = [
+        TensorDict({("agents", "action"): torch.nn.functional.one_hot(x["agents", "action"], 9)}, [N]) for x in actions
+    ]
     b = hot.rollout(4, _replay_policy(one_hot), break_when_any_done=False)
     assert torch.equal(b["agents", "action"].argmax(-1), a["agents", "action"])
     torch.testing.assert_close(a["next", "agents", "observation"], b["next", "agents", "observation"])
@@ -193,7 +209,9 @@ def test_max_steps_truncates_and_rollout_resets():
     assert rollout["next", "truncated"].tolist() == [expected, expected]
     assert rollout["next", "done"].tolist() == [expected, expected]
     assert not rollout["next", "terminated"].any()
-    assert torch.equal(rollout["next", "agents", "truncated"], rollout["next", "truncated"].unsqueeze(-1).expand(2, 7, 2))
+    assert torch.equal(
+        rollout["next", "agents", "truncated"], rollout["next", "truncated"].unsqueeze(-1).expand(2, 7, 2)
+    )
     # break_when_any_done stops at the first truncation
     assert env.rollout(7).batch_size == (2, 3)
 
@@ -261,8 +279,13 @@ def test_wrapper_of_a_combined_done_dict_spaces_env():
     rollout = env.rollout(3, _replay_policy(actions), break_when_any_done=False)
     ref_env = VmasEnv("balance", N, seed=2, max_steps=2)
     ref = ref_env.rollout(3, _replay_policy(actions), break_when_any_done=False)
-    for key in [("next", "agents", "observation"), ("next", "agents", "reward"), ("next", "truncated"),
-                ("next", "terminated"), ("next", "agents", "info", "pos_rew")]:
+    for key in [
+        ("next", "agents", "observation"),
+        ("next", "agents", "reward"),
+        ("next", "truncated"),
+        ("next", "terminated"),
+        ("next", "agents", "info", "pos_rew"),
+    ]:
         torch.testing.assert_close(rollout[key], ref[key])
     assert rollout["next", "truncated"][:, 1].all()
     check_env_specs(env)

@@ -24,7 +24,9 @@ def build_tokenizer():
     tok.pre_tokenizer = pre_tokenizers.Whitespace()
     tok.decoder = decoders.WordPiece()  # joins words with spaces
     tok.train_from_iterator(SENTENCES, trainers.WordLevelTrainer(special_tokens=["<pad>", "<eos>", "<unk>"]))
-    return transformers.PreTrainedTokenizerFast(tokenizer_object=tok, pad_token="<pad>", eos_token="<eos>", unk_token="<unk>")
+    return transformers.PreTrainedTokenizerFast(
+        tokenizer_object=tok, pad_token="<pad>", eos_token="<eos>", unk_token="<unk>"
+    )
 
 
 def build_model(tokenizer, seed: int = 0, n_layer: int = 2):
@@ -93,18 +95,35 @@ def build_bpe_tokenizer():
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tok.decoder = decoders.ByteLevel()
     specials = ["<pad>", "<eos>", "<|im_start|>", "<|im_end|>"]
-    tok.train_from_iterator(BPE_CORPUS * 4, trainers.BpeTrainer(vocab_size=300, special_tokens=specials,
-                                                                initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
-    return transformers.PreTrainedTokenizerFast(tokenizer_object=tok, pad_token="<pad>", eos_token="<eos>",
-                                                additional_special_tokens=["<|im_start|>", "<|im_end|>"])
+    tok.train_from_iterator(
+        BPE_CORPUS * 4,
+        trainers.BpeTrainer(
+            vocab_size=300, special_tokens=specials, initial_alphabet=pre_tokenizers.ByteLevel.alphabet()
+        ),
+    )
+    return transformers.PreTrainedTokenizerFast(
+        tokenizer_object=tok,
+        pad_token="<pad>",
+        eos_token="<eos>",
+        additional_special_tokens=["<|im_start|>", "<|im_end|>"],
+    )
 
 
 def build_lm(tokenizer, seed: int = 0, dropout: float = 0.0):
     """A 2-layer GPT-2 for ``tokenizer`` (in training mode, as a freshly built transformers model)."""
     torch.manual_seed(seed)
-    config = transformers.GPT2Config(n_layer=2, n_head=2, n_embd=32, n_positions=128, vocab_size=len(tokenizer),
-                                     eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id,
-                                     resid_pdrop=dropout, embd_pdrop=dropout, attn_pdrop=dropout)
+    config = transformers.GPT2Config(
+        n_layer=2,
+        n_head=2,
+        n_embd=32,
+        n_positions=128,
+        vocab_size=len(tokenizer),
+        eos_token_id=tokenizer.eos_token_id,
+        pad_token_id=tokenizer.pad_token_id,
+        resid_pdrop=dropout,
+        embd_pdrop=dropout,
+        attn_pdrop=dropout,
+    )
     return transformers.GPT2LMHeadModel(config)
 
 

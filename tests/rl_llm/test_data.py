@@ -41,9 +41,16 @@ def test_unpad_then_pad_round_trip(prompts, responses):
     n = min(len(prompts), len(responses))
     p, pm = left_pad(prompts[:n], 0)
     r, rm = right_pad(responses[:n], 0)
-    td = TensorDict({("tokens", "prompt"): p, ("masks", "prompt_attention_mask"): pm,
-                     ("tokens", "response"): r, ("masks", "response_mask"): rm,
-                     ("log_probs", "response"): torch.where(rm, -r.float(), 0.0)}, batch_size=[n])
+    td = TensorDict(
+        {
+            ("tokens", "prompt"): p,
+            ("masks", "prompt_attention_mask"): pm,
+            ("tokens", "response"): r,
+            ("masks", "response_mask"): rm,
+            ("log_probs", "response"): torch.where(rm, -r.float(), 0.0),
+        },
+        batch_size=[n],
+    )
     ragged = unpad_rows(td)
     for i in range(n):
         assert ragged[i]["tokens", "prompt"].tolist() == prompts[i]
@@ -84,7 +91,14 @@ def test_generated_text_on_a_two_dim_batch(model, tokenizer):
 
 @pytest.mark.parametrize(
     "name",
-    ["rl_llm.data", "rl_llm.modules", "rl_llm.losses._logprobs", "rl_llm.losses.grpo", "rl_llm.losses.sft", "rl_llm.losses.dpo"],
+    [
+        "rl_llm.data",
+        "rl_llm.modules",
+        "rl_llm.losses._logprobs",
+        "rl_llm.losses.grpo",
+        "rl_llm.losses.sft",
+        "rl_llm.losses.dpo",
+    ],
 )
 def test_docstring_examples_run(name):
     result = doctest.testmod(importlib.import_module(name), optionflags=doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE)

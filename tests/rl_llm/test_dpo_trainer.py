@@ -25,8 +25,16 @@ ROWS = [
 
 
 def cfg(tmp_path, **kw):
-    base = dict(output_dir=str(tmp_path / "out"), per_device_train_batch_size=4, report_to=[], disable_tqdm=True,
-                max_steps=3, max_grad_norm=None, shuffle=False, learning_rate=1e-3)
+    base = dict(
+        output_dir=str(tmp_path / "out"),
+        per_device_train_batch_size=4,
+        report_to=[],
+        disable_tqdm=True,
+        max_steps=3,
+        max_grad_norm=None,
+        shuffle=False,
+        learning_rate=1e-3,
+    )
     base.update(kw)
     return DPOConfig(**base)
 
@@ -37,7 +45,7 @@ def answer_log_prob(model, tok, prompt, answer, mean=False):
     a = tok(answer, add_special_tokens=False)["input_ids"] + [tok.eos_token_id]
     ids = torch.tensor([p + a])
     logp = model(input_ids=ids).logits[0, :-1].log_softmax(-1).gather(-1, ids[0, 1:, None])[:, 0]
-    picked = logp[len(p) - 1:]
+    picked = logp[len(p) - 1 :]
     return picked.mean() if mean else picked.sum()
 
 
@@ -49,7 +57,11 @@ def test_first_step_loss_equals_a_hand_computation(tok, tmp_path, loss_type, tin
     with torch.no_grad():
         expected = []
         for row in ROWS:
-            lp = [answer_log_prob(m, tok, row["prompt"], row[k], mean=loss_type == "ipo") for m in (policy, ref) for k in ("chosen", "rejected")]
+            lp = [
+                answer_log_prob(m, tok, row["prompt"], row[k], mean=loss_type == "ipo")
+                for m in (policy, ref)
+                for k in ("chosen", "rejected")
+            ]
             z = (lp[0] - lp[2]) - (lp[1] - lp[3])
             if loss_type == "sigmoid":
                 expected.append(-(1 - ls) * F.logsigmoid(beta * z) - ls * F.logsigmoid(-beta * z))
@@ -57,17 +69,25 @@ def test_first_step_loss_equals_a_hand_computation(tok, tmp_path, loss_type, tin
                 expected.append((z - 1 / (2 * beta)) ** 2)
             else:
                 expected.append(torch.relu(1 - beta * z))
-    trainer = DPOTrainer(policy, ref_model=ref, args=cfg(tmp_path, beta=beta, loss_type=loss_type, label_smoothing=ls),
-                         train_dataset=ROWS, processing_class=tok)
+    trainer = DPOTrainer(
+        policy,
+        ref_model=ref,
+        args=cfg(tmp_path, beta=beta, loss_type=loss_type, label_smoothing=ls),
+        train_dataset=ROWS,
+        processing_class=tok,
+    )
     metrics = trainer.step()
     assert metrics["loss"] == pytest.approx(float(torch.stack(expected).mean()), rel=1e-5)
 
 
 def test_copied_reference_starts_at_log_two_and_learns(tok, tmp_path, tiny_model):
-    trainer = DPOTrainer(tiny_model(tok), args=cfg(tmp_path, max_steps=15, learning_rate=3e-3), train_dataset=ROWS,
-                         processing_class=tok)
+    trainer = DPOTrainer(
+        tiny_model(tok), args=cfg(tmp_path, max_steps=15, learning_rate=3e-3), train_dataset=ROWS, processing_class=tok
+    )
     first = trainer.step()
-    assert first["loss"] == pytest.approx(math.log(2), abs=1e-6) and first["rewards/margins"] == pytest.approx(0.0, abs=1e-6)
+    assert first["loss"] == pytest.approx(math.log(2), abs=1e-6) and first["rewards/margins"] == pytest.approx(
+        0.0, abs=1e-6
+    )
     last = trainer.train()
     assert last["loss"] < 0.6 and last["rewards/accuracies"] == 1.0
     assert all(not p.requires_grad for p in trainer.reference.model.parameters())
@@ -78,9 +98,14 @@ def test_gradient_accumulation_is_exact(tok, tmp_path, tiny_model):
     for batch, accum in [(4, 1), (2, 2), (1, 4)]:
         model = tiny_model(tok)
         before = [p.detach().clone() for p in model.parameters()]
-        trainer = DPOTrainer(model, ref_model=tiny_model(tok, 1), args=cfg(tmp_path, per_device_train_batch_size=batch,
-                             gradient_accumulation_steps=accum), train_dataset=ROWS, processing_class=tok,
-                             optimizers=(torch.optim.SGD(model.parameters(), lr=1.0), None))
+        trainer = DPOTrainer(
+            model,
+            ref_model=tiny_model(tok, 1),
+            args=cfg(tmp_path, per_device_train_batch_size=batch, gradient_accumulation_steps=accum),
+            train_dataset=ROWS,
+            processing_class=tok,
+            optimizers=(torch.optim.SGD(model.parameters(), lr=1.0), None),
+        )
         trainer.step()
         updates.append(torch.cat([(b - p.detach()).flatten() for b, p in zip(before, model.parameters())]))
     torch.testing.assert_close(updates[1], updates[0], rtol=1e-4, atol=1e-7)
@@ -90,15 +115,24 @@ def test_gradient_accumulation_is_exact(tok, tmp_path, tiny_model):
 def test_precomputed_reference_gives_the_same_losses(tok, tmp_path, tiny_model):
     losses = []
     for pre in (False, True):
-        trainer = DPOTrainer(tiny_model(tok), ref_model=tiny_model(tok, 1), args=cfg(tmp_path, precompute_ref_log_probs=pre,
-                             per_device_train_batch_size=2), train_dataset=ROWS, processing_class=tok)
+        trainer = DPOTrainer(
+            tiny_model(tok),
+            ref_model=tiny_model(tok, 1),
+            args=cfg(tmp_path, precompute_ref_log_probs=pre, per_device_train_batch_size=2),
+            train_dataset=ROWS,
+            processing_class=tok,
+        )
         losses.append([trainer.step()["loss"] for _ in range(3)])
     assert losses[1] == pytest.approx(losses[0], rel=1e-5)
 
 
 def test_sync_ref_model_mixes_the_policy_in(tok, tmp_path, tiny_model):
-    trainer = DPOTrainer(tiny_model(tok), args=cfg(tmp_path, sync_ref_model=True, ref_model_sync_steps=2,
-                         ref_model_mixup_alpha=0.25), train_dataset=ROWS, processing_class=tok)
+    trainer = DPOTrainer(
+        tiny_model(tok),
+        args=cfg(tmp_path, sync_ref_model=True, ref_model_sync_steps=2, ref_model_mixup_alpha=0.25),
+        train_dataset=ROWS,
+        processing_class=tok,
+    )
     ref0 = [p.clone() for p in trainer.reference.model.parameters()]
     trainer.step()
     assert all(torch.equal(a, b) for a, b in zip(ref0, trainer.reference.model.parameters()))
@@ -112,8 +146,13 @@ def test_peft_trains_only_the_adapter_against_the_base(tok, tmp_path, tiny_model
     model = tiny_model(tok)
     base = [p.detach().clone() for p in model.parameters()]
     lora = peft.LoraConfig(r=4, lora_alpha=8, target_modules=["c_attn"], fan_in_fan_out=True)
-    trainer = DPOTrainer(model, args=cfg(tmp_path, save_steps=2, max_steps=2, learning_rate=1e-2), train_dataset=ROWS,
-                         processing_class=tok, peft_config=lora)
+    trainer = DPOTrainer(
+        model,
+        args=cfg(tmp_path, save_steps=2, max_steps=2, learning_rate=1e-2),
+        train_dataset=ROWS,
+        processing_class=tok,
+        peft_config=lora,
+    )
     assert not trainer.reference.is_copy
     first = trainer.step()  # LoRA's B starts at 0: the policy is the base model
     assert first["loss"] == pytest.approx(math.log(2), abs=1e-6)
@@ -134,12 +173,19 @@ def test_preference_rows(tok):
     full_prompt = tok(ROWS[0]["prompt"], add_special_tokens=False)["input_ids"]
     assert prompt == full_prompt[-2:] and len(chosen) == 2 and len(rejected) == 2
     chat = [{"role": "user", "content": "hello"}]
-    row = {"chosen": chat + [{"role": "assistant", "content": "there"}], "rejected": chat + [{"role": "assistant", "content": "no"}]}
+    row = {
+        "chosen": chat + [{"role": "assistant", "content": "there"}],
+        "rejected": chat + [{"role": "assistant", "content": "no"}],
+    }
     p, c, r = tokenize_preference_row(row, tok, DPOConfig(chat_template="chatml"))
     assert tok.decode(p) == "<|im_start|>user\nhello<|im_end|>\n<|im_start|>assistant\n"
     assert tok.decode(c) == "there<|im_end|>\n" and tok.decode(r) == "no<|im_end|>\n"
     with pytest.raises(ValueError, match="share no first message"):
-        tokenize_preference_row({"chosen": [{"role": "user", "content": "a"}], "rejected": [{"role": "user", "content": "b"}]}, tok, DPOConfig())
+        tokenize_preference_row(
+            {"chosen": [{"role": "user", "content": "a"}], "rejected": [{"role": "user", "content": "b"}]},
+            tok,
+            DPOConfig(),
+        )
     with pytest.raises(ValueError, match="'prompt', 'chosen' and 'rejected'"):
         tokenize_preference_row({"prompt": "a", "completion": "b"}, tok, DPOConfig())
     with pytest.raises(ValueError, match="must exceed max_prompt_length"):

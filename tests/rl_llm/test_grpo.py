@@ -32,7 +32,9 @@ def test_group_advantages_match_a_loop(rewards_per_group, n_groups, unbiased):
     g = len(rewards_per_group)
     rewards = [r + k for k in range(n_groups) for r in rewards_per_group]
     groups = [k for k in range(n_groups) for _ in range(g)]
-    got = group_advantages(torch.tensor(rewards, dtype=torch.float64), torch.tensor(groups), eps=1e-4, unbiased=unbiased)
+    got = group_advantages(
+        torch.tensor(rewards, dtype=torch.float64), torch.tensor(groups), eps=1e-4, unbiased=unbiased
+    )
     expected = _loop_advantages(rewards, groups, 1e-4, unbiased)
     torch.testing.assert_close(got, torch.tensor(expected, dtype=torch.float64), atol=1e-6, rtol=1e-6)
 
@@ -63,7 +65,9 @@ def test_mc_advantage_errors():
     with pytest.raises(ValueError, match="grpo_size >= 2"):
         MCAdvantage(grpo_size=1)
     p, pm = left_pad([[4], [4], [5]], 0)
-    td = TensorDict({"reward": torch.zeros(3), ("tokens", "prompt"): p, ("masks", "prompt_attention_mask"): pm}, batch_size=[3])
+    td = TensorDict(
+        {"reward": torch.zeros(3), ("tokens", "prompt"): p, ("masks", "prompt_attention_mask"): pm}, batch_size=[3]
+    )
     with pytest.raises(ValueError, match="sizes"):
         MCAdvantage(grpo_size=3, group_by="prompt")(td)
 
@@ -75,8 +79,15 @@ RESPONSES = [[12, 13, 14], [15], [16, 17, 1], [9, 9]]
 def _rollout(model, seed=0):
     p, pm = left_pad(PROMPTS, 0)
     r, rm = right_pad(RESPONSES, 0)
-    td = TensorDict({("tokens", "prompt"): p, ("masks", "prompt_attention_mask"): pm,
-                     ("tokens", "response"): r, ("masks", "response_mask"): rm}, batch_size=[4])
+    td = TensorDict(
+        {
+            ("tokens", "prompt"): p,
+            ("masks", "prompt_attention_mask"): pm,
+            ("tokens", "response"): r,
+            ("masks", "response_mask"): rm,
+        },
+        batch_size=[4],
+    )
     with torch.no_grad():
         current = TransformersWrapper(model, generate=False)(td.copy())["log_probs", "response"]
     g = torch.Generator().manual_seed(seed)
@@ -119,7 +130,9 @@ def _reference(current, td, eps_low, eps_high, aggregation, kl_coeff):
 @pytest.mark.parametrize("clip", [0.2, (0.1, 0.3)])
 def test_grpo_loss_matches_reference(model, aggregation, clip):
     td, current = _rollout(model)
-    loss = GRPOLoss(TransformersWrapper(model, generate=False), clip_epsilon=clip, kl_to_ref_coeff=0.05, aggregation=aggregation)
+    loss = GRPOLoss(
+        TransformersWrapper(model, generate=False), clip_epsilon=clip, kl_to_ref_coeff=0.05, aggregation=aggregation
+    )
     out = loss(td)
     low, high = (clip, clip) if isinstance(clip, float) else clip
     obj, kl, frac = _reference(current, td, low, high, aggregation, 0.05)

@@ -19,8 +19,15 @@ SCRIPT = Path(__file__).resolve().parents[2] / "examples" / "llm" / "arithmetic.
 
 def run(tmp_path: Path, *args: str) -> tuple[str, Path]:
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-    proc = subprocess.run([sys.executable, str(SCRIPT), "--runs-dir", str(tmp_path), *args], cwd=tmp_path, env=env,
-                          stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=600)
+    proc = subprocess.run(
+        [sys.executable, str(SCRIPT), "--runs-dir", str(tmp_path), *args],
+        cwd=tmp_path,
+        env=env,
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     (folder,) = [p for p in tmp_path.iterdir() if p.name.startswith("llm_arithmetic_")]
     return proc.stdout, folder
@@ -34,7 +41,13 @@ def rewards(stdout: str) -> tuple[float, float]:
 
 def test_short_run_writes_the_run_folder(tmp_path):
     stdout, folder = run(tmp_path, "--sft-steps", "3", "--grpo-steps", "6")
-    for name in ("sft/metrics.csv", "grpo/metrics.csv", "grpo/completions.jsonl", "model/model.safetensors", "reward_curve.png"):
+    for name in (
+        "sft/metrics.csv",
+        "grpo/metrics.csv",
+        "grpo/completions.jsonl",
+        "model/model.safetensors",
+        "reward_curve.png",
+    ):
         assert (folder / name).exists(), name
     assert 0.0 <= rewards(stdout)[1] <= 1.0
 

@@ -9,7 +9,13 @@ import torch
 transformers = pytest.importorskip("transformers")
 
 from rl_llm.losses import response_log_probs, sequence_log_probs  # noqa: E402
-from rl_llm.padding_free import ATTENTION_NAME, boundaries, padding_free_attention, run_padding_free, supports_padding_free  # noqa: E402
+from rl_llm.padding_free import (
+    ATTENTION_NAME,
+    boundaries,
+    padding_free_attention,
+    run_padding_free,
+    supports_padding_free,
+)  # noqa: E402
 from rl_llm.trainers import DPOConfig, DPOTrainer, GRPOConfig, GRPOTrainer, SFTConfig, SFTTrainer  # noqa: E402
 
 pytestmark = pytest.mark.llm
@@ -18,15 +24,33 @@ VOCAB = 23
 
 def gpt2() -> torch.nn.Module:
     torch.manual_seed(0)
-    return transformers.GPT2LMHeadModel(transformers.GPT2Config(
-        n_layer=2, n_head=2, n_embd=16, n_positions=64, vocab_size=VOCAB, resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0))
+    return transformers.GPT2LMHeadModel(
+        transformers.GPT2Config(
+            n_layer=2,
+            n_head=2,
+            n_embd=16,
+            n_positions=64,
+            vocab_size=VOCAB,
+            resid_pdrop=0.0,
+            embd_pdrop=0.0,
+            attn_pdrop=0.0,
+        )
+    )
 
 
 def llama_gqa() -> torch.nn.Module:  # grouped-query attention: 4 query heads share 2 key/value heads
     torch.manual_seed(0)
-    return transformers.LlamaForCausalLM(transformers.LlamaConfig(
-        num_hidden_layers=2, hidden_size=16, intermediate_size=32, num_attention_heads=4, num_key_value_heads=2,
-        vocab_size=VOCAB, max_position_embeddings=64))
+    return transformers.LlamaForCausalLM(
+        transformers.LlamaConfig(
+            num_hidden_layers=2,
+            hidden_size=16,
+            intermediate_size=32,
+            num_attention_heads=4,
+            num_key_value_heads=2,
+            vocab_size=VOCAB,
+            max_position_embeddings=64,
+        )
+    )
 
 
 MODELS = {"gpt2": gpt2, "llama-gqa": llama_gqa}
@@ -90,13 +114,22 @@ def test_response_log_probs_and_gradients_equal_the_padded_pass(name, chunk_size
     response = torch.zeros(3, 6, dtype=torch.long)
     response_mask = torch.zeros(3, 6, dtype=torch.bool)
     for i, (p, r) in enumerate(zip(prompts, responses)):
-        prompt[i, 4 - len(p):], prompt_mask[i, 4 - len(p):] = p, True
-        response[i, :len(r)], response_mask[i, :len(r)] = r, True
+        prompt[i, 4 - len(p) :], prompt_mask[i, 4 - len(p) :] = p, True
+        response[i, : len(r)], response_mask[i, : len(r)] = r, True
     weights = torch.linspace(-1, 1, 18).reshape(3, 6)
     results = []
     for padding_free in (False, True):
-        lp, entropy = response_log_probs(model, prompt, prompt_mask, response, response_mask, temperature=0.7,
-                                         chunk_size=chunk_size, return_entropy=chunk_size is None, padding_free=padding_free)
+        lp, entropy = response_log_probs(
+            model,
+            prompt,
+            prompt_mask,
+            response,
+            response_mask,
+            temperature=0.7,
+            chunk_size=chunk_size,
+            return_entropy=chunk_size is None,
+            padding_free=padding_free,
+        )
         (lp * weights).sum().backward()
         results.append((lp.detach(), entropy, grads(model)))
     (lp_pad, ent_pad, g_pad), (lp_free, ent_free, g_free) = results
@@ -117,7 +150,7 @@ def test_sequence_log_probs_equal_each_sequence_alone(lengths):
         start = 0
         for seq in seqs:
             alone = sequence_log_probs(model, seq[None], torch.ones(1, len(seq), dtype=torch.long))[0]
-            torch.testing.assert_close(out[start:start + len(seq)], alone, atol=2e-5, rtol=1e-4)
+            torch.testing.assert_close(out[start : start + len(seq)], alone, atol=2e-5, rtol=1e-4)
             assert float(out[start]) == 0.0  # a sequence's first token has no context
             start += len(seq)
 
@@ -153,7 +186,9 @@ def test_what_cannot_run_padding_free_is_refused():
         sequence_log_probs(model, torch.tensor([[1, 2, 3]]), None, cu_seq_lens=boundaries([2]))
     holes = torch.tensor([[True, False, True]])  # a response mask that is not a prefix
     with pytest.raises(ValueError, match="prefix"):
-        response_log_probs(model, torch.tensor([[1]]), torch.tensor([[True]]), torch.tensor([[2, 3, 4]]), holes, padding_free=True)
+        response_log_probs(
+            model, torch.tensor([[1]]), torch.tensor([[True]]), torch.tensor([[2, 3, 4]]), holes, padding_free=True
+        )
 
 
 # ---------------------------------------------------------------------------- the trainers
@@ -171,13 +206,21 @@ def test_trainers_pick_padding_free_when_the_model_supports_it(tok, tmp_path):
         SFTTrainer(other, args=SFTConfig(**common, padding_free=True), train_dataset=rows, processing_class=tok)
 
     # claims the attention backend but loses the keyword: the probe finds out
-    assert not SFTTrainer(drops_boundaries(), args=SFTConfig(**common), train_dataset=rows, processing_class=tok).padding_free
+    assert not SFTTrainer(
+        drops_boundaries(), args=SFTConfig(**common), train_dataset=rows, processing_class=tok
+    ).padding_free
 
 
 def _first_step(trainer_cls, config, rows, tok, tiny_model, **kwargs):
     model = tiny_model(tok)
-    trainer = trainer_cls(model, args=config, train_dataset=rows, processing_class=tok,
-                          optimizers=(torch.optim.SGD(model.parameters(), lr=1.0), None), **kwargs)
+    trainer = trainer_cls(
+        model,
+        args=config,
+        train_dataset=rows,
+        processing_class=tok,
+        optimizers=(torch.optim.SGD(model.parameters(), lr=1.0), None),
+        **kwargs,
+    )
     before = [p.detach().clone() for p in model.parameters()]
     metrics = trainer.step()
     return metrics, torch.cat([(b - p.detach()).flatten() for b, p in zip(before, model.parameters())])
@@ -187,18 +230,40 @@ def _first_step(trainer_cls, config, rows, tok, tiny_model, **kwargs):
 def test_grpo_and_dpo_steps_equal_their_padded_steps(tok, tiny_model, tmp_path, gradient_checkpointing):
     """The same first step (loss and SGD update) padded or padding-free, with and without checkpointing."""
     grpo_rows = [{"prompt": "what is two plus two?"}, {"prompt": "the cat"}]
-    dpo_rows = [{"prompt": "what is two plus two?", "chosen": " four.", "rejected": " five five."},
-                {"prompt": "hello", "chosen": " there", "rejected": " no"}]
+    dpo_rows = [
+        {"prompt": "what is two plus two?", "chosen": " four.", "rejected": " five five."},
+        {"prompt": "hello", "chosen": " there", "rejected": " no"},
+    ]
 
     def length(completions=(), **kwargs):
         return [float(len(c)) for c in completions]
 
     for padding_free in (False, True):
-        common = dict(output_dir=str(tmp_path / str(padding_free)), report_to=[], disable_tqdm=True, max_steps=1, seed=3,
-                      max_grad_norm=None, padding_free=padding_free, gradient_checkpointing=gradient_checkpointing)
-        grpo = _first_step(GRPOTrainer, GRPOConfig(**common, per_device_train_batch_size=4, num_generations=4,
-                                                   max_completion_length=6, beta=0.1, log_completions=False),
-                           grpo_rows, tok, tiny_model, reward_funcs=length)
+        common = dict(
+            output_dir=str(tmp_path / str(padding_free)),
+            report_to=[],
+            disable_tqdm=True,
+            max_steps=1,
+            seed=3,
+            max_grad_norm=None,
+            padding_free=padding_free,
+            gradient_checkpointing=gradient_checkpointing,
+        )
+        grpo = _first_step(
+            GRPOTrainer,
+            GRPOConfig(
+                **common,
+                per_device_train_batch_size=4,
+                num_generations=4,
+                max_completion_length=6,
+                beta=0.1,
+                log_completions=False,
+            ),
+            grpo_rows,
+            tok,
+            tiny_model,
+            reward_funcs=length,
+        )
         dpo = _first_step(DPOTrainer, DPOConfig(**common, per_device_train_batch_size=2), dpo_rows, tok, tiny_model)
         if not padding_free:
             expected = grpo, dpo
@@ -212,8 +277,14 @@ def test_the_output_layer_runs_only_where_a_response_token_is_predicted():
     model = gpt2().eval()
     rows = []
     model.lm_head.register_forward_hook(lambda module, args, out: rows.append(args[0].shape[0]))
-    prompt, prompt_mask = torch.tensor([[0, 3, 4, 5], [6, 7, 8, 9]]), torch.tensor([[0, 1, 1, 1], [1, 1, 1, 1]], dtype=torch.bool)
-    response, response_mask = torch.tensor([[10, 11, 0], [12, 13, 14]]), torch.tensor([[1, 1, 0], [1, 1, 1]], dtype=torch.bool)
+    prompt, prompt_mask = (
+        torch.tensor([[0, 3, 4, 5], [6, 7, 8, 9]]),
+        torch.tensor([[0, 1, 1, 1], [1, 1, 1, 1]], dtype=torch.bool),
+    )
+    response, response_mask = (
+        torch.tensor([[10, 11, 0], [12, 13, 14]]),
+        torch.tensor([[1, 1, 0], [1, 1, 1]], dtype=torch.bool),
+    )
     with torch.no_grad():
         free, _ = response_log_probs(model, prompt, prompt_mask, response, response_mask, padding_free=True)
         padded, _ = response_log_probs(model, prompt, prompt_mask, response, response_mask)

@@ -52,8 +52,10 @@ def test_sft_learns_a_fixed_continuation(model, tokenizer):
     greedy = TransformersWrapper(model, tokenizer=tokenizer, generate_kwargs={"max_new_tokens": 6, "do_sample": False})
     out = greedy(td.select(("tokens", "prompt"), ("masks", "prompt_attention_mask")))
     assert out["text", "response"] == ["sat on the mat", "ran in the park"]
-    assert torch.equal(out["tokens", "response"][:, :5][out["masks", "response_mask"][:, :5]],
-                       td["tokens", "response"][td["masks", "response_mask"]])
+    assert torch.equal(
+        out["tokens", "response"][:, :5][out["masks", "response_mask"][:, :5]],
+        td["tokens", "response"][td["masks", "response_mask"]],
+    )
 
 
 def _sequence_lp(model, hand_log_probs, tokenizer, prompt, response):
@@ -66,8 +68,12 @@ def _sequence_lp(model, hand_log_probs, tokenizer, prompt, response):
 def test_dpo_matches_reference_with_ref_network(model, ref_model, tokenizer, hand_log_probs, label_smoothing):
     prompts, chosen, rejected = ["the cat", "yes"], ["sat on", "no maybe"], ["ran", "blue"]
     td = make_preference_batch(prompts, chosen, rejected, tokenizer)
-    loss = DPOLoss(TransformersWrapper(model, generate=False), beta=0.5,
-                   ref_network=TransformersWrapper(ref_model, generate=False), label_smoothing=label_smoothing)
+    loss = DPOLoss(
+        TransformersWrapper(model, generate=False),
+        beta=0.5,
+        ref_network=TransformersWrapper(ref_model, generate=False),
+        label_smoothing=label_smoothing,
+    )
     out = loss(td)
     losses, margins = [], []
     for p, c, r in zip(prompts, chosen, rejected):
@@ -93,7 +99,9 @@ def test_dpo_stored_reference_equals_ref_network(model, ref_model, tokenizer):
         td["chosen"] = ref(td["chosen"])
         td["rejected"] = ref(td["rejected"])
     a = DPOLoss(TransformersWrapper(model, generate=False))(td)["loss_dpo"]
-    b = DPOLoss(TransformersWrapper(model, generate=False), ref_network=TransformersWrapper(ref_model, generate=False))(td)["loss_dpo"]
+    b = DPOLoss(TransformersWrapper(model, generate=False), ref_network=TransformersWrapper(ref_model, generate=False))(
+        td
+    )["loss_dpo"]
     torch.testing.assert_close(a, b)
     del td["chosen", "ref_log_probs"]
     with pytest.raises(KeyError, match="ref_log_probs"):
@@ -103,9 +111,13 @@ def test_dpo_stored_reference_equals_ref_network(model, ref_model, tokenizer):
 
 
 def test_dpo_increases_the_margin(model, ref_model, tokenizer):
-    td = make_preference_batch(["the cat", "hello world"], ["sat on the mat", "how are you"], ["ran in", "red blue"], tokenizer)
+    td = make_preference_batch(
+        ["the cat", "hello world"], ["sat on the mat", "how are you"], ["ran in", "red blue"], tokenizer
+    )
     ref_model.load_state_dict(model.state_dict())  # the usual set-up: reference = initial policy
-    loss = DPOLoss(TransformersWrapper(model, generate=False), beta=0.1, ref_network=TransformersWrapper(ref_model, generate=False))
+    loss = DPOLoss(
+        TransformersWrapper(model, generate=False), beta=0.1, ref_network=TransformersWrapper(ref_model, generate=False)
+    )
     opt = torch.optim.Adam(model.parameters(), lr=5e-3)
     first = loss(td)
     assert first["reward_margin"].item() == pytest.approx(0.0, abs=1e-6)

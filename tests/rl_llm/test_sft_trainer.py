@@ -29,8 +29,16 @@ ROWS = [
 
 
 def args(tmp_path, **kw):
-    base = dict(output_dir=str(tmp_path / "out"), per_device_train_batch_size=2, learning_rate=1e-2, report_to=[],
-                disable_tqdm=True, max_steps=4, max_grad_norm=None, seed=0)
+    base = dict(
+        output_dir=str(tmp_path / "out"),
+        per_device_train_batch_size=2,
+        learning_rate=1e-2,
+        report_to=[],
+        disable_tqdm=True,
+        max_steps=4,
+        max_grad_norm=None,
+        seed=0,
+    )
     base.update(kw)
     return SFTConfig(**base)
 
@@ -45,16 +53,22 @@ def test_rows_of_each_format_tokenize_with_their_masks(tok):
     n_prompt = len(tok("the cat", add_special_tokens=False)["input_ids"])
     assert ids[n_prompt:] == tok(" sat", add_special_tokens=False)["input_ids"] + [tok.eos_token_id]
     assert mask == [False] * n_prompt + [True] * (len(ids) - n_prompt)
-    ids2, mask2 = tokenize_sft_row({"prompt": "the cat", "completion": " sat"}, tok, SFTConfig(completion_only_loss=False))
+    ids2, mask2 = tokenize_sft_row(
+        {"prompt": "the cat", "completion": " sat"}, tok, SFTConfig(completion_only_loss=False)
+    )
     assert ids2 == ids and all(mask2)
     ids3, mask3 = tokenize_sft_row({"prompt": "the cat", "completion": " sat"}, tok, SFTConfig(max_length=3))
     assert ids3 == ids[:3] and mask3 == mask[:3]
 
 
 def test_assistant_only_mask_covers_exactly_the_replies(tok):
-    chat = [{"role": "system", "content": "be brief"}, {"role": "user", "content": "one plus one?"},
-            {"role": "assistant", "content": "two."}, {"role": "user", "content": "two plus two?"},
-            {"role": "assistant", "content": "four."}]
+    chat = [
+        {"role": "system", "content": "be brief"},
+        {"role": "user", "content": "one plus one?"},
+        {"role": "assistant", "content": "two."},
+        {"role": "user", "content": "two plus two?"},
+        {"role": "assistant", "content": "four."},
+    ]
     ids, mask = tokenize_sft_row({"messages": chat}, tok, SFTConfig(assistant_only_loss=True, chat_template="chatml"))
     assert tok.decode(ids) == render_chat(chat, chat_template="chatml")
     trained = [i for i, m in zip(ids, mask) if m]
@@ -95,8 +109,12 @@ def test_loss_equals_transformers_labels_loss(tok, tmp_path, tiny_model, padding
     """One step's reported loss is transformers' own token-mean loss with -100 on untrained tokens
     (on padded rows), whether the trainer runs them padded or padding-free."""
     model = tiny_model(tok)
-    trainer = SFTTrainer(model, args=args(tmp_path, per_device_train_batch_size=4, shuffle=False, padding_free=padding_free),
-                         train_dataset=ROWS, processing_class=tok)
+    trainer = SFTTrainer(
+        model,
+        args=args(tmp_path, per_device_train_batch_size=4, shuffle=False, padding_free=padding_free),
+        train_dataset=ROWS,
+        processing_class=tok,
+    )
     assert trainer.padding_free is padding_free
     padded = SFTTrainer(model, args=args(tmp_path, padding_free=False), train_dataset=ROWS, processing_class=tok)
     ids, attention, mask, _, _ = padded._collate(trainer.examples)
@@ -116,19 +134,27 @@ def test_gradient_accumulation_is_exact(tok, tmp_path, split, tiny_model):
     for batch, accum in [(4, 1), split]:
         model = tiny_model(tok)
         before = [p.detach().clone() for p in model.parameters()]
-        trainer = SFTTrainer(model, args=args(tmp_path, per_device_train_batch_size=batch, gradient_accumulation_steps=accum,
-                                              shuffle=False), train_dataset=ROWS, processing_class=tok,
-                             optimizers=(torch.optim.SGD(model.parameters(), lr=1.0), None))
+        trainer = SFTTrainer(
+            model,
+            args=args(tmp_path, per_device_train_batch_size=batch, gradient_accumulation_steps=accum, shuffle=False),
+            train_dataset=ROWS,
+            processing_class=tok,
+            optimizers=(torch.optim.SGD(model.parameters(), lr=1.0), None),
+        )
         trainer.step()
         updates.append(torch.cat([(b - p.detach()).flatten() for b, p in zip(before, model.parameters())]))
     torch.testing.assert_close(updates[1], updates[0], rtol=1e-4, atol=1e-6)
     # the naive rule (each micro-batch's own token mean, averaged) gives another gradient here
     model = tiny_model(tok)
-    trainer = SFTTrainer(model, args=args(tmp_path, per_device_train_batch_size=split[0], shuffle=False, padding_free=False),
-                         train_dataset=ROWS, processing_class=tok)
+    trainer = SFTTrainer(
+        model,
+        args=args(tmp_path, per_device_train_batch_size=split[0], shuffle=False, padding_free=False),
+        train_dataset=ROWS,
+        processing_class=tok,
+    )
     naive = []
     for k in range(0, 4, split[0]):
-        ids, attention, mask, _, _ = trainer._collate(trainer.examples[k: k + split[0]])
+        ids, attention, mask, _, _ = trainer._collate(trainer.examples[k : k + split[0]])
         labels = torch.where(mask, ids, torch.full_like(ids, -100))
         naive.append(model(input_ids=ids, attention_mask=attention, labels=labels).loss / split[1])
     torch.stack(naive).sum().backward()
@@ -138,7 +164,9 @@ def test_gradient_accumulation_is_exact(tok, tmp_path, split, tiny_model):
 
 def test_training_lowers_the_loss_and_follows_the_schedule(tok, tmp_path, tiny_model):
     model = tiny_model(tok)
-    cfg = args(tmp_path, max_steps=30, warmup_steps=5, lr_scheduler_type="cosine", learning_rate=5e-3, max_grad_norm=1.0)
+    cfg = args(
+        tmp_path, max_steps=30, warmup_steps=5, lr_scheduler_type="cosine", learning_rate=5e-3, max_grad_norm=1.0
+    )
     trainer = SFTTrainer(model, args=cfg, train_dataset=ROWS, processing_class=tok)
     first = trainer.step()
     last = trainer.train()
@@ -162,10 +190,16 @@ def test_gradient_checkpointing_runs_and_gives_the_same_loss(tok, tmp_path, tiny
     losses = []
     for flag in (False, True):
         model = tiny_model(tok)
-        trainer = SFTTrainer(model, args=args(tmp_path, gradient_checkpointing=flag, shuffle=False), train_dataset=ROWS,
-                             processing_class=tok)
+        trainer = SFTTrainer(
+            model,
+            args=args(tmp_path, gradient_checkpointing=flag, shuffle=False),
+            train_dataset=ROWS,
+            processing_class=tok,
+        )
         checkpointing = getattr(model, "is_activation_checkpointing", None)
-        assert model.training and (checkpointing if checkpointing is not None else model.is_gradient_checkpointing) == flag
+        assert (
+            model.training and (checkpointing if checkpointing is not None else model.is_gradient_checkpointing) == flag
+        )
         losses.append(trainer.step()["loss"])
     assert losses[0] == pytest.approx(losses[1], rel=1e-6)
 
@@ -173,7 +207,9 @@ def test_gradient_checkpointing_runs_and_gives_the_same_loss(tok, tmp_path, tiny
 def test_bf16_autocast_runs_close_to_float32(tok, tmp_path, tiny_model):
     losses = []
     for bf16 in (False, True):
-        trainer = SFTTrainer(tiny_model(tok), args=args(tmp_path, bf16=bf16, shuffle=False), train_dataset=ROWS, processing_class=tok)
+        trainer = SFTTrainer(
+            tiny_model(tok), args=args(tmp_path, bf16=bf16, shuffle=False), train_dataset=ROWS, processing_class=tok
+        )
         losses.append(trainer.step()["loss"])
     assert math.isfinite(losses[1]) and losses[1] == pytest.approx(losses[0], rel=2e-2)
     assert all(p.dtype == torch.float32 for p in trainer.model.parameters())  # autocast leaves the weights in float32
@@ -181,24 +217,42 @@ def test_bf16_autocast_runs_close_to_float32(tok, tmp_path, tiny_model):
 
 # ---------------------------------------------------------------------------- checkpoints
 def test_resume_equals_an_uninterrupted_run_bit_for_bit(tok, tmp_path, tiny_model):
-    full = SFTTrainer(tiny_model(tok), args=args(tmp_path / "a", max_steps=6, per_device_train_batch_size=3),
-                      train_dataset=ROWS, processing_class=tok)
+    full = SFTTrainer(
+        tiny_model(tok),
+        args=args(tmp_path / "a", max_steps=6, per_device_train_batch_size=3),
+        train_dataset=ROWS,
+        processing_class=tok,
+    )
     full.train()
-    first = SFTTrainer(tiny_model(tok), args=args(tmp_path / "b", max_steps=6, per_device_train_batch_size=3, save_steps=3),
-                       train_dataset=ROWS, processing_class=tok)
+    first = SFTTrainer(
+        tiny_model(tok),
+        args=args(tmp_path / "b", max_steps=6, per_device_train_batch_size=3, save_steps=3),
+        train_dataset=ROWS,
+        processing_class=tok,
+    )
     for _ in range(3):
         first.step()
     first.save_checkpoint()
     (tmp_path / "b" / "out" / "checkpoint-9.tmp").mkdir()  # a write killed half-way is ignored
     assert latest_checkpoint(tmp_path / "b" / "out").name == "checkpoint-3"
-    resumed = SFTTrainer(tiny_model(tok, seed=5), args=args(tmp_path / "b", max_steps=6, per_device_train_batch_size=3),
-                         train_dataset=ROWS, processing_class=tok)
+    resumed = SFTTrainer(
+        tiny_model(tok, seed=5),
+        args=args(tmp_path / "b", max_steps=6, per_device_train_batch_size=3),
+        train_dataset=ROWS,
+        processing_class=tok,
+    )
     resumed.train(resume_from_checkpoint=True)
     assert resumed.global_step == 6
     for a, b in zip(full.model.parameters(), resumed.model.parameters()):
         assert torch.equal(a, b)
     files = sorted(p.name for p in (tmp_path / "b" / "out" / "checkpoint-3").iterdir())
-    assert files == ["model.safetensors", "optimizer.json", "optimizer.safetensors", "rng.safetensors", "trainer_state.json"]
+    assert files == [
+        "model.safetensors",
+        "optimizer.json",
+        "optimizer.safetensors",
+        "rng.safetensors",
+        "trainer_state.json",
+    ]
 
 
 def test_resume_without_a_checkpoint_says_so(tok, tmp_path, tiny_model):
@@ -212,7 +266,13 @@ def test_config_from_yaml_with_overrides_and_errors(tmp_path):
     path = tmp_path / "cfg.yaml"
     path.write_text("learning_rate: 1e-4\nmax_length: 64\nreport_to: [csv]\n")
     cfg = SFTConfig.from_yaml(path, ["max_steps=5", "assistant_only_loss=true", "max_grad_norm=null"])
-    assert (cfg.learning_rate, cfg.max_length, cfg.max_steps, cfg.assistant_only_loss, cfg.max_grad_norm) == (1e-4, 64, 5, True, None)
+    assert (cfg.learning_rate, cfg.max_length, cfg.max_steps, cfg.assistant_only_loss, cfg.max_grad_norm) == (
+        1e-4,
+        64,
+        5,
+        True,
+        None,
+    )
     with pytest.raises(ValueError, match=r"unknown option\(s\) \['lerning_rate'\]"):
         SFTConfig.from_overrides(["lerning_rate=1"])
     with pytest.raises(ValueError, match="'max_steps' expects int, got 'ten'"):
@@ -259,8 +319,10 @@ def test_command_trains_and_saves(tok, tmp_path, capsys, tiny_model):
     data = tmp_path / "train.jsonl"
     data.write_text("".join(json.dumps(r) + "\n" for r in ROWS))
     cfg = tmp_path / "sft.yaml"
-    cfg.write_text(f"model_name_or_path: {model_dir}\ndataset: {data}\nper_device_train_batch_size: 2\nlearning_rate: 0.01\n"
-                   "disable_tqdm: true\n")
+    cfg.write_text(
+        f"model_name_or_path: {model_dir}\ndataset: {data}\nper_device_train_batch_size: 2\nlearning_rate: 0.01\n"
+        "disable_tqdm: true\n"
+    )
     out = tmp_path / "trained"
     assert cli_main(["sft", "--config", str(cfg), "max_steps=3", f"output_dir={out}", "logging_steps=1"]) == 0
     assert "rl-llm sft: 3 steps" in capsys.readouterr().out
@@ -292,9 +354,13 @@ def test_packed_rows_train_as_the_unpacked_ones(tok, tmp_path, tiny_model):
     for packing, batch in ((False, 4), (True, 1)):
         model = tiny_model(tok)
         before = [p.detach().clone() for p in model.parameters()]
-        trainer = SFTTrainer(model, args=args(tmp_path, packing=packing, max_length=64, per_device_train_batch_size=batch,
-                                              shuffle=False), train_dataset=ROWS, processing_class=tok,
-                             optimizers=(torch.optim.SGD(model.parameters(), lr=1.0), None))
+        trainer = SFTTrainer(
+            model,
+            args=args(tmp_path, packing=packing, max_length=64, per_device_train_batch_size=batch, shuffle=False),
+            train_dataset=ROWS,
+            processing_class=tok,
+            optimizers=(torch.optim.SGD(model.parameters(), lr=1.0), None),
+        )
         if packing:
             assert len(trainer.examples) == 1 and trainer.examples[0][2] == sorted(trainer.examples[0][2], reverse=True)
         losses.append(trainer.step()["loss"])
@@ -327,8 +393,13 @@ def test_duck_typed_loggers_get_the_metrics_and_the_config(tok, tmp_path, tiny_m
             self.names.append(name)
 
     recorder, plain = Recorder(), ScalarsOnly()
-    trainer = SFTTrainer(tiny_model(tok), args=args(tmp_path, max_steps=5, logging_steps=2, learning_rate=1e-3), train_dataset=ROWS,
-                         processing_class=tok, loggers=[recorder, plain])
+    trainer = SFTTrainer(
+        tiny_model(tok),
+        args=args(tmp_path, max_steps=5, logging_steps=2, learning_rate=1e-3),
+        train_dataset=ROWS,
+        processing_class=tok,
+        loggers=[recorder, plain],
+    )
     last = trainer.train()
     assert [cfg["max_steps"] for cfg in recorder.hparams] == [5] and recorder.hparams[0]["logging_steps"] == 2
     losses = [(step, value) for step, name, value in recorder.scalars if name == "train/loss"]

@@ -16,8 +16,12 @@ def _batch(prompts=PROMPTS, responses=RESPONSES):
     p, pm = left_pad(prompts, 0)
     r, rm = right_pad(responses, 0)
     return TensorDict(
-        {("tokens", "prompt"): p, ("masks", "prompt_attention_mask"): pm,
-         ("tokens", "response"): r, ("masks", "response_mask"): rm},
+        {
+            ("tokens", "prompt"): p,
+            ("masks", "prompt_attention_mask"): pm,
+            ("tokens", "response"): r,
+            ("masks", "response_mask"): rm,
+        },
         batch_size=[len(prompts)],
     )
 
@@ -30,7 +34,7 @@ def test_scoring_matches_hand_computation_per_row(model, hand_log_probs):
     for i, (p, r) in enumerate(zip(PROMPTS, RESPONSES)):
         ref = hand_log_probs(model, p, r)
         torch.testing.assert_close(lp[i, : len(r)], ref, atol=1e-5, rtol=1e-5)
-        assert (lp[i, len(r):] == 0).all()  # masked positions are exactly 0
+        assert (lp[i, len(r) :] == 0).all()  # masked positions are exactly 0
 
 
 def test_scoring_ignores_pad_token_values(model):
@@ -88,10 +92,21 @@ def test_generation_then_scoring_round_trip_and_generate_scores(model):
     torch.testing.assert_close(rescored, out["log_probs", "response"], atol=1e-5, rtol=1e-5)
     # generate()'s per-step scores: with top_k=0, top_p=1, temperature=1 they are the raw logits
     p, pm = td["tokens", "prompt"], td["masks", "prompt_attention_mask"]
-    gen = model.generate(input_ids=p, attention_mask=pm.long(), max_new_tokens=4, min_new_tokens=4, do_sample=True,
-                         top_k=0, top_p=1.0, temperature=1.0, output_scores=True, return_dict_in_generate=True,
-                         pad_token_id=0, eos_token_id=None)
-    response = gen.sequences[:, p.shape[1]:]
+    gen = model.generate(
+        input_ids=p,
+        attention_mask=pm.long(),
+        max_new_tokens=4,
+        min_new_tokens=4,
+        do_sample=True,
+        top_k=0,
+        top_p=1.0,
+        temperature=1.0,
+        output_scores=True,
+        return_dict_in_generate=True,
+        pad_token_id=0,
+        eos_token_id=None,
+    )
+    response = gen.sequences[:, p.shape[1] :]
     from_scores = torch.stack(gen.scores, 1).log_softmax(-1).gather(-1, response.unsqueeze(-1)).squeeze(-1)
     td2 = td.copy()
     td2["tokens", "response"] = response
@@ -109,7 +124,9 @@ def test_eos_masking_rule(model):
     out = policy(td)
     # all logits equal: greedy picks id 0 (pad) forever, never EOS -> the whole response is valid
     assert out["masks", "response_mask"].all()
-    assert torch.allclose(out["log_probs", "response"], torch.full_like(out["log_probs", "response"], -torch.log(torch.tensor(26.0))))
+    assert torch.allclose(
+        out["log_probs", "response"], torch.full_like(out["log_probs", "response"], -torch.log(torch.tensor(26.0)))
+    )
 
 
 def test_batch_of_two_dims_is_flattened_and_restored(model):
@@ -145,13 +162,23 @@ def test_pad_output_false_gives_unpadded_rows_and_accepts_them(model):
     assert rows[0]["tokens", "response"].tolist() == RESPONSES[0]
     assert rows[1]["log_probs", "response"].shape == (1,)
     # a lazy stack of ragged rows is padded back on input
-    ragged = lazy_stack([
-        TensorDict({("tokens", "prompt"): torch.tensor(p), ("masks", "prompt_attention_mask"): torch.ones(len(p), dtype=torch.bool),
-                    ("tokens", "response"): torch.tensor(r), ("masks", "response_mask"): torch.ones(len(r), dtype=torch.bool)})
-        for p, r in zip(PROMPTS, RESPONSES)
-    ])
+    ragged = lazy_stack(
+        [
+            TensorDict(
+                {
+                    ("tokens", "prompt"): torch.tensor(p),
+                    ("masks", "prompt_attention_mask"): torch.ones(len(p), dtype=torch.bool),
+                    ("tokens", "response"): torch.tensor(r),
+                    ("masks", "response_mask"): torch.ones(len(r), dtype=torch.bool),
+                }
+            )
+            for p, r in zip(PROMPTS, RESPONSES)
+        ]
+    )
     dense = TransformersWrapper(model, generate=False)(ragged)
-    torch.testing.assert_close(dense["log_probs", "response"], TransformersWrapper(model, generate=False)(_batch())["log_probs", "response"])
+    torch.testing.assert_close(
+        dense["log_probs", "response"], TransformersWrapper(model, generate=False)(_batch())["log_probs", "response"]
+    )
 
 
 def test_renamed_log_prob_key_for_a_reference_model(model, ref_model):

@@ -3,6 +3,7 @@
 The references work on one env at a time with Python floats and the definitions as sums over
 n-step returns (no recursion shared with the code under test).
 """
+
 from __future__ import annotations
 
 import math
@@ -69,7 +70,9 @@ def per_env(ref, data, names, shape, **scalars):
             kwargs[key] = coefs[key][i] if coefs[key] is not None else [value] * steps
         outs.append(ref(**kwargs))
     if isinstance(outs[0], tuple):
-        return tuple(torch.tensor([o[j] for o in outs], dtype=torch.float64).reshape(shape) for j in range(len(outs[0])))
+        return tuple(
+            torch.tensor([o[j] for o in outs], dtype=torch.float64).reshape(shape) for j in range(len(outs[0]))
+        )
     return torch.tensor(outs, dtype=torch.float64).reshape(shape)
 
 
@@ -110,7 +113,9 @@ def ref_td_lambda(state_value, next_state_value, reward, done, terminated, gamma
 def ref_gae(state_value, next_state_value, reward, done, terminated, gamma, lmbda):
     """A_t = sum_k (prod_{j<k} gamma_{t+j} lambda_{t+j}) delta_{t+k} over the rest of the trajectory."""
     steps = len(reward)
-    delta = [reward[t] + (0.0 if terminated[t] else gamma[t] * next_state_value[t]) - state_value[t] for t in range(steps)]
+    delta = [
+        reward[t] + (0.0 if terminated[t] else gamma[t] * next_state_value[t]) - state_value[t] for t in range(steps)
+    ]
     adv = []
     for t in range(steps):
         end = trajectory_end(t, done, steps)
@@ -122,7 +127,9 @@ def ref_gae(state_value, next_state_value, reward, done, terminated, gamma, lmbd
     return adv, [a + v for a, v in zip(adv, state_value)]
 
 
-def ref_vtrace(state_value, next_state_value, reward, done, terminated, log_pi, log_mu, gamma, rho_thresh=1.0, c_thresh=1.0):
+def ref_vtrace(
+    state_value, next_state_value, reward, done, terminated, log_pi, log_mu, gamma, rho_thresh=1.0, c_thresh=1.0
+):
     """Espeholt et al. (2018), eq. (1), truncated at trajectory ends; advantage per section 4.2."""
     steps = len(reward)
     rho = [math.exp(a - b) for a, b in zip(log_pi, log_mu)]
@@ -230,8 +237,10 @@ def test_td1_matches_monte_carlo_reference(batch, kind, vec):
 
     def ref(state_value, next_state_value, reward, done, terminated, gamma):
         steps = len(reward)
-        return [n_step_return(t, trajectory_end(t, done, steps) - t + 1, reward, next_state_value, terminated, gamma)
-                for t in range(steps)]
+        return [
+            n_step_return(t, trajectory_end(t, done, steps) - t + 1, reward, next_state_value, terminated, gamma)
+            for t in range(steps)
+        ]
 
     ret_fn = vec_td1_return_estimate if vec else td1_return_estimate
     adv_fn = vec_td1_advantage_estimate if vec else td1_advantage_estimate
@@ -272,7 +281,9 @@ def test_vtrace_matches_reference(batch, kind, thresh):
     )
 
     def ref(state_value, next_state_value, reward, done, terminated, log_pi, log_mu, gamma):
-        return ref_vtrace(state_value, next_state_value, reward, done, terminated, log_pi, log_mu, gamma, rho_thresh, c_thresh)
+        return ref_vtrace(
+            state_value, next_state_value, reward, done, terminated, log_pi, log_mu, gamma, rho_thresh, c_thresh
+        )
 
     ref_adv, ref_target = per_env(ref, data, COMMON + ["log_pi", "log_mu"], adv.shape, gamma=gamma)
     torch.testing.assert_close(adv, ref_adv)
@@ -286,7 +297,9 @@ def test_vtrace_on_policy_is_td1():
     v, nv = data["state_value"], data["next_state_value"]
     data["next_state_value"] = torch.where(data["done"], nv, torch.cat([v[..., 1:], nv[..., -1:]], -1))
     _, target = vtrace_advantage_estimate(0.9, data["log_pi"], data["log_pi"], *args(data, *COMMON))
-    torch.testing.assert_close(target, td1_return_estimate(0.9, *args(data, "next_state_value", "reward", "done", "terminated")))
+    torch.testing.assert_close(
+        target, td1_return_estimate(0.9, *args(data, "next_state_value", "reward", "done", "terminated"))
+    )
 
 
 @pytest.mark.parametrize("batch", BATCHES)
@@ -352,17 +365,22 @@ def test_vtrace_terminated_vs_truncated_by_hand():
     h = HAND
     zeros = torch.zeros(3)
     # on-policy, thresholds 1: terminated delta = [1, -1, 0], vs = [1 + 1 - .5, 2 - 1, 3] = [1.5, 1, 3]
-    adv, vs = vtrace_advantage_estimate(0.5, zeros, zeros, h["state_value"], h["next_state_value"], h["reward"], h["done"], TERMINATED)
+    adv, vs = vtrace_advantage_estimate(
+        0.5, zeros, zeros, h["state_value"], h["next_state_value"], h["reward"], h["done"], TERMINATED
+    )
     torch.testing.assert_close(vs, torch.tensor([1.5, 1.0, 3.0]))
     # adv_0 = 1 + .5*vs_1 - 1, adv_1 = 1 + 0 - 2 (terminated), adv_2 = 1 + .5*4 - 3
     torch.testing.assert_close(adv, torch.tensor([0.5, -1.0, 0.0]))
-    adv, vs = vtrace_advantage_estimate(0.5, zeros, zeros, h["state_value"], h["next_state_value"], h["reward"], h["done"], TRUNCATED)
+    adv, vs = vtrace_advantage_estimate(
+        0.5, zeros, zeros, h["state_value"], h["next_state_value"], h["reward"], h["done"], TRUNCATED
+    )
     torch.testing.assert_close(vs, torch.tensor([2.25, 2.5, 3.0]))
     torch.testing.assert_close(adv, torch.tensor([1.25, 0.5, 0.0]))
     # off-policy at step 0: rho = 4 is clipped to rho_thresh = 2; c_0 = min(1, 4) = 1
     log_pi = torch.tensor([math.log(4.0), 0.0, 0.0])
-    adv, vs = vtrace_advantage_estimate(0.5, log_pi, zeros, h["state_value"], h["next_state_value"], h["reward"], h["done"],
-                                        TRUNCATED, rho_thresh=2.0)
+    adv, vs = vtrace_advantage_estimate(
+        0.5, log_pi, zeros, h["state_value"], h["next_state_value"], h["reward"], h["done"], TRUNCATED, rho_thresh=2.0
+    )
     torch.testing.assert_close(vs, torch.tensor([1 + 2 * 1.0 + 0.5 * 0.5, 2.5, 3.0]))
     torch.testing.assert_close(adv, torch.tensor([2 * (1 + 0.5 * 2.5 - 1), 0.5, 0.0]))
 
@@ -396,7 +414,9 @@ def test_loop_and_vectorised_agree(steps, batch, data, per_step):
         td_lambda_return_estimate(gamma, lmbda, nv, r, done, terminated),
         vec_td_lambda_return_estimate(gamma, lmbda, nv, r, done, terminated),
     )
-    torch.testing.assert_close(td1_return_estimate(gamma, nv, r, done, terminated), vec_td1_return_estimate(gamma, nv, r, done, terminated))
+    torch.testing.assert_close(
+        td1_return_estimate(gamma, nv, r, done, terminated), vec_td1_return_estimate(gamma, nv, r, done, terminated)
+    )
     # GAE's value target is the TD(lambda) return when V'_t = V_{t+1} inside trajectories
     consistent_nv = torch.cat([v[..., 1:], nv[..., -1:]], -1)
     consistent_nv = torch.where(done, nv, consistent_nv)
@@ -413,7 +433,9 @@ def test_feature_dims_after_time(time_dim):
     gamma = data["gamma_t"].unsqueeze(-1)  # per-step gamma with a trailing 1 for the feature dim
     adv, target = vec_generalized_advantage_estimate(gamma, 0.9, *args(feats, *COMMON), time_dim=time_dim)
     loop_adv, _ = generalized_advantage_estimate(gamma, 0.9, *args(feats, *COMMON), time_dim=time_dim)
-    ret = vec_td_lambda_return_estimate(gamma, 0.9, *args(feats, "next_state_value", "reward", "done", "terminated"), time_dim=time_dim)
+    ret = vec_td_lambda_return_estimate(
+        gamma, 0.9, *args(feats, "next_state_value", "reward", "done", "terminated"), time_dim=time_dim
+    )
     assert adv.shape == target.shape == ret.shape == (2, T, 2)
     torch.testing.assert_close(adv, loop_adv)
     for f in range(2):
@@ -474,16 +496,25 @@ def test_differentiable_and_inputs_untouched():
     nv = data["next_state_value"].clone().requires_grad_(True)
     before = {k: t.clone() for k, t in data.items()}
     for fn in (generalized_advantage_estimate, vec_generalized_advantage_estimate):
-        torch.autograd.gradcheck(lambda a, b, fn=fn: fn(0.9, 0.8, a, b, data["reward"], data["done"], data["terminated"])[0], (v, nv))
+        torch.autograd.gradcheck(
+            lambda a, b, fn=fn: fn(0.9, 0.8, a, b, data["reward"], data["done"], data["terminated"])[0], (v, nv)
+        )
     torch.autograd.gradcheck(
         lambda b: vec_td_lambda_return_estimate(0.9, 0.8, b, data["reward"], data["done"], data["terminated"]), (nv,)
     )
     torch.autograd.gradcheck(
-        lambda a, b: vtrace_advantage_estimate(0.9, data["log_pi"], data["log_mu"], a, b, data["reward"], data["done"])[1], (v, nv)
+        lambda a, b: vtrace_advantage_estimate(0.9, data["log_pi"], data["log_mu"], a, b, data["reward"], data["done"])[
+            1
+        ],
+        (v, nv),
     )
     # the loop and the scan give the same gradient
-    g1 = torch.autograd.grad(generalized_advantage_estimate(0.9, 0.8, v, nv, data["reward"], data["done"])[0].sum(), (v, nv))
-    g2 = torch.autograd.grad(vec_generalized_advantage_estimate(0.9, 0.8, v, nv, data["reward"], data["done"])[0].sum(), (v, nv))
+    g1 = torch.autograd.grad(
+        generalized_advantage_estimate(0.9, 0.8, v, nv, data["reward"], data["done"])[0].sum(), (v, nv)
+    )
+    g2 = torch.autograd.grad(
+        vec_generalized_advantage_estimate(0.9, 0.8, v, nv, data["reward"], data["done"])[0].sum(), (v, nv)
+    )
     torch.testing.assert_close(g1, g2)
     for k, t in before.items():
         assert torch.equal(t, data[k]), k
@@ -493,7 +524,10 @@ def test_float32_in_float32_out():
     data = make_data((3,), seed=11, dtype=torch.float32)
     adv, target = vec_generalized_advantage_estimate(0.99, 0.95, *args(data, *COMMON))
     assert adv.dtype == target.dtype == torch.float32
-    assert vec_td_lambda_return_estimate(0.99, 0.95, *args(data, "next_state_value", "reward", "done")).dtype == torch.float32
+    assert (
+        vec_td_lambda_return_estimate(0.99, 0.95, *args(data, "next_state_value", "reward", "done")).dtype
+        == torch.float32
+    )
 
 
 # --------------------------------------------------------------------------- torch.compile
@@ -516,14 +550,28 @@ def test_compile_vec_gae_fullgraph_matches_eager():
 @pytest.mark.parametrize(
     "call, match",
     [
-        (lambda v, r, d: generalized_advantage_estimate(-0.5, 0.9, v, v, r, d), r"generalized_advantage_estimate: gamma must be in \[0, 1\], got -0.5"),
-        (lambda v, r, d: vec_generalized_advantage_estimate(0.9, 1.1, v, v, r, d), r"vec_generalized_advantage_estimate: lmbda must be in \[0, 1\], got 1.1"),
+        (
+            lambda v, r, d: generalized_advantage_estimate(-0.5, 0.9, v, v, r, d),
+            r"generalized_advantage_estimate: gamma must be in \[0, 1\], got -0.5",
+        ),
+        (
+            lambda v, r, d: vec_generalized_advantage_estimate(0.9, 1.1, v, v, r, d),
+            r"vec_generalized_advantage_estimate: lmbda must be in \[0, 1\], got 1.1",
+        ),
         (lambda v, r, d: td0_return_estimate(1.5, v, r, d), r"td0_return_estimate: gamma must be in \[0, 1\], got 1.5"),
-        (lambda v, r, d: vec_td_lambda_return_estimate(0.9, torch.full((2, 4), 2.0), v, r, d),
-         r"lmbda must be in \[0, 1\], got a tensor with values in \[2, 2\]"),
-        (lambda v, r, d: td1_return_estimate(torch.tensor(-1.0), v, r, d), r"td1_return_estimate: gamma must be in \[0, 1\], got -1"),
+        (
+            lambda v, r, d: vec_td_lambda_return_estimate(0.9, torch.full((2, 4), 2.0), v, r, d),
+            r"lmbda must be in \[0, 1\], got a tensor with values in \[2, 2\]",
+        ),
+        (
+            lambda v, r, d: td1_return_estimate(torch.tensor(-1.0), v, r, d),
+            r"td1_return_estimate: gamma must be in \[0, 1\], got -1",
+        ),
         (lambda v, r, d: reward2go(r, d, 3.0), r"reward2go: gamma must be in \[0, 1\], got 3.0"),
-        (lambda v, r, d: vtrace_advantage_estimate(float("nan"), v, v, v, v, r, d), r"vtrace_advantage_estimate: gamma must be in \[0, 1\], got nan"),
+        (
+            lambda v, r, d: vtrace_advantage_estimate(float("nan"), v, v, v, v, r, d),
+            r"vtrace_advantage_estimate: gamma must be in \[0, 1\], got nan",
+        ),
     ],
 )
 def test_gamma_and_lmbda_outside_the_unit_interval_raise(call, match):

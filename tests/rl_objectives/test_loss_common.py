@@ -110,7 +110,12 @@ def test_swapped_runs_the_network_with_given_params_and_puts_its_own_back():
         with loss.swapped("net", zeros):
             raise RuntimeError("inside")
     # after leaving (also through an exception) the module holds its own Parameters, in their order
-    assert [name for name, _ in net.named_parameters()] == ["module.0.weight", "module.0.bias", "module.2.weight", "module.2.bias"]
+    assert [name for name, _ in net.named_parameters()] == [
+        "module.0.weight",
+        "module.0.bias",
+        "module.2.weight",
+        "module.2.bias",
+    ]
     for key, value in own.items():
         assert net.get_submodule(".".join(key[:-1])).get_parameter(key[-1]) is value
     # gradients reach the tensors that were swapped in
@@ -171,7 +176,10 @@ def test_hard_update_step_n_counts_n_steps():
     loss = Probe(make_net())
     updater = HardUpdate(loss, value_network_update_interval=2)
     for bad in (-1, 1.0, True, None):
-        with pytest.raises(ValueError, match=rf"HardUpdate.step: n \(the number of steps to count\) must be a non-negative int, got {bad!r}"):
+        with pytest.raises(
+            ValueError,
+            match=rf"HardUpdate.step: n \(the number of steps to count\) must be a non-negative int, got {bad!r}",
+        ):
             updater.step(bad)
     assert updater.counter == 0
 

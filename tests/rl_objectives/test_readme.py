@@ -1,4 +1,5 @@
 """The example in rl-objectives' README runs and gives what it says."""
+
 import re
 from pathlib import Path
 

@@ -1,5 +1,6 @@
 """rl_objectives.value: the TensorDict estimators give the functional results and map keys, params,
 grad mode, shifted calls and time dims as documented."""
+
 from __future__ import annotations
 
 import doctest
@@ -156,7 +157,9 @@ def test_per_step_gamma_tensor():
     est = GAE(gamma, LMBDA, net)
     assert "gamma" in dict(est.named_buffers())
     v, nv = values(net, td)
-    adv, _ = F.generalized_advantage_estimate(gamma, LMBDA, v, nv, td["next", "reward"], td["next", "done"], td["next", "terminated"])
+    adv, _ = F.generalized_advantage_estimate(
+        gamma, LMBDA, v, nv, td["next", "reward"], td["next", "done"], td["next", "terminated"]
+    )
     torch.testing.assert_close(est(td)["advantage"], adv)
 
 
@@ -213,7 +216,9 @@ def test_params_and_target_params():
     _, nv_third = values(third, td)
     torch.testing.assert_close(td["state_value"], v_other)
     torch.testing.assert_close(td["next", "state_value"], nv_third)
-    torch.testing.assert_close(td["value_target"], F.td0_return_estimate(GAMMA, nv_third, td["next", "reward"], td["next", "terminated"]))
+    torch.testing.assert_close(
+        td["value_target"], F.td0_return_estimate(GAMMA, nv_third, td["next", "reward"], td["next", "terminated"])
+    )
     # the network's own parameters are back in place
     v_own, _ = values(net, td)
     est(td)
@@ -325,7 +330,9 @@ def test_average_rewards_td():
     out = TD1Estimator(GAMMA, net, average_rewards=True)(td)
     _, nv = values(net, td)
     scaled = (reward - reward.mean()) / reward.std()
-    torch.testing.assert_close(out["value_target"], F.td1_return_estimate(GAMMA, nv, scaled, td["next", "done"], td["next", "terminated"]))
+    torch.testing.assert_close(
+        out["value_target"], F.td1_return_estimate(GAMMA, nv, scaled, td["next", "done"], td["next", "terminated"])
+    )
     torch.testing.assert_close(td["next", "reward"], reward)  # stored rewards untouched
 
 
@@ -334,9 +341,17 @@ def test_set_keys():
     net = TensorDictModule(Head(), in_keys=["o"], out_keys=[("critic", "v")])
     src = make_rollout()
     td = TensorDict(
-        {"o": src["obs"], "next": {"o": src["next", "obs"], "r": src["next", "reward"], "d": src["next", "done"],
-                                   "term": src["next", "terminated"]}},
-        batch_size=[N, T], names=[None, "time"],
+        {
+            "o": src["obs"],
+            "next": {
+                "o": src["next", "obs"],
+                "r": src["next", "reward"],
+                "d": src["next", "done"],
+                "term": src["next", "terminated"],
+            },
+        },
+        batch_size=[N, T],
+        names=[None, "time"],
     )
     est = GAE(GAMMA, LMBDA, net).set_keys(
         value=("critic", "v"), reward="r", done="d", terminated="term", advantage=("out", "adv"), value_target="vt"
@@ -419,9 +434,15 @@ def test_multi_objective_reward():
 def make_actor():
     torch.manual_seed(5)
     return ProbabilisticTensorDictSequential(
-        TensorDictModule(nn.Sequential(nn.Linear(OBS, 4), NormalParamExtractor()), in_keys=["obs"], out_keys=["loc", "scale"]),
-        ProbabilisticTensorDictModule(in_keys=["loc", "scale"], out_keys=["action"], distribution_class=torch.distributions.Normal,
-                                      return_log_prob=True),
+        TensorDictModule(
+            nn.Sequential(nn.Linear(OBS, 4), NormalParamExtractor()), in_keys=["obs"], out_keys=["loc", "scale"]
+        ),
+        ProbabilisticTensorDictModule(
+            in_keys=["loc", "scale"],
+            out_keys=["action"],
+            distribution_class=torch.distributions.Normal,
+            return_log_prob=True,
+        ),
     )
 
 
@@ -485,14 +506,22 @@ def test_vtrace_composite_policy_sums_the_heads():
     def params(obs):
         out = lin(obs)
         b = obs.shape[:-1]
-        return TensorDict(cont=TensorDict(loc=out[..., :2], scale=torch.ones(*b, 2), batch_size=b),
-                          disc=TensorDict(logits=out[..., 2:], batch_size=b), batch_size=b)
+        return TensorDict(
+            cont=TensorDict(loc=out[..., :2], scale=torch.ones(*b, 2), batch_size=b),
+            disc=TensorDict(logits=out[..., 2:], batch_size=b),
+            batch_size=b,
+        )
 
     actor = ProbabilisticTensorDictSequential(
         TensorDictModule(params, in_keys=["obs"], out_keys=["params"]),
-        ProbabilisticTensorDictModule(in_keys=["params"], distribution_class=CompositeDistribution, return_log_prob=True,
-                                      distribution_kwargs={"distribution_map": {"cont": torch.distributions.Normal,
-                                                                                "disc": torch.distributions.Categorical}}),
+        ProbabilisticTensorDictModule(
+            in_keys=["params"],
+            distribution_class=CompositeDistribution,
+            return_log_prob=True,
+            distribution_kwargs={
+                "distribution_map": {"cont": torch.distributions.Normal, "disc": torch.distributions.Categorical}
+            },
+        ),
     )
     net = make_net()
     td = make_rollout()
@@ -502,11 +531,20 @@ def test_vtrace_composite_policy_sums_the_heads():
     est(td)
     with torch.no_grad():
         p = params(td["obs"])
-        log_pi = torch.distributions.Normal(p["cont", "loc"], 1.0).log_prob(td["cont"]).sum(-1) + torch.distributions.Categorical(
-            logits=p["disc", "logits"]).log_prob(td["disc"])
+        log_pi = torch.distributions.Normal(p["cont", "loc"], 1.0).log_prob(td["cont"]).sum(
+            -1
+        ) + torch.distributions.Categorical(logits=p["disc", "logits"]).log_prob(td["disc"])
     v, nv = values(net, td)
-    adv, target = F.vtrace_advantage_estimate(GAMMA, log_pi, torch.full((N, T), -3.0), v, nv, td["next", "reward"],
-                                              td["next", "done"], td["next", "terminated"])
+    adv, target = F.vtrace_advantage_estimate(
+        GAMMA,
+        log_pi,
+        torch.full((N, T), -3.0),
+        v,
+        nv,
+        td["next", "reward"],
+        td["next", "done"],
+        td["next", "terminated"],
+    )
     torch.testing.assert_close(td["advantage"], adv)
     torch.testing.assert_close(td["value_target"], target)
     with pytest.raises(ValueError, match="non-empty list of keys"):
@@ -521,9 +559,18 @@ def test_multi_agent_gae_broadcasts_the_team_reward():
     reward = torch.randn(N, T, generator=g)
     done = torch.zeros(N, T, dtype=torch.bool)
     done[:, 2] = True
-    td = TensorDict({"agents": TensorDict(state_value=value, batch_size=[N, T, A]),
-                     "next": {"agents": TensorDict(state_value=next_value, batch_size=[N, T, A]),
-                              "reward": reward, "done": done, "terminated": done}}, batch_size=[N, T])
+    td = TensorDict(
+        {
+            "agents": TensorDict(state_value=value, batch_size=[N, T, A]),
+            "next": {
+                "agents": TensorDict(state_value=next_value, batch_size=[N, T, A]),
+                "reward": reward,
+                "done": done,
+                "terminated": done,
+            },
+        },
+        batch_size=[N, T],
+    )
     from rl_objectives.value import MultiAgentGAE
 
     est = MultiAgentGAE(gamma=GAMMA, lmbda=LMBDA, value_network=None).set_keys(value=("agents", "state_value"))
@@ -535,7 +582,9 @@ def test_multi_agent_gae_broadcasts_the_team_reward():
     torch.testing.assert_close(td["advantage"], adv)
     torch.testing.assert_close(td["value_target"], target)
     # average_gae standardises per agent (over the batch and time, each agent on its own)
-    avg = MultiAgentGAE(gamma=GAMMA, lmbda=LMBDA, value_network=None, average_gae=True).set_keys(value=("agents", "state_value"))
+    avg = MultiAgentGAE(gamma=GAMMA, lmbda=LMBDA, value_network=None, average_gae=True).set_keys(
+        value=("agents", "state_value")
+    )
     out = avg(td.clone())["advantage"]
     torch.testing.assert_close(out, (adv - adv.mean((0, 1), keepdim=True)) / adv.std((0, 1), keepdim=True))
     bad = td.clone()
@@ -549,12 +598,37 @@ def test_value_module_exposes_torchrl_names():
     import rl_objectives.value.functional as vf
 
     # torchrl.objectives.value.__all__ (0.14.1) and its functional module's public functions
-    assert sorted(value.__all__) == sorted(["GAE", "MultiAgentGAE", "TD0Estimate", "TD0Estimator", "TD1Estimate", "TD1Estimator",
-                                            "TDLambdaEstimate", "TDLambdaEstimator", "ValueEstimatorBase", "VTrace", "ValueEstimators"])
-    expected = ["generalized_advantage_estimate", "reward2go", "td0_advantage_estimate", "td0_return_estimate",
-                "td1_advantage_estimate", "td1_return_estimate", "td_lambda_advantage_estimate", "td_lambda_return_estimate",
-                "vec_generalized_advantage_estimate", "vec_td1_advantage_estimate", "vec_td1_return_estimate",
-                "vec_td_lambda_advantage_estimate", "vec_td_lambda_return_estimate", "vtrace_advantage_estimate"]
+    assert sorted(value.__all__) == sorted(
+        [
+            "GAE",
+            "MultiAgentGAE",
+            "TD0Estimate",
+            "TD0Estimator",
+            "TD1Estimate",
+            "TD1Estimator",
+            "TDLambdaEstimate",
+            "TDLambdaEstimator",
+            "ValueEstimatorBase",
+            "VTrace",
+            "ValueEstimators",
+        ]
+    )
+    expected = [
+        "generalized_advantage_estimate",
+        "reward2go",
+        "td0_advantage_estimate",
+        "td0_return_estimate",
+        "td1_advantage_estimate",
+        "td1_return_estimate",
+        "td_lambda_advantage_estimate",
+        "td_lambda_return_estimate",
+        "vec_generalized_advantage_estimate",
+        "vec_td1_advantage_estimate",
+        "vec_td1_return_estimate",
+        "vec_td_lambda_advantage_estimate",
+        "vec_td_lambda_return_estimate",
+        "vtrace_advantage_estimate",
+    ]
     assert sorted(vf.__all__) == expected
     assert vf.vec_generalized_advantage_estimate is F.vec_generalized_advantage_estimate
     # the deprecated names still build the estimator, with a DeprecationWarning
@@ -572,12 +646,20 @@ def test_value_module_exposes_torchrl_names():
         (lambda: GAE(gamma=-0.1, lmbda=0.9, value_network=None), r"GAE: gamma must be in \[0, 1\], got -0.1"),
         (lambda: GAE(gamma=0.9, lmbda=1.5, value_network=None), r"GAE: lmbda must be in \[0, 1\], got 1.5"),
         (lambda: GAE(gamma=float("nan"), lmbda=0.9, value_network=None), r"gamma must be in \[0, 1\], got nan"),
-        (lambda: GAE(gamma=torch.tensor([0.9, 1.2]), lmbda=0.9, value_network=None),
-         r"gamma must be in \[0, 1\], got a tensor with values in \[0.9, 1.2\]"),
-        (lambda: TDLambdaEstimator(gamma=0.9, lmbda=torch.tensor(-0.5), value_network=None), r"lmbda must be in \[0, 1\], got -0.5"),
+        (
+            lambda: GAE(gamma=torch.tensor([0.9, 1.2]), lmbda=0.9, value_network=None),
+            r"gamma must be in \[0, 1\], got a tensor with values in \[0.9, 1.2\]",
+        ),
+        (
+            lambda: TDLambdaEstimator(gamma=0.9, lmbda=torch.tensor(-0.5), value_network=None),
+            r"lmbda must be in \[0, 1\], got -0.5",
+        ),
         (lambda: TD0Estimator(gamma=2.0, value_network=None), r"TD0Estimator: gamma must be in \[0, 1\], got 2.0"),
         (lambda: TD1Estimator(gamma=-1, value_network=None), r"TD1Estimator: gamma must be in \[0, 1\], got -1"),
-        (lambda: VTrace(gamma=1.01, actor_network=make_actor(), value_network=None), r"VTrace: gamma must be in \[0, 1\]"),
+        (
+            lambda: VTrace(gamma=1.01, actor_network=make_actor(), value_network=None),
+            r"VTrace: gamma must be in \[0, 1\]",
+        ),
     ],
 )
 def test_gamma_and_lmbda_outside_the_unit_interval_are_refused(build, match):
@@ -614,8 +696,14 @@ def test_compile_gae_forward_fullgraph_matches_eager():
 
 @pytest.mark.parametrize(
     "name",
-    ["rl_objectives.functional", "rl_objectives.functional.value", "rl_objectives.functional.vtrace",
-     "rl_objectives.value", "rl_objectives.value.base", "rl_objectives.value.advantages"],
+    [
+        "rl_objectives.functional",
+        "rl_objectives.functional.value",
+        "rl_objectives.functional.vtrace",
+        "rl_objectives.value",
+        "rl_objectives.value.base",
+        "rl_objectives.value.advantages",
+    ],
 )
 def test_docstring_examples_run(name):
     result = doctest.testmod(importlib.import_module(name), optionflags=doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE)

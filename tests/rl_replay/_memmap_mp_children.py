@@ -1,4 +1,5 @@
 """Spawn-child targets for test_memmap_storage.py (importable by name: the test puts this folder on sys.path)."""
+
 from __future__ import annotations
 
 import time

@@ -9,6 +9,7 @@ Usage: python _replay_ckpt_concurrent.py ROLE ROOT N
 
 Prints one JSON line: {"role", "count", "errors", "seen"}.
 """
+
 from __future__ import annotations
 
 import json
@@ -30,8 +31,12 @@ LIMIT_S = 90.0  # never loop forever if a partner died
 
 def make(name: str) -> ReplayBuffer:
     n = {"A": 10, "B": 20}[name]
-    rb = ReplayBuffer(storage=LazyTensorStorage(64), sampler=SamplerWithoutReplacement(),
-                      generator=torch.Generator().manual_seed(n), batch_size=4)
+    rb = ReplayBuffer(
+        storage=LazyTensorStorage(64),
+        sampler=SamplerWithoutReplacement(),
+        generator=torch.Generator().manual_seed(n),
+        batch_size=4,
+    )
     g = torch.Generator().manual_seed(100 + n)
     rb.extend(TensorDict(obs=torch.randn(n, 3, generator=g), nxt={"r": torch.arange(n)}, batch_size=[n]))
     rb.sample()

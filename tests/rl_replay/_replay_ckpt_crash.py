@@ -14,6 +14,7 @@ Imports torch once, then forks one grandchild per kill point:
 
 Prints one JSON line: {"systematic": [...], "random": [...], "leftovers": [...]}.
 """
+
 from __future__ import annotations
 
 import builtins
@@ -36,8 +37,12 @@ PATH = os.path.join(ROOT, "ckpt")
 
 
 def make(n: int, seed: int) -> ReplayBuffer:
-    rb = ReplayBuffer(storage=LazyTensorStorage(64), sampler=SamplerWithoutReplacement(),
-                      generator=torch.Generator().manual_seed(seed), batch_size=4)
+    rb = ReplayBuffer(
+        storage=LazyTensorStorage(64),
+        sampler=SamplerWithoutReplacement(),
+        generator=torch.Generator().manual_seed(seed),
+        batch_size=4,
+    )
     g = torch.Generator().manual_seed(100 + n)
     rb.extend(TensorDict(obs=torch.randn(n, 3, generator=g), nxt={"r": torch.arange(n)}, batch_size=[n]))
     rb.sample()
@@ -82,6 +87,7 @@ def die_at(n: int) -> None:
                 os.kill(os.getpid(), signal.SIGKILL)
             count[0] += 1
             return fn(*args, **kwargs)
+
         return inner
 
     for name in _FS:

@@ -4,6 +4,7 @@ Importable by name from a fresh interpreter (pytest's importlib mode does not ma
 importable), so spawn / forkserver children can unpickle them. The test puts this folder on
 ``sys.path``; children inherit it. Keep imports minimal.
 """
+
 from __future__ import annotations
 
 import os

@@ -1,4 +1,5 @@
 """Bad arguments raise errors naming the argument, what was expected and what arrived, before any change."""
+
 from __future__ import annotations
 
 import pytest
@@ -14,8 +15,9 @@ from tdict import TensorDict
 
 
 def _filled(n: int = 5) -> ReplayBuffer:
-    rb = ReplayBuffer(storage=LazyTensorStorage(10), sampler=SamplerWithoutReplacement(),
-                      generator=torch.Generator().manual_seed(0))
+    rb = ReplayBuffer(
+        storage=LazyTensorStorage(10), sampler=SamplerWithoutReplacement(), generator=torch.Generator().manual_seed(0)
+    )
     rb.extend(torch.arange(float(n)))
     rb.sample(2)
     return rb
@@ -29,7 +31,9 @@ def _state(rb: ReplayBuffer) -> tuple:
 def test_sample_rejects_a_bad_batch_size(bad):
     rb = _filled()
     before = _state(rb)
-    with pytest.raises(ValueError, match=r"ReplayBuffer.sample: batch_size must be an int >= 0 .*got " + repr(bad).replace(".", r"\.")):
+    with pytest.raises(
+        ValueError, match=r"ReplayBuffer.sample: batch_size must be an int >= 0 .*got " + repr(bad).replace(".", r"\.")
+    ):
         rb.sample(bad)
     assert _state(rb) == before
 
@@ -47,14 +51,21 @@ def test_sample_takes_int_like_batch_sizes():
 def test_tensordict_buffer_extend_names_the_argument(data, got):
     rb = TensorDictReplayBuffer(storage=LazyTensorStorage(10))
     rb.extend(TensorDict(x=torch.zeros(2), batch_size=[2]))
-    with pytest.raises(TypeError, match=r"TensorDictReplayBuffer.extend: data must be a TensorDict of items \(or a list of dicts, one per item\), got " + got):
+    with pytest.raises(
+        TypeError,
+        match=r"TensorDictReplayBuffer.extend: data must be a TensorDict of items \(or a list of dicts, one per item\), got "
+        + got,
+    ):
         rb.extend(data)
     assert len(rb) == 2 and rb.writer.state_dict() == {"cursor": 2, "write_count": 2}
 
 
 def test_tensordict_buffer_add_names_the_argument():
     rb = TensorDictReplayBuffer(storage=ListStorage(10))
-    with pytest.raises(TypeError, match=r"TensorDictReplayBuffer.add: data must be a TensorDict \(or a dict\), got a tensor of shape \[2\]"):
+    with pytest.raises(
+        TypeError,
+        match=r"TensorDictReplayBuffer.add: data must be a TensorDict \(or a dict\), got a tensor of shape \[2\]",
+    ):
         rb.add(torch.zeros(2))
     assert len(rb) == 0
 
@@ -62,8 +73,14 @@ def test_tensordict_buffer_add_names_the_argument():
 @pytest.mark.parametrize(
     "writer, match",
     [
-        ({"cursor": "x", "write_count": 3}, r"state\['writer'\] is not a valid RoundRobinWriter state: .*state\['cursor'\] must be an int >= 0, got 'x'"),
-        ({"write_count": 3}, r"state\['writer'\].*state\['cursor'\] must be an int >= 0, got no such entry \(keys: \['write_count'\]\)"),
+        (
+            {"cursor": "x", "write_count": 3},
+            r"state\['writer'\] is not a valid RoundRobinWriter state: .*state\['cursor'\] must be an int >= 0, got 'x'",
+        ),
+        (
+            {"write_count": 3},
+            r"state\['writer'\].*state\['cursor'\] must be an int >= 0, got no such entry \(keys: \['write_count'\]\)",
+        ),
         ({"cursor": 1, "write_count": -2}, r"state\['write_count'\] must be an int >= 0, got -2"),
         ({"cursor": 10, "write_count": 10}, r"state\['cursor'\] must be < the capacity 10, got 10"),
         (None, r"state\['writer'\].*state must be a dict with \['cursor', 'write_count'\], got NoneType"),
@@ -95,7 +112,9 @@ def test_load_state_dict_bad_storage_or_sampler_or_rng_state_changes_nothing():
         with pytest.raises(ValueError, match=match):
             rb.load_state_dict(state)
         assert _state(rb) == before
-    with pytest.raises(ValueError, match=r"state must be a dict with 'storage', 'sampler' and 'writer' entries, got \['storage'\]"):
+    with pytest.raises(
+        ValueError, match=r"state must be a dict with 'storage', 'sampler' and 'writer' entries, got \['storage'\]"
+    ):
         rb.load_state_dict({"storage": {"len": 1}})
     rb.load_state_dict(source.state_dict())  # a good state still loads
     assert rb.writer.state_dict() == source.writer.state_dict() and len(rb) == 8

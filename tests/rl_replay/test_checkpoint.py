@@ -1,4 +1,5 @@
 """Replay-buffer checkpoints (rl_replay.checkpoint): exact resume, crash safety, corruption, no pickle."""
+
 from __future__ import annotations
 
 import importlib.util
@@ -39,9 +40,15 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 def _data(n: int, start: int = 0) -> TensorDict:
     g = torch.Generator().manual_seed(start)
     return TensorDict(
-        {"obs": torch.randn(n, 4, generator=g), "action": torch.arange(start, start + n),
-         "next": {"obs": torch.randn(n, 4, generator=g), "reward": torch.rand(n, generator=g),
-                  "done": torch.zeros(n, dtype=torch.bool)}},
+        {
+            "obs": torch.randn(n, 4, generator=g),
+            "action": torch.arange(start, start + n),
+            "next": {
+                "obs": torch.randn(n, 4, generator=g),
+                "reward": torch.rand(n, generator=g),
+                "done": torch.zeros(n, dtype=torch.bool),
+            },
+        },
         batch_size=[n],
     )
 
@@ -77,10 +84,14 @@ def _has(module: str) -> bool:
 
 
 # ---------------------------------------------------------------------------------- exact resume
-@pytest.mark.parametrize("sampler", [RandomSampler, lambda: SamplerWithoutReplacement(), lambda: SamplerWithoutReplacement(drop_last=True)])
+@pytest.mark.parametrize(
+    "sampler", [RandomSampler, lambda: SamplerWithoutReplacement(), lambda: SamplerWithoutReplacement(drop_last=True)]
+)
 def test_resume_same_samples(tmp_path, sampler):
     def make():
-        return ReplayBuffer(storage=LazyTensorStorage(50), sampler=sampler(), generator=torch.Generator().manual_seed(3))
+        return ReplayBuffer(
+            storage=LazyTensorStorage(50), sampler=sampler(), generator=torch.Generator().manual_seed(3)
+        )
 
     def fill(rb):
         rb.extend(_data(30))
@@ -135,7 +146,9 @@ def test_plain_tensor_and_multidim_storages(tmp_path):
 
 def test_tensordict_replay_buffer(tmp_path):
     def make():
-        return TensorDictReplayBuffer(storage=LazyTensorStorage(40), batch_size=6, generator=torch.Generator().manual_seed(9))
+        return TensorDictReplayBuffer(
+            storage=LazyTensorStorage(40), batch_size=6, generator=torch.Generator().manual_seed(9)
+        )
 
     def fill(rb):
         rb.extend(_data(25))
@@ -148,8 +161,17 @@ def test_tensordict_replay_buffer(tmp_path):
 
 
 def test_list_storage_objects(tmp_path):
-    items = [torch.arange(3), TensorDict(a=torch.ones(2), batch_size=[2]), {"k": [1, 2.5, None], 3: "int key"},
-             "text", (1, (2, "x")), None, True, 7, torch.tensor(2.0, dtype=torch.float64)]
+    items = [
+        torch.arange(3),
+        TensorDict(a=torch.ones(2), batch_size=[2]),
+        {"k": [1, 2.5, None], 3: "int key"},
+        "text",
+        (1, (2, "x")),
+        None,
+        True,
+        7,
+        torch.tensor(2.0, dtype=torch.float64),
+    ]
     rb = ReplayBuffer(storage=ListStorage(20))
     rb.extend(items)
     rb.dumps(tmp_path / "ck")
@@ -274,7 +296,9 @@ def test_missing_checkpoint(tmp_path):
         _fresh().loads(tmp_path / "nothing")
 
 
-@pytest.mark.parametrize("damage", ["no_marker", "no_part", "bad_json", "version", "format", "truncated", "missing_tensor", "tdict_meta"])
+@pytest.mark.parametrize(
+    "damage", ["no_marker", "no_part", "bad_json", "version", "format", "truncated", "missing_tensor", "tdict_meta"]
+)
 def test_corrupt_checkpoint_raises_clear_error(tmp_path, damage):
     _, path = _saved(tmp_path)
     storage_dir = path / "storage"
@@ -326,7 +350,9 @@ def test_loading_never_unpickles(tmp_path, monkeypatch):
 
 # ---------------------------------------------------------------------------------- parts and state trees
 def test_dump_part_load_part(tmp_path):
-    rb = ReplayBuffer(storage=LazyTensorStorage(10), sampler=SamplerWithoutReplacement(), generator=torch.Generator().manual_seed(0))
+    rb = ReplayBuffer(
+        storage=LazyTensorStorage(10), sampler=SamplerWithoutReplacement(), generator=torch.Generator().manual_seed(0)
+    )
     rb.extend(_data(7))
     rb.sample(3)
     dump_part(rb.storage, tmp_path / "s")
@@ -343,12 +369,21 @@ def test_dump_part_load_part(tmp_path):
         load_part(RandomSampler(), tmp_path / "w")
 
 
-_scalars = st.one_of(st.none(), st.booleans(), st.integers(-10**12, 10**12), st.floats(allow_nan=False), st.text(max_size=5))
-_tensors = st.builds(lambda n, dt: torch.arange(n).to(dt), st.integers(0, 5), st.sampled_from([torch.float32, torch.int64, torch.bool, torch.uint8]))
+_scalars = st.one_of(
+    st.none(), st.booleans(), st.integers(-(10**12), 10**12), st.floats(allow_nan=False), st.text(max_size=5)
+)
+_tensors = st.builds(
+    lambda n, dt: torch.arange(n).to(dt),
+    st.integers(0, 5),
+    st.sampled_from([torch.float32, torch.int64, torch.bool, torch.uint8]),
+)
 _trees = st.recursive(
     st.one_of(_scalars, _tensors),
-    lambda kids: st.one_of(st.lists(kids, max_size=3), st.tuples(kids, kids),
-                           st.dictionaries(st.one_of(st.text(max_size=4), st.integers(0, 9)), kids, max_size=3)),
+    lambda kids: st.one_of(
+        st.lists(kids, max_size=3),
+        st.tuples(kids, kids),
+        st.dictionaries(st.one_of(st.text(max_size=4), st.integers(0, 9)), kids, max_size=3),
+    ),
     max_leaves=8,
 )
 
@@ -379,8 +414,11 @@ def test_prioritized_sampler_resume(tmp_path):
     from rl_replay import PrioritizedSampler
 
     def make():
-        return ReplayBuffer(storage=LazyTensorStorage(64), sampler=PrioritizedSampler(64, alpha=0.7, beta=0.5),
-                            generator=torch.Generator().manual_seed(4))
+        return ReplayBuffer(
+            storage=LazyTensorStorage(64),
+            sampler=PrioritizedSampler(64, alpha=0.7, beta=0.5),
+            generator=torch.Generator().manual_seed(4),
+        )
 
     def fill(rb):
         rb.extend(_data(40))
@@ -405,8 +443,11 @@ def test_slice_sampler_resume(tmp_path):
     from rl_replay import SliceSampler
 
     def make():
-        return ReplayBuffer(storage=LazyTensorStorage(200), sampler=SliceSampler(slice_len=4, traj_key="episode"),
-                            generator=torch.Generator().manual_seed(6))
+        return ReplayBuffer(
+            storage=LazyTensorStorage(200),
+            sampler=SliceSampler(slice_len=4, traj_key="episode"),
+            generator=torch.Generator().manual_seed(6),
+        )
 
     def fill(rb):
         data = _data(120)
@@ -421,8 +462,11 @@ def test_max_value_writer_resume(tmp_path):
     from rl_replay import TensorDictMaxValueWriter
 
     def make():
-        return TensorDictReplayBuffer(storage=LazyTensorStorage(8), writer=TensorDictMaxValueWriter(rank_key="score"),
-                                      generator=torch.Generator().manual_seed(0))
+        return TensorDictReplayBuffer(
+            storage=LazyTensorStorage(8),
+            writer=TensorDictMaxValueWriter(rank_key="score"),
+            generator=torch.Generator().manual_seed(0),
+        )
 
     rb = make()
     rb.extend(TensorDict(score=torch.arange(10.0), batch_size=[10]))
@@ -436,8 +480,11 @@ def test_max_value_writer_resume(tmp_path):
 
 @pytest.mark.parametrize("kind", ["memmap", "compressed", "compact"])
 def test_other_storages_resume(tmp_path, kind):
-    module = {"memmap": "rl_replay.storages.memmap", "compressed": "rl_replay.storages.compressed",
-              "compact": "rl_replay.storages.compact"}[kind]
+    module = {
+        "memmap": "rl_replay.storages.memmap",
+        "compressed": "rl_replay.storages.compressed",
+        "compact": "rl_replay.storages.compact",
+    }[kind]
     if not _has(module):
         pytest.skip(f"{module} not written yet")
     import rl_replay

@@ -1,5 +1,6 @@
 """Two processes dumping one checkpoint path while a third loads it: no dump fails, every load
 holds exactly one of the two complete checkpoints, and no temp dir is left behind."""
+
 from __future__ import annotations
 
 import json
@@ -18,8 +19,12 @@ SCRIPT = os.path.join(HERE, "_replay_ckpt_concurrent.py")
 def test_concurrent_dumpers_and_a_loader(tmp_path):
     n = 200
     procs = [
-        subprocess.Popen([sys.executable, SCRIPT, role, str(tmp_path), str(n)],
-                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        subprocess.Popen(
+            [sys.executable, SCRIPT, role, str(tmp_path), str(n)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
         for role in ("dump-A", "dump-B", "load")
     ]
     results = []

@@ -1,6 +1,7 @@
 """Loading a damaged checkpoint either raises CheckpointError with the buffer unchanged, or loads a
 usable buffer: byte flips at every position of the checkpoint's JSON files, and every entry removed
 or renamed."""
+
 from __future__ import annotations
 
 import json
@@ -25,25 +26,41 @@ from tdict import TensorDict, is_tensor_collection
 def _steps(n: int, start: int) -> TensorDict:
     g = torch.Generator().manual_seed(start)
     return TensorDict(
-        {"obs": torch.randn(n, 3, generator=g), "action": torch.arange(start, start + n),
-         "next": {"reward": torch.rand(n, generator=g), "done": torch.zeros(n, dtype=torch.bool)}},
+        {
+            "obs": torch.randn(n, 3, generator=g),
+            "action": torch.arange(start, start + n),
+            "next": {"reward": torch.rand(n, generator=g), "done": torch.zeros(n, dtype=torch.bool)},
+        },
         batch_size=[n],
     )
 
 
 def _td_buffer() -> ReplayBuffer:
-    return TensorDictReplayBuffer(storage=LazyTensorStorage(30), sampler=SamplerWithoutReplacement(),
-                                  generator=torch.Generator().manual_seed(1), batch_size=4)
+    return TensorDictReplayBuffer(
+        storage=LazyTensorStorage(30),
+        sampler=SamplerWithoutReplacement(),
+        generator=torch.Generator().manual_seed(1),
+        batch_size=4,
+    )
 
 
 def _list_buffer() -> ReplayBuffer:
-    return ReplayBuffer(storage=ListStorage(20), sampler=RandomSampler(), collate_fn=list,
-                        generator=torch.Generator().manual_seed(1), batch_size=3)
+    return ReplayBuffer(
+        storage=ListStorage(20),
+        sampler=RandomSampler(),
+        collate_fn=list,
+        generator=torch.Generator().manual_seed(1),
+        batch_size=3,
+    )
 
 
 def _prioritized_buffer() -> ReplayBuffer:
-    return ReplayBuffer(storage=LazyMemmapStorage(16), sampler=PrioritizedSampler(16, alpha=0.7, beta=0.5),
-                        generator=torch.Generator().manual_seed(1), batch_size=3)
+    return ReplayBuffer(
+        storage=LazyMemmapStorage(16),
+        sampler=PrioritizedSampler(16, alpha=0.7, beta=0.5),
+        generator=torch.Generator().manual_seed(1),
+        batch_size=3,
+    )
 
 
 CONFIGS = {
@@ -86,7 +103,8 @@ def _same(a, b) -> bool:
         if is_tensor_collection(a):
             keys = sorted(map(str, a.keys(True, True)))
             return keys == sorted(map(str, b.keys(True, True))) and all(
-                torch.equal(a.get(k), b.get(k)) for k in a.keys(True, True))
+                torch.equal(a.get(k), b.get(k)) for k in a.keys(True, True)
+            )
         return a.shape == b.shape and a.dtype == b.dtype and torch.equal(a, b)
     if isinstance(a, (list, tuple)):
         return type(a) is type(b) and len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b))

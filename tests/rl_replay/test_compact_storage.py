@@ -1,6 +1,7 @@
 """CompactTensorStorage: every read equals what a LazyTensorStorage fed the same writes returns
 (streams with episode ends, wrap-around, out-of-order writes, [time, env] rows), the side table stays
 small and does not leak, bad writes change nothing, and the memory saving is real."""
+
 from __future__ import annotations
 
 import pytest
@@ -16,7 +17,9 @@ from rl_replay import (
 from tdict import TensorDict
 
 
-def _stream(T: int, env: int | None = None, seed: int = 0, ep_len: float = 7.0, obs_shape=(3,), high: int = 4) -> TensorDict:
+def _stream(
+    T: int, env: int | None = None, seed: int = 0, ep_len: float = 7.0, obs_shape=(3,), high: int = 4
+) -> TensorDict:
     """Transitions of one stream (or ``env`` streams as [T, env]): next obs of t is obs of t+1 unless done."""
     g = torch.Generator().manual_seed(seed)
     shape = (T,) if env is None else (T, env)
@@ -95,8 +98,12 @@ def test_property_reads_equal_a_reference_storage(chunks, random_writes, seed):
 
 def test_sampled_batches_equal_reference_ndim2():
     data = _stream(60, 4, seed=3)
-    rb_c = ReplayBuffer(storage=CompactTensorStorage(80, ndim=2), batch_size=50, generator=torch.Generator().manual_seed(0))
-    rb_r = ReplayBuffer(storage=LazyTensorStorage(80, ndim=2), batch_size=50, generator=torch.Generator().manual_seed(0))
+    rb_c = ReplayBuffer(
+        storage=CompactTensorStorage(80, ndim=2), batch_size=50, generator=torch.Generator().manual_seed(0)
+    )
+    rb_r = ReplayBuffer(
+        storage=LazyTensorStorage(80, ndim=2), batch_size=50, generator=torch.Generator().manual_seed(0)
+    )
     for start in range(0, 60, 9):
         rb_c.extend(data[start : start + 9])
         rb_r.extend(data[start : start + 9])
@@ -155,7 +162,9 @@ def test_obs_keys_must_exist():
 
 def test_nan_and_negative_zero_are_rebuilt_bit_exactly():
     obs = torch.tensor([[float("nan")], [0.0], [-0.0], [1.0]])
-    data = TensorDict({"observation": obs[:3], "next": {"observation": torch.tensor([[float("nan")], [-0.0], [0.0]])}}, batch_size=[3])
+    data = TensorDict(
+        {"observation": obs[:3], "next": {"observation": torch.tensor([[float("nan")], [-0.0], [0.0]])}}, batch_size=[3]
+    )
     s = CompactTensorStorage(5)
     s.set(torch.arange(3), data)
     out = s.get(torch.arange(3))["next", "observation"]
@@ -223,7 +232,14 @@ def test_memory_saving_for_pixel_observations():
     done[49::50] = True  # episodes of 50 steps; the final frame differs from the next reset frame
     nxt = pixels[1:].clone()
     nxt[done] = torch.randint(0, 256, (int(done.sum()), 3, 32, 32), dtype=torch.uint8, generator=g)
-    data = TensorDict({"pixels": pixels[:T], "action": torch.zeros(T, 4), "next": {"pixels": nxt, "done": done, "reward": torch.zeros(T)}}, batch_size=[T])
+    data = TensorDict(
+        {
+            "pixels": pixels[:T],
+            "action": torch.zeros(T, 4),
+            "next": {"pixels": nxt, "done": done, "reward": torch.zeros(T)},
+        },
+        batch_size=[T],
+    )
     compact, ref = ReplayBuffer(storage=CompactTensorStorage(cap)), ReplayBuffer(storage=LazyTensorStorage(cap))
     for start in range(0, T, 40):
         compact.extend(data[start : start + 40])

@@ -1,5 +1,6 @@
 """CompressedListStorage: exact round trips (dtypes, nested TensorDicts, odd shapes), batched reads
 stack, custom codecs, bad writes change nothing, and the data really is compressed."""
+
 from __future__ import annotations
 
 import zlib
@@ -9,8 +10,19 @@ import torch
 from rl_replay import CompressedListStorage, ReplayBuffer
 from tdict import TensorDict
 
-_DTYPES = [torch.float32, torch.float64, torch.float16, torch.bfloat16, torch.int64, torch.int32, torch.int16,
-           torch.int8, torch.uint8, torch.bool, torch.complex64]
+_DTYPES = [
+    torch.float32,
+    torch.float64,
+    torch.float16,
+    torch.bfloat16,
+    torch.int64,
+    torch.int32,
+    torch.int16,
+    torch.int8,
+    torch.uint8,
+    torch.bool,
+    torch.complex64,
+]
 
 
 def _tensor(dtype: torch.dtype, shape: tuple, seed: int = 0) -> torch.Tensor:

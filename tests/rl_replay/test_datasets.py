@@ -1,4 +1,5 @@
 """Offline datasets: Minari and D4RL files written here, loaded, checked value by value against the source."""
+
 from __future__ import annotations
 
 import json
@@ -76,8 +77,13 @@ def _write_minari(minari_root, episodes, dataset_id=MINARI_ID, metadata=True):
             infos.create_dataset("after", data=e["after"])
             infos.create_dataset("text", data=["a"] * (len(e["rewards"]) + 1), dtype=h5py.string_dtype())
     if metadata:
-        meta = {"dataset_id": dataset_id, "total_episodes": len(episodes), "data_format": "hdf5",
-                "total_steps": sum(len(e["rewards"]) for e in episodes.values()), "observation_space": "{}"}
+        meta = {
+            "dataset_id": dataset_id,
+            "total_episodes": len(episodes),
+            "data_format": "hdf5",
+            "total_steps": sum(len(e["rewards"]) for e in episodes.values()),
+            "observation_space": "{}",
+        }
         (data / "metadata.json").write_text(json.dumps(meta))
     return data / "main_data.hdf5"
 
@@ -127,8 +133,9 @@ def test_minari_every_transition_equals_source(minari_setup):
 
 def test_minari_sampling_shapes_and_readonly(minari_setup):
     _, minari_root, root = minari_setup
-    ds = MinariExperienceReplay(MINARI_ID, batch_size=5, root=root, minari_root=minari_root,
-                                generator=torch.Generator().manual_seed(0))
+    ds = MinariExperienceReplay(
+        MINARI_ID, batch_size=5, root=root, minari_root=minari_root, generator=torch.Generator().manual_seed(0)
+    )
     sample, info = ds.sample(return_info=True)
     assert sample.batch_size == (5,)
     assert sample["observation", "pos"].shape == (5, 2) and sample["observation", "goal", "xy"].shape == (5, 2)
@@ -140,8 +147,12 @@ def test_minari_sampling_shapes_and_readonly(minari_setup):
     with pytest.raises(RuntimeError, match="read-only"):
         ds.extend(ds[:2])
     # same generator seed -> same samples
-    a = MinariExperienceReplay(MINARI_ID, batch_size=5, root=root, minari_root=minari_root, generator=torch.Generator().manual_seed(3))
-    b = MinariExperienceReplay(MINARI_ID, batch_size=5, root=root, minari_root=minari_root, generator=torch.Generator().manual_seed(3))
+    a = MinariExperienceReplay(
+        MINARI_ID, batch_size=5, root=root, minari_root=minari_root, generator=torch.Generator().manual_seed(3)
+    )
+    b = MinariExperienceReplay(
+        MINARI_ID, batch_size=5, root=root, minari_root=minari_root, generator=torch.Generator().manual_seed(3)
+    )
     assert torch.equal(a.sample()["action"], b.sample()["action"])
 
 
@@ -202,8 +213,13 @@ def test_minari_split_trajs(minari_setup):
 def test_minari_slice_sampler(minari_setup):
     slice_module = pytest.importorskip("rl_replay.samplers.slice")
     _, minari_root, root = minari_setup
-    ds = MinariExperienceReplay(MINARI_ID, batch_size=4, root=root, minari_root=minari_root,
-                                sampler=slice_module.SliceSampler(slice_len=2, traj_key="episode"))
+    ds = MinariExperienceReplay(
+        MINARI_ID,
+        batch_size=4,
+        root=root,
+        minari_root=minari_root,
+        sampler=slice_module.SliceSampler(slice_len=2, traj_key="episode"),
+    )
     sample = ds.sample()
     assert sample["action"].shape[0] == 4
     episode = sample["episode"].reshape(2, 2)
@@ -328,8 +344,15 @@ def _reference_shift(src, with_timeouts=True):
     out = []
     for k, (i, nobs, ep) in enumerate(rows):
         last = k + 1 == len(rows) or rows[k + 1][2] != ep
-        out.append({"i": i, "next_obs": nobs, "episode": ep, "terminated": bool(src["terminals"][i]),
-                    "truncated": bool(last and not src["terminals"][i])})
+        out.append(
+            {
+                "i": i,
+                "next_obs": nobs,
+                "episode": ep,
+                "terminated": bool(src["terminals"][i]),
+                "truncated": bool(last and not src["terminals"][i]),
+            }
+        )
     return out
 
 
@@ -480,6 +503,7 @@ def test_offline_dataset_subclass(tmp_path):
     class Pairs(OfflineDataset):
         def _make_tensordict(self):
             from tdict import TensorDict
+
             return TensorDict(image=torch.arange(24.0).reshape(6, 4), label=torch.arange(6), batch_size=[6])
 
     ds = Pairs("pairs", batch_size=3, root=tmp_path)

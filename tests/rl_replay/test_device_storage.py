@@ -1,6 +1,7 @@
 """Storages with a device: sampled batches land on it and equal a CPU reference buffer fed the same
 data with the same generator. The "cuda" cases are marked ``gpu`` (skipped without a CUDA device);
 the "cpu" cases run the same checks everywhere."""
+
 from __future__ import annotations
 
 import pytest
@@ -41,7 +42,9 @@ def _check_same(batch: TensorDict, ref: TensorDict, device: str) -> None:
 
 def _pair(storage, capacity: int = 64, ndim: int = 1):
     rb = ReplayBuffer(storage=storage, batch_size=32, generator=torch.Generator().manual_seed(0))
-    ref = ReplayBuffer(storage=LazyTensorStorage(capacity, ndim=ndim), batch_size=32, generator=torch.Generator().manual_seed(0))
+    ref = ReplayBuffer(
+        storage=LazyTensorStorage(capacity, ndim=ndim), batch_size=32, generator=torch.Generator().manual_seed(0)
+    )
     return rb, ref
 
 

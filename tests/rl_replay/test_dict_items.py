@@ -3,6 +3,7 @@
 Expected values were read from TorchRL 0.14.1 (``torchrl.data.ReplayBuffer`` with the same storages
 and ``torch.manual_seed(0)`` before sampling) and are written here literally.
 """
+
 from __future__ import annotations
 
 import pytest
@@ -66,16 +67,21 @@ def test_list_storage_keeps_each_dict_and_collates():
     rb = ReplayBuffer(storage=ListStorage(10), batch_size=2)
     rb.extend([{"x": torch.tensor([float(i)]), "y": i, "text": f"s{i}"} for i in range(3)])
     assert rb.storage.get(1) == {"x": torch.tensor([1.0]), "y": 1, "text": "s1"}
-    assert _plain(rb[:]) == {"x": ("torch.float32", [3, 1], [[0.0], [1.0], [2.0]]),
-                             "y": ("torch.int64", [3], [0, 1, 2]), "text": ["s0", "s1", "s2"]}
+    assert _plain(rb[:]) == {
+        "x": ("torch.float32", [3, 1], [[0.0], [1.0], [2.0]]),
+        "y": ("torch.int64", [3], [0, 1, 2]),
+        "text": ["s0", "s1", "s2"],
+    }
 
 
 @pytest.mark.parametrize("kind", STORAGES)
 def test_nested_dicts(kind):
     rb = ReplayBuffer(storage=STORAGES[kind](10))
     rb.extend([{"x": torch.tensor([float(i)]), "sub": {"z": torch.tensor(i)}} for i in range(4)])
-    assert _plain(rb[:]) == {"x": ("torch.float32", [4, 1], [[0.0], [1.0], [2.0], [3.0]]),
-                             "sub": {"z": ("torch.int64", [4], [0, 1, 2, 3])}}
+    assert _plain(rb[:]) == {
+        "x": ("torch.float32", [4, 1], [[0.0], [1.0], [2.0], [3.0]]),
+        "sub": {"z": ("torch.int64", [4], [0, 1, 2, 3])},
+    }
     assert _plain(rb[1]) == {"x": ("torch.float32", [1], [1.0]), "sub": {"z": ("torch.int64", [], 1)}}
 
 
@@ -84,7 +90,10 @@ def test_add_one_dict_then_extend(kind):
     rb = ReplayBuffer(storage=STORAGES[kind](10))
     assert rb.add({"x": torch.zeros(2), "y": torch.tensor(1)}) == 0
     assert rb.extend([{"x": torch.ones(2), "y": torch.tensor(2)}]).tolist() == [1]
-    assert _plain(rb[:]) == {"x": ("torch.float32", [2, 2], [[0.0, 0.0], [1.0, 1.0]]), "y": ("torch.int64", [2], [1, 2])}
+    assert _plain(rb[:]) == {
+        "x": ("torch.float32", [2, 2], [[0.0, 0.0], [1.0, 1.0]]),
+        "y": ("torch.int64", [2], [1, 2]),
+    }
 
 
 def test_extend_with_a_dict_of_batches():
@@ -131,10 +140,21 @@ def test_tensordict_replay_buffer_list_of_dicts(kind):
     [
         ({"x": torch.zeros(2)}, KeyError, r"item 2 has other keys than item 0: missing \['y'\], unexpected \[\]"),
         ({"x": torch.zeros(2), "y": torch.tensor(0), "z": 1}, KeyError, r"item 2 .*missing \[\], unexpected \['z'\]"),
-        ({"x": torch.zeros(3), "y": torch.tensor(0)}, ValueError,
-         r"key 'x' of item 2 is a float32 tensor of shape \[3\], expected a float32 tensor of shape \[2\] as in item 0"),
-        ({"x": torch.zeros(2, dtype=torch.float64), "y": torch.tensor(0)}, ValueError, r"key 'x' of item 2 is a float64 tensor"),
-        ({"x": torch.zeros(2), "y": 0}, ValueError, r"key 'y' of item 2 is an int, expected an int64 tensor of shape \[\]"),
+        (
+            {"x": torch.zeros(3), "y": torch.tensor(0)},
+            ValueError,
+            r"key 'x' of item 2 is a float32 tensor of shape \[3\], expected a float32 tensor of shape \[2\] as in item 0",
+        ),
+        (
+            {"x": torch.zeros(2, dtype=torch.float64), "y": torch.tensor(0)},
+            ValueError,
+            r"key 'x' of item 2 is a float64 tensor",
+        ),
+        (
+            {"x": torch.zeros(2), "y": 0},
+            ValueError,
+            r"key 'y' of item 2 is an int, expected an int64 tensor of shape \[\]",
+        ),
         ("not a dict", TypeError, r"item 2 is a str, expected a dict like item 0"),
     ],
 )

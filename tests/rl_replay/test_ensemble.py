@@ -1,4 +1,5 @@
 """ReplayBufferEnsemble: member choice, stacking, buffer ids, indexing, priority routing."""
+
 from __future__ import annotations
 
 import pytest
@@ -6,7 +7,11 @@ import torch
 from tdict import LazyStackedTensorDict, TensorDict
 
 from rl_replay import (
-    LazyTensorStorage, RandomSampler, ReplayBuffer, ReplayBufferEnsemble, SamplerWithoutReplacement,
+    LazyTensorStorage,
+    RandomSampler,
+    ReplayBuffer,
+    ReplayBufferEnsemble,
+    SamplerWithoutReplacement,
     TensorDictReplayBuffer,
 )
 
@@ -93,8 +98,9 @@ def test_tensor_members_and_indexing():
 
 def test_built_from_storages_and_samplers():
     storages = [LazyTensorStorage(4), LazyTensorStorage(4)]
-    ens = ReplayBufferEnsemble(storages=storages, samplers=[SamplerWithoutReplacement(), RandomSampler()],
-                               sample_from_all=True, batch_size=6)
+    ens = ReplayBufferEnsemble(
+        storages=storages, samplers=[SamplerWithoutReplacement(), RandomSampler()], sample_from_all=True, batch_size=6
+    )
     ens[0].extend(TensorDict(x=torch.arange(4), batch_size=[4]))
     ens[1].extend(TensorDict(x=torch.arange(4) + 100, batch_size=[4]))
     # member 0 has 4 items without replacement: 3 per batch → epochs roll over inside one draw
@@ -105,8 +111,14 @@ def test_built_from_storages_and_samplers():
 
 def test_generator_makes_sampling_reproducible():
     def make():
-        return ReplayBufferEnsemble(*[member(v) for v in (0, 1, 2)], p=[1, 2, 3], num_buffer_sampled=2,
-                                    batch_size=8, generator=torch.Generator().manual_seed(7))
+        return ReplayBufferEnsemble(
+            *[member(v) for v in (0, 1, 2)],
+            p=[1, 2, 3],
+            num_buffer_sampled=2,
+            batch_size=8,
+            generator=torch.Generator().manual_seed(7),
+        )
+
     a, b = make(), make()
     for _ in range(5):
         sa, sb = a.sample(), b.sample()

@@ -1,4 +1,5 @@
 """examples/replay_outside_rl.py runs with rl-replay, rl-tdict and torch only, and its epochs match the dataset."""
+
 from __future__ import annotations
 
 import re
@@ -21,7 +22,9 @@ runpy.run_path({path!r}, run_name="__main__")
 def test_example_runs_without_sibling_packages():
     proc = subprocess.run(
         [sys.executable, "-c", _RUNNER.format(path=str(EXAMPLE))],
-        capture_output=True, text=True, timeout=120,
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     out = proc.stdout
@@ -29,7 +32,9 @@ def test_example_runs_without_sibling_packages():
     assert counts is not None, out
     counts = [int(c) for c in counts.group(1).split(",")]
     assert sum(counts) == 600 and len(counts) == 10
-    epochs = re.findall(r"\[memory\] epoch (\d+): (\d+) batches, each image once: (\w+), class counts match dataset: (\w+)", out)
+    epochs = re.findall(
+        r"\[memory\] epoch (\d+): (\d+) batches, each image once: (\w+), class counts match dataset: (\w+)", out
+    )
     assert [e[0] for e in epochs] == ["0", "1"]
     for _, n_batches, once, match in epochs:
         assert int(n_batches) == 10  # ceil(600 / 64)

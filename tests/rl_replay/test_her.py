@@ -1,4 +1,5 @@
 """HERReplayBuffer: relabelled goals and rewards against a loop reference of episode boundaries."""
+
 from __future__ import annotations
 
 import pytest
@@ -68,8 +69,14 @@ def fill(rb, total, chunk_sizes, p_done=0.12, seed=0, with_traj=False):
 @pytest.mark.parametrize("strategy", ["future", "final", "episode"])
 @pytest.mark.parametrize("cap,total", [(500, 137), (40, 173)])
 def test_relabelled_goals_within_episode(strategy, cap, total):
-    rb = HERReplayBuffer(td_reward, strategy=strategy, her_ratio=0.75, storage=LazyTensorStorage(cap),
-                         batch_size=64, generator=torch.Generator().manual_seed(1))
+    rb = HERReplayBuffer(
+        td_reward,
+        strategy=strategy,
+        her_ratio=0.75,
+        storage=LazyTensorStorage(cap),
+        batch_size=64,
+        generator=torch.Generator().manual_seed(1),
+    )
     done, _ = fill(rb, total, [7, 1, 30, 3])
     ref = reference_ranges(done, None, total, cap)
     for _ in range(5):
@@ -94,12 +101,21 @@ def test_relabelled_goals_within_episode(strategy, cap, total):
 
 def test_traj_key_boundaries():
     cap, total = 60, 150
-    rb = HERReplayBuffer(gym_reward, strategy="episode", her_ratio=1.0, storage=LazyTensorStorage(cap),
-                         batch_size=128, traj_key="traj", generator=torch.Generator().manual_seed(2))
+    rb = HERReplayBuffer(
+        gym_reward,
+        strategy="episode",
+        her_ratio=1.0,
+        storage=LazyTensorStorage(cap),
+        batch_size=128,
+        traj_key="traj",
+        generator=torch.Generator().manual_seed(2),
+    )
     done, traj = fill(rb, total, [9, 4, 22], with_traj=True)
     ref = reference_ranges(done, traj, total, cap)
     batch = rb.sample()
-    for p, gl, r in zip(batch["pos"].tolist(), batch["desired_goal"][:, 0].long().tolist(), batch["next", "reward"].tolist()):
+    for p, gl, r in zip(
+        batch["pos"].tolist(), batch["desired_goal"][:, 0].long().tolist(), batch["next", "reward"].tolist()
+    ):
         start, end = ref[p]
         assert start <= gl <= end
         assert r == float(gl == p)
@@ -108,8 +124,13 @@ def test_traj_key_boundaries():
 def test_goal_distribution_is_uniform():
     # one open episode of 6 steps: "episode" picks each step 1/6 of the time, "future" from step 2 each of 2..5 1/4
     for strategy, expected_support in [("episode", range(0, 6)), ("future", range(2, 6))]:
-        rb = HERReplayBuffer(td_reward, strategy=strategy, her_ratio=1.0, storage=LazyTensorStorage(10),
-                             generator=torch.Generator().manual_seed(3))
+        rb = HERReplayBuffer(
+            td_reward,
+            strategy=strategy,
+            her_ratio=1.0,
+            storage=LazyTensorStorage(10),
+            generator=torch.Generator().manual_seed(3),
+        )
         rb.extend(steps(0, 6, [False] * 6))
         goals = []
         for _ in range(40):
@@ -125,8 +146,13 @@ def test_goal_distribution_is_uniform():
 
 
 def test_open_episode_closed_by_later_write_and_add():
-    rb = HERReplayBuffer(td_reward, strategy="final", her_ratio=1.0, storage=LazyTensorStorage(20),
-                         generator=torch.Generator().manual_seed(4))
+    rb = HERReplayBuffer(
+        td_reward,
+        strategy="final",
+        her_ratio=1.0,
+        storage=LazyTensorStorage(20),
+        generator=torch.Generator().manual_seed(4),
+    )
     rb.extend(steps(0, 4, [False] * 4))
     assert (rb.sample(16)["desired_goal"][:, 0] == 3).all()  # open episode: last step written so far
     for p in range(4, 7):
@@ -162,8 +188,9 @@ def test_reward_shape_mismatch_and_bad_input_raise_before_writing():
 
 def test_state_dict_round_trip_and_empty():
     def make():
-        return HERReplayBuffer(td_reward, storage=LazyTensorStorage(30), batch_size=16,
-                               generator=torch.Generator().manual_seed(5))
+        return HERReplayBuffer(
+            td_reward, storage=LazyTensorStorage(30), batch_size=16, generator=torch.Generator().manual_seed(5)
+        )
 
     a = make()
     fill(a, 45, [8, 5])
@@ -180,13 +207,23 @@ def test_state_dict_round_trip_and_empty():
 
 @pytest.mark.parametrize("total", [25, 77])  # not full / wrapped around
 def test_bookkeeping_rebuilt_from_storage_equals_incremental(total):
-    rb = HERReplayBuffer(td_reward, storage=LazyTensorStorage(30), traj_key="traj", batch_size=16,
-                         generator=torch.Generator().manual_seed(6))
+    rb = HERReplayBuffer(
+        td_reward,
+        storage=LazyTensorStorage(30),
+        traj_key="traj",
+        batch_size=16,
+        generator=torch.Generator().manual_seed(6),
+    )
     fill(rb, total, [8, 5, 1], with_traj=True)
     state = rb.state_dict()
     del state["her"]  # e.g. a checkpoint that holds only items, sampler and writer
-    rebuilt = HERReplayBuffer(td_reward, storage=LazyTensorStorage(30), traj_key="traj", batch_size=16,
-                              generator=torch.Generator().manual_seed(6))
+    rebuilt = HERReplayBuffer(
+        td_reward,
+        storage=LazyTensorStorage(30),
+        traj_key="traj",
+        batch_size=16,
+        generator=torch.Generator().manual_seed(6),
+    )
     fill(rebuilt, total, [8, 5, 1], with_traj=True)  # same items
     rebuilt._ep_start.fill_(12345)  # bookkeeping lost: load_state_dict without "her" rebuilds it
     rebuilt._ep_end.fill_(-7)
@@ -202,8 +239,10 @@ def test_bookkeeping_rebuilt_from_storage_equals_incremental(total):
 
 def test_dumps_loads_restore_same_samples(tmp_path):
     def make():
-        return HERReplayBuffer(td_reward, storage=LazyTensorStorage(30), batch_size=16,
-                               generator=torch.Generator().manual_seed(8))
+        return HERReplayBuffer(
+            td_reward, storage=LazyTensorStorage(30), batch_size=16, generator=torch.Generator().manual_seed(8)
+        )
+
     a = make()
     fill(a, 45, [8, 5])
     a.dumps(tmp_path / "her_ckpt")

@@ -1,4 +1,5 @@
 """TensorDictMaxValueWriter: keeps the highest-ranked items; checked against a one-at-a-time heap reference."""
+
 from __future__ import annotations
 
 import heapq
@@ -43,8 +44,10 @@ class HeapReference:
 
 
 def _batch(ids: list, ranks: list) -> TensorDict:
-    return TensorDict({"id": torch.tensor(ids, dtype=torch.int64), "next": {"reward": torch.tensor(ranks, dtype=torch.float64)}},
-                      batch_size=[len(ids)])
+    return TensorDict(
+        {"id": torch.tensor(ids, dtype=torch.int64), "next": {"reward": torch.tensor(ranks, dtype=torch.float64)}},
+        batch_size=[len(ids)],
+    )
 
 
 def _run(capacity: int, batches: list) -> tuple:
@@ -108,7 +111,10 @@ def test_distinct_ranks_match_reference(case, seed):
 
 
 @settings(max_examples=60)
-@given(capacity=st.integers(1, 8), batches=st.lists(st.lists(st.integers(0, 4).map(float), min_size=1, max_size=10), min_size=1, max_size=5))
+@given(
+    capacity=st.integers(1, 8),
+    batches=st.lists(st.lists(st.integers(0, 4).map(float), min_size=1, max_size=10), min_size=1, max_size=5),
+)
 def test_tied_ranks_keep_same_multiset(capacity, batches):
     rb, ref, rank_of, returned = _run(capacity, batches)
     assert sorted(rb.storage.get(torch.arange(len(rb)))["next", "reward"].tolist()) == ref.stored_ranks()
@@ -133,14 +139,23 @@ def test_tie_rules():
 def test_reductions(reduction):
     g = torch.Generator().manual_seed(0)
     rewards = torch.randn(9, 5, generator=g)
-    ref = {"sum": np.sum, "max": np.max, "min": np.min, "mean": np.mean,
-           "median": lambda x, axis: np.sort(x, axis=axis)[:, (x.shape[1] - 1) // 2]}[reduction](rewards.numpy(), axis=1)
-    rb = TensorDictReplayBuffer(storage=LazyTensorStorage(4), writer=TensorDictMaxValueWriter(rank_key="r", reduction=reduction))
+    ref = {
+        "sum": np.sum,
+        "max": np.max,
+        "min": np.min,
+        "mean": np.mean,
+        "median": lambda x, axis: np.sort(x, axis=axis)[:, (x.shape[1] - 1) // 2],
+    }[reduction](rewards.numpy(), axis=1)
+    rb = TensorDictReplayBuffer(
+        storage=LazyTensorStorage(4), writer=TensorDictMaxValueWriter(rank_key="r", reduction=reduction)
+    )
     data = TensorDict(r=rewards, id=torch.arange(9), batch_size=[9])
     rb.extend(data)
     kept = sorted(rb.storage.get(torch.arange(4))["id"].tolist())
     assert kept == sorted(np.argsort(-ref, kind="stable")[:4].tolist())
-    assert torch.allclose(rb.writer._ranks[:4].sort().values, torch.tensor(np.sort(ref)[-4:], dtype=torch.float64), atol=1e-6)
+    assert torch.allclose(
+        rb.writer._ranks[:4].sort().values, torch.tensor(np.sort(ref)[-4:], dtype=torch.float64), atol=1e-6
+    )
 
 
 def test_trajectory_items_rank_by_summed_reward():
@@ -241,8 +256,11 @@ def test_not_stored_items_leave_priorities_alone():
         pytest.skip("rl_replay.samplers.prioritized not written yet")
     from rl_replay import PrioritizedSampler
 
-    rb = TensorDictReplayBuffer(storage=LazyTensorStorage(4), sampler=PrioritizedSampler(4, 1.0, 0.5),
-                                writer=TensorDictMaxValueWriter(rank_key="r"))
+    rb = TensorDictReplayBuffer(
+        storage=LazyTensorStorage(4),
+        sampler=PrioritizedSampler(4, 1.0, 0.5),
+        writer=TensorDictMaxValueWriter(rank_key="r"),
+    )
     rb.extend(TensorDict(r=torch.arange(4.0), batch_size=[4]))
     rb.update_priority(torch.arange(4), torch.tensor([1.0, 2.0, 3.0, 0.5]))
     # -5 is not stored (index -1): slot 3's priority must not change; 9 replaces slot 0 (rank 0)

@@ -1,5 +1,6 @@
 """LazyMemmapStorage: values on disk equal what was written, bad writes change nothing, scratch-dir
 rules (existsok, temporary-dir cleanup), and a writer and a sampler in two spawn processes."""
+
 from __future__ import annotations
 
 import gc
@@ -75,8 +76,10 @@ def test_tensor_data_and_dtypes():
     s.set(5, torch.tensor([7, 8, 9], dtype=torch.int16))
     assert len(s) == 6 and s.get(5).tolist() == [7, 8, 9]
     td = TensorDict(
-        b=torch.tensor([True, False, True]), h=torch.tensor([1.5, -2.0, 0.25], dtype=torch.float16),
-        u=torch.tensor([[1, 2], [3, 4], [255, 0]], dtype=torch.uint8), batch_size=[3],
+        b=torch.tensor([True, False, True]),
+        h=torch.tensor([1.5, -2.0, 0.25], dtype=torch.float16),
+        u=torch.tensor([[1, 2], [3, 4], [255, 0]], dtype=torch.uint8),
+        batch_size=[3],
     )
     t = LazyMemmapStorage(3)
     t.set(torch.arange(3), td)
@@ -277,7 +280,9 @@ def test_checkpoint_round_trip_into_a_new_scratch_dir(tmp_path):
     rb = ReplayBuffer(storage=LazyMemmapStorage(20), generator=torch.Generator().manual_seed(0))
     rb.extend(_transitions(0, 25))
     rb.dumps(tmp_path / "ckpt")
-    restored = ReplayBuffer(storage=LazyMemmapStorage(20, scratch_dir=tmp_path / "scratch"), generator=torch.Generator())
+    restored = ReplayBuffer(
+        storage=LazyMemmapStorage(20, scratch_dir=tmp_path / "scratch"), generator=torch.Generator()
+    )
     restored.loads(tmp_path / "ckpt")
     assert len(restored) == 20 and restored.writer._cursor == 5
     _assert_td_equal(restored.sample(8), rb.sample(8))

@@ -1,5 +1,6 @@
 """One buffer, several processes: a shared LazyTensorStorage and a shared writer cursor
 (rl_replay.shared.make_shared), child failures surfacing in the parent (BufferProcess)."""
+
 from __future__ import annotations
 
 import multiprocessing
@@ -27,7 +28,9 @@ multiprocessing.get_context(CTX).set_forkserver_preload(["torch", "tdict", "rl_r
 
 
 def _shared(cap: int = 100, cls=ReplayBuffer) -> ReplayBuffer:
-    return make_shared(cls(storage=LazyTensorStorage(cap), generator=torch.Generator().manual_seed(0)), children.rows(0, 1))
+    return make_shared(
+        cls(storage=LazyTensorStorage(cap), generator=torch.Generator().manual_seed(0)), children.rows(0, 1)
+    )
 
 
 def _reference(cap: int, batches: list) -> ReplayBuffer:
@@ -81,7 +84,9 @@ def test_writer_in_child_sampler_in_parent_concurrently():
                 n = len(rb)  # read after sampling: the child keeps writing, and the length only grows
                 # rows written before len grew are complete: every entry matches the row's id
                 assert bool((batch["id"] < n).all())
-                assert torch.equal(batch["obs"], torch.stack([batch["id"], 2 * batch["id"], 3 * batch["id"]], -1).float())
+                assert torch.equal(
+                    batch["obs"], torch.stack([batch["id"], 2 * batch["id"], 3 * batch["id"]], -1).float()
+                )
                 seen.append(n)
             time.sleep(0.002)
         p.join(timeout=60)
@@ -91,8 +96,9 @@ def test_writer_in_child_sampler_in_parent_concurrently():
 
 def test_child_exception_surfaces_in_parent():
     rb = _shared(100)
-    with BufferProcess(children.extend_then_fail, rb, 0, 5, context=CTX) as p, pytest.raises(
-        ChildProcessError, match="exit code 1.*ValueError: writer failed after 5 items"
+    with (
+        BufferProcess(children.extend_then_fail, rb, 0, 5, context=CTX) as p,
+        pytest.raises(ChildProcessError, match="exit code 1.*ValueError: writer failed after 5 items"),
     ):
         p.join(timeout=60)
     assert not p.alive
@@ -101,7 +107,10 @@ def test_child_exception_surfaces_in_parent():
 
 def test_killed_child_surfaces_in_parent():
     rb = _shared(100)
-    with BufferProcess(children.die_hard, rb, context=CTX) as p, pytest.raises(ChildProcessError, match="killed by signal 9"):
+    with (
+        BufferProcess(children.die_hard, rb, context=CTX) as p,
+        pytest.raises(ChildProcessError, match="killed by signal 9"),
+    ):
         p.join(timeout=60)
     assert not p.alive
 

@@ -1,4 +1,5 @@
 """PrioritizedSampler and prioritized buffers: frequencies, weights, updates, multi-dim storages, state, threads."""
+
 from __future__ import annotations
 
 import math
@@ -31,7 +32,9 @@ def _chi2(counts: np.ndarray, probs: np.ndarray) -> float:
 
 
 def _buffer(n, alpha, beta, seed=0, **kw):
-    rb = PrioritizedReplayBuffer(alpha=alpha, beta=beta, storage=LazyTensorStorage(n), generator=torch.Generator().manual_seed(seed), **kw)
+    rb = PrioritizedReplayBuffer(
+        alpha=alpha, beta=beta, storage=LazyTensorStorage(n), generator=torch.Generator().manual_seed(seed), **kw
+    )
     rb.extend(torch.arange(n))
     return rb
 
@@ -139,14 +142,17 @@ def test_trees_equal_recomputation_from_stored_priorities(n, alpha, updates):
 
 def test_ndim2_storage():
     storage = LazyTensorStorage(12, ndim=2)  # 3 rows (time) x 4 envs
-    rb = TensorDictPrioritizedReplayBuffer(alpha=1.0, beta=1.0, storage=storage, batch_size=3000,
-                                           generator=torch.Generator().manual_seed(0))
-    data = TensorDict(obs=torch.arange(12.0).reshape(3, 4), td_error=torch.arange(1.0, 13.0).reshape(3, 4), batch_size=[3, 4])
+    rb = TensorDictPrioritizedReplayBuffer(
+        alpha=1.0, beta=1.0, storage=storage, batch_size=3000, generator=torch.Generator().manual_seed(0)
+    )
+    data = TensorDict(
+        obs=torch.arange(12.0).reshape(3, 4), td_error=torch.arange(1.0, 13.0).reshape(3, 4), batch_size=[3, 4]
+    )
     rb.extend(data)
     assert rb.sampler._priority.tolist() == list(range(1, 13))
     sample, info = rb.sample(return_info=True)
     assert isinstance(info["index"], tuple) and sample["index"].shape == (3000, 2)
-    flat = (sample["index"][:, 0] * 4 + sample["index"][:, 1])
+    flat = sample["index"][:, 0] * 4 + sample["index"][:, 1]
     assert torch.equal(sample["obs"], flat.float())
     counts = np.bincount(flat.numpy(), minlength=12)
     assert _chi2(counts, np.arange(1, 13) / 78) < CHI2_999[11]
@@ -162,7 +168,9 @@ def test_ndim2_storage():
 
 def test_tensordict_buffer_extend_priorities_and_reduction():
     rb = TensorDictPrioritizedReplayBuffer(alpha=1.0, beta=1.0, storage=LazyTensorStorage(6), reduction="mean")
-    rb.extend(TensorDict(obs=torch.zeros(3), td_error=torch.tensor([[1.0, 3.0], [2.0, 2.0], [0.0, 8.0]]), batch_size=[3]))
+    rb.extend(
+        TensorDict(obs=torch.zeros(3), td_error=torch.tensor([[1.0, 3.0], [2.0, 2.0], [0.0, 8.0]]), batch_size=[3])
+    )
     assert rb.sampler._priority[:3].tolist() == [2.0, 2.0, 4.0]
     # items without a priority entry get the max seen (a storage holds one set of keys: another buffer)
     plain = TensorDictPrioritizedReplayBuffer(alpha=1.0, beta=1.0, storage=LazyTensorStorage(6))
@@ -181,9 +189,20 @@ def test_tensordict_buffer_extend_priorities_and_reduction():
 
 def test_state_dict_roundtrip_gives_identical_samples():
     def make():
-        rb = TensorDictPrioritizedReplayBuffer(alpha=0.7, beta=0.5, storage=LazyTensorStorage(100), batch_size=16,
-                                               generator=torch.Generator().manual_seed(3))
-        rb.extend(TensorDict(obs=torch.arange(100.0), td_error=torch.rand(100, generator=torch.Generator().manual_seed(1)), batch_size=[100]))
+        rb = TensorDictPrioritizedReplayBuffer(
+            alpha=0.7,
+            beta=0.5,
+            storage=LazyTensorStorage(100),
+            batch_size=16,
+            generator=torch.Generator().manual_seed(3),
+        )
+        rb.extend(
+            TensorDict(
+                obs=torch.arange(100.0),
+                td_error=torch.rand(100, generator=torch.Generator().manual_seed(1)),
+                batch_size=[100],
+            )
+        )
         return rb
 
     rb = make()
@@ -215,7 +234,9 @@ def test_max_priority_within_buffer():
 
 
 def test_list_storage_and_reset():
-    rb = PrioritizedReplayBuffer(alpha=1.0, beta=1.0, storage=ListStorage(5), generator=torch.Generator().manual_seed(0))
+    rb = PrioritizedReplayBuffer(
+        alpha=1.0, beta=1.0, storage=ListStorage(5), generator=torch.Generator().manual_seed(0)
+    )
     rb.extend(["a", "b", "c"])
     rb.update_priority(torch.tensor([1]), 1e6)
     assert rb.sample(5) == ["b"] * 5
@@ -225,8 +246,13 @@ def test_list_storage_and_reset():
 
 def test_async_writer_and_learner_keep_trees_consistent():
     capacity = 2000
-    rb = TensorDictPrioritizedReplayBuffer(alpha=0.6, beta=0.4, storage=LazyTensorStorage(capacity), batch_size=64,
-                                           generator=torch.Generator().manual_seed(0))
+    rb = TensorDictPrioritizedReplayBuffer(
+        alpha=0.6,
+        beta=0.4,
+        storage=LazyTensorStorage(capacity),
+        batch_size=64,
+        generator=torch.Generator().manual_seed(0),
+    )
     rb.extend(TensorDict(obs=torch.zeros(64), td_error=torch.rand(64), batch_size=[64]))
     stop = threading.Event()
     errors: list = []
@@ -237,7 +263,9 @@ def test_async_writer_and_learner_keep_trees_consistent():
         k = 0
         while not stop.is_set():
             n = int(torch.randint(1, 50, (1,), generator=g))
-            rb.extend(TensorDict(obs=torch.full((n,), float(k)), td_error=torch.rand(n, generator=g) * 5, batch_size=[n]))
+            rb.extend(
+                TensorDict(obs=torch.full((n,), float(k)), td_error=torch.rand(n, generator=g) * 5, batch_size=[n])
+            )
             k += 1
 
     def learner():

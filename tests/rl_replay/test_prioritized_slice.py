@@ -1,4 +1,5 @@
 """PrioritizedSliceSampler: start steps follow priorities among the steps that can start a slice."""
+
 from __future__ import annotations
 
 import pytest
@@ -13,10 +14,15 @@ from .test_slice import check_slices, chi2_sf, make_data, ref_trajectories
 
 def build(lengths, slice_len, capacity=200, seed=0, **kw):
     done = torch.cat([torch.arange(n) == n - 1 for n in lengths])
-    sampler = PrioritizedSliceSampler(capacity, alpha=kw.pop("alpha", 1.0), beta=kw.pop("beta", 0.5),
-                                      slice_len=slice_len, **kw)
-    rb = TensorDictReplayBuffer(storage=LazyTensorStorage(capacity), sampler=sampler, batch_size=slice_len * 400,
-                                generator=torch.Generator().manual_seed(seed))
+    sampler = PrioritizedSliceSampler(
+        capacity, alpha=kw.pop("alpha", 1.0), beta=kw.pop("beta", 0.5), slice_len=slice_len, **kw
+    )
+    rb = TensorDictReplayBuffer(
+        storage=LazyTensorStorage(capacity),
+        sampler=sampler,
+        batch_size=slice_len * 400,
+        generator=torch.Generator().manual_seed(seed),
+    )
     index = rb.extend(make_data(done))
     trajs = ref_trajectories(done.tolist(), len(done), capacity, len(done) - 1, True)
     return rb, index, trajs
@@ -108,8 +114,9 @@ def test_priority_weight_and_tensordict_priority_update():
 def test_wraparound_and_new_items_get_max_priority():
     capacity, slice_len = 30, 4
     sampler = PrioritizedSliceSampler(capacity, alpha=1.0, beta=1.0, slice_len=slice_len, traj_key="episode")
-    rb = TensorDictReplayBuffer(storage=LazyTensorStorage(capacity), sampler=sampler, batch_size=40,
-                                generator=torch.Generator().manual_seed(0))
+    rb = TensorDictReplayBuffer(
+        storage=LazyTensorStorage(capacity), sampler=sampler, batch_size=40, generator=torch.Generator().manual_seed(0)
+    )
     stored = torch.zeros(capacity, dtype=torch.int64)
     written = 0
     for chunk in [20, 20, 7]:

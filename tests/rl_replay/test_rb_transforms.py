@@ -1,4 +1,5 @@
 """MultiStepTransform and RandomCropTensorDict against loop references; rl_envs transforms as buffer transforms."""
+
 from __future__ import annotations
 
 import pytest
@@ -112,7 +113,9 @@ def test_short_first_write_returns_none_then_catches_up():
     assert t.inv(full[:2]) is None
     out = t.inv(full[2:])
     assert out.batch_size == (7,)
-    torch.testing.assert_close(out["next", "reward"], n_step_returns(full, n_steps=3, gamma=GAMMA)["next", "reward"][:7])
+    torch.testing.assert_close(
+        out["next", "reward"], n_step_returns(full, n_steps=3, gamma=GAMMA)["next", "reward"][:7]
+    )
 
 
 def test_multistep_in_buffer_across_extends():
@@ -192,7 +195,8 @@ rl_envs = pytest.importorskip("rl_envs")
 
 def test_rl_envs_reward_scaling_at_sample_time():
     rb = ReplayBuffer(
-        storage=LazyTensorStorage(50), batch_size=20,
+        storage=LazyTensorStorage(50),
+        batch_size=20,
         transform=rl_envs.RewardScaling(loc=1.0, scale=2.0, in_keys=[("next", "reward")]),
     )
     data = make_traj((), 30, seed=2)
@@ -218,12 +222,15 @@ def test_rl_envs_catframes_on_sampled_trajectories():
     T = 6
     done = torch.tensor([False, False, True, False, False, False])
     trajs = TensorDict(
-        {"obs": torch.arange(T, dtype=torch.float32).view(1, T, 1).expand(4, T, 1).clone(),
-         "next": {"done": done.expand(4, T).clone()}},
+        {
+            "obs": torch.arange(T, dtype=torch.float32).view(1, T, 1).expand(4, T, 1).clone(),
+            "next": {"done": done.expand(4, T).clone()},
+        },
         batch_size=[4, T],
     )
-    rb = ReplayBuffer(storage=LazyTensorStorage(4), batch_size=2,
-                      transform=rl_envs.CatFrames(N=2, dim=-1, in_keys=["obs"]))
+    rb = ReplayBuffer(
+        storage=LazyTensorStorage(4), batch_size=2, transform=rl_envs.CatFrames(N=2, dim=-1, in_keys=["obs"])
+    )
     rb.extend(trajs)
     batch = rb.sample()
     # loop reference: frame t-1 within the episode, the first frame repeated at episode starts

@@ -1,4 +1,5 @@
 """Parameter schedulers against hand-computed sequences."""
+
 from __future__ import annotations
 
 import pytest
@@ -45,7 +46,9 @@ def test_lambda_and_list_and_state_dict():
     assert sampler.beta == pytest.approx(0.7) and sampler.alpha == pytest.approx(0.15)
     state = lst.state_dict()
     sampler2 = PrioritizedSampler(10, alpha=0.15, beta=0.7)
-    lst2 = SchedulerList([LinearScheduler(sampler2, "beta", 1.0, 5), LambdaScheduler(sampler2, "alpha", lambda n: 0.5**n)])
+    lst2 = SchedulerList(
+        [LinearScheduler(sampler2, "beta", 1.0, 5), LambdaScheduler(sampler2, "alpha", lambda n: 0.5**n)]
+    )
     lst2.load_state_dict(state)
     lst.step()
     lst2.step()

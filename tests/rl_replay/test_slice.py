@@ -1,4 +1,5 @@
 """SliceSampler / SliceSamplerWithoutReplacement against a loop reference of the stored trajectories."""
+
 from __future__ import annotations
 
 import json
@@ -62,12 +63,20 @@ def make_data(done: torch.Tensor, **extra) -> TensorDict:
 
 
 def make_rb(capacity: int, sampler, batch_size: int, seed: int = 0, ndim: int = 1) -> TensorDictReplayBuffer:
-    return TensorDictReplayBuffer(storage=LazyTensorStorage(capacity, ndim=ndim), sampler=sampler, batch_size=batch_size,
-                                  generator=torch.Generator().manual_seed(seed))
+    return TensorDictReplayBuffer(
+        storage=LazyTensorStorage(capacity, ndim=ndim),
+        sampler=sampler,
+        batch_size=batch_size,
+        generator=torch.Generator().manual_seed(seed),
+    )
 
 
 def chi2_sf(stat: float, dof: int) -> float:
-    return float(torch.special.gammaincc(torch.tensor(dof / 2.0, dtype=torch.float64), torch.tensor(stat / 2.0, dtype=torch.float64)))
+    return float(
+        torch.special.gammaincc(
+            torch.tensor(dof / 2.0, dtype=torch.float64), torch.tensor(stat / 2.0, dtype=torch.float64)
+        )
+    )
 
 
 def random_done(n: int, p: float, seed: int) -> torch.Tensor:
@@ -235,7 +244,9 @@ def test_incremental_index_matches_reference(capacity, chunks, traj_mode, empty_
             continue  # several writes (maybe more than the capacity) before the index catches up
         index_ = sampler._sync(rb.storage)
         start, length, _ = index_.trajectories()
-        got = [[(t + index_.phase) % capacity for t in range(s, s + n)] for s, n in zip(start.tolist(), length.tolist())]
+        got = [
+            [(t + index_.phase) % capacity for t in range(s, s + n)] for s, n in zip(start.tolist(), length.tolist())
+        ]
         expected = ref_trajectories(stored.tolist(), min(written, capacity), capacity, last_row, not traj_mode)
         assert got == expected
 
@@ -257,8 +268,9 @@ def test_unnotified_writes_and_state_dict():
     rb = make_rb(30, SliceSampler(slice_len=3), 9, seed=5)
     rb.extend(make_data(random_done(40, 0.2, 3)))
     state = json.loads(json.dumps(rb.state_dict()["sampler"]))
-    rb2 = TensorDictReplayBuffer(storage=rb.storage, sampler=SliceSampler(slice_len=3), batch_size=9,
-                                 generator=torch.Generator().manual_seed(5))
+    rb2 = TensorDictReplayBuffer(
+        storage=rb.storage, sampler=SliceSampler(slice_len=3), batch_size=9, generator=torch.Generator().manual_seed(5)
+    )
     rb2.sampler.load_state_dict(state)
     assert torch.equal(rb.sample()["index"], rb2.sample()["index"])
 
@@ -363,7 +375,9 @@ def test_ndim2_storage_columns_are_separate_sequences():
     T, E, slice_len = 30, 3, 4
     gen = torch.Generator().manual_seed(0)
     done = torch.rand(T, E, generator=gen) < 0.15
-    data = TensorDict(step=torch.arange(T * E).view(T, E), next=TensorDict(done=done, batch_size=[T, E]), batch_size=[T, E])
+    data = TensorDict(
+        step=torch.arange(T * E).view(T, E), next=TensorDict(done=done, batch_size=[T, E]), batch_size=[T, E]
+    )
     for kind in ("end", "traj"):
         if kind == "traj":
             data["traj"] = done.long().cumsum(0) - done.long() + 100 * torch.arange(E)
@@ -371,7 +385,9 @@ def test_ndim2_storage_columns_are_separate_sequences():
         else:
             sampler = SliceSampler(slice_len=slice_len)
         storage = LazyTensorStorage(20 * E, ndim=2)  # 20 rows: 30 written steps wrap around
-        rb = TensorDictReplayBuffer(storage=storage, sampler=sampler, batch_size=40, generator=torch.Generator().manual_seed(1))
+        rb = TensorDictReplayBuffer(
+            storage=storage, sampler=sampler, batch_size=40, generator=torch.Generator().manual_seed(1)
+        )
         rb.extend(data[:12])
         rb.extend(data[12:])
         last_row = (T - 1) % 20
@@ -387,7 +403,10 @@ def test_ndim2_storage_columns_are_separate_sequences():
             batch, info = rb.sample(return_info=True)
             rows, cols = info["index"]
             pairs = list(zip(rows.tolist(), cols.tolist()))
-            assert torch.equal(batch["step"], data["step"][torch.tensor([(T - 20 + (r - last_row - 1) % 20) for r in rows.tolist()]), cols])
+            assert torch.equal(
+                batch["step"],
+                data["step"][torch.tensor([(T - 20 + (r - last_row - 1) % 20) for r in rows.tolist()]), cols],
+            )
             where = {p: (j, k) for j, t in enumerate(col_trajs) for k, p in enumerate(t)}
             for s in range(10):
                 chunk = pairs[s * 4 : s * 4 + 4]

@@ -1,4 +1,5 @@
 """Tensor storages keep the batch dims of nested groups (e.g. agents), in samples and checkpoints."""
+
 import pytest
 import torch
 from tdict import TensorDict

@@ -1,4 +1,5 @@
 """SumTree / MinTree against numpy references: random update sequences, range queries, prefix search."""
+
 from __future__ import annotations
 
 import math

@@ -4,6 +4,7 @@ They live in their own module, importable by name from a fresh interpreter (test
 imported by pytest's importlib mode are not), so spawn and forkserver children can unpickle them.
 The tests put this folder on ``sys.path`` (inherited by the children). Keep imports minimal.
 """
+
 from __future__ import annotations
 
 import os
@@ -88,7 +89,10 @@ def write_shared(td):
     td["nested", "b"].add_(2)
     td.set_(("nested", "deeper", "c"), torch.full_like(td["nested", "deeper", "c"], 7.0))
     td[1] = TensorDict(
-        {"a": torch.full((2, 3), 5.0), "nested": {"b": torch.full((2,), -1), "deeper": {"c": torch.full((2, 2, 2), 9.0)}}},
+        {
+            "a": torch.full((2, 3), 5.0),
+            "nested": {"b": torch.full((2,), -1), "deeper": {"c": torch.full((2, 2, 2), 9.0)}},
+        },
         batch_size=[2],
     )
     td[2:, 1] = 0

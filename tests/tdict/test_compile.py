@@ -4,6 +4,7 @@ Most cases use the "eager" backend (Dynamo tracing is what is under test and ind
 is slow on small machines); one test runs aot_eager with a backward pass, one the default
 inductor backend.
 """
+
 from __future__ import annotations
 
 import pytest
@@ -82,7 +83,9 @@ CASES = {
     "to_dtype": lambda td: td.exclude("next").to(torch.float64),
     "tree_map": lambda td: tree_map(lambda x: x * 2, td.exclude("next")),
     "vmap": lambda td: torch.vmap(lambda t: t["obs"].sum() + t["reward"])(td),
-    "vmap_returns_td": lambda td: torch.vmap(lambda t: t.exclude("next").apply(lambda x: x * 2).set("s", t["obs"].sum()))(td),
+    "vmap_returns_td": lambda td: torch.vmap(
+        lambda t: t.exclude("next").apply(lambda x: x * 2).set("s", t["obs"].sum())
+    )(td),
 }
 
 

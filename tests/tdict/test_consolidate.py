@@ -134,7 +134,9 @@ def test_pickle_roundtrip_mixed():
 
 @needs_non_tensor
 def test_non_tensor_entries():
-    td = TensorDict({"a": torch.arange(3), "text": "hello", "n": {"obj": NonTensorData({"k": (1, 2)}, batch_size=[3])}}, [3])
+    td = TensorDict(
+        {"a": torch.arange(3), "text": "hello", "n": {"obj": NonTensorData({"k": (1, 2)}, batch_size=[3])}}, [3]
+    )
     td["stack"] = torch.stack([NonTensorData("x"), NonTensorData("y"), NonTensorData("x")])
     c = td.consolidate()
     assert c["text"] == "hello" and c["n", "obj"] == {"k": (1, 2)} and c["stack"] == ["x", "y", "x"]

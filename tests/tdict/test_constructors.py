@@ -1,5 +1,6 @@
 """tdict._constructors: from_dict / fromkeys / from_* conversions, pytrees, make_tensordict,
 merge_tensordicts, maybe_dense_stack / dense_stack_tds, assert_allclose_td, unravel_key_list."""
+
 from __future__ import annotations
 
 import collections
@@ -11,9 +12,28 @@ import torch
 
 import tdict
 from tdict import (
-    LazyStackedTensorDict, NonTensorData, NonTensorStack, TensorDict, assert_allclose_td, assert_close, default_is_leaf,
-    dense_stack_tds, from_any, from_dataclass, from_dict, from_namedtuple, from_pytree, from_struct_array, from_tuple,
-    fromkeys, is_tensorclass, lazy_stack, make_tensordict, maybe_dense_stack, merge_tensordicts, unravel_key_list,
+    LazyStackedTensorDict,
+    NonTensorData,
+    NonTensorStack,
+    TensorDict,
+    assert_allclose_td,
+    assert_close,
+    default_is_leaf,
+    dense_stack_tds,
+    from_any,
+    from_dataclass,
+    from_dict,
+    from_namedtuple,
+    from_pytree,
+    from_struct_array,
+    from_tuple,
+    fromkeys,
+    is_tensorclass,
+    lazy_stack,
+    make_tensordict,
+    maybe_dense_stack,
+    merge_tensordicts,
+    unravel_key_list,
 )
 
 Point = collections.namedtuple("Point", ["pos", "vel"])
@@ -28,7 +48,9 @@ class Sample:
 
 # ---------------------------------------------------------------------------- from_dict / fromkeys
 def test_from_dict_infers_and_converts_containers():
-    td = from_dict({"a": torch.zeros(3, 4), "t": (torch.zeros(3, 4), torch.ones(3)), "p": Point(torch.zeros(3), torch.ones(3))})
+    td = from_dict(
+        {"a": torch.zeros(3, 4), "t": (torch.zeros(3, 4), torch.ones(3)), "p": Point(torch.zeros(3), torch.ones(3))}
+    )
     assert td.batch_size == torch.Size([3]) and td["t"].batch_size == torch.Size([3])
     assert sorted(td["t"].keys()) == ["0", "1"] and torch.equal(td["p", "vel"], torch.ones(3))
     scalar = from_dict({"a": torch.zeros(3, 4), "t": (torch.zeros(3, 4), 1)})  # the scalar caps the tuple's batch size
@@ -41,7 +63,11 @@ def test_from_dict_infers_and_converts_containers():
 
 def test_from_dict_lists_and_errors():
     td = from_dict({"n": [1, 2, 3], "s": ["a", "b"]}, auto_batch_size=False)
-    assert torch.equal(td["n"], torch.tensor([1, 2, 3])) and isinstance(td.get("s"), NonTensorStack) and td["s"] == ["a", "b"]
+    assert (
+        torch.equal(td["n"], torch.tensor([1, 2, 3]))
+        and isinstance(td.get("s"), NonTensorStack)
+        and td["s"] == ["a", "b"]
+    )
     existing = TensorDict(a=torch.zeros(2))
     assert from_dict(existing) is existing
     with pytest.raises(ValueError, match="batch_size or batch_dims"):
@@ -101,7 +127,12 @@ def test_from_dataclass_makes_tensorclasses():
     inst = cls(obs=torch.zeros(2), batch_size=[2])
     assert inst.label == "s" and inst.extra.tolist() == [1, 2]
     obj = from_dataclass(Sample(torch.ones(4, 3), label="x", extra=[1, 2, 3, 4]), auto_batch_size=True)
-    assert type(obj) is cls and obj.batch_size == torch.Size([4]) and obj.label == "x" and torch.equal(obj.obs, torch.ones(4, 3))
+    assert (
+        type(obj) is cls
+        and obj.batch_size == torch.Size([4])
+        and obj.label == "x"
+        and torch.equal(obj.obs, torch.ones(4, 3))
+    )
     via_td = TensorDict.from_dataclass(Sample(torch.ones(2)), as_tensorclass=True)
     assert type(via_td) is cls
     with pytest.raises(TypeError, match="dataclass"):
@@ -114,7 +145,11 @@ def test_from_struct_array():
     arr = np.zeros(3, dtype=[("a", np.float32), ("b", np.int64, (2,))])
     arr["b"] = [[1, 2], [3, 4], [5, 6]]
     td = from_struct_array(arr)
-    assert td.batch_size == torch.Size([3]) and td["a"].dtype == torch.float32 and td["b"].tolist() == [[1, 2], [3, 4], [5, 6]]
+    assert (
+        td.batch_size == torch.Size([3])
+        and td["a"].dtype == torch.float32
+        and td["b"].tolist() == [[1, 2], [3, 4], [5, 6]]
+    )
     td["b"][0, 0] = 9
     assert arr["b"][0, 0] == 1  # a copy, not a view
     assert from_any(arr)["b"].shape == torch.Size([3, 2])
@@ -141,7 +176,11 @@ def test_pytree_round_trip():
         pass
 
     key = Key()
-    tree = ([torch.zeros(3), torch.ones(2)], {"t": torch.ones(2), key: torch.zeros(1), "l": [1, 2], 5: "five"}, Point(torch.zeros(2), 3.0))
+    tree = (
+        [torch.zeros(3), torch.ones(2)],
+        {"t": torch.ones(2), key: torch.zeros(1), "l": [1, 2], 5: "five"},
+        Point(torch.zeros(2), 3.0),
+    )
     td = TensorDict.from_pytree(tree)
     assert isinstance(td, TensorDict) and td["_pytree_type"] is tuple
     back = td.to_pytree()
@@ -155,7 +194,9 @@ def test_pytree_round_trip():
 
 
 def test_from_pytree_batch_size_and_edge_cases():
-    assert from_pytree({"a": torch.zeros(3, 2), "b": [torch.zeros(3)]}, auto_batch_size=True).batch_size == torch.Size([3])
+    assert from_pytree({"a": torch.zeros(3, 2), "b": [torch.zeros(3)]}, auto_batch_size=True).batch_size == torch.Size(
+        [3]
+    )
     assert from_pytree({"a": torch.zeros(3, 2)}, auto_batch_size=True, batch_dims=1).batch_size == torch.Size([3])
     td = from_pytree({"a": torch.zeros(3, 2), "b": [torch.zeros(3)]}, batch_size=[3])
     assert td.batch_size == torch.Size([3]) and td["b"].batch_size == torch.Size([3])
@@ -187,7 +228,9 @@ def test_merge_tensordicts():
     assert out["common"].tolist() == [0, 1, 2] and out["f"].item() == 2
     assert sorted(out["a"].keys()) == ["b0", "b1", "b2"] and "b1" not in td0["a"].keys()
     assert merge_tensordicts(TensorDict(c=0), TensorDict(c=1))["c"].item() == 0
-    partial = merge_tensordicts(TensorDict(c=0), TensorDict(c=1, d=2), TensorDict(d=3), callback_exist=lambda *v: sum(v))
+    partial = merge_tensordicts(
+        TensorDict(c=0), TensorDict(c=1, d=2), TensorDict(d=3), callback_exist=lambda *v: sum(v)
+    )
     assert partial["c"].item() == 0 and partial["d"].item() == 2  # not in every collection: first one wins
     by_key = merge_tensordicts(TensorDict(c=0, d=0), TensorDict(c=1, d=1), callback_exist={"c": lambda *v: sum(v)})
     assert by_key["c"].item() == 1 and by_key["d"].item() == 0
@@ -221,7 +264,12 @@ def test_maybe_dense_stack():
 
 def test_dense_stack_tds_keeps_keys_of_some_members_of_nested_lazy_stacks():
     def inner(scale):
-        return lazy_stack([TensorDict({"x": torch.zeros(1) + scale}), TensorDict({"x": torch.ones(1) * scale, "y": torch.full((1,), 10.0 * scale)})])
+        return lazy_stack(
+            [
+                TensorDict({"x": torch.zeros(1) + scale}),
+                TensorDict({"x": torch.ones(1) * scale, "y": torch.full((1,), 10.0 * scale)}),
+            ]
+        )
 
     stacked = lazy_stack([TensorDict({"n": inner(1.0)}, [2]), TensorDict({"n": inner(2.0)}, [2])])
     dense = dense_stack_tds(stacked)
@@ -287,11 +335,23 @@ def test_unravel_key_list_and_default_is_leaf():
         unravel_key_list("ab")
     # tensordict 0.14: non-tensor data is not a leaf under default_is_leaf, it is under is_leaf_nontensor
     assert default_is_leaf(torch.Tensor) and not default_is_leaf(TensorDict) and not default_is_leaf(NonTensorData)
-    assert tdict.is_leaf_nontensor(torch.Tensor) and not tdict.is_leaf_nontensor(TensorDict) and tdict.is_leaf_nontensor(NonTensorData)
+    assert (
+        tdict.is_leaf_nontensor(torch.Tensor)
+        and not tdict.is_leaf_nontensor(TensorDict)
+        and tdict.is_leaf_nontensor(NonTensorData)
+    )
 
 
 def test_exports():
-    for name in ("from_dict", "fromkeys", "from_pytree", "from_any", "make_tensordict", "merge_tensordicts", "assert_close"):
+    for name in (
+        "from_dict",
+        "fromkeys",
+        "from_pytree",
+        "from_any",
+        "make_tensordict",
+        "merge_tensordicts",
+        "assert_close",
+    ):
         assert name in tdict.__all__ and hasattr(tdict, name)
     for name in ("fromkeys", "from_pytree", "from_namedtuple", "from_tuple", "from_dataclass", "from_any", "from_dict"):
         assert callable(getattr(TensorDict, name))

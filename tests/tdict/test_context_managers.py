@@ -1,4 +1,5 @@
 """``with td.flatten_keys() as f:``, ``unflatten_keys`` and ``view``: what the block writes comes back."""
+
 from __future__ import annotations
 
 import pytest

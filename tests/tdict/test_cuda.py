@@ -1,4 +1,5 @@
 """Device paths of the container, on a real CUDA device (skipped without one)."""
+
 import pytest
 import torch
 
@@ -50,7 +51,9 @@ def test_stack_cat_apply_arithmetic_on_cuda():
     assert torch.cat(tds, 0).batch_size == torch.Size([12, 3])
     out = (tds[0] + tds[1]).apply(lambda x: x * 2)
     assert torch.equal(out["obs"].cpu(), make()["obs"] * 4)
-    assert torch.equal((tds[0] * torch.arange(3.0, device="cuda"))["obs"].cpu(), make()["obs"] * torch.arange(3.0).view(3, 1))
+    assert torch.equal(
+        (tds[0] * torch.arange(3.0, device="cuda"))["obs"].cpu(), make()["obs"] * torch.arange(3.0).view(3, 1)
+    )
     lz = lazy_stack([tds[0], tds[1].exclude("obs")], 0)
     assert lz["next", "reward"].is_cuda
 

@@ -1,4 +1,5 @@
 """The runnable examples in tdict's docstrings stay runnable."""
+
 import doctest
 import importlib
 import pkgutil

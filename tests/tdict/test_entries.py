@@ -1,5 +1,6 @@
 """EntryOpsMixin: per-entry reads/writes, conversions, introspection, non-tensor helpers, new_* factories,
 combining leaves and separating keys, on TensorDicts, lazy stacks and tensor classes."""
+
 from __future__ import annotations
 
 import collections
@@ -20,7 +21,12 @@ def nested() -> TensorDict:
 def stack(stack_dim: int = 0) -> LazyStackedTensorDict:
     """Two members with a common ``a``, a ragged ``x`` and a nested ``("n", "b")``."""
     members = [
-        TensorDict(a=torch.full((2,), float(i)), x=torch.full((2, 1 + 2 * i), float(i)), n={"b": torch.arange(2) + 10 * i}, batch_size=[2])
+        TensorDict(
+            a=torch.full((2,), float(i)),
+            x=torch.full((2, 1 + 2 * i), float(i)),
+            n={"b": torch.arange(2) + 10 * i},
+            batch_size=[2],
+        )
         for i in range(2)
     ]
     return lazy_stack(members, stack_dim)
@@ -57,7 +63,11 @@ def test_set_at_writes_in_place_with_broadcast():
     a = td["a"]
     assert td.set_at_("a", torch.tensor([7.0, 8.0]), 0) is td
     td.set_at_(("n", "b"), 9, slice(1, None))
-    assert td["a"] is a and torch.equal(a[0], torch.tensor([7.0, 8.0])) and torch.equal(a[1:], torch.arange(2.0, 6.0).view(2, 2))
+    assert (
+        td["a"] is a
+        and torch.equal(a[0], torch.tensor([7.0, 8.0]))
+        and torch.equal(a[1:], torch.arange(2.0, 6.0).view(2, 2))
+    )
     assert td["n", "b"].tolist() == [0, 9, 9]
     td.set_at_("n", TensorDict(b=torch.tensor(-1), c=torch.zeros(4)), 0)
     assert td["n", "b"].tolist() == [-1, 9, 9] and td["n", "c"][0].sum() == 0
@@ -251,7 +261,12 @@ def test_device_properties():
 # ---------------------------------------------------------------------------- non-tensor entries
 def test_non_tensor_helpers():
     td = TensorDict({"a": torch.zeros(()), "n": {"s": "x", "t": torch.zeros(())}, "u": "y"})
-    assert td.is_non_tensor("u") and td.is_non_tensor(("n", "s")) and not td.is_non_tensor("a") and not td.is_non_tensor("n")
+    assert (
+        td.is_non_tensor("u")
+        and td.is_non_tensor(("n", "s"))
+        and not td.is_non_tensor("a")
+        and not td.is_non_tensor("n")
+    )
     with pytest.raises(KeyError, match="zz"):
         td.is_non_tensor("zz")
     assert [k for k, _ in td.non_tensor_items()] == ["u"]
@@ -303,7 +318,9 @@ def test_replace_is_a_shallow_copy():
 
 
 def test_new_zeros_ones_empty_full():
-    td = TensorDict({"a": torch.ones(3, 2), "n": {"b": torch.ones(3, 5, dtype=torch.int64)}, "s": "t"}, [3], names=["x"])
+    td = TensorDict(
+        {"a": torch.ones(3, 2), "n": {"b": torch.ones(3, 5, dtype=torch.int64)}, "s": "t"}, [3], names=["x"]
+    )
     z = td.new_zeros(4, 5)
     assert type(z) is TensorDict and z.batch_size == torch.Size([4, 5]) and z.names == [None, "x"]
     assert z["a"].shape == torch.Size([4, 5, 2]) and z["a"].eq(0).all() and z["n", "b"].dtype == torch.int64
@@ -334,7 +351,11 @@ def test_new_tensor_from_tensor_and_collection():
     assert out["a"].data_ptr() != data.data_ptr()
     src = TensorDict({"a": torch.full((2, 2), 2.0), "n": {"b": torch.full((2,), 3.0)}}, [2])
     paired = td.new_tensor(src)
-    assert paired.batch_size == torch.Size([2]) and paired["n", "b"].dtype == torch.int64 and paired["n", "b"].tolist() == [3, 3]
+    assert (
+        paired.batch_size == torch.Size([2])
+        and paired["n", "b"].dtype == torch.int64
+        and paired["n", "b"].tolist() == [3, 3]
+    )
     with pytest.raises(KeyError, match="'a'"):
         td.new_tensor(TensorDict(n={"b": torch.zeros(2)}, batch_size=[2]))
 
@@ -413,7 +434,9 @@ def test_cat_tensors_removes_or_keeps_entries():
     assert sorted(td.keys(True), key=str) == ["b", "n", "z"]
     kept = combine_source()
     kept.cat_tensors("a", "b", out_key=("q", "ab"), dim=-1, keep_entries=True)
-    assert kept["q", "ab"].shape == torch.Size([2, 6]) and "a" in kept.keys() and kept["q"].batch_size == torch.Size([2])
+    assert (
+        kept["q", "ab"].shape == torch.Size([2, 6]) and "a" in kept.keys() and kept["q"].batch_size == torch.Size([2])
+    )
 
 
 def test_stack_tensors():
@@ -422,7 +445,9 @@ def test_stack_tensors():
     assert torch.equal(td["z"], torch.stack([torch.zeros(2, 3), torch.ones(2, 3)], 1)) and "a" not in td.keys()
     s = stack()
     s.stack_tensors("a", ("n", "b"), out_key="ab", dim=-1)
-    assert torch.equal(s["ab"], torch.stack([torch.tensor([[0.0, 0.0], [1.0, 1.0]]), torch.tensor([[0, 1], [10, 11]]).float()], -1))
+    assert torch.equal(
+        s["ab"], torch.stack([torch.tensor([[0.0, 0.0], [1.0, 1.0]]), torch.tensor([[0, 1], [10, 11]]).float()], -1)
+    )
     assert "a" not in s.tensordicts[0].keys()
 
 
@@ -448,7 +473,9 @@ def test_combine_errors_change_nothing():
 
 # ---------------------------------------------------------------------------- separates
 def separable() -> TensorDict:
-    return TensorDict({"a": torch.zeros(3), "b": torch.ones(3), "n": {"c": torch.ones(3), "d": torch.zeros(3)}, "e": {}}, [3])
+    return TensorDict(
+        {"a": torch.zeros(3), "b": torch.ones(3), "n": {"c": torch.ones(3), "d": torch.zeros(3)}, "e": {}}, [3]
+    )
 
 
 def test_separates_moves_keys_out():
@@ -514,6 +541,8 @@ def test_cuda_devices():
     assert mixed.auto_device_().device is None
     on_gpu = TensorDict({"a": torch.zeros(2, device="cuda"), "n": {"b": torch.zeros(2, device="cuda")}}, [2])
     assert on_gpu.auto_device_().is_cuda and on_gpu["n"].is_cuda
-    assert td.to_tensordict().is_cuda and td.masked_select(torch.tensor([True, False, True], device="cuda"))["a"].is_cuda
+    assert (
+        td.to_tensordict().is_cuda and td.masked_select(torch.tensor([True, False, True], device="cuda"))["a"].is_cuda
+    )
     s = stack().to("cuda")
     assert s.to_padded_tensor(mask_key="m")["m"].is_cuda

@@ -1,5 +1,6 @@
 """Misspelt or unsupported keyword arguments raise a TypeError naming them instead of being dropped;
 the keywords tensordict documents for these methods are accepted and do what they say."""
+
 from __future__ import annotations
 
 import pytest

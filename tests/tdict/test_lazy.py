@@ -1,4 +1,5 @@
 """LazyStackedTensorDict / lazy_stack: heterogeneous stacks, indexing, writes, stack/cat, shape ops."""
+
 from __future__ import annotations
 
 import itertools
@@ -146,9 +147,23 @@ def test_densify_and_to_tensordict():
 
 # --------------------------------------------------------------------------- indexing
 INDICES = [
-    0, -1, 2, slice(None), slice(1, None), slice(0, 3, 2), torch.tensor([2, 0]), [1, 1], torch.tensor([True, False, True]),
-    (slice(None), 1), (slice(None), slice(0, 2)), (slice(None), torch.tensor([2, 0])), (1, 2), (..., 0), (None, 1),
-    (torch.tensor([0, 1]), torch.tensor([1, 2])), (slice(None), None, torch.tensor([0, 2])),
+    0,
+    -1,
+    2,
+    slice(None),
+    slice(1, None),
+    slice(0, 3, 2),
+    torch.tensor([2, 0]),
+    [1, 1],
+    torch.tensor([True, False, True]),
+    (slice(None), 1),
+    (slice(None), slice(0, 2)),
+    (slice(None), torch.tensor([2, 0])),
+    (1, 2),
+    (..., 0),
+    (None, 1),
+    (torch.tensor([0, 1]), torch.tensor([1, 2])),
+    (slice(None), None, torch.tensor([0, 2])),
 ]
 
 
@@ -280,7 +295,9 @@ def test_setitem_tensor_index_and_mask():
     tds = members()
     del tds[1]["only1"]  # a (3, 1) value below broadcasts to every leaf but a batch-only one
     s = lazy_stack(tds)
-    s[torch.tensor([2, 0])] = TensorDict(x=torch.stack([torch.full((3, 2), 2.0), torch.full((3, 2), 0.5)]), batch_size=[2, 3])
+    s[torch.tensor([2, 0])] = TensorDict(
+        x=torch.stack([torch.full((3, 2), 2.0), torch.full((3, 2), 0.5)]), batch_size=[2, 3]
+    )
     assert (tds[2]["x"] == 2).all() and (tds[0]["x"] == 0.5).all()
     mask = torch.zeros(3, 3, dtype=torch.bool)
     mask[0, 1] = mask[2, 2] = True
@@ -514,9 +531,16 @@ def test_names():
 
 # --------------------------------------------------------------------------- nested lazy stacks
 def test_nested_lazy_members():
-    inner_a = lazy_stack([TensorDict(v=torch.zeros(2, 1), batch_size=[2]), TensorDict(v=torch.ones(2, 3), batch_size=[2])])
-    inner_b = lazy_stack([TensorDict(v=torch.ones(2, 2), batch_size=[2]), TensorDict(v=torch.zeros(2, 2), batch_size=[2])])
-    tds = [TensorDict(obs=inner_a, r=torch.zeros(2, 2), batch_size=[2]), TensorDict(obs=inner_b, r=torch.ones(2, 2), batch_size=[2])]
+    inner_a = lazy_stack(
+        [TensorDict(v=torch.zeros(2, 1), batch_size=[2]), TensorDict(v=torch.ones(2, 3), batch_size=[2])]
+    )
+    inner_b = lazy_stack(
+        [TensorDict(v=torch.ones(2, 2), batch_size=[2]), TensorDict(v=torch.zeros(2, 2), batch_size=[2])]
+    )
+    tds = [
+        TensorDict(obs=inner_a, r=torch.zeros(2, 2), batch_size=[2]),
+        TensorDict(obs=inner_b, r=torch.ones(2, 2), batch_size=[2]),
+    ]
     s = lazy_stack(tds)
     assert s.batch_size == (2, 2)
     assert list(s.keys(True, True)) == [("obs", "v"), "r"]
@@ -540,14 +564,26 @@ def stacks(draw):
     for i in range(n):
         feat = draw(st.integers(1, 3))
         td = TensorDict(
-            h=torch.arange(2 * (int(torch.tensor(batch).prod()) if batch else 1), dtype=torch.float32).view(*batch, 2) - i,
-            r=torch.arange(int(torch.tensor(batch).prod()) * feat if batch else feat, dtype=torch.float32).view(*batch, feat) + 100 * i,
+            h=torch.arange(2 * (int(torch.tensor(batch).prod()) if batch else 1), dtype=torch.float32).view(*batch, 2)
+            - i,
+            r=torch.arange(int(torch.tensor(batch).prod()) * feat if batch else feat, dtype=torch.float32).view(
+                *batch, feat
+            )
+            + 100 * i,
             batch_size=batch,
         )
         tds.append(td)
     full = batch[:sd] + [n] + batch[sd:]
     if draw(st.integers(0, 9)) == 0:  # one boolean mask over the whole batch
-        mask = torch.tensor(draw(st.lists(st.booleans(), min_size=n * max(1, len(tds[0]["h"].view(-1)) // 2), max_size=n * max(1, len(tds[0]["h"].view(-1)) // 2))))
+        mask = torch.tensor(
+            draw(
+                st.lists(
+                    st.booleans(),
+                    min_size=n * max(1, len(tds[0]["h"].view(-1)) // 2),
+                    max_size=n * max(1, len(tds[0]["h"].view(-1)) // 2),
+                )
+            )
+        )
         return tds, sd, mask.view(full)
     parts = []
     for size in full:
@@ -570,7 +606,10 @@ def stacks(draw):
     if sum(isinstance(p, torch.Tensor) for p in parts) > 1:  # advanced indices must broadcast together
         parts = [p.nonzero().squeeze(1) if isinstance(p, torch.Tensor) and p.dtype is torch.bool else p for p in parts]
         length = max(len(p) for p in parts if isinstance(p, torch.Tensor))
-        parts = [(p[torch.arange(length) % len(p)] if len(p) else p[:0].repeat(0)) if isinstance(p, torch.Tensor) else p for p in parts]
+        parts = [
+            (p[torch.arange(length) % len(p)] if len(p) else p[:0].repeat(0)) if isinstance(p, torch.Tensor) else p
+            for p in parts
+        ]
         if any(isinstance(p, torch.Tensor) and len(p) != length for p in parts):
             parts = [slice(None) if isinstance(p, torch.Tensor) and len(p) != length else p for p in parts]
     cut = draw(st.integers(0, len(parts)))
@@ -624,7 +663,12 @@ def test_in_place_leaf_ops_reach_the_members():
 
 def test_in_place_arithmetic_pairs_nested_lazy_stacks_member_by_member():
     def stack(v):
-        return lazy_stack([TensorDict({"x": torch.zeros(2) + v, "y": torch.ones(1) + v}), TensorDict({"x": torch.ones(2) + v, "z": torch.zeros(3) + v})])
+        return lazy_stack(
+            [
+                TensorDict({"x": torch.zeros(2) + v, "y": torch.ones(1) + v}),
+                TensorDict({"x": torch.ones(2) + v, "z": torch.zeros(3) + v}),
+            ]
+        )
 
     def members(td):
         return [{k: v.tolist() for k, v in m.items()} for m in td.get("lz").tensordicts]
@@ -641,4 +685,14 @@ def test_in_place_arithmetic_pairs_nested_lazy_stacks_member_by_member():
     assert members(a) == [{"x": [2.0, 2.0], "y": [6.5]}, {"x": [6.5, 6.5], "z": [2.0, 2.0, 2.0]}]
     assert a.allclose(a.clone())
     with pytest.raises(KeyError, match=r"\('lz', 'y'\)"):
-        a.add_(TensorDict({"lz": lazy_stack([TensorDict({"x": torch.zeros(2)}), TensorDict({"x": torch.zeros(2), "z": torch.zeros(3)})]), "d": torch.ones(2)}, [2]))
+        a.add_(
+            TensorDict(
+                {
+                    "lz": lazy_stack(
+                        [TensorDict({"x": torch.zeros(2)}), TensorDict({"x": torch.zeros(2), "z": torch.zeros(3)})]
+                    ),
+                    "d": torch.ones(2),
+                },
+                [2],
+            )
+        )

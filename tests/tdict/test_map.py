@@ -5,6 +5,7 @@ Workers need importable functions: they live in ``_tdict_mp_children`` (this fol
 ``forkserver`` start method with torch preloaded, so that each test does not pay a fresh
 ``import torch``; one test covers the default (``spawn``) path end to end.
 """
+
 from __future__ import annotations
 
 import os
@@ -210,7 +211,12 @@ def test_map_forkserver_pool_uses_several_workers():
 def test_map_generator_seeds_workers():
     td = _make_td((4,))
     draws = [
-        td.map(children.draw_random, num_workers=1, mp_start_method="forkserver", generator=torch.Generator().manual_seed(seed))
+        td.map(
+            children.draw_random,
+            num_workers=1,
+            mp_start_method="forkserver",
+            generator=torch.Generator().manual_seed(seed),
+        )
         for seed in (1, 1, 2)
     ]
     assert torch.equal(draws[0], draws[1])

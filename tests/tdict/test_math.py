@@ -1,4 +1,5 @@
 """Element-wise math, dtype casts, reductions and scans of TensorDict, checked leaf by leaf against torch."""
+
 import pytest
 import torch
 
@@ -125,7 +126,21 @@ def test_is_floating_point():
     assert TensorDict(z=torch.zeros(2, dtype=torch.complex64)).is_floating_point() is False
 
 
-CASTS = ["float16", "float32", "float64", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64", "complex64", "complex128"]
+CASTS = [
+    "float16",
+    "float32",
+    "float64",
+    "int8",
+    "int16",
+    "int32",
+    "int64",
+    "uint8",
+    "uint16",
+    "uint32",
+    "uint64",
+    "complex64",
+    "complex128",
+]
 
 
 @pytest.mark.parametrize("name", CASTS)
@@ -150,12 +165,16 @@ def test_type_takes_a_dtype_or_a_type_name():
 def test_addcmul_addcdiv_with_collections_tensors_and_numbers():
     td = make().float()
     t1, t2 = td * 2 - 1, td.abs() + 1
-    assert_leafwise(td.addcmul(t1, t2, value=0.5), td, lambda v: torch.addcmul(v, v * 2 - 1, v.abs() + 1, value=0.5), BATCH)
+    assert_leafwise(
+        td.addcmul(t1, t2, value=0.5), td, lambda v: torch.addcmul(v, v * 2 - 1, v.abs() + 1, value=0.5), BATCH
+    )
     assert_leafwise(td.addcdiv(t1, t2, 0.5), td, lambda v: torch.addcdiv(v, v * 2 - 1, v.abs() + 1, value=0.5), BATCH)
     assert_leafwise(td.addcmul(t1, 3.0), td, lambda v: v + (v * 2 - 1) * 3.0, BATCH)
     row = torch.tensor([1.0, 2.0])  # a tensor operand broadcasts against each leaf, as in torch
     sub = td.select("a")
-    assert_leafwise(sub.addcdiv(row, t2.select("a"), value=2), sub, lambda v: torch.addcdiv(v, row, v.abs() + 1, value=2), BATCH)
+    assert_leafwise(
+        sub.addcdiv(row, t2.select("a"), value=2), sub, lambda v: torch.addcdiv(v, row, v.abs() + 1, value=2), BATCH
+    )
     with pytest.raises(TypeError, match="other1"):
         td.addcmul("x", t2)
 
@@ -201,7 +220,11 @@ def test_maximum_minimum_inplace(name):
     f = make().exclude("i", "b")
     fn = getattr(torch, name)
     other = f.apply(lambda v: torch.zeros_like(v))
-    for operand, leaf_operand in ((other, lambda v: torch.zeros_like(v)), (0.25, lambda v: torch.tensor(0.25)), (torch.tensor(0.1), lambda v: torch.tensor(0.1))):
+    for operand, leaf_operand in (
+        (other, lambda v: torch.zeros_like(v)),
+        (0.25, lambda v: torch.tensor(0.25)),
+        (torch.tensor(0.1), lambda v: torch.tensor(0.1)),
+    ):
         src = f.clone()
         assert getattr(src, name + "_")(operand) is src
         assert_leafwise(src, f, lambda v: fn(v, leaf_operand(v)), BATCH)
@@ -272,13 +295,28 @@ def test_quantile_over_batch_dims():
     q = 0.3
     assert_leafwise(td.quantile(q), td, lambda v: torch.quantile(v.float(), q), [])  # all elements of each leaf
     assert_leafwise(td.quantile(q, 0), td, lambda v: torch.quantile(v.float(), q, dim=0), [4])
-    assert_leafwise(td.quantile(q, -1, keepdim=True, interpolation="nearest"), td, lambda v: torch.quantile(v.float(), q, dim=1, keepdim=True, interpolation="nearest"), [3, 1])
+    assert_leafwise(
+        td.quantile(q, -1, keepdim=True, interpolation="nearest"),
+        td,
+        lambda v: torch.quantile(v.float(), q, dim=1, keepdim=True, interpolation="nearest"),
+        [3, 1],
+    )
     # several dims: the quantile of the flattened dims
     assert_leafwise(td.quantile(q, (0, 1)), td, lambda v: torch.quantile(v.float().flatten(0, 1), q, dim=0), [])
-    assert_leafwise(td.quantile(q, (1, 0), keepdim=True), td, lambda v: torch.quantile(v.float().flatten(0, 1), q, dim=0).reshape((1, 1) + v.shape[2:]), [1, 1])
+    assert_leafwise(
+        td.quantile(q, (1, 0), keepdim=True),
+        td,
+        lambda v: torch.quantile(v.float().flatten(0, 1), q, dim=0).reshape((1, 1) + v.shape[2:]),
+        [1, 1],
+    )
     qs = torch.tensor([0.25, 0.5, 0.75])  # a vector of quantiles adds a leading batch dim
     assert_leafwise(td.quantile(qs, 0), td, lambda v: torch.quantile(v.float(), qs, dim=0), [3, 4])
-    assert_leafwise(td.quantile(qs, (0, 1), keepdim=True), td, lambda v: torch.quantile(v.float().flatten(0, 1), qs, dim=0).reshape((3, 1, 1) + v.shape[2:]), [3, 1, 1])
+    assert_leafwise(
+        td.quantile(qs, (0, 1), keepdim=True),
+        td,
+        lambda v: torch.quantile(v.float().flatten(0, 1), qs, dim=0).reshape((3, 1, 1) + v.shape[2:]),
+        [3, 1, 1],
+    )
 
 
 def test_quantile_feature_and_reduce():
@@ -347,10 +385,14 @@ def test_feature_dim_for_the_other_reductions():
     out = td.sum(dim="feature")  # over the dims past each leaf's own batch dims
     assert out.batch_size == BATCH and out.get("sub").batch_size == torch.Size([3, 4, 5])
     assert torch.equal(out["a"], td["a"].sum(-1))
-    assert torch.equal(out["i"], td["i"]) and torch.equal(out["b"], td["b"].long())  # no feature dims: summed over one element
+    assert torch.equal(out["i"], td["i"]) and torch.equal(
+        out["b"], td["b"].long()
+    )  # no feature dims: summed over one element
     assert torch.equal(out["sub", "c"], td["sub", "c"])
     assert out.get_non_tensor("s") == "payload"
-    torch.testing.assert_close(td.exclude("i", "b").mean(dim="feature", reduce=True), torch.cat([td["a"], td["sub", "c"]], -1).mean(-1))
+    torch.testing.assert_close(
+        td.exclude("i", "b").mean(dim="feature", reduce=True), torch.cat([td["a"], td["sub", "c"]], -1).mean(-1)
+    )
     with pytest.raises(ValueError, match="dim must be"):
         td.mean(dim="batch")
     with pytest.raises(TypeError, match="keepdim"):
@@ -373,9 +415,16 @@ def test_reductions_on_a_lazy_stack():
 @pytest.mark.parametrize("dim", [0, 1, 2])
 def test_scans_on_a_lazy_stack_use_the_right_dim(stack_dim, dim):
     g = torch.Generator().manual_seed(stack_dim * 3 + dim)
-    tds = [TensorDict(x=torch.rand(3, 4, 2, generator=g), n=torch.randint(0, 9, (3, 4), generator=g), batch_size=[3, 4]) for _ in range(2)]
+    tds = [
+        TensorDict(x=torch.rand(3, 4, 2, generator=g), n=torch.randint(0, 9, (3, 4), generator=g), batch_size=[3, 4])
+        for _ in range(2)
+    ]
     s = lazy_stack(tds, stack_dim)
-    dense = TensorDict(x=torch.stack([t["x"] for t in tds], stack_dim), n=torch.stack([t["n"] for t in tds], stack_dim), batch_size=s.batch_size)
+    dense = TensorDict(
+        x=torch.stack([t["x"] for t in tds], stack_dim),
+        n=torch.stack([t["n"] for t in tds], stack_dim),
+        batch_size=s.batch_size,
+    )
     holder = TensorDict(lazy=s, batch_size=s.batch_size[:1])  # a lazy stack nested in a TensorDict
     for name in ("cumsum", "cumprod", "softmax", "cummax", "cummin"):
         got, want = getattr(s, name)(dim), getattr(dense, name)(dim)

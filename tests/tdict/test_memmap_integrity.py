@@ -1,4 +1,5 @@
 """Memmapped directories: the metadata checksum, malformed metadata, non-tensor roots, locking."""
+
 from __future__ import annotations
 
 import copy
@@ -14,7 +15,11 @@ from tdict.persistence import META_NAME, MemmapLoadError, load_memmap, metadata_
 def _sample() -> TensorDict:
     members = [TensorDict({"x": torch.full((2,), float(i))}) for i in range(2)]
     return TensorDict(
-        {"obs": torch.arange(6.0).view(3, 2), "next": {"reward": torch.ones(3), "text": "txt"}, "lazy": lazy_stack([lazy_stack(members)] * 3)},
+        {
+            "obs": torch.arange(6.0).view(3, 2),
+            "next": {"reward": torch.ones(3), "text": "txt"},
+            "lazy": lazy_stack([lazy_stack(members)] * 3),
+        },
         [3],
     )
 
@@ -140,7 +145,9 @@ def test_version_1_files_without_a_checksum_still_load(tmp_path):
     td = _sample()
     td.memmap(tmp_path)
     meta = json.loads((tmp_path / META_NAME).read_text())
-    assert meta["version"] == 2 and meta["sha256"] == metadata_checksum({k: v for k, v in meta.items() if k != "sha256"})
+    assert meta["version"] == 2 and meta["sha256"] == metadata_checksum(
+        {k: v for k, v in meta.items() if k != "sha256"}
+    )
     del meta["sha256"]
     meta["version"] = 1
     (tmp_path / META_NAME).write_text(json.dumps(meta))

@@ -200,15 +200,40 @@ def test_writes_through_slices_hit_file(tmp_path):
 
 def test_view_ops_keep_type_copies_do_not(tmp_path):
     t = MemoryMappedTensor.from_tensor(torch.arange(12.0).view(3, 4), filename=tmp_path / "v")
-    for view in (t[0], t[:, 1:], t[None], t[..., 0], t.view(-1), t.reshape(4, 3), t.permute(1, 0),
-                 t.transpose(0, 1), t.unsqueeze(0), t.flatten(), t.expand(2, 3, 4), t.T, t.detach(),
-                 t.view(torch.int32), t[1, 2]):
+    for view in (
+        t[0],
+        t[:, 1:],
+        t[None],
+        t[..., 0],
+        t.view(-1),
+        t.reshape(4, 3),
+        t.permute(1, 0),
+        t.transpose(0, 1),
+        t.unsqueeze(0),
+        t.flatten(),
+        t.expand(2, 3, 4),
+        t.T,
+        t.detach(),
+        t.view(torch.int32),
+        t[1, 2],
+    ):
         assert type(view) is MemoryMappedTensor, view
         assert view.filename == str(tmp_path / "v")
     assert [type(r) for r in t] == [MemoryMappedTensor] * 3
     # results that own new memory are plain tensors
-    for plain in (t + 1, t * t, t.clone(), t.sum(), t[[0, 2]], t[t > 3], t.T.reshape(-1),
-                  t.T.contiguous(), torch.cat([t, t]), t.to(torch.float64), torch.stack([t, t])):
+    for plain in (
+        t + 1,
+        t * t,
+        t.clone(),
+        t.sum(),
+        t[[0, 2]],
+        t[t > 3],
+        t.T.reshape(-1),
+        t.T.contiguous(),
+        torch.cat([t, t]),
+        t.to(torch.float64),
+        torch.stack([t, t]),
+    ):
         assert type(plain) is torch.Tensor, plain
     assert torch.equal(t + 1, torch.arange(12.0).view(3, 4) + 1)
 

@@ -1,5 +1,6 @@
 """Batch dim names follow their dims through ops, and sub-collections carry their parent's names
 (expected values: tensordict 0.14 on the same calls)."""
+
 from __future__ import annotations
 
 import pytest
@@ -9,7 +10,9 @@ from tdict import TensorDict, lazy_stack
 
 
 def _td() -> TensorDict:
-    return TensorDict({"a": torch.arange(24.0).view(2, 3, 4), "n": {"b": torch.ones(2, 3, 4, 1)}}, [2, 3, 4], names=["x", "y", "z"])
+    return TensorDict(
+        {"a": torch.arange(24.0).view(2, 3, 4), "n": {"b": torch.ones(2, 3, 4, 1)}}, [2, 3, 4], names=["x", "y", "z"]
+    )
 
 
 @pytest.mark.parametrize(

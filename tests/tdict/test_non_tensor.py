@@ -1,4 +1,5 @@
 """NonTensorData / NonTensorStack: Python objects carried through TensorDict operations."""
+
 from __future__ import annotations
 
 import copy
@@ -245,7 +246,10 @@ def test_stack_equality_and_repr():
     assert (s == "a").tolist() == [True, False, True]
     assert (s == NonTensorStack.from_list(["a", "c", "a"])).tolist() == [True, False, True]
     assert (s == NonTensorData("b", batch_size=[3])).tolist() == [False, True, False]
-    assert repr(NonTensorStack.from_list(["a", "b"])) == "NonTensorStack(\n    ['a', 'b'],\n    batch_size=torch.Size([2]),\n    device=None)"
+    assert (
+        repr(NonTensorStack.from_list(["a", "b"]))
+        == "NonTensorStack(\n    ['a', 'b'],\n    batch_size=torch.Size([2]),\n    device=None)"
+    )
 
 
 def test_stack_table_stays_compact():
@@ -293,7 +297,10 @@ def test_property_stack_unbind_roundtrip(words, n):
     # rows of random strings, each string in a TensorDict of batch [n]; stack, then read back
     width = len(words[0])
     rows = [(row * width)[:width] for row in words]
-    tds = [torch.stack([TensorDict({"s": w, "i": torch.full((n,), float(j))}, [n]) for j, w in enumerate(row)]) for row in rows]
+    tds = [
+        torch.stack([TensorDict({"s": w, "i": torch.full((n,), float(j))}, [n]) for j, w in enumerate(row)])
+        for row in rows
+    ]
     full = torch.stack(tds)
     assert full.batch_size == torch.Size([len(rows), width, n])
     assert full["s"] == [[[w] * n for w in row] for row in rows]

@@ -1,6 +1,7 @@
 """Non-tensor data is not a leaf (tensordict 0.14): ``keys(True, True)`` and the ops built on it
 (``==`` with a number, ``all``, ``zero_``, ``apply``) see tensors only; ``keys()`` / ``keys(True)``,
 ``in``, ``flatten_keys``, ``is_empty`` and ``is_leaf_nontensor`` still see the non-tensor entries."""
+
 from __future__ import annotations
 
 import pytest

@@ -110,7 +110,15 @@ def test_memmap_roundtrip_all_dtypes_and_odd_keys(tmp_path):
 
 
 def test_keys_differing_only_in_case_get_distinct_files(tmp_path):
-    td = TensorDict({"obs": torch.zeros(2), "Obs": torch.ones(2), "OBS": {"x": torch.full((2,), 2.0)}, "obS": {"x": torch.full((2,), 3.0)}}, [2])
+    td = TensorDict(
+        {
+            "obs": torch.zeros(2),
+            "Obs": torch.ones(2),
+            "OBS": {"x": torch.full((2,), 2.0)},
+            "obS": {"x": torch.full((2,), 3.0)},
+        },
+        [2],
+    )
     td.memmap(tmp_path)
     meta = json.loads((tmp_path / META_NAME).read_text())
     files = [e["file"].casefold() for _, e in _walk_entries(meta["root"])]
@@ -341,7 +349,10 @@ def test_missing_prefix_and_missing_metadata(tmp_path):
         (b"[1, 2]", "expected an object"),
         (b'{"format": "other", "version": 1}', "format 'other'"),
         (b'{"format": "tdict.memmap", "version": 99, "root": {}}', "version 99"),
-        (b'{"format": "tdict.memmap", "version": 1, "token": "t", "root": {"type": "TensorDict"}}', "malformed batch_size"),
+        (
+            b'{"format": "tdict.memmap", "version": 1, "token": "t", "root": {"type": "TensorDict"}}',
+            "malformed batch_size",
+        ),
         (b'{"format": "tdict.memmap", "version": 1, "root": NaN}', "not valid JSON"),
     ],
 )
@@ -510,7 +521,10 @@ def test_kill_9_during_memmap_never_loads_partial_data(tmp_path):
     prefix = tmp_path / "td"
     proc = subprocess.run(
         [sys.executable, "-c", _KILL_SCRIPT, str(prefix), "0", "7"],
-        env=env, capture_output=True, text=True, timeout=120,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     results = json.loads(proc.stdout.strip().splitlines()[-1])
@@ -571,7 +585,11 @@ def test_tensorclass_root_inplace_and_non_tensor_field(tmp_path):
 @needs_tensorclass
 @pytest.mark.parametrize(
     "path, match",
-    [("no_such_module_xyz:Thing", "is not imported"), ("os:system", "does not name a tensorclass"), ("os:path", "does not name a tensorclass")],
+    [
+        ("no_such_module_xyz:Thing", "is not imported"),
+        ("os:system", "does not name a tensorclass"),
+        ("os:path", "does not name a tensorclass"),
+    ],
 )
 def test_tensorclass_class_path_is_never_imported_or_called(tmp_path, path, match):
     _TC(x=torch.zeros(2), y=torch.zeros(2), batch_size=[2]).memmap(tmp_path)
@@ -629,7 +647,9 @@ def test_lazy_stack_roundtrip(tmp_path):
 
 
 def _sd_td():
-    return TensorDict({"a": torch.arange(3.0), "n": {"b": torch.ones(3, 2, dtype=torch.int8), "m": {"c": torch.zeros(3, 4)}}}, [3])
+    return TensorDict(
+        {"a": torch.arange(3.0), "n": {"b": torch.ones(3, 2, dtype=torch.int8), "m": {"c": torch.zeros(3, 4)}}}, [3]
+    )
 
 
 @pytest.mark.parametrize("flatten", [False, True])
@@ -637,7 +657,17 @@ def test_state_dict_roundtrip_weights_only(tmp_path, flatten):
     td = _sd_td()
     sd = td.state_dict(flatten=flatten)
     if flatten:
-        assert list(sd) == ["a", "n.b", "n.m.c", "n.m.__batch_size", "n.m.__device", "n.__batch_size", "n.__device", "__batch_size", "__device"]
+        assert list(sd) == [
+            "a",
+            "n.b",
+            "n.m.c",
+            "n.m.__batch_size",
+            "n.m.__device",
+            "n.__batch_size",
+            "n.__device",
+            "__batch_size",
+            "__device",
+        ]
     else:
         assert set(sd) == {"a", "n", "__batch_size", "__device"} and isinstance(sd["n"], dict)
     assert sd["__batch_size"] == torch.Size([3]) and sd["__device"] is None
@@ -739,7 +769,12 @@ def test_load_state_dict_of_tensordict_014_layout(tmp_path):
     import collections
 
     sd = collections.OrderedDict([("a", torch.arange(6.0).view(2, 3)), ("n.b", torch.ones(2, 3, 4))])
-    sd._metadata = collections.OrderedDict([("", {"batch_size": torch.Size([2, 3]), "device": None}), ("n", {"batch_size": torch.Size([2, 3]), "device": None})])
+    sd._metadata = collections.OrderedDict(
+        [
+            ("", {"batch_size": torch.Size([2, 3]), "device": None}),
+            ("n", {"batch_size": torch.Size([2, 3]), "device": None}),
+        ]
+    )
     torch.save(sd, tmp_path / "sd.pt")
     target = TensorDict({"a": torch.zeros(2), "n": {"b": torch.zeros(2, 7)}}, [2])
     target.load_state_dict(torch.load(tmp_path / "sd.pt", weights_only=True), assign=True)

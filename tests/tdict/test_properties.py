@@ -6,6 +6,7 @@ sizes 0 to 3), random feature dims and dtypes per leaf. The reference indexes or
 tensor directly, interpreting the index / dims on the *batch* dims only: an Ellipsis spans the
 batch dims (never a leaf's feature dims) and negative dims count from the last batch dim.
 """
+
 from __future__ import annotations
 
 from typing import Any
@@ -28,7 +29,9 @@ SLOW = settings(max_examples=200, deadline=None)
 
 @st.composite
 def specs(draw, depth: int = 0, max_depth: int = 3, extra_dims: bool = True, empty_nodes: bool = True) -> dict:
-    keys = draw(st.lists(st.sampled_from(KEYS), min_size=1 if depth == 0 or not empty_nodes else 0, max_size=3, unique=True))
+    keys = draw(
+        st.lists(st.sampled_from(KEYS), min_size=1 if depth == 0 or not empty_nodes else 0, max_size=3, unique=True)
+    )
     out = {}
     for key in keys:
         if depth + 1 < max_depth and draw(st.integers(0, 2)) == 0:
@@ -144,7 +147,14 @@ def indices(draw, bs: tuple):
         else:
             k = draw(st.integers(1, n - pos))
             shape = bs[pos : pos + k]
-            parts.append(torch.tensor(draw(st.lists(st.booleans(), min_size=torch.Size(shape).numel(), max_size=torch.Size(shape).numel())), dtype=torch.bool).reshape(shape))
+            parts.append(
+                torch.tensor(
+                    draw(
+                        st.lists(st.booleans(), min_size=torch.Size(shape).numel(), max_size=torch.Size(shape).numel())
+                    ),
+                    dtype=torch.bool,
+                ).reshape(shape)
+            )
             pos += k
         if pos > n:
             break
@@ -302,9 +312,15 @@ def test_reshape_permute_flatten_match_per_leaf(data):
     n = len(bs)
     new = data.draw(st.sampled_from(_reshapes(bs)))
     assert_matches(td.reshape(*new), {k: v.reshape(new + v.shape[n:]) for k, v in ref.leaves.items()}, new)
-    assert_matches(td.reshape(-1), {k: v.reshape((-1,) + v.shape[n:]) for k, v in ref.leaves.items()}, (torch.Size(bs).numel(),))
+    assert_matches(
+        td.reshape(-1), {k: v.reshape((-1,) + v.shape[n:]) for k, v in ref.leaves.items()}, (torch.Size(bs).numel(),)
+    )
     perm = tuple(data.draw(st.permutations(range(n))))
-    assert_matches(td.permute(*perm), {k: v.permute(perm + tuple(range(n, v.dim()))) for k, v in ref.leaves.items()}, tuple(bs[p] for p in perm))
+    assert_matches(
+        td.permute(*perm),
+        {k: v.permute(perm + tuple(range(n, v.dim()))) for k, v in ref.leaves.items()},
+        tuple(bs[p] for p in perm),
+    )
     if n:
         start = data.draw(st.integers(-n, n - 1))
         end = data.draw(st.integers(_norm(start, n), n - 1))
@@ -324,12 +340,19 @@ def test_unsqueeze_squeeze_match_per_leaf(data):
     assert_matches(up, {k: v.unsqueeze(d) for k, v in ref.leaves.items()}, bs[:d] + (1,) + bs[d:], ref.nodes)
     # squeeze() drops size-1 *batch* dims only, never a leaf's feature dims
     ones = tuple(i for i, s in enumerate(bs) if s == 1)
-    assert_matches(td.squeeze(), {k: v.squeeze(ones) if ones else v for k, v in ref.leaves.items()}, tuple(s for s in bs if s != 1), ref.nodes)
+    assert_matches(
+        td.squeeze(),
+        {k: v.squeeze(ones) if ones else v for k, v in ref.leaves.items()},
+        tuple(s for s in bs if s != 1),
+        ref.nodes,
+    )
     if n:
         sq = data.draw(st.integers(-n, n - 1))
         s = _norm(sq, n)
         expected_bs = bs[:s] + bs[s + 1 :] if bs[s] == 1 else bs
-        assert_matches(td.squeeze(sq), {k: v.squeeze(s) if bs[s] == 1 else v for k, v in ref.leaves.items()}, expected_bs)
+        assert_matches(
+            td.squeeze(sq), {k: v.squeeze(s) if bs[s] == 1 else v for k, v in ref.leaves.items()}, expected_bs
+        )
 
 
 @FAST

@@ -1,4 +1,5 @@
 """TensorDict as a pytree node: flatten/unflatten, tree_map, key paths, specs, torch.func."""
+
 from __future__ import annotations
 
 import pytest

@@ -6,6 +6,7 @@ functions.
 The reference applies the same torch op to every tensor leaf, reading the dims as *batch* dims
 (never feature dims): a leaf of shape ``batch + features`` keeps its features untouched.
 """
+
 from __future__ import annotations
 
 import pytest
@@ -27,7 +28,12 @@ def make_td(batch=(2, 3)) -> TensorDict:
     n = torch.Size(bs).numel()
     sub = TensorDict({"x": torch.arange(n * 4 * 2).reshape(*bs, 4, 2)}, batch_size=[*bs, 4])
     return TensorDict(
-        {"a": torch.arange(n).reshape(bs), "feat": torch.arange(n * 5).reshape(*bs, 5).float(), "sub": sub, "text": "hello"},
+        {
+            "a": torch.arange(n).reshape(bs),
+            "feat": torch.arange(n * 5).reshape(*bs, 5).float(),
+            "sub": sub,
+            "text": "hello",
+        },
         batch_size=bs,
     )
 
@@ -203,7 +209,13 @@ def test_roll_without_dims_rolls_the_flattened_batch():
 def test_pad_method_per_leaf_and_non_tensor_slots():
     td = make_td()
     out = td.pad([1, 0, 0, 2], value=-1)
-    check_per_leaf(out, td, lambda t: F.pad(t, [0, 0] * (t.dim() - N) + [0, 2, 1, 0], value=-1), (3, 5), text_values={"hello", None})
+    check_per_leaf(
+        out,
+        td,
+        lambda t: F.pad(t, [0, 0] * (t.dim() - N) + [0, 2, 1, 0], value=-1),
+        (3, 5),
+        text_values={"hello", None},
+    )
     text = out.get("text")
     assert isinstance(text, NonTensorStack)
     assert text.tolist()[0] == [None] * 5
@@ -238,12 +250,20 @@ def test_pad_errors_name_the_argument():
 
 
 # --------------------------------------------------------------------------- tensor_split
-@pytest.mark.parametrize("arg", [1, 2, 3, 5, [1], [1, 2], [2, 7], [2, 1], [-1], (0, 3), torch.tensor([1, 2]), torch.tensor(2)])
+@pytest.mark.parametrize(
+    "arg", [1, 2, 3, 5, [1], [1, 2], [2, 7], [2, 1], [-1], (0, 3), torch.tensor([1, 2]), torch.tensor(2)]
+)
 @pytest.mark.parametrize("dim", [1, -1])
 def test_tensor_split_per_leaf(arg, dim):
     td = make_td()
     d = dim % N
-    ref_arg = arg.tolist() if isinstance(arg, torch.Tensor) and arg.dim() else int(arg) if isinstance(arg, torch.Tensor) else arg
+    ref_arg = (
+        arg.tolist()
+        if isinstance(arg, torch.Tensor) and arg.dim()
+        else int(arg)
+        if isinstance(arg, torch.Tensor)
+        else arg
+    )
     parts = td.tensor_split(arg, dim)
     batches = torch.empty(2, 3).tensor_split(ref_arg, d)
     assert isinstance(parts, tuple) and len(parts) == len(batches)
@@ -312,7 +332,9 @@ def test_errors_name_argument_expected_and_received():
 def test_densify_tensordict():
     td = make_td()
     assert td.densify() is td
-    ragged = lazy_stack([TensorDict(x=torch.zeros(3, 2), batch_size=[3]), TensorDict(x=torch.ones(3, 2), batch_size=[3])], 1)
+    ragged = lazy_stack(
+        [TensorDict(x=torch.zeros(3, 2), batch_size=[3]), TensorDict(x=torch.ones(3, 2), batch_size=[3])], 1
+    )
     outer = TensorDict(a=torch.zeros(3), inner=ragged, batch_size=[3])
     dense = outer.densify()
     assert dense is not outer and type(dense["inner"]) is TensorDict
@@ -347,11 +369,21 @@ def test_stack_classmethods():
     assert isinstance(TensorDict.maybe_dense_stack([a, b]), LazyStackedTensorDict)
     c = TensorDict(y=torch.zeros(3), batch_size=[3])
     assert isinstance(LazyStackedTensorDict.maybe_dense_stack([a, c], 1), LazyStackedTensorDict)
-    assert torch.equal(TensorDict.maybe_dense_stack([torch.zeros(2), torch.ones(2)]), torch.tensor([[0.0, 0.0], [1.0, 1.0]]))
-    nested = TensorDict.maybe_dense_stack([TensorDict(n={"y": torch.zeros(3, 2)}, batch_size=[3]), TensorDict(n={"y": torch.zeros(3, 4)}, batch_size=[3])], 1)
+    assert torch.equal(
+        TensorDict.maybe_dense_stack([torch.zeros(2), torch.ones(2)]), torch.tensor([[0.0, 0.0], [1.0, 1.0]])
+    )
+    nested = TensorDict.maybe_dense_stack(
+        [
+            TensorDict(n={"y": torch.zeros(3, 2)}, batch_size=[3]),
+            TensorDict(n={"y": torch.zeros(3, 4)}, batch_size=[3]),
+        ],
+        1,
+    )
     assert type(nested) is TensorDict and isinstance(nested.get("n"), LazyStackedTensorDict)
     out = TensorDict.stack([td, td], 1).zero_()
-    assert TensorDict.maybe_dense_stack([td, td], 1, out=out) is out and torch.equal(out["feat"], torch.stack([td["feat"]] * 2, 1))
+    assert TensorDict.maybe_dense_stack([td, td], 1, out=out) is out and torch.equal(
+        out["feat"], torch.stack([td["feat"]] * 2, 1)
+    )
 
 
 def test_stack_and_cat_from_tensordict():
@@ -388,9 +420,13 @@ def lazy_case():
     """A lazy stack (stack dim 1 of [3, 2, 4]) whose members have ragged feature dims on 'r'."""
     members = [
         TensorDict(
-            {"a": torch.arange(12).reshape(3, 4) + 100 * i, "f": torch.arange(60.0).reshape(3, 4, 5) * (i + 1),
-             "r": torch.full((3, 4, i + 1), float(i)), "s": f"m{i}",
-             "sub": TensorDict(x=torch.arange(24).reshape(3, 4, 2) - i, batch_size=[3, 4, 2])},
+            {
+                "a": torch.arange(12).reshape(3, 4) + 100 * i,
+                "f": torch.arange(60.0).reshape(3, 4, 5) * (i + 1),
+                "r": torch.full((3, 4, i + 1), float(i)),
+                "s": f"m{i}",
+                "sub": TensorDict(x=torch.arange(24).reshape(3, 4, 2) - i, batch_size=[3, 4, 2]),
+            },
             batch_size=[3, 4],
         )
         for i in range(2)
@@ -502,7 +538,9 @@ def nested_td(draw):
     for key in draw(st.lists(st.sampled_from("abc"), min_size=1, max_size=3, unique=True)):
         entries[key] = leaf(bs + tuple(draw(st.lists(st.integers(1, 3), max_size=2))))
     extra = draw(st.integers(1, 2))
-    entries["sub"] = TensorDict({"x": leaf(bs + (extra,) + tuple(draw(st.lists(st.integers(1, 2), max_size=1))))}, batch_size=bs + (extra,))
+    entries["sub"] = TensorDict(
+        {"x": leaf(bs + (extra,) + tuple(draw(st.lists(st.integers(1, 2), max_size=1))))}, batch_size=bs + (extra,)
+    )
     return TensorDict(entries, batch_size=bs), draw(st.data())
 
 
@@ -584,7 +622,11 @@ def test_flatten_of_a_batch_less_tensordict_gives_one_dim():
     td = TensorDict({"a": torch.zeros(3), "n": {"b": torch.zeros(())}}, [])
     for out in (td.flatten(), td.flatten(0, -1), torch.flatten(td)):
         # torch.zeros(()).flatten().shape == [1], as tensordict 0.14 does (tdict kept [])
-        assert out.batch_size == torch.Size([1]) and out["a"].shape == torch.Size([1, 3]) and out["n", "b"].shape == torch.Size([1])
+        assert (
+            out.batch_size == torch.Size([1])
+            and out["a"].shape == torch.Size([1, 3])
+            and out["n", "b"].shape == torch.Size([1])
+        )
     with pytest.raises(IndexError, match="start_dim"):
         td.flatten(1)
     assert TensorDict({"a": torch.zeros(3)}, [3]).flatten().batch_size == torch.Size([3])

@@ -3,6 +3,7 @@
 Child targets live in ``_tdict_mp_children`` (importable by name in a fresh interpreter; this
 folder is put on ``sys.path``, which spawn children inherit). One spawn child per test.
 """
+
 from __future__ import annotations
 
 import os

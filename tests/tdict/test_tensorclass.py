@@ -1,4 +1,5 @@
 """tensorclass / TensorClass: dataclass-like containers backed by a TensorDict."""
+
 from __future__ import annotations
 
 import copy
@@ -227,7 +228,12 @@ def test_inside_tensordict():
 
 def test_indexed_write_through_tensordict():
     store = TensorDict({"d": make(n=5, label="init"), "r": torch.zeros(5)}, [5])
-    batch = torch.stack([TensorDict({"d": Data(obs=torch.ones(2), label=f"L{i}", batch_size=[]), "r": torch.ones(())}, []) for i in range(2)])
+    batch = torch.stack(
+        [
+            TensorDict({"d": Data(obs=torch.ones(2), label=f"L{i}", batch_size=[]), "r": torch.ones(())}, [])
+            for i in range(2)
+        ]
+    )
     store[torch.tensor([1, 3])] = batch
     assert store["d"].label == ["init", "L0", "init", "L1", "init"]
     assert store["d"].obs[:, 0].tolist() == [0.0, 1.0, 0.0, 1.0, 0.0]
@@ -247,6 +253,7 @@ def test_subclassing_and_reserved_names():
 
     assert Stats(sum=torch.ones(2), batch_size=[2]).sum.tolist() == [1.0, 1.0]
     with pytest.raises(AttributeError, match="batch_size"):
+
         class Bad(TensorClass):
             batch_size: torch.Tensor
 
@@ -273,7 +280,9 @@ def test_pickle():
     assert type(back) is Data and back.label == "x" and torch.equal(back.obs, d.obs)
 
 
-@pytest.mark.skipif(importlib.util.find_spec("tdict.persistence") is None, reason="tdict.persistence (memmap) is not available yet")
+@pytest.mark.skipif(
+    importlib.util.find_spec("tdict.persistence") is None, reason="tdict.persistence (memmap) is not available yet"
+)
 def test_memmap_roundtrip(tmp_path):
     d = Data(obs=torch.arange(6.0).view(3, 2), label="x", batch_size=[3])
     assert d.memmap_(tmp_path / "a") is d
@@ -283,7 +292,10 @@ def test_memmap_roundtrip(tmp_path):
     assert type(copy_) is Data
 
 
-@given(st.lists(st.tuples(st.text(max_size=5), st.floats(-10, 10, allow_nan=False)), min_size=1, max_size=6), st.integers(0, 2))
+@given(
+    st.lists(st.tuples(st.text(max_size=5), st.floats(-10, 10, allow_nan=False)), min_size=1, max_size=6),
+    st.integers(0, 2),
+)
 def test_property_stack_index_roundtrip(items, n_extra):
     # stacking instances then indexing gives each instance's fields back
     batch = [n_extra] if n_extra else []

@@ -1,4 +1,5 @@
 """Behaviour of the TensorDict container: keys, indexing, shape ops, torch functions, math."""
+
 import pickle
 
 import pytest
@@ -10,7 +11,10 @@ from tdict import TensorDict, pad, pad_sequence, unravel_key
 def make(batch=(4, 3)):
     torch.manual_seed(0)
     return TensorDict(
-        {"a": torch.randn(*batch, 2), "b": {"c": torch.randn(*batch), "d": {"e": torch.arange(torch.Size(batch).numel()).reshape(batch)}}},
+        {
+            "a": torch.randn(*batch, 2),
+            "b": {"c": torch.randn(*batch), "d": {"e": torch.arange(torch.Size(batch).numel()).reshape(batch)}},
+        },
         batch_size=batch,
     )
 
@@ -181,7 +185,20 @@ def test_empty_and_is_empty():
 # ---------------------------------------------------------------- indexing
 @pytest.mark.parametrize(
     "index",
-    [0, -1, slice(1, 3), slice(None, None, 2), (slice(None), 1), (0, 2), None, (None, 0), Ellipsis, (Ellipsis, 1), [0, 2], torch.tensor([3, 0, 0])],
+    [
+        0,
+        -1,
+        slice(1, 3),
+        slice(None, None, 2),
+        (slice(None), 1),
+        (0, 2),
+        None,
+        (None, 0),
+        Ellipsis,
+        (Ellipsis, 1),
+        [0, 2],
+        torch.tensor([3, 0, 0]),
+    ],
 )
 def test_index_matches_per_leaf_indexing(index):
     td = make()
@@ -189,7 +206,11 @@ def test_index_matches_per_leaf_indexing(index):
     for key, leaf in td.items(True, True):
         ref = leaf[index]  # feature dims of "a" trail: Ellipsis cases handled separately
         if key == "a" and (index is Ellipsis or (isinstance(index, tuple) and Ellipsis in index)):
-            ref = leaf[(slice(None),) * 2][index[1:] if isinstance(index, tuple) else ()] if index is not Ellipsis else leaf
+            ref = (
+                leaf[(slice(None),) * 2][index[1:] if isinstance(index, tuple) else ()]
+                if index is not Ellipsis
+                else leaf
+            )
             if isinstance(index, tuple):
                 ref = leaf[:, index[1]]
         assert torch.equal(out[key], ref), key
@@ -218,7 +239,9 @@ def test_bool_mask_and_views():
 def test_setitem_by_index_in_place():
     td = make()
     a = td["a"]
-    td[0] = TensorDict({"a": torch.ones(3, 2), "b": {"c": torch.ones(3), "d": {"e": torch.zeros(3, dtype=torch.long)}}}, [3])
+    td[0] = TensorDict(
+        {"a": torch.ones(3, 2), "b": {"c": torch.ones(3), "d": {"e": torch.zeros(3, dtype=torch.long)}}}, [3]
+    )
     assert td["a"] is a and torch.all(a[0] == 1)
     td[torch.tensor([1, 3])] = 0.5
     assert torch.all(td["b", "c"][[1, 3]] == 0.5)
@@ -363,7 +386,10 @@ def test_apply_named_apply_and_multiple():
     assert torch.equal(two["a"], td["a"] ** 2)
     named = td.named_apply(lambda k, x: x if k == "c" else None, nested_keys=False)
     assert list(named.keys(True, True)) == [("b", "c")]
-    full = td.named_apply(lambda k, x: torch.tensor(len(unravel_key(k) if isinstance(k, tuple) else (k,))).expand(x.shape), nested_keys=True)
+    full = td.named_apply(
+        lambda k, x: torch.tensor(len(unravel_key(k) if isinstance(k, tuple) else (k,))).expand(x.shape),
+        nested_keys=True,
+    )
     assert torch.all(full["b", "d", "e"] == 3)
     assert td.apply(lambda x: None) is None
     kept = td.apply(lambda x: x if x.dtype == torch.long else None, filter_empty=True)
@@ -381,7 +407,9 @@ def test_like_functions_with_a_device_set_the_collections_device():
         out = fn(td, device="meta")
         # tensordict 0.14: device meta (tdict kept the stale None)
         assert out.device == torch.device("meta") and out["n"].device == torch.device("meta") and out["a"].is_meta
-    assert torch.zeros_like(TensorDict({"a": torch.zeros(2)}, [2], device="cpu"), device="meta").device == torch.device("meta")
+    assert torch.zeros_like(TensorDict({"a": torch.zeros(2)}, [2], device="cpu"), device="meta").device == torch.device(
+        "meta"
+    )
     assert torch.zeros_like(td).device is None
 
 
@@ -407,7 +435,11 @@ def test_apply_default_fills_the_leaves_of_a_missing_sub_collection():
     other = TensorDict({"a": torch.ones(2), "n": {"b": torch.ones(2)}}, [2])
     out = td.apply(lambda x, y: x + y, other, default=10)
     # tensordict 0.14: {'a': [1., 1.], 'n': {'b': [2., 2.], 'm': {'c': [11., 11.]}}} (tdict raised AttributeError)
-    assert {k: v.tolist() for k, v in out.items(True, True)} == {"a": [1.0, 1.0], ("n", "b"): [2.0, 2.0], ("n", "m", "c"): [11.0, 11.0]}
+    assert {k: v.tolist() for k, v in out.items(True, True)} == {
+        "a": [1.0, 1.0],
+        ("n", "b"): [2.0, 2.0],
+        ("n", "m", "c"): [11.0, 11.0],
+    }
     out = td.apply(lambda x, y: x + y, TensorDict({"a": torch.ones(2)}, [2]), default=10)
     assert out["n", "b"].tolist() == [11.0, 11.0] and out["n", "m", "c"].tolist() == [11.0, 11.0]
     named = td.named_apply(lambda k, x, y: x * 0 + y, TensorDict({}, [2]), default=3, nested_keys=True)
@@ -423,7 +455,7 @@ def test_arithmetic_with_scalars_tensors_and_tds():
     assert torch.equal((td - td)["a"], torch.zeros_like(a))
     assert torch.equal((td / 2)["a"], a / 2)
     assert torch.equal((1 - td)["a"], 1 - a)
-    assert torch.equal((td ** 2)["a"], a**2)
+    assert torch.equal((td**2)["a"], a**2)
     assert torch.equal((-td)["a"], -a)
     assert torch.equal((td > 0)["a"], a > 0)
     assert (td == td).all() and not (td != td).any()
@@ -449,7 +481,9 @@ def test_reductions():
     assert torch.allclose(td.std(dim=1)["b", "c"], td["b", "c"].std(1))
     assert torch.allclose(td.var()["a"], td["a"].var())
     values, indices = td.max(dim=1)
-    assert torch.equal(values["a"], td["a"].max(1).values) and torch.equal(indices["b", "c"], td["b", "c"].max(1).indices)
+    assert torch.equal(values["a"], td["a"].max(1).values) and torch.equal(
+        indices["b", "c"], td["b", "c"].max(1).indices
+    )
     assert torch.equal(td.min()["a"], td["a"].min())
     assert torch.allclose(td.prod(dim=0)["a"], td["a"].prod(0))
     assert torch.allclose(td.norm()["a"], td["a"].norm())
@@ -592,11 +626,15 @@ def _reference_keys(td, include_nested: bool, leaves_only: bool) -> list:
     out = []
     for key in td.keys():
         value = td.get(key)
-        node = isinstance(value, TensorDictBase) and not isinstance(value, NonTensorData) or hasattr(value, "_tensordict")
+        node = (
+            isinstance(value, TensorDictBase) and not isinstance(value, NonTensorData) or hasattr(value, "_tensordict")
+        )
         if not (node or td.is_non_tensor(key)) or not leaves_only:  # tensordict 0.14: non-tensor data is no leaf
             out.append(key)
         if node and include_nested:
-            out.extend((key,) + (k if isinstance(k, tuple) else (k,)) for k in _reference_keys(value, True, leaves_only))
+            out.extend(
+                (key,) + (k if isinstance(k, tuple) else (k,)) for k in _reference_keys(value, True, leaves_only)
+            )
     return out
 
 
@@ -679,7 +717,9 @@ def test_fused_arithmetic_matches_per_leaf_ops_and_falls_back():
     text = TensorDict({"x": torch.ones(2), "s": "hi"}, [2])
     assert torch.equal((text + text)["x"], torch.full((2,), 2.0)) and (text + text)["s"] == "hi"
     with pytest.raises(RuntimeError):
-        TensorDict(m=torch.ones(2, dtype=torch.bool), batch_size=[2]) - TensorDict(m=torch.ones(2, dtype=torch.bool), batch_size=[2])
+        TensorDict(m=torch.ones(2, dtype=torch.bool), batch_size=[2]) - TensorDict(
+            m=torch.ones(2, dtype=torch.bool), batch_size=[2]
+        )
 
 
 def test_tensor_operands_line_up_with_the_batch_dims():

@@ -1,5 +1,6 @@
 """update / update_ / update_at_ / load_state_dict: merging semantics (tensordict 0.14) and
 all-or-nothing writes (every entry checked before the first one is written)."""
+
 from __future__ import annotations
 
 import pytest
@@ -33,7 +34,12 @@ def test_one_element_tuple_key_merges_like_the_plain_key():
 def test_nested_tuple_keys_create_and_merge_sub_collections():
     td = TensorDict({"n": {"c": torch.zeros(2)}}, [2])
     td.update({("n", "d"): torch.ones(2), ("x", "y"): torch.ones(2), ("x", "z"): torch.full((2,), 2.0)})
-    assert _state(td) == {("n", "c"): [0.0, 0.0], ("n", "d"): [1.0, 1.0], ("x", "y"): [1.0, 1.0], ("x", "z"): [2.0, 2.0]}
+    assert _state(td) == {
+        ("n", "c"): [0.0, 0.0],
+        ("n", "d"): [1.0, 1.0],
+        ("x", "y"): [1.0, 1.0],
+        ("x", "z"): [2.0, 2.0],
+    }
     assert td["x"].batch_size == torch.Size([2])
 
 
@@ -94,7 +100,11 @@ def test_tensorclass_update_merges_into_a_nested_tensorclass(source):
     assert out.inner.x.tolist() == [1.0, 1.0] and out.inner.y.tolist() == [0.0, 0.0] and out.z.tolist() == [1.0, 1.0]
     td = TensorDict({"inner": _Inner(x=torch.zeros(2), y=torch.zeros(2), batch_size=[2])}, [2])
     td.update(TensorDict({"inner": {"x": torch.ones(2)}}, [2]))
-    assert type(td.get("inner")) is _Inner and td["inner"].x.tolist() == [1.0, 1.0] and td["inner"].y.tolist() == [0.0, 0.0]
+    assert (
+        type(td.get("inner")) is _Inner
+        and td["inner"].x.tolist() == [1.0, 1.0]
+        and td["inner"].y.tolist() == [0.0, 0.0]
+    )
 
 
 # --------------------------------------------------------------------------- R4: nothing half-written
@@ -104,17 +114,45 @@ def test_tensorclass_update_merges_into_a_nested_tensorclass(source):
     "call, error, match",
     [
         (lambda td: td.update({"a": torch.ones(2), "z": torch.ones(3)}), RuntimeError, r"'z'.*\[3\].*\[2\]"),
-        (lambda td: td.update({"a": torch.ones(2), "n": {"c": torch.ones(2), "d": torch.ones(5)}}), RuntimeError, r"\('n', 'd'\).*\[5\].*\[2\]"),
-        (lambda td: td.update(TensorDict({"a": torch.ones(2), "n": {"c": torch.ones(2)}, "bad": torch.ones(7)}, [])), RuntimeError, r"'bad'.*\[7\]"),
-        (lambda td: td.update({"a": torch.ones(2), "b": torch.ones(3)}, inplace=True), RuntimeError, r"'b'.*\[3\].*\[2\]"),
-        (lambda td: td.update({"a": torch.ones(2), ("b", "x"): torch.ones(2)}), KeyError, r"\('b', 'x'\).*'b' holds a leaf"),
+        (
+            lambda td: td.update({"a": torch.ones(2), "n": {"c": torch.ones(2), "d": torch.ones(5)}}),
+            RuntimeError,
+            r"\('n', 'd'\).*\[5\].*\[2\]",
+        ),
+        (
+            lambda td: td.update(TensorDict({"a": torch.ones(2), "n": {"c": torch.ones(2)}, "bad": torch.ones(7)}, [])),
+            RuntimeError,
+            r"'bad'.*\[7\]",
+        ),
+        (
+            lambda td: td.update({"a": torch.ones(2), "b": torch.ones(3)}, inplace=True),
+            RuntimeError,
+            r"'b'.*\[3\].*\[2\]",
+        ),
+        (
+            lambda td: td.update({"a": torch.ones(2), ("b", "x"): torch.ones(2)}),
+            KeyError,
+            r"\('b', 'x'\).*'b' holds a leaf",
+        ),
         (lambda td: td.lock_().update({"z": torch.ones(2), "a": torch.ones(2)}), RuntimeError, r"'z'.*locked"),
         (lambda td: td.update_({"a": torch.ones(2), "zz": torch.ones(2)}), KeyError, r"'zz'.*Existing keys"),
-        (lambda td: td.update_({"a": torch.ones(2), "b": torch.ones(3)}), RuntimeError, r"update_: key 'b'.*\[3\].*\[2\]"),
-        (lambda td: td.update_(TensorDict({"a": torch.ones(2), "n": {"c": torch.ones(2, 3)}}, [2])), RuntimeError, r"\('n', 'c'\).*\[2, 3\].*\[2\]"),
+        (
+            lambda td: td.update_({"a": torch.ones(2), "b": torch.ones(3)}),
+            RuntimeError,
+            r"update_: key 'b'.*\[3\].*\[2\]",
+        ),
+        (
+            lambda td: td.update_(TensorDict({"a": torch.ones(2), "n": {"c": torch.ones(2, 3)}}, [2])),
+            RuntimeError,
+            r"\('n', 'c'\).*\[2, 3\].*\[2\]",
+        ),
         (lambda td: td.update_({"a": torch.ones(2), "n": torch.ones(2)}), TypeError, r"'n' holds a TensorDict"),
         (lambda td: td.update_at_({"a": torch.tensor(1.0), "b": torch.ones(3)}, 0), RuntimeError, r"'b'.*\[3\].*\[\]"),
-        (lambda td: td.update_at_(TensorDict({"a": torch.tensor(1.0), "n": {"c": torch.ones(3)}}), 0), RuntimeError, r"\('n', 'c'\).*\[3\]"),
+        (
+            lambda td: td.update_at_(TensorDict({"a": torch.tensor(1.0), "n": {"c": torch.ones(3)}}), 0),
+            RuntimeError,
+            r"\('n', 'c'\).*\[3\]",
+        ),
         (lambda td: td.update_at_({"a": torch.tensor(1.0), "zz": torch.tensor(1.0)}, 0), KeyError, r"'zz'"),
     ],
 )
@@ -142,7 +180,9 @@ def test_a_bad_member_leaves_every_member_of_a_lazy_stack_unwritten():
 def test_load_state_dict_writes_into_a_lazy_stacks_members():
     stack = lazy_stack([TensorDict({"a": torch.zeros(2), "n": {"b": torch.zeros(2)}}) for _ in range(2)])
     leaves = [m["a"] for m in stack.tensordicts]
-    source = lazy_stack([TensorDict({"a": torch.full((2,), float(i + 1)), "n": {"b": torch.full((2,), 10.0 * i)}}) for i in range(2)])
+    source = lazy_stack(
+        [TensorDict({"a": torch.full((2,), float(i + 1)), "n": {"b": torch.full((2,), 10.0 * i)}}) for i in range(2)]
+    )
     for flatten in (False, True):
         stack.load_state_dict(source.state_dict(flatten=flatten))
         # tensordict 0.14: [[1., 1.], [2., 2.]] (tdict left the zeros)

@@ -2,6 +2,7 @@
 
 Every result is compared with a reference Python loop over the mapped dim.
 """
+
 from __future__ import annotations
 
 import pytest

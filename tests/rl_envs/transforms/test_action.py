@@ -1,4 +1,5 @@
 """ActionScaling, FlattenAction, ActionMask, DiscreteActionProjection, MultiAction."""
+
 from __future__ import annotations
 
 import pytest
@@ -17,24 +18,31 @@ class BoxEnv(EnvBase):
         super().__init__(batch_size=batch_size)
         b = self.batch_size
         n = int(torch.Size(action_shape).numel())
-        self.action_spec = Bounded(torch.as_tensor(low).expand(*b, *action_shape), torch.as_tensor(high).expand(*b, *action_shape),
-                                   shape=(*b, *action_shape))
+        self.action_spec = Bounded(
+            torch.as_tensor(low).expand(*b, *action_shape),
+            torch.as_tensor(high).expand(*b, *action_shape),
+            shape=(*b, *action_shape),
+        )
         self.observation_spec = Composite(observation=Unbounded(shape=(*b, n)), shape=b)
         self.actions = []
 
     def _reset(self, tensordict=None, **kw):
         done = torch.zeros(self.batch_size, dtype=torch.bool)
         n = self.observation_spec["observation"].shape[-1]
-        return TensorDict({"observation": torch.zeros(*self.batch_size, n), "done": done, "terminated": done.clone()},
-                          batch_size=self.batch_size)
+        return TensorDict(
+            {"observation": torch.zeros(*self.batch_size, n), "done": done, "terminated": done.clone()},
+            batch_size=self.batch_size,
+        )
 
     def _step(self, tensordict):
         a = tensordict["action"]
         self.actions.append(a.clone())
         done = torch.zeros(self.batch_size, dtype=torch.bool)
         flat = a.reshape(*self.batch_size, -1)
-        return TensorDict({"observation": flat.clone(), "reward": flat.sum(-1), "done": done, "terminated": done.clone()},
-                          batch_size=self.batch_size)
+        return TensorDict(
+            {"observation": flat.clone(), "reward": flat.sum(-1), "done": done, "terminated": done.clone()},
+            batch_size=self.batch_size,
+        )
 
     def _set_seed(self, seed):
         pass
@@ -252,8 +260,10 @@ def test_multi_action_stacked_rewards(recording_counting, batch):
 
 
 def test_multi_action_sum_rewards_compose_rollout(counting_env, specs_truthful):
-    env = TransformedEnv(counting_env(batch_size=[3], n_actions=3, max_count=6),
-                         Compose(MultiAction(num_actions=2, sum_rewards=True), StepCounter(3)))
+    env = TransformedEnv(
+        counting_env(batch_size=[3], n_actions=3, max_count=6),
+        Compose(MultiAction(num_actions=2, sum_rewards=True), StepCounter(3)),
+    )
     torch.manual_seed(0)
     r = env.rollout(3, break_when_any_done=False)
     assert r["next", "reward"].shape == (3, 3)

@@ -1,4 +1,5 @@
 """Transform, Compose, TransformedEnv and StepCounter: the transform machinery itself."""
+
 import pytest
 import torch
 from tdict import TensorDict
@@ -55,7 +56,10 @@ def test_inverse_on_a_copy():
 def test_transformed_env_observation_and_spec():
     base = PendulumEnv(seed=0)
     env = TransformedEnv(PendulumEnv(seed=0), AddOne(in_keys=["observation"], out_keys=["obs_plus"]))
-    ref, out = base.rollout(4, lambda td: td.set("action", torch.zeros(1))), env.rollout(4, lambda td: td.set("action", torch.zeros(1)))
+    ref, out = (
+        base.rollout(4, lambda td: td.set("action", torch.zeros(1))),
+        env.rollout(4, lambda td: td.set("action", torch.zeros(1))),
+    )
     torch.testing.assert_close(out["next", "obs_plus"], ref["next", "observation"] + 1)
     torch.testing.assert_close(out["obs_plus"], ref["observation"] + 1)  # reset output is transformed too
     assert "obs_plus" in env.observation_spec.keys()
@@ -157,7 +161,9 @@ def test_step_counter_batched_with_partial_resets():
     rollout = env.rollout(6, break_when_any_done=False, auto_reset=False, tensordict=td)
     assert rollout["next", "step_count"].tolist() == [[1, 2, 3, 1, 2, 3], [2, 3, 1, 2, 3, 1]]
     assert rollout["next", "truncated"].tolist() == [
-        [False, False, True, False, False, True], [False, True, False, False, True, False]]
+        [False, False, True, False, False, True],
+        [False, True, False, False, True, False],
+    ]
 
 
 def test_step_counter_spec_and_values():
@@ -188,8 +194,11 @@ def test_quick_example_from_the_issue(capsys):
     from tdict.nn import TensorDictModule
 
     env = TransformedEnv(PendulumEnv(), StepCounter(max_steps=200))
-    policy = TensorDictModule(nn.Sequential(nn.LazyLinear(64), nn.Tanh(), nn.Linear(64, 1), nn.Tanh()),
-                              in_keys=["observation"], out_keys=["action"])
+    policy = TensorDictModule(
+        nn.Sequential(nn.LazyLinear(64), nn.Tanh(), nn.Linear(64, 1), nn.Tanh()),
+        in_keys=["observation"],
+        out_keys=["action"],
+    )
     rollout = env.rollout(max_steps=32, policy=policy)
     print(rollout.batch_size)
     print(rollout["next", "reward"].shape)

@@ -1,4 +1,5 @@
 """ActionDiscretizer."""
+
 from __future__ import annotations
 
 import pytest
@@ -25,15 +26,19 @@ class BoxEnv(EnvBase):
     def _reset(self, tensordict=None, **kw):
         done = torch.zeros(self.batch_size, dtype=torch.bool)
         n = self.action_spec.shape[-1]
-        return TensorDict({"observation": torch.zeros(*self.batch_size, n), "done": done, "terminated": done.clone()},
-                          batch_size=self.batch_size)
+        return TensorDict(
+            {"observation": torch.zeros(*self.batch_size, n), "done": done, "terminated": done.clone()},
+            batch_size=self.batch_size,
+        )
 
     def _step(self, tensordict):
         a = tensordict["action"]
         self.actions.append(a.clone())
         done = torch.zeros(self.batch_size, dtype=torch.bool)
-        return TensorDict({"observation": a.clone(), "reward": a.sum(-1), "done": done, "terminated": done.clone()},
-                          batch_size=self.batch_size)
+        return TensorDict(
+            {"observation": a.clone(), "reward": a.sum(-1), "done": done, "terminated": done.clone()},
+            batch_size=self.batch_size,
+        )
 
     def _set_seed(self, seed):
         pass
@@ -103,7 +108,9 @@ def test_discretizer_scalar_action_and_out_key(specs_truthful):
             a = tensordict["action"]
             self.actions.append(a.clone())
             done = torch.zeros((), dtype=torch.bool)
-            return TensorDict({"observation": a.reshape(1), "reward": a.clone(), "done": done, "terminated": done.clone()})
+            return TensorDict(
+                {"observation": a.reshape(1), "reward": a.clone(), "done": done, "terminated": done.clone()}
+            )
 
     base = ScalarEnv()
     env = TransformedEnv(base, ActionDiscretizer(4, out_action_key="action_disc"))

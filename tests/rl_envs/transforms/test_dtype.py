@@ -1,4 +1,5 @@
 """DoubleToFloat, DTypeCastTransform and DeviceCastTransform: values, specs, inverse path."""
+
 from __future__ import annotations
 
 import pytest
@@ -31,8 +32,9 @@ class Float64Env(EnvBase):
 
     def _reset(self, tensordict=None, **kwargs):
         b = self.batch_size
-        return TensorDict(obs=torch.zeros(*b, 2, dtype=torch.float64),
-                          gain=torch.full(b, 0.5, dtype=torch.float64), batch_size=b)
+        return TensorDict(
+            obs=torch.zeros(*b, 2, dtype=torch.float64), gain=torch.full(b, 0.5, dtype=torch.float64), batch_size=b
+        )
 
     def _step(self, tensordict):
         action = tensordict["action"]
@@ -40,7 +42,9 @@ class Float64Env(EnvBase):
             raise TypeError(f"Float64Env wants float64 inputs, got {action.dtype} / {tensordict['gain'].dtype}")
         obs = (tensordict["obs"] + tensordict["gain"].unsqueeze(-1) * action).clamp(-10, 10)
         done = torch.zeros(self.batch_size, dtype=torch.bool)
-        return TensorDict(obs=obs, reward=-(obs ** 2).sum(-1), done=done, terminated=done.clone(), batch_size=self.batch_size)
+        return TensorDict(
+            obs=obs, reward=-(obs**2).sum(-1), done=done, terminated=done.clone(), batch_size=self.batch_size
+        )
 
     def _set_seed(self, seed):
         pass
@@ -53,7 +57,7 @@ def _reference(batch_size, actions):
     for a in actions:
         obs = (obs + 0.5 * a).clamp(-10, 10)
         out_obs.append(obs)
-        rewards.append(-(obs ** 2).sum(-1))
+        rewards.append(-(obs**2).sum(-1))
     nb = len(batch_size)
     return torch.stack(out_obs, nb), torch.stack(rewards, nb)
 
@@ -112,7 +116,8 @@ def test_double_to_float_inv_on_plain_td():
     assert out["action"].dtype == torch.float64 and out["other"].dtype == torch.int64
     assert td["action"].dtype == torch.float32  # inv works on a copy
     out = DoubleToFloat(in_keys=["obs"], in_keys_inv=["action"], out_keys_inv=["action32"]).inv(
-        TensorDict(action32=torch.ones(2)))
+        TensorDict(action32=torch.ones(2))
+    )
     assert out["action"].dtype == torch.float64
 
 
@@ -180,8 +185,12 @@ def test_device_cast_env(batch_size, specs_truthful):
 
 
 def test_device_cast_keys_compose_and_plain_td(specs_truthful):
-    env = TransformedEnv(PendulumEnv(batch_size=[3], seed=0),
-                         Compose(StepCounter(max_steps=100), DeviceCastTransform("cpu", in_keys=["observation"], in_keys_inv=["action"])))
+    env = TransformedEnv(
+        PendulumEnv(batch_size=[3], seed=0),
+        Compose(
+            StepCounter(max_steps=100), DeviceCastTransform("cpu", in_keys=["observation"], in_keys_inv=["action"])
+        ),
+    )
     policy = lambda td: td.set("action", torch.full((3, 1), 0.1))  # noqa: E731
     rollout = env.rollout(3, policy)
     ref = PendulumEnv(batch_size=[3], seed=0).rollout(3, policy)

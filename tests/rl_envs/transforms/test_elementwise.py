@@ -1,4 +1,5 @@
 """ClipTransform, SignTransform, UnaryTransform: values, specs, inverse path."""
+
 from __future__ import annotations
 
 import pytest
@@ -17,8 +18,10 @@ def _policy(batch_size, value):
 def test_clip_env_and_inverse(batch_size, specs_truthful):
     # the inverse clips the caller's action 1.5 to 0.5 before the env sees it
     ref = PendulumEnv(batch_size=batch_size, seed=0).rollout(4, _policy(batch_size, 0.5))
-    env = TransformedEnv(PendulumEnv(batch_size=batch_size, seed=0),
-                         ClipTransform(in_keys=["observation", "reward"], in_keys_inv=["action"], low=-0.5, high=0.5))
+    env = TransformedEnv(
+        PendulumEnv(batch_size=batch_size, seed=0),
+        ClipTransform(in_keys=["observation", "reward"], in_keys_inv=["action"], low=-0.5, high=0.5),
+    )
     spec = env.observation_spec["observation"]
     assert isinstance(spec, Bounded) and spec.high.max().item() == 0.5
     assert isinstance(env.reward_spec, Bounded)
@@ -35,7 +38,10 @@ def test_clip_env_and_inverse(batch_size, specs_truthful):
 
 
 def test_clip_compose_and_plain_td(specs_truthful):
-    env = TransformedEnv(PendulumEnv(batch_size=[3], seed=0), Compose(StepCounter(max_steps=10), ClipTransform(in_keys=["thdot"], out_keys=["thdot_c"], high=0.0)))
+    env = TransformedEnv(
+        PendulumEnv(batch_size=[3], seed=0),
+        Compose(StepCounter(max_steps=10), ClipTransform(in_keys=["thdot"], out_keys=["thdot_c"], high=0.0)),
+    )
     rollout = env.rollout(3, _policy((3,), 1.0))
     torch.testing.assert_close(rollout["next", "thdot_c"], rollout["next", "thdot"].clamp(max=0.0))
     specs_truthful(env, rollout)
@@ -49,8 +55,12 @@ def test_clip_compose_and_plain_td(specs_truthful):
 @pytest.mark.parametrize("batch_size", [(), (3,)])
 def test_sign_env_compose_and_plain_td(batch_size, specs_truthful):
     ref = PendulumEnv(batch_size=batch_size, seed=0).rollout(4, _policy(batch_size, 0.2))
-    env = TransformedEnv(PendulumEnv(batch_size=batch_size, seed=0),
-                         Compose(StepCounter(max_steps=10), SignTransform(in_keys=["reward", "observation"], out_keys=["reward", "obs_sign"])))
+    env = TransformedEnv(
+        PendulumEnv(batch_size=batch_size, seed=0),
+        Compose(
+            StepCounter(max_steps=10), SignTransform(in_keys=["reward", "observation"], out_keys=["reward", "obs_sign"])
+        ),
+    )
     assert isinstance(env.reward_spec, Bounded) and env.reward_spec.low.min().item() == -1
     rollout = env.rollout(4, _policy(batch_size, 0.2))
     torch.testing.assert_close(rollout["next", "reward"], torch.sign(ref["next", "reward"]))
@@ -66,9 +76,17 @@ def test_sign_env_compose_and_plain_td(batch_size, specs_truthful):
 def test_unary_env_and_inverse(batch_size, specs_truthful):
     ref = PendulumEnv(batch_size=batch_size, seed=0).rollout(4, _policy(batch_size, 0.6))
     # the caller speaks in "half torque" units: the inverse doubles it
-    env = TransformedEnv(PendulumEnv(batch_size=batch_size, seed=0), UnaryTransform(
-        in_keys=["observation"], out_keys=["obs_norm"], in_keys_inv=["action"], out_keys_inv=["half_action"],
-        fn=lambda x: x.norm(dim=-1), inv_fn=lambda a: a * 2))
+    env = TransformedEnv(
+        PendulumEnv(batch_size=batch_size, seed=0),
+        UnaryTransform(
+            in_keys=["observation"],
+            out_keys=["obs_norm"],
+            in_keys_inv=["action"],
+            out_keys_inv=["half_action"],
+            fn=lambda x: x.norm(dim=-1),
+            inv_fn=lambda a: a * 2,
+        ),
+    )
     assert env.observation_spec["obs_norm"].shape == torch.Size(batch_size)
     assert isinstance(env.observation_spec["obs_norm"], Unbounded)
     assert env.action_keys == ["half_action"]
@@ -79,8 +97,13 @@ def test_unary_env_and_inverse(batch_size, specs_truthful):
 
 
 def test_unary_compose_plain_td_and_errors(specs_truthful):
-    env = TransformedEnv(PendulumEnv(batch_size=[3], seed=0), Compose(
-        StepCounter(max_steps=10), UnaryTransform(in_keys=["step_count"], out_keys=["t_float"], fn=lambda x: x.float() / 10)))
+    env = TransformedEnv(
+        PendulumEnv(batch_size=[3], seed=0),
+        Compose(
+            StepCounter(max_steps=10),
+            UnaryTransform(in_keys=["step_count"], out_keys=["t_float"], fn=lambda x: x.float() / 10),
+        ),
+    )
     assert env.observation_spec["t_float"].dtype == torch.float32
     rollout = env.rollout(3, _policy((3,), 0.0))
     torch.testing.assert_close(rollout["next", "t_float"], rollout["next", "step_count"].float() / 10)

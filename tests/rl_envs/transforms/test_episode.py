@@ -1,13 +1,23 @@
 """InitTracker, TrajCounter, NoopResetEnv, FrameSkipTransform, RandomTruncationTransform, TerminateTransform,
 EndOfLifeTransform."""
+
 import pytest
 import torch
 from tdict import TensorDict
 from tdict.specs import Unbounded
 
 from rl_envs import (
-    Compose, EndOfLifeTransform, FrameSkipTransform, InitTracker, NoopResetEnv, PendulumEnv, RandomTruncationTransform,
-    StepCounter, TerminateTransform, TrajCounter, TransformedEnv,
+    Compose,
+    EndOfLifeTransform,
+    FrameSkipTransform,
+    InitTracker,
+    NoopResetEnv,
+    PendulumEnv,
+    RandomTruncationTransform,
+    StepCounter,
+    TerminateTransform,
+    TrajCounter,
+    TransformedEnv,
 )
 
 ACTIONS = torch.tensor([1, 2, 3])  # with max_count=6: episodes of 6, 3 and 2 steps
@@ -157,8 +167,10 @@ def episode_lengths(done):
 
 def test_random_truncation_batched(added_keys_match, all_in):
     def run(seed, prob):
-        env = TransformedEnv(PendulumEnv(batch_size=[3], seed=0),
-                             Compose(StepCounter(), RandomTruncationTransform(3, 6, prob=prob, seed=seed)))
+        env = TransformedEnv(
+            PendulumEnv(batch_size=[3], seed=0),
+            Compose(StepCounter(), RandomTruncationTransform(3, 6, prob=prob, seed=seed)),
+        )
         return env, env.rollout(30, break_when_any_done=False)
 
     env, r = run(0, 1.0)
@@ -253,8 +265,10 @@ def test_end_of_life_single_env(counting_env, fixed_policy):
 
 
 def test_end_of_life_batched_compose_forward_specs(counting_env, added_keys_match, all_in, fixed_policy):
-    env = TransformedEnv(lives_env_class(counting_env)(batch_size=[3], max_count=6, n_actions=4),
-                         Compose(StepCounter(), EndOfLifeTransform()))
+    env = TransformedEnv(
+        lives_env_class(counting_env)(batch_size=[3], max_count=6, n_actions=4),
+        Compose(StepCounter(), EndOfLifeTransform()),
+    )
     r = env.rollout(10, fixed_policy(ACTIONS), break_when_any_done=False)
     ref = (r["next", "lives"] < r["lives"]) | r["next", "done"]
     assert torch.equal(r["next", "end-of-life"], ref)

@@ -1,4 +1,5 @@
 """ToTensorImage, Resize, CenterCrop, Crop, GrayScale: values against torch references, specs, any leading dims."""
+
 from __future__ import annotations
 
 import pytest
@@ -30,8 +31,10 @@ def test_to_tensor_image_env(counting_env, batch_size, specs_truthful):
 
 @pytest.mark.parametrize("batch_size", [(), (3,)])
 def test_resize_crop_gray_env(counting_env, batch_size, specs_truthful):
-    env = TransformedEnv(counting_env(batch_size=batch_size, pixels=True, size=8),
-                         Compose(ToTensorImage(), Resize(6, 4), GrayScale(), StepCounter(max_steps=10)))
+    env = TransformedEnv(
+        counting_env(batch_size=batch_size, pixels=True, size=8),
+        Compose(ToTensorImage(), Resize(6, 4), GrayScale(), StepCounter(max_steps=10)),
+    )
     assert env.observation_spec["pixels"].shape == torch.Size([*batch_size, 1, 6, 4])
     rollout = env.rollout(3, _ones(batch_size))
     raw = _raw_pixels(counting_env, batch_size)
@@ -40,8 +43,10 @@ def test_resize_crop_gray_env(counting_env, batch_size, specs_truthful):
     gray = (0.2989 * resized[:, 0] + 0.587 * resized[:, 1] + 0.114 * resized[:, 2]).unsqueeze(1)
     torch.testing.assert_close(rollout["next", "pixels"], gray.reshape(*raw.shape[:-3], 1, 6, 4))
     specs_truthful(env, rollout)
-    env = TransformedEnv(counting_env(batch_size=batch_size, pixels=True, size=8),
-                         Compose(ToTensorImage(), CenterCrop(4, 6), Crop(2, 3, top=1, left=2)))
+    env = TransformedEnv(
+        counting_env(batch_size=batch_size, pixels=True, size=8),
+        Compose(ToTensorImage(), CenterCrop(4, 6), Crop(2, 3, top=1, left=2)),
+    )
     assert env.observation_spec["pixels"].shape == torch.Size([*batch_size, 3, 2, 3])
     rollout = env.rollout(3, _ones(batch_size))
     torch.testing.assert_close(rollout["next", "pixels"], raw[..., 2:6, 1:7][..., 1:3, 2:5])
@@ -59,13 +64,17 @@ def test_image_ops_on_replay_sample_match_references():
     torch.testing.assert_close(out["pixels"], ref)
     torch.testing.assert_close(out["next", "pixels"], ref)
     near = Resize(5, 6, interpolation="nearest", in_keys=["x"])(TensorDict(x=chw, batch_size=[2, 5]))["x"]
-    torch.testing.assert_close(near, F.interpolate(chw.reshape(10, 3, 10, 12), size=(5, 6), mode="nearest").reshape(2, 5, 3, 5, 6))
+    torch.testing.assert_close(
+        near, F.interpolate(chw.reshape(10, 3, 10, 12), size=(5, 6), mode="nearest").reshape(2, 5, 3, 5, 6)
+    )
     cropped = CenterCrop(4, in_keys=["x"])(TensorDict(x=chw, batch_size=[2, 5]))["x"]
     torch.testing.assert_close(cropped, chw[..., 3:7, 4:8])
     gray_u8 = GrayScale(in_keys=["x"])(TensorDict(x=img.permute(0, 1, 4, 2, 3), batch_size=[2, 5]))["x"]
     c = img.permute(0, 1, 4, 2, 3)
     assert gray_u8.dtype == torch.uint8
-    assert torch.equal(gray_u8, (0.2989 * c[:, :, 0] + 0.587 * c[:, :, 1] + 0.114 * c[:, :, 2]).to(torch.uint8).unsqueeze(2))
+    assert torch.equal(
+        gray_u8, (0.2989 * c[:, :, 0] + 0.587 * c[:, :, 1] + 0.114 * c[:, :, 2]).to(torch.uint8).unsqueeze(2)
+    )
     resized_u8 = Resize(5, 6, in_keys=["x"])(TensorDict(x=c, batch_size=[2, 5]))["x"]
     assert resized_u8.dtype == torch.uint8 and resized_u8.shape == torch.Size([2, 5, 3, 5, 6])
 

@@ -1,4 +1,5 @@
 """ExcludeTransform, SelectTransform, RenameTransform, CatTensors: values, specs, inverse path."""
+
 from __future__ import annotations
 
 import pytest
@@ -25,7 +26,9 @@ def _const_policy(batch_size, value=0.3, key="action"):
 def test_exclude_env(batch_size, specs_truthful):
     policy = _const_policy(batch_size)
     ref = PendulumEnv(batch_size=batch_size, seed=0).rollout(4, policy)
-    env = TransformedEnv(PendulumEnv(batch_size=batch_size, seed=0), ExcludeTransform("observation", ("next", "nothing")))
+    env = TransformedEnv(
+        PendulumEnv(batch_size=batch_size, seed=0), ExcludeTransform("observation", ("next", "nothing"))
+    )
     assert "observation" not in env.observation_spec.keys()
     rollout = env.rollout(4, policy)
     assert "observation" not in rollout.keys() and "observation" not in rollout["next"].keys()
@@ -70,13 +73,18 @@ def test_select_env(batch_size, specs_truthful):
 
 
 def test_select_compose_and_plain_td(specs_truthful):
-    env = TransformedEnv(PendulumEnv(batch_size=[3], seed=0), Compose(StepCounter(max_steps=2), SelectTransform("th", "thdot", "step_count")))
+    env = TransformedEnv(
+        PendulumEnv(batch_size=[3], seed=0),
+        Compose(StepCounter(max_steps=2), SelectTransform("th", "thdot", "step_count")),
+    )
     rollout = env.rollout(5, _const_policy((3,)))
     assert rollout.batch_size == torch.Size([3, 2])
     assert rollout["next", "step_count"][0].tolist() == [1, 2]
     assert "observation" not in rollout.keys()
     specs_truthful(env, rollout)
-    td = TensorDict(a=torch.ones(4), b=torch.zeros(4), reward=torch.ones(4), done=torch.zeros(4, dtype=torch.bool), batch_size=[4])
+    td = TensorDict(
+        a=torch.ones(4), b=torch.zeros(4), reward=torch.ones(4), done=torch.zeros(4, dtype=torch.bool), batch_size=[4]
+    )
     assert sorted(SelectTransform("a")(td).keys()) == ["a", "done", "reward"]
     assert sorted(SelectTransform("a", keep_rewards=False, keep_dones=False)(td).keys()) == ["a"]
 
@@ -84,8 +92,10 @@ def test_select_compose_and_plain_td(specs_truthful):
 @pytest.mark.parametrize("batch_size", [(), (3,)])
 def test_rename_env_and_inverse(batch_size, specs_truthful):
     ref = PendulumEnv(batch_size=batch_size, seed=0).rollout(4, _const_policy(batch_size))
-    env = TransformedEnv(PendulumEnv(batch_size=batch_size, seed=0),
-                         RenameTransform(["observation"], ["obs"], in_keys_inv=["action"], out_keys_inv=["torque"]))
+    env = TransformedEnv(
+        PendulumEnv(batch_size=batch_size, seed=0),
+        RenameTransform(["observation"], ["obs"], in_keys_inv=["action"], out_keys_inv=["torque"]),
+    )
     assert "obs" in env.observation_spec.keys() and "observation" not in env.observation_spec.keys()
     assert env.action_keys == ["torque"]
     rollout = env.rollout(4, _const_policy(batch_size, key="torque"))
@@ -96,8 +106,10 @@ def test_rename_env_and_inverse(batch_size, specs_truthful):
 
 
 def test_rename_copy_compose_plain_td_and_errors(specs_truthful):
-    env = TransformedEnv(PendulumEnv(seed=0), Compose(StepCounter(max_steps=10),
-                                                      RenameTransform(["th", "step_count"], ["angle", "t"], create_copy=True)))
+    env = TransformedEnv(
+        PendulumEnv(seed=0),
+        Compose(StepCounter(max_steps=10), RenameTransform(["th", "step_count"], ["angle", "t"], create_copy=True)),
+    )
     rollout = env.rollout(3, _const_policy(()))
     torch.testing.assert_close(rollout["next", "angle"], rollout["next", "th"])
     assert rollout["next", "t"].tolist() == [1, 2, 3]
@@ -115,8 +127,9 @@ def test_rename_copy_compose_plain_td_and_errors(specs_truthful):
 @pytest.mark.parametrize("batch_size", [(), (3,)])
 def test_cat_tensors_env(batch_size, specs_truthful):
     ref = PendulumEnv(batch_size=batch_size, seed=0).rollout(4, _const_policy(batch_size))
-    env = TransformedEnv(PendulumEnv(batch_size=batch_size, seed=0),
-                         CatTensors(["thdot", "observation"], "vec", del_keys=False))
+    env = TransformedEnv(
+        PendulumEnv(batch_size=batch_size, seed=0), CatTensors(["thdot", "observation"], "vec", del_keys=False)
+    )
     assert env.observation_spec["vec"].shape == torch.Size([*batch_size, 4])
     rollout = env.rollout(4, _const_policy(batch_size))
     # sorted key order: observation then thdot (a per-step scalar gets a trailing dim)
@@ -126,8 +139,9 @@ def test_cat_tensors_env(batch_size, specs_truthful):
 
 
 def test_cat_tensors_del_keys_compose_unsorted_and_plain_td(specs_truthful):
-    env = TransformedEnv(PendulumEnv(batch_size=[2], seed=0),
-                         Compose(StepCounter(max_steps=10), CatTensors(["observation"], "obs_vec")))
+    env = TransformedEnv(
+        PendulumEnv(batch_size=[2], seed=0), Compose(StepCounter(max_steps=10), CatTensors(["observation"], "obs_vec"))
+    )
     rollout = env.rollout(3, _const_policy((2,)))
     assert "observation" not in rollout.keys() and rollout["obs_vec"].shape == torch.Size([2, 3, 3])
     assert "observation" not in env.observation_spec.keys()

@@ -1,4 +1,5 @@
 """ObservationNorm, VecNorm and NormalizeReward."""
+
 from __future__ import annotations
 
 import pytest
@@ -16,7 +17,9 @@ from rl_envs.transforms import NormalizeReward, ObservationNorm, VecNorm
 @pytest.mark.parametrize("standard_normal", [False, True])
 def test_observation_norm_env(batch, standard_normal, specs_truthful):
     loc, scale = torch.tensor([0.5, -1.0, 2.0]), torch.tensor([2.0, 0.5, 4.0])
-    t = ObservationNorm(loc=loc, scale=scale, in_keys=["observation"], out_keys=["obs_norm"], standard_normal=standard_normal)
+    t = ObservationNorm(
+        loc=loc, scale=scale, in_keys=["observation"], out_keys=["obs_norm"], standard_normal=standard_normal
+    )
     env = TransformedEnv(PendulumEnv(batch_size=batch, seed=0), Compose(StepCounter(5), t))
     r = env.rollout(5)
     raw = r["next", "observation"]
@@ -74,7 +77,9 @@ def test_observation_norm_init_stats(standard_normal, specs_truthful):
 
 
 def test_observation_norm_init_stats_batched_reduce_dims():
-    env = TransformedEnv(PendulumEnv(batch_size=[3], seed=1), ObservationNorm(in_keys=["observation"], standard_normal=True))
+    env = TransformedEnv(
+        PendulumEnv(batch_size=[3], seed=1), ObservationNorm(in_keys=["observation"], standard_normal=True)
+    )
     torch.manual_seed(0)
     env.transform[0].init_stats(30, reduce_dim=(0, 1), cat_dim=1, keep_dims=(1,))
     ref = PendulumEnv(batch_size=[3], seed=1)
@@ -104,10 +109,10 @@ def vecnorm_reference(frames, decay, eps, batch_dims=0):
     for x in frames:
         flat = x.double().reshape(-1, *x.shape[batch_dims:])
         s = s * decay + flat.sum(0)
-        q = q * decay + (flat ** 2).sum(0)
+        q = q * decay + (flat**2).sum(0)
         c = c * decay + flat.shape[0]
         mean = s / c
-        std = (q / c - mean ** 2).clamp_min(eps).sqrt()
+        std = (q / c - mean**2).clamp_min(eps).sqrt()
         out.append(((x.double() - mean) / std.clamp_min(eps)).to(x.dtype))
     return out
 
@@ -125,7 +130,7 @@ def test_vecnorm_env_values(batch, specs_truthful):
     torch.testing.assert_close(r["next", "obs_norm"], torch.stack(ref[1:], nb), atol=1e-4, rtol=1e-4)
     # stats TensorDict: count = sum of decayed frame counts
     n = batch[0] if batch else 1
-    expected_count = sum(n * 0.9 ** k for k in range(7))
+    expected_count = sum(n * 0.9**k for k in range(7))
     assert abs(t._td["observation_count"].item() - expected_count) < 1e-4
     spec = env.full_observation_spec["obs_norm"]
     assert isinstance(spec, Unbounded) and spec.shape == (*batch, 3)

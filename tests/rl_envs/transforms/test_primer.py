@@ -1,4 +1,5 @@
 """TensorDictPrimer."""
+
 import pytest
 import torch
 from tdict import TensorDict
@@ -11,6 +12,7 @@ ACTIONS = torch.tensor([1, 2, 3])  # with max_count=6: episodes of 6, 3 and 2 st
 
 def recurrent_policy(actions=None):
     """Writes the action and a new 'hidden' state (old + 1), as a recurrent policy would."""
+
     def policy(td):
         td.set("hidden", td.get("hidden") + 1)
         if actions is not None:
@@ -18,6 +20,7 @@ def recurrent_policy(actions=None):
         else:
             td.set("action", torch.zeros(*td.batch_size, 1))
         return td
+
     return policy
 
 
@@ -54,13 +57,20 @@ def test_primer_expand_specs_random_and_defaults(counting_env):
     base = counting_env(batch_size=[3])
     with pytest.raises(RuntimeError, match="expand_specs"):
         TransformedEnv(base, TensorDictPrimer(h=Unbounded(shape=(2,)))).reset()
-    env = TransformedEnv(counting_env(batch_size=[3]),
-                         TensorDictPrimer(h=Bounded(-1.0, 1.0, shape=(2,)), random=True, expand_specs=True))
+    env = TransformedEnv(
+        counting_env(batch_size=[3]), TensorDictPrimer(h=Bounded(-1.0, 1.0, shape=(2,)), random=True, expand_specs=True)
+    )
     h = env.reset()["h"]
     assert h.shape == (3, 2) and env.observation_spec["h"].is_in(h) and h.abs().sum() > 0
-    env = TransformedEnv(counting_env(batch_size=[3]), TensorDictPrimer(
-        a=Unbounded(shape=(3, 1)), b=Unbounded(shape=(3, 2), dtype=torch.float64), batch_size=[3],
-        default_value={"a": 2.0, "b": lambda: torch.ones(3, 2, dtype=torch.float64)}))
+    env = TransformedEnv(
+        counting_env(batch_size=[3]),
+        TensorDictPrimer(
+            a=Unbounded(shape=(3, 1)),
+            b=Unbounded(shape=(3, 2), dtype=torch.float64),
+            batch_size=[3],
+            default_value={"a": 2.0, "b": lambda: torch.ones(3, 2, dtype=torch.float64)},
+        ),
+    )
     td = env.reset()
     assert td["a"].tolist() == [[2.0]] * 3 and td["b"].dtype == torch.float64 and td["b"].sum() == 6
     with pytest.raises(ValueError, match="must match the primers"):
@@ -77,7 +87,9 @@ def test_primer_single_default_value_partial_reset(counting_env):
         calls.append(n)
         return TensorDict(h=torch.full((n, 2), 7.0), batch_size=[n])
 
-    t = TensorDictPrimer(Composite(h=Unbounded(shape=(3, 2)), shape=(3,)), default_value=make, single_default_value=True)
+    t = TensorDictPrimer(
+        Composite(h=Unbounded(shape=(3, 2)), shape=(3,)), default_value=make, single_default_value=True
+    )
     env = TransformedEnv(counting_env(batch_size=[3]), t)
     td = env.reset()
     td["h"] = torch.zeros(3, 2)

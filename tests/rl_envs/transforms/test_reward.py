@@ -1,11 +1,20 @@
 """RewardSum, RewardScaling, RewardClipping, BinarizeReward, Reward2GoTransform, TargetReturn."""
+
 import pytest
 import torch
 from tdict import TensorDict
 
 from rl_envs import (
-    BinarizeReward, Compose, PendulumEnv, Reward2GoTransform, RewardClipping, RewardScaling, RewardSum, StepCounter,
-    TargetReturn, TransformedEnv,
+    BinarizeReward,
+    Compose,
+    PendulumEnv,
+    Reward2GoTransform,
+    RewardClipping,
+    RewardScaling,
+    RewardSum,
+    StepCounter,
+    TargetReturn,
+    TransformedEnv,
 )
 
 ACTIONS = torch.tensor([1, 2, 3])  # with max_count=6: episodes of 6, 3 and 2 steps
@@ -18,8 +27,11 @@ def batched(counting_env, transform, max_count=6):
 def episode_sums(reward, done):
     """Loop reference: running episode return along the last dim, restarting after each done."""
     out = torch.zeros_like(reward)
-    for idx in torch.cartesian_prod(*[torch.arange(s) for s in reward.shape[:-1]]).reshape(-1, reward.ndim - 1) \
-            if reward.ndim > 1 else [()]:
+    for idx in (
+        torch.cartesian_prod(*[torch.arange(s) for s in reward.shape[:-1]]).reshape(-1, reward.ndim - 1)
+        if reward.ndim > 1
+        else [()]
+    ):
         idx = tuple(idx.tolist()) if len(idx) else ()
         acc = 0.0
         for t in range(reward.shape[-1]):
@@ -121,15 +133,18 @@ def test_reward_clipping(counting_env, all_in, fixed_policy):
     assert float(spec.low.min()) == 1.5 and float(spec.high.max()) == 2.5 and all_in(spec, r["next", "reward"])
     single = TransformedEnv(counting_env(), Compose(RewardClipping(clamp_max=0.5)))
     assert single.rollout(2, fixed_policy(torch.tensor(1)))["next", "reward"].tolist() == [0.5, 0.5]
-    out = RewardClipping(-1, 1, in_keys=[("next", "reward")])(TensorDict(next=TensorDict(reward=torch.tensor([-2.0, 3.0]),
-                                                                                         batch_size=[2]), batch_size=[2]))
+    out = RewardClipping(-1, 1, in_keys=[("next", "reward")])(
+        TensorDict(next=TensorDict(reward=torch.tensor([-2.0, 3.0]), batch_size=[2]), batch_size=[2])
+    )
     assert out["next", "reward"].tolist() == [-1.0, 1.0]
     with pytest.raises(ValueError, match="clamp_min"):
         RewardClipping(2, 1)
 
 
 def test_binarize_reward(counting_env, all_in, fixed_policy):
-    env = TransformedEnv(counting_env(batch_size=[3], max_count=6, n_actions=4), Compose(StepCounter(), BinarizeReward()))
+    env = TransformedEnv(
+        counting_env(batch_size=[3], max_count=6, n_actions=4), Compose(StepCounter(), BinarizeReward())
+    )
     actions = torch.tensor([0, 2, 3])
     r = env.rollout(4, fixed_policy(actions))
     assert r["next", "reward"].dtype == torch.int8
@@ -169,15 +184,19 @@ def test_reward2go_inverse_and_forward(counting_env, fixed_policy):
     # single trajectory [T] and inside a Compose
     single = base.rollout(12, fixed_policy(ACTIONS), break_when_any_done=False)[1]
     out = Compose(Reward2GoTransform(gamma=1.0, out_keys=["rtg"])).inv(single)
-    torch.testing.assert_close(out["rtg"], reward_to_go(single["next", "reward"][None], single["next", "done"][None], 1.0)[0])
+    torch.testing.assert_close(
+        out["rtg"], reward_to_go(single["next", "reward"][None], single["next", "done"][None], 1.0)[0]
+    )
 
 
 def test_reward2go_errors(counting_env):
     env = TransformedEnv(counting_env(), Reward2GoTransform())
     with pytest.raises(ValueError, match="not inside an env"):
         env.rollout(3)
-    td = TensorDict(next=TensorDict(reward=torch.ones(2, 3), done=torch.zeros(2, 3, dtype=torch.bool), batch_size=[2, 3]),
-                    batch_size=[2, 3])
+    td = TensorDict(
+        next=TensorDict(reward=torch.ones(2, 3), done=torch.zeros(2, 3, dtype=torch.bool), batch_size=[2, 3]),
+        batch_size=[2, 3],
+    )
     with pytest.raises(RuntimeError, match="no episode end"):
         Reward2GoTransform().inv(td)
 

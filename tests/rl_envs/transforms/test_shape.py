@@ -1,4 +1,5 @@
 """UnsqueezeTransform, SqueezeTransform, FlattenObservation, PermuteTransform: values, specs, inverse path."""
+
 from __future__ import annotations
 
 import pytest
@@ -24,8 +25,10 @@ def _policy(batch_size, shape=(1,), value=0.3, key="action"):
 @pytest.mark.parametrize("batch_size", [(), (3,)])
 def test_unsqueeze_env_and_inverse(batch_size, specs_truthful):
     ref = PendulumEnv(batch_size=batch_size, seed=0).rollout(4, _policy(batch_size))
-    env = TransformedEnv(PendulumEnv(batch_size=batch_size, seed=0),
-                         UnsqueezeTransform(-1, in_keys=["observation", "th"], out_keys=["observation", "th_u"], in_keys_inv=["action"]))
+    env = TransformedEnv(
+        PendulumEnv(batch_size=batch_size, seed=0),
+        UnsqueezeTransform(-1, in_keys=["observation", "th"], out_keys=["observation", "th_u"], in_keys_inv=["action"]),
+    )
     assert env.observation_spec["observation"].shape == torch.Size([*batch_size, 3, 1])
     assert env.action_spec.shape == torch.Size([*batch_size, 1, 1])
     # the caller gives [*b, 1, 1] actions; the env receives [*b, 1]
@@ -37,9 +40,14 @@ def test_unsqueeze_env_and_inverse(batch_size, specs_truthful):
 
 
 def test_squeeze_compose_inverse_and_plain_td(specs_truthful):
-    env = TransformedEnv(PendulumEnv(batch_size=[3], seed=0), Compose(
-        UnsqueezeTransform(-2, in_keys=["observation"]), StepCounter(max_steps=10),
-        SqueezeTransform(-1, in_keys_inv=["action"])))
+    env = TransformedEnv(
+        PendulumEnv(batch_size=[3], seed=0),
+        Compose(
+            UnsqueezeTransform(-2, in_keys=["observation"]),
+            StepCounter(max_steps=10),
+            SqueezeTransform(-1, in_keys_inv=["action"]),
+        ),
+    )
     assert env.observation_spec["observation"].shape == torch.Size([3, 1, 3])
     assert env.action_spec.shape == torch.Size([3])
     rollout = env.rollout(3, lambda td: td.set("action", torch.full((3,), 0.3)))
@@ -67,8 +75,10 @@ def test_flatten_env(counting_env, batch_size, specs_truthful):
 
 
 def test_flatten_positive_dims_compose_and_plain_td(counting_env, specs_truthful):
-    env = TransformedEnv(counting_env(batch_size=[2], pixels=True, size=4),
-                         Compose(StepCounter(max_steps=5), FlattenObservation(0, 1, allow_positive_dim=True)))
+    env = TransformedEnv(
+        counting_env(batch_size=[2], pixels=True, size=4),
+        Compose(StepCounter(max_steps=5), FlattenObservation(0, 1, allow_positive_dim=True)),
+    )
     assert env.observation_spec["pixels"].shape == torch.Size([2, 16, 3])
     rollout = env.rollout(2)
     assert rollout["pixels"].shape == torch.Size([2, 2, 16, 3])
@@ -82,12 +92,19 @@ def test_flatten_positive_dims_compose_and_plain_td(counting_env, specs_truthful
 
 @pytest.mark.parametrize("batch_size", [(), (3,)])
 def test_permute_env(counting_env, batch_size, specs_truthful):
-    env = TransformedEnv(counting_env(batch_size=batch_size, pixels=True, size=4), PermuteTransform([-1, -3, -2], in_keys=["pixels"]))
+    env = TransformedEnv(
+        counting_env(batch_size=batch_size, pixels=True, size=4), PermuteTransform([-1, -3, -2], in_keys=["pixels"])
+    )
     assert env.observation_spec["pixels"].shape == torch.Size([*batch_size, 3, 4, 4])
     rollout = env.rollout(3)
     assert rollout["pixels"].shape == torch.Size([*batch_size, 3, 3, 4, 4])
-    ref = counting_env(batch_size=batch_size, pixels=True, size=4).rollout(3, lambda td: td.set("action", rollout["action"][..., 0]))
-    assert torch.equal(rollout["next", "pixels"][..., 0, :, :, :], ref["next", "pixels"][..., 0, :, :, :].permute(*range(len(batch_size)), -1, -3, -2))
+    ref = counting_env(batch_size=batch_size, pixels=True, size=4).rollout(
+        3, lambda td: td.set("action", rollout["action"][..., 0])
+    )
+    assert torch.equal(
+        rollout["next", "pixels"][..., 0, :, :, :],
+        ref["next", "pixels"][..., 0, :, :, :].permute(*range(len(batch_size)), -1, -3, -2),
+    )
     specs_truthful(env, rollout)
 
 
@@ -99,9 +116,13 @@ def test_permute_inverse_compose_and_plain_td(specs_truthful):
     torch.testing.assert_close(out["x"], x.permute(0, 1, 4, 2, 3))
     back = t.inv(TensorDict(a=out["x"], batch_size=[2, 5]))
     torch.testing.assert_close(back["a"], x)
-    env = TransformedEnv(PendulumEnv(batch_size=[3], seed=0), Compose(
-        UnsqueezeTransform(-1, in_keys=["observation"], in_keys_inv=["action"]),
-        PermuteTransform([-1, -2], in_keys=["observation"], in_keys_inv=["action"])))
+    env = TransformedEnv(
+        PendulumEnv(batch_size=[3], seed=0),
+        Compose(
+            UnsqueezeTransform(-1, in_keys=["observation"], in_keys_inv=["action"]),
+            PermuteTransform([-1, -2], in_keys=["observation"], in_keys_inv=["action"]),
+        ),
+    )
     assert env.observation_spec["observation"].shape == torch.Size([3, 1, 3])
     assert env.action_spec.shape == torch.Size([3, 1, 1])
     rollout = env.rollout(3, _policy((3,), (1, 1)))

@@ -1,10 +1,17 @@
 """CatFrames, TimeMaxPool, NextObservationDelta."""
+
 import pytest
 import torch
 from tdict import TensorDict
 
 from rl_envs import (
-    CatFrames, Compose, NextObservationDelta, PendulumEnv, RandomTruncationTransform, StepCounter, TimeMaxPool,
+    CatFrames,
+    Compose,
+    NextObservationDelta,
+    PendulumEnv,
+    RandomTruncationTransform,
+    StepCounter,
+    TimeMaxPool,
     TransformedEnv,
 )
 
@@ -35,8 +42,9 @@ def window_reference(obs, next_obs, done, N, reduce, padding="same", value=0.0):
 
 def check_windows(r, in_key, out_key, N, reduce, padding="same", value=0.0):
     for i in range(r.shape[0]):
-        root_ref, next_ref = window_reference(r[in_key][i], r["next", in_key][i], r["next", "done"][i], N, reduce,
-                                              padding, value)
+        root_ref, next_ref = window_reference(
+            r[in_key][i], r["next", in_key][i], r["next", "done"][i], N, reduce, padding, value
+        )
         torch.testing.assert_close(r[out_key][i], root_ref)
         torch.testing.assert_close(r["next", out_key][i], next_ref)
 
@@ -69,8 +77,10 @@ def test_catframes_batched_partial_resets(counting_env, padding, added_keys_matc
 
 
 def test_catframes_pixels_compose_specs(counting_env, added_keys_match, all_in, fixed_policy):
-    env = TransformedEnv(counting_env(batch_size=[3], max_count=6, n_actions=4, pixels=True, size=4),
-                         Compose(StepCounter(), CatFrames(N=2, dim=-1, in_keys=["pixels"], out_keys=["pixels_stack"])))
+    env = TransformedEnv(
+        counting_env(batch_size=[3], max_count=6, n_actions=4, pixels=True, size=4),
+        Compose(StepCounter(), CatFrames(N=2, dim=-1, in_keys=["pixels"], out_keys=["pixels_stack"])),
+    )
     r = env.rollout(6, fixed_policy(ACTIONS), break_when_any_done=False)
     assert r["pixels_stack"].shape == (3, 6, 4, 4, 6) and r["pixels_stack"].dtype == torch.uint8
     check_windows(r, "pixels", "pixels_stack", 2, cat_last)
@@ -80,12 +90,13 @@ def test_catframes_pixels_compose_specs(counting_env, added_keys_match, all_in, 
 
 
 def test_catframes_forward_on_trajectory_matches_env(counting_env, fixed_policy):
-    env = TransformedEnv(counting_env(batch_size=[3], max_count=6, n_actions=4),
-                         CatFrames(N=4, dim=-1, in_keys=["observation"], out_keys=["stack"]))
+    env = TransformedEnv(
+        counting_env(batch_size=[3], max_count=6, n_actions=4),
+        CatFrames(N=4, dim=-1, in_keys=["observation"], out_keys=["stack"]),
+    )
     r = env.rollout(12, fixed_policy(ACTIONS), break_when_any_done=False)
     plain = r.exclude("stack", ("next", "stack"))  # what a buffer storing single frames holds
-    t = CatFrames(N=4, dim=-1, in_keys=["observation", ("next", "observation")],
-                  out_keys=["stack", ("next", "stack")])
+    t = CatFrames(N=4, dim=-1, in_keys=["observation", ("next", "observation")], out_keys=["stack", ("next", "stack")])
     out = t(plain)
     torch.testing.assert_close(out["stack"], r["stack"])
     torch.testing.assert_close(out["next", "stack"], r["next", "stack"])
@@ -99,8 +110,9 @@ def test_catframes_forward_on_trajectory_matches_env(counting_env, fixed_policy)
 
 
 def test_catframes_inverse_path(counting_env, fixed_policy):
-    raw = counting_env(batch_size=[3], max_count=6, n_actions=4).rollout(8, fixed_policy(ACTIONS),
-                                                                         break_when_any_done=False)
+    raw = counting_env(batch_size=[3], max_count=6, n_actions=4).rollout(
+        8, fixed_policy(ACTIONS), break_when_any_done=False
+    )
     fwd = CatFrames(N=2, dim=-1, in_keys=["observation"], out_keys=["stack"])(raw.clone())
     t = CatFrames(N=2, dim=-1, in_keys=["observation"], out_keys=["stack"], as_inverse=True)
     assert "stack" not in t(raw.clone()).keys()
@@ -129,8 +141,10 @@ def pool(frames):
 
 def truncating_pendulum(transform):
     # random horizons per sub-env: episodes end at different times, observations are not monotone
-    return TransformedEnv(PendulumEnv(batch_size=[3], seed=0),
-                          Compose(StepCounter(), RandomTruncationTransform(2, 4, prob=1.0, seed=1), transform))
+    return TransformedEnv(
+        PendulumEnv(batch_size=[3], seed=0),
+        Compose(StepCounter(), RandomTruncationTransform(2, 4, prob=1.0, seed=1), transform),
+    )
 
 
 def test_timemaxpool_batched_partial_resets(added_keys_match, all_in):
@@ -144,7 +158,8 @@ def test_timemaxpool_batched_partial_resets(added_keys_match, all_in):
     added_keys_match(env)
     # forward on the trajectory (root and next) gives the env's values
     out = TimeMaxPool(in_keys=["observation", ("next", "observation")], out_keys=["p", ("next", "p")], T=3)(
-        r.exclude("pooled", ("next", "pooled")))
+        r.exclude("pooled", ("next", "pooled"))
+    )
     torch.testing.assert_close(out["p"], r["pooled"])
     torch.testing.assert_close(out["next", "p"], r["next", "pooled"])
 
@@ -178,8 +193,10 @@ def test_next_observation_delta_single_env(added_keys_match):
 
 
 def test_next_observation_delta_batched_compose_and_buffer(counting_env, added_keys_match, all_in, fixed_policy):
-    env = TransformedEnv(counting_env(batch_size=[3], max_count=6, n_actions=4),
-                         Compose(StepCounter(), NextObservationDelta(["observation"], delta_dtype=torch.float32)))
+    env = TransformedEnv(
+        counting_env(batch_size=[3], max_count=6, n_actions=4),
+        Compose(StepCounter(), NextObservationDelta(["observation"], delta_dtype=torch.float32)),
+    )
     r = env.rollout(10, fixed_policy(ACTIONS), break_when_any_done=False)
     ref = r["next", "observation"] - r["observation"]
     torch.testing.assert_close(r["next", "delta", "observation"], ref)

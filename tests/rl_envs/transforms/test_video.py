@@ -1,4 +1,5 @@
 """VideoRecorder."""
+
 from __future__ import annotations
 
 import os

@@ -51,7 +51,11 @@ class Critic(nn.Module):
     def __init__(self, n_obs: int = N_OBS, n_act: int = N_ACT, hidden: int | None = None) -> None:
         super().__init__()
         n_in = n_obs + n_act
-        self.net = nn.Linear(n_in, 1) if hidden is None else nn.Sequential(nn.Linear(n_in, hidden), nn.Tanh(), nn.Linear(hidden, 1))
+        self.net = (
+            nn.Linear(n_in, 1)
+            if hidden is None
+            else nn.Sequential(nn.Linear(n_in, hidden), nn.Tanh(), nn.Linear(hidden, 1))
+        )
 
     def forward(self, observation: torch.Tensor, action: torch.Tensor) -> torch.Tensor:
         return self.net(torch.cat([observation, action], -1)).squeeze(-1)
@@ -67,7 +71,9 @@ def categorical_actor() -> Callable:
         lin = nn.Linear(obs_dim, n)
         actor = ProbabilisticTensorDictSequential(
             TensorDictModule(lin, in_keys=["obs"], out_keys=["logits"]),
-            ProbabilisticTensorDictModule(in_keys=["logits"], out_keys=["action"], distribution_class=D.Categorical, return_log_prob=True),
+            ProbabilisticTensorDictModule(
+                in_keys=["logits"], out_keys=["action"], distribution_class=D.Categorical, return_log_prob=True
+            ),
         )
         return actor, lin
 
@@ -84,7 +90,9 @@ def normal_actor() -> Callable:
         lin = nn.Linear(obs_dim, 2 * act_dim)
         actor = ProbabilisticTensorDictSequential(
             TensorDictModule(nn.Sequential(lin, NormalParamExtractor()), in_keys=[obs_key], out_keys=["loc", "scale"]),
-            ProbabilisticTensorDictModule(in_keys=["loc", "scale"], out_keys=["action"], distribution_class=dist, return_log_prob=True),
+            ProbabilisticTensorDictModule(
+                in_keys=["loc", "scale"], out_keys=["action"], distribution_class=dist, return_log_prob=True
+            ),
         )
         return actor, lin
 
@@ -114,9 +122,13 @@ def shared_trunk_nets() -> Callable:
         actor = ProbabilisticTensorDictSequential(
             trunk,
             TensorDictModule(nn.Linear(8, 3), in_keys=["hidden"], out_keys=["logits"]),
-            ProbabilisticTensorDictModule(in_keys=["logits"], out_keys=["action"], distribution_class=D.Categorical, return_log_prob=True),
+            ProbabilisticTensorDictModule(
+                in_keys=["logits"], out_keys=["action"], distribution_class=D.Categorical, return_log_prob=True
+            ),
         )
-        value_head = TensorDictModule(nn.Sequential(nn.Linear(8, 1), Squeeze()), in_keys=["hidden"], out_keys=["state_value"])
+        value_head = TensorDictModule(
+            nn.Sequential(nn.Linear(8, 1), Squeeze()), in_keys=["hidden"], out_keys=["state_value"]
+        )
         return actor, TensorDictSequential(trunk, value_head), trunk
 
     return build
@@ -132,7 +144,9 @@ def rollout() -> Callable:
     adds random ``"advantage"`` and ``"value_target"`` entries.
     """
 
-    def build(actor, batch: tuple = (3, 5), obs_dim: int = 3, seed: int = 2, with_adv: bool = True, perturb: bool = False):
+    def build(
+        actor, batch: tuple = (3, 5), obs_dim: int = 3, seed: int = 2, with_adv: bool = True, perturb: bool = False
+    ):
         g = torch.Generator().manual_seed(seed)
         td = TensorDict(
             {
@@ -165,7 +179,10 @@ def bandit_rollout() -> Callable:
     the actions sampled from ``actor`` and ``("next", "reward") = reward_fn(action)``."""
 
     def build(actor, reward_fn: Callable, n: int):
-        td = TensorDict({"obs": torch.ones(n, 1), "next": {"obs": torch.ones(n, 1), "done": torch.ones(n, dtype=torch.bool)}}, batch_size=[n])
+        td = TensorDict(
+            {"obs": torch.ones(n, 1), "next": {"obs": torch.ones(n, 1), "done": torch.ones(n, dtype=torch.bool)}},
+            batch_size=[n],
+        )
         with torch.no_grad(), set_interaction_type(InteractionType.RANDOM):
             actor(td)
         td["next", "reward"] = reward_fn(td["action"])
@@ -219,7 +236,9 @@ def q_critic() -> Callable:
     observation and action (see :class:`Critic`)."""
 
     def build(n_obs: int = N_OBS, n_act: int = N_ACT, hidden: int | None = None) -> TensorDictModule:
-        return TensorDictModule(Critic(n_obs, n_act, hidden), in_keys=["observation", "action"], out_keys=["state_action_value"])
+        return TensorDictModule(
+            Critic(n_obs, n_act, hidden), in_keys=["observation", "action"], out_keys=["state_action_value"]
+        )
 
     return build
 
@@ -231,7 +250,9 @@ def deterministic_actor_critic(q_critic) -> Callable:
 
     def build(seed: int = 0, n_obs: int = N_OBS, n_act: int = N_ACT, hidden: int | None = None):
         torch.manual_seed(seed)
-        actor = TensorDictModule(nn.Sequential(nn.Linear(n_obs, n_act), nn.Tanh()), in_keys=["observation"], out_keys=["action"])
+        actor = TensorDictModule(
+            nn.Sequential(nn.Linear(n_obs, n_act), nn.Tanh()), in_keys=["observation"], out_keys=["action"]
+        )
         return actor, q_critic(n_obs, n_act, hidden)
 
     return build
@@ -325,8 +346,16 @@ def train_on_bandit() -> Callable:
             a = sample_action(n)
             terminal = torch.ones(n, dtype=torch.bool)
             td = TensorDict(
-                {"observation": torch.ones(n, n_obs), "action": a,
-                 "next": {"observation": torch.ones(n, n_obs), "reward": reward_fn(a), "done": terminal, "terminated": terminal.clone()}},
+                {
+                    "observation": torch.ones(n, n_obs),
+                    "action": a,
+                    "next": {
+                        "observation": torch.ones(n, n_obs),
+                        "reward": reward_fn(a),
+                        "done": terminal,
+                        "terminated": terminal.clone(),
+                    },
+                },
                 batch_size=[n],
             )
             out = loss(td)

@@ -1,4 +1,5 @@
 """A2CLoss against hand-written references (networks and rollouts: conftest.py fixtures)."""
+
 import pytest
 import torch
 from rl_objectives.losses.a2c import A2CLoss
@@ -37,7 +38,9 @@ def test_policy_gradient_is_advantage_times_score():
     torch.testing.assert_close(logits.grad, expected)
 
 
-def test_missing_advantage_is_estimated_without_gradients_and_input_untouched(categorical_actor, state_value_critic, rollout, gae_reference):
+def test_missing_advantage_is_estimated_without_gradients_and_input_untouched(
+    categorical_actor, state_value_critic, rollout, gae_reference
+):
     actor, lin = categorical_actor()
     critic, clin = state_value_critic()
     td = rollout(actor, with_adv=False)
@@ -48,7 +51,9 @@ def test_missing_advantage_is_estimated_without_gradients_and_input_untouched(ca
     assert {k: td.get(k) for k in td.keys(True, True)} == before
     with torch.no_grad():
         value, next_value = clin(td["obs"]).squeeze(-1), clin(td["next", "obs"]).squeeze(-1)
-    adv, target = gae_reference(value, next_value, td["next", "reward"], td["next", "done"], td["next", "terminated"], 0.8, 0.95)
+    adv, target = gae_reference(
+        value, next_value, td["next", "reward"], td["next", "done"], td["next", "terminated"], 0.8, 0.95
+    )
     dist = D.Categorical(logits=lin(td["obs"]))
     torch.testing.assert_close(out["loss_objective"], -(dist.log_prob(td["action"]) * adv).mean())
     torch.testing.assert_close(out["loss_critic"], F.smooth_l1_loss(clin(td["obs"]).squeeze(-1), target))
@@ -147,12 +152,19 @@ def test_composite_action_heads_sum_their_log_probs_and_entropies():
         batch_size=[n],
     )
     actor = ProbabilisticTensorDictModule(
-        in_keys=["params"], out_keys=["cont", "disc"], distribution_class=CompositeDistribution,
+        in_keys=["params"],
+        out_keys=["cont", "disc"],
+        distribution_class=CompositeDistribution,
         distribution_kwargs={"distribution_map": {"cont": D.Normal, "disc": D.Categorical}},
     )
-    td = TensorDict(params=params, cont=torch.randn(n, 2), disc=torch.randint(3, (n,)), advantage=torch.randn(n), batch_size=[n])
+    td = TensorDict(
+        params=params, cont=torch.randn(n, 2), disc=torch.randint(3, (n,)), advantage=torch.randn(n), batch_size=[n]
+    )
     out = A2CLoss(actor, None, entropy_coeff=1.0)(td)
-    normal, cat = D.Normal(params["cont", "loc"], params["cont", "scale"]), D.Categorical(logits=params["disc", "logits"])
+    normal, cat = (
+        D.Normal(params["cont", "loc"], params["cont", "scale"]),
+        D.Categorical(logits=params["disc", "logits"]),
+    )
     log_prob = normal.log_prob(td["cont"]).sum(-1) + cat.log_prob(td["disc"])
     torch.testing.assert_close(out["loss_objective"], -(log_prob * td["advantage"]).mean())
     torch.testing.assert_close(out["entropy"], (normal.entropy().sum(-1) + cat.entropy()).mean())

@@ -39,7 +39,9 @@ def gaussian_actor(dist=D.Normal, seed=0):
     torch.manual_seed(seed)
     lin = nn.Linear(OBS, 2 * ACT)
     actor = ProbabilisticTensorDictSequential(
-        TensorDictModule(nn.Sequential(lin, NormalParamExtractor()), in_keys=["observation"], out_keys=["loc", "scale"]),
+        TensorDictModule(
+            nn.Sequential(lin, NormalParamExtractor()), in_keys=["observation"], out_keys=["loc", "scale"]
+        ),
         ProbabilisticTensorDictModule(in_keys=["loc", "scale"], out_keys=["action"], distribution_class=dist),
     )
     return actor, lin
@@ -96,8 +98,12 @@ class TestValues:
         torch.manual_seed(0)
         lin = nn.Linear(OBS, 2 * ACT)
         actor = ProbabilisticActor(
-            TensorDictModule(nn.Sequential(lin, NormalParamExtractor()), in_keys=["observation"], out_keys=["loc", "scale"]),
-            in_keys=["loc", "scale"], distribution_class=TanhNormal, distribution_kwargs={"low": -2.0, "high": 2.0},
+            TensorDictModule(
+                nn.Sequential(lin, NormalParamExtractor()), in_keys=["observation"], out_keys=["loc", "scale"]
+            ),
+            in_keys=["loc", "scale"],
+            distribution_class=TanhNormal,
+            distribution_kwargs={"low": -2.0, "high": 2.0},
         )
         td = data()
         td["action"] = td["action"] * 2  # in (-1.8, 1.8)
@@ -111,15 +117,24 @@ class TestValues:
         actor, lin = linear_actor()
         td = data()
         diff = lin(td["observation"]) - td["action"]
-        elementwise = {None: diff**2, "l2": diff**2, "mse": diff**2, "l1": diff.abs(),
-                       "smooth_l1": torch.where(diff.abs() < 1, 0.5 * diff**2, diff.abs() - 0.5)}[loss_function]
-        check_loss_and_grads(BCLoss(actor, loss_function=loss_function), td, list(actor.parameters()), elementwise.mean())
+        elementwise = {
+            None: diff**2,
+            "l2": diff**2,
+            "mse": diff**2,
+            "l1": diff.abs(),
+            "smooth_l1": torch.where(diff.abs() < 1, 0.5 * diff**2, diff.abs() - 0.5),
+        }[loss_function]
+        check_loss_and_grads(
+            BCLoss(actor, loss_function=loss_function), td, list(actor.parameters()), elementwise.mean()
+        )
 
     def test_callable_loss_function(self):
         actor, lin = linear_actor()
         td = data()
         loss = BCLoss(actor, loss_function=lambda pred, target: (pred - target).abs() ** 3)
-        check_loss_and_grads(loss, td, list(actor.parameters()), ((lin(td["observation"]) - td["action"]).abs() ** 3).mean())
+        check_loss_and_grads(
+            loss, td, list(actor.parameters()), ((lin(td["observation"]) - td["action"]).abs() ** 3).mean()
+        )
 
     @pytest.mark.parametrize("form", ["index", "column", "one_hot"])
     def test_cross_entropy_of_logits(self, form):
@@ -137,8 +152,11 @@ class TestValues:
         lin = nn.Linear(OBS, N)
         actor = ProbabilisticTensorDictSequential(
             TensorDictModule(lin, in_keys=["observation"], out_keys=["logits"]),
-            ProbabilisticTensorDictModule(in_keys=["logits"], out_keys=["action"],
-                                          distribution_class=D.OneHotCategorical if one_hot else D.Categorical),
+            ProbabilisticTensorDictModule(
+                in_keys=["logits"],
+                out_keys=["action"],
+                distribution_class=D.OneHotCategorical if one_hot else D.Categorical,
+            ),
         )
         td = data(discrete="one_hot" if one_hot else "index")
         if one_hot:
@@ -149,10 +167,16 @@ class TestValues:
     def test_point_mass_actor_regresses_its_location(self):
         torch.manual_seed(0)
         lin = nn.Linear(OBS, ACT)
-        actor = ProbabilisticActor(TensorDictModule(lin, in_keys=["observation"], out_keys=["param"]), in_keys=["param"],
-                                   distribution_class=TanhDelta, distribution_kwargs={"low": -1.0, "high": 1.0})
+        actor = ProbabilisticActor(
+            TensorDictModule(lin, in_keys=["observation"], out_keys=["param"]),
+            in_keys=["param"],
+            distribution_class=TanhDelta,
+            distribution_kwargs={"low": -1.0, "high": 1.0},
+        )
         td = data()
-        reference = ((torch.tanh(lin(td["observation"])) - td["action"]) ** 2).mean()  # not the -inf/0 log-prob of a Delta
+        reference = (
+            (torch.tanh(lin(td["observation"])) - td["action"]) ** 2
+        ).mean()  # not the -inf/0 log-prob of a Delta
         check_loss_and_grads(BCLoss(actor), td, list(actor.parameters()), reference)
 
     def test_the_dataset_action_is_a_detached_target(self):
@@ -172,7 +196,9 @@ class TestValues:
         torch.testing.assert_close(out["loss_bc"], normal_nll(lin, td))
         det, det_lin = linear_actor()
         out = BCLoss(det, reduction="none")(td)["loss_bc"]
-        torch.testing.assert_close(out, (det_lin(td["observation"]) - td["action"]) ** 2)  # per action element, as TorchRL
+        torch.testing.assert_close(
+            out, (det_lin(td["observation"]) - td["action"]) ** 2
+        )  # per action element, as TorchRL
 
     def test_two_batch_dims_match_the_flat_batch(self):
         actor, _ = gaussian_actor()
@@ -211,11 +237,16 @@ class TestPadMask:
         td["action"][pad] = 1e6
         td["is_pad"] = pad
         diff = (lin(td["observation"]) - td["action"]).abs()
-        check_loss_and_grads(BCLoss(actor, loss_function="l1").set_keys(pad_mask="is_pad"), td, list(actor.parameters()),
-                             diff[~pad].mean())
+        check_loss_and_grads(
+            BCLoss(actor, loss_function="l1").set_keys(pad_mask="is_pad"),
+            td,
+            list(actor.parameters()),
+            diff[~pad].mean(),
+        )
         td["is_pad"] = pad.any(-1)  # [B]: whole rows
-        torch.testing.assert_close(BCLoss(actor, loss_function="l1").set_keys(pad_mask="is_pad")(td)["loss_bc"],
-                                   diff[~pad.any(-1)].mean())
+        torch.testing.assert_close(
+            BCLoss(actor, loss_function="l1").set_keys(pad_mask="is_pad")(td)["loss_bc"], diff[~pad.any(-1)].mean()
+        )
 
     def test_missing_entry_no_key_and_all_padded(self):
         actor, _ = linear_actor()

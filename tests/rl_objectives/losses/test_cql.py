@@ -74,7 +74,8 @@ def cql_reference(loss, lin, td, seed, normal_dist, *, alpha, gamma, low=-1.0, h
         "loss_actor": (alpha * logp - q_all(q_p, obs, a_new).min(0).values).mean(),
         "loss_actor_bc": (alpha * logp - bc_logp).mean(),
         "loss_alpha": (-math.log(alpha) * (logp + -N_ACT)).mean(),
-        "loss_alpha_prime": -0.5 * ((penalty[0].mean() - loss.lagrange_thresh) + (penalty[1].mean() - loss.lagrange_thresh)),
+        "loss_alpha_prime": -0.5
+        * ((penalty[0].mean() - loss.lagrange_thresh) + (penalty[1].mean() - loss.lagrange_thresh)),
         "entropy": -logp.mean(),
         "td_error": (pred - y).pow(2).max(0).values,
     }
@@ -139,7 +140,14 @@ def test_gradient_routing_and_targets(nets, transition_batch, perturb):
         "alpha": [loss.log_alpha],
         "alpha_prime": [loss.log_alpha_prime],
     }
-    owner = {"loss_actor": "actor", "loss_actor_bc": "actor", "loss_qvalue": "q", "loss_cql": "q", "loss_alpha": "alpha", "loss_alpha_prime": "alpha_prime"}
+    owner = {
+        "loss_actor": "actor",
+        "loss_actor_bc": "actor",
+        "loss_qvalue": "q",
+        "loss_cql": "q",
+        "loss_alpha": "alpha",
+        "loss_alpha_prime": "alpha_prime",
+    }
     for loss_name, trained in owner.items():
         for name, params in groups.items():
             grads = torch.autograd.grad(out[loss_name], params, allow_unused=True, retain_graph=True)
@@ -223,9 +231,19 @@ def test_learns_a_one_step_bandit(nets):
     for _ in range(90):
         a = torch.rand(64, 1) * 2 - 1
         terminal = torch.ones(64, dtype=torch.bool)
-        td = TensorDict({"observation": torch.ones(64, 1), "action": a,
-                         "next": {"observation": torch.ones(64, 1), "reward": -(a.squeeze(-1) - 0.5) ** 2, "done": terminal, "terminated": terminal.clone()}},
-                        batch_size=[64])
+        td = TensorDict(
+            {
+                "observation": torch.ones(64, 1),
+                "action": a,
+                "next": {
+                    "observation": torch.ones(64, 1),
+                    "reward": -((a.squeeze(-1) - 0.5) ** 2),
+                    "done": terminal,
+                    "terminated": terminal.clone(),
+                },
+            },
+            batch_size=[64],
+        )
         out = loss(td)
         opt.zero_grad()
         # the SAC actor loss (loss_actor_bc is the alternative for a behaviour-cloning warm-up)
@@ -255,8 +273,12 @@ def discrete_batch(space, n=B, seed=1):
         {
             "observation": torch.randn(n, N_OBS, generator=g),
             "action": idx if space == "categorical" else nn.functional.one_hot(idx, N_D),
-            "next": {"observation": torch.randn(n, N_OBS, generator=g), "reward": torch.randn(n, generator=g),
-                     "done": terminated.clone(), "terminated": terminated},
+            "next": {
+                "observation": torch.randn(n, N_OBS, generator=g),
+                "reward": torch.randn(n, generator=g),
+                "done": terminated.clone(),
+                "terminated": terminated,
+            },
         },
         batch_size=[n],
     )
@@ -281,7 +303,10 @@ def test_discrete_cql_matches_reference(space, loss_function, perturb):
     perturb(loss.params_of("value_network"))  # the online network moves off its target
     td, idx = discrete_batch(space)
     with torch.no_grad():
-        y = td["next", "reward"] + 0.9 * (~td["next", "terminated"]).float() * target(td["next", "observation"]).max(-1).values
+        y = (
+            td["next", "reward"]
+            + 0.9 * (~td["next", "terminated"]).float() * target(td["next", "observation"]).max(-1).values
+        )
     q = lin(td["observation"])
     pred = q[torch.arange(B), idx]
     out = loss(td)
@@ -341,9 +366,19 @@ def test_discrete_cql_keeps_an_unseen_arm_below_the_data():
     for _ in range(150):
         a = torch.randint(2, (32,))
         terminal = torch.ones(32, dtype=torch.bool)
-        td = TensorDict({"observation": torch.ones(32, 1), "action": a,
-                         "next": {"observation": torch.ones(32, 1), "reward": rewards[a], "done": terminal, "terminated": terminal.clone()}},
-                        batch_size=[32])
+        td = TensorDict(
+            {
+                "observation": torch.ones(32, 1),
+                "action": a,
+                "next": {
+                    "observation": torch.ones(32, 1),
+                    "reward": rewards[a],
+                    "done": terminal,
+                    "terminated": terminal.clone(),
+                },
+            },
+            batch_size=[32],
+        )
         out = loss(td)
         opt.zero_grad()
         (out["loss_qvalue"] + out["loss_cql"]).backward()

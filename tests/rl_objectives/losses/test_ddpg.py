@@ -14,7 +14,9 @@ from torch import nn
 
 @pytest.mark.parametrize("delay_actor", [False, True])
 @pytest.mark.parametrize("loss_function", ["l2", "l1"])
-def test_losses_match_reference(delay_actor, loss_function, deterministic_actor_critic, transition_batch, perturb, tanh_policy, q_reference):
+def test_losses_match_reference(
+    delay_actor, loss_function, deterministic_actor_critic, transition_batch, perturb, tanh_policy, q_reference
+):
     pi, q = tanh_policy, q_reference
     loss = DDPGLoss(*deterministic_actor_critic(), delay_actor=delay_actor, loss_function=loss_function)
     loss.make_value_estimator(gamma=0.8)
@@ -54,10 +56,10 @@ def test_gradient_routing(deterministic_actor_critic, transition_batch):
     critic_params = list(critic.parameters())
     g_actor = torch.autograd.grad(out["loss_actor"], actor_params + critic_params, allow_unused=True)
     assert all(g is not None and g.abs().sum() > 0 for g in g_actor[: len(actor_params)])
-    assert all(g is None for g in g_actor[len(actor_params):])  # the critic is detached in the actor loss
+    assert all(g is None for g in g_actor[len(actor_params) :])  # the critic is detached in the actor loss
     g_value = torch.autograd.grad(out["loss_value"], actor_params + critic_params, allow_unused=True)
     assert all(g is None for g in g_value[: len(actor_params)])  # the target side is under no_grad
-    assert all(g is not None and g.abs().sum() > 0 for g in g_value[len(actor_params):])
+    assert all(g is not None and g.abs().sum() > 0 for g in g_value[len(actor_params) :])
     assert {n for n, _ in loss.named_buffers()} >= {"target_value_network_params.module.net.weight"}
     assert not any(n.startswith("target_actor") for n, _ in loss.named_buffers())
 
@@ -99,7 +101,9 @@ def test_shape_errors_name_the_keys(deterministic_actor_critic, transition_batch
             return self.critic(observation, action).unsqueeze(-1)
 
     actor, critic = deterministic_actor_critic()
-    loss = DDPGLoss(actor, TensorDictModule(Wide(critic.module), in_keys=["observation", "action"], out_keys=["state_action_value"]))
+    loss = DDPGLoss(
+        actor, TensorDictModule(Wide(critic.module), in_keys=["observation", "action"], out_keys=["state_action_value"])
+    )
     td = transition_batch()
     with pytest.raises(ValueError, match=r"'state_action_value' has shape \(6, 1\), expected \(6,\)"):
         loss(td)
@@ -112,7 +116,9 @@ def test_shape_errors_name_the_keys(deterministic_actor_critic, transition_batch
         DDPGLoss(*deterministic_actor_critic())(td)
 
 
-def test_caller_entries_untouched_except_td_error(deterministic_actor_critic, transition_batch, assert_writes_only_td_error):
+def test_caller_entries_untouched_except_td_error(
+    deterministic_actor_critic, transition_batch, assert_writes_only_td_error
+):
     assert_writes_only_td_error(DDPGLoss(*deterministic_actor_critic()), transition_batch())
 
 
@@ -120,7 +126,9 @@ def test_learns_a_one_step_continuous_bandit(deterministic_actor_critic, train_o
     # reward = -(a - 0.5)^2 at a single state, every step terminal: the actor must learn a ~= 0.5
     actor, critic = deterministic_actor_critic(n_obs=1, n_act=1, hidden=32)
     loss = DDPGLoss(actor, critic)
-    train_on_bandit(loss, lambda n: torch.rand(n, 1) * 2 - 1, lambda a: -(a.squeeze(-1) - 0.5) ** 2, steps=300, n=64, lr=0.02)
+    train_on_bandit(
+        loss, lambda n: torch.rand(n, 1) * 2 - 1, lambda a: -((a.squeeze(-1) - 0.5) ** 2), steps=300, n=64, lr=0.02
+    )
     with torch.no_grad():
         action = actor(TensorDict(observation=torch.ones(1, 1), batch_size=[1]))["action"]
     assert abs(float(action) - 0.5) < 0.1

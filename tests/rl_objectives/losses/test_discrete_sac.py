@@ -98,7 +98,9 @@ def reference(loss, td, idx, alpha, gamma, loss_function):
 @pytest.mark.parametrize("space", ["one_hot", "categorical"])
 @pytest.mark.parametrize("loss_function", ["l2", "smooth_l1"])
 def test_losses_match_reference(space, loss_function):
-    loss = DiscreteSACLoss(*networks(space), action_space=space, num_actions=N_ACT, alpha_init=0.4, loss_function=loss_function)
+    loss = DiscreteSACLoss(
+        *networks(space), action_space=space, num_actions=N_ACT, alpha_init=0.4, loss_function=loss_function
+    )
     loss.make_value_estimator(gamma=0.9)
     perturb(loss.params_of("qvalue_network"))
     td, idx = batch(space)
@@ -154,7 +156,7 @@ def test_gradient_routing():
     assert all(x is not None and x.abs().sum() > 0 for x in g[:n_a]) and all(x is None for x in g[n_a:])
     g = grads("loss_qvalue")
     assert all(x is None for x in g[:n_a]) and g[-1] is None
-    assert all(x is not None and x.abs().sum() > 0 for x in g[n_a:n_a + n_q])
+    assert all(x is not None and x.abs().sum() > 0 for x in g[n_a : n_a + n_q])
     g = grads("loss_alpha")
     assert all(x is None for x in g[:-1]) and g[-1] is not None
     assert not out["alpha"].requires_grad and not out["entropy"].requires_grad
@@ -185,7 +187,9 @@ def test_set_keys():
     loss = DiscreteSACLoss(*networks(), num_actions=N_ACT)
     td, _ = batch()
     expected = loss(td.clone())
-    loss2 = DiscreteSACLoss(*networks(), num_actions=N_ACT).set_keys(action="act", reward="r", done="d", terminated="t", priority="prio")
+    loss2 = DiscreteSACLoss(*networks(), num_actions=N_ACT).set_keys(
+        action="act", reward="r", done="d", terminated="t", priority="prio"
+    )
     renamed = td.clone()
     renamed.rename_key_("action", "act")
     for old, new in (("reward", "r"), ("done", "d"), ("terminated", "t")):
@@ -255,8 +259,16 @@ def test_learns_a_three_armed_bandit():
         a = torch.randint(3, (32,))
         terminal = torch.ones(32, dtype=torch.bool)
         td = TensorDict(
-            {"observation": torch.ones(32, 1), "action": a,
-             "next": {"observation": torch.ones(32, 1), "reward": rewards[a], "done": terminal, "terminated": terminal.clone()}},
+            {
+                "observation": torch.ones(32, 1),
+                "action": a,
+                "next": {
+                    "observation": torch.ones(32, 1),
+                    "reward": rewards[a],
+                    "done": terminal,
+                    "terminated": terminal.clone(),
+                },
+            },
             batch_size=[32],
         )
         out = loss(td)
@@ -265,7 +277,9 @@ def test_learns_a_three_armed_bandit():
         opt.step()
     with torch.no_grad():
         probs = actor.get_dist(TensorDict(observation=torch.ones(1, 1), batch_size=[1])).probs[0]
-        q = loss.call_network("qvalue_network", TensorDict(observation=torch.ones(1, 1), batch_size=[1]))["action_value"][:, 0]
+        q = loss.call_network("qvalue_network", TensorDict(observation=torch.ones(1, 1), batch_size=[1]))[
+            "action_value"
+        ][:, 0]
     assert int(probs.argmax()) == 2 and float(probs[2]) > 0.8, probs
     torch.testing.assert_close(q, rewards.expand(2, 3), atol=0.1, rtol=0)
 

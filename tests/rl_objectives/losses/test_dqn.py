@@ -126,7 +126,10 @@ def test_without_delay_value_bootstraps_from_the_online_network(batch):
     td, idx = batch()
     w = loss.params_of("value_network").detach()
     pred = linear_q(w, td["observation"])[torch.arange(B), idx]
-    y = td["next", "reward"] + 0.5 * (~td["next", "terminated"]).float() * linear_q(w, td["next", "observation"]).max(-1).values
+    y = (
+        td["next", "reward"]
+        + 0.5 * (~td["next", "terminated"]).float() * linear_q(w, td["next", "observation"]).max(-1).values
+    )
     assert torch.allclose(loss(td)["loss"], (pred - y).pow(2).mean(), atol=1e-5)
 
 
@@ -226,7 +229,9 @@ def test_learns_the_best_arm_of_a_bandit(train_on_bandit):
     actor = q_actor("categorical")
     loss = DQNLoss(actor, action_space="categorical")
     rewards = torch.tensor([0.0, 1.0, 0.2, 0.5])
-    train_on_bandit(loss, lambda n: torch.randint(N_ACT, (n,)), lambda a: rewards[a], steps=200, n=32, lr=0.05, n_obs=N_OBS)
+    train_on_bandit(
+        loss, lambda n: torch.randint(N_ACT, (n,)), lambda a: rewards[a], steps=200, n=32, lr=0.05, n_obs=N_OBS
+    )
     q = actor(TensorDict(observation=torch.ones(1, N_OBS), batch_size=[1]))
     assert int(q["action"]) == 1
     assert torch.allclose(q["action_value"][0], rewards, atol=0.05)

@@ -1,5 +1,6 @@
 """DTLoss and OnlineDTLoss: values against hand-written references (reductions, padding mask),
 gradient routing, keys, errors, compile, and short learning runs on synthetic expert data."""
+
 import math
 
 import pytest
@@ -17,7 +18,15 @@ IN_KEYS = ["observation", "action", "return_to_go"]
 
 
 def tiny(**overrides):
-    config = {"n_embd": 16, "n_layer": 1, "n_head": 2, "n_inner": 32, "n_positions": 30, "resid_pdrop": 0.0, "attn_pdrop": 0.0}
+    config = {
+        "n_embd": 16,
+        "n_layer": 1,
+        "n_head": 2,
+        "n_inner": 32,
+        "n_positions": 30,
+        "resid_pdrop": 0.0,
+        "attn_pdrop": 0.0,
+    }
     config.update(overrides)
     return config
 
@@ -45,7 +54,9 @@ def online_actor(seed=0, spec=None):
     torch.manual_seed(seed)
     net = OnlineDTActor(OBS, ACT, tiny())
     module = TensorDictModule(net, in_keys=IN_KEYS, out_keys=["loc", "scale"])
-    return net, ProbabilisticActor(module, in_keys=["loc", "scale"], out_keys=["action"], distribution_class=TanhNormal, spec=spec)
+    return net, ProbabilisticActor(
+        module, in_keys=["loc", "scale"], out_keys=["action"], distribution_class=TanhNormal, spec=spec
+    )
 
 
 def reference_distance(pred, target, loss_function):
@@ -83,7 +94,9 @@ class TestDTLoss:
         if masked:  # padded steps of the target hold garbage (nan); it must not reach the loss
             td["expert"][~td["mask"]] = float("nan")
         pred = net(td["observation"], td["action"], td["return_to_go"])
-        expected = reference_reduce(reference_distance(pred, td["expert"], loss_function), td.get("mask", None), reduction)
+        expected = reference_reduce(
+            reference_distance(pred, td["expert"], loss_function), td.get("mask", None), reduction
+        )
         out = loss(td)
         assert list(out.keys()) == ["loss"] and out.batch_size == ()
         torch.testing.assert_close(out["loss"], expected, equal_nan=False)
@@ -187,6 +200,7 @@ def online_reference(net, td, n_samples, alpha, log_alpha, target_entropy, reduc
     loc, scale = net(td["observation"], td["action"], td["return_to_go"])
     torch.manual_seed(seed)
     noise = torch.randn(n_samples, *loc.shape)
+
     # TanhNormal by hand: y = tanh(x), log p(y) = log N(atanh y) - log(1 - y^2), summed over the action dim
     def log_prob(y):
         eps = torch.finfo(y.dtype).eps
@@ -222,8 +236,14 @@ class TestOnlineDTLoss:
         net, actor = online_actor()
         # reduction="none": TorchRL leaves the scalars out unless they are kept as non-tensor entries
         mode = "non_tensor" if reduction == "none" else None
-        loss = OnlineDTLoss(actor, alpha_init=0.2, target_entropy=-1.5, samples_mc_entropy=n_samples, reduction=reduction,
-                            scalar_output_mode=mode)
+        loss = OnlineDTLoss(
+            actor,
+            alpha_init=0.2,
+            target_entropy=-1.5,
+            samples_mc_entropy=n_samples,
+            reduction=reduction,
+            scalar_output_mode=mode,
+        )
         td = batch(mask=masked)
         torch.manual_seed(7)
         out = loss(td)
@@ -238,7 +258,9 @@ class TestOnlineDTLoss:
         out = loss(batch())
         actor_params = list(net.parameters())
         for term in ("loss_log_likelihood", "loss_entropy"):
-            grads = torch.autograd.grad(out[term], actor_params + [loss.log_alpha], retain_graph=True, allow_unused=True)
+            grads = torch.autograd.grad(
+                out[term], actor_params + [loss.log_alpha], retain_graph=True, allow_unused=True
+            )
             assert all(g is not None for g in grads[:-1]), term
             assert grads[-1] is None, term  # alpha is detached in the actor's terms
         grads = torch.autograd.grad(out["loss_alpha"], actor_params + [loss.log_alpha], allow_unused=True)
@@ -303,14 +325,18 @@ class TestOnlineDTLoss:
 
     def test_compiled_forward_matches_eager(self, assert_compiled_matches_eager):
         _, actor = online_actor()
-        assert_compiled_matches_eager(OnlineDTLoss(actor, target_entropy=-2.0, samples_mc_entropy=2), batch(mask=True), seed=5)
+        assert_compiled_matches_eager(
+            OnlineDTLoss(actor, target_entropy=-2.0, samples_mc_entropy=2), batch(mask=True), seed=5
+        )
 
     def test_learns_to_fit_expert_actions(self):
         """The log-likelihood of the expert's actions rises while the entropy term keeps the policy stochastic."""
         torch.manual_seed(0)
         w = torch.randn(OBS, ACT)
         obs = torch.randn(32, 6, OBS)
-        data = TensorDict(observation=obs, action=torch.tanh(obs @ w) * 0.9, return_to_go=torch.zeros(32, 6), batch_size=[32, 6])
+        data = TensorDict(
+            observation=obs, action=torch.tanh(obs @ w) * 0.9, return_to_go=torch.zeros(32, 6), batch_size=[32, 6]
+        )
         _, actor = online_actor()
         loss = OnlineDTLoss(actor, alpha_init=0.01, target_entropy=-2.0)
         optim = torch.optim.Adam(loss.parameters(), lr=3e-3)

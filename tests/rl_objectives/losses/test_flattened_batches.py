@@ -37,7 +37,9 @@ def _minibatch(td, n=8, seed=0):
 
 
 @pytest.mark.parametrize("cls", LOSSES, ids=lambda c: c.__name__)
-def test_shuffled_minibatch_without_advantage_raises_naming_the_fix(cls, categorical_actor, state_value_critic, rollout):
+def test_shuffled_minibatch_without_advantage_raises_naming_the_fix(
+    cls, categorical_actor, state_value_critic, rollout
+):
     actor, _ = categorical_actor()
     critic, _ = state_value_critic()
     td = _with_traj_ids(rollout(actor, batch=(3, 8), with_adv=False))
@@ -81,7 +83,9 @@ def test_torchrl_flow_advantage_first_then_minibatches(categorical_actor, state_
     loss.value_estimator(td)  # on the whole rollout, before flattening
     with torch.no_grad():
         value, next_value = clin(td["obs"]).squeeze(-1), clin(td["next", "obs"]).squeeze(-1)
-    adv, target = gae_reference(value, next_value, td["next", "reward"], td["next", "done"], td["next", "terminated"], 0.9, 0.8)
+    adv, target = gae_reference(
+        value, next_value, td["next", "reward"], td["next", "done"], td["next", "terminated"], 0.9, 0.8
+    )
     torch.testing.assert_close(td["advantage"], adv)
     idx = torch.randperm(24, generator=torch.Generator().manual_seed(0))[:8]
     mb = td.reshape(-1)[idx]
@@ -89,7 +93,9 @@ def test_torchrl_flow_advantage_first_then_minibatches(categorical_actor, state_
     ratio = (D.Categorical(logits=lin(mb["obs"])).log_prob(mb["action"]) - mb["action_log_prob"]).exp()
     a = adv.reshape(-1)[idx]
     torch.testing.assert_close(out["loss_objective"], -torch.minimum(ratio * a, ratio.clamp(0.8, 1.2) * a).mean())
-    torch.testing.assert_close(out["loss_critic"], torch.nn.functional.smooth_l1_loss(clin(mb["obs"]).squeeze(-1), target.reshape(-1)[idx]))
+    torch.testing.assert_close(
+        out["loss_critic"], torch.nn.functional.smooth_l1_loss(clin(mb["obs"]).squeeze(-1), target.reshape(-1)[idx])
+    )
 
 
 def test_td0_needs_no_time_order(categorical_actor, state_value_critic, rollout):
@@ -102,10 +108,14 @@ def test_td0_needs_no_time_order(categorical_actor, state_value_critic, rollout)
     out = loss(mb)
     with torch.no_grad():
         target = mb["next", "reward"] + 0.5 * (~mb["next", "terminated"]).float() * clin(mb["next", "obs"]).squeeze(-1)
-    torch.testing.assert_close(out["loss_critic"], torch.nn.functional.smooth_l1_loss(clin(mb["obs"]).squeeze(-1), target))
+    torch.testing.assert_close(
+        out["loss_critic"], torch.nn.functional.smooth_l1_loss(clin(mb["obs"]).squeeze(-1), target)
+    )
 
 
-def test_hand_built_batches_without_trajectory_ids_are_trusted(categorical_actor, state_value_critic, rollout, gae_reference):
+def test_hand_built_batches_without_trajectory_ids_are_trusted(
+    categorical_actor, state_value_critic, rollout, gae_reference
+):
     # TorchRL-style code builds rollouts by hand, unnamed: the order cannot be checked, so it is trusted
     actor, _ = categorical_actor()
     critic, clin = state_value_critic()
@@ -115,8 +125,12 @@ def test_hand_built_batches_without_trajectory_ids_are_trusted(categorical_actor
     out = loss(td)
     with torch.no_grad():
         value, next_value = clin(td["obs"]).squeeze(-1), clin(td["next", "obs"]).squeeze(-1)
-    _, target = gae_reference(value, next_value, td["next", "reward"], td["next", "done"], td["next", "terminated"], 0.9, 0.8)
-    torch.testing.assert_close(out["loss_critic"], torch.nn.functional.smooth_l1_loss(clin(td["obs"]).squeeze(-1), target))
+    _, target = gae_reference(
+        value, next_value, td["next", "reward"], td["next", "done"], td["next", "terminated"], 0.9, 0.8
+    )
+    torch.testing.assert_close(
+        out["loss_critic"], torch.nn.functional.smooth_l1_loss(clin(td["obs"]).squeeze(-1), target)
+    )
 
 
 def test_a_minibatch_that_carries_its_advantage_is_never_refused(categorical_actor, rollout):

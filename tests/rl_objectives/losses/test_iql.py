@@ -61,7 +61,9 @@ def iql_reference(q_online, q_target, v_lin, log_prob, td, *, gamma, expectile, 
 
 @pytest.mark.parametrize("loss_function", ["l2", "smooth_l1"])
 @pytest.mark.parametrize("expectile,temperature", [(0.5, 1.0), (0.8, 3.0), (0.7, 60.0)])
-def test_iql_matches_reference(loss_function, expectile, temperature, nets, transition_batch, q_reference, normal_dist, perturb):
+def test_iql_matches_reference(
+    loss_function, expectile, temperature, nets, transition_batch, q_reference, normal_dist, perturb
+):
     actor, critic, value, lin, v_lin = nets()
     loss = IQLLoss(actor, critic, value, loss_function=loss_function, expectile=expectile, temperature=temperature)
     loss.make_value_estimator(gamma=0.9)
@@ -71,7 +73,17 @@ def test_iql_matches_reference(loss_function, expectile, temperature, nets, tran
         q_online = q_reference(loss.params_of("qvalue_network"), td["observation"], td["action"])
         q_target = q_reference(loss.params_of("qvalue_network", target=True), td["observation"], td["action"])
         log_prob = normal_dist(lin, td["observation"]).log_prob(td["action"]).sum(-1)
-    ref = iql_reference(q_online, q_target, v_lin, log_prob, td, gamma=0.9, expectile=expectile, temperature=temperature, loss_function=loss_function)
+    ref = iql_reference(
+        q_online,
+        q_target,
+        v_lin,
+        log_prob,
+        td,
+        gamma=0.9,
+        expectile=expectile,
+        temperature=temperature,
+        loss_function=loss_function,
+    )
     if temperature == 60.0:
         assert ref["clipped"]  # the case exercises the clip at 100
     out = loss(td)
@@ -102,8 +114,12 @@ def discrete_batch(space, n=B, seed=1):
         {
             "observation": torch.randn(n, N_OBS, generator=g),
             "action": idx if space == "categorical" else nn.functional.one_hot(idx, N_DISCRETE),
-            "next": {"observation": torch.randn(n, N_OBS, generator=g), "reward": torch.randn(n, generator=g),
-                     "done": terminated.clone(), "terminated": terminated},
+            "next": {
+                "observation": torch.randn(n, N_OBS, generator=g),
+                "reward": torch.randn(n, generator=g),
+                "done": terminated.clone(),
+                "terminated": terminated,
+            },
         },
         batch_size=[n],
     )
@@ -126,7 +142,9 @@ def test_discrete_iql_matches_reference(space, perturb):
         q_online = q_table(loss.params_of("qvalue_network"), td["observation"])[:, rows, idx]
         q_target = q_table(loss.params_of("qvalue_network", target=True), td["observation"])[:, rows, idx]
         log_prob = actor_lin(td["observation"]).log_softmax(-1)[rows, idx]
-    ref = iql_reference(q_online, q_target, v_lin, log_prob, td, gamma=0.9, expectile=0.7, temperature=2.0, loss_function="smooth_l1")
+    ref = iql_reference(
+        q_online, q_target, v_lin, log_prob, td, gamma=0.9, expectile=0.7, temperature=2.0, loss_function="smooth_l1"
+    )
     out = loss(td)
     for key in ("loss_qvalue", "loss_value", "loss_actor", "entropy"):
         torch.testing.assert_close(out[key], ref[key], msg=lambda m, key=key: f"{key}: {m}")
@@ -147,7 +165,10 @@ def test_gradient_routing_and_targets(nets, transition_batch, perturb):
     loss = IQLLoss(actor, critic, value)
     td = transition_batch(n=B)
     out = loss(td.clone())
-    groups = {name: list(loss.params_of(name).values(True, True)) for name in ("actor_network", "qvalue_network", "value_network")}
+    groups = {
+        name: list(loss.params_of(name).values(True, True))
+        for name in ("actor_network", "qvalue_network", "value_network")
+    }
     owner = {"loss_actor": "actor_network", "loss_qvalue": "qvalue_network", "loss_value": "value_network"}
     for loss_name, trained in owner.items():
         for name, params in groups.items():
@@ -244,9 +265,19 @@ def test_learns_from_uniform_data_on_a_bandit(nets):
     for _ in range(150):
         a = torch.rand(64, 1) * 2 - 1
         terminal = torch.ones(64, dtype=torch.bool)
-        td = TensorDict({"observation": torch.ones(64, 1), "action": a,
-                         "next": {"observation": torch.ones(64, 1), "reward": -(a.squeeze(-1) - 0.5) ** 2, "done": terminal, "terminated": terminal.clone()}},
-                        batch_size=[64])
+        td = TensorDict(
+            {
+                "observation": torch.ones(64, 1),
+                "action": a,
+                "next": {
+                    "observation": torch.ones(64, 1),
+                    "reward": -((a.squeeze(-1) - 0.5) ** 2),
+                    "done": terminal,
+                    "terminated": terminal.clone(),
+                },
+            },
+            batch_size=[64],
+        )
         out = loss(td)
         opt.zero_grad()
         (out["loss_actor"] + out["loss_qvalue"] + out["loss_value"]).backward()
@@ -266,9 +297,19 @@ def test_discrete_learns_the_best_arm_in_the_data():
     for _ in range(100):
         a = torch.randint(3, (32,))
         terminal = torch.ones(32, dtype=torch.bool)
-        td = TensorDict({"observation": torch.ones(32, 1), "action": a,
-                         "next": {"observation": torch.ones(32, 1), "reward": rewards[a], "done": terminal, "terminated": terminal.clone()}},
-                        batch_size=[32])
+        td = TensorDict(
+            {
+                "observation": torch.ones(32, 1),
+                "action": a,
+                "next": {
+                    "observation": torch.ones(32, 1),
+                    "reward": rewards[a],
+                    "done": terminal,
+                    "terminated": terminal.clone(),
+                },
+            },
+            batch_size=[32],
+        )
         out = loss(td)
         opt.zero_grad()
         (out["loss_actor"] + out["loss_qvalue"] + out["loss_value"]).backward()
@@ -283,7 +324,9 @@ def test_discrete_learns_the_best_arm_in_the_data():
 def test_compiled_forward_matches_eager(nets, transition_batch, assert_compiled_matches_eager):
     assert_compiled_matches_eager(IQLLoss(*nets()[:3]), transition_batch(n=B))
     actor, qvalue, value, _, _ = discrete_nets("one_hot")
-    assert_compiled_matches_eager(DiscreteIQLLoss(actor, qvalue, value, action_space="one_hot"), discrete_batch("one_hot")[0])
+    assert_compiled_matches_eager(
+        DiscreteIQLLoss(actor, qvalue, value, action_space="one_hot"), discrete_batch("one_hot")[0]
+    )
 
 
 def test_two_batch_dims_match_the_flat_batch(nets, transition_batch):

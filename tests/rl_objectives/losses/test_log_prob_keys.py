@@ -2,6 +2,7 @@
 the actor where TorchRL reads it (PPO, A2C, SAC), lists of per-head keys for a composite policy.
 
 The expected keys are TorchRL 0.14.1's, written literally (checked against it once)."""
+
 import pytest
 import torch
 from rl_objectives import (
@@ -50,8 +51,13 @@ def _categorical_actor(group=None, **prob_kwargs):
     key = (lambda k: (group, k)) if group else (lambda k: k)
     return ProbabilisticTensorDictSequential(
         TensorDictModule(nn.Linear(3, 4), in_keys=[key("obs")], out_keys=[key("logits")]),
-        ProbabilisticTensorDictModule(in_keys={"logits": key("logits")}, out_keys=[key("action")],
-                                      distribution_class=D.Categorical, return_log_prob=True, **prob_kwargs),
+        ProbabilisticTensorDictModule(
+            in_keys={"logits": key("logits")},
+            out_keys=[key("action")],
+            distribution_class=D.Categorical,
+            return_log_prob=True,
+            **prob_kwargs,
+        ),
     )
 
 
@@ -90,7 +96,10 @@ def test_a_missing_log_prob_names_the_key_and_the_old_name_when_present():
     old = td.clone()
     old["sample_log_prob"] = old.pop("action_log_prob")
     loss = ClipPPOLoss(actor, None)
-    with pytest.raises(KeyError, match=r"misses the behaviour log-prob 'action_log_prob'.*holds 'sample_log_prob'.*set_keys\(sample_log_prob='sample_log_prob'\)"):
+    with pytest.raises(
+        KeyError,
+        match=r"misses the behaviour log-prob 'action_log_prob'.*holds 'sample_log_prob'.*set_keys\(sample_log_prob='sample_log_prob'\)",
+    ):
         loss(old)
     with pytest.raises(KeyError, match=r"misses the behaviour log-prob 'action_log_prob'") as info:
         loss(td.exclude("action_log_prob"))
@@ -104,25 +113,39 @@ def test_composite_policy_per_head_keys_are_summed():
 
     def params(obs):
         out = net(obs)
-        return TensorDict(cont=TensorDict(loc=out[..., :2], scale=out[..., 2:4].exp(), batch_size=obs.shape[:-1]),
-                          disc=TensorDict(logits=out[..., 4:], batch_size=obs.shape[:-1]), batch_size=obs.shape[:-1])
+        return TensorDict(
+            cont=TensorDict(loc=out[..., :2], scale=out[..., 2:4].exp(), batch_size=obs.shape[:-1]),
+            disc=TensorDict(logits=out[..., 4:], batch_size=obs.shape[:-1]),
+            batch_size=obs.shape[:-1],
+        )
 
     actor = ProbabilisticTensorDictSequential(
         TensorDictModule(params, in_keys=["obs"], out_keys=["params"]),
-        ProbabilisticTensorDictModule(in_keys=["params"], distribution_class=CompositeDistribution, return_log_prob=True,
-                                      distribution_kwargs={"distribution_map": {"cont": D.Normal, "disc": D.Categorical}}),
+        ProbabilisticTensorDictModule(
+            in_keys=["params"],
+            distribution_class=CompositeDistribution,
+            return_log_prob=True,
+            distribution_kwargs={"distribution_map": {"cont": D.Normal, "disc": D.Categorical}},
+        ),
     )
     loss = PPOLoss(actor, None, entropy_bonus=False)
     assert loss.tensor_keys.sample_log_prob == ["cont_log_prob", "disc_log_prob"]
     assert loss.tensor_keys.action == ["cont", "disc"]
     obs = torch.randn(6, 3)
-    td = TensorDict(obs=obs, cont=torch.randn(6, 2), disc=torch.tensor([0, 1, 2, 0, 1, 2]),
-                    cont_log_prob=torch.full((6,), -2.0), disc_log_prob=torch.full((6,), -1.0),
-                    advantage=torch.linspace(-1, 1, 6), batch_size=[6])
+    td = TensorDict(
+        obs=obs,
+        cont=torch.randn(6, 2),
+        disc=torch.tensor([0, 1, 2, 0, 1, 2]),
+        cont_log_prob=torch.full((6,), -2.0),
+        disc_log_prob=torch.full((6,), -1.0),
+        advantage=torch.linspace(-1, 1, 6),
+        batch_size=[6],
+    )
     out = loss(td)
     p = params(obs)
     log_pi = D.Normal(p["cont", "loc"], p["cont", "scale"]).log_prob(td["cont"]).sum(-1) + D.Categorical(
-        logits=p["disc", "logits"]).log_prob(td["disc"])
+        logits=p["disc", "logits"]
+    ).log_prob(td["disc"])
     expected = -((log_pi - (-3.0)).exp() * td["advantage"]).mean()
     torch.testing.assert_close(out["loss_objective"], expected)
     # a list of keys set by hand works the same way
@@ -135,10 +158,18 @@ def test_composite_policy_per_head_keys_are_summed():
 def test_sac_reads_the_log_prob_key_from_the_actor():
     actor = ProbabilisticTensorDictSequential(
         TensorDictModule(nn.Linear(3, 2), in_keys=["observation"], out_keys=["loc"]),
-        ProbabilisticTensorDictModule(in_keys=["loc"], out_keys=["action"], distribution_class=D.Normal,
-                                      distribution_kwargs={"scale": 1.0}, return_log_prob=True, log_prob_key="lp"),
+        ProbabilisticTensorDictModule(
+            in_keys=["loc"],
+            out_keys=["action"],
+            distribution_class=D.Normal,
+            distribution_kwargs={"scale": 1.0},
+            return_log_prob=True,
+            log_prob_key="lp",
+        ),
     )
-    qnet = TensorDictModule(lambda o, a: (o.sum(-1) + a.sum(-1)), in_keys=["observation", "action"], out_keys=["state_action_value"])
+    qnet = TensorDictModule(
+        lambda o, a: o.sum(-1) + a.sum(-1), in_keys=["observation", "action"], out_keys=["state_action_value"]
+    )
     loss = SACLoss(actor, qnet)
     assert loss.tensor_keys.log_prob == "lp" and loss.tensor_keys.action == "action"
     assert SACLoss(_normal_actor(), qnet).tensor_keys.log_prob == "action_log_prob"
@@ -147,7 +178,11 @@ def test_sac_reads_the_log_prob_key_from_the_actor():
 def _normal_actor():
     return ProbabilisticTensorDictSequential(
         TensorDictModule(nn.Linear(3, 2), in_keys=["observation"], out_keys=["loc"]),
-        ProbabilisticTensorDictModule(in_keys=["loc"], out_keys=["action"], distribution_class=D.Normal,
-                                      distribution_kwargs={"scale": 1.0}, return_log_prob=True),
+        ProbabilisticTensorDictModule(
+            in_keys=["loc"],
+            out_keys=["action"],
+            distribution_class=D.Normal,
+            distribution_kwargs={"scale": 1.0},
+            return_log_prob=True,
+        ),
     )
-

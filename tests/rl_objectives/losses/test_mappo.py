@@ -7,6 +7,7 @@ keys under ``"agents"``, or on the agents' view of it (batch ``[N, T, n_agents]`
 flags expanded per agent and ``time_dim=1`` for GAE): both give the same numbers. A centralised
 critic is MAPPO, a decentralised one IPPO.
 """
+
 import pytest
 import torch
 from rl_objectives.losses.ppo import ClipPPOLoss
@@ -36,22 +37,27 @@ def one_thread():
     torch.set_num_threads(before)
 
 
-
 def make_actor(prefix=("agents",)):
     key = lambda name: prefix + (name,) if prefix else name
-    net = nn.Sequential(MultiAgentMLP(O, 2 * D, A, centralized=False, share_params=False, depth=1, num_cells=16), NormalParamExtractor())
+    net = nn.Sequential(
+        MultiAgentMLP(O, 2 * D, A, centralized=False, share_params=False, depth=1, num_cells=16), NormalParamExtractor()
+    )
     return ProbabilisticTensorDictSequential(
         TensorDictModule(net, in_keys=[key("observation")], out_keys=[key("loc"), key("scale")]),
         ProbabilisticTensorDictModule(
-            in_keys={"loc": key("loc"), "scale": key("scale")}, out_keys=[key("action")],
-            distribution_class=torch.distributions.Normal, return_log_prob=True,
+            in_keys={"loc": key("loc"), "scale": key("scale")},
+            out_keys=[key("action")],
+            distribution_class=torch.distributions.Normal,
+            return_log_prob=True,
         ),
     )
 
 
 def make_critic(centralized, prefix=("agents",)):
     key = lambda name: prefix + (name,) if prefix else name
-    net = nn.Sequential(MultiAgentMLP(O, 1, A, centralized=centralized, share_params=True, depth=1, num_cells=16), nn.Flatten(-2))
+    net = nn.Sequential(
+        MultiAgentMLP(O, 1, A, centralized=centralized, share_params=True, depth=1, num_cells=16), nn.Flatten(-2)
+    )
     return TensorDictModule(net, in_keys=[key("observation")], out_keys=[key("state_value")])
 
 
@@ -68,7 +74,10 @@ def rollout(seed=0, n=N, t=T):
     done = torch.zeros(n, t, dtype=torch.bool)
     done[:, -1] = True  # episodes of t steps: the last one ends (a truncation)
     return TensorDict(
-        {"agents": agents, "next": {"agents": next_agents, "done": done, "terminated": torch.zeros(n, t, dtype=torch.bool)}},
+        {
+            "agents": agents,
+            "next": {"agents": next_agents, "done": done, "terminated": torch.zeros(n, t, dtype=torch.bool)},
+        },
         batch_size=[n, t],
     )
 
@@ -140,8 +149,12 @@ def test_gae_handles_the_agent_dim_inside_the_group():
     td = rollout()
     td.set(("next", "agents", "reward"), torch.randn(N, T, 1).expand(N, T, A).clone())
     loss = ClipPPOLoss(make_actor(), critic)
-    loss.set_keys(value=("agents", "state_value"), advantage=("agents", "advantage"),
-                  value_target=("agents", "value_target"), reward=("agents", "reward"))
+    loss.set_keys(
+        value=("agents", "state_value"),
+        advantage=("agents", "advantage"),
+        value_target=("agents", "value_target"),
+        reward=("agents", "reward"),
+    )
     loss.make_value_estimator(ValueEstimators.GAE, gamma=0.9, lmbda=0.9)  # time: the root's last batch dim
     loss.value_estimator(td)
     assert td.get(("agents", "advantage")).shape == (N, T, A)
@@ -197,9 +210,14 @@ def test_clip_ppo_on_the_root_rollout_equals_the_agents_view(centralized):
     td.set(("agents", "action_log_prob"), view.get("action_log_prob"))
     td.set(("next", "agents", "reward"), view.get(("next", "reward")))
     loss = ClipPPOLoss(actor, critic, entropy_coeff=0.0)
-    loss.set_keys(action=("agents", "action"), sample_log_prob=("agents", "action_log_prob"),
-                  value=("agents", "state_value"), advantage=("agents", "advantage"),
-                  value_target=("agents", "value_target"), reward=("agents", "reward"))
+    loss.set_keys(
+        action=("agents", "action"),
+        sample_log_prob=("agents", "action_log_prob"),
+        value=("agents", "state_value"),
+        advantage=("agents", "advantage"),
+        value_target=("agents", "value_target"),
+        reward=("agents", "reward"),
+    )
     loss.make_value_estimator(ValueEstimators.GAE, gamma=0.9, lmbda=0.9)  # time: the root's last batch dim
     out = loss(td)
     (out["loss_objective"] + out["loss_critic"]).backward()
@@ -208,8 +226,12 @@ def test_clip_ppo_on_the_root_rollout_equals_the_agents_view(centralized):
     # the same networks on the agents' view give the same losses
     flat_actor = ProbabilisticTensorDictSequential(
         TensorDictModule(actor[0].module, in_keys=["observation"], out_keys=["loc", "scale"]),
-        ProbabilisticTensorDictModule(in_keys=["loc", "scale"], out_keys=["action"],
-                                      distribution_class=torch.distributions.Normal, return_log_prob=True),
+        ProbabilisticTensorDictModule(
+            in_keys=["loc", "scale"],
+            out_keys=["action"],
+            distribution_class=torch.distributions.Normal,
+            return_log_prob=True,
+        ),
     )
     flat_critic = TensorDictModule(critic.module, in_keys=["observation"], out_keys=["state_value"])
     ref = make_loss(flat_actor, flat_critic)(view.clone())

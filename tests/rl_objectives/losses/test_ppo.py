@@ -1,5 +1,6 @@
 """PPOLoss, ClipPPOLoss and KLPENPPOLoss against hand-written references (networks and rollouts:
 conftest.py fixtures)."""
+
 import functools
 import math
 
@@ -102,7 +103,9 @@ def test_reduction(reduction, categorical_actor, state_value_critic, rollout):
     assert out["entropy"].shape == ()
 
 
-def test_missing_advantage_is_estimated_with_gae_without_touching_the_input(categorical_actor, state_value_critic, rollout, gae_reference):
+def test_missing_advantage_is_estimated_with_gae_without_touching_the_input(
+    categorical_actor, state_value_critic, rollout, gae_reference
+):
     actor, lin = categorical_actor()
     critic, clin = state_value_critic()
     td = rollout(actor, batch=(2, 6), with_adv=False)
@@ -115,7 +118,9 @@ def test_missing_advantage_is_estimated_with_gae_without_touching_the_input(cate
     assert all(td.get(k) is v for k, v in before.items())
     with torch.no_grad():
         value, next_value = clin(td["obs"]).squeeze(-1), clin(td["next", "obs"]).squeeze(-1)
-    adv, target = gae_reference(value, next_value, td["next", "reward"], td["next", "done"], td["next", "terminated"], 0.9, 0.95)
+    adv, target = gae_reference(
+        value, next_value, td["next", "reward"], td["next", "done"], td["next", "terminated"], 0.9, 0.95
+    )
     dist = D.Categorical(logits=lin(td["obs"]))
     ratio = (dist.log_prob(td["action"]) - td["action_log_prob"]).exp()
     torch.testing.assert_close(out["loss_objective"], -torch.minimum(ratio * adv, ratio.clamp(0.8, 1.2) * adv).mean())
@@ -138,7 +143,11 @@ def test_make_value_estimator_types_and_keys(categorical_actor, state_value_crit
     target = td["next", "reward"] + 0.5 * next_value * (~td["next", "terminated"])
     torch.testing.assert_close(out["loss_critic"], F.smooth_l1_loss(clin(td["obs"]).squeeze(-1), target))
     loss.make_value_estimator("td(lambda)", lmbda=0.3)
-    assert loss.value_estimator.lmbda == 0.3 if not torch.is_tensor(loss.value_estimator.lmbda) else float(loss.value_estimator.lmbda) == 0.3
+    assert (
+        loss.value_estimator.lmbda == 0.3
+        if not torch.is_tensor(loss.value_estimator.lmbda)
+        else float(loss.value_estimator.lmbda) == 0.3
+    )
     loss.set_keys(value_target="vt")
     assert loss.value_estimator.tensor_keys.value_target == "vt"
     with pytest.raises(ValueError, match="unknown value_type"):
@@ -265,7 +274,9 @@ def test_klpen_monte_carlo_kl_without_a_registered_kl(normal_actor, rollout):
     draws = previous.sample((5,))
     kl = (previous.log_prob(draws) - current.log_prob(draws)).sum(-1).mean(0)
     ratio = (current.log_prob(td["action"]).sum(-1) - td["action_log_prob"]).exp()
-    torch.testing.assert_close(out["loss_objective"], -(ratio * td["advantage"] - 2.0 * kl).mean(), rtol=1e-4, atol=1e-4)
+    torch.testing.assert_close(
+        out["loss_objective"], -(ratio * td["advantage"] - 2.0 * kl).mean(), rtol=1e-4, atol=1e-4
+    )
 
 
 def test_klpen_needs_the_behaviour_parameters(normal_actor, rollout):
@@ -380,8 +391,13 @@ def test_clipped_objective_is_the_piecewise_pessimistic_bound(log_w, adv_seed, e
     adv = torch.randn(n, generator=torch.Generator().manual_seed(adv_seed))
     # a parameter-free policy: uniform over two actions, so log pi(a) = log 0.5 and r = exp(log_w)
     actor = ProbabilisticTensorDictModule(in_keys=["logits"], out_keys=["action"], distribution_class=D.Categorical)
-    td = TensorDict(logits=torch.zeros(n, 2), action=torch.zeros(n, dtype=torch.long),
-                    action_log_prob=math.log(0.5) - log_w, advantage=adv, batch_size=[n])
+    td = TensorDict(
+        logits=torch.zeros(n, 2),
+        action=torch.zeros(n, dtype=torch.long),
+        action_log_prob=math.log(0.5) - log_w,
+        advantage=adv,
+        batch_size=[n],
+    )
     out = ClipPPOLoss(actor, None, clip_epsilon=eps, entropy_bonus=False, reduction="none")(td)
     ratio = log_w.exp()
     expected = [-(min(r, 1 + eps) * a if a >= 0 else max(r, 1 - eps) * a) for r, a in zip(ratio.tolist(), adv.tolist())]

@@ -1,5 +1,6 @@
 """QMixerLoss against a hand-written QMIX/VDN loss: targets, target networks, gradients, keys, errors,
 compile, and a 2-agent matrix game."""
+
 import copy
 
 import pytest
@@ -16,6 +17,7 @@ from torch import nn
 N_AGENTS, N_OBS, N_ACT, S = 2, 3, 4, 5
 GAMMA = 0.99
 
+
 @pytest.fixture
 def one_thread():
     """Tiny tensors: one intra-op thread avoids contention with other processes on a small machine."""
@@ -25,18 +27,23 @@ def one_thread():
     torch.set_num_threads(before)
 
 
-
 def local_net(seed=0, with_qvalue_module=True):
     torch.manual_seed(seed)
     mlp = TensorDictModule(
         MultiAgentMLP(N_OBS, N_ACT, N_AGENTS, share_params=False, depth=1, num_cells=8),
-        in_keys=[("agents", "observation")], out_keys=[("agents", "action_value")],
+        in_keys=[("agents", "observation")],
+        out_keys=[("agents", "action_value")],
     )
     if not with_qvalue_module:
         return mlp
-    return TensorDictSequential(mlp, QValueModule(
-        action_space="categorical", action_value_key=("agents", "action_value"),
-        out_keys=[("agents", "action"), ("agents", "action_value"), ("agents", "chosen_action_value")]))
+    return TensorDictSequential(
+        mlp,
+        QValueModule(
+            action_space="categorical",
+            action_value_key=("agents", "action_value"),
+            out_keys=[("agents", "action"), ("agents", "action_value"), ("agents", "chosen_action_value")],
+        ),
+    )
 
 
 def qmixer(seed=1):
@@ -46,13 +53,23 @@ def qmixer(seed=1):
 
 def batch(shape=(7,), space="categorical", seed=2):
     g = torch.Generator().manual_seed(seed)
-    agents = lambda: TensorDict(observation=torch.randn(*shape, N_AGENTS, N_OBS, generator=g), batch_size=[*shape, N_AGENTS])
+    agents = lambda: TensorDict(
+        observation=torch.randn(*shape, N_AGENTS, N_OBS, generator=g), batch_size=[*shape, N_AGENTS]
+    )
     idx = torch.randint(N_ACT, (*shape, N_AGENTS), generator=g)
     terminated = torch.rand(shape, generator=g) < 0.3
     td = TensorDict(
-        {"agents": agents(), "state": torch.randn(*shape, S, generator=g),
-         "next": {"agents": agents(), "state": torch.randn(*shape, S, generator=g), "reward": torch.randn(shape, generator=g),
-                  "done": terminated.clone(), "terminated": terminated}},
+        {
+            "agents": agents(),
+            "state": torch.randn(*shape, S, generator=g),
+            "next": {
+                "agents": agents(),
+                "state": torch.randn(*shape, S, generator=g),
+                "reward": torch.randn(shape, generator=g),
+                "done": terminated.clone(),
+                "terminated": terminated,
+            },
+        },
         batch_size=shape,
     )
     td.set(("agents", "action"), idx if space == "categorical" else nn.functional.one_hot(idx, N_ACT))
@@ -85,7 +102,11 @@ def test_loss_matches_reference(shape, space, loss_function):
     td, idx = batch(shape, space)
     out = loss(td)
     pred, target = reference(loss_function, local, mixer, local, mixer, td, idx)
-    dist = (pred - target).pow(2) if loss_function == "l2" else nn.functional.smooth_l1_loss(pred, target, reduction="none")
+    dist = (
+        (pred - target).pow(2)
+        if loss_function == "l2"
+        else nn.functional.smooth_l1_loss(pred, target, reduction="none")
+    )
     torch.testing.assert_close(out["loss"], dist.mean())
     torch.testing.assert_close(td["td_error"], (pred - target).detach().pow(2))
     assert td["td_error"].shape == shape
@@ -169,18 +190,39 @@ def test_td_lambda_estimator_and_gamma():
 
 def test_set_keys_reads_renamed_entries():
     torch.manual_seed(0)
-    local = TensorDictModule(MultiAgentMLP(N_OBS, N_ACT, N_AGENTS, share_params=True, depth=1, num_cells=8),
-                             in_keys=[("team", "obs")], out_keys=[("team", "qs")])
-    mixer = QMixer(state_shape=(S,), mixing_embed_dim=4, n_agents=N_AGENTS, in_keys=[("team", "q"), "global"], out_keys=["q_tot"])
+    local = TensorDictModule(
+        MultiAgentMLP(N_OBS, N_ACT, N_AGENTS, share_params=True, depth=1, num_cells=8),
+        in_keys=[("team", "obs")],
+        out_keys=[("team", "qs")],
+    )
+    mixer = QMixer(
+        state_shape=(S,), mixing_embed_dim=4, n_agents=N_AGENTS, in_keys=[("team", "q"), "global"], out_keys=["q_tot"]
+    )
     loss = QMixerLoss(local, mixer).set_keys(
-        action=("team", "act"), action_value=("team", "qs"), local_value=("team", "q"), global_value="q_tot",
-        reward="r", done="d", terminated="term", priority="prio")
+        action=("team", "act"),
+        action_value=("team", "qs"),
+        local_value=("team", "q"),
+        global_value="q_tot",
+        reward="r",
+        done="d",
+        terminated="term",
+        priority="prio",
+    )
     td, idx = batch()
     renamed = TensorDict(
-        {"team": TensorDict(obs=td["agents", "observation"], act=idx, batch_size=[7, N_AGENTS]), "global": td["state"],
-         "next": {"team": TensorDict(obs=td["next", "agents", "observation"], batch_size=[7, N_AGENTS]),
-                  "global": td["next", "state"], "r": td["next", "reward"], "d": td["next", "done"], "term": td["next", "terminated"]}},
-        batch_size=[7])
+        {
+            "team": TensorDict(obs=td["agents", "observation"], act=idx, batch_size=[7, N_AGENTS]),
+            "global": td["state"],
+            "next": {
+                "team": TensorDict(obs=td["next", "agents", "observation"], batch_size=[7, N_AGENTS]),
+                "global": td["next", "state"],
+                "r": td["next", "reward"],
+                "d": td["next", "done"],
+                "term": td["next", "terminated"],
+            },
+        },
+        batch_size=[7],
+    )
     out = loss(renamed)
     with torch.no_grad():
         nxt = mixer.mix(local.module(td["next", "agents", "observation"]).max(-1).values, td["next", "state"])
@@ -238,19 +280,36 @@ def test_qmix_learns_a_two_agent_matrix_game(one_thread):
     n_act = 3
     torch.manual_seed(0)
     local = TensorDictSequential(
-        TensorDictModule(MultiAgentMLP(1, n_act, 2, share_params=False, depth=1, num_cells=16),
-                         in_keys=[("agents", "observation")], out_keys=[("agents", "action_value")]),
-        QValueModule(action_space="categorical", action_value_key=("agents", "action_value"),
-                     out_keys=[("agents", "action"), ("agents", "action_value"), ("agents", "chosen_action_value")]))
+        TensorDictModule(
+            MultiAgentMLP(1, n_act, 2, share_params=False, depth=1, num_cells=16),
+            in_keys=[("agents", "observation")],
+            out_keys=[("agents", "action_value")],
+        ),
+        QValueModule(
+            action_space="categorical",
+            action_value_key=("agents", "action_value"),
+            out_keys=[("agents", "action"), ("agents", "action_value"), ("agents", "chosen_action_value")],
+        ),
+    )
     loss = QMixerLoss(local, QMixer(state_shape=(1,), mixing_embed_dim=8, n_agents=2), delay_value=False)
     opt = torch.optim.Adam(loss.parameters(), lr=3e-2)
     a = torch.cartesian_prod(torch.arange(n_act), torch.arange(n_act))  # every joint action once
     n = a.shape[0]
     ones = lambda: TensorDict(observation=torch.ones(n, 2, 1), batch_size=[n, 2])
-    td = TensorDict({"agents": ones(), "state": torch.ones(n, 1),
-                     "next": {"agents": ones(), "state": torch.ones(n, 1), "reward": payoff[a[:, 0], a[:, 1]],
-                              "done": torch.ones(n, dtype=torch.bool), "terminated": torch.ones(n, dtype=torch.bool)}},
-                    batch_size=[n])
+    td = TensorDict(
+        {
+            "agents": ones(),
+            "state": torch.ones(n, 1),
+            "next": {
+                "agents": ones(),
+                "state": torch.ones(n, 1),
+                "reward": payoff[a[:, 0], a[:, 1]],
+                "done": torch.ones(n, dtype=torch.bool),
+                "terminated": torch.ones(n, dtype=torch.bool),
+            },
+        },
+        batch_size=[n],
+    )
     td.set(("agents", "action"), a)
     first = None
     for _ in range(80):
@@ -260,5 +319,7 @@ def test_qmix_learns_a_two_agent_matrix_game(one_thread):
         out["loss"].backward()
         opt.step()
     assert out["loss"].item() < 0.1 * first
-    greedy = local(TensorDict({"agents": TensorDict(observation=torch.ones(1, 2, 1), batch_size=[1, 2])}, batch_size=[1]))
+    greedy = local(
+        TensorDict({"agents": TensorDict(observation=torch.ones(1, 2, 1), batch_size=[1, 2])}, batch_size=[1])
+    )
     assert greedy["agents", "action"].tolist() == [[2, 2]]

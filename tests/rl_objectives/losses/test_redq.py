@@ -28,8 +28,15 @@ def smooth_l1(x):
 @pytest.mark.parametrize("loss_function", ["l2", "smooth_l1"])
 def test_losses_match_reference(seed, loss_function, nets, transition_batch, q_reference, normal_dist, perturb):
     actor, critic, lin = nets()
-    loss = REDQLoss(actor, critic, num_qvalue_nets=5, sub_sample_len=2, alpha_init=0.5, loss_function=loss_function,
-                    action_spec=Bounded(-1.0, 1.0, shape=(N_ACT,)))
+    loss = REDQLoss(
+        actor,
+        critic,
+        num_qvalue_nets=5,
+        sub_sample_len=2,
+        alpha_init=0.5,
+        loss_function=loss_function,
+        action_spec=Bounded(-1.0, 1.0, shape=(N_ACT,)),
+    )
     loss.make_value_estimator(gamma=0.9)
     perturb(loss.params_of("qvalue_network"))
     td = transition_batch(n=B)
@@ -73,7 +80,16 @@ def test_losses_match_reference(seed, loss_function, nets, transition_batch, q_r
 def test_subset_varies_and_uses_every_target(nets, transition_batch):
     # target critics that return their own index: the next value's Q part is the subset's min index
     actor, critic, _ = nets()
-    loss = REDQLoss(actor, critic, num_qvalue_nets=4, sub_sample_len=2, fixed_alpha=True, alpha_init=1.0, min_alpha=None, max_alpha=None)
+    loss = REDQLoss(
+        actor,
+        critic,
+        num_qvalue_nets=4,
+        sub_sample_len=2,
+        fixed_alpha=True,
+        alpha_init=1.0,
+        min_alpha=None,
+        max_alpha=None,
+    )
     targets = loss.params_of("qvalue_network", target=True)
     targets["module", "net", "weight"].zero_()
     targets["module", "net", "bias"].copy_(torch.arange(4.0).unsqueeze(-1))
@@ -208,8 +224,19 @@ def test_learns_a_one_step_bandit(nets, train_on_bandit):
     # reward = -(a - 0.5)^2, every step terminal: the policy mean goes to ~0.5
     actor, _, lin = nets(n_obs=1, n_act=1)
     critic = TensorDictModule(QuadraticCritic(), in_keys=["observation", "action"], out_keys=["state_action_value"])
-    loss = REDQLoss(actor, critic, num_qvalue_nets=4, sub_sample_len=2, loss_function="l2", alpha_init=0.1, min_alpha=0.01, target_entropy=-3.0)
-    train_on_bandit(loss, lambda n: torch.rand(n, 1) * 2 - 1, lambda a: -(a.squeeze(-1) - 0.5) ** 2, steps=60, n=64, lr=0.05)
+    loss = REDQLoss(
+        actor,
+        critic,
+        num_qvalue_nets=4,
+        sub_sample_len=2,
+        loss_function="l2",
+        alpha_init=0.1,
+        min_alpha=0.01,
+        target_entropy=-3.0,
+    )
+    train_on_bandit(
+        loss, lambda n: torch.rand(n, 1) * 2 - 1, lambda a: -((a.squeeze(-1) - 0.5) ** 2), steps=60, n=64, lr=0.05
+    )
     with torch.no_grad():
         loc = lin(torch.ones(1, 1))[0, 0]
     assert abs(float(loc) - 0.5) < 0.15, float(loc)

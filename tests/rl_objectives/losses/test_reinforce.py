@@ -1,4 +1,5 @@
 """ReinforceLoss against hand-written references (networks and rollouts: conftest.py fixtures)."""
+
 import pytest
 import torch
 from rl_objectives import SoftUpdate
@@ -38,7 +39,9 @@ def test_default_estimator_is_gae_and_writes_advantage_and_target_into_the_input
     assert set(td.keys(True, True)) == keys_before | {"advantage", "value_target"}
     with torch.no_grad():
         value, next_value = clin(td["obs"]).squeeze(-1), clin(td["next", "obs"]).squeeze(-1)
-    adv, target = gae_reference(value, next_value, td["next", "reward"], td["next", "done"], td["next", "terminated"], 0.9, 0.95)
+    adv, target = gae_reference(
+        value, next_value, td["next", "reward"], td["next", "done"], td["next", "terminated"], 0.9, 0.95
+    )
     torch.testing.assert_close(td["advantage"], adv)
     torch.testing.assert_close(td["value_target"], target)
     log_prob = normal_dist(lin, td["obs"]).log_prob(td["action"]).sum(-1)
@@ -71,7 +74,9 @@ def test_delay_value_bootstraps_from_the_target_critic(normal_actor, state_value
     torch.testing.assert_close(td["value_target"], target)
     torch.testing.assert_close(td["advantage"], target - value)
     SoftUpdate(loss, tau=1.0).step()
-    torch.testing.assert_close(loss.params_of("critic_network", target=True)["module", "0", "weight"], clin.weight.detach())
+    torch.testing.assert_close(
+        loss.params_of("critic_network", target=True)["module", "0", "weight"], clin.weight.detach()
+    )
 
 
 def test_errors(normal_actor, state_value_critic, rollout):
@@ -104,7 +109,7 @@ def test_reinforce_learns_a_bandit(normal_actor, bandit_rollout):
     loss = ReinforceLoss(actor)
     opt = torch.optim.Adam(loss.parameters(), lr=0.03)
     for _ in range(300):
-        td = bandit_rollout(actor, lambda a: -(a.squeeze(-1) - 0.7) ** 2, 64)
+        td = bandit_rollout(actor, lambda a: -((a.squeeze(-1) - 0.7) ** 2), 64)
         reward = td["next", "reward"]
         td["advantage"] = reward - reward.mean()
         opt.zero_grad()

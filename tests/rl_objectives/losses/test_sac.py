@@ -37,7 +37,9 @@ def batch(transition_batch):
 def test_losses_match_reference(alpha_init, networks, batch, perturb, q_reference):
     q_all = q_reference
     actor, critic = networks()
-    loss = SACLoss(actor, critic, alpha_init=alpha_init, loss_function="l2", action_spec=Bounded(-1.0, 1.0, shape=(N_ACT,)))
+    loss = SACLoss(
+        actor, critic, alpha_init=alpha_init, loss_function="l2", action_spec=Bounded(-1.0, 1.0, shape=(N_ACT,))
+    )
     loss.make_value_estimator(gamma=0.9)
     perturb(loss.params_of("qvalue_network"))
     td = batch()
@@ -88,7 +90,7 @@ def test_gradient_routing(networks, batch):
     assert all(x is None for x in g[n_a:])  # critics detached, alpha detached
     g = grads("loss_qvalue")
     assert all(x is None for x in g[:n_a]) and g[-1] is None
-    assert all(x is not None for x in g[n_a:n_a + n_q])
+    assert all(x is not None for x in g[n_a : n_a + n_q])
     g = grads("loss_alpha")
     assert all(x is None for x in g[:-1]) and g[-1] is not None
     for name in ("alpha", "entropy"):
@@ -144,7 +146,9 @@ def test_learns_a_one_step_bandit_and_tunes_alpha(networks, train_on_bandit):
     # reward = -(a - 0.5)^2, all steps terminal: the policy mean goes to ~0.5 and alpha falls
     actor, critic = networks(n_obs=1, n_act=1, hidden=32)
     loss = SACLoss(actor, critic, alpha_init=0.1, loss_function="l2", target_entropy=-3.0)
-    out = train_on_bandit(loss, lambda n: torch.rand(n, 1) * 2 - 1, lambda a: -(a.squeeze(-1) - 0.5) ** 2, steps=300, n=64, lr=0.02)
+    out = train_on_bandit(
+        loss, lambda n: torch.rand(n, 1) * 2 - 1, lambda a: -((a.squeeze(-1) - 0.5) ** 2), steps=300, n=64, lr=0.02
+    )
     with torch.no_grad():
         loc = actor.get_dist(TensorDict(observation=torch.ones(1, 1), batch_size=[1])).mean
     assert abs(float(loc) - 0.5) < 0.15, float(loc)

@@ -40,7 +40,9 @@ def rollout(rollout):
 
 # ------------------------------------------------------------------------------ on-policy
 @pytest.mark.parametrize("as_tensor", [False, True], ids=["float", "tensor"])
-def test_clip_epsilon_assigned_after_construction_is_the_one_used(as_tensor, normal_actor, state_value_critic, rollout, normal_dist):
+def test_clip_epsilon_assigned_after_construction_is_the_one_used(
+    as_tensor, normal_actor, state_value_critic, rollout, normal_dist
+):
     actor, lin = normal_actor()
     critic, _ = state_value_critic()
     td = rollout(actor)
@@ -53,13 +55,17 @@ def test_clip_epsilon_assigned_after_construction_is_the_one_used(as_tensor, nor
         log_w = normal_dist(lin, td["obs"]).log_prob(td["action"]).sum(-1) - td["action_log_prob"]
     ratio, adv = log_w.exp(), td["advantage"]
     torch.testing.assert_close(out["clip_fraction"], ((ratio < 0.95) | (ratio > 1.05)).float().mean())
-    torch.testing.assert_close(out["loss_objective"].detach(), -torch.minimum(ratio * adv, ratio.clamp(0.95, 1.05) * adv).mean())
+    torch.testing.assert_close(
+        out["loss_objective"].detach(), -torch.minimum(ratio * adv, ratio.clamp(0.95, 1.05) * adv).mean()
+    )
     assert 0 < float(out["clip_fraction"]) < 1
 
 
 def test_a_float_is_written_into_the_buffer_in_place(categorical_actor, state_value_critic):
     actor, _ = categorical_actor()
-    loss = ClipPPOLoss(actor, state_value_critic()[0], entropy_coeff=0.01, critic_coeff=0.5, clip_value=0.2, device="cpu")
+    loss = ClipPPOLoss(
+        actor, state_value_critic()[0], entropy_coeff=0.01, critic_coeff=0.5, clip_value=0.2, device="cpu"
+    )
     buffers = {name: getattr(loss, name) for name in ("clip_epsilon", "entropy_coeff", "critic_coeff", "clip_value")}
     loss.clip_epsilon, loss.entropy_coeff, loss.critic_coeff, loss.clip_value = 0.1, 0.002, 2, 0.4
     for name, value in (("clip_epsilon", 0.1), ("entropy_coeff", 0.002), ("critic_coeff", 2.0), ("clip_value", 0.4)):
@@ -100,9 +106,15 @@ def test_bad_scheduled_values_raise_naming_the_argument_and_change_nothing(categ
     actor, _ = categorical_actor()
     critic = state_value_critic()[0]
     loss = ClipPPOLoss(actor, critic, clip_epsilon=0.2, clip_value=0.3, max_importance_ratio=2.0)
-    for name, bad, error in (("clip_epsilon", 1.5, ValueError), ("clip_epsilon", 0.0, ValueError), ("clip_value", -1.0, ValueError),
-                             ("max_importance_ratio", 0.0, ValueError), ("entropy_coeff", float("nan"), ValueError),
-                             ("entropy_coeff", "0.1", TypeError), ("critic_coeff", True, TypeError)):
+    for name, bad, error in (
+        ("clip_epsilon", 1.5, ValueError),
+        ("clip_epsilon", 0.0, ValueError),
+        ("clip_value", -1.0, ValueError),
+        ("max_importance_ratio", 0.0, ValueError),
+        ("entropy_coeff", float("nan"), ValueError),
+        ("entropy_coeff", "0.1", TypeError),
+        ("critic_coeff", True, TypeError),
+    ):
         before = float(getattr(loss, name))
         with pytest.raises(error, match=name):
             setattr(loss, name, bad)
@@ -136,7 +148,9 @@ def test_compiled_loss_reads_the_scheduled_clip_epsilon_without_recompiling(norm
         torch.compiler.reset()
 
 
-def test_lr_scheduler_annealed_clip_range_and_entropy_coefficient_act_at_every_step(normal_actor, state_value_critic, rollout, normal_dist):
+def test_lr_scheduler_annealed_clip_range_and_entropy_coefficient_act_at_every_step(
+    normal_actor, state_value_critic, rollout, normal_dist
+):
     """An RL-zoo style PPO schedule: torch's LR scheduler, a linearly annealed clip range and
     entropy coefficient, each one checked against its value at every step."""
     actor, lin = normal_actor()
@@ -215,7 +229,10 @@ def test_dqn_discount_scheduled_on_the_value_estimator(device, transition_batch)
     loss(td)
     with torch.no_grad():  # by hand: r + 0.5 * (1 - terminated) * max_a Q(s', a)
         pred = net(td["observation"]).gather(-1, td["action"].unsqueeze(-1)).squeeze(-1)
-        target = td["next", "reward"] + 0.5 * (~td["next", "terminated"]).float() * net(td["next", "observation"]).max(-1).values
+        target = (
+            td["next", "reward"]
+            + 0.5 * (~td["next", "terminated"]).float() * net(td["next", "observation"]).max(-1).values
+        )
     torch.testing.assert_close(td["td_error"], (pred - target).pow(2))
     with pytest.raises(ValueError, match="gamma"):
         loss.value_estimator.gamma = 1.5

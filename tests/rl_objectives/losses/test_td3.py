@@ -18,9 +18,17 @@ def smooth_l1(x):
 
 
 @pytest.mark.parametrize("num_qvalue_nets", [1, 2, 3])
-def test_losses_match_reference(num_qvalue_nets, deterministic_actor_critic, transition_batch, perturb, tanh_policy, q_reference):
+def test_losses_match_reference(
+    num_qvalue_nets, deterministic_actor_critic, transition_batch, perturb, tanh_policy, q_reference
+):
     pi, q_all = tanh_policy, q_reference
-    loss = TD3Loss(*deterministic_actor_critic(), action_spec=SPEC, num_qvalue_nets=num_qvalue_nets, policy_noise=0.4, noise_clip=0.3)
+    loss = TD3Loss(
+        *deterministic_actor_critic(),
+        action_spec=SPEC,
+        num_qvalue_nets=num_qvalue_nets,
+        policy_noise=0.4,
+        noise_clip=0.3,
+    )
     loss.make_value_estimator(gamma=0.9)
     perturb(loss.params_of("actor_network"))
     perturb(loss.params_of("qvalue_network"))
@@ -55,7 +63,9 @@ def test_losses_match_reference(num_qvalue_nets, deterministic_actor_critic, tra
 
 def test_target_action_is_clamped_to_the_bounds(deterministic_actor_critic, transition_batch):
     # huge noise, tiny clip range: the target action must stay in [low, high]
-    loss = TD3Loss(*deterministic_actor_critic(), bounds=(-0.1, 0.1), policy_noise=10.0, noise_clip=5.0, num_qvalue_nets=1)
+    loss = TD3Loss(
+        *deterministic_actor_critic(), bounds=(-0.1, 0.1), policy_noise=10.0, noise_clip=5.0, num_qvalue_nets=1
+    )
     seen = []
     critic = loss.qvalue_network
 
@@ -74,7 +84,9 @@ def test_target_action_is_clamped_to_the_bounds(deterministic_actor_critic, tran
 def test_bounds_from_spec_and_errors(deterministic_actor_critic, transition_batch):
     networks = deterministic_actor_critic
     loss = TD3Loss(*networks(), action_spec=Composite(action=Bounded(-2.0, 3.0, shape=(N_ACT,))))
-    assert torch.equal(loss.min_action, torch.full((N_ACT,), -2.0)) and torch.equal(loss.max_action, torch.full((N_ACT,), 3.0))
+    assert torch.equal(loss.min_action, torch.full((N_ACT,), -2.0)) and torch.equal(
+        loss.max_action, torch.full((N_ACT,), 3.0)
+    )
     with pytest.raises(ValueError, match="give action_spec"):
         TD3Loss(*networks())
     with pytest.raises(ValueError, match="Bounded"):
@@ -96,11 +108,16 @@ def test_gradient_routing_and_targets(deterministic_actor_critic, transition_bat
     a_params = list(loss.params_of("actor_network").values(True, True))
     q_params = list(loss.params_of("qvalue_network").values(True, True))
     g = torch.autograd.grad(out["loss_actor"], a_params + q_params, allow_unused=True)
-    assert all(x is not None and x.abs().sum() > 0 for x in g[: len(a_params)]) and all(x is None for x in g[len(a_params):])
+    assert all(x is not None and x.abs().sum() > 0 for x in g[: len(a_params)]) and all(
+        x is None for x in g[len(a_params) :]
+    )
     g = torch.autograd.grad(out["loss_qvalue"], a_params + q_params, allow_unused=True)
     assert all(x is None for x in g[: len(a_params)])
     # every critic of the ensemble is trained
-    w_grad = g[len(a_params) + [k for k in loss.params_of("qvalue_network").keys(True, True)].index(("module", "net", "weight"))]
+    w_grad = g[
+        len(a_params)
+        + [k for k in loss.params_of("qvalue_network").keys(True, True)].index(("module", "net", "weight"))
+    ]
     assert (w_grad.flatten(1).abs().sum(1) > 0).all()
     # the targets never move under the optimizer
     targets = [loss.params_of(n, target=True).clone() for n in ("actor_network", "qvalue_network")]
@@ -115,7 +132,9 @@ def test_gradient_routing_and_targets(deterministic_actor_critic, transition_bat
 def test_learns_a_one_step_continuous_bandit(deterministic_actor_critic, train_on_bandit):
     actor, critic = deterministic_actor_critic(n_obs=1, n_act=1, hidden=32)
     loss = TD3Loss(actor, critic, bounds=(-1.0, 1.0), delay_actor=False, delay_qvalue=False, loss_function="l2")
-    train_on_bandit(loss, lambda n: torch.rand(n, 1) * 2 - 1, lambda a: -(a.squeeze(-1) + 0.4) ** 2, steps=300, n=64, lr=0.02)
+    train_on_bandit(
+        loss, lambda n: torch.rand(n, 1) * 2 - 1, lambda a: -((a.squeeze(-1) + 0.4) ** 2), steps=300, n=64, lr=0.02
+    )
     with torch.no_grad():
         action = actor(TensorDict(observation=torch.ones(1, 1), batch_size=[1]))["action"]
     assert abs(float(action) + 0.4) < 0.1, float(action)

@@ -1,4 +1,5 @@
 """TorchRL 0.14's keyword arguments of the on-policy losses: a TorchRL-style call works and has its effect."""
+
 import pytest
 import torch
 from rl_objectives import A2CLoss, ClipPPOLoss, PPOLoss, ReinforceLoss
@@ -13,7 +14,9 @@ _real_vmap = torch.vmap
 def _categorical_actor():
     return ProbabilisticTensorDictSequential(
         TensorDictModule(nn.Linear(3, 4), in_keys=["obs"], out_keys=["logits"]),
-        ProbabilisticTensorDictModule(in_keys=["logits"], out_keys=["action"], distribution_class=D.Categorical, return_log_prob=True),
+        ProbabilisticTensorDictModule(
+            in_keys=["logits"], out_keys=["action"], distribution_class=D.Categorical, return_log_prob=True
+        ),
     )
 
 
@@ -54,8 +57,13 @@ def test_ppo_max_importance_ratio_caps_the_weight_and_keeps_a_gradient():
     actor = ProbabilisticTensorDictModule(in_keys=["logits"], out_keys=["action"], distribution_class=D.Categorical)
     n = 4
     log_w = torch.arange(4.0)
-    td = TensorDict(logits=logits.expand(n, 4), action=torch.zeros(n, dtype=torch.long),
-                    action_log_prob=torch.log(torch.tensor(0.25)) - log_w, advantage=torch.ones(n), batch_size=[n])
+    td = TensorDict(
+        logits=logits.expand(n, 4),
+        action=torch.zeros(n, dtype=torch.long),
+        action_log_prob=torch.log(torch.tensor(0.25)) - log_w,
+        advantage=torch.ones(n),
+        batch_size=[n],
+    )
     loss = PPOLoss(actor, None, entropy_bonus=False, max_importance_ratio=2.0, reduction="none")
     out = loss(td)
     capped = torch.minimum(log_w.exp(), torch.tensor(2.0))
@@ -63,7 +71,9 @@ def test_ppo_max_importance_ratio_caps_the_weight_and_keeps_a_gradient():
     # the capped samples still carry a gradient: d(-w * A)/d logits_0 = -w * (1 - 1/4)
     (grad,) = torch.autograd.grad(out["loss_objective"].sum(), logits)
     torch.testing.assert_close(grad[0], -(capped.sum() * 0.75))
-    clip = ClipPPOLoss(actor, None, entropy_bonus=False, max_importance_ratio=2.0, clip_epsilon=0.2, reduction="none")(td)
+    clip = ClipPPOLoss(actor, None, entropy_bonus=False, max_importance_ratio=2.0, clip_epsilon=0.2, reduction="none")(
+        td
+    )
     # positive advantages: min(capped r, clip(r) * cap correction) -> 1 for r = 1, else the 1.2 clip rescaled by the cap
     expected = torch.minimum(capped, log_w.exp().clamp(0.8, 1.2) * capped / log_w.exp())
     torch.testing.assert_close(clip["loss_objective"], -expected)
@@ -84,9 +94,15 @@ def test_deactivate_vmap_runs_the_q_ensemble_in_a_loop_with_the_same_numbers(mon
     torch.manual_seed(0)
     actor = ProbabilisticTensorDictSequential(
         TensorDictModule(nn.Linear(3, 2), in_keys=["observation"], out_keys=["loc"]),
-        ProbabilisticTensorDictModule(in_keys=["loc"], out_keys=["action"], distribution_class=D.Normal,
-                                      distribution_kwargs={"scale": 1.0}, return_log_prob=True),
+        ProbabilisticTensorDictModule(
+            in_keys=["loc"],
+            out_keys=["action"],
+            distribution_class=D.Normal,
+            distribution_kwargs={"scale": 1.0},
+            return_log_prob=True,
+        ),
     )
+
     class Q(nn.Module):
         def __init__(self):
             super().__init__()
@@ -96,9 +112,19 @@ def test_deactivate_vmap_runs_the_q_ensemble_in_a_loop_with_the_same_numbers(mon
             return self.lin(torch.cat([observation, action], -1)).squeeze(-1)
 
     qnet = TensorDictModule(Q(), in_keys=["observation", "action"], out_keys=["state_action_value"])
-    td = TensorDict({"observation": torch.randn(6, 3), "action": torch.randn(6, 2),
-                     "next": {"observation": torch.randn(6, 3), "reward": torch.randn(6),
-                              "done": torch.zeros(6, dtype=torch.bool), "terminated": torch.zeros(6, dtype=torch.bool)}}, [6])
+    td = TensorDict(
+        {
+            "observation": torch.randn(6, 3),
+            "action": torch.randn(6, 2),
+            "next": {
+                "observation": torch.randn(6, 3),
+                "reward": torch.randn(6),
+                "done": torch.zeros(6, dtype=torch.bool),
+                "terminated": torch.zeros(6, dtype=torch.bool),
+            },
+        },
+        [6],
+    )
     losses = {}
     for deactivate in (False, True):
         torch.manual_seed(1)
@@ -113,7 +139,6 @@ def test_deactivate_vmap_runs_the_q_ensemble_in_a_loop_with_the_same_numbers(mon
         torch.testing.assert_close(losses[True][key], losses[False][key])
     with pytest.raises(TypeError, match="deactivate_vmap must be a bool"):
         SACLoss(actor, qnet, deactivate_vmap="no")
-
 
 
 def _with_prox_offset(loss, offset):
@@ -186,8 +211,15 @@ def test_advantage_norm_divides_the_advantage():
         torch.testing.assert_close(loss(td.clone())["loss_objective"], ref(halved)["loss_objective"])
         assert norm.updates == 0  # a precomputed advantage: the caller updates the statistics
         # the loss estimates the advantage: the normaliser sees the fresh value targets first
-        fresh = TensorDict({"obs": td["obs"], "action": td["action"], "action_log_prob": td["action_log_prob"],
-                            "next": {"obs": td["obs"] + 1, "reward": torch.ones(6), "done": torch.zeros(6, dtype=torch.bool)}}, [6])
+        fresh = TensorDict(
+            {
+                "obs": td["obs"],
+                "action": td["action"],
+                "action_log_prob": td["action_log_prob"],
+                "next": {"obs": td["obs"] + 1, "reward": torch.ones(6), "done": torch.zeros(6, dtype=torch.bool)},
+            },
+            [6],
+        )
         loss(fresh.clone())
         assert norm.updates == 1
         loss.eval()

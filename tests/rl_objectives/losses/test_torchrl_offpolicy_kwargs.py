@@ -1,6 +1,7 @@
 """TorchRL 0.14's keyword arguments of the off-policy losses: a TorchRL-style call works and has its
 effect (separate_losses, use_prioritized_weights, priority_key, gamma, skip_done_states,
 scalar_output_mode, REDQ's reduction and gSDE, DTLoss's device)."""
+
 import warnings
 
 import pytest
@@ -54,12 +55,17 @@ def shared_nets(stochastic: bool = False, seed: int = 0):
         actor = ProbabilisticTensorDictSequential(
             body,
             TensorDictModule(nn.Linear(4, 2), in_keys=["hidden"], out_keys=["loc"]),
-            ProbabilisticTensorDictModule(in_keys=["loc"], out_keys=["action"], distribution_class=D.Normal,
-                                          distribution_kwargs={"scale": 1.0}),
+            ProbabilisticTensorDictModule(
+                in_keys=["loc"], out_keys=["action"], distribution_class=D.Normal, distribution_kwargs={"scale": 1.0}
+            ),
         )
     else:
-        actor = TensorDictSequential(body, TensorDictModule(nn.Sequential(nn.Linear(4, 2), nn.Tanh()), in_keys=["hidden"], out_keys=["action"]))
-    qnet = TensorDictSequential(body, TensorDictModule(QHead(), in_keys=["hidden", "action"], out_keys=["state_action_value"]))
+        actor = TensorDictSequential(
+            body, TensorDictModule(nn.Sequential(nn.Linear(4, 2), nn.Tanh()), in_keys=["hidden"], out_keys=["action"])
+        )
+    qnet = TensorDictSequential(
+        body, TensorDictModule(QHead(), in_keys=["hidden", "action"], out_keys=["state_action_value"])
+    )
     return actor, qnet, trunk
 
 
@@ -82,7 +88,10 @@ def transitions(n: int = B, seed: int = 1, done=None, terminated=None):
 
 
 def grads_of(loss_value: torch.Tensor, params: list) -> list:
-    return [g is not None and bool(g.abs().sum() > 0) for g in torch.autograd.grad(loss_value, params, retain_graph=True, allow_unused=True)]
+    return [
+        g is not None and bool(g.abs().sum() > 0)
+        for g in torch.autograd.grad(loss_value, params, retain_graph=True, allow_unused=True)
+    ]
 
 
 # ------------------------------------------------------------------------------ separate_losses
@@ -112,7 +121,9 @@ def test_separate_losses_td3_ensemble_expands_the_actor_trunk(separate):
         torch.testing.assert_close(q_trunk, trunk.weight.detach().expand(2, 4, 3))
         with torch.no_grad():
             trunk.weight.add_(1.0)  # the critics follow the actor's trunk (views, as TorchRL's)
-        torch.testing.assert_close(loss.params_of("qvalue_network")["module", "0", "module", "weight"][1], trunk.weight.detach())
+        torch.testing.assert_close(
+            loss.params_of("qvalue_network")["module", "0", "module", "weight"][1], trunk.weight.detach()
+        )
         # the target copy holds values, not views
         target = loss.params_of("qvalue_network", target=True)["module", "0", "module", "weight"]
         torch.testing.assert_close(target, (trunk.weight.detach() - 1.0).expand(2, 4, 3))
@@ -126,11 +137,15 @@ def test_separate_losses_sac_family(cls):
     actor, qnet, trunk = shared_nets(stochastic=True)
     loss = cls(actor, qnet, separate_losses=True, **({"num_qvalue_nets": 3} if cls is REDQLoss else {}))
     n = 3 if cls is REDQLoss else 2
-    torch.testing.assert_close(loss.params_of("qvalue_network")["module", "0", "module", "bias"], trunk.bias.detach().expand(n, 4))
+    torch.testing.assert_close(
+        loss.params_of("qvalue_network")["module", "0", "module", "bias"], trunk.bias.detach().expand(n, 4)
+    )
     out = loss(transitions())
     assert not any(grads_of(out["loss_qvalue"], list(trunk.parameters())))
     assert all(grads_of(out["loss_actor"], list(trunk.parameters())))
-    assert all(grads_of(out["loss_qvalue"], [loss.params_of("qvalue_network")["module", "1", "module", "lin", "weight"]]))
+    assert all(
+        grads_of(out["loss_qvalue"], [loss.params_of("qvalue_network")["module", "1", "module", "lin", "weight"]])
+    )
 
 
 def test_separate_losses_discrete_sac_and_iql():
@@ -138,11 +153,15 @@ def test_separate_losses_discrete_sac_and_iql():
     trunk = nn.Linear(3, 4)
     body = TensorDictModule(trunk, in_keys=["observation"], out_keys=["hidden"])
     actor = ProbabilisticTensorDictSequential(
-        body, TensorDictModule(nn.Linear(4, 2), in_keys=["hidden"], out_keys=["logits"]),
+        body,
+        TensorDictModule(nn.Linear(4, 2), in_keys=["hidden"], out_keys=["logits"]),
         ProbabilisticTensorDictModule(in_keys=["logits"], out_keys=["action"], distribution_class=D.Categorical),
     )
     qnet = TensorDictSequential(body, TensorDictModule(nn.Linear(4, 2), in_keys=["hidden"], out_keys=["action_value"]))
-    vnet = TensorDictSequential(body, TensorDictModule(nn.Sequential(nn.Linear(4, 1), nn.Flatten(0)), in_keys=["hidden"], out_keys=["state_value"]))
+    vnet = TensorDictSequential(
+        body,
+        TensorDictModule(nn.Sequential(nn.Linear(4, 1), nn.Flatten(0)), in_keys=["hidden"], out_keys=["state_value"]),
+    )
     td = transitions()
     td["action"] = torch.tensor([0, 1, 1, 0, 1, 0])
     sac = DiscreteSACLoss(actor, qnet, num_actions=2, action_space="categorical", separate_losses=True)
@@ -164,8 +183,16 @@ def dqn_batch(n: int = B, seed: int = 3):
     spec = OneHot(2)
     done = torch.zeros(n, dtype=torch.bool)
     return TensorDict(
-        {"observation": torch.randn(n, 3, generator=g), "action": torch.nn.functional.one_hot(torch.randint(2, (n,), generator=g), 2),
-         "next": {"observation": torch.randn(n, 3, generator=g), "reward": torch.randn(n, generator=g), "done": done, "terminated": done}},
+        {
+            "observation": torch.randn(n, 3, generator=g),
+            "action": torch.nn.functional.one_hot(torch.randint(2, (n,), generator=g), 2),
+            "next": {
+                "observation": torch.randn(n, 3, generator=g),
+                "reward": torch.randn(n, generator=g),
+                "done": done,
+                "terminated": done,
+            },
+        },
         batch_size=[n],
     ), spec
 
@@ -177,8 +204,11 @@ def test_use_prioritized_weights_dqn_weighted_reductions():
     actor = QValueActor(nn.Linear(3, 2), spec=spec)
     per_sample = DQNLoss(actor, reduction="none")(td.clone())["loss"]
     td["priority_weight"] = weights
-    for reduction, expected in (("mean", (weights * per_sample).sum() / weights.sum()), ("sum", (weights * per_sample).sum()),
-                                ("none", weights * per_sample)):
+    for reduction, expected in (
+        ("mean", (weights * per_sample).sum() / weights.sum()),
+        ("sum", (weights * per_sample).sum()),
+        ("none", weights * per_sample),
+    ):
         out = DQNLoss(actor, reduction=reduction)(td.clone())  # "auto" (TorchRL's default): read when present
         torch.testing.assert_close(out["loss"], expected)
         out = DQNLoss(actor, reduction=reduction, use_prioritized_weights=True)(td.clone())
@@ -203,14 +233,19 @@ def test_use_prioritized_weights_weights_every_loss(cls):
     td = transitions(done=torch.tensor([False, True, False, False, True, False]))
     weights = torch.tensor([1.0, 0.5, 2.0, 3.0, 0.5, 1.0])
     torch.manual_seed(5)
-    ref = cls(actor, qnet, reduction="none", use_prioritized_weights=False, scalar_output_mode="exclude", **kwargs) \
-        if cls is SACLoss else cls(actor, qnet, reduction="none", **kwargs)
+    ref = (
+        cls(actor, qnet, reduction="none", use_prioritized_weights=False, scalar_output_mode="exclude", **kwargs)
+        if cls is SACLoss
+        else cls(actor, qnet, reduction="none", **kwargs)
+    )
     per_sample = ref(td.clone())
     td["priority_weight"] = weights
     torch.manual_seed(5)
     out = cls(actor, qnet, **kwargs)(td.clone())
     for key in [k for k in out.keys() if k.startswith("loss_")]:
-        torch.testing.assert_close(out[key], (weights * per_sample[key]).sum() / weights.sum(), msg=lambda m, key=key: f"{key}: {m}")
+        torch.testing.assert_close(
+            out[key], (weights * per_sample[key]).sum() / weights.sum(), msg=lambda m, key=key: f"{key}: {m}"
+        )
 
 
 def test_use_prioritized_weights_discrete_sac():
@@ -248,17 +283,26 @@ def test_priority_key_is_deprecated_and_renames_the_priority():
     assert td["prio", "td"].shape == (B,)
 
 
-@pytest.mark.parametrize("make", [
-    lambda: SACLoss(*shared_nets(stochastic=True)[:2], gamma=0.5),
-    lambda: TD3Loss(*shared_nets()[:2], bounds=(-1.0, 1.0), gamma=0.5),
-    lambda: DDPGLoss(*shared_nets()[:2], gamma=0.5),
-    lambda: REDQLoss(*shared_nets(stochastic=True)[:2], gamma=0.5),
-    lambda: IQLLoss(shared_nets(stochastic=True)[0], shared_nets()[1],
-                    TensorDictModule(nn.Sequential(nn.Linear(3, 1), nn.Flatten(0)), in_keys=["observation"], out_keys=["state_value"]), gamma=0.5),
-    lambda: CQLLoss(*shared_nets(stochastic=True)[:2], gamma=0.5),
-    lambda: DQNLoss(QValueActor(nn.Linear(3, 2), spec=OneHot(2)), gamma=0.5),
-    lambda: DiscreteCQLLoss(QValueActor(nn.Linear(3, 2), spec=OneHot(2)), gamma=0.5),
-])
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda: SACLoss(*shared_nets(stochastic=True)[:2], gamma=0.5),
+        lambda: TD3Loss(*shared_nets()[:2], bounds=(-1.0, 1.0), gamma=0.5),
+        lambda: DDPGLoss(*shared_nets()[:2], gamma=0.5),
+        lambda: REDQLoss(*shared_nets(stochastic=True)[:2], gamma=0.5),
+        lambda: IQLLoss(
+            shared_nets(stochastic=True)[0],
+            shared_nets()[1],
+            TensorDictModule(
+                nn.Sequential(nn.Linear(3, 1), nn.Flatten(0)), in_keys=["observation"], out_keys=["state_value"]
+            ),
+            gamma=0.5,
+        ),
+        lambda: CQLLoss(*shared_nets(stochastic=True)[:2], gamma=0.5),
+        lambda: DQNLoss(QValueActor(nn.Linear(3, 2), spec=OneHot(2)), gamma=0.5),
+        lambda: DiscreteCQLLoss(QValueActor(nn.Linear(3, 2), spec=OneHot(2)), gamma=0.5),
+    ],
+)
 def test_gamma_is_deprecated_and_becomes_the_estimators_discount(make):
     with pytest.warns(DeprecationWarning, match=r"\(gamma=\.\.\.\) is deprecated"):
         loss = make()
@@ -280,8 +324,12 @@ def test_gamma_in_the_constructor_gives_the_discounted_target():
 
 
 def test_qmixer_accepts_gamma_and_priority_key():
-    local = TensorDictModule(nn.Linear(3, 2), in_keys=[("agents", "observation")], out_keys=[("agents", "action_value")])
-    mixer = TensorDictModule(lambda q: q.sum(-1), in_keys=[("agents", "chosen_action_value")], out_keys=["chosen_action_value"])
+    local = TensorDictModule(
+        nn.Linear(3, 2), in_keys=[("agents", "observation")], out_keys=[("agents", "action_value")]
+    )
+    mixer = TensorDictModule(
+        lambda q: q.sum(-1), in_keys=[("agents", "chosen_action_value")], out_keys=["chosen_action_value"]
+    )
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         loss = QMixerLoss(local, mixer, action_space="categorical", gamma=0.25, priority_key="prio")
@@ -311,7 +359,11 @@ def test_skip_done_states_sac_runs_the_actor_on_live_next_states_only():
         ProbabilisticTensorDictModule(in_keys=["param"], out_keys=["action"], distribution_class=Delta),
     )
     lin = nn.Linear(5, 1)
-    qnet = TensorDictModule(lambda o, a: lin(torch.cat([o, a], -1)).squeeze(-1), in_keys=["observation", "action"], out_keys=["state_action_value"])
+    qnet = TensorDictModule(
+        lambda o, a: lin(torch.cat([o, a], -1)).squeeze(-1),
+        in_keys=["observation", "action"],
+        out_keys=["state_action_value"],
+    )
     qnet.lin = lin  # registers the parameters
     done = torch.tensor([False, True, False, True, False, False])
     terminated = torch.tensor([False, True, False, False, False, False])  # row 3 is a truncation
@@ -346,7 +398,9 @@ def test_skip_done_states_discrete_sac_gives_done_states_zero_value():
     terminated = torch.zeros(B, dtype=torch.bool)  # truncations: without skipping they would bootstrap
     td = transitions(done=done, terminated=terminated)
     td["action"] = torch.tensor([0, 1, 1, 0, 1, 0])
-    loss = DiscreteSACLoss(actor, qnet, num_actions=2, action_space="categorical", skip_done_states=True, num_qvalue_nets=1)
+    loss = DiscreteSACLoss(
+        actor, qnet, num_actions=2, action_space="categorical", skip_done_states=True, num_qvalue_nets=1
+    )
     loss.make_value_estimator(gamma=0.9)
     rec.calls.clear()
     loss(td)
@@ -373,18 +427,31 @@ def test_scalar_output_mode_with_reduction_none():
         warnings.simplefilter("error")
         out = SACLoss(actor, qnet, reduction="none", scalar_output_mode="non_tensor")(td.clone())
         assert float(out["alpha"]) == 1.0 and out["entropy"].shape == ()
-        assert "alpha" in SACLoss(actor, qnet, scalar_output_mode="exclude")(td.clone()).keys()  # no effect unless "none"
+        assert (
+            "alpha" in SACLoss(actor, qnet, scalar_output_mode="exclude")(td.clone()).keys()
+        )  # no effect unless "none"
     with pytest.raises(ValueError, match="scalar_output_mode must be None or one of \\['exclude', 'non_tensor'\\]"):
         SACLoss(actor, qnet, reduction="none", scalar_output_mode="keep")
 
 
-@pytest.mark.parametrize("make", [
-    lambda mode: IQLLoss(shared_nets(stochastic=True)[0], shared_nets()[1],
-                         TensorDictModule(nn.Sequential(nn.Linear(3, 1), nn.Flatten(0)), in_keys=["observation"], out_keys=["state_value"]),
-                         reduction="none", scalar_output_mode=mode),
-    lambda mode: CQLLoss(*shared_nets(stochastic=True)[:2], reduction="none", scalar_output_mode=mode),
-    lambda mode: REDQLoss(*shared_nets(stochastic=True)[:2], num_qvalue_nets=3, reduction="none", scalar_output_mode=mode),
-])
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda mode: IQLLoss(
+            shared_nets(stochastic=True)[0],
+            shared_nets()[1],
+            TensorDictModule(
+                nn.Sequential(nn.Linear(3, 1), nn.Flatten(0)), in_keys=["observation"], out_keys=["state_value"]
+            ),
+            reduction="none",
+            scalar_output_mode=mode,
+        ),
+        lambda mode: CQLLoss(*shared_nets(stochastic=True)[:2], reduction="none", scalar_output_mode=mode),
+        lambda mode: REDQLoss(
+            *shared_nets(stochastic=True)[:2], num_qvalue_nets=3, reduction="none", scalar_output_mode=mode
+        ),
+    ],
+)
 def test_scalar_output_mode_other_losses(make):
     td = transitions()
     excluded = make("exclude")(td.clone())
@@ -400,10 +467,16 @@ def test_redq_reduction_follows_torchrl_shapes():
     outs = {}
     for reduction in ("mean", "sum", "none"):
         torch.manual_seed(3)
-        outs[reduction] = REDQLoss(actor, qnet, num_qvalue_nets=4, reduction=reduction, scalar_output_mode="exclude")(td.clone())
+        outs[reduction] = REDQLoss(actor, qnet, num_qvalue_nets=4, reduction=reduction, scalar_output_mode="exclude")(
+            td.clone()
+        )
     none = outs["none"]
     # TorchRL 0.14.1's shapes before the reduction: the ensemble and the batch, the alpha loss over (current, next)
-    assert none["loss_actor"].shape == (4, B) and none["loss_qvalue"].shape == (4, B) and none["loss_alpha"].shape == (2, B)
+    assert (
+        none["loss_actor"].shape == (4, B)
+        and none["loss_qvalue"].shape == (4, B)
+        and none["loss_alpha"].shape == (2, B)
+    )
     for key in ("loss_actor", "loss_qvalue", "loss_alpha"):
         torch.testing.assert_close(outs["mean"][key], none[key].mean())
         torch.testing.assert_close(outs["sum"][key], none[key].sum())
@@ -429,7 +502,9 @@ def test_dt_loss_accepts_device():
 def test_online_dt_scalar_output_mode_non_tensor():
     actor = ProbabilisticTensorDictSequential(
         TensorDictModule(nn.Linear(3, 2), in_keys=["observation"], out_keys=["loc"]),
-        ProbabilisticTensorDictModule(in_keys=["loc"], out_keys=["action"], distribution_class=D.Normal, distribution_kwargs={"scale": 1.0}),
+        ProbabilisticTensorDictModule(
+            in_keys=["loc"], out_keys=["action"], distribution_class=D.Normal, distribution_kwargs={"scale": 1.0}
+        ),
     )
     td = TensorDict(observation=torch.randn(2, 5, 3), action=torch.randn(2, 5, 2), batch_size=[2, 5])
     out = OnlineDTLoss(actor, target_entropy=-2.0, reduction="none", scalar_output_mode="non_tensor")(td)

@@ -1,4 +1,5 @@
 """Actors and critics: keys, specs, shapes (batch [], [4], [2, 3]), interaction types and errors."""
+
 import pytest
 import torch
 from rl_objectives.modules import (
@@ -69,15 +70,27 @@ class TestActor:
             Actor(nn.Linear(3, 2))(TensorDict(obs=torch.zeros(3)))
 
     def test_safe_module_multiple_outputs(self):
-        m = SafeModule(lambda x: (x, 5 * x), in_keys=["x"], out_keys=["a", "b"],
-                       spec=Composite(b=Bounded(0.0, 1.0, shape=(2,))), safe=True)
+        m = SafeModule(
+            lambda x: (x, 5 * x),
+            in_keys=["x"],
+            out_keys=["a", "b"],
+            spec=Composite(b=Bounded(0.0, 1.0, shape=(2,))),
+            safe=True,
+        )
         td = m(TensorDict(x=torch.tensor([0.5, -0.5])))
         torch.testing.assert_close(td["a"], torch.tensor([0.5, -0.5]))
         torch.testing.assert_close(td["b"], torch.tensor([1.0, 0.0]))
 
     def test_torchrl_keyword_arguments(self):
         # TorchRL's SafeModule(inplace=): False writes into a new TensorDict, the input is left alone
-        m = SafeModule(lambda x: 3 * x, in_keys=["x"], out_keys=["y"], spec=Bounded(-1.0, 1.0, shape=(2,)), safe=True, inplace=False)
+        m = SafeModule(
+            lambda x: 3 * x,
+            in_keys=["x"],
+            out_keys=["y"],
+            spec=Bounded(-1.0, 1.0, shape=(2,)),
+            safe=True,
+            inplace=False,
+        )
         td = TensorDict(x=torch.tensor([0.1, 0.5]))
         out = m(td)
         assert out is not td and list(td.keys()) == ["x"] and out["y"].tolist() == [0.30000001192092896, 1.0]
@@ -89,7 +102,8 @@ def _param_net(n_obs=3, n_act=2, scale_mapping="biased_softplus_1.0"):
     torch.manual_seed(0)
     return TensorDictModule(
         nn.Sequential(nn.Linear(n_obs, 2 * n_act), NormalParamExtractor(scale_mapping=scale_mapping)),
-        in_keys=["observation"], out_keys=["loc", "scale"],
+        in_keys=["observation"],
+        out_keys=["loc", "scale"],
     )
 
 
@@ -99,9 +113,19 @@ class TestSafeProbabilisticModule:
 
         spec = Bounded(-1.0, 1.0, shape=(2,))
         m = SafeProbabilisticModule(
-            in_keys=["loc", "scale"], out_keys=["action"], spec=spec, safe=True, log_prob_key="lp", return_log_prob=True,
-            default_interaction_type=InteractionType.RANDOM, distribution_class=D.Normal, distribution_kwargs={"validate_args": False},
-            cache_dist=True, n_empirical_estimate=10, num_samples=4, generator=0,
+            in_keys=["loc", "scale"],
+            out_keys=["action"],
+            spec=spec,
+            safe=True,
+            log_prob_key="lp",
+            return_log_prob=True,
+            default_interaction_type=InteractionType.RANDOM,
+            distribution_class=D.Normal,
+            distribution_kwargs={"validate_args": False},
+            cache_dist=True,
+            n_empirical_estimate=10,
+            num_samples=4,
+            generator=0,
         )
         td = TensorDict(loc=torch.full((3, 2), 5.0), scale=torch.ones(3, 2), batch_size=[3])
         out = m(td)
@@ -110,19 +134,28 @@ class TestSafeProbabilisticModule:
         torch.testing.assert_close(out["lp"], D.Normal(5.0, 1.0).log_prob(torch.ones(4, 3, 2)).sum(-1))
         assert isinstance(m._dist, D.Normal) and m.n_empirical_estimate == 10
         # the module's own seeded generator: the same draws as a fresh one seeded 0 (and the stream advances)
-        free = SafeProbabilisticModule(in_keys=["loc", "scale"], out_keys=["action"], default_interaction_type="random", generator=0)
+        free = SafeProbabilisticModule(
+            in_keys=["loc", "scale"], out_keys=["action"], default_interaction_type="random", generator=0
+        )
         ref = torch.Generator().manual_seed(0)
         small = TensorDict(loc=torch.zeros(3), scale=torch.ones(3), batch_size=[3])
         assert free(small.clone())["action"].tolist() == torch.randn(3, generator=ref).tolist()
-        m2 = SafeProbabilisticModule(in_keys=["loc", "scale"], out_keys=["action"], log_prob_keys=["a_lp"], return_log_prob=True)
+        m2 = SafeProbabilisticModule(
+            in_keys=["loc", "scale"], out_keys=["action"], log_prob_keys=["a_lp"], return_log_prob=True
+        )
         assert m2.log_prob_keys == ["a_lp"] and m2.out_keys == ["action", "a_lp"]
 
 
 class TestProbabilisticActor:
     @pytest.mark.parametrize("batch", BATCHES)
     def test_deterministic_gives_the_mode(self, batch):
-        actor = ProbabilisticActor(_param_net(), in_keys=["loc", "scale"], distribution_class=TanhNormal,
-                                   distribution_kwargs={"low": -2.0, "high": 2.0}, return_log_prob=True)
+        actor = ProbabilisticActor(
+            _param_net(),
+            in_keys=["loc", "scale"],
+            distribution_class=TanhNormal,
+            distribution_kwargs={"low": -2.0, "high": 2.0},
+            return_log_prob=True,
+        )
         with set_interaction_type(InteractionType.DETERMINISTIC):
             td = actor(_obs(batch))
         torch.testing.assert_close(td["action"], 2.0 * torch.tanh(td["loc"]))
@@ -136,15 +169,21 @@ class TestProbabilisticActor:
     @pytest.mark.parametrize("batch", BATCHES)
     def test_random_samples_projected_into_spec(self, batch):
         # a Normal far outside the box: every raw sample is out of bounds, safe=True projects them
-        net = TensorDictModule(lambda obs: (obs * 0 + 5.0, torch.ones_like(obs)), in_keys=["observation"], out_keys=["loc", "scale"])
+        net = TensorDictModule(
+            lambda obs: (obs * 0 + 5.0, torch.ones_like(obs)), in_keys=["observation"], out_keys=["loc", "scale"]
+        )
         spec = Bounded(-1.0, 1.0, shape=(3,))
-        actor = ProbabilisticActor(net, in_keys=["loc", "scale"], spec=spec, safe=True, distribution_class=D.Normal, return_log_prob=True)
+        actor = ProbabilisticActor(
+            net, in_keys=["loc", "scale"], spec=spec, safe=True, distribution_class=D.Normal, return_log_prob=True
+        )
         with set_interaction_type("random"):
             td = actor(_obs(batch))
         assert td["action"].shape == (*batch, 3)
         assert spec.is_in(td["action"])
         # the log-prob describes the written (projected) action, summed to the batch shape
-        torch.testing.assert_close(td["action_log_prob"], D.Normal(td["loc"], td["scale"]).log_prob(td["action"]).sum(-1))
+        torch.testing.assert_close(
+            td["action_log_prob"], D.Normal(td["loc"], td["scale"]).log_prob(td["action"]).sum(-1)
+        )
         # unsafe: raw samples escape the box
         raw = ProbabilisticActor(net, in_keys=["loc", "scale"], spec=spec, distribution_class=D.Normal)
         with set_interaction_type("random"):
@@ -154,12 +193,21 @@ class TestProbabilisticActor:
         # safe=True on an action under a [B, n_agents] group: the log-prob key follows the action key
         # and keeps the group's batch shape (it used to be summed down to the root batch)
         loc = torch.full((4, 3, 2), 5.0)
-        net = TensorDictModule(lambda obs: (obs * 0 + loc, torch.ones_like(obs)), in_keys=[("agents", "observation")],
-                               out_keys=[("agents", "loc"), ("agents", "scale")])
+        net = TensorDictModule(
+            lambda obs: (obs * 0 + loc, torch.ones_like(obs)),
+            in_keys=[("agents", "observation")],
+            out_keys=[("agents", "loc"), ("agents", "scale")],
+        )
         spec = Composite({("agents", "action"): Bounded(-1.0, 1.0, shape=(4, 3, 2))})
-        actor = ProbabilisticActor(net, in_keys={"loc": ("agents", "loc"), "scale": ("agents", "scale")},
-                                   out_keys=[("agents", "action")], spec=spec, safe=True, distribution_class=D.Normal,
-                                   return_log_prob=True)
+        actor = ProbabilisticActor(
+            net,
+            in_keys={"loc": ("agents", "loc"), "scale": ("agents", "scale")},
+            out_keys=[("agents", "action")],
+            spec=spec,
+            safe=True,
+            distribution_class=D.Normal,
+            return_log_prob=True,
+        )
         assert actor.log_prob_key == ("agents", "action_log_prob")
         td = TensorDict(agents=TensorDict(observation=torch.zeros(4, 3, 2), batch_size=[4, 3]), batch_size=[4])
         with set_interaction_type("random"):
@@ -170,7 +218,9 @@ class TestProbabilisticActor:
         torch.testing.assert_close(lp, D.Normal(loc, 1.0).log_prob(torch.ones(4, 3, 2)).sum(-1))
 
     def test_random_varies_and_in_bounds_with_tanh(self):
-        actor = ProbabilisticActor(_param_net(), in_keys=["loc", "scale"], distribution_class=TanhNormal, spec=Bounded(-1.0, 1.0, shape=(2,)))
+        actor = ProbabilisticActor(
+            _param_net(), in_keys=["loc", "scale"], distribution_class=TanhNormal, spec=Bounded(-1.0, 1.0, shape=(2,))
+        )
         with set_interaction_type("random"):
             a1 = actor(_obs((200,)))["action"]
         assert ((a1 > -1) & (a1 < 1)).all()
@@ -276,7 +326,6 @@ class TestQValueModule:
         with pytest.raises(KeyError, match="action_value"):
             QValueModule(action_space="one_hot")(TensorDict(q=torch.zeros(3)))
 
-
     def test_strict_shape_follows_torchrl(self):
         values = torch.tensor([[0.0, 2.0, 1.0, 0.5], [3.0, 0.0, 1.0, 0.2], [0.1, 0.2, 0.3, 0.4]])
 
@@ -286,9 +335,14 @@ class TestQValueModule:
         # TorchRL 0.14.1 on the same calls: a leaf spec has no batch dims, so a spec carrying the
         # batch (OneHot(4, shape=(3, 4))) is refused unless its Composite says so
         assert action(spec=OneHot(4)).shape == (3, 4)
-        with pytest.raises(RuntimeError, match=r"has shape \(3, 4\), the spec expects \(3, 3, 4\).*strict_shape='auto'"):
+        with pytest.raises(
+            RuntimeError, match=r"has shape \(3, 4\), the spec expects \(3, 3, 4\).*strict_shape='auto'"
+        ):
             action(spec=OneHot(4, shape=(3, 4)))
-        with pytest.raises(RuntimeError, match="strict_shape='auto' cannot reshape the action 'action' from \\(3, 4\\) to \\(3, 3, 4\\)"):
+        with pytest.raises(
+            RuntimeError,
+            match="strict_shape='auto' cannot reshape the action 'action' from \\(3, 4\\) to \\(3, 3, 4\\)",
+        ):
             action(spec=OneHot(4, shape=(3, 4)), strict_shape="auto")
         assert action(spec=OneHot(4, shape=(3, 4)), strict_shape=False).shape == (3, 4)
         assert action(spec=Composite(action=OneHot(4, shape=(3, 4)), shape=(3,))).shape == (3, 4)
@@ -303,7 +357,9 @@ class TestQValueModule:
         actor = QValueActor(nn.Linear(3, 4), spec=OneHot(4, shape=(2, 4)), strict_shape=False)
         assert actor(TensorDict(observation=torch.randn(2, 3), batch_size=[2]))["action"].shape == (2, 4)
         with pytest.raises(RuntimeError, match="strict_shape"):
-            QValueActor(nn.Linear(3, 4), spec=OneHot(4, shape=(2, 4)))(TensorDict(observation=torch.randn(2, 3), batch_size=[2]))
+            QValueActor(nn.Linear(3, 4), spec=OneHot(4, shape=(2, 4)))(
+                TensorDict(observation=torch.randn(2, 3), batch_size=[2])
+            )
 
 
 class TestQValueActor:
@@ -326,13 +382,20 @@ class TestQValueActor:
         with pytest.raises(ValueError, match="action_value"):
             QValueActor(bad, action_space="categorical")
 
-
     def test_torchrl_style_output_keys(self):
         # TorchRL 0.14: QValueActor(..., action_key=, chosen_action_value_key=, action_value_key=, action_mask_key=)
         lin = nn.Linear(3, 4)
         spec = Composite({("agent", "act"): Categorical(4)})
-        actor = QValueActor(lin, in_keys=["observation"], spec=spec, action_space="categorical", action_value_key="q",
-                            action_key=("agent", "act"), chosen_action_value_key="q_max", action_mask_key="mask")
+        actor = QValueActor(
+            lin,
+            in_keys=["observation"],
+            spec=spec,
+            action_space="categorical",
+            action_value_key="q",
+            action_key=("agent", "act"),
+            chosen_action_value_key="q_max",
+            action_mask_key="mask",
+        )
         assert actor[-1].out_keys == [("agent", "act"), "q", "q_max"]
         td = _obs((2,))
         td["mask"] = torch.tensor([[True, False, True, False], [False, True, False, False]])
@@ -349,8 +412,12 @@ class TestActorValueOperator:
         torch.manual_seed(0)
         common = TensorDictModule(nn.Linear(3, 8), in_keys=["observation"], out_keys=["hidden"])
         policy = ProbabilisticActor(
-            TensorDictModule(nn.Sequential(nn.Linear(8, 4), NormalParamExtractor()), in_keys=["hidden"], out_keys=["loc", "scale"]),
-            in_keys=["loc", "scale"], distribution_class=TanhNormal, return_log_prob=True,
+            TensorDictModule(
+                nn.Sequential(nn.Linear(8, 4), NormalParamExtractor()), in_keys=["hidden"], out_keys=["loc", "scale"]
+            ),
+            in_keys=["loc", "scale"],
+            distribution_class=TanhNormal,
+            return_log_prob=True,
         )
         value = ValueOperator(nn.Linear(8, 1), in_keys=["hidden"])
         return common, policy, value
@@ -373,7 +440,9 @@ class TestActorValueOperator:
 
     def test_deterministic_policy_head_and_errors(self):
         common = TensorDictModule(nn.Linear(3, 8), in_keys=["observation"], out_keys=["hidden"])
-        op = ActorValueOperator(common, Actor(nn.Linear(8, 2), in_keys=["hidden"]), ValueOperator(nn.Linear(8, 1), in_keys=["hidden"]))
+        op = ActorValueOperator(
+            common, Actor(nn.Linear(8, 2), in_keys=["hidden"]), ValueOperator(nn.Linear(8, 1), in_keys=["hidden"])
+        )
         assert type(op.get_policy_operator()) is TensorDictSequential
         with pytest.raises(TypeError, match="value_operator"):
             ActorValueOperator(common, Actor(nn.Linear(8, 2), in_keys=["hidden"]), nn.Linear(8, 1))

@@ -1,5 +1,6 @@
 """Decision Transformer model and actors: a hand-written reference forward, causality, shapes
 (batch [], [4], [2, 3]), config and input errors, heads, compile, and the inference wrapper."""
+
 import math
 
 import pytest
@@ -22,7 +23,15 @@ BATCHES = [(), (4,), (2, 3)]
 
 
 def tiny(**overrides):
-    config = {"n_embd": 16, "n_layer": 1, "n_head": 1, "n_inner": 32, "n_positions": 30, "resid_pdrop": 0.0, "attn_pdrop": 0.0}
+    config = {
+        "n_embd": 16,
+        "n_layer": 1,
+        "n_head": 1,
+        "n_inner": 32,
+        "n_positions": 30,
+        "resid_pdrop": 0.0,
+        "attn_pdrop": 0.0,
+    }
     config.update(overrides)
     return config
 
@@ -162,7 +171,11 @@ class TestDecisionTransformer:
     def test_config_forms_and_defaults(self):
         assert DecisionTransformer.default_config() == DTConfig(256, 4, 4, 1024, "relu", 1024, 0.1, 0.1)
         assert DecisionTransformer.DTConfig is DTConfig
-        assert DTActor.default_config() == OnlineDTActor.default_config() == DTConfig(512, 4, 4, 2048, "relu", 1024, 0.1, 0.1)
+        assert (
+            DTActor.default_config()
+            == OnlineDTActor.default_config()
+            == DTConfig(512, 4, 4, 2048, "relu", 1024, 0.1, 0.1)
+        )
         model = DecisionTransformer(OBS, ACT, config=DTConfig(n_embd=8, n_layer=1, n_head=2, n_inner=None))
         assert model.transformer.h[0].mlp.c_fc.out_features == 32  # n_inner None: 4 * n_embd
         partial = DecisionTransformer(OBS, ACT, config={"n_embd": 8, "n_head": 2})  # the rest from the defaults
@@ -227,7 +240,11 @@ class TestActors:
 
     def test_probabilistic_actor_on_time_batched_tensordict(self):
         torch.manual_seed(0)
-        module = TensorDictModule(OnlineDTActor(OBS, ACT, tiny()), in_keys=["observation", "action", "return_to_go"], out_keys=["loc", "scale"])
+        module = TensorDictModule(
+            OnlineDTActor(OBS, ACT, tiny()),
+            in_keys=["observation", "action", "return_to_go"],
+            out_keys=["loc", "scale"],
+        )
         actor = ProbabilisticActor(module, in_keys=["loc", "scale"], out_keys=["action"], distribution_class=TanhNormal)
         obs, act, rtg = inputs((2,), 5)
         td = TensorDict(observation=obs, action=act.tanh(), return_to_go=rtg, batch_size=[2, 5], names=[None, "time"])
@@ -235,7 +252,9 @@ class TestActors:
 
     def test_compile_actor_forward_matches_eager(self):
         torch.manual_seed(0)
-        actor = TensorDictModule(DTActor(OBS, ACT, tiny(n_head=2)), in_keys=["observation", "action", "return_to_go"], out_keys=["param"])
+        actor = TensorDictModule(
+            DTActor(OBS, ACT, tiny(n_head=2)), in_keys=["observation", "action", "return_to_go"], out_keys=["param"]
+        )
         obs, act, rtg = inputs((2,), 5)
         td = TensorDict(observation=obs, action=act, return_to_go=rtg, batch_size=[2, 5])
         torch.compiler.reset()

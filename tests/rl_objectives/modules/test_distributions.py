@@ -1,4 +1,5 @@
 """TanhNormal, TanhDelta, IndependentNormal, MaskedCategorical against references written here."""
+
 import math
 
 import pytest
@@ -45,7 +46,10 @@ class TestTanhNormal:
         torch.manual_seed(0)
         loc = torch.randn(*batch, 3, dtype=torch.float64)
         scale = torch.rand(*batch, 3, dtype=torch.float64) + 0.2
-        low, high = torch.tensor([-1.0, 0.0, -3.0], dtype=torch.float64), torch.tensor([1.0, 2.0, 5.0], dtype=torch.float64)
+        low, high = (
+            torch.tensor([-1.0, 0.0, -3.0], dtype=torch.float64),
+            torch.tensor([1.0, 2.0, 5.0], dtype=torch.float64),
+        )
         d = TanhNormal(loc, scale, low=low, high=high)
         y = d.sample((7,))
         assert y.shape == (7, *batch, 3)
@@ -55,7 +59,9 @@ class TestTanhNormal:
         assert d.batch_shape == batch and d.event_shape == (3,)
 
     def test_density_integrates_to_one(self):
-        d = TanhNormal(torch.tensor([0.7], dtype=torch.float64), torch.tensor([0.9], dtype=torch.float64), low=-2.0, high=3.0)
+        d = TanhNormal(
+            torch.tensor([0.7], dtype=torch.float64), torch.tensor([0.9], dtype=torch.float64), low=-2.0, high=3.0
+        )
         y = torch.linspace(-2.0, 3.0, 200001, dtype=torch.float64)[1:-1].unsqueeze(-1)
         total = torch.trapezoid(d.log_prob(y).exp(), y.squeeze(-1))
         assert abs(total.item() - 1.0) < 1e-3
@@ -234,7 +240,11 @@ class TestMaskedCategorical:
         with pytest.raises(ValueError, match="does not broadcast"):
             MaskedCategorical(logits=torch.zeros(3), mask=torch.ones(4, dtype=torch.bool))
         with pytest.raises(ValueError, match="no allowed action"):
-            MaskedCategorical(logits=torch.zeros(2, 3), mask=torch.tensor([[True, False, False], [False, False, False]]), validate_args=True)
+            MaskedCategorical(
+                logits=torch.zeros(2, 3),
+                mask=torch.tensor([[True, False, False], [False, False, False]]),
+                validate_args=True,
+            )
 
 
 class TestTorchRLArguments:
@@ -243,7 +253,9 @@ class TestTorchRLArguments:
     def test_masked_categorical_sparse_indices(self):
         logits = torch.tensor([[0.0, 1.0, 2.0, 3.0], [3.0, 2.0, 1.0, 0.0]])
         d = MaskedCategorical(logits=logits, indices=torch.tensor([[0, 2, -1], [1, 3, 2]]), padding_value=-1)
-        torch.testing.assert_close(d.log_prob(torch.tensor([2, 3])), torch.tensor([-0.12692804634571075, -2.4076061248779297]))
+        torch.testing.assert_close(
+            d.log_prob(torch.tensor([2, 3])), torch.tensor([-0.12692804634571075, -2.4076061248779297])
+        )
         assert d.log_prob(torch.tensor([1, 0])).tolist() == [float("-inf"), float("-inf")]  # not listed
         assert d.mode.tolist() == [2, 1]
         torch.manual_seed(0)
@@ -254,7 +266,9 @@ class TestTorchRLArguments:
         with pytest.raises(ValueError, match="built from indices"):
             d.mask
         single = MaskedCategorical(logits=torch.tensor([0.0, 1.0, 2.0, 3.0]), indices=torch.tensor([0, 2]))
-        torch.testing.assert_close(single.log_prob(torch.tensor([2, 1])), torch.tensor([-0.12692804634571075, float("-inf")]))
+        torch.testing.assert_close(
+            single.log_prob(torch.tensor([2, 1])), torch.tensor([-0.12692804634571075, float("-inf")])
+        )
         assert int(single.mode) == 2
 
     def test_masked_categorical_use_cross_entropy_and_padding_side(self):
@@ -262,7 +276,9 @@ class TestTorchRLArguments:
         mask = torch.tensor([[True, False, True, True], [False, True, True, True]])
         for use_ce in (True, False):
             d = MaskedCategorical(logits=logits, mask=mask, use_cross_entropy=use_ce)
-            torch.testing.assert_close(d.log_prob(torch.tensor([2, 0])), torch.tensor([-1.3490123748779297, float("-inf")]))
+            torch.testing.assert_close(
+                d.log_prob(torch.tensor([2, 0])), torch.tensor([-1.3490123748779297, float("-inf")])
+            )
         with pytest.raises(ValueError, match="padding_side must be 'left' or 'right'"):
             MaskedCategorical(logits=logits, mask=mask, padding_side="top")
         with pytest.raises(ValueError, match="indices must be an integer tensor"):
@@ -282,7 +298,9 @@ class TestTorchRLArguments:
         d = TruncatedNormal(loc, scale, upscale=2.0, low=-1.0, high=1.0, tanh_loc=True)
         torch.testing.assert_close(d.loc, 2.0 * torch.tanh(loc / 2.0))
         value = torch.tensor([[0.2, 0.9, -0.3]])
-        ref = tnn_truncated(d.loc, scale).log_prob(value).sum(-1)  # one event over the last dim, as TorchRL's Independent
+        ref = (
+            tnn_truncated(d.loc, scale).log_prob(value).sum(-1)
+        )  # one event over the last dim, as TorchRL's Independent
         torch.testing.assert_close(d.log_prob(value), ref)
         assert d.log_prob(torch.tensor([[0.2, 1.5, 0.0]])).item() == float("-inf")
         torch.testing.assert_close(d.mode, torch.tensor([[0.0, 1.0, -2.0 * torch.tanh(torch.tensor(0.25)).item()]]))

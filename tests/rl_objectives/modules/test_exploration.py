@@ -1,4 +1,5 @@
 """Exploration modules: gating by interaction type, annealing schedules, OU recurrence, masks and errors."""
+
 import math
 
 import pytest
@@ -22,7 +23,9 @@ def _schedule(init, end, n, count):
 
 class TestEGreedy:
     @pytest.mark.parametrize("batch", BATCHES)
-    @pytest.mark.parametrize("spec", [Categorical(4), OneHot(4), Bounded(-2.0, 2.0, shape=(3,))], ids=["cat", "onehot", "box"])
+    @pytest.mark.parametrize(
+        "spec", [Categorical(4), OneHot(4), Bounded(-2.0, 2.0, shape=(3,))], ids=["cat", "onehot", "box"]
+    )
     def test_eps_one_gives_random_actions_in_spec(self, batch, spec):
         module = EGreedyModule(spec, eps_init=1.0, eps_end=1.0)
         greedy = spec.zero((50, *batch))
@@ -93,10 +96,14 @@ class TestEGreedy:
 
     def test_after_actor_and_nested_key(self):
         spec = Bounded(-1.0, 1.0, shape=(2,))
-        policy = TensorDictSequential(Actor(torch.nn.Linear(3, 2), spec=spec), EGreedyModule(spec, eps_init=1.0, eps_end=1.0))
+        policy = TensorDictSequential(
+            Actor(torch.nn.Linear(3, 2), spec=spec), EGreedyModule(spec, eps_init=1.0, eps_end=1.0)
+        )
         out = policy(TensorDict(observation=torch.randn(8, 3), batch_size=[8]))
         assert spec.is_in(out["action"])
-        nested = EGreedyModule(Composite(agent={"action": Categorical(3)}), eps_init=1.0, eps_end=1.0, action_key=("agent", "action"))
+        nested = EGreedyModule(
+            Composite(agent={"action": Categorical(3)}), eps_init=1.0, eps_end=1.0, action_key=("agent", "action")
+        )
         td = TensorDict(agent=TensorDict(action=torch.zeros(4, 2, dtype=torch.long), batch_size=[4, 2]), batch_size=[4])
         assert Categorical(3).is_in(nested(td)["agent", "action"])
 
@@ -121,7 +128,9 @@ class TestEGreedy:
 class TestAdditiveGaussian:
     @pytest.mark.parametrize("batch", BATCHES)
     def test_noise_matches_reference(self, batch):
-        module = AdditiveGaussianModule(Bounded(-1.0, 1.0, shape=(2,)), sigma_init=0.5, sigma_end=0.5, mean=0.1, std=0.3)
+        module = AdditiveGaussianModule(
+            Bounded(-1.0, 1.0, shape=(2,)), sigma_init=0.5, sigma_end=0.5, mean=0.1, std=0.3
+        )
         action = torch.rand(*batch, 2) - 0.5
         torch.manual_seed(3)
         out = module(TensorDict(action=action.clone(), batch_size=batch))["action"]
@@ -138,7 +147,9 @@ class TestAdditiveGaussian:
         assert not spec.is_in(unsafe(TensorDict(action=torch.zeros(100, 2), batch_size=[100]))["action"])
 
     def test_gating_and_annealing(self):
-        module = AdditiveGaussianModule(Bounded(-1.0, 1.0, shape=(2,)), sigma_init=1.0, sigma_end=0.25, annealing_num_steps=3)
+        module = AdditiveGaussianModule(
+            Bounded(-1.0, 1.0, shape=(2,)), sigma_init=1.0, sigma_end=0.25, annealing_num_steps=3
+        )
         action = torch.zeros(5, 2)
         with set_interaction_type("deterministic"):
             assert torch.equal(module(TensorDict(action=action.clone(), batch_size=[5]))["action"], action)
@@ -182,14 +193,24 @@ class TestOrnsteinUhlenbeck:
         T = 6
         theta, mu, sigma, dt, sigma_min, n_anneal = 0.3, 0.2, 0.5, 0.05, 0.1, 4
         module = OrnsteinUhlenbeckProcessModule(
-            Bounded(-100.0, 100.0, shape=(2,)), eps_init=0.8, eps_end=0.8, theta=theta, mu=mu, sigma=sigma, dt=dt,
-            sigma_min=sigma_min, n_steps_annealing=n_anneal, x0=0.05,
+            Bounded(-100.0, 100.0, shape=(2,)),
+            eps_init=0.8,
+            eps_end=0.8,
+            theta=theta,
+            mu=mu,
+            sigma=sigma,
+            dt=dt,
+            sigma_min=sigma_min,
+            n_steps_annealing=n_anneal,
+            x0=0.05,
         )
         gen = torch.Generator().manual_seed(1)
         actions = [torch.randn(*batch, 2, generator=gen) for _ in range(T)]
         is_init = [torch.rand(batch, generator=gen) < 0.3 for _ in range(T)]
         is_init[0] = torch.ones(batch, dtype=torch.bool)
-        expected, prev, steps = _ou_reference(actions, is_init, 7, theta, mu, sigma, dt, sigma_min, n_anneal, 0.8, x0=0.05)
+        expected, prev, steps = _ou_reference(
+            actions, is_init, 7, theta, mu, sigma, dt, sigma_min, n_anneal, 0.8, x0=0.05
+        )
         torch.manual_seed(7)
         td = TensorDict(batch_size=batch)
         for t in range(T):
@@ -200,7 +221,9 @@ class TestOrnsteinUhlenbeck:
         assert torch.equal(td["_ou_steps"], steps)
 
     def test_unbatched_and_annealing_and_gating(self):
-        module = OrnsteinUhlenbeckProcessModule(Bounded(-1.0, 1.0, shape=(2,)), eps_init=1.0, eps_end=0.5, annealing_num_steps=2)
+        module = OrnsteinUhlenbeckProcessModule(
+            Bounded(-1.0, 1.0, shape=(2,)), eps_init=1.0, eps_end=0.5, annealing_num_steps=2
+        )
         td = TensorDict(action=torch.zeros(2), is_init=torch.tensor(True))
         out = module(td)
         assert out["_ou_steps"].shape == () and out["_ou_prev_noise"].shape == (2,)

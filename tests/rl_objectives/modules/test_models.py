@@ -1,4 +1,5 @@
 """MLP, ConvNet and SquashDims: layer structure, and outputs against hand-built nn.Sequential references."""
+
 import pytest
 import torch
 from rl_objectives.modules import MLP, ConvNet, SquashDims
@@ -38,15 +39,27 @@ class TestMLP:
 
     def test_block_order_and_options(self):
         net = MLP(
-            in_features=3, out_features=2, num_cells=[4], activation_class=nn.ReLU, norm_class=nn.LayerNorm,
-            dropout=0.5, activate_last_layer=True, bias_last_layer=False,
+            in_features=3,
+            out_features=2,
+            num_cells=[4],
+            activation_class=nn.ReLU,
+            norm_class=nn.LayerNorm,
+            dropout=0.5,
+            activate_last_layer=True,
+            bias_last_layer=False,
         )
         assert _types(net) == ["Linear", "Dropout", "LayerNorm", "ReLU", "Linear", "Dropout", "LayerNorm", "ReLU"]
         assert net[4].bias is None and net[0].bias is not None
         assert net[2].normalized_shape == (4,) and net[6].normalized_shape == (2,)
 
     def test_activation_kwargs(self):
-        net = MLP(in_features=3, out_features=2, num_cells=[4], activation_class=nn.LeakyReLU, activation_kwargs={"negative_slope": 0.3})
+        net = MLP(
+            in_features=3,
+            out_features=2,
+            num_cells=[4],
+            activation_class=nn.LeakyReLU,
+            activation_kwargs={"negative_slope": 0.3},
+        )
         assert net[1].negative_slope == 0.3
 
     @pytest.mark.parametrize("batch", BATCHES)
@@ -140,7 +153,13 @@ class TestConvNet:
         assert net[0].in_channels == 3
 
     def test_no_last_activation_and_custom_aggregator(self):
-        net = ConvNet(in_features=1, num_cells=[2], activate_last_layer=False, aggregator_class=SquashDims, aggregator_kwargs={"ndims_in": 2})
+        net = ConvNet(
+            in_features=1,
+            num_cells=[2],
+            activate_last_layer=False,
+            aggregator_class=SquashDims,
+            aggregator_kwargs={"ndims_in": 2},
+        )
         assert _types(net) == ["Conv2d", "SquashDims"]
         assert net(torch.randn(4, 1, 5, 5)).shape == (4, 2, 9)
 

@@ -1,5 +1,6 @@
 """MultiAgentMLP / MultiAgentConvNet against per-agent loops over plain networks; VDN and QMIX mixers
 against hand-written mixing."""
+
 import copy
 
 import pytest
@@ -35,7 +36,9 @@ def plain_mlp(net, i):
 
 def make_mlp(centralized, share_params, **kw):
     torch.manual_seed(0)
-    return MultiAgentMLP(N_IN, N_OUT, N_AGENTS, centralized=centralized, share_params=share_params, depth=2, num_cells=8, **kw)
+    return MultiAgentMLP(
+        N_IN, N_OUT, N_AGENTS, centralized=centralized, share_params=share_params, depth=2, num_cells=8, **kw
+    )
 
 
 @pytest.mark.parametrize("batch", BATCHES, ids=str)
@@ -134,7 +137,9 @@ def test_mlp_errors():
 
 def test_inside_a_tensordict_module():
     net = TensorDictModule(make_mlp(False, False), in_keys=[("agents", "obs")], out_keys=[("agents", "out")])
-    td = TensorDict({"agents": TensorDict(obs=torch.randn(4, 5, N_AGENTS, N_IN), batch_size=[4, 5, N_AGENTS])}, batch_size=[4, 5])
+    td = TensorDict(
+        {"agents": TensorDict(obs=torch.randn(4, 5, N_AGENTS, N_IN), batch_size=[4, 5, N_AGENTS])}, batch_size=[4, 5]
+    )
     assert net(td)["agents", "out"].shape == (4, 5, N_AGENTS, N_OUT)
 
 
@@ -154,7 +159,9 @@ C, H = 2, 6
 
 def make_conv(centralized, share_params):
     torch.manual_seed(0)
-    return MultiAgentConvNet(N_AGENTS, centralized, share_params, in_features=C, num_cells=[4, 3], kernel_sizes=3, strides=1)
+    return MultiAgentConvNet(
+        N_AGENTS, centralized, share_params, in_features=C, num_cells=[4, 3], kernel_sizes=3, strides=1
+    )
 
 
 @pytest.mark.parametrize("batch", BATCHES, ids=str)
@@ -253,8 +260,11 @@ def test_mixers_wrapped_as_in_torchrl_and_with_custom_keys():
 def test_mixer_errors():
     mixer = QMixer(state_shape=(5,), mixing_embed_dim=4, n_agents=N_AGENTS)
     with pytest.raises(ValueError, match="drop the trailing singleton dim"):
-        mixer(agents_td(torch.randn(4, N_AGENTS, 1).squeeze(-1), torch.randn(4, 5)).set(
-            ("agents", "chosen_action_value"), torch.randn(4, N_AGENTS, 1)))
+        mixer(
+            agents_td(torch.randn(4, N_AGENTS, 1).squeeze(-1), torch.randn(4, 5)).set(
+                ("agents", "chosen_action_value"), torch.randn(4, N_AGENTS, 1)
+            )
+        )
     with pytest.raises(ValueError, match=r"expected \(4, 5\)"):
         mixer(agents_td(torch.randn(4, N_AGENTS), torch.randn(4, 6)))
     with pytest.raises(KeyError, match="misses the global state"):

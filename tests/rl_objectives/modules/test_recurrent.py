@@ -1,5 +1,6 @@
 """LSTMModule / GRUModule: step mode against nn.LSTM/nn.GRU stepped by hand, sequence mode (with resets
 inside sequences) against T step-mode calls, gradients, wrapping, modes, specs, errors, compile, envs."""
+
 import pytest
 import torch
 from hypothesis import given, settings
@@ -21,8 +22,16 @@ ATOL = 1e-5
 def _make(kind, python_based=False, num_layers=1, proj_size=0, in_key="obs", **kw):
     torch.manual_seed(0)
     if kind == "lstm":
-        return LSTMModule(F_IN, HID, num_layers=num_layers, proj_size=proj_size, python_based=python_based,
-                          in_key=in_key, out_key="out", **kw)
+        return LSTMModule(
+            F_IN,
+            HID,
+            num_layers=num_layers,
+            proj_size=proj_size,
+            python_based=python_based,
+            in_key=in_key,
+            out_key="out",
+            **kw,
+        )
     assert proj_size == 0
     return GRUModule(F_IN, HID, num_layers=num_layers, python_based=python_based, in_key=in_key, out_key="out", **kw)
 
@@ -81,8 +90,12 @@ class TestStepMode:
         with torch.no_grad():
             out = module(td)
             n = int(torch.Size(batch).numel())
-            ref_y, ref_next = _reference(module, obs.reshape(n, 1, F_IN), {k: v.reshape(n, *v.shape[-2:]) for k, v in states.items()},
-                                         is_init.reshape(n, 1))
+            ref_y, ref_next = _reference(
+                module,
+                obs.reshape(n, 1, F_IN),
+                {k: v.reshape(n, *v.shape[-2:]) for k, v in states.items()},
+                is_init.reshape(n, 1),
+            )
         assert out["out"].shape == (*batch, HID)
         torch.testing.assert_close(out["out"], ref_y[:, 0].reshape(*batch, HID), atol=ATOL, rtol=0)
         for key in _state_keys(module):
@@ -95,10 +108,19 @@ class TestStepMode:
         module = _make(kind)
         obs = torch.randn(4, F_IN)
         with torch.no_grad():
-            fresh = module(TensorDict(obs=obs, is_init=torch.ones(4, dtype=torch.bool), batch_size=[4],
-                                      **_random_states(module, (4,))))
-            zeros = module(TensorDict(obs=obs, is_init=torch.zeros(4, dtype=torch.bool), batch_size=[4],
-                                      **{k: torch.zeros_like(v) for k, v in _random_states(module, (4,)).items()}))
+            fresh = module(
+                TensorDict(
+                    obs=obs, is_init=torch.ones(4, dtype=torch.bool), batch_size=[4], **_random_states(module, (4,))
+                )
+            )
+            zeros = module(
+                TensorDict(
+                    obs=obs,
+                    is_init=torch.zeros(4, dtype=torch.bool),
+                    batch_size=[4],
+                    **{k: torch.zeros_like(v) for k, v in _random_states(module, (4,)).items()},
+                )
+            )
             missing = module(TensorDict(obs=obs, is_init=torch.zeros(4, dtype=torch.bool), batch_size=[4]))
         torch.testing.assert_close(fresh["out"], zeros["out"], atol=0, rtol=0)
         torch.testing.assert_close(missing["out"], zeros["out"], atol=0, rtol=0)  # no state: starts at zero
@@ -195,7 +217,9 @@ class TestSequenceMode:
         obs, init = torch.randn(4, F_IN), torch.tensor([True, False, False, True])
         step = module(TensorDict(obs=obs, is_init=init, batch_size=[4], **states))
         seq = module.set_recurrent_mode(True)(
-            TensorDict(obs=obs[:, None], is_init=init[:, None], batch_size=[4, 1], **{k: v[:, None] for k, v in states.items()})
+            TensorDict(
+                obs=obs[:, None], is_init=init[:, None], batch_size=[4, 1], **{k: v[:, None] for k, v in states.items()}
+            )
         )
         torch.testing.assert_close(seq["out"][:, 0], step["out"], atol=ATOL, rtol=0)
         for k in _state_keys(module):
@@ -231,8 +255,12 @@ class TestSequenceMode:
 
     def test_time_must_be_last_named_dim(self):
         module = _make("gru")
-        td = TensorDict(obs=torch.randn(4, 2, F_IN), is_init=torch.zeros(4, 2, dtype=torch.bool), batch_size=[4, 2],
-                        names=["time", "env"])
+        td = TensorDict(
+            obs=torch.randn(4, 2, F_IN),
+            is_init=torch.zeros(4, 2, dtype=torch.bool),
+            batch_size=[4, 2],
+            names=["time", "env"],
+        )
         with set_recurrent_mode(True), pytest.raises(ValueError, match="last batch dim"):
             module(td)
         assert "out" not in td
@@ -258,8 +286,11 @@ class TestWrappingAndModes:
         gru = torch.nn.GRU(F_IN, HID, batch_first=True)
         module = GRUModule(gru=gru, in_keys=["x", "s", ("agents", "first")], out_keys=["y", ("next", "s")])
         assert module.gru is gru and module.in_keys[-1] == ("agents", "first")
-        td = TensorDict(x=torch.randn(3, F_IN), agents=TensorDict(first=torch.ones(3, dtype=torch.bool), batch_size=[3]),
-                        batch_size=[3])
+        td = TensorDict(
+            x=torch.randn(3, F_IN),
+            agents=TensorDict(first=torch.ones(3, dtype=torch.bool), batch_size=[3]),
+            batch_size=[3],
+        )
         y, _ = gru(td["x"][:, None])
         torch.testing.assert_close(module(td)["y"], y[:, 0], atol=ATOL, rtol=0)
 
@@ -371,8 +402,12 @@ class TestErrors:
             GRUModule(F_IN, HID, in_key="x", out_keys=["y"])
 
     def _td(self, module, batch=(3,), **over):
-        td = TensorDict(obs=torch.randn(*batch, F_IN), is_init=torch.zeros(batch, dtype=torch.bool), batch_size=batch,
-                        **_random_states(module, batch))
+        td = TensorDict(
+            obs=torch.randn(*batch, F_IN),
+            is_init=torch.zeros(batch, dtype=torch.bool),
+            batch_size=batch,
+            **_random_states(module, batch),
+        )
         for k, v in over.items():
             td.set(k, v)
         return td
@@ -404,8 +439,12 @@ class TestErrors:
 def test_compile_step_mode_fullgraph(kind, python_based):
     torch._dynamo.reset()
     module = _make(kind, python_based, num_layers=2)
-    td = TensorDict(obs=torch.randn(4, F_IN), is_init=torch.tensor([True, False, True, False]), batch_size=[4],
-                    **_random_states(module, (4,)))
+    td = TensorDict(
+        obs=torch.randn(4, F_IN),
+        is_init=torch.tensor([True, False, True, False]),
+        batch_size=[4],
+        **_random_states(module, (4,)),
+    )
     compiled = torch.compile(module, fullgraph=True, backend="eager")
     with torch.no_grad():
         eager = module(td.clone())
@@ -431,8 +470,9 @@ def _pendulum(module, batch=(2,)):
     from rl_envs.transforms import InitTracker, TensorDictPrimer
 
     base = rl_envs.PendulumEnv(batch_size=list(batch), seed=0)
-    transforms = rl_envs.Compose(rl_envs.StepCounter(max_steps=4), InitTracker(),
-                                 TensorDictPrimer(module.recurrent_state_spec(base.batch_size)))
+    transforms = rl_envs.Compose(
+        rl_envs.StepCounter(max_steps=4), InitTracker(), TensorDictPrimer(module.recurrent_state_spec(base.batch_size))
+    )
     return rl_envs.TransformedEnv(base, transforms)
 
 
@@ -500,9 +540,21 @@ def test_torchrl_recurrent_kernel_options_only_defaults():
 
     for cls in (LSTMModule, GRUModule):
         # TorchRL 0.14's defaults describe what the module computes: accepted
-        cls(input_size=3, hidden_size=4, in_key="x", out_key="y", recurrent_backend="pad", recurrent_compute_dtype=torch.float32,
-            recurrent_matmul_precision="auto", recurrent_recompute="none")
-        for arg, value in (("recurrent_backend", "triton"), ("recurrent_compute_dtype", torch.bfloat16),
-                           ("recurrent_matmul_precision", "tf32"), ("recurrent_recompute", "full")):
+        cls(
+            input_size=3,
+            hidden_size=4,
+            in_key="x",
+            out_key="y",
+            recurrent_backend="pad",
+            recurrent_compute_dtype=torch.float32,
+            recurrent_matmul_precision="auto",
+            recurrent_recompute="none",
+        )
+        for arg, value in (
+            ("recurrent_backend", "triton"),
+            ("recurrent_compute_dtype", torch.bfloat16),
+            ("recurrent_matmul_precision", "tf32"),
+            ("recurrent_recompute", "full"),
+        ):
             with pytest.raises(NotImplementedError, match=f"{arg}="):
                 cls(input_size=3, hidden_size=4, in_key="x", out_key="y", **{arg: value})

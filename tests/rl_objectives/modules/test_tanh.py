@@ -1,4 +1,5 @@
 """TanhModule: tanh squashing into spec bounds."""
+
 import pytest
 import torch
 from rl_objectives.modules import TanhModule
@@ -20,7 +21,9 @@ def test_composite_spec_low_high_in_place_and_clamp():
     td = TensorDict(a=torch.tensor([[0.0]]), batch_size=[1])
     TanhModule(in_keys=["a"], spec=spec)(td)  # out_keys default: in place
     torch.testing.assert_close(td["a"], torch.tensor([[1.0]]))
-    out = TanhModule(in_keys=["x"], out_keys=["y"], low=0.0, high=10.0, clamp=True)(TensorDict(x=torch.tensor([1e4]), batch_size=[1]))
+    out = TanhModule(in_keys=["x"], out_keys=["y"], low=0.0, high=10.0, clamp=True)(
+        TensorDict(x=torch.tensor([1e4]), batch_size=[1])
+    )
     assert float(out["y"]) == 10.0
     plain = TanhModule(in_keys=["x"], out_keys=["y"])(TensorDict(x=torch.tensor([0.5]), batch_size=[1]))
     torch.testing.assert_close(plain["y"], torch.tanh(torch.tensor([0.5])))

@@ -23,7 +23,9 @@ class EpisodeEnv(EnvBase):
         super().__init__(batch_size=[len(lengths)])
         self.lengths = torch.tensor(lengths)
         shape = self.batch_size
-        self.observation_spec = Composite(observation=Unbounded(shape=(*shape, 1)), count=Unbounded(shape=shape, dtype=torch.int64), shape=shape)
+        self.observation_spec = Composite(
+            observation=Unbounded(shape=(*shape, 1)), count=Unbounded(shape=shape, dtype=torch.int64), shape=shape
+        )
         self.state_spec = Composite(count=Unbounded(shape=shape, dtype=torch.int64), shape=shape)
         self.action_spec = Bounded(-1.0, 1.0, shape=(*shape, 1))
         flag = Categorical(2, shape=shape, dtype=torch.bool)
@@ -32,15 +34,32 @@ class EpisodeEnv(EnvBase):
     def _reset(self, tensordict=None, **kwargs):
         count = torch.zeros(self.batch_size, dtype=torch.int64)
         done = torch.zeros(self.batch_size, dtype=torch.bool)
-        return TensorDict({"observation": count.float().unsqueeze(-1), "count": count, "done": done,
-                           "terminated": done.clone(), "truncated": done.clone()}, batch_size=self.batch_size)
+        return TensorDict(
+            {
+                "observation": count.float().unsqueeze(-1),
+                "count": count,
+                "done": done,
+                "terminated": done.clone(),
+                "truncated": done.clone(),
+            },
+            batch_size=self.batch_size,
+        )
 
     def _step(self, tensordict):
         count = tensordict["count"] + 1
         terminated = count >= self.lengths
         reward = count.float() * torch.arange(1, self.batch_size[0] + 1).float()
-        return TensorDict({"observation": count.float().unsqueeze(-1), "count": count, "reward": reward, "done": terminated.clone(),
-                           "terminated": terminated, "truncated": torch.zeros_like(terminated)}, batch_size=self.batch_size)
+        return TensorDict(
+            {
+                "observation": count.float().unsqueeze(-1),
+                "count": count,
+                "reward": reward,
+                "done": terminated.clone(),
+                "terminated": terminated,
+                "truncated": torch.zeros_like(terminated),
+            },
+            batch_size=self.batch_size,
+        )
 
     def _set_seed(self, seed):
         pass
@@ -63,15 +82,22 @@ class ConstantPolicy(TensorDictModuleBase):
 
 # ---------------------------------------------------------------------------- episode_returns
 def test_episode_returns_hand_computed():
-    reward = torch.tensor([[1.0, 2.0, 3.0, 4.0, 5.0, 6.0],
-                           [1.0, 1.0, 1.0, 1.0, 1.0, 1.0],
-                           [5.0, 5.0, 5.0, 5.0, 5.0, 5.0]])
-    done = torch.tensor([[0, 1, 0, 0, 1, 0],  # episodes [1, 2] and [3, 4, 5]; 6 is cut off
-                         [0, 0, 0, 0, 0, 1],  # one episode ending on the last step
-                         [0, 0, 0, 0, 0, 0]], dtype=torch.bool)  # never ends: no episode
+    reward = torch.tensor(
+        [[1.0, 2.0, 3.0, 4.0, 5.0, 6.0], [1.0, 1.0, 1.0, 1.0, 1.0, 1.0], [5.0, 5.0, 5.0, 5.0, 5.0, 5.0]]
+    )
+    done = torch.tensor(
+        [
+            [0, 1, 0, 0, 1, 0],  # episodes [1, 2] and [3, 4, 5]; 6 is cut off
+            [0, 0, 0, 0, 0, 1],  # one episode ending on the last step
+            [0, 0, 0, 0, 0, 0],
+        ],
+        dtype=torch.bool,
+    )  # never ends: no episode
     torch.testing.assert_close(episode_returns(reward, done), torch.tensor([3.0, 12.0, 6.0]))
     # an unbatched rollout [T], an int reward, no episode at all
-    torch.testing.assert_close(episode_returns(torch.tensor([1, 2, 3]), torch.tensor([True, False, True])), torch.tensor([1.0, 5.0]))
+    torch.testing.assert_close(
+        episode_returns(torch.tensor([1, 2, 3]), torch.tensor([True, False, True])), torch.tensor([1.0, 5.0])
+    )
     assert episode_returns(torch.ones(2, 4), torch.zeros(2, 4, dtype=torch.bool)).shape == (0,)
 
 
@@ -133,7 +159,9 @@ def test_evaluate_episodes_on_pendulum_counts_whole_time_limited_episodes():
     env.set_seed(0)
     rollout = env.rollout(50, policy, break_when_any_done=False)
     reward = rollout["next", "reward"]
-    expected = torch.stack([reward[:, :20].sum(-1), reward[:, 20:40].sum(-1)], -1).reshape(-1)  # ordered by env, then time
+    expected = torch.stack([reward[:, :20].sum(-1), reward[:, 20:40].sum(-1)], -1).reshape(
+        -1
+    )  # ordered by env, then time
     torch.testing.assert_close(returns, expected)
 
 
@@ -172,11 +200,19 @@ def test_log_validation_reward_logs_whole_episodes():
 
 
 def test_log_validation_reward_without_a_complete_episode_raises():
-    hook = LogValidationReward(record_interval=1, record_frames=1, policy_exploration=ConstantPolicy(), environment=EpisodeEnv((2, 3)))
+    hook = LogValidationReward(
+        record_interval=1, record_frames=1, policy_exploration=ConstantPolicy(), environment=EpisodeEnv((2, 3))
+    )
     with pytest.raises(RuntimeError, match="no episode ended within record_frames=1"):
         hook()
     with pytest.raises(ValueError, match="done_keys"):
-        LogValidationReward(record_interval=1, record_frames=1, policy_exploration=ConstantPolicy(), environment=EpisodeEnv(), done_keys="done")
+        LogValidationReward(
+            record_interval=1,
+            record_frames=1,
+            policy_exploration=ConstantPolicy(),
+            environment=EpisodeEnv(),
+            done_keys="done",
+        )
 
 
 def test_log_validation_reward_takes_a_group_reward_key():
@@ -188,8 +224,13 @@ def test_log_validation_reward_takes_a_group_reward_key():
             agents = TensorDict(reward=reward, batch_size=[max_steps, 2])
             return TensorDict({"next": {"agents": agents, "done": done}}, batch_size=[max_steps])
 
-    hook = LogValidationReward(record_interval=1, record_frames=5, policy_exploration=lambda td: td, environment=AgentsEnv(),
-                               reward_key=("next", "agents", "reward"))
+    hook = LogValidationReward(
+        record_interval=1,
+        record_frames=5,
+        policy_exploration=lambda td: td,
+        environment=AgentsEnv(),
+        reward_key=("next", "agents", "reward"),
+    )
     out = hook()
     # two whole episodes of 2 steps per agent: returns 2 and 6, averaged over agents and episodes
     assert out["total_r_evaluation"] == pytest.approx(4.0) and out["r_evaluation"] == pytest.approx(2.0)

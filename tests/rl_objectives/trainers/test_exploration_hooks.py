@@ -16,8 +16,13 @@ def batches(n_batches, n_envs, steps, seed=0):
     """A fake collector: ``n_batches`` rollouts of ``[n_envs, steps]``."""
     gen = torch.Generator().manual_seed(seed)
     return [
-        TensorDict({"obs": torch.randn(n_envs, steps, 3, generator=gen),
-                    "next": {"reward": torch.randn(n_envs, steps, generator=gen)}}, batch_size=[n_envs, steps])
+        TensorDict(
+            {
+                "obs": torch.randn(n_envs, steps, 3, generator=gen),
+                "next": {"reward": torch.randn(n_envs, steps, generator=gen)},
+            },
+            batch_size=[n_envs, steps],
+        )
         for _ in range(n_batches)
     ]
 
@@ -35,8 +40,15 @@ class TinyLoss(LossModule):
 
 def make_trainer(collector, total_frames, frame_skip=1, **kwargs):
     loss = TinyLoss()
-    return Trainer(collector=collector, total_frames=total_frames, frame_skip=frame_skip, optim_steps_per_batch=1,
-                   loss_module=loss, optimizer=torch.optim.SGD(loss.parameters(), lr=0.01), **kwargs)
+    return Trainer(
+        collector=collector,
+        total_frames=total_frames,
+        frame_skip=frame_skip,
+        optim_steps_per_batch=1,
+        loss_module=loss,
+        optimizer=torch.optim.SGD(loss.parameters(), lr=0.01),
+        **kwargs,
+    )
 
 
 def sb3_linear_schedule(num_timesteps, total_timesteps, initial, final, fraction):
@@ -53,10 +65,16 @@ def test_eps_follows_the_linear_schedule_over_collected_frames(n_envs, steps, fr
     total = n_batches * n_envs * steps * frame_skip
     fraction = 0.5
     eps_init, eps_end = 1.0, 0.05
-    egreedy = EGreedyModule(Categorical(2), eps_init=eps_init, eps_end=eps_end, annealing_num_steps=int(fraction * total))
+    egreedy = EGreedyModule(
+        Categorical(2), eps_init=eps_init, eps_end=eps_end, annealing_num_steps=int(fraction * total)
+    )
     # a warm-up of three batches: annealing runs from the first batch on, as SB3's (learning_starts)
-    trainer = make_trainer(batches(n_batches, n_envs, steps), total, frame_skip=frame_skip,
-                           init_random_frames=3 * n_envs * steps * frame_skip)
+    trainer = make_trainer(
+        batches(n_batches, n_envs, steps),
+        total,
+        frame_skip=frame_skip,
+        init_random_frames=3 * n_envs * steps * frame_skip,
+    )
     AnnealExploration(egreedy).register(trainer)
     seen = []
     trainer.register_op("pre_steps_log", lambda batch: seen.append((trainer.collected_frames, float(egreedy.eps))))
@@ -75,8 +93,12 @@ def test_eps_follows_the_linear_schedule_over_collected_frames(n_envs, steps, fr
 
 def test_every_annealed_module_of_a_policy_is_stepped_once():
     egreedy = EGreedyModule(Categorical(2), eps_init=0.9, eps_end=0.1, annealing_num_steps=400)
-    gaussian = AdditiveGaussianModule(Bounded(-1.0, 1.0, shape=(1,)), sigma_init=2.0, sigma_end=0.5, annealing_num_steps=100)
-    ou = OrnsteinUhlenbeckProcessModule(Bounded(-1.0, 1.0, shape=(1,)), eps_init=1.0, eps_end=0.0, annealing_num_steps=1000)
+    gaussian = AdditiveGaussianModule(
+        Bounded(-1.0, 1.0, shape=(1,)), sigma_init=2.0, sigma_end=0.5, annealing_num_steps=100
+    )
+    ou = OrnsteinUhlenbeckProcessModule(
+        Bounded(-1.0, 1.0, shape=(1,)), eps_init=1.0, eps_end=0.0, annealing_num_steps=1000
+    )
     policy = TensorDictSequential(TensorDictModule(nn.Linear(3, 1), in_keys=["obs"], out_keys=["action"]), gaussian)
     hook = AnnealExploration(policy, egreedy, gaussian, ou)  # gaussian twice: stepped once
     assert hook.modules == [gaussian, egreedy, ou]
@@ -87,7 +109,9 @@ def test_every_annealed_module_of_a_policy_is_stepped_once():
     assert float(egreedy.eps) == pytest.approx(0.9 - 120 * 0.8 / 400)
     assert float(gaussian.sigma) == pytest.approx(max(0.5, 2.0 - 120 * 1.5 / 100)) == 0.5
     assert float(ou.eps) == pytest.approx(1.0 - 120 / 1000)
-    assert trainer.state_dict()["anneal_exploration"] == {"anneal_counts": [100, 120, 120]}  # capped at the schedule's end
+    assert trainer.state_dict()["anneal_exploration"] == {
+        "anneal_counts": [100, 120, 120]
+    }  # capped at the schedule's end
 
 
 def _annealed_run(total_frames, path=None, interval=10_000):

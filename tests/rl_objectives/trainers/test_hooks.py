@@ -29,10 +29,15 @@ from torch import nn
 def rollout_td(n_envs=2, steps=6, seed=0):
     gen = torch.Generator().manual_seed(seed)
     return TensorDict(
-        {"obs": torch.randn(n_envs, steps, 3, generator=gen), "t": torch.arange(steps).expand(n_envs, steps),
-         "env": torch.arange(n_envs).unsqueeze(-1).expand(n_envs, steps),
-         "next": {"reward": torch.randn(n_envs, steps, generator=gen)}},
-        batch_size=[n_envs, steps], names=[None, "time"])
+        {
+            "obs": torch.randn(n_envs, steps, 3, generator=gen),
+            "t": torch.arange(steps).expand(n_envs, steps),
+            "env": torch.arange(n_envs).unsqueeze(-1).expand(n_envs, steps),
+            "next": {"reward": torch.randn(n_envs, steps, generator=gen)},
+        },
+        batch_size=[n_envs, steps],
+        names=[None, "time"],
+    )
 
 
 # ---------------------------------------------------------------------------- OptimizerHook
@@ -57,13 +62,18 @@ def test_optimizer_hook_clips_as_torch(clip_grad_norm, clip_norm, mixed):
     # the hook's own clipping against torch's clip_grad_norm_ / clip_grad_value_ on the same
     # gradients; ``mixed``: a float64 layer among float32 ones (the hook hands those to torch)
     torch.manual_seed(0)
-    net, ref = nn.Sequential(nn.Linear(3, 4), nn.Tanh(), nn.Linear(4, 2)), nn.Sequential(nn.Linear(3, 4), nn.Tanh(), nn.Linear(4, 2))
+    net, ref = (
+        nn.Sequential(nn.Linear(3, 4), nn.Tanh(), nn.Linear(4, 2)),
+        nn.Sequential(nn.Linear(3, 4), nn.Tanh(), nn.Linear(4, 2)),
+    )
     ref.load_state_dict(net.state_dict())
     x = torch.randn(8, 3)
     if mixed:
         for layer in (net[2], ref[2]):
             layer.double().register_forward_pre_hook(lambda m, args: (args[0].double(),))
-    out = OptimizerHook(torch.optim.SGD(net.parameters(), lr=0.1))(TensorDict(loss=net(x).pow(2).sum()), clip_grad_norm, clip_norm, 0)
+    out = OptimizerHook(torch.optim.SGD(net.parameters(), lr=0.1))(
+        TensorDict(loss=net(x).pow(2).sum()), clip_grad_norm, clip_norm, 0
+    )
     ref(x).pow(2).sum().backward()
     expected_norm = nn.utils.clip_grad_norm_(ref.parameters(), float("inf"))
     if clip_norm is not None and clip_grad_norm:
@@ -113,7 +123,9 @@ class TinyLoss(LossModule):
     def __init__(self):
         super().__init__()
         torch.manual_seed(0)
-        self.convert_to_functional(TensorDictModule(nn.Linear(3, 1), in_keys=["obs"], out_keys=["v"]), "net", create_target_params=True)
+        self.convert_to_functional(
+            TensorDictModule(nn.Linear(3, 1), in_keys=["obs"], out_keys=["v"]), "net", create_target_params=True
+        )
 
     def forward(self, td):
         out = self.call_network("net", td.copy())
@@ -123,8 +135,13 @@ class TinyLoss(LossModule):
 def test_update_weights_interval_in_a_trainer():
     collector = Collector(7)
     loss = TinyLoss()
-    trainer = Trainer(collector=collector, total_frames=10**6, optim_steps_per_batch=1, loss_module=loss,
-                      optimizer=torch.optim.SGD(loss.parameters(), lr=0.1))
+    trainer = Trainer(
+        collector=collector,
+        total_frames=10**6,
+        optim_steps_per_batch=1,
+        loss_module=loss,
+        optimizer=torch.optim.SGD(loss.parameters(), lr=0.1),
+    )
     UpdateWeights(collector, update_weights_interval=3).register(trainer)
     trainer.train()
     assert collector.updates == [None, None]  # after batches 3 and 6
@@ -140,8 +157,13 @@ def test_update_weights_interval_in_a_trainer():
 def test_target_net_updater_hook_soft_update_after_every_optimizer_step():
     loss = TinyLoss()
     updater = SoftUpdate(loss, tau=0.25)
-    trainer = Trainer(collector=Collector(2), total_frames=10**6, optim_steps_per_batch=3, loss_module=loss,
-                      optimizer=torch.optim.SGD(loss.parameters(), lr=0.1))
+    trainer = Trainer(
+        collector=Collector(2),
+        total_frames=10**6,
+        optim_steps_per_batch=3,
+        loss_module=loss,
+        optimizer=torch.optim.SGD(loss.parameters(), lr=0.1),
+    )
     TargetNetUpdaterHook(updater).register(trainer)
     expected = loss.params_of("net", target=True).detach().clone()
     trainer.register_op("post_optim", lambda: expected.copy_(expected.lerp(loss.params_of("net").detach(), 0.25)))
@@ -215,7 +237,9 @@ def test_replay_buffer_trainer_extend_sample_and_priorities():
 
     mapped = DuckBuffer()
     ReplayBufferTrainer(mapped, memmap=True).extend(batch)
-    assert isinstance(mapped.extended[0]["obs"], MemoryMappedTensor) and not isinstance(batch["obs"], MemoryMappedTensor)
+    assert isinstance(mapped.extended[0]["obs"], MemoryMappedTensor) and not isinstance(
+        batch["obs"], MemoryMappedTensor
+    )
     torch.testing.assert_close(mapped.extended[0]["obs"].as_subclass(torch.Tensor), batch["obs"].reshape(12, 3))
 
 
@@ -244,8 +268,10 @@ def test_replay_buffer_trainer_leaves_a_uniform_buffer_alone():
     # SAC writes "td_error" into every sample: a uniform rl_replay buffer (no "index" in its samples,
     # a sampler without priorities) must not be sent priorities
     rl_replay = pytest.importorskip("rl_replay")
-    for rb in (rl_replay.ReplayBuffer(storage=rl_replay.LazyTensorStorage(16)),
-               rl_replay.TensorDictReplayBuffer(storage=rl_replay.LazyTensorStorage(16))):
+    for rb in (
+        rl_replay.ReplayBuffer(storage=rl_replay.LazyTensorStorage(16)),
+        rl_replay.TensorDictReplayBuffer(storage=rl_replay.LazyTensorStorage(16)),
+    ):
         hook = ReplayBufferTrainer(rb, batch_size=4)
         hook.extend(rollout_td(2, 3))
         sample = hook.sample()
@@ -256,11 +282,15 @@ def test_replay_buffer_trainer_leaves_a_uniform_buffer_alone():
 
 def test_replay_buffer_trainer_with_rl_replay_prioritized_buffer():
     rl_replay = pytest.importorskip("rl_replay")
-    rb = rl_replay.TensorDictPrioritizedReplayBuffer(alpha=1.0, beta=1.0, storage=rl_replay.LazyTensorStorage(64),
-                                                     generator=torch.Generator().manual_seed(0))
+    rb = rl_replay.TensorDictPrioritizedReplayBuffer(
+        alpha=1.0, beta=1.0, storage=rl_replay.LazyTensorStorage(64), generator=torch.Generator().manual_seed(0)
+    )
     updates = []
     original = rb.update_priority
-    rb.update_priority = lambda index, priority: (updates.append((index.clone(), priority.clone())), original(index, priority))
+    rb.update_priority = lambda index, priority: (
+        updates.append((index.clone(), priority.clone())),
+        original(index, priority),
+    )
 
     class PriorityLoss(TinyLoss):
         def forward(self, td):
@@ -269,8 +299,13 @@ def test_replay_buffer_trainer_with_rl_replay_prioritized_buffer():
             return out
 
     loss = PriorityLoss()
-    trainer = Trainer(collector=Collector(3), total_frames=18, optim_steps_per_batch=2, loss_module=loss,
-                      optimizer=torch.optim.SGD(loss.parameters(), lr=0.1))
+    trainer = Trainer(
+        collector=Collector(3),
+        total_frames=18,
+        optim_steps_per_batch=2,
+        loss_module=loss,
+        optimizer=torch.optim.SGD(loss.parameters(), lr=0.1),
+    )
     hook = ReplayBufferTrainer(rb, batch_size=4)
     hook.register(trainer)
     samples = []
@@ -285,7 +320,10 @@ def test_replay_buffer_trainer_with_rl_replay_prioritized_buffer():
 
 # ---------------------------------------------------------------------------- BatchSubSampler
 @given(
-    n_envs=st.integers(1, 3), steps=st.integers(1, 8), sub_len=st.integers(0, 8), n_windows=st.integers(1, 4),
+    n_envs=st.integers(1, 3),
+    steps=st.integers(1, 8),
+    sub_len=st.integers(0, 8),
+    n_windows=st.integers(1, 4),
     seed=st.integers(0, 2**16),
 )
 def test_batch_sub_sampler_windows_are_consecutive_steps_of_one_trajectory(n_envs, steps, sub_len, n_windows, seed):
@@ -369,8 +407,13 @@ def test_reward_normalizer_errors():
 def test_reward_normalizer_in_a_trainer_normalises_the_sample():
     loss = TinyLoss()
     seen = []
-    trainer = Trainer(collector=Collector(3), total_frames=10**6, optim_steps_per_batch=1, loss_module=loss,
-                      optimizer=torch.optim.SGD(loss.parameters(), lr=0.01))
+    trainer = Trainer(
+        collector=Collector(3),
+        total_frames=10**6,
+        optim_steps_per_batch=1,
+        loss_module=loss,
+        optimizer=torch.optim.SGD(loss.parameters(), lr=0.01),
+    )
     norm = RewardNormalizer(decay=1.0)
     norm.register(trainer)
     trainer.register_op("post_loss", lambda td: seen.append(td["next", "reward"]))
@@ -384,7 +427,9 @@ def test_reward_normalizer_in_a_trainer_normalises_the_sample():
 def test_select_keys():
     batch = rollout_td()
     out = SelectKeys(["obs", ("next", "reward")])(batch)
-    assert sorted(out.keys(include_nested=True, leaves_only=True), key=str) == sorted(["obs", ("next", "reward")], key=str)
+    assert sorted(out.keys(include_nested=True, leaves_only=True), key=str) == sorted(
+        ["obs", ("next", "reward")], key=str
+    )
     with pytest.raises(KeyError, match="\\['missing'\\] are not in the batch"):
         SelectKeys(["obs", "missing"])(batch)
     with pytest.raises(ValueError, match="keys"):
@@ -392,13 +437,22 @@ def test_select_keys():
 
 
 # ---------------------------------------------------------------------------- logging hooks
-@pytest.mark.parametrize("reduction, ref", [("mean", torch.mean), ("sum", torch.sum), ("max", torch.amax), ("min", torch.amin)])
+@pytest.mark.parametrize(
+    "reduction, ref", [("mean", torch.mean), ("sum", torch.sum), ("max", torch.amax), ("min", torch.amin)]
+)
 def test_log_scalar_reductions(reduction, ref):
     batch = rollout_td()
     out = LogScalar(reduction=reduction, log_pbar=True)(batch)
     reward = batch["next", "reward"]
-    assert out == {"next_reward": pytest.approx(float(ref(reward))), "next_reward_std": pytest.approx(float(reward.std())), "log_pbar": True}
-    assert LogScalar("obs", logname="o", include_std=False)(batch) == {"o": pytest.approx(float(batch["obs"].mean())), "log_pbar": False}
+    assert out == {
+        "next_reward": pytest.approx(float(ref(reward))),
+        "next_reward_std": pytest.approx(float(reward.std())),
+        "log_pbar": True,
+    }
+    assert LogScalar("obs", logname="o", include_std=False)(batch) == {
+        "o": pytest.approx(float(batch["obs"].mean())),
+        "log_pbar": False,
+    }
     with pytest.raises(KeyError, match="'missing'"):
         LogScalar("missing")(batch)
     with pytest.raises(ValueError, match="reduction"):
@@ -433,23 +487,35 @@ class EvalEnv:
         self.training = mode
 
     def rollout(self, max_steps, policy=None, auto_reset=True, break_when_any_done=True):
-        self.seen.append((interaction_type(), policy.training, self.training, torch.is_grad_enabled(), break_when_any_done))
+        self.seen.append(
+            (interaction_type(), policy.training, self.training, torch.is_grad_enabled(), break_when_any_done)
+        )
         reward = torch.arange(2 * max_steps, dtype=torch.float32).reshape(2, max_steps)
         done = torch.zeros(2, max_steps, dtype=torch.bool)
         done[:, -1] = True  # one whole episode per sub-env
-        return TensorDict({"next": {"reward": reward, "done": done}, "speed": torch.ones(2, max_steps) * 3}, batch_size=[2, max_steps])
+        return TensorDict(
+            {"next": {"reward": reward, "done": done}, "speed": torch.ones(2, max_steps) * 3}, batch_size=[2, max_steps]
+        )
 
 
 def test_log_validation_reward_interval_mode_and_values():
     env, policy = EvalEnv(), nn.Linear(1, 1)
-    hook = LogValidationReward(record_interval=3, record_frames=4, frame_skip=2, policy_exploration=policy, environment=env,
-                               log_keys=[("next", "reward"), "speed"])
+    hook = LogValidationReward(
+        record_interval=3,
+        record_frames=4,
+        frame_skip=2,
+        policy_exploration=policy,
+        environment=env,
+        log_keys=[("next", "reward"), "speed"],
+    )
     results = [hook() for _ in range(7)]
     assert [r is not None for r in results] == [True, False, False, True, False, False, True]
     reward = torch.arange(8.0).reshape(2, 4)
     assert results[0] == {
-        "r_evaluation": pytest.approx(float(reward.mean()) / 2), "total_r_evaluation": pytest.approx(float(reward.sum(-1).mean())),
-        "speed": 3.0, "log_pbar": False,
+        "r_evaluation": pytest.approx(float(reward.mean()) / 2),
+        "total_r_evaluation": pytest.approx(float(reward.sum(-1).mean())),
+        "speed": 3.0,
+        "log_pbar": False,
     }
     assert env.seen == [(InteractionType.DETERMINISTIC, False, False, False, False)] * 3
     assert policy.training and env.training  # modes restored
@@ -460,27 +526,49 @@ def test_log_validation_reward_records_last_call_of_each_interval():
     # record_first=False: calls n-1, 2n-1, ... record, so after batches of B frames the evaluations
     # fall on n * B, 2n * B, ... frames (here B = 4: frames 12 and 24)
     env = EvalEnv()
-    hook = LogValidationReward(record_interval=3, record_frames=4, policy_exploration=nn.Linear(1, 1), environment=env, record_first=False)
+    hook = LogValidationReward(
+        record_interval=3, record_frames=4, policy_exploration=nn.Linear(1, 1), environment=env, record_first=False
+    )
     frames = [4 * (call + 1) for call in range(7) if hook() is not None]
     assert frames == [12, 24] and len(env.seen) == 2
-    every_call = LogValidationReward(record_interval=1, record_frames=4, policy_exploration=nn.Linear(1, 1), environment=EvalEnv(),
-                                     record_first=False)
+    every_call = LogValidationReward(
+        record_interval=1,
+        record_frames=4,
+        policy_exploration=nn.Linear(1, 1),
+        environment=EvalEnv(),
+        record_first=False,
+    )
     assert all(every_call() is not None for _ in range(3))
-    resumed = LogValidationReward(record_interval=3, record_frames=4, policy_exploration=nn.Linear(1, 1), environment=EvalEnv(),
-                                  record_first=False)
+    resumed = LogValidationReward(
+        record_interval=3,
+        record_frames=4,
+        policy_exploration=nn.Linear(1, 1),
+        environment=EvalEnv(),
+        record_first=False,
+    )
     resumed.load_state_dict(hook.state_dict())  # 7 calls made: the next rollout is the 9th call's
     assert [resumed() is not None for _ in range(3)] == [False, True, False]
 
 
 def test_log_validation_reward_errors():
     with pytest.raises(TypeError, match="record_first must be a bool"):
-        LogValidationReward(record_interval=1, record_frames=1, policy_exploration=lambda td: td, environment=EvalEnv(), record_first=1)
+        LogValidationReward(
+            record_interval=1, record_frames=1, policy_exploration=lambda td: td, environment=EvalEnv(), record_first=1
+        )
     with pytest.raises(TypeError, match="rollout"):
         LogValidationReward(record_interval=1, record_frames=1, policy_exploration=lambda td: td, environment=object())
     with pytest.raises(ValueError, match="record_frames"):
         LogValidationReward(record_interval=1, record_frames=0, policy_exploration=lambda td: td, environment=EvalEnv())
     with pytest.raises(ValueError, match="exploration_type"):
-        LogValidationReward(record_interval=1, record_frames=1, policy_exploration=lambda td: td, environment=EvalEnv(), exploration_type="greedy")
-    hook = LogValidationReward(record_interval=1, record_frames=2, policy_exploration=nn.Identity(), environment=EvalEnv(), log_keys=["nope"])
+        LogValidationReward(
+            record_interval=1,
+            record_frames=1,
+            policy_exploration=lambda td: td,
+            environment=EvalEnv(),
+            exploration_type="greedy",
+        )
+    hook = LogValidationReward(
+        record_interval=1, record_frames=2, policy_exploration=nn.Identity(), environment=EvalEnv(), log_keys=["nope"]
+    )
     with pytest.raises(KeyError, match="'nope'"):
         hook()

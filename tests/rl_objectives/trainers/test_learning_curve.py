@@ -51,9 +51,14 @@ def test_the_curves_points_come_from_the_csv_and_the_pairs(tmp_path, monkeypatch
     logger.close()
     calls = []
     real_subplots = mpl_figure.Figure.subplots
-    monkeypatch.setattr(mpl_figure.Figure, "subplots", lambda self, *a, **k: (real_subplots(self, *a, **k), RecordingAxes(calls))[1])
-    write_learning_curve(tmp_path / "c.png", {"evaluation": logger.scalar_path("total_r_evaluation"), "train": [(0, -5.0), (8000, -1.0)]},
-                         hline=(-200.0, "solved"))
+    monkeypatch.setattr(
+        mpl_figure.Figure, "subplots", lambda self, *a, **k: (real_subplots(self, *a, **k), RecordingAxes(calls))[1]
+    )
+    write_learning_curve(
+        tmp_path / "c.png",
+        {"evaluation": logger.scalar_path("total_r_evaluation"), "train": [(0, -5.0), (8000, -1.0)]},
+        hline=(-200.0, "solved"),
+    )
     assert calls == [
         ("plot", [0.0, 8000.0], [-1200.0, -180.0], "evaluation"),
         ("plot", [0.0, 8000.0], [-5.0, -1.0], "train"),
@@ -63,8 +68,13 @@ def test_the_curves_points_come_from_the_csv_and_the_pairs(tmp_path, monkeypatch
 
 def test_the_png_has_the_requested_size_and_nothing_else_is_left(tmp_path):
     image = pytest.importorskip("matplotlib.image")
-    out = write_learning_curve(tmp_path / "curve.png", {"evaluation": [(0, -1200.0), (4000, -600.0), (8000, -180.0)]},
-                               figsize=(4.0, 3.0), dpi=50, title="SAC")
+    out = write_learning_curve(
+        tmp_path / "curve.png",
+        {"evaluation": [(0, -1200.0), (4000, -600.0), (8000, -180.0)]},
+        figsize=(4.0, 3.0),
+        dpi=50,
+        title="SAC",
+    )
     assert out == tmp_path / "curve.png"
     pixels = image.imread(out)
     assert pixels.shape[:2] == (150, 200)  # 3 x 4 inches at 50 dpi

@@ -58,7 +58,11 @@ def test_csv_logger_lines_are_flushed_and_a_torn_line_is_dropped(tmp_path):
 def test_csv_logger_hparams_and_video(tmp_path):
     logger = CSVLogger("exp", log_dir=tmp_path, video_format="pt")
     logger.log_hparams({"lr": 0.001, "env": "Pendulum", "device": torch.device("cpu")})
-    assert json.loads((tmp_path / "exp" / "hparams.json").read_text()) == {"lr": 0.001, "env": "Pendulum", "device": "cpu"}
+    assert json.loads((tmp_path / "exp" / "hparams.json").read_text()) == {
+        "lr": 0.001,
+        "env": "Pendulum",
+        "device": "cpu",
+    }
     video = torch.randint(0, 255, (5, 3, 4, 4), dtype=torch.uint8)
     logger.log_video("rollout", video, step=7)
     assert torch.equal(torch.load(tmp_path / "exp" / "videos" / "rollout_7.pt", weights_only=True), video)
@@ -191,8 +195,15 @@ def test_trainer_logs_through_csv_logger(tmp_path):
     logger = CSVLogger("exp", log_dir=tmp_path)
     loss = Loss()
     batches = [TensorDict(x=torch.full((2, 5), float(i)), batch_size=[2, 5]) for i in range(5)]
-    trainer = Trainer(collector=batches, total_frames=50, optim_steps_per_batch=2, loss_module=loss,
-                      optimizer=torch.optim.SGD(loss.parameters(), lr=0.0), logger=logger, log_interval=20)
+    trainer = Trainer(
+        collector=batches,
+        total_frames=50,
+        optim_steps_per_batch=2,
+        loss_module=loss,
+        optimizer=torch.optim.SGD(loss.parameters(), lr=0.0),
+        logger=logger,
+        log_interval=20,
+    )
     trainer.train()
     # logged at 10 frames (first), then once 20 frames passed: 30, 50
     assert read_rows(logger.scalar_path("loss")) == [("10", "0.0"), ("30", "2.0"), ("50", "4.0")]

@@ -56,7 +56,11 @@ def gif_frames(data):
     frames, durations = [], []
     for i in range(image.n_frames):
         image.seek(i)
-        frames.append(torch.frombuffer(bytearray(image.convert("RGB").tobytes()), dtype=torch.uint8).reshape(image.height, image.width, 3))
+        frames.append(
+            torch.frombuffer(bytearray(image.convert("RGB").tobytes()), dtype=torch.uint8).reshape(
+                image.height, image.width, 3
+            )
+        )
         durations.append(image.info["duration"])
     return frames, durations
 
@@ -87,11 +91,11 @@ def wandb_records(run_dir):
         if left < 7:  # block trailer
             pos += left
             continue
-        _, length, kind = struct.unpack("<IHB", data[pos:pos + 7])
+        _, length, kind = struct.unpack("<IHB", data[pos : pos + 7])
         if kind == 0 and length == 0:
             pos += left
             continue
-        pending += data[pos + 7:pos + 7 + length]
+        pending += data[pos + 7 : pos + 7 + length]
         pos += 7 + length
         if kind in (1, 4):  # FULL or LAST chunk
             record = wandb_internal_pb2.Record()
@@ -128,7 +132,7 @@ def _proc_stat(pid):
         stat = open(f"/proc/{pid}/stat").read()
     except OSError:
         return None
-    state, ppid = stat[stat.rindex(")") + 2:].split()[:2]
+    state, ppid = stat[stat.rindex(")") + 2 :].split()[:2]
     return state, int(ppid)
 
 
@@ -170,8 +174,13 @@ def wandb_env(tmp_path, monkeypatch):
     monkeypatch.setenv("WANDB_CONSOLE", "off")  # leave pytest's capture of stdout/stderr alone
     monkeypatch.setenv("WANDB_BASE_URL", "http://127.0.0.1:9")  # nothing listens there
     monkeypatch.delenv("WANDB_API_KEY", raising=False)
-    for var, sub in [("WANDB_DIR", "wandb-dir"), ("WANDB_CONFIG_DIR", "wandb-config"), ("WANDB_CACHE_DIR", "wandb-cache"),
-                     ("WANDB_DATA_DIR", "wandb-data"), ("WANDB_ARTIFACT_DIR", "wandb-artifacts")]:
+    for var, sub in [
+        ("WANDB_DIR", "wandb-dir"),
+        ("WANDB_CONFIG_DIR", "wandb-config"),
+        ("WANDB_CACHE_DIR", "wandb-cache"),
+        ("WANDB_DATA_DIR", "wandb-data"),
+        ("WANDB_ARTIFACT_DIR", "wandb-artifacts"),
+    ]:
         (tmp_path / sub).mkdir()
         monkeypatch.setenv(var, str(tmp_path / sub))
     yield tmp_path
@@ -217,8 +226,16 @@ def test_csv_histograms_read_back_and_resume(tmp_path):
     path = logger.histogram_path("actor/w")
     assert path == tmp_path / "exp" / "histograms" / "actor" / "w.csv"
     rows = read_csv_histogram(path)
-    assert rows[0] == {"step": 0, "count": 4, "min": 0.0, "max": 3.0, "mean": 1.25, "std": pytest.approx(1.0897247358),
-                       "bin_edges": [0.0, 1.0, 2.0, 3.0], "bin_counts": [1, 2, 1]}
+    assert rows[0] == {
+        "step": 0,
+        "count": 4,
+        "min": 0.0,
+        "max": 3.0,
+        "mean": 1.25,
+        "std": pytest.approx(1.0897247358),
+        "bin_edges": [0.0, 1.0, 2.0, 3.0],
+        "bin_counts": [1, 2, 1],
+    }
     assert rows[1]["step"] == 10 and rows[1]["bin_edges"] == [0.0, 1.0, 2.5] and rows[1]["bin_counts"] == [0, 2]
     assert rows[1]["std"] == 0.0
     # a crash mid-row: the torn row is ignored by the reader and dropped by the next logger
@@ -256,7 +273,11 @@ def test_csv_videos_are_real_files(tmp_path, fmt):
     logger.log_video("rollout", video)  # 1
     videos = tmp_path / "exp" / "videos"
     assert sorted(p.relative_to(videos).as_posix() for p in videos.rglob("*")) == [
-        "eval", f"eval/rollout_7.{fmt}", f"rollout_0.{fmt}", f"rollout_1.{fmt}"]
+        "eval",
+        f"eval/rollout_7.{fmt}",
+        f"rollout_0.{fmt}",
+        f"rollout_1.{fmt}",
+    ]
     if fmt == "mp4":
         frames, meta = mp4_frames(videos / "rollout_0.mp4")
         assert meta["fps"] == 10 and meta["size"] == (6, 4)
@@ -278,12 +299,16 @@ def test_csv_videos_are_real_files(tmp_path, fmt):
 
 def test_csv_video_batch_is_tiled_and_odd_sizes_padded(tmp_path):
     logger = CSVLogger("exp", log_dir=tmp_path, video_format="gif")
-    batch = torch.stack([flat_video(t=3, h=3, w=5, step=50), flat_video(t=3, h=3, w=5, step=100), flat_video(t=3, h=3, w=5, step=20)])
+    batch = torch.stack(
+        [flat_video(t=3, h=3, w=5, step=50), flat_video(t=3, h=3, w=5, step=100), flat_video(t=3, h=3, w=5, step=20)]
+    )
     logger.log_video("grid", batch, step=0)
     frames, _ = gif_frames((tmp_path / "exp" / "videos" / "grid_0.gif").read_bytes())
     assert len(frames) == 3 and frames[0].shape == (6, 10, 3)  # 3 videos in a 2x2 grid
     last = frames[2][..., 0]
-    assert int(last[0, 0]) == 100 and int(last[0, 5]) == 200 and int(last[3, 0]) == 40 and int(last[3, 5]) == 0  # black tile
+    assert (
+        int(last[0, 0]) == 100 and int(last[0, 5]) == 200 and int(last[3, 0]) == 40 and int(last[3, 5]) == 0
+    )  # black tile
     mp4 = CSVLogger("exp", log_dir=tmp_path)
     mp4.log_video("odd", flat_video(t=4, h=3, w=5, c=1), step=0)  # grey, odd sizes: padded to 4x6
     frames, meta = mp4_frames(tmp_path / "exp" / "videos" / "odd_0.mp4")
@@ -309,7 +334,10 @@ def test_csv_hparams_merge_and_nested(tmp_path):
     logger.log_hparams({"lr": torch.tensor(0.5), "optim": {"name": "adam", "betas": (0.9, 0.99)}})
     logger.log_hparams({"lr": 0.25, "seed": 3})
     assert json.loads((tmp_path / "exp" / "hparams.json").read_text()) == {
-        "lr": 0.25, "optim": {"name": "adam", "betas": [0.9, 0.99]}, "seed": 3}
+        "lr": 0.25,
+        "optim": {"name": "adam", "betas": [0.9, 0.99]},
+        "seed": 3,
+    }
 
 
 # ---------------------------------------------------------------------------------- TensorBoard
@@ -332,7 +360,13 @@ def test_tensorboard_event_files(tmp_path):
     assert [(e.step, e.value) for e in acc.Scalars("loss")] == [(3, 0.5), (4, 0.25)]
     assert [(e.step, e.value) for e in acc.Scalars("train/reward")] == [(0, -3.0)]
     first, second = acc.Histograms("w")
-    assert (first.step, first.histogram_value.num, first.histogram_value.min, first.histogram_value.max, first.histogram_value.sum) == (5, 10, 0.0, 9.0, 45.0)
+    assert (
+        first.step,
+        first.histogram_value.num,
+        first.histogram_value.min,
+        first.histogram_value.max,
+        first.histogram_value.sum,
+    ) == (5, 10, 0.0, 9.0, 45.0)
     assert sum(first.histogram_value.bucket) == 10
     assert (second.step, second.histogram_value.num) == (6, 3)
     one, two = acc.Images("rollout")
@@ -341,15 +375,22 @@ def test_tensorboard_event_files(tmp_path):
     assert frame_levels(frames) == [0, 40, 80, 120, 160, 200] and durations == [100] * 6
     assert gif_frames(two.encoded_image_string)[1] == [250] * 4
     (text,) = acc.Tensors("hparams/text_summary")
-    assert tensor_util.make_ndarray(text.tensor_proto).item().decode() == "lr: 0.1\noptim.name: adam\noptim.betas: [0.9, 0.99]\nclip: None"
-    start = HParamsPluginData.FromString(acc.SummaryMetadata("_hparams_/session_start_info").plugin_data.content).session_start_info
+    assert (
+        tensor_util.make_ndarray(text.tensor_proto).item().decode()
+        == "lr: 0.1\noptim.name: adam\noptim.betas: [0.9, 0.99]\nclip: None"
+    )
+    start = HParamsPluginData.FromString(
+        acc.SummaryMetadata("_hparams_/session_start_info").plugin_data.content
+    ).session_start_info
     assert start.hparams["lr"].number_value == 0.1 and start.hparams["optim.name"].string_value == "adam"
     assert start.hparams["optim.betas"].string_value == "[0.9, 0.99]" and start.hparams["clip"].string_value == "None"
 
 
 # --------------------------------------------------------------------------------------- W&B
 def test_wandb_offline_run_read_back(wandb_env, tmp_path):
-    logger = WandbLogger("exp", offline=True, save_dir=tmp_path / "wb", project="tests", config={"seed": 1}, video_fps=10)
+    logger = WandbLogger(
+        "exp", offline=True, save_dir=tmp_path / "wb", project="tests", config={"seed": 1}, video_fps=10
+    )
     assert logger.experiment.name == "exp" and logger.experiment.project == "tests"
     assert str(tmp_path / "wb") in logger.experiment.dir
     logger.log_scalar("loss", 0.5, step=10)
@@ -381,7 +422,11 @@ def test_wandb_offline_run_read_back(wandb_env, tmp_path):
     gif_data = open(os.path.join(folder, "files", gif["eval/rollout.path"]), "rb").read()
     assert gif_frames(gif_data)[1] == [200] * 5
     assert wandb_config(records) == {"seed": 1, "lr": 0.1, "optim": {"name": "adam"}, "device": "cpu"}
-    metrics = {r.metric.name: r.metric.step_metric for r in records if r.WhichOneof("record_type") == "metric" and r.metric.name}
+    metrics = {
+        r.metric.name: r.metric.step_metric
+        for r in records
+        if r.WhichOneof("record_type") == "metric" and r.metric.name
+    }
     assert metrics["loss"] == "step" and metrics["train/loss"] == "train/step"
 
 
@@ -476,12 +521,30 @@ BAD_CALLS = [
     ("log_histogram", ("w", torch.tensor([1.0, float("inf")])), {}, ValueError, "'w' contains NaN or infinite"),
     ("log_histogram", ("w", "abc"), {}, TypeError, "data for 'w' must be a tensor"),
     ("log_histogram", ("w", torch.ones(3)), {"step": "3"}, TypeError, "step for 'w'"),
-    ("log_histogram", ("w", torch.ones(3)), {"colour": "red"}, TypeError, "unexpected keyword argument\\(s\\) \\['colour'\\]"),
-    ("log_video", ("v", torch.zeros(4, 4)), {}, ValueError, "'v' must be a \\[T, C, H, W\\] or \\[B, T, C, H, W\\] tensor, got \\(4, 4\\)"),
+    (
+        "log_histogram",
+        ("w", torch.ones(3)),
+        {"colour": "red"},
+        TypeError,
+        "unexpected keyword argument\\(s\\) \\['colour'\\]",
+    ),
+    (
+        "log_video",
+        ("v", torch.zeros(4, 4)),
+        {},
+        ValueError,
+        "'v' must be a \\[T, C, H, W\\] or \\[B, T, C, H, W\\] tensor, got \\(4, 4\\)",
+    ),
     ("log_video", ("v", torch.zeros(2, 3, 4, 4)), {}, TypeError, "'v' must be uint8"),
     ("log_video", ("v", torch.zeros(2, 2, 4, 4, dtype=torch.uint8)), {}, ValueError, "'v' must have 1 or 3 channels"),
     ("log_video", ("v", [[1]]), {}, TypeError, "video for 'v' must be a uint8 torch.Tensor"),
-    ("log_video", ("v", torch.zeros(2, 3, 4, 4, dtype=torch.uint8)), {"fps": 0}, ValueError, "fps must be a positive number"),
+    (
+        "log_video",
+        ("v", torch.zeros(2, 3, 4, 4, dtype=torch.uint8)),
+        {"fps": 0},
+        ValueError,
+        "fps must be a positive number",
+    ),
     ("log_video", ("v", torch.zeros(2, 3, 4, 4, dtype=torch.uint8)), {"step": True}, TypeError, "step for 'v'"),
     ("log_hparams", (["lr", 0.1],), {}, TypeError, "log_hparams: cfg must be a mapping"),
     ("log_hparams", ({"optim": {1: 0.1}},), {}, TypeError, "names must be non-empty strings, got 1 in 'optim'"),
@@ -520,7 +583,11 @@ def test_bad_input_is_refused_before_anything_is_written(kind, tmp_path, request
 
 @pytest.mark.parametrize(
     "kind, module, extra",
-    [("tensorboard", "torch.utils.tensorboard", "tensorboard"), ("wandb", "wandb", "wandb"), ("mlflow", "mlflow.tracking", "mlflow")],
+    [
+        ("tensorboard", "torch.utils.tensorboard", "tensorboard"),
+        ("wandb", "wandb", "wandb"),
+        ("mlflow", "mlflow.tracking", "mlflow"),
+    ],
 )
 def test_missing_backend_raises_at_construction_naming_the_extra(kind, module, extra, tmp_path, monkeypatch):
     import rl_objectives.trainers  # noqa: F401  (importing the package needs no backend)
@@ -571,7 +638,13 @@ def pendulum_pixels_env(size=32):
 
         def _apply_transform(self, th):
             batch = th.shape
-            img = ((th * 100).remainder(200) + 20).to(torch.uint8).reshape(*batch, 1, 1, 1).expand(*batch, size, size, 3).clone()
+            img = (
+                ((th * 100).remainder(200) + 20)
+                .to(torch.uint8)
+                .reshape(*batch, 1, 1, 1)
+                .expand(*batch, size, size, 3)
+                .clone()
+            )
             r = torch.linspace(0, size / 2 - 2, size)
             ys = (size / 2 - r * torch.cos(th).unsqueeze(-1)).long().clamp(0, size - 1)
             xs = (size / 2 + r * torch.sin(th).unsqueeze(-1)).long().clamp(0, size - 1)

@@ -25,8 +25,13 @@ class Loss(nn.Module):
 def make_trainer(n_batches=4, total_frames=32):
     loss = Loss()
     batches = [TensorDict(y=torch.ones(2, 4), batch_size=[2, 4])] * n_batches  # 8 frames each
-    return Trainer(collector=batches, total_frames=total_frames, optim_steps_per_batch=1, loss_module=loss,
-                   optimizer=torch.optim.SGD(loss.parameters(), lr=0.1))
+    return Trainer(
+        collector=batches,
+        total_frames=total_frames,
+        optim_steps_per_batch=1,
+        loss_module=loss,
+        optimizer=torch.optim.SGD(loss.parameters(), lr=0.1),
+    )
 
 
 class FakeClock:
@@ -68,7 +73,12 @@ def test_postfix_before_any_evaluation_and_total_from_the_trainer():
     bar.register(trainer)
     assert bar.total_frames == 80
     trainer.train()  # the collector runs out after 8 frames
-    assert bar.postfix == {"frames": 8, "frames/s": pytest.approx(4.0), "eval return": None, "eta_s": pytest.approx(18.0)}
+    assert bar.postfix == {
+        "frames": 8,
+        "frames/s": pytest.approx(4.0),
+        "eval return": None,
+        "eta_s": pytest.approx(18.0),
+    }
     assert bar.bar.postfix == "frames/s=4, eval=-, left=00:18"
     bar.close()
     assert bar.bar is None

@@ -15,8 +15,13 @@ from torch import nn
 def batches(n_batches, n_envs, steps, seed=0):
     gen = torch.Generator().manual_seed(seed)
     return [
-        TensorDict({"obs": torch.randn(n_envs, steps, 3, generator=gen),
-                    "next": {"reward": torch.randn(n_envs, steps, generator=gen)}}, batch_size=[n_envs, steps])
+        TensorDict(
+            {
+                "obs": torch.randn(n_envs, steps, 3, generator=gen),
+                "next": {"reward": torch.randn(n_envs, steps, generator=gen)},
+            },
+            batch_size=[n_envs, steps],
+        )
         for _ in range(n_batches)
     ]
 
@@ -25,7 +30,9 @@ class TinyLoss(LossModule):
     def __init__(self):
         super().__init__()
         torch.manual_seed(0)
-        self.convert_to_functional(TensorDictModule(nn.Linear(3, 1), in_keys=["obs"], out_keys=["v"]), "net", create_target_params=True)
+        self.convert_to_functional(
+            TensorDictModule(nn.Linear(3, 1), in_keys=["obs"], out_keys=["v"]), "net", create_target_params=True
+        )
 
     def forward(self, td):
         out = self.call_network("net", td.copy())
@@ -49,11 +56,18 @@ def run(n_envs, steps, n_batches, interval, frame_skip=1, optim_steps=2, unit="f
     """Trains with the hook; returns (copy frames, online weights at each batch start, trainer, loss)."""
     loss = TinyLoss()
     frames = n_envs * steps * frame_skip
-    trainer = Trainer(collector=batches(n_batches, n_envs, steps), total_frames=total or n_batches * frames,
-                      frame_skip=frame_skip, optim_steps_per_batch=optim_steps, loss_module=loss,
-                      optimizer=torch.optim.SGD(loss.parameters(), lr=0.05))
+    trainer = Trainer(
+        collector=batches(n_batches, n_envs, steps),
+        total_frames=total or n_batches * frames,
+        frame_skip=frame_skip,
+        optim_steps_per_batch=optim_steps,
+        loss_module=loss,
+        optimizer=torch.optim.SGD(loss.parameters(), lr=0.05),
+    )
     starts = {}  # registered before the hook: the online weights each batch starts from
-    trainer.register_op("batch_process", lambda b: starts.__setitem__(trainer.collected_frames, loss.params_of("net").clone()))
+    trainer.register_op(
+        "batch_process", lambda b: starts.__setitem__(trainer.collected_frames, loss.params_of("net").clone())
+    )
     updater = RecordingHardUpdate(loss, interval)
     updater.trainer = trainer
     TargetNetUpdaterHook(updater, unit=unit).register(trainer)
@@ -89,15 +103,18 @@ def sb3_copy_frames(n_envs, train_freq, n_rollouts, target_update_interval):
     return copies
 
 
-@pytest.mark.parametrize("n_envs, steps, interval, frame_skip", [
-    (1, 4, 10, 1),   # SB3's default shape: one env, train_freq 4
-    (4, 4, 32, 1),   # an interval of two batches
-    (4, 1, 8, 1),    # one vector step per batch
-    (2, 8, 4, 1),    # several multiples inside one batch: one copy
-    (3, 5, 7, 1),    # n_envs does not divide the interval
-    (2, 3, 9, 2),    # frame_skip counts
-    (5, 4, 1000, 1),  # never reached
-])
+@pytest.mark.parametrize(
+    "n_envs, steps, interval, frame_skip",
+    [
+        (1, 4, 10, 1),  # SB3's default shape: one env, train_freq 4
+        (4, 4, 32, 1),  # an interval of two batches
+        (4, 1, 8, 1),  # one vector step per batch
+        (2, 8, 4, 1),  # several multiples inside one batch: one copy
+        (3, 5, 7, 1),  # n_envs does not divide the interval
+        (2, 3, 9, 2),  # frame_skip counts
+        (5, 4, 1000, 1),  # never reached
+    ],
+)
 def test_hard_update_copies_every_interval_of_frames(n_envs, steps, interval, frame_skip):
     n_batches = 12
     updater, starts, trainer, loss = run(n_envs, steps, n_batches, interval, frame_skip)
@@ -154,15 +171,26 @@ def test_the_frame_counter_round_trips_and_resumes_on_schedule(tmp_path):
     full, *_ = run(n_envs, steps, 10, interval)
 
     loss = TinyLoss()
-    trainer = Trainer(collector=batches(10, n_envs, steps), total_frames=40, optim_steps_per_batch=1, loss_module=loss,
-                      optimizer=torch.optim.SGD(loss.parameters(), lr=0.05), save_trainer_file=path)
+    trainer = Trainer(
+        collector=batches(10, n_envs, steps),
+        total_frames=40,
+        optim_steps_per_batch=1,
+        loss_module=loss,
+        optimizer=torch.optim.SGD(loss.parameters(), lr=0.05),
+        save_trainer_file=path,
+    )
     TargetNetUpdaterHook(HardUpdate(loss, value_network_update_interval=interval), unit="frames").register(trainer)
     trainer.train()
     assert trainer.state_dict()["target_net_updater"] == {"counter": 40}
 
     loss2 = TinyLoss()
-    resumed = Trainer(collector=batches(10, n_envs, steps)[4:], total_frames=100, optim_steps_per_batch=1, loss_module=loss2,
-                      optimizer=torch.optim.SGD(loss2.parameters(), lr=0.05))
+    resumed = Trainer(
+        collector=batches(10, n_envs, steps)[4:],
+        total_frames=100,
+        optim_steps_per_batch=1,
+        loss_module=loss2,
+        optimizer=torch.optim.SGD(loss2.parameters(), lr=0.05),
+    )
     updater = RecordingHardUpdate(loss2, interval)
     updater.trainer = resumed
     TargetNetUpdaterHook(updater, unit="frames").register(resumed)
@@ -174,8 +202,13 @@ def test_the_frame_counter_round_trips_and_resumes_on_schedule(tmp_path):
 
 def test_soft_update_in_frames_is_one_polyak_step_per_frame():
     loss = TinyLoss()
-    trainer = Trainer(collector=batches(3, 2, 4), total_frames=24, optim_steps_per_batch=1, loss_module=loss,
-                      optimizer=torch.optim.SGD(loss.parameters(), lr=0.1))
+    trainer = Trainer(
+        collector=batches(3, 2, 4),
+        total_frames=24,
+        optim_steps_per_batch=1,
+        loss_module=loss,
+        optimizer=torch.optim.SGD(loss.parameters(), lr=0.1),
+    )
     reference = loss.params_of("net", target=True).clone()
 
     def polyak(batch):  # registered first: the same 8 steps by hand, towards the weights the batch starts from
@@ -200,7 +233,9 @@ def test_bad_arguments():
         def step(self):
             pass
 
-    with pytest.raises(TypeError, match=r"unit='frames' calls target_params_updater.step\(n\) .* NoCount.step\(\) takes no n"):
+    with pytest.raises(
+        TypeError, match=r"unit='frames' calls target_params_updater.step\(n\) .* NoCount.step\(\) takes no n"
+    ):
         TargetNetUpdaterHook(NoCount(), unit="frames")
     TargetNetUpdaterHook(NoCount())  # counting optimizer steps needs no argument
     hook = TargetNetUpdaterHook(HardUpdate(loss, value_network_update_interval=3), unit="frames")

@@ -57,7 +57,9 @@ class Collector:
             y = x @ torch.tensor([1.0, -2.0, 0.5]) + 0.3
             self.yielded += 1
             yield TensorDict(
-                {"x": x, "y": y, "next": {"reward": y.clone()}}, batch_size=[self.n_envs, self.steps], names=[None, "time"]
+                {"x": x, "y": y, "next": {"reward": y.clone()}},
+                batch_size=[self.n_envs, self.steps],
+                names=[None, "time"],
             )
 
     def shutdown(self):
@@ -81,7 +83,14 @@ def make_trainer(collector=None, total_frames=48, steps=2, lr=0.05, init_seed=0,
     loss = Regression(seed=init_seed)
     opt = torch.optim.Adam(loss.parameters(), lr=lr)
     collector = collector if collector is not None else Collector()
-    trainer = Trainer(collector=collector, total_frames=total_frames, optim_steps_per_batch=steps, loss_module=loss, optimizer=opt, **kwargs)
+    trainer = Trainer(
+        collector=collector,
+        total_frames=total_frames,
+        optim_steps_per_batch=steps,
+        loss_module=loss,
+        optimizer=opt,
+        **kwargs,
+    )
     return trainer, loss, opt, collector
 
 
@@ -146,8 +155,13 @@ def test_optimizer_steps_count_and_processed_batch():
             return super().step(closure)
 
     loss = Regression()
-    trainer = Trainer(collector=Collector(n_batches=4), total_frames=10_000, optim_steps_per_batch=5, loss_module=loss,
-                      optimizer=CountingSGD(loss.parameters(), lr=0.01))
+    trainer = Trainer(
+        collector=Collector(n_batches=4),
+        total_frames=10_000,
+        optim_steps_per_batch=5,
+        loss_module=loss,
+        optimizer=CountingSGD(loss.parameters(), lr=0.01),
+    )
     seen = []
     trainer.register_op("batch_process", lambda td: td.select("x", "y"))
     trainer.register_op("process_optim_batch", lambda td: td[:, :2])  # the loss sees the processed sample
@@ -193,14 +207,18 @@ def test_no_optimizer_step_before_the_trainers_init_random_frames():
 
 
 def test_the_collectors_warm_up_counts_collector_steps_times_frame_skip():
-    trainer, _, opt, _ = make_trainer(Collector(n_batches=4, init_random_frames=10), total_frames=100, steps=1, frame_skip=2)
+    trainer, _, opt, _ = make_trainer(
+        Collector(n_batches=4, init_random_frames=10), total_frames=100, steps=1, frame_skip=2
+    )
     recorder = StepRecorder(trainer, opt)
     trainer.train()
     # 8 collector steps per batch = 16 frames; the collector's 10 random steps are 20 frames
     assert trainer.warmup_frames == 20
     assert recorder.steps == [32, 48, 64]
     # an explicit value wins over the collector's
-    trainer, _, opt, _ = make_trainer(Collector(n_batches=4, init_random_frames=10), total_frames=100, steps=1, init_random_frames=0)
+    trainer, _, opt, _ = make_trainer(
+        Collector(n_batches=4, init_random_frames=10), total_frames=100, steps=1, init_random_frames=0
+    )
     recorder = StepRecorder(trainer, opt)
     trainer.train()
     assert recorder.steps == [8, 16, 24, 32]
@@ -212,7 +230,9 @@ def test_no_optimizer_step_during_a_real_collectors_random_warm_up():
     from tdict.nn import TensorDictModule
 
     policy = TensorDictModule(nn.Linear(3, 1), in_keys=["observation"], out_keys=["action"])
-    collector = RealCollector(lambda: PendulumEnv(batch_size=[4]), policy, frames_per_batch=16, total_frames=96, init_random_frames=40)
+    collector = RealCollector(
+        lambda: PendulumEnv(batch_size=[4]), policy, frames_per_batch=16, total_frames=96, init_random_frames=40
+    )
 
     class ActionLoss(nn.Module):
         def __init__(self):
@@ -269,8 +289,15 @@ def test_grad_clipping_effect(clip_grad_norm, clip_norm, expected_step):
     g = torch.tensor([3.0, -4.0, 0.0])
     loss = LinearLoss(g)
     grad_norms = []
-    trainer = Trainer(collector=[TensorDict(batch_size=[1, 1])], total_frames=1, optim_steps_per_batch=1, loss_module=loss,
-                      optimizer=torch.optim.SGD(loss.parameters(), lr=1.0), clip_grad_norm=clip_grad_norm, clip_norm=clip_norm)
+    trainer = Trainer(
+        collector=[TensorDict(batch_size=[1, 1])],
+        total_frames=1,
+        optim_steps_per_batch=1,
+        loss_module=loss,
+        optimizer=torch.optim.SGD(loss.parameters(), lr=1.0),
+        clip_grad_norm=clip_grad_norm,
+        clip_norm=clip_norm,
+    )
     trainer.register_op("optimizer", lambda losses, *args: grad_norms.append(float(losses["grad_norm_0"])))
     trainer.train()
     torch.testing.assert_close(-loss.w.detach(), expected_step, rtol=1e-5, atol=1e-5)
@@ -292,8 +319,15 @@ def test_logging_interval_and_averaged_losses():
             return TensorDict(loss_a=self.w * 0 + next(values), extra=torch.zeros(5))
 
     loss = ScriptedLoss()
-    trainer = Trainer(collector=Collector(n_batches=4), total_frames=10_000, optim_steps_per_batch=3, loss_module=loss,
-                      optimizer=torch.optim.SGD(loss.parameters(), lr=0.1), logger=logger, log_interval=20)
+    trainer = Trainer(
+        collector=Collector(n_batches=4),
+        total_frames=10_000,
+        optim_steps_per_batch=3,
+        loss_module=loss,
+        optimizer=torch.optim.SGD(loss.parameters(), lr=0.1),
+        logger=logger,
+        log_interval=20,
+    )
     trainer.register_op("pre_steps_log", lambda td: {"frames_seen": td.numel(), "log_pbar": True})
     trainer.train()
     # reference: a name is logged the first time, then once >= 20 frames passed since its last log
@@ -301,7 +335,12 @@ def test_logging_interval_and_averaged_losses():
     averages = [2.0, 20.0, 5.0, 8.0]
     for b in range(4):
         frames += 8
-        for name, value in (("frames_seen", 8), ("loss_a", averages[b]), ("grad_norm_0", 0.0), ("optim_steps", 3 * (b + 1))):
+        for name, value in (
+            ("frames_seen", 8),
+            ("loss_a", averages[b]),
+            ("grad_norm_0", 0.0),
+            ("optim_steps", 3 * (b + 1)),
+        ):
             if name not in last or frames - last[name] >= 20:
                 last[name] = frames
                 expected.append((name, value, frames))
@@ -329,8 +368,14 @@ def test_a_loss_some_steps_skip_is_averaged_over_its_own_steps():
             return out
 
     loss = Delayed()
-    trainer = Trainer(collector=Collector(n_batches=1), total_frames=8, optim_steps_per_batch=4, loss_module=loss,
-                      optimizer=torch.optim.SGD(loss.parameters(), lr=0.1), logger=RecordingLogger())
+    trainer = Trainer(
+        collector=Collector(n_batches=1),
+        total_frames=8,
+        optim_steps_per_batch=4,
+        loss_module=loss,
+        optimizer=torch.optim.SGD(loss.parameters(), lr=0.1),
+        logger=RecordingLogger(),
+    )
     trainer.train()
     assert trainer.last_logged["loss_critic"] == pytest.approx((1 + 2 + 3 + 4) / 4)
     assert trainer.last_logged["loss_actor"] == pytest.approx((20 + 40) / 2)  # not (20 + 40) / 4
@@ -390,10 +435,18 @@ def dqn_batches(n_batches, n_envs=2, steps=5, seed=0):
         obs = torch.randn(n_envs, steps, 4, generator=gen)
         action = nn.functional.one_hot(torch.randint(2, (n_envs, steps), generator=gen), 2)
         yield TensorDict(
-            {"observation": obs, "action": action,
-             "next": {"observation": torch.randn(n_envs, steps, 4, generator=gen), "reward": obs[..., 0] * (action[..., 0] * 2 - 1),
-                      "done": torch.zeros(n_envs, steps, dtype=torch.bool), "terminated": torch.zeros(n_envs, steps, dtype=torch.bool)}},
-            batch_size=[n_envs, steps])
+            {
+                "observation": obs,
+                "action": action,
+                "next": {
+                    "observation": torch.randn(n_envs, steps, 4, generator=gen),
+                    "reward": obs[..., 0] * (action[..., 0] * 2 - 1),
+                    "done": torch.zeros(n_envs, steps, dtype=torch.bool),
+                    "terminated": torch.zeros(n_envs, steps, dtype=torch.bool),
+                },
+            },
+            batch_size=[n_envs, steps],
+        )
 
 
 def test_dqn_with_replay_buffer_priorities_and_target_updates():
@@ -401,8 +454,13 @@ def test_dqn_with_replay_buffer_priorities_and_target_updates():
     loss = DQNLoss(QValueActor(nn.Linear(4, 2), spec=OneHot(2)))
     loss.make_value_estimator(gamma=0.5)
     buffer = ListBuffer()
-    trainer = Trainer(collector=list(dqn_batches(6)), total_frames=60, optim_steps_per_batch=3, loss_module=loss,
-                      optimizer=torch.optim.Adam(loss.parameters(), lr=1e-2))
+    trainer = Trainer(
+        collector=list(dqn_batches(6)),
+        total_frames=60,
+        optim_steps_per_batch=3,
+        loss_module=loss,
+        optimizer=torch.optim.Adam(loss.parameters(), lr=1e-2),
+    )
     ReplayBufferTrainer(buffer, batch_size=8).register(trainer)
     updater = HardUpdate(loss, value_network_update_interval=4)
     TargetNetUpdaterHook(updater).register(trainer)
@@ -441,7 +499,9 @@ def _register_stateful(trainer, collector):
 
 def test_state_save_load_round_trip_and_resume(tmp_path):
     path = tmp_path / "ckpt" / "trainer.pt"
-    trainer, loss, opt, collector = make_trainer(Collector(seed=1), total_frames=40, steps=2, save_trainer_file=path, save_trainer_interval=16)
+    trainer, loss, opt, collector = make_trainer(
+        Collector(seed=1), total_frames=40, steps=2, save_trainer_file=path, save_trainer_interval=16
+    )
     _register_stateful(trainer, collector)
     trainer.train()
     assert path.exists() and not [p for p in path.parent.iterdir() if p.name != "trainer.pt"]  # no temp file left
@@ -470,8 +530,14 @@ def test_periodic_saves_follow_the_interval(tmp_path, monkeypatch):
 
     saved_at = []
     original = trainer_module.atomic_torch_save
-    monkeypatch.setattr(trainer_module, "atomic_torch_save", lambda obj, p: (saved_at.append(obj["state"]["collected_frames"]), original(obj, p)))
-    trainer, *_ = make_trainer(Collector(), total_frames=80, steps=1, save_trainer_file=tmp_path / "t.pt", save_trainer_interval=20)
+    monkeypatch.setattr(
+        trainer_module,
+        "atomic_torch_save",
+        lambda obj, p: (saved_at.append(obj["state"]["collected_frames"]), original(obj, p)),
+    )
+    trainer, *_ = make_trainer(
+        Collector(), total_frames=80, steps=1, save_trainer_file=tmp_path / "t.pt", save_trainer_interval=20
+    )
     trainer.train()
     # batches of 8 frames: due once 20 frames passed since the last save, plus the final save
     assert saved_at == [24, 48, 72, 80]
@@ -489,12 +555,14 @@ def test_checkpoint_write_is_atomic(tmp_path, monkeypatch, failure):
         loss.lin.weight.add_(1.0)
     trainer.collected_frames = 999
     if failure == "torch_save":
+
         def broken_save(obj, f, *args, **kwargs):
             f.write(b"half a checkpoint")  # the process "dies" mid-write
             raise OSError("disk full")
 
         monkeypatch.setattr(torch, "save", broken_save)
     else:
+
         def broken_replace(src, dst):
             raise OSError("killed before the rename")
 
@@ -521,7 +589,9 @@ def test_a_truncated_checkpoint_names_the_file(tmp_path, keep):
     cut.write_bytes({"empty": b"", "half": data[: len(data) // 2], "all_but_the_last_byte": data[:-1]}[keep])
     fresh, loss2, *_ = make_trainer(Collector(n_batches=2), total_frames=16, init_seed=3)
     before = loss2.lin.weight.detach().clone()
-    with pytest.raises(RuntimeError, match=r"load_from_file: '.*cut\.pt' \(\d+ bytes\) is truncated or corrupt") as info:
+    with pytest.raises(
+        RuntimeError, match=r"load_from_file: '.*cut\.pt' \(\d+ bytes\) is truncated or corrupt"
+    ) as info:
         fresh.load_from_file(cut)
     assert isinstance(info.value.__cause__, (EOFError, RuntimeError, OSError))  # torch's own error, kept
     assert torch.equal(loss2.lin.weight, before) and fresh.collected_frames == 0  # nothing loaded
@@ -583,8 +653,13 @@ def test_load_state_dict_checks_keys_and_rolls_back():
 )
 def test_constructor_errors_name_the_argument(kwargs, exc, match):
     loss = Regression()
-    args = {"collector": [], "total_frames": 8, "optim_steps_per_batch": 1, "loss_module": loss,
-            "optimizer": torch.optim.SGD(loss.parameters(), lr=0.1)}
+    args = {
+        "collector": [],
+        "total_frames": 8,
+        "optim_steps_per_batch": 1,
+        "loss_module": loss,
+        "optimizer": torch.optim.SGD(loss.parameters(), lr=0.1),
+    }
     args.update(kwargs)
     with pytest.raises(exc, match=match):
         Trainer(**args)
@@ -608,8 +683,13 @@ def test_bad_batches_and_loss_outputs():
     trainer, *_ = make_trainer([{"x": 1}])
     with pytest.raises(TypeError, match="collector yielded a dict"):
         trainer.train()
-    trainer = Trainer(collector=Collector(n_batches=1), total_frames=8, optim_steps_per_batch=1, loss_module=lambda td: {"loss": 1},
-                      optimizer=torch.optim.SGD([nn.Parameter(torch.zeros(1))], lr=0.1))
+    trainer = Trainer(
+        collector=Collector(n_batches=1),
+        total_frames=8,
+        optim_steps_per_batch=1,
+        loss_module=lambda td: {"loss": 1},
+        optimizer=torch.optim.SGD([nn.Parameter(torch.zeros(1))], lr=0.1),
+    )
     with pytest.raises(TypeError, match="loss_module must return a TensorDict"):
         trainer.train()
 
@@ -677,7 +757,9 @@ class FolderBuffer:
 
 def test_a_buffer_is_saved_whole_into_a_folder_named_by_the_checkpoint(tmp_path):
     path = tmp_path / "trainer.pt"
-    trainer, *_ = make_trainer(Collector(n_batches=6), total_frames=48, save_trainer_file=path, save_trainer_interval=16)
+    trainer, *_ = make_trainer(
+        Collector(n_batches=6), total_frames=48, save_trainer_file=path, save_trainer_interval=16
+    )
     buffer = FolderBuffer()
     ReplayBufferTrainer(buffer, batch_size=4).register(trainer)
     trainer.train()
@@ -712,7 +794,9 @@ def test_a_checkpoint_naming_a_missing_folder_raises_naming_it(tmp_path):
 
 def test_a_failed_folder_write_keeps_the_previous_checkpoint(tmp_path, monkeypatch):
     path = tmp_path / "trainer.pt"
-    trainer, *_ = make_trainer(Collector(n_batches=4), total_frames=32, save_trainer_file=path, save_trainer_interval=16)
+    trainer, *_ = make_trainer(
+        Collector(n_batches=4), total_frames=32, save_trainer_file=path, save_trainer_interval=16
+    )
     buffer = FolderBuffer()
     ReplayBufferTrainer(buffer, batch_size=4).register(trainer)
     calls = []

@@ -1,4 +1,5 @@
 """torch.compile(fullgraph=True) of module and sequence calls matches eager."""
+
 import torch
 from torch import nn
 

@@ -1,4 +1,5 @@
 """CudaGraphModule: eager fallback on CPU (same API), capture/replay equals eager on CUDA."""
+
 import warnings
 
 import pytest
@@ -11,7 +12,9 @@ from tdict.nn import CudaGraphModule, TensorDictModule
 
 def _policy(device="cpu"):
     torch.manual_seed(0)
-    return TensorDictModule(nn.Sequential(nn.Linear(3, 8), nn.Tanh(), nn.Linear(8, 2)), in_keys=["obs"], out_keys=["action"]).to(device)
+    return TensorDictModule(
+        nn.Sequential(nn.Linear(3, 8), nn.Tanh(), nn.Linear(8, 2)), in_keys=["obs"], out_keys=["action"]
+    ).to(device)
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the CPU fallback")

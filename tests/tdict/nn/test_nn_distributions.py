@@ -1,4 +1,5 @@
 """tdict.nn distributions and parameter helpers, checked against torch.distributions and closed forms."""
+
 import math
 
 import pytest
@@ -153,7 +154,9 @@ def test_composite_distribution_sample_and_log_prob():
     torch.manual_seed(0)
     params = _params()
     dist = CompositeDistribution(
-        params, distribution_map={"cont": D.Normal, "disc": D.Categorical}, name_map={"cont": ("agent", "action"), "disc": "choice"}
+        params,
+        distribution_map={"cont": D.Normal, "disc": D.Categorical},
+        name_map={"cont": ("agent", "action"), "disc": "choice"},
     )
     normal = D.Normal(params["cont", "loc"], params["cont", "scale"])
     cat = D.Categorical(logits=params["disc", "logits"])
@@ -188,8 +191,13 @@ def test_composite_per_leaf_log_prob_keeps_the_batch_shape_of_the_group_holding_
     # a per-agent head under a [B, n_agents] group: one log-prob (and entropy) per agent, as the
     # design's no-trailing-dim rule asks; the aggregate sums everything down to the root batch
     loc, scale, logits = torch.randn(4, 3, 2), torch.rand(4, 3, 2) + 0.5, torch.randn(4, 5)
-    params = TensorDict({("agents", "action"): TensorDict(loc=loc, scale=scale, batch_size=[4, 3]),
-                         "disc": TensorDict(logits=logits, batch_size=[4])}, batch_size=[4])
+    params = TensorDict(
+        {
+            ("agents", "action"): TensorDict(loc=loc, scale=scale, batch_size=[4, 3]),
+            "disc": TensorDict(logits=logits, batch_size=[4]),
+        },
+        batch_size=[4],
+    )
     dist = CompositeDistribution(params, distribution_map={("agents", "action"): D.Normal, "disc": D.Categorical})
     action, disc = torch.randn(4, 3, 2), torch.tensor([0, 1, 2, 4])
     sample = TensorDict(agents=TensorDict(action=action, batch_size=[4, 3]), disc=disc, batch_size=[4])
@@ -199,7 +207,9 @@ def test_composite_per_leaf_log_prob_keeps_the_batch_shape_of_the_group_holding_
     torch.testing.assert_close(lp["agents", "action_log_prob"], D.Normal(loc, scale).log_prob(action).sum(-1))
     torch.testing.assert_close(lp["disc_log_prob"], D.Categorical(logits=logits).log_prob(disc))
     total = dist.log_prob(sample, aggregate_probabilities=True)
-    torch.testing.assert_close(total, D.Normal(loc, scale).log_prob(action).sum((-2, -1)) + D.Categorical(logits=logits).log_prob(disc))
+    torch.testing.assert_close(
+        total, D.Normal(loc, scale).log_prob(action).sum((-2, -1)) + D.Categorical(logits=logits).log_prob(disc)
+    )
     ent = dist.entropy()
     assert ent["agents", "action_entropy"].shape == (4, 3)
     torch.testing.assert_close(ent["agents", "action_entropy"], D.Normal(loc, scale).entropy().sum(-1))
@@ -230,6 +240,8 @@ def test_truncated_normal_a_b_are_the_bounds():
     ref = TruncatedNormal(loc, scale, low=-0.5, high=torch.tensor([0.5, 1.0, 2.0]))
     value = torch.tensor([0.1, 0.7, 1.5])
     torch.testing.assert_close(d.log_prob(value), ref.log_prob(value))
-    torch.testing.assert_close(TruncatedNormal(loc, scale, -0.5, 2.0).mean, TruncatedNormal(loc, scale, a=-0.5, b=2.0).mean)
+    torch.testing.assert_close(
+        TruncatedNormal(loc, scale, -0.5, 2.0).mean, TruncatedNormal(loc, scale, a=-0.5, b=2.0).mean
+    )
     with pytest.raises(ValueError, match="pass low or its tensordict name a, not both"):
         TruncatedNormal(loc, scale, low=-1.0, a=-1.0)

@@ -1,4 +1,5 @@
 """EnsembleModule: the vmapped call equals a Python loop over the stacked parameter sets."""
+
 import pytest
 import torch
 from torch import nn

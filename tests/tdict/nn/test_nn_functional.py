@@ -1,4 +1,5 @@
 """TensorDict.from_module / from_modules / to_module against torch.func.functional_call."""
+
 import pytest
 import torch
 from torch import nn

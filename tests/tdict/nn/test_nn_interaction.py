@@ -1,4 +1,5 @@
 """InteractionType and the set_interaction_type switch."""
+
 import pytest
 
 from tdict.nn import InteractionType, interaction_type, set_interaction_type

@@ -1,4 +1,5 @@
 """TensorDictModule / TensorDictModuleBase: values against calling the wrapped module directly."""
+
 import warnings
 
 import pytest
@@ -24,7 +25,9 @@ def test_linear_matches_direct_call():
 
 
 def test_single_key_and_nested_keys():
-    mod = TensorDictModule(lambda x, y: (x + y, x - y), in_keys=[("a", "x"), "y"], out_keys=[("out", "sum"), ("out", ("diff",))])
+    mod = TensorDictModule(
+        lambda x, y: (x + y, x - y), in_keys=[("a", "x"), "y"], out_keys=[("out", "sum"), ("out", ("diff",))]
+    )
     assert mod.in_keys == [("a", "x"), "y"]
     assert mod.out_keys == [("out", "sum"), ("out", "diff")]
     td = _td(a={"x": torch.ones(4)}, y=torch.full((4,), 3.0))

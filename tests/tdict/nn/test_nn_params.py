@@ -1,4 +1,5 @@
 """TensorDictParams: an nn.Module view of a TensorDict of parameters."""
+
 import pytest
 import torch
 from torch import nn
@@ -8,7 +9,12 @@ from tdict.nn import TensorDictParams
 
 
 def _params(**kw):
-    return TensorDictParams(TensorDict({"lin": {"weight": torch.randn(2, 3), "bias": torch.randn(2)}, "count": torch.zeros((), dtype=torch.long)}), **kw)
+    return TensorDictParams(
+        TensorDict(
+            {"lin": {"weight": torch.randn(2, 3), "bias": torch.randn(2)}, "count": torch.zeros((), dtype=torch.long)}
+        ),
+        **kw,
+    )
 
 
 def test_leaves_registered_as_parameters_and_buffers():
@@ -117,7 +123,9 @@ def test_nested_leaves_are_parameters_of_the_holding_module():
     class Holder(nn.Module):
         def __init__(self):
             super().__init__()
-            self.params = TensorDictParams(TensorDict(w=torch.ones(2), sub=TensorDict(deep=TensorDict(v=torch.zeros(3)))))
+            self.params = TensorDictParams(
+                TensorDict(w=torch.ones(2), sub=TensorDict(deep=TensorDict(v=torch.zeros(3))))
+            )
 
     holder = Holder()
     assert [n for n, _ in holder.named_parameters()] == ["params.w", "params.sub.deep.v"]
@@ -147,7 +155,9 @@ def test_tensordict_methods_that_nn_module_would_shadow():
     # clone: new parameters, same kinds; copy: the very same ones
     c = p.clone()
     assert isinstance(c, TensorDictParams)
-    assert [n for n, _ in c.named_parameters()] == ["lin.weight", "lin.bias"] and [n for n, _ in c.named_buffers()] == ["count"]
+    assert [n for n, _ in c.named_parameters()] == ["lin.weight", "lin.bias"] and [n for n, _ in c.named_buffers()] == [
+        "count"
+    ]
     assert c["lin", "weight"] is not p["lin", "weight"] and isinstance(c["lin", "weight"], nn.Parameter)
     torch.testing.assert_close(c["lin", "weight"], p["lin", "weight"])
     shallow = p.copy()

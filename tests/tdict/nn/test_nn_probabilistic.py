@@ -1,4 +1,5 @@
 """ProbabilisticTensorDictModule / ProbabilisticTensorDictSequential against torch.distributions."""
+
 import pytest
 import torch
 from torch import distributions as D, nn
@@ -36,17 +37,28 @@ def test_deterministic_default_and_log_prob_shape():
     td2 = _normal_td((2, 5))
     assert module(td2)["action_log_prob"].shape == (2, 5)
     # Independent gives the same joint log-prob
-    indep = ProbMod(in_keys=["loc", "scale"], out_keys=["action"], return_log_prob=True, log_prob_key="lp",
-                    distribution_class=lambda loc, scale: D.Independent(D.Normal(loc, scale), 1))
+    indep = ProbMod(
+        in_keys=["loc", "scale"],
+        out_keys=["action"],
+        return_log_prob=True,
+        log_prob_key="lp",
+        distribution_class=lambda loc, scale: D.Independent(D.Normal(loc, scale), 1),
+    )
     torch.testing.assert_close(indep(td.clone())["lp"], ref)
 
 
 def test_log_prob_keeps_the_batch_shape_of_the_group_holding_the_sample():
     # a multi-agent rollout: root [N, T], group "agents" [N, T, n_agents], a 2-dim action per agent
-    td = TensorDict({"agents": TensorDict(loc=torch.randn(2, 5, 3, 2), scale=torch.rand(2, 5, 3, 2) + 0.5, batch_size=[2, 5, 3])},
-                    batch_size=[2, 5])
-    module = ProbMod(in_keys=[("agents", "loc"), ("agents", "scale")], out_keys=[("agents", "action")],
-                     distribution_class=D.Normal, return_log_prob=True)
+    td = TensorDict(
+        {"agents": TensorDict(loc=torch.randn(2, 5, 3, 2), scale=torch.rand(2, 5, 3, 2) + 0.5, batch_size=[2, 5, 3])},
+        batch_size=[2, 5],
+    )
+    module = ProbMod(
+        in_keys=[("agents", "loc"), ("agents", "scale")],
+        out_keys=[("agents", "action")],
+        distribution_class=D.Normal,
+        return_log_prob=True,
+    )
     assert module.log_prob_key == ("agents", "action_log_prob")  # derived from the action key
     with set_interaction_type(InteractionType.RANDOM):
         module(td)
@@ -57,8 +69,9 @@ def test_log_prob_keeps_the_batch_shape_of_the_group_holding_the_sample():
     torch.testing.assert_close(module.log_prob(td), ref)
     # a sample at the root keeps the root batch shape, as before
     flat = _normal_td((2, 5))
-    assert ProbMod(in_keys=["loc", "scale"], out_keys=["action"], distribution_class=D.Normal,
-                   return_log_prob=True)(flat)["action_log_prob"].shape == (2, 5)
+    assert ProbMod(in_keys=["loc", "scale"], out_keys=["action"], distribution_class=D.Normal, return_log_prob=True)(
+        flat
+    )["action_log_prob"].shape == (2, 5)
 
 
 def test_interaction_types_switch():
@@ -92,8 +105,13 @@ def test_rsample_gradient_under_random():
 def test_discrete_dict_in_keys_and_fallbacks():
     logits = torch.tensor([[0.0, 2.0, 1.0], [3.0, 0.0, 1.0]])
     td = TensorDict({("agent", "x"): logits}, batch_size=[2])
-    module = ProbMod(in_keys={"logits": ("agent", "x")}, out_keys=[("agent", "action")],
-                     distribution_class=D.Categorical, return_log_prob=True, log_prob_key=("agent", "lp"))
+    module = ProbMod(
+        in_keys={"logits": ("agent", "x")},
+        out_keys=[("agent", "action")],
+        distribution_class=D.Categorical,
+        return_log_prob=True,
+        log_prob_key=("agent", "lp"),
+    )
     module(td)  # DETERMINISTIC on a discrete support -> the mode
     assert torch.equal(td["agent", "action"], torch.tensor([1, 0]))
     torch.testing.assert_close(td["agent", "lp"], D.Categorical(logits=logits).log_prob(torch.tensor([1, 0])))
@@ -130,8 +148,14 @@ def test_empirical_mean_fallback():
 
 def test_distribution_kwargs_truncated_normal_and_cache():
     td = TensorDict(loc=torch.tensor([[0.9, 0.0]]), scale=torch.ones(1, 2), batch_size=[1])
-    module = ProbMod(in_keys=["loc", "scale"], out_keys=["a"], distribution_class=TruncatedNormal,
-                     distribution_kwargs={"low": -1.0, "high": 1.0}, return_log_prob=True, cache_dist=True)
+    module = ProbMod(
+        in_keys=["loc", "scale"],
+        out_keys=["a"],
+        distribution_class=TruncatedNormal,
+        distribution_kwargs={"low": -1.0, "high": 1.0},
+        return_log_prob=True,
+        cache_dist=True,
+    )
     module(td)
     ref = TruncatedNormal(td["loc"], td["scale"], -1.0, 1.0)
     torch.testing.assert_close(td["a"], ref.mean)  # TruncatedNormal's deterministic sample is its mean
@@ -159,8 +183,13 @@ def test_composite_in_module():
         batch_size=[4],
     )
     td = TensorDict(params=params, batch_size=[4])
-    module = ProbMod(in_keys=["params"], out_keys=["cont", "disc"], distribution_class=CompositeDistribution,
-                     distribution_kwargs={"distribution_map": {"cont": D.Normal, "disc": D.Categorical}}, return_log_prob=True)
+    module = ProbMod(
+        in_keys=["params"],
+        out_keys=["cont", "disc"],
+        distribution_class=CompositeDistribution,
+        distribution_kwargs={"distribution_map": {"cont": D.Normal, "disc": D.Categorical}},
+        return_log_prob=True,
+    )
     assert module.log_prob_keys == ["cont_log_prob", "disc_log_prob"]
     assert module.out_keys == ["cont", "disc", "cont_log_prob", "disc_log_prob"]
     with set_interaction_type("random"):
@@ -183,21 +212,36 @@ def test_composite_in_module():
 def test_log_prob_keys_follow_tensordict():
     # out_keys=None with a CompositeDistribution: the heads are the sample keys (name_map wins)
     kwargs = {"distribution_map": {"cont": D.Normal, ("group", "disc"): D.Categorical}}
-    module = ProbMod(in_keys=["params"], distribution_class=CompositeDistribution, distribution_kwargs=kwargs, return_log_prob=True)
+    module = ProbMod(
+        in_keys=["params"], distribution_class=CompositeDistribution, distribution_kwargs=kwargs, return_log_prob=True
+    )
     assert module.dist_sample_keys == ["cont", ("group", "disc")]
     assert module.log_prob_keys == ["cont_log_prob", ("group", "disc_log_prob")]
     with pytest.raises(RuntimeError, match="log_prob_keys"):
         module.log_prob_key
-    renamed = ProbMod(in_keys=["params"], distribution_class=CompositeDistribution, return_log_prob=True,
-                      distribution_kwargs={**kwargs, "name_map": {"cont": "a", ("group", "disc"): "b"}})
+    renamed = ProbMod(
+        in_keys=["params"],
+        distribution_class=CompositeDistribution,
+        return_log_prob=True,
+        distribution_kwargs={**kwargs, "name_map": {"cont": "a", ("group", "disc"): "b"}},
+    )
     assert renamed.dist_sample_keys == ["a", "b"] and renamed.log_prob_keys == ["a_log_prob", "b_log_prob"]
     # explicit keys: the old name still works when asked for, and log_prob_keys renames per leaf
     old = ProbMod(in_keys=["loc", "scale"], out_keys=["action"], return_log_prob=True, log_prob_key="sample_log_prob")
     assert old.out_keys == ["action", "sample_log_prob"] and old.log_prob_keys == ["sample_log_prob"]
-    params = TensorDict(cont=TensorDict(loc=torch.zeros(2, 3), scale=torch.ones(2, 3), batch_size=[2]),
-                        group=TensorDict(disc=TensorDict(logits=torch.zeros(2, 4), batch_size=[2]), batch_size=[2]), batch_size=[2])
-    custom = ProbMod(in_keys=["params"], out_keys=["cont", ("group", "disc")], distribution_class=CompositeDistribution,
-                     distribution_kwargs=kwargs, return_log_prob=True, log_prob_keys=["lp_c", ("group", "lp_d")])
+    params = TensorDict(
+        cont=TensorDict(loc=torch.zeros(2, 3), scale=torch.ones(2, 3), batch_size=[2]),
+        group=TensorDict(disc=TensorDict(logits=torch.zeros(2, 4), batch_size=[2]), batch_size=[2]),
+        batch_size=[2],
+    )
+    custom = ProbMod(
+        in_keys=["params"],
+        out_keys=["cont", ("group", "disc")],
+        distribution_class=CompositeDistribution,
+        distribution_kwargs=kwargs,
+        return_log_prob=True,
+        log_prob_keys=["lp_c", ("group", "lp_d")],
+    )
     td = custom(TensorDict(params=params, batch_size=[2]))
     torch.testing.assert_close(td["lp_c"], torch.full((2,), 3 * D.Normal(0.0, 1.0).log_prob(torch.tensor(0.0)).item()))
     torch.testing.assert_close(td["group", "lp_d"], torch.full((2,), -torch.log(torch.tensor(4.0)).item()))
@@ -222,8 +266,12 @@ def test_log_prob_key_errors():
 
 def _actor(return_log_prob=True):
     return ProbSeq(
-        TensorDictModule(nn.Sequential(nn.Linear(3, 4), NormalParamExtractor()), in_keys=["obs"], out_keys=["loc", "scale"]),
-        ProbMod(in_keys=["loc", "scale"], out_keys=["action"], distribution_class=D.Normal, return_log_prob=return_log_prob),
+        TensorDictModule(
+            nn.Sequential(nn.Linear(3, 4), NormalParamExtractor()), in_keys=["obs"], out_keys=["loc", "scale"]
+        ),
+        ProbMod(
+            in_keys=["loc", "scale"], out_keys=["action"], distribution_class=D.Normal, return_log_prob=return_log_prob
+        ),
     )
 
 
@@ -257,7 +305,9 @@ def test_sequential_get_dist_log_prob_and_sampling():
     with pytest.raises(TypeError, match="last module must be a ProbabilisticTensorDictModule"):
         ProbSeq(TensorDictModule(nn.Linear(3, 3), in_keys=["obs"], out_keys=["x"]), return_composite=False)
     with pytest.raises(RuntimeError, match="no probabilistic module among the steps"):
-        ProbSeq(TensorDictModule(nn.Linear(3, 3), in_keys=["obs"], out_keys=["x"])).get_dist(TensorDict(obs=obs, batch_size=[5]))
+        ProbSeq(TensorDictModule(nn.Linear(3, 3), in_keys=["obs"], out_keys=["x"])).get_dist(
+            TensorDict(obs=obs, batch_size=[5])
+        )
     with pytest.raises(KeyError, match="obs"):
         actor.get_dist(TensorDict(wrong=obs, batch_size=[5]))
 
@@ -305,8 +355,13 @@ def test_delta_and_one_hot_heads():
 
 # ---------------------------------------------------------------------- tensordict 0.14 arguments
 def _seeded_normal(**kwargs):
-    return ProbMod(in_keys=["loc", "scale"], out_keys=["action"], distribution_class=D.Normal,
-                   default_interaction_type=InteractionType.RANDOM, **kwargs)
+    return ProbMod(
+        in_keys=["loc", "scale"],
+        out_keys=["action"],
+        distribution_class=D.Normal,
+        default_interaction_type=InteractionType.RANDOM,
+        **kwargs,
+    )
 
 
 def test_num_samples_expands_the_output():
@@ -344,7 +399,10 @@ def test_generator_argument_forms():
     data = td.clone()
     data["seed"] = torch.tensor(0)
     assert keyed(data)["action"].tolist() == first and int(data["seed"]) == 1895649597198586619
-    assert keyed(data)["action"].tolist() == [1.8946284055709839, 0.1361444741487503] and int(data["seed"]) == 3588561024410285094
+    assert (
+        keyed(data)["action"].tolist() == [1.8946284055709839, 0.1361444741487503]
+        and int(data["seed"]) == 3588561024410285094
+    )
     data = td.clone()
     data.set_non_tensor("seed", 5)
     assert keyed(data)["action"].tolist() == [-0.4867807626724243, -0.6038215756416321]
@@ -366,7 +424,12 @@ def _two_step(**kwargs):
         TensorDictModule(lambda x: x + 1, in_keys=["x"], out_keys=["loc"]),
         ProbMod(in_keys=["loc"], out_keys=["sample0"], distribution_class=D.Normal, distribution_kwargs={"scale": 1.0}),
         TensorDictModule(lambda s: s + 1, in_keys=["sample0"], out_keys=["loc2"]),
-        ProbMod(in_keys={"loc": "loc2"}, out_keys=["sample1"], distribution_class=D.Normal, distribution_kwargs={"scale": 1.0}),
+        ProbMod(
+            in_keys={"loc": "loc2"},
+            out_keys=["sample1"],
+            distribution_class=D.Normal,
+            distribution_kwargs={"scale": 1.0},
+        ),
         **kwargs,
     )
 
@@ -377,12 +440,18 @@ def test_return_composite():
     dist = composite.get_dist(TensorDict(x=torch.ones(3)))
     assert isinstance(dist, CompositeDistribution) and sorted(dist.dists) == ["sample0", "sample1"]
     # batch [3]: log-probs have the batch shape here (tensordict writes [3] for a [] batch too)
-    td = TensorDict(x=torch.ones(3), sample0=torch.tensor([0.5, 2.0, 3.0]), sample1=torch.tensor([1.0, 3.0, 0.0]), batch_size=[3])
+    td = TensorDict(
+        x=torch.ones(3), sample0=torch.tensor([0.5, 2.0, 3.0]), sample1=torch.tensor([1.0, 3.0, 0.0]), batch_size=[3]
+    )
     lp = composite.log_prob(td)
     # tensordict 0.14.3's numbers: the intermediate step draws (deterministically: its mean 2) before loc2
     assert sorted(lp.keys()) == ["sample0_log_prob", "sample1_log_prob"]
-    torch.testing.assert_close(lp["sample0_log_prob"], torch.tensor([-2.043938636779785, -0.9189385175704956, -1.4189385175704956]))
-    torch.testing.assert_close(lp["sample1_log_prob"], torch.tensor([-2.918938636779785, -0.9189385175704956, -5.418938636779785]))
+    torch.testing.assert_close(
+        lp["sample0_log_prob"], torch.tensor([-2.043938636779785, -0.9189385175704956, -1.4189385175704956])
+    )
+    torch.testing.assert_close(
+        lp["sample1_log_prob"], torch.tensor([-2.918938636779785, -0.9189385175704956, -5.418938636779785])
+    )
     last_only = _two_step(return_composite=False)
     assert isinstance(last_only.get_dist(TensorDict(x=torch.ones(3))), D.Normal)
     torch.testing.assert_close(last_only.log_prob(td), lp["sample1_log_prob"])
@@ -395,8 +464,10 @@ def test_return_composite():
     )
     assert tail.return_composite and sorted(tail(TensorDict(x=torch.ones(3))).keys()) == ["loc", "s", "x", "y"]
     assert sorted(tail.get_dist(TensorDict(x=torch.ones(3))).dists) == ["s"]
-    single = ProbSeq(TensorDictModule(lambda x: x + 1, in_keys=["x"], out_keys=["loc"]),
-                     ProbMod(in_keys=["loc"], out_keys=["s"], distribution_class=D.Normal, distribution_kwargs={"scale": 1.0}))
+    single = ProbSeq(
+        TensorDictModule(lambda x: x + 1, in_keys=["x"], out_keys=["loc"]),
+        ProbMod(in_keys=["loc"], out_keys=["s"], distribution_class=D.Normal, distribution_kwargs={"scale": 1.0}),
+    )
     assert not single.return_composite
     with pytest.raises(TypeError, match="return_composite must be a bool or None"):
         _two_step(return_composite="yes")

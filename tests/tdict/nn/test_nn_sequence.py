@@ -1,4 +1,5 @@
 """TensorDictSequential: key inference, steps, selection, indexing, partial tolerance."""
+
 import collections
 import sys
 
@@ -40,7 +41,9 @@ def test_key_inference_with_callables_and_repeats():
 
 
 def test_ordered_dict_and_list_inputs():
-    steps = collections.OrderedDict(a=Mod(torch.neg, in_keys=["x"], out_keys=["y"]), b=Mod(torch.abs, in_keys=["y"], out_keys=["z"]))
+    steps = collections.OrderedDict(
+        a=Mod(torch.neg, in_keys=["x"], out_keys=["y"]), b=Mod(torch.abs, in_keys=["y"], out_keys=["z"])
+    )
     seq = Seq(steps)
     assert seq["a"] is steps["a"]
     assert list(seq[1:].module.keys()) == ["b"]
@@ -70,7 +73,11 @@ def test_missing_key_error_names_step():
 
 
 def test_partial_tolerant():
-    seq = Seq(Mod(lambda x: x + 1, in_keys=["a"], out_keys=["b"]), Mod(lambda x: x + 1, in_keys=["y"], out_keys=["q"]), partial_tolerant=True)
+    seq = Seq(
+        Mod(lambda x: x + 1, in_keys=["a"], out_keys=["b"]),
+        Mod(lambda x: x + 1, in_keys=["y"], out_keys=["q"]),
+        partial_tolerant=True,
+    )
     td = seq(TensorDict(a=torch.zeros(())))
     assert td["b"] == 1 and "q" not in td
     strict = Seq(*seq, partial_tolerant=False)
@@ -154,7 +161,11 @@ def test_overhead_ratio():
 
     ident = lambda x: x  # noqa: E731
     one = Mod(ident, in_keys=["a"], out_keys=["b"])
-    three = Seq(Mod(ident, in_keys=["a"], out_keys=["b"]), Mod(ident, in_keys=["b"], out_keys=["c"]), Mod(ident, in_keys=["c"], out_keys=["d"]))
+    three = Seq(
+        Mod(ident, in_keys=["a"], out_keys=["b"]),
+        Mod(ident, in_keys=["b"], out_keys=["c"]),
+        Mod(ident, in_keys=["c"], out_keys=["d"]),
+    )
     td = TensorDict(a=torch.zeros(2), batch_size=[2])
     t1 = min(timeit.repeat(lambda: one(td), number=2000, repeat=5))
     t3 = min(timeit.repeat(lambda: three(td), number=2000, repeat=5))

@@ -1,4 +1,5 @@
 """TensorDictModuleWrapper, reset_parameters_recursive (module and ensemble), strict / get_kwargs."""
+
 import pytest
 import torch
 from torch import nn

@@ -1,4 +1,5 @@
 """Spec constructors refuse meaningless arguments with errors naming the argument, what was expected and what came."""
+
 from __future__ import annotations
 
 import math
@@ -26,8 +27,16 @@ from tdict.specs import Binary, Bounded, Categorical, Composite, MultiCategorica
         (lambda: Bounded(0.0, 1.0, shape=(-1,)), ValueError, r"Bounded: shape must hold sizes >= 0, got \(-1,\)"),
         (lambda: Composite(shape=(-1,)), ValueError, r"Composite: shape must hold sizes >= 0, got \(-1,\)"),
         (lambda: Unbounded(shape="ab"), TypeError, r"Unbounded: shape must be a sequence of ints, got 'ab'"),
-        (lambda: Bounded(low=math.nan, high=1.0, shape=()), ValueError, r"Bounded: low must be a number .* got NaN in low=nan"),
-        (lambda: Bounded(low=0.0, high=torch.tensor([1.0, math.nan])), ValueError, r"Bounded: high must be a number .*got NaN in high=\[1.0, nan\]"),
+        (
+            lambda: Bounded(low=math.nan, high=1.0, shape=()),
+            ValueError,
+            r"Bounded: low must be a number .* got NaN in low=nan",
+        ),
+        (
+            lambda: Bounded(low=0.0, high=torch.tensor([1.0, math.nan])),
+            ValueError,
+            r"Bounded: high must be a number .*got NaN in high=\[1.0, nan\]",
+        ),
     ],
 )
 def test_bad_constructor_arguments(make, err, match):

@@ -1,4 +1,5 @@
 """Composite: dict API, nested keys, generation as TensorDicts, validation and shape ops."""
+
 import numpy as np
 import pytest
 import torch
@@ -11,7 +12,9 @@ def make(shape=(4,)):
     return Composite(
         obs=Unbounded(shape=shape + (3,)),
         action=Categorical(2, shape=shape),
-        next=Composite(reward=Bounded(-1.0, 1.0, shape=shape), done=Unbounded(shape=shape, dtype=torch.bool), shape=shape),
+        next=Composite(
+            reward=Bounded(-1.0, 1.0, shape=shape), done=Unbounded(shape=shape, dtype=torch.bool), shape=shape
+        ),
         shape=shape,
     )
 
@@ -121,10 +124,14 @@ def test_project_writes_into_its_input_as_torchrl():
     assert td["a"].tolist() == [-1.0, 0.5] and td["n", "b"].tolist() == [2, 1] and td["extra"].tolist() == [1.0]
     assert a.tolist() == [-3.0, 0.5]  # the tensor itself is replaced, not written into
     members = [TensorDict(a=torch.tensor([-3.0, 0.5]), n=TensorDict(b=torch.tensor([5, 1]))) for _ in range(2)]
-    stacked = Composite(a=Bounded(-1.0, 1.0, shape=(2, 2)), n=Composite(b=Categorical(3, shape=(2, 2)), shape=(2,)), shape=(2,))
+    stacked = Composite(
+        a=Bounded(-1.0, 1.0, shape=(2, 2)), n=Composite(b=Categorical(3, shape=(2, 2)), shape=(2,)), shape=(2,)
+    )
     lazy = lazy_stack(members, 0)
     assert stacked.project(lazy) is lazy
-    assert [m["a"].tolist() for m in members] == [[-1.0, 0.5]] * 2 and [m["n", "b"].tolist() for m in members] == [[2, 1]] * 2
+    assert [m["a"].tolist() for m in members] == [[-1.0, 0.5]] * 2 and [m["n", "b"].tolist() for m in members] == [
+        [2, 1]
+    ] * 2
     inside = TensorDict(a=torch.tensor([0.0, 0.5]), n=TensorDict(b=torch.tensor([0, 1])))
     a_in = inside["a"]
     assert spec.project(inside)["a"] is a_in  # values inside their specs are left as they are
@@ -154,7 +161,9 @@ def test_clone_to_eq_update_select_exclude():
     assert c == spec and c["obs"] is not spec["obs"]
     c["next", "reward"] = Bounded(0.0, 1.0, shape=(4,))
     assert c != spec
-    assert spec.to("cpu").device == torch.device("cpu") and spec.to("cpu")["next", "reward"].device == torch.device("cpu")
+    assert spec.to("cpu").device == torch.device("cpu") and spec.to("cpu")["next", "reward"].device == torch.device(
+        "cpu"
+    )
     s = spec.select("obs", ("next", "reward"))
     assert s.keys(True, True) == ["obs", ("next", "reward")]
     with pytest.raises(KeyError):

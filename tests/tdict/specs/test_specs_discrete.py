@@ -1,4 +1,5 @@
 """Categorical, OneHot, Binary, MultiCategorical and MultiOneHot specs."""
+
 import numpy as np
 import pytest
 import torch
@@ -127,7 +128,9 @@ class TestBinary:
         assert not spec.is_in(torch.tensor([0, 2, 1], dtype=torch.int8))
         assert spec.project(torch.tensor([0.2, 0.9, 0.6])).tolist() == [0, 1, 1]
         assert spec.cardinality() == 8 and spec.enumerate().shape == (8, 3)
-        assert {tuple(r) for r in spec.enumerate().tolist()} == {(a, b, c) for a in (0, 1) for b in (0, 1) for c in (0, 1)}
+        assert {tuple(r) for r in spec.enumerate().tolist()} == {
+            (a, b, c) for a in (0, 1) for b in (0, 1) for c in (0, 1)
+        }
         assert spec.encode(np.array([1, 0, 1])).dtype == torch.int8
         assert Binary(shape=(2, 4)).n == 4 and Binary(shape=(2, 4)).expand(3, 2, 4).shape == (3, 2, 4)
 

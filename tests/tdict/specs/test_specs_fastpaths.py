@@ -1,4 +1,5 @@
 """rand() fast paths stay inside the spec; Composite fixes (empty batches, cardinality); index()."""
+
 import pytest
 import torch
 
@@ -13,7 +14,7 @@ def test_scalar_box_rand_within_bounds(dtype):
     assert x.dtype == dtype and x.shape == torch.Size([10, 1000]) and spec.is_in(x)
     assert x.min() >= -2.0 and x.max() < 3.0
     # uniform on [low, high): mean and spread of U(-2, 3)
-    assert abs(x.double().mean().item() - 0.5) < 0.1 and abs(x.double().std().item() - 5 / 12 ** 0.5) < 0.1
+    assert abs(x.double().mean().item() - 0.5) < 0.1 and abs(x.double().std().item() - 5 / 12**0.5) < 0.1
 
 
 def test_per_element_and_int_boxes_rand_within_bounds():

@@ -1,4 +1,5 @@
 """Bounded, Unbounded and NonTensor specs: generation, validation, conversion, shape ops."""
+
 import numpy as np
 import pytest
 import torch

@@ -1,4 +1,5 @@
 """Property tests: rand lands in the spec, project lands in the spec, encode/to_numpy round-trip, masks."""
+
 import numpy as np
 import torch
 from hypothesis import given, settings, strategies as st
@@ -14,14 +15,21 @@ seeds = st.integers(0, 2**31 - 1)
 @st.composite
 def leaf_specs(draw):
     shape = draw(shapes)
-    kind = draw(st.sampled_from(["bounded_f", "bounded_i", "unbounded", "cat", "onehot", "binary", "multicat", "multioh"]))
+    kind = draw(
+        st.sampled_from(["bounded_f", "bounded_i", "unbounded", "cat", "onehot", "binary", "multicat", "multioh"])
+    )
     g = torch.Generator().manual_seed(draw(seeds))
     if kind == "bounded_f":
         low = torch.randn(shape, generator=g) * 3
         return Bounded(low, low + torch.rand(shape, generator=g) * 5, shape=shape)
     if kind == "bounded_i":
         low = draw(st.integers(-10, 10))
-        return Bounded(low, low + draw(st.integers(0, 6)), shape=shape, dtype=draw(st.sampled_from([torch.int64, torch.int32, torch.uint8 if low >= 0 else torch.int16])))
+        return Bounded(
+            low,
+            low + draw(st.integers(0, 6)),
+            shape=shape,
+            dtype=draw(st.sampled_from([torch.int64, torch.int32, torch.uint8 if low >= 0 else torch.int16])),
+        )
     if kind == "unbounded":
         return Unbounded(shape=shape, dtype=draw(st.sampled_from([torch.float32, torch.float64, torch.int64])))
     n = draw(st.integers(1, 5))
@@ -52,7 +60,11 @@ def test_rand_is_in(spec, lead_shape, seed):
 def test_project_lands_inside(spec, seed):
     g = torch.Generator().manual_seed(seed)
     x = (torch.randn((2,) + spec.shape, generator=g) * 20).to(torch.float32)
-    if spec.dtype is not None and not spec.dtype.is_floating_point and not isinstance(spec, (OneHot, MultiOneHot, Binary)):
+    if (
+        spec.dtype is not None
+        and not spec.dtype.is_floating_point
+        and not isinstance(spec, (OneHot, MultiOneHot, Binary))
+    ):
         x = x.round().to(torch.int64)
     if spec.dtype is torch.uint8:
         x = x.clamp(0, 255)

@@ -1,4 +1,5 @@
 """torch.stack of specs: dense stacks, Stacked leaves, StackedComposite (heterogeneous agents)."""
+
 import pytest
 import torch
 
@@ -14,7 +15,12 @@ def test_dense_stack_of_leaves_keeps_bounds():
     assert s.is_in(x) and (x[:, 1] >= 5).all()
     s1 = torch.stack([Bounded(0.0, 1.0, shape=(2,)), Bounded(5.0, 6.0, shape=(2,))], 1)
     assert s1.shape == (2, 2) and s1.low.tolist() == [[0.0, 5.0], [0.0, 5.0]]
-    m = torch.stack([Categorical(3, mask=torch.tensor([True, False, False])), Categorical(3, mask=torch.tensor([False, False, True]))])
+    m = torch.stack(
+        [
+            Categorical(3, mask=torch.tensor([True, False, False])),
+            Categorical(3, mask=torch.tensor([False, False, True])),
+        ]
+    )
     assert type(m) is Categorical and m.shape == (2,)
     assert m.rand((20,)).tolist() == [[0, 2]] * 20
 

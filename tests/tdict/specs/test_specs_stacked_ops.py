@@ -1,4 +1,5 @@
 """Shape ops, conversion and attributes of Stacked / StackedComposite, checked against the members."""
+
 import numpy as np
 import pytest
 import torch
@@ -140,7 +141,9 @@ def het():
 def test_stacked_composite_shape_ops():
     spec = het()
     assert isinstance(spec, StackedComposite) and spec.shape == torch.Size([2]) and spec.dtype is None
-    assert torch.stack([Composite(a=Unbounded(shape=(2,))), Composite(a=Unbounded(shape=(3,)))], 0).dtype == torch.float32
+    assert (
+        torch.stack([Composite(a=Unbounded(shape=(2,))), Composite(a=Unbounded(shape=(3,)))], 0).dtype == torch.float32
+    )
     ex = spec.expand(4, 2)
     td = ex.rand()
     assert td.batch_size == torch.Size([4, 2]) and ex.is_in(td)
@@ -149,7 +152,9 @@ def test_stacked_composite_shape_ops():
     assert un.shape == torch.Size([2, 1]) and un.rand().batch_size == torch.Size([2, 1])
     assert un.squeeze() == spec and spec.unsqueeze(0).squeeze(0) == spec
     assert spec.unsqueeze(0).dim == 1
-    grown = torch.stack([Composite(a=Unbounded(shape=(4, 2)), shape=(4,)), Composite(a=Unbounded(shape=(4, 3)), shape=(4,))], 0)
+    grown = torch.stack(
+        [Composite(a=Unbounded(shape=(4, 2)), shape=(4,)), Composite(a=Unbounded(shape=(4, 3)), shape=(4,))], 0
+    )
     assert grown.reshape(2, 2, 2).shape == torch.Size([2, 2, 2])
     assert grown.reshape(2, 2, 2).specs[1]["a"].shape == torch.Size([2, 2, 3])
     with pytest.raises(ValueError, match="across its stack dim"):
@@ -168,7 +173,9 @@ def test_stacked_composite_encode_to_numpy_cardinality():
     assert arrays["extra"][0] is None and np.allclose(arrays["extra"][1], td[1]["extra"].numpy())
     enc = spec.encode([{"obs": np.zeros(3), "action": 1}, {"obs": np.ones(5), "action": 0, "extra": 2.0}])
     assert spec.is_in(enc) and enc[1]["extra"].item() == 2.0 and enc["action"].tolist() == [1, 0]
-    same = torch.stack([Composite(a=Categorical(3), b=OneHot(2)), Composite(a=Categorical(3, dtype=torch.int32), b=OneHot(2))], 0)
+    same = torch.stack(
+        [Composite(a=Categorical(3), b=OneHot(2)), Composite(a=Categorical(3, dtype=torch.int32), b=OneHot(2))], 0
+    )
     assert same.cardinality() == 6
     with pytest.raises(NotImplementedError):
         spec.cardinality()

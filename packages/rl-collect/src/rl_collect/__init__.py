@@ -11,6 +11,7 @@ Example:
     >>> sum(batch.numel() for batch in collector)
     128
 """
+
 from __future__ import annotations
 
 from .collector import Collector

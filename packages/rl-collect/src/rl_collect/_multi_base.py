@@ -1,4 +1,5 @@
 """What the multi-process collectors share: worker start-up, seeding, weights, state, shutdown."""
+
 from __future__ import annotations
 
 from typing import Any, Callable, Sequence
@@ -41,7 +42,9 @@ class MultiCollectorBase:
     ) -> None:
         name = type(self).__name__
         if not isinstance(create_env_fns, (list, tuple)) or not create_env_fns:
-            raise TypeError(f"{name}: create_env_fns must be a non-empty list of env factories, got {create_env_fns!r}.")
+            raise TypeError(
+                f"{name}: create_env_fns must be a non-empty list of env factories, got {create_env_fns!r}."
+            )
         if not isinstance(frames_per_batch, int) or frames_per_batch < 1:
             raise ValueError(f"{name}: frames_per_batch must be a positive int, got {frames_per_batch!r}.")
         if not isinstance(total_frames, int) or (total_frames < 1 and total_frames != -1):
@@ -71,8 +74,15 @@ class MultiCollectorBase:
         self.weight_sync_scheme.init_sender(self._policy_weights(), [])
         receivers = [self.weight_sync_scheme.receiver(i) for i in range(self.num_workers)]
         self._pool = WorkerPool(
-            create_env_fns, policy, collector_kwargs, receivers, stop=self._stop, timeout=worker_timeout,
-            start_method=mp_start_method, num_threads=num_threads, heartbeat_interval=heartbeat_interval,
+            create_env_fns,
+            policy,
+            collector_kwargs,
+            receivers,
+            stop=self._stop,
+            timeout=worker_timeout,
+            start_method=mp_start_method,
+            num_threads=num_threads,
+            heartbeat_interval=heartbeat_interval,
             heartbeat_timeout=heartbeat_timeout,
         )
         self.weight_sync_scheme.attach_pipes(self._pool.conns)

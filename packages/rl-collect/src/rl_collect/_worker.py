@@ -7,6 +7,7 @@ frames)``; ``("seed", seed, static)`` -> ``("seed", next_seed)``; ``("state_dict
 worker that raises replies ``("error", traceback_text)`` and exits. Every worker beats and dies with
 its parent, even in the middle of a batch (``tdict.liveness``).
 """
+
 from __future__ import annotations
 
 import copy
@@ -181,8 +182,20 @@ class WorkerPool:
                 parent_end, child_end = ctx.Pipe()
                 proc = ctx.Process(
                     target=worker_main,
-                    args=(i, fn, policy, collector_kwargs, child_end, receivers[i], stop, num_threads, os.getpid(),
-                          self.board.beats, heartbeat_interval, kernel_signal),
+                    args=(
+                        i,
+                        fn,
+                        policy,
+                        collector_kwargs,
+                        child_end,
+                        receivers[i],
+                        stop,
+                        num_threads,
+                        os.getpid(),
+                        self.board.beats,
+                        heartbeat_interval,
+                        kernel_signal,
+                    ),
                     name=f"rl_collect-worker-{i}",
                 )
                 proc.start()
@@ -257,8 +270,11 @@ class WorkerPool:
         indices = [i for i in indices if not self.conns[i].poll()]  # a reply waiting to be read is no hang
         hung = self.board.hung(indices)
         if hung:
-            self._raise_silent(hung, "no progress (heartbeat) from worker(s) {} for heartbeat_timeout="
-                                     f"{self.board.timeout}s (stopped, sleeping, blocked or deadlocked in a step)")
+            self._raise_silent(
+                hung,
+                "no progress (heartbeat) from worker(s) {} for heartbeat_timeout="
+                f"{self.board.timeout}s (stopped, sleeping, blocked or deadlocked in a step)",
+            )
         if self.timeout is not None:
             now = _now()
             late = [i for i in indices if now - self._since[i] >= self.timeout]

@@ -1,4 +1,5 @@
 """Collector: runs an env with a policy and yields batches of ``frames_per_batch`` frames."""
+
 from __future__ import annotations
 
 import math
@@ -51,6 +52,7 @@ def _plain(td: TensorDictBase) -> dict:
     the tensors themselves, not copies (as ``nn.Module.state_dict`` gives its parameters): their
     strides survive ``torch.save``, and a resumed env computes on the same layouts (an expanded
     parameter and its dense copy take different CPU kernels, which round differently)."""
+
     def path(key: Any) -> list:
         return list(key) if isinstance(key, tuple) else [key]
 
@@ -235,7 +237,10 @@ class Collector:
         built the same way and loaded with it continues the same trajectories. Plain tensors,
         lists and numbers only: ``torch.load(weights_only=True)`` reads a saved copy."""
         state: dict[str, Any] = {
-            "frames": self._frames, "iter": self._iter, "traj_count": self._traj_count, "policy_version": self.policy_version,
+            "frames": self._frames,
+            "iter": self._iter,
+            "traj_count": self._traj_count,
+            "policy_version": self.policy_version,
         }
         if isinstance(self.policy, nn.Module):
             state["policy_state_dict"] = self.policy.state_dict()
@@ -340,7 +345,9 @@ class Collector:
             self._start()
         td = self._td
         records = []
-        version = torch.full(self.env.batch_size, self.policy_version, dtype=torch.int64)  # read-only: shared by the steps
+        version = torch.full(
+            self.env.batch_size, self.policy_version, dtype=torch.int64
+        )  # read-only: shared by the steps
         context = set_interaction_type(self.exploration_type) if self.exploration_type is not None else None
         if context is not None:
             context.__enter__()
@@ -514,7 +521,9 @@ class Collector:
         )
 
 
-def _policy_only_entries(policy: Any, env: Any, dry_run: bool, policy_device: torch.device | None = None) -> TensorDictBase | None:
+def _policy_only_entries(
+    policy: Any, env: Any, dry_run: bool, policy_device: torch.device | None = None
+) -> TensorDictBase | None:
     """Run the policy once on a fake step (no grad) when it has lazy layers or ``dry_run`` is set.
 
     Lazy layers (``nn.LazyLinear``, ``MLP(in_features=None)``) get their shapes before the first

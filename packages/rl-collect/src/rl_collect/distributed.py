@@ -30,6 +30,7 @@ Launching:
 ``backend="gloo"`` moves CPU tensors; ``backend="nccl"`` (untested here) needs each worker's batch
 on its GPU: pass ``storing_device="cuda"`` in ``collector_kwargs``.
 """
+
 from __future__ import annotations
 
 import datetime
@@ -86,7 +87,12 @@ def _learner_store(addr: str, port: int, world_size: int, timeout: float) -> dis
     whatever address it is given, so it is handed a socket bound here."""
     sock = _listening_socket(addr, port)
     return dist.TCPStore(
-        addr, sock.getsockname()[1], world_size, True, datetime.timedelta(seconds=timeout), wait_for_workers=False,
+        addr,
+        sock.getsockname()[1],
+        world_size,
+        True,
+        datetime.timedelta(seconds=timeout),
+        wait_for_workers=False,
         master_listen_fd=sock.detach(),  # the store owns the descriptor now
     )
 
@@ -126,7 +132,7 @@ def _unpack(header: bytes, buf: torch.Tensor) -> TensorDictBase:
     for key, shape, dtype_name in meta["leaves"]:
         dtype = getattr(torch, dtype_name)
         nbytes = math.prod(shape) * torch.empty(0, dtype=dtype).element_size()
-        leaf = buf[offset:offset + nbytes].view(dtype).reshape(shape)
+        leaf = buf[offset : offset + nbytes].view(dtype).reshape(shape)
         offset += -(-nbytes // 8) * 8
         out.set(tuple(key), leaf)
     return out
@@ -142,15 +148,24 @@ def _weights_of(policy: Any) -> TensorDictBase | None:
 class _Worker:
     """The loop a worker rank runs: wait for a command, act, answer."""
 
-    def __init__(self, rank: int, num_workers: int, create_env_fn: Any, policy: Any,
-                 frames_per_batch: int, collector_kwargs: dict, backend: str) -> None:
+    def __init__(
+        self,
+        rank: int,
+        num_workers: int,
+        create_env_fn: Any,
+        policy: Any,
+        frames_per_batch: int,
+        collector_kwargs: dict,
+        backend: str,
+    ) -> None:
         self.rank = rank
         self.num_workers = num_workers
         self.backend = backend
         self.device = torch.device("cpu")
         self.policy = policy
-        self.collector = Collector(create_env_fn, policy, frames_per_batch=frames_per_batch,
-                                   total_frames=-1, **collector_kwargs)
+        self.collector = Collector(
+            create_env_fn, policy, frames_per_batch=frames_per_batch, total_frames=-1, **collector_kwargs
+        )
         self.iterator: Iterator | None = None
 
     def collect(self, frames: int) -> TensorDictBase:
@@ -215,9 +230,20 @@ def _init_group(backend: str, rank: int, world_size: int, addr: str, store: Any,
                 os.environ[k] = v
 
 
-def _mp_worker_main(rank: int, world_size: int, addr: str, port: int, backend: str, parent_pid: int,
-                    kernel_signal: bool, create_env_fn: Any, policy: Any, frames_per_batch: int,
-                    collector_kwargs: dict, status: Any) -> None:
+def _mp_worker_main(
+    rank: int,
+    world_size: int,
+    addr: str,
+    port: int,
+    backend: str,
+    parent_pid: int,
+    kernel_signal: bool,
+    create_env_fn: Any,
+    policy: Any,
+    frames_per_batch: int,
+    collector_kwargs: dict,
+    status: Any,
+) -> None:
     die_with_parent(parent_pid, kernel_signal)
     start_heartbeat(None, rank, 1.0, parent_pid)  # a watchdog only: ends this worker if the learner dies
     torch.set_num_threads(1)
@@ -245,8 +271,9 @@ def run_worker(create_env_fn: Any = None, policy: Any = None, **collector_kwargs
     job). Reads ``RANK``/``WORLD_SIZE``/``MASTER_ADDR``/``MASTER_PORT`` (set by torchrun).
     """
     if not dist.is_initialized():  # an idle worker waits as long as the learner trains
-        dist.init_process_group(os.environ.get("RL_COLLECT_BACKEND", "gloo"), init_method="env://",
-                                timeout=_WORKER_IDLE_TIMEOUT)
+        dist.init_process_group(
+            os.environ.get("RL_COLLECT_BACKEND", "gloo"), init_method="env://", timeout=_WORKER_IDLE_TIMEOUT
+        )
     rank, world_size = dist.get_rank(), dist.get_world_size()
     config = [None]
     dist.broadcast_object_list(config, src=0)
@@ -315,7 +342,9 @@ class DistributedCollector:
         **collector_kwargs: Any,
     ) -> None:
         if not isinstance(frames_per_batch, int) or frames_per_batch < 1:
-            raise ValueError(f"DistributedCollector: frames_per_batch must be a positive int, got {frames_per_batch!r}.")
+            raise ValueError(
+                f"DistributedCollector: frames_per_batch must be a positive int, got {frames_per_batch!r}."
+            )
         if not isinstance(total_frames, int) or (total_frames < 1 and total_frames != -1):
             raise ValueError(f"DistributedCollector: total_frames must be a positive int or -1, got {total_frames!r}.")
         if launcher not in ("mp", "torchrun"):
@@ -324,7 +353,9 @@ class DistributedCollector:
             raise ValueError(f"DistributedCollector: backend must be 'gloo' or 'nccl', got {backend!r}.")
         if isinstance(create_env_fn, (list, tuple)):
             if num_workers is not None and num_workers != len(create_env_fn):
-                raise ValueError(f"DistributedCollector: num_workers={num_workers} but {len(create_env_fn)} env factories.")
+                raise ValueError(
+                    f"DistributedCollector: num_workers={num_workers} but {len(create_env_fn)} env factories."
+                )
             env_fns = list(create_env_fn)
         else:
             if launcher == "torchrun":
@@ -334,8 +365,10 @@ class DistributedCollector:
         if self.num_workers < 1:
             raise ValueError("DistributedCollector: needs at least one worker.")
         if sync and frames_per_batch % self.num_workers:
-            raise ValueError(f"DistributedCollector(sync=True): frames_per_batch={frames_per_batch} must be a "
-                             f"multiple of num_workers={self.num_workers}.")
+            raise ValueError(
+                f"DistributedCollector(sync=True): frames_per_batch={frames_per_batch} must be a "
+                f"multiple of num_workers={self.num_workers}."
+            )
         self.frames_per_batch = frames_per_batch
         self.total_frames = total_frames
         self.sync = sync
@@ -365,26 +398,47 @@ class DistributedCollector:
                 port = store.port
                 for rank in range(1, world_size):
                     proc = ctx.Process(
-                        target=_mp_worker_main, daemon=True, name=f"rl_collect-dist-worker-{rank}",
-                        args=(rank, world_size, master_addr, port, backend, os.getpid(), kernel_signal,
-                              env_fns[rank - 1], policy, self._worker_frames, collector_kwargs, self._status),
+                        target=_mp_worker_main,
+                        daemon=True,
+                        name=f"rl_collect-dist-worker-{rank}",
+                        args=(
+                            rank,
+                            world_size,
+                            master_addr,
+                            port,
+                            backend,
+                            os.getpid(),
+                            kernel_signal,
+                            env_fns[rank - 1],
+                            policy,
+                            self._worker_frames,
+                            collector_kwargs,
+                            self._status,
+                        ),
                     )
                     proc.start()
                     self._procs.append(proc)
                 self._wait_ready()
                 # joining waits for every worker's start-up; each request then waits ``timeout`` (``_wait``)
-                _init_group(backend, 0, world_size, master_addr, store,
-                            datetime.timedelta(seconds=max(self.timeout, _START_TIMEOUT)))
+                _init_group(
+                    backend,
+                    0,
+                    world_size,
+                    master_addr,
+                    store,
+                    datetime.timedelta(seconds=max(self.timeout, _START_TIMEOUT)),
+                )
             except BaseException:
                 self.shutdown()
                 raise
         else:
             if not dist.is_initialized():
-                dist.init_process_group(backend, init_method="env://",
-                                        timeout=datetime.timedelta(seconds=self.timeout))
+                dist.init_process_group(backend, init_method="env://", timeout=datetime.timedelta(seconds=self.timeout))
             if dist.get_rank() != 0 or dist.get_world_size() != world_size:
-                raise RuntimeError(f"DistributedCollector(launcher='torchrun') must run on rank 0 of a world of "
-                                   f"{world_size}; got rank {dist.get_rank()} of {dist.get_world_size()}.")
+                raise RuntimeError(
+                    f"DistributedCollector(launcher='torchrun') must run on rank 0 of a world of "
+                    f"{world_size}; got rank {dist.get_rank()} of {dist.get_world_size()}."
+                )
             dist.broadcast_object_list([(env_fns, policy, self._worker_frames, collector_kwargs, backend)], src=0)
         self._device = _device_for(backend)
         self._pending: dict[int, Any] = {}  # rank -> frames
@@ -422,8 +476,10 @@ class DistributedCollector:
                     raise err from None
                 if time.monotonic() > deadline:
                     late = sorted(set(range(1, self.num_workers + 1)) - ready)
-                    raise TimeoutError(f"DistributedCollector: worker rank(s) {late} not ready after "
-                                       f"{max(self.timeout, _START_TIMEOUT)}s.") from None
+                    raise TimeoutError(
+                        f"DistributedCollector: worker rank(s) {late} not ready after "
+                        f"{max(self.timeout, _START_TIMEOUT)}s."
+                    ) from None
                 continue
             if kind == "error":
                 raise RuntimeError(f"DistributedCollector: worker {rank} failed to start:\n{text}")
@@ -608,8 +664,10 @@ class DistributedCollector:
         weights = None
         if "policy_state_dict" in state:
             if not isinstance(self.policy, torch.nn.Module):
-                raise TypeError("DistributedCollector.load_state_dict: the state has policy weights but the "
-                                "policy given has no parameters.")
+                raise TypeError(
+                    "DistributedCollector.load_state_dict: the state has policy weights but the "
+                    "policy given has no parameters."
+                )
             self.policy.load_state_dict(state["policy_state_dict"])
             weights = _weights_of(self.policy)
         self.policy_version = int(state.get("policy_version", 0))
@@ -664,5 +722,7 @@ class DistributedCollector:
             pass
 
     def __repr__(self) -> str:
-        return (f"DistributedCollector(num_workers={self.num_workers}, backend={self.backend!r}, sync={self.sync}, "
-                f"frames_per_batch={self.frames_per_batch}, total_frames={self.total_frames}, frames={self._frames})")
+        return (
+            f"DistributedCollector(num_workers={self.num_workers}, backend={self.backend!r}, sync={self.sync}, "
+            f"frames_per_batch={self.frames_per_batch}, total_frames={self.total_frames}, frames={self._frames})"
+        )

@@ -1,4 +1,5 @@
 """MultiAsyncCollector (first ready batch of any worker) and AsyncCollector (one background worker)."""
+
 from __future__ import annotations
 
 from typing import Any, Callable, Iterator, Sequence
@@ -55,10 +56,19 @@ class MultiAsyncCollector(MultiCollectorBase):
         **collector_kwargs: Any,
     ) -> None:
         super().__init__(
-            create_env_fns, policy, frames_per_batch=frames_per_batch, total_frames=total_frames,
-            weight_sync_scheme=weight_sync_scheme, worker_timeout=worker_timeout, heartbeat_interval=heartbeat_interval,
-            heartbeat_timeout=heartbeat_timeout, mp_start_method=mp_start_method,
-            num_threads=num_threads, split_trajs=split_trajs, postproc=postproc, replay_buffer=replay_buffer,
+            create_env_fns,
+            policy,
+            frames_per_batch=frames_per_batch,
+            total_frames=total_frames,
+            weight_sync_scheme=weight_sync_scheme,
+            worker_timeout=worker_timeout,
+            heartbeat_interval=heartbeat_interval,
+            heartbeat_timeout=heartbeat_timeout,
+            mp_start_method=mp_start_method,
+            num_threads=num_threads,
+            split_trajs=split_trajs,
+            postproc=postproc,
+            replay_buffer=replay_buffer,
             **collector_kwargs,
         )
         self._in_flight: dict[int, int] = {}  # worker -> frames requested

@@ -1,4 +1,5 @@
 """MultiSyncCollector: one worker process per env factory; each batch gathers every worker's share."""
+
 from __future__ import annotations
 
 import math
@@ -101,11 +102,21 @@ class MultiSyncCollector(MultiCollectorBase):
         self.preemptive_threshold = preemptive_threshold
         self.cat_results = cat_results
         super().__init__(
-            create_env_fns, policy, frames_per_batch=frames_per_batch, total_frames=total_frames,
-            weight_sync_scheme=weight_sync_scheme, worker_timeout=worker_timeout, heartbeat_interval=heartbeat_interval,
-            heartbeat_timeout=heartbeat_timeout, mp_start_method=mp_start_method,
-            num_threads=num_threads, split_trajs=split_trajs, postproc=postproc, replay_buffer=replay_buffer,
-            _preemptive=preemptive_threshold is not None, **collector_kwargs,
+            create_env_fns,
+            policy,
+            frames_per_batch=frames_per_batch,
+            total_frames=total_frames,
+            weight_sync_scheme=weight_sync_scheme,
+            worker_timeout=worker_timeout,
+            heartbeat_interval=heartbeat_interval,
+            heartbeat_timeout=heartbeat_timeout,
+            mp_start_method=mp_start_method,
+            num_threads=num_threads,
+            split_trajs=split_trajs,
+            postproc=postproc,
+            replay_buffer=replay_buffer,
+            _preemptive=preemptive_threshold is not None,
+            **collector_kwargs,
         )
 
     def _gather(self, frames: int) -> tuple[list, int]:

@@ -5,6 +5,7 @@ and yields batches as they come. A killed actor is restarted by Ray (``max_resta
 request is sent again (with the latest weights first), so the frame total is still exact. Weights
 travel through a :class:`~rl_collect.weight_sync.RayWeightSyncScheme` (one object-store copy per version).
 """
+
 from __future__ import annotations
 
 import uuid
@@ -36,14 +37,21 @@ def _import_ray() -> Any:
 class _CollectorActor:
     """The actor body: a Collector that answers ``collect(frames)`` calls."""
 
-    def __init__(self, create_env_fn: Any, policy: Any, frames_per_batch: int, collector_kwargs: dict,
-                 receiver: RayWeightReceiver | None = None) -> None:
+    def __init__(
+        self,
+        create_env_fn: Any,
+        policy: Any,
+        frames_per_batch: int,
+        collector_kwargs: dict,
+        receiver: RayWeightReceiver | None = None,
+    ) -> None:
         torch.set_num_threads(1)
         self.incarnation = uuid.uuid4().hex  # changes when Ray restarts the actor
         self.policy = policy
         self.receiver = receiver if receiver is not None else RayWeightReceiver()
-        self.collector = Collector(create_env_fn, policy, frames_per_batch=frames_per_batch, total_frames=-1,
-                                   **collector_kwargs)
+        self.collector = Collector(
+            create_env_fn, policy, frames_per_batch=frames_per_batch, total_frames=-1, **collector_kwargs
+        )
         self.iterator: Iterator | None = None
 
     def collect(self, frames: int) -> tuple[str, TensorDictBase]:
@@ -140,8 +148,10 @@ class RayCollector:
         if not env_fns:
             raise ValueError("RayCollector: needs at least one collector.")
         if sync and frames_per_batch % len(env_fns):
-            raise ValueError(f"RayCollector(sync=True): frames_per_batch={frames_per_batch} must be a multiple of "
-                             f"num_collectors={len(env_fns)}.")
+            raise ValueError(
+                f"RayCollector(sync=True): frames_per_batch={frames_per_batch} must be a multiple of "
+                f"num_collectors={len(env_fns)}."
+            )
         ray = _import_ray()
         self._ray = ray
         self._owns_ray = False
@@ -171,8 +181,10 @@ class RayCollector:
         self._restarts = 0
         self._scheme = RayWeightSyncScheme(method="handle_weights")
         remote_cls = ray.remote(num_cpus=num_cpus, max_restarts=max_restarts)(_CollectorActor)
-        self._actors = [remote_cls.remote(fn, policy, self._worker_frames, collector_kwargs, self._scheme.receiver(i))
-                        for i, fn in enumerate(env_fns)]
+        self._actors = [
+            remote_cls.remote(fn, policy, self._worker_frames, collector_kwargs, self._scheme.receiver(i))
+            for i, fn in enumerate(env_fns)
+        ]
         self._scheme.init_sender(None, self._actors)
         self._pending: dict[Any, tuple[int, int]] = {}  # ObjectRef -> (actor index, frames)
         self._shut = False
@@ -292,7 +304,9 @@ class RayCollector:
         part of it: a resumed collector collects their frames again.
         """
         state: dict = {
-            "frames": self._frames, "policy_version": self.policy_version, "batch_id": self._next_batch_id,
+            "frames": self._frames,
+            "policy_version": self.policy_version,
+            "batch_id": self._next_batch_id,
             "incarnation_slots": self._slot_base + len(self._incarnations),
         }
         if isinstance(self.policy, torch.nn.Module):
@@ -314,8 +328,9 @@ class RayCollector:
         weights = None
         if "policy_state_dict" in state:
             if not isinstance(self.policy, torch.nn.Module):
-                raise TypeError("RayCollector.load_state_dict: the state has policy weights but the policy "
-                                "given has no parameters.")
+                raise TypeError(
+                    "RayCollector.load_state_dict: the state has policy weights but the policy given has no parameters."
+                )
             self.policy.load_state_dict(state["policy_state_dict"])
             weights = TensorDict.from_module(self.policy)
         self.policy_version = version
@@ -343,5 +358,7 @@ class RayCollector:
             ray.shutdown()
 
     def __repr__(self) -> str:
-        return (f"RayCollector(num_collectors={self.num_collectors}, frames_per_batch={self.frames_per_batch}, "
-                f"total_frames={self.total_frames}, frames={self._frames})")
+        return (
+            f"RayCollector(num_collectors={self.num_collectors}, frames_per_batch={self.frames_per_batch}, "
+            f"total_frames={self.total_frames}, frames={self._frames})"
+        )

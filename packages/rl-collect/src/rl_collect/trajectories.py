@@ -1,4 +1,5 @@
 """split_trajectories: a batch of steps regrouped as one padded row per trajectory."""
+
 from __future__ import annotations
 
 import torch

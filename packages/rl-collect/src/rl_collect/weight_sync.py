@@ -15,6 +15,7 @@ Four transports live here:
 * :class:`DistributedWeightSyncScheme`: one flat byte buffer, broadcast (or sent point to point to
   idle workers) over a ``torch.distributed`` group (used by :class:`~rl_collect.DistributedCollector`).
 """
+
 from __future__ import annotations
 
 import math
@@ -325,10 +326,12 @@ class DistributedWeightReceiver(WeightReceiver):
         device: where the buffer is received (``"cuda"`` for nccl).
     """
 
-    def __init__(self, template: TensorDictBase | None = None, src: int = 0,
-                 device: torch.device | str = "cpu") -> None:
-        self._layout = ([(k, tuple(v.shape), v.dtype) for k, v in template.items(True, True)]
-                        if template is not None else [])
+    def __init__(
+        self, template: TensorDictBase | None = None, src: int = 0, device: torch.device | str = "cpu"
+    ) -> None:
+        self._layout = (
+            [(k, tuple(v.shape), v.dtype) for k, v in template.items(True, True)] if template is not None else []
+        )
         self._src = src
         self._device = torch.device(device)
         self._buf: torch.Tensor | None = None
@@ -361,11 +364,13 @@ class DistributedWeightReceiver(WeightReceiver):
         offset = 0
         for key, shape, dtype in self._layout:
             nbytes = math.prod(shape) * torch.empty(0, dtype=dtype).element_size()
-            out.set(key, self._buf[offset:offset + nbytes].view(dtype).reshape(shape))
+            out.set(key, self._buf[offset : offset + nbytes].view(dtype).reshape(shape))
             offset += nbytes
         if offset != self._buf.numel():
-            raise RuntimeError(f"DistributedWeightReceiver: got {self._buf.numel()} bytes of weights, the "
-                               f"policy's layout holds {offset}.")
+            raise RuntimeError(
+                f"DistributedWeightReceiver: got {self._buf.numel()} bytes of weights, the "
+                f"policy's layout holds {offset}."
+            )
         self._buf = None
         return out, self._version
 
@@ -396,8 +401,12 @@ class DistributedWeightSyncScheme(WeightSyncScheme):
         (1, (None, 0))
     """
 
-    def __init__(self, src: int = 0, device: torch.device | str = "cpu",
-                 wait: Callable[[Callable[[], Any], int], Any] | None = None) -> None:
+    def __init__(
+        self,
+        src: int = 0,
+        device: torch.device | str = "cpu",
+        wait: Callable[[Callable[[], Any], int], Any] | None = None,
+    ) -> None:
         self.src = src
         self.device = torch.device(device)
         self._wait = wait if wait is not None else (lambda start, rank: start().wait())
@@ -458,8 +467,9 @@ class DistributedWeightSyncScheme(WeightSyncScheme):
     def _header(self, rank: int, nbytes: int, broadcast: bool) -> None:
         import torch.distributed as dist
 
-        header = torch.tensor([DIST_WEIGHTS_COMMAND, nbytes, self.version, int(broadcast)], dtype=torch.int64,
-                              device=self.device)
+        header = torch.tensor(
+            [DIST_WEIGHTS_COMMAND, nbytes, self.version, int(broadcast)], dtype=torch.int64, device=self.device
+        )
         self._wait(lambda: dist.isend(header, dst=rank), rank)
 
     def receiver(self, worker_id: int) -> DistributedWeightReceiver:

@@ -9,6 +9,7 @@ Example:
     >>> env.rollout(32).batch_size
     torch.Size([32])
 """
+
 from __future__ import annotations
 
 import importlib
@@ -143,9 +144,85 @@ if TYPE_CHECKING:  # type checkers and IDEs see these (`X as X`: re-exported); a
         VideoRecorder as VideoRecorder,
     )
 
-__all__ = sorted(
-    ["EnvBase", "PendulumEnv", "__version__", "rollout", "step_mdp", *_LAZY, *transforms.__all__]
-)
+# static, so that documentation tools read it (tests/integration/test_layout.py checks it against _LAZY)
+__all__ = [
+    "ActionDiscretizer",
+    "ActionMask",
+    "ActionScaling",
+    "BaseInfoDictReader",
+    "BinarizeReward",
+    "CartPoleEnv",
+    "CatFrames",
+    "CatTensors",
+    "CenterCrop",
+    "ClipTransform",
+    "Compose",
+    "Crop",
+    "DMControlEnv",
+    "DMControlWrapper",
+    "DTypeCastTransform",
+    "DeviceCastTransform",
+    "DiscreteActionProjection",
+    "DoubleToFloat",
+    "EndOfLifeTransform",
+    "EnvBase",
+    "EnvCreator",
+    "ExcludeTransform",
+    "ExplorationType",
+    "FlattenAction",
+    "FlattenObservation",
+    "FrameSkipTransform",
+    "GrayScale",
+    "GymEnv",
+    "GymWrapper",
+    "InitTracker",
+    "MarlGroupMapType",
+    "MultiAction",
+    "NextObservationDelta",
+    "NoopResetEnv",
+    "NormalizeReward",
+    "ObservationNorm",
+    "ParallelEnv",
+    "PendulumEnv",
+    "PermuteTransform",
+    "PettingZooEnv",
+    "PettingZooWrapper",
+    "RandomPolicy",
+    "RandomTruncationTransform",
+    "RenameTransform",
+    "Resize",
+    "Reward2GoTransform",
+    "RewardClipping",
+    "RewardScaling",
+    "RewardSum",
+    "SelectTransform",
+    "SerialEnv",
+    "SignTransform",
+    "SqueezeTransform",
+    "StepCounter",
+    "TargetReturn",
+    "TensorDictPrimer",
+    "TerminateTransform",
+    "TimeMaxPool",
+    "ToTensorImage",
+    "TrajCounter",
+    "Transform",
+    "TransformedEnv",
+    "UnaryTransform",
+    "UnsqueezeTransform",
+    "VecNorm",
+    "VideoRecorder",
+    "VmasEnv",
+    "VmasWrapper",
+    "__version__",
+    "check_env_specs",
+    "check_marl_grouping",
+    "default_info_dict_reader",
+    "exploration_type",
+    "rollout",
+    "set_exploration_type",
+    "step_mdp",
+]
 
 
 def __getattr__(name: str) -> Any:

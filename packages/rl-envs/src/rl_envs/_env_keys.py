@@ -1,4 +1,5 @@
 """What an env precomputes from its specs, so that step/reset/rollout never walk a spec."""
+
 from __future__ import annotations
 
 from typing import Any
@@ -74,8 +75,14 @@ def any_done(next_td: Any, stop_keys: list) -> bool:
     return False
 
 
-def spec_shape_error(what: str, key: Any, expected_shape: torch.Size, expected_dtype: torch.dtype, value: Any) -> ValueError:
-    got = f"shape {list(value.shape)} and dtype {value.dtype}" if isinstance(value, torch.Tensor) else f"a {type(value).__name__}"
+def spec_shape_error(
+    what: str, key: Any, expected_shape: torch.Size, expected_dtype: torch.dtype, value: Any
+) -> ValueError:
+    got = (
+        f"shape {list(value.shape)} and dtype {value.dtype}"
+        if isinstance(value, torch.Tensor)
+        else f"a {type(value).__name__}"
+    )
     return ValueError(
         f"{what} {key!r}: expected shape {list(expected_shape)} and dtype {expected_dtype} (from the spec), got {got}."
     )

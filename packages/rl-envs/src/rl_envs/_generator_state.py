@@ -16,6 +16,7 @@ Example:
     >>> bool(env.reset()["th"] == first)
     True
 """
+
 from __future__ import annotations
 
 from typing import Any
@@ -39,10 +40,15 @@ class GeneratorState:
         generators = self._generators()
         if not isinstance(state, dict) or set(state) != set(generators):
             got = sorted(state) if isinstance(state, dict) else type(state).__name__
-            raise ValueError(f"{owner}.load_state_dict: the generator states must be named {sorted(generators)}, got {got}.")
+            raise ValueError(
+                f"{owner}.load_state_dict: the generator states must be named {sorted(generators)}, got {got}."
+            )
         bad = [
-            n for n, s in state.items()
-            if not (isinstance(s, torch.Tensor) and s.dtype is torch.uint8 and s.shape == generators[n].get_state().shape)
+            n
+            for n, s in state.items()
+            if not (
+                isinstance(s, torch.Tensor) and s.dtype is torch.uint8 and s.shape == generators[n].get_state().shape
+            )
         ]
         if bad:
             raise ValueError(

@@ -1,4 +1,5 @@
 """check_env_specs: compare a short real rollout with what the env's specs promise."""
+
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
@@ -29,11 +30,15 @@ def _compare_keys(env: Any, fake_leaves: dict, real_leaves: dict, optional: set)
     if missing or extra:
         parts = []
         if missing:
-            parts.append(f"keys the specs declare but the rollout lacks: {[k if len(k) > 1 else k[0] for k in missing]}")
+            parts.append(
+                f"keys the specs declare but the rollout lacks: {[k if len(k) > 1 else k[0] for k in missing]}"
+            )
         if extra:
             parts.append(f"keys the rollout holds but no spec declares: {[k if len(k) > 1 else k[0] for k in extra]}")
         raise AssertionError(
-            f"check_env_specs({type(env).__name__}): the keys of the specs and the data differ: " + "; ".join(parts) + "."
+            f"check_env_specs({type(env).__name__}): the keys of the specs and the data differ: "
+            + "; ".join(parts)
+            + "."
         )
 
 
@@ -90,8 +95,12 @@ def check_env_specs(
     first = env.reset(tensordict.clone() if tensordict is not None else None)
     _compare_keys(env, fake_leaves, _leaves(env.rand_step(first)), optional)
     real = env.rollout(
-        _STEPS, return_contiguous=return_contiguous, tensordict=tensordict, auto_reset=True,
-        break_when_any_done=break_when_any_done, break_when_all_done=False,
+        _STEPS,
+        return_contiguous=return_contiguous,
+        tensordict=tensordict,
+        auto_reset=True,
+        break_when_any_done=break_when_any_done,
+        break_when_all_done=False,
     )
     batch = real.batch_size  # [*batch, T]
     time_dim = real.batch_dims - 1

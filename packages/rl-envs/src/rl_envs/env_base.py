@@ -1,4 +1,5 @@
 """EnvBase: the environment contract (specs, reset, step, rollout) that every env implements."""
+
 from __future__ import annotations
 
 from typing import Any, Callable, Sequence
@@ -169,7 +170,9 @@ class EnvBase(GeneratorState, nn.Module):
                     f"{name}: the Composite has shape [] but the env's batch_size is {list(self._batch_size)}; "
                     f"build it with Composite(..., shape={list(self._batch_size)})."
                 )
-            raise ValueError(f"{name}: shape {list(spec.shape)} does not match the env's batch_size {list(self._batch_size)}.")
+            raise ValueError(
+                f"{name}: shape {list(spec.shape)} does not match the env's batch_size {list(self._batch_size)}."
+            )
         if name == "full_done_spec":
             spec = self._complete_done_spec(spec)
         self._specs[name] = spec
@@ -180,7 +183,9 @@ class EnvBase(GeneratorState, nn.Module):
             return spec
         shape = self._batch_size
         if tuple(spec.shape[: len(shape)]) != tuple(shape):
-            raise ValueError(f"{key} spec: shape {list(spec.shape)} must start with the env's batch_size {list(shape)}.")
+            raise ValueError(
+                f"{key} spec: shape {list(spec.shape)} must start with the env's batch_size {list(shape)}."
+            )
         return Composite({key: spec}, shape=shape)
 
     @staticmethod
@@ -200,11 +205,21 @@ class EnvBase(GeneratorState, nn.Module):
         leaves = list(full.keys(True, True))
         return full[leaves[0]] if len(leaves) == 1 else full
 
-    full_observation_spec = property(lambda self: self._get_spec("full_observation_spec"), lambda self, v: self._set_spec("full_observation_spec", v))
-    full_reward_spec = property(lambda self: self._get_spec("full_reward_spec"), lambda self, v: self._set_spec("full_reward_spec", v))
-    full_done_spec = property(lambda self: self._get_spec("full_done_spec"), lambda self, v: self._set_spec("full_done_spec", v))
-    full_action_spec = property(lambda self: self._get_spec("full_action_spec"), lambda self, v: self._set_spec("full_action_spec", v))
-    full_state_spec = property(lambda self: self._get_spec("full_state_spec"), lambda self, v: self._set_spec("full_state_spec", v))
+    full_observation_spec = property(
+        lambda self: self._get_spec("full_observation_spec"), lambda self, v: self._set_spec("full_observation_spec", v)
+    )
+    full_reward_spec = property(
+        lambda self: self._get_spec("full_reward_spec"), lambda self, v: self._set_spec("full_reward_spec", v)
+    )
+    full_done_spec = property(
+        lambda self: self._get_spec("full_done_spec"), lambda self, v: self._set_spec("full_done_spec", v)
+    )
+    full_action_spec = property(
+        lambda self: self._get_spec("full_action_spec"), lambda self, v: self._set_spec("full_action_spec", v)
+    )
+    full_state_spec = property(
+        lambda self: self._get_spec("full_state_spec"), lambda self, v: self._set_spec("full_state_spec", v)
+    )
     observation_spec = full_observation_spec
     state_spec = full_state_spec
 
@@ -315,8 +330,10 @@ class EnvBase(GeneratorState, nn.Module):
         masks = None
         if tensordict is not None:
             n = len(self._batch_size)
-            if (tensordict.batch_size != self._batch_size) if self.batch_locked else (
-                tensordict.batch_size[tensordict.batch_dims - n:] != self._batch_size
+            if (
+                (tensordict.batch_size != self._batch_size)
+                if self.batch_locked
+                else (tensordict.batch_size[tensordict.batch_dims - n :] != self._batch_size)
             ):
                 raise ValueError(
                     f"reset: the tensordict's batch_size {list(tensordict.batch_size)} does not match the env's "
@@ -437,9 +454,18 @@ class EnvBase(GeneratorState, nn.Module):
         from .rollout import rollout
 
         return rollout(
-            self, max_steps, policy, callback, auto_reset=auto_reset, break_when_any_done=break_when_any_done,
-            break_when_all_done=break_when_all_done, return_contiguous=return_contiguous, tensordict=tensordict,
-            set_truncated=set_truncated, out=out, trust_policy=trust_policy,
+            self,
+            max_steps,
+            policy,
+            callback,
+            auto_reset=auto_reset,
+            break_when_any_done=break_when_any_done,
+            break_when_all_done=break_when_all_done,
+            return_contiguous=return_contiguous,
+            tensordict=tensordict,
+            set_truncated=set_truncated,
+            out=out,
+            trust_policy=trust_policy,
         )
 
     def rand_action(self, tensordict: TensorDictBase | None = None) -> TensorDictBase:
@@ -521,7 +547,9 @@ def _expand_mask(mask: torch.Tensor, value: torch.Tensor) -> torch.Tensor:
     return mask.reshape(*mask.shape, *([1] * extra)) if extra > 0 else mask
 
 
-def _partial_update(tensordict: TensorDictBase, out: TensorDictBase, keys: EnvKeys, masks: list, batch_size: torch.Size) -> TensorDictBase:
+def _partial_update(
+    tensordict: TensorDictBase, out: TensorDictBase, keys: EnvKeys, masks: list, batch_size: torch.Size
+) -> TensorDictBase:
     """Writes the reset output only where a ``"_reset"`` mask is set; other sub-envs keep their values."""
     root_mask = None
     for done_root, mask in zip(keys.done_roots, masks):

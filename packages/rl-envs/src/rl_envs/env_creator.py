@@ -1,4 +1,5 @@
 """EnvCreator: a picklable env factory that knows the env's metadata without building one per query."""
+
 from __future__ import annotations
 
 import pickle
@@ -35,9 +36,13 @@ class EnvMetaData:
     @classmethod
     def from_env(cls, env: Any) -> "EnvMetaData":
         return cls(
-            batch_size=torch.Size(env.batch_size), device=env.device, batch_locked=env.batch_locked,
-            input_spec=env.input_spec.clone(), output_spec=env.output_spec.clone(),
-            tensordict=env.fake_tensordict(), env_str=repr(env),
+            batch_size=torch.Size(env.batch_size),
+            device=env.device,
+            batch_locked=env.batch_locked,
+            input_spec=env.input_spec.clone(),
+            output_spec=env.output_spec.clone(),
+            tensordict=env.fake_tensordict(),
+            env_str=repr(env),
         )
 
     @property

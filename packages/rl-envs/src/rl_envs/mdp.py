@@ -1,4 +1,5 @@
 """step_mdp: the one time shift of the data contract (``td["next"]`` becomes the new root)."""
+
 from __future__ import annotations
 
 from typing import Any, Sequence
@@ -132,7 +133,9 @@ def _copy_path(dest: TensorDictBase, src: TensorDictBase, path: tuple) -> None:
     dest.set(path[-1], value)
 
 
-def _copy_into(dest: TensorDictBase, src: TensorDictBase, prefix: tuple, excluded: frozenset, skip: str | None = None) -> bool:
+def _copy_into(
+    dest: TensorDictBase, src: TensorDictBase, prefix: tuple, excluded: frozenset, skip: str | None = None
+) -> bool:
     """Copies ``src``'s entries into ``dest`` except the ``excluded`` paths; sub-TensorDicts are new
     structures, and those left without a leaf are not created. Returns whether anything was written."""
     wrote = False
@@ -197,8 +200,13 @@ def step_mdp(
     if "next" not in tensordict.keys():
         raise KeyError(f"step_mdp: the tensordict has no 'next' entry (keys: {sorted(map(str, tensordict.keys()))}).")
     shift = MDPShift(
-        action_keys, reward_keys, done_keys,
-        keep_other=keep_other, exclude_reward=exclude_reward, exclude_done=exclude_done, exclude_action=exclude_action,
+        action_keys,
+        reward_keys,
+        done_keys,
+        keep_other=keep_other,
+        exclude_reward=exclude_reward,
+        exclude_done=exclude_done,
+        exclude_action=exclude_action,
     )
     out = shift(tensordict)
     if next_tensordict is not None:

@@ -1,4 +1,5 @@
 """RandomPolicy: actions drawn from an action spec (the default policy of rollouts and collectors)."""
+
 from __future__ import annotations
 
 from typing import Any
@@ -45,7 +46,7 @@ class RandomPolicy:
         shape = self._spec_shape
         if self._composite:
             n = len(shape)
-            if batch[len(batch) - n:] != shape if n else False:
+            if batch[len(batch) - n :] != shape if n else False:
                 raise ValueError(
                     f"RandomPolicy: the tensordict's batch_size {list(batch)} does not end with the action spec's "
                     f"batch shape {list(shape)}."
@@ -54,7 +55,7 @@ class RandomPolicy:
         # a leaf spec's shape = [*its batch dims, *features]: its batch dims are the largest suffix of `batch`
         # that starts the spec's shape
         for k in range(min(len(batch), len(shape)), -1, -1):
-            if batch[len(batch) - k:] == shape[:k]:
+            if batch[len(batch) - k :] == shape[:k]:
                 return batch[: len(batch) - k]
         return batch
 

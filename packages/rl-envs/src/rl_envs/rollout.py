@@ -1,4 +1,5 @@
 """rollout: run an env with a policy for a number of steps and stack the steps along time."""
+
 from __future__ import annotations
 
 import inspect
@@ -18,10 +19,12 @@ def _random_policy(env: Any) -> Callable:
     keys = env._keys()
     leaves, env_dims = keys.action_specs, keys.batch_dims
     if env.batch_locked:
+
         def policy(td: TensorDictBase) -> TensorDictBase:
             for key, leaf in leaves:
                 td.set(key, leaf.rand())
             return td
+
         return policy
 
     def unlocked_policy(td: TensorDictBase) -> TensorDictBase:
@@ -29,6 +32,7 @@ def _random_policy(env: Any) -> Callable:
         for key, leaf in leaves:
             td.set(key, leaf.rand(extra))
         return td
+
     return unlocked_policy
 
 
@@ -40,7 +44,8 @@ def _compatible_policy(env: Any, policy: Any, trust_policy: bool) -> Callable:
         return policy
     obs_keys = env.observation_keys
     params = [
-        p.name for p in inspect.signature(policy.forward).parameters.values()
+        p.name
+        for p in inspect.signature(policy.forward).parameters.values()
         if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)
     ]
     names = {k if type(k) is str else k[-1]: k for k in obs_keys}

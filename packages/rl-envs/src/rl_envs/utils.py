@@ -10,6 +10,7 @@ Example:
     ...     exploration_type()
     <InteractionType.DETERMINISTIC: 'deterministic'>
 """
+
 from __future__ import annotations
 
 from tdict.nn import InteractionType as ExplorationType

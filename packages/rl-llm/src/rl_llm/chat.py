@@ -34,11 +34,18 @@ def _check_messages(messages: Any) -> None:
         if not isinstance(message, Mapping) or "role" not in message or "content" not in message:
             raise ValueError(f"chat: message {i} must be a dict with 'role' and 'content', got {message!r:.80}.")
         if not isinstance(message["content"], str):
-            raise ValueError(f"chat: message {i} has non-text content ({type(message['content']).__name__}); only text is supported.")
+            raise ValueError(
+                f"chat: message {i} has non-text content ({type(message['content']).__name__}); only text is supported."
+            )
 
 
-def render_chat(messages: Sequence[Mapping[str, Any]], tokenizer: Any = None, *, chat_template: str | None = None,
-                add_generation_prompt: bool = False) -> str:
+def render_chat(
+    messages: Sequence[Mapping[str, Any]],
+    tokenizer: Any = None,
+    *,
+    chat_template: str | None = None,
+    add_generation_prompt: bool = False,
+) -> str:
     """``messages`` as one string in the chosen template (see the module docstring).
 
     Example:
@@ -51,13 +58,17 @@ def render_chat(messages: Sequence[Mapping[str, Any]], tokenizer: Any = None, *,
     if chat_template == CHATML or (chat_template is None and not own):
         return _chatml(messages, add_generation_prompt)
     if tokenizer is None:
-        raise ValueError("render_chat: a Jinja chat_template is rendered by a tokenizer; pass one (or chat_template='chatml').")
-    return tokenizer.apply_chat_template(list(messages), tokenize=False, add_generation_prompt=add_generation_prompt,
-                                         chat_template=chat_template)
+        raise ValueError(
+            "render_chat: a Jinja chat_template is rendered by a tokenizer; pass one (or chat_template='chatml')."
+        )
+    return tokenizer.apply_chat_template(
+        list(messages), tokenize=False, add_generation_prompt=add_generation_prompt, chat_template=chat_template
+    )
 
 
-def render_segments(messages: Sequence[Mapping[str, Any]], tokenizer: Any = None, *,
-                    chat_template: str | None = None) -> list[tuple[str, bool]]:
+def render_segments(
+    messages: Sequence[Mapping[str, Any]], tokenizer: Any = None, *, chat_template: str | None = None
+) -> list[tuple[str, bool]]:
     """The rendered conversation as consecutive ``(text, is_assistant_reply)`` pieces; their
     concatenation is ``render_chat(messages)``.
 
@@ -76,8 +87,11 @@ def render_segments(messages: Sequence[Mapping[str, Any]], tokenizer: Any = None
     done = ""
     for i, message in enumerate(messages):
         if message["role"] == "assistant":
-            header = render_chat(messages[:i], tokenizer, chat_template=chat_template, add_generation_prompt=True) if i else \
-                render_chat([], tokenizer, chat_template=chat_template, add_generation_prompt=True)
+            header = (
+                render_chat(messages[:i], tokenizer, chat_template=chat_template, add_generation_prompt=True)
+                if i
+                else render_chat([], tokenizer, chat_template=chat_template, add_generation_prompt=True)
+            )
             _extend(pieces, done, header, False, i)
             done = header
         full = render_chat(messages[: i + 1], tokenizer, chat_template=chat_template)
@@ -100,4 +114,4 @@ def _extend(pieces: list, done: str, text: str, flag: bool, index: int) -> None:
             f"render_segments: the chat template rewrites earlier turns when message {index} is added, so the "
             "conversation cannot be split into turns; use chat_template='chatml' or a template that only appends."
         )
-    pieces.append((text[len(done):], flag))
+    pieces.append((text[len(done) :], flag))

@@ -30,7 +30,14 @@ from .trainers import DPOConfig, DPOTrainer, GRPOConfig, GRPOTrainer, SFTConfig,
 __all__ = ["main"]
 
 TRAINERS = {"dpo": (DPOConfig, DPOTrainer), "grpo": (GRPOConfig, GRPOTrainer), "sft": (SFTConfig, SFTTrainer)}
-RUN_KEYS = ("model_name_or_path", "tokenizer_name_or_path", "dataset", "dataset_config", "dataset_split", "reward_funcs")
+RUN_KEYS = (
+    "model_name_or_path",
+    "tokenizer_name_or_path",
+    "dataset",
+    "dataset_config",
+    "dataset_split",
+    "reward_funcs",
+)
 BUILT_IN_REWARDS = ("exact_match", "numeric_match", "format_reward", "length_penalty", "overlong_penalty")
 
 
@@ -59,9 +66,13 @@ def _dataset(options: dict[str, Any]) -> Any:
     try:
         import datasets
     except ImportError:
-        raise SystemExit(f"rl-llm: dataset={source!r} is not a .jsonl/.json/.parquet file, and loading it by name needs "
-                         "the datasets library (pip install 'rl-llm[data]').") from None
-    return datasets.load_dataset(str(source), options.get("dataset_config"), split=options.get("dataset_split") or "train")
+        raise SystemExit(
+            f"rl-llm: dataset={source!r} is not a .jsonl/.json/.parquet file, and loading it by name needs "
+            "the datasets library (pip install 'rl-llm[data]')."
+        ) from None
+    return datasets.load_dataset(
+        str(source), options.get("dataset_config"), split=options.get("dataset_split") or "train"
+    )
 
 
 def _reward_funcs(spec: Any) -> list:
@@ -75,7 +86,9 @@ def _reward_funcs(spec: Any) -> list:
             kwargs = dict(entry)
             name = kwargs.pop("name", None)
             if name not in BUILT_IN_REWARDS:
-                raise SystemExit(f"rl-llm: reward {name!r} is not built in; built-in: {list(BUILT_IN_REWARDS)} (or give 'module:function').")
+                raise SystemExit(
+                    f"rl-llm: reward {name!r} is not built in; built-in: {list(BUILT_IN_REWARDS)} (or give 'module:function')."
+                )
             out.append(getattr(rewards, name)(**kwargs))
         elif isinstance(entry, str) and ":" in entry:
             module_name, _, attr = entry.partition(":")
@@ -84,7 +97,9 @@ def _reward_funcs(spec: Any) -> list:
             except (ImportError, AttributeError) as err:
                 raise SystemExit(f"rl-llm: cannot load reward {entry!r}: {err}") from None
         else:
-            raise SystemExit(f"rl-llm: a reward_funcs entry must be a mapping with 'name' or a 'module:function' path, got {entry!r}.")
+            raise SystemExit(
+                f"rl-llm: a reward_funcs entry must be a mapping with 'name' or a 'module:function' path, got {entry!r}."
+            )
     return out
 
 

@@ -58,12 +58,16 @@ RESPONSE_LOG_PROBS = ("log_probs", "response")
 
 def _as_rows(seqs: Sequence[Any], name: str) -> list[torch.Tensor]:
     if isinstance(seqs, (str, bytes)) or not isinstance(seqs, Sequence) or len(seqs) == 0:
-        raise ValueError(f"{name}: expected a non-empty sequence of token-id lists or 1-D tensors, got {type(seqs).__name__}.")
+        raise ValueError(
+            f"{name}: expected a non-empty sequence of token-id lists or 1-D tensors, got {type(seqs).__name__}."
+        )
     rows = []
     for i, seq in enumerate(seqs):
         row = seq if isinstance(seq, torch.Tensor) else torch.as_tensor(list(seq), dtype=torch.long)
         if row.ndim != 1 or row.is_floating_point():
-            raise ValueError(f"{name}[{i}]: expected a 1-D sequence of integer ids, got shape {tuple(row.shape)} dtype {row.dtype}.")
+            raise ValueError(
+                f"{name}[{i}]: expected a 1-D sequence of integer ids, got shape {tuple(row.shape)} dtype {row.dtype}."
+            )
         rows.append(row.long())
     return rows
 
@@ -252,7 +256,9 @@ def repeat_prompts(tensordict: TensorDict, group_size: int) -> TensorDict:
     if not isinstance(group_size, int) or group_size < 1:
         raise ValueError(f"repeat_prompts: group_size must be a positive int, got {group_size!r}.")
     if tensordict.batch_dims != 1:
-        raise ValueError(f"repeat_prompts: expected a batch of one dim [N], got batch_size {tuple(tensordict.batch_size)}.")
+        raise ValueError(
+            f"repeat_prompts: expected a batch of one dim [N], got batch_size {tuple(tensordict.batch_size)}."
+        )
     n = tensordict.batch_size[0]
     index = torch.arange(n).repeat_interleave(group_size)
     out = TensorDict(batch_size=[n * group_size])

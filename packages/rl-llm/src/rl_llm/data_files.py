@@ -51,7 +51,9 @@ def load_rows(source: Any, *, split: str = "train") -> Sequence[Mapping[str, Any
         rows = _read_file(Path(source))
     elif isinstance(source, Mapping):  # a DatasetDict: split name -> Dataset
         if not source or not all(hasattr(v, "column_names") for v in source.values()):
-            raise TypeError("load_rows: got a mapping that is not a DatasetDict; pass a list of row dicts, a file path or a datasets object.")
+            raise TypeError(
+                "load_rows: got a mapping that is not a DatasetDict; pass a list of row dicts, a file path or a datasets object."
+            )
         if split not in source:
             raise KeyError(f"load_rows: the DatasetDict has no split {split!r}; splits: {sorted(source.keys())}.")
         rows = source[split]
@@ -63,7 +65,9 @@ def load_rows(source: Any, *, split: str = "train") -> Sequence[Mapping[str, Any
             raise TypeError(f"load_rows: row {bad} is a {type(source[bad]).__name__}, expected a dict of columns.")
         rows = source
     else:
-        raise TypeError(f"load_rows: cannot read rows from a {type(source).__name__}; pass a file path, a datasets object or a list of dicts.")
+        raise TypeError(
+            f"load_rows: cannot read rows from a {type(source).__name__}; pass a file path, a datasets object or a list of dicts."
+        )
     if len(rows) == 0:
         raise ValueError("load_rows: the dataset is empty.")
     return rows
@@ -103,8 +107,12 @@ def _read_file(path: Path) -> list[dict]:
 
 def is_conversational(value: Any) -> bool:
     """Whether a column value is a list of ``{"role": ..., "content": ...}`` messages."""
-    return (isinstance(value, Sequence) and not isinstance(value, str) and len(value) > 0
-            and all(isinstance(m, Mapping) and "role" in m and "content" in m for m in value))
+    return (
+        isinstance(value, Sequence)
+        and not isinstance(value, str)
+        and len(value) > 0
+        and all(isinstance(m, Mapping) and "role" in m and "content" in m for m in value)
+    )
 
 
 def dataset_format(row: Mapping[str, Any]) -> str:

@@ -116,13 +116,17 @@ class TransformersWrapper(TensorDictModuleBase):
     ) -> None:
         super().__init__()
         if not isinstance(model, nn.Module):
-            raise TypeError(f"TransformersWrapper: model must be an nn.Module (a causal LM), got {type(model).__name__}.")
+            raise TypeError(
+                f"TransformersWrapper: model must be an nn.Module (a causal LM), got {type(model).__name__}."
+            )
         if input_mode not in ("tokens", "text"):
             raise ValueError(f"TransformersWrapper: input_mode must be 'tokens' or 'text', got {input_mode!r}.")
         if input_mode == "text" and tokenizer is None:
             raise ValueError("TransformersWrapper: input_mode='text' needs a tokenizer.")
         if not generate and not return_log_probs and not return_entropy:
-            raise ValueError("TransformersWrapper: generate=False scores responses; it needs return_log_probs or return_entropy.")
+            raise ValueError(
+                "TransformersWrapper: generate=False scores responses; it needs return_log_probs or return_entropy."
+            )
         if generate and not hasattr(model, "generate"):
             raise TypeError(f"TransformersWrapper: generate=True but {type(model).__name__} has no generate().")
         unknown = sorted(set(keys or {}) - set(_DEFAULT_KEYS))
@@ -179,7 +183,9 @@ class TransformersWrapper(TensorDictModuleBase):
         if pad is None:
             pad = eos
         if pad is None and self.generate:
-            raise ValueError("TransformersWrapper: no pad_token_id (nor eos_token_id) on the tokenizer or model config.")
+            raise ValueError(
+                "TransformersWrapper: no pad_token_id (nor eos_token_id) on the tokenizer or model config."
+            )
         return int(pad if pad is not None else 0), (int(eos) if eos is not None else None)
 
     # ------------------------------------------------------------------ inputs
@@ -211,7 +217,9 @@ class TransformersWrapper(TensorDictModuleBase):
         tokens = _flat(_require(td, k["response_tokens"]), td, k["response_tokens"])
         mask = _flat(_require(td, k["response_mask"]), td, k["response_mask"]).bool()
         if mask.shape != tokens.shape:
-            raise ValueError(f"TransformersWrapper: response mask shape {tuple(mask.shape)} != response tokens shape {tuple(tokens.shape)}.")
+            raise ValueError(
+                f"TransformersWrapper: response mask shape {tuple(mask.shape)} != response tokens shape {tuple(tokens.shape)}."
+            )
         return tokens, mask
 
     # ------------------------------------------------------------------ forward
@@ -221,7 +229,9 @@ class TransformersWrapper(TensorDictModuleBase):
         if not isinstance(tensordict, TensorDict):
             raise TypeError(f"TransformersWrapper: expected a TensorDict, got {type(tensordict).__name__}.")
         if self.input_mode == "text" and tensordict.batch_dims != 1:
-            raise ValueError(f"TransformersWrapper: input_mode='text' needs a batch of one dim, got {tuple(tensordict.batch_size)}.")
+            raise ValueError(
+                f"TransformersWrapper: input_mode='text' needs a batch of one dim, got {tuple(tensordict.batch_size)}."
+            )
         prompt, prompt_mask = self._read_prompt(tensordict)
         if prompt.shape[1] == 0 or not bool(prompt_mask[:, -1].all()):
             raise ValueError(
@@ -238,7 +248,12 @@ class TransformersWrapper(TensorDictModuleBase):
         if self.return_log_probs or self.return_entropy:
             with grad:
                 log_probs, entropy = response_log_probs(
-                    self.model, prompt, prompt_mask, response, response_mask, return_entropy=self.return_entropy,
+                    self.model,
+                    prompt,
+                    prompt_mask,
+                    response,
+                    response_mask,
+                    return_entropy=self.return_entropy,
                     temperature=self._temperature(),
                 )
         batch = tensordict.batch_size
@@ -250,7 +265,9 @@ class TransformersWrapper(TensorDictModuleBase):
                 texts = self.tokenizer.batch_decode(
                     [row[m].tolist() for row, m in zip(response, response_mask)], skip_special_tokens=True
                 )
-                _data.set_texts(tensordict, k["response_text"], texts if tensordict.batch_dims == 1 else _nest(texts, batch))
+                _data.set_texts(
+                    tensordict, k["response_text"], texts if tensordict.batch_dims == 1 else _nest(texts, batch)
+                )
         if self.return_log_probs:
             tensordict.set(k["log_probs"], log_probs.reshape(*batch, -1))
         if self.return_entropy:
@@ -291,7 +308,9 @@ class TransformersWrapper(TensorDictModuleBase):
 def _require(td: TensorDict, key: Any) -> torch.Tensor:
     value = td.get(key, None)
     if value is None:
-        raise KeyError(f"TransformersWrapper: the input lacks {key!r}; keys present: {sorted(map(str, td.keys(True, True)))}.")
+        raise KeyError(
+            f"TransformersWrapper: the input lacks {key!r}; keys present: {sorted(map(str, td.keys(True, True)))}."
+        )
     return value
 
 

@@ -42,8 +42,15 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-__all__ = ["ATTENTION_NAME", "boundaries", "padding_free_attention", "padding_free_works", "run_padding_free",
-           "supports_padding_free", "varlen_attention"]
+__all__ = [
+    "ATTENTION_NAME",
+    "boundaries",
+    "padding_free_attention",
+    "padding_free_works",
+    "run_padding_free",
+    "supports_padding_free",
+    "varlen_attention",
+]
 
 ATTENTION_NAME = "rl_llm_varlen"
 # attention features this function does not implement: refused rather than silently ignored
@@ -63,10 +70,18 @@ def boundaries(lengths: torch.Tensor | list[int], device: torch.device | None = 
     return torch.cat([lengths.new_zeros(1), lengths.cumsum(0, dtype=torch.int32)])
 
 
-def varlen_attention(module: nn.Module, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
-                     attention_mask: torch.Tensor | None, dropout: float = 0.0, scaling: float | None = None,
-                     cu_seq_lens_q: torch.Tensor | None = None, cu_seq_lens_k: torch.Tensor | None = None,
-                     **kwargs: Any) -> tuple[torch.Tensor, None]:
+def varlen_attention(
+    module: nn.Module,
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    attention_mask: torch.Tensor | None,
+    dropout: float = 0.0,
+    scaling: float | None = None,
+    cu_seq_lens_q: torch.Tensor | None = None,
+    cu_seq_lens_k: torch.Tensor | None = None,
+    **kwargs: Any,
+) -> tuple[torch.Tensor, None]:
     """Causal attention within each sequence of a padding-free row (transformers' attention-function
     signature: ``query`` ``[B, heads, T, head_dim]``; returns ``[B, T, heads, head_dim]``).
 
@@ -76,26 +91,36 @@ def varlen_attention(module: nn.Module, query: torch.Tensor, key: torch.Tensor, 
     from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
     if cu_seq_lens_q is None:
-        return sdpa_attention_forward(module, query, key, value, attention_mask, dropout=dropout, scaling=scaling, **kwargs)
+        return sdpa_attention_forward(
+            module, query, key, value, attention_mask, dropout=dropout, scaling=scaling, **kwargs
+        )
     used = [name for name in _UNSUPPORTED if kwargs.get(name) is not None]
     if used:
-        raise NotImplementedError(f"padding-free attention: the model passes {used}, which it does not implement; "
-                                  "train this model with padding_free=False.")
+        raise NotImplementedError(
+            f"padding-free attention: the model passes {used}, which it does not implement; "
+            "train this model with padding_free=False."
+        )
     if not getattr(module, "is_causal", True):
         raise NotImplementedError("padding-free attention: only causal (decoder) attention is supported.")
     if query.shape[0] != 1 or query.shape[2] != key.shape[2]:
-        raise ValueError(f"padding-free attention: expected one row of queries and keys of equal length, got query "
-                         f"{tuple(query.shape)} and key {tuple(key.shape)}.")
+        raise ValueError(
+            f"padding-free attention: expected one row of queries and keys of equal length, got query "
+            f"{tuple(query.shape)} and key {tuple(key.shape)}."
+        )
     if cu_seq_lens_k is not None and not torch.equal(cu_seq_lens_k, cu_seq_lens_q):
         raise ValueError("padding-free attention: cu_seq_lens_k must equal cu_seq_lens_q (self-attention).")
     bounds = cu_seq_lens_q.tolist()
     window = kwargs.get("sliding_window")
     if window is not None and max(b - a for a, b in zip(bounds, bounds[1:])) > window:
-        raise NotImplementedError(f"padding-free attention: a sequence is longer than the sliding window ({window}); "
-                                  "train this model with padding_free=False.")
+        raise NotImplementedError(
+            f"padding-free attention: a sequence is longer than the sliding window ({window}); "
+            "train this model with padding_free=False."
+        )
     if bounds[0] != 0 or bounds[-1] != query.shape[2]:
-        raise ValueError(f"padding-free attention: cu_seq_lens_q must run from 0 to the row length {query.shape[2]}, "
-                         f"got {bounds[0]}..{bounds[-1]}.")
+        raise ValueError(
+            f"padding-free attention: cu_seq_lens_q must run from 0 to the row length {query.shape[2]}, "
+            f"got {bounds[0]}..{bounds[-1]}."
+        )
     if key.shape[1] != query.shape[1]:  # grouped-query attention: each key/value head serves several query heads
         key = key.repeat_interleave(query.shape[1] // key.shape[1], dim=1)
         value = value.repeat_interleave(query.shape[1] // value.shape[1], dim=1)
@@ -103,23 +128,29 @@ def varlen_attention(module: nn.Module, query: torch.Tensor, key: torch.Tensor, 
     sizes = [b - a for a, b in zip(bounds, bounds[1:])]
     if _one_call_per_sequence(sizes, query.shape[1] * query.shape[3], query.device):
         # split (not slicing): its backward is one concatenation, where each slice's would fill a full-size zero tensor
-        pieces = [F.scaled_dot_product_attention(q, k, v, dropout_p=dropout, is_causal=True, scale=scaling)
-                  for q, k, v in zip(query.split(sizes, 2), key.split(sizes, 2), value.split(sizes, 2)) if q.shape[2]]
+        pieces = [
+            F.scaled_dot_product_attention(q, k, v, dropout_p=dropout, is_causal=True, scale=scaling)
+            for q, k, v in zip(query.split(sizes, 2), key.split(sizes, 2), value.split(sizes, 2))
+            if q.shape[2]
+        ]
         out = torch.cat(pieces, dim=2).transpose(1, 2)
     else:
         # one batched call: the sequences as right-padded rows [S, heads, longest, head_dim], for the attention only
         # (causal attention never looks right, so padding at the end changes no real position)
         lengths = cu_seq_lens_q.diff().long()
         rows = torch.repeat_interleave(torch.arange(len(sizes), device=query.device), lengths)
-        cols = torch.arange(query.shape[2], device=query.device) - torch.repeat_interleave(cu_seq_lens_q[:-1].long(), lengths)
+        cols = torch.arange(query.shape[2], device=query.device) - torch.repeat_interleave(
+            cu_seq_lens_q[:-1].long(), lengths
+        )
 
         def padded(x: torch.Tensor) -> torch.Tensor:
             out = x.new_zeros(len(sizes), x.shape[1], max(sizes), x.shape[3])
             out[rows, :, cols] = x[0].transpose(0, 1)
             return out
 
-        attended = F.scaled_dot_product_attention(padded(query), padded(key), padded(value), dropout_p=dropout, is_causal=True,
-                                                  scale=scaling)
+        attended = F.scaled_dot_product_attention(
+            padded(query), padded(key), padded(value), dropout_p=dropout, is_causal=True, scale=scaling
+        )
         out = attended[rows, :, cols][None]
     _state.calls = getattr(_state, "calls", 0) + 1
     return out.contiguous(), None
@@ -174,8 +205,10 @@ def padding_free_attention(model: nn.Module) -> Iterator[nn.Module]:
         ValueError: the model does not dispatch attention through ``AttentionInterface``.
     """
     if not supports_padding_free(model):
-        raise ValueError(f"padding-free attention: {type(model).__name__} does not dispatch its attention through "
-                         "transformers' AttentionInterface; use padded batches (padding_free=False).")
+        raise ValueError(
+            f"padding-free attention: {type(model).__name__} does not dispatch its attention through "
+            "transformers' AttentionInterface; use padded batches (padding_free=False)."
+        )
     _register()
     config = model.config
     previous = config._attn_implementation
@@ -189,8 +222,9 @@ def padding_free_attention(model: nn.Module) -> Iterator[nn.Module]:
         config._attn_implementation = previous
 
 
-def run_padding_free(model: nn.Module, module: nn.Module, input_ids: torch.Tensor, cu_seq_lens: torch.Tensor,
-                     position_ids: torch.Tensor) -> Any:
+def run_padding_free(
+    model: nn.Module, module: nn.Module, input_ids: torch.Tensor, cu_seq_lens: torch.Tensor, position_ids: torch.Tensor
+) -> Any:
     """``module(input_ids, position_ids=..., cu_seq_lens_q=..., cu_seq_lens_k=...)`` with ``model``
     (the causal LM that ``module`` is, or is the backbone of) switched to padding-free attention.
 
@@ -205,20 +239,29 @@ def run_padding_free(model: nn.Module, module: nn.Module, input_ids: torch.Tenso
     if checkpointing is None:
         checkpointing = getattr(model, "is_gradient_checkpointing", False)
     if not nested and torch.is_grad_enabled() and checkpointing:
-        raise ValueError("padding-free forward: the model checkpoints activations, so the backward pass recomputes the "
-                         "forward; run forward and backward inside `with padding_free_attention(model):`.")
+        raise ValueError(
+            "padding-free forward: the model checkpoints activations, so the backward pass recomputes the "
+            "forward; run forward and backward inside `with padding_free_attention(model):`."
+        )
     before = getattr(_state, "calls", 0)
     with padding_free_attention(model):
         _state.forward = True
         try:
             # an all-ones mask: no padding (it also keeps transformers from warning about pad ids without one)
-            out = module(input_ids=input_ids, attention_mask=torch.ones_like(input_ids), position_ids=position_ids,
-                         cu_seq_lens_q=cu_seq_lens, cu_seq_lens_k=cu_seq_lens)
+            out = module(
+                input_ids=input_ids,
+                attention_mask=torch.ones_like(input_ids),
+                position_ids=position_ids,
+                cu_seq_lens_q=cu_seq_lens,
+                cu_seq_lens_k=cu_seq_lens,
+            )
         finally:
             _state.forward = False
     if getattr(_state, "calls", 0) == before:
-        raise RuntimeError(f"padding-free forward: {type(model).__name__} did not pass the sequence boundaries (cu_seq_lens_q) "
-                           "to its attention; use padded batches (padding_free=False).")
+        raise RuntimeError(
+            f"padding-free forward: {type(model).__name__} did not pass the sequence boundaries (cu_seq_lens_q) "
+            "to its attention; use padded batches (padding_free=False)."
+        )
     return out
 
 

@@ -45,8 +45,10 @@ def completion_text(completion: Any) -> str:
 
 def _answers(kwargs: dict, answer_column: str, n: int) -> list:
     if answer_column not in kwargs:
-        raise KeyError(f"reward: the dataset has no {answer_column!r} column to check the completions against; "
-                       f"columns passed: {sorted(k for k in kwargs if k not in ('prompts', 'completions', 'completion_ids'))}.")
+        raise KeyError(
+            f"reward: the dataset has no {answer_column!r} column to check the completions against; "
+            f"columns passed: {sorted(k for k in kwargs if k not in ('prompts', 'completions', 'completion_ids'))}."
+        )
     answers = list(kwargs[answer_column])
     if len(answers) != n:
         raise ValueError(f"reward: {len(answers)} {answer_column!r} values for {n} completions.")
@@ -74,7 +76,9 @@ def exact_match(answer_column: str = "answer", *, strip: bool = True) -> Callabl
     return exact
 
 
-def numeric_match(answer_column: str = "answer", *, tolerance: float = 1e-6, last: bool = True) -> Callable[..., list[float]]:
+def numeric_match(
+    answer_column: str = "answer", *, tolerance: float = 1e-6, last: bool = True
+) -> Callable[..., list[float]]:
     """1.0 where the completion's last (or first) number equals the row's answer within ``tolerance``.
 
     Example:
@@ -122,7 +126,12 @@ def length_penalty(target: int, *, scale: float = 1.0) -> Callable[..., list[flo
     if target < 1:
         raise ValueError(f"length_penalty: target must be >= 1, got {target!r}.")
 
-    def length(prompts: Any = None, completions: Sequence[Any] = (), completion_ids: Sequence[Sequence[int]] = (), **kwargs: Any) -> list[float]:
+    def length(
+        prompts: Any = None,
+        completions: Sequence[Any] = (),
+        completion_ids: Sequence[Sequence[int]] = (),
+        **kwargs: Any,
+    ) -> list[float]:
         return [-scale * abs(len(ids) - target) / target for ids in completion_ids]
 
     length.__name__ = "length_penalty"
@@ -139,17 +148,23 @@ def overlong_penalty(max_completion_length: int, soft_cache_length: int) -> Call
         [0.0, -0.5, -1.0]
     """
     if not 0 < soft_cache_length < max_completion_length:
-        raise ValueError(f"overlong_penalty: need 0 < soft_cache_length < max_completion_length, got {soft_cache_length}, {max_completion_length}.")
+        raise ValueError(
+            f"overlong_penalty: need 0 < soft_cache_length < max_completion_length, got {soft_cache_length}, {max_completion_length}."
+        )
     start = max_completion_length - soft_cache_length
 
-    def overlong(prompts: Any = None, completions: Any = (), completion_ids: Sequence[Sequence[int]] = (), **kwargs: Any) -> list[float]:
+    def overlong(
+        prompts: Any = None, completions: Any = (), completion_ids: Sequence[Sequence[int]] = (), **kwargs: Any
+    ) -> list[float]:
         return [max(-1.0, min(0.0, (start - len(ids)) / soft_cache_length)) for ids in completion_ids]
 
     overlong.__name__ = "overlong_penalty"
     return overlong
 
 
-def weighted_sum(funcs: Sequence[Callable[..., list]], weights: Sequence[float] | None = None) -> Callable[..., list[float]]:
+def weighted_sum(
+    funcs: Sequence[Callable[..., list]], weights: Sequence[float] | None = None
+) -> Callable[..., list[float]]:
     """One reward function summing ``funcs`` with ``weights`` (``None`` entries count as 0)."""
     weights = [1.0] * len(funcs) if weights is None else list(weights)
     if len(weights) != len(funcs):
@@ -182,8 +197,13 @@ class RewardModel:
         device = next(self.model.parameters()).device
         out: list[float] = []
         for k in range(0, len(texts), self.batch_size):
-            enc = self.tokenizer(texts[k: k + self.batch_size], return_tensors="pt", padding=True,
-                                 truncation=self.max_length is not None, max_length=self.max_length)
+            enc = self.tokenizer(
+                texts[k : k + self.batch_size],
+                return_tensors="pt",
+                padding=True,
+                truncation=self.max_length is not None,
+                max_length=self.max_length,
+            )
             logits = self.model(**{n: t.to(device) for n, t in enc.items()}).logits
             out += logits[:, 0].float().tolist()
         return out

@@ -14,6 +14,7 @@ Example:
     >>> rb.sample()["image"].shape
     torch.Size([32, 3, 8, 8])
 """
+
 from __future__ import annotations
 
 import importlib
@@ -126,11 +127,52 @@ if TYPE_CHECKING:  # type checkers and IDEs see these (`X as X`: re-exported); a
         SumTree as SumTree,
     )
 
-__all__ = sorted([
-    "ImmutableDatasetWriter", "LazyTensorStorage", "ListStorage", "RandomSampler", "ReplayBuffer",
-    "RoundRobinWriter", "Sampler", "SamplerWithoutReplacement", "Storage", "TensorDictReplayBuffer",
-    "TensorDictRoundRobinWriter", "TensorStorage", "Writer", "__version__", *_LAZY,
-])
+# static, so that documentation tools read it (tests/integration/test_layout.py checks it against _LAZY)
+__all__ = [
+    "BufferProcess",
+    "CompactTensorStorage",
+    "CompressedListStorage",
+    "D4RLExperienceReplay",
+    "HERReplayBuffer",
+    "HindsightStrategy",
+    "ImmutableDatasetWriter",
+    "LambdaScheduler",
+    "LazyMemmapStorage",
+    "LazyTensorStorage",
+    "LinearScheduler",
+    "ListStorage",
+    "MinTree",
+    "MinariExperienceReplay",
+    "MultiStepTransform",
+    "OfflineDataset",
+    "ParameterScheduler",
+    "PrioritizedReplayBuffer",
+    "PrioritizedSampler",
+    "PrioritizedSliceSampler",
+    "RandomCropTensorDict",
+    "RandomSampler",
+    "ReplayBuffer",
+    "ReplayBufferEnsemble",
+    "RoundRobinWriter",
+    "Sampler",
+    "SamplerWithoutReplacement",
+    "SchedulerList",
+    "SliceSampler",
+    "SliceSamplerWithoutReplacement",
+    "StepScheduler",
+    "Storage",
+    "SumTree",
+    "TensorDictMaxValueWriter",
+    "TensorDictPrioritizedReplayBuffer",
+    "TensorDictReplayBuffer",
+    "TensorDictRoundRobinWriter",
+    "TensorStorage",
+    "Writer",
+    "__version__",
+    "load_dataset",
+    "make_shared",
+    "register_dataset",
+]
 
 
 def __getattr__(name: str) -> Any:

@@ -1,4 +1,5 @@
 """Raw bytes of a tensor without numpy (rl-replay depends on torch and rl-tdict only)."""
+
 from __future__ import annotations
 
 import ctypes

@@ -5,6 +5,7 @@ JSON; tensors and TensorDicts are collected for one tdict ``save`` and bytes pac
 tensor. Directories are replaced by :mod:`rl_replay._dir_swap`; the public API is in
 :mod:`rl_replay.checkpoint`.
 """
+
 from __future__ import annotations
 
 import json
@@ -61,8 +62,12 @@ def _encode(obj: Any, tensors: dict, where: str) -> Any:
     if isinstance(obj, dict):
         if all(isinstance(k, str) for k in obj) and _TAG not in obj:
             return {k: _encode(v, tensors, f"{where}[{k!r}]") for k, v in obj.items()}
-        return {_TAG: "dict", "items": [[_encode(k, tensors, f"{where} key"), _encode(v, tensors, f"{where}[{k!r}]")]
-                                        for k, v in obj.items()]}
+        return {
+            _TAG: "dict",
+            "items": [
+                [_encode(k, tensors, f"{where} key"), _encode(v, tensors, f"{where}[{k!r}]")] for k, v in obj.items()
+            ],
+        }
     raise TypeError(
         f"cannot checkpoint {where}: an object of type {type(obj).__module__}.{type(obj).__qualname__} is neither a "
         f"tensor, a TensorDict nor JSON-able (checkpoints never pickle)."
@@ -124,7 +129,7 @@ def _write_json(path: str, payload: dict, fsync: bool) -> None:
     try:
         view = memoryview(data)
         while view:
-            view = view[os.write(fd, view):]
+            view = view[os.write(fd, view) :]
         if fsync:
             os.fsync(fd)
     finally:

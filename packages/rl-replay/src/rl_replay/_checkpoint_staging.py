@@ -7,6 +7,7 @@ them into a throwaway copy (:func:`~rl_replay._part.check_loadable`): whatever t
 ``load_state_dict`` would raise, it raises there. Tensor and list storages are checked entry by entry
 (their rows are too large to copy).
 """
+
 from __future__ import annotations
 
 import math
@@ -31,7 +32,9 @@ def guarded(where: str, check: Callable[..., Any], *args: Any) -> Any:
     except CheckpointError:
         raise
     except Exception as err:  # noqa: BLE001 - a state read from disk may break a check in any way
-        raise CheckpointError(f"{where}: the saved state is corrupt or does not fit ({type(err).__name__}: {err}).") from err
+        raise CheckpointError(
+            f"{where}: the saved state is corrupt or does not fit ({type(err).__name__}: {err})."
+        ) from err
 
 
 def _entry(state: Any, key: str, where: str) -> Any:
@@ -53,7 +56,9 @@ def _count(state: Any, key: str, where: str) -> int:
 
 def _data(value: Any, key: str, where: str) -> Any:
     if not (isinstance(value, torch.Tensor) or is_tensor_collection(value)):
-        raise CheckpointError(f"{where}: the entry {key!r} must be a tensor or a TensorDict, found a {type(value).__name__}.")
+        raise CheckpointError(
+            f"{where}: the entry {key!r} must be a tensor or a TensorDict, found a {type(value).__name__}."
+        )
     return value
 
 
@@ -109,7 +114,9 @@ def _stage_storage(storage: Any, state: Any, where: str) -> Apply:
         )
     if kind == "hook":
         if getattr(storage, "_load_checkpoint_state", None) is None:
-            raise CheckpointError(f"{where}: written by a storage with its own checkpoint hook; {type(storage).__name__} has none.")
+            raise CheckpointError(
+                f"{where}: written by a storage with its own checkpoint hook; {type(storage).__name__} has none."
+            )
         data = _entry(state, "data", where)
         check_loadable(storage, data, "_load_checkpoint_state")
         return lambda: storage._load_checkpoint_state(data)
@@ -135,11 +142,15 @@ def _rows_of(storage: Any, items: Any, rows: int, where: str) -> torch.Size:
     """Checks that ``items`` hold ``rows`` rows that fit ``storage``; returns the item dims of a row."""
     leading = _leading(items)
     if len(leading) < storage.ndim or leading[0] != rows:
-        raise CheckpointError(f"{where}: items of leading shape {list(leading)} saved for {rows} rows of {storage.ndim} dims.")
+        raise CheckpointError(
+            f"{where}: items of leading shape {list(leading)} saved for {rows} rows of {storage.ndim} dims."
+        )
     item_dims = leading[1 : storage.ndim]
     per_row = max(1, math.prod(item_dims))
     if storage.max_size % per_row or rows > storage.max_size // per_row:
-        raise CheckpointError(f"{where}: {rows} rows of {list(item_dims)} items do not fit a capacity of {storage.max_size}.")
+        raise CheckpointError(
+            f"{where}: {rows} rows of {list(item_dims)} items do not fit a capacity of {storage.max_size}."
+        )
     return item_dims
 
 
@@ -155,10 +166,14 @@ def _stage_tensor(storage: Any, state: Any, where: str) -> Apply:
     current = storage._storage
     if current is not None:
         if is_tensor_collection(current) != is_tensor_collection(items):
-            raise CheckpointError(f"{where}: the checkpoint holds {type(items).__name__} items, the storage {type(current).__name__}.")
+            raise CheckpointError(
+                f"{where}: the checkpoint holds {type(items).__name__} items, the storage {type(current).__name__}."
+            )
         have, want = _leaves(current), _leaves(items)
         if set(have) != set(want):
-            raise CheckpointError(f"{where}: the checkpoint's keys {sorted(map(str, want))} differ from the storage's {sorted(map(str, have))}.")
+            raise CheckpointError(
+                f"{where}: the checkpoint's keys {sorted(map(str, want))} differ from the storage's {sorted(map(str, have))}."
+            )
         for key, value in want.items():
             slot = have[key]
             if slot.dtype != value.dtype or slot.shape[1:] != value.shape[1:]:
@@ -167,7 +182,9 @@ def _stage_tensor(storage: Any, state: Any, where: str) -> Apply:
                     f"{slot.dtype} {list(slot.shape[1:])} in the storage."
                 )
         if _leading(current)[1 : storage.ndim] != item_dims:
-            raise CheckpointError(f"{where}: rows of {list(item_dims)} items in the checkpoint, {list(_leading(current)[1:storage.ndim])} in the storage.")
+            raise CheckpointError(
+                f"{where}: rows of {list(item_dims)} items in the checkpoint, {list(_leading(current)[1 : storage.ndim])} in the storage."
+            )
 
     def apply() -> None:
         if storage._storage is None:
@@ -215,7 +232,9 @@ def _stage_list(storage: Any, state: Any, where: str) -> Apply:
     else:
         raise CheckpointError(f"{where}: items stacked as {stacked!r} cannot be a {type(data).__name__}.")
     if len(items) != n or n > storage.max_size:
-        raise CheckpointError(f"{where}: {len(items)} items for a recorded length of {n} (capacity {storage.max_size}).")
+        raise CheckpointError(
+            f"{where}: {len(items)} items for a recorded length of {n} (capacity {storage.max_size})."
+        )
 
     def apply() -> None:
         storage._items = list(items)
@@ -237,12 +256,16 @@ def _stage_buffer_state(buffer: Any, extra: Any, head: dict, where: str) -> Appl
     if rng is not None:
         state, device = _entry(rng, "state", where), _entry(rng, "device", where)
         if not isinstance(state, torch.Tensor) or state.dtype != torch.uint8 or not isinstance(device, str):
-            raise CheckpointError(f"{where}: the generator state must be a uint8 tensor and a device name, found {type(state).__name__}, {device!r}.")
+            raise CheckpointError(
+                f"{where}: the generator state must be a uint8 tensor and a device name, found {type(state).__name__}, {device!r}."
+            )
         torch.Generator(device=device).set_state(state)  # raises on a state of another size or device
     transforms = _entry(extra, "transforms", where)
     own = getattr(buffer, "_transforms", [])
     if not isinstance(transforms, list) or (len(transforms) != len(own) and any(t is not None for t in transforms)):
-        raise CheckpointError(f"{where}: {_len(transforms)} transform states saved, the buffer has {len(own)} transforms.")
+        raise CheckpointError(
+            f"{where}: {_len(transforms)} transform states saved, the buffer has {len(own)} transforms."
+        )
     loads = []
     for t, sd in zip(own, transforms):
         if sd is not None:

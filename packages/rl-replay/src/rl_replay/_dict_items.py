@@ -5,6 +5,7 @@ stacked (every item's must have the same shape, dtype and device), Python number
 other objects (strings...) a list where the caller allows them. Nested dicts are stacked leaf by leaf.
 Errors name the item's index and the key.
 """
+
 from __future__ import annotations
 
 from collections.abc import Mapping

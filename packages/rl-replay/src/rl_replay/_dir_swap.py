@@ -18,6 +18,7 @@ between the two renames) no ``<name>`` but a complete leftover, which :func:`res
 next dump renames back into place. Locks die with their process. Without ``fcntl`` (Windows) the
 locks are skipped: kills stay safe, concurrent processes are not.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -154,7 +155,9 @@ def resolve(path: Any, marker: str) -> str:
         raise CheckpointError(f"{path!r} is not a directory: not a checkpoint.")
     tmp, old = _leftovers(parent, name)
     # the new state (a complete temp dir of a dead dumper) first, then the previous one
-    tmp = [d for d in sorted(tmp, key=_mtime, reverse=True) if os.path.isfile(os.path.join(d, marker)) and _abandoned(d)]
+    tmp = [
+        d for d in sorted(tmp, key=_mtime, reverse=True) if os.path.isfile(os.path.join(d, marker)) and _abandoned(d)
+    ]
     for candidate in tmp + sorted(old, key=_mtime, reverse=True):
         if os.path.isfile(os.path.join(candidate, marker)):
             return candidate

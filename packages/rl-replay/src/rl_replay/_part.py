@@ -1,4 +1,5 @@
 """BufferPart: what storages, samplers and writers share (state, sharing, checkpoints)."""
+
 from __future__ import annotations
 
 import copy

@@ -45,6 +45,7 @@ Example:
     >>> len(rb2), torch.equal(rb.sample(4), rb2.sample(4))
     (6, True)
 """
+
 from __future__ import annotations
 
 import os
@@ -84,6 +85,7 @@ __all__ = [
     "load_state",
 ]
 
+
 # ============================================================================================ #
 # states and parts
 # ============================================================================================ #
@@ -94,7 +96,11 @@ def _write_state(directory: str, state: Any, meta: dict, marker: str, fsync: boo
     if blobs:
         sizes = torch.tensor([0] + [len(b) for b in blobs], dtype=torch.int64)
         tensors["_bytes_offsets"] = sizes.cumsum(0)
-        tensors["_bytes_blob"] = torch.frombuffer(bytearray(b"".join(blobs)), dtype=torch.uint8) if sizes.sum() else torch.zeros(0, dtype=torch.uint8)
+        tensors["_bytes_blob"] = (
+            torch.frombuffer(bytearray(b"".join(blobs)), dtype=torch.uint8)
+            if sizes.sum()
+            else torch.zeros(0, dtype=torch.uint8)
+        )
     if tensors:
         save(TensorDict(tensors, batch_size=[]), os.path.join(directory, "tensors"), copy_existing=True, fsync=fsync)
     _write_json(os.path.join(directory, marker), {**meta, "tensors": bool(tensors), "state": encoded}, fsync)
@@ -108,7 +114,9 @@ def _read_state(directory: str, marker: str, fmt: str, where: str) -> tuple[dict
         try:
             tensors = load_memmap(os.path.join(directory, "tensors"))
         except Exception as err:  # noqa: BLE001 - MemmapLoadError, or whatever else a damaged file makes tdict raise
-            raise CheckpointError(f"{where}: the tensor files under {directory!r} are missing or corrupt: {err}") from err
+            raise CheckpointError(
+                f"{where}: the tensor files under {directory!r} are missing or corrupt: {err}"
+            ) from err
     if "state" not in meta:
         raise CheckpointError(f"{where}: {marker} has no 'state' entry; the checkpoint is corrupt.")
     if tensors is None:
@@ -119,7 +127,9 @@ def _read_state(directory: str, marker: str, fmt: str, where: str) -> tuple[dict
 def dump_state(state: Any, path: Any, *, fsync: bool = False) -> None:
     """Writes a state tree (dicts, lists, tuples, JSON scalars, tensors, TensorDicts) to the
     directory ``path``, crash-safely. Read it back with :func:`load_state`."""
-    atomic_dir(path, _PART_MARKER, lambda d: _write_state(d, state, _part_meta(None), _PART_MARKER, fsync, "state"), fsync)
+    atomic_dir(
+        path, _PART_MARKER, lambda d: _write_state(d, state, _part_meta(None), _PART_MARKER, fsync, "state"), fsync
+    )
 
 
 def load_state(path: Any) -> Any:
@@ -153,7 +163,13 @@ def _storage_state(storage: Any) -> dict:
             # save the items themselves and write them back with set() on load
             items = storage.get(torch.arange(rows))
             return {"kind": "items", "max_size": storage.max_size, "ndim": storage.ndim, "rows": rows, "items": items}
-        return {"kind": "tensor", "max_size": storage.max_size, "ndim": storage.ndim, "rows": rows, "items": data[:rows]}
+        return {
+            "kind": "tensor",
+            "max_size": storage.max_size,
+            "ndim": storage.ndim,
+            "rows": rows,
+            "items": data[:rows],
+        }
     if isinstance(storage, ListStorage):
         return {"kind": "list", "max_size": storage.max_size, "len": len(storage), "items": _list_items(storage._items)}
     return {"kind": "state_dict", "max_size": storage.max_size, "data": storage.state_dict()}
@@ -208,7 +224,12 @@ def dump_part(part: Any, path: Any, *, fsync: bool = False) -> None:
     role = _role(part)
     state = _part_state(part, role)
     meta = {**_part_meta(part), "role": role}
-    atomic_dir(path, _PART_MARKER, lambda d: _write_state(d, state, meta, _PART_MARKER, fsync, f"{role} {type(part).__name__}"), fsync)
+    atomic_dir(
+        path,
+        _PART_MARKER,
+        lambda d: _write_state(d, state, meta, _PART_MARKER, fsync, f"{role} {type(part).__name__}"),
+        fsync,
+    )
 
 
 def load_part(part: Any, path: Any) -> None:
@@ -225,7 +246,9 @@ def load_part(part: Any, path: Any) -> None:
 
 def _check_class(meta: dict, part: Any, where: str) -> None:
     if meta.get("class") != type(part).__name__:
-        raise CheckpointError(f"{where}: written by a {meta.get('class')}, cannot be loaded into a {type(part).__name__}.")
+        raise CheckpointError(
+            f"{where}: written by a {meta.get('class')}, cannot be loaded into a {type(part).__name__}."
+        )
 
 
 # ============================================================================================ #
@@ -272,8 +295,12 @@ def dump_buffer(buffer: Any, path: Any, *, fsync: bool = False) -> None:
     for role, state in (*parts.items(), ("buffer", extra)):
         _encode(state, {}, f"{role} state")
     head = {
-        "format": FORMAT, "version": VERSION, "token": token, "buffer": type(buffer).__name__,
-        "batch_size": getattr(buffer, "_batch_size", None), "parts": {r: type(o).__name__ for r, o in objs.items()},
+        "format": FORMAT,
+        "version": VERSION,
+        "token": token,
+        "buffer": type(buffer).__name__,
+        "batch_size": getattr(buffer, "_batch_size", None),
+        "parts": {r: type(o).__name__ for r, o in objs.items()},
         "length": len(buffer._storage),
     }
 
@@ -300,7 +327,9 @@ def _read_buffer(directory: str) -> tuple[dict, dict, dict]:
         where = f"checkpoint {directory!r}, {role}"
         meta, state = _read_state(os.path.join(directory, role), _PART_MARKER, _PART_FORMAT, where)
         if meta.get("token") != token:
-            raise CheckpointError(f"{where}: belongs to another checkpoint (token {meta.get('token')!r}, expected {token!r}).")
+            raise CheckpointError(
+                f"{where}: belongs to another checkpoint (token {meta.get('token')!r}, expected {token!r})."
+            )
         states[role], metas[role] = state, meta
     return head, metas, states
 

@@ -1,4 +1,5 @@
 """TensorDictMaxValueWriter: keeps the items with the highest rank (e.g. the best episodes)."""
+
 from __future__ import annotations
 
 from typing import Any
@@ -97,7 +98,9 @@ class TensorDictMaxValueWriter(Writer):
         if not is_tensor_collection(data):
             raise TypeError(f"TensorDictMaxValueWriter expects a TensorDict, got {type(data).__name__}.")
         if not single and data.batch_dims == 0:
-            raise ValueError("TensorDictMaxValueWriter.extend: the TensorDict has an empty batch_size; use add() for one item.")
+            raise ValueError(
+                "TensorDictMaxValueWriter.extend: the TensorDict has an empty batch_size; use add() for one item."
+            )
         try:
             value = data.get(self._rank_key)
         except KeyError:
@@ -106,7 +109,9 @@ class TensorDictMaxValueWriter(Writer):
                 f"(keys: {sorted(map(str, data.keys(include_nested=True, leaves_only=True)))})."
             ) from None
         if not isinstance(value, torch.Tensor):
-            raise TypeError(f"TensorDictMaxValueWriter: {self._rank_key!r} must be a tensor, got {type(value).__name__}.")
+            raise TypeError(
+                f"TensorDictMaxValueWriter: {self._rank_key!r} must be a tensor, got {type(value).__name__}."
+            )
         n = 1 if single else data.batch_size[0]
         if value.numel() == 0 or value.numel() % n:
             raise ValueError(
@@ -233,7 +238,9 @@ class TensorDictMaxValueWriter(Writer):
         cursor, write_count = int(state["cursor"]), int(state["write_count"])  # read all before changing anything
         reduction = state.get("reduction", self._reduction)
         if reduction not in _REDUCTIONS:
-            raise ValueError(f"TensorDictMaxValueWriter.load_state_dict: reduction must be one of {_REDUCTIONS}, got {reduction!r}.")
+            raise ValueError(
+                f"TensorDictMaxValueWriter.load_state_dict: reduction must be one of {_REDUCTIONS}, got {reduction!r}."
+            )
         key = state.get("rank_key", self._rank_key)
         self._rank_key = tuple(key) if isinstance(key, list) else key
         self._reduction = reduction

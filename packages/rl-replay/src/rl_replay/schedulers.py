@@ -1,4 +1,5 @@
 """Parameter schedulers: anneal a sampler attribute (e.g. a PrioritizedSampler's ``beta``) step by step."""
+
 from __future__ import annotations
 
 import math

@@ -23,6 +23,7 @@ Example:
     >>> rb.storage._storage["obs"].is_shared(), len(rb)
     (True, 0)
 """
+
 from __future__ import annotations
 
 import contextlib

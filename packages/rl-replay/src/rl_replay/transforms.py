@@ -5,6 +5,7 @@ batch and ``transform.inv(data)`` on ``extend`` (see :meth:`rl_replay.ReplayBuff
 Trajectories are TensorDicts ``[*batch, T]`` with time along the last batch dim; per-step scalars
 (reward, done) have the batch shape, with no trailing singleton dim.
 """
+
 from __future__ import annotations
 
 from typing import Sequence
@@ -63,7 +64,9 @@ def n_step_returns(
     """
     tdim = data.batch_dims - 1
     if tdim < 0:
-        raise ValueError("MultiStepTransform: the data needs a time dim (batch_size [*batch, T]), got an empty batch_size.")
+        raise ValueError(
+            "MultiStepTransform: the data needs a time dim (batch_size [*batch, T]), got an empty batch_size."
+        )
     done = _step_done(data, _next(done_key), "MultiStepTransform")
     T = data.batch_size[-1]
     device = done.device
@@ -193,8 +196,13 @@ class MultiStepTransform:
         out = None
         if total.batch_size[-1] > n:
             out = n_step_returns(
-                total, n_steps=n, gamma=self.gamma, reward_keys=self.reward_keys, done_key=self.done_key,
-                done_keys=self.done_keys, mask_key=self.mask_key,
+                total,
+                n_steps=n,
+                gamma=self.gamma,
+                reward_keys=self.reward_keys,
+                done_key=self.done_key,
+                done_keys=self.done_keys,
+                mask_key=self.mask_key,
             )[..., :-n]
         self._buffer = total[..., -n:].clone()
         return out

@@ -14,6 +14,7 @@ holds ``r * arity**(l - 1)`` nodes, so the leaf level is at most twice the capac
 the capacity hold the neutral value (0 for sums, +inf for minimums) and are never written.
 Internal nodes are always the exact reduction (``sum``/``amin``) of their children.
 """
+
 from __future__ import annotations
 
 import math
@@ -199,7 +200,9 @@ class _SegmentTree:
         """The reduction of the leaves in ``[start, end)`` (a 0-d tensor), in O(arity * depth)."""
         start, end = int(start), int(end)
         if not 0 <= start <= end <= self.capacity:
-            raise IndexError(f"{type(self).__name__}.query: need 0 <= start <= end <= {self.capacity}, got [{start}, {end}).")
+            raise IndexError(
+                f"{type(self).__name__}.query: need 0 <= start <= end <= {self.capacity}, got [{start}, {end})."
+            )
         parts = []
         level = len(self._levels) - 1
         k = self.arity

@@ -1,4 +1,5 @@
 """Writers: decide where new items go (round robin, keep the best, or refuse writes)."""
+
 from __future__ import annotations
 
 from typing import Any
@@ -27,7 +28,9 @@ def _count(data: Any) -> int:
 def _int_entries(owner: str, state: Any, keys: tuple) -> list[int]:
     """``state[key]`` for each key, each an int >= 0, or a ValueError naming the entry."""
     if not isinstance(state, dict):
-        raise ValueError(f"{owner}.load_state_dict: state must be a dict with {list(keys)}, got {type(state).__name__}.")
+        raise ValueError(
+            f"{owner}.load_state_dict: state must be a dict with {list(keys)}, got {type(state).__name__}."
+        )
     out = []
     for key in keys:
         value = state.get(key)
@@ -90,7 +93,11 @@ class RoundRobinWriter(Writer):
     def _capacity(self) -> int:
         storage = self._storage
         shape = getattr(storage, "shape", None)
-        return shape[0] if shape is not None and getattr(storage, "ndim", 1) > 1 and getattr(storage, "initialized", False) else storage.max_size
+        return (
+            shape[0]
+            if shape is not None and getattr(storage, "ndim", 1) > 1 and getattr(storage, "initialized", False)
+            else storage.max_size
+        )
 
     def add(self, data: Any) -> int:
         cursor = self._cursor
@@ -136,7 +143,9 @@ class RoundRobinWriter(Writer):
         cursor, count = _int_entries(type(self).__name__, state, ("cursor", "write_count"))
         top = None if self._storage is None else self._capacity()
         if top is not None and cursor >= top:
-            raise ValueError(f"{type(self).__name__}.load_state_dict: state['cursor'] must be < the capacity {top}, got {cursor}.")
+            raise ValueError(
+                f"{type(self).__name__}.load_state_dict: state['cursor'] must be < the capacity {top}, got {cursor}."
+            )
         self._state[0] = cursor
         self._state[1] = count
 

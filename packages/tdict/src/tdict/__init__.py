@@ -10,6 +10,7 @@ Example:
     >>> torch.stack([td, td], 1).batch_size
     torch.Size([8, 2])
 """
+
 from ._keys import is_leaf_nontensor
 from ._torch_function import cat, pad, pad_sequence, stack
 from ._utils import NestedKey, unravel_key
@@ -24,8 +25,22 @@ from .tensorclass import TensorClass, is_tensorclass, tensorclass
 from .tensordict import TensorDict
 from . import _pytree  # noqa: F401  (registers the collections as pytree nodes)
 from ._constructors import (
-    assert_allclose_td, assert_close, default_is_leaf, dense_stack_tds, from_any, from_dataclass, from_dict, from_namedtuple,
-    from_pytree, from_struct_array, from_tuple, fromkeys, make_tensordict, maybe_dense_stack, merge_tensordicts, unravel_key_list,
+    assert_allclose_td,
+    assert_close,
+    default_is_leaf,
+    dense_stack_tds,
+    from_any,
+    from_dataclass,
+    from_dict,
+    from_namedtuple,
+    from_pytree,
+    from_struct_array,
+    from_tuple,
+    fromkeys,
+    make_tensordict,
+    maybe_dense_stack,
+    merge_tensordicts,
+    unravel_key_list,
 )
 
 __version__ = "0.1.0"
@@ -57,7 +72,20 @@ __all__ = [
     "tensorclass",
     "unravel_key",
     # constructors and helpers (tdict._constructors)
-    "assert_allclose_td", "assert_close", "default_is_leaf", "dense_stack_tds", "from_any", "from_dataclass", "from_dict",
-    "from_namedtuple", "from_pytree", "from_struct_array", "from_tuple", "fromkeys", "make_tensordict", "maybe_dense_stack",
-    "merge_tensordicts", "unravel_key_list",
+    "assert_allclose_td",
+    "assert_close",
+    "default_is_leaf",
+    "dense_stack_tds",
+    "from_any",
+    "from_dataclass",
+    "from_dict",
+    "from_namedtuple",
+    "from_pytree",
+    "from_struct_array",
+    "from_tuple",
+    "fromkeys",
+    "make_tensordict",
+    "maybe_dense_stack",
+    "merge_tensordicts",
+    "unravel_key_list",
 ]

@@ -1,4 +1,5 @@
 """apply, named_apply, apply_ and map: a function over every leaf of one or more collections."""
+
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Callable, Sequence
@@ -11,12 +12,25 @@ from ._utils import _MISSING, NO_DEFAULT, parse_device, unravel_key
 if TYPE_CHECKING:
     from .base import TensorDictBase
 
+
 class ApplyMixin:
     """Leaf-wise function application (and ``map`` over a process pool)."""
 
     __slots__ = ()
 
-    def apply(self, fn: Callable, *others: "TensorDictBase", batch_size: Sequence[int] | None = None, device: Any = NO_DEFAULT, names: Any = NO_DEFAULT, inplace: bool = False, default: Any = NO_DEFAULT, filter_empty: bool | None = None, call_on_nested: bool = False, **constructor_kwargs) -> "TensorDictBase | None":
+    def apply(
+        self,
+        fn: Callable,
+        *others: "TensorDictBase",
+        batch_size: Sequence[int] | None = None,
+        device: Any = NO_DEFAULT,
+        names: Any = NO_DEFAULT,
+        inplace: bool = False,
+        default: Any = NO_DEFAULT,
+        filter_empty: bool | None = None,
+        call_on_nested: bool = False,
+        **constructor_kwargs,
+    ) -> "TensorDictBase | None":
         """Apply ``fn`` to every leaf (and the matching leaves of ``others``).
 
         Returning ``None`` from ``fn`` drops the key; sub-collections left empty are dropped
@@ -29,17 +43,72 @@ class ApplyMixin:
             >>> td.apply(lambda x: x + 1)["a"]
             tensor([1., 1., 1.])
         """
-        return self._apply(fn, others, None, (), batch_size, device, names, inplace, default, filter_empty, call_on_nested, constructor_kwargs)
+        return self._apply(
+            fn,
+            others,
+            None,
+            (),
+            batch_size,
+            device,
+            names,
+            inplace,
+            default,
+            filter_empty,
+            call_on_nested,
+            constructor_kwargs,
+        )
 
-    def named_apply(self, fn: Callable, *others: "TensorDictBase", nested_keys: bool = False, batch_size: Sequence[int] | None = None, device: Any = NO_DEFAULT, names: Any = NO_DEFAULT, inplace: bool = False, default: Any = NO_DEFAULT, filter_empty: bool | None = None, call_on_nested: bool = False, **constructor_kwargs) -> "TensorDictBase | None":
+    def named_apply(
+        self,
+        fn: Callable,
+        *others: "TensorDictBase",
+        nested_keys: bool = False,
+        batch_size: Sequence[int] | None = None,
+        device: Any = NO_DEFAULT,
+        names: Any = NO_DEFAULT,
+        inplace: bool = False,
+        default: Any = NO_DEFAULT,
+        filter_empty: bool | None = None,
+        call_on_nested: bool = False,
+        **constructor_kwargs,
+    ) -> "TensorDictBase | None":
         """Like :meth:`apply`, with the key passed first: ``fn(key, leaf, *other_leaves)``."""
-        return self._apply(fn, others, bool(nested_keys), (), batch_size, device, names, inplace, default, filter_empty, call_on_nested, constructor_kwargs)
+        return self._apply(
+            fn,
+            others,
+            bool(nested_keys),
+            (),
+            batch_size,
+            device,
+            names,
+            inplace,
+            default,
+            filter_empty,
+            call_on_nested,
+            constructor_kwargs,
+        )
 
     def apply_(self, fn: Callable, *others: "TensorDictBase", **kwargs) -> "TensorDictBase":
         """In-place :meth:`apply`: leaves are replaced (or copied into) by ``fn``'s result."""
-        return self._apply(fn, others, None, (), None, NO_DEFAULT, NO_DEFAULT, True, kwargs.get("default", NO_DEFAULT), None, False, {})
+        return self._apply(
+            fn, others, None, (), None, NO_DEFAULT, NO_DEFAULT, True, kwargs.get("default", NO_DEFAULT), None, False, {}
+        )
 
-    def _apply(self, fn, others, named, path, batch_size, device, names, inplace, default, filter_empty, call_on_nested, constructor_kwargs):
+    def _apply(
+        self,
+        fn,
+        others,
+        named,
+        path,
+        batch_size,
+        device,
+        names,
+        inplace,
+        default,
+        filter_empty,
+        call_on_nested,
+        constructor_kwargs,
+    ):
         # named: None for apply, False/True for named_apply (own key / full nested key); path: keys above self.
         from .tensordict import TensorDict
 
@@ -57,7 +126,9 @@ class ApplyMixin:
                 other_value = other._get_str(key, _MISSING)
                 if other_value is _MISSING:
                     if default is NO_DEFAULT:
-                        raise KeyError(f"apply: key {path + (key,)!r} is missing from one of the other collections (pass default= to fill it).")
+                        raise KeyError(
+                            f"apply: key {path + (key,)!r} is missing from one of the other collections (pass default= to fill it)."
+                        )
                     if isinstance(value, torch.Tensor) or call_on_nested or value._is_non_tensor:
                         other_value = default
                     else:  # a missing sub-collection: an empty one, so that default fills each leaf below
@@ -79,7 +150,20 @@ class ApplyMixin:
             elif value._is_non_tensor:
                 result[key] = value if batch_size is None else value._with_batch_size(out_bs)
             else:
-                new = value._apply(fn, other_values, named, path + (key,), batch_size, device, NO_DEFAULT, inplace, default, filter_empty, call_on_nested, constructor_kwargs)
+                new = value._apply(
+                    fn,
+                    other_values,
+                    named,
+                    path + (key,),
+                    batch_size,
+                    device,
+                    NO_DEFAULT,
+                    inplace,
+                    default,
+                    filter_empty,
+                    call_on_nested,
+                    constructor_kwargs,
+                )
                 if new is not None and not (filter_empty and new.is_empty()):
                     result[key] = new
         if inplace:
@@ -87,7 +171,13 @@ class ApplyMixin:
                 dest = self._get_str(key, None)
                 if dest is new:
                     continue
-                if isinstance(dest, torch.Tensor) and isinstance(new, torch.Tensor) and dest.shape == new.shape and dest.dtype == new.dtype and dest.device == new.device:
+                if (
+                    isinstance(dest, torch.Tensor)
+                    and isinstance(new, torch.Tensor)
+                    and dest.shape == new.shape
+                    and dest.dtype == new.dtype
+                    and dest.device == new.device
+                ):
                     dest.copy_(new)
                 else:
                     self._set_str(key, new, inplace=False, validated=False, ignore_lock=True)
@@ -98,7 +188,18 @@ class ApplyMixin:
             return TensorDict._new_unsafe(result, out_bs, out_device, names)
         return TensorDict(result, batch_size=out_bs, device=out_device, names=names, **constructor_kwargs)
 
-    def map(self, fn: Callable, dim: int = 0, num_workers: int | None = None, *, chunksize: int | None = None, num_chunks: int | None = None, pool: Any = None, mp_start_method: str | None = None, **kwargs: Any) -> "TensorDictBase":
+    def map(
+        self,
+        fn: Callable,
+        dim: int = 0,
+        num_workers: int | None = None,
+        *,
+        chunksize: int | None = None,
+        num_chunks: int | None = None,
+        pool: Any = None,
+        mp_start_method: str | None = None,
+        **kwargs: Any,
+    ) -> "TensorDictBase":
         """Apply ``fn`` to chunks of ``self`` along ``dim`` in a process pool and concatenate the results.
 
         ``fn`` must be picklable (a module-level function) and return a collection, a tensor or
@@ -107,4 +208,14 @@ class ApplyMixin:
         """
         from ._map import map_chunks
 
-        return map_chunks(self, fn, dim=dim, num_workers=num_workers, chunksize=chunksize, num_chunks=num_chunks, pool=pool, mp_start_method=mp_start_method, **kwargs)
+        return map_chunks(
+            self,
+            fn,
+            dim=dim,
+            num_workers=num_workers,
+            chunksize=chunksize,
+            num_chunks=num_chunks,
+            pool=pool,
+            mp_start_method=mp_start_method,
+            **kwargs,
+        )

@@ -2,6 +2,7 @@
 
 Reductions and scans live in :mod:`tdict._reductions` (a base of :class:`ArithmeticMixin`).
 """
+
 from __future__ import annotations
 
 import numbers
@@ -55,7 +56,9 @@ def _pair(td: Any, others: list, out: tuple, path: tuple) -> None:
         for other in others:
             parts = td._split_collection(other)
             if parts is None:
-                raise RuntimeError(f"key {path or '<root>'!r}: the other collection's batch size {list(other.batch_size)} does not start with {list(td.batch_size)}.")
+                raise RuntimeError(
+                    f"key {path or '<root>'!r}: the other collection's batch size {list(other.batch_size)} does not start with {list(td.batch_size)}."
+                )
             splits.append(parts)
         for j, member in enumerate(td.tensordicts):
             _pair(member, [parts[j] for parts in splits], out, path)
@@ -68,7 +71,9 @@ def _pair(td: Any, others: list, out: tuple, path: tuple) -> None:
         for other in others:
             match = other._get_str(key, None) if _is_collection(other) else None
             if match is None or isinstance(match, torch.Tensor) != isinstance(value, torch.Tensor):
-                raise KeyError(f"key {full!r}: the other collection has no {'tensor' if isinstance(value, torch.Tensor) else 'sub-collection'} there.")
+                raise KeyError(
+                    f"key {full!r}: the other collection has no {'tensor' if isinstance(value, torch.Tensor) else 'sub-collection'} there."
+                )
             matches.append(match)
         if isinstance(value, torch.Tensor):
             out[0].append(value)
@@ -102,14 +107,32 @@ class ArithmeticMixin(ReductionsMixin):
     # ---- core helpers
     def _binary(self, other: Any, op: Callable) -> Any:
         if _is_collection(other):
+
             def pair(v, o):
                 return op(v, o)
 
-            return self._apply(pair, (other,), None, (), None, NO_DEFAULT, NO_DEFAULT, False, NO_DEFAULT, None, False, {})
+            return self._apply(
+                pair, (other,), None, (), None, NO_DEFAULT, NO_DEFAULT, False, NO_DEFAULT, None, False, {}
+            )
         if isinstance(other, torch.Tensor) and other.dim():
             other, n = self._batch_operand(other), self.batch_dims
-            return self._apply(lambda v: op(v, _align(other, v.dim() - n)), (), None, (), None, NO_DEFAULT, NO_DEFAULT, False, NO_DEFAULT, None, False, {})
-        return self._apply(lambda v: op(v, other), (), None, (), None, NO_DEFAULT, NO_DEFAULT, False, NO_DEFAULT, None, False, {})
+            return self._apply(
+                lambda v: op(v, _align(other, v.dim() - n)),
+                (),
+                None,
+                (),
+                None,
+                NO_DEFAULT,
+                NO_DEFAULT,
+                False,
+                NO_DEFAULT,
+                None,
+                False,
+                {},
+            )
+        return self._apply(
+            lambda v: op(v, other), (), None, (), None, NO_DEFAULT, NO_DEFAULT, False, NO_DEFAULT, None, False, {}
+        )
 
     def _batch_operand(self, other: torch.Tensor) -> torch.Tensor:
         """A tensor operand lines up with the batch dims, as in tensordict: ``td * mask`` with a
@@ -120,7 +143,9 @@ class ArithmeticMixin(ReductionsMixin):
         except RuntimeError:
             fits = False
         if not fits:
-            raise RuntimeError(f"A tensor operand must broadcast to the batch size {list(bs)}; got shape {list(other.shape)}.")
+            raise RuntimeError(
+                f"A tensor operand must broadcast to the batch size {list(bs)}; got shape {list(other.shape)}."
+            )
         return other
 
     def _compare(self, other: Any, op: Callable) -> Any:
@@ -327,7 +352,9 @@ class ArithmeticMixin(ReductionsMixin):
             return self.to(dst_type)
         if isinstance(dst_type, str):
             return self._unary(lambda v: v.type(dst_type))
-        raise TypeError(f"type: dst_type must be a torch.dtype or a tensor type name such as 'torch.FloatTensor', got {dst_type!r}.")
+        raise TypeError(
+            f"type: dst_type must be a torch.dtype or a tensor type name such as 'torch.FloatTensor', got {dst_type!r}."
+        )
 
 
 def _is_bound_operand(bound: Any) -> bool:
@@ -342,30 +369,95 @@ def _scalar_tensor(value: Any, name: str, arg: str) -> torch.Tensor:
 
 
 _BINARY = {
-    "__add__": operator.add, "__sub__": operator.sub, "__mul__": operator.mul, "__truediv__": operator.truediv,
-    "__floordiv__": operator.floordiv, "__mod__": operator.mod, "__pow__": operator.pow,
-    "__and__": operator.and_, "__or__": operator.or_, "__xor__": operator.xor,
-    "__lt__": operator.lt, "__le__": operator.le,
-    "__gt__": operator.gt, "__ge__": operator.ge,
-    "__radd__": lambda a, b: b + a, "__rsub__": lambda a, b: b - a, "__rmul__": lambda a, b: b * a,
-    "__rtruediv__": lambda a, b: b / a, "__rpow__": lambda a, b: b**a,
-    "sub": operator.sub, "mul": operator.mul, "div": operator.truediv, "pow": operator.pow, "mod": operator.mod,
+    "__add__": operator.add,
+    "__sub__": operator.sub,
+    "__mul__": operator.mul,
+    "__truediv__": operator.truediv,
+    "__floordiv__": operator.floordiv,
+    "__mod__": operator.mod,
+    "__pow__": operator.pow,
+    "__and__": operator.and_,
+    "__or__": operator.or_,
+    "__xor__": operator.xor,
+    "__lt__": operator.lt,
+    "__le__": operator.le,
+    "__gt__": operator.gt,
+    "__ge__": operator.ge,
+    "__radd__": lambda a, b: b + a,
+    "__rsub__": lambda a, b: b - a,
+    "__rmul__": lambda a, b: b * a,
+    "__rtruediv__": lambda a, b: b / a,
+    "__rpow__": lambda a, b: b**a,
+    "sub": operator.sub,
+    "mul": operator.mul,
+    "div": operator.truediv,
+    "pow": operator.pow,
+    "mod": operator.mod,
 }
 _COMPARISONS = frozenset({"__lt__", "__le__", "__gt__", "__ge__"})  # their results are not locked (== and != neither)
 _INPLACE = {
     # name: (foreach op, per-tensor fallback for broadcasting tensors)
-    "sub_": (torch._foreach_sub_, torch.Tensor.sub_), "mul_": (torch._foreach_mul_, torch.Tensor.mul_),
-    "div_": (torch._foreach_div_, torch.Tensor.div_), "pow_": (torch._foreach_pow_, torch.Tensor.pow_),
+    "sub_": (torch._foreach_sub_, torch.Tensor.sub_),
+    "mul_": (torch._foreach_mul_, torch.Tensor.mul_),
+    "div_": (torch._foreach_div_, torch.Tensor.div_),
+    "pow_": (torch._foreach_pow_, torch.Tensor.pow_),
 }
-_INPLACE_ALIASES = {"__iadd__": "add_", "__isub__": "sub_", "__imul__": "mul_", "__itruediv__": "div_", "__ipow__": "pow_"}
+_INPLACE_ALIASES = {
+    "__iadd__": "add_",
+    "__isub__": "sub_",
+    "__imul__": "mul_",
+    "__itruediv__": "div_",
+    "__ipow__": "pow_",
+}
 _UNARY = [
-    "abs", "neg", "exp", "log", "sqrt", "sigmoid", "tanh", "sign", "reciprocal", "sin", "cos", "floor", "ceil", "round",
-    "log1p", "expm1", "logical_not", "acos", "asin", "atan", "cosh", "sinh", "tan", "erf", "erfc", "frac", "lgamma",
-    "log10", "log2", "trunc",
+    "abs",
+    "neg",
+    "exp",
+    "log",
+    "sqrt",
+    "sigmoid",
+    "tanh",
+    "sign",
+    "reciprocal",
+    "sin",
+    "cos",
+    "floor",
+    "ceil",
+    "round",
+    "log1p",
+    "expm1",
+    "logical_not",
+    "acos",
+    "asin",
+    "atan",
+    "cosh",
+    "sinh",
+    "tan",
+    "erf",
+    "erfc",
+    "frac",
+    "lgamma",
+    "log10",
+    "log2",
+    "trunc",
 ]
 _UNARY_NO_INPLACE = ["isneginf", "isposinf", "isreal"]  # results are bool: no in-place form
 # dtype shortcuts (tensordict 0.14's; bfloat16, half, ... are in base.py)
-_DTYPE_CASTS = ["float16", "float32", "float64", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64", "complex64", "complex128"]
+_DTYPE_CASTS = [
+    "float16",
+    "float32",
+    "float64",
+    "int8",
+    "int16",
+    "int32",
+    "int64",
+    "uint8",
+    "uint16",
+    "uint32",
+    "uint64",
+    "complex64",
+    "complex128",
+]
 
 
 def _install() -> None:
@@ -383,7 +475,11 @@ def _install() -> None:
         if foreach_ is not None:
             setattr(ArithmeticMixin, name + "_", lambda self, _f=foreach_: _foreach_inplace(self, _f))
         else:
-            setattr(ArithmeticMixin, name + "_", lambda self, _n=name: ([getattr(v, _n + "_")() for v in self._tensor_leaves()[1]], self)[1])
+            setattr(
+                ArithmeticMixin,
+                name + "_",
+                lambda self, _n=name: ([getattr(v, _n + "_")() for v in self._tensor_leaves()[1]], self)[1],
+            )
     for name in _UNARY_NO_INPLACE:
         fn = getattr(torch, name)
         setattr(ArithmeticMixin, name, keeps_lock(lambda self, _fn=fn: self._unary(_fn)))

@@ -5,6 +5,7 @@ Module-level functions exported by :mod:`tdict`; the ``TensorDict.from_*`` / ``f
 classmethods delegate here. Semantics follow tensordict 0.14; where ``batch_size`` is not given,
 ``auto_batch_size`` picks the largest leading shape the entries share (``batch_dims`` caps it).
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -20,9 +21,23 @@ from .non_tensor_stack import NonTensorStack
 from .tensordict import TensorDict
 
 __all__ = [
-    "assert_allclose_td", "assert_close", "default_is_leaf", "dense_stack_tds", "from_any", "from_dataclass", "from_dict",
-    "from_namedtuple", "from_pytree", "from_struct_array", "from_tuple", "fromkeys", "make_tensordict", "maybe_dense_stack",
-    "merge_tensordicts", "to_pytree", "unravel_key_list",
+    "assert_allclose_td",
+    "assert_close",
+    "default_is_leaf",
+    "dense_stack_tds",
+    "from_any",
+    "from_dataclass",
+    "from_dict",
+    "from_namedtuple",
+    "from_pytree",
+    "from_struct_array",
+    "from_tuple",
+    "fromkeys",
+    "make_tensordict",
+    "maybe_dense_stack",
+    "merge_tensordicts",
+    "to_pytree",
+    "unravel_key_list",
 ]
 
 _PYTREE_TYPE = "_pytree_type"
@@ -62,7 +77,15 @@ def _convert(value: Any, device: Any, batch_size: Any) -> Any:
 
 
 # ---------------------------------------------------------------------------- from_*
-def from_dict(input_dict: Any, batch_size: Any = None, device: Any = None, batch_dims: int | None = None, names: Any = None, *, auto_batch_size: bool | None = None) -> Any:
+def from_dict(
+    input_dict: Any,
+    batch_size: Any = None,
+    device: Any = None,
+    batch_dims: int | None = None,
+    names: Any = None,
+    *,
+    auto_batch_size: bool | None = None,
+) -> Any:
     """A TensorDict from a (nested) dict; tuples, namedtuples, dataclasses and lists inside are converted too.
 
     Without ``batch_size`` the largest common leading shape is used (``auto_batch_size=False``:
@@ -98,15 +121,35 @@ def fromkeys(keys: Sequence[NestedKey], value: Any = 0) -> TensorDict:
     return TensorDict(dict.fromkeys(keys, value))
 
 
-def from_namedtuple(named_tuple: Any, *, auto_batch_size: bool = False, batch_dims: int | None = None, device: Any = None, batch_size: Any = None) -> TensorDict:
+def from_namedtuple(
+    named_tuple: Any,
+    *,
+    auto_batch_size: bool = False,
+    batch_dims: int | None = None,
+    device: Any = None,
+    batch_size: Any = None,
+) -> TensorDict:
     """A TensorDict of a namedtuple's fields (also ``torch.return_types``), converted recursively."""
     if not _is_namedtuple(named_tuple):
         raise TypeError(f"from_namedtuple: expected a namedtuple instance, got {type(named_tuple).__name__}.")
     source = {k: _convert(v, device, batch_size) for k, v in _namedtuple_fields(named_tuple).items()}
-    return _finish(TensorDict(source, batch_size=batch_size, device=device), auto_batch_size, batch_dims, batch_size, "from_namedtuple")
+    return _finish(
+        TensorDict(source, batch_size=batch_size, device=device),
+        auto_batch_size,
+        batch_dims,
+        batch_size,
+        "from_namedtuple",
+    )
 
 
-def from_tuple(obj: Any, *, auto_batch_size: bool = False, batch_dims: int | None = None, device: Any = None, batch_size: Any = None) -> TensorDict:
+def from_tuple(
+    obj: Any,
+    *,
+    auto_batch_size: bool = False,
+    batch_dims: int | None = None,
+    device: Any = None,
+    batch_size: Any = None,
+) -> TensorDict:
     """A TensorDict with keys ``"0"``, ``"1"``... holding the converted elements of a tuple (or list).
 
     Example:
@@ -118,15 +161,31 @@ def from_tuple(obj: Any, *, auto_batch_size: bool = False, batch_dims: int | Non
     if not isinstance(obj, (tuple, list)):
         raise TypeError(f"from_tuple: expected a tuple or a list, got {type(obj).__name__}.")
     source = {str(i): _convert(v, device, batch_size) for i, v in enumerate(obj)}
-    return _finish(TensorDict(source, batch_size=batch_size, device=device), auto_batch_size, batch_dims, batch_size, "from_tuple")
+    return _finish(
+        TensorDict(source, batch_size=batch_size, device=device), auto_batch_size, batch_dims, batch_size, "from_tuple"
+    )
 
 
-def td_from_dataclass(dataclass: Any, *, dest_cls: Any = None, auto_batch_size: bool = False, batch_dims: int | None = None, device: Any = None, batch_size: Any = None) -> TensorDict:
+def td_from_dataclass(
+    dataclass: Any,
+    *,
+    dest_cls: Any = None,
+    auto_batch_size: bool = False,
+    batch_dims: int | None = None,
+    device: Any = None,
+    batch_size: Any = None,
+) -> TensorDict:
     """A TensorDict of a dataclass instance's fields (what ``TensorDict.from_dataclass`` returns)."""
     if not dataclasses.is_dataclass(dataclass) or isinstance(dataclass, type):
         raise TypeError(f"from_dataclass: expected a dataclass instance, got {dataclass!r}.")
     source = {f.name: _convert(getattr(dataclass, f.name), device, batch_size) for f in dataclasses.fields(dataclass)}
-    return _finish(TensorDict(source, batch_size=batch_size, device=device), auto_batch_size, batch_dims, batch_size, "from_dataclass")
+    return _finish(
+        TensorDict(source, batch_size=batch_size, device=device),
+        auto_batch_size,
+        batch_dims,
+        batch_size,
+        "from_dataclass",
+    )
 
 
 _TC_CACHE: dict = {}
@@ -138,7 +197,11 @@ def _tensorclass_for(dc_type: type) -> type:
 
     cls = _TC_CACHE.get(dc_type)
     if cls is None:
-        ns: dict = {"__annotations__": {}, "__module__": dc_type.__module__, "__doc__": f"Tensor class made from {dc_type.__qualname__}."}
+        ns: dict = {
+            "__annotations__": {},
+            "__module__": dc_type.__module__,
+            "__doc__": f"Tensor class made from {dc_type.__qualname__}.",
+        }
         for f in dataclasses.fields(dc_type):
             ns["__annotations__"][f.name] = f.type
             if f.default is not dataclasses.MISSING:
@@ -149,7 +212,15 @@ def _tensorclass_for(dc_type: type) -> type:
     return cls
 
 
-def from_dataclass(obj: Any, *, dest_cls: type | None = None, auto_batch_size: bool = False, batch_dims: int | None = None, batch_size: Any = None, device: Any = None) -> Any:
+def from_dataclass(
+    obj: Any,
+    *,
+    dest_cls: type | None = None,
+    auto_batch_size: bool = False,
+    batch_dims: int | None = None,
+    batch_size: Any = None,
+    device: Any = None,
+) -> Any:
     """A tensor class made from a dataclass: a class for a dataclass type, an instance for an instance.
 
     ``dest_cls`` (a tensor class) receives the fields instead of a generated ``<Name>_tc`` class.
@@ -182,7 +253,14 @@ def from_dataclass(obj: Any, *, dest_cls: type | None = None, auto_batch_size: b
     return out
 
 
-def from_struct_array(struct_array: Any, *, auto_batch_size: bool = False, batch_dims: int | None = None, device: Any = None, batch_size: Any = None) -> TensorDict:
+def from_struct_array(
+    struct_array: Any,
+    *,
+    auto_batch_size: bool = False,
+    batch_dims: int | None = None,
+    device: Any = None,
+    batch_size: Any = None,
+) -> TensorDict:
     """A TensorDict of a numpy structured array: one entry per field, batch size the array's shape."""
     names = getattr(getattr(struct_array, "dtype", None), "names", None)
     if not names:
@@ -190,12 +268,23 @@ def from_struct_array(struct_array: Any, *, auto_batch_size: bool = False, batch
     source = {}
     for name in names:
         field = struct_array[name]
-        source[name] = from_struct_array(field, device=device) if field.dtype.names else torch.as_tensor(field.copy(), device=device)
+        source[name] = (
+            from_struct_array(field, device=device)
+            if field.dtype.names
+            else torch.as_tensor(field.copy(), device=device)
+        )
     out = TensorDict(source, batch_size=struct_array.shape if batch_size is None else batch_size, device=device)
     return _finish(out, auto_batch_size, batch_dims, None, "from_struct_array")
 
 
-def from_any(obj: Any, *, auto_batch_size: bool = False, batch_dims: int | None = None, device: Any = None, batch_size: Any = None) -> Any:
+def from_any(
+    obj: Any,
+    *,
+    auto_batch_size: bool = False,
+    batch_dims: int | None = None,
+    device: Any = None,
+    batch_size: Any = None,
+) -> Any:
     """Convert dicts, namedtuples, tuples, dataclasses and numpy structured arrays to TensorDicts.
 
     Tensor collections and tensors come back as they are; lists become a tensor when numeric,
@@ -226,7 +315,9 @@ def from_any(obj: Any, *, auto_batch_size: bool = False, batch_dims: int | None 
 
 
 # ---------------------------------------------------------------------------- pytrees
-def from_pytree(pytree: Any, *, batch_size: Any = None, auto_batch_size: bool = False, batch_dims: int | None = None) -> Any:
+def from_pytree(
+    pytree: Any, *, batch_size: Any = None, auto_batch_size: bool = False, batch_dims: int | None = None
+) -> Any:
     """A TensorDict mirroring a pytree of lists, tuples, namedtuples and dicts; :func:`to_pytree` inverts it.
 
     Each level records its container type under ``"_pytree_type"``; list/tuple items go under
@@ -304,7 +395,13 @@ def _leaf_back(value: Any) -> Any:
 
 
 # ---------------------------------------------------------------------------- helpers on several collections
-def make_tensordict(input_dict: Any = None, batch_size: Any = None, device: Any = None, auto_batch_size: bool | None = None, **kwargs: Any) -> TensorDict:
+def make_tensordict(
+    input_dict: Any = None,
+    batch_size: Any = None,
+    device: Any = None,
+    auto_batch_size: bool | None = None,
+    **kwargs: Any,
+) -> TensorDict:
     """A TensorDict from ``input_dict`` and/or keyword entries; without ``batch_size`` the largest
     common leading shape is used (``auto_batch_size=False``: an empty batch size).
 
@@ -317,12 +414,16 @@ def make_tensordict(input_dict: Any = None, batch_size: Any = None, device: Any 
         torch.Size([3])
     """
     if auto_batch_size and batch_size is not None:
-        raise TypeError(f"make_tensordict: pass batch_size or auto_batch_size=True, not both (got batch_size={batch_size!r}).")
+        raise TypeError(
+            f"make_tensordict: pass batch_size or auto_batch_size=True, not both (got batch_size={batch_size!r})."
+        )
     if is_tensor_collection(input_dict):
         input_dict = input_dict.to_dict()
     if input_dict is not None:
         if not isinstance(input_dict, Mapping):
-            raise TypeError(f"make_tensordict: input_dict must be a mapping or a tensor collection, got {type(input_dict).__name__}.")
+            raise TypeError(
+                f"make_tensordict: input_dict must be a mapping or a tensor collection, got {type(input_dict).__name__}."
+            )
         kwargs.update(input_dict)
     return from_dict(kwargs, batch_size=batch_size, device=device, auto_batch_size=auto_batch_size)
 
@@ -389,11 +490,15 @@ def maybe_dense_stack(items: Sequence[Any], dim: int = 0) -> Any:
         return torch.stack(items, dim)
     for i, it in enumerate(items):
         if not is_tensor_collection(it):
-            raise TypeError(f"maybe_dense_stack: item {i} is a {type(it).__name__}, expected tensors or tensor collections only.")
+            raise TypeError(
+                f"maybe_dense_stack: item {i} is a {type(it).__name__}, expected tensors or tensor collections only."
+            )
     bs = items[0].batch_size
     for i, it in enumerate(items):
         if it.batch_size != bs:
-            raise RuntimeError(f"maybe_dense_stack: item {i} has batch size {list(it.batch_size)}, item 0 has {list(bs)}.")
+            raise RuntimeError(
+                f"maybe_dense_stack: item {i} has batch size {list(it.batch_size)}, item 0 has {list(bs)}."
+            )
     return _dense_or_lazy(items, normalize_dim(dim, len(bs) + 1))
 
 
@@ -406,27 +511,44 @@ def _dense_or_lazy(items: list, dim: int) -> Any:
     if is_tensorclass(first) and all(type(it) is type(first) for it in items):
         inner = _dense_or_lazy([it._tensordict for it in items], dim)
         return type(first)._from_tensordict(inner) if type(inner) is TensorDict else lazy_stack(items, dim)
-    if all(type(it) is LazyStackedTensorDict and it.stack_dim == first.stack_dim and len(it.tensordicts) == len(first.tensordicts) for it in items):
+    if all(
+        type(it) is LazyStackedTensorDict
+        and it.stack_dim == first.stack_dim
+        and len(it.tensordicts) == len(first.tensordicts)
+        for it in items
+    ):
         # lazy stacks along the same dim: stack their members pairwise and keep the stack lazy, so
         # that keys held by some members only are kept (a lazy stack of lazy stacks hides them)
         sd = first.stack_dim
-        members = [_dense_or_lazy([it.tensordicts[j] for it in items], dim if dim <= sd else dim - 1) for j in range(len(first.tensordicts))]
+        members = [
+            _dense_or_lazy([it.tensordicts[j] for it in items], dim if dim <= sd else dim - 1)
+            for j in range(len(first.tensordicts))
+        ]
         bs = first.batch_size
-        return LazyStackedTensorDict._new_unsafe(members, sd + 1 if sd >= dim else sd, torch.Size(bs[:dim] + (len(items),) + bs[dim:]), first._stack_dim_name)
-    if not all(type(it) is TensorDict for it in items) or any(it._tensordict.keys() != first._tensordict.keys() for it in items):
+        return LazyStackedTensorDict._new_unsafe(
+            members, sd + 1 if sd >= dim else sd, torch.Size(bs[:dim] + (len(items),) + bs[dim:]), first._stack_dim_name
+        )
+    if not all(type(it) is TensorDict for it in items) or any(
+        it._tensordict.keys() != first._tensordict.keys() for it in items
+    ):
         return lazy_stack(items, dim)
     out = {}
     for key, v0 in first._tensordict.items():
         vals = [it._tensordict[key] for it in items]
         if all(isinstance(v, torch.Tensor) and v.shape == v0.shape for v in vals):
             out[key] = torch.stack(vals, dim)
-        elif all(is_tensor_collection(v) and v.batch_size == v0.batch_size for v in vals) and len({v._is_non_tensor for v in vals}) == 1:
+        elif (
+            all(is_tensor_collection(v) and v.batch_size == v0.batch_size for v in vals)
+            and len({v._is_non_tensor for v in vals}) == 1
+        ):
             out[key] = _dense_or_lazy(vals, dim)
         else:
             return lazy_stack(items, dim)
     devices = {it.device for it in items}
     bs = first.batch_size
-    return TensorDict._new_unsafe(out, torch.Size(bs[:dim] + (len(items),) + bs[dim:]), devices.pop() if len(devices) == 1 else None)
+    return TensorDict._new_unsafe(
+        out, torch.Size(bs[:dim] + (len(items),) + bs[dim:]), devices.pop() if len(devices) == 1 else None
+    )
 
 
 def dense_stack_tds(td_list: Any, dim: int | None = None) -> Any:
@@ -443,7 +565,15 @@ def dense_stack_tds(td_list: Any, dim: int | None = None) -> Any:
     return maybe_dense_stack(td_list, dim)
 
 
-def assert_allclose_td(actual: Any, expected: Any, rtol: float | None = None, atol: float | None = None, equal_nan: bool = True, intersection: bool = False, msg: str = "") -> bool:
+def assert_allclose_td(
+    actual: Any,
+    expected: Any,
+    rtol: float | None = None,
+    atol: float | None = None,
+    equal_nan: bool = True,
+    intersection: bool = False,
+    msg: str = "",
+) -> bool:
     """Assert that two collections hold the same keys and close values (``torch.testing.assert_close``
     per leaf; non-tensor payloads must be equal). ``intersection`` compares the common keys only.
 
@@ -463,9 +593,16 @@ def assert_allclose_td(actual: Any, expected: Any, rtol: float | None = None, at
 assert_close = assert_allclose_td
 
 
-def _assert_close(actual: Any, expected: Any, rtol: Any, atol: Any, equal_nan: bool, intersection: bool, msg: str, prefix: tuple) -> None:
+def _assert_close(
+    actual: Any, expected: Any, rtol: Any, atol: Any, equal_nan: bool, intersection: bool, msg: str, prefix: tuple
+) -> None:
     actual, expected = getattr(actual, "_tensordict", actual), getattr(expected, "_tensordict", expected)
-    if isinstance(actual, LazyStackedTensorDict) and isinstance(expected, LazyStackedTensorDict) and actual.stack_dim == expected.stack_dim and len(actual.tensordicts) == len(expected.tensordicts):
+    if (
+        isinstance(actual, LazyStackedTensorDict)
+        and isinstance(expected, LazyStackedTensorDict)
+        and actual.stack_dim == expected.stack_dim
+        and len(actual.tensordicts) == len(expected.tensordicts)
+    ):
         for a, e in zip(actual.tensordicts, expected.tensordicts):
             _assert_close(a, e, rtol, atol, equal_nan, intersection, msg, prefix)
         return
@@ -480,15 +617,29 @@ def _assert_close(actual: Any, expected: Any, rtol: Any, atol: Any, equal_nan: b
         where = unravel_key(prefix + (key,))
         if isinstance(a, torch.Tensor) and isinstance(e, torch.Tensor):
             if a.is_nested or e.is_nested:
-                a, e = (torch.cat([a.values().flatten(), a.offsets().to(a.dtype)]), torch.cat([e.values().flatten(), e.offsets().to(e.dtype)]))
-            torch.testing.assert_close(a, e, rtol=rtol, atol=atol, equal_nan=equal_nan, msg=lambda m, w=where: f"{msg + ': ' if msg else ''}key {w!r}: {m}")
+                a, e = (
+                    torch.cat([a.values().flatten(), a.offsets().to(a.dtype)]),
+                    torch.cat([e.values().flatten(), e.offsets().to(e.dtype)]),
+                )
+            torch.testing.assert_close(
+                a,
+                e,
+                rtol=rtol,
+                atol=atol,
+                equal_nan=equal_nan,
+                msg=lambda m, w=where: f"{msg + ': ' if msg else ''}key {w!r}: {m}",
+            )
         elif is_tensor_collection(a) and is_tensor_collection(e) and a._is_non_tensor == e._is_non_tensor:
             if not a._is_non_tensor:
                 _assert_close(a, e, rtol, atol, equal_nan, intersection, msg, prefix + (key,))
             elif a.batch_size != e.batch_size or not bool((a == e).all()):
-                raise AssertionError(f"{msg + ': ' if msg else ''}key {where!r}: non-tensor data differ: {a.tolist()!r} vs {e.tolist()!r}.")
+                raise AssertionError(
+                    f"{msg + ': ' if msg else ''}key {where!r}: non-tensor data differ: {a.tolist()!r} vs {e.tolist()!r}."
+                )
         else:
-            raise AssertionError(f"{msg + ': ' if msg else ''}key {where!r}: actual holds a {type(a).__name__}, expected a {type(e).__name__}.")
+            raise AssertionError(
+                f"{msg + ': ' if msg else ''}key {where!r}: actual holds a {type(a).__name__}, expected a {type(e).__name__}."
+            )
 
 
 def unravel_key_list(keys: Sequence[NestedKey]) -> list:

@@ -6,6 +6,7 @@ Written against the collection primitives (``_items_raw``, ``_get_str``, ``get``
 classes (through their inner TensorDict) share them. Lazy leaves are never stacked just to learn an
 entry's type or shape (``_probe``).
 """
+
 from __future__ import annotations
 
 import collections
@@ -15,7 +16,16 @@ import torch
 
 from ._indexing import _expand_index, _indexed_batch_size
 from ._keys import is_leaf_nontensor
-from ._utils import _MISSING, NO_DEFAULT, NestedKey, _key_to_tuple, is_tensor_collection, parse_batch_size, parse_device, unravel_key
+from ._utils import (
+    _MISSING,
+    NO_DEFAULT,
+    NestedKey,
+    _key_to_tuple,
+    is_tensor_collection,
+    parse_batch_size,
+    parse_device,
+    unravel_key,
+)
 
 if TYPE_CHECKING:
     from .base import TensorDictBase
@@ -72,7 +82,9 @@ def _set_device_tree(td: Any, device: torch.device | None) -> None:
 def _count_bytes(tensor: torch.Tensor, out: list) -> None:
     from .memmap import MemoryMappedTensor
 
-    if type(tensor) not in (torch.Tensor, torch.nn.Parameter, MemoryMappedTensor) and hasattr(tensor, "__tensor_flatten__"):
+    if type(tensor) not in (torch.Tensor, torch.nn.Parameter, MemoryMappedTensor) and hasattr(
+        tensor, "__tensor_flatten__"
+    ):
         for attr in tensor.__tensor_flatten__()[0]:  # nested (jagged) tensors and other wrappers
             part = getattr(tensor, attr)
             if part is not None:
@@ -97,7 +109,9 @@ class EntryOpsMixin:
         try:
             return value[index]
         except IndexError as err:
-            raise IndexError(f"get_at({key!r}): index {index!r} does not fit the entry of shape {list(_shape_of(value))}: {err}") from err
+            raise IndexError(
+                f"get_at({key!r}): index {index!r} does not fit the entry of shape {list(_shape_of(value))}: {err}"
+            ) from err
 
     def set_at_(self, key: NestedKey, value: Any, index: Any, *, non_blocking: bool = False) -> "TensorDictBase":
         """Write ``value`` (broadcast) into the existing entry ``key`` at batch index ``index``, in place."""
@@ -114,18 +128,24 @@ class EntryOpsMixin:
             if any(_is_lazy_stack(n) for n in nodes):  # get() stacked a copy: write member-wise
                 if isinstance(target, torch.Tensor):
                     value = self._to_leaf(value, key).expand(_indexed_batch_size(target.shape, full_index))
-                self._set_at_index(index, TensorDict({key: value}, batch_size=_indexed_batch_size(self.batch_size, full_index)))
+                self._set_at_index(
+                    index, TensorDict({key: value}, batch_size=_indexed_batch_size(self.batch_size, full_index))
+                )
             elif isinstance(target, torch.Tensor):
                 target[full_index] = self._to_leaf(value, key)
             elif target._is_non_tensor:
-                nodes[-1]._set_str(parts[-1], target._set_at(full_index, value), inplace=False, validated=True, ignore_lock=True)
+                nodes[-1]._set_str(
+                    parts[-1], target._set_at(full_index, value), inplace=False, validated=True, ignore_lock=True
+                )
             else:
                 target[full_index] = value
         except (RuntimeError, IndexError) as err:
             raise type(err)(f"set_at_({key!r}, index={index!r}): {err}") from err
         return self
 
-    def copy_at_(self, tensordict: Any, idx: Any, non_blocking: bool = False, *, fast: bool | None = True) -> "TensorDictBase":
+    def copy_at_(
+        self, tensordict: Any, idx: Any, non_blocking: bool = False, *, fast: bool | None = True
+    ) -> "TensorDictBase":
         """Copy ``tensordict``'s entries into ``self[idx]`` in place (every key must exist in ``self``).
 
         One path serves every ``fast`` value: keys and shapes are all checked before the first write.
@@ -145,17 +165,23 @@ class EntryOpsMixin:
             tensor([0, 2])
         """
         if not isinstance(mask, torch.Tensor) or mask.dtype != torch.bool:
-            raise TypeError(f"masked_select: mask must be a bool tensor, got {type(mask).__name__} {getattr(mask, 'dtype', '')}.")
+            raise TypeError(
+                f"masked_select: mask must be a bool tensor, got {type(mask).__name__} {getattr(mask, 'dtype', '')}."
+            )
         bs = self.batch_size
         while mask.dim() > len(bs) and mask.shape[-1] == 1:
             mask = mask.squeeze(-1)
         if mask.dim() > len(bs) or mask.shape != bs[: mask.dim()]:
-            raise ValueError(f"masked_select: mask of shape {list(mask.shape)} does not match the leading batch dims of {list(bs)}.")
+            raise ValueError(
+                f"masked_select: mask of shape {list(mask.shape)} does not match the leading batch dims of {list(bs)}."
+            )
         new_bs = torch.Size((int(mask.sum()),) + tuple(bs[mask.dim() :]))
         host_mask = mask.cpu()  # non-tensor leaves index CPU bookkeeping tensors
 
         def pick(v: Any) -> Any:
-            return v[mask] if isinstance(v, torch.Tensor) else v[host_mask] if v._is_non_tensor else v.masked_select(mask)
+            return (
+                v[mask] if isinstance(v, torch.Tensor) else v[host_mask] if v._is_non_tensor else v.masked_select(mask)
+            )
 
         return self._map_entries(pick, new_bs)
 
@@ -165,20 +191,29 @@ class EntryOpsMixin:
         from .tensordict import TensorDict
 
         def convert(v: Any) -> Any:
-            return v.clone() if isinstance(v, torch.Tensor) else v.copy() if v._is_non_tensor else v.to_tensordict(retain_none=retain_none)
+            return (
+                v.clone()
+                if isinstance(v, torch.Tensor)
+                else v.copy()
+                if v._is_non_tensor
+                else v.to_tensordict(retain_none=retain_none)
+            )
 
         out = {key: convert(value) for key, value in self._items_raw()}
         return TensorDict._new_unsafe(out, self.batch_size, self.device, self._maybe_names())
 
     def to_namedtuple(self, dest_cls: type | None = None) -> Any:
         """Nested namedtuples (``GenericDict``, or ``dest_cls`` at the top) of the entries."""
+
         def build(tree: dict, cls: type | None, path: tuple) -> Any:
             values = {k: build(v, None, path + (k,)) if isinstance(v, dict) else v for k, v in tree.items()}
             if cls is None:
                 try:
                     cls = collections.namedtuple("GenericDict", list(values))
                 except ValueError as err:
-                    raise ValueError(f"to_namedtuple: the keys {list(values)} at {path or 'the root'} are not valid field names: {err}") from None
+                    raise ValueError(
+                        f"to_namedtuple: the keys {list(values)} at {path or 'the root'} are not valid field names: {err}"
+                    ) from None
             return cls(**values)
 
         return build(self.to_dict(), dest_cls, ())
@@ -288,7 +323,9 @@ class EntryOpsMixin:
         """The deepest nesting level of a leaf (0 when no leaf sits in a sub-collection)."""
         return max((len(k) - 1 for k in self.keys(True, True, is_leaf_nontensor) if isinstance(k, tuple)), default=0)
 
-    is_cuda = property(lambda self: _device_type(self) == "cuda", doc="True when the collection's device is a CUDA device.")
+    is_cuda = property(
+        lambda self: _device_type(self) == "cuda", doc="True when the collection's device is a CUDA device."
+    )
     is_cpu = property(lambda self: _device_type(self) == "cpu", doc="True when the collection's device is the CPU.")
     is_meta = property(lambda self: _device_type(self) == "meta", doc="True when the collection's device is ``meta``.")
 
@@ -299,7 +336,9 @@ class EntryOpsMixin:
 
     def non_tensor_items(self, include_nested: bool = False) -> tuple:
         """``(key, entry)`` pairs of the non-tensor leaves (stacked for lazy stacks)."""
-        return tuple((k, self.get(k)) for k in self.keys(include_nested, True, is_leaf_nontensor) if _non_tensor(_probe(self, k)))
+        return tuple(
+            (k, self.get(k)) for k in self.keys(include_nested, True, is_leaf_nontensor) if _non_tensor(_probe(self, k))
+        )
 
     def filter_non_tensor_data(self) -> "TensorDictBase":
         """A copy of the structure without its non-tensor leaves (empty sub-collections stay)."""
@@ -314,8 +353,12 @@ class EntryOpsMixin:
         if parent is None:
             parent = self
         elif isinstance(parent, torch.Tensor) or parent._is_non_tensor:
-            raise KeyError(f"set_non_tensor({unravel_key(key)!r}): {unravel_key(parts[:-1])!r} is a leaf, not a collection.")
-        entry = NonTensorData(data=value, batch_size=parent.batch_size, device=parent.device, names=parent._maybe_names())
+            raise KeyError(
+                f"set_non_tensor({unravel_key(key)!r}): {unravel_key(parts[:-1])!r} is a leaf, not a collection."
+            )
+        entry = NonTensorData(
+            data=value, batch_size=parent.batch_size, device=parent.device, names=parent._maybe_names()
+        )
         return self.set(unravel_key(key), entry)
 
     # ------------------------------------------------------------------ new collections
@@ -325,7 +368,9 @@ class EntryOpsMixin:
         Returns ``self`` when nothing is replaced; ``self`` is never modified.
         """
         if len(args) > 1:
-            raise TypeError(f"replace: takes at most one dict or collection of entries, got {len(args)} positional arguments.")
+            raise TypeError(
+                f"replace: takes at most one dict or collection of entries, got {len(args)} positional arguments."
+            )
         source = args[0] if args else {}
         if not isinstance(source, dict) and not is_tensor_collection(source):
             raise TypeError(f"replace: expected a dict or a tensor collection of entries, got {type(source).__name__}.")
@@ -361,8 +406,20 @@ class EntryOpsMixin:
     def new_full(self, size: Any, fill_value: Any, **kwargs: Any) -> "TensorDictBase":
         return self._new_filled(_new_size((size,), "new_full"), "new_full", (fill_value,), **kwargs)
 
-    def _new_filled(self, size: torch.Size, fn: str, extra: tuple, *, dtype: torch.dtype | None = None, device: Any = NO_DEFAULT, requires_grad: bool = False,
-                    layout: torch.layout = torch.strided, pin_memory: bool | None = None, empty_lazy: bool = False, path: tuple = ()) -> "TensorDictBase":
+    def _new_filled(
+        self,
+        size: torch.Size,
+        fn: str,
+        extra: tuple,
+        *,
+        dtype: torch.dtype | None = None,
+        device: Any = NO_DEFAULT,
+        requires_grad: bool = False,
+        layout: torch.layout = torch.strided,
+        pin_memory: bool | None = None,
+        empty_lazy: bool = False,
+        path: tuple = (),
+    ) -> "TensorDictBase":
         from .tensordict import TensorDict
 
         n = self.batch_dims
@@ -381,15 +438,32 @@ class EntryOpsMixin:
                 except RuntimeError as err:
                     raise RuntimeError(f"{fn}: key {path + (key,)!r}: {err} Exclude it first.") from None
             else:
-                out[key] = value._new_filled(size + value.batch_size[n:], fn, extra, dtype=dtype, device=device, requires_grad=requires_grad,
-                                             layout=layout, pin_memory=pin_memory, path=path + (key,))
+                out[key] = value._new_filled(
+                    size + value.batch_size[n:],
+                    fn,
+                    extra,
+                    dtype=dtype,
+                    device=device,
+                    requires_grad=requires_grad,
+                    layout=layout,
+                    pin_memory=pin_memory,
+                    path=path + (key,),
+                )
         names = self._maybe_names()
         if names is not None:
             names = [None] * (len(size) - n) + list(names) if len(size) >= n else list(names[n - len(size) :])
             names = names if any(nm is not None for nm in names) else None
         return TensorDict._new_unsafe(out, size, self.device if device is NO_DEFAULT else parse_device(device), names)
 
-    def new_tensor(self, data: Any, *, dtype: torch.dtype | None = None, device: Any = NO_DEFAULT, requires_grad: bool = False, pin_memory: bool | None = None) -> "TensorDictBase":
+    def new_tensor(
+        self,
+        data: Any,
+        *,
+        dtype: torch.dtype | None = None,
+        device: Any = NO_DEFAULT,
+        requires_grad: bool = False,
+        pin_memory: bool | None = None,
+    ) -> "TensorDictBase":
         """A TensorDict of the same structure whose leaves are copies of ``data`` (a tensor: every
         leaf; a collection: the leaf under the same key), cast to each leaf's dtype unless ``dtype``.
 
@@ -403,7 +477,9 @@ class EntryOpsMixin:
         if collection:  # every key checked before anything is built
             for key in self.keys(True, True):
                 if key not in data and not _non_tensor(_probe(self, key)):
-                    raise KeyError(f"new_tensor: key {key!r} of self is missing from data (keys: {list(data.keys(True, True))}).")
+                    raise KeyError(
+                        f"new_tensor: key {key!r} of self is missing from data (keys: {list(data.keys(True, True))})."
+                    )
         dev = data.device if device is NO_DEFAULT else parse_device(device)
 
         def build(td: Any, src: Any, bs: torch.Size) -> Any:
@@ -411,7 +487,9 @@ class EntryOpsMixin:
             for key, value in td._items_raw():
                 part = (None if src is None else src._get_str(key, None)) if collection else src
                 if isinstance(value, torch.Tensor):
-                    t = part.detach().to(device=dev if dev is not None else part.device, dtype=dtype or value.dtype, copy=True)
+                    t = part.detach().to(
+                        device=dev if dev is not None else part.device, dtype=dtype or value.dtype, copy=True
+                    )
                     out[key] = (t.pin_memory() if pin_memory else t).requires_grad_(requires_grad)
                 elif value._is_non_tensor:
                     out[key] = part.copy() if _non_tensor(part) else value._with_batch_size(bs)
@@ -471,7 +549,9 @@ class EntryOpsMixin:
         return self
 
     # ------------------------------------------------------------------ combining and splitting keys
-    def cat_tensors(self, *keys: NestedKey, out_key: NestedKey, dim: int = 0, keep_entries: bool = False) -> "TensorDictBase":
+    def cat_tensors(
+        self, *keys: NestedKey, out_key: NestedKey, dim: int = 0, keep_entries: bool = False
+    ) -> "TensorDictBase":
         """``torch.cat`` the tensors under ``keys`` (along leaf dim ``dim``) into ``out_key``.
 
         The entries are removed unless ``keep_entries``. Nothing changes if any check fails.
@@ -485,11 +565,15 @@ class EntryOpsMixin:
         """
         return self._combine_leaves(keys, out_key, dim, keep_entries, torch.cat, "cat_tensors")
 
-    def stack_tensors(self, *keys: NestedKey, out_key: NestedKey, dim: int = 0, keep_entries: bool = False) -> "TensorDictBase":
+    def stack_tensors(
+        self, *keys: NestedKey, out_key: NestedKey, dim: int = 0, keep_entries: bool = False
+    ) -> "TensorDictBase":
         """Like :meth:`cat_tensors` with ``torch.stack`` (a new leaf dim ``dim``)."""
         return self._combine_leaves(keys, out_key, dim, keep_entries, torch.stack, "stack_tensors")
 
-    def _combine_leaves(self, keys: tuple, out_key: NestedKey, dim: int, keep_entries: bool, fn: Callable, what: str) -> "TensorDictBase":
+    def _combine_leaves(
+        self, keys: tuple, out_key: NestedKey, dim: int, keep_entries: bool, fn: Callable, what: str
+    ) -> "TensorDictBase":
         if not keys:
             raise ValueError(f"{what}: pass at least one key to combine.")
         keys = [unravel_key(k) for k in keys]
@@ -511,13 +595,17 @@ class EntryOpsMixin:
             raise KeyError(f"{what}: out_key {out_key!r} runs through the leaf {unravel_key(parts[:-1])!r}.")
         bs = (parent if parent is not None else self).batch_size
         if result.shape[: len(bs)] != bs:
-            raise RuntimeError(f"{what}: the result of shape {list(result.shape)} does not start with the batch size {list(bs)} of {out_key!r} (combine along a feature dim, dim >= {len(bs)}).")
+            raise RuntimeError(
+                f"{what}: the result of shape {list(result.shape)} does not start with the batch size {list(bs)} of {out_key!r} (combine along a feature dim, dim >= {len(bs)})."
+            )
         if not keep_entries:
             for key in dict.fromkeys(keys):
                 self.del_(key)
         return self.set(out_key, result)
 
-    def separates(self, *keys: NestedKey, default: Any = NO_DEFAULT, strict: bool = True, filter_empty: bool = True) -> "TensorDictBase":
+    def separates(
+        self, *keys: NestedKey, default: Any = NO_DEFAULT, strict: bool = True, filter_empty: bool = True
+    ) -> "TensorDictBase":
         """Move ``keys`` out of ``self`` into a new collection, which is returned.
 
         A missing key raises (``strict``) or, with ``default``, is set to it in the result; with
@@ -569,7 +657,11 @@ class EntryOpsMixin:
     def from_dataclass(cls, dataclass: Any, *, as_tensorclass: bool = False, **kwargs: Any) -> Any:
         """A TensorDict of a dataclass instance's fields; a tensor class with ``as_tensorclass`` (:func:`tdict.from_dataclass`)."""
         module = _constructors()
-        return module.from_dataclass(dataclass, **kwargs) if as_tensorclass else module.td_from_dataclass(dataclass, **kwargs)
+        return (
+            module.from_dataclass(dataclass, **kwargs)
+            if as_tensorclass
+            else module.td_from_dataclass(dataclass, **kwargs)
+        )
 
 
 def _constructors() -> Any:

@@ -10,6 +10,7 @@ tensor replacing a buffer in ``_buffers``, any other tensor as a plain attribute
 that a non-leaf tensor (e.g. a vmapped or differentiable one) is used as is. Swapping the original
 objects back restores the module exactly.
 """
+
 from __future__ import annotations
 
 from typing import Any
@@ -202,7 +203,9 @@ def _swap_tensor(module: nn.Module, name: str, tensor: Any, slot: str | None = N
     return old, old_slot, old_pos
 
 
-def _to_module(td: Any, module: nn.Module, inplace: bool, swap: dict | None, non_blocking: bool, memo: dict, undo: list) -> None:
+def _to_module(
+    td: Any, module: nn.Module, inplace: bool, swap: dict | None, non_blocking: bool, memo: dict, undo: list
+) -> None:
     if id(module) in memo:
         return
     memo[id(module)] = module
@@ -238,7 +241,9 @@ def _undo(undo: list) -> None:
 def _dict_to_td(d: dict) -> Any:
     from .tensordict import TensorDict
 
-    return TensorDict._new_unsafe({k: _dict_to_td(v) if isinstance(v, dict) else v for k, v in d.items()}, torch.Size([]))
+    return TensorDict._new_unsafe(
+        {k: _dict_to_td(v) if isinstance(v, dict) else v for k, v in d.items()}, torch.Size([])
+    )
 
 
 def to_module(
@@ -287,7 +292,11 @@ def to_module(
     if use_state_dict:
         flat = dict(td.flatten_keys(".").items())
         old_state = module.state_dict(keep_vars=True)
-        swap = {k: (old_state[k].detach().clone() if inplace else old_state[k]) for k in flat if k in old_state} if return_swap else None
+        swap = (
+            {k: (old_state[k].detach().clone() if inplace else old_state[k]) for k in flat if k in old_state}
+            if return_swap
+            else None
+        )
         module.load_state_dict(flat, strict=False, assign=not inplace)
         if swap is None:
             return None
@@ -310,11 +319,14 @@ def to_module(
     else:
         out = _dict_to_td(swap)
     if not inplace:
+
         def restore() -> None:
             _undo(undo)
     else:
+
         def restore() -> None:
             to_module(out, module, inplace=True, return_swap=False)
+
     ops = getattr(out, "_lock_ops", None)
     if ops is None:
         ops = out._lock_ops = []

@@ -3,6 +3,7 @@
 An index addresses the batch dims only; leaves keep their trailing feature dims whole, so an
 Ellipsis is expanded over the batch dims before it reaches any leaf.
 """
+
 from __future__ import annotations
 
 from typing import Any
@@ -25,7 +26,11 @@ def _expand_index(index: Any, batch_dims: int) -> Any:
     if index is Ellipsis:
         return (slice(None),) * batch_dims
     if isinstance(index, tuple) and any(p is Ellipsis for p in index):
-        used = sum(1 for p in index if p is not None and p is not Ellipsis and not (isinstance(p, torch.Tensor) and p.dtype == torch.bool))
+        used = sum(
+            1
+            for p in index
+            if p is not None and p is not Ellipsis and not (isinstance(p, torch.Tensor) and p.dtype == torch.bool)
+        )
         used += sum(p.dim() for p in index if isinstance(p, torch.Tensor) and p.dtype == torch.bool)
         pos = next(i for i, p in enumerate(index) if p is Ellipsis)
         return index[:pos] + (slice(None),) * (batch_dims - used) + index[pos + 1 :]
@@ -47,7 +52,10 @@ def _normalize_index(index: Any, batch_size: torch.Size) -> Any:
     elif type(index).__module__ == "numpy":
         index = torch.as_tensor(index)
     elif isinstance(index, tuple):
-        index = tuple(torch.tensor(p) if isinstance(p, list) else torch.as_tensor(p) if type(p).__module__ == "numpy" else p for p in index)
+        index = tuple(
+            torch.tensor(p) if isinstance(p, list) else torch.as_tensor(p) if type(p).__module__ == "numpy" else p
+            for p in index
+        )
     parts = index if isinstance(index, tuple) else (index,)
     used = 0
     for p in parts:
@@ -58,9 +66,15 @@ def _normalize_index(index: Any, batch_size: torch.Size) -> Any:
         raise IndexError(f"Too many indices for a batch of size {list(batch_size)}: {index!r}.")
     for i, p in enumerate(parts):
         if isinstance(p, torch.Tensor) and p.dtype == torch.bool:
-            start = sum(q.dim() if isinstance(q, torch.Tensor) and q.dtype == torch.bool else 1 for q in parts[:i] if q is not None and q is not Ellipsis)
+            start = sum(
+                q.dim() if isinstance(q, torch.Tensor) and q.dtype == torch.bool else 1
+                for q in parts[:i]
+                if q is not None and q is not Ellipsis
+            )
             if Ellipsis not in parts[:i] and p.shape != batch_size[start : start + p.dim()]:
-                raise IndexError(f"Boolean mask of shape {list(p.shape)} does not match batch dims {list(batch_size[start:start + p.dim()])}.")
+                raise IndexError(
+                    f"Boolean mask of shape {list(p.shape)} does not match batch dims {list(batch_size[start : start + p.dim()])}."
+                )
     return _expand_index(index, len(batch_size))
 
 
@@ -83,7 +97,9 @@ def broadcasts_to(shape: torch.Size, target: torch.Size) -> bool:
 def check_write_shape(key: Any, shape: torch.Size, expected: torch.Size) -> None:
     """Raise (naming ``key``) unless a value of ``shape`` can be written where ``expected`` is."""
     if not broadcasts_to(shape, expected):
-        raise RuntimeError(f"td[index] = value: key {key!r} has shape {list(shape)}, expected one broadcastable to {list(expected)}.")
+        raise RuntimeError(
+            f"td[index] = value: key {key!r} has shape {list(shape)}, expected one broadcastable to {list(expected)}."
+        )
 
 
 def index_on_cpu(index: Any) -> Any:

@@ -3,6 +3,7 @@
 Written against the collection primitives (``_items_raw``, ``_get_str``, ``_set_str``,
 ``_del_str``, ``get``, ``set``) so that every collection type shares them.
 """
+
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Callable, Sequence
@@ -15,6 +16,7 @@ from ._utils import _MISSING, NO_DEFAULT, NestedKey, is_tensor_collection, unrav
 
 if TYPE_CHECKING:
     from .base import TensorDictBase
+
 
 class KeyOpsMixin:
     """Operations that read or reshape the key structure of a collection."""
@@ -43,15 +45,36 @@ class KeyOpsMixin:
         self.del_(key)
         return value
 
-    def keys(self, include_nested: bool = False, leaves_only: bool = False, is_leaf: Callable | None = None, *, sort: bool = False):
+    def keys(
+        self,
+        include_nested: bool = False,
+        leaves_only: bool = False,
+        is_leaf: Callable | None = None,
+        *,
+        sort: bool = False,
+    ):
         """Keys of the collection; nested keys come out as tuples when ``include_nested``."""
         return KeysView(self, include_nested, leaves_only, is_leaf, sort)
 
-    def values(self, include_nested: bool = False, leaves_only: bool = False, is_leaf: Callable | None = None, *, sort: bool = False):
+    def values(
+        self,
+        include_nested: bool = False,
+        leaves_only: bool = False,
+        is_leaf: Callable | None = None,
+        *,
+        sort: bool = False,
+    ):
         for key in self.keys(include_nested, leaves_only, is_leaf, sort=sort):
             yield self.get(key)
 
-    def items(self, include_nested: bool = False, leaves_only: bool = False, is_leaf: Callable | None = None, *, sort: bool = False):
+    def items(
+        self,
+        include_nested: bool = False,
+        leaves_only: bool = False,
+        is_leaf: Callable | None = None,
+        *,
+        sort: bool = False,
+    ):
         for key in self.keys(include_nested, leaves_only, is_leaf, sort=sort):
             yield key, self.get(key)
 
@@ -61,7 +84,9 @@ class KeyOpsMixin:
             return False
         return True
 
-    def empty(self, recurse: bool = False, *, batch_size: Any = None, device: Any = NO_DEFAULT, names: Any = None) -> "TensorDictBase":
+    def empty(
+        self, recurse: bool = False, *, batch_size: Any = None, device: Any = NO_DEFAULT, names: Any = None
+    ) -> "TensorDictBase":
         """A collection with no leaves, the same batch size and device (keeps sub-structure if ``recurse``)."""
         from .tensordict import TensorDict
 
@@ -123,7 +148,14 @@ class KeyOpsMixin:
                 parent._del_str(key[-1])
         return out
 
-    def split_keys(self, *key_sets: Sequence[NestedKey], inplace: bool = False, default: Any = NO_DEFAULT, strict: bool = True, reproduce_struct: bool = False):
+    def split_keys(
+        self,
+        *key_sets: Sequence[NestedKey],
+        inplace: bool = False,
+        default: Any = NO_DEFAULT,
+        strict: bool = True,
+        reproduce_struct: bool = False,
+    ):
         """Split into one collection per key set, plus one with the remaining keys."""
         outs = [self.select(*ks, strict=strict and default is NO_DEFAULT) for ks in key_sets]
         if default is not NO_DEFAULT:
@@ -145,7 +177,9 @@ class KeyOpsMixin:
         self.set(new_key, value)
         return self
 
-    def flatten_keys(self, separator: str = ".", inplace: bool = False, is_leaf: Callable | None = None) -> "TensorDictBase":
+    def flatten_keys(
+        self, separator: str = ".", inplace: bool = False, is_leaf: Callable | None = None
+    ) -> "TensorDictBase":
         """Turn nested keys into flat ``"a.b"`` keys (non-tensor data included, as in tensordict)."""
         out = self.empty()
         for key, value in self.items(True, True, is_leaf or is_leaf_nontensor):
@@ -174,7 +208,18 @@ class KeyOpsMixin:
         _write_back_on_exit(self, out, lambda result: result.flatten_keys(separator))
         return out
 
-    def update(self, input_dict_or_td: Any, clone: bool = False, inplace: bool = False, *, keys_to_update: Sequence | None = None, non_blocking: bool = False, is_leaf: Callable | None = None, update_batch_size: bool = False, ignore_lock: bool = False) -> "TensorDictBase":
+    def update(
+        self,
+        input_dict_or_td: Any,
+        clone: bool = False,
+        inplace: bool = False,
+        *,
+        keys_to_update: Sequence | None = None,
+        non_blocking: bool = False,
+        is_leaf: Callable | None = None,
+        update_batch_size: bool = False,
+        ignore_lock: bool = False,
+    ) -> "TensorDictBase":
         """Write every entry of ``input_dict_or_td`` into ``self``, merging sub-collections.
 
         Tuple keys of a dict are nested keys; ``clone`` copies the values; ``inplace`` copies into
@@ -183,9 +228,13 @@ class KeyOpsMixin:
         """
         from ._update import update
 
-        return update(self, input_dict_or_td, clone=clone, inplace=inplace, keys_to_update=keys_to_update, ignore_lock=ignore_lock)
+        return update(
+            self, input_dict_or_td, clone=clone, inplace=inplace, keys_to_update=keys_to_update, ignore_lock=ignore_lock
+        )
 
-    def update_(self, input_dict_or_td: Any, clone: bool = False, *, keys_to_update: Sequence | None = None) -> "TensorDictBase":
+    def update_(
+        self, input_dict_or_td: Any, clone: bool = False, *, keys_to_update: Sequence | None = None
+    ) -> "TensorDictBase":
         """Copy every tensor of ``input_dict_or_td`` into the existing entry of ``self``, in place.
 
         Every key must exist and every value broadcast to its entry; all of it is checked before
@@ -197,7 +246,12 @@ class KeyOpsMixin:
 
     def update_at_(self, input_dict_or_td: Any, index: Any) -> "TensorDictBase":
         """Write ``input_dict_or_td`` into ``self[index]`` in place."""
-        self._set_at_index(index, input_dict_or_td if is_tensor_collection(input_dict_or_td) else self._from_dict_like(input_dict_or_td, index))
+        self._set_at_index(
+            index,
+            input_dict_or_td
+            if is_tensor_collection(input_dict_or_td)
+            else self._from_dict_like(input_dict_or_td, index),
+        )
         return self
 
     def _from_dict_like(self, data: dict, index: Any) -> "TensorDictBase":
@@ -234,4 +288,3 @@ def _write_back_on_exit(source: Any, result: Any, restore: Callable[[Any], Any])
             source.update(back)
 
     result._push_op(_WriteBack(write_back))
-

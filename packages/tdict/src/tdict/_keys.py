@@ -1,4 +1,5 @@
 """Views over the keys of a tensor collection (nested and leaf-only iteration)."""
+
 from __future__ import annotations
 
 from typing import Any, Callable, Iterator
@@ -68,7 +69,13 @@ class KeysView:
         self._leaves_only = leaves_only
         self._is_leaf = is_leaf if is_leaf is not None else default_is_leaf
         self._sort = sort
-        self._kinds = _KIND_BY_TYPE if self._is_leaf is default_is_leaf else _KIND_BY_TYPE_NONTENSOR if self._is_leaf is is_leaf_nontensor else {}
+        self._kinds = (
+            _KIND_BY_TYPE
+            if self._is_leaf is default_is_leaf
+            else _KIND_BY_TYPE_NONTENSOR
+            if self._is_leaf is is_leaf_nontensor
+            else {}
+        )
 
     def _kind(self, cls: type) -> int:
         """What an entry of type ``cls`` is, cached per type (``is_leaf`` depends only on the type)."""
@@ -79,7 +86,10 @@ class KeysView:
 
     def _collect(self, td: Any, prefix: tuple, out: list) -> list:
         if td._is_lazy and prefix:  # a lazy stack lists its keys without stacking its values
-            out.extend(prefix + (k if isinstance(k, tuple) else (k,)) for k in td.keys(self._include_nested, self._leaves_only, self._is_leaf))
+            out.extend(
+                prefix + (k if isinstance(k, tuple) else (k,))
+                for k in td.keys(self._include_nested, self._leaves_only, self._is_leaf)
+            )
             return out
         for key, value in td._items_raw():
             if type(value) is _Tensor:  # the common entry: no kind lookup
@@ -128,7 +138,9 @@ class KeysView:
             return 0 if kind == _OPAQUE and self._leaves_only else 1
         count = 0 if self._leaves_only else 1
         if self._include_nested:
-            count += len(list(value.keys(True, self._leaves_only, self._is_leaf))) if value._is_lazy else self._count(value)
+            count += (
+                len(list(value.keys(True, self._leaves_only, self._is_leaf))) if value._is_lazy else self._count(value)
+            )
         return count
 
     def __contains__(self, key: Any) -> bool:

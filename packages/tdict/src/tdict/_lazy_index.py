@@ -6,6 +6,7 @@ indices on the other dims are forwarded to every member. An advanced index that 
 dim with other dims yields nested lazy stacks of the selected elements. Writes cut the value
 along the stack dim and write into the members.
 """
+
 from __future__ import annotations
 
 import itertools
@@ -64,7 +65,9 @@ class LazyIndexMixin:
         n = len(self.tensordicts)
         ids = sp
         if ids.numel() and (int(ids.min()) < -n or int(ids.max()) >= n):
-            raise IndexError(f"Index tensor holds values out of range for the stack dim (dim {self.stack_dim}) of size {n}.")
+            raise IndexError(
+                f"Index tensor holds values out of range for the stack dim (dim {self.stack_dim}) of size {n}."
+            )
         if ids.numel() == 0:
             return self._empty_stack(parts)
         k = _out_pos(parts, pos)
@@ -142,7 +145,9 @@ class LazyIndexMixin:
         if isinstance(sp, torch.Tensor) and sp.dtype is torch.bool:
             if sp.dim() == 1:
                 if sp.shape[0] != self._batch_size[sd]:
-                    raise IndexError(f"Boolean mask of shape {list(sp.shape)} does not match the stack dim of size {self._batch_size[sd]}.")
+                    raise IndexError(
+                        f"Boolean mask of shape {list(sp.shape)} does not match the stack dim of size {self._batch_size[sd]}."
+                    )
                 parts[pos] = sp.nonzero().squeeze(1)
             elif split_masks:  # a mask over several dims, the stack dim among them: index by its True positions
                 parts[pos : pos + 1] = list(sp.nonzero(as_tuple=True))
@@ -176,7 +181,9 @@ class LazyIndexMixin:
             self._member(sp)._set_at_index(sub, value)
             return
         other_tensor = any(isinstance(o, torch.Tensor) for o in others)
-        if isinstance(sp, torch.Tensor) and sp.dtype is torch.bool:  # a mask over several dims, the stack dim among them
+        if (
+            isinstance(sp, torch.Tensor) and sp.dtype is torch.bool
+        ):  # a mask over several dims, the stack dim among them
             if not other_tensor and not (isinstance(value, torch.Tensor) and value.dim() > 0):
                 self._set_masked(parts, pos, value)
                 return
@@ -185,10 +192,16 @@ class LazyIndexMixin:
             others = parts[:pos] + parts[pos + 1 :]
             sub = tuple(others)
             other_tensor = True
-        if (type(sp) is slice and not (other_tensor and _adjacency_changes(parts, pos))) or (isinstance(sp, torch.Tensor) and sp.dim() == 1 and not other_tensor):
+        if (type(sp) is slice and not (other_tensor and _adjacency_changes(parts, pos))) or (
+            isinstance(sp, torch.Tensor) and sp.dim() == 1 and not other_tensor
+        ):
             tds = self.tensordicts
             n = len(tds)
-            ids = list(range(n))[sp] if type(sp) is slice else [i % n if -n <= i < n else _raise_range(i, n) for i in sp.tolist()]
+            ids = (
+                list(range(n))[sp]
+                if type(sp) is slice
+                else [i % n if -n <= i < n else _raise_range(i, n) for i in sp.tolist()]
+            )
             k = _out_pos(parts, pos)
             values = self._split_for_index(value, k, ids, sub)
             for i, v in zip(ids, values):
@@ -196,7 +209,9 @@ class LazyIndexMixin:
             return
         # mixed advanced indices: element by element
         if isinstance(value, torch.Tensor) and value.dim() > 0:
-            raise NotImplementedError("stack[index] = tensor with an advanced index mixing the stack dim and other dims: pass a scalar or a collection.")
+            raise NotImplementedError(
+                "stack[index] = tensor with an advanced index mixing the stack dim and other dims: pass a scalar or a collection."
+            )
         flat = _masks_to_indices(parts)
         tensors = [p for p in flat if isinstance(p, torch.Tensor)]
         shape = torch.broadcast_shapes(*(t.shape for t in tensors))
@@ -210,7 +225,11 @@ class LazyIndexMixin:
         """``stack[mask] = value`` for a mask over several dims including the stack dim: one
         masked write per member (the mask with the stack dim removed)."""
         mask = parts[pos]
-        d = sum(p.dim() if isinstance(p, torch.Tensor) and p.dtype is torch.bool else 1 for p in parts[:pos] if p is not None)
+        d = sum(
+            p.dim() if isinstance(p, torch.Tensor) and p.dtype is torch.bool else 1
+            for p in parts[:pos]
+            if p is not None
+        )
         off = self.stack_dim - d  # which of the mask's dims is the stack dim
         tds = self.tensordicts
         writes = []
@@ -218,18 +237,24 @@ class LazyIndexMixin:
             k = _out_pos(parts, pos)
             owner = mask.nonzero()[:, off]
             if value.batch_dims <= k or value.batch_size[k] not in (1, owner.numel()):
-                raise RuntimeError(f"stack[mask] = value: value of batch size {list(value.batch_size)} does not fit {owner.numel()} masked elements on dim {k}.")
+                raise RuntimeError(
+                    f"stack[mask] = value: value of batch size {list(value.batch_size)} does not fit {owner.numel()} masked elements on dim {k}."
+                )
         for j, td in enumerate(tds):
             member_mask = mask.select(off, j)
             if not bool(member_mask.any()):
                 continue
             v = value
             if is_tensor_collection(value) and not value._is_non_tensor:
-                rows = (owner == j).nonzero().squeeze(1) if value.batch_size[k] != 1 else torch.zeros(1, dtype=torch.long)
+                rows = (
+                    (owner == j).nonzero().squeeze(1) if value.batch_size[k] != 1 else torch.zeros(1, dtype=torch.long)
+                )
                 v = value._index((_FULL,) * k + (rows,))
                 for key in v.keys(True, True, is_leaf_nontensor):  # every key checked before the first write
                     if key not in td:
-                        raise KeyError(f"stack[mask] = value: key {key!r} of the value is not in member {j} of the lazy stack.")
+                        raise KeyError(
+                            f"stack[mask] = value: key {key!r} of the value is not in member {j} of the lazy stack."
+                        )
             writes.append((td, tuple(parts[:pos] + [member_mask] + parts[pos + 1 :]), v))
         for td, sub, v in writes:
             td._set_at_index(sub, v)
@@ -245,12 +270,16 @@ class LazyIndexMixin:
             elif value.batch_dims > k and value.batch_size[k] == 1:
                 vals = [value._index((_FULL,) * k + (0,))] * count
             else:
-                raise RuntimeError(f"stack[index] = value: value of batch size {list(value.batch_size)} does not fit {count} selected members on dim {k}.")
+                raise RuntimeError(
+                    f"stack[index] = value: value of batch size {list(value.batch_size)} does not fit {count} selected members on dim {k}."
+                )
             for i, v in zip(ids, vals):  # check every key before the first write
                 member = self.tensordicts[i]
                 for key in v.keys(True, True, is_leaf_nontensor):
                     if key not in member:
-                        raise KeyError(f"stack[index] = value: key {key!r} of the value is not in member {i} of the lazy stack.")
+                        raise KeyError(
+                            f"stack[index] = value: key {key!r} of the value is not in member {i} of the lazy stack."
+                        )
             return list(vals)
         if isinstance(value, torch.Tensor) and value.dim() > 0:
             # A tensor is broadcast against every leaf from the right: which of its dims is the
@@ -270,7 +299,9 @@ class LazyIndexMixin:
                     try:
                         entries[key] = part.expand(target)
                     except RuntimeError:
-                        raise RuntimeError(f"stack[index] = value: a tensor of shape {list(value.shape)} cannot be broadcast to key {key!r}.") from None
+                        raise RuntimeError(
+                            f"stack[index] = value: a tensor of shape {list(value.shape)} cannot be broadcast to key {key!r}."
+                        ) from None
                 out.append(TensorDict(entries, batch_size=member_out))
             return out
         return [value] * count

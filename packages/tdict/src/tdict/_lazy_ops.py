@@ -5,6 +5,7 @@ comparisons, in-place arithmetic and masked fills are forwarded to every member,
 other operand cut along the stack dim; the results are restacked lazily. Ops whose result has
 another batch size work on the dense stack.
 """
+
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Callable, Sequence
@@ -29,7 +30,9 @@ class LazyMemberOpsMixin:
 
     def _map_entries(self, fn: Callable[[Any], Any], batch_size: torch.Size, names: Any = None) -> TensorDict:
         # Ops that mix the stack dim with others work on the dense stack.
-        return TensorDict._new_unsafe({k: fn(v) for k, v in self._items_raw()}, torch.Size(batch_size), self.device, names)
+        return TensorDict._new_unsafe(
+            {k: fn(v) for k, v in self._items_raw()}, torch.Size(batch_size), self.device, names
+        )
 
     def clone(self, recurse: bool = True, *, device: Any = None) -> "LazyStackedTensorDict":
         """A deep copy, member by member (``recurse=False``: new structure, shared tensors); ``device``: the copy's device."""
@@ -58,7 +61,9 @@ class LazyMemberOpsMixin:
         members = [td.pin_memory(inplace=inplace) for td in self.tensordicts]
         return self if inplace else self._like(members)
 
-    def empty(self, recurse: bool = False, *, batch_size: Any = None, device: Any = NO_DEFAULT, names: Any = None) -> TensorDictBase:
+    def empty(
+        self, recurse: bool = False, *, batch_size: Any = None, device: Any = NO_DEFAULT, names: Any = None
+    ) -> TensorDictBase:
         if batch_size is not None or device is not NO_DEFAULT or names is not None:
             return TensorDictBase.empty(self, recurse, batch_size=batch_size, device=device, names=names)
         return self._like([td.empty(recurse) for td in self.tensordicts])
@@ -71,10 +76,38 @@ class LazyMemberOpsMixin:
         members = [td.exclude(*keys, inplace=inplace) for td in self.tensordicts]
         return self if inplace else self._like(members)
 
-    def _apply(self, fn, others, named, path, batch_size, device, names, inplace, default, filter_empty, call_on_nested, constructor_kwargs):
+    def _apply(
+        self,
+        fn,
+        others,
+        named,
+        path,
+        batch_size,
+        device,
+        names,
+        inplace,
+        default,
+        filter_empty,
+        call_on_nested,
+        constructor_kwargs,
+    ):
         if batch_size is not None or constructor_kwargs:
             # the result has another batch size: compute it on the dense stack
-            return TensorDictBase._apply(self, fn, others, named, path, batch_size, device, names, inplace, default, filter_empty, call_on_nested, constructor_kwargs)
+            return TensorDictBase._apply(
+                self,
+                fn,
+                others,
+                named,
+                path,
+                batch_size,
+                device,
+                names,
+                inplace,
+                default,
+                filter_empty,
+                call_on_nested,
+                constructor_kwargs,
+            )
         tds = self.tensordicts
         split_others = []
         for other in others:
@@ -86,7 +119,20 @@ class LazyMemberOpsMixin:
                 )
             split_others.append(parts)
         results = [
-            td._apply(fn, [parts[i] for parts in split_others], named, path, None, device, NO_DEFAULT, inplace, default, filter_empty, call_on_nested, {})
+            td._apply(
+                fn,
+                [parts[i] for parts in split_others],
+                named,
+                path,
+                None,
+                device,
+                NO_DEFAULT,
+                inplace,
+                default,
+                filter_empty,
+                call_on_nested,
+                {},
+            )
             for i, td in enumerate(tds)
         ]
         if inplace:
@@ -113,12 +159,16 @@ class LazyMemberOpsMixin:
         if parts is None and not other.batch_size:  # a batch-less collection (a compared dict) meets every member
             parts = [other] * len(self.tensordicts)
         if parts is None:
-            raise RuntimeError(f"Comparison: the other collection's batch size {list(other.batch_size)} does not start with {list(self._batch_size)}.")
+            raise RuntimeError(
+                f"Comparison: the other collection's batch size {list(other.batch_size)} does not start with {list(self._batch_size)}."
+            )
         return self._like([td._compare(part, op) for td, part in zip(self.tensordicts, parts)])
 
     def _binary(self, other: Any, op: Callable) -> "LazyStackedTensorDict":
         if isinstance(other, torch.Tensor) and other.dim():  # each member takes its slice of the operand
-            return self._like([td._binary(part, op) for td, part in zip(self.tensordicts, self._member_operands(other))])
+            return self._like(
+                [td._binary(part, op) for td, part in zip(self.tensordicts, self._member_operands(other))]
+            )
         return super()._binary(other, op)
 
     def _member_operands(self, other: torch.Tensor) -> tuple:
@@ -130,7 +180,9 @@ class LazyMemberOpsMixin:
         if is_tensor_collection(other):
             parts = self._split_collection(other)
             if parts is None:
-                raise RuntimeError(f"In-place op: the other collection's batch size {list(other.batch_size)} does not start with {list(self._batch_size)}.")
+                raise RuntimeError(
+                    f"In-place op: the other collection's batch size {list(other.batch_size)} does not start with {list(self._batch_size)}."
+                )
             for td, part in zip(tds, parts):
                 td._binary_(part, foreach, fallback)
         elif isinstance(other, torch.Tensor) and other.dim() > 0:
@@ -144,7 +196,9 @@ class LazyMemberOpsMixin:
     def allclose(self, other: Any, rtol: float = 1e-5, atol: float = 1e-8, equal_nan: bool = False) -> bool:
         parts = self._split_collection(other)
         if parts is None:
-            raise RuntimeError(f"allclose: batch size {list(other.batch_size)} does not match {list(self._batch_size)}.")
+            raise RuntimeError(
+                f"allclose: batch size {list(other.batch_size)} does not match {list(self._batch_size)}."
+            )
         return all(td.allclose(p, rtol=rtol, atol=atol, equal_nan=equal_nan) for td, p in zip(self.tensordicts, parts))
 
     def zero_(self) -> "LazyStackedTensorDict":

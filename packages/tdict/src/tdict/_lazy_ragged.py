@@ -5,6 +5,7 @@ Padded stacks (``as_padded_tensor``, ``get(key, as_padded_tensor=True)``), neste
 (``densify``, ``to_tensordict``) and the error that points at them when a plain ``get`` cannot
 stack a key.
 """
+
 from __future__ import annotations
 
 from typing import Any
@@ -22,7 +23,9 @@ class LazyRaggedMixin:
 
     __slots__ = ()
 
-    def as_padded_tensor(self, key: NestedKey, dim: int | None = None, value: float | int | bool = 0.0, *, padding_side: str = "right") -> torch.Tensor:
+    def as_padded_tensor(
+        self, key: NestedKey, dim: int | None = None, value: float | int | bool = 0.0, *, padding_side: str = "right"
+    ) -> torch.Tensor:
         """Pad the members' leaves under ``key`` to the largest size on every dim and stack them.
 
         Args:
@@ -78,11 +81,15 @@ class LazyRaggedMixin:
 def _stack_error(key: Any, vals: list) -> RuntimeError:
     kinds = {type(v).__name__ for v in vals}
     if not all(isinstance(v, torch.Tensor) for v in vals):
-        return RuntimeError(f"Key {key!r}: the stacked collections hold different kinds of entries ({sorted(kinds)}); it cannot be stacked.")
+        return RuntimeError(
+            f"Key {key!r}: the stacked collections hold different kinds of entries ({sorted(kinds)}); it cannot be stacked."
+        )
     shapes = [tuple(v.shape) for v in vals]
     if len(set(shapes)) == 1:
         devices = sorted({str(v.device) for v in vals})
-        return RuntimeError(f"Key {key!r}: the members' tensors cannot be stacked (devices {devices}, dtypes {sorted({str(v.dtype) for v in vals})}).")
+        return RuntimeError(
+            f"Key {key!r}: the members' tensors cannot be stacked (devices {devices}, dtypes {sorted({str(v.dtype) for v in vals})})."
+        )
     return RuntimeError(
         f"Key {key!r}: the stacked collections hold tensors of different shapes {shapes}, which cannot be stacked densely. "
         f"Use get({key!r}, as_padded_tensor=True) or as_padded_tensor({key!r}) to pad them, "
@@ -106,23 +113,31 @@ def _dense_leaf(key: Any, vals: list, sd: int, layout: torch.layout) -> torch.Te
 
 def _nested(key: Any, vals: list, sd: int, layout: torch.layout) -> torch.Tensor:
     if sd != 0:
-        raise ValueError(f"Key {key!r}: nested tensors need the stack dim first (stack_dim=0), this stack has stack_dim={sd}.")
+        raise ValueError(
+            f"Key {key!r}: nested tensors need the stack dim first (stack_dim=0), this stack has stack_dim={sd}."
+        )
     if not all(isinstance(v, torch.Tensor) for v in vals):
         raise TypeError(f"Key {key!r}: nested tensors need tensor leaves in every member.")
     try:
         return torch.nested.as_nested_tensor(vals, layout=layout)
     except (RuntimeError, ValueError, TypeError) as err:
-        raise RuntimeError(f"Key {key!r}: cannot build a nested tensor ({layout}) from shapes {[tuple(v.shape) for v in vals]}: {err}") from err
+        raise RuntimeError(
+            f"Key {key!r}: cannot build a nested tensor ({layout}) from shapes {[tuple(v.shape) for v in vals]}: {err}"
+        ) from err
 
 
 def _pad_stack(key: Any, vals: list, dim: int, value: Any, padding_side: str) -> torch.Tensor:
     if padding_side not in ("right", "left"):
         raise ValueError(f"padding_side must be 'right' or 'left', got {padding_side!r}.")
     if not all(isinstance(v, torch.Tensor) for v in vals):
-        raise TypeError(f"as_padded_tensor: key {key!r} is not a tensor leaf in every member ({sorted({type(v).__name__ for v in vals})}).")
+        raise TypeError(
+            f"as_padded_tensor: key {key!r} is not a tensor leaf in every member ({sorted({type(v).__name__ for v in vals})})."
+        )
     ndim = vals[0].dim()
     if any(v.dim() != ndim for v in vals):
-        raise RuntimeError(f"as_padded_tensor: key {key!r} has tensors with different numbers of dims {[tuple(v.shape) for v in vals]}.")
+        raise RuntimeError(
+            f"as_padded_tensor: key {key!r} has tensors with different numbers of dims {[tuple(v.shape) for v in vals]}."
+        )
     dim = normalize_dim(dim, ndim + 1)
     maxs = [max(v.shape[i] for v in vals) for i in range(ndim)]
     out_shape = maxs[:dim] + [len(vals)] + maxs[dim:]

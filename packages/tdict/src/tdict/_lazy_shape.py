@@ -8,6 +8,7 @@ to :class:`~tdict._shape_ops.ShapeOpsMixin`, which works on the dense stack. ``m
 ``swapdims``, ``atleast_*d``, ``broadcast_to``, ``fliplr``/``flipud`` are built on those and stay
 lazy too.
 """
+
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Sequence
@@ -17,7 +18,15 @@ import torch
 from ._lazy_index import _FULL
 from ._locking import keeps_lock
 from ._shape_ops import (
-    ShapeOpsMixin, _shape_args, infer_shape, narrow_range, rot90_args, split_bounds, split_lengths, split_slices, tile_reps,
+    ShapeOpsMixin,
+    _shape_args,
+    infer_shape,
+    narrow_range,
+    rot90_args,
+    split_bounds,
+    split_lengths,
+    split_slices,
+    tile_reps,
 )
 from ._utils import normalize_dim, normalize_dims
 from .tensordict import TensorDict
@@ -98,7 +107,11 @@ class LazyShapeMixin:
             raise ValueError(f"permute: dims {list(dims)} are not a permutation of the {n} batch dims.")
         sd = self.stack_dim
         member_perm = [self._member_dim(d) for d in dims if d != sd]
-        members = [td.permute(*member_perm) for td in self.tensordicts] if member_perm != sorted(member_perm) else list(self.tensordicts)
+        members = (
+            [td.permute(*member_perm) for td in self.tensordicts]
+            if member_perm != sorted(member_perm)
+            else list(self.tensordicts)
+        )
         return self._like(members, dims.index(sd))
 
     @keeps_lock
@@ -206,26 +219,37 @@ class LazyShapeMixin:
         sd = self.stack_dim
         bounds = split_bounds(indices_or_sections, self._batch_size[d])
         if d == sd:
-            return tuple(self._index((_FULL,) * sd + (slice(r.start, r.stop),)) for r in split_slices(bounds, self._batch_size[d]))
+            return tuple(
+                self._index((_FULL,) * sd + (slice(r.start, r.stop),))
+                for r in split_slices(bounds, self._batch_size[d])
+            )
         if not self.tensordicts:
             return ShapeOpsMixin.tensor_split(self, bounds, dim)
         per = [td.tensor_split(bounds, self._member_dim(d)) for td in self.tensordicts]
         return tuple(self._stack_of(list(group), sd) for group in zip(*per))
 
-    def pad(self, pad_size: Sequence[int], value: float = 0.0, inplace: bool = False, safe: bool = True) -> TensorDictBase:
+    def pad(
+        self, pad_size: Sequence[int], value: float = 0.0, inplace: bool = False, safe: bool = True
+    ) -> TensorDictBase:
         sd = self.stack_dim
         pad_size = list(pad_size)
         if tuple(pad_size[2 * sd : 2 * sd + 2]) not in ((), (0, 0)) or not self.tensordicts:
             if inplace:
-                raise RuntimeError("pad(inplace=True) on a lazy stack cannot pad its stack dim: pad out of place (it returns a dense TensorDict).")
+                raise RuntimeError(
+                    "pad(inplace=True) on a lazy stack cannot pad its stack dim: pad out of place (it returns a dense TensorDict)."
+                )
             return ShapeOpsMixin.pad(self, pad_size, value)
         if len(pad_size) % 2 or len(pad_size) // 2 > self.batch_dims:  # checked here: members see fewer dims
-            raise ValueError(f"pad: pad_size must hold two ints per padded batch dim (at most {self.batch_dims} dims), got {pad_size}.")
+            raise ValueError(
+                f"pad: pad_size must hold two ints per padded batch dim (at most {self.batch_dims} dims), got {pad_size}."
+            )
         member_pad = pad_size[: 2 * sd] + pad_size[2 * sd + 2 :]
         if not inplace:
             return self._like([td.pad(member_pad, value) for td in self.tensordicts])
         if self._is_locked or any(type(td) is not TensorDict or td._is_locked for td in self.tensordicts):
-            raise RuntimeError("pad(inplace=True) on a lazy stack needs unlocked TensorDict members: pad out of place instead.")
+            raise RuntimeError(
+                "pad(inplace=True) on a lazy stack needs unlocked TensorDict members: pad out of place instead."
+            )
         members = [td.pad(member_pad, value) for td in self.tensordicts]  # every check passes before any swap
         for td, new in zip(self.tensordicts, members):
             td._take_entries(new, "pad")

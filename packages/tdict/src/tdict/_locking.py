@@ -9,6 +9,7 @@ Shape ops (reshape, view, permute, unsqueeze, expand, split...), moves and casts
 Where tensordict 0.14 is not consistent we are: ``view(dtype)`` and ``type()`` lock like ``to(dtype)``,
 arithmetic with a tensor operand like with a number, a lazy stack's ``expand`` like a TensorDict's.
 """
+
 from __future__ import annotations
 
 import functools

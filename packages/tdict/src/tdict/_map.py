@@ -26,6 +26,7 @@ noticed, and ``timeout`` bounds a hang. When ``map`` created the pool, every wor
 (then killed) and joined before the exception propagates, so nothing is left running. A pool
 passed by the caller is never closed, shut down or terminated: that is the caller's job.
 """
+
 from __future__ import annotations
 
 import os
@@ -108,7 +109,9 @@ def map_chunks(
     del index_with_generator, pbar
     dim = normalize_dim(dim, td.batch_dims)
     if chunksize is not None and num_chunks is not None:
-        raise ValueError(f"map: pass chunksize or num_chunks, not both (got chunksize={chunksize}, num_chunks={num_chunks}).")
+        raise ValueError(
+            f"map: pass chunksize or num_chunks, not both (got chunksize={chunksize}, num_chunks={num_chunks})."
+        )
     if chunksize is not None and chunksize < 0:
         raise ValueError(f"map: chunksize must be >= 0, got {chunksize}.")
     if num_chunks is not None and num_chunks <= 0:
@@ -132,7 +135,9 @@ def map_chunks(
         ) from err
 
     if pool is not None and not isinstance(pool, Executor) and not hasattr(pool, "apply_async"):
-        raise TypeError(f"map: pool must be a concurrent.futures Executor or a multiprocessing Pool, got {type(pool).__name__}.")
+        raise TypeError(
+            f"map: pool must be a concurrent.futures Executor or a multiprocessing Pool, got {type(pool).__name__}."
+        )
     write_in_workers = out is not None and _is_shared_or_memmap(out)
     if out is not None:
         _check_out(out, td, dim)
@@ -154,7 +159,17 @@ def map_chunks(
 
     deadline = None if timeout is None else time.monotonic() + timeout
     if pool is None:
-        results = _run_own_pool(task_fn, tasks, min(split_workers, len(tasks)), mp_start_method, generator, max_tasks_per_child, worker_threads, deadline, timeout)
+        results = _run_own_pool(
+            task_fn,
+            tasks,
+            min(split_workers, len(tasks)),
+            mp_start_method,
+            generator,
+            max_tasks_per_child,
+            worker_threads,
+            deadline,
+            timeout,
+        )
     elif isinstance(pool, Executor):
         results = _run_executor(pool, task_fn, tasks, deadline, timeout, own=False)
     else:
@@ -208,7 +223,12 @@ def _share_leaves(td: Any) -> None:
     from .memmap import MemoryMappedTensor
 
     for leaf in td.values(True, True):
-        if isinstance(leaf, torch.Tensor) and leaf.device.type == "cpu" and not isinstance(leaf, MemoryMappedTensor) and not leaf.is_shared():
+        if (
+            isinstance(leaf, torch.Tensor)
+            and leaf.device.type == "cpu"
+            and not isinstance(leaf, MemoryMappedTensor)
+            and not leaf.is_shared()
+        ):
             leaf.share_memory_()
 
 
@@ -253,7 +273,9 @@ def _worker_init(base_seed: int, counter: Any, num_threads: int) -> None:
     torch.set_num_threads(num_threads)
 
 
-def _run_own_pool(fn, tasks, workers, start_method, generator, max_tasks_per_child, worker_threads, deadline, timeout) -> list:
+def _run_own_pool(
+    fn, tasks, workers, start_method, generator, max_tasks_per_child, worker_threads, deadline, timeout
+) -> list:
     import torch.multiprocessing as mp
 
     ctx = mp.get_context(start_method or "spawn")
@@ -261,7 +283,11 @@ def _run_own_pool(fn, tasks, workers, start_method, generator, max_tasks_per_chi
     counter = ctx.Value("q", 0)
     kwargs = {"max_tasks_per_child": max_tasks_per_child} if max_tasks_per_child is not None else {}
     executor = ProcessPoolExecutor(
-        max_workers=max(workers, 1), mp_context=ctx, initializer=_worker_init, initargs=(base_seed, counter, worker_threads), **kwargs
+        max_workers=max(workers, 1),
+        mp_context=ctx,
+        initializer=_worker_init,
+        initargs=(base_seed, counter, worker_threads),
+        **kwargs,
     )
     ok = False
     try:
@@ -298,7 +324,9 @@ def _run_executor(executor: Executor, fn, tasks, deadline, timeout, *, own: bool
     try:
         futures = [executor.submit(fn, task) for task in tasks]
     except BrokenProcessPool as err:
-        raise BrokenProcessPool(f"map: the process pool is broken (a worker died earlier) and cannot take chunks: {err}") from err
+        raise BrokenProcessPool(
+            f"map: the process pool is broken (a worker died earlier) and cannot take chunks: {err}"
+        ) from err
     procs = list((getattr(executor, "_processes", None) or {}).values())
     results = []
     index = 0

@@ -5,6 +5,7 @@ sides: the writer plans every file name and metadata entry here before writing a
 reader (:mod:`tdict._memmap_load`) decodes what this module encodes. Nothing here touches
 the filesystem.
 """
+
 from __future__ import annotations
 
 import base64
@@ -81,7 +82,9 @@ def encode_payload(obj: Any, where: str = "payload") -> Any:
     if kind is tuple:
         return {"tuple": [encode_payload(v, f"{where}[{i}]") for i, v in enumerate(obj)]}
     if kind is dict:
-        return {"dict": [[encode_payload(k, f"{where} key"), encode_payload(v, f"{where}[{k!r}]")] for k, v in obj.items()]}
+        return {
+            "dict": [[encode_payload(k, f"{where} key"), encode_payload(v, f"{where}[{k!r}]")] for k, v in obj.items()]
+        }
     if kind is bytes:
         return {"bytes": base64.b64encode(obj).decode("ascii")}
     raise TypeError(
@@ -99,7 +102,7 @@ def decode_payload(obj: Any, where: str = "payload") -> Any:
     if kind is list:
         return [decode_payload(v, where) for v in obj]
     if kind is dict and len(obj) == 1:
-        (tag, value), = obj.items()
+        ((tag, value),) = obj.items()
         if tag == "tuple" and type(value) is list:
             return tuple(decode_payload(v, where) for v in value)
         if tag == "dict" and type(value) is list and all(type(p) is list and len(p) == 2 for p in value):
@@ -227,8 +230,18 @@ def _device_str(device: Any) -> str | None:
     return None if device is None else str(device)
 
 
-def _plan(td: Any, prefix: str | None, rel_dir: str, path: tuple, *, copy_existing: bool, like: bool,
-          committed: dict[str, int], token: str, taken: set) -> _Node:
+def _plan(
+    td: Any,
+    prefix: str | None,
+    rel_dir: str,
+    path: tuple,
+    *,
+    copy_existing: bool,
+    like: bool,
+    committed: dict[str, int],
+    token: str,
+    taken: set,
+) -> _Node:
     tc_class = None
     if _is_non_tensor(td):  # a non-tensor root (NonTensorData / NonTensorStack): one JSON node, no files
         meta = _encode_non_tensor(td, "the root") if prefix is not None else {"type": "non_tensor"}
@@ -242,13 +255,31 @@ def _plan(td: Any, prefix: str | None, rel_dir: str, path: tuple, *, copy_existi
             )
     elif getattr(td, "_is_lazy", False) and hasattr(td, "tensordicts"):
         # a lazy stack: its members in sub-directories 0, 1, ... of its own directory
-        meta = {"type": _LAZY, "stack_dim": td.stack_dim, "batch_size": list(td.batch_size),
-                "stack_dim_name": getattr(td, "_stack_dim_name", None)}
+        meta = {
+            "type": _LAZY,
+            "stack_dim": td.stack_dim,
+            "batch_size": list(td.batch_size),
+            "stack_dim_name": getattr(td, "_stack_dim_name", None),
+        }
         node = _Node(td, None, meta, None)
         for i, member in enumerate(td.tensordicts):
             sub_dir = os.path.join(rel_dir, str(i)) if rel_dir else str(i)
-            node.entries.append((str(i), _plan(member, prefix, sub_dir, path + (i,), copy_existing=copy_existing, like=like,
-                                               committed=committed, token=token, taken=taken)))
+            node.entries.append(
+                (
+                    str(i),
+                    _plan(
+                        member,
+                        prefix,
+                        sub_dir,
+                        path + (i,),
+                        copy_existing=copy_existing,
+                        like=like,
+                        committed=committed,
+                        token=token,
+                        taken=taken,
+                    ),
+                )
+            )
         return node
     elif getattr(td, "_is_lazy", False) or not hasattr(td, "_items_raw"):
         raise TypeError(
@@ -270,15 +301,31 @@ def _plan(td: Any, prefix: str | None, rel_dir: str, path: tuple, *, copy_existi
     for key, value in content._items_raw():
         full = path + (key,)
         if isinstance(value, torch.Tensor):
-            node.entries.append((key, _plan_leaf(value, prefix, rel_dir, key, full, copy_existing, like, committed, token, taken)))
+            node.entries.append(
+                (key, _plan_leaf(value, prefix, rel_dir, key, full, copy_existing, like, committed, token, taken))
+            )
         elif _is_non_tensor(value):
             if prefix is not None:  # validate now, before any write
                 _encode_non_tensor(value, f"key {full!r}")
             node.entries.append((key, value))
         elif is_tensor_collection(value):
             sub_dir = os.path.join(rel_dir, _escape(key)) if rel_dir else _escape(key)
-            node.entries.append((key, _plan(value, prefix, sub_dir, full, copy_existing=copy_existing, like=like,
-                                            committed=committed, token=token, taken=taken)))
+            node.entries.append(
+                (
+                    key,
+                    _plan(
+                        value,
+                        prefix,
+                        sub_dir,
+                        full,
+                        copy_existing=copy_existing,
+                        like=like,
+                        committed=committed,
+                        token=token,
+                        taken=taken,
+                    ),
+                )
+            )
         else:
             raise TypeError(f"key {full!r}: cannot memmap an entry of type {type(value).__name__}.")
     return node
@@ -296,7 +343,12 @@ def _plan_leaf(value: torch.Tensor, prefix, rel_dir, key, full, copy_existing, l
     if own is not None and not like:
         own = os.path.normpath(own)
         size = committed.get(own)
-        if size is not None and value.storage_offset() == 0 and value.is_contiguous() and value.numel() * value.dtype.itemsize == size:
+        if (
+            size is not None
+            and value.storage_offset() == 0
+            and value.is_contiguous()
+            and value.numel() * value.dtype.itemsize == size
+        ):
             return _Leaf(value, os.path.relpath(own, prefix), True)
         if not copy_existing and size is None:
             raise RuntimeError(

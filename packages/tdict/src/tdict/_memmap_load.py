@@ -5,6 +5,7 @@
 the collection from it, checking every data file as it maps it (:func:`_load_node`). It never
 unpickles and never imports a module named in a file.
 """
+
 from __future__ import annotations
 
 import json
@@ -55,23 +56,35 @@ def _parse_meta(raw: bytes, prefix: str) -> dict:
         text = raw.decode("utf-8")
         meta = json.loads(text, parse_constant=_reject_constant)
     except (UnicodeDecodeError, ValueError) as err:
-        raise _bad(prefix, f"{META_NAME} is not valid JSON ({type(err).__name__}: {err}); the file is corrupt "
-                           "or was not written by tdict.") from None
+        raise _bad(
+            prefix,
+            f"{META_NAME} is not valid JSON ({type(err).__name__}: {err}); the file is corrupt "
+            "or was not written by tdict.",
+        ) from None
     if type(meta) is not dict:
         raise _bad(prefix, f"{META_NAME} holds a JSON {type(meta).__name__}, expected an object.")
     if meta.get("format") != FORMAT:
         raise _bad(prefix, f"{META_NAME} has format {meta.get('format')!r}, expected {FORMAT!r}.")
     version = meta.get("version")
     if type(version) is not int or version not in (VERSION, LEGACY_VERSION):
-        raise _bad(prefix, f"{META_NAME} has format version {version!r}; this tdict reads versions {LEGACY_VERSION} and {VERSION}.")
+        raise _bad(
+            prefix,
+            f"{META_NAME} has format version {version!r}; this tdict reads versions {LEGACY_VERSION} and {VERSION}.",
+        )
     expected = _V2_FIELDS if version == VERSION else _V1_FIELDS
     if set(meta) != expected:
-        raise _bad(prefix, f"{META_NAME} (version {version}) has fields {sorted(meta)}, expected {sorted(expected)}; the file is corrupt.")
+        raise _bad(
+            prefix,
+            f"{META_NAME} (version {version}) has fields {sorted(meta)}, expected {sorted(expected)}; the file is corrupt.",
+        )
     if version == VERSION:  # version 1 files predate the checksum: they load unchecked
         body = {k: v for k, v in meta.items() if k != "sha256"}
         if meta["sha256"] != metadata_checksum(body):
-            raise _bad(prefix, f"{META_NAME} fails its integrity check (sha256 of the content does not match the "
-                               "recorded one): the file is corrupt or was edited.")
+            raise _bad(
+                prefix,
+                f"{META_NAME} fails its integrity check (sha256 of the content does not match the "
+                "recorded one): the file is corrupt or was edited.",
+            )
     if type(meta["token"]) is not str:
         raise _bad(prefix, f"{META_NAME} has a malformed token {str(meta['token'])[:100]!r}.")
     _check_node(meta["root"], prefix, ())
@@ -97,14 +110,24 @@ def _check_node(node: Any, prefix: str, path: tuple) -> None:
         return
     if type(node) is dict and node.get("type") == _LAZY:
         members, bs, sd = node.get("members"), node.get("batch_size"), node.get("stack_dim")
-        if not (type(members) is list and _is_int_list(bs) and type(sd) is int and 0 <= sd < len(bs) and bs[sd] == len(members)
-                and "stack_dim_name" in node and (node["stack_dim_name"] is None or type(node["stack_dim_name"]) is str)):
+        if not (
+            type(members) is list
+            and _is_int_list(bs)
+            and type(sd) is int
+            and 0 <= sd < len(bs)
+            and bs[sd] == len(members)
+            and "stack_dim_name" in node
+            and (node["stack_dim_name"] is None or type(node["stack_dim_name"]) is str)
+        ):
             raise _bad(prefix, f"{where}: malformed lazy stack metadata.")
-        member_bs = bs[:sd] + bs[sd + 1:]
+        member_bs = bs[:sd] + bs[sd + 1 :]
         for i, member in enumerate(members):
             _check_node(member, prefix, path + (i,))
             if member["batch_size"] != member_bs:
-                raise _bad(prefix, f"entry {path + (i,)!r}: member batch size {member['batch_size']} does not fit the stack {bs}.")
+                raise _bad(
+                    prefix,
+                    f"entry {path + (i,)!r}: member batch size {member['batch_size']} does not fit the stack {bs}.",
+                )
         return
     if type(node) is not dict or node.get("type") not in ("TensorDict", "tensorclass"):
         raise _bad(prefix, f"{where}: malformed collection metadata.")
@@ -113,8 +136,14 @@ def _check_node(node: Any, prefix: str, path: tuple) -> None:
     if "device" not in node or not (node["device"] is None or type(node["device"]) is str):
         raise _bad(prefix, f"{where}: malformed device {node.get('device')!r}.")
     names = node.get("names", _MISSING)
-    if not (names is None or (type(names) is list and len(names) == len(node["batch_size"])
-                              and all(n is None or type(n) is str for n in names))):
+    if not (
+        names is None
+        or (
+            type(names) is list
+            and len(names) == len(node["batch_size"])
+            and all(n is None or type(n) is str for n in names)
+        )
+    ):
         raise _bad(prefix, f"{where}: malformed names {names!r}.")
     if node["type"] == "tensorclass" and type(node.get("class")) is not str:
         raise _bad(prefix, f"{where}: tensorclass without a class path.")
@@ -136,8 +165,17 @@ def _check_node(node: Any, prefix: str, path: tuple) -> None:
                 raise _bad(prefix, f"entry {full!r}: malformed shape {shape!r} for batch size {bs}.")
             if nbytes != math.prod(shape) * _DTYPES[dtype].itemsize:
                 raise _bad(prefix, f"entry {full!r}: nbytes {nbytes!r} does not match shape {shape} and dtype {dtype}.")
-            if type(file) is not str or not file or file.startswith("/") or "\\" in file or ".." in file.split("/") or "\0" in file:
-                raise _bad(prefix, f"entry {full!r}: bad file name {str(file)[:200]!r} (must be relative, inside the prefix).")
+            if (
+                type(file) is not str
+                or not file
+                or file.startswith("/")
+                or "\\" in file
+                or ".." in file.split("/")
+                or "\0" in file
+            ):
+                raise _bad(
+                    prefix, f"entry {full!r}: bad file name {str(file)[:200]!r} (must be relative, inside the prefix)."
+                )
         elif kind in _NON_TENSOR:
             _check_non_tensor(entry, prefix, f"entry {full!r}")
         elif kind in ("TensorDict", "tensorclass", _LAZY):
@@ -156,8 +194,13 @@ def _check_non_tensor(entry: dict, prefix: str, where: str) -> None:
             raise _bad(prefix, f"{where}: malformed non-tensor metadata.")
         return
     shape, origins, table = entry.get("shape"), entry.get("origins"), entry.get("table")
-    if not (_is_int_list(shape) and _is_int_list(origins) and type(table) is list and len(origins) == math.prod(shape)
-            and all(i < len(table) for i in origins)):
+    if not (
+        _is_int_list(shape)
+        and _is_int_list(origins)
+        and type(table) is list
+        and len(origins) == math.prod(shape)
+        and all(i < len(table) for i in origins)
+    ):
         raise _bad(prefix, f"{where}: malformed non-tensor stack metadata.")
 
 
@@ -166,7 +209,9 @@ def _load_non_tensor(entry: dict, prefix: str, where: str, device: torch.device 
         if entry["type"] == "non_tensor":
             from .non_tensor import NonTensorData
 
-            return NonTensorData(data=decode_payload(entry["data"], where), batch_size=entry["batch_size"], device=device)
+            return NonTensorData(
+                data=decode_payload(entry["data"], where), batch_size=entry["batch_size"], device=device
+            )
         from .non_tensor_stack import NonTensorStack
 
         table = [decode_payload(p, where) for p in entry["table"]]
@@ -185,7 +230,9 @@ def _load_node(node: dict, prefix: str, path: tuple, real: str) -> Any:
         from .lazy import LazyStackedTensorDict
 
         members = [_load_node(m, prefix, path + (i,), real) for i, m in enumerate(node["members"])]
-        return LazyStackedTensorDict._new_unsafe(members, node["stack_dim"], torch.Size(node["batch_size"]), node["stack_dim_name"])
+        return LazyStackedTensorDict._new_unsafe(
+            members, node["stack_dim"], torch.Size(node["batch_size"]), node["stack_dim_name"]
+        )
     entries = {}
     bs = torch.Size(node["batch_size"])
     device = None if node["device"] is None else torch.device("cpu")
@@ -221,6 +268,9 @@ def _load_leaf(entry: dict, prefix: str, full: tuple, real_prefix: str) -> Memor
     if not os.path.isfile(path):
         raise _bad(prefix, f"entry {full!r}: {path!r} is not a regular file.")
     if st.st_size != entry["nbytes"]:
-        raise _bad(prefix, f"entry {full!r}: data file {path!r} has {st.st_size} bytes, expected {entry['nbytes']} "
-                           f"(shape {entry['shape']}, dtype {entry['dtype']}); it is truncated or not ours.")
+        raise _bad(
+            prefix,
+            f"entry {full!r}: data file {path!r} has {st.st_size} bytes, expected {entry['nbytes']} "
+            f"(shape {entry['shape']}, dtype {entry['dtype']}); it is truncated or not ours.",
+        )
     return MemoryMappedTensor.from_filename(path, _DTYPES[entry["dtype"]], entry["shape"])

@@ -4,6 +4,7 @@ A name follows its dim: ops that keep a dim keep its name, new dims (``expand``'
 ``None`` in an index, the dim ``flatten`` merges into) are unnamed, removed dims take their names
 with them. Sub-collections carry their parent's names on the parent's batch dims.
 """
+
 from __future__ import annotations
 
 from typing import Any, Sequence

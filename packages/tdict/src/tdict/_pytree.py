@@ -41,6 +41,7 @@ map a lazy stack's dims). Tensor classes register one class at a time
 (:func:`register_tensorclass_type`, called by ``tdict.tensorclass``); a TensorDict subclass
 registers with :func:`register_tensordict_type`.
 """
+
 from __future__ import annotations
 
 from typing import Any, Iterable
@@ -84,7 +85,18 @@ class _TDContext:
     non-tensor payloads are hints for ``unflatten`` and do not take part.
     """
 
-    __slots__ = ("cls", "keys", "child_keys", "batch_size", "device", "names", "non_tensor", "ref", "ref_shape", "level")
+    __slots__ = (
+        "cls",
+        "keys",
+        "child_keys",
+        "batch_size",
+        "device",
+        "names",
+        "non_tensor",
+        "ref",
+        "ref_shape",
+        "level",
+    )
 
     def __init__(self, cls, keys, child_keys, batch_size, device, names, non_tensor, ref, ref_shape, level):
         self.cls = cls
@@ -169,8 +181,15 @@ def _td_flatten(td: TensorDict) -> tuple[list, _TDContext]:
     child_keys = keys if non_tensor is None else tuple(child_keys)
     names = td._names
     ctx = _TDContext(
-        type(td), keys, child_keys, td._batch_size, td._device, None if names is None else tuple(names),
-        None if non_tensor is None else tuple(non_tensor), ref, ref_shape,
+        type(td),
+        keys,
+        child_keys,
+        td._batch_size,
+        td._device,
+        None if names is None else tuple(names),
+        None if non_tensor is None else tuple(non_tensor),
+        ref,
+        ref_shape,
         # Dynamo cannot trace functorch introspection: under torch.compile, shapes alone decide
         None if _is_compiling() else _current_level(),
     )
@@ -222,14 +241,21 @@ def _infer_batch_size(values: list, ctx: _TDContext) -> tuple[torch.Size, tuple 
     return batch_size, names
 
 
-def _adjust(batch_size: torch.Size, names: tuple | None, old: torch.Size, new: torch.Size, leaf: Any, level: int | None):
+def _adjust(
+    batch_size: torch.Size, names: tuple | None, old: torch.Size, new: torch.Size, leaf: Any, level: int | None
+):
     """The batch size (and names) after the reference (a tensor leaf, else a collection) went from shape ``old`` to ``new``."""
     k = len(batch_size)
     diff = len(new) - len(old)
     if diff == 0:
         return (batch_size, names) if new[:k] == batch_size else (torch.Size(new[:k]), names)
     if diff == -1:
-        if isinstance(leaf, _Tensor) and not _is_compiling() and _is_batched(leaf) and (level is None or _get_level(leaf) > level):
+        if (
+            isinstance(leaf, _Tensor)
+            and not _is_compiling()
+            and _is_batched(leaf)
+            and (level is None or _get_level(leaf) > level)
+        ):
             pos = _get_bdim(leaf)  # vmap in_dims: the exact dim that was mapped
         elif new[:k] == batch_size:
             return batch_size, names
@@ -285,7 +311,9 @@ def _common_prefix(values: list, limit: int) -> torch.Size:
 
 def _td_to_dumpable(ctx: _TDContext) -> dict:
     if ctx.non_tensor is not None:
-        raise TypeError(f"Cannot serialize the pytree spec of a TensorDict holding non-tensor entries {[k for k, _ in ctx.non_tensor]}.")
+        raise TypeError(
+            f"Cannot serialize the pytree spec of a TensorDict holding non-tensor entries {[k for k, _ in ctx.non_tensor]}."
+        )
     return {
         "keys": list(ctx.keys),
         "batch_size": [int(s) for s in ctx.batch_size],
@@ -300,8 +328,16 @@ def _td_from_dumpable(cls: type):
         names = data["names"]
         device = data["device"]
         return _TDContext(
-            cls, keys, keys, torch.Size(data["batch_size"]), None if device is None else torch.device(device),
-            None if names is None else tuple(names), None, None, None, None,
+            cls,
+            keys,
+            keys,
+            torch.Size(data["batch_size"]),
+            None if device is None else torch.device(device),
+            None if names is None else tuple(names),
+            None,
+            None,
+            None,
+            None,
         )
 
     return load

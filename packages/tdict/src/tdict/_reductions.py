@@ -4,6 +4,7 @@ Every reduction takes ``dim`` as a batch dim (or a tuple of them), ``None`` for 
 each leaf", or ``"feature"`` for "the feature dims of each leaf" (the batch shape is kept).
 ``reduce=True`` reduces across all leaves together and returns one tensor.
 """
+
 from __future__ import annotations
 
 from collections import namedtuple
@@ -35,7 +36,9 @@ def _check_q(q: Any) -> Any:
     """``q`` as torch.quantile takes it: a number in [0, 1] or a 0-d / 1-d floating tensor."""
     if isinstance(q, torch.Tensor):
         if q.dim() > 1:
-            raise ValueError(f"quantile: q must be a number or a 0-d/1-d tensor, got a tensor of shape {list(q.shape)}.")
+            raise ValueError(
+                f"quantile: q must be a number or a 0-d/1-d tensor, got a tensor of shape {list(q.shape)}."
+            )
         if not q.is_floating_point():
             raise TypeError(f"quantile: q must hold floats in [0, 1], got a {q.dtype} tensor.")
         return q
@@ -117,7 +120,20 @@ class ReductionsMixin:
         if dim is NO_DEFAULT or dim is None:
             if reduce:
                 return fn(self._flat_cat(), **kwargs)
-            return self._apply(lambda v: fn(v, **kwargs), (), None, (), torch.Size(()), NO_DEFAULT, None, False, NO_DEFAULT, None, False, {})
+            return self._apply(
+                lambda v: fn(v, **kwargs),
+                (),
+                None,
+                (),
+                torch.Size(()),
+                NO_DEFAULT,
+                None,
+                False,
+                NO_DEFAULT,
+                None,
+                False,
+                {},
+            )
         if isinstance(dim, str):
             if dim != "feature":
                 raise ValueError(f"{name}: dim must be a batch dim, a tuple of them, None or 'feature', got {dim!r}.")
@@ -132,28 +148,80 @@ class ReductionsMixin:
         bs = _reduced_size(self.batch_size, dims, keepdim)
         axis = dims[0] if len(dims) == 1 else dims  # some reductions (prod, all) take one int only
         names = reduced_names(self._maybe_names(), dims, keepdim)
-        return self._apply(lambda v: fn(v, dim=axis, keepdim=keepdim, **kwargs), (), None, (), bs, NO_DEFAULT, names, False, NO_DEFAULT, None, False, {})
+        return self._apply(
+            lambda v: fn(v, dim=axis, keepdim=keepdim, **kwargs),
+            (),
+            None,
+            (),
+            bs,
+            NO_DEFAULT,
+            names,
+            False,
+            NO_DEFAULT,
+            None,
+            False,
+            {},
+        )
 
-    def sum(self, dim: Any = NO_DEFAULT, keepdim: bool = False, *, dtype: torch.dtype | None = None, reduce: bool | None = None) -> Any:
+    def sum(
+        self,
+        dim: Any = NO_DEFAULT,
+        keepdim: bool = False,
+        *,
+        dtype: torch.dtype | None = None,
+        reduce: bool | None = None,
+    ) -> Any:
         """Sum over batch ``dim`` (all elements of each leaf if omitted; one scalar if ``reduce``)."""
         return self._reduce("sum", dim, keepdim, reduce, **({"dtype": dtype} if dtype else {}))
 
-    def nansum(self, dim: Any = NO_DEFAULT, keepdim: bool = False, *, dtype: torch.dtype | None = None, reduce: bool | None = None) -> Any:
+    def nansum(
+        self,
+        dim: Any = NO_DEFAULT,
+        keepdim: bool = False,
+        *,
+        dtype: torch.dtype | None = None,
+        reduce: bool | None = None,
+    ) -> Any:
         return self._reduce("nansum", dim, keepdim, reduce, **({"dtype": dtype} if dtype else {}))
 
-    def mean(self, dim: Any = NO_DEFAULT, keepdim: bool = False, *, dtype: torch.dtype | None = None, reduce: bool | None = None) -> Any:
+    def mean(
+        self,
+        dim: Any = NO_DEFAULT,
+        keepdim: bool = False,
+        *,
+        dtype: torch.dtype | None = None,
+        reduce: bool | None = None,
+    ) -> Any:
         return self._reduce("mean", dim, keepdim, reduce, **({"dtype": dtype} if dtype else {}))
 
-    def nanmean(self, dim: Any = NO_DEFAULT, keepdim: bool = False, *, dtype: torch.dtype | None = None, reduce: bool | None = None) -> Any:
+    def nanmean(
+        self,
+        dim: Any = NO_DEFAULT,
+        keepdim: bool = False,
+        *,
+        dtype: torch.dtype | None = None,
+        reduce: bool | None = None,
+    ) -> Any:
         return self._reduce("nanmean", dim, keepdim, reduce, **({"dtype": dtype} if dtype else {}))
 
-    def std(self, dim: Any = NO_DEFAULT, keepdim: bool = False, *, correction: int = 1, reduce: bool | None = None) -> Any:
+    def std(
+        self, dim: Any = NO_DEFAULT, keepdim: bool = False, *, correction: int = 1, reduce: bool | None = None
+    ) -> Any:
         return self._reduce("std", dim, keepdim, reduce, correction=correction)
 
-    def var(self, dim: Any = NO_DEFAULT, keepdim: bool = False, *, correction: int = 1, reduce: bool | None = None) -> Any:
+    def var(
+        self, dim: Any = NO_DEFAULT, keepdim: bool = False, *, correction: int = 1, reduce: bool | None = None
+    ) -> Any:
         return self._reduce("var", dim, keepdim, reduce, correction=correction)
 
-    def prod(self, dim: Any = NO_DEFAULT, keepdim: bool = False, *, dtype: torch.dtype | None = None, reduce: bool | None = None) -> Any:
+    def prod(
+        self,
+        dim: Any = NO_DEFAULT,
+        keepdim: bool = False,
+        *,
+        dtype: torch.dtype | None = None,
+        reduce: bool | None = None,
+    ) -> Any:
         if dim is not NO_DEFAULT and dim is not None and not isinstance(dim, str):
             dims = normalize_dims(dim, self.batch_dims)
             out = self
@@ -173,15 +241,45 @@ class ReductionsMixin:
         fn = getattr(torch, name)
         bs = _reduced_size(self.batch_size, (d,), keepdim)
         names = reduced_names(self._maybe_names(), (d,), keepdim)
-        values = self._apply(lambda v: fn(v, dim=d, keepdim=keepdim).values, (), None, (), bs, NO_DEFAULT, names, False, NO_DEFAULT, None, False, {})
-        indices = self._apply(lambda v: fn(v, dim=d, keepdim=keepdim).indices, (), None, (), bs, NO_DEFAULT, names, False, NO_DEFAULT, None, False, {})
+        values = self._apply(
+            lambda v: fn(v, dim=d, keepdim=keepdim).values,
+            (),
+            None,
+            (),
+            bs,
+            NO_DEFAULT,
+            names,
+            False,
+            NO_DEFAULT,
+            None,
+            False,
+            {},
+        )
+        indices = self._apply(
+            lambda v: fn(v, dim=d, keepdim=keepdim).indices,
+            (),
+            None,
+            (),
+            bs,
+            NO_DEFAULT,
+            names,
+            False,
+            NO_DEFAULT,
+            None,
+            False,
+            {},
+        )
         return ValuesIndices(values, indices)
 
-    def max(self, dim: Any = NO_DEFAULT, keepdim: bool = False, *, reduce: bool | None = None, return_indices: bool = True) -> Any:
+    def max(
+        self, dim: Any = NO_DEFAULT, keepdim: bool = False, *, reduce: bool | None = None, return_indices: bool = True
+    ) -> Any:
         """Max over batch ``dim``: a ``(values, indices)`` pair of collections, like ``torch.max``."""
         return self._minmax("max", dim, keepdim, reduce, return_indices)
 
-    def min(self, dim: Any = NO_DEFAULT, keepdim: bool = False, *, reduce: bool | None = None, return_indices: bool = True) -> Any:
+    def min(
+        self, dim: Any = NO_DEFAULT, keepdim: bool = False, *, reduce: bool | None = None, return_indices: bool = True
+    ) -> Any:
         return self._minmax("min", dim, keepdim, reduce, return_indices)
 
     def amax(self, dim: Any = NO_DEFAULT, keepdim: bool = False, *, reduce: bool | None = None) -> Any:
@@ -196,7 +294,20 @@ class ReductionsMixin:
         if reduce:
             leaves = self._tensor_leaves()[1]
             return torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(v.float(), p) for v in leaves]), p)
-        return self._apply(lambda v: torch.linalg.vector_norm(v.float() if not v.is_floating_point() else v, p), (), None, (), torch.Size(()), NO_DEFAULT, None, False, NO_DEFAULT, None, False, {})
+        return self._apply(
+            lambda v: torch.linalg.vector_norm(v.float() if not v.is_floating_point() else v, p),
+            (),
+            None,
+            (),
+            torch.Size(()),
+            NO_DEFAULT,
+            None,
+            False,
+            NO_DEFAULT,
+            None,
+            False,
+            {},
+        )
 
     def all(self, dim: Any = NO_DEFAULT) -> Any:
         """``bool`` over every leaf, or a collection reduced along batch ``dim``."""
@@ -226,10 +337,36 @@ class ReductionsMixin:
         if out is not None and not getattr(type(out), "_is_tensor_collection", False):
             raise TypeError(f"logsumexp: out must be a tensor collection, got {type(out).__name__}.")
         if not dims:  # nothing to reduce over (a batch of no dims): logsumexp of one element is itself
-            result = self._apply(lambda v: _as_float(v).clone(), (), None, (), None, NO_DEFAULT, NO_DEFAULT, False, NO_DEFAULT, None, False, {})
+            result = self._apply(
+                lambda v: _as_float(v).clone(),
+                (),
+                None,
+                (),
+                None,
+                NO_DEFAULT,
+                NO_DEFAULT,
+                False,
+                NO_DEFAULT,
+                None,
+                False,
+                {},
+            )
         else:
             bs = _reduced_size(self.batch_size, dims, keepdim)
-            result = self._apply(lambda v: torch.logsumexp(v, dim=dims, keepdim=keepdim), (), None, (), bs, NO_DEFAULT, None, False, NO_DEFAULT, None, False, {})
+            result = self._apply(
+                lambda v: torch.logsumexp(v, dim=dims, keepdim=keepdim),
+                (),
+                None,
+                (),
+                bs,
+                NO_DEFAULT,
+                None,
+                False,
+                NO_DEFAULT,
+                None,
+                False,
+                {},
+            )
         if out is None:
             return result
         for key, value in result.items(True, True):
@@ -240,7 +377,15 @@ class ReductionsMixin:
                 out.set(key, value)
         return out
 
-    def quantile(self, q: float | torch.Tensor, dim: Any = NO_DEFAULT, keepdim: bool = False, *, interpolation: str = "linear", reduce: bool | None = None) -> Any:
+    def quantile(
+        self,
+        q: float | torch.Tensor,
+        dim: Any = NO_DEFAULT,
+        keepdim: bool = False,
+        *,
+        interpolation: str = "linear",
+        reduce: bool | None = None,
+    ) -> Any:
         """The ``q``-th quantile of each leaf along batch ``dim`` (see :func:`torch.quantile`).
 
         ``dim``: a batch dim or a tuple of them; ``None``/omitted: all elements of each leaf (a
@@ -263,7 +408,20 @@ class ReductionsMixin:
         if dim is NO_DEFAULT or dim is None:
             if reduce:
                 return _quantile_leaf(self._flat_cat(), q, None, False, interpolation)
-            return self._apply(lambda v: _quantile_leaf(v, q, None, False, interpolation), (), None, (), torch.Size(()), NO_DEFAULT, None, False, NO_DEFAULT, None, False, {})
+            return self._apply(
+                lambda v: _quantile_leaf(v, q, None, False, interpolation),
+                (),
+                None,
+                (),
+                torch.Size(()),
+                NO_DEFAULT,
+                None,
+                False,
+                NO_DEFAULT,
+                None,
+                False,
+                {},
+            )
         if isinstance(dim, str):
             if dim != "feature":
                 raise ValueError(f"quantile: dim must be a batch dim, a tuple of them, None or 'feature', got {dim!r}.")
@@ -278,7 +436,20 @@ class ReductionsMixin:
         if reduce:
             raise ValueError(f"quantile: reduce=True reduces over every leaf and cannot take dim={dim}.")
         bs = lead + _reduced_size(self.batch_size, dims, keepdim)
-        return self._apply(lambda v: _quantile_leaf(v, q, dims, keepdim, interpolation), (), None, (), bs, NO_DEFAULT, None, False, NO_DEFAULT, None, False, {})
+        return self._apply(
+            lambda v: _quantile_leaf(v, q, dims, keepdim, interpolation),
+            (),
+            None,
+            (),
+            bs,
+            NO_DEFAULT,
+            None,
+            False,
+            NO_DEFAULT,
+            None,
+            False,
+            {},
+        )
 
     # ---- scans (the batch shape is kept)
     def _scan(self, make_fn: Callable[[int], Callable], d: int) -> Any:

@@ -3,6 +3,7 @@
 Every op is expressed once, on an entry (a tensor or a nested collection) whose shape starts
 with the batch dims: the op touches those leading dims and leaves the feature dims alone.
 """
+
 from __future__ import annotations
 
 import operator
@@ -66,9 +67,13 @@ def expanded_size(batch_size: torch.Size, shape: Sequence[int], what: str) -> to
         if s == -1 and i >= offset:
             s = batch_size[i - offset]
         elif s < 0:
-            raise ValueError(f"{what}: size {s} at position {i} of {list(shape)} is invalid (-1 only keeps an existing batch dim).")
+            raise ValueError(
+                f"{what}: size {s} at position {i} of {list(shape)} is invalid (-1 only keeps an existing batch dim)."
+            )
         if i >= offset and batch_size[i - offset] not in (s, 1):
-            raise ValueError(f"{what}: batch dim {i - offset} of size {batch_size[i - offset]} cannot expand to {s} (shape {list(shape)}).")
+            raise ValueError(
+                f"{what}: batch dim {i - offset} of size {batch_size[i - offset]} cannot expand to {s} (shape {list(shape)})."
+            )
         out.append(s)
     return torch.Size(out)
 
@@ -87,7 +92,9 @@ def _int_arg(value: Any, what: str, name: str) -> int:
 
 def _dims_arg(value: Any, ndim: int, what: str, name: str) -> tuple[int, ...]:
     """An int or a sequence of ints, normalized over ``ndim`` batch dims, without repeats."""
-    dims = (value,) if isinstance(value, int) else tuple(value) if isinstance(value, (list, tuple, torch.Size)) else None
+    dims = (
+        (value,) if isinstance(value, int) else tuple(value) if isinstance(value, (list, tuple, torch.Size)) else None
+    )
     if dims is None:
         raise TypeError(f"{what}: {name} must be an int or a sequence of ints, got {value!r} ({type(value).__name__}).")
     out = tuple(normalize_dim(d, ndim, name) for d in dims)
@@ -101,7 +108,9 @@ def movedim_order(source: Any, destination: Any, ndim: int) -> list[int]:
     src = _dims_arg(source, ndim, "movedim", "source")
     dst = _dims_arg(destination, ndim, "movedim", "destination")
     if len(src) != len(dst):
-        raise ValueError(f"movedim: source has {len(src)} dims ({list(src)}), destination has {len(dst)} ({list(dst)}); they must pair up.")
+        raise ValueError(
+            f"movedim: source has {len(src)} dims ({list(src)}), destination has {len(dst)} ({list(dst)}); they must pair up."
+        )
     order: list = [None] * ndim
     for s, d in zip(src, dst):
         order[d] = s
@@ -113,7 +122,9 @@ def narrow_range(dim: int, start: Any, length: Any, size: int) -> tuple[int, int
     """``(start, length)`` of ``narrow`` on a dim of ``size``, negative ``start`` resolved (checked)."""
     start, length = _int_arg(start, "narrow", "start"), _int_arg(length, "narrow", "length")
     if not -size <= start <= size:
-        raise IndexError(f"narrow: start={start} is out of range for batch dim {dim} of size {size} (expected -{size} to {size}).")
+        raise IndexError(
+            f"narrow: start={start} is out of range for batch dim {dim} of size {size} (expected -{size} to {size})."
+        )
     if start < 0:
         start += size
     if length < 0:
@@ -137,7 +148,9 @@ def split_bounds(indices_or_sections: Any, size: int) -> list[int]:
     arg = indices_or_sections
     if isinstance(arg, torch.Tensor):
         if arg.dtype.is_floating_point or arg.dtype.is_complex or arg.dtype == torch.bool or arg.dim() > 1:
-            raise TypeError(f"tensor_split: a tensor indices_or_sections must be a 0-dim or 1-dim integer tensor, got dtype {arg.dtype} and shape {list(arg.shape)}.")
+            raise TypeError(
+                f"tensor_split: a tensor indices_or_sections must be a 0-dim or 1-dim integer tensor, got dtype {arg.dtype} and shape {list(arg.shape)}."
+            )
         arg = int(arg) if arg.dim() == 0 else arg.tolist()
     if isinstance(arg, int) and not isinstance(arg, bool):
         if arg <= 0:
@@ -211,9 +224,18 @@ class ShapeOpsMixin:
     def _view(self, *shape: Any) -> Any:
         """``view`` itself (nested collections are viewed without the context-manager bookkeeping)."""
         if len(shape) == 1 and isinstance(shape[0], torch.dtype):
-            return self._map_entries(lambda v: v.view(shape[0]) if isinstance(v, torch.Tensor) else v._view(shape[0]), self.batch_size, self._maybe_names())
+            return self._map_entries(
+                lambda v: v.view(shape[0]) if isinstance(v, torch.Tensor) else v._view(shape[0]),
+                self.batch_size,
+                self._maybe_names(),
+            )
         n, bs = self.batch_dims, infer_shape(_shape_args(shape), self.numel(), "view")
-        return self._map_entries(lambda v: v.view(bs + leaf_shape(v)[n:]) if isinstance(v, torch.Tensor) else v._view(bs + leaf_shape(v)[n:]), bs)
+        return self._map_entries(
+            lambda v: (
+                v.view(bs + leaf_shape(v)[n:]) if isinstance(v, torch.Tensor) else v._view(bs + leaf_shape(v)[n:])
+            ),
+            bs,
+        )
 
     @keeps_lock
     def unsqueeze(self, dim: int) -> Any:
@@ -305,7 +327,9 @@ class ShapeOpsMixin:
         return self._map_entries(lambda v: v.repeat(tuple(repeats) + (1,) * (len(leaf_shape(v)) - n)), bs)
 
     @keeps_lock
-    def repeat_interleave(self, repeats: int | torch.Tensor, dim: int | None = None, *, output_size: int | None = None) -> Any:
+    def repeat_interleave(
+        self, repeats: int | torch.Tensor, dim: int | None = None, *, output_size: int | None = None
+    ) -> Any:
         """Repeat elements along batch ``dim``; without ``dim`` the batch is flattened first (as torch)."""
         if dim is None:
             return self.reshape(-1).repeat_interleave(repeats, 0, output_size=output_size)
@@ -315,7 +339,9 @@ class ShapeOpsMixin:
         else:
             new = self.batch_size[d] * int(repeats)
         bs = self.batch_size[:d] + (new,) + self.batch_size[d + 1 :]
-        return self._map_entries(lambda v: v.repeat_interleave(repeats, dim=d, output_size=output_size), torch.Size(bs), self._maybe_names())
+        return self._map_entries(
+            lambda v: v.repeat_interleave(repeats, dim=d, output_size=output_size), torch.Size(bs), self._maybe_names()
+        )
 
     @keeps_lock
     def flip(self, dims: int | Sequence[int]) -> Any:
@@ -429,7 +455,11 @@ class ShapeOpsMixin:
         """A copy where entries at ``mask`` (a batch-shaped bool tensor) are ``value``."""
         self._check_mask(mask)
         return self._map_entries(
-            lambda v: v.masked_fill(_trailing_ones(mask, len(leaf_shape(v))), value) if isinstance(v, torch.Tensor) else v.masked_fill(mask, value),
+            lambda v: (
+                v.masked_fill(_trailing_ones(mask, len(leaf_shape(v))), value)
+                if isinstance(v, torch.Tensor)
+                else v.masked_fill(mask, value)
+            ),
             self.batch_size,
             self._maybe_names(),
         )
@@ -443,13 +473,16 @@ class ShapeOpsMixin:
 
     def _check_mask(self, mask: torch.Tensor) -> None:
         if mask.shape != self.batch_size[: mask.dim()]:
-            raise ValueError(f"mask has shape {tuple(mask.shape)}, expected a prefix of the batch size {tuple(self.batch_size)}.")
+            raise ValueError(
+                f"mask has shape {tuple(mask.shape)}, expected a prefix of the batch size {tuple(self.batch_size)}."
+            )
 
     def where(self, condition: torch.Tensor, other: Any, *, out: Any = None, pad: Any = None) -> Any:
         """``torch.where(condition, self, other)`` leaf by leaf; ``condition`` is batch-shaped.
 
         ``out``: a collection of the same keys that receives the result in place (and is returned).
         """
+
         def pick(v, key):
             o = other.get(key) if is_tensor_collection(other) else other
             return torch.where(_trailing_ones(condition, v.dim()), v, o)
@@ -604,11 +637,15 @@ class ShapeOpsMixin:
         result = maybe_dense_stack(input, dim)
         return result if out is None else out.update_(result)
 
-    def stack_from_tensordict(self, dim: int = 0, *, sorted: bool | Sequence[Any] | None = None, out: torch.Tensor | None = None) -> torch.Tensor:
+    def stack_from_tensordict(
+        self, dim: int = 0, *, sorted: bool | Sequence[Any] | None = None, out: torch.Tensor | None = None
+    ) -> torch.Tensor:
         """``torch.stack`` of every tensor leaf, in key order (``sorted=True``: alphabetical; a list: that order)."""
         return torch.stack(self._leaves_for("stack_from_tensordict", sorted), dim, out=out)
 
-    def cat_from_tensordict(self, dim: int = 0, *, sorted: bool | Sequence[Any] | None = None, out: torch.Tensor | None = None) -> torch.Tensor:
+    def cat_from_tensordict(
+        self, dim: int = 0, *, sorted: bool | Sequence[Any] | None = None, out: torch.Tensor | None = None
+    ) -> torch.Tensor:
         """``torch.cat`` of every tensor leaf, in key order (``sorted=True``: alphabetical; a list: that order)."""
         return torch.cat(self._leaves_for("cat_from_tensordict", sorted), dim, out=out)
 
@@ -618,7 +655,9 @@ class ShapeOpsMixin:
         items = list(self.items(True, True, is_leaf_nontensor, sort=order is True))  # non-tensor data raises below
         for key, value in items:
             if not isinstance(value, torch.Tensor):
-                raise TypeError(f"{what}: key {key!r} holds a {type(value).__name__}, only tensor leaves can be stacked (exclude it first).")
+                raise TypeError(
+                    f"{what}: key {key!r} holds a {type(value).__name__}, only tensor leaves can be stacked (exclude it first)."
+                )
         if order in (None, False, True):
             return [v for _, v in items]
         wanted = [unravel_key(k) for k in order]
@@ -626,6 +665,8 @@ class ShapeOpsMixin:
         if set(wanted) != set(have) or len(wanted) != len(have):
             missing = [k for k in have if k not in wanted]
             extra = [k for k in wanted if k not in have]
-            raise KeyError(f"{what}: sorted must list every leaf key once; missing {missing}, unknown {extra}, got {list(order)}.")
+            raise KeyError(
+                f"{what}: sorted must list every leaf key once; missing {missing}, unknown {extra}, got {list(order)}."
+            )
         leaves = dict(items)
         return [leaves[k] for k in wanted]

@@ -14,6 +14,7 @@ Example:
     >>> target["a"].tolist()
     [0.0, 1.0, 2.0]
 """
+
 from __future__ import annotations
 
 import collections
@@ -58,7 +59,9 @@ def _weights_only_safe(x: Any) -> bool:
     return type(x) in (list, tuple) and all(_weights_only_safe(v) for v in x)
 
 
-def state_dict(td: Any, destination: dict | None = None, prefix: str = "", keep_vars: bool = False, flatten: bool = False) -> dict:
+def state_dict(
+    td: Any, destination: dict | None = None, prefix: str = "", keep_vars: bool = False, flatten: bool = False
+) -> dict:
     """A plain dict of ``td``'s leaves plus ``"__batch_size"`` and ``"__device"`` per level.
 
     Nested collections become nested dicts, or with ``flatten=True`` dotted keys (``"a.b"``,
@@ -113,7 +116,9 @@ def _unflatten(sd: dict) -> dict:
         for i, part in enumerate(parts[:-1]):
             nxt = node.setdefault(part, {})
             if not isinstance(nxt, dict):
-                raise KeyError(f"load_state_dict: key {'.'.join(parts[: i + 1])!r} is both a value and a prefix of {key!r}.")
+                raise KeyError(
+                    f"load_state_dict: key {'.'.join(parts[: i + 1])!r} is both a value and a prefix of {key!r}."
+                )
             node = nxt
         if parts[-1] in node and isinstance(node[parts[-1]], dict):
             raise KeyError(f"load_state_dict: key {key!r} is both a value and a prefix of other keys.")
@@ -164,11 +169,17 @@ def _plan_load(td: Any, sd: dict, strict: bool, assign: bool, path: tuple, actio
     device = sd.pop("__device", None)
     batch_size = td.batch_size if batch_size is None else parse_batch_size(batch_size)
     if device is not None and td.device is not None and parse_device(device) != td.device:
-        raise RuntimeError(f"load_state_dict: {path or '<root>'!r} was saved on {device}, the destination is on {td.device}.")
+        raise RuntimeError(
+            f"load_state_dict: {path or '<root>'!r} was saved on {device}, the destination is on {td.device}."
+        )
     own = dict(content._items_raw())
     if strict:
         extra_sd = [k for k in sd if k not in own and not (isinstance(sd[k], dict) and _dict_is_empty(sd[k]))]
-        extra_td = [k for k in own if k not in sd and not (is_tensor_collection(own[k]) and not _is_non_tensor(own[k]) and own[k].is_empty())]
+        extra_td = [
+            k
+            for k in own
+            if k not in sd and not (is_tensor_collection(own[k]) and not _is_non_tensor(own[k]) and own[k].is_empty())
+        ]
         if extra_sd or extra_td:
             raise RuntimeError(
                 f"load_state_dict (strict): key sets differ at {path or '<root>'!r}: keys only in the state dict "
@@ -177,45 +188,61 @@ def _plan_load(td: Any, sd: dict, strict: bool, assign: bool, path: tuple, actio
     n = len(batch_size)
     new_keys = [k for k in sd if k not in own]
     if new_keys and td.is_locked:
-        raise RuntimeError(f"load_state_dict: cannot add keys {new_keys} at {path or '<root>'!r}: the collection is locked.")
+        raise RuntimeError(
+            f"load_state_dict: cannot add keys {new_keys} at {path or '<root>'!r}: the collection is locked."
+        )
     for key, value in sd.items():
         full = path + (key,)
         dest = own.get(key)
         if isinstance(value, dict):
             sub_bs = value.get("__batch_size")
             if sub_bs is not None and tuple(sub_bs)[:n] != tuple(batch_size):
-                raise RuntimeError(f"load_state_dict: key {full!r} has batch size {list(sub_bs)}, which does not start with {list(batch_size)}.")
+                raise RuntimeError(
+                    f"load_state_dict: key {full!r} has batch size {list(sub_bs)}, which does not start with {list(batch_size)}."
+                )
             if dest is None:
                 from .tensordict import TensorDict
 
                 dest = TensorDict(batch_size=value.get("__batch_size", batch_size), device=td.device)
                 actions.append(_setter(content, key, dest))
             elif isinstance(dest, torch.Tensor) or _is_non_tensor(dest):
-                raise RuntimeError(f"load_state_dict: key {full!r} is a sub-collection in the state dict but a leaf in the collection.")
+                raise RuntimeError(
+                    f"load_state_dict: key {full!r} is a sub-collection in the state dict but a leaf in the collection."
+                )
             _plan_load(dest, value, strict, assign, full, actions)
             continue
         if isinstance(value, torch.Tensor):
             if value.shape[:n] != batch_size:
-                raise RuntimeError(f"load_state_dict: key {full!r} has shape {list(value.shape)}, which does not start with the batch size {list(batch_size)}.")
+                raise RuntimeError(
+                    f"load_state_dict: key {full!r} has shape {list(value.shape)}, which does not start with the batch size {list(batch_size)}."
+                )
             if dest is not None and not isinstance(dest, torch.Tensor):
-                raise RuntimeError(f"load_state_dict: key {full!r} is a tensor in the state dict but a {type(dest).__name__} in the collection.")
+                raise RuntimeError(
+                    f"load_state_dict: key {full!r} is a tensor in the state dict but a {type(dest).__name__} in the collection."
+                )
             if assign or dest is None:
                 actions.append(_setter(content, key, value))
             else:
                 if dest.shape != value.shape:
-                    raise RuntimeError(f"load_state_dict: key {full!r} has shape {list(value.shape)} in the state dict, {list(dest.shape)} in the collection.")
+                    raise RuntimeError(
+                        f"load_state_dict: key {full!r} has shape {list(value.shape)} in the state dict, {list(dest.shape)} in the collection."
+                    )
                 # a lazy stack's leaf is a stacked copy: its members take their slices in place
                 actions.append(_member_copier(content, key, value) if _is_lazy_stack(content) else _copier(dest, value))
             continue
         if dest is not None and (isinstance(dest, torch.Tensor) or not _is_non_tensor(dest)):
-            raise RuntimeError(f"load_state_dict: key {full!r} is non-tensor data in the state dict but a {type(dest).__name__} in the collection.")
+            raise RuntimeError(
+                f"load_state_dict: key {full!r} is non-tensor data in the state dict but a {type(dest).__name__} in the collection."
+            )
         actions.append(_non_tensor_setter(content, key, value, batch_size, td.device))
     if batch_size != td.batch_size:
         for key, dest in own.items():
             if key not in sd and not _is_non_tensor(dest):
                 shape = dest.shape if isinstance(dest, torch.Tensor) else dest.batch_size
                 if shape[:n] != batch_size:
-                    raise RuntimeError(f"load_state_dict: batch size {list(batch_size)} does not fit key {path + (key,)!r} of shape {list(shape)}.")
+                    raise RuntimeError(
+                        f"load_state_dict: batch size {list(batch_size)} does not fit key {path + (key,)!r} of shape {list(shape)}."
+                    )
         # leaves are set first on an empty batch size (always compatible), then the final one
         actions.insert(0, _batch_setter(td, torch.Size(())))
         actions.append(_batch_setter(td, batch_size))
@@ -233,6 +260,7 @@ def _copier(dest, value):
     def run():
         with torch.no_grad():
             dest.copy_(value)
+
     return run
 
 
@@ -240,6 +268,7 @@ def _member_copier(stack, key, value):
     def run():
         with torch.no_grad():
             stack._set_str(key, value, inplace=True, validated=False, ignore_lock=True)
+
     return run
 
 
@@ -247,11 +276,19 @@ def _non_tensor_setter(content, key, value, batch_size, device):
     def run():
         from .non_tensor import NonTensorData
 
-        content._set_str(key, NonTensorData(data=value, batch_size=batch_size, device=device), inplace=False, validated=True, ignore_lock=True)
+        content._set_str(
+            key,
+            NonTensorData(data=value, batch_size=batch_size, device=device),
+            inplace=False,
+            validated=True,
+            ignore_lock=True,
+        )
+
     return run
 
 
 def _batch_setter(td, batch_size):
     def run():
         td.batch_size = batch_size
+
     return run

@@ -1,51 +1,86 @@
 """Saving, memory-mapping and consolidating collections: methods that delegate to
 :mod:`tdict.persistence`, :mod:`tdict._state_dict` (through persistence) and :mod:`tdict.consolidate`."""
+
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
 
-
 if TYPE_CHECKING:
     from .base import TensorDictBase
+
 
 class StorageMixin:
     """``memmap_``, ``save``/``load``, ``state_dict``, ``consolidate`` and friends."""
 
     __slots__ = ()
 
-    def state_dict(self, destination: dict | None = None, prefix: str = "", keep_vars: bool = False, flatten: bool = False) -> dict:
+    def state_dict(
+        self, destination: dict | None = None, prefix: str = "", keep_vars: bool = False, flatten: bool = False
+    ) -> dict:
         """A plain dict (nested, or flat with ``"."`` keys) of the leaves plus ``__batch_size`` / ``__device``."""
         from .persistence import state_dict
 
         return state_dict(self, destination=destination, prefix=prefix, keep_vars=keep_vars, flatten=flatten)
 
-    def load_state_dict(self, state_dict: dict, strict: bool = True, assign: bool = False, from_flatten: bool = False) -> "TensorDictBase":
+    def load_state_dict(
+        self, state_dict: dict, strict: bool = True, assign: bool = False, from_flatten: bool = False
+    ) -> "TensorDictBase":
         from .persistence import load_state_dict
 
         return load_state_dict(self, state_dict, strict=strict, assign=assign, from_flatten=from_flatten)
 
-    def memmap_(self, prefix: Any = None, copy_existing: bool = False, *, num_threads: int = 0, existsok: bool = True, robust_key: bool | None = None, share_non_tensor: bool = False, fsync: bool = False) -> "TensorDictBase":
+    def memmap_(
+        self,
+        prefix: Any = None,
+        copy_existing: bool = False,
+        *,
+        num_threads: int = 0,
+        existsok: bool = True,
+        robust_key: bool | None = None,
+        share_non_tensor: bool = False,
+        fsync: bool = False,
+    ) -> "TensorDictBase":
         """Write every leaf to memory-mapped files under ``prefix`` (crash-safe) and point the leaves at them."""
         from .persistence import memmap_
 
         return memmap_(self, prefix, copy_existing=copy_existing, existsok=existsok, inplace=True, fsync=fsync)
 
-    def memmap(self, prefix: Any = None, copy_existing: bool = False, *, num_threads: int = 0, existsok: bool = True,
-               robust_key: bool | None = None, share_non_tensor: bool = False, fsync: bool = False) -> "TensorDictBase":
+    def memmap(
+        self,
+        prefix: Any = None,
+        copy_existing: bool = False,
+        *,
+        num_threads: int = 0,
+        existsok: bool = True,
+        robust_key: bool | None = None,
+        share_non_tensor: bool = False,
+        fsync: bool = False,
+    ) -> "TensorDictBase":
         """Like :meth:`memmap_` but returns a new collection and leaves ``self`` untouched."""
         from .persistence import memmap_
 
         return memmap_(self, prefix, copy_existing=copy_existing, existsok=existsok, inplace=False, fsync=fsync)
 
-    def memmap_like(self, prefix: Any = None, copy_existing: bool = False, *, existsok: bool = True, num_threads: int = 0) -> "TensorDictBase":
+    def memmap_like(
+        self, prefix: Any = None, copy_existing: bool = False, *, existsok: bool = True, num_threads: int = 0
+    ) -> "TensorDictBase":
         """A memory-mapped collection with the same structure, shapes and dtypes, contents uninitialised."""
         from .persistence import memmap_like
 
         return memmap_like(self, prefix, existsok=existsok)
 
-    def save(self, prefix: Any = None, copy_existing: bool = False, *, num_threads: int = 0, existsok: bool = True,
-             robust_key: bool | None = None, share_non_tensor: bool = False, fsync: bool = False) -> "TensorDictBase":
+    def save(
+        self,
+        prefix: Any = None,
+        copy_existing: bool = False,
+        *,
+        num_threads: int = 0,
+        existsok: bool = True,
+        robust_key: bool | None = None,
+        share_non_tensor: bool = False,
+        fsync: bool = False,
+    ) -> "TensorDictBase":
         """Save to ``prefix`` (memmap layout, JSON metadata); returns ``self``."""
         self.memmap(prefix, copy_existing=copy_existing, existsok=existsok, fsync=fsync)
         return self
@@ -53,7 +88,9 @@ class StorageMixin:
     dumps = save
 
     @classmethod
-    def load_memmap(cls, prefix: Any, device: Any = None, non_blocking: bool = False, *, out: Any = None) -> "TensorDictBase":
+    def load_memmap(
+        cls, prefix: Any, device: Any = None, non_blocking: bool = False, *, out: Any = None
+    ) -> "TensorDictBase":
         """Open a collection saved with :meth:`memmap_`/:meth:`save` (never unpickles)."""
         from .persistence import load_memmap
 
@@ -69,7 +106,20 @@ class StorageMixin:
         leaves = self._tensor_leaves()[1]  # the stored leaves: a lazy stack's values would be stacked copies
         return bool(leaves) and all(isinstance(v, MemoryMappedTensor) for v in leaves)
 
-    def consolidate(self, filename: Any = None, *, num_threads: int = 0, device: Any = None, non_blocking: bool = False, inplace: bool = False, return_early: bool = False, use_buffer: bool = False, share_memory: bool = False, pin_memory: bool = False, metadata: bool = False) -> "TensorDictBase":
+    def consolidate(
+        self,
+        filename: Any = None,
+        *,
+        num_threads: int = 0,
+        device: Any = None,
+        non_blocking: bool = False,
+        inplace: bool = False,
+        return_early: bool = False,
+        use_buffer: bool = False,
+        share_memory: bool = False,
+        pin_memory: bool = False,
+        metadata: bool = False,
+    ) -> "TensorDictBase":
         """A copy whose leaves all live in one contiguous storage (fast to move and to share)."""
         from .consolidate import consolidate
 
@@ -79,4 +129,5 @@ class StorageMixin:
         from .consolidate import is_consolidated
 
         return is_consolidated(self)
+
     dumps = save

@@ -3,6 +3,7 @@
 Each handler is registered in :data:`tdict.base.TD_HANDLED_FUNCTIONS`, which
 ``TensorDictBase.__torch_function__`` consults.
 """
+
 from __future__ import annotations
 
 from typing import Any, Callable, Sequence
@@ -28,7 +29,9 @@ def implements(*funcs: Callable) -> Callable:
 
 def _check_list(tds: Sequence, what: str) -> None:
     if not isinstance(tds, (list, tuple)) or not tds:
-        raise ValueError(f"{what} expects a non-empty list of tensor collections, got {type(tds).__name__} of length {len(tds) if hasattr(tds, '__len__') else '?'}.")
+        raise ValueError(
+            f"{what} expects a non-empty list of tensor collections, got {type(tds).__name__} of length {len(tds) if hasattr(tds, '__len__') else '?'}."
+        )
 
 
 @implements(torch.stack)
@@ -51,7 +54,9 @@ def stack(tds: Sequence[TensorDictBase], dim: int = 0, *, out: TensorDictBase | 
         return _stack_special(tds, dim, out)
     for i, td in enumerate(tds):
         if td._batch_size != bs:
-            raise RuntimeError(f"stack: collection {i} has batch size {list(td._batch_size)}, collection 0 has {list(bs)}; use lazy_stack for different batch sizes.")
+            raise RuntimeError(
+                f"stack: collection {i} has batch size {list(td._batch_size)}, collection 0 has {list(bs)}; use lazy_stack for different batch sizes."
+            )
     new_bs = bs[:dim] + (len(tds),) + bs[dim:]
     entries = {}
     dest = out._tensordict if out is not None else None
@@ -64,7 +69,9 @@ def stack(tds: Sequence[TensorDictBase], dim: int = 0, *, out: TensorDictBase | 
                 entries[key] = torch.stack(values, dim)
             except RuntimeError as err:
                 shapes = sorted({tuple(v.shape) for v in values})
-                raise RuntimeError(f"stack: key {key!r} has different shapes {shapes} across collections; use lazy_stack.") from err
+                raise RuntimeError(
+                    f"stack: key {key!r} has different shapes {shapes} across collections; use lazy_stack."
+                ) from err
         else:
             if dest is not None:
                 stack(values, dim, out=dest[key])
@@ -137,7 +144,9 @@ def cat(tds: Sequence[TensorDictBase], dim: int = 0, *, out: TensorDictBase | No
     for i, td in enumerate(tds):
         other = td.batch_size
         if other != bs and (len(other) != len(bs) or other[:dim] != bs[:dim] or other[dim + 1 :] != bs[dim + 1 :]):
-            raise RuntimeError(f"cat: collection {i} has batch size {list(other)}, incompatible with {list(bs)} along dim {dim}.")
+            raise RuntimeError(
+                f"cat: collection {i} has batch size {list(other)}, incompatible with {list(bs)} along dim {dim}."
+            )
     if out is None and kind is TensorDict:
         return _cat_tensordicts(tds, dim)
     entries = {}
@@ -192,7 +201,9 @@ def _plain_and_aligned(key: str, values: list, batch_size: torch.Size, dim: int)
         if type(v) is not TensorDict:
             return False
         if v._batch_size != batch_size and v._batch_size[dim + 1 :] != batch_size[dim + 1 :]:
-            raise RuntimeError(f"cat: nested key {key!r} has batch sizes {[list(x._batch_size) for x in values]}, incompatible along dim {dim}.")
+            raise RuntimeError(
+                f"cat: nested key {key!r} has batch sizes {[list(x._batch_size) for x in values]}, incompatible along dim {dim}."
+            )
     return True
 
 
@@ -271,7 +282,17 @@ def _masked_fill(td: TensorDictBase, mask: torch.Tensor, value: Any) -> TensorDi
 
 def _like(fn: Callable) -> Callable:
     def handler(td: TensorDictBase, *args: Any, **kwargs: Any) -> TensorDictBase:
-        out = td._map_entries(lambda v: fn(v, *args, **kwargs) if isinstance(v, torch.Tensor) else handler(v, *args, **kwargs) if not v._is_non_tensor else v, td.batch_size, td._maybe_names())
+        out = td._map_entries(
+            lambda v: (
+                fn(v, *args, **kwargs)
+                if isinstance(v, torch.Tensor)
+                else handler(v, *args, **kwargs)
+                if not v._is_non_tensor
+                else v
+            ),
+            td.batch_size,
+            td._maybe_names(),
+        )
         if kwargs.get("device") is not None:  # the leaves moved: so does the collection
             _set_device_tree(out, parse_device(kwargs["device"]))
         return keep_lock(td, out)
@@ -279,11 +300,21 @@ def _like(fn: Callable) -> Callable:
     return handler
 
 
-for _fn in (torch.zeros_like, torch.ones_like, torch.empty_like, torch.full_like, torch.rand_like, torch.randn_like, torch.randint_like):
+for _fn in (
+    torch.zeros_like,
+    torch.ones_like,
+    torch.empty_like,
+    torch.full_like,
+    torch.rand_like,
+    torch.randn_like,
+    torch.randint_like,
+):
     TD_HANDLED_FUNCTIONS[_fn] = _like(_fn)
 
 
-def pad(td: TensorDictBase, pad_size: Sequence[int], value: float = 0.0, inplace: bool = False, safe: bool = True) -> TensorDictBase:
+def pad(
+    td: TensorDictBase, pad_size: Sequence[int], value: float = 0.0, inplace: bool = False, safe: bool = True
+) -> TensorDictBase:
     """Pad batch dims: ``pad_size = [dim0_before, dim0_after, dim1_before, ...]`` from the first dim on.
 
     Tensors are padded with ``value``; non-tensor entries hold ``None`` in the padded slots.
@@ -300,7 +331,9 @@ def pad(td: TensorDictBase, pad_size: Sequence[int], value: float = 0.0, inplace
         return td.pad(pad_size, value, inplace=True)
     pad_size = list(pad_size)
     if len(pad_size) % 2 or len(pad_size) // 2 > td.batch_dims or not all(isinstance(p, int) for p in pad_size):
-        raise ValueError(f"pad: pad_size must hold two ints per padded batch dim (at most {td.batch_dims} dims), got {pad_size}.")
+        raise ValueError(
+            f"pad: pad_size must hold two ints per padded batch dim (at most {td.batch_dims} dims), got {pad_size}."
+        )
     pairs = [tuple(pad_size[i : i + 2]) for i in range(0, len(pad_size), 2)]
     bs = list(td.batch_size)
     for i, (before, after) in enumerate(pairs):
@@ -334,7 +367,9 @@ def _pad_entry(v: Any, pairs: list, value: float) -> Any:
     return NonTensorStack._new(padded, table, v.device)
 
 
-def pad_sequence(list_of_tds: Sequence[TensorDictBase], pad_dim: int = 0, padding_value: float = 0.0, return_mask: bool = False) -> TensorDictBase:
+def pad_sequence(
+    list_of_tds: Sequence[TensorDictBase], pad_dim: int = 0, padding_value: float = 0.0, return_mask: bool = False
+) -> TensorDictBase:
     """Pad collections along ``pad_dim`` to the longest one and stack them on a new dim 0.
 
     With ``return_mask`` a ``"masks"`` entry holds, per leaf, True where data is real.
@@ -360,10 +395,15 @@ def pad_sequence(list_of_tds: Sequence[TensorDictBase], pad_dim: int = 0, paddin
 
 def _mask_tree(td: TensorDictBase, mask: torch.Tensor) -> TensorDictBase:
     """A collection with ``td``'s structure whose every leaf is ``mask`` broadcast to the leaf's batch part."""
+
     def fill(v):
         if isinstance(v, torch.Tensor):
             return mask
-        return None if v._is_non_tensor else _mask_tree(v, mask.reshape(mask.shape + (1,) * (v.batch_dims - mask.dim())).expand(v.batch_size))
+        return (
+            None
+            if v._is_non_tensor
+            else _mask_tree(v, mask.reshape(mask.shape + (1,) * (v.batch_dims - mask.dim())).expand(v.batch_size))
+        )
 
     out = {k: fill(v) for k, v in td._items_raw()}
     return TensorDict._new_unsafe({k: v for k, v in out.items() if v is not None}, td.batch_size, td.device, None)
@@ -379,7 +419,9 @@ def _movedim(td: TensorDictBase, source: Any, destination: Any) -> TensorDictBas
 def _swapdims(td: TensorDictBase, dim0: Any = None, dim1: Any = None, **kwargs: Any) -> TensorDictBase:
     dim0, dim1 = kwargs.pop("axis0", dim0), kwargs.pop("axis1", dim1)  # torch.swapaxes' names
     if dim0 is None or dim1 is None or kwargs:
-        raise TypeError(f"swapdims: expected two dims (dim0, dim1), got dim0={dim0}, dim1={dim1} and extra arguments {sorted(kwargs)}.")
+        raise TypeError(
+            f"swapdims: expected two dims (dim0, dim1), got dim0={dim0}, dim1={dim1} and extra arguments {sorted(kwargs)}."
+        )
     return td.swapdims(dim0, dim1)
 
 

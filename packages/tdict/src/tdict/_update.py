@@ -11,6 +11,7 @@ sub-collection of the destination (a tensor class included), anything else repla
 ``("k",)`` is the key ``"k"``; ``keys_to_update`` keeps the keys equal to, inside or on the way
 to one of its keys.
 """
+
 from __future__ import annotations
 
 from typing import Any, Iterable, Sequence
@@ -54,7 +55,9 @@ class _Plan:
                 target._set_str(key, value, inplace=False, validated=True, ignore_lock=True)
 
 
-def update(td: Any, source: Any, *, clone: bool, inplace: bool, keys_to_update: Sequence | None, ignore_lock: bool) -> Any:
+def update(
+    td: Any, source: Any, *, clone: bool, inplace: bool, keys_to_update: Sequence | None, ignore_lock: bool
+) -> Any:
     """``td.update(source, ...)``: merge ``source`` into ``td`` (see the module docstring)."""
     if source is td:
         return td
@@ -81,7 +84,9 @@ def update_(td: Any, source: Any, *, keys_to_update: Sequence | None) -> Any:
 # --------------------------------------------------------------------------------------------- #
 
 
-def _plan_sets(dest: Any, source: Any, plan: _Plan, clone: bool, inplace: bool, allowed: Any, ignore_lock: bool, path: tuple) -> None:
+def _plan_sets(
+    dest: Any, source: Any, plan: _Plan, clone: bool, inplace: bool, allowed: Any, ignore_lock: bool, path: tuple
+) -> None:
     """Plan merging every entry of ``source`` into ``dest``."""
     members = _member_parts(dest, source, path)
     if members is not None:
@@ -95,7 +100,17 @@ def _plan_sets(dest: Any, source: Any, plan: _Plan, clone: bool, inplace: bool, 
             _plan_set(dest, parts, value, plan, clone, inplace, below, ignore_lock, path)
 
 
-def _plan_set(dest: Any, parts: tuple, value: Any, plan: _Plan, clone: bool, inplace: bool, allowed: Any, ignore_lock: bool, path: tuple) -> None:
+def _plan_set(
+    dest: Any,
+    parts: tuple,
+    value: Any,
+    plan: _Plan,
+    clone: bool,
+    inplace: bool,
+    allowed: Any,
+    ignore_lock: bool,
+    path: tuple,
+) -> None:
     """Plan writing ``value`` at ``parts`` (a nested key) below ``dest`` (at ``path`` from the root)."""
     if _is_lazy_stack(dest):  # each member takes its slice
         for member, part in zip(dest.tensordicts, dest._split_value(unravel_key(path + parts), value)):
@@ -111,7 +126,9 @@ def _plan_set(dest: Any, parts: tuple, value: Any, plan: _Plan, clone: bool, inp
             current = content.empty()
             plan.set(content, head, current)
         elif _is_leaf(current):
-            raise KeyError(f"update: cannot set {unravel_key(path + parts)!r}: {unravel_key(full)!r} holds a leaf ({type(current).__name__}), not a collection.")
+            raise KeyError(
+                f"update: cannot set {unravel_key(path + parts)!r}: {unravel_key(full)!r} holds a leaf ({type(current).__name__}), not a collection."
+            )
         _plan_set(current, parts[1:], value, plan, clone, inplace, allowed, ignore_lock, full)
         return
     if _is_subtree(value) and current is not None and not _is_leaf(current):  # merge into it
@@ -122,7 +139,9 @@ def _plan_set(dest: Any, parts: tuple, value: Any, plan: _Plan, clone: bool, inp
     if inplace and isinstance(current, torch.Tensor):
         value = content._to_leaf(value, unravel_key(full))
         if value.shape != current.shape:
-            raise RuntimeError(f"update(inplace=True): key {unravel_key(full)!r}: value of shape {list(value.shape)}, expected the entry's shape {list(current.shape)}.")
+            raise RuntimeError(
+                f"update(inplace=True): key {unravel_key(full)!r}: value of shape {list(value.shape)}, expected the entry's shape {list(current.shape)}."
+            )
         plan.copy(current, value)
         return
     _check_unlocked(content, full, ignore_lock)
@@ -159,7 +178,9 @@ def _plan_copy(dest: Any, parts: tuple, value: Any, plan: _Plan, allowed: Any, p
     if len(parts) > 1 or _is_subtree(value):
         if _is_leaf(current):
             what = f"sub-key {unravel_key(parts[1:])!r}" if len(parts) > 1 else "a collection"
-            raise KeyError(f"update_: key {unravel_key(full)!r} holds a leaf ({type(current).__name__}), cannot take {what}.")
+            raise KeyError(
+                f"update_: key {unravel_key(full)!r} holds a leaf ({type(current).__name__}), cannot take {what}."
+            )
         if len(parts) > 1:
             _plan_copy(current, parts[1:], value, plan, allowed, full, root)
         else:
@@ -168,10 +189,14 @@ def _plan_copy(dest: Any, parts: tuple, value: Any, plan: _Plan, allowed: Any, p
     if not isinstance(current, torch.Tensor):
         if _non_tensor(current):
             return
-        raise TypeError(f"update_: key {unravel_key(full)!r} holds a {type(current).__name__}, the value is a {type(value).__name__}.")
+        raise TypeError(
+            f"update_: key {unravel_key(full)!r} holds a {type(current).__name__}, the value is a {type(value).__name__}."
+        )
     value = root._to_leaf(value, unravel_key(full))
     if not broadcasts_to(value.shape, current.shape):
-        raise RuntimeError(f"update_: key {unravel_key(full)!r}: value of shape {list(value.shape)} does not broadcast to the entry's shape {list(current.shape)}.")
+        raise RuntimeError(
+            f"update_: key {unravel_key(full)!r}: value of shape {list(value.shape)} does not broadcast to the entry's shape {list(current.shape)}."
+        )
     plan.copy(current, value)
 
 
@@ -218,7 +243,7 @@ def _narrow(allowed: Any, parts: tuple) -> Any:
             continue
         if len(key) <= len(parts):  # ``key`` names this entry or one of its parents
             return _ALL
-        below.append(key[len(parts):])
+        below.append(key[len(parts) :])
     return below if below else _SKIP
 
 
@@ -227,7 +252,9 @@ def _content(dest: Any, key: str) -> Any:
     if getattr(type(dest), "_is_tensorclass", False):
         fields = type(dest)._tc_field_set
         if key not in fields:
-            raise AttributeError(f"Cannot set {key!r} on {type(dest).__name__}: it is not a field (fields: {list(type(dest)._tc_fields)}).")
+            raise AttributeError(
+                f"Cannot set {key!r} on {type(dest).__name__}: it is not a field (fields: {list(type(dest)._tc_fields)})."
+            )
         return dest._tensordict
     return dest
 

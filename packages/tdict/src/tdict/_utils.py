@@ -1,4 +1,5 @@
 """Small helpers shared by the container classes: keys, batch sizes, devices, dims."""
+
 from __future__ import annotations
 
 import enum
@@ -43,7 +44,6 @@ def is_tensor_collection(obj: Any) -> bool:
     return getattr(type(obj), "_is_tensor_collection", False)
 
 
-
 def unravel_key(key: Any) -> NestedKey:
     """Normalise a nested key: ``("a",)`` -> ``"a"``, ``("a", ("b", "c"))`` -> ``("a", "b", "c")``.
 
@@ -74,7 +74,9 @@ def _key_to_tuple(key: Any) -> tuple[str, ...]:
             elif isinstance(part, tuple):
                 out.extend(_key_to_tuple(part))
             else:
-                raise TypeError(f"Nested keys are made of strings, got {part!r} ({type(part).__name__}) in key {key!r}.")
+                raise TypeError(
+                    f"Nested keys are made of strings, got {part!r} ({type(part).__name__}) in key {key!r}."
+                )
         if not out:
             raise KeyError("The empty tuple is not a valid key.")
         return tuple(out)

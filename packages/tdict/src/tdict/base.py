@@ -5,6 +5,7 @@ Concrete classes (:class:`~tdict.TensorDict`, :class:`~tdict.LazyStackedTensorDi
 ``_get_str``, ``_set_str``, ``_del_str``, ``_index``, ``_map_entries``, ``batch_size``,
 ``device``, ``names``); everything here is written in terms of them.
 """
+
 from __future__ import annotations
 
 from typing import Any, Callable, Iterator
@@ -184,7 +185,9 @@ class TensorDictBase(KeyOpsMixin, ApplyMixin, ArithmeticMixin, ShapeOpsMixin, St
         if isinstance(target, torch.Tensor):
             item = self._to_leaf(item, key)
             if item.shape != target.shape:
-                raise RuntimeError(f"set_({key!r}): shape {tuple(item.shape)} does not match the existing {tuple(target.shape)}.")
+                raise RuntimeError(
+                    f"set_({key!r}): shape {tuple(item.shape)} does not match the existing {tuple(target.shape)}."
+                )
             target.copy_(item)
         else:
             target.update_(item if is_tensor_collection(item) or target._is_non_tensor else self._to_leaf(item, key))
@@ -210,12 +213,19 @@ class TensorDictBase(KeyOpsMixin, ApplyMixin, ArithmeticMixin, ShapeOpsMixin, St
             for key, leaf in value.items(True, True, is_leaf_nontensor):
                 if not isinstance(leaf, torch.Tensor):
                     target = self.get(key, None)
-                    if leaf._is_non_tensor and target is not None and not isinstance(target, torch.Tensor) and target._is_non_tensor:
+                    if (
+                        leaf._is_non_tensor
+                        and target is not None
+                        and not isinstance(target, torch.Tensor)
+                        and target._is_non_tensor
+                    ):
                         non_tensor_pairs.append((key, target, leaf))
                     continue
                 target = self.get(key, None)
                 if not isinstance(target, torch.Tensor):
-                    raise KeyError(f"td[index] = value: key {key!r} of the value is not a tensor leaf of the destination.")
+                    raise KeyError(
+                        f"td[index] = value: key {key!r} of the value is not a tensor leaf of the destination."
+                    )
                 expected = dest_bs + target.shape[self.batch_dims :]
                 check_write_shape(key, leaf.shape, expected)
                 pairs.append((key, leaf))
@@ -226,17 +236,23 @@ class TensorDictBase(KeyOpsMixin, ApplyMixin, ArithmeticMixin, ShapeOpsMixin, St
             self.get(key)[full_index] = leaf
         for key, new in non_tensor_pairs:
             parent = self if isinstance(key, str) else self._get_tuple(key[:-1], NO_DEFAULT)
-            parent._set_str(key if isinstance(key, str) else key[-1], new, inplace=False, validated=True, ignore_lock=True)
+            parent._set_str(
+                key if isinstance(key, str) else key[-1], new, inplace=False, validated=True, ignore_lock=True
+            )
 
     # ------------------------------------------------------------------ copies, dtype, device
     def clone(self, recurse: bool = True, *, device: Any = None) -> "TensorDictBase":
         """A copy; ``recurse=False`` copies the structure but shares the tensors; ``device``: the copy's device."""
-        out = self.copy() if not recurse else self._map_entries(lambda v: v.clone(), self.batch_size, self._maybe_names())
+        out = (
+            self.copy() if not recurse else self._map_entries(lambda v: v.clone(), self.batch_size, self._maybe_names())
+        )
         return out if device is None else out.to(device)
 
     def copy(self) -> "TensorDictBase":
         """A shallow copy: new structure, same tensors."""
-        return self._map_entries(lambda v: v if isinstance(v, torch.Tensor) else v.copy(), self.batch_size, self._maybe_names())
+        return self._map_entries(
+            lambda v: v if isinstance(v, torch.Tensor) else v.copy(), self.batch_size, self._maybe_names()
+        )
 
     def __copy__(self):
         return self.copy()
@@ -460,7 +476,10 @@ class TensorDictBase(KeyOpsMixin, ApplyMixin, ArithmeticMixin, ShapeOpsMixin, St
 
 
 def _numpy_tree(tree: dict) -> dict:
-    return {k: _numpy_tree(v) if isinstance(v, dict) else v.numpy() if isinstance(v, torch.Tensor) else v for k, v in tree.items()}
+    return {
+        k: _numpy_tree(v) if isinstance(v, dict) else v.numpy() if isinstance(v, torch.Tensor) else v
+        for k, v in tree.items()
+    }
 
 
 def _repr(td: TensorDictBase, indent: int) -> str:
@@ -470,7 +489,13 @@ def _repr(td: TensorDictBase, indent: int) -> str:
         if isinstance(value, torch.Tensor):
             desc = f"{type(value).__name__}(shape={value.shape}, device={value.device}, dtype={value.dtype}, is_shared={value.is_shared()})"
         else:
-            desc = repr(value) if value._is_non_tensor else value._repr_nested(indent + 8) if value._is_lazy else _repr(value, indent + 8)
+            desc = (
+                repr(value)
+                if value._is_non_tensor
+                else value._repr_nested(indent + 8)
+                if value._is_lazy
+                else _repr(value, indent + 8)
+            )
         lines.append(f"{pad}{key}: {desc}")
     fields = ",\n".join(lines)
     inner = " " * (indent + 4)

@@ -30,6 +30,7 @@ Example:
     >>> c.is_consolidated(), c["a"].untyped_storage().data_ptr() == c["b", "c"].untyped_storage().data_ptr()
     (True, True)
 """
+
 from __future__ import annotations
 
 import json
@@ -77,7 +78,9 @@ def _walk(td: Any, on_leaf: Any, path: tuple) -> dict:
     """The structure of ``td``; ``on_leaf(tensor, key path)`` gives each leaf's byte offset."""
     if getattr(td, "_is_lazy", False) and hasattr(td, "tensordicts"):
         return {
-            "type": _LAZY, "stack_dim": td.stack_dim, "batch_size": list(td.batch_size),
+            "type": _LAZY,
+            "stack_dim": td.stack_dim,
+            "batch_size": list(td.batch_size),
             "stack_dim_name": getattr(td, "_stack_dim_name", None),
             "members": [_walk(m, on_leaf, path + (i,)) for i, m in enumerate(td.tensordicts)],
         }
@@ -87,7 +90,17 @@ def _walk(td: Any, on_leaf: Any, path: tuple) -> dict:
     entries = []
     for key, value in content._items_raw():
         if isinstance(value, torch.Tensor):
-            entries.append([key, {"type": "tensor", "dtype": value.dtype, "shape": list(value.shape), "offset": on_leaf(value, path + (key,))}])
+            entries.append(
+                [
+                    key,
+                    {
+                        "type": "tensor",
+                        "dtype": value.dtype,
+                        "shape": list(value.shape),
+                        "offset": on_leaf(value, path + (key,)),
+                    },
+                ]
+            )
         elif getattr(type(value), "_is_non_tensor", False):
             entries.append([key, _describe_non_tensor(value)])
         elif is_tensor_collection(value):
@@ -128,7 +141,12 @@ def _layout(td: Any) -> tuple[dict, list, int]:
 def _describe_non_tensor(value: Any) -> dict:
     if getattr(type(value), "_is_lazy", False):
         origins, table = value._compact()
-        return {"type": "non_tensor_stack", "origins": origins.reshape(-1).tolist(), "shape": list(origins.shape), "table": list(table)}
+        return {
+            "type": "non_tensor_stack",
+            "origins": origins.reshape(-1).tolist(),
+            "shape": list(origins.shape),
+            "table": list(table),
+        }
     return {"type": "non_tensor", "data": value.data, "batch_size": list(value.batch_size)}
 
 
@@ -169,8 +187,12 @@ def _rebuild(meta: dict, storage: torch.Tensor, device: Any, views: list | None 
         if node["type"] == _LAZY:
             from .lazy import LazyStackedTensorDict
 
-            return LazyStackedTensorDict._new_unsafe([build(m) for m in node["members"]], node["stack_dim"],
-                                                     torch.Size(node["batch_size"]), node["stack_dim_name"])
+            return LazyStackedTensorDict._new_unsafe(
+                [build(m) for m in node["members"]],
+                node["stack_dim"],
+                torch.Size(node["batch_size"]),
+                node["stack_dim_name"],
+            )
         entries = {}
         for key, entry in node["entries"]:
             kind = entry["type"]
@@ -207,7 +229,9 @@ def _rebuild(meta: dict, storage: torch.Tensor, device: Any, views: list | None 
 # --------------------------------------------------------------------------------------------- #
 
 
-def consolidate(td: Any, filename: Any = None, device: Any = None, share_memory: bool = False, pin_memory: bool = False) -> Any:
+def consolidate(
+    td: Any, filename: Any = None, device: Any = None, share_memory: bool = False, pin_memory: bool = False
+) -> Any:
     """A locked copy of ``td`` whose leaves are views into one contiguous ``uint8`` storage.
 
     Args:
@@ -228,7 +252,9 @@ def consolidate(td: Any, filename: Any = None, device: Any = None, share_memory:
     if sum(map(bool, (filename is not None, share_memory, pin_memory))) > 1:
         raise ValueError("consolidate: filename=, share_memory=True and pin_memory=True are mutually exclusive.")
     if getattr(td, "_is_lazy", False):
-        raise TypeError("consolidate: the root must be a TensorDict or a tensorclass; put the lazy stack in one: TensorDict({'stack': s}, s.batch_size[:1]).")
+        raise TypeError(
+            "consolidate: the root must be a TensorDict or a tensorclass; put the lazy stack in one: TensorDict({'stack': s}, s.batch_size[:1])."
+        )
     meta, leaves, total = _layout(td)
     device = out_device = parse_device(device)
     if device is None:
@@ -236,7 +262,9 @@ def consolidate(td: Any, filename: Any = None, device: Any = None, share_memory:
     if device is None:
         devices = {leaf.device for leaf, _ in leaves}
         if len(devices) > 1:
-            raise ValueError(f"consolidate: the leaves are on several devices {sorted(map(str, devices))}; pass device=.")
+            raise ValueError(
+                f"consolidate: the leaves are on several devices {sorted(map(str, devices))}; pass device=."
+            )
         device = devices.pop() if devices else torch.device("cpu")
     if (filename is not None or share_memory) and device.type != "cpu":
         raise ValueError(f"consolidate: filename= and share_memory=True need device='cpu', got {device}.")
@@ -333,7 +361,9 @@ def _json_meta(meta: dict, where: tuple = ()) -> dict:
     if meta["type"] == "tensorclass":
         cls = meta["class"]
         if "<locals>" in cls.__qualname__:
-            raise TypeError(f"consolidate(filename=...): tensorclass {cls.__qualname__!r} at {where or '<root>'!r} is local to a function; it could not be found when loading.")
+            raise TypeError(
+                f"consolidate(filename=...): tensorclass {cls.__qualname__!r} at {where or '<root>'!r} is local to a function; it could not be found when loading."
+            )
         out["class"] = _class_path(cls)
     entries = []
     for key, entry in meta["entries"]:
@@ -353,8 +383,11 @@ def _json_meta(meta: dict, where: tuple = ()) -> dict:
 
 def _consolidate_to_file(td: Any, meta: dict, leaves: list, total: int, filename: Any) -> Any:
     path = os.path.abspath(os.fspath(filename))
-    header = json.dumps({"format": "tdict.consolidated", "version": _FILE_VERSION, "data_nbytes": total, "root": _json_meta(meta)},
-                        separators=(",", ":"), allow_nan=False).encode("utf-8")
+    header = json.dumps(
+        {"format": "tdict.consolidated", "version": _FILE_VERSION, "data_nbytes": total, "root": _json_meta(meta)},
+        separators=(",", ":"),
+        allow_nan=False,
+    ).encode("utf-8")
     parent = os.path.dirname(path)
     os.makedirs(parent, exist_ok=True)
     tmp = os.path.join(parent, f".{os.path.basename(path)}.{secrets.token_hex(8)}.tmp")
@@ -366,7 +399,7 @@ def _consolidate_to_file(td: Any, meta: dict, leaves: list, total: int, filename
         try:
             view = memoryview(header + len(header).to_bytes(8, "little") + _MAGIC)
             while view:
-                view = view[os.write(fd, view):]
+                view = view[os.write(fd, view) :]
             os.fsync(fd)  # also flushes the pages written through the mapping
         finally:
             os.close(fd)
@@ -429,7 +462,9 @@ def from_consolidated(filename: Any) -> Any:
         raise bad(f"format version {doc.get('version')!r}; this tdict reads version {_FILE_VERSION}.")
     total = doc.get("data_nbytes")
     if type(total) is not int or total != size - _TRAILER - n:
-        raise bad(f"data size {total!r} does not match the file layout ({size - _TRAILER - n} bytes before the metadata).")
+        raise bad(
+            f"data size {total!r} does not match the file layout ({size - _TRAILER - n} bytes before the metadata)."
+        )
 
     def convert(node: Any, where: tuple) -> dict:
         try:
@@ -439,11 +474,23 @@ def from_consolidated(filename: Any) -> Any:
                 name = node["stack_dim_name"]
                 if not (name is None or type(name) is str):
                     raise ValueError(f"bad stack_dim_name {name!r}")
-                return {"type": _LAZY, "stack_dim": sd, "batch_size": [int(d) for d in node["batch_size"]], "stack_dim_name": name, "members": members}
+                return {
+                    "type": _LAZY,
+                    "stack_dim": sd,
+                    "batch_size": [int(d) for d in node["batch_size"]],
+                    "stack_dim_name": name,
+                    "members": members,
+                }
             if node["type"] not in ("TensorDict", "tensorclass"):
                 raise ValueError(f"unknown collection type {node['type']!r}")
             bs = [int(d) for d in node["batch_size"]]
-            out = {"type": node["type"], "batch_size": bs, "device": node["device"], "names": node["names"], "entries": []}
+            out = {
+                "type": node["type"],
+                "batch_size": bs,
+                "device": node["device"],
+                "names": node["names"],
+                "entries": [],
+            }
             if node["type"] == "tensorclass":
                 out["class"] = _resolve_class(node["class"], f"entry {where!r}")
             for key, entry in node["entries"]:
@@ -461,16 +508,37 @@ def from_consolidated(filename: Any) -> Any:
                             raise ValueError(f"negative dim in {shape}")
                         nbytes *= d
                     if start < 0 or start % dtype.itemsize or start + nbytes > total or shape[: len(bs)] != bs:
-                        raise ValueError(f"leaf {full!r} (offset {start}, {nbytes} bytes, shape {shape}) does not fit the data")
+                        raise ValueError(
+                            f"leaf {full!r} (offset {start}, {nbytes} bytes, shape {shape}) does not fit the data"
+                        )
                     out["entries"].append([key, {"type": "tensor", "dtype": dtype, "shape": shape, "offset": start}])
                 elif kind == "non_tensor":
-                    out["entries"].append([key, {"type": "non_tensor", "data": decode_payload(entry["data"], f"key {full!r}"), "batch_size": [int(d) for d in entry["batch_size"]]}])
+                    out["entries"].append(
+                        [
+                            key,
+                            {
+                                "type": "non_tensor",
+                                "data": decode_payload(entry["data"], f"key {full!r}"),
+                                "batch_size": [int(d) for d in entry["batch_size"]],
+                            },
+                        ]
+                    )
                 elif kind == "non_tensor_stack":
                     table = [decode_payload(p, f"key {full!r}") for p in entry["table"]]
                     origins = [int(i) for i in entry["origins"]]
                     if any(not 0 <= i < len(table) for i in origins):
                         raise ValueError(f"key {full!r}: stack ids out of range")
-                    out["entries"].append([key, {"type": "non_tensor_stack", "origins": origins, "shape": [int(d) for d in entry["shape"]], "table": table}])
+                    out["entries"].append(
+                        [
+                            key,
+                            {
+                                "type": "non_tensor_stack",
+                                "origins": origins,
+                                "shape": [int(d) for d in entry["shape"]],
+                                "table": table,
+                            },
+                        ]
+                    )
                 else:
                     out["entries"].append([key, convert(entry, full)])
             return out
@@ -482,7 +550,10 @@ def from_consolidated(filename: Any) -> Any:
     meta = convert(doc.get("root"), ())
     if total:
         storage = MemoryMappedTensor.from_storage(
-            torch.from_file(path, shared=True, size=total, dtype=torch.uint8).untyped_storage(), dtype=torch.uint8, shape=(total,), filename=path
+            torch.from_file(path, shared=True, size=total, dtype=torch.uint8).untyped_storage(),
+            dtype=torch.uint8,
+            shape=(total,),
+            filename=path,
         )
     else:
         storage = torch.empty(0, dtype=torch.uint8)

@@ -44,6 +44,7 @@ Example:
     >>> s[1] is b
     True
 """
+
 from __future__ import annotations
 
 from typing import Any, Callable, Iterator, Sequence
@@ -118,14 +119,18 @@ class LazyStackedTensorDict(LazyIndexMixin, LazyShapeMixin, LazyMemberOpsMixin, 
             stack_dim = normalize_dim(stack_dim, len(bs) + 1, "stack_dim")
             full = torch.Size(tuple(bs[:stack_dim]) + (len(tds),) + tuple(bs[stack_dim:]))
             if batch_size is not None and parse_batch_size(batch_size) != full:
-                raise RuntimeError(f"lazy_stack: batch_size {list(batch_size)} does not match the stacked batch size {list(full)}.")
+                raise RuntimeError(
+                    f"lazy_stack: batch_size {list(batch_size)} does not match the stacked batch size {list(full)}."
+                )
         else:
             if batch_size is None:
                 raise ValueError("lazy_stack: an empty stack needs an explicit batch_size.")
             full = parse_batch_size(batch_size)
             stack_dim = normalize_dim(stack_dim, len(full), "stack_dim")
             if full[stack_dim] != 0:
-                raise ValueError(f"lazy_stack: an empty stack needs size 0 on the stack dim, got batch_size {list(full)}.")
+                raise ValueError(
+                    f"lazy_stack: an empty stack needs size 0 on the stack dim, got batch_size {list(full)}."
+                )
         self.tensordicts = tds
         self.stack_dim = stack_dim
         self._batch_size = full
@@ -138,7 +143,9 @@ class LazyStackedTensorDict(LazyIndexMixin, LazyShapeMixin, LazyMemberOpsMixin, 
             self.lock_()
 
     @classmethod
-    def _new_unsafe(cls, tds: list, stack_dim: int, batch_size: torch.Size | None = None, stack_dim_name: str | None = None) -> "LazyStackedTensorDict":
+    def _new_unsafe(
+        cls, tds: list, stack_dim: int, batch_size: torch.Size | None = None, stack_dim_name: str | None = None
+    ) -> "LazyStackedTensorDict":
         """Build without checks: ``tds`` share one batch size (``batch_size`` needed if empty)."""
         self = object.__new__(cls)
         self.tensordicts = tds
@@ -240,7 +247,14 @@ class LazyStackedTensorDict(LazyIndexMixin, LazyShapeMixin, LazyMemberOpsMixin, 
             return first
         return LazyStackedTensorDict._new_unsafe(vals, self.stack_dim)
 
-    def keys(self, include_nested: bool = False, leaves_only: bool = False, is_leaf: Callable | None = None, *, sort: bool = False):
+    def keys(
+        self,
+        include_nested: bool = False,
+        leaves_only: bool = False,
+        is_leaf: Callable | None = None,
+        *,
+        sort: bool = False,
+    ):
         """The keys every member holds (nested keys as tuples when ``include_nested``)."""
         return _LazyKeysView(self, include_nested, leaves_only, is_leaf, sort)
 
@@ -258,7 +272,9 @@ class LazyStackedTensorDict(LazyIndexMixin, LazyShapeMixin, LazyMemberOpsMixin, 
         tup = _key_to_tuple(key)
         holders = [i for i, td in enumerate(self.tensordicts) if _probe(td, tup) is not _MISSING]
         where = f" It is held by members {holders} only (keys must be in every member)." if holders else ""
-        return KeyError(f"Key {key!r} not found in the lazy stack.{where} Keys common to all members: {list(self.keys(True))}.")
+        return KeyError(
+            f"Key {key!r} not found in the lazy stack.{where} Keys common to all members: {list(self.keys(True))}."
+        )
 
     # ------------------------------------------------------------------ get
     def get(
@@ -286,8 +302,14 @@ class LazyStackedTensorDict(LazyIndexMixin, LazyShapeMixin, LazyMemberOpsMixin, 
             return self._get_tuple(_key_to_tuple(key), default)
         if as_list + as_padded_tensor + as_nested_tensor > 1:
             raise ValueError("get: as_list, as_padded_tensor and as_nested_tensor are exclusive.")
-        flags = {"as_list": as_list, "as_padded_tensor": as_padded_tensor, "as_nested_tensor": as_nested_tensor,
-                 "padding_side": padding_side, "layout": layout, "padding_value": padding_value}
+        flags = {
+            "as_list": as_list,
+            "as_padded_tensor": as_padded_tensor,
+            "as_nested_tensor": as_nested_tensor,
+            "padding_side": padding_side,
+            "layout": layout,
+            "padding_value": padding_value,
+        }
         vals = self._member_values(key, default, flags)
         if vals is default and default is not NO_DEFAULT:
             return default
@@ -376,7 +398,9 @@ class LazyStackedTensorDict(LazyIndexMixin, LazyShapeMixin, LazyMemberOpsMixin, 
                     locked = True
                     break
         if locked and not (inplace and key in self):
-            raise RuntimeError(f"Cannot set key {key!r}: the lazy stack or one of its members is locked (use set_() for in-place writes, or unlock_()).")
+            raise RuntimeError(
+                f"Cannot set key {key!r}: the lazy stack or one of its members is locked (use set_() for in-place writes, or unlock_())."
+            )
 
     def _split_value(self, key: Any, value: Any) -> Sequence:
         """``value`` (with the stack's batch size) cut along the stack dim: one part per member."""
@@ -385,7 +409,9 @@ class LazyStackedTensorDict(LazyIndexMixin, LazyShapeMixin, LazyMemberOpsMixin, 
         bs = self._batch_size
         if isinstance(value, torch.Tensor):
             if value.shape[: len(bs)] != bs:
-                raise RuntimeError(f"Key {key!r}: value of shape {list(value.shape)} does not start with the batch size {list(bs)} of the lazy stack.")
+                raise RuntimeError(
+                    f"Key {key!r}: value of shape {list(value.shape)} does not start with the batch size {list(bs)} of the lazy stack."
+                )
             return value.unbind(sd)
         if is_tensor_collection(value):
             parts = self._split_collection(value)
@@ -456,7 +482,9 @@ class LazyStackedTensorDict(LazyIndexMixin, LazyShapeMixin, LazyMemberOpsMixin, 
         targets = [td.get(key) for td in tds]  # raises before any write if a member lacks the key
         for target, part in zip(targets, parts):
             if isinstance(target, torch.Tensor) and isinstance(part, torch.Tensor) and part.shape != target.shape:
-                raise RuntimeError(f"set_({key!r}): shape {tuple(part.shape)} does not match a member's {tuple(target.shape)}.")
+                raise RuntimeError(
+                    f"set_({key!r}): shape {tuple(part.shape)} does not match a member's {tuple(target.shape)}."
+                )
         for td, part in zip(tds, parts):
             td.set_(key, part)
         return self
@@ -480,7 +508,9 @@ class LazyStackedTensorDict(LazyIndexMixin, LazyShapeMixin, LazyMemberOpsMixin, 
         sd = self.stack_dim
         member_bs = torch.Size(tuple(bs[:sd]) + tuple(bs[sd + 1 :]))
         if tensordict.batch_size != member_bs:
-            raise RuntimeError(f"insert: the collection has batch size {list(tensordict.batch_size)}, the members have {list(member_bs)}.")
+            raise RuntimeError(
+                f"insert: the collection has batch size {list(tensordict.batch_size)}, the members have {list(member_bs)}."
+            )
         if self._is_locked:
             tensordict._set_lock(True)
         self.tensordicts.insert(index, tensordict)
@@ -513,8 +543,13 @@ class LazyStackedTensorDict(LazyIndexMixin, LazyShapeMixin, LazyMemberOpsMixin, 
                 raise TypeError(f"cat: item {i} is a {type(td).__name__}, expected a tensor collection.")
             other = td.batch_size
             if len(other) != len(bs) or other[:dim] != bs[:dim] or other[dim + 1 :] != bs[dim + 1 :]:
-                raise RuntimeError(f"cat: collection {i} has batch size {list(other)}, incompatible with {list(bs)} along dim {dim}.")
-        per = [td.tensordicts if isinstance(td, LazyStackedTensorDict) and td.stack_dim == sd else list(td.unbind(sd)) for td in tds]
+                raise RuntimeError(
+                    f"cat: collection {i} has batch size {list(other)}, incompatible with {list(bs)} along dim {dim}."
+                )
+        per = [
+            td.tensordicts if isinstance(td, LazyStackedTensorDict) and td.stack_dim == sd else list(td.unbind(sd))
+            for td in tds
+        ]
         new_bs = torch.Size(tuple(bs[:dim]) + (sum(td.batch_size[dim] for td in tds),) + tuple(bs[dim + 1 :]))
         if dim == sd:
             members = [m for p in per for m in p]
@@ -609,7 +644,13 @@ class _LazyKeysView(KeysView):
         return not self._leaves_only or self._kind(type(rep)) != _NODE
 
 
-def lazy_stack(list_of_tds: Sequence[TensorDictBase], dim: int = 0, *, out: TensorDictBase | None = None, stack_dim_name: str | None = None) -> TensorDictBase:
+def lazy_stack(
+    list_of_tds: Sequence[TensorDictBase],
+    dim: int = 0,
+    *,
+    out: TensorDictBase | None = None,
+    stack_dim_name: str | None = None,
+) -> TensorDictBase:
     """Stack collections lazily along a new batch dim ``dim`` (no copy).
 
     Members need one batch size; keys and feature shapes may differ. Non-tensor data are
@@ -623,14 +664,18 @@ def lazy_stack(list_of_tds: Sequence[TensorDictBase], dim: int = 0, *, out: Tens
         (torch.Size([2]), torch.Size([3]))
     """
     if not isinstance(list_of_tds, (list, tuple)) or not list_of_tds:
-        raise ValueError(f"lazy_stack expects a non-empty list of tensor collections, got {type(list_of_tds).__name__}.")
+        raise ValueError(
+            f"lazy_stack expects a non-empty list of tensor collections, got {type(list_of_tds).__name__}."
+        )
     items = list(list_of_tds)
     if all(is_tensor_collection(td) and td._is_non_tensor for td in items):
         return torch.stack(items, dim, out=out) if out is not None else torch.stack(items, dim)
     result = LazyStackedTensorDict(*items, stack_dim=dim, stack_dim_name=stack_dim_name)
     if out is not None:
         if out.batch_size != result.batch_size:
-            raise RuntimeError(f"lazy_stack: out has batch size {list(out.batch_size)}, the stack has {list(result.batch_size)}.")
+            raise RuntimeError(
+                f"lazy_stack: out has batch size {list(out.batch_size)}, the stack has {list(result.batch_size)}."
+            )
         out.update_(result)
         return out
     return result

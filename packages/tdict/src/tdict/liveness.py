@@ -31,6 +31,7 @@ Example (the parent's side; a worker calls ``die_with_parent`` and ``start_heart
     >>> round(board.next_check([0]) - time.monotonic())  # when to look again if nothing comes
     20
 """
+
 from __future__ import annotations
 
 import ctypes
@@ -72,6 +73,7 @@ def start_heartbeat(beats: torch.Tensor | None, index: int, interval: float, par
     """In a worker: a daemon thread that, every ``interval`` seconds, ends the process if the parent
     process is gone (nobody would read its results), and writes the time into ``beats[index]`` if
     the worker did work since the last heartbeat (``beats=None``: it only watches the parent)."""
+
     def beat() -> None:
         last = _work_done()
         while True:
@@ -127,7 +129,9 @@ def check_heartbeat_args(owner: str, interval: float, timeout: float | None) -> 
     """Argument checks of ``heartbeat_interval`` and ``heartbeat_timeout``."""
     if isinstance(interval, bool) or not isinstance(interval, (int, float)) or not interval > 0:
         raise ValueError(f"{owner}: heartbeat_interval must be a number of seconds > 0, got {interval!r}.")
-    if timeout is not None and (isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not timeout > interval):
+    if timeout is not None and (
+        isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not timeout > interval
+    ):
         raise ValueError(
             f"{owner}: heartbeat_timeout must be None or a number of seconds > heartbeat_interval={interval}, got {timeout!r}."
         )

@@ -65,12 +65,46 @@ _DisableSubclass = torch._C.DisableTorchFunctionSubclass
 def _view_funcs() -> frozenset:
     """Ops whose result may alias their first argument (checked on the storage at run time)."""
     names = (
-        "__getitem__", "view", "view_as", "reshape", "reshape_as", "flatten", "unflatten",
-        "squeeze", "unsqueeze", "permute", "transpose", "swapaxes", "swapdims", "t", "movedim",
-        "moveaxis", "narrow", "select", "expand", "expand_as", "as_strided", "split",
-        "split_with_sizes", "chunk", "unbind", "tensor_split", "hsplit", "vsplit", "dsplit",
-        "diagonal", "unfold", "detach", "view_as_real", "view_as_complex",
-        "squeeze_", "unsqueeze_", "transpose_", "t_", "detach_", "as_strided_",
+        "__getitem__",
+        "view",
+        "view_as",
+        "reshape",
+        "reshape_as",
+        "flatten",
+        "unflatten",
+        "squeeze",
+        "unsqueeze",
+        "permute",
+        "transpose",
+        "swapaxes",
+        "swapdims",
+        "t",
+        "movedim",
+        "moveaxis",
+        "narrow",
+        "select",
+        "expand",
+        "expand_as",
+        "as_strided",
+        "split",
+        "split_with_sizes",
+        "chunk",
+        "unbind",
+        "tensor_split",
+        "hsplit",
+        "vsplit",
+        "dsplit",
+        "diagonal",
+        "unfold",
+        "detach",
+        "view_as_real",
+        "view_as_complex",
+        "squeeze_",
+        "unsqueeze_",
+        "transpose_",
+        "t_",
+        "detach_",
+        "as_strided_",
     )
     funcs = set()
     for name in names:
@@ -98,9 +132,7 @@ def _as_shape(args: tuple, name: str = "shape") -> torch.Size:
     if isinstance(args, int):
         args = (args,)
     if not isinstance(args, Sequence):
-        raise TypeError(
-            f"{name} must be ints or a sequence of ints, got {type(args).__name__}: {args!r}"
-        )
+        raise TypeError(f"{name} must be ints or a sequence of ints, got {type(args).__name__}: {args!r}")
     dims = []
     for d in args:
         if isinstance(d, bool):
@@ -108,9 +140,7 @@ def _as_shape(args: tuple, name: str = "shape") -> torch.Size:
         try:
             d = operator.index(d)
         except TypeError:
-            raise TypeError(
-                f"{name} must contain ints, got {type(d).__name__} in {tuple(args)!r}"
-            ) from None
+            raise TypeError(f"{name} must contain ints, got {type(d).__name__} in {tuple(args)!r}") from None
         if d < 0:
             raise ValueError(f"{name} must contain non-negative ints, got {tuple(args)!r}")
         dims.append(d)
@@ -129,9 +159,7 @@ def _as_path(filename: Any) -> str:
     try:
         path = os.fspath(filename)
     except TypeError:
-        raise TypeError(
-            f"filename must be a str or os.PathLike, got {type(filename).__name__}: {filename!r}"
-        ) from None
+        raise TypeError(f"filename must be a str or os.PathLike, got {type(filename).__name__}: {filename!r}") from None
     if isinstance(path, bytes):
         path = os.fsdecode(path)
     # absolute so that a pickled tensor reopens the same file whatever the receiver's cwd is
@@ -195,9 +223,7 @@ def _prepare_file(path: str, nbytes: int, existsok: bool, data: memoryview | Non
     try:
         fd = os.open(path, flags, 0o644)
     except FileExistsError:
-        raise FileExistsError(
-            f"filename {path!r} already exists; pass existsok=True to reuse (overwrite) it"
-        ) from None
+        raise FileExistsError(f"filename {path!r} already exists; pass existsok=True to reuse (overwrite) it") from None
     except OSError as err:
         if err.errno == errno.ELOOP and os.path.islink(path):
             raise _symlink_error(path) from None
@@ -217,7 +243,9 @@ def _prepare_file(path: str, nbytes: int, existsok: bool, data: memoryview | Non
         os.close(fd)
 
 
-def _new_storage_tensor(shape: torch.Size, dtype: torch.dtype, filename, existsok: bool, data: memoryview | None = None):
+def _new_storage_tensor(
+    shape: torch.Size, dtype: torch.dtype, filename, existsok: bool, data: memoryview | None = None
+):
     """Allocate (a file gets ``data`` written if given); return ``(plain tensor, path or None, content_is_zero)``."""
     nbytes = _nbytes(shape, dtype)
     if filename is None:
@@ -245,8 +273,7 @@ def _rebuild_from_file(path, dtype, nbytes, shape, stride, offset) -> MemoryMapp
         ) from None
     if found < nbytes:
         raise ValueError(
-            f"cannot unpickle MemoryMappedTensor from {path!r}: expected at least {nbytes} bytes, "
-            f"found {found}"
+            f"cannot unpickle MemoryMappedTensor from {path!r}: expected at least {nbytes} bytes, found {found}"
         )
     storage = _map_file(path, nbytes) if nbytes else torch.UntypedStorage(0)
     return MemoryMappedTensor._wrap(_on_storage(storage, dtype, shape, stride, offset), path)
@@ -301,8 +328,7 @@ class MemoryMappedTensor(torch.Tensor):
         if isinstance(source, (str, os.PathLike)):
             if dtype is None or shape is None:
                 raise TypeError(
-                    "MemoryMappedTensor(filename, ...) needs dtype= and shape=, got "
-                    f"dtype={dtype!r}, shape={shape!r}"
+                    f"MemoryMappedTensor(filename, ...) needs dtype= and shape=, got dtype={dtype!r}, shape={shape!r}"
                 )
             return cls.from_filename(source, dtype, shape)
         if isinstance(source, (torch.UntypedStorage, torch.TypedStorage)):
@@ -404,9 +430,7 @@ class MemoryMappedTensor(torch.Tensor):
             if type(input).__module__ == "numpy":
                 input = torch.as_tensor(input)
             else:
-                raise TypeError(
-                    f"input must be a torch.Tensor, got {type(input).__name__}: {input!r}"
-                )
+                raise TypeError(f"input must be a torch.Tensor, got {type(input).__name__}: {input!r}")
         if isinstance(input, MemoryMappedTensor):
             own = input._filename
             target = None if filename is None else _as_path(filename)
@@ -437,8 +461,7 @@ class MemoryMappedTensor(torch.Tensor):
             # validate before any file is created
             if not (isinstance(fill, torch.Tensor) and fill.numel() == 1):
                 raise TypeError(
-                    f"fill_value must be a number or a one-element tensor, got "
-                    f"{type(fill).__name__}: {fill!r}"
+                    f"fill_value must be a number or a one-element tensor, got {type(fill).__name__}: {fill!r}"
                 )
         out, path, zero = _new_storage_tensor(shape, dtype, filename, existsok)
         if fill is not None and out.numel() and not (zero and _is_zero(fill)):
@@ -615,10 +638,7 @@ class MemoryMappedTensor(torch.Tensor):
             dtype = storage.dtype if dtype is None else dtype
             storage = storage.untyped()
         elif not isinstance(storage, torch.UntypedStorage):
-            raise TypeError(
-                f"storage must be a torch.UntypedStorage or TypedStorage, got "
-                f"{type(storage).__name__}"
-            )
+            raise TypeError(f"storage must be a torch.UntypedStorage or TypedStorage, got {type(storage).__name__}")
         if dtype is None:
             raise TypeError("dtype must be given for an untyped storage, got None")
         dtype = _as_dtype(dtype)
@@ -652,9 +672,7 @@ def _rewrap_aliases(out, src: MemoryMappedTensor):
         sid = src.untyped_storage()._cdata
         path = src._filename
         return type(out)(
-            MemoryMappedTensor._wrap(o, path)
-            if type(o) is torch.Tensor and o.untyped_storage()._cdata == sid
-            else o
+            MemoryMappedTensor._wrap(o, path) if type(o) is torch.Tensor and o.untyped_storage()._cdata == sid else o
             for o in out
         )
     return out

@@ -5,6 +5,7 @@ a batch size: every element of the batch holds that same object. Stacking non-te
 a :class:`NonTensorStack` (defined in :mod:`tdict.non_tensor_stack`, re-exported here), whose
 elements may differ. Both are key-less leaves; ``_NonTensorBase`` holds what they share.
 """
+
 from __future__ import annotations
 
 import copy as _copy
@@ -96,7 +97,21 @@ class _NonTensorBase(TensorDictBase):
     def _tensor_leaves(self) -> tuple[list, list]:
         return [], []
 
-    def _apply(self, fn, others, named, path, batch_size, device, names, inplace, default, filter_empty, call_on_nested, constructor_kwargs):
+    def _apply(
+        self,
+        fn,
+        others,
+        named,
+        path,
+        batch_size,
+        device,
+        names,
+        inplace,
+        default,
+        filter_empty,
+        call_on_nested,
+        constructor_kwargs,
+    ):
         # functions map tensors; a Python payload goes through unchanged (as in a TensorDict's apply)
         return self if batch_size is None else self._with_batch_size(torch.Size(batch_size))
 
@@ -141,7 +156,9 @@ class _NonTensorBase(TensorDictBase):
         self._check_mask(mask)
         return self
 
-    def empty(self, recurse: bool = False, *, batch_size: Any = None, device: Any = NO_DEFAULT, names: Any = None) -> Any:
+    def empty(
+        self, recurse: bool = False, *, batch_size: Any = None, device: Any = NO_DEFAULT, names: Any = None
+    ) -> Any:
         """A copy (a non-tensor leaf has no entries to drop), optionally with a new batch size or device."""
         out = self.copy() if batch_size is None else self._with_batch_size(parse_batch_size(batch_size))
         if device is not NO_DEFAULT:
@@ -193,7 +210,9 @@ class _NonTensorBase(TensorDictBase):
         try:
             origins[index] = ids
         except RuntimeError:
-            raise RuntimeError(f"td[index] = value: non-tensor value of batch size {list(ids.shape)} does not fit the indexed batch size {list(region)}.") from None
+            raise RuntimeError(
+                f"td[index] = value: non-tensor value of batch size {list(ids.shape)} does not fit the indexed batch size {list(region)}."
+            ) from None
         return NonTensorStack._new(origins, table, self._device, self._names)
 
     @classmethod
@@ -236,7 +255,15 @@ class NonTensorData(_NonTensorBase):
     __slots__ = ("data", "_batch_size", "_device", "_names", "_is_locked")
     _is_lazy = False
 
-    def __init__(self, data: Any = None, batch_size: Any = None, device: Any = None, names: Any = None, non_blocking: bool | None = None, **kwargs: Any) -> None:
+    def __init__(
+        self,
+        data: Any = None,
+        batch_size: Any = None,
+        device: Any = None,
+        names: Any = None,
+        non_blocking: bool | None = None,
+        **kwargs: Any,
+    ) -> None:
         if kwargs:
             raise TypeError(f"NonTensorData: unexpected arguments {sorted(kwargs)}.")
         if type(data) is NonTensorData:
@@ -290,7 +317,9 @@ class NonTensorData(_NonTensorBase):
         if type(index) is slice:
             if not bs:
                 raise IndexError("Cannot index a NonTensorData with an empty batch size.")
-            return NonTensorData._new(self.data, torch.Size((len(range(*index.indices(bs[0]))),)) + bs[1:], self._device, self._names)
+            return NonTensorData._new(
+                self.data, torch.Size((len(range(*index.indices(bs[0]))),)) + bs[1:], self._device, self._names
+            )
         if isinstance(index, list) or type(index).__module__ == "numpy":
             index = torch.as_tensor(index)
         return NonTensorData._new(self.data, _indexed_batch_size(bs, index), self._device)
@@ -302,12 +331,25 @@ class NonTensorData(_NonTensorBase):
     def clone(self, recurse: bool = True, *, device: Any = None) -> "NonTensorData":
         """A copy; the payload is deep-copied unless ``recurse=False``; ``device``: the copy's device."""
         data = _deepcopy_payload(self.data) if recurse else self.data
-        return NonTensorData._new(data, self._batch_size, self._device if device is None else parse_device(device), self._names)
+        return NonTensorData._new(
+            data, self._batch_size, self._device if device is None else parse_device(device), self._names
+        )
 
     def copy(self) -> "NonTensorData":
         return NonTensorData._new(self.data, self._batch_size, self._device, self._names)
 
-    def update(self, input_dict_or_td: Any, clone: bool = False, inplace: bool = False, *, keys_to_update: Any = None, non_blocking: bool = False, is_leaf: Any = None, update_batch_size: bool = False, ignore_lock: bool = False) -> "NonTensorData":
+    def update(
+        self,
+        input_dict_or_td: Any,
+        clone: bool = False,
+        inplace: bool = False,
+        *,
+        keys_to_update: Any = None,
+        non_blocking: bool = False,
+        is_leaf: Any = None,
+        update_batch_size: bool = False,
+        ignore_lock: bool = False,
+    ) -> "NonTensorData":
         """Replace the payload with the one of another :class:`NonTensorData` (or with a raw object).
         The other arguments are :meth:`TensorDict.update`'s (a single payload has no keys to select)."""
         if self._is_locked and not ignore_lock:
@@ -322,6 +364,7 @@ class NonTensorData(_NonTensorBase):
     # ---- conversion, comparison, display
     def tolist(self) -> Any:
         """The payload, nested in lists of the batch shape (the bare payload for an empty batch)."""
+
         def build(dims):
             return self.data if not dims else [build(dims[1:]) for _ in range(dims[0])]
 
@@ -347,7 +390,13 @@ class NonTensorData(_NonTensorBase):
         return f"NonTensorData(data={self.data}, batch_size={self._batch_size}, device={self._device})"
 
     def __getstate__(self):
-        return {"data": self.data, "batch_size": tuple(self._batch_size), "device": self._device, "names": self._names, "locked": self._is_locked}
+        return {
+            "data": self.data,
+            "batch_size": tuple(self._batch_size),
+            "device": self._device,
+            "names": self._names,
+            "locked": self._is_locked,
+        }
 
     def __setstate__(self, state):
         self.data = state["data"]
@@ -371,7 +420,9 @@ class _NonTensorSlot:
         self.entries[self.key] = self.entries[self.key]._set_at(index, value)
 
 
-def _non_tensor_write(dest: Any, key: str, target: Any, leaf: Any, dest_bs: torch.Size, batch_dims: int, path: tuple) -> _NonTensorSlot:
+def _non_tensor_write(
+    dest: Any, key: str, target: Any, leaf: Any, dest_bs: torch.Size, batch_dims: int, path: tuple
+) -> _NonTensorSlot:
     """Check that ``leaf`` fits ``target`` at the indexed batch size; return the write slot."""
     expected = dest_bs + target.batch_size[batch_dims:]
     try:

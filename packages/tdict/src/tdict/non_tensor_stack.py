@@ -8,6 +8,7 @@ element picked back out of the stack (``stack[i]``, ``unbind``) comes back as th
 
 :class:`NonTensorStack` is also importable from :mod:`tdict.non_tensor` (and :mod:`tdict`).
 """
+
 from __future__ import annotations
 
 from typing import Any, Callable, Iterator, Sequence
@@ -54,7 +55,10 @@ class NonTensorStack(_NonTensorBase):
 
     def __init__(self, *items: Any, stack_dim: int = 0, batch_size: Any = None, device: Any = NO_DEFAULT) -> None:
         if not items:
-            origins, table = torch.zeros(parse_batch_size(batch_size) if batch_size is not None else (0,), dtype=torch.long), []
+            origins, table = (
+                torch.zeros(parse_batch_size(batch_size) if batch_size is not None else (0,), dtype=torch.long),
+                [],
+            )
             dev = None
         else:
             first = items[0]
@@ -62,7 +66,9 @@ class NonTensorStack(_NonTensorBase):
             built = _stack_non_tensor(list(items), dim, None)
             origins, table, dev = built._origins, built._table, built._device
             if batch_size is not None and parse_batch_size(batch_size) != origins.shape:
-                raise RuntimeError(f"NonTensorStack: batch_size {list(batch_size)} does not match the stacked size {list(origins.shape)}.")
+                raise RuntimeError(
+                    f"NonTensorStack: batch_size {list(batch_size)} does not match the stacked size {list(origins.shape)}."
+                )
         self._origins = origins
         self._table = table
         self._device = parse_device(device) if device is not NO_DEFAULT else dev
@@ -105,7 +111,9 @@ class NonTensorStack(_NonTensorBase):
                 table.append(item)
                 return
             if not isinstance(item, (list, tuple)) or len(item) != shape[depth]:
-                raise ValueError(f"from_list: the nested lists are not rectangular (expected length {shape[depth]} at depth {depth}).")
+                raise ValueError(
+                    f"from_list: the nested lists are not rectangular (expected length {shape[depth]} at depth {depth})."
+                )
             for sub in item:
                 flatten(sub, depth + 1)
 
@@ -125,7 +133,9 @@ class NonTensorStack(_NonTensorBase):
     def batch_size(self, new: Any) -> None:
         new = parse_batch_size(new)
         if new != self._origins.shape:
-            raise RuntimeError(f"Cannot set the batch size of a NonTensorStack of size {list(self.batch_size)} to {list(new)}: use reshape.")
+            raise RuntimeError(
+                f"Cannot set the batch size of a NonTensorStack of size {list(self.batch_size)} to {list(new)}: use reshape."
+            )
 
     @property
     def stack_dim(self) -> int:
@@ -208,7 +218,9 @@ class NonTensorStack(_NonTensorBase):
         if recurse:
             table = [_deepcopy_payload(p) for p in table]
             origins = origins.clone()
-        return NonTensorStack._new(origins, list(table), self._device if device is None else parse_device(device), self._names)
+        return NonTensorStack._new(
+            origins, list(table), self._device if device is None else parse_device(device), self._names
+        )
 
     def copy(self) -> "NonTensorStack":
         return NonTensorStack._new(self._origins, self._table, self._device, self._names)
@@ -221,7 +233,18 @@ class NonTensorStack(_NonTensorBase):
         self._origins, self._table = new._origins, new._table
         return self
 
-    def update(self, input_dict_or_td: Any, clone: bool = False, inplace: bool = False, *, keys_to_update: Any = None, non_blocking: bool = False, is_leaf: Any = None, update_batch_size: bool = False, ignore_lock: bool = False) -> "NonTensorStack":
+    def update(
+        self,
+        input_dict_or_td: Any,
+        clone: bool = False,
+        inplace: bool = False,
+        *,
+        keys_to_update: Any = None,
+        non_blocking: bool = False,
+        is_leaf: Any = None,
+        update_batch_size: bool = False,
+        ignore_lock: bool = False,
+    ) -> "NonTensorStack":
         if self._is_locked and not ignore_lock:
             raise RuntimeError("Cannot update a locked NonTensorStack.")
         return self.update_(input_dict_or_td)
@@ -253,7 +276,9 @@ class NonTensorStack(_NonTensorBase):
         if type(other) is NonTensorStack:
             a, b = torch.broadcast_tensors(mine, other._origins)
             pairs, inverse = torch.unique(torch.stack([a.reshape(-1), b.reshape(-1)], 1), dim=0, return_inverse=True)
-            verdict = torch.tensor([_payload_equal(self._table[i], other._table[j]) for i, j in pairs.tolist()], dtype=torch.bool)
+            verdict = torch.tensor(
+                [_payload_equal(self._table[i], other._table[j]) for i, j in pairs.tolist()], dtype=torch.bool
+            )
             return verdict[inverse].reshape(a.shape) if verdict.numel() else torch.zeros(a.shape, dtype=torch.bool)
         payload = other.data if type(other) is NonTensorData else other
         if type(other) is NonTensorData and other.batch_size != mine.shape:
@@ -270,7 +295,14 @@ class NonTensorStack(_NonTensorBase):
 
     def __getstate__(self):
         origins, table = self._compact()
-        return {"origins": origins.tolist(), "shape": tuple(origins.shape), "table": table, "device": self._device, "names": self._names, "locked": self._is_locked}
+        return {
+            "origins": origins.tolist(),
+            "shape": tuple(origins.shape),
+            "table": table,
+            "device": self._device,
+            "names": self._names,
+            "locked": self._is_locked,
+        }
 
     def __setstate__(self, state):
         self._origins = torch.tensor(state["origins"], dtype=torch.long).reshape(state["shape"])
@@ -292,7 +324,9 @@ def _as_origins(item: Any, table: list, what: str, i: int) -> torch.Tensor:
         ids = origins + len(table)
         table.extend(sub_table)
         return ids
-    raise TypeError(f"{what}: element {i} is a {kind.__name__}; non-tensor data can only be combined with non-tensor data.")
+    raise TypeError(
+        f"{what}: element {i} is a {kind.__name__}; non-tensor data can only be combined with non-tensor data."
+    )
 
 
 def _stack_non_tensor(items: Sequence, dim: int, out: Any) -> Any:
@@ -300,7 +334,9 @@ def _stack_non_tensor(items: Sequence, dim: int, out: Any) -> Any:
     shape = items[0].batch_size
     for i, item in enumerate(items):
         if getattr(type(item), "_is_non_tensor", False) and item.batch_size != shape:
-            raise RuntimeError(f"stack: non-tensor element {i} has batch size {list(item.batch_size)}, element 0 has {list(shape)}.")
+            raise RuntimeError(
+                f"stack: non-tensor element {i} has batch size {list(item.batch_size)}, element 0 has {list(shape)}."
+            )
     table: list = []
     ids = [_as_origins(item, table, "stack", i) for i, item in enumerate(items)]
     result = NonTensorStack._new(torch.stack(ids, dim), table, items[0].device)
@@ -312,10 +348,19 @@ def _cat_non_tensor(items: Sequence, dim: int, out: Any) -> Any:
     shape = items[0].batch_size
     for i, item in enumerate(items):
         other = item.batch_size if getattr(type(item), "_is_non_tensor", False) else None
-        if other is None or len(other) != len(shape) or other[:dim] != shape[:dim] or other[dim + 1 :] != shape[dim + 1 :]:
-            raise RuntimeError(f"cat: element {i} ({type(item).__name__}) has batch size {list(other) if other is not None else '?'}, incompatible with {list(shape)} along dim {dim}.")
+        if (
+            other is None
+            or len(other) != len(shape)
+            or other[:dim] != shape[:dim]
+            or other[dim + 1 :] != shape[dim + 1 :]
+        ):
+            raise RuntimeError(
+                f"cat: element {i} ({type(item).__name__}) has batch size {list(other) if other is not None else '?'}, incompatible with {list(shape)} along dim {dim}."
+            )
     first = items[0]
-    if all(type(item) is NonTensorData for item in items) and all(_payload_equal(first.data, item.data) for item in items[1:]):
+    if all(type(item) is NonTensorData for item in items) and all(
+        _payload_equal(first.data, item.data) for item in items[1:]
+    ):
         new_bs = shape[:dim] + (sum(item.batch_size[dim] for item in items),) + shape[dim + 1 :]
         result: Any = NonTensorData._new(first.data, torch.Size(new_bs), first.device)
     else:
@@ -329,7 +374,9 @@ def _write_out(result: Any, out: Any, what: str) -> Any:
     if out is None:
         return result
     if out.batch_size != result.batch_size:
-        raise RuntimeError(f"{what}(out=...): out has batch size {list(out.batch_size)}, the result has {list(result.batch_size)}.")
+        raise RuntimeError(
+            f"{what}(out=...): out has batch size {list(out.batch_size)}, the result has {list(result.batch_size)}."
+        )
     if type(out) is NonTensorStack:
         if type(result) is NonTensorData:
             out._origins, out._table = torch.zeros(result.batch_size, dtype=torch.long), [result.data]

@@ -70,6 +70,7 @@ Example:
     >>> load_memmap(prefix)["next", "r"].tolist()
     [1.0, 1.0, 1.0]
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -157,7 +158,9 @@ def _as_prefix(prefix: Any) -> str:
     try:
         path = os.fspath(prefix)
     except TypeError:
-        raise TypeError(f"prefix must be a str or os.PathLike (or None), got {type(prefix).__name__}: {prefix!r}") from None
+        raise TypeError(
+            f"prefix must be a str or os.PathLike (or None), got {type(prefix).__name__}: {prefix!r}"
+        ) from None
     if isinstance(path, bytes):
         path = os.fsdecode(path)
     return os.path.abspath(path)
@@ -186,7 +189,9 @@ def _committed_files(prefix: str) -> dict[str, int]:
 def _write(node: _Node, prefix: str, like: bool, created: list, dirs: set, fsync: bool) -> dict:
     """Write the leaves of ``node``; return its metadata (JSON-able)."""
     if node.meta["type"] == _LAZY:
-        return dict(node.meta, members=[_write(member, prefix, like, created, dirs, fsync) for _, member in node.entries])
+        return dict(
+            node.meta, members=[_write(member, prefix, like, created, dirs, fsync) for _, member in node.entries]
+        )
     if node.meta["type"] in _NON_TENSOR:  # a non-tensor root, encoded by the plan
         return node.meta
     entries = []
@@ -210,14 +215,19 @@ def _write(node: _Node, prefix: str, like: bool, created: list, dirs: set, fsync
                     item.out = MemoryMappedTensor.from_tensor(src, filename=path, copy_existing=True)
                 if fsync:
                     item.out.flush()
-            entries.append([key, {
-                "type": "tensor",
-                "file": item.rel.replace(os.sep, "/"),
-                "dtype": _dtype_name(src.dtype),
-                "shape": list(src.shape),
-                "nbytes": src.numel() * src.dtype.itemsize,
-                "device": str(src.device),
-            }])
+            entries.append(
+                [
+                    key,
+                    {
+                        "type": "tensor",
+                        "file": item.rel.replace(os.sep, "/"),
+                        "dtype": _dtype_name(src.dtype),
+                        "shape": list(src.shape),
+                        "nbytes": src.numel() * src.dtype.itemsize,
+                        "device": str(src.device),
+                    },
+                ]
+            )
         elif isinstance(item, _Node):
             entries.append([key, _write(item, prefix, like, created, dirs, fsync)])
         else:
@@ -249,8 +259,12 @@ def _build(node: _Node) -> Any:
     if node.meta["type"] == _LAZY:
         from .lazy import LazyStackedTensorDict
 
-        return LazyStackedTensorDict._new_unsafe([_build(m) for _, m in node.entries], node.meta["stack_dim"],
-                                                 node.src.batch_size, node.meta["stack_dim_name"])
+        return LazyStackedTensorDict._new_unsafe(
+            [_build(m) for _, m in node.entries],
+            node.meta["stack_dim"],
+            node.src.batch_size,
+            node.meta["stack_dim_name"],
+        )
     entries = {}
     for key, item in node.entries:
         if isinstance(item, _Leaf):
@@ -288,8 +302,16 @@ def _check_inplace_devices(node: _Node) -> None:
             _check_inplace_devices(item)
 
 
-def memmap_(td: Any, prefix: Any = None, *, copy_existing: bool = False, existsok: bool = True,
-            inplace: bool = True, like: bool = False, fsync: bool = False) -> Any:
+def memmap_(
+    td: Any,
+    prefix: Any = None,
+    *,
+    copy_existing: bool = False,
+    existsok: bool = True,
+    inplace: bool = True,
+    like: bool = False,
+    fsync: bool = False,
+) -> Any:
     """Write every tensor leaf of ``td`` to memory-mapped storage (crash-safe, see the module doc).
 
     Args:
@@ -321,7 +343,9 @@ def memmap_(td: Any, prefix: Any = None, *, copy_existing: bool = False, existso
             committed = _committed_files(path)
             if not existsok and _read_meta_bytes(path) is not None:
                 raise FileExistsError(f"a collection is already saved at {path!r}; pass existsok=True to overwrite it.")
-            plan = _plan(td, path, "", (), copy_existing=copy_existing, like=like, committed=committed, token=token, taken=set())
+            plan = _plan(
+                td, path, "", (), copy_existing=copy_existing, like=like, committed=committed, token=token, taken=set()
+            )
             if inplace:
                 _check_inplace_devices(plan)
             _commit(plan, path, token, like, fsync)
@@ -350,7 +374,7 @@ def _commit(plan: _Node, prefix: str, token: str, like: bool, fsync: bool) -> No
         try:
             view = memoryview(data)
             while view:
-                view = view[os.write(fd, view):]
+                view = view[os.write(fd, view) :]
             if fsync:
                 os.fsync(fd)
         finally:
@@ -389,7 +413,9 @@ def _collect_garbage(prefix: str, keep: set[str]) -> None:
                 touched.add(os.path.dirname(root))
 
 
-def memmap(td: Any, prefix: Any = None, *, copy_existing: bool = False, existsok: bool = True, fsync: bool = False) -> Any:
+def memmap(
+    td: Any, prefix: Any = None, *, copy_existing: bool = False, existsok: bool = True, fsync: bool = False
+) -> Any:
     """Module-level :meth:`TensorDictBase.memmap`: a memory-mapped copy of ``td`` (``td`` untouched)."""
     return memmap_(td, prefix, copy_existing=copy_existing, existsok=existsok, inplace=False, fsync=fsync)
 
@@ -431,9 +457,16 @@ def load_memmap(prefix: Any, device: Any = None, non_blocking: bool = False, *, 
     for attempt in range(3):
         raw = _read_meta_bytes(path)
         if raw is None:
-            hint = " (it holds tensordict's meta.json: tdict does not read tensordict's format)" if os.path.exists(os.path.join(path, "meta.json")) else ""
-            raise _bad(path, f"{META_NAME} is missing: this is not a tdict memmap directory, or its first write "
-                             f"was interrupted before committing{hint}.")
+            hint = (
+                " (it holds tensordict's meta.json: tdict does not read tensordict's format)"
+                if os.path.exists(os.path.join(path, "meta.json"))
+                else ""
+            )
+            raise _bad(
+                path,
+                f"{META_NAME} is missing: this is not a tdict memmap directory, or its first write "
+                f"was interrupted before committing{hint}.",
+            )
         meta = _parse_meta(raw, path)
         try:
             td = _load_node(meta["root"], path, (), os.path.realpath(path))

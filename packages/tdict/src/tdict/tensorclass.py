@@ -10,6 +10,7 @@ tensor class.
 The class you write is the class you get: the decorator adds methods to it and returns it, and
 :class:`TensorClass` configures subclasses in ``__init_subclass__`` (no metaclass).
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -24,6 +25,7 @@ from .base import NON_TENSOR_CLASSES, TD_HANDLED_FUNCTIONS, TensorDictBase, _is_
 from .tensordict import TensorDict
 
 __all__ = ["TensorClass", "is_tensorclass", "tensorclass"]
+
 
 def is_tensorclass(obj: Any) -> bool:
     """True for tensor classes and their instances.
@@ -52,11 +54,28 @@ def _unwrap(value: Any) -> Any:
 
 
 # Methods whose TensorDict results are never re-wrapped (they return entries or unrelated trees).
-_NO_WRAP = frozenset({
-    "get", "_get_str", "_get_tuple", "get_non_tensor", "pop", "setdefault", "to_tensordict", "to_dict",
-    "keys", "values", "items", "_items_raw", "flatten_keys", "unflatten_keys", "_to_leaf", "state_dict",
-    "get_at", "data_ptr",
-})
+_NO_WRAP = frozenset(
+    {
+        "get",
+        "_get_str",
+        "_get_tuple",
+        "get_non_tensor",
+        "pop",
+        "setdefault",
+        "to_tensordict",
+        "to_dict",
+        "keys",
+        "values",
+        "items",
+        "_items_raw",
+        "flatten_keys",
+        "unflatten_keys",
+        "_to_leaf",
+        "state_dict",
+        "get_at",
+        "data_ptr",
+    }
+)
 
 
 def _wrap(self: Any, name: str, result: Any) -> Any:
@@ -143,11 +162,22 @@ class TensorClass:
         _process_class(cls)
 
     # ------------------------------------------------------------------ construction
-    def __init__(self, *args: Any, batch_size: Any = None, device: Any = None, names: Any = None, non_blocking: bool | None = None, lock: bool = False, **kwargs: Any) -> None:
+    def __init__(
+        self,
+        *args: Any,
+        batch_size: Any = None,
+        device: Any = None,
+        names: Any = None,
+        non_blocking: bool | None = None,
+        lock: bool = False,
+        **kwargs: Any,
+    ) -> None:
         cls = type(self)
         fields = cls._tc_fields
         if len(args) > len(fields):
-            raise TypeError(f"{cls.__name__}.__init__() takes {len(fields)} positional field values but {len(args)} were given.")
+            raise TypeError(
+                f"{cls.__name__}.__init__() takes {len(fields)} positional field values but {len(args)} were given."
+            )
         values = dict(zip(fields, args))
         for key, value in kwargs.items():
             if key in values:
@@ -158,7 +188,9 @@ class TensorClass:
         defaults = cls._tc_defaults
         missing = [f for f in fields if f not in values and f not in defaults]
         if missing:
-            raise TypeError(f"{cls.__name__}.__init__() missing {len(missing)} required field value(s): {', '.join(map(repr, missing))}.")
+            raise TypeError(
+                f"{cls.__name__}.__init__() missing {len(missing)} required field value(s): {', '.join(map(repr, missing))}."
+            )
         object.__setattr__(self, "_tensordict", TensorDict(batch_size=batch_size, device=device))
         for name in fields:
             if name in values:
@@ -191,7 +223,9 @@ class TensorClass:
         if safe:
             extra = [k for k, _ in tensordict._items_raw() if k not in cls._tc_field_set]
             if extra:
-                raise KeyError(f"{cls.__name__}.from_tensordict: keys {extra} are not fields of {cls.__name__} (fields: {list(cls._tc_fields)}).")
+                raise KeyError(
+                    f"{cls.__name__}.from_tensordict: keys {extra} are not fields of {cls.__name__} (fields: {list(cls._tc_fields)})."
+                )
         self = cls._from_tensordict(tensordict)
         for key, value in (non_tensordict or {}).items():
             setattr(self, key, value)
@@ -228,7 +262,9 @@ class TensorClass:
         if name in cls._tc_settable or name[:1] == "_":
             object.__setattr__(self, name, value)
             return
-        raise AttributeError(f"Cannot set attribute {name!r} on {cls.__name__}: it is not a field (fields: {list(cls._tc_fields)}).")
+        raise AttributeError(
+            f"Cannot set attribute {name!r} on {cls.__name__}: it is not a field (fields: {list(cls._tc_fields)})."
+        )
 
     def __getattr__(self, name: str) -> Any:
         # Reached only for names that are neither fields nor methods of the class: forward
@@ -245,8 +281,11 @@ class TensorClass:
                 f"{type(self).__name__!r} object has no attribute {name!r} (fields: {list(type(self)._tc_fields)})."
             ) from None
         if callable(attr) and not isinstance(attr, (torch.Tensor, TensorDictBase)):
+
             def method(*args: Any, **kwargs: Any) -> Any:
-                return _wrap(self, name, attr(*[_unwrap(a) for a in args], **{k: _unwrap(v) for k, v in kwargs.items()}))
+                return _wrap(
+                    self, name, attr(*[_unwrap(a) for a in args], **{k: _unwrap(v) for k, v in kwargs.items()})
+                )
 
             return method
         return attr
@@ -316,7 +355,9 @@ class TensorClass:
     def set(self, key: Any, value: Any, inplace: bool = False, *, non_blocking: bool = False) -> Any:
         if type(key) is str:
             if key not in type(self)._tc_field_set:
-                raise AttributeError(f"Cannot set {key!r} on {type(self).__name__}: it is not a field (fields: {list(type(self)._tc_fields)}).")
+                raise AttributeError(
+                    f"Cannot set {key!r} on {type(self).__name__}: it is not a field (fields: {list(type(self)._tc_fields)})."
+                )
             if inplace and isinstance(value, torch.Tensor):
                 self._tensordict.set(key, value, inplace=True)
             else:
@@ -350,7 +391,9 @@ class TensorClass:
 
     def _set_str(self, key: str, value: Any, *, inplace: bool, validated: bool, ignore_lock: bool = False) -> None:
         if key not in type(self)._tc_field_set:
-            raise AttributeError(f"Cannot set {key!r} on {type(self).__name__}: it is not a field (fields: {list(type(self)._tc_fields)}).")
+            raise AttributeError(
+                f"Cannot set {key!r} on {type(self).__name__}: it is not a field (fields: {list(type(self)._tc_fields)})."
+            )
         self._tensordict._set_str(key, value, inplace=inplace, validated=validated, ignore_lock=ignore_lock)
 
     def _set_tuple(self, key: tuple, value: Any, *, inplace: bool) -> None:
@@ -439,7 +482,14 @@ class TensorClass:
             else:
                 desc = _repr(value, 4)
             lines.append(f"    {name}={desc},")
-        body = "\n".join(lines + [f"    batch_size={inner.batch_size},", f"    device={inner.device},", f"    is_shared={inner.is_shared()})"])
+        body = "\n".join(
+            lines
+            + [
+                f"    batch_size={inner.batch_size},",
+                f"    device={inner.device},",
+                f"    is_shared={inner.is_shared()})",
+            ]
+        )
         return f"{type(self).__name__}(\n{body}"
 
     # ------------------------------------------------------------------ torch functions
@@ -467,28 +517,54 @@ class TensorClass:
     # ------------------------------------------------------------------ persistence
     # The instance itself goes to tdict.persistence, which records the class so that loading
     # gives the tensor class back.
-    def memmap_(self, prefix: Any = None, copy_existing: bool = False, *, num_threads: int = 0, existsok: bool = True,
-                robust_key: bool | None = None, share_non_tensor: bool = False) -> Any:
+    def memmap_(
+        self,
+        prefix: Any = None,
+        copy_existing: bool = False,
+        *,
+        num_threads: int = 0,
+        existsok: bool = True,
+        robust_key: bool | None = None,
+        share_non_tensor: bool = False,
+    ) -> Any:
         """Write every tensor leaf to memory-mapped files under ``prefix`` and point the fields at them."""
         from .persistence import memmap_
 
         memmap_(self, prefix, copy_existing=copy_existing, existsok=existsok, inplace=True)
         return self
 
-    def memmap(self, prefix: Any = None, copy_existing: bool = False, *, num_threads: int = 0, existsok: bool = True,
-               robust_key: bool | None = None, share_non_tensor: bool = False) -> Any:
+    def memmap(
+        self,
+        prefix: Any = None,
+        copy_existing: bool = False,
+        *,
+        num_threads: int = 0,
+        existsok: bool = True,
+        robust_key: bool | None = None,
+        share_non_tensor: bool = False,
+    ) -> Any:
         """Like :meth:`memmap_` but returns a new instance and leaves ``self`` untouched."""
         from .persistence import memmap_
 
         return memmap_(self, prefix, copy_existing=copy_existing, existsok=existsok, inplace=False)
 
-    def memmap_like(self, prefix: Any = None, copy_existing: bool = False, *, existsok: bool = True, num_threads: int = 0) -> Any:
+    def memmap_like(
+        self, prefix: Any = None, copy_existing: bool = False, *, existsok: bool = True, num_threads: int = 0
+    ) -> Any:
         from .persistence import memmap_like
 
         return memmap_like(self, prefix, existsok=existsok)
 
-    def save(self, prefix: Any = None, copy_existing: bool = False, *, num_threads: int = 0, existsok: bool = True,
-             robust_key: bool | None = None, share_non_tensor: bool = False) -> Any:
+    def save(
+        self,
+        prefix: Any = None,
+        copy_existing: bool = False,
+        *,
+        num_threads: int = 0,
+        existsok: bool = True,
+        robust_key: bool | None = None,
+        share_non_tensor: bool = False,
+    ) -> Any:
         self.memmap(prefix, copy_existing=copy_existing, existsok=existsok)
         return self
 
@@ -540,7 +616,9 @@ def _to_plain(td: Any) -> TensorDict:
 
 def _make_forwarder(name: str) -> Callable:
     def forward(self: Any, *args: Any, **kwargs: Any) -> Any:
-        result = getattr(self._tensordict, name)(*[_unwrap(a) for a in args], **{k: _unwrap(v) for k, v in kwargs.items()})
+        result = getattr(self._tensordict, name)(
+            *[_unwrap(a) for a in args], **{k: _unwrap(v) for k, v in kwargs.items()}
+        )
         return _wrap(self, name, result)
 
     forward.__name__ = name
@@ -552,29 +630,167 @@ def _make_forwarder(name: str) -> Callable:
 # TensorDict methods defined on the class (fast, and dunders must live on the type).
 _FORWARDED = (
     # shape ops
-    "reshape", "view", "unsqueeze", "squeeze", "permute", "transpose", "flatten", "unflatten", "expand", "expand_as",
-    "repeat", "repeat_interleave", "flip", "roll", "contiguous", "masked_fill", "masked_fill_", "where", "gather",
-    "unbind", "split", "chunk",
+    "reshape",
+    "view",
+    "unsqueeze",
+    "squeeze",
+    "permute",
+    "transpose",
+    "flatten",
+    "unflatten",
+    "expand",
+    "expand_as",
+    "repeat",
+    "repeat_interleave",
+    "flip",
+    "roll",
+    "contiguous",
+    "masked_fill",
+    "masked_fill_",
+    "where",
+    "gather",
+    "unbind",
+    "split",
+    "chunk",
     # copies, devices, dtypes
-    "cpu", "cuda", "float", "double", "half", "bfloat16", "int", "long", "bool", "detach", "detach_", "pin_memory",
-    "share_memory_", "zero_", "requires_grad_", "copy_",
+    "cpu",
+    "cuda",
+    "float",
+    "double",
+    "half",
+    "bfloat16",
+    "int",
+    "long",
+    "bool",
+    "detach",
+    "detach_",
+    "pin_memory",
+    "share_memory_",
+    "zero_",
+    "requires_grad_",
+    "copy_",
     # apply family and structure
-    "apply", "apply_", "named_apply", "empty", "select", "exclude", "update", "update_", "update_at_", "set_", "fill_",
-    "lock_", "unlock_", "rename", "rename_", "refine_names", "auto_batch_size_", "is_empty", "items", "keys", "values",
-    "tolist", "to_dict", "all", "any", "allclose",
+    "apply",
+    "apply_",
+    "named_apply",
+    "empty",
+    "select",
+    "exclude",
+    "update",
+    "update_",
+    "update_at_",
+    "set_",
+    "fill_",
+    "lock_",
+    "unlock_",
+    "rename",
+    "rename_",
+    "refine_names",
+    "auto_batch_size_",
+    "is_empty",
+    "items",
+    "keys",
+    "values",
+    "tolist",
+    "to_dict",
+    "all",
+    "any",
+    "allclose",
     # arithmetic and reductions
-    "add", "add_", "sub", "sub_", "mul", "mul_", "div", "div_", "pow", "pow_", "lerp", "lerp_", "clamp", "clamp_",
-    "maximum", "minimum", "isfinite", "isnan", "cumsum", "cumprod", "sum", "nansum", "mean", "nanmean", "std", "var",
-    "prod", "max", "min", "amax", "amin", "norm",
-    "abs", "neg", "exp", "log", "sqrt", "sigmoid", "tanh", "sign", "reciprocal", "sin", "cos", "floor", "ceil", "round",
-    "abs_", "neg_", "exp_", "log_", "sqrt_", "sigmoid_", "tanh_", "sign_", "reciprocal_", "floor_", "ceil_", "round_",
-    "__add__", "__radd__", "__sub__", "__rsub__", "__mul__", "__rmul__", "__truediv__", "__rtruediv__", "__floordiv__",
-    "__mod__", "__pow__", "__rpow__", "__and__", "__or__", "__xor__", "__lt__", "__le__", "__gt__", "__ge__",
-    "__neg__", "__abs__", "__invert__", "__iadd__", "__isub__", "__imul__", "__itruediv__", "__ipow__",
-    "__enter__", "__exit__",
+    "add",
+    "add_",
+    "sub",
+    "sub_",
+    "mul",
+    "mul_",
+    "div",
+    "div_",
+    "pow",
+    "pow_",
+    "lerp",
+    "lerp_",
+    "clamp",
+    "clamp_",
+    "maximum",
+    "minimum",
+    "isfinite",
+    "isnan",
+    "cumsum",
+    "cumprod",
+    "sum",
+    "nansum",
+    "mean",
+    "nanmean",
+    "std",
+    "var",
+    "prod",
+    "max",
+    "min",
+    "amax",
+    "amin",
+    "norm",
+    "abs",
+    "neg",
+    "exp",
+    "log",
+    "sqrt",
+    "sigmoid",
+    "tanh",
+    "sign",
+    "reciprocal",
+    "sin",
+    "cos",
+    "floor",
+    "ceil",
+    "round",
+    "abs_",
+    "neg_",
+    "exp_",
+    "log_",
+    "sqrt_",
+    "sigmoid_",
+    "tanh_",
+    "sign_",
+    "reciprocal_",
+    "floor_",
+    "ceil_",
+    "round_",
+    "__add__",
+    "__radd__",
+    "__sub__",
+    "__rsub__",
+    "__mul__",
+    "__rmul__",
+    "__truediv__",
+    "__rtruediv__",
+    "__floordiv__",
+    "__mod__",
+    "__pow__",
+    "__rpow__",
+    "__and__",
+    "__or__",
+    "__xor__",
+    "__lt__",
+    "__le__",
+    "__gt__",
+    "__ge__",
+    "__neg__",
+    "__abs__",
+    "__invert__",
+    "__iadd__",
+    "__isub__",
+    "__imul__",
+    "__itruediv__",
+    "__ipow__",
+    "__enter__",
+    "__exit__",
     # persistence
-    "state_dict", "load_state_dict", "consolidate", "is_memmap",
-    "is_shared", "is_locked",
+    "state_dict",
+    "load_state_dict",
+    "consolidate",
+    "is_memmap",
+    "is_shared",
+    "is_locked",
 )
 for _name in _FORWARDED:
     if _name == "is_locked":
@@ -587,14 +803,72 @@ for _name in _FORWARDED:
 # every other TensorClass attribute is part of the collection protocol and is reserved.
 _SHADOWABLE = frozenset(
     n + suffix
-    for n in ("add", "sub", "mul", "div", "pow", "lerp", "clamp", "maximum", "minimum", "isfinite", "isnan", "cumsum",
-              "cumprod", "sum", "nansum", "mean", "nanmean", "std", "var", "prod", "max", "min", "amax", "amin", "norm",
-              "abs", "neg", "exp", "log", "sqrt", "sigmoid", "tanh", "sign", "reciprocal", "sin", "cos", "floor", "ceil",
-              "round", "all", "any", "allclose", "int", "long", "float", "double", "half", "bfloat16", "bool")
+    for n in (
+        "add",
+        "sub",
+        "mul",
+        "div",
+        "pow",
+        "lerp",
+        "clamp",
+        "maximum",
+        "minimum",
+        "isfinite",
+        "isnan",
+        "cumsum",
+        "cumprod",
+        "sum",
+        "nansum",
+        "mean",
+        "nanmean",
+        "std",
+        "var",
+        "prod",
+        "max",
+        "min",
+        "amax",
+        "amin",
+        "norm",
+        "abs",
+        "neg",
+        "exp",
+        "log",
+        "sqrt",
+        "sigmoid",
+        "tanh",
+        "sign",
+        "reciprocal",
+        "sin",
+        "cos",
+        "floor",
+        "ceil",
+        "round",
+        "all",
+        "any",
+        "allclose",
+        "int",
+        "long",
+        "float",
+        "double",
+        "half",
+        "bfloat16",
+        "bool",
+    )
     for suffix in ("", "_")
 )
 
-_NOT_COPIED = {"__dict__", "__weakref__", "__module__", "__qualname__", "__doc__", "__annotations__", "_tc_fields", "_tc_field_set", "_tc_settable", "_tc_defaults"}
+_NOT_COPIED = {
+    "__dict__",
+    "__weakref__",
+    "__module__",
+    "__qualname__",
+    "__doc__",
+    "__annotations__",
+    "_tc_fields",
+    "_tc_field_set",
+    "_tc_settable",
+    "_tc_defaults",
+}
 
 
 def _process_class(cls: type) -> type:
@@ -626,7 +900,10 @@ def _process_class(cls: type) -> type:
 
 def _wrap_user_init(user_init: Callable) -> Callable:
     """A user ``__init__`` runs on an instance that already has its (empty) inner TensorDict."""
-    def __init__(self: Any, *args: Any, batch_size: Any = None, device: Any = None, names: Any = None, **kwargs: Any) -> None:
+
+    def __init__(
+        self: Any, *args: Any, batch_size: Any = None, device: Any = None, names: Any = None, **kwargs: Any
+    ) -> None:
         object.__setattr__(self, "_tensordict", TensorDict(batch_size=batch_size, device=device, names=names))
         user_init(self, *args, **kwargs)
 
@@ -654,6 +931,7 @@ def tensorclass(cls: type | None = None, **options: Any) -> Any:
         >>> TensorDict({"d": d}, batch_size=[3])[1:]["d"].batch_size
         torch.Size([2])
     """
+
     def decorate(klass: type) -> type:
         if not issubclass(klass, TensorClass):
             own = klass.__dict__

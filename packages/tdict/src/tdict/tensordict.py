@@ -1,4 +1,5 @@
 """TensorDict: a dict of tensors that shares leading batch dims and behaves like one tensor."""
+
 from __future__ import annotations
 
 import operator
@@ -7,7 +8,16 @@ from typing import Any, Callable, Iterator, Sequence
 import torch
 
 from ._keys import KeysView, is_leaf_nontensor
-from ._utils import NO_DEFAULT, NestedKey, _key_to_tuple, check_names, normalize_dim, parse_batch_size, parse_device, parse_to_args
+from ._utils import (
+    NO_DEFAULT,
+    NestedKey,
+    _key_to_tuple,
+    check_names,
+    normalize_dim,
+    parse_batch_size,
+    parse_device,
+    parse_to_args,
+)
 from ._indexing import _batch_size_from_entry, _indexed_batch_size, _normalize_index, check_write_shape
 from ._locking import keeps_lock
 from ._names import indexed_names, leading_names
@@ -39,7 +49,16 @@ class TensorDict(TensorDictBase):
     """
 
     # _consolidated: the one storage of a consolidated TensorDict (tdict.consolidate); unset otherwise
-    __slots__ = ("_tensordict", "_batch_size", "_device", "_names", "_is_locked", "_lock_ops", "_consolidated", "__weakref__")
+    __slots__ = (
+        "_tensordict",
+        "_batch_size",
+        "_device",
+        "_names",
+        "_is_locked",
+        "_lock_ops",
+        "_consolidated",
+        "__weakref__",
+    )
 
     def __init__(
         self,
@@ -67,7 +86,9 @@ class TensorDict(TensorDictBase):
             elif hasattr(source, "items"):
                 items = source.items()
             else:
-                raise TypeError(f"TensorDict source must be a mapping or a tensor collection, got {type(source).__name__}.")
+                raise TypeError(
+                    f"TensorDict source must be a mapping or a tensor collection, got {type(source).__name__}."
+                )
             if kwargs:
                 items = list(items) + list(kwargs.items())
         self._fill(items)
@@ -82,7 +103,11 @@ class TensorDict(TensorDictBase):
         for key, value in items:
             if type(key) is not str:
                 self._set_tuple(_key_to_tuple(key), value, inplace=False)
-            elif isinstance(value, torch.Tensor) and (not n or value.shape[:n] == bs) and (device is None or value.device == device):
+            elif (
+                isinstance(value, torch.Tensor)
+                and (not n or value.shape[:n] == bs)
+                and (device is None or value.device == device)
+            ):
                 entries[key] = value  # the common case, checked inline
             elif type(value) is dict:
                 sub = TensorDict._new_unsafe({}, bs, device, self._names)
@@ -92,8 +117,13 @@ class TensorDict(TensorDictBase):
                 entries[key] = self._validate(key, value)
 
     @classmethod
-    def unchecked(cls, source: dict, batch_size: torch.Size, device: torch.device | None = None,
-                  names: Sequence[str | None] | None = None) -> "TensorDict":
+    def unchecked(
+        cls,
+        source: dict,
+        batch_size: torch.Size,
+        device: torch.device | None = None,
+        names: Sequence[str | None] | None = None,
+    ) -> "TensorDict":
         """Wraps ``source`` as it is: no copy and no check (the fast constructor of hot paths).
 
         For code that builds entries whose shapes it already knows (an env's step output, a view
@@ -114,7 +144,9 @@ class TensorDict(TensorDictBase):
         return cls._new_unsafe(source, batch_size, device, names)
 
     @classmethod
-    def _new_unsafe(cls, source: dict, batch_size: torch.Size, device: torch.device | None = None, names: Any = None) -> "TensorDict":
+    def _new_unsafe(
+        cls, source: dict, batch_size: torch.Size, device: torch.device | None = None, names: Any = None
+    ) -> "TensorDict":
         """Build without any check: ``source`` must already be valid for ``batch_size``."""
         self = object.__new__(cls)
         self._tensordict = source
@@ -126,7 +158,15 @@ class TensorDict(TensorDictBase):
         return self
 
     @classmethod
-    def from_dict(cls, input_dict: Any, batch_size: Any = None, device: Any = None, batch_dims: int | None = None, names: Any = None, auto_batch_size: bool | None = None) -> "TensorDict":
+    def from_dict(
+        cls,
+        input_dict: Any,
+        batch_size: Any = None,
+        device: Any = None,
+        batch_dims: int | None = None,
+        names: Any = None,
+        auto_batch_size: bool | None = None,
+    ) -> "TensorDict":
         """Build from a (nested) dict; without ``batch_size`` the largest common leading shape is used.
 
         Example:
@@ -134,7 +174,11 @@ class TensorDict(TensorDictBase):
             >>> TensorDict.from_dict({"a": torch.zeros(3, 4), "b": {"c": torch.zeros(3, 4, 5)}}).batch_size
             torch.Size([3, 4])
         """
-        out = cls(input_dict, batch_size=batch_size, device=device) if batch_size is not None else cls(_as_nested(input_dict), device=device)
+        out = (
+            cls(input_dict, batch_size=batch_size, device=device)
+            if batch_size is not None
+            else cls(_as_nested(input_dict), device=device)
+        )
         if batch_size is None and auto_batch_size is not False:
             out.auto_batch_size_(batch_dims)
         if names is not None:
@@ -147,7 +191,11 @@ class TensorDict(TensorDictBase):
         for value in self._tensordict.values():
             if not isinstance(value, torch.Tensor) and not value._is_non_tensor and not value._is_lazy:
                 value.auto_batch_size_(batch_dims)
-        shapes = [v.shape if isinstance(v, torch.Tensor) else v.batch_size for v in self._tensordict.values() if isinstance(v, torch.Tensor) or not v._is_non_tensor]
+        shapes = [
+            v.shape if isinstance(v, torch.Tensor) else v.batch_size
+            for v in self._tensordict.values()
+            if isinstance(v, torch.Tensor) or not v._is_non_tensor
+        ]
         if not shapes:
             return self
         common = []
@@ -239,7 +287,9 @@ class TensorDict(TensorDictBase):
             if dest is not None:
                 if isinstance(dest, torch.Tensor):
                     if dest.shape != value.shape:
-                        raise RuntimeError(f"Key {key!r}: in-place write of shape {list(value.shape)} into {list(dest.shape)}.")
+                        raise RuntimeError(
+                            f"Key {key!r}: in-place write of shape {list(value.shape)} into {list(dest.shape)}."
+                        )
                     dest.copy_(value)
                     return
                 if not dest._is_non_tensor:
@@ -318,7 +368,9 @@ class TensorDict(TensorDictBase):
         node.set(key[-1], item, inplace=inplace)
 
     def _batch_mismatch(self, key: str, shape: torch.Size) -> RuntimeError:
-        return RuntimeError(f"Key {key!r}: value of shape {list(shape)} does not start with the batch size {list(self._batch_size)}.")
+        return RuntimeError(
+            f"Key {key!r}: value of shape {list(shape)} does not start with the batch size {list(self._batch_size)}."
+        )
 
     def __getitem__(self, index: Any) -> Any:
         if type(index) is str:
@@ -344,19 +396,40 @@ class TensorDict(TensorDictBase):
             return key in self._tensordict
         return TensorDictBase.__contains__(self, key)
 
-    def keys(self, include_nested: bool = False, leaves_only: bool = False, is_leaf: Callable | None = None, *, sort: bool = False):
+    def keys(
+        self,
+        include_nested: bool = False,
+        leaves_only: bool = False,
+        is_leaf: Callable | None = None,
+        *,
+        sort: bool = False,
+    ):
         if not include_nested and not leaves_only and not sort:
             return self._tensordict.keys()
         if is_leaf is None or is_leaf is is_leaf_nontensor:  # the fast walk: tensors are leaves, TensorDicts nodes
             return _TensorDictKeysView(self, include_nested, leaves_only, is_leaf, sort)
         return KeysView(self, include_nested, leaves_only, is_leaf, sort)
 
-    def items(self, include_nested: bool = False, leaves_only: bool = False, is_leaf: Callable | None = None, *, sort: bool = False):
+    def items(
+        self,
+        include_nested: bool = False,
+        leaves_only: bool = False,
+        is_leaf: Callable | None = None,
+        *,
+        sort: bool = False,
+    ):
         if not include_nested and not leaves_only and not sort:
             return self._tensordict.items()
         return TensorDictBase.items(self, include_nested, leaves_only, is_leaf, sort=sort)
 
-    def values(self, include_nested: bool = False, leaves_only: bool = False, is_leaf: Callable | None = None, *, sort: bool = False):
+    def values(
+        self,
+        include_nested: bool = False,
+        leaves_only: bool = False,
+        is_leaf: Callable | None = None,
+        *,
+        sort: bool = False,
+    ):
         if not include_nested and not leaves_only and not sort:
             return self._tensordict.values()
         return TensorDictBase.values(self, include_nested, leaves_only, is_leaf, sort=sort)
@@ -376,7 +449,13 @@ class TensorDict(TensorDictBase):
                 raise IndexError("Cannot index a TensorDict with an empty batch size.")
             new_bs = torch.Size((len(range(*index.indices(bs[0]))),)) + bs[1:]
             names = self._names
-        elif kind is torch.Tensor and index.dtype is torch.int64 and index.ndim == 1 and bs and not torch.compiler.is_compiling():
+        elif (
+            kind is torch.Tensor
+            and index.dtype is torch.int64
+            and index.ndim == 1
+            and bs
+            and not torch.compiler.is_compiling()
+        ):
             # rows by position (a replay buffer's sample): index_select is 2-4x faster than value[index]
             # (eager only: the bounds checks below read values, which a compiled graph must not branch on)
             if index.numel():  # one reduction checks both bounds
@@ -399,7 +478,11 @@ class TensorDict(TensorDictBase):
             if first is None:
                 first = key
         if new_bs is None:
-            new_bs = _batch_size_from_entry(self._tensordict[first], out[first], len(bs)) if first is not None else _indexed_batch_size(bs, index)
+            new_bs = (
+                _batch_size_from_entry(self._tensordict[first], out[first], len(bs))
+                if first is not None
+                else _indexed_batch_size(bs, index)
+            )
             if self._names:
                 names = indexed_names(self._names, index, len(new_bs))
         return TensorDict._new_unsafe(out, new_bs, self._device, names)
@@ -414,7 +497,9 @@ class TensorDict(TensorDictBase):
                 out[key] = value._take_rows(index)
             else:
                 out[key] = value[index]
-        return TensorDict._new_unsafe(out, torch.Size((index.shape[0],)) + self._batch_size[1:], self._device, self._names)
+        return TensorDict._new_unsafe(
+            out, torch.Size((index.shape[0],)) + self._batch_size[1:], self._device, self._names
+        )
 
     # ------------------------------------------------------------------ whole-collection ops
     def clone(self, recurse: bool = True, *, device: Any = None) -> "TensorDict":
@@ -422,13 +507,17 @@ class TensorDict(TensorDictBase):
         if not recurse:
             out = self.copy()
         else:
-            out = TensorDict._new_unsafe({k: v.clone() for k, v in self._tensordict.items()}, self._batch_size, self._device, self._names)
+            out = TensorDict._new_unsafe(
+                {k: v.clone() for k, v in self._tensordict.items()}, self._batch_size, self._device, self._names
+            )
         return out if device is None else out.to(device)
 
     def copy(self) -> "TensorDict":
         return TensorDict._new_unsafe(
             {k: v if isinstance(v, torch.Tensor) else v.copy() for k, v in self._tensordict.items()},
-            self._batch_size, self._device, self._names,
+            self._batch_size,
+            self._device,
+            self._names,
         )
 
     @keeps_lock
@@ -457,21 +546,42 @@ class TensorDict(TensorDictBase):
         else:
             cast = [a for a in (device, dtype) if a is not None]
             entries = {
-                k: v.to(device=device, dtype=dtype, non_blocking=non_blocking) if isinstance(v, torch.Tensor) else v.to(*cast)
+                k: v.to(device=device, dtype=dtype, non_blocking=non_blocking)
+                if isinstance(v, torch.Tensor)
+                else v.to(*cast)
                 for k, v in items
             }
         return TensorDict._new_unsafe(entries, result._batch_size, new_device, result._names)
 
-    def update(self, input_dict_or_td: Any, clone: bool = False, inplace: bool = False, *, keys_to_update: Sequence | None = None, non_blocking: bool = False, is_leaf: Callable | None = None, update_batch_size: bool = False, ignore_lock: bool = False) -> "TensorDict":
+    def update(
+        self,
+        input_dict_or_td: Any,
+        clone: bool = False,
+        inplace: bool = False,
+        *,
+        keys_to_update: Sequence | None = None,
+        non_blocking: bool = False,
+        is_leaf: Callable | None = None,
+        update_batch_size: bool = False,
+        ignore_lock: bool = False,
+    ) -> "TensorDict":
         # the common case (plain TensorDicts, no options) walks the entry dicts directly; anything
         # else, or any problem, takes the general path, which names the offending key
-        if not (clone or inplace or keys_to_update is not None or type(input_dict_or_td) is not TensorDict or input_dict_or_td is self):
+        if not (
+            clone
+            or inplace
+            or keys_to_update is not None
+            or type(input_dict_or_td) is not TensorDict
+            or input_dict_or_td is self
+        ):
             writes: list = []
             if _plain_updates(self, input_dict_or_td, writes):
                 for entries, key, value in writes:  # all validated: nothing is half-written
                     entries[key] = value
                 return self
-        return TensorDictBase.update(self, input_dict_or_td, clone=clone, inplace=inplace, keys_to_update=keys_to_update, ignore_lock=ignore_lock)
+        return TensorDictBase.update(
+            self, input_dict_or_td, clone=clone, inplace=inplace, keys_to_update=keys_to_update, ignore_lock=ignore_lock
+        )
 
     def select(self, *keys: NestedKey, inplace: bool = False, strict: bool = True) -> "TensorDict":
         if inplace:
@@ -568,7 +678,9 @@ class TensorDict(TensorDictBase):
         for dest, leaf in pairs:  # every key and shape was checked before the first write
             dest[index] = leaf
 
-    def empty(self, recurse: bool = False, *, batch_size: Any = None, device: Any = NO_DEFAULT, names: Any = None) -> "TensorDict":
+    def empty(
+        self, recurse: bool = False, *, batch_size: Any = None, device: Any = NO_DEFAULT, names: Any = None
+    ) -> "TensorDict":
         if recurse or batch_size is not None or device is not NO_DEFAULT or names is not None:
             return TensorDictBase.empty(self, recurse, batch_size=batch_size, device=device, names=names)
         return TensorDict._new_unsafe({}, self._batch_size, self._device, self._names)
@@ -601,7 +713,10 @@ class TensorDict(TensorDictBase):
 
     def _with_leaves(self, leaves: Iterator) -> "TensorDict":
         """A TensorDict of the same structure whose tensor leaves come from ``leaves``, in order."""
-        out = {k: next(leaves) if isinstance(v, torch.Tensor) else v._with_leaves(leaves) for k, v in self._tensordict.items()}
+        out = {
+            k: next(leaves) if isinstance(v, torch.Tensor) else v._with_leaves(leaves)
+            for k, v in self._tensordict.items()
+        }
         return TensorDict._new_unsafe(out, self._batch_size, self._device, self._names)
 
     # ------------------------------------------------------------------ attributes
@@ -665,7 +780,13 @@ class TensorDict(TensorDictBase):
             state = _getstate(self)
             if state is not None:
                 return state
-        return {"source": self._tensordict, "batch_size": tuple(self._batch_size), "device": self._device, "names": self._names, "locked": self._is_locked}
+        return {
+            "source": self._tensordict,
+            "batch_size": tuple(self._batch_size),
+            "device": self._device,
+            "names": self._names,
+            "locked": self._is_locked,
+        }
 
     def __setstate__(self, state):
         if "consolidated" in state:
@@ -682,9 +803,13 @@ class TensorDict(TensorDictBase):
 
 
 _FOREACH = {
-    operator.add: torch._foreach_add, operator.sub: torch._foreach_sub, operator.mul: torch._foreach_mul,
-    operator.truediv: torch._foreach_div, operator.pow: torch._foreach_pow,
-    torch.maximum: torch._foreach_maximum, torch.minimum: torch._foreach_minimum,
+    operator.add: torch._foreach_add,
+    operator.sub: torch._foreach_sub,
+    operator.mul: torch._foreach_mul,
+    operator.truediv: torch._foreach_div,
+    operator.pow: torch._foreach_pow,
+    torch.maximum: torch._foreach_maximum,
+    torch.minimum: torch._foreach_minimum,
 }
 
 
@@ -765,7 +890,12 @@ def _plain_updates(dest: "TensorDict", source: "TensorDict", writes: list) -> bo
             if not _plain_updates(current, value, writes):
                 return False
             continue
-        if current is not None and not isinstance(current, torch.Tensor) and not current._is_non_tensor and is_tensor_collection(value):
+        if (
+            current is not None
+            and not isinstance(current, torch.Tensor)
+            and not current._is_non_tensor
+            and is_tensor_collection(value)
+        ):
             return False  # merging into a tensor class or a lazy stack
         try:
             writes.append((entries, key, dest._validate(key, value)))
@@ -774,7 +904,9 @@ def _plain_updates(dest: "TensorDict", source: "TensorDict", writes: list) -> bo
     return True
 
 
-def _collect_writes(dest: "TensorDict", value: "TensorDict", dest_bs: torch.Size, batch_dims: int, pairs: list, path: tuple) -> None:
+def _collect_writes(
+    dest: "TensorDict", value: "TensorDict", dest_bs: torch.Size, batch_dims: int, pairs: list, path: tuple
+) -> None:
     """Pair every tensor leaf of ``value`` with its destination in ``dest``, checking keys and shapes."""
     for key, leaf in value._tensordict.items():
         target = dest._tensordict.get(key)
@@ -782,7 +914,9 @@ def _collect_writes(dest: "TensorDict", value: "TensorDict", dest_bs: torch.Size
             raise KeyError(f"td[index] = value: key {path + (key,)!r} of the value is absent from the destination.")
         if isinstance(leaf, torch.Tensor):
             if not isinstance(target, torch.Tensor):
-                raise KeyError(f"td[index] = value: key {path + (key,)!r} is a tensor in the value but not in the destination.")
+                raise KeyError(
+                    f"td[index] = value: key {path + (key,)!r} is a tensor in the value but not in the destination."
+                )
             expected = dest_bs + target.shape[batch_dims:]
             if leaf.shape != expected:
                 check_write_shape(path + (key,), leaf.shape, expected)
@@ -796,7 +930,9 @@ def _collect_writes(dest: "TensorDict", value: "TensorDict", dest_bs: torch.Size
 
             pairs.append((_non_tensor_write(dest, key, target, leaf, dest_bs, batch_dims, path + (key,)), leaf))
         elif not leaf._is_non_tensor:
-            raise KeyError(f"td[index] = value: key {path + (key,)!r} cannot be written through (unsupported nested type {type(target).__name__}).")
+            raise KeyError(
+                f"td[index] = value: key {path + (key,)!r} cannot be written through (unsupported nested type {type(target).__name__})."
+            )
 
 
 def _as_nested(d: Any) -> Any:

@@ -11,6 +11,7 @@ Example:
     >>> env.batch_size
     torch.Size([2, 3])
 """
+
 from __future__ import annotations
 
 from ._shared import BatchedEnvBase

@@ -5,6 +5,7 @@ Its buffer is ``fake_tensordict()`` (every declared key, zero-filled) plus the `
 A step writes the root inputs into the buffer, lets each sub-env step on its slice, and returns a
 copy of the buffer's ``"next"`` entries; a reset does the same with the root outputs.
 """
+
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
@@ -41,7 +42,9 @@ def _make_creators(num_workers: int, create_env_fn: Any, create_env_kwargs: Any,
         fns = [create_env_fn] * num_workers
     for i, fn in enumerate(fns):
         if not callable(fn):
-            raise TypeError(f"{owner}: create_env_fn[{i}] must be callable (a function, an env class or an EnvCreator), got {type(fn).__name__}.")
+            raise TypeError(
+                f"{owner}: create_env_fn[{i}] must be callable (a function, an env class or an EnvCreator), got {type(fn).__name__}."
+            )
     if create_env_kwargs is None:
         kwargs = [{}] * num_workers
     elif isinstance(create_env_kwargs, dict):
@@ -54,7 +57,9 @@ def _make_creators(num_workers: int, create_env_fn: Any, create_env_kwargs: Any,
             )
         kwargs = list(create_env_kwargs)
     else:
-        raise TypeError(f"{owner}: create_env_kwargs must be a dict or a list of dicts, got {type(create_env_kwargs).__name__}.")
+        raise TypeError(
+            f"{owner}: create_env_kwargs must be a dict or a list of dicts, got {type(create_env_kwargs).__name__}."
+        )
     creators: list[EnvCreator] = []
     for fn, kw in zip(fns, kwargs):
         same = next((c for f, k, c in zip(fns, kwargs, creators) if f is fn and k == kw), None)
@@ -167,8 +172,12 @@ class BatchedEnvBase(EnvBase):
         root_in = buffer.exclude("next")
         keys = self._keys()
         step_in = _unique([*keys.action_keys, *keys.state_keys, *keys.observation_keys])
-        self.__dict__["_step_dests"] = tuple((k, root_in.get(k)) for k in step_in if isinstance(root_in.get(k), torch.Tensor))
-        self.__dict__["_reset_dests"] = tuple((k, root_in.get(k)) for k in keys.state_keys if isinstance(root_in.get(k), torch.Tensor))
+        self.__dict__["_step_dests"] = tuple(
+            (k, root_in.get(k)) for k in step_in if isinstance(root_in.get(k), torch.Tensor)
+        )
+        self.__dict__["_reset_dests"] = tuple(
+            (k, root_in.get(k)) for k in keys.state_keys if isinstance(root_in.get(k), torch.Tensor)
+        )
         self.__dict__["_mask_dests"] = tuple((k, buffer.get(k)) for k in layout.mask_keys)
         self.__dict__["_next_views"] = {}
         self.__dict__["_root_views"] = {}

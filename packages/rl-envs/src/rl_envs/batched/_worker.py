@@ -16,6 +16,7 @@ Pipe protocol (parent -> worker; every command gets exactly one reply):
 The worker first sends ``("ready", None)``. A worker that raises sends ``("error", traceback)`` and
 exits. Every worker beats and dies with its parent, even in the middle of a step (``tdict.liveness``).
 """
+
 from __future__ import annotations
 
 import traceback
@@ -97,8 +98,14 @@ class EnvRunner:
             value = out.get(key, None)
             if value is None:
                 continue
-            if check and (not isinstance(value, torch.Tensor) or value.shape != dest.shape or value.dtype != dest.dtype):
-                got = f"shape {list(value.shape)} and dtype {value.dtype}" if isinstance(value, torch.Tensor) else type(value).__name__
+            if check and (
+                not isinstance(value, torch.Tensor) or value.shape != dest.shape or value.dtype != dest.dtype
+            ):
+                got = (
+                    f"shape {list(value.shape)} and dtype {value.dtype}"
+                    if isinstance(value, torch.Tensor)
+                    else type(value).__name__
+                )
                 raise ValueError(
                     f"{type(self.env).__name__}.{what} output {key!r}: expected shape {list(dest.shape)} and dtype "
                     f"{dest.dtype} (from the specs), got {got}."

@@ -1,4 +1,5 @@
 """ParallelEnv: one process per sub-env, data through shared-memory buffers, commands through pipes."""
+
 from __future__ import annotations
 
 import atexit
@@ -59,8 +60,15 @@ class _WorkerPool:
         self.closed = False
         self._index: dict = {}  # pipe or process sentinel -> worker index
 
-    def start(self, ctx: Any, creators: list, buffer: TensorDictBase, layout: BufferLayout,
-              num_threads: int | None, daemon: bool) -> None:
+    def start(
+        self,
+        ctx: Any,
+        creators: list,
+        buffer: TensorDictBase,
+        layout: BufferLayout,
+        num_threads: int | None,
+        daemon: bool,
+    ) -> None:
         _register_pool(self)
         self.board = board = HeartbeatBoard(len(creators), self.heartbeat_interval, self.heartbeat_timeout)
         # the kernel's parent-death signal follows the starting thread: only ask for it from the main one
@@ -69,8 +77,18 @@ class _WorkerPool:
             parent_end, child_end = ctx.Pipe()
             proc = ctx.Process(
                 target=worker_main,
-                args=(i, creator, buffer, layout, child_end, os.getpid(), num_threads, board.beats,
-                      self.heartbeat_interval, kernel_signal),
+                args=(
+                    i,
+                    creator,
+                    buffer,
+                    layout,
+                    child_end,
+                    os.getpid(),
+                    num_threads,
+                    board.beats,
+                    self.heartbeat_interval,
+                    kernel_signal,
+                ),
                 daemon=daemon,
                 name=f"ParallelEnv-worker-{i}",
             )
@@ -95,7 +113,9 @@ class _WorkerPool:
     def gather(self, indices: Any, expected: str) -> dict:
         """The reply of each worker in ``indices``; raises on an error reply, a dead or a silent worker."""
         if self.closed:
-            raise RuntimeError("ParallelEnv: the workers were stopped after an earlier failure; call close() and retry.")
+            raise RuntimeError(
+                "ParallelEnv: the workers were stopped after an earlier failure; call close() and retry."
+            )
         pending = set(indices)
         replies: dict = {}
         board = self.board
@@ -110,11 +130,16 @@ class _WorkerPool:
             if not ready:
                 hung = board.hung(sorted(i for i in pending if not self.conns[i].poll()))
                 if hung:
-                    self._raise_silent(hung, "no progress (heartbeat) from worker(s) {} for heartbeat_timeout="
-                                             f"{board.timeout}s (stopped, sleeping, blocked or deadlocked in a step)")
+                    self._raise_silent(
+                        hung,
+                        "no progress (heartbeat) from worker(s) {} for heartbeat_timeout="
+                        f"{board.timeout}s (stopped, sleeping, blocked or deadlocked in a step)",
+                    )
                 if deadline is not None and time.monotonic() >= deadline:
-                    self._raise_silent(sorted(pending), f"no {expected!r} reply from worker(s) {{}} within "
-                                                        f"worker_timeout={self.timeout}s")
+                    self._raise_silent(
+                        sorted(pending),
+                        f"no {expected!r} reply from worker(s) {{}} within worker_timeout={self.timeout}s",
+                    )
                 check = board.next_check(pending)
                 continue
             exited = []
@@ -158,7 +183,9 @@ class _WorkerPool:
                 why = f" (killed by {signal.Signals(-code).name})"
             except ValueError:
                 why = f" (killed by signal {-code})"
-        raise RuntimeError(f"ParallelEnv: worker {i} (pid {pid}) died with exit code {code}{why}; every worker was stopped.")
+        raise RuntimeError(
+            f"ParallelEnv: worker {i} (pid {pid}) died with exit code {code}{why}; every worker was stopped."
+        )
 
     def close(self, grace: float = 2.0) -> None:
         """Asks the workers to exit, kills those still alive after ``grace`` seconds, joins all (idempotent)."""
@@ -298,7 +325,9 @@ class ParallelEnv(BatchedEnvBase):
         pool = _WorkerPool(self.worker_timeout, self.heartbeat_interval, self.heartbeat_timeout)
         self.__dict__["_pool"] = pool
         self.__dict__["_finalizer"] = weakref.finalize(self, pool.close)
-        pool.start(mp.get_context(self.mp_start_method), self._creators, buffer, layout, self.num_sub_threads, self.daemon)
+        pool.start(
+            mp.get_context(self.mp_start_method), self._creators, buffer, layout, self.num_sub_threads, self.daemon
+        )
 
     def _stop_runners(self) -> None:
         pool, finalizer, local = self._pool, self._finalizer, self._local

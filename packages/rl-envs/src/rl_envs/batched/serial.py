@@ -1,4 +1,5 @@
 """SerialEnv: several copies of an env stepped one after the other in this process, as one batched env."""
+
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence

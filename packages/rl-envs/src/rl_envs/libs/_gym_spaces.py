@@ -24,6 +24,7 @@ gymnasium                 spec
                           members, which fails unless they are all alike).
 ========================  =====================================================================
 """
+
 from __future__ import annotations
 
 from typing import Any
@@ -92,7 +93,11 @@ def _box_spec(space: Any, device: Any) -> Any:
     if unbounded:
         return Unbounded(shape=shape, device=device, dtype=dtype)
     if dtype is torch.bool:
-        return Binary(shape=shape, device=device, dtype=torch.bool) if shape else Categorical(2, shape=shape, device=device, dtype=torch.bool)
+        return (
+            Binary(shape=shape, device=device, dtype=torch.bool)
+            if shape
+            else Categorical(2, shape=shape, device=device, dtype=torch.bool)
+        )
     return Bounded(torch.as_tensor(low), torch.as_tensor(high), shape=shape, device=device, dtype=dtype)
 
 
@@ -136,14 +141,18 @@ def space_to_spec(
         return Binary(shape=torch.Size(space.shape), device=device, dtype=_torch_dtype(space.dtype))
     if kind == "Dict":
         return Composite(
-            {key: space_to_spec(space.spaces[name], cat, device, remap_state_to_observation)
-             for key, name in _dict_keys(space, remap_state_to_observation)},
-            shape=(), device=device,
+            {
+                key: space_to_spec(space.spaces[name], cat, device, remap_state_to_observation)
+                for key, name in _dict_keys(space, remap_state_to_observation)
+            },
+            shape=(),
+            device=device,
         )
     # Tuple
     return Composite(
         {str(i): space_to_spec(sub, cat, device, remap_state_to_observation) for i, sub in enumerate(space.spaces)},
-        shape=(), device=device,
+        shape=(),
+        device=device,
     )
 
 
@@ -228,27 +237,34 @@ def make_codec(
             return np.asarray(idx - start) if start else idx
 
         if cat:
+
             def read(x: Any) -> torch.Tensor:
                 return _from_numpy(np.asarray(index(x), dtype=space.dtype))
 
             if batched:
+
                 def write(t: torch.Tensor) -> Any:
                     a = _to_numpy(t)
                     return a + start if start else a
             else:
+
                 def write(t: torch.Tensor) -> Any:
                     return int(t) + start
         else:
+
             def read(x: Any) -> torch.Tensor:
                 return torch.nn.functional.one_hot(_from_numpy(index(x)), n)
 
             if batched:
+
                 def write(t: torch.Tensor) -> Any:
                     a = _to_numpy(t).argmax(-1)
                     return a + start if start else a
             else:
+
                 def write(t: torch.Tensor) -> Any:
                     return int(_to_numpy(t).argmax()) + start
+
         return SpaceCodec(spec, read, read, _always, _no_arrays, write, _replace_array_rows)
 
     if kind == "MultiDiscrete" and not isinstance(spec, MultiCategorical):
@@ -266,7 +282,9 @@ def make_codec(
 
         def write(t: torch.Tensor) -> Any:
             a = _to_numpy(t)
-            out = np.stack([a[..., bounds[i]:bounds[i + 1]].argmax(-1) for i in range(len(nvec))], -1).astype(space.dtype)
+            out = np.stack([a[..., bounds[i] : bounds[i + 1]].argmax(-1) for i in range(len(nvec))], -1).astype(
+                space.dtype
+            )
             return out + start if has_start else out
 
         return SpaceCodec(spec, read, read, _always, _no_arrays, write, _replace_array_rows)
@@ -288,6 +306,7 @@ def make_codec(
 
         write = _to_numpy
     else:
+
         def read(x: Any) -> torch.Tensor:
             return _from_numpy(np.asarray(np.asarray(x, dtype=np_dtype) - start))
 
@@ -298,8 +317,12 @@ def make_codec(
 
     def check(x: Any) -> bool:
         return (
-            type(x) is np.ndarray and x.dtype == np_dtype and x.shape == shape and x.flags.writeable
-            and all(s >= 0 for s in x.strides) and x.dtype.isnative
+            type(x) is np.ndarray
+            and x.dtype == np_dtype
+            and x.shape == shape
+            and x.flags.writeable
+            and all(s >= 0 for s in x.strides)
+            and x.dtype.isnative
         )
 
     def arrays(x: Any) -> tuple:
@@ -314,11 +337,35 @@ def make_codec(
 def _composite_codec(space, kind, spec, cat, batch_size, device, remap) -> SpaceCodec:
     if kind == "Dict":
         pairs = _dict_keys(space, remap)
-        members = [(key, name, make_codec(space.spaces[name], categorical_action_encoding=cat, batch_size=batch_size,
-                                           device=device, remap_state_to_observation=remap)) for key, name in pairs]
+        members = [
+            (
+                key,
+                name,
+                make_codec(
+                    space.spaces[name],
+                    categorical_action_encoding=cat,
+                    batch_size=batch_size,
+                    device=device,
+                    remap_state_to_observation=remap,
+                ),
+            )
+            for key, name in pairs
+        ]
     else:
-        members = [(str(i), i, make_codec(sub, categorical_action_encoding=cat, batch_size=batch_size, device=device,
-                                          remap_state_to_observation=remap)) for i, sub in enumerate(space.spaces)]
+        members = [
+            (
+                str(i),
+                i,
+                make_codec(
+                    sub,
+                    categorical_action_encoding=cat,
+                    batch_size=batch_size,
+                    device=device,
+                    remap_state_to_observation=remap,
+                ),
+            )
+            for i, sub in enumerate(space.spaces)
+        ]
     readers = tuple((key, name, c.read) for key, name, c in members)
     safe_readers = tuple((key, name, c.read_safe) for key, name, c in members)
     new_td = TensorDict.unchecked
@@ -336,12 +383,16 @@ def _composite_codec(space, kind, spec, cat, batch_size, device, remap) -> Space
         return tuple(a for _, name, c in members for a in c.arrays(x[name]))
 
     if kind == "Dict":
+
         def write(td: Any) -> Any:
             return {name: c.write(td.get(key)) for key, name, c in members}
 
         def replace_rows(batched: Any, finals: Any, idx: np.ndarray) -> Any:
-            return {name: c.replace_rows(batched[name], {i: finals[i][name] for i in idx}, idx) for _, name, c in members}
+            return {
+                name: c.replace_rows(batched[name], {i: finals[i][name] for i in idx}, idx) for _, name, c in members
+            }
     else:
+
         def write(td: Any) -> Any:
             return tuple(c.write(td.get(key)) for key, _, c in members)
 

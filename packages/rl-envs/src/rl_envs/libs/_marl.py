@@ -5,12 +5,19 @@ last batch dim indexes the group's agents. This module holds what every wrapper 
 and check that split: :class:`MarlGroupMapType`, :func:`check_marl_grouping` and the
 ``"<prefix>_<int>"`` naming convention (:func:`group_by_prefix`).
 """
+
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from enum import Enum
 
-__all__ = ["MarlGroupMapType", "check_marl_grouping", "follows_prefix_convention", "group_by_prefix", "resolve_group_map"]
+__all__ = [
+    "MarlGroupMapType",
+    "check_marl_grouping",
+    "follows_prefix_convention",
+    "group_by_prefix",
+    "resolve_group_map",
+]
 
 # keys the wrappers write at the root: a group may not take these names
 _RESERVED = ("done", "terminated", "truncated", "state", "_reset", "next")
@@ -59,13 +66,17 @@ def check_marl_grouping(group_map: Mapping[str, Sequence[str]], agent_names: Seq
             raise ValueError(f"group_map[{group!r}]: expected a non-empty list of agent names, got {agents!r}.")
         for agent in agents:
             if agent not in agent_names:
-                raise ValueError(f"group_map[{group!r}]: agent {agent!r} is not an agent of the env {list(agent_names)}.")
+                raise ValueError(
+                    f"group_map[{group!r}]: agent {agent!r} is not an agent of the env {list(agent_names)}."
+                )
             if agent in seen:
                 raise ValueError(f"group_map: agent {agent!r} is in two groups ({seen[agent]!r} and {group!r}).")
             seen[agent] = group
     missing = [a for a in agent_names if a not in seen]
     if missing:
-        raise ValueError(f"group_map: agents {missing} are in no group; every agent of the env must be in exactly one group.")
+        raise ValueError(
+            f"group_map: agents {missing} are in no group; every agent of the env must be in exactly one group."
+        )
 
 
 def _prefix(name: str) -> str | None:

@@ -20,6 +20,7 @@ first imported. When that variable is unset and there is no display, importing t
 to ``"egl"`` (headless rendering); set ``MUJOCO_GL=osmesa`` for software rendering. A failed first
 render raises a ``RuntimeError`` with that hint.
 """
+
 from __future__ import annotations
 
 import os
@@ -376,8 +377,14 @@ class DMControlEnv(DMControlWrapper):
             )
         env = suite.load(env_name, task_name, task_kwargs=task_kwargs, environment_kwargs=environment_kwargs)
         super().__init__(
-            env, from_pixels=from_pixels, pixels_only=pixels_only, frame_skip=frame_skip, device=device,
-            batch_size=batch_size, camera_id=camera_id, render_kwargs=render_kwargs,
+            env,
+            from_pixels=from_pixels,
+            pixels_only=pixels_only,
+            frame_skip=frame_skip,
+            device=device,
+            batch_size=batch_size,
+            camera_id=camera_id,
+            render_kwargs=render_kwargs,
         )
         self.env_name, self.task_name = env_name, task_name
 

@@ -9,6 +9,7 @@ The hot path (``_step``) is one gymnasium call plus a handful of precomputed con
 returns fresh, well-formed arrays), one numpy scalar per reward/flag, and a TensorDict built
 without validation.
 """
+
 from __future__ import annotations
 
 from collections.abc import Sequence
@@ -222,10 +223,14 @@ class GymWrapper(EnvBase):
     ) -> None:
         gym = _gymnasium()
         if env is None or not (hasattr(env, "action_space") and hasattr(env, "observation_space")):
-            raise TypeError(f"GymWrapper: env must be a gymnasium env (with action_space and observation_space), got {env!r}.")
+            raise TypeError(
+                f"GymWrapper: env must be a gymnasium env (with action_space and observation_space), got {env!r}."
+            )
         if int(frame_skip) != frame_skip or frame_skip < 1:
             raise ValueError(f"GymWrapper: frame_skip must be an integer >= 1, got {frame_skip!r}.")
-        vector = isinstance(env, gym.vector.VectorEnv) or isinstance(getattr(env, "unwrapped", None), gym.vector.VectorEnv)
+        vector = isinstance(env, gym.vector.VectorEnv) or isinstance(
+            getattr(env, "unwrapped", None), gym.vector.VectorEnv
+        )
         super().__init__(device=device, batch_size=[env.num_envs] if vector else [])
         self.categorical_action_encoding = bool(categorical_action_encoding)
         self.frame_skip = int(frame_skip)
@@ -249,12 +254,16 @@ class GymWrapper(EnvBase):
         self._pending_seed: int | None = None
         self.autoreset_mode = None
         if vector:
-            mode = getattr(env, "autoreset_mode", None) or env.metadata.get("autoreset_mode", gym.vector.AutoresetMode.NEXT_STEP)
+            mode = getattr(env, "autoreset_mode", None) or env.metadata.get(
+                "autoreset_mode", gym.vector.AutoresetMode.NEXT_STEP
+            )
             self.autoreset_mode = gym.vector.AutoresetMode(mode)
             self._same_step = self.autoreset_mode == gym.vector.AutoresetMode.SAME_STEP
             self._disabled = self.autoreset_mode == gym.vector.AutoresetMode.DISABLED
             base = env.unwrapped
-            self._reset_mask_ok = self._disabled or isinstance(base, (gym.vector.SyncVectorEnv, gym.vector.AsyncVectorEnv))
+            self._reset_mask_ok = self._disabled or isinstance(
+                base, (gym.vector.SyncVectorEnv, gym.vector.AsyncVectorEnv)
+            )
             self._done_rows = np.zeros(env.num_envs, dtype=bool)  # done at the last step, not reset since
             self._last_raw_obs = None
             self._last_info: dict = {}
@@ -308,7 +317,9 @@ class GymWrapper(EnvBase):
         ok = codec.check(obs)
         prev = self._prev_arrays
         if ok:
-            ok = not any(np.may_share_memory(a, b) for a in arrays for b in prev) and len({id(a) for a in arrays}) == len(arrays)
+            ok = not any(np.may_share_memory(a, b) for a in arrays for b in prev) and len(
+                {id(a) for a in arrays}
+            ) == len(arrays)
         self._probation_clean = self._probation_clean and ok
         # kept alive (so no new array can take their memory) and compared with every later one
         self._prev_arrays = prev + arrays if ok else ()
@@ -327,7 +338,9 @@ class GymWrapper(EnvBase):
         """The registered info readers (applied in order after each step and reset)."""
         return self._info_dict_reader
 
-    def set_info_dict_reader(self, info_dict_reader: BaseInfoDictReader | None = None, ignore_private: bool = True) -> GymWrapper:
+    def set_info_dict_reader(
+        self, info_dict_reader: BaseInfoDictReader | None = None, ignore_private: bool = True
+    ) -> GymWrapper:
         """Registers a reader of gymnasium's ``info`` dict and adds its entries to the observation spec.
 
         Args:
@@ -358,7 +371,11 @@ class GymWrapper(EnvBase):
             if info_spec is None:
                 continue
             for key, leaf in info_spec.items(True, True):
-                spec[key] = leaf.expand(*batch, *leaf.shape).to(self.device) if self.device is not None else leaf.expand(*batch, *leaf.shape)
+                spec[key] = (
+                    leaf.expand(*batch, *leaf.shape).to(self.device)
+                    if self.device is not None
+                    else leaf.expand(*batch, *leaf.shape)
+                )
         self.observation_spec = spec
 
     def _read_info(self, info: Any, td: TensorDictBase) -> TensorDictBase:
@@ -379,7 +396,9 @@ class GymWrapper(EnvBase):
         seed = kwargs.pop("seed", None)
         options = kwargs.pop("options", None)
         if kwargs:
-            raise TypeError(f"{type(self).__name__}.reset: unexpected arguments {sorted(kwargs)} (expected seed, options).")
+            raise TypeError(
+                f"{type(self).__name__}.reset: unexpected arguments {sorted(kwargs)} (expected seed, options)."
+            )
         if seed is None:
             seed = self._pending_seed
         self._pending_seed = None
@@ -595,8 +614,13 @@ class GymEnv(GymWrapper):
                 kwargs["wrappers"] = wrappers
             env = gym.make_vec(env_id, num_envs=int(num_envs), **kwargs)
         super().__init__(
-            env, categorical_action_encoding=categorical_action_encoding, from_pixels=from_pixels,
-            pixels_only=pixels_only, frame_skip=frame_skip, device=device, _pixels_ready=num_envs is not None,
+            env,
+            categorical_action_encoding=categorical_action_encoding,
+            from_pixels=from_pixels,
+            pixels_only=pixels_only,
+            frame_skip=frame_skip,
+            device=device,
+            _pixels_ready=num_envs is not None,
         )
         self.env_name = env_id
 

@@ -16,6 +16,7 @@ Layout of one step (``group`` is a key of the group map, ``n`` its number of age
     "done" | "terminated" | "truncated"            []    bool, aggregated over all agents
     "state"                  [*state_shape]   only with ``return_state=True``
 """
+
 from __future__ import annotations
 
 import importlib
@@ -155,7 +156,11 @@ class PettingZooWrapper(EnvBase):
             parallel = False
         else:
             raise TypeError(f"PettingZooWrapper: env must be a pettingzoo AECEnv or ParallelEnv, got {env!r}.")
-        for name, value in (("return_state", return_state), ("use_mask", use_mask), ("categorical_actions", categorical_actions)):
+        for name, value in (
+            ("return_state", return_state),
+            ("use_mask", use_mask),
+            ("categorical_actions", categorical_actions),
+        ):
             if not isinstance(value, bool):
                 raise TypeError(f"PettingZooWrapper: {name} must be a bool, got {value!r}.")
         if done_on_any is not None and not isinstance(done_on_any, bool):
@@ -168,9 +173,13 @@ class PettingZooWrapper(EnvBase):
         elif isinstance(group_map, MarlGroupMapType):
             group_map = group_map.get_group_map(agents)
         elif isinstance(group_map, Mapping):
-            group_map = {group: list(names) if not isinstance(names, str) else names for group, names in group_map.items()}
+            group_map = {
+                group: list(names) if not isinstance(names, str) else names for group, names in group_map.items()
+            }
         else:
-            raise TypeError(f"PettingZooWrapper: group_map must be a dict, a MarlGroupMapType or None, got {group_map!r}.")
+            raise TypeError(
+                f"PettingZooWrapper: group_map must be a dict, a MarlGroupMapType or None, got {group_map!r}."
+            )
         check_marl_grouping(group_map, agents)
 
         super().__init__(device=device, batch_size=[])
@@ -211,18 +220,24 @@ class PettingZooWrapper(EnvBase):
             for agent in names:
                 space = env.observation_space(agent)
                 space, mask_sources[agent] = _without_action_mask(space)
-                obs_codecs[agent] = make_codec(space, categorical_action_encoding=cat, device=dev, remap_state_to_observation=False)
+                obs_codecs[agent] = make_codec(
+                    space, categorical_action_encoding=cat, device=dev, remap_state_to_observation=False
+                )
                 act_codecs[agent] = make_codec(env.action_space(agent), categorical_action_encoding=cat, device=dev)
                 group_obs.append(obs_codecs[agent].spec)
                 group_act.append(act_codecs[agent].spec)
-            obs_spec = Composite(observation=_stack_group(group_obs, group, "observation", names), shape=(n,), device=dev)
+            obs_spec = Composite(
+                observation=_stack_group(group_obs, group, "observation", names), shape=(n,), device=dev
+            )
             act_spec = Composite(action=_stack_group(group_act, group, "action", names), shape=(n,), device=dev)
             if self.use_mask:
                 obs_spec["mask"] = Categorical(2, shape=(n,), dtype=torch.bool, device=dev)
             obs_specs[group], act_specs[group] = obs_spec, act_spec
             reward_specs[group] = Composite(reward=Unbounded(shape=(n,), device=dev), shape=(n,), device=dev)
             flag = Categorical(2, shape=(n,), dtype=torch.bool, device=dev)
-            done_specs[group] = Composite(done=flag, terminated=flag.clone(), truncated=flag.clone(), shape=(n,), device=dev)
+            done_specs[group] = Composite(
+                done=flag, terminated=flag.clone(), truncated=flag.clone(), shape=(n,), device=dev
+            )
         self._obs_codecs, self._act_codecs, self._mask_sources = obs_codecs, act_codecs, mask_sources
 
         # a first reset tells what the info dicts hold (and whether they carry action masks)
@@ -245,12 +260,16 @@ class PettingZooWrapper(EnvBase):
             self._info_keys[group] = [(k, info_shapes[k]) for k in keys]
             if keys:
                 obs_specs[group]["info"] = Composite(
-                    {k: Unbounded(shape=(n, *info_shapes[k]), device=self.device) for k in keys}, shape=(n,), device=self.device
+                    {k: Unbounded(shape=(n, *info_shapes[k]), device=self.device) for k in keys},
+                    shape=(n,),
+                    device=self.device,
                 )
             sources = [mask_sources[a] for a in names]
             has_mask = any(s is not None for s in sources)
             if has_mask and not all(s is not None for s in sources):
-                raise ValueError(f"PettingZooWrapper: only some agents of group {group!r} report an action mask; regroup them.")
+                raise ValueError(
+                    f"PettingZooWrapper: only some agents of group {group!r} report an action mask; regroup them."
+                )
             self._has_action_mask[group] = has_mask
             if has_mask:
                 action = act_specs[group]["action"]
@@ -260,7 +279,9 @@ class PettingZooWrapper(EnvBase):
                         f"{type(action).__name__}; action masks are supported for Discrete action spaces."
                     )
                 n_actions = action.n
-                obs_specs[group]["action_mask"] = Categorical(2, shape=(n, n_actions), dtype=torch.bool, device=self.device)
+                obs_specs[group]["action_mask"] = Categorical(
+                    2, shape=(n, n_actions), dtype=torch.bool, device=self.device
+                )
                 action.update_mask(torch.ones(n, n_actions, dtype=torch.bool))
         obs_root = Composite(obs_specs, shape=(), device=self.device)
         if self.return_state:
@@ -338,7 +359,9 @@ class PettingZooWrapper(EnvBase):
         return self._build(obs, infos, dict(env.rewards), dict(env.terminations), dict(env.truncations))
 
     # ------------------------------------------------------------------ conversion
-    def _build(self, obs: dict, infos: dict, rewards: dict | None, terms: dict | None, truncs: dict | None) -> TensorDictBase:
+    def _build(
+        self, obs: dict, infos: dict, rewards: dict | None, terms: dict | None, truncs: dict | None
+    ) -> TensorDictBase:
         """One step's (or reset's) TensorDict from pettingzoo's per-agent dicts."""
         dev = self.device
         acting = set(self._env.agents) if self.parallel else {self._env.agent_selection}
@@ -517,8 +540,14 @@ class PettingZooEnv(PettingZooWrapper):
             api = "parallel_env" if parallel else "env"
             raise ValueError(f"PettingZooEnv: task {task!r} ({module.__name__}) has no {api}() constructor.")
         super().__init__(
-            maker(**kwargs), return_state=return_state, group_map=group_map, use_mask=use_mask,
-            categorical_actions=categorical_actions, seed=seed, done_on_any=done_on_any, device=device,
+            maker(**kwargs),
+            return_state=return_state,
+            group_map=group_map,
+            use_mask=use_mask,
+            categorical_actions=categorical_actions,
+            seed=seed,
+            done_on_any=done_on_any,
+            device=device,
         )
         self.task = task
 

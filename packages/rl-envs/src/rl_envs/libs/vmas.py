@@ -14,6 +14,7 @@ Layout of one step (``N = num_envs``, ``group`` a key of the group map, ``n`` it
     (group, "done" | "terminated" | "truncated")   [N, n]   bool, the env's flags repeated per agent
     "done" | "terminated" | "truncated"            [N]      bool
 """
+
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
@@ -237,13 +238,19 @@ class VmasWrapper(EnvBase):
             n = len(agents)
             idx = self._group_index[group]
             group_shape = (n_envs, n)
-            obs = [space_to_spec(_member(env.observation_space, i, a), device=dev, remap_state_to_observation=False)
-                   for i, a in zip(idx, agents)]
-            act = [space_to_spec(_member(env.action_space, i, a), categorical_action_encoding=cat, device=dev)
-                   for i, a in zip(idx, agents)]
+            obs = [
+                space_to_spec(_member(env.observation_space, i, a), device=dev, remap_state_to_observation=False)
+                for i, a in zip(idx, agents)
+            ]
+            act = [
+                space_to_spec(_member(env.action_space, i, a), categorical_action_encoding=cat, device=dev)
+                for i, a in zip(idx, agents)
+            ]
             obs_leaf = _stack_group(obs, group, "observation", agents)
             act_leaf = _stack_group(act, group, "action", agents)
-            obs_spec = Composite(observation=obs_leaf.expand(*group_shape, *obs_leaf.shape[1:]), shape=group_shape, device=dev)
+            obs_spec = Composite(
+                observation=obs_leaf.expand(*group_shape, *obs_leaf.shape[1:]), shape=group_shape, device=dev
+            )
             act_leaf = act_leaf.expand(*group_shape, *act_leaf.shape[1:])
             act_specs[group] = Composite(action=act_leaf, shape=group_shape, device=dev)
             self._to_index[group] = _index_converter(act_leaf)
@@ -252,10 +259,13 @@ class VmasWrapper(EnvBase):
             if info_shapes:
                 obs_spec["info"] = Composite(
                     {k: Unbounded(shape=(*group_shape, *s), device=dev) for k, s in info_shapes.items()},
-                    shape=group_shape, device=dev,
+                    shape=group_shape,
+                    device=dev,
                 )
             obs_specs[group] = obs_spec
-            reward_specs[group] = Composite(reward=Unbounded(shape=group_shape, device=dev), shape=group_shape, device=dev)
+            reward_specs[group] = Composite(
+                reward=Unbounded(shape=group_shape, device=dev), shape=group_shape, device=dev
+            )
             flag = Categorical(2, shape=group_shape, dtype=torch.bool, device=dev)
             done_specs[group] = Composite({k: flag.clone() for k in _FLAGS}, shape=group_shape, device=dev)
         done_root = Composite(done_specs, shape=batch, device=dev)
@@ -304,7 +314,9 @@ class VmasWrapper(EnvBase):
             else:
                 n = len(self.group_map[group])
                 if mask.shape != (n_envs, n):
-                    raise ValueError(f"VmasWrapper.reset: {key!r} must have shape [{n_envs}, {n}], got {list(mask.shape)}.")
+                    raise ValueError(
+                        f"VmasWrapper.reset: {key!r} must have shape [{n_envs}, {n}], got {list(mask.shape)}."
+                    )
                 mask = mask.bool()
                 env_mask = mask.any(-1)
                 if not torch.equal(env_mask, mask.all(-1)):
@@ -358,7 +370,9 @@ class VmasWrapper(EnvBase):
         return self._build(obs, rewards, infos, term, trunc)
 
     # ------------------------------------------------------------------ conversion
-    def _build(self, obs: list, rewards: list | None, infos: list, term: torch.Tensor, trunc: torch.Tensor) -> TensorDictBase:
+    def _build(
+        self, obs: list, rewards: list | None, infos: list, term: torch.Tensor, trunc: torch.Tensor
+    ) -> TensorDictBase:
         """One step's (or reset's) TensorDict from vmas's per-agent lists."""
         batch = self.batch_size
         term = term.bool()
@@ -410,7 +424,9 @@ class VmasWrapper(EnvBase):
     def __repr__(self) -> str:
         groups = {g: len(a) for g, a in self.group_map.items()}
         name = type(self._env.scenario).__module__.rsplit(".", 1)[-1]
-        return f"{type(self).__name__}(scenario={name}, num_envs={self.num_envs}, groups={groups}, device={self.device})"
+        return (
+            f"{type(self).__name__}(scenario={name}, num_envs={self.num_envs}, groups={groups}, device={self.device})"
+        )
 
 
 def _index_converter(spec: Any) -> Any:
@@ -497,9 +513,15 @@ class VmasEnv(VmasWrapper):
         if own:
             raise TypeError(f"VmasEnv: {own} are set by VmasEnv itself (terminated_truncated=True, wrapper=None).")
         env = vmas.make_env(
-            scenario, num_envs=num_envs, device="cpu" if device is None else device,
-            continuous_actions=continuous_actions, max_steps=max_steps, seed=seed, terminated_truncated=True,
-            wrapper=None, **kwargs,
+            scenario,
+            num_envs=num_envs,
+            device="cpu" if device is None else device,
+            continuous_actions=continuous_actions,
+            max_steps=max_steps,
+            seed=seed,
+            terminated_truncated=True,
+            wrapper=None,
+            **kwargs,
         )
         super().__init__(env, categorical_actions=categorical_actions, group_map=group_map)
         self.scenario_name = scenario if isinstance(scenario, str) else type(scenario).__module__.rsplit(".", 1)[-1]
@@ -507,4 +529,6 @@ class VmasEnv(VmasWrapper):
 
     def __repr__(self) -> str:
         groups = {g: len(a) for g, a in self.group_map.items()}
-        return f"VmasEnv(scenario={self.scenario_name}, num_envs={self.num_envs}, groups={groups}, device={self.device})"
+        return (
+            f"VmasEnv(scenario={self.scenario_name}, num_envs={self.num_envs}, groups={groups}, device={self.device})"
+        )

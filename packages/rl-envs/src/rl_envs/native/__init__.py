@@ -1,4 +1,5 @@
 """Native environments: pure torch, vectorised over a batch dimension."""
+
 from .pendulum import PendulumEnv
 
 __all__ = ["PendulumEnv"]

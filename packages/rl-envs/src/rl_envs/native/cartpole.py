@@ -1,4 +1,5 @@
 """CartPoleEnv: Gymnasium's CartPole-v1 in pure torch, vectorised over a batch dimension."""
+
 from __future__ import annotations
 
 import math
@@ -107,8 +108,12 @@ class CartPoleEnv(EnvBase):
     """
 
     def __init__(
-        self, batch_size: Sequence[int] | None = None, device: Any = None, seed: int | None = None,
-        validate_actions: bool = True, categorical_action_encoding: bool = False,
+        self,
+        batch_size: Sequence[int] | None = None,
+        device: Any = None,
+        seed: int | None = None,
+        validate_actions: bool = True,
+        categorical_action_encoding: bool = False,
     ) -> None:
         if not isinstance(categorical_action_encoding, bool):
             raise TypeError(
@@ -141,7 +146,9 @@ class CartPoleEnv(EnvBase):
         # Gymnasium's observation space: twice the termination limits, so a terminating state still fits
         high = torch.tensor([2 * X_THRESHOLD, math.inf, 2 * THETA_THRESHOLD, math.inf], dtype=torch.float32)
         self.observation_spec = Composite(
-            observation=Bounded(-high.expand(*shape, 4), high.expand(*shape, 4), shape=(*shape, 4), device=device, dtype=torch.float32),
+            observation=Bounded(
+                -high.expand(*shape, 4), high.expand(*shape, 4), shape=(*shape, 4), device=device, dtype=torch.float32
+            ),
             shape=shape,
         )
         if self.categorical_action_encoding:
@@ -156,7 +163,9 @@ class CartPoleEnv(EnvBase):
         if kwargs:
             raise TypeError(f"CartPoleEnv.reset: unexpected keyword arguments {sorted(kwargs)}.")
         batch = self.batch_size
-        obs = torch.empty((*batch, 4), dtype=torch.float32, device=self.device).uniform_(-RESET_BOUND, RESET_BOUND, generator=self._rng)
+        obs = torch.empty((*batch, 4), dtype=torch.float32, device=self.device).uniform_(
+            -RESET_BOUND, RESET_BOUND, generator=self._rng
+        )
         done = torch.zeros((3, *batch), dtype=torch.bool, device=self.device)
         return TensorDict.unchecked(
             {"observation": obs, "done": done[0], "terminated": done[1], "truncated": done[2]}, batch, self.device

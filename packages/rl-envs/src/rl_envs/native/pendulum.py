@@ -1,4 +1,5 @@
 """PendulumEnv: Gymnasium's Pendulum-v1 in pure torch, vectorised and stateless-capable."""
+
 from __future__ import annotations
 
 import math
@@ -17,7 +18,11 @@ _DEFAULTS = {"max_speed": 8.0, "max_torque": 2.0, "dt": 0.05, "g": 10.0, "m": 1.
 
 def pendulum_step(th, thdot, u, max_speed, max_torque, dt, g, m, l):  # noqa: E741 (gymnasium's names)
     """One Pendulum-v1 step: ``(new_th, new_thdot, reward)``; parameters are floats or per-env tensors."""
-    u = torch.maximum(torch.minimum(u, max_torque), -max_torque) if isinstance(max_torque, torch.Tensor) else u.clamp(-max_torque, max_torque)
+    u = (
+        torch.maximum(torch.minimum(u, max_torque), -max_torque)
+        if isinstance(max_torque, torch.Tensor)
+        else u.clamp(-max_torque, max_torque)
+    )
     normalized = torch.remainder(th + math.pi, 2 * math.pi) - math.pi
     costs = normalized.square() + 0.1 * thdot.square() + 0.001 * u.square()
     new_thdot = thdot + (3 * g / (2 * l) * torch.sin(th) + 3.0 / (m * l * l) * u) * dt
@@ -82,7 +87,9 @@ class PendulumEnv(EnvBase):
         torch.Size([3, 5])
     """
 
-    def __init__(self, batch_size: Sequence[int] | None = None, device: Any = None, seed: int | None = None, **params: float) -> None:
+    def __init__(
+        self, batch_size: Sequence[int] | None = None, device: Any = None, seed: int | None = None, **params: float
+    ) -> None:
         unknown = set(params) - set(_DEFAULTS)
         if unknown:
             raise TypeError(f"PendulumEnv: unknown parameters {sorted(unknown)}; expected some of {sorted(_DEFAULTS)}.")
@@ -111,8 +118,10 @@ class PendulumEnv(EnvBase):
         params = Composite({k: Unbounded(shape=shape, device=device) for k in _DEFAULTS}, shape=shape)
         self.observation_spec = Composite(
             observation=Bounded(
-                torch.tensor([-1.0, -1.0, -max_speed]).expand(*shape, 3), torch.tensor([1.0, 1.0, max_speed]).expand(*shape, 3),
-                shape=(*shape, 3), device=device,
+                torch.tensor([-1.0, -1.0, -max_speed]).expand(*shape, 3),
+                torch.tensor([1.0, 1.0, max_speed]).expand(*shape, 3),
+                shape=(*shape, 3),
+                device=device,
             ),
             th=Unbounded(shape=shape, device=device),  # the angle is not wrapped (as in Gymnasium's state)
             thdot=Bounded(-max_speed, max_speed, shape=shape, device=device),
@@ -135,7 +144,9 @@ class PendulumEnv(EnvBase):
         batch = torch.Size(batch_size if batch_size is not None else ())
         values = {**self._params, **overrides}
         params = TensorDict(
-            {k: torch.full(batch, float(values[k]), device=self.device) for k in _DEFAULTS}, batch_size=batch, device=self.device
+            {k: torch.full(batch, float(values[k]), device=self.device) for k in _DEFAULTS},
+            batch_size=batch,
+            device=self.device,
         )
         return TensorDict({"params": params}, batch_size=batch, device=self.device)
 
@@ -150,9 +161,17 @@ class PendulumEnv(EnvBase):
         done = torch.zeros(batch, dtype=torch.bool, device=self.device)
         obs = torch.stack([th.cos(), th.sin(), thdot], -1)
         return TensorDict.unchecked(
-            {"th": th, "thdot": thdot, "observation": obs, "params": params,
-             "done": done, "terminated": done.clone(), "truncated": done.clone()},
-            batch, self.device,
+            {
+                "th": th,
+                "thdot": thdot,
+                "observation": obs,
+                "params": params,
+                "done": done,
+                "terminated": done.clone(),
+                "truncated": done.clone(),
+            },
+            batch,
+            self.device,
         )
 
     def _has_own_params(self, params: TensorDictBase) -> bool:
@@ -188,9 +207,13 @@ class PendulumEnv(EnvBase):
         batch = tensordict.batch_size
         done = torch.zeros_like(reward, dtype=torch.bool)
         out = {
-            "th": new_th, "thdot": new_thdot,
+            "th": new_th,
+            "thdot": new_thdot,
             "observation": torch.stack([new_th.cos(), new_th.sin(), new_thdot], -1),
-            "reward": reward, "done": done, "terminated": torch.zeros_like(done), "truncated": torch.zeros_like(done),
+            "reward": reward,
+            "done": done,
+            "terminated": torch.zeros_like(done),
+            "truncated": torch.zeros_like(done),
         }
         return TensorDict.unchecked(out, batch, self.device)
 

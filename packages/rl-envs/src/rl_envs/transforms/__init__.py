@@ -2,6 +2,7 @@
 
 Each transform lives in the module of its family; names are imported on first use.
 """
+
 from __future__ import annotations
 
 import importlib
@@ -19,16 +20,26 @@ _LAZY = {
     **dict.fromkeys(["ToTensorImage", "Resize", "CenterCrop", "Crop", "GrayScale"], "image"),
     **dict.fromkeys(["ClipTransform", "SignTransform", "UnaryTransform"], "elementwise"),
     **dict.fromkeys(
-        ["RewardSum", "RewardScaling", "RewardClipping", "BinarizeReward", "Reward2GoTransform", "TargetReturn"], "reward"
+        ["RewardSum", "RewardScaling", "RewardClipping", "BinarizeReward", "Reward2GoTransform", "TargetReturn"],
+        "reward",
     ),
     **dict.fromkeys(
-        ["InitTracker", "TrajCounter", "NoopResetEnv", "FrameSkipTransform", "RandomTruncationTransform",
-         "TerminateTransform", "EndOfLifeTransform"],
+        [
+            "InitTracker",
+            "TrajCounter",
+            "NoopResetEnv",
+            "FrameSkipTransform",
+            "RandomTruncationTransform",
+            "TerminateTransform",
+            "EndOfLifeTransform",
+        ],
         "episode",
     ),
     "TensorDictPrimer": "primer",
     **dict.fromkeys(["CatFrames", "TimeMaxPool", "NextObservationDelta"], "temporal"),
-    **dict.fromkeys(["ActionScaling", "FlattenAction", "ActionMask", "DiscreteActionProjection", "MultiAction"], "action"),
+    **dict.fromkeys(
+        ["ActionScaling", "FlattenAction", "ActionMask", "DiscreteActionProjection", "MultiAction"], "action"
+    ),
     "ActionDiscretizer": "discretize",
     **dict.fromkeys(["ObservationNorm", "VecNorm", "NormalizeReward"], "norm"),
     "VideoRecorder": "video",
@@ -108,7 +119,59 @@ if TYPE_CHECKING:  # type checkers and IDEs see these (`X as X`: re-exported); a
         VideoRecorder as VideoRecorder,
     )
 
-__all__ = sorted(["Compose", "StepCounter", "Transform", "TransformedEnv", *_LAZY])
+# static, so that documentation tools read it (tests/integration/test_layout.py checks it against _LAZY)
+__all__ = [
+    "ActionDiscretizer",
+    "ActionMask",
+    "ActionScaling",
+    "BinarizeReward",
+    "CatFrames",
+    "CatTensors",
+    "CenterCrop",
+    "ClipTransform",
+    "Compose",
+    "Crop",
+    "DTypeCastTransform",
+    "DeviceCastTransform",
+    "DiscreteActionProjection",
+    "DoubleToFloat",
+    "EndOfLifeTransform",
+    "ExcludeTransform",
+    "FlattenAction",
+    "FlattenObservation",
+    "FrameSkipTransform",
+    "GrayScale",
+    "InitTracker",
+    "MultiAction",
+    "NextObservationDelta",
+    "NoopResetEnv",
+    "NormalizeReward",
+    "ObservationNorm",
+    "PermuteTransform",
+    "RandomTruncationTransform",
+    "RenameTransform",
+    "Resize",
+    "Reward2GoTransform",
+    "RewardClipping",
+    "RewardScaling",
+    "RewardSum",
+    "SelectTransform",
+    "SignTransform",
+    "SqueezeTransform",
+    "StepCounter",
+    "TargetReturn",
+    "TensorDictPrimer",
+    "TerminateTransform",
+    "TimeMaxPool",
+    "ToTensorImage",
+    "TrajCounter",
+    "Transform",
+    "TransformedEnv",
+    "UnaryTransform",
+    "UnsqueezeTransform",
+    "VecNorm",
+    "VideoRecorder",
+]
 
 
 def __getattr__(name: str) -> Any:

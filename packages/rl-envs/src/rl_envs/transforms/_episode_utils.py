@@ -1,4 +1,5 @@
 """Helpers shared by the episode and reward transforms: the parent env and reset masks."""
+
 from __future__ import annotations
 
 from typing import Any

@@ -1,4 +1,5 @@
 """Action transforms: ActionScaling, FlattenAction, ActionMask, DiscreteActionProjection, MultiAction."""
+
 from __future__ import annotations
 
 from typing import Any, Sequence
@@ -68,8 +69,9 @@ class ActionScaling(Transform):
             raise ValueError(f"ActionScaling: one action key per instance, got in_keys_inv={in_keys_inv}.")
         out_keys_inv = _keys_or(out_keys_inv, in_keys_inv)
         in_keys = _keys_or(in_keys, in_keys_inv or ["action"])
-        super().__init__(in_keys=in_keys, out_keys=_keys_or(out_keys, in_keys), in_keys_inv=in_keys_inv,
-                         out_keys_inv=out_keys_inv)
+        super().__init__(
+            in_keys=in_keys, out_keys=_keys_or(out_keys, in_keys), in_keys_inv=in_keys_inv, out_keys_inv=out_keys_inv
+        )
         if (loc is None) != (scale is None):
             raise ValueError("ActionScaling: loc and scale must be given together (or both left to None).")
         if not in_keys_inv and loc is None:
@@ -141,8 +143,9 @@ class ActionScaling(Transform):
         if self._explicit:
             if isinstance(spec, Bounded):
                 lo, hi = self._apply_transform(spec.low), self._apply_transform(spec.high)
-                new = Bounded(torch.minimum(lo, hi), torch.maximum(lo, hi), shape=spec.shape, device=spec.device,
-                              dtype=spec.dtype)
+                new = Bounded(
+                    torch.minimum(lo, hi), torch.maximum(lo, hi), shape=spec.shape, device=spec.device, dtype=spec.dtype
+                )
             else:
                 new = Unbounded(shape=spec.shape, device=spec.device, dtype=spec.dtype)
         else:
@@ -163,8 +166,9 @@ class ActionScaling(Transform):
 def _reshape_leaf(spec: Any, shape: torch.Size) -> Any:
     """The same kind of spec with a new full shape (element-wise bounds reshaped)."""
     if isinstance(spec, Bounded):
-        return Bounded(spec.low.reshape(shape), spec.high.reshape(shape), shape=shape, device=spec.device,
-                       dtype=spec.dtype)
+        return Bounded(
+            spec.low.reshape(shape), spec.high.reshape(shape), shape=shape, device=spec.device, dtype=spec.dtype
+        )
     if isinstance(spec, Categorical):
         return Categorical(spec.n, shape=shape, device=spec.device, dtype=spec.dtype)
     if isinstance(spec, Unbounded):
@@ -216,8 +220,12 @@ class FlattenAction(Transform):
             raise ValueError(f"FlattenAction: first_dim ({first_dim}) must be <= last_dim ({last_dim}).")
         in_keys_inv = _keys_or(in_keys_inv, ["action"])
         in_keys = _keys_or(in_keys, in_keys_inv)
-        super().__init__(in_keys=in_keys, out_keys=_keys_or(out_keys, in_keys), in_keys_inv=in_keys_inv,
-                         out_keys_inv=_keys_or(out_keys_inv, in_keys_inv))
+        super().__init__(
+            in_keys=in_keys,
+            out_keys=_keys_or(out_keys, in_keys),
+            in_keys_inv=in_keys_inv,
+            out_keys_inv=_keys_or(out_keys_inv, in_keys_inv),
+        )
         self.first_dim, self.last_dim = first_dim, last_dim
         self.allow_positive_dim = allow_positive_dim
         self._shapes: dict = {}
@@ -229,8 +237,10 @@ class FlattenAction(Transform):
         n = len(shape)
         first, last = n + self.first_dim, n + self.last_dim
         if first < 0:
-            raise ValueError(f"FlattenAction: action {key!r} of shape {tuple(shape)} has fewer than {-self.first_dim} dims.")
-        return tuple(shape[first:last + 1])
+            raise ValueError(
+                f"FlattenAction: action {key!r} of shape {tuple(shape)} has fewer than {-self.first_dim} dims."
+            )
+        return tuple(shape[first : last + 1])
 
     def _apply_transform(self, action: torch.Tensor) -> torch.Tensor:
         return action.flatten(self.first_dim, self.last_dim)
@@ -256,7 +266,9 @@ class FlattenAction(Transform):
                 raise KeyError(f"FlattenAction (inverse): key {out_key!r} not found.")
             shape = shapes.get(in_key)
             if shape is None:
-                raise RuntimeError(f"FlattenAction: no original shape for {in_key!r}; pass action_shape= or use it in an env.")
+                raise RuntimeError(
+                    f"FlattenAction: no original shape for {in_key!r}; pass action_shape= or use it in an env."
+                )
             tensordict.set(in_key, value.unflatten(merged, shape))
         return tensordict
 
@@ -363,8 +375,13 @@ class DiscreteActionProjection(Transform):
         [0, 1]
     """
 
-    def __init__(self, num_actions_effective: int, max_actions: int, action_key: NestedKey = "action",
-                 include_forward: bool = True) -> None:
+    def __init__(
+        self,
+        num_actions_effective: int,
+        max_actions: int,
+        action_key: NestedKey = "action",
+        include_forward: bool = True,
+    ) -> None:
         if max_actions < num_actions_effective:
             raise ValueError(
                 f"DiscreteActionProjection: max_actions ({max_actions}) must be >= num_actions_effective "
@@ -405,13 +422,16 @@ class DiscreteActionProjection(Transform):
                 f"{self.num_actions_effective}, got shape {tuple(spec.shape)}."
             )
         self._inner_dtype = spec.dtype
-        action_spec[self.action_key] = OneHot(self.max_actions, shape=(*spec.shape[:-1], self.max_actions),
-                                              device=spec.device, dtype=spec.dtype)
+        action_spec[self.action_key] = OneHot(
+            self.max_actions, shape=(*spec.shape[:-1], self.max_actions), device=spec.device, dtype=spec.dtype
+        )
         return action_spec
 
     def __repr__(self) -> str:
-        return (f"DiscreteActionProjection(num_actions_effective={self.num_actions_effective}, "
-                f"max_actions={self.max_actions}, action_key={self.action_key!r})")
+        return (
+            f"DiscreteActionProjection(num_actions_effective={self.num_actions_effective}, "
+            f"max_actions={self.max_actions}, action_key={self.action_key!r})"
+        )
 
 
 # ---------------------------------------------------------------------------------------------- MultiAction
@@ -487,8 +507,10 @@ class MultiAction(Transform):
     def _inv_call(self, tensordict: TensorDictBase) -> TensorDictBase:
         chunk = tensordict.get(self.chunk_key, None)
         if chunk is None:
-            raise KeyError(f"MultiAction: stacked actions expected at {self.chunk_key!r}; the tensordict has "
-                           f"{sorted(map(str, tensordict.keys(True, True)))}.")
+            raise KeyError(
+                f"MultiAction: stacked actions expected at {self.chunk_key!r}; the tensordict has "
+                f"{sorted(map(str, tensordict.keys(True, True)))}."
+            )
         tensordict.set(self.action_key, chunk.select(self._stack_dim(tensordict.batch_dims), 0))
         return tensordict
 
@@ -511,7 +533,11 @@ class MultiAction(Transform):
         rewards = [[next_tensordict.get(k)] for k in reward_keys]
         totals = [r[0] for r in rewards]
         done = next_tensordict.get(done_key)
-        root = tensordict.exclude("next", self.chunk_key) if self.chunk_key != self.action_key else tensordict.exclude("next")
+        root = (
+            tensordict.exclude("next", self.chunk_key)
+            if self.chunk_key != self.action_key
+            else tensordict.exclude("next")
+        )
         current = next_tensordict
         for action in actions[1:]:
             if done.all():
@@ -569,5 +595,7 @@ class MultiAction(Transform):
         return reward_spec
 
     def __repr__(self) -> str:
-        return (f"MultiAction(num_actions={self.num_actions}, dim={self.dim}, stack_rewards={self.stack_rewards}, "
-                f"sum_rewards={self.sum_rewards})")
+        return (
+            f"MultiAction(num_actions={self.num_actions}, dim={self.dim}, stack_rewards={self.stack_rewards}, "
+            f"sum_rewards={self.sum_rewards})"
+        )

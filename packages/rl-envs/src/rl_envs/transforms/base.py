@@ -1,4 +1,5 @@
 """Transform and Compose: key-mapped changes applied on the way out of an env (and back in, for inverses)."""
+
 from __future__ import annotations
 
 import copy

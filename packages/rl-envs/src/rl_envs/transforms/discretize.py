@@ -1,4 +1,5 @@
 """ActionDiscretizer: a continuous Bounded action exposed as a grid of discrete choices."""
+
 from __future__ import annotations
 
 from enum import IntEnum
@@ -61,7 +62,9 @@ class ActionDiscretizer(Transform):
         self.action_key, self.out_action_key = action_key, out_action_key
         nint = torch.as_tensor(num_intervals, dtype=torch.int64)
         if nint.ndim > 1 or (nint < 1).any():
-            raise ValueError(f"ActionDiscretizer: num_intervals must be positive ints (scalar or 1-D), got {num_intervals}.")
+            raise ValueError(
+                f"ActionDiscretizer: num_intervals must be positive ints (scalar or 1-D), got {num_intervals}."
+            )
         self.num_intervals = nint
         self.sampling = self.SamplingStrategy.MEDIAN if sampling is None else self.SamplingStrategy(sampling)
         self.categorical = bool(categorical)
@@ -146,7 +149,9 @@ class ActionDiscretizer(Transform):
             else:
                 index = torch.stack([a.long().argmax(-1) for a in action.split(self._splits, -1)], -1)
         if (index < 0).any() or (index >= self.nvec.to(index.device)).any():
-            raise ValueError(f"ActionDiscretizer: {self.out_action_key!r} holds indices outside 0..nvec-1 (nvec={self.nvec.tolist()}).")
+            raise ValueError(
+                f"ActionDiscretizer: {self.out_action_key!r} holds indices outside 0..nvec-1 (nvec={self.nvec.tolist()})."
+            )
         grid = grid.to(index.device).expand(*index.shape[:-1], *grid.shape)
         value = grid.gather(-1, index.unsqueeze(-1)).squeeze(-1)
         if self._jitter is not None:
@@ -177,5 +182,7 @@ class ActionDiscretizer(Transform):
         return tensordict  # actions in a buffer stay discrete; use inv() to recover the continuous ones
 
     def __repr__(self) -> str:
-        return (f"ActionDiscretizer(num_intervals={self.num_intervals.tolist()}, action_key={self.action_key!r}, "
-                f"out_action_key={self.out_action_key!r}, sampling={self.sampling.name}, categorical={self.categorical})")
+        return (
+            f"ActionDiscretizer(num_intervals={self.num_intervals.tolist()}, action_key={self.action_key!r}, "
+            f"out_action_key={self.out_action_key!r}, sampling={self.sampling.name}, categorical={self.categorical})"
+        )

@@ -1,4 +1,5 @@
 """dtype and device casts: DTypeCastTransform, DoubleToFloat, DeviceCastTransform."""
+
 from __future__ import annotations
 
 import copy
@@ -78,7 +79,9 @@ class DTypeCastTransform(Transform):
             if not isinstance(dt, torch.dtype):
                 raise TypeError(f"{type(self).__name__}: {name} must be a torch.dtype, got {dt!r}.")
         if in_keys is None and out_keys is not None:
-            raise ValueError(f"{type(self).__name__}: out_keys={out_keys} needs in_keys (the automatic key order is not fixed).")
+            raise ValueError(
+                f"{type(self).__name__}: out_keys={out_keys} needs in_keys (the automatic key order is not fixed)."
+            )
         if in_keys_inv is None and out_keys_inv is not None:
             raise ValueError(f"{type(self).__name__}: out_keys_inv={out_keys_inv} needs in_keys_inv.")
         self._auto = in_keys is None

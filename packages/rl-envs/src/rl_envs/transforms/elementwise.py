@@ -4,6 +4,7 @@
 keys (forward keys in the observation/reward/done specs, inverse keys in the action/state specs);
 the shape and image transforms build on it too.
 """
+
 from __future__ import annotations
 
 from typing import Any, Callable, Sequence

@@ -1,5 +1,6 @@
 """Episode-structure transforms: reset tracking, trajectory ids, no-op starts, frame skipping, random
 truncation, predicate termination and Atari-style end-of-life flags."""
+
 from __future__ import annotations
 
 import copy
@@ -17,8 +18,13 @@ from .base import Compose, Transform  # noqa: F401  (Compose: used by the doctes
 from .stepping import FrameSkipTransform, NoopResetEnv
 
 __all__ = [
-    "InitTracker", "TrajCounter", "NoopResetEnv", "FrameSkipTransform", "RandomTruncationTransform",
-    "TerminateTransform", "EndOfLifeTransform",
+    "InitTracker",
+    "TrajCounter",
+    "NoopResetEnv",
+    "FrameSkipTransform",
+    "RandomTruncationTransform",
+    "TerminateTransform",
+    "EndOfLifeTransform",
 ]
 
 
@@ -266,8 +272,9 @@ class RandomTruncationTransform(GeneratorState, Transform):
                 "StepCounter before it, e.g. Compose(StepCounter(), RandomTruncationTransform(...))."
             )
         done = tensordict_reset.get(self.done_key, None)
-        tensordict_reset.set(self.truncated_key, torch.zeros_like(count, dtype=torch.bool) if done is None
-                             else torch.zeros_like(done))
+        tensordict_reset.set(
+            self.truncated_key, torch.zeros_like(count, dtype=torch.bool) if done is None else torch.zeros_like(done)
+        )
         shape = count.shape
         if self._horizons is None or self._horizons.shape != shape:
             self._horizons = torch.randint(1, self.max_horizon + 1, shape, generator=self.generator).to(count.device)
@@ -303,8 +310,10 @@ class RandomTruncationTransform(GeneratorState, Transform):
         return done_spec
 
     def __repr__(self) -> str:
-        return (f"RandomTruncationTransform(min_horizon={self.min_horizon}, max_horizon={self.max_horizon}, "
-                f"prob={self.prob})")
+        return (
+            f"RandomTruncationTransform(min_horizon={self.min_horizon}, max_horizon={self.max_horizon}, "
+            f"prob={self.prob})"
+        )
 
 
 # ---------------------------------------------------------------------- TerminateTransform

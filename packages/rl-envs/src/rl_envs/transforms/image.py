@@ -4,6 +4,7 @@ Images are ``[..., C, H, W]`` after :class:`ToTensorImage` (``[..., H, W, C]`` b
 leading dims (env batch, rollout time, replay-buffer batch) is accepted. As in TorchRL, ``w`` is the
 size of dim ``-2`` and ``h`` the size of dim ``-1`` of the output.
 """
+
 from __future__ import annotations
 
 from typing import Any, Sequence
@@ -25,7 +26,9 @@ def _image_keys(in_keys: Any) -> Any:
 
 def _check_image(name: str, value: torch.Tensor, min_ndim: int = 3) -> None:
     if value.ndim < min_ndim:
-        raise ValueError(f"{name}: expected an image with at least {min_ndim} dims ([..., C, H, W]), got shape {list(value.shape)}.")
+        raise ValueError(
+            f"{name}: expected an image with at least {min_ndim} dims ([..., C, H, W]), got shape {list(value.shape)}."
+        )
 
 
 class ToTensorImage(_MapTransform):
@@ -183,7 +186,9 @@ class Crop(_MapTransform):
     ) -> None:
         h = w if h is None else h
         if int(w) < 1 or int(h) < 1 or int(top) < 0 or int(left) < 0:
-            raise ValueError(f"{type(self).__name__}: need w, h >= 1 and top, left >= 0, got w={w}, h={h}, top={top}, left={left}.")
+            raise ValueError(
+                f"{type(self).__name__}: need w, h >= 1 and top, left >= 0, got w={w}, h={h}, top={top}, left={left}."
+            )
         super().__init__(_image_keys(in_keys), out_keys)
         self._check_pairs(self.in_keys, self.out_keys, "in")
         self.w, self.h, self.top, self.left = int(w), int(h), int(top), int(left)
@@ -203,7 +208,9 @@ class Crop(_MapTransform):
         return value[..., top : top + self.w, left : left + self.h]
 
     def __repr__(self) -> str:
-        return f"{type(self).__name__}(w={self.w}, h={self.h}, top={self.top}, left={self.left}, in_keys={self.in_keys})"
+        return (
+            f"{type(self).__name__}(w={self.w}, h={self.h}, top={self.top}, left={self.left}, in_keys={self.in_keys})"
+        )
 
 
 class CenterCrop(Crop):
@@ -272,7 +279,9 @@ class GrayScale(_MapTransform):
     def _apply_transform(self, value: torch.Tensor) -> torch.Tensor:
         _check_image("GrayScale", value)
         if value.shape[-3] != 3:
-            raise ValueError(f"GrayScale: expected 3 channels at dim -3 ([..., 3, H, W]), got shape {list(value.shape)}.")
+            raise ValueError(
+                f"GrayScale: expected 3 channels at dim -3 ([..., 3, H, W]), got shape {list(value.shape)}."
+            )
         r, g, b = value.unbind(-3)
         wr, wg, wb = self._WEIGHTS
         out = (wr * r + wg * g + wb * b).unsqueeze(-3)

@@ -1,4 +1,5 @@
 """Key transforms: ExcludeTransform, SelectTransform, RenameTransform, CatTensors."""
+
 from __future__ import annotations
 
 from typing import Any, Sequence
@@ -161,9 +162,13 @@ class SelectTransform(Transform):
             output_spec["full_observation_spec"], lambda k: not _under(k, selected)
         )
         if not self.keep_rewards:
-            output_spec["full_reward_spec"] = _remove_leaves(output_spec["full_reward_spec"], lambda k: not _under(k, selected))
+            output_spec["full_reward_spec"] = _remove_leaves(
+                output_spec["full_reward_spec"], lambda k: not _under(k, selected)
+            )
         if not self.keep_dones:
-            output_spec["full_done_spec"] = _remove_leaves(output_spec["full_done_spec"], lambda k: not _under(k, selected))
+            output_spec["full_done_spec"] = _remove_leaves(
+                output_spec["full_done_spec"], lambda k: not _under(k, selected)
+            )
         return output_spec
 
     def transform_input_spec(self, input_spec: Composite) -> Composite:
@@ -301,7 +306,11 @@ class CatTensors(Transform):
         if not isinstance(dim, int) or dim >= 0:
             raise ValueError(f"CatTensors: dim must be a negative (feature) dim, got {dim!r}.")
         self._auto = in_keys is None
-        keys = [] if in_keys is None else [_norm_key(k) for k in ([in_keys] if isinstance(in_keys, (str, tuple)) else in_keys)]
+        keys = (
+            []
+            if in_keys is None
+            else [_norm_key(k) for k in ([in_keys] if isinstance(in_keys, (str, tuple)) else in_keys)]
+        )
         if sort:
             keys = sorted(keys, key=lambda k: (k,) if isinstance(k, str) else k)
         super().__init__(keys, [_norm_key(out_key)])
@@ -363,7 +372,9 @@ class CatTensors(Transform):
             lows = self._align([s.low for s in specs], nb)
             highs = self._align([s.high for s in specs], nb)
             dtype = torch.cat(zeros, self.dim).dtype
-            out = Bounded(torch.cat(lows, self.dim), torch.cat(highs, self.dim), shape=shape, device=specs[0].device, dtype=dtype)
+            out = Bounded(
+                torch.cat(lows, self.dim), torch.cat(highs, self.dim), shape=shape, device=specs[0].device, dtype=dtype
+            )
         else:
             out = Unbounded(shape=shape, device=specs[0].device, dtype=torch.cat(zeros, self.dim).dtype)
         if self.del_keys:

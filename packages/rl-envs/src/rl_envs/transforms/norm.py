@@ -1,5 +1,6 @@
 """ObservationNorm (fixed affine normalisation), VecNorm (running statistics, shareable between envs) and
 NormalizeReward (rewards scaled by the running spread of the discounted return)."""
+
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Sequence
@@ -81,13 +82,17 @@ class ObservationNorm(Transform):
     def initialized(self) -> bool:
         return self.loc is not None
 
-    def _load_from_state_dict(self, state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys, error_msgs):
+    def _load_from_state_dict(
+        self, state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys, error_msgs
+    ):
         # buffers that are still None take the saved tensors (state_dict of an initialised transform)
         for name in ("loc", "scale"):
             key = prefix + name
             if key in state_dict and getattr(self, name) is None:
                 setattr(self, name, state_dict[key].clone())
-        super()._load_from_state_dict(state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys, error_msgs)
+        super()._load_from_state_dict(
+            state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys, error_msgs
+        )
 
     def init_stats(
         self,
@@ -159,7 +164,9 @@ class ObservationNorm(Transform):
     def _map_leaf(self, spec: Any, fn) -> Any:
         if isinstance(spec, Bounded) and spec.dtype.is_floating_point and self.initialized:
             a, b = fn(spec.low), fn(spec.high)
-            return Bounded(torch.minimum(a, b), torch.maximum(a, b), shape=spec.shape, device=spec.device, dtype=spec.dtype)
+            return Bounded(
+                torch.minimum(a, b), torch.maximum(a, b), shape=spec.shape, device=spec.device, dtype=spec.dtype
+            )
         if isinstance(spec, Bounded):  # unknown stats: nothing can be said about the bounds
             return Unbounded(shape=spec.shape, device=spec.device, dtype=spec.dtype)
         return spec.clone()
@@ -238,7 +245,9 @@ class VecNorm(Transform):
             for key in self.in_keys:
                 for sfx in ("_sum", "_ssq", "_count"):
                     if _suffix(key, sfx) not in shared_td.keys(True, True):
-                        raise KeyError(f"VecNorm: shared_td lacks {_suffix(key, sfx)!r} (keys: {list(shared_td.keys(True, True))}).")
+                        raise KeyError(
+                            f"VecNorm: shared_td lacks {_suffix(key, sfx)!r} (keys: {list(shared_td.keys(True, True))})."
+                        )
             if lock is None:
                 import torch.multiprocessing as mp
 
@@ -313,8 +322,10 @@ class VecNorm(Transform):
                 if value is None:
                     if self._missing_tolerance:
                         continue
-                    raise KeyError(f"VecNorm: key {key!r} not found; the tensordict has "
-                                   f"{sorted(map(str, next_tensordict.keys(True, True)))}.")
+                    raise KeyError(
+                        f"VecNorm: key {key!r} not found; the tensordict has "
+                        f"{sorted(map(str, next_tensordict.keys(True, True)))}."
+                    )
                 td = self._td
                 if td is None or _suffix(key, "_sum") not in td.keys(True, True):
                     self._init_key(key, value, next_tensordict.batch_dims, i)
@@ -329,8 +340,9 @@ class VecNorm(Transform):
         s, q, c = td.get(_suffix(key, "_sum")), td.get(_suffix(key, "_ssq")), td.get(_suffix(key, "_count"))
         lead = value.ndim - s.ndim
         if lead < 0 or value.shape[lead:] != s.shape:
-            raise ValueError(f"VecNorm: {key!r} has shape {tuple(value.shape)}, its statistics have feature shape "
-                             f"{tuple(s.shape)}.")
+            raise ValueError(
+                f"VecNorm: {key!r} has shape {tuple(value.shape)}, its statistics have feature shape {tuple(s.shape)}."
+            )
         if not self.frozen:
             x = value.to(s.dtype)
             dims = tuple(range(lead))
@@ -384,15 +396,22 @@ class VecNorm(Transform):
         """A fixed :class:`ObservationNorm` (``standard_normal=True``) with the current statistics."""
         loc, scale = self._loc_scale()
         norms = [
-            ObservationNorm(loc=loc.get(k).clone(), scale=scale.get(k).clamp_min(self.eps).clone(), in_keys=[k],
-                            out_keys=[o], standard_normal=True, eps=self.eps)
+            ObservationNorm(
+                loc=loc.get(k).clone(),
+                scale=scale.get(k).clamp_min(self.eps).clone(),
+                in_keys=[k],
+                out_keys=[o],
+                standard_normal=True,
+                eps=self.eps,
+            )
             for k, o in zip(self.in_keys, self.out_keys)
         ]
         return norms[0] if len(norms) == 1 else Compose(*norms)
 
     @staticmethod
-    def build_td_for_shared_vecnorm(env: "EnvBase", keys: Sequence[NestedKey] | None = None,
-                                    memmap: bool = False) -> TensorDictBase:
+    def build_td_for_shared_vecnorm(
+        env: "EnvBase", keys: Sequence[NestedKey] | None = None, memmap: bool = False
+    ) -> TensorDictBase:
         """Zeroed statistics for ``keys`` (default ``["observation", "reward"]``) in shared memory.
 
         Feature shapes come from ``env``'s specs (the batch dims removed). Pass the result as
@@ -408,7 +427,9 @@ class VecNorm(Transform):
         for key in keys:
             spec = specs.get(key, None)
             if spec is None:
-                raise KeyError(f"VecNorm.build_td_for_shared_vecnorm: {key!r} is not an observation or reward of the env.")
+                raise KeyError(
+                    f"VecNorm.build_td_for_shared_vecnorm: {key!r} is not an observation or reward of the env."
+                )
             dtype = spec.dtype if spec.dtype.is_floating_point else torch.get_default_dtype()
             shape = spec.shape[nb:]
             td.set(_suffix(key, "_sum"), torch.zeros(shape, dtype=dtype))
@@ -487,8 +508,7 @@ class NormalizeReward(Transform):
         if len(self.in_keys) != 1:
             raise ValueError(f"NormalizeReward: one reward key per transform, got in_keys={self.in_keys}.")
         key = self.in_keys[0]
-        self.done_key = done_key if done_key is not None else (
-            "done" if isinstance(key, str) else (*key[:-1], "done"))
+        self.done_key = done_key if done_key is not None else ("done" if isinstance(key, str) else (*key[:-1], "done"))
         self.gamma, self.eps = float(gamma), float(eps)
         self.clip = None if clip is None else float(clip)
         self.frozen = False
@@ -535,13 +555,17 @@ class NormalizeReward(Transform):
         key = self.in_keys[0]
         reward = next_tensordict.get(key, None)
         if reward is None:
-            raise KeyError(f"NormalizeReward: reward {key!r} not found; the step has "
-                           f"{sorted(map(str, next_tensordict.keys(True, True)))}.")
+            raise KeyError(
+                f"NormalizeReward: reward {key!r} not found; the step has "
+                f"{sorted(map(str, next_tensordict.keys(True, True)))}."
+            )
         if not self.frozen:
             done = next_tensordict.get(self.done_key, None)
             if done is None:
-                raise KeyError(f"NormalizeReward: done flag {self.done_key!r} not found; the step has "
-                               f"{sorted(map(str, next_tensordict.keys(True, True)))}.")
+                raise KeyError(
+                    f"NormalizeReward: done flag {self.done_key!r} not found; the step has "
+                    f"{sorted(map(str, next_tensordict.keys(True, True)))}."
+                )
             returns = self._returns
             if returns is None or returns.shape != reward.shape:
                 returns = torch.zeros(reward.shape, dtype=torch.float64, device=reward.device)
@@ -559,8 +583,10 @@ class NormalizeReward(Transform):
         key = self.in_keys[0]
         reward = next_tensordict.get(key, None)
         if reward is None:
-            raise KeyError(f"NormalizeReward: reward {key!r} not found; the tensordict has "
-                           f"{sorted(map(str, next_tensordict.keys(True, True)))}.")
+            raise KeyError(
+                f"NormalizeReward: reward {key!r} not found; the tensordict has "
+                f"{sorted(map(str, next_tensordict.keys(True, True)))}."
+            )
         next_tensordict.set(key, self._scale(reward))
         return next_tensordict
 
@@ -576,5 +602,7 @@ class NormalizeReward(Transform):
         return reward_spec
 
     def __repr__(self) -> str:
-        return (f"NormalizeReward(gamma={self.gamma}, eps={self.eps}, clip={self.clip}, in_keys={self.in_keys}, "
-                f"count={float(self.count):.0f}, frozen={self.frozen})")
+        return (
+            f"NormalizeReward(gamma={self.gamma}, eps={self.eps}, clip={self.clip}, in_keys={self.in_keys}, "
+            f"count={float(self.count):.0f}, frozen={self.frozen})"
+        )

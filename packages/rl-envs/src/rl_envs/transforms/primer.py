@@ -1,4 +1,5 @@
 """TensorDictPrimer: extra entries (e.g. recurrent states) created at reset and carried across steps."""
+
 from __future__ import annotations
 
 from typing import Any, Callable
@@ -68,7 +69,9 @@ class TensorDictPrimer(Transform):
             shape = primers.pop("shape", None) or primers.pop("batch_size", None) or ()
             for key, spec in primers.items():
                 if not isinstance(spec, TensorSpec):
-                    raise ValueError(f"TensorDictPrimer: the primer {key!r} must be a TensorSpec, got {type(spec).__name__}.")
+                    raise ValueError(
+                        f"TensorDictPrimer: the primer {key!r} must be a TensorSpec, got {type(spec).__name__}."
+                    )
             primers = Composite(primers, shape=shape, device=device)
         if random and default_value not in (None, 0.0):
             raise ValueError("TensorDictPrimer: random=True and a default_value cannot be used together.")
@@ -125,13 +128,13 @@ class TensorDictPrimer(Transform):
     # -------------------------------------------------------------- values
     def _value(self, key: NestedKey, spec: TensorSpec, batch: torch.Size) -> torch.Tensor:
         """A value of shape ``batch + feature shape`` (feature dims: the spec's dims after the primers')."""
-        feat = spec.shape[len(self.primers.shape):]
+        feat = spec.shape[len(self.primers.shape) :]
         if self.random:
             return _rand(spec, batch, feat)
         value = self.default_value[key]
         if callable(value):
             value = value()
-            if not isinstance(value, torch.Tensor) or tuple(value.shape[value.ndim - len(feat):]) != tuple(feat):
+            if not isinstance(value, torch.Tensor) or tuple(value.shape[value.ndim - len(feat) :]) != tuple(feat):
                 raise ValueError(
                     f"TensorDictPrimer: default_value for {key!r} returned {value!r}; expected a tensor ending in "
                     f"{list(feat)}."
@@ -147,7 +150,7 @@ class TensorDictPrimer(Transform):
                     tensordict.set(key, values.get(key))
                 return tensordict
             for key, spec in self.primers.items(True, True):
-                feat = spec.shape[len(self.primers.shape):]
+                feat = spec.shape[len(self.primers.shape) :]
                 full = torch.zeros((*batch, *feat), dtype=spec.dtype, device=spec.device)
                 full[mask] = values.get(key)
                 tensordict.set(key, full)

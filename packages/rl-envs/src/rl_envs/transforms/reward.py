@@ -1,5 +1,6 @@
 """Reward transforms: episode return (RewardSum), affine scaling, clipping, binarisation, reward-to-go and
 decision-transformer target returns."""
+
 from __future__ import annotations
 
 from typing import Sequence
@@ -150,7 +151,9 @@ class RewardSum(Transform):
         dest = output_spec[target]
         for in_key, out_key in zip(self.in_keys, self.out_keys):
             if in_key not in rewards.keys(True, True):
-                raise KeyError(f"RewardSum: in_key {in_key!r} is not in the reward spec (keys: {list(rewards.keys(True, True))}).")
+                raise KeyError(
+                    f"RewardSum: in_key {in_key!r} is not in the reward spec (keys: {list(rewards.keys(True, True))})."
+                )
             leaf = rewards[in_key]
             dest[out_key] = Unbounded(shape=leaf.shape, dtype=leaf.dtype, device=leaf.device)
         output_spec[target] = dest
@@ -206,7 +209,9 @@ class RewardScaling(Transform):
     def _spec(self, leaf):
         if isinstance(leaf, Bounded):
             a, b = self._apply_transform(leaf.low), self._apply_transform(leaf.high)
-            return Bounded(torch.minimum(a, b), torch.maximum(a, b), shape=leaf.shape, dtype=leaf.dtype, device=leaf.device)
+            return Bounded(
+                torch.minimum(a, b), torch.maximum(a, b), shape=leaf.shape, dtype=leaf.dtype, device=leaf.device
+            )
         return Unbounded(shape=leaf.shape, dtype=leaf.dtype, device=leaf.device)
 
     def transform_reward_spec(self, reward_spec: Composite) -> Composite:
@@ -252,8 +257,13 @@ class RewardClipping(Transform):
         low = -float("inf") if self.clamp_min is None else self.clamp_min
         high = float("inf") if self.clamp_max is None else self.clamp_max
         if isinstance(leaf, Bounded):
-            return Bounded(leaf.low.clamp(low, high), leaf.high.clamp(low, high), shape=leaf.shape, dtype=leaf.dtype,
-                           device=leaf.device)
+            return Bounded(
+                leaf.low.clamp(low, high),
+                leaf.high.clamp(low, high),
+                shape=leaf.shape,
+                dtype=leaf.dtype,
+                device=leaf.device,
+            )
         return Bounded(low, high, shape=leaf.shape, dtype=leaf.dtype, device=leaf.device)
 
     def transform_reward_spec(self, reward_spec: Composite) -> Composite:

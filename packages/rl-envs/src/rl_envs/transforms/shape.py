@@ -4,6 +4,7 @@ Dims are feature dims counted from the end (negative), as in TorchRL: batch dims
 a rollout's time dim) are never touched, so the same transform works on a step, a rollout and a
 replay-buffer sample.
 """
+
 from __future__ import annotations
 
 from typing import Any, Sequence

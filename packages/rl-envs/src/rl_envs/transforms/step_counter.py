@@ -1,4 +1,5 @@
 """StepCounter: counts the steps of each episode and truncates it after ``max_steps``."""
+
 from __future__ import annotations
 
 import torch
@@ -49,7 +50,8 @@ class StepCounter(Transform):
     def _reset(self, tensordict: TensorDictBase | None, tensordict_reset: TensorDictBase) -> TensorDictBase:
         # every sub-env is zeroed here; EnvBase.reset keeps the old count where "_reset" is False
         tensordict_reset.set(
-            self.step_count_key, torch.zeros(tensordict_reset.batch_size, dtype=torch.int64, device=tensordict_reset.device)
+            self.step_count_key,
+            torch.zeros(tensordict_reset.batch_size, dtype=torch.int64, device=tensordict_reset.device),
         )
         return tensordict_reset
 
@@ -69,7 +71,9 @@ class StepCounter(Transform):
                 # the done flags of nested groups (("agents", "done"), ...) end their episodes too
                 flags = next_tensordict.get(key, None)
                 if flags is not None:
-                    next_tensordict.set(key, flags | truncated.reshape(*truncated.shape, *([1] * (flags.ndim - truncated.ndim))))
+                    next_tensordict.set(
+                        key, flags | truncated.reshape(*truncated.shape, *([1] * (flags.ndim - truncated.ndim)))
+                    )
         return next_tensordict
 
     def _group_done_keys(self) -> list:
@@ -81,7 +85,11 @@ class StepCounter(Transform):
         names = {"done", self.truncated_key if isinstance(self.truncated_key, str) else self.truncated_key[-1]}
         keys = []
         if parent is not None:
-            keys = [k for k in parent.full_done_spec.keys(True, True) if isinstance(k, tuple) and len(k) > 1 and k[-1] in names]
+            keys = [
+                k
+                for k in parent.full_done_spec.keys(True, True)
+                if isinstance(k, tuple) and len(k) > 1 and k[-1] in names
+            ]
             if not self.update_done:
                 keys = [k for k in keys if k[-1] != "done"]
         self.__dict__["_group_done_cache"] = (parent, keys)
@@ -101,7 +109,9 @@ class StepCounter(Transform):
 
     def transform_done_spec(self, done_spec: Composite) -> Composite:
         if self.max_steps is not None and self.truncated_key not in done_spec.keys(True):
-            done_spec[self.truncated_key] = Categorical(2, shape=done_spec.shape, dtype=torch.bool, device=done_spec.device)
+            done_spec[self.truncated_key] = Categorical(
+                2, shape=done_spec.shape, dtype=torch.bool, device=done_spec.device
+            )
         return done_spec
 
     def __repr__(self) -> str:

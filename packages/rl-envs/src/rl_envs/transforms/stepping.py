@@ -1,5 +1,6 @@
 """Transforms that step the parent env themselves: no-op starts (NoopResetEnv) and action repeat
 (FrameSkipTransform). Exported from :mod:`rl_envs.transforms.episode`."""
+
 from __future__ import annotations
 
 import torch
@@ -61,7 +62,9 @@ class NoopResetEnv(GeneratorState, Transform):
             done = False
             for _ in range(noops):
                 td = parent.rand_step(td)
-                done = any(bool(td.get(("next", k) if isinstance(k, str) else ("next", *k)).any()) for k in keys.stop_keys)
+                done = any(
+                    bool(td.get(("next", k) if isinstance(k, str) else ("next", *k)).any()) for k in keys.stop_keys
+                )
                 td = step_mdp(td, reward_keys=keys.reward_keys, done_keys=keys.done_keys, action_keys=keys.action_keys)
                 if done:
                     tensordict_reset = parent.reset()
@@ -132,8 +135,9 @@ class FrameSkipTransform(Transform):
             live = ~finished
             for k in keys.reward_keys:
                 r = new.get(k)
-                rewards[k] = rewards[k] + torch.where(live.reshape(tuple(live.shape) + (1,) * (r.ndim - live.ndim)), r,
-                                                      torch.zeros_like(r))
+                rewards[k] = rewards[k] + torch.where(
+                    live.reshape(tuple(live.shape) + (1,) * (r.ndim - live.ndim)), r, torch.zeros_like(r)
+                )
             next_tensordict = new if not bool(finished.any()) else torch.where(finished, next_tensordict, new)
             finished = finished | done_of(next_tensordict)
         for k, r in rewards.items():

@@ -5,6 +5,7 @@ CatFrames and TimeMaxPool work in two places: inside an env (a buffer per sub-en
 resets) and on a trajectory TensorDict ``[*batch, T]`` (a rollout or a replay-buffer slice), where the
 windows are rebuilt from the time dim without crossing episode boundaries (read from ``("next", "done")``).
 """
+
 from __future__ import annotations
 
 from typing import Sequence
@@ -58,8 +59,13 @@ def _get_done(tensordict: TensorDictBase, done_key: NestedKey, who: str) -> torc
 
 
 def _windows(
-    data: torch.Tensor, root: torch.Tensor | None, starts: torch.Tensor, tdim: int, N: int,
-    padding: str, padding_value: float,
+    data: torch.Tensor,
+    root: torch.Tensor | None,
+    starts: torch.Tensor,
+    tdim: int,
+    N: int,
+    padding: str,
+    padding_value: float,
 ) -> torch.Tensor:
     """``[*B, T, *F] -> [*B, T, N, *F]``: for each t the frames t-N+1..t of its episode, oldest first.
 
@@ -68,7 +74,7 @@ def _windows(
     """
     B = data.shape[:tdim]
     T = data.shape[tdim]
-    F = data.shape[tdim + 1:]
+    F = data.shape[tdim + 1 :]
     device = data.device
     t = torch.arange(T, device=device)
     u = t.unsqueeze(-1) - (N - 1) + torch.arange(N, device=device)  # [T, N]
@@ -102,7 +108,9 @@ def _next_key(key: NestedKey) -> tuple | None:
     return None
 
 
-def _reset_mask(tensordict: TensorDictBase | None, reset_key: NestedKey, batch_shape: torch.Size) -> torch.Tensor | None:
+def _reset_mask(
+    tensordict: TensorDictBase | None, reset_key: NestedKey, batch_shape: torch.Size
+) -> torch.Tensor | None:
     """The ``"_reset"`` mask reshaped to the batch (None: every sub-env resets)."""
     if tensordict is None:
         return None
@@ -187,7 +195,9 @@ class CatFrames(Transform):
 
     def _reset(self, tensordict: TensorDictBase | None, tensordict_reset: TensorDictBase) -> TensorDictBase:
         if self.as_inverse:
-            raise RuntimeError("CatFrames(as_inverse=True) unfolds replay-buffer data in inv(); it cannot run in an env.")
+            raise RuntimeError(
+                "CatFrames(as_inverse=True) unfolds replay-buffer data in inv(); it cannot run in an env."
+            )
         mask = _reset_mask(tensordict, self.reset_key, tensordict_reset.batch_size)
         for i, (in_key, out_key) in enumerate(zip(self.in_keys, self.out_keys)):
             data = tensordict_reset.get(in_key, None)
@@ -249,8 +259,11 @@ class CatFrames(Transform):
         shape[self.dim] *= self.N
         if isinstance(spec, Bounded):
             return Bounded(
-                torch.cat([spec.low] * self.N, self.dim), torch.cat([spec.high] * self.N, self.dim),
-                shape=shape, dtype=spec.dtype, device=spec.device,
+                torch.cat([spec.low] * self.N, self.dim),
+                torch.cat([spec.high] * self.N, self.dim),
+                shape=shape,
+                dtype=spec.dtype,
+                device=spec.device,
             )
         return Unbounded(shape=shape, dtype=spec.dtype, device=spec.device)
 
@@ -397,7 +410,9 @@ class NextObservationDelta(Transform):
         if not isinstance(delta_dtype, torch.dtype) or not delta_dtype.is_floating_point:
             raise ValueError(f"NextObservationDelta: delta_dtype must be a floating dtype, got {delta_dtype!r}.")
         if restore_dtype != "root" and not (isinstance(restore_dtype, torch.dtype) and restore_dtype.is_floating_point):
-            raise ValueError(f"NextObservationDelta: restore_dtype must be a floating dtype or 'root', got {restore_dtype!r}.")
+            raise ValueError(
+                f"NextObservationDelta: restore_dtype must be a floating dtype or 'root', got {restore_dtype!r}."
+            )
         super().__init__()
         self.__dict__["_explicit_keys"] = None if in_keys is None else _key_list(in_keys)
         self.delta_dtype, self.restore_dtype, self.drop_delta = delta_dtype, restore_dtype, drop_delta
@@ -475,7 +490,9 @@ class NextObservationDelta(Transform):
         for key in keys:
             if key in observation_spec.keys(True, True):
                 leaf = observation_spec[key]
-                observation_spec[self._delta_key(key)] = Unbounded(shape=leaf.shape, dtype=self.delta_dtype, device=leaf.device)
+                observation_spec[self._delta_key(key)] = Unbounded(
+                    shape=leaf.shape, dtype=self.delta_dtype, device=leaf.device
+                )
         return observation_spec
 
     def __repr__(self) -> str:

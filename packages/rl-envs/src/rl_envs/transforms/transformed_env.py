@@ -1,4 +1,5 @@
 """TransformedEnv: an env seen through a chain of transforms."""
+
 from __future__ import annotations
 
 from typing import Any, Sequence

@@ -1,4 +1,5 @@
 """VideoRecorder: collects the pixels an env produces and writes them as an mp4 or a gif."""
+
 from __future__ import annotations
 
 import math
@@ -124,7 +125,7 @@ class VideoRecorder(Transform):
             h, w = frame.shape[-3], frame.shape[-2]
             size = self.center_crop
             top, left = max((h - size) // 2, 0), max((w - size) // 2, 0)
-            frame = frame[..., top:top + size, left:left + size, :]
+            frame = frame[..., top : top + size, left : left + size, :]
         if frame.ndim > 3:
             frames = frame.reshape(-1, *frame.shape[-3:])
             if self.make_grid:
@@ -140,8 +141,10 @@ class VideoRecorder(Transform):
         if pixels is None:
             if self._missing_tolerance:
                 return next_tensordict
-            raise KeyError(f"VideoRecorder: pixel key {self.in_keys[0]!r} not found; the tensordict has "
-                           f"{sorted(map(str, next_tensordict.keys(True, True)))}.")
+            raise KeyError(
+                f"VideoRecorder: pixel key {self.in_keys[0]!r} not found; the tensordict has "
+                f"{sorted(map(str, next_tensordict.keys(True, True)))}."
+            )
         self._record(pixels)
         return next_tensordict
 
@@ -200,8 +203,16 @@ class VideoRecorder(Transform):
         h, w = arrays[0].shape[:2]
         if h % 2 or w % 2:
             raise ValueError(f"VideoRecorder: mp4 (H.264) needs even frame sizes, got {h}x{w}; use format='gif'.")
-        writer = imageio.get_writer(tmp, format="FFMPEG", mode="I", fps=self.fps, codec="libx264",
-                                    macro_block_size=1, pixelformat="yuv420p", quality=8)
+        writer = imageio.get_writer(
+            tmp,
+            format="FFMPEG",
+            mode="I",
+            fps=self.fps,
+            codec="libx264",
+            macro_block_size=1,
+            pixelformat="yuv420p",
+            quality=8,
+        )
         try:
             for a in arrays:
                 writer.append_data(a)
@@ -215,8 +226,14 @@ class VideoRecorder(Transform):
             raise ImportError(f"VideoRecorder: writing gif needs Pillow: {_EXTRA_HINT}.") from err
         images = [Image.fromarray(a) for a in arrays]
         # Pillow merges a frame identical to the previous one into it (its duration adds up)
-        images[0].save(tmp, format="GIF", save_all=True, append_images=images[1:],
-                       duration=max(int(round(1000 / self.fps)), 1), loop=0)
+        images[0].save(
+            tmp,
+            format="GIF",
+            save_all=True,
+            append_images=images[1:],
+            duration=max(int(round(1000 / self.fps)), 1),
+            loop=0,
+        )
 
     def __repr__(self) -> str:
         return f"VideoRecorder(in_keys={self.in_keys}, path={self.path!r}, format={self.format!r}, fps={self.fps})"

@@ -27,7 +27,9 @@ __all__ = ["LLMLossBase", "aggregate_tokens", "masked_mean", "masked_sum", "resp
 
 def _check_pair(tokens: torch.Tensor, mask: torch.Tensor, name: str) -> None:
     if not isinstance(tokens, torch.Tensor) or tokens.ndim != 2:
-        raise ValueError(f"{name}: expected a [batch, length] tensor of token ids, got {getattr(tokens, 'shape', type(tokens))}.")
+        raise ValueError(
+            f"{name}: expected a [batch, length] tensor of token ids, got {getattr(tokens, 'shape', type(tokens))}."
+        )
     if tokens.is_floating_point():
         raise ValueError(f"{name}: expected integer token ids, got dtype {tokens.dtype}.")
     if mask.shape != tokens.shape:
@@ -102,12 +104,21 @@ def response_log_probs(
     position_ids = (attention.long().cumsum(-1) - 1).clamp(min=0)
     if padding_free:
         if bool((prompt_mask.long().diff(dim=1) < 0).any()) or bool((response_mask.long().diff(dim=1) > 0).any()):
-            raise ValueError("response_log_probs(padding_free=True): prompt_mask must be a suffix of each row (left padding) "
-                             "and response_mask a prefix (right padding).")
+            raise ValueError(
+                "response_log_probs(padding_free=True): prompt_mask must be a suffix of each row (left padding) "
+                "and response_mask a prefix (right padding)."
+            )
         # each row's real tokens are contiguous once the padding is dropped: prompt, then response
         is_response = torch.cat([torch.zeros_like(prompt_mask), response_mask], dim=1)[attention]
-        flat_lp, flat_entropy = _padding_free_log_probs(model, input_ids[attention][None], attention.sum(1), chunk_size=chunk_size,
-                                                        temperature=temperature, return_entropy=return_entropy, needed=is_response)
+        flat_lp, flat_entropy = _padding_free_log_probs(
+            model,
+            input_ids[attention][None],
+            attention.sum(1),
+            chunk_size=chunk_size,
+            temperature=temperature,
+            return_entropy=return_entropy,
+            needed=is_response,
+        )
         zero = flat_lp.new_zeros(attention.shape)
         log_probs = zero.masked_scatter(attention, flat_lp)[:, lp_len:]
         entropy = None if flat_entropy is None else zero.masked_scatter(attention, flat_entropy)[:, lp_len:]
@@ -117,8 +128,14 @@ def response_log_probs(
             raise ValueError("response_log_probs: return_entropy needs the full logits; pass chunk_size=None.")
         backbone, head = lm_hidden_and_head(model)
         hidden = backbone(input_ids=input_ids, attention_mask=attention.long(), position_ids=position_ids)[0]
-        log_probs = token_log_probs_chunked(hidden[:, lp_len - 1 : lp_len - 1 + r_len], head.weight, head.bias, response_tokens,
-                                            chunk_size=chunk_size, temperature=temperature)
+        log_probs = token_log_probs_chunked(
+            hidden[:, lp_len - 1 : lp_len - 1 + r_len],
+            head.weight,
+            head.bias,
+            response_tokens,
+            chunk_size=chunk_size,
+            temperature=temperature,
+        )
         return torch.where(response_mask, log_probs, log_probs.new_zeros(())), None
     logits = model(input_ids=input_ids, attention_mask=attention.long(), position_ids=position_ids).logits
     # logits at position t predict token t + 1: the response is predicted by positions Lp-1 .. Lp+Lr-2
@@ -138,9 +155,16 @@ def response_log_probs(
     return log_probs, entropy
 
 
-def sequence_log_probs(model: nn.Module, input_ids: torch.Tensor, attention_mask: torch.Tensor | None,
-                       position_ids: torch.Tensor | None = None, *, chunk_size: int | None = None,
-                       cu_seq_lens: torch.Tensor | None = None, needed: torch.Tensor | None = None) -> torch.Tensor:
+def sequence_log_probs(
+    model: nn.Module,
+    input_ids: torch.Tensor,
+    attention_mask: torch.Tensor | None,
+    position_ids: torch.Tensor | None = None,
+    *,
+    chunk_size: int | None = None,
+    cu_seq_lens: torch.Tensor | None = None,
+    needed: torch.Tensor | None = None,
+) -> torch.Tensor:
     """Log-prob of each token given the ones before it, for right-padded sequences: ``[B, T]``
     with column 0 (no context) and padded positions set to 0.
 
@@ -167,23 +191,40 @@ def sequence_log_probs(model: nn.Module, input_ids: torch.Tensor, attention_mask
     """
     if cu_seq_lens is not None:
         if attention_mask is not None or input_ids.ndim != 2 or input_ids.shape[0] != 1:
-            raise ValueError(f"sequence_log_probs: with cu_seq_lens, pass input_ids [1, N] and attention_mask=None; got input_ids "
-                             f"{tuple(input_ids.shape)} and attention_mask {None if attention_mask is None else tuple(attention_mask.shape)}.")
+            raise ValueError(
+                f"sequence_log_probs: with cu_seq_lens, pass input_ids [1, N] and attention_mask=None; got input_ids "
+                f"{tuple(input_ids.shape)} and attention_mask {None if attention_mask is None else tuple(attention_mask.shape)}."
+            )
         cu = cu_seq_lens.long()
         if cu.ndim != 1 or int(cu[0]) != 0 or int(cu[-1]) != input_ids.shape[1] or bool((cu.diff() < 0).any()):
-            raise ValueError(f"sequence_log_probs: cu_seq_lens must rise from 0 to {input_ids.shape[1]}, got {cu_seq_lens.tolist()}.")
+            raise ValueError(
+                f"sequence_log_probs: cu_seq_lens must rise from 0 to {input_ids.shape[1]}, got {cu_seq_lens.tolist()}."
+            )
         if needed is not None and needed.shape != input_ids.shape:
-            raise ValueError(f"sequence_log_probs: needed must be shaped like input_ids {tuple(input_ids.shape)}, got {tuple(needed.shape)}.")
-        out, _ = _padding_free_log_probs(model, input_ids, cu.diff(), chunk_size=chunk_size, position_ids=position_ids,
-                                         needed=None if needed is None else needed[0])
+            raise ValueError(
+                f"sequence_log_probs: needed must be shaped like input_ids {tuple(input_ids.shape)}, got {tuple(needed.shape)}."
+            )
+        out, _ = _padding_free_log_probs(
+            model,
+            input_ids,
+            cu.diff(),
+            chunk_size=chunk_size,
+            position_ids=position_ids,
+            needed=None if needed is None else needed[0],
+        )
         return out[None]
     if needed is not None:
         raise ValueError("sequence_log_probs: needed applies to padding-free rows (with cu_seq_lens) only.")
     if attention_mask is None:
         raise ValueError("sequence_log_probs: attention_mask is required (None only with cu_seq_lens).")
     if attention_mask.ndim == 4:  # [B, 1, T, T] bool: which positions each one attends to (packed rows)
-        if attention_mask.shape != (input_ids.shape[0], 1, input_ids.shape[1], input_ids.shape[1]) or attention_mask.dtype != torch.bool:
-            raise ValueError(f"sequence_log_probs: a 4-D attention_mask must be bool [B, 1, T, T], got {attention_mask.dtype} {tuple(attention_mask.shape)}.")
+        if (
+            attention_mask.shape != (input_ids.shape[0], 1, input_ids.shape[1], input_ids.shape[1])
+            or attention_mask.dtype != torch.bool
+        ):
+            raise ValueError(
+                f"sequence_log_probs: a 4-D attention_mask must be bool [B, 1, T, T], got {attention_mask.dtype} {tuple(attention_mask.shape)}."
+            )
         mask, model_mask = None, attention_mask
     else:
         _check_pair(input_ids, attention_mask, "input_ids")
@@ -200,9 +241,17 @@ def sequence_log_probs(model: nn.Module, input_ids: torch.Tensor, attention_mask
     return out if mask is None else torch.where(mask, out, out.new_zeros(()))
 
 
-def _padding_free_log_probs(model: nn.Module, input_ids: torch.Tensor, lengths: torch.Tensor, *, chunk_size: int | None = None,
-                            temperature: float = 1.0, return_entropy: bool = False, position_ids: torch.Tensor | None = None,
-                            needed: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:
+def _padding_free_log_probs(
+    model: nn.Module,
+    input_ids: torch.Tensor,
+    lengths: torch.Tensor,
+    *,
+    chunk_size: int | None = None,
+    temperature: float = 1.0,
+    return_entropy: bool = False,
+    position_ids: torch.Tensor | None = None,
+    needed: torch.Tensor | None = None,
+) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Sequences of ``lengths`` laid end to end in ``input_ids`` ``[1, N]``: ``[N]`` log-probs of each
     token given the earlier tokens of its sequence, and the entropies of the distributions that
     predicted them (or None); 0 at each sequence's first token and where ``needed`` (``[N]`` bool)
@@ -231,7 +280,9 @@ def _padding_free_log_probs(model: nn.Module, input_ids: torch.Tensor, lengths: 
     if head is not None:
         hidden = run_padding_free(model, backbone, input_ids, cu, position_ids)[0][0, index - 1]
     if chunk_size is not None:
-        picked = token_log_probs_chunked(hidden, head.weight, head.bias, targets, chunk_size=chunk_size, temperature=temperature)
+        picked = token_log_probs_chunked(
+            hidden, head.weight, head.bias, targets, chunk_size=chunk_size, temperature=temperature
+        )
     else:
         if head is not None:
             logits = head(hidden).float()
@@ -295,7 +346,9 @@ class LLMLossBase(nn.Module):
     def __init__(self, actor_network: nn.Module) -> None:
         super().__init__()
         if not isinstance(actor_network, nn.Module):
-            raise TypeError(f"{type(self).__name__}: actor_network must be an nn.Module, got {type(actor_network).__name__}.")
+            raise TypeError(
+                f"{type(self).__name__}: actor_network must be an nn.Module, got {type(actor_network).__name__}."
+            )
         if getattr(actor_network, "generate", False):
             raise ValueError(
                 f"{type(self).__name__}: actor_network must score given responses (TransformersWrapper(generate=False)), "
@@ -312,11 +365,17 @@ class LLMLossBase(nn.Module):
         """
         for old in sorted(set(keys) & set(self.deprecated_key_names)):
             new = self.deprecated_key_names[old]
-            warnings.warn(f"{type(self).__name__}.set_keys: {old!r} is deprecated, use {new!r} (TorchRL's name).", DeprecationWarning, stacklevel=2)
+            warnings.warn(
+                f"{type(self).__name__}.set_keys: {old!r} is deprecated, use {new!r} (TorchRL's name).",
+                DeprecationWarning,
+                stacklevel=2,
+            )
             keys = {(new if name == old else name): value for name, value in keys.items()}
         unknown = sorted(set(keys) - set(self.default_keys))
         if unknown:
-            raise ValueError(f"{type(self).__name__}.set_keys: unknown key name(s) {unknown}; accepted: {sorted(self.default_keys)}.")
+            raise ValueError(
+                f"{type(self).__name__}.set_keys: unknown key name(s) {unknown}; accepted: {sorted(self.default_keys)}."
+            )
         for name, key in keys.items():
             if key is None:
                 raise ValueError(f"{type(self).__name__}.set_keys: {name}=None; give a key (str or tuple of str).")

@@ -25,8 +25,15 @@ __all__ = ["lm_hidden_and_head", "token_log_probs_chunked"]
 
 class _ChunkedLogProbs(torch.autograd.Function):
     @staticmethod
-    def forward(ctx: Any, hidden: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, targets: torch.Tensor,
-                chunk_size: int, temperature: float) -> torch.Tensor:
+    def forward(
+        ctx: Any,
+        hidden: torch.Tensor,
+        weight: torch.Tensor,
+        bias: torch.Tensor | None,
+        targets: torch.Tensor,
+        chunk_size: int,
+        temperature: float,
+    ) -> torch.Tensor:
         n, dtype = hidden.shape[0], _compute_dtype(hidden)
         out = hidden.new_empty(n, dtype=dtype)
         lse = hidden.new_empty(n, dtype=dtype)
@@ -61,7 +68,7 @@ class _ChunkedLogProbs(torch.autograd.Function):
                 grad_w += d_logits.T @ hidden[start:stop].to(dtype)
             if grad_b is not None:
                 grad_b += d_logits.sum(0)
-        cast = (lambda t, like: None if t is None else t.to(like.dtype))
+        cast = lambda t, like: None if t is None else t.to(like.dtype)
         return grad_h, cast(grad_w, weight), (cast(grad_b, bias) if bias is not None else None), None, None, None
 
 
@@ -75,8 +82,15 @@ def _logits(hidden: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | Non
     return logits / temperature if temperature != 1.0 else logits
 
 
-def token_log_probs_chunked(hidden: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, targets: torch.Tensor, *,
-                            chunk_size: int = 1024, temperature: float = 1.0) -> torch.Tensor:
+def token_log_probs_chunked(
+    hidden: torch.Tensor,
+    weight: torch.Tensor,
+    bias: torch.Tensor | None,
+    targets: torch.Tensor,
+    *,
+    chunk_size: int = 1024,
+    temperature: float = 1.0,
+) -> torch.Tensor:
     """``log_softmax(hidden @ weight.T + bias)`` at ``targets``, ``chunk_size`` positions at a time.
 
     Args:
@@ -100,11 +114,14 @@ def token_log_probs_chunked(hidden: torch.Tensor, weight: torch.Tensor, bias: to
     if not temperature > 0:
         raise ValueError(f"token_log_probs_chunked: temperature must be > 0, got {temperature!r}.")
     if hidden.shape[:-1] != targets.shape:
-        raise ValueError(f"token_log_probs_chunked: targets {tuple(targets.shape)} must match hidden's leading shape {tuple(hidden.shape[:-1])}.")
+        raise ValueError(
+            f"token_log_probs_chunked: targets {tuple(targets.shape)} must match hidden's leading shape {tuple(hidden.shape[:-1])}."
+        )
     if weight.ndim != 2 or weight.shape[1] != hidden.shape[-1]:
         raise ValueError(f"token_log_probs_chunked: weight must be [V, {hidden.shape[-1]}], got {tuple(weight.shape)}.")
-    flat = _ChunkedLogProbs.apply(hidden.reshape(-1, hidden.shape[-1]), weight, bias, targets.reshape(-1).long(), chunk_size,
-                                  float(temperature))
+    flat = _ChunkedLogProbs.apply(
+        hidden.reshape(-1, hidden.shape[-1]), weight, bias, targets.reshape(-1).long(), chunk_size, float(temperature)
+    )
     return flat.reshape(targets.shape)
 
 
@@ -120,12 +137,16 @@ def lm_hidden_and_head(model: nn.Module) -> tuple[nn.Module, nn.Module]:
     head = inner.get_output_embeddings() if hasattr(inner, "get_output_embeddings") else None
     backbone = getattr(inner, "base_model", None)
     if not isinstance(head, nn.Linear) or backbone is None or backbone is inner:
-        raise ValueError(f"chunked log-probs: {type(model).__name__} does not expose a backbone and a linear output layer; "
-                         "use the full-logits path (logprob_chunk_size=None).")
+        raise ValueError(
+            f"chunked log-probs: {type(model).__name__} does not expose a backbone and a linear output layer; "
+            "use the full-logits path (logprob_chunk_size=None)."
+        )
     config = getattr(model, "config", None)
     for attr in ("final_logit_softcapping", "logit_scale", "logits_scaling", "output_multiplier_scale"):
         value = getattr(config, attr, None)
         if value not in (None, 1, 1.0):
-            raise ValueError(f"chunked log-probs: {type(model).__name__} transforms its logits ({attr}={value}); "
-                             "use the full-logits path (logprob_chunk_size=None).")
+            raise ValueError(
+                f"chunked log-probs: {type(model).__name__} transforms its logits ({attr}={value}); "
+                "use the full-logits path (logprob_chunk_size=None)."
+            )
     return backbone, head

@@ -73,7 +73,11 @@ class DPOLoss(LLMLossBase):
         ['loss_dpo', 'reward_accuracy', 'reward_margin', 'rewards_chosen', 'rewards_rejected']
     """
 
-    default_keys: ClassVar[dict[str, Any]] = {"chosen": "chosen", "rejected": "rejected", "ref_log_prob": ("ref_log_probs", "response")}
+    default_keys: ClassVar[dict[str, Any]] = {
+        "chosen": "chosen",
+        "rejected": "rejected",
+        "ref_log_prob": ("ref_log_probs", "response"),
+    }
 
     def __init__(
         self,
@@ -112,7 +116,9 @@ class DPOLoss(LLMLossBase):
                     f"keys present: {sorted(map(str, side.keys(True, True)))}."
                 )
             if ref_tokens.shape != mask.shape:
-                raise ValueError(f"DPOLoss: reference log-probs shape {tuple(ref_tokens.shape)} != response mask shape {tuple(mask.shape)}.")
+                raise ValueError(
+                    f"DPOLoss: reference log-probs shape {tuple(ref_tokens.shape)} != response mask shape {tuple(mask.shape)}."
+                )
         return policy, masked_sum(ref_tokens.detach(), mask)
 
     def forward(self, tensordict: TensorDict) -> TensorDict:
@@ -138,5 +144,3 @@ class DPOLoss(LLMLossBase):
             },
             batch_size=[],
         )
-
-

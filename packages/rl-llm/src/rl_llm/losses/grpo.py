@@ -47,12 +47,18 @@ def group_advantages(
         [0.707, -0.707, 0.0, 0.0]
     """
     if rewards.ndim != 1 or not rewards.is_floating_point():
-        raise ValueError(f"group_advantages: rewards must be a 1-D float tensor [N], got shape {tuple(rewards.shape)} dtype {rewards.dtype}.")
+        raise ValueError(
+            f"group_advantages: rewards must be a 1-D float tensor [N], got shape {tuple(rewards.shape)} dtype {rewards.dtype}."
+        )
     if group_ids.shape != rewards.shape:
-        raise ValueError(f"group_advantages: group_ids shape {tuple(group_ids.shape)} != rewards shape {tuple(rewards.shape)}.")
+        raise ValueError(
+            f"group_advantages: group_ids shape {tuple(group_ids.shape)} != rewards shape {tuple(rewards.shape)}."
+        )
     _, inverse, counts = torch.unique(group_ids, return_inverse=True, return_counts=True)
     if unbiased and scale and bool((counts < 2).any()):
-        raise ValueError(f"group_advantages: unbiased std needs groups of >= 2 samples, got group sizes {counts.tolist()}.")
+        raise ValueError(
+            f"group_advantages: unbiased std needs groups of >= 2 samples, got group sizes {counts.tolist()}."
+        )
     n_groups = counts.shape[0]
     counts_f = counts.to(rewards.dtype)
     mean = rewards.new_zeros(n_groups).index_add_(0, inverse, rewards) / counts_f
@@ -108,7 +114,9 @@ class MCAdvantage(nn.Module):
         if group_by not in ("order", "prompt"):
             raise ValueError(f"MCAdvantage: group_by must be 'order' or 'prompt', got {group_by!r}.")
         if unbiased and scale and grpo_size < 2:
-            raise ValueError("MCAdvantage: an unbiased std needs grpo_size >= 2 (or pass unbiased=False / scale=False).")
+            raise ValueError(
+                "MCAdvantage: an unbiased std needs grpo_size >= 2 (or pass unbiased=False / scale=False)."
+            )
         self.grpo_size = grpo_size
         self.group_by = group_by
         self.eps = float(eps)
@@ -122,7 +130,9 @@ class MCAdvantage(nn.Module):
     def forward(self, tensordict: TensorDict) -> TensorDict:
         reward = tensordict.get(self.reward_key, None)
         if reward is None:
-            raise KeyError(f"MCAdvantage: the input lacks the reward {self.reward_key!r}; keys: {sorted(map(str, tensordict.keys(True, True)))}.")
+            raise KeyError(
+                f"MCAdvantage: the input lacks the reward {self.reward_key!r}; keys: {sorted(map(str, tensordict.keys(True, True)))}."
+            )
         if reward.shape != tensordict.batch_size:
             raise ValueError(
                 f"MCAdvantage: {self.reward_key!r} must be one scalar per response, shaped as the batch "
@@ -133,7 +143,9 @@ class MCAdvantage(nn.Module):
         g = self.grpo_size
         if self.group_by == "order":
             if n % g:
-                raise ValueError(f"MCAdvantage: batch of {n} responses is not a whole number of groups of grpo_size={g}.")
+                raise ValueError(
+                    f"MCAdvantage: batch of {n} responses is not a whole number of groups of grpo_size={g}."
+                )
             group_ids = torch.arange(n, device=flat.device) // g
         else:
             tokens = tensordict.get(self.prompt_key).reshape(n, -1)
@@ -141,7 +153,9 @@ class MCAdvantage(nn.Module):
             rows = torch.cat([tokens * mask, mask], dim=1)  # pads never split a group
             _, group_ids, counts = torch.unique(rows, dim=0, return_inverse=True, return_counts=True)
             if bool((counts != g).any()):
-                raise ValueError(f"MCAdvantage: group_by='prompt' found groups of sizes {counts.tolist()}, expected all {g}.")
+                raise ValueError(
+                    f"MCAdvantage: group_by='prompt' found groups of sizes {counts.tolist()}, expected all {g}."
+                )
         adv = group_advantages(flat, group_ids, eps=self.eps, unbiased=self.unbiased, scale=self.scale)
         tensordict.set(self.advantage_key, adv.reshape(reward.shape))
         return tensordict
@@ -240,9 +254,13 @@ class GRPOLoss(LLMLossBase):
         if not (0.0 <= low < 1.0) or high < 0.0:
             raise ValueError(f"GRPOLoss: clip_epsilon must give 0 <= low < 1 and high >= 0, got {clip_epsilon!r}.")
         if aggregation not in ("token_mean", "sequence_mean", "sum"):
-            raise ValueError(f"GRPOLoss: aggregation must be 'token_mean', 'sequence_mean' or 'sum', got {aggregation!r}.")
+            raise ValueError(
+                f"GRPOLoss: aggregation must be 'token_mean', 'sequence_mean' or 'sum', got {aggregation!r}."
+            )
         if entropy_coeff is not None and not getattr(actor_network, "return_entropy", False):
-            raise ValueError("GRPOLoss: entropy_coeff needs an actor that writes entropies (TransformersWrapper(..., return_entropy=True)).")
+            raise ValueError(
+                "GRPOLoss: entropy_coeff needs an actor that writes entropies (TransformersWrapper(..., return_entropy=True))."
+            )
         self.clip_low, self.clip_high = low, high
         self.kl_to_ref_coeff = None if kl_to_ref_coeff is None else float(kl_to_ref_coeff)
         self.entropy_coeff = None if entropy_coeff is None else float(entropy_coeff)
@@ -259,7 +277,9 @@ class GRPOLoss(LLMLossBase):
         old = self._get(tensordict, "sample_log_prob")
         advantage = self._get(tensordict, "advantage")
         if old.shape != mask.shape:
-            raise ValueError(f"GRPOLoss: behaviour log-probs shape {tuple(old.shape)} != response mask shape {tuple(mask.shape)}.")
+            raise ValueError(
+                f"GRPOLoss: behaviour log-probs shape {tuple(old.shape)} != response mask shape {tuple(mask.shape)}."
+            )
         if advantage.shape != mask.shape[:1]:
             raise ValueError(
                 f"GRPOLoss: {self.tensor_keys.advantage!r} must be one scalar per response, shape {tuple(mask.shape[:1])} "
@@ -269,7 +289,9 @@ class GRPOLoss(LLMLossBase):
         if self.kl_to_ref_coeff is not None:
             ref = self._get(tensordict, "ref_log_probs")
             if ref.shape != mask.shape:
-                raise ValueError(f"GRPOLoss: reference log-probs shape {tuple(ref.shape)} != response mask shape {tuple(mask.shape)}.")
+                raise ValueError(
+                    f"GRPOLoss: reference log-probs shape {tuple(ref.shape)} != response mask shape {tuple(mask.shape)}."
+                )
         current = self._current(tensordict)
         log_probs = current.get(self.actor_network.keys["log_probs"])
         token_loss, ratio = grpo_token_loss(log_probs, old.detach(), advantage.detach(), self.clip_low, self.clip_high)

@@ -58,7 +58,11 @@ class SFTLoss(LLMLossBase):
         True
     """
 
-    default_keys: ClassVar[dict[str, Any]] = {"response_mask": RESPONSE_MASK, "prompt_text": PROMPT_TEXT, "response_text": RESPONSE_TEXT}
+    default_keys: ClassVar[dict[str, Any]] = {
+        "response_mask": RESPONSE_MASK,
+        "prompt_text": PROMPT_TEXT,
+        "response_text": RESPONSE_TEXT,
+    }
 
     def __init__(
         self,
@@ -95,6 +99,4 @@ class SFTLoss(LLMLossBase):
         log_probs = out.get(keys["log_probs"])
         mask = out.get(keys["response_mask"]).bool()
         loss = sft_loss(log_probs, mask, self.normalize_by_seq_length)
-        return TensorDict(
-            {"loss_sft": loss, "nll_per_token": -masked_mean(log_probs.detach(), mask)}, batch_size=[]
-        )
+        return TensorDict({"loss_sft": loss, "nll_per_token": -masked_mean(log_probs.detach(), mask)}, batch_size=[])

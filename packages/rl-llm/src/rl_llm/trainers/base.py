@@ -98,13 +98,23 @@ class LLMTrainer:
 
     config_class: type[TrainingConfig] = TrainingConfig
 
-    def __init__(self, model: nn.Module, args: TrainingConfig | None = None, train_dataset: Any = None,
-                 processing_class: Any = None, *, loggers: Sequence[Any] = (), optimizers: tuple = (None, None),
-                 peft_config: Any = None) -> None:
+    def __init__(
+        self,
+        model: nn.Module,
+        args: TrainingConfig | None = None,
+        train_dataset: Any = None,
+        processing_class: Any = None,
+        *,
+        loggers: Sequence[Any] = (),
+        optimizers: tuple = (None, None),
+        peft_config: Any = None,
+    ) -> None:
         name = type(self).__name__
         if not isinstance(model, nn.Module):
-            raise TypeError(f"{name}: model must be a loaded transformers model (an nn.Module), got {type(model).__name__}; "
-                            "load it first, e.g. AutoModelForCausalLM.from_pretrained(path).")
+            raise TypeError(
+                f"{name}: model must be a loaded transformers model (an nn.Module), got {type(model).__name__}; "
+                "load it first, e.g. AutoModelForCausalLM.from_pretrained(path)."
+            )
         args = self.config_class() if args is None else args
         if not isinstance(args, self.config_class):
             raise TypeError(f"{name}: args must be a {self.config_class.__name__}, got {type(args).__name__}.")
@@ -112,7 +122,9 @@ class LLMTrainer:
             raise ValueError(f"{name}: train_dataset is required.")
         bad = [lg for lg in loggers if not callable(getattr(lg, "log_scalar", None))]
         if bad:
-            raise TypeError(f"{name}: loggers need a log_scalar(name, value, step) method; {type(bad[0]).__name__} has none.")
+            raise TypeError(
+                f"{name}: loggers need a log_scalar(name, value, step) method; {type(bad[0]).__name__} has none."
+            )
         if peft_config is not None:
             try:
                 from peft import get_peft_model
@@ -131,15 +143,21 @@ class LLMTrainer:
         self._order: list[int] | None = None
         if args.gradient_checkpointing:
             # transformers 5 renamed it activation checkpointing; 4.x has only the old name
-            enable = getattr(model, "activation_checkpointing_enable", None) or getattr(model, "gradient_checkpointing_enable", None)
+            enable = getattr(model, "activation_checkpointing_enable", None) or getattr(
+                model, "gradient_checkpointing_enable", None
+            )
             if enable is None:
-                raise ValueError(f"{name}: gradient_checkpointing=True but {type(model).__name__} cannot checkpoint activations.")
+                raise ValueError(
+                    f"{name}: gradient_checkpointing=True but {type(model).__name__} cannot checkpoint activations."
+                )
             enable()
             if hasattr(model, "config"):
                 model.config.use_cache = False
         if args.padding_free and not supports_padding_free(model):
-            raise ValueError(f"{name}: padding_free=True but {type(model).__name__} does not dispatch its attention through "
-                             "transformers' AttentionInterface; set padding_free=False (or leave it None).")
+            raise ValueError(
+                f"{name}: padding_free=True but {type(model).__name__} does not dispatch its attention through "
+                "transformers' AttentionInterface; set padding_free=False (or leave it None)."
+            )
         # None: padding-free when a probe forward shows the model runs it
         self.padding_free = padding_free_works(model) if args.padding_free is None else args.padding_free
         torch.manual_seed(args.seed)
@@ -149,14 +167,22 @@ class LLMTrainer:
         if not params and optimizer is None:
             raise ValueError(f"{name}: the model has no trainable parameters.")
         # the fused kernel needs floating-point parameters on CPU or CUDA
-        fused = args.optim == "adamw_torch_fused" and all(p.is_floating_point() and p.device.type in ("cpu", "cuda") for p in params)
+        fused = args.optim == "adamw_torch_fused" and all(
+            p.is_floating_point() and p.device.type in ("cpu", "cuda") for p in params
+        )
         self.optimizer = optimizer or torch.optim.AdamW(
-            params, lr=args.learning_rate, betas=(args.adam_beta1, args.adam_beta2), eps=args.adam_epsilon,
-            weight_decay=args.weight_decay, **({"fused": True} if fused else {}))
+            params,
+            lr=args.learning_rate,
+            betas=(args.adam_beta1, args.adam_beta2),
+            eps=args.adam_epsilon,
+            weight_decay=args.weight_decay,
+            **({"fused": True} if fused else {}),
+        )
         self.total_steps = self._total_steps()
         warmup = args.warmup_steps or math.ceil(args.warmup_ratio * self.total_steps)
         self.scheduler = scheduler or torch.optim.lr_scheduler.LambdaLR(
-            self.optimizer, lr_lambda(args.lr_scheduler_type, warmup, self.total_steps))
+            self.optimizer, lr_lambda(args.lr_scheduler_type, warmup, self.total_steps)
+        )
         self._last_metrics: dict[str, float] = {}
 
     # ------------------------------------------------------------------ budget and data order
@@ -185,7 +211,7 @@ class LLMTrainer:
         while len(out) < count:
             if self._order is None:
                 self._order = self._epoch_order(self._epoch)
-            take = self._order[self._position: self._position + count - len(out)]
+            take = self._order[self._position : self._position + count - len(out)]
             out += take
             self._position += len(take)
             if self._position >= len(self._order):
@@ -238,9 +264,15 @@ class LLMTrainer:
         ``output_dir`` (nothing to resume from raises ``FileNotFoundError``).
         """
         if resume_from_checkpoint:
-            folder = ckpt.latest_checkpoint(self.args.output_dir) if resume_from_checkpoint is True else resume_from_checkpoint
+            folder = (
+                ckpt.latest_checkpoint(self.args.output_dir)
+                if resume_from_checkpoint is True
+                else resume_from_checkpoint
+            )
             if folder is None:
-                raise FileNotFoundError(f"{type(self).__name__}.train: no checkpoint under {self.args.output_dir} to resume from.")
+                raise FileNotFoundError(
+                    f"{type(self).__name__}.train: no checkpoint under {self.args.output_dir} to resume from."
+                )
             self.load_checkpoint(folder)
         for logger in self.loggers:  # the run's config, to loggers that record hyper-parameters
             if callable(getattr(logger, "log_hparams", None)):
@@ -253,7 +285,9 @@ class LLMTrainer:
                 self._last_metrics = metrics
                 if self.global_step % self.args.logging_steps == 0 or self.global_step == self.total_steps:
                     self.log({**metrics, "learning_rate": self.scheduler.get_last_lr()[0]})
-                if self.args.save_steps and (self.global_step % self.args.save_steps == 0 or self.global_step == self.total_steps):
+                if self.args.save_steps and (
+                    self.global_step % self.args.save_steps == 0 or self.global_step == self.total_steps
+                ):
                     self.save_checkpoint()
                 if bar is not None:
                     bar.update(1)
@@ -276,8 +310,14 @@ class LLMTrainer:
         return {name: p for name, p in self.model.named_parameters() if p.requires_grad}
 
     def _trainer_state(self) -> dict[str, Any]:
-        return {"global_step": self.global_step, "epoch": self._epoch, "position": self._position,
-                "scheduler": self.scheduler.state_dict(), "config": self.args.to_dict(), "python_random": _random_state()}
+        return {
+            "global_step": self.global_step,
+            "epoch": self._epoch,
+            "position": self._position,
+            "scheduler": self.scheduler.state_dict(),
+            "config": self.args.to_dict(),
+            "python_random": _random_state(),
+        }
 
     def save_checkpoint(self, folder: str | Path | None = None) -> Path:
         """Write a checkpoint (default ``<output_dir>/checkpoint-<step>``); see :mod:`.checkpoint`."""
@@ -286,8 +326,9 @@ class LLMTrainer:
         if torch.cuda.is_available():
             for i, state in enumerate(torch.cuda.get_rng_state_all()):
                 rng[f"cuda{i}"] = state
-        return ckpt.write_checkpoint(folder, model_tensors=self._model_tensors(), optimizer=self.optimizer, rng=rng,
-                                     state=self._trainer_state())
+        return ckpt.write_checkpoint(
+            folder, model_tensors=self._model_tensors(), optimizer=self.optimizer, rng=rng, state=self._trainer_state()
+        )
 
     def load_checkpoint(self, folder: str | Path) -> None:
         """Restore weights, optimizer, schedule, RNG and data position from a checkpoint folder."""
@@ -299,7 +340,9 @@ class LLMTrainer:
         with torch.no_grad():
             for key, value in parts["model"].items():
                 if key not in own:
-                    raise KeyError(f"{type(self).__name__}.load_checkpoint: {folder} holds {key!r}, which the model does not have.")
+                    raise KeyError(
+                        f"{type(self).__name__}.load_checkpoint: {folder} holds {key!r}, which the model does not have."
+                    )
                 own[key].copy_(value)
         self.optimizer.load_state_dict(parts["optimizer"])
         state = parts["state"]
@@ -321,4 +364,3 @@ def _random_state() -> list:
 def _set_random_state(value: list) -> None:
     version, internal, gauss = value
     random.setstate((version, tuple(internal), gauss))
-

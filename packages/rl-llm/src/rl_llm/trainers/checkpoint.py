@@ -72,8 +72,14 @@ def optimizer_state(tensors: dict[str, torch.Tensor], rest: dict[str, Any]) -> d
     return {"state": state, "param_groups": rest["param_groups"]}
 
 
-def write_checkpoint(folder: str | Path, *, model_tensors: dict[str, torch.Tensor], optimizer: torch.optim.Optimizer,
-                     rng: dict[str, torch.Tensor], state: dict[str, Any]) -> Path:
+def write_checkpoint(
+    folder: str | Path,
+    *,
+    model_tensors: dict[str, torch.Tensor],
+    optimizer: torch.optim.Optimizer,
+    rng: dict[str, torch.Tensor],
+    state: dict[str, Any],
+) -> Path:
     """Write a complete checkpoint at ``folder`` (replacing one already there), atomically."""
     folder = Path(folder)
     folder.parent.mkdir(parents=True, exist_ok=True)
@@ -124,7 +130,12 @@ def latest_checkpoint(output_dir: str | Path) -> Path | None:
         return None
     steps = []
     for child in root.iterdir():
-        suffix = child.name[len(PREFIX):]
-        if child.is_dir() and child.name.startswith(PREFIX) and suffix.isdigit() and (child / "trainer_state.json").exists():
+        suffix = child.name[len(PREFIX) :]
+        if (
+            child.is_dir()
+            and child.name.startswith(PREFIX)
+            and suffix.isdigit()
+            and (child / "trainer_state.json").exists()
+        ):
             steps.append((int(suffix), child))
     return max(steps)[1] if steps else None

@@ -81,13 +81,19 @@ class TrainingConfig:
         if not (self.learning_rate >= 0 and math.isfinite(self.learning_rate)):
             raise ValueError(f"{name}: learning_rate must be a finite number >= 0, got {self.learning_rate!r}.")
         if self.num_train_epochs <= 0 and self.max_steps <= 0:
-            raise ValueError(f"{name}: give num_train_epochs > 0 or max_steps > 0 (got {self.num_train_epochs!r} and {self.max_steps!r}).")
+            raise ValueError(
+                f"{name}: give num_train_epochs > 0 or max_steps > 0 (got {self.num_train_epochs!r} and {self.max_steps!r})."
+            )
         if self.lr_scheduler_type not in SCHEDULERS:
             raise ValueError(f"{name}: lr_scheduler_type must be one of {SCHEDULERS}, got {self.lr_scheduler_type!r}.")
         if self.optim not in OPTIMIZERS:
-            raise ValueError(f"{name}: optim must be one of {OPTIMIZERS} (or pass optimizers= to the trainer), got {self.optim!r}.")
+            raise ValueError(
+                f"{name}: optim must be one of {OPTIMIZERS} (or pass optimizers= to the trainer), got {self.optim!r}."
+            )
         if self.warmup_steps < 0 or not 0.0 <= self.warmup_ratio < 1.0:
-            raise ValueError(f"{name}: warmup_steps must be >= 0 and warmup_ratio in [0, 1), got {self.warmup_steps!r} and {self.warmup_ratio!r}.")
+            raise ValueError(
+                f"{name}: warmup_steps must be >= 0 and warmup_ratio in [0, 1), got {self.warmup_steps!r} and {self.warmup_ratio!r}."
+            )
         if self.max_grad_norm is not None and self.max_grad_norm < 0:
             raise ValueError(f"{name}: max_grad_norm must be >= 0 or None, got {self.max_grad_norm!r}.")
         if self.logprob_chunk_size is not None and self.logprob_chunk_size < 1:
@@ -96,7 +102,9 @@ class TrainingConfig:
             raise ValueError(f"{name}: save_steps must be >= 0, got {self.save_steps!r}.")
         unknown = [r for r in self.report_to if r not in ("csv", "none")]
         if unknown:
-            raise ValueError(f"{name}: report_to entries must be 'csv' or 'none' (pass logger objects to the trainer), got {unknown}.")
+            raise ValueError(
+                f"{name}: report_to entries must be 'csv' or 'none' (pass logger objects to the trainer), got {unknown}."
+            )
 
     # ------------------------------------------------------------------ building
     @classmethod

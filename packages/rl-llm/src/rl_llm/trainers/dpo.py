@@ -67,14 +67,28 @@ class DPOConfig(TrainingConfig):
             raise ValueError(f"DPOConfig: label_smoothing must be in [0, 0.5), got {self.label_smoothing!r}.")
         if self.max_prompt_length is not None and self.max_prompt_length < 1:
             raise ValueError(f"DPOConfig: max_prompt_length must be >= 1 or None, got {self.max_prompt_length!r}.")
-        if self.max_length is not None and self.max_prompt_length is not None and self.max_length <= self.max_prompt_length:
-            raise ValueError(f"DPOConfig: max_length ({self.max_length}) must exceed max_prompt_length ({self.max_prompt_length}).")
+        if (
+            self.max_length is not None
+            and self.max_prompt_length is not None
+            and self.max_length <= self.max_prompt_length
+        ):
+            raise ValueError(
+                f"DPOConfig: max_length ({self.max_length}) must exceed max_prompt_length ({self.max_prompt_length})."
+            )
         if self.ref_model_sync_steps < 1 or not 0.0 < self.ref_model_mixup_alpha <= 1.0:
             raise ValueError("DPOConfig: ref_model_sync_steps must be >= 1 and ref_model_mixup_alpha in (0, 1].")
 
 
-def dpo_losses(chosen: torch.Tensor, rejected: torch.Tensor, ref_chosen: torch.Tensor, ref_rejected: torch.Tensor, *,
-               beta: float, loss_type: str = "sigmoid", label_smoothing: float = 0.0) -> torch.Tensor:
+def dpo_losses(
+    chosen: torch.Tensor,
+    rejected: torch.Tensor,
+    ref_chosen: torch.Tensor,
+    ref_rejected: torch.Tensor,
+    *,
+    beta: float,
+    loss_type: str = "sigmoid",
+    label_smoothing: float = 0.0,
+) -> torch.Tensor:
     """Per-pair DPO losses from the answers' log-probs (all ``[B]``; see the module docstring).
 
     Example:
@@ -98,7 +112,9 @@ def _encode(tokenizer: Any, text: str) -> list[int]:
     return list(tokenizer(text, add_special_tokens=False)["input_ids"])
 
 
-def tokenize_preference_row(row: Mapping[str, Any], tokenizer: Any, args: DPOConfig) -> tuple[list[int], list[int], list[int]]:
+def tokenize_preference_row(
+    row: Mapping[str, Any], tokenizer: Any, args: DPOConfig
+) -> tuple[list[int], list[int], list[int]]:
     """``(prompt ids, chosen ids, rejected ids)`` of one row, truncated (see the module docstring)."""
     if dataset_format(row) != "preference":
         raise ValueError(f"DPOTrainer: rows need 'prompt', 'chosen' and 'rejected'; got columns {sorted(row)}.")
@@ -106,7 +122,9 @@ def tokenize_preference_row(row: Mapping[str, Any], tokenizer: Any, args: DPOCon
     prompt = row.get("prompt")
     if prompt is None:
         if not (is_conversational(chosen) and is_conversational(rejected)):
-            raise ValueError("DPOTrainer: rows without 'prompt' must hold conversations in 'chosen' and 'rejected' (their shared first messages are the prompt).")
+            raise ValueError(
+                "DPOTrainer: rows without 'prompt' must hold conversations in 'chosen' and 'rejected' (their shared first messages are the prompt)."
+            )
         shared = 0
         while shared < min(len(chosen), len(rejected)) - 1 and chosen[shared] == rejected[shared]:
             shared += 1
@@ -116,24 +134,30 @@ def tokenize_preference_row(row: Mapping[str, Any], tokenizer: Any, args: DPOCon
     eos = getattr(tokenizer, "eos_token_id", None)
     if is_conversational(prompt):
         if not (is_conversational(chosen) and is_conversational(rejected)):
-            raise ValueError("DPOTrainer: with a conversational prompt, 'chosen' and 'rejected' must be message lists too.")
+            raise ValueError(
+                "DPOTrainer: with a conversational prompt, 'chosen' and 'rejected' must be message lists too."
+            )
         head = render_chat(prompt, tokenizer, chat_template=args.chat_template, add_generation_prompt=True)
         answers = []
         for answer in (chosen, rejected):
             full = render_chat(list(prompt) + list(answer), tokenizer, chat_template=args.chat_template)
             if not full.startswith(head):
-                raise ValueError("DPOTrainer: the chat template renders the prompt differently once an answer is added.")
-            answers.append(_encode(tokenizer, full[len(head):]))
+                raise ValueError(
+                    "DPOTrainer: the chat template renders the prompt differently once an answer is added."
+                )
+            answers.append(_encode(tokenizer, full[len(head) :]))
         prompt_ids = _encode(tokenizer, head)
     else:
         if not all(isinstance(v, str) for v in (prompt, chosen, rejected)):
-            raise ValueError("DPOTrainer: 'prompt', 'chosen' and 'rejected' must all be strings or all be message lists.")
+            raise ValueError(
+                "DPOTrainer: 'prompt', 'chosen' and 'rejected' must all be strings or all be message lists."
+            )
         prompt_ids = _encode(tokenizer, prompt)
         answers = [_encode(tokenizer, a) + ([eos] if eos is not None else []) for a in (chosen, rejected)]
     if not prompt_ids:
         raise ValueError("DPOTrainer: a row's prompt tokenizes to nothing; the first answer token needs a context.")
     if args.max_prompt_length is not None:
-        prompt_ids = prompt_ids[-args.max_prompt_length:]
+        prompt_ids = prompt_ids[-args.max_prompt_length :]
     if args.max_length is not None:
         room = args.max_length - len(prompt_ids)
         answers = [a[:room] for a in answers]
@@ -153,8 +177,15 @@ class DPOTrainer(LLMTrainer):
 
     config_class = DPOConfig
 
-    def __init__(self, model: Any, ref_model: Any = None, args: DPOConfig | None = None, train_dataset: Any = None,
-                 processing_class: Any = None, **kwargs: Any) -> None:
+    def __init__(
+        self,
+        model: Any,
+        ref_model: Any = None,
+        args: DPOConfig | None = None,
+        train_dataset: Any = None,
+        processing_class: Any = None,
+        **kwargs: Any,
+    ) -> None:
         if processing_class is None:
             raise ValueError("DPOTrainer: processing_class (the tokenizer) is required.")
         super().__init__(model, args, train_dataset, processing_class, **kwargs)
@@ -165,10 +196,14 @@ class DPOTrainer(LLMTrainer):
         self.pad_token_id = pad if pad is not None else (getattr(processing_class, "eos_token_id", None) or 0)
         self.examples = [tokenize_preference_row(row, processing_class, self.args) for row in self.rows]
         if self.args.sync_ref_model and (ref_model is not None or self.args.precompute_ref_log_probs):
-            raise ValueError("DPOTrainer: sync_ref_model updates the trainer's own reference copy; it excludes ref_model= and precompute_ref_log_probs.")
+            raise ValueError(
+                "DPOTrainer: sync_ref_model updates the trainer's own reference copy; it excludes ref_model= and precompute_ref_log_probs."
+            )
         self.reference = Reference(self.model, ref_model)
         if self.args.sync_ref_model and not self.reference.is_copy:
-            raise ValueError("DPOTrainer: sync_ref_model needs a copied reference; a PEFT model's reference is its base (adapter off).")
+            raise ValueError(
+                "DPOTrainer: sync_ref_model needs a copied reference; a PEFT model's reference is its base (adapter off)."
+            )
         self.ref_log_probs: torch.Tensor | None = None
         if self.args.precompute_ref_log_probs:
             self.ref_log_probs = self._precompute()
@@ -188,8 +223,15 @@ class DPOTrainer(LLMTrainer):
         """``[2n]``: each answer's summed log-prob (IPO: averaged over its tokens)."""
         prompt, prompt_mask, answer, answer_mask = batch
         with self._autocast():
-            log_probs, _ = response_log_probs(model, prompt, prompt_mask, answer, answer_mask, chunk_size=self.args.logprob_chunk_size,
-                                              padding_free=self.padding_free)
+            log_probs, _ = response_log_probs(
+                model,
+                prompt,
+                prompt_mask,
+                answer,
+                answer_mask,
+                chunk_size=self.args.logprob_chunk_size,
+                padding_free=self.padding_free,
+            )
         total = log_probs.sum(-1)
         return total / answer_mask.sum(-1) if self.args.loss_type == "ipo" else total
 
@@ -209,7 +251,7 @@ class DPOTrainer(LLMTrainer):
         pairs = len(indices)
         sums = {"loss": 0.0, "chosen": 0.0, "rejected": 0.0, "accuracy": 0.0}
         for k in range(0, pairs, size):
-            part = indices[k: k + size]
+            part = indices[k : k + size]
             batch = self._batch(part)
             with self._padding_free_block():  # the policy's forward and backward
                 chosen, rejected = self._scores(self.model, batch).chunk(2)
@@ -218,8 +260,15 @@ class DPOTrainer(LLMTrainer):
                 else:
                     with self.reference.scoring() as ref:
                         ref_chosen, ref_rejected = self._scores(ref, batch).chunk(2)
-                losses = dpo_losses(chosen, rejected, ref_chosen, ref_rejected, beta=self.args.beta,
-                                    loss_type=self.args.loss_type, label_smoothing=self.args.label_smoothing)
+                losses = dpo_losses(
+                    chosen,
+                    rejected,
+                    ref_chosen,
+                    ref_rejected,
+                    beta=self.args.beta,
+                    loss_type=self.args.loss_type,
+                    label_smoothing=self.args.label_smoothing,
+                )
                 (losses.sum() / pairs).backward()
             with torch.no_grad():
                 reward_c, reward_r = self.args.beta * (chosen - ref_chosen), self.args.beta * (rejected - ref_rejected)
@@ -231,6 +280,11 @@ class DPOTrainer(LLMTrainer):
         if self.args.sync_ref_model and self.global_step % self.args.ref_model_sync_steps == 0:
             sync_reference(self.reference, self.args.ref_model_mixup_alpha)
         mean = {k: v / pairs for k, v in sums.items()}
-        return {"loss": mean["loss"], "rewards/chosen": mean["chosen"], "rewards/rejected": mean["rejected"],
-                "rewards/margins": mean["chosen"] - mean["rejected"], "rewards/accuracies": mean["accuracy"],
-                "grad_norm": grad_norm}
+        return {
+            "loss": mean["loss"],
+            "rewards/chosen": mean["chosen"],
+            "rewards/rejected": mean["rejected"],
+            "rewards/margins": mean["chosen"] - mean["rejected"],
+            "rewards/accuracies": mean["accuracy"],
+            "grad_norm": grad_norm,
+        }

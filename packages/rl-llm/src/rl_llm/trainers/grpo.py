@@ -88,23 +88,42 @@ class GRPOConfig(TrainingConfig):
     def validate(self) -> None:
         super().validate()
         if self.num_generations < 2:
-            raise ValueError(f"GRPOConfig: num_generations must be >= 2 (advantages compare completions of a prompt), got {self.num_generations!r}.")
+            raise ValueError(
+                f"GRPOConfig: num_generations must be >= 2 (advantages compare completions of a prompt), got {self.num_generations!r}."
+            )
         if self.generation_batch_size % self.num_generations:
             raise ValueError(
                 f"GRPOConfig: per_device_train_batch_size * gradient_accumulation_steps = {self.generation_batch_size} completions per "
                 f"round must be a multiple of num_generations = {self.num_generations}."
             )
-        for name, allowed in (("loss_type", LOSS_TYPES), ("scale_rewards", SCALES), ("importance_sampling_level", ("token", "sequence"))):
+        for name, allowed in (
+            ("loss_type", LOSS_TYPES),
+            ("scale_rewards", SCALES),
+            ("importance_sampling_level", ("token", "sequence")),
+        ):
             if getattr(self, name) not in allowed:
                 raise ValueError(f"GRPOConfig: {name} must be one of {allowed}, got {getattr(self, name)!r}.")
         if self.max_completion_length < 1 or not self.temperature > 0 or not 0 < self.top_p <= 1 or self.top_k < 0:
-            raise ValueError("GRPOConfig: need max_completion_length >= 1, temperature > 0, 0 < top_p <= 1 and top_k >= 0.")
-        if self.sync_ref_model and (self.beta <= 0 or self.ref_model_sync_steps < 1 or not 0 < self.ref_model_mixup_alpha <= 1):
-            raise ValueError("GRPOConfig: sync_ref_model needs beta > 0, ref_model_sync_steps >= 1 and ref_model_mixup_alpha in (0, 1].")
+            raise ValueError(
+                "GRPOConfig: need max_completion_length >= 1, temperature > 0, 0 < top_p <= 1 and top_k >= 0."
+            )
+        if self.sync_ref_model and (
+            self.beta <= 0 or self.ref_model_sync_steps < 1 or not 0 < self.ref_model_mixup_alpha <= 1
+        ):
+            raise ValueError(
+                "GRPOConfig: sync_ref_model needs beta > 0, ref_model_sync_steps >= 1 and ref_model_mixup_alpha in (0, 1]."
+            )
         if self.save_steps % self.num_iterations:
-            raise ValueError(f"GRPOConfig: save_steps ({self.save_steps}) must be a multiple of num_iterations ({self.num_iterations}): "
-                             "checkpoints are written between generation rounds.")
-        if self.beta < 0 or self.epsilon < 0 or (self.epsilon_high is not None and self.epsilon_high < 0) or self.num_iterations < 1:
+            raise ValueError(
+                f"GRPOConfig: save_steps ({self.save_steps}) must be a multiple of num_iterations ({self.num_iterations}): "
+                "checkpoints are written between generation rounds."
+            )
+        if (
+            self.beta < 0
+            or self.epsilon < 0
+            or (self.epsilon_high is not None and self.epsilon_high < 0)
+            or self.num_iterations < 1
+        ):
             raise ValueError("GRPOConfig: beta, epsilon and epsilon_high must be >= 0, num_iterations >= 1.")
 
     @property
@@ -112,7 +131,9 @@ class GRPOConfig(TrainingConfig):
         return self.per_device_train_batch_size * self.gradient_accumulation_steps
 
 
-def grpo_advantages(rewards: torch.Tensor, num_generations: int, scale_rewards: str = "group", eps: float = 1e-4) -> torch.Tensor:
+def grpo_advantages(
+    rewards: torch.Tensor, num_generations: int, scale_rewards: str = "group", eps: float = 1e-4
+) -> torch.Tensor:
     """Advantages of ``[N]`` rewards laid out as consecutive groups of ``num_generations``.
 
     Example:
@@ -130,9 +151,19 @@ def grpo_advantages(rewards: torch.Tensor, num_generations: int, scale_rewards: 
     return centred
 
 
-def grpo_token_losses(log_probs: torch.Tensor, old_log_probs: torch.Tensor, advantages: torch.Tensor, mask: torch.Tensor, *,
-                      epsilon_low: float, epsilon_high: float, level: str = "token", ref_log_probs: torch.Tensor | None = None,
-                      beta: float = 0.0, bias_correction: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
+def grpo_token_losses(
+    log_probs: torch.Tensor,
+    old_log_probs: torch.Tensor,
+    advantages: torch.Tensor,
+    mask: torch.Tensor,
+    *,
+    epsilon_low: float,
+    epsilon_high: float,
+    level: str = "token",
+    ref_log_probs: torch.Tensor | None = None,
+    beta: float = 0.0,
+    bias_correction: bool = False,
+) -> tuple[torch.Tensor, torch.Tensor]:
     """``(per-token loss [B, L], importance weight [B, L] or [B, 1])`` (see the module docstring)."""
     log_ratio = log_probs - old_log_probs
     if level == "sequence":
@@ -161,8 +192,17 @@ class GRPOTrainer(LLMTrainer):
 
     config_class = GRPOConfig
 
-    def __init__(self, model: Any, reward_funcs: Any = None, args: GRPOConfig | None = None, train_dataset: Any = None,
-                 processing_class: Any = None, *, ref_model: Any = None, **kwargs: Any) -> None:
+    def __init__(
+        self,
+        model: Any,
+        reward_funcs: Any = None,
+        args: GRPOConfig | None = None,
+        train_dataset: Any = None,
+        processing_class: Any = None,
+        *,
+        ref_model: Any = None,
+        **kwargs: Any,
+    ) -> None:
         if processing_class is None:
             raise ValueError("GRPOTrainer: processing_class (the tokenizer) is required.")
         if reward_funcs is None:
@@ -171,9 +211,15 @@ class GRPOTrainer(LLMTrainer):
         self.reward_funcs = self._reward_functions(reward_funcs)
         weights = self.args.reward_weights
         if weights is not None and len(weights) != len(self.reward_funcs):
-            raise ValueError(f"GRPOTrainer: {len(weights)} reward_weights for {len(self.reward_funcs)} reward functions.")
+            raise ValueError(
+                f"GRPOTrainer: {len(weights)} reward_weights for {len(self.reward_funcs)} reward functions."
+            )
         self.reward_weights = torch.tensor(weights if weights is not None else [1.0] * len(self.reward_funcs))
-        bad = [i for i in range(len(self.rows)) if dataset_format(self.rows[i]) not in ("prompt_only", "prompt_completion", "preference")]
+        bad = [
+            i
+            for i in range(len(self.rows))
+            if dataset_format(self.rows[i]) not in ("prompt_only", "prompt_completion", "preference")
+        ]
         if bad:
             raise ValueError(f"GRPOTrainer: rows need a 'prompt' column; row {bad[0]} has {sorted(self.rows[bad[0]])}.")
         if self.args.disable_dropout:
@@ -186,7 +232,9 @@ class GRPOTrainer(LLMTrainer):
             raise ValueError("GRPOTrainer: the tokenizer has neither a pad nor an EOS token.")
         self.reference = Reference(self.model, ref_model) if self.args.beta > 0 else None
         if self.args.sync_ref_model and not self.reference.is_copy:
-            raise ValueError("GRPOTrainer: sync_ref_model needs a copied reference; a PEFT model's reference is its base (adapter off).")
+            raise ValueError(
+                "GRPOTrainer: sync_ref_model needs a copied reference; a PEFT model's reference is its base (adapter off)."
+            )
         self._round: dict[str, Any] | None = None  # the current generation round, reused num_iterations times
         self._round_uses = 0
 
@@ -207,16 +255,25 @@ class GRPOTrainer(LLMTrainer):
             if isinstance(f, torch.nn.Module):
                 f = RewardModel(f, self.processing_class)
             if not callable(f):
-                raise TypeError(f"GRPOTrainer: a reward function must be callable or a reward model, got {type(f).__name__}.")
+                raise TypeError(
+                    f"GRPOTrainer: a reward function must be callable or a reward model, got {type(f).__name__}."
+                )
             out.append(f)
         return out
 
     # ------------------------------------------------------------------ generation round
     def _prompt_ids(self, prompt: Any) -> list[int]:
-        text = render_chat(prompt, self.processing_class, chat_template=self.args.chat_template, add_generation_prompt=True) \
-            if is_conversational(prompt) else prompt
+        text = (
+            render_chat(
+                prompt, self.processing_class, chat_template=self.args.chat_template, add_generation_prompt=True
+            )
+            if is_conversational(prompt)
+            else prompt
+        )
         if not isinstance(text, str):
-            raise ValueError(f"GRPOTrainer: a prompt must be a string or a list of messages, got {type(prompt).__name__}.")
+            raise ValueError(
+                f"GRPOTrainer: a prompt must be a string or a list of messages, got {type(prompt).__name__}."
+            )
         ids = list(self.processing_class(text, add_special_tokens=False)["input_ids"])
         if not ids:
             raise ValueError("GRPOTrainer: a prompt tokenizes to nothing.")
@@ -224,17 +281,28 @@ class GRPOTrainer(LLMTrainer):
         return ids[-limit:] if limit is not None else ids  # long prompts keep their end
 
     @torch.no_grad()
-    def _generate(self, prompt: torch.Tensor, prompt_mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    def _generate(
+        self, prompt: torch.Tensor, prompt_mask: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         args = self.args
         # sampled in eval mode: no dropout, and the KV cache (activation checkpointing turns it off in train mode)
         self.model.eval()
         try:
-            out = self.model.generate(input_ids=prompt, attention_mask=prompt_mask.long(), do_sample=True, temperature=args.temperature,
-                                      top_p=args.top_p, top_k=args.top_k, max_new_tokens=args.max_completion_length,
-                                      pad_token_id=self.pad_token_id, eos_token_id=self.eos_token_id, use_cache=True)
+            out = self.model.generate(
+                input_ids=prompt,
+                attention_mask=prompt_mask.long(),
+                do_sample=True,
+                temperature=args.temperature,
+                top_p=args.top_p,
+                top_k=args.top_k,
+                max_new_tokens=args.max_completion_length,
+                pad_token_id=self.pad_token_id,
+                eos_token_id=self.eos_token_id,
+                use_cache=True,
+            )
         finally:
             self.model.train()
-        completion = (out if isinstance(out, torch.Tensor) else out.sequences)[:, prompt.shape[1]:]
+        completion = (out if isinstance(out, torch.Tensor) else out.sequences)[:, prompt.shape[1] :]
         if self.eos_token_id is None:
             mask = torch.ones_like(completion, dtype=torch.bool)
             ended = torch.zeros(completion.shape[0], dtype=torch.bool, device=completion.device)
@@ -253,16 +321,30 @@ class GRPOTrainer(LLMTrainer):
         prompt, prompt_mask = left_pad([p for p in prompts for _ in range(g)], self.pad_token_id)
         prompt, prompt_mask = prompt.to(device), prompt_mask.to(device)
         completion, mask, ended = self._generate(prompt, prompt_mask)
-        texts = self.processing_class.batch_decode([c[m].tolist() for c, m in zip(completion, mask)], skip_special_tokens=True)
+        texts = self.processing_class.batch_decode(
+            [c[m].tolist() for c, m in zip(completion, mask)], skip_special_tokens=True
+        )
         rewards, per_func = self._rewards(rows, texts, [c[m].tolist() for c, m in zip(completion, mask)])
         advantages = grpo_advantages(rewards, g, args.scale_rewards)
         loss_mask = mask & ended.unsqueeze(-1) if args.mask_truncated_completions else mask
-        batch = {"prompt": prompt, "prompt_mask": prompt_mask, "completion": completion, "valid": mask, "mask": loss_mask,
-                 "advantages": advantages.to(device), "rewards": rewards, "per_func": per_func, "texts": texts, "rows": rows}
+        batch = {
+            "prompt": prompt,
+            "prompt_mask": prompt_mask,
+            "completion": completion,
+            "valid": mask,
+            "mask": loss_mask,
+            "advantages": advantages.to(device),
+            "rewards": rewards,
+            "per_func": per_func,
+            "texts": texts,
+            "rows": rows,
+        }
         size = args.per_device_train_batch_size
         if args.num_iterations > 1:  # behaviour log-probs, recorded once for the round's repeated steps
             with torch.no_grad():
-                batch["old"] = torch.cat([self._log_probs(self.model, batch, k, k + size) for k in range(0, len(texts), size)])
+                batch["old"] = torch.cat(
+                    [self._log_probs(self.model, batch, k, k + size) for k in range(0, len(texts), size)]
+                )
         if args.beta > 0:
             with self.reference.scoring() as ref:
                 batch["ref"] = torch.cat([self._log_probs(ref, batch, k, k + size) for k in range(0, len(texts), size)])
@@ -271,7 +353,9 @@ class GRPOTrainer(LLMTrainer):
     def _rewards(self, rows: list, texts: list[str], ids: list[list[int]]) -> tuple[torch.Tensor, dict[str, float]]:
         g = self.args.num_generations
         conversational = [is_conversational(row["prompt"]) for row in rows]
-        completions = [[{"role": "assistant", "content": t}] if conversational[i // g] else t for i, t in enumerate(texts)]
+        completions = [
+            [{"role": "assistant", "content": t}] if conversational[i // g] else t for i, t in enumerate(texts)
+        ]
         columns = {key: [row.get(key) for row in rows for _ in range(g)] for key in rows[0] if key != "prompt"}
         prompts = [row["prompt"] for row in rows for _ in range(g)]
         table = torch.zeros(len(texts), len(self.reward_funcs))
@@ -279,7 +363,9 @@ class GRPOTrainer(LLMTrainer):
         for j, func in enumerate(self.reward_funcs):
             values = func(prompts=prompts, completions=completions, completion_ids=ids, **columns)
             if len(values) != len(texts):
-                raise ValueError(f"GRPOTrainer: reward function {getattr(func, '__name__', j)!r} returned {len(values)} values for {len(texts)} completions.")
+                raise ValueError(
+                    f"GRPOTrainer: reward function {getattr(func, '__name__', j)!r} returned {len(values)} values for {len(texts)} completions."
+                )
             table[:, j] = torch.tensor([float("nan") if v is None else float(v) for v in values])
             per_func[f"rewards/{getattr(func, '__name__', f'func{j}')}"] = float(torch.nanmean(table[:, j]))
         # a function returning None for a completion gives it no score (TRL's nansum)
@@ -289,13 +375,21 @@ class GRPOTrainer(LLMTrainer):
     # ------------------------------------------------------------------ optimisation
     def _log_probs(self, model: Any, batch: dict, start: int, stop: int) -> torch.Tensor:
         with self._autocast():
-            lp, _ = response_log_probs(model, batch["prompt"][start:stop], batch["prompt_mask"][start:stop],
-                                       batch["completion"][start:stop], batch["valid"][start:stop],
-                                       temperature=self.args.temperature, chunk_size=self.args.logprob_chunk_size,
-                                       padding_free=self.padding_free)
+            lp, _ = response_log_probs(
+                model,
+                batch["prompt"][start:stop],
+                batch["prompt_mask"][start:stop],
+                batch["completion"][start:stop],
+                batch["valid"][start:stop],
+                temperature=self.args.temperature,
+                chunk_size=self.args.logprob_chunk_size,
+                padding_free=self.padding_free,
+            )
         return lp
 
-    def _micro_step(self, batch: dict, start: int, stop: int, tokens_all: int, num_micro: int) -> tuple[float, float, float]:
+    def _micro_step(
+        self, batch: dict, start: int, stop: int, tokens_all: int, num_micro: int
+    ) -> tuple[float, float, float]:
         """Forward and backward of completions ``start:stop`` of the round; returns (loss, clipped tokens, summed KL)."""
         args, n, sl = self.args, len(batch["texts"]), slice(start, stop)
         mask = batch["mask"][sl]
@@ -303,9 +397,18 @@ class GRPOTrainer(LLMTrainer):
         old = batch["old"][sl] if "old" in batch else log_probs.detach()
         ref = batch["ref"][sl] if "ref" in batch else None
         eps_high = args.epsilon if args.epsilon_high is None else args.epsilon_high
-        token_loss, weight = grpo_token_losses(log_probs, old, batch["advantages"][sl], mask, epsilon_low=args.epsilon,
-                                               epsilon_high=eps_high, level=args.importance_sampling_level, ref_log_probs=ref,
-                                               beta=args.beta, bias_correction=args.use_bias_correction_kl)
+        token_loss, weight = grpo_token_losses(
+            log_probs,
+            old,
+            batch["advantages"][sl],
+            mask,
+            epsilon_low=args.epsilon,
+            epsilon_high=eps_high,
+            level=args.importance_sampling_level,
+            ref_log_probs=ref,
+            beta=args.beta,
+            bias_correction=args.use_bias_correction_kl,
+        )
         masked = token_loss * mask
         if args.loss_type == "grpo":
             loss = (masked.sum(-1) / mask.sum(-1).clamp(min=1)).sum() / n
@@ -343,9 +446,15 @@ class GRPOTrainer(LLMTrainer):
         if args.sync_ref_model and self.global_step % args.ref_model_sync_steps == 0:
             sync_reference(self.reference, args.ref_model_mixup_alpha)
         rewards = batch["rewards"]
-        metrics = {"loss": total, "reward": float(rewards.mean()), "reward_std": float(rewards.std()),
-                   **batch["per_func"], "completion_length": float(batch["valid"].sum(-1).float().mean()),
-                   "clip_ratio": clipped / max(tokens_all, 1), "grad_norm": grad_norm}
+        metrics = {
+            "loss": total,
+            "reward": float(rewards.mean()),
+            "reward_std": float(rewards.std()),
+            **batch["per_func"],
+            "completion_length": float(batch["valid"].sum(-1).float().mean()),
+            "clip_ratio": clipped / max(tokens_all, 1),
+            "grad_norm": grad_norm,
+        }
         if args.beta > 0:
             metrics["kl"] = kl_sum / max(tokens_all, 1)
         if args.log_completions and self._round_uses == 1 and self.global_step % args.logging_steps == 0:
@@ -360,11 +469,22 @@ class GRPOTrainer(LLMTrainer):
         with open(path, "a", encoding="utf-8") as f:
             for i in range(min(self.args.num_completions_to_print, len(batch["texts"]))):
                 prompt = batch["rows"][i // g]["prompt"]
-                f.write(json.dumps({"step": self.global_step, "prompt": prompt, "completion": batch["texts"][i],
-                                    "reward": float(batch["rewards"][i]), "advantage": float(batch["advantages"][i])}) + "\n")
+                f.write(
+                    json.dumps(
+                        {
+                            "step": self.global_step,
+                            "prompt": prompt,
+                            "completion": batch["texts"][i],
+                            "reward": float(batch["rewards"][i]),
+                            "advantage": float(batch["advantages"][i]),
+                        }
+                    )
+                    + "\n"
+                )
 
     def _trainer_state(self) -> dict[str, Any]:
         if self._round is not None and self._round_uses < self.args.num_iterations:
-            raise RuntimeError("GRPOTrainer: a checkpoint can only be written between generation rounds (after a multiple of num_iterations steps).")
+            raise RuntimeError(
+                "GRPOTrainer: a checkpoint can only be written between generation rounds (after a multiple of num_iterations steps)."
+            )
         return super()._trainer_state()
-

@@ -73,4 +73,3 @@ def sync_reference(reference: Reference, alpha: float) -> None:
     for name, param in reference.policy.named_parameters():
         if name in ref:
             ref[name].lerp_(param.detach().to(ref[name].dtype), alpha)
-

@@ -89,11 +89,15 @@ def tokenize_sft_row(row: Mapping[str, Any], tokenizer: Any, args: SFTConfig) ->
     """
     kind = dataset_format(row)
     if kind not in ("language_modeling", "prompt_completion"):
-        raise ValueError(f"SFTTrainer: rows need 'text', 'messages' or 'prompt' and 'completion'; got columns {sorted(row)}.")
+        raise ValueError(
+            f"SFTTrainer: rows need 'text', 'messages' or 'prompt' and 'completion'; got columns {sorted(row)}."
+        )
     eos = _eos_id(tokenizer)
     template = args.chat_template
     if kind == "language_modeling":
-        field = args.dataset_text_field if args.dataset_text_field in row else ("messages" if "messages" in row else "text")
+        field = (
+            args.dataset_text_field if args.dataset_text_field in row else ("messages" if "messages" in row else "text")
+        )
         value = row[field]
         if is_conversational(value):
             pieces = render_segments(value, tokenizer, chat_template=template)
@@ -106,7 +110,9 @@ def tokenize_sft_row(row: Mapping[str, Any], tokenizer: Any, args: SFTConfig) ->
             ids = _encode(tokenizer, value) + ([eos] if eos is not None else [])
             mask = [True] * len(ids)
         else:
-            raise ValueError(f"SFTTrainer: column {field!r} must be a string or a list of messages, got {type(value).__name__}.")
+            raise ValueError(
+                f"SFTTrainer: column {field!r} must be a string or a list of messages, got {type(value).__name__}."
+            )
     else:
         prompt, completion = row["prompt"], row["completion"]
         if is_conversational(prompt) != is_conversational(completion):
@@ -115,8 +121,10 @@ def tokenize_sft_row(row: Mapping[str, Any], tokenizer: Any, args: SFTConfig) ->
             head = render_chat(prompt, tokenizer, chat_template=template, add_generation_prompt=True)
             full = render_chat(list(prompt) + list(completion), tokenizer, chat_template=template)
             if not full.startswith(head):
-                raise ValueError("SFTTrainer: the chat template renders the prompt differently once the completion is added.")
-            prompt_ids, completion_ids = _encode(tokenizer, head), _encode(tokenizer, full[len(head):])
+                raise ValueError(
+                    "SFTTrainer: the chat template renders the prompt differently once the completion is added."
+                )
+            prompt_ids, completion_ids = _encode(tokenizer, head), _encode(tokenizer, full[len(head) :])
         else:
             if not isinstance(prompt, str) or not isinstance(completion, str):
                 raise ValueError("SFTTrainer: 'prompt' and 'completion' must be strings (or lists of messages).")
@@ -184,8 +192,14 @@ class SFTTrainer(LLMTrainer):
 
     config_class = SFTConfig
 
-    def __init__(self, model: Any, args: SFTConfig | None = None, train_dataset: Any = None, processing_class: Any = None,
-                 **kwargs: Any) -> None:
+    def __init__(
+        self,
+        model: Any,
+        args: SFTConfig | None = None,
+        train_dataset: Any = None,
+        processing_class: Any = None,
+        **kwargs: Any,
+    ) -> None:
         if processing_class is None:
             raise ValueError("SFTTrainer: processing_class (the tokenizer) is required.")
         self._examples: list | None = None
@@ -205,8 +219,14 @@ class SFTTrainer(LLMTrainer):
                 raise ValueError(f"SFTTrainer: rows {empty[:5]} tokenize to fewer than 2 tokens; nothing to predict.")
             if self.args.packing:
                 bins = pack_best_fit([len(ids) for ids, _ in rows], self.args.max_length)
-                self._examples = [([t for i in b for t in rows[i][0]], [m for i in b for m in rows[i][1]], [len(rows[i][0]) for i in b])
-                                  for b in bins]
+                self._examples = [
+                    (
+                        [t for i in b for t in rows[i][0]],
+                        [m for i in b for m in rows[i][1]],
+                        [len(rows[i][0]) for i in b],
+                    )
+                    for b in bins
+                ]
             else:
                 self._examples = [(ids, mask, [len(ids)]) for ids, mask in rows]
         return self._examples
@@ -231,8 +251,13 @@ class SFTTrainer(LLMTrainer):
             starts = lengths.cumsum(0) - lengths
             loss_mask[starts] = False
             positions = torch.arange(len(ids)) - torch.repeat_interleave(starts, lengths)
-            return (ids[None].to(device), None, loss_mask[None].to(device), positions[None].to(device),
-                    boundaries(lengths).to(device))
+            return (
+                ids[None].to(device),
+                None,
+                loss_mask[None].to(device),
+                positions[None].to(device),
+                boundaries(lengths).to(device),
+            )
         width = max(len(ids) for ids, _, _ in examples)
         n = len(examples)
         ids = torch.full((n, width), int(self.pad_token_id), dtype=torch.long)
@@ -244,8 +269,8 @@ class SFTTrainer(LLMTrainer):
             loss_mask[row, : len(tokens)] = torch.tensor(mask)
             start = 0
             for k, length in enumerate(lengths):
-                positions[row, start: start + length] = torch.arange(length)
-                segment[row, start: start + length] = k
+                positions[row, start : start + length] = torch.arange(length)
+                segment[row, start : start + length] = k
                 loss_mask[row, start] = False
                 start += length
         if not self.args.packing:
@@ -259,17 +284,31 @@ class SFTTrainer(LLMTrainer):
     def step(self) -> dict[str, float]:
         indices = self._next_indices(self.rows_per_step())
         size = self.args.per_device_train_batch_size
-        batches = [self._collate([self.examples[i] for i in indices[k: k + size]]) for k in range(0, len(indices), size)]
+        batches = [
+            self._collate([self.examples[i] for i in indices[k : k + size]]) for k in range(0, len(indices), size)
+        ]
         tokens = sum(int(mask.sum()) for _, _, mask, _, _ in batches)
         inputs = sum(len(self.examples[i][0]) for i in indices)
         total = 0.0
         for ids, attention, mask, positions, cu_seq_lens in batches:
             with self._padding_free_block():
                 with self._autocast():
-                    log_probs = sequence_log_probs(self.model, ids, attention, positions, chunk_size=self.args.logprob_chunk_size,
-                                                   cu_seq_lens=cu_seq_lens, needed=None if cu_seq_lens is None else mask)
+                    log_probs = sequence_log_probs(
+                        self.model,
+                        ids,
+                        attention,
+                        positions,
+                        chunk_size=self.args.logprob_chunk_size,
+                        cu_seq_lens=cu_seq_lens,
+                        needed=None if cu_seq_lens is None else mask,
+                    )
                 nll = -(log_probs * mask).sum()
                 (nll / max(tokens, 1)).backward()
             total += float(nll.detach())
         grad_norm = self._apply_gradients()
-        return {"loss": total / max(tokens, 1), "num_tokens": float(tokens), "num_input_tokens": float(inputs), "grad_norm": grad_norm}
+        return {
+            "loss": total / max(tokens, 1),
+            "num_tokens": float(tokens),
+            "num_input_tokens": float(inputs),
+            "grad_norm": grad_norm,
+        }

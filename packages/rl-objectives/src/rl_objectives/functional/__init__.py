@@ -13,6 +13,7 @@ Example:
     >>> adv[0]
     tensor([1.8750, 1.7500, 1.5000, 1.0000])
 """
+
 from .value import (
     generalized_advantage_estimate,
     reward2go,

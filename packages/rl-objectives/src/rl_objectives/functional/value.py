@@ -24,6 +24,7 @@ The ``vec_`` functions compute the same numbers without a Python loop over time:
 recursion ``x_t = a_t + b_t * x_{t+1}`` is solved by a doubling scan (``ceil(log2 T)`` tensor ops,
 each over the whole rollout), exact for the zeros a ``done`` puts in ``b`` (no division).
 """
+
 from __future__ import annotations
 
 import torch
@@ -101,7 +102,11 @@ def _check_unit_interval(owner: str, name: str, value: Scalar) -> None:
         low, high = value.detach().aminmax()
         if bool(low >= 0) and bool(high <= 1):
             return
-        shown = f"{float(low):.6g}" if value.numel() == 1 else f"a tensor with values in [{float(low):.6g}, {float(high):.6g}]"
+        shown = (
+            f"{float(low):.6g}"
+            if value.numel() == 1
+            else f"a tensor with values in [{float(low):.6g}, {float(high):.6g}]"
+        )
         raise ValueError(f"{owner}: {name} must be in [0, 1], got {shown}.")
     if isinstance(value, (int, float)) and not isinstance(value, bool) and not 0.0 <= value <= 1.0:
         raise ValueError(f"{owner}: {name} must be in [0, 1], got {value!r}.")
@@ -158,10 +163,17 @@ def _reverse_scan(a: _Tensor, b: _Tensor) -> _Tensor:
 def _gae_prepare(fn, gamma, lmbda, state_value, next_state_value, reward, done, terminated, time_dim):
     if terminated is None:
         terminated = done
-    dim = _check_inputs(fn, time_dim, {
-        "state_value": state_value, "next_state_value": next_state_value, "reward": reward,
-        "done": done, "terminated": terminated,
-    })
+    dim = _check_inputs(
+        fn,
+        time_dim,
+        {
+            "state_value": state_value,
+            "next_state_value": next_state_value,
+            "reward": reward,
+            "done": done,
+            "terminated": terminated,
+        },
+    )
     shape = reward.shape
     gamma = _coef(fn, "gamma", gamma, shape, dim)
     lmbda = _coef(fn, "lmbda", lmbda, shape, dim)
@@ -204,7 +216,9 @@ def generalized_advantage_estimate(
         tensor([2.0000, 1.0000, 1.5000])
     """
     fn = "generalized_advantage_estimate"
-    dim, value, delta, carry = _gae_prepare(fn, gamma, lmbda, state_value, next_state_value, reward, done, terminated, time_dim)
+    dim, value, delta, carry = _gae_prepare(
+        fn, gamma, lmbda, state_value, next_state_value, reward, done, terminated, time_dim
+    )
     steps = delta.shape[-1]
     adv = torch.zeros_like(delta[..., 0])
     out = [None] * steps
@@ -237,7 +251,9 @@ def vec_generalized_advantage_estimate(
         tensor([2.0000, 1.0000, 1.5000])
     """
     fn = "vec_generalized_advantage_estimate"
-    dim, value, delta, carry = _gae_prepare(fn, gamma, lmbda, state_value, next_state_value, reward, done, terminated, time_dim)
+    dim, value, delta, carry = _gae_prepare(
+        fn, gamma, lmbda, state_value, next_state_value, reward, done, terminated, time_dim
+    )
     advantage = _reverse_scan(delta, carry)
     return advantage.movedim(-1, dim), (advantage + value).movedim(-1, dim)
 
@@ -293,10 +309,17 @@ def td0_advantage_estimate(
     fn = "td0_advantage_estimate"
     if terminated is None:
         terminated = done
-    _check_inputs(fn, time_dim, {
-        "state_value": state_value, "next_state_value": next_state_value, "reward": reward,
-        "done": done, "terminated": terminated,
-    })
+    _check_inputs(
+        fn,
+        time_dim,
+        {
+            "state_value": state_value,
+            "next_state_value": next_state_value,
+            "reward": reward,
+            "done": done,
+            "terminated": terminated,
+        },
+    )
     return td0_return_estimate(gamma, next_state_value, reward, terminated, time_dim=time_dim) - state_value
 
 
@@ -304,10 +327,17 @@ def td0_advantage_estimate(
 def _td_lambda_prepare(fn, gamma, lmbda, next_state_value, reward, done, terminated, time_dim, state_value=None):
     if terminated is None:
         terminated = done
-    dim = _check_inputs(fn, time_dim, {
-        "state_value": state_value, "next_state_value": next_state_value, "reward": reward,
-        "done": done, "terminated": terminated,
-    })
+    dim = _check_inputs(
+        fn,
+        time_dim,
+        {
+            "state_value": state_value,
+            "next_state_value": next_state_value,
+            "reward": reward,
+            "done": done,
+            "terminated": terminated,
+        },
+    )
     shape = reward.shape
     gamma = _coef(fn, "gamma", gamma, shape, dim)
     lmbda = _coef(fn, "lmbda", lmbda, shape, dim)
@@ -341,7 +371,9 @@ def td_lambda_return_estimate(
         tensor([3., 4.])
     """
     fn = "td_lambda_return_estimate"
-    dim, gamma, lmbda, next_value, reward, end = _td_lambda_prepare(fn, gamma, lmbda, next_state_value, reward, done, terminated, time_dim)
+    dim, gamma, lmbda, next_value, reward, end = _td_lambda_prepare(
+        fn, gamma, lmbda, next_state_value, reward, done, terminated, time_dim
+    )
     steps = reward.shape[-1]
     out = [None] * steps
     ret = None
@@ -373,7 +405,9 @@ def vec_td_lambda_return_estimate(
         tensor([3., 4.])
     """
     fn = "vec_td_lambda_return_estimate"
-    dim, gamma, lmbda, next_value, reward, end = _td_lambda_prepare(fn, gamma, lmbda, next_state_value, reward, done, terminated, time_dim)
+    dim, gamma, lmbda, next_value, reward, end = _td_lambda_prepare(
+        fn, gamma, lmbda, next_state_value, reward, done, terminated, time_dim
+    )
     # G_t = a_t + b_t * G_{t+1}: the bootstrap terms go to a_t, the continuation weight to b_t
     zero = torch.zeros_like(next_value)
     a = reward + gamma * ((1 - lmbda) * next_value + lmbda * torch.where(end, next_value, zero))
@@ -401,7 +435,10 @@ def td_lambda_advantage_estimate(
         tensor([2., 3.])
     """
     _check_inputs("td_lambda_advantage_estimate", time_dim, {"state_value": state_value, "reward": reward})
-    return td_lambda_return_estimate(gamma, lmbda, next_state_value, reward, done, terminated, time_dim=time_dim) - state_value
+    return (
+        td_lambda_return_estimate(gamma, lmbda, next_state_value, reward, done, terminated, time_dim=time_dim)
+        - state_value
+    )
 
 
 def vec_td_lambda_advantage_estimate(
@@ -424,7 +461,10 @@ def vec_td_lambda_advantage_estimate(
         tensor([2., 3.])
     """
     _check_inputs("vec_td_lambda_advantage_estimate", time_dim, {"state_value": state_value, "reward": reward})
-    return vec_td_lambda_return_estimate(gamma, lmbda, next_state_value, reward, done, terminated, time_dim=time_dim) - state_value
+    return (
+        vec_td_lambda_return_estimate(gamma, lmbda, next_state_value, reward, done, terminated, time_dim=time_dim)
+        - state_value
+    )
 
 
 # --------------------------------------------------------------------------- TD(1)
@@ -493,7 +533,9 @@ def td1_advantage_estimate(
         tensor([0.5000, 0.0000, 4.0000])
     """
     _check_unit_interval("td1_advantage_estimate", "gamma", gamma)  # named here: the error would name TD(lambda)
-    return td_lambda_advantage_estimate(gamma, 1.0, state_value, next_state_value, reward, done, terminated, time_dim=time_dim)
+    return td_lambda_advantage_estimate(
+        gamma, 1.0, state_value, next_state_value, reward, done, terminated, time_dim=time_dim
+    )
 
 
 def vec_td1_advantage_estimate(
@@ -515,7 +557,9 @@ def vec_td1_advantage_estimate(
         tensor([0.5000, 0.0000, 4.0000])
     """
     _check_unit_interval("vec_td1_advantage_estimate", "gamma", gamma)  # named here: the error would name TD(lambda)
-    return vec_td_lambda_advantage_estimate(gamma, 1.0, state_value, next_state_value, reward, done, terminated, time_dim=time_dim)
+    return vec_td_lambda_advantage_estimate(
+        gamma, 1.0, state_value, next_state_value, reward, done, terminated, time_dim=time_dim
+    )
 
 
 # --------------------------------------------------------------------------- reward-to-go
@@ -535,4 +579,3 @@ def reward2go(reward: _Tensor, done: _Tensor, gamma: Scalar, *, time_dim: int = 
     reward, done = reward.movedim(dim, -1), done.movedim(dim, -1)
     carry = torch.where(done, 0.0, gamma * torch.ones_like(reward))
     return _reverse_scan(reward, carry).movedim(-1, dim)
-

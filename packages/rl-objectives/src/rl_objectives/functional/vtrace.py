@@ -4,6 +4,7 @@ Same conventions as :mod:`rl_objectives.functional.value` (shapes, ``time_dim``,
 ``terminated`` masks, per-step ``gamma``); ``log_pi`` / ``log_mu`` are per-step log-probs with the
 inputs' shape.
 """
+
 from __future__ import annotations
 
 import torch
@@ -68,10 +69,19 @@ def vtrace_advantage_estimate(
     fn = "vtrace_advantage_estimate"
     if terminated is None:
         terminated = done
-    dim = _check_inputs(fn, time_dim, {
-        "log_pi": log_pi, "log_mu": log_mu, "state_value": state_value, "next_state_value": next_state_value,
-        "reward": reward, "done": done, "terminated": terminated,
-    })
+    dim = _check_inputs(
+        fn,
+        time_dim,
+        {
+            "log_pi": log_pi,
+            "log_mu": log_mu,
+            "state_value": state_value,
+            "next_state_value": next_state_value,
+            "reward": reward,
+            "done": done,
+            "terminated": terminated,
+        },
+    )
     gamma = _coef(fn, "gamma", gamma, reward.shape, dim)
     log_pi, log_mu, value, next_value, reward, done, terminated = (
         x.movedim(dim, -1) for x in (log_pi, log_mu, state_value, next_state_value, reward, done, terminated)

@@ -44,7 +44,9 @@ def _space_of_spec(owner: str, spec: Any, where: str) -> str:
         return "one_hot"
     if isinstance(spec, Categorical):
         return "categorical"
-    raise ValueError(f"{owner}: cannot read an action space from {where} ({type(spec).__name__}); expected OneHot, MultiOneHot or Categorical.")
+    raise ValueError(
+        f"{owner}: cannot read an action space from {where} ({type(spec).__name__}); expected OneHot, MultiOneHot or Categorical."
+    )
 
 
 def resolve_action_space(owner: str, action_space: Any, action_key: Any, network: Any = None) -> str | None:
@@ -56,7 +58,9 @@ def resolve_action_space(owner: str, action_space: Any, action_key: Any, network
     """
     if isinstance(action_space, str):
         if action_space not in ACTION_SPACES:
-            raise ValueError(f"{owner}: action_space must be one of {sorted(ACTION_SPACES)} or a spec, got {action_space!r}.")
+            raise ValueError(
+                f"{owner}: action_space must be one of {sorted(ACTION_SPACES)} or a spec, got {action_space!r}."
+            )
         return ACTION_SPACES[action_space]
     if action_space is not None:
         if isinstance(action_space, Composite) and action_key not in action_space:
@@ -75,10 +79,14 @@ def resolve_action_space(owner: str, action_space: Any, action_key: Any, network
 def check_action_values(owner: str, values: torch.Tensor, batch: torch.Size, key: Any) -> None:
     """Check that one network's action values ``values`` are ``[*batch, n]``."""
     if values.shape[:-1] != batch:
-        raise ValueError(f"{owner}: {key!r} has shape {tuple(values.shape)}, expected the batch shape {tuple(batch)} plus the number of actions.")
+        raise ValueError(
+            f"{owner}: {key!r} has shape {tuple(values.shape)}, expected the batch shape {tuple(batch)} plus the number of actions."
+        )
 
 
-def check_discrete_action(owner: str, space: str | None, action: torch.Tensor, values_shape: torch.Size, key: Any) -> str:
+def check_discrete_action(
+    owner: str, space: str | None, action: torch.Tensor, values_shape: torch.Size, key: Any
+) -> str:
     """Check the stored ``action`` against action values of shape ``values_shape`` (``[*lead, n]``)
     and return its space.
 
@@ -111,12 +119,16 @@ def chosen_value(values: torch.Tensor, action: torch.Tensor, space: str) -> torc
     return (values * action.to(values.dtype)).sum(-1)
 
 
-def categorical_probs(owner: str, dist: Any, n_actions: int | None, batch: torch.Size) -> tuple[torch.Tensor, torch.Tensor]:
+def categorical_probs(
+    owner: str, dist: Any, n_actions: int | None, batch: torch.Size
+) -> tuple[torch.Tensor, torch.Tensor]:
     """A categorical policy's ``[*batch, n]`` probabilities and their logs (``log 0`` read as
     ``log 1e-8``, as TorchRL)."""
     probs = getattr(dist, "probs", None)
     if probs is None:
-        raise TypeError(f"{owner}: the actor's {type(dist).__name__} has no probs; use Categorical or OneHotCategorical.")
+        raise TypeError(
+            f"{owner}: the actor's {type(dist).__name__} has no probs; use Categorical or OneHotCategorical."
+        )
     if probs.shape[:-1] != batch or (n_actions is not None and probs.shape[-1] != n_actions):
         raise ValueError(
             f"{owner}: the actor's probabilities have shape {tuple(probs.shape)}, expected {tuple(batch)} plus "
@@ -143,7 +155,9 @@ def rsample_action(owner: str, actor: Any, swapped: Any, tensordict: Any, action
     with swapped:
         dist = actor.get_dist(work)
     if not dist.has_rsample:
-        raise ValueError(f"{owner}: the actor's {type(dist).__name__} distribution has no rsample; a reparameterisable one is needed (e.g. TanhNormal).")
+        raise ValueError(
+            f"{owner}: the actor's {type(dist).__name__} distribution has no rsample; a reparameterisable one is needed (e.g. TanhNormal)."
+        )
     action = dist.rsample()
     log_prob = _sum_to_batch(dist.log_prob(action), tensordict.batch_dims)
     _check_batch_shaped(owner, {"log_prob": log_prob}, tensordict.batch_size)
@@ -185,13 +199,17 @@ def _number_or_auto(owner: str, target_entropy: Any) -> float | None:
     return None
 
 
-def continuous_target_entropy(owner: str, target_entropy: Any, action_spec: Any, actor_network: Any, action_key: Any) -> float | None:
+def continuous_target_entropy(
+    owner: str, target_entropy: Any, action_spec: Any, actor_network: Any, action_key: Any
+) -> float | None:
     """A number as given; ``"auto"``: :func:`auto_target_entropy` of the action spec (given or the
     actor's), or ``None`` when no spec is known (the loss then reads an action's shape on its first call)."""
     number = _number_or_auto(owner, target_entropy)
     if number is not None:
         return number
-    spec = action_leaf_spec(action_spec if action_spec is not None else getattr(actor_network, "spec", None), action_key)
+    spec = action_leaf_spec(
+        action_spec if action_spec is not None else getattr(actor_network, "spec", None), action_key
+    )
     return None if spec is None else auto_target_entropy(spec.shape)
 
 

@@ -8,6 +8,7 @@ Per-step entries (advantage, value target, state value, log-probs) have the Tens
 shape (``[B]`` or a rollout's ``[N, T]``), with no trailing singleton dim; a ``[B]`` vs ``[B, 1]``
 mix raises ``ValueError`` naming the keys instead of broadcasting.
 """
+
 from __future__ import annotations
 
 from typing import Any
@@ -139,4 +140,3 @@ class A2CLoss(_ActorCriticLoss):
         self._entropy_terms(dist, td, out)
         self._critic_terms(td, out)
         return self._output(out)
-

@@ -9,6 +9,7 @@ Per-step entries (advantage, value target, state value, log-probs) have the Tens
 shape (``[B]`` or a rollout's ``[N, T]``), with no trailing singleton dim; a ``[B]`` vs ``[B, 1]``
 mix raises ``ValueError`` naming the keys instead of broadcasting.
 """
+
 from __future__ import annotations
 
 from typing import Any, ClassVar
@@ -170,8 +171,12 @@ class _ActorCriticLoss(LossModule):
             if not isinstance(value, bool):
                 raise TypeError(f"{name}: {flag} must be a bool, got {type(value).__name__}.")
         if delay_actor and not functional:
-            raise ValueError(f"{name}: delay_actor=True needs functional=True (TorchRL's rule: the proximal policy is held in target_actor_network_params).")
-        if advantage_norm is not None and not (callable(getattr(advantage_norm, "update", None)) and callable(getattr(advantage_norm, "scale", None))):
+            raise ValueError(
+                f"{name}: delay_actor=True needs functional=True (TorchRL's rule: the proximal policy is held in target_actor_network_params)."
+            )
+        if advantage_norm is not None and not (
+            callable(getattr(advantage_norm, "update", None)) and callable(getattr(advantage_norm, "scale", None))
+        ):
             raise TypeError(
                 f"{name}: advantage_norm must be a value normaliser with update(value_target) and scale() methods "
                 f"(TorchRL's ValueNorm interface), got {type(advantage_norm).__name__}."
@@ -186,11 +191,19 @@ class _ActorCriticLoss(LossModule):
                 f"ProbabilisticTensorDictSequential with get_dist), got {type(actor_network).__name__}."
             )
         if critic_network is not None and not isinstance(critic_network, torch.nn.Module):
-            raise TypeError(f"{name}: critic_network must be a TensorDict module or None, got {type(critic_network).__name__}.")
+            raise TypeError(
+                f"{name}: critic_network must be a TensorDict module or None, got {type(critic_network).__name__}."
+            )
         _check_positive_int(name, "samples_mc_entropy", samples_mc_entropy)
-        if clip_value is not None and (isinstance(clip_value, bool) or not isinstance(clip_value, (int, float)) or clip_value <= 0):
+        if clip_value is not None and (
+            isinstance(clip_value, bool) or not isinstance(clip_value, (int, float)) or clip_value <= 0
+        ):
             raise ValueError(f"{name}: clip_value must be a positive float or None, got {clip_value!r}.")
-        renames = {k: v for k, v in (("advantage", advantage_key), ("value_target", value_target_key), ("value", value_key)) if v is not None}
+        renames = {
+            k: v
+            for k, v in (("advantage", advantage_key), ("value_target", value_target_key), ("value", value_key))
+            if v is not None
+        }
         super().__init__()
         self._set_deprecated_ctor_args(gamma=gamma)
         self.delay_actor = delay_actor
@@ -199,15 +212,21 @@ class _ActorCriticLoss(LossModule):
         if critic_network is not None:
             # separate_losses: the critic's calls see the parameters it shares with the actor detached
             shared = list(actor_network.parameters()) if separate_losses else None
-            self.convert_to_functional(critic_network, "critic_network", create_target_params=delay_value, compare_against=shared)
+            self.convert_to_functional(
+                critic_network, "critic_network", create_target_params=delay_value, compare_against=shared
+            )
         self._critic_in_keys = list(critic_network.in_keys) if critic_network is not None else []
         self.advantage_norm = advantage_norm
         self.entropy_bonus = bool(entropy_bonus)
         self.samples_mc_entropy = samples_mc_entropy
         # the loss's own coefficients live on ``device`` (the networks are not moved, as in TorchRL)
         self.register_buffer("entropy_coeff", torch.tensor(float(entropy_coeff), device=device))
-        self.register_buffer("critic_coeff", torch.tensor(float(critic_coeff), device=device) if critic_coeff is not None else None)
-        self.register_buffer("clip_value", torch.tensor(float(clip_value), device=device) if clip_value is not None else None)
+        self.register_buffer(
+            "critic_coeff", torch.tensor(float(critic_coeff), device=device) if critic_coeff is not None else None
+        )
+        self.register_buffer(
+            "clip_value", torch.tensor(float(clip_value), device=device) if clip_value is not None else None
+        )
         # the networks' own parameters are always the ones trained, so TorchRL's functional=False
         # (no functional copies) gives the same losses and gradients; kept for the call signature
         self.functional = functional
@@ -238,7 +257,9 @@ class _ActorCriticLoss(LossModule):
         """
         name = type(self).__name__
         if "critic_network" not in self._networks:
-            raise RuntimeError(f"{name}: a value estimator needs a critic_network; pass one, or put the advantage in the input.")
+            raise RuntimeError(
+                f"{name}: a value estimator needs a critic_network; pass one, or put the advantage in the input."
+            )
         value_type = _value_type(self, value_type)
         allowed = ("gamma", "lmbda") if value_type in (ValueEstimators.GAE, ValueEstimators.TDLambda) else ("gamma",)
         kwargs = self._value_kwargs(hyperparams, allowed)
@@ -283,7 +304,9 @@ class _ActorCriticLoss(LossModule):
             target_key = self.tensor_keys.value_target
             value_target = tensordict.get(target_key, None)
             if value_target is None:
-                raise KeyError(f"{type(self).__name__}: advantage_norm updates on the value target {target_key!r}, which the estimator did not write.")
+                raise KeyError(
+                    f"{type(self).__name__}: advantage_norm updates on the value target {target_key!r}, which the estimator did not write."
+                )
             self.advantage_norm.update(value_target.detach())
         return advantage / self.advantage_norm.scale()
 
@@ -304,9 +327,13 @@ class _ActorCriticLoss(LossModule):
         try:
             action = tensordict.get(key)
         except KeyError:
-            raise KeyError(f"{name}: the input misses the action {key!r}; keys present: {_present_keys(tensordict)}.") from None
+            raise KeyError(
+                f"{name}: the input misses the action {key!r}; keys present: {_present_keys(tensordict)}."
+            ) from None
         if action.requires_grad:
-            raise RuntimeError(f"{name}: the stored {key!r} requires grad; the loss scores a recorded action, detach it.")
+            raise RuntimeError(
+                f"{name}: the stored {key!r} requires grad; the loss scores a recorded action, detach it."
+            )
         log_prob = dist.log_prob(action)
         if log_prob.shape != dist.batch_shape:
             # e.g. a Categorical over [B] given a [B, 1] action broadcasts to [B, B]
@@ -343,14 +370,18 @@ class _ActorCriticLoss(LossModule):
             if value is None:
                 hint = ""
                 if "sample_log_prob" in tensordict.keys():
-                    hint = (" The input holds 'sample_log_prob', the name older versions wrote: TorchRL 0.14 and tdict "
-                            "write '<action key>_log_prob'; rename the entry or call set_keys(sample_log_prob='sample_log_prob').")
+                    hint = (
+                        " The input holds 'sample_log_prob', the name older versions wrote: TorchRL 0.14 and tdict "
+                        "write '<action key>_log_prob'; rename the entry or call set_keys(sample_log_prob='sample_log_prob')."
+                    )
                 raise KeyError(
                     f"{name}: the input misses the behaviour log-prob {key!r} (the collecting policy writes it with "
                     f"return_log_prob=True); keys present: {_present_keys(tensordict)}.{hint}"
                 )
             if value.requires_grad:
-                raise RuntimeError(f"{name}: the stored {key!r} requires grad; it must be data from the behaviour policy.")
+                raise RuntimeError(
+                    f"{name}: the stored {key!r} requires grad; it must be data from the behaviour policy."
+                )
             values.append(value)
         if len(values) == 1 and not isinstance(keys, list):
             return values[0]
@@ -366,7 +397,10 @@ class _ActorCriticLoss(LossModule):
         advantage = self._advantage(td)
         dist = self._get_dist(td)
         log_prob = self._log_prob(dist, td)
-        _check_same_shape(type(self).__name__, [(self.tensor_keys.advantage, advantage), (f"log-prob of {self.tensor_keys.action!r}", log_prob)])
+        _check_same_shape(
+            type(self).__name__,
+            [(self.tensor_keys.advantage, advantage), (f"log-prob of {self.tensor_keys.action!r}", log_prob)],
+        )
         return td, advantage, dist, log_prob
 
     def _entropy_terms(self, dist: D.Distribution, tensordict: Any, out: dict) -> None:
@@ -407,7 +441,9 @@ class _ActorCriticLoss(LossModule):
         try:
             value = value_td.get(keys.value)
         except KeyError:
-            raise KeyError(f"{name}: critic_network did not write the value key {keys.value!r}; set it with set_keys(value=...).") from None
+            raise KeyError(
+                f"{name}: critic_network did not write the value key {keys.value!r}; set it with set_keys(value=...)."
+            ) from None
         named = [(keys.value, value), (keys.value_target, target)]
         if old_value is not None:
             named.append((f"{keys.value!r} (stored)", old_value))

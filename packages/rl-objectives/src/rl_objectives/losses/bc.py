@@ -112,7 +112,9 @@ class BCLoss(LossModule):
         reduction = "mean" if reduction is None else reduction
         _check_reduction("BCLoss", reduction)
         if loss_function is not None and not callable(loss_function) and loss_function not in _LOSS_FUNCTIONS:
-            raise ValueError(f"BCLoss: loss_function must be None, a callable or one of {list(_LOSS_FUNCTIONS)}, got {loss_function!r}.")
+            raise ValueError(
+                f"BCLoss: loss_function must be None, a callable or one of {list(_LOSS_FUNCTIONS)}, got {loss_function!r}."
+            )
         super().__init__()
         self.convert_to_functional(actor_network, "actor_network")
         self.loss_function = loss_function
@@ -210,7 +212,9 @@ class BCLoss(LossModule):
             return None
         owner = type(self).__name__
         if not isinstance(pad, torch.Tensor) or pad.dtype != torch.bool:
-            raise ValueError(f"{owner}: pad_mask {key!r} must be a bool tensor (True on padded elements), got {getattr(pad, 'dtype', type(pad).__name__)}.")
+            raise ValueError(
+                f"{owner}: pad_mask {key!r} must be a bool tensor (True on padded elements), got {getattr(pad, 'dtype', type(pad).__name__)}."
+            )
         if pad.ndim > loss.ndim or pad.shape != loss.shape[: pad.ndim]:
             raise ValueError(
                 f"{owner}: pad_mask {key!r} has shape {tuple(pad.shape)}; it must be a leading part of the loss's shape "

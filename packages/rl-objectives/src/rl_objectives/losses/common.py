@@ -70,7 +70,9 @@ def total_loss(losses: TensorDictBase, components: Sequence[str] | None = None) 
     if components is None:
         names = [k for k in present if isinstance(k, str) and k.startswith("loss")]
         if not names:
-            raise KeyError(f"total_loss: the loss output has no entry whose name starts with 'loss'; entries: {present}.")
+            raise KeyError(
+                f"total_loss: the loss output has no entry whose name starts with 'loss'; entries: {present}."
+            )
     else:
         names = list(components)
         missing = [k for k in names if k not in present]
@@ -81,7 +83,9 @@ def total_loss(losses: TensorDictBase, components: Sequence[str] | None = None) 
         value = losses.get(name)
         if not isinstance(value, torch.Tensor) or value.numel() != 1:
             shape = tuple(value.shape) if isinstance(value, torch.Tensor) else type(value).__name__
-            raise ValueError(f"total_loss: loss entry {name!r} must be a scalar tensor, got {shape} (use reduction='mean' or 'sum').")
+            raise ValueError(
+                f"total_loss: loss entry {name!r} must be a scalar tensor, got {shape} (use reduction='mean' or 'sum')."
+            )
         values.append(value.reshape(()))
     return torch.stack(values).sum() if len(values) > 1 else values[0]
 
@@ -156,8 +160,12 @@ class LossModule(nn.Module):
         if name == "value_estimator":  # nn.Module would register an estimator module without the property
             LossModule.value_estimator.fset(self, value)
             return
-        if name in self._all_schedulable_buffers and not isinstance(value, torch.Tensor) and value is not None \
-                and name in self.__dict__.get("_buffers", ()):
+        if (
+            name in self._all_schedulable_buffers
+            and not isinstance(value, torch.Tensor)
+            and value is not None
+            and name in self.__dict__.get("_buffers", ())
+        ):
             self._set_schedulable(name, value)
             return
         super().__setattr__(name, value)
@@ -193,13 +201,19 @@ class LossModule(nn.Module):
         """
         unknown = sorted(set(keys) - set(self.default_keys))
         if unknown:
-            raise ValueError(f"{type(self).__name__}.set_keys: unknown key name(s) {unknown}; accepted: {sorted(self.default_keys)}.")
+            raise ValueError(
+                f"{type(self).__name__}.set_keys: unknown key name(s) {unknown}; accepted: {sorted(self.default_keys)}."
+            )
         for name, key in keys.items():
             if key is None or (isinstance(key, list) and not key):
-                raise ValueError(f"{type(self).__name__}.set_keys: {name}={key!r}; give a key (str or tuple of str) or a list of keys.")
+                raise ValueError(
+                    f"{type(self).__name__}.set_keys: {name}={key!r}; give a key (str or tuple of str) or a list of keys."
+                )
         for name, key in keys.items():
             # a list names several entries (TorchRL's per-head log-probs and actions of a composite policy)
-            setattr(self.tensor_keys, name, [unravel_key(k) for k in key] if isinstance(key, list) else unravel_key(key))
+            setattr(
+                self.tensor_keys, name, [unravel_key(k) for k in key] if isinstance(key, list) else unravel_key(key)
+            )
         if self._value_estimator is not None:
             self._forward_value_estimator_keys(self._value_estimator)
         return self
@@ -284,11 +298,17 @@ class LossModule(nn.Module):
             raise TypeError(f"{type(self).__name__}: {module_name} must be an nn.Module, got {type(module).__name__}.")
         if module_name in self._networks:
             raise ValueError(f"{type(self).__name__}: a network named {module_name!r} is already registered.")
-        taken = [n for n in (module_name, f"{module_name}_params", f"target_{module_name}_params") if hasattr(type(self), n)]
+        taken = [
+            n for n in (module_name, f"{module_name}_params", f"target_{module_name}_params") if hasattr(type(self), n)
+        ]
         if taken:
-            raise ValueError(f"{type(self).__name__}: network name {module_name!r} would hide the class attribute(s) {taken}.")
+            raise ValueError(
+                f"{type(self).__name__}: network name {module_name!r} would hide the class attribute(s) {taken}."
+            )
         if expand_dim is not None and (not isinstance(expand_dim, int) or expand_dim < 1):
-            raise ValueError(f"{type(self).__name__}: expand_dim for {module_name} must be a positive int, got {expand_dim!r}.")
+            raise ValueError(
+                f"{type(self).__name__}: expand_dim for {module_name} must be a positive int, got {expand_dim!r}."
+            )
         lazy = [name for name, p in module.named_parameters() if is_lazy(p)]
         if lazy:
             raise ValueError(
@@ -308,7 +328,9 @@ class LossModule(nn.Module):
             params_module = TensorDictParams(stacked, no_convert=True)
             # the template is only a shape to swap each set into: keep it out of parameters()
             template = copy.deepcopy(module)
-            TensorDict.from_module(template, lock=False).apply(lambda t: t.detach().to("meta")).to_module(template, return_swap=False)
+            TensorDict.from_module(template, lock=False).apply(lambda t: t.detach().to("meta")).to_module(
+                template, return_swap=False
+            )
             self.__dict__[module_name] = template
         setattr(self, f"{module_name}_params", params_module)
         self._networks[module_name] = expand_dim
@@ -322,9 +344,13 @@ class LossModule(nn.Module):
     def params_of(self, module_name: str, target: bool = False) -> TensorDict:
         """The parameters of a registered network (``target=True``: its target copy)."""
         if module_name not in self._networks:
-            raise KeyError(f"{type(self).__name__}: no network named {module_name!r}; registered: {sorted(self._networks)}.")
+            raise KeyError(
+                f"{type(self).__name__}: no network named {module_name!r}; registered: {sorted(self._networks)}."
+            )
         if target and module_name not in self._target_networks:
-            raise KeyError(f"{type(self).__name__}: {module_name!r} has no target parameters (create_target_params=False).")
+            raise KeyError(
+                f"{type(self).__name__}: {module_name!r} has no target parameters (create_target_params=False)."
+            )
         holder = getattr(self, f"target_{module_name}_params" if target else f"{module_name}_params")
         shared = None if target else self._shared_params.get(module_name)
         if not shared:
@@ -365,22 +391,28 @@ class LossModule(nn.Module):
         plan = self._swap_plans.get(module_name)
         if plan is None:
             module = getattr(self, module_name)
-            keys = [k if isinstance(k, tuple) else (k,) for k in self.params_of(module_name).keys(include_nested=True, leaves_only=True)]
+            keys = [
+                k if isinstance(k, tuple) else (k,)
+                for k in self.params_of(module_name).keys(include_nested=True, leaves_only=True)
+            ]
             slots = []
             for key in keys:
                 owner = module
                 for part in key[:-1]:
                     owner = owner._modules[part]
                 name = key[-1]
-                holder = next((d for d in (owner._parameters, owner._buffers, owner.__dict__) if d.get(name) is not None), None)
+                holder = next(
+                    (d for d in (owner._parameters, owner._buffers, owner.__dict__) if d.get(name) is not None), None
+                )
                 if holder is None:
                     raise KeyError(f"{type(self).__name__}: {module_name} has no tensor at {key!r}.")
                 slots.append((holder, name))
             plan = self._swap_plans[module_name] = (keys, slots)
         return plan
 
-    def call_network(self, module_name: str, tensordict: Any, *, target: bool = False, params: Any = None,
-                     out_key: Any = None) -> Any:
+    def call_network(
+        self, module_name: str, tensordict: Any, *, target: bool = False, params: Any = None, out_key: Any = None
+    ) -> Any:
         """Run a registered network on ``tensordict`` with its parameters (or ``params``, a
         TensorDict shaped like :meth:`params_of`'s); ``out_key``: return only that output entry.
 
@@ -400,7 +432,9 @@ class LossModule(nn.Module):
                 return out
             value = out.get(out_key, None)
             if value is None:
-                raise KeyError(f"{type(self).__name__}: {module_name} wrote no {out_key!r}; its output holds {sorted(map(str, out.keys(True, True)))}.")
+                raise KeyError(
+                    f"{type(self).__name__}: {module_name} wrote no {out_key!r}; its output holds {sorted(map(str, out.keys(True, True)))}."
+                )
             return value
 
         if self._networks[module_name] is None:
@@ -481,7 +515,9 @@ class _Swapped:
 def _expanded_params(module: nn.Module, params: TensorDict, expand_dim: int) -> TensorDict:
     """``expand_dim`` parameter sets stacked on dim 0: the module's values, then fresh draws."""
     if not isinstance(module, TensorDictModuleBase):
-        raise TypeError(f"expand_dim needs a TensorDictModule (to re-initialise each set), got {type(module).__name__}.")
+        raise TypeError(
+            f"expand_dim needs a TensorDictModule (to re-initialise each set), got {type(module).__name__}."
+        )
     sets = [params.detach().clone()]
     for _ in range(expand_dim - 1):
         sets.append(module.reset_parameters_recursive(params.detach().clone()))

@@ -60,11 +60,15 @@ _MAX_ALPHA_PRIME = 1e6  # the paper's clamp of the Lagrange multiplier
 
 def _uniform_bounds(action_spec: Any, actor_network: Any, action_key: Any) -> tuple[torch.Tensor, torch.Tensor]:
     """Bounds of the uniform proposal: a ``Bounded`` spec's (given or the actor's), else ``[-1, 1]``."""
-    spec = action_leaf_spec(action_spec if action_spec is not None else getattr(actor_network, "spec", None), action_key)
+    spec = action_leaf_spec(
+        action_spec if action_spec is not None else getattr(actor_network, "spec", None), action_key
+    )
     if isinstance(spec, Bounded):
         low, high = spec.low.detach().clone().float(), spec.high.detach().clone().float()
         if not bool((high > low).all()):
-            raise ValueError(f"CQLLoss: the action spec's bounds must satisfy high > low, got low={low.tolist()}, high={high.tolist()}.")
+            raise ValueError(
+                f"CQLLoss: the action spec's bounds must satisfy high > low, got low={low.tolist()}, high={high.tolist()}."
+            )
         return low, high
     return torch.tensor(-1.0), torch.tensor(1.0)
 
@@ -184,7 +188,9 @@ class CQLLoss(_TemperatureMixin, _BootstrappedLoss):
         super().__init__(loss_function=loss_function, reduction=reduction, deactivate_vmap=deactivate_vmap, gamma=gamma)
         self.scalar_output_mode = mode
         if not hasattr(actor_network, "get_dist"):
-            raise TypeError(f"{owner}: actor_network must be a probabilistic module with get_dist (e.g. ProbabilisticActor), got {type(actor_network).__name__}.")
+            raise TypeError(
+                f"{owner}: actor_network must be a probabilistic module with get_dist (e.g. ProbabilisticActor), got {type(actor_network).__name__}."
+            )
         _check_alpha_bounds(owner, alpha_init, min_alpha, max_alpha)
         _check_positive_int(owner, "num_random", num_random)
         for name, value in (("temperature", temperature), ("min_q_weight", min_q_weight)):
@@ -207,7 +213,9 @@ class CQLLoss(_TemperatureMixin, _BootstrappedLoss):
         self.with_lagrange = bool(with_lagrange)
         self.lagrange_thresh = float(lagrange_thresh)
         self.convert_to_functional(actor_network, "actor_network", create_target_params=self.delay_actor)
-        self.convert_to_functional(qvalue_network, "qvalue_network", expand_dim=self.num_qvalue_nets, create_target_params=self.delay_qvalue)
+        self.convert_to_functional(
+            qvalue_network, "qvalue_network", expand_dim=self.num_qvalue_nets, create_target_params=self.delay_qvalue
+        )
         self._init_temperature(alpha_init, min_alpha, max_alpha, fixed_alpha)
         if self.with_lagrange:
             self.log_alpha_prime = nn.Parameter(torch.tensor(0.0))
@@ -217,7 +225,6 @@ class CQLLoss(_TemperatureMixin, _BootstrappedLoss):
         keys = ["loss_actor", "loss_actor_bc", "loss_qvalue", "loss_cql", "loss_alpha", "alpha", "entropy"]
         return keys[:5] + ["loss_alpha_prime"] + keys[5:] if self.with_lagrange else keys
 
-
     def _repeat(self, tensordict: Any, n: int) -> Any:
         """``n`` copies of ``tensordict`` along a new leading batch dim (a view, no data copied)."""
         return tensordict.expand(n, *tensordict.batch_size).copy()
@@ -226,9 +233,19 @@ class CQLLoss(_TemperatureMixin, _BootstrappedLoss):
         actor_params = self.params_of("actor_network", target=self.delay_actor)
         q_params = self.params_of("qvalue_network", target=self.delay_qvalue)
         if self.max_q_backup:
-            work, _, _, _ = rsample_action("CQLLoss", self.actor_network, self.swapped("actor_network", actor_params), self._repeat(next_td, self.num_random), self.tensor_keys.action)
-            return self._q(work, params=q_params).max(1).values.min(0).values  # best of the policy's actions, then the pessimistic critic
-        work, _, log_prob, _ = rsample_action("CQLLoss", self.actor_network, self.swapped("actor_network", actor_params), next_td, self.tensor_keys.action)
+            work, _, _, _ = rsample_action(
+                "CQLLoss",
+                self.actor_network,
+                self.swapped("actor_network", actor_params),
+                self._repeat(next_td, self.num_random),
+                self.tensor_keys.action,
+            )
+            return (
+                self._q(work, params=q_params).max(1).values.min(0).values
+            )  # best of the policy's actions, then the pessimistic critic
+        work, _, log_prob, _ = rsample_action(
+            "CQLLoss", self.actor_network, self.swapped("actor_network", actor_params), next_td, self.tensor_keys.action
+        )
         value = self._q(work, params=q_params).min(0).values
         if not self.deterministic_backup:
             value = value - alpha * log_prob
@@ -245,8 +262,20 @@ class CQLLoss(_TemperatureMixin, _BootstrappedLoss):
         # log of the uniform density 1 / volume, the same for every action
         random_log_density = -torch.log(high - low).expand(action_shape).sum()
         with torch.no_grad():
-            _, curr_actions, curr_log_prob, _ = rsample_action("CQLLoss", self.actor_network, self.swapped("actor_network", actor_params), self._repeat(tensordict, n), key)
-            _, next_actions, next_log_prob, _ = rsample_action("CQLLoss", self.actor_network, self.swapped("actor_network", actor_params), self._repeat(next_td, n), key)
+            _, curr_actions, curr_log_prob, _ = rsample_action(
+                "CQLLoss",
+                self.actor_network,
+                self.swapped("actor_network", actor_params),
+                self._repeat(tensordict, n),
+                key,
+            )
+            _, next_actions, next_log_prob, _ = rsample_action(
+                "CQLLoss",
+                self.actor_network,
+                self.swapped("actor_network", actor_params),
+                self._repeat(next_td, n),
+                key,
+            )
         # every proposal is scored at the sample's own state s (as in the paper's code)
         proposals = self._repeat(tensordict, 3 * n)
         proposals.set(key, torch.cat([random_actions, curr_actions, next_actions], 0))
@@ -261,14 +290,16 @@ class CQLLoss(_TemperatureMixin, _BootstrappedLoss):
         action = _get("CQLLoss", tensordict, keys.action)
         next_td = _get("CQLLoss", tensordict, "next")
         alpha = self._alpha
-        action_shape = action.shape[tensordict.batch_dims:]
+        action_shape = action.shape[tensordict.batch_dims :]
 
         with torch.no_grad():
             target = self._bootstrap(tensordict, self._next_value(next_td, alpha))
         pred = self._q(tensordict.copy())
         loss_qvalue = _reduce(distance_loss(pred, target.expand_as(pred), self.loss_function).sum(0), self.reduction)
 
-        _, new_action, log_prob, dist = rsample_action("CQLLoss", self.actor_network, self.swapped("actor_network"), tensordict, keys.action)
+        _, new_action, log_prob, dist = rsample_action(
+            "CQLLoss", self.actor_network, self.swapped("actor_network"), tensordict, keys.action
+        )
         # the same distribution scores the data's action, for the behaviour-cloning loss
         bc_log_prob = _sum_to_batch(dist.log_prob(action), tensordict.batch_dims)
         _check_batch_shaped("CQLLoss", {"bc_log_prob": bc_log_prob}, batch)
@@ -297,7 +328,9 @@ class CQLLoss(_TemperatureMixin, _BootstrappedLoss):
             out["loss_alpha_prime"] = loss_alpha_prime
         tensordict.set(keys.priority, (pred.detach() - target).pow(2).max(0).values)
         scalars = {"alpha": alpha, "entropy": -log_prob.detach().mean()}
-        return _loss_output(out, scalars, self.reduction, self.scalar_output_mode, [] if self.with_lagrange else tensordict.batch_size)
+        return _loss_output(
+            out, scalars, self.reduction, self.scalar_output_mode, [] if self.with_lagrange else tensordict.batch_size
+        )
 
 
 class DiscreteCQLLoss(_BootstrappedLoss):

@@ -77,7 +77,14 @@ class DDPGLoss(_BootstrappedLoss):
         "terminated": "terminated",
     }
     _q_network = "value_network"
-    out_keys: ClassVar[list] = ["loss_actor", "loss_value", "pred_value", "target_value", "pred_value_max", "target_value_max"]
+    out_keys: ClassVar[list] = [
+        "loss_actor",
+        "loss_value",
+        "pred_value",
+        "target_value",
+        "pred_value_max",
+        "target_value_max",
+    ]
 
     def __init__(
         self,
@@ -92,13 +99,22 @@ class DDPGLoss(_BootstrappedLoss):
         use_prioritized_weights: bool | str = "auto",
         gamma: float | None = None,
     ) -> None:
-        super().__init__(loss_function=loss_function, reduction="mean" if reduction is None else reduction,
-                         separate_losses=separate_losses, use_prioritized_weights=use_prioritized_weights, gamma=gamma)
+        super().__init__(
+            loss_function=loss_function,
+            reduction="mean" if reduction is None else reduction,
+            separate_losses=separate_losses,
+            use_prioritized_weights=use_prioritized_weights,
+            gamma=gamma,
+        )
         self.delay_actor = bool(delay_actor)
         self.delay_value = bool(delay_value)
         self.convert_to_functional(actor_network, "actor_network", create_target_params=self.delay_actor)
-        self.convert_to_functional(value_network, "value_network", create_target_params=self.delay_value,
-                                   compare_against=self._policy_params(actor_network))
+        self.convert_to_functional(
+            value_network,
+            "value_network",
+            create_target_params=self.delay_value,
+            compare_against=self._policy_params(actor_network),
+        )
 
     def loss_value(self, tensordict: Any) -> tuple[torch.Tensor, dict]:
         """The critic loss and its diagnostics (the TD error under ``"td_error"``)."""

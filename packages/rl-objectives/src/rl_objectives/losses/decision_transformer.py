@@ -46,7 +46,9 @@ def _step_mask(owner: str, tensordict: Any, key: Any, action: torch.Tensor) -> t
     if mask is None:
         return None
     if not isinstance(mask, torch.Tensor) or mask.dtype != torch.bool:
-        raise ValueError(f"{owner}: the mask at {key!r} must be a bool tensor (True on real steps), got {getattr(mask, 'dtype', type(mask).__name__)}.")
+        raise ValueError(
+            f"{owner}: the mask at {key!r} must be a bool tensor (True on real steps), got {getattr(mask, 'dtype', type(mask).__name__)}."
+        )
     if mask.shape != action.shape[:-1]:
         raise ValueError(
             f"{owner}: the mask at {key!r} must have the per-step shape {tuple(action.shape[:-1])} "
@@ -125,7 +127,9 @@ class DTLoss(LossModule):
     default_keys: ClassVar[dict] = {"action_target": "action", "action_pred": "action", "mask": "mask"}
     out_keys: ClassVar[list] = ["loss"]
 
-    def __init__(self, actor_network: Any, *, loss_function: str = "l2", reduction: str | None = "mean", device: Any = None) -> None:
+    def __init__(
+        self, actor_network: Any, *, loss_function: str = "l2", reduction: str | None = "mean", device: Any = None
+    ) -> None:
         reduction = "mean" if reduction is None else reduction
         _check_loss_function("DTLoss", loss_function)
         _check_reduction("DTLoss", reduction)
@@ -237,7 +241,9 @@ class OnlineDTLoss(_TemperatureMixin, LossModule):
         owner = "OnlineDTLoss"
         reduction = "mean" if reduction is None else reduction
         if not hasattr(actor_network, "get_dist"):
-            raise TypeError(f"{owner}: actor_network must be a probabilistic module with get_dist (e.g. ProbabilisticActor), got {type(actor_network).__name__}.")
+            raise TypeError(
+                f"{owner}: actor_network must be a probabilistic module with get_dist (e.g. ProbabilisticActor), got {type(actor_network).__name__}."
+            )
         _check_alpha_bounds(owner, alpha_init, min_alpha, max_alpha)
         _check_positive_int(owner, "samples_mc_entropy", samples_mc_entropy)
         _check_reduction(owner, reduction)
@@ -267,7 +273,6 @@ class OnlineDTLoss(_TemperatureMixin, LossModule):
             return None
         return -float(math.prod(spec.shape[-1:]))  # the action's feature dim; leading dims are steps
 
-
     @property
     def alpha(self) -> torch.Tensor:
         """The temperature used in the loss (clamped to ``[min_alpha, max_alpha]``), detached."""
@@ -280,7 +285,9 @@ class OnlineDTLoss(_TemperatureMixin, LossModule):
     def get_entropy_bonus(self, dist: torch.distributions.Distribution, step_dims: int) -> torch.Tensor:
         """Per-step entropy ``-mean_k log pi(x_k)`` over ``samples_mc_entropy`` rsamples, ``[*B, T]``."""
         if not dist.has_rsample:
-            raise ValueError(f"OnlineDTLoss: the actor's {type(dist).__name__} has no rsample; the entropy estimate needs a reparameterisable distribution (e.g. TanhNormal).")
+            raise ValueError(
+                f"OnlineDTLoss: the actor's {type(dist).__name__} has no rsample; the entropy estimate needs a reparameterisable distribution (e.g. TanhNormal)."
+            )
         samples = dist.rsample((self.samples_mc_entropy,))
         return -_sum_to_batch(dist.log_prob(samples), 1 + step_dims).mean(0)
 
@@ -288,7 +295,9 @@ class OnlineDTLoss(_TemperatureMixin, LossModule):
         owner = type(self).__name__
         target = _get(owner, tensordict, self.tensor_keys.action_target)
         if target.requires_grad:
-            raise RuntimeError(f"{owner}: the data action {self.tensor_keys.action_target!r} requires grad; it is a target and cannot be part of a graph.")
+            raise RuntimeError(
+                f"{owner}: the data action {self.tensor_keys.action_target!r} requires grad; it is a target and cannot be part of a graph."
+            )
         mask = _step_mask(owner, tensordict, self.tensor_keys.mask, target)
         step_dims = target.ndim - 1
         with self.swapped("actor_network"):
@@ -297,9 +306,13 @@ class OnlineDTLoss(_TemperatureMixin, LossModule):
         entropy = self.get_entropy_bonus(dist, step_dims)
         for name, value in (("log_prob", log_prob), ("entropy", entropy)):
             if value.shape != target.shape[:-1]:
-                raise ValueError(f"{owner}: the actor's {name} has shape {tuple(value.shape)}, expected the per-step shape {tuple(target.shape[:-1])}.")
+                raise ValueError(
+                    f"{owner}: the actor's {name} has shape {tuple(value.shape)}, expected the per-step shape {tuple(target.shape[:-1])}."
+                )
         if self._target_entropy is None:
-            self._target_entropy = -float(math.prod(dist.event_shape)) if len(dist.event_shape) else -float(target.shape[-1])
+            self._target_entropy = (
+                -float(math.prod(dist.event_shape)) if len(dist.event_shape) else -float(target.shape[-1])
+            )
         mean_entropy = _masked_reduce(entropy.detach(), mask, "mean")
         alpha = self._alpha
         # mean/sum over real steps of (H - target): the temperature sees the same steps as the losses
@@ -311,4 +324,3 @@ class OnlineDTLoss(_TemperatureMixin, LossModule):
         }
         scalars = {"alpha": alpha, "entropy": mean_entropy}
         return _loss_output(losses, scalars, self.reduction, self.scalar_output_mode, tensordict.batch_size)
-

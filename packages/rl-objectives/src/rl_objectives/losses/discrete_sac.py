@@ -39,6 +39,7 @@ from .utils import (
 
 __all__ = ["DiscreteSACLoss"]
 
+
 class DiscreteSACLoss(_TemperatureMixin, _BootstrappedLoss):
     """The discrete SAC loss (TorchRL's ``DiscreteSACLoss``).
 
@@ -142,14 +143,21 @@ class DiscreteSACLoss(_TemperatureMixin, _BootstrappedLoss):
         reduction = "mean" if reduction is None else reduction
         _check_bool(owner, "skip_done_states", skip_done_states)
         mode = _check_scalar_output_mode(owner, scalar_output_mode, reduction, ("alpha", "entropy"))
-        super().__init__(loss_function=loss_function, reduction=reduction, deactivate_vmap=deactivate_vmap,
-                         separate_losses=separate_losses, use_prioritized_weights=use_prioritized_weights,
-                         priority_key=priority_key)
+        super().__init__(
+            loss_function=loss_function,
+            reduction=reduction,
+            deactivate_vmap=deactivate_vmap,
+            separate_losses=separate_losses,
+            use_prioritized_weights=use_prioritized_weights,
+            priority_key=priority_key,
+        )
         self.action_space = resolve_action_space(owner, action_space, self.default_keys["action"])
         _check_positive_int(owner, "num_actions", num_actions)
         _check_positive_int(owner, "num_qvalue_nets", num_qvalue_nets)
         if not hasattr(actor_network, "get_dist"):
-            raise TypeError(f"{owner}: actor_network must be a probabilistic module with get_dist, got {type(actor_network).__name__}.")
+            raise TypeError(
+                f"{owner}: actor_network must be a probabilistic module with get_dist, got {type(actor_network).__name__}."
+            )
         _check_alpha_bounds(owner, alpha_init, min_alpha, max_alpha)
         resolved = discrete_target_entropy(owner, target_entropy, target_entropy_weight, num_actions)
         self.num_actions = num_actions
@@ -159,8 +167,13 @@ class DiscreteSACLoss(_TemperatureMixin, _BootstrappedLoss):
         self.skip_done_states = skip_done_states
         self.scalar_output_mode = mode
         self.convert_to_functional(actor_network, "actor_network")
-        self.convert_to_functional(qvalue_network, "qvalue_network", expand_dim=num_qvalue_nets, create_target_params=self.delay_qvalue,
-                                   compare_against=self._policy_params(actor_network))
+        self.convert_to_functional(
+            qvalue_network,
+            "qvalue_network",
+            expand_dim=num_qvalue_nets,
+            create_target_params=self.delay_qvalue,
+            compare_against=self._policy_params(actor_network),
+        )
         self._init_temperature(alpha_init, min_alpha, max_alpha, fixed_alpha)
 
     def _policy(self, tensordict: Any) -> tuple[torch.Tensor, torch.Tensor]:
@@ -175,7 +188,9 @@ class DiscreteSACLoss(_TemperatureMixin, _BootstrappedLoss):
         values = _get("DiscreteSACLoss", out, key)
         expected = (self.num_qvalue_nets, *tensordict.batch_size, self.num_actions)
         if values.shape != expected:
-            raise ValueError(f"DiscreteSACLoss: {key!r} has shape {tuple(values.shape[1:])} per critic, expected {expected[1:]} (batch shape plus num_actions).")
+            raise ValueError(
+                f"DiscreteSACLoss: {key!r} has shape {tuple(values.shape[1:])} per critic, expected {expected[1:]} (batch shape plus num_actions)."
+            )
         return values
 
     def forward(self, tensordict: Any) -> TensorDict:
@@ -184,7 +199,9 @@ class DiscreteSACLoss(_TemperatureMixin, _BootstrappedLoss):
         action = _get("DiscreteSACLoss", tensordict, keys.action)
         next_td = _get("DiscreteSACLoss", tensordict, "next")
         alpha = self._alpha
-        space = check_discrete_action("DiscreteSACLoss", self.action_space, action, batch + (self.num_actions,), keys.action)
+        space = check_discrete_action(
+            "DiscreteSACLoss", self.action_space, action, batch + (self.num_actions,), keys.action
+        )
 
         def soft_value(td: Any) -> tuple[torch.Tensor]:
             next_probs, next_log_probs = self._policy(td)
@@ -198,7 +215,9 @@ class DiscreteSACLoss(_TemperatureMixin, _BootstrappedLoss):
                 (next_value,) = soft_value(next_td)
             target = self._bootstrap(tensordict, next_value)
         pred = chosen_value(self._action_values(tensordict), action, space)
-        loss_qvalue = self._reduce_loss(distance_loss(pred, target.expand_as(pred), self.loss_function).sum(0), tensordict)
+        loss_qvalue = self._reduce_loss(
+            distance_loss(pred, target.expand_as(pred), self.loss_function).sum(0), tensordict
+        )
 
         probs, log_probs = self._policy(tensordict)
         min_q = self._action_values(tensordict, params=self.params_of("qvalue_network").detach()).min(0).values
@@ -214,4 +233,3 @@ class DiscreteSACLoss(_TemperatureMixin, _BootstrappedLoss):
             self.scalar_output_mode,
             batch,
         )
-

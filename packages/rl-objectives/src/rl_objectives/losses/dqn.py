@@ -103,9 +103,16 @@ class DQNLoss(_BootstrappedLoss):
         gamma: float | None = None,
         priority_key: Any = None,
     ) -> None:
-        super().__init__(loss_function=loss_function, reduction="mean" if reduction is None else reduction,
-                         use_prioritized_weights=use_prioritized_weights, gamma=gamma, priority_key=priority_key)
-        self.action_space = resolve_action_space("DQNLoss", action_space, self.default_keys["action"], network=value_network)
+        super().__init__(
+            loss_function=loss_function,
+            reduction="mean" if reduction is None else reduction,
+            use_prioritized_weights=use_prioritized_weights,
+            gamma=gamma,
+            priority_key=priority_key,
+        )
+        self.action_space = resolve_action_space(
+            "DQNLoss", action_space, self.default_keys["action"], network=value_network
+        )
         self.delay_value = bool(delay_value)
         self.double_dqn = bool(double_dqn)
         self.convert_to_functional(value_network, "value_network", create_target_params=self.delay_value)

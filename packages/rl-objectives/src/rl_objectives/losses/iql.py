@@ -131,13 +131,23 @@ class IQLLoss(_BootstrappedLoss):
         owner = type(self).__name__
         reduction = "mean" if reduction is None else reduction
         mode = _check_scalar_output_mode(owner, scalar_output_mode, reduction, ("entropy",))
-        super().__init__(loss_function=loss_function, reduction=reduction, deactivate_vmap=deactivate_vmap,
-                         separate_losses=separate_losses, gamma=gamma, priority_key=priority_key)
+        super().__init__(
+            loss_function=loss_function,
+            reduction=reduction,
+            deactivate_vmap=deactivate_vmap,
+            separate_losses=separate_losses,
+            gamma=gamma,
+            priority_key=priority_key,
+        )
         _check_positive_int(owner, "num_qvalue_nets", num_qvalue_nets)
         if not hasattr(actor_network, "get_dist"):
-            raise TypeError(f"{owner}: actor_network must be a probabilistic module with get_dist, got {type(actor_network).__name__}.")
+            raise TypeError(
+                f"{owner}: actor_network must be a probabilistic module with get_dist, got {type(actor_network).__name__}."
+            )
         if value_network is None:
-            raise TypeError(f"{owner}: value_network is required (a state-value network writing {self.default_keys['value']!r}).")
+            raise TypeError(
+                f"{owner}: value_network is required (a state-value network writing {self.default_keys['value']!r})."
+            )
         if not isinstance(temperature, (int, float)) or isinstance(temperature, bool) or temperature < 0:
             raise ValueError(f"{owner}: temperature must be a number >= 0, got {temperature!r}.")
         if not isinstance(expectile, (int, float)) or isinstance(expectile, bool) or not 0 < expectile < 1:
@@ -149,8 +159,13 @@ class IQLLoss(_BootstrappedLoss):
         self.convert_to_functional(actor_network, "actor_network")
         # TorchRL's order: the value network, then the Q-network (which may share with both)
         self.convert_to_functional(value_network, "value_network", compare_against=self._policy_params(actor_network))
-        self.convert_to_functional(qvalue_network, "qvalue_network", expand_dim=num_qvalue_nets, create_target_params=True,
-                                   compare_against=self._policy_params(actor_network, value_network))
+        self.convert_to_functional(
+            qvalue_network,
+            "qvalue_network",
+            expand_dim=num_qvalue_nets,
+            create_target_params=True,
+            compare_against=self._policy_params(actor_network, value_network),
+        )
 
     # ------------------------------------------------------------------ network calls
     def _stored_q(self, tensordict: Any, **kwargs: Any) -> torch.Tensor:
@@ -284,5 +299,7 @@ class DiscreteIQLLoss(IQLLoss):
     def _stored_q(self, tensordict: Any, **kwargs: Any) -> torch.Tensor:
         values = self._action_values(tensordict, **kwargs)
         action = tensordict.get(self.tensor_keys.action)
-        space = check_discrete_action("DiscreteIQLLoss", self.action_space, action, values.shape[1:], self.tensor_keys.action)
+        space = check_discrete_action(
+            "DiscreteIQLLoss", self.action_space, action, values.shape[1:], self.tensor_keys.action
+        )
         return chosen_value(values, action, space)

@@ -12,6 +12,7 @@ clipping) and ``loss_entropy``. Diagnostics: ``"entropy"``, ``"kl_approx"`` (mea
 ``log pi_old - log pi``), ``"ESS"`` (normalised effective sample size of the ratios),
 ``"explained_variance"``, ``"clip_fraction"`` (clip variant), ``"kl"`` (KL variant).
 """
+
 from __future__ import annotations
 
 from typing import Any
@@ -150,14 +151,22 @@ class PPOLoss(_ActorCriticLoss):
         delay_actor: bool = False,
     ) -> None:
         if advantage_norm is not None and normalize_advantage:
-            raise ValueError(f"{type(self).__name__}: normalize_advantage=True and advantage_norm exclude each other; pass one.")
+            raise ValueError(
+                f"{type(self).__name__}: normalize_advantage=True and advantage_norm exclude each other; pass one."
+            )
         if max_importance_ratio is not None and (
-            isinstance(max_importance_ratio, bool) or not isinstance(max_importance_ratio, (int, float)) or not max_importance_ratio > 0
+            isinstance(max_importance_ratio, bool)
+            or not isinstance(max_importance_ratio, (int, float))
+            or not max_importance_ratio > 0
         ):
-            raise ValueError(f"{type(self).__name__}: max_importance_ratio must be a number > 0 or None, got {max_importance_ratio!r}.")
+            raise ValueError(
+                f"{type(self).__name__}: max_importance_ratio must be a number > 0 or None, got {max_importance_ratio!r}."
+            )
         exclude = tuple(normalize_advantage_exclude_dims)
         if not all(isinstance(d, int) and not isinstance(d, bool) for d in exclude):
-            raise ValueError(f"{type(self).__name__}: normalize_advantage_exclude_dims must be ints, got {normalize_advantage_exclude_dims!r}.")
+            raise ValueError(
+                f"{type(self).__name__}: normalize_advantage_exclude_dims must be ints, got {normalize_advantage_exclude_dims!r}."
+            )
         super().__init__(
             actor_network,
             critic_network,
@@ -181,7 +190,8 @@ class PPOLoss(_ActorCriticLoss):
             delay_actor=delay_actor,
         )
         self.register_buffer(
-            "max_importance_ratio", None if max_importance_ratio is None else torch.tensor(float(max_importance_ratio), device=device)
+            "max_importance_ratio",
+            None if max_importance_ratio is None else torch.tensor(float(max_importance_ratio), device=device),
         )
         self.normalize_advantage = bool(normalize_advantage)
         self.normalize_advantage_exclude_dims = exclude
@@ -189,7 +199,9 @@ class PPOLoss(_ActorCriticLoss):
 
     def _check_hyperparameter(self, name: str, value: float) -> None:
         if name == "max_importance_ratio" and not value > 0:
-            raise ValueError(f"{type(self).__name__}: max_importance_ratio must be a number > 0 or None, got {value!r}.")
+            raise ValueError(
+                f"{type(self).__name__}: max_importance_ratio must be a number > 0 or None, got {value!r}."
+            )
         super()._check_hyperparameter(name, value)
 
     def _correction(self, log_weight: _Tensor, log_is_weight: _Tensor | None) -> _Tensor | None:
@@ -210,7 +222,9 @@ class PPOLoss(_ActorCriticLoss):
         if self.normalize_advantage and advantage.numel() > 1:
             advantage = _standardize(advantage, self.normalize_advantage_exclude_dims)
         prev_log_prob = self._behaviour_log_prob(td)
-        _check_same_shape(name, [(self.tensor_keys.advantage, advantage), (self.tensor_keys.sample_log_prob, prev_log_prob)])
+        _check_same_shape(
+            name, [(self.tensor_keys.advantage, advantage), (self.tensor_keys.sample_log_prob, prev_log_prob)]
+        )
         log_is_weight = None
         if self.delay_actor:
             with torch.no_grad():
@@ -287,8 +301,15 @@ class ClipPPOLoss(PPOLoss):
 
     _schedulable_buffers = frozenset({"clip_epsilon"})
 
-    def __init__(self, actor_network: Any = None, critic_network: Any = None, *, clip_epsilon: float = 0.2,
-                 clip_value: bool | float | None = None, **kwargs: Any) -> None:
+    def __init__(
+        self,
+        actor_network: Any = None,
+        critic_network: Any = None,
+        *,
+        clip_epsilon: float = 0.2,
+        clip_value: bool | float | None = None,
+        **kwargs: Any,
+    ) -> None:
         if isinstance(clip_epsilon, bool) or not isinstance(clip_epsilon, (int, float)) or not 0.0 < clip_epsilon < 1.0:
             raise ValueError(f"{type(self).__name__}: clip_epsilon must be in (0, 1), got {clip_epsilon!r}.")
         if isinstance(clip_value, bool):
@@ -420,7 +441,9 @@ class KLPENPPOLoss(PPOLoss):
             pass
         draws = previous.sample((self.samples_mc_kl,))
         if hasattr(draws, "batch_size"):  # a CompositeDistribution's TensorDict sample
-            diff = previous.log_prob(draws, aggregate_probabilities=True) - current.log_prob(draws, aggregate_probabilities=True)
+            diff = previous.log_prob(draws, aggregate_probabilities=True) - current.log_prob(
+                draws, aggregate_probabilities=True
+            )
         else:
             diff = _sum_to_batch(previous.log_prob(draws) - current.log_prob(draws), batch_dims + 1)
         return diff.mean(0)
@@ -442,7 +465,9 @@ class KLPENPPOLoss(PPOLoss):
             mean_kl = kl.detach().mean()
             out["kl"] = mean_kl
             # tensor ops rather than a Python branch, so that a compiled forward has no graph break
-            factor = torch.where(mean_kl > 1.5 * self.dtarg, self.increment, torch.where(mean_kl < self.dtarg / 1.5, self.decrement, 1.0))
+            factor = torch.where(
+                mean_kl > 1.5 * self.dtarg, self.increment, torch.where(mean_kl < self.dtarg / 1.5, self.decrement, 1.0)
+            )
             self.beta.copy_(beta * factor)
         self._weight_diagnostics(log_weight, out, cap)
         self._entropy_terms(dist, td, out)

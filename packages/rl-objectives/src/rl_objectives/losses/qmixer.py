@@ -6,6 +6,7 @@ team value ``Q_tot(s, a) = mixer(Q_1(s, a_1), ..., Q_n(s, a_n); state)`` (a
 :class:`~rl_objectives.modules.multiagent.VDNMixer`), which is regressed, as in DQN, onto
 ``r + gamma * (1 - terminated) * mixer_target(max_a Q_target_1(s', a), ..., max_a Q_target_n(s', a); state')``.
 """
+
 from __future__ import annotations
 
 from typing import Any, ClassVar
@@ -27,6 +28,7 @@ from .utils import (
 )
 
 __all__ = ["QMixerLoss"]
+
 
 class QMixerLoss(LossModule):
     """The QMIX loss (TorchRL's ``QMixerLoss``); with a :class:`VDNMixer` it is VDN.
@@ -138,8 +140,12 @@ class QMixerLoss(LossModule):
         self._set_deprecated_ctor_args(gamma=gamma, priority_key=priority_key)
         for name, net in (("local_value_network", local_value_network), ("mixer_network", mixer_network)):
             if not hasattr(net, "in_keys") or not hasattr(net, "out_keys"):
-                raise TypeError(f"QMixerLoss: {name} must be a TensorDict module (with in_keys and out_keys), got {type(net).__name__}.")
-        self.action_space = resolve_action_space("QMixerLoss", action_space, self.default_keys["action"], network=local_value_network)
+                raise TypeError(
+                    f"QMixerLoss: {name} must be a TensorDict module (with in_keys and out_keys), got {type(net).__name__}."
+                )
+        self.action_space = resolve_action_space(
+            "QMixerLoss", action_space, self.default_keys["action"], network=local_value_network
+        )
         self.delay_value = bool(delay_value)
         self.convert_to_functional(local_value_network, "local_value_network", create_target_params=self.delay_value)
         self.convert_to_functional(mixer_network, "mixer_network", create_target_params=self.delay_value)

@@ -164,16 +164,28 @@ class REDQLoss(_TemperatureMixin, _BootstrappedLoss):
                 "exploration (gSDE) module whose noise the loss would reset; pass gSDE=False."
             )
         mode = _check_scalar_output_mode(owner, scalar_output_mode, reduction, ("alpha", "entropy"))
-        super().__init__(loss_function=loss_function, reduction=reduction, deactivate_vmap=deactivate_vmap,
-                         separate_losses=separate_losses, gamma=gamma, priority_key=priority_key)
+        super().__init__(
+            loss_function=loss_function,
+            reduction=reduction,
+            deactivate_vmap=deactivate_vmap,
+            separate_losses=separate_losses,
+            gamma=gamma,
+            priority_key=priority_key,
+        )
         _check_positive_int(owner, "num_qvalue_nets", num_qvalue_nets)
         _check_positive_int(owner, "sub_sample_len", sub_sample_len)
         if sub_sample_len > num_qvalue_nets:
-            raise ValueError(f"{owner}: sub_sample_len ({sub_sample_len}) is above num_qvalue_nets ({num_qvalue_nets}).")
+            raise ValueError(
+                f"{owner}: sub_sample_len ({sub_sample_len}) is above num_qvalue_nets ({num_qvalue_nets})."
+            )
         if not hasattr(actor_network, "get_dist"):
-            raise TypeError(f"{owner}: actor_network must be a probabilistic module with get_dist (e.g. ProbabilisticActor), got {type(actor_network).__name__}.")
+            raise TypeError(
+                f"{owner}: actor_network must be a probabilistic module with get_dist (e.g. ProbabilisticActor), got {type(actor_network).__name__}."
+            )
         _check_alpha_bounds(owner, alpha_init, min_alpha, max_alpha)
-        self._target_entropy = continuous_target_entropy(owner, target_entropy, action_spec, actor_network, self.default_keys["action"])
+        self._target_entropy = continuous_target_entropy(
+            owner, target_entropy, action_spec, actor_network, self.default_keys["action"]
+        )
         self.num_qvalue_nets = num_qvalue_nets
         self.sub_sample_len = sub_sample_len
         self.delay_actor = bool(delay_actor)
@@ -181,10 +193,14 @@ class REDQLoss(_TemperatureMixin, _BootstrappedLoss):
         self.gSDE = gSDE
         self.scalar_output_mode = mode
         self.convert_to_functional(actor_network, "actor_network", create_target_params=self.delay_actor)
-        self.convert_to_functional(qvalue_network, "qvalue_network", expand_dim=num_qvalue_nets, create_target_params=self.delay_qvalue,
-                                   compare_against=self._policy_params(actor_network))
+        self.convert_to_functional(
+            qvalue_network,
+            "qvalue_network",
+            expand_dim=num_qvalue_nets,
+            create_target_params=self.delay_qvalue,
+            compare_against=self._policy_params(actor_network),
+        )
         self._init_temperature(alpha_init, min_alpha, max_alpha, fixed_alpha)
-
 
     def _subset_q(self, tensordict: Any, n: int, **kwargs: Any) -> torch.Tensor:
         """``n`` critics' values, ``[n, *batch]`` (``n``: the ensemble, or the target subset)."""
@@ -201,13 +217,17 @@ class REDQLoss(_TemperatureMixin, _BootstrappedLoss):
         alpha = self._alpha
         subset = torch.randperm(self.num_qvalue_nets)[: self.sub_sample_len].sort().values
 
-        actor_td, _, log_prob, _ = rsample_action("REDQLoss", self.actor_network, self.swapped("actor_network"), tensordict, keys.action)
+        actor_td, _, log_prob, _ = rsample_action(
+            "REDQLoss", self.actor_network, self.swapped("actor_network"), tensordict, keys.action
+        )
         q_actor = self._subset_q(actor_td, self.num_qvalue_nets, params=self.params_of("qvalue_network").detach())
         loss_actor = _reduce(alpha * log_prob - q_actor, self.reduction)  # [N, *B] before the reduction
 
         with torch.no_grad():
             actor_params = self.params_of("actor_network", target=self.delay_actor)
-            next_actor_td, _, next_log_prob, _ = rsample_action("REDQLoss", self.actor_network, self.swapped("actor_network", actor_params), next_td, keys.action)
+            next_actor_td, _, next_log_prob, _ = rsample_action(
+                "REDQLoss", self.actor_network, self.swapped("actor_network", actor_params), next_td, keys.action
+            )
             target_params = self.params_of("qvalue_network", target=self.delay_qvalue)[subset]
             next_q = self._subset_q(next_actor_td, self.sub_sample_len, params=target_params)
             next_value = next_q.min(0).values - alpha * next_log_prob
@@ -217,7 +237,7 @@ class REDQLoss(_TemperatureMixin, _BootstrappedLoss):
 
         if self._target_entropy is None:
             # no spec: the sampled action's own shape (beyond the batch dims) gives "auto"
-            self._target_entropy = auto_target_entropy(actor_td.get(keys.action).shape[tensordict.batch_dims:])
+            self._target_entropy = auto_target_entropy(actor_td.get(keys.action).shape[tensordict.batch_dims :])
         log_pi = torch.stack([log_prob.detach(), next_log_prob], 0)
         loss_alpha = _reduce(-self.log_alpha.exp() * (log_pi + self._target_entropy), self.reduction)
 

@@ -7,6 +7,7 @@
 estimator (GAE by default, TorchRL's choice) with the critic (its target copy for the next
 states when ``delay_value=True``).
 """
+
 from __future__ import annotations
 
 from typing import Any

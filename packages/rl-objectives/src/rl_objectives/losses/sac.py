@@ -162,14 +162,24 @@ class SACLoss(_TemperatureMixin, _BootstrappedLoss):
             )
         _check_bool("SACLoss", "skip_done_states", skip_done_states)
         mode = _check_scalar_output_mode("SACLoss", scalar_output_mode, reduction, ("alpha", "entropy"))
-        super().__init__(loss_function=loss_function, reduction=reduction, deactivate_vmap=deactivate_vmap,
-                         separate_losses=separate_losses, use_prioritized_weights=use_prioritized_weights,
-                         gamma=gamma, priority_key=priority_key)
+        super().__init__(
+            loss_function=loss_function,
+            reduction=reduction,
+            deactivate_vmap=deactivate_vmap,
+            separate_losses=separate_losses,
+            use_prioritized_weights=use_prioritized_weights,
+            gamma=gamma,
+            priority_key=priority_key,
+        )
         _check_positive_int("SACLoss", "num_qvalue_nets", num_qvalue_nets)
         if not hasattr(actor_network, "get_dist"):
-            raise TypeError(f"SACLoss: actor_network must be a probabilistic module with get_dist (e.g. ProbabilisticActor), got {type(actor_network).__name__}.")
+            raise TypeError(
+                f"SACLoss: actor_network must be a probabilistic module with get_dist (e.g. ProbabilisticActor), got {type(actor_network).__name__}."
+            )
         _check_alpha_bounds("SACLoss", alpha_init, min_alpha, max_alpha)
-        resolved = continuous_target_entropy("SACLoss", target_entropy, action_spec, actor_network, self.default_keys["action"])
+        resolved = continuous_target_entropy(
+            "SACLoss", target_entropy, action_spec, actor_network, self.default_keys["action"]
+        )
         self.num_qvalue_nets = num_qvalue_nets
         self.delay_actor = bool(delay_actor)
         self.delay_qvalue = bool(delay_qvalue)
@@ -178,11 +188,15 @@ class SACLoss(_TemperatureMixin, _BootstrappedLoss):
         self.scalar_output_mode = mode
         self._target_entropy = resolved
         self.convert_to_functional(actor_network, "actor_network", create_target_params=self.delay_actor)
-        self.convert_to_functional(qvalue_network, "qvalue_network", expand_dim=num_qvalue_nets, create_target_params=self.delay_qvalue,
-                                   compare_against=self._policy_params(actor_network))
+        self.convert_to_functional(
+            qvalue_network,
+            "qvalue_network",
+            expand_dim=num_qvalue_nets,
+            create_target_params=self.delay_qvalue,
+            compare_against=self._policy_params(actor_network),
+        )
         self._init_temperature(alpha_init, min_alpha, max_alpha, fixed_alpha)
         self._keys_from_actor(actor_network, "log_prob")
-
 
     def _sample(self, tensordict: Any, target: bool = False) -> PolicyDraw:
         """A reparameterised action from the actor (its target parameters with ``target``)."""
@@ -227,7 +241,7 @@ class SACLoss(_TemperatureMixin, _BootstrappedLoss):
         if self._target_entropy is None:
             # no spec: the action's own shape (beyond the batch dims) gives "auto"
             action = _get("SACLoss", tensordict, self.tensor_keys.action)
-            self._target_entropy = auto_target_entropy(action.shape[tensordict.batch_dims:])
+            self._target_entropy = auto_target_entropy(action.shape[tensordict.batch_dims :])
         loss_alpha = self._reduce_loss(-self.log_alpha * (log_prob + self._target_entropy), tensordict)
         tensordict.set(self.tensor_keys.priority, td_error)
         return _loss_output(

@@ -25,7 +25,9 @@ class TargetNetUpdater:
 
     def __init__(self, loss_module: LossModule) -> None:
         if not isinstance(loss_module, LossModule):
-            raise TypeError(f"{type(self).__name__}: loss_module must be a LossModule, got {type(loss_module).__name__}.")
+            raise TypeError(
+                f"{type(self).__name__}: loss_module must be a LossModule, got {type(loss_module).__name__}."
+            )
         names = loss_module.target_networks
         if not names:
             raise ValueError(f"{type(self).__name__}: {type(loss_module).__name__} has no target parameters to update.")
@@ -107,7 +109,7 @@ class SoftUpdate(TargetNetUpdater):
             return
         floats = [(s, t) for s, t in zip(self._sources, self._targets) if t.is_floating_point()]
         if floats:
-            torch._foreach_lerp_([t for _, t in floats], [s for s, _ in floats], 1.0 - self.eps ** n)
+            torch._foreach_lerp_([t for _, t in floats], [s for s, _ in floats], 1.0 - self.eps**n)
         for src, dst in zip(self._sources, self._targets):
             if not dst.is_floating_point():
                 dst.copy_(src)  # counters and other integer buffers follow exactly
@@ -152,7 +154,9 @@ class HardUpdate(TargetNetUpdater):
 
     def __init__(self, loss_module: LossModule, *, value_network_update_interval: int = 1000) -> None:
         if not isinstance(value_network_update_interval, int) or value_network_update_interval < 1:
-            raise ValueError(f"HardUpdate: value_network_update_interval must be a positive int, got {value_network_update_interval!r}.")
+            raise ValueError(
+                f"HardUpdate: value_network_update_interval must be a positive int, got {value_network_update_interval!r}."
+            )
         self.value_network_update_interval = value_network_update_interval
         self.counter = 0
         super().__init__(loss_module)

@@ -28,14 +28,20 @@ def _action_bounds(action_spec: Any, bounds: Any, action_key: Any) -> tuple[torc
             raise ValueError(f"TD3Loss: bounds must be a (low, high) pair, got {bounds!r}.") from None
     else:
         if action_spec is None:
-            raise ValueError("TD3Loss: the target action is clamped to the action bounds: give action_spec (a Bounded spec) or bounds=(low, high).")
+            raise ValueError(
+                "TD3Loss: the target action is clamped to the action bounds: give action_spec (a Bounded spec) or bounds=(low, high)."
+            )
         spec = action_spec
         if isinstance(spec, Composite):
             if action_key not in spec:
-                raise ValueError(f"TD3Loss: the Composite action_spec has no {action_key!r} entry; it holds {spec.keys(True, True)}.")
+                raise ValueError(
+                    f"TD3Loss: the Composite action_spec has no {action_key!r} entry; it holds {spec.keys(True, True)}."
+                )
             spec = spec[action_key]
         if not isinstance(spec, Bounded):
-            raise ValueError(f"TD3Loss: action_spec must be a Bounded spec (or a Composite holding one), got {type(spec).__name__}.")
+            raise ValueError(
+                f"TD3Loss: action_spec must be a Bounded spec (or a Composite holding one), got {type(spec).__name__}."
+            )
         low, high = spec.low, spec.high
     low = torch.as_tensor(low, dtype=torch.get_default_dtype()) if not isinstance(low, torch.Tensor) else low
     high = torch.as_tensor(high, dtype=low.dtype, device=low.device) if not isinstance(high, torch.Tensor) else high
@@ -116,7 +122,14 @@ class TD3Loss(_BootstrappedLoss):
         "done": "done",
         "terminated": "terminated",
     }
-    out_keys: ClassVar[list] = ["loss_actor", "loss_qvalue", "pred_value", "state_action_value_actor", "next_state_value", "target_value"]
+    out_keys: ClassVar[list] = [
+        "loss_actor",
+        "loss_qvalue",
+        "pred_value",
+        "state_action_value_actor",
+        "next_state_value",
+        "target_value",
+    ]
 
     def __init__(
         self,
@@ -138,12 +151,20 @@ class TD3Loss(_BootstrappedLoss):
         gamma: float | None = None,
         priority_key: Any = None,
     ) -> None:
-        super().__init__(loss_function=loss_function, reduction="mean" if reduction is None else reduction,
-                         deactivate_vmap=deactivate_vmap, separate_losses=separate_losses,
-                         use_prioritized_weights=use_prioritized_weights, gamma=gamma, priority_key=priority_key)
+        super().__init__(
+            loss_function=loss_function,
+            reduction="mean" if reduction is None else reduction,
+            deactivate_vmap=deactivate_vmap,
+            separate_losses=separate_losses,
+            use_prioritized_weights=use_prioritized_weights,
+            gamma=gamma,
+            priority_key=priority_key,
+        )
         _check_positive_int("TD3Loss", "num_qvalue_nets", num_qvalue_nets)
         if policy_noise < 0 or noise_clip < 0:
-            raise ValueError(f"TD3Loss: policy_noise and noise_clip must be >= 0, got {policy_noise!r} and {noise_clip!r}.")
+            raise ValueError(
+                f"TD3Loss: policy_noise and noise_clip must be >= 0, got {policy_noise!r} and {noise_clip!r}."
+            )
         low, high = _action_bounds(action_spec, bounds, self.default_keys["action"])
         self.num_qvalue_nets = num_qvalue_nets
         self.policy_noise = float(policy_noise)
@@ -151,8 +172,13 @@ class TD3Loss(_BootstrappedLoss):
         self.delay_actor = bool(delay_actor)
         self.delay_qvalue = bool(delay_qvalue)
         self.convert_to_functional(actor_network, "actor_network", create_target_params=self.delay_actor)
-        self.convert_to_functional(qvalue_network, "qvalue_network", expand_dim=num_qvalue_nets, create_target_params=self.delay_qvalue,
-                                   compare_against=self._policy_params(actor_network))
+        self.convert_to_functional(
+            qvalue_network,
+            "qvalue_network",
+            expand_dim=num_qvalue_nets,
+            create_target_params=self.delay_qvalue,
+            compare_against=self._policy_params(actor_network),
+        )
         self.register_buffer("min_action", low)
         self.register_buffer("max_action", high)
 

@@ -100,7 +100,9 @@ def _check_scalar_output_mode(owner: str, mode: Any, reduction: str, scalars: tu
     TorchRL does. With another reduction the mode has no effect (the scalars are ordinary entries).
     """
     if mode is not None and mode not in _SCALAR_OUTPUT_MODES:
-        raise ValueError(f"{owner}: scalar_output_mode must be None or one of {list(_SCALAR_OUTPUT_MODES)}, got {mode!r}.")
+        raise ValueError(
+            f"{owner}: scalar_output_mode must be None or one of {list(_SCALAR_OUTPUT_MODES)}, got {mode!r}."
+        )
     if reduction == "none" and mode is None:
         warnings.warn(
             f"{owner}(reduction='none') gives batch-shaped losses, so the scalars {list(scalars)} are left out of the "
@@ -112,7 +114,9 @@ def _check_scalar_output_mode(owner: str, mode: Any, reduction: str, scalars: tu
     return mode
 
 
-def _loss_output(losses: Mapping[str, Any], scalars: Mapping[str, Any], reduction: str, mode: str | None, batch_size: Any) -> Any:
+def _loss_output(
+    losses: Mapping[str, Any], scalars: Mapping[str, Any], reduction: str, mode: str | None, batch_size: Any
+) -> Any:
     """The output TensorDict: with ``reduction="none"`` it has the input's ``batch_size`` (the losses
     are batch-shaped) and the scalar diagnostics follow ``scalar_output_mode``; otherwise every entry
     is a scalar of an empty batch."""
@@ -171,7 +175,9 @@ def _get(owner: str, tensordict: Any, key: Any) -> Any:
         raise KeyError(f"{owner}: the input misses {key!r}; keys present: {_present_keys(tensordict)}.") from None
 
 
-def _check_batch_shaped(owner: str, named: Mapping[Any, torch.Tensor], batch_size: torch.Size, lead: tuple = ()) -> None:
+def _check_batch_shaped(
+    owner: str, named: Mapping[Any, torch.Tensor], batch_size: torch.Size, lead: tuple = ()
+) -> None:
     """Every tensor of ``named`` (key -> tensor) has the shape ``lead + batch_size``.
 
     Per-step scalars (rewards, values, log-probs) carry no trailing singleton dim: a ``[B, 1]``
@@ -180,7 +186,11 @@ def _check_batch_shaped(owner: str, named: Mapping[Any, torch.Tensor], batch_siz
     expected = torch.Size(lead) + torch.Size(batch_size)
     for key, value in named.items():
         if value.shape != expected:
-            hint = " (drop the trailing singleton dim, e.g. squeeze a 1-wide network head)" if value.shape == expected + (1,) else ""
+            hint = (
+                " (drop the trailing singleton dim, e.g. squeeze a 1-wide network head)"
+                if value.shape == expected + (1,)
+                else ""
+            )
             raise ValueError(
                 f"{owner}: {key!r} has shape {tuple(value.shape)}, expected {tuple(expected)} "
                 f"(batch_size {tuple(batch_size)}); per-step scalars have the batch shape, they are never broadcast{hint}."
@@ -240,7 +250,9 @@ def _make_bootstrapped_estimator(loss: Any, value_type: Any, hyperparams: Mappin
         )
     kwargs = loss._value_kwargs(hyperparams, allowed)
     if "value_network" in kwargs:
-        raise ValueError(f"{owner}.make_value_estimator: value_network is set by the loss (the next-state values are computed by it).")
+        raise ValueError(
+            f"{owner}.make_value_estimator: value_network is set by the loss (the next-state values are computed by it)."
+        )
     estimator = cls(value_network=None, **kwargs)
     loss.value_type = value_type
     loss.value_estimator = estimator
@@ -388,7 +400,9 @@ class _TemperatureMixin:
             raise ValueError(f"{type(self).__name__}: target_entropy must be a finite number, got {value!r}.")
         self._target_entropy = float(value)
 
-    def _init_temperature(self, alpha_init: float, min_alpha: float | None, max_alpha: float | None, fixed_alpha: bool) -> None:
+    def _init_temperature(
+        self, alpha_init: float, min_alpha: float | None, max_alpha: float | None, fixed_alpha: bool
+    ) -> None:
         self.fixed_alpha = bool(fixed_alpha)
         self.min_log_alpha = None if min_alpha is None else math.log(min_alpha)
         self.max_log_alpha = None if max_alpha is None else math.log(max_alpha)

@@ -15,6 +15,7 @@ Example:
     >>> td["action"].shape, td["state_value"].shape
     (torch.Size([8, 2]), torch.Size([8]))
 """
+
 from .actors import (
     Actor,
     ActorCriticWrapper,
@@ -26,7 +27,13 @@ from .actors import (
     SafeProbabilisticModule,
     ValueOperator,
 )
-from .decision_transformer import DecisionTransformer, DecisionTransformerInferenceWrapper, DTActor, DTConfig, OnlineDTActor
+from .decision_transformer import (
+    DecisionTransformer,
+    DecisionTransformerInferenceWrapper,
+    DTActor,
+    DTConfig,
+    OnlineDTActor,
+)
 from .distributions import (
     Delta,
     IndependentNormal,

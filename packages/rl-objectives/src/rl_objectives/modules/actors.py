@@ -8,6 +8,7 @@ Names, arguments and default keys follow torchrl.modules (0.14). The design diff
 - ``safe=True`` projects into the spec the value that is written; a probabilistic actor's log-prob
   is the log-prob of that written (projected) action, so a loss recomputing it gets the same number.
 """
+
 from __future__ import annotations
 
 from collections.abc import Sequence
@@ -15,15 +16,26 @@ from typing import Any
 
 import torch
 from tdict.nn import (
-    ProbabilisticTensorDictModule, ProbabilisticTensorDictSequential, TensorDictModule,
-    TensorDictModuleBase, TensorDictSequential, dispatch,
+    ProbabilisticTensorDictModule,
+    ProbabilisticTensorDictSequential,
+    TensorDictModule,
+    TensorDictModuleBase,
+    TensorDictSequential,
+    dispatch,
 )
 from tdict import unravel_key
 from tdict.specs import Binary, Categorical, Composite, MultiOneHot, OneHot
 
 __all__ = [
-    "Actor", "ActorCriticWrapper", "ActorValueOperator", "ProbabilisticActor", "QValueActor", "QValueModule",
-    "SafeModule", "SafeProbabilisticModule", "ValueOperator",
+    "Actor",
+    "ActorCriticWrapper",
+    "ActorValueOperator",
+    "ProbabilisticActor",
+    "QValueActor",
+    "QValueModule",
+    "SafeModule",
+    "SafeProbabilisticModule",
+    "ValueOperator",
 ]
 
 NestedKey = Any
@@ -100,10 +112,14 @@ class SafeModule(TensorDictModule):
         tensor([0.3000, 1.0000])
     """
 
-    def __init__(self, module: Any, in_keys: Any, out_keys: Any, *, spec: Any = None, safe: bool = False, **kwargs: Any) -> None:
+    def __init__(
+        self, module: Any, in_keys: Any, out_keys: Any, *, spec: Any = None, safe: bool = False, **kwargs: Any
+    ) -> None:
         super().__init__(module, in_keys=in_keys, out_keys=out_keys, **kwargs)
         if safe and spec is None:
-            raise ValueError(f"{type(self).__name__}: safe=True needs a spec to project the outputs into, got spec=None.")
+            raise ValueError(
+                f"{type(self).__name__}: safe=True needs a spec to project the outputs into, got spec=None."
+            )
         self._spec = _as_composite(spec, self.out_keys[0], type(self).__name__)
         self.safe = bool(safe)
         self._safe_plan = _spec_items(self._spec, self.out_keys)
@@ -139,7 +155,16 @@ class Actor(SafeModule):
         ['action']
     """
 
-    def __init__(self, module: Any, in_keys: Any = None, out_keys: Any = None, *, spec: Any = None, safe: bool = False, **kwargs: Any) -> None:
+    def __init__(
+        self,
+        module: Any,
+        in_keys: Any = None,
+        out_keys: Any = None,
+        *,
+        spec: Any = None,
+        safe: bool = False,
+        **kwargs: Any,
+    ) -> None:
         in_keys = _as_key_list(in_keys, ["observation"], "Actor: in_keys")
         out_keys = _as_key_list(out_keys, ["action"], "Actor: out_keys")
         super().__init__(module, in_keys=in_keys, out_keys=out_keys, spec=spec, safe=safe, **kwargs)
@@ -174,12 +199,18 @@ class SafeProbabilisticModule(ProbabilisticTensorDictModule):
         tensor([1.])
     """
 
-    def __init__(self, in_keys: Any, out_keys: Any = None, *, spec: Any = None, safe: bool = False, **kwargs: Any) -> None:
+    def __init__(
+        self, in_keys: Any, out_keys: Any = None, *, spec: Any = None, safe: bool = False, **kwargs: Any
+    ) -> None:
         out_keys = _as_key_list(out_keys, ["action"], f"{type(self).__name__}: out_keys")
         super().__init__(in_keys=in_keys, out_keys=out_keys, **kwargs)
         if safe and spec is None:
-            raise ValueError(f"{type(self).__name__}: safe=True needs a spec to project the sample into, got spec=None.")
-        self._spec = _as_composite(spec, self.dist_sample_keys[0] if self.dist_sample_keys else out_keys[0], type(self).__name__)
+            raise ValueError(
+                f"{type(self).__name__}: safe=True needs a spec to project the sample into, got spec=None."
+            )
+        self._spec = _as_composite(
+            spec, self.dist_sample_keys[0] if self.dist_sample_keys else out_keys[0], type(self).__name__
+        )
         self.safe = bool(safe)
         self._safe_plan = _spec_items(self._spec, self.dist_sample_keys)
 
@@ -245,7 +276,9 @@ class ProbabilisticActor(ProbabilisticTensorDictSequential):
         (torch.Size([5, 2]), torch.Size([5]))
     """
 
-    def __init__(self, module: Any, in_keys: Any, out_keys: Any = None, *, spec: Any = None, safe: bool = False, **kwargs: Any) -> None:
+    def __init__(
+        self, module: Any, in_keys: Any, out_keys: Any = None, *, spec: Any = None, safe: bool = False, **kwargs: Any
+    ) -> None:
         if not TensorDictModuleBase.is_tdmodule_compatible(module):
             raise TypeError(
                 f"ProbabilisticActor: module must be a TensorDict module (with in_keys and out_keys) writing the "
@@ -313,10 +346,17 @@ _ACTION_SPACES = ("one_hot", "categorical", "mult_one_hot", "binary")
 
 
 def _space_of_spec(spec: Any) -> str:
-    for cls, space in ((OneHot, "one_hot"), (MultiOneHot, "mult_one_hot"), (Categorical, "categorical"), (Binary, "binary")):
+    for cls, space in (
+        (OneHot, "one_hot"),
+        (MultiOneHot, "mult_one_hot"),
+        (Categorical, "categorical"),
+        (Binary, "binary"),
+    ):
         if isinstance(spec, cls):
             return space
-    raise ValueError(f"QValueModule: cannot infer the action space from a {type(spec).__name__} spec; expected OneHot, Categorical or MultiOneHot.")
+    raise ValueError(
+        f"QValueModule: cannot infer the action space from a {type(spec).__name__} spec; expected OneHot, Categorical or MultiOneHot."
+    )
 
 
 class QValueModule(TensorDictModuleBase):
@@ -382,7 +422,9 @@ class QValueModule(TensorDictModuleBase):
         action_value_key = "action_value" if action_value_key is None else action_value_key
         out_keys = _as_key_list(out_keys, ["action", action_value_key, "chosen_action_value"], "QValueModule: out_keys")
         if len(out_keys) != 3:
-            raise ValueError(f"QValueModule: out_keys must hold 3 keys (action, action values, chosen action value), got {out_keys}.")
+            raise ValueError(
+                f"QValueModule: out_keys must hold 3 keys (action, action values, chosen action value), got {out_keys}."
+            )
         # a Composite spec describes the action under the action key (out_keys[0])
         leaf = spec.get(out_keys[0]) if isinstance(spec, Composite) and out_keys[0] in spec else spec
         # the action's shape per sample: the leaf's shape beyond the batch dims of its Composite parent
@@ -390,23 +432,31 @@ class QValueModule(TensorDictModuleBase):
         if leaf is not None and not isinstance(leaf, Composite):
             key = unravel_key(out_keys[0])
             parent = (spec.get(key[:-1]) if isinstance(key, tuple) else spec) if isinstance(spec, Composite) else None
-            per_sample = leaf.shape[len(parent.shape) if parent is not None else 0:]
+            per_sample = leaf.shape[len(parent.shape) if parent is not None else 0 :]
         inferred = None if leaf is None else _space_of_spec(leaf)
         if action_space is None:
             if leaf is None:
-                raise ValueError("QValueModule: neither action_space nor spec was given; pass action_space='one_hot' or 'categorical', or an action spec.")
+                raise ValueError(
+                    "QValueModule: neither action_space nor spec was given; pass action_space='one_hot' or 'categorical', or an action spec."
+                )
             action_space = inferred
         if action_space not in _ACTION_SPACES:
             raise ValueError(f"QValueModule: action_space must be one of {list(_ACTION_SPACES)}, got {action_space!r}.")
         if inferred is not None and inferred != action_space:
-            raise ValueError(f"QValueModule: action_space={action_space!r} disagrees with the {type(leaf).__name__} spec ({inferred!r}).")
+            raise ValueError(
+                f"QValueModule: action_space={action_space!r} disagrees with the {type(leaf).__name__} spec ({inferred!r})."
+            )
         if action_space == "binary":
-            raise NotImplementedError("QValueModule: action_space='binary' is not implemented; use 'one_hot', 'categorical' or 'mult_one_hot'.")
+            raise NotImplementedError(
+                "QValueModule: action_space='binary' is not implemented; use 'one_hot', 'categorical' or 'mult_one_hot'."
+            )
         if action_space == "mult_one_hot":
             if var_nums is None and isinstance(leaf, MultiOneHot):
                 var_nums = list(leaf.nvec)
             if var_nums is None:
-                raise ValueError("QValueModule: action_space='mult_one_hot' needs var_nums (the size of each one-hot chunk) or a MultiOneHot spec.")
+                raise ValueError(
+                    "QValueModule: action_space='mult_one_hot' needs var_nums (the size of each one-hot chunk) or a MultiOneHot spec."
+                )
             var_nums = [int(n) for n in var_nums]
         if safe and leaf is None:
             raise ValueError("QValueModule: safe=True needs a spec to project the action into, got spec=None.")
@@ -436,7 +486,9 @@ class QValueModule(TensorDictModuleBase):
             try:
                 return action.reshape(expected)
             except RuntimeError:
-                raise RuntimeError(f"QValueModule: strict_shape='auto' cannot reshape the action {self.out_keys[0]!r} from {tuple(action.shape)} to {tuple(expected)}.") from None
+                raise RuntimeError(
+                    f"QValueModule: strict_shape='auto' cannot reshape the action {self.out_keys[0]!r} from {tuple(action.shape)} to {tuple(expected)}."
+                ) from None
         raise RuntimeError(
             f"QValueModule: the action {self.out_keys[0]!r} has shape {tuple(action.shape)}, the spec expects {tuple(expected)} "
             f"(the action values' batch shape {tuple(values.shape[:-1])} + the spec's per-sample shape {tuple(self._per_sample_shape)}); "
@@ -453,7 +505,9 @@ class QValueModule(TensorDictModuleBase):
             action = torch.nn.functional.one_hot(idx, values.shape[-1]).to(self._dtype)
             return action, values.gather(-1, idx.unsqueeze(-1)).squeeze(-1)
         if values.shape[-1] != sum(self.var_nums):
-            raise ValueError(f"QValueModule: action values have {values.shape[-1]} entries but var_nums {self.var_nums} sum to {sum(self.var_nums)}.")
+            raise ValueError(
+                f"QValueModule: action values have {values.shape[-1]} entries but var_nums {self.var_nums} sum to {sum(self.var_nums)}."
+            )
         actions, chosen = [], 0
         for v, r in zip(values.split(self.var_nums, -1), ranked.split(self.var_nums, -1)):
             idx = r.argmax(-1)
@@ -473,7 +527,9 @@ class QValueModule(TensorDictModuleBase):
         if self.action_mask_key is not None:
             mask = tensordict.get(self.action_mask_key)
             if mask.dtype is not torch.bool:
-                raise ValueError(f"QValueModule: the action mask {self.action_mask_key!r} must be bool, got {mask.dtype}.")
+                raise ValueError(
+                    f"QValueModule: the action mask {self.action_mask_key!r} must be bool, got {mask.dtype}."
+                )
         action, chosen = self._greedy(values, mask)
         if self._per_sample_shape is not None:
             action = self._check_shape(action, values)
@@ -519,23 +575,45 @@ class QValueActor(TensorDictSequential):
     """
 
     def __init__(
-        self, module: Any, *, in_keys: Any = None, spec: Any = None, safe: bool = False, action_space: str | None = None,
-        action_value_key: NestedKey | None = None, action_key: NestedKey | None = None,
-        chosen_action_value_key: NestedKey | None = None, action_mask_key: NestedKey | None = None,
+        self,
+        module: Any,
+        *,
+        in_keys: Any = None,
+        spec: Any = None,
+        safe: bool = False,
+        action_space: str | None = None,
+        action_value_key: NestedKey | None = None,
+        action_key: NestedKey | None = None,
+        chosen_action_value_key: NestedKey | None = None,
+        action_mask_key: NestedKey | None = None,
         strict_shape: bool | str | None = True,
     ) -> None:
         action_value_key = "action_value" if action_value_key is None else action_value_key
-        out_keys = ["action" if action_key is None else action_key, action_value_key,
-                    "chosen_action_value" if chosen_action_value_key is None else chosen_action_value_key]
+        out_keys = [
+            "action" if action_key is None else action_key,
+            action_value_key,
+            "chosen_action_value" if chosen_action_value_key is None else chosen_action_value_key,
+        ]
         qvalue = QValueModule(
-            action_space=action_space, action_value_key=action_value_key, action_mask_key=action_mask_key,
-            out_keys=out_keys, spec=spec, safe=safe, strict_shape=strict_shape,
+            action_space=action_space,
+            action_value_key=action_value_key,
+            action_mask_key=action_mask_key,
+            out_keys=out_keys,
+            spec=spec,
+            safe=safe,
+            strict_shape=strict_shape,
         )
         if TensorDictModuleBase.is_tdmodule_compatible(module):
             if action_value_key not in module.out_keys:
-                raise ValueError(f"QValueActor: the TensorDict module writes {module.out_keys}, not the action values {action_value_key!r}.")
+                raise ValueError(
+                    f"QValueActor: the TensorDict module writes {module.out_keys}, not the action values {action_value_key!r}."
+                )
         else:
-            module = TensorDictModule(module, in_keys=_as_key_list(in_keys, ["observation"], "QValueActor: in_keys"), out_keys=[action_value_key])
+            module = TensorDictModule(
+                module,
+                in_keys=_as_key_list(in_keys, ["observation"], "QValueActor: in_keys"),
+                out_keys=[action_value_key],
+            )
         super().__init__(module, qvalue)
 
     @property
@@ -573,9 +651,15 @@ class ActorValueOperator(TensorDictSequential):
     """
 
     def __init__(self, common_operator: Any, policy_operator: Any, value_operator: Any) -> None:
-        for name, op in (("common_operator", common_operator), ("policy_operator", policy_operator), ("value_operator", value_operator)):
+        for name, op in (
+            ("common_operator", common_operator),
+            ("policy_operator", policy_operator),
+            ("value_operator", value_operator),
+        ):
             if not TensorDictModuleBase.is_tdmodule_compatible(op):
-                raise TypeError(f"ActorValueOperator: {name} must be a TensorDict module (with in_keys and out_keys), got {type(op).__name__}.")
+                raise TypeError(
+                    f"ActorValueOperator: {name} must be a TensorDict module (with in_keys and out_keys), got {type(op).__name__}."
+                )
         super().__init__(common_operator, policy_operator, value_operator)
 
     def get_policy_operator(self) -> TensorDictSequential:
@@ -618,7 +702,9 @@ class ActorCriticWrapper(TensorDictSequential):
     def __init__(self, policy_operator: Any, value_operator: Any) -> None:
         for name, op in (("policy_operator", policy_operator), ("value_operator", value_operator)):
             if not TensorDictModuleBase.is_tdmodule_compatible(op):
-                raise TypeError(f"ActorCriticWrapper: {name} must be a TensorDict module (with in_keys and out_keys), got {type(op).__name__}.")
+                raise TypeError(
+                    f"ActorCriticWrapper: {name} must be a TensorDict module (with in_keys and out_keys), got {type(op).__name__}."
+                )
         super().__init__(policy_operator, value_operator)
 
     def get_policy_operator(self) -> Any:

@@ -100,7 +100,9 @@ def _resolve_config(owner: str, config: DTConfig | Mapping[str, Any] | None, def
             raise ValueError(f"{owner}: unknown transformer config key(s) {unknown}; accepted: {fields}.")
         config = dataclasses.replace(default, **config)
     elif not isinstance(config, DTConfig):
-        raise TypeError(f"{owner}: the transformer config must be a DTConfig, a dict or None, got {type(config).__name__}.")
+        raise TypeError(
+            f"{owner}: the transformer config must be a DTConfig, a dict or None, got {type(config).__name__}."
+        )
     for name in ("n_embd", "n_layer", "n_head", "n_positions"):
         _positive_int(owner, f"config.{name}", getattr(config, name))
     if config.n_inner is not None:
@@ -108,7 +110,9 @@ def _resolve_config(owner: str, config: DTConfig | Mapping[str, Any] | None, def
     if config.n_embd % config.n_head:
         raise ValueError(f"{owner}: config.n_head ({config.n_head}) must divide config.n_embd ({config.n_embd}).")
     if config.activation not in _ACTIVATIONS:
-        raise ValueError(f"{owner}: config.activation must be one of {sorted(_ACTIVATIONS)}, got {config.activation!r}.")
+        raise ValueError(
+            f"{owner}: config.activation must be one of {sorted(_ACTIVATIONS)}, got {config.activation!r}."
+        )
     for name in ("resid_pdrop", "attn_pdrop"):
         p = getattr(config, name)
         if isinstance(p, bool) or not isinstance(p, (int, float)) or not 0.0 <= p < 1.0:
@@ -277,7 +281,9 @@ class DecisionTransformer(nn.Module):
     def _check_inputs(self, observation: torch.Tensor, action: torch.Tensor, return_to_go: torch.Tensor) -> None:
         owner = type(self).__name__
         if observation.ndim < 2 or observation.shape[-1] != self.state_dim:
-            raise ValueError(f"{owner}: observation must be [*B, T, {self.state_dim}], got shape {tuple(observation.shape)}.")
+            raise ValueError(
+                f"{owner}: observation must be [*B, T, {self.state_dim}], got shape {tuple(observation.shape)}."
+            )
         steps = observation.shape[:-1]
         if action.shape != steps + (self.action_dim,):
             raise ValueError(
@@ -285,7 +291,11 @@ class DecisionTransformer(nn.Module):
                 f"(observation has shape {tuple(observation.shape)}), got shape {tuple(action.shape)}."
             )
         if return_to_go.shape != steps:
-            hint = " (drop the trailing singleton dim: the return-to-go is a per-step scalar)" if return_to_go.shape == steps + (1,) else ""
+            hint = (
+                " (drop the trailing singleton dim: the return-to-go is a per-step scalar)"
+                if return_to_go.shape == steps + (1,)
+                else ""
+            )
             raise ValueError(
                 f"{owner}: return_to_go must be [*B, T] = {tuple(steps)} (observation has shape "
                 f"{tuple(observation.shape)}), got shape {tuple(return_to_go.shape)}{hint}."
@@ -321,7 +331,16 @@ def _orthogonal_head(layer: nn.Linear) -> None:
 
 
 def _actor_config() -> DTConfig:
-    return DTConfig(n_embd=512, n_layer=4, n_head=4, n_inner=2048, activation="relu", n_positions=1024, resid_pdrop=0.1, attn_pdrop=0.1)
+    return DTConfig(
+        n_embd=512,
+        n_layer=4,
+        n_head=4,
+        n_inner=2048,
+        activation="relu",
+        n_positions=1024,
+        resid_pdrop=0.1,
+        attn_pdrop=0.1,
+    )
 
 
 class DTActor(nn.Module):
@@ -440,7 +459,9 @@ class OnlineDTActor(nn.Module):
         """TorchRL's actor default: 512 wide, 4 layers, 4 heads, MLP 2048, ReLU, 1024 positions."""
         return _actor_config()
 
-    def forward(self, observation: torch.Tensor, action: torch.Tensor, return_to_go: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    def forward(
+        self, observation: torch.Tensor, action: torch.Tensor, return_to_go: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         hidden = self.transformer(observation, action, return_to_go)
         loc = self.action_layer_mean(hidden)
         unit = torch.tanh(self.action_layer_logstd(hidden))  # in [-1, 1]
@@ -517,7 +538,9 @@ class DecisionTransformerInferenceWrapper(TensorDictModuleWrapper):
 
     @property
     def out_keys(self) -> list:
-        return sorted(set(self.td_module.out_keys) | {self.observation_key, self.action_key, self.return_to_go_key}, key=str)
+        return sorted(
+            set(self.td_module.out_keys) | {self.observation_key, self.action_key, self.return_to_go_key}, key=str
+        )
 
     def set_tensor_keys(self, **kwargs: Any) -> DecisionTransformerInferenceWrapper:
         """Rename the keys: ``observation``, ``action`` (the history read), ``return_to_go`` and
@@ -526,14 +549,23 @@ class DecisionTransformerInferenceWrapper(TensorDictModuleWrapper):
         Raises:
             TypeError: for an unknown name. ValueError: when ``out_action`` is not a policy output.
         """
-        names = {"observation": "observation_key", "action": "action_key", "return_to_go": "return_to_go_key", "out_action": "out_action_key"}
+        names = {
+            "observation": "observation_key",
+            "action": "action_key",
+            "return_to_go": "return_to_go_key",
+            "out_action": "out_action_key",
+        }
         unknown = sorted(set(kwargs) - set(names))
         if unknown:
-            raise TypeError(f"{type(self).__name__}.set_tensor_keys: unknown name(s) {unknown}; accepted: {sorted(names)}.")
+            raise TypeError(
+                f"{type(self).__name__}.set_tensor_keys: unknown name(s) {unknown}; accepted: {sorted(names)}."
+            )
         new = {names[k]: unravel_key(v) for k, v in kwargs.items()}
         out_action = new.get("out_action_key", self.out_action_key)
         if out_action not in [unravel_key(k) for k in self.td_module.out_keys]:
-            raise ValueError(f"{type(self).__name__}.set_tensor_keys: out_action {out_action!r} is not an output of the policy ({self.td_module.out_keys}).")
+            raise ValueError(
+                f"{type(self).__name__}.set_tensor_keys: out_action {out_action!r} is not an output of the policy ({self.td_module.out_keys})."
+            )
         for attr, key in new.items():
             setattr(self, attr, key)
         return self
@@ -559,9 +591,17 @@ class DecisionTransformerInferenceWrapper(TensorDictModuleWrapper):
         # a_i (stored with s_{i+1}) moves next to s_i; the current action is unknown: zero
         shifted = torch.cat([action[..., 1:, :], torch.zeros_like(action[..., :1, :])], dim=-2)
         keep_action = keep & (position < length - 1)
-        tensordict.set(self.observation_key, torch.where(keep.unsqueeze(-1), obs, torch.zeros((), dtype=obs.dtype, device=obs.device)))
-        tensordict.set(self.action_key, torch.where(keep_action.unsqueeze(-1), shifted, torch.zeros((), dtype=action.dtype, device=action.device)))
-        tensordict.set(self.return_to_go_key, torch.where(keep, rtg, torch.zeros((), dtype=rtg.dtype, device=rtg.device)))
+        tensordict.set(
+            self.observation_key,
+            torch.where(keep.unsqueeze(-1), obs, torch.zeros((), dtype=obs.dtype, device=obs.device)),
+        )
+        tensordict.set(
+            self.action_key,
+            torch.where(keep_action.unsqueeze(-1), shifted, torch.zeros((), dtype=action.dtype, device=action.device)),
+        )
+        tensordict.set(
+            self.return_to_go_key, torch.where(keep, rtg, torch.zeros((), dtype=rtg.dtype, device=rtg.device))
+        )
         return tensordict
 
     def forward(self, tensordict: Any) -> Any:

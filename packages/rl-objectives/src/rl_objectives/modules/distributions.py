@@ -10,6 +10,7 @@ Every distribution here exposes ``deterministic_sample`` (what
 ``set_interaction_type(DETERMINISTIC)`` makes a probabilistic module write) and, where it has an
 event dim, sums ``log_prob`` over it, so the log-prob of an action has the batch shape.
 """
+
 from __future__ import annotations
 
 import enum
@@ -33,7 +34,9 @@ __all__ = [
 ]
 
 
-def _bounds(low: torch.Tensor | float, high: torch.Tensor | float, like: torch.Tensor, what: str) -> tuple[torch.Tensor, torch.Tensor]:
+def _bounds(
+    low: torch.Tensor | float, high: torch.Tensor | float, like: torch.Tensor, what: str
+) -> tuple[torch.Tensor, torch.Tensor]:
     """``low`` and ``high`` as tensors of ``like``'s dtype and device, checked ``low < high``."""
     scalars = isinstance(low, (int, float)) and isinstance(high, (int, float))
     if scalars and not low < high:
@@ -49,7 +52,9 @@ def _event_dims(event_dims: int | None, loc: torch.Tensor, what: str) -> int:
     if event_dims is None:
         return min(1, loc.ndim)
     if not isinstance(event_dims, int) or not 0 <= event_dims <= loc.ndim:
-        raise ValueError(f"{what}: event_dims must be an int in [0, {loc.ndim}] (loc has shape {tuple(loc.shape)}), got {event_dims!r}.")
+        raise ValueError(
+            f"{what}: event_dims must be an int in [0, {loc.ndim}] (loc has shape {tuple(loc.shape)}), got {event_dims!r}."
+        )
     return event_dims
 
 
@@ -118,7 +123,9 @@ class TanhNormal(D.Distribution):
         validate_args: bool | None = None,
     ) -> None:
         if not isinstance(loc, torch.Tensor) or not isinstance(scale, torch.Tensor):
-            raise TypeError(f"TanhNormal: loc and scale must be tensors, got {type(loc).__name__} and {type(scale).__name__}.")
+            raise TypeError(
+                f"TanhNormal: loc and scale must be tensors, got {type(loc).__name__} and {type(scale).__name__}."
+            )
         if tanh_loc:
             loc = upscale * torch.tanh(loc / upscale)
         loc, scale = torch.broadcast_tensors(loc, scale)
@@ -178,8 +185,13 @@ class TanhNormal(D.Distribution):
     def expand(self, batch_shape: torch.Size | tuple, _instance: D.Distribution | None = None) -> TanhNormal:
         shape = torch.Size(batch_shape) + self.event_shape
         return TanhNormal(
-            self.loc.expand(shape), self.scale.expand(shape), low=self.low, high=self.high,
-            event_dims=self.event_dims, safe_tanh=self.safe_tanh, validate_args=False,
+            self.loc.expand(shape),
+            self.scale.expand(shape),
+            low=self.low,
+            high=self.high,
+            event_dims=self.event_dims,
+            safe_tanh=self.safe_tanh,
+            validate_args=False,
         )
 
 
@@ -239,7 +251,9 @@ class TanhDelta(Delta):
             t = t.clamp(-limit, limit)
         squashed = (self.high + self.low) / 2 + (self.high - self.low) / 2 * t
         split = squashed.ndim - n_event
-        super().__init__(squashed, atol=atol, rtol=rtol, batch_shape=squashed.shape[:split], event_shape=squashed.shape[split:])
+        super().__init__(
+            squashed, atol=atol, rtol=rtol, batch_shape=squashed.shape[:split], event_shape=squashed.shape[split:]
+        )
 
 
 class IndependentNormal(D.Independent):
@@ -272,7 +286,9 @@ class IndependentNormal(D.Independent):
             loc = upscale * torch.tanh(loc / upscale)
         loc, scale = torch.broadcast_tensors(loc, scale)
         if not isinstance(event_dim, int) or not 0 <= event_dim <= loc.ndim:
-            raise ValueError(f"IndependentNormal: event_dim must be an int in [0, {loc.ndim}] (loc has shape {tuple(loc.shape)}), got {event_dim!r}.")
+            raise ValueError(
+                f"IndependentNormal: event_dim must be an int in [0, {loc.ndim}] (loc has shape {tuple(loc.shape)}), got {event_dim!r}."
+            )
         self.upscale, self.tanh_loc = upscale, tanh_loc
         super().__init__(D.Normal(loc, scale, validate_args=validate_args), event_dim, validate_args=validate_args)
 
@@ -399,7 +415,9 @@ class OneHotCategorical(tnn.OneHotCategorical):
         validate_args: bool | None = None,
     ) -> None:
         if not isinstance(grad_method, ReparamGradientStrategy):
-            raise ValueError(f"OneHotCategorical: grad_method must be a ReparamGradientStrategy member, got {grad_method!r}.")
+            raise ValueError(
+                f"OneHotCategorical: grad_method must be a ReparamGradientStrategy member, got {grad_method!r}."
+            )
         self.grad_method = grad_method
         super().__init__(probs=probs, logits=logits, validate_args=validate_args)
 
@@ -416,7 +434,9 @@ class OneHotCategorical(tnn.OneHotCategorical):
 
     def rsample(self, sample_shape: torch.Size | tuple = torch.Size()) -> torch.Tensor:
         if self.grad_method is ReparamGradientStrategy.RelaxedOneHot:
-            out = D.RelaxedOneHotCategorical(torch.tensor(1.0, device=self.logits.device), logits=self.logits).rsample(sample_shape)
+            out = D.RelaxedOneHotCategorical(torch.tensor(1.0, device=self.logits.device), logits=self.logits).rsample(
+                sample_shape
+            )
             hard = torch.nn.functional.one_hot(out.argmax(-1), out.shape[-1]).to(out.dtype)
             return out + (hard - out).detach()
         probs = self.probs
@@ -489,32 +509,46 @@ class MaskedCategorical(D.Categorical):
         if (logits is None) == (probs is None):
             raise ValueError("MaskedCategorical: pass exactly one of logits and probs.")
         if (mask is None) == (indices is None):
-            raise ValueError("MaskedCategorical: pass exactly one of mask (a boolean tensor, True for allowed actions) and indices.")
+            raise ValueError(
+                "MaskedCategorical: pass exactly one of mask (a boolean tensor, True for allowed actions) and indices."
+            )
         if padding_side not in ("left", "right"):
             raise ValueError(f"MaskedCategorical: padding_side must be 'left' or 'right', got {padding_side!r}.")
         if not isinstance(use_cross_entropy, bool):
-            raise TypeError(f"MaskedCategorical: use_cross_entropy must be a bool, got {type(use_cross_entropy).__name__}.")
+            raise TypeError(
+                f"MaskedCategorical: use_cross_entropy must be a bool, got {type(use_cross_entropy).__name__}."
+            )
         raw = logits if logits is not None else probs.log()
         self._indices = None
         if indices is not None:
             if not isinstance(indices, torch.Tensor) or indices.is_floating_point() or indices.dtype is torch.bool:
-                raise ValueError(f"MaskedCategorical: indices must be an integer tensor, got {getattr(indices, 'dtype', type(indices).__name__)}.")
+                raise ValueError(
+                    f"MaskedCategorical: indices must be an integer tensor, got {getattr(indices, 'dtype', type(indices).__name__)}."
+                )
             valid = torch.ones_like(indices, dtype=torch.bool) if padding_value is None else indices != padding_value
             safe_index = indices.masked_fill(~valid, 0)  # padding entries read a real logit, then get neg_inf
             try:
                 raw = raw.expand(*indices.shape[:-1], raw.shape[-1]).gather(-1, safe_index)
             except RuntimeError:
-                raise ValueError(f"MaskedCategorical: indices of shape {tuple(indices.shape)} do not match the logits shape {tuple(raw.shape)}.") from None
+                raise ValueError(
+                    f"MaskedCategorical: indices of shape {tuple(indices.shape)} do not match the logits shape {tuple(raw.shape)}."
+                ) from None
             self._indices, mask = indices, valid
         elif not isinstance(mask, torch.Tensor) or mask.dtype is not torch.bool:
-            raise ValueError(f"MaskedCategorical: mask must be a bool tensor, got {getattr(mask, 'dtype', type(mask).__name__)}.")
+            raise ValueError(
+                f"MaskedCategorical: mask must be a bool tensor, got {getattr(mask, 'dtype', type(mask).__name__)}."
+            )
         try:
             mask = mask.expand(raw.shape)
         except RuntimeError:
-            raise ValueError(f"MaskedCategorical: mask of shape {tuple(mask.shape)} does not broadcast to the logits shape {tuple(raw.shape)}.") from None
+            raise ValueError(
+                f"MaskedCategorical: mask of shape {tuple(mask.shape)} does not broadcast to the logits shape {tuple(raw.shape)}."
+            ) from None
         validate = validate_args if validate_args is not None else D.Distribution._validate_args
         if validate and not bool(mask.any(-1).all()):
-            raise ValueError("MaskedCategorical: mask has a row with no allowed action (every row needs at least one True).")
+            raise ValueError(
+                "MaskedCategorical: mask has a row with no allowed action (every row needs at least one True)."
+            )
         self._valid = mask
         self.neg_inf = neg_inf
         self._padding_value = padding_value
@@ -526,7 +560,9 @@ class MaskedCategorical(D.Categorical):
     def mask(self) -> torch.Tensor:
         """The boolean mask (TorchRL: not available for the sparse ``indices`` form)."""
         if self._indices is not None:
-            raise ValueError("MaskedCategorical.mask: this distribution was built from indices (sparse), it has no dense mask.")
+            raise ValueError(
+                "MaskedCategorical.mask: this distribution was built from indices (sparse), it has no dense mask."
+            )
         return self._valid
 
     @property

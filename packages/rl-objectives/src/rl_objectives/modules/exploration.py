@@ -13,6 +13,7 @@ floating-point drift from repeated subtraction (TorchRL subtracts once per frame
 :class:`~rl_objectives.trainers.Trainer`, :class:`~rl_objectives.trainers.AnnealExploration` calls
 ``step`` with the frames of every collected batch and checkpoints the counter.
 """
+
 from __future__ import annotations
 
 import math
@@ -42,7 +43,9 @@ def _leaf_spec(spec: Any, action_key: NestedKey, what: str, required: bool) -> A
         return None
     if isinstance(spec, Composite):
         if action_key not in spec:
-            raise KeyError(f"{what}: the Composite spec has no entry for action_key {action_key!r}; it holds {spec.keys(True, True)}.")
+            raise KeyError(
+                f"{what}: the Composite spec has no entry for action_key {action_key!r}; it holds {spec.keys(True, True)}."
+            )
         return spec.get(action_key)
     if not getattr(type(spec), "_is_spec", False):
         raise TypeError(f"{what}: spec must be a TensorSpec or a Composite, got {type(spec).__name__}.")
@@ -53,7 +56,9 @@ def _check_schedule(init: float, end: float, n: int, what: str, names: tuple[str
     if not isinstance(n, int) or n <= 0:
         raise ValueError(f"{what}: annealing_num_steps must be a positive int, got {n!r}.")
     if end > init:
-        raise ValueError(f"{what}: {names[1]}={end} is larger than {names[0]}={init}; the factor must decrease or stay constant.")
+        raise ValueError(
+            f"{what}: {names[1]}={end} is larger than {names[0]}={init}; the factor must decrease or stay constant."
+        )
 
 
 def _parent(tensordict: Any, key: NestedKey) -> Any:
@@ -67,7 +72,9 @@ def _get(tensordict: Any, key: NestedKey, what: str) -> torch.Tensor:
     try:
         return tensordict.get(key)
     except KeyError:
-        raise KeyError(f"{what}: the input misses {key!r}; it holds {sorted(map(str, tensordict.keys(True)))}.") from None
+        raise KeyError(
+            f"{what}: the input misses {key!r}; it holds {sorted(map(str, tensordict.keys(True)))}."
+        ) from None
 
 
 def _right_expand(value: torch.Tensor, ndim: int) -> torch.Tensor:
@@ -157,7 +164,9 @@ class EGreedyModule(_Annealed):
     ) -> None:
         super().__init__()
         if not (0.0 <= eps_end <= 1.0 and 0.0 <= eps_init <= 1.0):
-            raise ValueError(f"EGreedyModule: eps_init and eps_end must lie in [0, 1], got eps_init={eps_init}, eps_end={eps_end}.")
+            raise ValueError(
+                f"EGreedyModule: eps_init and eps_end must lie in [0, 1], got eps_init={eps_init}, eps_end={eps_end}."
+            )
         _check_schedule(eps_init, eps_end, annealing_num_steps, "EGreedyModule", ("eps_init", "eps_end"))
         self._leaf = _leaf_spec(spec, action_key, "EGreedyModule", required=True)
         self.action_key = action_key
@@ -175,8 +184,10 @@ class EGreedyModule(_Annealed):
     def _check_action(self, action: torch.Tensor) -> None:
         spec = self._leaf
         n = spec.ndim
-        if action.ndim < n or action.shape[action.ndim - n:] != spec.shape:
-            raise ValueError(f"EGreedyModule: the action of shape {tuple(action.shape)} does not end with the spec shape {tuple(spec.shape)}.")
+        if action.ndim < n or action.shape[action.ndim - n :] != spec.shape:
+            raise ValueError(
+                f"EGreedyModule: the action of shape {tuple(action.shape)} does not end with the spec shape {tuple(spec.shape)}."
+            )
 
     def _random_actions(self, action: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
         spec = self._leaf
@@ -198,7 +209,9 @@ class EGreedyModule(_Annealed):
         if self.action_mask_key is not None:
             mask = _get(tensordict, self.action_mask_key, "EGreedyModule")
             if mask.dtype is not torch.bool:
-                raise ValueError(f"EGreedyModule: the action mask {self.action_mask_key!r} must be bool, got {mask.dtype}.")
+                raise ValueError(
+                    f"EGreedyModule: the action mask {self.action_mask_key!r} must be bool, got {mask.dtype}."
+                )
         self._check_action(action)
         cond = torch.rand(holder.batch_size, device=action.device) < self.eps.to(action.device)
         if not cond.any():  # every sample acts greedily: no random actions to draw
@@ -260,7 +273,9 @@ class AdditiveGaussianModule(_Annealed):
             raise ValueError(f"AdditiveGaussianModule: sigma_end must be >= 0, got {sigma_end}.")
         if not std > 0:
             raise ValueError(f"AdditiveGaussianModule: std must be > 0, got {std}.")
-        _check_schedule(sigma_init, sigma_end, annealing_num_steps, "AdditiveGaussianModule", ("sigma_init", "sigma_end"))
+        _check_schedule(
+            sigma_init, sigma_end, annealing_num_steps, "AdditiveGaussianModule", ("sigma_init", "sigma_end")
+        )
         self._leaf = _leaf_spec(spec, action_key, "AdditiveGaussianModule", required=safe)
         self.action_key = action_key
         self.in_keys = [action_key]
@@ -356,18 +371,26 @@ class OrnsteinUhlenbeckProcessModule(_Annealed):
         device: torch.device | str | None = None,
     ) -> None:
         super().__init__()
-        _check_schedule(eps_init, eps_end, annealing_num_steps, "OrnsteinUhlenbeckProcessModule", ("eps_init", "eps_end"))
+        _check_schedule(
+            eps_init, eps_end, annealing_num_steps, "OrnsteinUhlenbeckProcessModule", ("eps_init", "eps_end")
+        )
         if not isinstance(n_steps_annealing, int) or n_steps_annealing <= 0:
-            raise ValueError(f"OrnsteinUhlenbeckProcessModule: n_steps_annealing must be a positive int, got {n_steps_annealing!r}.")
+            raise ValueError(
+                f"OrnsteinUhlenbeckProcessModule: n_steps_annealing must be a positive int, got {n_steps_annealing!r}."
+            )
         if sigma < 0 or (sigma_min is not None and sigma_min < 0) or dt <= 0:
-            raise ValueError(f"OrnsteinUhlenbeckProcessModule: sigma and sigma_min must be >= 0 and dt > 0, got sigma={sigma}, sigma_min={sigma_min}, dt={dt}.")
+            raise ValueError(
+                f"OrnsteinUhlenbeckProcessModule: sigma and sigma_min must be >= 0 and dt > 0, got sigma={sigma}, sigma_min={sigma_min}, dt={dt}."
+            )
         self._leaf = _leaf_spec(spec, action_key, "OrnsteinUhlenbeckProcessModule", required=safe)
         self.theta, self.mu, self.sigma, self.dt = float(theta), float(mu), float(sigma), float(dt)
         self.sigma_min = float(sigma if sigma_min is None else sigma_min)
         # sigma_t = max(sigma_min, slope * n + sigma); slope 0 keeps sigma constant
         self._slope = 0.0 if sigma_min is None else -(self.sigma - self.sigma_min) / n_steps_annealing
         self.n_steps_annealing = n_steps_annealing
-        self.register_buffer("x0", torch.as_tensor(0.0 if x0 is None else x0, dtype=torch.get_default_dtype(), device=device))
+        self.register_buffer(
+            "x0", torch.as_tensor(0.0 if x0 is None else x0, dtype=torch.get_default_dtype(), device=device)
+        )
         self.action_key = action_key
         self.is_init_key = is_init_key
         self.noise_key = "_ou_prev_noise"

@@ -4,6 +4,7 @@ They are ordinary ``nn.Module``s (tensors in, tensors out); wrap them in a
 :class:`tdict.nn.TensorDictModule`, :class:`~rl_objectives.modules.Actor` or
 :class:`~rl_objectives.modules.ValueOperator` to read and write TensorDict entries.
 """
+
 from __future__ import annotations
 
 import math
@@ -32,7 +33,9 @@ def _widths(num_cells: int | Sequence[int] | None, depth: int | None, what: str)
     if not isinstance(num_cells, Sequence) or not all(isinstance(n, int) and n > 0 for n in num_cells):
         raise ValueError(f"{what}: num_cells must be a positive int or a sequence of positive ints, got {num_cells!r}.")
     if depth is not None and depth != len(num_cells):
-        raise ValueError(f"{what}: depth={depth} does not match num_cells of length {len(num_cells)} ({list(num_cells)}).")
+        raise ValueError(
+            f"{what}: depth={depth} does not match num_cells of length {len(num_cells)} ({list(num_cells)})."
+        )
     return list(num_cells)
 
 
@@ -42,7 +45,9 @@ def _per_layer(value: int | Sequence[Any], n: int, what: str, name: str) -> list
         return [value] * n
     value = list(value)
     if len(value) != n:
-        raise ValueError(f"{what}: {name} has {len(value)} entries but the network has {n} layers (pass an int to use one value for all).")
+        raise ValueError(
+            f"{what}: {name} has {len(value)} entries but the network has {n} layers (pass an int to use one value for all)."
+        )
     return value
 
 
@@ -286,7 +291,9 @@ class ConvNet(nn.Sequential):
 
     def forward(self, inputs: torch.Tensor) -> torch.Tensor:
         if inputs.ndim < 3:
-            raise ValueError(f"ConvNet: expected an input of shape [*B, C, H, W] (or [C, H, W]), got {tuple(inputs.shape)}.")
+            raise ValueError(
+                f"ConvNet: expected an input of shape [*B, C, H, W] (or [C, H, W]), got {tuple(inputs.shape)}."
+            )
         batch = inputs.shape[:-3]
         # Conv2d takes exactly one batch dim: merge the leading dims, and restore them after
         x = inputs.reshape(-1, *inputs.shape[-3:])

@@ -10,6 +10,7 @@ centralised network feeds every agent the inputs of all agents.
 team value ``[*B]`` (no trailing singleton dim), for QMIX/VDN training with
 :class:`~rl_objectives.losses.qmixer.QMixerLoss`.
 """
+
 from __future__ import annotations
 
 import math
@@ -39,7 +40,9 @@ def _resolve_centralized(owner: str, centralized: Any, kwargs: dict) -> bool:
     if "centralised" in kwargs:
         alias = kwargs.pop("centralised")
         if centralized is not None and bool(centralized) != bool(alias):
-            raise ValueError(f"{owner}: centralized={centralized!r} and centralised={alias!r} disagree; pass one of them.")
+            raise ValueError(
+                f"{owner}: centralized={centralized!r} and centralised={alias!r} disagree; pass one of them."
+            )
         centralized = alias
     return bool(centralized) if centralized is not None else False
 
@@ -51,7 +54,10 @@ def _read_tensors(module: nn.Module, tree: dict, batch_size: tuple) -> TensorDic
     ``TensorDict.to_module`` (a loss's target parameters) is a plain attribute, not a parameter.
     """
     return TensorDict(
-        {name: getattr(module, name) if sub is None else _read_tensors(getattr(module, name), sub, batch_size) for name, sub in tree.items()},
+        {
+            name: getattr(module, name) if sub is None else _read_tensors(getattr(module, name), sub, batch_size)
+            for name, sub in tree.items()
+        },
         batch_size=batch_size,
     )
 
@@ -98,14 +104,18 @@ class MultiAgentNetBase(nn.Module):
         self.n_agents = _positive_int(n_agents, owner, "n_agents")
         self.centralized = _resolve_centralized(owner, centralized, net_kwargs)
         if share_params is None:
-            raise TypeError(f"{owner}: share_params is required (True: one network for all agents, False: one per agent).")
+            raise TypeError(
+                f"{owner}: share_params is required (True: one network for all agents, False: one per agent)."
+            )
         self.share_params = bool(share_params)
         self.agent_dim = agent_dim
         self.vmap_randomness = vmap_randomness
         self.use_td_params = bool(use_td_params)
         nets = [self._build_single_net(**net_kwargs) for _ in range(1 if self.share_params else self.n_agents)]
         if any(isinstance(p, nn.parameter.UninitializedParameter) for p in nets[0].parameters()):
-            raise ValueError(f"{owner}: lazy layers are not supported; give the input size (the agents' parameters are stacked at construction).")
+            raise ValueError(
+                f"{owner}: lazy layers are not supported; give the input size (the agents' parameters are stacked at construction)."
+            )
         net = nets[0]
         if not self.share_params:
             # the agents' parameters, stacked on a leading agent dim (new leaf parameters), become the
@@ -303,7 +313,9 @@ class MultiAgentConvNet(MultiAgentNetBase):
         **conv_kwargs: Any,
     ) -> None:
         if in_features is None:
-            raise ValueError("MultiAgentConvNet: in_features (channels per agent) is required; lazy sizes are not supported.")
+            raise ValueError(
+                "MultiAgentConvNet: in_features (channels per agent) is required; lazy sizes are not supported."
+            )
         self.in_features = _positive_int(in_features, "MultiAgentConvNet", "in_features")
         super().__init__(
             n_agents=n_agents,
@@ -397,17 +409,23 @@ class Mixer(TensorDictModuleBase):
         try:
             q = tensordict.get(q_key)
         except KeyError:
-            raise KeyError(f"{owner}: the input misses the agents' chosen values {q_key!r}; keys present: {sorted(map(str, tensordict.keys(True, True)))}.") from None
+            raise KeyError(
+                f"{owner}: the input misses the agents' chosen values {q_key!r}; keys present: {sorted(map(str, tensordict.keys(True, True)))}."
+            ) from None
         if q.ndim < 1 or q.shape[-1] != self.n_agents:
             hint = " (drop the trailing singleton dim)" if q.ndim >= 2 and q.shape[-2:] == (self.n_agents, 1) else ""
-            raise ValueError(f"{owner}: {q_key!r} must have shape [*B, n_agents={self.n_agents}], got {tuple(q.shape)}{hint}.")
+            raise ValueError(
+                f"{owner}: {q_key!r} must have shape [*B, n_agents={self.n_agents}], got {tuple(q.shape)}{hint}."
+            )
         state = None
         if self.needs_state:
             s_key = self.in_keys[1]
             try:
                 state = tensordict.get(s_key)
             except KeyError:
-                raise KeyError(f"{owner}: the input misses the global state {s_key!r}; keys present: {sorted(map(str, tensordict.keys(True, True)))}.") from None
+                raise KeyError(
+                    f"{owner}: the input misses the global state {s_key!r}; keys present: {sorted(map(str, tensordict.keys(True, True)))}."
+                ) from None
             n = len(self.state_shape)
             batch = q.shape[:-1]
             if state.shape != batch + self.state_shape:
@@ -438,8 +456,12 @@ class VDNMixer(Mixer):
         tensor([3., 1.])
     """
 
-    def __init__(self, n_agents: int, device: torch.device | str | None = None, in_keys: Any = None, out_keys: Any = None) -> None:
-        super().__init__(n_agents=n_agents, needs_state=False, state_shape=(), device=device, in_keys=in_keys, out_keys=out_keys)
+    def __init__(
+        self, n_agents: int, device: torch.device | str | None = None, in_keys: Any = None, out_keys: Any = None
+    ) -> None:
+        super().__init__(
+            n_agents=n_agents, needs_state=False, state_shape=(), device=device, in_keys=in_keys, out_keys=out_keys
+        )
 
     def mix(self, chosen_action_value: _Tensor, state: _Tensor | None) -> _Tensor:
         return chosen_action_value.sum(-1)
@@ -488,7 +510,14 @@ class QMixer(Mixer):
         in_keys: Any = None,
         out_keys: Any = None,
     ) -> None:
-        super().__init__(n_agents=n_agents, needs_state=True, state_shape=state_shape, device=device, in_keys=in_keys, out_keys=out_keys)
+        super().__init__(
+            n_agents=n_agents,
+            needs_state=True,
+            state_shape=state_shape,
+            device=device,
+            in_keys=in_keys,
+            out_keys=out_keys,
+        )
         self.embed_dim = _positive_int(mixing_embed_dim, "QMixer", "mixing_embed_dim")
         self.state_dim = int(math.prod(self.state_shape))
         d, e = self.state_dim, self.embed_dim

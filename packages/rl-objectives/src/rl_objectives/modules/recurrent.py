@@ -24,6 +24,7 @@ last step of each segment (the step before a reset, and the final step) and zero
 fused kernel only returns final states). Unlike TorchRL, where a segment's final state can come out
 of the padding, the values written here are exact, whichever backend runs.
 """
+
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
@@ -88,7 +89,9 @@ class set_recurrent_mode(ScopedSwitch):
         if isinstance(mode, str) and mode in _MODE_NAMES:
             mode = _MODE_NAMES[mode]
         if mode is not None and not isinstance(mode, bool):
-            raise ValueError(f"set_recurrent_mode: mode must be True, False, None, 'recurrent' or 'sequential', got {mode!r}.")
+            raise ValueError(
+                f"set_recurrent_mode: mode must be True, False, None, 'recurrent' or 'sequential', got {mode!r}."
+            )
         super().__init__(mode)
         self.mode = mode
 
@@ -156,7 +159,9 @@ def _get(tensordict: Any, key: NestedKey, what: str, hint: str = "") -> torch.Te
     try:
         return tensordict.get(key)
     except KeyError:
-        raise KeyError(f"{what}: the input has no {key!r} entry{hint}; it holds {sorted(map(str, tensordict.keys(True)))}.") from None
+        raise KeyError(
+            f"{what}: the input has no {key!r} entry{hint}; it holds {sorted(map(str, tensordict.keys(True)))}."
+        ) from None
 
 
 # ---------------------------------------------------------------------------- shared module
@@ -179,9 +184,13 @@ class _RecurrentModule(TensorDictModuleBase):
     ) -> None:
         name, n = type(self).__name__, len(self._state_names)
         if (in_key is None) == (in_keys is None):
-            raise ValueError(f"{name}: give exactly one of in_key and in_keys, got in_key={in_key!r}, in_keys={in_keys!r}.")
+            raise ValueError(
+                f"{name}: give exactly one of in_key and in_keys, got in_key={in_key!r}, in_keys={in_keys!r}."
+            )
         if (out_key is None) == (out_keys is None):
-            raise ValueError(f"{name}: give exactly one of out_key and out_keys, got out_key={out_key!r}, out_keys={out_keys!r}.")
+            raise ValueError(
+                f"{name}: give exactly one of out_key and out_keys, got out_key={out_key!r}, out_keys={out_keys!r}."
+            )
         if in_key is not None:
             in_keys = [in_key, *self._state_names]
         if out_key is not None:
@@ -195,7 +204,9 @@ class _RecurrentModule(TensorDictModuleBase):
                 f"(default 'is_init'); got {len(in_keys)} keys: {in_keys}."
             )
         if len(out_keys) != n + 1:
-            raise ValueError(f"{name}: out_keys must hold the output and the {n} next-state key(s); got {len(out_keys)} keys: {out_keys}.")
+            raise ValueError(
+                f"{name}: out_keys must hold the output and the {n} next-state key(s); got {len(out_keys)} keys: {out_keys}."
+            )
         if default_recurrent_mode is not None and not isinstance(default_recurrent_mode, bool):
             raise ValueError(f"{name}: default_recurrent_mode must be a bool or None, got {default_recurrent_mode!r}.")
         self.in_keys = in_keys
@@ -233,8 +244,12 @@ class _RecurrentModule(TensorDictModuleBase):
     def _check_backend(name: str, backend: Any, compute_dtype: Any, matmul_precision: Any, recompute: Any) -> None:
         """TorchRL 0.14's recurrent-kernel options: only their defaults (the padded pure-torch scan in
         float32, which is what this module computes) are supported; the kernels are rl-kernels' job."""
-        defaults = (("recurrent_backend", backend, "pad"), ("recurrent_compute_dtype", compute_dtype, torch.float32),
-                    ("recurrent_matmul_precision", matmul_precision, "auto"), ("recurrent_recompute", recompute, "none"))
+        defaults = (
+            ("recurrent_backend", backend, "pad"),
+            ("recurrent_compute_dtype", compute_dtype, torch.float32),
+            ("recurrent_matmul_precision", matmul_precision, "auto"),
+            ("recurrent_recompute", recompute, "none"),
+        )
         for arg, value, default in defaults:
             if value is not None and value != default:
                 raise NotImplementedError(
@@ -243,16 +258,22 @@ class _RecurrentModule(TensorDictModuleBase):
                 )
 
     @staticmethod
-    def _check_rnn(name: str, kind: str, rnn: Any, cls: type, sizes: tuple, batch_first: bool, bidirectional: bool) -> None:
+    def _check_rnn(
+        name: str, kind: str, rnn: Any, cls: type, sizes: tuple, batch_first: bool, bidirectional: bool
+    ) -> None:
         """Argument checks shared by both constructors (before any module is built)."""
         if rnn is not None:
             if not isinstance(rnn, cls):
                 raise TypeError(f"{name}: {kind.lower()} must be a torch.nn.{kind}, got {type(rnn).__name__}.")
             if any(s is not None for s in sizes):
-                raise ValueError(f"{name}: pass either an nn.{kind} instance or its sizes, not both (got sizes {sizes}).")
+                raise ValueError(
+                    f"{name}: pass either an nn.{kind} instance or its sizes, not both (got sizes {sizes})."
+                )
             batch_first, bidirectional = rnn.batch_first, rnn.bidirectional
         elif any(not isinstance(s, int) or isinstance(s, bool) or s <= 0 for s in sizes):
-            raise ValueError(f"{name}: input_size and hidden_size must be positive ints (or pass {kind.lower()}=...), got {sizes}.")
+            raise ValueError(
+                f"{name}: input_size and hidden_size must be positive ints (or pass {kind.lower()}=...), got {sizes}."
+            )
         if bidirectional:
             raise NotImplementedError(f"{name}: bidirectional {kind}s are not supported (a policy only sees the past).")
         if not batch_first:
@@ -346,31 +367,53 @@ class _RecurrentModule(TensorDictModuleBase):
             tensordict.set(key, state)
         return tensordict
 
-    def _check_inputs(self, name: str, td: Any, batch: torch.Size, recurrent: bool, value: torch.Tensor,
-                      is_init: torch.Tensor, states: list, state_keys: list) -> None:
+    def _check_inputs(
+        self,
+        name: str,
+        td: Any,
+        batch: torch.Size,
+        recurrent: bool,
+        value: torch.Tensor,
+        is_init: torch.Tensor,
+        states: list,
+        state_keys: list,
+    ) -> None:
         """Shape checks, all before the first write."""
         nb = len(batch)
         if recurrent:
             if nb == 0:
-                raise ValueError(f"{name}: sequence mode needs a time dim, the last batch dim; the input has batch_size [].")
+                raise ValueError(
+                    f"{name}: sequence mode needs a time dim, the last batch dim; the input has batch_size []."
+                )
             names = td.names
             if "time" in names and names[-1] != "time":
-                raise ValueError(f"{name}: sequence mode reads time from the last batch dim, but the dims are named {names}.")
+                raise ValueError(
+                    f"{name}: sequence mode reads time from the last batch dim, but the dims are named {names}."
+                )
         in_size = self._input_size
         if value.shape[:nb] != batch or value.ndim != nb + 1 or value.shape[-1] != in_size:
             raise ValueError(
                 f"{name}: {self.in_keys[0]!r} must have shape [*batch_size, input_size] = {[*batch, in_size]} "
                 f"({'sequence' if recurrent else 'step'} mode), got {list(value.shape)}."
             )
-        if not (is_init.shape == batch or (is_init.ndim == nb + 1 and is_init.shape[:nb] == batch and is_init.shape[-1] == 1)):
-            raise ValueError(f"{name}: {self.in_keys[-1]!r} must have the batch shape {list(batch)}, got {list(is_init.shape)}.")
+        if not (
+            is_init.shape == batch
+            or (is_init.ndim == nb + 1 and is_init.shape[:nb] == batch and is_init.shape[-1] == 1)
+        ):
+            raise ValueError(
+                f"{name}: {self.in_keys[-1]!r} must have the batch shape {list(batch)}, got {list(is_init.shape)}."
+            )
         missing = [key for key, s in zip(state_keys, states) if s is None]
         if missing and len(missing) != len(states):
-            raise KeyError(f"{name}: the input holds some hidden states but not {missing}; give all of {state_keys} or none.")
+            raise KeyError(
+                f"{name}: the input holds some hidden states but not {missing}; give all of {state_keys} or none."
+            )
         layers = self._num_layers
         for key, s, size in zip(state_keys, states, self._sizes):
             if s is not None and s.shape != (*batch, layers, size):
-                raise ValueError(f"{name}: {key!r} must have shape [*batch_size, num_layers, H] = {[*batch, layers, size]}, got {list(s.shape)}.")
+                raise ValueError(
+                    f"{name}: {key!r} must have shape [*batch_size, num_layers, H] = {[*batch, layers, size]}, got {list(s.shape)}."
+                )
 
     def _use_loop(self) -> bool:
         return self.python_based or torch.compiler.is_compiling()
@@ -448,7 +491,9 @@ class _RecurrentModule(TensorDictModuleBase):
         y_pad, _ = pad_packed_sequence(y_packed, batch_first=True, total_length=longest)
         y = y_pad[seg, pos].reshape(n, T, -1)
         end_idx = start_idx + lengths - 1
-        new = tuple(f.new_zeros(n * T, *f.shape[1:]).index_put((end_idx,), f).reshape(n, T, *f.shape[1:]) for f in final)
+        new = tuple(
+            f.new_zeros(n * T, *f.shape[1:]).index_put((end_idx,), f).reshape(n, T, *f.shape[1:]) for f in final
+        )
         return y, new
 
 
@@ -531,12 +576,22 @@ class LSTMModule(_RecurrentModule):
         recurrent_matmul_precision: str | None = "auto",
         recurrent_recompute: str | None = "none",
     ) -> None:
-        self._check_backend("LSTMModule", recurrent_backend, recurrent_compute_dtype, recurrent_matmul_precision, recurrent_recompute)
+        self._check_backend(
+            "LSTMModule", recurrent_backend, recurrent_compute_dtype, recurrent_matmul_precision, recurrent_recompute
+        )
         self._check_rnn("LSTMModule", "LSTM", lstm, nn.LSTM, (input_size, hidden_size), batch_first, bidirectional)
         super().__init__()
         if lstm is None:
-            lstm = nn.LSTM(input_size, hidden_size, num_layers=num_layers, bias=bias, batch_first=True,
-                           dropout=dropout, proj_size=proj_size, device=device)
+            lstm = nn.LSTM(
+                input_size,
+                hidden_size,
+                num_layers=num_layers,
+                bias=bias,
+                batch_first=True,
+                dropout=dropout,
+                proj_size=proj_size,
+                device=device,
+            )
         self._setup(lstm, in_key, in_keys, out_key, out_keys, default_recurrent_mode, python_based)
 
 
@@ -607,10 +662,19 @@ class GRUModule(_RecurrentModule):
         recurrent_matmul_precision: str | None = "auto",
         recurrent_recompute: str | None = "none",
     ) -> None:
-        self._check_backend("GRUModule", recurrent_backend, recurrent_compute_dtype, recurrent_matmul_precision, recurrent_recompute)
+        self._check_backend(
+            "GRUModule", recurrent_backend, recurrent_compute_dtype, recurrent_matmul_precision, recurrent_recompute
+        )
         self._check_rnn("GRUModule", "GRU", gru, nn.GRU, (input_size, hidden_size), batch_first, bidirectional)
         super().__init__()
         if gru is None:
-            gru = nn.GRU(input_size, hidden_size, num_layers=num_layers, bias=bias, batch_first=True,
-                         dropout=dropout, device=device)
+            gru = nn.GRU(
+                input_size,
+                hidden_size,
+                num_layers=num_layers,
+                bias=bias,
+                batch_first=True,
+                dropout=dropout,
+                device=device,
+            )
         self._setup(gru, in_key, in_keys, out_key, out_keys, default_recurrent_mode, python_based)

@@ -49,7 +49,11 @@ class TanhModule(TensorDictModuleBase):
     ) -> None:
         super().__init__()
         in_keys = [in_keys] if isinstance(in_keys, (str, tuple)) else list(in_keys)
-        out_keys = list(in_keys) if out_keys is None else ([out_keys] if isinstance(out_keys, (str, tuple)) else list(out_keys))
+        out_keys = (
+            list(in_keys)
+            if out_keys is None
+            else ([out_keys] if isinstance(out_keys, (str, tuple)) else list(out_keys))
+        )
         if len(in_keys) != len(out_keys):
             raise ValueError(f"TanhModule: in_keys {in_keys} and out_keys {out_keys} must have the same length.")
         if spec is not None and (low is not None or high is not None):
@@ -64,7 +68,9 @@ class TanhModule(TensorDictModuleBase):
     def _bounds(key: Any, spec: Any, low: Any, high: Any) -> tuple[torch.Tensor, torch.Tensor]:
         if isinstance(spec, Composite):
             if key not in spec.keys(True, True):
-                raise KeyError(f"TanhModule: the spec has no entry {key!r} for out-key {key!r}; it holds {list(spec.keys(True, True))}.")
+                raise KeyError(
+                    f"TanhModule: the spec has no entry {key!r} for out-key {key!r}; it holds {list(spec.keys(True, True))}."
+                )
             spec = spec[key]
         if spec is not None:
             if not isinstance(spec, Bounded):

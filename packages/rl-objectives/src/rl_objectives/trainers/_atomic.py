@@ -1,4 +1,5 @@
 """Crash-safe file writes: a temporary file in the same folder, fsynced, then renamed into place."""
+
 from __future__ import annotations
 
 import os

@@ -76,11 +76,15 @@ class ReplayBufferTrainer(TrainerHookBase):
         needed = ["extend"] + (["__iter__"] if iterate else ["sample"])
         missing = [m for m in needed if not callable(getattr(replay_buffer, m, None))]
         if missing:
-            raise TypeError(f"ReplayBufferTrainer: replay_buffer must have {needed}, got {type(replay_buffer).__name__} without {missing}.")
+            raise TypeError(
+                f"ReplayBufferTrainer: replay_buffer must have {needed}, got {type(replay_buffer).__name__} without {missing}."
+            )
         if batch_size is not None:
             _positive_int("ReplayBufferTrainer", "batch_size", batch_size)
         if iterate and batch_size is not None:
-            raise ValueError("ReplayBufferTrainer: iterate=True samples with the buffer's own batch_size; pass batch_size=None.")
+            raise ValueError(
+                "ReplayBufferTrainer: iterate=True samples with the buffer's own batch_size; pass batch_size=None."
+            )
         self.replay_buffer = replay_buffer
         self.batch_size = batch_size
         self.memmap = bool(memmap)
@@ -149,7 +153,9 @@ class ReplayBufferTrainer(TrainerHookBase):
     def load_state_dict(self, state_dict: Mapping[str, Any]) -> None:
         if callable(getattr(self.replay_buffer, "load_state_dict", None)):
             if not isinstance(state_dict, Mapping) or "replay_buffer" not in state_dict:
-                raise KeyError(f"ReplayBufferTrainer.load_state_dict: expected a mapping with 'replay_buffer', got {state_dict!r}.")
+                raise KeyError(
+                    f"ReplayBufferTrainer.load_state_dict: expected a mapping with 'replay_buffer', got {state_dict!r}."
+                )
             self.replay_buffer.load_state_dict(state_dict["replay_buffer"])
             self._iterator = None
         else:
@@ -168,7 +174,9 @@ class ReplayBufferTrainer(TrainerHookBase):
         return self._load if self._can_dump() else None
 
     def _can_dump(self) -> bool:
-        return callable(getattr(self.replay_buffer, "dumps", None)) and callable(getattr(self.replay_buffer, "loads", None))
+        return callable(getattr(self.replay_buffer, "dumps", None)) and callable(
+            getattr(self.replay_buffer, "loads", None)
+        )
 
     def _dump(self, path: Any) -> None:
         self.replay_buffer.dumps(path)
@@ -217,7 +225,9 @@ class BatchSubSampler(TrainerHookBase):
         if isinstance(sub_traj_len, bool) or not isinstance(sub_traj_len, int) or sub_traj_len < 0:
             raise ValueError(f"BatchSubSampler: sub_traj_len must be a non-negative int, got {sub_traj_len!r}.")
         if sub_traj_len > batch_size:
-            raise ValueError(f"BatchSubSampler: sub_traj_len={sub_traj_len} exceeds batch_size={batch_size}; no window would fit.")
+            raise ValueError(
+                f"BatchSubSampler: sub_traj_len={sub_traj_len} exceeds batch_size={batch_size}; no window would fit."
+            )
         self.sub_traj_len = sub_traj_len
 
     def __call__(self, batch: TensorDictBase) -> TensorDictBase:
@@ -227,7 +237,9 @@ class BatchSubSampler(TrainerHookBase):
         device = batch.device
         if batch.ndim == 1:
             if self.sub_traj_len not in (0, 1):
-                raise ValueError(f"BatchSubSampler: sub_traj_len={self.sub_traj_len} needs a time dim, but the batch has shape {tuple(batch.batch_size)}.")
+                raise ValueError(
+                    f"BatchSubSampler: sub_traj_len={self.sub_traj_len} needs a time dim, but the batch has shape {tuple(batch.batch_size)}."
+                )
             n = batch.batch_size[0]
             if self.batch_size > n:
                 raise ValueError(f"BatchSubSampler: batch_size={self.batch_size} exceeds the {n} steps of the batch.")
@@ -235,10 +247,14 @@ class BatchSubSampler(TrainerHookBase):
         steps = batch.batch_size[-1]
         sub_len = self.sub_traj_len or steps
         if sub_len > steps:
-            raise ValueError(f"BatchSubSampler: sub_traj_len={sub_len} exceeds the batch's time dim {steps} (batch shape {tuple(batch.batch_size)}).")
+            raise ValueError(
+                f"BatchSubSampler: sub_traj_len={sub_len} exceeds the batch's time dim {steps} (batch shape {tuple(batch.batch_size)})."
+            )
         n_windows = self.batch_size // sub_len
         if n_windows == 0:
-            raise ValueError(f"BatchSubSampler: batch_size={self.batch_size} is smaller than the window length {sub_len}.")
+            raise ValueError(
+                f"BatchSubSampler: batch_size={self.batch_size} is smaller than the window length {sub_len}."
+            )
         names = batch.names
         flat = batch.reshape(-1, steps) if batch.ndim > 2 else batch
         traj = torch.randint(flat.batch_size[0], (n_windows, 1), device=device)
@@ -282,7 +298,14 @@ class RewardNormalizer(TrainerHookBase):
         tensor([1., 2., 3.])
     """
 
-    def __init__(self, decay: float = 0.999, scale: float = 1.0, eps: float = 1e-4, log_pbar: bool = False, reward_key: Any = None) -> None:
+    def __init__(
+        self,
+        decay: float = 0.999,
+        scale: float = 1.0,
+        eps: float = 1e-4,
+        log_pbar: bool = False,
+        reward_key: Any = None,
+    ) -> None:
         if not 0.0 < float(decay) <= 1.0:
             raise ValueError(f"RewardNormalizer: decay must be in (0, 1], got {decay!r}.")
         if not float(eps) > 0.0:
@@ -331,7 +354,9 @@ class RewardNormalizer(TrainerHookBase):
         """A shallow copy of ``tensordict`` whose reward is normalised."""
         reward = self._reward("RewardNormalizer.normalize_reward", tensordict)
         if not self._updated:
-            raise RuntimeError("RewardNormalizer.normalize_reward: no statistics yet; call update_reward_stats on collected data first.")
+            raise RuntimeError(
+                "RewardNormalizer.normalize_reward: no statistics yet; call update_reward_stats on collected data first."
+            )
         mean = self.mean.to(reward.device, reward.dtype)
         std = self.std.to(reward.device, reward.dtype)
         out = tensordict.copy()
@@ -340,8 +365,13 @@ class RewardNormalizer(TrainerHookBase):
 
     def state_dict(self) -> dict[str, Any]:
         return {
-            "sum": self._sum.clone(), "ssq": self._ssq.clone(), "count": self._count.clone(), "updated": self._updated,
-            "decay": self.decay, "scale": self.scale, "eps": self.eps,
+            "sum": self._sum.clone(),
+            "ssq": self._ssq.clone(),
+            "count": self._count.clone(),
+            "updated": self._updated,
+            "decay": self.decay,
+            "scale": self.scale,
+            "eps": self.eps,
         }
 
     def load_state_dict(self, state_dict: Mapping[str, Any]) -> None:
@@ -352,7 +382,11 @@ class RewardNormalizer(TrainerHookBase):
         stats = {n: torch.as_tensor(state_dict[n], dtype=torch.float64).reshape(()) for n in ("sum", "ssq", "count")}
         self._sum, self._ssq, self._count = stats["sum"], stats["ssq"], stats["count"]
         self._updated = bool(state_dict["updated"])
-        self.decay, self.scale, self.eps = float(state_dict["decay"]), float(state_dict["scale"]), float(state_dict["eps"])
+        self.decay, self.scale, self.eps = (
+            float(state_dict["decay"]),
+            float(state_dict["scale"]),
+            float(state_dict["eps"]),
+        )
 
     def register(self, trainer: Any, name: str = "reward_normalizer") -> None:
         trainer.register_op("batch_process", self.update_reward_stats)

@@ -47,7 +47,9 @@ def episode_returns(reward: torch.Tensor, done: torch.Tensor) -> torch.Tensor:
         tensor([2., 2., 6.])
     """
     if not isinstance(reward, torch.Tensor) or not isinstance(done, torch.Tensor):
-        raise TypeError(f"episode_returns: reward and done must be tensors, got {type(reward).__name__} and {type(done).__name__}.")
+        raise TypeError(
+            f"episode_returns: reward and done must be tensors, got {type(reward).__name__} and {type(done).__name__}."
+        )
     if done.ndim < 1:
         raise ValueError("episode_returns: done must have a time dim ([*B, T]), got a 0-dim tensor.")
     if tuple(reward.shape[: done.ndim]) != tuple(done.shape):
@@ -70,7 +72,9 @@ def episode_returns(reward: torch.Tensor, done: torch.Tensor) -> torch.Tensor:
     return out.index_add_(0, index, values[complete])
 
 
-def eval_rollout(env: Any, policy: Any, max_steps: int, exploration_type: Any = InteractionType.DETERMINISTIC) -> TensorDictBase:
+def eval_rollout(
+    env: Any, policy: Any, max_steps: int, exploration_type: Any = InteractionType.DETERMINISTIC
+) -> TensorDictBase:
     """``env.rollout(max_steps, policy, auto_reset=True, break_when_any_done=False)`` in evaluation mode.
 
     The rollout runs under ``torch.no_grad()`` and ``set_interaction_type(exploration_type)``, with the
@@ -167,7 +171,9 @@ def evaluate_episodes(
         torch.Size([8])
     """
     if not callable(getattr(env, "rollout", None)):
-        raise TypeError(f"evaluate_episodes: env must have a rollout() method (an rl_envs env), got {type(env).__name__}.")
+        raise TypeError(
+            f"evaluate_episodes: env must have a rollout() method (an rl_envs env), got {type(env).__name__}."
+        )
     if not callable(policy):
         raise TypeError(f"evaluate_episodes: policy must be callable (td -> td), got {type(policy).__name__}.")
     if isinstance(max_steps, bool) or not isinstance(max_steps, int) or max_steps < 1:
@@ -181,6 +187,8 @@ def evaluate_episodes(
     reward_key = unravel_key(reward_key)
     record = eval_rollout(env, policy, max_steps, exploration_type)
     if reward_key not in record.keys(include_nested=True):
-        raise KeyError(f"evaluate_episodes: no reward at {reward_key!r} in the rollout; keys: {list(record.keys(include_nested=True))}.")
+        raise KeyError(
+            f"evaluate_episodes: no reward at {reward_key!r} in the rollout; keys: {list(record.keys(include_nested=True))}."
+        )
     done = _done_mask(record, done_keys, "evaluate_episodes")
     return episode_returns(record.get(reward_key), done)

@@ -69,7 +69,9 @@ class AnnealExploration(TrainerHookBase):
 
     def __init__(self, *modules: Any) -> None:
         if not modules:
-            raise ValueError("AnnealExploration: give at least one exploration module (EGreedyModule, AdditiveGaussianModule, ...).")
+            raise ValueError(
+                "AnnealExploration: give at least one exploration module (EGreedyModule, AdditiveGaussianModule, ...)."
+            )
         found: list[_Annealed] = []
         for i, module in enumerate(modules):
             annealed = _annealed_in(module)
@@ -105,7 +107,9 @@ class AnnealExploration(TrainerHookBase):
             )
         bad = [c for c in counts if isinstance(c, bool) or not isinstance(c, int) or c < 0]
         if bad:
-            raise ValueError(f"AnnealExploration.load_state_dict: 'anneal_counts' must hold non-negative ints, got {counts!r}.")
+            raise ValueError(
+                f"AnnealExploration.load_state_dict: 'anneal_counts' must hold non-negative ints, got {counts!r}."
+            )
         for module, count in zip(self.modules, counts):
             module._set_anneal_count(count)
 

@@ -79,7 +79,9 @@ class TrainerHookBase(abc.ABC):
     def load_state_dict(self, state_dict: Mapping[str, Any]) -> None:
         """Restores what :meth:`state_dict` returned (stateless hooks accept only ``{}``)."""
         if not isinstance(state_dict, Mapping) or len(state_dict):
-            raise ValueError(f"{type(self).__name__}.load_state_dict: this hook has no state; expected {{}}, got {state_dict!r}.")
+            raise ValueError(
+                f"{type(self).__name__}.load_state_dict: this hook has no state; expected {{}}, got {state_dict!r}."
+            )
 
     @abc.abstractmethod
     def register(self, trainer: Any, name: str | None = None) -> None:
@@ -120,12 +122,20 @@ class OptimizerHook(TrainerHookBase):
     """
 
     def __init__(self, optimizer: Any, loss_components: Sequence[str] | None = None) -> None:
-        missing = [a for a in ("param_groups", "step", "zero_grad", "state_dict", "load_state_dict") if not hasattr(optimizer, a)]
+        missing = [
+            a
+            for a in ("param_groups", "step", "zero_grad", "state_dict", "load_state_dict")
+            if not hasattr(optimizer, a)
+        ]
         if missing:
-            raise TypeError(f"OptimizerHook: optimizer must be a torch optimizer, got {type(optimizer).__name__} (no {missing}).")
+            raise TypeError(
+                f"OptimizerHook: optimizer must be a torch optimizer, got {type(optimizer).__name__} (no {missing})."
+            )
         if loss_components is not None:
             if isinstance(loss_components, str) or not isinstance(loss_components, Sequence) or not loss_components:
-                raise ValueError(f"OptimizerHook: loss_components must be a non-empty list of loss names or None, got {loss_components!r}.")
+                raise ValueError(
+                    f"OptimizerHook: loss_components must be a non-empty list of loss names or None, got {loss_components!r}."
+                )
             bad = [c for c in loss_components if not isinstance(c, str)]
             if bad:
                 raise TypeError(f"OptimizerHook: loss_components must hold strings, got {bad!r}.")
@@ -163,12 +173,18 @@ class OptimizerHook(TrainerHookBase):
                 torch._foreach_clamp_max_(grads, clip_norm)
         return norm
 
-    def __call__(self, losses_td: TensorDictBase, clip_grad_norm: bool = True, clip_norm: float | None = None, index: int = 0) -> TensorDictBase:
+    def __call__(
+        self, losses_td: TensorDictBase, clip_grad_norm: bool = True, clip_norm: float | None = None, index: int = 0
+    ) -> TensorDictBase:
         if not isinstance(losses_td, TensorDictBase):
-            raise TypeError(f"OptimizerHook: expected the loss module's output TensorDict, got {type(losses_td).__name__}.")
+            raise TypeError(
+                f"OptimizerHook: expected the loss module's output TensorDict, got {type(losses_td).__name__}."
+            )
         loss = self._loss(losses_td)
         if not loss.requires_grad:
-            raise RuntimeError("OptimizerHook: the summed loss does not require grad (was it computed under torch.no_grad()?).")
+            raise RuntimeError(
+                "OptimizerHook: the summed loss does not require grad (was it computed under torch.no_grad()?)."
+            )
         params = self._params()
         for p in params:  # zero_grad(set_to_none=True), without the optimizer's profiling wrapper
             p.grad = None
@@ -217,13 +233,21 @@ class UpdateWeights(TrainerHookBase):
         2
     """
 
-    def __init__(self, collector: Any, update_weights_interval: int, policy_weights_getter: Callable[[], Any] | None = None) -> None:
+    def __init__(
+        self, collector: Any, update_weights_interval: int, policy_weights_getter: Callable[[], Any] | None = None
+    ) -> None:
         if not callable(getattr(collector, "update_policy_weights_", None)):
-            raise TypeError(f"UpdateWeights: collector must have an update_policy_weights_() method, got {type(collector).__name__}.")
+            raise TypeError(
+                f"UpdateWeights: collector must have an update_policy_weights_() method, got {type(collector).__name__}."
+            )
         if policy_weights_getter is not None and not callable(policy_weights_getter):
-            raise TypeError(f"UpdateWeights: policy_weights_getter must be callable or None, got {type(policy_weights_getter).__name__}.")
+            raise TypeError(
+                f"UpdateWeights: policy_weights_getter must be callable or None, got {type(policy_weights_getter).__name__}."
+            )
         self.collector = collector
-        self.update_weights_interval = _positive_int("UpdateWeights", "update_weights_interval", update_weights_interval)
+        self.update_weights_interval = _positive_int(
+            "UpdateWeights", "update_weights_interval", update_weights_interval
+        )
         self.policy_weights_getter = policy_weights_getter
         self.counter = 0
 
@@ -259,7 +283,9 @@ def _trainer_frame_skip(owner: str, trainer: Any) -> int:
 
 def _batch_frames(owner: str, batch: Any, frame_skip: int) -> int:
     if not isinstance(batch, TensorDictBase):
-        raise TypeError(f"{owner}: expected the collected TensorDict batch (to count its frames), got {type(batch).__name__}.")
+        raise TypeError(
+            f"{owner}: expected the collected TensorDict batch (to count its frames), got {type(batch).__name__}."
+        )
     return batch.numel() * frame_skip
 
 

@@ -75,11 +75,15 @@ def write_learning_curve(
     path = Path(path)
     fmt = path.suffix.lstrip(".").lower()
     if not fmt:
-        raise ValueError(f"write_learning_curve: path {os.fspath(path)!r} needs a suffix naming the image format (.png, .svg, ...).")
+        raise ValueError(
+            f"write_learning_curve: path {os.fspath(path)!r} needs a suffix naming the image format (.png, .svg, ...)."
+        )
     try:
         from matplotlib.figure import Figure  # the object API: no pyplot state, no GUI backend
     except ImportError as err:
-        raise ImportError("write_learning_curve needs the 'matplotlib' package, which is not installed (pip install matplotlib).") from err
+        raise ImportError(
+            "write_learning_curve needs the 'matplotlib' package, which is not installed (pip install matplotlib)."
+        ) from err
     fig = Figure(figsize=figsize, dpi=dpi, layout="tight")
     ax = fig.subplots()
     for label, (steps, values) in points.items():

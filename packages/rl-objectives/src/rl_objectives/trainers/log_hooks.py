@@ -48,7 +48,14 @@ class LogScalar(TrainerHookBase):
         {'r_training': 4.0, 'r_training_std': 2.5819..., 'log_pbar': False}
     """
 
-    def __init__(self, key: Any = ("next", "reward"), logname: str | None = None, log_pbar: bool = False, include_std: bool = True, reduction: str = "mean") -> None:
+    def __init__(
+        self,
+        key: Any = ("next", "reward"),
+        logname: str | None = None,
+        log_pbar: bool = False,
+        include_std: bool = True,
+        reduction: str = "mean",
+    ) -> None:
         if reduction not in _REDUCTIONS:
             raise ValueError(f"LogScalar: reduction must be one of {sorted(_REDUCTIONS)}, got {reduction!r}.")
         if logname is not None and (not isinstance(logname, str) or not logname):
@@ -63,7 +70,9 @@ class LogScalar(TrainerHookBase):
         if not isinstance(batch, TensorDictBase):
             raise TypeError(f"LogScalar: expected a TensorDict batch, got {type(batch).__name__}.")
         if self.key not in batch.keys(include_nested=True):
-            raise KeyError(f"LogScalar: no entry {self.key!r} in the batch; keys: {list(batch.keys(include_nested=True))}.")
+            raise KeyError(
+                f"LogScalar: no entry {self.key!r} in the batch; keys: {list(batch.keys(include_nested=True))}."
+            )
         value = batch.get(self.key).detach().float()
         out: dict[str, Any] = {self.logname: float(_REDUCTIONS[self.reduction](value))}
         if self.include_std:
@@ -189,15 +198,25 @@ class LogValidationReward(TrainerHookBase):
         self.record_frames = _positive_int("LogValidationReward", "record_frames", record_frames)
         self.frame_skip = _positive_int("LogValidationReward", "frame_skip", frame_skip)
         if not callable(policy_exploration):
-            raise TypeError(f"LogValidationReward: policy_exploration must be callable (td -> td), got {type(policy_exploration).__name__}.")
+            raise TypeError(
+                f"LogValidationReward: policy_exploration must be callable (td -> td), got {type(policy_exploration).__name__}."
+            )
         if not callable(getattr(environment, "rollout", None)):
-            raise TypeError(f"LogValidationReward: environment must have a rollout() method, got {type(environment).__name__}.")
+            raise TypeError(
+                f"LogValidationReward: environment must have a rollout() method, got {type(environment).__name__}."
+            )
         try:
             self.exploration_type = InteractionType(exploration_type)
         except ValueError:
-            raise ValueError(f"LogValidationReward: exploration_type must name an InteractionType {[t.value for t in InteractionType]}, got {exploration_type!r}.") from None
-        if done_keys is not None and (isinstance(done_keys, (str, tuple)) or not isinstance(done_keys, Sequence) or not done_keys):
-            raise ValueError(f"LogValidationReward: done_keys must be a non-empty list of keys or None, got {done_keys!r}.")
+            raise ValueError(
+                f"LogValidationReward: exploration_type must name an InteractionType {[t.value for t in InteractionType]}, got {exploration_type!r}."
+            ) from None
+        if done_keys is not None and (
+            isinstance(done_keys, (str, tuple)) or not isinstance(done_keys, Sequence) or not done_keys
+        ):
+            raise ValueError(
+                f"LogValidationReward: done_keys must be a non-empty list of keys or None, got {done_keys!r}."
+            )
         self.policy_exploration = policy_exploration
         self.environment = environment
         self.reward_key = unravel_key(reward_key)
@@ -209,7 +228,9 @@ class LogValidationReward(TrainerHookBase):
         self.log_pbar = bool(log_pbar)
         if not isinstance(record_first, bool):
             raise TypeError(f"LogValidationReward: record_first must be a bool, got {type(record_first).__name__}.")
-        self._phase = 0 if record_first else 1  # added to the call count: 1 shifts the rollouts to the interval's last call
+        self._phase = (
+            0 if record_first else 1
+        )  # added to the call count: 1 shifts the rollouts to the interval's last call
         self.done_keys = None if done_keys is None else [unravel_key(k) for k in done_keys]
         self._count = 0
 
@@ -244,7 +265,9 @@ class LogValidationReward(TrainerHookBase):
         return out
 
     def _env_has_state(self) -> bool:
-        return callable(getattr(self.environment, "state_dict", None)) and callable(getattr(self.environment, "load_state_dict", None))
+        return callable(getattr(self.environment, "state_dict", None)) and callable(
+            getattr(self.environment, "load_state_dict", None)
+        )
 
     def state_dict(self) -> dict[str, Any]:
         """The call count and the evaluation env's ``state_dict`` (its generators: the next resets)."""

@@ -83,7 +83,9 @@ class ProgressBar(TrainerHookBase):
         try:
             from tqdm import tqdm
         except ImportError as err:
-            raise ImportError("ProgressBar needs the 'tqdm' package, which is not installed (pip install tqdm).") from err
+            raise ImportError(
+                "ProgressBar needs the 'tqdm' package, which is not installed (pip install tqdm)."
+            ) from err
         if total_frames is not None:
             _positive_int("ProgressBar", "total_frames", total_frames)
         if not isinstance(eval_key, str) or not eval_key:
@@ -103,7 +105,9 @@ class ProgressBar(TrainerHookBase):
 
     def register(self, trainer: Any, name: str | None = None) -> None:
         if self.trainer is not None:
-            raise RuntimeError("ProgressBar.register: this bar is already registered with a trainer; make one per trainer.")
+            raise RuntimeError(
+                "ProgressBar.register: this bar is already registered with a trainer; make one per trainer."
+            )
         self.trainer = trainer
         if self.total_frames is None:
             self.total_frames = trainer.total_frames
@@ -116,7 +120,9 @@ class ProgressBar(TrainerHookBase):
 
     def __call__(self, batch: Any = None) -> None:
         if self.trainer is None:
-            raise RuntimeError("ProgressBar: call register(trainer) first; the bar reads the trainer's frames and logged values.")
+            raise RuntimeError(
+                "ProgressBar: call register(trainer) first; the bar reads the trainer's frames and logged values."
+            )
         frames = self.trainer.collected_frames
         if self.bar is None:
             self._open(frames)

@@ -36,8 +36,13 @@ def rng_state() -> dict[str, Any]:
     except ImportError:  # pragma: no cover - numpy comes with torch in practice
         return state
     kind, keys, pos, has_gauss, cached = np.random.get_state()
-    state["numpy"] = {"kind": kind, "keys": torch.from_numpy(keys.astype("int64")), "pos": int(pos),
-                      "has_gauss": int(has_gauss), "cached_gaussian": float(cached)}
+    state["numpy"] = {
+        "kind": kind,
+        "keys": torch.from_numpy(keys.astype("int64")),
+        "pos": int(pos),
+        "has_gauss": int(has_gauss),
+        "cached_gaussian": float(cached),
+    }
     return state
 
 
@@ -52,7 +57,9 @@ def set_rng_state(state: Mapping[str, Any]) -> None:
         import numpy as np
 
         npy = state["numpy"]
-        np.random.set_state((npy["kind"], npy["keys"].numpy().astype("uint32"), npy["pos"], npy["has_gauss"], npy["cached_gaussian"]))
+        np.random.set_state(
+            (npy["kind"], npy["keys"].numpy().astype("uint32"), npy["pos"], npy["has_gauss"], npy["cached_gaussian"])
+        )
 
 
 def seed_everything(seed: int) -> None:
@@ -68,6 +75,12 @@ def seed_everything(seed: int) -> None:
 
 def check_rng_state(state: Any) -> None:
     """Raise ``ValueError`` unless ``state`` looks like what :func:`rng_state` returns."""
-    ok = isinstance(state, Mapping) and isinstance(state.get("torch"), torch.Tensor) and isinstance(state.get("python"), (list, tuple))
+    ok = (
+        isinstance(state, Mapping)
+        and isinstance(state.get("torch"), torch.Tensor)
+        and isinstance(state.get("python"), (list, tuple))
+    )
     if not ok:
-        raise ValueError(f"Trainer.load_state_dict: state['rng'] must come from rng_state() (torch and python entries), got {state!r}.")
+        raise ValueError(
+            f"Trainer.load_state_dict: state['rng'] must come from rng_state() (torch and python entries), got {state!r}."
+        )

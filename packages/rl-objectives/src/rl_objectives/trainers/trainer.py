@@ -161,19 +161,29 @@ class Trainer:
         if not hasattr(collector, "__iter__"):
             raise TypeError(f"Trainer: collector must be an iterable of TensorDicts, got {type(collector).__name__}.")
         if not callable(loss_module):
-            raise TypeError(f"Trainer: loss_module must be callable (td -> TensorDict of losses), got {type(loss_module).__name__}.")
+            raise TypeError(
+                f"Trainer: loss_module must be callable (td -> TensorDict of losses), got {type(loss_module).__name__}."
+            )
         if logger is not None and not callable(getattr(logger, "log_scalar", None)):
-            raise TypeError(f"Trainer: logger must have a log_scalar(name, value, step) method or be None, got {type(logger).__name__}.")
-        if clip_norm is not None and (isinstance(clip_norm, bool) or not isinstance(clip_norm, (int, float)) or clip_norm <= 0):
+            raise TypeError(
+                f"Trainer: logger must have a log_scalar(name, value, step) method or be None, got {type(logger).__name__}."
+            )
+        if clip_norm is not None and (
+            isinstance(clip_norm, bool) or not isinstance(clip_norm, (int, float)) or clip_norm <= 0
+        ):
             raise ValueError(f"Trainer: clip_norm must be a positive number or None, got {clip_norm!r}.")
         if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
             raise ValueError(f"Trainer: seed must be an int or None, got {seed!r}.")
         if save_trainer_file is not None and not isinstance(save_trainer_file, (str, os.PathLike)):
-            raise TypeError(f"Trainer: save_trainer_file must be a path or None, got {type(save_trainer_file).__name__}.")
+            raise TypeError(
+                f"Trainer: save_trainer_file must be a path or None, got {type(save_trainer_file).__name__}."
+            )
         self.total_frames = _check_int("total_frames", total_frames, 1)
         self.frame_skip = _check_int("frame_skip", frame_skip, 1)
         self.optim_steps_per_batch = _check_int("optim_steps_per_batch", optim_steps_per_batch, 0)
-        self.init_random_frames = None if init_random_frames is None else _check_int("init_random_frames", init_random_frames, 0)
+        self.init_random_frames = (
+            None if init_random_frames is None else _check_int("init_random_frames", init_random_frames, 0)
+        )
         self.save_trainer_interval = _check_int("save_trainer_interval", save_trainer_interval, 1)
         self.log_interval = _check_int("log_interval", log_interval, 1)
         optimizer_hook = None if optimizer is None else OptimizerHook(optimizer)  # checks the optimizer first
@@ -191,7 +201,10 @@ class Trainer:
             try:
                 from tqdm import tqdm
             except ImportError:
-                warnings.warn("Trainer: progress_bar=True needs the 'tqdm' package, which is not installed; no progress bar.", stacklevel=2)
+                warnings.warn(
+                    "Trainer: progress_bar=True needs the 'tqdm' package, which is not installed; no progress bar.",
+                    stacklevel=2,
+                )
                 self.progress_bar = False
             else:
                 self._tqdm = tqdm
@@ -253,7 +266,9 @@ class Trainer:
         if not isinstance(module_name, str) or not module_name:
             raise ValueError(f"Trainer.register_module: module_name must be a non-empty string, got {module_name!r}.")
         if module_name in _RESERVED or module_name in self._modules:
-            raise ValueError(f"Trainer.register_module: {module_name!r} is already registered or reserved; taken: {list(_RESERVED) + list(self._modules)}.")
+            raise ValueError(
+                f"Trainer.register_module: {module_name!r} is already registered or reserved; taken: {list(_RESERVED) + list(self._modules)}."
+            )
         missing = [m for m in ("state_dict", "load_state_dict") if not callable(getattr(module, m, None))]
         if missing:
             raise TypeError(f"Trainer.register_module: {module_name!r} ({type(module).__name__}) has no {missing}.")
@@ -285,7 +300,9 @@ class Trainer:
         expected = {"state", *self._modules}
         if callable(getattr(self.loss_module, "load_state_dict", None)):
             expected.add("loss_module")
-        if callable(getattr(self.collector, "load_state_dict", None)) and callable(getattr(self.collector, "state_dict", None)):
+        if callable(getattr(self.collector, "load_state_dict", None)) and callable(
+            getattr(self.collector, "state_dict", None)
+        ):
             expected.add("collector")
         missing, unexpected = sorted(expected - set(state_dict)), sorted(set(state_dict) - expected - {"rng"})
         if missing or unexpected:
@@ -298,11 +315,15 @@ class Trainer:
             raise KeyError(f"Trainer.load_state_dict: 'state' must hold {list(_STATE_KEYS)}, got {state!r}.")
         for key in ("collected_frames", "_last_save", "_optim_count"):
             if isinstance(state[key], bool) or not isinstance(state[key], int) or state[key] < 0:
-                raise ValueError(f"Trainer.load_state_dict: state[{key!r}] must be a non-negative int, got {state[key]!r}.")
+                raise ValueError(
+                    f"Trainer.load_state_dict: state[{key!r}] must be a non-negative int, got {state[key]!r}."
+                )
         if "rng" in state_dict:
             check_rng_state(state_dict["rng"])
         if not isinstance(state["_last_log"], Mapping):
-            raise TypeError(f"Trainer.load_state_dict: state['_last_log'] must be a mapping, got {type(state['_last_log']).__name__}.")
+            raise TypeError(
+                f"Trainer.load_state_dict: state['_last_log'] must be a mapping, got {type(state['_last_log']).__name__}."
+            )
         loss_sd = state_dict.get("loss_module")
         if loss_sd is not None and callable(getattr(self.loss_module, "state_dict", None)):
             own = set(self.loss_module.state_dict())
@@ -343,7 +364,11 @@ class Trainer:
 
     def _dumped_modules(self) -> dict[str, Any]:
         """Registered modules saved whole into a folder (they have ``dumps(path)`` and ``loads(path)``)."""
-        return {n: m for n, m in self._modules.items() if callable(getattr(m, "dumps", None)) and callable(getattr(m, "loads", None))}
+        return {
+            n: m
+            for n, m in self._modules.items()
+            if callable(getattr(m, "dumps", None)) and callable(getattr(m, "loads", None))
+        }
 
     def save_trainer(self, force_save: bool = False) -> bool:
         """Writes a checkpoint to ``save_trainer_file`` when ``save_trainer_interval`` frames passed
@@ -389,7 +414,9 @@ class Trainer:
             if isinstance(entry, Mapping) and set(entry) == {_DUMPED}:
                 folder = file.parent / str(entry[_DUMPED])
                 if not folder.is_dir():
-                    raise FileNotFoundError(f"Trainer.load_from_file: {os.fspath(file)!r} names {folder.name!r} for {name!r}, which is missing.")
+                    raise FileNotFoundError(
+                        f"Trainer.load_from_file: {os.fspath(file)!r} names {folder.name!r} for {name!r}, which is missing."
+                    )
                 rest[name] = module.state_dict()  # checked below like any module state; loads() brings the rest
         self._check_state_dict(rest)
         for name, module in self._dumped_modules().items():
@@ -399,7 +426,9 @@ class Trainer:
                 rest[name] = module.state_dict()  # what loads() restored: load_state_dict keeps it
         return rest
 
-    def load_from_file(self, file: str | os.PathLike, *, map_location: Any = None, weights_only: bool = True) -> Trainer:
+    def load_from_file(
+        self, file: str | os.PathLike, *, map_location: Any = None, weights_only: bool = True
+    ) -> Trainer:
         """Loads a checkpoint written by :meth:`save_trainer` (``torch.load(weights_only=True)``: no unpickling).
 
         Raises:
@@ -413,9 +442,15 @@ class Trainer:
             # or, cut elsewhere, OSError EINVAL from the zip reader; a missing or unreadable file is no corruption
             if isinstance(err, RuntimeError) and "zip archive" not in str(err):
                 raise
-            if isinstance(err, OSError) and (err.errno != errno.EINVAL or isinstance(err, (FileNotFoundError, PermissionError))):
+            if isinstance(err, OSError) and (
+                err.errno != errno.EINVAL or isinstance(err, (FileNotFoundError, PermissionError))
+            ):
                 raise
-            where = f"{os.fspath(file)!r} ({os.path.getsize(file)} bytes)" if isinstance(file, (str, os.PathLike)) else repr(file)
+            where = (
+                f"{os.fspath(file)!r} ({os.path.getsize(file)} bytes)"
+                if isinstance(file, (str, os.PathLike))
+                else repr(file)
+            )
             said = str(err).split(". ")[0] if str(err) else type(err).__name__
             raise RuntimeError(
                 f"{type(self).__name__}.load_from_file: {where} is truncated or corrupt, not a complete checkpoint; "
@@ -444,7 +479,9 @@ class Trainer:
             if result is None:
                 continue
             if not isinstance(result, Mapping):
-                raise TypeError(f"Trainer: a {stage!r} op must return a dict of values to log or None, got {type(result).__name__} from {op!r}.")
+                raise TypeError(
+                    f"Trainer: a {stage!r} op must return a dict of values to log or None, got {type(result).__name__} from {op!r}."
+                )
             self._log(**result)
 
     def _optimizer_step(self, losses_td: TensorDictBase) -> TensorDictBase:
@@ -463,14 +500,18 @@ class Trainer:
             sample = self._run_td_ops("process_optim_batch", batch)
             losses_td = self.loss_module(sample)
             if not isinstance(losses_td, TensorDictBase):
-                raise TypeError(f"Trainer: loss_module must return a TensorDict of losses, got {type(losses_td).__name__}.")
+                raise TypeError(
+                    f"Trainer: loss_module must return a TensorDict of losses, got {type(losses_td).__name__}."
+                )
             self._run_ops("post_loss", sample)
             losses = self._optimizer_step(losses_td)
             self._run_ops("post_optim")
             self._run_log_ops("post_optim_log", sample)
             for key, value in losses.items():
                 if isinstance(value, torch.Tensor) and value.numel() == 1:  # diagnostics with a shape are not logged
-                    values.setdefault(key, []).append(value)  # a loss some steps skip (TD3's delayed actor) averages its own steps
+                    values.setdefault(key, []).append(
+                        value
+                    )  # a loss some steps skip (TD3's delayed actor) averages its own steps
         if self.optim_steps_per_batch > 0:
             average = {key: torch.cat([v.reshape(1) for v in vs]).float().mean() for key, vs in values.items()}
             self._log(optim_steps=self._optim_count, **average)
@@ -496,7 +537,9 @@ class Trainer:
     def train(self) -> None:
         """Runs the loop until ``total_frames`` (continuing from ``collected_frames`` after a load)."""
         if self.optim_steps_per_batch > 0 and not self._ops["optimizer"]:
-            raise RuntimeError("Trainer.train: no optimizer; pass optimizer= or register an OptimizerHook before training.")
+            raise RuntimeError(
+                "Trainer.train: no optimizer; pass optimizer= or register an OptimizerHook before training."
+            )
         init_random_frames = self.warmup_frames
         if self.progress_bar:
             self._pbar = self._tqdm(total=self.total_frames, initial=min(self.collected_frames, self.total_frames))
@@ -504,7 +547,9 @@ class Trainer:
             if self.collected_frames < self.total_frames:
                 for batch in self.collector:
                     if not isinstance(batch, TensorDictBase):
-                        raise TypeError(f"Trainer.train: the collector yielded a {type(batch).__name__}, expected a TensorDict.")
+                        raise TypeError(
+                            f"Trainer.train: the collector yielded a {type(batch).__name__}, expected a TensorDict."
+                        )
                     current_frames = batch.numel() * self.frame_skip
                     self.collected_frames += current_frames
                     batch = self._run_td_ops("batch_process", batch)

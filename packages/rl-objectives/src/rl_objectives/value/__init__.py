@@ -14,6 +14,7 @@ Example:
     >>> GAE(gamma=1.0, lmbda=1.0, value_network=None)(td)["advantage"]
     tensor([3., 2., 1.])
 """
+
 from . import functional
 from .advantages import (
     GAE,

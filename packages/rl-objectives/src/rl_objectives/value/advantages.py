@@ -4,6 +4,7 @@ modules (and TorchRL's deprecated names ``TD0Estimate``, ``TD1Estimate``, ``TDLa
 Each maps keys (see :class:`~rl_objectives.value.ValueEstimatorBase`) to one function of
 :mod:`rl_objectives.functional`; the math lives there.
 """
+
 from __future__ import annotations
 
 import warnings
@@ -25,8 +26,15 @@ from ..functional import (
 from .base import ValueEstimatorBase, _standardize
 
 __all__ = [
-    "GAE", "MultiAgentGAE", "TD0Estimate", "TD0Estimator", "TD1Estimate", "TD1Estimator", "TDLambdaEstimate",
-    "TDLambdaEstimator", "VTrace",
+    "GAE",
+    "MultiAgentGAE",
+    "TD0Estimate",
+    "TD0Estimator",
+    "TD1Estimate",
+    "TD1Estimator",
+    "TDLambdaEstimate",
+    "TDLambdaEstimator",
+    "VTrace",
 ]
 
 _Tensor = torch.Tensor
@@ -46,7 +54,9 @@ class _TDBase(ValueEstimatorBase):
         self._set_coefficient("gamma", gamma)
         self.average_rewards = bool(average_rewards)
 
-    def _return(self, next_value: _Tensor, reward: _Tensor, done: _Tensor, terminated: _Tensor, time_dim: int) -> _Tensor:
+    def _return(
+        self, next_value: _Tensor, reward: _Tensor, done: _Tensor, terminated: _Tensor, time_dim: int
+    ) -> _Tensor:
         raise NotImplementedError
 
     def _estimate(self, tensordict, value, next_value, reward, done, terminated, time_dim):
@@ -97,8 +107,16 @@ class TD0Estimator(_TDBase):
         time_dim: int | None = None,
         **kwargs: Any,
     ) -> None:
-        super().__init__(gamma, value_network, average_rewards, differentiable=differentiable,
-                         skip_existing=skip_existing, shifted=shifted, time_dim=time_dim, **kwargs)
+        super().__init__(
+            gamma,
+            value_network,
+            average_rewards,
+            differentiable=differentiable,
+            skip_existing=skip_existing,
+            shifted=shifted,
+            time_dim=time_dim,
+            **kwargs,
+        )
 
     def _return(self, next_value, reward, done, terminated, time_dim):
         return td0_return_estimate(self.gamma, next_value, reward, terminated, time_dim=time_dim)
@@ -141,8 +159,16 @@ class TD1Estimator(_TDBase):
         time_dim: int | None = None,
         **kwargs: Any,
     ) -> None:
-        super().__init__(gamma, value_network, average_rewards, differentiable=differentiable,
-                         skip_existing=skip_existing, shifted=shifted, time_dim=time_dim, **kwargs)
+        super().__init__(
+            gamma,
+            value_network,
+            average_rewards,
+            differentiable=differentiable,
+            skip_existing=skip_existing,
+            shifted=shifted,
+            time_dim=time_dim,
+            **kwargs,
+        )
         self.vectorized = bool(vectorized)
 
     def _return(self, next_value, reward, done, terminated, time_dim):
@@ -187,8 +213,16 @@ class TDLambdaEstimator(_TDBase):
         time_dim: int | None = None,
         **kwargs: Any,
     ) -> None:
-        super().__init__(gamma, value_network, average_rewards, differentiable=differentiable,
-                         skip_existing=skip_existing, shifted=shifted, time_dim=time_dim, **kwargs)
+        super().__init__(
+            gamma,
+            value_network,
+            average_rewards,
+            differentiable=differentiable,
+            skip_existing=skip_existing,
+            shifted=shifted,
+            time_dim=time_dim,
+            **kwargs,
+        )
         self._set_coefficient("lmbda", lmbda)
         self.vectorized = bool(vectorized)
 
@@ -244,10 +278,18 @@ class GAE(ValueEstimatorBase):
         auto_reset_env: bool = False,
         **kwargs: Any,
     ) -> None:
-        super().__init__(value_network=value_network, differentiable=differentiable,
-                         skip_existing=skip_existing, shifted=shifted, time_dim=time_dim, **kwargs)
+        super().__init__(
+            value_network=value_network,
+            differentiable=differentiable,
+            skip_existing=skip_existing,
+            shifted=shifted,
+            time_dim=time_dim,
+            **kwargs,
+        )
         if not isinstance(auto_reset_env, bool):
-            raise TypeError(f"{type(self).__name__}: auto_reset_env must be a bool, got {type(auto_reset_env).__name__}.")
+            raise TypeError(
+                f"{type(self).__name__}: auto_reset_env must be a bool, got {type(auto_reset_env).__name__}."
+            )
         self._set_coefficient("gamma", gamma)
         self._set_coefficient("lmbda", lmbda)
         self.average_gae = bool(average_gae)
@@ -260,14 +302,18 @@ class GAE(ValueEstimatorBase):
         recursion like a termination."""
         truncated = self._read(tensordict, ("next", "truncated"), "('next', 'truncated') (auto_reset_env reads it)")
         truncated = self._to_feature_shape(truncated, value.shape, tensordict.batch_size)
-        self._check_shapes([(self._tensor_keys.value, value), (("next", "truncated"), truncated)], tensordict.batch_size)
+        self._check_shapes(
+            [(self._tensor_keys.value, value), (("next", "truncated"), truncated)], tensordict.batch_size
+        )
         return reward + self.gamma * value * truncated.to(value.dtype), done
 
     def _estimate(self, tensordict, value, next_value, reward, done, terminated, time_dim):
         fn = vec_generalized_advantage_estimate if self.vectorized else generalized_advantage_estimate
         if self.auto_reset_env:
             reward, terminated = self._auto_reset(tensordict, value, reward, done)
-        advantage, value_target = fn(self.gamma, self.lmbda, value, next_value, reward, done, terminated, time_dim=time_dim)
+        advantage, value_target = fn(
+            self.gamma, self.lmbda, value, next_value, reward, done, terminated, time_dim=time_dim
+        )
         if self.average_gae:
             advantage = self._standardize_advantage(advantage, tensordict)
         return advantage, value_target
@@ -331,8 +377,14 @@ class VTrace(ValueEstimatorBase):
         time_dim: int | None = None,
         **kwargs: Any,
     ) -> None:
-        super().__init__(value_network=value_network, differentiable=differentiable,
-                         skip_existing=skip_existing, shifted=shifted, time_dim=time_dim, **kwargs)
+        super().__init__(
+            value_network=value_network,
+            differentiable=differentiable,
+            skip_existing=skip_existing,
+            shifted=shifted,
+            time_dim=time_dim,
+            **kwargs,
+        )
         if not callable(getattr(actor_network, "log_prob", None)):
             raise TypeError(
                 f"VTrace: actor_network must have a log_prob(tensordict) method (e.g. a ProbabilisticTensorDictModule "
@@ -351,7 +403,11 @@ class VTrace(ValueEstimatorBase):
     def in_keys(self) -> list:
         keys = super().in_keys
         lp = self._tensor_keys.sample_log_prob
-        return keys + (lp if isinstance(lp, list) else [lp]) + [key for key in self.actor_network.in_keys if key not in keys]
+        return (
+            keys
+            + (lp if isinstance(lp, list) else [lp])
+            + [key for key in self.actor_network.in_keys if key not in keys]
+        )
 
     def _behaviour_log_prob(self, tensordict: Any) -> _Tensor:
         key = self._tensor_keys.sample_log_prob
@@ -379,15 +435,25 @@ class VTrace(ValueEstimatorBase):
         batch = tensordict.batch_size
         log_mu = self._to_feature_shape(log_mu, value.shape, batch)
         log_pi = self._to_feature_shape(log_pi, value.shape, batch)
-        self._check_shapes([(self._tensor_keys.value, value), (key, log_mu), ("actor_network.log_prob(td)", log_pi)], batch)
+        self._check_shapes(
+            [(self._tensor_keys.value, value), (key, log_mu), ("actor_network.log_prob(td)", log_pi)], batch
+        )
         advantage, value_target = vtrace_advantage_estimate(
-            self.gamma, log_pi, log_mu, value, next_value, reward, done, terminated,
-            self.rho_thresh, self.c_thresh, time_dim=time_dim,
+            self.gamma,
+            log_pi,
+            log_mu,
+            value,
+            next_value,
+            reward,
+            done,
+            terminated,
+            self.rho_thresh,
+            self.c_thresh,
+            time_dim=time_dim,
         )
         if self.average_adv:
             advantage = _standardize(advantage, 1e-5, groups=self._group_ids(tensordict))
         return advantage, value_target
-
 
 
 class MultiAgentGAE(GAE):
@@ -437,7 +503,10 @@ class MultiAgentGAE(GAE):
         return signal.unsqueeze(dim).expand(value.shape)
 
     def _prepare_signals(self, reward, done, terminated, value):
-        return tuple(self._broadcast(name, x, value) for name, x in (("reward", reward), ("done", done), ("terminated", terminated)))
+        return tuple(
+            self._broadcast(name, x, value)
+            for name, x in (("reward", reward), ("done", done), ("terminated", terminated))
+        )
 
     def _standardize_advantage(self, advantage: _Tensor, tensordict: Any) -> _Tensor:
         # per agent: a high-variance agent is not flattened by the others
@@ -451,7 +520,11 @@ def _deprecated_name(old: str, new: type) -> type:
         warnings.warn(f"{old} is deprecated, use {new.__name__} instead.", DeprecationWarning, stacklevel=2)
         new.__init__(self, *args, **kwargs)
 
-    return type(old, (new,), {"__init__": __init__, "__doc__": f"Deprecated name of :class:`{new.__name__}`.", "__module__": __name__})
+    return type(
+        old,
+        (new,),
+        {"__init__": __init__, "__doc__": f"Deprecated name of :class:`{new.__name__}`.", "__module__": __name__},
+    )
 
 
 TD0Estimate = _deprecated_name("TD0Estimate", TD0Estimator)

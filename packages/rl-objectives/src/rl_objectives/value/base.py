@@ -6,6 +6,7 @@ An estimator maps keys to the plain functions of :mod:`rl_objectives.functional`
 TensorDict shaped ``[*B, T]`` and writes ``"advantage"`` and ``"value_target"`` (batch shape, no
 trailing singleton dim).
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -182,12 +183,21 @@ class ValueEstimatorBase(nn.Module):
         super().__init__()
         name = type(self).__name__
         if value_network is not None and not callable(value_network):
-            raise TypeError(f"{name}: value_network must be a TensorDict module or None, got {type(value_network).__name__}.")
+            raise TypeError(
+                f"{name}: value_network must be a TensorDict module or None, got {type(value_network).__name__}."
+            )
         if time_dim is not None and (not isinstance(time_dim, int) or isinstance(time_dim, bool)):
             raise TypeError(f"{name}: time_dim must be an int or None, got {type(time_dim).__name__}.")
-        for arg, value in (("value_chunk_size", value_chunk_size), ("num_chunks", num_chunks), ("num_chunk", num_chunk), ("shifted_budget", shifted_budget)):
+        for arg, value in (
+            ("value_chunk_size", value_chunk_size),
+            ("num_chunks", num_chunks),
+            ("num_chunk", num_chunk),
+            ("shifted_budget", shifted_budget),
+        ):
             if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
-                raise ValueError(f"{name}: {arg} must be an int >= 1{'' if arg == 'shifted_budget' else ' or None'}, got {value!r}.")
+                raise ValueError(
+                    f"{name}: {arg} must be an int >= 1{'' if arg == 'shifted_budget' else ' or None'}, got {value!r}."
+                )
         if num_chunks is not None and num_chunk is not None and num_chunks != num_chunk:
             raise ValueError(f"{name}: num_chunks={num_chunks} and its alias num_chunk={num_chunk} differ.")
         num_chunks = num_chunk if num_chunks is None else num_chunks
@@ -218,7 +228,11 @@ class ValueEstimatorBase(nn.Module):
         self.group_key = None if group_key is None else unravel_key(group_key)
         self.deactivate_vmap = deactivate_vmap
         self._tensor_keys = self.default_keys()
-        renames = {k: v for k, v in (("advantage", advantage_key), ("value_target", value_target_key), ("value", value_key)) if v is not None}
+        renames = {
+            k: v
+            for k, v in (("advantage", advantage_key), ("value_target", value_target_key), ("value", value_key))
+            if v is not None
+        }
         if renames:
             warnings.warn(
                 f"{name}: {', '.join(f'{k}_key' for k in renames)} in the constructor is deprecated; call "
@@ -281,9 +295,13 @@ class ValueEstimatorBase(nn.Module):
             several = name == "sample_log_prob" and isinstance(key, list) and key and all(_is_key(k) for k in key)
             if not several and (key is None or not _is_key(key)):
                 allowed = " or a non-empty list of keys" if name == "sample_log_prob" else ""
-                raise ValueError(f"{type(self).__name__}.set_keys: {name} must be a str or a tuple of str{allowed}, got {key!r}.")
+                raise ValueError(
+                    f"{type(self).__name__}.set_keys: {name} must be a str or a tuple of str{allowed}, got {key!r}."
+                )
         for name, key in kwargs.items():
-            setattr(self._tensor_keys, name, [unravel_key(k) for k in key] if isinstance(key, list) else unravel_key(key))
+            setattr(
+                self._tensor_keys, name, [unravel_key(k) for k in key] if isinstance(key, list) else unravel_key(key)
+            )
         return self
 
     @property
@@ -309,10 +327,14 @@ class ValueEstimatorBase(nn.Module):
         ndim = tensordict.batch_dims
         name = type(self).__name__
         if ndim == 0:
-            raise ValueError(f"{name}: the tensordict needs a time dim among its batch dims, got batch_size {tuple(tensordict.batch_size)}.")
+            raise ValueError(
+                f"{name}: the tensordict needs a time dim among its batch dims, got batch_size {tuple(tensordict.batch_size)}."
+            )
         if self.time_dim is not None:
             if not -ndim <= self.time_dim < ndim:
-                raise ValueError(f"{name}: time_dim={self.time_dim} is out of range for batch_size {tuple(tensordict.batch_size)}.")
+                raise ValueError(
+                    f"{name}: time_dim={self.time_dim} is out of range for batch_size {tuple(tensordict.batch_size)}."
+                )
             return self.time_dim % ndim
         names = tensordict.names
         if "time" in names:
@@ -334,7 +356,9 @@ class ValueEstimatorBase(nn.Module):
             return None
         ndim = tensordict.batch_dims
         if not -ndim <= self.value_chunk_dim < ndim:
-            raise ValueError(f"{type(self).__name__}: value_chunk_dim={self.value_chunk_dim} is out of range for batch_size {tuple(tensordict.batch_size)}.")
+            raise ValueError(
+                f"{type(self).__name__}: value_chunk_dim={self.value_chunk_dim} is out of range for batch_size {tuple(tensordict.batch_size)}."
+            )
         dim = self.value_chunk_dim % ndim
         n = tensordict.batch_size[dim]
         if self.num_chunks is not None:
@@ -411,7 +435,9 @@ class ValueEstimatorBase(nn.Module):
         have_next = self.skip_existing and next_key in tensordict
         if self.shifted and not have_next and (need_value and not have_value or not need_value):
             if target_params is not None and target_params is not params:
-                raise ValueError(f"{type(self).__name__}: shifted=True calls the value network once, so it cannot use separate target_params.")
+                raise ValueError(
+                    f"{type(self).__name__}: shifted=True calls the value network once, so it cannot use separate target_params."
+                )
             value, next_value = self._shifted_values(tensordict, params, time_dim)
             return (value if need_value else None), next_value
         if need_value and not have_value:
@@ -441,8 +467,13 @@ class ValueEstimatorBase(nn.Module):
         Only real feature dims expand: a reward whose extra dims are all 1 (``[B, T, 1]``) is the
         trailing-singleton mix the shape check rejects.
         """
-        extra = shape[len(batch_size):]
-        if mask.shape == batch_size and len(extra) > 0 and shape[: len(batch_size)] == batch_size and any(n != 1 for n in extra):
+        extra = shape[len(batch_size) :]
+        if (
+            mask.shape == batch_size
+            and len(extra) > 0
+            and shape[: len(batch_size)] == batch_size
+            and any(n != 1 for n in extra)
+        ):
             return mask.reshape(*batch_size, *([1] * (len(shape) - len(batch_size)))).expand(shape)
         return mask
 
@@ -457,12 +488,18 @@ class ValueEstimatorBase(nn.Module):
             terminated = done
         for key, mask in ((keys.done, done), (keys.terminated, terminated)):
             if mask.dtype is not torch.bool:
-                raise TypeError(f"{type(self).__name__}: {_nested('next', key)!r} must be bool, got dtype {mask.dtype}.")
+                raise TypeError(
+                    f"{type(self).__name__}: {_nested('next', key)!r} must be bool, got dtype {mask.dtype}."
+                )
         batch = tensordict.batch_size
         done = self._to_feature_shape(done, reward.shape, batch)
         terminated = self._to_feature_shape(terminated, reward.shape, batch)
         self._check_shapes(
-            [(_nested("next", keys.reward), reward), (_nested("next", keys.done), done), (_nested("next", keys.terminated), terminated)],
+            [
+                (_nested("next", keys.reward), reward),
+                (_nested("next", keys.done), done),
+                (_nested("next", keys.terminated), terminated),
+            ],
             batch,
         )
         return reward, done, terminated
@@ -473,8 +510,16 @@ class ValueEstimatorBase(nn.Module):
         team reward over the agents); the identity here."""
         return reward, done, terminated
 
-    def _estimate(self, tensordict: Any, value: _Tensor | None, next_value: _Tensor, reward: _Tensor, done: _Tensor,
-                  terminated: _Tensor, time_dim: int) -> tuple[_Tensor | None, _Tensor]:
+    def _estimate(
+        self,
+        tensordict: Any,
+        value: _Tensor | None,
+        next_value: _Tensor,
+        reward: _Tensor,
+        done: _Tensor,
+        terminated: _Tensor,
+        time_dim: int,
+    ) -> tuple[_Tensor | None, _Tensor]:
         """``(advantage, value_target)`` from the checked inputs; ``advantage`` may be None when
         ``value`` is None (value targets only)."""
         raise NotImplementedError(f"{type(self).__name__} must implement _estimate.")
@@ -570,7 +615,12 @@ def _standardize(x: _Tensor, eps: float, keep_dim: int | None = None, groups: _T
             return (x - x.mean()) / x.std().clamp_min(eps)
         dims = [d for d in range(x.ndim) if d != keep_dim % x.ndim]
         return (x - x.mean(dims, keepdim=True)) / x.std(dims, keepdim=True).clamp_min(eps)
-    if groups.is_floating_point() or groups.dtype is torch.bool or groups.ndim > x.ndim or groups.shape != x.shape[: groups.ndim]:
+    if (
+        groups.is_floating_point()
+        or groups.dtype is torch.bool
+        or groups.ndim > x.ndim
+        or groups.shape != x.shape[: groups.ndim]
+    ):
         raise ValueError(
             f"group ids of shape {tuple(groups.shape)} and dtype {groups.dtype} cannot group values of shape {tuple(x.shape)}: "
             "they must be integers shaped like the values' leading dims."

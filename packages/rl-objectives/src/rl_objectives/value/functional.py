@@ -8,6 +8,7 @@ Example:
     >>> td0_return_estimate(0.5, torch.ones(3), torch.ones(3), terminated=torch.tensor([False, False, True]))
     tensor([1.5000, 1.5000, 1.0000])
 """
+
 from ..functional import (
     generalized_advantage_estimate,
     reward2go,

@@ -1,4 +1,5 @@
 """Replay buffers: a storage, a writer and a sampler behind add/extend/sample."""
+
 from .replay_buffer import ReplayBuffer
 from .tensordict_buffer import TensorDictReplayBuffer
 

@@ -1,4 +1,5 @@
 """ReplayBufferEnsemble: sample from several replay buffers at once (mixing datasets, offline + online)."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -91,7 +92,9 @@ class ReplayBufferEnsemble(ReplayBuffer):
     ) -> None:
         if rbs:
             if storages is not None or samplers is not None or writers is not None:
-                raise ValueError("ReplayBufferEnsemble: pass either replay buffers or storages/samplers/writers, not both.")
+                raise ValueError(
+                    "ReplayBufferEnsemble: pass either replay buffers or storages/samplers/writers, not both."
+                )
             members = list(rbs)
         else:
             storage_list = _members(storages, "_storages")
@@ -127,14 +130,18 @@ class ReplayBufferEnsemble(ReplayBuffer):
         elif num_buffer_sampled is None:
             num_buffer_sampled = n
         elif not isinstance(num_buffer_sampled, int) or num_buffer_sampled < 1:
-            raise ValueError(f"ReplayBufferEnsemble: num_buffer_sampled must be an int >= 1, got {num_buffer_sampled!r}.")
+            raise ValueError(
+                f"ReplayBufferEnsemble: num_buffer_sampled must be an int >= 1, got {num_buffer_sampled!r}."
+            )
         self._rbs = tuple(members)
         self.p = p
         self.sample_from_all = bool(sample_from_all)
         self.num_buffer_sampled = num_buffer_sampled
         # the base class's own storage is a placeholder: items live in the members
         super().__init__(
-            storage=ListStorage(1), transform=transform, batch_size=batch_size,
+            storage=ListStorage(1),
+            transform=transform,
+            batch_size=batch_size,
             collate_fn=collate_fn if collate_fn is not None else _stack_anything,
         )
         if generator is not None:
@@ -241,7 +248,9 @@ class ReplayBufferEnsemble(ReplayBuffer):
     def update_priority(self, index: Any, priority: Any) -> None:
         """Routes priorities to the members: ``index`` is the ``info["index"]`` TensorDict of a sample."""
         if not isinstance(index, TensorDictBase):
-            raise TypeError("ReplayBufferEnsemble.update_priority: index must be the TensorDict info['index'] of a sample.")
+            raise TypeError(
+                "ReplayBufferEnsemble.update_priority: index must be the TensorDict info['index'] of a sample."
+            )
         ids = index.get("buffer_ids").reshape(-1)
         local = index.get("index")
         local = local.reshape(ids.numel(), *local.shape[index.batch_dims :])

@@ -2,6 +2,7 @@
 
 Reference: Andrychowicz et al., "Hindsight Experience Replay", NeurIPS 2017.
 """
+
 from __future__ import annotations
 
 import inspect
@@ -181,15 +182,25 @@ class HERReplayBuffer(TensorDictReplayBuffer):
         if not isinstance(data, TensorDictBase):
             raise TypeError(f"HERReplayBuffer.extend takes a TensorDict of steps, got {type(data).__name__}.")
         if data.batch_dims != 1:
-            raise ValueError(f"HERReplayBuffer.extend: expected steps with batch_size [T], got {list(data.batch_size)}.")
-        for key, what in ((self.goal_key, "goal_key"), (self.achieved_goal_key, "achieved_goal_key"), (self.reward_key, "reward_key")):
+            raise ValueError(
+                f"HERReplayBuffer.extend: expected steps with batch_size [T], got {list(data.batch_size)}."
+            )
+        for key, what in (
+            (self.goal_key, "goal_key"),
+            (self.achieved_goal_key, "achieved_goal_key"),
+            (self.reward_key, "reward_key"),
+        ):
             if data.get(key, None) is None:
-                raise KeyError(f"HERReplayBuffer.extend: {what} {key!r} is missing (keys: {list(data.keys(True, True))}).")
+                raise KeyError(
+                    f"HERReplayBuffer.extend: {what} {key!r} is missing (keys: {list(data.keys(True, True))})."
+                )
 
     def add(self, data: TensorDictBase) -> int:
         """Writes one step (batch_size ``[]``); returns its index."""
         if not isinstance(data, TensorDictBase) or data.batch_dims != 0:
-            raise ValueError("HERReplayBuffer.add takes one step (a TensorDict with batch_size []); use extend for more.")
+            raise ValueError(
+                "HERReplayBuffer.add takes one step (a TensorDict with batch_size []); use extend for more."
+            )
         return int(self.extend(data.unsqueeze(0))[0])
 
     def extend(self, data: TensorDictBase) -> torch.Tensor:

@@ -1,4 +1,5 @@
 """PrioritizedReplayBuffer and TensorDictPrioritizedReplayBuffer: buffers with a PrioritizedSampler built in."""
+
 from __future__ import annotations
 
 import math

@@ -1,4 +1,5 @@
 """ReplayBuffer: a storage, a writer and a sampler behind add/extend/sample."""
+
 from __future__ import annotations
 
 import operator
@@ -166,7 +167,11 @@ class ReplayBuffer:
     # ------------------------------------------------------------------ transforms
     @property
     def transform(self) -> Callable | None:
-        return self._transforms[0] if len(self._transforms) == 1 else (self._apply_transforms if self._transforms else None)
+        return (
+            self._transforms[0]
+            if len(self._transforms) == 1
+            else (self._apply_transforms if self._transforms else None)
+        )
 
     def append_transform(self, transform: Callable) -> "ReplayBuffer":
         """Adds a transform applied after the others to every sampled batch."""
@@ -351,14 +356,18 @@ class ReplayBuffer:
         owner = f"{type(self).__name__}.load_state_dict"
         if not isinstance(state, dict) or not {"storage", "sampler", "writer"} <= state.keys():
             got = sorted(map(str, state)) if isinstance(state, dict) else type(state).__name__
-            raise ValueError(f"{owner}: state must be a dict with 'storage', 'sampler' and 'writer' entries, got {got}.")
+            raise ValueError(
+                f"{owner}: state must be a dict with 'storage', 'sampler' and 'writer' entries, got {got}."
+            )
         rng = state.get("rng")
         with self._lock:
             for name, part in (("sampler", self._sampler), ("writer", self._writer)):
                 try:
                     check_loadable(part, state[name])
                 except (KeyError, TypeError, ValueError, IndexError, RuntimeError) as err:
-                    raise ValueError(f"{owner}: state[{name!r}] is not a valid {type(part).__name__} state: {err}") from err
+                    raise ValueError(
+                        f"{owner}: state[{name!r}] is not a valid {type(part).__name__} state: {err}"
+                    ) from err
             if rng is not None and self._rng is not None:
                 try:
                     torch.Generator(device=self._rng.device).set_state(rng)

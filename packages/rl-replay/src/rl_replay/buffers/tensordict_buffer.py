@@ -1,4 +1,5 @@
 """TensorDictReplayBuffer: a ReplayBuffer of TensorDicts that writes ``"index"`` back and reads priorities by key."""
+
 from __future__ import annotations
 
 from typing import Any

@@ -5,6 +5,7 @@
 Names load lazily; h5py is imported only when a loader reads a file (``pip install rl-replay[h5py]``).
 Nothing here downloads.
 """
+
 from __future__ import annotations
 
 import importlib
@@ -37,8 +38,16 @@ if TYPE_CHECKING:  # type checkers and IDEs see these (`X as X`: re-exported); a
         registered_datasets as registered_datasets,
     )
 
-__all__ = ["D4RLExperienceReplay", "MinariExperienceReplay", "OfflineDataset", "load_dataset",
-           "register_dataset", "registered_datasets", "split_trajectories"]
+# static, so that documentation tools read it (tests/integration/test_layout.py checks it against _LAZY)
+__all__ = [
+    "D4RLExperienceReplay",
+    "MinariExperienceReplay",
+    "OfflineDataset",
+    "load_dataset",
+    "register_dataset",
+    "registered_datasets",
+    "split_trajectories",
+]
 
 
 def __getattr__(name: str) -> Any:

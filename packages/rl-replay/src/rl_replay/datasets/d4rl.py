@@ -4,6 +4,7 @@ A D4RL file holds flat arrays with one row per step: ``observations``, ``actions
 ``terminals``, optionally ``timeouts`` (time-limit ends), ``next_observations``, ``infos/*`` and
 ``metadata/*``. Episodes end where ``terminals | timeouts``.
 """
+
 from __future__ import annotations
 
 import os
@@ -103,13 +104,24 @@ class D4RLExperienceReplay(OfflineDataset):
         self.path = Path(path) if path is not None else None
         if dataset_id is None:
             if self.path is None:
-                raise ValueError("D4RLExperienceReplay: give dataset_id (a converted copy under root) or path (a D4RL .hdf5 file).")
+                raise ValueError(
+                    "D4RLExperienceReplay: give dataset_id (a converted copy under root) or path (a D4RL .hdf5 file)."
+                )
             dataset_id = self.path.stem
         self._source_meta: dict = {}
         super().__init__(
-            dataset_id, batch_size, root=root, download=download, sampler=sampler, writer=writer,
-            collate_fn=collate_fn, pin_memory=pin_memory, prefetch=prefetch, transform=transform,
-            split_trajs=split_trajs, generator=generator,
+            dataset_id,
+            batch_size,
+            root=root,
+            download=download,
+            sampler=sampler,
+            writer=writer,
+            collate_fn=collate_fn,
+            pin_memory=pin_memory,
+            prefetch=prefetch,
+            transform=transform,
+            split_trajs=split_trajs,
+            generator=generator,
         )
 
     def _source_metadata(self) -> dict:
@@ -127,12 +139,16 @@ class D4RLExperienceReplay(OfflineDataset):
         try:
             f = h5py.File(self.path, "r")
         except OSError as err:
-            raise ValueError(f"D4RLExperienceReplay: path={str(self.path)!r} is not a readable HDF5 file ({err}).") from err
+            raise ValueError(
+                f"D4RLExperienceReplay: path={str(self.path)!r} is not a readable HDF5 file ({err})."
+            ) from err
         skipped: list[str] = []
         with f:
             missing = [k for k in _REQUIRED if k not in f]
             if missing:
-                raise ValueError(f"D4RLExperienceReplay: {str(self.path)!r} lacks {missing} (it holds {sorted(f.keys())}).")
+                raise ValueError(
+                    f"D4RLExperienceReplay: {str(self.path)!r} lacks {missing} (it holds {sorted(f.keys())})."
+                )
             src = {k: read_h5(f[k], k) for k in _REQUIRED}
             for k in ("timeouts", "next_observations"):
                 if k in f:
@@ -143,7 +159,13 @@ class D4RLExperienceReplay(OfflineDataset):
                 for key, value in f["metadata"].items():
                     if not hasattr(value, "keys") and value.ndim == 0:
                         v = value[()]
-                        v = v.decode("utf-8", "replace") if isinstance(v, bytes) else v.item() if hasattr(v, "item") else v
+                        v = (
+                            v.decode("utf-8", "replace")
+                            if isinstance(v, bytes)
+                            else v.item()
+                            if hasattr(v, "item")
+                            else v
+                        )
                         if isinstance(v, (str, int, float, bool)):
                             meta[key] = v
             ignored = sorted(k for k in f if k not in _KNOWN)
@@ -151,7 +173,9 @@ class D4RLExperienceReplay(OfflineDataset):
         if rew.ndim == 2 and rew.shape[1] == 1:
             rew = rew.squeeze(1)
         if rew.ndim != 1:
-            raise ValueError(f"D4RLExperienceReplay: 'rewards' must have one value per step (shape [N]), got {list(rew.shape)}.")
+            raise ValueError(
+                f"D4RLExperienceReplay: 'rewards' must have one value per step (shape [N]), got {list(rew.shape)}."
+            )
         n = rew.shape[0]
         if n == 0:
             raise ValueError(f"D4RLExperienceReplay: {str(self.path)!r} holds no step.")
@@ -193,19 +217,32 @@ class D4RLExperienceReplay(OfflineDataset):
             if not bool(keep.any()):
                 raise ValueError(f"D4RLExperienceReplay: {str(self.path)!r} holds no step with a next observation.")
             nxt = obs[(index + 1).clamp(max=n - 1)]
-            nxt = nxt.masked_fill(term.reshape(-1, *[1] * (nxt.ndim - 1)), 0) if isinstance(nxt, torch.Tensor) else \
-                nxt.apply(lambda x: x.masked_fill(term.reshape(-1, *[1] * (x.ndim - 1)), 0))
+            nxt = (
+                nxt.masked_fill(term.reshape(-1, *[1] * (nxt.ndim - 1)), 0)
+                if isinstance(nxt, torch.Tensor)
+                else nxt.apply(lambda x: x.masked_fill(term.reshape(-1, *[1] * (x.ndim - 1)), 0))
+            )
             ep_k, term_k = episode[keep], term[keep]
             last = torch.ones_like(term_k)
             last[:-1] = ep_k[1:] != ep_k[:-1]
             trunc_k = last & ~term_k  # the episode's data stops here without a terminal: a cut
             data = transitions(
-                obs[keep], act[keep], nxt[keep], rew[keep], term_k, trunc_k, ep_k,
+                obs[keep],
+                act[keep],
+                nxt[keep],
+                rew[keep],
+                term_k,
+                trunc_k,
+                ep_k,
                 info_td[keep] if info_td is not None else None,
             )
         self._source_meta = {
-            "path": str(self.path), "has_next_observations": "next_observations" in src,
-            "has_timeouts": "timeouts" in src, "metadata": meta, "skipped_keys": sorted(skipped),
-            "ignored_keys": ignored, "source_steps": n,
+            "path": str(self.path),
+            "has_next_observations": "next_observations" in src,
+            "has_timeouts": "timeouts" in src,
+            "metadata": meta,
+            "skipped_keys": sorted(skipped),
+            "ignored_keys": ignored,
+            "source_steps": n,
         }
         return data

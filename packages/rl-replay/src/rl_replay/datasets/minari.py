@@ -6,6 +6,7 @@ than the steps: the reset observation comes first; dict observations are sub-gro
 ``actions``, ``rewards``, ``terminations``, ``truncations`` and ``infos``. Nothing is downloaded:
 the files must be on disk (``minari download`` them elsewhere, or point ``minari_root`` at a copy).
 """
+
 from __future__ import annotations
 
 import json
@@ -123,9 +124,18 @@ class MinariExperienceReplay(OfflineDataset):
         self.minari_root = Path(minari_root) if minari_root is not None else default_minari_root()
         self._source_meta: dict = {}
         super().__init__(
-            dataset_id, batch_size, root=root, download=download, sampler=sampler, writer=writer,
-            collate_fn=collate_fn, pin_memory=pin_memory, prefetch=prefetch, transform=transform,
-            split_trajs=split_trajs, generator=generator,
+            dataset_id,
+            batch_size,
+            root=root,
+            download=download,
+            sampler=sampler,
+            writer=writer,
+            collate_fn=collate_fn,
+            pin_memory=pin_memory,
+            prefetch=prefetch,
+            transform=transform,
+            split_trajs=split_trajs,
+            generator=generator,
         )
 
     @property
@@ -170,11 +180,15 @@ class MinariExperienceReplay(OfflineDataset):
         with f:
             names = [k for k in f if k.startswith("episode_")]
             try:
-                names.sort(key=lambda k: int(k[len("episode_"):]))
+                names.sort(key=lambda k: int(k[len("episode_") :]))
             except ValueError as err:
-                raise ValueError(f"MinariExperienceReplay: {str(path)!r}: episode groups must be named episode_<int>, got {names}.") from err
+                raise ValueError(
+                    f"MinariExperienceReplay: {str(path)!r}: episode groups must be named episode_<int>, got {names}."
+                ) from err
             if not names:
-                raise ValueError(f"MinariExperienceReplay: {str(path)!r} holds no episode_<i> group (keys: {sorted(f.keys())}).")
+                raise ValueError(
+                    f"MinariExperienceReplay: {str(path)!r} holds no episode_<i> group (keys: {sorted(f.keys())})."
+                )
             episodes = [self._read_episode(f[name], name, skipped) for name in names]
         episodes = [e for e in episodes if e is not None]
         if not episodes:
@@ -193,17 +207,25 @@ class MinariExperienceReplay(OfflineDataset):
             n = e["n"]
             info = {k: v[:-1] for k, v in e["info"].items() if k in common}
             next_info = {k: v[1:] for k, v in e["info"].items() if k in common}
-            parts.append(transitions(
-                _as_td(e["obs"], n + 1)[:-1] if isinstance(e["obs"], dict) else e["obs"][:-1],
-                _as_td(e["act"], n),
-                _as_td(e["obs"], n + 1)[1:] if isinstance(e["obs"], dict) else e["obs"][1:],
-                e["rew"], e["term"], e["trunc"], torch.full((n,), e["id"], dtype=torch.int64),
-                _nest(info, n) if info else None, _nest(next_info, n) if next_info else None,
-            ))
+            parts.append(
+                transitions(
+                    _as_td(e["obs"], n + 1)[:-1] if isinstance(e["obs"], dict) else e["obs"][:-1],
+                    _as_td(e["act"], n),
+                    _as_td(e["obs"], n + 1)[1:] if isinstance(e["obs"], dict) else e["obs"][1:],
+                    e["rew"],
+                    e["term"],
+                    e["trunc"],
+                    torch.full((n,), e["id"], dtype=torch.int64),
+                    _nest(info, n) if info else None,
+                    _nest(next_info, n) if next_info else None,
+                )
+            )
         try:
             data = torch.cat(parts) if len(parts) > 1 else parts[0]
         except (RuntimeError, KeyError, ValueError) as err:
-            raise ValueError(f"MinariExperienceReplay: the episodes of {str(path)!r} differ in keys, shapes or dtypes ({err}).") from err
+            raise ValueError(
+                f"MinariExperienceReplay: the episodes of {str(path)!r} differ in keys, shapes or dtypes ({err})."
+            ) from err
         # one entry per key, whatever episode it was skipped in
         skipped = sorted({k.split("/", 1)[1] if k.startswith("episode_") else k for k in skipped})
         self._source_meta = dict(meta, path=str(path), skipped_keys=skipped)
@@ -249,6 +271,14 @@ class MinariExperienceReplay(OfflineDataset):
                     info[key] = torch.cat([value.new_zeros((1, *value.shape[1:])), value])
                 else:
                     skipped.append(f"{name}/infos/{key}")
-        episode_id = int(group.attrs.get("id", int(name[len("episode_"):])))
-        return {"n": n, "obs": obs, "act": act, "rew": rew, "term": flags["terminations"],
-                "trunc": flags["truncations"], "info": info, "id": episode_id}
+        episode_id = int(group.attrs.get("id", int(name[len("episode_") :])))
+        return {
+            "n": n,
+            "obs": obs,
+            "act": act,
+            "rew": rew,
+            "term": flags["terminations"],
+            "trunc": flags["truncations"],
+            "info": info,
+            "id": episode_id,
+        }

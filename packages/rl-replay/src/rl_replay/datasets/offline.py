@@ -6,6 +6,7 @@ the TorchRL layout (``observation``, ``action``, ``("next", "observation")``, ``
 ``<root>/<dataset_id>/``. Every later construction maps those files directly: no reconversion, no
 copy into RAM. Nothing is ever downloaded: loaders read local files only.
 """
+
 from __future__ import annotations
 
 import json
@@ -43,8 +44,7 @@ def require_h5py() -> Any:
         import h5py
     except ImportError as err:  # pragma: no cover - depends on the environment
         raise ImportError(
-            "reading HDF5 datasets (Minari, D4RL) needs h5py, which is not installed: "
-            "pip install rl-replay[h5py]"
+            "reading HDF5 datasets (Minari, D4RL) needs h5py, which is not installed: pip install rl-replay[h5py]"
         ) from err
     return h5py
 
@@ -98,8 +98,13 @@ def transitions(
 ) -> TensorDictBase:
     """Builds the TorchRL step layout (per-step scalars without a trailing dim; ``done = terminated | truncated``)."""
     n = episode.shape[0]
-    nxt = {"observation": next_observation, "reward": reward, "done": terminated | truncated,
-           "terminated": terminated, "truncated": truncated}
+    nxt = {
+        "observation": next_observation,
+        "reward": reward,
+        "done": terminated | truncated,
+        "terminated": terminated,
+        "truncated": truncated,
+    }
     if next_info is not None:
         nxt["info"] = next_info
     root = {"observation": observation, "action": action, "episode": episode, "next": TensorDict(nxt, batch_size=[n])}
@@ -234,7 +239,9 @@ class OfflineDataset(TensorDictReplayBuffer):
         self.dataset_id = _check_dataset_id(dataset_id)
         if download not in (False, True, "force"):
             raise ValueError(f"download must be False, True or 'force', got {download!r}.")
-        if batch_size is not None and (not isinstance(batch_size, int) or isinstance(batch_size, bool) or batch_size < 1):
+        if batch_size is not None and (
+            not isinstance(batch_size, int) or isinstance(batch_size, bool) or batch_size < 1
+        ):
             raise ValueError(f"batch_size must be a positive int or None, got {batch_size!r}.")
         self._root = Path(root) if root is not None else default_root(self.default_kind)
         self.download = download
@@ -308,7 +315,9 @@ class OfflineDataset(TensorDictReplayBuffer):
         data = self._make_tensordict()  # reads and validates the source before anything is written
         if not isinstance(data, TensorDictBase) or data.batch_dims != 1 or data.batch_size[0] == 0:
             got = list(data.batch_size) if isinstance(data, TensorDictBase) else type(data).__name__
-            raise ValueError(f"{type(self).__name__}._make_tensordict must return a non-empty TensorDict of batch [num_steps], got {got}.")
+            raise ValueError(
+                f"{type(self).__name__}._make_tensordict must return a non-empty TensorDict of batch [num_steps], got {got}."
+            )
         meta = {
             "dataset_id": self.dataset_id,
             "loader": type(self).__name__,
@@ -338,9 +347,13 @@ class OfflineDataset(TensorDictReplayBuffer):
             with open(path / META_NAME, encoding="utf-8") as f:
                 meta = json.load(f)
         except FileNotFoundError:
-            raise FileNotFoundError(f"{type(self).__name__}: no converted dataset at {str(path)!r} ({META_NAME} is missing).") from None
+            raise FileNotFoundError(
+                f"{type(self).__name__}: no converted dataset at {str(path)!r} ({META_NAME} is missing)."
+            ) from None
         except (json.JSONDecodeError, UnicodeDecodeError) as err:
-            raise RuntimeError(f"{type(self).__name__}: the converted dataset at {str(path)!r} is corrupt ({META_NAME}: {err}); {hint}.") from err
+            raise RuntimeError(
+                f"{type(self).__name__}: the converted dataset at {str(path)!r} is corrupt ({META_NAME}: {err}); {hint}."
+            ) from err
         if not isinstance(meta, dict) or meta.get("format") != FORMAT or meta.get("version") != VERSION:
             raise RuntimeError(
                 f"{type(self).__name__}: {str(path / META_NAME)!r} is not an rl_replay dataset of version {VERSION} "
@@ -349,7 +362,9 @@ class OfflineDataset(TensorDictReplayBuffer):
         try:
             data = TensorDict.load_memmap(path)
         except (MemmapLoadError, OSError) as err:
-            raise RuntimeError(f"{type(self).__name__}: the converted dataset at {str(path)!r} is corrupt ({err}); {hint}.") from err
+            raise RuntimeError(
+                f"{type(self).__name__}: the converted dataset at {str(path)!r} is corrupt ({err}); {hint}."
+            ) from err
         if data.batch_dims < 1 or data.batch_size[0] != meta.get("num_items"):
             raise RuntimeError(
                 f"{type(self).__name__}: the converted dataset at {str(path)!r} holds {list(data.batch_size)} items, "

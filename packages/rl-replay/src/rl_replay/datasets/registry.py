@@ -1,4 +1,5 @@
 """A name -> loader registry for offline datasets: ``register_dataset`` and ``load_dataset``."""
+
 from __future__ import annotations
 
 import importlib

@@ -1,4 +1,5 @@
 """Sampler: picks which stored items a batch holds."""
+
 from __future__ import annotations
 
 from typing import Any

@@ -1,4 +1,5 @@
 """PrioritizedSampler: proportional prioritized replay (Schaul et al., 2015) on torch sum/min trees."""
+
 from __future__ import annotations
 
 import math
@@ -376,7 +377,9 @@ class PrioritizedSampler(Sampler):
         trees = [("sum_tree", self._sum_tree), ("min_tree", self._min_tree), ("priority", None)]
         if self._max_tree is not None:
             if "max_tree" not in state:
-                raise KeyError("PrioritizedSampler.load_state_dict: 'max_tree' is missing (max_priority_within_buffer=True).")
+                raise KeyError(
+                    "PrioritizedSampler.load_state_dict: 'max_tree' is missing (max_priority_within_buffer=True)."
+                )
             trees.append(("max_tree", self._max_tree))
         for key, tree in trees:
             target = tree._nodes if tree is not None else self._priority

@@ -1,4 +1,5 @@
 """PrioritizedSliceSampler: trajectory slices whose start step is drawn by priority."""
+
 from __future__ import annotations
 
 import warnings
@@ -76,19 +77,37 @@ class PrioritizedSliceSampler(SliceSampler, PrioritizedSampler):
         max_priority_within_buffer: bool = False,
     ) -> None:
         SliceSampler.__init__(
-            self, num_slices=num_slices, slice_len=slice_len, end_key=end_key, traj_key=traj_key, ends=ends,
-            trajectories=trajectories, cache_values=cache_values, truncated_key=truncated_key, init_key=init_key,
-            strict_length=strict_length, compile=compile, span=span,
+            self,
+            num_slices=num_slices,
+            slice_len=slice_len,
+            end_key=end_key,
+            traj_key=traj_key,
+            ends=ends,
+            trajectories=trajectories,
+            cache_values=cache_values,
+            truncated_key=truncated_key,
+            init_key=init_key,
+            strict_length=strict_length,
+            compile=compile,
+            span=span,
         )
         rng = self._rng
         PrioritizedSampler.__init__(
-            self, max_capacity, alpha, beta, eps=eps, dtype=dtype, reduction=reduction,
+            self,
+            max_capacity,
+            alpha,
+            beta,
+            eps=eps,
+            dtype=dtype,
+            reduction=reduction,
             max_priority_within_buffer=max_priority_within_buffer,
         )
         self._rng = rng
         if self.span[0]:
-            warnings.warn(f"{type(self).__name__}: a left span cannot be drawn from start priorities; it is turned off.",
-                          stacklevel=2)
+            warnings.warn(
+                f"{type(self).__name__}: a left span cannot be drawn from start priorities; it is turned off.",
+                stacklevel=2,
+            )
             self.span = (0, self.span[1])
 
     # ------------------------------------------------------------------ write hooks (both parents listen)
@@ -156,8 +175,10 @@ class PrioritizedSliceSampler(SliceSampler, PrioritizedSampler):
             n_valid = n_valid.clamp_min(1)
         total = int(n_valid.sum())
         if total == 0:
-            raise RuntimeError(f"{type(self).__name__}: no trajectory is at least {seq_length} steps long; "
-                               "use strict_length=False or a shorter slice.")
+            raise RuntimeError(
+                f"{type(self).__name__}: no trajectory is at least {seq_length} steps long; "
+                "use strict_length=False or a shorter slice."
+            )
         offsets = torch.cumsum(n_valid, 0) - n_valid
         traj = torch.repeat_interleave(torch.arange(n_valid.numel()), n_valid)
         t = start[traj] + torch.arange(total) - offsets[traj]
@@ -185,7 +206,9 @@ class PrioritizedSliceSampler(SliceSampler, PrioritizedSampler):
         lengths = None if bool((steps == seq_length).all()) else steps
         out, info = self._emit(storage, index, t0, col[traj], lengths, seq_length)
         weight = (self._sum_tree[items].double() / self._min_tree.min()).pow_(-self._beta).to(self.dtype)
-        info["priority_weight"] = weight.repeat_interleave(seq_length) if lengths is None else weight.repeat_interleave(lengths)
+        info["priority_weight"] = (
+            weight.repeat_interleave(seq_length) if lengths is None else weight.repeat_interleave(lengths)
+        )
         return out, info
 
     # ------------------------------------------------------------------ state
@@ -197,6 +220,8 @@ class PrioritizedSliceSampler(SliceSampler, PrioritizedSampler):
         SliceSampler.load_state_dict(self, state.get("slice", {}))
 
     def __repr__(self) -> str:
-        return (f"{type(self).__name__}(num_slices={self.num_slices}, slice_len={self.slice_len}, end_key={self.end_key}, "
-                f"traj_key={self.traj_key}, strict_length={self.strict_length}, alpha={self._alpha}, beta={self._beta}, "
-                f"eps={self._eps})")
+        return (
+            f"{type(self).__name__}(num_slices={self.num_slices}, slice_len={self.slice_len}, end_key={self.end_key}, "
+            f"traj_key={self.traj_key}, strict_length={self.strict_length}, alpha={self._alpha}, beta={self._beta}, "
+            f"eps={self._eps})"
+        )

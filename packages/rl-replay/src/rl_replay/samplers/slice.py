@@ -5,6 +5,7 @@ column each time). The sampler keeps a compact index of trajectory ends instead:
 records the written rows, and the next ``sample`` reads the end flags (or trajectory ids) of those
 rows alone and appends their ends. Drawing a batch then costs O(batch) tensor ops.
 """
+
 from __future__ import annotations
 
 import math
@@ -208,7 +209,9 @@ class SliceSampler(Sampler):
         Sampler.__init__(self)  # not super(): subclasses mixing in PrioritizedSampler initialise it themselves
         name = type(self).__name__
         if (num_slices is None) == (slice_len is None):
-            raise TypeError(f"{name}: give exactly one of num_slices and slice_len, got num_slices={num_slices}, slice_len={slice_len}.")
+            raise TypeError(
+                f"{name}: give exactly one of num_slices and slice_len, got num_slices={num_slices}, slice_len={slice_len}."
+            )
         for arg, value in (("num_slices", num_slices), ("slice_len", slice_len)):
             if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 1):
                 raise ValueError(f"{name}: {arg} must be a positive int, got {value!r}.")
@@ -245,7 +248,9 @@ class SliceSampler(Sampler):
     def _check_span(self, span: Any) -> tuple[int, int]:
         pair = span if isinstance(span, (tuple, list)) else (span, span)
         if len(pair) != 2:
-            raise ValueError(f"{type(self).__name__}: span must be a bool, an int or a (left, right) pair, got {span!r}.")
+            raise ValueError(
+                f"{type(self).__name__}: span must be a bool, an int or a (left, right) pair, got {span!r}."
+            )
         out = []
         for side in pair:
             if isinstance(side, bool):
@@ -253,7 +258,9 @@ class SliceSampler(Sampler):
             elif isinstance(side, int) and side >= 0:
                 out.append(side)
             else:
-                raise ValueError(f"{type(self).__name__}: span values must be bools or non-negative ints, got {span!r}.")
+                raise ValueError(
+                    f"{type(self).__name__}: span values must be bools or non-negative ints, got {span!r}."
+                )
         return tuple(out)
 
     def _check_static(self, signal: torch.Tensor, is_end: bool) -> tuple[torch.Tensor, bool]:
@@ -291,10 +298,14 @@ class SliceSampler(Sampler):
         inner = getattr(storage, "_storage", None)
         if not is_tensor_collection(inner):
             inner = storage.get(torch.zeros(1, dtype=torch.int64))
-            inner = torch.stack(inner) if isinstance(inner, list) and inner and is_tensor_collection(inner[0]) else inner
+            inner = (
+                torch.stack(inner) if isinstance(inner, list) and inner and is_tensor_collection(inner[0]) else inner
+            )
             if not is_tensor_collection(inner):
-                raise RuntimeError(f"{type(self).__name__} needs a storage of TensorDicts, got {type(storage).__name__} "
-                                   f"holding {type(inner).__name__}.")
+                raise RuntimeError(
+                    f"{type(self).__name__} needs a storage of TensorDicts, got {type(storage).__name__} "
+                    f"holding {type(inner).__name__}."
+                )
         if self._auto_key:
             for key in (("collector", "traj_ids"), "episode"):
                 if _has_key(inner, key):
@@ -303,8 +314,10 @@ class SliceSampler(Sampler):
         key = self.traj_key if self.traj_key is not None else self.end_key
         if not _has_key(inner, key):
             what = "traj_key" if self.traj_key is not None else "end_key"
-            raise KeyError(f"{type(self).__name__}: {what} {key!r} is not in the storage; stored keys: "
-                           f"{sorted(map(str, inner.keys(include_nested=True, leaves_only=True)))}.")
+            raise KeyError(
+                f"{type(self).__name__}: {what} {key!r} is not in the storage; stored keys: "
+                f"{sorted(map(str, inner.keys(include_nested=True, leaves_only=True)))}."
+            )
         self._key_resolved = True
 
     def _read_signal(self, storage: Any, first: int, count: int, rows: torch.Tensor | None = None) -> torch.Tensor:
@@ -315,14 +328,20 @@ class SliceSampler(Sampler):
         if is_tensor_collection(inner):  # read as at most two contiguous slices
             column = inner.get(key)
             stop = first + count
-            values = column[first:stop] if stop <= column.shape[0] else torch.cat([column[first:], column[: stop - column.shape[0]]])
+            values = (
+                column[first:stop]
+                if stop <= column.shape[0]
+                else torch.cat([column[first:], column[: stop - column.shape[0]]])
+            )
         else:
             rows = (torch.arange(count) + first) % self._index.rows if rows is None else rows
             data = storage.get(rows)
             values = (torch.stack(data) if isinstance(data, list) else data).get(key)
         per_row = self._index.per_row
         if values.numel() != count * per_row:
-            raise ValueError(f"{type(self).__name__}: {key!r} must hold one value per stored item, got shape {list(values.shape)}.")
+            raise ValueError(
+                f"{type(self).__name__}: {key!r} must hold one value per stored item, got shape {list(values.shape)}."
+            )
         values = values.reshape(count, per_row)
         return values.bool() if self.traj_key is None else values
 
@@ -349,8 +368,10 @@ class SliceSampler(Sampler):
             self._pending, self._pending_rows = [], 0
             n = pending.numel()
             expected_first = (index.w + index.phase) % rows
-            contiguous = n <= rows and int(pending[0]) == expected_first and bool(
-                (pending == (torch.arange(n) + expected_first) % rows).all()
+            contiguous = (
+                n <= rows
+                and int(pending[0]) == expected_first
+                and bool((pending == (torch.arange(n) + expected_first) % rows).all())
             )
             if not contiguous:
                 return self._rebuild(storage)
@@ -392,10 +413,14 @@ class SliceSampler(Sampler):
     def _seq_length(self, batch_size: int) -> tuple[int, int]:
         if self.num_slices is not None:
             if batch_size % self.num_slices:
-                raise RuntimeError(f"{type(self).__name__}: batch_size {batch_size} is not divisible by num_slices={self.num_slices}.")
+                raise RuntimeError(
+                    f"{type(self).__name__}: batch_size {batch_size} is not divisible by num_slices={self.num_slices}."
+                )
             return batch_size // self.num_slices, self.num_slices
         if batch_size % self.slice_len:
-            raise RuntimeError(f"{type(self).__name__}: batch_size {batch_size} is not divisible by slice_len={self.slice_len}.")
+            raise RuntimeError(
+                f"{type(self).__name__}: batch_size {batch_size} is not divisible by slice_len={self.slice_len}."
+            )
         return self.slice_len, batch_size // self.slice_len
 
     def _candidates(self, index: _TrajectoryIndex, seq_length: int) -> torch.Tensor:
@@ -444,8 +469,15 @@ class SliceSampler(Sampler):
             t0 = tstart[traj] + rel
         return self._emit(storage, index, t0, tcol[traj], lengths, seq_length)
 
-    def _emit(self, storage: Any, index: _TrajectoryIndex, t0: torch.Tensor, cols: torch.Tensor,
-              lengths: torch.Tensor | None, seq_length: int) -> tuple[Any, dict]:
+    def _emit(
+        self,
+        storage: Any,
+        index: _TrajectoryIndex,
+        t0: torch.Tensor,
+        cols: torch.Tensor,
+        lengths: torch.Tensor | None,
+        seq_length: int,
+    ) -> tuple[Any, dict]:
         """The storage index and info of slices starting at write times ``t0`` in item columns ``cols``
         (``lengths``: steps of each slice, ``None`` when all are ``seq_length`` long)."""
         ar = torch.arange(seq_length)
@@ -471,8 +503,15 @@ class SliceSampler(Sampler):
             out = (rows, *torch.unravel_index(cols, item_dims)) if len(item_dims) > 1 else (rows, cols)
         return out, self._info(storage, out, t0.numel(), seq_length, lengths, mask)
 
-    def _info(self, storage: Any, out: Any, num_slices: int, seq_length: int, lengths: torch.Tensor | None,
-              mask: torch.Tensor | None) -> dict:
+    def _info(
+        self,
+        storage: Any,
+        out: Any,
+        num_slices: int,
+        seq_length: int,
+        lengths: torch.Tensor | None,
+        mask: torch.Tensor | None,
+    ) -> dict:
         n = out[0].numel() if isinstance(out, tuple) else out.numel()
         if lengths is None or self.pad_output:
             firsts = torch.arange(num_slices) * seq_length
@@ -512,8 +551,10 @@ class SliceSampler(Sampler):
         self._storage_id = None  # rebuild from the restored storage on the next sample
 
     def __repr__(self) -> str:
-        return (f"{type(self).__name__}(num_slices={self.num_slices}, slice_len={self.slice_len}, end_key={self.end_key}, "
-                f"traj_key={self.traj_key}, truncated_key={self.truncated_key}, strict_length={self.strict_length})")
+        return (
+            f"{type(self).__name__}(num_slices={self.num_slices}, slice_len={self.slice_len}, end_key={self.end_key}, "
+            f"traj_key={self.traj_key}, truncated_key={self.truncated_key}, strict_length={self.strict_length})"
+        )
 
 
 def _gather(inner: Any, key: NestedKey, out: Any, n: int) -> torch.Tensor | None:
@@ -571,9 +612,19 @@ class SliceSamplerWithoutReplacement(SliceSampler):
         use_gpu: bool | torch.device = False,
     ) -> None:
         super().__init__(
-            num_slices=num_slices, slice_len=slice_len, end_key=end_key, traj_key=traj_key, ends=ends,
-            trajectories=trajectories, cache_values=True, truncated_key=truncated_key, init_key=init_key,
-            strict_length=strict_length, pad_output=pad_output, compile=compile, use_gpu=use_gpu,
+            num_slices=num_slices,
+            slice_len=slice_len,
+            end_key=end_key,
+            traj_key=traj_key,
+            ends=ends,
+            trajectories=trajectories,
+            cache_values=True,
+            truncated_key=truncated_key,
+            init_key=init_key,
+            strict_length=strict_length,
+            pad_output=pad_output,
+            compile=compile,
+            use_gpu=use_gpu,
         )
         self.drop_last, self.shuffle = bool(drop_last), bool(shuffle)
         self._order: torch.Tensor | None = None
@@ -600,8 +651,10 @@ class SliceSamplerWithoutReplacement(SliceSampler):
         if order is None or self._pos >= order.numel() or (self.drop_last and order.numel() - self._pos < num_slices):
             cand = self._candidates(index, seq_length)
             if self.drop_last and cand.numel() < num_slices:
-                raise RuntimeError(f"{type(self).__name__}(drop_last=True): {num_slices} slices per batch exceed the "
-                                   f"{cand.numel()} eligible trajectories.")
+                raise RuntimeError(
+                    f"{type(self).__name__}(drop_last=True): {num_slices} slices per batch exceed the "
+                    f"{cand.numel()} eligible trajectories."
+                )
             order = cand[torch.randperm(cand.numel(), generator=self._rng)] if self.shuffle else cand
             self._order, self._pos, self._ran_out = order, 0, False
         traj = order[self._pos : self._pos + num_slices]
@@ -616,8 +669,12 @@ class SliceSamplerWithoutReplacement(SliceSampler):
         self._ran_out = False
 
     def state_dict(self) -> dict:
-        return {**super().state_dict(), "order": None if self._order is None else self._order.tolist(),
-                "pos": self._pos, "ran_out": self._ran_out}
+        return {
+            **super().state_dict(),
+            "order": None if self._order is None else self._order.tolist(),
+            "pos": self._pos,
+            "ran_out": self._ran_out,
+        }
 
     def load_state_dict(self, state: dict) -> None:
         super().load_state_dict(state)

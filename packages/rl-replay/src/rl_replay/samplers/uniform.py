@@ -1,4 +1,5 @@
 """Uniform samplers: with replacement (RandomSampler) and epoch by epoch (SamplerWithoutReplacement)."""
+
 from __future__ import annotations
 
 from typing import Any
@@ -72,8 +73,10 @@ class SamplerWithoutReplacement(Sampler):
         self._ran_out = False
 
     def sample(self, storage: Any, batch_size: int) -> tuple[Any, dict]:
-        if self._order is None or self._pos >= len(self._order) or (
-            self.drop_last and len(self._order) - self._pos < batch_size
+        if (
+            self._order is None
+            or self._pos >= len(self._order)
+            or (self.drop_last and len(self._order) - self._pos < batch_size)
         ):
             self._new_epoch(storage)
             if self.drop_last and len(self._order) < batch_size:
@@ -94,7 +97,11 @@ class SamplerWithoutReplacement(Sampler):
         self._order, self._pos, self._ran_out = None, 0, False
 
     def state_dict(self) -> dict:
-        return {"order": None if self._order is None else self._order.tolist(), "pos": self._pos, "ran_out": self._ran_out}
+        return {
+            "order": None if self._order is None else self._order.tolist(),
+            "pos": self._pos,
+            "ran_out": self._ran_out,
+        }
 
     def load_state_dict(self, state: dict) -> None:
         """Restores :meth:`state_dict` (checked first: a bad state raises with the sampler unchanged)."""
@@ -109,10 +116,14 @@ class SamplerWithoutReplacement(Sampler):
             order = torch.tensor(order, dtype=torch.int64)
             # an epoch's order is a permutation of the items stored when it began
             if not torch.equal(order.sort().values, torch.arange(len(order))):
-                raise ValueError(f"{owner}: state['order'] must be a permutation of range({len(order)}), got {str(order.tolist())[:80]}.")
+                raise ValueError(
+                    f"{owner}: state['order'] must be a permutation of range({len(order)}), got {str(order.tolist())[:80]}."
+                )
         top = 0 if order is None else len(order)
         if type(pos) is not int or not 0 <= pos <= top or type(ran_out) is not bool:
-            raise ValueError(f"{owner}: state['pos'] must be an int in [0, {top}] and state['ran_out'] a bool, got {pos!r}, {ran_out!r}.")
+            raise ValueError(
+                f"{owner}: state['pos'] must be an int in [0, {top}] and state['ran_out'] a bool, got {pos!r}, {ran_out!r}."
+            )
         self._order, self._pos, self._ran_out = order, pos, ran_out
 
 

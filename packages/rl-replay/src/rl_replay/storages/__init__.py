@@ -1,4 +1,5 @@
 """Storages: where items live (lists, preallocated tensors, memory-mapped files, compressed lists)."""
+
 from .base import Storage
 from .list import ListStorage
 from .tensor import LazyTensorStorage, TensorStorage

@@ -1,4 +1,5 @@
 """Checks a storage runs before a write: the data has exactly the stored keys and shapes (nothing half-written)."""
+
 from __future__ import annotations
 
 from typing import Any
@@ -56,6 +57,4 @@ def stored_leaves(storage: Any, batch_dims: int) -> dict:
     """``{key: feature shape}`` of a storage's leaves (``{None: shape}`` for a tensor storage)."""
     if isinstance(storage, torch.Tensor):
         return {None: storage.shape[batch_dims:]}
-    return {
-        key: value.shape[batch_dims:] for key, value in storage.items(include_nested=True, leaves_only=True)
-    }
+    return {key: value.shape[batch_dims:] for key, value in storage.items(include_nested=True, leaves_only=True)}

@@ -1,4 +1,5 @@
 """Storage: where a replay buffer keeps its items (a fixed capacity, written by index)."""
+
 from __future__ import annotations
 
 from typing import Any, Iterator

@@ -1,4 +1,5 @@
 """CompactTensorStorage: transitions stored without a second copy of the next observation."""
+
 from __future__ import annotations
 
 import math
@@ -12,6 +13,7 @@ from ._write_checks import check_write, stored_leaves
 from .tensor import TensorStorage
 
 __all__ = ["CompactTensorStorage"]
+
 
 def _same(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     """Per item (dim 0) bitwise equality of ``a`` and ``b`` (same shape and dtype).
@@ -104,7 +106,9 @@ class CompactTensorStorage(TensorStorage):
         for key in self._obs_keys_arg:
             root, nk = data.get(key, None), data.get(("next", *key), None)
             if not isinstance(root, torch.Tensor) or not isinstance(nk, torch.Tensor):
-                raise KeyError(f"CompactTensorStorage: obs_keys entry {key!r} needs tensors at {key!r} and {('next', *key)!r} in the data.")
+                raise KeyError(
+                    f"CompactTensorStorage: obs_keys entry {key!r} needs tensors at {key!r} and {('next', *key)!r} in the data."
+                )
             if root.shape != nk.shape or root.dtype != nk.dtype:
                 raise ValueError(
                     f"CompactTensorStorage: obs_keys entry {key!r} has shape {list(root.shape)}/{root.dtype} at the root but "
@@ -123,7 +127,9 @@ class CompactTensorStorage(TensorStorage):
         self._linked = torch.zeros(shape, dtype=torch.bool, device=dev)
         self._side_slot = torch.full(shape, -1, dtype=torch.int64, device=dev)
         self._rest = {k: self._storage.get(k).shape[self.ndim :] for k in obs_keys}
-        self._side = {k: torch.empty((0, *self._rest[k]), dtype=self._storage.get(k).dtype, device=dev) for k in obs_keys}
+        self._side = {
+            k: torch.empty((0, *self._rest[k]), dtype=self._storage.get(k).dtype, device=dev) for k in obs_keys
+        }
         self._free = torch.empty(0, dtype=torch.int64, device=dev)
         self._nfree = 0
 
@@ -182,7 +188,9 @@ class CompactTensorStorage(TensorStorage):
             return (index.reshape(-1).to(self._linked.device, torch.int64)) % rows
         if isinstance(index, (list, range)):
             return torch.as_tensor(list(index), dtype=torch.int64, device=self._linked.device) % rows
-        raise TypeError(f"CompactTensorStorage.set: index must be an int, a slice or a 1-D tensor of rows, got {type(index).__name__}.")
+        raise TypeError(
+            f"CompactTensorStorage.set: index must be an int, a slice or a 1-D tensor of rows, got {type(index).__name__}."
+        )
 
     def set(self, index: Any, data: Any) -> None:
         if self._storage is None:
@@ -195,7 +203,9 @@ class CompactTensorStorage(TensorStorage):
         n = rows_idx.shape[0]
         check_write("CompactTensorStorage.set", self._leaves, data, torch.Size([n, *self._storage.batch_size[1:]]))
         if n > 1 and torch.unique(rows_idx).shape[0] != n:
-            raise ValueError("CompactTensorStorage.set: the index holds repeated rows; each row can be written once per call.")
+            raise ValueError(
+                "CompactTensorStorage.set: the index holds repeated rows; each row can be written once per call."
+            )
         if n == 0:
             return
         if self.device is not None and data.device != self.device:
@@ -256,9 +266,15 @@ class CompactTensorStorage(TensorStorage):
         p_valid = p_linked | (p_slot >= 0)
         p_same = torch.ones_like(p_valid)
         for k in keys:
-            true_next = torch.where(
-                p_linked.view(-1, *([1] * len(self._rest[k]))), stored[k][s_items], self._side[k][p_slot.clamp(min=0)]
-            ) if self._side_capacity else stored[k][s_items]
+            true_next = (
+                torch.where(
+                    p_linked.view(-1, *([1] * len(self._rest[k]))),
+                    stored[k][s_items],
+                    self._side[k][p_slot.clamp(min=0)],
+                )
+                if self._side_capacity
+                else stored[k][s_items]
+            )
             p_same &= _same(true_next, new_root[k][d_items])
         p_link = p_valid & p_same  # becomes (or stays) linked
         p_free = p_link & (p_slot >= 0)  # its side entry is not needed any more
@@ -377,7 +393,11 @@ class CompactTensorStorage(TensorStorage):
         self._side_slot[:rows] = state["side_slot"]
         dev = self._linked.device
         self._side = {
-            k: (side[k].to(dev) if cap else torch.empty((0, *self._rest[k]), dtype=self._storage.get(k).dtype, device=dev))
+            k: (
+                side[k].to(dev)
+                if cap
+                else torch.empty((0, *self._rest[k]), dtype=self._storage.get(k).dtype, device=dev)
+            )
             for k in keys
         }
         free = torch.empty(cap, dtype=torch.int64, device=dev)

@@ -1,4 +1,5 @@
 """CompressedListStorage: a list storage whose tensors are kept compressed (zlib by default)."""
+
 from __future__ import annotations
 
 import zlib
@@ -111,9 +112,13 @@ class CompressedListStorage(ListStorage):
         if (compression_fn is None) != (decompression_fn is None):
             raise ValueError("CompressedListStorage: give both compression_fn and decompression_fn, or neither.")
         if compression_fn is None and (
-            not isinstance(compression_level, int) or isinstance(compression_level, bool) or not -1 <= compression_level <= 9
+            not isinstance(compression_level, int)
+            or isinstance(compression_level, bool)
+            or not -1 <= compression_level <= 9
         ):
-            raise ValueError(f"CompressedListStorage: compression_level must be an int in [-1, 9] (zlib), got {compression_level!r}.")
+            raise ValueError(
+                f"CompressedListStorage: compression_level must be an int in [-1, 9] (zlib), got {compression_level!r}."
+            )
         self.compression_level = compression_level
         self.compression_fn = compression_fn
         self.decompression_fn = decompression_fn
@@ -138,7 +143,11 @@ class CompressedListStorage(ListStorage):
         if fn is not None:
             meta = {"dtype": dtype, "shape": torch.Size(shape)}
             parts = [fn(b, meta) for b in blobs]
-            return torch.stack([p.to(_CPU).reshape(shape).to(dtype) for p in parts]) if n else torch.empty((0, *shape), dtype=dtype)
+            return (
+                torch.stack([p.to(_CPU).reshape(shape).to(dtype) for p in parts])
+                if n
+                else torch.empty((0, *shape), dtype=dtype)
+            )
         raw = bytearray().join([zlib.decompress(b) for b in blobs])
         if not raw:
             return torch.empty((n, *shape), dtype=dtype)
@@ -176,7 +185,8 @@ class CompressedListStorage(ListStorage):
         leaf_specs: list = []
         _leaf_specs(schema, leaf_specs)
         columns = [
-            self._decompress_many([it[2][j] for it in items], dtype, shape) for j, (dtype, shape) in enumerate(leaf_specs)
+            self._decompress_many([it[2][j] for it in items], dtype, shape)
+            for j, (dtype, shape) in enumerate(leaf_specs)
         ]
         return _build(schema, columns, (len(items),), [0])
 
@@ -198,8 +208,10 @@ class CompressedListStorage(ListStorage):
         else:
             n = len(pos)
             if isinstance(data, torch.Tensor) or is_tensor_collection(data):
-                lead = data.shape[0] if isinstance(data, torch.Tensor) and data.ndim else (
-                    data.batch_size[0] if is_tensor_collection(data) and data.batch_dims else None
+                lead = (
+                    data.shape[0]
+                    if isinstance(data, torch.Tensor) and data.ndim
+                    else (data.batch_size[0] if is_tensor_collection(data) and data.batch_dims else None)
                 )
                 if lead != n:
                     raise ValueError(
@@ -272,8 +284,10 @@ class CompressedListStorage(ListStorage):
                 is_tensor = isinstance(blob, torch.Tensor)
                 if tensor_blobs is None:
                     tensor_blobs = is_tensor
-                if is_tensor != tensor_blobs or (is_tensor and blob.dtype != torch.uint8) or not (
-                    is_tensor or isinstance(blob, (bytes, bytearray))
+                if (
+                    is_tensor != tensor_blobs
+                    or (is_tensor and blob.dtype != torch.uint8)
+                    or not (is_tensor or isinstance(blob, (bytes, bytearray)))
                 ):
                     raise TypeError(
                         "CompressedListStorage: only bytes or uint8-tensor outputs of compression_fn (all of one type) "
@@ -288,7 +302,9 @@ class CompressedListStorage(ListStorage):
             "schemas": schemas,
             "kinds": torch.tensor(kinds, dtype=torch.int64),
             "lengths": torch.tensor(lengths, dtype=torch.int64),
-            "blobs": torch.frombuffer(joined, dtype=torch.uint8).clone() if joined else torch.zeros(0, dtype=torch.uint8),
+            "blobs": torch.frombuffer(joined, dtype=torch.uint8).clone()
+            if joined
+            else torch.zeros(0, dtype=torch.uint8),
             "tensor_blobs": bool(tensor_blobs),
             "objects": objects,
         }
@@ -300,9 +316,13 @@ class CompressedListStorage(ListStorage):
         lengths = state["lengths"].tolist()
         blob_bytes = tensor_bytes(state["blobs"])
         if len(kinds) != int(state["len"]) or len(kinds) > self.max_size:
-            raise ValueError(f"CompressedListStorage checkpoint: {len(kinds)} items for a length of {state['len']} (capacity {self.max_size}).")
+            raise ValueError(
+                f"CompressedListStorage checkpoint: {len(kinds)} items for a length of {state['len']} (capacity {self.max_size})."
+            )
         if sum(lengths) != len(blob_bytes):
-            raise ValueError(f"CompressedListStorage checkpoint: blob lengths add up to {sum(lengths)}, {len(blob_bytes)} bytes saved.")
+            raise ValueError(
+                f"CompressedListStorage checkpoint: blob lengths add up to {sum(lengths)}, {len(blob_bytes)} bytes saved."
+            )
         leaf_counts = []
         for meta in schemas:
             if meta[0] == "t":

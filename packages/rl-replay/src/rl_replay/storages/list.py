@@ -1,4 +1,5 @@
 """ListStorage: any Python objects, one list slot per item."""
+
 from __future__ import annotations
 
 from typing import Any

@@ -1,4 +1,5 @@
 """LazyMemmapStorage: a tensor storage whose items live in memory-mapped files on disk."""
+
 from __future__ import annotations
 
 import math
@@ -115,8 +116,10 @@ class LazyMemmapStorage(TensorStorage):
         # one row of the data broadcast to the capacity (a zero-stride view): memmap_like only reads
         # the structure, shapes and dtypes, so nothing of capacity size is allocated in RAM
         one = template[:1]
-        if one.device is not None and one.device.type != "cpu" or any(
-            v.device.type != "cpu" for v in one.values(include_nested=True, leaves_only=True)
+        if (
+            one.device is not None
+            and one.device.type != "cpu"
+            or any(v.device.type != "cpu" for v in one.values(include_nested=True, leaves_only=True))
         ):
             one = one.to(_CPU)
         full = one.expand(rows, *one.batch_size[1:])
@@ -202,4 +205,3 @@ class LazyMemmapStorage(TensorStorage):
             f"LazyMemmapStorage(max_size={self.max_size}, len={len(self)}, scratch_dir={self.scratch_dir!r}, "
             f"device={self.device}, ndim={self.ndim})"
         )
-

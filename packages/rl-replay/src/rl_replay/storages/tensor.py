@@ -1,4 +1,5 @@
 """TensorStorage and LazyTensorStorage: items kept in preallocated tensors (or a TensorDict of them)."""
+
 from __future__ import annotations
 
 import math
@@ -40,7 +41,9 @@ class TensorStorage(Storage):
         if storage is not None:
             leading = _leading(storage)
             if len(leading) < ndim:
-                raise ValueError(f"{type(self).__name__}: storage has {len(leading)} leading dims, ndim={ndim} needs more.")
+                raise ValueError(
+                    f"{type(self).__name__}: storage has {len(leading)} leading dims, ndim={ndim} needs more."
+                )
             max_size = math.prod(leading[:ndim]) if max_size is None else max_size
         if max_size is None:
             raise ValueError(f"{type(self).__name__}: give max_size or a storage.")
@@ -159,7 +162,9 @@ class TensorStorage(Storage):
         return self
 
     def __repr__(self) -> str:
-        return f"{type(self).__name__}(max_size={self.max_size}, len={len(self)}, device={self.device}, ndim={self.ndim})"
+        return (
+            f"{type(self).__name__}(max_size={self.max_size}, len={len(self)}, device={self.device}, ndim={self.ndim})"
+        )
 
 
 class LazyTensorStorage(TensorStorage):

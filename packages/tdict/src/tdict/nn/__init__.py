@@ -12,6 +12,7 @@ Example:
     >>> actor(TensorDict(obs=torch.randn(3, 4), batch_size=[3]))["action"].shape
     torch.Size([3, 2])
 """
+
 from .common import TensorDictModule, TensorDictModuleBase, TensorDictModuleWrapper, WrapModule, dispatch
 from .interaction import InteractionType, ScopedSwitch, interaction_type, set_interaction_type
 from .sequence import TensorDictSequential

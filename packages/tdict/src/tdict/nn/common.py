@@ -3,6 +3,7 @@
 The call path is the hot path of every policy and loss, so all key parsing happens at construction
 (or when the keys change): a call is a few dict lookups around the wrapped module's own call.
 """
+
 from __future__ import annotations
 
 import functools
@@ -87,14 +88,26 @@ class dispatch:
     DEFAULT_SOURCE = "in_keys"
     DEFAULT_DEST = "out_keys"
 
-    def __new__(cls, separator: Any = DEFAULT_SEPARATOR, source: Any = DEFAULT_SOURCE, dest: Any = DEFAULT_DEST, auto_batch_size: bool = True):
+    def __new__(
+        cls,
+        separator: Any = DEFAULT_SEPARATOR,
+        source: Any = DEFAULT_SOURCE,
+        dest: Any = DEFAULT_DEST,
+        auto_batch_size: bool = True,
+    ):
         if callable(separator):  # used bare: @dispatch
             self = super().__new__(cls)
             self.__init__(cls.DEFAULT_SEPARATOR, source, dest, auto_batch_size)
             return self(separator)
         return super().__new__(cls)
 
-    def __init__(self, separator: str = DEFAULT_SEPARATOR, source: Any = DEFAULT_SOURCE, dest: Any = DEFAULT_DEST, auto_batch_size: bool = True) -> None:
+    def __init__(
+        self,
+        separator: str = DEFAULT_SEPARATOR,
+        source: Any = DEFAULT_SOURCE,
+        dest: Any = DEFAULT_DEST,
+        auto_batch_size: bool = True,
+    ) -> None:
         self.separator = separator
         self.source = source
         self.dest = dest
@@ -105,7 +118,9 @@ class dispatch:
         is_method = bool(params) and params[0] == "self"
         first = params[1] if is_method and len(params) > 1 else (params[0] if params and not is_method else None)
         if first != "tensordict":
-            raise RuntimeError(f"dispatch: the first argument of {func.__qualname__} must be named 'tensordict', got {first!r}.")
+            raise RuntimeError(
+                f"dispatch: the first argument of {func.__qualname__} must be named 'tensordict', got {first!r}."
+            )
         separator, source, dest, auto_bs = self.separator, self.source, self.dest, self.auto_batch_size
 
         def from_tensors(owner: Any, args: tuple, kwargs: dict) -> Any:
@@ -129,6 +144,7 @@ class dispatch:
             return result[0] if len(result) == 1 else result
 
         if is_method:
+
             @functools.wraps(func)
             def wrapper(self_: Any, *args: Any, **kwargs: Any) -> Any:
                 if (args and getattr(type(args[0]), "_is_tensor_collection", False)) or "tensordict" in kwargs:
@@ -235,7 +251,9 @@ class TensorDictModuleBase(nn.Module):
         keys = [_parse_key(key, "select_out_keys") for key in out_keys]
         for key in keys:
             if key not in self.out_keys:
-                raise ValueError(f"select_out_keys: can't select {key!r}, it is not one of the out_keys {self.out_keys}.")
+                raise ValueError(
+                    f"select_out_keys: can't select {key!r}, it is not one of the out_keys {self.out_keys}."
+                )
         self._out_keys_apparent = keys
         self._keys_changed()
         if not getattr(self, "_handles_selection", False) and getattr(self, "_select_hook", None) is None:

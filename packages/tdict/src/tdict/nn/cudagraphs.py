@@ -1,4 +1,5 @@
 """CudaGraphModule: capture a module call as a CUDA graph after a warmup, then replay it."""
+
 from __future__ import annotations
 
 import warnings
@@ -68,7 +69,9 @@ class CudaGraphModule:
         self.module = module
         self.warmup = warmup
         self.in_keys = [unravel_key(k) for k in (in_keys if in_keys is not None else getattr(module, "in_keys", []))]
-        self.out_keys = [unravel_key(k) for k in (out_keys if out_keys is not None else getattr(module, "out_keys", []))]
+        self.out_keys = [
+            unravel_key(k) for k in (out_keys if out_keys is not None else getattr(module, "out_keys", []))
+        ]
         self._is_td = bool(self.in_keys) and bool(self.out_keys)
         self.device = torch.device(device) if device is not None else None
         self.counter = 0
@@ -76,7 +79,9 @@ class CudaGraphModule:
         self._eager = not torch.cuda.is_available() or (self.device is not None and self.device.type != "cuda")
         if self._eager and not CudaGraphModule._warned_eager:
             CudaGraphModule._warned_eager = True
-            warnings.warn("CudaGraphModule: CUDA is unavailable (or device is not CUDA); the module runs eagerly.", stacklevel=2)
+            warnings.warn(
+                "CudaGraphModule: CUDA is unavailable (or device is not CUDA); the module runs eagerly.", stacklevel=2
+            )
 
     def __repr__(self) -> str:
         return f"CudaGraphModule(module={self.module!r}, warmup={self.warmup}, captured={self._graph is not None})"
@@ -105,7 +110,9 @@ class CudaGraphModule:
         if tensordict is None:
             tensordict = kwargs.pop("tensordict")
         if kwargs:
-            raise TypeError(f"CudaGraphModule: a TensorDict module takes only the TensorDict, got extra {sorted(kwargs)}.")
+            raise TypeError(
+                f"CudaGraphModule: a TensorDict module takes only the TensorDict, got extra {sorted(kwargs)}."
+            )
         if self._graph is None:
             self._capture_td(tensordict)
         else:
@@ -152,4 +159,6 @@ class CudaGraphModule:
                         )
                     static.copy_(value)
         self._graph.replay()
-        return tree_map(lambda x: x.clone() if isinstance(x, torch.Tensor) or is_tensor_collection(x) else x, self._static_result)
+        return tree_map(
+            lambda x: x.clone() if isinstance(x, torch.Tensor) or is_tensor_collection(x) else x, self._static_result
+        )

@@ -11,6 +11,7 @@ Design choices (documented differences from tensordict 0.14):
   allows none): ``aggregate_probabilities`` given at construction or per call decides whether
   ``log_prob``/``entropy`` return one summed tensor of the batch shape or a TensorDict of per-head entries.
 """
+
 from __future__ import annotations
 
 import math
@@ -101,8 +102,12 @@ def mappings(key: str) -> Callable[[torch.Tensor], torch.Tensor]:
                 return biased_softplus(float(parts[2]), min_val=float(parts[3]))
         except ValueError:
             pass
-        raise ValueError(f"mappings: malformed {key!r}; expected 'biased_softplus_{{bias}}' or 'biased_softplus_{{bias}}_{{min_val}}'.")
-    raise NotImplementedError(f"mappings: unknown mapping {key!r}; expected one of {sorted(_MAPPINGS)} or 'biased_softplus_{{bias}}'.")
+        raise ValueError(
+            f"mappings: malformed {key!r}; expected 'biased_softplus_{{bias}}' or 'biased_softplus_{{bias}}_{{min_val}}'."
+        )
+    raise NotImplementedError(
+        f"mappings: unknown mapping {key!r}; expected one of {sorted(_MAPPINGS)} or 'biased_softplus_{{bias}}'."
+    )
 
 
 class NormalParamExtractor(nn.Module):
@@ -130,7 +135,9 @@ class NormalParamExtractor(nn.Module):
     def forward(self, *tensors: torch.Tensor) -> tuple[torch.Tensor, ...]:
         tensor, *others = tensors
         if tensor.shape[-1] % 2:
-            raise ValueError(f"NormalParamExtractor: the last dim must be even (loc and scale halves), got shape {tuple(tensor.shape)}.")
+            raise ValueError(
+                f"NormalParamExtractor: the last dim must be even (loc and scale halves), got shape {tuple(tensor.shape)}."
+            )
         loc, scale = tensor.chunk(2, -1)
         return (loc, self.scale_mapping(scale).clamp_min(self.scale_lb), *others)
 
@@ -575,7 +582,9 @@ class CompositeDistribution(D.Distribution):
 
     def rsample(self, sample_shape: torch.Size | tuple = torch.Size()) -> TensorDict:
         """Reparametrised samples for the heads that support it, plain samples for the others."""
-        return self._collect(lambda d: d.rsample(sample_shape) if d.has_rsample else d.sample(sample_shape), torch.Size(sample_shape))
+        return self._collect(
+            lambda d: d.rsample(sample_shape) if d.has_rsample else d.sample(sample_shape), torch.Size(sample_shape)
+        )
 
     @property
     def mode(self) -> TensorDict:

@@ -1,4 +1,5 @@
 """EnsembleModule: one module run with several stacked parameter sets through ``torch.vmap``."""
+
 from __future__ import annotations
 
 import copy
@@ -13,8 +14,6 @@ from .common import _reset_submodules
 from .params import TensorDictParams
 
 __all__ = ["EnsembleModule"]
-
-
 
 
 class EnsembleModule(nn.Module):
@@ -61,7 +60,9 @@ class EnsembleModule(nn.Module):
         self.num_copies = num_copies
         self.expand_input = expand_input
         # the template's own tensors are never read (each call swaps params_td in): free them
-        TensorDict.from_module(module, lock=False).apply(lambda t: t.detach().to("meta")).to_module(module, return_swap=False)
+        TensorDict.from_module(module, lock=False).apply(lambda t: t.detach().to("meta")).to_module(
+            module, return_swap=False
+        )
         self.__dict__["module"] = module
         if hasattr(module, "in_keys"):
             self.in_keys = module.in_keys
@@ -90,7 +91,9 @@ class EnsembleModule(nn.Module):
         # swap views of one copy into the template and re-run its initialisers: they write in place
         with torch.no_grad(), params.to_module(self.module):
             if not _reset_submodules(self.module):
-                raise RuntimeError(f"EnsembleModule.reset_parameters_recursive: {type(self.module).__name__} has no submodule with reset_parameters.")
+                raise RuntimeError(
+                    f"EnsembleModule.reset_parameters_recursive: {type(self.module).__name__} has no submodule with reset_parameters."
+                )
 
     def _call(self, params: Any, *args: Any, **kwargs: Any) -> Any:
         with params.to_module(self.module):
@@ -110,7 +113,7 @@ class EnsembleModule(nn.Module):
             values = [kwargs[n] for n in names]
 
             def fn(p: Any, *all_args: Any) -> Any:  # noqa: F811  (vmap maps positional args only)
-                pos, kw = all_args[: len(args)], all_args[len(args):]
+                pos, kw = all_args[: len(args)], all_args[len(args) :]
                 return self._call(p, *pos, **dict(zip(names, kw)))
 
             in_dims = in_dims + (kw_dims,) * len(values)
@@ -119,5 +122,7 @@ class EnsembleModule(nn.Module):
             for i, a in enumerate(args):
                 size = a.batch_size[0] if is_tensor_collection(a) else a.shape[0]
                 if size != self.num_copies:
-                    raise ValueError(f"EnsembleModule: with expand_input=False input {i} must have a leading dim of {self.num_copies}, got {size}.")
+                    raise ValueError(
+                        f"EnsembleModule: with expand_input=False input {i} must have a leading dim of {self.num_copies}, got {size}."
+                    )
         return torch.vmap(fn, in_dims=in_dims, randomness="different")(params, *args)

@@ -2,6 +2,7 @@
 
 One of the two process-global switches the design allows (the other is the exploration type).
 """
+
 from __future__ import annotations
 
 import enum

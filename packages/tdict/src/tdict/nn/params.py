@@ -1,4 +1,5 @@
 """TensorDictParams: a TensorDict of parameters that is also an ``nn.Module``."""
+
 from __future__ import annotations
 
 from typing import Any, Iterator
@@ -66,7 +67,9 @@ class TensorDictParams(nn.Module):
             parameters = parameters._param_td
         elif not is_tensor_collection(parameters):
             if not hasattr(parameters, "items"):
-                raise TypeError(f"TensorDictParams: parameters must be a TensorDict or a mapping, got {type(parameters).__name__}.")
+                raise TypeError(
+                    f"TensorDictParams: parameters must be a TensorDict or a mapping, got {type(parameters).__name__}."
+                )
             parameters = TensorDict(parameters)
         self.no_convert = no_convert
         td = parameters.apply(self._convert)
@@ -132,7 +135,9 @@ class TensorDictParams(nn.Module):
         self._sync()
         return out
 
-    def _load_from_state_dict(self, state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys, error_msgs) -> None:
+    def _load_from_state_dict(
+        self, state_dict, prefix, local_metadata, strict, missing_keys, unexpected_keys, error_msgs
+    ) -> None:
         # names hold "." (nn.Module's loader would read them as submodules): load them here
         assign = local_metadata.get("assign_to_params_buffers", False)
         for name, key in self._names.items():
@@ -146,7 +151,9 @@ class TensorDictParams(nn.Module):
             if current is None:
                 current = self._buffers[name]
             if value.shape != current.shape:
-                error_msgs.append(f"size mismatch for {full}: copying a param with shape {tuple(value.shape)}, the shape in current model is {tuple(current.shape)}.")
+                error_msgs.append(
+                    f"size mismatch for {full}: copying a param with shape {tuple(value.shape)}, the shape in current model is {tuple(current.shape)}."
+                )
                 continue
             if assign:
                 if isinstance(current, nn.Parameter) and not isinstance(value, nn.Parameter):
@@ -158,7 +165,9 @@ class TensorDictParams(nn.Module):
         if assign:
             self._sync()
         if strict:
-            unexpected_keys.extend(k for k in state_dict if k.startswith(prefix) and k[len(prefix):] not in self._names)
+            unexpected_keys.extend(
+                k for k in state_dict if k.startswith(prefix) and k[len(prefix) :] not in self._names
+            )
 
     # ------------------------------------------------------------------ TensorDict API
     def __getattr__(self, name: str) -> Any:
@@ -205,6 +214,7 @@ class TensorDictParams(nn.Module):
         if not recurse:
             out = TensorDictParams(self._param_td.copy(), no_convert=True)
         else:
+
             def fresh(t: torch.Tensor) -> torch.Tensor:
                 if isinstance(t, nn.Parameter):
                     return nn.Parameter(t.detach().clone(), requires_grad=t.requires_grad)

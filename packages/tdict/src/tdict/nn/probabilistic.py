@@ -12,6 +12,7 @@ beyond those batch dims, so a ``Normal`` over a ``[B, A]`` action (TensorDict ba
 ``[B, n_agents]`` group gives a ``[B, n_agents]`` log-prob (one per agent, for multi-agent losses).
 (tensordict 0.14 writes what the distribution returns, ``[B, A]`` in the first case.)
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -60,11 +61,11 @@ def _log_prob_keys(sample_keys: list, log_prob_key: Any, log_prob_keys: Any, own
     if log_prob_keys is not None:
         log_prob_keys = _parse_key_list(log_prob_keys, "log_prob_keys")
         if len(log_prob_keys) != len(sample_keys):
-            raise ValueError(
-                f"{owner}: log_prob_keys needs one key per sample key {sample_keys}, got {log_prob_keys}."
-            )
+            raise ValueError(f"{owner}: log_prob_keys needs one key per sample key {sample_keys}, got {log_prob_keys}.")
         if log_prob_key is not None and [_parse_key(log_prob_key, "log_prob_key")] != log_prob_keys:
-            raise ValueError(f"{owner}: log_prob_key={log_prob_key!r} disagrees with log_prob_keys={log_prob_keys}; pass one of them.")
+            raise ValueError(
+                f"{owner}: log_prob_key={log_prob_key!r} disagrees with log_prob_keys={log_prob_keys}; pass one of them."
+            )
         return log_prob_keys
     if log_prob_key is not None:
         if len(sample_keys) != 1:
@@ -121,7 +122,9 @@ def _use_generator(generator: torch.Generator | None) -> Iterator[None]:
         return
     device = generator.device
     cuda = device.type == "cuda"
-    with torch.random.fork_rng(devices=[device.index if device.index is not None else torch.cuda.current_device()] if cuda else []):
+    with torch.random.fork_rng(
+        devices=[device.index if device.index is not None else torch.cuda.current_device()] if cuda else []
+    ):
         if cuda:
             torch.cuda.set_rng_state(generator.get_state(), device)
         else:
@@ -224,7 +227,9 @@ class ProbabilisticTensorDictModule(TensorDictModuleBase):
         elif isinstance(generator, (str, tuple)):
             self._generator_key = _parse_key(generator, "generator")
         elif generator is not None:
-            raise TypeError(f"{owner}: generator must be a torch.Generator, an int seed, a key or None, got {type(generator).__name__}.")
+            raise TypeError(
+                f"{owner}: generator must be a torch.Generator, an int seed, a key or None, got {type(generator).__name__}."
+            )
         if isinstance(in_keys, Mapping):
             pairs = [(name, _parse_key(key, "in_keys")) for name, key in in_keys.items()]
         else:
@@ -235,7 +240,9 @@ class ProbabilisticTensorDictModule(TensorDictModuleBase):
                 raise ValueError(f"in_keys: the distribution argument names must be strings, got {name!r}.")
         self._dist_pairs = tuple(pairs)
         if out_keys is None:
-            out_keys = _composite_out_keys(distribution_kwargs or {}) if distribution_class is CompositeDistribution else ["_"]
+            out_keys = (
+                _composite_out_keys(distribution_kwargs or {}) if distribution_class is CompositeDistribution else ["_"]
+            )
         self._sample_keys = _parse_key_list(out_keys, "out_keys")
         self._log_prob_keys = _log_prob_keys(self._sample_keys, log_prob_key, log_prob_keys, type(self).__name__)
         self.in_keys = [key for _, key in pairs]
@@ -357,10 +364,17 @@ class ProbabilisticTensorDictModule(TensorDictModuleBase):
         raw = value.data if is_non_tensor(value) else value
         if isinstance(raw, torch.Generator):
             return raw, None
-        if isinstance(raw, _Tensor) and raw.numel() == 1 and not raw.is_floating_point() and raw.dtype is not torch.bool:
+        if (
+            isinstance(raw, _Tensor)
+            and raw.numel() == 1
+            and not raw.is_floating_point()
+            and raw.dtype is not torch.bool
+        ):
             seed, device, as_tensor = int(raw.item()), raw.device, True
         elif isinstance(raw, int) and not isinstance(raw, bool):
-            first = next((tensordict.get(k) for k in self.in_keys if isinstance(tensordict.get(k, None), _Tensor)), None)
+            first = next(
+                (tensordict.get(k) for k in self.in_keys if isinstance(tensordict.get(k, None), _Tensor)), None
+            )
             seed, device, as_tensor = raw, (first.device if first is not None else torch.device("cpu")), False
         else:
             raise TypeError(
@@ -438,7 +452,9 @@ class ProbabilisticTensorDictModule(TensorDictModuleBase):
             return tensordict_out
         values = (sample,) if isinstance(sample, _Tensor) else tuple(sample)
         if len(keys) != len(values):
-            raise RuntimeError(f"{type(self).__name__}: the distribution returned {len(values)} value(s) but out_keys are {keys}.")
+            raise RuntimeError(
+                f"{type(self).__name__}: the distribution returned {len(values)} value(s) but out_keys are {keys}."
+            )
         for key, value in zip(keys, values):
             if key != "_":
                 tensordict_out.set(key, value)
@@ -508,13 +524,17 @@ class ProbabilisticTensorDictSequential(TensorDictSequential):
         selected_out_keys: Any = None,
         inplace: bool | str | None = None,
     ) -> None:
-        steps = list(modules[0].values()) if len(modules) == 1 and isinstance(modules[0], Mapping) else (
-            list(modules[0]) if len(modules) == 1 and isinstance(modules[0], list) else list(modules)
+        steps = (
+            list(modules[0].values())
+            if len(modules) == 1 and isinstance(modules[0], Mapping)
+            else (list(modules[0]) if len(modules) == 1 and isinstance(modules[0], list) else list(modules))
         )
         if not steps:
             raise ValueError("ProbabilisticTensorDictSequential: give at least one module.")
         if return_composite is not None and not isinstance(return_composite, bool):
-            raise TypeError(f"ProbabilisticTensorDictSequential: return_composite must be a bool or None, got {type(return_composite).__name__}.")
+            raise TypeError(
+                f"ProbabilisticTensorDictSequential: return_composite must be a bool or None, got {type(return_composite).__name__}."
+            )
         probabilistic = (ProbabilisticTensorDictModule, ProbabilisticTensorDictSequential)
         last_is_probabilistic = isinstance(steps[-1], probabilistic)
         if return_composite is False and not last_is_probabilistic:
@@ -523,12 +543,20 @@ class ProbabilisticTensorDictSequential(TensorDictSequential):
                 f"ProbabilisticTensorDictSequential) unless return_composite=True, got {type(steps[-1]).__name__}."
             )
         if return_composite is None:
-            return_composite = not last_is_probabilistic or sum(isinstance(m, ProbabilisticTensorDictModule) for m in steps) > 1
-        super().__init__(*modules, partial_tolerant=partial_tolerant, selected_out_keys=selected_out_keys, inplace=inplace)
+            return_composite = (
+                not last_is_probabilistic or sum(isinstance(m, ProbabilisticTensorDictModule) for m in steps) > 1
+            )
+        super().__init__(
+            *modules, partial_tolerant=partial_tolerant, selected_out_keys=selected_out_keys, inplace=inplace
+        )
         self.return_composite = return_composite
 
     def _probabilistic_steps(self) -> list:
-        return [m for m in reversed(self._steps) if isinstance(m, (ProbabilisticTensorDictModule, ProbabilisticTensorDictSequential))]
+        return [
+            m
+            for m in reversed(self._steps)
+            if isinstance(m, (ProbabilisticTensorDictModule, ProbabilisticTensorDictSequential))
+        ]
 
     @property
     def log_prob_keys(self) -> list:
@@ -544,7 +572,9 @@ class ProbabilisticTensorDictSequential(TensorDictSequential):
         """
         keys = self.log_prob_keys
         if len(keys) != 1:
-            raise RuntimeError(f"{type(self).__name__}.log_prob_key: there are {len(keys)} log-prob keys {keys}; read log_prob_keys instead.")
+            raise RuntimeError(
+                f"{type(self).__name__}.log_prob_key: there are {len(keys)} log-prob keys {keys}; read log_prob_keys instead."
+            )
         return keys[0]
 
     @property
@@ -598,7 +628,9 @@ class ProbabilisticTensorDictSequential(TensorDictSequential):
             if i < last:  # the later steps read this step's draw
                 work = module(work)
         if not dists:
-            raise RuntimeError(f"{type(self).__name__}.get_dist: no probabilistic module among the steps {list(self._names)}.")
+            raise RuntimeError(
+                f"{type(self).__name__}.get_dist: no probabilistic module among the steps {list(self._names)}."
+            )
         return CompositeDistribution.from_distributions(work, dists)
 
     def build_dist_from_params(self, tensordict: Any) -> D.Distribution:

@@ -1,4 +1,5 @@
 """TensorDictSequential: run key-addressed modules one after the other on one TensorDict."""
+
 from __future__ import annotations
 
 import collections
@@ -32,18 +33,27 @@ def _keys_of(modules: Iterable) -> tuple[list, list]:
             if key not in out_keys and key not in in_keys:
                 in_keys.append(key)
         out_keys += module.out_keys
-    out_keys = [key for i, key in enumerate(out_keys) if key not in out_keys[i + 1:]]
+    out_keys = [key for i, key in enumerate(out_keys) if key not in out_keys[i + 1 :]]
     return in_keys, out_keys
 
 
 def _global_hooks() -> bool:
     m = _nn_module
-    return bool(m._global_forward_hooks or m._global_forward_pre_hooks or m._global_backward_hooks or m._global_backward_pre_hooks)
+    return bool(
+        m._global_forward_hooks
+        or m._global_forward_pre_hooks
+        or m._global_backward_hooks
+        or m._global_backward_pre_hooks
+    )
 
 
 def _raw_forward(step: Any) -> Any:
     cls = type(step)
-    if cls.forward not in _RAW_OK or cls.__call__ is not nn.Module.__call__ or cls._call_impl is not nn.Module._call_impl:
+    if (
+        cls.forward not in _RAW_OK
+        or cls.__call__ is not nn.Module.__call__
+        or cls._call_impl is not nn.Module._call_impl
+    ):
         return None
     return cls.forward.__wrapped__
 
@@ -132,7 +142,9 @@ class TensorDictSequential(TensorDictModule):
         keys = _parse_key_list(list(out_keys), "select_out_keys")
         for key in keys:
             if key not in self.out_keys:
-                raise ValueError(f"select_out_keys: can't select {key!r}, it is not one of the out_keys {self.out_keys}.")
+                raise ValueError(
+                    f"select_out_keys: can't select {key!r}, it is not one of the out_keys {self.out_keys}."
+                )
         self._out_keys_apparent = keys
         self._keys_changed()
         return self
@@ -179,7 +191,13 @@ class TensorDictSequential(TensorDictModule):
             else:
                 for raw, module in zip(self._raw, self._steps):
                     i += 1
-                    if raw is None or module._forward_hooks or module._forward_pre_hooks or module._backward_hooks or module._backward_pre_hooks:
+                    if (
+                        raw is None
+                        or module._forward_hooks
+                        or module._forward_pre_hooks
+                        or module._backward_hooks
+                        or module._backward_pre_hooks
+                    ):
                         current = module(current)
                     else:
                         current = raw(module, current)
@@ -203,14 +221,18 @@ class TensorDictSequential(TensorDictModule):
             return tensordict_out
         if select:
             # write back the selected outputs and whatever the steps changed among the input's own keys
-            keys = list(self.out_keys) + [k for k in tensordict.keys(include_nested=True, leaves_only=True) if k not in self.out_keys]
+            keys = list(self.out_keys) + [
+                k for k in tensordict.keys(include_nested=True, leaves_only=True) if k not in self.out_keys
+            ]
             for key in keys:
                 if key in current:
                     tensordict.set(key, current.get(key))
             return tensordict
         return current
 
-    def select_subsequence(self, in_keys: Iterable[NestedKey] | None = None, out_keys: Iterable[NestedKey] | None = None) -> "TensorDictSequential":
+    def select_subsequence(
+        self, in_keys: Iterable[NestedKey] | None = None, out_keys: Iterable[NestedKey] | None = None
+    ) -> "TensorDictSequential":
         """A new sequence of only the steps that depend on ``in_keys`` and that ``out_keys`` depend on.
 
         Args:
@@ -258,7 +280,9 @@ class TensorDictSequential(TensorDictModule):
                 keep.discard(i)
         kept = sorted(keep)
         if not kept:
-            raise ValueError("select_subsequence: no module left after selection; make sure in_keys and out_keys are coherent.")
+            raise ValueError(
+                "select_subsequence: no module left after selection; make sure in_keys and out_keys are coherent."
+            )
         if isinstance(self.module, nn.ModuleDict):
             return type(self)(collections.OrderedDict((self._names[i], steps[i]) for i in kept))
         return type(self)(*[steps[i] for i in kept])
@@ -295,7 +319,6 @@ class TensorDictSequential(TensorDictModule):
                 return type(self)(collections.OrderedDict((name, self.module[name]) for name in names))
             return type(self)(*self._steps[index])
         raise TypeError(f"TensorDictSequential indices are ints, slices or step names, got {index!r}.")
-
 
 
 # the forwards that _raw_forward may unwrap: their dispatch wrapper only matters for tensor arguments

@@ -1,4 +1,5 @@
 """Module wrappers: a TensorDict module behind another one, and a plain TensorDict function as a module."""
+
 from __future__ import annotations
 
 from typing import Any, Callable

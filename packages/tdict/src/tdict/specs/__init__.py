@@ -11,6 +11,7 @@ Example:
     >>> td.batch_size, spec.is_in(td)
     (torch.Size([5]), True)
 """
+
 from .base import TensorSpec
 from .bounded import Bounded, ContinuousBox
 from .composite import Composite

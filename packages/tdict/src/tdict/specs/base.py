@@ -1,4 +1,5 @@
 """TensorSpec: the base of every spec (shape, device, dtype and the shape operations)."""
+
 from __future__ import annotations
 
 import copy
@@ -134,7 +135,7 @@ class TensorSpec:
         if not isinstance(val, torch.Tensor):
             return f"expected a torch.Tensor, got {type(val).__name__}"
         n = len(self.shape)
-        if val.shape[val.ndim - n:] != self.shape or val.ndim < n:
+        if val.shape[val.ndim - n :] != self.shape or val.ndim < n:
             return f"shape {tuple(val.shape)} does not end with the spec shape {tuple(self.shape)}"
         if self.dtype is not None and val.dtype != self.dtype:
             return f"dtype {val.dtype} differs from the spec dtype {self.dtype}"
@@ -194,14 +195,18 @@ class TensorSpec:
     def _dim(self, dim: int) -> int:
         nb = len(self._batch_shape)
         if not -nb <= dim < nb:
-            raise IndexError(f"{type(self).__name__}: dim {dim} out of range for batch shape {tuple(self._batch_shape)}")
+            raise IndexError(
+                f"{type(self).__name__}: dim {dim} out of range for batch shape {tuple(self._batch_shape)}"
+            )
         return dim + nb if dim < 0 else dim
 
     def expand(self, *shape: Any) -> "TensorSpec":
         """Expand to ``shape`` (which must end with the current shape, or match it with -1)."""
         shape = _shape_args(shape)
         if len(shape) < len(self.shape):
-            raise ValueError(f"{type(self).__name__}.expand: {tuple(shape)} is shorter than the spec shape {tuple(self.shape)}")
+            raise ValueError(
+                f"{type(self).__name__}.expand: {tuple(shape)} is shorter than the spec shape {tuple(self.shape)}"
+            )
         lead = len(shape) - len(self.shape)
         new = list(shape)
         for i, s in enumerate(self.shape):
@@ -209,17 +214,17 @@ class TensorSpec:
                 new[lead + i] = s
             elif s != 1 and new[lead + i] != s:
                 raise ValueError(f"{type(self).__name__}.expand: cannot expand {tuple(self.shape)} to {tuple(shape)}")
-        if self._ev and tuple(new[-self._ev:]) != tuple(self.shape[-self._ev:]):
+        if self._ev and tuple(new[-self._ev :]) != tuple(self.shape[-self._ev :]):
             raise ValueError(f"{type(self).__name__}.expand: the last dim {self.shape[-1]} cannot change")
         new = torch.Size(new)
         nb = len(new) - self._ev
-        return self._map(new, lambda t: t.expand(new[:nb] + t.shape[len(self._batch_shape):]))
+        return self._map(new, lambda t: t.expand(new[:nb] + t.shape[len(self._batch_shape) :]))
 
     def reshape(self, *shape: Any) -> "TensorSpec":
         """Reshape the batch dims (the event dim of one-hot specs stays last)."""
         shape = _shape_args(shape)
         if self._ev:
-            if tuple(shape[-self._ev:]) != tuple(self.shape[-self._ev:]):
+            if tuple(shape[-self._ev :]) != tuple(self.shape[-self._ev :]):
                 raise ValueError(f"{type(self).__name__}.reshape: the last dim {self.shape[-1]} cannot change")
             shape = shape[: len(shape) - self._ev]
         nb = len(self._batch_shape)
@@ -234,32 +239,40 @@ class TensorSpec:
         bs = self._batch_shape
         if dim is None:
             keep = [i for i, s in enumerate(bs) if s != 1]
-            return self.reshape(torch.Size([bs[i] for i in keep]) + self.shape[len(bs):])
+            return self.reshape(torch.Size([bs[i] for i in keep]) + self.shape[len(bs) :])
         dim = self._dim(dim)
         if bs[dim] != 1:
             return self
-        return self._map(self.shape[:dim] + self.shape[dim + 1:], lambda t: t.squeeze(dim))
+        return self._map(self.shape[:dim] + self.shape[dim + 1 :], lambda t: t.squeeze(dim))
 
     def unsqueeze(self, dim: int) -> "TensorSpec":
         """Insert a singleton batch dim at ``dim``."""
         nb = len(self._batch_shape)
         if not -nb - 1 <= dim <= nb:
-            raise IndexError(f"{type(self).__name__}.unsqueeze: dim {dim} out of range for batch shape {tuple(self._batch_shape)}")
+            raise IndexError(
+                f"{type(self).__name__}.unsqueeze: dim {dim} out of range for batch shape {tuple(self._batch_shape)}"
+            )
         dim = dim + nb + 1 if dim < 0 else dim
         return self._map(self.shape[:dim] + (1,) + self.shape[dim:], lambda t: t.unsqueeze(dim))
 
     def unbind(self, dim: int = 0) -> tuple["TensorSpec", ...]:
         """Split along batch dim ``dim`` into a tuple of specs."""
         dim = self._dim(dim)
-        new = self.shape[:dim] + self.shape[dim + 1:]
+        new = self.shape[:dim] + self.shape[dim + 1 :]
         return tuple(self._map(new, lambda t, i=i: t.select(dim, i)) for i in range(self.shape[dim]))
 
     def __getitem__(self, index: Any) -> "TensorSpec":
         """Index the leading (batch) dims, like a tensor of the spec's shape."""
-        if isinstance(index, str) or (isinstance(index, tuple) and any(i is Ellipsis for i in index)) or index is Ellipsis:
-            raise IndexError(f"{type(self).__name__}: only int/slice/tensor indices over the batch dims are supported, got {index!r}")
+        if (
+            isinstance(index, str)
+            or (isinstance(index, tuple) and any(i is Ellipsis for i in index))
+            or index is Ellipsis
+        ):
+            raise IndexError(
+                f"{type(self).__name__}: only int/slice/tensor indices over the batch dims are supported, got {index!r}"
+            )
         probe = torch.empty(self._batch_shape, device="meta")[index]
-        return self._map(probe.shape + self.shape[len(self._batch_shape):], lambda t: t[index])
+        return self._map(probe.shape + self.shape[len(self._batch_shape) :], lambda t: t[index])
 
     def to(self, dest: Any) -> "TensorSpec":
         """Move to a device (``dtype`` arguments are not supported: build a new spec instead)."""
@@ -318,5 +331,9 @@ class TensorSpec:
 
 def _cartesian(rows: Sequence[torch.Tensor]) -> torch.Tensor:
     """All combinations of the given per-element value lists: ``[prod(len), len(rows), *elem]``."""
-    idx = torch.cartesian_prod(*[torch.arange(len(r)) for r in rows]) if len(rows) > 1 else torch.arange(len(rows[0]))[:, None]
+    idx = (
+        torch.cartesian_prod(*[torch.arange(len(r)) for r in rows])
+        if len(rows) > 1
+        else torch.arange(len(rows[0]))[:, None]
+    )
     return torch.stack([r[idx[:, j]] for j, r in enumerate(rows)], 1)

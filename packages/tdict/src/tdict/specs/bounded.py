@@ -1,4 +1,5 @@
 """Bounded: a box ``low <= x <= high`` of float or integer values."""
+
 from __future__ import annotations
 
 import math
@@ -50,7 +51,9 @@ class Bounded(TensorSpec):
         True
     """
 
-    def __init__(self, low: Any, high: Any, shape: Any = None, device: Any = None, dtype: torch.dtype | None = None) -> None:
+    def __init__(
+        self, low: Any, high: Any, shape: Any = None, device: Any = None, dtype: torch.dtype | None = None
+    ) -> None:
         if dtype is None:
             dtype = torch.get_default_dtype()
         if dtype is torch.bool:
@@ -66,14 +69,18 @@ class Bounded(TensorSpec):
         low, high = low.to(work), high.to(work)
         for name, bound in (("low", low), ("high", high)):
             if bound.is_floating_point() and bool(torch.isnan(bound).any()):
-                raise ValueError(f"Bounded: {name} must be a number (inf for no bound), got NaN in {name}={bound.tolist()}")
+                raise ValueError(
+                    f"Bounded: {name} must be a number (inf for no bound), got NaN in {name}={bound.tolist()}"
+                )
         if shape is None:
             shape = torch.broadcast_shapes(low.shape, high.shape)
         shape = _spec_shape(shape, "Bounded")
         try:
             low, high = low.expand(shape).clone(), high.expand(shape).clone()
         except RuntimeError:
-            raise ValueError(f"Bounded: bounds of shapes {tuple(low.shape)} and {tuple(high.shape)} do not broadcast to shape {tuple(shape)}") from None
+            raise ValueError(
+                f"Bounded: bounds of shapes {tuple(low.shape)} and {tuple(high.shape)} do not broadcast to shape {tuple(shape)}"
+            ) from None
         if (low > high).any():
             raise ValueError(f"Bounded: low must be <= high, got low={low} high={high}")
         if not dtype.is_floating_point:
@@ -108,7 +115,7 @@ class Bounded(TensorSpec):
                     self._uniform = (float(lo), float(hi))
         else:
             self._finite = True
-            self._scale = (high.double() - low.double() + 1)
+            self._scale = high.double() - low.double() + 1
             if low.numel():
                 lo, hi = int(low.reshape(-1)[0]), int(high.reshape(-1)[0])
                 if bool((low == lo).all() and (high == hi).all()) and hi < torch.iinfo(self.dtype).max:

@@ -1,4 +1,5 @@
 """Composite: a (nested) dictionary of specs sharing leading batch dims."""
+
 from __future__ import annotations
 
 from typing import Any, Iterator
@@ -46,7 +47,9 @@ class Composite:
 
     _is_spec = True
 
-    def __init__(self, specs: Any = None, shape: Any = None, device: Any = None, batch_size: Any = None, **kwargs: Any) -> None:
+    def __init__(
+        self, specs: Any = None, shape: Any = None, device: Any = None, batch_size: Any = None, **kwargs: Any
+    ) -> None:
         if shape is None:
             shape = batch_size
         self.shape = _spec_shape(shape, "Composite")
@@ -97,7 +100,9 @@ class Composite:
                 self._specs[key[0]] = sub
                 self._items = None
             elif not isinstance(sub, Composite):
-                raise KeyError(f"Composite.set: {key[0]!r} holds a {type(sub).__name__}, not a Composite, so {key!r} cannot be set")
+                raise KeyError(
+                    f"Composite.set: {key[0]!r} holds a {type(sub).__name__}, not a Composite, so {key!r} cannot be set"
+                )
             sub.set(key[1:], spec)
             return self
         name = key[0]
@@ -105,10 +110,14 @@ class Composite:
         if isinstance(spec, dict):
             spec = Composite(spec, shape=self.shape, device=self.device)
         if not getattr(type(spec), "_is_spec", False):
-            raise TypeError(f"Composite.set: the spec for key {name!r} must be a spec (TensorSpec, Composite, Stacked...), got {type(spec).__name__}")
+            raise TypeError(
+                f"Composite.set: the spec for key {name!r} must be a spec (TensorSpec, Composite, Stacked...), got {type(spec).__name__}"
+            )
         n = len(self.shape)
         if spec.shape[:n] != self.shape:
-            raise ValueError(f"Composite.set: the spec for key {name!r} has shape {tuple(spec.shape)}, which does not start with the Composite shape {tuple(self.shape)}")
+            raise ValueError(
+                f"Composite.set: the spec for key {name!r} has shape {tuple(spec.shape)}, which does not start with the Composite shape {tuple(self.shape)}"
+            )
         if self.device is not None and spec.device != self.device:
             spec = spec.to(self.device)
         self._specs[name] = spec
@@ -127,7 +136,9 @@ class Composite:
                     return node[rest]
             if not isinstance(node, Composite) or k not in node._specs:
                 if default is KeyError:
-                    raise KeyError(f"Composite: key {key[: i + 1]!r} not found; keys are {sorted(map(str, self.keys(True)))}")
+                    raise KeyError(
+                        f"Composite: key {key[: i + 1]!r} not found; keys are {sorted(map(str, self.keys(True)))}"
+                    )
                 return default
             node = node._specs[k]
         return node
@@ -181,7 +192,7 @@ class Composite:
 
     def update(self, other: Any) -> "Composite":
         """Set every entry of ``other`` (nested Composites are merged recursively)."""
-        for k, v in (other.items() if isinstance(other, (dict, Composite)) else other):
+        for k, v in other.items() if isinstance(other, (dict, Composite)) else other:
             cur = self._specs.get(k) if isinstance(k, str) else None
             if isinstance(cur, Composite) and isinstance(v, (Composite, dict)):
                 cur.update(v)
@@ -244,14 +255,18 @@ class Composite:
         """Random TensorDict of batch size ``shape + self.shape``."""
         if shape or type(shape) is int:  # an int 0 is a batch of 0
             lead = _size(shape)
-            return TensorDict._new_unsafe({k: s.rand(lead) for k, s in self._leaf_items()}, lead + self.shape, self.device)
+            return TensorDict._new_unsafe(
+                {k: s.rand(lead) for k, s in self._leaf_items()}, lead + self.shape, self.device
+            )
         return TensorDict._new_unsafe({k: s.rand() for k, s in self._leaf_items()}, self.shape, self.device)
 
     def zero(self, shape: Any = ()) -> TensorDict:
         """Zero-filled TensorDict of batch size ``shape + self.shape``."""
         if shape or type(shape) is int:  # an int 0 is a batch of 0
             lead = _size(shape)
-            return TensorDict._new_unsafe({k: s.zero(lead) for k, s in self._leaf_items()}, lead + self.shape, self.device)
+            return TensorDict._new_unsafe(
+                {k: s.zero(lead) for k, s in self._leaf_items()}, lead + self.shape, self.device
+            )
         return TensorDict._new_unsafe({k: s.zero() for k, s in self._leaf_items()}, self.shape, self.device)
 
     zeros = zero
@@ -341,9 +356,11 @@ class Composite:
         """Expand the batch shape to ``shape`` (which ends with the current one); sub-specs follow."""
         shape = _shape_args(shape)
         n = len(self.shape)
-        if len(shape) < n or any(s != -1 and s != c and c != 1 for s, c in zip(shape[len(shape) - n:], self.shape)):
+        if len(shape) < n or any(s != -1 and s != c and c != 1 for s, c in zip(shape[len(shape) - n :], self.shape)):
             raise ValueError(f"Composite.expand: cannot expand batch shape {tuple(self.shape)} to {tuple(shape)}")
-        shape = torch.Size(shape[: len(shape) - n] + tuple(c if s == -1 else s for s, c in zip(shape[len(shape) - n:], self.shape)))
+        shape = torch.Size(
+            shape[: len(shape) - n] + tuple(c if s == -1 else s for s, c in zip(shape[len(shape) - n :], self.shape))
+        )
         return self._map(shape, lambda v: v.expand(shape + v.shape[n:]))
 
     def reshape(self, *shape: Any) -> "Composite":
@@ -370,12 +387,12 @@ class Composite:
         dim = self._dim(dim)
         if self.shape[dim] != 1:
             return self
-        return self._map(self.shape[:dim] + self.shape[dim + 1:], lambda v: v.squeeze(dim))
+        return self._map(self.shape[:dim] + self.shape[dim + 1 :], lambda v: v.squeeze(dim))
 
     def unbind(self, dim: int = 0) -> tuple["Composite", ...]:
         dim = self._dim(dim)
         parts = {k: v.unbind(dim) for k, v in self._specs.items()}
-        shape = self.shape[:dim] + self.shape[dim + 1:]
+        shape = self.shape[:dim] + self.shape[dim + 1 :]
         out = []
         for i in range(self.shape[dim]):
             c = Composite(shape=shape, device=self.device)

@@ -1,4 +1,5 @@
 """Discrete specs: Categorical, OneHot, Binary, MultiCategorical, MultiOneHot."""
+
 from __future__ import annotations
 
 import math
@@ -47,7 +48,14 @@ class Categorical(TensorSpec):
         (False, [False, False, True, False])
     """
 
-    def __init__(self, n: int, shape: Any = None, device: Any = None, dtype: torch.dtype | None = torch.int64, mask: torch.Tensor | None = None) -> None:
+    def __init__(
+        self,
+        n: int,
+        shape: Any = None,
+        device: Any = None,
+        dtype: torch.dtype | None = torch.int64,
+        mask: torch.Tensor | None = None,
+    ) -> None:
         self.n = _count(n, "Categorical", "n")
         super().__init__(shape, device, dtype or torch.int64)
         if mask is not None:
@@ -75,7 +83,9 @@ class Categorical(TensorSpec):
         try:
             mask = mask.expand(self._mask_shape())
         except RuntimeError:
-            raise ValueError(f"{type(self).__name__}.update_mask: mask shape {tuple(mask.shape)} does not broadcast to {tuple(self._mask_shape())}") from None
+            raise ValueError(
+                f"{type(self).__name__}.update_mask: mask shape {tuple(mask.shape)} does not broadcast to {tuple(self._mask_shape())}"
+            ) from None
         self._tensors["mask"] = mask.clone()
 
     def _extra_eq(self, other: Any) -> bool:
@@ -166,7 +176,14 @@ class OneHot(TensorSpec):
 
     _ev = 1
 
-    def __init__(self, n: int, shape: Any = None, device: Any = None, dtype: torch.dtype | None = torch.bool, mask: torch.Tensor | None = None) -> None:
+    def __init__(
+        self,
+        n: int,
+        shape: Any = None,
+        device: Any = None,
+        dtype: torch.dtype | None = torch.bool,
+        mask: torch.Tensor | None = None,
+    ) -> None:
         self.n = n = _count(n, type(self).__name__, "n")
         shape = _spec_shape(shape, type(self).__name__) if shape is not None else torch.Size((n,))
         if not shape or shape[-1] != n:
@@ -270,7 +287,9 @@ class Binary(TensorSpec):
 
     _ev = 1
 
-    def __init__(self, n: int | None = None, shape: Any = None, device: Any = None, dtype: torch.dtype | None = torch.int8) -> None:
+    def __init__(
+        self, n: int | None = None, shape: Any = None, device: Any = None, dtype: torch.dtype | None = torch.int8
+    ) -> None:
         if shape is None:
             if n is None:
                 raise ValueError("Binary: give n or shape")
@@ -300,7 +319,7 @@ class Binary(TensorSpec):
 
     def cardinality(self) -> int:
         """``2 ** n`` distinct vectors (batch dims share the value)."""
-        return 2 ** self.n
+        return 2**self.n
 
     def enumerate(self) -> torch.Tensor:
         """All ``2 ** n`` binary vectors: shape ``(2 ** n, *shape)`` (batch dims share the value)."""
@@ -331,7 +350,14 @@ class MultiCategorical(TensorSpec):
 
     _ev = 1
 
-    def __init__(self, nvec: Sequence[int] | torch.Tensor, shape: Any = None, device: Any = None, dtype: torch.dtype | None = torch.int64, mask: Any = None) -> None:
+    def __init__(
+        self,
+        nvec: Sequence[int] | torch.Tensor,
+        shape: Any = None,
+        device: Any = None,
+        dtype: torch.dtype | None = torch.int64,
+        mask: Any = None,
+    ) -> None:
         dev = _device(device)
         raw = torch.as_tensor(nvec, device=dev)
         if raw.is_floating_point() or raw.dtype is torch.bool or (raw.numel() and bool((raw < 1).any())):
@@ -343,7 +369,9 @@ class MultiCategorical(TensorSpec):
         try:
             nvec = nvec.expand(shape).clone()
         except RuntimeError:
-            raise ValueError(f"MultiCategorical: nvec of shape {tuple(nvec.shape)} does not broadcast to {tuple(shape)}") from None
+            raise ValueError(
+                f"MultiCategorical: nvec of shape {tuple(nvec.shape)} does not broadcast to {tuple(shape)}"
+            ) from None
         self.shape, self.device, self.dtype = shape, dev, dtype or torch.int64
         self._tensors = {"nvec": nvec}
         self._finish()
@@ -368,7 +396,7 @@ class MultiCategorical(TensorSpec):
         if mask is not None:
             lead, start, parts = _size(shape), 0, []
             for k in self._row_nvec():
-                parts.append(_masked_sample(mask[..., start:start + k], lead))
+                parts.append(_masked_sample(mask[..., start : start + k], lead))
                 start += k
             return torch.stack(parts, -1).to(self.dtype)
         u = torch.rand(self._full(shape), dtype=torch.float64, device=self.device)
@@ -403,8 +431,8 @@ class MultiCategorical(TensorSpec):
         if mask is not None:  # the nearest allowed action of each element
             parts, start = [], 0
             for j, k in enumerate(self._row_nvec()):
-                dist = (torch.arange(k, device=val.device) - val[..., j:j + 1]).abs().float()
-                parts.append(dist.masked_fill(~mask[..., start:start + k].to(val.device), float("inf")).argmin(-1))
+                dist = (torch.arange(k, device=val.device) - val[..., j : j + 1]).abs().float()
+                parts.append(dist.masked_fill(~mask[..., start : start + k].to(val.device), float("inf")).argmin(-1))
                 start += k
             val = torch.stack(parts, -1)
         return val.to(self.dtype)
@@ -448,7 +476,14 @@ class MultiOneHot(TensorSpec):
 
     _ev = 1
 
-    def __init__(self, nvec: Sequence[int], shape: Any = None, device: Any = None, dtype: torch.dtype | None = torch.bool, mask: torch.Tensor | None = None) -> None:
+    def __init__(
+        self,
+        nvec: Sequence[int],
+        shape: Any = None,
+        device: Any = None,
+        dtype: torch.dtype | None = torch.bool,
+        mask: torch.Tensor | None = None,
+    ) -> None:
         self.nvec = [_count(k, "MultiOneHot", "each nvec entry") for k in nvec]
         total = sum(self.nvec)
         shape = _spec_shape(shape, "MultiOneHot") if shape is not None else torch.Size((total,))
@@ -474,7 +509,7 @@ class MultiOneHot(TensorSpec):
             if mask is None:
                 idx = torch.randint(0, k, lead + self.shape[:-1], device=self.device)
             else:
-                idx = _masked_sample(mask[..., start:start + k], lead)
+                idx = _masked_sample(mask[..., start : start + k], lead)
             parts.append(torch.nn.functional.one_hot(idx, k))
             start += k
         return torch.cat(parts, -1).to(self.dtype)
@@ -505,7 +540,9 @@ class MultiOneHot(TensorSpec):
         """Encode per-block category indices (last dim ``len(nvec)``) as concatenated one-hots."""
         idx = torch.as_tensor(val, device=None if ignore_device else self.device).long()
         if idx.shape[-1:] != (len(self.nvec),):
-            raise ValueError(f"MultiOneHot.encode: expected a last dim of {len(self.nvec)} indices, got shape {tuple(idx.shape)}")
+            raise ValueError(
+                f"MultiOneHot.encode: expected a last dim of {len(self.nvec)} indices, got shape {tuple(idx.shape)}"
+            )
         parts = []
         for i, k in enumerate(self.nvec):
             if (idx[..., i] >= k).any() or (idx[..., i] < 0).any():

@@ -1,4 +1,5 @@
 """NonTensor: a spec for non-numeric entries (strings, Python objects)."""
+
 from __future__ import annotations
 
 from typing import Any
@@ -46,7 +47,7 @@ class NonTensor(TensorSpec):
             return f"expected non-tensor data, got {type(val).__name__}"
         bs = val.batch_size
         n = len(self.shape)
-        if len(bs) < n or bs[len(bs) - n:] != self.shape:
+        if len(bs) < n or bs[len(bs) - n :] != self.shape:
             return f"batch size {tuple(bs)} does not end with the spec shape {tuple(self.shape)}"
         return None
 

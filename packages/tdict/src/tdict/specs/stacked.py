@@ -1,4 +1,5 @@
 """Stacks of specs: ``torch.stack`` of leaf specs or Composites (heterogeneous, multi-agent)."""
+
 from __future__ import annotations
 
 from typing import Any, Sequence
@@ -48,9 +49,19 @@ def stack_specs(specs: Sequence[Any], dim: int = 0) -> Any:
     if isinstance(first, (Stacked, StackedComposite)):
         raise TypeError("stack: stacking already stacked specs is not supported")
     d = _norm_dim(dim, len(first._batch_shape))
-    dense = all(s.shape == first.shape and s.dtype == first.dtype and s.device == first.device and s._tensors.keys() == first._tensors.keys() and s._extra_eq(first) for s in specs[1:])
+    dense = all(
+        s.shape == first.shape
+        and s.dtype == first.dtype
+        and s.device == first.device
+        and s._tensors.keys() == first._tensors.keys()
+        and s._extra_eq(first)
+        for s in specs[1:]
+    )
     if dense:
-        return first._rebuild(first.shape[:d] + (len(specs),) + first.shape[d:], {k: torch.stack([s._tensors[k] for s in specs], d) for k in first._tensors})
+        return first._rebuild(
+            first.shape[:d] + (len(specs),) + first.shape[d:],
+            {k: torch.stack([s._tensors[k] for s in specs], d) for k in first._tensors},
+        )
     return Stacked(specs, dim=d)
 
 
@@ -80,7 +91,10 @@ def _np_merge(parts: list, axis: int) -> Any:
 
     if all(isinstance(p, dict) for p in parts):
         keys = list(dict.fromkeys(k for p in parts for k in p))
-        return {k: _np_merge([p.get(k) for p in parts], axis) if all(k in p for p in parts) else [p.get(k) for p in parts] for k in keys}
+        return {
+            k: _np_merge([p.get(k) for p in parts], axis) if all(k in p for p in parts) else [p.get(k) for p in parts]
+            for k in keys
+        }
     if all(isinstance(p, np.ndarray) for p in parts) and len({p.shape for p in parts}) == 1:
         return np.stack(parts, axis)
     return list(parts)
@@ -131,12 +145,14 @@ class _StackOps:
         name, n = type(self).__name__, self.ndim
         if len(shape) < n:
             raise ValueError(f"{name}.expand: {tuple(shape)} has fewer dims than the spec shape {tuple(self.shape)}")
-        lead, tail = shape[: len(shape) - n], shape[len(shape) - n:]
+        lead, tail = shape[: len(shape) - n], shape[len(shape) - n :]
         specs = self.specs
         size = tail[self.dim]
         if size not in (-1, len(specs)):
             if len(specs) != 1:
-                raise ValueError(f"{name}.expand: the stack dim {self.dim} has {len(specs)} members and cannot become {size}")
+                raise ValueError(
+                    f"{name}.expand: the stack dim {self.dim} has {len(specs)} members and cannot become {size}"
+                )
             specs = [specs[0].clone() for _ in range(size)]
         member = lead + torch.Size([s for i, s in enumerate(tail) if i != self.dim])
         out = []
@@ -144,7 +160,9 @@ class _StackOps:
             try:
                 out.append(spec.expand(member))
             except (ValueError, RuntimeError) as err:
-                raise ValueError(f"{name}.expand: member {i} of shape {tuple(spec.shape)} cannot expand to {tuple(shape)}: {err}") from None
+                raise ValueError(
+                    f"{name}.expand: member {i} of shape {tuple(spec.shape)} cannot expand to {tuple(shape)}: {err}"
+                ) from None
         return stack_specs(out, self.dim + len(lead))
 
     def unsqueeze(self, dim: int) -> Any:
@@ -186,7 +204,7 @@ class _StackOps:
                 f"stack cannot be reshaped across its stack dim {d}; keep the leading dims {tuple(self.shape[: d + 1])} "
                 "and reshape only the member dims"
             )
-        member = shape[:d] + shape[d + 1:]
+        member = shape[:d] + shape[d + 1 :]
         return stack_specs([s.reshape(member) for s in self.specs], d)
 
     view = reshape
@@ -197,7 +215,9 @@ class _StackOps:
         if dim == self.dim:
             return self.specs
         if self.shape[dim] == -1:
-            raise ValueError(f"{type(self).__name__}.unbind: dim {dim} differs across members (shape {tuple(self.shape)})")
+            raise ValueError(
+                f"{type(self).__name__}.unbind: dim {dim} differs across members (shape {tuple(self.shape)})"
+            )
         parts = [s.unbind(dim - 1 if dim > self.dim else dim) for s in self.specs]
         new = self.dim if dim > self.dim else self.dim - 1
         return tuple(stack_specs(list(p), new) for p in zip(*parts))
@@ -206,14 +226,18 @@ class _StackOps:
         """Basic indexing (ints, slices, and any index along the stack dim)."""
         idx = index if isinstance(index, tuple) else (index,)
         if any(i is Ellipsis or i is None for i in idx) or len(idx) > self._nb():
-            raise IndexError(f"{type(self).__name__}: unsupported index {index!r} (use ints and slices over the dims {tuple(self.shape[: self._nb()])})")
+            raise IndexError(
+                f"{type(self).__name__}: unsupported index {index!r} (use ints and slices over the dims {tuple(self.shape[: self._nb()])})"
+            )
         idx = idx + (slice(None),) * (self._nb() - len(idx))
         for i, comp in enumerate(idx):
             if i != self.dim and not isinstance(comp, (int, slice)):
-                raise IndexError(f"{type(self).__name__}: only ints and slices are supported outside the stack dim {self.dim}, got {comp!r} at dim {i}")
+                raise IndexError(
+                    f"{type(self).__name__}: only ints and slices are supported outside the stack dim {self.dim}, got {comp!r} at dim {i}"
+                )
             if self.shape[i] == -1 and comp != slice(None):
                 raise IndexError(f"{type(self).__name__}: dim {i} differs across members and cannot be indexed")
-        member_idx = idx[: self.dim] + idx[self.dim + 1:]
+        member_idx = idx[: self.dim] + idx[self.dim + 1 :]
         trivial = all(c == slice(None) for c in member_idx)
         sel = idx[self.dim]
         if isinstance(sel, int):
@@ -244,7 +268,12 @@ class _StackOps:
         return type(self)([s.clone() for s in self.specs], self.dim)
 
     def __eq__(self, other: Any) -> bool:
-        return type(other) is type(self) and self.dim == other.dim and len(self.specs) == len(other.specs) and all(a == b for a, b in zip(self.specs, other.specs))
+        return (
+            type(other) is type(self)
+            and self.dim == other.dim
+            and len(self.specs) == len(other.specs)
+            and all(a == b for a, b in zip(self.specs, other.specs))
+        )
 
     def __ne__(self, other: Any) -> bool:
         return not self == other
@@ -365,7 +394,9 @@ class Stacked(_StackOps):
 
                 arr = torch.as_tensor(np.array(val))
             if arr.ndim <= self.dim or arr.shape[self.dim] != len(self.specs):
-                raise ValueError(f"Stacked.encode: expected {len(self.specs)} members along dim {self.dim}, got shape {tuple(arr.shape)}")
+                raise ValueError(
+                    f"Stacked.encode: expected {len(self.specs)} members along dim {self.dim}, got shape {tuple(arr.shape)}"
+                )
             val = arr.unbind(self.dim)
         elif len(val) != len(self.specs):
             raise ValueError(f"Stacked.encode: expected {len(self.specs)} members, got {len(val)}")
@@ -384,7 +415,9 @@ class Stacked(_StackOps):
         if parts is None:
             raise ValueError(f"Stacked.index: expected {len(self.specs)} members along the stack dim")
         d = self._lead(index) + self.dim
-        targets = list(tensor_to_index) if isinstance(tensor_to_index, (list, tuple)) else list(tensor_to_index.unbind(d))
+        targets = (
+            list(tensor_to_index) if isinstance(tensor_to_index, (list, tuple)) else list(tensor_to_index.unbind(d))
+        )
         return self._restack([s.index(i, t) for s, i, t in zip(self.specs, parts, targets)], d)
 
     def enumerate(self) -> torch.Tensor:
@@ -509,7 +542,9 @@ class StackedComposite(_StackOps):
         if hasattr(vals, "unbind") and hasattr(vals, "batch_size"):
             vals = vals.unbind(self.dim)
         if not isinstance(vals, (list, tuple)) or len(vals) != len(self.specs):
-            raise ValueError(f"StackedComposite.encode: expected a sequence of {len(self.specs)} per-member dicts, got {type(vals).__name__}")
+            raise ValueError(
+                f"StackedComposite.encode: expected a sequence of {len(self.specs)} per-member dicts, got {type(vals).__name__}"
+            )
         return lazy_stack([s.encode(v, ignore_device=ignore_device) for s, v in zip(self.specs, vals)], self.dim)
 
     def to_numpy(self, td: Any, safe: bool = True) -> dict:
@@ -518,7 +553,9 @@ class StackedComposite(_StackOps):
             self.assert_is_in(td)
         found = self._unbind_td(td)
         if found is None:
-            raise ValueError(f"StackedComposite.to_numpy: expected a TensorDict with {len(self.specs)} members along the stack dim")
+            raise ValueError(
+                f"StackedComposite.to_numpy: expected a TensorDict with {len(self.specs)} members along the stack dim"
+            )
         d, parts = found
         return _np_merge([s.to_numpy(p, safe=False) for s, p in zip(self.specs, parts)], d)
 

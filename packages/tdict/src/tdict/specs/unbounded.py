@@ -1,4 +1,5 @@
 """Unbounded: a tensor of a given shape and dtype, any value."""
+
 from __future__ import annotations
 
 from typing import Any

@@ -27,11 +27,17 @@ _HINT = "pip install 'rl-objectives[video]'"
 def _video_frames(owner: str, name: str, video: Any) -> torch.Tensor:
     """``video`` checked and turned into ``[T, H, W, 3]`` uint8 CPU frames (a batch tiled in a grid)."""
     if not isinstance(video, torch.Tensor):
-        raise TypeError(f"{owner}.log_video: video for {name!r} must be a uint8 torch.Tensor [T, C, H, W] or [B, T, C, H, W], got {type(video).__name__}.")
+        raise TypeError(
+            f"{owner}.log_video: video for {name!r} must be a uint8 torch.Tensor [T, C, H, W] or [B, T, C, H, W], got {type(video).__name__}."
+        )
     if video.ndim not in (4, 5):
-        raise ValueError(f"{owner}.log_video: {name!r} must be a [T, C, H, W] or [B, T, C, H, W] tensor, got {tuple(video.shape)}.")
+        raise ValueError(
+            f"{owner}.log_video: {name!r} must be a [T, C, H, W] or [B, T, C, H, W] tensor, got {tuple(video.shape)}."
+        )
     if video.shape[-3] not in (1, 3):
-        raise ValueError(f"{owner}.log_video: {name!r} must have 1 or 3 channels at dim -3 ([..., C, H, W]), got shape {tuple(video.shape)}.")
+        raise ValueError(
+            f"{owner}.log_video: {name!r} must have 1 or 3 channels at dim -3 ([..., C, H, W]), got shape {tuple(video.shape)}."
+        )
     if video.dtype is not torch.uint8:
         raise TypeError(f"{owner}.log_video: {name!r} must be uint8 (0-255), got {video.dtype}.")
     if video.numel() == 0:
@@ -63,12 +69,16 @@ def _require_encoder(owner: str, fmt: str) -> None:
         try:
             import imageio_ffmpeg  # noqa: F401
         except ImportError as err:
-            raise ImportError(f"{owner}: writing mp4 videos needs the 'imageio-ffmpeg' package: {_HINT} (or pip install imageio-ffmpeg).") from err
+            raise ImportError(
+                f"{owner}: writing mp4 videos needs the 'imageio-ffmpeg' package: {_HINT} (or pip install imageio-ffmpeg)."
+            ) from err
     elif fmt == "gif":
         try:
             import PIL.Image  # noqa: F401
         except ImportError as err:
-            raise ImportError(f"{owner}: writing GIF videos needs the 'pillow' package: {_HINT} (or pip install pillow).") from err
+            raise ImportError(
+                f"{owner}: writing GIF videos needs the 'pillow' package: {_HINT} (or pip install pillow)."
+            ) from err
 
 
 def _write_mp4(path: str, frames: torch.Tensor, fps: float) -> None:
@@ -79,8 +89,16 @@ def _write_mp4(path: str, frames: torch.Tensor, fps: float) -> None:
         frames = torch.nn.functional.pad(frames, (0, 0, 0, w % 2, 0, h % 2))
         h, w = h + h % 2, w + w % 2
     writer = imageio_ffmpeg.write_frames(
-        path, (w, h), fps=fps, codec="libx264", pix_fmt_in="rgb24", pix_fmt_out="yuv420p",
-        quality=8, macro_block_size=1, ffmpeg_log_level="error", output_params=["-f", "mp4"],
+        path,
+        (w, h),
+        fps=fps,
+        codec="libx264",
+        pix_fmt_in="rgb24",
+        pix_fmt_out="yuv420p",
+        quality=8,
+        macro_block_size=1,
+        ffmpeg_log_level="error",
+        output_params=["-f", "mp4"],
     )
     writer.send(None)  # starts ffmpeg
     try:
@@ -95,7 +113,9 @@ def _gif_bytes(frames: torch.Tensor, fps: float) -> bytes:
 
     images = [Image.fromarray(f.numpy()) for f in frames]
     out = io.BytesIO()
-    images[0].save(out, format="GIF", save_all=True, append_images=images[1:], duration=max(int(round(1000 / fps)), 1), loop=0)
+    images[0].save(
+        out, format="GIF", save_all=True, append_images=images[1:], duration=max(int(round(1000 / fps)), 1), loop=0
+    )
     return out.getvalue()
 
 

@@ -24,7 +24,9 @@ def _check_name(owner: str, name: Any) -> str:
         raise ValueError(f"{owner}: the metric name must be a non-empty string, got {name!r}.")
     parts = name.split("/")
     if any(p in ("", ".", "..") for p in parts) or "\\" in name or "\n" in name or "\r" in name or "\0" in name:
-        raise ValueError(f"{owner}: invalid metric name {name!r}: use non-empty '/'-separated parts without '.', '..', '\\\\' or newlines.")
+        raise ValueError(
+            f"{owner}: invalid metric name {name!r}: use non-empty '/'-separated parts without '.', '..', '\\\\' or newlines."
+        )
     return name
 
 
@@ -32,12 +34,16 @@ def _number(owner: str, name: str, value: Any) -> float:
     """``value`` as a float: a real number (not a bool) or a one-element tensor."""
     if isinstance(value, torch.Tensor):
         if value.numel() != 1:
-            raise ValueError(f"{owner}.log_scalar: {name!r} must be a scalar, got a tensor of shape {tuple(value.shape)}.")
+            raise ValueError(
+                f"{owner}.log_scalar: {name!r} must be a scalar, got a tensor of shape {tuple(value.shape)}."
+            )
         if value.is_complex():
             raise TypeError(f"{owner}.log_scalar: {name!r} must be real, got a complex tensor.")
         return float(value.detach().reshape(()).item())
     if isinstance(value, bool) or not isinstance(value, numbers.Real):
-        raise TypeError(f"{owner}.log_scalar: {name!r} must be a number or a one-element tensor, got {type(value).__name__}.")
+        raise TypeError(
+            f"{owner}.log_scalar: {name!r} must be a number or a one-element tensor, got {type(value).__name__}."
+        )
     return float(value)
 
 
@@ -45,7 +51,13 @@ def _check_step(owner: str, name: str, step: Any) -> int | None:
     """``step``: ``None`` or an integer >= 0 (a Python or numpy int, or a one-element integer tensor)."""
     if step is None:
         return None
-    if isinstance(step, torch.Tensor) and step.numel() == 1 and not step.is_floating_point() and not step.is_complex() and step.dtype is not torch.bool:
+    if (
+        isinstance(step, torch.Tensor)
+        and step.numel() == 1
+        and not step.is_floating_point()
+        and not step.is_complex()
+        and step.dtype is not torch.bool
+    ):
         step = int(step.item())
     if isinstance(step, bool) or not isinstance(step, numbers.Integral):
         raise TypeError(f"{owner}: step for {name!r} must be an int or None, got {type(step).__name__}.")
@@ -71,12 +83,18 @@ def _histogram_values(owner: str, name: str, data: Any) -> torch.Tensor:
         values = data.detach()
     else:
         if isinstance(data, (str, bytes, Mapping)) or data is None:
-            raise TypeError(f"{owner}.log_histogram: data for {name!r} must be a tensor, an array or a sequence of numbers, got {type(data).__name__}.")
+            raise TypeError(
+                f"{owner}.log_histogram: data for {name!r} must be a tensor, an array or a sequence of numbers, got {type(data).__name__}."
+            )
         try:
             values = torch.as_tensor(data)
         except (TypeError, ValueError, RuntimeError) as err:
-            raise TypeError(f"{owner}.log_histogram: data for {name!r} must be a tensor, an array or a sequence of numbers, got {type(data).__name__} ({err}).") from None
-    if values.is_complex() or not (values.is_floating_point() or values.dtype in (torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64)):
+            raise TypeError(
+                f"{owner}.log_histogram: data for {name!r} must be a tensor, an array or a sequence of numbers, got {type(data).__name__} ({err})."
+            ) from None
+    if values.is_complex() or not (
+        values.is_floating_point() or values.dtype in (torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64)
+    ):
         raise TypeError(f"{owner}.log_histogram: data for {name!r} must hold real numbers, got dtype {values.dtype}.")
     values = values.to("cpu", torch.float64).reshape(-1)
     if values.numel() == 0:
@@ -90,13 +108,19 @@ def _check_bins(owner: str, name: str, bins: Any, max_bins: int | None = None) -
     """``bins``: a number of equal-width bins (>= 1) or the increasing edges of the bins."""
     if isinstance(bins, numbers.Integral) and not isinstance(bins, bool):
         if bins < 1 or (max_bins is not None and bins > max_bins):
-            raise ValueError(f"{owner}.log_histogram: bins for {name!r} must be in [1, {max_bins or 'inf'}], got {bins}.")
+            raise ValueError(
+                f"{owner}.log_histogram: bins for {name!r} must be in [1, {max_bins or 'inf'}], got {bins}."
+            )
         return int(bins)
     if isinstance(bins, (str, bytes)) or not isinstance(bins, (Sequence, torch.Tensor)):
-        raise TypeError(f"{owner}.log_histogram: bins for {name!r} must be an int or a sequence of bin edges, got {type(bins).__name__}.")
+        raise TypeError(
+            f"{owner}.log_histogram: bins for {name!r} must be an int or a sequence of bin edges, got {type(bins).__name__}."
+        )
     edges = torch.as_tensor(bins, dtype=torch.float64).reshape(-1)
     if edges.numel() < 2 or not bool(torch.isfinite(edges).all()) or not bool((edges[1:] > edges[:-1]).all()):
-        raise ValueError(f"{owner}.log_histogram: bin edges for {name!r} must be at least 2 finite, increasing numbers.")
+        raise ValueError(
+            f"{owner}.log_histogram: bin edges for {name!r} must be at least 2 finite, increasing numbers."
+        )
     if max_bins is not None and edges.numel() - 1 > max_bins:
         raise ValueError(f"{owner}.log_histogram: at most {max_bins} bins for {name!r}, got {edges.numel() - 1}.")
     return edges
@@ -126,7 +150,10 @@ def _check_hparams(owner: str, cfg: Any, prefix: str = "") -> None:
         raise TypeError(f"{owner}.log_hparams: {what} must be a mapping, got {type(cfg).__name__}.")
     for key, value in cfg.items():
         if not isinstance(key, str) or not key:
-            raise TypeError(f"{owner}.log_hparams: hyper-parameter names must be non-empty strings, got {key!r}" + (f" in {prefix!r}." if prefix else "."))
+            raise TypeError(
+                f"{owner}.log_hparams: hyper-parameter names must be non-empty strings, got {key!r}"
+                + (f" in {prefix!r}." if prefix else ".")
+            )
         if isinstance(value, Mapping):
             _check_hparams(owner, value, f"{prefix}.{key}" if prefix else key)
 
@@ -217,8 +244,16 @@ class Logger(abc.ABC):
     """
 
     def __init__(self, exp_name: str, log_dir: str | os.PathLike) -> None:
-        if not isinstance(exp_name, str) or not exp_name or "/" in exp_name or "\\" in exp_name or exp_name in (".", ".."):
-            raise ValueError(f"{type(self).__name__}: exp_name must be a non-empty name without path separators, got {exp_name!r}.")
+        if (
+            not isinstance(exp_name, str)
+            or not exp_name
+            or "/" in exp_name
+            or "\\" in exp_name
+            or exp_name in (".", "..")
+        ):
+            raise ValueError(
+                f"{type(self).__name__}: exp_name must be a non-empty name without path separators, got {exp_name!r}."
+            )
         if not isinstance(log_dir, (str, os.PathLike)):
             raise TypeError(f"{type(self).__name__}: log_dir must be a path, got {type(log_dir).__name__}.")
         self.exp_name = exp_name
@@ -250,7 +285,9 @@ class Logger(abc.ABC):
         """Logs several scalars at ``step`` (each through :meth:`log_scalar`); all are checked first."""
         owner = type(self).__name__
         if not isinstance(metrics, Mapping):
-            raise TypeError(f"{owner}.log_metrics: metrics must be a mapping of names to numbers, got {type(metrics).__name__}.")
+            raise TypeError(
+                f"{owner}.log_metrics: metrics must be a mapping of names to numbers, got {type(metrics).__name__}."
+            )
         for name, value in metrics.items():
             _check_name(owner, name)
             _number(owner, name, value)

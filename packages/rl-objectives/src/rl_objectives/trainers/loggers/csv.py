@@ -66,7 +66,9 @@ def read_csv_scalar(path: str | os.PathLike) -> list[tuple[int, float]]:
                 raise ValueError
             out.append((int(step), float(value)))
         except ValueError:
-            raise ValueError(f"read_csv_scalar: {os.fspath(path)!r} line {number} is not 'step,value': {line!r}.") from None
+            raise ValueError(
+                f"read_csv_scalar: {os.fspath(path)!r} line {number} is not 'step,value': {line!r}."
+            ) from None
     return out
 
 
@@ -97,7 +99,9 @@ def read_csv_histogram(path: str | os.PathLike) -> list[dict[str, Any]]:
     if not lines:
         return []
     if lines[0] != HISTOGRAM_HEADER:
-        raise ValueError(f"read_csv_histogram: {os.fspath(path)!r} does not start with the header {HISTOGRAM_HEADER!r}.")
+        raise ValueError(
+            f"read_csv_histogram: {os.fspath(path)!r} does not start with the header {HISTOGRAM_HEADER!r}."
+        )
     out = []
     for number, line in enumerate(lines[1:], 2):
         fields = line.split(",")
@@ -114,7 +118,9 @@ def read_csv_histogram(path: str | os.PathLike) -> list[dict[str, Any]]:
             if len(row["bin_edges"]) != len(row["bin_counts"]) + 1:
                 raise ValueError
         except ValueError:
-            raise ValueError(f"read_csv_histogram: {os.fspath(path)!r} line {number} is not a histogram row: {line!r}.") from None
+            raise ValueError(
+                f"read_csv_histogram: {os.fspath(path)!r} line {number} is not a histogram row: {line!r}."
+            ) from None
         out.append(row)
     return out
 
@@ -158,7 +164,14 @@ class CSVLogger(Logger):
         >>> logger.close()
     """
 
-    def __init__(self, exp_name: str, log_dir: str | os.PathLike | None = None, video_format: str = "mp4", video_fps: float = 30, fsync: bool = False) -> None:
+    def __init__(
+        self,
+        exp_name: str,
+        log_dir: str | os.PathLike | None = None,
+        video_format: str = "mp4",
+        video_fps: float = 30,
+        fsync: bool = False,
+    ) -> None:
         self.video_format = _check_format("CSVLogger", video_format, ("mp4", "gif", "pt"))
         self.video_fps = _check_fps("CSVLogger", video_fps)
         self.fsync = bool(fsync)
@@ -203,7 +216,11 @@ class CSVLogger(Logger):
                 if keep != len(data):
                     f.truncate(keep)
                 lines = data[:keep].split(b"\n")[:-1]
-        steps = [int(s) for line in lines[1 if header is not None else 0:] if (s := line.partition(b",")[0].strip()).isdigit()]
+        steps = [
+            int(s)
+            for line in lines[1 if header is not None else 0 :]
+            if (s := line.partition(b",")[0].strip()).isdigit()
+        ]
         self._auto_steps[(kind, name)] = max(steps) + 1 if steps else 0
         if header is not None and not lines:
             self._needs_header.add((kind, name))
@@ -258,12 +275,20 @@ class CSVLogger(Logger):
     def _next_video_step(self, name: str) -> int:
         if ("video", name) not in self._auto_steps:  # continue after the videos already there
             path = self.video_path(name, 0)
-            pattern = re.compile(re.escape(path.name[: -len(f"0.{self.video_format}")]) + r"(\d+)\." + re.escape(self.video_format) + "$")
-            taken = [int(m.group(1)) for p in (path.parent.iterdir() if path.parent.is_dir() else ()) if (m := pattern.match(p.name))]
+            pattern = re.compile(
+                re.escape(path.name[: -len(f"0.{self.video_format}")]) + r"(\d+)\." + re.escape(self.video_format) + "$"
+            )
+            taken = [
+                int(m.group(1))
+                for p in (path.parent.iterdir() if path.parent.is_dir() else ())
+                if (m := pattern.match(p.name))
+            ]
             self._auto_steps[("video", name)] = max(taken) + 1 if taken else 0
         return self._auto_steps[("video", name)]
 
-    def log_video(self, name: str, video: torch.Tensor, step: int | None = None, *, fps: float | None = None, **kwargs: Any) -> None:
+    def log_video(
+        self, name: str, video: torch.Tensor, step: int | None = None, *, fps: float | None = None, **kwargs: Any
+    ) -> None:
         """Writes ``videos/<name>_<step>.<video_format>``.
 
         Args:

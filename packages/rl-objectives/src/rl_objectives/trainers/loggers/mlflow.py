@@ -36,7 +36,9 @@ _BATCH = 100  # MLflow takes at most 100 parameters per log_batch
 def _check_mlflow_name(owner: str, name: str) -> str:
     _check_name(owner, name)
     if not _MLFLOW_NAME.match(name):
-        raise ValueError(f"{owner}: invalid MLflow name {name!r}: use letters, digits, '_', '-', '.', ' ', ':' and '/'.")
+        raise ValueError(
+            f"{owner}: invalid MLflow name {name!r}: use letters, digits, '_', '-', '.', ' ', ':' and '/'."
+        )
     return name
 
 
@@ -44,7 +46,7 @@ def _sqlite_artifacts(tracking_uri: str) -> str | None:
     """``file:`` URI of ``<folder of the database>/mlartifacts`` for a ``sqlite:///path`` URI."""
     if not tracking_uri.startswith("sqlite:///"):
         return None
-    db = tracking_uri[len("sqlite:///"):]
+    db = tracking_uri[len("sqlite:///") :]
     if not db or db == ":memory:":
         return None
     return Path(os.path.abspath(db)).parent.joinpath("mlartifacts").as_uri()
@@ -140,9 +142,13 @@ class MLFlowLogger(Logger):
         self.client = MlflowClient(tracking_uri=self.tracking_uri)
         experiment = self.client.get_experiment_by_name(self.exp_name)
         if experiment is None:
-            self.id = self.client.create_experiment(self.exp_name, artifact_location=self.artifact_location, tags=self.tags or None)
+            self.id = self.client.create_experiment(
+                self.exp_name, artifact_location=self.artifact_location, tags=self.tags or None
+            )
         elif experiment.lifecycle_stage != "active":
-            raise ValueError(f"MLFlowLogger: the MLflow experiment {self.exp_name!r} is deleted; restore it or use another exp_name.")
+            raise ValueError(
+                f"MLFlowLogger: the MLflow experiment {self.exp_name!r} is deleted; restore it or use another exp_name."
+            )
         else:
             self.id = experiment.experiment_id
         run = self.client.create_run(self.id, tags=self.tags or None, run_name=self.run_name)
@@ -175,7 +181,16 @@ class MLFlowLogger(Logger):
         self.client.log_dict(self.run_id, {"step": step, **h}, f"histograms/{name}_{step}.json")
         self._logged("histogram", name, step)
 
-    def log_video(self, name: str, video: torch.Tensor, step: int | None = None, *, fps: float | None = None, format: str | None = None, **kwargs: Any) -> None:
+    def log_video(
+        self,
+        name: str,
+        video: torch.Tensor,
+        step: int | None = None,
+        *,
+        fps: float | None = None,
+        format: str | None = None,
+        **kwargs: Any,
+    ) -> None:
         """The artifact ``videos/<name>_<step>.<mp4|gif>`` of ``video`` (uint8 ``[T, C, H, W]`` or
         ``[B, T, C, H, W]``).
 
@@ -207,7 +222,7 @@ class MLFlowLogger(Logger):
 
         params = [Param(k, str(v)) for k, v in flat.items()]
         for i in range(0, len(params), _BATCH):
-            self.client.log_batch(self.run_id, params=params[i:i + _BATCH])
+            self.client.log_batch(self.run_id, params=params[i : i + _BATCH])
 
     def close(self) -> None:
         """Marks the run ``FINISHED`` (once)."""

@@ -87,19 +87,32 @@ class TensorboardLogger(Logger):
         self.experiment.add_scalar(name, value, global_step=step)
         self._logged("scalar", name, step)
 
-    def log_histogram(self, name: str, data: Any, step: int | None = None, *, bins: Any = "tensorflow", max_bins: int | None = None, **kwargs: Any) -> None:
+    def log_histogram(
+        self,
+        name: str,
+        data: Any,
+        step: int | None = None,
+        *,
+        bins: Any = "tensorflow",
+        max_bins: int | None = None,
+        **kwargs: Any,
+    ) -> None:
         """``add_histogram`` of ``data`` (a tensor, an array or a sequence of finite numbers)."""
         _check_no_kwargs("TensorboardLogger.log_histogram", kwargs, ["bins", "max_bins"])
         _check_name("TensorboardLogger", name)
         values = _histogram_values("TensorboardLogger", name, data)
         step = _check_step("TensorboardLogger.log_histogram", name, step)
         if not isinstance(bins, (str, int)) or isinstance(bins, bool) or (isinstance(bins, int) and bins < 1):
-            raise ValueError(f"TensorboardLogger.log_histogram: bins for {name!r} must be 'tensorflow', a numpy rule name or an int >= 1, got {bins!r}.")
+            raise ValueError(
+                f"TensorboardLogger.log_histogram: bins for {name!r} must be 'tensorflow', a numpy rule name or an int >= 1, got {bins!r}."
+            )
         step = self._step("histogram", name, step)
         self.experiment.add_histogram(name, values, global_step=step, bins=bins, max_bins=max_bins)
         self._logged("histogram", name, step)
 
-    def log_video(self, name: str, video: torch.Tensor, step: int | None = None, *, fps: float | None = None, **kwargs: Any) -> None:
+    def log_video(
+        self, name: str, video: torch.Tensor, step: int | None = None, *, fps: float | None = None, **kwargs: Any
+    ) -> None:
         """A GIF image summary of ``video`` (uint8 ``[T, C, H, W]`` or ``[B, T, C, H, W]``)."""
         _check_no_kwargs("TensorboardLogger.log_video", kwargs, ["fps"])
         _check_name("TensorboardLogger", name)

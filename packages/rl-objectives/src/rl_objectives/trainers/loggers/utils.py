@@ -20,14 +20,21 @@ LOGGER_TYPES = ("csv", "tensorboard", "wandb", "mlflow")
 def _mlflow_uri(logger_name: str | os.PathLike) -> str:
     """A URI is kept; a folder becomes ``sqlite:///<folder>/mlflow.db`` (MLflow >= 3.10 refuses the
     plain file store)."""
-    if isinstance(logger_name, str) and ":" in logger_name and not os.path.isabs(logger_name) and len(logger_name.split(":", 1)[0]) > 1:
+    if (
+        isinstance(logger_name, str)
+        and ":" in logger_name
+        and not os.path.isabs(logger_name)
+        and len(logger_name.split(":", 1)[0]) > 1
+    ):
         return logger_name
     folder = Path(os.path.abspath(logger_name))
     folder.mkdir(parents=True, exist_ok=True)
     return f"sqlite:///{folder.joinpath('mlflow.db').as_posix()}"
 
 
-def get_logger(logger_type: str | None, logger_name: str | os.PathLike, experiment_name: str, **kwargs: Any) -> Logger | None:
+def get_logger(
+    logger_type: str | None, logger_name: str | os.PathLike, experiment_name: str, **kwargs: Any
+) -> Logger | None:
     """Builds a logger by type: ``"csv"``, ``"tensorboard"``, ``"wandb"`` or ``"mlflow"`` (``""`` or
     ``None``: no logger).
 
@@ -58,7 +65,9 @@ def get_logger(logger_type: str | None, logger_name: str | os.PathLike, experime
     if logger_type in ("", None):
         return None
     if logger_type not in LOGGER_TYPES:
-        raise ValueError(f"get_logger: unknown logger_type={logger_type!r}; choose one of {list(LOGGER_TYPES)} or None.")
+        raise ValueError(
+            f"get_logger: unknown logger_type={logger_type!r}; choose one of {list(LOGGER_TYPES)} or None."
+        )
     per_type = {t: kwargs.pop(f"{t}_kwargs", None) or {} for t in ("wandb", "mlflow")}
     kwargs = {**kwargs, **per_type.get(logger_type, {})}
     if logger_type == "csv":

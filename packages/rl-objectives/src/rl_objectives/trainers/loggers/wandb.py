@@ -169,7 +169,16 @@ class WandbLogger(Logger):
         self._log(name, hist, step)
         self._logged("histogram", name, step)
 
-    def log_video(self, name: str, video: torch.Tensor, step: int | None = None, *, fps: float | None = None, format: str | None = None, **kwargs: Any) -> None:
+    def log_video(
+        self,
+        name: str,
+        video: torch.Tensor,
+        step: int | None = None,
+        *,
+        fps: float | None = None,
+        format: str | None = None,
+        **kwargs: Any,
+    ) -> None:
         """``wandb.Video`` of ``video`` (uint8 ``[T, C, H, W]`` or ``[B, T, C, H, W]``).
 
         Raises:
