@@ -11,7 +11,7 @@ update per frame, 64-wide networks: the threshold at 3,904 frames, in 10 s on on
 1); with RL-zoo's settings (one 200-frame episode per batch, 20,000 frames of which 10,000 random,
 [400, 300]: benchmarks/learning/settings.py) 5 to 7 minutes on 2 shared cores; ``halfcheetah``
 (HalfCheetah-v5) is RL-zoo's setting on a budget cut from 1,000,000 to 100,000 frames with a
-threshold of 2,000 (untested beyond a smoke run).
+threshold of 2,000 (seed 0: 2,404 at 40,000 frames, final 5,665; 24 minutes on one thread).
 
 Run: ``python examples/train.py algo=td3 env=pendulum [algo.policy_delay=2 algo.hidden=[256,256] ...]``.
 """
