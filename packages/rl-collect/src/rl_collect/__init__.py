@@ -4,7 +4,7 @@ A collector turns an env and a policy into a stream of TensorDict batches. Envs 
 duck-typed: anything with the rl-envs contract (``reset``/``step``/``step_and_maybe_reset``,
 ``batch_size``, specs) works; rl-collect imports no sibling package.
 
-Example:
+Examples:
     >>> from rl_envs import PendulumEnv
     >>> from rl_collect import Collector
     >>> collector = Collector(PendulumEnv, frames_per_batch=64, total_frames=128)

@@ -311,7 +311,7 @@ def split_frames(frames: int, n_envs: Sequence[int]) -> list[int]:
     largest env count (exactly ``frames`` when every worker has the same env count and it divides
     ``frames``).
 
-    Example:
+    Examples:
         >>> split_frames(8, [2, 2, 2])  # rounding each third up would give 4 + 4 + 2 = 10
         [4, 2, 2]
         >>> split_frames(7, [1, 3])

@@ -113,7 +113,7 @@ class Collector:
         create_env_kwargs: keyword arguments of ``create_env_fn``.
         progress_bar: show a tqdm progress bar over ``total_frames``.
 
-    Example:
+    Examples:
         >>> from rl_envs import PendulumEnv  # any env with the rl-envs contract
         >>> collector = Collector(PendulumEnv, None, frames_per_batch=50, total_frames=120)
         >>> [batch.batch_size for batch in collector]

@@ -316,7 +316,7 @@ class DistributedCollector:
             workers die with the learner.
         **collector_kwargs: passed to each worker's :class:`~rl_collect.Collector`.
 
-    Example:
+    Examples:
         >>> from rl_envs import PendulumEnv
         >>> collector = DistributedCollector(PendulumEnv, None, frames_per_batch=20, total_frames=50,
         ...                                  num_workers=2)  # doctest: +SKIP

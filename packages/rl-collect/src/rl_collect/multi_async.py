@@ -25,11 +25,10 @@ class MultiAsyncCollector(MultiCollectorBase):
         policy: as for :class:`~rl_collect.Collector`; each worker gets a copy.
         frames_per_batch: frames per yielded batch.
         total_frames: stop after exactly this many frames (``-1``: never).
-        weight_sync_scheme, worker_timeout, heartbeat_interval, heartbeat_timeout, mp_start_method,
-            num_threads, split_trajs, postproc, replay_buffer, **collector_kwargs: as for
+        weight_sync_scheme, worker_timeout, heartbeat_interval, heartbeat_timeout, mp_start_method, num_threads, split_trajs, postproc, replay_buffer, **collector_kwargs: as for
             :class:`~rl_collect.MultiSyncCollector`.
 
-    Example:
+    Examples:
         >>> from rl_envs import PendulumEnv
         >>> collector = MultiAsyncCollector([PendulumEnv, PendulumEnv], None, frames_per_batch=10, total_frames=35)
         >>> sorted(batch.numel() for batch in collector)
@@ -109,7 +108,7 @@ class AsyncCollector(MultiAsyncCollector):
     ``heartbeat_interval``, ``heartbeat_timeout``, ``mp_start_method`` and ``num_threads`` (see
     :class:`~rl_collect.MultiSyncCollector`).
 
-    Example:
+    Examples:
         >>> from rl_envs import PendulumEnv
         >>> collector = AsyncCollector(PendulumEnv, None, frames_per_batch=10, total_frames=25)
         >>> [batch.numel() for batch in collector]

@@ -67,7 +67,7 @@ class MultiSyncCollector(MultiCollectorBase):
         split_trajs, postproc, replay_buffer: applied in this process to the gathered batch.
         **collector_kwargs: passed to each worker's :class:`~rl_collect.Collector`.
 
-    Example:
+    Examples:
         >>> from rl_envs import PendulumEnv
         >>> collector = MultiSyncCollector([PendulumEnv, PendulumEnv], None, frames_per_batch=20, total_frames=50)
         >>> [batch.batch_size for batch in collector]

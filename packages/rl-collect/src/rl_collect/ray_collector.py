@@ -117,7 +117,7 @@ class RayCollector:
         sync: see above.
         **collector_kwargs: passed to each actor's :class:`~rl_collect.Collector`.
 
-    Example:
+    Examples:
         >>> from rl_envs import PendulumEnv
         >>> collector = RayCollector(PendulumEnv, None, frames_per_batch=20, total_frames=40)  # doctest: +SKIP
         >>> sum(b.numel() for b in collector)  # doctest: +SKIP

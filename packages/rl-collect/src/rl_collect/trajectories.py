@@ -22,7 +22,7 @@ def split_trajectories(batch: TensorDictBase, trajectory_dim: int | None = None)
         batch: a ``[*env_batch, T]`` batch (or a flat ``[N]`` one in time order per trajectory).
         trajectory_dim: unused compatibility argument.
 
-    Example:
+    Examples:
         >>> import torch
         >>> from tdict import TensorDict
         >>> steps = TensorDict({"obs": torch.arange(5.0), ("collector", "traj_ids"): torch.tensor([0, 0, 1, 1, 1])},

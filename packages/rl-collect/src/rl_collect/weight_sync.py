@@ -103,7 +103,7 @@ class SharedMemWeightReceiver(WeightReceiver):
 class SharedMemWeightSyncScheme(WeightSyncScheme):
     """Weights in shared memory: ``send`` copies them in place and bumps a shared version.
 
-    Example:
+    Examples:
         >>> from torch import nn
         >>> from tdict import TensorDict
         >>> policy = nn.Linear(2, 1)
@@ -180,7 +180,7 @@ class PipeWeightSyncScheme(WeightSyncScheme):
     Messages on a pipe are ordered, so a worker applies the weights before any command sent after
     them. The worker's command loop passes scheme messages to ``receiver.handle``.
 
-    Example:
+    Examples:
         >>> import multiprocessing as mp
         >>> from torch import nn
         >>> from tdict import TensorDict
@@ -258,7 +258,7 @@ class RayWeightSyncScheme(WeightSyncScheme):
     ``"handle_weights"``) that passes its argument to its receiver's ``handle``. Ray runs the calls of
     one caller in order, so an actor sees the weights before any call submitted after ``send``.
 
-    Example:
+    Examples:
         >>> from torch import nn
         >>> from tdict import TensorDict
         >>> scheme = RayWeightSyncScheme()
@@ -391,7 +391,7 @@ class DistributedWeightSyncScheme(WeightSyncScheme):
         wait: how to run and wait for a point-to-point op, ``wait(start, rank)`` where ``start()`` posts it
             and returns its work handle (default: ``start().wait()``).
 
-    Example:
+    Examples:
         >>> from torch import nn
         >>> from tdict import TensorDict
         >>> scheme = DistributedWeightSyncScheme()

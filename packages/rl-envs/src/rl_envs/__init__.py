@@ -3,7 +3,7 @@
 EnvBase and the rollout contract, native envs (Pendulum, CartPole), the Gymnasium wrapper and
 transforms. Heavy integrations are optional extras imported lazily (``rl-envs[gymnasium]``...).
 
-Example:
+Examples:
     >>> from rl_envs import PendulumEnv, StepCounter, TransformedEnv
     >>> env = TransformedEnv(PendulumEnv(), StepCounter(max_steps=200))
     >>> env.rollout(32).batch_size

@@ -5,7 +5,7 @@ random transforms) must restore that stream to resume a run exactly. :class:`Gen
 ``nn.Module.state_dict`` carry the state of every ``torch.Generator`` attribute of the module (as
 its ``"_extra_state"`` entry: a dict of uint8 tensors that ``torch.load(weights_only=True)`` reads).
 
-Example:
+Examples:
     >>> import torch
     >>> from rl_envs import PendulumEnv
     >>> env = PendulumEnv(seed=0)

@@ -69,7 +69,7 @@ def check_env_specs(
         tensordict: passed (a copy) to ``env.reset``, e.g. the parameters of a stateless env.
         break_when_any_done: forwarded to ``rollout`` (default: run all steps with auto-resets).
 
-    Example:
+    Examples:
         >>> from rl_envs import PendulumEnv, StepCounter, TransformedEnv
         >>> check_env_specs(TransformedEnv(PendulumEnv(batch_size=[2]), StepCounter(10)), seed=0)
     """

@@ -52,7 +52,7 @@ class EnvBase(GeneratorState, nn.Module):
         validate_actions: check every action against its spec (``is_in``) before stepping.
             Shape and dtype are always checked (cheaply).
 
-    Example:
+    Examples:
         >>> import torch
         >>> from tdict import TensorDict
         >>> from tdict.specs import Bounded, Composite, Unbounded

@@ -92,7 +92,7 @@ class EnvCreator:
         create_env_fn: a callable returning an env (an env class works).
         create_env_kwargs: keyword arguments for ``create_env_fn``.
 
-    Example:
+    Examples:
         >>> import pickle
         >>> from rl_envs import PendulumEnv
         >>> creator = EnvCreator(lambda **kw: PendulumEnv(**kw), {"batch_size": [2]})

@@ -37,7 +37,7 @@ class MDPShift:
         exclude_reward / exclude_done / exclude_action: drop those keys, at the root and in ``"next"``.
             A kept action stays even with ``keep_other=False`` (as in TorchRL).
 
-    Example:
+    Examples:
         >>> import torch
         >>> from tdict import TensorDict
         >>> shift = MDPShift(action_keys=["action"], reward_keys=["reward"], done_keys=["done"])
@@ -188,7 +188,7 @@ def step_mdp(
             several keys as a list). Defaults: ``"reward"``, ``"done"``, ``"action"`` (as in TorchRL;
             an env's own shift uses all of its done keys).
 
-    Example:
+    Examples:
         >>> import torch
         >>> from tdict import TensorDict
         >>> td = TensorDict(obs=torch.zeros(3), action=torch.ones(3),

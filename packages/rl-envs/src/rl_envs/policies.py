@@ -23,7 +23,7 @@ class RandomPolicy:
         action_spec: the spec to sample, usually ``env.action_spec`` or ``env.full_action_spec``.
         action_key: where a leaf spec's sample is written.
 
-    Example:
+    Examples:
         >>> import torch
         >>> from tdict import TensorDict
         >>> from tdict.specs import Bounded

@@ -105,7 +105,7 @@ def rollout(
         out: a TensorDict to stack into.
         trust_policy: use ``policy`` as given, without wrapping a plain module.
 
-    Example:
+    Examples:
         >>> from rl_envs import PendulumEnv
         >>> env = PendulumEnv(batch_size=[4])
         >>> env.rollout(10).batch_size

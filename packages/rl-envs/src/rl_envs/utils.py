@@ -4,7 +4,7 @@ The exploration type is the interaction type of ``tdict.nn`` under TorchRL's oth
 TorchRL, where ``ExplorationType`` is ``InteractionType``): ``set_exploration_type(RANDOM)`` makes
 probabilistic policies sample, ``DETERMINISTIC`` makes them act greedily.
 
-Example:
+Examples:
     >>> from rl_envs.utils import ExplorationType, exploration_type, set_exploration_type
     >>> with set_exploration_type(ExplorationType.DETERMINISTIC):
     ...     exploration_type()

@@ -48,7 +48,7 @@ def render_chat(
 ) -> str:
     """``messages`` as one string in the chosen template (see the module docstring).
 
-    Example:
+    Examples:
         >>> from rl_llm.chat import render_chat
         >>> render_chat([{"role": "user", "content": "hi"}], chat_template="chatml", add_generation_prompt=True)
         '<|im_start|>user\\nhi<|im_end|>\\n<|im_start|>assistant\\n'
@@ -76,7 +76,7 @@ def render_segments(
         ValueError: when rendering a longer prefix of the conversation changes the text of a shorter
         one (a template that rewrites earlier turns cannot be split into turns).
 
-    Example:
+    Examples:
         >>> from rl_llm.chat import render_segments
         >>> chat = [{"role": "user", "content": "2+2?"}, {"role": "assistant", "content": "4"}]
         >>> render_segments(chat, chat_template="chatml")

@@ -93,7 +93,7 @@ def left_pad(seqs: Sequence[Any], pad_token_id: int) -> tuple[torch.Tensor, torc
     Returns:
         ``(tokens, mask)``: long ids and a bool mask true on real tokens.
 
-    Example:
+    Examples:
         >>> from rl_llm.data import left_pad
         >>> tokens, mask = left_pad([[5, 6, 7], [8]], pad_token_id=0)
         >>> tokens.tolist(), mask.sum(-1).tolist()
@@ -105,7 +105,7 @@ def left_pad(seqs: Sequence[Any], pad_token_id: int) -> tuple[torch.Tensor, torc
 def right_pad(seqs: Sequence[Any], pad_token_id: int) -> tuple[torch.Tensor, torch.Tensor]:
     """Stack variable-length id sequences into ``[N, max_len]``, padding on the RIGHT (responses).
 
-    Example:
+    Examples:
         >>> from rl_llm.data import right_pad
         >>> right_pad([[5, 6, 7], [8]], pad_token_id=0)[0].tolist()
         [[5, 6, 7], [8, 0, 0]]
@@ -152,7 +152,7 @@ def _encode(tokenizer: Any, texts: list[str]) -> list[list[int]]:
 def tokenize_prompts(texts: Sequence[str] | str, tokenizer: Any) -> TensorDict:
     """Tokenize prompts into a batch ``[N]`` TensorDict (left-padded), keeping the text.
 
-    Example:
+    Examples:
         >>> from rl_llm.data import tokenize_prompts
         >>> class Tok:  # any Hugging Face tokenizer works; a toy one keeps the example standalone
         ...     pad_token_id = 0
@@ -186,7 +186,7 @@ def tokenize_pairs(
         tokenizer: a Hugging Face tokenizer (``pad_token_id``, ``eos_token_id``).
         append_eos: end each response with ``tokenizer.eos_token_id`` so the model learns to stop.
 
-    Example:
+    Examples:
         >>> from rl_llm.data import tokenize_pairs
         >>> class Tok:
         ...     pad_token_id, eos_token_id = 0, 9
@@ -224,7 +224,7 @@ def make_preference_batch(
 ) -> TensorDict:
     """A DPO batch ``[N]``: sub-TensorDicts ``"chosen"`` and ``"rejected"``, each a prompt/response pair.
 
-    Example:
+    Examples:
         >>> from rl_llm.data import make_preference_batch
         >>> class Tok:
         ...     pad_token_id, eos_token_id = 0, 9
@@ -245,7 +245,7 @@ def repeat_prompts(tensordict: TensorDict, group_size: int) -> TensorDict:
     Text entries are repeated too. Sample ``i`` becomes rows ``i * group_size ... (i + 1) * group_size - 1``,
     the layout :class:`~rl_llm.MCAdvantage` expects.
 
-    Example:
+    Examples:
         >>> import torch
         >>> from tdict import TensorDict
         >>> from rl_llm.data import repeat_prompts

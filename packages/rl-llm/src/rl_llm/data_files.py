@@ -41,7 +41,7 @@ def load_rows(source: Any, *, split: str = "train") -> Sequence[Mapping[str, Any
         FileNotFoundError, ValueError: a missing file, an unknown suffix, a line that is not a JSON
         object (naming the file and line), or an empty source.
 
-    Example:
+    Examples:
         >>> from rl_llm.data_files import load_rows
         >>> rows = load_rows([{"prompt": "2+2=", "completion": "4"}])
         >>> rows[0]["completion"], len(rows)
@@ -119,7 +119,7 @@ def dataset_format(row: Mapping[str, Any]) -> str:
     """The TRL format of ``row`` (see the module docstring); ``ValueError`` lists its columns when
     none applies.
 
-    Example:
+    Examples:
         >>> from rl_llm.data_files import dataset_format
         >>> dataset_format({"prompt": "a", "chosen": "b", "rejected": "c"}), dataset_format({"text": "x"})
         ('preference', 'language_modeling')

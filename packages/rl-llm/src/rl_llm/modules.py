@@ -81,7 +81,7 @@ class TransformersWrapper(TensorDictModuleBase):
     ratio of a loss's log-probs to the sampled ones is 1 only with dropout off: RL fine-tuning
     usually runs the model in ``eval()`` mode (or with dropout probabilities set to 0) throughout.
 
-    Example:
+    Examples:
         >>> import torch
         >>> from transformers import GPT2Config, GPT2LMHeadModel
         >>> from tdict import TensorDict

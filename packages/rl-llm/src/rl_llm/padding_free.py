@@ -17,7 +17,7 @@ and :func:`supports_padding_free` says whether a model can be switched (models t
 attention through ``AttentionInterface`` without logit soft-capping: GPT-2, Llama, Qwen2/3, Mistral,
 Phi-3 and most current decoders in transformers 5).
 
-Example:
+Examples:
     >>> import torch
     >>> from transformers import GPT2Config, GPT2LMHeadModel
     >>> from rl_llm.padding_free import padding_free_attention, supports_padding_free
@@ -61,7 +61,7 @@ _state = threading.local()  # .calls: attention calls that got sequence boundari
 def boundaries(lengths: torch.Tensor | list[int], device: torch.device | None = None) -> torch.Tensor:
     """Cumulative sequence lengths ``[0, l0, l0 + l1, ...]`` (int32), as ``cu_seq_lens_q`` takes them.
 
-    Example:
+    Examples:
         >>> from rl_llm.padding_free import boundaries
         >>> boundaries([3, 2]).tolist()
         [0, 3, 5]

@@ -58,7 +58,7 @@ def _answers(kwargs: dict, answer_column: str, n: int) -> list:
 def exact_match(answer_column: str = "answer", *, strip: bool = True) -> Callable[..., list[float]]:
     """1.0 where the completion's text equals the row's ``answer_column`` (whitespace stripped), else 0.
 
-    Example:
+    Examples:
         >>> from rl_llm.rewards import exact_match
         >>> exact_match()(prompts=["1+1="] * 2, completions=[" 2", "3"], answer=["2", "2"])
         [1.0, 0.0]
@@ -81,7 +81,7 @@ def numeric_match(
 ) -> Callable[..., list[float]]:
     """1.0 where the completion's last (or first) number equals the row's answer within ``tolerance``.
 
-    Example:
+    Examples:
         >>> from rl_llm.rewards import numeric_match
         >>> numeric_match()(completions=["so it is 1,024.", "maybe 7", "none"], answer=[1024, "7.0", 3])
         [1.0, 1.0, 0.0]
@@ -107,7 +107,7 @@ def numeric_match(
 def format_reward(pattern: str, *, reward: float = 1.0, flags: int = re.DOTALL) -> Callable[..., list[float]]:
     """``reward`` where the whole completion matches the regular expression ``pattern``, else 0.
 
-    Example:
+    Examples:
         >>> from rl_llm.rewards import format_reward
         >>> format_reward(r"<answer>\\d+</answer>")(completions=["<answer>4</answer>", "4"])
         [1.0, 0.0]
@@ -142,7 +142,7 @@ def overlong_penalty(max_completion_length: int, soft_cache_length: int) -> Call
     """DAPO's soft overlong punishment: 0 up to ``max - cache`` tokens, then falling linearly to -1
     at ``max_completion_length`` (and -1 beyond).
 
-    Example:
+    Examples:
         >>> from rl_llm.rewards import overlong_penalty
         >>> overlong_penalty(10, 4)(completion_ids=[[0] * 6, [0] * 8, [0] * 10])
         [0.0, -0.5, -1.0]

@@ -5,7 +5,7 @@ prioritized on vectorised sum/min trees, trajectory slices), writers, HER, n-ste
 crash-safe checkpoints and offline datasets. Pure torch: no compiled extension. Useful outside RL
 too: any TensorDict (or tensor, or Python object) can be stored and sampled.
 
-Example:
+Examples:
     >>> import torch
     >>> from tdict import TensorDict
     >>> from rl_replay import LazyTensorStorage, ReplayBuffer

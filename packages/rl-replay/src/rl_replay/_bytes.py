@@ -12,7 +12,7 @@ __all__ = ["tensor_bytes"]
 def tensor_bytes(x: torch.Tensor) -> bytes:
     """A copy of the memory of ``x`` (moved to the CPU and made contiguous first), as ``bytes``.
 
-    Example:
+    Examples:
         >>> tensor_bytes(torch.tensor([1, 2], dtype=torch.uint8))
         b'\\x01\\x02'
     """

@@ -103,7 +103,7 @@ def stack_dicts(items: list, owner: str, *, objects: bool = False) -> dict:
         owner: who is asking, for the error messages.
         objects: keep leaves that are neither tensors nor numbers as lists (else ``TypeError``).
 
-    Example:
+    Examples:
         >>> out = stack_dicts([{"x": torch.zeros(2), "y": 1}, {"x": torch.ones(2), "y": 2}], "demo")
         >>> out["x"].shape, out["y"].tolist()
         (torch.Size([2, 2]), [1, 2])

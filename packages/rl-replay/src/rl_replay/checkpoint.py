@@ -33,7 +33,7 @@ it from the checkpoint; a subclass whose internal layout differs from what ``get
 blobs of ``CompressedListStorage`` are packed into one file); otherwise ``state_dict()``. Samplers and writers use the same hook names, else their
 ``state_dict()`` / ``load_state_dict()``.
 
-Example:
+Examples:
     >>> import tempfile, torch
     >>> from rl_replay import LazyTensorStorage, ReplayBuffer
     >>> rb = ReplayBuffer(storage=LazyTensorStorage(10), generator=torch.Generator().manual_seed(0))

@@ -47,7 +47,7 @@ class TensorDictMaxValueWriter(Writer):
         rank_key: the entry to rank by (default ``("next", "reward")``).
         reduction: ``"sum"`` (default), ``"max"``, ``"min"``, ``"mean"`` or ``"median"``.
 
-    Example:
+    Examples:
         >>> import torch
         >>> from tdict import TensorDict
         >>> from rl_replay import LazyTensorStorage, TensorDictReplayBuffer

@@ -53,7 +53,7 @@ class ParameterScheduler:
 class LambdaScheduler(ParameterScheduler):
     """Sets the parameter to ``initial_value * lambda_fn(step_count)`` (like ``torch.optim.lr_scheduler.LambdaLR``).
 
-    Example:
+    Examples:
         >>> from rl_replay import PrioritizedSampler
         >>> sampler = PrioritizedSampler(10, alpha=0.6, beta=0.5)
         >>> s = LambdaScheduler(sampler, "beta", lambda n: 1 + n)
@@ -85,7 +85,7 @@ class LinearScheduler(ParameterScheduler):
         final_value: the value reached after ``num_steps`` steps (and kept afterwards).
         num_steps: how many steps the change takes.
 
-    Example:
+    Examples:
         >>> from rl_replay import PrioritizedSampler
         >>> sampler = PrioritizedSampler(10, alpha=0.6, beta=0.6)
         >>> s = LinearScheduler(sampler, "beta", final_value=1.0, num_steps=4)
@@ -122,7 +122,7 @@ class StepScheduler(ParameterScheduler):
         min_value: lower bound.
         max_value: upper bound.
 
-    Example:
+    Examples:
         >>> from rl_replay import PrioritizedSampler
         >>> sampler = PrioritizedSampler(10, alpha=0.6, beta=0.6)
         >>> s = StepScheduler(sampler, "beta", gamma=0.1, n_steps=2, mode="additive", max_value=0.75)
@@ -162,7 +162,7 @@ class StepScheduler(ParameterScheduler):
 class SchedulerList:
     """Steps several schedulers together.
 
-    Example:
+    Examples:
         >>> from rl_replay import PrioritizedSampler
         >>> sampler = PrioritizedSampler(10, alpha=0.6, beta=0.5)
         >>> s = SchedulerList([LinearScheduler(sampler, "beta", 1.0, 5), StepScheduler(sampler, "alpha", gamma=0.5)])

@@ -15,7 +15,7 @@ Rules:
 - Sampler state (e.g. ``SamplerWithoutReplacement``'s epoch) and the buffer's ``torch.Generator``
   are per process: a child gets a copy of the generator's state when it starts.
 
-Example:
+Examples:
     >>> import torch
     >>> from tdict import TensorDict
     >>> from rl_replay import LazyTensorStorage, ReplayBuffer
@@ -127,7 +127,7 @@ class BufferProcess:
         context: the multiprocessing start method (``"spawn"`` by default: safe with threads).
         **kwargs: its keyword arguments.
 
-    Example:
+    Examples:
         >>> import operator
         >>> with BufferProcess(operator.truediv, 1, 0, context="fork") as p:  # doctest: +ELLIPSIS
         ...     p.join(timeout=60)

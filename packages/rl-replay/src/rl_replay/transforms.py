@@ -131,7 +131,7 @@ class MultiStepTransform:
         done_keys: entries under ``"next"`` left as they are (default done/terminated/truncated).
         mask_key: a validity mask; False steps get ``nonterminal=False`` (default ``"mask"``, if present).
 
-    Example:
+    Examples:
         >>> import torch
         >>> from tdict import TensorDict
         >>> from rl_replay import LazyTensorStorage, ReplayBuffer
@@ -228,7 +228,7 @@ class RandomCropTensorDict:
         mask_key: the validity mask entry (optional).
         generator: the ``torch.Generator`` the starts are drawn from (default: torch's global one).
 
-    Example:
+    Examples:
         >>> import torch
         >>> from tdict import TensorDict
         >>> td = TensorDict(t=torch.arange(10).expand(4, 10), batch_size=[4, 10])

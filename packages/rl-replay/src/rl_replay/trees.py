@@ -263,7 +263,7 @@ class SumTree(_SegmentTree):
         device: where the nodes live.
         arity: children per internal node (32: few levels, few tensor ops; 2: a binary tree).
 
-    Example:
+    Examples:
         >>> import torch
         >>> tree = SumTree(5)
         >>> tree.update(torch.tensor([0, 2, 4, 2]), torch.tensor([1.0, 5.0, 2.0, 3.0]))  # index 2: last wins
@@ -375,7 +375,7 @@ class MinTree(_SegmentTree):
         device: where the nodes live.
         arity: children per internal node.
 
-    Example:
+    Examples:
         >>> import torch
         >>> tree = MinTree(4)
         >>> tree.update(torch.tensor([0, 1, 3]), torch.tensor([4.0, 2.0, 3.0]))

@@ -69,7 +69,7 @@ class RoundRobinWriter(Writer):
     The cursor and the write count live in a shared-memory-capable tensor (``share_memory_``), so
     several processes writing to one shared storage advance one cursor.
 
-    Example:
+    Examples:
         >>> import torch
         >>> from rl_replay import LazyTensorStorage
         >>> w = RoundRobinWriter()
@@ -153,7 +153,7 @@ class RoundRobinWriter(Writer):
 class TensorDictRoundRobinWriter(RoundRobinWriter):
     """A :class:`RoundRobinWriter` that also writes each item's position under ``"index"``.
 
-    Example:
+    Examples:
         >>> import torch
         >>> from tdict import TensorDict
         >>> from rl_replay import LazyTensorStorage
@@ -181,7 +181,7 @@ class TensorDictRoundRobinWriter(RoundRobinWriter):
 class ImmutableDatasetWriter(Writer):
     """A writer that refuses writes (for read-only datasets).
 
-    Example:
+    Examples:
         >>> w = ImmutableDatasetWriter()
         >>> w.extend([1])
         Traceback (most recent call last):

@@ -3,7 +3,7 @@
 A TensorDict is a dictionary of tensors sharing leading batch dims; it indexes, reshapes,
 stacks, moves and saves like a single tensor.
 
-Example:
+Examples:
     >>> import torch
     >>> from tdict import TensorDict
     >>> td = TensorDict({"obs": torch.randn(8, 4), "reward": torch.zeros(8)}, batch_size=[8])

@@ -36,7 +36,7 @@ class ApplyMixin:
         Returning ``None`` from ``fn`` drops the key; sub-collections left empty are dropped
         when ``filter_empty`` is true. ``inplace`` writes the results into ``self``.
 
-        Example:
+        Examples:
             >>> import torch
             >>> from tdict import TensorDict
             >>> td = TensorDict(a=torch.zeros(3), batch_size=[3])

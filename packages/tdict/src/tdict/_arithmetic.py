@@ -310,7 +310,7 @@ class ArithmeticMixin(ReductionsMixin):
     def addcmul(self, other1: Any, other2: Any, *, value: float = 1) -> Any:
         """``self + value * other1 * other2`` (operands: collections, tensors or numbers).
 
-        Example:
+        Examples:
             >>> import torch
             >>> from tdict import TensorDict
             >>> td = TensorDict(a=torch.ones(2), batch_size=[2])

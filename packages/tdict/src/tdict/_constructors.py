@@ -91,7 +91,7 @@ def from_dict(
     Without ``batch_size`` the largest common leading shape is used (``auto_batch_size=False``:
     an empty batch size), at most ``batch_dims`` dims. A tensor collection is returned as is.
 
-    Example:
+    Examples:
         >>> import torch
         >>> from tdict import from_dict
         >>> from_dict({"a": torch.zeros(3, 4), "b": {"c": torch.zeros(3, 4, 5)}}).batch_size
@@ -112,7 +112,7 @@ def from_dict(
 def fromkeys(keys: Sequence[NestedKey], value: Any = 0) -> TensorDict:
     """A TensorDict (empty batch size) holding ``value`` under every key (nested keys create sub-TensorDicts).
 
-    Example:
+    Examples:
         >>> from tdict import fromkeys
         >>> fromkeys(["a", ("b", "c")], 1)["b", "c"]
         tensor(1)
@@ -152,7 +152,7 @@ def from_tuple(
 ) -> TensorDict:
     """A TensorDict with keys ``"0"``, ``"1"``... holding the converted elements of a tuple (or list).
 
-    Example:
+    Examples:
         >>> import torch
         >>> from tdict import from_tuple
         >>> sorted(from_tuple((torch.zeros(3), {"k": torch.ones(3)}), auto_batch_size=True).keys())
@@ -225,7 +225,7 @@ def from_dataclass(
 
     ``dest_cls`` (a tensor class) receives the fields instead of a generated ``<Name>_tc`` class.
 
-    Example:
+    Examples:
         >>> import dataclasses, torch
         >>> from tdict import from_dataclass, is_tensorclass
         >>> @dataclasses.dataclass
@@ -290,7 +290,7 @@ def from_any(
     Tensor collections and tensors come back as they are; lists become a tensor when numeric,
     else a :class:`~tdict.NonTensorStack`; any other object is returned unchanged.
 
-    Example:
+    Examples:
         >>> import collections, torch
         >>> from tdict import from_any
         >>> Obs = collections.namedtuple("Obs", ["pos", "vel"])
@@ -325,7 +325,7 @@ def from_pytree(
     ``"<NON_NESTED>i"`` as ``{"key": ..., "value": ...}``. Numbers and arrays become tensors,
     other leaves non-tensor data.
 
-    Example:
+    Examples:
         >>> import torch
         >>> from tdict import from_pytree
         >>> tree = {"obs": [torch.zeros(2), torch.ones(2)], 3: "three"}
@@ -407,7 +407,7 @@ def make_tensordict(
 
     A collection passed as ``input_dict`` has its batch sizes worked out again (it is not modified).
 
-    Example:
+    Examples:
         >>> import torch
         >>> from tdict import make_tensordict
         >>> make_tensordict(a=torch.zeros(3, 4), b=torch.zeros(3)).batch_size
@@ -435,7 +435,7 @@ def merge_tensordicts(*tensordicts: Any, callback_exist: Callable | Mapping | No
     it (a callable, or a mapping of nested keys to callables); otherwise the first collection
     holding a leaf provides it.
 
-    Example:
+    Examples:
         >>> import torch
         >>> from tdict import TensorDict, merge_tensordicts
         >>> td = merge_tensordicts(TensorDict(c=0, a=1), TensorDict(c=1, b=2), callback_exist=lambda *v: torch.stack(v))
@@ -476,7 +476,7 @@ def maybe_dense_stack(items: Sequence[Any], dim: int = 0) -> Any:
     Tensors are stacked with ``torch.stack``. Collections with the same keys and leaf shapes give a
     TensorDict; at any level where keys or shapes differ, that level becomes a lazy stack.
 
-    Example:
+    Examples:
         >>> import torch
         >>> from tdict import TensorDict, maybe_dense_stack
         >>> a, b = TensorDict(x=torch.zeros(3)), TensorDict(x=torch.zeros(4))
@@ -577,7 +577,7 @@ def assert_allclose_td(
     """Assert that two collections hold the same keys and close values (``torch.testing.assert_close``
     per leaf; non-tensor payloads must be equal). ``intersection`` compares the common keys only.
 
-    Example:
+    Examples:
         >>> import torch
         >>> from tdict import TensorDict, assert_allclose_td
         >>> assert_allclose_td(TensorDict(a=torch.ones(2)), TensorDict(a=torch.ones(2) + 1e-9))

@@ -157,7 +157,7 @@ class EntryOpsMixin:
 
         The masked dims collapse into one; lazy stacks give a dense TensorDict.
 
-        Example:
+        Examples:
             >>> import torch
             >>> from tdict import TensorDict
             >>> td = TensorDict(a=torch.arange(3), batch_size=[3])
@@ -231,7 +231,7 @@ class EntryOpsMixin:
         between members. ``mask_key``: where to write a bool mask (True on real data) for the first
         ragged leaf, of its padded shape.
 
-        Example:
+        Examples:
             >>> import torch
             >>> from tdict import TensorDict, lazy_stack
             >>> s = lazy_stack([TensorDict(x=torch.ones(1)), TensorDict(x=torch.ones(2))])
@@ -389,7 +389,7 @@ class EntryOpsMixin:
         ``layout``, ``pin_memory``); ``dtype=None`` keeps each leaf's dtype. Non-tensor leaves
         are carried over with the new batch size. Also :meth:`new_ones`, :meth:`new_empty`, :meth:`new_full`.
 
-        Example:
+        Examples:
             >>> import torch
             >>> from tdict import TensorDict
             >>> TensorDict(x=torch.ones(3, 2), batch_size=[3]).new_zeros(4, 5)["x"].shape
@@ -556,7 +556,7 @@ class EntryOpsMixin:
 
         The entries are removed unless ``keep_entries``. Nothing changes if any check fails.
 
-        Example:
+        Examples:
             >>> import torch
             >>> from tdict import TensorDict
             >>> td = TensorDict(a=torch.zeros(2, 1), b=torch.ones(2, 2), batch_size=[2])

@@ -54,7 +54,7 @@ def from_module(module: nn.Module, as_module: bool = False, lock: bool = True, u
         lock: lock the result.
         use_state_dict: read ``module.state_dict(keep_vars=True)`` (state-dict hooks apply).
 
-    Example:
+    Examples:
         >>> from torch import nn
         >>> from tdict import TensorDict
         >>> params = TensorDict.from_module(nn.Sequential(nn.Linear(2, 3), nn.ReLU(), nn.Linear(3, 1)))
@@ -134,7 +134,7 @@ def from_modules(
             modules' own tensors) instead of a dense stack.
         expand_identical: a tensor shared by every module is expanded instead of copied.
 
-    Example:
+    Examples:
         >>> from torch import nn
         >>> from tdict import TensorDict
         >>> params = TensorDict.from_modules(nn.Linear(2, 3), nn.Linear(2, 3), nn.Linear(2, 3))
@@ -274,7 +274,7 @@ def to_module(
         non_blocking: with ``inplace``, copy asynchronously.
         memo: ids of modules already visited (shared submodules are swapped once).
 
-    Example:
+    Examples:
         >>> import torch
         >>> from torch import nn
         >>> from tdict import TensorDict

@@ -22,7 +22,7 @@ def default_is_leaf(cls: type) -> bool:
 def is_leaf_nontensor(cls: type) -> bool:
     """Tensors and non-tensor data (:class:`~tdict.NonTensorData`, :class:`~tdict.NonTensorStack`) are leaves.
 
-    Example:
+    Examples:
         >>> from tdict import TensorDict
         >>> td = TensorDict(a={}, b="a string!", c=torch.zeros(()))
         >>> list(td.keys(leaves_only=True)), list(td.keys(leaves_only=True, is_leaf=is_leaf_nontensor))
@@ -53,7 +53,7 @@ class KeysView:
 
     Nested keys come out as tuples; ``in`` accepts strings and tuples.
 
-    Example:
+    Examples:
         >>> import torch
         >>> from tdict import TensorDict
         >>> td = TensorDict({"a": torch.zeros(2), "b": {"c": torch.zeros(2)}}, [2])

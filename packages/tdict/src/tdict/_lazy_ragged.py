@@ -34,7 +34,7 @@ class LazyRaggedMixin:
             value: the padding value.
             padding_side: ``"right"`` (pad after the data) or ``"left"``.
 
-        Example:
+        Examples:
             >>> import torch
             >>> from tdict import TensorDict, lazy_stack
             >>> s = lazy_stack([TensorDict(x=torch.ones(1)), TensorDict(x=torch.ones(3))])

@@ -99,7 +99,7 @@ def map_chunks(
         ``torch.cat`` (``torch.stack`` for ``chunksize=0``) of the non-``None`` results along
         ``dim``; ``out`` when given; ``None`` when ``fn`` returned ``None`` for every chunk.
 
-    Example:
+    Examples:
         >>> import torch
         >>> from tdict import TensorDict
         >>> td = TensorDict({"x": torch.arange(6.0)}, batch_size=[6])

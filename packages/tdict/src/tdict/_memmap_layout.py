@@ -68,7 +68,7 @@ def encode_payload(obj: Any, where: str = "payload") -> Any:
     objects (``{"tuple": [...]}``, ``{"dict": [[k, v], ...]}``, ``{"bytes": "<base64>"}``,
     ``{"float": "nan"}``), so that every JSON object in the output is a tag.
 
-    Example:
+    Examples:
         >>> decode_payload(encode_payload({"a": (1, 2.5), 3: [None, b"x"]}))
         {'a': (1, 2.5), 3: [None, b'x']}
     """

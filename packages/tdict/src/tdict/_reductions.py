@@ -326,7 +326,7 @@ class ReductionsMixin:
         Integer and bool leaves come back as floats (as with :func:`torch.logsumexp`). ``out``, a
         collection, receives the result (its tensors are written in place where shapes match).
 
-        Example:
+        Examples:
             >>> import torch
             >>> from tdict import TensorDict
             >>> td = TensorDict(a=torch.zeros(2, 3), batch_size=[2, 3])
@@ -394,7 +394,7 @@ class ReductionsMixin:
         of length ``Q`` adds a leading batch dim of size ``Q``. Integer and bool leaves are read
         as floats.
 
-        Example:
+        Examples:
             >>> import torch
             >>> from tdict import TensorDict
             >>> td = TensorDict(a=torch.arange(6.0).view(3, 2), batch_size=[3])
@@ -501,7 +501,7 @@ class ReductionsMixin:
     def cummax(self, dim: int, *, reduce: bool | None = None, return_indices: bool = True) -> Any:
         """Running max along batch ``dim``: ``(values, indices)`` collections of the input's shape.
 
-        Example:
+        Examples:
             >>> import torch
             >>> from tdict import TensorDict
             >>> td = TensorDict(a=torch.tensor([1.0, 3.0, 2.0]), batch_size=[3])
@@ -517,7 +517,7 @@ class ReductionsMixin:
     def softmax(self, dim: int, dtype: torch.dtype | None = None) -> Any:
         """Softmax of each leaf along batch ``dim``; integer and bool leaves are read as floats.
 
-        Example:
+        Examples:
             >>> import torch
             >>> from tdict import TensorDict
             >>> TensorDict(a=torch.zeros(2), batch_size=[2]).softmax(0)["a"]

@@ -5,7 +5,7 @@
 tensordict 0.14 still loads; ``td.load_state_dict(sd)`` checks every key, shape and batch size
 before the first write.
 
-Example:
+Examples:
     >>> import torch
     >>> from tdict import TensorDict
     >>> td = TensorDict({"a": torch.arange(3.0), "n": {"b": torch.ones(3)}}, [3])
@@ -69,7 +69,7 @@ def state_dict(
     out as plain tensors sharing the data, so ``torch.save`` stores values, not file names.
     Non-tensor entries come out as their payload (str/int/float/bool/None or lists of them).
 
-    Example:
+    Examples:
         >>> import torch
         >>> from tdict import TensorDict
         >>> sd = TensorDict({"a": torch.zeros(2), "b": {"c": torch.ones(2)}}, [2]).state_dict(flatten=True)

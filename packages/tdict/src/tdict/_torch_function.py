@@ -38,7 +38,7 @@ def _check_list(tds: Sequence, what: str) -> None:
 def stack(tds: Sequence[TensorDictBase], dim: int = 0, *, out: TensorDictBase | None = None) -> TensorDictBase:
     """Dense stack of collections with identical keys and batch sizes (``lazy_stack`` for ragged ones).
 
-    Example:
+    Examples:
         >>> import torch
         >>> from tdict import TensorDict
         >>> tds = [TensorDict(a=torch.zeros(3), batch_size=[3]) for _ in range(4)]
@@ -321,7 +321,7 @@ def pad(
     Negative sizes crop, as in ``torch.nn.functional.pad``. ``inplace`` / ``safe``: see
     :meth:`TensorDictBase.pad <tdict.TensorDict.pad>`.
 
-    Example:
+    Examples:
         >>> import torch
         >>> from tdict import TensorDict, pad
         >>> pad(TensorDict(a=torch.ones(2, 3), batch_size=[2]), [1, 0]).batch_size

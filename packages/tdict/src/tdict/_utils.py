@@ -47,7 +47,7 @@ def is_tensor_collection(obj: Any) -> bool:
 def unravel_key(key: Any) -> NestedKey:
     """Normalise a nested key: ``("a",)`` -> ``"a"``, ``("a", ("b", "c"))`` -> ``("a", "b", "c")``.
 
-    Example:
+    Examples:
         >>> unravel_key(("a", ("b", "c")))
         ('a', 'b', 'c')
     """

@@ -22,7 +22,7 @@ too. The structure is locked; if it is changed anyway (``unlock_`` then ``set``)
 stops being consolidated (:func:`is_consolidated` checks that every leaf still is the view it
 was) and pickles leaf by leaf again.
 
-Example:
+Examples:
     >>> import torch
     >>> from tdict import TensorDict
     >>> td = TensorDict({"a": torch.zeros(3), "b": {"c": torch.ones(3, dtype=torch.int8)}}, [3])
@@ -242,7 +242,7 @@ def consolidate(
         share_memory: allocate the storage in shared memory (CPU).
         pin_memory: allocate the storage in pinned memory (needs CUDA).
 
-    Example:
+    Examples:
         >>> import pickle, torch
         >>> from tdict import TensorDict
         >>> c = TensorDict(a=torch.arange(3), b=torch.ones(3, dtype=torch.bool), batch_size=[3]).consolidate()
@@ -424,7 +424,7 @@ def from_consolidated(filename: Any) -> Any:
         FileNotFoundError: no such file.
         tdict.persistence.MemmapLoadError: not a consolidated file, truncated, or bad metadata.
 
-    Example:
+    Examples:
         >>> import os, tempfile, torch
         >>> from tdict import TensorDict
         >>> path = os.path.join(tempfile.mkdtemp(), "td.bin")

@@ -31,7 +31,7 @@ Semantics (as in tensordict 0.14, except where noted):
   ``get`` of a key missing from some member raises ``KeyError`` (DESIGN: no silent ``None``);
   ``as_padded_tensor`` pads every feature dim to the largest size.
 
-Example:
+Examples:
     >>> import torch
     >>> from tdict import TensorDict, lazy_stack
     >>> a = TensorDict(obs=torch.zeros(3, 2), batch_size=[3])
@@ -76,7 +76,7 @@ class LazyStackedTensorDict(LazyIndexMixin, LazyShapeMixin, LazyMemberOpsMixin, 
         tensordicts: the list of members, in stack order.
         stack_dim: the dim along which they are stacked.
 
-    Example:
+    Examples:
         >>> import torch
         >>> from tdict import TensorDict, LazyStackedTensorDict
         >>> tds = [TensorDict(x=torch.full((2, i + 1), float(i)), batch_size=[2]) for i in range(3)]
@@ -656,7 +656,7 @@ def lazy_stack(
     Members need one batch size; keys and feature shapes may differ. Non-tensor data are
     stacked with ``torch.stack``. With ``out``, the members are written into ``out`` in place.
 
-    Example:
+    Examples:
         >>> import torch
         >>> from tdict import TensorDict, lazy_stack
         >>> s = lazy_stack([TensorDict(a=torch.zeros(2)), TensorDict(a=torch.ones(3))])

@@ -34,7 +34,7 @@ Durability: data is written through the mapping; nothing is fsynced per op. Call
 :meth:`MemoryMappedTensor.flush` to force the file's dirty pages to disk. Crash safety of a whole
 memmapped container (metadata written last) is the container's job, not this module's.
 
-Example:
+Examples:
     >>> import tempfile, os, torch
     >>> from tdict.memmap import MemoryMappedTensor
     >>> path = os.path.join(tempfile.mkdtemp(), "x.memmap")
@@ -303,7 +303,7 @@ class MemoryMappedTensor(torch.Tensor):
     the file; every other op returns a plain ``torch.Tensor``. Pickling a file-backed tensor
     pickles the filename, not the data.
 
-    Example:
+    Examples:
         >>> import tempfile, os, torch
         >>> path = os.path.join(tempfile.mkdtemp(), "obs.memmap")
         >>> t = MemoryMappedTensor.zeros(4, 3, dtype=torch.float32, filename=path)
@@ -421,7 +421,7 @@ class MemoryMappedTensor(torch.Tensor):
         If ``input`` is a ``MemoryMappedTensor`` already at ``filename`` (or anonymous and
         ``filename`` is ``None``) it is returned unchanged.
 
-        Example:
+        Examples:
             >>> t = MemoryMappedTensor.from_tensor(torch.ones(2, 2))
             >>> t.filename is None, t.sum().item()
             (True, 4.0)
@@ -478,7 +478,7 @@ class MemoryMappedTensor(torch.Tensor):
     ) -> MemoryMappedTensor:
         """Uninitialised tensor of ``shape`` (varargs or one sequence); a new file reads as zeros.
 
-        Example:
+        Examples:
             >>> MemoryMappedTensor.empty(2, 3, dtype=torch.int32).shape
             torch.Size([2, 3])
         """
@@ -518,7 +518,7 @@ class MemoryMappedTensor(torch.Tensor):
     ) -> MemoryMappedTensor:
         """Tensor filled with ``fill_value``; ``dtype`` defaults to what ``torch.full`` infers.
 
-        Example:
+        Examples:
             >>> MemoryMappedTensor.full((2,), 7).tolist()
             [7, 7]
         """
@@ -588,7 +588,7 @@ class MemoryMappedTensor(torch.Tensor):
         The file must hold exactly ``numel * itemsize`` bytes. ``index``, if given, is applied
         to the result (``t[index]``).
 
-        Example:
+        Examples:
             >>> import tempfile, os
             >>> path = os.path.join(tempfile.mkdtemp(), "a.memmap")
             >>> _ = MemoryMappedTensor.from_tensor(torch.arange(3.0), filename=path)

@@ -23,7 +23,7 @@ __all__ = ["NonTensorData", "is_non_tensor"]
 def is_non_tensor(obj: Any) -> bool:
     """True for :class:`NonTensorData` and :class:`NonTensorStack` instances.
 
-    Example:
+    Examples:
         >>> from tdict import NonTensorData, is_non_tensor
         >>> is_non_tensor(NonTensorData("hello")), is_non_tensor("hello")
         (True, False)
@@ -240,7 +240,7 @@ class NonTensorData(_NonTensorBase):
         device: the device of the enclosing collection (recorded, the payload is not moved).
         names: optional names of the batch dims.
 
-    Example:
+    Examples:
         >>> import torch
         >>> from tdict import NonTensorData, TensorDict
         >>> td = TensorDict({"obs": torch.zeros(3), "text": "hello"}, batch_size=[3])

@@ -40,7 +40,7 @@ class NonTensorStack(_NonTensorBase):
         *items: :class:`NonTensorData` / :class:`NonTensorStack` with the same batch size.
         stack_dim: the new dim (default 0).
 
-    Example:
+    Examples:
         >>> import torch
         >>> from tdict import NonTensorData, NonTensorStack
         >>> s = torch.stack([NonTensorData("a"), NonTensorData("b")])
@@ -89,7 +89,7 @@ class NonTensorStack(_NonTensorBase):
     def from_list(cls, data: list, device: Any = None, names: Any = None) -> "NonTensorStack":
         """A stack from (rectangular) nested lists: every non-list item is one element.
 
-        Example:
+        Examples:
             >>> NonTensorStack.from_list([["a", "b"], ["c", "d"]]).batch_size
             torch.Size([2, 2])
         """

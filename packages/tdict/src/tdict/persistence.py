@@ -60,7 +60,7 @@ State dicts (:func:`state_dict` / :func:`load_state_dict`, implemented in ``tdic
 ``"."`` keys) dicts of tensors plus ``"__batch_size"`` / ``"__device"`` entries per level, which
 round-trip through ``torch.save`` / ``torch.load(weights_only=True)``.
 
-Example:
+Examples:
     >>> import tempfile, torch
     >>> from tdict import TensorDict
     >>> from tdict.persistence import load_memmap

@@ -30,7 +30,7 @@ __all__ = ["TensorClass", "is_tensorclass", "tensorclass"]
 def is_tensorclass(obj: Any) -> bool:
     """True for tensor classes and their instances.
 
-    Example:
+    Examples:
         >>> import torch
         >>> from tdict import tensorclass
         >>> from tdict.tensorclass import is_tensorclass
@@ -136,7 +136,7 @@ class TensorClass:
     Fields are declared with annotations, like a dataclass. Instances take the field values
     (positionally or by name) plus ``batch_size``, ``device`` and ``names`` keywords.
 
-    Example:
+    Examples:
         >>> import torch
         >>> from tdict import TensorClass
         >>> class Batch(TensorClass):
@@ -918,7 +918,7 @@ def tensorclass(cls: type | None = None, **options: Any) -> Any:
     The class is modified in place and returned: TensorClass methods the class does not
     define itself are added to it.
 
-    Example:
+    Examples:
         >>> import torch
         >>> from tdict import TensorDict, tensorclass
         >>> @tensorclass

@@ -38,7 +38,7 @@ class TensorDict(TensorDictBase):
         lock: lock the structure right away (see :meth:`lock_`).
         **kwargs: more entries, as keyword arguments.
 
-    Example:
+    Examples:
         >>> import torch
         >>> from tdict import TensorDict
         >>> td = TensorDict({"obs": torch.zeros(4, 3), "next": {"reward": torch.ones(4)}}, batch_size=[4])
@@ -133,7 +133,7 @@ class TensorDict(TensorDictBase):
         ``names`` is ``None`` or one name (or ``None``) per batch dim, as ``td.names`` returns.
         Build with ``TensorDict(...)`` everywhere else.
 
-        Example:
+        Examples:
             >>> import torch
             >>> td = TensorDict.unchecked({"obs": torch.zeros(4, 3)}, torch.Size([4]))
             >>> td.batch_size, td["obs"].shape
@@ -169,7 +169,7 @@ class TensorDict(TensorDictBase):
     ) -> "TensorDict":
         """Build from a (nested) dict; without ``batch_size`` the largest common leading shape is used.
 
-        Example:
+        Examples:
             >>> import torch
             >>> TensorDict.from_dict({"a": torch.zeros(3, 4), "b": {"c": torch.zeros(3, 4, 5)}}).batch_size
             torch.Size([3, 4])

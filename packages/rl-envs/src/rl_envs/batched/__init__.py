@@ -4,7 +4,7 @@
 own process and exchanges data through shared memory. Both follow ``torchrl.envs.SerialEnv`` /
 ``ParallelEnv``.
 
-Example:
+Examples:
     >>> from rl_envs import PendulumEnv
     >>> from rl_envs.batched import SerialEnv
     >>> env = SerialEnv(2, PendulumEnv, {"batch_size": [3]})

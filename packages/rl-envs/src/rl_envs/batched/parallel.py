@@ -259,7 +259,7 @@ class ParallelEnv(BatchedEnvBase):
     Seeding: ``set_seed(seed)`` seeds worker ``i`` with ``seed + i`` and returns ``seed + num_workers``
     (TorchRL chains the seeds each sub-env's ``set_seed`` returns instead).
 
-    Example:
+    Examples:
         >>> from rl_envs import PendulumEnv
         >>> env = ParallelEnv(2, PendulumEnv, {"batch_size": [3]})
         >>> env.set_seed(0)

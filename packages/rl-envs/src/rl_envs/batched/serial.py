@@ -34,7 +34,7 @@ class SerialEnv(BatchedEnvBase):
     Seeding: ``set_seed(seed)`` seeds worker ``i`` with ``seed + i`` and returns ``seed + num_workers``
     (TorchRL chains the seeds each sub-env's ``set_seed`` returns instead).
 
-    Example:
+    Examples:
         >>> from rl_envs import PendulumEnv
         >>> env = SerialEnv(3, PendulumEnv)
         >>> env.set_seed(0)

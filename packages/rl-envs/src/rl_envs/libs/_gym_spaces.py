@@ -116,7 +116,7 @@ def space_to_spec(
         device: the specs' device.
         remap_state_to_observation: rename a Dict's ``"state"`` entry ``"observation"``.
 
-    Example:
+    Examples:
         >>> from gymnasium import spaces
         >>> space_to_spec(spaces.Discrete(3))
         OneHot(shape=(3,), device=None, dtype=torch.int64, n=3)
@@ -213,7 +213,7 @@ def make_codec(
     ``space`` is the space of one env (``single_observation_space`` for vector envs); values
     carry the batch dims in front.
 
-    Example:
+    Examples:
         >>> import numpy as np, torch
         >>> from gymnasium import spaces
         >>> codec = make_codec(spaces.Discrete(3, start=1))

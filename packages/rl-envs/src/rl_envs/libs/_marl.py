@@ -29,7 +29,7 @@ class MarlGroupMapType(Enum):
     ``ALL_IN_ONE_GROUP`` puts every agent in a group called ``"agents"``; ``ONE_GROUP_PER_AGENT``
     gives each agent its own group, named after the agent.
 
-    Example:
+    Examples:
         >>> MarlGroupMapType.ALL_IN_ONE_GROUP.get_group_map(["a_0", "b_0"])
         {'agents': ['a_0', 'b_0']}
         >>> MarlGroupMapType.ONE_GROUP_PER_AGENT.get_group_map(["a_0", "b_0"])
@@ -49,7 +49,7 @@ class MarlGroupMapType(Enum):
 def check_marl_grouping(group_map: Mapping[str, Sequence[str]], agent_names: Sequence[str]) -> None:
     """Raises a ``ValueError`` unless every agent is in exactly one non-empty group.
 
-    Example:
+    Examples:
         >>> check_marl_grouping({"agents": ["a", "b"]}, ["a", "b"])
         >>> check_marl_grouping({"agents": ["a"]}, ["a", "b"])
         Traceback (most recent call last):
@@ -90,7 +90,7 @@ def group_by_prefix(agent_names: Sequence[str]) -> dict[str, list[str]]:
 
     A name that does not end in ``_<int>`` is a group of its own (PettingZoo's default grouping).
 
-    Example:
+    Examples:
         >>> group_by_prefix(["adversary_0", "agent_0", "agent_1", "solo"])
         {'adversary': ['adversary_0'], 'agent': ['agent_0', 'agent_1'], 'solo': ['solo']}
     """
@@ -120,7 +120,7 @@ def resolve_group_map(
         default: the wrapper's default grouping.
         owner: the wrapper's name, for error messages.
 
-    Example:
+    Examples:
         >>> resolve_group_map(None, ["a_0", "a_1"], group_by_prefix, "MyEnv")
         {'a': ['a_0', 'a_1']}
     """

@@ -133,7 +133,7 @@ class DMControlWrapper(EnvBase):
         render_kwargs: passed to ``physics.render`` (``height``, ``width``, ``camera_id``...;
             default ``{"camera_id": 0}`` and dm_control's 240x320 frame).
 
-    Example:
+    Examples:
         >>> from dm_control import suite
         >>> env = DMControlWrapper(suite.load("cartpole", "swingup"))
         >>> env.set_seed(0)
@@ -332,7 +332,7 @@ class DMControlEnv(DMControlWrapper):
             ``"random"`` entry (giving both is an error).
         environment_kwargs: passed to ``suite.load`` (``{"flat_observation": True}``...).
 
-    Example:
+    Examples:
         >>> env = DMControlEnv("cheetah", "run", seed=0)
         >>> rollout = env.rollout(3)
         >>> sorted(rollout.keys()), rollout["action"].shape

@@ -77,7 +77,7 @@ class default_info_dict_reader(BaseInfoDictReader):
             feature shapes (no batch dims). Default: float32 scalars.
         ignore_private: with ``keys=None``, skip keys that start with ``"_"``.
 
-    Example:
+    Examples:
         >>> import torch
         >>> from tdict import TensorDict
         >>> from tdict.specs import Unbounded
@@ -200,7 +200,7 @@ class GymWrapper(EnvBase):
             vector env, when any sub-env is done).
         device: the device of the returned tensors.
 
-    Example:
+    Examples:
         >>> import gymnasium as gym
         >>> env = GymWrapper(gym.make("Pendulum-v1"))
         >>> env.set_seed(0)
@@ -574,7 +574,7 @@ class GymEnv(GymWrapper):
         **kwargs: passed to ``gymnasium.make`` / ``gymnasium.make_vec`` (``max_episode_steps``,
             ``render_mode``, env arguments...). ``disable_env_checker`` defaults to ``True``, as in TorchRL.
 
-    Example:
+    Examples:
         >>> env = GymEnv("CartPole-v1", categorical_action_encoding=True)
         >>> env.set_seed(0)
         608416988

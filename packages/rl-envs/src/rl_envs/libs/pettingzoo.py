@@ -128,7 +128,7 @@ class PettingZooWrapper(EnvBase):
             Default: ``any`` for parallel envs, ``all`` for AEC envs.
         device: where the returned tensors live.
 
-    Example:
+    Examples:
         >>> from mpe2 import simple_spread_v3
         >>> env = PettingZooWrapper(simple_spread_v3.parallel_env(N=3, max_cycles=5), seed=0)
         >>> rollout = env.rollout(10)
@@ -509,7 +509,7 @@ class PettingZooEnv(PettingZooWrapper):
             :class:`PettingZooWrapper`.
         **kwargs: passed to the task's constructor (e.g. ``N=3, max_cycles=25``).
 
-    Example:
+    Examples:
         >>> env = PettingZooEnv("simple_spread_v3", parallel=False, N=2, max_cycles=3, seed=0, use_mask=True)
         >>> rollout = env.rollout(4)
         >>> rollout["agent", "mask"].tolist()   # whose turn it is

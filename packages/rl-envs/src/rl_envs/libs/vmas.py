@@ -69,7 +69,7 @@ def vmas_default_group_map(agent_names: Sequence[str]) -> dict[str, list[str]]:
     ``"agent"`` is renamed ``"agents"`` (TorchRL does so for backward compatibility), unless
     another group already has that name.
 
-    Example:
+    Examples:
         >>> vmas_default_group_map(["agent_0", "agent_1"])
         {'agents': ['agent_0', 'agent_1']}
         >>> vmas_default_group_map(["adversary_0", "agent_0", "agent_1"])
@@ -149,7 +149,7 @@ class VmasWrapper(EnvBase):
             the default grouping.
         device: must be the env's device when given (VMAS computes on its own device).
 
-    Example:
+    Examples:
         >>> import vmas
         >>> env = VmasWrapper(vmas.make_env("balance", num_envs=4, seed=0, max_steps=5))
         >>> rollout = env.rollout(5)
@@ -465,7 +465,7 @@ class VmasEnv(VmasWrapper):
             ``grad_enabled``). ``terminated_truncated`` is always on (the wrapper reports both)
             and ``wrapper`` is off.
 
-    Example:
+    Examples:
         >>> env = VmasEnv("navigation", num_envs=2, continuous_actions=False, seed=0, n_agents=2)
         >>> env.group_map
         {'agents': ['agent_0', 'agent_1']}

@@ -95,7 +95,7 @@ class CartPoleEnv(EnvBase):
     Raises:
         TypeError: ``categorical_action_encoding`` is not a bool.
 
-    Example:
+    Examples:
         >>> from rl_envs import StepCounter, TransformedEnv
         >>> env = TransformedEnv(CartPoleEnv(batch_size=[4], seed=0), StepCounter(max_steps=500))
         >>> rollout = env.rollout(100, break_when_any_done=False)

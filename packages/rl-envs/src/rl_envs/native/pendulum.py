@@ -77,7 +77,7 @@ class PendulumEnv(EnvBase):
         seed: seeds the env's random generator.
         **params: overrides of the physics parameters (max_speed, max_torque, dt, g, m, l).
 
-    Example:
+    Examples:
         >>> env = PendulumEnv(batch_size=[8], seed=0)
         >>> rollout = env.rollout(5)
         >>> rollout.batch_size, rollout["observation"].shape, rollout["next", "reward"].shape

@@ -41,7 +41,7 @@ class ActionScaling(Transform):
         scale: explicit scale (no zero entries).
         standard_normal: ``[-1, 1]`` (True) or ``[0, 1]`` (False) normalised space.
 
-    Example:
+    Examples:
         >>> import torch
         >>> from rl_envs import PendulumEnv, TransformedEnv
         >>> env = TransformedEnv(PendulumEnv(), ActionScaling())
@@ -192,7 +192,7 @@ class FlattenAction(Transform):
         allow_positive_dim: accepted for TorchRL compatibility; positive dims are not supported.
         action_shape: the merged dims' original sizes (needed outside an env).
 
-    Example:
+    Examples:
         >>> import torch
         >>> t = FlattenAction(action_shape=(2, 3))
         >>> from tdict import TensorDict
@@ -296,7 +296,7 @@ class ActionMask(Transform):
         action_key: the action whose spec is masked (Categorical, OneHot, MultiCategorical, MultiOneHot).
         mask_key: the observation holding the boolean mask.
 
-    Example:
+    Examples:
         >>> import torch
         >>> from tdict.specs import Categorical
         >>> spec = Categorical(3)
@@ -367,7 +367,7 @@ class DiscreteActionProjection(Transform):
         action_key: the one-hot action key.
         include_forward: also map on the forward path.
 
-    Example:
+    Examples:
         >>> import torch
         >>> from tdict import TensorDict
         >>> t = DiscreteActionProjection(2, 3)
@@ -467,7 +467,7 @@ class MultiAction(Transform):
         num_actions: ``K``; our specs have static shapes, so the action spec needs it.
         sum_rewards: report the sum of the executed steps' rewards (takes precedence over stacking).
 
-    Example:
+    Examples:
         >>> import torch
         >>> from rl_envs import PendulumEnv, TransformedEnv
         >>> env = TransformedEnv(PendulumEnv(), MultiAction(num_actions=3, sum_rewards=True))

@@ -45,7 +45,7 @@ class Transform(nn.Module):
         out_keys_inv: the entries the caller provides (read by the inverse transform; defaults to
             ``in_keys_inv``).
 
-    Example:
+    Examples:
         >>> import torch
         >>> from tdict import TensorDict
         >>> class Double(Transform):
@@ -315,7 +315,7 @@ class Transform(nn.Module):
 class Compose(Transform):
     """A sequence of transforms applied in order (inverse transforms in reverse order).
 
-    Example:
+    Examples:
         >>> from rl_envs import PendulumEnv, StepCounter, TransformedEnv
         >>> t = Compose(StepCounter(max_steps=3), StepCounter(step_count_key="total"))
         >>> rollout = TransformedEnv(PendulumEnv(), t).rollout(5)

@@ -33,7 +33,7 @@ class ActionDiscretizer(Transform):
         sampling: an :class:`ActionDiscretizer.SamplingStrategy` (default ``MEDIAN``).
         categorical: integer indices (True) or one-hot vectors (False).
 
-    Example:
+    Examples:
         >>> import torch
         >>> from rl_envs import PendulumEnv, TransformedEnv
         >>> env = TransformedEnv(PendulumEnv(), ActionDiscretizer(4))

@@ -55,7 +55,7 @@ class DTypeCastTransform(Transform):
         in_keys_inv: entries the env reads, cast from ``out_keys_inv`` on the way in.
         out_keys_inv: the entries the caller gives (default ``in_keys_inv``).
 
-    Example:
+    Examples:
         >>> import torch
         >>> from tdict import TensorDict
         >>> td = TensorDict(obs=torch.ones(2, dtype=torch.float64), other=torch.ones(2, dtype=torch.float64))
@@ -195,7 +195,7 @@ class DoubleToFloat(DTypeCastTransform):
         in_keys_inv: entries the env reads as float64, cast from the caller's float32 ``out_keys_inv``.
         out_keys_inv: the entries the caller gives (default ``in_keys_inv``).
 
-    Example:
+    Examples:
         >>> import torch
         >>> from tdict import TensorDict
         >>> td = DoubleToFloat()(TensorDict(obs=torch.ones(2, dtype=torch.float64)))
@@ -228,7 +228,7 @@ class DeviceCastTransform(Transform):
         in_keys_inv: entries the env reads, moved back from ``out_keys_inv``.
         out_keys_inv: the entries the caller gives (default ``in_keys_inv``).
 
-    Example:
+    Examples:
         >>> import torch
         >>> from tdict import TensorDict
         >>> t = DeviceCastTransform("meta", "cpu", in_keys=["obs"])

@@ -121,7 +121,7 @@ class ClipTransform(_MapTransform):
         low: the lower bound (``None``: no lower bound).
         high: the upper bound (``None``: no upper bound).
 
-    Example:
+    Examples:
         >>> import torch
         >>> from tdict import TensorDict
         >>> t = ClipTransform(in_keys=["obs"], low=-1.0, high=1.0)
@@ -201,7 +201,7 @@ class SignTransform(_MapTransform):
         in_keys_inv: entries the inner env reads, computed from ``out_keys_inv``.
         out_keys_inv: the entries the caller gives (default ``in_keys_inv``).
 
-    Example:
+    Examples:
         >>> import torch
         >>> from tdict import TensorDict
         >>> SignTransform(in_keys=["reward"])(TensorDict(reward=torch.tensor([-2.5, 0.0, 0.1])))["reward"].tolist()
@@ -248,7 +248,7 @@ class UnaryTransform(_MapTransform):
         use_raw_nontensor: pass non-tensor entries (``NonTensorData``) to ``fn`` as they are
             instead of their raw data.
 
-    Example:
+    Examples:
         >>> import torch
         >>> from tdict import TensorDict
         >>> t = UnaryTransform(in_keys=["obs"], out_keys=["obs_sq"], fn=lambda x: x ** 2)

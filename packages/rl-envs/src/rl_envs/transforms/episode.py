@@ -38,7 +38,7 @@ class InitTracker(Transform):
     Args:
         init_key: leaf name of the flag.
 
-    Example:
+    Examples:
         >>> from rl_envs import PendulumEnv, TransformedEnv
         >>> env = TransformedEnv(PendulumEnv(), InitTracker())
         >>> r = env.rollout(3)
@@ -116,7 +116,7 @@ class TrajCounter(Transform):
     Args:
         out_key: where the id is written.
 
-    Example:
+    Examples:
         >>> from rl_envs import PendulumEnv, StepCounter, TransformedEnv
         >>> env = TransformedEnv(PendulumEnv(), StepCounter(2))
         >>> env.append_transform(TrajCounter())  # doctest: +ELLIPSIS
@@ -220,7 +220,7 @@ class RandomTruncationTransform(GeneratorState, Transform):
         step_count_key, truncated_key, done_key: the entries read and written.
         seed: seed of the transform's generator.
 
-    Example:
+    Examples:
         >>> from rl_envs import PendulumEnv, StepCounter, TransformedEnv
         >>> env = TransformedEnv(PendulumEnv(batch_size=[4]),
         ...                      Compose(StepCounter(), RandomTruncationTransform(2, 5, prob=1.0, seed=0)))
@@ -325,7 +325,7 @@ class TerminateTransform(Transform):
         stop: ``next_td -> bool`` (a bool or a tensor broadcastable to the done entries).
         write_done: also set ``done``.
 
-    Example:
+    Examples:
         >>> from rl_envs import PendulumEnv, StepCounter, TransformedEnv
         >>> env = TransformedEnv(PendulumEnv(seed=0),
         ...                      Compose(StepCounter(), TerminateTransform(lambda td: td["step_count"] >= 4)))
@@ -385,7 +385,7 @@ class EndOfLifeTransform(Transform):
         done_key: the done entry combined with the flag.
         eol_attribute: dotted attribute path of the lives counter on the base env.
 
-    Example:
+    Examples:
         >>> import torch
         >>> from tdict import TensorDict
         >>> td = TensorDict(lives=torch.tensor([3, 3]), next=TensorDict(

@@ -41,7 +41,7 @@ class ToTensorImage(_MapTransform):
         in_keys: the image entries (default ``["pixels"]``).
         out_keys: where the results go (default ``in_keys``).
 
-    Example:
+    Examples:
         >>> import torch
         >>> from tdict import TensorDict
         >>> img = torch.full((2, 4, 5, 3), 255, dtype=torch.uint8)
@@ -109,7 +109,7 @@ class Resize(_MapTransform):
         in_keys: the image entries (default ``["pixels"]``).
         out_keys: where the results go (default ``in_keys``).
 
-    Example:
+    Examples:
         >>> import torch
         >>> from tdict import TensorDict
         >>> td = TensorDict(pixels=torch.rand(2, 3, 3, 8, 8), batch_size=[2, 3])
@@ -167,7 +167,7 @@ class Crop(_MapTransform):
         in_keys: the image entries (default ``["pixels"]``).
         out_keys: where the results go (default ``in_keys``).
 
-    Example:
+    Examples:
         >>> import torch
         >>> from tdict import TensorDict
         >>> img = torch.arange(16.0).reshape(1, 4, 4)
@@ -224,7 +224,7 @@ class CenterCrop(Crop):
         in_keys: the image entries (default ``["pixels"]``).
         out_keys: where the results go (default ``in_keys``).
 
-    Example:
+    Examples:
         >>> import torch
         >>> from tdict import TensorDict
         >>> img = torch.arange(16.0).reshape(1, 4, 4)
@@ -258,7 +258,7 @@ class GrayScale(_MapTransform):
         in_keys: the image entries (default ``["pixels"]``).
         out_keys: where the results go (default ``in_keys``).
 
-    Example:
+    Examples:
         >>> import torch
         >>> from tdict import TensorDict
         >>> img = torch.ones(2, 3, 4, 4)

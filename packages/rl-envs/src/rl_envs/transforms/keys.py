@@ -57,7 +57,7 @@ class ExcludeTransform(Transform):
         *excluded_keys: the entries to remove (a single list is accepted too).
         inverse: remove them from the input of each step (before the inner env sees it) instead.
 
-    Example:
+    Examples:
         >>> from rl_envs import PendulumEnv, TransformedEnv
         >>> env = TransformedEnv(PendulumEnv(), ExcludeTransform("observation"))
         >>> "observation" in env.reset().keys(), "observation" in env.observation_spec.keys()
@@ -112,7 +112,7 @@ class SelectTransform(Transform):
     In an env the reward, done and state keys come from its specs; on a plain TensorDict they are
     ``"reward"`` and ``"done"``/``"terminated"``/``"truncated"``.
 
-    Example:
+    Examples:
         >>> from rl_envs import PendulumEnv, TransformedEnv
         >>> env = TransformedEnv(PendulumEnv(), SelectTransform("th", "thdot"))
         >>> sorted(env.rand_step(env.reset())["next"].keys())
@@ -191,7 +191,7 @@ class RenameTransform(Transform):
         create_copy: keep the original entries too (a copy under the new name); needed to rename
             entries the env itself reads back, such as its state.
 
-    Example:
+    Examples:
         >>> from rl_envs import PendulumEnv, TransformedEnv
         >>> env = TransformedEnv(PendulumEnv(), RenameTransform(["observation"], ["obs"], ["action"], ["torque"]))
         >>> td = env.reset()
@@ -285,7 +285,7 @@ class CatTensors(Transform):
         unsqueeze_if_needed: add a trailing dim to entries that lack one.
         sort: concatenate in sorted key order (default), else in the given order.
 
-    Example:
+    Examples:
         >>> import torch
         >>> from tdict import TensorDict
         >>> td = TensorDict(b=torch.ones(4, 2), a=torch.zeros(4), batch_size=[4])

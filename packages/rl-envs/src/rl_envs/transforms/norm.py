@@ -43,7 +43,7 @@ class ObservationNorm(Transform):
         standard_normal: see above.
         eps: lower bound of ``scale``.
 
-    Example:
+    Examples:
         >>> import torch
         >>> from tdict import TensorDict
         >>> t = ObservationNorm(loc=1.0, scale=2.0, in_keys=["obs"], standard_normal=True)
@@ -214,7 +214,7 @@ class VecNorm(Transform):
         eps: lower bound of the variance and of the std.
         shapes: feature shape of each key (default: the value's shape without the batch dims).
 
-    Example:
+    Examples:
         >>> import torch
         >>> from tdict import TensorDict
         >>> t = VecNorm(in_keys=["obs"], decay=1.0)
@@ -480,7 +480,7 @@ class NormalizeReward(Transform):
         in_keys: the reward entry (one key; default ``["reward"]``).
         done_key: the flag that restarts the return (default ``"done"`` beside the reward).
 
-    Example:
+    Examples:
         >>> import torch
         >>> from rl_envs import PendulumEnv, TransformedEnv
         >>> t = NormalizeReward(gamma=0.9)

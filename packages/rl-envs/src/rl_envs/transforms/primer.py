@@ -37,7 +37,7 @@ class TensorDictPrimer(Transform):
             returns every primer entry at once (for the reset sub-envs).
         **kwargs: primer specs by key.
 
-    Example:
+    Examples:
         >>> from tdict.specs import Unbounded
         >>> from rl_envs import PendulumEnv, TransformedEnv
         >>> env = TransformedEnv(PendulumEnv(), TensorDictPrimer(hidden=Unbounded(shape=(4,))))

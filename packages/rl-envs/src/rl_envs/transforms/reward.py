@@ -76,7 +76,7 @@ class RewardSum(Transform):
         reward_spec: declare the sums in the reward spec instead of the observation spec. The running
             sum then lives in the transform (``step_mdp`` drops reward entries from the root).
 
-    Example:
+    Examples:
         >>> from rl_envs import PendulumEnv, TransformedEnv
         >>> env = TransformedEnv(PendulumEnv(seed=0), RewardSum())
         >>> r = env.rollout(3)
@@ -181,7 +181,7 @@ class RewardScaling(Transform):
         out_keys: where the results go (default: ``in_keys``).
         standard_normal: standardise instead of scaling.
 
-    Example:
+    Examples:
         >>> import torch
         >>> from tdict import TensorDict
         >>> RewardScaling(loc=1.0, scale=2.0)(TensorDict(reward=torch.tensor([1.0, -1.0])))["reward"].tolist()
@@ -230,7 +230,7 @@ class RewardClipping(Transform):
         in_keys: rewards to clip (default ``["reward"]``).
         out_keys: where the results go (default: ``in_keys``).
 
-    Example:
+    Examples:
         >>> import torch
         >>> from tdict import TensorDict
         >>> RewardClipping(-1, 1)(TensorDict(reward=torch.tensor([-3.0, 0.5, 2.0])))["reward"].tolist()
@@ -282,7 +282,7 @@ class BinarizeReward(Transform):
         in_keys: rewards to map (default ``["reward"]``).
         out_keys: where the results go (default: ``in_keys``).
 
-    Example:
+    Examples:
         >>> import torch
         >>> from tdict import TensorDict
         >>> BinarizeReward()(TensorDict(reward=torch.tensor([-1.0, 0.0, 0.3])))["reward"].tolist()
@@ -322,7 +322,7 @@ class Reward2GoTransform(Transform):
         out_keys: where the reward-to-go goes (default: ``in_keys``).
         done_key: the done entry under ``"next"``.
 
-    Example:
+    Examples:
         >>> import torch
         >>> from tdict import TensorDict
         >>> traj = TensorDict(next=TensorDict(reward=torch.ones(4), done=torch.tensor([False, True, False, True]),
@@ -415,7 +415,7 @@ class TargetReturn(Transform):
         out_keys: target entries (default ``["target_return"]`` next to each reward).
         reset_key: partial-reset mask key (default ``"_reset"``).
 
-    Example:
+    Examples:
         >>> from rl_envs import PendulumEnv, TransformedEnv
         >>> env = TransformedEnv(PendulumEnv(seed=0), TargetReturn(10.0))
         >>> r = env.rollout(3)

@@ -39,7 +39,7 @@ class UnsqueezeTransform(_MapTransform):
             inverse squeezes it (e.g. a policy that outputs ``[*batch, 1, 1]`` actions).
         out_keys_inv: the entries the caller gives (default ``in_keys_inv``).
 
-    Example:
+    Examples:
         >>> import torch
         >>> from tdict import TensorDict
         >>> t = UnsqueezeTransform(-1, in_keys=["obs"])
@@ -95,7 +95,7 @@ class SqueezeTransform(UnsqueezeTransform):
         in_keys_inv: entries the inner env reads; the caller gives them without the dim.
         out_keys_inv: the entries the caller gives (default ``in_keys_inv``).
 
-    Example:
+    Examples:
         >>> import torch
         >>> from tdict import TensorDict
         >>> t = SqueezeTransform(-1, in_keys=["obs"])
@@ -125,7 +125,7 @@ class FlattenObservation(_MapTransform):
         allow_positive_dim: accept dims >= 0, counted from the first feature dim (after the env's
             batch dims); they are turned into negative dims once the env (or a spec) is known.
 
-    Example:
+    Examples:
         >>> import torch
         >>> from tdict import TensorDict
         >>> t = FlattenObservation(-3, -1, in_keys=["pixels"])
@@ -198,7 +198,7 @@ class PermuteTransform(_MapTransform):
         in_keys_inv: entries the inner env reads; the caller gives them permuted.
         out_keys_inv: the entries the caller gives (default ``in_keys_inv``).
 
-    Example:
+    Examples:
         >>> import torch
         >>> from tdict import TensorDict
         >>> t = PermuteTransform([-1, -3, -2], in_keys=["pixels"])

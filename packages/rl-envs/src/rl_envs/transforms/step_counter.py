@@ -25,7 +25,7 @@ class StepCounter(Transform):
         step_count_key: where the count is written.
         update_done: also set ``done`` when truncating (default ``True``).
 
-    Example:
+    Examples:
         >>> from rl_envs import PendulumEnv, TransformedEnv
         >>> env = TransformedEnv(PendulumEnv(), StepCounter(max_steps=3))
         >>> env.rollout(10)["next", "step_count"].tolist()

@@ -29,7 +29,7 @@ class NoopResetEnv(GeneratorState, Transform):
         random: draw the number of steps.
         seed: seed of the generator used to draw it.
 
-    Example:
+    Examples:
         >>> from rl_envs import PendulumEnv, StepCounter, TransformedEnv
         >>> env = TransformedEnv(PendulumEnv(seed=0), Compose(StepCounter(), NoopResetEnv(3, random=False)))
         >>> int(env.reset()["step_count"])
@@ -92,7 +92,7 @@ class FrameSkipTransform(Transform):
     Args:
         frame_skip: number of env steps per action.
 
-    Example:
+    Examples:
         >>> from rl_envs import PendulumEnv, StepCounter, TransformedEnv
         >>> env = TransformedEnv(PendulumEnv(seed=0), Compose(StepCounter(), FrameSkipTransform(3)))
         >>> env.rollout(2)["next", "step_count"].tolist()

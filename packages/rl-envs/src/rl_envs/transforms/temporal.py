@@ -145,7 +145,7 @@ class CatFrames(Transform):
         reset_key: the partial-reset mask key (default ``"_reset"``).
         done_key: the done entry that ends episodes in trajectories (default ``"done"``).
 
-    Example:
+    Examples:
         >>> import torch
         >>> from tdict import TensorDict
         >>> traj = TensorDict(obs=torch.arange(4.).unsqueeze(-1),
@@ -292,7 +292,7 @@ class TimeMaxPool(Transform):
         T: window length.
         reset_key: the partial-reset mask key (default ``"_reset"``).
 
-    Example:
+    Examples:
         >>> import torch
         >>> from tdict import TensorDict
         >>> traj = TensorDict(obs=torch.tensor([1., 3., 2., 0.]),
@@ -389,7 +389,7 @@ class NextObservationDelta(Transform):
         drop_delta: remove ``("next", "delta", key)`` after rebuilding.
         excluded_dtypes: dtypes never picked when ``in_keys`` is inferred.
 
-    Example:
+    Examples:
         >>> import torch
         >>> from tdict import TensorDict
         >>> sample = TensorDict(obs=torch.ones(2, 3), next=TensorDict(delta=TensorDict(

@@ -23,7 +23,7 @@ class TransformedEnv(EnvBase):
         env: the base env.
         transform: a Transform or a Compose (default: an empty Compose to append to).
 
-    Example:
+    Examples:
         >>> from rl_envs import PendulumEnv, StepCounter, TransformedEnv
         >>> env = TransformedEnv(PendulumEnv(), StepCounter(max_steps=5))
         >>> rollout = env.rollout(10)

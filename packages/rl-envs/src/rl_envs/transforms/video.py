@@ -67,7 +67,7 @@ class VideoRecorder(Transform):
         path: the output file (``.mp4`` or ``.gif``).
         format: ``"mp4"`` or ``"gif"`` (default: from ``path``'s suffix, else mp4).
 
-    Example:
+    Examples:
         >>> import torch
         >>> from tdict import TensorDict
         >>> rec = VideoRecorder(path="unused.gif")

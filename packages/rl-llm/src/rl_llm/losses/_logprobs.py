@@ -72,7 +72,7 @@ def response_log_probs(
         ``(log_probs, entropy)``, both ``[B, Lr]`` float, 0 where ``response_mask`` is false
         (``entropy`` is ``None`` unless asked for). Gradients flow to the model's parameters.
 
-    Example:
+    Examples:
         >>> import torch
         >>> from transformers import GPT2Config, GPT2LMHeadModel
         >>> from rl_llm.losses import response_log_probs
@@ -179,7 +179,7 @@ def sequence_log_probs(
     ``needed`` (``[1, N]`` bool, padding-free only): the tokens whose log-probs are wanted (e.g. the
     trained ones); the output layer skips the others, which come out 0.
 
-    Example:
+    Examples:
         >>> import torch
         >>> from transformers import GPT2Config, GPT2LMHeadModel
         >>> from rl_llm.losses import sequence_log_probs

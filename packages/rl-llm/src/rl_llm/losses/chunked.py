@@ -101,7 +101,7 @@ def token_log_probs_chunked(
 
     Returns ``[...]`` log-probs (float32; float64 for float64 inputs), differentiable w.r.t. ``hidden``, ``weight`` and ``bias``.
 
-    Example:
+    Examples:
         >>> import torch
         >>> from rl_llm.losses import token_log_probs_chunked
         >>> h, w, t = torch.randn(2, 5, 4), torch.randn(7, 4), torch.randint(0, 7, (2, 5))

@@ -53,7 +53,7 @@ class DPOLoss(LLMLossBase):
     ``rewards_rejected`` (``beta * (pi - ref)``, batch means), ``reward_margin`` and
     ``reward_accuracy`` (share of pairs whose chosen reward is higher).
 
-    Example:
+    Examples:
         >>> import torch
         >>> from transformers import GPT2Config, GPT2LMHeadModel
         >>> from tdict import TensorDict

@@ -39,7 +39,7 @@ def group_advantages(
         unbiased: Bessel-corrected std (``N - 1``), as ``torch.std`` and TRL; needs groups of >= 2.
         scale: divide by the std (False: only centre, Dr. GRPO's choice).
 
-    Example:
+    Examples:
         >>> import torch
         >>> from rl_llm import group_advantages
         >>> adv = group_advantages(torch.tensor([1., 0., 3., 3.]), torch.tensor([0, 0, 1, 1]))
@@ -86,7 +86,7 @@ class MCAdvantage(nn.Module):
         advantage_key: where the advantage goes (default ``"advantage"``), same shape.
         prompt_key, prompt_mask_key: read with ``group_by="prompt"``.
 
-    Example:
+    Examples:
         >>> import torch
         >>> from tdict import TensorDict
         >>> from rl_llm import MCAdvantage
@@ -207,7 +207,7 @@ class GRPOLoss(LLMLossBase):
     ``kl_to_ref`` (when used), ``entropy`` (when used) and ``ESS`` (the normalised effective sample
     size of the token ratios, ``(sum rho)^2 / (n * sum rho^2)`` in (0, 1]).
 
-    Example:
+    Examples:
         >>> import torch
         >>> from transformers import GPT2Config, GPT2LMHeadModel
         >>> from tdict import TensorDict

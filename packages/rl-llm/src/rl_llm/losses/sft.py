@@ -41,7 +41,7 @@ class SFTLoss(LLMLossBase):
 
     Returns a TensorDict with ``loss_sft`` and ``nll_per_token`` (detached, mean over all valid tokens).
 
-    Example:
+    Examples:
         >>> import torch
         >>> from transformers import GPT2Config, GPT2LMHeadModel
         >>> from tdict import TensorDict

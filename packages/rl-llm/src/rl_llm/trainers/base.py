@@ -37,7 +37,7 @@ def lr_lambda(kind: str, warmup: int, total: int) -> Callable[[int], float]:
     (``"linear"`` to 0 at ``total``, ``"cosine"`` to 0 at ``total``, ``"constant"`` /
     ``"constant_with_warmup"``: 1), as transformers' schedulers of those names.
 
-    Example:
+    Examples:
         >>> from rl_llm.trainers import lr_lambda
         >>> f = lr_lambda("linear", 2, 10)
         >>> [round(f(s), 3) for s in (0, 1, 2, 6, 10)]

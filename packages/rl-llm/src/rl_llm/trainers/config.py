@@ -32,7 +32,7 @@ OPTIMIZERS = ("adamw_torch_fused", "adamw_torch")
 class TrainingConfig:
     """What every rl-llm trainer reads: optimisation, schedule, logging and checkpointing.
 
-    Example:
+    Examples:
         >>> from rl_llm.trainers import TrainingConfig
         >>> cfg = TrainingConfig.from_overrides(["learning_rate=1e-4", "max_steps=10"])
         >>> cfg.learning_rate, cfg.max_steps, cfg.gradient_accumulation_steps

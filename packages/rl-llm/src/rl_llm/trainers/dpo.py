@@ -91,7 +91,7 @@ def dpo_losses(
 ) -> torch.Tensor:
     """Per-pair DPO losses from the answers' log-probs (all ``[B]``; see the module docstring).
 
-    Example:
+    Examples:
         >>> import torch
         >>> from rl_llm.trainers import dpo_losses
         >>> z = torch.tensor([0.0])

@@ -136,7 +136,7 @@ def grpo_advantages(
 ) -> torch.Tensor:
     """Advantages of ``[N]`` rewards laid out as consecutive groups of ``num_generations``.
 
-    Example:
+    Examples:
         >>> import torch
         >>> from rl_llm.trainers import grpo_advantages
         >>> grpo_advantages(torch.tensor([1.0, 0.0, 2.0, 2.0]), 2).tolist()

@@ -44,7 +44,7 @@ __all__ = ["SFTConfig", "SFTTrainer", "pack_best_fit", "tokenize_sft_row"]
 class SFTConfig(TrainingConfig):
     """:class:`~rl_llm.trainers.TrainingConfig` plus SFT's options (TRL's ``SFTConfig`` names).
 
-    Example:
+    Examples:
         >>> from rl_llm.trainers import SFTConfig
         >>> SFTConfig(max_length=128, assistant_only_loss=True).learning_rate
         2e-05
@@ -77,7 +77,7 @@ def _eos_id(tokenizer: Any) -> int | None:
 def tokenize_sft_row(row: Mapping[str, Any], tokenizer: Any, args: SFTConfig) -> tuple[list[int], list[bool]]:
     """``(token ids, loss mask)`` of one dataset row (see the module docstring).
 
-    Example:
+    Examples:
         >>> from rl_llm.trainers import SFTConfig, tokenize_sft_row
         >>> class Chars:  # a toy tokenizer: one id per character, EOS = 0
         ...     eos_token_id, chat_template = 0, None
@@ -142,7 +142,7 @@ def pack_best_fit(lengths: list[int], capacity: int) -> list[list[int]]:
     """Indices of ``lengths`` grouped into bins of total length at most ``capacity``: longest first,
     each into the fullest bin that still has room for it (best-fit decreasing).
 
-    Example:
+    Examples:
         >>> from rl_llm.trainers import pack_best_fit
         >>> pack_best_fit([5, 3, 4, 2, 6], capacity=8)
         [[4, 3], [0, 1], [2]]
@@ -171,7 +171,7 @@ class SFTTrainer(LLMTrainer):
     ``.train()``; ``.step()`` runs one optimisation step and returns ``{"loss", "num_tokens"
     (trained tokens), "num_input_tokens", "grad_norm"}``. See :class:`~rl_llm.trainers.base.LLMTrainer` for the shared arguments.
 
-    Example:
+    Examples:
         >>> import torch
         >>> from transformers import GPT2Config, GPT2LMHeadModel
         >>> from rl_llm.trainers import SFTConfig, SFTTrainer

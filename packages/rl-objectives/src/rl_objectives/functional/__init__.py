@@ -4,7 +4,7 @@ Per-step inputs are shaped ``[*B, T]`` (time last, ``time_dim=-1``) or carry fea
 time (``[*B, T, F]`` with ``time_dim=-2``); ``done`` / ``terminated`` are bool. See
 :mod:`rl_objectives.functional.value` for the shared conventions.
 
-Example:
+Examples:
     >>> import torch
     >>> from rl_objectives.functional import vec_generalized_advantage_estimate
     >>> value, next_value, reward = torch.zeros(2, 4), torch.zeros(2, 4), torch.ones(2, 4)

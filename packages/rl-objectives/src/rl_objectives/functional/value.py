@@ -207,7 +207,7 @@ def generalized_advantage_estimate(
     Returns:
         ``(advantage, value_target)``, both shaped like ``state_value``.
 
-    Example:
+    Examples:
         >>> import torch
         >>> v, nv = torch.zeros(3), torch.ones(3)
         >>> done = torch.tensor([False, True, False])
@@ -242,7 +242,7 @@ def vec_generalized_advantage_estimate(
 ) -> tuple[_Tensor, _Tensor]:
     """:func:`generalized_advantage_estimate` without a Python loop over time (same numbers).
 
-    Example:
+    Examples:
         >>> import torch
         >>> v, nv = torch.zeros(3), torch.ones(3)
         >>> done = torch.tensor([False, True, False])
@@ -272,7 +272,7 @@ def td0_return_estimate(
 
     ``done`` is only read when ``terminated`` is None (TorchRL's older call).
 
-    Example:
+    Examples:
         >>> import torch
         >>> td0_return_estimate(0.9, torch.ones(2), torch.ones(2), torch.tensor([False, True]))
         tensor([1.9000, 1.0000])
@@ -300,7 +300,7 @@ def td0_advantage_estimate(
 ) -> _Tensor:
     """TD(0) advantage: :func:`td0_return_estimate` minus ``state_value``.
 
-    Example:
+    Examples:
         >>> import torch
         >>> done = torch.tensor([False, True])
         >>> td0_advantage_estimate(0.9, torch.ones(2), torch.ones(2), torch.ones(2), done)
@@ -364,7 +364,7 @@ def td_lambda_return_estimate(
     (0 when terminated) and ``C_t = V'_t`` at a trajectory end or the last step of the window,
     ``G_{t+1}`` otherwise. ``lmbda=1`` is :func:`td1_return_estimate`, ``lmbda=0`` TD(0).
 
-    Example:
+    Examples:
         >>> import torch
         >>> done = torch.tensor([False, False])
         >>> td_lambda_return_estimate(1.0, 0.5, torch.tensor([2.0, 4.0]), torch.zeros(2), done)
@@ -398,7 +398,7 @@ def vec_td_lambda_return_estimate(
 ) -> _Tensor:
     """:func:`td_lambda_return_estimate` without a Python loop over time (same numbers).
 
-    Example:
+    Examples:
         >>> import torch
         >>> done = torch.tensor([False, False])
         >>> vec_td_lambda_return_estimate(1.0, 0.5, torch.tensor([2.0, 4.0]), torch.zeros(2), done)
@@ -428,7 +428,7 @@ def td_lambda_advantage_estimate(
 ) -> _Tensor:
     """TD(lambda) advantage: :func:`td_lambda_return_estimate` minus ``state_value``.
 
-    Example:
+    Examples:
         >>> import torch
         >>> done = torch.tensor([False, False])
         >>> td_lambda_advantage_estimate(1.0, 0.5, torch.ones(2), torch.tensor([2.0, 4.0]), torch.zeros(2), done)
@@ -454,7 +454,7 @@ def vec_td_lambda_advantage_estimate(
 ) -> _Tensor:
     """:func:`td_lambda_advantage_estimate` without a Python loop over time (same numbers).
 
-    Example:
+    Examples:
         >>> import torch
         >>> done = torch.tensor([False, False])
         >>> vec_td_lambda_advantage_estimate(1.0, 0.5, torch.ones(2), torch.tensor([2.0, 4.0]), torch.zeros(2), done)
@@ -481,7 +481,7 @@ def td1_return_estimate(
     the end of the window (``G_t = r_t + gamma_t * G_{t+1}``, ``V(s_{t+1})`` at those ends, 0 after a
     terminated step). TD(lambda) with ``lmbda=1``; a reverse-time loop.
 
-    Example:
+    Examples:
         >>> import torch
         >>> done = torch.tensor([False, True, False])  # step 1 is truncated: it bootstraps
         >>> no_term = torch.zeros(3, dtype=torch.bool)
@@ -503,7 +503,7 @@ def vec_td1_return_estimate(
 ) -> _Tensor:
     """:func:`td1_return_estimate` without a Python loop over time (same numbers).
 
-    Example:
+    Examples:
         >>> import torch
         >>> done = torch.tensor([False, True, False])  # step 1 is truncated: it bootstraps
         >>> no_term = torch.zeros(3, dtype=torch.bool)
@@ -526,7 +526,7 @@ def td1_advantage_estimate(
 ) -> _Tensor:
     """TD(1) advantage: :func:`td1_return_estimate` minus ``state_value``.
 
-    Example:
+    Examples:
         >>> import torch
         >>> done = torch.tensor([False, True, False])
         >>> td1_advantage_estimate(0.5, torch.ones(3), torch.full((3,), 8.0), torch.ones(3), done)
@@ -550,7 +550,7 @@ def vec_td1_advantage_estimate(
 ) -> _Tensor:
     """:func:`td1_advantage_estimate` without a Python loop over time (same numbers).
 
-    Example:
+    Examples:
         >>> import torch
         >>> done = torch.tensor([False, True, False])
         >>> vec_td1_advantage_estimate(0.5, torch.ones(3), torch.full((3,), 8.0), torch.ones(3), done)
@@ -568,7 +568,7 @@ def reward2go(reward: _Tensor, done: _Tensor, gamma: Scalar, *, time_dim: int = 
 
     No bootstrap: the sum stops at a trajectory end and at the end of the window. Vectorised.
 
-    Example:
+    Examples:
         >>> import torch
         >>> reward2go(torch.ones(4), torch.tensor([False, True, False, False]), 0.5)
         tensor([1.5000, 1.0000, 1.5000, 1.0000])

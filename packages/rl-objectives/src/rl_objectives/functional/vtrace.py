@@ -56,7 +56,7 @@ def vtrace_advantage_estimate(
     Returns:
         ``(advantage, value_target)``, both shaped like ``state_value``.
 
-    Example:
+    Examples:
         >>> import torch
         >>> zeros = torch.zeros(2)
         >>> adv, target = vtrace_advantage_estimate(

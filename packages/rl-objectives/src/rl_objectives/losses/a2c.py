@@ -67,7 +67,7 @@ class A2CLoss(_ActorCriticLoss):
     Keys (``set_keys``): advantage, value_target, value, sample_log_prob, action, reward, done,
     terminated.
 
-    Example:
+    Examples:
         >>> import torch
         >>> from torch import nn
         >>> from tdict import TensorDict

@@ -80,7 +80,7 @@ class BCLoss(LossModule):
             the data action, or a malformed ``pad_mask``. KeyError: when the action is missing.
         RuntimeError: when the actor writes no prediction at the action key (nor at ``"action"``).
 
-    Example:
+    Examples:
         >>> import torch
         >>> from torch import nn
         >>> from tdict import TensorDict

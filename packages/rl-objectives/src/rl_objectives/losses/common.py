@@ -56,7 +56,7 @@ def total_loss(losses: TensorDictBase, components: Sequence[str] | None = None) 
         KeyError: no entry starts with ``"loss"``, or a named component is missing (listing the entries).
         ValueError: a summed entry is not a one-element tensor (naming it; use ``reduction="mean"``).
 
-    Example:
+    Examples:
         >>> import torch
         >>> from tdict import TensorDict
         >>> from rl_objectives import total_loss
@@ -105,7 +105,7 @@ class LossModule(nn.Module):
     device and dtype are kept, and a compiled forward reads the new value without recompiling).
     The next call uses it; nothing is cached from the value given at construction.
 
-    Example:
+    Examples:
         >>> import torch
         >>> from torch import nn
         >>> from tdict import TensorDict

@@ -115,7 +115,7 @@ class CQLLoss(_TemperatureMixin, _BootstrappedLoss):
     and ``"entropy"``. Writes the detached squared TD error (max over the critics) into the input at
     ``"td_error"``.
 
-    Example:
+    Examples:
         >>> import torch
         >>> from torch import nn
         >>> from tdict import TensorDict
@@ -354,7 +354,7 @@ class DiscreteCQLLoss(_BootstrappedLoss):
     with ``"loss_qvalue"`` and ``"loss_cql"`` (``logsumexp_a Q(s, a) - Q(s, a_data)``); writes the
     detached squared TD error into the input at ``"td_error"``.
 
-    Example:
+    Examples:
         >>> import torch
         >>> from torch import nn
         >>> from tdict import TensorDict

@@ -44,7 +44,7 @@ class DDPGLoss(_BootstrappedLoss):
     ``"pred_value_max"`` / ``"target_value_max"``. Like TorchRL it writes the detached squared TD
     error into the input at ``"td_error"`` (the ``priority`` key) for prioritized replay.
 
-    Example:
+    Examples:
         >>> import torch
         >>> from torch import nn
         >>> from tdict import TensorDict

@@ -108,7 +108,7 @@ class DTLoss(LossModule):
         ValueError: for a bad ``loss_function``/``reduction``, a prediction whose shape differs
             from the data action's, or a malformed mask. KeyError: when the action is missing.
 
-    Example:
+    Examples:
         >>> import torch
         >>> from tdict import TensorDict
         >>> from tdict.nn import TensorDictModule
@@ -203,7 +203,7 @@ class OnlineDTLoss(_TemperatureMixin, LossModule):
             mask, or a distribution without ``rsample``. RuntimeError: when the data action
             requires grad (it is a target, as in TorchRL).
 
-    Example:
+    Examples:
         >>> import torch
         >>> from tdict import TensorDict
         >>> from tdict.nn import TensorDictModule

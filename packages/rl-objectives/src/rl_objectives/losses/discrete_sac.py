@@ -81,7 +81,7 @@ class DiscreteSACLoss(_TemperatureMixin, _BootstrappedLoss):
     entropy, averaged over the batch). Writes the detached absolute TD error (max over the ensemble)
     into the input at ``"td_error"``.
 
-    Example:
+    Examples:
         >>> import torch
         >>> from torch import nn
         >>> from tdict import TensorDict

@@ -58,7 +58,7 @@ class DQNLoss(_BootstrappedLoss):
     The target comes from the value estimator (TD(0) by default, ``gamma=0.99``); change it with
     ``make_value_estimator(ValueEstimators.TDLambda, gamma=..., lmbda=...)``.
 
-    Example:
+    Examples:
         >>> import torch
         >>> from torch import nn
         >>> from tdict import TensorDict

@@ -68,7 +68,7 @@ class IQLLoss(_BootstrappedLoss):
     actions). Writes the detached squared TD error (max over the ensemble) into the input at
     ``"td_error"``. With ``reduction="none"`` the output has the input's batch size.
 
-    Example:
+    Examples:
         >>> import torch
         >>> from torch import nn
         >>> from tdict import TensorDict
@@ -227,7 +227,7 @@ class DiscreteIQLLoss(IQLLoss):
             action spec; ``None``: decided per call from the stored action's shape.
         (the others as :class:`IQLLoss`)
 
-    Example:
+    Examples:
         >>> import torch
         >>> from torch import nn
         >>> from tdict import TensorDict

@@ -100,7 +100,7 @@ class PPOLoss(_ActorCriticLoss):
     (its ``dist_sample_keys`` and ``log_prob_keys``: ``"action"`` and ``"action_log_prob"`` by
     default, lists of per-head keys for a composite policy, whose stored log-probs are summed).
 
-    Example:
+    Examples:
         >>> import torch
         >>> from torch import nn
         >>> from tdict import TensorDict
@@ -273,7 +273,7 @@ class ClipPPOLoss(PPOLoss):
         clip_value: as in :class:`PPOLoss`; ``True`` clips the value with ``clip_epsilon``'s value
             at construction (a buffer of its own, as in TorchRL).
 
-    Example:
+    Examples:
         >>> import torch
         >>> from torch import nn
         >>> from tdict import TensorDict
@@ -363,7 +363,7 @@ class KLPENPPOLoss(PPOLoss):
         samples_mc_kl: draws of the Monte-Carlo KL estimate. Default 1.
         Others: as in :class:`PPOLoss`. Extra output: ``"kl"`` (mean KL, detached).
 
-    Example:
+    Examples:
         >>> import torch
         >>> from torch import nn
         >>> from tdict import TensorDict

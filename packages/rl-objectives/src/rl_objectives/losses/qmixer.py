@@ -81,7 +81,7 @@ class QMixerLoss(LossModule):
     The target comes from the value estimator (TD(0) by default, ``gamma=0.99``); change it with
     ``make_value_estimator(ValueEstimators.TDLambda, gamma=..., lmbda=...)``.
 
-    Example:
+    Examples:
         >>> import torch
         >>> from tdict import TensorDict
         >>> from tdict.nn import TensorDictModule

@@ -81,7 +81,7 @@ class REDQLoss(_TemperatureMixin, _BootstrappedLoss):
     ``"next.state_value"`` and ``"target_value"`` (batch means). Writes the detached squared TD error
     (max over the ensemble) into the input at ``"td_error"``.
 
-    Example:
+    Examples:
         >>> import torch
         >>> from torch import nn
         >>> from tdict import TensorDict

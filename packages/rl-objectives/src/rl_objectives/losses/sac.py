@@ -86,7 +86,7 @@ class SACLoss(_TemperatureMixin, _BootstrappedLoss):
     into the input at ``"td_error"`` for prioritized replay. With ``reduction="none"`` the output
     has the input's batch size.
 
-    Example:
+    Examples:
         >>> import torch
         >>> from torch import nn
         >>> from tdict import TensorDict

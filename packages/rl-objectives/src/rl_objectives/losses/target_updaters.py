@@ -69,7 +69,7 @@ class SoftUpdate(TargetNetUpdater):
         eps: weight kept by the target (``1 - tau``); give ``eps`` or ``tau``, not both.
         tau: weight given to the trained parameters.
 
-    Example:
+    Examples:
         >>> import torch
         >>> from torch import nn
         >>> from tdict import TensorDict
@@ -126,7 +126,7 @@ class HardUpdate(TargetNetUpdater):
         loss_module: the loss whose targets are updated.
         value_network_update_interval: number of counted steps between copies.
 
-    Example:
+    Examples:
         >>> import torch
         >>> from torch import nn
         >>> from tdict.nn import TensorDictModule

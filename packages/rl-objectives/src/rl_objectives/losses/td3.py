@@ -88,7 +88,7 @@ class TD3Loss(_BootstrappedLoss):
     ``"next_state_value"``, ``"target_value"``. Like TorchRL it writes the detached squared TD
     error (max over the ensemble) into the input at ``"td_error"`` for prioritized replay.
 
-    Example:
+    Examples:
         >>> import torch
         >>> from torch import nn
         >>> from tdict import TensorDict

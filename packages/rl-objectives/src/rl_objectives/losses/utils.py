@@ -52,7 +52,7 @@ def distance_loss(
     Raises:
         ValueError: for an unknown ``loss_function`` or, with ``strict_shape``, different shapes.
 
-    Example:
+    Examples:
         >>> import torch
         >>> from rl_objectives.losses.utils import distance_loss
         >>> distance_loss(torch.tensor([0.0, 2.0]), torch.tensor([0.5, 0.0]), "smooth_l1")

@@ -1,6 +1,6 @@
 """rl_objectives.modules: networks, actors, critics, distributions and exploration (torchrl.modules names).
 
-Example:
+Examples:
     >>> import torch
     >>> from tdict import TensorDict
     >>> from tdict.nn import TensorDictModule, NormalParamExtractor

@@ -102,7 +102,7 @@ class SafeModule(TensorDictModule):
     Raises:
         ValueError: when ``safe=True`` without a ``spec``.
 
-    Example:
+    Examples:
         >>> import torch
         >>> from tdict import TensorDict
         >>> from tdict.specs import Bounded
@@ -143,7 +143,7 @@ class Actor(SafeModule):
         safe: project the action into ``spec``.
         **kwargs: more :class:`~tdict.nn.TensorDictModule` keyword arguments.
 
-    Example:
+    Examples:
         >>> import torch
         >>> from tdict import TensorDict
         >>> from tdict.specs import Bounded
@@ -189,7 +189,7 @@ class SafeProbabilisticModule(ProbabilisticTensorDictModule):
     Raises:
         ValueError: when ``safe=True`` without a ``spec``.
 
-    Example:
+    Examples:
         >>> import torch
         >>> from tdict import TensorDict
         >>> from tdict.specs import Bounded
@@ -259,7 +259,7 @@ class ProbabilisticActor(ProbabilisticTensorDictSequential):
     Raises:
         TypeError: when ``module`` is not a TensorDict module.
 
-    Example:
+    Examples:
         >>> import torch
         >>> from torch import nn
         >>> from tdict import TensorDict
@@ -308,7 +308,7 @@ class ValueOperator(TensorDictModule):
         out_keys: keys written (default: see above).
         **kwargs: more :class:`~tdict.nn.TensorDictModule` keyword arguments.
 
-    Example:
+    Examples:
         >>> import torch
         >>> from tdict import TensorDict
         >>> from rl_objectives.modules import MLP, ValueOperator
@@ -391,7 +391,7 @@ class QValueModule(TensorDictModuleBase):
             NotImplementedError: for ``"binary"``. RuntimeError: at call, on an action shape
             ``strict_shape`` refuses.
 
-    Example:
+    Examples:
         >>> import torch
         >>> from tdict import TensorDict
         >>> from rl_objectives.modules import QValueModule
@@ -563,7 +563,7 @@ class QValueActor(TensorDictSequential):
     Raises:
         ValueError: see :class:`QValueModule`; also when a TensorDict ``module`` does not write ``action_value_key``.
 
-    Example:
+    Examples:
         >>> import torch
         >>> from tdict import TensorDict
         >>> from tdict.specs import OneHot
@@ -635,7 +635,7 @@ class ActorValueOperator(TensorDictSequential):
         policy_operator: the policy head, reading the trunk's output.
         value_operator: the value head, reading the trunk's output.
 
-    Example:
+    Examples:
         >>> import torch
         >>> from tdict import TensorDict
         >>> from tdict.nn import TensorDictModule
@@ -687,7 +687,7 @@ class ActorCriticWrapper(TensorDictSequential):
         policy_operator: the policy (a TensorDict module).
         value_operator: the critic (a TensorDict module).
 
-    Example:
+    Examples:
         >>> import torch
         >>> from tdict import TensorDict
         >>> from rl_objectives.modules import Actor, ActorCriticWrapper, ValueOperator

@@ -67,7 +67,7 @@ class DTConfig:
         resid_pdrop: dropout on the embeddings and on each residual branch.
         attn_pdrop: dropout on the attention weights.
 
-    Example:
+    Examples:
         >>> from rl_objectives.modules.decision_transformer import DTConfig
         >>> DTConfig(n_embd=32, n_layer=1, n_head=2).n_positions
         1024
@@ -235,7 +235,7 @@ class DecisionTransformer(nn.Module):
         ValueError: for a bad config, or inputs whose shapes disagree (the message names the input,
             what was expected and what arrived), or a sequence longer than ``n_positions / 3``.
 
-    Example:
+    Examples:
         >>> import torch
         >>> from rl_objectives.modules.decision_transformer import DecisionTransformer
         >>> model = DecisionTransformer(4, 2, config={"n_embd": 32, "n_layer": 1, "n_head": 2, "n_inner": 64})
@@ -361,7 +361,7 @@ class DTActor(nn.Module):
     Keyword Args:
         action_tanh: squash the output with ``tanh`` (default ``False``).
 
-    Example:
+    Examples:
         >>> import torch
         >>> from tdict import TensorDict
         >>> from tdict.nn import TensorDictModule
@@ -419,7 +419,7 @@ class OnlineDTActor(nn.Module):
         transformer_config: a :class:`DTConfig` or dict (default: :meth:`default_config`).
         device: where to create the parameters.
 
-    Example:
+    Examples:
         >>> import torch
         >>> from tdict import TensorDict
         >>> from tdict.nn import TensorDictModule
@@ -495,7 +495,7 @@ class DecisionTransformerInferenceWrapper(TensorDictModuleWrapper):
         ValueError: for a non-positive ``inference_context`` and, at call time, inputs whose
             shapes disagree.
 
-    Example:
+    Examples:
         >>> import torch
         >>> from tdict import TensorDict
         >>> from tdict.nn import TensorDictModule

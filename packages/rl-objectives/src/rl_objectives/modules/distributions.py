@@ -94,7 +94,7 @@ class TanhNormal(D.Distribution):
     Raises:
         ValueError: when ``low >= high`` somewhere, or ``event_dims`` is out of range.
 
-    Example:
+    Examples:
         >>> import torch
         >>> from rl_objectives.modules import TanhNormal
         >>> d = TanhNormal(torch.zeros(3, 2), torch.ones(3, 2), low=-2.0, high=2.0)
@@ -215,7 +215,7 @@ class TanhDelta(Delta):
     Raises:
         ValueError: when ``low >= high`` somewhere, or ``event_dims`` is out of range.
 
-    Example:
+    Examples:
         >>> import torch
         >>> from rl_objectives.modules import TanhDelta
         >>> d = TanhDelta(torch.tensor([0.0, 100.0]), low=0.0, high=2.0, safe=False)
@@ -265,7 +265,7 @@ class IndependentNormal(D.Independent):
         tanh_loc: see ``upscale``.
         event_dim: trailing dims that form one event (default 1).
 
-    Example:
+    Examples:
         >>> import torch
         >>> from rl_objectives.modules import IndependentNormal
         >>> d = IndependentNormal(torch.zeros(4, 3), torch.ones(4, 3))
@@ -327,7 +327,7 @@ class TruncatedNormal(D.Independent):
     Raises:
         ValueError: when ``low >= high`` somewhere, or ``loc`` has no dim.
 
-    Example:
+    Examples:
         >>> import torch
         >>> from rl_objectives.modules import TruncatedNormal
         >>> d = TruncatedNormal(torch.tensor([[0.0, 30.0]]), torch.ones(1, 2), tanh_loc=True, upscale=2.0)
@@ -396,7 +396,7 @@ class OneHotCategorical(tnn.OneHotCategorical):
         logits, probs: as in ``torch.distributions.OneHotCategorical``.
         grad_method: a :class:`ReparamGradientStrategy`. Default ``PassThrough``.
 
-    Example:
+    Examples:
         >>> import torch
         >>> from rl_objectives.modules import OneHotCategorical
         >>> logits = torch.zeros(3, requires_grad=True)
@@ -476,7 +476,7 @@ class MaskedCategorical(D.Categorical):
             given, ``mask`` is not boolean or does not broadcast, ``indices`` is not an integer
             tensor, or (with argument validation, torch's default) a row allows no action.
 
-    Example:
+    Examples:
         >>> import torch
         >>> from rl_objectives.modules import MaskedCategorical
         >>> d = MaskedCategorical(logits=torch.zeros(2, 4),

@@ -138,7 +138,7 @@ class EGreedyModule(_Annealed):
             at call, for an action whose trailing dims do not match the spec shape.
         KeyError: at call, naming a missing action or mask key.
 
-    Example:
+    Examples:
         >>> import torch
         >>> from tdict import TensorDict
         >>> from tdict.specs import Categorical
@@ -242,7 +242,7 @@ class AdditiveGaussianModule(_Annealed):
         ValueError: for ``sigma_end > sigma_init``, a negative scale, ``std <= 0``, a non-positive
             ``annealing_num_steps``, or ``safe=True`` without a spec.
 
-    Example:
+    Examples:
         >>> import torch
         >>> from tdict import TensorDict
         >>> from tdict.specs import Bounded
@@ -339,7 +339,7 @@ class OrnsteinUhlenbeckProcessModule(_Annealed):
         ValueError: for a bad schedule, ``n_steps_annealing <= 0``, ``safe=True`` without a spec, or (at
             call) an ``is_init`` entry whose shape does not match the action's batch shape.
 
-    Example:
+    Examples:
         >>> import torch
         >>> from tdict import TensorDict
         >>> from tdict.specs import Bounded

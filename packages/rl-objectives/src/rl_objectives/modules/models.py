@@ -57,7 +57,7 @@ class SquashDims(nn.Module):
     Args:
         ndims_in: how many trailing dims to merge (default 3: channels, height, width).
 
-    Example:
+    Examples:
         >>> import torch
         >>> from rl_objectives.modules import SquashDims
         >>> SquashDims()(torch.zeros(5, 2, 3, 4)).shape
@@ -117,7 +117,7 @@ class MLP(nn.Sequential):
     Raises:
         ValueError: for a missing or non-positive ``out_features``, or ``depth``/``num_cells`` that disagree.
 
-    Example:
+    Examples:
         >>> import torch
         >>> from rl_objectives.modules import MLP
         >>> net = MLP(in_features=3, out_features=2, num_cells=[16, 16])
@@ -231,7 +231,7 @@ class ConvNet(nn.Sequential):
         ValueError: for ``depth``/``num_cells`` or per-layer lists that disagree, or an input with
             fewer than 3 dims.
 
-    Example:
+    Examples:
         >>> import torch
         >>> from rl_objectives.modules import ConvNet
         >>> net = ConvNet(in_features=3, num_cells=[8, 8], kernel_sizes=3, strides=[2, 1])

@@ -204,7 +204,7 @@ class MultiAgentMLP(MultiAgentNetBase):
         use_td_params: see :class:`MultiAgentNetBase`.
         **mlp_kwargs: more :class:`~rl_objectives.modules.MLP` arguments (``norm_class``, ``dropout``, ...).
 
-    Example:
+    Examples:
         >>> import torch
         >>> from rl_objectives.modules.multiagent import MultiAgentMLP
         >>> policy = MultiAgentMLP(4, 2, n_agents=3, centralized=False, share_params=False, depth=1, num_cells=8)
@@ -287,7 +287,7 @@ class MultiAgentConvNet(MultiAgentNetBase):
         use_td_params: see :class:`MultiAgentNetBase`.
         **conv_kwargs: more :class:`~rl_objectives.modules.ConvNet` arguments.
 
-    Example:
+    Examples:
         >>> import torch
         >>> from rl_objectives.modules.multiagent import MultiAgentConvNet
         >>> net = MultiAgentConvNet(2, centralized=False, share_params=False, in_features=3,
@@ -446,7 +446,7 @@ class VDNMixer(Mixer):
         in_keys, out_keys: see :class:`Mixer` (default ``[("agents", "chosen_action_value")]`` ->
             ``["chosen_action_value"]``).
 
-    Example:
+    Examples:
         >>> import torch
         >>> from tdict import TensorDict
         >>> from rl_objectives.modules.multiagent import VDNMixer
@@ -487,7 +487,7 @@ class QMixer(Mixer):
         in_keys, out_keys: see :class:`Mixer` (default ``[("agents", "chosen_action_value"), "state"]``
             -> ``["chosen_action_value"]``).
 
-    Example:
+    Examples:
         >>> import torch
         >>> from tdict import TensorDict
         >>> from rl_objectives.modules.multiagent import QMixer

@@ -49,7 +49,7 @@ _MODE_NAMES = {"recurrent": True, "sequential": False}
 def recurrent_mode() -> bool | None:
     """The mode set by the innermost :class:`set_recurrent_mode` block (``None`` outside any block).
 
-    Example:
+    Examples:
         >>> from rl_objectives.modules.recurrent import recurrent_mode, set_recurrent_mode
         >>> recurrent_mode() is None
         True
@@ -74,7 +74,7 @@ class set_recurrent_mode(ScopedSwitch):
     Raises:
         ValueError: for any other ``mode`` (raised at construction).
 
-    Example:
+    Examples:
         >>> import torch
         >>> from tdict import TensorDict
         >>> from rl_objectives.modules.recurrent import GRUModule, set_recurrent_mode
@@ -531,7 +531,7 @@ class LSTMModule(_RecurrentModule):
         ValueError: for bad sizes or keys, ``batch_first=False``; at call, for inputs of the wrong shape.
         KeyError: at call, naming a missing input or ``is_init`` entry.
 
-    Example:
+    Examples:
         >>> import torch
         >>> from tdict import TensorDict
         >>> from rl_objectives.modules.recurrent import LSTMModule, set_recurrent_mode
@@ -624,7 +624,7 @@ class GRUModule(_RecurrentModule):
         ValueError: for bad sizes or keys, ``batch_first=False``; at call, for inputs of the wrong shape.
         KeyError: at call, naming a missing input or ``is_init`` entry.
 
-    Example:
+    Examples:
         >>> import torch
         >>> from tdict import TensorDict
         >>> from rl_objectives.modules.recurrent import GRUModule

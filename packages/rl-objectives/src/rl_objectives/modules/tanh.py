@@ -26,7 +26,7 @@ class TanhModule(TensorDictModuleBase):
         low, high: bounds when there is no spec (numbers or tensors broadcastable to the entries).
         clamp: clamp the output to ``[low, high]``.
 
-    Example:
+    Examples:
         >>> import torch
         >>> from tdict import TensorDict
         >>> from tdict.specs import Bounded

@@ -9,7 +9,7 @@ Around it: :func:`evaluate_episodes` (returns of whole episodes), :class:`Progre
 :func:`write_learning_curve` (matplotlib), the loggers (CSV, TensorBoard, Weights & Biases, MLflow) and
 what resuming a run exactly needs (:func:`rng_state`: the global generators, saved in checkpoints).
 
-Example:
+Examples:
     >>> import torch
     >>> from torch import nn
     >>> from tdict import TensorDict

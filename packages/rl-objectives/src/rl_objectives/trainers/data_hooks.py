@@ -47,7 +47,7 @@ class ReplayBufferTrainer(TrainerHookBase):
         iterate: sample by iterating the buffer (epochs without replacement, restarted when one
             ends) instead of calling ``sample``.
 
-    Example:
+    Examples:
         >>> import torch
         >>> from tdict import TensorDict
         >>> from rl_objectives.trainers import ReplayBufferTrainer
@@ -208,7 +208,7 @@ class BatchSubSampler(TrainerHookBase):
         batch_size: number of steps per sample.
         sub_traj_len: length of each window; 0: the whole time dim.
 
-    Example:
+    Examples:
         >>> import torch
         >>> from tdict import TensorDict
         >>> from rl_objectives.trainers import BatchSubSampler
@@ -285,7 +285,7 @@ class RewardNormalizer(TrainerHookBase):
         log_pbar: kept for TorchRL compatibility (the hook logs nothing).
         reward_key: where the reward is; default ``("next", "reward")``.
 
-    Example:
+    Examples:
         >>> import torch
         >>> from tdict import TensorDict
         >>> from rl_objectives.trainers import RewardNormalizer
@@ -400,7 +400,7 @@ class SelectKeys(TrainerHookBase):
     Args:
         keys: the keys to keep (strings or tuples of strings for nested keys).
 
-    Example:
+    Examples:
         >>> import torch
         >>> from tdict import TensorDict
         >>> from rl_objectives.trainers import SelectKeys

@@ -38,7 +38,7 @@ def episode_returns(reward: torch.Tensor, done: torch.Tensor) -> torch.Tensor:
     Raises:
         ValueError: naming ``reward`` or ``done`` when their shapes do not line up.
 
-    Example:
+    Examples:
         >>> import torch
         >>> from rl_objectives.trainers import episode_returns
         >>> reward = torch.tensor([[1., 1., 1., 1., 1.], [1., 2., 3., 4., 5.]])
@@ -81,7 +81,7 @@ def eval_rollout(
     policy (when it is an ``nn.Module``) and the env (when it has ``eval``/``train``) in eval mode;
     their modes are restored afterwards, also when the rollout raises.
 
-    Example:
+    Examples:
         >>> import torch
         >>> from tdict import TensorDict
         >>> from rl_objectives.trainers import eval_rollout
@@ -161,7 +161,7 @@ def evaluate_episodes(
         A float tensor ``[n_episodes]`` (``[n_episodes, *F]`` for a reward with feature dims),
         ordered by sub-env, then by time; empty when no episode ended.
 
-    Example:
+    Examples:
         >>> import torch
         >>> from rl_envs import PendulumEnv, StepCounter, TransformedEnv
         >>> from rl_objectives.trainers import evaluate_episodes

@@ -50,7 +50,7 @@ class AnnealExploration(TrainerHookBase):
         TypeError: an argument is neither an annealed exploration module nor a module holding one.
         ValueError: no module is given.
 
-    Example:
+    Examples:
         >>> import torch
         >>> from tdict import TensorDict
         >>> from tdict.specs import Categorical

@@ -53,7 +53,7 @@ class TrainerHookBase(abc.ABC):
     Subclasses implement ``__call__`` and :meth:`register` (which stage(s) of the trainer they run at);
     stateful hooks override :meth:`state_dict` / :meth:`load_state_dict`.
 
-    Example:
+    Examples:
         >>> from rl_objectives.trainers import TrainerHookBase
         >>> class CountBatches(TrainerHookBase):
         ...     def __init__(self):
@@ -108,7 +108,7 @@ class OptimizerHook(TrainerHookBase):
             ``zero_grad``, ``state_dict`` and ``load_state_dict``).
         loss_components: the loss entries to sum; ``None``: those whose name starts with ``"loss"``.
 
-    Example:
+    Examples:
         >>> import torch
         >>> from tdict import TensorDict
         >>> from rl_objectives.trainers import OptimizerHook
@@ -219,7 +219,7 @@ class UpdateWeights(TrainerHookBase):
         policy_weights_getter: optional callable returning the weights to send; they are passed to
             ``update_policy_weights_``.
 
-    Example:
+    Examples:
         >>> from rl_objectives.trainers import UpdateWeights
         >>> class Collector:
         ...     updates = 0
@@ -322,7 +322,7 @@ class TargetNetUpdaterHook(TrainerHookBase):
         TypeError: the updater has no ``step`` method, or one that takes no ``n`` with ``unit="frames"``.
         ValueError: ``unit`` is not one of the two.
 
-    Example:
+    Examples:
         >>> import torch
         >>> from torch import nn
         >>> from tdict import TensorDict
@@ -397,7 +397,7 @@ class ClearCudaCache(TrainerHookBase):
     Args:
         interval: number of calls between two ``torch.cuda.empty_cache()``.
 
-    Example:
+    Examples:
         >>> from rl_objectives.trainers import ClearCudaCache
         >>> hook = ClearCudaCache(interval=3)
         >>> for _ in range(7):

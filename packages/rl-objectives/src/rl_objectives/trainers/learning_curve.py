@@ -61,7 +61,7 @@ def write_learning_curve(
         ValueError, TypeError: naming the curve whose points are missing or malformed (before
             anything is written).
 
-    Example:
+    Examples:
         >>> import os, tempfile
         >>> from rl_objectives.trainers import write_learning_curve
         >>> out = write_learning_curve(os.path.join(tempfile.mkdtemp(), "curve.png"),

@@ -39,7 +39,7 @@ class LogScalar(TrainerHookBase):
         include_std: also log ``"<logname>_std"`` (0 for a single element).
         reduction: ``"mean"`` (default), ``"sum"``, ``"max"`` or ``"min"``.
 
-    Example:
+    Examples:
         >>> import torch
         >>> from tdict import TensorDict
         >>> from rl_objectives.trainers import LogScalar
@@ -93,7 +93,7 @@ class CountFramesLog(TrainerHookBase):
         frame_skip: env frames per collected step.
         log_pbar: also show the count on the progress bar.
 
-    Example:
+    Examples:
         >>> import torch
         >>> from tdict import TensorDict
         >>> from rl_objectives.trainers import CountFramesLog
@@ -163,7 +163,7 @@ class LogValidationReward(TrainerHookBase):
         reward_key: the reward whose whole-episode return is logged (``("next", "agents", "reward")``
             for a multi-agent group: one return per agent, averaged). Default ``("next", "reward")``.
 
-    Example:
+    Examples:
         >>> import torch
         >>> from tdict import TensorDict
         >>> from rl_objectives.trainers import LogValidationReward

@@ -49,7 +49,7 @@ class ProgressBar(TrainerHookBase):
     Raises:
         ImportError: naming the ``tqdm`` package when it is not installed (at construction).
 
-    Example:
+    Examples:
         >>> import io, torch
         >>> from torch import nn
         >>> from tdict import TensorDict

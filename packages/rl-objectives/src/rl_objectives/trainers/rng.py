@@ -18,7 +18,7 @@ __all__ = ["check_rng_state", "rng_state", "seed_everything", "set_rng_state"]
 def rng_state() -> dict[str, Any]:
     """The states of torch's (CPU and CUDA), NumPy's and Python's global generators, as plain data.
 
-    Example:
+    Examples:
         >>> import random, torch
         >>> from rl_objectives.trainers import rng_state, set_rng_state
         >>> state = rng_state()

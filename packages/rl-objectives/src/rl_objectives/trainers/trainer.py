@@ -57,7 +57,7 @@ def _check_int(name: str, value: Any, minimum: int) -> int:
 def atomic_torch_save(obj: Any, path: str | os.PathLike) -> None:
     """``torch.save(obj, path)`` that never leaves a half-written file at ``path`` (see :func:`atomic_write`).
 
-    Example:
+    Examples:
         >>> import os, tempfile, torch
         >>> from rl_objectives.trainers.trainer import atomic_torch_save
         >>> path = os.path.join(tempfile.mkdtemp(), "state.pt")
@@ -115,7 +115,7 @@ class Trainer:
         log_interval: frames between two logger calls for the same name (the first value is logged).
         save_trainer_file: where checkpoints go (``None``: no checkpoints).
 
-    Example:
+    Examples:
         >>> import torch
         >>> from torch import nn
         >>> from tdict import TensorDict

@@ -5,7 +5,7 @@ runs the value network on it and on ``td["next"]`` when it has one, and writes `
 and ``"value_target"`` with the batch shape. The math is in :mod:`rl_objectives.functional`, also
 importable as :mod:`rl_objectives.value.functional` (TorchRL's ``torchrl.objectives.value.functional``).
 
-Example:
+Examples:
     >>> import torch
     >>> from tdict import TensorDict
     >>> from rl_objectives.value import GAE

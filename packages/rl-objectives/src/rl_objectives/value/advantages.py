@@ -80,7 +80,7 @@ class TD0Estimator(_TDBase):
             ``num_chunks``, ``value_chunk_dim``, ``shifted_budget``, ``group_key``, ``device``,
             ``deactivate_vmap``, the deprecated ``advantage_key`` / ``value_target_key`` / ``value_key``).
 
-    Example:
+    Examples:
         >>> import torch
         >>> from torch import nn
         >>> from tdict import TensorDict
@@ -136,7 +136,7 @@ class TD1Estimator(_TDBase):
             ``deactivate_vmap``, the deprecated ``advantage_key`` / ``value_target_key`` / ``value_key``).
         vectorized: use the loop-free scan (default) instead of the reverse-time loop.
 
-    Example:
+    Examples:
         >>> import torch
         >>> from tdict import TensorDict
         >>> from rl_objectives.value import TD1Estimator
@@ -190,7 +190,7 @@ class TDLambdaEstimator(_TDBase):
             ``deactivate_vmap``, the deprecated ``advantage_key`` / ``value_target_key`` / ``value_key``).
         vectorized: use the loop-free scan (default) instead of the reverse-time loop.
 
-    Example:
+    Examples:
         >>> import torch
         >>> from tdict import TensorDict
         >>> from rl_objectives.value import TDLambdaEstimator
@@ -249,7 +249,7 @@ class GAE(ValueEstimatorBase):
             ``deactivate_vmap``, the deprecated ``advantage_key`` / ``value_target_key`` / ``value_key``).
         vectorized: use the loop-free scan (default) instead of the reverse-time loop.
 
-    Example:
+    Examples:
         >>> import torch
         >>> from torch import nn
         >>> from tdict import TensorDict
@@ -346,7 +346,7 @@ class VTrace(ValueEstimatorBase):
             ``num_chunks``, ``value_chunk_dim``, ``shifted_budget``, ``group_key``, ``device``,
             ``deactivate_vmap``, the deprecated ``advantage_key`` / ``value_target_key`` / ``value_key``).
 
-    Example:
+    Examples:
         >>> import torch
         >>> from tdict import TensorDict
         >>> from tdict.nn import ProbabilisticTensorDictModule
@@ -472,7 +472,7 @@ class MultiAgentGAE(GAE):
     Raises:
         ValueError: at call, when a team signal has neither the values' number of dims nor one less.
 
-    Example:
+    Examples:
         >>> import torch
         >>> from tdict import TensorDict
         >>> from rl_objectives.value import MultiAgentGAE

@@ -34,7 +34,7 @@ class ValueEstimators(str, enum.Enum):
     Members compare equal to their value (a ``str`` enum), and ``ValueEstimators("gae")`` also
     accepts a member name, case-insensitively.
 
-    Example:
+    Examples:
         >>> ValueEstimators.GAE.value
         'GAE'
         >>> ValueEstimators("TD(lambda)") is ValueEstimators.TDLambda
@@ -138,7 +138,7 @@ class ValueEstimatorBase(nn.Module):
         advantage_key, value_target_key, value_key: deprecated (``DeprecationWarning``): the keys
             of :meth:`set_keys` (``advantage``, ``value_target``, ``value``), set at construction.
 
-    Example:
+    Examples:
         >>> import torch
         >>> from tdict import TensorDict
         >>> from rl_objectives.value import TD0Estimator

@@ -2,7 +2,7 @@
 
 The same functions as :mod:`rl_objectives.functional` (one implementation, imported here).
 
-Example:
+Examples:
     >>> import torch
     >>> from rl_objectives.value.functional import td0_return_estimate
     >>> td0_return_estimate(0.5, torch.ones(3), torch.ones(3), terminated=torch.tensor([False, False, True]))

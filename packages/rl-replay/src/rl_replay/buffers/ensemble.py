@@ -60,7 +60,7 @@ class ReplayBufferEnsemble(ReplayBuffer):
         num_buffer_sampled: chunks per batch (default: the number of members).
         generator: the ``torch.Generator`` member choice and member samplers draw from.
 
-    Example:
+    Examples:
         >>> import torch
         >>> from tdict import TensorDict
         >>> from rl_replay import LazyTensorStorage, ReplayBuffer

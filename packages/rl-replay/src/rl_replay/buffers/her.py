@@ -81,7 +81,7 @@ class HERReplayBuffer(TensorDictReplayBuffer):
         **kwargs: as :class:`TensorDictReplayBuffer` (``storage``, ``batch_size``, ``generator``, ...).
             The storage must be one-dimensional and the writer a round-robin writer.
 
-    Example:
+    Examples:
         >>> import torch
         >>> from tdict import TensorDict
         >>> from rl_replay import LazyTensorStorage

@@ -32,7 +32,7 @@ class PrioritizedReplayBuffer(ReplayBuffer):
         storage: default ``ListStorage(1000)``.
         collate_fn, pin_memory, prefetch, transform, batch_size, generator: as :class:`ReplayBuffer`.
 
-    Example:
+    Examples:
         >>> import torch
         >>> from rl_replay import LazyTensorStorage
         >>> rb = PrioritizedReplayBuffer(alpha=1.0, beta=0.5, storage=LazyTensorStorage(10),
@@ -92,7 +92,7 @@ class TensorDictPrioritizedReplayBuffer(TensorDictReplayBuffer):
         dtype: dtype of the importance weights.
         collate_fn, pin_memory, prefetch, transform, batch_size, generator: as :class:`ReplayBuffer`.
 
-    Example:
+    Examples:
         >>> import torch
         >>> from tdict import TensorDict
         >>> from rl_replay import LazyTensorStorage

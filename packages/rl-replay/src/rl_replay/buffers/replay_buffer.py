@@ -70,7 +70,7 @@ class ReplayBuffer:
     All reads and writes of the storage, writer and sampler happen under one lock, so a collector
     thread can ``extend`` while the learner ``sample``s.
 
-    Example:
+    Examples:
         >>> import torch
         >>> from tdict import TensorDict
         >>> from rl_replay import LazyTensorStorage

@@ -28,7 +28,7 @@ class TensorDictReplayBuffer(ReplayBuffer):
         priority_key: the entry that holds new priorities (default ``"td_error"``).
         **kwargs: as :class:`ReplayBuffer`.
 
-    Example:
+    Examples:
         >>> import torch
         >>> from tdict import TensorDict
         >>> from rl_replay import LazyTensorStorage

@@ -60,10 +60,10 @@ class D4RLExperienceReplay(OfflineDataset):
         batch_size: the default ``sample()`` size.
         root: where the converted copy goes (default ``~/.cache/rl_replay/d4rl``).
         path: the D4RL ``.hdf5`` file (needed only to convert).
-        download, sampler, writer, collate_fn, pin_memory, prefetch, transform, split_trajs,
-            generator: as :class:`OfflineDataset` (nothing is ever downloaded).
+        download, sampler, writer, collate_fn, pin_memory, prefetch, transform, split_trajs, generator:
+            as :class:`OfflineDataset` (nothing is ever downloaded).
 
-    Example:
+    Examples:
         >>> import shutil, tempfile, h5py, numpy as np
         >>> tmp = tempfile.mkdtemp(prefix="d4rl_doctest_")
         >>> src = f"{tmp}/toy-v2.hdf5"

@@ -81,10 +81,10 @@ class MinariExperienceReplay(OfflineDataset):
         minari_root: where the Minari dataset lies (default ``$MINARI_DATASETS_PATH`` or
             ``~/.minari/datasets``): the file read is
             ``<minari_root>/<dataset_id>/data/main_data.hdf5``.
-        download, sampler, writer, collate_fn, pin_memory, prefetch, transform, split_trajs,
-            generator: as :class:`OfflineDataset` (nothing is ever downloaded).
+        download, sampler, writer, collate_fn, pin_memory, prefetch, transform, split_trajs, generator:
+            as :class:`OfflineDataset` (nothing is ever downloaded).
 
-    Example:
+    Examples:
         >>> import shutil, tempfile, h5py, numpy as np
         >>> src = tempfile.mkdtemp(prefix="minari_doctest_")
         >>> os.makedirs(f"{src}/toy-v0/data")

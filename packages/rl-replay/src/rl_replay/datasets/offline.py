@@ -55,7 +55,7 @@ def split_trajectories(data: TensorDictBase, episode_key: Any = "episode") -> Te
     Padding is zeros; the boolean ``"mask"`` entry marks the real steps (as TorchRL's
     ``split_trajectories``).
 
-    Example:
+    Examples:
         >>> import torch
         >>> from tdict import TensorDict
         >>> td = TensorDict(episode=torch.tensor([0, 0, 0, 1]), obs=torch.arange(4.0), batch_size=[4])
@@ -201,7 +201,7 @@ class OfflineDataset(TensorDictReplayBuffer):
         split_trajs: store one zero-padded episode per item (``[num_episodes, max_len]``, with a
             ``"mask"`` entry), converted once into ``<root>/<dataset_id>_split``.
 
-    Example:
+    Examples:
         >>> import shutil, tempfile, torch
         >>> from tdict import TensorDict
         >>> class Counting(OfflineDataset):

@@ -26,7 +26,7 @@ def register_dataset(name: str, loader_or_class: Callable | str, *, overwrite: b
         overwrite: replace an existing entry (else registering a taken name raises).
         **defaults: keyword arguments passed to the loader unless :func:`load_dataset` overrides them.
 
-    Example:
+    Examples:
         >>> register_dataset("my-pairs", dict, kind="pairs", overwrite=True)
         >>> load_dataset("my-pairs", size=3)
         {'kind': 'pairs', 'size': 3}
@@ -64,7 +64,7 @@ def load_dataset(name: str, **kwargs: Any) -> Any:
     Raises:
         KeyError: ``name`` is neither registered nor ``<registered prefix>/<id>``.
 
-    Example:
+    Examples:
         >>> try:
         ...     load_dataset("no-such-dataset")
         ... except KeyError as err:

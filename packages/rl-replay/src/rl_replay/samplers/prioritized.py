@@ -54,7 +54,7 @@ class PrioritizedSampler(Sampler):
 
     All random numbers come from the buffer's generator (``ReplayBuffer(generator=...)``).
 
-    Example:
+    Examples:
         >>> import torch
         >>> from rl_replay import LazyTensorStorage, ReplayBuffer
         >>> rb = ReplayBuffer(storage=LazyTensorStorage(4), sampler=PrioritizedSampler(4, alpha=1.0, beta=1.0),

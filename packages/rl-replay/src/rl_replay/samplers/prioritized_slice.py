@@ -34,13 +34,13 @@ class PrioritizedSliceSampler(SliceSampler, PrioritizedSampler):
     Args:
         max_capacity: the storage capacity (all items).
         alpha, beta, eps, reduction: as :class:`~rl_replay.samplers.prioritized.PrioritizedSampler`.
-        num_slices, slice_len, end_key, traj_key, ends, trajectories, cache_values, truncated_key,
-            init_key, strict_length, compile: as :class:`SliceSampler`.
+        num_slices, slice_len, end_key, traj_key, ends, trajectories, cache_values, truncated_key, init_key, strict_length, compile:
+            as :class:`SliceSampler`.
         span: as :class:`SliceSampler`, right side only (a left span is turned off with a warning,
             as in TorchRL).
         max_priority_within_buffer: as ``PrioritizedSampler``.
 
-    Example:
+    Examples:
         >>> import torch
         >>> from tdict import TensorDict
         >>> from rl_replay import LazyTensorStorage, TensorDictReplayBuffer

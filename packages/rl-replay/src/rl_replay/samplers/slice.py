@@ -170,7 +170,7 @@ class SliceSampler(Sampler):
     detected through the storage length only; after them call ``sampler._empty()`` or let the
     buffer's ``extend`` notify it.
 
-    Example:
+    Examples:
         >>> import torch
         >>> from tdict import TensorDict
         >>> from rl_replay import LazyTensorStorage, TensorDictReplayBuffer
@@ -582,7 +582,7 @@ class SliceSamplerWithoutReplacement(SliceSampler):
         shuffle: random trajectory order within an epoch (default ``True``).
         **kwargs: as :class:`SliceSampler` (``span`` excepted).
 
-    Example:
+    Examples:
         >>> import torch
         >>> from tdict import TensorDict
         >>> from rl_replay import LazyTensorStorage, TensorDictReplayBuffer

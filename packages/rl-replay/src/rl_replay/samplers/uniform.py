@@ -14,7 +14,7 @@ __all__ = ["RandomSampler", "SamplerWithoutReplacement"]
 class RandomSampler(Sampler):
     """Uniform sampling with replacement over the stored items.
 
-    Example:
+    Examples:
         >>> import torch
         >>> from rl_replay import LazyTensorStorage
         >>> storage = LazyTensorStorage(10)
@@ -38,7 +38,7 @@ class SamplerWithoutReplacement(Sampler):
     ``ran_out`` turns True when an epoch is over (``iter(buffer)`` stops there); the next sample
     starts a new epoch over the items stored at that time.
 
-    Example:
+    Examples:
         >>> import torch
         >>> from rl_replay import LazyTensorStorage
         >>> storage = LazyTensorStorage(10)

@@ -70,7 +70,7 @@ class CompactTensorStorage(TensorStorage):
         obs_keys: the root keys whose ``("next", key)`` copy is not stored. Default: every leaf
             present both at the root and under ``"next"`` with the same shape and dtype.
 
-    Example:
+    Examples:
         >>> import torch
         >>> from tdict import TensorDict
         >>> obs = torch.arange(6.0).view(6, 1)  # one episode: s0..s5

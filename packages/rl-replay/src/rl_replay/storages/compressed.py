@@ -87,7 +87,7 @@ class CompressedListStorage(ListStorage):
         collate_fn: combines a list of read items when several are read; by default items of one
             structure are stacked (decompressed into the stacked tensors), others returned as a list.
 
-    Example:
+    Examples:
         >>> import torch
         >>> from tdict import TensorDict
         >>> from rl_replay import ReplayBuffer

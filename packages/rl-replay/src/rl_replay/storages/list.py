@@ -30,7 +30,7 @@ class ListStorage(Storage):
     Args:
         max_size: the capacity in items.
 
-    Example:
+    Examples:
         >>> s = ListStorage(3)
         >>> s.set([0, 1], ["a", {"b": 1}])
         >>> len(s), s.get([1, 0])

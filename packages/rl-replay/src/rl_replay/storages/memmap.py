@@ -50,7 +50,7 @@ class LazyMemmapStorage(TensorStorage):
         existsok: allow a ``scratch_dir`` that already holds files (they are overwritten). With the
             default ``False`` a non-empty ``scratch_dir`` raises ``FileExistsError``.
 
-    Example:
+    Examples:
         >>> import os, torch
         >>> from tdict import TensorDict
         >>> s = LazyMemmapStorage(100)

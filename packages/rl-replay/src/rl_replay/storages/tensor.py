@@ -28,7 +28,7 @@ class TensorStorage(Storage):
         device: where the items live (written data is moved there).
         ndim: how many leading dims index items (2 for ``[time, env]`` storages of batched envs).
 
-    Example:
+    Examples:
         >>> import torch
         >>> from tdict import TensorDict
         >>> s = TensorStorage(TensorDict(obs=torch.zeros(4, 2), batch_size=[4]))
@@ -175,7 +175,7 @@ class LazyTensorStorage(TensorStorage):
         device: where the items live (``"cpu"`` by default).
         ndim: how many leading dims of the written data index items.
 
-    Example:
+    Examples:
         >>> import torch
         >>> from tdict import TensorDict
         >>> s = LazyTensorStorage(100)

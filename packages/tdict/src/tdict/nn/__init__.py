@@ -1,6 +1,6 @@
 """tdict.nn: modules that read and write TensorDict entries by key (tensordict.nn under our import).
 
-Example:
+Examples:
     >>> import torch
     >>> from torch import nn
     >>> from tdict import TensorDict

@@ -70,7 +70,7 @@ class dispatch:
         auto_batch_size: if ``True``, the gathered TensorDict gets the batch dims the inputs
             share; else its batch size is empty.
 
-    Example:
+    Examples:
         >>> import torch
         >>> from torch import nn
         >>> from tdict.nn import dispatch
@@ -169,7 +169,7 @@ class TensorDictModuleBase(nn.Module):
     Subclasses implement ``forward(tensordict) -> tensordict``. ``in_keys`` and ``out_keys`` may be
     given as class attributes or set in ``__init__``; they are stored unravelled (``("a",)`` -> ``"a"``).
 
-    Example:
+    Examples:
         >>> import torch
         >>> from tdict import TensorDict
         >>> from tdict.nn import TensorDictModuleBase
@@ -357,7 +357,7 @@ class TensorDictModule(TensorDictModuleBase):
         ValueError: at construction, for a malformed key or a non-callable module.
         KeyError: at call, naming the missing in-key and the keys the input holds.
 
-    Example:
+    Examples:
         >>> import torch
         >>> from torch import nn
         >>> from tdict import TensorDict

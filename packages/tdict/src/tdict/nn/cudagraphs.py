@@ -36,7 +36,7 @@ class CudaGraphModule:
         out_keys: keys written back to the input TensorDict (default ``module.out_keys``).
         device: the CUDA device (default: the current one).
 
-    Example:
+    Examples:
         >>> import torch
         >>> from torch import nn
         >>> from tdict import TensorDict

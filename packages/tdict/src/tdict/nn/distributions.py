@@ -46,7 +46,7 @@ def inv_softplus(value: float) -> float:
 class biased_softplus(nn.Module):
     """``softplus(x + shift) + min_val``, with ``shift`` chosen so that ``f(0) == bias``.
 
-    Example:
+    Examples:
         >>> import torch
         >>> from tdict.nn.distributions import biased_softplus
         >>> round(biased_softplus(1.0)(torch.zeros(())).item(), 5)
@@ -85,7 +85,7 @@ def mappings(key: str) -> Callable[[torch.Tensor], torch.Tensor]:
     Raises:
         NotImplementedError: for an unknown name. ValueError: for a malformed biased_softplus.
 
-    Example:
+    Examples:
         >>> import torch
         >>> from tdict.nn.distributions import mappings
         >>> round(mappings("biased_softplus_2.0")(torch.zeros(())).item(), 4)
@@ -117,7 +117,7 @@ class NormalParamExtractor(nn.Module):
         scale_mapping: the positive mapping of the scale half (see :func:`mappings`).
         scale_lb: the smallest scale returned.
 
-    Example:
+    Examples:
         >>> import torch
         >>> from tdict.nn import NormalParamExtractor
         >>> loc, scale = NormalParamExtractor()(torch.zeros(3, 4))
@@ -153,7 +153,7 @@ class AddStateIndependentNormalScale(nn.Module):
         make_param: if ``False`` the scale is a buffer, not a trained parameter.
         device: where the scale parameter is created (tensordict 0.14's argument).
 
-    Example:
+    Examples:
         >>> import torch
         >>> from tdict.nn import AddStateIndependentNormalScale
         >>> loc, scale = AddStateIndependentNormalScale(3)(torch.zeros(5, 3))
@@ -208,7 +208,7 @@ class Delta(D.Distribution):
             event (``batch_shape = param.shape[:-1]``); given ``event_shape`` only, the batch shape is
             the rest of ``param.shape``.
 
-    Example:
+    Examples:
         >>> import torch
         >>> from tdict.nn import Delta
         >>> d = Delta(torch.tensor([1.0, 2.0]))
@@ -276,7 +276,7 @@ class OneHotCategorical(D.OneHotCategorical):
 
     Both are the one-hot of the most likely category (as the sample dtype, float).
 
-    Example:
+    Examples:
         >>> import torch
         >>> from tdict.nn import OneHotCategorical
         >>> d = OneHotCategorical(logits=torch.tensor([0.0, 2.0, 1.0]))
@@ -320,7 +320,7 @@ class TruncatedNormal(D.Distribution):
         eps: the CDF values are kept in ``[eps, 1 - eps]`` when sampling.
         a, b: tensordict 0.14's names of ``low`` and ``high`` (keyword only; give one name of each).
 
-    Example:
+    Examples:
         >>> import torch
         >>> from tdict.nn import TruncatedNormal
         >>> d = TruncatedNormal(torch.zeros(4), torch.ones(4), low=-1.0, high=1.0)
@@ -419,7 +419,7 @@ class TruncatedNormal(D.Distribution):
 def sum_to_batch(value: torch.Tensor, batch_dims: int) -> torch.Tensor:
     """Sums the dims of ``value`` after its first ``batch_dims`` (a log-prob or entropy per sample).
 
-    Example:
+    Examples:
         >>> sum_to_batch(torch.ones(4, 3, 2), 1).tolist()
         [6.0, 6.0, 6.0, 6.0]
     """
@@ -433,7 +433,7 @@ def holder_batch_dims(tensordict: Any, key: Any) -> int:
     A log-prob keeps the batch shape of the group its sample lives in: an action at
     ``("agents", "action")`` under a ``[N, T, n_agents]`` group gets a ``[N, T, n_agents]`` log-prob.
 
-    Example:
+    Examples:
         >>> from tdict import TensorDict
         >>> td = TensorDict(agents=TensorDict(action=torch.zeros(5, 3, 2), batch_size=[5, 3]), batch_size=[5])
         >>> holder_batch_dims(td, ("agents", "action")), holder_batch_dims(td, "agents")
@@ -476,7 +476,7 @@ class CompositeDistribution(D.Distribution):
         KeyError: naming the head key missing from ``params``, or the sample key missing from the
             sample given to ``log_prob``.
 
-    Example:
+    Examples:
         >>> import torch
         >>> from torch import distributions as D
         >>> from tdict import TensorDict
@@ -550,7 +550,7 @@ class CompositeDistribution(D.Distribution):
                 each head's entropy keeps the batch shape of the group its sample key lives in.
             distributions: ``{sample key: distribution}``.
 
-        Example:
+        Examples:
             >>> import torch
             >>> from torch import distributions as D
             >>> from tdict import TensorDict

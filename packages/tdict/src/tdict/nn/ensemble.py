@@ -32,7 +32,7 @@ class EnsembleModule(nn.Module):
         expand_input: ``True`` feeds the same input to every copy; ``False`` expects inputs that
             already carry a leading dim of size ``num_copies`` (one slice per copy).
 
-    Example:
+    Examples:
         >>> import torch
         >>> from torch import nn
         >>> from tdict import TensorDict

@@ -18,7 +18,7 @@ class InteractionType(str, enum.Enum):
     MODE, MEDIAN and MEAN read the attribute of that name; RANDOM samples (``rsample`` when it exists);
     DETERMINISTIC reads ``deterministic_sample`` and falls back to the mean. Lookup by value ignores case.
 
-    Example:
+    Examples:
         >>> from tdict.nn import InteractionType
         >>> InteractionType("Mode") is InteractionType.MODE
         True
@@ -58,7 +58,7 @@ class ScopedSwitch:
     through a function of yours); entering pushes the previous value, leaving pops it back, also
     when the block raises. One instance can be re-entered.
 
-    Example:
+    Examples:
         >>> class set_verbose(ScopedSwitch):
         ...     _current = False
         >>> with set_verbose(True):
@@ -94,7 +94,7 @@ class ScopedSwitch:
 def interaction_type() -> InteractionType | None:
     """The current interaction type (``None`` until one is set with :class:`set_interaction_type`).
 
-    Example:
+    Examples:
         >>> from tdict.nn import interaction_type
         >>> interaction_type() is None
         True
@@ -114,7 +114,7 @@ class set_interaction_type(ScopedSwitch):
     Raises:
         ValueError: when ``type`` names no interaction type (raised at construction).
 
-    Example:
+    Examples:
         >>> from tdict.nn import InteractionType, interaction_type, set_interaction_type
         >>> with set_interaction_type("mode"):
         ...     interaction_type()

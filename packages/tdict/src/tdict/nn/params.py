@@ -41,7 +41,7 @@ class TensorDictParams(nn.Module):
         no_convert: register leaves without converting them to parameters.
         lock: lock the wrapped TensorDict (no new keys).
 
-    Example:
+    Examples:
         >>> import torch
         >>> from torch import nn
         >>> from tdict import TensorDict

@@ -177,7 +177,7 @@ class ProbabilisticTensorDictModule(TensorDictModuleBase):
         TypeError: a ``generator`` of another type than the above.
         KeyError: at call, naming the in-key missing from the input and the keys it holds.
 
-    Example:
+    Examples:
         >>> import torch
         >>> from tdict import TensorDict
         >>> from tdict.nn import ProbabilisticTensorDictModule, InteractionType, set_interaction_type
@@ -312,7 +312,7 @@ class ProbabilisticTensorDictModule(TensorDictModuleBase):
     def get_dist(self, tensordict: Any) -> D.Distribution:
         """The distribution whose parameters are read from ``tensordict``.
 
-        Example:
+        Examples:
             >>> import torch
             >>> from tdict import TensorDict
             >>> from tdict.nn import ProbabilisticTensorDictModule
@@ -491,7 +491,7 @@ class ProbabilisticTensorDictSequential(TensorDictSequential):
         TypeError: with ``return_composite=False`` when the last step is not probabilistic.
         RuntimeError: :meth:`get_dist` without any probabilistic step.
 
-    Example:
+    Examples:
         >>> import torch
         >>> from torch import nn
         >>> from tdict import TensorDict

@@ -78,7 +78,7 @@ class TensorDictSequential(TensorDictModule):
     the steps write. The sequence can be indexed (``seq[0]`` is a step, ``seq[1:]`` a new
     TensorDictSequential), has a ``len`` and iterates over its steps.
 
-    Example:
+    Examples:
         >>> import torch
         >>> from tdict import TensorDict
         >>> from tdict.nn import TensorDictModule as Mod, TensorDictSequential as Seq
@@ -244,7 +244,7 @@ class TensorDictSequential(TensorDictModule):
         Raises:
             ValueError: when no step is left.
 
-        Example:
+        Examples:
             >>> from tdict.nn import TensorDictModule as Mod, TensorDictSequential as Seq
             >>> seq = Seq(Mod(abs, in_keys=["a"], out_keys=["b"]), Mod(abs, in_keys=["b"], out_keys=["c"]),
             ...           Mod(abs, in_keys=["a"], out_keys=["d"]))

@@ -21,7 +21,7 @@ class TensorDictModuleWrapper(TensorDictModuleBase):
     Args:
         td_module: the module to wrap (any :class:`TensorDictModuleBase`).
 
-    Example:
+    Examples:
         >>> import torch
         >>> from torch import nn
         >>> from tdict import TensorDict
@@ -98,7 +98,7 @@ class WrapModule(TensorDictModuleBase):
         in_keys: the keys ``func`` reads (informative, for :class:`~tdict.nn.TensorDictSequential`).
         out_keys: the keys ``func`` writes (informative).
 
-    Example:
+    Examples:
         >>> import torch
         >>> from tdict import TensorDict
         >>> from tdict.nn import WrapModule

@@ -3,7 +3,7 @@
 Specs generate values (``rand``, ``zero``), validate them (``is_in``, ``assert_is_in``), project
 values into their domain and convert between numpy and torch.
 
-Example:
+Examples:
     >>> import torch
     >>> from tdict.specs import Bounded, Composite, OneHot
     >>> spec = Composite(action=OneHot(3), obs=Bounded(0.0, 1.0, shape=(2,)))

@@ -63,7 +63,7 @@ class TensorSpec:
     shape followed by ``_extra`` trailing dims, so every shape operation below is written once.
     ``_ev`` trailing dims of ``shape`` are event dims (the one-hot dim) that shape ops never touch.
 
-    Example:
+    Examples:
         >>> from tdict.specs import Unbounded
         >>> spec = Unbounded(shape=(3,))
         >>> spec.rand((2,)).shape, spec.ndim

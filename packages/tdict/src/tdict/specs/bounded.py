@@ -15,7 +15,7 @@ __all__ = ["Bounded", "ContinuousBox"]
 class ContinuousBox(NamedTuple):
     """The box of a :class:`Bounded` spec: a ``(low, high)`` pair with named fields.
 
-    Example:
+    Examples:
         >>> from tdict.specs import Bounded
         >>> box = Bounded(-2.0, 2.0, shape=(1,)).space
         >>> box.low, box.high
@@ -36,7 +36,7 @@ class Bounded(TensorSpec):
         device: where generated values live.
         dtype: float (uniform sampling) or integer dtype (uniform over ``low..high`` inclusive).
 
-    Example:
+    Examples:
         >>> import torch
         >>> from tdict.specs import Bounded
         >>> spec = Bounded(low=-1.0, high=1.0, shape=(3,))

@@ -33,7 +33,7 @@ class Composite:
         device: the device of the sub-specs (sub-specs are moved there).
         **kwargs: more key/spec pairs.
 
-    Example:
+    Examples:
         >>> import torch
         >>> from tdict.specs import Bounded, Categorical, Composite, Unbounded
         >>> spec = Composite(obs=Unbounded(shape=(4, 3)), action=Categorical(2, shape=(4,)),
@@ -427,7 +427,7 @@ class Composite:
 
         Leaves vary in key order, the last one fastest (``N`` is :meth:`cardinality`).
 
-        Example:
+        Examples:
             >>> from tdict.specs import Categorical, Composite, OneHot
             >>> td = Composite(a=Categorical(2), b=OneHot(3)).enumerate()
             >>> td.batch_size, td["a"].tolist()

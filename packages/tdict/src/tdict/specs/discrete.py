@@ -38,7 +38,7 @@ class Categorical(TensorSpec):
         dtype: integer dtype (default ``torch.int64``).
         mask: boolean tensor of shape ``shape + (n,)``; ``False`` actions are never sampled.
 
-    Example:
+    Examples:
         >>> import torch
         >>> from tdict.specs import Categorical
         >>> spec = Categorical(4, mask=torch.tensor([True, False, True, False]))
@@ -163,7 +163,7 @@ class OneHot(TensorSpec):
         dtype: the dtype (default ``torch.bool``).
         mask: boolean tensor of shape ``shape``; ``False`` actions are never sampled.
 
-    Example:
+    Examples:
         >>> import torch
         >>> from tdict.specs import OneHot
         >>> spec = OneHot(3)
@@ -275,7 +275,7 @@ class Binary(TensorSpec):
         device: where generated values live.
         dtype: the dtype (default ``torch.int8``).
 
-    Example:
+    Examples:
         >>> import torch
         >>> from tdict.specs import Binary
         >>> spec = Binary(3)
@@ -338,7 +338,7 @@ class MultiCategorical(TensorSpec):
         mask: optional boolean mask of shape ``shape[:-1] + (sum(nvec),)`` (the blocks of each
             element side by side); masked actions are never sampled.
 
-    Example:
+    Examples:
         >>> import torch
         >>> from tdict.specs import MultiCategorical
         >>> spec = MultiCategorical([2, 3])
@@ -463,7 +463,7 @@ class MultiOneHot(TensorSpec):
         dtype: the dtype (default ``torch.bool``).
         mask: optional boolean mask of shape ``shape``; masked actions are never sampled.
 
-    Example:
+    Examples:
         >>> import torch
         >>> from tdict.specs import MultiOneHot
         >>> spec = MultiOneHot([2, 3])

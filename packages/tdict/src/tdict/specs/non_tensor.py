@@ -18,7 +18,7 @@ class NonTensor(TensorSpec):
         device: the device recorded on generated values.
         example_data: the payload ``rand``/``zero`` return (default ``None``).
 
-    Example:
+    Examples:
         >>> from tdict.specs import NonTensor
         >>> spec = NonTensor(shape=(2,), example_data="hi")
         >>> x = spec.rand((3,))

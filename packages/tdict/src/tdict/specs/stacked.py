@@ -295,7 +295,7 @@ class Stacked(_StackOps):
         specs: the member specs (same class, same number of dims).
         dim: the new dim.
 
-    Example:
+    Examples:
         >>> import torch
         >>> from tdict.specs import Categorical, Stacked, Unbounded
         >>> spec = torch.stack([Categorical(2), Categorical(5)], 0)
@@ -449,7 +449,7 @@ class StackedComposite(_StackOps):
         specs: the member Composites.
         dim: the new batch dim.
 
-    Example:
+    Examples:
         >>> import torch
         >>> from tdict.specs import Composite, Unbounded
         >>> a = Composite(obs=Unbounded(shape=(3,)))

@@ -22,7 +22,7 @@ class Unbounded(TensorSpec):
         device: where generated values live.
         dtype: the dtype (default: torch's default float dtype).
 
-    Example:
+    Examples:
         >>> import torch
         >>> from tdict.specs import Unbounded
         >>> spec = Unbounded(shape=(2,))

@@ -205,7 +205,7 @@ def _flat_hparams(cfg: Mapping[str, Any], sep: str = ".") -> dict[str, Any]:
 def generate_exp_name(model_name: str, experiment_name: str) -> str:
     """A unique experiment name: ``<model>_<experiment>_<8 hex>_<yy_mm_dd-HH_MM_SS>``.
 
-    Example:
+    Examples:
         >>> from rl_objectives.trainers import generate_exp_name
         >>> generate_exp_name("SAC", "pendulum").startswith("SAC_pendulum_")
         True
@@ -230,7 +230,7 @@ class Logger(abc.ABC):
         exp_name: the experiment's name.
         log_dir: where the logs go.
 
-    Example:
+    Examples:
         >>> from rl_objectives.trainers import Logger
         >>> class PrintLogger(Logger):
         ...     def _create_experiment(self):

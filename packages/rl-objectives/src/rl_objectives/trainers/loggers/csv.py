@@ -47,7 +47,7 @@ def read_csv_scalar(path: str | os.PathLike) -> list[tuple[int, float]]:
         FileNotFoundError: naming the file.
         ValueError: naming the file and the line number of a line that is not ``step,value``.
 
-    Example:
+    Examples:
         >>> import tempfile
         >>> from rl_objectives.trainers import CSVLogger, read_csv_scalar
         >>> logger = CSVLogger("run", log_dir=tempfile.mkdtemp())
@@ -83,7 +83,7 @@ def read_csv_histogram(path: str | os.PathLike) -> list[dict[str, Any]]:
         FileNotFoundError: naming the file.
         ValueError: naming the file and the line of a malformed line.
 
-    Example:
+    Examples:
         >>> import tempfile, torch
         >>> from rl_objectives.trainers.loggers import CSVLogger, read_csv_histogram
         >>> logger = CSVLogger("run", log_dir=tempfile.mkdtemp())
@@ -152,7 +152,7 @@ class CSVLogger(Logger):
         video_fps: frames per second of the written videos (``log_video(..., fps=)`` overrides it).
         fsync: ``os.fsync`` after every line (survives a power loss; slower).
 
-    Example:
+    Examples:
         >>> import tempfile
         >>> from rl_objectives.trainers import CSVLogger
         >>> logger = CSVLogger("run", log_dir=tempfile.mkdtemp())

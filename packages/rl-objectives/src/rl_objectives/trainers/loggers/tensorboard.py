@@ -49,7 +49,7 @@ class TensorboardLogger(Logger):
         ImportError: naming the ``tensorboard`` package and the ``rl-objectives[tensorboard]`` extra
             when it is not installed.
 
-    Example:
+    Examples:
         >>> import tempfile
         >>> from rl_objectives.trainers import TensorboardLogger
         >>> try:

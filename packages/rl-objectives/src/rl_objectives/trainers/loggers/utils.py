@@ -54,7 +54,7 @@ def get_logger(
         ValueError: for another type, naming the ones there are.
         ImportError: naming the package (and the ``rl-objectives[...]`` extra) a backend needs.
 
-    Example:
+    Examples:
         >>> import tempfile
         >>> from rl_objectives.trainers import get_logger
         >>> get_logger("csv", tempfile.mkdtemp(), "run").exp_name
