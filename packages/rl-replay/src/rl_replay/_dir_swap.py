@@ -28,6 +28,8 @@ import shutil
 from collections.abc import Callable, Iterator
 from typing import Any
 
+from tdict.files import fsync_path, fsync_tree
+
 from ._checkpoint_io import CheckpointError
 
 try:
@@ -44,25 +46,6 @@ def _split(path: Any) -> tuple[str, str, str]:
     if not name:
         raise ValueError(f"checkpoint path {path!r} has no final name.")
     return path, parent, name
-
-
-def _fsync_dir(path: str) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def _fsync_tree(path: str) -> None:
-    for root, _, files in os.walk(path):
-        for name in files:
-            fd = os.open(os.path.join(root, name), os.O_RDONLY)
-            try:
-                os.fsync(fd)
-            finally:
-                os.close(fd)
-        _fsync_dir(root)
 
 
 # ============================================================================================ #
@@ -183,7 +166,7 @@ def atomic_dir(path: Any, marker: str, write: Callable[[str], None], fsync: bool
     try:
         write(tmp)
         if fsync:
-            _fsync_tree(tmp)
+            fsync_tree(tmp)
         with _path_lock(parent, name, exclusive=True):
             _refuse_foreign(path, marker)
             if not os.path.exists(path):  # a dump died between its renames: put its result back first
@@ -194,7 +177,7 @@ def atomic_dir(path: Any, marker: str, write: Callable[[str], None], fsync: bool
                 os.rename(path, old)
             os.rename(tmp, path)  # the commit
             if fsync:
-                _fsync_dir(parent)
+                fsync_path(parent)
             stale_tmp, stale_old = _leftovers(parent, name)
             for leftover in stale_old + [d for d in stale_tmp if _abandoned(d)]:
                 shutil.rmtree(leftover, ignore_errors=True)

@@ -74,7 +74,6 @@ Examples:
 from __future__ import annotations
 
 import contextlib
-import errno
 import json
 import os
 import secrets
@@ -106,6 +105,7 @@ from ._memmap_layout import (
 from ._memmap_load import _bad, _load_node, _parse_meta, _read_meta_bytes
 from ._state_dict import load_state_dict, state_dict  # noqa: F401  (re-exported; base.py delegates here)
 from ._utils import parse_device
+from .files import fsync_path
 from .memmap import MemoryMappedTensor
 
 __all__ = [
@@ -128,15 +128,7 @@ __all__ = [
 # --------------------------------------------------------------------------------------------- #
 
 
-def _fsync_path(path: str) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    except OSError as err:  # some filesystems refuse fsync on directories
-        if err.errno not in (errno.EINVAL, errno.ENOTSUP, errno.EBADF):
-            raise
-    finally:
-        os.close(fd)
+_fsync_path = fsync_path  # tdict.files: the one implementation
 
 
 @contextlib.contextmanager

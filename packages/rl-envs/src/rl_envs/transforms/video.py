@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import math
 import os
-import tempfile
 from typing import Any, Sequence
 
 import torch
 from tdict import TensorDictBase
 from tdict import NestedKey
+from tdict.files import atomic_write_to
 
 from .base import Transform
 
@@ -176,22 +176,9 @@ class VideoRecorder(Transform):
         shapes = {tuple(f.shape) for f in frames}
         if len(shapes) > 1:
             raise ValueError(f"VideoRecorder.dump: frames of different shapes {sorted(shapes)}.")
-        directory = os.path.dirname(os.path.abspath(target))
-        os.makedirs(directory, exist_ok=True)
-        ext = ".gif" if self.format == "gif" else ".mp4"
-        fd, tmp = tempfile.mkstemp(prefix=".video-", suffix=ext, dir=directory)
-        os.close(fd)
-        try:
-            arrays = [f.numpy() for f in frames]
-            if self.format == "gif":
-                self._write_gif(tmp, arrays)
-            else:
-                self._write_mp4(tmp, arrays)
-            os.replace(tmp, target)
-        except BaseException:
-            if os.path.exists(tmp):
-                os.unlink(tmp)
-            raise
+        arrays = [f.numpy() for f in frames]
+        write = self._write_gif if self.format == "gif" else self._write_mp4
+        atomic_write_to(os.path.abspath(target), lambda tmp: write(tmp, arrays), suffix=f".{self.format}")
         return target
 
     def _write_mp4(self, tmp: str, arrays: list) -> None:

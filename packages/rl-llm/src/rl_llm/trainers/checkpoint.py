@@ -22,32 +22,23 @@ from typing import Any
 
 import torch
 from safetensors.torch import load_file, save_file
+from tdict.files import fsync_path
 
 __all__ = ["latest_checkpoint", "read_checkpoint", "write_checkpoint"]
 
 PREFIX = "checkpoint-"
 
 
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
 def _write_json(path: Path, value: Any) -> None:
     with open(path, "w", encoding="utf-8") as f:
         json.dump(value, f, indent=1)
-        f.flush()
-        os.fsync(f.fileno())
+    fsync_path(path)
 
 
 def _write_tensors(path: Path, tensors: dict[str, torch.Tensor]) -> None:
     # safetensors refuses tensors sharing memory and non-contiguous views: store plain copies
     save_file({k: v.detach().cpu().contiguous().clone() for k, v in tensors.items()}, str(path))
-    with open(path, "rb+") as f:
-        os.fsync(f.fileno())
+    fsync_path(path)
 
 
 def optimizer_tensors(optimizer: torch.optim.Optimizer) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
@@ -92,13 +83,13 @@ def write_checkpoint(
     _write_json(tmp / "optimizer.json", opt_rest)
     _write_tensors(tmp / "rng.safetensors", rng)
     _write_json(tmp / "trainer_state.json", state)
-    _fsync_dir(tmp)
+    fsync_path(tmp)
     old = folder.with_name(folder.name + ".old")
     if folder.exists():
         shutil.rmtree(old, ignore_errors=True)
         os.replace(folder, old)
     os.replace(tmp, folder)
-    _fsync_dir(folder.parent)
+    fsync_path(folder.parent)
     shutil.rmtree(old, ignore_errors=True)
     return folder
 

@@ -7,7 +7,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from ._atomic import atomic_write
+from tdict.files import atomic_write
 from .loggers import read_csv_scalar
 
 __all__ = ["write_learning_curve"]

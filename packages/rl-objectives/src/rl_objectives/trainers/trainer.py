@@ -24,7 +24,7 @@ from typing import Any
 import torch
 from tdict import TensorDictBase
 
-from ._atomic import atomic_write
+from tdict.files import atomic_write
 from .hooks import OptimizerHook
 from .rng import check_rng_state, rng_state, seed_everything, set_rng_state
 

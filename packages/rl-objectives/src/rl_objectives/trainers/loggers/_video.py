@@ -13,10 +13,10 @@ from __future__ import annotations
 import io
 import math
 import os
-import tempfile
 from typing import Any
 
 import torch
+from tdict.files import atomic_write_to
 
 from .base import _check_fps
 
@@ -121,22 +121,13 @@ def _gif_bytes(frames: torch.Tensor, fps: float) -> bytes:
 
 def _write_video(path: str | os.PathLike, frames: torch.Tensor, fps: float, fmt: str) -> None:
     """Writes ``frames`` to ``path`` atomically (a temporary file in the same folder, then a rename)."""
-    path = os.fspath(path)
     fps = _check_fps("video", fps)
-    folder = os.path.dirname(os.path.abspath(path))
-    os.makedirs(folder, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{os.path.basename(path)}.", suffix=f".{fmt}", dir=folder)
-    os.close(fd)
-    try:
+
+    def write(tmp: str) -> None:
         if fmt == "mp4":
             _write_mp4(tmp, frames, fps)
         else:
             with open(tmp, "wb") as f:
                 f.write(_gif_bytes(frames, fps))
-        with open(tmp, "rb+") as f:
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
+
+    atomic_write_to(os.path.abspath(os.fspath(path)), write, suffix=f".{fmt}")

@@ -11,7 +11,7 @@ from typing import IO, Any
 
 import torch
 
-from .._atomic import atomic_write
+from tdict.files import atomic_write
 from ..trainer import atomic_torch_save
 from ._video import _check_format, _require_encoder, _video_frames, _write_video
 from .base import (
