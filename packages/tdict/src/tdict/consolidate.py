@@ -35,13 +35,13 @@ from __future__ import annotations
 
 import json
 import os
-import secrets
 from typing import Any
 
 import torch
 
 from ._utils import parse_device
 from .base import is_tensor_collection
+from .files import atomic_write_to
 from .memmap import MemoryMappedTensor
 
 __all__ = ["consolidate", "from_consolidated", "is_consolidated"]
@@ -388,32 +388,25 @@ def _consolidate_to_file(td: Any, meta: dict, leaves: list, total: int, filename
         separators=(",", ":"),
         allow_nan=False,
     ).encode("utf-8")
-    parent = os.path.dirname(path)
-    os.makedirs(parent, exist_ok=True)
-    tmp = os.path.join(parent, f".{os.path.basename(path)}.{secrets.token_hex(8)}.tmp")
-    try:
-        mapped = MemoryMappedTensor.empty(total, dtype=torch.uint8, filename=tmp)
-        plain = mapped.as_subclass(torch.Tensor)
-        _copy_leaves(meta, leaves, plain)
+
+    mapped: list = []  # the mapping outlives the rename: the result reads its pages
+
+    def fill(tmp: str) -> None:
+        mapped.append(MemoryMappedTensor.empty(total, dtype=torch.uint8, filename=tmp, existsok=True))
+        _copy_leaves(meta, leaves, mapped[0].as_subclass(torch.Tensor))
         fd = os.open(tmp, os.O_WRONLY | os.O_APPEND)
         try:
             view = memoryview(header + len(header).to_bytes(8, "little") + _MAGIC)
             while view:
                 view = view[os.write(fd, view) :]
-            os.fsync(fd)  # also flushes the pages written through the mapping
         finally:
             os.close(fd)
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
-    from .persistence import _fsync_path
 
-    _fsync_path(parent)
-    storage = MemoryMappedTensor.from_storage(plain.untyped_storage(), dtype=torch.uint8, shape=(total,), filename=path)
+    # the fsync of the file also flushes the pages written through the mapping
+    atomic_write_to(path, fill)
+    storage = MemoryMappedTensor.from_storage(
+        mapped[0].as_subclass(torch.Tensor).untyped_storage(), dtype=torch.uint8, shape=(total,), filename=path
+    )
     return _rebuild(meta, storage, torch.device("cpu") if td.device is not None else None)
 
 

@@ -123,13 +123,6 @@ __all__ = [
     "state_dict",
 ]
 
-# --------------------------------------------------------------------------------------------- #
-# filesystem helpers
-# --------------------------------------------------------------------------------------------- #
-
-
-_fsync_path = fsync_path  # tdict.files: the one implementation
-
 
 @contextlib.contextmanager
 def _locked(prefix: str) -> Iterator[None]:
@@ -358,7 +351,7 @@ def _commit(plan: _Node, prefix: str, token: str, like: bool, fsync: bool) -> No
         root = _write(plan, prefix, like, created, dirs, fsync)
         if fsync:  # the directory entries of the new files must be durable before the metadata names them
             for d in sorted(dirs, key=len, reverse=True):
-                _fsync_path(d)
+                fsync_path(d)
         meta = {"format": FORMAT, "version": VERSION, "token": token, "root": root}
         meta["sha256"] = metadata_checksum(meta)
         data = json.dumps(meta, separators=(",", ":"), allow_nan=False).encode("utf-8")
@@ -379,7 +372,7 @@ def _commit(plan: _Node, prefix: str, token: str, like: bool, fsync: bool) -> No
                 os.unlink(p)
         raise
     if fsync:
-        _fsync_path(prefix)
+        fsync_path(prefix)
     keep = {os.path.normpath(os.path.join(prefix, e["file"])) for e in _iter_tensor_entries(root)}
     _collect_garbage(prefix, keep)
 

@@ -551,14 +551,17 @@ class NormalizeReward(Transform):
             scaled = scaled.clamp(-self.clip, self.clip)
         return scaled.to(reward.dtype if reward.dtype.is_floating_point else torch.get_default_dtype())
 
-    def _step(self, tensordict: TensorDictBase, next_tensordict: TensorDictBase) -> TensorDictBase:
-        key = self.in_keys[0]
-        reward = next_tensordict.get(key, None)
+    def _reward(self, tensordict: TensorDictBase) -> torch.Tensor:
+        reward = tensordict.get(self.in_keys[0], None)
         if reward is None:
             raise KeyError(
-                f"NormalizeReward: reward {key!r} not found; the step has "
-                f"{sorted(map(str, next_tensordict.keys(True, True)))}."
+                f"NormalizeReward: reward {self.in_keys[0]!r} not found; the tensordict has "
+                f"{sorted(map(str, tensordict.keys(True, True)))}."
             )
+        return reward
+
+    def _step(self, tensordict: TensorDictBase, next_tensordict: TensorDictBase) -> TensorDictBase:
+        reward = self._reward(next_tensordict)
         if not self.frozen:
             done = next_tensordict.get(self.done_key, None)
             if done is None:
@@ -573,21 +576,14 @@ class NormalizeReward(Transform):
             self._update_statistics(returns)
             ended = done.reshape(tuple(done.shape) + (1,) * (returns.ndim - done.ndim))
             self.__dict__["_returns"] = returns.masked_fill(ended, 0.0)
-        next_tensordict.set(key, self._scale(reward))
+        next_tensordict.set(self.in_keys[0], self._scale(reward))
         return next_tensordict
 
     def _reset(self, tensordict: TensorDictBase | None, tensordict_reset: TensorDictBase) -> TensorDictBase:
         return tensordict_reset  # returns restart after each done, in _step
 
     def _call(self, next_tensordict: TensorDictBase) -> TensorDictBase:
-        key = self.in_keys[0]
-        reward = next_tensordict.get(key, None)
-        if reward is None:
-            raise KeyError(
-                f"NormalizeReward: reward {key!r} not found; the tensordict has "
-                f"{sorted(map(str, next_tensordict.keys(True, True)))}."
-            )
-        next_tensordict.set(key, self._scale(reward))
+        next_tensordict.set(self.in_keys[0], self._scale(self._reward(next_tensordict)))
         return next_tensordict
 
     def transform_reward_spec(self, reward_spec: Composite) -> Composite:
