@@ -1,4 +1,4 @@
-"""tdict._constructors: from_dict / fromkeys / from_* conversions, pytrees, make_tensordict,
+"""tdict._core.constructors and tdict._core.combining: from_dict / fromkeys / from_* conversions, pytrees, make_tensordict,
 merge_tensordicts, maybe_dense_stack / dense_stack_tds, assert_allclose_td, unravel_key_list."""
 
 from __future__ import annotations

@@ -153,7 +153,7 @@ def test_unlocked_inputs_give_unlocked_results_and_the_lock_is_the_results_own()
 
 def test_map_chunks_of_a_locked_input_are_writable():
     # map splits a shared (locked) input: the chunks are new structures a worker may add keys to
-    from tdict import _map
+    from tdict._core import map as _map
 
     locked = TensorDict({"x": torch.zeros(4, 2)}, [4]).lock_()
     chunks = _map._split(locked, 0, 2, None, 2)

@@ -125,7 +125,7 @@ def test_jacrev_adds_the_output_dims_to_the_batch():
 
 def test_tensorclass_is_a_pytree_node():
     from tdict import tensorclass
-    from tdict._pytree import register_tensorclass_type
+    from tdict._core.pytree import register_tensorclass_type
 
     @tensorclass
     class Obs:

@@ -11,9 +11,9 @@ Examples:
     torch.Size([8, 2])
 """
 
-from ._keys import is_leaf_nontensor
-from ._torch_function import cat, pad, pad_sequence, stack
-from ._utils import NestedKey, unravel_key
+from ._core.keys import is_leaf_nontensor
+from ._core.torch_function import cat, pad, pad_sequence, stack
+from ._core.utils import NestedKey, unravel_key
 from .base import TensorDictBase, is_tensor_collection
 from .lazy import LazyStackedTensorDict, lazy_stack
 from .memmap import MemoryMappedTensor
@@ -23,12 +23,9 @@ from .consolidate import from_consolidated
 from .persistence import MemmapLoadError, load, load_memmap, memmap, save
 from .tensorclass import TensorClass, is_tensorclass, tensorclass
 from .tensordict import TensorDict
-from . import _pytree  # noqa: F401  (registers the collections as pytree nodes)
-from ._constructors import (
-    assert_allclose_td,
-    assert_close,
-    default_is_leaf,
-    dense_stack_tds,
+from ._core import pytree as _pytree  # noqa: F401  (registers the collections as pytree nodes)
+from ._core.combining import dense_stack_tds, maybe_dense_stack, merge_tensordicts
+from ._core.constructors import (
     from_any,
     from_dataclass,
     from_dict,
@@ -38,10 +35,10 @@ from ._constructors import (
     from_tuple,
     fromkeys,
     make_tensordict,
-    maybe_dense_stack,
-    merge_tensordicts,
-    unravel_key_list,
 )
+from ._core.keys import default_is_leaf
+from ._core.utils import unravel_key_list
+from .testing import assert_allclose_td, assert_close
 
 __version__ = "0.1.0"
 
@@ -71,7 +68,7 @@ __all__ = [
     "stack",
     "tensorclass",
     "unravel_key",
-    # constructors and helpers (tdict._constructors)
+    # constructors, combining and testing helpers
     "assert_allclose_td",
     "assert_close",
     "default_is_leaf",

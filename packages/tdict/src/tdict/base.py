@@ -12,25 +12,63 @@ from typing import Any, Callable, Iterator
 
 import torch
 
-from ._apply import ApplyMixin
-from ._entry_ops import EntryOpsMixin
-from ._arithmetic import ArithmeticMixin
-from ._key_ops import KeyOpsMixin, _WriteBack
-from ._shape_ops import ShapeOpsMixin
-from ._storage_methods import StorageMixin
-from ._keys import is_leaf_nontensor
-from ._locking import keeps_lock
-from ._indexing import _expand_index, _indexed_batch_size, _is_key_tuple, check_write_shape  # noqa: F401  (re-exported)
-from ._utils import _MISSING, NO_DEFAULT, NestedKey, _key_to_tuple, is_tensor_collection, parse_device, unravel_key
+from ._core.apply import ApplyMixin
+from ._core.arithmetic import ArithmeticMixin
+from ._core.conversions import ConversionsMixin
+from ._core.entries import EntryOpsMixin
+from ._core.factories import FactoriesMixin
+from ._core.introspection import IntrospectionMixin
+from ._core.key_ops import KeyOpsMixin, _WriteBack
+from ._core.reductions import ReductionsMixin
+from ._core.shape_ops import ShapeOpsMixin
+from ._io.storage_methods import StorageMixin
+from ._core.keys import is_leaf_nontensor
+from ._core.locking import keeps_lock
+from ._core.indexing import _expand_index, _indexed_batch_size, _is_key_tuple, check_write_shape  # noqa: F401  (re-exported)
+from ._core.utils import _MISSING, NO_DEFAULT, NestedKey, _key_to_tuple, is_tensor_collection, parse_device, unravel_key
 
-# torch functions handled through ``__torch_function__``; filled by ``_torch_function``.
+# torch functions handled through ``__torch_function__``; filled by ``tdict._core.torch_function``.
 TD_HANDLED_FUNCTIONS: dict[Callable, Callable] = {}
 # Classes whose ``td[key]`` returns the wrapped Python object; registered by ``non_tensor``.
 NON_TENSOR_CLASSES: set[type] = set()
 
 
-class TensorDictBase(KeyOpsMixin, ApplyMixin, ArithmeticMixin, ShapeOpsMixin, StorageMixin, EntryOpsMixin):
-    """Abstract base of all tensor collections. See :class:`tdict.TensorDict`."""
+class TensorDictBase(
+    KeyOpsMixin,
+    ApplyMixin,
+    ArithmeticMixin,
+    ReductionsMixin,
+    ShapeOpsMixin,
+    StorageMixin,
+    EntryOpsMixin,
+    ConversionsMixin,
+    IntrospectionMixin,
+    FactoriesMixin,
+):
+    """Abstract base of all tensor collections. See :class:`tdict.TensorDict`.
+
+    The methods come from one mixin per topic; where to find each:
+
+    | module (under `tdict/`)  | methods |
+    | ------------------------ | ------- |
+    | `base.py` (this class)   | `get`, `set`, `clone`, `copy`, `to_dict`, `detach`, `cpu`, `cuda`, dtype casts, `lock_`, `rename` |
+    | `_core/key_ops.py`       | `keys`, `items`, `select`, `exclude`, `update`, `pop`, `del_`, `rename_key`, `flatten_keys` |
+    | `_core/apply.py`         | `apply`, `apply_`, `named_apply`, `map` |
+    | `_core/arithmetic.py`    | element-wise math, comparisons, casts: `add`, `mul_`, `exp`, `clamp`, `isnan`, `float32` |
+    | `_core/reductions.py`    | `sum`, `mean`, `std`, `max`, `quantile`, `cumsum`, `softmax`, `all`, `any` |
+    | `_core/shape_ops.py`     | `reshape`, `view`, `permute`, `unsqueeze`, `expand`, `split`, `unbind`, `gather`, `where` |
+    | `_io/storage_methods.py` | `save`, `load`, `memmap`, `memmap_`, `memmap_like`, `consolidate`, `state_dict` |
+    | `_core/entries.py`       | `get_at`, `set_at_`, `masked_select`, non-tensor entries, `clear`, `zero_grad`, `separates` |
+    | `_core/conversions.py`   | `to_tensordict`, `to_namedtuple`, `to_pytree`, `to_padded_tensor`, `from_*`, `fromkeys` |
+    | `_core/introspection.py` | `entry_class`, `get_item_shape`, `is_contiguous`, `data_ptr`, `bytes`, `depth` |
+    | `_core/factories.py`     | `replace`, `new_zeros`, `new_ones`, `new_empty`, `new_full`, `new_tensor` |
+    | `tensordict.py`          | `TensorDict`: entry storage, indexing, `to`; `from_module` (`_core/functional.py`) |
+    | `lazy.py`, `_lazy/`      | `LazyStackedTensorDict`: member-wise versions of the above |
+
+    ``torch.stack``, ``torch.cat`` and the other torch functions on collections are in
+    ``_core/torch_function.py``; module-level builders (``from_dict``, ``merge_tensordicts``, ...) in
+    ``_core/constructors.py`` and ``_core/combining.py``.
+    """
 
     __slots__ = ()
     _is_tensor_collection = True

@@ -39,7 +39,7 @@ from typing import Any
 
 import torch
 
-from ._utils import parse_device
+from ._core.utils import parse_device
 from .base import is_tensor_collection
 from .files import atomic_write_to
 from .memmap import MemoryMappedTensor
@@ -353,7 +353,7 @@ def _to(td: Any, device: torch.device, non_blocking: bool) -> Any | None:
 
 
 def _json_meta(meta: dict, where: tuple = ()) -> dict:
-    from ._memmap_layout import _class_path, _dtype_name, encode_payload
+    from ._io.memmap_layout import _class_path, _dtype_name, encode_payload
 
     if meta["type"] == _LAZY:
         return dict(meta, members=[_json_meta(m, where + (i,)) for i, m in enumerate(meta["members"])])
@@ -425,7 +425,7 @@ def from_consolidated(filename: Any) -> Any:
         >>> from_consolidated(path)["a"].tolist()
         [0.0, 1.0, 2.0, 3.0]
     """
-    from ._memmap_layout import _DTYPES, MemmapLoadError, _resolve_class, decode_payload
+    from ._io.memmap_layout import _DTYPES, MemmapLoadError, _resolve_class, decode_payload
 
     path = os.path.abspath(os.fspath(filename))
 

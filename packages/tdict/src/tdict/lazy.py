@@ -51,12 +51,12 @@ from typing import Any, Callable, Iterator, Sequence
 
 import torch
 
-from ._keys import _LEAF, _NODE, _TENSOR, KeysView
-from ._lazy_index import _FULL, LazyIndexMixin
-from ._lazy_ops import LazyMemberOpsMixin
-from ._lazy_ragged import LazyRaggedMixin, _nested, _pad_stack, _stack_error
-from ._lazy_shape import LazyShapeMixin
-from ._utils import NO_DEFAULT, NestedKey, _key_to_tuple, check_names, normalize_dim, parse_batch_size, unravel_key
+from ._core.keys import _LEAF, _NODE, _TENSOR, KeysView
+from ._lazy.index import _FULL, LazyIndexMixin
+from ._lazy.ops import LazyMemberOpsMixin
+from ._lazy.ragged import LazyRaggedMixin, _nested, _pad_stack, _stack_error
+from ._lazy.shape import LazyShapeMixin
+from ._core.utils import NO_DEFAULT, NestedKey, _key_to_tuple, check_names, normalize_dim, parse_batch_size, unravel_key
 from .base import _MISSING, TensorDictBase, is_tensor_collection
 from .tensordict import TensorDict
 

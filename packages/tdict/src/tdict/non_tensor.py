@@ -13,8 +13,8 @@ from typing import Any, Callable, Iterator, Sequence
 
 import torch
 
-from ._utils import NO_DEFAULT, parse_batch_size, parse_device, parse_to_args
-from ._indexing import _indexed_batch_size, index_on_cpu
+from ._core.utils import NO_DEFAULT, parse_batch_size, parse_device, parse_to_args
+from ._core.indexing import _indexed_batch_size, index_on_cpu
 from .base import NON_TENSOR_CLASSES, TensorDictBase
 
 __all__ = ["NonTensorData", "is_non_tensor"]

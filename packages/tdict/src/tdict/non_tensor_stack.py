@@ -15,8 +15,8 @@ from typing import Any, Callable, Iterator, Sequence
 
 import torch
 
-from ._utils import NO_DEFAULT, normalize_dim, parse_batch_size, parse_device
-from ._indexing import index_on_cpu
+from ._core.utils import NO_DEFAULT, normalize_dim, parse_batch_size, parse_device
+from ._core.indexing import index_on_cpu
 from .base import NON_TENSOR_CLASSES
 from .non_tensor import _NOT_UNIQUE, NonTensorData, _deepcopy_payload, _NonTensorBase, _payload_equal
 

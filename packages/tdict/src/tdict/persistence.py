@@ -54,9 +54,9 @@ is already imported (loading never imports a module named in a file).
 
 This module holds the public API and the write path (lock, write, commit, clean up). The
 format itself (file names, the write plan, metadata and payload encoding) lives in
-``tdict._memmap_layout``; validating and rebuilding on load in ``tdict._memmap_load``.
+``tdict._io.memmap_layout``; validating and rebuilding on load in ``tdict._io.memmap_load``.
 
-State dicts (:func:`state_dict` / :func:`load_state_dict`, implemented in ``tdict._state_dict``) are plain (nested, or flat with
+State dicts (:func:`state_dict` / :func:`load_state_dict`, implemented in ``tdict._io.state_dict``) are plain (nested, or flat with
 ``"."`` keys) dicts of tensors plus ``"__batch_size"`` / ``"__device"`` entries per level, which
 round-trip through ``torch.save`` / ``torch.load(weights_only=True)``.
 
@@ -81,7 +81,7 @@ from typing import Any, Iterator
 
 import torch
 
-from ._memmap_layout import (
+from ._io.memmap_layout import (
     _LAZY,
     _NON_TENSOR,
     _TMP_PREFIX,
@@ -102,9 +102,9 @@ from ._memmap_layout import (
     encode_payload,
     metadata_checksum,
 )
-from ._memmap_load import _bad, _load_node, _parse_meta, _read_meta_bytes
-from ._state_dict import load_state_dict, state_dict  # noqa: F401  (re-exported; base.py delegates here)
-from ._utils import parse_device
+from ._io.memmap_load import _bad, _load_node, _parse_meta, _read_meta_bytes
+from ._io.state_dict import load_state_dict, state_dict  # noqa: F401  (re-exported; base.py delegates here)
+from ._core.utils import parse_device
 from .files import fsync_path
 from .memmap import MemoryMappedTensor
 
@@ -167,7 +167,7 @@ def _committed_files(prefix: str) -> dict[str, int]:
 
 
 # --------------------------------------------------------------------------------------------- #
-# memmap_: plan (validate everything, see tdict._memmap_layout), write, commit, rebuild
+# memmap_: plan (validate everything, see tdict._io.memmap_layout), write, commit, rebuild
 # --------------------------------------------------------------------------------------------- #
 
 
@@ -420,7 +420,7 @@ def save(td: Any, prefix: Any, *, copy_existing: bool = False, existsok: bool = 
 
 
 # --------------------------------------------------------------------------------------------- #
-# load_memmap (validation and rebuilding: tdict._memmap_load)
+# load_memmap (validation and rebuilding: tdict._io.memmap_load)
 # --------------------------------------------------------------------------------------------- #
 
 

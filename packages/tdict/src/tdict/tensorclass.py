@@ -19,8 +19,8 @@ from typing import Any, Callable, Iterator, Sequence
 
 import torch
 
-from ._arithmetic import _UNCOMPARABLE, comparison_operand
-from ._utils import NO_DEFAULT
+from ._core.arithmetic import _UNCOMPARABLE, comparison_operand
+from ._core.utils import NO_DEFAULT
 from .base import NON_TENSOR_CLASSES, TD_HANDLED_FUNCTIONS, TensorDictBase, _is_key_tuple, _repr, is_tensor_collection
 from .tensordict import TensorDict
 
@@ -502,14 +502,14 @@ class TensorClass:
 
     @classmethod
     def _stack_impl(cls, items: Sequence, dim: int, out: Any = None) -> Any:
-        from ._torch_function import stack
+        from ._core.torch_function import stack
 
         result = stack([_unwrap(item) for item in items], dim, out=_unwrap(out))
         return out if out is not None else cls._from_tensordict(result)
 
     @classmethod
     def _cat_impl(cls, items: Sequence, dim: int, out: Any = None) -> Any:
-        from ._torch_function import cat
+        from ._core.torch_function import cat
 
         result = cat([_unwrap(item) for item in items], dim, out=_unwrap(out))
         return out if out is not None else cls._from_tensordict(result)
@@ -892,7 +892,7 @@ def _process_class(cls: type) -> type:
     cls._tc_defaults = defaults
     if user_init is not None:
         cls.__init__ = _wrap_user_init(user_init)
-    from ._pytree import register_tensorclass_type  # torch.utils._pytree / vmap see the inner TensorDict
+    from ._core.pytree import register_tensorclass_type  # torch.utils._pytree / vmap see the inner TensorDict
 
     register_tensorclass_type(cls)
     return cls

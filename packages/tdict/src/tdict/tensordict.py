@@ -7,8 +7,8 @@ from typing import Any, Callable, Iterator, Sequence
 
 import torch
 
-from ._keys import KeysView, is_leaf_nontensor
-from ._utils import (
+from ._core.keys import KeysView, is_leaf_nontensor
+from ._core.utils import (
     NO_DEFAULT,
     NestedKey,
     _key_to_tuple,
@@ -18,9 +18,9 @@ from ._utils import (
     parse_device,
     parse_to_args,
 )
-from ._indexing import _batch_size_from_entry, _indexed_batch_size, _normalize_index, check_write_shape
-from ._locking import keeps_lock
-from ._names import indexed_names, leading_names
+from ._core.indexing import _batch_size_from_entry, _indexed_batch_size, _normalize_index, check_write_shape
+from ._core.locking import keeps_lock
+from ._core.names import indexed_names, leading_names
 from .base import _MISSING, NON_TENSOR_CLASSES, TensorDictBase, is_tensor_collection
 
 _Tensor = torch.Tensor
@@ -942,7 +942,7 @@ def _as_nested(d: Any) -> Any:
     return d
 
 
-from . import _functional  # noqa: E402  (functional parameters: module <-> TensorDict)
+from ._core import functional as _functional  # noqa: E402, F401  (functional parameters: module <-> TensorDict)
 
 TensorDict.from_module = staticmethod(_functional.from_module)
 TensorDict.from_modules = staticmethod(_functional.from_modules)

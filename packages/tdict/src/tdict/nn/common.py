@@ -16,7 +16,7 @@ from typing import Any, Callable
 import torch
 from torch import nn
 
-from .._utils import NestedKey, is_tensor_collection, unravel_key
+from .._core.utils import NestedKey, is_tensor_collection, unravel_key
 from ..base import NON_TENSOR_CLASSES
 from ..tensordict import TensorDict
 

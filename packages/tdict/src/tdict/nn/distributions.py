@@ -21,7 +21,7 @@ from typing import Any, Callable
 import torch
 from torch import distributions as D, nn
 
-from .._utils import NestedKey, unravel_key
+from .._core.utils import NestedKey, unravel_key
 from ..tensordict import TensorDict
 
 __all__ = [

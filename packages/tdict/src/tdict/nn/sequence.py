@@ -9,7 +9,7 @@ from typing import Any, Iterable, Iterator
 from torch import nn
 from torch.nn.modules import module as _nn_module
 
-from .._utils import NestedKey
+from .._core.utils import NestedKey
 from ..tensordict import TensorDict
 from .common import TensorDictModule, TensorDictModuleBase, WrapModule, _EMPTY_SIZE, _parse_key_list, dispatch
 

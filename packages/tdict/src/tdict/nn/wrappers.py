@@ -6,7 +6,7 @@ from typing import Any, Callable
 
 from torch import nn
 
-from .._utils import NestedKey
+from .._core.utils import NestedKey
 from .common import TensorDictModuleBase, _parse_key_list
 
 __all__ = ["TensorDictModuleWrapper", "WrapModule"]

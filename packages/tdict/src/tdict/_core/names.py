@@ -11,7 +11,7 @@ from typing import Any, Sequence
 
 import torch
 
-from ._indexing import _expand_index
+from .indexing import _expand_index
 
 _BLOCK = object()  # where the block of the advanced indices goes, in ``indexed_names``
 

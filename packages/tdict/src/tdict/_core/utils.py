@@ -182,3 +182,16 @@ def parse_to_args(args: tuple, kwargs: dict) -> tuple:
         else:
             raise TypeError(f"to(): cannot interpret argument {arg!r}.")
     return parse_device(device), dtype, non_blocking, batch_size
+
+
+def unravel_key_list(keys: Sequence[NestedKey]) -> list:
+    """Every key of ``keys`` unravelled (``("a", ("b",))`` -> ``["a", "b"]``; ``(("a", "b"),)`` -> ``[("a", "b")]``)."""
+    if isinstance(keys, str):
+        raise TypeError(f"unravel_key_list: expected a sequence of keys, got the string {keys!r} (wrap it in a list).")
+    out = []
+    for i, key in enumerate(keys):
+        try:
+            out.append(unravel_key(key))
+        except (TypeError, KeyError) as err:
+            raise TypeError(f"unravel_key_list: element {i} ({key!r}) is not a valid key: {err}") from None
+    return out

@@ -4,7 +4,7 @@ Ops that keep the stack dim (``unsqueeze``, ``squeeze``, ``permute``, ``flatten`
 of other dims, ``expand``, ``flip``, ``roll``, ``rot90``, ``narrow``, ``tile`` and ``pad`` of
 other dims, ``unbind``, ``split``, ``tensor_split``) are applied to every member, or select /
 reorder the members, and return lazy stacks; ops that merge the stack dim with others fall back
-to :class:`~tdict._shape_ops.ShapeOpsMixin`, which works on the dense stack. ``movedim``,
+to :class:`~tdict._core.shape_ops.ShapeOpsMixin`, which works on the dense stack. ``movedim``,
 ``swapdims``, ``atleast_*d``, ``broadcast_to``, ``fliplr``/``flipud`` are built on those and stay
 lazy too.
 """
@@ -15,9 +15,9 @@ from typing import TYPE_CHECKING, Sequence
 
 import torch
 
-from ._lazy_index import _FULL
-from ._locking import keeps_lock
-from ._shape_ops import (
+from .index import _FULL
+from .._core.locking import keeps_lock
+from .._core.shape_ops import (
     ShapeOpsMixin,
     _shape_args,
     infer_shape,
@@ -28,12 +28,12 @@ from ._shape_ops import (
     split_slices,
     tile_reps,
 )
-from ._utils import normalize_dim, normalize_dims
-from .tensordict import TensorDict
+from .._core.utils import normalize_dim, normalize_dims
+from ..tensordict import TensorDict
 
 if TYPE_CHECKING:
-    from .base import TensorDictBase
-    from .lazy import LazyStackedTensorDict
+    from ..base import TensorDictBase
+    from ..lazy import LazyStackedTensorDict
 
 
 class LazyShapeMixin:

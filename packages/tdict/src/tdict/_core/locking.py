@@ -15,7 +15,7 @@ from __future__ import annotations
 import functools
 from typing import Any, Callable
 
-from ._utils import is_tensor_collection
+from .utils import is_tensor_collection
 
 
 def keep_lock(source: Any, result: Any) -> Any:

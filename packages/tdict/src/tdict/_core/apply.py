@@ -6,11 +6,11 @@ from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 import torch
 
-from ._utils import _MISSING, NO_DEFAULT, parse_device, unravel_key
+from .utils import _MISSING, NO_DEFAULT, parse_device, unravel_key
 
 
 if TYPE_CHECKING:
-    from .base import TensorDictBase
+    from ..base import TensorDictBase
 
 
 class ApplyMixin:
@@ -110,7 +110,7 @@ class ApplyMixin:
         constructor_kwargs,
     ):
         # named: None for apply, False/True for named_apply (own key / full nested key); path: keys above self.
-        from .tensordict import TensorDict
+        from ..tensordict import TensorDict
 
         out_bs = self.batch_size if batch_size is None else torch.Size(batch_size)
         if names is NO_DEFAULT:
@@ -204,9 +204,9 @@ class ApplyMixin:
 
         ``fn`` must be picklable (a module-level function) and return a collection, a tensor or
         ``None``. ``kwargs``: ``out``, ``generator``, ``max_tasks_per_child``, ``worker_threads``,
-        ``timeout`` (see :func:`tdict._map.map_chunks`).
+        ``timeout`` (see :func:`tdict._core.map.map_chunks`).
         """
-        from ._map import map_chunks
+        from .map import map_chunks
 
         return map_chunks(
             self,

@@ -10,12 +10,12 @@ from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 import torch
 
-from ._keys import KeysView, is_leaf_nontensor
-from ._utils import _MISSING, NO_DEFAULT, NestedKey, is_tensor_collection, unravel_key
+from .keys import KeysView, is_leaf_nontensor
+from .utils import _MISSING, NO_DEFAULT, NestedKey, is_tensor_collection, unravel_key
 
 
 if TYPE_CHECKING:
-    from .base import TensorDictBase
+    from ..base import TensorDictBase
 
 
 class KeyOpsMixin:
@@ -88,7 +88,7 @@ class KeyOpsMixin:
         self, recurse: bool = False, *, batch_size: Any = None, device: Any = NO_DEFAULT, names: Any = None
     ) -> "TensorDictBase":
         """A collection with no leaves, the same batch size and device (keeps sub-structure if ``recurse``)."""
-        from .tensordict import TensorDict
+        from ..tensordict import TensorDict
 
         out = TensorDict(
             batch_size=self.batch_size if batch_size is None else batch_size,
@@ -226,7 +226,7 @@ class KeyOpsMixin:
         existing tensors; ``keys_to_update`` restricts the keys (a key also selects what is below
         it). Every entry is checked before the first write: an error leaves ``self`` unchanged.
         """
-        from ._update import update
+        from .update import update
 
         return update(
             self, input_dict_or_td, clone=clone, inplace=inplace, keys_to_update=keys_to_update, ignore_lock=ignore_lock
@@ -240,7 +240,7 @@ class KeyOpsMixin:
         Every key must exist and every value broadcast to its entry; all of it is checked before
         the first write. Non-tensor entries are skipped (as in tensordict).
         """
-        from ._update import update_
+        from .update import update_
 
         return update_(self, input_dict_or_td, keys_to_update=keys_to_update)
 
@@ -255,7 +255,7 @@ class KeyOpsMixin:
         return self
 
     def _from_dict_like(self, data: dict, index: Any) -> "TensorDictBase":
-        from .tensordict import TensorDict
+        from ..tensordict import TensorDict
 
         return TensorDict(data, batch_size=self._index(index).batch_size)
 

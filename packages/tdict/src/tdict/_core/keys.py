@@ -6,7 +6,7 @@ from typing import Any, Callable, Iterator
 
 import torch
 
-from ._utils import unravel_key
+from .utils import unravel_key
 
 
 def default_is_leaf(cls: type) -> bool:

@@ -12,9 +12,10 @@ from typing import Any, Callable
 
 import torch
 
-from ._locking import keeps_lock
-from ._names import reduced_names
-from ._utils import NO_DEFAULT, normalize_dim, normalize_dims
+from .locking import keeps_lock
+from .names import reduced_names
+from .utils import NO_DEFAULT, normalize_dim, normalize_dims
+from ..validation import check_one_of
 
 # Reductions torch defines on floating tensors only: integer and bool leaves are reduced as floats.
 _FLOAT_ONLY = frozenset({"mean", "nanmean", "std", "var", "quantile"})
@@ -402,8 +403,7 @@ class ReductionsMixin:
             tensor([2., 3.])
         """
         q = _check_q(q)
-        if interpolation not in _INTERPOLATIONS:
-            raise ValueError(f"quantile: interpolation must be one of {list(_INTERPOLATIONS)}, got {interpolation!r}.")
+        check_one_of("quantile", "interpolation", interpolation, _INTERPOLATIONS)
         lead = q.shape if isinstance(q, torch.Tensor) else torch.Size()
         if dim is NO_DEFAULT or dim is None:
             if reduce:

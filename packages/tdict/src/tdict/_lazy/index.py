@@ -14,12 +14,12 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from ._keys import is_leaf_nontensor
-from .base import TensorDictBase, _indexed_batch_size, is_tensor_collection
-from .tensordict import TensorDict
+from .._core.keys import is_leaf_nontensor
+from ..base import TensorDictBase, _indexed_batch_size, is_tensor_collection
+from ..tensordict import TensorDict
 
 if TYPE_CHECKING:
-    from .lazy import LazyStackedTensorDict
+    from ..lazy import LazyStackedTensorDict
 
 _FULL = slice(None)
 _NOTHING = object()

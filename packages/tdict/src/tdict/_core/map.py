@@ -35,11 +35,13 @@ import sys
 import time
 from concurrent.futures import Executor, ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
+from multiprocessing.connection import wait as mp_wait
 from typing import Any, Callable
 
 import torch
 
-from ._utils import normalize_dim
+from .utils import normalize_dim
+from ..validation import check_non_negative_int, check_positive_int
 
 __all__ = ["map_chunks"]
 
@@ -47,6 +49,8 @@ __all__ = ["map_chunks"]
 _TERMINATE_GRACE_S = 5.0
 # Poll period when waiting on a ``multiprocessing.Pool`` (which never reports dead workers itself).
 _POLL_S = 0.05
+# Seconds to wait for a ``multiprocessing.Pool`` to reap a worker that ended.
+_REAP_S = 5.0
 
 
 class _MapTimeout(Exception):
@@ -112,10 +116,8 @@ def map_chunks(
         raise ValueError(
             f"map: pass chunksize or num_chunks, not both (got chunksize={chunksize}, num_chunks={num_chunks})."
         )
-    if chunksize is not None and chunksize < 0:
-        raise ValueError(f"map: chunksize must be >= 0, got {chunksize}.")
-    if num_chunks is not None and num_chunks <= 0:
-        raise ValueError(f"map: num_chunks must be positive, got {num_chunks}.")
+    check_non_negative_int("map", "chunksize", chunksize, allow_none=True)
+    check_positive_int("map", "num_chunks", num_chunks, allow_none=True)
     if num_workers is not None and num_workers <= 0:
         raise ValueError(f"map: num_workers must be positive, got {num_workers}.")
     if timeout is not None and timeout <= 0:
@@ -220,7 +222,7 @@ def _pool_size(pool: Any) -> int:
 
 def _share_leaves(td: Any) -> None:
     """Move the CPU leaves of ``td`` to shared memory in place (what pickling would do, done once)."""
-    from .memmap import MemoryMappedTensor
+    from ..memmap import MemoryMappedTensor
 
     for leaf in td.values(True, True):
         if (
@@ -351,15 +353,16 @@ def _run_executor(executor: Executor, fn, tasks, deadline, timeout, *, own: bool
 
 def _run_mp_pool(pool: Any, fn, tasks, deadline, timeout) -> list:
     """Run on a ``multiprocessing.Pool``, which replaces dead workers silently (their task never
-    finishes): watch the worker set while waiting so that a death surfaces as an exception. Without
-    ``maxtasksperchild`` any replaced worker is a death; with it, only a nonzero exit code is."""
-    alive, dead = [], 0
-    for proc in list(getattr(pool, "_pool", ())):
-        if proc.exitcode is None:
-            alive.append(proc)
-        else:  # died before this call (and not yet replaced): its replacement is expected
-            dead += 1
-    workers = {p.pid: p for p in alive}
+    finishes): watch the workers while waiting so that a death surfaces as an exception.
+
+    A watched worker that ends is a death (with ``maxtasksperchild``, only with a nonzero exit code).
+    So is a new worker beyond the ones the pool was short of when the call began: it replaced a
+    worker that started and died between two looks. The pool may be short because it is still
+    replacing a worker that died before this call (it drops the dead one, then starts the new one).
+    """
+    size = _pool_size(pool)
+    workers = {id(p): p for p in list(getattr(pool, "_pool", ())) if not _ended(p)}
+    expected = max(size - len(workers), 0)  # replacements due to deaths before this call
     recycles = getattr(pool, "_maxtasksperchild", None) is not None
     pending = [pool.apply_async(fn, (task,)) for task in tasks]
     results = []
@@ -369,15 +372,19 @@ def _run_mp_pool(pool: Any, fn, tasks, deadline, timeout) -> list:
             async_result.wait(_POLL_S)
             if async_result.ready():
                 break
-            current = list(getattr(pool, "_pool", ()))
-            new = [p for p in current if p.pid not in workers]
-            for proc in new:
-                workers[proc.pid] = proc
-                if dead:
-                    dead -= 1
-                elif not recycles:
-                    replaced = True
-            codes = [p.exitcode for p in workers.values() if p.exitcode not in (None, 0)]
+            for proc in list(getattr(pool, "_pool", ())):
+                if id(proc) not in workers:
+                    workers[id(proc)] = proc
+                    if expected:
+                        expected -= 1
+                    elif not recycles:
+                        replaced = True
+            ended = [p for p in workers.values() if _ended(p)]
+            codes = _exit_codes(pool, ended)
+            for proc, code in zip(ended, codes):
+                if recycles and code == 0:  # recycled after maxtasksperchild tasks: not a death
+                    del workers[id(proc)]
+            codes = [c for c in codes if c != 0 or not recycles]
             if codes or replaced:
                 _raise_for(BrokenProcessPool("worker died"), index, len(tasks), codes, timeout)
             if deadline is not None and time.monotonic() > deadline:
@@ -387,6 +394,27 @@ def _run_mp_pool(pool: Any, fn, tasks, deadline, timeout) -> list:
         except BaseException as err:
             _raise_for(err, index, len(tasks), [], timeout)
     return results
+
+
+def _ended(proc: Any) -> bool:
+    """Whether a pool worker has ended, without reading its exit status (see :func:`_exit_codes`)."""
+    try:
+        return bool(mp_wait([proc.sentinel], 0))
+    except (ValueError, OSError):  # its sentinel is closed: it ended and was cleaned up
+        return True
+
+
+def _exit_codes(pool: Any, procs: list) -> list:
+    """Exit codes of ended pool workers, read once the pool's handler thread has reaped them.
+
+    A forkserver child's status can be read only once: had this thread read it while the handler
+    did, one of them would get 255 instead of the real code. The wait is bounded (a terminated
+    pool reaps nothing).
+    """
+    end = time.monotonic() + _REAP_S
+    while any(p in getattr(pool, "_pool", ()) for p in procs) and time.monotonic() < end:
+        time.sleep(_POLL_S / 5)
+    return [p.exitcode for p in procs]
 
 
 def _raise_for(err: BaseException, index: int, n_chunks: int, exitcodes: list, timeout: float | None):

@@ -15,7 +15,7 @@ from typing import Any
 
 import torch
 
-from ._memmap_layout import (
+from .memmap_layout import (
     _DTYPES,
     _LAZY,
     _MAX_META_BYTES,
@@ -30,8 +30,8 @@ from ._memmap_layout import (
     _wrap_tensorclass,
     decode_payload,
 )
-from ._utils import _MISSING
-from .memmap import MemoryMappedTensor
+from .._core.utils import _MISSING
+from ..memmap import MemoryMappedTensor
 
 
 def _read_meta_bytes(prefix: str) -> bytes | None:
@@ -207,12 +207,12 @@ def _check_non_tensor(entry: dict, prefix: str, where: str) -> None:
 def _load_non_tensor(entry: dict, prefix: str, where: str, device: torch.device | None) -> Any:
     try:
         if entry["type"] == "non_tensor":
-            from .non_tensor import NonTensorData
+            from ..non_tensor import NonTensorData
 
             return NonTensorData(
                 data=decode_payload(entry["data"], where), batch_size=entry["batch_size"], device=device
             )
-        from .non_tensor_stack import NonTensorStack
+        from ..non_tensor_stack import NonTensorStack
 
         table = [decode_payload(p, where) for p in entry["table"]]
     except ValueError as err:
@@ -222,12 +222,12 @@ def _load_non_tensor(entry: dict, prefix: str, where: str, device: torch.device 
 
 
 def _load_node(node: dict, prefix: str, path: tuple, real: str) -> Any:
-    from .tensordict import TensorDict
+    from ..tensordict import TensorDict
 
     if node["type"] in _NON_TENSOR:  # a non-tensor root
         return _load_non_tensor(node, prefix, "the root", None if node.get("device") is None else torch.device("cpu"))
     if node["type"] == _LAZY:
-        from .lazy import LazyStackedTensorDict
+        from ..lazy import LazyStackedTensorDict
 
         members = [_load_node(m, prefix, path + (i,), real) for i, m in enumerate(node["members"])]
         return LazyStackedTensorDict._new_unsafe(

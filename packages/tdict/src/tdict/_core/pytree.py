@@ -50,8 +50,8 @@ import torch
 from torch._C import _functorch
 from torch.utils._pytree import SUPPORTED_NODES, GetAttrKey, MappingKey, SequenceKey, register_pytree_node
 
-from .lazy import LazyStackedTensorDict
-from .tensordict import TensorDict
+from ..lazy import LazyStackedTensorDict
+from ..tensordict import TensorDict
 
 __all__ = ["register_lazy_stack_type", "register_tensorclass_type", "register_tensordict_type"]
 

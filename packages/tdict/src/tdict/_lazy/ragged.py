@@ -12,8 +12,8 @@ from typing import Any
 
 import torch
 
-from ._utils import NO_DEFAULT, NestedKey, normalize_dim, unravel_key
-from .tensordict import TensorDict
+from .._core.utils import NO_DEFAULT, NestedKey, normalize_dim, unravel_key
+from ..tensordict import TensorDict
 
 
 class LazyRaggedMixin:

@@ -1,6 +1,6 @@
 """Element-wise arithmetic, comparisons, unary math and dtype casts over the leaves of a collection.
 
-Reductions and scans live in :mod:`tdict._reductions` (a base of :class:`ArithmeticMixin`).
+Reductions and scans live in :mod:`tdict._core.reductions`.
 """
 
 from __future__ import annotations
@@ -11,9 +11,8 @@ from typing import Any, Callable
 
 import torch
 
-from ._locking import keeps_lock
-from ._reductions import ReductionsMixin
-from ._utils import NO_DEFAULT
+from .locking import keeps_lock
+from .utils import NO_DEFAULT
 
 
 def _is_collection(obj: Any) -> bool:
@@ -33,7 +32,7 @@ def comparison_operand(other: Any) -> Any:
     anything but a collection, a number or a tensor gives ``_UNCOMPARABLE`` (``td == "z"`` is
     then ``False`` and ``td != "z"`` ``True``, as in tensordict 0.14)."""
     if isinstance(other, dict):
-        from .tensordict import TensorDict
+        from ..tensordict import TensorDict
 
         return TensorDict(other)
     if _is_collection(other) or isinstance(other, (numbers.Number, torch.Tensor)):
@@ -98,7 +97,7 @@ def _compare_payloads(src: Any, out: Any, other: Any, op: Callable) -> None:
             _compare_payloads(value, out._get_str(key, None), other_value, op)
 
 
-class ArithmeticMixin(ReductionsMixin):
+class ArithmeticMixin:
     """``+ - * / ** == < ...``, their in-place forms, unary math, dtype casts (and, inherited, reductions)."""
 
     __slots__ = ()

@@ -2,7 +2,7 @@
 
 Used by :mod:`tdict.persistence` (which documents the layout and its crash safety) on both
 sides: the writer plans every file name and metadata entry here before writing anything; the
-reader (:mod:`tdict._memmap_load`) decodes what this module encodes. Nothing here touches
+reader (:mod:`tdict._io.memmap_load`) decodes what this module encodes. Nothing here touches
 the filesystem.
 """
 
@@ -19,8 +19,8 @@ from typing import Any, Iterator
 
 import torch
 
-from .base import is_tensor_collection
-from .memmap import MemoryMappedTensor
+from ..base import is_tensor_collection
+from ..memmap import MemoryMappedTensor
 
 FORMAT = "tdict.memmap"
 VERSION = 2  # 2: the metadata carries a checksum ("sha256"); 1: written before it, still read (unchecked)

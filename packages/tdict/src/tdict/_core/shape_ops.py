@@ -11,10 +11,10 @@ from typing import Any, Sequence
 
 import torch
 
-from ._key_ops import _write_back_on_exit
-from ._keys import is_leaf_nontensor
-from ._locking import keeps_lock
-from ._utils import is_tensor_collection, leaf_shape, normalize_dim, normalize_dims
+from .key_ops import _write_back_on_exit
+from .keys import is_leaf_nontensor
+from .locking import keeps_lock
+from .utils import is_tensor_collection, leaf_shape, normalize_dim, normalize_dims
 
 
 def _shape_args(shape: tuple) -> tuple:
@@ -197,7 +197,7 @@ def _named_or_none(names: list) -> list | None:
 
 
 def _tensordict_class() -> type:
-    from .tensordict import TensorDict  # deferred: tensordict.py imports this module
+    from ..tensordict import TensorDict  # deferred: tensordict.py imports this module
 
     return TensorDict
 
@@ -558,7 +558,7 @@ class ShapeOpsMixin:
         entries into ``self`` (TensorDicts, and lazy stacks whose stack dim is not padded); every
         check runs before anything changes, so ``safe`` is accepted for compatibility only.
         """
-        from ._torch_function import pad  # deferred: that module imports the classes
+        from .torch_function import pad  # deferred: that module imports the classes
 
         out = pad(self, pad_size, value)
         return self._take_entries(out, "pad") if inplace else out
@@ -586,7 +586,7 @@ class ShapeOpsMixin:
     def to_lazystack(self, dim: int = 0) -> Any:
         """A :class:`~tdict.LazyStackedTensorDict` of ``self.unbind(dim)`` along ``dim`` (``self`` if
         it already is a lazy stack along ``dim``)."""
-        from .lazy import LazyStackedTensorDict  # deferred: lazy.py imports this module
+        from ..lazy import LazyStackedTensorDict  # deferred: lazy.py imports this module
 
         d = normalize_dim(dim, self.batch_dims)
         if isinstance(self, LazyStackedTensorDict) and self.stack_dim == d:
@@ -604,7 +604,7 @@ class ShapeOpsMixin:
     @classmethod
     def stack(cls, input: Sequence[Any], dim: int = 0, *, out: Any = None) -> Any:
         """``torch.stack`` of collections (tensors are passed on to ``torch.stack``)."""
-        from ._torch_function import stack
+        from .torch_function import stack
 
         if input and not is_tensor_collection(input[0]):
             return torch.stack(input, dim, out=out)
@@ -613,7 +613,7 @@ class ShapeOpsMixin:
     @classmethod
     def cat(cls, input: Sequence[Any], dim: int = 0, *, out: Any = None) -> Any:
         """``torch.cat`` of collections (tensors are passed on to ``torch.cat``)."""
-        from ._torch_function import cat
+        from .torch_function import cat
 
         if input and not is_tensor_collection(input[0]):
             return torch.cat(input, dim, out=out)
@@ -622,7 +622,7 @@ class ShapeOpsMixin:
     @classmethod
     def lazy_stack(cls, input: Sequence[Any], dim: int = 0, *, out: Any = None, **kwargs: Any) -> Any:
         """:func:`tdict.lazy_stack` (``stack_dim_name`` is the one extra keyword)."""
-        from .lazy import lazy_stack
+        from ..lazy import lazy_stack
 
         return lazy_stack(input, dim, out=out, **kwargs)
 
@@ -630,7 +630,7 @@ class ShapeOpsMixin:
     def maybe_dense_stack(cls, input: Sequence[Any], dim: int = 0, *, out: Any = None, strict: bool = False) -> Any:
         """:func:`tdict.maybe_dense_stack`: dense where keys and leaf shapes agree, lazy where they
         do not. With ``out``, the result is written into ``out`` in place."""
-        from ._constructors import maybe_dense_stack
+        from .combining import maybe_dense_stack
 
         if out is not None and input and not is_tensor_collection(input[0]):
             return torch.stack(input, dim, out=out)
@@ -650,7 +650,7 @@ class ShapeOpsMixin:
         return torch.cat(self._leaves_for("cat_from_tensordict", sorted), dim, out=out)
 
     def _leaves_for(self, what: str, order: Any) -> list:
-        from ._utils import unravel_key
+        from .utils import unravel_key
 
         items = list(self.items(True, True, is_leaf_nontensor, sort=order is True))  # non-tensor data raises below
         for key, value in items:

@@ -11,11 +11,11 @@ from typing import Any, Callable, Sequence
 import torch
 import torch.nn.functional as F
 
-from ._entry_ops import _set_device_tree
-from ._locking import keep_lock
-from ._utils import normalize_dim, parse_device
-from .base import TD_HANDLED_FUNCTIONS, TensorDictBase, is_tensor_collection
-from .tensordict import TensorDict
+from .entries import _set_device_tree
+from .locking import keep_lock
+from .utils import normalize_dim, parse_device
+from ..base import TD_HANDLED_FUNCTIONS, TensorDictBase, is_tensor_collection
+from ..tensordict import TensorDict
 
 
 def implements(*funcs: Callable) -> Callable:
@@ -356,7 +356,7 @@ def _pad_entry(v: Any, pairs: list, value: float) -> Any:
         return F.pad(v, _pad_spec(pairs, v.dim()), value=value)
     if not v._is_non_tensor:
         return pad(v, [p for pair in pairs for p in pair], value)
-    from .non_tensor_stack import NonTensorStack
+    from ..non_tensor_stack import NonTensorStack
 
     if v._is_lazy:
         origins, table = v._origins, list(v._table)

@@ -18,9 +18,9 @@ from typing import Any, Iterable, Sequence
 
 import torch
 
-from ._entry_ops import _is_lazy_stack, _non_tensor
-from ._indexing import broadcasts_to
-from ._utils import _MISSING, _key_to_tuple, is_tensor_collection, unravel_key
+from .entries import _is_lazy_stack, _non_tensor
+from .indexing import broadcasts_to
+from .utils import _MISSING, _key_to_tuple, is_tensor_collection, unravel_key
 
 _SKIP = object()  # a key that keys_to_update leaves out
 _ALL = None  # keys_to_update keeps everything below this key

@@ -22,7 +22,7 @@ __all__ = ["from_module", "from_modules", "to_module"]
 
 
 def _module_td(module: nn.Module) -> Any:
-    from .tensordict import TensorDict
+    from ..tensordict import TensorDict
 
     source: dict = {}
     for name, param in module._parameters.items():
@@ -61,7 +61,7 @@ def from_module(module: nn.Module, as_module: bool = False, lock: bool = True, u
         >>> sorted(params.keys(include_nested=True, leaves_only=True))
         [('0', 'bias'), ('0', 'weight'), ('2', 'bias'), ('2', 'weight')]
     """
-    from .tensordict import TensorDict
+    from ..tensordict import TensorDict
 
     if not isinstance(module, nn.Module):
         raise TypeError(f"from_module: expected an nn.Module, got {type(module).__name__}.")
@@ -73,7 +73,7 @@ def from_module(module: nn.Module, as_module: bool = False, lock: bool = True, u
         if td is None:
             td = TensorDict()
     if as_module:
-        from .nn.params import TensorDictParams
+        from ..nn.params import TensorDictParams
 
         return TensorDictParams(td, no_convert=True, lock=lock)
     if lock:
@@ -93,7 +93,7 @@ def _stack_leaves(values: list, expand_identical: bool) -> torch.Tensor:
 
 
 def _stack_tds(tds: list, expand_identical: bool) -> Any:
-    from .tensordict import TensorDict
+    from ..tensordict import TensorDict
 
     keys = list(tds[0].keys())
     for i, td in enumerate(tds[1:], 1):
@@ -145,7 +145,7 @@ def from_modules(
         raise ValueError("from_modules: pass at least one module.")
     tds = [from_module(m, lock=False, use_state_dict=use_state_dict) for m in modules]
     if lazy_stack:
-        from .lazy import lazy_stack as _lazy_stack
+        from ..lazy import lazy_stack as _lazy_stack
 
         out = _lazy_stack(tds, 0)
         if as_module:
@@ -153,7 +153,7 @@ def from_modules(
     else:
         out = _stack_tds(tds, expand_identical)
     if as_module:
-        from .nn.params import TensorDictParams
+        from ..nn.params import TensorDictParams
 
         return TensorDictParams(out, no_convert=True, lock=lock)
     if lock:
@@ -239,7 +239,7 @@ def _undo(undo: list) -> None:
 
 
 def _dict_to_td(d: dict) -> Any:
-    from .tensordict import TensorDict
+    from ..tensordict import TensorDict
 
     return TensorDict._new_unsafe(
         {k: _dict_to_td(v) if isinstance(v, dict) else v for k, v in d.items()}, torch.Size([])
@@ -286,7 +286,7 @@ def to_module(
         >>> bool(m.weight.abs().sum() > 0)
         True
     """
-    from .tensordict import TensorDict
+    from ..tensordict import TensorDict
 
     inplace = bool(inplace)
     if use_state_dict:

@@ -1,5 +1,5 @@
 """Saving, memory-mapping and consolidating collections: methods that delegate to
-:mod:`tdict.persistence`, :mod:`tdict._state_dict` (through persistence) and :mod:`tdict.consolidate`."""
+:mod:`tdict.persistence`, :mod:`tdict._io.state_dict` (through persistence) and :mod:`tdict.consolidate`."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any
 
 
 if TYPE_CHECKING:
-    from .base import TensorDictBase
+    from ..base import TensorDictBase
 
 
 class StorageMixin:
@@ -19,14 +19,14 @@ class StorageMixin:
         self, destination: dict | None = None, prefix: str = "", keep_vars: bool = False, flatten: bool = False
     ) -> dict:
         """A plain dict (nested, or flat with ``"."`` keys) of the leaves plus ``__batch_size`` / ``__device``."""
-        from .persistence import state_dict
+        from ..persistence import state_dict
 
         return state_dict(self, destination=destination, prefix=prefix, keep_vars=keep_vars, flatten=flatten)
 
     def load_state_dict(
         self, state_dict: dict, strict: bool = True, assign: bool = False, from_flatten: bool = False
     ) -> "TensorDictBase":
-        from .persistence import load_state_dict
+        from ..persistence import load_state_dict
 
         return load_state_dict(self, state_dict, strict=strict, assign=assign, from_flatten=from_flatten)
 
@@ -42,7 +42,7 @@ class StorageMixin:
         fsync: bool = False,
     ) -> "TensorDictBase":
         """Write every leaf to memory-mapped files under ``prefix`` (crash-safe) and point the leaves at them."""
-        from .persistence import memmap_
+        from ..persistence import memmap_
 
         return memmap_(self, prefix, copy_existing=copy_existing, existsok=existsok, inplace=True, fsync=fsync)
 
@@ -58,7 +58,7 @@ class StorageMixin:
         fsync: bool = False,
     ) -> "TensorDictBase":
         """Like :meth:`memmap_` but returns a new collection and leaves ``self`` untouched."""
-        from .persistence import memmap_
+        from ..persistence import memmap_
 
         return memmap_(self, prefix, copy_existing=copy_existing, existsok=existsok, inplace=False, fsync=fsync)
 
@@ -66,7 +66,7 @@ class StorageMixin:
         self, prefix: Any = None, copy_existing: bool = False, *, existsok: bool = True, num_threads: int = 0
     ) -> "TensorDictBase":
         """A memory-mapped collection with the same structure, shapes and dtypes, contents uninitialised."""
-        from .persistence import memmap_like
+        from ..persistence import memmap_like
 
         return memmap_like(self, prefix, existsok=existsok)
 
@@ -92,7 +92,7 @@ class StorageMixin:
         cls, prefix: Any, device: Any = None, non_blocking: bool = False, *, out: Any = None
     ) -> "TensorDictBase":
         """Open a collection saved with :meth:`memmap_`/:meth:`save` (never unpickles)."""
-        from .persistence import load_memmap
+        from ..persistence import load_memmap
 
         return load_memmap(prefix, device=device, non_blocking=non_blocking, out=out)
 
@@ -101,7 +101,7 @@ class StorageMixin:
         return cls.load_memmap(prefix, device=device, non_blocking=non_blocking, out=out)
 
     def is_memmap(self) -> bool:
-        from .memmap import MemoryMappedTensor
+        from ..memmap import MemoryMappedTensor
 
         leaves = self._tensor_leaves()[1]  # the stored leaves: a lazy stack's values would be stacked copies
         return bool(leaves) and all(isinstance(v, MemoryMappedTensor) for v in leaves)
@@ -121,12 +121,12 @@ class StorageMixin:
         metadata: bool = False,
     ) -> "TensorDictBase":
         """A copy whose leaves all live in one contiguous storage (fast to move and to share)."""
-        from .consolidate import consolidate
+        from ..consolidate import consolidate
 
         return consolidate(self, filename=filename, device=device, share_memory=share_memory, pin_memory=pin_memory)
 
     def is_consolidated(self) -> bool:
-        from .consolidate import is_consolidated
+        from ..consolidate import is_consolidated
 
         return is_consolidated(self)
 

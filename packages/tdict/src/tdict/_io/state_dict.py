@@ -22,10 +22,10 @@ from typing import Any
 
 import torch
 
-from ._entry_ops import _is_lazy_stack
-from ._utils import parse_batch_size, parse_device
-from .base import is_tensor_collection
-from .memmap import MemoryMappedTensor
+from .._core.entries import _is_lazy_stack
+from .._core.utils import parse_batch_size, parse_device
+from ..base import is_tensor_collection
+from ..memmap import MemoryMappedTensor
 
 __all__ = ["load_state_dict", "state_dict"]
 
@@ -201,7 +201,7 @@ def _plan_load(td: Any, sd: dict, strict: bool, assign: bool, path: tuple, actio
                     f"load_state_dict: key {full!r} has batch size {list(sub_bs)}, which does not start with {list(batch_size)}."
                 )
             if dest is None:
-                from .tensordict import TensorDict
+                from ..tensordict import TensorDict
 
                 dest = TensorDict(batch_size=value.get("__batch_size", batch_size), device=td.device)
                 actions.append(_setter(content, key, dest))
@@ -274,7 +274,7 @@ def _member_copier(stack, key, value):
 
 def _non_tensor_setter(content, key, value, batch_size, device):
     def run():
-        from .non_tensor import NonTensorData
+        from ..non_tensor import NonTensorData
 
         content._set_str(
             key,

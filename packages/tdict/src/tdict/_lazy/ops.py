@@ -12,13 +12,13 @@ from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 import torch
 
-from ._locking import keeps_lock
-from ._utils import NO_DEFAULT, NestedKey
-from .base import TensorDictBase, is_tensor_collection
-from .tensordict import TensorDict
+from .._core.locking import keeps_lock
+from .._core.utils import NO_DEFAULT, NestedKey
+from ..base import TensorDictBase, is_tensor_collection
+from ..tensordict import TensorDict
 
 if TYPE_CHECKING:
-    from .lazy import LazyStackedTensorDict
+    from ..lazy import LazyStackedTensorDict
 
 
 class LazyMemberOpsMixin:

@@ -1,0 +1,172 @@
+"""New collections shaped like an existing one: ``replace`` and the ``new_*`` factories
+(``new_zeros``, ``new_ones``, ``new_empty``, ``new_full``, ``new_tensor``)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+from .entries import _non_tensor, _probe
+from .utils import NO_DEFAULT, is_tensor_collection, parse_batch_size, parse_device
+
+if TYPE_CHECKING:
+    from ..base import TensorDictBase
+
+
+def _new_size(size: tuple, what: str) -> torch.Size:
+    if len(size) == 1 and not isinstance(size[0], int):
+        size = size[0]
+    try:
+        return parse_batch_size(size)
+    except TypeError as err:
+        raise TypeError(f"{what}: size must be ints or one sequence of ints, got {size!r}.") from err
+    except ValueError:
+        raise ValueError(f"{what}: size must be non-negative ints, got {list(size)}.") from None
+
+
+class FactoriesMixin:
+    """``replace`` and the ``new_*`` factories."""
+
+    __slots__ = ()
+
+    # ------------------------------------------------------------------ new collections
+    def replace(self, *args: Any, **kwargs: Any) -> "TensorDictBase":
+        """A shallow copy with some entries replaced (one dict / collection and/or keywords).
+
+        Returns ``self`` when nothing is replaced; ``self`` is never modified.
+        """
+        if len(args) > 1:
+            raise TypeError(
+                f"replace: takes at most one dict or collection of entries, got {len(args)} positional arguments."
+            )
+        source = args[0] if args else {}
+        if not isinstance(source, dict) and not is_tensor_collection(source):
+            raise TypeError(f"replace: expected a dict or a tensor collection of entries, got {type(source).__name__}.")
+        if not kwargs and (not source if isinstance(source, dict) else source.is_empty()):
+            return self
+        result = self.copy()
+        result.update(source)
+        if kwargs:
+            result.update(kwargs)
+        return result
+
+    def new_zeros(self, *size: Any, **kwargs: Any) -> "TensorDictBase":
+        """A TensorDict of batch size ``size``, same structure and feature shapes, filled with 0.
+
+        Keyword args as :meth:`torch.Tensor.new_zeros` (``dtype``, ``device``, ``requires_grad``,
+        ``layout``, ``pin_memory``); ``dtype=None`` keeps each leaf's dtype. Non-tensor leaves
+        are carried over with the new batch size. Also :meth:`new_ones`, :meth:`new_empty`, :meth:`new_full`.
+
+        Examples:
+            >>> import torch
+            >>> from tdict import TensorDict
+            >>> TensorDict(x=torch.ones(3, 2), batch_size=[3]).new_zeros(4, 5)["x"].shape
+            torch.Size([4, 5, 2])
+        """
+        return self._new_filled(_new_size(size, "new_zeros"), "new_zeros", (), **kwargs)
+
+    def new_ones(self, *size: Any, **kwargs: Any) -> "TensorDictBase":
+        return self._new_filled(_new_size(size, "new_ones"), "new_ones", (), **kwargs)
+
+    def new_empty(self, *size: Any, **kwargs: Any) -> "TensorDictBase":
+        return self._new_filled(_new_size(size, "new_empty"), "new_empty", (), **kwargs)
+
+    def new_full(self, size: Any, fill_value: Any, **kwargs: Any) -> "TensorDictBase":
+        return self._new_filled(_new_size((size,), "new_full"), "new_full", (fill_value,), **kwargs)
+
+    def _new_filled(
+        self,
+        size: torch.Size,
+        fn: str,
+        extra: tuple,
+        *,
+        dtype: torch.dtype | None = None,
+        device: Any = NO_DEFAULT,
+        requires_grad: bool = False,
+        layout: torch.layout = torch.strided,
+        pin_memory: bool | None = None,
+        empty_lazy: bool = False,
+        path: tuple = (),
+    ) -> "TensorDictBase":
+        from ..tensordict import TensorDict
+
+        n = self.batch_dims
+        kwargs = {"dtype": dtype, "requires_grad": requires_grad, "layout": layout}
+        if device is not NO_DEFAULT:
+            kwargs["device"] = parse_device(device)
+        if pin_memory is not None:
+            kwargs["pin_memory"] = pin_memory
+        out = {}
+        for key, value in self._items_raw():
+            if isinstance(value, torch.Tensor):
+                out[key] = getattr(value, fn)(size + value.shape[n:], *extra, **kwargs)
+            elif value._is_non_tensor:
+                try:
+                    out[key] = value._with_batch_size(size + value.batch_size[n:])
+                except RuntimeError as err:
+                    raise RuntimeError(f"{fn}: key {path + (key,)!r}: {err} Exclude it first.") from None
+            else:
+                out[key] = value._new_filled(
+                    size + value.batch_size[n:],
+                    fn,
+                    extra,
+                    dtype=dtype,
+                    device=device,
+                    requires_grad=requires_grad,
+                    layout=layout,
+                    pin_memory=pin_memory,
+                    path=path + (key,),
+                )
+        names = self._maybe_names()
+        if names is not None:
+            names = [None] * (len(size) - n) + list(names) if len(size) >= n else list(names[n - len(size) :])
+            names = names if any(nm is not None for nm in names) else None
+        return TensorDict._new_unsafe(out, size, self.device if device is NO_DEFAULT else parse_device(device), names)
+
+    def new_tensor(
+        self,
+        data: Any,
+        *,
+        dtype: torch.dtype | None = None,
+        device: Any = NO_DEFAULT,
+        requires_grad: bool = False,
+        pin_memory: bool | None = None,
+    ) -> "TensorDictBase":
+        """A TensorDict of the same structure whose leaves are copies of ``data`` (a tensor: every
+        leaf; a collection: the leaf under the same key), cast to each leaf's dtype unless ``dtype``.
+
+        The batch size is ``data``'s shape (batch size); the device ``data``'s unless ``device``.
+        """
+        from ..tensordict import TensorDict
+
+        collection = is_tensor_collection(data)
+        if not collection and not isinstance(data, torch.Tensor):
+            data = torch.as_tensor(data)
+        if collection:  # every key checked before anything is built
+            for key in self.keys(True, True):
+                if key not in data and not _non_tensor(_probe(self, key)):
+                    raise KeyError(
+                        f"new_tensor: key {key!r} of self is missing from data (keys: {list(data.keys(True, True))})."
+                    )
+        dev = data.device if device is NO_DEFAULT else parse_device(device)
+
+        def build(td: Any, src: Any, bs: torch.Size) -> Any:
+            out = {}
+            for key, value in td._items_raw():
+                part = (None if src is None else src._get_str(key, None)) if collection else src
+                if isinstance(value, torch.Tensor):
+                    t = part.detach().to(
+                        device=dev if dev is not None else part.device, dtype=dtype or value.dtype, copy=True
+                    )
+                    out[key] = (t.pin_memory() if pin_memory else t).requires_grad_(requires_grad)
+                elif value._is_non_tensor:
+                    out[key] = part.copy() if _non_tensor(part) else value._with_batch_size(bs)
+                else:
+                    out[key] = build(value, part, part.batch_size if collection and part is not None else bs)
+            return TensorDict._new_unsafe(out, bs, dev)
+
+        return build(self, data, data.batch_size if collection else data.shape)
+
+
+__all__ = ["FactoriesMixin"]
