@@ -593,6 +593,74 @@ def test_set_seed_reproducible(policy):
     assert not torch.equal(a[0]["observation"], c[0]["observation"])
 
 
+def noisy_policy(td):
+    """A stochastic policy that draws from torch's global generator (as exploration noise does)."""
+    return td.set(
+        "action", (0.1 * td["observation"][..., :1] + torch.randn_like(td["observation"][..., :1])).clamp(-2, 2)
+    )
+
+
+def seeded_run(seed, global_seed=0, policy=noisy_policy):
+    torch.manual_seed(global_seed)  # what the global generator holds must not matter to a seeded collector
+    collector = Collector(
+        pendulum((2,), max_steps=6), policy, frames_per_batch=10, total_frames=30, init_random_frames=10
+    )
+    out = collector.set_seed(seed)
+    return out, list(collector)
+
+
+def test_set_seed_follows_the_convention():
+    # the env (one generator; StepCounter draws nothing) gets the seed, the collector's generator the next one
+    collector = Collector(pendulum((2,), max_steps=6), None, frames_per_batch=10, total_frames=10)
+    assert collector.set_seed(3) == 5
+    assert collector.set_seed(3, static_seed=True) == 3
+    reference = pendulum((2,), max_steps=6)
+    assert reference.set_seed(3) == 4
+    assert torch.equal(collector.env.reset()["observation"], reference.reset()["observation"])
+    for bad in (1.5, True, None):
+        with pytest.raises(TypeError, match="Collector.set_seed: seed must be an int, got"):
+            collector.set_seed(bad)
+
+
+def test_set_seed_and_collection_leave_the_global_generator_alone():
+    torch.manual_seed(123)
+    collector = Collector(pendulum((2,)), noisy_policy, frames_per_batch=10, total_frames=20, init_random_frames=10)
+    state = torch.get_rng_state()  # (building the collector runs the policy once, on the global generator)
+    collector.set_seed(3)
+    assert torch.equal(torch.get_rng_state(), state)  # not reseeded (TorchRL's set_seed calls torch.manual_seed)
+    list(collector)  # random actions and the policy's noise come from the collector's generator
+    assert torch.equal(torch.get_rng_state(), state)
+
+
+def test_same_seed_same_data_with_random_frames_and_noise():
+    s1, a = seeded_run(7, global_seed=0)
+    s2, b = seeded_run(7, global_seed=1)  # another global state: the same data
+    _, c = seeded_run(8)
+    assert s1 == s2 == 9
+    for x, y in zip(a, b, strict=True):
+        assert (x == y).all()
+    assert not torch.equal(a[0]["action"], c[0]["action"])  # random-action frames differ with the seed
+    assert not torch.equal(a[-1]["action"], c[-1]["action"])  # and so does the policy's noise
+
+
+def test_state_dict_carries_the_generator():
+    collector = Collector(pendulum(), noisy_policy, frames_per_batch=8, total_frames=24, init_random_frames=8)
+    collector.set_seed(5)
+    it = iter(collector)
+    next(it)
+    state = copy.deepcopy(collector.state_dict())
+    assert state["generator"].dtype is torch.uint8
+    uninterrupted = list(it)
+    resumed = Collector(pendulum(seed=1), noisy_policy, frames_per_batch=8, total_frames=24, init_random_frames=8)
+    resumed.load_state_dict(state)  # never seeded: the generator comes from the state
+    rest = list(resumed)
+    assert len(rest) == len(uninterrupted) == 2
+    for b, u in zip(rest, uninterrupted):
+        assert (b == u).all()
+    with pytest.raises(ValueError, match=r"state\['generator'\] must be a uint8 tensor"):
+        resumed.load_state_dict({**state, "generator": [1, 2]})
+
+
 def test_state_dict_resume_mid_run():
     net = linear_module(0.0)
     collector = Collector(

@@ -82,7 +82,7 @@ def test_matches_single_process_reference():
     c = DistributedCollector([PendulumEnv], None, frames_per_batch=15, total_frames=30)
     procs = list(c._procs)
     try:
-        c.set_seed(7)
+        assert c.set_seed(7) == 9  # the worker's env 7, its collector 8
         batches = list(c)
     finally:
         c.shutdown()
@@ -94,6 +94,29 @@ def test_matches_single_process_reference():
         torch.testing.assert_close(b["observation"], r["observation"])
         torch.testing.assert_close(b["action"], r["action"])
         torch.testing.assert_close(b["next", "reward"], r["next", "reward"])
+
+
+def test_workers_get_distinct_seeds_and_seeding_waits_for_the_requests():
+    c = DistributedCollector(PendulumEnv, None, frames_per_batch=16, total_frames=16, num_workers=2)
+    procs = list(c._procs)
+    try:
+        assert c.set_seed(0) == 4  # worker 0: env 0, collector 1; worker 1: env 2, collector 3
+        (batch,) = list(c)
+    finally:
+        c.shutdown()
+    _no_leftovers(c, procs)
+    assert not torch.equal(batch["action"][:8], batch["action"][8:])
+    c = DistributedCollector(PendulumEnv, None, frames_per_batch=8, total_frames=-1, num_workers=2, sync=False)
+    procs = list(c._procs)
+    try:
+        it = iter(c)
+        next(it)
+        with pytest.raises(RuntimeError, match="are collecting"):
+            c.set_seed(0)
+    finally:
+        it.close()
+        c.shutdown()
+    _no_leftovers(c, procs)
 
 
 def test_async_exact_frames_and_worker_ids():

@@ -129,6 +129,15 @@ def test_traj_ids_unique_across_workers():
     assert batches[0]["collector", "traj_ids"][0, -1] <= batches[1]["collector", "traj_ids"][0, 0]
 
 
+def test_workers_get_distinct_seeds():
+    with MultiSyncCollector([PendulumEnv, PendulumEnv], None, frames_per_batch=20, total_frames=20) as c:
+        assert c.set_seed(3) == 7  # worker 0: env 3, collector 4; worker 1: env 5, collector 6
+        (batch,) = list(c)
+    assert not torch.equal(batch[0]["observation"], batch[1]["observation"])
+    assert not torch.equal(batch[0]["action"], batch[1]["action"])  # random actions: distinct generators
+    assert _no_children()
+
+
 def test_sync_equals_single_process_reference():
     policy = _policy()
     with MultiSyncCollector([PendulumEnv, PendulumEnv], policy, frames_per_batch=40, total_frames=80) as c:

@@ -156,7 +156,7 @@ def test_user_given_address(user_ray_head):
     # connected to the user's head, not to a Ray of its own
     assert ray.is_initialized() and ray.get_runtime_context().gcs_address == address
     assert ray.cluster_resources()["CPU"] == 2
-    c.set_seed(0)
+    next_seed = c.set_seed(0)
     batches = list(c)
     actors = [p for p in _session_procs(sid, temp_dir) if "_CollectorActor" in p]
     c.shutdown()
@@ -164,13 +164,15 @@ def test_user_given_address(user_ray_head):
     assert len(actors) == 2, actors  # the actors ran as workers of the user's head
     assert [b.numel() for b in batches] == [10, 10, 10, 4]
     assert [int(b["collector", "batch_id"].unique()) for b in batches] == [0, 1, 2, 3]
-    # same data as two single-process collectors seeded 0 and 1 (the actors' seeds)
+    # same data as two single-process collectors seeded in turn (the actors' seeds: 0, then what actor 0 returned)
     refs = []
-    for seed in (0, 1):
+    seed = 0
+    for _ in range(2):
         ref = Collector(PendulumEnv, _policy(), frames_per_batch=5, total_frames=17, max_frames_per_traj=4)
-        ref.set_seed(seed)
+        seed = ref.set_seed(seed)
         refs.append(list(ref))
         ref.shutdown()
+    assert seed == next_seed == 4  # two streams per actor: its env's and its collector's
     for b, r0, r1 in zip(batches, *refs):
         for key in ("observation", "action", ("next", "observation"), ("next", "reward")):
             torch.testing.assert_close(b[key], torch.cat([r0[key], r1[key]]))

@@ -333,8 +333,35 @@ def test_seeding():
     env.close()
 
 
+def _two_stream_pendulum():
+    """A sub-env with two random streams: the pendulum's generator and a random truncation's."""
+    from rl_envs import Compose, RandomTruncationTransform
+
+    return TransformedEnv(PendulumEnv(), Compose(StepCounter(), RandomTruncationTransform(2, 5, prob=1.0)))
+
+
+@pytest.mark.parametrize("make_batched", BATCHED, ids=IDS)
+def test_seeds_chain_through_workers_with_several_streams(make_batched):
+    env = make_batched(W, _two_stream_pendulum)
+    try:
+        assert env.set_seed(3) == 3 + 2 * W  # worker i gets 3 + 2 i: no stream shared between workers
+        rollout = env.rollout(12, break_when_any_done=False)
+        assert env.set_seed(None) is None
+    finally:
+        env.close()
+    seed, refs = 3, []
+    for _ in range(W):  # sub-envs seeded one after the other, each with the seed the previous returned
+        ref = _two_stream_pendulum()
+        seed = ref.set_seed(seed)
+        refs.append(ref.rollout(12, _table_policy(rollout["action"][len(refs)], 0), break_when_any_done=False))
+    assert seed == 3 + 2 * W
+    for i, ref in enumerate(refs):
+        assert torch.equal(rollout["next", "observation"][i], ref["next", "observation"])
+        assert torch.equal(rollout["next", "done"][i], ref["next", "done"])
+
+
 def test_bad_arguments():
-    with pytest.raises(ValueError, match="num_workers must be an int >= 1, got 0"):
+    with pytest.raises(ValueError, match="num_workers must be a positive int, got 0"):
         SerialEnv(0, PendulumEnv)
     with pytest.raises(ValueError, match="list of 2 callables, expected num_workers=3"):
         SerialEnv(3, [PendulumEnv, PendulumEnv])

@@ -462,11 +462,13 @@ def test_rollout_custom_composite_action_env():
 # ----------------------------------------------------------------------------- seeding
 def test_set_seed_return_and_reproducibility():
     env = PendulumEnv(batch_size=[2])
-    nxt = env.set_seed(3)
-    assert isinstance(nxt, int) and nxt != 3
-    assert env.set_seed(3) == nxt  # deterministic follow-up seed
+    assert env.set_seed(3) == 4  # one random stream: the next env's seed is seed + 1 (tdict.seeding)
+    assert env.set_seed(-5) == -4  # any int
     assert env.set_seed(3, static_seed=True) == 3
     assert env.set_seed(None) is None
+    for bad in (1.5, True, "3"):
+        with pytest.raises(TypeError, match=r"PendulumEnv.set_seed: seed must be an int or None, got"):
+            env.set_seed(bad)
 
     def run(seed):
         e = PendulumEnv(batch_size=[2])

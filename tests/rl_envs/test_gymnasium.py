@@ -238,7 +238,12 @@ def test_pendulum_rollout_matches_and_truncation_is_kept_apart():
 
 def test_seeding_reproducible_and_action_space_seeded():
     env = GymEnv("Pendulum-v1")
-    assert env.set_seed(5) == GymEnv("Pendulum-v1").set_seed(5)
+    assert env.set_seed(5) == GymEnv("Pendulum-v1").set_seed(5) == 6  # one stream: the next env's seed is 6
+    # a vector env has num_envs streams: gymnasium seeds sub-env i with seed + i, the next env gets seed + 3
+    vec = GymEnv("Pendulum-v1", num_envs=3)
+    assert vec.set_seed(5) == 8
+    first = [GymEnv("Pendulum-v1").reset(seed=5 + i)["observation"] for i in range(3)]
+    torch.testing.assert_close(vec.reset()["observation"], torch.stack(first))
     first = env.reset()["observation"]
     env.set_seed(5)
     assert torch.equal(env.reset()["observation"], first)

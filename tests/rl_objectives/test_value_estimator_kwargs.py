@@ -158,10 +158,10 @@ def test_chunked_value_network_calls_give_the_same_values(kwargs, sizes):
 
 def test_chunking_argument_errors():
     for kwargs, match in (
-        ({"value_chunk_size": 0}, "value_chunk_size must be an int >= 1"),
+        ({"value_chunk_size": 0}, "value_chunk_size must be a positive int or None, got 0"),
         ({"num_chunks": 2, "num_chunk": 3}, "num_chunks=2 and its alias num_chunk=3 differ"),
         ({"num_chunks": 2, "value_chunk_size": 2}, "value_chunk_size and num_chunks exclude each other"),
-        ({"shifted_budget": 0}, "shifted_budget must be an int >= 1"),
+        ({"shifted_budget": 0}, "shifted_budget must be a positive int, got 0"),
     ):
         with pytest.raises(ValueError, match=match):
             TD1Estimator(gamma=0.9, value_network=None, **kwargs)

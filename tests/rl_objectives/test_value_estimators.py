@@ -363,7 +363,7 @@ def test_set_keys():
     torch.testing.assert_close(td["out", "adv"], ref["advantage"])
     torch.testing.assert_close(td["vt"], ref["value_target"])
     torch.testing.assert_close(td["next", "critic", "v"], ref["next", "state_value"])
-    with pytest.raises(ValueError, match="unknown key name 'values'"):
+    with pytest.raises(ValueError, match=r"unknown key name\(s\) \['values'\]"):
         est.set_keys(values="x")
     with pytest.raises(ValueError, match="must be a str or a tuple of str"):
         est.set_keys(reward=3, done="dd")

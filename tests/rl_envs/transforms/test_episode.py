@@ -105,12 +105,33 @@ def test_noop_reset_counts(counting_env):
     r = env.rollout(3)
     assert r["step_count"].tolist() == [5, 6, 7] and "reward" not in r.keys()
     env = TransformedEnv(counting_env(max_count=1000), Compose(StepCounter(), NoopResetEnv(6, seed=3)))
-    gen = torch.Generator().manual_seed(3)
-    expected = [int(torch.randint(6, (), generator=gen)) for _ in range(4)]
+    gen, expected = torch.Generator().manual_seed(3), []
+    for _ in range(4):
+        expected.append(int(torch.randint(6, (), generator=gen)))
+        for _ in range(expected[-1]):  # the no-ops' random actions come from the same generator
+            env.action_spec.rand(generator=gen)
     assert [int(env.reset()["step_count"]) for _ in range(4)] == expected
     assert len(set(expected)) > 1
     with pytest.raises(RuntimeError, match="only works inside an env"):
         NoopResetEnv()(TensorDict())
+
+
+def test_noop_reset_is_seeded_through_the_env():
+    def make():
+        return TransformedEnv(PendulumEnv(), Compose(StepCounter(), NoopResetEnv(6)))
+
+    a, b, c = make(), make(), make()
+    # the base env's generator gets 3, the transform's 4 (its no-op counts and random actions)
+    assert a.set_seed(3) == b.set_seed(3) == 5 and c.set_seed(4) == 6
+    ref = TransformedEnv(PendulumEnv(seed=3), Compose(StepCounter(), NoopResetEnv(6, seed=4)))
+    torch.manual_seed(0)
+    ra, rb = a.reset(), b.reset()
+    torch.manual_seed(1)  # the global generator plays no part
+    rr, rc = ref.reset(), c.reset()
+    assert (ra == rb).all() and (ra == rr).all() and not (ra == rc).all()
+    assert int(ra["step_count"]) > 0 or int(a.reset()["step_count"]) > 0
+    with pytest.raises(TypeError, match="NoopResetEnv.set_seed: seed must be an int or None, got 1.5"):
+        NoopResetEnv().set_seed(1.5)
 
 
 def test_noop_reset_errors(counting_env):
@@ -183,6 +204,22 @@ def test_random_truncation_batched(added_keys_match, all_in):
     assert all(all(x == 6 for x in ls[1:]) for ls in episode_lengths(r0["next", "done"]))
     assert all_in(env.full_done_spec["truncated"], r["next", "truncated"])
     added_keys_match(env)
+
+
+def test_random_truncation_is_seeded_through_the_env():
+    def make(env_seed=None, seed=None):
+        transform = Compose(StepCounter(), RandomTruncationTransform(3, 6, prob=1.0, seed=seed))
+        return TransformedEnv(PendulumEnv(batch_size=[4], seed=env_seed), transform)
+
+    a, b = make(), make()
+    assert a.set_seed(10) == b.set_seed(10) == 12  # the base env's stream, then the transform's
+    ref = make(env_seed=10, seed=11)
+    runs = [env.rollout(25, break_when_any_done=False)["next", "done"] for env in (a, b, ref)]
+    assert torch.equal(runs[0], runs[1]) and torch.equal(runs[0], runs[2])
+    other = make()
+    other.set_seed(12)  # the next env in a chain: no stream shared with a
+    assert not torch.equal(other.rollout(25, break_when_any_done=False)["next", "done"], runs[0])
+    assert a.set_seed(None) is None
 
 
 def test_random_truncation_single_env_and_errors():

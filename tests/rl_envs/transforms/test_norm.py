@@ -288,9 +288,9 @@ def test_normalize_reward_freeze_state_dict_and_plain_td():
 def test_normalize_reward_bad_arguments():
     with pytest.raises(ValueError, match="gamma must be in"):
         NormalizeReward(gamma=1.5)
-    with pytest.raises(ValueError, match="clip must be > 0"):
+    with pytest.raises(ValueError, match="clip must be a number > 0 or None"):
         NormalizeReward(clip=0.0)
-    with pytest.raises(ValueError, match="eps must be > 0"):
+    with pytest.raises(ValueError, match="eps must be a number > 0"):
         NormalizeReward(eps=0)
     with pytest.raises(ValueError, match="one reward key"):
         NormalizeReward(in_keys=["reward", "other"])

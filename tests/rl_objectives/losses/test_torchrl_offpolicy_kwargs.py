@@ -319,7 +319,7 @@ def test_gamma_in_the_constructor_gives_the_discounted_target():
         old = DQNLoss(actor, gamma=0.3)
     new = DQNLoss(actor).make_value_estimator(gamma=0.3)
     torch.testing.assert_close(old(td.clone())["loss"], new(td.clone())["loss"])
-    with pytest.raises(ValueError, match="gamma must be a number in \\[0, 1\\]"):
+    with pytest.raises(ValueError, match="gamma must be in \\[0, 1\\], got 1.5"):
         DQNLoss(actor, gamma=1.5)
 
 

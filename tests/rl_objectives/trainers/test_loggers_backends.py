@@ -514,8 +514,8 @@ def test_mlflow_names_and_sqlite_store_via_get_logger(tmp_path, monkeypatch):
 BAD_CALLS = [
     ("log_scalar", ("loss", torch.ones(2)), {}, ValueError, "'loss' must be a scalar"),
     ("log_scalar", ("loss", "high"), {}, TypeError, "'loss' must be a number"),
-    ("log_scalar", ("loss", 1.0), {"step": 1.5}, TypeError, "step for 'loss' must be an int"),
-    ("log_scalar", ("loss", 1.0), {"step": -1}, ValueError, "step for 'loss' must be >= 0"),
+    ("log_scalar", ("loss", 1.0), {"step": 1.5}, TypeError, "step for 'loss' must be a non-negative int, got 1.5"),
+    ("log_scalar", ("loss", 1.0), {"step": -1}, ValueError, "step for 'loss' must be a non-negative int, got -1"),
     ("log_scalar", ("../x", 1.0), {}, ValueError, "invalid metric name '../x'"),
     ("log_histogram", ("w", []), {}, ValueError, "data for 'w' is empty"),
     ("log_histogram", ("w", torch.tensor([1.0, float("inf")])), {}, ValueError, "'w' contains NaN or infinite"),

@@ -827,3 +827,12 @@ def test_files_written_atomically_get_the_usual_permissions(tmp_path):
     finally:
         os.umask(old)
     assert stat.S_IMODE(os.stat(tmp_path / "a.pt").st_mode) == 0o644  # not mkstemp's 0600
+
+
+def test_the_global_generator_helpers_are_tdict_seeding_s():
+    from tdict import seeding
+
+    from rl_objectives import trainers
+
+    assert trainers.rng_state is seeding.rng_state and trainers.set_rng_state is seeding.set_rng_state
+    assert trainers.seed_everything is seeding.seed_everything

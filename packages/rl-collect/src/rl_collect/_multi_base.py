@@ -9,6 +9,8 @@ from torch import nn
 from tdict import TensorDict, TensorDictBase
 
 from tdict.liveness import check_heartbeat_args
+from tdict.seeding import chain_seeds, check_seed
+from tdict.validation import check_positive_int
 from ._worker import WorkerPool
 from .trajectories import split_trajectories
 from .weight_sync import SharedMemWeightSyncScheme, WeightSyncScheme
@@ -45,8 +47,7 @@ class MultiCollectorBase:
             raise TypeError(
                 f"{name}: create_env_fns must be a non-empty list of env factories, got {create_env_fns!r}."
             )
-        if not isinstance(frames_per_batch, int) or frames_per_batch < 1:
-            raise ValueError(f"{name}: frames_per_batch must be a positive int, got {frames_per_batch!r}.")
+        check_positive_int(name, "frames_per_batch", frames_per_batch)
         if not isinstance(total_frames, int) or (total_frames < 1 and total_frames != -1):
             raise ValueError(f"{name}: total_frames must be a positive int or -1, got {total_frames!r}.")
         if worker_timeout is not None and worker_timeout <= 0:
@@ -123,14 +124,24 @@ class MultiCollectorBase:
         self.weight_sync_scheme.send(weights, self.policy_version)
 
     def set_seed(self, seed: int, static_seed: bool = False) -> int:
-        """Seeds the workers in turn, each with the seed the previous one returned (distinct seeds).
+        """Seeds the workers' collectors in turn, each with the seed the previous one returned.
 
-        Returns the seed after the last worker's.
+        Every random stream of every worker (its env's, its collector's) gets a distinct seed
+        (:mod:`tdict.seeding`). Returns the seed after the last worker's (``seed`` with ``static_seed``).
+        Batches still being collected (async collectors) are dropped first.
         """
-        for i in range(self.num_workers):
-            self._pool.send(i, ("seed", seed, static_seed))
-            seed = self._pool.recv(i, "seed")[1]
-        return seed
+        seed = check_seed(f"{type(self).__name__}.set_seed", seed)
+        self._drain()
+
+        def seed_worker(i: int) -> Callable[[int], int]:
+            def run(seed: int) -> int:
+                self._pool.send(i, ("seed", seed, False))
+                return self._pool.recv(i, "seed")[1]
+
+            return run
+
+        following = chain_seeds(seed, [seed_worker(i) for i in range(self.num_workers)])
+        return seed if static_seed else following
 
     def reset(self) -> None:
         """Restarts every worker's trajectories."""

@@ -11,6 +11,8 @@ from torch.nn.parameter import is_lazy
 from torch import nn
 from tdict import TensorDict, TensorDictBase
 from tdict.nn import InteractionType, TensorDictModule, TensorDictModuleBase, set_interaction_type
+from tdict.seeding import chain_seeds, check_seed, make_generator, next_seed, use_generator
+from tdict.validation import check_positive_int
 
 from .trajectories import split_trajectories
 
@@ -144,8 +146,7 @@ class Collector:
         create_env_kwargs: dict | None = None,
         progress_bar: bool = False,
     ) -> None:
-        if not isinstance(frames_per_batch, int) or frames_per_batch < 1:
-            raise ValueError(f"Collector: frames_per_batch must be a positive int, got {frames_per_batch!r}.")
+        check_positive_int("Collector", "frames_per_batch", frames_per_batch)
         if not isinstance(total_frames, int) or (total_frames < 1 and total_frames != -1):
             raise ValueError(f"Collector: total_frames must be a positive int or -1, got {total_frames!r}.")
         if max_frames_per_traj is not None and max_frames_per_traj < 1:
@@ -205,6 +206,7 @@ class Collector:
         self._add_truncated = False  # set by _start (max_frames_per_traj on an env without "truncated")
         self._traj_pending: TensorDictBase | None = None  # steps not yet yielded (trajs_per_batch)
         self._shut = False
+        self._rng: torch.Generator | None = None  # the collector's own random stream (set_seed)
 
     # ------------------------------------------------------------------ state
     @property
@@ -213,9 +215,22 @@ class Collector:
         return self._frames
 
     def set_seed(self, seed: int, static_seed: bool = False) -> int:
-        """Seeds the env (and torch's generator for random actions); returns the next seed."""
-        torch.manual_seed(seed)
-        return self.env.set_seed(seed, static_seed=static_seed)
+        """Seeds the env, then the collector's own generator; returns the next seed (:mod:`tdict.seeding`).
+
+        The env gets ``seed`` and returns ``seed + k`` (its ``k`` random streams); the collector's
+        generator gets ``seed + k`` and ``seed + k + 1`` is returned (``seed`` with ``static_seed``).
+        From then on every draw from torch's global generator during collection (random actions, the
+        policy's sampling and exploration noise) comes from the collector's generator instead
+        (:func:`~tdict.seeding.use_generator`, on the env's device): the same seed gives the same
+        data, and torch's global generator is neither reseeded nor advanced.
+        """
+        seed = check_seed("Collector.set_seed", seed)
+        following = chain_seeds(seed, [self.env.set_seed, self._seed_generator])
+        return seed if static_seed else following
+
+    def _seed_generator(self, seed: int) -> int:
+        self._rng = make_generator(seed, getattr(self.env, "device", None))  # where random actions are drawn
+        return next_seed(seed)
 
     def reset(self) -> None:
         """Restarts every trajectory (the frame count is kept)."""
@@ -246,6 +261,8 @@ class Collector:
             state["policy_state_dict"] = self.policy.state_dict()
         if isinstance(self.env, nn.Module):
             state["env"] = self.env.state_dict()
+        if self._rng is not None:
+            state["generator"] = self._rng.get_state()
         if self._td is not None and getattr(self.env, "resumable", False) and self.trajs_per_batch is None:
             state["carrier"] = {
                 "td": _plain(self._td),
@@ -272,6 +289,16 @@ class Collector:
                     f"Collector.load_state_dict: the saved step has batch size {tuple(td.batch_size)}, the env "
                     f"{tuple(self.env.batch_size)}."
                 )
+        generator = state.get("generator")
+        if generator is not None:
+            if not isinstance(generator, torch.Tensor) or generator.dtype is not torch.uint8:
+                raise ValueError(
+                    "Collector.load_state_dict: state['generator'] must be a uint8 tensor from "
+                    f"Generator.get_state(), got {type(generator).__name__}."
+                )
+            if self._rng is None:
+                self._seed_generator(0)
+            self._rng.set_state(generator.cpu())
         if "env" in state and isinstance(self.env, nn.Module):
             self.env.load_state_dict(state["env"])
         self._frames = int(state["frames"])
@@ -341,9 +368,6 @@ class Collector:
     def _rollout(self, steps: int) -> TensorDictBase:
         """``steps`` steps of every sub-env, stacked along a new last batch dim."""
         env = self.env
-        if self._td is None or self.reset_at_each_iter:
-            self._start()
-        td = self._td
         records = []
         version = torch.full(
             self.env.batch_size, self.policy_version, dtype=torch.int64
@@ -352,7 +376,11 @@ class Collector:
         if context is not None:
             context.__enter__()
         try:
-            with torch.no_grad():
+            # seeded (set_seed): global draws (random actions, the policy's) come from the collector's generator
+            with torch.no_grad(), use_generator(self._rng):
+                if self._td is None or self.reset_at_each_iter:
+                    self._start()
+                td = self._td
                 for _ in range(steps):
                     td = self._act(td)
                     td.set(_TRAJ, self._traj_ids)

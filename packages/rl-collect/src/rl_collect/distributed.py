@@ -38,6 +38,7 @@ import json
 import math
 import multiprocessing as mp
 import os
+import queue
 import socket
 import threading
 import time
@@ -49,6 +50,8 @@ import torch.distributed as dist
 from tdict import TensorDict, TensorDictBase
 
 from tdict.liveness import die_with_parent, start_heartbeat
+from tdict.seeding import chain_seeds, check_seed
+from tdict.validation import check_positive_int
 from .collector import Collector
 from .weight_sync import (
     DIST_COMMAND_LEN,
@@ -67,6 +70,11 @@ _CMD_COLLECT, _CMD_WEIGHTS, _CMD_SEED, _CMD_STOP = 1, DIST_WEIGHTS_COMMAND, 3, 4
 _WORKER_IDLE_TIMEOUT = datetime.timedelta(days=7)
 # spawning a worker imports torch: start-up may take longer than a request
 _START_TIMEOUT = 60.0
+# seconds the learner waits, after a worker's connection broke, for its report or its exit (a loaded
+# machine may delay both well past the broken connection)
+_FAILURE_REPORT_S = 30.0
+# characters of a worker's traceback that are sent: every report must fit in the status pipe
+_MAX_REPORT_CHARS = 8000
 
 
 def _listening_socket(addr: str, port: int) -> socket.socket:
@@ -189,8 +197,9 @@ class _Worker:
             kind, arg0 = message[:2]
             if kind == _CMD_STOP:
                 return
-            if kind == _CMD_SEED:
-                self.collector.set_seed(arg0)
+            if kind == _CMD_SEED:  # replies with the next seed (tdict.seeding's chain)
+                following = self.collector.set_seed(arg0)
+                dist.send(torch.tensor([following], dtype=torch.int64, device=self.device), dst=0)
             elif receiver.handle(message):
                 weights, version = receiver.receive()
                 target = _weights_of(self.policy)
@@ -254,7 +263,13 @@ def _mp_worker_main(
         _init_group(backend, rank, world_size, addr, port, _WORKER_IDLE_TIMEOUT)
         worker.loop()
     except BaseException:  # report, then exit non-zero: the learner raises with this traceback
-        status.put((rank, "error", traceback.format_exc()))
+        report = traceback.format_exc()
+        if len(report) > _MAX_REPORT_CHARS:
+            report = "...\n" + report[-_MAX_REPORT_CHARS:]
+        status.put((rank, "error", report))
+        # in the pipe before the connections close: the learner, woken by a closed connection, reads it
+        status.close()
+        status.join_thread()
         raise SystemExit(1)
     finally:
         if worker is not None:
@@ -341,10 +356,7 @@ class DistributedCollector:
         timeout: float = 120.0,
         **collector_kwargs: Any,
     ) -> None:
-        if not isinstance(frames_per_batch, int) or frames_per_batch < 1:
-            raise ValueError(
-                f"DistributedCollector: frames_per_batch must be a positive int, got {frames_per_batch!r}."
-            )
+        check_positive_int("DistributedCollector", "frames_per_batch", frames_per_batch)
         if not isinstance(total_frames, int) or (total_frames < 1 and total_frames != -1):
             raise ValueError(f"DistributedCollector: total_frames must be a positive int or -1, got {total_frames!r}.")
         if launcher not in ("mp", "torchrun"):
@@ -383,6 +395,7 @@ class DistributedCollector:
         self._traj_end = 0  # one past the largest trajectory id yielded
         self._procs: list = []
         self._status: Any = None
+        self._reports: dict[int, str] = {}  # rank -> the traceback a failed worker sent
         self._shut = False
         self._failed = False  # a wait on a worker failed: shutdown does not wait on them again
         self._device = torch.device("cpu")
@@ -447,22 +460,37 @@ class DistributedCollector:
         self._scheme.init_sender(None, range(1, self.num_workers + 1))
 
     # ------------------------------------------------------------------ faults
-    def _worker_error(self, rank: int | None = None) -> RuntimeError | None:
-        """An exception describing a dead worker (with its traceback when it sent one), or None."""
-        dead = [p for p in self._procs if p.exitcode is not None]
-        if not dead:
+    def _worker_error(self, wait: float = 0.0) -> RuntimeError | None:
+        """An exception naming the workers that died or reported an error (with their tracebacks), or None.
+
+        Reads the workers' reports, waiting up to ``wait`` seconds for one.
+        """
+        self._read_reports(wait)
+        dead = {r: p for r, p in enumerate(self._procs, start=1) if p.exitcode is not None}
+        if dead:  # a worker flushes its report before it exits: what is not in the pipe now never comes
+            self._read_reports(0.0)
+        if not dead and not self._reports:
             return None
-        tracebacks = []
+        names = ", ".join(
+            f"{p.name} (exit code {p.exitcode})" if r in dead else f"{p.name} (raised, exiting)"
+            for r, p in enumerate(self._procs, start=1)
+            if r in dead or r in self._reports
+        )
+        detail = "\n".join(f"worker {r}:\n{text}" for r, text in sorted(self._reports.items()))
+        return RuntimeError(
+            f"DistributedCollector: worker process died or failed: {names}.\n{detail or 'no traceback (killed)'}"
+        )
+
+    def _read_reports(self, wait: float) -> None:
+        """Moves the error reports waiting in the status queue to ``_reports`` (waits up to ``wait`` s for one)."""
         while self._status is not None:
             try:
-                r, kind, text = self._status.get(timeout=0.2)
-            except Exception:
-                break
+                rank, kind, text = self._status.get(timeout=wait)
+            except (queue.Empty, OSError, ValueError):  # nothing (more), or the queue is closed
+                return
             if kind == "error":
-                tracebacks.append(f"worker {r}:\n{text}")
-        names = ", ".join(f"{p.name} (exit code {p.exitcode})" for p in dead)
-        detail = "\n".join(tracebacks) if tracebacks else "no traceback (killed)"
-        return RuntimeError(f"DistributedCollector: worker process died: {names}.\n{detail}")
+                self._reports[rank] = text
+            wait = 0.0
 
     def _wait_ready(self) -> None:
         ready: set = set()
@@ -470,10 +498,9 @@ class DistributedCollector:
         while len(ready) < self.num_workers:
             try:
                 rank, kind, text = self._status.get(timeout=0.05)
-            except Exception:
-                err = self._worker_error()
-                if err is not None:
-                    raise err from None
+            except queue.Empty:
+                if any(p.exitcode is not None for p in self._procs):  # (its report, if any, is read here)
+                    raise self._worker_error() from None
                 if time.monotonic() > deadline:
                     late = sorted(set(range(1, self.num_workers + 1)) - ready)
                     raise TimeoutError(
@@ -512,13 +539,12 @@ class DistributedCollector:
         """
         self._failed = True  # shutdown() then stops the workers without waiting on them again
         timed_out = "timed out" in str(exc).lower() or "timeout" in str(exc).lower()
-        if not timed_out:
-            deadline = time.monotonic() + 2.0
+        if not timed_out:  # the failed worker's report (or its exit) may arrive after its connection broke
+            deadline = time.monotonic() + _FAILURE_REPORT_S
             while self._procs and time.monotonic() < deadline:
-                err = self._worker_error(rank)
+                err = self._worker_error(wait=0.05)
                 if err is not None:
                     return err
-                time.sleep(0.02)
         if rank is not None:
             ranks = [rank]
         else:  # the requests that outlived the timeout (a healthy worker in flight is not named)
@@ -674,10 +700,30 @@ class DistributedCollector:
         self._scheme.send(weights, self.policy_version)  # the workers apply it before their next batch
 
     def set_seed(self, seed: int, static_seed: bool = False) -> int:
-        """Seeds worker ``i`` with ``seed + i``; returns the next free seed."""
-        for i in range(self.num_workers):
-            self._send_cmd(i + 1, _CMD_SEED, seed + i)
-        return seed + self.num_workers
+        """Seeds the workers' collectors in turn, each with the seed the previous one returned.
+
+        Every random stream of every worker (its env's, its collector's) gets a distinct seed
+        (:mod:`tdict.seeding`). Returns the seed after the last worker's (``seed`` with ``static_seed``).
+        Call it when no request is in flight (before iterating, or between the batches of a sync run).
+        """
+        seed = check_seed("DistributedCollector.set_seed", seed)
+        if self._pending:
+            raise RuntimeError(
+                f"DistributedCollector.set_seed: workers {sorted(r - 1 for r in self._pending)} are collecting "
+                "(async iteration); seed before iterating or once the run is over."
+            )
+
+        def seed_worker(rank: int) -> Callable[[int], int]:
+            def run(seed: int) -> int:
+                self._send_cmd(rank, _CMD_SEED, seed)
+                reply = torch.zeros(1, dtype=torch.int64, device=self._device)
+                self._wait(lambda: dist.irecv(reply, src=rank), rank)
+                return int(reply.item())
+
+            return run
+
+        following = chain_seeds(seed, [seed_worker(rank) for rank in range(1, self.num_workers + 1)])
+        return seed if static_seed else following
 
     def shutdown(self, raise_on_error: bool = False) -> None:
         """Stops the workers, destroys the process group and joins (then kills) the worker processes."""

@@ -13,6 +13,8 @@ from typing import Any, Callable, Iterator, Sequence
 
 import torch
 from tdict import TensorDict, TensorDictBase
+from tdict.seeding import chain_seeds, check_seed
+from tdict.validation import check_positive_int
 
 from .collector import Collector
 from .weight_sync import RayWeightReceiver, RayWeightSyncScheme
@@ -140,8 +142,7 @@ class RayCollector:
         sync: bool = False,
         **collector_kwargs: Any,
     ) -> None:
-        if not isinstance(frames_per_batch, int) or frames_per_batch < 1:
-            raise ValueError(f"RayCollector: frames_per_batch must be a positive int, got {frames_per_batch!r}.")
+        check_positive_int("RayCollector", "frames_per_batch", frames_per_batch)
         if not isinstance(total_frames, int) or (total_frames < 1 and total_frames != -1):
             raise ValueError(f"RayCollector: total_frames must be a positive int or -1, got {total_frames!r}.")
         env_fns = list(create_env_fn) if isinstance(create_env_fn, (list, tuple)) else [create_env_fn] * num_collectors
@@ -337,9 +338,15 @@ class RayCollector:
         self._scheme.send(weights, version)  # the actors apply it (and the version) before their next batch
 
     def set_seed(self, seed: int, static_seed: bool = False) -> int:
-        """Seeds actor ``i`` with ``seed + i``; returns the next free seed."""
-        self._ray.get([a.set_seed.remote(seed + i) for i, a in enumerate(self._actors)])
-        return seed + self.num_collectors
+        """Seeds the actors' collectors in turn, each with the seed the previous one returned.
+
+        Every random stream of every actor (its env's, its collector's) gets a distinct seed
+        (:mod:`tdict.seeding`). Returns the seed after the last actor's (``seed`` with ``static_seed``).
+        """
+        seed = check_seed("RayCollector.set_seed", seed)
+        ray = self._ray
+        following = chain_seeds(seed, [lambda s, a=actor: ray.get(a.set_seed.remote(s)) for actor in self._actors])
+        return seed if static_seed else following
 
     def shutdown(self) -> None:
         """Kills the actors (and the local Ray this collector started)."""

@@ -6,6 +6,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 from tdict import TensorDictBase
+from tdict.seeding import make_generator, use_generator
 
 if TYPE_CHECKING:
     from .env_base import EnvBase
@@ -65,7 +66,8 @@ def check_env_specs(
         env: the env to check (it is stepped and reset; its seed is changed when ``seed`` is given).
         return_contiguous: check a dense rollout (default) or a lazy stack of steps.
         check_dtype: also compare dtypes.
-        seed: seeds the env and torch's global RNG for the check; torch's RNG state is restored after.
+        seed: seeds the env (``set_seed``) and the check's random actions, drawn from a generator seeded
+            with it (:func:`tdict.seeding.use_generator`): torch's global generator is left as it was.
         tensordict: passed (a copy) to ``env.reset``, e.g. the parameters of a stateless env.
         break_when_any_done: forwarded to ``rollout`` (default: run all steps with auto-resets).
 
@@ -74,13 +76,9 @@ def check_env_specs(
         >>> check_env_specs(TransformedEnv(PendulumEnv(batch_size=[2]), StepCounter(10)), seed=0)
     """
     if seed is not None:
-        state = torch.random.get_rng_state()
-        try:
-            torch.manual_seed(seed)
+        with use_generator(make_generator(seed, env.device, owner="check_env_specs")):
             env.set_seed(seed)
             return check_env_specs(env, return_contiguous, check_dtype, None, tensordict, break_when_any_done)
-        finally:
-            torch.random.set_rng_state(state)
 
     fake = env.fake_tensordict()
     if tensordict is not None:

@@ -7,6 +7,7 @@ from typing import Any, Callable, Sequence
 import torch
 from torch import nn
 from tdict import TensorDict, TensorDictBase
+from tdict.seeding import check_seed, next_seed
 from tdict.specs import Categorical, Composite, Unbounded
 
 from ._env_keys import EnvKeys, _root_of, any_done, spec_shape_error
@@ -20,12 +21,6 @@ _OUTPUT = ("full_observation_spec", "full_reward_spec", "full_done_spec")
 _INPUT = ("full_state_spec", "full_action_spec")
 
 
-def _next_seed(seed: int) -> int:
-    """A deterministic follow-up seed (what ``set_seed`` returns for the next env)."""
-    gen = torch.Generator().manual_seed(int(seed) % (2**63))
-    return int(torch.randint(0, 2**32 - 1, (), generator=gen))
-
-
 class EnvBase(GeneratorState, nn.Module):
     """Base class of all environments: specs describe the data, ``_reset``/``_step`` produce it.
 
@@ -37,7 +32,9 @@ class EnvBase(GeneratorState, nn.Module):
       of a batched env) or parameters (stateless envs).
     - ``_step(tensordict) -> TensorDict``: reads the action, returns the next observation, reward
       and done flags (``done``, ``terminated``, and ``truncated`` when declared).
-    - ``_set_seed(seed)``.
+    - ``_set_seed(seed)``: seeds the env's random stream (its ``torch.Generator``); ``set_seed`` then
+      returns ``seed + 1``, the next env's seed (the convention of :mod:`tdict.seeding`). An env
+      with several streams overrides ``_seed_streams`` instead.
 
     Per-step scalars (reward, done flags) have the batch shape with no trailing dim.
 
@@ -70,6 +67,8 @@ class EnvBase(GeneratorState, nn.Module):
         ...     def _set_seed(self, seed):
         ...         pass
         >>> env = Counter()
+        >>> env.set_seed(3)  # one random stream: the next env gets seed 4
+        4
         >>> rollout = env.rollout(5, lambda td: td.set("action", torch.ones(1)))
         >>> rollout["next", "count"].squeeze(-1).tolist()
         [1.0, 2.0, 3.0]
@@ -312,13 +311,26 @@ class EnvBase(GeneratorState, nn.Module):
     def _set_seed(self, seed: int | None) -> None:
         raise NotImplementedError(f"{type(self).__name__} must implement _set_seed(seed).")
 
+    def _seed_streams(self, seed: int | None) -> int | None:
+        """Seeds every random stream of the env from ``seed``; returns the seed that follows them.
+
+        One stream by default (``_set_seed(seed)``, then ``seed + 1``). An env made of seeded parts (a
+        transformed env, a batched env) seeds them in turn (:func:`tdict.seeding.chain_seeds`).
+        """
+        self._set_seed(seed)
+        return None if seed is None else next_seed(seed)
+
     # ------------------------------------------------------------------ the contract
     def set_seed(self, seed: int | None = None, static_seed: bool = False) -> int | None:
-        """Seeds the env and returns the seed the next env should use (unless ``static_seed``)."""
-        self._set_seed(seed)
-        if seed is None or static_seed:
-            return seed
-        return _next_seed(seed)
+        """Seeds the env; returns the seed of the next env (the convention of :mod:`tdict.seeding`).
+
+        An env with ``k`` random streams seeds them with ``seed, ..., seed + k - 1`` and returns
+        ``seed + k``: ``seed + 1`` for an env with one generator (TorchRL returns a hashed seed).
+        ``static_seed=True`` returns ``seed`` itself; ``seed=None`` seeds randomly and returns ``None``.
+        """
+        seed = check_seed(f"{type(self).__name__}.set_seed", seed, allow_none=True)
+        following = self._seed_streams(seed)
+        return seed if seed is None or static_seed else following
 
     def reset(self, tensordict: TensorDictBase | None = None, **kwargs: Any) -> TensorDictBase:
         """Starts new episodes; returns the first step's root entries (observation, done flags...).
@@ -468,14 +480,19 @@ class EnvBase(GeneratorState, nn.Module):
             trust_policy=trust_policy,
         )
 
-    def rand_action(self, tensordict: TensorDictBase | None = None) -> TensorDictBase:
-        """Writes a random action (from the action spec) into ``tensordict`` (a new one if None)."""
+    def rand_action(
+        self, tensordict: TensorDictBase | None = None, *, generator: torch.Generator | None = None
+    ) -> TensorDictBase:
+        """Writes a random action (from the action spec) into ``tensordict`` (a new one if None).
+
+        With ``generator`` the action is drawn from it and torch's global generator is left alone.
+        """
         keys = self._keys()
         if tensordict is None:
             tensordict = TensorDict.unchecked({}, self._batch_size, self._device)
         extra = tensordict.batch_size[: tensordict.batch_dims - keys.batch_dims]
         for key, spec in keys.action_specs:
-            tensordict.set(key, spec.rand(extra))
+            tensordict.set(key, spec.rand(extra, generator=generator))
         return tensordict
 
     def rand_step(self, tensordict: TensorDictBase | None = None) -> TensorDictBase:

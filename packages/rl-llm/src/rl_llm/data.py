@@ -26,6 +26,7 @@ from typing import Any
 
 import torch
 from tdict import NonTensorStack, TensorDict, is_leaf_nontensor, lazy_stack
+from tdict.validation import check_positive_int
 
 __all__ = [
     "PROMPT_MASK",
@@ -253,8 +254,7 @@ def repeat_prompts(tensordict: TensorDict, group_size: int) -> TensorDict:
         >>> repeat_prompts(td, 3)["tokens", "prompt"].flatten().tolist()
         [1, 1, 1, 2, 2, 2]
     """
-    if not isinstance(group_size, int) or group_size < 1:
-        raise ValueError(f"repeat_prompts: group_size must be a positive int, got {group_size!r}.")
+    check_positive_int("repeat_prompts", "group_size", group_size)
     if tensordict.batch_dims != 1:
         raise ValueError(
             f"repeat_prompts: expected a batch of one dim [N], got batch_size {tuple(tensordict.batch_size)}."

@@ -7,6 +7,7 @@ from typing import Any
 import torch
 from tdict import is_tensor_collection
 from tdict import NestedKey
+from tdict.validation import check_one_of
 
 from .writers import Writer
 
@@ -60,8 +61,7 @@ class TensorDictMaxValueWriter(Writer):
 
     def __init__(self, rank_key: NestedKey | None = None, reduction: str = "sum") -> None:
         super().__init__()
-        if reduction not in _REDUCTIONS:
-            raise ValueError(f"TensorDictMaxValueWriter: reduction must be one of {_REDUCTIONS}, got {reduction!r}.")
+        check_one_of("TensorDictMaxValueWriter", "reduction", reduction, _REDUCTIONS)
         self._rank_key = ("next", "reward") if rank_key is None else rank_key
         self._reduction = reduction
         self._state = torch.zeros(3, dtype=torch.int64)  # [cursor, write count, stored items]
@@ -237,10 +237,7 @@ class TensorDictMaxValueWriter(Writer):
             )
         cursor, write_count = int(state["cursor"]), int(state["write_count"])  # read all before changing anything
         reduction = state.get("reduction", self._reduction)
-        if reduction not in _REDUCTIONS:
-            raise ValueError(
-                f"TensorDictMaxValueWriter.load_state_dict: reduction must be one of {_REDUCTIONS}, got {reduction!r}."
-            )
+        check_one_of("TensorDictMaxValueWriter.load_state_dict", "reduction", reduction, _REDUCTIONS)
         key = state.get("rank_key", self._rank_key)
         self._rank_key = tuple(key) if isinstance(key, list) else key
         self._reduction = reduction

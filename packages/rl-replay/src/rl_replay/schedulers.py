@@ -5,6 +5,8 @@ from __future__ import annotations
 import math
 from typing import Any, Callable
 
+from tdict.validation import check_positive_int
+
 __all__ = ["ParameterScheduler", "LambdaScheduler", "LinearScheduler", "StepScheduler", "SchedulerList"]
 
 
@@ -98,8 +100,7 @@ class LinearScheduler(ParameterScheduler):
 
     def __init__(self, obj: Any, param_name: str, final_value: float, num_steps: int) -> None:
         super().__init__(obj, param_name)
-        if not isinstance(num_steps, int) or num_steps < 1:
-            raise ValueError(f"LinearScheduler: num_steps must be a positive int, got {num_steps!r}.")
+        check_positive_int("LinearScheduler", "num_steps", num_steps)
         self.final_val = final_value
         self.num_steps = num_steps
         self._delta = (final_value - self.initial_val) / num_steps
@@ -146,8 +147,7 @@ class StepScheduler(ParameterScheduler):
         super().__init__(obj, param_name, min_value, max_value)
         if mode not in ("multiplicative", "additive"):
             raise ValueError(f"StepScheduler: mode must be 'multiplicative' or 'additive', got {mode!r}.")
-        if not isinstance(n_steps, int) or n_steps < 1:
-            raise ValueError(f"StepScheduler: n_steps must be a positive int, got {n_steps!r}.")
+        check_positive_int("StepScheduler", "n_steps", n_steps)
         self.gamma = gamma
         self.n_steps = n_steps
         self.mode = mode

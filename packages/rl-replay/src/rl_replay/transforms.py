@@ -13,6 +13,7 @@ from typing import Sequence
 import torch
 from tdict import TensorDictBase
 from tdict import NestedKey
+from tdict.validation import check_positive_int
 
 __all__ = ["MultiStepTransform", "RandomCropTensorDict"]
 
@@ -168,8 +169,7 @@ class MultiStepTransform:
 
     @n_steps.setter
     def n_steps(self, value: int) -> None:
-        if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-            raise ValueError(f"MultiStepTransform: n_steps must be an int >= 1, got {value!r}.")
+        check_positive_int("MultiStepTransform", "n_steps", value)
         self._n_steps = value
 
     def __call__(self, data: TensorDictBase) -> TensorDictBase:
@@ -245,8 +245,7 @@ class RandomCropTensorDict:
         *,
         generator: torch.Generator | None = None,
     ) -> None:
-        if not isinstance(sub_seq_len, int) or isinstance(sub_seq_len, bool) or sub_seq_len < 1:
-            raise ValueError(f"RandomCropTensorDict: sub_seq_len must be an int >= 1, got {sub_seq_len!r}.")
+        check_positive_int("RandomCropTensorDict", "sub_seq_len", sub_seq_len)
         self.sub_seq_len = sub_seq_len
         self.sample_dim = sample_dim
         self.mask_key = mask_key

@@ -21,6 +21,7 @@ import math
 from typing import Any
 
 import torch
+from tdict.validation import check_positive_int
 
 __all__ = ["SumTree", "MinTree"]
 
@@ -48,8 +49,7 @@ class _SegmentTree:
         *,
         arity: int = 32,
     ) -> None:
-        if not isinstance(capacity, int) or isinstance(capacity, bool) or capacity < 1:
-            raise ValueError(f"{type(self).__name__}: capacity must be a positive int, got {capacity!r}.")
+        check_positive_int(type(self).__name__, "capacity", capacity)
         if not isinstance(arity, int) or isinstance(arity, bool) or arity < 2:
             raise ValueError(f"{type(self).__name__}: arity must be an int >= 2, got {arity!r}.")
         if not dtype.is_floating_point:

@@ -1,5 +1,9 @@
 """The core SerialEnv and ParallelEnv share: env factories, expanded specs, the preallocated buffer, seeding.
 
+Seeding follows :mod:`tdict.seeding`: the workers are seeded in turn, each with the seed the previous
+one's ``set_seed`` returned, so worker ``i`` gets ``seed + i`` when every sub-env has one random
+stream, and no two streams share a seed when sub-envs have several.
+
 A batched env of ``num_workers`` sub-envs of batch size ``B`` has batch size ``[num_workers, *B]``.
 Its buffer is ``fake_tensordict()`` (every declared key, zero-filled) plus the ``"_reset"`` masks.
 A step writes the root inputs into the buffer, lets each sub-env step on its slice, and returns a
@@ -13,6 +17,7 @@ from typing import Any
 
 import torch
 from tdict import TensorDict, TensorDictBase
+from tdict.validation import check_positive_int
 
 from .._env_keys import _leaf_name, _root_of
 from ..env_base import SPEC_NAMES, EnvBase
@@ -102,8 +107,7 @@ class BatchedEnvBase(EnvBase):
         serial_for_single: bool = False,
     ) -> None:
         owner = type(self).__name__
-        if isinstance(num_workers, bool) or not isinstance(num_workers, int) or num_workers < 1:
-            raise ValueError(f"{owner}: num_workers must be an int >= 1, got {num_workers!r}.")
+        check_positive_int(owner, "num_workers", num_workers)
         creators = _make_creators(num_workers, create_env_fn, create_env_kwargs, owner)
         meta = _check_same_specs(creators, owner)
         super().__init__(device=meta.device, batch_size=(num_workers, *meta.batch_size))
@@ -267,23 +271,18 @@ class BatchedEnvBase(EnvBase):
             return TensorDict.unchecked({}, self.batch_size, self.device)
         return self._output(written, "root")
 
-    def set_seed(self, seed: int | None = None, static_seed: bool = False) -> int | None:
-        """Seeds worker ``i`` with ``seed + i``; returns ``seed + num_workers`` (``seed`` with ``static_seed``).
+    def _seed_streams(self, seed: int | None) -> int | None:
+        """Seeds the workers in turn, each with the seed the previous one's ``set_seed`` returned.
 
-        TorchRL chains the seeds instead: each worker gets the seed that the previous worker's
-        ``set_seed`` returned. ``seed=None`` seeds every worker randomly.
+        Worker ``i`` gets ``seed + i`` and ``seed + num_workers`` is returned when every sub-env has one
+        random stream (``set_seed``; ``seed=None`` seeds every worker randomly).
         """
-        if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
-            raise TypeError(f"{type(self).__name__}.set_seed: seed must be an int or None, got {type(seed).__name__}.")
-        self._set_seed(seed)
-        if seed is None or static_seed:
-            return seed
-        return seed + self.num_workers
-
-    def _set_seed(self, seed: int | None) -> None:
         if self._buffer is None:
             self.start()
-        self._run_seed([None if seed is None else seed + i for i in range(self.num_workers)])
+        return self._run_seed(seed)
+
+    def _set_seed(self, seed: int | None) -> None:
+        self._seed_streams(seed)
 
     # ------------------------------------------------------------------ how the sub-envs run (subclasses)
     def _start_runners(self, buffer: TensorDictBase, layout: BufferLayout) -> None:
@@ -298,5 +297,6 @@ class BatchedEnvBase(EnvBase):
     def _run_reset(self, need: list, keys: tuple, with_mask: bool, kwargs: dict) -> tuple:
         raise NotImplementedError(f"{type(self).__name__} must implement how its sub-envs run.")
 
-    def _run_seed(self, seeds: list) -> None:
+    def _run_seed(self, seed: int | None) -> int | None:
+        """Seeds the sub-envs in turn (:func:`tdict.seeding.chain_seeds`); returns the seed after the last."""
         raise NotImplementedError(f"{type(self).__name__} must implement how its sub-envs run.")

@@ -10,7 +10,7 @@ Pipe protocol (parent -> worker; every command gets exactly one reply):
   of the buffer (``None``: the same keys as last time); ``written``: the ``"next"`` keys the env
   wrote (``None``: the same as last time). Tensors never travel through the pipe.
 - ``("reset", keys, with_mask, kwargs)`` -> ``("reset", written)``.
-- ``("seed", seed)`` -> ``("seeded", None)``.
+- ``("seed", seed)`` -> ``("seeded", next_seed)``: what the env's ``set_seed(seed)`` returned.
 - ``("close",)`` -> the worker closes its env and exits (no reply).
 
 The worker first sends ``("ready", None)``. A worker that raises sends ``("error", traceback)`` and
@@ -88,8 +88,9 @@ class EnvRunner:
         out = self.env.reset(td, **kwargs)
         return self._write(self.reset_dests, out, "reset")
 
-    def seed(self, seed: int | None) -> None:
-        self.env.set_seed(seed)
+    def seed(self, seed: int | None) -> int | None:
+        """Seeds the env; returns the next seed (what its ``set_seed`` returned)."""
+        return self.env.set_seed(seed)
 
     def _write(self, dests: tuple, out: TensorDictBase, what: str) -> tuple:
         check = what not in self._checked  # shapes and dtypes are checked once, not on the hot path
@@ -153,8 +154,7 @@ def worker_main(
             elif command == "reset":
                 conn.send(("reset", runner.reset(message[1], message[2], message[3])))
             elif command == "seed":
-                runner.seed(message[1])
-                conn.send(("seeded", None))
+                conn.send(("seeded", runner.seed(message[1])))
             elif command == "close":
                 return
             else:

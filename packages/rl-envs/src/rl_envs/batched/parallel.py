@@ -18,6 +18,8 @@ from tdict import TensorDictBase
 from ..env_base import EnvBase
 from ..env_creator import EnvCreator
 from tdict.liveness import HeartbeatBoard, check_heartbeat_args
+from tdict.seeding import chain_seeds
+from tdict.validation import check_positive_int
 from ._shared import BatchedEnvBase
 from ._worker import BufferLayout, EnvRunner, worker_main
 
@@ -256,8 +258,9 @@ class ParallelEnv(BatchedEnvBase):
             counts as hung (default 20 s: a stuck worker surfaces within about 21 s); ``None`` turns
             the check off (for steps that wait a long time on something outside the process).
 
-    Seeding: ``set_seed(seed)`` seeds worker ``i`` with ``seed + i`` and returns ``seed + num_workers``
-    (TorchRL chains the seeds each sub-env's ``set_seed`` returns instead).
+    Seeding (:mod:`tdict.seeding`): the workers are seeded in turn, each with the seed the previous
+    one's ``set_seed`` returned: with one random stream per sub-env, worker ``i`` gets ``seed + i`` and
+    ``set_seed(seed)`` returns ``seed + num_workers``.
 
     Examples:
         >>> from rl_envs import PendulumEnv
@@ -295,8 +298,7 @@ class ParallelEnv(BatchedEnvBase):
         if worker_timeout is not None and not worker_timeout > 0:
             raise ValueError(f"ParallelEnv: worker_timeout must be > 0 seconds or None, got {worker_timeout!r}.")
         check_heartbeat_args("ParallelEnv", heartbeat_interval, heartbeat_timeout)
-        if num_sub_threads is not None and (not isinstance(num_sub_threads, int) or num_sub_threads < 1):
-            raise ValueError(f"ParallelEnv: num_sub_threads must be an int >= 1 or None, got {num_sub_threads!r}.")
+        check_positive_int("ParallelEnv", "num_sub_threads", num_sub_threads, allow_none=True)
         super().__init__(num_workers, create_env_fn, create_env_kwargs, serial_for_single=serial_for_single)
         self.mp_start_method = mp_start_method or mp.get_start_method()
         self.daemon = daemon
@@ -378,11 +380,16 @@ class ParallelEnv(BatchedEnvBase):
         replies = pool.gather(indices, "reset")
         return replies[indices[0]][1] if indices else ()
 
-    def _run_seed(self, seeds: list) -> None:
+    def _run_seed(self, seed: int | None) -> int | None:
         pool = self._live_pool()
         if pool is None:
-            self._local[0].seed(seeds[0])
-            return
-        for i, seed in enumerate(seeds):
-            pool.send(i, ("seed", seed))
-        pool.gather(range(self.num_workers), "seeded")
+            return self._local[0].seed(seed)
+
+        def seed_worker(i: int) -> Callable[[int | None], int | None]:
+            def run(seed: int | None) -> int | None:
+                pool.send(i, ("seed", seed))
+                return pool.gather([i], "seeded")[i][1]
+
+            return run
+
+        return chain_seeds(seed, [seed_worker(i) for i in range(self.num_workers)])

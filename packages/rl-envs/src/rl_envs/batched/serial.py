@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 
 from tdict import TensorDictBase
+from tdict.seeding import chain_seeds
 
 from ..env_base import EnvBase
 from ..env_creator import EnvCreator
@@ -31,8 +32,9 @@ class SerialEnv(BatchedEnvBase):
         create_env_kwargs: keyword arguments for the factory: a dict, or one dict per worker.
         serial_for_single: accepted for TorchRL compatibility (a SerialEnv always runs in-process).
 
-    Seeding: ``set_seed(seed)`` seeds worker ``i`` with ``seed + i`` and returns ``seed + num_workers``
-    (TorchRL chains the seeds each sub-env's ``set_seed`` returns instead).
+    Seeding (:mod:`tdict.seeding`): the sub-envs are seeded in turn, each with the seed the previous
+    one's ``set_seed`` returned: with one random stream per sub-env, worker ``i`` gets ``seed + i`` and
+    ``set_seed(seed)`` returns ``seed + num_workers``.
 
     Examples:
         >>> from rl_envs import PendulumEnv
@@ -85,6 +87,5 @@ class SerialEnv(BatchedEnvBase):
                 written = runner.reset(keys, with_mask, kwargs)
         return written
 
-    def _run_seed(self, seeds: list) -> None:
-        for runner, seed in zip(self._runners, seeds):
-            runner.seed(seed)
+    def _run_seed(self, seed: int | None) -> int | None:
+        return chain_seeds(seed, [runner.seed for runner in self._runners])

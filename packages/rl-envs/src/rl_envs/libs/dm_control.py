@@ -136,8 +136,8 @@ class DMControlWrapper(EnvBase):
     Examples:
         >>> from dm_control import suite
         >>> env = DMControlWrapper(suite.load("cartpole", "swingup"))
-        >>> env.set_seed(0)
-        608416988
+        >>> env.set_seed(0)  # the task's RandomState: one stream, the next env's seed is 1
+        1
         >>> rollout = env.rollout(5)
         >>> rollout["position"].shape, rollout["next", "reward"].shape, rollout["action"].dtype
         (torch.Size([5, 3]), torch.Size([5]), torch.float64)

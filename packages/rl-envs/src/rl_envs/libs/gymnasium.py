@@ -18,6 +18,7 @@ from typing import Any
 
 import torch
 from tdict import TensorDict, TensorDictBase
+from tdict.seeding import next_seed
 from tdict.specs import Categorical, Composite, TensorSpec, Unbounded
 
 from ..env_base import EnvBase
@@ -203,8 +204,8 @@ class GymWrapper(EnvBase):
     Examples:
         >>> import gymnasium as gym
         >>> env = GymWrapper(gym.make("Pendulum-v1"))
-        >>> env.set_seed(0)
-        608416988
+        >>> env.set_seed(0)  # the next reset uses seed 0; a vector env of N sub-envs returns 0 + N
+        1
         >>> rollout = env.rollout(5)
         >>> rollout["observation"].shape, rollout["next", "reward"].shape, rollout["action"].dtype
         (torch.Size([5, 3]), torch.Size([5]), torch.float32)
@@ -392,6 +393,11 @@ class GymWrapper(EnvBase):
         if seed is not None:
             self._env.action_space.seed(int(seed))
 
+    def _seed_streams(self, seed: int | None) -> int | None:
+        """One stream, or ``num_envs`` for a vector env (gymnasium seeds its sub-env ``i`` with ``seed + i``)."""
+        self._set_seed(seed)
+        return None if seed is None else next_seed(seed, self._env.num_envs if self._is_vector else 1)
+
     def _reset(self, tensordict: TensorDictBase | None = None, **kwargs: Any) -> TensorDictBase:
         seed = kwargs.pop("seed", None)
         options = kwargs.pop("options", None)
@@ -577,7 +583,7 @@ class GymEnv(GymWrapper):
     Examples:
         >>> env = GymEnv("CartPole-v1", categorical_action_encoding=True)
         >>> env.set_seed(0)
-        608416988
+        1
         >>> td = env.rollout(3)
         >>> td["action"].shape, td["next", "terminated"].dtype
         (torch.Size([3]), torch.bool)

@@ -31,6 +31,7 @@ from tdict.specs import (
     StackedComposite,
     Unbounded,
 )
+from tdict.validation import check_positive_int
 
 from ..env_base import EnvBase
 from ._marl import (
@@ -499,12 +500,10 @@ class VmasEnv(VmasWrapper):
             raise TypeError(
                 f"VmasEnv: scenario must be a scenario name or a vmas BaseScenario instance, got {scenario!r}."
             )
-        if isinstance(num_envs, bool) or not isinstance(num_envs, int) or num_envs < 1:
-            raise ValueError(f"VmasEnv: num_envs must be a positive int, got {num_envs!r}.")
+        check_positive_int("VmasEnv", "num_envs", num_envs)
         if not isinstance(continuous_actions, bool):
             raise TypeError(f"VmasEnv: continuous_actions must be a bool, got {continuous_actions!r}.")
-        if max_steps is not None and (isinstance(max_steps, bool) or not isinstance(max_steps, int) or max_steps < 1):
-            raise ValueError(f"VmasEnv: max_steps must be a positive int or None, got {max_steps!r}.")
+        check_positive_int("VmasEnv", "max_steps", max_steps, allow_none=True)
         if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
             raise TypeError(f"VmasEnv: seed must be an int or None, got {seed!r}.")
         if not isinstance(categorical_actions, bool):

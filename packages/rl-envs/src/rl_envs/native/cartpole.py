@@ -7,6 +7,7 @@ from typing import Any, Sequence
 
 import torch
 from tdict import TensorDict, TensorDictBase
+from tdict.seeding import make_generator
 from tdict.specs import Bounded, Categorical, Composite, OneHot, Unbounded
 
 from ..env_base import EnvBase
@@ -122,8 +123,7 @@ class CartPoleEnv(EnvBase):
             )
         super().__init__(device=device, batch_size=batch_size, validate_actions=validate_actions)
         self.categorical_action_encoding = categorical_action_encoding
-        self._rng = torch.Generator(device=self.device or "cpu")
-        self._set_seed(seed)
+        self._rng = make_generator(seed, self.device, owner="CartPoleEnv")
         self._consts = _Constants(self.device)
         self._make_specs()
 
@@ -210,4 +210,4 @@ class CartPoleEnv(EnvBase):
         )
 
     def _set_seed(self, seed: int | None) -> None:
-        self._rng.manual_seed(int(torch.empty((), dtype=torch.int64).random_()) if seed is None else int(seed))
+        self._rng = make_generator(seed, self._rng.device)  # None: a seed drawn from torch's global generator

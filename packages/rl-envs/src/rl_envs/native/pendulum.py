@@ -7,6 +7,7 @@ from typing import Any, Sequence
 
 import torch
 from tdict import TensorDict, TensorDictBase
+from tdict.seeding import make_generator
 from tdict.specs import Bounded, Categorical, Composite, Unbounded
 
 from ..env_base import EnvBase
@@ -95,8 +96,7 @@ class PendulumEnv(EnvBase):
             raise TypeError(f"PendulumEnv: unknown parameters {sorted(unknown)}; expected some of {sorted(_DEFAULTS)}.")
         super().__init__(device=device, batch_size=batch_size)
         self._params = {**_DEFAULTS, **{k: float(v) for k, v in params.items()}}
-        self._rng = torch.Generator(device=self.device or "cpu")
-        self._rng.manual_seed(int(torch.empty((), dtype=torch.int64).random_()) if seed is None else seed)
+        self._rng = make_generator(seed, self.device, owner="PendulumEnv")
         self._default_params = self.gen_params(self.batch_size)["params"]
         self._default_g = self._default_params["g"]
         self._known_params: list = [None, None]  # the last "g" found by value to be the env's own / another
@@ -229,4 +229,4 @@ class PendulumEnv(EnvBase):
         return self
 
     def _set_seed(self, seed: int | None) -> None:
-        self._rng.manual_seed(int(torch.empty((), dtype=torch.int64).random_()) if seed is None else int(seed))
+        self._rng = make_generator(seed, self._rng.device)  # None: a seed drawn from torch's global generator

@@ -9,6 +9,7 @@ import torch
 from torch import nn
 from tdict import TensorDictBase
 from tdict import NestedKey
+from tdict.seeding import chain_seeds
 from tdict.specs import Composite
 
 if TYPE_CHECKING:
@@ -77,6 +78,14 @@ class Transform(nn.Module):
         """Whether the transform keeps no per-step state outside the tensordict and its ``state_dict``
         (a transform holding such state in non-persistent buffers, e.g. ``CatFrames``, is not)."""
         return all(not m._non_persistent_buffers_set for m in self.modules())
+
+    def set_seed(self, seed: int | None) -> int | None:
+        """Seeds the transform's random streams; returns the seed after them (:mod:`tdict.seeding`).
+
+        A transformed env calls it after seeding its base env, with the seed the base env returned.
+        A transform that draws nothing (the default) hands ``seed`` on unchanged.
+        """
+        return seed
 
     # ------------------------------------------------------------------ keys
     @property
@@ -332,6 +341,10 @@ class Compose(Transform):
                 raise TypeError(f"Compose takes Transform instances, got {type(t).__name__}.")
             t.set_container(self)
         self.transforms = nn.ModuleList(transforms)
+
+    def set_seed(self, seed: int | None) -> int | None:
+        """Seeds the transforms in turn, each with the seed the previous one returned."""
+        return chain_seeds(seed, [t.set_seed for t in self.transforms])
 
     def _call(self, next_tensordict: TensorDictBase) -> TensorDictBase:
         for t in self.transforms:

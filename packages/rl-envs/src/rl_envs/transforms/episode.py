@@ -11,6 +11,8 @@ import torch
 from tdict import TensorDictBase
 from tdict import NestedKey
 from tdict.specs import Bounded, Categorical, Composite, Unbounded
+from tdict.seeding import make_generator, next_seed
+from tdict.validation import check_unit_interval
 
 from ._episode_utils import _ENV_ONLY, _join, _mask, _need_parent, _prefix
 from .._generator_state import GeneratorState
@@ -210,7 +212,8 @@ class RandomTruncationTransform(GeneratorState, Transform):
     reset every sub-env gets a horizon uniform in ``[1, max_horizon]``; on later resets of a sub-env,
     with probability ``prob`` (``first_episode_prob`` for its first later episode) a horizon uniform in
     ``[min_horizon, max_horizon]``, else ``max_horizon``. When ``step_count`` reaches the horizon,
-    ``truncated`` and ``done`` are set. Draws use the transform's generator (``seed``).
+    ``truncated`` and ``done`` are set. Draws use the transform's generator (``seed``), one random
+    stream: a transformed env seeds it after its base env (``set_seed``).
 
     Args:
         min_horizon: smallest random horizon (inclusive).
@@ -218,12 +221,14 @@ class RandomTruncationTransform(GeneratorState, Transform):
         prob: probability of a random horizon on each later reset.
         first_episode_prob: probability for the first episode after the initial spread (default ``prob``).
         step_count_key, truncated_key, done_key: the entries read and written.
-        seed: seed of the transform's generator.
+        seed: seed of the transform's generator (``None``: drawn from torch's global generator).
 
     Examples:
         >>> from rl_envs import PendulumEnv, StepCounter, TransformedEnv
         >>> env = TransformedEnv(PendulumEnv(batch_size=[4]),
         ...                      Compose(StepCounter(), RandomTruncationTransform(2, 5, prob=1.0, seed=0)))
+        >>> env.set_seed(0)  # the env's generator gets 0, the transform's 1
+        2
         >>> r = env.rollout(20, break_when_any_done=False)
         >>> bool((r["next", "step_count"] <= 5).all())
         True
@@ -243,8 +248,7 @@ class RandomTruncationTransform(GeneratorState, Transform):
     ) -> None:
         first_episode_prob = prob if first_episode_prob is None else first_episode_prob
         for name, p in (("prob", prob), ("first_episode_prob", first_episode_prob)):
-            if not 0.0 <= p <= 1.0:
-                raise ValueError(f"RandomTruncationTransform: {name} must be in [0, 1], got {p}.")
+            check_unit_interval("RandomTruncationTransform", name, p)
         if min_horizon < 1 or max_horizon < min_horizon:
             raise ValueError(
                 f"RandomTruncationTransform: need 1 <= min_horizon <= max_horizon, got {min_horizon}, {max_horizon}."
@@ -253,11 +257,14 @@ class RandomTruncationTransform(GeneratorState, Transform):
         self.min_horizon, self.max_horizon = int(min_horizon), int(max_horizon)
         self.prob, self.first_episode_prob = float(prob), float(first_episode_prob)
         self.step_count_key, self.truncated_key, self.done_key = step_count_key, truncated_key, done_key
-        self.generator = torch.Generator()
-        if seed is not None:
-            self.generator.manual_seed(seed)
+        self.generator = make_generator(seed, owner="RandomTruncationTransform")
         self.register_buffer("_horizons", None, persistent=False)
         self.register_buffer("_first_episode", None, persistent=False)
+
+    def set_seed(self, seed: int | None) -> int | None:
+        """Seeds the transform's generator with ``seed`` (one stream); returns ``seed + 1``."""
+        self.generator = make_generator(seed, owner="RandomTruncationTransform.set_seed")
+        return None if seed is None else next_seed(seed)
 
     def _draw(self, n: int, prob: torch.Tensor) -> torch.Tensor:
         h = torch.randint(self.min_horizon, self.max_horizon + 1, (n,), generator=self.generator)

@@ -12,6 +12,7 @@ from typing import Any, Sequence
 import torch
 import torch.nn.functional as F
 from tdict import NestedKey
+from tdict.validation import check_one_of
 
 from .elementwise import _MapTransform, map_spec
 
@@ -131,8 +132,7 @@ class Resize(_MapTransform):
         if int(w) < 1 or int(h) < 1:
             raise ValueError(f"Resize: w and h must be >= 1, got w={w}, h={h}.")
         interpolation = str(getattr(interpolation, "value", interpolation))
-        if interpolation not in _INTERPOLATIONS:
-            raise ValueError(f"Resize: interpolation must be one of {_INTERPOLATIONS}, got {interpolation!r}.")
+        check_one_of("Resize", "interpolation", interpolation, _INTERPOLATIONS)
         super().__init__(_image_keys(in_keys), out_keys)
         self._check_pairs(self.in_keys, self.out_keys, "in")
         self.w, self.h = int(w), int(h)

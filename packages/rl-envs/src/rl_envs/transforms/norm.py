@@ -9,6 +9,7 @@ import torch
 from tdict import TensorDict, TensorDictBase
 from tdict import NestedKey
 from tdict.specs import Bounded, Composite, Unbounded
+from tdict.validation import check_positive, check_unit_interval
 
 from .base import Compose, Transform
 
@@ -498,12 +499,9 @@ class NormalizeReward(Transform):
         in_keys: Sequence[NestedKey] | None = None,
         done_key: NestedKey | None = None,
     ) -> None:
-        if not 0.0 <= float(gamma) <= 1.0:
-            raise ValueError(f"NormalizeReward: gamma must be in [0, 1], got {gamma!r}.")
-        if not float(eps) > 0.0:
-            raise ValueError(f"NormalizeReward: eps must be > 0, got {eps!r}.")
-        if clip is not None and not float(clip) > 0.0:
-            raise ValueError(f"NormalizeReward: clip must be > 0 or None, got {clip!r}.")
+        check_unit_interval("NormalizeReward", "gamma", gamma)
+        check_positive("NormalizeReward", "eps", eps)
+        check_positive("NormalizeReward", "clip", clip, allow_none=True)
         super().__init__(in_keys=in_keys if in_keys is not None else ["reward"])
         if len(self.in_keys) != 1:
             raise ValueError(f"NormalizeReward: one reward key per transform, got in_keys={self.in_keys}.")

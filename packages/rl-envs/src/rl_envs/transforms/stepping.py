@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import torch
 from tdict import TensorDictBase
+from tdict.seeding import make_generator, next_seed
 
 from ..mdp import step_mdp
 from ._episode_utils import _ENV_ONLY, _need_parent
@@ -19,15 +20,16 @@ class NoopResetEnv(GeneratorState, Transform):
     """After each reset, takes a random number of random-action steps in the parent env (Atari-style
     no-op starts) and returns the state reached.
 
-    The number of steps is drawn from ``[0, noops)`` (``random=True``) with the transform's own
-    generator (``seed``), or is ``noops``. If the env is done during the no-ops it is reset and the
+    The number of steps is drawn from ``[0, noops)`` (``random=True``), or is ``noops``; it and the
+    random actions come from the transform's own generator (``seed``: one random stream, which a
+    transformed env seeds after its base env). If the env is done during the no-ops it is reset and the
     no-ops start again (at most 10 tries). Like TorchRL, only envs with a single instance (batch
     ``[]`` or one element) are supported: a batched env cannot step only the sub-envs being reset.
 
     Args:
         noops: upper bound (or exact number) of no-op steps.
         random: draw the number of steps.
-        seed: seed of the generator used to draw it.
+        seed: seed of the generator used to draw it (``None``: drawn from torch's global generator).
 
     Examples:
         >>> from rl_envs import PendulumEnv, StepCounter, TransformedEnv
@@ -43,9 +45,12 @@ class NoopResetEnv(GeneratorState, Transform):
             raise ValueError(f"NoopResetEnv: noops must be >= 1 (>= 0 with random=False), got {noops}.")
         super().__init__()
         self.noops, self.random = int(noops), random
-        self.generator = torch.Generator()
-        if seed is not None:
-            self.generator.manual_seed(seed)
+        self.generator = make_generator(seed, owner="NoopResetEnv")
+
+    def set_seed(self, seed: int | None) -> int | None:
+        """Seeds the transform's generator with ``seed`` (one stream); returns ``seed + 1``."""
+        self.generator = make_generator(seed, owner="NoopResetEnv.set_seed")
+        return None if seed is None else next_seed(seed)
 
     def _reset(self, tensordict: TensorDictBase | None, tensordict_reset: TensorDictBase) -> TensorDictBase:
         parent = _need_parent(self)
@@ -61,7 +66,7 @@ class NoopResetEnv(GeneratorState, Transform):
             td = tensordict_reset.copy()
             done = False
             for _ in range(noops):
-                td = parent.rand_step(td)
+                td = parent.step(parent.rand_action(td, generator=self.generator))
                 done = any(
                     bool(td.get(("next", k) if isinstance(k, str) else ("next", *k)).any()) for k in keys.stop_keys
                 )

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any, Sequence
 
 from tdict import TensorDictBase
+from tdict.seeding import chain_seeds
 from tdict.specs import Composite
 
 from ..env_base import _INPUT, _OUTPUT, EnvBase, carry_next_preset
@@ -146,8 +147,12 @@ class TransformedEnv(EnvBase):
         # the policy's "next" entries join the base env's output before the transforms see it
         return transform._step(tensordict, carry_next_preset(tensordict, base._step(inner)))
 
+    def _seed_streams(self, seed: int | None) -> int | None:
+        """The base env's streams first, then those of the transforms that draw (chain order)."""
+        return chain_seeds(seed, [self.base_env.set_seed, self.transform.set_seed])
+
     def _set_seed(self, seed: int | None) -> None:
-        self.base_env._set_seed(seed)
+        self._seed_streams(seed)
 
     def close(self) -> None:
         self.transform.close()

@@ -10,6 +10,7 @@ import torch
 from tdict import TensorDictBase
 from tdict import NestedKey
 from tdict.files import atomic_write_to
+from tdict.validation import check_positive, check_positive_int
 
 from .base import Transform
 
@@ -93,12 +94,9 @@ class VideoRecorder(Transform):
         format: str | None = None,
     ) -> None:
         super().__init__(in_keys=["pixels"] if in_keys is None else in_keys, out_keys=out_keys)
-        if skip is not None and skip < 1:
-            raise ValueError(f"VideoRecorder: skip must be >= 1, got {skip}.")
-        if max_frames is not None and max_frames < 1:
-            raise ValueError(f"VideoRecorder: max_frames must be >= 1, got {max_frames}.")
-        if fps <= 0:
-            raise ValueError(f"VideoRecorder: fps must be > 0, got {fps}.")
+        check_positive_int("VideoRecorder", "skip", skip, allow_none=True)
+        check_positive_int("VideoRecorder", "max_frames", max_frames, allow_none=True)
+        check_positive("VideoRecorder", "fps", fps)
         if format is None:
             suffix = os.path.splitext(os.fspath(path))[1].lower() if path is not None else ""
             format = "gif" if suffix == ".gif" else "mp4"

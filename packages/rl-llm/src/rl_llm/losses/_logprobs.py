@@ -9,14 +9,13 @@ those of the same row run alone without padding.
 
 from __future__ import annotations
 
-import warnings
 
 from collections.abc import Mapping
-from types import SimpleNamespace
 from typing import Any, ClassVar
 
 import torch
-from tdict import unravel_key
+from tdict.nn import TensorKeysMixin
+from tdict.validation import check_positive
 from torch import nn
 
 from ..padding_free import boundaries, run_padding_free
@@ -141,8 +140,7 @@ def response_log_probs(
     # logits at position t predict token t + 1: the response is predicted by positions Lp-1 .. Lp+Lr-2
     logits = logits[:, lp_len - 1 : lp_len - 1 + r_len].float()
     if temperature != 1.0:
-        if not temperature > 0:
-            raise ValueError(f"response_log_probs: temperature must be > 0, got {temperature!r}.")
+        check_positive("response_log_probs", "temperature", temperature)
         logits = logits / temperature
     log_softmax = logits.log_softmax(-1)
     log_probs = log_softmax.gather(-1, response_tokens.unsqueeze(-1)).squeeze(-1)
@@ -257,8 +255,7 @@ def _padding_free_log_probs(
     predicted them (or None); 0 at each sequence's first token and where ``needed`` (``[N]`` bool)
     is false. The output layer runs only at the positions predicting needed tokens (as
     ``logits_to_keep`` does in transformers), unless the model transforms its logits after it."""
-    if not temperature > 0:
-        raise ValueError(f"response_log_probs: temperature must be > 0, got {temperature!r}.")
+    check_positive("response_log_probs", "temperature", temperature)
     if chunk_size is not None and return_entropy:
         raise ValueError("response_log_probs: return_entropy needs the full logits; pass chunk_size=None.")
     device, n = input_ids.device, input_ids.shape[1]
@@ -331,8 +328,9 @@ def aggregate_tokens(values: torch.Tensor, mask: torch.Tensor, aggregation: str)
     raise ValueError(f"aggregation must be one of {AGGREGATIONS}, got {aggregation!r}.")
 
 
-class LLMLossBase(nn.Module):
-    """Base of the LLM losses: a policy wrapper under ``actor_network`` and renamable keys.
+class LLMLossBase(TensorKeysMixin, nn.Module):
+    """Base of the LLM losses: a policy wrapper under ``actor_network`` and renamable keys
+    (``tensor_keys`` and ``set_keys``, from :class:`~tdict.nn.TensorKeysMixin`).
 
     The actor's own ``nn.Parameter`` s are the loss's parameters (no functional copies: LLM losses
     need no target networks), so ``torch.optim.AdamW(loss.parameters())`` trains the model.
@@ -355,32 +353,6 @@ class LLMLossBase(nn.Module):
                 "got a wrapper with generate=True."
             )
         self.actor_network = actor_network
-        self.tensor_keys = SimpleNamespace(**{k: unravel_key(v) for k, v in self.default_keys.items()})
-
-    def set_keys(self, **keys: Any) -> LLMLossBase:
-        """Rename the keys this loss reads or writes.
-
-        Raises:
-            ValueError: naming the unknown names and listing the accepted ones.
-        """
-        for old in sorted(set(keys) & set(self.deprecated_key_names)):
-            new = self.deprecated_key_names[old]
-            warnings.warn(
-                f"{type(self).__name__}.set_keys: {old!r} is deprecated, use {new!r} (TorchRL's name).",
-                DeprecationWarning,
-                stacklevel=2,
-            )
-            keys = {(new if name == old else name): value for name, value in keys.items()}
-        unknown = sorted(set(keys) - set(self.default_keys))
-        if unknown:
-            raise ValueError(
-                f"{type(self).__name__}.set_keys: unknown key name(s) {unknown}; accepted: {sorted(self.default_keys)}."
-            )
-        for name, key in keys.items():
-            if key is None:
-                raise ValueError(f"{type(self).__name__}.set_keys: {name}=None; give a key (str or tuple of str).")
-            setattr(self.tensor_keys, name, unravel_key(key))
-        return self
 
     def _get(self, tensordict: Any, name: str) -> torch.Tensor:
         key = getattr(self.tensor_keys, name)

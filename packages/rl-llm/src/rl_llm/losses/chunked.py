@@ -18,6 +18,7 @@ from __future__ import annotations
 from typing import Any
 
 import torch
+from tdict.validation import check_positive, check_positive_int
 from torch import nn
 
 __all__ = ["lm_hidden_and_head", "token_log_probs_chunked"]
@@ -109,10 +110,8 @@ def token_log_probs_chunked(
         >>> torch.allclose(token_log_probs_chunked(h, w, None, t, chunk_size=3), full, atol=1e-6)
         True
     """
-    if not isinstance(chunk_size, int) or chunk_size < 1:
-        raise ValueError(f"token_log_probs_chunked: chunk_size must be a positive int, got {chunk_size!r}.")
-    if not temperature > 0:
-        raise ValueError(f"token_log_probs_chunked: temperature must be > 0, got {temperature!r}.")
+    check_positive_int("token_log_probs_chunked", "chunk_size", chunk_size)
+    check_positive("token_log_probs_chunked", "temperature", temperature)
     if hidden.shape[:-1] != targets.shape:
         raise ValueError(
             f"token_log_probs_chunked: targets {tuple(targets.shape)} must match hidden's leading shape {tuple(hidden.shape[:-1])}."

@@ -6,6 +6,7 @@ from typing import Any, ClassVar
 
 import torch
 from tdict import TensorDict
+from tdict.validation import check_positive
 from torch import nn
 from torch.nn import functional as F
 
@@ -88,8 +89,7 @@ class DPOLoss(LLMLossBase):
         label_smoothing: float = 0.0,
     ) -> None:
         super().__init__(actor_network)
-        if not beta > 0:
-            raise ValueError(f"DPOLoss: beta must be > 0, got {beta!r}.")
+        check_positive("DPOLoss", "beta", beta)
         if not 0.0 <= label_smoothing < 0.5:
             raise ValueError(f"DPOLoss: label_smoothing must be in [0, 0.5), got {label_smoothing!r}.")
         if ref_network is not None and getattr(ref_network, "generate", False):

@@ -13,6 +13,7 @@ from typing import Any, ClassVar
 
 import torch
 from tdict import TensorDict, unravel_key
+from tdict.validation import check_positive_int
 from torch import nn
 
 from ..data import PROMPT_MASK, PROMPT_TOKENS, RESPONSE_LOG_PROBS, RESPONSE_MASK
@@ -109,8 +110,7 @@ class MCAdvantage(nn.Module):
         prompt_mask_key: Any = PROMPT_MASK,
     ) -> None:
         super().__init__()
-        if not isinstance(grpo_size, int) or grpo_size < 1:
-            raise ValueError(f"MCAdvantage: grpo_size must be a positive int, got {grpo_size!r}.")
+        check_positive_int("MCAdvantage", "grpo_size", grpo_size)
         if group_by not in ("order", "prompt"):
             raise ValueError(f"MCAdvantage: group_by must be 'order' or 'prompt', got {group_by!r}.")
         if unbiased and scale and grpo_size < 2:

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from tdict.seeding import seed_everything
 from torch import nn
 
 from ..data_files import load_rows
@@ -160,8 +161,7 @@ class LLMTrainer:
             )
         # None: padding-free when a probe forward shows the model runs it
         self.padding_free = padding_free_works(model) if args.padding_free is None else args.padding_free
-        torch.manual_seed(args.seed)
-        random.seed(args.seed)
+        seed_everything(args.seed)  # the trainer is the program's entry point: it owns the global generators
         optimizer, scheduler = optimizers
         params = [p for p in model.parameters() if p.requires_grad]
         if not params and optimizer is None:

@@ -12,7 +12,6 @@ key is refused with the list of known ones.
 from __future__ import annotations
 
 import dataclasses
-import math
 import types
 import typing
 from collections.abc import Mapping, Sequence
@@ -21,6 +20,7 @@ from pathlib import Path
 from typing import Any, Optional, Union
 
 import yaml
+from tdict.validation import check_non_negative, check_one_of, check_positive_int
 
 __all__ = ["OPTIMIZERS", "SCHEDULERS", "TrainingConfig"]
 
@@ -78,14 +78,12 @@ class TrainingConfig:
         for key in positive:
             if getattr(self, key) < 1:
                 raise ValueError(f"{name}: {key} must be >= 1, got {getattr(self, key)!r}.")
-        if not (self.learning_rate >= 0 and math.isfinite(self.learning_rate)):
-            raise ValueError(f"{name}: learning_rate must be a finite number >= 0, got {self.learning_rate!r}.")
+        check_non_negative(name, "learning_rate", self.learning_rate, finite=True)
         if self.num_train_epochs <= 0 and self.max_steps <= 0:
             raise ValueError(
                 f"{name}: give num_train_epochs > 0 or max_steps > 0 (got {self.num_train_epochs!r} and {self.max_steps!r})."
             )
-        if self.lr_scheduler_type not in SCHEDULERS:
-            raise ValueError(f"{name}: lr_scheduler_type must be one of {SCHEDULERS}, got {self.lr_scheduler_type!r}.")
+        check_one_of(name, "lr_scheduler_type", self.lr_scheduler_type, SCHEDULERS)
         if self.optim not in OPTIMIZERS:
             raise ValueError(
                 f"{name}: optim must be one of {OPTIMIZERS} (or pass optimizers= to the trainer), got {self.optim!r}."
@@ -94,10 +92,8 @@ class TrainingConfig:
             raise ValueError(
                 f"{name}: warmup_steps must be >= 0 and warmup_ratio in [0, 1), got {self.warmup_steps!r} and {self.warmup_ratio!r}."
             )
-        if self.max_grad_norm is not None and self.max_grad_norm < 0:
-            raise ValueError(f"{name}: max_grad_norm must be >= 0 or None, got {self.max_grad_norm!r}.")
-        if self.logprob_chunk_size is not None and self.logprob_chunk_size < 1:
-            raise ValueError(f"{name}: logprob_chunk_size must be >= 1 or None, got {self.logprob_chunk_size!r}.")
+        check_non_negative(name, "max_grad_norm", self.max_grad_norm, allow_none=True)
+        check_positive_int(name, "logprob_chunk_size", self.logprob_chunk_size, allow_none=True)
         if self.save_steps < 0:
             raise ValueError(f"{name}: save_steps must be >= 0, got {self.save_steps!r}.")
         unknown = [r for r in self.report_to if r not in ("csv", "none")]

@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from typing import Any, Optional
 
 import torch
+from tdict.validation import check_one_of, check_positive
 from torch.nn import functional as F
 
 from ..chat import render_chat
@@ -59,10 +60,8 @@ class DPOConfig(TrainingConfig):
 
     def validate(self) -> None:
         super().validate()
-        if not self.beta > 0:
-            raise ValueError(f"DPOConfig: beta must be > 0, got {self.beta!r}.")
-        if self.loss_type not in LOSS_TYPES:
-            raise ValueError(f"DPOConfig: loss_type must be one of {LOSS_TYPES}, got {self.loss_type!r}.")
+        check_positive("DPOConfig", "beta", self.beta)
+        check_one_of("DPOConfig", "loss_type", self.loss_type, LOSS_TYPES)
         if not 0.0 <= self.label_smoothing < 0.5:
             raise ValueError(f"DPOConfig: label_smoothing must be in [0, 0.5), got {self.label_smoothing!r}.")
         if self.max_prompt_length is not None and self.max_prompt_length < 1:

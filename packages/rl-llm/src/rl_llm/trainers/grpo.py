@@ -37,6 +37,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 import torch
+from tdict.validation import check_one_of
 
 from ..chat import render_chat
 from ..data import left_pad
@@ -101,8 +102,7 @@ class GRPOConfig(TrainingConfig):
             ("scale_rewards", SCALES),
             ("importance_sampling_level", ("token", "sequence")),
         ):
-            if getattr(self, name) not in allowed:
-                raise ValueError(f"GRPOConfig: {name} must be one of {allowed}, got {getattr(self, name)!r}.")
+            check_one_of("GRPOConfig", name, getattr(self, name), allowed)
         if self.max_completion_length < 1 or not self.temperature > 0 or not 0 < self.top_p <= 1 or self.top_k < 0:
             raise ValueError(
                 "GRPOConfig: need max_completion_length >= 1, temperature > 0, 0 < top_p <= 1 and top_k >= 0."

@@ -28,6 +28,7 @@ each over the whole rollout), exact for the zeros a ``done`` puts in ``b`` (no d
 from __future__ import annotations
 
 import torch
+from tdict.validation import check_unit_interval
 import torch.nn.functional as F
 
 __all__ = [
@@ -108,8 +109,8 @@ def _check_unit_interval(owner: str, name: str, value: Scalar) -> None:
             else f"a tensor with values in [{float(low):.6g}, {float(high):.6g}]"
         )
         raise ValueError(f"{owner}: {name} must be in [0, 1], got {shown}.")
-    if isinstance(value, (int, float)) and not isinstance(value, bool) and not 0.0 <= value <= 1.0:
-        raise ValueError(f"{owner}: {name} must be in [0, 1], got {value!r}.")
+    if isinstance(value, (int, float)):
+        check_unit_interval(owner, name, value)
 
 
 def _coef(fn: str, name: str, value: Scalar, shape: torch.Size, dim: int | None) -> Scalar:

@@ -18,6 +18,7 @@ import torch
 from tdict import TensorDict
 from tdict.nn import CompositeDistribution, ProbabilisticTensorDictModule
 from tdict.nn import holder_batch_dims
+from tdict.validation import check_positive, check_positive_int
 from torch import distributions as D
 
 from ..value import (
@@ -31,7 +32,6 @@ from ..value import (
 from .common import LossModule
 from .utils import (
     _check_loss_function,
-    _check_positive_int,
     _check_reduction,
     _present_keys,
     _reduce,
@@ -194,11 +194,8 @@ class _ActorCriticLoss(LossModule):
             raise TypeError(
                 f"{name}: critic_network must be a TensorDict module or None, got {type(critic_network).__name__}."
             )
-        _check_positive_int(name, "samples_mc_entropy", samples_mc_entropy)
-        if clip_value is not None and (
-            isinstance(clip_value, bool) or not isinstance(clip_value, (int, float)) or clip_value <= 0
-        ):
-            raise ValueError(f"{name}: clip_value must be a positive float or None, got {clip_value!r}.")
+        check_positive_int(name, "samples_mc_entropy", samples_mc_entropy)
+        check_positive(name, "clip_value", clip_value, allow_none=True)
         renames = {
             k: v
             for k, v in (("advantage", advantage_key), ("value_target", value_target_key), ("value", value_key))
@@ -240,8 +237,8 @@ class _ActorCriticLoss(LossModule):
             self._keys_from_actor(actor_network, "sample_log_prob")
 
     def _check_hyperparameter(self, name: str, value: float) -> None:
-        if name == "clip_value" and not value > 0:
-            raise ValueError(f"{type(self).__name__}: clip_value must be a positive float, got {value!r}.")
+        if name == "clip_value":
+            check_positive(type(self).__name__, "clip_value", value)
         super()._check_hyperparameter(name, value)
 
     # ------------------------------------------------------------------ value estimator

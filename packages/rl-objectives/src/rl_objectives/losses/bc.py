@@ -120,14 +120,6 @@ class BCLoss(LossModule):
         self.loss_function = loss_function
         self.reduction = reduction
 
-    def set_keys(self, **keys: Any) -> BCLoss:
-        """As :meth:`LossModule.set_keys`; ``pad_mask=None`` turns the padding mask off (TorchRL)."""
-        if "pad_mask" in keys and keys["pad_mask"] is None:
-            keys = dict(keys)
-            del keys["pad_mask"]
-            self.tensor_keys.pad_mask = None
-        return super().set_keys(**keys)
-
     @property
     def in_keys(self) -> list:
         keys = {unravel_key(k) for k in self.actor_network.in_keys} | {self.tensor_keys.action}

@@ -24,15 +24,15 @@ import math
 import numbers
 import warnings
 from collections.abc import Iterable, Mapping, Sequence
-from types import SimpleNamespace
 from typing import Any, ClassVar
 
 import torch
 from torch import nn
 from torch.nn.parameter import is_lazy
 
-from tdict import TensorDict, TensorDictBase, unravel_key
-from tdict.nn import TensorDictModuleBase, TensorDictParams
+from tdict import TensorDict, TensorDictBase
+from tdict.nn import TensorDictModuleBase, TensorDictParams, TensorKeysMixin
+from tdict.validation import check_positive_int, check_unit_interval
 
 from .._stack import user_stacklevel as _user_stacklevel
 
@@ -90,7 +90,7 @@ def total_loss(losses: TensorDictBase, components: Sequence[str] | None = None) 
     return torch.stack(values).sum() if len(values) > 1 else values[0]
 
 
-class LossModule(nn.Module):
+class LossModule(TensorKeysMixin, nn.Module):
     """Base class of the losses.
 
     Subclasses declare ``default_keys`` (name -> default TensorDict key), register their networks
@@ -130,6 +130,8 @@ class LossModule(nn.Module):
     """
 
     default_keys: ClassVar[Mapping[str, Any]] = {}
+    # any key may be a list of keys (TorchRL's per-head log-probs and actions of a composite policy)
+    accepts_key_lists: ClassVar[bool] = True
     default_value_estimator: ClassVar[Any] = None  # a rl_objectives.value.ValueEstimators member
     default_value_kwargs: ClassVar[Mapping[str, Any]] = {}
     # buffers that ``loss.<name> = number`` updates in place (TorchRL's _schedulable_buffers); the
@@ -141,7 +143,6 @@ class LossModule(nn.Module):
 
     def __init__(self) -> None:
         super().__init__()
-        self.tensor_keys = SimpleNamespace(**self.default_keys)  # loss.tensor_keys.advantage
         self._networks: dict[str, int | None] = {}  # name -> expand_dim (None: a single set)
         self._target_networks: list[str] = []
         self._shared_params: dict[str, dict] = {}  # name -> {key: the other network's Parameter}
@@ -193,30 +194,10 @@ class LossModule(nn.Module):
         the constructor's rule). Called before a scheduled value is written."""
 
     # ------------------------------------------------------------------ keys
-    def set_keys(self, **keys: Any) -> "LossModule":
-        """Rename the keys this loss reads or writes; the value estimator follows.
-
-        Raises:
-            ValueError: naming the unknown names and listing the accepted ones.
-        """
-        unknown = sorted(set(keys) - set(self.default_keys))
-        if unknown:
-            raise ValueError(
-                f"{type(self).__name__}.set_keys: unknown key name(s) {unknown}; accepted: {sorted(self.default_keys)}."
-            )
-        for name, key in keys.items():
-            if key is None or (isinstance(key, list) and not key):
-                raise ValueError(
-                    f"{type(self).__name__}.set_keys: {name}={key!r}; give a key (str or tuple of str) or a list of keys."
-                )
-        for name, key in keys.items():
-            # a list names several entries (TorchRL's per-head log-probs and actions of a composite policy)
-            setattr(
-                self.tensor_keys, name, [unravel_key(k) for k in key] if isinstance(key, list) else unravel_key(key)
-            )
+    # ``tensor_keys`` and ``set_keys`` come from tdict.nn.TensorKeysMixin; the value estimator follows
+    def _on_keys_set(self, changed: dict[str, Any]) -> None:
         if self._value_estimator is not None:
             self._forward_value_estimator_keys(self._value_estimator)
-        return self
 
     def _set_deprecated_ctor_args(self, *, gamma: Any = None, priority_key: Any = None) -> None:
         """TorchRL's deprecated constructor arguments: ``gamma`` (the value estimator's discount, now
@@ -231,8 +212,7 @@ class LossModule(nn.Module):
         """
         name = type(self).__name__
         if gamma is not None:
-            if isinstance(gamma, bool) or not isinstance(gamma, (int, float)) or not 0.0 <= gamma <= 1.0:
-                raise ValueError(f"{name}: gamma must be a number in [0, 1], got {gamma!r}.")
+            check_unit_interval(name, "gamma", gamma)
             warnings.warn(
                 f"{name}(gamma=...) is deprecated: call loss.make_value_estimator(<ValueEstimators member>, gamma={gamma}) "
                 "instead. The value is used as the value estimator's discount.",
@@ -305,10 +285,7 @@ class LossModule(nn.Module):
             raise ValueError(
                 f"{type(self).__name__}: network name {module_name!r} would hide the class attribute(s) {taken}."
             )
-        if expand_dim is not None and (not isinstance(expand_dim, int) or expand_dim < 1):
-            raise ValueError(
-                f"{type(self).__name__}: expand_dim for {module_name} must be a positive int, got {expand_dim!r}."
-            )
+        check_positive_int(type(self).__name__, f"expand_dim for {module_name}", expand_dim, allow_none=True)
         lazy = [name for name, p in module.named_parameters() if is_lazy(p)]
         if lazy:
             raise ValueError(

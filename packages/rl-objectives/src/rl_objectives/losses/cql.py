@@ -27,6 +27,7 @@ from typing import Any, ClassVar
 import torch
 from tdict import TensorDict
 from tdict.specs import Bounded
+from tdict.validation import check_positive_int
 from torch import nn
 
 from ._actions import (
@@ -43,7 +44,6 @@ from .utils import (
     _BootstrappedLoss,
     _check_alpha_bounds,
     _check_batch_shaped,
-    _check_positive_int,
     _check_scalar_output_mode,
     _get,
     _loss_output,
@@ -192,7 +192,7 @@ class CQLLoss(_TemperatureMixin, _BootstrappedLoss):
                 f"{owner}: actor_network must be a probabilistic module with get_dist (e.g. ProbabilisticActor), got {type(actor_network).__name__}."
             )
         _check_alpha_bounds(owner, alpha_init, min_alpha, max_alpha)
-        _check_positive_int(owner, "num_random", num_random)
+        check_positive_int(owner, "num_random", num_random)
         for name, value in (("temperature", temperature), ("min_q_weight", min_q_weight)):
             if not isinstance(value, (int, float)) or isinstance(value, bool) or not value > 0:
                 raise ValueError(f"{owner}: {name} must be a number > 0, got {value!r}.")

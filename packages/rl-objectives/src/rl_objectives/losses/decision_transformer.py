@@ -22,12 +22,12 @@ from typing import Any, ClassVar
 import torch
 from tdict import TensorDict
 from tdict.specs import Composite
+from tdict.validation import check_positive_int
 
 from .common import LossModule
 from .utils import (
     _check_alpha_bounds,
     _check_loss_function,
-    _check_positive_int,
     _check_reduction,
     _check_scalar_output_mode,
     _get,
@@ -245,7 +245,7 @@ class OnlineDTLoss(_TemperatureMixin, LossModule):
                 f"{owner}: actor_network must be a probabilistic module with get_dist (e.g. ProbabilisticActor), got {type(actor_network).__name__}."
             )
         _check_alpha_bounds(owner, alpha_init, min_alpha, max_alpha)
-        _check_positive_int(owner, "samples_mc_entropy", samples_mc_entropy)
+        check_positive_int(owner, "samples_mc_entropy", samples_mc_entropy)
         _check_reduction(owner, reduction)
         mode = _check_scalar_output_mode(owner, scalar_output_mode, reduction, ("alpha", "entropy"))
         if target_entropy == "auto":

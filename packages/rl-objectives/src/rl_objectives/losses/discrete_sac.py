@@ -16,6 +16,7 @@ from typing import Any, ClassVar
 
 import torch
 from tdict import TensorDict
+from tdict.validation import check_positive_int
 
 from ._actions import (
     categorical_probs,
@@ -29,7 +30,6 @@ from .utils import (
     _BootstrappedLoss,
     _check_alpha_bounds,
     _check_bool,
-    _check_positive_int,
     _check_scalar_output_mode,
     _get,
     _loss_output,
@@ -152,8 +152,8 @@ class DiscreteSACLoss(_TemperatureMixin, _BootstrappedLoss):
             priority_key=priority_key,
         )
         self.action_space = resolve_action_space(owner, action_space, self.default_keys["action"])
-        _check_positive_int(owner, "num_actions", num_actions)
-        _check_positive_int(owner, "num_qvalue_nets", num_qvalue_nets)
+        check_positive_int(owner, "num_actions", num_actions)
+        check_positive_int(owner, "num_qvalue_nets", num_qvalue_nets)
         if not hasattr(actor_network, "get_dist"):
             raise TypeError(
                 f"{owner}: actor_network must be a probabilistic module with get_dist, got {type(actor_network).__name__}."

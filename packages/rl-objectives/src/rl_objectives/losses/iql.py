@@ -14,12 +14,12 @@ from typing import Any, ClassVar
 
 import torch
 from tdict import TensorDict
+from tdict.validation import check_positive_int
 
 from ._actions import check_discrete_action, chosen_value, resolve_action_space
 from .utils import (
     _BootstrappedLoss,
     _check_batch_shaped,
-    _check_positive_int,
     _check_scalar_output_mode,
     _get,
     _loss_output,
@@ -139,7 +139,7 @@ class IQLLoss(_BootstrappedLoss):
             gamma=gamma,
             priority_key=priority_key,
         )
-        _check_positive_int(owner, "num_qvalue_nets", num_qvalue_nets)
+        check_positive_int(owner, "num_qvalue_nets", num_qvalue_nets)
         if not hasattr(actor_network, "get_dist"):
             raise TypeError(
                 f"{owner}: actor_network must be a probabilistic module with get_dist, got {type(actor_network).__name__}."

@@ -19,6 +19,7 @@ from typing import Any
 
 import torch
 from tdict import TensorDict
+from tdict.validation import check_non_negative, check_positive_int
 from torch import distributions as D
 
 from .actor_critic import (
@@ -27,7 +28,7 @@ from .actor_critic import (
     _distribution_module,
     _standardize,
 )
-from .utils import _check_positive_int, _present_keys, _sum_to_batch
+from .utils import _present_keys, _sum_to_batch
 
 __all__ = ["ClipPPOLoss", "KLPENPPOLoss", "PPOLoss"]
 
@@ -407,7 +408,7 @@ class KLPENPPOLoss(PPOLoss):
             raise ValueError(f"{name}: increment must be >= 1.0, got {increment!r}.")
         if not 0.0 < float(decrement) <= 1.0:
             raise ValueError(f"{name}: decrement must be in (0, 1], got {decrement!r}.")
-        _check_positive_int(name, "samples_mc_kl", samples_mc_kl)
+        check_positive_int(name, "samples_mc_kl", samples_mc_kl)
         super().__init__(actor_network, critic_network, **kwargs)
         # already a submodule of the actor: not registered twice
         self.__dict__["_dist_module"] = _distribution_module(self.actor_network)
@@ -419,8 +420,8 @@ class KLPENPPOLoss(PPOLoss):
         self.register_buffer("beta", torch.tensor(float(beta)))
 
     def _check_hyperparameter(self, name: str, value: float) -> None:
-        if name == "beta" and not value >= 0:
-            raise ValueError(f"{type(self).__name__}: beta must be >= 0, got {value!r}.")
+        if name == "beta":
+            check_non_negative(type(self).__name__, "beta", value)
         super()._check_hyperparameter(name, value)
 
     def _behaviour_dist(self, tensordict: Any) -> D.Distribution:

@@ -16,6 +16,7 @@ from typing import Any, ClassVar
 
 import torch
 from tdict import TensorDict
+from tdict.validation import check_positive_int
 
 from ._actions import auto_target_entropy, continuous_target_entropy, rsample_action
 from .utils import (
@@ -23,7 +24,6 @@ from .utils import (
     _check_alpha_bounds,
     _check_batch_shaped,
     _check_bool,
-    _check_positive_int,
     _check_scalar_output_mode,
     _get,
     _loss_output,
@@ -172,8 +172,8 @@ class REDQLoss(_TemperatureMixin, _BootstrappedLoss):
             gamma=gamma,
             priority_key=priority_key,
         )
-        _check_positive_int(owner, "num_qvalue_nets", num_qvalue_nets)
-        _check_positive_int(owner, "sub_sample_len", sub_sample_len)
+        check_positive_int(owner, "num_qvalue_nets", num_qvalue_nets)
+        check_positive_int(owner, "sub_sample_len", sub_sample_len)
         if sub_sample_len > num_qvalue_nets:
             raise ValueError(
                 f"{owner}: sub_sample_len ({sub_sample_len}) is above num_qvalue_nets ({num_qvalue_nets})."

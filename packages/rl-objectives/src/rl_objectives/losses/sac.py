@@ -13,6 +13,7 @@ from typing import Any, ClassVar
 
 import torch
 from tdict import TensorDict
+from tdict.validation import check_positive_int
 
 from ._actions import (
     PolicyDraw,
@@ -25,7 +26,6 @@ from .utils import (
     _BootstrappedLoss,
     _check_alpha_bounds,
     _check_bool,
-    _check_positive_int,
     _check_scalar_output_mode,
     _get,
     _loss_output,
@@ -171,7 +171,7 @@ class SACLoss(_TemperatureMixin, _BootstrappedLoss):
             gamma=gamma,
             priority_key=priority_key,
         )
-        _check_positive_int("SACLoss", "num_qvalue_nets", num_qvalue_nets)
+        check_positive_int("SACLoss", "num_qvalue_nets", num_qvalue_nets)
         if not hasattr(actor_network, "get_dist"):
             raise TypeError(
                 f"SACLoss: actor_network must be a probabilistic module with get_dist (e.g. ProbabilisticActor), got {type(actor_network).__name__}."

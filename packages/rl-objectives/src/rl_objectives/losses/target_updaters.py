@@ -9,6 +9,7 @@ step, as in TorchRL; ``step(n)`` counts ``n`` at once (collected frames, with
 from __future__ import annotations
 
 import torch
+from tdict.validation import check_non_negative_int, check_positive_int
 
 from .common import LossModule
 
@@ -50,12 +51,6 @@ class TargetNetUpdater:
 
     def step(self, n: int = 1) -> None:  # pragma: no cover - abstract
         raise NotImplementedError
-
-
-def _check_n(owner: str, n: object) -> int:
-    if isinstance(n, bool) or not isinstance(n, int) or n < 0:
-        raise ValueError(f"{owner}.step: n (the number of steps to count) must be a non-negative int, got {n!r}.")
-    return n
 
 
 class SoftUpdate(TargetNetUpdater):
@@ -105,7 +100,7 @@ class SoftUpdate(TargetNetUpdater):
         Raises:
             ValueError: ``n`` is not a non-negative int.
         """
-        if _check_n("SoftUpdate", n) == 0:
+        if check_non_negative_int("SoftUpdate.step", "n (the number of steps to count)", n) == 0:
             return
         floats = [(s, t) for s, t in zip(self._sources, self._targets) if t.is_floating_point()]
         if floats:
@@ -153,10 +148,7 @@ class HardUpdate(TargetNetUpdater):
     """
 
     def __init__(self, loss_module: LossModule, *, value_network_update_interval: int = 1000) -> None:
-        if not isinstance(value_network_update_interval, int) or value_network_update_interval < 1:
-            raise ValueError(
-                f"HardUpdate: value_network_update_interval must be a positive int, got {value_network_update_interval!r}."
-            )
+        check_positive_int("HardUpdate", "value_network_update_interval", value_network_update_interval)
         self.value_network_update_interval = value_network_update_interval
         self.counter = 0
         super().__init__(loss_module)
@@ -167,7 +159,7 @@ class HardUpdate(TargetNetUpdater):
         Raises:
             ValueError: ``n`` is not a non-negative int.
         """
-        _check_n("HardUpdate", n)
+        check_non_negative_int("HardUpdate.step", "n (the number of steps to count)", n)
         before = self.counter
         self.counter = before + n
         interval = self.value_network_update_interval

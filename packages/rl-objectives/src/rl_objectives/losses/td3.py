@@ -12,8 +12,9 @@ from typing import Any, ClassVar
 import torch
 from tdict import TensorDict
 from tdict.specs import Bounded, Composite
+from tdict.validation import check_non_negative, check_positive_int
 
-from .utils import _BootstrappedLoss, _check_positive_int, _get, distance_loss
+from .utils import _BootstrappedLoss, _get, distance_loss
 
 __all__ = ["TD3Loss"]
 
@@ -160,11 +161,9 @@ class TD3Loss(_BootstrappedLoss):
             gamma=gamma,
             priority_key=priority_key,
         )
-        _check_positive_int("TD3Loss", "num_qvalue_nets", num_qvalue_nets)
-        if policy_noise < 0 or noise_clip < 0:
-            raise ValueError(
-                f"TD3Loss: policy_noise and noise_clip must be >= 0, got {policy_noise!r} and {noise_clip!r}."
-            )
+        check_positive_int("TD3Loss", "num_qvalue_nets", num_qvalue_nets)
+        check_non_negative("TD3Loss", "policy_noise", policy_noise)
+        check_non_negative("TD3Loss", "noise_clip", noise_clip)
         low, high = _action_bounds(action_spec, bounds, self.default_keys["action"])
         self.num_qvalue_nets = num_qvalue_nets
         self.policy_noise = float(policy_noise)

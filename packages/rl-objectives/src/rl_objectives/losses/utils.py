@@ -18,6 +18,7 @@ from typing import Any, ClassVar
 import torch
 import torch.nn.functional as F
 from tdict.nn import sum_to_batch as _sum_to_batch  # noqa: F401  (re-exported: the losses reduce log-probs with it)
+from tdict.validation import check_one_of
 
 from .._stack import user_stacklevel as _user_stacklevel
 from .common import LossModule
@@ -76,15 +77,11 @@ def distance_loss(
 
 
 def _check_loss_function(owner: str, loss_function: Any) -> str:
-    if loss_function not in _LOSS_FUNCTIONS:
-        raise ValueError(f"{owner}: loss_function must be one of {list(_LOSS_FUNCTIONS)}, got {loss_function!r}.")
-    return loss_function
+    return check_one_of(owner, "loss_function", loss_function, _LOSS_FUNCTIONS)
 
 
 def _check_reduction(owner: str, reduction: Any) -> str:
-    if reduction not in _REDUCTIONS:
-        raise ValueError(f"{owner}: reduction must be one of {list(_REDUCTIONS)}, got {reduction!r}.")
-    return reduction
+    return check_one_of(owner, "reduction", reduction, _REDUCTIONS)
 
 
 def _check_bool(owner: str, name: str, value: Any) -> bool:
@@ -134,13 +131,6 @@ def _loss_output(
 def _check_prioritized(owner: str, value: Any) -> bool | str:
     if not any(value is v or (isinstance(value, str) and value == v) for v in _PRIORITIZED):
         raise ValueError(f"{owner}: use_prioritized_weights must be True, False or 'auto', got {value!r}.")
-    return value
-
-
-def _check_positive_int(owner: str, name: str, value: Any) -> int:
-    """``value`` is an int >= 1 (a bool is not accepted as an int)."""
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ValueError(f"{owner}: {name} must be a positive int, got {value!r}.")
     return value
 
 

@@ -25,6 +25,7 @@ from tdict.nn import (
 )
 from tdict import unravel_key
 from tdict.specs import Binary, Categorical, Composite, MultiOneHot, OneHot
+from tdict.validation import check_one_of
 
 __all__ = [
     "Actor",
@@ -440,8 +441,7 @@ class QValueModule(TensorDictModuleBase):
                     "QValueModule: neither action_space nor spec was given; pass action_space='one_hot' or 'categorical', or an action spec."
                 )
             action_space = inferred
-        if action_space not in _ACTION_SPACES:
-            raise ValueError(f"QValueModule: action_space must be one of {list(_ACTION_SPACES)}, got {action_space!r}.")
+        check_one_of("QValueModule", "action_space", action_space, _ACTION_SPACES)
         if inferred is not None and inferred != action_space:
             raise ValueError(
                 f"QValueModule: action_space={action_space!r} disagrees with the {type(leaf).__name__} spec ({inferred!r})."

@@ -30,6 +30,7 @@ import torch
 import torch.nn.functional as F
 from tdict import unravel_key
 from tdict.nn import TensorDictModuleWrapper
+from tdict.validation import check_one_of, check_positive_int
 from torch import nn
 
 __all__ = [
@@ -83,12 +84,6 @@ class DTConfig:
     attn_pdrop: float = 0.1
 
 
-def _positive_int(owner: str, name: str, value: Any) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ValueError(f"{owner}: {name} must be a positive int, got {value!r}.")
-    return value
-
-
 def _resolve_config(owner: str, config: DTConfig | Mapping[str, Any] | None, default: DTConfig) -> DTConfig:
     """``config`` as a checked :class:`DTConfig`; a dict may leave fields out (they come from ``default``)."""
     if config is None:
@@ -104,15 +99,12 @@ def _resolve_config(owner: str, config: DTConfig | Mapping[str, Any] | None, def
             f"{owner}: the transformer config must be a DTConfig, a dict or None, got {type(config).__name__}."
         )
     for name in ("n_embd", "n_layer", "n_head", "n_positions"):
-        _positive_int(owner, f"config.{name}", getattr(config, name))
+        check_positive_int(owner, f"config.{name}", getattr(config, name))
     if config.n_inner is not None:
-        _positive_int(owner, "config.n_inner", config.n_inner)
+        check_positive_int(owner, "config.n_inner", config.n_inner)
     if config.n_embd % config.n_head:
         raise ValueError(f"{owner}: config.n_head ({config.n_head}) must divide config.n_embd ({config.n_embd}).")
-    if config.activation not in _ACTIVATIONS:
-        raise ValueError(
-            f"{owner}: config.activation must be one of {sorted(_ACTIVATIONS)}, got {config.activation!r}."
-        )
+    check_one_of(owner, "config.activation", config.activation, sorted(_ACTIVATIONS))
     for name in ("resid_pdrop", "attn_pdrop"):
         p = getattr(config, name)
         if isinstance(p, bool) or not isinstance(p, (int, float)) or not 0.0 <= p < 1.0:
@@ -254,8 +246,8 @@ class DecisionTransformer(nn.Module):
         device: torch.device | str | None = None,
     ) -> None:
         owner = type(self).__name__
-        _positive_int(owner, "state_dim", state_dim)
-        _positive_int(owner, "action_dim", action_dim)
+        check_positive_int(owner, "state_dim", state_dim)
+        check_positive_int(owner, "action_dim", action_dim)
         config = _resolve_config(owner, config, self.default_config())
         super().__init__()
         self.state_dim, self.action_dim = state_dim, action_dim
@@ -514,7 +506,7 @@ class DecisionTransformerInferenceWrapper(TensorDictModuleWrapper):
     """
 
     def __init__(self, policy: nn.Module, *, inference_context: int = 5, spec: Any = None, device: Any = None) -> None:
-        _positive_int(type(self).__name__, "inference_context", inference_context)
+        check_positive_int(type(self).__name__, "inference_context", inference_context)
         super().__init__(policy)
         self.observation_key: Any = "observation"
         self.action_key: Any = "action"

@@ -23,6 +23,7 @@ from typing import Any
 import torch
 from tdict.nn import InteractionType, TensorDictModuleBase, dispatch, interaction_type
 from tdict.specs import Composite
+from tdict.validation import check_non_negative, check_non_negative_int, check_positive, check_positive_int
 
 from .actors import _projector
 
@@ -53,8 +54,7 @@ def _leaf_spec(spec: Any, action_key: NestedKey, what: str, required: bool) -> A
 
 
 def _check_schedule(init: float, end: float, n: int, what: str, names: tuple[str, str]) -> None:
-    if not isinstance(n, int) or n <= 0:
-        raise ValueError(f"{what}: annealing_num_steps must be a positive int, got {n!r}.")
+    check_positive_int(what, "annealing_num_steps", n)
     if end > init:
         raise ValueError(
             f"{what}: {names[1]}={end} is larger than {names[0]}={init}; the factor must decrease or stay constant."
@@ -101,8 +101,7 @@ class _Annealed(TensorDictModuleBase):
         Raises:
             ValueError: for a negative ``frames``.
         """
-        if not isinstance(frames, int) or frames < 0:
-            raise ValueError(f"{type(self).__name__}.step: frames must be a non-negative int, got {frames!r}.")
+        check_non_negative_int(f"{type(self).__name__}.step", "frames", frames)
         self._set_anneal_count(int(self._anneal_count) + frames)
 
     def _set_anneal_count(self, count: int) -> None:
@@ -269,10 +268,8 @@ class AdditiveGaussianModule(_Annealed):
         device: torch.device | str | None = None,
     ) -> None:
         super().__init__()
-        if sigma_end < 0:
-            raise ValueError(f"AdditiveGaussianModule: sigma_end must be >= 0, got {sigma_end}.")
-        if not std > 0:
-            raise ValueError(f"AdditiveGaussianModule: std must be > 0, got {std}.")
+        check_non_negative("AdditiveGaussianModule", "sigma_end", sigma_end)
+        check_positive("AdditiveGaussianModule", "std", std)
         _check_schedule(
             sigma_init, sigma_end, annealing_num_steps, "AdditiveGaussianModule", ("sigma_init", "sigma_end")
         )
@@ -374,10 +371,7 @@ class OrnsteinUhlenbeckProcessModule(_Annealed):
         _check_schedule(
             eps_init, eps_end, annealing_num_steps, "OrnsteinUhlenbeckProcessModule", ("eps_init", "eps_end")
         )
-        if not isinstance(n_steps_annealing, int) or n_steps_annealing <= 0:
-            raise ValueError(
-                f"OrnsteinUhlenbeckProcessModule: n_steps_annealing must be a positive int, got {n_steps_annealing!r}."
-            )
+        check_positive_int("OrnsteinUhlenbeckProcessModule", "n_steps_annealing", n_steps_annealing)
         if sigma < 0 or (sigma_min is not None and sigma_min < 0) or dt <= 0:
             raise ValueError(
                 f"OrnsteinUhlenbeckProcessModule: sigma and sigma_min must be >= 0 and dt > 0, got sigma={sigma}, sigma_min={sigma_min}, dt={dt}."

@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from typing import Any
 
 import torch
+from tdict.validation import check_non_negative_int, check_positive_int
 from torch import nn
 
 __all__ = ["MLP", "ConvNet", "SquashDims"]
@@ -22,8 +23,7 @@ _DEFAULT_DEPTH = 3
 
 def _widths(num_cells: int | Sequence[int] | None, depth: int | None, what: str) -> list[int]:
     """The hidden widths: ``num_cells`` repeated ``depth`` times, or the list given (checked against ``depth``)."""
-    if depth is not None and (not isinstance(depth, int) or depth < 0):
-        raise ValueError(f"{what}: depth must be a non-negative int, got {depth!r}.")
+    check_non_negative_int(what, "depth", depth, allow_none=True)
     if num_cells is None:
         num_cells = _DEFAULT_WIDTH
     if isinstance(num_cells, int):
@@ -158,8 +158,7 @@ class MLP(nn.Sequential):
             out_total = math.prod(out_shape)
         if out_total <= 0:
             raise ValueError(f"MLP: out_features must be positive, got {out_features!r}.")
-        if in_features is not None and (not isinstance(in_features, int) or in_features <= 0):
-            raise ValueError(f"MLP: in_features must be a positive int or None, got {in_features!r}.")
+        check_positive_int("MLP", "in_features", in_features, allow_none=True)
         if dropout is not None and not 0.0 <= dropout < 1.0:
             raise ValueError(f"MLP: dropout must be in [0, 1), got {dropout!r}.")
         widths = _widths(num_cells, depth, "MLP")
@@ -260,8 +259,7 @@ class ConvNet(nn.Sequential):
         activate_last_layer: bool = True,
         device: torch.device | str | None = None,
     ) -> None:
-        if in_features is not None and (not isinstance(in_features, int) or in_features <= 0):
-            raise ValueError(f"ConvNet: in_features must be a positive int or None, got {in_features!r}.")
+        check_positive_int("ConvNet", "in_features", in_features, allow_none=True)
         channels = _widths(num_cells, depth, "ConvNet")
         if not channels:
             raise ValueError("ConvNet: depth must be at least 1.")

@@ -20,6 +20,7 @@ from typing import Any
 import torch
 from tdict import TensorDict
 from tdict.nn import TensorDictModuleBase, dispatch
+from tdict.validation import check_positive_int
 from torch import nn
 
 from .models import MLP, ConvNet
@@ -27,12 +28,6 @@ from .models import MLP, ConvNet
 __all__ = ["Mixer", "MultiAgentConvNet", "MultiAgentMLP", "MultiAgentNetBase", "QMixer", "VDNMixer"]
 
 _Tensor = torch.Tensor
-
-
-def _positive_int(value: Any, owner: str, name: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-        raise ValueError(f"{owner}: {name} must be a positive int, got {value!r}.")
-    return value
 
 
 def _resolve_centralized(owner: str, centralized: Any, kwargs: dict) -> bool:
@@ -101,7 +96,7 @@ class MultiAgentNetBase(nn.Module):
     ) -> None:
         super().__init__()
         owner = type(self).__name__
-        self.n_agents = _positive_int(n_agents, owner, "n_agents")
+        self.n_agents = check_positive_int(owner, "n_agents", n_agents)
         self.centralized = _resolve_centralized(owner, centralized, net_kwargs)
         if share_params is None:
             raise TypeError(
@@ -233,8 +228,8 @@ class MultiAgentMLP(MultiAgentNetBase):
         use_td_params: bool = True,
         **mlp_kwargs: Any,
     ) -> None:
-        self.n_agent_inputs = _positive_int(n_agent_inputs, "MultiAgentMLP", "n_agent_inputs")
-        self.n_agent_outputs = _positive_int(n_agent_outputs, "MultiAgentMLP", "n_agent_outputs")
+        self.n_agent_inputs = check_positive_int("MultiAgentMLP", "n_agent_inputs", n_agent_inputs)
+        self.n_agent_outputs = check_positive_int("MultiAgentMLP", "n_agent_outputs", n_agent_outputs)
         for name in ("in_features", "out_features"):
             if name in mlp_kwargs:
                 raise TypeError(f"MultiAgentMLP: {name} is set from n_agent_inputs / n_agent_outputs; do not pass it.")
@@ -316,7 +311,7 @@ class MultiAgentConvNet(MultiAgentNetBase):
             raise ValueError(
                 "MultiAgentConvNet: in_features (channels per agent) is required; lazy sizes are not supported."
             )
-        self.in_features = _positive_int(in_features, "MultiAgentConvNet", "in_features")
+        self.in_features = check_positive_int("MultiAgentConvNet", "in_features", in_features)
         super().__init__(
             n_agents=n_agents,
             centralized=centralized,
@@ -379,7 +374,7 @@ class Mixer(TensorDictModuleBase):
     ) -> None:
         super().__init__()
         owner = type(self).__name__
-        self.n_agents = _positive_int(n_agents, owner, "n_agents")
+        self.n_agents = check_positive_int(owner, "n_agents", n_agents)
         self.needs_state = bool(needs_state)
         if isinstance(state_shape, int):
             state_shape = (state_shape,)
@@ -518,7 +513,7 @@ class QMixer(Mixer):
             in_keys=in_keys,
             out_keys=out_keys,
         )
-        self.embed_dim = _positive_int(mixing_embed_dim, "QMixer", "mixing_embed_dim")
+        self.embed_dim = check_positive_int("QMixer", "mixing_embed_dim", mixing_embed_dim)
         self.state_dim = int(math.prod(self.state_shape))
         d, e = self.state_dim, self.embed_dim
         self.hyper_w_1 = nn.Linear(d, e * self.n_agents, device=device)

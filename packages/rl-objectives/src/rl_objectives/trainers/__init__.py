@@ -7,7 +7,8 @@ register themselves (``hook.register(trainer)``); the ones with state join the t
 :class:`TargetNetUpdaterHook` counts target-network updates in optimizer steps or in frames.
 Around it: :func:`evaluate_episodes` (returns of whole episodes), :class:`ProgressBar` (tqdm),
 :func:`write_learning_curve` (matplotlib), the loggers (CSV, TensorBoard, Weights & Biases, MLflow) and
-what resuming a run exactly needs (:func:`rng_state`: the global generators, saved in checkpoints).
+what resuming a run exactly needs (:func:`rng_state`: the global generators, saved in checkpoints;
+it, :func:`set_rng_state` and :func:`seed_everything` are :mod:`tdict.seeding`'s, re-exported here).
 
 Examples:
     >>> import torch
@@ -59,7 +60,7 @@ from .loggers import (
     read_csv_scalar,
 )
 from .progress import ProgressBar
-from .rng import rng_state, seed_everything, set_rng_state
+from tdict.seeding import rng_state, seed_everything, set_rng_state
 from .trainer import HOOK_STAGES, Trainer, atomic_torch_save
 
 __all__ = [

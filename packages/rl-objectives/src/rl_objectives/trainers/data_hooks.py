@@ -12,8 +12,9 @@ from typing import Any
 
 import torch
 from tdict import TensorDictBase, unravel_key
+from tdict.validation import check_non_negative_int, check_positive_int
 
-from .hooks import TrainerHookBase, _positive_int
+from .hooks import TrainerHookBase
 
 __all__ = ["BatchSubSampler", "ReplayBufferTrainer", "RewardNormalizer", "SelectKeys"]
 
@@ -80,7 +81,7 @@ class ReplayBufferTrainer(TrainerHookBase):
                 f"ReplayBufferTrainer: replay_buffer must have {needed}, got {type(replay_buffer).__name__} without {missing}."
             )
         if batch_size is not None:
-            _positive_int("ReplayBufferTrainer", "batch_size", batch_size)
+            check_positive_int("ReplayBufferTrainer", "batch_size", batch_size)
         if iterate and batch_size is not None:
             raise ValueError(
                 "ReplayBufferTrainer: iterate=True samples with the buffer's own batch_size; pass batch_size=None."
@@ -221,9 +222,8 @@ class BatchSubSampler(TrainerHookBase):
     """
 
     def __init__(self, batch_size: int, sub_traj_len: int = 0) -> None:
-        self.batch_size = _positive_int("BatchSubSampler", "batch_size", batch_size)
-        if isinstance(sub_traj_len, bool) or not isinstance(sub_traj_len, int) or sub_traj_len < 0:
-            raise ValueError(f"BatchSubSampler: sub_traj_len must be a non-negative int, got {sub_traj_len!r}.")
+        self.batch_size = check_positive_int("BatchSubSampler", "batch_size", batch_size)
+        check_non_negative_int("BatchSubSampler", "sub_traj_len", sub_traj_len)
         if sub_traj_len > batch_size:
             raise ValueError(
                 f"BatchSubSampler: sub_traj_len={sub_traj_len} exceeds batch_size={batch_size}; no window would fit."

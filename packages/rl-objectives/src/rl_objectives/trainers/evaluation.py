@@ -16,6 +16,7 @@ from typing import Any
 import torch
 from tdict import TensorDictBase, unravel_key
 from tdict.nn import InteractionType, set_interaction_type
+from tdict.validation import check_positive_int
 from torch import nn
 
 __all__ = ["episode_returns", "evaluate_episodes", "eval_rollout"]
@@ -176,8 +177,7 @@ def evaluate_episodes(
         )
     if not callable(policy):
         raise TypeError(f"evaluate_episodes: policy must be callable (td -> td), got {type(policy).__name__}.")
-    if isinstance(max_steps, bool) or not isinstance(max_steps, int) or max_steps < 1:
-        raise ValueError(f"evaluate_episodes: max_steps must be an int >= 1, got {max_steps!r}.")
+    check_positive_int("evaluate_episodes", "max_steps", max_steps)
     try:
         exploration_type = InteractionType(exploration_type)
     except ValueError:

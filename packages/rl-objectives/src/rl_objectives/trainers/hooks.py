@@ -16,17 +16,12 @@ from typing import Any
 
 import torch
 from tdict import TensorDictBase
+from tdict.validation import check_one_of, check_positive_int
 from torch import nn
 
 from ..losses.common import total_loss
 
 __all__ = ["ClearCudaCache", "OptimizerHook", "TargetNetUpdaterHook", "TrainerHookBase", "UpdateWeights"]
-
-
-def _positive_int(owner: str, name: str, value: Any) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise ValueError(f"{owner}: {name} must be a positive int, got {value!r}.")
-    return value
 
 
 def _int_state(owner: str, state: Any, names: Sequence[str]) -> dict[str, int]:
@@ -245,7 +240,7 @@ class UpdateWeights(TrainerHookBase):
                 f"UpdateWeights: policy_weights_getter must be callable or None, got {type(policy_weights_getter).__name__}."
             )
         self.collector = collector
-        self.update_weights_interval = _positive_int(
+        self.update_weights_interval = check_positive_int(
             "UpdateWeights", "update_weights_interval", update_weights_interval
         )
         self.policy_weights_getter = policy_weights_getter
@@ -276,8 +271,7 @@ _UNITS = ("optim_steps", "frames")
 def _trainer_frame_skip(owner: str, trainer: Any) -> int:
     """The trainer's ``frame_skip`` (1 when it has none), checked."""
     frame_skip = getattr(trainer, "frame_skip", 1)
-    if isinstance(frame_skip, bool) or not isinstance(frame_skip, int) or frame_skip < 1:
-        raise ValueError(f"{owner}.register: trainer.frame_skip must be a positive int, got {frame_skip!r}.")
+    check_positive_int(f"{owner}.register", "trainer.frame_skip", frame_skip)
     return frame_skip
 
 
@@ -349,8 +343,7 @@ class TargetNetUpdaterHook(TrainerHookBase):
                 f"TargetNetUpdaterHook: target_params_updater must have a step() method (e.g. SoftUpdate), "
                 f"got {type(target_params_updater).__name__}."
             )
-        if unit not in _UNITS:
-            raise ValueError(f"TargetNetUpdaterHook: unit must be one of {list(_UNITS)}, got {unit!r}.")
+        check_one_of("TargetNetUpdaterHook", "unit", unit, _UNITS)
         if unit == "frames":
             try:
                 inspect.signature(step).bind(1)
@@ -407,7 +400,7 @@ class ClearCudaCache(TrainerHookBase):
     """
 
     def __init__(self, interval: int) -> None:
-        self.interval = _positive_int("ClearCudaCache", "interval", interval)
+        self.interval = check_positive_int("ClearCudaCache", "interval", interval)
         self.count = 0
         self.cleared = 0
 

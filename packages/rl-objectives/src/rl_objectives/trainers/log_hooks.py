@@ -14,9 +14,10 @@ from typing import Any
 import torch
 from tdict import TensorDictBase, unravel_key
 from tdict.nn import InteractionType
+from tdict.validation import check_one_of, check_positive_int
 
 from .evaluation import _done_mask, episode_returns, eval_rollout
-from .hooks import TrainerHookBase, _int_state, _positive_int
+from .hooks import TrainerHookBase, _int_state
 
 __all__ = ["CountFramesLog", "LogScalar", "LogValidationReward"]
 
@@ -56,8 +57,7 @@ class LogScalar(TrainerHookBase):
         include_std: bool = True,
         reduction: str = "mean",
     ) -> None:
-        if reduction not in _REDUCTIONS:
-            raise ValueError(f"LogScalar: reduction must be one of {sorted(_REDUCTIONS)}, got {reduction!r}.")
+        check_one_of("LogScalar", "reduction", reduction, sorted(_REDUCTIONS))
         if logname is not None and (not isinstance(logname, str) or not logname):
             raise ValueError(f"LogScalar: logname must be a non-empty string or None, got {logname!r}.")
         self.key = unravel_key(key)
@@ -104,7 +104,7 @@ class CountFramesLog(TrainerHookBase):
     """
 
     def __init__(self, frame_skip: int = 1, log_pbar: bool = False) -> None:
-        self.frame_skip = _positive_int("CountFramesLog", "frame_skip", frame_skip)
+        self.frame_skip = check_positive_int("CountFramesLog", "frame_skip", frame_skip)
         self.log_pbar = bool(log_pbar)
         self.frame_count = 0
 
@@ -194,9 +194,9 @@ class LogValidationReward(TrainerHookBase):
         done_keys: Sequence[Any] | None = None,
         reward_key: Any = ("next", "reward"),
     ) -> None:
-        self.record_interval = _positive_int("LogValidationReward", "record_interval", record_interval)
-        self.record_frames = _positive_int("LogValidationReward", "record_frames", record_frames)
-        self.frame_skip = _positive_int("LogValidationReward", "frame_skip", frame_skip)
+        self.record_interval = check_positive_int("LogValidationReward", "record_interval", record_interval)
+        self.record_frames = check_positive_int("LogValidationReward", "record_frames", record_frames)
+        self.frame_skip = check_positive_int("LogValidationReward", "frame_skip", frame_skip)
         if not callable(policy_exploration):
             raise TypeError(
                 f"LogValidationReward: policy_exploration must be callable (td -> td), got {type(policy_exploration).__name__}."

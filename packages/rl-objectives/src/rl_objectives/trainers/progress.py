@@ -8,7 +8,8 @@ from collections import deque
 from collections.abc import Callable
 from typing import Any
 
-from .hooks import TrainerHookBase, _positive_int
+from .hooks import TrainerHookBase
+from tdict.validation import check_positive_int
 
 __all__ = ["ProgressBar"]
 
@@ -87,7 +88,7 @@ class ProgressBar(TrainerHookBase):
                 "ProgressBar needs the 'tqdm' package, which is not installed (pip install tqdm)."
             ) from err
         if total_frames is not None:
-            _positive_int("ProgressBar", "total_frames", total_frames)
+            check_positive_int("ProgressBar", "total_frames", total_frames)
         if not isinstance(eval_key, str) or not eval_key:
             raise ValueError(f"ProgressBar: eval_key must be a non-empty string (a logged name), got {eval_key!r}.")
         if not callable(clock):
@@ -95,7 +96,7 @@ class ProgressBar(TrainerHookBase):
         self._tqdm = tqdm
         self.total_frames = total_frames
         self.eval_key = eval_key
-        self.rate_window = _positive_int("ProgressBar", "rate_window", rate_window)
+        self.rate_window = check_positive_int("ProgressBar", "rate_window", rate_window)
         self.clock = clock
         self.tqdm_kwargs = tqdm_kwargs
         self.trainer: Any = None

@@ -25,8 +25,9 @@ import torch
 from tdict import TensorDictBase
 
 from tdict.files import atomic_write
+from tdict.seeding import check_rng_state, check_seed, rng_state, seed_everything, set_rng_state
+from tdict.validation import check_non_negative_int, check_positive, check_positive_int
 from .hooks import OptimizerHook
-from .rng import check_rng_state, rng_state, seed_everything, set_rng_state
 
 __all__ = ["HOOK_STAGES", "Trainer"]
 
@@ -46,12 +47,6 @@ HOOK_STAGES = (
 _STATE_KEYS = ("collected_frames", "_last_log", "_last_save", "_optim_count")
 _RESERVED = ("collector", "loss_module", "state", "rng")
 _DUMPED = "__dumped_to__"  # a module saved into a folder: the checkpoint holds {_DUMPED: folder name}
-
-
-def _check_int(name: str, value: Any, minimum: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise ValueError(f"Trainer: {name} must be an int >= {minimum}, got {value!r}.")
-    return value
 
 
 def atomic_torch_save(obj: Any, path: str | os.PathLike) -> None:
@@ -168,24 +163,20 @@ class Trainer:
             raise TypeError(
                 f"Trainer: logger must have a log_scalar(name, value, step) method or be None, got {type(logger).__name__}."
             )
-        if clip_norm is not None and (
-            isinstance(clip_norm, bool) or not isinstance(clip_norm, (int, float)) or clip_norm <= 0
-        ):
-            raise ValueError(f"Trainer: clip_norm must be a positive number or None, got {clip_norm!r}.")
-        if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
-            raise ValueError(f"Trainer: seed must be an int or None, got {seed!r}.")
+        check_positive("Trainer", "clip_norm", clip_norm, allow_none=True)
+        seed = check_seed("Trainer", seed, allow_none=True)
         if save_trainer_file is not None and not isinstance(save_trainer_file, (str, os.PathLike)):
             raise TypeError(
                 f"Trainer: save_trainer_file must be a path or None, got {type(save_trainer_file).__name__}."
             )
-        self.total_frames = _check_int("total_frames", total_frames, 1)
-        self.frame_skip = _check_int("frame_skip", frame_skip, 1)
-        self.optim_steps_per_batch = _check_int("optim_steps_per_batch", optim_steps_per_batch, 0)
-        self.init_random_frames = (
-            None if init_random_frames is None else _check_int("init_random_frames", init_random_frames, 0)
+        self.total_frames = check_positive_int("Trainer", "total_frames", total_frames)
+        self.frame_skip = check_positive_int("Trainer", "frame_skip", frame_skip)
+        self.optim_steps_per_batch = check_non_negative_int("Trainer", "optim_steps_per_batch", optim_steps_per_batch)
+        self.init_random_frames = check_non_negative_int(
+            "Trainer", "init_random_frames", init_random_frames, allow_none=True
         )
-        self.save_trainer_interval = _check_int("save_trainer_interval", save_trainer_interval, 1)
-        self.log_interval = _check_int("log_interval", log_interval, 1)
+        self.save_trainer_interval = check_positive_int("Trainer", "save_trainer_interval", save_trainer_interval)
+        self.log_interval = check_positive_int("Trainer", "log_interval", log_interval)
         optimizer_hook = None if optimizer is None else OptimizerHook(optimizer)  # checks the optimizer first
 
         self.collector = collector
@@ -314,12 +305,9 @@ class Trainer:
         if not isinstance(state, Mapping) or any(k not in state for k in _STATE_KEYS):
             raise KeyError(f"Trainer.load_state_dict: 'state' must hold {list(_STATE_KEYS)}, got {state!r}.")
         for key in ("collected_frames", "_last_save", "_optim_count"):
-            if isinstance(state[key], bool) or not isinstance(state[key], int) or state[key] < 0:
-                raise ValueError(
-                    f"Trainer.load_state_dict: state[{key!r}] must be a non-negative int, got {state[key]!r}."
-                )
+            check_non_negative_int("Trainer.load_state_dict", f"state[{key!r}]", state[key])
         if "rng" in state_dict:
-            check_rng_state(state_dict["rng"])
+            check_rng_state(state_dict["rng"], owner="Trainer.load_state_dict", name="state['rng']")
         if not isinstance(state["_last_log"], Mapping):
             raise TypeError(
                 f"Trainer.load_state_dict: state['_last_log'] must be a mapping, got {type(state['_last_log']).__name__}."

@@ -12,6 +12,7 @@ from typing import Any
 
 import torch
 from tdict import TensorDict
+from tdict.validation import check_positive
 
 from ..functional import (
     generalized_advantage_estimate,
@@ -302,9 +303,7 @@ class GAE(ValueEstimatorBase):
         recursion like a termination."""
         truncated = self._read(tensordict, ("next", "truncated"), "('next', 'truncated') (auto_reset_env reads it)")
         truncated = self._to_feature_shape(truncated, value.shape, tensordict.batch_size)
-        self._check_shapes(
-            [(self._tensor_keys.value, value), (("next", "truncated"), truncated)], tensordict.batch_size
-        )
+        self._check_shapes([(self.tensor_keys.value, value), (("next", "truncated"), truncated)], tensordict.batch_size)
         return reward + self.gamma * value * truncated.to(value.dtype), done
 
     def _estimate(self, tensordict, value, next_value, reward, done, terminated, time_dim):
@@ -390,9 +389,8 @@ class VTrace(ValueEstimatorBase):
                 f"VTrace: actor_network must have a log_prob(tensordict) method (e.g. a ProbabilisticTensorDictModule "
                 f"or ProbabilisticTensorDictSequential), got {type(actor_network).__name__}."
             )
-        for name, thresh in (("rho_thresh", rho_thresh), ("c_thresh", c_thresh)):
-            if not isinstance(thresh, (int, float)) or isinstance(thresh, bool) or thresh <= 0:
-                raise ValueError(f"VTrace: {name} must be a positive number, got {thresh!r}.")
+        check_positive("VTrace", "rho_thresh", rho_thresh)
+        check_positive("VTrace", "c_thresh", c_thresh)
         self.__dict__["actor_network"] = actor_network  # owned by the loss, like value_network
         self._set_coefficient("gamma", gamma)
         self.rho_thresh = float(rho_thresh)
@@ -402,7 +400,7 @@ class VTrace(ValueEstimatorBase):
     @property
     def in_keys(self) -> list:
         keys = super().in_keys
-        lp = self._tensor_keys.sample_log_prob
+        lp = self.tensor_keys.sample_log_prob
         return (
             keys
             + (lp if isinstance(lp, list) else [lp])
@@ -410,7 +408,7 @@ class VTrace(ValueEstimatorBase):
         )
 
     def _behaviour_log_prob(self, tensordict: Any) -> _Tensor:
-        key = self._tensor_keys.sample_log_prob
+        key = self.tensor_keys.sample_log_prob
         if not isinstance(key, list):
             return self._read(tensordict, key, f"{key!r} (the behaviour policy's log-prob)")
         heads = [self._read(tensordict, k, f"{k!r} (the behaviour policy's log-prob of a head)") for k in key]
@@ -429,14 +427,14 @@ class VTrace(ValueEstimatorBase):
         return log_pi
 
     def _estimate(self, tensordict, value, next_value, reward, done, terminated, time_dim):
-        key = self._tensor_keys.sample_log_prob
+        key = self.tensor_keys.sample_log_prob
         log_mu = self._behaviour_log_prob(tensordict)
         log_pi = self._current_log_prob(tensordict)
         batch = tensordict.batch_size
         log_mu = self._to_feature_shape(log_mu, value.shape, batch)
         log_pi = self._to_feature_shape(log_pi, value.shape, batch)
         self._check_shapes(
-            [(self._tensor_keys.value, value), (key, log_mu), ("actor_network.log_prob(td)", log_pi)], batch
+            [(self.tensor_keys.value, value), (key, log_mu), ("actor_network.log_prob(td)", log_pi)], batch
         )
         advantage, value_target = vtrace_advantage_estimate(
             self.gamma,

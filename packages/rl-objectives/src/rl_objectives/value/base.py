@@ -12,11 +12,13 @@ from __future__ import annotations
 import contextlib
 import enum
 import warnings
-from dataclasses import dataclass, fields
-from typing import Any
+from collections.abc import Mapping
+from typing import Any, ClassVar
 
 import torch
 from tdict import TensorDict, unravel_key
+from tdict.nn import TensorKeysMixin
+from tdict.validation import check_positive_int
 from torch import nn
 
 from .._stack import user_stacklevel
@@ -68,36 +70,19 @@ def _nested(prefix: str, key: Any) -> tuple:
     return unravel_key((prefix, key))
 
 
-@dataclass
-class _AcceptedKeys:
-    """Keys an estimator reads and writes (``reward``, ``done``, ``terminated`` under ``"next"``).
-
-    Attributes:
-        advantage: where the advantage is written.
-        value_target: where the value target is written.
-        value: the state value, at the root (V(s_t)) and under ``"next"`` (V(s_{t+1})).
-        reward: the reward, read as ``("next", reward)``.
-        done: the trajectory-end flag, read as ``("next", done)``.
-        terminated: the termination flag, read as ``("next", terminated)`` (``done`` when absent).
-        sample_log_prob: the behaviour policy's log-prob of the action (V-trace); ``"action_log_prob"``
-            as in TorchRL 0.14, or a list of per-head keys (summed) for a composite policy.
-    """
-
-    advantage: Any = "advantage"
-    value_target: Any = "value_target"
-    value: Any = "state_value"
-    reward: Any = "reward"
-    done: Any = "done"
-    terminated: Any = "terminated"
-    sample_log_prob: Any = "action_log_prob"
-
-
-class ValueEstimatorBase(nn.Module):
+class ValueEstimatorBase(TensorKeysMixin, nn.Module):
     """Base of the value estimators: keys, value-network calls, time dim and the no-grad policy.
 
     Subclasses implement :meth:`_estimate` (the call of a functional estimator). The value network
     is kept as an attribute, not registered as a submodule (as in TorchRL): the loss that owns the
     estimator owns the network's parameters.
+
+    The keys (``tensor_keys``, renamed with ``set_keys``): ``advantage`` and ``value_target``, where
+    the results are written; ``value``, the state value, at the root (V(s_t)) and under ``"next"``
+    (V(s_{t+1})); ``reward``, ``done`` and ``terminated``, read under ``"next"`` (``done`` stands in
+    for a missing ``terminated``); ``sample_log_prob``, the behaviour policy's log-prob of the action
+    (V-trace): ``"action_log_prob"`` as in TorchRL 0.14, or a list of per-head keys (summed) for a
+    composite policy.
 
     Args:
         value_network: a TensorDict module writing the value key (``"state_value"`` by default,
@@ -151,7 +136,16 @@ class ValueEstimatorBase(nn.Module):
         tensor([1.5000, 1.5000, 1.5000, 1.5000])
     """
 
-    default_keys = _AcceptedKeys
+    default_keys: ClassVar[Mapping[str, Any]] = {
+        "advantage": "advantage",
+        "value_target": "value_target",
+        "value": "state_value",
+        "reward": "reward",
+        "done": "done",
+        "terminated": "terminated",
+        "sample_log_prob": "action_log_prob",
+    }
+    accepts_key_lists: ClassVar[frozenset] = frozenset({"sample_log_prob"})
     # whether value_estimate needs V(s_t) (GAE, V-trace) or only the next values (TD estimators)
     _target_needs_value = True
     # whether the estimate of a step depends on the later steps (a recursion along time): then the
@@ -194,10 +188,7 @@ class ValueEstimatorBase(nn.Module):
             ("num_chunk", num_chunk),
             ("shifted_budget", shifted_budget),
         ):
-            if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
-                raise ValueError(
-                    f"{name}: {arg} must be an int >= 1{'' if arg == 'shifted_budget' else ' or None'}, got {value!r}."
-                )
+            check_positive_int(name, arg, value, allow_none=arg != "shifted_budget")
         if num_chunks is not None and num_chunk is not None and num_chunks != num_chunk:
             raise ValueError(f"{name}: num_chunks={num_chunks} and its alias num_chunk={num_chunk} differ.")
         num_chunks = num_chunk if num_chunks is None else num_chunks
@@ -227,7 +218,6 @@ class ValueEstimatorBase(nn.Module):
         self.shifted_budget = shifted_budget
         self.group_key = None if group_key is None else unravel_key(group_key)
         self.deactivate_vmap = deactivate_vmap
-        self._tensor_keys = self.default_keys()
         renames = {
             k: v
             for k, v in (("advantage", advantage_key), ("value_target", value_target_key), ("value", value_key))
@@ -276,39 +266,10 @@ class ValueEstimatorBase(nn.Module):
 
     # ------------------------------------------------------------------ keys
     @property
-    def tensor_keys(self) -> _AcceptedKeys:
-        """The keys in use (see :meth:`set_keys`)."""
-        return self._tensor_keys
-
-    def set_keys(self, **kwargs: Any) -> ValueEstimatorBase:
-        """Change the keys read and written: ``advantage``, ``value_target``, ``value``, ``reward``,
-        ``done``, ``terminated``, ``sample_log_prob``. Returns ``self``.
-
-        Raises:
-            ValueError: for an unknown name or a value that is not a key (str or tuple of str);
-                nothing is changed then.
-        """
-        accepted = [f.name for f in fields(self._tensor_keys)]
-        for name, key in kwargs.items():
-            if name not in accepted:
-                raise ValueError(f"{type(self).__name__}.set_keys: unknown key name {name!r}; accepted: {accepted}.")
-            several = name == "sample_log_prob" and isinstance(key, list) and key and all(_is_key(k) for k in key)
-            if not several and (key is None or not _is_key(key)):
-                allowed = " or a non-empty list of keys" if name == "sample_log_prob" else ""
-                raise ValueError(
-                    f"{type(self).__name__}.set_keys: {name} must be a str or a tuple of str{allowed}, got {key!r}."
-                )
-        for name, key in kwargs.items():
-            setattr(
-                self._tensor_keys, name, [unravel_key(k) for k in key] if isinstance(key, list) else unravel_key(key)
-            )
-        return self
-
-    @property
     def in_keys(self) -> list:
         """The keys read: the value network's in-keys at the root and under ``"next"`` (or the value
         key there when there is no network), and the next reward, done and terminated."""
-        keys = self._tensor_keys
+        keys = self.tensor_keys
         net = self.value_network
         base = list(net.in_keys) if net is not None else [keys.value]
         out = base + [_nested("next", key) for key in base]
@@ -320,7 +281,7 @@ class ValueEstimatorBase(nn.Module):
     @property
     def out_keys(self) -> list:
         """The keys written: advantage and value target."""
-        return [self._tensor_keys.advantage, self._tensor_keys.value_target]
+        return [self.tensor_keys.advantage, self.tensor_keys.value_target]
 
     # ------------------------------------------------------------------ helpers
     def _resolve_time_dim(self, tensordict: Any) -> int:
@@ -376,7 +337,7 @@ class ValueEstimatorBase(nn.Module):
             net(tensordict)
             return
         dim, sizes = chunks
-        key = self._tensor_keys.value
+        key = self.tensor_keys.value
         parts = [self._written_value(net(part), repr(key)) for part in tensordict.split(sizes, dim)]
         tensordict.set(key, torch.cat(parts, dim))
 
@@ -398,7 +359,7 @@ class ValueEstimatorBase(nn.Module):
         return self._read(tensordict, self.group_key, f"the group ids {self.group_key!r} (group_key)")
 
     def _written_value(self, tensordict: Any, where: str) -> _Tensor:
-        key = self._tensor_keys.value
+        key = self.tensor_keys.value
         try:
             return tensordict.get(key)
         except KeyError:
@@ -417,14 +378,14 @@ class ValueEstimatorBase(nn.Module):
         self._run_value_network(data_in, params)
         both = self._written_value(data_in, "the value key")
         value, next_value = both.narrow(time_dim, 0, steps), both.narrow(time_dim, 1, steps).detach()
-        key = self._tensor_keys.value
+        key = self.tensor_keys.value
         tensordict.set(key, value)
         next_td.set(key, next_value)
         return value, next_value
 
     def _values(self, tensordict: Any, params: Any, target_params: Any, time_dim: int, need_value: bool) -> tuple:
         """``(V(s_t) or None, V(s_{t+1}))``, running the value network where needed."""
-        key = self._tensor_keys.value
+        key = self.tensor_keys.value
         next_key = _nested("next", key)
         net = self.value_network
         if net is None:
@@ -479,7 +440,7 @@ class ValueEstimatorBase(nn.Module):
 
     def _inputs(self, tensordict: Any, time_dim: int) -> tuple:
         """The next reward, done and terminated, checked (before any network runs)."""
-        keys = self._tensor_keys
+        keys = self.tensor_keys
         next_td = self._read(tensordict, "next", "the 'next' entry (a rollout holds ('next', reward/done/...))")
         reward = self._read(next_td, keys.reward, repr(_nested("next", keys.reward)))
         done = self._read(next_td, keys.done, repr(_nested("next", keys.done)))
@@ -538,7 +499,7 @@ class ValueEstimatorBase(nn.Module):
         batch = tensordict.batch_size
         if not self.recursive_in_time or traj is None or batch[time_dim] < 2 or tuple(traj.shape) != tuple(batch):
             return
-        done = tensordict.get(_nested("next", self._tensor_keys.done), None)
+        done = tensordict.get(_nested("next", self.tensor_keys.done), None)
         if done is None:
             return  # _inputs names the missing key
         if tuple(done.shape) != tuple(batch):  # per-agent or trailing-singleton done flags
@@ -558,7 +519,7 @@ class ValueEstimatorBase(nn.Module):
             )
 
     def _run(self, tensordict: Any, params: Any, target_params: Any, need_value: bool) -> tuple:
-        keys = self._tensor_keys
+        keys = self.tensor_keys
         time_dim = self._resolve_time_dim(tensordict)
         reward, done, terminated = self._inputs(tensordict, time_dim)
         self._check_time_order(tensordict, time_dim)
@@ -585,7 +546,7 @@ class ValueEstimatorBase(nn.Module):
         Raises:
             KeyError: naming a missing entry. ValueError: on a shape mix, naming the keys.
         """
-        keys = self._tensor_keys
+        keys = self.tensor_keys
         with self._grad_context():
             advantage, value_target = self._run(tensordict, params, target_params, need_value=True)
         tensordict.set(keys.advantage, advantage)

@@ -7,6 +7,7 @@ from typing import Any, Callable, Sequence
 
 import torch
 from tdict import TensorDict, TensorDictBase, is_tensor_collection, maybe_dense_stack
+from tdict.validation import check_positive_int
 
 from ..storages.list import ListStorage
 from .replay_buffer import ReplayBuffer
@@ -129,10 +130,8 @@ class ReplayBufferEnsemble(ReplayBuffer):
             num_buffer_sampled = n
         elif num_buffer_sampled is None:
             num_buffer_sampled = n
-        elif not isinstance(num_buffer_sampled, int) or num_buffer_sampled < 1:
-            raise ValueError(
-                f"ReplayBufferEnsemble: num_buffer_sampled must be an int >= 1, got {num_buffer_sampled!r}."
-            )
+        else:
+            check_positive_int("ReplayBufferEnsemble", "num_buffer_sampled", num_buffer_sampled)
         self._rbs = tuple(members)
         self.p = p
         self.sample_from_all = bool(sample_from_all)

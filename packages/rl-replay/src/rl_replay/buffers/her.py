@@ -11,6 +11,7 @@ from typing import Any, Callable
 import torch
 from tdict import TensorDictBase
 from tdict import NestedKey
+from tdict.validation import check_one_of, check_unit_interval
 
 from ..samplers.base import Sampler
 from ..samplers.uniform import RandomSampler
@@ -115,11 +116,10 @@ class HERReplayBuffer(TensorDictReplayBuffer):
     ) -> None:
         if not callable(reward_fn):
             raise TypeError(f"HERReplayBuffer: reward_fn must be callable, got {type(reward_fn).__name__}.")
-        if not 0.0 <= float(her_ratio) <= 1.0:
-            raise ValueError(f"HERReplayBuffer: her_ratio must be in [0, 1], got {her_ratio}.")
-        strategy = str(getattr(strategy, "value", strategy))
-        if strategy not in HindsightStrategy.ALL:
-            raise ValueError(f"HERReplayBuffer: strategy must be one of {HindsightStrategy.ALL}, got {strategy!r}.")
+        check_unit_interval("HERReplayBuffer", "her_ratio", her_ratio)
+        strategy = check_one_of(
+            "HERReplayBuffer", "strategy", str(getattr(strategy, "value", strategy)), HindsightStrategy.ALL
+        )
         if end_key is None and traj_key is None:
             raise ValueError("HERReplayBuffer: give end_key or traj_key (episode boundaries).")
         super().__init__(sampler=sampler if sampler is not None else RandomSampler(), **kwargs)

@@ -19,6 +19,7 @@ from typing import Any
 
 import torch
 from tdict import MemmapLoadError, TensorDict, TensorDictBase
+from tdict.validation import check_positive_int
 
 from ..buffers.tensordict_buffer import TensorDictReplayBuffer
 from ..samplers.base import Sampler
@@ -239,10 +240,7 @@ class OfflineDataset(TensorDictReplayBuffer):
         self.dataset_id = _check_dataset_id(dataset_id)
         if download not in (False, True, "force"):
             raise ValueError(f"download must be False, True or 'force', got {download!r}.")
-        if batch_size is not None and (
-            not isinstance(batch_size, int) or isinstance(batch_size, bool) or batch_size < 1
-        ):
-            raise ValueError(f"batch_size must be a positive int or None, got {batch_size!r}.")
+        check_positive_int(type(self).__name__, "batch_size", batch_size, allow_none=True)
         self._root = Path(root) if root is not None else default_root(self.default_kind)
         self.download = download
         self.split_trajs = bool(split_trajs)

@@ -7,6 +7,7 @@ import threading
 from typing import Any
 
 import torch
+from tdict.validation import check_non_negative, check_one_of, check_positive_int
 
 from ..trees import MinTree, SumTree, _MaxTree
 from .base import Sampler
@@ -80,14 +81,11 @@ class PrioritizedSampler(Sampler):
         device: Any = None,
     ) -> None:
         super().__init__()
-        if not isinstance(max_capacity, int) or isinstance(max_capacity, bool) or max_capacity < 1:
-            raise ValueError(f"PrioritizedSampler: max_capacity must be a positive int, got {max_capacity!r}.")
+        check_positive_int("PrioritizedSampler", "max_capacity", max_capacity)
         _check_nonneg("alpha", alpha)
         _check_nonneg("beta", beta)
-        if not isinstance(eps, (int, float)) or not eps >= 0 or not math.isfinite(eps):
-            raise ValueError(f"PrioritizedSampler: eps must be a finite float >= 0, got {eps!r}.")
-        if reduction not in _REDUCTIONS:
-            raise ValueError(f"PrioritizedSampler: reduction must be one of {_REDUCTIONS}, got {reduction!r}.")
+        check_non_negative("PrioritizedSampler", "eps", eps, finite=True)
+        check_one_of("PrioritizedSampler", "reduction", reduction, _REDUCTIONS)
         if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
             raise TypeError(f"PrioritizedSampler: dtype must be a floating point torch.dtype, got {dtype!r}.")
         self._max_capacity = max_capacity
@@ -404,10 +402,10 @@ class PrioritizedSampler(Sampler):
 
 
 def _check_nonneg(name: str, value: Any) -> None:
-    if isinstance(value, torch.Tensor):
-        value = float(value)
-    if not isinstance(value, (int, float)) or isinstance(value, bool) or not value >= 0 or not math.isfinite(value):
-        raise ValueError(f"PrioritizedSampler: {name} must be a finite number >= 0, got {value!r}.")
+    """A priority exponent (``alpha``, ``beta``): a finite number >= 0, or a one-element tensor of one."""
+    check_non_negative(
+        "PrioritizedSampler", name, float(value) if isinstance(value, torch.Tensor) else value, finite=True
+    )
 
 
 def _ravel(index: list, shape: tuple) -> torch.Tensor:

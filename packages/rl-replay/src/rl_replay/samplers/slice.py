@@ -13,6 +13,7 @@ from typing import Any
 
 import torch
 from tdict import is_tensor_collection
+from tdict.validation import check_positive_int
 
 from .base import Sampler
 
@@ -213,8 +214,7 @@ class SliceSampler(Sampler):
                 f"{name}: give exactly one of num_slices and slice_len, got num_slices={num_slices}, slice_len={slice_len}."
             )
         for arg, value in (("num_slices", num_slices), ("slice_len", slice_len)):
-            if value is not None and (not isinstance(value, int) or isinstance(value, bool) or value < 1):
-                raise ValueError(f"{name}: {arg} must be a positive int, got {value!r}.")
+            check_positive_int(name, arg, value, allow_none=True)
         if pad_output and strict_length:
             raise ValueError(f"{name}: pad_output=True needs strict_length=False (only short slices are padded).")
         if (ends is not None or trajectories is not None) and (end_key is not None or traj_key is not None):

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any, Iterator
 
 import torch
+from tdict.validation import check_positive_int
 
 from .._part import BufferPart
 
@@ -25,8 +26,7 @@ class Storage(BufferPart):
     ndim = 1
 
     def __init__(self, max_size: int) -> None:
-        if not isinstance(max_size, int) or isinstance(max_size, bool) or max_size < 1:
-            raise ValueError(f"{type(self).__name__}: max_size must be a positive int, got {max_size!r}.")
+        check_positive_int(type(self).__name__, "max_size", max_size)
         self.max_size = max_size
         self._len_t = torch.zeros((), dtype=torch.int64)
 

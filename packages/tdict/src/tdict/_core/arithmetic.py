@@ -187,30 +187,37 @@ class ArithmeticMixin:
 
     @keeps_lock
     def isfinite(self) -> Any:
+        """Bool leaves: ``torch.isfinite`` of every tensor leaf."""
         return self._unary(torch.isfinite)
 
     @keeps_lock
     def isnan(self) -> Any:
+        """Bool leaves: ``torch.isnan`` of every tensor leaf."""
         return self._unary(torch.isnan)
 
     def allclose(self, other: Any, rtol: float = 1e-5, atol: float = 1e-8, equal_nan: bool = False) -> bool:
+        """True when every tensor leaf is ``torch.allclose`` to the leaf under the same key of ``other``."""
         leaves, others = paired_leaves(self, [other])
         return all(torch.allclose(v, o, rtol=rtol, atol=atol, equal_nan=equal_nan) for v, o in zip(leaves, others))
 
     @keeps_lock
     def add(self, other: Any, *, alpha: float | None = None) -> Any:
+        """``self + alpha * other`` leaf by leaf (``other``: a number, a tensor broadcast over the batch dims, or a collection with the same keys)."""
         return self._binary(other, operator.add if alpha is None else (lambda a, b: torch.add(a, b, alpha=alpha)))
 
     def add_(self, other: Any, *, alpha: float | None = None) -> Any:
+        """In place :meth:`add` (one fused ``torch._foreach_add_`` call); returns ``self``."""
         if alpha is not None:
             other = other * alpha
         return self._binary_(other, torch._foreach_add_, torch.Tensor.add_)
 
     @keeps_lock
     def lerp(self, end: Any, weight: Any) -> Any:
+        """``torch.lerp(leaf, end, weight)`` leaf by leaf (``end`` as ``other`` in :meth:`add`)."""
         return self._binary(end, lambda a, b: torch.lerp(a, b, weight))
 
     def lerp_(self, end: Any, weight: Any) -> Any:
+        """In place :meth:`lerp`; returns ``self``."""
         return self._binary_(end, lambda xs, ys: torch._foreach_lerp_(xs, ys, weight), lambda x, y: x.lerp_(y, weight))
 
     def clamp(self, min: Any = None, max: Any = None) -> Any:
@@ -222,6 +229,7 @@ class ArithmeticMixin:
         return self._unary(lambda v: v.clamp(min, max))
 
     def clamp_(self, min: Any = None, max: Any = None) -> Any:
+        """In place :meth:`clamp`; returns ``self``."""
         if _is_bound_operand(min) or _is_bound_operand(max):
             if min is not None:
                 self.clamp_min_(min)
@@ -232,16 +240,20 @@ class ArithmeticMixin:
 
     @keeps_lock
     def maximum(self, other: Any) -> Any:
+        """Element-wise ``torch.maximum`` (``other``: a number, a tensor broadcast over the batch dims, or a collection with the same keys)."""
         return self._binary(other, torch.maximum)
 
     @keeps_lock
     def minimum(self, other: Any) -> Any:
+        """Element-wise ``torch.minimum`` (``other``: a number, a tensor broadcast over the batch dims, or a collection with the same keys)."""
         return self._binary(other, torch.minimum)
 
     def maximum_(self, other: Any) -> Any:
+        """In place :meth:`maximum`; returns ``self``."""
         return self._binary_(other, torch._foreach_maximum_, lambda x, y: torch.maximum(x, y, out=x))
 
     def minimum_(self, other: Any) -> Any:
+        """In place :meth:`minimum`; returns ``self``."""
         return self._binary_(other, torch._foreach_minimum_, lambda x, y: torch.minimum(x, y, out=x))
 
     @keeps_lock
@@ -255,19 +267,23 @@ class ArithmeticMixin:
         return self._binary(other, torch.clamp_max)
 
     def clamp_min_(self, other: Any) -> Any:
+        """In place :meth:`clamp_min`; returns ``self``."""
         return self._binary_(other, torch._foreach_clamp_min_, torch.Tensor.clamp_min_)
 
     def clamp_max_(self, other: Any) -> Any:
+        """In place :meth:`clamp_max`; returns ``self``."""
         return self._binary_(other, torch._foreach_clamp_max_, torch.Tensor.clamp_max_)
 
     @keeps_lock
     def logical_and(self, other: Any) -> Any:
+        """Element-wise ``torch.logical_and`` (``other``: a number, a tensor broadcast over the batch dims, or a collection with the same keys)."""
         if not _is_collection(other) and not isinstance(other, torch.Tensor):
             other = _scalar_tensor(other, "logical_and", "other")
         return self._binary(other, torch.logical_and)
 
     @keeps_lock
     def bitwise_and(self, other: Any) -> Any:
+        """Element-wise ``torch.bitwise_and`` (``other``: a number, a tensor broadcast over the batch dims, or a collection with the same keys)."""
         return self._binary(other, torch.bitwise_and)
 
     @keeps_lock
@@ -319,6 +335,7 @@ class ArithmeticMixin:
         return self._ternary(other1, other2, lambda v, a, b: torch.addcmul(v, a, b, value=value), "addcmul")
 
     def addcmul_(self, other1: Any, other2: Any, *, value: float = 1) -> Any:
+        """In place :meth:`addcmul` (one fused ``torch._foreach_addcmul_`` call when both operands are collections)."""
         return self._ternary_(other1, other2, value, torch._foreach_addcmul_, torch.Tensor.addcmul_, "addcmul_")
 
     @keeps_lock
@@ -327,6 +344,7 @@ class ArithmeticMixin:
         return self._ternary(other1, other2, lambda v, a, b: torch.addcdiv(v, a, b, value=value), "addcdiv")
 
     def addcdiv_(self, other1: Any, other2: Any, *, value: float = 1) -> Any:
+        """In place :meth:`addcdiv` (one fused ``torch._foreach_addcdiv_`` call when both operands are collections)."""
         return self._ternary_(other1, other2, value, torch._foreach_addcdiv_, torch.Tensor.addcdiv_, "addcdiv_")
 
     # ---- dtypes
@@ -459,37 +477,56 @@ _DTYPE_CASTS = [
 ]
 
 
+def _method(fn: Callable, name: str, doc: str) -> Callable:
+    """``fn`` named ``name`` (as a method of ArithmeticMixin) and documented with ``doc``."""
+    fn.__name__, fn.__qualname__, fn.__doc__ = name, f"ArithmeticMixin.{name}", doc
+    return fn
+
+
 def _install() -> None:
     for name, op in _BINARY.items():
         binary = lambda self, other, _op=op: self._binary(other, _op)  # noqa: E731
+        if not name.startswith("_"):
+            doc = (
+                f"``{name}`` leaf by leaf; ``other``: a number, a tensor broadcast over the batch dims, "
+                "or a collection with the same keys."
+            )
+            binary = _method(binary, name, doc)
         setattr(ArithmeticMixin, name, binary if name in _COMPARISONS else keeps_lock(binary))
     for name, (foreach, fallback) in _INPLACE.items():
-        setattr(ArithmeticMixin, name, lambda self, other, _f=foreach, _b=fallback: self._binary_(other, _f, _b))
+        doc = (
+            f"In place: ``leaf.{name}(other)`` for every tensor leaf (one fused ``torch._foreach_{name}`` call); "
+            "``other`` is a number, a tensor broadcast over the batch dims, or a collection with the same keys."
+        )
+        inplace = lambda self, other, _f=foreach, _b=fallback: self._binary_(other, _f, _b)  # noqa: E731
+        setattr(ArithmeticMixin, name, _method(inplace, name, doc))
     for alias, name in _INPLACE_ALIASES.items():
         setattr(ArithmeticMixin, alias, lambda self, other, _n=name: getattr(self, _n)(other))
     for name in _UNARY:
         fn = getattr(torch, name)
-        setattr(ArithmeticMixin, name, keeps_lock(lambda self, _fn=fn: self._unary(_fn)))
+        doc = (
+            f"A new collection of ``torch.{name}(leaf)`` for every tensor leaf (a locked input gives a locked result)."
+        )
+        unary = lambda self, _fn=fn: self._unary(_fn)  # noqa: E731
+        setattr(ArithmeticMixin, name, keeps_lock(_method(unary, name, doc)))
+        doc_ = f"In place: ``leaf.{name}_()`` for every tensor leaf; returns ``self``."
         foreach_ = getattr(torch, f"_foreach_{name}_", None)
         if foreach_ is not None:
-            setattr(ArithmeticMixin, name + "_", lambda self, _f=foreach_: _foreach_inplace(self, _f))
+            inplace = lambda self, _f=foreach_: _foreach_inplace(self, _f)  # noqa: E731
         else:
-            setattr(
-                ArithmeticMixin,
-                name + "_",
-                lambda self, _n=name: ([getattr(v, _n + "_")() for v in self._tensor_leaves()[1]], self)[1],
-            )
+            inplace = lambda self, _n=name: ([getattr(v, _n + "_")() for v in self._tensor_leaves()[1]], self)[1]  # noqa: E731
+        setattr(ArithmeticMixin, name + "_", _method(inplace, name + "_", doc_))
     for name in _UNARY_NO_INPLACE:
         fn = getattr(torch, name)
-        setattr(ArithmeticMixin, name, keeps_lock(lambda self, _fn=fn: self._unary(_fn)))
+        doc = f"A new collection of the bool tensors ``torch.{name}(leaf)`` for every tensor leaf."
+        unary = lambda self, _fn=fn: self._unary(_fn)  # noqa: E731
+        setattr(ArithmeticMixin, name, keeps_lock(_method(unary, name, doc)))
     for name in _DTYPE_CASTS:
         dtype = getattr(torch, name, None)
         if dtype is None:  # pragma: no cover - an older torch
             continue
         cast = lambda self, _dt=dtype: self.to(_dt)  # noqa: E731
-        cast.__name__ = cast.__qualname__ = name
-        cast.__doc__ = f"Cast every tensor leaf to ``{dtype}``."
-        setattr(ArithmeticMixin, name, cast)
+        setattr(ArithmeticMixin, name, _method(cast, name, f"Cast every tensor leaf to ``{dtype}``."))
     ArithmeticMixin.__eq__ = lambda self, other: _equality(self, other, operator.eq)
     ArithmeticMixin.__ne__ = lambda self, other: _equality(self, other, operator.ne)
     ArithmeticMixin.__neg__ = keeps_lock(lambda self: self._unary(torch.neg))

@@ -58,3 +58,6 @@ from .ensemble import EnsembleModule  # noqa: E402
 from .cudagraphs import CudaGraphModule  # noqa: E402
 
 __all__ += ["CudaGraphModule", "EnsembleModule", "TensorDictParams"]
+from .tensor_keys import TensorKeys, TensorKeysMixin  # noqa: E402
+
+__all__ += ["TensorKeys", "TensorKeysMixin"]

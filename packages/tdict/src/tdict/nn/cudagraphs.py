@@ -8,8 +8,9 @@ from typing import Any, Callable, Sequence
 import torch
 from torch.utils._pytree import tree_flatten, tree_map, tree_unflatten
 
-from .._utils import unravel_key
+from .._core.utils import unravel_key
 from ..base import is_tensor_collection
+from ..validation import check_positive_int
 
 __all__ = ["CudaGraphModule"]
 
@@ -64,8 +65,7 @@ class CudaGraphModule:
     ) -> None:
         if not callable(module):
             raise TypeError(f"CudaGraphModule: module must be callable, got {type(module).__name__}.")
-        if not isinstance(warmup, int) or warmup < 1:
-            raise ValueError(f"CudaGraphModule: warmup must be an int >= 1, got {warmup!r}.")
+        check_positive_int("CudaGraphModule", "warmup", warmup)
         self.module = module
         self.warmup = warmup
         self.in_keys = [unravel_key(k) for k in (in_keys if in_keys is not None else getattr(module, "in_keys", []))]

@@ -10,6 +10,7 @@ from torch import nn
 
 from ..base import is_tensor_collection
 from ..tensordict import TensorDict
+from ..validation import check_positive_int
 from .common import _reset_submodules
 from .params import TensorDictParams
 
@@ -49,8 +50,7 @@ class EnsembleModule(nn.Module):
         super().__init__()
         if not isinstance(module, nn.Module):
             raise TypeError(f"EnsembleModule: module must be an nn.Module, got {type(module).__name__}.")
-        if not isinstance(num_copies, int) or num_copies < 1:
-            raise ValueError(f"EnsembleModule: num_copies must be a positive int, got {num_copies!r}.")
+        check_positive_int("EnsembleModule", "num_copies", num_copies)
         copies = []
         for _ in range(num_copies):
             c = copy.deepcopy(module)

@@ -15,15 +15,15 @@ beyond those batch dims, so a ``Normal`` over a ``[B, A]`` action (TensorDict ba
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import torch
 from torch import distributions as D
 
-from .._utils import NestedKey
+from .._core.utils import NestedKey
 from ..non_tensor import is_non_tensor
+from ..seeding import use_generator
 from .common import TensorDictModuleBase, _parse_key, _parse_key_list
 from .distributions import CompositeDistribution, _add_suffix, holder_batch_dims, sum_to_batch
 from .interaction import InteractionType, interaction_type
@@ -110,29 +110,6 @@ def _as_num_samples(num_samples: Any, owner: str) -> torch.Size | None:
     if size is None or isinstance(num_samples, bool) or any(isinstance(d, bool) or d < 0 for d in size):
         raise ValueError(f"{owner}: num_samples must be None, an int >= 0 or a sequence of them, got {num_samples!r}.")
     return size
-
-
-@contextlib.contextmanager
-def _use_generator(generator: torch.Generator | None) -> Iterator[None]:
-    """Draw from ``generator`` inside the block: torch.distributions take no generator, so the global
-    RNG is forked, loaded with the generator's state, and the generator gets the state back after
-    (its stream advances). No-op for ``None`` and under torch.compile (fork_rng is not traceable)."""
-    if generator is None or torch.compiler.is_compiling():
-        yield
-        return
-    device = generator.device
-    cuda = device.type == "cuda"
-    with torch.random.fork_rng(
-        devices=[device.index if device.index is not None else torch.cuda.current_device()] if cuda else []
-    ):
-        if cuda:
-            torch.cuda.set_rng_state(generator.get_state(), device)
-        else:
-            torch.set_rng_state(generator.get_state())
-        try:
-            yield
-        finally:
-            generator.set_state(torch.cuda.get_rng_state(device) if cuda else torch.get_rng_state())
 
 
 class ProbabilisticTensorDictModule(TensorDictModuleBase):
@@ -338,13 +315,13 @@ class ProbabilisticTensorDictModule(TensorDictModuleBase):
             itype = self.default_interaction_type
         if itype is InteractionType.RANDOM:
             shape = torch.Size() if self.num_samples is None else self.num_samples
-            with _use_generator(generator):
+            with use_generator(generator):
                 return dist.rsample(shape) if dist.has_rsample else dist.sample(shape)
         if itype is InteractionType.DETERMINISTIC:
             return _deterministic(dist)
         if itype is InteractionType.MODE:
             return _mode(dist)
-        with _use_generator(generator):
+        with use_generator(generator):
             if itype is InteractionType.MEAN:
                 return _mean(dist, self.n_empirical_estimate)
             try:

@@ -56,6 +56,16 @@ def _device(device: Any) -> torch.device | None:
     return None if device is None else torch.device(device)
 
 
+def _draw_on(device: torch.device | None, generator: torch.Generator | None) -> torch.device | None:
+    """Where ``rand`` draws: on the generator's device when one is given (it draws nowhere else)."""
+    return device if generator is None else generator.device
+
+
+def _moved(value: torch.Tensor, device: torch.device | None) -> torch.Tensor:
+    """``value`` on ``device`` (unchanged when ``device`` is None or already its device)."""
+    return value if device is None or value.device == device else value.to(device)
+
+
 class TensorSpec:
     """Base class of the leaf specs: a description of one tensor entry (shape, dtype, device, domain).
 
@@ -109,7 +119,12 @@ class TensorSpec:
         return _size(shape) + self.shape
 
     # ---- generation ------------------------------------------------------------------------
-    def rand(self, shape: Any = ()) -> torch.Tensor:
+    def rand(self, shape: Any = (), *, generator: torch.Generator | None = None) -> torch.Tensor:
+        """A random value inside the spec, of shape ``shape + self.shape``.
+
+        With ``generator`` the draws come from it (on its device, then moved to the spec's) and the
+        global generator is left alone: seeded components (a collector's random actions) pass theirs.
+        """
         raise NotImplementedError
 
     def zero(self, shape: Any = ()) -> torch.Tensor:

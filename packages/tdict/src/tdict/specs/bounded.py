@@ -7,7 +7,7 @@ from typing import Any, NamedTuple
 
 import torch
 
-from .base import TensorSpec, _device, _size, _spec_shape
+from .base import TensorSpec, _device, _draw_on, _moved, _size, _spec_shape
 
 __all__ = ["Bounded", "ContinuousBox"]
 
@@ -121,29 +121,33 @@ class Bounded(TensorSpec):
                 if bool((low == lo).all() and (high == hi).all()) and hi < torch.iinfo(self.dtype).max:
                     self._randint = (lo, hi + 1)
 
-    def rand(self, shape: Any = ()) -> torch.Tensor:
-        """Uniform samples of shape ``shape + self.shape``."""
+    def rand(self, shape: Any = (), *, generator: torch.Generator | None = None) -> torch.Tensor:
+        """Uniform samples of shape ``shape + self.shape`` (from ``generator`` when given)."""
         full = self.shape if not shape and type(shape) is not int else _size(shape) + self.shape
+        device, on = self.device, _draw_on(self.device, generator)
         uniform = self._uniform
         if uniform is not None:  # uniform on [low, high), like the general path below
-            return torch.empty(full, dtype=self.dtype, device=self.device).uniform_(uniform[0], uniform[1])
+            x = torch.empty(full, dtype=self.dtype, device=on).uniform_(uniform[0], uniform[1], generator=generator)
+            return _moved(x, device)
         randint = self._randint
         if randint is not None:  # uniform on low..high inclusive
-            return torch.randint(randint[0], randint[1], full, dtype=self.dtype, device=self.device)
+            x = torch.randint(randint[0], randint[1], full, dtype=self.dtype, device=on, generator=generator)
+            return _moved(x, device)
         low = self._tensors["low"]
         if self.dtype.is_floating_point:
             if self._finite:
-                return torch.rand(full, dtype=self.dtype, device=self.device).mul_(self._scale).add_(low)
+                u = torch.rand(full, dtype=self.dtype, device=on, generator=generator)
+                return _moved(u, device).mul_(self._scale).add_(low)
             high = self._tensors["high"]
             # unbounded sides: a normal sample shifted to the finite bound, clipped into the box
-            x = torch.randn(full, dtype=self.dtype, device=self.device)
+            x = _moved(torch.randn(full, dtype=self.dtype, device=on, generator=generator), device)
             x = torch.where(torch.isfinite(low), low + x.abs(), x)
             x = torch.where(torch.isfinite(high) & ~torch.isfinite(low), high - x.abs(), x)
             both = torch.isfinite(low) & torch.isfinite(high)
-            u = torch.rand(full, dtype=self.dtype, device=self.device)
+            u = _moved(torch.rand(full, dtype=self.dtype, device=on, generator=generator), device)
             x = torch.where(both, low + u * (high - low).nan_to_num(0.0), x)
             return torch.minimum(torch.maximum(x, low), high)
-        u = torch.rand(full, dtype=torch.float64, device=self.device)
+        u = _moved(torch.rand(full, dtype=torch.float64, device=on, generator=generator), device)
         out = (u * self._scale).floor_().to(self.dtype) + low
         return torch.minimum(out, self._tensors["high"])
 

@@ -251,14 +251,16 @@ class Composite:
         return self
 
     # ---- generation (hot path: no validation) ----------------------------------------------
-    def rand(self, shape: Any = ()) -> TensorDict:
-        """Random TensorDict of batch size ``shape + self.shape``."""
+    def rand(self, shape: Any = (), *, generator: torch.Generator | None = None) -> TensorDict:
+        """Random TensorDict of batch size ``shape + self.shape`` (every leaf drawn from ``generator`` when given)."""
         if shape or type(shape) is int:  # an int 0 is a batch of 0
             lead = _size(shape)
             return TensorDict._new_unsafe(
-                {k: s.rand(lead) for k, s in self._leaf_items()}, lead + self.shape, self.device
+                {k: s.rand(lead, generator=generator) for k, s in self._leaf_items()}, lead + self.shape, self.device
             )
-        return TensorDict._new_unsafe({k: s.rand() for k, s in self._leaf_items()}, self.shape, self.device)
+        return TensorDict._new_unsafe(
+            {k: s.rand(generator=generator) for k, s in self._leaf_items()}, self.shape, self.device
+        )
 
     def zero(self, shape: Any = ()) -> TensorDict:
         """Zero-filled TensorDict of batch size ``shape + self.shape``."""

@@ -7,18 +7,19 @@ from typing import Any, Sequence
 
 import torch
 
-from .base import TensorSpec, _cartesian, _count, _device, _size, _spec_shape
+from .base import TensorSpec, _cartesian, _count, _device, _draw_on, _moved, _size, _spec_shape
 
 __all__ = ["Binary", "Categorical", "MultiCategorical", "MultiOneHot", "OneHot"]
 
 
-def _masked_sample(mask: torch.Tensor, lead: torch.Size) -> torch.Tensor:
+def _masked_sample(mask: torch.Tensor, lead: torch.Size, generator: torch.Generator | None = None) -> torch.Tensor:
     """Indices drawn uniformly among the True entries of ``mask`` (last dim), ``lead`` prepended."""
     m = mask.expand(lead + mask.shape)
     flat = m.reshape(-1, m.shape[-1]).float()
     if (flat.sum(-1) == 0).any():
         raise RuntimeError("rand: a mask row has no allowed action")
-    return torch.multinomial(flat, 1).reshape(m.shape[:-1])
+    index = torch.multinomial(_moved(flat, _draw_on(flat.device, generator)), 1, generator=generator)
+    return _moved(index, flat.device).reshape(m.shape[:-1])
 
 
 def _enum_batch(values: torch.Tensor, shape: torch.Size) -> torch.Tensor:
@@ -91,11 +92,13 @@ class Categorical(TensorSpec):
     def _extra_eq(self, other: Any) -> bool:
         return self.n == other.n
 
-    def rand(self, shape: Any = ()) -> torch.Tensor:
+    def rand(self, shape: Any = (), *, generator: torch.Generator | None = None) -> torch.Tensor:
         mask = self._tensors.get("mask")
         if mask is None:
-            return torch.randint(0, self.n, self._full(shape), dtype=self.dtype, device=self.device)
-        return _masked_sample(mask, _size(shape)).to(self.dtype)
+            on = _draw_on(self.device, generator)
+            x = torch.randint(0, self.n, self._full(shape), dtype=self.dtype, device=on, generator=generator)
+            return _moved(x, self.device)
+        return _masked_sample(mask, _size(shape), generator).to(self.dtype)
 
     def _violation(self, val: Any) -> str | None:
         why = self._check_tensor(val)
@@ -204,13 +207,14 @@ class OneHot(TensorSpec):
     def _mask_shape(self) -> torch.Size:
         return self.shape
 
-    def rand(self, shape: Any = ()) -> torch.Tensor:
+    def rand(self, shape: Any = (), *, generator: torch.Generator | None = None) -> torch.Tensor:
         mask = self._tensors.get("mask")
         lead = _size(shape)
         if mask is None:
-            idx = torch.randint(0, self.n, lead + self.shape[:-1], device=self.device)
+            on = _draw_on(self.device, generator)
+            idx = _moved(torch.randint(0, self.n, lead + self.shape[:-1], device=on, generator=generator), self.device)
         else:
-            idx = _masked_sample(mask, lead)
+            idx = _masked_sample(mask, lead, generator)
         return torch.nn.functional.one_hot(idx, self.n).to(self.dtype)
 
     def _violation(self, val: Any) -> str | None:
@@ -303,8 +307,9 @@ class Binary(TensorSpec):
     def n(self) -> int:
         return self.shape[-1]
 
-    def rand(self, shape: Any = ()) -> torch.Tensor:
-        return torch.randint(0, 2, self._full(shape), device=self.device).to(self.dtype)
+    def rand(self, shape: Any = (), *, generator: torch.Generator | None = None) -> torch.Tensor:
+        x = torch.randint(0, 2, self._full(shape), device=_draw_on(self.device, generator), generator=generator)
+        return _moved(x, self.device).to(self.dtype)
 
     def _violation(self, val: Any) -> str | None:
         why = self._check_tensor(val)
@@ -391,15 +396,16 @@ class MultiCategorical(TensorSpec):
     def _extra_eq(self, other: Any) -> bool:
         return True
 
-    def rand(self, shape: Any = ()) -> torch.Tensor:
+    def rand(self, shape: Any = (), *, generator: torch.Generator | None = None) -> torch.Tensor:
         mask = self._tensors.get("mask")
         if mask is not None:
             lead, start, parts = _size(shape), 0, []
             for k in self._row_nvec():
-                parts.append(_masked_sample(mask[..., start : start + k], lead))
+                parts.append(_masked_sample(mask[..., start : start + k], lead, generator))
                 start += k
             return torch.stack(parts, -1).to(self.dtype)
-        u = torch.rand(self._full(shape), dtype=torch.float64, device=self.device)
+        on = _draw_on(self.device, generator)
+        u = _moved(torch.rand(self._full(shape), dtype=torch.float64, device=on, generator=generator), self.device)
         return torch.minimum((u * self.nvec).floor_().long(), self.nvec - 1).to(self.dtype)
 
     def _masked_out(self, val: torch.Tensor) -> torch.Tensor | None:
@@ -500,16 +506,17 @@ class MultiOneHot(TensorSpec):
     def _extra_eq(self, other: Any) -> bool:
         return self.nvec == other.nvec
 
-    def rand(self, shape: Any = ()) -> torch.Tensor:
+    def rand(self, shape: Any = (), *, generator: torch.Generator | None = None) -> torch.Tensor:
         lead = _size(shape)
         mask = self._tensors.get("mask")
+        on = _draw_on(self.device, generator)
         parts = []
         start = 0
         for k in self.nvec:
             if mask is None:
-                idx = torch.randint(0, k, lead + self.shape[:-1], device=self.device)
+                idx = _moved(torch.randint(0, k, lead + self.shape[:-1], device=on, generator=generator), self.device)
             else:
-                idx = _masked_sample(mask[..., start : start + k], lead)
+                idx = _masked_sample(mask[..., start : start + k], lead, generator)
             parts.append(torch.nn.functional.one_hot(idx, k))
             start += k
         return torch.cat(parts, -1).to(self.dtype)

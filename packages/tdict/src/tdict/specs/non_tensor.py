@@ -36,11 +36,13 @@ class NonTensor(TensorSpec):
         except Exception:
             return self.example_data is other.example_data
 
-    def rand(self, shape: Any = ()) -> NonTensorData:
+    def rand(self, shape: Any = (), *, generator: Any = None) -> NonTensorData:
         return NonTensorData(self.example_data, batch_size=self._full(shape), device=self.device)
 
-    zero = rand
-    one = rand
+    def zero(self, shape: Any = ()) -> NonTensorData:
+        return self.rand(shape)
+
+    one = zero
 
     def _violation(self, val: Any) -> str | None:
         if not is_non_tensor(val):

@@ -321,16 +321,16 @@ class Stacked(_StackOps):
 
     __torch_function__ = _TorchStack.__torch_function__
 
-    def _gen(self, name: str, shape: Any) -> Any:
+    def _gen(self, name: str, shape: Any, **kwargs: Any) -> Any:
         lead = _size(shape)
-        vals = [getattr(s, name)(lead) for s in self.specs]
+        vals = [getattr(s, name)(lead, **kwargs) for s in self.specs]
         if self._same_shape:
             return torch.stack(vals, len(lead) + self.dim)
         return vals
 
-    def rand(self, shape: Any = ()) -> Any:
+    def rand(self, shape: Any = (), *, generator: torch.Generator | None = None) -> Any:
         """Stacked samples (a list of per-member samples when the members' shapes differ)."""
-        return self._gen("rand", shape)
+        return self._gen("rand", shape, generator=generator)
 
     def zero(self, shape: Any = ()) -> Any:
         return self._gen("zero", shape)
@@ -483,13 +483,13 @@ class StackedComposite(_StackOps):
         dtypes = {getattr(v, "dtype", None) for s in self.specs for v in s.values(True, True)}
         return dtypes.pop() if len(dtypes) == 1 else None
 
-    def _gen(self, name: str, shape: Any) -> Any:
+    def _gen(self, name: str, shape: Any, **kwargs: Any) -> Any:
         lead = _size(shape)
-        return lazy_stack([getattr(s, name)(lead) for s in self.specs], len(lead) + self.dim)
+        return lazy_stack([getattr(s, name)(lead, **kwargs) for s in self.specs], len(lead) + self.dim)
 
-    def rand(self, shape: Any = ()) -> Any:
+    def rand(self, shape: Any = (), *, generator: torch.Generator | None = None) -> Any:
         """A lazily stacked TensorDict of batch size ``shape + self.shape``."""
-        return self._gen("rand", shape)
+        return self._gen("rand", shape, generator=generator)
 
     def zero(self, shape: Any = ()) -> Any:
         return self._gen("zero", shape)

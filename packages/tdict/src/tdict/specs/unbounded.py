@@ -6,7 +6,7 @@ from typing import Any
 
 import torch
 
-from .base import TensorSpec
+from .base import TensorSpec, _draw_on, _moved
 
 __all__ = ["Unbounded"]
 
@@ -41,14 +41,16 @@ class Unbounded(TensorSpec):
         self._kind = 0 if (dt.is_floating_point or dt.is_complex) else (1 if dt is torch.bool else 2)
         self._low = -100 if dt.is_signed else 0
 
-    def rand(self, shape: Any = ()) -> torch.Tensor:
-        full = self._full(shape)
+    def rand(self, shape: Any = (), *, generator: torch.Generator | None = None) -> torch.Tensor:
+        full, on = self._full(shape), _draw_on(self.device, generator)
         kind = self._kind
         if kind == 0:
-            return torch.randn(full, dtype=self.dtype, device=self.device)
-        if kind == 1:
-            return torch.randint(0, 2, full, device=self.device).bool()
-        return torch.randint(self._low, 100, full, dtype=self.dtype, device=self.device)
+            x = torch.randn(full, dtype=self.dtype, device=on, generator=generator)
+        elif kind == 1:
+            x = torch.randint(0, 2, full, device=on, generator=generator).bool()
+        else:
+            x = torch.randint(self._low, 100, full, dtype=self.dtype, device=on, generator=generator)
+        return _moved(x, self.device)
 
     def _violation(self, val: Any) -> str | None:
         return self._check_tensor(val)

@@ -17,6 +17,7 @@ from typing import Any
 
 import torch
 from tdict.files import atomic_write_to
+from tdict.validation import check_one_of
 
 from .base import _check_fps
 
@@ -58,9 +59,7 @@ def _video_frames(owner: str, name: str, video: Any) -> torch.Tensor:
 
 
 def _check_format(owner: str, fmt: Any, formats: tuple[str, ...] = VIDEO_FORMATS) -> str:
-    if fmt not in formats:
-        raise ValueError(f"{owner}: video format must be one of {list(formats)}, got {fmt!r}.")
-    return fmt
+    return check_one_of(owner, "video format", fmt, formats)
 
 
 def _require_encoder(owner: str, fmt: str) -> None:

@@ -13,6 +13,7 @@ from datetime import datetime
 from typing import Any
 
 import torch
+from tdict.validation import check_non_negative_int
 
 __all__ = ["Logger", "generate_exp_name"]
 
@@ -59,11 +60,7 @@ def _check_step(owner: str, name: str, step: Any) -> int | None:
         and step.dtype is not torch.bool
     ):
         step = int(step.item())
-    if isinstance(step, bool) or not isinstance(step, numbers.Integral):
-        raise TypeError(f"{owner}: step for {name!r} must be an int or None, got {type(step).__name__}.")
-    if step < 0:
-        raise ValueError(f"{owner}: step for {name!r} must be >= 0, got {step}.")
-    return int(step)
+    return check_non_negative_int(owner, f"step for {name!r}", step)
 
 
 def _check_fps(owner: str, fps: Any) -> float:
