@@ -1,0 +1,97 @@
+"""Every public name is documented: each class and function in a public module's ``__all__`` has a
+docstring, and so has each public method and property of those classes (a docstring inherited from
+the overridden base method counts). The API reference (docs/api, built by mkdocstrings) shows them.
+
+Public modules are those whose dotted path has no part starting with ``_``.
+
+Names still undocumented when this check was introduced are listed in ``undocumented.txt`` beside
+this file; the list may only shrink: a new undocumented name fails, and so does a listed name that
+got its docstring (delete its line). ``python tests/integration/test_docstrings.py`` prints the
+current list.
+"""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+import pkgutil
+from pathlib import Path
+
+import pytest
+
+BASELINE = Path(__file__).with_name("undocumented.txt")
+PACKAGES = ["tdict", "rl_envs", "rl_collect", "rl_replay", "rl_objectives", "rl_llm", "rl_kernels"]
+
+
+def _public_modules(package: str) -> list:
+    root = importlib.import_module(package)
+    modules = [root]
+    for info in pkgutil.walk_packages(root.__path__, package + "."):
+        if not any(part.startswith("_") for part in info.name.split(".")[1:]):
+            modules.append(importlib.import_module(info.name))
+    return modules
+
+
+def _doc_of_member(cls: type, name: str) -> str | None:
+    """The docstring of ``cls.name``, or of the same member in the first base that documents it."""
+    for klass in cls.__mro__:
+        value = vars(klass).get(name)
+        if value is None:
+            continue
+        target = value.fget if isinstance(value, property) else getattr(value, "__func__", value)
+        if getattr(target, "__doc__", None):
+            return target.__doc__
+    return None
+
+
+def _ours(obj: object, package: str) -> bool:
+    """Defined in ``package`` (a re-export of another package's name is checked there)."""
+    return (getattr(obj, "__module__", None) or "").split(".")[0] == package
+
+
+def _undocumented(package: str) -> list[str]:
+    try:
+        modules = _public_modules(package)
+    except ImportError as err:  # an optional dependency of a wrapper module
+        pytest.skip(f"{package}: {err}")
+    missing, seen = [], set()
+    for module in modules:
+        for name in getattr(module, "__all__", ()):
+            obj = getattr(module, name, None)
+            if id(obj) in seen or not (inspect.isclass(obj) or inspect.isfunction(obj)) or not _ours(obj, package):
+                continue
+            seen.add(id(obj))
+            if not obj.__doc__:
+                missing.append(f"{obj.__module__}.{obj.__qualname__}")
+            if not inspect.isclass(obj):
+                continue
+            for klass in obj.__mro__:  # the methods it inherits from our (private) mixins too
+                if klass is not obj and (not _ours(klass, package) or id(klass) in seen):
+                    continue
+                seen.add(id(klass))
+                for attr, value in vars(klass).items():
+                    member = value.fget if isinstance(value, property) else getattr(value, "__func__", value)
+                    if attr.startswith("_") or not (inspect.isfunction(member) or isinstance(value, property)):
+                        continue
+                    if not _doc_of_member(klass, attr):
+                        missing.append(f"{klass.__module__}.{klass.__qualname__}.{attr}")
+    return missing
+
+
+def _baseline() -> set[str]:
+    return {line.strip() for line in BASELINE.read_text().splitlines() if line.strip() and not line.startswith("#")}
+
+
+@pytest.mark.parametrize("package", PACKAGES)
+def test_public_names_have_docstrings(package: str) -> None:
+    missing = set(_undocumented(package))
+    known = {name for name in _baseline() if name.split(".")[0] == package}
+    new = sorted(missing - known)
+    assert not new, f"{len(new)} public names of {package} have no docstring:\n" + "\n".join(new)
+    done = sorted(known - missing)
+    assert not done, f"documented now, delete these lines from {BASELINE.name}:\n" + "\n".join(done)
+
+
+if __name__ == "__main__":
+    for package in PACKAGES:
+        print("\n".join(sorted(_undocumented(package))))
