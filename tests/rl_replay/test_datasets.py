@@ -189,7 +189,8 @@ def test_minari_force_reconverts(minari_setup):
     assert not stale.converted and stale[:]["next", "reward"][0].item() == src[0]["rewards"][0]
     fresh = MinariExperienceReplay(MINARI_ID, root=root, minari_root=minari_root, download="force")
     assert fresh.converted and fresh[:]["next", "reward"][0].item() == other[0]["rewards"][0]
-    assert not [p for p in (root / "toy").iterdir() if p.name.startswith(".")]  # no temp or old dirs left
+    # no temp or old dirs left (the lock file that serialises conversions stays)
+    assert [p.name for p in (root / "toy").iterdir() if p.name.startswith(".")] == [".walk-v0.lock"]
 
 
 def test_minari_split_trajs(minari_setup):
@@ -287,7 +288,7 @@ def test_failed_write_leaves_nothing(minari_setup, monkeypatch):
     with pytest.raises(OSError, match="disk full"):
         MinariExperienceReplay(MINARI_ID, root=root, minari_root=minari_root)
     assert not (root / MINARI_ID).exists()
-    assert [p.name for p in (root / "toy").iterdir()] == []  # the temp dir is gone too
+    assert [p.name for p in (root / "toy").iterdir()] == [".walk-v0.lock"]  # the temp dir is gone too
 
 
 # ----------------------------------------------------------------------------------------------- #
@@ -438,7 +439,7 @@ def test_d4rl_reuse_without_path_and_errors(tmp_path, monkeypatch):
         f.create_dataset("terminals", data=np.zeros(3, bool))
     with pytest.raises(ValueError, match=r"'actions' has \[4\] rows, 'rewards' has 3"):
         D4RLExperienceReplay(root=tmp_path / "conv", path=tmp_path / "rows.hdf5")
-    assert sorted(p.name for p in (tmp_path / "conv").iterdir()) == ["toy"]  # failures wrote nothing
+    assert sorted(p.name for p in (tmp_path / "conv").iterdir()) == [".toy.lock", "toy"]  # failures wrote nothing
 
 
 # ----------------------------------------------------------------------------------------------- #

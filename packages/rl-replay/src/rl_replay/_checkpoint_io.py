@@ -2,19 +2,18 @@
 
 State trees (dicts, lists, tuples, JSON scalars, bytes, dtypes, tensors, TensorDicts) become tagged
 JSON; tensors and TensorDicts are collected for one tdict ``save`` and bytes packed into one uint8
-tensor. Directories are replaced by :mod:`rl_replay._dir_swap`; the public API is in
+tensor. Directories are replaced by :mod:`tdict.folders`; the public API is in
 :mod:`rl_replay.checkpoint`.
 """
 
 from __future__ import annotations
 
 import json
-import os
-import secrets
 from typing import Any
 
 import torch
 from tdict import is_tensor_collection
+from tdict.files import atomic_write
 
 from ._bytes import tensor_bytes
 
@@ -122,19 +121,9 @@ def _as_plain(t: Any) -> torch.Tensor:
 # file helpers
 # ============================================================================================ #
 def _write_json(path: str, payload: dict, fsync: bool) -> None:
-    """Writes JSON to ``path`` through a temp file and ``os.replace`` (never a partial file)."""
+    """Writes JSON to ``path`` crash-safely (never a partial file; see :func:`tdict.files.atomic_write`)."""
     data = json.dumps(payload, separators=(",", ":")).encode("utf-8")
-    tmp = f"{path}.{secrets.token_hex(4)}.tmp"
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
-    try:
-        view = memoryview(data)
-        while view:
-            view = view[os.write(fd, view) :]
-        if fsync:
-            os.fsync(fd)
-    finally:
-        os.close(fd)
-    os.replace(tmp, path)
+    atomic_write(path, lambda f: f.write(data), fsync=fsync)
 
 
 def _read_json(path: str, what: str) -> dict:

@@ -22,7 +22,7 @@ renames) no ``path`` but a complete leftover, which :func:`load_buffer` reads an
 renames back into place. Interrupted, incomplete temp dirs are deleted by the next dump.
 Several processes may dump to and load from one ``path`` at once: a load sees the old or the new
 complete checkpoint, and no dump deletes another's temp dir (``flock`` on ``.<name>.lock``, kept
-next to ``path``; see :mod:`rl_replay._dir_swap`).
+next to ``path``; see :mod:`tdict.folders`).
 
 Storages are saved by these rules, in order: a storage with ``_checkpoint_state()`` /
 ``_load_checkpoint_state(state)`` methods (a hook for storages with their own layout); a
@@ -54,6 +54,7 @@ from typing import Any
 
 import torch
 from tdict import TensorDict, is_tensor_collection
+from tdict.folders import atomic_dir, committed_dir, reading_dir
 from tdict.persistence import load_memmap, save
 
 from ._checkpoint_io import (
@@ -71,7 +72,6 @@ from ._checkpoint_io import (
     _write_json,
 )
 from ._checkpoint_staging import stage_buffer_state, stage_part, structure
-from ._dir_swap import atomic_dir, reading, resolve
 
 __all__ = [
     "FORMAT",
@@ -84,6 +84,23 @@ __all__ = [
     "load_part",
     "load_state",
 ]
+
+
+# ============================================================================================ #
+# the checkpoint folder (swapped in and found by tdict.folders, with checkpoint wording)
+# ============================================================================================ #
+def _swap(path: Any, marker: str, write: Any, fsync: bool) -> None:
+    try:
+        atomic_dir(path, write, marker=marker, fsync=fsync)
+    except (FileExistsError, NotADirectoryError) as err:
+        raise type(err)(f"{os.fspath(path)!r} exists and is not a checkpoint; refusing to replace it.") from err
+
+
+def _committed(path: Any, marker: str) -> str:
+    try:
+        return committed_dir(path, marker)
+    except (FileNotFoundError, NotADirectoryError) as err:
+        raise CheckpointError(f"no checkpoint at {os.fspath(path)!r}: {err}") from err
 
 
 # ============================================================================================ #
@@ -127,15 +144,15 @@ def _read_state(directory: str, marker: str, fmt: str, where: str) -> tuple[dict
 def dump_state(state: Any, path: Any, *, fsync: bool = False) -> None:
     """Writes a state tree (dicts, lists, tuples, JSON scalars, tensors, TensorDicts) to the
     directory ``path``, crash-safely. Read it back with :func:`load_state`."""
-    atomic_dir(
-        path, _PART_MARKER, lambda d: _write_state(d, state, _part_meta(None), _PART_MARKER, fsync, "state"), fsync
-    )
+    _swap(path, _PART_MARKER, lambda d: _write_state(d, state, _part_meta(None), _PART_MARKER, fsync, "state"), fsync)
 
 
 def load_state(path: Any) -> Any:
     """Reads a state tree written by :func:`dump_state` or :func:`dump_part` (no unpickling)."""
-    with reading(path):  # a concurrent dump cannot swap the directory while it is read
-        return _read_state(resolve(path, _PART_MARKER), _PART_MARKER, _PART_FORMAT, f"state at {os.fspath(path)!r}")[1]
+    with reading_dir(path):  # a concurrent dump cannot swap the directory while it is read
+        return _read_state(_committed(path, _PART_MARKER), _PART_MARKER, _PART_FORMAT, f"state at {os.fspath(path)!r}")[
+            1
+        ]
 
 
 def _part_meta(part: Any, token: str | None = None) -> dict:
@@ -224,7 +241,7 @@ def dump_part(part: Any, path: Any, *, fsync: bool = False) -> None:
     role = _role(part)
     state = _part_state(part, role)
     meta = {**_part_meta(part), "role": role}
-    atomic_dir(
+    _swap(
         path,
         _PART_MARKER,
         lambda d: _write_state(d, state, meta, _PART_MARKER, fsync, f"{role} {type(part).__name__}"),
@@ -236,8 +253,8 @@ def load_part(part: Any, path: Any) -> None:
     """Restores a storage, sampler or writer from a directory written by :func:`dump_part`
     (or the matching part of a buffer checkpoint). Validates everything before changing ``part``."""
     role = _role(part)
-    with reading(path):  # a concurrent dump cannot swap the directory while it is read
-        directory = resolve(path, _PART_MARKER)
+    with reading_dir(path):  # a concurrent dump cannot swap the directory while it is read
+        directory = _committed(path, _PART_MARKER)
         where = f"{role} checkpoint {directory!r}"
         meta, state = _read_state(directory, _PART_MARKER, _PART_FORMAT, where)
     _check_class(meta, part, where)
@@ -315,7 +332,7 @@ def dump_buffer(buffer: Any, path: Any, *, fsync: bool = False) -> None:
         _write_state(d, extra, {**_part_meta(buffer, token), "role": "buffer"}, _PART_MARKER, fsync, "buffer state")
         _write_json(os.path.join(directory, _CKPT_MARKER), head, fsync)  # the checkpoint is complete
 
-    atomic_dir(path, _CKPT_MARKER, write, fsync)
+    _swap(path, _CKPT_MARKER, write, fsync)
 
 
 def _read_buffer(directory: str) -> tuple[dict, dict, dict]:
@@ -346,8 +363,8 @@ def load_buffer(buffer: Any, path: Any) -> None:
             format or version, or parts (classes, capacity, item structure) that do not fit ``buffer``;
             the buffer is unchanged then.
     """
-    with reading(path):  # a concurrent dump cannot swap the directory while it is read
-        directory = resolve(path, _CKPT_MARKER)
+    with reading_dir(path):  # a concurrent dump cannot swap the directory while it is read
+        directory = _committed(path, _CKPT_MARKER)
         head, metas, states = _read_buffer(directory)
     objs = {"storage": buffer._storage, "sampler": buffer._sampler, "writer": buffer._writer}
     appliers = []

@@ -8,37 +8,35 @@ A checkpoint is a folder ``<output_dir>/checkpoint-<step>/`` holding
 - ``rng.safetensors``: the torch generator states (CPU, CUDA devices, the trainer's data order);
 - ``trainer_state.json``: step, data position, scheduler state, the config.
 
-It is written into a temporary sibling folder, each file flushed to disk, then renamed into place:
-a kill at any moment leaves either the previous checkpoint or the complete new one.
+It is written into a temporary sibling folder, flushed to disk, then swapped into place by
+:func:`tdict.folders.atomic_dir`: a kill at any moment leaves the previous checkpoint or the complete
+new one.
 """
 
 from __future__ import annotations
 
 import json
-import os
-import shutil
 from pathlib import Path
 from typing import Any
 
 import torch
 from safetensors.torch import load_file, save_file
-from tdict.files import fsync_path
+from tdict.folders import atomic_dir
 
 __all__ = ["latest_checkpoint", "read_checkpoint", "write_checkpoint"]
 
 PREFIX = "checkpoint-"
+MARKER = "trainer_state.json"  # written last: a folder holding it is a complete checkpoint
 
 
 def _write_json(path: Path, value: Any) -> None:
     with open(path, "w", encoding="utf-8") as f:
         json.dump(value, f, indent=1)
-    fsync_path(path)
 
 
 def _write_tensors(path: Path, tensors: dict[str, torch.Tensor]) -> None:
     # safetensors refuses tensors sharing memory and non-contiguous views: store plain copies
     save_file({k: v.detach().cpu().contiguous().clone() for k, v in tensors.items()}, str(path))
-    fsync_path(path)
 
 
 def optimizer_tensors(optimizer: torch.optim.Optimizer) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
@@ -73,24 +71,16 @@ def write_checkpoint(
 ) -> Path:
     """Write a complete checkpoint at ``folder`` (replacing one already there), atomically."""
     folder = Path(folder)
-    folder.parent.mkdir(parents=True, exist_ok=True)
-    tmp = folder.with_name(folder.name + ".tmp")
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir()
-    _write_tensors(tmp / "model.safetensors", model_tensors)
-    opt_tensors, opt_rest = optimizer_tensors(optimizer)
-    _write_tensors(tmp / "optimizer.safetensors", opt_tensors)
-    _write_json(tmp / "optimizer.json", opt_rest)
-    _write_tensors(tmp / "rng.safetensors", rng)
-    _write_json(tmp / "trainer_state.json", state)
-    fsync_path(tmp)
-    old = folder.with_name(folder.name + ".old")
-    if folder.exists():
-        shutil.rmtree(old, ignore_errors=True)
-        os.replace(folder, old)
-    os.replace(tmp, folder)
-    fsync_path(folder.parent)
-    shutil.rmtree(old, ignore_errors=True)
+
+    def write(tmp: str) -> None:
+        _write_tensors(Path(tmp, "model.safetensors"), model_tensors)
+        opt_tensors, opt_rest = optimizer_tensors(optimizer)
+        _write_tensors(Path(tmp, "optimizer.safetensors"), opt_tensors)
+        _write_json(Path(tmp, "optimizer.json"), opt_rest)
+        _write_tensors(Path(tmp, "rng.safetensors"), rng)
+        _write_json(Path(tmp, MARKER), state)  # last: it marks the checkpoint complete
+
+    atomic_dir(folder, write, marker=MARKER)
     return folder
 
 

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import os
-import secrets
 import shutil
 from collections.abc import Callable
 from pathlib import Path
@@ -19,6 +18,7 @@ from typing import Any
 
 import torch
 from tdict import MemmapLoadError, TensorDict, TensorDictBase
+from tdict.folders import atomic_dir
 from tdict.validation import check_positive_int
 
 from ..buffers.tensordict_buffer import TensorDictReplayBuffer
@@ -150,35 +150,6 @@ def _check_dataset_id(dataset_id: Any) -> str:
     return dataset_id
 
 
-def _write_dir_atomically(final: Path, write: Callable[[Path], None]) -> bool:
-    """Runs ``write(tmp_dir)`` then renames ``tmp_dir`` to ``final`` (replacing it).
-
-    Returns False when another process committed ``final`` first (its copy is kept).
-    """
-    final.parent.mkdir(parents=True, exist_ok=True)
-    tmp = final.parent / f".{final.name}.tmp-{secrets.token_hex(6)}"
-    tmp.mkdir()
-    try:
-        write(tmp)
-        old = None
-        if final.exists():
-            old = final.parent / f".{final.name}.old-{secrets.token_hex(6)}"
-            os.rename(final, old)
-        try:
-            os.rename(tmp, final)
-        except OSError:
-            if final.exists() and (final / META_NAME).exists():  # a concurrent conversion won
-                shutil.rmtree(tmp, ignore_errors=True)
-                return False
-            raise
-        if old is not None:
-            shutil.rmtree(old, ignore_errors=True)
-        return True
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
-
-
 class OfflineDataset(TensorDictReplayBuffer):
     """A read-only :class:`TensorDictReplayBuffer` over a dataset stored as memory-mapped files.
 
@@ -253,7 +224,7 @@ class OfflineDataset(TensorDictReplayBuffer):
             if self.converted or not (self.data_path / META_NAME).exists():
                 split = split_trajectories(data)
                 meta = dict(self.metadata, split_trajs=True, num_items=int(split.batch_size[0]))
-                _write_dir_atomically(self.data_path, lambda tmp: self._write(tmp, split, meta))
+                atomic_dir(self.data_path, lambda tmp: self._write(Path(tmp), split, meta), marker=META_NAME)
             data, self.metadata = self._load(self.data_path)
         # the storage maps the converted files (validated above) on first use; pickling it into
         # another process sends the directory name, not the data. Its item count starts full.
@@ -328,7 +299,7 @@ class OfflineDataset(TensorDictReplayBuffer):
             episode = data.get("episode")
             meta["num_episodes"] = int(torch.unique_consecutive(episode).numel())
         meta["source"] = self._source_metadata()
-        _write_dir_atomically(self.data_path_root, lambda tmp: self._write(tmp, data, meta))
+        atomic_dir(self.data_path_root, lambda tmp: self._write(Path(tmp), data, meta), marker=META_NAME)
         # a previous split copy was made from the old data
         shutil.rmtree(self._root / (self.dataset_id + "_split"), ignore_errors=True)
 
