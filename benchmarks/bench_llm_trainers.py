@@ -15,6 +15,7 @@ checkpointing), which is what each does out of the box, not the same computation
   8 rows of up to 256 tokens), TRL's ``SFTTrainer`` against ours, without and with packing.
 
     hatch run bench:llm-trainers grpo|sft [--steps 10 --repeats 3 --gradient-checkpointing on|off | --library-defaults]
+        [--compile-generation]
 """
 
 from __future__ import annotations
@@ -90,7 +91,7 @@ def _settings(mode: str) -> dict:
     return {} if mode == "defaults" else {"bf16": False, "gradient_checkpointing": mode == "on"}
 
 
-def _grpo_child(lib: str, steps: int, mode: str) -> dict:
+def _grpo_child(lib: str, steps: int, mode: str, compile_generation: bool = False) -> dict:
     tok, model = _setup()
     rows, out_dir = _prompts(64), tempfile.mkdtemp()
     common = dict(
@@ -147,7 +148,9 @@ def _grpo_child(lib: str, steps: int, mode: str) -> dict:
             reward_funcs=digit_reward,
             train_dataset=rows,
             processing_class=tok,
-            args=GRPOConfig(**common, report_to=[], disable_tqdm=True, log_completions=False),
+            args=GRPOConfig(
+                **common, report_to=[], disable_tqdm=True, log_completions=False, compile_generation=compile_generation
+            ),
         )
         base = _peak_mb()
         for _ in range(steps + 1):
@@ -245,7 +248,11 @@ def _run_child(args: list[str]) -> dict:
 def main() -> None:
     if len(sys.argv) > 1 and sys.argv[1] == "_child":
         kind, lib, steps, mode = sys.argv[2], sys.argv[3], int(sys.argv[4]), sys.argv[6]
-        result = _grpo_child(lib, steps, mode) if kind == "grpo" else _sft_child(lib, steps, sys.argv[5] == "1", mode)
+        result = (
+            _grpo_child(lib, steps, mode, sys.argv[7] == "1")
+            if kind == "grpo"
+            else _sft_child(lib, steps, sys.argv[5] == "1", mode)
+        )
         print(json.dumps(result))
         return
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -256,18 +263,30 @@ def main() -> None:
     parser.add_argument(
         "--library-defaults", action="store_true", help="each library at its own bf16/checkpointing defaults"
     )
+    parser.add_argument(
+        "--compile-generation",
+        action="store_true",
+        help="ours samples with GRPOConfig(compile_generation=True) (TRL has no CPU equivalent)",
+    )
     args = parser.parse_args()
     mode = "defaults" if args.library_defaults else args.gradient_checkpointing
+    compiled = "1" if args.compile_generation else "0"
     result: dict = {
         "command": " ".join(["python", str(Path(__file__).resolve().relative_to(REPO)), *sys.argv[1:]]),
-        "settings": {"threads": 1, **({"each library's defaults": True} if mode == "defaults" else _settings(mode))},
+        "settings": {
+            "threads": 1,
+            **({"each library's defaults": True} if mode == "defaults" else _settings(mode)),
+            **({"ours: compile_generation": True} if args.compile_generation else {}),
+        },
     }
     variants = [("grpo", "")] if args.what == "grpo" else [("sft", "0"), ("sft", "1")]
     for kind, packing in variants:
         rows: dict = {}
         for _ in range(args.repeats):  # alternate the libraries
             for lib in ("trl", "ours"):
-                rows.setdefault(lib, []).append(_run_child([kind, lib, str(args.steps), packing or "-", mode]))
+                rows.setdefault(lib, []).append(
+                    _run_child([kind, lib, str(args.steps), packing or "-", mode, compiled])
+                )
         name = kind + ("" if not packing else ("-packed" if packing == "1" else "-padded"))
         summary = {lib: {key: statistics.median(r[key] for r in runs) for key in runs[0]} for lib, runs in rows.items()}
         if kind == "grpo":
@@ -289,7 +308,8 @@ def main() -> None:
         result[name] = summary
     out = (
         RESULTS
-        / f"llm_trainers_{args.what}{ {'on': '', 'off': '_no_checkpointing', 'defaults': '_library_defaults'}[mode] }.json"
+        / f"llm_trainers_{args.what}{ {'on': '', 'off': '_no_checkpointing', 'defaults': '_library_defaults'}[mode] }"
+        f"{'_compiled_generation' if args.compile_generation else ''}.json"
     )
     out.write_text(json.dumps(result, indent=1) + "\n")
     print(f"written {out.relative_to(REPO)}")

@@ -42,6 +42,7 @@ from tdict.validation import check_one_of
 from ..chat import render_chat
 from ..data import left_pad
 from ..data_files import dataset_format, is_conversational
+from ..generation import sample_completions, supports_static_cache
 from ..losses._logprobs import response_log_probs
 from .base import LLMTrainer
 from .config import TrainingConfig
@@ -68,6 +69,9 @@ class GRPOConfig(TrainingConfig):
     temperature: float = 1.0
     top_p: float = 1.0
     top_k: int = 0  # 0: no top-k truncation
+    # sample through a static KV cache with the decode step compiled by torch.compile (rl_llm.generation):
+    # the same draws as without it, about twice as fast on small models once compiled (seconds, once)
+    compile_generation: bool = False
     beta: float = 0.0  # weight of the KL penalty to the reference (0: no reference model is kept)
     use_bias_correction_kl: bool = False
     epsilon: float = 0.2
@@ -208,6 +212,11 @@ class GRPOTrainer(LLMTrainer):
         if reward_funcs is None:
             raise ValueError("GRPOTrainer: reward_funcs is required (a function, a reward model, or a list of them).")
         super().__init__(model, args, train_dataset, processing_class, **kwargs)
+        if self.args.compile_generation and not supports_static_cache(self.model):
+            raise ValueError(
+                f"GRPOTrainer: compile_generation=True needs a model that supports transformers' StaticCache; "
+                f"{type(self.model).__name__} does not (leave compile_generation False: it samples with generate())."
+            )
         self.reward_funcs = self._reward_functions(reward_funcs)
         weights = self.args.reward_weights
         if weights is not None and len(weights) != len(self.reward_funcs):
@@ -288,21 +297,35 @@ class GRPOTrainer(LLMTrainer):
         # sampled in eval mode: no dropout, and the KV cache (activation checkpointing turns it off in train mode)
         self.model.eval()
         try:
-            out = self.model.generate(
-                input_ids=prompt,
-                attention_mask=prompt_mask.long(),
-                do_sample=True,
-                temperature=args.temperature,
-                top_p=args.top_p,
-                top_k=args.top_k,
-                max_new_tokens=args.max_completion_length,
-                pad_token_id=self.pad_token_id,
-                eos_token_id=self.eos_token_id,
-                use_cache=True,
-            )
+            if supports_static_cache(self.model):  # generate()'s draws, through our static-cache loop
+                completion = sample_completions(
+                    self.model,
+                    prompt,
+                    prompt_mask,
+                    max_new_tokens=args.max_completion_length,
+                    eos_token_id=self.eos_token_id,
+                    pad_token_id=self.pad_token_id,
+                    temperature=args.temperature,
+                    top_k=args.top_k,
+                    top_p=args.top_p,
+                    compile=args.compile_generation,
+                )
+            else:
+                out = self.model.generate(
+                    input_ids=prompt,
+                    attention_mask=prompt_mask.long(),
+                    do_sample=True,
+                    temperature=args.temperature,
+                    top_p=args.top_p,
+                    top_k=args.top_k,
+                    max_new_tokens=args.max_completion_length,
+                    pad_token_id=self.pad_token_id,
+                    eos_token_id=self.eos_token_id,
+                    use_cache=True,
+                )
+                completion = (out if isinstance(out, torch.Tensor) else out.sequences)[:, prompt.shape[1] :]
         finally:
             self.model.train()
-        completion = (out if isinstance(out, torch.Tensor) else out.sequences)[:, prompt.shape[1] :]
         if self.eos_token_id is None:
             mask = torch.ones_like(completion, dtype=torch.bool)
             ended = torch.zeros(completion.shape[0], dtype=torch.bool, device=completion.device)
