@@ -292,6 +292,14 @@ def test_memmap_roundtrip(tmp_path):
     assert type(copy_) is Data
 
 
+def test_save_writes_the_folder_and_refuses_no_prefix(tmp_path):
+    d = Data(obs=torch.arange(6.0).view(3, 2), label="x", batch_size=[3])
+    assert d.save(tmp_path / "s") is d and not d.is_memmap()
+    assert Data.load_memmap(tmp_path / "s").obs.tolist() == d.obs.tolist()
+    with pytest.raises(TypeError, match="save needs a prefix"):
+        d.save(None)  # an anonymous copy would be written and lost
+
+
 @given(
     st.lists(st.tuples(st.text(max_size=5), st.floats(-10, 10, allow_nan=False)), min_size=1, max_size=6),
     st.integers(0, 2),

@@ -33,9 +33,16 @@ class GeneratorState:
         return {name: gen for name, gen in vars(self).items() if isinstance(gen, torch.Generator)}
 
     def get_extra_state(self) -> dict[str, torch.Tensor]:
+        """The state of each ``torch.Generator`` attribute, by attribute name (``nn.Module`` saves it)."""
         return {name: gen.get_state() for name, gen in self._generators().items()}
 
     def set_extra_state(self, state: Any) -> None:
+        """Restores the generators from :meth:`get_extra_state`'s dict (called by ``load_state_dict``).
+
+        Raises:
+            ValueError: the names differ from the generator attributes, or a state is not a uint8
+                tensor shaped like that generator's ``get_state()``.
+        """
         owner = type(self).__name__
         generators = self._generators()
         if not isinstance(state, dict) or set(state) != set(generators):

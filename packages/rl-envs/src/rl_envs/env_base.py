@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Sequence, TypeVar
 
 import torch
 from torch import nn
@@ -19,6 +19,14 @@ __all__ = ["EnvBase", "SPEC_NAMES"]
 SPEC_NAMES = ("full_observation_spec", "full_reward_spec", "full_done_spec", "full_action_spec", "full_state_spec")
 _OUTPUT = ("full_observation_spec", "full_reward_spec", "full_done_spec")
 _INPUT = ("full_state_spec", "full_action_spec")
+
+_F = TypeVar("_F", bound=Callable)
+
+
+def _doc(fget: _F, doc: str) -> _F:
+    """Gives a property's getter (a lambda) its docstring."""
+    fget.__doc__ = doc
+    return fget
 
 
 class EnvBase(GeneratorState, nn.Module):
@@ -76,6 +84,12 @@ class EnvBase(GeneratorState, nn.Module):
         torch.Size([3])
     """
 
+    # set through ``self.__dict__`` in ``__init__`` (so that nn.Module's ``__setattr__`` is bypassed)
+    _device: torch.device | None
+    _batch_size: torch.Size
+    _env_keys: EnvKeys | None
+    _specs: dict[str, Composite]
+
     def __init__(
         self,
         *,
@@ -94,6 +108,7 @@ class EnvBase(GeneratorState, nn.Module):
     # ------------------------------------------------------------------ basic attributes
     @property
     def batch_size(self) -> torch.Size:
+        """The env's batch dims (``torch.Size([])`` for a single env, ``[N]`` for N vectorised envs)."""
         return self._batch_size
 
     @batch_size.setter
@@ -103,6 +118,7 @@ class EnvBase(GeneratorState, nn.Module):
 
     @property
     def device(self) -> torch.device | None:
+        """Where the env's tensors live (``None``: not fixed); setting it does not move the specs (``to`` does)."""
         return self._device
 
     @device.setter
@@ -205,26 +221,50 @@ class EnvBase(GeneratorState, nn.Module):
         return full[leaves[0]] if len(leaves) == 1 else full
 
     full_observation_spec = property(
-        lambda self: self._get_spec("full_observation_spec"), lambda self, v: self._set_spec("full_observation_spec", v)
+        _doc(
+            lambda self: self._get_spec("full_observation_spec"),
+            "The observations: a Composite of shape ``batch_size`` (assign a new one to change it).",
+        ),
+        lambda self, v: self._set_spec("full_observation_spec", v),
     )
     full_reward_spec = property(
-        lambda self: self._get_spec("full_reward_spec"), lambda self, v: self._set_spec("full_reward_spec", v)
+        _doc(
+            lambda self: self._get_spec("full_reward_spec"),
+            'The rewards: a Composite of shape ``batch_size`` (default: an Unbounded ``"reward"`` of that shape).',
+        ),
+        lambda self, v: self._set_spec("full_reward_spec", v),
     )
     full_done_spec = property(
-        lambda self: self._get_spec("full_done_spec"), lambda self, v: self._set_spec("full_done_spec", v)
+        _doc(
+            lambda self: self._get_spec("full_done_spec"),
+            'The done flags: a Composite of shape ``batch_size`` (default: bool ``"done"`` and '
+            '``"terminated"``); an assigned spec with only one of the two gets the other as a copy.',
+        ),
+        lambda self, v: self._set_spec("full_done_spec", v),
     )
     full_action_spec = property(
-        lambda self: self._get_spec("full_action_spec"), lambda self, v: self._set_spec("full_action_spec", v)
+        _doc(
+            lambda self: self._get_spec("full_action_spec"),
+            "The actions: a Composite of shape ``batch_size`` (assign a new one to change it).",
+        ),
+        lambda self, v: self._set_spec("full_action_spec", v),
     )
     full_state_spec = property(
-        lambda self: self._get_spec("full_state_spec"), lambda self, v: self._set_spec("full_state_spec", v)
+        _doc(
+            lambda self: self._get_spec("full_state_spec"),
+            "The inputs other than actions that ``step`` reads: a Composite of shape ``batch_size``.",
+        ),
+        lambda self, v: self._set_spec("full_state_spec", v),
     )
     observation_spec = full_observation_spec
     state_spec = full_state_spec
 
     @property
     def action_spec(self) -> Any:
-        """The action leaf spec when there is one action, else the full composite."""
+        """The action leaf spec when there is one action, else the full composite.
+
+        A leaf assigned here becomes the ``"action"`` entry of ``full_action_spec``.
+        """
         return self._leaf_or_full("full_action_spec")
 
     @action_spec.setter
@@ -233,6 +273,10 @@ class EnvBase(GeneratorState, nn.Module):
 
     @property
     def reward_spec(self) -> Any:
+        """The reward leaf spec when there is one reward, else the full composite.
+
+        A leaf assigned here becomes the ``"reward"`` entry of ``full_reward_spec``.
+        """
         return self._leaf_or_full("full_reward_spec")
 
     @reward_spec.setter
@@ -241,6 +285,10 @@ class EnvBase(GeneratorState, nn.Module):
 
     @property
     def done_spec(self) -> Any:
+        """The done leaf spec when there is one done flag, else the full composite.
+
+        A leaf assigned here becomes the ``"done"`` entry (and a copy the ``"terminated"`` one).
+        """
         return self._leaf_or_full("full_done_spec")
 
     @done_spec.setter
@@ -251,16 +299,32 @@ class EnvBase(GeneratorState, nn.Module):
         """``spec`` for one env of the batch (the env's batch dims removed), as TorchRL's ``*_unbatched``."""
         return spec[(0,) * len(self._batch_size)] if self._batch_size else spec.clone()
 
-    full_observation_spec_unbatched = property(lambda self: self._unbatched(self.full_observation_spec))
-    full_reward_spec_unbatched = property(lambda self: self._unbatched(self.full_reward_spec))
-    full_done_spec_unbatched = property(lambda self: self._unbatched(self.full_done_spec))
-    full_action_spec_unbatched = property(lambda self: self._unbatched(self.full_action_spec))
-    full_state_spec_unbatched = property(lambda self: self._unbatched(self.full_state_spec))
+    full_observation_spec_unbatched = property(
+        _doc(lambda self: self._unbatched(self.full_observation_spec), "``full_observation_spec`` of one sub-env.")
+    )
+    full_reward_spec_unbatched = property(
+        _doc(lambda self: self._unbatched(self.full_reward_spec), "``full_reward_spec`` of one sub-env.")
+    )
+    full_done_spec_unbatched = property(
+        _doc(lambda self: self._unbatched(self.full_done_spec), "``full_done_spec`` of one sub-env.")
+    )
+    full_action_spec_unbatched = property(
+        _doc(lambda self: self._unbatched(self.full_action_spec), "``full_action_spec`` of one sub-env.")
+    )
+    full_state_spec_unbatched = property(
+        _doc(lambda self: self._unbatched(self.full_state_spec), "``full_state_spec`` of one sub-env.")
+    )
     observation_spec_unbatched = full_observation_spec_unbatched
     state_spec_unbatched = full_state_spec_unbatched
-    action_spec_unbatched = property(lambda self: self._unbatched(self.action_spec))
-    reward_spec_unbatched = property(lambda self: self._unbatched(self.reward_spec))
-    done_spec_unbatched = property(lambda self: self._unbatched(self.done_spec))
+    action_spec_unbatched = property(
+        _doc(lambda self: self._unbatched(self.action_spec), "``action_spec`` of one sub-env (batch dims removed).")
+    )
+    reward_spec_unbatched = property(
+        _doc(lambda self: self._unbatched(self.reward_spec), "``reward_spec`` of one sub-env (batch dims removed).")
+    )
+    done_spec_unbatched = property(
+        _doc(lambda self: self._unbatched(self.done_spec), "``done_spec`` of one sub-env (batch dims removed).")
+    )
 
     @property
     def output_spec(self) -> Composite:
@@ -285,21 +349,53 @@ class EnvBase(GeneratorState, nn.Module):
                 self._set_spec(name, spec[name])
 
     # keys (TorchRL names)
-    action_keys = property(lambda self: list(self._keys().action_keys))
-    reward_keys = property(lambda self: list(self._keys().reward_keys))
-    done_keys = property(lambda self: list(self._keys().done_keys))
-    observation_keys = property(lambda self: list(self._keys().observation_keys))
-    state_keys = property(lambda self: list(self._keys().state_keys))
-    reset_keys = property(lambda self: list(self._keys().reset_keys))
+    action_keys = property(
+        _doc(lambda self: list(self._keys().action_keys), "The leaf keys of ``full_action_spec`` (a new list).")
+    )
+    reward_keys = property(
+        _doc(lambda self: list(self._keys().reward_keys), "The leaf keys of ``full_reward_spec`` (a new list).")
+    )
+    done_keys = property(
+        _doc(lambda self: list(self._keys().done_keys), "The leaf keys of ``full_done_spec`` (a new list).")
+    )
+    observation_keys = property(
+        _doc(
+            lambda self: list(self._keys().observation_keys), "The leaf keys of ``full_observation_spec`` (a new list)."
+        )
+    )
+    state_keys = property(
+        _doc(lambda self: list(self._keys().state_keys), "The leaf keys of ``full_state_spec`` (a new list).")
+    )
+    reset_keys = property(
+        _doc(
+            lambda self: list(self._keys().reset_keys),
+            'The ``"_reset"`` mask keys: one per sub-tree holding done flags (``"_reset"`` at the root).',
+        )
+    )
 
     def _single_key(self, keys: list, what: str) -> Any:
         if len(keys) != 1:
             raise KeyError(f"The env has {len(keys)} {what} keys ({keys}); use {what}_keys.")
         return keys[0]
 
-    action_key = property(lambda self: self._single_key(self._keys().action_keys, "action"))
-    reward_key = property(lambda self: self._single_key(self._keys().reward_keys, "reward"))
-    done_key = property(lambda self: self._keys().stop_keys[0])
+    action_key = property(
+        _doc(
+            lambda self: self._single_key(self._keys().action_keys, "action"),
+            "The action key; raises ``KeyError`` when the env has several (use ``action_keys``).",
+        )
+    )
+    reward_key = property(
+        _doc(
+            lambda self: self._single_key(self._keys().reward_keys, "reward"),
+            "The reward key; raises ``KeyError`` when the env has several (use ``reward_keys``).",
+        )
+    )
+    done_key = property(
+        _doc(
+            lambda self: self._keys().stop_keys[0],
+            'The first ``"done"`` key (the first done key when no leaf is named ``"done"``).',
+        )
+    )
 
     # ------------------------------------------------------------------ subclass hooks
     def _reset(self, tensordict: TensorDictBase | None, **kwargs: Any) -> TensorDictBase:
@@ -436,7 +532,7 @@ class EnvBase(GeneratorState, nn.Module):
         following step, where done sub-envs already hold their reset observation.
         """
         tensordict = self.step(tensordict)
-        keys = self._env_keys
+        keys = self._keys()  # cached by ``step``
         root = keys.shift(tensordict)
         if any_done(root, keys.stop_keys):
             for reset_key, done_root in zip(keys.reset_keys, keys.done_roots):
@@ -521,7 +617,7 @@ class EnvBase(GeneratorState, nn.Module):
         return f"{type(self).__name__}(batch_size={list(self._batch_size)}, device={self._device})"
 
     def to(self, *args: Any, **kwargs: Any) -> "EnvBase":
-        device = torch._C._nn._parse_to(*args, **kwargs)[0]
+        device = torch._C._nn._parse_to(*args, **kwargs)[0]  # pyright: ignore[reportAttributeAccessIssue]
         super().to(*args, **kwargs)
         if device is not None:
             self.device = device

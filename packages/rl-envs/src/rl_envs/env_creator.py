@@ -35,6 +35,7 @@ class EnvMetaData:
 
     @classmethod
     def from_env(cls, env: Any) -> "EnvMetaData":
+        """The metadata of ``env`` (its specs are cloned; ``tensordict`` is its ``fake_tensordict()``)."""
         return cls(
             batch_size=torch.Size(env.batch_size),
             device=env.device,
@@ -144,8 +145,15 @@ class EnvCreator:
         """A new creator with ``kwargs`` merged into ``create_env_kwargs`` (its metadata is recomputed)."""
         return EnvCreator(self.create_env_fn, {**self.create_env_kwargs, **kwargs})
 
-    batch_size = property(lambda self: self.meta_data.batch_size)
-    device = property(lambda self: self.meta_data.device)
+    @property
+    def batch_size(self) -> torch.Size:
+        """The batch size of the envs it makes (from :attr:`meta_data`)."""
+        return self.meta_data.batch_size
+
+    @property
+    def device(self) -> torch.device | None:
+        """The device of the envs it makes (from :attr:`meta_data`)."""
+        return self.meta_data.device
 
     def __getstate__(self) -> dict:
         how, payload = _dumps_fn(self.create_env_fn)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from typing import Any, Sequence, cast
 
 import torch
 from tdict import LazyStackedTensorDict, NestedKey, TensorDict, TensorDictBase, lazy_stack
@@ -83,6 +83,7 @@ class MDPShift:
         # the hot path: every excluded key is a root key, both levels are plain TensorDicts
         out: dict[str, Any] = {}
         drop = self._flat_excluded
+        assert drop is not None  # the caller checked it
         for source in (tensordict, nxt):
             for key, value in source.items():
                 if key in drop:
@@ -151,7 +152,7 @@ def _copy_into(
         fresh = sub is None or isinstance(sub, torch.Tensor)
         if fresh:
             sub = value.empty()
-        if _copy_into(sub, value, path, excluded):
+        if _copy_into(cast(TensorDictBase, sub), value, path, excluded):
             if fresh:
                 dest.set(key, sub)
             wrote = True

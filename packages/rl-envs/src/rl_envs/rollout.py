@@ -7,7 +7,7 @@ from typing import Any, Callable
 
 import torch
 from torch import nn
-from tdict import TensorDictBase, lazy_stack
+from tdict import TensorDictBase, lazy_stack, stack
 from tdict.nn import TensorDictModule, TensorDictModuleBase
 
 from ._env_keys import any_done
@@ -169,7 +169,7 @@ def rollout(
             if callback is not None:
                 callback(env, stepped)
     time_dim = len(env.batch_size) if tensordict is None else max(len(env.batch_size), tensordict.batch_dims)
-    result = torch.stack(steps, time_dim, out=out) if return_contiguous else lazy_stack(steps, time_dim)
+    result = stack(steps, time_dim, out=out) if return_contiguous else lazy_stack(steps, time_dim)
     result.names = [None] * time_dim + ["time"]
     if set_truncated:
         _mark_truncated(result, keys)
@@ -184,6 +184,7 @@ def _done_flag(next_td: TensorDictBase, stop_keys: list, batch_size: torch.Size)
         if value.ndim > n:  # sub-entries (agents): the sub-env is done when any is
             value = value.reshape(*batch_size, -1).any(-1)
         flag = value if flag is None else flag | value
+    assert flag is not None  # every env has a done key (EnvBase fills the default done spec)
     return flag
 
 

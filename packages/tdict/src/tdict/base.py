@@ -8,7 +8,7 @@ Concrete classes (:class:`~tdict.TensorDict`, :class:`~tdict.LazyStackedTensorDi
 
 from __future__ import annotations
 
-from typing import Any, Callable, Iterator
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Sequence
 
 import torch
 
@@ -24,8 +24,10 @@ from ._core.shape_ops import ShapeOpsMixin
 from ._io.storage_methods import StorageMixin
 from ._core.keys import is_leaf_nontensor
 from ._core.locking import keeps_lock
-from ._core.indexing import _expand_index, _indexed_batch_size, _is_key_tuple, check_write_shape  # noqa: F401  (re-exported)
-from ._core.utils import _MISSING, NO_DEFAULT, NestedKey, _key_to_tuple, is_tensor_collection, parse_device, unravel_key
+from ._core.indexing import _expand_index, check_write_shape
+from ._core.indexing import _indexed_batch_size as _indexed_batch_size, _is_key_tuple as _is_key_tuple  # re-exported
+from ._core.utils import NO_DEFAULT, NestedKey, _key_to_tuple, parse_device, unravel_key
+from ._core.utils import _MISSING as _MISSING, is_tensor_collection as is_tensor_collection  # re-exported
 
 # torch functions handled through ``__torch_function__``; filled by ``tdict._core.torch_function``.
 TD_HANDLED_FUNCTIONS: dict[Callable, Callable] = {}
@@ -76,7 +78,7 @@ class TensorDictBase(
     _is_lazy = False
 
     # ------------------------------------------------------------------ primitives
-    def _items_raw(self) -> Iterator[tuple[str, Any]]:
+    def _items_raw(self) -> Iterable[tuple[str, Any]]:
         raise NotImplementedError
 
     def _get_str(self, key: str, default: Any) -> Any:
@@ -97,31 +99,55 @@ class TensorDictBase(
 
     @property
     def batch_size(self) -> torch.Size:
+        """The leading dims every entry shares (assignable on :class:`~tdict.TensorDict`)."""
         raise NotImplementedError
+
+    if TYPE_CHECKING:  # implemented by each concrete class (TensorDict, LazyStackedTensorDict, NonTensorData...)
+
+        @property
+        def device(self) -> torch.device | None: ...
+
+        @property
+        def names(self) -> list: ...
+
+        @names.setter
+        def names(self, value: Sequence[str | None] | None) -> None: ...
+
+        def to(self, *args: Any, **kwargs: Any) -> TensorDictBase: ...
+
+        # ``td.to_module(module, ...)``: attached at the end of tdict/tensordict.py (tdict._core.functional)
+        to_module: Callable[..., Any]
 
     # ------------------------------------------------------------------ shape info
     @property
     def shape(self) -> torch.Size:
+        """The batch size (same as :attr:`batch_size`)."""
         return self.batch_size
 
     @property
     def batch_dims(self) -> int:
+        """The number of batch dims."""
         return len(self.batch_size)
 
     @property
     def ndim(self) -> int:
+        """The number of batch dims."""
         return len(self.batch_size)
 
     def ndimension(self) -> int:
+        """The number of batch dims."""
         return len(self.batch_size)
 
     def dim(self) -> int:
+        """The number of batch dims."""
         return len(self.batch_size)
 
     def size(self, dim: int | None = None) -> torch.Size | int:
+        """The batch size, or its size along ``dim`` when given."""
         return self.batch_size if dim is None else self.batch_size[dim]
 
     def numel(self) -> int:
+        """The number of elements of the batch (the product of the batch size)."""
         return self.batch_size.numel()
 
     def __len__(self) -> int:
@@ -138,6 +164,7 @@ class TensorDictBase(
 
     @property
     def is_locked(self) -> bool:
+        """Whether adding and removing keys is forbidden (see :meth:`lock_`)."""
         return self._is_locked
 
     # ------------------------------------------------------------------ getting
@@ -303,6 +330,7 @@ class TensorDictBase(
         return self.update_(other)
 
     def zero_(self) -> "TensorDictBase":
+        """Set every tensor leaf to zero in place; returns ``self``."""
         for leaf in self._tensor_leaves()[1]:  # the real leaves (a lazy stack's members' too)
             leaf.zero_()
         return self
@@ -319,50 +347,67 @@ class TensorDictBase(
 
     @keeps_lock
     def detach(self) -> "TensorDictBase":
+        """A copy whose leaves are detached from the autograd graph (they share storage with ``self``'s)."""
         return self._map_entries(lambda v: v.detach(), self.batch_size, self._maybe_names())
 
     def detach_(self) -> "TensorDictBase":
+        """Detach every tensor leaf from the autograd graph in place; returns ``self``."""
         for leaf in self._tensor_leaves()[1]:
             leaf.detach_()
         return self
 
     def requires_grad_(self, requires_grad: bool = True) -> "TensorDictBase":
+        """Set ``requires_grad`` on every tensor leaf; returns ``self``."""
         for leaf in self._tensor_leaves()[1]:
             leaf.requires_grad_(requires_grad)
         return self
 
     @property
     def requires_grad(self) -> bool:
+        """Whether any tensor leaf requires a gradient."""
         return any(leaf.requires_grad for leaf in self._tensor_leaves()[1])
 
-    def float(self):
+    def float(self) -> "TensorDictBase":
+        """Cast the tensor leaves to ``torch.float32``: ``self.to(torch.float32)``."""
         return self.to(torch.float32)
 
-    def double(self):
+    def double(self) -> "TensorDictBase":
+        """Cast the tensor leaves to ``torch.float64``: ``self.to(torch.float64)``."""
         return self.to(torch.float64)
 
-    def half(self):
+    def half(self) -> "TensorDictBase":
+        """Cast the tensor leaves to ``torch.float16``: ``self.to(torch.float16)``."""
         return self.to(torch.float16)
 
-    def bfloat16(self):
+    def bfloat16(self) -> "TensorDictBase":
+        """Cast the tensor leaves to ``torch.bfloat16``: ``self.to(torch.bfloat16)``."""
         return self.to(torch.bfloat16)
 
-    def int(self):
+    def int(self) -> "TensorDictBase":
+        """Cast the tensor leaves to ``torch.int32``: ``self.to(torch.int32)``."""
         return self.to(torch.int32)
 
-    def long(self):
+    def long(self) -> "TensorDictBase":
+        """Cast the tensor leaves to ``torch.int64``: ``self.to(torch.int64)``."""
         return self.to(torch.int64)
 
-    def bool(self):
+    def bool(self) -> "TensorDictBase":
+        """Cast the tensor leaves to ``torch.bool``: ``self.to(torch.bool)``."""
         return self.to(torch.bool)
 
-    def cpu(self, *, non_blocking: bool = False):
+    def cpu(self, *, non_blocking: bool = False) -> "TensorDictBase":
+        """Move to the CPU: ``self.to("cpu")``."""
         return self.to("cpu", non_blocking=non_blocking)
 
-    def cuda(self, device: Any = None, *, non_blocking: bool = False):
+    def cuda(self, device: Any = None, *, non_blocking: bool = False) -> "TensorDictBase":
+        """Move to ``device`` (default ``"cuda"``): ``self.to(device)``."""
         return self.to(torch.device("cuda") if device is None else parse_device(device), non_blocking=non_blocking)
 
     def pin_memory(self, num_threads: int | None = None, inplace: bool = False) -> "TensorDictBase":
+        """A copy with tensor leaves in page-locked memory (``inplace=True``: replace them in ``self``).
+
+        ``num_threads`` is accepted for compatibility and ignored.
+        """
         if inplace:
             for key, value in list(self.items(True, True)):
                 if isinstance(value, torch.Tensor):
@@ -371,6 +416,7 @@ class TensorDictBase(
         return self._map_entries(lambda v: v.pin_memory(), self.batch_size, self._maybe_names())
 
     def is_shared(self) -> bool:
+        """Whether every tensor leaf is in shared memory or on a CUDA device (False without leaves)."""
         leaves = self._tensor_leaves()[1]  # member leaves of lazy stacks: nothing is stacked
         return bool(leaves) and all(v.is_shared() or v.is_cuda for v in leaves)
 
@@ -392,8 +438,8 @@ class TensorDictBase(
                 out[key] = value.to_dict(convert_tensors=convert_tensors)
         return out
 
-    def tolist(self) -> list:
-        """The batch as nested Python lists of dicts."""
+    def tolist(self) -> list | dict:
+        """The batch as nested Python lists of dicts (a dict when the batch size is empty)."""
         if not self.batch_size:
             return self.to_dict(convert_tensors=True)
         return [sub.tolist() for sub in self]
@@ -462,17 +508,17 @@ class TensorDictBase(
     def refine_names(self, *names: str | None) -> "TensorDictBase":
         """Set names on unnamed dims (``...`` keeps the leading ones as they are)."""
         current = list(self.names)
+        refined: list[str | None] = list(names)
         if names and names[0] is Ellipsis:
-            names = current[: self.batch_dims - len(names) + 1] + list(names[1:])
-        names = list(names)
-        if len(names) != self.batch_dims:
-            raise ValueError(f"refine_names: expected {self.batch_dims} names, got {len(names)}.")
-        for i, (old, new) in enumerate(zip(current, names)):
+            refined = current[: self.batch_dims - len(names) + 1] + list(names[1:])
+        if len(refined) != self.batch_dims:
+            raise ValueError(f"refine_names: expected {self.batch_dims} names, got {len(refined)}.")
+        for i, (old, new) in enumerate(zip(current, refined)):
             if old is not None and new is not None and old != new:
                 raise RuntimeError(f"refine_names: dim {i} is already named {old!r}, cannot rename to {new!r}.")
             if new is None:
-                names[i] = old
-        self.names = names
+                refined[i] = old
+        self.names = refined
         return self
 
     def rename(self, *names: str | None, **rename_map: str) -> "TensorDictBase":
@@ -482,6 +528,11 @@ class TensorDictBase(
         return out
 
     def rename_(self, *names: str | None, **rename_map: str) -> "TensorDictBase":
+        """Set new dim names (positional) or rename dims (``old=new`` keywords) in place; returns ``self``.
+
+        Raises:
+            ValueError: a keyword names no existing dim.
+        """
         if names:
             self.names = list(names)
         if rename_map:

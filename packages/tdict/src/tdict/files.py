@@ -100,7 +100,7 @@ def atomic_write(
     """
 
     def fill(tmp: str) -> None:
-        with open(tmp, "wb" if binary else "w", **({} if binary else {"encoding": "utf-8"})) as f:
+        with open(tmp, "wb" if binary else "w", encoding=None if binary else "utf-8") as f:
             write(f)
 
     return atomic_write_to(path, fill, fsync=fsync)

@@ -186,6 +186,7 @@ class LazyStackedTensorDict(LazyIndexMixin, LazyShapeMixin, LazyMemberOpsMixin, 
 
     @property
     def device(self) -> torch.device | None:
+        """The members' common device; ``None`` when they differ, have none, or the stack is empty."""
         tds = self.tensordicts
         if not tds:
             return None
@@ -197,6 +198,10 @@ class LazyStackedTensorDict(LazyIndexMixin, LazyShapeMixin, LazyMemberOpsMixin, 
 
     @property
     def names(self) -> list:
+        """The batch dim names: the members' names with the stack dim's name inserted at ``stack_dim``.
+
+        Assigning sets the stack dim's name here and the other names on every member.
+        """
         tds = self.tensordicts
         sd = self.stack_dim
         inner = tds[0].names if tds else [None] * (len(self._batch_size) - 1)
@@ -327,7 +332,7 @@ class LazyStackedTensorDict(LazyIndexMixin, LazyShapeMixin, LazyMemberOpsMixin, 
             if flags is not None and isinstance(td, LazyStackedTensorDict):
                 v = td.get(key, _MISSING, **flags)
             else:
-                v = td.get(key, _MISSING) if len(key) > 1 else td._get_str(key[0], _MISSING)
+                v = td._get_str(key[0], _MISSING) if len(key) == 1 else td.get(key, _MISSING)  # key is never ()
             if v is _MISSING:
                 if default is NO_DEFAULT:
                     raise self._missing_key_error(unravel_key(key))
@@ -555,7 +560,8 @@ class LazyStackedTensorDict(LazyIndexMixin, LazyShapeMixin, LazyMemberOpsMixin, 
             members = [m for p in per for m in p]
         else:
             md = dim if dim < sd else dim - 1
-            members = [torch.cat([p[j] for p in per], md) for j in range(bs[sd])]
+            # collections go through __torch_function__ (torch's stubs only know tensors)
+            members = [torch.cat([p[j] for p in per], md) for j in range(bs[sd])]  # pyright: ignore[reportArgumentType]
         result = LazyStackedTensorDict._new_unsafe(members, sd, new_bs)
         if out is not None:
             out.update_(result)
@@ -669,7 +675,8 @@ def lazy_stack(
         )
     items = list(list_of_tds)
     if all(is_tensor_collection(td) and td._is_non_tensor for td in items):
-        return torch.stack(items, dim, out=out) if out is not None else torch.stack(items, dim)
+        # collections go through __torch_function__ (torch's stubs only know tensors)
+        return torch.stack(items, dim, out=out) if out is not None else torch.stack(items, dim)  # pyright: ignore[reportArgumentType, reportReturnType]
     result = LazyStackedTensorDict(*items, stack_dim=dim, stack_dim_name=stack_dim_name)
     if out is not None:
         if out.batch_size != result.batch_size:

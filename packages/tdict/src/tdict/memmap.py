@@ -51,7 +51,7 @@ import errno
 import operator
 import os
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, overload
 
 import torch
 
@@ -179,7 +179,7 @@ def _as_bytes(tensor: torch.Tensor) -> memoryview:
     """The raw row-major bytes of a CPU tensor (copied only if it is not contiguous, or without numpy)."""
     flat = tensor.detach().resolve_conj().resolve_neg().contiguous().reshape(-1).view(torch.uint8)
     try:
-        return memoryview(flat.numpy())
+        return memoryview(flat.numpy())  # pyright: ignore[reportArgumentType]  (numpy's stubs declare the buffer protocol for 3.12+ only)
     except (ImportError, RuntimeError):  # numpy is optional: copy the memory out instead
         return memoryview(ctypes.string_at(flat.data_ptr(), flat.numel()) if flat.numel() else b"")
 
@@ -193,7 +193,7 @@ def _map_file(path: str, nbytes: int) -> torch.UntypedStorage:
 def _on_storage(storage: torch.UntypedStorage, dtype, shape, stride=None, offset=0) -> torch.Tensor:
     t = torch.empty(0, dtype=dtype)
     if stride is None:
-        t.set_(storage, offset, shape)
+        t.set_(storage, offset, shape)  # pyright: ignore[reportCallIssue]  (torch's stubs require a stride here)
     else:
         t.set_(storage, offset, shape, stride)
     return t
@@ -575,6 +575,18 @@ class MemoryMappedTensor(torch.Tensor):
         """``fill_value`` with the shape (and, by default, dtype) of ``input``."""
         return cls._filled((input.shape,), dtype or input.dtype, filename, existsok, fill_value)
 
+    @overload
+    @classmethod
+    def from_filename(
+        cls, filename: PathLike, dtype: torch.dtype, shape: int | Sequence[int], index: None = None
+    ) -> MemoryMappedTensor: ...
+
+    @overload
+    @classmethod
+    def from_filename(
+        cls, filename: PathLike, dtype: torch.dtype, shape: int | Sequence[int], index: Any
+    ) -> torch.Tensor: ...
+
     @classmethod
     def from_filename(
         cls,
@@ -582,11 +594,11 @@ class MemoryMappedTensor(torch.Tensor):
         dtype: torch.dtype,
         shape: int | Sequence[int],
         index: Any = None,
-    ) -> MemoryMappedTensor:
+    ) -> torch.Tensor:
         """Map an existing file holding ``shape`` elements of ``dtype`` (row-major, no header).
 
         The file must hold exactly ``numel * itemsize`` bytes. ``index``, if given, is applied
-        to the result (``t[index]``).
+        to the result (``t[index]``: a plain tensor when that copies, as advanced indexing does).
 
         Examples:
             >>> import tempfile, os

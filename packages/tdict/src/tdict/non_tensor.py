@@ -9,13 +9,16 @@ elements may differ. Both are key-less leaves; ``_NonTensorBase`` holds what the
 from __future__ import annotations
 
 import copy as _copy
-from typing import Any, Callable, Iterator, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Sequence, cast
 
 import torch
 
 from ._core.utils import NO_DEFAULT, parse_batch_size, parse_device, parse_to_args
 from ._core.indexing import _indexed_batch_size, index_on_cpu
 from .base import NON_TENSOR_CLASSES, TensorDictBase
+
+if TYPE_CHECKING:
+    from .non_tensor_stack import NonTensorStack
 
 __all__ = ["NonTensorData", "is_non_tensor"]
 
@@ -73,6 +76,16 @@ class _NonTensorBase(TensorDictBase):
     __slots__ = ()
     _is_non_tensor = True
 
+    if TYPE_CHECKING:  # what both subclasses define (their slots and these methods)
+        _device: torch.device | None
+        _names: list | None
+
+        def _with_batch_size(self, batch_size: torch.Size) -> _NonTensorBase: ...
+
+        def copy(self) -> _NonTensorBase: ...
+
+        def __eq__(self, other: Any) -> torch.Tensor: ...  # a bool tensor of the batch shape
+
     # ---- primitives: a leaf has no entries
     def _items_raw(self) -> Iterator:
         return iter(())
@@ -120,6 +133,7 @@ class _NonTensorBase(TensorDictBase):
 
     @property
     def device(self) -> torch.device | None:
+        """The device recorded for the leaf (the payload itself is never moved), or ``None``."""
         return self._device
 
     @device.setter
@@ -127,11 +141,13 @@ class _NonTensorBase(TensorDictBase):
         raise RuntimeError("device cannot be assigned: use .to(device).")
 
     def clear_device_(self):
+        """Forget the recorded device; returns ``self``."""
         self._device = None
         return self
 
     @property
     def names(self) -> list:
+        """The batch dim names, one per dim (``None`` for an unnamed dim); assignable."""
         return list(self._names) if self._names is not None else [None] * self.batch_dims
 
     @names.setter
@@ -153,6 +169,7 @@ class _NonTensorBase(TensorDictBase):
         return self.copy()
 
     def masked_fill_(self, mask: torch.Tensor, value: Any) -> Any:
+        """Check ``mask`` and return ``self`` unchanged: a Python payload is not filled with a number."""
         self._check_mask(mask)
         return self
 
@@ -196,9 +213,10 @@ class _NonTensorBase(TensorDictBase):
                 return self
             origins, table = torch.zeros(self._batch_size, dtype=torch.long), [self.data]
         else:
-            origins, table = self._origins, self._table
+            stack = cast("NonTensorStack", self)
+            origins, table = stack._origins, stack._table
             if len(table) > 2 * origins.numel() + 16:  # drop payloads no element points to any more
-                origins, table = self._compact()
+                origins, table = stack._compact()
             origins, table = origins.clone(), list(table)
         index = index_on_cpu(index)  # the origins table lives on the CPU
         region = origins[index].shape

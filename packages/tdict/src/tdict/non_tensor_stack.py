@@ -139,6 +139,7 @@ class NonTensorStack(_NonTensorBase):
 
     @property
     def stack_dim(self) -> int:
+        """The dim the elements are stacked along: always 0."""
         return 0
 
     @property

@@ -182,11 +182,12 @@ def _write(node: _Node, prefix: str, like: bool, created: list, dirs: set, fsync
     entries = []
     for key, item in node.entries:
         if isinstance(item, _Leaf):
-            src = item.src
+            src, rel = item.src, item.rel
+            assert rel is not None  # planned with a prefix: every leaf has its file
             if item.reuse:
                 item.out = src
             else:
-                path = os.path.join(prefix, item.rel)
+                path = os.path.join(prefix, rel)
                 parent = os.path.dirname(path)
                 if parent not in dirs:
                     os.makedirs(parent, exist_ok=True)
@@ -205,7 +206,7 @@ def _write(node: _Node, prefix: str, like: bool, created: list, dirs: set, fsync
                     key,
                     {
                         "type": "tensor",
-                        "file": item.rel.replace(os.sep, "/"),
+                        "file": rel.replace(os.sep, "/"),
                         "dtype": _dtype_name(src.dtype),
                         "shape": list(src.shape),
                         "nbytes": src.numel() * src.dtype.itemsize,

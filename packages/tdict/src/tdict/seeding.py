@@ -27,7 +27,7 @@ from __future__ import annotations
 import contextlib
 import random
 from collections.abc import Callable, Iterable, Iterator, Mapping
-from typing import Any
+from typing import Any, Literal, cast, overload
 
 import torch
 
@@ -47,6 +47,14 @@ __all__ = [
 ]
 
 _TORCH_SEEDS = 2**64  # torch.Generator.manual_seed takes [-2**63, 2**64); seeds are taken modulo this
+
+
+@overload
+def check_seed(owner: str, seed: Any, *, name: str = "seed", allow_none: Literal[False] = False) -> int: ...
+
+
+@overload
+def check_seed(owner: str, seed: Any, *, name: str = "seed", allow_none: bool) -> int | None: ...
 
 
 def check_seed(owner: str, seed: Any, *, name: str = "seed", allow_none: bool = False) -> int | None:
@@ -169,8 +177,8 @@ def use_generator(generator: torch.Generator | None) -> Iterator[None]:
         def get_state() -> torch.Tensor:
             return torch.cuda.get_rng_state(index)
 
-        def set_state(state: torch.Tensor) -> None:
-            torch.cuda.set_rng_state(state, index)
+        def set_state(new_state: torch.Tensor) -> None:
+            torch.cuda.set_rng_state(new_state, index)
     elif device.type == "cpu":
         get_state, set_state = torch.get_rng_state, torch.set_rng_state
     else:
@@ -229,7 +237,8 @@ def rng_state() -> dict[str, Any]:
         import numpy as np
     except ImportError:  # pragma: no cover - numpy comes with torch in practice
         return state
-    kind, keys, pos, has_gauss, cached = np.random.get_state()
+    # the legacy global generator (an MT19937) gives the tuple form, never the dict one
+    kind, keys, pos, has_gauss, cached = cast("tuple[str, np.ndarray, int, int, float]", np.random.get_state())
     state["numpy"] = {
         "kind": kind,
         "keys": torch.from_numpy(keys.astype("int64")),

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 import operator
-from typing import Any, Callable, Iterator, Sequence
+from typing import TYPE_CHECKING, Any, Callable, ClassVar, Iterator, Sequence
 
 import torch
 
@@ -158,6 +158,9 @@ class TensorClass:
     _tc_settable: frozenset = frozenset()
     _tc_defaults: dict = {}
 
+    if TYPE_CHECKING:  # every subclass is made a dataclass (see _process_class)
+        __dataclass_fields__: ClassVar[dict[str, dataclasses.Field[Any]]]
+
     def __init_subclass__(cls, **kwargs: Any) -> None:
         _process_class(cls)
 
@@ -293,6 +296,7 @@ class TensorClass:
     # ------------------------------------------------------------------ shape / attributes
     @property
     def batch_size(self) -> torch.Size:
+        """The leading dims every field shares (assignable, as on the underlying TensorDict)."""
         return self._tensordict.batch_size
 
     @batch_size.setter
@@ -301,6 +305,7 @@ class TensorClass:
 
     @property
     def names(self) -> list:
+        """The batch dim names, one per dim (``None`` for an unnamed dim); assignable."""
         return self._tensordict.names
 
     @names.setter
@@ -309,22 +314,27 @@ class TensorClass:
 
     @property
     def device(self) -> torch.device | None:
+        """The device of the underlying TensorDict, or ``None``."""
         return self._tensordict.device
 
     @property
     def shape(self) -> torch.Size:
+        """The batch size (same as :attr:`batch_size`)."""
         return self._tensordict.batch_size
 
     @property
     def batch_dims(self) -> int:
+        """The number of batch dims (``ndim`` too)."""
         return len(self._tensordict.batch_size)
 
     ndim = batch_dims
 
     def dim(self) -> int:
+        """The number of batch dims."""
         return len(self._tensordict.batch_size)
 
     def numel(self) -> int:
+        """The number of elements of the batch (the product of the batch size)."""
         return self._tensordict.batch_size.numel()
 
     def __len__(self) -> int:
@@ -353,6 +363,11 @@ class TensorClass:
         return self._tensordict.get(key, default)
 
     def set(self, key: Any, value: Any, inplace: bool = False, *, non_blocking: bool = False) -> Any:
+        """Set the field ``key`` (or the nested entry at a tuple key); returns ``self``.
+
+        Raises:
+            AttributeError: ``key`` is a string that names no field.
+        """
         if type(key) is str:
             if key not in type(self)._tc_field_set:
                 raise AttributeError(
@@ -431,12 +446,15 @@ class TensorClass:
 
     # ------------------------------------------------------------------ copies
     def clone(self, recurse: bool = True, *, device: Any = None) -> Any:
+        """A copy of the same class (``recurse=False``: new structure, shared tensors); ``device``: its device."""
         return type(self)._from_tensordict(self._tensordict.clone(recurse, device=device))
 
     def copy(self) -> Any:
+        """A shallow copy of the same class: new structure, same tensors."""
         return type(self)._from_tensordict(self._tensordict.copy())
 
     def to(self, *args: Any, **kwargs: Any) -> Any:
+        """Like :meth:`tdict.TensorDict.to` (device, dtype or batch size); the result is of this class."""
         return _wrap(self, "to", self._tensordict.to(*[_unwrap(a) for a in args], **kwargs))
 
     def __copy__(self) -> Any:
@@ -461,6 +479,11 @@ class TensorClass:
         return type(self)._from_tensordict(_compare(self._tensordict, _unwrap(operand), op))
 
     __hash__ = object.__hash__
+
+    @property
+    def is_locked(self) -> bool:
+        """Whether the underlying TensorDict is locked (see :meth:`tdict.TensorDict.lock_`)."""
+        return self._tensordict.is_locked
 
     def __repr__(self) -> str:
         inner = self._tensordict
@@ -551,6 +574,9 @@ class TensorClass:
     def memmap_like(
         self, prefix: Any = None, copy_existing: bool = False, *, existsok: bool = True, num_threads: int = 0
     ) -> Any:
+        """A new, locked copy whose leaves are memory-mapped under ``prefix`` with ``self``'s shapes and
+        dtypes, contents uninitialised (new files read as zeros). ``copy_existing`` and ``num_threads``
+        are ignored."""
         from .persistence import memmap_like
 
         return memmap_like(self, prefix, existsok=existsok)
@@ -565,8 +591,14 @@ class TensorClass:
         robust_key: bool | None = None,
         share_non_tensor: bool = False,
     ) -> Any:
-        self.memmap(prefix, copy_existing=copy_existing, existsok=existsok)
-        return self
+        """Write a memory-mapped copy under ``prefix`` (see :meth:`memmap`); returns ``self``, unchanged.
+
+        Raises:
+            TypeError: ``prefix`` is ``None`` (an anonymous copy would be written and lost).
+        """
+        from .persistence import save
+
+        return save(self, prefix, copy_existing=copy_existing, existsok=existsok)
 
     dumps = save
 
@@ -580,6 +612,7 @@ class TensorClass:
 
     @classmethod
     def load(cls, prefix: Any, device: Any = None, non_blocking: bool = False, *, out: Any = None) -> Any:
+        """Same as :meth:`load_memmap` (``non_blocking`` and ``out`` are ignored)."""
         return cls.load_memmap(prefix, device=device)
 
     @classmethod
@@ -793,9 +826,7 @@ _FORWARDED = (
     "is_locked",
 )
 for _name in _FORWARDED:
-    if _name == "is_locked":
-        TensorClass.is_locked = property(lambda self: self._tensordict.is_locked)
-    elif _name not in TensorClass.__dict__:
+    if _name not in TensorClass.__dict__:  # (is_locked: a property of the class body)
         setattr(TensorClass, _name, _make_forwarder(_name))
 
 

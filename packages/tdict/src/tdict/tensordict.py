@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import operator
-from typing import Any, Callable, Iterator, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Sequence, cast
 
 import torch
+from torch import _VF  # torch._foreach_* (the same functions; pyright knows them from here)
 
 from ._core.keys import KeysView, is_leaf_nontensor
 from ._core.utils import (
@@ -59,6 +60,10 @@ class TensorDict(TensorDictBase):
         "_consolidated",
         "__weakref__",
     )
+
+    if TYPE_CHECKING:  # static methods attached at the end of this module (tdict._core.functional)
+        from_module: Callable[..., Any]
+        from_modules: Callable[..., Any]
 
     def __init__(
         self,
@@ -253,7 +258,7 @@ class TensorDict(TensorDictBase):
         return NonTensorData(data=value, batch_size=self._batch_size, device=self._device)
 
     # ------------------------------------------------------------------ primitives
-    def _items_raw(self) -> Iterator[tuple[str, Any]]:
+    def _items_raw(self) -> Iterable[tuple[str, Any]]:
         return self._tensordict.items()
 
     def _get_str(self, key: str, default: Any) -> Any:
@@ -418,6 +423,7 @@ class TensorDict(TensorDictBase):
         *,
         sort: bool = False,
     ):
+        """The ``(key, entry)`` pairs, as :meth:`keys` selects them (the entry dict's own view by default)."""
         if not include_nested and not leaves_only and not sort:
             return self._tensordict.items()
         return TensorDictBase.items(self, include_nested, leaves_only, is_leaf, sort=sort)
@@ -430,6 +436,7 @@ class TensorDict(TensorDictBase):
         *,
         sort: bool = False,
     ):
+        """The entries, as :meth:`keys` selects them (the entry dict's own view by default)."""
         if not include_nested and not leaves_only and not sort:
             return self._tensordict.values()
         return TensorDictBase.values(self, include_nested, leaves_only, is_leaf, sort=sort)
@@ -532,7 +539,7 @@ class TensorDict(TensorDictBase):
             return result
         if device is None and dtype is None:
             return result
-        if dtype is None and result is self and getattr(self, "_consolidated", None) is not None:
+        if dtype is None and device is not None and result is self and getattr(self, "_consolidated", None) is not None:
             from .consolidate import _to  # one storage copy instead of one per leaf
 
             moved = _to(self, device, non_blocking)
@@ -579,13 +586,14 @@ class TensorDict(TensorDictBase):
                 for entries, key, value in writes:  # all validated: nothing is half-written
                     entries[key] = value
                 return self
-        return TensorDictBase.update(
+        out = TensorDictBase.update(
             self, input_dict_or_td, clone=clone, inplace=inplace, keys_to_update=keys_to_update, ignore_lock=ignore_lock
         )
+        return cast(TensorDict, out)  # the base method returns self
 
     def select(self, *keys: NestedKey, inplace: bool = False, strict: bool = True) -> "TensorDict":
         if inplace:
-            return TensorDictBase.select(self, *keys, inplace=inplace, strict=strict)
+            return cast(TensorDict, TensorDictBase.select(self, *keys, inplace=inplace, strict=strict))  # self
         src, out, new = self._tensordict, {}, _new_tensordict
         for key in keys:
             if type(key) is str:
@@ -639,7 +647,7 @@ class TensorDict(TensorDictBase):
 
     def exclude(self, *keys: NestedKey, inplace: bool = False) -> "TensorDict":
         if inplace:
-            return TensorDictBase.exclude(self, *keys, inplace=inplace)
+            return cast(TensorDict, TensorDictBase.exclude(self, *keys, inplace=inplace))  # self
         drop: set[str] = set()
         nested: dict[str, list] = {}
         for key in keys:
@@ -661,6 +669,7 @@ class TensorDict(TensorDictBase):
         return TensorDict._new_unsafe(out, self._batch_size, self._device, self._names)
 
     def unbind(self, dim: int = 0) -> tuple:
+        """The slices along batch dim ``dim``, as a tuple of TensorDicts (their leaves are views)."""
         d = normalize_dim(dim, len(self._batch_size))
         bs = self._batch_size[:d] + self._batch_size[d + 1 :]
         names = self._names[:d] + self._names[d + 1 :] if self._names else None
@@ -682,7 +691,8 @@ class TensorDict(TensorDictBase):
         self, recurse: bool = False, *, batch_size: Any = None, device: Any = NO_DEFAULT, names: Any = None
     ) -> "TensorDict":
         if recurse or batch_size is not None or device is not NO_DEFAULT or names is not None:
-            return TensorDictBase.empty(self, recurse, batch_size=batch_size, device=device, names=names)
+            out = TensorDictBase.empty(self, recurse, batch_size=batch_size, device=device, names=names)
+            return cast(TensorDict, out)  # the base method builds a TensorDict
         return TensorDict._new_unsafe({}, self._batch_size, self._device, self._names)
 
     def _tensor_leaves(self) -> tuple[list, list]:
@@ -741,6 +751,7 @@ class TensorDict(TensorDictBase):
 
     @property
     def device(self) -> torch.device | None:
+        """The device every tensor is moved to on write, or ``None`` (leaves may then be anywhere)."""
         return self._device
 
     @device.setter
@@ -757,6 +768,7 @@ class TensorDict(TensorDictBase):
 
     @property
     def names(self) -> list:
+        """The batch dim names, one per dim (``None`` for an unnamed dim); assignable."""
         return list(self._names) if self._names is not None else [None] * len(self._batch_size)
 
     @names.setter
@@ -803,13 +815,13 @@ class TensorDict(TensorDictBase):
 
 
 _FOREACH = {
-    operator.add: torch._foreach_add,
-    operator.sub: torch._foreach_sub,
-    operator.mul: torch._foreach_mul,
-    operator.truediv: torch._foreach_div,
-    operator.pow: torch._foreach_pow,
-    torch.maximum: torch._foreach_maximum,
-    torch.minimum: torch._foreach_minimum,
+    operator.add: _VF._foreach_add,
+    operator.sub: _VF._foreach_sub,
+    operator.mul: _VF._foreach_mul,
+    operator.truediv: _VF._foreach_div,
+    operator.pow: _VF._foreach_pow,
+    torch.maximum: _VF._foreach_maximum,
+    torch.minimum: _VF._foreach_minimum,
 }
 
 
@@ -822,6 +834,7 @@ def _paired_leaves(td: "TensorDict", other: "TensorDict | None", leaves: list, o
             if other is not None:
                 if not isinstance(match, torch.Tensor) or match.shape != value.shape:
                     return False
+                assert others is not None  # given together with other
                 others.append(match)
             leaves.append(value)
         elif type(value) is not TensorDict or (other is not None and type(match) is not TensorDict):
@@ -924,7 +937,9 @@ def _collect_writes(
         elif type(leaf) is TensorDict and type(target) is TensorDict:
             _collect_writes(target, leaf, dest_bs, batch_dims, pairs, path + (key,))
         elif getattr(type(target), "_is_tensorclass", False) and type(getattr(leaf, "_tensordict", None)) is TensorDict:
-            _collect_writes(target._tensordict, leaf._tensordict, dest_bs, batch_dims, pairs, path + (key,))
+            _collect_writes(
+                target._tensordict, cast(TensorDict, leaf._tensordict), dest_bs, batch_dims, pairs, path + (key,)
+            )
         elif leaf._is_non_tensor and not isinstance(target, torch.Tensor) and target._is_non_tensor:
             from .non_tensor import _non_tensor_write
 

@@ -71,10 +71,10 @@ def _assert_close(
         a, e = actual.get(key), expected.get(key)
         where = unravel_key(prefix + (key,))
         if isinstance(a, torch.Tensor) and isinstance(e, torch.Tensor):
-            if a.is_nested or e.is_nested:
+            if a.is_nested or e.is_nested:  # offsets(): jagged nested tensors only (not in torch's stubs)
                 a, e = (
-                    torch.cat([a.values().flatten(), a.offsets().to(a.dtype)]),
-                    torch.cat([e.values().flatten(), e.offsets().to(e.dtype)]),
+                    torch.cat([a.values().flatten(), a.offsets().to(a.dtype)]),  # pyright: ignore[reportAttributeAccessIssue]
+                    torch.cat([e.values().flatten(), e.offsets().to(e.dtype)]),  # pyright: ignore[reportAttributeAccessIssue]
                 )
             torch.testing.assert_close(
                 a,
@@ -84,7 +84,13 @@ def _assert_close(
                 equal_nan=equal_nan,
                 msg=lambda m, w=where: f"{msg + ': ' if msg else ''}key {w!r}: {m}",
             )
-        elif is_tensor_collection(a) and is_tensor_collection(e) and a._is_non_tensor == e._is_non_tensor:
+        elif (
+            not isinstance(a, torch.Tensor)  # (a tensor is no collection: this only tells the type checker)
+            and not isinstance(e, torch.Tensor)
+            and is_tensor_collection(a)
+            and is_tensor_collection(e)
+            and a._is_non_tensor == e._is_non_tensor
+        ):
             if not a._is_non_tensor:
                 _assert_close(a, e, rtol, atol, equal_nan, intersection, msg, prefix + (key,))
             elif a.batch_size != e.batch_size or not bool((a == e).all()):

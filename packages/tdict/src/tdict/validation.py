@@ -24,7 +24,7 @@ import math
 import numbers
 import operator
 from collections.abc import Collection
-from typing import Any, TypeVar
+from typing import Any, TypeGuard, TypeVar
 
 __all__ = [
     "ArgumentTypeError",
@@ -61,11 +61,11 @@ def _message(owner: str, name: str, expected: str, value: Any, allow_none: bool 
     return f"{owner}: {name} must be {expected}{' or None' if allow_none else ''}, got {_shown(value)}."
 
 
-def _is_int(value: Any) -> bool:
+def _is_int(value: Any) -> TypeGuard[numbers.Integral]:
     return isinstance(value, numbers.Integral) and not isinstance(value, bool)
 
 
-def _is_real(value: Any) -> bool:
+def _is_real(value: Any) -> TypeGuard[float]:  # any numbers.Real (float stands for its comparisons)
     return isinstance(value, numbers.Real) and not isinstance(value, bool)
 
 

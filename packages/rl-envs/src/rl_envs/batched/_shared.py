@@ -98,6 +98,17 @@ class BatchedEnvBase(EnvBase):
     ``_run_seed`` and ``_stop_runners``.
     """
 
+    # set through ``self.__dict__`` (bypasses nn.Module's ``__setattr__``); the buffer views by ``start``
+    _creators: list[EnvCreator]
+    _meta_data: EnvMetaData
+    _buffer: TensorDictBase | None
+    _layout: BufferLayout | None
+    _step_dests: tuple
+    _reset_dests: tuple
+    _mask_dests: tuple
+    _next_views: dict
+    _root_views: dict
+
     def __init__(
         self,
         num_workers: int,
@@ -231,7 +242,9 @@ class BatchedEnvBase(EnvBase):
         cache = self._next_views if where == "next" else self._root_views
         view = cache.get(written)
         if view is None:
-            source = self._buffer.get("next") if where == "next" else self._buffer
+            buffer = self._buffer
+            assert buffer is not None  # started by _step/_reset
+            source = buffer.get("next") if where == "next" else buffer
             view = cache[written] = source.select(*written)
         return view.clone()  # the buffer is overwritten by the next call
 

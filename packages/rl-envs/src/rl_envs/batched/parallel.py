@@ -10,7 +10,7 @@ import time
 import weakref
 from collections.abc import Callable, Sequence
 from multiprocessing import connection
-from typing import Any
+from typing import Any, cast
 
 import torch.multiprocessing as mp
 from tdict import TensorDictBase
@@ -106,7 +106,9 @@ class _WorkerPool:
         self.gather(range(len(self.procs)), "ready")
 
     def send(self, i: int, message: tuple) -> None:
-        self.board.asked(i)
+        board = self.board
+        assert board is not None  # set by start, before any command
+        board.asked(i)
         try:
             self.conns[i].send(message)
         except (BrokenPipeError, ConnectionResetError, OSError):
@@ -121,6 +123,7 @@ class _WorkerPool:
         pending = set(indices)
         replies: dict = {}
         board = self.board
+        assert board is not None  # set by start, before any command
         now = time.monotonic()
         deadline = None if self.timeout is None else now + self.timeout
         # heartbeats are read only when a wait lasts this long: nothing extra on the per-step path
@@ -151,7 +154,7 @@ class _WorkerPool:
                     exited.append(i)
                     continue
                 try:
-                    message = obj.recv()
+                    message = cast(connection.Connection, obj).recv()  # a pipe: sentinels were set aside above
                 except (EOFError, OSError):
                     self._raise_dead(i)
                 if message[0] == "error":
@@ -271,6 +274,13 @@ class ParallelEnv(BatchedEnvBase):
         torch.Size([2, 3, 4])
         >>> env.close()
     """
+
+    # set through ``self.__dict__`` (bypasses nn.Module's ``__setattr__``)
+    _pool: _WorkerPool | None
+    _finalizer: weakref.finalize | None
+    _local: list[EnvRunner]
+    _sent_keys: tuple | None
+    _written: list
 
     def __init__(
         self,

@@ -47,6 +47,8 @@ class SerialEnv(BatchedEnvBase):
         >>> env.close()
     """
 
+    _runners: list[EnvRunner]  # set through ``self.__dict__`` (bypasses nn.Module's ``__setattr__``)
+
     def __init__(
         self,
         num_workers: int,

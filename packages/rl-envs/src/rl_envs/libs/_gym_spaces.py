@@ -169,12 +169,17 @@ class SpaceCodec:
         write: tensor (or TensorDict) -> the gymnasium action.
         replace_rows: ``(batched value, per-env values, env indices) -> batched value`` with those
             rows replaced (SAME_STEP final observations of vector envs).
+        entries, entries_safe: Dict/Tuple spaces only (else ``None``): ``read`` / ``read_safe``'s
+            top-level ``{key: value}`` before it becomes a TensorDict (the env step builds its own).
     """
 
-    __slots__ = ("arrays", "check", "read", "read_safe", "replace_rows", "spec", "write")
+    __slots__ = ("arrays", "check", "entries", "entries_safe", "read", "read_safe", "replace_rows", "spec", "write")
 
-    def __init__(self, spec, read, read_safe, check, arrays, write, replace_rows) -> None:
+    def __init__(
+        self, spec, read, read_safe, check, arrays, write, replace_rows, entries=None, entries_safe=None
+    ) -> None:
         self.spec, self.read, self.read_safe, self.check = spec, read, read_safe, check
+        self.entries, self.entries_safe = entries, entries_safe
         self.arrays, self.write, self.replace_rows = arrays, write, replace_rows
 
 
@@ -192,11 +197,11 @@ def _replace_array_rows(batched: Any, finals: Any, idx: np.ndarray) -> np.ndarra
     return out
 
 
-def _no_arrays(value: Any) -> tuple:
+def _no_arrays(x: Any) -> tuple:
     return ()
 
 
-def _always(value: Any) -> bool:
+def _always(x: Any) -> bool:
     return True
 
 
@@ -299,7 +304,7 @@ def make_codec(
             start = None
 
     if start is None:
-        read = _from_numpy
+        read = _from_numpy  # pyright: ignore[reportAssignmentType]  (its parameter is named ndarray, not x)
 
         def read_safe(x: Any) -> torch.Tensor:
             return _from_numpy(np.array(x, dtype=np_dtype, copy=True).reshape(shape))
@@ -370,11 +375,17 @@ def _composite_codec(space, kind, spec, cat, batch_size, device, remap) -> Space
     safe_readers = tuple((key, name, c.read_safe) for key, name, c in members)
     new_td = TensorDict.unchecked
 
+    def entries(x: Any) -> dict:
+        return {key: r(x[name]) for key, name, r in readers}
+
+    def entries_safe(x: Any) -> dict:
+        return {key: r(x[name]) for key, name, r in safe_readers}
+
     def read(x: Any) -> TensorDict:
-        return new_td({key: r(x[name]) for key, name, r in readers}, batch_size, device)
+        return new_td(entries(x), batch_size, device)
 
     def read_safe(x: Any) -> TensorDict:
-        return new_td({key: r(x[name]) for key, name, r in safe_readers}, batch_size, device)
+        return new_td(entries_safe(x), batch_size, device)
 
     def check(x: Any) -> bool:
         return all(c.check(x[name]) for _, name, c in members)
@@ -399,4 +410,4 @@ def _composite_codec(space, kind, spec, cat, batch_size, device, remap) -> Space
         def replace_rows(batched: Any, finals: Any, idx: np.ndarray) -> Any:
             return tuple(c.replace_rows(batched[i], {j: finals[j][i] for j in idx}, idx) for _, i, c in members)
 
-    return SpaceCodec(spec, read, read_safe, check, arrays, write, replace_rows)
+    return SpaceCodec(spec, read, read_safe, check, arrays, write, replace_rows, entries, entries_safe)

@@ -24,7 +24,7 @@ render raises a ``RuntimeError`` with that hint.
 from __future__ import annotations
 
 import os
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 import torch
 from tdict import TensorDict, TensorDictBase
@@ -32,10 +32,13 @@ from tdict.specs import Bounded, Categorical, Composite, TensorSpec, Unbounded
 
 from ..env_base import EnvBase
 
-try:
+if TYPE_CHECKING:
     import numpy as np
-except ImportError:  # pragma: no cover - dm_control brings numpy; _dm_control() raises the install hint first
-    np = None
+else:
+    try:
+        import numpy as np
+    except ImportError:  # pragma: no cover - dm_control brings numpy; _dm_control() raises the install hint first
+        np = None
 
 __all__ = ["DMControlEnv", "DMControlWrapper"]
 
@@ -83,8 +86,11 @@ def _leaf_spec(spec: Any, dm_env: Any, key: str) -> tuple[TensorSpec, tuple]:
     raise TypeError(f"DMControlWrapper: the spec of {key!r} is a {type(spec).__name__}, expected a dm_env.specs.Array.")
 
 
-def _obs_specs(spec: Any, dm_env: Any, prefix: tuple = ()) -> tuple[dict, list]:
-    """Spec tree and the flat ``(path, numpy dtype, shape)`` readers of a (nested) observation spec."""
+def _obs_specs(spec: Any, dm_env: Any, prefix: tuple = ()) -> tuple[dict | TensorSpec, list]:
+    """Spec tree and the flat ``(path, numpy dtype, shape)`` readers of a (nested) observation spec.
+
+    The tree is a dict for a dict spec, else the leaf spec.
+    """
     if isinstance(spec, dict):
         specs, readers = {}, []
         for name, sub in spec.items():
@@ -143,6 +149,8 @@ class DMControlWrapper(EnvBase):
         (torch.Size([5, 3]), torch.Size([5]), torch.float64)
     """
 
+    _env: Any  # the dm_env env, set through ``self.__dict__`` (bypasses nn.Module's ``__setattr__``)
+
     def __init__(
         self,
         env: Any = None,
@@ -186,11 +194,13 @@ class DMControlWrapper(EnvBase):
     def _make_specs(self, dm_env: Any) -> None:
         env, device = self._env, self.device
         obs_spec = env.observation_spec()
-        specs, readers = _obs_specs(obs_spec, dm_env)
+        tree, readers = _obs_specs(obs_spec, dm_env)
+        specs: dict[str, Any]
         if not isinstance(obs_spec, dict):
-            specs, readers = {"observation": specs}, [(("observation",), dt, shape) for _, dt, shape in readers]
+            specs, readers = {"observation": tree}, [(("observation",), dt, shape) for _, dt, shape in readers]
             self._dict_obs = False
         else:
+            specs = cast(dict, tree)  # a dict spec gives a dict tree
             self._dict_obs = True
         if self.pixels_only:
             specs, readers = {}, []

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from functools import partial
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from tdict import TensorDict, TensorDictBase
@@ -23,17 +23,21 @@ from tdict.specs import Categorical, Composite, TensorSpec, Unbounded
 
 from ..env_base import EnvBase
 
-try:
+if TYPE_CHECKING:
     import numpy as np
-except ImportError:  # pragma: no cover - gymnasium brings numpy; _gymnasium() raises the install hint first
-    np = None
+else:
+    try:
+        import numpy as np
+    except ImportError:  # pragma: no cover - gymnasium brings numpy; _gymnasium() raises the install hint first
+        np = None
 
 __all__ = ["BaseInfoDictReader", "GymEnv", "GymWrapper", "default_info_dict_reader"]
 
 _from_numpy = torch.from_numpy
 _new_td = TensorDict.unchecked
-_array = np.array if np is not None else None
-_float32 = np.float32 if np is not None else None
+# None only without numpy, where GymWrapper fails (install hint) before any use
+_array: Any = np.array if np is not None else None
+_float32: Any = np.float32 if np is not None else None
 # steps during which observations are copied while we check that the env hands out fresh arrays
 _PROBATION_STEPS = 3
 
@@ -65,7 +69,14 @@ class BaseInfoDictReader:
 
     @property
     def info_spec(self) -> Composite | None:
+        """The entries the reader writes (feature shapes, no batch dims); ``None`` until they are known."""
         raise NotImplementedError
+
+    def reset(self) -> None:
+        """Forgets what the reader inferred from earlier steps (nothing by default).
+
+        ``GymWrapper.set_info_dict_reader`` calls it on a reader whose ``info_spec`` is still ``None``.
+        """
 
 
 class default_info_dict_reader(BaseInfoDictReader):
@@ -97,7 +108,7 @@ class default_info_dict_reader(BaseInfoDictReader):
         self.ignore_private = ignore_private
         self.keys = list(keys) if keys is not None else None
         if spec is None:
-            info_spec = None if keys is None else Composite({k: Unbounded(shape=()) for k in self.keys}, shape=())
+            info_spec = None if self.keys is None else Composite({k: Unbounded(shape=()) for k in self.keys}, shape=())
         elif isinstance(spec, Composite):
             info_spec = spec.clone()
         elif isinstance(spec, dict):
@@ -116,6 +127,7 @@ class default_info_dict_reader(BaseInfoDictReader):
 
     @property
     def info_spec(self) -> Composite | None:
+        """The specs of the entries read (float32 scalars by default; ``None`` until inferred with ``keys=None``)."""
         return self._info_spec
 
     def reset(self) -> None:
@@ -138,8 +150,9 @@ class default_info_dict_reader(BaseInfoDictReader):
         self._info_spec = Composite(specs, shape=())
 
     def _build_entries(self) -> tuple:
-        spec = self._info_spec
-        return tuple((k, _np_dtype(spec[k].dtype), spec[k].shape, spec[k]) for k in self.keys)
+        spec, keys = self._info_spec, self.keys
+        assert spec is not None and keys is not None  # given, or inferred by _infer first
+        return tuple((k, _np_dtype(spec[k].dtype), spec[k].shape, spec[k]) for k in keys)
 
     def __call__(self, info_dict: dict, tensordict: TensorDictBase) -> TensorDictBase:
         entries = self._entries
@@ -210,6 +223,8 @@ class GymWrapper(EnvBase):
         >>> rollout["observation"].shape, rollout["next", "reward"].shape, rollout["action"].dtype
         (torch.Size([5, 3]), torch.Size([5]), torch.float32)
     """
+
+    _env: Any  # the gymnasium env, set through ``self.__dict__`` (bypasses nn.Module's ``__setattr__``)
 
     def __init__(
         self,
@@ -284,9 +299,7 @@ class GymWrapper(EnvBase):
         self._obs_codec, self._act_codec = obs, act
         if isinstance(obs.spec, Composite):
             obs_spec = obs.spec.expand(batch)
-            read, read_safe = obs.read, obs.read_safe
-            self._obs_dict_fast = lambda x: dict(read(x).items())
-            self._obs_dict_safe = lambda x: dict(read_safe(x).items())
+            self._obs_dict_fast, self._obs_dict_safe = obs.entries, obs.entries_safe
         else:
             key = "pixels" if self.from_pixels else "observation"
             obs_spec = Composite({key: obs.spec.expand(*batch, *obs.spec.shape)}, shape=batch)

@@ -138,6 +138,8 @@ class PettingZooWrapper(EnvBase):
         [False, False, False, False, True]
     """
 
+    _env: Any  # the pettingzoo env, set through ``self.__dict__`` (bypasses nn.Module's ``__setattr__``)
+
     def __init__(
         self,
         env: Any = None,
@@ -384,7 +386,7 @@ class PettingZooWrapper(EnvBase):
                         value = codecs[agent].spec.zero()
                 values.append(value)
                 reward.append(float(rewards.get(agent, 0.0)) if rewards is not None else 0.0)
-                if terms is None:  # reset: everyone starts alive
+                if terms is None or truncs is None:  # reset (both None): everyone starts alive
                     flags = (False, False)
                 elif agent in terms or agent in truncs:
                     flags = (bool(terms.get(agent, False)), bool(truncs.get(agent, False)))
@@ -400,7 +402,7 @@ class PettingZooWrapper(EnvBase):
             term_t = torch.tensor(term, dtype=torch.bool)
             trunc_t = torch.tensor(trunc, dtype=torch.bool)
             done_t = term_t | trunc_t
-            sub = {
+            sub: dict[str, torch.Tensor | TensorDictBase] = {
                 "observation": torch.stack(values, 0),
                 "done": done_t,
                 "terminated": term_t,

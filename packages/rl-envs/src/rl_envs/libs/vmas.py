@@ -18,7 +18,7 @@ Layout of one step (``N = num_envs``, ``group`` a key of the group map, ``n`` it
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, cast
 
 import torch
 from tdict import TensorDict, TensorDictBase
@@ -160,6 +160,8 @@ class VmasWrapper(EnvBase):
         [True, True, True, True]
     """
 
+    _env: Any  # the vmas env, set through ``self.__dict__`` (bypasses nn.Module's ``__setattr__``)
+
     def __init__(
         self,
         env: Any = None,
@@ -207,14 +209,17 @@ class VmasWrapper(EnvBase):
 
     @property
     def num_envs(self) -> int:
+        """The number of vectorised VMAS envs (the env's batch size)."""
         return self._env.num_envs
 
     @property
     def continuous_actions(self) -> bool:
+        """Whether the VMAS env takes continuous actions (else discrete ones)."""
         return self._env.continuous_actions
 
     @property
     def max_steps(self) -> int | None:
+        """The VMAS env's episode length limit, after which episodes are truncated (``None``: no limit)."""
         return self._env.max_steps
 
     @property
@@ -411,10 +416,10 @@ class VmasWrapper(EnvBase):
         return _new_td(entries, group_batch, None)
 
     def to(self, *args: Any, **kwargs: Any) -> VmasWrapper:
-        device = torch._C._nn._parse_to(*args, **kwargs)[0]
+        device = torch._C._nn._parse_to(*args, **kwargs)[0]  # pyright: ignore[reportAttributeAccessIssue]
         if device is not None:
             self._env.to(device)
-        return super().to(*args, **kwargs)
+        return cast(VmasWrapper, super().to(*args, **kwargs))  # EnvBase.to returns self
 
     def close(self) -> None:
         viewer = getattr(self._env, "viewer", None)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from typing import Any, Sequence, cast
 
 import torch
 from tdict import TensorDictBase
@@ -84,10 +84,11 @@ class ActionScaling(Transform):
             if (scale == 0).any():
                 raise ValueError(f"ActionScaling: scale must have no zero entry, got {scale.tolist()}.")
         self.register_buffer("loc", loc)
-        self.register_buffer("scale", scale)
+        self.register_buffer("scale", cast("torch.Tensor | None", scale))  # None with loc (checked above)
 
     @property
     def initialized(self) -> bool:
+        """Whether ``loc`` and ``scale`` are set (given, or derived from the action spec on first use)."""
         return self.loc is not None
 
     def _init_from_spec(self, spec: Any, batch_dims: int) -> None:
@@ -316,6 +317,12 @@ class ActionMask(Transform):
 
     @property
     def action_spec(self) -> Any:
+        """The env's spec of ``action_key``, whose mask this transform updates.
+
+        Raises:
+            RuntimeError: the transform is not inside a TransformedEnv.
+            TypeError: the spec is not Categorical, OneHot, MultiCategorical or MultiOneHot.
+        """
         env = self.container
         while isinstance(env, Compose):
             env = env.container

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import copy
-from typing import TYPE_CHECKING, Any, Iterator, Sequence
+from typing import TYPE_CHECKING, Any, Iterator, Sequence, cast
 
 import torch
 from torch import nn
@@ -13,7 +13,7 @@ from tdict.seeding import chain_seeds
 from tdict.specs import Composite
 
 if TYPE_CHECKING:
-    from ..env_base import EnvBase
+    from .transformed_env import TransformedEnv
 
 __all__ = ["Transform", "Compose"]
 
@@ -57,6 +57,9 @@ class Transform(nn.Module):
     """
 
     invertible = False
+    # set through ``self.__dict__`` (so that nn.Module's ``__setattr__`` is bypassed)
+    _container: Any
+    _missing_tolerance: bool
 
     def __init__(
         self,
@@ -90,6 +93,7 @@ class Transform(nn.Module):
     # ------------------------------------------------------------------ keys
     @property
     def in_keys(self) -> list:
+        """The entries the forward transform reads (a key or a list of keys may be assigned)."""
         return self.__dict__["_in_keys"]
 
     @in_keys.setter
@@ -98,6 +102,7 @@ class Transform(nn.Module):
 
     @property
     def out_keys(self) -> list:
+        """Where the forward transform writes its results (``in_keys`` when left empty)."""
         out = self.__dict__["_out_keys"]
         return out if out else list(self.in_keys)
 
@@ -107,6 +112,7 @@ class Transform(nn.Module):
 
     @property
     def in_keys_inv(self) -> list:
+        """The entries the inner env reads, written by the inverse transform."""
         return self.__dict__["_in_keys_inv"]
 
     @in_keys_inv.setter
@@ -115,6 +121,7 @@ class Transform(nn.Module):
 
     @property
     def out_keys_inv(self) -> list:
+        """The entries the caller provides, read by the inverse transform (``in_keys_inv`` when left empty)."""
         out = self.__dict__["_out_keys_inv"]
         return out if out else list(self.in_keys_inv)
 
@@ -128,6 +135,7 @@ class Transform(nn.Module):
         return self._missing_tolerance
 
     def set_missing_tolerance(self, mode: bool = False) -> None:
+        """Sets :attr:`missing_tolerance`: with ``True``, a missing ``in_key`` is skipped instead of raising."""
         self.__dict__["_missing_tolerance"] = mode
 
     def _check_pairs(self, ins: list, outs: list, what: str) -> None:
@@ -218,18 +226,23 @@ class Transform(nn.Module):
         return input_spec
 
     def transform_observation_spec(self, observation_spec: Composite) -> Composite:
+        """Maps ``full_observation_spec`` (a private copy, edited in place and returned); unchanged by default."""
         return observation_spec
 
     def transform_reward_spec(self, reward_spec: Composite) -> Composite:
+        """Maps ``full_reward_spec`` (a private copy, edited in place and returned); unchanged by default."""
         return reward_spec
 
     def transform_done_spec(self, done_spec: Composite) -> Composite:
+        """Maps ``full_done_spec`` (a private copy, edited in place and returned); unchanged by default."""
         return done_spec
 
     def transform_action_spec(self, action_spec: Composite) -> Composite:
+        """Maps the inner env's ``full_action_spec`` to the one callers see; unchanged by default."""
         return action_spec
 
     def transform_state_spec(self, state_spec: Composite) -> Composite:
+        """Maps the inner env's ``full_state_spec`` to the one callers see; unchanged by default."""
         return state_spec
 
     # ------------------------------------------------------------------ containers
@@ -239,6 +252,11 @@ class Transform(nn.Module):
         return self._container
 
     def set_container(self, container: Any) -> None:
+        """Records the Compose or TransformedEnv holding this transform (``None`` detaches it).
+
+        Raises:
+            RuntimeError: the transform already belongs to another container (use :meth:`clone`).
+        """
         if self._container is not None and container is not None and self._container is not container:
             raise RuntimeError(
                 f"{type(self).__name__} already belongs to {type(self._container).__name__}; use transform.clone()."
@@ -254,10 +272,11 @@ class Transform(nn.Module):
             container._specs_changed()
 
     def reset_parent(self) -> None:
+        """Detaches the transform from its container (``container`` becomes ``None``)."""
         self.__dict__["_container"] = None
 
     @property
-    def parent(self) -> "EnvBase | None":
+    def parent(self) -> "TransformedEnv | None":
         """The env as this transform sees it: the base env with every transform that comes before it.
 
         Built once and cached until the chain of containers above the transform changes.
@@ -285,7 +304,7 @@ class Transform(nn.Module):
             signature.append((id(container), id(getattr(container, "_base", None))))
             return tuple(signature)
 
-    def _build_parent(self) -> "EnvBase | None":
+    def _build_parent(self) -> "TransformedEnv | None":
         preceding: list = []
         node: Any = self
         while True:
@@ -344,77 +363,80 @@ class Compose(Transform):
 
     def set_seed(self, seed: int | None) -> int | None:
         """Seeds the transforms in turn, each with the seed the previous one returned."""
-        return chain_seeds(seed, [t.set_seed for t in self.transforms])
+        return chain_seeds(seed, [t.set_seed for t in self])
 
     def _call(self, next_tensordict: TensorDictBase) -> TensorDictBase:
-        for t in self.transforms:
+        for t in self:
             next_tensordict = t._call(next_tensordict)
         return next_tensordict
 
     def _step(self, tensordict: TensorDictBase, next_tensordict: TensorDictBase) -> TensorDictBase:
-        for t in self.transforms:
+        for t in self:
             next_tensordict = t._step(tensordict, next_tensordict)
         return next_tensordict
 
     def _reset(self, tensordict: TensorDictBase | None, tensordict_reset: TensorDictBase) -> TensorDictBase:
-        for t in self.transforms:
+        for t in self:
             tensordict_reset = t._reset(tensordict, tensordict_reset)
         return tensordict_reset
 
     def forward(self, tensordict: TensorDictBase) -> TensorDictBase:
-        for t in self.transforms:
+        for t in self:
             tensordict = t(tensordict)
         return tensordict
 
     def _inv_call(self, tensordict: TensorDictBase) -> TensorDictBase:
-        for t in reversed(self.transforms):
+        for t in reversed(list(self)):
             tensordict = t._inv_call(tensordict)
         return tensordict
 
     @property
     def has_inverse(self) -> bool:
-        return any(t.has_inverse for t in self.transforms)
+        return any(t.has_inverse for t in self)
 
     def transform_output_spec(self, output_spec: Composite) -> Composite:
-        for t in self.transforms:
+        for t in self:
             output_spec = t.transform_output_spec(output_spec)
         return output_spec
 
     def transform_input_spec(self, input_spec: Composite) -> Composite:
-        for t in self.transforms:
+        for t in self:
             input_spec = t.transform_input_spec(input_spec)
         return input_spec
 
     def set_missing_tolerance(self, mode: bool = False) -> None:
+        """Sets the missing-key tolerance of the Compose and of every transform in it."""
         super().set_missing_tolerance(mode)
-        for t in self.transforms:
+        for t in self:
             t.set_missing_tolerance(mode)
 
     def append(self, transform: Transform) -> None:
+        """Adds ``transform`` at the end (it joins this Compose; the env's specs are recomputed)."""
         transform.set_container(self)
         self.transforms.append(transform)
         self.notify_specs_changed()
 
     def insert(self, index: int, transform: Transform) -> None:
+        """Inserts ``transform`` at position ``index`` (it joins this Compose; the env's specs are recomputed)."""
         transform.set_container(self)
         self.transforms.insert(index, transform)
         self.notify_specs_changed()
 
     def __getitem__(self, index: int | slice) -> Any:
         if isinstance(index, slice):
-            return Compose(*[t.clone() for t in self.transforms[index]])
+            return Compose(*[cast(Transform, t).clone() for t in self.transforms[index]])
         return self.transforms[index]
 
     def __len__(self) -> int:
         return len(self.transforms)
 
     def __iter__(self) -> Iterator[Transform]:
-        return iter(self.transforms)
+        return cast("Iterator[Transform]", iter(self.transforms))  # the ModuleList holds only Transforms
 
     def close(self) -> None:
-        for t in self.transforms:
+        for t in self:
             t.close()
 
     def __repr__(self) -> str:
-        inner = ",\n    ".join(repr(t) for t in self.transforms)
+        inner = ",\n    ".join(repr(t) for t in self)
         return f"Compose(\n    {inner})" if inner else "Compose()"

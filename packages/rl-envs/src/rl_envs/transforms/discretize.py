@@ -109,6 +109,7 @@ class ActionDiscretizer(Transform):
 
     def _discrete_spec(self, spec: Any) -> Any:
         n = self.nvec
+        assert n is not None  # set by _build, which runs first
         if self._scalar:
             cls = Categorical if self.categorical else OneHot
             shape = spec.shape if self.categorical else (*spec.shape, int(n[0]))
@@ -138,7 +139,8 @@ class ActionDiscretizer(Transform):
     def to_continuous(self, action: torch.Tensor) -> torch.Tensor:
         """Discrete action (indices or one-hot) -> the continuous action the inner env reads."""
         self._ensure_built()
-        grid = self.intervals
+        grid, nvec = self.intervals, self.nvec
+        assert grid is not None and nvec is not None  # set by _ensure_built
         if self.categorical:
             index = action.long()
             if self._scalar:
@@ -148,9 +150,9 @@ class ActionDiscretizer(Transform):
                 index = action.long().argmax(-1, keepdim=True)
             else:
                 index = torch.stack([a.long().argmax(-1) for a in action.split(self._splits, -1)], -1)
-        if (index < 0).any() or (index >= self.nvec.to(index.device)).any():
+        if (index < 0).any() or (index >= nvec.to(index.device)).any():
             raise ValueError(
-                f"ActionDiscretizer: {self.out_action_key!r} holds indices outside 0..nvec-1 (nvec={self.nvec.tolist()})."
+                f"ActionDiscretizer: {self.out_action_key!r} holds indices outside 0..nvec-1 (nvec={nvec.tolist()})."
             )
         grid = grid.to(index.device).expand(*index.shape[:-1], *grid.shape)
         value = grid.gather(-1, index.unsqueeze(-1)).squeeze(-1)

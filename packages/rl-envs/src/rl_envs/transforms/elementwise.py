@@ -302,6 +302,10 @@ class UnaryTransform(_MapTransform):
 
     def _inv_call(self, tensordict: TensorDictBase) -> TensorDictBase:
         inv_fn = self._inv_fn
+        if inv_fn is None:
+            if not self.in_keys_inv:
+                return tensordict
+            raise ValueError(f"UnaryTransform: in_keys_inv={self.in_keys_inv} are set but there is no inv_fn.")
         for in_key, out_key in zip(self.in_keys_inv, self.out_keys_inv):
             value = self._get(tensordict, out_key)
             if value is not None:

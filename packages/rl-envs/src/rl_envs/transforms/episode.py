@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import copy
 import multiprocessing as mp
-from typing import Any, Callable, Mapping
+from typing import TYPE_CHECKING, Any, Callable, Mapping, cast
 
 import torch
 from tdict import TensorDictBase
@@ -18,6 +18,9 @@ from ._episode_utils import _ENV_ONLY, _join, _mask, _need_parent, _prefix
 from .._generator_state import GeneratorState
 from .base import Compose, Transform  # noqa: F401  (Compose: used by the doctests)
 from .stepping import FrameSkipTransform, NoopResetEnv
+
+if TYPE_CHECKING:
+    from multiprocessing.sharedctypes import Synchronized
 
 __all__ = [
     "InitTracker",
@@ -47,6 +50,8 @@ class InitTracker(Transform):
         >>> r["is_init"].tolist(), r["next", "is_init"].tolist()
         ([True, False, False], [False, False, False])
     """
+
+    _pairs: list | None  # set through ``self.__dict__`` (bypasses nn.Module's ``__setattr__``)
 
     def __init__(self, init_key: str = "is_init") -> None:
         if not isinstance(init_key, str):
@@ -127,6 +132,10 @@ class TrajCounter(Transform):
         [0, 0, 1, 1, 2]
     """
 
+    # set through ``self.__dict__`` (bypasses nn.Module's ``__setattr__``)
+    _traj_count: Synchronized[int]
+    _initialized: bool
+
     def __init__(self, out_key: NestedKey = "traj_count", *, repeats: int | None = None) -> None:
         super().__init__(in_keys=[], out_keys=[out_key])
         self.__dict__["_traj_count"] = mp.Value("q", 0)
@@ -168,7 +177,7 @@ class TrajCounter(Transform):
     def clone(self) -> "TrajCounter":
         counter = self.__dict__.pop("_traj_count")
         try:
-            out = super().clone()
+            out = cast("TrajCounter", super().clone())
         finally:
             self.__dict__["_traj_count"] = counter
         out.__dict__["_traj_count"] = counter
@@ -400,6 +409,8 @@ class EndOfLifeTransform(Transform):
         >>> EndOfLifeTransform()(td)["next", "end-of-life"].tolist()
         [False, True]
     """
+
+    _from_obs: bool | None  # set through ``self.__dict__`` (bypasses nn.Module's ``__setattr__``)
 
     def __init__(
         self,

@@ -120,7 +120,7 @@ class Resize(_MapTransform):
 
     def __init__(
         self,
-        w: int | Sequence[int],
+        w: int | tuple[int, int] | list[int],
         h: int | None = None,
         interpolation: str = "bilinear",
         in_keys: NestedKey | Sequence[NestedKey] | None = None,

@@ -3,7 +3,7 @@ NormalizeReward (rewards scaled by the running spread of the discounted return).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import TYPE_CHECKING, Any, Sequence, cast
 
 import torch
 from tdict import TensorDict, TensorDictBase
@@ -73,14 +73,15 @@ class ObservationNorm(Transform):
         self.standard_normal = bool(standard_normal)
         self.eps = 1e-6 if eps is None else float(eps)
         if loc is not None:
-            loc = torch.as_tensor(loc, dtype=torch.get_default_dtype()) if not torch.is_tensor(loc) else loc
+            loc = torch.as_tensor(loc, dtype=torch.get_default_dtype()) if not isinstance(loc, torch.Tensor) else loc
             scale = torch.as_tensor(scale, dtype=torch.get_default_dtype()) if not torch.is_tensor(scale) else scale
             scale = scale.clamp_min(self.eps)
         self.register_buffer("loc", loc)
-        self.register_buffer("scale", scale)
+        self.register_buffer("scale", cast("torch.Tensor | None", scale))  # None with loc (checked above)
 
     @property
     def initialized(self) -> bool:
+        """Whether ``loc`` and ``scale`` are set (given, or estimated by :meth:`init_stats`)."""
         return self.loc is not None
 
     def _load_from_state_dict(
@@ -224,6 +225,8 @@ class VecNorm(Transform):
         ([1.0], [1.0])
     """
 
+    _td: TensorDictBase | None
+
     def __init__(
         self,
         in_keys: Sequence[NestedKey] | None = None,
@@ -266,6 +269,7 @@ class VecNorm(Transform):
         return self
 
     def unfreeze(self) -> "VecNorm":
+        """Resumes updating the statistics; returns ``self``."""
         self.frozen = False
         return self
 
@@ -276,7 +280,7 @@ class VecNorm(Transform):
         td, lock = self._td, self.lock
         self._td, self.lock = None, None
         try:
-            clone = self.clone()
+            clone = cast("VecNorm", self.clone())
         finally:
             self._td, self.lock = td, lock
         clone._td = td.clone()
@@ -331,6 +335,7 @@ class VecNorm(Transform):
                 if td is None or _suffix(key, "_sum") not in td.keys(True, True):
                     self._init_key(key, value, next_tensordict.batch_dims, i)
                     td = self._td
+                    assert td is not None  # _init_key created it
                 next_tensordict.set(out_key, self._update(td, key, value))
         finally:
             if lock is not None:
@@ -381,6 +386,7 @@ class VecNorm(Transform):
 
     @property
     def standard_normal(self) -> bool:
+        """Always ``True``: values are standardised, ``(x - loc) / scale``."""
         return True
 
     def denorm(self, tensordict: TensorDictBase) -> TensorDictBase:
@@ -491,6 +497,12 @@ class NormalizeReward(Transform):
         (True, 50)
     """
 
+    # buffers (``register_buffer``) and a plain attribute set through ``self.__dict__``
+    mean: torch.Tensor
+    var: torch.Tensor
+    count: torch.Tensor
+    _returns: torch.Tensor | None
+
     def __init__(
         self,
         gamma: float = 0.99,
@@ -521,6 +533,7 @@ class NormalizeReward(Transform):
         return self
 
     def unfreeze(self) -> "NormalizeReward":
+        """Resumes updating the statistics and the returns; returns ``self``."""
         self.frozen = False
         return self
 

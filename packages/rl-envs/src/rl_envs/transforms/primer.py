@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from typing import Any, Callable, cast
 
 import torch
 from tdict import TensorDictBase
@@ -131,7 +131,7 @@ class TensorDictPrimer(Transform):
         feat = spec.shape[len(self.primers.shape) :]
         if self.random:
             return _rand(spec, batch, feat)
-        value = self.default_value[key]
+        value = cast(dict, self.default_value)[key]  # a dict unless single_default_value (see _fill)
         if callable(value):
             value = value()
             if not isinstance(value, torch.Tensor) or tuple(value.shape[value.ndim - len(feat) :]) != tuple(feat):
@@ -144,7 +144,7 @@ class TensorDictPrimer(Transform):
 
     def _fill(self, tensordict: TensorDictBase, batch: torch.Size, mask: torch.Tensor | None) -> TensorDictBase:
         if self.single_default_value:
-            values = self.default_value(reset=mask)
+            values = cast(Callable, self.default_value)(reset=mask)
             if mask is None or bool(mask.all()):
                 for key in self.out_keys:
                     tensordict.set(key, values.get(key))

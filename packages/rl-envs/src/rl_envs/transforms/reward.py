@@ -84,6 +84,8 @@ class RewardSum(Transform):
         True
     """
 
+    _sums: dict  # set through ``self.__dict__`` (bypasses nn.Module's ``__setattr__``)
+
     def __init__(
         self,
         in_keys: NestedKey | Sequence[NestedKey] | None = None,
@@ -187,6 +189,9 @@ class RewardScaling(Transform):
         >>> RewardScaling(loc=1.0, scale=2.0)(TensorDict(reward=torch.tensor([1.0, -1.0])))["reward"].tolist()
         [3.0, -1.0]
     """
+
+    loc: torch.Tensor  # buffers
+    scale: torch.Tensor
 
     def __init__(
         self,
@@ -336,6 +341,8 @@ class Reward2GoTransform(Transform):
         "(transform.inv(batch)), not inside an env."
     )
 
+    gamma: torch.Tensor  # a buffer
+
     def __init__(
         self,
         gamma: float | torch.Tensor = 1.0,
@@ -351,6 +358,11 @@ class Reward2GoTransform(Transform):
         self.done_key = done_key
 
     def set_container(self, container) -> None:
+        """Records the container, which must not be an env.
+
+        Raises:
+            ValueError: ``container`` is an env (the transform needs whole trajectories).
+        """
         from ..env_base import EnvBase
 
         if isinstance(container, EnvBase):

@@ -125,6 +125,7 @@ class FrameSkipTransform(Transform):
                 v = td.get(k)
                 v = v.reshape(*batch, -1).any(-1) if v.ndim > len(batch) else v
                 flag = v if flag is None else flag | v
+            assert flag is not None  # every env has a done key (EnvBase fills the default done spec)
             return flag
 
         finished = done_of(next_tensordict)
@@ -143,7 +144,8 @@ class FrameSkipTransform(Transform):
                 rewards[k] = rewards[k] + torch.where(
                     live.reshape(tuple(live.shape) + (1,) * (r.ndim - live.ndim)), r, torch.zeros_like(r)
                 )
-            next_tensordict = new if not bool(finished.any()) else torch.where(finished, next_tensordict, new)
+            # torch.where takes TensorDicts through __torch_function__ (the torch stubs only know tensors)
+            next_tensordict = new if not bool(finished.any()) else torch.where(finished, next_tensordict, new)  # pyright: ignore[reportCallIssue, reportArgumentType]
             finished = finished | done_of(next_tensordict)
         for k, r in rewards.items():
             next_tensordict.set(k, r)

@@ -101,7 +101,7 @@ def _check_dim(dim: int, who: str) -> None:
         raise ValueError(f"{who}: dim must be negative (batch-size independent), got {dim}.")
 
 
-def _next_key(key: NestedKey) -> tuple | None:
+def _next_key(key: NestedKey) -> NestedKey | None:
     """The root counterpart of a ``("next", ...)`` key, or None."""
     if isinstance(key, tuple) and len(key) > 1 and key[0] == "next":
         return key[1:] if len(key) > 2 else key[1]
@@ -420,6 +420,11 @@ class NextObservationDelta(Transform):
 
     @property
     def in_keys(self) -> list:
+        """The observations encoded.
+
+        The given keys, else the parent env's floating-point observations outside ``"delta"`` whose
+        dtype is not in ``excluded_dtypes`` (inferred once, then fixed; ``[]`` without a parent).
+        """
         keys = self.__dict__.get("_explicit_keys")
         if keys is not None:
             return keys
@@ -435,6 +440,7 @@ class NextObservationDelta(Transform):
 
     @property
     def out_keys(self) -> list:
+        """The same keys as :attr:`in_keys` (the deltas go to ``("delta", key)``); assigning is ignored."""
         return self.in_keys
 
     @out_keys.setter

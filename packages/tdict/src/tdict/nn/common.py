@@ -146,10 +146,12 @@ class dispatch:
         if is_method:
 
             @functools.wraps(func)
-            def wrapper(self_: Any, *args: Any, **kwargs: Any) -> Any:
+            def method_wrapper(self_: Any, *args: Any, **kwargs: Any) -> Any:
                 if (args and getattr(type(args[0]), "_is_tensor_collection", False)) or "tensordict" in kwargs:
                     return func(self_, *args, **kwargs)
                 return from_tensors(self_, args, kwargs)
+
+            return method_wrapper
         else:
             if isinstance(source, str) or isinstance(dest, str):
                 raise RuntimeError("dispatch: a plain function needs source and dest given as lists of keys.")
@@ -160,7 +162,7 @@ class dispatch:
                     return func(*args, **kwargs)
                 return from_tensors(None, args, kwargs)
 
-        return wrapper
+            return wrapper
 
 
 class TensorDictModuleBase(nn.Module):
@@ -210,6 +212,7 @@ class TensorDictModuleBase(nn.Module):
 
     @property
     def in_keys(self) -> list:
+        """The keys the module reads (unravelled); assignable."""
         return self._in_keys
 
     @in_keys.setter
@@ -219,6 +222,7 @@ class TensorDictModuleBase(nn.Module):
 
     @property
     def out_keys(self) -> list:
+        """The keys the module writes, as :meth:`select_out_keys` left them; assigning sets all of them."""
         apparent = self._out_keys_apparent
         return self._out_keys if apparent is None else apparent
 
@@ -292,7 +296,7 @@ class TensorDictModuleBase(nn.Module):
 
     @property
     def __name__(self) -> str:
-        return type(self).__name__
+        return type(self).__name__  # pyright: ignore[reportReturnType]  (the metaclass's __name__, not this property)
 
     def __repr__(self) -> str:
         entries = [f"{name}={child}" for name, child in self.named_children()]
@@ -312,7 +316,7 @@ def _reset_submodules(module: nn.Module) -> bool:
         for sub in module.modules():
             # the class, not the instance: TensorDictModule forwards attributes of the module it wraps
             if callable(getattr(type(sub), "reset_parameters", None)):
-                sub.reset_parameters()
+                sub.reset_parameters()  # pyright: ignore[reportCallIssue]  (nn.Module.__getattr__ is typed Tensor | Module)
                 found = True
     return found
 

@@ -75,7 +75,7 @@ class CudaGraphModule:
         self._is_td = bool(self.in_keys) and bool(self.out_keys)
         self.device = torch.device(device) if device is not None else None
         self.counter = 0
-        self._graph = None
+        self._graph: torch.cuda.CUDAGraph | None = None  # captured on the first call after the warmup
         self._eager = not torch.cuda.is_available() or (self.device is not None and self.device.type != "cuda")
         if self._eager and not CudaGraphModule._warned_eager:
             CudaGraphModule._warned_eager = True
@@ -124,6 +124,7 @@ class CudaGraphModule:
                         f"captured with {tuple(static.shape)} {static.dtype} on {static.device}."
                     )
                 static.copy_(value)
+        assert self._graph is not None  # set by _capture_td
         self._graph.replay()
         for key, static in self._static_out:
             tensordict.set(key, static.clone())

@@ -20,6 +20,7 @@ from typing import Any, Callable
 
 import torch
 from torch import distributions as D, nn
+from torch.distributions import constraints
 
 from .._core.utils import NestedKey, unravel_key
 from ..tensordict import TensorDict
@@ -265,6 +266,7 @@ class Delta(D.Distribution):
 
     @property
     def deterministic_sample(self) -> torch.Tensor:
+        """The point the distribution sits on (``param``)."""
         return self.param
 
     def entropy(self) -> torch.Tensor:
@@ -293,6 +295,7 @@ class OneHotCategorical(D.OneHotCategorical):
 
     @property
     def deterministic_sample(self) -> torch.Tensor:
+        """The :attr:`mode`: the one-hot of the most likely category."""
         return self.mode
 
 
@@ -329,7 +332,8 @@ class TruncatedNormal(D.Distribution):
         (True, True)
     """
 
-    arg_constraints = {"loc": D.constraints.real, "scale": D.constraints.positive}
+    # a class attribute, as in torch's own distributions (Distribution declares a property)
+    arg_constraints = {"loc": constraints.real, "scale": constraints.positive}  # pyright: ignore[reportAssignmentType]
     has_rsample = True
 
     def __init__(
@@ -349,22 +353,22 @@ class TruncatedNormal(D.Distribution):
                 raise ValueError(f"TruncatedNormal: pass {name} or its tensordict name {alias}, not both.")
         low = (-1.0 if a is None else a) if low is None else low
         high = (1.0 if b is None else b) if high is None else high
-        loc, scale, low, high = torch.broadcast_tensors(
+        params: list[torch.Tensor] = torch.broadcast_tensors(
             *(torch.as_tensor(v, dtype=loc.dtype, device=loc.device) for v in (loc, scale, low, high))
         )
-        self.loc, self.scale, self.low, self.high = loc, scale, low, high
+        self.loc, self.scale, self.low, self.high = params
         self.eps = eps
-        self._alpha = (low - loc) / scale
-        self._beta = (high - loc) / scale
+        self._alpha = (self.low - self.loc) / self.scale
+        self._beta = (self.high - self.loc) / self.scale
         self._cdf_a = _std_cdf(self._alpha)
         self._cdf_b = _std_cdf(self._beta)
         self._Z = (self._cdf_b - self._cdf_a).clamp_min(1e-12)
         self._log_Z = self._Z.log()
-        super().__init__(batch_shape=loc.shape, validate_args=validate_args)
+        super().__init__(batch_shape=self.loc.shape, validate_args=validate_args)
 
     @property
-    def support(self) -> D.constraints.Constraint:
-        return D.constraints.interval(self.low, self.high)
+    def support(self) -> constraints.Constraint:
+        return constraints.interval(self.low, self.high)
 
     def log_prob(self, value: torch.Tensor) -> torch.Tensor:
         x = (value - self.loc) / self.scale
@@ -408,6 +412,7 @@ class TruncatedNormal(D.Distribution):
 
     @property
     def deterministic_sample(self) -> torch.Tensor:
+        """The :attr:`mean` of the truncated distribution."""
         return self.mean
 
     def entropy(self) -> torch.Tensor:

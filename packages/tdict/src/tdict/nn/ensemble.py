@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import copy
-from typing import Any
+from typing import Any, Callable
 
 import torch
 from torch import nn
@@ -45,6 +45,8 @@ class EnsembleModule(nn.Module):
         >>> EnsembleModule(nn.Linear(4, 2), num_copies=3)(torch.randn(5, 4)).shape
         torch.Size([3, 5, 2])
     """
+
+    module: nn.Module  # the template, kept in __dict__ (not a submodule: its own tensors are freed)
 
     def __init__(self, module: nn.Module, num_copies: int, expand_input: bool = True) -> None:
         super().__init__()
@@ -107,14 +109,16 @@ class EnsembleModule(nn.Module):
         else:
             in_dims = (0,) * (len(args) + 1)
             kw_dims = 0
-        fn = self._call
+        fn: Callable[..., Any] = self._call
         if kwargs:
             names = list(kwargs)
             values = [kwargs[n] for n in names]
 
-            def fn(p: Any, *all_args: Any) -> Any:  # noqa: F811  (vmap maps positional args only)
+            def call_with_kwargs(p: Any, *all_args: Any) -> Any:  # vmap maps positional args only
                 pos, kw = all_args[: len(args)], all_args[len(args) :]
                 return self._call(p, *pos, **dict(zip(names, kw)))
+
+            fn = call_with_kwargs
 
             in_dims = in_dims + (kw_dims,) * len(values)
             args = args + tuple(values)

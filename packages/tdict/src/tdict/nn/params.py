@@ -123,7 +123,9 @@ class TensorDictParams(nn.Module):
         if td.device is not None:
             leaves = list(self._parameters.values()) + list(self._buffers.values())
             if leaves:
-                device = leaves[0].device
+                first = leaves[0]
+                assert first is not None  # only tensors are registered (never None)
+                device = first.device
                 stack = [td]
                 while stack:
                     node = stack.pop()
@@ -150,6 +152,7 @@ class TensorDictParams(nn.Module):
             current = self._parameters.get(name)
             if current is None:
                 current = self._buffers[name]
+            assert current is not None  # every name is registered, as a parameter or a buffer
             if value.shape != current.shape:
                 error_msgs.append(
                     f"size mismatch for {full}: copying a param with shape {tuple(value.shape)}, the shape in current model is {tuple(current.shape)}."
@@ -235,32 +238,39 @@ class TensorDictParams(nn.Module):
 
     # in-place value ops write through .data: an autograd leaf cannot be modified in place
     def zero_(self) -> "TensorDictParams":
+        """Set every leaf to zero in place (through ``.data``: no autograd); returns ``self``."""
         self.data.zero_()
         return self
 
     def fill_(self, key: Any, value: Any) -> "TensorDictParams":
+        """Fill the entry ``key`` with ``value`` in place (through ``.data``); returns ``self``."""
         self.data.fill_(key, value)
         return self
 
     def copy_(self, tensordict: Any, non_blocking: bool = False) -> "TensorDictParams":
+        """Copy ``tensordict``'s leaves into the parameters in place (through ``.data``); returns ``self``."""
         self.data.copy_(_unwrap(tensordict), non_blocking=non_blocking)
         return self
 
     def update_(self, input_dict_or_td: Any, **kwargs: Any) -> "TensorDictParams":
+        """``TensorDict.update_`` on the parameters' ``.data`` (existing keys only, in place); returns ``self``."""
         self.data.update_(_unwrap(input_dict_or_td), **kwargs)
         return self
 
     def apply_(self, fn: Any, *others: Any, **kwargs: Any) -> "TensorDictParams":
+        """``TensorDict.apply_`` on the parameters' ``.data``: ``fn``'s results are written in place; returns ``self``."""
         self.data.apply_(fn, *map(_unwrap, others), **kwargs)
         return self
 
     # structural edits: the registered parameters follow the keys
     def pop(self, key: Any, *default: Any) -> Any:
+        """Remove the entry ``key`` and return it (or ``default`` when absent); the parameters are re-registered."""
         out = self._param_td.pop(key, *default)
         self._reregister()
         return out
 
     def del_(self, key: Any) -> "TensorDictParams":
+        """Remove the entry ``key`` (its parameters are unregistered); returns ``self``."""
         self._param_td.del_(key)
         self._reregister()
         return self
@@ -269,6 +279,7 @@ class TensorDictParams(nn.Module):
         self.del_(key)
 
     def rename_key_(self, old_key: Any, new_key: Any, safe: bool = False) -> "TensorDictParams":
+        """Move the entry ``old_key`` to ``new_key`` (``safe``: refuse to overwrite); returns ``self``."""
         self._param_td.rename_key_(old_key, new_key, safe=safe)
         self._reregister()
         return self

@@ -16,7 +16,7 @@ beyond those batch dims, so a ``Normal`` over a ``[B, A]`` action (TensorDict ba
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, cast
 
 import torch
 from torch import distributions as D
@@ -38,7 +38,7 @@ def _deterministic(dist: D.Distribution) -> Any:
     """``deterministic_sample`` if defined, else the mode for a discrete support, else the mean."""
     value = getattr(type(dist), "deterministic_sample", None)
     if value is not None:
-        return dist.deterministic_sample
+        return dist.deterministic_sample  # pyright: ignore[reportAttributeAccessIssue]  (checked just above)
     base = dist.base_dist if isinstance(dist, D.Independent) else dist
     if getattr(type(base), "has_enumerate_support", False):
         return _mode(dist)
@@ -193,7 +193,7 @@ class ProbabilisticTensorDictModule(TensorDictModuleBase):
         generator: torch.Generator | int | NestedKey | None = None,
     ) -> None:
         super().__init__()
-        owner = type(self).__name__
+        owner = self.__name__  # the class name (TensorDictModuleBase.__name__)
         num_samples = _as_num_samples(num_samples, owner)
         self._generator: torch.Generator | None = None
         self._generator_key: NestedKey | None = None
@@ -221,7 +221,7 @@ class ProbabilisticTensorDictModule(TensorDictModuleBase):
                 _composite_out_keys(distribution_kwargs or {}) if distribution_class is CompositeDistribution else ["_"]
             )
         self._sample_keys = _parse_key_list(out_keys, "out_keys")
-        self._log_prob_keys = _log_prob_keys(self._sample_keys, log_prob_key, log_prob_keys, type(self).__name__)
+        self._log_prob_keys = _log_prob_keys(self._sample_keys, log_prob_key, log_prob_keys, owner)
         self.in_keys = [key for _, key in pairs]
         self.return_log_prob = return_log_prob  # sets out_keys
         self.distribution_class = distribution_class
@@ -325,7 +325,7 @@ class ProbabilisticTensorDictModule(TensorDictModuleBase):
             if itype is InteractionType.MEAN:
                 return _mean(dist, self.n_empirical_estimate)
             try:
-                return dist.median
+                return dist.median  # pyright: ignore[reportAttributeAccessIssue]  (only some distributions have one)
             except (AttributeError, NotImplementedError):
                 return _mean(dist, self.n_empirical_estimate)
 
@@ -425,7 +425,8 @@ class ProbabilisticTensorDictModule(TensorDictModuleBase):
             tensordict_out.update(sample)
             if self.return_log_prob:
                 # computed on the written entries: each leaf's log-prob gets the batch shape of its holder
-                tensordict_out.update(self._composite_log_prob(dist, tensordict_out))
+                composite = cast(CompositeDistribution, dist)  # only a composite samples a collection
+                tensordict_out.update(self._composite_log_prob(composite, tensordict_out))
             return tensordict_out
         values = (sample,) if isinstance(sample, _Tensor) else tuple(sample)
         if len(keys) != len(values):
@@ -619,7 +620,7 @@ class ProbabilisticTensorDictSequential(TensorDictSequential):
         the steps compute from it (a TensorDict of per-leaf log-probs for a CompositeDistribution)."""
         dist = self.get_dist(tensordict)
         if self.return_composite:
-            return dist.log_prob(tensordict, aggregate_probabilities=False)
+            return cast(CompositeDistribution, dist).log_prob(tensordict, aggregate_probabilities=False)
         return self._steps[-1].log_prob(tensordict, dist=dist)
 
     def __getitem__(self, index: int | slice | str) -> Any:

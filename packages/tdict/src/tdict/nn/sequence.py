@@ -96,6 +96,7 @@ class TensorDictSequential(TensorDictModule):
     """
 
     _handles_selection = True
+    module: nn.ModuleList | nn.ModuleDict  # the steps (a dict when they were given by name)
 
     def __init__(
         self,
@@ -203,7 +204,7 @@ class TensorDictSequential(TensorDictModule):
                         current = raw(module, current)
         except Exception as err:
             if i >= 0 and hasattr(err, "add_note"):
-                err.add_note(f"Failed while executing module {self._names[i]!r}.")
+                err.add_note(f"Failed while executing module {self._names[i]!r}.")  # pyright: ignore[reportAttributeAccessIssue]  (3.11+)
             raise
         if tensordict_out is None:
             inplace = self.inplace
@@ -295,12 +296,13 @@ class TensorDictSequential(TensorDictModule):
 
     def __setitem__(self, index: int | str, module: Any) -> None:
         """Replace a step; the sequence's keys are inferred again."""
-        self.module[index] = _as_step(module)
+        # int for a list of steps, a name for a dict of them (the container raises otherwise)
+        self.module[index] = _as_step(module)  # pyright: ignore[reportArgumentType]
         self._steps_changed()
 
     def __delitem__(self, index: int | slice | str) -> None:
         """Remove a step (or a slice of steps); the sequence's keys are inferred again."""
-        del self.module[index]
+        del self.module[index]  # pyright: ignore[reportArgumentType]  (as in __setitem__)
         self._steps_changed()
 
     def _steps_changed(self) -> None:
@@ -312,7 +314,7 @@ class TensorDictSequential(TensorDictModule):
 
     def __getitem__(self, index: int | slice | str) -> Any:
         if isinstance(index, (int, str)):
-            return self.module[index]
+            return self.module[index]  # pyright: ignore[reportArgumentType, reportCallIssue]  (as in __setitem__)
         if isinstance(index, slice):
             if isinstance(self.module, nn.ModuleDict):
                 names = self._names[index]

@@ -18,7 +18,7 @@ Examples:
 from __future__ import annotations
 
 import warnings
-from collections.abc import Collection, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from typing import Any, ClassVar
 
 from .._core.utils import is_nested_key, unravel_key
@@ -43,7 +43,7 @@ class TensorKeys:
         AttributeError: TensorKeys are read-only: change 'reward' with set_keys(reward=...).
     """
 
-    def __init__(self, keys: Mapping[str, Any] = ()) -> None:
+    def __init__(self, keys: Mapping[str, Any] | Iterable[tuple[str, Any]] = ()) -> None:
         self.__dict__.update(keys)
 
     def __setattr__(self, name: str, value: Any) -> None:

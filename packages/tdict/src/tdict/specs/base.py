@@ -104,9 +104,11 @@ class TensorSpec:
     # ---- basic attributes ------------------------------------------------------------------
     @property
     def ndim(self) -> int:
+        """The number of dims of :attr:`shape`."""
         return len(self.shape)
 
     def ndimension(self) -> int:
+        """The number of dims of :attr:`shape`."""
         return len(self.shape)
 
     @property
@@ -132,6 +134,7 @@ class TensorSpec:
         return torch.zeros(self._full(shape), dtype=self.dtype, device=self.device)
 
     def zeros(self, shape: Any = ()) -> torch.Tensor:
+        """Same as :meth:`zero`."""
         return self.zero(shape)
 
     def one(self, shape: Any = ()) -> torch.Tensor:
@@ -139,6 +142,7 @@ class TensorSpec:
         return torch.ones(self._full(shape), dtype=self.dtype, device=self.device)
 
     def ones(self, shape: Any = ()) -> torch.Tensor:
+        """Same as :meth:`one`."""
         return self.one(shape)
 
     # ---- validation ------------------------------------------------------------------------
@@ -302,15 +306,27 @@ class TensorSpec:
         return out
 
     def cpu(self) -> "TensorSpec":
+        """Move to the CPU: ``self.to("cpu")``."""
         return self.to("cpu")
 
     def clone(self) -> "TensorSpec":
+        """A copy whose per-element tensors (bounds, masks) are cloned."""
         return self._map(self.shape, lambda t: t.clone())
 
     def cardinality(self) -> int:
+        """The number of distinct values in the spec (discrete specs only).
+
+        Raises:
+            NotImplementedError: the spec is not discrete.
+        """
         raise NotImplementedError(f"{type(self).__name__} is not discrete")
 
     def enumerate(self) -> torch.Tensor:
+        """Every value in the spec, stacked along a new leading dim (discrete specs only).
+
+        Raises:
+            NotImplementedError: the spec is not discrete.
+        """
         raise NotImplementedError(f"{type(self).__name__} is not discrete")
 
     def index(self, index: torch.Tensor, tensor_to_index: torch.Tensor) -> torch.Tensor:
@@ -334,7 +350,7 @@ class TensorSpec:
     def __ne__(self, other: Any) -> bool:
         return not self == other
 
-    __hash__ = None  # mutable (update_mask), like torchrl
+    __hash__ = None  # pyright: ignore[reportAssignmentType]  (mutable (update_mask), like torchrl)
 
     def __repr__(self) -> str:
         extra = self._repr_extra()

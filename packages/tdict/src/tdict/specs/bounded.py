@@ -51,6 +51,9 @@ class Bounded(TensorSpec):
         True
     """
 
+    dtype: torch.dtype  # always set (default: torch's default float dtype)
+    _scale: torch.Tensor | None  # high - low (+ 1 for integers); None for a float box with an infinite bound
+
     def __init__(
         self, low: Any, high: Any, shape: Any = None, device: Any = None, dtype: torch.dtype | None = None
     ) -> None:
@@ -91,10 +94,12 @@ class Bounded(TensorSpec):
 
     @property
     def low(self) -> torch.Tensor:
+        """The lower bound of every element (a tensor of the spec's shape)."""
         return self._tensors["low"]
 
     @property
     def high(self) -> torch.Tensor:
+        """The upper bound of every element (a tensor of the spec's shape)."""
         return self._tensors["high"]
 
     @property
@@ -136,6 +141,7 @@ class Bounded(TensorSpec):
         low = self._tensors["low"]
         if self.dtype.is_floating_point:
             if self._finite:
+                assert self._scale is not None  # set for finite boxes
                 u = torch.rand(full, dtype=self.dtype, device=on, generator=generator)
                 return _moved(u, device).mul_(self._scale).add_(low)
             high = self._tensors["high"]
@@ -147,6 +153,7 @@ class Bounded(TensorSpec):
             u = _moved(torch.rand(full, dtype=self.dtype, device=on, generator=generator), device)
             x = torch.where(both, low + u * (high - low).nan_to_num(0.0), x)
             return torch.minimum(torch.maximum(x, low), high)
+        assert self._scale is not None  # always set for integer dtypes
         u = _moved(torch.rand(full, dtype=torch.float64, device=on, generator=generator), device)
         out = (u * self._scale).floor_().to(self.dtype) + low
         return torch.minimum(out, self._tensors["high"])
@@ -174,6 +181,11 @@ class Bounded(TensorSpec):
         return torch.minimum(torch.maximum(val, low), high)
 
     def cardinality(self) -> int:
+        """The number of integer values in the box (integer dtypes only).
+
+        Raises:
+            NotImplementedError: the dtype is floating point.
+        """
         if self.dtype.is_floating_point:
             raise NotImplementedError("Bounded: a float box is not discrete")
         return int((self.high.long() - self.low.long() + 1).prod())

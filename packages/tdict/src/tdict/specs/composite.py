@@ -65,17 +65,21 @@ class Composite:
     # ---- attributes ------------------------------------------------------------------------
     @property
     def batch_size(self) -> torch.Size:
+        """The batch shape (same as ``shape``)."""
         return self.shape
 
     @property
     def ndim(self) -> int:
+        """The number of batch dims."""
         return len(self.shape)
 
     def ndimension(self) -> int:
+        """The number of batch dims."""
         return len(self.shape)
 
     @property
     def is_locked(self) -> bool:
+        """Whether setting and deleting keys is forbidden (see :meth:`lock_`)."""
         return self._locked
 
     def _leaf_items(self) -> tuple:
@@ -127,6 +131,11 @@ class Composite:
     __setitem__ = set
 
     def get(self, key: Any, default: Any = KeyError) -> Any:
+        """The sub-spec at a (nested) key; ``default`` when absent, if given.
+
+        Raises:
+            KeyError: ``key`` is absent and no ``default`` was given.
+        """
         key = _flat(key)
         node: Any = self
         for i, k in enumerate(key):
@@ -159,6 +168,7 @@ class Composite:
         parent._items = None
 
     def pop(self, key: Any, default: Any = KeyError) -> Any:
+        """Remove the sub-spec at ``key`` and return it (``default`` when absent, if given; else ``KeyError``)."""
         out = self.get(key, default)
         if key in self:
             del self[key]
@@ -178,6 +188,7 @@ class Composite:
         return [k for k, _ in self.items(include_nested, leaves_only)]
 
     def items(self, include_nested: bool = False, leaves_only: bool = False) -> list:
+        """``(key, spec)`` pairs, with the same options as :meth:`keys`."""
         out = []
         for k, v in self._specs.items():
             is_comp = isinstance(v, Composite) or getattr(v, "_is_stacked_composite", False)
@@ -188,6 +199,7 @@ class Composite:
         return out
 
     def values(self, include_nested: bool = False, leaves_only: bool = False) -> list:
+        """The sub-specs, with the same options as :meth:`keys`."""
         return [v for _, v in self.items(include_nested, leaves_only)]
 
     def update(self, other: Any) -> "Composite":
@@ -233,6 +245,7 @@ class Composite:
         return Composite(shape=self.shape, device=self.device)
 
     def is_empty(self) -> bool:
+        """Whether no leaf spec is held (nested Composites that are empty do not count)."""
         return all(isinstance(v, Composite) and v.is_empty() for v in self._specs.values())
 
     def lock_(self) -> "Composite":
@@ -244,6 +257,7 @@ class Composite:
         return self
 
     def unlock_(self) -> "Composite":
+        """Allow setting and deleting keys again (recursively)."""
         self._locked = False
         for v in self._specs.values():
             if isinstance(v, Composite):
@@ -366,6 +380,7 @@ class Composite:
         return self._map(shape, lambda v: v.expand(shape + v.shape[n:]))
 
     def reshape(self, *shape: Any) -> "Composite":
+        """Reshape the batch shape (``-1`` allowed); the sub-specs' trailing dims are kept."""
         shape = torch.empty(self.shape, device="meta").reshape(_shape_args(shape)).shape
         n = len(self.shape)
         return self._map(shape, lambda v: v.reshape(shape + v.shape[n:]))
@@ -373,6 +388,7 @@ class Composite:
     view = reshape
 
     def unsqueeze(self, dim: int) -> "Composite":
+        """Insert a singleton batch dim at ``dim``."""
         n = len(self.shape)
         if not -n - 1 <= dim <= n:
             raise IndexError(f"Composite.unsqueeze: dim {dim} out of range for batch shape {tuple(self.shape)}")
@@ -380,6 +396,7 @@ class Composite:
         return self._map(self.shape[:dim] + (1,) + self.shape[dim:], lambda v: v.unsqueeze(dim))
 
     def squeeze(self, dim: int | None = None) -> "Composite":
+        """Remove singleton batch dims (all, or only ``dim``)."""
         if dim is None:
             out = self
             for d in reversed(range(len(self.shape))):
@@ -392,6 +409,7 @@ class Composite:
         return self._map(self.shape[:dim] + self.shape[dim + 1 :], lambda v: v.squeeze(dim))
 
     def unbind(self, dim: int = 0) -> tuple["Composite", ...]:
+        """Split along batch dim ``dim`` into a tuple of Composites."""
         dim = self._dim(dim)
         parts = {k: v.unbind(dim) for k, v in self._specs.items()}
         shape = self.shape[:dim] + self.shape[dim + 1 :]
@@ -409,12 +427,14 @@ class Composite:
         return self._map(shape, lambda v: v[index])
 
     def to(self, dest: Any) -> "Composite":
+        """A copy with every sub-spec moved to the device ``dest``."""
         dev = _device(dest)
         out = self._map(self.shape, lambda v: v.to(dev))
         out.device = dev
         return out
 
     def cpu(self) -> "Composite":
+        """Move to the CPU: ``self.to("cpu")``."""
         return self.to("cpu")
 
     def cardinality(self) -> int:
@@ -446,9 +466,11 @@ class Composite:
         return out
 
     def index(self, index: Any, tensor_to_index: Any) -> Any:
+        """Not supported for Composite specs: always raises ``NotImplementedError``."""
         raise NotImplementedError("`index` is not implemented for Composite specs.")
 
     def clone(self) -> "Composite":
+        """A copy of every sub-spec, unlocked."""
         out = self._map(self.shape, lambda v: v.clone())
         out._locked = False
         return out
@@ -463,7 +485,7 @@ class Composite:
     def __ne__(self, other: Any) -> bool:
         return not self == other
 
-    __hash__ = None
+    __hash__ = None  # pyright: ignore[reportAssignmentType]  (mutable, like TensorSpec)
 
     def __repr__(self) -> str:
         inner = ",\n".join(f"    {k}: " + repr(v).replace("\n", "\n    ") for k, v in self._specs.items())

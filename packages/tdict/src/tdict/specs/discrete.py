@@ -64,10 +64,12 @@ class Categorical(TensorSpec):
 
     @property
     def mask(self) -> torch.Tensor | None:
+        """The boolean action mask (``False``: never sampled), or ``None`` (see :meth:`update_mask`)."""
         return self._tensors.get("mask")
 
     @property
     def space(self):
+        """The spec itself (TorchRL's ``spec.space``, for code that reads ``space.n``)."""
         return self
 
     def _mask_shape(self) -> torch.Size:
@@ -150,6 +152,7 @@ class Categorical(TensorSpec):
         return torch.nn.functional.one_hot(val.long(), self.n).bool()
 
     def to_one_hot_spec(self) -> "OneHot":
+        """The matching :class:`OneHot` spec: shape ``shape + (n,)``, bool dtype, same mask and device."""
         return OneHot(self.n, self.shape + (self.n,), self.device, torch.bool, mask=self.mask)
 
     def _repr_extra(self) -> str:
@@ -202,6 +205,7 @@ class OneHot(TensorSpec):
 
     @property
     def space(self):
+        """The spec itself (TorchRL's ``spec.space``, for code that reads ``space.n``)."""
         return self
 
     def _mask_shape(self) -> torch.Size:
@@ -260,13 +264,15 @@ class OneHot(TensorSpec):
         """The entry of ``tensor_to_index``'s last dim each one-hot action selects (see :meth:`Categorical.index`)."""
         if not isinstance(index, torch.Tensor):
             raise ValueError(f"{type(self).__name__}.index: index must be a tensor, got {type(index).__name__}")
-        return Categorical.index(self, index.long().argmax(-1), tensor_to_index)
+        # Categorical's implementation (it reads only the class name of self)
+        return Categorical.index(self, index.long().argmax(-1), tensor_to_index)  # pyright: ignore[reportArgumentType]
 
     def to_categorical(self, val: torch.Tensor) -> torch.Tensor:
         """One-hot value to its category index."""
         return val.long().argmax(-1)
 
     def to_categorical_spec(self) -> Categorical:
+        """The matching :class:`Categorical` spec: the last dim dropped, int64 dtype, same mask and device."""
         return Categorical(self.n, self.shape[:-1], self.device, torch.int64, mask=self.mask)
 
 
@@ -305,6 +311,7 @@ class Binary(TensorSpec):
 
     @property
     def n(self) -> int:
+        """The number of binary elements (the last dim of the shape)."""
         return self.shape[-1]
 
     def rand(self, shape: Any = (), *, generator: torch.Generator | None = None) -> torch.Tensor:
@@ -385,6 +392,7 @@ class MultiCategorical(TensorSpec):
 
     @property
     def nvec(self) -> torch.Tensor:
+        """The number of categories of each element (a tensor broadcast to the spec's shape)."""
         return self._tensors["nvec"]
 
     mask = Categorical.mask

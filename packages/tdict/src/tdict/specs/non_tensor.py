@@ -42,7 +42,9 @@ class NonTensor(TensorSpec):
     def zero(self, shape: Any = ()) -> NonTensorData:
         return self.rand(shape)
 
-    one = zero
+    def one(self, shape: Any = ()) -> NonTensorData:
+        """Same as :meth:`rand`: the example data, with batch size ``shape + self.shape``."""
+        return self.rand(shape)
 
     def _violation(self, val: Any) -> str | None:
         if not is_non_tensor(val):

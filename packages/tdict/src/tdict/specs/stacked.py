@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Any, Sequence
 
 import torch
 
@@ -112,15 +112,24 @@ class _StackOps:
     dim: int
     shape: torch.Size
 
+    if TYPE_CHECKING:  # what Stacked and StackedComposite define
+
+        def __init__(self, specs: Sequence[Any], dim: int = 0) -> None: ...
+
+        def to(self, dest: Any) -> Any: ...
+
     @property
     def ndim(self) -> int:
+        """The number of dims of :attr:`shape` (the stack dim included)."""
         return len(self.shape)
 
     def ndimension(self) -> int:
+        """The number of dims of :attr:`shape` (the stack dim included)."""
         return len(self.shape)
 
     @property
     def stack_dim(self) -> int:
+        """The dim the members are stacked along (``dim``)."""
         return self.dim
 
     def __len__(self) -> int:
@@ -259,12 +268,15 @@ class _StackOps:
         return cards[0]
 
     def index(self, index: Any, tensor_to_index: Any) -> Any:
+        """Not supported here: always raises ``NotImplementedError`` (:class:`Stacked` overrides it)."""
         raise NotImplementedError(f"`index` is not implemented for {type(self).__name__} specs.")
 
     def cpu(self) -> Any:
+        """Move to the CPU: ``self.to("cpu")``."""
         return self.to("cpu")
 
     def clone(self) -> Any:
+        """A stack of the members' clones, along the same dim."""
         return type(self)([s.clone() for s in self.specs], self.dim)
 
     def __eq__(self, other: Any) -> bool:
@@ -278,7 +290,7 @@ class _StackOps:
     def __ne__(self, other: Any) -> bool:
         return not self == other
 
-    __hash__ = None
+    __hash__ = None  # pyright: ignore[reportAssignmentType]  (mutable, like TensorSpec)
 
 
 class Stacked(_StackOps):
@@ -333,9 +345,11 @@ class Stacked(_StackOps):
         return self._gen("rand", shape, generator=generator)
 
     def zero(self, shape: Any = ()) -> Any:
+        """The members' zeros, stacked (a list when the members' shapes differ); ``zeros`` too."""
         return self._gen("zero", shape)
 
     def one(self, shape: Any = ()) -> Any:
+        """The members' ones, stacked (a list when the members' shapes differ); ``ones`` too."""
         return self._gen("one", shape)
 
     zeros, ones = zero, one
@@ -363,9 +377,11 @@ class Stacked(_StackOps):
         return None
 
     def is_in(self, val: Any) -> bool:
+        """Whether every member of ``val`` (along the stack dim, or a list of members) lies in its spec."""
         return self._violation(val) is None
 
     def assert_is_in(self, val: Any) -> None:
+        """Raise ``AssertionError`` naming the first member outside its spec (see :meth:`is_in`)."""
         why = self._violation(val)
         if why is not None:
             raise AssertionError(f"Stacked: value not in spec: {why}")
@@ -376,6 +392,11 @@ class Stacked(_StackOps):
         return parts
 
     def project(self, val: Any) -> Any:
+        """Each member projected into its spec (stacked again for a tensor, a list for a list).
+
+        Raises:
+            ValueError: ``val`` does not have one member per spec along the stack dim.
+        """
         parts = self._members(val)
         if parts is None:
             raise ValueError(f"Stacked.project: expected {len(self.specs)} members along the stack dim")
@@ -407,6 +428,8 @@ class Stacked(_StackOps):
         if safe:
             self.assert_is_in(val)
         parts = self._members(val)
+        if parts is None:
+            raise ValueError(f"Stacked.to_numpy: expected {len(self.specs)} members along the stack dim")
         return _np_merge([s.to_numpy(v, safe=False) for s, v in zip(self.specs, parts)], self._lead(val) + self.dim)
 
     def index(self, index: Any, tensor_to_index: Any) -> Any:
@@ -431,6 +454,7 @@ class Stacked(_StackOps):
         return self._index(index)
 
     def to(self, dest: Any) -> "Stacked":
+        """A stack of the members moved to the device ``dest``."""
         return Stacked([s.to(dest) for s in self.specs], self.dim)
 
     def __repr__(self) -> str:
@@ -476,10 +500,12 @@ class StackedComposite(_StackOps):
 
     @property
     def batch_size(self) -> torch.Size:
+        """The batch shape (same as ``shape``)."""
         return self.shape
 
     @property
     def dtype(self) -> torch.dtype | None:
+        """The dtype every leaf of every member shares, else ``None``."""
         dtypes = {getattr(v, "dtype", None) for s in self.specs for v in s.values(True, True)}
         return dtypes.pop() if len(dtypes) == 1 else None
 
@@ -492,9 +518,11 @@ class StackedComposite(_StackOps):
         return self._gen("rand", shape, generator=generator)
 
     def zero(self, shape: Any = ()) -> Any:
+        """A lazy stack of the members' zero TensorDicts, batch size ``shape + self.shape``; ``zeros`` too."""
         return self._gen("zero", shape)
 
     def one(self, shape: Any = ()) -> Any:
+        """A lazy stack of the members' one-filled TensorDicts, batch size ``shape + self.shape``; ``ones`` too."""
         return self._gen("one", shape)
 
     zeros, ones = zero, one
@@ -520,6 +548,7 @@ class StackedComposite(_StackOps):
         return None
 
     def is_in(self, td: Any) -> bool:
+        """Whether ``td`` has one member per spec along the stack dim, each inside its Composite."""
         return self._violation(td) is None
 
     def assert_is_in(self, td: Any) -> None:
@@ -567,9 +596,11 @@ class StackedComposite(_StackOps):
         return [k for k in self.specs[0].keys(include_nested, leaves_only) if k in common]
 
     def items(self, include_nested: bool = False, leaves_only: bool = False) -> list:
+        """``(key, stacked sub-spec)`` for each key of :meth:`keys`."""
         return [(k, self[k]) for k in self.keys(include_nested, leaves_only)]
 
     def values(self, include_nested: bool = False, leaves_only: bool = False) -> list:
+        """The stacked sub-spec of each key of :meth:`keys`."""
         return [self[k] for k in self.keys(include_nested, leaves_only)]
 
     def __contains__(self, key: Any) -> bool:
@@ -581,6 +612,7 @@ class StackedComposite(_StackOps):
         return self._index(index)
 
     def to(self, dest: Any) -> "StackedComposite":
+        """A stack of the members moved to the device ``dest``."""
         out = StackedComposite([s.to(dest) for s in self.specs], self.dim)
         out.device = _device(dest)
         return out

@@ -32,6 +32,8 @@ class Unbounded(TensorSpec):
         False
     """
 
+    dtype: torch.dtype  # always set (default: torch's default float dtype)
+
     def __init__(self, shape: Any = None, device: Any = None, dtype: torch.dtype | None = None) -> None:
         super().__init__(shape, device, dtype if dtype is not None else torch.get_default_dtype())
 
