@@ -547,3 +547,27 @@ def test_from_pixels_on_a_real_classic_control_env_matches_gymnasium_render():
     assert rollout["pixels"].shape == torch.Size([4, 500, 500, 3]) and rollout["pixels"].dtype == torch.uint8
     assert torch.equal(rollout["pixels"], torch.from_numpy(np.stack(frames)))
     assert env.observation_spec["pixels"].is_in(rollout["next", "pixels"][-1])
+
+
+def test_custom_info_reader_without_reset_infers_its_spec_from_a_step():
+    from rl_envs.libs.gymnasium import BaseInfoDictReader
+
+    class CountReader(BaseInfoDictReader):  # no reset() of its own: the base class's no-op
+        def __init__(self) -> None:
+            self._spec = None
+
+        def __call__(self, info_dict, tensordict):
+            if "count" in info_dict:
+                tensordict.set("count_info", torch.as_tensor(info_dict["count"]))
+                self._spec = Composite(count_info=Unbounded((), dtype=torch.int64))
+            return tensordict
+
+        @property
+        def info_spec(self):
+            return self._spec
+
+    env = GymEnv("RLEnvsToy-v0").set_info_dict_reader(CountReader())
+    assert env.observation_spec["count_info"] == Unbounded((), dtype=torch.int64)
+    env.set_seed(0)
+    rollout = env.rollout(4)
+    assert rollout["next", "count_info"].tolist() == rollout["next", "observation"][:, 0].long().tolist()

@@ -115,3 +115,13 @@ def test_unary_compose_plain_td_and_errors(specs_truthful):
         UnaryTransform(in_keys=["a"], out_keys=["b"], in_keys_inv=["c"], fn=torch.cos)
     with pytest.raises(KeyError, match="nope"):
         UnaryTransform(in_keys=["nope"], out_keys=["b"], fn=torch.cos)(TensorDict(a=torch.ones(1)))
+
+
+def test_unary_inverse_keys_set_later_without_inv_fn_are_refused_clearly():
+    transform = UnaryTransform(in_keys=["observation"], out_keys=["obs_norm"], fn=lambda x: x.norm(dim=-1))
+    env = TransformedEnv(PendulumEnv(seed=0), transform)
+    td = env.reset()
+    td.set("action", torch.zeros(1))
+    transform.in_keys_inv = ["action"]
+    with pytest.raises(ValueError, match=r"in_keys_inv=\['action'\] are set but there is no inv_fn"):
+        env.step(td)
