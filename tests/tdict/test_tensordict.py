@@ -122,6 +122,10 @@ def test_setdefault_pop_del_contains():
     assert "new" not in td
     with pytest.raises(KeyError):
         td.pop("missing")
+    # "a" is a tensor: nothing is nested below it (a KeyError, as for any missing key)
+    with pytest.raises(KeyError, match=r"\('a',\) is a Tensor, not a TensorDict"):
+        td.del_(("a", "x"))
+    assert "a" in td
 
 
 def test_keys_items_values_variants():

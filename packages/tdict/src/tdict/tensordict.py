@@ -77,7 +77,7 @@ class TensorDict(TensorDictBase):
     ) -> None:
         self._tensordict: dict[str, Any] = {}
         self._is_locked = False
-        self._lock_ops = None
+        self._lock_ops: list[Callable[[], Any]] | None = None
         self._names = None
         self._batch_size = parse_batch_size(batch_size)
         self._device = parse_device(device)

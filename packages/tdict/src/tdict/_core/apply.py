@@ -1,5 +1,8 @@
 """apply, named_apply, apply_ and map: a function over every leaf of one or more collections."""
 
+# Mixin of TensorDictBase: the attributes it reads (batch_size, get, _items_raw...) live on the final class, out of pyright's sight.
+# pyright: reportAttributeAccessIssue=false
+
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Callable, Sequence

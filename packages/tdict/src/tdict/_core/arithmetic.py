@@ -3,6 +3,9 @@
 Reductions and scans live in :mod:`tdict._core.reductions`.
 """
 
+# Mixin of TensorDictBase: the attributes it reads (batch_size, get, _items_raw...) live on the final class, out of pyright's sight.
+# pyright: reportAttributeAccessIssue=false
+
 from __future__ import annotations
 
 import numbers
@@ -10,6 +13,7 @@ import operator
 from typing import Any, Callable
 
 import torch
+from torch import _VF  # torch._foreach_* (the same functions; pyright knows them from here)
 
 from .locking import keeps_lock
 from .utils import NO_DEFAULT
@@ -209,7 +213,7 @@ class ArithmeticMixin:
         """In place :meth:`add` (one fused ``torch._foreach_add_`` call); returns ``self``."""
         if alpha is not None:
             other = other * alpha
-        return self._binary_(other, torch._foreach_add_, torch.Tensor.add_)
+        return self._binary_(other, _VF._foreach_add_, torch.Tensor.add_)
 
     @keeps_lock
     def lerp(self, end: Any, weight: Any) -> Any:
@@ -218,7 +222,7 @@ class ArithmeticMixin:
 
     def lerp_(self, end: Any, weight: Any) -> Any:
         """In place :meth:`lerp`; returns ``self``."""
-        return self._binary_(end, lambda xs, ys: torch._foreach_lerp_(xs, ys, weight), lambda x, y: x.lerp_(y, weight))
+        return self._binary_(end, lambda xs, ys: _VF._foreach_lerp_(xs, ys, weight), lambda x, y: x.lerp_(y, weight))
 
     def clamp(self, min: Any = None, max: Any = None) -> Any:
         """Clamp every leaf; a tensor bound lines up with the batch dims (one bound per batch element),
@@ -250,11 +254,11 @@ class ArithmeticMixin:
 
     def maximum_(self, other: Any) -> Any:
         """In place :meth:`maximum`; returns ``self``."""
-        return self._binary_(other, torch._foreach_maximum_, lambda x, y: torch.maximum(x, y, out=x))
+        return self._binary_(other, _VF._foreach_maximum_, lambda x, y: torch.maximum(x, y, out=x))
 
     def minimum_(self, other: Any) -> Any:
         """In place :meth:`minimum`; returns ``self``."""
-        return self._binary_(other, torch._foreach_minimum_, lambda x, y: torch.minimum(x, y, out=x))
+        return self._binary_(other, _VF._foreach_minimum_, lambda x, y: torch.minimum(x, y, out=x))
 
     @keeps_lock
     def clamp_min(self, other: Any) -> Any:
@@ -268,11 +272,11 @@ class ArithmeticMixin:
 
     def clamp_min_(self, other: Any) -> Any:
         """In place :meth:`clamp_min`; returns ``self``."""
-        return self._binary_(other, torch._foreach_clamp_min_, torch.Tensor.clamp_min_)
+        return self._binary_(other, _VF._foreach_clamp_min_, torch.Tensor.clamp_min_)
 
     def clamp_max_(self, other: Any) -> Any:
         """In place :meth:`clamp_max`; returns ``self``."""
-        return self._binary_(other, torch._foreach_clamp_max_, torch.Tensor.clamp_max_)
+        return self._binary_(other, _VF._foreach_clamp_max_, torch.Tensor.clamp_max_)
 
     @keeps_lock
     def logical_and(self, other: Any) -> Any:
@@ -336,7 +340,7 @@ class ArithmeticMixin:
 
     def addcmul_(self, other1: Any, other2: Any, *, value: float = 1) -> Any:
         """In place :meth:`addcmul` (one fused ``torch._foreach_addcmul_`` call when both operands are collections)."""
-        return self._ternary_(other1, other2, value, torch._foreach_addcmul_, torch.Tensor.addcmul_, "addcmul_")
+        return self._ternary_(other1, other2, value, _VF._foreach_addcmul_, torch.Tensor.addcmul_, "addcmul_")
 
     @keeps_lock
     def addcdiv(self, other1: Any, other2: Any, value: float = 1) -> Any:
@@ -345,7 +349,7 @@ class ArithmeticMixin:
 
     def addcdiv_(self, other1: Any, other2: Any, *, value: float = 1) -> Any:
         """In place :meth:`addcdiv` (one fused ``torch._foreach_addcdiv_`` call when both operands are collections)."""
-        return self._ternary_(other1, other2, value, torch._foreach_addcdiv_, torch.Tensor.addcdiv_, "addcdiv_")
+        return self._ternary_(other1, other2, value, _VF._foreach_addcdiv_, torch.Tensor.addcdiv_, "addcdiv_")
 
     # ---- dtypes
     @property
@@ -414,10 +418,10 @@ _BINARY = {
 _COMPARISONS = frozenset({"__lt__", "__le__", "__gt__", "__ge__"})  # their results are not locked (== and != neither)
 _INPLACE = {
     # name: (foreach op, per-tensor fallback for broadcasting tensors)
-    "sub_": (torch._foreach_sub_, torch.Tensor.sub_),
-    "mul_": (torch._foreach_mul_, torch.Tensor.mul_),
-    "div_": (torch._foreach_div_, torch.Tensor.div_),
-    "pow_": (torch._foreach_pow_, torch.Tensor.pow_),
+    "sub_": (_VF._foreach_sub_, torch.Tensor.sub_),
+    "mul_": (_VF._foreach_mul_, torch.Tensor.mul_),
+    "div_": (_VF._foreach_div_, torch.Tensor.div_),
+    "pow_": (_VF._foreach_pow_, torch.Tensor.pow_),
 }
 _INPLACE_ALIASES = {
     "__iadd__": "add_",

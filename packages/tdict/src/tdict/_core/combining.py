@@ -38,13 +38,14 @@ def merge_tensordicts(*tensordicts: Any, callback_exist: Callable | Mapping | No
         if not is_tensor_collection(td):
             raise TypeError(f"merge_tensordicts: item {i} is a {type(td).__name__}, expected a tensor collection.")
     callbacks = {unravel_key(k): v for k, v in callback_exist.items()} if isinstance(callback_exist, Mapping) else None
+    common_callback = None if isinstance(callback_exist, Mapping) else callback_exist
     keys: dict = {}
     for td in tensordicts:
         keys.update(dict.fromkeys(td.keys(True, True, is_leaf_nontensor)))
     out = tensordicts[0].empty(recurse=True)
     for key in keys:
         values = [_get_or_none(td, key) for td in tensordicts]
-        callback = callbacks.get(key) if callbacks is not None else callback_exist
+        callback = callbacks.get(key) if callbacks is not None else common_callback
         if callback is not None and all(v is not None for v in values):
             value = callback(*values)
         else:

@@ -1,6 +1,9 @@
 """Conversions of a collection to other data (dense TensorDict, namedtuples, pytrees, padded
 tensors) and the ``from_*`` / ``fromkeys`` class methods, which delegate to :mod:`.constructors`."""
 
+# Mixin of TensorDictBase: the attributes it reads (batch_size, get, _items_raw...) live on the final class, out of pyright's sight.
+# pyright: reportAttributeAccessIssue=false
+
 from __future__ import annotations
 
 import collections
@@ -87,22 +90,27 @@ class ConversionsMixin:
     # ------------------------------------------------------------------ constructors (see .constructors)
     @classmethod
     def fromkeys(cls, keys: Any, value: Any = 0) -> "TensorDictBase":
+        """A TensorDict with an empty batch size holding ``value`` under every key of ``keys`` (:func:`tdict.fromkeys`)."""
         return _constructors().fromkeys(keys, value)
 
     @classmethod
     def from_any(cls, obj: Any, **kwargs: Any) -> Any:
+        """Convert dicts, namedtuples, tuples, dataclasses and numpy structured arrays to a TensorDict (:func:`tdict.from_any`)."""
         return _constructors().from_any(obj, **kwargs)
 
     @classmethod
     def from_pytree(cls, pytree: Any, **kwargs: Any) -> Any:
+        """A TensorDict mirroring a pytree of lists, tuples, namedtuples and dicts (:func:`tdict.from_pytree`)."""
         return _constructors().from_pytree(pytree, **kwargs)
 
     @classmethod
     def from_namedtuple(cls, named_tuple: Any, **kwargs: Any) -> "TensorDictBase":
+        """A TensorDict of a namedtuple's fields, converted recursively (:func:`tdict.from_namedtuple`)."""
         return _constructors().from_namedtuple(named_tuple, **kwargs)
 
     @classmethod
     def from_tuple(cls, obj: Any, **kwargs: Any) -> "TensorDictBase":
+        """A TensorDict with keys ``"0"``, ``"1"``... holding the elements of a tuple or list (:func:`tdict.from_tuple`)."""
         return _constructors().from_tuple(obj, **kwargs)
 
     @classmethod

@@ -8,9 +8,12 @@ entry's type or shape (:func:`_probe`); the helpers here are shared by the other
 (:mod:`.conversions`, :mod:`.introspection`, :mod:`.factories`).
 """
 
+# Mixin of TensorDictBase: the attributes it reads (batch_size, get, _items_raw...) live on the final class, out of pyright's sight.
+# pyright: reportAttributeAccessIssue=false
+
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 import torch
 
@@ -19,6 +22,8 @@ from .keys import is_leaf_nontensor
 from .utils import _MISSING, NO_DEFAULT, NestedKey, _key_to_tuple, unravel_key
 
 if TYPE_CHECKING:
+    from typing_extensions import Self  # typing.Self is new in 3.11
+
     from ..base import TensorDictBase
 
 
@@ -68,6 +73,10 @@ class EntryOpsMixin:
 
     __slots__ = ()
 
+    if TYPE_CHECKING:  # defined by TensorDictBase
+
+        def __contains__(self, key: Any) -> bool: ...
+
     # ------------------------------------------------------------------ indexed access
     def get_at(self, key: NestedKey, index: Any, default: Any = NO_DEFAULT) -> Any:
         """``get(key)[index]``; ``default`` when the key is absent (``KeyError`` without one)."""
@@ -81,7 +90,7 @@ class EntryOpsMixin:
                 f"get_at({key!r}): index {index!r} does not fit the entry of shape {list(_shape_of(value))}: {err}"
             ) from err
 
-    def set_at_(self, key: NestedKey, value: Any, index: Any, *, non_blocking: bool = False) -> "TensorDictBase":
+    def set_at_(self, key: NestedKey, value: Any, index: Any, *, non_blocking: bool = False) -> Self:
         """Write ``value`` (broadcast) into the existing entry ``key`` at batch index ``index``, in place."""
         from ..tensordict import TensorDict
 
@@ -186,7 +195,7 @@ class EntryOpsMixin:
         return self.set(unravel_key(key), entry)
 
     # ------------------------------------------------------------------ in-place state
-    def zero_grad(self, set_to_none: bool = True) -> "TensorDictBase":
+    def zero_grad(self, set_to_none: bool = True) -> Self:
         """Reset the ``.grad`` of every tensor leaf (to ``None``, or zero it in place)."""
         for leaf in self._tensor_leaves()[1]:
             if set_to_none:
@@ -195,7 +204,7 @@ class EntryOpsMixin:
                 leaf.grad.zero_()
         return self
 
-    def clear(self) -> "TensorDictBase":
+    def clear(self) -> Self:
         """Remove every entry (a lazy stack empties every member); the batch size stays."""
         _check_unlocked(self, "clear")
         if _is_lazy_stack(self):
@@ -220,13 +229,13 @@ class EntryOpsMixin:
         """Pin every tensor leaf in place (needs an accelerator)."""
         return self.pin_memory(num_threads=num_threads if isinstance(num_threads, int) else None, inplace=True)
 
-    def auto_device_(self) -> "TensorDictBase":
+    def auto_device_(self) -> Self:
         """Set the device (recursively) if all tensor leaves share one, else clear it."""
         devices = {leaf.device for leaf in self._tensor_leaves()[1]}
         _set_device_tree(self, devices.pop() if len(devices) == 1 else None)
         return self
 
-    def filter_empty_(self) -> "TensorDictBase":
+    def filter_empty_(self) -> Self:
         """Remove the sub-collections that hold no leaf, in place (deepest first)."""
         for key in sorted(self.keys(True), key=_key_to_tuple, reverse=True):
             value = _probe(self, key)
@@ -258,7 +267,7 @@ class EntryOpsMixin:
         return self._combine_leaves(keys, out_key, dim, keep_entries, torch.stack, "stack_tensors")
 
     def _combine_leaves(
-        self, keys: tuple, out_key: NestedKey, dim: int, keep_entries: bool, fn: Callable, what: str
+        self, keys: Sequence[NestedKey], out_key: NestedKey, dim: int, keep_entries: bool, fn: Callable, what: str
     ) -> "TensorDictBase":
         if not keys:
             raise ValueError(f"{what}: pass at least one key to combine.")
@@ -298,9 +307,9 @@ class EntryOpsMixin:
         ``strict=False`` and no default it is skipped. ``filter_empty`` then drops the
         sub-collections of ``self`` left with no leaf. Nothing changes if a check fails.
         """
-        keys = [unravel_key(k) for k in keys]
-        present = [k for k in keys if k in self]
-        missing = [k for k in keys if k not in self]
+        key_list = [unravel_key(k) for k in keys]
+        present = [k for k in key_list if k in self]
+        missing = [k for k in key_list if k not in self]
         if missing and strict and default is NO_DEFAULT:
             raise self._missing_key_error(missing[0])
         if present:

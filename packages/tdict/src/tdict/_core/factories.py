@@ -1,9 +1,12 @@
 """New collections shaped like an existing one: ``replace`` and the ``new_*`` factories
 (``new_zeros``, ``new_ones``, ``new_empty``, ``new_full``, ``new_tensor``)."""
 
+# Mixin of TensorDictBase: the attributes it reads (batch_size, get, _items_raw...) live on the final class, out of pyright's sight.
+# pyright: reportAttributeAccessIssue=false
+
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import torch
 
@@ -44,7 +47,7 @@ class FactoriesMixin:
         if not isinstance(source, dict) and not is_tensor_collection(source):
             raise TypeError(f"replace: expected a dict or a tensor collection of entries, got {type(source).__name__}.")
         if not kwargs and (not source if isinstance(source, dict) else source.is_empty()):
-            return self
+            return cast("TensorDictBase", self)
         result = self.copy()
         result.update(source)
         if kwargs:
@@ -67,12 +70,15 @@ class FactoriesMixin:
         return self._new_filled(_new_size(size, "new_zeros"), "new_zeros", (), **kwargs)
 
     def new_ones(self, *size: Any, **kwargs: Any) -> "TensorDictBase":
+        """Like :meth:`new_zeros`, filled with 1."""
         return self._new_filled(_new_size(size, "new_ones"), "new_ones", (), **kwargs)
 
     def new_empty(self, *size: Any, **kwargs: Any) -> "TensorDictBase":
+        """Like :meth:`new_zeros`, with uninitialized tensor leaves."""
         return self._new_filled(_new_size(size, "new_empty"), "new_empty", (), **kwargs)
 
     def new_full(self, size: Any, fill_value: Any, **kwargs: Any) -> "TensorDictBase":
+        """Like :meth:`new_zeros`, filled with ``fill_value`` (``size``: an int or one sequence of ints)."""
         return self._new_filled(_new_size((size,), "new_full"), "new_full", (fill_value,), **kwargs)
 
     def _new_filled(
@@ -156,12 +162,13 @@ class FactoriesMixin:
             for key, value in td._items_raw():
                 part = (None if src is None else src._get_str(key, None)) if collection else src
                 if isinstance(value, torch.Tensor):
+                    assert part is not None  # every tensor key of self was found in data above
                     t = part.detach().to(
                         device=dev if dev is not None else part.device, dtype=dtype or value.dtype, copy=True
                     )
                     out[key] = (t.pin_memory() if pin_memory else t).requires_grad_(requires_grad)
                 elif value._is_non_tensor:
-                    out[key] = part.copy() if _non_tensor(part) else value._with_batch_size(bs)
+                    out[key] = part.copy() if part is not None and _non_tensor(part) else value._with_batch_size(bs)
                 else:
                     out[key] = build(value, part, part.batch_size if collection and part is not None else bs)
             return TensorDict._new_unsafe(out, bs, dev)

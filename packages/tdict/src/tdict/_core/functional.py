@@ -302,6 +302,7 @@ def to_module(
             return None
         out = TensorDict(swap).unflatten_keys(".") if swap else TensorDict()
         if not inplace:
+            # TensorDict.__init__ sets _lock_ops = None without declaring its type (list of undo callables | None)
             out._lock_ops = [lambda: module.load_state_dict(dict(old_state), strict=False, assign=True) and None]
         return out
     undo: list = []

@@ -1,6 +1,9 @@
 """Questions about a collection's entries and storage: sorted keys, entry classes and shapes,
 contiguity, data pointers, element and byte counts, nesting depth, device type."""
 
+# Mixin of TensorDictBase: the attributes it reads (batch_size, get, _items_raw...) live on the final class, out of pyright's sight.
+# pyright: reportAttributeAccessIssue=false
+
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
@@ -114,11 +117,20 @@ class IntrospectionMixin:
         """The deepest nesting level of a leaf (0 when no leaf sits in a sub-collection)."""
         return max((len(k) - 1 for k in self.keys(True, True, is_leaf_nontensor) if isinstance(k, tuple)), default=0)
 
-    is_cuda = property(
-        lambda self: _device_type(self) == "cuda", doc="True when the collection's device is a CUDA device."
-    )
-    is_cpu = property(lambda self: _device_type(self) == "cpu", doc="True when the collection's device is the CPU.")
-    is_meta = property(lambda self: _device_type(self) == "meta", doc="True when the collection's device is ``meta``.")
+    @property
+    def is_cuda(self) -> bool:
+        """True when the collection's device is a CUDA device."""
+        return _device_type(self) == "cuda"
+
+    @property
+    def is_cpu(self) -> bool:
+        """True when the collection's device is the CPU."""
+        return _device_type(self) == "cpu"
+
+    @property
+    def is_meta(self) -> bool:
+        """True when the collection's device is ``meta``."""
+        return _device_type(self) == "meta"
 
 
 __all__ = ["IntrospectionMixin"]

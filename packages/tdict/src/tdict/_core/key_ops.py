@@ -4,9 +4,12 @@ Written against the collection primitives (``_items_raw``, ``_get_str``, ``_set_
 ``_del_str``, ``get``, ``set``) so that every collection type shares them.
 """
 
+# Mixin of TensorDictBase: the attributes it reads (batch_size, get, _items_raw...) live on the final class, out of pyright's sight.
+# pyright: reportAttributeAccessIssue=false
+
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Callable, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Sequence, cast
 
 import torch
 
@@ -15,6 +18,8 @@ from .utils import _MISSING, NO_DEFAULT, NestedKey, is_tensor_collection, unrave
 
 
 if TYPE_CHECKING:
+    from typing_extensions import Self  # typing.Self is new in 3.11
+
     from ..base import TensorDictBase
 
 
@@ -23,10 +28,20 @@ class KeyOpsMixin:
 
     __slots__ = ()
 
+    if TYPE_CHECKING:  # defined by TensorDictBase
+
+        def __contains__(self, key: Any) -> bool: ...
+
     def __delitem__(self, key: NestedKey) -> None:
         self.del_(key)
 
-    def del_(self, key: NestedKey) -> "TensorDictBase":
+    def del_(self, key: NestedKey) -> Self:
+        """Remove the entry at ``key`` in place and return ``self``.
+
+        Raises:
+            RuntimeError: the collection is locked.
+            KeyError: ``key`` is absent.
+        """
         if self._is_locked:
             raise RuntimeError(f"Cannot delete key {key!r}: the collection is locked.")
         key = unravel_key(key)
@@ -34,6 +49,8 @@ class KeyOpsMixin:
             self._del_str(key)
         else:
             parent = self._get_tuple(key[:-1], NO_DEFAULT)
+            if not is_tensor_collection(parent):  # a leaf on the way: nothing nested below it
+                raise KeyError(f"key {key!r} not found: {key[:-1]!r} is a {type(parent).__name__}, not a TensorDict.")
             parent.del_(key[-1])
         return self
 
@@ -64,6 +81,7 @@ class KeyOpsMixin:
         *,
         sort: bool = False,
     ):
+        """Yield the entries in the order of :meth:`keys` (same arguments)."""
         for key in self.keys(include_nested, leaves_only, is_leaf, sort=sort):
             yield self.get(key)
 
@@ -75,6 +93,7 @@ class KeyOpsMixin:
         *,
         sort: bool = False,
     ):
+        """Yield ``(key, entry)`` pairs in the order of :meth:`keys` (same arguments)."""
         for key in self.keys(include_nested, leaves_only, is_leaf, sort=sort):
             yield key, self.get(key)
 
@@ -103,7 +122,7 @@ class KeyOpsMixin:
 
     def select(self, *keys: NestedKey, inplace: bool = False, strict: bool = True) -> "TensorDictBase":
         """A collection with only ``keys`` (nested keys keep their parents)."""
-        out = self if inplace else self.empty()
+        out = cast("TensorDictBase", self) if inplace else self.empty()
         picked = []
         for key in keys:
             key = unravel_key(key)
@@ -121,22 +140,23 @@ class KeyOpsMixin:
                 if isinstance(key, tuple):
                     sub = self._get_str(key[0], None)
                     sub.select(key[1:], inplace=True)
-            return self
+            return cast("TensorDictBase", self)
         for key, value in picked:
             out.set(key, value)
         return out
 
     def exclude(self, *keys: NestedKey, inplace: bool = False) -> "TensorDictBase":
         """A collection without ``keys`` (missing keys are ignored)."""
-        out = self if inplace else self.copy()
+        out = cast("TensorDictBase", self) if inplace else self.copy()
         for key in keys:
             key = unravel_key(key)
             if isinstance(key, str):
                 if out._get_str(key, _MISSING) is not _MISSING:
                     out._del_str(key)
             else:
+                last = key[-1]
                 parent = out._get_tuple(key[:-1], None) if len(key) > 1 else out
-                if parent is None or isinstance(parent, torch.Tensor) or parent._get_str(key[-1], _MISSING) is _MISSING:
+                if parent is None or isinstance(parent, torch.Tensor) or parent._get_str(last, _MISSING) is _MISSING:
                     continue
                 if not inplace:  # copy the path so the original is untouched
                     node = out
@@ -145,7 +165,7 @@ class KeyOpsMixin:
                         node._set_str(part, child, inplace=False, validated=True, ignore_lock=True)
                         node = child
                     parent = node
-                parent._del_str(key[-1])
+                parent._del_str(last)
         return out
 
     def split_keys(
@@ -167,7 +187,7 @@ class KeyOpsMixin:
         rest = self.exclude(*used, inplace=inplace)
         return (*outs, rest)
 
-    def rename_key_(self, old_key: NestedKey, new_key: NestedKey, safe: bool = False) -> "TensorDictBase":
+    def rename_key_(self, old_key: NestedKey, new_key: NestedKey, safe: bool = False) -> Self:
         """Move ``old_key`` to ``new_key`` in place (``safe`` refuses to overwrite)."""
         old_key, new_key = unravel_key(old_key), unravel_key(new_key)
         if safe and new_key in self:
@@ -244,7 +264,7 @@ class KeyOpsMixin:
 
         return update_(self, input_dict_or_td, keys_to_update=keys_to_update)
 
-    def update_at_(self, input_dict_or_td: Any, index: Any) -> "TensorDictBase":
+    def update_at_(self, input_dict_or_td: Any, index: Any) -> Self:
         """Write ``input_dict_or_td`` into ``self[index]`` in place."""
         self._set_at_index(
             index,

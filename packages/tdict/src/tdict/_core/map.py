@@ -303,7 +303,7 @@ def _run_own_pool(
             _tear_down(executor)
 
 
-def _tear_down(executor: ProcessPoolExecutor) -> None:
+def _tear_down(executor: Executor) -> None:
     """Terminate, then kill, every worker of an executor ``map`` owns, and join them all."""
     procs = list((getattr(executor, "_processes", None) or {}).values())
     for proc in procs:
@@ -428,6 +428,6 @@ def _raise_for(err: BaseException, index: int, n_chunks: int, exitcodes: list, t
         ) from err
     if isinstance(err, _MapTimeout):
         raise TimeoutError(f"map: {where} did not finish within timeout={timeout} s.") from None
-    if isinstance(err, Exception):
+    if isinstance(err, Exception) and sys.version_info >= (3, 11):  # add_note is new in 3.11
         err.add_note(f"(raised by map's fn in a worker process, on {where})")
     raise err

@@ -89,7 +89,7 @@ def leading_names(sub: Any, names: Sequence[Any] | None, key: Any, *, force: boo
             if current[i] is not None and current[i] != name:
                 raise RuntimeError(
                     f"Key {key!r}: its batch dim {i} is named {current[i]!r}, the parent's dim {i} is named {name!r} "
-                    f"(names {current} vs {list(names)}); rename one of them first."
+                    f"(names {current} vs {parent}); rename one of them first."
                 )
             new[i] = name
     return None if new == current else new

@@ -47,7 +47,7 @@ from __future__ import annotations
 from typing import Any, Iterable
 
 import torch
-from torch._C import _functorch
+import torch._C._functorch as _functorch
 from torch.utils._pytree import SUPPORTED_NODES, GetAttrKey, MappingKey, SequenceKey, register_pytree_node
 
 from ..lazy import LazyStackedTensorDict

@@ -5,6 +5,9 @@ each leaf", or ``"feature"`` for "the feature dims of each leaf" (the batch shap
 ``reduce=True`` reduces across all leaves together and returns one tensor.
 """
 
+# Mixin of TensorDictBase: the attributes it reads (batch_size, get, _items_raw...) live on the final class, out of pyright's sight.
+# pyright: reportAttributeAccessIssue=false
+
 from __future__ import annotations
 
 from collections import namedtuple
@@ -183,6 +186,7 @@ class ReductionsMixin:
         dtype: torch.dtype | None = None,
         reduce: bool | None = None,
     ) -> Any:
+        """Like :meth:`sum`, with NaNs counted as zero."""
         return self._reduce("nansum", dim, keepdim, reduce, **({"dtype": dtype} if dtype else {}))
 
     def mean(
@@ -193,6 +197,7 @@ class ReductionsMixin:
         dtype: torch.dtype | None = None,
         reduce: bool | None = None,
     ) -> Any:
+        """Mean over batch ``dim`` (as :meth:`sum`); integer and bool leaves are averaged as floats."""
         return self._reduce("mean", dim, keepdim, reduce, **({"dtype": dtype} if dtype else {}))
 
     def nanmean(
@@ -203,16 +208,19 @@ class ReductionsMixin:
         dtype: torch.dtype | None = None,
         reduce: bool | None = None,
     ) -> Any:
+        """Like :meth:`mean`, ignoring NaNs."""
         return self._reduce("nanmean", dim, keepdim, reduce, **({"dtype": dtype} if dtype else {}))
 
     def std(
         self, dim: Any = NO_DEFAULT, keepdim: bool = False, *, correction: int = 1, reduce: bool | None = None
     ) -> Any:
+        """Standard deviation over batch ``dim`` (as :meth:`mean`), with ``correction`` as in :func:`torch.std`."""
         return self._reduce("std", dim, keepdim, reduce, correction=correction)
 
     def var(
         self, dim: Any = NO_DEFAULT, keepdim: bool = False, *, correction: int = 1, reduce: bool | None = None
     ) -> Any:
+        """Variance over batch ``dim`` (as :meth:`mean`), with ``correction`` as in :func:`torch.var`."""
         return self._reduce("var", dim, keepdim, reduce, correction=correction)
 
     def prod(
@@ -223,6 +231,7 @@ class ReductionsMixin:
         dtype: torch.dtype | None = None,
         reduce: bool | None = None,
     ) -> Any:
+        """Product over batch ``dim`` (as :meth:`sum`; a tuple of dims is reduced one dim at a time)."""
         if dim is not NO_DEFAULT and dim is not None and not isinstance(dim, str):
             dims = normalize_dims(dim, self.batch_dims)
             out = self
@@ -281,12 +290,15 @@ class ReductionsMixin:
     def min(
         self, dim: Any = NO_DEFAULT, keepdim: bool = False, *, reduce: bool | None = None, return_indices: bool = True
     ) -> Any:
+        """Min over batch ``dim``, like :meth:`max` (see :meth:`amin` for the minima alone)."""
         return self._minmax("min", dim, keepdim, reduce, return_indices)
 
     def amax(self, dim: Any = NO_DEFAULT, keepdim: bool = False, *, reduce: bool | None = None) -> Any:
+        """Max over batch ``dim`` (an int or a tuple; all elements of each leaf if omitted; one scalar if ``reduce``), no indices."""
         return self._reduce("amax", dim, keepdim, reduce)
 
     def amin(self, dim: Any = NO_DEFAULT, keepdim: bool = False, *, reduce: bool | None = None) -> Any:
+        """Min over batch ``dim``, as :meth:`amax`."""
         return self._reduce("amin", dim, keepdim, reduce)
 
     @keeps_lock  # tensordict 0.14 locks this reduction's result, not the others'
@@ -317,6 +329,7 @@ class ReductionsMixin:
         return self._reduce("all", dim, False, None)
 
     def any(self, dim: Any = NO_DEFAULT) -> Any:
+        """True if any element of any tensor leaf is; with ``dim``, a collection reduced along that batch dim."""
         if dim is NO_DEFAULT or dim is None:
             return any(bool(v.any()) for v in self._tensor_leaves()[1])
         return self._reduce("any", dim, False, None)
@@ -471,9 +484,11 @@ class ReductionsMixin:
         return self._map_entries(fn, self.batch_size, self._maybe_names())
 
     def cumsum(self, dim: int) -> Any:
+        """Cumulative sum of each leaf along batch ``dim`` (the shape is kept)."""
         return self._scan(lambda d: lambda v: torch.cumsum(v, d), normalize_dim(dim, self.batch_dims))
 
     def cumprod(self, dim: int) -> Any:
+        """Cumulative product of each leaf along batch ``dim`` (the shape is kept)."""
         return self._scan(lambda d: lambda v: torch.cumprod(v, d), normalize_dim(dim, self.batch_dims))
 
     def _cum_extreme(self, name: str, dim: int, reduce: bool | None, return_indices: bool) -> Any:

@@ -4,10 +4,13 @@ Every op is expressed once, on an entry (a tensor or a nested collection) whose 
 with the batch dims: the op touches those leading dims and leaves the feature dims alone.
 """
 
+# Mixin of TensorDictBase: the attributes it reads (batch_size, get, _items_raw...) live on the final class, out of pyright's sight.
+# pyright: reportAttributeAccessIssue=false
+
 from __future__ import annotations
 
 import operator
-from typing import Any, Sequence
+from typing import TYPE_CHECKING, Any, Sequence, cast
 
 import torch
 
@@ -16,8 +19,11 @@ from .keys import is_leaf_nontensor
 from .locking import keeps_lock
 from .utils import is_tensor_collection, leaf_shape, normalize_dim, normalize_dims
 
+if TYPE_CHECKING:
+    from ..base import TensorDictBase
 
-def _shape_args(shape: tuple) -> tuple:
+
+def _shape_args(shape: tuple) -> tuple[int, ...]:
     if len(shape) == 1 and isinstance(shape[0], (list, tuple, torch.Size)):
         return tuple(shape[0])
     return tuple(shape)
@@ -210,11 +216,17 @@ class ShapeOpsMixin:
     # ---- ops that keep a single output
     @keeps_lock
     def reshape(self, *shape: int) -> Any:
+        """A collection of batch size ``shape`` (ints or one sequence; one ``-1`` is inferred); feature dims are kept."""
         n, bs = self.batch_dims, infer_shape(_shape_args(shape), self.numel())
         return self._map_entries(lambda v: v.reshape(bs + leaf_shape(v)[n:]), bs)
 
     @keeps_lock
     def view(self, *shape: Any) -> Any:
+        """Like :meth:`reshape`, with views of the leaves; ``view(dtype)`` views every leaf as ``dtype``.
+
+        In ``with td.view(shape) as v:``, the new and changed entries of ``v`` are written back
+        into ``td`` on exit.
+        """
         out = self._view(*shape)
         if not (len(shape) == 1 and isinstance(shape[0], torch.dtype)):
             source_bs = self.batch_size
@@ -239,6 +251,7 @@ class ShapeOpsMixin:
 
     @keeps_lock
     def unsqueeze(self, dim: int) -> Any:
+        """Insert a batch dim of size 1 at position ``dim``."""
         dim = normalize_dim(dim, self.batch_dims + 1)
         bs = self.batch_size[:dim] + (1,) + self.batch_size[dim:]
         names = self._maybe_names()
@@ -248,6 +261,7 @@ class ShapeOpsMixin:
 
     @keeps_lock
     def squeeze(self, dim: int | Sequence[int] | None = None) -> Any:
+        """Remove the batch dims of size 1 (all of them, or those among ``dim``); ``self`` when there are none."""
         if dim is None:
             dims = tuple(i for i, s in enumerate(self.batch_size) if s == 1)
         else:
@@ -262,6 +276,7 @@ class ShapeOpsMixin:
 
     @keeps_lock
     def permute(self, *dims: int) -> Any:
+        """Reorder the batch dims (``dims``: a permutation of them, as ints or one sequence); feature dims stay last."""
         n = self.batch_dims
         dims = normalize_dims(_shape_args(dims), n)
         if sorted(dims) != list(range(n)):
@@ -273,6 +288,7 @@ class ShapeOpsMixin:
         return self._map_entries(lambda v: v.permute(tuple(dims) + tuple(range(n, len(leaf_shape(v))))), bs, names)
 
     def transpose(self, dim0: int, dim1: int) -> Any:
+        """Swap batch dims ``dim0`` and ``dim1``."""
         n = self.batch_dims
         d0, d1 = normalize_dim(dim0, n, "dim0"), normalize_dim(dim1, n, "dim1")
         order = list(range(n))
@@ -281,9 +297,11 @@ class ShapeOpsMixin:
 
     @keeps_lock
     def flatten(self, start_dim: int = 0, end_dim: int = -1) -> Any:
+        """Merge batch dims ``start_dim`` to ``end_dim`` into one (unnamed) dim; a batch of no dims becomes ``[1]``."""
         n = self.batch_dims
         if n == 0:  # as torch: a 0-dim input flattens to one dim of size 1
-            normalize_dim(start_dim, 1, "start_dim"), normalize_dim(end_dim, 1, "end_dim")
+            normalize_dim(start_dim, 1, "start_dim")
+            normalize_dim(end_dim, 1, "end_dim")
             return self.unsqueeze(0)
         s, e = normalize_dim(start_dim, n, "start_dim"), normalize_dim(end_dim, n, "end_dim")
         if e < s:
@@ -301,6 +319,7 @@ class ShapeOpsMixin:
 
     @keeps_lock
     def unflatten(self, dim: int, unflattened_size: Sequence[int]) -> Any:
+        """Split batch dim ``dim`` into dims of sizes ``unflattened_size`` (one ``-1`` is inferred)."""
         d = normalize_dim(dim, self.batch_dims)
         sizes = infer_shape(unflattened_size, self.batch_size[d], "unflatten")
         bs = self.batch_size[:d] + sizes + self.batch_size[d + 1 :]
@@ -308,6 +327,7 @@ class ShapeOpsMixin:
 
     @keeps_lock
     def expand(self, *shape: int) -> Any:
+        """Broadcast every leaf to batch size ``shape`` (no copy): new batch dims lead, ``-1`` keeps a size."""
         n, bs = self.batch_dims, expanded_size(self.batch_size, _shape_args(shape), "expand")
         names = self._maybe_names()
         if names is not None:  # new leading dims are unnamed
@@ -315,10 +335,12 @@ class ShapeOpsMixin:
         return self._map_entries(lambda v: v.expand(bs + leaf_shape(v)[n:]), bs, names)
 
     def expand_as(self, other: Any) -> Any:
+        """:meth:`expand` to ``other.shape`` (a tensor's shape, or a collection's batch size)."""
         return self.expand(*other.shape)
 
     @keeps_lock
     def repeat(self, *repeats: int) -> Any:
+        """Tile the batch as :meth:`torch.Tensor.repeat`, with one count per batch dim (feature dims are not repeated)."""
         repeats = _shape_args(repeats)
         n = self.batch_dims
         if len(repeats) != n:
@@ -345,6 +367,7 @@ class ShapeOpsMixin:
 
     @keeps_lock
     def flip(self, dims: int | Sequence[int]) -> Any:
+        """Reverse the order of the elements along batch dims ``dims``."""
         dims = normalize_dims(dims, self.batch_dims)
         return self._map_entries(lambda v: v.flip(dims), self.batch_size, self._maybe_names())
 
@@ -374,7 +397,8 @@ class ShapeOpsMixin:
     def swapdims(self, axis0: int, axis1: int) -> Any:
         """Alias of :meth:`transpose`."""
         n = self.batch_dims
-        normalize_dim(axis0, n, "axis0"), normalize_dim(axis1, n, "axis1")
+        normalize_dim(axis0, n, "axis0")
+        normalize_dim(axis1, n, "axis1")
         return self.transpose(axis0, axis1)
 
     swapaxes = swapdims
@@ -409,7 +433,7 @@ class ShapeOpsMixin:
             out = out.unsqueeze(0)
         return out
 
-    def broadcast_to(self, *shape: int) -> Any:
+    def broadcast_to(self, *shape: int | Sequence[int]) -> Any:
         """Like :meth:`expand`: ``shape`` covers the batch dims (new ones lead; ``-1`` keeps a size)."""
         shape = _shape_args(shape)
         expanded_size(self.batch_size, shape, "broadcast_to")
@@ -449,6 +473,7 @@ class ShapeOpsMixin:
         return self._map_entries(lambda v: v.rot90(k, (d0, d1)), torch.Size(bs), names)
 
     def contiguous(self) -> Any:
+        """A collection of contiguous leaves (a leaf that already is contiguous is reused, not copied)."""
         return self._map_entries(lambda v: v.contiguous(), self.batch_size, self._maybe_names())
 
     def masked_fill(self, mask: torch.Tensor, value: Any) -> Any:
@@ -465,6 +490,7 @@ class ShapeOpsMixin:
         )
 
     def masked_fill_(self, mask: torch.Tensor, value: Any) -> Any:
+        """In place: set the tensor leaves to ``value`` where ``mask`` (bool, over the leading batch dims) is True; returns ``self``."""
         self._check_mask(mask)
         for leaf in self.values(True, True):
             if isinstance(leaf, torch.Tensor):
@@ -516,6 +542,7 @@ class ShapeOpsMixin:
         return tuple(self._from_parts({k: p[i] for k, p in parts.items()}, bs, names) for i, bs in enumerate(sizes))
 
     def unbind(self, dim: int = 0) -> tuple:
+        """A tuple of collections, one per index along batch dim ``dim`` (which they lack)."""
         d = normalize_dim(dim, self.batch_dims)
         bs = self.batch_size[:d] + self.batch_size[d + 1 :]
         names = self._maybe_names()
@@ -525,12 +552,14 @@ class ShapeOpsMixin:
 
     @keeps_lock
     def split(self, split_size: int | Sequence[int], dim: int = 0) -> tuple:
+        """Split along batch dim ``dim`` into parts of ``split_size`` elements (the last may be shorter), or of the listed lengths."""
         d = normalize_dim(dim, self.batch_dims)
         lengths = split_lengths(split_size, self.batch_size[d])
         sizes = [self.batch_size[:d] + (n,) + self.batch_size[d + 1 :] for n in lengths]
         return self._split_entries(lambda v: v.split(lengths, d), sizes, self._maybe_names())
 
     def chunk(self, chunks: int, dim: int = 0) -> tuple:
+        """Split along batch dim ``dim`` into at most ``chunks`` equal parts (the last may be shorter), as :func:`torch.chunk`."""
         d = normalize_dim(dim, self.batch_dims)
         if chunks <= 0:
             raise ValueError(f"chunk: chunks must be positive, got {chunks}.")
@@ -560,7 +589,7 @@ class ShapeOpsMixin:
         """
         from .torch_function import pad  # deferred: that module imports the classes
 
-        out = pad(self, pad_size, value)
+        out = pad(cast("TensorDictBase", self), pad_size, value)
         return self._take_entries(out, "pad") if inplace else out
 
     def _take_entries(self, other: Any, what: str) -> Any:
@@ -607,7 +636,7 @@ class ShapeOpsMixin:
         from .torch_function import stack
 
         if input and not is_tensor_collection(input[0]):
-            return torch.stack(input, dim, out=out)
+            return torch.stack(list(input), dim, out=out)
         return stack(input, dim, out=out)
 
     @classmethod
@@ -616,7 +645,7 @@ class ShapeOpsMixin:
         from .torch_function import cat
 
         if input and not is_tensor_collection(input[0]):
-            return torch.cat(input, dim, out=out)
+            return torch.cat(list(input), dim, out=out)
         return cat(input, dim, out=out)
 
     @classmethod
@@ -633,7 +662,7 @@ class ShapeOpsMixin:
         from .combining import maybe_dense_stack
 
         if out is not None and input and not is_tensor_collection(input[0]):
-            return torch.stack(input, dim, out=out)
+            return torch.stack(list(input), dim, out=out)
         result = maybe_dense_stack(input, dim)
         return result if out is None else out.update_(result)
 

@@ -6,7 +6,7 @@ Each handler is registered in :data:`tdict.base.TD_HANDLED_FUNCTIONS`, which
 
 from __future__ import annotations
 
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Sequence, cast
 
 import torch
 import torch.nn.functional as F
@@ -58,9 +58,10 @@ def stack(tds: Sequence[TensorDictBase], dim: int = 0, *, out: TensorDictBase | 
                 f"stack: collection {i} has batch size {list(td._batch_size)}, collection 0 has {list(bs)}; use lazy_stack for different batch sizes."
             )
     new_bs = bs[:dim] + (len(tds),) + bs[dim:]
+    dense = cast("Sequence[TensorDict]", tds)  # all plain TensorDicts (checked above)
     entries = {}
     dest = out._tensordict if out is not None else None
-    for key, value, values in _values_by_key(tds):
+    for key, value, values in _values_by_key(dense):
         if isinstance(value, torch.Tensor):
             try:
                 if dest is not None:
@@ -79,7 +80,7 @@ def stack(tds: Sequence[TensorDictBase], dim: int = 0, *, out: TensorDictBase | 
             entries[key] = stack(values, dim)
     if out is not None:
         return out
-    return TensorDict._new_unsafe(entries, torch.Size(new_bs), first._device, _stacked_names(tds, dim))
+    return TensorDict._new_unsafe(entries, torch.Size(new_bs), dense[0]._device, _stacked_names(tds, dim))
 
 
 def _values_by_key(tds: Sequence[TensorDict]):
@@ -148,7 +149,7 @@ def cat(tds: Sequence[TensorDictBase], dim: int = 0, *, out: TensorDictBase | No
                 f"cat: collection {i} has batch size {list(other)}, incompatible with {list(bs)} along dim {dim}."
             )
     if out is None and kind is TensorDict:
-        return _cat_tensordicts(tds, dim)
+        return _cat_tensordicts(cast("Sequence[TensorDict]", tds), dim)  # all plain TensorDicts (checked above)
     entries = {}
     dest = None if out is None else out._tensordict if type(out) is TensorDict else None
     n_keys = len(list(first._items_raw()))

@@ -210,7 +210,8 @@ class _Leaf:
     __slots__ = ("src", "rel", "reuse", "out")
 
     def __init__(self, src: torch.Tensor, rel: str | None, reuse: bool):
-        self.src, self.rel, self.reuse, self.out = src, rel, reuse, None
+        self.src, self.rel, self.reuse = src, rel, reuse
+        self.out: torch.Tensor | None = None  # the memory-mapped tensor, once written
 
 
 class _Node:

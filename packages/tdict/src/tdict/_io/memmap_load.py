@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import math
 import os
-from typing import Any
+from typing import Any, TypeGuard
 
 import torch
 
@@ -99,7 +99,7 @@ def _reject_constant(name: str) -> Any:
     raise ValueError(f"non-standard JSON constant {name}")
 
 
-def _is_int_list(x: Any) -> bool:
+def _is_int_list(x: Any) -> TypeGuard[list[int]]:
     return type(x) is list and all(type(d) is int and d >= 0 for d in x)
 
 

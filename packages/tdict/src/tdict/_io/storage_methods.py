@@ -1,12 +1,17 @@
 """Saving, memory-mapping and consolidating collections: methods that delegate to
 :mod:`tdict.persistence`, :mod:`tdict._io.state_dict` (through persistence) and :mod:`tdict.consolidate`."""
 
+# Mixin of TensorDictBase: the attributes it reads (batch_size, get, _items_raw...) live on the final class, out of pyright's sight.
+# pyright: reportAttributeAccessIssue=false
+
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
 
 if TYPE_CHECKING:
+    from typing_extensions import Self  # typing.Self is new in 3.11
+
     from ..base import TensorDictBase
 
 
@@ -26,6 +31,11 @@ class StorageMixin:
     def load_state_dict(
         self, state_dict: dict, strict: bool = True, assign: bool = False, from_flatten: bool = False
     ) -> "TensorDictBase":
+        """Load a dict made by :meth:`state_dict` (nested or flat) into ``self`` and return ``self``.
+
+        Every key, shape and batch size is checked before the first write. Tensors are copied
+        into the existing leaves, or replace them with ``assign``; ``strict`` requires the same keys.
+        """
         from ..persistence import load_state_dict
 
         return load_state_dict(self, state_dict, strict=strict, assign=assign, from_flatten=from_flatten)
@@ -80,7 +90,7 @@ class StorageMixin:
         robust_key: bool | None = None,
         share_non_tensor: bool = False,
         fsync: bool = False,
-    ) -> "TensorDictBase":
+    ) -> Self:
         """Save to ``prefix`` (memmap layout, JSON metadata); returns ``self``."""
         self.memmap(prefix, copy_existing=copy_existing, existsok=existsok, fsync=fsync)
         return self
@@ -98,9 +108,11 @@ class StorageMixin:
 
     @classmethod
     def load(cls, prefix: Any, device: Any = None, non_blocking: bool = False, *, out: Any = None) -> "TensorDictBase":
+        """Alias of :meth:`load_memmap`."""
         return cls.load_memmap(prefix, device=device, non_blocking=non_blocking, out=out)
 
     def is_memmap(self) -> bool:
+        """True when there is at least one tensor leaf and every one is a :class:`~tdict.MemoryMappedTensor`."""
         from ..memmap import MemoryMappedTensor
 
         leaves = self._tensor_leaves()[1]  # the stored leaves: a lazy stack's values would be stacked copies
@@ -126,6 +138,7 @@ class StorageMixin:
         return consolidate(self, filename=filename, device=device, share_memory=share_memory, pin_memory=pin_memory)
 
     def is_consolidated(self) -> bool:
+        """True when ``self`` was made by :meth:`consolidate` and every leaf still is a view of its storage."""
         from ..consolidate import is_consolidated
 
         return is_consolidated(self)

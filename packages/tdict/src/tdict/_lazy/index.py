@@ -7,10 +7,13 @@ dim with other dims yields nested lazy stacks of the selected elements. Writes c
 along the stack dim and write into the members.
 """
 
+# Mixin of LazyStackedTensorDict: the attributes it reads (tensordicts, stack_dim, _like...) live on the final class, out of pyright's sight.
+# pyright: reportAttributeAccessIssue=false
+
 from __future__ import annotations
 
 import itertools
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import torch
 
@@ -310,7 +313,7 @@ class LazyIndexMixin:
         if type(index) is str:
             self._set_str(index, value, inplace=False, validated=False)
         else:
-            TensorDictBase.__setitem__(self, index, value)
+            TensorDictBase.__setitem__(cast(TensorDictBase, self), index, value)
 
     def _empty_stack(self, parts: list) -> "LazyStackedTensorDict":
         """An empty lazy stack with the batch size ``parts`` would give (zero elements)."""

@@ -6,9 +6,12 @@ other operand cut along the stack dim; the results are restacked lazily. Ops who
 another batch size work on the dense stack.
 """
 
+# Mixin of LazyStackedTensorDict: the attributes it reads (tensordicts, stack_dim, _like...) live on the final class, out of pyright's sight.
+# pyright: reportAttributeAccessIssue=false
+
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Callable, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Sequence, cast
 
 import torch
 
@@ -18,6 +21,8 @@ from ..base import TensorDictBase, is_tensor_collection
 from ..tensordict import TensorDict
 
 if TYPE_CHECKING:
+    from typing_extensions import Self  # typing.Self is new in 3.11
+
     from ..lazy import LazyStackedTensorDict
 
 
@@ -39,6 +44,7 @@ class LazyMemberOpsMixin:
         return self._like([td.clone(recurse, device=device) for td in self.tensordicts])
 
     def copy(self) -> "LazyStackedTensorDict":
+        """A shallow copy: a new stack of shallow copies of the members (the leaves are shared)."""
         return self._like([td.copy() for td in self.tensordicts])
 
     @keeps_lock
@@ -50,31 +56,41 @@ class LazyMemberOpsMixin:
         tds = self.tensordicts
         members = [td.to(*args, **kwargs) for td in tds]
         if all(m is td for m, td in zip(members, tds)):
-            return self
+            return cast("LazyStackedTensorDict", self)
         return self._like(members)
 
     @keeps_lock
     def detach(self) -> "LazyStackedTensorDict":
+        """A new stack of the members' detached copies (the leaves share their data)."""
         return self._like([td.detach() for td in self.tensordicts])
 
     def pin_memory(self, num_threads: int | None = None, inplace: bool = False) -> "LazyStackedTensorDict":
+        """Pin every member's tensors (needs an accelerator): a new stack, or ``self`` with ``inplace``."""
         members = [td.pin_memory(inplace=inplace) for td in self.tensordicts]
-        return self if inplace else self._like(members)
+        return cast("LazyStackedTensorDict", self) if inplace else self._like(members)
 
     def empty(
         self, recurse: bool = False, *, batch_size: Any = None, device: Any = NO_DEFAULT, names: Any = None
     ) -> TensorDictBase:
+        """A lazy stack of the members' empty copies (``recurse``: keep their sub-collections).
+
+        With ``batch_size``, ``device`` or ``names``, a plain empty TensorDict, as :meth:`TensorDict.empty` gives.
+        """
         if batch_size is not None or device is not NO_DEFAULT or names is not None:
-            return TensorDictBase.empty(self, recurse, batch_size=batch_size, device=device, names=names)
+            return TensorDictBase.empty(
+                cast(TensorDictBase, self), recurse, batch_size=batch_size, device=device, names=names
+            )
         return self._like([td.empty(recurse) for td in self.tensordicts])
 
     def select(self, *keys: NestedKey, inplace: bool = False, strict: bool = True) -> "LazyStackedTensorDict":
+        """Keep only ``keys`` in every member: a new stack, or ``self`` with ``inplace`` (see :meth:`TensorDict.select`)."""
         members = [td.select(*keys, inplace=inplace, strict=strict) for td in self.tensordicts]
-        return self if inplace else self._like(members)
+        return cast("LazyStackedTensorDict", self) if inplace else self._like(members)
 
     def exclude(self, *keys: NestedKey, inplace: bool = False) -> "LazyStackedTensorDict":
+        """Drop ``keys`` from every member: a new stack, or ``self`` with ``inplace`` (see :meth:`TensorDict.exclude`)."""
         members = [td.exclude(*keys, inplace=inplace) for td in self.tensordicts]
-        return self if inplace else self._like(members)
+        return cast("LazyStackedTensorDict", self) if inplace else self._like(members)
 
     def _apply(
         self,
@@ -94,7 +110,7 @@ class LazyMemberOpsMixin:
         if batch_size is not None or constructor_kwargs:
             # the result has another batch size: compute it on the dense stack
             return TensorDictBase._apply(
-                self,
+                cast(TensorDictBase, self),
                 fn,
                 others,
                 named,
@@ -175,7 +191,7 @@ class LazyMemberOpsMixin:
         """A batch-aligned tensor operand cut into one slice per member."""
         return self._batch_operand(other).expand(self._batch_size).unbind(self.stack_dim)
 
-    def _binary_(self, other: Any, foreach: Callable, fallback: Callable) -> "LazyStackedTensorDict":
+    def _binary_(self, other: Any, foreach: Callable, fallback: Callable) -> Self:
         tds = self.tensordicts
         if is_tensor_collection(other):
             parts = self._split_collection(other)
@@ -194,6 +210,7 @@ class LazyMemberOpsMixin:
         return self
 
     def allclose(self, other: Any, rtol: float = 1e-5, atol: float = 1e-8, equal_nan: bool = False) -> bool:
+        """True when each member is :meth:`TensorDict.allclose` to its slice of ``other`` along the stack dim."""
         parts = self._split_collection(other)
         if parts is None:
             raise RuntimeError(
@@ -201,12 +218,14 @@ class LazyMemberOpsMixin:
             )
         return all(td.allclose(p, rtol=rtol, atol=atol, equal_nan=equal_nan) for td, p in zip(self.tensordicts, parts))
 
-    def zero_(self) -> "LazyStackedTensorDict":
+    def zero_(self) -> Self:
+        """Zero every member's tensor leaves in place; returns ``self``."""
         for td in self.tensordicts:
             td.zero_()
         return self
 
-    def fill_(self, key: NestedKey, value: float | bool) -> "LazyStackedTensorDict":
+    def fill_(self, key: NestedKey, value: float | bool) -> Self:
+        """Fill the entry ``key`` of every member with ``value`` in place (``KeyError`` before any write if one lacks it)."""
         tds = self.tensordicts
         for td in tds:
             if key not in td:
@@ -215,24 +234,29 @@ class LazyMemberOpsMixin:
             td.fill_(key, value)
         return self
 
-    def detach_(self) -> "LazyStackedTensorDict":
+    def detach_(self) -> Self:
+        """Detach every member's tensor leaves in place; returns ``self``."""
         for td in self.tensordicts:
             td.detach_()
         return self
 
-    def requires_grad_(self, requires_grad: bool = True) -> "LazyStackedTensorDict":
+    def requires_grad_(self, requires_grad: bool = True) -> Self:
+        """Set ``requires_grad`` on every member's tensor leaves in place; returns ``self``."""
         for td in self.tensordicts:
             td.requires_grad_(requires_grad)
         return self
 
     @property
     def requires_grad(self) -> bool:
+        """True when any member has a leaf that requires grad."""
         return any(td.requires_grad for td in self.tensordicts)
 
     def is_shared(self) -> bool:
+        """True when the stack has members and all of them are in shared memory."""
         return bool(self.tensordicts) and all(td.is_shared() for td in self.tensordicts)
 
     def share_memory_(self) -> "LazyStackedTensorDict":
+        """Move every member to shared memory, then lock the stack; returns ``self``."""
         for td in self.tensordicts:
             td.share_memory_()
         return self.lock_()
@@ -242,9 +266,11 @@ class LazyMemberOpsMixin:
         return mask.unbind(self.stack_dim) if mask.dim() > self.stack_dim else [mask] * len(self.tensordicts)
 
     def masked_fill(self, mask: torch.Tensor, value: Any) -> "LazyStackedTensorDict":
+        """A new stack where the entries at ``mask`` (bool, over the leading batch dims) are ``value``."""
         return self._like([td.masked_fill(m, value) for td, m in zip(self.tensordicts, self._split_mask(mask))])
 
-    def masked_fill_(self, mask: torch.Tensor, value: Any) -> "LazyStackedTensorDict":
+    def masked_fill_(self, mask: torch.Tensor, value: Any) -> Self:
+        """In place: set the tensor leaves to ``value`` where ``mask`` is True, member by member; returns ``self``."""
         for td, m in zip(self.tensordicts, self._split_mask(mask)):
             td.masked_fill_(m, value)
         return self

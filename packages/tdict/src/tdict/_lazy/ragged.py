@@ -6,6 +6,9 @@ Padded stacks (``as_padded_tensor``, ``get(key, as_padded_tensor=True)``), neste
 stack a key.
 """
 
+# Mixin of LazyStackedTensorDict: the attributes it reads (tensordicts, stack_dim, _like...) live on the final class, out of pyright's sight.
+# pyright: reportAttributeAccessIssue=false
+
 from __future__ import annotations
 
 from typing import Any

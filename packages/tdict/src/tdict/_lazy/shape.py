@@ -9,9 +9,12 @@ to :class:`~tdict._core.shape_ops.ShapeOpsMixin`, which works on the dense stack
 lazy too.
 """
 
+# Mixin of LazyStackedTensorDict: the attributes it reads (tensordicts, stack_dim, _like...) live on the final class, out of pyright's sight.
+# pyright: reportAttributeAccessIssue=false
+
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Sequence
+from typing import TYPE_CHECKING, Sequence, cast
 
 import torch
 
@@ -47,6 +50,7 @@ class LazyShapeMixin:
         return d if d < self.stack_dim else d - 1
 
     def unbind(self, dim: int = 0) -> tuple:
+        """Like :meth:`TensorDict.unbind`; along the stack dim, the members themselves (not copies)."""
         d = normalize_dim(dim, self.batch_dims)
         sd = self.stack_dim
         if d == sd:
@@ -60,6 +64,7 @@ class LazyShapeMixin:
 
     @keeps_lock
     def split(self, split_size: int | Sequence[int], dim: int = 0) -> tuple:
+        """Like :meth:`TensorDict.split`; the parts are lazy stacks (along the stack dim, of the members)."""
         d = normalize_dim(dim, self.batch_dims)
         sd = self.stack_dim
         if d != sd:
@@ -76,6 +81,7 @@ class LazyShapeMixin:
 
     @keeps_lock
     def unsqueeze(self, dim: int) -> "LazyStackedTensorDict":
+        """Like :meth:`TensorDict.unsqueeze`, member by member (the result stays a lazy stack)."""
         d = normalize_dim(dim, self.batch_dims + 1)
         sd = self.stack_dim
         if d <= sd:
@@ -84,13 +90,14 @@ class LazyShapeMixin:
 
     @keeps_lock
     def squeeze(self, dim: int | Sequence[int] | None = None) -> TensorDictBase:
+        """Like :meth:`TensorDict.squeeze`, member by member; squeezing the stack dim (of size 1) gives its single member."""
         bs = self._batch_size
         if dim is None:
             dims = [i for i, s in enumerate(bs) if s == 1]
         else:
             dims = [d for d in normalize_dims(dim, self.batch_dims) if bs[d] == 1]
         if not dims:
-            return self
+            return cast("TensorDictBase", self)
         sd = self.stack_dim
         member_dims = tuple(self._member_dim(d) for d in dims if d != sd)
         if sd in dims:
@@ -101,6 +108,7 @@ class LazyShapeMixin:
 
     @keeps_lock
     def permute(self, *dims: int) -> "LazyStackedTensorDict":
+        """Like :meth:`TensorDict.permute`, member by member; the stack dim moves to its new place."""
         n = self.batch_dims
         dims = normalize_dims(_shape_args(dims), n)
         if sorted(dims) != list(range(n)):
@@ -116,6 +124,7 @@ class LazyShapeMixin:
 
     @keeps_lock
     def flatten(self, start_dim: int = 0, end_dim: int = -1) -> TensorDictBase:
+        """Like :meth:`TensorDict.flatten`; flattening a range that holds the stack dim gives a dense TensorDict."""
         n = self.batch_dims
         s, e = normalize_dim(start_dim, n, "start_dim"), normalize_dim(end_dim, n, "end_dim")
         sd = self.stack_dim
@@ -127,6 +136,7 @@ class LazyShapeMixin:
 
     @keeps_lock
     def unflatten(self, dim: int, unflattened_size: Sequence[int]) -> TensorDictBase:
+        """Like :meth:`TensorDict.unflatten`, member by member; unflattening the stack dim gives a dense TensorDict."""
         d = normalize_dim(dim, self.batch_dims)
         sd = self.stack_dim
         if d == sd:
@@ -137,12 +147,14 @@ class LazyShapeMixin:
 
     @keeps_lock
     def reshape(self, *shape: int) -> TensorDictBase:
+        """Like :meth:`TensorDict.reshape`: ``self`` when the batch size does not change, else a dense TensorDict."""
         if infer_shape(_shape_args(shape), self.numel()) == self._batch_size:
-            return self
+            return cast("TensorDictBase", self)
         return ShapeOpsMixin.reshape(self, *shape)
 
     @keeps_lock
     def expand(self, *shape: int) -> TensorDictBase:
+        """Like :meth:`TensorDict.expand`, member by member while the stack dim keeps its size (else a dense TensorDict)."""
         shape = _shape_args(shape)
         n = self.batch_dims
         sd = self.stack_dim
@@ -154,6 +166,7 @@ class LazyShapeMixin:
 
     @keeps_lock
     def flip(self, dims: int | Sequence[int]) -> "LazyStackedTensorDict":
+        """Like :meth:`TensorDict.flip`: flipping the stack dim reverses the order of the members."""
         dims = normalize_dims(dims, self.batch_dims)
         sd = self.stack_dim
         tds = self.tensordicts[::-1] if sd in dims else list(self.tensordicts)
@@ -162,6 +175,7 @@ class LazyShapeMixin:
 
     @keeps_lock
     def roll(self, shifts: int | Sequence[int], dims: int | Sequence[int] | None = None) -> TensorDictBase:
+        """Like :meth:`TensorDict.roll`: a shift along the stack dim rotates the members; without ``dims``, a dense TensorDict."""
         if dims is None or not self.tensordicts:
             return ShapeOpsMixin.roll(self, shifts, dims)
         dims = normalize_dims(dims, self.batch_dims)
@@ -184,16 +198,18 @@ class LazyShapeMixin:
 
     @keeps_lock
     def rot90(self, k: int = 1, dims: Sequence[int] = (0, 1)) -> TensorDictBase:
+        """Like :meth:`TensorDict.rot90`, done with flips and a transpose so that the stack stays lazy."""
         # torch's own decomposition: flips and a transpose, which keep the stack lazy
         k, d0, d1 = rot90_args(k, dims, self.batch_dims)
         if k == 0:
-            return self
+            return cast("TensorDictBase", self)
         if k == 2:
             return self.flip((d0, d1))
         return self.flip(d1 if k == 1 else d0).transpose(d0, d1)
 
     @keeps_lock
     def narrow(self, dim: int, start: int, length: int) -> TensorDictBase:
+        """Like :meth:`TensorDict.narrow`: along the stack dim, a lazy stack of the chosen members; else member by member."""
         d = normalize_dim(dim, self.batch_dims)
         start, length = narrow_range(d, start, length, self._batch_size[d])
         sd = self.stack_dim
@@ -205,6 +221,7 @@ class LazyShapeMixin:
 
     @keeps_lock
     def tile(self, *dims: int) -> TensorDictBase:
+        """Like :meth:`TensorDict.tile`, member by member; repeating the stack dim gives a dense TensorDict (members are never aliased)."""
         n = self.batch_dims
         reps = tile_reps(_shape_args(dims), n)
         new_sd = self.stack_dim + len(reps) - n
@@ -215,6 +232,7 @@ class LazyShapeMixin:
 
     @keeps_lock
     def tensor_split(self, indices_or_sections: int | Sequence[int] | torch.Tensor, dim: int = 0) -> tuple:
+        """Like :meth:`TensorDict.tensor_split`; the parts are lazy stacks (along the stack dim, of the members)."""
         d = normalize_dim(dim, self.batch_dims)
         sd = self.stack_dim
         bounds = split_bounds(indices_or_sections, self._batch_size[d])
@@ -231,6 +249,10 @@ class LazyShapeMixin:
     def pad(
         self, pad_size: Sequence[int], value: float = 0.0, inplace: bool = False, safe: bool = True
     ) -> TensorDictBase:
+        """Like :meth:`TensorDict.pad`, member by member; padding the stack dim gives a dense TensorDict.
+
+        ``inplace=True`` needs unlocked TensorDict members and cannot pad the stack dim.
+        """
         sd = self.stack_dim
         pad_size = list(pad_size)
         if tuple(pad_size[2 * sd : 2 * sd + 2]) not in ((), (0, 0)) or not self.tensordicts:
@@ -238,7 +260,7 @@ class LazyShapeMixin:
                 raise RuntimeError(
                     "pad(inplace=True) on a lazy stack cannot pad its stack dim: pad out of place (it returns a dense TensorDict)."
                 )
-            return ShapeOpsMixin.pad(self, pad_size, value)
+            return ShapeOpsMixin.pad(cast("TensorDictBase", self), pad_size, value)
         if len(pad_size) % 2 or len(pad_size) // 2 > self.batch_dims:  # checked here: members see fewer dims
             raise ValueError(
                 f"pad: pad_size must hold two ints per padded batch dim (at most {self.batch_dims} dims), got {pad_size}."
@@ -255,4 +277,4 @@ class LazyShapeMixin:
             td._take_entries(new, "pad")
         bs = self.tensordicts[0].batch_size
         self._batch_size = torch.Size(tuple(bs[:sd]) + (len(self.tensordicts),) + tuple(bs[sd:]))
-        return self
+        return cast("TensorDictBase", self)
