@@ -3,11 +3,7 @@ docstring, and so has each public method and property of those classes (a docstr
 the overridden base method counts). The API reference (docs/api, built by mkdocstrings) shows them.
 
 Public modules are those whose dotted path has no part starting with ``_``.
-
-Names still undocumented when this check was introduced are listed in ``undocumented.txt`` beside
-this file; the list may only shrink: a new undocumented name fails, and so does a listed name that
-got its docstring (delete its line). ``python tests/integration/test_docstrings.py`` prints the
-current list.
+``python tests/integration/test_docstrings.py`` prints the names that lack a docstring.
 """
 
 from __future__ import annotations
@@ -15,11 +11,9 @@ from __future__ import annotations
 import importlib
 import inspect
 import pkgutil
-from pathlib import Path
 
 import pytest
 
-BASELINE = Path(__file__).with_name("undocumented.txt")
 PACKAGES = ["tdict", "rl_envs", "rl_collect", "rl_replay", "rl_objectives", "rl_llm", "rl_kernels"]
 
 
@@ -78,18 +72,10 @@ def _undocumented(package: str) -> list[str]:
     return missing
 
 
-def _baseline() -> set[str]:
-    return {line.strip() for line in BASELINE.read_text().splitlines() if line.strip() and not line.startswith("#")}
-
-
 @pytest.mark.parametrize("package", PACKAGES)
 def test_public_names_have_docstrings(package: str) -> None:
-    missing = set(_undocumented(package))
-    known = {name for name in _baseline() if name.split(".")[0] == package}
-    new = sorted(missing - known)
-    assert not new, f"{len(new)} public names of {package} have no docstring:\n" + "\n".join(new)
-    done = sorted(known - missing)
-    assert not done, f"documented now, delete these lines from {BASELINE.name}:\n" + "\n".join(done)
+    missing = sorted(set(_undocumented(package)))
+    assert not missing, f"{len(missing)} public names of {package} have no docstring:\n" + "\n".join(missing)
 
 
 if __name__ == "__main__":

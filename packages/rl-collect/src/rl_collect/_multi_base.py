@@ -160,6 +160,13 @@ class MultiCollectorBase:
         return {"frames": self._frames, "iter": self._iter, "policy_version": self.policy_version, "workers": workers}
 
     def load_state_dict(self, state: dict) -> None:
+        """Restores :meth:`state_dict`: each worker's collector state, then the counters and policy version.
+
+        Batches still being collected are dropped first.
+
+        Raises:
+            ValueError: the state was saved from a collector with a different number of workers.
+        """
         if len(state["workers"]) != self.num_workers:
             raise ValueError(
                 f"{type(self).__name__}.load_state_dict: the state has {len(state['workers'])} workers, "

@@ -180,7 +180,7 @@ class WorkerPool:
         try:
             for i, fn in enumerate(create_env_fns):
                 parent_end, child_end = ctx.Pipe()
-                proc = ctx.Process(
+                proc = ctx.Process(  # pyright: ignore[reportAttributeAccessIssue]  # typeshed's BaseContext lacks it
                     target=worker_main,
                     args=(
                         i,

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import math
 import warnings
-from typing import Any, Callable, Iterator
+from typing import Any, Callable, Iterator, cast
 
+import tdict
 import torch
 from torch.nn.parameter import is_lazy
 from torch import nn
@@ -264,6 +265,7 @@ class Collector:
         if self._rng is not None:
             state["generator"] = self._rng.get_state()
         if self._td is not None and getattr(self.env, "resumable", False) and self.trajs_per_batch is None:
+            assert self._traj_ids is not None  # set with _td by _start
             state["carrier"] = {
                 "td": _plain(self._td),
                 "traj_ids": self._traj_ids.clone(),
@@ -298,6 +300,7 @@ class Collector:
                 )
             if self._rng is None:
                 self._seed_generator(0)
+            assert self._rng is not None  # made by _seed_generator
             self._rng.set_state(generator.cpu())
         if "env" in state and isinstance(self.env, nn.Module):
             self.env.load_state_dict(state["env"])
@@ -309,7 +312,7 @@ class Collector:
             self.policy.load_state_dict(state["policy_state_dict"])
         self._td = td
         self._traj_pending = None
-        if td is not None:
+        if carrier is not None:  # td was read from it
             self._traj_ids = carrier["traj_ids"].clone()
             steps = carrier["traj_steps"]
             self._traj_steps = None if steps is None else steps.clone()
@@ -319,7 +322,7 @@ class Collector:
         """The module that stands for the policy the user gave (the wrapped module for a plain one)."""
         policy = self.policy
         if isinstance(policy, TensorDictModule) and not isinstance(self._given_policy, TensorDictModuleBase):
-            return policy.module
+            return cast(nn.Module, policy.module)  # _wrap_policy wrapped the nn.Module given
         return policy
 
     def update_policy_weights_(self, weights: TensorDictBase | None = None) -> None:
@@ -381,6 +384,7 @@ class Collector:
                 if self._td is None or self.reset_at_each_iter:
                     self._start()
                 td = self._td
+                assert td is not None  # set by _start
                 for _ in range(steps):
                     td = self._act(td)
                     td.set(_TRAJ, self._traj_ids)
@@ -395,7 +399,7 @@ class Collector:
                 context.__exit__(None, None, None)
         self._td = td
         # one step (off-policy recipes collect frame by frame): a view, not a stacked copy
-        batch = records[0].unsqueeze(len(env.batch_size)) if steps == 1 else torch.stack(records, len(env.batch_size))
+        batch = records[0].unsqueeze(len(env.batch_size)) if steps == 1 else tdict.stack(records, len(env.batch_size))
         batch.names = [None] * len(env.batch_size) + ["time"]
         if self.storing_device is not None:
             batch = batch.to(self.storing_device)
@@ -403,6 +407,7 @@ class Collector:
 
     def _truncate_long_trajectories(self, env: Any, stepped: TensorDictBase, root: TensorDictBase) -> TensorDictBase:
         """Marks sub-envs that reached ``max_frames_per_traj`` truncated and resets them."""
+        assert self._traj_steps is not None and self.max_frames_per_traj is not None  # _start set the counts
         self._traj_steps += 1
         nxt = stepped.get("next")
         done = nxt.get("done")
@@ -427,6 +432,7 @@ class Collector:
             count = int(done.sum())
             new_ids = torch.arange(self._traj_count, self._traj_count + count)
             self._traj_count += count
+            assert self._traj_ids is not None  # set by _start
             ids = self._traj_ids.clone()
             ids[done] = new_ids
             self._traj_ids = ids
@@ -460,7 +466,7 @@ class Collector:
             chunks = [self._rollout(1)]
             while len(chunks) < steps and not stop():
                 chunks.append(self._rollout(1))
-            batch = torch.cat(chunks, -1) if len(chunks) > 1 else chunks[0]
+            batch = tdict.cat(chunks, -1) if len(chunks) > 1 else chunks[0]
         self._frames += batch.numel()
         self._iter += 1
         return batch
@@ -496,7 +502,7 @@ class Collector:
                     break
             chunk = self._rollout(1).reshape(-1)
             self._frames += chunk.numel()
-            pending = chunk if pending is None else torch.cat([pending, chunk])
+            pending = chunk if pending is None else tdict.cat([pending, chunk])
         chosen = ended[: self.trajs_per_batch]  # the oldest finished trajectories (ids grow with start time)
         keep = torch.isin(pending.get(_TRAJ), chosen)
         self._traj_pending = pending[~keep] if bool((~keep).any()) else None

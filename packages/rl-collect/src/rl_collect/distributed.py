@@ -43,8 +43,9 @@ import socket
 import threading
 import time
 import traceback
-from typing import Any, Callable, Iterator, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Sequence
 
+import tdict
 import torch
 import torch.distributed as dist
 from tdict import TensorDict, TensorDictBase
@@ -59,6 +60,9 @@ from .weight_sync import (
     DistributedWeightReceiver,
     DistributedWeightSyncScheme,
 )
+
+if TYPE_CHECKING:
+    from torch._C._distributed_c10d import TCPStore  # torch.distributed.TCPStore, where it is defined
 
 __all__ = ["DistributedCollector", "run_worker"]
 
@@ -90,11 +94,13 @@ def _listening_socket(addr: str, port: int) -> socket.socket:
     return sock
 
 
-def _learner_store(addr: str, port: int, world_size: int, timeout: float) -> dist.TCPStore:
+def _learner_store(addr: str, port: int, world_size: int, timeout: float) -> TCPStore:
     """The rendezvous store, served on ``addr`` alone: c10d's own server would bind every interface
     whatever address it is given, so it is handed a socket bound here."""
+    from torch._C._distributed_c10d import TCPStore  # torch.distributed.TCPStore, where it is defined
+
     sock = _listening_socket(addr, port)
-    return dist.TCPStore(
+    return TCPStore(
         addr,
         sock.getsockname()[1],
         world_size,
@@ -229,7 +235,9 @@ def _init_group(backend: str, rank: int, world_size: int, addr: str, store: Any,
     os.environ.update({k: v for k, v in env.items() if k not in os.environ or os.environ[k] == ""})
     try:
         if isinstance(store, int):  # a client of the learner's store (clients never listen)
-            store = dist.TCPStore(addr, store, world_size, False, timeout)
+            from torch._C._distributed_c10d import TCPStore  # torch.distributed.TCPStore, where it is defined
+
+            store = TCPStore(addr, store, world_size, False, timeout)
         dist.init_process_group(backend, store=store, rank=rank, world_size=world_size, timeout=timeout)
     finally:
         for k, v in saved.items():
@@ -290,7 +298,7 @@ def run_worker(create_env_fn: Any = None, policy: Any = None, **collector_kwargs
             os.environ.get("RL_COLLECT_BACKEND", "gloo"), init_method="env://", timeout=_WORKER_IDLE_TIMEOUT
         )
     rank, world_size = dist.get_rank(), dist.get_world_size()
-    config = [None]
+    config: list[Any] = [None]
     dist.broadcast_object_list(config, src=0)
     env_fns, remote_policy, frames_per_batch, kwargs, backend = config[0]
     create_env_fn = create_env_fn if create_env_fn is not None else env_fns[rank - 1]
@@ -500,7 +508,9 @@ class DistributedCollector:
                 rank, kind, text = self._status.get(timeout=0.05)
             except queue.Empty:
                 if any(p.exitcode is not None for p in self._procs):  # (its report, if any, is read here)
-                    raise self._worker_error() from None
+                    error = self._worker_error()
+                    assert error is not None  # a worker has exited
+                    raise error from None
                 if time.monotonic() > deadline:
                     late = sorted(set(range(1, self.num_workers + 1)) - ready)
                     raise TimeoutError(
@@ -604,8 +614,8 @@ class DistributedCollector:
     def _cat(batches: list) -> TensorDictBase:
         shapes = {b.batch_size[1:] for b in batches}
         if len(shapes) == 1:
-            return torch.cat(batches, 0)
-        return torch.cat([b.reshape(-1) for b in batches], 0)
+            return tdict.cat(batches, 0)
+        return tdict.cat([b.reshape(-1) for b in batches], 0)
 
     # ------------------------------------------------------------------ public API
     @property

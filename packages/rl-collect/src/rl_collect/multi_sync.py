@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 from typing import Any, Callable, Iterator, Sequence
 
+import tdict
 import torch
 from tdict import TensorDictBase
 
@@ -23,9 +24,9 @@ def _pad_time(batch: TensorDictBase, steps: int) -> TensorDictBase:
     have = batch.batch_size[-1]
     mask = torch.ones(batch.batch_size, dtype=torch.bool)
     if have < steps:
-        pad = torch.stack([batch[..., -1].apply(torch.zeros_like)] * (steps - have), -1)
+        pad = tdict.stack([batch[..., -1].apply(torch.zeros_like)] * (steps - have), -1)
         pad.set(_TRAJ, torch.full(pad.batch_size, -1, dtype=torch.int64))
-        batch = torch.cat([batch, pad], -1)
+        batch = tdict.cat([batch, pad], -1)
         mask = torch.cat([mask, torch.zeros(pad.batch_size, dtype=torch.bool)], -1)
     batch.set(_MASK, mask)
     return batch
@@ -138,18 +139,19 @@ class MultiSyncCollector(MultiCollectorBase):
             results[i] = message[1]
             collected += message[2]
             if len(results) == needed and pending:
+                assert self._stop is not None  # needed < len(pending) only with a preemptive threshold
                 for j in pending:  # stragglers stop at their next step
                     self._stop[j] = 1
         return [results[i] for i in sorted(results)], collected
 
     def _combine(self, batches: list) -> TensorDictBase:
         if self.cat_results == -1:
-            return torch.cat(batches, -1) if len(batches) > 1 else batches[0]
+            return tdict.cat(batches, -1) if len(batches) > 1 else batches[0]
         lengths = {b.batch_size[-1] for b in batches}
         if len(lengths) > 1 or self.preemptive_threshold is not None:
             steps = max(lengths)
             batches = [_pad_time(b, steps) for b in batches]
-        return torch.stack(batches, 0)
+        return tdict.stack(batches, 0)
 
     def __iter__(self) -> Iterator[Any]:
         while self.total_frames < 0 or self._frames < self.total_frames:
@@ -159,7 +161,7 @@ class MultiSyncCollector(MultiCollectorBase):
             batches, collected = self._gather(frames)
             if self.split_trajs:
                 # one flat, time-ordered row per worker: padding never becomes a trajectory
-                batch = torch.cat([b.reshape(-1) for b in batches], 0)
+                batch = tdict.cat([b.reshape(-1) for b in batches], 0)
             else:
                 batch = self._combine(batches)
             self._frames += collected

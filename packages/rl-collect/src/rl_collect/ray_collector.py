@@ -11,6 +11,7 @@ from __future__ import annotations
 import uuid
 from typing import Any, Callable, Iterator, Sequence
 
+import tdict
 import torch
 from tdict import TensorDict, TensorDictBase
 from tdict.seeding import chain_seeds, check_seed
@@ -275,9 +276,9 @@ class RayCollector:
         if len(parts) == 1:
             batch = parts[0]
         elif len({p.batch_size[1:] for p in parts}) == 1:
-            batch = torch.cat(parts, 0)
+            batch = tdict.cat(parts, 0)
         else:
-            batch = torch.cat([p.reshape(-1) for p in parts], 0)
+            batch = tdict.cat([p.reshape(-1) for p in parts], 0)
         batch.set(("collector", "batch_id"), torch.full(batch.batch_size, self._next_batch_id, dtype=torch.int64))
         self._next_batch_id += 1
         self._frames += batch.numel()
@@ -346,6 +347,7 @@ class RayCollector:
         seed = check_seed("RayCollector.set_seed", seed)
         ray = self._ray
         following = chain_seeds(seed, [lambda s, a=actor: ray.get(a.set_seed.remote(s)) for actor in self._actors])
+        assert following is not None  # an int seed chains to an int
         return seed if static_seed else following
 
     def shutdown(self) -> None:

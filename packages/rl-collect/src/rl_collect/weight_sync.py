@@ -45,6 +45,7 @@ class WeightReceiver:
     """The worker side of a scheme: ``receive()`` returns ``(weights or None, version)``."""
 
     def receive(self) -> tuple[TensorDictBase | None, int]:
+        """``(weights, version)``: new weights since the last call, or ``None`` when there are none (abstract)."""
         raise NotImplementedError
 
     def handle(self, message: tuple) -> bool:
@@ -71,6 +72,7 @@ class WeightSyncScheme:
         raise NotImplementedError
 
     def receiver(self, worker_id: int) -> WeightReceiver:
+        """The picklable receiver that worker ``worker_id`` calls ``receive()`` on (abstract)."""
         raise NotImplementedError
 
 
@@ -84,6 +86,11 @@ class SharedMemWeightReceiver(WeightReceiver):
         self._timeout = timeout
 
     def receive(self) -> tuple[TensorDictBase | None, int]:
+        """A copy of the shared weights when their version changed since the last call, else ``None``.
+
+        Raises:
+            TimeoutError: the learner stayed in the middle of a write longer than ``timeout`` seconds.
+        """
         deadline = time.monotonic() + self._timeout
         while True:
             seq = int(self._meta[0])
@@ -141,6 +148,7 @@ class SharedMemWeightSyncScheme(WeightSyncScheme):
             meta[0] += 1
 
     def receiver(self, worker_id: int) -> SharedMemWeightReceiver:
+        """A receiver reading this scheme's shared copy (the same for every worker)."""
         return SharedMemWeightReceiver(self._weights, self._meta)
 
     @property
@@ -167,6 +175,7 @@ class PipeWeightReceiver(WeightReceiver):
         return True
 
     def receive(self) -> tuple[TensorDictBase | None, int]:
+        """The weights that arrived through the pipe since the last call (``None`` if none), with their version."""
         if not self._new:
             return None, self._version
         self._new = False
@@ -211,6 +220,7 @@ class PipeWeightSyncScheme(WeightSyncScheme):
             pipe.send((WEIGHTS_MESSAGE, payload, int(version)))
 
     def receiver(self, worker_id: int) -> PipeWeightReceiver:
+        """A fresh :class:`PipeWeightReceiver` for worker ``worker_id``."""
         return PipeWeightReceiver()
 
 
@@ -243,6 +253,7 @@ class RayWeightReceiver(WeightReceiver):
         return True
 
     def receive(self) -> tuple[TensorDictBase | None, int]:
+        """The newest weights, fetched from the object store, when a new version was announced since the last call (else ``None``)."""
         if not self._new:
             return None, self._version
         self._new = False
@@ -299,6 +310,7 @@ class RayWeightSyncScheme(WeightSyncScheme):
         return getattr(self._actors[worker_id], self.method).remote(self.message())
 
     def receiver(self, worker_id: int) -> RayWeightReceiver:
+        """A fresh :class:`RayWeightReceiver` for actor ``worker_id``."""
         return RayWeightReceiver()
 
 
@@ -355,6 +367,12 @@ class DistributedWeightReceiver(WeightReceiver):
         return True
 
     def receive(self) -> tuple[TensorDictBase | None, int]:
+        """The weights received since the last call as a TensorDict shaped like ``template`` (views into
+        the byte buffer), or ``None`` when nothing new arrived.
+
+        Raises:
+            RuntimeError: the buffer's size does not match the template's layout.
+        """
         if not self._new:
             return None, self._version
         self._new = False
@@ -459,7 +477,9 @@ class DistributedWeightSyncScheme(WeightSyncScheme):
         nbytes = self._nbytes()
         self._header(rank, nbytes, broadcast=False)
         if nbytes:
-            self._wait(lambda: dist.isend(self._buf, dst=rank), rank)
+            buf = self._buf
+            assert buf is not None  # nbytes > 0
+            self._wait(lambda: dist.isend(buf, dst=rank), rank)
 
     def _nbytes(self) -> int:
         return int(self._buf.numel()) if self._buf is not None else 0
@@ -473,4 +493,5 @@ class DistributedWeightSyncScheme(WeightSyncScheme):
         self._wait(lambda: dist.isend(header, dst=rank), rank)
 
     def receiver(self, worker_id: int) -> DistributedWeightReceiver:
+        """A :class:`DistributedWeightReceiver` for rank ``worker_id``, with this scheme's template, ``src`` and device."""
         return DistributedWeightReceiver(self._template, src=self.src, device=self.device)

@@ -104,6 +104,14 @@ def _reward_funcs(spec: Any) -> list:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """The ``rl-llm`` command: ``rl-llm {sft,dpo,grpo} [--config FILE] [key=value ...]``.
+
+    Builds the trainer's config from the YAML file and the overrides, loads the model and tokenizer
+    (``model_name_or_path``), trains, saves both to ``output_dir`` and returns 0.
+
+    Raises:
+        SystemExit: ``model_name_or_path`` is missing or an option is invalid.
+    """
     parser = argparse.ArgumentParser(prog="rl-llm", description="Fine-tune a causal language model.")
     parser.add_argument("trainer", choices=sorted(TRAINERS), help="the algorithm")
     parser.add_argument("--config", help="a YAML file of options")

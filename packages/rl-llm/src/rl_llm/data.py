@@ -268,6 +268,7 @@ def repeat_prompts(tensordict: TensorDict, group_size: int) -> TensorDict:
             out.set(key, value[index])
         else:  # text: one str per sample
             items = get_texts(tensordict, key)
+            assert items is not None  # key is one of the present keys
             set_texts(out, key, [items[i] for i in index.tolist()])
     return out
 
@@ -290,7 +291,9 @@ def unpad_rows(tensordict: TensorDict) -> Any:
         for key in tensordict.keys(True, True, is_leaf=is_leaf_nontensor):
             value = tensordict.get(key)
             if not isinstance(value, torch.Tensor):
-                row.set(key, get_texts(tensordict, key)[i])
+                texts = get_texts(tensordict, key)
+                assert texts is not None  # key is one of the present keys
+                row.set(key, texts[i])
             elif _is_prompt(key) and value.shape == p_mask.shape:
                 row.set(key, value[i][p_mask[i]])
             elif r_mask is not None and value.shape[:2] == r_mask.shape:

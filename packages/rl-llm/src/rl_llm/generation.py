@@ -13,7 +13,7 @@ compiled call pays the compilation (seconds); prompt lengths are rounded up to a
 from __future__ import annotations
 
 import inspect
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Optional, cast
 
 import torch
 from transformers import StaticCache
@@ -153,7 +153,7 @@ def sample_completions(
     unfinished = torch.ones(batch, dtype=torch.long, device=device)
     tokens = []
     for t in range(max_new_tokens):
-        scores = warpers(prompt, logits) if warpers else logits
+        scores = warpers(cast(torch.LongTensor, prompt), logits) if warpers else logits
         token = torch.multinomial(torch.softmax(scores, -1), num_samples=1).squeeze(1)
         if eos_token_id is not None:
             token = token * unfinished + pad_token_id * (1 - unfinished)

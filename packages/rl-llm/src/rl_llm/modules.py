@@ -269,8 +269,10 @@ class TransformersWrapper(TensorDictModuleBase):
                     tensordict, k["response_text"], texts if tensordict.batch_dims == 1 else _nest(texts, batch)
                 )
         if self.return_log_probs:
+            assert log_probs is not None  # computed above
             tensordict.set(k["log_probs"], log_probs.reshape(*batch, -1))
         if self.return_entropy:
+            assert entropy is not None  # response_log_probs returns it with return_entropy=True
             tensordict.set(k["entropy"], entropy.reshape(*batch, -1))
         if not self.pad_output:
             if tensordict.batch_dims != 1:
@@ -290,7 +292,8 @@ class TransformersWrapper(TensorDictModuleBase):
         kwargs.setdefault("pad_token_id", self.pad_token_id)
         if self.eos_token_id is not None:
             kwargs.setdefault("eos_token_id", self.eos_token_id)
-        out = self.model.generate(input_ids=prompt, attention_mask=prompt_mask.long(), **kwargs)
+        # transformers' GenerationMixin.generate (checked in __init__); nn.Module's typing does not know it
+        out = self.model.generate(input_ids=prompt, attention_mask=prompt_mask.long(), **kwargs)  # pyright: ignore[reportCallIssue]
         sequences = out if isinstance(out, torch.Tensor) else out.sequences
         response = sequences[:, prompt.shape[1] :]
         eos = kwargs.get("eos_token_id")

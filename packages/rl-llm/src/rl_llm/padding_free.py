@@ -210,7 +210,7 @@ def padding_free_attention(model: nn.Module) -> Iterator[nn.Module]:
             "transformers' AttentionInterface; use padded batches (padding_free=False)."
         )
     _register()
-    config = model.config
+    config: Any = model.config  # a transformers PretrainedConfig
     previous = config._attn_implementation
     if previous == ATTENTION_NAME:  # nested: the outer block restores
         yield model

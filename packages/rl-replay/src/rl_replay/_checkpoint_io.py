@@ -9,7 +9,7 @@ tensor. Directories are replaced by :mod:`tdict.folders`; the public API is in
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import IO, Any
 
 import torch
 from tdict import is_tensor_collection
@@ -123,7 +123,11 @@ def _as_plain(t: Any) -> torch.Tensor:
 def _write_json(path: str, payload: dict, fsync: bool) -> None:
     """Writes JSON to ``path`` crash-safely (never a partial file; see :func:`tdict.files.atomic_write`)."""
     data = json.dumps(payload, separators=(",", ":")).encode("utf-8")
-    atomic_write(path, lambda f: f.write(data), fsync=fsync)
+
+    def write(f: IO[Any]) -> None:
+        f.write(data)
+
+    atomic_write(path, write, fsync=fsync)
 
 
 def _read_json(path: str, what: str) -> dict:

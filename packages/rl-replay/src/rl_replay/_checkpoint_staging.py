@@ -191,6 +191,7 @@ def _stage_tensor(storage: Any, state: Any, where: str) -> Apply:
             storage._init(items)
         if rows:
             target = storage._storage
+            assert target is not None  # made by _init above
             if is_tensor_collection(target):
                 target[:rows] = items
             else:
@@ -225,7 +226,8 @@ def _stage_list(storage: Any, state: Any, where: str) -> Apply:
     data = _entry(saved, "data", where)
     if stacked == "tensor" and isinstance(data, torch.Tensor) and data.ndim:
         items = [data[i] for i in range(data.shape[0])]
-    elif stacked == "tensordict" and is_tensor_collection(data) and data.batch_dims:
+    # (pyright keeps the branch above's Tensor narrowing of data; here it is a tensor collection)
+    elif stacked == "tensordict" and is_tensor_collection(data) and data.batch_dims:  # pyright: ignore[reportAttributeAccessIssue]
         items = list(data.unbind(0))
     elif stacked is None and isinstance(data, list):
         items = data

@@ -9,7 +9,7 @@ Errors name the item's index and the key.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, TypeGuard
 
 import torch
 from tdict import TensorDict
@@ -17,7 +17,7 @@ from tdict import TensorDict
 __all__ = ["as_tensordict", "check_dicts", "is_dict_list", "stack_dicts"]
 
 
-def is_dict_list(data: Any) -> bool:
+def is_dict_list(data: Any) -> TypeGuard[list]:
     """True for a non-empty list whose first item is a dict (what :func:`stack_dicts` takes)."""
     return type(data) is list and bool(data) and isinstance(data[0], Mapping)
 

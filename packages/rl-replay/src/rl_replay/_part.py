@@ -30,9 +30,11 @@ class BufferPart:
         return self
 
     def state_dict(self) -> dict:
+        """The part's state as plain data (empty by default); :meth:`load_state_dict` restores it."""
         return {}
 
     def load_state_dict(self, state: dict) -> None:
+        """Restores :meth:`state_dict` (nothing to restore by default)."""
         pass
 
     def dumps(self, path: Any) -> None:

@@ -69,6 +69,11 @@ class TensorDictMaxValueWriter(Writer):
 
     # ------------------------------------------------------------------ setup
     def register_storage(self, storage: Any) -> None:
+        """Attaches the storage and forgets every rank (the writer then starts empty).
+
+        Raises:
+            ValueError: the storage has more than one item dim (``ndim > 1``).
+        """
         if getattr(storage, "ndim", 1) > 1:
             raise ValueError(
                 "TensorDictMaxValueWriter needs a storage with ndim=1 (one item per row); got ndim="
@@ -216,6 +221,7 @@ class TensorDictMaxValueWriter(Writer):
         return self
 
     def state_dict(self) -> dict:
+        """Cursor, write count, size, rank key, reduction and the ranks of the stored items."""
         key = self._rank_key
         return {
             "cursor": self._cursor,
@@ -227,6 +233,11 @@ class TensorDictMaxValueWriter(Writer):
         }
 
     def load_state_dict(self, state: dict) -> None:
+        """Restores :meth:`state_dict`.
+
+        Raises:
+            ValueError: the size or the ranks do not fit the storage, or the reduction is unknown.
+        """
         ranks = torch.as_tensor(state["ranks"], dtype=torch.float64)
         size = int(state["size"])
         capacity = len(self._ranks)

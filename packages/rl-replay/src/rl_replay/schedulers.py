@@ -49,6 +49,7 @@ class ParameterScheduler:
         return {k: v for k, v in self.__dict__.items() if k != "sampler" and not callable(v)}
 
     def load_state_dict(self, state: dict) -> None:
+        """Restores :meth:`state_dict` (the step count and the values it holds)."""
         self.__dict__.update(state)
 
 
@@ -176,15 +177,19 @@ class SchedulerList:
         self.schedulers = list(schedulers)
 
     def append(self, scheduler: ParameterScheduler) -> None:
+        """Adds a scheduler, stepped after the others."""
         self.schedulers.append(scheduler)
 
     def step(self) -> None:
+        """Steps every scheduler, in order."""
         for scheduler in self.schedulers:
             scheduler.step()
 
     def state_dict(self) -> dict:
+        """``{"schedulers": [...]}``: each scheduler's state, in order."""
         return {"schedulers": [s.state_dict() for s in self.schedulers]}
 
     def load_state_dict(self, state: dict) -> None:
+        """Restores :meth:`state_dict`, one state per scheduler in order."""
         for s, sd in zip(self.schedulers, state["schedulers"]):
             s.load_state_dict(sd)

@@ -140,10 +140,12 @@ class BufferProcess:
         ctx = mp.get_context(context)
         self._recv, send = ctx.Pipe(duplex=False)
         self._send = send
-        self.process = ctx.Process(target=_child_main, args=(send, target, args, kwargs), daemon=True)
+        # (typeshed's BaseContext, what get_context returns for a str, lacks Process; every real context has it)
+        self.process = ctx.Process(target=_child_main, args=(send, target, args, kwargs), daemon=True)  # pyright: ignore[reportAttributeAccessIssue]
         self._target_name = getattr(target, "__qualname__", repr(target))
 
     def start(self) -> BufferProcess:
+        """Starts the child process; returns ``self``."""
         self.process.start()
         self._send.close()  # the child holds the write end now
         return self
@@ -156,6 +158,7 @@ class BufferProcess:
 
     @property
     def alive(self) -> bool:
+        """Whether the child process is running."""
         return self.process.is_alive()
 
     def join(self, timeout: float | None = None) -> None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import Sequence
 
+import tdict
 import torch
 from tdict import TensorDictBase
 from tdict import NestedKey
@@ -165,6 +166,7 @@ class MultiStepTransform:
 
     @property
     def n_steps(self) -> int:
+        """How many steps each return looks ahead (a positive int; settable)."""
         return self._n_steps
 
     @n_steps.setter
@@ -173,11 +175,19 @@ class MultiStepTransform:
         self._n_steps = value
 
     def __call__(self, data: TensorDictBase) -> TensorDictBase:
+        """Returns sampled data unchanged: the n-step returns are computed when data is written (:meth:`inv`)."""
         return data
 
     forward = __call__
 
     def inv(self, data: TensorDictBase) -> TensorDictBase | None:
+        """Turns written trajectories ``[*batch, T]`` into n-step transitions, keeping the last ``n_steps``
+        steps for the next write; returns ``None`` while fewer than ``n_steps + 1`` steps are held.
+
+        Raises:
+            TypeError: ``data`` is not a TensorDict.
+            ValueError: ``data`` has no time dim, or its leading dims differ from the previous write's.
+        """
         if not isinstance(data, TensorDictBase):
             raise TypeError(f"MultiStepTransform.inv takes a TensorDict of trajectories, got {type(data).__name__}.")
         if data.batch_dims == 0:
@@ -190,7 +200,7 @@ class MultiStepTransform:
                     f"MultiStepTransform.inv: data has batch_size {list(data.batch_size)}, but the previous write's "
                     f"leading dims were {list(self._buffer.batch_size[:-1])}."
                 )
-            total = torch.cat([self._buffer, data], -1)
+            total = tdict.cat([self._buffer, data], -1)
         else:
             total = data
         out = None
@@ -252,6 +262,11 @@ class RandomCropTensorDict:
         self.generator = generator
 
     def __call__(self, data: TensorDictBase) -> TensorDictBase:
+        """``data`` cropped to ``sub_seq_len`` steps along ``sample_dim``, from a random start per trajectory.
+
+        Raises:
+            ValueError: ``data`` has no batch dims or fewer than ``sub_seq_len`` steps.
+        """
         shape = data.batch_size
         if not len(shape):
             raise ValueError("RandomCropTensorDict: cannot crop a TensorDict with an empty batch_size.")

@@ -95,6 +95,7 @@ class _SegmentTree:
 
     @property
     def device(self) -> torch.device:
+        """The device of the tree's nodes."""
         return self._nodes.device
 
     def __len__(self) -> int:
@@ -226,6 +227,7 @@ class _SegmentTree:
         return self
 
     def is_shared(self) -> bool:
+        """Whether the nodes are in shared memory."""
         return self._nodes.is_shared()
 
     def state_dict(self) -> dict:

@@ -45,15 +45,18 @@ class Writer(BufferPart):
     """Base class of writers: :meth:`add` one item, :meth:`extend` with many; both return the indices."""
 
     def __init__(self) -> None:
-        self._storage = None
+        self._storage: Any = None  # the storage written to (register_storage)
 
     def register_storage(self, storage: Any) -> None:
+        """Attaches the storage this writer writes to."""
         self._storage = storage
 
     def add(self, data: Any) -> Any:
+        """Writes one item; returns its index (abstract)."""
         raise NotImplementedError
 
     def extend(self, data: Any) -> torch.Tensor:
+        """Writes items along their first dim; returns their indices (abstract)."""
         raise NotImplementedError
 
     def _empty(self) -> None:
@@ -100,6 +103,7 @@ class RoundRobinWriter(Writer):
         )
 
     def add(self, data: Any) -> int:
+        """Writes one item at the cursor, advances it (wrapping around); returns the index written."""
         cursor = self._cursor
         self._storage.set(cursor, data)
         self._state[0] = (cursor + 1) % self._capacity()
@@ -107,6 +111,10 @@ class RoundRobinWriter(Writer):
         return cursor
 
     def extend(self, data: Any) -> torch.Tensor:
+        """Writes items from the cursor on, wrapping around; returns the indices written.
+
+        When more items than the capacity are given, only the last ``capacity`` are written.
+        """
         n = _count(data)
         cursor = self._cursor
         capacity = self._capacity()
@@ -136,6 +144,7 @@ class RoundRobinWriter(Writer):
         return self
 
     def state_dict(self) -> dict:
+        """``{"cursor", "write_count"}``: the next position and the total number of writes."""
         return {"cursor": self._cursor, "write_count": self._write_count}
 
     def load_state_dict(self, state: dict) -> None:
@@ -165,6 +174,7 @@ class TensorDictRoundRobinWriter(RoundRobinWriter):
     """
 
     def add(self, data: Any) -> int:
+        """Writes one TensorDict item, setting its ``"index"`` entry to the position written; returns it."""
         index = self._cursor
         data.set("index", torch.tensor(index))
         return super().add(data)
@@ -190,7 +200,9 @@ class ImmutableDatasetWriter(Writer):
     """
 
     def add(self, data: Any) -> Any:
+        """Refuses the write: raises ``RuntimeError``."""
         raise RuntimeError("this buffer is read-only (ImmutableDatasetWriter): add() is not allowed.")
 
     def extend(self, data: Any) -> torch.Tensor:
+        """Refuses the write: raises ``RuntimeError``."""
         raise RuntimeError("this buffer is read-only (ImmutableDatasetWriter): extend() is not allowed.")

@@ -87,7 +87,7 @@ def atomic_write_to(
 
 
 def atomic_write(
-    path: str | os.PathLike, write: Callable[[IO[Any]], None], *, binary: bool = True, fsync: bool = True
+    path: str | os.PathLike, write: Callable[[IO[Any]], object], *, binary: bool = True, fsync: bool = True
 ) -> Path:
     """Writes ``path`` through ``write(file)`` (an open file object), atomically: see :func:`atomic_write_to`.
 

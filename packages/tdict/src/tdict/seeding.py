@@ -101,7 +101,13 @@ def stream_seeds(seed: int, n: int) -> list[int]:
     return [seed + i for i in range(check_int("stream_seeds", "n", n, minimum=0))]
 
 
-def chain_seeds(seed: int | None, set_seeds: Iterable[Callable[[int | None], int | None]]) -> int | None:
+@overload
+def chain_seeds(seed: int, set_seeds: Iterable[Callable[[Any], Any]]) -> int: ...
+@overload
+def chain_seeds(seed: None, set_seeds: Iterable[Callable[[Any], Any]]) -> None: ...
+@overload
+def chain_seeds(seed: int | None, set_seeds: Iterable[Callable[[Any], Any]]) -> int | None: ...
+def chain_seeds(seed: int | None, set_seeds: Iterable[Callable[[Any], Any]]) -> int | None:
     """Seeds objects in turn: each ``set_seed`` gets the seed the previous one returned; returns the last.
 
     This is how a container seeds its parts (a batched env its workers, a collector its env and

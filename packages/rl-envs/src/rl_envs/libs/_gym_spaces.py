@@ -27,6 +27,7 @@ gymnasium                 spec
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -176,7 +177,16 @@ class SpaceCodec:
     __slots__ = ("arrays", "check", "entries", "entries_safe", "read", "read_safe", "replace_rows", "spec", "write")
 
     def __init__(
-        self, spec, read, read_safe, check, arrays, write, replace_rows, entries=None, entries_safe=None
+        self,
+        spec,
+        read,
+        read_safe,
+        check,
+        arrays,
+        write,
+        replace_rows,
+        entries: Callable[[Any], dict] | None = None,
+        entries_safe: Callable[[Any], dict] | None = None,
     ) -> None:
         self.spec, self.read, self.read_safe, self.check = spec, read, read_safe, check
         self.entries, self.entries_safe = entries, entries_safe

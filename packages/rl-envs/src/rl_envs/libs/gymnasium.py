@@ -299,7 +299,9 @@ class GymWrapper(EnvBase):
         self._obs_codec, self._act_codec = obs, act
         if isinstance(obs.spec, Composite):
             obs_spec = obs.spec.expand(batch)
-            self._obs_dict_fast, self._obs_dict_safe = obs.entries, obs.entries_safe
+            entries, entries_safe = obs.entries, obs.entries_safe
+            assert entries is not None and entries_safe is not None  # a Dict/Tuple codec has them
+            self._obs_dict_fast, self._obs_dict_safe = entries, entries_safe
         else:
             key = "pixels" if self.from_pixels else "observation"
             obs_spec = Composite({key: obs.spec.expand(*batch, *obs.spec.shape)}, shape=batch)

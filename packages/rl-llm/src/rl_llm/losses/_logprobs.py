@@ -11,7 +11,7 @@ from __future__ import annotations
 
 
 from collections.abc import Mapping
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, cast
 
 import torch
 from tdict.nn import TensorKeysMixin
@@ -20,6 +20,9 @@ from torch import nn
 
 from ..padding_free import boundaries, run_padding_free
 from .chunked import lm_hidden_and_head, token_log_probs_chunked
+
+if TYPE_CHECKING:
+    from ..modules import TransformersWrapper
 
 __all__ = ["LLMLossBase", "aggregate_tokens", "masked_mean", "masked_sum", "response_log_probs", "sequence_log_probs"]
 
@@ -275,8 +278,10 @@ def _padding_free_log_probs(
         backbone = head = None  # logits transformed after the output layer: the model's own forward computes them
     entropy = None
     if head is not None:
+        assert backbone is not None  # lm_hidden_and_head returns both or raises
         hidden = run_padding_free(model, backbone, input_ids, cu, position_ids)[0][0, index - 1]
     if chunk_size is not None:
+        assert head is not None  # without a head, the ValueError above was re-raised
         picked = token_log_probs_chunked(
             hidden, head.weight, head.bias, targets, chunk_size=chunk_size, temperature=temperature
         )
@@ -338,6 +343,8 @@ class LLMLossBase(TensorKeysMixin, nn.Module):
     """
 
     default_keys: ClassVar[Mapping[str, Any]] = {}
+    # the documented contract (its ``keys`` name the entries it writes); only nn.Module is checked at runtime
+    actor_network: TransformersWrapper
     # old key names still accepted by set_keys (with a DeprecationWarning): {old: current}
     deprecated_key_names: ClassVar[Mapping[str, str]] = {}
 
@@ -352,7 +359,7 @@ class LLMLossBase(TensorKeysMixin, nn.Module):
                 f"{type(self).__name__}: actor_network must score given responses (TransformersWrapper(generate=False)), "
                 "got a wrapper with generate=True."
             )
-        self.actor_network = actor_network
+        self.actor_network = cast("TransformersWrapper", actor_network)
 
     def _get(self, tensordict: Any, name: str) -> torch.Tensor:
         key = getattr(self.tensor_keys, name)

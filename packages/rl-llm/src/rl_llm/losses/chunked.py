@@ -124,7 +124,7 @@ def token_log_probs_chunked(
     return flat.reshape(targets.shape)
 
 
-def lm_hidden_and_head(model: nn.Module) -> tuple[nn.Module, nn.Module]:
+def lm_hidden_and_head(model: nn.Module) -> tuple[nn.Module, nn.Linear]:
     """``(backbone, head)`` of a Hugging Face causal LM: ``backbone(input_ids=..., attention_mask=...,
     position_ids=...)[0]`` are the final hidden states and ``head`` the ``nn.Linear`` producing logits.
 
@@ -132,7 +132,8 @@ def lm_hidden_and_head(model: nn.Module) -> tuple[nn.Module, nn.Module]:
         ValueError: the model has no such split, or transforms its logits after the head.
     """
     # a PEFT model: its adapters sit inside the wrapped model's layers, so that model's own backbone runs them
-    inner = model.get_base_model() if callable(getattr(model, "get_base_model", None)) else model
+    get_base_model = getattr(model, "get_base_model", None)
+    inner: Any = get_base_model() if callable(get_base_model) else model  # a transformers PreTrainedModel
     head = inner.get_output_embeddings() if hasattr(inner, "get_output_embeddings") else None
     backbone = getattr(inner, "base_model", None)
     if not isinstance(head, nn.Linear) or backbone is None or backbone is inner:

@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, cast
 
 import torch
-from tdict import TensorDict
+from tdict import TensorDict, TensorDictBase
 from tdict.validation import check_positive
 from torch import nn
 from torch.nn import functional as F
 
 from ._logprobs import LLMLossBase, masked_sum
+
+if TYPE_CHECKING:
+    from ..modules import TransformersWrapper
 
 __all__ = ["DPOLoss", "dpo_loss"]
 
@@ -57,7 +60,7 @@ class DPOLoss(LLMLossBase):
     Examples:
         >>> import torch
         >>> from transformers import GPT2Config, GPT2LMHeadModel
-        >>> from tdict import TensorDict
+        >>> from tdict import TensorDict, TensorDictBase
         >>> from rl_llm import DPOLoss, TransformersWrapper
         >>> model = GPT2LMHeadModel(GPT2Config(n_layer=1, n_head=1, n_embd=8, vocab_size=11,
         ...                                    bos_token_id=1, eos_token_id=1, pad_token_id=0))
@@ -79,6 +82,7 @@ class DPOLoss(LLMLossBase):
         "rejected": "rejected",
         "ref_log_prob": ("ref_log_probs", "response"),
     }
+    ref_network: TransformersWrapper | None  # kept in __dict__, out of the module tree (see __init__)
 
     def __init__(
         self,
@@ -99,7 +103,7 @@ class DPOLoss(LLMLossBase):
         # kept out of the module tree: the reference is frozen and must not reach an optimizer
         self.__dict__["ref_network"] = ref_network
 
-    def _sequence_log_probs(self, side: TensorDict) -> tuple[torch.Tensor, torch.Tensor]:
+    def _sequence_log_probs(self, side: TensorDictBase) -> tuple[torch.Tensor, torch.Tensor]:
         keys = self.actor_network.keys
         out = self.actor_network(side.copy())
         mask = out.get(keys["response_mask"]).bool()
@@ -122,10 +126,12 @@ class DPOLoss(LLMLossBase):
         return policy, masked_sum(ref_tokens.detach(), mask)
 
     def forward(self, tensordict: TensorDict) -> TensorDict:
-        chosen_td = self._get(tensordict, "chosen")
-        rejected_td = self._get(tensordict, "rejected")
-        if not isinstance(chosen_td, TensorDict) or not isinstance(rejected_td, TensorDict):
+        chosen = self._get(tensordict, "chosen")
+        rejected = self._get(tensordict, "rejected")
+        if not isinstance(chosen, TensorDict) or not isinstance(rejected, TensorDict):
             raise TypeError("DPOLoss: 'chosen' and 'rejected' must be sub-TensorDicts in the prompt/response layout.")
+        # _get is typed for tensor entries; these two are sub-TensorDicts (checked above)
+        chosen_td, rejected_td = cast(TensorDictBase, chosen), cast(TensorDictBase, rejected)
         if chosen_td.batch_dims != 1:
             chosen_td, rejected_td = chosen_td.reshape(-1), rejected_td.reshape(-1)
         pi_c, ref_c = self._sequence_log_probs(chosen_td)

@@ -305,7 +305,7 @@ class GRPOLoss(LLMLossBase):
             w = torch.where(mask, ratio, ratio.new_zeros(()))
             n = mask.sum().clamp(min=1)
             out["ESS"] = w.sum().pow(2) / (n * w.pow(2).sum()).clamp(min=1e-12)
-        if ref is not None:
+        if ref is not None and self.kl_to_ref_coeff is not None:  # both set or both None
             delta = ref.detach() - log_probs
             k3 = delta.exp() - delta - 1.0
             kl = aggregate_tokens(k3, mask, agg)

@@ -71,10 +71,12 @@ class CSVMetrics:
             self._writer.writerow(["step", "name", "value"])
 
     def log_scalar(self, name: str, value: float, step: int | None = None) -> None:
+        """Appends one ``step,name,value`` line and flushes the file."""
         self._writer.writerow([step, name, repr(float(value))])
         self._file.flush()
 
     def close(self) -> None:
+        """Closes the file."""
         self._file.close()
 
 
@@ -153,7 +155,7 @@ class LLMTrainer:
                 )
             enable()
             if hasattr(model, "config"):
-                model.config.use_cache = False
+                model.config.use_cache = False  # pyright: ignore[reportAttributeAccessIssue, reportArgumentType]  # a transformers config
         if args.padding_free and not supports_padding_free(model):
             raise ValueError(
                 f"{name}: padding_free=True but {type(model).__name__} does not dispatch its attention through "
@@ -253,6 +255,7 @@ class LLMTrainer:
 
     # ------------------------------------------------------------------ loop
     def log(self, metrics: dict[str, float]) -> None:
+        """Sends each metric to every logger as ``train/<name>`` at the current step."""
         for logger in self.loggers:
             for key, value in metrics.items():
                 logger.log_scalar(f"train/{key}", float(value), step=self.global_step)
@@ -284,7 +287,7 @@ class LLMTrainer:
                 metrics = self.step()
                 self._last_metrics = metrics
                 if self.global_step % self.args.logging_steps == 0 or self.global_step == self.total_steps:
-                    self.log({**metrics, "learning_rate": self.scheduler.get_last_lr()[0]})
+                    self.log({**metrics, "learning_rate": float(self.scheduler.get_last_lr()[0])})
                 if self.args.save_steps and (
                     self.global_step % self.args.save_steps == 0 or self.global_step == self.total_steps
                 ):

@@ -135,6 +135,7 @@ class TrainingConfig:
         return cls.from_overrides(overrides, base=loaded)
 
     def to_dict(self) -> dict[str, Any]:
+        """The fields and their values as a plain dict (``dataclasses.asdict``)."""
         return dataclasses.asdict(self)
 
 

@@ -147,7 +147,7 @@ def tokenize_preference_row(
             answers.append(_encode(tokenizer, full[len(head) :]))
         prompt_ids = _encode(tokenizer, head)
     else:
-        if not all(isinstance(v, str) for v in (prompt, chosen, rejected)):
+        if not (isinstance(prompt, str) and isinstance(chosen, str) and isinstance(rejected, str)):
             raise ValueError(
                 "DPOTrainer: 'prompt', 'chosen' and 'rejected' must all be strings or all be message lists."
             )
@@ -175,6 +175,7 @@ class DPOTrainer(LLMTrainer):
     """
 
     config_class = DPOConfig
+    args: DPOConfig
 
     def __init__(
         self,
@@ -198,7 +199,7 @@ class DPOTrainer(LLMTrainer):
             raise ValueError(
                 "DPOTrainer: sync_ref_model updates the trainer's own reference copy; it excludes ref_model= and precompute_ref_log_probs."
             )
-        self.reference = Reference(self.model, ref_model)
+        self.reference: Reference | None = Reference(self.model, ref_model)
         if self.args.sync_ref_model and not self.reference.is_copy:
             raise ValueError(
                 "DPOTrainer: sync_ref_model needs a copied reference; a PEFT model's reference is its base (adapter off)."
@@ -237,6 +238,7 @@ class DPOTrainer(LLMTrainer):
     def _precompute(self) -> torch.Tensor:
         size = self.args.per_device_train_batch_size
         out = []
+        assert self.reference is not None  # called from __init__, before the reference may be dropped
         with self.reference.scoring() as ref:
             for k in range(0, len(self.examples), size):
                 indices = list(range(k, min(k + size, len(self.examples))))
@@ -257,6 +259,7 @@ class DPOTrainer(LLMTrainer):
                 if self.ref_log_probs is not None:
                     ref_chosen, ref_rejected = self.ref_log_probs[:, part].to(chosen.device)
                 else:
+                    assert self.reference is not None  # dropped only once ref_log_probs are precomputed
                     with self.reference.scoring() as ref:
                         ref_chosen, ref_rejected = self._scores(ref, batch).chunk(2)
                 losses = dpo_losses(
@@ -277,6 +280,7 @@ class DPOTrainer(LLMTrainer):
                 sums["accuracy"] += float((reward_c > reward_r).float().sum())
         grad_norm = self._apply_gradients()
         if self.args.sync_ref_model and self.global_step % self.args.ref_model_sync_steps == 0:
+            assert self.reference is not None  # sync_ref_model excludes precompute_ref_log_probs
             sync_reference(self.reference, self.args.ref_model_mixup_alpha)
         mean = {k: v / pairs for k, v in sums.items()}
         return {

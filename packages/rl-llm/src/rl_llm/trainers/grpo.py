@@ -132,6 +132,7 @@ class GRPOConfig(TrainingConfig):
 
     @property
     def generation_batch_size(self) -> int:
+        """Completions per generation round: ``per_device_train_batch_size * gradient_accumulation_steps``."""
         return self.per_device_train_batch_size * self.gradient_accumulation_steps
 
 
@@ -176,6 +177,8 @@ def grpo_token_losses(
     adv = advantages.unsqueeze(-1)
     loss = -torch.minimum(weight * adv, weight.clamp(1 - epsilon_low, 1 + epsilon_high) * adv)
     if beta:
+        if ref_log_probs is None:
+            raise ValueError("grpo_token_losses: beta > 0 needs ref_log_probs.")
         delta = ref_log_probs - log_probs
         kl = delta.exp() - delta - 1
         loss = loss + beta * (kl * weight if bias_correction else kl)
@@ -195,6 +198,7 @@ class GRPOTrainer(LLMTrainer):
     """
 
     config_class = GRPOConfig
+    args: GRPOConfig
 
     def __init__(
         self,
@@ -240,7 +244,7 @@ class GRPOTrainer(LLMTrainer):
         if self.pad_token_id is None:
             raise ValueError("GRPOTrainer: the tokenizer has neither a pad nor an EOS token.")
         self.reference = Reference(self.model, ref_model) if self.args.beta > 0 else None
-        if self.args.sync_ref_model and not self.reference.is_copy:
+        if self.args.sync_ref_model and (self.reference is None or not self.reference.is_copy):
             raise ValueError(
                 "GRPOTrainer: sync_ref_model needs a copied reference; a PEFT model's reference is its base (adapter off)."
             )
@@ -311,7 +315,7 @@ class GRPOTrainer(LLMTrainer):
                     compile=args.compile_generation,
                 )
             else:
-                out = self.model.generate(
+                out = self.model.generate(  # pyright: ignore[reportCallIssue]  # transformers' GenerationMixin
                     input_ids=prompt,
                     attention_mask=prompt_mask.long(),
                     do_sample=True,
@@ -369,6 +373,7 @@ class GRPOTrainer(LLMTrainer):
                     [self._log_probs(self.model, batch, k, k + size) for k in range(0, len(texts), size)]
                 )
         if args.beta > 0:
+            assert self.reference is not None  # kept whenever beta > 0
             with self.reference.scoring() as ref:
                 batch["ref"] = torch.cat([self._log_probs(ref, batch, k, k + size) for k in range(0, len(texts), size)])
         return batch
@@ -467,6 +472,7 @@ class GRPOTrainer(LLMTrainer):
             total, clipped, kl_sum = total + total_k, clipped + clipped_k, kl_sum + kl_k
         grad_norm = self._apply_gradients()
         if args.sync_ref_model and self.global_step % args.ref_model_sync_steps == 0:
+            assert self.reference is not None  # GRPOConfig.validate: sync_ref_model needs beta > 0
             sync_reference(self.reference, args.ref_model_mixup_alpha)
         rewards = batch["rewards"]
         metrics = {

@@ -51,6 +51,7 @@ class Reference:
 
     @property
     def is_copy(self) -> bool:
+        """Whether the reference is a separate model (a copy or the ``ref_model`` given), not the PEFT policy with its adapter off."""
         return self.model is not None
 
     @contextmanager
@@ -60,7 +61,7 @@ class Reference:
             if self.model is not None:
                 yield self.model
             else:
-                with self.policy.disable_adapter():
+                with self.policy.disable_adapter():  # pyright: ignore[reportCallIssue]  # a peft model's method
                     yield self.policy
 
 

@@ -191,6 +191,7 @@ class SFTTrainer(LLMTrainer):
     """
 
     config_class = SFTConfig
+    args: SFTConfig
 
     def __init__(
         self,
@@ -218,6 +219,7 @@ class SFTTrainer(LLMTrainer):
             if empty:
                 raise ValueError(f"SFTTrainer: rows {empty[:5]} tokenize to fewer than 2 tokens; nothing to predict.")
             if self.args.packing:
+                assert self.args.max_length is not None  # SFTConfig.validate: packing needs max_length
                 bins = pack_best_fit([len(ids) for ids, _ in rows], self.args.max_length)
                 self._examples = [
                     (
@@ -234,7 +236,9 @@ class SFTTrainer(LLMTrainer):
     def _num_units(self) -> int:
         return len(self.examples)
 
-    def _collate(self, examples: list[tuple[list[int], list[bool], list[int]]]) -> tuple[torch.Tensor | None, ...]:
+    def _collate(
+        self, examples: list[tuple[list[int], list[bool], list[int]]]
+    ) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
         """``(input_ids, attention, loss_mask, position_ids, cu_seq_lens)`` on the model's device.
 
         Padding-free (``self.padding_free``): every sequence of ``examples`` end to end in one

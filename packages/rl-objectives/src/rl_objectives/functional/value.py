@@ -27,6 +27,8 @@ each over the whole rollout), exact for the zeros a ``done`` puts in ``b`` (no d
 
 from __future__ import annotations
 
+from typing import cast
+
 import torch
 from tdict.validation import check_unit_interval
 import torch.nn.functional as F
@@ -376,7 +378,7 @@ def td_lambda_return_estimate(
         fn, gamma, lmbda, next_state_value, reward, done, terminated, time_dim
     )
     steps = reward.shape[-1]
-    out = [None] * steps
+    out: list[torch.Tensor | None] = [None] * steps
     ret = None
     for t in reversed(range(steps)):
         nv = next_value[..., t]
@@ -384,7 +386,7 @@ def td_lambda_return_estimate(
         lm = _step(lmbda, t)
         ret = reward[..., t] + _step(gamma, t) * ((1 - lm) * nv + lm * follow)
         out[t] = ret
-    return torch.stack(out, -1).movedim(-1, dim)
+    return torch.stack(cast(list[torch.Tensor], out), -1).movedim(-1, dim)  # (every step is filled)
 
 
 def vec_td_lambda_return_estimate(

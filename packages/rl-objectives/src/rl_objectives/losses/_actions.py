@@ -18,8 +18,9 @@ from typing import Any, NamedTuple
 
 import torch
 from tdict.specs import Categorical, Composite, MultiOneHot, OneHot
+from tdict.nn import sum_to_batch as _sum_to_batch
 
-from .utils import _check_batch_shaped, _sum_to_batch
+from .utils import _check_batch_shaped
 
 # the names a loss accepts for its action space, and the two ways it reads a stored action
 ACTION_SPACES = {

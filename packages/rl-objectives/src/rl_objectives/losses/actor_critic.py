@@ -12,13 +12,14 @@ mix raises ``ValueError`` naming the keys instead of broadcasting.
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
+from typing import Any, ClassVar, cast
 
 import torch
 from tdict import TensorDict
-from tdict.nn import CompositeDistribution, ProbabilisticTensorDictModule
+from tdict.nn import CompositeDistribution, ProbabilisticTensorDictModule, ProbabilisticTensorDictSequential
 from tdict.nn import holder_batch_dims
 from tdict.validation import check_positive, check_positive_int
+from tdict.nn import sum_to_batch as _sum_to_batch
 from torch import distributions as D
 
 from ..value import (
@@ -35,7 +36,6 @@ from .utils import (
     _check_reduction,
     _present_keys,
     _reduce,
-    _sum_to_batch,
     _value_type,
     distance_loss,
 )
@@ -81,8 +81,8 @@ def _entropy(dist: D.Distribution, batch_dims: int, samples_mc: int) -> _Tensor:
     draws = dist.rsample((samples_mc,)) if dist.has_rsample else dist.sample((samples_mc,))
     if isinstance(dist, CompositeDistribution):
         log_prob = dist.log_prob(draws, aggregate_probabilities=True)
-    else:
-        log_prob = _sum_to_batch(dist.log_prob(draws), batch_dims + 1)
+    else:  # a plain distribution draws tensors
+        log_prob = _sum_to_batch(dist.log_prob(cast(torch.Tensor, draws)), batch_dims + 1)
     return -log_prob.mean(0)
 
 
@@ -137,6 +137,12 @@ class _ActorCriticLoss(LossModule):
     _keys_follow_actor = False
     # ``loss.entropy_coeff = 0.005`` anneals in place (TorchRL 0.14's schedulable buffers)
     _schedulable_buffers = frozenset({"entropy_coeff", "critic_coeff", "clip_value"})
+
+    # set in __init__ (the network by convert_to_functional, the coefficients as buffers)
+    actor_network: ProbabilisticTensorDictModule | ProbabilisticTensorDictSequential
+    entropy_coeff: torch.Tensor
+    critic_coeff: torch.Tensor | None
+    clip_value: torch.Tensor | None
 
     def __init__(
         self,
@@ -212,7 +218,8 @@ class _ActorCriticLoss(LossModule):
             self.convert_to_functional(
                 critic_network, "critic_network", create_target_params=delay_value, compare_against=shared
             )
-        self._critic_in_keys = list(critic_network.in_keys) if critic_network is not None else []
+        # (a TensorDict module has in_keys; nn.Module's typing does not know them)
+        self._critic_in_keys = list(critic_network.in_keys) if critic_network is not None else []  # pyright: ignore[reportAttributeAccessIssue, reportArgumentType]
         self.advantage_norm = advantage_norm
         self.entropy_bonus = bool(entropy_bonus)
         self.samples_mc_entropy = samples_mc_entropy
@@ -382,7 +389,7 @@ class _ActorCriticLoss(LossModule):
             values.append(value)
         if len(values) == 1 and not isinstance(keys, list):
             return values[0]
-        return sum(_sum_to_batch(v, tensordict.batch_dims) for v in values)
+        return cast(torch.Tensor, sum(_sum_to_batch(v, tensordict.batch_dims) for v in values))  # values: not empty
 
     def _score(self, tensordict: Any) -> tuple:
         """``(working copy, advantage, current policy, log pi(a|s) of the stored action)``.
@@ -411,6 +418,7 @@ class _ActorCriticLoss(LossModule):
         """``loss_critic`` (and ``value_clip_fraction`` / ``explained_variance``) into ``out``."""
         if not self._has_critic:
             return
+        assert self.critic_coeff is not None  # _has_critic: a critic and a coefficient
         out[self._critic_loss_key] = self._critic_loss(tensordict, out) * self.critic_coeff
 
     def _critic_loss(self, tensordict: Any, out: dict) -> _Tensor:
@@ -446,7 +454,7 @@ class _ActorCriticLoss(LossModule):
             named.append((f"{keys.value!r} (stored)", old_value))
         _check_same_shape(name, named)
         loss = distance_loss(value, target, self.loss_critic_type)
-        if old_value is not None:
+        if old_value is not None and self.clip_value is not None:  # (read above only with clip_value)
             # PPO-style value clipping: the prediction moves at most clip_value from the stored value,
             # and the larger (more pessimistic) of the two errors is kept
             delta = value - old_value

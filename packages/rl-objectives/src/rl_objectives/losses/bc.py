@@ -24,11 +24,12 @@ from typing import Any, ClassVar
 import torch
 import torch.nn.functional as F
 from tdict import TensorDict, unravel_key
-from tdict.nn import Delta
+from tdict.nn import Delta, TensorDictModuleBase
+from tdict.nn import sum_to_batch as _sum_to_batch
 
 from .._stack import user_stacklevel as _user_stacklevel
 from .common import LossModule
-from .utils import _check_reduction, _get, _sum_to_batch, distance_loss
+from .utils import _check_reduction, _get, distance_loss
 
 __all__ = ["BCLoss"]
 
@@ -99,6 +100,8 @@ class BCLoss(LossModule):
         >>> deterministic(data)["loss_bc"].backward()
     """
 
+    actor_network: TensorDictModuleBase  # set by convert_to_functional
+
     default_keys: ClassVar[dict] = {"action": "action", "pad_mask": None}
     out_keys: ClassVar[list] = ["loss_bc"]
 
@@ -122,6 +125,7 @@ class BCLoss(LossModule):
 
     @property
     def in_keys(self) -> list:
+        """The keys the loss reads: the actor's in-keys, the action and, when set, the padding mask (sorted)."""
         keys = {unravel_key(k) for k in self.actor_network.in_keys} | {self.tensor_keys.action}
         if self.tensor_keys.pad_mask is not None:
             keys.add(self.tensor_keys.pad_mask)
@@ -168,7 +172,12 @@ class BCLoss(LossModule):
         flat = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), index.reshape(-1).long(), reduction="none")
         return flat.reshape(index.shape)
 
-    def _distance(self, pred: torch.Tensor, target: torch.Tensor, loss_function: Any) -> torch.Tensor:
+    def _distance(
+        self,
+        pred: torch.Tensor,
+        target: torch.Tensor,
+        loss_function: str | Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
+    ) -> torch.Tensor:
         owner = type(self).__name__
         if loss_function == "cross_entropy":
             return self._cross_entropy(pred, target)
@@ -186,7 +195,8 @@ class BCLoss(LossModule):
             return self._distance(self._prediction(tensordict), target, self.loss_function)
         if hasattr(self.actor_network, "get_dist"):
             with self.swapped("actor_network"):
-                dist = self.actor_network.get_dist(tensordict.copy())
+                # (a probabilistic actor: get_dist checked above; nn.Module's typing does not know it)
+                dist = self.actor_network.get_dist(tensordict.copy())  # pyright: ignore[reportCallIssue]
             if isinstance(dist, Delta):  # a point mass has no useful likelihood: regress its location
                 return self._distance(dist.deterministic_sample, target, "l2")
             return -_sum_to_batch(dist.log_prob(target), tensordict.batch_dims)

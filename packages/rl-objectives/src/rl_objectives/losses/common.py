@@ -26,6 +26,7 @@ import warnings
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any, ClassVar
 
+import tdict
 import torch
 from torch import nn
 from torch.nn.parameter import is_lazy
@@ -159,7 +160,7 @@ class LossModule(TensorKeysMixin, nn.Module):
 
     def __setattr__(self, name: str, value: Any) -> None:
         if name == "value_estimator":  # nn.Module would register an estimator module without the property
-            LossModule.value_estimator.fset(self, value)
+            LossModule.value_estimator.fset(self, value)  # pyright: ignore[reportOptionalCall]  # (defined below)
             return
         if (
             name in self._all_schedulable_buffers
@@ -169,7 +170,7 @@ class LossModule(TensorKeysMixin, nn.Module):
         ):
             self._set_schedulable(name, value)
             return
-        super().__setattr__(name, value)
+        super().__setattr__(name, value)  # pyright: ignore[reportArgumentType]  # (torch's stub: tensors and modules only)
 
     # ------------------------------------------------------------------ scheduled hyper-parameters
     def _set_schedulable(self, name: str, value: Any) -> None:
@@ -489,7 +490,7 @@ class _Swapped:
             holder[name] = tensor
 
 
-def _expanded_params(module: nn.Module, params: TensorDict, expand_dim: int) -> TensorDict:
+def _expanded_params(module: nn.Module, params: TensorDict, expand_dim: int) -> TensorDictBase:
     """``expand_dim`` parameter sets stacked on dim 0: the module's values, then fresh draws."""
     if not isinstance(module, TensorDictModuleBase):
         raise TypeError(
@@ -498,5 +499,6 @@ def _expanded_params(module: nn.Module, params: TensorDict, expand_dim: int) -> 
     sets = [params.detach().clone()]
     for _ in range(expand_dim - 1):
         sets.append(module.reset_parameters_recursive(params.detach().clone()))
-    stacked = torch.stack(sets, 0)
-    return stacked.apply(lambda t: nn.Parameter(t) if t.is_floating_point() else t)
+    stacked = tdict.stack(sets, 0).apply(lambda t: nn.Parameter(t) if t.is_floating_point() else t)
+    assert stacked is not None  # (apply gives None only when fn drops every leaf)
+    return stacked

@@ -28,6 +28,7 @@ import torch
 from tdict import TensorDict
 from tdict.specs import Bounded
 from tdict.validation import check_positive_int
+from tdict.nn import sum_to_batch as _sum_to_batch
 from torch import nn
 
 from ._actions import (
@@ -48,7 +49,6 @@ from .utils import (
     _get,
     _loss_output,
     _reduce,
-    _sum_to_batch,
     _TemperatureMixin,
     distance_loss,
 )
@@ -144,6 +144,10 @@ class CQLLoss(_TemperatureMixin, _BootstrappedLoss):
          'loss_cql', 'loss_qvalue']
     """
 
+    # buffers (set in __init__)
+    _uniform_low: torch.Tensor
+    _uniform_high: torch.Tensor
+
     default_keys: ClassVar[dict] = {
         "action": "action",
         "value": "state_value",
@@ -222,6 +226,7 @@ class CQLLoss(_TemperatureMixin, _BootstrappedLoss):
 
     @property
     def out_keys(self) -> list[str]:
+        """The entries of the output (``"loss_alpha_prime"`` only with ``with_lagrange``)."""
         keys = ["loss_actor", "loss_actor_bc", "loss_qvalue", "loss_cql", "loss_alpha", "alpha", "entropy"]
         return keys[:5] + ["loss_alpha_prime"] + keys[5:] if self.with_lagrange else keys
 

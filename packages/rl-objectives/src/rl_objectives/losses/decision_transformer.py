@@ -23,6 +23,8 @@ import torch
 from tdict import TensorDict
 from tdict.specs import Composite
 from tdict.validation import check_positive_int
+from tdict.nn import ProbabilisticTensorDictModule, ProbabilisticTensorDictSequential, TensorDictModuleBase
+from tdict.nn import sum_to_batch as _sum_to_batch
 
 from .common import LossModule
 from .utils import (
@@ -32,7 +34,6 @@ from .utils import (
     _check_scalar_output_mode,
     _get,
     _loss_output,
-    _sum_to_batch,
     _TemperatureMixin,
     distance_loss,
 )
@@ -124,6 +125,8 @@ class DTLoss(LossModule):
         (['loss'], torch.Size([]))
     """
 
+    actor_network: TensorDictModuleBase  # set by convert_to_functional
+
     default_keys: ClassVar[dict] = {"action_target": "action", "action_pred": "action", "mask": "mask"}
     out_keys: ClassVar[list] = ["loss"]
 
@@ -142,6 +145,7 @@ class DTLoss(LossModule):
 
     @property
     def in_keys(self) -> list:
+        """The keys the loss reads: the actor's in-keys and the target action (sorted)."""
         keys = set(self.actor_network.in_keys) | {self.tensor_keys.action_target}
         return sorted(keys, key=str)
 
@@ -222,6 +226,8 @@ class OnlineDTLoss(_TemperatureMixin, LossModule):
         (['alpha', 'entropy', 'loss_alpha', 'loss_entropy', 'loss_log_likelihood'], -2.0)
     """
 
+    actor_network: ProbabilisticTensorDictModule | ProbabilisticTensorDictSequential  # set by convert_to_functional
+
     default_keys: ClassVar[dict] = {"action_target": "action", "action_pred": "action", "mask": "mask"}
     out_keys: ClassVar[list] = ["loss_log_likelihood", "loss_entropy", "loss_alpha", "alpha", "entropy"]
 
@@ -280,6 +286,7 @@ class OnlineDTLoss(_TemperatureMixin, LossModule):
 
     @property
     def in_keys(self) -> list:
+        """The keys the loss reads: the actor's in-keys and the target action (sorted)."""
         return sorted(set(self.actor_network.in_keys) | {self.tensor_keys.action_target}, key=str)
 
     def get_entropy_bonus(self, dist: torch.distributions.Distribution, step_dims: int) -> torch.Tensor:

@@ -15,6 +15,7 @@ from __future__ import annotations
 from typing import Any, ClassVar
 
 import torch
+from tdict.nn import ProbabilisticTensorDictModule, ProbabilisticTensorDictSequential
 from tdict import TensorDict
 from tdict.validation import check_positive_int
 
@@ -101,6 +102,8 @@ class DiscreteSACLoss(_TemperatureMixin, _BootstrappedLoss):
         >>> round(loss.target_entropy, 4)
         1.3586
     """
+
+    actor_network: ProbabilisticTensorDictModule | ProbabilisticTensorDictSequential  # set by convert_to_functional
 
     default_keys: ClassVar[dict] = {
         "action": "action",
@@ -223,7 +226,9 @@ class DiscreteSACLoss(_TemperatureMixin, _BootstrappedLoss):
         min_q = self._action_values(tensordict, params=self.params_of("qvalue_network").detach()).min(0).values
         loss_actor = self._reduce_loss((probs * (alpha * log_probs - min_q)).sum(-1), tensordict)
         neg_entropy = (probs * log_probs).sum(-1).detach()
-        loss_alpha = self._reduce_loss(-self.log_alpha * (neg_entropy + self.target_entropy), tensordict)
+        target_entropy = self.target_entropy
+        assert target_entropy is not None  # resolved in __init__
+        loss_alpha = self._reduce_loss(-self.log_alpha * (neg_entropy + target_entropy), tensordict)
 
         tensordict.set(keys.priority, (pred.detach() - target).abs().max(0).values)
         return _loss_output(

@@ -15,6 +15,8 @@ from typing import Any, ClassVar
 import torch
 from tdict import TensorDict
 from tdict.validation import check_positive_int
+from tdict.nn import ProbabilisticTensorDictModule, ProbabilisticTensorDictSequential
+from tdict.nn import sum_to_batch as _sum_to_batch
 
 from ._actions import check_discrete_action, chosen_value, resolve_action_space
 from .utils import (
@@ -24,7 +26,6 @@ from .utils import (
     _get,
     _loss_output,
     _reduce,
-    _sum_to_batch,
     distance_loss,
 )
 
@@ -97,6 +98,8 @@ class IQLLoss(_BootstrappedLoss):
         >>> sorted(loss(td).keys())
         ['entropy', 'loss_actor', 'loss_qvalue', 'loss_value']
     """
+
+    actor_network: ProbabilisticTensorDictModule | ProbabilisticTensorDictSequential  # set by convert_to_functional
 
     default_keys: ClassVar[dict] = {
         "action": "action",

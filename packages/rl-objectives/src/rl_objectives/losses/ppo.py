@@ -15,11 +15,13 @@ clipping) and ``loss_entropy``. Diagnostics: ``"entropy"``, ``"kl_approx"`` (mea
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 import torch
 from tdict import TensorDict
 from tdict.validation import check_non_negative, check_positive_int
+from tdict.nn import CompositeDistribution, ProbabilisticTensorDictModule
+from tdict.nn import sum_to_batch as _sum_to_batch
 from torch import distributions as D
 
 from .actor_critic import (
@@ -28,7 +30,7 @@ from .actor_critic import (
     _distribution_module,
     _standardize,
 )
-from .utils import _present_keys, _sum_to_batch
+from .utils import _present_keys
 
 __all__ = ["ClipPPOLoss", "KLPENPPOLoss", "PPOLoss"]
 
@@ -119,6 +121,8 @@ class PPOLoss(_ActorCriticLoss):
         >>> sorted(out.keys())
         ['ESS', 'entropy', 'explained_variance', 'kl_approx', 'loss_critic', 'loss_entropy', 'loss_objective']
     """
+
+    max_importance_ratio: torch.Tensor | None  # a buffer (set in __init__)
 
     _keys_follow_actor = True
     _schedulable_buffers = frozenset({"max_importance_ratio"})
@@ -300,6 +304,8 @@ class ClipPPOLoss(PPOLoss):
         tensor(0.0500)
     """
 
+    clip_epsilon: torch.Tensor  # a buffer (set in __init__)
+
     _schedulable_buffers = frozenset({"clip_epsilon"})
 
     def __init__(
@@ -385,6 +391,9 @@ class KLPENPPOLoss(PPOLoss):
         0.5
     """
 
+    beta: torch.Tensor  # a buffer (set in __init__)
+    _dist_module: ProbabilisticTensorDictModule  # the actor's probabilistic module (set in __init__)
+
     _schedulable_buffers = frozenset({"beta"})
 
     def __init__(
@@ -442,6 +451,7 @@ class KLPENPPOLoss(PPOLoss):
             pass
         draws = previous.sample((self.samples_mc_kl,))
         if hasattr(draws, "batch_size"):  # a CompositeDistribution's TensorDict sample
+            previous, current = cast(CompositeDistribution, previous), cast(CompositeDistribution, current)
             diff = previous.log_prob(draws, aggregate_probabilities=True) - current.log_prob(
                 draws, aggregate_probabilities=True
             )

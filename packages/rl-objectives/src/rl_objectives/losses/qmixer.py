@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import Any, ClassVar
 
 import torch
+from tdict.nn import TensorDictModuleBase
 from tdict import TensorDict
 
 from ._actions import check_discrete_action, chosen_value, resolve_action_space
@@ -105,6 +106,8 @@ class QMixerLoss(LossModule):
         >>> out["loss"].shape, td["td_error"].shape
         (torch.Size([]), torch.Size([6]))
     """
+
+    local_value_network: TensorDictModuleBase  # set by convert_to_functional
 
     default_keys: ClassVar[dict] = {
         "advantage": "advantage",

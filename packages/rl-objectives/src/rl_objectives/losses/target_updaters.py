@@ -50,6 +50,7 @@ class TargetNetUpdater:
             dst.copy_(src)
 
     def step(self, n: int = 1) -> None:  # pragma: no cover - abstract
+        """Moves the target parameters ``n`` updates towards the trained ones (abstract)."""
         raise NotImplementedError
 
 
@@ -87,7 +88,9 @@ class SoftUpdate(TargetNetUpdater):
     def __init__(self, loss_module: LossModule, *, eps: float | None = None, tau: float | None = None) -> None:
         if (eps is None) == (tau is None):
             raise ValueError(f"SoftUpdate: give exactly one of eps or tau, got eps={eps!r}, tau={tau!r}.")
-        eps = 1.0 - tau if eps is None else eps
+        if eps is None:
+            assert tau is not None  # exactly one of them (checked above)
+            eps = 1.0 - tau
         if not 0.0 <= eps <= 1.0:
             raise ValueError(f"SoftUpdate: eps must be in [0, 1] (tau = 1 - eps), got eps={eps!r}.")
         self.eps = float(eps)
@@ -104,7 +107,7 @@ class SoftUpdate(TargetNetUpdater):
             return
         floats = [(s, t) for s, t in zip(self._sources, self._targets) if t.is_floating_point()]
         if floats:
-            torch._foreach_lerp_([t for _, t in floats], [s for s, _ in floats], 1.0 - self.eps**n)
+            torch._foreach_lerp_([t for _, t in floats], [s for s, _ in floats], 1.0 - self.eps**n)  # pyright: ignore[reportPrivateImportUsage]
         for src, dst in zip(self._sources, self._targets):
             if not dst.is_floating_point():
                 dst.copy_(src)  # counters and other integer buffers follow exactly

@@ -114,6 +114,10 @@ class TD3Loss(_BootstrappedLoss):
         (torch.Size([]), torch.Size([]))
     """
 
+    # buffers (set in __init__)
+    min_action: torch.Tensor
+    max_action: torch.Tensor
+
     default_keys: ClassVar[dict] = {
         "action": "action",
         "state_action_value": "state_action_value",

@@ -13,7 +13,7 @@ from __future__ import annotations
 import math
 import warnings
 from collections.abc import Mapping
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import torch
 import torch.nn.functional as F
@@ -377,6 +377,11 @@ class _TemperatureMixin:
 
     _schedulable_buffers = frozenset({"log_alpha"})
     _target_entropy: float | None = None
+    log_alpha: torch.Tensor  # set by _init_temperature
+
+    if TYPE_CHECKING:  # provided by the nn.Module (LossModule) this mixin is combined with
+
+        def register_buffer(self, name: str, tensor: torch.Tensor | None, persistent: bool = True) -> None: ...
 
     @property
     def target_entropy(self) -> float | None:

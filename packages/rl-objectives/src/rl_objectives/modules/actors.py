@@ -12,7 +12,7 @@ Names, arguments and default keys follow torchrl.modules (0.14). The design diff
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, cast
 
 import torch
 from tdict.nn import (
@@ -23,7 +23,7 @@ from tdict.nn import (
     TensorDictSequential,
     dispatch,
 )
-from tdict import unravel_key
+from tdict import NestedKey, unravel_key
 from tdict.specs import Binary, Categorical, Composite, MultiOneHot, OneHot
 from tdict.validation import check_one_of
 
@@ -38,8 +38,6 @@ __all__ = [
     "SafeProbabilisticModule",
     "ValueOperator",
 ]
-
-NestedKey = Any
 
 
 def _as_key_list(keys: Any, default: list, what: str) -> list:
@@ -210,7 +208,9 @@ class SafeProbabilisticModule(ProbabilisticTensorDictModule):
                 f"{type(self).__name__}: safe=True needs a spec to project the sample into, got spec=None."
             )
         self._spec = _as_composite(
-            spec, self.dist_sample_keys[0] if self.dist_sample_keys else out_keys[0], type(self).__name__
+            spec,
+            self.dist_sample_keys[0] if self.dist_sample_keys else out_keys[0],
+            type(self).__name__,
         )
         self.safe = bool(safe)
         self._safe_plan = _spec_items(self._spec, self.dist_sample_keys)
@@ -469,7 +469,8 @@ class QValueModule(TensorDictModuleBase):
         self._spec = _as_composite(leaf, out_keys[0], "QValueModule")
         self._project = None if leaf is None else _projector(leaf)
         self.safe = bool(safe)
-        self._dtype = leaf.dtype if leaf is not None else torch.int64
+        # (a leaf spec: a Composite leaf has no action space and was refused above)
+        self._dtype = leaf.dtype if leaf is not None else torch.int64  # pyright: ignore[reportAttributeAccessIssue]
         self.strict_shape = strict_shape
         self._per_sample_shape = None if strict_shape is False else per_sample
 
@@ -479,7 +480,9 @@ class QValueModule(TensorDictModuleBase):
         return self._spec
 
     def _check_shape(self, action: torch.Tensor, values: torch.Tensor) -> torch.Tensor:
-        expected = values.shape[:-1] + self._per_sample_shape
+        per_sample = self._per_sample_shape
+        assert per_sample is not None  # called only with a shape check
+        expected = values.shape[:-1] + per_sample
         if action.shape == expected:
             return action
         if self.strict_shape == "auto":
@@ -491,7 +494,7 @@ class QValueModule(TensorDictModuleBase):
                 ) from None
         raise RuntimeError(
             f"QValueModule: the action {self.out_keys[0]!r} has shape {tuple(action.shape)}, the spec expects {tuple(expected)} "
-            f"(the action values' batch shape {tuple(values.shape[:-1])} + the spec's per-sample shape {tuple(self._per_sample_shape)}); "
+            f"(the action values' batch shape {tuple(values.shape[:-1])} + the spec's per-sample shape {tuple(per_sample)}); "
             "pass strict_shape='auto' to reshape it or strict_shape=False to skip the check (TorchRL's strict_shape)."
         )
 
@@ -504,6 +507,7 @@ class QValueModule(TensorDictModuleBase):
             idx = ranked.argmax(-1)
             action = torch.nn.functional.one_hot(idx, values.shape[-1]).to(self._dtype)
             return action, values.gather(-1, idx.unsqueeze(-1)).squeeze(-1)
+        assert self.var_nums is not None  # __init__: mult_one_hot has var_nums
         if values.shape[-1] != sum(self.var_nums):
             raise ValueError(
                 f"QValueModule: action values have {values.shape[-1]} entries but var_nums {self.var_nums} sum to {sum(self.var_nums)}."
@@ -513,7 +517,7 @@ class QValueModule(TensorDictModuleBase):
             idx = r.argmax(-1)
             actions.append(torch.nn.functional.one_hot(idx, v.shape[-1]))
             chosen = chosen + v.gather(-1, idx.unsqueeze(-1)).squeeze(-1)
-        return torch.cat(actions, -1).to(self._dtype), chosen
+        return torch.cat(actions, -1).to(self._dtype), cast(torch.Tensor, chosen)  # (var_nums is not empty)
 
     @dispatch(auto_batch_size=False)
     def forward(self, tensordict: Any) -> Any:
@@ -534,6 +538,7 @@ class QValueModule(TensorDictModuleBase):
         if self._per_sample_shape is not None:
             action = self._check_shape(action, values)
         if self.safe:
+            assert self._project is not None  # __init__: safe needs a spec
             action = self._project(action)
         key_action, key_values, key_chosen = self.out_keys
         tensordict.set(key_action, action)
@@ -674,9 +679,11 @@ class ActorValueOperator(TensorDictSequential):
         return TensorDictSequential(self[0], self[2])
 
     def get_policy_head(self) -> Any:
+        """The policy head (without the shared trunk)."""
         return self[1]
 
     def get_value_head(self) -> Any:
+        """The value head (without the shared trunk)."""
         return self[2]
 
 
@@ -708,9 +715,11 @@ class ActorCriticWrapper(TensorDictSequential):
         super().__init__(policy_operator, value_operator)
 
     def get_policy_operator(self) -> Any:
+        """The policy module (the first of the two)."""
         return self[0]
 
     def get_value_operator(self) -> Any:
+        """The value module (the second of the two)."""
         return self[1]
 
     get_policy_head = get_policy_operator

@@ -29,7 +29,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 from tdict import unravel_key
-from tdict.nn import TensorDictModuleWrapper
+from tdict.nn import TensorDictModuleBase, TensorDictModuleWrapper
 from tdict.validation import check_one_of, check_positive_int
 from torch import nn
 
@@ -505,7 +505,9 @@ class DecisionTransformerInferenceWrapper(TensorDictModuleWrapper):
         (torch.Size([1, 2]), torch.Size([1]), torch.Size([1, 20, 4]))
     """
 
-    def __init__(self, policy: nn.Module, *, inference_context: int = 5, spec: Any = None, device: Any = None) -> None:
+    def __init__(
+        self, policy: TensorDictModuleBase, *, inference_context: int = 5, spec: Any = None, device: Any = None
+    ) -> None:
         check_positive_int(type(self).__name__, "inference_context", inference_context)
         super().__init__(policy)
         self.observation_key: Any = "observation"

@@ -20,6 +20,7 @@ import torch
 from tdict import nn as tnn
 from tdict.nn import Delta, NormalParamExtractor
 from torch import distributions as D
+from torch.distributions import constraints
 
 __all__ = [
     "Delta",
@@ -107,7 +108,7 @@ class TanhNormal(D.Distribution):
                 [0., 0.]])
     """
 
-    arg_constraints = {"loc": D.constraints.real, "scale": D.constraints.positive}
+    arg_constraints: dict[str, constraints.Constraint] = {"loc": constraints.real, "scale": constraints.positive}
     has_rsample = True
 
     def __init__(
@@ -142,8 +143,8 @@ class TanhNormal(D.Distribution):
         super().__init__(batch_shape=loc.shape[:split], event_shape=loc.shape[split:], validate_args=validate_args)
 
     @property
-    def support(self) -> D.constraints.Constraint:
-        return D.constraints.independent(D.constraints.interval(self.low, self.high), self.event_dims)
+    def support(self) -> constraints.Constraint:
+        return constraints.independent(constraints.interval(self.low, self.high), self.event_dims)
 
     def _squash(self, x: torch.Tensor) -> torch.Tensor:
         t = torch.tanh(x)
@@ -176,6 +177,7 @@ class TanhNormal(D.Distribution):
 
     @property
     def deterministic_sample(self) -> torch.Tensor:
+        """The squashed location: ``loc`` mapped through tanh into ``[low, high]``."""
         return self._squash(self.loc)
 
     @property
@@ -294,14 +296,17 @@ class IndependentNormal(D.Independent):
 
     @property
     def loc(self) -> torch.Tensor:
+        """The mean of the base normal."""
         return self.base_dist.loc
 
     @property
     def scale(self) -> torch.Tensor:
+        """The standard deviation of the base normal."""
         return self.base_dist.scale
 
     @property
     def deterministic_sample(self) -> torch.Tensor:
+        """The mean (``loc``)."""
         return self.base_dist.loc
 
     @property
@@ -357,10 +362,12 @@ class TruncatedNormal(D.Independent):
 
     @property
     def loc(self) -> torch.Tensor:
+        """The location of the normal before truncation."""
         return self.base_dist.loc
 
     @property
     def scale(self) -> torch.Tensor:
+        """The scale of the normal before truncation."""
         return self.base_dist.scale
 
     @property
@@ -369,6 +376,7 @@ class TruncatedNormal(D.Independent):
 
     @property
     def deterministic_sample(self) -> torch.Tensor:
+        """The mean of the truncated distribution."""
         return self.base_dist.mean
 
 
@@ -518,7 +526,11 @@ class MaskedCategorical(D.Categorical):
             raise TypeError(
                 f"MaskedCategorical: use_cross_entropy must be a bool, got {type(use_cross_entropy).__name__}."
             )
-        raw = logits if logits is not None else probs.log()
+        if logits is not None:
+            raw = logits
+        else:
+            assert probs is not None  # exactly one of the two (checked above)
+            raw = probs.log()
         self._indices = None
         if indices is not None:
             if not isinstance(indices, torch.Tensor) or indices.is_floating_point() or indices.dtype is torch.bool:
@@ -567,10 +579,12 @@ class MaskedCategorical(D.Categorical):
 
     @property
     def padding_value(self) -> int:
+        """The padding entry of ``indices`` (0 when none was given)."""
         return 0 if self._padding_value is None else self._padding_value
 
     @property
     def padding_side(self) -> str:
+        """``"left"`` or ``"right"``, as given (padding is recognised by its value, wherever it is)."""
         return self._padding_side
 
     def _to_action(self, position: torch.Tensor) -> torch.Tensor:
@@ -593,6 +607,7 @@ class MaskedCategorical(D.Categorical):
 
     @property
     def deterministic_sample(self) -> torch.Tensor:
+        """The most likely allowed action (:attr:`mode`)."""
         return self.mode
 
     @property

@@ -85,6 +85,8 @@ def _right_expand(value: torch.Tensor, ndim: int) -> torch.Tensor:
 class _Annealed(TensorDictModuleBase):
     """Shared annealing: a factor going linearly from ``init`` to ``end`` in ``annealing_num_steps`` steps."""
 
+    _anneal_count: torch.Tensor  # a buffer (set by _init_schedule)
+
     _factor_name = "eps"
 
     def _init_schedule(self, init: float, end: float, n: int, device: Any) -> None:
@@ -149,6 +151,8 @@ class EGreedyModule(_Annealed):
         >>> explore.step(5); explore.eps
         tensor(0.5000)
     """
+
+    eps: torch.Tensor  # the annealed buffer (set by _init_schedule)
 
     def __init__(
         self,
@@ -252,6 +256,11 @@ class AdditiveGaussianModule(_Annealed):
         (True, True)
     """
 
+    # buffers (set in __init__ and by _init_schedule)
+    mean: torch.Tensor
+    std: torch.Tensor
+    sigma: torch.Tensor
+
     _factor_name = "sigma"
 
     def __init__(
@@ -297,6 +306,7 @@ class AdditiveGaussianModule(_Annealed):
         noise = torch.randn_like(action) * self.std.to(action) + self.mean.to(action)
         action = action + self.sigma.to(action) * noise
         if self.safe:
+            assert self._project is not None  # safe requires a spec (_leaf_spec)
             action = self._project(action)
         tensordict.set(self.action_key, action)
         return tensordict
@@ -347,6 +357,10 @@ class OrnsteinUhlenbeckProcessModule(_Annealed):
         >>> td["_ou_prev_noise"].shape, td["_ou_steps"].tolist()
         (torch.Size([3, 2]), [1, 1, 1])
     """
+
+    # buffers (set in __init__ and by _init_schedule)
+    x0: torch.Tensor
+    eps: torch.Tensor
 
     def __init__(
         self,
@@ -446,6 +460,7 @@ class OrnsteinUhlenbeckProcessModule(_Annealed):
         noise = x + self.theta * (self.mu - x) * self.dt + sigma_t * math.sqrt(self.dt) * torch.randn_like(x)
         action = action + self.eps.to(action) * noise
         if self.safe:
+            assert self._project is not None  # safe requires a spec (_leaf_spec)
             action = self._project(action)
         tensordict.set(self.noise_key, noise - self.x0.to(action))
         tensordict.set(self.steps_key, steps + 1)

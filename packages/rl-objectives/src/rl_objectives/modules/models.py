@@ -273,7 +273,9 @@ class ConvNet(nn.Sequential):
             last = i == n - 1
             bias = bias_last_layer if last else True
             c_in = in_features if i == 0 else channels[i - 1]
-            kw = dict(kernel_size=kernels[i], stride=strides_l[i], padding=paddings_l[i], bias=bias, device=device)
+            kw: dict[str, Any] = dict(
+                kernel_size=kernels[i], stride=strides_l[i], padding=paddings_l[i], bias=bias, device=device
+            )
             layers.append(nn.LazyConv2d(c_out, **kw) if c_in is None else nn.Conv2d(c_in, c_out, **kw))
             if not last or activate_last_layer:
                 if norm_class is not None:

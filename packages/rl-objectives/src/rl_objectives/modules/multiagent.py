@@ -165,7 +165,7 @@ class MultiAgentNetBase(nn.Module):
                 with one.to_module(self._empty_net):
                     for module in self._empty_net.modules():
                         if module is not self._empty_net and hasattr(module, "reset_parameters"):
-                            module.reset_parameters()
+                            module.reset_parameters()  # pyright: ignore[reportCallIssue]  # (checked by hasattr)
 
     def extra_repr(self) -> str:
         return f"n_agents={self.n_agents}, centralized={self.centralized}, share_params={self.share_params}, agent_dim={self.agent_dim}"
@@ -522,6 +522,8 @@ class QMixer(Mixer):
         self.V = nn.Sequential(nn.Linear(d, e, device=device), nn.ReLU(), nn.Linear(e, 1, device=device))
 
     def mix(self, chosen_action_value: _Tensor, state: _Tensor | None) -> _Tensor:
+        if state is None:
+            raise ValueError("QMixer.mix: QMIX conditions on the global state; got state=None.")
         s = state.flatten(chosen_action_value.ndim - 1) if self.state_shape else state.unsqueeze(-1)
         s = s.to(chosen_action_value.dtype)
         w1 = self.hyper_w_1(s).abs().unflatten(-1, (self.n_agents, self.embed_dim))

@@ -28,7 +28,7 @@ of the padding, the values written here are exact, whichever backend runs.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, cast
 
 import torch
 import torch.nn.functional as F
@@ -168,6 +168,9 @@ def _get(tensordict: Any, key: NestedKey, what: str, hint: str = "") -> torch.Te
 class _RecurrentModule(TensorDictModuleBase):
     """What LSTMModule and GRUModule share: keys, modes, shape checks, the step and sequence paths."""
 
+    # the RNN's parameter and instance dicts (set by _bind_weights, kept out of the module tree)
+    _params: tuple[dict, dict]
+
     _rnn_attr = ""
     _state_names: tuple = ()
     _cell: Callable = staticmethod(_lstm_cell)
@@ -195,6 +198,7 @@ class _RecurrentModule(TensorDictModuleBase):
             in_keys = [in_key, *self._state_names]
         if out_key is not None:
             out_keys = [out_key, *(("next", s) for s in self._state_names)]
+        assert in_keys is not None and out_keys is not None  # one of each pair was given (checked above)
         in_keys, out_keys = list(in_keys), list(out_keys)
         if len(in_keys) == n + 1:
             in_keys.append("is_init")
@@ -281,7 +285,7 @@ class _RecurrentModule(TensorDictModuleBase):
 
     @property
     def _rnn(self) -> nn.RNNBase:
-        return self._modules[self._rnn_attr]
+        return cast(nn.RNNBase, self._modules[self._rnn_attr])  # registered in __init__
 
     @property
     def recurrent_mode(self) -> bool:
@@ -323,7 +327,7 @@ class _RecurrentModule(TensorDictModuleBase):
         env's reset output (``TensorDictPrimer(module.recurrent_state_spec(env.batch_size))``).
         """
         batch = tuple(batch_size)
-        weight = self._rnn.weight_ih_l0
+        weight = cast(torch.Tensor, self._rnn.weight_ih_l0)  # (an RNN's per-layer weights are dynamic attributes)
         entries = {
             key: Unbounded(shape=(*batch, self._num_layers, size), dtype=weight.dtype, device=weight.device)
             for key, size in zip(self.in_keys[1:-1], self._sizes)
@@ -426,7 +430,7 @@ class _RecurrentModule(TensorDictModuleBase):
     def _fused(self, x: torch.Tensor | PackedSequence, states: States) -> tuple:
         """The ``nn`` kernel on ``x`` ``[N, T, F]`` (or packed) from ``states`` ``[N, L, H_i]``."""
         hx = tuple(s.transpose(0, 1).contiguous() for s in states)
-        y, final = self._rnn(x, hx if len(hx) > 1 else hx[0])
+        y, final = self._rnn(x, hx if len(hx) > 1 else hx[0])  # pyright: ignore[reportGeneralTypeIssues]  # (len >= 1)
         final = final if isinstance(final, tuple) else (final,)
         return y, tuple(f.transpose(0, 1) for f in final)
 

@@ -128,6 +128,8 @@ def _done_mask(record: TensorDictBase, done_keys: Sequence[Any] | None, owner: s
         if value.ndim > record.batch_dims:  # a trailing singleton (TorchRL layout) or per-agent flags
             value = value.reshape(*record.batch_size, -1).any(-1)
         mask = value if mask is None else mask | value
+    if mask is None:
+        raise ValueError(f"{owner}: done_keys is empty; name at least one done key.")
     return mask
 
 

@@ -159,13 +159,14 @@ class OptimizerHook(TrainerHookBase):
             return norm
         # torch's clip_grad_norm_ computes the same through several Python layers per call: on a small
         # network those cost more than the norms, and this runs at every gradient step
-        norm = torch.linalg.vector_norm(torch.stack(torch._foreach_norm(grads)))
+        # (torch's _foreach_* ops are not re-exported in its stubs: pyright reports them as private)
+        norm = torch.linalg.vector_norm(torch.stack(torch._foreach_norm(grads)))  # pyright: ignore[reportPrivateImportUsage]
         if clip_norm is not None:
             if clip_grad_norm:
-                torch._foreach_mul_(grads, (clip_norm / (norm + 1e-6)).clamp(max=1.0))
+                torch._foreach_mul_(grads, (clip_norm / (norm + 1e-6)).clamp(max=1.0))  # pyright: ignore[reportPrivateImportUsage]
             else:
-                torch._foreach_clamp_min_(grads, -clip_norm)
-                torch._foreach_clamp_max_(grads, clip_norm)
+                torch._foreach_clamp_min_(grads, -clip_norm)  # pyright: ignore[reportPrivateImportUsage]
+                torch._foreach_clamp_max_(grads, clip_norm)  # pyright: ignore[reportPrivateImportUsage]
         return norm
 
     def __call__(

@@ -117,6 +117,7 @@ class ProgressBar(TrainerHookBase):
 
     def _open(self, frames: int) -> None:
         kwargs = {"unit": "frames", "bar_format": _BAR_FORMAT, "dynamic_ncols": True, **self.tqdm_kwargs}
+        assert self.total_frames is not None  # set by register at the latest
         self.bar = self._tqdm(total=self.total_frames, initial=min(self._marks[-1][1], self.total_frames), **kwargs)
 
     def __call__(self, batch: Any = None) -> None:
@@ -127,6 +128,7 @@ class ProgressBar(TrainerHookBase):
         frames = self.trainer.collected_frames
         if self.bar is None:
             self._open(frames)
+        assert self.bar is not None  # opened above
         now = self.clock()
         self._marks.append((now, frames))
         then, frames_then = self._marks[0]

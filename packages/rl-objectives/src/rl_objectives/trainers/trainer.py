@@ -212,8 +212,9 @@ class Trainer:
 
         self.seed = seed
         if seed is not None:
-            if callable(getattr(collector, "set_seed", None)):
-                returned = collector.set_seed(seed)
+            set_seed = getattr(collector, "set_seed", None)
+            if callable(set_seed):
+                returned = set_seed(seed)
                 if isinstance(returned, int) and not isinstance(returned, bool):
                     seed = returned
             seed_everything(seed)
@@ -272,8 +273,9 @@ class Trainer:
         out: dict[str, Any] = {}
         if callable(getattr(self.loss_module, "state_dict", None)):
             out["loss_module"] = self.loss_module.state_dict()
-        if callable(getattr(self.collector, "state_dict", None)):
-            out["collector"] = self.collector.state_dict()
+        collector_state_dict = getattr(self.collector, "state_dict", None)
+        if callable(collector_state_dict):
+            out["collector"] = collector_state_dict()
         out["state"] = {
             "collected_frames": self.collected_frames,
             "_last_log": dict(self._last_log),
@@ -285,7 +287,7 @@ class Trainer:
         out["rng"] = rng_state()
         return out
 
-    def _check_state_dict(self, state_dict: Any) -> dict[str, Any]:
+    def _check_state_dict(self, state_dict: Any) -> Mapping[str, Any]:
         if not isinstance(state_dict, Mapping):
             raise TypeError(f"Trainer.load_state_dict: expected a mapping, got {type(state_dict).__name__}.")
         expected = {"state", *self._modules}
@@ -326,7 +328,7 @@ class Trainer:
         if "loss_module" in state_dict:
             self.loss_module.load_state_dict(state_dict["loss_module"])
         if "collector" in state_dict:
-            self.collector.load_state_dict(state_dict["collector"])
+            self.collector.load_state_dict(state_dict["collector"])  # pyright: ignore[reportAttributeAccessIssue]  # (checked by _check_state_dict)
         for name, module in self._modules.items():
             module.load_state_dict(state_dict[name])
         if "rng" in state_dict:
@@ -501,7 +503,9 @@ class Trainer:
                         value
                     )  # a loss some steps skip (TD3's delayed actor) averages its own steps
         if self.optim_steps_per_batch > 0:
-            average = {key: torch.cat([v.reshape(1) for v in vs]).float().mean() for key, vs in values.items()}
+            average: dict[str, Any] = {
+                key: torch.cat([v.reshape(1) for v in vs]).float().mean() for key, vs in values.items()
+            }
             self._log(optim_steps=self._optim_count, **average)
 
     def _log(self, log_pbar: bool = False, **values: Any) -> None:
@@ -530,6 +534,7 @@ class Trainer:
             )
         init_random_frames = self.warmup_frames
         if self.progress_bar:
+            assert self._tqdm is not None  # progress_bar stays True only with tqdm imported
             self._pbar = self._tqdm(total=self.total_frames, initial=min(self.collected_frames, self.total_frames))
         try:
             if self.collected_frames < self.total_frames:
@@ -562,8 +567,9 @@ class Trainer:
 
     def shutdown(self) -> None:
         """Shuts the collector down (when it has ``shutdown``)."""
-        if callable(getattr(self.collector, "shutdown", None)):
-            self.collector.shutdown()
+        shutdown = getattr(self.collector, "shutdown", None)
+        if callable(shutdown):
+            shutdown()
 
     def __repr__(self) -> str:
         ops = {stage: len(ops) for stage, ops in self._ops.items() if ops}

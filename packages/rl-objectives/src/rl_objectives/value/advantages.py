@@ -8,10 +8,11 @@ Each maps keys (see :class:`~rl_objectives.value.ValueEstimatorBase`) to one fun
 from __future__ import annotations
 
 import warnings
-from typing import Any
+from typing import Any, cast
 
 import torch
 from tdict import TensorDict
+from tdict.nn import ProbabilisticTensorDictModule, ProbabilisticTensorDictSequential
 from tdict.validation import check_positive
 
 from ..functional import (
@@ -201,6 +202,8 @@ class TDLambdaEstimator(_TDBase):
         tensor([3., 4.])
     """
 
+    lmbda: float | torch.Tensor  # a float attribute or a buffer (_set_coefficient)
+
     def __init__(
         self,
         gamma: float | _Tensor,
@@ -265,6 +268,8 @@ class GAE(ValueEstimatorBase):
         tensor([1.7500, 1.5000, 1.0000])
     """
 
+    lmbda: float | torch.Tensor  # a float attribute or a buffer (_set_coefficient)
+
     def __init__(
         self,
         gamma: float | _Tensor,
@@ -308,6 +313,7 @@ class GAE(ValueEstimatorBase):
 
     def _estimate(self, tensordict, value, next_value, reward, done, terminated, time_dim):
         fn = vec_generalized_advantage_estimate if self.vectorized else generalized_advantage_estimate
+        assert value is not None  # GAE needs V(s_t) (_target_needs_value)
         if self.auto_reset_env:
             reward, terminated = self._auto_reset(tensordict, value, reward, done)
         advantage, value_target = fn(
@@ -362,6 +368,8 @@ class VTrace(ValueEstimatorBase):
         tensor([2.8125, 2.6250, 2.2500, 1.5000])
     """
 
+    actor_network: ProbabilisticTensorDictModule | ProbabilisticTensorDictSequential  # in __dict__, owned by the loss
+
     def __init__(
         self,
         gamma: float | _Tensor,
@@ -412,7 +420,7 @@ class VTrace(ValueEstimatorBase):
         if not isinstance(key, list):
             return self._read(tensordict, key, f"{key!r} (the behaviour policy's log-prob)")
         heads = [self._read(tensordict, k, f"{k!r} (the behaviour policy's log-prob of a head)") for k in key]
-        return sum(_sum_to(h, tensordict.batch_dims) for h in heads)
+        return cast(_Tensor, sum(_sum_to(h, tensordict.batch_dims) for h in heads))  # (a sum of the heads' tensors)
 
     def _current_log_prob(self, tensordict: Any) -> _Tensor:
         actor = self.actor_network
@@ -428,6 +436,7 @@ class VTrace(ValueEstimatorBase):
 
     def _estimate(self, tensordict, value, next_value, reward, done, terminated, time_dim):
         key = self.tensor_keys.sample_log_prob
+        assert value is not None  # V-trace needs V(s_t) (_target_needs_value)
         log_mu = self._behaviour_log_prob(tensordict)
         log_pi = self._current_log_prob(tensordict)
         batch = tensordict.batch_size

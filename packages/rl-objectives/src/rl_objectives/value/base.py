@@ -13,11 +13,11 @@ import contextlib
 import enum
 import warnings
 from collections.abc import Mapping
-from typing import Any, ClassVar
+from typing import Any, ClassVar, cast
 
 import torch
-from tdict import TensorDict, unravel_key
-from tdict.nn import TensorKeysMixin
+from tdict import TensorDict, TensorDictBase, unravel_key
+from tdict.nn import TensorDictModuleBase, TensorKeysMixin
 from tdict.validation import check_positive_int
 from torch import nn
 
@@ -67,7 +67,7 @@ def _is_key(value: Any) -> bool:
 
 
 def _nested(prefix: str, key: Any) -> tuple:
-    return unravel_key((prefix, key))
+    return cast(tuple, unravel_key((prefix, key)))  # (a prefixed key is a tuple)
 
 
 class ValueEstimatorBase(TensorKeysMixin, nn.Module):
@@ -135,6 +135,10 @@ class ValueEstimatorBase(TensorKeysMixin, nn.Module):
         >>> est(td)["value_target"]
         tensor([1.5000, 1.5000, 1.5000, 1.5000])
     """
+
+    gamma: float | torch.Tensor  # the discount: a float attribute or a buffer (_set_coefficient)
+
+    value_network: TensorDictModuleBase | None  # kept in __dict__, not a submodule (see __init__)
 
     default_keys: ClassVar[Mapping[str, Any]] = {
         "advantage": "advantage",
@@ -326,12 +330,14 @@ class ValueEstimatorBase(TensorKeysMixin, nn.Module):
             k = min(self.num_chunks, n)  # as torch.tensor_split: the first n % k chunks are one longer
             sizes = [n // k + (1 if i < n % k else 0) for i in range(k)]
         else:
+            assert self.value_chunk_size is not None  # one of the two is set (checked above)
             sizes = [min(self.value_chunk_size, n - start) for start in range(0, n, self.value_chunk_size)]
         return None if len(sizes) <= 1 else (dim, sizes)
 
     def _call_net(self, tensordict: Any) -> None:
         """The value network on ``tensordict``, in chunks when asked (only the value key is kept)."""
         net = self.value_network
+        assert net is not None  # called only with a value network
         chunks = self._chunks(tensordict)
         if chunks is None:
             net(tensordict)
@@ -343,6 +349,7 @@ class ValueEstimatorBase(TensorKeysMixin, nn.Module):
 
     def _run_value_network(self, tensordict: Any, params: Any) -> None:
         net = self.value_network
+        assert net is not None  # called only with a value network
         if params is None and self.differentiable and isinstance(net, nn.Module):
             params = TensorDict.from_module(net)
         if params is None:
@@ -363,13 +370,16 @@ class ValueEstimatorBase(TensorKeysMixin, nn.Module):
         try:
             return tensordict.get(key)
         except KeyError:
+            net = self.value_network
+            assert net is not None  # read after the network ran
             raise KeyError(
                 f"{type(self).__name__}: value_network did not write {where} (its out_keys: "
-                f"{list(self.value_network.out_keys)}); set the value key with set_keys(value=...)."
+                f"{list(net.out_keys)}); set the value key with set_keys(value=...)."
             ) from None
 
     def _shifted_values(self, tensordict: Any, params: Any, time_dim: int) -> tuple[_Tensor, _Tensor]:
         net = self.value_network
+        assert net is not None  # called only with a value network
         next_td = tensordict.get("next")
         in_keys = list(net.in_keys)
         steps = tensordict.batch_size[time_dim]
@@ -441,7 +451,11 @@ class ValueEstimatorBase(TensorKeysMixin, nn.Module):
     def _inputs(self, tensordict: Any, time_dim: int) -> tuple:
         """The next reward, done and terminated, checked (before any network runs)."""
         keys = self.tensor_keys
-        next_td = self._read(tensordict, "next", "the 'next' entry (a rollout holds ('next', reward/done/...))")
+        # (a sub-TensorDict: _read is typed for the tensor entries it reads everywhere else)
+        next_td = cast(
+            TensorDictBase,
+            self._read(tensordict, "next", "the 'next' entry (a rollout holds ('next', reward/done/...))"),
+        )
         reward = self._read(next_td, keys.reward, repr(_nested("next", keys.reward)))
         done = self._read(next_td, keys.done, repr(_nested("next", keys.done)))
         terminated = next_td.get(keys.terminated, None)

@@ -154,6 +154,7 @@ class ReplayBufferEnsemble(ReplayBuffer):
 
     @property
     def buffers(self) -> tuple:
+        """The member buffers, in order."""
         return self._rbs
 
     def __len__(self) -> int:
@@ -220,7 +221,7 @@ class ReplayBufferEnsemble(ReplayBuffer):
     def __getitem__(self, index: Any) -> Any:
         if isinstance(index, tuple):
             rb = self[index[0]]
-            rest = index[1:] if len(index) > 2 else index[1]
+            rest = index[1:] if len(index) > 2 else index[1]  # pyright: ignore[reportGeneralTypeIssues]  # (a pair)
             if rb is self:
                 return self._collate_fn([member[rest] for member in self._rbs])
             return rb[rest]

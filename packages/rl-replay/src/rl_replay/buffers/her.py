@@ -100,6 +100,8 @@ class HERReplayBuffer(TensorDictReplayBuffer):
         ([8.0, 9.0], True)
     """
 
+    _writer: RoundRobinWriter  # checked in __init__: HER needs time-ordered writes
+
     def __init__(
         self,
         reward_fn: Callable,
@@ -288,7 +290,7 @@ class HERReplayBuffer(TensorDictReplayBuffer):
             n_her = int(index.numel() * self.her_ratio)
             goals = self._achieved(self._goal_slots(index[:n_her].cpu())) if n_her else None
         info["index"] = index
-        if n_her:
+        if goals is not None:  # n_her > 0
             data = self._relabel(data, goals, n_her)
         data = self._collate_fn(data)
         if self._transforms:

@@ -108,6 +108,8 @@ class TensorDictPrioritizedReplayBuffer(TensorDictReplayBuffer):
         True
     """
 
+    _sampler: PrioritizedSampler  # built in __init__
+
     def __init__(
         self,
         *,

@@ -127,18 +127,22 @@ class ReplayBuffer:
     # ------------------------------------------------------------------ parts
     @property
     def storage(self) -> Storage:
+        """The storage holding the items."""
         return self._storage
 
     @property
     def sampler(self) -> Sampler:
+        """The sampler that picks the items of each batch."""
         return self._sampler
 
     @property
     def writer(self) -> Writer:
+        """The writer that decides where new items go."""
         return self._writer
 
     @property
     def batch_size(self) -> int | None:
+        """The default batch size of :meth:`sample` (``None``: it must be passed)."""
         return self._batch_size
 
     def set_rng(self, generator: torch.Generator) -> None:
@@ -147,6 +151,7 @@ class ReplayBuffer:
         self._sampler._rng = generator
 
     def set_sampler(self, sampler: Sampler) -> None:
+        """Replaces the sampler (it gets the buffer's generator and, when it takes one, the storage)."""
         sampler._rng = self._rng
         self._register_storage_with(sampler)
         self._sampler = sampler
@@ -158,6 +163,7 @@ class ReplayBuffer:
             register(self._storage)
 
     def set_writer(self, writer: Writer) -> None:
+        """Replaces the writer (registered with the buffer's storage)."""
         writer.register_storage(self._storage)
         self._writer = writer
 
@@ -167,6 +173,7 @@ class ReplayBuffer:
     # ------------------------------------------------------------------ transforms
     @property
     def transform(self) -> Callable | None:
+        """The transform applied to sampled batches: the only one, all of them in order, or ``None``."""
         return (
             self._transforms[0]
             if len(self._transforms) == 1
@@ -181,6 +188,11 @@ class ReplayBuffer:
         return self
 
     def insert_transform(self, index: int, transform: Callable) -> "ReplayBuffer":
+        """Inserts a transform at position ``index`` of the transforms applied to sampled batches.
+
+        Raises:
+            TypeError: ``transform`` is not callable.
+        """
         if not callable(transform):
             raise TypeError(f"insert_transform takes a callable, got {type(transform).__name__}.")
         self._transforms.insert(index, transform)
@@ -236,7 +248,7 @@ class ReplayBuffer:
                 self._dict_items = True
         return index
 
-    def extend(self, data: Sequence | TensorDictBase | torch.Tensor) -> torch.Tensor:
+    def extend(self, data: Sequence | dict | TensorDictBase | torch.Tensor) -> torch.Tensor:
         """Writes items along their first dim (or a list of items, e.g. one dict per item); returns their indices."""
         dicts = False
         if type(data) is list or type(data) is dict:
@@ -254,6 +266,7 @@ class ReplayBuffer:
         return index
 
     def update_priority(self, index: Any, priority: Any) -> None:
+        """Sets the priorities of the items at ``index`` (samplers without priorities raise ``RuntimeError``)."""
         with self._lock:
             self._sampler.update_priority(index, priority)
 
@@ -308,6 +321,7 @@ class ReplayBuffer:
         if self._executor is None:
             self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="rl_replay_prefetch")
         queue = self._prefetch_queue
+        assert self._prefetch is not None  # called only with prefetching on
         while len(queue) < self._prefetch:
             queue.append(self._executor.submit(self._sample_now, batch_size))
         result = queue.pop(0).result()

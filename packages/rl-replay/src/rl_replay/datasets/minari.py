@@ -15,6 +15,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import tdict
 import torch
 from tdict import TensorDict, TensorDictBase
 
@@ -221,7 +222,7 @@ class MinariExperienceReplay(OfflineDataset):
                 )
             )
         try:
-            data = torch.cat(parts) if len(parts) > 1 else parts[0]
+            data = tdict.cat(parts) if len(parts) > 1 else parts[0]
         except (RuntimeError, KeyError, ValueError) as err:
             raise ValueError(
                 f"MinariExperienceReplay: the episodes of {str(path)!r} differ in keys, shapes or dtypes ({err})."

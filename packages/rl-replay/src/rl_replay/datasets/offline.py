@@ -14,7 +14,7 @@ import os
 import shutil
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import torch
 from tdict import MemmapLoadError, TensorDict, TensorDictBase
@@ -79,7 +79,7 @@ def split_trajectories(data: TensorDictBase, episode_key: Any = "episode") -> Te
         out[run, pos] = x
         return out
 
-    out = data.apply(pad, batch_size=[num, max_len])
+    out = cast(TensorDictBase, data.apply(pad, batch_size=[num, max_len]))  # pad returns a tensor for every leaf
     mask = torch.zeros(num, max_len, dtype=torch.bool)
     mask[run, pos] = True
     out.set("mask", mask)
@@ -245,6 +245,7 @@ class OfflineDataset(TensorDictReplayBuffer):
     # ------------------------------------------------------------------ paths (TorchRL names)
     @property
     def root(self) -> Path:
+        """The folder that holds converted datasets (``<root>/<dataset_id>/``)."""
         return self._root
 
     @property
@@ -268,6 +269,7 @@ class OfflineDataset(TensorDictReplayBuffer):
 
     @property
     def num_episodes(self) -> int:
+        """The number of episodes in the dataset (0 when the source has no episode ids)."""
         return int(self.metadata.get("num_episodes", 0))
 
     # ------------------------------------------------------------------ subclass hooks

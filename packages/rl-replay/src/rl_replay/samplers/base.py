@@ -23,18 +23,23 @@ class Sampler(BufferPart):
         self._rng: torch.Generator | None = None
 
     def sample(self, storage: Any, batch_size: int) -> tuple[Any, dict]:
+        """``(index, info)`` of a batch of ``batch_size`` items of ``storage`` (abstract)."""
         raise NotImplementedError
 
     def add(self, index: Any) -> None:
+        """Hook called with the index a writer just filled for one item (nothing by default)."""
         pass
 
     def extend(self, index: Any) -> None:
+        """Hook called with the indices a writer just filled (nothing by default)."""
         pass
 
     def update_priority(self, index: Any, priority: Any) -> None:
+        """Sets priorities; this sampler has none, so it raises ``RuntimeError``."""
         raise RuntimeError(f"{type(self).__name__} has no priorities; use a PrioritizedSampler.")
 
     def mark_update(self, index: Any) -> None:
+        """Hook called with indices whose items changed in place (nothing by default)."""
         pass
 
     @property

@@ -108,6 +108,7 @@ class PrioritizedSampler(Sampler):
     # ------------------------------------------------------------------ parameters
     @property
     def max_size(self) -> int:
+        """The capacity: how many items the sampler holds priorities for."""
         return self._max_capacity
 
     @property
@@ -137,6 +138,7 @@ class PrioritizedSampler(Sampler):
 
     @property
     def eps(self) -> float:
+        """Added to ``|priority|`` before the exponent ``alpha``."""
         return self._eps
 
     @property
@@ -295,6 +297,7 @@ class PrioritizedSampler(Sampler):
 
     @torch.no_grad()
     def add(self, index: Any) -> None:
+        """Gives the item written at ``index`` the default priority."""
         self._new_items(self._items_of_rows(index))
 
     @torch.no_grad()
@@ -310,6 +313,15 @@ class PrioritizedSampler(Sampler):
     # ------------------------------------------------------------------ sampling
     def sample(self, storage: Any, batch_size: int) -> tuple[Any, dict]:
         # no grad-mode switch needed: nothing here requires gradients
+        """``batch_size`` items drawn in proportion to their weighted priorities, with replacement.
+
+        Returns ``(index, {"priority_weight": w})``: the importance weights ``w`` (relative to the
+        smallest priority, to the power ``-beta``); ``index`` is a tuple of coordinates for a
+        multi-dim storage.
+
+        Raises:
+            RuntimeError: the storage is empty.
+        """
         if self._storage is None:
             self._storage = storage
         n = len(storage)

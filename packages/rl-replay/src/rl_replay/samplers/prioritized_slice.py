@@ -112,6 +112,7 @@ class PrioritizedSliceSampler(SliceSampler, PrioritizedSampler):
 
     # ------------------------------------------------------------------ write hooks (both parents listen)
     def add(self, index: Any) -> None:
+        """Registers the item written at ``index`` with both the priorities and the trajectory index."""
         PrioritizedSampler.add(self, index)
         SliceSampler.add(self, index)
 
@@ -192,6 +193,14 @@ class PrioritizedSliceSampler(SliceSampler, PrioritizedSampler):
 
     @torch.no_grad()
     def sample(self, storage: Any, batch_size: int) -> tuple[Any, dict]:
+        """``num_slices`` slices whose starts are drawn in proportion to their priorities.
+
+        The info holds ``"priority_weight"`` (one importance weight per sampled step, the weight of
+        its slice's start) next to :class:`SliceSampler`'s entries.
+
+        Raises:
+            RuntimeError: the storage is empty.
+        """
         if self._storage is None:
             self._storage = storage
         n_items = len(storage)

@@ -9,10 +9,11 @@ rows alone and appends their ends. Drawing a batch then costs O(batch) tensor op
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import Any, cast
 
+import tdict
 import torch
-from tdict import is_tensor_collection
+from tdict import TensorDictBase, is_tensor_collection
 from tdict.validation import check_positive_int
 
 from .base import Sampler
@@ -240,7 +241,7 @@ class SliceSampler(Sampler):
         self._last_row = -1  # physical row of the newest write (-1: unknown)
         self._storage_id: int | None = None
         self._key_resolved = False
-        self._static = None
+        self._static: tuple[torch.Tensor, bool] | None = None
         if ends is not None or trajectories is not None:
             self._static = self._check_static(ends if ends is not None else trajectories, ends is not None)
 
@@ -263,7 +264,7 @@ class SliceSampler(Sampler):
                 )
         return tuple(out)
 
-    def _check_static(self, signal: torch.Tensor, is_end: bool) -> tuple[torch.Tensor, bool]:
+    def _check_static(self, signal: torch.Tensor | None, is_end: bool) -> tuple[torch.Tensor, bool]:
         name = "ends" if is_end else "trajectories"
         if not isinstance(signal, torch.Tensor) or signal.ndim != 1 or not signal.numel():
             raise ValueError(f"{type(self).__name__}: {name} must be a non-empty 1-D tensor, got {signal!r}.")
@@ -273,9 +274,11 @@ class SliceSampler(Sampler):
 
     # ------------------------------------------------------------------ write hooks
     def add(self, index: Any) -> None:
+        """Records the row written at ``index`` (the trajectory index is updated at the next sample)."""
         self.extend(torch.as_tensor(index).reshape(1))
 
     def extend(self, index: Any) -> None:
+        """Records the rows just written (the first entry of a multi-dim index); the trajectory index is updated at the next sample."""
         if isinstance(index, tuple):  # multi-dim index: rows are its first entry
             index = index[0]
         index = torch.as_tensor(index).reshape(-1)
@@ -299,13 +302,14 @@ class SliceSampler(Sampler):
         if not is_tensor_collection(inner):
             inner = storage.get(torch.zeros(1, dtype=torch.int64))
             inner = (
-                torch.stack(inner) if isinstance(inner, list) and inner and is_tensor_collection(inner[0]) else inner
+                tdict.stack(inner) if isinstance(inner, list) and inner and is_tensor_collection(inner[0]) else inner
             )
             if not is_tensor_collection(inner):
                 raise RuntimeError(
                     f"{type(self).__name__} needs a storage of TensorDicts, got {type(storage).__name__} "
                     f"holding {type(inner).__name__}."
                 )
+        inner = cast(TensorDictBase, inner)  # a tensor collection (checked above)
         if self._auto_key:
             for key in (("collector", "traj_ids"), "episode"):
                 if _has_key(inner, key):
@@ -326,7 +330,7 @@ class SliceSampler(Sampler):
         key = self.traj_key if self.traj_key is not None else self.end_key
         inner = getattr(storage, "_storage", None)
         if is_tensor_collection(inner):  # read as at most two contiguous slices
-            column = inner.get(key)
+            column = cast(TensorDictBase, inner).get(key)
             stop = first + count
             values = (
                 column[first:stop]
@@ -336,7 +340,7 @@ class SliceSampler(Sampler):
         else:
             rows = (torch.arange(count) + first) % self._index.rows if rows is None else rows
             data = storage.get(rows)
-            values = (torch.stack(data) if isinstance(data, list) else data).get(key)
+            values = (tdict.stack(data) if isinstance(data, list) else data).get(key)
         per_row = self._index.per_row
         if values.numel() != count * per_row:
             raise ValueError(
@@ -394,6 +398,7 @@ class SliceSampler(Sampler):
         return index
 
     def _build_static(self, storage: Any) -> None:
+        assert self._static is not None  # called only for a sampler given ends or trajectories
         signal, is_end = self._static
         index = self._index
         index.rows, index.per_row = signal.numel(), 1
@@ -417,6 +422,7 @@ class SliceSampler(Sampler):
                     f"{type(self).__name__}: batch_size {batch_size} is not divisible by num_slices={self.num_slices}."
                 )
             return batch_size // self.num_slices, self.num_slices
+        assert self.slice_len is not None  # __init__: exactly one of num_slices and slice_len
         if batch_size % self.slice_len:
             raise RuntimeError(
                 f"{type(self).__name__}: batch_size {batch_size} is not divisible by slice_len={self.slice_len}."
@@ -434,6 +440,11 @@ class SliceSampler(Sampler):
         return cand
 
     def sample(self, storage: Any, batch_size: int) -> tuple[Any, dict]:
+        """``num_slices`` slices of ``seq_length`` steps, each from a trajectory drawn uniformly.
+
+        Raises:
+            RuntimeError: the storage is empty, or ``batch_size`` is not divisible as the slicing needs.
+        """
         if len(storage) == 0:
             raise RuntimeError(f"{type(storage).__name__} is empty: nothing to sample.")
         seq_length, num_slices = self._seq_length(batch_size)
@@ -543,9 +554,11 @@ class SliceSampler(Sampler):
         return info
 
     def state_dict(self) -> dict:
+        """The row of the newest write (the trajectory index is rebuilt from the storage)."""
         return {"last_row": self._last_row}
 
     def load_state_dict(self, state: dict) -> None:
+        """Restores :meth:`state_dict`; the trajectory index is rebuilt from the storage at the next sample."""
         self._last_row = int(state.get("last_row", -1))
         self._pending, self._pending_rows = [], 0
         self._storage_id = None  # rebuild from the restored storage on the next sample
@@ -643,6 +656,11 @@ class SliceSamplerWithoutReplacement(SliceSampler):
         self._order, self._pos = None, 0
 
     def sample(self, storage: Any, batch_size: int) -> tuple[Any, dict]:
+        """The next ``num_slices`` trajectories of the current epoch's order, sliced as :class:`SliceSampler` does.
+
+        Raises:
+            RuntimeError: the storage is empty, or ``drop_last`` and fewer eligible trajectories than ``num_slices``.
+        """
         if len(storage) == 0:
             raise RuntimeError(f"{type(storage).__name__} is empty: nothing to sample.")
         seq_length, num_slices = self._seq_length(batch_size)
@@ -669,6 +687,7 @@ class SliceSamplerWithoutReplacement(SliceSampler):
         self._ran_out = False
 
     def state_dict(self) -> dict:
+        """:class:`SliceSampler`'s state plus the epoch's order, the position in it and ``ran_out``."""
         return {
             **super().state_dict(),
             "order": None if self._order is None else self._order.tolist(),
@@ -677,6 +696,7 @@ class SliceSamplerWithoutReplacement(SliceSampler):
         }
 
     def load_state_dict(self, state: dict) -> None:
+        """Restores :meth:`state_dict` (the epoch's order and position included)."""
         super().load_state_dict(state)
         order = state.get("order")
         self._order = None if order is None else torch.tensor(order, dtype=torch.int64)

@@ -25,6 +25,7 @@ class RandomSampler(Sampler):
     """
 
     def sample(self, storage: Any, batch_size: int) -> tuple[Any, dict]:
+        """``batch_size`` stored items drawn uniformly with replacement; the info is empty."""
         return storage._rand_given_ndim(batch_size, self._rng), {}
 
 
@@ -73,12 +74,18 @@ class SamplerWithoutReplacement(Sampler):
         self._ran_out = False
 
     def sample(self, storage: Any, batch_size: int) -> tuple[Any, dict]:
+        """The next ``batch_size`` items of the epoch's order (a new order starts when it is used up).
+
+        Raises:
+            RuntimeError: the storage is empty, or ``drop_last`` and fewer items are stored than ``batch_size``.
+        """
         if (
             self._order is None
             or self._pos >= len(self._order)
             or (self.drop_last and len(self._order) - self._pos < batch_size)
         ):
             self._new_epoch(storage)
+            assert self._order is not None  # drawn by _new_epoch
             if self.drop_last and len(self._order) < batch_size:
                 raise RuntimeError(
                     f"SamplerWithoutReplacement(drop_last=True): batch_size {batch_size} exceeds the {len(self._order)} stored items."
@@ -97,6 +104,7 @@ class SamplerWithoutReplacement(Sampler):
         self._order, self._pos, self._ran_out = None, 0, False
 
     def state_dict(self) -> dict:
+        """The epoch's order, the position in it and ``ran_out``."""
         return {
             "order": None if self._order is None else self._order.tolist(),
             "pos": self._pos,

@@ -88,9 +88,15 @@ class Storage(BufferPart):
         return self
 
     def state_dict(self) -> dict:
+        """``{"len": n}``: the number of valid items (subclasses add their data)."""
         return {"len": int(self._len_t)}
 
     def load_state_dict(self, state: dict) -> None:
+        """Restores :meth:`state_dict`.
+
+        Raises:
+            ValueError: ``state["len"]`` is not an int in ``[0, max_size]``.
+        """
         n = state.get("len") if isinstance(state, dict) else None
         if type(n) is not int or not 0 <= n <= self.max_size:
             raise ValueError(

@@ -201,6 +201,7 @@ class CompactTensorStorage(TensorStorage):
         if isinstance(index, int) and is_tensor_collection(data):
             data = data[None]
         n = rows_idx.shape[0]
+        assert self._storage is not None  # allocated by _init above
         check_write("CompactTensorStorage.set", self._leaves, data, torch.Size([n, *self._storage.batch_size[1:]]))
         if n > 1 and torch.unique(rows_idx).shape[0] != n:
             raise ValueError(
@@ -386,6 +387,7 @@ class CompactTensorStorage(TensorStorage):
                 f"CompactTensorStorage checkpoint: obs_keys {keys} / {rows} rows do not fit this storage "
                 f"(obs_keys {self.obs_keys}, {self._rows} rows)."
             )
+        assert self._storage is not None  # allocated by _init above
         self._storage[:rows] = stored
         self._linked.zero_()
         self._side_slot.fill_(-1)

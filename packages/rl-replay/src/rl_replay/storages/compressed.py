@@ -208,11 +208,10 @@ class CompressedListStorage(ListStorage):
         else:
             n = len(pos)
             if isinstance(data, torch.Tensor) or is_tensor_collection(data):
-                lead = (
-                    data.shape[0]
-                    if isinstance(data, torch.Tensor) and data.ndim
-                    else (data.batch_size[0] if is_tensor_collection(data) and data.batch_dims else None)
-                )
+                if isinstance(data, torch.Tensor):
+                    lead = data.shape[0] if data.ndim else None
+                else:  # a tensor collection
+                    lead = data.batch_size[0] if data.batch_dims else None
                 if lead != n:
                     raise ValueError(
                         f"CompressedListStorage.set: {n} indices for data whose first dim is {lead} "

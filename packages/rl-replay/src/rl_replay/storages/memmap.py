@@ -152,6 +152,7 @@ class LazyMemmapStorage(TensorStorage):
             # a single item (add) as the first write: allocate from it as a batch of one
             self._init(data.unsqueeze(0) if isinstance(index, int) else data)
         storage = self._storage
+        assert storage is not None  # allocated (or opened) above
         lead = write_shape(storage.shape[: self._lead_dims], index)
         check_write("LazyMemmapStorage.set", self._leaves, data, lead)
         if data.device is None or data.device.type != "cpu":
@@ -162,6 +163,7 @@ class LazyMemmapStorage(TensorStorage):
     def get(self, index: Any) -> Any:
         if self._storage is None and not self._open_existing():
             raise RuntimeError("LazyMemmapStorage is empty: nothing was written yet.")
+        assert self._storage is not None  # opened by _open_existing
         out = self._storage[index]
         if self._get_device is not None:
             out = out.to(self._get_device)

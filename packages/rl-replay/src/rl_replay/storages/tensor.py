@@ -52,12 +52,14 @@ class TensorStorage(Storage):
             raise ValueError(f"{type(self).__name__}: ndim must be >= 1, got {ndim}.")
         self.ndim = ndim
         self.device = torch.device(device) if device is not None and device != "auto" else None
-        self._storage = storage
+        # the tensor or tensor collection (a TensorDict, a tensorclass, ...) holding the items; None until allocated
+        self._storage: Any = storage
         if storage is not None:
             self._adopt_layout(storage)
 
     @property
     def initialized(self) -> bool:
+        """Whether the tensor (or TensorDict) holding the items exists yet."""
         return self._storage is not None
 
     @property
@@ -110,6 +112,7 @@ class TensorStorage(Storage):
             # a single item (add) as the first write: allocate from it as a batch of one
             self._init(data.unsqueeze(0) if isinstance(index, int) else data)
         storage = self._storage
+        assert storage is not None  # allocated by _init above
         # missing keys or shapes that would broadcast raise here, before anything is written
         check_write(type(self).__name__, self._leaves, data, write_shape(_leading(storage)[: self._lead_dims], index))
         if self.device is not None and data.device is not None and data.device != self.device:

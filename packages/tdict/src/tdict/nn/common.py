@@ -11,7 +11,7 @@ import inspect
 import warnings
 from collections.abc import Mapping, Sequence
 from textwrap import indent
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 import torch
 from torch import nn
@@ -294,9 +294,11 @@ class TensorDictModuleBase(nn.Module):
             _reset_submodules(self)
         return fresh
 
-    @property
-    def __name__(self) -> str:
-        return type(self).__name__  # pyright: ignore[reportReturnType]  (the metaclass's __name__, not this property)
+    if not TYPE_CHECKING:  # hidden from type checkers, which would otherwise take every type(self).__name__ for it
+
+        @property
+        def __name__(self) -> str:
+            return type(self).__name__
 
     def __repr__(self) -> str:
         entries = [f"{name}={child}" for name, child in self.named_children()]

@@ -193,7 +193,7 @@ class ProbabilisticTensorDictModule(TensorDictModuleBase):
         generator: torch.Generator | int | NestedKey | None = None,
     ) -> None:
         super().__init__()
-        owner = self.__name__  # the class name (TensorDictModuleBase.__name__)
+        owner = type(self).__name__
         num_samples = _as_num_samples(num_samples, owner)
         self._generator: torch.Generator | None = None
         self._generator_key: NestedKey | None = None

@@ -90,7 +90,7 @@ def _write_mp4(path: str, frames: torch.Tensor, fps: float) -> None:
     writer = imageio_ffmpeg.write_frames(
         path,
         (w, h),
-        fps=fps,
+        fps=fps,  # pyright: ignore[reportArgumentType]  # (imageio-ffmpeg takes a float; its annotation says int)
         codec="libx264",
         pix_fmt_in="rgb24",
         pix_fmt_out="yuv420p",

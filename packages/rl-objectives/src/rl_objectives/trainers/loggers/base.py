@@ -104,7 +104,7 @@ def _histogram_values(owner: str, name: str, data: Any) -> torch.Tensor:
 def _check_bins(owner: str, name: str, bins: Any, max_bins: int | None = None) -> int | torch.Tensor:
     """``bins``: a number of equal-width bins (>= 1) or the increasing edges of the bins."""
     if isinstance(bins, numbers.Integral) and not isinstance(bins, bool):
-        if bins < 1 or (max_bins is not None and bins > max_bins):
+        if bins < 1 or (max_bins is not None and int(bins) > max_bins):
             raise ValueError(
                 f"{owner}.log_histogram: bins for {name!r} must be in [1, {max_bins or 'inf'}], got {bins}."
             )

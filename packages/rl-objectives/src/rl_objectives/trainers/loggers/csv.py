@@ -322,7 +322,11 @@ class CSVLogger(Logger):
         _check_hparams("CSVLogger", cfg)
         merged = {**self._hparams, **_plain_hparams(cfg)}
         text = json.dumps(merged, indent=2, sort_keys=True, default=str)
-        atomic_write(self.experiment / "hparams.json", lambda f: f.write(text), binary=False)
+
+        def write(f: IO[Any]) -> None:
+            f.write(text)
+
+        atomic_write(self.experiment / "hparams.json", write, binary=False)
         self._hparams = merged
 
     def close(self) -> None:

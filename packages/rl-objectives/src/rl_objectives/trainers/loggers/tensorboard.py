@@ -120,7 +120,7 @@ class TensorboardLogger(Logger):
         step = _check_step("TensorboardLogger.log_video", name, step)
         fps = self.video_fps if fps is None else _check_fps("TensorboardLogger.log_video", fps)
         _require_encoder("TensorboardLogger.log_video", "gif")
-        from tensorboard.compat.proto.summary_pb2 import Summary
+        from tensorboard.compat.proto.summary_pb2 import Summary  # pyright: ignore[reportAttributeAccessIssue]  # (generated protobuf code)
 
         t, h, w, c = frames.shape
         image = Summary.Image(height=h, width=w, colorspace=c, encoded_image_string=_gif_bytes(frames, fps))

@@ -195,7 +195,8 @@ class WandbLogger(Logger):
         with tempfile.TemporaryDirectory(prefix="rl-wandb-video-") as folder:
             path = os.path.join(folder, f"{name.replace('/', '_')}_{step}.{fmt}")
             _write_video(path, frames, fps, fmt)
-            self._log(name, self._wandb.Video(path, format=fmt), step)  # wandb copies the file into the run
+            # (fmt is one of wandb's formats, checked by _check_format; its annotation is a Literal)
+            self._log(name, self._wandb.Video(path, format=fmt), step)  # pyright: ignore[reportArgumentType]  # wandb copies the file into the run
         self._logged("video", name, step)
 
     def log_hparams(self, cfg: Mapping[str, Any]) -> None:
