@@ -441,3 +441,13 @@ def test_chunked_path_through_a_peft_model(tok, tiny_model):
         torch.testing.assert_close(chunked, full, rtol=1e-5, atol=1e-6)
         for a, c in zip(grads_full, torch.autograd.grad(chunked.sum(), adapters)):
             torch.testing.assert_close(c, a, rtol=1e-4, atol=1e-6)
+
+
+def test_grpo_token_losses_with_beta_needs_the_reference_log_probs():
+    from rl_llm.trainers.grpo import grpo_token_losses
+
+    lp = torch.zeros(2, 3)
+    with pytest.raises(ValueError, match="beta > 0 needs ref_log_probs"):
+        grpo_token_losses(
+            lp, lp, torch.ones(2), torch.ones(2, 3, dtype=torch.bool), epsilon_low=0.2, epsilon_high=0.2, beta=0.1
+        )

@@ -323,3 +323,9 @@ def test_qmix_learns_a_two_agent_matrix_game(one_thread):
         TensorDict({"agents": TensorDict(observation=torch.ones(1, 2, 1), batch_size=[1, 2])}, batch_size=[1])
     )
     assert greedy["agents", "action"].tolist() == [[2, 2]]
+
+
+def test_qmixer_without_a_state_is_refused():
+    mixer = QMixer(state_shape=(3,), mixing_embed_dim=6, n_agents=N_AGENTS)
+    with pytest.raises(ValueError, match="QMIX conditions on the global state; got state=None"):
+        mixer.mix(torch.zeros(4, N_AGENTS), None)

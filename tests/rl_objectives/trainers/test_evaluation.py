@@ -149,6 +149,8 @@ def test_evaluate_episodes_sub_envs_end_at_different_steps():
     assert policy.training  # mode restored
     # max_steps shorter than every episode: nothing ended
     assert evaluate_episodes(env, policy, max_steps=1).shape == (0,)
+    with pytest.raises(ValueError, match="done_keys is empty; name at least one done key"):
+        evaluate_episodes(env, policy, max_steps=3, done_keys=[])
 
 
 def test_evaluate_episodes_on_pendulum_counts_whole_time_limited_episodes():
