@@ -111,9 +111,8 @@ def test_a_build_that_fails_halfway_leaves_no_dataset(tiny_dataset: Path, tmp_pa
     monkeypatch.setattr(datasets.OfflineDataset, "_write", staticmethod(write_then_die))
     with pytest.raises(KeyboardInterrupt):
         _load(path)
-    assert not path.exists() and sorted(p.name for p in tmp_path.iterdir()) == [
-        "pendulum-behaviour"
-    ]  # no temporary folder left
+    # no temporary folder left (the lock file that serialises conversions stays)
+    assert not path.exists() and sorted(p.name for p in tmp_path.iterdir()) == [".pendulum.lock", "pendulum-behaviour"]
     monkeypatch.setattr(datasets.OfflineDataset, "_write", staticmethod(real_write))
     rebuilt = _load(path)
     assert rebuilt.converted and torch.equal(
