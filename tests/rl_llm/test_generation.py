@@ -109,8 +109,17 @@ def test_bad_input_is_refused():
         _can_compile_fullgraph = False
 
     assert supports_static_cache(model) and not supports_static_cache(NoStaticCache())
-    with pytest.raises(ValueError, match="NoStaticCache does not support transformers' StaticCache"):
-        sample_completions(NoStaticCache(), PROMPT, MASK, max_new_tokens=3, eos_token_id=EOS, pad_token_id=PAD)
+    with pytest.raises(ValueError, match="compile=True needs a model that supports transformers' StaticCache"):
+        sample_completions(
+            NoStaticCache(), PROMPT, MASK, max_new_tokens=3, eos_token_id=EOS, pad_token_id=PAD, compile=True
+        )
+
+
+def test_a_model_without_static_cache_samples_through_generate():
+    model = _model()
+    model._can_compile_fullgraph = False  # as transformers marks models that cannot use a StaticCache
+    assert not supports_static_cache(model)
+    assert torch.equal(_ours(model, 0, top_k=5), _generate(model, 0, top_k=5))
 
 
 def test_grpo_trainer_compile_generation_samples_the_same_completions(tok, tiny_model, tmp_path):

@@ -95,8 +95,11 @@ def sample_completions(
 ) -> torch.Tensor:
     """Samples up to ``max_new_tokens`` tokens after each left-padded prompt row.
 
+    A model without static-cache support (:func:`supports_static_cache`) samples through its own
+    ``generate`` instead.
+
     Args:
-        model: a causal LM for which :func:`supports_static_cache` holds (put it in eval mode).
+        model: a causal LM (put it in eval mode).
         prompt: ``[B, P]`` token ids, padded on the left.
         prompt_mask: ``[B, P]``, true (or 1) on real prompt tokens.
         max_new_tokens: the completion length limit.
@@ -109,7 +112,7 @@ def sample_completions(
         ``[B, T]`` sampled ids, ``T <= max_new_tokens`` (sampling stops when every row has ended).
 
     Raises:
-        ValueError: the model cannot use a static cache, or the shapes or limits are wrong.
+        ValueError: the shapes or limits are wrong, or ``compile=True`` for a model without static-cache support.
 
     Examples:
         >>> import torch
@@ -121,11 +124,6 @@ def sample_completions(
         >>> out.shape
         torch.Size([2, 4])
     """
-    if not supports_static_cache(model):
-        raise ValueError(
-            f"sample_completions: {type(model).__name__} does not support transformers' StaticCache; "
-            "sample with model.generate instead."
-        )
     if prompt.dim() != 2 or prompt_mask.shape != prompt.shape:
         raise ValueError(
             f"sample_completions: prompt and prompt_mask must both be [B, P], got {list(prompt.shape)} and "
@@ -133,6 +131,25 @@ def sample_completions(
         )
     if max_new_tokens < 1:
         raise ValueError(f"sample_completions: max_new_tokens must be >= 1, got {max_new_tokens}.")
+    if not supports_static_cache(model):
+        if compile:
+            raise ValueError(
+                f"sample_completions: compile=True needs a model that supports transformers' StaticCache; "
+                f"{type(model).__name__} does not."
+            )
+        out = model.generate(
+            input_ids=prompt,
+            attention_mask=prompt_mask.long(),
+            do_sample=True,
+            temperature=temperature,
+            top_p=top_p,
+            top_k=top_k,
+            max_new_tokens=max_new_tokens,
+            pad_token_id=pad_token_id,
+            eos_token_id=eos_token_id,
+            use_cache=True,
+        )
+        return (out if isinstance(out, torch.Tensor) else out.sequences)[:, prompt.shape[1] :]
     batch, device = prompt.shape[0], prompt.device
     mask = prompt_mask.long()
     extra = -prompt.shape[1] % PROMPT_BUCKET if compile else 0  # left padding up to the bucket

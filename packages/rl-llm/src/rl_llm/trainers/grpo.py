@@ -301,33 +301,18 @@ class GRPOTrainer(LLMTrainer):
         # sampled in eval mode: no dropout, and the KV cache (activation checkpointing turns it off in train mode)
         self.model.eval()
         try:
-            if supports_static_cache(self.model):  # generate()'s draws, through our static-cache loop
-                completion = sample_completions(
-                    self.model,
-                    prompt,
-                    prompt_mask,
-                    max_new_tokens=args.max_completion_length,
-                    eos_token_id=self.eos_token_id,
-                    pad_token_id=self.pad_token_id,
-                    temperature=args.temperature,
-                    top_k=args.top_k,
-                    top_p=args.top_p,
-                    compile=args.compile_generation,
-                )
-            else:
-                out = self.model.generate(  # pyright: ignore[reportCallIssue]  # transformers' GenerationMixin
-                    input_ids=prompt,
-                    attention_mask=prompt_mask.long(),
-                    do_sample=True,
-                    temperature=args.temperature,
-                    top_p=args.top_p,
-                    top_k=args.top_k,
-                    max_new_tokens=args.max_completion_length,
-                    pad_token_id=self.pad_token_id,
-                    eos_token_id=self.eos_token_id,
-                    use_cache=True,
-                )
-                completion = (out if isinstance(out, torch.Tensor) else out.sequences)[:, prompt.shape[1] :]
+            completion = sample_completions(  # generate()'s draws, through a static-cache loop where it can
+                self.model,
+                prompt,
+                prompt_mask,
+                max_new_tokens=args.max_completion_length,
+                eos_token_id=self.eos_token_id,
+                pad_token_id=self.pad_token_id,
+                temperature=args.temperature,
+                top_k=args.top_k,
+                top_p=args.top_p,
+                compile=args.compile_generation,
+            )
         finally:
             self.model.train()
         if self.eos_token_id is None:
