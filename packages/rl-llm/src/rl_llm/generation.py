@@ -12,6 +12,7 @@ compiled call pays the compilation (seconds); prompt lengths are rounded up to a
 
 from __future__ import annotations
 
+import functools
 import inspect
 from typing import Any, Callable, Optional, cast
 
@@ -68,15 +69,10 @@ def _decode_step(
     return out.logits[:, -1].float()
 
 
-_COMPILED: dict[int, Callable] = {}
-
-
+@functools.cache
 def _compiled_step() -> Callable:
-    # one compiled step per process: torch.compile guards on the model and shapes, recompiling as needed
-    step = _COMPILED.get(0)
-    if step is None:
-        step = _COMPILED[0] = torch.compile(_decode_step, dynamic=False)
-    return step
+    """The decode step, compiled once per process (torch.compile guards on the model and the shapes)."""
+    return torch.compile(_decode_step, dynamic=False)
 
 
 @torch.no_grad()
