@@ -61,8 +61,8 @@ from .weight_sync import (
     DistributedWeightSyncScheme,
 )
 
-if TYPE_CHECKING:
-    from torch._C._distributed_c10d import TCPStore  # torch.distributed.TCPStore, where it is defined
+if TYPE_CHECKING:  # torch.distributed.TCPStore's definition: torch's stubs do not re-export it
+    from torch._C._distributed_c10d import TCPStore
 
 __all__ = ["DistributedCollector", "run_worker"]
 
@@ -97,10 +97,8 @@ def _listening_socket(addr: str, port: int) -> socket.socket:
 def _learner_store(addr: str, port: int, world_size: int, timeout: float) -> TCPStore:
     """The rendezvous store, served on ``addr`` alone: c10d's own server would bind every interface
     whatever address it is given, so it is handed a socket bound here."""
-    from torch._C._distributed_c10d import TCPStore  # torch.distributed.TCPStore, where it is defined
-
     sock = _listening_socket(addr, port)
-    return TCPStore(
+    return dist.TCPStore(  # pyright: ignore[reportPrivateImportUsage]  (public at run time)
         addr,
         sock.getsockname()[1],
         world_size,
@@ -235,9 +233,7 @@ def _init_group(backend: str, rank: int, world_size: int, addr: str, store: Any,
     os.environ.update({k: v for k, v in env.items() if k not in os.environ or os.environ[k] == ""})
     try:
         if isinstance(store, int):  # a client of the learner's store (clients never listen)
-            from torch._C._distributed_c10d import TCPStore  # torch.distributed.TCPStore, where it is defined
-
-            store = TCPStore(addr, store, world_size, False, timeout)
+            store = dist.TCPStore(addr, store, world_size, False, timeout)  # pyright: ignore[reportPrivateImportUsage]
         dist.init_process_group(backend, store=store, rank=rank, world_size=world_size, timeout=timeout)
     finally:
         for k, v in saved.items():
