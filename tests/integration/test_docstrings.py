@@ -32,7 +32,8 @@ def _doc_of_member(cls: type, name: str) -> str | None:
         value = vars(klass).get(name)
         if value is None:
             continue
-        target = value.fget if isinstance(value, property) else getattr(value, "__func__", value)
+        # a property's __doc__ is its doc= argument, else its getter's docstring
+        target = value if isinstance(value, property) else getattr(value, "__func__", value)
         if getattr(target, "__doc__", None):
             return target.__doc__
     return None

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any, Callable, Sequence, TypeVar
+from typing import Any, Callable, Sequence
 
 import torch
 from torch import nn
@@ -19,14 +19,6 @@ __all__ = ["EnvBase", "SPEC_NAMES"]
 SPEC_NAMES = ("full_observation_spec", "full_reward_spec", "full_done_spec", "full_action_spec", "full_state_spec")
 _OUTPUT = ("full_observation_spec", "full_reward_spec", "full_done_spec")
 _INPUT = ("full_state_spec", "full_action_spec")
-
-_F = TypeVar("_F", bound=Callable)
-
-
-def _doc(fget: _F, doc: str) -> _F:
-    """Gives a property's getter (a lambda) its docstring."""
-    fget.__doc__ = doc
-    return fget
 
 
 class EnvBase(GeneratorState, nn.Module):
@@ -221,40 +213,30 @@ class EnvBase(GeneratorState, nn.Module):
         return full[leaves[0]] if len(leaves) == 1 else full
 
     full_observation_spec = property(
-        _doc(
-            lambda self: self._get_spec("full_observation_spec"),
-            "The observations: a Composite of shape ``batch_size`` (assign a new one to change it).",
-        ),
+        lambda self: self._get_spec("full_observation_spec"),
         lambda self, v: self._set_spec("full_observation_spec", v),
+        doc="The observations: a Composite of shape ``batch_size`` (assign a new one to change it).",
     )
     full_reward_spec = property(
-        _doc(
-            lambda self: self._get_spec("full_reward_spec"),
-            'The rewards: a Composite of shape ``batch_size`` (default: an Unbounded ``"reward"`` of that shape).',
-        ),
+        lambda self: self._get_spec("full_reward_spec"),
         lambda self, v: self._set_spec("full_reward_spec", v),
+        doc='The rewards: a Composite of shape ``batch_size`` (default: an Unbounded ``"reward"`` of that shape).',
     )
     full_done_spec = property(
-        _doc(
-            lambda self: self._get_spec("full_done_spec"),
-            'The done flags: a Composite of shape ``batch_size`` (default: bool ``"done"`` and '
-            '``"terminated"``); an assigned spec with only one of the two gets the other as a copy.',
-        ),
+        lambda self: self._get_spec("full_done_spec"),
         lambda self, v: self._set_spec("full_done_spec", v),
+        doc='The done flags: a Composite of shape ``batch_size`` (default: bool ``"done"`` and '
+        '``"terminated"``); an assigned spec with only one of the two gets the other as a copy.',
     )
     full_action_spec = property(
-        _doc(
-            lambda self: self._get_spec("full_action_spec"),
-            "The actions: a Composite of shape ``batch_size`` (assign a new one to change it).",
-        ),
+        lambda self: self._get_spec("full_action_spec"),
         lambda self, v: self._set_spec("full_action_spec", v),
+        doc="The actions: a Composite of shape ``batch_size`` (assign a new one to change it).",
     )
     full_state_spec = property(
-        _doc(
-            lambda self: self._get_spec("full_state_spec"),
-            "The inputs other than actions that ``step`` reads: a Composite of shape ``batch_size``.",
-        ),
+        lambda self: self._get_spec("full_state_spec"),
         lambda self, v: self._set_spec("full_state_spec", v),
+        doc="The inputs other than actions that ``step`` reads: a Composite of shape ``batch_size``.",
     )
     observation_spec = full_observation_spec
     state_spec = full_state_spec
@@ -300,30 +282,30 @@ class EnvBase(GeneratorState, nn.Module):
         return spec[(0,) * len(self._batch_size)] if self._batch_size else spec.clone()
 
     full_observation_spec_unbatched = property(
-        _doc(lambda self: self._unbatched(self.full_observation_spec), "``full_observation_spec`` of one sub-env.")
+        lambda self: self._unbatched(self.full_observation_spec), doc="``full_observation_spec`` of one sub-env."
     )
     full_reward_spec_unbatched = property(
-        _doc(lambda self: self._unbatched(self.full_reward_spec), "``full_reward_spec`` of one sub-env.")
+        lambda self: self._unbatched(self.full_reward_spec), doc="``full_reward_spec`` of one sub-env."
     )
     full_done_spec_unbatched = property(
-        _doc(lambda self: self._unbatched(self.full_done_spec), "``full_done_spec`` of one sub-env.")
+        lambda self: self._unbatched(self.full_done_spec), doc="``full_done_spec`` of one sub-env."
     )
     full_action_spec_unbatched = property(
-        _doc(lambda self: self._unbatched(self.full_action_spec), "``full_action_spec`` of one sub-env.")
+        lambda self: self._unbatched(self.full_action_spec), doc="``full_action_spec`` of one sub-env."
     )
     full_state_spec_unbatched = property(
-        _doc(lambda self: self._unbatched(self.full_state_spec), "``full_state_spec`` of one sub-env.")
+        lambda self: self._unbatched(self.full_state_spec), doc="``full_state_spec`` of one sub-env."
     )
     observation_spec_unbatched = full_observation_spec_unbatched
     state_spec_unbatched = full_state_spec_unbatched
     action_spec_unbatched = property(
-        _doc(lambda self: self._unbatched(self.action_spec), "``action_spec`` of one sub-env (batch dims removed).")
+        lambda self: self._unbatched(self.action_spec), doc="``action_spec`` of one sub-env (batch dims removed)."
     )
     reward_spec_unbatched = property(
-        _doc(lambda self: self._unbatched(self.reward_spec), "``reward_spec`` of one sub-env (batch dims removed).")
+        lambda self: self._unbatched(self.reward_spec), doc="``reward_spec`` of one sub-env (batch dims removed)."
     )
     done_spec_unbatched = property(
-        _doc(lambda self: self._unbatched(self.done_spec), "``done_spec`` of one sub-env (batch dims removed).")
+        lambda self: self._unbatched(self.done_spec), doc="``done_spec`` of one sub-env (batch dims removed)."
     )
 
     @property
@@ -350,27 +332,23 @@ class EnvBase(GeneratorState, nn.Module):
 
     # keys (TorchRL names)
     action_keys = property(
-        _doc(lambda self: list(self._keys().action_keys), "The leaf keys of ``full_action_spec`` (a new list).")
+        lambda self: list(self._keys().action_keys), doc="The leaf keys of ``full_action_spec`` (a new list)."
     )
     reward_keys = property(
-        _doc(lambda self: list(self._keys().reward_keys), "The leaf keys of ``full_reward_spec`` (a new list).")
+        lambda self: list(self._keys().reward_keys), doc="The leaf keys of ``full_reward_spec`` (a new list)."
     )
     done_keys = property(
-        _doc(lambda self: list(self._keys().done_keys), "The leaf keys of ``full_done_spec`` (a new list).")
+        lambda self: list(self._keys().done_keys), doc="The leaf keys of ``full_done_spec`` (a new list)."
     )
     observation_keys = property(
-        _doc(
-            lambda self: list(self._keys().observation_keys), "The leaf keys of ``full_observation_spec`` (a new list)."
-        )
+        lambda self: list(self._keys().observation_keys), doc="The leaf keys of ``full_observation_spec`` (a new list)."
     )
     state_keys = property(
-        _doc(lambda self: list(self._keys().state_keys), "The leaf keys of ``full_state_spec`` (a new list).")
+        lambda self: list(self._keys().state_keys), doc="The leaf keys of ``full_state_spec`` (a new list)."
     )
     reset_keys = property(
-        _doc(
-            lambda self: list(self._keys().reset_keys),
-            'The ``"_reset"`` mask keys: one per sub-tree holding done flags (``"_reset"`` at the root).',
-        )
+        lambda self: list(self._keys().reset_keys),
+        doc='The ``"_reset"`` mask keys: one per sub-tree holding done flags (``"_reset"`` at the root).',
     )
 
     def _single_key(self, keys: list, what: str) -> Any:
@@ -379,22 +357,16 @@ class EnvBase(GeneratorState, nn.Module):
         return keys[0]
 
     action_key = property(
-        _doc(
-            lambda self: self._single_key(self._keys().action_keys, "action"),
-            "The action key; raises ``KeyError`` when the env has several (use ``action_keys``).",
-        )
+        lambda self: self._single_key(self._keys().action_keys, "action"),
+        doc="The action key; raises ``KeyError`` when the env has several (use ``action_keys``).",
     )
     reward_key = property(
-        _doc(
-            lambda self: self._single_key(self._keys().reward_keys, "reward"),
-            "The reward key; raises ``KeyError`` when the env has several (use ``reward_keys``).",
-        )
+        lambda self: self._single_key(self._keys().reward_keys, "reward"),
+        doc="The reward key; raises ``KeyError`` when the env has several (use ``reward_keys``).",
     )
     done_key = property(
-        _doc(
-            lambda self: self._keys().stop_keys[0],
-            'The first ``"done"`` key (the first done key when no leaf is named ``"done"``).',
-        )
+        lambda self: self._keys().stop_keys[0],
+        doc='The first ``"done"`` key (the first done key when no leaf is named ``"done"``).',
     )
 
     # ------------------------------------------------------------------ subclass hooks
