@@ -91,8 +91,10 @@ def sample_completions(
 ) -> torch.Tensor:
     """Samples up to ``max_new_tokens`` tokens after each left-padded prompt row.
 
-    A model without static-cache support (:func:`supports_static_cache`) samples through its own
-    ``generate`` instead.
+    Only ``temperature``, ``top_k`` and ``top_p`` shape the distribution: the model's own
+    ``generation_config`` (a repetition penalty, say) is not applied, as in TRL's GRPO. A model without
+    static-cache support (:func:`supports_static_cache`) samples through its own ``generate`` instead
+    (which does apply its ``generation_config``).
 
     Args:
         model: a causal LM (put it in eval mode).
