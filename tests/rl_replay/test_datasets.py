@@ -7,10 +7,12 @@ import pickle
 import shutil
 import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
+from tdict.folders import atomic_dir
 
 h5py = pytest.importorskip("h5py")
 
@@ -289,6 +291,22 @@ def test_failed_write_leaves_nothing(minari_setup, monkeypatch):
         MinariExperienceReplay(MINARI_ID, root=root, minari_root=minari_root)
     assert not (root / MINARI_ID).exists()
     assert [p.name for p in (root / "toy").iterdir()] == [".walk-v0.lock"]  # the temp dir is gone too
+
+
+def test_a_copy_committed_first_by_a_concurrent_conversion_is_kept(minari_setup, monkeypatch):
+    _, minari_root, root = minari_setup
+    real_write = OfflineDataset._write
+
+    def race(path, data, meta):
+        if not (root / MINARI_ID / META_NAME).exists():  # another process commits its copy meanwhile
+            atomic_dir(root / MINARI_ID, lambda d: real_write(Path(d), data * 0, meta), marker=META_NAME)
+        real_write(path, data, meta)
+
+    monkeypatch.setattr(OfflineDataset, "_write", staticmethod(race))
+    first = MinariExperienceReplay(MINARI_ID, root=root, minari_root=minari_root)
+    assert first.converted and (first[:]["next", "reward"] == 0).all()  # the other copy was kept
+    forced = MinariExperienceReplay(MINARI_ID, root=root, minari_root=minari_root, download="force")
+    assert (forced[:]["next", "reward"] != 0).any()  # a forced rebuild replaces it
 
 
 # ----------------------------------------------------------------------------------------------- #

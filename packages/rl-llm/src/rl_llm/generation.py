@@ -48,9 +48,12 @@ def _warpers(temperature: float, top_k: int, top_p: float) -> LogitsProcessorLis
     return warpers
 
 
+# transformers 4.x allocates the cache up front (it needs the batch size, device and dtype); 5.x on first use
+_CACHE_NEEDS_BATCH = "batch_size" in inspect.signature(StaticCache.__init__).parameters
+
+
 def _static_cache(model: Any, batch: int, length: int, device: torch.device, dtype: torch.dtype) -> Any:
-    params = inspect.signature(StaticCache.__init__).parameters
-    if "batch_size" in params:  # transformers 4.x allocates up front
+    if _CACHE_NEEDS_BATCH:
         return StaticCache(config=model.config, batch_size=batch, max_cache_len=length, device=device, dtype=dtype)
     return StaticCache(config=model.config, max_cache_len=length)
 

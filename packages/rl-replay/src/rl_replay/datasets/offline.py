@@ -224,7 +224,13 @@ class OfflineDataset(TensorDictReplayBuffer):
             if self.converted or not (self.data_path / META_NAME).exists():
                 split = split_trajectories(data)
                 meta = dict(self.metadata, split_trajs=True, num_items=int(split.batch_size[0]))
-                atomic_dir(self.data_path, lambda tmp: self._write(Path(tmp), split, meta), marker=META_NAME)
+                # a split copy made by a concurrent process from the same data is kept (not after a reconversion)
+                atomic_dir(
+                    self.data_path,
+                    lambda tmp: self._write(Path(tmp), split, meta),
+                    marker=META_NAME,
+                    overwrite=self.converted,
+                )
             data, self.metadata = self._load(self.data_path)
         # the storage maps the converted files (validated above) on first use; pickling it into
         # another process sends the directory name, not the data. Its item count starts full.
@@ -301,7 +307,13 @@ class OfflineDataset(TensorDictReplayBuffer):
             episode = data.get("episode")
             meta["num_episodes"] = int(torch.unique_consecutive(episode).numel())
         meta["source"] = self._source_metadata()
-        atomic_dir(self.data_path_root, lambda tmp: self._write(Path(tmp), data, meta), marker=META_NAME)
+        # a copy that a concurrent conversion committed first is kept, unless rebuilding was asked for
+        atomic_dir(
+            self.data_path_root,
+            lambda tmp: self._write(Path(tmp), data, meta),
+            marker=META_NAME,
+            overwrite=self.download == "force",
+        )
         # a previous split copy was made from the old data
         shutil.rmtree(self._root / (self.dataset_id + "_split"), ignore_errors=True)
 
