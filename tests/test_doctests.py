@@ -1,4 +1,4 @@
-"""The runnable examples in the docstrings of rl_envs, rl_replay, rl_collect, rl_objectives and rl_llm
+"""The runnable examples in the docstrings of rl_envs, rl_replay, rl_collect, rl_objectives, rl_llm and rl_kernels
 stay runnable (tdict's are checked, with a count, in tests/tdict/test_doctests.py)."""
 
 import doctest
@@ -7,7 +7,7 @@ import pkgutil
 
 import pytest
 
-PACKAGES = ("rl_envs", "rl_replay", "rl_collect", "rl_objectives", "rl_llm")
+PACKAGES = ("rl_envs", "rl_replay", "rl_collect", "rl_objectives", "rl_llm", "rl_kernels")
 
 
 def _modules():

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import copy
+import multiprocessing as mp
 from typing import Any, Callable, Sequence
 
 import torch
@@ -18,6 +20,31 @@ from .weight_sync import SharedMemWeightSyncScheme, WeightSyncScheme
 # handled in the parent, not by the workers' collectors
 _PARENT_KWARGS = ("split_trajs", "postproc", "replay_buffer", "progress_bar")
 _UNSUPPORTED = ("trajs_per_batch",)
+
+
+def _policy_for_workers(owner: str, policy: Any, collector_kwargs: dict, start_method: str | None) -> Any:
+    """What the workers get as their policy when the learner's policy is on a GPU.
+
+    Workers collecting on the CPU (``policy_device`` or ``device`` "cpu") get a CPU copy (later weights
+    still come from the GPU policy). Workers that run the policy on the GPU need a start method other
+    than ``fork`` (a forked process cannot use CUDA): that case is refused up front.
+    """
+    if not isinstance(policy, nn.Module):
+        return policy
+    cuda = next((t.device for t in (*policy.parameters(), *policy.buffers()) if t.device.type == "cuda"), None)
+    if cuda is None:
+        return policy
+    target = collector_kwargs.get("policy_device", collector_kwargs.get("device"))
+    if target is not None and torch.device(target).type == "cpu":
+        return copy.deepcopy(policy).to("cpu")
+    method = start_method or ("fork" if "fork" in mp.get_all_start_methods() else "spawn")
+    if method == "fork":
+        raise ValueError(
+            f"{owner}: the policy is on {cuda} and the workers would start with 'fork', where CUDA cannot be "
+            "used; pass mp_start_method='spawn' (the workers run the policy on the GPU) or policy_device='cpu' "
+            "(the workers collect with a CPU copy, and weight updates still come from the GPU policy)."
+        )
+    return policy
 
 
 class MultiCollectorBase:
@@ -72,11 +99,12 @@ class MultiCollectorBase:
         self._iter = 0
         self.weight_sync_scheme = weight_sync_scheme if weight_sync_scheme is not None else SharedMemWeightSyncScheme()
         self._stop = torch.zeros(self.num_workers, dtype=torch.int8).share_memory_() if _preemptive else None
+        worker_policy = _policy_for_workers(name, policy, collector_kwargs, mp_start_method)
         self.weight_sync_scheme.init_sender(self._policy_weights(), [])
         receivers = [self.weight_sync_scheme.receiver(i) for i in range(self.num_workers)]
         self._pool = WorkerPool(
             create_env_fns,
-            policy,
+            worker_policy,
             collector_kwargs,
             receivers,
             stop=self._stop,

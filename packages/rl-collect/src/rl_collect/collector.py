@@ -361,9 +361,11 @@ class Collector:
                 td.update(self._random_fill.clone())
             return td
         if self.policy_device is not None:
+            # back to env_device, or else to where the env's data came from (a CPU env stepping with a GPU policy)
+            back = self.env_device if self.env_device is not None else td.device
             out = policy(td.to(self.policy_device))
-            if self.env_device is not None:
-                out = out.to(self.env_device)
+            if back is not None and out.device != back:
+                out = out.to(back)
             return out
         out = policy(td)
         return td if out is None else out

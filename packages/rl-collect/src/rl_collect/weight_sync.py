@@ -110,6 +110,9 @@ class SharedMemWeightReceiver(WeightReceiver):
 class SharedMemWeightSyncScheme(WeightSyncScheme):
     """Weights in shared memory: ``send`` copies them in place and bumps a shared version.
 
+    The shared copy is on the CPU even when the learner's weights are on a GPU; each worker copies
+    it onto its own policy's device.
+
     Examples:
         >>> from torch import nn
         >>> from tdict import TensorDict
@@ -135,7 +138,9 @@ class SharedMemWeightSyncScheme(WeightSyncScheme):
     def init_sender(self, weights: TensorDictBase | None, pipes: Sequence[Any] = ()) -> None:
         if weights is not None and weights.numel() == 0 and not list(weights.keys()):
             weights = None
-        self._weights = weights.detach().clone().share_memory_() if weights is not None else None
+        # the shared copy lives in CPU shared memory whatever the learner's device: any worker can map
+        # it (a forked one cannot touch CUDA) and copies it onto its own policy's device
+        self._weights = weights.detach().to("cpu").clone().share_memory_() if weights is not None else None
 
     def send(self, weights: TensorDictBase | None, version: int) -> None:
         meta = self._meta
@@ -215,7 +220,9 @@ class PipeWeightSyncScheme(WeightSyncScheme):
         self._pipes = list(pipes)
 
     def send(self, weights: TensorDictBase | None, version: int) -> None:
-        payload = weights.detach().clone() if weights is not None else None
+        # CPU tensors on the pipe: a CUDA tensor would travel as a CUDA IPC handle, which a forked worker
+        # cannot open; the worker copies the weights onto its policy's device
+        payload = weights.detach().to("cpu").clone() if weights is not None else None
         for pipe in self._pipes:
             pipe.send((WEIGHTS_MESSAGE, payload, int(version)))
 

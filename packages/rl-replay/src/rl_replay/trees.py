@@ -13,6 +13,10 @@ across processes, one entry saves it). The root has ``r <= arity`` children and 
 holds ``r * arity**(l - 1)`` nodes, so the leaf level is at most twice the capacity; leaves past
 the capacity hold the neutral value (0 for sums, +inf for minimums) and are never written.
 Internal nodes are always the exact reduction (``sum``/``amin``) of their children.
+
+On a CUDA device, when rl-kernels and Triton are installed (``rl-replay[kernels]``), batched writes
+and the prefix search run as rl-kernels' Triton kernels on the same node tensor (same layout, same
+checkpoints); everything else, and every other device, takes the torch path below.
 """
 
 from __future__ import annotations
@@ -34,12 +38,31 @@ _FLAT_SEARCH_LIMIT = 2048
 # "no scratch tensor": every out= gets None (a new tensor)
 _NO_BUFS: dict = {key: None for key in ("flat", "node", "val", "rows", "cs", "mask", "cnt", "gather")}
 
+# tests set this to take the kernel path on CPU too (under Triton's interpreter)
+_FORCE_KERNELS = False
+_KERNELS: list = []  # [rl_kernels.trees or None], filled on first use
+
+
+def _kernels(device: torch.device) -> Any:
+    """rl_kernels.trees when writes and searches on ``device`` go to its Triton kernels, else None."""
+    if device.type != "cuda" and not _FORCE_KERNELS:
+        return None
+    if not _KERNELS:
+        try:
+            from rl_kernels import trees as kernel_trees
+            from rl_kernels._backend import triton_available
+        except ImportError:
+            kernel_trees, triton_available = None, None
+        _KERNELS.append(kernel_trees if triton_available is not None and triton_available() else None)
+    return _KERNELS[0]
+
 
 class _SegmentTree:
     """Shared machinery of :class:`SumTree` and :class:`MinTree` (``_row_op``, ``_reduce_all`` and ``_neutral`` differ)."""
 
     _neutral: float = 0.0
     _row_op: Any = None  # the reduction (torch.sum, torch.amin, ...) with a dim argument
+    _reduce_name = "sum"  # the same, by name, for rl-kernels
 
     def __init__(
         self,
@@ -154,6 +177,8 @@ class _SegmentTree:
     def _plan(self, index: torch.Tensor) -> list:
         """Parent indices of ``index`` at every level updated by gathering (shared by trees of one shape)."""
         plan = []
+        if _kernels(self._nodes.device) is not None:
+            return plan  # the kernel path finds the parents itself
         p = index
         shift = self._shift
         for _ in range(len(self._levels) - 1, self._full_from, -1):
@@ -163,6 +188,18 @@ class _SegmentTree:
 
     def _write(self, index: torch.Tensor, values: torch.Tensor, plan: list | None = None) -> None:
         """Writes checked leaves (duplicates already carry equal values) and refreshes their ancestors."""
+        kernels = _kernels(self._nodes.device)
+        if kernels is not None:
+            kernels.tree_write_(
+                self._nodes,
+                index,
+                values,
+                capacity=self.capacity,
+                arity=self.arity,
+                reduce=self._reduce_name,
+                backend="triton",
+            )
+            return
         # scatter_ with duplicated indices is fine here: duplicates carry equal values at every level
         # (leaves: after _last_wins; parents: reductions of the same, already written, children)
         self._leaves.scatter_(0, index, values)
@@ -314,6 +351,17 @@ class SumTree(_SegmentTree):
         results are written into instead of new tensors; the caller must not share them between
         threads. The returned tensor is always new.
         """
+        kernels = _kernels(self._nodes.device)
+        if kernels is not None:
+            return kernels.tree_search(
+                self._nodes,
+                values.reshape(-1),
+                capacity=self.capacity,
+                arity=self.arity,
+                right=right,
+                limit=limit,
+                backend="triton",
+            )
         val = values.view(-1, 1)
         if val.dtype != self.dtype:
             val = val.to(self.dtype)
@@ -387,6 +435,7 @@ class MinTree(_SegmentTree):
 
     _neutral = math.inf
     _row_op = staticmethod(torch.amin)
+    _reduce_name = "min"
 
     @staticmethod
     def _reduce_all(x: torch.Tensor) -> torch.Tensor:
@@ -402,6 +451,7 @@ class _MaxTree(_SegmentTree):
 
     _neutral = -math.inf
     _row_op = staticmethod(torch.amax)
+    _reduce_name = "max"
 
     @staticmethod
     def _reduce_all(x: torch.Tensor) -> torch.Tensor:

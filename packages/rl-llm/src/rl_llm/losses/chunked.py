@@ -11,6 +11,11 @@ the gradients of the hidden states, the weight and the bias. Peak memory drops f
 :func:`lm_hidden_and_head` splits a Hugging Face causal LM into its backbone (which returns the
 final hidden states) and its output layer, refusing models whose logits are further transformed
 (soft-capping, logit scaling), where the chunked values would differ.
+
+When rl-kernels is installed (``pip install 'rl-llm[kernels]'``) and the tensors are on CUDA,
+:func:`token_log_probs_chunked` hands the work to :func:`rl_kernels.chunked_log_probs` (a fused Triton
+LM head + log-softmax + gather, the same values and gradients); without it, or on CPU, it runs its own
+torch loop below.
 """
 
 from __future__ import annotations
@@ -22,6 +27,27 @@ from tdict.validation import check_positive, check_positive_int
 from torch import nn
 
 __all__ = ["lm_hidden_and_head", "token_log_probs_chunked"]
+
+# The rl_kernels backend to force for every call ("torch", "triton" or "auto"; tests set it to run the
+# Triton kernels under Triton's interpreter), or None: rl_kernels for CUDA tensors when it is installed.
+_KERNELS_BACKEND: str | None = None
+
+
+def _kernels_backend(hidden: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> str | None:
+    """The ``backend`` to call rl_kernels.chunked_log_probs with, or None for this module's torch path."""
+    if _KERNELS_BACKEND is None and not hidden.is_cuda:
+        return None
+    # rl_kernels takes one dtype for all three; under autocast the torch path's matmul would run in the
+    # autocast dtype instead, so it keeps those calls
+    if weight.dtype != hidden.dtype or (bias is not None and bias.dtype != hidden.dtype):
+        return None
+    if torch.is_autocast_enabled(hidden.device.type):
+        return None
+    try:
+        import rl_kernels  # noqa: F401
+    except ImportError:
+        return None
+    return _KERNELS_BACKEND or "auto"
 
 
 class _ChunkedLogProbs(torch.autograd.Function):
@@ -118,9 +144,16 @@ def token_log_probs_chunked(
         )
     if weight.ndim != 2 or weight.shape[1] != hidden.shape[-1]:
         raise ValueError(f"token_log_probs_chunked: weight must be [V, {hidden.shape[-1]}], got {tuple(weight.shape)}.")
-    flat = _ChunkedLogProbs.apply(
-        hidden.reshape(-1, hidden.shape[-1]), weight, bias, targets.reshape(-1).long(), chunk_size, float(temperature)
-    )
+    flat_hidden, flat_targets = hidden.reshape(-1, hidden.shape[-1]), targets.reshape(-1).long()
+    backend = _kernels_backend(flat_hidden, weight, bias)
+    if backend is not None:
+        import rl_kernels
+
+        flat = rl_kernels.chunked_log_probs(
+            flat_hidden, weight, flat_targets, chunk_size, bias=bias, temperature=float(temperature), backend=backend
+        )
+    else:
+        flat = _ChunkedLogProbs.apply(flat_hidden, weight, bias, flat_targets, chunk_size, float(temperature))
     return flat.reshape(targets.shape)
 
 

@@ -27,6 +27,8 @@ each over the whole rollout), exact for the zeros a ``done`` puts in ``b`` (no d
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Callable
 from typing import cast
 
 import torch
@@ -51,6 +53,17 @@ __all__ = [
 
 Scalar = float | int | torch.Tensor  # gamma / lmbda: a number or a tensor
 _Tensor = torch.Tensor
+
+
+@functools.cache
+def _kernel_scan() -> Callable[..., _Tensor] | None:
+    """rl-kernels' scan (Triton on CUDA, a compiled loop on CPU) when ``rl-objectives[kernels]`` is
+    installed, else ``None`` (the doubling scan below runs)."""
+    try:
+        from rl_kernels import discounted_reverse_scan
+    except ImportError:
+        return None
+    return discounted_reverse_scan
 
 
 # --------------------------------------------------------------------------- input checks
@@ -150,8 +163,11 @@ def _reverse_scan(a: _Tensor, b: _Tensor) -> _Tensor:
 
     Doubling: after the round with stride ``s``, ``(a_t, b_t)`` maps ``x_{t+s}`` to ``x_t``; two
     such maps compose into one of stride ``2s``. Values past the end are 0, so ``log2(T)`` rounds
-    give ``x_t = a_t``.
+    give ``x_t = a_t``. With rl-kernels installed, floating inputs go to its scan instead (same numbers).
     """
+    kernel = None if torch.compiler.is_compiling() else _kernel_scan()
+    if kernel is not None and a.is_floating_point() and b.is_floating_point() and a.ndim > 0:
+        return kernel(a, b.expand_as(a))
     steps = a.shape[-1]
     b = b.expand_as(a)
     stride = 1

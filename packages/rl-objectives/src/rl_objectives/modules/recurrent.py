@@ -23,12 +23,22 @@ The next state in sequence mode: as in TorchRL, ``("next", <state key>)`` holds 
 last step of each segment (the step before a reset, and the final step) and zeros elsewhere (the
 fused kernel only returns final states). Unlike TorchRL, where a segment's final state can come out
 of the padding, the values written here are exact, whichever backend runs.
+
+``recurrent_backend="triton"`` (needs the optional ``rl-kernels`` package: ``rl-objectives[kernels]``):
+sequence mode runs layer by layer through ``rl_kernels.lstm_with_resets`` / ``gru_with_resets``, which
+take the resets inside one fused kernel (no split, pad or scatter) and return the states at every
+step, from which the segment-end states are kept. On CUDA tensors the Triton kernels run; on CPU
+tensors they run under Triton's interpreter when ``TRITON_INTERPRET=1`` is set (tests), and
+rl-kernels' pure-torch loop runs otherwise. Step mode and the python loop (``python_based=True``,
+``torch.compile``) are unchanged.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from typing import Any, cast
+
+import importlib.util
 
 import torch
 import torch.nn.functional as F
@@ -230,6 +240,15 @@ class _RecurrentModule(TensorDictModuleBase):
         self._recurrent_mode = bool(default_recurrent_mode)
         self.python_based = bool(python_based)
 
+    def _set_kernel_opts(self, opts: dict | None, backend: Any, precision: Any, recompute: Any) -> None:
+        self._kernel_opts = opts
+        # what set_recurrent_mode's copy is built with
+        self._backend_args = {
+            "recurrent_backend": backend,
+            "recurrent_matmul_precision": precision,
+            "recurrent_recompute": recompute,
+        }
+
     def _bind_weights(self) -> None:
         rnn = self._rnn
         self.__dict__["_params"] = (rnn._parameters, rnn.__dict__)
@@ -245,9 +264,34 @@ class _RecurrentModule(TensorDictModuleBase):
         self._bind_weights()
 
     @staticmethod
-    def _check_backend(name: str, backend: Any, compute_dtype: Any, matmul_precision: Any, recompute: Any) -> None:
-        """TorchRL 0.14's recurrent-kernel options: only their defaults (the padded pure-torch scan in
-        float32, which is what this module computes) are supported; the kernels are rl-kernels' job."""
+    def _check_backend(
+        name: str, backend: Any, compute_dtype: Any, matmul_precision: Any, recompute: Any, proj_size: int = 0
+    ) -> dict[str, Any] | None:
+        """TorchRL 0.14's recurrent-kernel options. ``None`` for the default pad path (TorchRL's defaults
+        only); for ``recurrent_backend="triton"``, the rl-kernels options ``{"recompute", "precision"}``."""
+        backend = "pad" if backend is None else backend
+        if backend == "triton":
+            if importlib.util.find_spec("rl_kernels") is None:
+                raise ImportError(
+                    f"{name}: recurrent_backend='triton' needs the rl-kernels package "
+                    "(pip install 'rl-objectives[kernels]'); use recurrent_backend='pad'."
+                )
+            if proj_size:
+                raise NotImplementedError(
+                    f"{name}: recurrent_backend='triton' does not support proj_size > 0 (got {proj_size}); use 'pad'."
+                )
+            accepted = (
+                ("recurrent_compute_dtype", compute_dtype, (torch.float32,)),
+                ("recurrent_matmul_precision", matmul_precision, ("auto", "ieee", "tf32")),
+                ("recurrent_recompute", recompute, ("none", "full")),
+            )
+            for arg, value, allowed in accepted:
+                if value is not None and value not in allowed:
+                    raise NotImplementedError(
+                        f"{name}: {arg}={value!r} is not supported with recurrent_backend='triton'; accepted: "
+                        f"{list(allowed)}."
+                    )
+            return {"recompute": recompute == "full", "precision": matmul_precision or "auto"}
         defaults = (
             ("recurrent_backend", backend, "pad"),
             ("recurrent_compute_dtype", compute_dtype, torch.float32),
@@ -257,9 +301,11 @@ class _RecurrentModule(TensorDictModuleBase):
         for arg, value, default in defaults:
             if value is not None and value != default:
                 raise NotImplementedError(
-                    f"{name}: {arg}={value!r} is not supported; only TorchRL's default {default!r} (the pure-torch "
-                    "padded scan this module runs) is, and fused recurrent kernels are not implemented here."
+                    f"{name}: {arg}={value!r} is not supported with recurrent_backend='pad'; only TorchRL's default "
+                    f"{default!r} (the padded scan this module runs) is; recurrent_backend='triton' (rl-kernels' fused "
+                    "kernels) takes recurrent_matmul_precision 'ieee'/'tf32' and recurrent_recompute 'full'."
                 )
+        return None
 
     @staticmethod
     def _check_rnn(
@@ -315,6 +361,7 @@ class _RecurrentModule(TensorDictModuleBase):
             out_keys=list(self.out_keys),
             default_recurrent_mode=mode,
             python_based=self.python_based,
+            **self._backend_args,
         )
         out.train(self.training)
         return out
@@ -454,6 +501,8 @@ class _RecurrentModule(TensorDictModuleBase):
         first = tuple(s.reshape(n, T, *s.shape[-2:])[:, 0].masked_fill(init[:, :1, None], 0.0) for s in states)
         if self._use_loop():
             y, new = self._loop(x, first, init)
+        elif self._kernel_opts is not None:
+            y, new = self._kernels(x, first, init)
         elif T > 1 and bool(init[:, 1:].any()):
             y, new = self._segmented(x, first, init)
         else:
@@ -473,6 +522,44 @@ class _RecurrentModule(TensorDictModuleBase):
             ys.append(y)
             kept.append(tuple(s.masked_fill(~ends[:, t, None, None], 0.0) for s in states))
         return torch.stack(ys, 1), tuple(torch.stack([k[i] for k in kept], 1) for i in range(len(states)))
+
+    def _kernels(self, x: torch.Tensor, first: States, init: torch.Tensor) -> tuple:
+        """``recurrent_backend="triton"``: layer by layer through rl-kernels, keeping states at segment ends."""
+        import rl_kernels
+        from rl_kernels._backend import interpreting, triton_available
+
+        opts = cast(dict, self._kernel_opts)
+        layers, bias, _, dropout = self._cfg
+        n, T = init.shape
+        # CUDA: the Triton kernels; CPU: the kernels under Triton's interpreter (TRITON_INTERPRET=1), else the
+        # pure-torch loop of rl-kernels (the kernels cannot run on CPU tensors)
+        on_kernels = x.device.type == "cuda" or (interpreting() and triton_available())
+        precision = opts["precision"]
+        if precision == "auto":  # as torch's float32 matmuls
+            precision = "ieee" if torch.get_float32_matmul_precision() == "highest" else "tf32"
+        kwargs = {
+            "backend": "triton" if on_kernels else "torch",
+            "recompute": opts["recompute"],
+            "matmul_precision": precision,
+        }
+        lstm = len(self._state_names) == 2
+        per_layer = []
+        for layer in range(layers):
+            w_ih, w_hh, b_ih, b_hh, _ = _layer_weights(self._params, layer, bias, False)
+            if lstm:
+                state = (first[0][:, layer], first[1][:, layer])
+                per_layer.append(rl_kernels.lstm_with_resets(x, init, w_ih, w_hh, b_ih, b_hh, state, **kwargs))
+            else:
+                y = rl_kernels.gru_with_resets(x, init, w_ih, w_hh, b_ih, b_hh, first[0][:, layer], **kwargs)
+                per_layer.append((y,))
+            x = per_layer[-1][0]
+            if dropout and self.training and layer < layers - 1:  # between layers, not after the last
+                x = F.dropout(x, dropout, training=True)
+        ends = torch.cat([init[:, 1:], init.new_ones(n, 1)], 1)[:, :, None, None]  # each segment's last step
+        new = tuple(
+            torch.stack([p[i] for p in per_layer], 2).masked_fill(~ends, 0.0) for i in range(len(self._state_names))
+        )
+        return per_layer[-1][0], new
 
     def _segmented(self, x: torch.Tensor, first: States, init: torch.Tensor) -> tuple:
         """Split each row at its resets, run the segments as one packed batch, scatter back."""
@@ -525,13 +612,20 @@ class LSTMModule(_RecurrentModule):
         device: device of a new LSTM.
         lstm: an existing ``nn.LSTM`` to wrap (its weights are shared; exclusive with the sizes).
         default_recurrent_mode: the mode outside any :class:`set_recurrent_mode` block (default step mode).
-        recurrent_backend, recurrent_compute_dtype, recurrent_matmul_precision, recurrent_recompute:
-            TorchRL 0.14's fused-kernel options; only their defaults (``"pad"``, ``torch.float32``,
-            ``"auto"``, ``"none"``: what this module computes) are accepted, others raise
-            ``NotImplementedError`` naming the argument.
+        recurrent_backend: TorchRL 0.14's fused-kernel options. ``"pad"`` (default): ``nn``'s kernel
+            on the segments split at resets; ``"triton"``: rl-kernels' fused kernels in sequence mode
+            (see the module docstring; ``ImportError`` without rl-kernels); others raise
+            ``NotImplementedError``.
+        recurrent_compute_dtype: ``torch.float32`` only.
+        recurrent_matmul_precision: ``"auto"`` (torch's float32 matmul precision); with ``"triton"``
+            also ``"ieee"`` or ``"tf32"`` for the in-kernel matmuls.
+        recurrent_recompute: ``"none"``; with ``"triton"`` also ``"full"`` (the backward recomputes the
+            gate activations instead of keeping them).
 
     Raises:
-        NotImplementedError: for ``bidirectional=True``.
+        NotImplementedError: for ``bidirectional=True`` and unsupported ``recurrent_*`` options
+            (``proj_size > 0`` with ``recurrent_backend="triton"``).
+        ImportError: for ``recurrent_backend="triton"`` without rl-kernels.
         ValueError: for bad sizes or keys, ``batch_first=False``; at call, for inputs of the wrong shape.
         KeyError: at call, naming a missing input or ``is_init`` entry.
 
@@ -580,8 +674,13 @@ class LSTMModule(_RecurrentModule):
         recurrent_matmul_precision: str | None = "auto",
         recurrent_recompute: str | None = "none",
     ) -> None:
-        self._check_backend(
-            "LSTMModule", recurrent_backend, recurrent_compute_dtype, recurrent_matmul_precision, recurrent_recompute
+        kernel_opts = self._check_backend(
+            "LSTMModule",
+            recurrent_backend,
+            recurrent_compute_dtype,
+            recurrent_matmul_precision,
+            recurrent_recompute,
+            lstm.proj_size if isinstance(lstm, nn.LSTM) else proj_size,
         )
         self._check_rnn("LSTMModule", "LSTM", lstm, nn.LSTM, (input_size, hidden_size), batch_first, bidirectional)
         super().__init__()
@@ -597,6 +696,7 @@ class LSTMModule(_RecurrentModule):
                 device=device,
             )
         self._setup(lstm, in_key, in_keys, out_key, out_keys, default_recurrent_mode, python_based)
+        self._set_kernel_opts(kernel_opts, recurrent_backend, recurrent_matmul_precision, recurrent_recompute)
 
 
 class GRUModule(_RecurrentModule):
@@ -618,13 +718,19 @@ class GRUModule(_RecurrentModule):
         device: device of a new GRU.
         gru: an existing ``nn.GRU`` to wrap (exclusive with the sizes).
         default_recurrent_mode: the mode outside any :class:`set_recurrent_mode` block (default step mode).
-        recurrent_backend, recurrent_compute_dtype, recurrent_matmul_precision, recurrent_recompute:
-            TorchRL 0.14's fused-kernel options; only their defaults (``"pad"``, ``torch.float32``,
-            ``"auto"``, ``"none"``: what this module computes) are accepted, others raise
-            ``NotImplementedError`` naming the argument.
+        recurrent_backend: TorchRL 0.14's fused-kernel options. ``"pad"`` (default): ``nn``'s kernel
+            on the segments split at resets; ``"triton"``: rl-kernels' fused kernels in sequence mode
+            (see the module docstring; ``ImportError`` without rl-kernels); others raise
+            ``NotImplementedError``.
+        recurrent_compute_dtype: ``torch.float32`` only.
+        recurrent_matmul_precision: ``"auto"`` (torch's float32 matmul precision); with ``"triton"``
+            also ``"ieee"`` or ``"tf32"`` for the in-kernel matmuls.
+        recurrent_recompute: ``"none"``; with ``"triton"`` also ``"full"`` (the backward recomputes the
+            gate activations instead of keeping them).
 
     Raises:
-        NotImplementedError: for ``bidirectional=True``.
+        NotImplementedError: for ``bidirectional=True`` and unsupported ``recurrent_*`` options.
+        ImportError: for ``recurrent_backend="triton"`` without rl-kernels.
         ValueError: for bad sizes or keys, ``batch_first=False``; at call, for inputs of the wrong shape.
         KeyError: at call, naming a missing input or ``is_init`` entry.
 
@@ -666,7 +772,7 @@ class GRUModule(_RecurrentModule):
         recurrent_matmul_precision: str | None = "auto",
         recurrent_recompute: str | None = "none",
     ) -> None:
-        self._check_backend(
+        kernel_opts = self._check_backend(
             "GRUModule", recurrent_backend, recurrent_compute_dtype, recurrent_matmul_precision, recurrent_recompute
         )
         self._check_rnn("GRUModule", "GRU", gru, nn.GRU, (input_size, hidden_size), batch_first, bidirectional)
@@ -682,3 +788,4 @@ class GRUModule(_RecurrentModule):
                 device=device,
             )
         self._setup(gru, in_key, in_keys, out_key, out_keys, default_recurrent_mode, python_based)
+        self._set_kernel_opts(kernel_opts, recurrent_backend, recurrent_matmul_precision, recurrent_recompute)
