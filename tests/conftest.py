@@ -7,6 +7,21 @@ import random
 
 import pytest
 
+
+def _has_cuda() -> bool:
+    try:
+        import torch
+    except ModuleNotFoundError:  # pragma: no cover
+        return False
+    return torch.cuda.is_available()
+
+
+# Without a GPU, rl-kernels' Triton kernels run in Triton's CPU interpreter. triton.jit reads
+# TRITON_INTERPRET when a kernel is defined, and collection already imports every module (the
+# docstring checks in tests/integration), so it is set here, before any test module is imported.
+if not _has_cuda():
+    os.environ.setdefault("TRITON_INTERPRET", "1")
+
 try:  # Hypothesis is a dev dependency; keep collection working without it.
     from hypothesis import HealthCheck, settings
 except ModuleNotFoundError:  # pragma: no cover

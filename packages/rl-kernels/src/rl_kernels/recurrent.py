@@ -46,7 +46,11 @@ __all__ = ["DEFAULT_KERNEL_CONFIG", "gru_reference", "gru_with_resets", "lstm_re
 #: counter each step, GPU only: 1 under the interpreter, and 1 when the grid would not fit on the
 #: device's SMs at once; 0 picks the largest power of two that fits, at most ``H / 32``: this spreads
 #: ``W_hh`` over many SMs, which is what makes the kernels fast on a GPU); ``num_warps``;
-#: ``max_spin`` bounds each barrier wait (a safety net: a wait takes microseconds).
+#: ``max_spin`` bounds each barrier wait (a safety net: a wait takes microseconds). The barrier
+#: assumes that every program of the grid is resident at once, which holds on a GPU this process
+#: has to itself; where SMs are shared or capped (MPS with an SM limit, concurrent streams running
+#: other kernels), pass ``kernel_config={"num_splits": 1}``: a wait cut short by ``max_spin`` would
+#: let a program read a state that is not written yet.
 DEFAULT_KERNEL_CONFIG: dict[str, int] = {
     "block_b": 16,
     "block_h": 64,
