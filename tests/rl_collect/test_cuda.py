@@ -122,7 +122,7 @@ def test_distributed_collector_over_nccl():
         total_frames=20,
         num_workers=1,
         backend="nccl",
-        collector_kwargs={"storing_device": "cuda"},
+        storing_device="cuda",
     )
     try:
         batches = []
