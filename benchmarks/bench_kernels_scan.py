@@ -219,7 +219,7 @@ def scan_candidates(shapes=((64, 1000), (8, 64), (1, 1000))) -> list[dict]:
     """Raw scan ``y_t = x_t + c_t * y_{t+1}`` (c zero at 1% of steps): each CPU candidate, median ms."""
     from torch._higher_order_ops.associative_scan import associative_scan
 
-    from rl_kernels.scan import _cpu_kernel, _doubling_scan
+    from rl_kernels.scan import _doubling_scan, cpu_kernel
 
     def python_loop(x, c):
         out, y = torch.empty_like(x), torch.zeros_like(x[:, 0])
@@ -234,7 +234,7 @@ def scan_candidates(shapes=((64, 1000), (8, 64), (1, 1000))) -> list[dict]:
     def assoc(x, c):
         return associative_scan(compose, (x, c), dim=-1, reverse=True, combine_mode="generic")[0]
 
-    compiled_loop = _cpu_kernel(torch.float32)
+    compiled_loop = cpu_kernel(torch.float32)
     rows = []
     for n, t in shapes:
         g = torch.Generator().manual_seed(1)

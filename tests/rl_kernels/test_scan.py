@@ -3,6 +3,11 @@ the doubling scan) against a plain loop over time, values and gradients."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+import textwrap
+
 import pytest
 import torch
 
@@ -102,20 +107,20 @@ def test_cpu_paths(path, monkeypatch):
 def test_cpu_compiled_loop_is_used_and_fallback(monkeypatch):
     """The compiled loop runs when it builds; without it (no compiler) the doubling scan gives the same."""
     x, disc, done = _inputs((3, 40))
-    if scan_mod._cpu_kernel(torch.float32) is None:
-        pytest.skip("no C++ compiler for Inductor here")
+    if scan_mod.cpu_kernel(torch.float32) is None:
+        pytest.skip("no C++ compiler here")
     calls = []
-    real = scan_mod._cpu_kernel
+    real = scan_mod.cpu_kernel
 
     def spy(dtype):
         calls.append(dtype)
         return real(dtype)
 
-    monkeypatch.setattr(scan_mod, "_cpu_kernel", spy)
+    monkeypatch.setattr(scan_mod, "cpu_kernel", spy)
     want = reference_scan(x, disc, done)
     torch.testing.assert_close(discounted_reverse_scan(x, disc, done, backend="torch"), want)
     assert calls == [torch.float32]
-    monkeypatch.setattr(scan_mod, "_cpu_kernel", lambda dtype: None)
+    monkeypatch.setattr(scan_mod, "cpu_kernel", lambda dtype: None)
     torch.testing.assert_close(discounted_reverse_scan(x, disc, done, backend="torch"), want)
 
 
@@ -232,3 +237,46 @@ def test_gpu_large_matches_cpu_loop():
     discounted_reverse_scan(b, 0.97, done.cpu(), backend="torch").sum().backward()
     assert a.grad is not None and b.grad is not None
     torch.testing.assert_close(a.grad.double().cpu(), b.grad, rtol=1e-4, atol=1e-4)
+
+
+def _fresh_process(code: str, **env: str) -> str:
+    out = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code)],
+        env={**os.environ, **env},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    return out.stdout.strip()
+
+
+_PROBE = """
+    import torch
+    from rl_kernels._cpu_scan import cpu_kernel
+    from rl_kernels import discounted_reverse_scan
+    raw = cpu_kernel(torch.float64)
+    x = torch.arange(1.0, 5.0, dtype=torch.float64).reshape(1, 4)
+    done = torch.tensor([[False, True, False, False]])
+    print(raw is not None, discounted_reverse_scan(x, 0.5, done, backend="torch").tolist())
+"""
+
+
+def test_cpu_loop_is_built_once_into_the_cache_and_loaded_after(tmp_path):
+    if scan_mod.cpu_kernel(torch.float64) is None:
+        pytest.skip("no C++ compiler here")
+    want = "True [[2.0, 2.0, 5.0, 4.0]]"  # y3 = 4, y2 = 3 + 2, y1 = 2 (done), y0 = 1 + 0.5 * 2
+    assert _fresh_process(_PROBE, RL_KERNELS_CACHE=str(tmp_path)) == want
+    built = sorted(p.name for p in tmp_path.iterdir())
+    assert len(built) == 1 and built[0].startswith("reverse_scan_") and built[0].endswith(".so")  # no leftovers
+    stamp = (tmp_path / built[0]).stat().st_mtime_ns
+    assert _fresh_process(_PROBE, RL_KERNELS_CACHE=str(tmp_path)) == want
+    assert (tmp_path / built[0]).stat().st_mtime_ns == stamp  # loaded, not rebuilt
+
+
+def test_without_a_compiler_the_doubling_scan_gives_the_same(tmp_path):
+    empty = tmp_path / "bin"
+    empty.mkdir()
+    got = _fresh_process(_PROBE, RL_KERNELS_CACHE=str(tmp_path / "cache"), PATH=str(empty), CXX="no-such-compiler")
+    assert got == "False [[2.0, 2.0, 5.0, 4.0]]"
+    assert not (tmp_path / "cache").exists()

@@ -7,12 +7,12 @@ Paths (``backend``, see :mod:`rl_kernels._backend`):
 
 - ``"triton"``: a chunked scan over T (``tl.associative_scan`` inside a chunk, a carry between chunks),
   rows in parallel (:mod:`rl_kernels._scan_triton`).
-- ``"torch"`` on CPU: a sequential C++ loop over T, compiled once per process (and cached on disk) with
-  torch.compile's C++ toolchain (Inductor); rows in parallel when torch has more than one thread.
-  Measured (benchmarks/bench_kernels_scan.py --candidates, one thread) at ``[64, 1000]``: 0.11 ms,
-  against 0.6-1.4 ms for the doubling scan, 0.23 ms for Inductor's own ``associative_scan`` (which
-  also recompiles, 10-14 s, for every new shape) and 6.7 ms for a Python loop over T on ``[B]``
-  vectors; at ``[8, 64]``: 0.003 ms against 0.13 / 0.07 / 0.39 ms.
+- ``"torch"`` on CPU: a sequential C++ loop over T, built once per machine with the system's C++
+  compiler and called through ctypes (:mod:`rl_kernels._cpu_scan`). Measured (one thread,
+  benchmarks/bench_kernels_scan.py --candidates) at ``[64, 1000]``: 0.11 ms, against 0.6-1.4 ms for
+  the doubling scan, 0.23 ms for Inductor's ``associative_scan`` (which also recompiles, 10-14 s, for
+  every new shape) and 6.7 ms for a Python loop over T on ``[B]`` vectors; at ``[8, 64]``: 0.003 ms
+  against 0.13 / 0.07 / 0.39 ms.
 - ``"torch"`` otherwise (other devices, half precision without a C++ compiler, inside
   ``torch.compile``, tensor subclasses): the doubling scan, ``ceil(log2 T)`` tensor ops over the whole
   rollout.
@@ -24,20 +24,16 @@ is plain autograd.
 
 from __future__ import annotations
 
-import functools
 import os
-import threading
-from collections.abc import Callable
 
 import torch
 
 from ._backend import resolve_backend
+from ._cpu_scan import RawScan, cpu_kernel
 
 __all__ = ["discounted_reverse_scan"]
 
 _Tensor = torch.Tensor
-# (x [R, T], coef [R, T] or [1], done [R, T] bool or None) -> y [R, T], all contiguous, one dtype
-RawScan = Callable[[_Tensor, _Tensor, "_Tensor | None"], _Tensor]
 
 _FAST_DTYPES = (torch.float32, torch.float64)
 
@@ -123,7 +119,7 @@ def _scan(x: _Tensor, discount: float | _Tensor, done: _Tensor | None, path: str
 
         raw = _scan_triton.reverse_scan
     elif _compiled_path_applies(x, discount, done):
-        raw = _cpu_kernel(dtype if dtype in _FAST_DTYPES else torch.float32)
+        raw = cpu_kernel(dtype if dtype in _FAST_DTYPES else torch.float32)
     if raw is None:
         return _doubling_scan(x.to(dtype), discount, done)
     return _run_raw(raw, x, discount, done, dtype)
@@ -221,85 +217,3 @@ def _doubling_scan(x: _Tensor, discount: float | _Tensor, done: _Tensor | None) 
             b = torch.cat([b[..., :-stride] * b[..., stride:], torch.zeros_like(b[..., -stride:])], -1)
         stride *= 2
     return a
-
-
-# --------------------------------------------------------------------------- compiled C++ loop (CPU)
-_CPU_SOURCE = r"""
-#include <cstdint>
-
-template <bool FULL_COEF, bool HAS_DONE>
-static inline void scan_row(const SCALAR* x, const SCALAR* c, const bool* done, SCALAR* y, int64_t steps) {
-    SCALAR acc = 0;
-    for (int64_t t = steps - 1; t >= 0; --t) {
-        const SCALAR coef = FULL_COEF ? c[t] : c[0];
-        if (HAS_DONE && done[t]) acc = 0;
-        acc = x[t] + coef * acc;
-        y[t] = acc;
-    }
-}
-
-template <bool FULL_COEF, bool HAS_DONE>
-static void scan_rows(const SCALAR* x, const SCALAR* c, const bool* done, SCALAR* y,
-                      int64_t rows, int64_t steps, int64_t threads) {
-    #pragma omp parallel for num_threads(threads) if(threads > 1) schedule(static)
-    for (int64_t r = 0; r < rows; ++r) {
-        const int64_t o = r * steps;
-        scan_row<FULL_COEF, HAS_DONE>(x + o, FULL_COEF ? c + o : c, HAS_DONE ? done + o : done, y + o, steps);
-    }
-}
-
-extern "C" void kernel(const SCALAR* x, const SCALAR* c, const bool* done, SCALAR* y, const int64_t rows,
-                       const int64_t steps, const int64_t full_coef, const int64_t has_done, const int64_t threads) {
-    if (full_coef && has_done) scan_rows<true, true>(x, c, done, y, rows, steps, threads);
-    else if (full_coef) scan_rows<true, false>(x, c, done, y, rows, steps, threads);
-    else if (has_done) scan_rows<false, true>(x, c, done, y, rows, steps, threads);
-    else scan_rows<false, false>(x, c, done, y, rows, steps, threads);
-}
-"""
-
-_CPU_NAMES = {torch.float32: "float", torch.float64: "double"}
-_cpu_lock = threading.Lock()
-_PARALLEL_MIN_ELEMENTS = 1 << 16  # below this, one thread (the fork/join costs more than it saves)
-
-
-@functools.cache
-def _cpu_binding(dtype: torch.dtype) -> Callable[..., None] | None:
-    """The compiled C++ loop for ``dtype`` (float32/float64), or ``None`` when it cannot be built.
-
-    Built with Inductor's C++ toolchain (the compiler and flags torch.compile uses on CPU), which
-    caches the library on disk, so later processes load it without compiling.
-    """
-    try:
-        from torch._inductor.codecache import CppPythonBindingsCodeCache
-
-        scalar = _CPU_NAMES[dtype]
-        source = f"#define SCALAR {scalar}\n" + _CPU_SOURCE
-        argtypes = [f"const {scalar}*", f"const {scalar}*", "const bool*", f"{scalar}*"] + ["const int64_t"] * 5
-        with _cpu_lock:
-            binding = CppPythonBindingsCodeCache.load_pybinding(argtypes, source)
-        probe_x = torch.tensor([[1.0, 1.0]], dtype=dtype)
-        probe_y = torch.empty_like(probe_x)
-        coef = torch.tensor([0.5], dtype=dtype)
-        binding(probe_x, coef, torch.zeros(1, 2, dtype=torch.bool), probe_y, 1, 2, 0, 0, 1)
-        if probe_y.tolist() != [[1.5, 1.0]]:
-            return None
-        return binding
-    except Exception:  # noqa: BLE001 (no compiler, a changed private API: the doubling scan takes over)
-        return None
-
-
-def _cpu_kernel(dtype: torch.dtype) -> RawScan | None:
-    """The raw scan over contiguous ``[R, T]`` CPU tensors with the compiled loop, or ``None``."""
-    binding = _cpu_binding(dtype)
-    if binding is None:
-        return None
-
-    def raw(x: _Tensor, coef: _Tensor, done: _Tensor | None) -> _Tensor:
-        rows, steps = x.shape
-        y = torch.empty_like(x)
-        threads = torch.get_num_threads() if x.numel() >= _PARALLEL_MIN_ELEMENTS else 1
-        full = int(coef.numel() > 1)
-        binding(x, coef, x if done is None else done, y, rows, steps, full, int(done is not None), threads)
-        return y
-
-    return raw
