@@ -249,3 +249,32 @@ def test_triton_refuses_float64_and_bad_config(device):
         gru_with_resets(x, is_init, w_ih, w_hh, backend="triton", kernel_config={"block_b": 8})
     with pytest.raises(ValueError, match="unknown kernel_config"):
         gru_with_resets(x, is_init, w_ih, w_hh, backend="triton", kernel_config={"blocks": 16})
+
+
+def test_a_timed_out_split_barrier_is_flagged_and_raises():
+    """Under the interpreter programs run one after another, so a barrier between two programs that share
+    a block of rows can never open: the kernel gives up after ``max_spin`` polls and flags it, and the
+    host refuses the results. (On a GPU this path only runs when every program fits on the SMs at once.)"""
+    if torch.cuda.is_available():
+        pytest.skip("needs the interpreter, where programs cannot run at once")
+    pytest.importorskip("triton")
+    from rl_kernels import _recurrent_triton as kernels
+    from rl_kernels.recurrent import _check_barrier, _sync
+
+    B, T, H = 3, 2, 32
+    cfg = {"block_b": 16, "block_h": 16, "block_k": 16, "num_splits": 2, "num_warps": 4, "max_spin": 3}
+    xp = torch.randn(B, T, 4 * H)
+    init8 = torch.zeros(B, T, dtype=torch.int8)
+    wt = torch.randn(H, 4 * H) / H**0.5
+    h, c = torch.zeros(B, T + 1, H), torch.zeros(B, T + 1, H)
+    sync = _sync(B, cfg, xp.device)
+    kernels.lstm_forward(xp, init8, wt, h, c, sync, B, T, H, H // 2, cfg, "ieee", True)
+    assert sync[-1].item() == 1  # flagged
+    with pytest.raises(RuntimeError, match=r"lstm_with_resets: .*barrier wait timed out.*num_splits': 1"):
+        _check_barrier("lstm_with_resets", sync, cfg)
+    # one program per block of rows: no barrier, nothing flagged, and the check passes
+    single = {**cfg, "num_splits": 1}
+    sync = _sync(B, single, xp.device)
+    kernels.lstm_forward(torch.randn(B, T, 4 * H), init8, wt, h, c, sync, B, T, H, H, single, "ieee", True)
+    assert sync[-1].item() == 0
+    _check_barrier("lstm_with_resets", sync, single)

@@ -47,7 +47,8 @@ def _tanh(x):
 
 @triton.jit
 def _step_sync(sync_ptr, pid_b, target, NUM_SPLITS: tl.constexpr, MAX_SPIN: tl.constexpr):
-    """Every program of these rows has finished the step (its stores visible) once this returns."""
+    """Every program of these rows has finished the step (its stores visible) once this returns; a wait
+    cut short by ``MAX_SPIN`` sets ``sync[num_row_blocks]``, which the host turns into an error."""
     tl.debug_barrier()
     if NUM_SPLITS > 1:
         tl.atomic_add(sync_ptr + pid_b, 1, sem="release", scope="gpu")
@@ -56,6 +57,8 @@ def _step_sync(sync_ptr, pid_b, target, NUM_SPLITS: tl.constexpr, MAX_SPIN: tl.c
         while (seen < target) & (spins < MAX_SPIN):
             seen = tl.atomic_add(sync_ptr + pid_b, 0, sem="acquire", scope="gpu")
             spins += 1
+        if seen < target:  # gave up waiting: flag it (the slot after the row blocks' counters) for the host
+            tl.atomic_max(sync_ptr + tl.num_programs(0), 1)
         tl.debug_barrier()
 
 

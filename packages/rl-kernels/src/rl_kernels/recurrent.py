@@ -49,8 +49,9 @@ __all__ = ["DEFAULT_KERNEL_CONFIG", "gru_reference", "gru_with_resets", "lstm_re
 #: ``max_spin`` bounds each barrier wait (a safety net: a wait takes microseconds). The barrier
 #: assumes that every program of the grid is resident at once, which holds on a GPU this process
 #: has to itself; where SMs are shared or capped (MPS with an SM limit, concurrent streams running
-#: other kernels), pass ``kernel_config={"num_splits": 1}``: a wait cut short by ``max_spin`` would
-#: let a program read a state that is not written yet.
+#: other kernels), pass ``kernel_config={"num_splits": 1}``. A wait cut short by ``max_spin`` is
+#: flagged by the kernel, and the call raises ``RuntimeError`` rather than return those results
+#: (checking the flag costs one device synchronisation per kernel when ``num_splits > 1``).
 DEFAULT_KERNEL_CONFIG: dict[str, int] = {
     "block_b": 16,
     "block_h": 64,
@@ -173,7 +174,18 @@ def _sm_count(device: torch.device) -> int:
 
 
 def _sync(B: int, cfg: dict, device: torch.device) -> torch.Tensor:
-    return torch.zeros(math.ceil(B / cfg["block_b"]), dtype=torch.int32, device=device)
+    """One barrier counter per block of rows, then the flag a timed-out barrier wait sets."""
+    return torch.zeros(math.ceil(B / cfg["block_b"]) + 1, dtype=torch.int32, device=device)
+
+
+def _check_barrier(op: str, sync: torch.Tensor, cfg: dict) -> None:
+    """Raise when a kernel's split barrier gave up waiting (its states may have been read unwritten)."""
+    if cfg["num_splits"] > 1 and bool(sync[-1]):
+        raise RuntimeError(
+            f"{op}: the programs sharing a block of rows did not all run at once (a barrier wait timed out), "
+            "so the results are not reliable; the GPU is probably shared (MPS, other streams). Pass "
+            "kernel_config={'num_splits': 1}."
+        )
 
 
 # ---------------------------------------------------------------------------- references
@@ -282,9 +294,9 @@ class _LSTMTriton(torch.autograd.Function):
         h[:, 0] = 0.0 if h0 is None else h0
         c[:, 0] = 0.0 if c0 is None else c0
         wt = w_hh.t().contiguous()
-        kernels.lstm_forward(
-            xp, init8, wt, h, c, _sync(B, cfg, x.device), B, T, H, cfg["units"], cfg, precision, not recompute
-        )
+        sync = _sync(B, cfg, x.device)
+        kernels.lstm_forward(xp, init8, wt, h, c, sync, B, T, H, cfg["units"], cfg, precision, not recompute)
+        _check_barrier("lstm_with_resets", sync, cfg)
         ctx.save_for_backward(x, w_ih, w_hh, b_ih, b_hh, h, c, init8, None if recompute else xp)
         ctx.recompute, ctx.precision, ctx.cfg = recompute, precision, cfg
         return h[:, 1:], c[:, 1:]
@@ -305,10 +317,12 @@ class _LSTMTriton(torch.autograd.Function):
         dg = x.new_empty(B, T, 4 * H)
         dh = x.new_zeros(B, H)
         dc = x.new_zeros(B, H)
+        sync = _sync(B, cfg, x.device)
         kernels.lstm_backward(
             gx, init8, w_hh, wt, h, c, dy.contiguous(), dcy.contiguous(), dg, dh, dc,
-            _sync(B, cfg, x.device), B, T, H, cfg["units"], cfg, ctx.precision, ctx.recompute,
+            sync, B, T, H, cfg["units"], cfg, ctx.precision, ctx.recompute,
         )  # fmt: skip
+        _check_barrier("lstm_with_resets (backward)", sync, cfg)
         need = ctx.needs_input_grad
         dgf = dg.view(B * T, 4 * H)
         dx = (dgf @ w_ih).view(B, T, n_in) if need[0] else None
@@ -334,10 +348,12 @@ class _GRUTriton(torch.autograd.Function):
         h = x.new_empty(B, T + 1, H)
         h[:, 0] = 0.0 if h0 is None else h0
         gates = xp if recompute else x.new_empty(B, T, 4 * H)
+        sync = _sync(B, cfg, x.device)
         kernels.gru_forward(
-            xp, init8, w_hh.t().contiguous(), bhn, h, gates, _sync(B, cfg, x.device), B, T, H, cfg["units"], cfg,
+            xp, init8, w_hh.t().contiguous(), bhn, h, gates, sync, B, T, H, cfg["units"], cfg,
             precision, not recompute, b_hh is not None,
         )  # fmt: skip
+        _check_barrier("gru_with_resets", sync, cfg)
         ctx.save_for_backward(x, w_ih, w_hh, b_ih, b_hh, h, init8, None if recompute else gates)
         ctx.recompute, ctx.precision, ctx.cfg = recompute, precision, cfg
         return h[:, 1:]
@@ -359,10 +375,12 @@ class _GRUTriton(torch.autograd.Function):
         dgx = x.new_empty(B, T, 3 * H)
         dgh = x.new_empty(B, T, 3 * H)
         dh = x.new_zeros(B, H)
+        sync = _sync(B, cfg, x.device)
         kernels.gru_backward(
-            xp, gates, init8, w_hh, wt, bhn, h, dy.contiguous(), dgx, dgh, dh, _sync(B, cfg, x.device),
+            xp, gates, init8, w_hh, wt, bhn, h, dy.contiguous(), dgx, dgh, dh, sync,
             B, T, H, cfg["units"], cfg, ctx.precision, ctx.recompute, b_hh is not None,
         )  # fmt: skip
+        _check_barrier("gru_with_resets (backward)", sync, cfg)
         need = ctx.needs_input_grad
         dgx_f = dgx.view(B * T, 3 * H)
         dgh_f = dgh.view(B * T, 3 * H)
