@@ -41,6 +41,11 @@ __all__ = [
 WEIGHTS_MESSAGE = "weights"
 
 
+def _cpu_copy(weights: TensorDictBase) -> TensorDictBase:
+    """A detached copy of ``weights`` on the CPU (one copy per leaf, from any device)."""
+    return weights.detach().apply(lambda t: t.to("cpu", copy=True))
+
+
 class WeightReceiver:
     """The worker side of a scheme: ``receive()`` returns ``(weights or None, version)``."""
 
@@ -140,7 +145,7 @@ class SharedMemWeightSyncScheme(WeightSyncScheme):
             weights = None
         # the shared copy lives in CPU shared memory whatever the learner's device: any worker can map
         # it (a forked one cannot touch CUDA) and copies it onto its own policy's device
-        self._weights = weights.detach().to("cpu").clone().share_memory_() if weights is not None else None
+        self._weights = _cpu_copy(weights).share_memory_() if weights is not None else None
 
     def send(self, weights: TensorDictBase | None, version: int) -> None:
         meta = self._meta
@@ -222,7 +227,7 @@ class PipeWeightSyncScheme(WeightSyncScheme):
     def send(self, weights: TensorDictBase | None, version: int) -> None:
         # CPU tensors on the pipe: a CUDA tensor would travel as a CUDA IPC handle, which a forked worker
         # cannot open; the worker copies the weights onto its policy's device
-        payload = weights.detach().to("cpu").clone() if weights is not None else None
+        payload = _cpu_copy(weights) if weights is not None else None
         for pipe in self._pipes:
             pipe.send((WEIGHTS_MESSAGE, payload, int(version)))
 

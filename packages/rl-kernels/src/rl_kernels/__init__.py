@@ -12,7 +12,8 @@ Ops (each takes ``backend="auto" | "torch" | "triton"``; see :mod:`rl_kernels._b
   ``[N, V]`` logits.
 
 The sibling packages dispatch to these when rl-kernels is installed (``rl-objectives[kernels]``,
-...) and keep their own torch paths otherwise. Names are imported on first use, so
+...) and keep their own torch paths otherwise; :func:`triton_available` and :func:`interpreting`
+tell them whether the Triton paths can run. Names are imported on first use, so
 ``import rl_kernels`` is cheap and needs no Triton.
 
 Examples:
@@ -39,6 +40,8 @@ _WHERE = {
     "SumTree": "trees",
     "MinTree": "trees",
     "chunked_log_probs": "log_probs",
+    "triton_available": "_backend",
+    "interpreting": "_backend",
 }
 
 __all__ = [
@@ -49,12 +52,15 @@ __all__ = [
     "discounted_reverse_scan",
     "gae",
     "gru_with_resets",
+    "interpreting",
     "lstm_with_resets",
     "td_lambda_return",
+    "triton_available",
     "vtrace",
 ]
 
 if TYPE_CHECKING:
+    from ._backend import interpreting, triton_available
     from .log_probs import chunked_log_probs
     from .recurrent import gru_with_resets, lstm_with_resets
     from .scan import discounted_reverse_scan

@@ -85,7 +85,6 @@ def _check_scan_inputs(fn: str, x: object, discount: object, done: object) -> No
         if discount.device != x.device:
             raise ValueError(f"{fn}: discount is on {discount.device} but x is on {x.device}.")
         try:
-            torch.broadcast_shapes(discount.shape, x.shape)
             ok = torch.broadcast_shapes(discount.shape, x.shape) == x.shape
         except RuntimeError:
             ok = False

@@ -49,8 +49,7 @@ def _kernels(device: torch.device) -> Any:
         return None
     if not _KERNELS:
         try:
-            from rl_kernels import trees as kernel_trees
-            from rl_kernels._backend import triton_available
+            from rl_kernels import trees as kernel_trees, triton_available
         except ImportError:
             kernel_trees, triton_available = None, None
         _KERNELS.append(kernel_trees if triton_available is not None and triton_available() else None)

@@ -526,14 +526,13 @@ class _RecurrentModule(TensorDictModuleBase):
     def _kernels(self, x: torch.Tensor, first: States, init: torch.Tensor) -> tuple:
         """``recurrent_backend="triton"``: layer by layer through rl-kernels, keeping states at segment ends."""
         import rl_kernels
-        from rl_kernels._backend import interpreting, triton_available
 
         opts = cast(dict, self._kernel_opts)
         layers, bias, _, dropout = self._cfg
         n, T = init.shape
         # CUDA: the Triton kernels; CPU: the kernels under Triton's interpreter (TRITON_INTERPRET=1), else the
         # pure-torch loop of rl-kernels (the kernels cannot run on CPU tensors)
-        on_kernels = x.device.type == "cuda" or (interpreting() and triton_available())
+        on_kernels = x.device.type == "cuda" or (rl_kernels.interpreting() and rl_kernels.triton_available())
         precision = opts["precision"]
         if precision == "auto":  # as torch's float32 matmuls
             precision = "ieee" if torch.get_float32_matmul_precision() == "highest" else "tf32"
