@@ -50,6 +50,7 @@ def main() -> None:
     parser.add_argument("--frames", type=int, default=None, help="a shorter run than the task's (smoke tests)")
     parser.add_argument("--best", action="store_true", help="our recipe's own preset instead of RL-zoo's settings")
     parser.add_argument("--runs-dir", default="/tmp/rl-learning-bench")
+    parser.add_argument("--set", nargs="*", default=[], help="further Hydra overrides (trying a preset)")
     args = parser.parse_args()
     task = TASKS[args.task]
     if args.frames:
@@ -94,7 +95,7 @@ def main() -> None:
     recipe.resume_if_asked, finish, recipe.finish = start_clock, recipe.finish, stop_clock
 
     name = f"{args.task}-{'best' if args.best else 'zoo'}-s{args.seed}-{int(time.time())}"
-    final = recipe.train(compose_config(task, args.seed, args.best, args.runs_dir, name))
+    final = recipe.train(compose_config(task, args.seed, args.best, args.runs_dir, name, extra=tuple(args.set)))
     cpu, wall = stopped["cpu"], stopped["wall"]
     record = {
         "lib": "ours-best" if args.best else "ours",

@@ -16,7 +16,6 @@ Run: ``python examples/train.py algo=a2c env=cartpole [algo.lr=7e-4 collector.to
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from typing import Optional
 
@@ -31,7 +30,7 @@ from torch import nn
 from .common import finish, make_collector, make_trainer, resume_if_asked, start_run
 from .config import TrainConfig
 from .envs import make_env
-from .networks import FAST
+from .networks import FAST, orthogonal_init
 
 
 @dataclass
@@ -78,15 +77,6 @@ DEFAULTS = {
     "logger": {"eval_every": 50_000},
 }
 THRESHOLDS = {"cartpole": 475.0}
-
-
-def orthogonal_init(mlp: nn.Module, last_gain: float) -> nn.Module:
-    """SB3's ``ortho_init``: orthogonal weights (gain sqrt(2), ``last_gain`` for the output layer), zero biases."""
-    linears = [m for m in mlp.modules() if isinstance(m, nn.Linear)]
-    for i, layer in enumerate(linears):
-        nn.init.orthogonal_(layer.weight, gain=last_gain if i == len(linears) - 1 else math.sqrt(2))
-        nn.init.zeros_(layer.bias)
-    return mlp
 
 
 def make_actor(obs_dim: int, action_spec, hidden: int) -> ProbabilisticActor:

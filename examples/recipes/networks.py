@@ -6,6 +6,8 @@ Each reads ``"observation"`` and writes what the losses read (``"loc"``/``"scale
 
 from __future__ import annotations
 
+import math
+
 from rl_objectives.modules import MLP, ProbabilisticActor, TanhModule, TanhNormal, ValueOperator
 from tdict.nn import NormalParamExtractor, TensorDictModule, TensorDictSequential
 from torch import nn
@@ -14,6 +16,16 @@ from torch import nn
 # host syncs per call, on every policy step and loss call); the networks below produce valid
 # arguments by construction (softplus scales, finite logits), so the recipes skip the check
 FAST = {"validate_args": False}
+
+
+def orthogonal_init(mlp: nn.Module, last_gain: float) -> nn.Module:
+    """SB3's ``ortho_init`` for on-policy networks: orthogonal weights (gain sqrt(2) for the hidden
+    layers, ``last_gain`` for the output layer: 0.01 for a policy, 1 for a value), zero biases."""
+    linears = [m for m in mlp.modules() if isinstance(m, nn.Linear)]
+    for i, layer in enumerate(linears):
+        nn.init.orthogonal_(layer.weight, gain=last_gain if i == len(linears) - 1 else math.sqrt(2))
+        nn.init.zeros_(layer.bias)
+    return mlp
 
 
 def tanh_gaussian_actor(obs_dim: int, action_spec, hidden: list) -> ProbabilisticActor:

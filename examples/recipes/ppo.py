@@ -31,7 +31,7 @@ from torch import nn
 from .common import finish, make_collector, make_eval_env, make_trainer, resume_if_asked, start_run
 from .config import TrainConfig
 from .envs import Normalization, make_env
-from .networks import FAST
+from .networks import FAST, orthogonal_init
 
 
 @dataclass
@@ -53,6 +53,9 @@ class PPOConfig:
     )
     activation: Optional[str] = None  # of the hidden layers: tanh or relu
     log_std_init: Optional[float] = None  # initial log standard deviation of a continuous policy
+    # SB3's ortho_init: orthogonal weights, gain sqrt(2) in the hidden layers, 0.01 at the policy's
+    # output (a near-uniform first policy) and 1 at the value's; off: torch's default initialisation
+    ortho_init: Optional[bool] = None
 
 
 Config = PPOConfig  # the recipe's entry in the ``algo`` config group
@@ -105,6 +108,7 @@ PRESETS = {
             "normalize": True,
             "activation": "relu",
             "log_std_init": -2.0,
+            "ortho_init": False,
         },
         "env": {"num_envs": 1},
         "collector": {"frames_per_batch": 512, "total_frames": 1_000_000},
@@ -127,6 +131,7 @@ DEFAULTS = {
         "normalize": False,
         "activation": "tanh",
         "log_std_init": 0.0,
+        "ortho_init": True,
     },
     "collector": {"init_random_frames": 0},
 }
@@ -143,16 +148,22 @@ def _activation(name: str) -> type:
 
 
 def make_actor(
-    obs_dim: int, action_spec, hidden: int, activation: str = "tanh", log_std_init: float = 0.0
+    obs_dim: int,
+    action_spec,
+    hidden: int,
+    activation: str = "tanh",
+    log_std_init: float = 0.0,
+    ortho_init: bool = True,
 ) -> ProbabilisticActor:
     """A categorical policy over one-hot actions, or a tanh-Gaussian with a state-independent scale."""
     act = _activation(activation)
+    init = (lambda mlp: orthogonal_init(mlp, 0.01)) if ortho_init else (lambda mlp: mlp)
     if isinstance(action_spec, OneHot):
         logits = MLP(
             in_features=obs_dim, out_features=action_spec.shape[-1], num_cells=[hidden, hidden], activation_class=act
         )
         return ProbabilisticActor(
-            TensorDictModule(logits, in_keys=["observation"], out_keys=["logits"]),
+            TensorDictModule(init(logits), in_keys=["observation"], out_keys=["logits"]),
             in_keys=["logits"],
             spec=action_spec,
             distribution_class=OneHotCategorical,
@@ -161,7 +172,7 @@ def make_actor(
         )
     act_dim = action_spec.shape[-1]
     body = nn.Sequential(
-        MLP(in_features=obs_dim, out_features=act_dim, num_cells=[hidden, hidden], activation_class=act),
+        init(MLP(in_features=obs_dim, out_features=act_dim, num_cells=[hidden, hidden], activation_class=act)),
         AddStateIndependentNormalScale(act_dim, init_value=log_std_init),
     )
     return ProbabilisticActor(
@@ -174,11 +185,9 @@ def make_actor(
     )
 
 
-def make_critic(obs_dim: int, hidden: int, activation: str = "tanh") -> ValueOperator:
-    return ValueOperator(
-        MLP(in_features=obs_dim, out_features=1, num_cells=[hidden, hidden], activation_class=_activation(activation)),
-        in_keys=["observation"],
-    )
+def make_critic(obs_dim: int, hidden: int, activation: str = "tanh", ortho_init: bool = True) -> ValueOperator:
+    mlp = MLP(in_features=obs_dim, out_features=1, num_cells=[hidden, hidden], activation_class=_activation(activation))
+    return ValueOperator(orthogonal_init(mlp, 1.0) if ortho_init else mlp, in_keys=["observation"])
 
 
 def train(cfg: TrainConfig) -> float:
@@ -187,8 +196,8 @@ def train(cfg: TrainConfig) -> float:
     proto = make_env(cfg.env, 1)
     obs_dim, action_spec = proto.observation_spec_unbatched["observation"].shape[-1], proto.action_spec_unbatched
 
-    actor = make_actor(obs_dim, action_spec, algo.hidden, algo.activation, algo.log_std_init)
-    critic = make_critic(obs_dim, algo.hidden, algo.activation)
+    actor = make_actor(obs_dim, action_spec, algo.hidden, algo.activation, algo.log_std_init, algo.ortho_init)
+    critic = make_critic(obs_dim, algo.hidden, algo.activation, algo.ortho_init)
     loss = ClipPPOLoss(
         actor,
         critic,

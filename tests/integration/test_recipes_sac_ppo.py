@@ -68,6 +68,26 @@ def _still(td):
     return td.set("action", torch.zeros(td.batch_size + (1,)))
 
 
+@pytest.mark.parametrize("discrete", [True, False], ids=["categorical", "tanh-normal"])
+def test_ppo_networks_take_sb3_orthogonal_initialisation(discrete: bool) -> None:
+    """SB3's ortho_init: each weight matrix is orthogonal times its gain (W W^T = gain^2 I, rows of
+    the wide matrices), sqrt(2) in the hidden layers, 0.01 at the policy's output, 1 at the value's;
+    biases zero. ``ortho_init=False`` keeps torch's default (uniform) initialisation."""
+    env = make_env(EnvConfig(name="cartpole" if discrete else "pendulum"), 1)
+    spec, obs_dim = env.action_spec_unbatched, env.observation_spec_unbatched["observation"].shape[-1]
+    for net, last_gain in ((ppo.make_actor(obs_dim, spec, 16), 0.01), (ppo.make_critic(obs_dim, 16), 1.0)):
+        linears = [m for m in net.modules() if isinstance(m, torch.nn.Linear)]
+        assert len(linears) == 3
+        for i, layer in enumerate(linears):
+            gain = last_gain if i == 2 else math.sqrt(2)
+            w = layer.weight.detach()
+            gram = w @ w.T if w.shape[0] <= w.shape[1] else w.T @ w
+            torch.testing.assert_close(gram, gain**2 * torch.eye(min(w.shape)), atol=1e-5, rtol=1e-5)
+            assert torch.count_nonzero(layer.bias) == 0
+    plain = ppo.make_actor(obs_dim, spec, 16, ortho_init=False)
+    assert torch.count_nonzero([m for m in plain.modules() if isinstance(m, torch.nn.Linear)][0].bias) > 0
+
+
 def test_normalization_shares_frozen_observation_statistics_with_evaluation() -> None:
     cfg = EnvConfig(name="pendulum", num_envs=2)
     norm = Normalization(cfg, gamma=0.9)
