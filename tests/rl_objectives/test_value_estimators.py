@@ -488,7 +488,14 @@ def test_vtrace_errors():
 
 # --------------------------------------------------------------------------- misc
 def test_value_estimators_enum():
-    assert [m.value for m in ValueEstimators] == ["TD(0)", "TD(1)", "TD(lambda)", "GAE", "VTrace"]
+    assert [m.value for m in ValueEstimators] == [
+        "TD(0)",
+        "TD(1)",
+        "TD(lambda)",
+        "GAE",
+        "Multi-agent generalized advantage estimate",
+        "VTrace",
+    ]
     assert ValueEstimators("GAE") is ValueEstimators.GAE
     assert ValueEstimators("tdlambda") is ValueEstimators.TDLambda
     assert ValueEstimators.TD1 == "TD(1)"
@@ -670,7 +677,7 @@ def test_gamma_and_lmbda_outside_the_unit_interval_are_refused(build, match):
 def test_constructor_errors_and_module_layout():
     net = make_net()
     with pytest.raises(TypeError, match="gamma"):
-        GAE("0.9", LMBDA, net)
+        GAE("0.9", LMBDA, net)  # pyright: ignore[reportArgumentType]
     with pytest.raises(TypeError, match="value_network"):
         TD0Estimator(GAMMA, value_network=3)
     est = GAE(GAMMA, LMBDA, net)

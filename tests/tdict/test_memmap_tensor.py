@@ -132,10 +132,12 @@ def test_zeros_ones_full(tmp_path):
     assert z.dtype == torch.get_default_dtype() and torch.equal(z, torch.zeros(2, 2))
     o = MemoryMappedTensor.ones((3,), dtype=torch.bool, filename=tmp_path / "o")
     assert o.tolist() == [True, True, True]
-    f = MemoryMappedTensor.full((2, 2), 7, filename=tmp_path / "f")
+    f = MemoryMappedTensor.full((2, 2), 7, dtype=torch.int64, filename=tmp_path / "f")
     assert f.dtype == torch.int64 and f.tolist() == [[7, 7], [7, 7]]
     assert MemoryMappedTensor.full(2, 1.5).tolist() == [1.5, 1.5]
-    assert MemoryMappedTensor.full([2], True).dtype == torch.bool
+    # as in tensordict, dtype defaults to the default dtype whatever the fill value (not torch.full's inference)
+    assert MemoryMappedTensor.full([2], True).dtype == torch.get_default_dtype()
+    assert MemoryMappedTensor.full([2], 7).dtype == torch.get_default_dtype()
     assert torch.equal(_read_back(tmp_path / "f", torch.int64, (2, 2)), torch.full((2, 2), 7))
     with pytest.raises(TypeError, match="fill_value"):
         MemoryMappedTensor.full((2,), "x", dtype=torch.float32, filename=tmp_path / "bad")
@@ -333,9 +335,9 @@ def test_from_filename_errors(tmp_path):
     with pytest.raises(FileNotFoundError, match="missing"):
         MemoryMappedTensor.from_filename(tmp_path / "missing", torch.float32, (3,))
     with pytest.raises(TypeError, match="dtype"):
-        MemoryMappedTensor.from_filename(path, "float32", (4,))
+        MemoryMappedTensor.from_filename(path, "float32", (4,))  # pyright: ignore[reportArgumentType]
     with pytest.raises(TypeError, match="shape"):
-        MemoryMappedTensor.from_filename(path, torch.float32, (4.0,))
+        MemoryMappedTensor.from_filename(path, torch.float32, (4.0,))  # pyright: ignore[reportArgumentType]
     with pytest.raises(ValueError, match="shape"):
         MemoryMappedTensor.empty(-1, 2)
     part = MemoryMappedTensor.from_filename(path, torch.float32, (4,), index=slice(1, 3))
@@ -344,7 +346,7 @@ def test_from_filename_errors(tmp_path):
 
 def test_input_type_error():
     with pytest.raises(TypeError, match="input must be a torch.Tensor, got list"):
-        MemoryMappedTensor.from_tensor([1, 2, 3])
+        MemoryMappedTensor.from_tensor([1, 2, 3])  # pyright: ignore[reportArgumentType]
 
 
 # --------------------------------------------------------------------------- pickling
@@ -383,7 +385,7 @@ def test_spawn_child_writes_are_visible(tmp_path):
         torch.tensor([-1.0, -2.0]),
         torch.full((4,), 7, dtype=torch.int32),
     ]
-    proc = mp.get_context("spawn").Process(target=torch._foreach_copy_, args=(dst, src))
+    proc = mp.get_context("spawn").Process(target=torch._foreach_copy_, args=(dst, src))  # pyright: ignore[reportPrivateImportUsage]
     proc.start()
     proc.join(60)
     assert proc.exitcode == 0

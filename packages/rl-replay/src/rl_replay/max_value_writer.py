@@ -9,6 +9,7 @@ from tdict import is_tensor_collection
 from tdict import NestedKey
 from tdict.validation import check_one_of
 
+from ._part import check_shareable
 from .writers import Writer
 
 __all__ = ["TensorDictMaxValueWriter"]
@@ -47,6 +48,8 @@ class TensorDictMaxValueWriter(Writer):
     Args:
         rank_key: the entry to rank by (default ``("next", "reward")``).
         reduction: ``"sum"`` (default), ``"max"``, ``"min"``, ``"mean"`` or ``"median"``.
+        compilable: keep the cursor and counts in Python ints (see :class:`~rl_replay.Writer`);
+            the ranking itself still reads tensors back, so ``extend`` is not graph-break free.
 
     Examples:
         >>> import torch
@@ -59,12 +62,12 @@ class TensorDictMaxValueWriter(Writer):
         [3.0, 5.0, 7.0]
     """
 
-    def __init__(self, rank_key: NestedKey | None = None, reduction: str = "sum") -> None:
-        super().__init__()
+    def __init__(self, rank_key: NestedKey | None = None, reduction: str = "sum", *, compilable: bool = False) -> None:
         check_one_of("TensorDictMaxValueWriter", "reduction", reduction, _REDUCTIONS)
+        super().__init__(compilable)
         self._rank_key = ("next", "reward") if rank_key is None else rank_key
         self._reduction = reduction
-        self._state = torch.zeros(3, dtype=torch.int64)  # [cursor, write count, stored items]
+        self._state = self._counters(3)  # [cursor, write count, stored items]
         self._ranks = torch.empty(0, dtype=torch.float64)  # rank of the item in each slot [:size]
 
     # ------------------------------------------------------------------ setup
@@ -215,7 +218,12 @@ class TensorDictMaxValueWriter(Writer):
         self._ranks.fill_(float("-inf"))
 
     def share_memory_(self) -> TensorDictMaxValueWriter:
-        """Shares the slot ranks and counters (one writing process at a time)."""
+        """Shares the slot ranks and counters (one writing process at a time).
+
+        Raises:
+            RuntimeError: the writer is ``compilable`` (its counters are Python ints).
+        """
+        check_shareable(self)
         self._state.share_memory_()
         self._ranks.share_memory_()
         return self

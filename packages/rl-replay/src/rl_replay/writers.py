@@ -7,7 +7,7 @@ from typing import Any
 import torch
 from tdict import is_tensor_collection
 
-from ._part import BufferPart
+from ._part import BufferPart, HostInts, check_compilable, check_shareable
 
 __all__ = ["Writer", "RoundRobinWriter", "TensorDictRoundRobinWriter", "ImmutableDatasetWriter"]
 
@@ -42,10 +42,27 @@ def _int_entries(owner: str, state: Any, keys: tuple) -> list[int]:
 
 
 class Writer(BufferPart):
-    """Base class of writers: :meth:`add` one item, :meth:`extend` with many; both return the indices."""
+    """Base class of writers: :meth:`add` one item, :meth:`extend` with many; both return the indices.
 
-    def __init__(self) -> None:
+    Args:
+        compilable: keep the writer's counters in Python ints rather than a shareable tensor, so
+            that ``torch.compile`` reads them without a ``Tensor.item()`` graph break (default
+            ``False``; a compilable writer cannot be shared between processes).
+    """
+
+    def __init__(self, compilable: bool = False) -> None:
+        check_compilable(type(self).__name__, compilable)
         self._storage: Any = None  # the storage written to (register_storage)
+        self._compilable = compilable
+
+    @property
+    def compilable(self) -> bool:
+        """Whether the counters avoid what breaks ``torch.compile`` (set at construction)."""
+        return self._compilable
+
+    def _counters(self, size: int) -> Any:
+        """``size`` int64 counters: a tensor (shareable), or Python ints when ``compilable``."""
+        return HostInts(size) if self._compilable else torch.zeros(size, dtype=torch.int64)
 
     def register_storage(self, storage: Any) -> None:
         """Attaches the storage this writer writes to."""
@@ -70,7 +87,9 @@ class RoundRobinWriter(Writer):
     """Writes at a cursor that wraps around: the oldest items are overwritten first.
 
     The cursor and the write count live in a shared-memory-capable tensor (``share_memory_``), so
-    several processes writing to one shared storage advance one cursor.
+    several processes writing to one shared storage advance one cursor. With ``compilable=True``
+    they are Python ints instead, and a write that wraps around is done as two slice writes rather
+    than one scatter, so that no index tensor has to be read back (see :class:`Writer`).
 
     Examples:
         >>> import torch
@@ -81,9 +100,12 @@ class RoundRobinWriter(Writer):
         ([0, 1, 2], [3, 0, 1])
     """
 
-    def __init__(self) -> None:
-        super().__init__()
-        self._state = torch.zeros(2, dtype=torch.int64)  # [cursor, total writes]
+    def __init__(self, compilable: bool = False) -> None:
+        super().__init__(compilable)
+        self._state = self._counters(2)  # [cursor, total writes]
+        # compilable: writes counted in a tensor, added to _state[1] when read. torch.compile
+        # specialises on Python ints it reads, so an ever-growing int would recompile every call
+        self._new_writes = torch.zeros((), dtype=torch.int64) if compilable else None
 
     @property
     def _cursor(self) -> int:
@@ -91,7 +113,14 @@ class RoundRobinWriter(Writer):
 
     @property
     def _write_count(self) -> int:
-        return int(self._state[1])
+        new = self._new_writes
+        return int(self._state[1]) + (0 if new is None else int(new))
+
+    def _count_writes(self, n: int) -> None:
+        if self._new_writes is None:
+            self._state[1] += n
+        else:
+            self._new_writes.add_(n)
 
     def _capacity(self) -> int:
         storage = self._storage
@@ -107,7 +136,7 @@ class RoundRobinWriter(Writer):
         cursor = self._cursor
         self._storage.set(cursor, data)
         self._state[0] = (cursor + 1) % self._capacity()
-        self._state[1] += 1
+        self._count_writes(1)
         return cursor
 
     def extend(self, data: Any) -> torch.Tensor:
@@ -125,21 +154,39 @@ class RoundRobinWriter(Writer):
         if cursor + n <= capacity:  # no wrap: the storage writes a slice (a plain copy, ~5x faster than scatter)
             index = torch.arange(cursor, cursor + n)
             self._write(index, data, slice(cursor, cursor + n))
+        elif self._compilable:  # the end then the start, as slices: no index tensor for the storage to read back
+            index = torch.arange(cursor, cursor + n) % capacity
+            self._write(index, data, (slice(cursor, capacity), slice(0, cursor + n - capacity)))
         else:
             index = torch.arange(cursor, cursor + n) % capacity
             self._write(index, data, index)
         self._state[0] = (cursor + n) % self._capacity()
-        self._state[1] += n
+        self._count_writes(n)
         return index
 
     def _write(self, index: torch.Tensor, data: Any, where: Any) -> None:
-        """Writes ``data`` at ``where`` (``index`` as a slice when contiguous)."""
-        self._storage.set(where, data)
+        """Writes ``data`` at ``where``: ``index`` as a slice when contiguous, or a pair of slices (the
+        storage's end, then its start) for a compilable writer's wrapped write."""
+        if isinstance(where, tuple):
+            end, start = where
+            split = end.stop - end.start
+            self._storage.set(end, data[:split])
+            self._storage.set(start, data[split:])
+        else:
+            self._storage.set(where, data)
 
     def _empty(self) -> None:
         self._state.zero_()
+        if self._new_writes is not None:
+            self._new_writes.zero_()
 
     def share_memory_(self) -> "RoundRobinWriter":
+        """Moves the cursor and write count to shared memory.
+
+        Raises:
+            RuntimeError: the writer is ``compilable`` (its counters are Python ints).
+        """
+        check_shareable(self)
         self._state.share_memory_()
         return self
 
@@ -157,6 +204,8 @@ class RoundRobinWriter(Writer):
             )
         self._state[0] = cursor
         self._state[1] = count
+        if self._new_writes is not None:
+            self._new_writes.zero_()
 
 
 class TensorDictRoundRobinWriter(RoundRobinWriter):
@@ -189,7 +238,7 @@ class TensorDictRoundRobinWriter(RoundRobinWriter):
 
 
 class ImmutableDatasetWriter(Writer):
-    """A writer that refuses writes (for read-only datasets).
+    """A writer that refuses writes (for read-only datasets); ``compilable`` is accepted and stored.
 
     Examples:
         >>> w = ImmutableDatasetWriter()

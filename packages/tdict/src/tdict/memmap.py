@@ -58,6 +58,7 @@ import torch
 __all__ = ["MemoryMappedTensor"]
 
 PathLike = str | os.PathLike
+DeviceLike = str | int | torch.device | None
 
 _DisableSubclass = torch._C.DisableTorchFunctionSubclass
 
@@ -147,6 +148,47 @@ def _as_shape(args: tuple, name: str = "shape") -> torch.Size:
     return torch.Size(dims)
 
 
+_NO_SHAPE = object()
+
+
+def _factory_shape(name: str, size: tuple, shape: Any) -> torch.Size:
+    """The shape of a factory call: ``f(2, 3)``, ``f((2, 3))`` or ``f(shape=(2, 3))``, exactly one of them."""
+    if shape is not _NO_SHAPE and shape is not None:
+        if size:
+            raise TypeError(
+                f"{name}() got the shape twice: positionally {size!r} and as shape={shape!r}; pass one of them"
+            )
+        return _as_shape((shape,))
+    if not size:
+        raise TypeError(
+            f"{name}() needs a shape: {name}(2, 3), {name}((2, 3)) or {name}(shape=(2, 3)); use () for a 0-dim tensor"
+        )
+    return _as_shape(size)
+
+
+class _DeviceError(RuntimeError, ValueError):
+    """A device other than the CPU (tensordict raises RuntimeError from the factories, ValueError from the class)."""
+
+
+def _check_device(device: Any) -> None:
+    """Memory-mapped tensors live in host memory: ``device`` may only be ``None`` or a CPU device."""
+    if device is None:
+        return
+    if not isinstance(device, (str, int, torch.device)) or isinstance(device, bool):
+        raise TypeError(
+            f"device must be None, a str, an int or a torch.device, got {type(device).__name__}: {device!r}"
+        )
+    try:
+        parsed = torch.device(device)
+    except RuntimeError as err:
+        raise _DeviceError(f"device must be None or 'cpu', got {device!r}, which is not a device ({err})") from None
+    if parsed.type != "cpu":
+        raise _DeviceError(
+            f"device must be None or 'cpu', got {device!r}: memory-mapped tensors live in host memory only; "
+            "map on the CPU and move a copy with .to(device)"
+        )
+
+
 def _as_dtype(dtype: Any, name: str = "dtype") -> torch.dtype:
     if dtype is None:
         return torch.get_default_dtype()
@@ -184,10 +226,11 @@ def _as_bytes(tensor: torch.Tensor) -> memoryview:
         return memoryview(ctypes.string_at(flat.data_ptr(), flat.numel()) if flat.numel() else b"")
 
 
-def _map_file(path: str, nbytes: int) -> torch.UntypedStorage:
-    """Map the first ``nbytes`` of ``path`` shared (MAP_SHARED); the file must be that large."""
+def _map_file(path: str, nbytes: int, shared: bool = True) -> torch.UntypedStorage:
+    """Map the first ``nbytes`` of ``path`` shared (MAP_SHARED; MAP_PRIVATE if not ``shared``);
+    the file must be that large."""
     # torch.from_file cannot map 0 bytes; callers handle the empty case without a mapping.
-    return torch.from_file(path, shared=True, size=nbytes, dtype=torch.uint8).untyped_storage()
+    return torch.from_file(path, shared=shared, size=nbytes, dtype=torch.uint8).untyped_storage()
 
 
 def _on_storage(storage: torch.UntypedStorage, dtype, shape, stride=None, offset=0) -> torch.Tensor:
@@ -202,10 +245,14 @@ def _on_storage(storage: torch.UntypedStorage, dtype, shape, stride=None, offset
 _O_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)
 
 
+class _FileExistsError(FileExistsError, RuntimeError):
+    """The target file exists (tensordict raises RuntimeError here, hence both bases)."""
+
+
 def _symlink_error(path: str) -> FileExistsError:
-    return FileExistsError(
-        f"filename {path!r} is a symbolic link (to {os.readlink(path)!r}); memory-mapped tensors are never "
-        "written through a link: remove it or pass another filename"
+    return _FileExistsError(
+        f"filename {path!r} is a symbolic link (to {os.readlink(path)!r}); refusing to write a memory-mapped "
+        "tensor through symlink: remove it or pass another filename"
     )
 
 
@@ -223,7 +270,9 @@ def _prepare_file(path: str, nbytes: int, existsok: bool, data: memoryview | Non
     try:
         fd = os.open(path, flags, 0o644)
     except FileExistsError:
-        raise FileExistsError(f"filename {path!r} already exists; pass existsok=True to reuse (overwrite) it") from None
+        raise _FileExistsError(
+            f"filename {path!r} already exists; pass existsok=True to reuse (overwrite) it"
+        ) from None
     except OSError as err:
         if err.errno == errno.ELOOP and os.path.islink(path):
             raise _symlink_error(path) from None
@@ -316,24 +365,66 @@ class MemoryMappedTensor(torch.Tensor):
 
     _filename: str | None = None
 
+    @overload
     def __new__(
         cls,
         source: Any,
         *,
         dtype: torch.dtype | None = None,
-        shape: Sequence[int] | None = None,
+        shape: int | Sequence[int] | None = None,
+        index: None = None,
+        device: DeviceLike = None,
         filename: PathLike | None = None,
         existsok: bool = False,
-    ) -> MemoryMappedTensor:
+    ) -> MemoryMappedTensor: ...
+
+    @overload
+    def __new__(
+        cls,
+        source: Any,
+        *,
+        dtype: torch.dtype | None = None,
+        shape: int | Sequence[int] | None = None,
+        index: Any,
+        device: DeviceLike = None,
+        filename: PathLike | None = None,
+        existsok: bool = False,
+    ) -> torch.Tensor: ...
+
+    def __new__(
+        cls,
+        source: Any,
+        *,
+        dtype: torch.dtype | None = None,
+        shape: int | Sequence[int] | None = None,
+        index: Any = None,
+        device: DeviceLike = None,
+        filename: PathLike | None = None,
+        existsok: bool = False,
+    ) -> torch.Tensor:  # a MemoryMappedTensor, unless ``index`` copies (advanced indexing)
+        _check_device(device)  # the CPU only; anything else raises (a ValueError, as in tensordict)
         if isinstance(source, (str, os.PathLike)):
+            if filename is not None:
+                raise TypeError(f"MemoryMappedTensor(filename, ...) got a second filename={filename!r}")
             if dtype is None or shape is None:
                 raise TypeError(
                     f"MemoryMappedTensor(filename, ...) needs dtype= and shape=, got dtype={dtype!r}, shape={shape!r}"
                 )
-            return cls.from_filename(source, dtype, shape)
+            return cls.from_filename(source, dtype, shape, index)
         if isinstance(source, (torch.UntypedStorage, torch.TypedStorage)):
-            return cls.from_storage(source, dtype=dtype, shape=shape, filename=filename)
-        return cls.from_tensor(source, filename=filename, existsok=existsok)
+            return cls.from_storage(source, dtype=dtype, shape=shape, index=index, filename=filename)
+        if isinstance(source, (list, tuple)):  # data, as torch.Tensor([...]) reads it: default dtype
+            source = torch.tensor(source, dtype=dtype or torch.get_default_dtype())
+        elif isinstance(source, torch.Tensor) and dtype is not None and dtype != source.dtype:
+            raise TypeError(
+                f"MemoryMappedTensor(tensor, dtype=...) does not convert: got dtype={dtype} for a {source.dtype} "
+                "tensor; pass tensor.to(dtype)"
+            )
+        out = cls.from_tensor(source, filename=filename, existsok=existsok, shape=shape)
+        return out if index is None else out[index]
+
+    def __init__(self, source: Any, **kwargs: Any) -> None:
+        """Nothing to do: ``__new__`` built the tensor (torch.Tensor's own ``__init__`` takes no keywords)."""
 
     @classmethod
     def _wrap(cls, tensor: torch.Tensor, filename: str | None) -> MemoryMappedTensor:
@@ -406,6 +497,7 @@ class MemoryMappedTensor(torch.Tensor):
         existsok: bool = False,
         copy_existing: bool = False,
         copy_data: bool = True,
+        shape: int | Sequence[int] | None = None,
     ) -> MemoryMappedTensor:
         """Copy ``input`` into a new memory-mapped tensor of the same shape and dtype.
 
@@ -417,6 +509,7 @@ class MemoryMappedTensor(torch.Tensor):
             copy_existing: when ``input`` is already a ``MemoryMappedTensor`` backed by another
                 file, copy it to ``filename`` (otherwise that raises ``RuntimeError``).
             copy_data: ``False`` only allocates (a new file then reads as zeros).
+            shape: the shape of the result, if not ``input``'s; ``input`` is broadcast to it.
 
         If ``input`` is a ``MemoryMappedTensor`` already at ``filename`` (or anonymous and
         ``filename`` is ``None``) it is returned unchanged.
@@ -431,7 +524,15 @@ class MemoryMappedTensor(torch.Tensor):
                 input = torch.as_tensor(input)
             else:
                 raise TypeError(f"input must be a torch.Tensor, got {type(input).__name__}: {input!r}")
-        if isinstance(input, MemoryMappedTensor):
+        if shape is not None:
+            shape = _as_shape((shape,))
+            if copy_data and not _broadcasts_to(input.shape, shape):
+                raise ValueError(
+                    f"shape={tuple(shape)} cannot hold input of shape {tuple(input.shape)}: input must broadcast to it"
+                )
+            if shape == input.shape:
+                shape = None
+        if isinstance(input, MemoryMappedTensor) and shape is None:
             own = input._filename
             target = None if filename is None else _as_path(filename)
             if own == target:
@@ -444,25 +545,33 @@ class MemoryMappedTensor(torch.Tensor):
         with _DisableSubclass():
             if input.layout != torch.strided:
                 raise ValueError(f"input must be a strided (dense) tensor, got {input.layout}")
+            if shape is not None and copy_data:
+                input = input.expand(shape)
             data = None
             if filename is not None and copy_data and input.device.type == "cpu" and input.numel():
                 data = _as_bytes(input)
-            out, path, _ = _new_storage_tensor(input.shape, input.dtype, filename, existsok, data)
+            out_shape = input.shape if shape is None else shape
+            out, path, _ = _new_storage_tensor(out_shape, input.dtype, filename, existsok, data)
             if copy_data and out.numel() and data is None:
                 with torch.no_grad():
                     out.copy_(input)
         return cls._wrap(out, path)
 
     @classmethod
-    def _filled(cls, shape, dtype, filename, existsok, fill) -> MemoryMappedTensor:
-        shape = _as_shape(shape)
+    def _filled(cls, shape: torch.Size, dtype, device, filename, existsok, fill) -> MemoryMappedTensor:
+        # every argument is checked before any file is created
         dtype = _as_dtype(dtype)
+        _check_device(device)
         if fill is not None and not isinstance(fill, (bool, int, float, complex)):
-            # validate before any file is created
             if not (isinstance(fill, torch.Tensor) and fill.numel() == 1):
                 raise TypeError(
                     f"fill_value must be a number or a one-element tensor, got {type(fill).__name__}: {fill!r}"
                 )
+        if fill is not None:
+            try:  # a value the dtype cannot hold (1.5j in float32, 1e40 in int32) fails here, not mid-write
+                torch.empty((), dtype=dtype).fill_(fill)
+            except RuntimeError as err:
+                raise ValueError(f"fill_value {fill!r} cannot be stored as {dtype}: {err}") from None
         out, path, zero = _new_storage_tensor(shape, dtype, filename, existsok)
         if fill is not None and out.numel() and not (zero and _is_zero(fill)):
             out.fill_(fill)
@@ -471,60 +580,105 @@ class MemoryMappedTensor(torch.Tensor):
     @classmethod
     def empty(
         cls,
-        *shape: int | Sequence[int],
+        *size: int | Sequence[int],
+        shape: int | Sequence[int] | None = None,
         dtype: torch.dtype | None = None,
+        device: DeviceLike = None,
         filename: PathLike | None = None,
         existsok: bool = False,
     ) -> MemoryMappedTensor:
-        """Uninitialised tensor of ``shape`` (varargs or one sequence); a new file reads as zeros.
+        """Uninitialised tensor; a new file reads as zeros.
+
+        The shape comes as ints (``empty(2, 3)``), one sequence (``empty((2, 3))``, ``empty(())``
+        for 0-dim) or ``shape=``. ``dtype`` defaults to ``torch.get_default_dtype()``; ``device``
+        may only be ``None`` or the CPU (anything else raises ``RuntimeError``, as in tensordict).
+        ``existsok`` allows reusing (overwriting) an existing ``filename``.
 
         Examples:
             >>> MemoryMappedTensor.empty(2, 3, dtype=torch.int32).shape
             torch.Size([2, 3])
+            >>> MemoryMappedTensor.empty(shape=(4,), device="cpu").dtype
+            torch.float32
         """
-        return cls._filled(shape, dtype, filename, existsok, None)
+        return cls._filled(_factory_shape("empty", size, shape), dtype, device, filename, existsok, None)
 
     @classmethod
     def zeros(
         cls,
-        *shape: int | Sequence[int],
+        *size: int | Sequence[int],
+        shape: int | Sequence[int] | None = None,
         dtype: torch.dtype | None = None,
+        device: DeviceLike = None,
         filename: PathLike | None = None,
         existsok: bool = False,
     ) -> MemoryMappedTensor:
-        """Tensor of zeros. Example: ``MemoryMappedTensor.zeros((2, 3), filename=path)``."""
-        return cls._filled(shape, dtype, filename, existsok, 0)
+        """Tensor of zeros; arguments as in :meth:`empty`.
+
+        Examples:
+            >>> MemoryMappedTensor.zeros((2, 3), dtype=torch.int64).sum().item()
+            0
+        """
+        return cls._filled(_factory_shape("zeros", size, shape), dtype, device, filename, existsok, 0)
 
     @classmethod
     def ones(
         cls,
-        *shape: int | Sequence[int],
+        *size: int | Sequence[int],
+        shape: int | Sequence[int] | None = None,
         dtype: torch.dtype | None = None,
+        device: DeviceLike = None,
         filename: PathLike | None = None,
         existsok: bool = False,
     ) -> MemoryMappedTensor:
-        """Tensor of ones. Example: ``MemoryMappedTensor.ones(4, dtype=torch.bool)``."""
-        return cls._filled(shape, dtype, filename, existsok, 1)
+        """Tensor of ones; arguments as in :meth:`empty`.
+
+        Examples:
+            >>> MemoryMappedTensor.ones(shape=[3], dtype=torch.bool).tolist()
+            [True, True, True]
+        """
+        return cls._filled(_factory_shape("ones", size, shape), dtype, device, filename, existsok, 1)
 
     @classmethod
     def full(
         cls,
-        shape: int | Sequence[int],
-        fill_value: Any,
-        *,
+        *size: Any,
+        fill_value: Any = _NO_SHAPE,
+        shape: int | Sequence[int] | None = None,
         dtype: torch.dtype | None = None,
+        device: DeviceLike = None,
         filename: PathLike | None = None,
         existsok: bool = False,
     ) -> MemoryMappedTensor:
-        """Tensor filled with ``fill_value``; ``dtype`` defaults to what ``torch.full`` infers.
+        """Tensor filled with ``fill_value``; other arguments as in :meth:`empty`.
+
+        tensordict's spellings take ``fill_value`` by keyword (``full(2, 3, fill_value=7)``,
+        ``full((2, 3), fill_value=7)``, ``full(shape=(2, 3), fill_value=7)``); ``torch.full``'s
+        ``full(shape, fill_value)`` works too. As in tensordict, ``dtype`` defaults to
+        ``torch.get_default_dtype()`` whatever the type of ``fill_value``.
 
         Examples:
-            >>> MemoryMappedTensor.full((2,), 7).tolist()
+            >>> MemoryMappedTensor.full((2,), fill_value=7).tolist()
+            [7.0, 7.0]
+            >>> MemoryMappedTensor.full((2,), 7, dtype=torch.int64).tolist()
             [7, 7]
         """
-        if dtype is None:
-            dtype = _infer_dtype(fill_value)
-        return cls._filled((shape,), dtype, filename, existsok, fill_value)
+        if fill_value is _NO_SHAPE:  # torch.full's order: full(shape, fill_value) or full(fill_value, shape=...)
+            if shape is None and len(size) == 2:
+                size, fill_value = size[:1], size[1]
+            elif shape is not None and len(size) == 1:
+                size, fill_value = (), size[0]
+            else:
+                raise TypeError(
+                    f"full() needs fill_value: full(shape, fill_value) or full(*shape, fill_value=...), "
+                    f"got positional arguments {size!r} and shape={shape!r}"
+                )
+        return cls._filled(_factory_shape("full", size, shape), dtype, device, filename, existsok, fill_value)
+
+    @classmethod
+    def _like(cls, name, input, dtype, device, filename, existsok, fill) -> MemoryMappedTensor:
+        if not isinstance(input, torch.Tensor):
+            raise TypeError(f"{name}: input must be a torch.Tensor, got {type(input).__name__}: {input!r}")
+        return cls._filled(input.shape, dtype or input.dtype, device, filename, existsok, fill)
 
     @classmethod
     def empty_like(
@@ -532,11 +686,13 @@ class MemoryMappedTensor(torch.Tensor):
         input: torch.Tensor,
         *,
         dtype: torch.dtype | None = None,
+        device: DeviceLike = None,
         filename: PathLike | None = None,
         existsok: bool = False,
     ) -> MemoryMappedTensor:
-        """Uninitialised tensor with the shape (and, by default, dtype) of ``input``."""
-        return cls._filled((input.shape,), dtype or input.dtype, filename, existsok, None)
+        """Uninitialised tensor with the shape (and, by default, dtype) of ``input``, on the CPU whatever
+        ``input``'s device."""
+        return cls._like("empty_like", input, dtype, device, filename, existsok, None)
 
     @classmethod
     def zeros_like(
@@ -544,11 +700,12 @@ class MemoryMappedTensor(torch.Tensor):
         input: torch.Tensor,
         *,
         dtype: torch.dtype | None = None,
+        device: DeviceLike = None,
         filename: PathLike | None = None,
         existsok: bool = False,
     ) -> MemoryMappedTensor:
         """Zeros with the shape (and, by default, dtype) of ``input``."""
-        return cls._filled((input.shape,), dtype or input.dtype, filename, existsok, 0)
+        return cls._like("zeros_like", input, dtype, device, filename, existsok, 0)
 
     @classmethod
     def ones_like(
@@ -556,11 +713,12 @@ class MemoryMappedTensor(torch.Tensor):
         input: torch.Tensor,
         *,
         dtype: torch.dtype | None = None,
+        device: DeviceLike = None,
         filename: PathLike | None = None,
         existsok: bool = False,
     ) -> MemoryMappedTensor:
         """Ones with the shape (and, by default, dtype) of ``input``."""
-        return cls._filled((input.shape,), dtype or input.dtype, filename, existsok, 1)
+        return cls._like("ones_like", input, dtype, device, filename, existsok, 1)
 
     @classmethod
     def full_like(
@@ -569,11 +727,17 @@ class MemoryMappedTensor(torch.Tensor):
         fill_value: Any,
         *,
         dtype: torch.dtype | None = None,
+        device: DeviceLike = None,
         filename: PathLike | None = None,
         existsok: bool = False,
     ) -> MemoryMappedTensor:
-        """``fill_value`` with the shape (and, by default, dtype) of ``input``."""
-        return cls._filled((input.shape,), dtype or input.dtype, filename, existsok, fill_value)
+        """``fill_value`` with the shape (and, by default, dtype) of ``input``.
+
+        Examples:
+            >>> MemoryMappedTensor.full_like(torch.zeros(2, dtype=torch.int16), 5).tolist()
+            [5, 5]
+        """
+        return cls._like("full_like", input, dtype, device, filename, existsok, fill_value)
 
     @overload
     @classmethod
@@ -599,6 +763,7 @@ class MemoryMappedTensor(torch.Tensor):
 
         The file must hold exactly ``numel * itemsize`` bytes. ``index``, if given, is applied
         to the result (``t[index]``: a plain tensor when that copies, as advanced indexing does).
+        A file this process may not write is mapped copy-on-write: writes do not reach it.
 
         Examples:
             >>> import tempfile, os
@@ -625,11 +790,38 @@ class MemoryMappedTensor(torch.Tensor):
         if expected == 0:
             out = torch.empty(shape, dtype=dtype)
         else:
-            out = _on_storage(_map_file(path, expected), dtype, shape)
+            # a read-only file is mapped copy-on-write: readable, but writes stay in this process
+            out = _on_storage(_map_file(path, expected, shared=os.access(path, os.W_OK)), dtype, shape)
         out = cls._wrap(out, path)
         if index is not None:
             out = out[index]
         return out
+
+    @overload
+    @classmethod
+    def from_storage(
+        cls,
+        storage: torch.UntypedStorage | torch.TypedStorage,
+        *,
+        dtype: torch.dtype | None = None,
+        shape: int | Sequence[int] | None = None,
+        index: None = None,
+        device: DeviceLike = None,
+        filename: PathLike | None = None,
+    ) -> MemoryMappedTensor: ...
+
+    @overload
+    @classmethod
+    def from_storage(
+        cls,
+        storage: torch.UntypedStorage | torch.TypedStorage,
+        *,
+        dtype: torch.dtype | None = None,
+        shape: int | Sequence[int] | None = None,
+        index: Any,
+        device: DeviceLike = None,
+        filename: PathLike | None = None,
+    ) -> torch.Tensor: ...
 
     @classmethod
     def from_storage(
@@ -638,14 +830,18 @@ class MemoryMappedTensor(torch.Tensor):
         *,
         dtype: torch.dtype | None = None,
         shape: int | Sequence[int] | None = None,
+        index: Any = None,
+        device: DeviceLike = None,
         filename: PathLike | None = None,
-    ) -> MemoryMappedTensor:
+    ) -> torch.Tensor:
         """Wrap an existing CPU storage (e.g. from ``torch.from_file``) without copying.
 
         ``dtype`` defaults to the typed storage's dtype (required for an untyped one), ``shape``
         to the whole storage as 1-D. ``filename`` records which file backs the storage, so that
-        pickling reopens it; leave it ``None`` for a shared-memory storage.
+        pickling reopens it; leave it ``None`` for a shared-memory storage. ``index`` is applied to
+        the result as in :meth:`from_filename`; ``device`` may only be ``None`` or the CPU.
         """
+        _check_device(device)
         if isinstance(storage, torch.TypedStorage):
             dtype = storage.dtype if dtype is None else dtype
             storage = storage.untyped()
@@ -665,7 +861,8 @@ class MemoryMappedTensor(torch.Tensor):
                 f"least {_nbytes(shape, dtype)} bytes, found {storage.nbytes()}"
             )
         path = None if filename is None else _as_path(filename)
-        return cls._wrap(_on_storage(storage, dtype, shape), path)
+        out = cls._wrap(_on_storage(storage, dtype, shape), path)
+        return out if index is None else out[index]
 
 
 # --------------------------------------------------------------------------------------------- #
@@ -690,21 +887,11 @@ def _rewrap_aliases(out, src: MemoryMappedTensor):
     return out
 
 
-def _infer_dtype(fill_value: Any) -> torch.dtype:
-    if isinstance(fill_value, torch.Tensor):
-        return fill_value.dtype
-    if isinstance(fill_value, bool):
-        return torch.bool
-    if isinstance(fill_value, int):
-        return torch.int64
-    if isinstance(fill_value, complex):
-        return torch.complex128 if torch.get_default_dtype() == torch.float64 else torch.complex64
-    if isinstance(fill_value, float):
-        return torch.get_default_dtype()
-    raise TypeError(
-        f"fill_value must be a bool, int, float, complex or 0-dim tensor, got "
-        f"{type(fill_value).__name__}: {fill_value!r}"
-    )
+def _broadcasts_to(shape: torch.Size, target: torch.Size) -> bool:
+    try:
+        return torch.broadcast_shapes(shape, target) == target
+    except RuntimeError:
+        return False
 
 
 def _is_zero(value: Any) -> bool:

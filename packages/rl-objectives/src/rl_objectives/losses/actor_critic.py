@@ -24,6 +24,7 @@ from torch import distributions as D
 
 from ..value import (
     GAE,
+    MultiAgentGAE,
     TD0Estimator,
     TD1Estimator,
     TDLambdaEstimator,
@@ -265,11 +266,14 @@ class _ActorCriticLoss(LossModule):
                 f"{name}: a value estimator needs a critic_network; pass one, or put the advantage in the input."
             )
         value_type = _value_type(self, value_type)
-        allowed = ("gamma", "lmbda") if value_type in (ValueEstimators.GAE, ValueEstimators.TDLambda) else ("gamma",)
+        with_lmbda = (ValueEstimators.GAE, ValueEstimators.MAGAE, ValueEstimators.TDLambda)
+        allowed = ("gamma", "lmbda") if value_type in with_lmbda else ("gamma",)
         kwargs = self._value_kwargs(hyperparams, allowed)
         critic = self.critic_network
         if value_type is ValueEstimators.GAE:
             estimator = GAE(value_network=critic, **kwargs)
+        elif value_type is ValueEstimators.MAGAE:
+            estimator = MultiAgentGAE(value_network=critic, **kwargs)
         elif value_type is ValueEstimators.TDLambda:
             estimator = TDLambdaEstimator(value_network=critic, **kwargs)
         elif value_type is ValueEstimators.TD1:

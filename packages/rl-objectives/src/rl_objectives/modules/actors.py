@@ -16,6 +16,7 @@ from typing import Any, cast
 
 import torch
 from tdict.nn import (
+    CompositeDistribution,
     ProbabilisticTensorDictModule,
     ProbabilisticTensorDictSequential,
     TensorDictModule,
@@ -48,6 +49,20 @@ def _as_key_list(keys: Any, default: list, what: str) -> list:
     if not isinstance(keys, Sequence):
         raise ValueError(f"{what} must be a key or a list of keys, got {keys!r}.")
     return list(keys)
+
+
+def _composite_sample_keys(distribution_kwargs: Any) -> list:
+    """A CompositeDistribution actor's default out-keys: ``name_map``'s values, else ``distribution_map``'s keys."""
+    name_map = distribution_kwargs.get("name_map")
+    if name_map:
+        return list(name_map.values())
+    distribution_map = distribution_kwargs.get("distribution_map")
+    if distribution_map is None:
+        raise KeyError(
+            "ProbabilisticActor: distribution_kwargs must hold 'distribution_map' when distribution_class is "
+            f"CompositeDistribution and out_keys is not given; got distribution_kwargs keys {sorted(distribution_kwargs)}."
+        )
+    return list(distribution_map.keys())
 
 
 def _as_composite(spec: Any, key: NestedKey, what: str) -> Composite | None:
@@ -247,18 +262,23 @@ class ProbabilisticActor(ProbabilisticTensorDictSequential):
     Args:
         module: a TensorDict module writing the distribution parameters (e.g. ``"loc"``, ``"scale"``).
         in_keys: the parameter keys: a list, or a dict ``{argument name: key}``.
-        out_keys: the sample keys (default ``["action"]``).
+        out_keys: the sample keys (default ``["action"]``; for a
+            :class:`~tdict.nn.CompositeDistribution`, ``name_map``'s values, else ``distribution_map``'s keys,
+            as in TorchRL).
         spec: the action spec; a leaf spec becomes ``Composite({out_keys[0]: spec})``.
         safe: project the sample into ``spec`` (before computing its log-prob).
         distribution_class: the distribution (default ``torch.distributions.Normal``).
         distribution_kwargs: constant keyword arguments of ``distribution_class`` (e.g. ``low``/``high``).
         return_log_prob: also write the log-prob (batch shape) at ``log_prob_key`` (derived from the
             action key as in TorchRL 0.14: ``"action_log_prob"`` for ``"action"``).
+        log_prob_key, log_prob_keys: where the log-prob(s) go; ``None`` (default) derives them from the
+            sample keys (read back with :attr:`log_prob_key` / :attr:`log_prob_keys`).
         default_interaction_type: used when no interaction type is set.
         **kwargs: more :class:`~tdict.nn.ProbabilisticTensorDictModule` keyword arguments.
 
     Raises:
         TypeError: when ``module`` is not a TensorDict module.
+        KeyError: a CompositeDistribution without ``out_keys`` nor ``distribution_map``.
 
     Examples:
         >>> import torch
@@ -275,6 +295,8 @@ class ProbabilisticActor(ProbabilisticTensorDictSequential):
         ...     td = actor(TensorDict(observation=torch.randn(5, 3), batch_size=[5]))
         >>> td["action"].shape, td["action_log_prob"].shape
         (torch.Size([5, 2]), torch.Size([5]))
+        >>> actor.log_prob_keys, actor.log_prob_key
+        (['action_log_prob'], 'action_log_prob')
     """
 
     def __init__(
@@ -285,6 +307,9 @@ class ProbabilisticActor(ProbabilisticTensorDictSequential):
                 f"ProbabilisticActor: module must be a TensorDict module (with in_keys and out_keys) writing the "
                 f"distribution parameters, got {type(module).__name__}; wrap it in tdict.nn.TensorDictModule."
             )
+        if out_keys is None and kwargs.get("distribution_class") is CompositeDistribution:
+            # TorchRL's default for a CompositeDistribution: its sample keys, not ["action"]
+            out_keys = _composite_sample_keys(kwargs.get("distribution_kwargs") or {})
         prob = SafeProbabilisticModule(in_keys=in_keys, out_keys=out_keys, spec=spec, safe=safe, **kwargs)
         super().__init__(module, prob)
 

@@ -43,12 +43,15 @@ class ValueEstimators(str, enum.Enum):
         True
         >>> ValueEstimators("td0")
         <ValueEstimators.TD0: 'TD(0)'>
+        >>> ValueEstimators("magae") is ValueEstimators.MAGAE  # MultiAgentGAE (A2C, PPO, REINFORCE)
+        True
     """
 
     TD0 = "TD(0)"
     TD1 = "TD(1)"
     TDLambda = "TD(lambda)"
     GAE = "GAE"
+    MAGAE = "Multi-agent generalized advantage estimate"
     VTrace = "VTrace"
 
     @classmethod

@@ -30,7 +30,8 @@ class PrioritizedReplayBuffer(ReplayBuffer):
         eps: added to ``|priority|``.
         dtype: dtype of the importance weights.
         storage: default ``ListStorage(1000)``.
-        collate_fn, pin_memory, prefetch, transform, batch_size, generator: as :class:`ReplayBuffer`.
+        collate_fn, pin_memory, prefetch, transform, batch_size, generator, compilable, prefetch_timeout: as
+            :class:`ReplayBuffer` (TorchRL 0.14's ``PrioritizedReplayBuffer`` takes no ``compilable``).
 
     Examples:
         >>> import torch
@@ -58,8 +59,10 @@ class PrioritizedReplayBuffer(ReplayBuffer):
         transform: Callable | None = None,
         batch_size: int | None = None,
         generator: torch.Generator | None = None,
+        compilable: bool = False,
+        prefetch_timeout: float | None = None,
     ) -> None:
-        storage = storage if storage is not None else ListStorage(1000)
+        storage = storage if storage is not None else ListStorage(1000, compilable=compilable)
         sampler = PrioritizedSampler(storage.max_size, alpha, beta, eps, dtype=dtype)
         super().__init__(
             storage=storage,
@@ -70,6 +73,8 @@ class PrioritizedReplayBuffer(ReplayBuffer):
             transform=transform,
             batch_size=batch_size,
             generator=generator,
+            compilable=compilable,
+            prefetch_timeout=prefetch_timeout,
         )
 
 
@@ -90,7 +95,8 @@ class TensorDictPrioritizedReplayBuffer(TensorDictReplayBuffer):
         storage: default ``ListStorage(1000)``.
         reduction: ``"max"``, ``"min"``, ``"mean"`` or ``"median"``.
         dtype: dtype of the importance weights.
-        collate_fn, pin_memory, prefetch, transform, batch_size, generator: as :class:`ReplayBuffer`.
+        collate_fn, pin_memory, prefetch, transform, batch_size, generator, compilable, prefetch_timeout: as
+            :class:`ReplayBuffer`.
 
     Examples:
         >>> import torch
@@ -126,8 +132,10 @@ class TensorDictPrioritizedReplayBuffer(TensorDictReplayBuffer):
         batch_size: int | None = None,
         generator: torch.Generator | None = None,
         dtype: torch.dtype = torch.float,
+        compilable: bool = False,
+        prefetch_timeout: float | None = None,
     ) -> None:
-        storage = storage if storage is not None else ListStorage(1000)
+        storage = storage if storage is not None else ListStorage(1000, compilable=compilable)
         sampler = PrioritizedSampler(storage.max_size, alpha, beta, eps, dtype=dtype, reduction=reduction)
         super().__init__(
             priority_key=priority_key,
@@ -139,6 +147,8 @@ class TensorDictPrioritizedReplayBuffer(TensorDictReplayBuffer):
             transform=transform,
             batch_size=batch_size,
             generator=generator,
+            compilable=compilable,
+            prefetch_timeout=prefetch_timeout,
         )
 
     def _item_priority(self, data: TensorDictBase, priority: torch.Tensor, lead: torch.Size) -> torch.Tensor:

@@ -2,16 +2,20 @@
 
 from __future__ import annotations
 
+import contextlib
 import operator
+import queue
 import threading
-from concurrent.futures import Future, ThreadPoolExecutor
+import weakref
+from concurrent.futures import Future
+from concurrent.futures import TimeoutError as FutureTimeout
 from typing import Any, Callable, Iterator, Sequence
 
 import torch
 from tdict import TensorDictBase, is_tensor_collection
 
 from .._dict_items import as_tensordict, check_dicts, is_dict_list, stack_dicts
-from .._part import check_loadable
+from .._part import check_compilable, check_loadable
 from ..samplers.base import Sampler
 from ..samplers.uniform import RandomSampler
 from ..storages.base import Storage
@@ -51,6 +55,71 @@ def _identity(data: Any) -> Any:
     return data
 
 
+def _prefetch_arg(owner: str, value: Any) -> int:
+    """``prefetch`` as an int >= 0 (``None`` and 0: no prefetching)."""
+    if value is None:
+        return 0
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ValueError(f"{owner}: prefetch must be an int >= 0 or None (0 and None: no prefetching), got {value!r}.")
+    return int(value)
+
+
+def _timeout_arg(owner: str, value: Any) -> float | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
+        raise ValueError(f"{owner}: prefetch_timeout must be a number of seconds > 0 or None, got {value!r}.")
+    return float(value)
+
+
+class _Prefetcher:
+    """One daemon thread that draws batches ahead, in submission order; results come back as Futures.
+
+    The thread holds only a weak reference to the buffer, so a buffer that is no longer used is
+    collected (its ``__del__`` then stops the thread), and a daemon thread never blocks the
+    interpreter's exit, even when a batch hangs.
+    """
+
+    def __init__(self, buffer: "ReplayBuffer") -> None:
+        self._jobs: queue.SimpleQueue = queue.SimpleQueue()
+        self._thread = threading.Thread(
+            target=_Prefetcher._run, args=(self._jobs, weakref.ref(buffer)), name="rl_replay_prefetch", daemon=True
+        )
+        self._thread.start()
+
+    @staticmethod
+    def _run(jobs: queue.SimpleQueue, buffer_ref: Any) -> None:
+        while True:
+            job = jobs.get()
+            if job is None:
+                return
+            future, batch_size = job
+            if not future.set_running_or_notify_cancel():
+                continue
+            buffer = buffer_ref()
+            try:
+                if buffer is None:
+                    raise RuntimeError("the replay buffer was deleted before its prefetched batch was drawn.")
+                future.set_result(buffer._sample_now(batch_size))
+            except BaseException as err:  # surfaced in the caller by future.result()
+                future.set_exception(err)
+            finally:
+                del buffer  # no strong reference kept while waiting for the next job
+
+    def submit(self, batch_size: int) -> Future:
+        future: Future = Future()
+        self._jobs.put((future, batch_size))
+        return future
+
+    def close(self, timeout: float | None = None) -> bool:
+        """Stops the thread after its current batch; waits up to ``timeout`` (0: not at all).
+        Returns whether the thread has ended."""
+        self._jobs.put(None)
+        if timeout != 0 and self._thread is not threading.current_thread():
+            self._thread.join(timeout)
+        return not self._thread.is_alive()
+
+
 class ReplayBuffer:
     """A replay buffer: ``extend`` writes items, ``sample`` draws batches (names follow TorchRL 0.14).
 
@@ -61,14 +130,23 @@ class ReplayBuffer:
         collate_fn: applied to the sampled items (default: stack lists of tensors/TensorDicts for a
             ListStorage, nothing for tensor storages).
         pin_memory: pin sampled tensors (for fast host-to-GPU copies).
-        prefetch: keep this many batches sampled ahead in a background thread.
+        prefetch: keep this many batches sampled ahead in a background thread (``None`` or 0: none;
+            needs ``batch_size``). An error raised while drawing a batch is raised by the
+            ``sample()`` call that would return it; :meth:`close` stops the thread.
         transform: applied to each sampled batch (any callable; rl-envs transforms work as they are:
             their ``inv`` runs on ``extend``). More with :meth:`append_transform`.
         batch_size: the default ``sample()`` size.
         generator: the ``torch.Generator`` the sampler draws from (reproducible sampling).
+        compilable: build the default storage and writer with ``compilable=True`` (their counters
+            are Python ints, so ``torch.compile`` traces ``extend``/``sample`` without
+            ``Tensor.item()`` graph breaks; such parts cannot be shared between processes).
+            ``None`` (TorchRL's default) is ``False``.
+        prefetch_timeout: seconds ``sample()`` waits for a prefetched batch before raising
+            ``TimeoutError`` (``None``: no limit, as TorchRL). Not a TorchRL argument.
 
     All reads and writes of the storage, writer and sampler happen under one lock, so a collector
-    thread can ``extend`` while the learner ``sample``s.
+    thread can ``extend`` while the learner ``sample``s (the lock is skipped while
+    ``torch.compile`` traces, as TorchRL does: Dynamo cannot enter it).
 
     Examples:
         >>> import torch
@@ -93,8 +171,21 @@ class ReplayBuffer:
         transform: Callable | None = None,
         batch_size: int | None = None,
         generator: torch.Generator | None = None,
+        compilable: bool | None = None,
+        prefetch_timeout: float | None = None,
     ) -> None:
-        self._storage = storage if storage is not None else ListStorage(1000)
+        owner = type(self).__name__
+        compilable = False if compilable is None else compilable
+        check_compilable(owner, compilable)
+        prefetch = _prefetch_arg(owner, prefetch)
+        if prefetch and batch_size is None:
+            raise ValueError(
+                f"{owner}: prefetch={prefetch} needs a batch_size at construction (the batches are drawn "
+                "ahead of the sample() calls), got batch_size=None."
+            )
+        self._compilable = compilable
+        self.prefetch_timeout = _timeout_arg(owner, prefetch_timeout)
+        self._storage = storage if storage is not None else ListStorage(1000, compilable=compilable)
         self._sampler = sampler if sampler is not None else RandomSampler()
         self._writer = writer if writer is not None else self._default_writer()
         self._writer.register_storage(self._storage)
@@ -103,11 +194,9 @@ class ReplayBuffer:
             collate_fn = default_collate if isinstance(self._storage, ListStorage) else _identity
         self._collate_fn = collate_fn
         self._pin_memory = pin_memory
-        if prefetch is not None and prefetch < 1:
-            raise ValueError(f"ReplayBuffer: prefetch must be >= 1 or None, got {prefetch}.")
         self._prefetch = prefetch
         self._prefetch_queue: list[Future] = []
-        self._executor: ThreadPoolExecutor | None = None
+        self._prefetcher: _Prefetcher | None = None
         if batch_size is not None and batch_size < 1:
             raise ValueError(f"ReplayBuffer: batch_size must be >= 1, got {batch_size}.")
         self._batch_size = batch_size
@@ -122,7 +211,16 @@ class ReplayBuffer:
             self.set_rng(generator)
 
     def _default_writer(self) -> Writer:
-        return RoundRobinWriter()
+        return RoundRobinWriter(compilable=self._compilable)
+
+    @property
+    def compilable(self) -> bool:
+        """Whether the default storage and writer were built with ``compilable=True``."""
+        return self._compilable
+
+    def _guard(self) -> Any:
+        # Dynamo cannot enter a threading lock: skipped while torch.compile traces (TorchRL does the same)
+        return contextlib.nullcontext() if torch.compiler.is_compiling() else self._lock
 
     # ------------------------------------------------------------------ parts
     @property
@@ -240,7 +338,7 @@ class ReplayBuffer:
             data = self._apply_inverse(data)
             if data is None:  # the transform holds the item back (e.g. n-step returns waiting for more steps)
                 return None
-        with self._lock:
+        with self._guard():
             first = dicts and len(self._storage) == 0
             index = self._writer.add(data)
             self._sampler.add(index)
@@ -257,7 +355,7 @@ class ReplayBuffer:
             data = self._apply_inverse(data)
             if data is None:  # nothing complete to write yet (e.g. MultiStepTransform)
                 return torch.zeros(0, dtype=torch.int64)
-        with self._lock:
+        with self._guard():
             first = dicts and len(self._storage) == 0
             index = self._writer.extend(data)
             self._sampler.extend(index)
@@ -281,7 +379,7 @@ class ReplayBuffer:
 
     # ------------------------------------------------------------------ reads
     def _sample_now(self, batch_size: int) -> tuple[Any, dict]:
-        with self._lock:
+        with self._guard():
             index, info = self._sampler.sample(self._storage, batch_size)
             data = self._storage.get(index)
             # read with the sample: a prefetching thread may start the next epoch before the caller looks
@@ -310,28 +408,64 @@ class ReplayBuffer:
             raise ValueError(
                 f"ReplayBuffer.sample: batch_size {batch_size} differs from the buffer's {self._batch_size} used for prefetching."
             )
-        if self._prefetch:
+        if self._prefetch and not self._lock_held():
             data, info = self._sample_prefetched(batch_size)
-        else:
+        else:  # (with the buffer's lock held by this thread, the prefetching thread could never take it)
             data, info = self._sample_now(batch_size)
         self._last_ran_out = info.pop("_ran_out", self._sampler.ran_out)
         return (data, info) if return_info else data
 
+    def _lock_held(self) -> bool:
+        owned = getattr(self._lock, "_is_owned", None)
+        return bool(owned is not None and owned())
+
     def _sample_prefetched(self, batch_size: int) -> tuple[Any, dict]:
-        if self._executor is None:
-            self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="rl_replay_prefetch")
+        """The oldest prefetched batch (drawn now when none is queued), then the queue topped up to
+        ``prefetch`` batches; a failed or timed-out batch empties the queue before raising."""
+        if self._prefetcher is None:
+            self._prefetcher = _Prefetcher(self)
         queue = self._prefetch_queue
-        assert self._prefetch is not None  # called only with prefetching on
+        if not queue:
+            queue.append(self._prefetcher.submit(batch_size))
+        future = queue.pop(0)
         while len(queue) < self._prefetch:
-            queue.append(self._executor.submit(self._sample_now, batch_size))
-        result = queue.pop(0).result()
-        queue.append(self._executor.submit(self._sample_now, batch_size))
-        return result
+            queue.append(self._prefetcher.submit(batch_size))
+        try:
+            return future.result(timeout=self.prefetch_timeout)
+        except FutureTimeout:
+            # the thread is stuck in a batch: drop it (a daemon, it cannot block the exit); the next call starts a new one
+            self._clear_prefetch()
+            self._stop_prefetcher(timeout=0)
+            raise TimeoutError(
+                f"{type(self).__name__}.sample: the prefetching thread gave no batch within "
+                f"prefetch_timeout={self.prefetch_timeout}s (stuck in the sampler, storage, collate_fn or a transform?)."
+            ) from None
+        except BaseException:
+            self._clear_prefetch()  # batches queued behind a failed one would be stale
+            raise
 
     def _clear_prefetch(self) -> None:
         for future in self._prefetch_queue:
             future.cancel()
         self._prefetch_queue.clear()
+
+    def _stop_prefetcher(self, timeout: float | None = None) -> bool:
+        prefetcher, self._prefetcher = self.__dict__.get("_prefetcher"), None
+        return True if prefetcher is None else prefetcher.close(timeout)
+
+    def close(self, timeout: float | None = None) -> None:
+        """Drops the prefetched batches and stops the prefetching thread, waiting up to ``timeout``
+        seconds for a batch being drawn (``None``: as long as it takes). The buffer stays usable: a
+        later ``sample()`` starts a new thread. Deleting the buffer does this without waiting.
+
+        Raises:
+            TimeoutError: the thread was still drawing a batch after ``timeout`` seconds.
+        """
+        self._clear_prefetch()
+        if not self._stop_prefetcher(timeout):
+            raise TimeoutError(
+                f"{type(self).__name__}.close: the prefetching thread is still running after {timeout}s."
+            )
 
     def __getitem__(self, index: Any) -> Any:
         if isinstance(index, slice):  # only stored items, not the whole preallocated capacity
@@ -387,6 +521,7 @@ class ReplayBuffer:
                     torch.Generator(device=self._rng.device).set_state(rng)
                 except (TypeError, ValueError, RuntimeError) as err:
                     raise ValueError(f"{owner}: state['rng'] is not a generator state: {err}") from err
+            self._clear_prefetch()  # batches drawn from the old state
             self._storage.load_state_dict(state["storage"])  # checks its state before its one change: may go first
             self._sampler.load_state_dict(state["sampler"])
             self._writer.load_state_dict(state["writer"])
@@ -418,7 +553,7 @@ class ReplayBuffer:
     def __getstate__(self) -> dict:
         state = self.__dict__.copy()
         state["_lock"] = None
-        state["_executor"] = None
+        state["_prefetcher"] = None
         state["_prefetch_queue"] = []
         return state
 
@@ -427,9 +562,9 @@ class ReplayBuffer:
         self._lock = threading.RLock()
 
     def __del__(self) -> None:
-        executor = self.__dict__.get("_executor")
-        if executor is not None:
-            executor.shutdown(wait=False, cancel_futures=True)
+        for future in self.__dict__.get("_prefetch_queue", ()):
+            future.cancel()
+        self._stop_prefetcher(timeout=0)
 
     def __repr__(self) -> str:
         return (

@@ -44,7 +44,7 @@ class TensorDictReplayBuffer(ReplayBuffer):
         self.priority_key = priority_key
 
     def _default_writer(self) -> Writer:
-        return TensorDictRoundRobinWriter()
+        return TensorDictRoundRobinWriter(compilable=self._compilable)
 
     def _from_dicts(self, data: Any, what: str) -> tuple[Any, bool]:
         # every storage gets a TensorDict, and reads give TensorDicts

@@ -7,7 +7,7 @@ from typing import Any, Iterator
 import torch
 from tdict.validation import check_positive_int
 
-from .._part import BufferPart
+from .._part import BufferPart, HostInts, check_compilable, check_shareable
 
 __all__ = ["Storage"]
 
@@ -17,18 +17,27 @@ class Storage(BufferPart):
 
     A storage knows nothing of write order (the writer) or sampling (the sampler). The number of
     valid items lives in a 0-d int64 tensor so that :meth:`share_memory_` can share it across
-    processes.
+    processes, or, with ``compilable=True``, in a plain Python int: reading it then needs no
+    ``Tensor.item()`` (a graph break under :func:`torch.compile`), but it cannot be shared.
 
     Args:
         max_size: the capacity in items.
+        compilable: keep the bookkeeping in Python ints, for ``torch.compile`` (default ``False``).
     """
 
     ndim = 1
 
-    def __init__(self, max_size: int) -> None:
+    def __init__(self, max_size: int, compilable: bool = False) -> None:
         check_positive_int(type(self).__name__, "max_size", max_size)
+        check_compilable(type(self).__name__, compilable)
         self.max_size = max_size
-        self._len_t = torch.zeros((), dtype=torch.int64)
+        self._compilable = compilable
+        self._len_t: Any = HostInts() if compilable else torch.zeros((), dtype=torch.int64)
+
+    @property
+    def compilable(self) -> bool:
+        """Whether the bookkeeping avoids what breaks ``torch.compile`` (set at construction)."""
+        return self._compilable
 
     # ------------------------------------------------------------------ subclass hooks
     def set(self, index: Any, data: Any) -> None:
@@ -83,7 +92,12 @@ class Storage(BufferPart):
         return torch.randint(0, n, (batch_size,), generator=generator)
 
     def share_memory_(self) -> "Storage":
-        """Moves the item count to shared memory (storages with tensor data share it too)."""
+        """Moves the item count to shared memory (storages with tensor data share it too).
+
+        Raises:
+            RuntimeError: the storage is ``compilable`` (its count is a Python int).
+        """
+        check_shareable(self)
         self._len_t.share_memory_()
         return self
 

@@ -86,6 +86,7 @@ class CompressedListStorage(ListStorage):
             original ``"dtype"`` and ``"shape"``. Give both functions or neither.
         collate_fn: combines a list of read items when several are read; by default items of one
             structure are stacked (decompressed into the stacked tensors), others returned as a list.
+        compilable: as :class:`~rl_replay.ListStorage` (default ``False``).
 
     Examples:
         >>> import torch
@@ -107,8 +108,9 @@ class CompressedListStorage(ListStorage):
         compression_fn: Callable | None = None,
         decompression_fn: Callable | None = None,
         collate_fn: Callable | None = None,
+        compilable: bool = False,
     ) -> None:
-        super().__init__(max_size)
+        super().__init__(max_size, compilable=compilable)
         if (compression_fn is None) != (decompression_fn is None):
             raise ValueError("CompressedListStorage: give both compression_fn and decompression_fn, or neither.")
         if compression_fn is None and (

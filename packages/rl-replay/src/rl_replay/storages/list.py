@@ -29,6 +29,8 @@ class ListStorage(Storage):
 
     Args:
         max_size: the capacity in items.
+        compilable: count the items in a Python int rather than a shareable tensor (see
+            :class:`~rl_replay.Storage`; default ``False``).
 
     Examples:
         >>> s = ListStorage(3)
@@ -37,8 +39,8 @@ class ListStorage(Storage):
         (2, [{'b': 1}, 'a'])
     """
 
-    def __init__(self, max_size: int = 1000) -> None:
-        super().__init__(max_size)
+    def __init__(self, max_size: int = 1000, *, compilable: bool = False) -> None:
+        super().__init__(max_size, compilable=compilable)
         self._items: list = []
 
     def set(self, index: Any, data: Any) -> None:

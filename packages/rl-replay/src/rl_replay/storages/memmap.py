@@ -13,6 +13,7 @@ import torch
 from tdict import TensorDict, is_tensor_collection
 from tdict.persistence import load_memmap
 
+from .._part import check_shareable
 from ._write_checks import check_write, stored_leaves, write_shape
 from .tensor import TensorStorage
 
@@ -49,6 +50,8 @@ class LazyMemmapStorage(TensorStorage):
         ndim: how many leading dims of the written data index items.
         existsok: allow a ``scratch_dir`` that already holds files (they are overwritten). With the
             default ``False`` a non-empty ``scratch_dir`` raises ``FileExistsError``.
+        compilable: keep the item count in a Python int (for ``torch.compile``); the files can still
+            be opened by other processes, but the count cannot be shared (default ``False``).
 
     Examples:
         >>> import os, torch
@@ -69,8 +72,9 @@ class LazyMemmapStorage(TensorStorage):
         device: Any = "cpu",
         ndim: int = 1,
         existsok: bool = False,
+        compilable: bool = False,
     ) -> None:
-        super().__init__(None, max_size, device=device, ndim=ndim)
+        super().__init__(None, max_size, device=device, ndim=ndim, compilable=compilable)
         self.existsok = existsok
         self._finalizer = None
         if scratch_dir is None:
@@ -181,7 +185,12 @@ class LazyMemmapStorage(TensorStorage):
 
     # ------------------------------------------------------------------ lifecycle
     def share_memory_(self) -> LazyMemmapStorage:
-        """Shares the item count; the items are files, shared already."""
+        """Shares the item count; the items are files, shared already.
+
+        Raises:
+            RuntimeError: the storage is ``compilable`` (its count is a Python int).
+        """
+        check_shareable(self)
         self._len_t.share_memory_()
         return self
 

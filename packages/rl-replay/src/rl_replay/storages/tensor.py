@@ -27,6 +27,9 @@ class TensorStorage(Storage):
         max_size: the capacity (default: the given storage's item count).
         device: where the items live (written data is moved there).
         ndim: how many leading dims index items (2 for ``[time, env]`` storages of batched envs).
+        compilable: keep the item count in a Python int, for ``torch.compile``: reading it needs no
+            ``Tensor.item()`` graph break, but the storage cannot be shared between processes
+            (default ``False``).
 
     Examples:
         >>> import torch
@@ -37,7 +40,15 @@ class TensorStorage(Storage):
         (2, [[1.0, 1.0], [0.0, 0.0]])
     """
 
-    def __init__(self, storage: Any = None, max_size: int | None = None, *, device: Any = "cpu", ndim: int = 1) -> None:
+    def __init__(
+        self,
+        storage: Any = None,
+        max_size: int | None = None,
+        *,
+        device: Any = "cpu",
+        ndim: int = 1,
+        compilable: bool = False,
+    ) -> None:
         if storage is not None:
             leading = _leading(storage)
             if len(leading) < ndim:
@@ -47,7 +58,7 @@ class TensorStorage(Storage):
             max_size = math.prod(leading[:ndim]) if max_size is None else max_size
         if max_size is None:
             raise ValueError(f"{type(self).__name__}: give max_size or a storage.")
-        super().__init__(max_size)
+        super().__init__(max_size, compilable=compilable)
         if ndim < 1:
             raise ValueError(f"{type(self).__name__}: ndim must be >= 1, got {ndim}.")
         self.ndim = ndim
@@ -177,6 +188,7 @@ class LazyTensorStorage(TensorStorage):
         max_size: the capacity in items.
         device: where the items live (``"cpu"`` by default).
         ndim: how many leading dims of the written data index items.
+        compilable: as :class:`TensorStorage`.
 
     Examples:
         >>> import torch
@@ -187,8 +199,8 @@ class LazyTensorStorage(TensorStorage):
         (3, torch.Size([1, 5]))
     """
 
-    def __init__(self, max_size: int, *, device: Any = "cpu", ndim: int = 1) -> None:
-        super().__init__(None, max_size, device=device, ndim=ndim)
+    def __init__(self, max_size: int, *, device: Any = "cpu", ndim: int = 1, compilable: bool = False) -> None:
+        super().__init__(None, max_size, device=device, ndim=ndim, compilable=compilable)
 
 
 def _keep_nested_batch_dims(storage: Any, data: Any) -> None:

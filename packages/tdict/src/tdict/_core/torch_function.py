@@ -488,3 +488,195 @@ def _rot90(td: TensorDictBase, k: int = 1, dims: Sequence[int] = (0, 1)) -> Tens
 @implements(torch.roll)
 def _roll(td: TensorDictBase, shifts: Any, dims: Any = None) -> TensorDictBase:
     return td.roll(shifts, dims)
+
+
+# ---------------------------------------------------------------------- reductions as torch functions
+# torch.sum(td, ...) is td.sum(...): dims are batch dims, the arguments those of the method.
+@implements(torch.sum)
+def _sum(td: TensorDictBase, *args: Any, **kwargs: Any) -> Any:
+    return td.sum(*args, **kwargs)
+
+
+@implements(torch.mean)
+def _mean(td: TensorDictBase, *args: Any, **kwargs: Any) -> Any:
+    """``torch.mean(td, dim=None, keepdim=False, *, dtype=None)`` as :meth:`TensorDict.mean`.
+
+    Examples:
+        >>> import torch
+        >>> from tdict import TensorDict
+        >>> td = TensorDict(a=torch.arange(6.0).view(2, 3), batch_size=[2])
+        >>> torch.mean(td, dim=0)["a"]
+        tensor([1.5000, 2.5000, 3.5000])
+    """
+    return td.mean(*args, **kwargs)
+
+
+def _with_correction(kwargs: dict) -> dict:
+    """torch's ``unbiased=`` keyword as the method's ``correction=`` (torch's parser refuses both at once)."""
+    if "unbiased" in kwargs:
+        kwargs = dict(kwargs)
+        kwargs["correction"] = int(bool(kwargs.pop("unbiased")))
+    return kwargs
+
+
+@implements(torch.std)
+def _std(td: TensorDictBase, *args: Any, **kwargs: Any) -> Any:
+    """``torch.std(td, dim, keepdim, *, correction)`` as :meth:`TensorDict.std` (``unbiased=`` maps to ``correction``).
+
+    As in tensordict, positional arguments after ``td`` are the method's: ``(dim, keepdim)``.
+    """
+    return td.std(*args, **_with_correction(kwargs))
+
+
+@implements(torch.var)
+def _var(td: TensorDictBase, *args: Any, **kwargs: Any) -> Any:
+    """``torch.var(td, dim, keepdim, *, correction)`` as :meth:`TensorDict.var` (see :func:`_std`)."""
+    return td.var(*args, **_with_correction(kwargs))
+
+
+@implements(torch.masked_select)
+def _masked_select(td: Any, mask: Any, *, out: Any = None) -> TensorDictBase:
+    """``torch.masked_select(td, mask)`` is ``td.masked_select(mask)``: the masked batch dims become one.
+
+    Examples:
+        >>> import torch
+        >>> from tdict import TensorDict
+        >>> td = TensorDict(a=torch.arange(6).view(3, 2), batch_size=[3])
+        >>> torch.masked_select(td, torch.tensor([True, False, True]))["a"]
+        tensor([[0, 1],
+                [4, 5]])
+    """
+    if not is_tensor_collection(td):
+        raise TypeError(f"masked_select: input must be a tensor collection, got {type(td).__name__}.")
+    if out is not None:
+        raise TypeError("masked_select: out= is not supported for tensor collections.")
+    return td.masked_select(mask)
+
+
+def _extremum(name: str) -> Callable:
+    def handler(input: Any, other: Any, *, out: Any = None) -> Any:
+        if out is not None:
+            raise TypeError(f"{name}: out= is not supported for tensor collections; use {name}_ for in place.")
+        if is_tensor_collection(input):
+            return getattr(input, name)(other)
+        return getattr(other, name)(input)  # the collection came second: the op is symmetric
+
+    handler.__name__ = handler.__qualname__ = f"_{name}"
+    return handler
+
+
+TD_HANDLED_FUNCTIONS[torch.maximum] = _extremum("maximum")
+TD_HANDLED_FUNCTIONS[torch.minimum] = _extremum("minimum")
+
+
+# ---------------------------------------------------------------------- losses
+_REDUCTIONS = ("none", "mean", "sum")
+
+
+def _legacy_reduction(size_average: Any, reduce: Any) -> str:
+    """The ``reduction`` torch derives from the deprecated ``size_average`` / ``reduce`` flags."""
+    if reduce is False:
+        return "none"
+    return "sum" if size_average is False else "mean"
+
+
+def _loss(fn: Callable) -> Callable:
+    name = fn.__name__
+
+    def handler(
+        input: Any,
+        target: Any,
+        size_average: Any = None,
+        reduce: Any = None,
+        reduction: str = "mean",
+        weight: Any = None,
+        **kwargs: Any,
+    ) -> TensorDictBase:
+        if size_average is not None or reduce is not None:
+            reduction = _legacy_reduction(size_average, reduce)
+        if reduction not in _REDUCTIONS:
+            raise ValueError(f"{name}: reduction must be one of {list(_REDUCTIONS)}, got {reduction!r}.")
+        for arg, value in (("input", input), ("target", target)):
+            if not is_tensor_collection(value):
+                raise TypeError(
+                    f"{name}: input and target must both be tensor collections with the same keys, got {arg} of type {type(value).__name__}."
+                )
+        others = [target]
+        if is_tensor_collection(weight):
+            others.append(weight)
+        elif weight is not None:
+            kwargs["weight"] = weight  # one tensor for every leaf
+
+        def leaf(x: torch.Tensor, y: torch.Tensor, w: Any = None) -> torch.Tensor:
+            return (
+                fn(x, y, reduction=reduction, **kwargs)
+                if w is None
+                else fn(x, y, reduction=reduction, weight=w, **kwargs)
+            )
+
+        # per leaf: "none" keeps the batch dims, "mean" and "sum" give one scalar per leaf
+        out = input.apply(leaf, *others, batch_size=None if reduction == "none" else ())
+        return keep_lock(input, out)
+
+    handler.__name__ = handler.__qualname__ = f"_{name}"
+    handler.__doc__ = f"``F.{name}(input, target, reduction=...)`` leaf by leaf; ``mean``/``sum`` give a batch-less collection of scalars."
+    return handler
+
+
+for _fn in (F.l1_loss, F.mse_loss, F.smooth_l1_loss):
+    TD_HANDLED_FUNCTIONS[_fn] = _loss(_fn)
+
+
+# ---------------------------------------------------------------------- autograd
+def _single_collection(value: Any, what: str) -> Any:
+    if isinstance(value, (tuple, list)):
+        if len(value) != 1:
+            raise ValueError(
+                f"torch.autograd.grad on tensor collections takes a single {what} collection, got a sequence of {len(value)}."
+            )
+        value = value[0]
+    if not is_tensor_collection(value):
+        raise ValueError(
+            f"torch.autograd.grad on tensor collections takes a tensor collection as {what}, got {type(value).__name__}."
+        )
+    return value
+
+
+@implements(torch.autograd.grad)
+def _grad(outputs: Any, inputs: Any, grad_outputs: Any = None, **kwargs: Any) -> Any:
+    """``torch.autograd.grad(td_out, td_in, td_grad_out)``: gradients of every leaf of ``td_out``
+    w.r.t. every leaf of ``td_in``, as a collection shaped like ``td_in``.
+
+    ``grad_outputs`` (a collection with ``td_out``'s keys) may be omitted for scalar leaves; the
+    other keyword arguments are torch's. Leaves without a gradient (``allow_unused=True``) are left
+    out of the result.
+
+    Examples:
+        >>> import torch
+        >>> from tdict import TensorDict
+        >>> x = TensorDict(a=torch.tensor([1.0, 2.0], requires_grad=True), batch_size=[2])
+        >>> y = x * x
+        >>> torch.autograd.grad(y, x, torch.ones_like(y))["a"]
+        tensor([2., 4.])
+    """
+    outputs = _single_collection(outputs, "outputs")
+    inputs = _single_collection(inputs, "inputs")
+    out_keys, out_leaves = [], []
+    for key, value in outputs.items(True, True):
+        if isinstance(value, torch.Tensor):
+            out_keys.append(key)
+            out_leaves.append(value)
+    grad_leaves = None
+    if grad_outputs is not None:
+        grad_outputs = _single_collection(grad_outputs, "grad_outputs")
+        grad_leaves = []
+        for key in out_keys:
+            value = grad_outputs.get(key, None)
+            if not isinstance(value, torch.Tensor):
+                raise KeyError(f"torch.autograd.grad: grad_outputs has no tensor at key {key!r}, which outputs has.")
+            grad_leaves.append(value)
+    in_leaves = inputs._tensor_leaves()[1]  # the leaves themselves (a lazy stack's members' leaves)
+    grads = torch.autograd.grad(out_leaves, in_leaves, grad_leaves, **kwargs)
+    by_leaf = {id(leaf): grad for leaf, grad in zip(in_leaves, grads)}
+    # None (an unused leaf, with allow_unused=True) drops the key, as in tensordict
+    return keep_lock(inputs, inputs.apply(lambda v: by_leaf[id(v)]))

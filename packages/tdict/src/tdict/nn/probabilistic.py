@@ -132,9 +132,10 @@ class ProbabilisticTensorDictModule(TensorDictModuleBase):
         distribution_kwargs: constant keyword arguments of ``distribution_class``.
         default_interaction_type: used when no interaction type is set.
         return_log_prob: also write the sample's log-prob (batch shape, see the module docstring).
-        log_prob_keys: where each sample key's log-prob goes (default ``<sample key>_log_prob``).
-        log_prob_key: the log-prob key when there is one sample key (default ``<sample key>_log_prob``:
-            ``"action_log_prob"`` for ``"action"``).
+        log_prob_keys: where each sample key's log-prob goes; ``None`` (default): ``<sample key>_log_prob``.
+        log_prob_key: the log-prob key when there is one sample key; ``None`` (default):
+            ``<sample key>_log_prob`` (``"action_log_prob"`` for ``"action"``, tensordict 0.14's default with
+            ``composite_lp_aggregate()`` off; pass ``"sample_log_prob"`` for the aggregated name).
         cache_dist: keep the last distribution built in ``self._dist``.
         n_empirical_estimate: samples used when a mean has no closed form.
         num_samples: with the ``RANDOM`` interaction type, draw this many samples (an int or a shape):

@@ -10,6 +10,7 @@ import torch
 
 if TYPE_CHECKING:  # numpy is optional: only to_numpy's callers need it
     import numpy
+    from typing_extensions import Self  # typing.Self is new in 3.11
 
 __all__ = ["TensorSpec"]
 
@@ -54,6 +55,15 @@ def _shape_args(shape: tuple) -> torch.Size:
 
 def _device(device: Any) -> torch.device | None:
     return None if device is None else torch.device(device)
+
+
+def _dest_device(dest: Any, owner: str) -> torch.device:
+    """The device ``dest`` of a ``to`` call, refusing what is neither a device nor a dtype."""
+    if isinstance(dest, bool) or not isinstance(dest, (str, int, torch.device)):
+        raise TypeError(
+            f"{owner}: dest must be a torch.dtype or a device (str, int or torch.device), got {type(dest).__name__} {dest!r}"
+        )
+    return torch.device(dest)
 
 
 def _draw_on(device: torch.device | None, generator: torch.Generator | None) -> torch.device | None:
@@ -201,14 +211,14 @@ class TensorSpec:
         return val.detach().cpu().numpy()
 
     # ---- shape ops -------------------------------------------------------------------------
-    def _rebuild(self, shape: torch.Size, tensors: dict[str, torch.Tensor]) -> "TensorSpec":
+    def _rebuild(self, shape: torch.Size, tensors: dict[str, torch.Tensor]) -> Self:
         out = copy.copy(self)
         out.shape = torch.Size(shape)
         out._tensors = tensors
         out._finish()
         return out
 
-    def _map(self, shape: torch.Size, fn) -> "TensorSpec":
+    def _map(self, shape: torch.Size, fn) -> Self:
         return self._rebuild(shape, {k: fn(v) for k, v in self._tensors.items()})
 
     def _dim(self, dim: int) -> int:
@@ -293,15 +303,41 @@ class TensorSpec:
         probe = torch.empty(self._batch_shape, device="meta")[index]
         return self._map(probe.shape + self.shape[len(self._batch_shape) :], lambda t: t[index])
 
-    def to(self, dest: Any) -> "TensorSpec":
-        """Move to a device (``dtype`` arguments are not supported: build a new spec instead)."""
+    def to(self, dest: Any) -> Self:
+        """A copy on the device ``dest`` (a ``str``, ``int`` or :class:`torch.device`), or with the dtype
+        ``dest`` (a :class:`torch.dtype`); ``self`` when nothing changes (or ``dest`` is ``None``).
+
+        A dtype cast keeps the spec's parameters (``n``, ``nvec``, the mask); :class:`Bounded` casts its
+        bounds, and :class:`Unbounded` re-picks its sampler for the new dtype.
+
+        Raises:
+            TypeError: ``dest`` is neither a dtype, a device nor ``None``.
+
+        Examples:
+            >>> import torch
+            >>> from tdict.specs import Categorical, Unbounded
+            >>> Unbounded(shape=(2,)).to(torch.float64).rand().dtype
+            torch.float64
+            >>> spec = Categorical(3)
+            >>> spec.to("cpu").device, spec.to(torch.int32).dtype, spec.to(torch.int64) is spec
+            (device(type='cpu'), torch.int32, True)
+        """
+        if dest is None:
+            return self
         if isinstance(dest, torch.dtype):
-            raise TypeError(f"{type(self).__name__}.to: casting specs is not supported")
-        dev = _device(dest)
+            return self if dest == self.dtype else self._cast(dest)
+        dev = _dest_device(dest, f"{type(self).__name__}.to")
         if dev == self.device:
             return self
         out = self._map(self.shape, lambda t: t.to(dev))
         out.device = dev
+        out._finish()
+        return out
+
+    def _cast(self, dtype: torch.dtype) -> Self:
+        """A copy with the dtype ``dtype`` (its per-element tensors cloned, their dtypes kept)."""
+        out = self._map(self.shape, lambda t: t.clone())
+        out.dtype = dtype
         out._finish()
         return out
 

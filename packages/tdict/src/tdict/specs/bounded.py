@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import math
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import torch
 
 from .base import TensorSpec, _device, _draw_on, _moved, _size, _spec_shape
+
+if TYPE_CHECKING:
+    from typing_extensions import Self  # typing.Self is new in 3.11
 
 __all__ = ["Bounded", "ContinuousBox"]
 
@@ -24,6 +27,17 @@ class ContinuousBox(NamedTuple):
 
     low: torch.Tensor
     high: torch.Tensor
+
+
+def _to_int(bound: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """``bound`` cast to the integer ``dtype``: truncated toward zero, saturated at the dtype's range."""
+    info = torch.iinfo(dtype)
+    if not bound.is_floating_point():
+        return bound.long().clamp(info.min, info.max).to(dtype)
+    bound = bound.double().trunc()
+    above, below = bound >= float(info.max), bound <= float(info.min)
+    out = bound.masked_fill(above | below, 0).to(dtype)
+    return out.masked_fill(above, info.max).masked_fill(below, info.min)
 
 
 class Bounded(TensorSpec):
@@ -179,6 +193,36 @@ class Bounded(TensorSpec):
             val = val.round() if val.is_floating_point() else val
         val = val.to(dtype=self.dtype, device=low.device)
         return torch.minimum(torch.maximum(val, low), high)
+
+    def _cast(self, dtype: torch.dtype) -> Self:
+        """The box with its bounds cast to ``dtype``, as TorchRL's ``to(dtype)``.
+
+        Float bounds become integers by truncation toward zero (``-0.5..1.5`` gives ``0..1``); a bound
+        beyond the integer dtype's range (an infinite one included) becomes that range's end.
+
+        Raises:
+            TypeError: ``dtype`` is bool (a Bounded spec cannot be bool, use Binary).
+
+        Examples:
+            >>> import torch
+            >>> from tdict.specs import Bounded
+            >>> spec = Bounded(-0.5, 1.5, shape=(2,)).to(torch.int64)
+            >>> spec.dtype, spec.low.tolist(), spec.high.tolist()
+            (torch.int64, [0, 0], [1, 1])
+            >>> Bounded(0, 5, shape=(), dtype=torch.int64).to(torch.float64).high
+            tensor(5., dtype=torch.float64)
+        """
+        if dtype is torch.bool:
+            raise TypeError(f"Bounded.to: dtype must not be torch.bool (use Binary for 0/1 values), got {dtype}")
+        low, high = self._tensors["low"], self._tensors["high"]
+        if dtype.is_floating_point or dtype.is_complex:
+            low, high = low.to(dtype), high.to(dtype)
+        else:
+            low, high = _to_int(low, dtype), _to_int(high, dtype)
+        out = self._rebuild(self.shape, {"low": low, "high": high})
+        out.dtype = dtype
+        out._finish()
+        return out
 
     def cardinality(self) -> int:
         """The number of integer values in the box (integer dtypes only).

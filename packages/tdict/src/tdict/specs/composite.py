@@ -7,7 +7,7 @@ from typing import Any, Iterator
 import torch
 
 from ..tensordict import TensorDict
-from .base import _device, _shape_args, _size, _spec_shape
+from .base import _dest_device, _device, _shape_args, _size, _spec_shape
 
 __all__ = ["Composite"]
 
@@ -20,12 +20,20 @@ def _flat(key: Any) -> tuple[str, ...]:
     return (key,) if isinstance(key, str) else tuple(key)
 
 
+_MISSING = object()
+
+
 class Composite:
     """A dictionary of specs (leaf specs or nested Composites) sharing the batch shape ``shape``.
 
     Keys may be nested (``spec["a", "b"]``). ``rand``/``zero``/``one`` build a :class:`tdict.TensorDict`
     of batch size ``shape + self.shape`` (nested Composites give nested TensorDicts); the key list is
     precomputed so generation does no validation.
+
+    An entry may be ``None``: a placeholder for a spec not known yet, as in TorchRL. It is listed by
+    ``keys``/``items``/``in`` and printed as ``None``; ``rand``/``zero``/``one`` leave it out, ``is_in``
+    and ``project`` ignore it, shape ops, ``to`` and ``clone`` keep it ``None``, and ``encode``
+    refuses a value for it.
 
     Args:
         specs: a mapping of keys to specs (dicts are turned into nested Composites).
@@ -34,6 +42,10 @@ class Composite:
         **kwargs: more key/spec pairs.
 
     Examples:
+        >>> from tdict.specs import Composite, Unbounded
+        >>> spec = Composite(obs=None, action=Unbounded(shape=(2,)))
+        >>> spec.keys(), spec["obs"], list(spec.rand().keys())
+        (['obs', 'action'], None, ['action'])
         >>> import torch
         >>> from tdict.specs import Bounded, Categorical, Composite, Unbounded
         >>> spec = Composite(obs=Unbounded(shape=(4, 3)), action=Categorical(2, shape=(4,)),
@@ -84,8 +96,8 @@ class Composite:
 
     def _leaf_items(self) -> tuple:
         items = self._items
-        if items is None:
-            items = self._items = tuple(self._specs.items())
+        if items is None:  # placeholders (None entries) generate and check nothing
+            items = self._items = tuple((k, v) for k, v in self._specs.items() if v is not None)
         return items
 
     # ---- dict API --------------------------------------------------------------------------
@@ -94,7 +106,10 @@ class Composite:
             raise RuntimeError(f"Composite is locked: cannot {what} key {key!r} (call unlock_() first)")
 
     def set(self, key: Any, spec: Any) -> "Composite":
-        """Set ``key`` (nested keys create intermediate Composites); the spec's shape must start with ``self.shape``."""
+        """Set ``key`` (nested keys create intermediate Composites); the spec's shape must start with ``self.shape``.
+
+        ``spec`` may be ``None``: a placeholder entry (see the class docstring).
+        """
         key = _flat(key)
         if len(key) > 1:
             sub = self._specs.get(key[0])
@@ -111,11 +126,15 @@ class Composite:
             return self
         name = key[0]
         self._check_unlocked("set", name)
+        if spec is None:
+            self._specs[name] = None
+            self._items = None
+            return self
         if isinstance(spec, dict):
             spec = Composite(spec, shape=self.shape, device=self.device)
         if not getattr(type(spec), "_is_spec", False):
             raise TypeError(
-                f"Composite.set: the spec for key {name!r} must be a spec (TensorSpec, Composite, Stacked...), got {type(spec).__name__}"
+                f"Composite.set: the spec for key {name!r} must be a spec (TensorSpec, Composite, Stacked...) or None, got {type(spec).__name__}"
             )
         n = len(self.shape)
         if spec.shape[:n] != self.shape:
@@ -175,7 +194,7 @@ class Composite:
         return out
 
     def __contains__(self, key: Any) -> bool:
-        return _is_key(key) and self.get(key, None) is not None
+        return _is_key(key) and self.get(key, _MISSING) is not _MISSING
 
     def __len__(self) -> int:
         return len(self._specs)
@@ -216,8 +235,8 @@ class Composite:
         """A new Composite with only ``keys`` (missing keys raise unless ``strict=False``)."""
         out = self.empty()
         for key in keys:
-            sub = self.get(key, None if not strict else KeyError)
-            if sub is not None:
+            sub = self.get(key, _MISSING if not strict else KeyError)
+            if sub is not _MISSING:
                 out.set(key, sub)
         return out
 
@@ -341,12 +360,23 @@ class Composite:
         return td
 
     def encode(self, vals: Any, *, ignore_device: bool = False) -> TensorDict:
-        """Encode a (nested) dict of numpy / Python values into a TensorDict of batch size ``self.shape``."""
+        """Encode a (nested) dict of numpy / Python values into a TensorDict of batch size ``self.shape``.
+
+        Raises:
+            KeyError: a key of ``vals`` has no entry in the spec.
+            RuntimeError: a value is ``None``, or its entry is a placeholder (``None``) spec.
+        """
         out = {}
         for k, v in vals.items():
-            spec = self._specs.get(k)
-            if spec is None:
+            spec = self._specs.get(k, _MISSING)
+            if spec is _MISSING:
                 raise KeyError(f"Composite.encode: key {k!r} has no spec; keys are {sorted(self._specs)}")
+            if v is None:
+                raise RuntimeError(f"Composite.encode: the value of key {k!r} is None; encode needs a value per key")
+            if spec is None:
+                raise RuntimeError(
+                    f"Composite.encode: key {k!r} holds a placeholder (None) spec, so its value cannot be encoded"
+                )
             out[k] = spec.encode(v, ignore_device=ignore_device)
         return TensorDict(out, batch_size=self.shape, device=None if ignore_device else self.device)
 
@@ -359,7 +389,7 @@ class Composite:
     # ---- shape ops -------------------------------------------------------------------------
     def _map(self, shape: Any, fn) -> "Composite":
         out = Composite(shape=shape, device=self.device)
-        out._specs = {k: fn(v) for k, v in self._specs.items()}
+        out._specs = {k: None if v is None else fn(v) for k, v in self._specs.items()}
         return out
 
     def _dim(self, dim: int) -> int:
@@ -411,12 +441,12 @@ class Composite:
     def unbind(self, dim: int = 0) -> tuple["Composite", ...]:
         """Split along batch dim ``dim`` into a tuple of Composites."""
         dim = self._dim(dim)
-        parts = {k: v.unbind(dim) for k, v in self._specs.items()}
+        parts = {k: None if v is None else v.unbind(dim) for k, v in self._specs.items()}
         shape = self.shape[:dim] + self.shape[dim + 1 :]
         out = []
         for i in range(self.shape[dim]):
             c = Composite(shape=shape, device=self.device)
-            c._specs = {k: p[i] for k, p in parts.items()}
+            c._specs = {k: None if p is None else p[i] for k, p in parts.items()}
             out.append(c)
         return tuple(out)
 
@@ -427,8 +457,35 @@ class Composite:
         return self._map(shape, lambda v: v[index])
 
     def to(self, dest: Any) -> "Composite":
-        """A copy with every sub-spec moved to the device ``dest``."""
-        dev = _device(dest)
+        """A copy with every sub-spec moved to the device ``dest``, or cast to the dtype ``dest``.
+
+        A dtype cast keeps the Composite's device; ``self`` is returned when ``dest`` is ``None`` or the
+        device it already has. The copy is unlocked.
+
+        Raises:
+            ValueError: ``dest`` is neither a dtype, a device (``str``, ``int``, :class:`torch.device`)
+                nor ``None`` (TorchRL's error type).
+
+        Examples:
+            >>> import torch
+            >>> from tdict.specs import Bounded, Categorical, Composite
+            >>> spec = Composite(obs=Bounded(0, 1, shape=(2,)), act=Categorical(3), nothing=None)
+            >>> cast = spec.to(torch.float64)
+            >>> cast["obs"].dtype, cast["act"].dtype, cast["nothing"], cast.device
+            (torch.float64, torch.float64, None, None)
+            >>> spec.to("cpu").device
+            device(type='cpu')
+        """
+        if dest is None:
+            return self
+        if isinstance(dest, torch.dtype):
+            return self._map(self.shape, lambda v: v.to(dest))
+        try:
+            dev = _dest_device(dest, "Composite.to")
+        except TypeError as err:
+            raise ValueError(str(err)) from None
+        if self.device is not None and dev == self.device:
+            return self
         out = self._map(self.shape, lambda v: v.to(dev))
         out.device = dev
         return out
@@ -438,16 +495,19 @@ class Composite:
         return self.to("cpu")
 
     def cardinality(self) -> int:
-        """Number of distinct values: the product of the sub-specs' cardinalities (0 when empty, as in TorchRL)."""
+        """Number of distinct values: the product of the sub-specs' cardinalities (0 when empty, as in TorchRL;
+        placeholder entries are left out)."""
         n = 0
         for v in self._specs.values():
-            n = (n or 1) * v.cardinality()
+            if v is not None:  # placeholders count for nothing, as in TorchRL
+                n = (n or 1) * v.cardinality()
         return n
 
     def enumerate(self) -> TensorDict:
         """Every combination of the leaves' values: a TensorDict of batch size ``(N, *shape)``.
 
-        Leaves vary in key order, the last one fastest (``N`` is :meth:`cardinality`).
+        Leaves vary in key order, the last one fastest (``N`` is :meth:`cardinality`); placeholder
+        (``None``) entries are left out.
 
         Examples:
             >>> from tdict.specs import Categorical, Composite, OneHot
@@ -455,7 +515,7 @@ class Composite:
             >>> td.batch_size, td["a"].tolist()
             (torch.Size([6]), [0, 0, 0, 1, 1, 1])
         """
-        keys = self.keys(True, True)
+        keys = [k for k, v in self.items(True, True) if v is not None]  # placeholders vary nothing
         if not keys:
             raise ValueError("Composite.enumerate: the spec has no leaves.")
         values = [self[key].enumerate() for key in keys]

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..non_tensor import NonTensorData, is_non_tensor
 from .base import TensorSpec
+
+if TYPE_CHECKING:
+    from typing_extensions import Self  # typing.Self is new in 3.11
 
 __all__ = ["NonTensor"]
 
@@ -29,6 +32,10 @@ class NonTensor(TensorSpec):
     def __init__(self, shape: Any = None, device: Any = None, dtype: Any = None, example_data: Any = None) -> None:
         super().__init__(shape, device, None)
         self.example_data = example_data
+
+    def _cast(self, dtype: Any) -> Self:
+        """Non-tensor data has no dtype: ``to(dtype)`` leaves the spec as it is (``dtype`` stays ``None``)."""
+        return self
 
     def _extra_eq(self, other: Any) -> bool:
         try:

@@ -36,6 +36,8 @@ def stack_specs(specs: Sequence[Any], dim: int = 0) -> Any:
     specs = list(specs)
     if not specs:
         raise ValueError("stack: expected a non-empty list of specs")
+    if all(s is None for s in specs):  # placeholder entries of stacked Composites stay placeholders
+        return None
     first = specs[0]
     if any(type(s) is not type(first) for s in specs):
         raise TypeError(f"stack: specs must share a class, got {sorted({type(s).__name__ for s in specs})}")
@@ -454,7 +456,9 @@ class Stacked(_StackOps):
         return self._index(index)
 
     def to(self, dest: Any) -> "Stacked":
-        """A stack of the members moved to the device ``dest``."""
+        """A stack of the members moved to the device ``dest`` or cast to the dtype ``dest`` (``self`` for ``None``)."""
+        if dest is None:
+            return self
         return Stacked([s.to(dest) for s in self.specs], self.dim)
 
     def __repr__(self) -> str:
@@ -506,7 +510,7 @@ class StackedComposite(_StackOps):
     @property
     def dtype(self) -> torch.dtype | None:
         """The dtype every leaf of every member shares, else ``None``."""
-        dtypes = {getattr(v, "dtype", None) for s in self.specs for v in s.values(True, True)}
+        dtypes = {getattr(v, "dtype", None) for s in self.specs for v in s.values(True, True) if v is not None}
         return dtypes.pop() if len(dtypes) == 1 else None
 
     def _gen(self, name: str, shape: Any, **kwargs: Any) -> Any:
@@ -612,9 +616,11 @@ class StackedComposite(_StackOps):
         return self._index(index)
 
     def to(self, dest: Any) -> "StackedComposite":
-        """A stack of the members moved to the device ``dest``."""
+        """A stack of the members moved to the device ``dest`` or cast to the dtype ``dest`` (``self`` for ``None``)."""
+        if dest is None:
+            return self
         out = StackedComposite([s.to(dest) for s in self.specs], self.dim)
-        out.device = _device(dest)
+        out.device = self.device if isinstance(dest, torch.dtype) else _device(dest)
         return out
 
     def __repr__(self) -> str:

@@ -1,0 +1,160 @@
+"""benchmarks/conformance/: the import aliases and the runner, on a small upstream-like folder.
+
+The aliases must resolve the peers' names to our objects (the same objects, not copies), turn a
+missing public name into a placeholder that fails only where it is used (and is counted), stub the
+peers' process-global switches, and refuse private names unless mapped. The runner must copy the
+tests out of the upstream folder, run them, and report per file and class what passed.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+SHIM = ROOT / "benchmarks" / "conformance" / "shim"
+sys.path.insert(0, str(ROOT / "benchmarks" / "conformance"))
+
+import run as conformance  # noqa: E402
+
+
+def _python(code: str, tmp_path: Path) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONPATH": str(SHIM), "CONFORMANCE_MISSING_OUT": str(tmp_path / "missing")}
+    return subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code)], env=env, capture_output=True, text=True, timeout=300
+    )
+
+
+def test_aliases_resolve_to_our_objects_and_placeholders_fail_where_used(tmp_path):
+    proc = _python(
+        """
+        import tdict, tdict.nn, tdict.specs, rl_replay, rl_objectives
+        import tensordict
+        from tensordict import TensorDict, TypedTensorDict
+        from tensordict.nn import TensorDictModule
+        from tensordict._torch_func import _stack
+        from tensordict._td import _private_helper
+        from tensordict.utils import set_lazy_legacy, lazy_legacy
+        from torchrl.data import Composite, ReplayBuffer
+        from torchrl.objectives import DQNLoss
+        assert TensorDict is tdict.TensorDict and TensorDictModule is tdict.nn.TensorDictModule
+        assert Composite is tdict.specs.Composite and ReplayBuffer is rl_replay.ReplayBuffer
+        assert DQNLoss is rl_objectives.DQNLoss and _stack is tdict.stack
+        assert not isinstance(TensorDict(), TypedTensorDict)
+        try:
+            TypedTensorDict(a=1)
+        except NotImplementedError as err:
+            assert "tensordict.TypedTensorDict" in str(err), err
+        else:
+            raise AssertionError("a placeholder was called without raising")
+        try:
+            _private_helper()
+        except NotImplementedError as err:
+            assert "tensordict._td._private_helper" in str(err), err
+        @set_lazy_legacy(True)
+        def f():
+            return 3
+        with set_lazy_legacy(True):
+            assert f() == 3 and lazy_legacy() is False
+        print("ok")
+        """,
+        tmp_path,
+    )
+    assert proc.returncode == 0 and proc.stdout.strip() == "ok", proc.stderr[-3000:]
+    counts: dict = {}
+    for part in tmp_path.glob("missing.*.json"):
+        counts.update(json.loads(part.read_text()))
+    assert counts == {"tensordict.TypedTensorDict": 1, "tensordict._td._private_helper": 1}
+
+
+def test_runner_reports_each_file_and_class(tmp_path):
+    upstream = tmp_path / "upstream"
+    (upstream / "test" / "tensordict").mkdir(parents=True)
+    (upstream / "test" / "artifacts").mkdir()
+    (upstream / "test" / "conftest.py").write_text("")
+    (upstream / "test" / "_utils_internal.py").write_text("from tensordict import TensorDict\n")
+    (upstream / "test" / "tensordict" / "test_small.py").write_text(
+        textwrap.dedent(
+            """
+            import torch
+            from _utils_internal import TensorDict
+            from tensordict import TypedTensorDict
+            from tensordict._td import _hidden
+
+
+            class TestSmall:
+                def test_sum(self):
+                    assert TensorDict(a=torch.ones(3), batch_size=[3]).sum()["a"] == 3
+
+                def test_missing(self):
+                    TypedTensorDict()
+
+                def test_private(self):
+                    _hidden()
+
+
+            def test_wrong():
+                assert TensorDict().batch_size == (1,)
+            """
+        )
+    )
+    out = tmp_path / "conformance.json"
+    proc = subprocess.run(
+        [
+            sys.executable,
+            str(ROOT / "benchmarks" / "conformance" / "run.py"),
+            "tensordict",
+            "--upstream",
+            str(upstream),
+            "--files",
+            "test/tensordict/test_small.py",
+            "--libs",
+            "ours",
+            "--out",
+            str(out),
+            "--cache",
+            str(tmp_path / "cache"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert not (upstream / "junit").exists() and not list(upstream.rglob("*.xml"))  # nothing written upstream
+    summary = json.loads(out.read_text())["summary"]
+    small = summary["files"]["test/tensordict/test_small.py"]
+    assert small["classes"]["TestSmall"]["tests"] == 3 and small["classes"]["TestSmall"]["ours_passed"] == 1
+    assert small["classes"]["(module level)"]["tests"] == 1 and small["classes"]["(module level)"]["ours_passed"] == 0
+    assert dict(summary["missing_names"]) == {"tensordict.TypedTensorDict": 1, "tensordict._td._hidden": 1}
+    cached = json.loads((tmp_path / "cache" / "tensordict.json").read_text())
+    outcomes = {
+        k.rsplit("::", 1)[-1]: v[0] for k, v in cached["runs"]["ours"]["test/tensordict/test_small.py"]["tests"].items()
+    }
+    assert outcomes == {
+        "test_sum": "passed",
+        "test_missing": "failed",
+        "test_private": "failed",
+        "test_wrong": "failed",
+    }
+    assert "| **all files** | 4 |" in out.with_suffix(".md").read_text()
+
+
+def test_summary_sets_private_failures_apart_and_counts_only_the_real_librarys_passes():
+    def run(**tests):
+        return {"f.py": {"tests": {f"f.C::{k}": v for k, v in tests.items()}, "status": 0, "seconds": 1.0}}
+
+    msg_private = "NotImplementedError: conformance: our packages have no tensordict._td._x"
+    by_lib = {
+        "ours": run(a=["passed", ""], b=["failed", msg_private], c=["failed", "KeyError: 'k'"], d=["passed", ""]),
+        "real": run(a=["passed", ""], b=["passed", ""], c=["passed", ""], d=["failed", "x"]),
+    }
+    summary = conformance.summarise(by_lib)
+    c = summary["files"]["f.py"]["classes"]["C"]
+    assert c == {"tests": 4, "ours_passed": 2, "real_passed": 3, "both_passed": 1, "private": 1}
+    assert summary["causes"] == [("KeyError: 'k'", 1)]
+    row = conformance._row("x", conformance.Counter(c))
+    assert row == "| x | 4 | 3 | 2 | 33.3% | 1 | 0 | 50.0% |"
