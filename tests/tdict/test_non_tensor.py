@@ -312,3 +312,17 @@ def test_property_stack_unbind_roundtrip(words, n):
     assert flat["s"] == [w for row in rows for w in row for _ in range(n)]
     perm = torch.randperm(flat.batch_size[0])
     assert flat[perm]["s"] == [flat["s"][i] for i in perm.tolist()]
+
+
+def test_batchless_non_tensor_is_broadcast_over_the_batch_and_left_alone():
+    """tensordict 0.14: a NonTensorData without batch dims set into a batched TensorDict takes its
+    batch size (the caller's object keeps its own); one with other batch dims is refused."""
+    td = TensorDict(a=torch.zeros(3, 4), batch_size=[3])
+    label = NonTensorData("hello")
+    td["label"] = label
+    td.set(("nested", "label"), NonTensorData(7))
+    assert td.get("label").batch_size == torch.Size([3]) and label.batch_size == torch.Size([])
+    assert td["label"] == "hello" and td[1]["label"] == "hello" and td["nested", "label"] == 7
+    with pytest.raises(RuntimeError, match=r"Key 'bad': nested collection of batch size \[2\]"):
+        td["bad"] = NonTensorData("x", batch_size=[2])
+    assert "bad" not in td.keys()

@@ -145,3 +145,32 @@ def test_probabilistic_actor_composite_defaults_to_the_sample_keys():
     assert named.dist_sample_keys == ["c", "d"] and named.log_prob_keys == ["c_log_prob", "d_log_prob"]
     with pytest.raises(KeyError, match="distribution_map"):
         modules.ProbabilisticActor(_net(), in_keys=["params"], distribution_class=CompositeDistribution)
+
+
+def test_sequence_default_interaction_type_is_its_last_probabilistic_steps():
+    """tensordict's rule: the last probabilistic step's ``default_interaction_type``; the sequence
+    samples with it when no interaction type is set."""
+    import torch
+    from tdict import TensorDict
+    from tdict.nn import (
+        InteractionType,
+        ProbabilisticTensorDictModule,
+        ProbabilisticTensorDictSequential,
+        TensorDictModule,
+    )
+
+    def step(out: str, itype: str) -> ProbabilisticTensorDictModule:
+        return ProbabilisticTensorDictModule(
+            in_keys=["loc", "scale"],
+            out_keys=[out],
+            distribution_class=torch.distributions.Normal,
+            default_interaction_type=itype,
+        )
+
+    params = TensorDictModule(lambda x: (x, torch.ones_like(x)), in_keys=["x"], out_keys=["loc", "scale"])
+    seq = ProbabilisticTensorDictSequential(params, step("y", "random"))
+    assert seq.default_interaction_type is InteractionType.RANDOM
+    seq = ProbabilisticTensorDictSequential(params, step("y", "random"), step("z", "mean"))
+    assert seq.default_interaction_type is InteractionType.MEAN
+    out = seq(TensorDict(x=torch.arange(3.0), batch_size=[3]))
+    assert torch.equal(out["z"], torch.arange(3.0))  # the mean of N(x, 1)

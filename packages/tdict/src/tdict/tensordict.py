@@ -229,6 +229,9 @@ class TensorDict(TensorDictBase):
         if is_tensor_collection(value):
             bs = self._batch_size
             if bs and value.batch_size[: len(bs)] != bs:
+                if value._is_non_tensor and not value.batch_size and not value._is_lazy:
+                    # a batch-less non-tensor entry (one value) is broadcast over the batch, as in tensordict
+                    return self._validate(key, value._with_batch_size(bs))
                 raise RuntimeError(
                     f"Key {key!r}: nested collection of batch size {list(value.batch_size)} does not start with the batch size {list(bs)}."
                 )

@@ -557,6 +557,30 @@ class ProbabilisticTensorDictSequential(TensorDictSequential):
         return keys[0]
 
     @property
+    def default_interaction_type(self) -> InteractionType:
+        """The ``default_interaction_type`` of the last probabilistic step (what the sequence
+        samples with when no interaction type is set), as tensordict's; the current
+        :func:`interaction_type` when no step has one.
+
+        Examples:
+            >>> import torch
+            >>> from tdict.nn import (InteractionType, ProbabilisticTensorDictModule,
+            ...                       ProbabilisticTensorDictSequential, TensorDictModule)
+            >>> seq = ProbabilisticTensorDictSequential(
+            ...     TensorDictModule(lambda x: (x, x.abs() + 1), in_keys=["x"], out_keys=["loc", "scale"]),
+            ...     ProbabilisticTensorDictModule(in_keys=["loc", "scale"], out_keys=["y"],
+            ...                                   distribution_class=torch.distributions.Normal,
+            ...                                   default_interaction_type="random"))
+            >>> seq.default_interaction_type is InteractionType.RANDOM
+            True
+        """
+        for module in self._probabilistic_steps():
+            itype = getattr(module, "default_interaction_type", None)
+            if itype is not None:
+                return itype
+        return interaction_type()
+
+    @property
     def dist_sample_keys(self) -> list:
         """The sample keys of the probabilistic steps (last step first)."""
         return [key for m in self._probabilistic_steps() for key in m.dist_sample_keys]
