@@ -14,6 +14,7 @@ import torch
 
 from ._core.apply import ApplyMixin
 from ._core.arithmetic import ArithmeticMixin
+from ._core.autograd import AutogradMixin
 from ._core.conversions import ConversionsMixin
 from ._core.entries import EntryOpsMixin
 from ._core.factories import FactoriesMixin
@@ -46,6 +47,7 @@ class TensorDictBase(
     ConversionsMixin,
     IntrospectionMixin,
     FactoriesMixin,
+    AutogradMixin,
 ):
     """Abstract base of all tensor collections. See :class:`tdict.TensorDict`.
 
@@ -64,6 +66,7 @@ class TensorDictBase(
     | `_core/conversions.py`   | `to_tensordict`, `to_namedtuple`, `to_pytree`, `to_padded_tensor`, `from_*`, `fromkeys` |
     | `_core/introspection.py` | `entry_class`, `get_item_shape`, `is_contiguous`, `data_ptr`, `bytes`, `depth` |
     | `_core/factories.py`     | `replace`, `new_zeros`, `new_ones`, `new_empty`, `new_full`, `new_tensor` |
+    | `_core/autograd.py`      | `data`, `grad`, `backward` |
     | `tensordict.py`          | `TensorDict`: entry storage, indexing, `to`; `from_module` (`_core/functional.py`) |
     | `lazy.py`, `_lazy/`      | `LazyStackedTensorDict`: member-wise versions of the above |
 
