@@ -557,7 +557,7 @@ class ProbabilisticTensorDictSequential(TensorDictSequential):
         return keys[0]
 
     @property
-    def default_interaction_type(self) -> InteractionType:
+    def default_interaction_type(self) -> InteractionType | None:
         """The ``default_interaction_type`` of the last probabilistic step (what the sequence
         samples with when no interaction type is set), as tensordict's; the current
         :func:`interaction_type` when no step has one.
