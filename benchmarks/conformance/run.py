@@ -135,6 +135,13 @@ def export_tests(upstream: Path, suite: str, files: list[str], dest: Path) -> st
 
 
 TEST_TIMEOUT = 300
+MEMORY_LIMIT = 12 << 30  # bytes of address space per pytest run: a runaway test fails, the machine lives
+
+
+def _limit_memory() -> None:
+    import resource
+
+    resource.setrlimit(resource.RLIMIT_AS, (MEMORY_LIMIT, MEMORY_LIMIT))
 
 
 def _has_pytest_timeout() -> bool:
@@ -191,7 +198,9 @@ def run_file(scratch: Path, rel: str, lib: str, timeout: float, helpers: str = "
     ]
     start = time.monotonic()
     try:
-        proc = subprocess.run(cmd, cwd=scratch, env=env, capture_output=True, text=True, timeout=timeout)
+        proc = subprocess.run(
+            cmd, cwd=scratch, env=env, capture_output=True, text=True, timeout=timeout, preexec_fn=_limit_memory
+        )
         tail, status = proc.stdout[-2000:], proc.returncode
     except subprocess.TimeoutExpired as err:
         tail, status = (err.stdout or b"")[-2000:].decode(errors="replace") if err.stdout else "", "timeout"

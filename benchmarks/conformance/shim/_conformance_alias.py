@@ -198,7 +198,18 @@ class _MissingMeta(type):
         raise NotImplementedError(f"conformance: our packages have no {cls._upstream} (read .{attr})")
 
     def __getitem__(cls, item: Any) -> Any:
+        if isinstance(item, int):  # iteration by index (no __iter__) must not run forever
+            MISSING[cls._upstream] += 1
+            raise NotImplementedError(f"conformance: our packages have no {cls._upstream} (indexed)")
         return cls  # ``Missing[T]`` at import (a generic base, an annotation): fails when used
+
+    def __iter__(cls) -> Any:
+        MISSING[cls._upstream] += 1
+        raise NotImplementedError(f"conformance: our packages have no {cls._upstream} (iterated)")
+
+    def __len__(cls) -> int:
+        MISSING[cls._upstream] += 1
+        raise NotImplementedError(f"conformance: our packages have no {cls._upstream} (len)")
 
 
 def _missing(upstream: str) -> type:
