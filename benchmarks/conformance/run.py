@@ -331,6 +331,13 @@ def _row(label: str, c: Counter) -> str:
     )
 
 
+def _write_atomic(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(text)
+    os.replace(tmp, path)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("suite", choices=sorted(SUITES))
@@ -362,6 +369,7 @@ def main() -> None:
             for lib in libs:
                 result = run_file(scratch, rel, lib, args.timeout, helpers)
                 by_lib[lib][rel] = result
+                _write_atomic(cache, json.dumps({"runs": by_lib}))  # a killed run keeps the files done
                 passed = sum(o == "passed" for o, _ in result["tests"].values())
                 print(
                     f"{rel} [{lib}]: {passed}/{len(result['tests'])} passed in {result['seconds']} s (exit {result['status']})",
@@ -380,10 +388,9 @@ def main() -> None:
         ).replace(str(args.upstream), "UPSTREAM"),
     }
     summary = summarise(by_lib)
-    cache.parent.mkdir(parents=True, exist_ok=True)
-    cache.write_text(json.dumps({"meta": meta, "runs": by_lib}))
-    out.write_text(json.dumps({"meta": meta, "summary": summary}, indent=1) + "\n")
-    out.with_suffix(".md").write_text(table(summary, meta))
+    _write_atomic(cache, json.dumps({"meta": meta, "runs": by_lib}))
+    _write_atomic(out, json.dumps({"meta": meta, "summary": summary}, indent=1) + "\n")
+    _write_atomic(out.with_suffix(".md"), table(summary, meta))
     print(table(summary, meta))
 
 
