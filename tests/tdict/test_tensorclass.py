@@ -316,3 +316,43 @@ def test_property_stack_index_roundtrip(items, n_extra):
     assert [e.label for e in s.unbind(0)] == [lab for lab, _ in items]
     back = torch.cat([s[i : i + 1] for i in range(len(items))])
     assert torch.equal(back.obs, s.obs)
+
+
+# ---------------------------------------------------------------- options (details in test_tensorclass_options.py)
+def test_decorator_options_are_applied_or_refused():
+    @tensorclass(nocast=True)
+    class Raw:
+        n: int
+
+    assert Raw(n=2).n == 2 and type(Raw(n=2).n) is int and Raw._nocast
+    with pytest.raises(TypeError, match="unexpected keyword argument 'nocats'"):
+        tensorclass(nocats=True)  # pyright: ignore[reportCallIssue]  (a typo, once silently ignored)
+    with pytest.raises(TypeError, match="decorates a class, got int"):
+        tensorclass(3)  # type: ignore[arg-type]
+    assert Data._nocast is False and Data._frozen is False  # the plain decorator: every option off
+
+
+def test_own_setattr_sees_constructor_values():
+    # as in tensordict: a class's own __setattr__ also runs for the constructor's field values
+    seen = []
+
+    class Logged(TensorClass, nocast=True):
+        a: int
+        b: int = 0
+
+        def __setattr__(self, name, value):
+            seen.append(name)
+            super().__setattr__(name, value + 1 if name == "b" else value)
+
+    obj = Logged(a=1, b=1)
+    assert seen == ["a", "b"] and (obj.a, obj.b) == (1, 2)
+    obj.a = 5
+    assert seen == ["a", "b", "a"] and obj.a == 5
+
+
+def test_delete_field():
+    # tdict: a deleted field reads None, like an unset one (tensordict 0.14 raises a KeyError on that read)
+    d = make()
+    del d.label
+    assert d.label is None and "label" not in d._tensordict.keys()
+    assert Data(obs=torch.zeros(1), label="y", batch_size=[1]).label == "y"

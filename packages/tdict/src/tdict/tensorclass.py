@@ -9,12 +9,22 @@ tensor class.
 
 The class you write is the class you get: the decorator adds methods to it and returns it, and
 :class:`TensorClass` configures subclasses in ``__init_subclass__`` (no metaclass).
+
+Options (as in tensordict): ``autocast``, ``nocast``, ``frozen``, ``shadow`` and ``tensor_only``,
+given as ``@tensorclass(nocast=True)``, ``class Foo(TensorClass["nocast"])`` (several:
+``TensorClass["nocast", "frozen"]``) or ``class Foo(TensorClass, nocast=True)``. Subclasses
+inherit them; see :class:`TensorClass` for what each does.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import inspect
 import operator
+import sys
+import types
+import typing
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, Callable, ClassVar, Iterator, Sequence
 
 import torch
@@ -22,9 +32,40 @@ import torch
 from ._core.arithmetic import _UNCOMPARABLE, comparison_operand
 from ._core.utils import NO_DEFAULT
 from .base import NON_TENSOR_CLASSES, TD_HANDLED_FUNCTIONS, TensorDictBase, _is_key_tuple, _repr, is_tensor_collection
+from .non_tensor import NonTensorData
 from .tensordict import TensorDict
 
 __all__ = ["TensorClass", "is_tensorclass", "tensorclass"]
+
+_OPTIONS = ("autocast", "frozen", "nocast", "shadow", "tensor_only")
+_OPTION_BASES: dict = {}  # (class, option names) -> the TensorClass[...] base
+
+
+def _check_options(options: dict, where: str) -> dict:
+    """Validate tensor-class options (names, bool values, exclusive pairs); returns them."""
+    unknown = [k for k in options if k not in _OPTIONS]
+    if unknown:
+        raise TypeError(f"{where}: unknown option(s) {unknown}; the options are {list(_OPTIONS)}.")
+    for key, value in options.items():
+        if type(value) is not bool:
+            raise TypeError(f"{where}: option {key!r} expects a bool, got {type(value).__name__} {value!r}.")
+    if options.get("autocast") and options.get("nocast"):
+        raise TypeError(f"{where}: autocast is exclusive with nocast.")
+    if options.get("tensor_only") and (options.get("autocast") or options.get("nocast")):
+        raise TypeError(f"{where}: tensor_only and autocast or nocast are exclusive features.")
+    return options
+
+
+def _plain_mapping(value: Mapping) -> Any:
+    """Nested dicts of a (nested) Mapping; tensor collections are kept."""
+    if is_tensor_collection(value):
+        return value
+    return {k: _plain_mapping(v) if isinstance(v, Mapping) else v for k, v in value.items()}
+
+
+def _is_ndarray(value: Any) -> bool:
+    np = sys.modules.get("numpy")  # numpy is optional: no array exists unless it was imported
+    return np is not None and isinstance(value, np.ndarray)
 
 
 def is_tensorclass(obj: Any) -> bool:
@@ -104,6 +145,51 @@ def _maybe_wrap_td(cls: type, td: Any) -> Any:
     return cls._from_tensordict(td)
 
 
+def _autocast_value(cls: Any, name: str, value: Any, td: Any) -> Any:
+    """``value`` cast to the annotation of field ``name`` (``autocast`` classes)."""
+    hints = cls._type_hints  # field -> annotated class, or None (Any, Optional[...], unresolved)
+    hint: Any = hints.get(name) if hints is not None else None
+    collection_hint = getattr(hint, "_is_tensor_collection", False)
+    if isinstance(value, dict):
+        if collection_hint:
+            if getattr(hint, "_is_tensorclass", False):  # like from_dict: absent fields stay unset
+                obj = hint._from_tensordict(TensorDict())
+                for key, item in value.items():
+                    if key not in hint._tc_field_set:
+                        raise KeyError(f"{cls.__name__}.{name}: {key!r} is not a field of {hint.__name__}.")
+                    obj._set_field(key, item)
+                return obj
+            return (hint if issubclass(hint, TensorDict) else TensorDict)(value, batch_size=[])
+        return NonTensorData._new(value, td.batch_size, td.device)
+    if hint is None:
+        if (
+            isinstance(value, (int, float, torch.Tensor))
+            or _is_ndarray(value)
+            or getattr(type(value), "_is_tensor_collection", False)
+        ):
+            return value
+        return NonTensorData._new(value, td.batch_size, td.device)
+    if isinstance(value, hint) and (collection_hint or issubclass(hint, torch.Tensor)):
+        return value
+    if issubclass(hint, torch.Tensor):
+        try:
+            return torch.as_tensor(value)
+        except (TypeError, ValueError, RuntimeError) as err:
+            raise TypeError(
+                f"{cls.__name__}.{name}: failed to cast a {type(value).__name__} to the annotation {hint.__name__} ({err})."
+            ) from None
+    if collection_hint:
+        return hint(value)
+    try:
+        is_array = hint.__module__ == "numpy" and hint.__name__ == "ndarray"
+        cast = sys.modules["numpy"].asarray(value) if is_array else hint(value)
+    except (TypeError, ValueError) as err:
+        raise type(err)(
+            f"{cls.__name__}.{name}: cannot cast {value!r} to the annotation {hint.__name__} ({err})."
+        ) from None
+    return NonTensorData._new(cast, td.batch_size, td.device)
+
+
 class _Field:
     """Data descriptor for one field: reads from / validates into the inner TensorDict."""
 
@@ -129,6 +215,22 @@ class _Field:
     def __set__(self, obj: Any, value: Any) -> None:
         obj._set_field(self.name, value)
 
+    def __delete__(self, obj: Any) -> None:
+        if type(obj)._frozen:
+            raise dataclasses.FrozenInstanceError(f"cannot delete field {self.name!r}")
+        obj._set_field(self.name, None)
+
+
+class _RawField(_Field):
+    """A ``tensor_only`` field: reads the stored entry as it is (no payload unwrapping)."""
+
+    __slots__ = ()
+
+    def __get__(self, obj: Any, cls: Any = None) -> Any:
+        if obj is None:
+            return _Field.__get__(self, obj, cls)
+        return obj._tensordict._get_str(self.name, None)
+
 
 class TensorClass:
     """Base class of tensor classes: ``class MyData(TensorClass): x: torch.Tensor``.
@@ -147,6 +249,48 @@ class TensorClass:
         (torch.Size([2, 3]), 'train')
         >>> torch.stack([b, b]).batch_size
         torch.Size([2, 4])
+
+    Options, as ``TensorClass["opt", ...]`` bases, ``class Foo(TensorClass, opt=True)`` or
+    ``@tensorclass(opt=True)``; subclasses inherit them:
+
+    - ``nocast``: ``int`` / ``float`` / ``bool`` / numpy-array values stay as they are (by
+      default they become tensors).
+    - ``autocast``: values are cast to the field's annotation when set (``int``, ``str``,
+      ``torch.Tensor``, a TensorDict or tensor class from a dict...); fields annotated with
+      something that is not a class (``Any``, ``Optional[...]``) keep numbers as tensors and other
+      values as they are. Exclusive with ``nocast``.
+    - ``frozen``: instances are locked and assigning an attribute raises
+      :class:`dataclasses.FrozenInstanceError`. Frozen and non-frozen classes do not mix in a
+      hierarchy.
+    - ``shadow``: fields may take names of TensorClass attributes (``batch_size``, ``device``,
+      ``get``...); the field wins on the instance.
+    - ``tensor_only``: every field must be annotated with a tensor type, a TensorDict or tensor
+      class (or an Optional of those), checked when the class is made; fields read back what is
+      stored (non-tensor values as their :class:`~tdict.NonTensorData`). Exclusive with
+      ``autocast`` and ``nocast``.
+
+    Examples:
+        >>> import dataclasses
+        >>> class Count(TensorClass["nocast"]):
+        ...     n: int
+        >>> Count(n=3).n
+        3
+        >>> class Typed(TensorClass["autocast"]):
+        ...     n: int
+        ...     x: torch.Tensor
+        >>> t = Typed(n=torch.ones(()), x=2.5)
+        >>> t.n, t.x
+        (1, tensor(2.5000))
+        >>> class Point(TensorClass["frozen"]):
+        ...     x: torch.Tensor
+        >>> p = Point(x=torch.zeros(2), batch_size=[2])
+        >>> p.is_locked
+        True
+        >>> try:
+        ...     p.x = torch.ones(2)
+        ... except dataclasses.FrozenInstanceError as err:
+        ...     print(err)
+        cannot assign to field 'x'
     """
 
     _is_tensor_collection = True
@@ -157,12 +301,47 @@ class TensorClass:
     _tc_field_set: frozenset = frozenset()
     _tc_settable: frozenset = frozenset()
     _tc_defaults: dict = {}
+    _type_hints: dict | None = None
+    _tc_mapping_fields: frozenset = frozenset()  # tensor_only: fields annotated with a TensorDict
+    # Options (tensordict's attribute names); set on every processed class.
+    _autocast: bool = False
+    _nocast: bool = False
+    _frozen: bool = False
+    _shadow: bool = False
+    _tensor_only: bool = False
 
     if TYPE_CHECKING:  # every subclass is made a dataclass (see _process_class)
         __dataclass_fields__: ClassVar[dict[str, dataclasses.Field[Any]]]
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
-        _process_class(cls)
+        if cls.__dict__.get("_tc_option_base", False):
+            return  # a TensorClass[...] base: only carries options
+        where = f"class {cls.__name__}"
+        given = _check_options(kwargs, where)
+        _process_class(cls, _check_options({o: given.get(o, getattr(cls, "_" + o)) for o in _OPTIONS}, where))
+
+    def __class_getitem__(cls, item: Any) -> Any:
+        """A base class with the named options turned on: ``TensorClass["nocast", "frozen"]``.
+
+        Raises:
+            TypeError: an item is not one of the option names, or the options exclude each other.
+        """
+        items = item if type(item) is tuple else (item,)
+        bad = [i for i in items if not isinstance(i, str) or i not in _OPTIONS]
+        if bad or not items:
+            raise TypeError(
+                f"{cls.__name__}[...]: unknown option(s) {list(bad or items)!r}; the options are {list(_OPTIONS)}."
+            )
+        key = (cls, items)
+        base = _OPTION_BASES.get(key)
+        if base is None:
+            options = {opt: getattr(cls, "_" + opt) or opt in items for opt in _OPTIONS}
+            _check_options(options, f"{cls.__name__}[...]")
+            name = f"{cls.__name__}_{'_'.join(items)}"
+            namespace = {"_tc_option_base": True, "__module__": cls.__module__, "__qualname__": name}
+            namespace.update({"_" + opt: value for opt, value in options.items()})
+            base = _OPTION_BASES[key] = type(cls)(name, (cls,), namespace)
+        return base
 
     # ------------------------------------------------------------------ construction
     def __init__(
@@ -188,6 +367,19 @@ class TensorClass:
             if key not in cls._tc_field_set:
                 raise AttributeError(f"{cls.__name__} has no field {key!r}; its fields are {list(fields)}.")
             values[key] = value
+        if cls._shadow:  # fields named like the keywords take their values
+            for key, value in (("batch_size", batch_size), ("device", device), ("names", names)):
+                if key in cls._tc_field_set:
+                    if value is not None:
+                        if key in values:
+                            raise TypeError(f"{cls.__name__}.__init__() got multiple values for field {key!r}.")
+                        values[key] = value
+                    if key == "batch_size":
+                        batch_size = None
+                    elif key == "device":
+                        device = None
+                    else:
+                        names = None
         defaults = cls._tc_defaults
         missing = [f for f in fields if f not in values and f not in defaults]
         if missing:
@@ -195,6 +387,10 @@ class TensorClass:
                 f"{cls.__name__}.__init__() missing {len(missing)} required field value(s): {', '.join(map(repr, missing))}."
             )
         object.__setattr__(self, "_tensordict", TensorDict(batch_size=batch_size, device=device))
+        # A class's own __setattr__ sees the constructor's values too (as in tensordict).
+        set_field = self._set_field
+        if cls.__setattr__ is not TensorClass.__dict__["__setattr__"] and not cls._frozen:
+            set_field = self.__setattr__
         for name in fields:
             if name in values:
                 value = values[name]
@@ -202,13 +398,13 @@ class TensorClass:
                 default, factory = defaults[name]
                 value = factory() if factory is not dataclasses.MISSING else default
             if value is not None:
-                self._set_field(name, value)
+                set_field(name, value)
         if names is not None:
             self._tensordict.names = names
         post_init = getattr(self, "__post_init__", None)
         if post_init is not None:
             post_init()
-        if lock:
+        if lock or cls._frozen:
             self._tensordict.lock_()
 
     @classmethod
@@ -240,6 +436,14 @@ class TensorClass:
 
     def _set_field(self, name: str, value: Any) -> None:
         td = self._tensordict
+        cls = type(self)
+        if cls._tensor_only and name in cls._tc_mapping_fields and isinstance(value, Mapping):
+            value = _plain_mapping(value)  # a UserDict, a mappingproxy... become a TensorDict
+        elif value is not None and (cls._nocast or cls._autocast):
+            if cls._autocast:
+                value = _autocast_value(cls, name, value, td)
+            elif isinstance(value, (int, float)) or _is_ndarray(value):  # nocast (bool is an int)
+                value = NonTensorData._new(value, td.batch_size, td.device)
         if value is None:
             if td._get_str(name, None) is not None:
                 if td.is_locked:
@@ -262,6 +466,8 @@ class TensorClass:
 
     def __setattr__(self, name: str, value: Any) -> None:
         cls = type(self)
+        if cls._frozen and name[:1] != "_":
+            raise dataclasses.FrozenInstanceError(f"cannot assign to field {name!r}")
         if name in cls._tc_settable or name[:1] == "_":
             object.__setattr__(self, name, value)
             return
@@ -505,14 +711,11 @@ class TensorClass:
             else:
                 desc = _repr(value, 4)
             lines.append(f"    {name}={desc},")
-        body = "\n".join(
-            lines
-            + [
-                f"    batch_size={inner.batch_size},",
-                f"    device={inner.device},",
-                f"    is_shared={inner.is_shared()})",
-            ]
-        )
+        fields = type(self)._tc_field_set  # shadowing fields: "shape=", no device line
+        lines.append(f"    {'shape' if 'batch_size' in fields else 'batch_size'}={inner.batch_size},")
+        if "device" not in fields:
+            lines.append(f"    device={inner.device},")
+        body = "\n".join(lines + [f"    is_shared={inner.is_shared()})"])
         return f"{type(self).__name__}(\n{body}"
 
     # ------------------------------------------------------------------ torch functions
@@ -899,34 +1102,115 @@ _NOT_COPIED = {
     "_tc_field_set",
     "_tc_settable",
     "_tc_defaults",
+    "_tc_option_base",
+    "_type_hints",
+    "_tc_mapping_fields",
 }
+_METHOD_TYPES = (property, types.FunctionType, types.MethodType, classmethod, staticmethod)
 
 
-def _process_class(cls: type) -> type:
-    """Turn the annotated ``cls`` into a tensor class, in place."""
+def _process_class(cls: type, options: dict) -> type:
+    """Turn the annotated ``cls`` into a tensor class with ``options``, in place (checks first)."""
+    frozen, shadow, tensor_only = options["frozen"], options["shadow"], options["tensor_only"]
+    for base in cls.__mro__[1:]:
+        if base is not TensorClass and "_tc_fields" in base.__dict__ and base.__dict__["_frozen"] is not frozen:
+            raise TypeError(
+                f"{cls.__name__}: cannot inherit non-frozen dataclass from a frozen one ({base.__name__})."
+                if not frozen
+                else f"{cls.__name__}: cannot inherit frozen dataclass from a non-frozen one ({base.__name__})."
+            )
     user_init = cls.__dict__.get("__init__")
     if user_init is TensorClass.__dict__["__init__"] or getattr(user_init, "_tc_generated", False):
         user_init = None
     dataclasses.dataclass(cls, init=False, repr=False, eq=False)
+    fields = dataclasses.fields(cls)
+    for field in fields:
+        reserved = TensorClass.__dict__.get(field.name)
+        if reserved is None or isinstance(reserved, _Field):
+            continue
+        if not shadow and field.name not in _SHADOWABLE:
+            raise AttributeError(
+                f"{cls.__name__}: field name {field.name!r} clashes with a TensorClass attribute "
+                "(allow it with @tensorclass(shadow=True) or TensorClass['shadow'])."
+            )
+        if isinstance(field.default, _METHOD_TYPES):  # the inherited attribute, not a default
+            field.default = dataclasses.MISSING
+    hints = _resolve_hints(cls) if options["autocast"] or tensor_only else None
+    if tensor_only and hints is not None:
+        for field in fields:
+            if field.name in hints and not _tensor_only_type(hints[field.name]):
+                raise TypeError(
+                    f"{cls.__name__}: tensor_only requires types to be Tensor, Tensor-subtrypes or None "
+                    f"(or TensorDict / tensor classes); field {field.name!r} is annotated {hints[field.name]!r}."
+                )
     names, defaults = [], {}
-    for field in dataclasses.fields(cls):
+    descriptor = _RawField if tensor_only else _Field
+    for field in fields:
         names.append(field.name)
         if field.default is not dataclasses.MISSING or field.default_factory is not dataclasses.MISSING:
             defaults[field.name] = (field.default, field.default_factory)
-        reserved = TensorClass.__dict__.get(field.name)
-        if reserved is not None and field.name not in _SHADOWABLE and not isinstance(reserved, _Field):
-            raise AttributeError(f"{cls.__name__}: field name {field.name!r} clashes with a TensorClass attribute.")
-        setattr(cls, field.name, _Field(field.name, field.default, field.default_factory))
+        setattr(cls, field.name, descriptor(field.name, field.default, field.default_factory))
     cls._tc_fields = tuple(names)
     cls._tc_field_set = frozenset(names)
     cls._tc_settable = frozenset(names) | {"batch_size", "names"}
     cls._tc_defaults = defaults
+    for opt, value in options.items():
+        setattr(cls, "_" + opt, value)
+    cls._type_hints = (
+        None if hints is None else {k: v if isinstance(v, type) and v is not Any else None for k, v in hints.items()}
+    )
+    cls._tc_mapping_fields = frozenset(
+        k for k, v in (hints or {}).items() if k in cls._tc_field_set and _mentions_tensordict(v)
+    )
     if user_init is not None:
         cls.__init__ = _wrap_user_init(user_init)
     from ._core.pytree import register_tensorclass_type  # torch.utils._pytree / vmap see the inner TensorDict
 
     register_tensorclass_type(cls)
     return cls
+
+
+def _resolve_hints(cls: type) -> dict | None:
+    """The field annotations of ``cls`` evaluated (``None`` when a name cannot be resolved).
+
+    String annotations naming classes local to a function are looked up in the calling frames.
+    """
+    localns: dict = {cls.__name__: cls}
+    frame = inspect.currentframe()
+    try:
+        while True:
+            try:
+                return typing.get_type_hints(cls, localns=localns)
+            except NameError:
+                frame = frame.f_back if frame is not None else None
+                if frame is None:
+                    return None
+                localns = {**frame.f_locals, **localns}
+            except TypeError:
+                return None
+    finally:
+        del frame
+
+
+def _mentions_tensordict(hint: Any) -> bool:
+    """Whether the annotation is (a union with / a generic of) a TensorDictBase class."""
+    origin = typing.get_origin(hint)
+    if origin is typing.Union or origin is types.UnionType:
+        return any(_mentions_tensordict(arg) for arg in typing.get_args(hint))
+    hint = origin if origin is not None else hint
+    return isinstance(hint, type) and issubclass(hint, TensorDictBase) and not hint._is_non_tensor
+
+
+def _tensor_only_type(hint: Any) -> bool:
+    """Whether ``hint`` is allowed in a ``tensor_only`` class: tensors, collections, None or a union of those."""
+    if hint is None or hint is type(None):
+        return True
+    origin = typing.get_origin(hint)
+    if origin is typing.Union or origin is types.UnionType:
+        return all(_tensor_only_type(arg) for arg in typing.get_args(hint))
+    if origin is not None:
+        hint = origin  # TensorDict[str, Tensor]
+    return isinstance(hint, type) and (issubclass(hint, torch.Tensor) or getattr(hint, "_is_tensor_collection", False))
 
 
 def _wrap_user_init(user_init: Callable) -> Callable:
@@ -937,17 +1221,32 @@ def _wrap_user_init(user_init: Callable) -> Callable:
     ) -> None:
         object.__setattr__(self, "_tensordict", TensorDict(batch_size=batch_size, device=device, names=names))
         user_init(self, *args, **kwargs)
+        if type(self)._frozen:
+            self._tensordict.lock_()
 
     __init__._tc_generated = True
     __init__.__wrapped__ = user_init
     return __init__
 
 
-def tensorclass(cls: type | None = None, **options: Any) -> Any:
+def tensorclass(
+    cls: type | None = None,
+    /,
+    *,
+    autocast: bool = False,
+    frozen: bool = False,
+    nocast: bool = False,
+    shadow: bool = False,
+    tensor_only: bool = False,
+) -> Any:
     """Decorator: make an annotated class a tensor class (see :class:`TensorClass`).
 
     The class is modified in place and returned: TensorClass methods the class does not
-    define itself are added to it.
+    define itself are added to it. The keyword options are those of :class:`TensorClass`
+    (all ``False`` by default; the decorator does not inherit them from a base class).
+
+    Raises:
+        TypeError: an unknown keyword, a non-bool option or exclusive options.
 
     Examples:
         >>> import torch
@@ -961,7 +1260,17 @@ def tensorclass(cls: type | None = None, **options: Any) -> Any:
         (torch.Size([2]), 'cat')
         >>> TensorDict({"d": d}, batch_size=[3])[1:]["d"].batch_size
         torch.Size([2])
+        >>> @tensorclass(nocast=True)
+        ... class Raw:
+        ...     n: int
+        >>> Raw(n=2).n
+        2
     """
+    options = _check_options(
+        dict(autocast=autocast, frozen=frozen, nocast=nocast, shadow=shadow, tensor_only=tensor_only), "tensorclass()"
+    )
+    if cls is not None and not isinstance(cls, type):
+        raise TypeError(f"tensorclass() decorates a class, got {type(cls).__name__} {cls!r}.")
 
     def decorate(klass: type) -> type:
         if not issubclass(klass, TensorClass):
@@ -972,6 +1281,6 @@ def tensorclass(cls: type | None = None, **options: Any) -> Any:
                 if name == "__init__" and "__init__" in own:
                     continue  # wrapped by _process_class
                 setattr(klass, name, attr)
-        return _process_class(klass)
+        return _process_class(klass, options)
 
     return decorate if cls is None else decorate(cls)
