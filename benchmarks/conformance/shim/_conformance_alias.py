@@ -207,6 +207,9 @@ class _MissingMeta(type):
         MISSING[cls._upstream] += 1
         raise NotImplementedError(f"conformance: our packages have no {cls._upstream} (iterated)")
 
+    def __bool__(cls) -> bool:
+        return False  # ``if missing:`` at import (an availability flag): not available
+
     def __len__(cls) -> int:
         MISSING[cls._upstream] += 1
         raise NotImplementedError(f"conformance: our packages have no {cls._upstream} (len)")
@@ -247,6 +250,11 @@ class AliasModule(types.ModuleType):
         plumbing = PLUMBING.get((self.__name__, attr))
         if plumbing is not None:
             return _resolve_dotted(plumbing)
+        if attr.startswith("_has_") and not any(hasattr(m, attr) for m in self._ours):
+            # the upstream's "is this optional library installed" flags: the same answer as upstream's
+            name = attr[len("_has_") :]
+            candidates = {"gym": ["gymnasium", "gym"], "h5": ["h5py"]}.get(name, [name])
+            return any(importlib.util.find_spec(c) is not None for c in candidates)
         if attr in SWITCHES and not any(hasattr(m, attr) for m in self._ours):
             return _SwitchStub
         if attr in GETTERS and not any(hasattr(m, attr) for m in self._ours):
