@@ -34,6 +34,12 @@ def _mark_buffer(tensor: torch.Tensor) -> torch.Tensor:
     return tensor
 
 
+def _buffer(tensor: torch.Tensor) -> torch.Tensor:
+    """``nn.Buffer(tensor)`` (torch >= 2.5); on older torch, a detached alias flagged as a buffer."""
+    make = getattr(nn, "Buffer", None)
+    return make(tensor) if make is not None else _mark_buffer(tensor.detach())
+
+
 def _converted(tensor: torch.Tensor, no_convert: bool) -> torch.Tensor:
     """The leaf a TensorDictParams stores for ``tensor`` (tensordict 0.14's rule).
 
@@ -48,14 +54,14 @@ def _converted(tensor: torch.Tensor, no_convert: bool) -> torch.Tensor:
         return nn.Parameter(tensor)
     if _is_batched(tensor) or (no_convert and tensor.requires_grad):
         return _mark_buffer(tensor)
-    return nn.Buffer(tensor)
+    return _buffer(tensor)
 
 
 def _fresh_copy(tensor: torch.Tensor) -> torch.Tensor:
     """A new leaf of the same kind holding a copy of ``tensor``'s values (outside the graph)."""
     if isinstance(tensor, nn.Parameter):
         return nn.Parameter(tensor.data.clone(), requires_grad=tensor.requires_grad)
-    return nn.Buffer(tensor.data.clone())
+    return _buffer(tensor.data.clone())
 
 
 def _map_leaves(td: Any, fn: Callable[[torch.Tensor], Any]) -> TensorDict:
@@ -328,7 +334,7 @@ class TensorDictParams(TensorDictBase, nn.Module):
                         value if isinstance(value, nn.Parameter) else nn.Parameter(value, current.requires_grad)
                     )
                 else:
-                    self._buffers[name] = value if _is_registered_kind(value) else nn.Buffer(value)
+                    self._buffers[name] = value if _is_registered_kind(value) else _buffer(value)
             else:
                 with torch.no_grad():
                     current.copy_(value)
