@@ -7,9 +7,11 @@ tries the same path under our first package, then its parent's modules). A publi
 of them has resolves to a *missing* placeholder: a class that can sit in ``isinstance`` checks
 and ``except`` clauses at import time, and raises ``NotImplementedError`` naming the upstream
 object the moment a test calls it or reads from it. So one missing name fails the tests that use
-it, not the whole file. Private names (a leading underscore) resolve to ours only where
-``PLUMBING`` maps them: those are the upstream test helpers' own imports (``_stack`` to build the
-stacked TensorDicts of the test matrix), mapped to our public equivalents.
+it, not the whole file. A private name (a leading underscore) is looked up in the first of our
+modules only, unless ``PLUMBING`` maps it: those are the upstream test helpers' own imports
+(``_stack`` to build the stacked TensorDicts of the test matrix), mapped to our public equivalents
+or to stubs. The peers' process-global switches are stubs (``SWITCHES``, ``GETTERS``), and their
+``_has_<library>`` flags answer whether that library is installed, as upstream's do.
 
 Every placeholder that a test touches is counted; with ``CONFORMANCE_MISSING_OUT`` set, the counts
 are written there (JSON) when the process exits, and the runner sums them into its report.
