@@ -70,8 +70,7 @@ SUITES = {
         "test/objectives/test_dqn.py",
         "test/objectives/test_ppo.py",
         "test/objectives/test_sac.py",
-        "test/objectives/test_td3.py",
-        "test/objectives/test_value.py",
+        "test/objectives/test_values.py",
     ],
 }
 # upstream helper packages loaded from their source under the aliases: name -> how to find them
