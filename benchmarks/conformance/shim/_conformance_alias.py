@@ -146,14 +146,16 @@ class implement_for:
 # the peers' process-global behaviour switches, which our packages do not copy (DESIGN 2): each is a
 # stub that accepts the calls (decorator, context manager, ``.set()``) and changes nothing; the
 # getters report the one behaviour ours has (tensordict 0.14's defaults)
-SWITCHES = {
-    "set_lazy_legacy": None,
-    "set_list_to_stack": None,
-    "set_capture_non_tensor_stack": None,
-    "set_composite_lp_aggregate": None,
-    "set_printoptions": None,
-    "set_get_defaults_to_none": None,
-}
+SWITCHES = frozenset(
+    {
+        "set_lazy_legacy",
+        "set_list_to_stack",
+        "set_capture_non_tensor_stack",
+        "set_composite_lp_aggregate",
+        "set_printoptions",
+        "set_get_defaults_to_none",
+    }
+)
 GETTERS = {
     "lazy_legacy": False,
     "list_to_stack": True,
@@ -252,16 +254,17 @@ class AliasModule(types.ModuleType):
         plumbing = PLUMBING.get((self.__name__, attr))
         if plumbing is not None:
             return _resolve_dotted(plumbing)
-        if attr.startswith("_has_") and not any(hasattr(m, attr) for m in self._ours):
+        special = attr.startswith("_has_") or attr in SWITCHES or attr in GETTERS
+        if special and not any(hasattr(m, attr) for m in self._ours):
+            if attr in SWITCHES:
+                return _SwitchStub
+            if attr in GETTERS:
+                value = GETTERS[attr]
+                return lambda *args, **kwargs: value
             # the upstream's "is this optional library installed" flags: the same answer as upstream's
             name = attr[len("_has_") :]
             candidates = {"gym": ["gymnasium", "gym"], "h5": ["h5py"]}.get(name, [name])
             return any(importlib.util.find_spec(c) is not None for c in candidates)
-        if attr in SWITCHES and not any(hasattr(m, attr) for m in self._ours):
-            return _SwitchStub
-        if attr in GETTERS and not any(hasattr(m, attr) for m in self._ours):
-            value = GETTERS[attr]
-            return lambda *args, **kwargs: value
         sub = f"{self.__name__}.{attr}"
         for module in self._ours:
             if attr.startswith("_") and module.__name__ != self._ours[0].__name__:

@@ -553,18 +553,15 @@ def _editing(name: str) -> Callable:
 
 
 def _edit_if_inplace(name: str) -> Callable:
-    position = list(inspect.signature(getattr(TensorDict, name)).parameters).index("inplace") - 1
-    kind = inspect.signature(getattr(TensorDict, name)).parameters["inplace"].kind
+    parameters = inspect.signature(getattr(TensorDict, name)).parameters
+    position, kind = list(parameters).index("inplace") - 1, parameters["inplace"].kind
+    plain = _plain(name)
 
     def method(self: TensorDictParams, *args: Any, **kwargs: Any) -> Any:
         inplace = kwargs.get("inplace", False)
         if kind is inspect.Parameter.POSITIONAL_OR_KEYWORD and len(args) > position:
             inplace = args[position]
-        if inplace:
-            return self._edit(name, args, kwargs)
-        td = self._param_td
-        out = getattr(td, name)(*args, **kwargs)
-        return self if out is td else out
+        return self._edit(name, args, kwargs) if inplace else plain(self, *args, **kwargs)
 
     return method
 
