@@ -101,6 +101,10 @@ DELIBERATE = [
         re.compile(r"KeyError: .*(is missing|missing in-key|none of the keys)"),
         "modules never feed None for a missing in-key",
     ),
+    (
+        re.compile(r"action '.*': expected shape (\[[^\]]*\]) and dtype \S+ \(from the spec\), got shape \1 and dtype"),
+        "actions are checked against the action spec's dtype on every step",
+    ),
 ]
 
 

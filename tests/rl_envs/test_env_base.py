@@ -9,7 +9,7 @@ from tdict import LazyStackedTensorDict, TensorDict
 from tdict.nn import TensorDictModule
 from tdict.specs import Bounded, Categorical, Composite, Unbounded
 
-from rl_envs import EnvBase, PendulumEnv, StepCounter, TransformedEnv
+from rl_envs import EnvBase, PendulumEnv, StepCounter, TransformedEnv, step_mdp
 
 
 # ----------------------------------------------------------------------------- custom envs used below
@@ -553,12 +553,115 @@ def re_list(shape):
     return r"\[" + ", ".join(str(s) for s in shape) + r"\]"
 
 
-def test_user_env_missing_done_key():
-    env = MinimalEnv(batch_size=[3], drop="done")
+class _DoneOnly(MinimalEnv):
+    """Writes the done flags it is told to keep (``flags``), each True from the second step on."""
+
+    def __init__(self, flags, **kwargs):
+        super().__init__(**kwargs)
+        self.flags, self.steps = flags, 0
+
+    def _step(self, tensordict):
+        self.steps += 1
+        flag = torch.full(self.batch_size, self.steps >= 2)
+        out = TensorDict(obs=tensordict["obs"] + 1, reward=torch.ones(self.batch_size), batch_size=self.batch_size)
+        for name in self.flags:
+            out[name] = flag if name != "truncated" else ~flag
+        return out
+
+
+def test_user_env_done_only_completes_terminated():
+    env = _DoneOnly(["done"], batch_size=[3])
+    rollout = env.rollout(4, env.rand_action, break_when_any_done=False)
+    assert rollout["next", "terminated"].tolist() == [[False, True, True, True]] * 3
+    assert torch.equal(rollout["next", "terminated"], rollout["next", "done"])
+
+
+def test_user_env_terminated_only_completes_done_with_truncated():
+    env = _DoneOnly(["terminated", "truncated"], batch_size=[2])
+    env.full_done_spec = Composite(
+        {k: Categorical(2, shape=(2,), dtype=torch.bool) for k in ("done", "terminated", "truncated")}, shape=[2]
+    )
+    td = env.rand_step(env.reset())
+    assert td["next", "done"].tolist() == [True, True]  # step 1: terminated False, truncated True
+    td = env.rand_step(td["next"].exclude("done"))
+    assert td["next", "done"].tolist() == [True, True] and td["next", "terminated"].tolist() == [True, True]
+
+
+def test_user_env_done_and_truncated_without_terminated_is_refused():
+    env = _DoneOnly(["done", "truncated"], batch_size=[2])
+    env.full_done_spec = Composite(
+        {k: Categorical(2, shape=(2,), dtype=torch.bool) for k in ("done", "terminated", "truncated")}, shape=[2]
+    )
+    with pytest.raises(RuntimeError, match=r"'terminated' is missing.*'truncated'"):
+        env.rand_step(env.reset())
+
+
+def test_user_env_missing_done_and_terminated():
+    env = _DoneOnly([], batch_size=[3])
     td = env.rand_action(env.reset())
     with pytest.raises(KeyError, match=r"did not write 'done'.*\[3\].*bool.*'obs'"):
         env.step(td)
     assert "next" not in td.keys()
+
+
+def test_done_after_reset_is_refused_unless_allowed():
+    class Ended(MinimalEnv):
+        def _reset(self, tensordict=None, **kwargs):
+            out = super()._reset(tensordict, **kwargs)
+            out["done"] = torch.ones(self.batch_size, dtype=torch.bool)
+            return out
+
+    with pytest.raises(RuntimeError, match=r"Ended.reset returned 'done' True.*allow_done_after_reset"):
+        Ended(batch_size=[2]).reset()
+    env = Ended(batch_size=[2])
+    env.allow_done_after_reset = True
+    assert env.reset()["done"].all()
+
+
+def test_torchrl_style_class_level_specs():
+    class Declared(EnvBase):
+        def __new__(cls, *args, batch_size=(2,), **kwargs):
+            cls._output_spec = Composite(
+                full_observation_spec=Composite(obs=Unbounded(shape=(*batch_size, 3)), shape=batch_size),
+                full_reward_spec=Composite(reward=Unbounded(shape=(*batch_size, 1)), shape=batch_size),
+                full_done_spec=Composite(
+                    done=Categorical(2, shape=(*batch_size, 1), dtype=torch.bool), shape=batch_size
+                ),
+                shape=batch_size,
+            )
+            cls._input_spec = Composite(
+                full_action_spec=Composite(action=Unbounded(shape=(*batch_size, 1)), shape=batch_size),
+                full_state_spec=Composite(shape=batch_size),
+                shape=batch_size,
+            )
+            return super().__new__(cls, *args, **kwargs)
+
+        def __init__(self, batch_size=(2,)):
+            super().__init__(allow_done_after_reset=False)
+
+        def _reset(self, tensordict=None, **kwargs):
+            return TensorDict(obs=torch.zeros(*self.batch_size, 3), batch_size=self.batch_size)
+
+        def _step(self, tensordict):
+            shape = (*self.batch_size, 1)
+            return TensorDict(
+                obs=torch.ones(*self.batch_size, 3),
+                reward=torch.ones(shape),
+                done=torch.ones(shape, dtype=torch.bool),
+                batch_size=self.batch_size,
+            )
+
+        def _set_seed(self, seed):
+            pass
+
+    env = Declared(batch_size=(4,))
+    assert env.batch_size == (4,)
+    assert env.observation_spec["obs"].shape == (4, 3)
+    assert env.reward_spec.shape == (4, 1)
+    assert sorted(env.done_keys) == ["done", "terminated"]
+    assert "_output_spec" not in vars(Declared) and "_input_spec" not in vars(Declared)
+    td = env.rand_step(env.reset())
+    assert td["next", "terminated"].shape == (4, 1) and td["next", "terminated"].all()
 
 
 def test_user_env_missing_reward_key():
@@ -659,3 +762,82 @@ def test_step_keeps_the_policys_next_entries_the_env_does_not_produce():
     assert torch.equal(out["hidden"], hidden) and torch.equal(
         out["step_count"], torch.ones(3, dtype=out["step_count"].dtype)
     )
+
+
+def test_chained_rollout_resets_done_start(counting_env):
+    # a rollout that continues (auto_reset=False) from a finished episode starts with a reset
+    env = counting_env(batch_size=[2], max_count=2)
+    first = env.rollout(2, lambda td: td.set("action", torch.ones(2, dtype=torch.int64)), break_when_any_done=False)
+    assert first["next", "done"][:, -1].all()
+    start = step_mdp(first[:, -1])
+    second = env.rollout(
+        2,
+        lambda td: td.set("action", torch.ones(2, dtype=torch.int64)),
+        auto_reset=False,
+        tensordict=start,
+        break_when_any_done=False,
+    )
+    assert second["count"][:, 0].tolist() == [0, 0]  # reset first: counting starts again from 0
+    assert second["next", "count"].tolist() == [[1, 2], [1, 2]]
+
+
+def test_maybe_reset_resets_only_done_sub_envs(counting_env):
+    env = counting_env(batch_size=[3], max_count=9)
+    td = env.reset()
+    td["count"] = torch.tensor([4, 5, 6])
+    td["done"] = torch.tensor([False, True, False])
+    out = env.maybe_reset(td)
+    assert out is td
+    assert td["count"].tolist() == [4, 0, 6]
+    assert not td["done"].any()
+
+
+def test_done_keys_groups_follow_reset_keys(counting_env):
+    env = counting_env(batch_size=[2])
+    assert env.reset_keys == ["_reset"]
+    assert [sorted(group) for group in env.done_keys_groups] == [["done", "terminated", "truncated"]]
+
+
+def test_leaf_observation_spec_is_wrapped(counting_env):
+    env = counting_env(batch_size=[2])
+    env.observation_spec = Unbounded(shape=(2, 4))
+    assert list(env.observation_spec.keys()) == ["observation"]
+    assert env.observation_spec["observation"].shape == (2, 4)
+
+
+def test_unbatched_input_and_output_specs(counting_env):
+    env = counting_env(batch_size=[4, 2])
+    assert env.output_spec_unbatched.shape == ()
+    assert env.output_spec_unbatched["full_observation_spec", "observation"].shape == (3,)
+    assert env.input_spec_unbatched["full_action_spec", "action"].shape == ()
+
+
+def test_check_env_specs_method(counting_env):
+    env = counting_env(batch_size=[2])
+    assert env.check_env_specs() is None
+
+
+def test_rollout_replays_actions(counting_env):
+    env = counting_env(max_count=100)
+    rollout = env.rollout(50, actions=[1, 0, 1, 1], break_when_any_done=False)
+    assert rollout.batch_size == (4,)  # a sized iterable caps max_steps
+    assert rollout["action"].dtype == torch.int64  # cast to the spec's dtype
+    assert rollout["next", "count"].tolist() == [1, 1, 2, 3]
+    with pytest.raises(ValueError, match=r"actions ran out after 2 steps \(max_steps=5\)"):
+        env.rollout(5, actions=iter([1, 1]), break_when_any_done=False)
+    with pytest.raises(ValueError, match="both a policy and actions"):
+        env.rollout(3, policy=lambda td: td, actions=[1])
+
+
+def test_batch_locked_is_read_only_and_set_through_new(counting_env):
+    env = counting_env()
+    assert env.batch_locked
+    with pytest.raises(RuntimeError, match="batch_locked is a read-only property"):
+        env.batch_locked = False
+
+    class Unlocked(MinimalEnv):
+        def __new__(cls, *args, **kwargs):
+            return super().__new__(cls, *args, _batch_locked=False, **kwargs)
+
+    assert not Unlocked().batch_locked
+    assert MinimalEnv().batch_locked

@@ -571,3 +571,12 @@ def test_custom_info_reader_without_reset_infers_its_spec_from_a_step():
     env.set_seed(0)
     rollout = env.rollout(4)
     assert rollout["next", "count_info"].tolist() == rollout["next", "observation"][:, 0].long().tolist()
+
+
+def test_gym_backend_is_gymnasium():
+    import gymnasium
+
+    from rl_envs import gym_backend
+
+    assert gym_backend() is gymnasium
+    assert gym_backend("spaces") is gymnasium.spaces

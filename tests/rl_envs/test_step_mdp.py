@@ -286,3 +286,31 @@ def test_inputs_never_modified():
     out.set(("agents", "extra"), torch.zeros(2))
     assert ("agents", "extra") not in td.keys(True) and ("next", "agents", "extra") not in td.keys(True)
     assert sorted(_leaves(td), key=str) == sorted(before, key=str)
+
+
+def test_make_composite_from_td_describes_every_entry():
+    from tdict import NonTensorData
+    from tdict.specs import NonTensor
+
+    from rl_envs.utils import make_composite_from_td
+
+    data = TensorDict(
+        obs=torch.randn(5, 3),
+        action=torch.zeros(5, 2, dtype=torch.int32),
+        next=TensorDict(reward=torch.randn(5), batch_size=[5]),
+        batch_size=[5],
+    )
+    data["label"] = NonTensorData("a string!", batch_size=[5])
+    spec = make_composite_from_td(data)
+    assert spec.shape == (5,)
+    assert spec["obs"].shape == (5, 3) and spec["obs"].dtype == torch.float32
+    assert spec["action"].dtype == torch.int32
+    assert spec["next", "reward"].shape == (5,)
+    assert isinstance(spec["label"], NonTensor) and spec["label"].example_data == "a string!"
+    zero = spec.zero()
+    assert (zero["obs"] == 0).all() and zero["action"].shape == (5, 2)
+    scalar = TensorDict(reward=torch.tensor(1.0))
+    assert make_composite_from_td(scalar)["reward"].shape == (1,)  # TorchRL's default
+    assert make_composite_from_td(scalar, unsqueeze_null_shapes=False)["reward"].shape == ()
+    with pytest.raises(ValueError, match="dynamic_shape=True is not supported"):
+        make_composite_from_td(data, dynamic_shape=True)

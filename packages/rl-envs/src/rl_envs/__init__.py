@@ -33,6 +33,7 @@ _LAZY = {
     "GymWrapper": "libs.gymnasium",
     "default_info_dict_reader": "libs.gymnasium",
     "BaseInfoDictReader": "libs.gymnasium",
+    "gym_backend": "libs.gymnasium",
     "check_env_specs": "checks",
     "RandomPolicy": "policies",
     "EnvCreator": "env_creator",
@@ -47,6 +48,7 @@ _LAZY = {
     "ExplorationType": "utils",
     "exploration_type": "utils",
     "set_exploration_type": "utils",
+    "make_composite_from_td": "utils",
 }
 
 if TYPE_CHECKING:  # type checkers and IDEs see these (`X as X`: re-exported); at run time __getattr__ loads them
@@ -75,6 +77,7 @@ if TYPE_CHECKING:  # type checkers and IDEs see these (`X as X`: re-exported); a
         GymEnv as GymEnv,
         GymWrapper as GymWrapper,
         default_info_dict_reader as default_info_dict_reader,
+        gym_backend as gym_backend,
     )
     from .libs.pettingzoo import (
         PettingZooEnv as PettingZooEnv,
@@ -176,6 +179,7 @@ __all__ = [
     "GymEnv",
     "GymWrapper",
     "InitTracker",
+    "gym_backend",
     "MarlGroupMapType",
     "MultiAction",
     "NextObservationDelta",

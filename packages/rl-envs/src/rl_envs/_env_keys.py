@@ -61,6 +61,56 @@ class EnvKeys:
             for k, spec in [(k, reward_spec[k]) for k in self.reward_keys] + [(k, done_spec[k]) for k in self.done_keys]
         )
         self.first_step_checked = False
+        # how to fill the done flags a ``_step`` leaves out (TorchRL's rule), found on the first step
+        self.done_fill: tuple = ()
+
+
+def plan_done_fill(next_td: Any, done_keys: list) -> tuple:
+    """``(missing key, rule, source keys)`` for each declared done flag ``next_td`` lacks.
+
+    TorchRL's rule: a missing ``terminated`` is the ``done`` flag (only without ``truncated``: the
+    split of ``done`` into the two is unknowable), a missing ``done`` is ``terminated | truncated``,
+    any other missing flag (``truncated``) is ``False``. A step that writes neither ``done`` nor
+    ``terminated`` is left as it is, for the output check to refuse (TorchRL would fill ``False``
+    and never end the episode).
+    """
+    present = set(next_td.keys(True, True))
+    plan = []
+    for key in done_keys:
+        if key in present:
+            continue
+        root, name = _root_of(key), _leaf_name(key)
+
+        def sibling(leaf: str) -> Any:
+            return (*root, leaf) if root else leaf
+
+        done, terminated, truncated = sibling("done"), sibling("terminated"), sibling("truncated")
+        if name == "terminated" and done in present:
+            if truncated in present:
+                raise RuntimeError(
+                    f"step output: {terminated!r} is missing and cannot be inferred from {done!r} when "
+                    f"{truncated!r} is present; write {terminated!r} too."
+                )
+            plan.append((key, "copy", (done,)))
+        elif name == "done" and terminated in present:
+            plan.append((key, "or", (terminated, truncated) if truncated in present else (terminated,)))
+        elif name not in ("done", "terminated"):
+            plan.append((key, "zero", ()))
+    return tuple(plan)
+
+
+def fill_done(next_td: Any, plan: tuple, done_spec: Composite, batch_dims: int) -> None:
+    """Writes the missing done flags of ``next_td`` following ``plan`` (see :func:`plan_done_fill`)."""
+    for key, rule, sources in plan:
+        if rule == "copy":
+            next_td.set(key, next_td.get(sources[0]).clone())
+        elif rule == "or":
+            flag = next_td.get(sources[0])
+            for other in sources[1:]:
+                flag = flag | next_td.get(other)
+            next_td.set(key, flag if len(sources) > 1 else flag.clone())
+        else:
+            next_td.set(key, done_spec[key].zero(next_td.batch_size[: next_td.batch_dims - batch_dims]))
 
 
 def any_done(next_td: Any, stop_keys: list) -> bool:

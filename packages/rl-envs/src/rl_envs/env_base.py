@@ -10,7 +10,7 @@ from tdict import TensorDict, TensorDictBase
 from tdict.seeding import check_seed, next_seed
 from tdict.specs import Categorical, Composite, Unbounded
 
-from ._env_keys import EnvKeys, _root_of, any_done, spec_shape_error
+from ._env_keys import EnvKeys, _root_of, any_done, fill_done, plan_done_fill, spec_shape_error
 from ._generator_state import GeneratorState
 
 __all__ = ["EnvBase", "SPEC_NAMES"]
@@ -48,6 +48,12 @@ class EnvBase(GeneratorState, nn.Module):
         batch_size: the env's batch dims (``[]`` for a single env, ``[N]`` for N vectorised envs).
         validate_actions: check every action against its spec (``is_in``) before stepping.
             Shape and dtype are always checked (cheaply).
+        allow_done_after_reset: let ``reset`` return episodes that are already done (by default a
+            done flag set in a freshly reset sub-env raises ``RuntimeError``).
+
+    TorchRL-style envs port unchanged: specs declared as class attributes ``_output_spec`` /
+    ``_input_spec`` in a custom ``__new__`` are adopted, and a ``_step`` that writes only ``done``
+    or only ``terminated`` gets the other (``terminated = done``; ``done = terminated | truncated``).
 
     Examples:
         >>> import torch
@@ -82,20 +88,47 @@ class EnvBase(GeneratorState, nn.Module):
     _env_keys: EnvKeys | None
     _specs: dict[str, Composite]
 
+    def __new__(cls, *args: Any, _batch_locked: bool = True, **kwargs: Any) -> EnvBase:
+        # Subclasses may define ``__new__(cls, *args, **kwargs)`` that forwards its arguments here, and
+        # may declare their specs there as class attributes ``_output_spec`` / ``_input_spec`` (TorchRL's
+        # convention): those belong to the instance, and ``__init__`` adopts them. ``_batch_locked=False``
+        # makes the env batch-unlocked, as in TorchRL (or override the ``batch_locked`` property).
+        env = super().__new__(cls)
+        if not _batch_locked:
+            env.__dict__["_batch_locked"] = False
+        declared = {}
+        for attr, names in (("_output_spec", _OUTPUT), ("_input_spec", _INPUT)):
+            spec = cls.__dict__.get(attr)
+            if spec is None:
+                continue
+            delattr(cls, attr)
+            if not isinstance(spec, Composite):
+                raise TypeError(f"{cls.__name__}.{attr} must be a Composite, got {type(spec).__name__}.")
+            declared.update({name: spec[name].clone() for name in names if name in spec.keys()})
+        env.__dict__["_declared_specs"] = declared
+        return env
+
     def __init__(
         self,
         *,
         device: Any = None,
         batch_size: Sequence[int] | torch.Size | None = None,
         validate_actions: bool = False,
+        allow_done_after_reset: bool = False,
     ) -> None:
         super().__init__()
+        declared = self.__dict__.pop("_declared_specs", None) or {}
+        if batch_size is None and declared:  # specs declared in ``__new__`` carry the batch size
+            batch_size = next(iter(declared.values())).shape
         self.__dict__["_device"] = torch.device(device) if device is not None else None
         self.__dict__["_batch_size"] = torch.Size(batch_size if batch_size is not None else ())
         self.validate_actions = validate_actions
+        self.allow_done_after_reset = allow_done_after_reset
         self.__dict__["_env_keys"] = None
         shape = self._batch_size
         self.__dict__["_specs"] = {name: Composite(shape=shape, device=self._device) for name in SPEC_NAMES}
+        for name, spec in declared.items():
+            self._set_spec(name, spec if self._device is None else spec.to(self._device))
 
     # ------------------------------------------------------------------ basic attributes
     @property
@@ -129,8 +162,19 @@ class EnvBase(GeneratorState, nn.Module):
 
     @property
     def batch_locked(self) -> bool:
-        """Native and wrapped envs accept only their own batch size."""
-        return True
+        """Whether ``step``/``reset`` accept only the env's own batch size (read-only, True by default).
+
+        A batch-unlocked env (a stateless env that reads its whole state from the TensorDict) takes
+        any leading batch dims before its own.
+        """
+        return self.__dict__.get("_batch_locked", True)
+
+    @batch_locked.setter
+    def batch_locked(self, value: bool) -> None:
+        raise RuntimeError(
+            "batch_locked is a read-only property: override it in the env class, or pass _batch_locked=False "
+            "to EnvBase.__new__ (TorchRL's convention)."
+        )
 
     def _all_specs(self) -> dict[str, Composite]:
         """The five full specs (TransformedEnv returns the transformed ones)."""
@@ -238,7 +282,16 @@ class EnvBase(GeneratorState, nn.Module):
         lambda self, v: self._set_spec("full_state_spec", v),
         doc="The inputs other than actions that ``step`` reads: a Composite of shape ``batch_size``.",
     )
-    observation_spec = full_observation_spec
+
+    @property
+    def observation_spec(self) -> Composite:
+        """``full_observation_spec``; a leaf spec assigned here becomes its ``"observation"`` entry."""
+        return self._get_spec("full_observation_spec")
+
+    @observation_spec.setter
+    def observation_spec(self, spec: Any) -> None:
+        self._set_spec("full_observation_spec", self._wrap_leaf("observation", spec))
+
     state_spec = full_state_spec
 
     @property
@@ -297,6 +350,10 @@ class EnvBase(GeneratorState, nn.Module):
         lambda self: self._unbatched(self.full_state_spec), doc="``full_state_spec`` of one sub-env."
     )
     observation_spec_unbatched = full_observation_spec_unbatched
+    output_spec_unbatched = property(
+        lambda self: self._unbatched(self.output_spec), doc="``output_spec`` of one sub-env."
+    )
+    input_spec_unbatched = property(lambda self: self._unbatched(self.input_spec), doc="``input_spec`` of one sub-env.")
     state_spec_unbatched = full_state_spec_unbatched
     action_spec_unbatched = property(
         lambda self: self._unbatched(self.action_spec), doc="``action_spec`` of one sub-env (batch dims removed)."
@@ -350,6 +407,12 @@ class EnvBase(GeneratorState, nn.Module):
         lambda self: list(self._keys().reset_keys),
         doc='The ``"_reset"`` mask keys: one per sub-tree holding done flags (``"_reset"`` at the root).',
     )
+
+    @property
+    def done_keys_groups(self) -> list[list]:
+        """The done keys grouped by the ``"_reset"`` key that resets them (one group per entry of ``reset_keys``)."""
+        keys = self._keys()
+        return [[k for k in keys.done_keys if _root_of(k) == root] for root in keys.done_roots]
 
     def _single_key(self, keys: list, what: str) -> Any:
         if len(keys) != 1:
@@ -426,6 +489,8 @@ class EnvBase(GeneratorState, nn.Module):
         if out is tensordict:
             raise RuntimeError(f"{type(self).__name__}._reset must return a new TensorDict, not modify its input.")
         self._complete_reset_done(out, keys)
+        if not self.allow_done_after_reset:
+            _check_not_done_after_reset(self, out, keys, masks)
         if tensordict is None:
             return out
         for key in keys.reset_keys:
@@ -462,6 +527,10 @@ class EnvBase(GeneratorState, nn.Module):
         if self.validate_actions:
             self._validate_actions(tensordict, keys)
         next_td = carry_next_preset(tensordict, self._step(tensordict))
+        if not keys.first_step_checked:
+            keys.done_fill = plan_done_fill(next_td, keys.done_keys)
+        if keys.done_fill:
+            fill_done(next_td, keys.done_fill, self._get_spec("full_done_spec"), keys.batch_dims)
         if not keys.first_step_checked:
             self._check_step_output(next_td, keys)
         if next_td.batch_size != tensordict.batch_size:
@@ -504,13 +573,19 @@ class EnvBase(GeneratorState, nn.Module):
         following step, where done sub-envs already hold their reset observation.
         """
         tensordict = self.step(tensordict)
-        keys = self._keys()  # cached by ``step``
-        root = keys.shift(tensordict)
-        if any_done(root, keys.stop_keys):
+        return tensordict, self.maybe_reset(self._keys().shift(tensordict))
+
+    def maybe_reset(self, tensordict: TensorDictBase) -> TensorDictBase:
+        """Resets the sub-envs whose done flags are set in ``tensordict`` (a root step, no ``"next"``).
+
+        Returns ``tensordict`` itself, updated in place where a reset happened.
+        """
+        keys = self._keys()
+        if any_done(tensordict, keys.stop_keys):
             for reset_key, done_root in zip(keys.reset_keys, keys.done_roots):
-                root.set(reset_key, _reset_flag(root, done_root, keys))
-            root = self.reset(root)
-        return tensordict, root
+                tensordict.set(reset_key, _reset_flag(tensordict, done_root, keys))
+            tensordict = self.reset(tensordict)
+        return tensordict
 
     def rollout(
         self,
@@ -526,6 +601,7 @@ class EnvBase(GeneratorState, nn.Module):
         set_truncated: bool = False,
         out: TensorDictBase | None = None,
         trust_policy: bool = False,
+        actions: Any = None,
     ) -> TensorDictBase:
         """Runs ``max_steps`` steps and returns them stacked: a ``[*batch_size, T]`` TensorDict.
 
@@ -546,7 +622,14 @@ class EnvBase(GeneratorState, nn.Module):
             set_truncated=set_truncated,
             out=out,
             trust_policy=trust_policy,
+            actions=actions,
         )
+
+    def check_env_specs(self, *args: Any, **kwargs: Any) -> None:
+        """Runs :func:`rl_envs.check_env_specs` on this env (same arguments)."""
+        from .checks import check_env_specs
+
+        check_env_specs(self, *args, **kwargs)
 
     def rand_action(
         self, tensordict: TensorDictBase | None = None, *, generator: torch.Generator | None = None
@@ -625,6 +708,23 @@ def _reset_flag(root: TensorDictBase, done_root: tuple, keys: EnvKeys) -> torch.
     for leaf in leaves[1:]:
         flag = flag | leaf
     return flag
+
+
+def _check_not_done_after_reset(env: EnvBase, out: TensorDictBase, keys: EnvKeys, masks: list | None) -> None:
+    """Raises when a sub-env that was just reset reports done (``masks``: the ``"_reset"`` masks, or None)."""
+    for reset_key, done_root, mask in zip(keys.reset_keys, keys.done_roots, masks or [None] * len(keys.reset_keys)):
+        for key in keys.stop_keys:
+            if _root_of(key) != done_root:
+                continue
+            flag = out.get(key)
+            if mask is not None:
+                flag = flag & _expand_mask(mask.reshape(mask.shape[: flag.ndim]), flag)
+            if flag.any():
+                raise RuntimeError(
+                    f"{type(env).__name__}.reset returned {key!r} True for a sub-env it reset (where {reset_key!r} "
+                    "was set); an episode must not be done right after its reset. Pass allow_done_after_reset=True "
+                    "to the env's constructor if this is intended."
+                )
 
 
 def _expand_mask(mask: torch.Tensor, value: torch.Tensor) -> torch.Tensor:

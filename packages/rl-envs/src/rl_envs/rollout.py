@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import inspect
+from collections.abc import Iterable, Sized
 from typing import Any, Callable
 
 import torch
@@ -61,6 +62,25 @@ def _compatible_policy(env: Any, policy: Any, trust_policy: bool) -> Callable:
     return TensorDictModule(policy, in_keys=in_keys, out_keys=env.action_keys)
 
 
+def _replay_policy(env: Any, actions: Iterable, max_steps: int) -> Callable:
+    """A policy writing the items of ``actions`` in turn under the env's (single) action key."""
+    key = env.action_key
+    spec = env.full_action_spec[key]
+    items = iter(actions)
+    taken = 0
+
+    def policy(td: TensorDictBase) -> TensorDictBase:
+        nonlocal taken
+        try:
+            action = next(items)
+        except StopIteration:
+            raise ValueError(f"rollout: actions ran out after {taken} steps (max_steps={max_steps}).") from None
+        taken += 1
+        return td.set(key, torch.as_tensor(action, dtype=spec.dtype, device=spec.device))
+
+    return policy
+
+
 def _resolve_breaks(any_: bool | None, all_: bool | None) -> tuple[bool, bool]:
     if any_ is None:
         any_ = not bool(all_)
@@ -84,6 +104,7 @@ def rollout(
     set_truncated: bool = False,
     out: TensorDictBase | None = None,
     trust_policy: bool = False,
+    actions: Iterable | None = None,
 ) -> TensorDictBase:
     """Runs ``env`` for up to ``max_steps`` steps; the steps are stacked along a last dim named ``"time"``.
 
@@ -98,12 +119,17 @@ def rollout(
         break_when_any_done: stop at the first done (default unless ``break_when_all_done``).
         break_when_all_done: stop once every sub-env has been done; finished sub-envs repeat their
             last step in the output.
-        When neither breaks, done sub-envs are reset in place and the rollout runs ``max_steps`` steps.
+        When neither breaks, done sub-envs are reset in place and the rollout runs ``max_steps`` steps
+        (a ``tensordict`` given with ``auto_reset=False`` whose sub-envs are done is reset first).
         return_contiguous: a dense stack (default) or a lazy stack.
         tensordict: the initial TensorDict (see ``auto_reset``).
         set_truncated: mark the last step ``truncated`` (and ``done``); needs a ``truncated`` key.
         out: a TensorDict to stack into.
         trust_policy: use ``policy`` as given, without wrapping a plain module.
+        actions: pre-computed actions to replay instead of a ``policy`` (exclusive with it): each item
+            is written under the env's action key (cast to the spec's dtype and device) before its
+            step. A sized iterable caps ``max_steps`` to its length; an iterator that runs out before
+            ``max_steps`` raises ``ValueError``.
 
     Examples:
         >>> from rl_envs import PendulumEnv
@@ -114,6 +140,12 @@ def rollout(
     if isinstance(max_steps, bool) or not hasattr(max_steps, "__index__") or max_steps < 1:
         raise ValueError(f"rollout: max_steps must be an int >= 1, got {max_steps!r}.")
     break_any, break_all = _resolve_breaks(break_when_any_done, break_when_all_done)
+    if actions is not None:
+        if policy is not None:
+            raise ValueError("rollout: got both a policy and actions; pass one of them.")
+        if isinstance(actions, Sized):
+            max_steps = min(max_steps, len(actions))
+        policy = _replay_policy(env, actions, max_steps)
     policy = _compatible_policy(env, policy, trust_policy)
     if auto_reset:
         td = env.reset(tensordict)
@@ -156,6 +188,8 @@ def rollout(
             if callback is not None:
                 callback(env, td)
     else:
+        if not auto_reset and all(td.get(k, None) is not None for k in stop_keys):
+            td = env.maybe_reset(td)  # a chained rollout may start where the last one ended: done
         step_and_reset = env.step_and_maybe_reset
         for i in range(max_steps):
             result = policy(td)
@@ -192,7 +226,8 @@ def _mark_truncated(result: TensorDictBase, keys: Any) -> None:
     truncated = [k for k in keys.done_keys if (k if type(k) is str else k[-1]) == "truncated"]
     if not truncated:
         raise RuntimeError(
-            f"rollout(set_truncated=True): the env declares no 'truncated' key (done keys: {keys.done_keys})."
+            f"rollout: set_truncated was set to True but the env declares no 'truncated' key (done keys: "
+            f"{keys.done_keys})."
         )
     for key in truncated:
         root = () if type(key) is str else tuple(key[:-1])

@@ -31,7 +31,7 @@ else:
     except ImportError:  # pragma: no cover - gymnasium brings numpy; _gymnasium() raises the install hint first
         np = None
 
-__all__ = ["BaseInfoDictReader", "GymEnv", "GymWrapper", "default_info_dict_reader"]
+__all__ = ["BaseInfoDictReader", "GymEnv", "GymWrapper", "default_info_dict_reader", "gym_backend"]
 
 _from_numpy = torch.from_numpy
 _new_td = TensorDict.unchecked
@@ -50,6 +50,25 @@ def _gymnasium() -> Any:
             "GymEnv/GymWrapper need gymnasium, which is not installed: pip install rl-envs[gymnasium]"
         ) from err
     return gymnasium
+
+
+def gym_backend(submodule: str | None = None) -> Any:
+    """The Gymnasium module the wrappers use, or one of its submodules (``gym_backend("spaces")``).
+
+    TorchRL can switch between gym and gymnasium; here the backend is always gymnasium.
+
+    Examples:
+        >>> gym_backend().__name__
+        'gymnasium'
+        >>> gym_backend("spaces").Box.__name__
+        'Box'
+    """
+    gymnasium = _gymnasium()
+    if submodule is None:
+        return gymnasium
+    import importlib
+
+    return importlib.import_module(f"gymnasium.{submodule}")
 
 
 def _np_dtype(dtype: torch.dtype) -> np.dtype:
