@@ -841,3 +841,14 @@ def test_batch_locked_is_read_only_and_set_through_new(counting_env):
 
     assert not Unlocked().batch_locked
     assert MinimalEnv().batch_locked
+
+
+def test_append_transform_wraps_a_plain_env(counting_env):
+    env = counting_env(batch_size=[2])
+    transformed = env.append_transform(StepCounter(max_steps=3))
+    assert isinstance(transformed, TransformedEnv) and transformed.base_env is env
+    rollout = transformed.rollout(5, break_when_any_done=False)
+    assert rollout["next", "step_count"][0].tolist() == [1, 2, 3, 1, 2]
+    assert transformed.append_transform(StepCounter(max_steps=9, step_count_key="other")) is transformed
+    with pytest.raises(TypeError, match="append_transform takes a Transform, got function"):
+        env.append_transform(lambda td: td)

@@ -625,6 +625,15 @@ class EnvBase(GeneratorState, nn.Module):
             actions=actions,
         )
 
+    def append_transform(self, transform: Any) -> Any:
+        """A :class:`~rl_envs.TransformedEnv` applying ``transform`` to this env (a new wrapper; a
+        ``TransformedEnv`` appends to its own chain instead)."""
+        from .transforms import Transform, TransformedEnv
+
+        if not isinstance(transform, Transform):
+            raise TypeError(f"append_transform takes a Transform, got {type(transform).__name__}.")
+        return TransformedEnv(self, transform)
+
     def check_env_specs(self, *args: Any, **kwargs: Any) -> None:
         """Runs :func:`rl_envs.check_env_specs` on this env (same arguments)."""
         from .checks import check_env_specs
