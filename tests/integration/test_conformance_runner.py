@@ -153,13 +153,21 @@ def test_summary_sets_private_failures_apart_and_counts_only_the_real_librarys_p
         return {"f.py": {"tests": {f"f.C::{k}": v for k, v in tests.items()}, "status": 0, "seconds": 1.0}}
 
     msg_private = "NotImplementedError: conformance: our packages have no tensordict._td._x"
+    msg_not_built = "NotImplementedError: conformance: our packages have no tensordict.TypedTensorDict"
     by_lib = {
-        "ours": run(a=["passed", ""], b=["failed", msg_private], c=["failed", "KeyError: 'k'"], d=["passed", ""]),
-        "real": run(a=["passed", ""], b=["passed", ""], c=["passed", ""], d=["failed", "x"]),
+        "ours": run(
+            a=["passed", ""],
+            b=["failed", msg_private],
+            c=["failed", "KeyError: 'k'"],
+            d=["passed", ""],
+            e=["failed", msg_not_built],
+        ),
+        "real": run(a=["passed", ""], b=["passed", ""], c=["passed", ""], d=["failed", "x"], e=["passed", ""]),
     }
     summary = conformance.summarise(by_lib)
     c = summary["files"]["f.py"]["classes"]["C"]
-    assert c == {"tests": 4, "ours_passed": 2, "real_passed": 3, "both_passed": 1, "private": 1}
-    assert summary["causes"] == [("KeyError: 'k'", 1)]
+    assert c == {"tests": 5, "ours_passed": 2, "real_passed": 4, "both_passed": 1, "private": 1, "not_built": 1}
+    assert dict(summary["causes"]) == {"KeyError: 'k'": 1, msg_not_built: 1}
     row = conformance._row("x", conformance.Counter(c))
-    assert row == "| x | 4 | 3 | 2 | 33.3% | 1 | 0 | 50.0% |"
+    # 1 of 4 real passes; 1 of 3 without the private one; 1 of 2 without the not-built one too
+    assert row == "| x | 5 | 4 | 2 | 25.0% | 1 | 0 | 33.3% | 1 | 50.0% |"
