@@ -107,6 +107,10 @@ DELIBERATE = [
         re.compile(r"action '.*': expected shape (\[[^\]]*\]) and dtype \S+ \(from the spec\), got shape \1 and dtype"),
         "actions are checked against the action spec's dtype on every step",
     ),
+    (
+        re.compile(r"MultiAction: pass num_actions=K|dynamic_shape=True is not supported"),
+        "specs have static shapes",
+    ),
 ]
 
 

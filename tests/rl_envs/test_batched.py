@@ -537,3 +537,17 @@ def test_workers_busy_in_a_step_die_with_a_killed_parent(tmp_path, method, in_th
         for pid in pids:  # never leave a process behind, even when the test fails
             if _alive(pid):
                 os.kill(pid, signal.SIGKILL)
+
+
+@pytest.mark.parametrize("cls", [SerialEnv, ParallelEnv])
+def test_batched_device_and_use_buffers_arguments(cls):
+    env = cls(2, PendulumEnv, device="cpu", use_buffers=True)
+    try:
+        assert env.device == torch.device("cpu")
+        assert env.rollout(2)["next", "observation"].device == torch.device("cpu")
+    finally:
+        env.close()
+    with pytest.raises(ValueError, match="use_buffers=False is not supported"):
+        cls(2, PendulumEnv, use_buffers=False)
+    with pytest.raises(ValueError, match=r"device=meta differs from the sub-envs' device"):
+        cls(2, PendulumEnv, device="meta")

@@ -308,3 +308,36 @@ def test_multi_action_pendulum_inverse_and_plain_td(recording_pendulum):
     assert t.inv(TensorDict(action=chunk))["action"].tolist() == [0.5]
     with pytest.raises(ValueError, match="num_actions"):
         TransformedEnv(PendulumEnv(), MultiAction()).action_spec
+
+
+def test_action_scaling_from_mean_std_and_from_low_high():
+    t = ActionScaling.from_stats(mean=torch.tensor([2.0, -1.0]), std=torch.tensor([3.0, 0.5]))
+    a = torch.tensor([[5.0, -1.5], [2.0, 0.0]])
+    expected = (a - torch.tensor([2.0, -1.0])) / torch.tensor([3.0, 0.5])
+    torch.testing.assert_close(t.normalize(a), expected)
+    torch.testing.assert_close(t.denormalize(expected), a)
+    t = ActionScaling.from_stats(low=torch.tensor([-2.0, 0.0]), high=torch.tensor([2.0, 10.0]))
+    torch.testing.assert_close(
+        t.normalize(torch.tensor([[-2.0, 10.0], [0.0, 5.0]])), torch.tensor([[-1.0, 1.0], [0.0, 0.0]])
+    )
+
+
+def test_action_scaling_from_stats_floors_a_zero_std():
+    t = ActionScaling.from_stats(mean=torch.tensor([5.0]), std=torch.tensor([0.0]), eps=1e-3)
+    assert t.scale.tolist() == [pytest.approx(1e-3)]
+    assert t.normalize(torch.tensor([[5.0]])).tolist() == [[0.0]]
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "match"),
+    [
+        ({}, "exactly one of"),
+        ({"mean": torch.zeros(2), "std": torch.ones(2), "low": -torch.ones(2), "high": torch.ones(2)}, "exactly one"),
+        ({"mean": torch.zeros(2)}, "mean and std must be given together"),
+        ({"high": torch.zeros(2)}, "low and high must be given together"),
+        ({"mean": torch.zeros(3), "std": torch.ones(2)}, r"same shape, got \(3,\) and \(2,\)"),
+    ],
+)
+def test_action_scaling_from_stats_errors(kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        ActionScaling.from_stats(**kwargs)

@@ -91,6 +91,20 @@ def _check_same_specs(creators: list[EnvCreator], owner: str) -> EnvMetaData:
     return meta
 
 
+def _batched_device(owner: str, device: Any, sub_device: torch.device | None) -> torch.device | None:
+    """The batched env's device: its sub-envs' (``device`` may only restate it, or pin device-free
+    sub-envs, whose tensors are CPU tensors, to the CPU)."""
+    if device is None:
+        return sub_device
+    device = torch.device(device)
+    if device == sub_device or (sub_device is None and device.type == "cpu"):
+        return device
+    raise ValueError(
+        f"{owner}: device={device} differs from the sub-envs' device {sub_device}; build the sub-envs on {device} "
+        "(create_env_fn), or move the data with a DeviceCastTransform around the batched env."
+    )
+
+
 class BatchedEnvBase(EnvBase):
     """``num_workers`` copies of an env run as one env of batch size ``[num_workers, *sub_batch]``.
 
@@ -116,12 +130,19 @@ class BatchedEnvBase(EnvBase):
         create_env_kwargs: dict | Sequence[dict] | None = None,
         *,
         serial_for_single: bool = False,
+        device: Any = None,
+        use_buffers: bool = True,
     ) -> None:
         owner = type(self).__name__
         check_positive_int(owner, "num_workers", num_workers)
+        if not use_buffers:
+            raise ValueError(
+                f"{owner}: use_buffers=False is not supported; the sub-envs always exchange data through "
+                "preallocated buffers."
+            )
         creators = _make_creators(num_workers, create_env_fn, create_env_kwargs, owner)
         meta = _check_same_specs(creators, owner)
-        super().__init__(device=meta.device, batch_size=(num_workers, *meta.batch_size))
+        super().__init__(device=_batched_device(owner, device, meta.device), batch_size=(num_workers, *meta.batch_size))
         self.__dict__["_creators"] = creators
         self.__dict__["_meta_data"] = meta
         self.num_workers = num_workers

@@ -260,6 +260,9 @@ class ParallelEnv(BatchedEnvBase):
         heartbeat_timeout: a worker whose reply is due and that sends no heartbeat for this long
             counts as hung (default 20 s: a stuck worker surfaces within about 21 s); ``None`` turns
             the check off (for steps that wait a long time on something outside the process).
+        device: the sub-envs' device, restated (``"cpu"`` also pins device-free sub-envs); another
+            device raises ``ValueError`` (build the sub-envs there instead).
+        use_buffers: only ``True`` (the workers always exchange data through shared-memory buffers).
 
     Seeding (:mod:`tdict.seeding`): the workers are seeded in turn, each with the seed the previous
     one's ``set_seed`` returned: with one random stream per sub-env, worker ``i`` gets ``seed + i`` and
@@ -296,6 +299,8 @@ class ParallelEnv(BatchedEnvBase):
         worker_timeout: float | None = None,
         heartbeat_interval: float = 1.0,
         heartbeat_timeout: float | None = 20.0,
+        device: Any = None,
+        use_buffers: bool = True,
     ) -> None:
         if not shared_memory:
             raise ValueError(
@@ -309,7 +314,14 @@ class ParallelEnv(BatchedEnvBase):
             raise ValueError(f"ParallelEnv: worker_timeout must be > 0 seconds or None, got {worker_timeout!r}.")
         check_heartbeat_args("ParallelEnv", heartbeat_interval, heartbeat_timeout)
         check_positive_int("ParallelEnv", "num_sub_threads", num_sub_threads, allow_none=True)
-        super().__init__(num_workers, create_env_fn, create_env_kwargs, serial_for_single=serial_for_single)
+        super().__init__(
+            num_workers,
+            create_env_fn,
+            create_env_kwargs,
+            serial_for_single=serial_for_single,
+            device=device,
+            use_buffers=use_buffers,
+        )
         self.mp_start_method = mp_start_method or mp.get_start_method()
         self.daemon = daemon
         self.num_sub_threads = num_sub_threads

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from typing import Any
 
 from tdict import TensorDictBase
 from tdict.seeding import chain_seeds
@@ -31,6 +32,9 @@ class SerialEnv(BatchedEnvBase):
             same batch size and specs.
         create_env_kwargs: keyword arguments for the factory: a dict, or one dict per worker.
         serial_for_single: accepted for TorchRL compatibility (a SerialEnv always runs in-process).
+        device: the sub-envs' device, restated (``"cpu"`` also pins device-free sub-envs); another
+            device raises ``ValueError`` (build the sub-envs there instead).
+        use_buffers: only ``True`` (the sub-envs always exchange data through preallocated buffers).
 
     Seeding (:mod:`tdict.seeding`): the sub-envs are seeded in turn, each with the seed the previous
     one's ``set_seed`` returned: with one random stream per sub-env, worker ``i`` gets ``seed + i`` and
@@ -56,8 +60,17 @@ class SerialEnv(BatchedEnvBase):
         create_env_kwargs: dict | Sequence[dict] | None = None,
         *,
         serial_for_single: bool = False,
+        device: Any = None,
+        use_buffers: bool = True,
     ) -> None:
-        super().__init__(num_workers, create_env_fn, create_env_kwargs, serial_for_single=serial_for_single)
+        super().__init__(
+            num_workers,
+            create_env_fn,
+            create_env_kwargs,
+            serial_for_single=serial_for_single,
+            device=device,
+            use_buffers=use_buffers,
+        )
         self.__dict__["_runners"] = []
 
     def _start_runners(self, buffer: TensorDictBase, layout: BufferLayout) -> None:

@@ -86,6 +86,51 @@ class ActionScaling(Transform):
         self.register_buffer("loc", loc)
         self.register_buffer("scale", cast("torch.Tensor | None", scale))  # None with loc (checked above)
 
+    @classmethod
+    def from_stats(
+        cls,
+        *,
+        mean: torch.Tensor | None = None,
+        std: torch.Tensor | None = None,
+        low: torch.Tensor | None = None,
+        high: torch.Tensor | None = None,
+        eps: float = 1e-6,
+        **kwargs: Any,
+    ) -> "ActionScaling":
+        """An ``ActionScaling`` with ``loc``/``scale`` from dataset action statistics.
+
+        Give exactly one pair: ``mean`` and ``std`` (the normalised space has zero mean and unit
+        std), or ``low`` and ``high`` (their range maps to ``[-1, 1]``). ``scale`` is floored at
+        ``eps`` so that a constant action dim normalises to 0, not NaN. ``kwargs`` go to the
+        constructor (``in_keys_inv``, ``standard_normal``...).
+
+        Examples:
+            >>> import torch
+            >>> t = ActionScaling.from_stats(mean=torch.tensor([2.0]), std=torch.tensor([3.0]))
+            >>> t.normalize(torch.tensor([5.0])).tolist()
+            [1.0]
+        """
+        if (mean is None) != (std is None):
+            raise ValueError("ActionScaling.from_stats: mean and std must be given together.")
+        if (low is None) != (high is None):
+            raise ValueError("ActionScaling.from_stats: low and high must be given together.")
+        if (mean is None) == (low is None):
+            raise ValueError("ActionScaling.from_stats: give exactly one of (mean, std) or (low, high).")
+        dtype = torch.get_default_dtype()
+        if mean is not None:
+            loc, scale = torch.as_tensor(mean, dtype=dtype), torch.as_tensor(std, dtype=dtype)
+            what = "mean and std"
+        else:
+            low_t, high_t = torch.as_tensor(low, dtype=dtype), torch.as_tensor(high, dtype=dtype)
+            loc, scale = (low_t + high_t) / 2, (high_t - low_t) / 2
+            what = "low and high"
+        if loc.shape != scale.shape:
+            raise ValueError(
+                f"ActionScaling.from_stats: {what} must have the same shape, got {tuple(loc.shape)} and "
+                f"{tuple(scale.shape)}."
+            )
+        return cls(loc=loc, scale=scale.clamp_min(eps), **kwargs)
+
     @property
     def initialized(self) -> bool:
         """Whether ``loc`` and ``scale`` are set (given, or derived from the action spec on first use)."""
