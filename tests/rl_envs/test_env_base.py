@@ -852,3 +852,27 @@ def test_append_transform_wraps_a_plain_env(counting_env):
     assert transformed.append_transform(StepCounter(max_steps=9, step_count_key="other")) is transformed
     with pytest.raises(TypeError, match="append_transform takes a Transform, got function"):
         env.append_transform(lambda td: td)
+
+
+def test_unbatched_spec_assignment_expands_to_the_batch(counting_env):
+    env = counting_env(batch_size=[4, 2])
+    env.observation_spec_unbatched = Composite(obs=Unbounded(shape=(3,)))
+    assert env.observation_spec["obs"].shape == (4, 2, 3)
+    env.action_spec_unbatched = Bounded(-1.0, 1.0, shape=(2,))
+    assert env.action_spec.shape == (4, 2, 2)
+    assert torch.equal(env.action_spec.high, torch.ones(4, 2, 2))
+    env.reward_spec_unbatched = Unbounded(shape=())
+    assert env.reward_spec.shape == (4, 2)
+    assert env.action_spec_unbatched.shape == (2,)
+
+
+def test_close_raise_if_closed():
+    from rl_envs import SerialEnv
+
+    env = SerialEnv(2, PendulumEnv)
+    env.close()  # idempotent by default, also before the sub-envs start
+    with pytest.raises(RuntimeError, match="already closed"):
+        env.close(raise_if_closed=True)
+    env.reset()
+    env.close(raise_if_closed=True)
+    TransformedEnv(PendulumEnv(), StepCounter()).close(raise_if_closed=True)  # nothing to close: no error

@@ -96,6 +96,7 @@ if TYPE_CHECKING:  # type checkers and IDEs see these (`X as X`: re-exported); a
     from .utils import (
         ExplorationType as ExplorationType,
         exploration_type as exploration_type,
+        make_composite_from_td as make_composite_from_td,
         set_exploration_type as set_exploration_type,
     )
     from .transforms import (
@@ -223,6 +224,7 @@ __all__ = [
     "check_marl_grouping",
     "default_info_dict_reader",
     "exploration_type",
+    "make_composite_from_td",
     "rollout",
     "set_exploration_type",
     "step_mdp",

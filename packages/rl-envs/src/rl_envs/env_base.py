@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Sequence, TypeVar
 
 import torch
 from torch import nn
@@ -19,6 +19,20 @@ __all__ = ["EnvBase", "SPEC_NAMES"]
 SPEC_NAMES = ("full_observation_spec", "full_reward_spec", "full_done_spec", "full_action_spec", "full_state_spec")
 _OUTPUT = ("full_observation_spec", "full_reward_spec", "full_done_spec")
 _INPUT = ("full_state_spec", "full_action_spec")
+_Env = TypeVar("_Env", bound="EnvBase")
+
+
+def _unbatched_property(name: str, doc: str) -> property:
+    """A TorchRL ``*_unbatched`` spec property: reads the spec ``name`` of one sub-env, and expands
+    an assigned per-sub-env spec to the env's batch dims."""
+
+    def get(env: EnvBase) -> Any:
+        return env._unbatched(getattr(env, name))
+
+    def set_(env: EnvBase, spec: Any) -> None:
+        setattr(env, name, env._batched(spec))
+
+    return property(get, set_, doc=doc)
 
 
 class EnvBase(GeneratorState, nn.Module):
@@ -88,7 +102,7 @@ class EnvBase(GeneratorState, nn.Module):
     _env_keys: EnvKeys | None
     _specs: dict[str, Composite]
 
-    def __new__(cls, *args: Any, _batch_locked: bool = True, **kwargs: Any) -> EnvBase:
+    def __new__(cls: type[_Env], *args: Any, _batch_locked: bool = True, **kwargs: Any) -> _Env:
         # Subclasses may define ``__new__(cls, *args, **kwargs)`` that forwards its arguments here, and
         # may declare their specs there as class attributes ``_output_spec`` / ``_input_spec`` (TorchRL's
         # convention): those belong to the instance, and ``__init__`` adopts them. ``_batch_locked=False``
@@ -334,35 +348,43 @@ class EnvBase(GeneratorState, nn.Module):
         """``spec`` for one env of the batch (the env's batch dims removed), as TorchRL's ``*_unbatched``."""
         return spec[(0,) * len(self._batch_size)] if self._batch_size else spec.clone()
 
-    full_observation_spec_unbatched = property(
-        lambda self: self._unbatched(self.full_observation_spec), doc="``full_observation_spec`` of one sub-env."
+    def _batched(self, spec: Any) -> Any:
+        """``spec`` of one sub-env expanded to the env's batch dims (the inverse of ``_unbatched``)."""
+        return spec.expand(*self._batch_size, *spec.shape) if self._batch_size else spec
+
+    full_observation_spec_unbatched = _unbatched_property(
+        "full_observation_spec", "``full_observation_spec`` of one sub-env (assigning expands it to the batch)."
     )
-    full_reward_spec_unbatched = property(
-        lambda self: self._unbatched(self.full_reward_spec), doc="``full_reward_spec`` of one sub-env."
+    full_reward_spec_unbatched = _unbatched_property(
+        "full_reward_spec", "``full_reward_spec`` of one sub-env (assigning expands it to the batch)."
     )
-    full_done_spec_unbatched = property(
-        lambda self: self._unbatched(self.full_done_spec), doc="``full_done_spec`` of one sub-env."
+    full_done_spec_unbatched = _unbatched_property(
+        "full_done_spec", "``full_done_spec`` of one sub-env (assigning expands it to the batch)."
     )
-    full_action_spec_unbatched = property(
-        lambda self: self._unbatched(self.full_action_spec), doc="``full_action_spec`` of one sub-env."
+    full_action_spec_unbatched = _unbatched_property(
+        "full_action_spec", "``full_action_spec`` of one sub-env (assigning expands it to the batch)."
     )
-    full_state_spec_unbatched = property(
-        lambda self: self._unbatched(self.full_state_spec), doc="``full_state_spec`` of one sub-env."
+    full_state_spec_unbatched = _unbatched_property(
+        "full_state_spec", "``full_state_spec`` of one sub-env (assigning expands it to the batch)."
     )
-    observation_spec_unbatched = full_observation_spec_unbatched
-    output_spec_unbatched = property(
-        lambda self: self._unbatched(self.output_spec), doc="``output_spec`` of one sub-env."
+    observation_spec_unbatched = _unbatched_property(
+        "observation_spec", "``observation_spec`` of one sub-env (assigning expands it to the batch)."
     )
-    input_spec_unbatched = property(lambda self: self._unbatched(self.input_spec), doc="``input_spec`` of one sub-env.")
     state_spec_unbatched = full_state_spec_unbatched
-    action_spec_unbatched = property(
-        lambda self: self._unbatched(self.action_spec), doc="``action_spec`` of one sub-env (batch dims removed)."
+    action_spec_unbatched = _unbatched_property(
+        "action_spec", "``action_spec`` of one sub-env (batch dims removed; assigning expands it to the batch)."
     )
-    reward_spec_unbatched = property(
-        lambda self: self._unbatched(self.reward_spec), doc="``reward_spec`` of one sub-env (batch dims removed)."
+    reward_spec_unbatched = _unbatched_property(
+        "reward_spec", "``reward_spec`` of one sub-env (batch dims removed; assigning expands it to the batch)."
     )
-    done_spec_unbatched = property(
-        lambda self: self._unbatched(self.done_spec), doc="``done_spec`` of one sub-env (batch dims removed)."
+    done_spec_unbatched = _unbatched_property(
+        "done_spec", "``done_spec`` of one sub-env (batch dims removed; assigning expands it to the batch)."
+    )
+    output_spec_unbatched = _unbatched_property(
+        "output_spec", "``output_spec`` of one sub-env (assigning expands it to the batch)."
+    )
+    input_spec_unbatched = _unbatched_property(
+        "input_spec", "``input_spec`` of one sub-env (assigning expands it to the batch)."
     )
 
     @property
@@ -674,8 +696,12 @@ class EnvBase(GeneratorState, nn.Module):
         root.set("next", nxt)
         return root
 
-    def close(self) -> None:
-        """Releases the env's resources (no-op by default)."""
+    def close(self, *, raise_if_closed: bool = False) -> None:
+        """Releases the env's resources (no-op by default).
+
+        ``raise_if_closed``: batched envs raise when already closed (TorchRL's default is ``True``;
+        closing is idempotent here unless asked).
+        """
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(batch_size={list(self._batch_size)}, device={self._device})"

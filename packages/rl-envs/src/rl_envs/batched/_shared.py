@@ -218,8 +218,14 @@ class BatchedEnvBase(EnvBase):
         self.__dict__["_next_views"] = {}
         self.__dict__["_root_views"] = {}
 
-    def close(self) -> None:
-        """Closes the sub-envs (idempotent); the next reset/step starts fresh ones."""
+    def close(self, *, raise_if_closed: bool = False) -> None:
+        """Closes the sub-envs; the next reset/step starts fresh ones.
+
+        Idempotent, unless ``raise_if_closed=True`` (TorchRL's default): then closing an env whose
+        sub-envs are not running raises ``RuntimeError``.
+        """
+        if raise_if_closed and self.is_closed:
+            raise RuntimeError(f"{type(self).__name__}.close: the env is already closed (or was never started).")
         try:
             self._stop_runners()
         finally:

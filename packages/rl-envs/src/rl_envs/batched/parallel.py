@@ -262,6 +262,8 @@ class ParallelEnv(BatchedEnvBase):
             the check off (for steps that wait a long time on something outside the process).
         device: the sub-envs' device, restated (``"cpu"`` also pins device-free sub-envs); another
             device raises ``ValueError`` (build the sub-envs there instead).
+        share_individual_td: accepted for TorchRL compatibility: the sub-envs write into one
+            stacked buffer either way, and the data returned is the same.
         use_buffers: only ``True`` (the workers always exchange data through shared-memory buffers).
 
     Seeding (:mod:`tdict.seeding`): the workers are seeded in turn, each with the seed the previous
@@ -301,6 +303,7 @@ class ParallelEnv(BatchedEnvBase):
         heartbeat_timeout: float | None = 20.0,
         device: Any = None,
         use_buffers: bool = True,
+        share_individual_td: bool | None = None,
     ) -> None:
         if not shared_memory:
             raise ValueError(

@@ -34,6 +34,8 @@ class SerialEnv(BatchedEnvBase):
         serial_for_single: accepted for TorchRL compatibility (a SerialEnv always runs in-process).
         device: the sub-envs' device, restated (``"cpu"`` also pins device-free sub-envs); another
             device raises ``ValueError`` (build the sub-envs there instead).
+        share_individual_td: accepted for TorchRL compatibility: the sub-envs write into one
+            stacked buffer either way, and the data returned is the same.
         use_buffers: only ``True`` (the sub-envs always exchange data through preallocated buffers).
 
     Seeding (:mod:`tdict.seeding`): the sub-envs are seeded in turn, each with the seed the previous
@@ -62,6 +64,7 @@ class SerialEnv(BatchedEnvBase):
         serial_for_single: bool = False,
         device: Any = None,
         use_buffers: bool = True,
+        share_individual_td: bool | None = None,
     ) -> None:
         super().__init__(
             num_workers,

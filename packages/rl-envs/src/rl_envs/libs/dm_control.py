@@ -317,7 +317,7 @@ class DMControlWrapper(EnvBase):
     # ------------------------------------------------------------------ misc
     available_envs = _ClassProperty(_available_envs)
 
-    def close(self) -> None:
+    def close(self, *, raise_if_closed: bool = False) -> None:
         self._env.close()
 
     def __repr__(self) -> str:

@@ -584,7 +584,7 @@ class GymWrapper(EnvBase):
         return obs, info
 
     # ------------------------------------------------------------------ misc
-    def close(self) -> None:
+    def close(self, *, raise_if_closed: bool = False) -> None:
         self._env.close()
 
     def __repr__(self) -> str:

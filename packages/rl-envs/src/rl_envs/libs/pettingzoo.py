@@ -458,7 +458,7 @@ class PettingZooWrapper(EnvBase):
             rows.append(row)
         return torch.stack(rows, 0)
 
-    def close(self) -> None:
+    def close(self, *, raise_if_closed: bool = False) -> None:
         self._env.close()
 
     def __repr__(self) -> str:

@@ -421,7 +421,7 @@ class VmasWrapper(EnvBase):
             self._env.to(device)
         return cast(VmasWrapper, super().to(*args, **kwargs))  # EnvBase.to returns self
 
-    def close(self) -> None:
+    def close(self, *, raise_if_closed: bool = False) -> None:
         viewer = getattr(self._env, "viewer", None)
         if viewer is not None:
             viewer.close()

@@ -154,9 +154,9 @@ class TransformedEnv(EnvBase):
     def _set_seed(self, seed: int | None) -> None:
         self._seed_streams(seed)
 
-    def close(self) -> None:
+    def close(self, *, raise_if_closed: bool = False) -> None:
         self.transform.close()
-        self.base_env.close()
+        self.base_env.close(raise_if_closed=raise_if_closed)
 
     def __getattr__(self, name: str) -> Any:
         try:
