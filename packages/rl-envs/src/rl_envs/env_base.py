@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any, Callable, Sequence, TypeVar
+from typing import Any, Callable, Sequence
 
 import torch
 from torch import nn
@@ -19,7 +19,6 @@ __all__ = ["EnvBase", "SPEC_NAMES"]
 SPEC_NAMES = ("full_observation_spec", "full_reward_spec", "full_done_spec", "full_action_spec", "full_state_spec")
 _OUTPUT = ("full_observation_spec", "full_reward_spec", "full_done_spec")
 _INPUT = ("full_state_spec", "full_action_spec")
-_Env = TypeVar("_Env", bound="EnvBase")
 
 
 def _unbatched_property(name: str, doc: str) -> property:
@@ -102,7 +101,7 @@ class EnvBase(GeneratorState, nn.Module):
     _env_keys: EnvKeys | None
     _specs: dict[str, Composite]
 
-    def __new__(cls: type[_Env], *args: Any, _batch_locked: bool = True, **kwargs: Any) -> _Env:
+    def __new__(cls, *args: Any, _batch_locked: bool = True, **kwargs: Any) -> Any:
         # Subclasses may define ``__new__(cls, *args, **kwargs)`` that forwards its arguments here, and
         # may declare their specs there as class attributes ``_output_spec`` / ``_input_spec`` (TorchRL's
         # convention): those belong to the instance, and ``__init__`` adopts them. ``_batch_locked=False``
