@@ -34,7 +34,7 @@ def test_aliases_resolve_to_our_objects_and_placeholders_fail_where_used(tmp_pat
         """
         import tdict, tdict.nn, tdict.specs, rl_replay, rl_objectives
         import tensordict
-        from tensordict import TensorDict, TypedTensorDict
+        from tensordict import TensorDict, TensorDictStore
         from tensordict.nn import TensorDictModule
         from tensordict._torch_func import _stack
         from tensordict._td import _private_helper
@@ -44,18 +44,18 @@ def test_aliases_resolve_to_our_objects_and_placeholders_fail_where_used(tmp_pat
         assert TensorDict is tdict.TensorDict and TensorDictModule is tdict.nn.TensorDictModule
         assert Composite is tdict.specs.Composite and ReplayBuffer is rl_replay.ReplayBuffer
         assert DQNLoss is rl_objectives.DQNLoss and _stack is tdict.stack
-        assert not isinstance(TensorDict(), TypedTensorDict)
+        assert not isinstance(TensorDict(), TensorDictStore)
         try:
-            TypedTensorDict(a=1)
+            TensorDictStore(a=1)
         except NotImplementedError as err:
-            assert "tensordict.TypedTensorDict" in str(err), err
+            assert "tensordict.TensorDictStore" in str(err), err
         else:
             raise AssertionError("a placeholder was called without raising")
         try:
-            list(TypedTensorDict)  # no endless iteration through __getitem__
+            list(TensorDictStore)  # no endless iteration through __getitem__
         except NotImplementedError as err:
             assert "(iterated)" in str(err), err
-        assert TypedTensorDict["a"] is TypedTensorDict  # a generic base at import
+        assert TensorDictStore["a"] is TensorDictStore  # a generic base at import
         try:
             _private_helper()
         except NotImplementedError as err:
@@ -73,7 +73,7 @@ def test_aliases_resolve_to_our_objects_and_placeholders_fail_where_used(tmp_pat
     counts: dict = {}
     for part in tmp_path.glob("missing.*.json"):
         counts.update(json.loads(part.read_text()))
-    assert counts == {"tensordict.TypedTensorDict": 2, "tensordict._td._private_helper": 1}
+    assert counts == {"tensordict.TensorDictStore": 2, "tensordict._td._private_helper": 1}
 
 
 def test_runner_reports_each_file_and_class(tmp_path):
@@ -87,7 +87,7 @@ def test_runner_reports_each_file_and_class(tmp_path):
             """
             import torch
             from _utils_internal import TensorDict
-            from tensordict import TypedTensorDict
+            from tensordict import TensorDictStore
             from tensordict._td import _hidden
 
 
@@ -96,7 +96,7 @@ def test_runner_reports_each_file_and_class(tmp_path):
                     assert TensorDict(a=torch.ones(3), batch_size=[3]).sum()["a"] == 3
 
                 def test_missing(self):
-                    TypedTensorDict()
+                    TensorDictStore()
 
                 def test_private(self):
                     _hidden()
@@ -134,7 +134,7 @@ def test_runner_reports_each_file_and_class(tmp_path):
     small = summary["files"]["test/tensordict/test_small.py"]
     assert small["classes"]["TestSmall"]["tests"] == 3 and small["classes"]["TestSmall"]["ours_passed"] == 1
     assert small["classes"]["(module level)"]["tests"] == 1 and small["classes"]["(module level)"]["ours_passed"] == 0
-    assert dict(summary["missing_names"]) == {"tensordict.TypedTensorDict": 1, "tensordict._td._hidden": 1}
+    assert dict(summary["missing_names"]) == {"tensordict.TensorDictStore": 1, "tensordict._td._hidden": 1}
     cached = json.loads((tmp_path / "cache" / "tensordict.json").read_text())
     outcomes = {
         k.rsplit("::", 1)[-1]: v[0] for k, v in cached["runs"]["ours"]["test/tensordict/test_small.py"]["tests"].items()
@@ -153,7 +153,7 @@ def test_summary_sets_private_failures_apart_and_counts_only_the_real_librarys_p
         return {"f.py": {"tests": {f"f.C::{k}": v for k, v in tests.items()}, "status": 0, "seconds": 1.0}}
 
     msg_private = "NotImplementedError: conformance: our packages have no tensordict._td._x"
-    msg_not_built = "NotImplementedError: conformance: our packages have no tensordict.TypedTensorDict"
+    msg_not_built = "NotImplementedError: conformance: our packages have no tensordict.TensorDictStore"
     by_lib = {
         "ours": run(
             a=["passed", ""],

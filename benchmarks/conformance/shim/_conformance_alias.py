@@ -52,6 +52,7 @@ MODULES: dict[str, list[str]] = {
     "tensordict.functional": ["tdict"],
     "tensordict._torch_func": ["tdict"],
     "tensordict.tensorclass": ["tdict.tensorclass", "tdict.non_tensor", "tdict.non_tensor_stack", "tdict"],
+    "tensordict.typedtensordict": ["tdict.typed", "tdict"],
     "tensordict.memmap": ["tdict.memmap", "tdict"],
     "tensordict.persistent": ["tdict"],
     "tensordict.nn": ["tdict.nn"],

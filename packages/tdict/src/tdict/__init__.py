@@ -23,6 +23,7 @@ from .consolidate import from_consolidated
 from .persistence import MemmapLoadError, load, load_memmap, memmap, save
 from .tensorclass import TensorClass, is_tensorclass, tensorclass
 from .tensordict import TensorDict
+from .typed import TypedTensorDict
 from ._core import pytree as _pytree  # noqa: F401  (registers the collections as pytree nodes)
 from ._core.combining import dense_stack_tds, maybe_dense_stack, merge_tensordicts
 from ._core.constructors import (
@@ -52,6 +53,7 @@ __all__ = [
     "TensorClass",
     "TensorDict",
     "TensorDictBase",
+    "TypedTensorDict",
     "cat",
     "from_consolidated",
     "is_leaf_nontensor",
