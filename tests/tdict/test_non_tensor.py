@@ -326,3 +326,10 @@ def test_batchless_non_tensor_is_broadcast_over_the_batch_and_left_alone():
     with pytest.raises(RuntimeError, match=r"Key 'bad': nested collection of batch size \[2\]"):
         td["bad"] = NonTensorData("x", batch_size=[2])
     assert "bad" not in td.keys()
+
+
+def test_non_tensor_stack_of_plain_objects():
+    stack = NonTensorStack("a", {"b": 1}, NonTensorData("c"))
+    assert stack.batch_size == (3,)
+    assert stack.tolist() == ["a", {"b": 1}, "c"]
+    assert stack[1].data == {"b": 1}

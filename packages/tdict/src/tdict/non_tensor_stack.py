@@ -17,7 +17,7 @@ import torch
 
 from ._core.utils import NO_DEFAULT, normalize_dim, parse_batch_size, parse_device
 from ._core.indexing import index_on_cpu
-from .base import NON_TENSOR_CLASSES
+from .base import NON_TENSOR_CLASSES, TensorDictBase
 from .non_tensor import _NOT_UNIQUE, NonTensorData, _deepcopy_payload, _NonTensorBase, _payload_equal
 
 __all__ = ["NonTensorStack"]
@@ -37,7 +37,8 @@ class NonTensorStack(_NonTensorBase):
     stacked element back (a :class:`NonTensorData` when it came from one).
 
     Args:
-        *items: :class:`NonTensorData` / :class:`NonTensorStack` with the same batch size.
+        *items: :class:`NonTensorData` / :class:`NonTensorStack` with the same batch size, or plain
+            Python objects (each one a 0-dim element).
         stack_dim: the new dim (default 0).
 
     Examples:
@@ -61,6 +62,8 @@ class NonTensorStack(_NonTensorBase):
             )
             dev = None
         else:
+            # plain Python objects are stacked as 0-dim NonTensorData, as in tensordict
+            items = tuple(item if isinstance(item, TensorDictBase) else NonTensorData(item) for item in items)
             first = items[0]
             dim = normalize_dim(stack_dim, first.batch_dims + 1, "stack_dim")
             built = _stack_non_tensor(list(items), dim, None)
