@@ -3,7 +3,7 @@
 Deliberate differences from TorchRL, tested here: a mask and MultiCategorical's ``nvec`` keep their
 dtypes (TorchRL drops Categorical's mask, casts ``nvec`` and a MultiCategorical mask, which then
 breaks the spec), infinite float bounds cast to an integer dtype saturate at its range (TorchRL gives
-the dtype's minimum for both), and Bounded refuses bool as its constructor does.
+the dtype's minimum for both). A bool cast makes every nonzero bound True, as TorchRL's.
 """
 
 import pytest
@@ -85,8 +85,11 @@ def test_bounded_bounds_follow_the_dtype():
     inf = Bounded(-float("inf"), float("inf"), shape=(2,))
     assert inf.to(torch.int32).low.tolist() == [-(2**31)] * 2 and inf.to(torch.int32).high.tolist() == [2**31 - 1] * 2
     assert inf.to(torch.float64).high.tolist() == [float("inf")] * 2
-    with pytest.raises(TypeError, match=r"Bounded.to: dtype must not be torch.bool"):
-        spec.to(torch.bool)
+    as_bool = Bounded(-0.5, 1.5, shape=(2,)).to(torch.bool)  # TorchRL 0.14.1: low == high == [True, True]
+    assert (
+        as_bool.dtype == torch.bool and as_bool.low.tolist() == [True, True] and as_bool.high.tolist() == [True, True]
+    )
+    assert as_bool.rand().tolist() == [True, True]
 
 
 def test_masks_and_nvec_keep_their_dtype():

@@ -112,10 +112,15 @@ class TestOneHot:
         with pytest.raises(ValueError):
             spec.expand(2, 4)
         assert spec.unbind(0)[0].shape == (3,)
-        with pytest.raises(IndexError):
+        with pytest.raises(ValueError, match="event dim"):
             spec.unbind(1)  # the one-hot dim cannot be unbound
+        with pytest.raises(ValueError, match="event dim"):
+            spec.unbind(-1)  # negative dims count over the whole shape, as in TorchRL
+        assert spec.unbind(-2)[0].shape == (3,)
         assert spec.reshape(1, 2, 3).shape == (1, 2, 3)
-        assert spec[0].shape == (3,) and spec.unsqueeze(-1).shape == (2, 1, 3)
+        assert spec[0].shape == (3,) and spec.unsqueeze(-2).shape == (2, 1, 3)  # TorchRL 0.14.1: (2, 1, 3)
+        with pytest.raises(ValueError, match="event dim"):
+            spec.unsqueeze(-1)
         assert spec.enumerate().shape == (3, 2, 3) and spec.cardinality() == 3
 
 
@@ -160,7 +165,9 @@ class TestMultiOneHot:
         assert (x[:, :2].sum(-1) == 1).all() and (x[:, 2:].sum(-1) == 1).all()
         with pytest.raises(AssertionError, match="block 1"):
             spec.assert_is_in(torch.tensor([True, False, True, True, False]))
-        enc = spec.encode(np.array([[1, 2], [0, 0]]))
+        with pytest.raises(RuntimeError, match="is invalid for input of size 10"):  # TorchRL: one value per call
+            spec.encode(np.array([[1, 2], [0, 0]]))
+        enc = spec.expand(2, 5).encode(np.array([[1, 2], [0, 0]]))
         assert enc.tolist() == [[False, True, False, False, True], [True, False, True, False, False]]
         assert spec.to_numpy(enc).tolist() == [[1, 2], [0, 0]]
         assert spec.project(torch.tensor([0.4, 0.6, 0.1, 0.8, 0.0])).tolist() == [False, True, False, True, False]

@@ -28,7 +28,7 @@ class TestBounded:
     def test_scalar_bounds_broadcast(self):
         spec = Bounded(-2.0, 2.0, shape=(2, 3))
         assert spec.low.shape == (2, 3) and (spec.low == -2).all() and (spec.high == 2).all()
-        assert spec.ndim == 2 and spec.device is None
+        assert spec.ndim == 2 and spec.device == torch.device("cpu")  # leaves default to torch's device
 
     def test_shape_inferred_from_bounds(self):
         assert Bounded(torch.zeros(4), torch.ones(4)).shape == (4,)
@@ -86,8 +86,9 @@ class TestBounded:
         ispec = Bounded(0, 5, shape=(), dtype=torch.int64)
         assert ispec.encode(3).dtype == torch.int64
         np.testing.assert_array_equal(spec.to_numpy(x), np.array([0.25, 0.5], dtype=np.float32))
+        assert spec.to_numpy(torch.tensor([2.0, 0.0])).tolist() == [2.0, 0.0]  # unchecked by default, as TorchRL
         with pytest.raises(AssertionError):
-            spec.to_numpy(torch.tensor([2.0, 0.0]))
+            spec.to_numpy(torch.tensor([2.0, 0.0]), safe=True)
 
     def test_shape_ops(self):
         spec = Bounded(torch.arange(3.0), torch.arange(3.0) + 1, shape=(3,))
@@ -176,8 +177,9 @@ def test_tensor_and_mask_indices():
     assert spec[torch.tensor([True, False, True, False])].low[:, 0].tolist() == [0.0, 2.0]
     assert spec[torch.tensor([3, 1])].low[:, 0].tolist() == [3.0, 1.0]
     assert spec[None].shape == (1, 4, 3)
+    assert spec[..., 0].shape == (4,) and spec[..., 0].low.tolist() == [0.0, 1.0, 2.0, 3.0]
     with pytest.raises(IndexError):
-        spec[..., 0]
+        spec[0, 0, 0]
 
 
 def test_bounded_space_is_a_named_box():

@@ -14,16 +14,18 @@ Examples:
 
 from .base import TensorSpec
 from .bounded import Bounded, ContinuousBox
+from .choice import Choice
 from .composite import Composite
 from .discrete import Binary, Categorical, MultiCategorical, MultiOneHot, OneHot
 from .non_tensor import NonTensor
 from .stacked import Stacked, StackedComposite, stack_specs
-from .unbounded import Unbounded
+from .unbounded import Unbounded, UnboundedContinuous, UnboundedDiscrete
 
 __all__ = [
     "Binary",
     "Bounded",
     "Categorical",
+    "Choice",
     "Composite",
     "ContinuousBox",
     "MultiCategorical",
@@ -34,5 +36,7 @@ __all__ = [
     "StackedComposite",
     "TensorSpec",
     "Unbounded",
+    "UnboundedContinuous",
+    "UnboundedDiscrete",
     "stack_specs",
 ]

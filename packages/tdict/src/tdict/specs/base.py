@@ -53,8 +53,75 @@ def _shape_args(shape: tuple) -> torch.Size:
     return torch.Size(shape)
 
 
+def _index_part(part: Any) -> Any:
+    """One component of an index, with sequences (lists, tuples, ranges, arrays) as tensors."""
+    if isinstance(part, (list, tuple, range)):
+        try:
+            return torch.as_tensor(list(part) if isinstance(part, range) else part)
+        except (TypeError, ValueError, RuntimeError):
+            raise IndexError(f"unsupported index component {part!r}") from None
+    if type(part).__module__ == "numpy" and hasattr(part, "shape"):  # a numpy array (numpy is optional)
+        return torch.as_tensor(part)
+    return part
+
+
+def _batch_index(index: Any, batch: torch.Size) -> tuple:
+    """``index`` as a tuple over the dims of ``batch``: sequences become tensors (a list is one tensor
+    index, as in TorchRL), an ``Ellipsis`` becomes the full slices over the batch dims it stands for,
+    a slice with a negative step becomes the tensor of its indices (torch has no such slices; it may
+    not be combined with other tensor indices then), and integer tensor indices are checked against
+    their dim (``IndexError``, as torch would raise)."""
+    parts = tuple(_index_part(p) for p in index) if isinstance(index, tuple) else (_index_part(index),)
+    ellipses = [i for i, p in enumerate(parts) if p is Ellipsis]
+    if len(ellipses) > 1:
+        raise IndexError(f"an index can only have a single ellipsis, got {index!r}")
+    if ellipses:
+        used = 0
+        for p in parts:
+            if p is None or p is Ellipsis:
+                continue
+            used += p.ndim if isinstance(p, torch.Tensor) and p.dtype is torch.bool else 1
+        fill = len(batch) - used
+        if fill < 0:
+            raise IndexError(f"too many indices ({used}) for the {len(batch)} batch dims, in {index!r}")
+        i = ellipses[0]
+        parts = parts[:i] + (slice(None),) * fill + parts[i + 1 :]
+    backwards = sum(isinstance(p, slice) and p.step is not None and p.step < 0 for p in parts)
+    if backwards and backwards + sum(isinstance(p, torch.Tensor) for p in parts) > 1:
+        raise IndexError(
+            f"a slice with a negative step becomes a tensor index here, so it cannot be combined with other "
+            f"tensor indices or negative-step slices, got {index!r}"
+        )
+    out, pos = [], 0
+    for p in parts:
+        if p is not None and pos < len(batch):
+            size = batch[pos]
+            if isinstance(p, slice) and p.step is not None and p.step < 0:
+                p = torch.arange(*p.indices(size))
+            elif isinstance(p, torch.Tensor) and p.dtype is not torch.bool and p.numel():
+                if p.is_floating_point():
+                    raise IndexError(f"tensors used as indices must be integer or bool tensors, got {p.dtype}")
+                if bool(((p >= size) | (p < -size)).any()):
+                    raise IndexError(f"index {p.tolist()} is out of bounds for dimension {pos} with size {size}")
+        out.append(p)
+        if p is not None:
+            pos += p.ndim if isinstance(p, torch.Tensor) and p.dtype is torch.bool else 1
+    return tuple(out)
+
+
 def _device(device: Any) -> torch.device | None:
-    return None if device is None else torch.device(device)
+    """``device`` as a :class:`torch.device` (``None`` stays ``None``); a bare ``"cuda"`` gets the current index."""
+    if device is None:
+        return None
+    dev = torch.device(device)
+    if dev.type == "cuda" and dev.index is None:  # TorchRL's ordinal devices: "cuda" means "cuda:<current>"
+        dev = torch.device("cuda", torch.cuda.current_device())
+    return dev
+
+
+def _leaf_device(device: Any) -> torch.device:
+    """The device of a leaf spec: ``device``, or torch's default device when ``None`` (as in TorchRL)."""
+    return torch.get_default_device() if device is None else _device(device)  # pyright: ignore[reportReturnType]
 
 
 def _dest_device(dest: Any, owner: str) -> torch.device:
@@ -97,9 +164,11 @@ class TensorSpec:
     device: torch.device | None
     dtype: torch.dtype | None
 
+    _has_device = True  # leaf specs always have a device (torch's default one unless given); NonTensor may not
+
     def __init__(self, shape: Any, device: Any, dtype: torch.dtype | None) -> None:
         self.shape = _spec_shape(shape, type(self).__name__)
-        self.device = _device(device)
+        self.device = _leaf_device(device) if self._has_device else _device(device)
         self.dtype = dtype
         self._tensors: dict[str, torch.Tensor] = {}
         self._finish()
@@ -120,6 +189,49 @@ class TensorSpec:
     def ndimension(self) -> int:
         """The number of dims of :attr:`shape`."""
         return len(self.shape)
+
+    @property
+    def domain(self) -> str:
+        """``"continuous"`` for floating-point dtypes, ``"discrete"`` otherwise (TorchRL's ``domain``)."""
+        dtype = self.dtype
+        return "continuous" if dtype is not None and (dtype.is_floating_point or dtype.is_complex) else "discrete"
+
+    def clear_device_(self) -> Self:
+        """Does nothing and returns ``self``: a leaf spec always has a device (see :meth:`Composite.clear_device_`)."""
+        return self
+
+    def memoize_encode(self, mode: bool = True) -> None:
+        """Accepted for TorchRL compatibility; :meth:`encode` does one pass per call and caches nothing here.
+
+        Examples:
+            >>> from tdict.specs import Bounded
+            >>> spec = Bounded(0.0, 1.0, shape=(2,))
+            >>> spec.memoize_encode(True)
+            >>> spec.encode([0.5, 0.25]).tolist()
+            [0.5, 0.25]
+        """
+        if not isinstance(mode, bool):
+            raise TypeError(f"{type(self).__name__}.memoize_encode: mode must be a bool, got {type(mode).__name__}")
+
+    def erase_memoize_cache(self) -> None:
+        """Accepted for TorchRL compatibility: there is no encode cache to clear (see :meth:`memoize_encode`)."""
+
+    def type_check(self, value: torch.Tensor, key: Any = None) -> None:
+        """Raise ``TypeError`` when ``value``'s dtype is not the spec's (``key`` is accepted for Composite parity).
+
+        Examples:
+            >>> import torch
+            >>> from tdict.specs import Unbounded
+            >>> Unbounded(shape=(2,)).type_check(torch.zeros(2))
+            >>> Unbounded(shape=(2,)).type_check(torch.zeros(2, dtype=torch.int64))
+            Traceback (most recent call last):
+            ...
+            TypeError: value.dtype=torch.int64 but Unbounded.dtype=torch.float32
+        """
+        dtype = getattr(value, "dtype", None)
+        if dtype is not self.dtype:
+            where = "" if key is None else f" (key {key!r})"
+            raise TypeError(f"value.dtype={dtype} but {type(self).__name__}.dtype={self.dtype}{where}")
 
     @property
     def _batch_shape(self) -> torch.Size:
@@ -174,6 +286,14 @@ class TensorSpec:
         """Whether ``val`` lies in the spec (shape suffix, dtype and domain)."""
         return self._violation(val) is None
 
+    def contains(self, val: Any) -> bool:
+        """Same as :meth:`is_in`."""
+        return self._violation(val) is None
+
+    def sample(self, shape: Any = (), *, generator: torch.Generator | None = None) -> Any:
+        """Same as :meth:`rand`."""
+        return self.rand(shape, generator=generator)
+
     def assert_is_in(self, val: Any) -> None:
         """Raise ``AssertionError`` naming the violated condition when ``val`` is not in the spec."""
         why = self._violation(val)
@@ -191,21 +311,44 @@ class TensorSpec:
 
     # ---- conversion ------------------------------------------------------------------------
     def encode(self, val: Any, *, ignore_device: bool = False) -> torch.Tensor:
-        """Convert a numpy array / Python value to a tensor of the spec's dtype and device."""
+        """Convert a numpy array / Python value to a tensor of the spec's dtype and device.
+
+        A non-tensor value is reshaped to the spec's shape (it must have as many elements); a tensor
+        keeps its shape unless it is the spec's elements with fewer dims.
+
+        Raises:
+            RuntimeError: a non-tensor value cannot be reshaped to the spec's shape ("Shape mismatch").
+
+        Examples:
+            >>> from tdict.specs import Unbounded
+            >>> Unbounded(shape=(2, 1)).encode([1.0, 2.0]).shape
+            torch.Size([2, 1])
+            >>> Unbounded(shape=(2,)).encode([[1.0, 2.0], [3.0, 4.0]])
+            Traceback (most recent call last):
+            ...
+            RuntimeError: Shape mismatch: Unbounded.encode got a value of shape (2, 2), which cannot be reshaped to the spec shape (2,)
+        """
         if isinstance(val, torch.Tensor):
-            out = val
-        else:
-            flags = getattr(val, "flags", None)  # a numpy array (numpy is imported only by its users)
-            if flags is not None and not flags.writeable:
-                val = val.copy()
-            out = torch.as_tensor(val)
-        out = out.to(dtype=self.dtype, device=None if ignore_device else self.device)
-        if out.shape != self.shape and out.numel() == self.shape.numel() and out.ndim <= len(self.shape):
+            out = val.to(dtype=self.dtype, device=None if ignore_device else self.device)
+            if out.shape != self.shape and out.numel() == self.shape.numel() and out.ndim <= len(self.shape):
+                out = out.reshape(self.shape)
+            return out
+        flags = getattr(val, "flags", None)  # a numpy array (numpy is imported only by its users)
+        if flags is not None and not flags.writeable:
+            val = val.copy()
+        out = torch.as_tensor(val).to(dtype=self.dtype, device=None if ignore_device else self.device)
+        if out.shape != self.shape:
+            if out.numel() != self.shape.numel():
+                raise RuntimeError(
+                    f"Shape mismatch: {type(self).__name__}.encode got a value of shape {tuple(out.shape)}, "
+                    f"which cannot be reshaped to the spec shape {tuple(self.shape)}"
+                )
             out = out.reshape(self.shape)
         return out
 
-    def to_numpy(self, val: torch.Tensor, safe: bool = True) -> "numpy.ndarray":
-        """Convert a tensor of the spec to numpy (checked with :meth:`assert_is_in` when ``safe``)."""
+    def to_numpy(self, val: torch.Tensor, safe: bool | None = None) -> "numpy.ndarray":
+        """Convert a tensor of the spec to numpy, checked with :meth:`assert_is_in` when ``safe`` is true
+        (unchecked by default, as in TorchRL)."""
         if safe:
             self.assert_is_in(val)
         return val.detach().cpu().numpy()
@@ -222,12 +365,17 @@ class TensorSpec:
         return self._rebuild(shape, {k: fn(v) for k, v in self._tensors.items()})
 
     def _dim(self, dim: int) -> int:
-        nb = len(self._batch_shape)
-        if not -nb <= dim < nb:
-            raise IndexError(
-                f"{type(self).__name__}: dim {dim} out of range for batch shape {tuple(self._batch_shape)}"
+        """A batch dim: negative dims count from the end of the whole shape, as in TorchRL, and the event
+        dim of one-hot specs (the last one) is refused with a ``ValueError``."""
+        n, nb = len(self.shape), len(self._batch_shape)
+        if not -n <= dim < n:
+            raise IndexError(f"{type(self).__name__}: dim {dim} out of range for shape {tuple(self.shape)}")
+        d = dim + n if dim < 0 else dim
+        if d >= nb:
+            raise ValueError(
+                f"{type(self).__name__}: dim {dim} is the event dim (the last one), which must remain unchanged"
             )
-        return dim + nb if dim < 0 else dim
+        return d
 
     def expand(self, *shape: Any) -> "TensorSpec":
         """Expand to ``shape`` (which must end with the current shape, or match it with -1)."""
@@ -263,6 +411,16 @@ class TensorSpec:
 
     view = reshape
 
+    def unflatten(self, dim: int, sizes: Sequence[int]) -> "TensorSpec":
+        """Split batch dim ``dim`` into ``sizes`` (as :func:`torch.unflatten`)."""
+        shape = torch.empty(self._batch_shape, device="meta").unflatten(dim, tuple(sizes)).shape
+        return self.reshape(shape + self.shape[len(self._batch_shape) :])
+
+    def flatten(self, start_dim: int, end_dim: int) -> "TensorSpec":
+        """Merge batch dims ``start_dim..end_dim`` into one (as :func:`torch.flatten`)."""
+        shape = torch.empty(self._batch_shape, device="meta").flatten(start_dim, end_dim).shape
+        return self.reshape(shape + self.shape[len(self._batch_shape) :])
+
     def squeeze(self, dim: int | None = None) -> "TensorSpec":
         """Remove singleton batch dims (all, or only ``dim``)."""
         bs = self._batch_shape
@@ -275,13 +433,16 @@ class TensorSpec:
         return self._map(self.shape[:dim] + self.shape[dim + 1 :], lambda t: t.squeeze(dim))
 
     def unsqueeze(self, dim: int) -> "TensorSpec":
-        """Insert a singleton batch dim at ``dim``."""
-        nb = len(self._batch_shape)
-        if not -nb - 1 <= dim <= nb:
-            raise IndexError(
-                f"{type(self).__name__}.unsqueeze: dim {dim} out of range for batch shape {tuple(self._batch_shape)}"
+        """Insert a singleton batch dim at ``dim`` (negative dims count from the end of the whole shape, as in
+        TorchRL; a one-hot spec's event dim stays last, so ``-1`` is refused there with a ``ValueError``)."""
+        n, nb = len(self.shape), len(self._batch_shape)
+        if not -n - 1 <= dim <= n:
+            raise IndexError(f"{type(self).__name__}.unsqueeze: dim {dim} out of range for shape {tuple(self.shape)}")
+        dim = dim + n + 1 if dim < 0 else dim
+        if dim > nb:
+            raise ValueError(
+                f"{type(self).__name__}.unsqueeze: dim {dim} would follow the event dim, which must remain last"
             )
-        dim = dim + nb + 1 if dim < 0 else dim
         return self._map(self.shape[:dim] + (1,) + self.shape[dim:], lambda t: t.unsqueeze(dim))
 
     def unbind(self, dim: int = 0) -> tuple["TensorSpec", ...]:
@@ -291,17 +452,22 @@ class TensorSpec:
         return tuple(self._map(new, lambda t, i=i: t.select(dim, i)) for i in range(self.shape[dim]))
 
     def __getitem__(self, index: Any) -> "TensorSpec":
-        """Index the leading (batch) dims, like a tensor of the spec's shape."""
-        if (
-            isinstance(index, str)
-            or (isinstance(index, tuple) and any(i is Ellipsis for i in index))
-            or index is Ellipsis
-        ):
-            raise IndexError(
-                f"{type(self).__name__}: only int/slice/tensor indices over the batch dims are supported, got {index!r}"
-            )
+        """Index the leading (batch) dims, like a tensor of the spec's shape (the event dim of one-hot
+        specs is never indexed: ``...`` stands for batch dims only).
+
+        Examples:
+            >>> from tdict.specs import OneHot, Unbounded
+            >>> Unbounded(shape=(5, 3))[[0, 1], None].shape
+            torch.Size([2, 1, 3])
+            >>> OneHot(4, shape=(5, 3, 4))[..., 0].shape
+            torch.Size([5, 4])
+        """
+        if isinstance(index, str):
+            raise IndexError(f"{type(self).__name__}: a leaf spec has no keys, got the index {index!r}")
+        nb = len(self._batch_shape)
+        index = _batch_index(index, self._batch_shape)
         probe = torch.empty(self._batch_shape, device="meta")[index]
-        return self._map(probe.shape + self.shape[len(self._batch_shape) :], lambda t: t[index])
+        return self._map(probe.shape + self.shape[nb:], lambda t: t[index])
 
     def to(self, dest: Any) -> Self:
         """A copy on the device ``dest`` (a ``str``, ``int`` or :class:`torch.device`), or with the dtype

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import copy
 import math
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import TYPE_CHECKING, Any, Iterator
 
 import torch
 
-from .base import TensorSpec, _device, _draw_on, _moved, _size, _spec_shape
+from .base import TensorSpec, _draw_on, _leaf_device, _moved, _size, _spec_shape
 
 if TYPE_CHECKING:
     from typing_extensions import Self  # typing.Self is new in 3.11
@@ -15,18 +16,81 @@ if TYPE_CHECKING:
 __all__ = ["Bounded", "ContinuousBox"]
 
 
-class ContinuousBox(NamedTuple):
-    """The box of a :class:`Bounded` spec: a ``(low, high)`` pair with named fields.
+class ContinuousBox:
+    """The box of a :class:`Bounded` spec: ``low`` and ``high`` tensors, unpackable as a ``(low, high)`` pair.
+
+    A box read from ``spec.space`` writes through: assigning ``box.low`` / ``box.high`` (an in-place
+    ``box.low += 1`` included) sets the spec's bound, as TorchRL's box does.
 
     Examples:
         >>> from tdict.specs import Bounded
-        >>> box = Bounded(-2.0, 2.0, shape=(1,)).space
-        >>> box.low, box.high
+        >>> spec = Bounded(-2.0, 2.0, shape=(1,))
+        >>> low, high = spec.space
+        >>> low, high
         (tensor([-2.]), tensor([2.]))
+        >>> spec.space.low += 1
+        >>> spec.low
+        tensor([-1.])
     """
 
-    low: torch.Tensor
-    high: torch.Tensor
+    __slots__ = ("_low", "_high", "_owner")
+
+    def __init__(self, low: torch.Tensor, high: torch.Tensor, _owner: Any = None) -> None:
+        self._low, self._high, self._owner = low, high, _owner
+
+    @property
+    def low(self) -> torch.Tensor:
+        """The lower bound."""
+        return self._low
+
+    @low.setter
+    def low(self, value: Any) -> None:
+        self._set(value, self._high)
+
+    @property
+    def high(self) -> torch.Tensor:
+        """The upper bound."""
+        return self._high
+
+    @high.setter
+    def high(self, value: Any) -> None:
+        self._set(self._low, value)
+
+    def _set(self, low: Any, high: Any) -> None:
+        owner = self._owner
+        if owner is not None:
+            owner._set_bounds(low, high)
+            low, high = owner.low, owner.high
+        self._low, self._high = torch.as_tensor(low), torch.as_tensor(high)
+
+    def __iter__(self) -> Iterator[torch.Tensor]:
+        return iter((self._low, self._high))
+
+    def __len__(self) -> int:
+        return 2
+
+    def __getitem__(self, i: int) -> torch.Tensor:
+        return (self._low, self._high)[i]
+
+    def __eq__(self, other: Any) -> bool:
+        if not isinstance(other, ContinuousBox):
+            return False
+        a, b = self, other
+        return (
+            a.low.shape == b.low.shape
+            and a.high.shape == b.high.shape
+            and a.low.dtype == b.low.dtype
+            and bool(torch.equal(a.low, b.low.to(a.low.device)))
+            and bool(torch.equal(a.high, b.high.to(a.high.device)))
+        )
+
+    def __ne__(self, other: Any) -> bool:
+        return not self == other
+
+    __hash__ = None  # pyright: ignore[reportAssignmentType]  (mutable)
+
+    def __repr__(self) -> str:
+        return f"ContinuousBox(low={self._low}, high={self._high})"
 
 
 def _to_int(bound: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
@@ -48,7 +112,8 @@ class Bounded(TensorSpec):
         high: upper bound, same rules.
         shape: the spec shape (default: the broadcast shape of the bounds).
         device: where generated values live.
-        dtype: float (uniform sampling) or integer dtype (uniform over ``low..high`` inclusive).
+        dtype: float (uniform sampling), integer (uniform over ``low..high`` inclusive) or bool (the
+            bounds become bools, any nonzero one ``True``, as in TorchRL; prefer :class:`Binary`).
 
     Examples:
         >>> import torch
@@ -65,6 +130,7 @@ class Bounded(TensorSpec):
         True
     """
 
+    _is_bounded = True
     dtype: torch.dtype  # always set (default: torch's default float dtype)
     _scale: torch.Tensor | None  # high - low (+ 1 for integers); None for a float box with an infinite bound
 
@@ -73,11 +139,13 @@ class Bounded(TensorSpec):
     ) -> None:
         if dtype is None:
             dtype = torch.get_default_dtype()
-        if dtype is torch.bool:
-            raise TypeError("Bounded: bool dtype is not supported, use Binary")
-        dev = _device(device)
+        if not isinstance(dtype, torch.dtype):
+            raise TypeError(f"Bounded: dtype must be a torch.dtype, got {type(dtype).__name__} {dtype!r}")
+        dev = _leaf_device(device)
         low, high = torch.as_tensor(low, device=dev), torch.as_tensor(high, device=dev)
-        if dtype.is_floating_point:
+        if dtype is torch.bool:  # as TorchRL: the bounds become bools (any nonzero bound is True)
+            work = torch.bool
+        elif dtype.is_floating_point:
             work = dtype
         elif low.is_floating_point() or high.is_floating_point():
             work = torch.float64
@@ -118,8 +186,32 @@ class Bounded(TensorSpec):
 
     @property
     def space(self) -> "ContinuousBox":
-        """The box ``(low, high)``; ``spec.space.low`` / ``spec.space.high`` as in TorchRL."""
-        return ContinuousBox(self.low, self.high)
+        """The box ``(low, high)``; ``spec.space.low`` / ``spec.space.high`` as in TorchRL (assignable: see
+        :class:`ContinuousBox`; assigning ``spec.space`` a box sets both bounds)."""
+        # copies: an in-place edit of the box (``box.low += 1``) reaches the spec through the setter only,
+        # never the bound tensors themselves, which expanded specs may share
+        return ContinuousBox(self.low.clone(), self.high.clone(), self)
+
+    @space.setter
+    def space(self, box: Any) -> None:
+        low, high = box
+        self._set_bounds(low, high)
+
+    def _set_bounds(self, low: Any, high: Any) -> None:
+        """Replace the bounds (cast to the dtype, broadcast to the shape), checked before anything changes."""
+        dev = self.device
+        low, high = torch.as_tensor(low, device=dev), torch.as_tensor(high, device=dev)
+        try:
+            low, high = low.expand(self.shape).to(self.dtype).clone(), high.expand(self.shape).to(self.dtype).clone()
+        except RuntimeError:
+            raise ValueError(
+                f"Bounded.space: bounds of shapes {tuple(low.shape)} and {tuple(high.shape)} do not broadcast to "
+                f"the spec shape {tuple(self.shape)}"
+            ) from None
+        if bool((low > high).any()):
+            raise ValueError(f"Bounded.space: low must be <= high, got low={low} high={high}")
+        self._tensors = {**self._tensors, "low": low, "high": high}
+        self._finish()
 
     def _finish(self) -> None:
         low, high = self._tensors["low"], self._tensors["high"]
@@ -137,7 +229,8 @@ class Bounded(TensorSpec):
             self._scale = high.double() - low.double() + 1
             if low.numel():
                 lo, hi = int(low.reshape(-1)[0]), int(high.reshape(-1)[0])
-                if bool((low == lo).all() and (high == hi).all()) and hi < torch.iinfo(self.dtype).max:
+                top = 2 if self.dtype is torch.bool else torch.iinfo(self.dtype).max  # randint's bound must fit
+                if bool((low == lo).all() and (high == hi).all()) and hi < top:
                     self._randint = (lo, hi + 1)
 
     def rand(self, shape: Any = (), *, generator: torch.Generator | None = None) -> torch.Tensor:
@@ -147,11 +240,11 @@ class Bounded(TensorSpec):
         uniform = self._uniform
         if uniform is not None:  # uniform on [low, high), like the general path below
             x = torch.empty(full, dtype=self.dtype, device=on).uniform_(uniform[0], uniform[1], generator=generator)
-            return _moved(x, device)
+            return x if generator is None else _moved(x, device)
         randint = self._randint
         if randint is not None:  # uniform on low..high inclusive
             x = torch.randint(randint[0], randint[1], full, dtype=self.dtype, device=on, generator=generator)
-            return _moved(x, device)
+            return x if generator is None else _moved(x, device)
         low = self._tensors["low"]
         if self.dtype.is_floating_point:
             if self._finite:
@@ -200,8 +293,7 @@ class Bounded(TensorSpec):
         Float bounds become integers by truncation toward zero (``-0.5..1.5`` gives ``0..1``); a bound
         beyond the integer dtype's range (an infinite one included) becomes that range's end.
 
-        Raises:
-            TypeError: ``dtype`` is bool (a Bounded spec cannot be bool, use Binary).
+        A bool cast makes every nonzero bound ``True``, as TorchRL's.
 
         Examples:
             >>> import torch
@@ -212,15 +304,15 @@ class Bounded(TensorSpec):
             >>> Bounded(0, 5, shape=(), dtype=torch.int64).to(torch.float64).high
             tensor(5., dtype=torch.float64)
         """
-        if dtype is torch.bool:
-            raise TypeError(f"Bounded.to: dtype must not be torch.bool (use Binary for 0/1 values), got {dtype}")
         low, high = self._tensors["low"], self._tensors["high"]
-        if dtype.is_floating_point or dtype.is_complex:
+        if dtype is torch.bool:
+            low, high = low.to(dtype), high.to(dtype)
+        elif dtype.is_floating_point or dtype.is_complex:
             low, high = low.to(dtype), high.to(dtype)
         else:
             low, high = _to_int(low, dtype), _to_int(high, dtype)
-        out = self._rebuild(self.shape, {"low": low, "high": high})
-        out.dtype = dtype
+        out = copy.copy(self)
+        out.dtype, out._tensors = dtype, {"low": low, "high": high}
         out._finish()
         return out
 

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-from typing import Any, Iterator
+import weakref
+from typing import Any, Iterator, Sequence
 
 import torch
 
 from ..tensordict import TensorDict
-from .base import _dest_device, _device, _shape_args, _size, _spec_shape
+from .base import _batch_index, _dest_device, _device, _shape_args, _size, _spec_shape
 
 __all__ = ["Composite"]
 
@@ -21,6 +22,33 @@ def _flat(key: Any) -> tuple[str, ...]:
 
 
 _MISSING = object()
+
+
+def _unravel(key: Any) -> Any:
+    """A nested key in its flat form: nested tuples flattened, a 1-tuple as its string."""
+    if isinstance(key, str):
+        return key
+    if not isinstance(key, tuple):
+        return key
+    flat: list = []
+    for k in key:
+        u = _unravel(k)
+        if isinstance(u, tuple):
+            flat.extend(u)
+        else:
+            flat.append(u)
+    return flat[0] if len(flat) == 1 else tuple(flat)
+
+
+class _KeyList(list):
+    """The list :meth:`Composite.keys` returns: ``in`` accepts any spelling of a nested key
+    (``("a",)`` for ``"a"``, ``("a", ("b",))`` for ``("a", "b")``), as TorchRL's keys view does."""
+
+    def __contains__(self, key: Any) -> bool:
+        if list.__contains__(self, key):
+            return True
+        flat = _unravel(key)
+        return flat is not key and list.__contains__(self, flat)
 
 
 class Composite:
@@ -58,40 +86,207 @@ class Composite:
     """
 
     _is_spec = True
+    _promotable = True  # set() gives a Composite with fewer dims the parent's shape (see set)
+    domain = "composite"
+    _FORBIDDEN = frozenset({"shape", "device", "dtype", "space"})  # attribute names, never keys (as in TorchRL)
 
     def __init__(
-        self, specs: Any = None, shape: Any = None, device: Any = None, batch_size: Any = None, **kwargs: Any
+        self,
+        specs: Any = None,
+        shape: Any = None,
+        device: Any = None,
+        batch_size: Any = None,
+        *,
+        names: Sequence[str | None] | None = None,
+        **kwargs: Any,
     ) -> None:
         if shape is None:
             shape = batch_size
-        self.shape = _spec_shape(shape, "Composite")
+        elif batch_size is not None:
+            raise TypeError("Composite: pass shape or batch_size, not both")
+        if specs is not None and not isinstance(specs, (dict, Composite)):
+            raise TypeError(f"Composite: specs must be a dict or a Composite of specs, got {type(specs).__name__}")
+        self._shape = _spec_shape(shape, "Composite")
         self.device = _device(device)
         self._specs: dict[str, Any] = {}
         self._locked = False
+        self._lock_parents: list[weakref.ref] = []  # Composites whose recursive lock_ locked this one
         self._items: tuple | None = None
-        entries = dict(specs) if specs is not None else {}
+        self._names: list | None = None
+        entries = dict(specs.items()) if specs is not None else {}
         entries.update(kwargs)
         for key, value in entries.items():
-            self.set(key, value)
+            self[key] = value
+        if names is not None:
+            self.names = names
 
     # ---- attributes ------------------------------------------------------------------------
     @property
+    def shape(self) -> torch.Size:
+        """The batch shape every entry's shape starts with.
+
+        Setting it checks every entry first: a nested Composite whose shape does not start with the
+        new one gets it (recursively), a leaf spec that does not raises ``ValueError``; nothing is
+        changed when one does not fit.
+
+        Examples:
+            >>> from tdict.specs import Composite, Unbounded
+            >>> spec = Composite(a=Unbounded(shape=(3, 2)), b=Composite(shape=(3,)), shape=(3,))
+            >>> spec.shape = ()
+            >>> spec.shape, spec["b"].shape
+            (torch.Size([]), torch.Size([3]))
+            >>> spec.shape = (4,)
+            Traceback (most recent call last):
+            ...
+            ValueError: Composite.shape: the spec at key 'a' has shape (3, 2), which does not start with the new shape (4,)
+        """
+        return self._shape
+
+    @shape.setter
+    def shape(self, value: Any) -> None:
+        new = _spec_shape(value, "Composite")
+        if self._locked:
+            raise RuntimeError("Cannot modify shape of locked composite spec.")
+        self._check_shape(new)
+        self._apply_shape(new)
+
+    def _check_shape(self, new: torch.Size) -> None:
+        n = len(new)
+        for key, spec in self._specs.items():
+            if spec is None or spec.shape[:n] == new:
+                continue
+            if isinstance(spec, Composite):
+                spec._check_shape(new)
+            else:
+                raise ValueError(
+                    f"Composite.shape: the spec at key {key!r} has shape {tuple(spec.shape)}, which does not start "
+                    f"with the new shape {tuple(new)}"
+                )
+
+    def _apply_shape(self, new: torch.Size) -> None:
+        n = len(new)
+        for spec in self._specs.values():
+            if isinstance(spec, Composite) and spec.shape[:n] != new:
+                spec._apply_shape(new)
+        if self._names is not None and len(self._names) != n:
+            self._names = None
+        self._shape = new
+
+    @property
     def batch_size(self) -> torch.Size:
         """The batch shape (same as ``shape``)."""
-        return self.shape
+        return self._shape
+
+    @batch_size.setter
+    def batch_size(self, value: Any) -> None:
+        self.shape = value
 
     @property
     def ndim(self) -> int:
         """The number of batch dims."""
-        return len(self.shape)
+        return len(self._shape)
 
     def ndimension(self) -> int:
         """The number of batch dims."""
-        return len(self.shape)
+        return len(self._shape)
+
+    @property
+    def names(self) -> list:
+        """The names of the batch dims (``None`` for an unnamed dim); generated TensorDicts carry them.
+
+        Setting a list of ``ndim`` names (or ``None`` to clear them) also names the leading dims of the
+        nested Composites.
+
+        Examples:
+            >>> from tdict.specs import Composite, Unbounded
+            >>> spec = Composite(obs=Unbounded(shape=(4, 2, 3)), shape=(4, 2), names=["batch", "time"])
+            >>> spec.names, spec.rand().names
+            (['batch', 'time'], ['batch', 'time'])
+            >>> Composite(shape=(4,)).names
+            [None]
+        """
+        names = self._names
+        return [None] * len(self._shape) if names is None else list(names)
+
+    @names.setter
+    def names(self, value: Sequence[str | None] | None) -> None:
+        if value is None:
+            self._names = None
+            return
+        if isinstance(value, str) or not isinstance(value, Sequence):
+            raise TypeError(f"Composite.names: expected a sequence of names (str or None), got {value!r}")
+        value = list(value)
+        if len(value) != len(self._shape):
+            raise ValueError(f"Expected {len(self._shape)} names, but got {len(value)} names: {value}")
+        bad = [v for v in value if v is not None and not isinstance(v, str)]
+        if bad:
+            raise TypeError(f"Composite.names: each name must be a str or None, got {bad[0]!r}")
+        self._names = value
+        for spec in self._specs.values():
+            if isinstance(spec, Composite) and spec.ndim >= len(value):
+                spec.names = value + spec.names[len(value) :]
+
+    def _has_names(self) -> bool:
+        return self._names is not None
+
+    def _erase_names(self) -> None:
+        self._names = None
+
+    def _td_names(self, lead: int = 0) -> list | None:
+        """The names for a generated TensorDict with ``lead`` extra leading dims (``None`` when unnamed)."""
+        names = self._names
+        if names is None:
+            return None
+        return [None] * lead + names if lead else names
+
+    def refine_names(self, *names: Any) -> "Composite":
+        """Name the unnamed batch dims (in place); a named dim keeps its name. ``...`` stands for the dims
+        left out. Returns ``self``.
+
+        Raises:
+            RuntimeError: a name differs from the one the dim already has.
+
+        Examples:
+            >>> from tdict.specs import Composite
+            >>> Composite(shape=(3, 4, 5)).refine_names("a", ..., "c").names
+            ['a', None, 'c']
+        """
+        if len(names) == 1 and isinstance(names[0], (list, tuple)):
+            names = tuple(names[0])
+        if sum(n is Ellipsis for n in names) > 1:
+            raise ValueError("Composite.refine_names: at most one Ellipsis is allowed")
+        if any(n is Ellipsis for n in names):
+            i = names.index(Ellipsis)
+            fill = len(self._shape) - len(names) + 1
+            if fill < 0:
+                raise ValueError(f"Composite.refine_names: {len(names) - 1} names for {len(self._shape)} dims")
+            names = names[:i] + (None,) * fill + names[i + 1 :]
+        if len(names) != len(self._shape):
+            raise ValueError(f"Expected {len(self._shape)} names, but got {len(names)} names: {list(names)}")
+        current = self.names
+        merged = []
+        for cur, new in zip(current, names):
+            if cur is not None and new is not None and cur != new:
+                raise RuntimeError(f"refine_names: cannot coerce Composite names {current} with {list(names)}.")
+            merged.append(cur if new is None else new)
+        self.names = merged
+        return self
 
     @property
     def is_locked(self) -> bool:
         """Whether setting and deleting keys is forbidden (see :meth:`lock_`)."""
+        return self._locked
+
+    @is_locked.setter
+    def is_locked(self, value: bool) -> None:
+        if value:
+            self.lock_()
+        else:
+            self.unlock_()
+
+    @property
+    def locked(self) -> bool:
+        """Same as :attr:`is_locked`."""
         return self._locked
 
     def _leaf_items(self) -> tuple:
@@ -103,44 +298,77 @@ class Composite:
     # ---- dict API --------------------------------------------------------------------------
     def _check_unlocked(self, what: str, key: Any) -> None:
         if self._locked:
-            raise RuntimeError(f"Composite is locked: cannot {what} key {key!r} (call unlock_() first)")
+            raise RuntimeError(f"Cannot modify a locked Composite. (cannot {what} key {key!r}; call unlock_() first)")
 
     def set(self, key: Any, spec: Any) -> "Composite":
         """Set ``key`` (nested keys create intermediate Composites); the spec's shape must start with ``self.shape``.
 
-        ``spec`` may be ``None``: a placeholder entry (see the class docstring).
+        ``spec`` may be ``None``: a placeholder entry (see the class docstring), or a dict (a nested
+        Composite). A Composite or :class:`NonTensor` spec with fewer dims, whose shape ``self.shape``
+        starts with, is copied and given ``self.shape`` (as in TorchRL); a spec on another device is
+        moved to ``self.device`` when that is set.
+
+        Raises:
+            AttributeError: ``key`` is ``"shape"``, ``"device"``, ``"dtype"`` or ``"space"`` (names of attributes).
+            TypeError: ``key`` is not a string or a tuple of strings, or ``spec`` is not a spec.
+            ValueError: the spec's shape does not start with ``self.shape``.
+            RuntimeError: the Composite is locked.
+
+        Examples:
+            >>> from tdict.specs import Composite, Unbounded
+            >>> spec = Composite(shape=(2,))
+            >>> spec["a", "b"] = Unbounded(shape=(2, 3))
+            >>> spec["c"] = Composite(d=Unbounded(shape=(2,)))  # shape () is promoted to (2,)
+            >>> spec["a"].shape, spec["c"].shape
+            (torch.Size([2]), torch.Size([2]))
         """
+        if not _is_key(key):
+            raise TypeError(f"Composite.set: keys are strings or tuples of strings, got {key!r} ({type(key).__name__})")
         key = _flat(key)
         if len(key) > 1:
             sub = self._specs.get(key[0])
             if sub is None:
                 self._check_unlocked("set", key)
-                sub = Composite(shape=self.shape, device=self.device)
+                if key[0] in self._FORBIDDEN:
+                    raise AttributeError(f"Composite[{key[0]!r}] cannot be set: {key[0]!r} is an attribute name")
+                sub = Composite(shape=self._shape, device=self.device)
+                sub.set(key[1:], spec)  # checked before the new branch is attached
                 self._specs[key[0]] = sub
                 self._items = None
-            elif not isinstance(sub, Composite):
+                return self
+            if not isinstance(sub, Composite):
                 raise KeyError(
                     f"Composite.set: {key[0]!r} holds a {type(sub).__name__}, not a Composite, so {key!r} cannot be set"
                 )
             sub.set(key[1:], spec)
             return self
         name = key[0]
+        if name in self._FORBIDDEN:
+            raise AttributeError(f"Composite[{name!r}] cannot be set: {name!r} is an attribute name")
         self._check_unlocked("set", name)
         if spec is None:
             self._specs[name] = None
             self._items = None
             return self
         if isinstance(spec, dict):
-            spec = Composite(spec, shape=self.shape, device=self.device)
+            spec = Composite(spec, shape=self._shape, device=self.device)
         if not getattr(type(spec), "_is_spec", False):
             raise TypeError(
                 f"Composite.set: the spec for key {name!r} must be a spec (TensorSpec, Composite, Stacked...) or None, got {type(spec).__name__}"
             )
-        n = len(self.shape)
-        if spec.shape[:n] != self.shape:
-            raise ValueError(
-                f"Composite.set: the spec for key {name!r} has shape {tuple(spec.shape)}, which does not start with the Composite shape {tuple(self.shape)}"
-            )
+        n = len(self._shape)
+        if spec.shape[:n] != self._shape:
+            if (
+                getattr(spec, "_promotable", False)
+                and len(spec.shape) < n
+                and self._shape[: len(spec.shape)] == spec.shape
+            ):
+                spec = spec.clone()
+                spec.shape = self._shape
+            else:
+                raise ValueError(
+                    f"Composite.set: the spec for key {name!r} has shape {tuple(spec.shape)}, which does not start with the Composite shape {tuple(self._shape)}"
+                )
         if self.device is not None and spec.device != self.device:
             spec = spec.to(self.device)
         self._specs[name] = spec
@@ -178,6 +406,8 @@ class Composite:
         return self._index(key)
 
     def __delitem__(self, key: Any) -> None:
+        if not _is_key(key):
+            raise TypeError(f"Composite: keys are strings or tuples of strings, got {key!r} ({type(key).__name__})")
         key = _flat(key)
         parent = self.get(key[:-1]) if len(key) > 1 else self
         if not isinstance(parent, Composite) or key[-1] not in parent._specs:
@@ -193,6 +423,25 @@ class Composite:
             del self[key]
         return out
 
+    def separates(self, *keys: Any, default: Any = None) -> "Composite | None":
+        """Remove ``keys`` from ``self`` and return them as a new Composite (``None`` when none was there).
+
+        Examples:
+            >>> from tdict.specs import Composite, Unbounded
+            >>> spec = Composite(a=Unbounded(), b=Unbounded())
+            >>> out = spec.separates("a", "missing")
+            >>> out.keys(), spec.keys()
+            (['a'], ['b'])
+        """
+        out = None
+        for key in keys:
+            value = self.pop(key, default)
+            if value is not None:
+                if out is None:
+                    out = Composite(shape=self._shape, device=self.device)
+                out[key] = value
+        return out
+
     def __contains__(self, key: Any) -> bool:
         return _is_key(key) and self.get(key, _MISSING) is not _MISSING
 
@@ -203,8 +452,15 @@ class Composite:
         return iter(self._specs)
 
     def keys(self, include_nested: bool = False, leaves_only: bool = False) -> list:
-        """Keys (nested ones as tuples when ``include_nested``; only leaf specs when ``leaves_only``)."""
-        return [k for k, _ in self.items(include_nested, leaves_only)]
+        """Keys (nested ones as tuples when ``include_nested``; only leaf specs when ``leaves_only``), as a list.
+
+        Examples:
+            >>> from tdict.specs import Composite, Unbounded
+            >>> spec = Composite(a=Composite(b=Unbounded()))
+            >>> spec.keys(True), ("a", ("b",)) in spec.keys(True), ("a",) in spec.keys()
+            (['a', ('a', 'b')], True, True)
+        """
+        return _KeyList(k for k, _ in self.items(include_nested, leaves_only))
 
     def items(self, include_nested: bool = False, leaves_only: bool = False) -> list:
         """``(key, spec)`` pairs, with the same options as :meth:`keys`."""
@@ -263,25 +519,143 @@ class Composite:
         """An empty Composite with the same shape and device."""
         return Composite(shape=self.shape, device=self.device)
 
-    def is_empty(self) -> bool:
-        """Whether no leaf spec is held (nested Composites that are empty do not count)."""
-        return all(isinstance(v, Composite) and v.is_empty() for v in self._specs.values())
+    def is_empty(self, recurse: bool = False) -> bool:
+        """Whether there is no entry at all; with ``recurse``, whether there is no leaf spec (placeholders and
+        empty nested Composites do not count), as in TorchRL.
 
-    def lock_(self) -> "Composite":
-        """Forbid setting or deleting keys (recursively)."""
+        Examples:
+            >>> from tdict.specs import Composite
+            >>> spec = Composite(a=Composite(), b=None)
+            >>> spec.is_empty(), spec.is_empty(recurse=True)
+            (False, True)
+        """
+        if recurse:
+            return all(v is None or (isinstance(v, Composite) and v.is_empty(True)) for v in self._specs.values())
+        return not self._specs
+
+    def lock_(self, recurse: bool | None = None) -> "Composite":
+        """Forbid setting or deleting keys; with ``recurse`` (the default) the nested Composites too.
+
+        A Composite locked by a recursive ``lock_`` of a parent stays locked until every such parent
+        is unlocked (``unlock_`` of the child alone raises ``RuntimeError``), as in TorchRL.
+
+        Examples:
+            >>> from tdict.specs import Composite
+            >>> inner = Composite()
+            >>> outer = Composite(inner=inner).lock_()
+            >>> inner.locked
+            True
+            >>> inner.unlock_()
+            Traceback (most recent call last):
+            ...
+            RuntimeError: Cannot unlock a Composite that is part of a locked graph: unlock the locked parent Composite first.
+            >>> _ = outer.unlock_()
+            >>> inner.locked
+            False
+        """
+        if self._locked:
+            return self
+        self._propagate_lock(True if recurse is None else recurse, [])
+        return self
+
+    def _propagate_lock(self, recurse: bool, parents: list) -> None:
         self._locked = True
-        for v in self._specs.values():
-            if isinstance(v, Composite):
-                v.lock_()
+        known = self._lock_parents
+        self._lock_parents = known + [p for p in parents if not any(p is q for q in known)]
+        if recurse:
+            chain = parents + [weakref.ref(self)]
+            for v in self._specs.values():
+                if isinstance(v, Composite):
+                    v._propagate_lock(True, chain)
+
+    def _locked_parent(self) -> bool:
+        """Whether a Composite that locked this one recursively is alive and still locked (else forget them)."""
+        for ref in self._lock_parents:
+            parent = ref()
+            if parent is not None and parent._locked:
+                return True
+        self._lock_parents = []
+        return False
+
+    def unlock_(self, recurse: bool | None = None) -> "Composite":
+        """Allow setting and deleting keys again; with ``recurse`` (the default) the nested Composites too.
+
+        Raises:
+            RuntimeError: this Composite (or, with ``recurse``, a nested one) was locked by the recursive
+                ``lock_`` of a parent that is still locked; nothing is unlocked then.
+        """
+        recurse = True if recurse is None else recurse
+        touched: list[Composite] = [self]
+        if recurse:
+            stack: list[Composite] = [self]
+            while stack:
+                for v in stack.pop()._specs.values():
+                    if isinstance(v, Composite) and not any(v is t for t in touched):
+                        touched.append(v)
+                        stack.append(v)
+        states = [t._locked for t in touched]
+        for t in touched:
+            t._locked = False
+        if any(t._locked_parent() for t in touched):
+            for t, state in zip(touched, states):
+                t._locked = state
+            raise RuntimeError(
+                "Cannot unlock a Composite that is part of a locked graph: unlock the locked parent Composite first."
+            )
         return self
 
-    def unlock_(self) -> "Composite":
-        """Allow setting and deleting keys again (recursively)."""
-        self._locked = False
+    def clear_device_(self) -> "Composite":
+        """Erase the device of this Composite and of the nested ones (leaves keep theirs); returns ``self``.
+
+        Examples:
+            >>> from tdict.specs import Composite, Unbounded
+            >>> spec = Composite(a=Unbounded(), device="cpu").clear_device_()
+            >>> spec.device, spec["a"].device
+            (None, device(type='cpu'))
+        """
+        self.device = None
         for v in self._specs.values():
-            if isinstance(v, Composite):
-                v.unlock_()
+            if v is not None:
+                v.clear_device_()
         return self
+
+    def type_check(self, value: Any, selected_keys: Any = None) -> None:
+        """Check the dtypes of ``value`` (a TensorDict, or a tensor with ``selected_keys`` its key) against the
+        specs, raising ``TypeError`` at the first mismatch; placeholder entries are skipped.
+
+        Examples:
+            >>> import torch
+            >>> from tdict.specs import Composite, Unbounded
+            >>> spec = Composite(obs=Unbounded(shape=(2,)))
+            >>> spec.type_check(spec.rand())
+            >>> spec.type_check(torch.zeros(2, dtype=torch.int64), "obs")
+            Traceback (most recent call last):
+            ...
+            TypeError: value.dtype=torch.int64 but Unbounded.dtype=torch.float32 (key 'obs')
+        """
+        if isinstance(value, torch.Tensor):
+            if not isinstance(selected_keys, str):
+                raise TypeError(
+                    f"Composite.type_check: a tensor value needs its key as selected_keys (a str), got {selected_keys!r}"
+                )
+            value, selected_keys = {selected_keys: value}, [selected_keys]
+        elif isinstance(selected_keys, str):
+            selected_keys = [selected_keys]
+        for key, spec in self._specs.items():
+            if spec is None or (selected_keys is not None and key not in selected_keys):
+                continue
+            spec.type_check(value[key], key)
+
+    def memoize_encode(self, mode: bool = True) -> None:
+        """Accepted for TorchRL compatibility (recursively); :meth:`encode` caches nothing here."""
+        if not isinstance(mode, bool):
+            raise TypeError(f"Composite.memoize_encode: mode must be a bool, got {type(mode).__name__}")
+        for v in self._specs.values():
+            if v is not None:
+                v.memoize_encode(mode)
+
+    def erase_memoize_cache(self) -> None:
+        """Accepted for TorchRL compatibility: there is no encode cache to clear."""
 
     # ---- generation (hot path: no validation) ----------------------------------------------
     def rand(self, shape: Any = (), *, generator: torch.Generator | None = None) -> TensorDict:
@@ -289,29 +663,53 @@ class Composite:
         if shape or type(shape) is int:  # an int 0 is a batch of 0
             lead = _size(shape)
             return TensorDict._new_unsafe(
-                {k: s.rand(lead, generator=generator) for k, s in self._leaf_items()}, lead + self.shape, self.device
+                {k: s.rand(lead, generator=generator) for k, s in self._leaf_items()},
+                lead + self._shape,
+                self.device,
+                None if self._names is None else self._td_names(len(lead)),
             )
         return TensorDict._new_unsafe(
-            {k: s.rand(generator=generator) for k, s in self._leaf_items()}, self.shape, self.device
+            {k: s.rand(generator=generator) for k, s in self._leaf_items()}, self._shape, self.device, self._names
         )
+
+    sample = rand
 
     def zero(self, shape: Any = ()) -> TensorDict:
         """Zero-filled TensorDict of batch size ``shape + self.shape``."""
         if shape or type(shape) is int:  # an int 0 is a batch of 0
             lead = _size(shape)
             return TensorDict._new_unsafe(
-                {k: s.zero(lead) for k, s in self._leaf_items()}, lead + self.shape, self.device
+                {k: s.zero(lead) for k, s in self._leaf_items()},
+                lead + self._shape,
+                self.device,
+                None if self._names is None else self._td_names(len(lead)),
             )
-        return TensorDict._new_unsafe({k: s.zero() for k, s in self._leaf_items()}, self.shape, self.device)
+        return TensorDict._new_unsafe(
+            {k: s.zero() for k, s in self._leaf_items()}, self._shape, self.device, self._names
+        )
 
     zeros = zero
 
     def one(self, shape: Any = ()) -> TensorDict:
         """One-filled TensorDict of batch size ``shape + self.shape``."""
         lead = _size(shape)
-        return TensorDict._new_unsafe({k: s.one(lead) for k, s in self._leaf_items()}, lead + self.shape, self.device)
+        return TensorDict._new_unsafe(
+            {k: s.one(lead) for k, s in self._leaf_items()}, lead + self._shape, self.device, self._td_names(len(lead))
+        )
 
     ones = one
+
+    def rand_update(self, td: Any) -> Any:
+        """Write a random value of every entry into ``td`` (in place) and return it."""
+        return td.update(self.rand(td.batch_size[: td.ndim - self.ndim]))
+
+    def zeros_update(self, td: Any) -> Any:
+        """Write zeros for every entry into ``td`` (in place) and return it."""
+        return td.update(self.zero(td.batch_size[: td.ndim - self.ndim]))
+
+    def ones_update(self, td: Any) -> Any:
+        """Write ones for every entry into ``td`` (in place) and return it."""
+        return td.update(self.one(td.batch_size[: td.ndim - self.ndim]))
 
     # ---- validation ------------------------------------------------------------------------
     def _violation(self, td: Any) -> tuple[tuple, str] | None:
@@ -370,26 +768,33 @@ class Composite:
         for k, v in vals.items():
             spec = self._specs.get(k, _MISSING)
             if spec is _MISSING:
-                raise KeyError(f"Composite.encode: key {k!r} has no spec; keys are {sorted(self._specs)}")
+                raise KeyError(f"The Composite instance with keys {list(self._specs)} has no key {k!r} to encode")
             if v is None:
                 raise RuntimeError(f"Composite.encode: the value of key {k!r} is None; encode needs a value per key")
             if spec is None:
                 raise RuntimeError(
                     f"Composite.encode: key {k!r} holds a placeholder (None) spec, so its value cannot be encoded"
                 )
-            out[k] = spec.encode(v, ignore_device=ignore_device)
+            try:
+                out[k] = spec.encode(v, ignore_device=ignore_device)
+            except RuntimeError as err:
+                raise RuntimeError(
+                    f"Composite.encode: encoding key {k!r} raised a RuntimeError. Scroll up to know more ({err})"
+                ) from err
         return TensorDict(out, batch_size=self.shape, device=None if ignore_device else self.device)
 
-    def to_numpy(self, td: Any, safe: bool = True) -> dict:
-        """A nested dict of numpy arrays."""
+    def to_numpy(self, td: Any, safe: bool | None = None) -> dict:
+        """A nested dict of numpy arrays (checked with :meth:`assert_is_in` first when ``safe`` is true)."""
         if safe:
             self.assert_is_in(td)
         return {k: spec.to_numpy(td.get(k), safe=False) for k, spec in self._leaf_items()}
 
     # ---- shape ops -------------------------------------------------------------------------
-    def _map(self, shape: Any, fn) -> "Composite":
+    def _map(self, shape: Any, fn, names: list | None = None) -> "Composite":
         out = Composite(shape=shape, device=self.device)
         out._specs = {k: None if v is None else fn(v) for k, v in self._specs.items()}
+        if names is not None and any(n is not None for n in names):
+            out._names = names
         return out
 
     def _dim(self, dim: int) -> int:
@@ -407,7 +812,8 @@ class Composite:
         shape = torch.Size(
             shape[: len(shape) - n] + tuple(c if s == -1 else s for s, c in zip(shape[len(shape) - n :], self.shape))
         )
-        return self._map(shape, lambda v: v.expand(shape + v.shape[n:]))
+        names = None if self._names is None else [None] * (len(shape) - n) + self._names
+        return self._map(shape, lambda v: v.expand(shape + v.shape[n:]), names)
 
     def reshape(self, *shape: Any) -> "Composite":
         """Reshape the batch shape (``-1`` allowed); the sub-specs' trailing dims are kept."""
@@ -423,7 +829,8 @@ class Composite:
         if not -n - 1 <= dim <= n:
             raise IndexError(f"Composite.unsqueeze: dim {dim} out of range for batch shape {tuple(self.shape)}")
         dim = dim + n + 1 if dim < 0 else dim
-        return self._map(self.shape[:dim] + (1,) + self.shape[dim:], lambda v: v.unsqueeze(dim))
+        names = None if self._names is None else self._names[:dim] + [None] + self._names[dim:]
+        return self._map(self.shape[:dim] + (1,) + self.shape[dim:], lambda v: v.unsqueeze(dim), names)
 
     def squeeze(self, dim: int | None = None) -> "Composite":
         """Remove singleton batch dims (all, or only ``dim``)."""
@@ -436,25 +843,38 @@ class Composite:
         dim = self._dim(dim)
         if self.shape[dim] != 1:
             return self
-        return self._map(self.shape[:dim] + self.shape[dim + 1 :], lambda v: v.squeeze(dim))
+        names = None if self._names is None else self._names[:dim] + self._names[dim + 1 :]
+        return self._map(self.shape[:dim] + self.shape[dim + 1 :], lambda v: v.squeeze(dim), names)
 
     def unbind(self, dim: int = 0) -> tuple["Composite", ...]:
         """Split along batch dim ``dim`` into a tuple of Composites."""
         dim = self._dim(dim)
         parts = {k: None if v is None else v.unbind(dim) for k, v in self._specs.items()}
         shape = self.shape[:dim] + self.shape[dim + 1 :]
+        names = None if self._names is None else self._names[:dim] + self._names[dim + 1 :]
+        if names is not None and all(n is None for n in names):
+            names = None
         out = []
         for i in range(self.shape[dim]):
             c = Composite(shape=shape, device=self.device)
             c._specs = {k: None if p is None else p[i] for k, p in parts.items()}
+            c._names = names
             out.append(c)
         return tuple(out)
 
     def _index(self, index: Any) -> "Composite":
-        if index is Ellipsis or (isinstance(index, tuple) and any(i is Ellipsis for i in index)):
-            raise IndexError("Composite: Ellipsis indices are not supported")
-        shape = torch.empty(self.shape, device="meta")[index].shape
-        return self._map(shape, lambda v: v[index])
+        index = _batch_index(index, self._shape)
+        shape = torch.empty(self._shape, device="meta")[index].shape
+        return self._map(shape, lambda v: v[index], self._index_names(index))
+
+    def _index_names(self, index: tuple) -> list | None:
+        """The batch-dim names after indexing with ``index`` (names are dropped when that is unclear)."""
+        names = self._names
+        if names is None:
+            return None
+        if not all(isinstance(i, (int, slice)) for i in index):
+            return None
+        return [n for n, i in zip(names, index + (slice(None),) * len(names)) if not isinstance(i, int)]
 
     def to(self, dest: Any) -> "Composite":
         """A copy with every sub-spec moved to the device ``dest``, or cast to the dtype ``dest``.
@@ -479,14 +899,15 @@ class Composite:
         if dest is None:
             return self
         if isinstance(dest, torch.dtype):
-            return self._map(self.shape, lambda v: v.to(dest))
+            return self._map(self.shape, lambda v: v.to(dest), self._names)
         try:
             dev = _dest_device(dest, "Composite.to")
         except TypeError as err:
             raise ValueError(str(err)) from None
+        dev = _device(dev)
         if self.device is not None and dev == self.device:
             return self
-        out = self._map(self.shape, lambda v: v.to(dev))
+        out = self._map(self.shape, lambda v: v.to(dev), self._names)
         out.device = dev
         return out
 
@@ -531,7 +952,7 @@ class Composite:
 
     def clone(self) -> "Composite":
         """A copy of every sub-spec, unlocked."""
-        out = self._map(self.shape, lambda v: v.clone())
+        out = self._map(self.shape, lambda v: v.clone(), self._names)
         out._locked = False
         return out
 

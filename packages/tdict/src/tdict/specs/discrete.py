@@ -7,7 +7,7 @@ from typing import Any, Sequence
 
 import torch
 
-from .base import TensorSpec, _cartesian, _count, _device, _draw_on, _moved, _size, _spec_shape
+from .base import TensorSpec, _cartesian, _count, _draw_on, _leaf_device, _moved, _size, _spec_shape
 
 __all__ = ["Binary", "Categorical", "MultiCategorical", "MultiOneHot", "OneHot"]
 
@@ -99,7 +99,7 @@ class Categorical(TensorSpec):
         if mask is None:
             on = _draw_on(self.device, generator)
             x = torch.randint(0, self.n, self._full(shape), dtype=self.dtype, device=on, generator=generator)
-            return _moved(x, self.device)
+            return x if generator is None else _moved(x, self.device)
         return _masked_sample(mask, _size(shape), generator).to(self.dtype)
 
     def _violation(self, val: Any) -> str | None:
@@ -147,13 +147,25 @@ class Categorical(TensorSpec):
         idx = idx.expand(torch.broadcast_shapes(idx.shape[:-1], tensor_to_index.shape[:-1]) + (1,))
         return tensor_to_index.expand(idx.shape[:-1] + tensor_to_index.shape[-1:]).gather(-1, idx).squeeze(-1)
 
-    def to_one_hot(self, val: torch.Tensor) -> torch.Tensor:
-        """Categorical value to its one-hot (bool) encoding."""
+    def to_one_hot(self, val: torch.Tensor, safe: bool | None = None) -> torch.Tensor:
+        """Categorical value to its one-hot (bool) encoding (checked against the spec first when ``safe``)."""
+        if safe:
+            self.assert_is_in(val)
         return torch.nn.functional.one_hot(val.long(), self.n).bool()
 
     def to_one_hot_spec(self) -> "OneHot":
         """The matching :class:`OneHot` spec: shape ``shape + (n,)``, bool dtype, same mask and device."""
         return OneHot(self.n, self.shape + (self.n,), self.device, torch.bool, mask=self.mask)
+
+    def to_categorical(self, val: torch.Tensor, safe: bool | None = None) -> torch.Tensor:
+        """``val`` itself: it is categorical already (checked against the spec first when ``safe``)."""
+        if safe:
+            self.assert_is_in(val)
+        return val
+
+    def to_categorical_spec(self) -> "Categorical":
+        """The spec itself: it is categorical already."""
+        return self
 
     def _repr_extra(self) -> str:
         return f", n={self.n}" + (", masked" if self.mask is not None else "")
@@ -216,7 +228,8 @@ class OneHot(TensorSpec):
         lead = _size(shape)
         if mask is None:
             on = _draw_on(self.device, generator)
-            idx = _moved(torch.randint(0, self.n, lead + self.shape[:-1], device=on, generator=generator), self.device)
+            idx = torch.randint(0, self.n, lead + self.shape[:-1], device=on, generator=generator)
+            idx = idx if generator is None else _moved(idx, self.device)
         else:
             idx = _masked_sample(mask, lead, generator)
         return torch.nn.functional.one_hot(idx, self.n).to(self.dtype)
@@ -246,7 +259,7 @@ class OneHot(TensorSpec):
             raise ValueError(f"{type(self).__name__}.encode: index {idx.tolist()} outside 0..{self.n - 1}")
         return torch.nn.functional.one_hot(idx.long(), self.n).to(self.dtype)
 
-    def to_numpy(self, val: torch.Tensor, safe: bool = True):
+    def to_numpy(self, val: torch.Tensor, safe: bool | None = None):
         """The category index of each one-hot value, as numpy."""
         if safe:
             self.assert_is_in(val)
@@ -267,13 +280,25 @@ class OneHot(TensorSpec):
         # Categorical's implementation (it reads only the class name of self)
         return Categorical.index(self, index.long().argmax(-1), tensor_to_index)  # pyright: ignore[reportArgumentType]
 
-    def to_categorical(self, val: torch.Tensor) -> torch.Tensor:
-        """One-hot value to its category index."""
+    def to_categorical(self, val: torch.Tensor, safe: bool | None = None) -> torch.Tensor:
+        """One-hot value to its category index (checked against the spec first when ``safe``)."""
+        if safe:
+            self.assert_is_in(val)
         return val.long().argmax(-1)
 
     def to_categorical_spec(self) -> Categorical:
         """The matching :class:`Categorical` spec: the last dim dropped, int64 dtype, same mask and device."""
         return Categorical(self.n, self.shape[:-1], self.device, torch.int64, mask=self.mask)
+
+    def to_one_hot(self, val: torch.Tensor, safe: bool | None = None) -> torch.Tensor:
+        """``val`` itself: it is one-hot already (checked against the spec first when ``safe``)."""
+        if safe:
+            self.assert_is_in(val)
+        return val
+
+    def to_one_hot_spec(self) -> "OneHot":
+        """The spec itself: it is one-hot already."""
+        return self
 
 
 class Binary(TensorSpec):
@@ -316,7 +341,7 @@ class Binary(TensorSpec):
 
     def rand(self, shape: Any = (), *, generator: torch.Generator | None = None) -> torch.Tensor:
         x = torch.randint(0, 2, self._full(shape), device=_draw_on(self.device, generator), generator=generator)
-        return _moved(x, self.device).to(self.dtype)
+        return (x if generator is None else _moved(x, self.device)).to(self.dtype)
 
     def _violation(self, val: Any) -> str | None:
         why = self._check_tensor(val)
@@ -343,7 +368,8 @@ class MultiCategorical(TensorSpec):
     """Several categorical actions side by side, element ``i`` in ``0..nvec[i]-1``.
 
     Args:
-        nvec: number of categories of each element (a sequence or tensor).
+        nvec: number of categories of each element (a sequence or tensor; a single int gives a spec
+            of shape ``()``, like a :class:`Categorical`, as in TorchRL).
         shape: the spec shape, ending with ``len(nvec)`` (default ``nvec.shape``).
         device: where generated values live.
         dtype: integer dtype (default ``torch.int64``).
@@ -364,18 +390,20 @@ class MultiCategorical(TensorSpec):
 
     def __init__(
         self,
-        nvec: Sequence[int] | torch.Tensor,
+        nvec: int | Sequence[int] | torch.Tensor,
         shape: Any = None,
         device: Any = None,
         dtype: torch.dtype | None = torch.int64,
         mask: Any = None,
     ) -> None:
-        dev = _device(device)
+        dev = _leaf_device(device)
         raw = torch.as_tensor(nvec, device=dev)
         if raw.is_floating_point() or raw.dtype is torch.bool or (raw.numel() and bool((raw < 1).any())):
             raise ValueError(f"MultiCategorical: nvec must hold ints >= 1, got {raw.tolist()}")
         nvec = raw.to(torch.int64)
-        if nvec.ndim == 0:
+        if nvec.ndim == 0 and shape is None:  # one element per value, no trailing nvec dim (as in TorchRL)
+            self._ev = 0
+        elif nvec.ndim == 0:
             nvec = nvec.unsqueeze(0)
         shape = _spec_shape(shape, "MultiCategorical") if shape is not None else nvec.shape
         try:
@@ -396,10 +424,21 @@ class MultiCategorical(TensorSpec):
         return self._tensors["nvec"]
 
     mask = Categorical.mask
-    update_mask = Categorical.update_mask
+
+    def update_mask(self, mask: torch.Tensor | None) -> None:
+        """Set (or clear with ``None``) the boolean action mask, of shape ``shape[:-1] + (sum(nvec),)``.
+
+        Raises:
+            ValueError: the spec was built from a single int ``nvec`` (use :class:`Categorical` for a mask).
+        """
+        if mask is not None and not self._ev:
+            raise ValueError(
+                "MultiCategorical.update_mask: a spec built from a single int nvec takes no mask; use Categorical"
+            )
+        Categorical.update_mask(self, mask)  # pyright: ignore[reportArgumentType]
 
     def _mask_shape(self) -> torch.Size:
-        return self.shape[:-1] + (sum(self._row_nvec()),)
+        return self._batch_shape + (sum(self._row_nvec()),)
 
     def _extra_eq(self, other: Any) -> bool:
         return True
@@ -411,7 +450,7 @@ class MultiCategorical(TensorSpec):
             for k in self._row_nvec():
                 parts.append(_masked_sample(mask[..., start : start + k], lead, generator))
                 start += k
-            return torch.stack(parts, -1).to(self.dtype)
+            return (torch.stack(parts, -1) if self._ev else parts[0]).to(self.dtype)
         on = _draw_on(self.device, generator)
         u = _moved(torch.rand(self._full(shape), dtype=torch.float64, device=on, generator=generator), self.device)
         return torch.minimum((u * self.nvec).floor_().long(), self.nvec - 1).to(self.dtype)
@@ -452,7 +491,7 @@ class MultiCategorical(TensorSpec):
         return val.to(self.dtype)
 
     def _row_nvec(self) -> list[int]:
-        flat = self.nvec.reshape(-1, self.shape[-1])
+        flat = self.nvec.reshape(-1, self.shape[-1] if self._ev else 1)
         if not (flat == flat[:1]).all():
             raise NotImplementedError("MultiCategorical: enumerate/cardinality need the same nvec across batch dims")
         return flat[0].tolist()
@@ -465,6 +504,38 @@ class MultiCategorical(TensorSpec):
         """All action vectors: shape ``(prod(nvec), *shape)`` (batch dims share the value)."""
         rows = [torch.arange(k, dtype=self.dtype, device=self.device) for k in self._row_nvec()]
         return _enum_batch(_cartesian(rows), self.shape)
+
+    def to_one_hot(self, val: torch.Tensor, safe: bool | None = None) -> torch.Tensor:
+        """Per-element categories to concatenated one-hot (bool) blocks, as :class:`MultiOneHot` holds them.
+
+        Examples:
+            >>> import torch
+            >>> from tdict.specs import MultiCategorical
+            >>> MultiCategorical([2, 3]).to_one_hot(torch.tensor([1, 0])).int().tolist()
+            [0, 1, 1, 0, 0]
+        """
+        if safe:
+            self.assert_is_in(val)
+        if self._ev == 0:
+            return torch.nn.functional.one_hot(val.long(), int(self.nvec.reshape(-1)[0])).bool()
+        blocks = [torch.nn.functional.one_hot(v.long(), k) for v, k in zip(val.unbind(-1), self._row_nvec())]
+        return torch.cat(blocks, -1).bool()
+
+    def to_one_hot_spec(self) -> "MultiOneHot":
+        """The matching :class:`MultiOneHot` spec: the last dim becomes ``sum(nvec)``, bool dtype, same mask and device."""
+        rows = self._row_nvec()
+        lead = self.shape if self._ev == 0 else self.shape[:-1]
+        return MultiOneHot(rows, lead + (sum(rows),), self.device, torch.bool, mask=self.mask)
+
+    def to_categorical(self, val: torch.Tensor, safe: bool | None = None) -> torch.Tensor:
+        """``val`` itself: it is categorical already (checked against the spec first when ``safe``)."""
+        if safe:
+            self.assert_is_in(val)
+        return val
+
+    def to_categorical_spec(self) -> "MultiCategorical":
+        """The spec itself: it is categorical already."""
+        return self
 
 
 class MultiOneHot(TensorSpec):
@@ -552,7 +623,12 @@ class MultiOneHot(TensorSpec):
         return torch.cat(parts, -1).to(self.dtype)
 
     def encode(self, val: Any, *, ignore_device: bool = False) -> torch.Tensor:
-        """Encode per-block category indices (last dim ``len(nvec)``) as concatenated one-hots."""
+        """Encode per-block category indices (last dim ``len(nvec)``) as concatenated one-hots, of the spec's shape.
+
+        Raises:
+            ValueError: an index is outside its block.
+            RuntimeError: the indices do not make a value of the spec's shape ("Shape mismatch").
+        """
         idx = torch.as_tensor(val, device=None if ignore_device else self.device).long()
         if idx.shape[-1:] != (len(self.nvec),):
             raise ValueError(
@@ -563,13 +639,51 @@ class MultiOneHot(TensorSpec):
             if (idx[..., i] >= k).any() or (idx[..., i] < 0).any():
                 raise ValueError(f"MultiOneHot.encode: index {idx[..., i].tolist()} outside block {i} of size {k}")
             parts.append(torch.nn.functional.one_hot(idx[..., i], k))
-        return torch.cat(parts, -1).to(self.dtype)
+        out = torch.cat(parts, -1).to(self.dtype)
+        if out.shape != self.shape:  # as TorchRL: the value is one of the spec's shape
+            if out.numel() != self.shape.numel():
+                raise RuntimeError(
+                    f"Shape mismatch: MultiOneHot.encode: shape {list(self.shape)} is invalid for input of size "
+                    f"{out.numel()} (indices of shape {tuple(idx.shape)}; expand the spec to encode a batch)"
+                )
+            out = out.reshape(self.shape)
+        return out
 
-    def to_numpy(self, val: torch.Tensor, safe: bool = True):
+    def to_numpy(self, val: torch.Tensor, safe: bool | None = None):
         """Per-block category indices, as numpy (last dim ``len(nvec)``)."""
         if safe:
             self.assert_is_in(val)
-        return torch.stack([p.long().argmax(-1) for p in val.split(self.nvec, -1)], -1).cpu().numpy()
+        return self.to_categorical(val).cpu().numpy()
+
+    def to_categorical(self, val: torch.Tensor, safe: bool | None = None) -> torch.Tensor:
+        """The category index of each block: a tensor whose last dim is ``len(nvec)``.
+
+        Examples:
+            >>> import torch
+            >>> from tdict.specs import MultiOneHot
+            >>> spec = MultiOneHot([2, 3])
+            >>> spec.to_categorical(torch.tensor([0, 1, 0, 0, 1], dtype=torch.bool)).tolist()
+            [1, 2]
+        """
+        if safe:
+            self.assert_is_in(val)
+        return torch.stack([p.long().argmax(-1) for p in val.split(self.nvec, -1)], -1)
+
+    def to_categorical_spec(self) -> "MultiCategorical":
+        """The matching :class:`MultiCategorical` spec: last dim ``len(nvec)``, int64 dtype, same mask and device."""
+        return MultiCategorical(
+            self.nvec, self.shape[:-1] + (len(self.nvec),), self.device, torch.int64, mask=self.mask
+        )
+
+    def to_one_hot(self, val: torch.Tensor, safe: bool | None = None) -> torch.Tensor:
+        """``val`` itself: it is one-hot already (checked against the spec first when ``safe``)."""
+        if safe:
+            self.assert_is_in(val)
+        return val
+
+    def to_one_hot_spec(self) -> "MultiOneHot":
+        """The spec itself: it is one-hot already."""
+        return self
 
     def cardinality(self) -> int:
         """Number of distinct action vectors (batch dims share the value)."""

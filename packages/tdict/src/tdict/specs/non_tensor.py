@@ -29,9 +29,20 @@ class NonTensor(TensorSpec):
         (torch.Size([3, 2]), 'hi', True)
     """
 
+    _promotable = True  # Composite.set gives it the Composite's shape when it has fewer dims
+    _has_device = False  # non-tensor data may live nowhere: the device stays None unless given
+
     def __init__(self, shape: Any = None, device: Any = None, dtype: Any = None, example_data: Any = None) -> None:
         super().__init__(shape, device, None)
         self.example_data = example_data
+
+    def cardinality(self) -> int:
+        """Raises ``NotImplementedError``: non-tensor values cannot be enumerated."""
+        raise NotImplementedError("Cannot enumerate a NonTensor spec.")
+
+    def enumerate(self) -> Any:
+        """Raises ``NotImplementedError``: non-tensor values cannot be enumerated."""
+        raise NotImplementedError("Cannot enumerate a NonTensor spec.")
 
     def _cast(self, dtype: Any) -> Self:
         """Non-tensor data has no dtype: ``to(dtype)`` leaves the spec as it is (``dtype`` stays ``None``)."""
@@ -70,7 +81,7 @@ class NonTensor(TensorSpec):
             return val
         return NonTensorData(val, batch_size=self.shape, device=None if ignore_device else self.device)
 
-    def to_numpy(self, val: Any, safe: bool = True) -> Any:
+    def to_numpy(self, val: Any, safe: bool | None = None) -> Any:
         if safe:
             self.assert_is_in(val)
         return val.data if hasattr(val, "data") else val

@@ -8,9 +8,17 @@ import torch
 
 from ..lazy import lazy_stack
 from .base import TensorSpec, _device, _shape_args, _size
-from .composite import Composite
+from .choice import Choice
+from .composite import Composite, _is_key, _KeyList
+from .unbounded import Unbounded
 
-__all__ = ["Stacked", "StackedComposite", "stack_specs"]
+__all__ = ["Stacked", "StackedComposite", "index_select_spec", "stack_specs"]
+
+
+def _family(cls: type) -> type:
+    """The class specs must share to be stacked: the Unbounded family (Unbounded, UnboundedContinuous,
+    UnboundedDiscrete) counts as one, as TorchRL's (whose ``Unbounded(...)`` builds one of the two)."""
+    return Unbounded if issubclass(cls, Unbounded) else cls
 
 
 def _norm_dim(dim: int, ndim: int) -> int:
@@ -32,6 +40,10 @@ def stack_specs(specs: Sequence[Any], dim: int = 0) -> Any:
     Identical specs and leaf specs that differ only in their bounds/masks give a dense spec;
     leaf specs of different shapes or parameters give :class:`Stacked`, Composites that differ
     give :class:`StackedComposite`.
+
+    Raises:
+        RuntimeError: the specs are of different classes (the Unbounded family counts as one), or leaf
+            specs differ in device, dtype or number of dims, or Composites in shape (TorchRL's errors).
     """
     specs = list(specs)
     if not specs:
@@ -39,18 +51,33 @@ def stack_specs(specs: Sequence[Any], dim: int = 0) -> Any:
     if all(s is None for s in specs):  # placeholder entries of stacked Composites stay placeholders
         return None
     first = specs[0]
-    if any(type(s) is not type(first) for s in specs):
-        raise TypeError(f"stack: specs must share a class, got {sorted({type(s).__name__ for s in specs})}")
+    family = _family(type(first))
+    if any(_family(type(s)) is not family for s in specs):
+        raise RuntimeError(
+            "Stacking specs cannot occur: Found more than one type of specs in the list "
+            f"({sorted({type(s).__name__ for s in specs})})."
+        )
     if isinstance(first, Composite):
         if any(s.shape != first.shape for s in specs):
-            raise ValueError(f"stack: Composites must share a batch shape, got {[tuple(s.shape) for s in specs]}")
+            raise RuntimeError(f"stack: Shapes differ, got {[tuple(s.shape) for s in specs]}")
         d = _norm_dim(dim, first.ndim)
         if all(s == first for s in specs[1:]):
             return first.unsqueeze(d).expand(first.shape[:d] + (len(specs),) + first.shape[d:])
         return StackedComposite(specs, dim=d)
     if isinstance(first, (Stacked, StackedComposite)):
         raise TypeError("stack: stacking already stacked specs is not supported")
+    for s in specs[1:]:
+        if s.device != first.device:
+            raise RuntimeError(f"stack: Devices differ, got {first.device} and {s.device}")
+        if s.dtype != first.dtype:
+            raise RuntimeError(f"stack: Dtypes differ, got {first.dtype} and {s.dtype}")
+        if s.ndim != first.ndim:
+            raise RuntimeError(f"stack: Ndims differ, got {first.ndim} and {s.ndim}")
     d = _norm_dim(dim, len(first._batch_shape))
+    if isinstance(first, Choice):  # identical choices stack densely, others member by member
+        if all(s == first for s in specs[1:]):
+            return first.unsqueeze(d).expand(first.shape[:d] + (len(specs),) + first.shape[d:])
+        return Stacked(specs, dim=d)
     dense = all(
         s.shape == first.shape
         and s.dtype == first.dtype
@@ -67,14 +94,61 @@ def stack_specs(specs: Sequence[Any], dim: int = 0) -> Any:
     return Stacked(specs, dim=d)
 
 
-class _TorchStack:
-    """Mixin routing ``torch.stack`` on specs to :func:`stack_specs`."""
+def index_select_spec(spec: Any, dim: int, index: torch.Tensor) -> Any:
+    """The spec of ``torch.index_select(value, dim, index)`` for values of ``spec`` (what
+    ``torch.index_select(spec, dim, index)`` calls): ``dim`` counts over the whole shape.
 
-    @classmethod
-    def __torch_function__(cls, func, types, args=(), kwargs=None):
-        if func is torch.stack:
-            return stack_specs(*args, **(kwargs or {}))
-        return NotImplemented
+    Raises:
+        IndexError: ``dim`` is out of range, or an index is outside ``0..shape[dim]-1``.
+        ValueError: ``dim`` is the event dim of a one-hot spec (the domain, as TorchRL says).
+        NotImplementedError: ``spec`` is a heterogeneous stack.
+
+    Examples:
+        >>> import torch
+        >>> from tdict.specs import Bounded, OneHot
+        >>> torch.index_select(Bounded(0.0, 1.0, shape=(5, 4)), 0, torch.tensor([0, 2])).shape
+        torch.Size([2, 4])
+        >>> torch.index_select(OneHot(3, shape=(5, 3)), -1, torch.tensor([0]))
+        Traceback (most recent call last):
+        ...
+        ValueError: Cannot index_select along the last dimension of OneHot spec, as it represents the domain.
+    """
+    name = type(spec).__name__
+    if isinstance(spec, (Stacked, StackedComposite)):
+        raise NotImplementedError(f"index_select is not supported for {name} specs (heterogeneous stacks)")
+    index = torch.as_tensor(index)
+    if index.ndim > 1 or index.is_floating_point() or index.dtype is torch.bool:
+        raise IndexError(f"index_select on a {name} spec: index must be a 1-D integer tensor, got {index!r}")
+    n = len(spec.shape)
+    if not -n <= dim < n:
+        raise IndexError(f"index_select on a {name} spec: dim {dim} out of range for shape {tuple(spec.shape)}")
+    d = dim + n if dim < 0 else dim
+    if d >= n - getattr(spec, "_ev", 0):
+        raise ValueError(f"Cannot index_select along the last dimension of {name} spec, as it represents the domain.")
+    size = spec.shape[d]
+    if index.numel() and bool(((index < 0) | (index >= size)).any()):
+        raise IndexError(f"index {index.tolist()} is out of bounds for dimension {d} with size {size}")
+    return spec[(slice(None),) * d + (index.reshape(-1).long(),)]
+
+
+def _torch_function(cls, func, types, args=(), kwargs=None):
+    """``torch.stack``, ``torch.index_select``, ``torch.squeeze`` and ``torch.unsqueeze`` on specs."""
+    kwargs = kwargs or {}
+    if func is torch.stack:
+        return stack_specs(*args, **kwargs)
+    if func is torch.index_select:
+        return index_select_spec(*args, **kwargs)
+    if func is torch.squeeze:
+        return args[0].squeeze(*args[1:], **kwargs)
+    if func is torch.unsqueeze:
+        return args[0].unsqueeze(*args[1:], **kwargs)
+    return NotImplemented
+
+
+class _TorchStack:
+    """Mixin routing ``torch.stack`` (and ``index_select``, ``squeeze``, ``unsqueeze``) on specs here."""
+
+    __torch_function__ = classmethod(_torch_function)
 
 
 TensorSpec.__torch_function__ = _TorchStack.__torch_function__  # type: ignore[attr-defined]
@@ -236,6 +310,18 @@ class _StackOps:
     def _index(self, index: Any) -> Any:
         """Basic indexing (ints, slices, and any index along the stack dim)."""
         idx = index if isinstance(index, tuple) else (index,)
+        if len(idx) >= 2 and idx[-1] is Ellipsis:  # a trailing `...` changes nothing
+            idx = idx[:-1]
+        if len(idx) == 2 and idx[0] is Ellipsis and self.dim != self._nb() - 1:
+            raise IndexError(
+                f"Indexing a {type(self).__name__} with [..., idx] is only permitted if the stack dimension is the "
+                f"last dimension (stack dim {self.dim}, shape {tuple(self.shape)})"
+            )
+        if sum(i is Ellipsis for i in idx) == 1:  # `...` stands for the dims the other components leave out
+            at = next(j for j, i in enumerate(idx) if i is Ellipsis)
+            fill = self._nb() - (len(idx) - 1)
+            if fill >= 0:
+                idx = idx[:at] + (slice(None),) * fill + idx[at + 1 :]
         if any(i is Ellipsis or i is None for i in idx) or len(idx) > self._nb():
             raise IndexError(
                 f"{type(self).__name__}: unsupported index {index!r} (use ints and slices over the dims {tuple(self.shape[: self._nb()])})"
@@ -276,6 +362,22 @@ class _StackOps:
     def cpu(self) -> Any:
         """Move to the CPU: ``self.to("cpu")``."""
         return self.to("cpu")
+
+    def memoize_encode(self, mode: bool = True) -> None:
+        """Accepted for TorchRL compatibility (passed to the members); :meth:`encode` caches nothing here."""
+        for spec in self.specs:
+            spec.memoize_encode(mode)
+
+    def erase_memoize_cache(self) -> None:
+        """Accepted for TorchRL compatibility: there is no encode cache to clear."""
+
+    def clear_device_(self) -> Any:
+        """Erase the device of Composite members (leaf members keep theirs); returns ``self``."""
+        for spec in self.specs:
+            spec.clear_device_()
+        if isinstance(self, StackedComposite):
+            self.device = None
+        return self
 
     def clone(self) -> Any:
         """A stack of the members' clones, along the same dim."""
@@ -425,7 +527,7 @@ class Stacked(_StackOps):
             raise ValueError(f"Stacked.encode: expected {len(self.specs)} members, got {len(val)}")
         return self._restack([s.encode(v, ignore_device=ignore_device) for s, v in zip(self.specs, val)], self.dim)
 
-    def to_numpy(self, val: Any, safe: bool = True) -> Any:
+    def to_numpy(self, val: Any, safe: bool | None = None) -> Any:
         """Member-wise ``to_numpy``, stacked along the stack dim (a list when the members' shapes differ)."""
         if safe:
             self.assert_is_in(val)
@@ -454,6 +556,14 @@ class Stacked(_StackOps):
 
     def __getitem__(self, index: Any) -> Any:
         return self._index(index)
+
+    def type_check(self, value: Any, key: Any = None) -> None:
+        """Raise ``TypeError`` when ``value``'s dtype (each member's, for a list) is not the spec's."""
+        for v in value if isinstance(value, (list, tuple)) else [value]:
+            dtype = getattr(v, "dtype", None)
+            if dtype is not self.dtype:
+                where = "" if key is None else f" (key {key!r})"
+                raise TypeError(f"value.dtype={dtype} but Stacked.dtype={self.dtype}{where}")
 
     def to(self, dest: Any) -> "Stacked":
         """A stack of the members moved to the device ``dest`` or cast to the dtype ``dest`` (``self`` for ``None``)."""
@@ -580,8 +690,10 @@ class StackedComposite(_StackOps):
             )
         return lazy_stack([s.encode(v, ignore_device=ignore_device) for s, v in zip(self.specs, vals)], self.dim)
 
-    def to_numpy(self, td: Any, safe: bool = True) -> dict:
-        """A nested dict of numpy arrays stacked along the stack dim (a list of member arrays where they differ)."""
+    def to_numpy(self, td: Any, safe: bool | None = None) -> dict:
+        """A nested dict of numpy arrays stacked along the stack dim (a list of member arrays where they differ;
+        a key only some members have gives ``None`` for the others); checked with :meth:`assert_is_in` first
+        when ``safe``."""
         if safe:
             self.assert_is_in(td)
         found = self._unbind_td(td)
@@ -597,7 +709,7 @@ class StackedComposite(_StackOps):
         common = set(self.specs[0].keys(include_nested, leaves_only))
         for s in self.specs[1:]:
             common &= set(s.keys(include_nested, leaves_only))
-        return [k for k in self.specs[0].keys(include_nested, leaves_only) if k in common]
+        return _KeyList(k for k in self.specs[0].keys(include_nested, leaves_only) if k in common)
 
     def items(self, include_nested: bool = False, leaves_only: bool = False) -> list:
         """``(key, stacked sub-spec)`` for each key of :meth:`keys`."""
@@ -611,9 +723,106 @@ class StackedComposite(_StackOps):
         return all(key in s for s in self.specs)
 
     def __getitem__(self, index: Any) -> Any:
-        if isinstance(index, str) or (isinstance(index, tuple) and index and all(isinstance(k, str) for k in index)):
+        if _is_key(index):
             return stack_specs([s[index] for s in self.specs], self.dim)
         return self._index(index)
+
+    def set(self, key: Any, spec: Any) -> "StackedComposite":
+        """Set ``key`` in every member: ``spec`` (a stacked spec, or a dense one, along the stack dim) is
+        unbound and member ``i`` gets part ``i``; ``None`` sets a placeholder in every member. The members
+        are changed in place (as TorchRL's).
+
+        Raises:
+            TypeError: ``key`` is not a string or a tuple of strings.
+            ValueError: ``spec`` does not have one part per member along the stack dim.
+
+        Examples:
+            >>> import torch
+            >>> from tdict.specs import Composite, Unbounded
+            >>> spec = torch.stack([Composite(a=Unbounded(shape=(3,))), Composite(a=Unbounded(shape=(4,)))], 0)
+            >>> spec["b"] = torch.stack([Unbounded(shape=(1,)), Unbounded(shape=(2,))], 0)
+            >>> spec["b"].shape, spec[1]["b"].shape
+            (torch.Size([2, -1]), torch.Size([2]))
+        """
+        if not _is_key(key):
+            raise TypeError(f"StackedComposite.set: keys are strings or tuples of strings, got {key!r}")
+        if spec is None:
+            parts: Any = [None] * len(self.specs)
+        else:
+            if not getattr(type(spec), "_is_spec", False) and not isinstance(spec, dict):
+                raise TypeError(
+                    f"StackedComposite.set: the value for key {key!r} must be a spec, got {type(spec).__name__}"
+                )
+            if isinstance(spec, dict):
+                spec = Composite(spec, shape=self.shape, device=self.device)
+            shape = spec.shape
+            if len(shape) <= self.dim or shape[self.dim] != len(self.specs):
+                raise ValueError(
+                    f"StackedComposite.set: the spec for key {key!r} has shape {tuple(shape)}, which needs "
+                    f"{len(self.specs)} entries along the stack dim {self.dim}"
+                )
+            parts = spec.unbind(self.dim)
+        for member, part in zip(self.specs, parts):  # checked by each member before anything is written
+            if part is not None:
+                Composite(shape=member.shape).set("probe", part)
+        for member, part in zip(self.specs, parts):
+            member.set(key, part)
+        return self
+
+    __setitem__ = set
+
+    def __delitem__(self, key: Any) -> None:
+        """Delete ``key`` from every member that has it (as TorchRL's, in place).
+
+        Raises:
+            KeyError: no member has ``key``.
+        """
+        if not _is_key(key):
+            raise TypeError(f"StackedComposite: keys are strings or tuples of strings, got {key!r}")
+        holders = [m for m in self.specs if key in m]
+        if not holders:
+            raise KeyError(f"StackedComposite: key {key!r} is in none of the {len(self.specs)} members")
+        for m in holders:
+            del m[key]
+
+    def update(self, other: Any) -> "StackedComposite":
+        """Set every entry of ``other`` (a dict, Composite or StackedComposite) in the members; an entry that
+        is a Composite in both is merged member by member. Returns ``self``."""
+        for key, item in other.items():
+            if key in self and isinstance(item, (dict, Composite, StackedComposite)):
+                parts = item.unbind(self.dim) if not isinstance(item, dict) else [item] * len(self.specs)
+                for member, part in zip(self.specs, parts):
+                    member[key].update(part)
+                continue
+            self[key] = item
+        return self
+
+    def type_check(self, value: Any, selected_keys: Any = None) -> None:
+        """Check the dtypes of ``value`` (a lazily stacked TensorDict, or a stacked tensor with
+        ``selected_keys`` its key) member by member, raising ``TypeError`` at the first mismatch."""
+        if selected_keys is None:
+            if isinstance(value, torch.Tensor):
+                raise ValueError("StackedComposite.type_check: a tensor value needs its key (selected_keys)")
+            found = self._unbind_td(value)
+            if found is None:
+                raise ValueError(
+                    f"StackedComposite.type_check: expected a TensorDict with {len(self.specs)} members along the stack dim"
+                )
+            for member, part in zip(self.specs, found[1]):
+                member.type_check(part)
+            return
+        keys = [selected_keys] if isinstance(selected_keys, str) else list(selected_keys)
+        if isinstance(value, torch.Tensor):
+            if len(keys) != 1:
+                raise ValueError("StackedComposite.type_check: a tensor value needs exactly one key")
+            value = {keys[0]: value}
+        for key in keys:
+            if key in self:
+                self[key].type_check(value[key], key)
+
+    def empty(self) -> "StackedComposite":
+        """A stack of the members' empty copies (same shapes and devices)."""
+        return StackedComposite([m.empty() for m in self.specs], self.dim)
 
     def to(self, dest: Any) -> "StackedComposite":
         """A stack of the members moved to the device ``dest`` or cast to the dtype ``dest`` (``self`` for ``None``)."""

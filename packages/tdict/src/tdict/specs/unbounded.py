@@ -7,8 +7,18 @@ from typing import Any
 import torch
 
 from .base import TensorSpec, _draw_on, _moved
+from .bounded import ContinuousBox
 
-__all__ = ["Unbounded"]
+
+def _dtype_range(dtype: torch.dtype) -> tuple[Any, Any]:
+    """The smallest and largest value of ``dtype``."""
+    if dtype is torch.bool:
+        return False, True
+    info = torch.finfo(dtype) if (dtype.is_floating_point or dtype.is_complex) else torch.iinfo(dtype)
+    return info.min, info.max
+
+
+__all__ = ["Unbounded", "UnboundedContinuous", "UnboundedDiscrete"]
 
 
 class Unbounded(TensorSpec):
@@ -52,7 +62,74 @@ class Unbounded(TensorSpec):
             x = torch.randint(0, 2, full, device=on, generator=generator).bool()
         else:
             x = torch.randint(self._low, 100, full, dtype=self.dtype, device=on, generator=generator)
-        return _moved(x, self.device)
+        return x if generator is None else _moved(x, self.device)
 
     def _violation(self, val: Any) -> str | None:
         return self._check_tensor(val)
+
+    @property
+    def space(self) -> ContinuousBox:
+        """The dtype's whole range as a box: ``low``/``high`` filled with its min/max (as in TorchRL).
+
+        Examples:
+            >>> import torch
+            >>> from tdict.specs import Unbounded
+            >>> Unbounded(shape=(2,), dtype=torch.int8).space.high.tolist()
+            [127, 127]
+        """
+        low, high = _dtype_range(self.dtype)
+        shape = torch.Size(max(s, 1) for s in self.shape)  # -1 (heterogeneous) dims count as one
+        return ContinuousBox(
+            torch.full(shape, low, dtype=self.dtype, device=self.device),
+            torch.full(shape, high, dtype=self.dtype, device=self.device),
+        )
+
+    def cardinality(self) -> int:
+        """Raises ``NotImplementedError``: an unbounded spec has no finite set of values."""
+        raise NotImplementedError("`cardinality` is not implemented for Unbounded specs.")
+
+    def __eq__(self, other: Any) -> bool:
+        """Equal to any spec of the Unbounded family (:class:`UnboundedContinuous`, :class:`UnboundedDiscrete`)
+        with the same shape, dtype and device, and to a :class:`~tdict.specs.Bounded` spanning the dtype's range."""
+        if isinstance(other, Unbounded):
+            return self.shape == other.shape and self.dtype == other.dtype and self.device == other.device
+        if getattr(other, "_is_bounded", False):
+            if self.shape != other.shape or self.dtype != other.dtype or self.device != other.device:
+                return False
+            low, high = _dtype_range(self.dtype)
+            return bool((other.low == low).all() and (other.high == high).all())
+        return False
+
+    __hash__ = None  # pyright: ignore[reportAssignmentType]  (mutable, like TensorSpec)
+
+
+class UnboundedContinuous(Unbounded):
+    """An :class:`Unbounded` spec of floating-point values (TorchRL's name; default dtype: torch's default float).
+
+    It equals an :class:`Unbounded` spec of the same shape, dtype and device.
+
+    Examples:
+        >>> import torch
+        >>> from tdict.specs import Unbounded, UnboundedContinuous
+        >>> spec = UnboundedContinuous(shape=(3,))
+        >>> spec.rand().dtype, spec == Unbounded(shape=(3,)), spec.domain
+        (torch.float32, True, 'continuous')
+    """
+
+
+class UnboundedDiscrete(Unbounded):
+    """An :class:`Unbounded` spec of integer values (TorchRL's name; default dtype ``torch.int64``).
+
+    ``rand`` draws integers in ``[-100, 100)`` (``[0, 100)`` for unsigned dtypes). It equals an
+    :class:`Unbounded` spec of the same shape, dtype and device.
+
+    Examples:
+        >>> import torch
+        >>> from tdict.specs import Unbounded, UnboundedDiscrete
+        >>> spec = UnboundedDiscrete(shape=(2,))
+        >>> spec.rand().dtype, spec == Unbounded(shape=(2,), dtype=torch.int64), spec.domain
+        (torch.int64, True, 'discrete')
+    """
+
+    def __init__(self, shape: Any = None, device: Any = None, dtype: torch.dtype | None = torch.int64) -> None:
+        super().__init__(shape, device, dtype if dtype is not None else torch.int64)
