@@ -369,10 +369,11 @@ def test_bad_arguments():
         SerialEnv(1, [3])
     with pytest.raises(ValueError, match="list of num_workers=2 dicts"):
         SerialEnv(2, PendulumEnv, [{}])
-    with pytest.raises(ValueError, match="worker 1 .* different batch_size"):
+    with pytest.raises(ValueError, match=r"worker 1 .* has batch size \[2\], worker 0's .* \[\]"):
         SerialEnv(2, [PendulumEnv, lambda: PendulumEnv(batch_size=[2])])
-    with pytest.raises(ValueError, match="worker 1 .* different input_spec"):
-        SerialEnv(2, [PendulumEnv, lambda: PendulumEnv(max_torque=1.0)])
+    # different bounds, same structure: accepted, each worker keeps its own bounds
+    env = SerialEnv(2, [PendulumEnv, lambda: PendulumEnv(max_torque=1.0)])
+    assert env.action_spec.high.reshape(2).tolist() == [2.0, 1.0]
     with pytest.raises(ValueError, match="shared_memory=False is not supported"):
         ParallelEnv(2, PendulumEnv, shared_memory=False)
     with pytest.raises(ValueError, match="mp_start_method must be one of"):
@@ -551,3 +552,35 @@ def test_batched_device_and_use_buffers_arguments(cls):
         cls(2, PendulumEnv, use_buffers=False)
     with pytest.raises(ValueError, match=r"device=meta differs from the sub-envs' device"):
         cls(2, PendulumEnv, device="meta")
+
+
+@pytest.mark.parametrize("cls", [SerialEnv, ParallelEnv])
+def test_batched_specs_stack_per_worker_values(cls):
+    # same structure, different bounds (a step counter's limit): the batched spec keeps each worker's
+    from functools import partial
+
+    from rl_envs import StepCounter, TransformedEnv
+
+    def make(max_steps):
+        return TransformedEnv(PendulumEnv(), StepCounter(max_steps=max_steps))
+
+    env = cls(2, [partial(make, 20), partial(make, 30)])
+    try:
+        spec = env.observation_spec["step_count"]
+        single = make(20).observation_spec["step_count"]
+        assert spec.shape == (2, *single.shape)
+        if hasattr(single, "high"):
+            assert spec.high.reshape(2, -1)[:, 0].tolist() == [20, 30]
+        rollout = env.rollout(3)
+        assert rollout["next", "step_count"][:, -1].reshape(-1).tolist() == [3, 3]
+    finally:
+        env.close()
+
+
+def test_batched_envs_refuse_a_different_structure():
+    from functools import partial
+
+    from rl_envs import StepCounter, TransformedEnv
+
+    with pytest.raises(ValueError, match=r"(?s)worker 1 .* different full_observation_spec .* same keys"):
+        SerialEnv(2, [PendulumEnv, partial(TransformedEnv, PendulumEnv(), StepCounter())])

@@ -17,6 +17,7 @@ from typing import Any
 
 import torch
 from tdict import TensorDict, TensorDictBase
+from tdict.specs import Composite
 from tdict.validation import check_positive_int
 
 from .._env_keys import _leaf_name, _root_of
@@ -74,7 +75,17 @@ def _make_creators(num_workers: int, create_env_fn: Any, create_env_kwargs: Any,
     return creators
 
 
+def _structure(spec: Composite) -> list:
+    """What must agree between sub-envs: every leaf's key, spec type, shape and dtype."""
+    return sorted(
+        ((str(key), type(leaf).__name__, tuple(leaf.shape), leaf.dtype) for key, leaf in spec.items(True, True)),
+        key=lambda entry: entry[0],
+    )
+
+
 def _check_same_specs(creators: list[EnvCreator], owner: str) -> EnvMetaData:
+    """Worker 0's metadata, after checking that every sub-env has its batch size and spec structure
+    (the values in the specs, such as bounds, may differ: the batched specs stack them)."""
     meta = creators[0].meta_data
     seen = {id(creators[0])}
     for i, creator in enumerate(creators):
@@ -82,13 +93,31 @@ def _check_same_specs(creators: list[EnvCreator], owner: str) -> EnvMetaData:
             continue
         seen.add(id(creator))
         other = creator.meta_data
-        for what in ("batch_size", "input_spec", "output_spec"):
-            if getattr(other, what) != getattr(meta, what):
+        if other.batch_size != meta.batch_size:
+            raise ValueError(
+                f"{owner}: the env of worker {i} ({other.env_str}) has batch size {list(other.batch_size)}, worker 0's "
+                f"({meta.env_str}) {list(meta.batch_size)}; every sub-env must have the same batch size."
+            )
+        for name in SPEC_NAMES:
+            if _structure(other.specs[name]) != _structure(meta.specs[name]):
                 raise ValueError(
-                    f"{owner}: the env of worker {i} ({other.env_str}) has a different {what} than worker 0's "
-                    f"({meta.env_str}); every sub-env must have the same batch size and specs."
+                    f"{owner}: the env of worker {i} ({other.env_str}) has a different {name} than worker 0's "
+                    f"({meta.env_str}): every sub-env must have the same keys, spec types, shapes and dtypes."
                 )
     return meta
+
+
+def _stack_specs(specs: list[Composite]) -> Composite:
+    """The batched spec of sub-envs whose specs have the same structure: an expand when they are equal,
+    else a leaf-wise stack (per-worker bounds and the like kept)."""
+    first = specs[0]
+    if all(spec == first for spec in specs[1:]):
+        return first.expand(len(specs), *first.shape)
+    entries = {}
+    for key in first.keys():
+        members = [spec[key] for spec in specs]
+        entries[key] = _stack_specs(members) if isinstance(members[0], Composite) else torch.stack(members, 0)
+    return Composite(entries, shape=(len(specs), *first.shape), device=first.device)
 
 
 def _batched_device(owner: str, device: Any, sub_device: torch.device | None) -> torch.device | None:
@@ -147,10 +176,8 @@ class BatchedEnvBase(EnvBase):
         self.__dict__["_meta_data"] = meta
         self.num_workers = num_workers
         self.serial_for_single = bool(serial_for_single)
-        specs = meta.specs
         for name in SPEC_NAMES:
-            spec = specs[name]
-            setattr(self, name, spec.expand(num_workers, *spec.shape))
+            setattr(self, name, _stack_specs([creator.meta_data.specs[name] for creator in creators]))
         self.__dict__["_buffer"] = None
         self.__dict__["_layout"] = None
 
