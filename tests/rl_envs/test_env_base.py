@@ -876,3 +876,22 @@ def test_close_raise_if_closed():
     env.reset()
     env.close(raise_if_closed=True)
     TransformedEnv(PendulumEnv(), StepCounter()).close(raise_if_closed=True)  # nothing to close: no error
+
+
+def test_add_truncated_keys_declares_a_false_flag(counting_env):
+    env = MinimalEnv(batch_size=[2])
+    assert "truncated" not in env.done_keys
+    assert env.add_truncated_keys() is env
+    assert sorted(env.done_keys) == ["done", "terminated", "truncated"]
+    td = env.rand_step(env.reset())
+    assert td["next", "truncated"].tolist() == [False, False]  # not written by _step: False
+    rollout = env.rollout(3, set_truncated=True, break_when_any_done=False)
+    assert rollout["next", "truncated"][:, -1].all() and rollout["next", "done"][:, -1].all()
+
+
+def test_env_step_mdp_keeps_the_action(counting_env):
+    env = counting_env(batch_size=[2])
+    td = env.rand_step(env.reset())
+    nxt = env.step_mdp(td)
+    assert "action" in nxt.keys() and "reward" not in nxt.keys()
+    assert torch.equal(nxt["count"], td["next", "count"])

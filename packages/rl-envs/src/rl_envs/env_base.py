@@ -10,7 +10,7 @@ from tdict import TensorDict, TensorDictBase
 from tdict.seeding import check_seed, next_seed
 from tdict.specs import Categorical, Composite, Unbounded
 
-from ._env_keys import EnvKeys, _root_of, any_done, fill_done, plan_done_fill, spec_shape_error
+from ._env_keys import EnvKeys, _leaf_name, _root_of, any_done, fill_done, plan_done_fill, spec_shape_error
 from ._generator_state import GeneratorState
 
 __all__ = ["EnvBase", "SPEC_NAMES"]
@@ -645,6 +645,34 @@ class EnvBase(GeneratorState, nn.Module):
             trust_policy=trust_policy,
             actions=actions,
         )
+
+    def add_truncated_keys(self) -> EnvBase:
+        """Declares a ``"truncated"`` flag next to every ``"done"`` flag (a copy of its spec); returns the env.
+
+        A ``_step`` that does not write it reports ``False`` (see the class docs); ``rollout(...,
+        set_truncated=True)`` marks the last step with it.
+        """
+        done_spec = self._get_spec("full_done_spec")
+        dones = [key for key in self._keys().done_keys if _leaf_name(key) == "done"]
+        if not dones:
+            raise KeyError(f"{type(self).__name__}.add_truncated_keys: the env declares no 'done' key: {done_spec}.")
+        done_spec = done_spec.clone()
+        for key in dones:
+            root = _root_of(key)
+            done_spec[(*root, "truncated") if root else "truncated"] = done_spec[key].clone()
+        self.full_done_spec = done_spec
+        return self
+
+    def step_mdp(self, tensordict: TensorDictBase) -> TensorDictBase:
+        """The next step's input from a stepped ``tensordict`` (with ``"next"``): see :func:`rl_envs.step_mdp`.
+
+        Uses the env's keys: the ``"next"`` entries move to the root, the reward leaves, the action
+        stays (as in TorchRL's ``env.step_mdp``; the rollout's own shift drops it).
+        """
+        from .mdp import MDPShift
+
+        keys = self._keys()
+        return MDPShift(keys.action_keys, keys.reward_keys, keys.done_keys, exclude_action=False)(tensordict)
 
     def append_transform(self, transform: Any) -> Any:
         """A :class:`~rl_envs.TransformedEnv` applying ``transform`` to this env (a new wrapper; a
