@@ -895,3 +895,10 @@ def test_env_step_mdp_keeps_the_action(counting_env):
     nxt = env.step_mdp(td)
     assert "action" in nxt.keys() and "reward" not in nxt.keys()
     assert torch.equal(nxt["count"], td["next", "count"])
+
+
+def test_rollout_storing_device(counting_env):
+    env = counting_env(batch_size=[2])
+    rollout = env.rollout(3, storing_device="meta", break_when_any_done=False)
+    assert rollout.device == torch.device("meta")
+    assert rollout["next", "count"].device.type == "meta" and rollout.batch_size == (2, 3)

@@ -623,6 +623,7 @@ class EnvBase(GeneratorState, nn.Module):
         out: TensorDictBase | None = None,
         trust_policy: bool = False,
         actions: Any = None,
+        storing_device: Any = None,
     ) -> TensorDictBase:
         """Runs ``max_steps`` steps and returns them stacked: a ``[*batch_size, T]`` TensorDict.
 
@@ -644,6 +645,7 @@ class EnvBase(GeneratorState, nn.Module):
             out=out,
             trust_policy=trust_policy,
             actions=actions,
+            storing_device=storing_device,
         )
 
     def add_truncated_keys(self) -> EnvBase:

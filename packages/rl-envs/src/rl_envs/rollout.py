@@ -105,6 +105,7 @@ def rollout(
     out: TensorDictBase | None = None,
     trust_policy: bool = False,
     actions: Iterable | None = None,
+    storing_device: Any = None,
 ) -> TensorDictBase:
     """Runs ``env`` for up to ``max_steps`` steps; the steps are stacked along a last dim named ``"time"``.
 
@@ -130,6 +131,7 @@ def rollout(
             is written under the env's action key (cast to the spec's dtype and device) before its
             step. A sized iterable caps ``max_steps`` to its length; an iterator that runs out before
             ``max_steps`` raises ``ValueError``.
+        storing_device: the device of the returned rollout (default: where the env's steps are).
 
     Examples:
         >>> from rl_envs import PendulumEnv
@@ -204,6 +206,8 @@ def rollout(
                 callback(env, stepped)
     time_dim = len(env.batch_size) if tensordict is None else max(len(env.batch_size), tensordict.batch_dims)
     result = stack(steps, time_dim, out=out) if return_contiguous else lazy_stack(steps, time_dim)
+    if storing_device is not None:
+        result = result.to(storing_device)
     result.names = [None] * time_dim + ["time"]
     if set_truncated:
         _mark_truncated(result, keys)
