@@ -11,6 +11,8 @@ Examples:
     torch.Size([8, 2])
 """
 
+from typing import TYPE_CHECKING
+
 from ._core.keys import is_leaf_nontensor
 from ._core.torch_function import cat, pad, pad_sequence, stack
 from ._core.utils import NestedKey, unravel_key
@@ -43,6 +45,19 @@ from .testing import assert_allclose_td, assert_close
 
 __version__ = "0.1.0"
 
+if TYPE_CHECKING:
+    from .persistent import PersistentTensorDict
+
+
+def __getattr__(name: str):
+    # PersistentTensorDict is loaded on first use: its module needs numpy and, to be built, h5py
+    if name == "PersistentTensorDict":
+        from .persistent import PersistentTensorDict
+
+        return PersistentTensorDict
+    raise AttributeError(f"module 'tdict' has no attribute {name!r}")
+
+
 __all__ = [
     "LazyStackedTensorDict",
     "MemmapLoadError",
@@ -50,6 +65,7 @@ __all__ = [
     "NestedKey",
     "NonTensorData",
     "NonTensorStack",
+    "PersistentTensorDict",
     "TensorClass",
     "TensorDict",
     "TensorDictBase",

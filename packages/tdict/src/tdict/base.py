@@ -61,7 +61,7 @@ class TensorDictBase(
     | `_core/arithmetic.py`    | element-wise math, comparisons, casts: `add`, `mul_`, `exp`, `clamp`, `isnan`, `float32` |
     | `_core/reductions.py`    | `sum`, `mean`, `std`, `max`, `quantile`, `cumsum`, `softmax`, `all`, `any` |
     | `_core/shape_ops.py`     | `reshape`, `view`, `permute`, `unsqueeze`, `expand`, `split`, `unbind`, `gather`, `where` |
-    | `_io/storage_methods.py` | `save`, `load`, `memmap`, `memmap_`, `memmap_like`, `consolidate`, `state_dict` |
+    | `_io/storage_methods.py` | `save`, `load`, `memmap`, `memmap_`, `memmap_like`, `consolidate`, `state_dict`, `to_h5` |
     | `_core/entries.py`       | `get_at`, `set_at_`, `masked_select`, non-tensor entries, `clear`, `zero_grad`, `separates` |
     | `_core/conversions.py`   | `to_tensordict`, `to_namedtuple`, `to_pytree`, `to_padded_tensor`, `from_*`, `fromkeys` |
     | `_core/introspection.py` | `entry_class`, `get_item_shape`, `is_contiguous`, `data_ptr`, `bytes`, `depth` |
@@ -69,6 +69,7 @@ class TensorDictBase(
     | `_core/autograd.py`      | `data`, `grad`, `backward` |
     | `tensordict.py`          | `TensorDict`: entry storage, indexing, `to`; `from_module` (`_core/functional.py`) |
     | `lazy.py`, `_lazy/`      | `LazyStackedTensorDict`: member-wise versions of the above |
+    | `persistent.py`, `_persistent/` | `PersistentTensorDict`: HDF5-backed (h5py), read lazily, written through |
 
     ``torch.stack``, ``torch.cat`` and the other torch functions on collections are in
     ``_core/torch_function.py``; module-level builders (``from_dict``, ``merge_tensordicts``, ...) in

@@ -137,9 +137,13 @@ def _wrap(self: Any, name: str, result: Any) -> Any:
 
 def _maybe_wrap_td(cls: type, td: Any) -> Any:
     if type(td) is not TensorDict or td._is_non_tensor:
-        return td
+        if not getattr(type(td), "_is_persistent", False):  # a PersistentTensorDict view is wrapped too
+            return td
+        keys = td.keys()
+    else:
+        keys = td._tensordict
     fields = cls._tc_field_set
-    for key in td._tensordict:
+    for key in keys:
         if key not in fields:
             return td
     return cls._from_tensordict(td)

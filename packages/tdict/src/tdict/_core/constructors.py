@@ -57,6 +57,8 @@ def _convert(value: Any, device: Any, batch_size: Any) -> Any:
     """A container value as the collection (or tensor) ``from_any`` makes of it; other values as they are."""
     if isinstance(value, (dict, tuple)) or dataclasses.is_dataclass(value) and not isinstance(value, type):
         return from_any(value, device=device, batch_size=batch_size)
+    if _is_h5_group(value):
+        return from_any(value, batch_size=batch_size)
     if isinstance(value, list):
         try:
             return torch.as_tensor(value, device=device)
@@ -65,6 +67,11 @@ def _convert(value: Any, device: Any, batch_size: Any) -> Any:
     if type(value).__module__ == "numpy" and getattr(getattr(value, "dtype", None), "names", None):
         return from_struct_array(value, device=device)
     return value
+
+
+def _is_h5_group(obj: Any) -> bool:
+    """An open ``h5py.File`` or ``h5py.Group`` (checked without importing h5py)."""
+    return type(obj).__module__.startswith("h5py") and type(obj).__name__ in ("File", "Group")
 
 
 # ---------------------------------------------------------------------------- from_*
@@ -291,6 +298,10 @@ def from_any(
     kwargs = {"auto_batch_size": auto_batch_size, "batch_dims": batch_dims, "device": device, "batch_size": batch_size}
     if is_tensor_collection(obj) or isinstance(obj, torch.Tensor):
         return obj
+    if _is_h5_group(obj):
+        from ..persistent import PersistentTensorDict  # an open HDF5 file or group, read lazily
+
+        return PersistentTensorDict._of_h5_group(obj, batch_size=batch_size)
     if isinstance(obj, Mapping):
         td = from_dict(obj, batch_size=batch_size, device=device, auto_batch_size=False)
         return _finish(td, auto_batch_size, batch_dims, batch_size, "from_any")

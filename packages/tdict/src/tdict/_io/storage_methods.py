@@ -111,6 +111,29 @@ class StorageMixin:
         """Alias of :meth:`load_memmap`."""
         return cls.load_memmap(prefix, device=device, non_blocking=non_blocking, out=out)
 
+    def to_h5(self, filename: Any, **kwargs: Any) -> Any:
+        """Write to a new HDF5 file (crash-safe) and return the :class:`~tdict.PersistentTensorDict` on it.
+
+        ``kwargs`` go to h5py's ``create_dataset`` (``compression="gzip"``...). Needs ``rl-tdict[h5]``.
+
+        Examples:
+            >>> import os, tempfile, torch
+            >>> from tdict import TensorDict
+            >>> td = TensorDict(a=torch.zeros(3, 2), batch_size=[3])
+            >>> td.to_h5(os.path.join(tempfile.mkdtemp(), "td.h5"))["a"].shape
+            torch.Size([3, 2])
+        """
+        from ..persistent import PersistentTensorDict
+
+        return PersistentTensorDict.from_dict(self, filename, **kwargs)
+
+    @classmethod
+    def from_h5(cls, filename: Any, *, mode: str = "r", batch_size: Any = None, device: Any = None) -> Any:
+        """Open an HDF5 file as a :class:`~tdict.PersistentTensorDict` (see its ``from_h5``)."""
+        from ..persistent import PersistentTensorDict
+
+        return PersistentTensorDict.from_h5(filename, mode=mode, batch_size=batch_size, device=device)
+
     def is_memmap(self) -> bool:
         """True when there is at least one tensor leaf and every one is a :class:`~tdict.MemoryMappedTensor`."""
         from ..memmap import MemoryMappedTensor
