@@ -99,7 +99,10 @@ _PRIVATE = re.compile(r"conformance: our packages have no [\w.]*\._\w+|has no at
 _NOT_BUILT = re.compile(r"conformance: our packages have no [\w.]+")
 # failures that are our documented, deliberate differences (README, "Migrating"): message -> reason
 DELIBERATE = [
-    (re.compile(r"KeyError: .*not found\. Existing keys"), "td.get(missing) raises KeyError instead of returning None"),
+    (
+        re.compile(r"KeyError: .*not found in \w+ with keys"),
+        "td.get(missing) raises KeyError instead of returning None",
+    ),
     (
         re.compile(r"KeyError: .*(is missing|missing in-key|none of the keys)"),
         "modules never feed None for a missing in-key",
@@ -111,6 +114,15 @@ DELIBERATE = [
     (
         re.compile(r"MultiAction: pass num_actions=K|dynamic_shape=True is not supported"),
         "specs have static shapes",
+    ),
+    (
+        # one per-step entry shaped [*B, 1] next to one shaped [*B] (the same dims), either order
+        re.compile(
+            r"shape \((\d+(?:, \d+)*), 1\)(?:[^;]* has shape|, expected| must have the values' shape) \(\1,?\)"
+            r"|shape \((\d+(?:, \d+)*),?\)[^;]* has shape \(\2, 1\)"
+            r"|shape \(1,\)(?:[^;]* has shape|, expected| must have the values' shape) \(\)|shape \(\)[^;]* has shape \(1,\)"
+        ),
+        "per-step scalars (reward, done, value, advantage, log-prob) have no trailing singleton dim",
     ),
 ]
 

@@ -85,9 +85,11 @@ def test_get_homogeneous_equals_torch_stack(dim):
 
 def test_get_heterogeneous_raises_clear_error():
     s = lazy_stack(members())
-    with pytest.raises(RuntimeError, match=r"Key 'y'.*different shapes.*as_padded_tensor"):
+    with pytest.raises(
+        RuntimeError, match=r"Failed to stack tensors within a tensordict: key 'y'.*different shapes.*as_padded_tensor"
+    ):
         s.get("y")
-    with pytest.raises(RuntimeError, match="Key 'y'"):
+    with pytest.raises(RuntimeError, match="key 'y'"):
         s["y"]
     lst = s.get("y", as_list=True)
     assert [t.shape[-1] for t in lst] == [2, 3, 4]
@@ -127,9 +129,9 @@ def test_as_padded_tensor_pads_every_dim_and_keeps_dtype():
 def test_densify_and_to_tensordict():
     tds = members()
     s = lazy_stack(tds)
-    with pytest.raises(RuntimeError, match=r"Key 'y'.*different shapes"):
+    with pytest.raises(RuntimeError, match=r"key 'y'.*different shapes"):
         s.to_tensordict()
-    with pytest.raises(RuntimeError, match="Key 'y'"):
+    with pytest.raises(RuntimeError, match="key 'y'"):
         s.densify()
     d = s.exclude("y").to_tensordict()
     assert type(d) is TensorDict and d.batch_size == (3, 3)
@@ -214,7 +216,7 @@ def test_index_types_follow_tensordict():
         s[:, 3]
     with pytest.raises(IndexError, match="out of range"):
         lazy_stack(tds)[5]
-    with pytest.raises(IndexError, match="Too many"):
+    with pytest.raises(IndexError, match="(?i)too many indices"):
         s[0, 0, 0]
     # ragged leaves survive indexing on other dims
     assert [t.shape for t in s[1:].get("y", as_list=True)] == [(2, 2), (2, 3), (2, 4)]
@@ -549,7 +551,7 @@ def test_nested_lazy_members():
     assert obs[0] is inner_a and obs[1, 1] is inner_b.tensordicts[1]
     assert s[1, 0]["obs"] is inner_b.tensordicts[0]
     assert s[1]["obs", "v"].shape == (2, 2, 2)
-    with pytest.raises(RuntimeError, match="Key 'v'"):
+    with pytest.raises(RuntimeError, match="key 'v'"):
         s["obs", "v"]
     assert "obs" in repr(TensorDict(n=s, batch_size=[2]))
 

@@ -323,7 +323,9 @@ def test_batchless_non_tensor_is_broadcast_over_the_batch_and_left_alone():
     td.set(("nested", "label"), NonTensorData(7))
     assert td.get("label").batch_size == torch.Size([3]) and label.batch_size == torch.Size([])
     assert td["label"] == "hello" and td[1]["label"] == "hello" and td["nested", "label"] == 7
-    with pytest.raises(RuntimeError, match=r"Key 'bad': nested collection of batch size \[2\]"):
+    with pytest.raises(
+        RuntimeError, match=r"Key 'bad': batch dimension mismatch, nested collection of batch size \[2\]"
+    ):
         td["bad"] = NonTensorData("x", batch_size=[2])
     assert "bad" not in td.keys()
 

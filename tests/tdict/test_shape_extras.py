@@ -318,11 +318,11 @@ def test_errors_name_argument_expected_and_received():
         td.rot90(1, (0,))
     with pytest.raises(ValueError, match="two different batch dims"):
         td.rot90(1, (1, 1))
-    with pytest.raises(RuntimeError, match="rot90: needs at least 2 batch dims"):
+    with pytest.raises(RuntimeError, match="rot90 requires at least 2 batch dims"):
         make_td((3,)).rot90()
-    with pytest.raises(RuntimeError, match="fliplr: needs at least 2 batch dims"):
+    with pytest.raises(RuntimeError, match="fliplr requires at least 2 batch dims"):
         make_td((3,)).fliplr()
-    with pytest.raises(RuntimeError, match="flipud: needs at least 1 batch dim"):
+    with pytest.raises(RuntimeError, match="flipud requires at least 1 batch dim"):
         make_td(()).flipud()
     with pytest.raises(TypeError, match="shifts"):
         td.roll((1, 2))

@@ -134,8 +134,8 @@ def test_tensorclass_update_merges_into_a_nested_tensorclass(source):
             KeyError,
             r"\('b', 'x'\).*'b' holds a leaf",
         ),
-        (lambda td: td.lock_().update({"z": torch.ones(2), "a": torch.ones(2)}), RuntimeError, r"'z'.*locked"),
-        (lambda td: td.update_({"a": torch.ones(2), "zz": torch.ones(2)}), KeyError, r"'zz'.*Existing keys"),
+        (lambda td: td.lock_().update({"z": torch.ones(2), "a": torch.ones(2)}), RuntimeError, r"locked.*'z'"),
+        (lambda td: td.update_({"a": torch.ones(2), "zz": torch.ones(2)}), KeyError, r"'zz'.*with keys"),
         (
             lambda td: td.update_({"a": torch.ones(2), "b": torch.ones(3)}),
             RuntimeError,

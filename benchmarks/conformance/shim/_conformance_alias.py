@@ -48,6 +48,7 @@ MODULES: dict[str, list[str]] = {
     "tensordict.base": ["tdict.base", "tdict"],
     "tensordict._td": ["tdict.tensordict", "tdict"],
     "tensordict._lazy": ["tdict.lazy", "tdict"],
+    "tensordict._unbatched": ["tdict.unbatched", "tdict"],
     "tensordict.utils": ["tdict", "tdict.base"],
     "tensordict.functional": ["tdict"],
     "tensordict._torch_func": ["tdict"],
@@ -85,6 +86,7 @@ MODULES: dict[str, list[str]] = {
     "torchrl.modules.models": ["rl_objectives.modules"],
     "torchrl.objectives": ["rl_objectives"],
     "torchrl.objectives.value": ["rl_objectives.value"],
+    "torchrl.objectives.value.functional": ["rl_objectives.value.functional", "rl_objectives.value"],
     "torchrl.objectives.utils": ["rl_objectives"],
     "torchrl.trainers": ["rl_objectives.trainers"],
 }
@@ -100,6 +102,13 @@ PLUMBING: dict[tuple[str, str], str] = {
     ("tensordict.utils", "_check_recursive_properties"): "_conformance_alias._no_check",
     # tensordict's version-dispatch decorator, used by the tests to pick an implementation
     ("tensordict.utils", "implement_for"): "_conformance_alias.implement_for",
+    # the test of which leaves batch ops carry over whole (UnbatchedTensor, non-tensor data)
+    ("tensordict.utils", "_pass_through"): "tdict.unbatched._pass_through",
+    # a public name TorchRL re-exports from several modules, ours lives in one package (rl_envs)
+    ("torchrl.modules", "RandomPolicy"): "rl_envs.RandomPolicy",
+    ("torchrl.collectors", "RandomPolicy"): "rl_envs.RandomPolicy",
+    # TorchRL's private profiler hook class is our public one
+    ("torchrl.collectors._base", "_ProfilerHook"): "rl_collect.ProfilerHook",
 }
 _HAS_H5 = importlib.util.find_spec("h5py") is not None
 
@@ -184,6 +193,9 @@ class _SwitchStub:
         return None
 
     def set(self) -> None:
+        return None
+
+    def unset(self) -> None:
         return None
 
 

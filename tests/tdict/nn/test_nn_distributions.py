@@ -226,6 +226,16 @@ def test_composite_distribution_defaults_and_errors():
         CompositeDistribution(params, distribution_map={"other": D.Normal})
     with pytest.raises(KeyError, match=r"sample misses .*act"):
         dist.log_prob(TensorDict(wrong=torch.zeros(3, 2), batch_size=[3]))
+    # None keys mean the defaults (tensordict 0.14 reads them so); has_rsample: every head has it
+    dist = CompositeDistribution(params, {"act": D.Normal}, extra_kwargs={"act": {"scale": 2.0}}, log_prob_key=None)
+    assert dist.log_prob_key == "sample_log_prob" and dist.entropy_key == "entropy" and dist.has_rsample
+    both = TensorDict(
+        act=TensorDict(loc=torch.zeros(3, 2), batch_size=[3]),
+        pick=TensorDict(logits=torch.zeros(3, 4), batch_size=[3]),
+        batch_size=[3],
+    )
+    mixed = CompositeDistribution(both, {"act": D.Normal, "pick": D.Categorical}, extra_kwargs={"act": {"scale": 1.0}})
+    assert not mixed.has_rsample
 
 
 def test_add_state_independent_normal_scale_device():

@@ -63,6 +63,8 @@ def test_unknown_names_are_listed_and_nothing_changes():
     with pytest.raises(ValueError, match=r"Owner.set_keys: unknown key name\(s\) \['bogus'\]; accepted: \["):
         owner.set_keys(reward="r", bogus="x")
     assert owner.tensor_keys.reward == "reward" and owner.seen == []
+    with pytest.raises(KeyError):  # also a KeyError (TorchRL's value estimators raise that one)
+        owner.set_keys(bogus="x")
 
 
 @pytest.mark.parametrize("bad", [3, None, (), ("a", 1), ["a"], b"a"])

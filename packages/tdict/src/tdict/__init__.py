@@ -19,6 +19,7 @@ from ._core.utils import NestedKey, unravel_key
 from .base import TensorDictBase, is_tensor_collection
 from .lazy import LazyStackedTensorDict, lazy_stack
 from .memmap import MemoryMappedTensor
+from .metadata import MetaData
 from .non_tensor import NonTensorData, is_non_tensor
 from .non_tensor_stack import NonTensorStack
 from .consolidate import from_consolidated
@@ -26,6 +27,7 @@ from .persistence import MemmapLoadError, load, load_memmap, memmap, save
 from .tensorclass import TensorClass, is_tensorclass, tensorclass
 from .tensordict import TensorDict
 from .typed import TypedTensorDict
+from .unbatched import UnbatchedTensor
 from ._core import pytree as _pytree  # noqa: F401  (registers the collections as pytree nodes)
 from ._core.combining import dense_stack_tds, maybe_dense_stack, merge_tensordicts
 from ._core.constructors import (
@@ -62,6 +64,7 @@ __all__ = [
     "LazyStackedTensorDict",
     "MemmapLoadError",
     "MemoryMappedTensor",
+    "MetaData",
     "NestedKey",
     "NonTensorData",
     "NonTensorStack",
@@ -70,6 +73,7 @@ __all__ = [
     "TensorDict",
     "TensorDictBase",
     "TypedTensorDict",
+    "UnbatchedTensor",
     "cat",
     "from_consolidated",
     "is_leaf_nontensor",

@@ -29,6 +29,8 @@ from ._core.indexing import _expand_index, check_write_shape
 from ._core.indexing import _indexed_batch_size as _indexed_batch_size, _is_key_tuple as _is_key_tuple  # re-exported
 from ._core.utils import NO_DEFAULT, NestedKey, _key_to_tuple, parse_device, unravel_key
 from ._core.utils import _MISSING as _MISSING, is_tensor_collection as is_tensor_collection  # re-exported
+from .errors import KeyValueError, ShapeMismatchError, locked_error
+from .unbatched import UNBATCHED_TYPES
 
 # torch functions handled through ``__torch_function__``; filled by ``tdict._core.torch_function``.
 TD_HANDLED_FUNCTIONS: dict[Callable, Callable] = {}
@@ -158,7 +160,10 @@ class TensorDictBase(
         return self.batch_size[0] if self.batch_size else 0
 
     def __bool__(self) -> bool:
-        raise RuntimeError("Converting a tensor collection to bool is ambiguous: use .all() or .any().")
+        raise RuntimeError(
+            f"Converting a tensordict to boolean value is not permitted ({type(self).__name__} holds many values, "
+            "its truth is ambiguous): use .all() or .any()."
+        )
 
     def __iter__(self) -> Iterator["TensorDictBase"]:
         if not self.batch_size:
@@ -176,8 +181,9 @@ class TensorDictBase(
         value = self
         for i, part in enumerate(key):
             if isinstance(value, torch.Tensor) or not is_tensor_collection(value) or value._is_non_tensor:
-                raise KeyError(
-                    f"Key {key!r}: {key[:i]!r} is a leaf ({type(value).__name__}), it has no sub-key {part!r}."
+                raise KeyValueError(
+                    f"Key {key!r}: Expected a TensorDictBase instance at {key[:i]!r}, but it is a leaf "
+                    f"({type(value).__name__}) with no sub-key {part!r}."
                 )
             value = value._get_str(part, NO_DEFAULT if default is NO_DEFAULT else _MISSING)
             if value is _MISSING:
@@ -192,7 +198,7 @@ class TensorDictBase(
 
     def _missing_key_error(self, key: Any) -> KeyError:
         keys = list(self.keys(include_nested=True))
-        return KeyError(f"Key {key!r} not found. Existing keys: {keys}.")
+        return KeyError(f"key {key!r} not found in {type(self).__name__} with keys {keys}.")
 
     def get_non_tensor(self, key: NestedKey, default: Any = NO_DEFAULT) -> Any:
         """The Python object stored under ``key`` (the payload of a NonTensorData)."""
@@ -238,7 +244,7 @@ class TensorDictBase(
         sub = self._get_str(key[0], None)
         if sub is None:
             if self._is_locked:
-                raise RuntimeError(f"Cannot add key {key!r}: the collection is locked.")
+                raise locked_error(f"cannot add key {key!r}; unlock_() it first.")
             sub = self.empty()
             sub._set_tuple(key[1:], item, inplace=inplace)
             self._set_str(key[0], sub, inplace=False, validated=True)
@@ -254,8 +260,9 @@ class TensorDictBase(
         if isinstance(target, torch.Tensor):
             item = self._to_leaf(item, key)
             if item.shape != target.shape:
-                raise RuntimeError(
-                    f"set_({key!r}): shape {tuple(item.shape)} does not match the existing {tuple(target.shape)}."
+                raise ShapeMismatchError(
+                    f"Failed to update {key!r} with set_(): shape {tuple(item.shape)} does not match the existing "
+                    f"{tuple(target.shape)}."
                 )
             target.copy_(item)
         else:
@@ -274,8 +281,13 @@ class TensorDictBase(
         All keys and shapes are checked before the first write.
         """
         non_tensor_pairs = []
+        # UnbatchedTensors are not written through batch indices (they lack the batch dims)
         if not is_tensor_collection(value):
-            pairs = [(key, value) for key, leaf in self.items(True, True) if isinstance(leaf, torch.Tensor)]
+            pairs = [
+                (key, value)
+                for key, leaf in self.items(True, True)
+                if isinstance(leaf, torch.Tensor) and type(leaf) not in UNBATCHED_TYPES
+            ]
         else:
             dest_bs = _indexed_batch_size(self.batch_size, index)
             pairs = []
@@ -291,12 +303,14 @@ class TensorDictBase(
                         non_tensor_pairs.append((key, target, leaf))
                     continue
                 target = self.get(key, None)
+                if type(target) in UNBATCHED_TYPES or type(leaf) in UNBATCHED_TYPES:
+                    continue
                 if not isinstance(target, torch.Tensor):
                     raise KeyError(
                         f"td[index] = value: key {key!r} of the value is not a tensor leaf of the destination."
                     )
                 expected = dest_bs + target.shape[self.batch_dims :]
-                check_write_shape(key, leaf.shape, expected)
+                check_write_shape(key, leaf.shape, expected, len(dest_bs))
                 pairs.append((key, leaf))
         full_index = _expand_index(index, self.batch_dims)
         if non_tensor_pairs:  # copy-on-write leaves, computed (and checked) before any write
@@ -519,7 +533,10 @@ class TensorDictBase(
             raise ValueError(f"refine_names: expected {self.batch_dims} names, got {len(refined)}.")
         for i, (old, new) in enumerate(zip(current, refined)):
             if old is not None and new is not None and old != new:
-                raise RuntimeError(f"refine_names: dim {i} is already named {old!r}, cannot rename to {new!r}.")
+                raise RuntimeError(
+                    f"refine_names: cannot coerce TensorDict names {current} to {refined}: dim {i} is already named "
+                    f"{old!r}, it cannot be renamed {new!r}."
+                )
             if new is None:
                 refined[i] = old
         self.names = refined

@@ -41,6 +41,8 @@ import torch
 
 from ._core.utils import parse_device
 from .base import is_tensor_collection
+from .metadata import _class_from_tag, _metadata_tag
+from .unbatched import UNBATCHED_TYPES, _unbatched_error
 from .files import atomic_write_to
 from .memmap import MemoryMappedTensor
 
@@ -89,6 +91,8 @@ def _walk(td: Any, on_leaf: Any, path: tuple) -> dict:
     content = _content_of(td)
     entries = []
     for key, value in content._items_raw():
+        if type(value) in UNBATCHED_TYPES:
+            raise _unbatched_error("consolidate", path + (key,) if path else key)
         if isinstance(value, torch.Tensor):
             entries.append(
                 [
@@ -102,7 +106,7 @@ def _walk(td: Any, on_leaf: Any, path: tuple) -> dict:
                 ]
             )
         elif getattr(type(value), "_is_non_tensor", False):
-            entries.append([key, _describe_non_tensor(value)])
+            entries.append([key, _describe_non_tensor(value, f"consolidate: key {path + (key,)!r}")])
         elif is_tensor_collection(value):
             entries.append([key, _walk(value, on_leaf, path + (key,))])
         else:
@@ -138,7 +142,7 @@ def _layout(td: Any) -> tuple[dict, list, int]:
     return meta, leaves, end
 
 
-def _describe_non_tensor(value: Any) -> dict:
+def _describe_non_tensor(value: Any, where: str = "consolidate") -> dict:
     if getattr(type(value), "_is_lazy", False):
         origins, table = value._compact()
         return {
@@ -147,7 +151,11 @@ def _describe_non_tensor(value: Any) -> dict:
             "shape": list(origins.shape),
             "table": list(table),
         }
-    return {"type": "non_tensor", "data": value.data, "batch_size": list(value.batch_size)}
+    out = {"type": "non_tensor", "data": value.data, "batch_size": list(value.batch_size)}
+    tag = _metadata_tag(value, where)
+    if tag is not None:  # a MetaData (of type T): rebuilt as one
+        out["metadata"] = tag
+    return out
 
 
 def _current(td: Any, storage: torch.Tensor) -> dict:
@@ -207,7 +215,8 @@ def _rebuild(meta: dict, storage: torch.Tensor, device: Any, views: list | None 
                 if views is not None:
                     views.append(view)
             elif kind == "non_tensor":
-                entries[key] = NonTensorData._new(entry["data"], torch.Size(entry["batch_size"]), device)
+                cls = NonTensorData if "metadata" not in entry else _class_from_tag(entry["metadata"])
+                entries[key] = cls._new(entry["data"], torch.Size(entry["batch_size"]), device)
             elif kind == "non_tensor_stack":
                 origins = torch.tensor(entry["origins"], dtype=torch.long).reshape(entry["shape"])
                 entries[key] = NonTensorStack._new(origins, list(entry["table"]), device)
@@ -516,6 +525,9 @@ def from_consolidated(filename: Any) -> Any:
                             },
                         ]
                     )
+                    if "metadata" in entry:  # checked now: an unknown type fails the load, not the rebuild
+                        _class_from_tag(entry["metadata"])
+                        out["entries"][-1][1]["metadata"] = entry["metadata"]
                 elif kind == "non_tensor_stack":
                     table = [decode_payload(p, f"key {full!r}") for p in entry["table"]]
                     origins = [int(i) for i in entry["origins"]]

@@ -47,7 +47,7 @@ Examples:
 
 from __future__ import annotations
 
-from typing import Any, Callable, Iterator, Sequence
+from typing import Any, Callable, Iterator, Sequence, cast
 
 import torch
 
@@ -58,7 +58,9 @@ from ._lazy.ragged import LazyRaggedMixin, _nested, _pad_stack, _stack_error
 from ._lazy.shape import LazyShapeMixin
 from ._core.utils import NO_DEFAULT, NestedKey, _key_to_tuple, check_names, normalize_dim, parse_batch_size, unravel_key
 from .base import _MISSING, TensorDictBase, is_tensor_collection
+from .errors import LOCKED, ShapeMismatchError, batch_mismatch_error
 from .tensordict import TensorDict
+from .unbatched import UNBATCHED_TYPES, _combine_unbatched
 
 
 class LazyStackedTensorDict(LazyIndexMixin, LazyShapeMixin, LazyMemberOpsMixin, LazyRaggedMixin, TensorDictBase):
@@ -278,7 +280,7 @@ class LazyStackedTensorDict(LazyIndexMixin, LazyShapeMixin, LazyMemberOpsMixin, 
         holders = [i for i, td in enumerate(self.tensordicts) if _probe(td, tup) is not _MISSING]
         where = f" It is held by members {holders} only (keys must be in every member)." if holders else ""
         return KeyError(
-            f"Key {key!r} not found in the lazy stack.{where} Keys common to all members: {list(self.keys(True))}."
+            f"key {key!r} not found in the lazy stack.{where} Keys common to all members: {list(self.keys(True))}."
         )
 
     # ------------------------------------------------------------------ get
@@ -368,6 +370,10 @@ class LazyStackedTensorDict(LazyIndexMixin, LazyShapeMixin, LazyMemberOpsMixin, 
         """Stack the members' values of one key: dense for leaves, lazy for sub-collections."""
         first = vals[0]
         if isinstance(first, torch.Tensor):
+            if type(first) in UNBATCHED_TYPES:  # one tensor for the whole stack, tagged with its batch size
+                bs = list(cast(Any, first).batch_size)
+                bs.insert(self.stack_dim, len(vals))
+                return _combine_unbatched(vals, torch.Size(bs), key, "lazy stack")
             try:
                 return torch.stack(vals, self.stack_dim)
             except (RuntimeError, TypeError) as err:
@@ -404,7 +410,8 @@ class LazyStackedTensorDict(LazyIndexMixin, LazyShapeMixin, LazyMemberOpsMixin, 
                     break
         if locked and not (inplace and key in self):
             raise RuntimeError(
-                f"Cannot set key {key!r}: the lazy stack or one of its members is locked (use set_() for in-place writes, or unlock_())."
+                f"{LOCKED}. For in-place modification of key {key!r} use set_() (the key must exist in every "
+                "member); to add or replace keys, unlock_() the lazy stack and its members first."
             )
 
     def _split_value(self, key: Any, value: Any) -> Sequence:
@@ -412,18 +419,16 @@ class LazyStackedTensorDict(LazyIndexMixin, LazyShapeMixin, LazyMemberOpsMixin, 
         n = len(self.tensordicts)
         sd = self.stack_dim
         bs = self._batch_size
+        if type(value) in UNBATCHED_TYPES:
+            return [value] * n  # whole in every member (each tags it with its batch size)
         if isinstance(value, torch.Tensor):
             if value.shape[: len(bs)] != bs:
-                raise RuntimeError(
-                    f"Key {key!r}: value of shape {list(value.shape)} does not start with the batch size {list(bs)} of the lazy stack."
-                )
+                raise batch_mismatch_error(key, value, bs, " of the lazy stack")
             return value.unbind(sd)
         if is_tensor_collection(value):
             parts = self._split_collection(value)
             if parts is None:
-                raise RuntimeError(
-                    f"Key {key!r}: collection of batch size {list(value.batch_size)} does not start with the batch size {list(bs)} of the lazy stack."
-                )
+                raise batch_mismatch_error(key, value, bs, " of the lazy stack")
             return parts
         if isinstance(value, dict):
             return TensorDict(value, batch_size=bs, device=self.device).unbind(sd)
@@ -453,7 +458,8 @@ class LazyStackedTensorDict(LazyIndexMixin, LazyShapeMixin, LazyMemberOpsMixin, 
             self._check_writable(key, inplace)
         parts = self._split_value(key, value)
         validated = False
-        if isinstance(value, torch.Tensor):  # batch prefix checked above: members skip it unless a device move is due
+        if isinstance(value, torch.Tensor) and type(value) not in UNBATCHED_TYPES:
+            # batch prefix checked above: members skip it unless a device move is due
             device = value.device
             validated = True
             for td in self.tensordicts:
@@ -500,7 +506,9 @@ class LazyStackedTensorDict(LazyIndexMixin, LazyShapeMixin, LazyMemberOpsMixin, 
         if old_key not in self:
             raise self._missing_key_error(old_key)
         if safe and any(new_key in td for td in self.tensordicts):
-            raise KeyError(f"rename_key_: {new_key!r} already exists and safe=True.")
+            raise KeyError(
+                f"rename_key_: {new_key!r} is already present in TensorDict, and safe=True forbids overwriting it."
+            )
         for td in self.tensordicts:
             td.rename_key_(old_key, new_key, safe=safe)
         return self
@@ -508,13 +516,17 @@ class LazyStackedTensorDict(LazyIndexMixin, LazyShapeMixin, LazyMemberOpsMixin, 
     def insert(self, index: int, tensordict: TensorDictBase) -> None:
         """Insert a new member at ``index`` of the stack dim (it needs the members' batch size)."""
         if not is_tensor_collection(tensordict):
-            raise TypeError(f"insert: expected a tensor collection, got {type(tensordict).__name__}.")
+            raise TypeError(
+                f"insert: Expected new value to be TensorDictBase instance (a tensor collection), got "
+                f"{type(tensordict).__name__}."
+            )
         bs = self._batch_size
         sd = self.stack_dim
         member_bs = torch.Size(tuple(bs[:sd]) + tuple(bs[sd + 1 :]))
         if tensordict.batch_size != member_bs:
-            raise RuntimeError(
-                f"insert: the collection has batch size {list(tensordict.batch_size)}, the members have {list(member_bs)}."
+            raise ShapeMismatchError(
+                f"insert: Batch sizes in tensordicts differs, the collection has batch size "
+                f"{list(tensordict.batch_size)}, the members have {list(member_bs)}."
             )
         if self._is_locked:
             tensordict._set_lock(True)
@@ -548,8 +560,11 @@ class LazyStackedTensorDict(LazyIndexMixin, LazyShapeMixin, LazyMemberOpsMixin, 
                 raise TypeError(f"cat: item {i} is a {type(td).__name__}, expected a tensor collection.")
             other = td.batch_size
             if len(other) != len(bs) or other[:dim] != bs[:dim] or other[dim + 1 :] != bs[dim + 1 :]:
+                why = ""
+                if len(other) == len(bs) and dim != sd and other[sd] != bs[sd]:
+                    why = f" (a cat along dim {dim} needs the same number of stacked tensordicts, {bs[sd]}, in each)"
                 raise RuntimeError(
-                    f"cat: collection {i} has batch size {list(other)}, incompatible with {list(bs)} along dim {dim}."
+                    f"cat: collection {i} has batch size {list(other)}, incompatible with {list(bs)} along dim {dim}{why}."
                 )
         per = [
             td.tensordicts if isinstance(td, LazyStackedTensorDict) and td.stack_dim == sd else list(td.unbind(sd))
@@ -587,7 +602,9 @@ class LazyStackedTensorDict(LazyIndexMixin, LazyShapeMixin, LazyMemberOpsMixin, 
         tds = self.tensordicts
         for key in self._common_keys():
             rep = self._probe_str(key)
-            if isinstance(rep, torch.Tensor):
+            if type(rep) in UNBATCHED_TYPES:
+                desc = f"UnbatchedTensor(shape={rep.shape}, device={rep.device}, dtype={rep.dtype})"
+            elif isinstance(rep, torch.Tensor):
                 shape = self._leaf_shape(key)
                 if shape is not None:
                     desc = f"Tensor(shape={shape}, device={rep.device}, dtype={rep.dtype})"

@@ -55,6 +55,8 @@ from typing import Any, overload
 
 import torch
 
+from .errors import SymlinkError
+
 __all__ = ["MemoryMappedTensor"]
 
 PathLike = str | os.PathLike
@@ -250,7 +252,7 @@ class _FileExistsError(FileExistsError, RuntimeError):
 
 
 def _symlink_error(path: str) -> FileExistsError:
-    return _FileExistsError(
+    return SymlinkError(
         f"filename {path!r} is a symbolic link (to {os.readlink(path)!r}); refusing to write a memory-mapped "
         "tensor through symlink: remove it or pass another filename"
     )
@@ -539,8 +541,8 @@ class MemoryMappedTensor(torch.Tensor):
                 return input
             if own is not None and target is not None and not copy_existing:
                 raise RuntimeError(
-                    f"input is already memory-mapped at {own!r}, but filename={target!r} was "
-                    "given; pass copy_existing=True to copy it there"
+                    f"A filename was provided but the tensor already has a file associated: input is memory-mapped "
+                    f"at {own!r}, filename={target!r} was given; pass copy_existing=True to copy it there"
                 )
         with _DisableSubclass():
             if input.layout != torch.strided:

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterator, Sequence, cast
 import torch
 
 from ._core.utils import NO_DEFAULT, parse_batch_size, parse_device, parse_to_args
-from ._core.indexing import _indexed_batch_size, index_on_cpu
+from ._core.indexing import _indexed_batch_size, index_on_cpu, write_shape_error
 from .base import NON_TENSOR_CLASSES, TensorDictBase
 
 if TYPE_CHECKING:
@@ -157,7 +157,10 @@ class _NonTensorBase(TensorDictBase):
             return
         value = list(value)
         if len(value) != self.batch_dims:
-            raise ValueError(f"names: expected {self.batch_dims} names (one per batch dim), got {value}.")
+            raise ValueError(
+                f"names: the length of the dimension names must equate the tensordict batch_dims: expected "
+                f"{self.batch_dims} names (one per batch dim), got {len(value)}: {value}."
+            )
         self._names = value if any(v is not None for v in value) else None
 
     def _maybe_names(self):
@@ -206,8 +209,10 @@ class _NonTensorBase(TensorDictBase):
         """
         if isinstance(index, list) or type(index).__module__ == "numpy":
             index = torch.as_tensor(index)
-        if type(self) is NonTensorData:
-            payload = value.data if type(value) is NonTensorData else value if not is_non_tensor(value) else _NOT_UNIQUE
+        if isinstance(self, NonTensorData):
+            payload = (
+                value.data if isinstance(value, NonTensorData) else value if not is_non_tensor(value) else _NOT_UNIQUE
+            )
             if payload is not _NOT_UNIQUE and _payload_equal(self.data, payload):
                 _indexed_batch_size(self._batch_size, index)  # still validate the index (on its device)
                 return self
@@ -284,7 +289,7 @@ class NonTensorData(_NonTensorBase):
     ) -> None:
         if kwargs:
             raise TypeError(f"NonTensorData: unexpected arguments {sorted(kwargs)}.")
-        if type(data) is NonTensorData:
+        if isinstance(data, NonTensorData):
             data = data.data
         self.data = data
         self._batch_size = parse_batch_size(batch_size)
@@ -314,14 +319,15 @@ class NonTensorData(_NonTensorBase):
         self._batch_size = parse_batch_size(new)
         self._names = None
 
+    # results keep the class (MetaData is a subclass)
     def _with_batch_size(self, batch_size: torch.Size) -> "NonTensorData":
         if batch_size == self._batch_size:
             return self
-        return NonTensorData._new(self.data, torch.Size(batch_size), self._device)
+        return type(self)._new(self.data, torch.Size(batch_size), self._device)
 
     def _map_entries(self, fn: Callable, batch_size: torch.Size, names: Any = None) -> "NonTensorData":
         # shape ops only change the batch size: every element holds the same payload
-        return NonTensorData._new(self.data, torch.Size(batch_size), self._device, names)
+        return type(self)._new(self.data, torch.Size(batch_size), self._device, names)
 
     def _index(self, index: Any) -> "NonTensorData":
         bs = self._batch_size
@@ -331,30 +337,30 @@ class NonTensorData(_NonTensorBase):
             if not -bs[0] <= index < bs[0]:
                 raise IndexError(f"Index {index} is out of range for batch dim 0 of size {bs[0]}.")
             names = self._names[1:] if self._names else None
-            return NonTensorData._new(self.data, bs[1:], self._device, names)
+            return type(self)._new(self.data, bs[1:], self._device, names)
         if type(index) is slice:
             if not bs:
                 raise IndexError("Cannot index a NonTensorData with an empty batch size.")
-            return NonTensorData._new(
+            return type(self)._new(
                 self.data, torch.Size((len(range(*index.indices(bs[0]))),)) + bs[1:], self._device, self._names
             )
         if isinstance(index, list) or type(index).__module__ == "numpy":
             index = torch.as_tensor(index)
-        return NonTensorData._new(self.data, _indexed_batch_size(bs, index), self._device)
+        return type(self)._new(self.data, _indexed_batch_size(bs, index), self._device)
 
     def _split_entries(self, fn: Callable, sizes: Sequence[torch.Size], names: Any = None) -> tuple:
-        return tuple(NonTensorData._new(self.data, torch.Size(bs), self._device) for bs in sizes)
+        return tuple(type(self)._new(self.data, torch.Size(bs), self._device) for bs in sizes)
 
     # ---- copies
     def clone(self, recurse: bool = True, *, device: Any = None) -> "NonTensorData":
         """A copy; the payload is deep-copied unless ``recurse=False``; ``device``: the copy's device."""
         data = _deepcopy_payload(self.data) if recurse else self.data
-        return NonTensorData._new(
+        return type(self)._new(
             data, self._batch_size, self._device if device is None else parse_device(device), self._names
         )
 
     def copy(self) -> "NonTensorData":
-        return NonTensorData._new(self.data, self._batch_size, self._device, self._names)
+        return type(self)._new(self.data, self._batch_size, self._device, self._names)
 
     def update(
         self,
@@ -372,11 +378,10 @@ class NonTensorData(_NonTensorBase):
         The other arguments are :meth:`TensorDict.update`'s (a single payload has no keys to select)."""
         if self._is_locked and not ignore_lock:
             raise RuntimeError("Cannot update a locked NonTensorData.")
-        self.data = input_dict_or_td.data if type(input_dict_or_td) is NonTensorData else input_dict_or_td
-        return self
+        return self.update_(input_dict_or_td)
 
     def update_(self, input_dict_or_td: Any, clone: bool = False, *, keys_to_update: Any = None) -> "NonTensorData":
-        self.data = input_dict_or_td.data if type(input_dict_or_td) is NonTensorData else input_dict_or_td
+        self.data = input_dict_or_td.data if isinstance(input_dict_or_td, NonTensorData) else input_dict_or_td
         return self
 
     # ---- conversion, comparison, display
@@ -393,19 +398,20 @@ class NonTensorData(_NonTensorBase):
 
     def __eq__(self, other: Any) -> torch.Tensor:
         """A bool tensor of the batch shape: does each element's payload equal ``other``'s?"""
-        if type(other) is not NonTensorData and is_non_tensor(other):
+        single = isinstance(other, NonTensorData)
+        if not single and is_non_tensor(other):
             from .non_tensor_stack import NonTensorStack  # deferred: that module builds on this one
 
             if type(other) is NonTensorStack:
                 return other.__eq__(self)
-        payload = other.data if type(other) is NonTensorData else other
+        payload = other.data if single else other
         shape = self._batch_size
-        if type(other) is NonTensorData and other._batch_size != shape:
+        if single and other._batch_size != shape:
             shape = torch.broadcast_shapes(shape, other._batch_size)
         return torch.full(shape, _payload_equal(self.data, payload), dtype=torch.bool)
 
     def __repr__(self) -> str:
-        return f"NonTensorData(data={self.data}, batch_size={self._batch_size}, device={self._device})"
+        return f"{type(self).__name__}(data={self.data}, batch_size={self._batch_size}, device={self._device})"
 
     def __getstate__(self):
         return {
@@ -446,9 +452,7 @@ def _non_tensor_write(
     try:
         torch.broadcast_shapes(leaf.batch_size, expected)
     except RuntimeError:
-        raise RuntimeError(
-            f"td[index] = value: key {path!r} has batch size {list(leaf.batch_size)}, expected one broadcastable to {list(expected)}."
-        ) from None
+        raise write_shape_error(path, leaf.batch_size, expected, len(dest_bs)) from None
     return _NonTensorSlot(dest._tensordict, key)
 
 

@@ -284,8 +284,9 @@ class NonTensorStack(_NonTensorBase):
                 [_payload_equal(self._table[i], other._table[j]) for i, j in pairs.tolist()], dtype=torch.bool
             )
             return verdict[inverse].reshape(a.shape) if verdict.numel() else torch.zeros(a.shape, dtype=torch.bool)
-        payload = other.data if type(other) is NonTensorData else other
-        if type(other) is NonTensorData and other.batch_size != mine.shape:
+        single = isinstance(other, NonTensorData)
+        payload = other.data if single else other
+        if single and other.batch_size != mine.shape:
             mine = mine.expand(torch.broadcast_shapes(mine.shape, other.batch_size))
         used, inverse = torch.unique(mine, return_inverse=True)
         verdict = torch.tensor([_payload_equal(self._table[i], payload) for i in used.tolist()], dtype=torch.bool)
@@ -319,7 +320,7 @@ class NonTensorStack(_NonTensorBase):
 def _as_origins(item: Any, table: list, what: str, i: int) -> torch.Tensor:
     """Append ``item``'s payloads to ``table`` and return its ids (a tensor of its batch shape)."""
     kind = type(item)
-    if kind is NonTensorData:
+    if kind is NonTensorData or isinstance(item, NonTensorData):
         ids = torch.full(item._batch_size, len(table), dtype=torch.long)
         table.append(item.data)
         return ids
@@ -382,13 +383,13 @@ def _write_out(result: Any, out: Any, what: str) -> Any:
             f"{what}(out=...): out has batch size {list(out.batch_size)}, the result has {list(result.batch_size)}."
         )
     if type(out) is NonTensorStack:
-        if type(result) is NonTensorData:
+        if isinstance(result, NonTensorData):
             out._origins, out._table = torch.zeros(result.batch_size, dtype=torch.long), [result.data]
         else:
             out._origins, out._table = result._origins, result._table
         return out
-    if type(out) is NonTensorData:
-        unique = result.data if type(result) is NonTensorData else result._unique_payload()
+    if isinstance(out, NonTensorData):
+        unique = result.data if isinstance(result, NonTensorData) else result._unique_payload()
         if unique is _NOT_UNIQUE:
             raise TypeError(f"{what}(out=...): out is a NonTensorData but the elements hold different payloads.")
         out.data = unique

@@ -105,6 +105,7 @@ from ._io.memmap_layout import (
 from ._io.memmap_load import _bad, _load_node, _parse_meta, _read_meta_bytes
 from ._io.state_dict import load_state_dict, state_dict  # noqa: F401  (re-exported; base.py delegates here)
 from ._core.utils import parse_device
+from .errors import SymlinkError
 from .files import fsync_path
 from .memmap import MemoryMappedTensor
 
@@ -171,6 +172,20 @@ def _committed_files(prefix: str) -> dict[str, int]:
 # --------------------------------------------------------------------------------------------- #
 
 
+def _refuse_symlinked_dirs(prefix: str, rel: str) -> None:
+    """Raise if a directory on the way from ``prefix`` to the file ``rel`` is a symbolic link: files are
+    never written through one (it may point anywhere); ``prefix`` itself is the caller's choice."""
+    current = prefix
+    rel_dir = os.path.dirname(rel)
+    for part in rel_dir.split(os.sep) if rel_dir else ():
+        current = os.path.join(current, part)
+        if os.path.islink(current):
+            raise SymlinkError(
+                f"{current!r} is a symbolic link (to {os.readlink(current)!r}); refusing to write a memory-mapped "
+                f"TensorDict through symlink (the file {rel!r} would land in it): remove it or pass another prefix."
+            )
+
+
 def _write(node: _Node, prefix: str, like: bool, created: list, dirs: set, fsync: bool) -> dict:
     """Write the leaves of ``node``; return its metadata (JSON-able)."""
     if node.meta["type"] == _LAZY:
@@ -190,6 +205,7 @@ def _write(node: _Node, prefix: str, like: bool, created: list, dirs: set, fsync
                 path = os.path.join(prefix, rel)
                 parent = os.path.dirname(path)
                 if parent not in dirs:
+                    _refuse_symlinked_dirs(prefix, rel)
                     os.makedirs(parent, exist_ok=True)
                     while parent not in dirs:  # new sub-directories: their entries must be fsynced too
                         dirs.add(parent)

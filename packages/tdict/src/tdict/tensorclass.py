@@ -32,8 +32,11 @@ import torch
 from ._core.arithmetic import _UNCOMPARABLE, comparison_operand
 from ._core.utils import NO_DEFAULT
 from .base import NON_TENSOR_CLASSES, TD_HANDLED_FUNCTIONS, TensorDictBase, _is_key_tuple, _repr, is_tensor_collection
+from .errors import KeyValueError, ShapeMismatchError, incompatible_leaf_of
+from .metadata import MetaData as MetaData  # re-exported: tensordict.tensorclass.MetaData
 from .non_tensor import NonTensorData
 from .tensordict import TensorDict
+from .unbatched import UNBATCHED_TYPES
 
 __all__ = ["TensorClass", "is_tensorclass", "tensorclass"]
 
@@ -456,15 +459,19 @@ class TensorClass:
             return
         bs = td.batch_size
         if isinstance(value, torch.Tensor):
-            shape = value.shape
+            shape = value.shape if type(value) not in UNBATCHED_TYPES else None  # any shape (the TensorDict tags it)
         elif is_tensor_collection(value):
             shape = value.batch_size
         else:
             shape = None
         if shape is not None and shape[: len(bs)] != bs:
-            what = "tensor of shape" if isinstance(value, torch.Tensor) else f"{type(value).__name__} of batch size"
-            raise RuntimeError(
-                f"{type(self).__name__}.{name}: expected a value whose leading dims match the batch size {list(bs)}, got a {what} {list(shape)}."
+            if isinstance(value, torch.Tensor):
+                what, detail = "tensor of shape", ""
+            else:
+                what, detail = f"{type(value).__name__} of batch size", incompatible_leaf_of(value, bs)
+            raise ShapeMismatchError(
+                f"{type(self).__name__}.{name}: batch dimension mismatch, expected a value whose leading dims match "
+                f"the batch size {list(bs)}, got a {what} {list(shape)}{detail}."
             )
         td._set_str(name, value, inplace=False, validated=False)
 
@@ -476,7 +483,7 @@ class TensorClass:
             object.__setattr__(self, name, value)
             return
         raise AttributeError(
-            f"Cannot set attribute {name!r} on {cls.__name__}: it is not a field (fields: {list(cls._tc_fields)})."
+            f"Cannot set the attribute {name!r} on {cls.__name__}: it is not a field (fields: {list(cls._tc_fields)})."
         )
 
     def __getattr__(self, name: str) -> Any:
@@ -581,7 +588,7 @@ class TensorClass:
         if type(key) is str:
             if key not in type(self)._tc_field_set:
                 raise AttributeError(
-                    f"Cannot set {key!r} on {type(self).__name__}: it is not a field (fields: {list(type(self)._tc_fields)})."
+                    f"Cannot set the attribute {key!r} on {type(self).__name__}: it is not a field (fields: {list(type(self)._tc_fields)})."
                 )
             if inplace and isinstance(value, torch.Tensor):
                 self._tensordict.set(key, value, inplace=True)
@@ -602,7 +609,16 @@ class TensorClass:
         if type(index) is str:
             self.set(index, value)
             return
-        self._tensordict[index] = _unwrap(value)
+        try:
+            self._tensordict[index] = _unwrap(value)
+        except KeyError as err:
+            if getattr(type(value), "_is_tensorclass", False) and type(value) is not type(self):
+                raise KeyValueError(
+                    f"{type(self).__name__}[index] = value: __setitem__ is only allowed for same-class or compatible "
+                    f"class (same fields) assignment, got a {type(value).__name__} with fields "
+                    f"{list(type(value)._tc_fields)} for fields {list(type(self)._tc_fields)} ({err.args[0]})"
+                ) from None
+            raise
 
     # ------------------------------------------------------------------ primitives the core calls
     def _items_raw(self):
@@ -617,7 +633,7 @@ class TensorClass:
     def _set_str(self, key: str, value: Any, *, inplace: bool, validated: bool, ignore_lock: bool = False) -> None:
         if key not in type(self)._tc_field_set:
             raise AttributeError(
-                f"Cannot set {key!r} on {type(self).__name__}: it is not a field (fields: {list(type(self)._tc_fields)})."
+                f"Cannot set the attribute {key!r} on {type(self).__name__}: it is not a field (fields: {list(type(self)._tc_fields)})."
             )
         self._tensordict._set_str(key, value, inplace=inplace, validated=validated, ignore_lock=ignore_lock)
 
@@ -1134,8 +1150,9 @@ def _process_class(cls: type, options: dict) -> type:
             continue
         if not shadow and field.name not in _SHADOWABLE:
             raise AttributeError(
-                f"{cls.__name__}: field name {field.name!r} clashes with a TensorClass attribute "
-                "(allow it with @tensorclass(shadow=True) or TensorClass['shadow'])."
+                f"{cls.__name__}: Attribute name {field.name} can't be used with @tensorclass: the field "
+                f"{field.name!r} clashes with a TensorClass attribute (allow it with @tensorclass(shadow=True) or "
+                "TensorClass['shadow'])."
             )
         if isinstance(field.default, _METHOD_TYPES):  # the inherited attribute, not a default
             field.default = dataclasses.MISSING

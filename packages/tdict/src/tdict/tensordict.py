@@ -23,6 +23,8 @@ from ._core.indexing import _batch_size_from_entry, _indexed_batch_size, _normal
 from ._core.locking import keeps_lock
 from ._core.names import indexed_names, leading_names
 from .base import _MISSING, NON_TENSOR_CLASSES, TensorDictBase, is_tensor_collection
+from .errors import LOCKED, BatchIndexError, ShapeMismatchError, batch_mismatch_error, incompatible_leaf
+from .unbatched import UNBATCHED_TYPES as _UNBATCHED
 
 _Tensor = torch.Tensor
 
@@ -109,7 +111,7 @@ class TensorDict(TensorDictBase):
             if type(key) is not str:
                 self._set_tuple(_key_to_tuple(key), value, inplace=False)
             elif (
-                isinstance(value, torch.Tensor)
+                (type(value) is _Tensor or isinstance(value, torch.Tensor) and type(value) not in _UNBATCHED)
                 and (not n or value.shape[:n] == bs)
                 and (device is None or value.device == device)
             ):
@@ -179,6 +181,10 @@ class TensorDict(TensorDictBase):
             >>> TensorDict.from_dict({"a": torch.zeros(3, 4), "b": {"c": torch.zeros(3, 4, 5)}}).batch_size
             torch.Size([3, 4])
         """
+        if batch_size is not None and batch_dims is not None:
+            raise ValueError(
+                f"from_dict: pass batch_size or batch_dims, not both (got {batch_size!r} and {batch_dims!r})."
+            )
         out = (
             cls(input_dict, batch_size=batch_size, device=device)
             if batch_size is not None
@@ -199,7 +205,7 @@ class TensorDict(TensorDictBase):
         shapes = [
             v.shape if isinstance(v, torch.Tensor) else v.batch_size
             for v in self._tensordict.values()
-            if isinstance(v, torch.Tensor) or not v._is_non_tensor
+            if (type(v) not in _UNBATCHED if isinstance(v, torch.Tensor) else not v._is_non_tensor)
         ]
         if not shapes:
             return self
@@ -212,7 +218,7 @@ class TensorDict(TensorDictBase):
             common = common[:batch_dims]
         self._batch_size = torch.Size(common)
         for key, value in list(self._tensordict.items()):
-            if not isinstance(value, torch.Tensor) and value._is_non_tensor:
+            if type(value) in _UNBATCHED or not isinstance(value, torch.Tensor) and value._is_non_tensor:
                 self._tensordict[key] = value._with_batch_size(self._batch_size)
         return self
 
@@ -221,8 +227,12 @@ class TensorDict(TensorDictBase):
         """Check (and convert) an entry before it is stored under ``key``."""
         if isinstance(value, torch.Tensor):
             bs = self._batch_size
+            if type(value) in _UNBATCHED:  # any shape: tagged with the batch size instead
+                if self._device is not None and value.device != self._device:
+                    value = value.to(self._device)
+                return cast(Any, value)._with_batch_size(bs)
             if bs and value.shape[: len(bs)] != bs:
-                raise self._batch_mismatch(key, value.shape)
+                raise batch_mismatch_error(key, value, self._batch_size)
             if self._device is not None and value.device != self._device:
                 value = value.to(self._device)
             return value
@@ -232,9 +242,7 @@ class TensorDict(TensorDictBase):
                 if value._is_non_tensor and not value.batch_size and not value._is_lazy:
                     # a batch-less non-tensor entry (one value) is broadcast over the batch, as in tensordict
                     return self._validate(key, value._with_batch_size(bs))
-                raise RuntimeError(
-                    f"Key {key!r}: nested collection of batch size {list(value.batch_size)} does not start with the batch size {list(bs)}."
-                )
+                raise batch_mismatch_error(key, value, bs)
             if self._device is not None and value.device != self._device:
                 value = value.to(self._device)
             if self._names is not None and not value._is_non_tensor:
@@ -295,8 +303,9 @@ class TensorDict(TensorDictBase):
             if dest is not None:
                 if isinstance(dest, torch.Tensor):
                     if dest.shape != value.shape:
-                        raise RuntimeError(
-                            f"Key {key!r}: in-place write of shape {list(value.shape)} into {list(dest.shape)}."
+                        raise ShapeMismatchError(
+                            f"Failed to update {key!r}: in-place write of shape {list(value.shape)} into an entry "
+                            f"of shape {list(dest.shape)}."
                         )
                     dest.copy_(value)
                     return
@@ -305,7 +314,8 @@ class TensorDict(TensorDictBase):
                     return
         if self._is_locked and not ignore_lock:
             raise RuntimeError(
-                f"Cannot set key {key!r}: the TensorDict is locked (use set_() for in-place writes to existing keys, or unlock_())."
+                f"{LOCKED}. For in-place modification of key {key!r} use set_() (the key must exist); "
+                "to add or replace keys, unlock_() first."
             )
         entries[key] = value
 
@@ -317,6 +327,15 @@ class TensorDict(TensorDictBase):
 
     def _map_entries(self, fn: Callable[[Any], Any], batch_size: torch.Size, names: Any = None) -> "TensorDict":
         return TensorDict._new_unsafe({k: fn(v) for k, v in self._tensordict.items()}, batch_size, self._device, names)
+
+    def _map_batch(self, fn: Callable[[Any], Any], batch_size: torch.Size, names: Any = None) -> "TensorDict":
+        # ShapeOpsMixin._map_batch, inlined: UnbatchedTensors are kept whole, tagged with the batch size
+        plain, unbatched_types = _Tensor, _UNBATCHED
+        out = {
+            k: fn(v) if type(v) is plain or type(v) not in unbatched_types else v._with_batch_size(batch_size)
+            for k, v in self._tensordict.items()
+        }
+        return TensorDict._new_unsafe(out, batch_size, self._device, names)
 
     # ------------------------------------------------------------------ hot paths
     def get(self, key: NestedKey, default: Any = NO_DEFAULT) -> Any:
@@ -341,10 +360,14 @@ class TensorDict(TensorDictBase):
 
     def set(self, key: NestedKey, item: Any, inplace: bool = False, *, non_blocking: bool = False) -> "TensorDict":
         if type(key) is str:
-            if not inplace and not self._is_locked and isinstance(item, torch.Tensor):  # the common case, inlined
+            if (
+                not inplace
+                and not self._is_locked
+                and (type(item) is _Tensor or isinstance(item, torch.Tensor) and type(item) not in _UNBATCHED)
+            ):  # the common case, inlined
                 bs = self._batch_size
                 if bs and item.shape[: len(bs)] != bs:
-                    raise self._batch_mismatch(key, item.shape)
+                    raise batch_mismatch_error(key, item, self._batch_size)
                 if self._device is not None and item.device != self._device:
                     item = item.to(self._device)
                 self._tensordict[key] = item
@@ -374,11 +397,6 @@ class TensorDict(TensorDictBase):
                 return
             node = child
         node.set(key[-1], item, inplace=inplace)
-
-    def _batch_mismatch(self, key: str, shape: torch.Size) -> RuntimeError:
-        return RuntimeError(
-            f"Key {key!r}: value of shape {list(shape)} does not start with the batch size {list(self._batch_size)}."
-        )
 
     def __getitem__(self, index: Any) -> Any:
         if type(index) is str:
@@ -449,14 +467,20 @@ class TensorDict(TensorDictBase):
         kind = type(index)
         if kind is int:
             if not bs:
-                raise IndexError("Cannot index a TensorDict with an empty batch size.")
+                raise BatchIndexError(
+                    "Cannot index a TensorDict with an empty batch size: indexing a tensordict with td.batch_dims==0 "
+                    "is not permitted (use a key, or unsqueeze it first)."
+                )
             if not -bs[0] <= index < bs[0]:
                 raise IndexError(f"Index {index} is out of range for batch dim 0 of size {bs[0]}.")
             new_bs = bs[1:]
             names = self._names[1:] if self._names else None
         elif kind is slice:
             if not bs:
-                raise IndexError("Cannot index a TensorDict with an empty batch size.")
+                raise BatchIndexError(
+                    "Cannot index a TensorDict with an empty batch size: indexing a tensordict with td.batch_dims==0 "
+                    "is not permitted (use a key, or unsqueeze it first)."
+                )
             new_bs = torch.Size((len(range(*index.indices(bs[0]))),)) + bs[1:]
             names = self._names
         elif (
@@ -483,7 +507,13 @@ class TensorDict(TensorDictBase):
             names = None
         out = {}
         first = None
+        unbatched = None
+        plain, unbatched_types = _Tensor, _UNBATCHED  # locals: the loop below is hot
         for key, value in self._tensordict.items():
+            if type(value) is not plain and type(value) in unbatched_types:
+                out[key] = value  # kept whole; tagged with the new batch size below
+                unbatched = [key] if unbatched is None else unbatched + [key]
+                continue
             out[key] = value[index]
             if first is None:
                 first = key
@@ -495,21 +525,25 @@ class TensorDict(TensorDictBase):
             )
             if self._names:
                 names = indexed_names(self._names, index, len(new_bs))
+        if unbatched is not None:
+            for key in unbatched:
+                out[key] = out[key]._with_batch_size(new_bs)
         return TensorDict._new_unsafe(out, new_bs, self._device, names)
 
     def _take_rows(self, index: torch.Tensor) -> "TensorDict":
         """``self[index]`` for a 1-D int64 ``index`` of positions already checked to lie in ``[0, n)``."""
         out = {}
+        new_bs = torch.Size((index.shape[0],)) + self._batch_size[1:]
         for key, value in self._tensordict.items():
-            if isinstance(value, torch.Tensor):
+            if type(value) is _Tensor or isinstance(value, torch.Tensor) and type(value) not in _UNBATCHED:
                 out[key] = value.index_select(0, index if value.device == index.device else index.to(value.device))
             elif type(value) is TensorDict:
                 out[key] = value._take_rows(index)
+            elif type(value) in _UNBATCHED:
+                out[key] = cast(Any, value)._with_batch_size(new_bs)
             else:
                 out[key] = value[index]
-        return TensorDict._new_unsafe(
-            out, torch.Size((index.shape[0],)) + self._batch_size[1:], self._device, self._names
-        )
+        return TensorDict._new_unsafe(out, new_bs, self._device, self._names)
 
     # ------------------------------------------------------------------ whole-collection ops
     def clone(self, recurse: bool = True, *, device: Any = None) -> "TensorDict":
@@ -676,7 +710,11 @@ class TensorDict(TensorDictBase):
         d = normalize_dim(dim, len(self._batch_size))
         bs = self._batch_size[:d] + self._batch_size[d + 1 :]
         names = self._names[:d] + self._names[d + 1 :] if self._names else None
-        columns = [(k, v.unbind(d)) for k, v in self._tensordict.items()]
+        n = self._batch_size[d]
+        columns = [
+            (k, v.unbind(d) if type(v) not in _UNBATCHED else (v._with_batch_size(bs),) * n)
+            for k, v in self._tensordict.items()
+        ]
         new, device = TensorDict._new_unsafe, self._device
         return tuple(new({k: c[i] for k, c in columns}, bs, device, names) for i in range(self._batch_size[d]))
 
@@ -742,11 +780,13 @@ class TensorDict(TensorDictBase):
         new = parse_batch_size(new)
         n = len(new)
         for key, value in self._tensordict.items():
+            if type(value) in _UNBATCHED:
+                continue
             shape = value.shape if isinstance(value, torch.Tensor) else value.batch_size
             if shape[:n] != new and not (not isinstance(value, torch.Tensor) and value._is_non_tensor):
-                raise RuntimeError(f"Cannot set batch_size {list(new)}: key {key!r} has shape {list(shape)}.")
+                raise ShapeMismatchError(f"Cannot set batch_size {list(new)}: {incompatible_leaf(key, shape, new)}.")
         for key, value in list(self._tensordict.items()):
-            if not isinstance(value, torch.Tensor) and value._is_non_tensor:
+            if type(value) in _UNBATCHED or not isinstance(value, torch.Tensor) and value._is_non_tensor:
                 self._tensordict[key] = value._with_batch_size(new)
         if self._names is not None and len(self._names) != n:
             self._names = None
@@ -929,13 +969,15 @@ def _collect_writes(
         if target is None:
             raise KeyError(f"td[index] = value: key {path + (key,)!r} of the value is absent from the destination.")
         if isinstance(leaf, torch.Tensor):
+            if type(target) in _UNBATCHED or type(leaf) in _UNBATCHED:
+                continue  # UnbatchedTensors are not written through batch indices
             if not isinstance(target, torch.Tensor):
                 raise KeyError(
                     f"td[index] = value: key {path + (key,)!r} is a tensor in the value but not in the destination."
                 )
             expected = dest_bs + target.shape[batch_dims:]
             if leaf.shape != expected:
-                check_write_shape(path + (key,), leaf.shape, expected)
+                check_write_shape(path + (key,), leaf.shape, expected, len(dest_bs))
             pairs.append((target, leaf))
         elif type(leaf) is TensorDict and type(target) is TensorDict:
             _collect_writes(target, leaf, dest_bs, batch_dims, pairs, path + (key,))

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 import torch
 
+from ..unbatched import UNBATCHED_TYPES
 from .utils import _MISSING, NO_DEFAULT, parse_device, unravel_key
 
 
@@ -138,6 +139,9 @@ class ApplyMixin:
                         other_value = TensorDict._new_unsafe({}, value.batch_size)
                 other_values.append(other_value)
             if isinstance(value, torch.Tensor) or call_on_nested:
+                if batch_size is not None and type(value) in UNBATCHED_TYPES:
+                    result[key] = value._with_batch_size(out_bs)  # fn changes the batch dims, which it lacks
+                    continue
                 if named is None:
                     new = fn(value, *other_values)
                 else:

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 import torch
 
+from ..errors import locked_error
 from .indexing import _expand_index, _indexed_batch_size
 from .keys import is_leaf_nontensor
 from .utils import _MISSING, NO_DEFAULT, NestedKey, _key_to_tuple, unravel_key
@@ -52,7 +53,7 @@ def _shape_of(value: Any) -> torch.Size:
 def _check_unlocked(td: Any, what: str) -> None:
     members = td.tensordicts if _is_lazy_stack(td) else ()
     if td.is_locked or any(m.is_locked for m in members):
-        raise RuntimeError(f"{what}: the collection is locked (unlock_() it first).")
+        raise locked_error(f"{what} changes its keys; unlock_() it first.")
 
 
 def _set_device_tree(td: Any, device: torch.device | None) -> None:
@@ -160,7 +161,7 @@ class EntryOpsMixin:
                 v[mask] if isinstance(v, torch.Tensor) else v[host_mask] if v._is_non_tensor else v.masked_select(mask)
             )
 
-        return self._map_entries(pick, new_bs)
+        return self._map_batch(pick, new_bs)
 
     # ------------------------------------------------------------------ non-tensor entries
     def is_non_tensor(self, key: NestedKey) -> bool:

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any, cast
 
 import torch
 
+from ..unbatched import UNBATCHED_TYPES
 from .entries import _non_tensor, _probe
 from .utils import NO_DEFAULT, is_tensor_collection, parse_batch_size, parse_device
 
@@ -105,7 +106,9 @@ class FactoriesMixin:
             kwargs["pin_memory"] = pin_memory
         out = {}
         for key, value in self._items_raw():
-            if isinstance(value, torch.Tensor):
+            if type(value) in UNBATCHED_TYPES:
+                out[key] = value._with_batch_size(size)  # kept whole: it lacks the batch dims
+            elif isinstance(value, torch.Tensor):
                 out[key] = getattr(value, fn)(size + value.shape[n:], *extra, **kwargs)
             elif value._is_non_tensor:
                 try:
@@ -151,7 +154,8 @@ class FactoriesMixin:
             data = torch.as_tensor(data)
         if collection:  # every key checked before anything is built
             for key in self.keys(True, True):
-                if key not in data and not _non_tensor(_probe(self, key)):
+                entry = _probe(self, key)
+                if key not in data and not _non_tensor(entry) and type(entry) not in UNBATCHED_TYPES:
                     raise KeyError(
                         f"new_tensor: key {key!r} of self is missing from data (keys: {list(data.keys(True, True))})."
                     )
@@ -161,7 +165,9 @@ class FactoriesMixin:
             out = {}
             for key, value in td._items_raw():
                 part = (None if src is None else src._get_str(key, None)) if collection else src
-                if isinstance(value, torch.Tensor):
+                if type(value) in UNBATCHED_TYPES:
+                    out[key] = value._with_batch_size(bs)  # kept whole: it lacks the batch dims
+                elif isinstance(value, torch.Tensor):
                     assert part is not None  # every tensor key of self was found in data above
                     t = part.detach().to(
                         device=dev if dev is not None else part.device, dtype=dtype or value.dtype, copy=True

@@ -18,6 +18,8 @@ from typing import Any
 import torch
 from torch import nn
 
+from ..errors import InvalidArgumentError
+
 __all__ = ["from_module", "from_modules", "to_module"]
 
 
@@ -149,7 +151,10 @@ def from_modules(
 
         out = _lazy_stack(tds, 0)
         if as_module:
-            raise ValueError("from_modules: as_module=True needs a dense stack (lazy_stack=False).")
+            raise InvalidArgumentError(
+                "from_modules: as_module=True needs a dense stack (lazy_stack=False): a lazy stack cannot be held "
+                "within a TensorDictParams."
+            )
     else:
         out = _stack_tds(tds, expand_identical)
     if as_module:

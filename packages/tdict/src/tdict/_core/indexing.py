@@ -6,9 +6,11 @@ Ellipsis is expanded over the batch dims before it reaches any leaf.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Sequence
 
 import torch
+
+from ..errors import ShapeMismatchError
 
 
 def _is_key_tuple(index: tuple) -> bool:
@@ -63,7 +65,10 @@ def _normalize_index(index: Any, batch_size: torch.Size) -> Any:
             continue
         used += p.dim() if isinstance(p, torch.Tensor) and p.dtype == torch.bool else 1
     if used > len(batch_size):
-        raise IndexError(f"Too many indices for a batch of size {list(batch_size)}: {index!r}.")
+        raise IndexError(
+            f"too many indices for tensor of dimension {len(batch_size)} (the batch size is {list(batch_size)}): "
+            f"{used} indexed dims in {index!r}."
+        )
     for i, p in enumerate(parts):
         if isinstance(p, torch.Tensor) and p.dtype == torch.bool:
             start = sum(
@@ -94,12 +99,28 @@ def broadcasts_to(shape: torch.Size, target: torch.Size) -> bool:
         return False
 
 
-def check_write_shape(key: Any, shape: torch.Size, expected: torch.Size) -> None:
-    """Raise (naming ``key``) unless a value of ``shape`` can be written where ``expected`` is."""
+def check_write_shape(key: Any, shape: torch.Size, expected: torch.Size, batch_dims: int | None = None) -> None:
+    """Raise (naming ``key``) unless a value of ``shape`` can be written where ``expected`` is.
+
+    ``batch_dims``: how many leading dims of ``expected`` are the indexed destination's batch dims
+    (only used to word the error)."""
     if not broadcasts_to(shape, expected):
-        raise RuntimeError(
-            f"td[index] = value: key {key!r} has shape {list(shape)}, expected one broadcastable to {list(expected)}."
+        raise write_shape_error(key, shape, expected, batch_dims)
+
+
+def write_shape_error(key: Any, shape: Sequence[int], expected: Sequence[int], batch_dims: int | None) -> Exception:
+    """The error of ``td[index] = value`` when a leaf of the value does not fit its destination."""
+    detail = f"key {key!r} has shape {list(shape)}, expected one broadcastable to {list(expected)}."
+    if (
+        batch_dims is not None
+        and len(shape) == len(expected)
+        and broadcasts_to(torch.Size(shape[batch_dims:]), torch.Size(expected[batch_dims:]))
+    ):
+        return ShapeMismatchError(
+            f"td[index] = value: batch dimension mismatch, the indexed destination TensorDict batch size is "
+            f"{list(expected[:batch_dims])}, the value's is {list(shape[:batch_dims])}: {detail}"
         )
+    return ShapeMismatchError(f"td[index] = value: {detail}")
 
 
 def index_on_cpu(index: Any) -> Any:

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any, Callable, Sequence, cast
 
 import torch
 
+from ..errors import locked_error
 from .keys import KeysView, is_leaf_nontensor
 from .utils import _MISSING, NO_DEFAULT, NestedKey, is_tensor_collection, unravel_key
 
@@ -43,7 +44,7 @@ class KeyOpsMixin:
             KeyError: ``key`` is absent.
         """
         if self._is_locked:
-            raise RuntimeError(f"Cannot delete key {key!r}: the collection is locked.")
+            raise locked_error(f"cannot delete key {key!r}; unlock_() it first.")
         key = unravel_key(key)
         if isinstance(key, str):
             self._del_str(key)
@@ -56,8 +57,11 @@ class KeyOpsMixin:
 
     def pop(self, key: NestedKey, default: Any = NO_DEFAULT) -> Any:
         """Remove ``key`` and return its entry (or ``default`` when absent)."""
-        value = self.get(key, _MISSING if default is not NO_DEFAULT else NO_DEFAULT)
+        value = self.get(key, _MISSING)
         if value is _MISSING:
+            if default is NO_DEFAULT:
+                missing = self._missing_key_error(unravel_key(key)).args[0]
+                raise KeyError(f"You are trying to pop key {key!r}, which is absent, without a default: {missing}")
             return default
         self.del_(key)
         return value
@@ -191,7 +195,9 @@ class KeyOpsMixin:
         """Move ``old_key`` to ``new_key`` in place (``safe`` refuses to overwrite)."""
         old_key, new_key = unravel_key(old_key), unravel_key(new_key)
         if safe and new_key in self:
-            raise KeyError(f"rename_key_: {new_key!r} already exists and safe=True.")
+            raise KeyError(
+                f"rename_key_: {new_key!r} is already present in TensorDict, and safe=True forbids overwriting it."
+            )
         value = self.get(old_key)
         self.del_(old_key)
         self.set(new_key, value)
@@ -205,7 +211,9 @@ class KeyOpsMixin:
         for key, value in self.items(True, True, is_leaf or is_leaf_nontensor):
             name = key if isinstance(key, str) else separator.join(key)
             if name in out:
-                raise KeyError(f"flatten_keys: flattened key {name!r} collides with an existing key.")
+                raise KeyError(
+                    f"Flattening keys in tensordict causes keys to collide: {key!r} and an earlier entry both become {name!r}."
+                )
             out._set_str(name, value, inplace=False, validated=True)
         if inplace:
             return self._replace_entries(out)
@@ -219,10 +227,15 @@ class KeyOpsMixin:
         return self.update(new)
 
     def unflatten_keys(self, separator: str = ".", inplace: bool = False) -> "TensorDictBase":
-        """Inverse of :meth:`flatten_keys`."""
+        """Inverse of :meth:`flatten_keys`: ``"a.b"`` becomes ``("a", "b")``.
+
+        Sub-collections that meet are merged (``{"a.b": x, "a": {"c": y}}`` gives ``a`` both keys,
+        ``self`` is left as it is); two entries that land on one key, or one under the other's
+        tensor, raise ``KeyError`` before anything is written."""
         out = self.empty()
+        owned = {id(out)}  # collections built here, merged into freely (the others are copied first)
         for key, value in self._items_raw():
-            out.set(tuple(key.split(separator)), value)
+            _unflatten_put(out, (), tuple(key.split(separator)), value, key, owned)
         if inplace:
             return self._replace_entries(out)
         _write_back_on_exit(self, out, lambda result: result.flatten_keys(separator))
@@ -308,3 +321,52 @@ def _write_back_on_exit(source: Any, result: Any, restore: Callable[[Any], Any])
             source.update(back)
 
     result._push_op(_WriteBack(write_back))
+
+
+def _is_node(value: Any) -> bool:
+    return (
+        is_tensor_collection(value) and not value._is_non_tensor and not getattr(type(value), "_is_tensorclass", False)
+    )
+
+
+def _own(node: Any, key: str, child: Any, owned: set) -> Any:
+    """``child`` (stored under ``key`` of ``node``), replaced by a copy unless built by this unflatten."""
+    if id(child) in owned:
+        return child
+    node.set(key, child.copy())
+    child = node.get(key)
+    owned.add(id(child))
+    return child
+
+
+def _unflatten_put(node: Any, path: tuple, parts: tuple, value: Any, source_key: str, owned: set) -> None:
+    """Put ``value`` at ``parts`` below ``node`` (at ``path`` in the result), merging it with a
+    sub-collection already there."""
+
+    def collision(where: tuple) -> KeyError:
+        return KeyError(
+            f"Unflattening key(s) in tensordict will override an existing for unflattened key "
+            f"{unravel_key(path + where)!r}: the entry {source_key!r} and another entry both need it."
+        )
+
+    for i, part in enumerate(parts[:-1]):
+        child = node.get(part, None)
+        if child is None:
+            node.set(part, node.empty())
+            child = node.get(part)
+            owned.add(id(child))
+        elif not _is_node(child):
+            raise collision(parts[: i + 1])
+        else:
+            child = _own(node, part, child, owned)
+        node = child
+    last = parts[-1]
+    existing = node.get(last, None)
+    if existing is None:
+        node.set(last, value)
+    elif _is_node(existing) and _is_node(value):
+        existing = _own(node, last, existing, owned)
+        for key, item in value._items_raw():
+            _unflatten_put(existing, path + parts, (key,), item, source_key, owned)
+    else:
+        raise collision(parts)

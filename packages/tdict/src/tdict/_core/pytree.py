@@ -3,7 +3,9 @@
 A :class:`~tdict.TensorDict` flattens into its entries (tensors and nested TensorDicts, in key
 order); the context holds the keys, batch size, device and names. Non-tensor entries
 (:class:`~tdict.NonTensorData`, :class:`~tdict.NonTensorStack`) are no pytree leaves: they ride
-in the context, so ``tree_map`` and ``vmap`` only ever see tensors (as in tensordict).
+in the context, so ``tree_map`` and ``vmap`` only ever see tensors (as in tensordict). An
+:class:`~tdict.UnbatchedTensor` rides in the context too (re-tagged with the rebuilt batch
+size), so ``vmap`` never maps its dims.
 
 Batch size after a transform
 ----------------------------
@@ -52,6 +54,7 @@ from torch.utils._pytree import SUPPORTED_NODES, GetAttrKey, MappingKey, Sequenc
 
 from ..lazy import LazyStackedTensorDict
 from ..tensordict import TensorDict
+from ..unbatched import UNBATCHED_TYPES
 
 __all__ = ["register_lazy_stack_type", "register_tensorclass_type", "register_tensordict_type"]
 
@@ -156,6 +159,11 @@ def _td_flatten(td: TensorDict) -> tuple[list, _TDContext]:
     ref = ref_shape = fallback = None
     for key, value in entries.items():
         if isinstance(value, _Tensor):
+            if type(value) in UNBATCHED_TYPES:  # rides in the context: vmap must not map its dims
+                if non_tensor is None:
+                    non_tensor = []
+                non_tensor.append((key, value))
+                continue
             if ref is None:
                 ref, ref_shape = (len(children),), value.shape
         elif not _is_collection(value):

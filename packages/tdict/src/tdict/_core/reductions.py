@@ -93,7 +93,7 @@ class ReductionsMixin:
                 return v if not lead else v._with_batch_size(lead + v.batch_size)
             return v._feature_map(leaf_fn, lead)
 
-        return self._map_entries(fn, lead + self.batch_size, None if lead else self._maybe_names())
+        return self._map_batch(fn, lead + self.batch_size, None if lead else self._maybe_names())
 
     def _feature_cat(self) -> torch.Tensor:
         """All leaves as one ``batch_size + (total features,)`` tensor (for ``reduce=True, dim="feature"``)."""
@@ -481,7 +481,7 @@ class ReductionsMixin:
                 return leaf_fn(v)
             return v if v._is_non_tensor else v._scan(make_fn, d)
 
-        return self._map_entries(fn, self.batch_size, self._maybe_names())
+        return self._map_batch(fn, self.batch_size, self._maybe_names())
 
     def cumsum(self, dim: int) -> Any:
         """Cumulative sum of each leaf along batch ``dim`` (the shape is kept)."""

@@ -10,10 +10,12 @@ with the batch dims: the op touches those leading dims and leaves the feature di
 from __future__ import annotations
 
 import operator
-from typing import TYPE_CHECKING, Any, Sequence, cast
+from typing import TYPE_CHECKING, Any, Callable, Sequence, cast
 
 import torch
 
+from ..errors import DimError, InvalidArgumentError, ShapeMismatchError, locked_error
+from ..unbatched import UNBATCHED_TYPES
 from .key_ops import _write_back_on_exit
 from .keys import is_leaf_nontensor
 from .locking import keeps_lock
@@ -51,13 +53,39 @@ def infer_shape(shape: Sequence[int], numel: int, what: str = "reshape") -> torc
 def split_lengths(split_size: int | Sequence[int], length: int) -> list[int]:
     """The part lengths of ``split(split_size)`` over a dim of ``length`` (checked)."""
     if isinstance(split_size, int):
+        if isinstance(split_size, bool):
+            raise TypeError(f"split: split_size must be int or list of ints, got bool: {split_size!r}.")
         if split_size <= 0:
             raise ValueError(f"split: split_size must be positive, got {split_size}.")
         return [min(split_size, length - i) for i in range(0, length, split_size)]
-    lengths = list(split_size)
+    try:
+        if isinstance(split_size, (str, bytes)):
+            raise TypeError
+        lengths = [operator.index(n) for n in split_size]
+    except TypeError:
+        raise TypeError(
+            f"split: split_size must be int or list of ints, got {type(split_size).__name__}: {split_size!r}."
+        ) from None
+    if not lengths and length:
+        raise ShapeMismatchError(
+            f"split: Insufficient number of elements in split_size: an empty list cannot cover a dim of {length}."
+        )
     if sum(lengths) != length:
-        raise ValueError(f"split: sizes {lengths} sum to {sum(lengths)}, the dim has {length}.")
+        raise ShapeMismatchError(
+            f"split: sizes {lengths} sum to {sum(lengths)}, but split expects split_size to sum exactly to the "
+            f"dim's size, {length}."
+        )
     return lengths
+
+
+def split_dim(dim: int, ndim: int) -> int:
+    """``dim`` of ``split`` mapped into ``[0, ndim)`` (checked)."""
+    if type(dim) is int and -ndim <= dim < ndim:
+        return dim + ndim if dim < 0 else dim
+    if not isinstance(dim, int) or isinstance(dim, bool):
+        raise TypeError(f"split: dim must be an int, got {dim!r} ({type(dim).__name__}).")
+    accepted = f"expected -{ndim} <= dim < {ndim}" if ndim else "there is no batch dim to split"
+    raise DimError(f"split: Incompatible dim {dim} for a batch of {ndim} dims ({accepted}).")
 
 
 def expanded_size(batch_size: torch.Size, shape: Sequence[int], what: str) -> torch.Size:
@@ -105,7 +133,7 @@ def _dims_arg(value: Any, ndim: int, what: str, name: str) -> tuple[int, ...]:
         raise TypeError(f"{what}: {name} must be an int or a sequence of ints, got {value!r} ({type(value).__name__}).")
     out = tuple(normalize_dim(d, ndim, name) for d in dims)
     if len(set(out)) != len(out):
-        raise ValueError(f"{what}: {name}={list(dims)} repeats a dim.")
+        raise InvalidArgumentError(f"{what}: repeated dim in {name} {list(dims)}.")
     return out
 
 
@@ -115,7 +143,8 @@ def movedim_order(source: Any, destination: Any, ndim: int) -> list[int]:
     dst = _dims_arg(destination, ndim, "movedim", "destination")
     if len(src) != len(dst):
         raise ValueError(
-            f"movedim: source has {len(src)} dims ({list(src)}), destination has {len(dst)} ({list(dst)}); they must pair up."
+            f"movedim: source and destination must have the same number of elements, source has {len(src)} "
+            f"({list(src)}), destination has {len(dst)} ({list(dst)})."
         )
     order: list = [None] * ndim
     for s, d in zip(src, dst):
@@ -186,7 +215,7 @@ def rot90_args(k: Any, dims: Sequence[int], ndim: int) -> tuple[int, int, int]:
     if not isinstance(dims, (list, tuple, torch.Size)) or len(dims) != 2:
         raise ValueError(f"rot90: dims must hold exactly two batch dims, got {dims!r}.")
     if ndim < 2:
-        raise RuntimeError(f"rot90: needs at least 2 batch dims, the batch size is {ndim}-dim.")
+        raise RuntimeError(f"rot90 requires at least 2 batch dims, the batch size is {ndim}-dim.")
     d0, d1 = normalize_dim(dims[0], ndim, "dims[0]"), normalize_dim(dims[1], ndim, "dims[1]")
     if d0 == d1:
         raise ValueError(f"rot90: dims must be two different batch dims, got {list(dims)}.")
@@ -218,7 +247,7 @@ class ShapeOpsMixin:
     def reshape(self, *shape: int) -> Any:
         """A collection of batch size ``shape`` (ints or one sequence; one ``-1`` is inferred); feature dims are kept."""
         n, bs = self.batch_dims, infer_shape(_shape_args(shape), self.numel())
-        return self._map_entries(lambda v: v.reshape(bs + leaf_shape(v)[n:]), bs)
+        return self._map_batch(lambda v: v.reshape(bs + leaf_shape(v)[n:]), bs)
 
     @keeps_lock
     def view(self, *shape: Any) -> Any:
@@ -242,7 +271,7 @@ class ShapeOpsMixin:
                 self._maybe_names(),
             )
         n, bs = self.batch_dims, infer_shape(_shape_args(shape), self.numel(), "view")
-        return self._map_entries(
+        return self._map_batch(
             lambda v: (
                 v.view(bs + leaf_shape(v)[n:]) if isinstance(v, torch.Tensor) else v._view(bs + leaf_shape(v)[n:])
             ),
@@ -257,7 +286,7 @@ class ShapeOpsMixin:
         names = self._maybe_names()
         if names is not None:
             names = names[:dim] + [None] + names[dim:]
-        return self._map_entries(lambda v: v.unsqueeze(dim), torch.Size(bs), names)
+        return self._map_batch(lambda v: v.unsqueeze(dim), torch.Size(bs), names)
 
     @keeps_lock
     def squeeze(self, dim: int | Sequence[int] | None = None) -> Any:
@@ -272,7 +301,7 @@ class ShapeOpsMixin:
         names = self._maybe_names()
         if names is not None:
             names = [nm for i, nm in enumerate(names) if i not in dims]
-        return self._map_entries(lambda v: v.squeeze(dims), bs, names)
+        return self._map_batch(lambda v: v.squeeze(dims), bs, names)
 
     @keeps_lock
     def permute(self, *dims: int) -> Any:
@@ -285,12 +314,17 @@ class ShapeOpsMixin:
         names = self._maybe_names()
         if names is not None:
             names = [names[d] for d in dims]
-        return self._map_entries(lambda v: v.permute(tuple(dims) + tuple(range(n, len(leaf_shape(v))))), bs, names)
+        return self._map_batch(lambda v: v.permute(tuple(dims) + tuple(range(n, len(leaf_shape(v))))), bs, names)
 
     def transpose(self, dim0: int, dim1: int) -> Any:
         """Swap batch dims ``dim0`` and ``dim1``."""
         n = self.batch_dims
-        d0, d1 = normalize_dim(dim0, n, "dim0"), normalize_dim(dim1, n, "dim1")
+        try:
+            d0, d1 = normalize_dim(dim0, n, "dim0"), normalize_dim(dim1, n, "dim1")
+        except DimError as err:
+            raise DimError(
+                f"transpose: dim0 and dim1 must be within the range of the number of dimensions ({n}): {err}"
+            ) from None
         order = list(range(n))
         order[d0], order[d1] = order[d1], order[d0]
         return self.permute(*order)
@@ -315,7 +349,7 @@ class ShapeOpsMixin:
         names = self._maybe_names()
         if names is not None:  # the merged dim is unnamed, the others keep their names
             names = _named_or_none(names[:s] + [None] + names[e + 1 :])
-        return self._map_entries(lambda v: v.flatten(s, e), torch.Size(bs), names)
+        return self._map_batch(lambda v: v.flatten(s, e), torch.Size(bs), names)
 
     @keeps_lock
     def unflatten(self, dim: int, unflattened_size: Sequence[int]) -> Any:
@@ -323,7 +357,7 @@ class ShapeOpsMixin:
         d = normalize_dim(dim, self.batch_dims)
         sizes = infer_shape(unflattened_size, self.batch_size[d], "unflatten")
         bs = self.batch_size[:d] + sizes + self.batch_size[d + 1 :]
-        return self._map_entries(lambda v: v.unflatten(d, sizes), torch.Size(bs))
+        return self._map_batch(lambda v: v.unflatten(d, sizes), torch.Size(bs))
 
     @keeps_lock
     def expand(self, *shape: int) -> Any:
@@ -332,7 +366,7 @@ class ShapeOpsMixin:
         names = self._maybe_names()
         if names is not None:  # new leading dims are unnamed
             names = [None] * (len(bs) - n) + list(names)
-        return self._map_entries(lambda v: v.expand(bs + leaf_shape(v)[n:]), bs, names)
+        return self._map_batch(lambda v: v.expand(bs + leaf_shape(v)[n:]), bs, names)
 
     def expand_as(self, other: Any) -> Any:
         """:meth:`expand` to ``other.shape`` (a tensor's shape, or a collection's batch size)."""
@@ -346,7 +380,7 @@ class ShapeOpsMixin:
         if len(repeats) != n:
             raise ValueError(f"repeat: expected {n} repeat counts (one per batch dim), got {len(repeats)}.")
         bs = torch.Size(s * r for s, r in zip(self.batch_size, repeats))
-        return self._map_entries(lambda v: v.repeat(tuple(repeats) + (1,) * (len(leaf_shape(v)) - n)), bs)
+        return self._map_batch(lambda v: v.repeat(tuple(repeats) + (1,) * (len(leaf_shape(v)) - n)), bs)
 
     @keeps_lock
     def repeat_interleave(
@@ -361,7 +395,7 @@ class ShapeOpsMixin:
         else:
             new = self.batch_size[d] * int(repeats)
         bs = self.batch_size[:d] + (new,) + self.batch_size[d + 1 :]
-        return self._map_entries(
+        return self._map_batch(
             lambda v: v.repeat_interleave(repeats, dim=d, output_size=output_size), torch.Size(bs), self._maybe_names()
         )
 
@@ -369,14 +403,14 @@ class ShapeOpsMixin:
     def flip(self, dims: int | Sequence[int]) -> Any:
         """Reverse the order of the elements along batch dims ``dims``."""
         dims = normalize_dims(dims, self.batch_dims)
-        return self._map_entries(lambda v: v.flip(dims), self.batch_size, self._maybe_names())
+        return self._map_batch(lambda v: v.flip(dims), self.batch_size, self._maybe_names())
 
     @keeps_lock
     def roll(self, shifts: int | Sequence[int], dims: int | Sequence[int] | None = None) -> Any:
         """Roll along batch dims; without ``dims``, over the flattened batch (feature dims untouched)."""
         if dims is not None:
             dims = normalize_dims(dims, self.batch_dims)
-            return self._map_entries(lambda v: v.roll(shifts, dims), self.batch_size, self._maybe_names())
+            return self._map_batch(lambda v: v.roll(shifts, dims), self.batch_size, self._maybe_names())
         shift = _int_arg(shifts, "roll", "shifts (an int when dims is None)")
         n, numel = self.batch_dims, self.numel()
 
@@ -384,7 +418,7 @@ class ShapeOpsMixin:
             shape = leaf_shape(v)
             return v.reshape((numel,) + tuple(shape[n:])).roll(shift, 0).reshape(shape)
 
-        return self._map_entries(roll_flat, self.batch_size, self._maybe_names())
+        return self._map_batch(roll_flat, self.batch_size, self._maybe_names())
 
     # ---- torch-style aliases and compositions
     def movedim(self, source: int | Sequence[int], destination: int | Sequence[int]) -> Any:
@@ -406,13 +440,13 @@ class ShapeOpsMixin:
     def fliplr(self) -> Any:
         """Flip batch dim 1 (needs at least 2 batch dims)."""
         if self.batch_dims < 2:
-            raise RuntimeError(f"fliplr: needs at least 2 batch dims, the batch size is {list(self.batch_size)}.")
+            raise RuntimeError(f"fliplr requires at least 2 batch dims, the batch size is {list(self.batch_size)}.")
         return self.flip(1)
 
     def flipud(self) -> Any:
         """Flip batch dim 0 (needs at least 1 batch dim)."""
         if self.batch_dims < 1:
-            raise RuntimeError("flipud: needs at least 1 batch dim, the batch size is [].")
+            raise RuntimeError("flipud requires at least 1 batch dim, the batch size is [].")
         return self.flip(0)
 
     def atleast_1d(self) -> Any:
@@ -446,7 +480,7 @@ class ShapeOpsMixin:
         d = normalize_dim(dim, self.batch_dims)
         start, length = narrow_range(d, start, length, self.batch_size[d])
         bs = self.batch_size[:d] + (length,) + self.batch_size[d + 1 :]
-        return self._map_entries(lambda v: v.narrow(d, start, length), torch.Size(bs), self._maybe_names())
+        return self._map_batch(lambda v: v.narrow(d, start, length), torch.Size(bs), self._maybe_names())
 
     @keeps_lock
     def tile(self, *dims: int) -> Any:
@@ -456,7 +490,7 @@ class ShapeOpsMixin:
         reps = tile_reps(_shape_args(dims), n)
         old = (1,) * (len(reps) - n) + tuple(self.batch_size)
         bs = torch.Size(r * s for r, s in zip(reps, old))
-        return self._map_entries(lambda v: v.tile(reps + (1,) * (len(leaf_shape(v)) - n)), bs)
+        return self._map_batch(lambda v: v.tile(reps + (1,) * (len(leaf_shape(v)) - n)), bs)
 
     @keeps_lock
     def rot90(self, k: int = 1, dims: Sequence[int] = (0, 1)) -> Any:
@@ -470,16 +504,16 @@ class ShapeOpsMixin:
             if names is not None:
                 names = list(names)
                 names[d0], names[d1] = names[d1], names[d0]
-        return self._map_entries(lambda v: v.rot90(k, (d0, d1)), torch.Size(bs), names)
+        return self._map_batch(lambda v: v.rot90(k, (d0, d1)), torch.Size(bs), names)
 
     def contiguous(self) -> Any:
         """A collection of contiguous leaves (a leaf that already is contiguous is reused, not copied)."""
-        return self._map_entries(lambda v: v.contiguous(), self.batch_size, self._maybe_names())
+        return self._map_batch(lambda v: v.contiguous(), self.batch_size, self._maybe_names())
 
     def masked_fill(self, mask: torch.Tensor, value: Any) -> Any:
         """A copy where entries at ``mask`` (a batch-shaped bool tensor) are ``value``."""
         self._check_mask(mask)
-        return self._map_entries(
+        return self._map_batch(
             lambda v: (
                 v.masked_fill(_trailing_ones(mask, len(leaf_shape(v))), value)
                 if isinstance(v, torch.Tensor)
@@ -490,10 +524,12 @@ class ShapeOpsMixin:
         )
 
     def masked_fill_(self, mask: torch.Tensor, value: Any) -> Any:
-        """In place: set the tensor leaves to ``value`` where ``mask`` (bool, over the leading batch dims) is True; returns ``self``."""
+        """In place: set the tensor leaves to ``value`` where ``mask`` (bool, over the leading batch dims) is True; returns ``self``.
+
+        UnbatchedTensors are left as they are (the mask is over the batch dims, which they lack)."""
         self._check_mask(mask)
         for leaf in self.values(True, True):
-            if isinstance(leaf, torch.Tensor):
+            if isinstance(leaf, torch.Tensor) and type(leaf) not in UNBATCHED_TYPES:
                 leaf.masked_fill_(_trailing_ones(mask, leaf.dim()), value)
         return self
 
@@ -515,7 +551,9 @@ class ShapeOpsMixin:
 
         result = self.empty(recurse=True)
         for key, value in self.items(True, True):
-            if isinstance(value, torch.Tensor):
+            if type(value) in UNBATCHED_TYPES:
+                result.set(key, value)  # whole: the condition is over the batch dims, which it lacks
+            elif isinstance(value, torch.Tensor):
                 result.set(key, pick(value, key))
         return result if out is None else out.update_(result)
 
@@ -532,12 +570,24 @@ class ShapeOpsMixin:
             idx = _trailing_ones(index, v.dim()).expand(*index.shape, *feat)
             return torch.gather(v, d, idx)
 
-        return self._map_entries(take, index.shape, self._maybe_names())
+        return self._map_batch(take, index.shape, self._maybe_names())
+
+    def _map_batch(self, fn: Callable[[Any], Any], batch_size: torch.Size, names: Any = None) -> Any:
+        """``_map_entries`` for an op on the batch dims: an UnbatchedTensor entry is not passed to
+        ``fn``, it is kept whole and tagged with ``batch_size`` (TensorDict inlines this)."""
+
+        def entry(value: Any) -> Any:
+            return value._with_batch_size(batch_size) if type(value) in UNBATCHED_TYPES else fn(value)
+
+        return self._map_entries(entry, batch_size, names)
 
     # ---- ops with several outputs
     def _split_entries(self, fn, sizes: Sequence[torch.Size], names: Any = None) -> tuple:
         parts: dict[str, Any] = {}
         for key, value in self._items_raw():
+            if type(value) in UNBATCHED_TYPES:  # whole in every part, tagged with the part's batch size
+                parts[key] = [value._with_batch_size(torch.Size(bs)) for bs in sizes]
+                continue
             parts[key] = fn(value)
         return tuple(self._from_parts({k: p[i] for k, p in parts.items()}, bs, names) for i, bs in enumerate(sizes))
 
@@ -553,7 +603,7 @@ class ShapeOpsMixin:
     @keeps_lock
     def split(self, split_size: int | Sequence[int], dim: int = 0) -> tuple:
         """Split along batch dim ``dim`` into parts of ``split_size`` elements (the last may be shorter), or of the listed lengths."""
-        d = normalize_dim(dim, self.batch_dims)
+        d = split_dim(dim, self.batch_dims)
         lengths = split_lengths(split_size, self.batch_size[d])
         sizes = [self.batch_size[:d] + (n,) + self.batch_size[d + 1 :] for n in lengths]
         return self._split_entries(lambda v: v.split(lengths, d), sizes, self._maybe_names())
@@ -597,7 +647,7 @@ class ShapeOpsMixin:
         if type(self) is not _tensordict_class() or type(other) is not type(self):
             raise RuntimeError(f"{what}(inplace=True) is supported on TensorDict, got {type(self).__name__}.")
         if self._is_locked:
-            raise RuntimeError(f"{what}(inplace=True): the TensorDict is locked (unlock_() it first).")
+            raise locked_error(f"{what}(inplace=True) replaces its entries; unlock_() it first.")
         if getattr(self, "_consolidated", None) is not None:
             del self._consolidated  # the new leaves live outside the consolidated storage
         self._tensordict = other._tensordict

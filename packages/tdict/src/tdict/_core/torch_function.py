@@ -11,11 +11,15 @@ from typing import Any, Callable, Sequence, cast
 import torch
 import torch.nn.functional as F
 
+from ..errors import ShapeMismatchError
 from .entries import _set_device_tree
 from .locking import keep_lock
 from .utils import normalize_dim, parse_device
 from ..base import TD_HANDLED_FUNCTIONS, TensorDictBase, is_tensor_collection
 from ..tensordict import TensorDict
+from ..unbatched import UNBATCHED_TYPES, _combine_unbatched
+
+_Tensor = torch.Tensor
 
 
 def implements(*funcs: Callable) -> Callable:
@@ -63,6 +67,13 @@ def stack(tds: Sequence[TensorDictBase], dim: int = 0, *, out: TensorDictBase | 
     dest = out._tensordict if out is not None else None
     for key, value, values in _values_by_key(dense):
         if isinstance(value, torch.Tensor):
+            if type(value) is not _Tensor and type(value) in UNBATCHED_TYPES:  # kept whole: the first one, re-tagged
+                combined = _combine_unbatched(values, new_bs, key, "stack")
+                if dest is not None:
+                    dest[key] = combined
+                else:
+                    entries[key] = combined
+                continue
             try:
                 if dest is not None:
                     torch.stack(values, dim, out=dest[key])
@@ -143,7 +154,13 @@ def cat(tds: Sequence[TensorDictBase], dim: int = 0, *, out: TensorDictBase | No
         if hook is not None:
             return hook(tds, dim, out)
     for i, td in enumerate(tds):
-        other = td.batch_size
+        try:
+            other = td.batch_size
+        except AttributeError:  # a tensor (or anything else) among the collections
+            raise TypeError(
+                f"cat: no implementation found for a {type(td).__name__} (item {i}) concatenated with "
+                f"{type(first).__name__}s: every item must be a tensor collection."
+            ) from None
         if other != bs and (len(other) != len(bs) or other[:dim] != bs[:dim] or other[dim + 1 :] != bs[dim + 1 :]):
             raise RuntimeError(
                 f"cat: collection {i} has batch size {list(other)}, incompatible with {list(bs)} along dim {dim}."
@@ -152,6 +169,7 @@ def cat(tds: Sequence[TensorDictBase], dim: int = 0, *, out: TensorDictBase | No
         return _cat_tensordicts(cast("Sequence[TensorDict]", tds), dim)  # all plain TensorDicts (checked above)
     entries = {}
     dest = None if out is None else out._tensordict if type(out) is TensorDict else None
+    new_bs = torch.Size(bs[:dim] + (sum(td.batch_size[dim] for td in tds),) + bs[dim + 1 :])
     n_keys = len(list(first._items_raw()))
     if any(len(list(td._items_raw())) != n_keys for td in tds):
         _raise_key_mismatch(tds)
@@ -160,7 +178,15 @@ def cat(tds: Sequence[TensorDictBase], dim: int = 0, *, out: TensorDictBase | No
         if any(v is None for v in values):
             _raise_key_mismatch(tds)
         target = None if out is None else (dest[key] if dest is not None else out.get(key))
-        if isinstance(value, torch.Tensor):
+        if type(value) in UNBATCHED_TYPES:  # kept whole: the first one, tagged with the new batch size
+            combined = _combine_unbatched(values, new_bs, key, "cat")
+            if out is None:
+                entries[key] = combined
+            elif dest is not None:
+                dest[key] = combined
+            else:
+                out.set(key, combined)
+        elif isinstance(value, torch.Tensor):
             if target is not None:
                 torch.cat(values, dim, out=target)
             else:
@@ -171,15 +197,22 @@ def cat(tds: Sequence[TensorDictBase], dim: int = 0, *, out: TensorDictBase | No
             entries[key] = cat(values, dim)
     if out is not None:
         return out
-    new_bs = bs[:dim] + (sum(td.batch_size[dim] for td in tds),) + bs[dim + 1 :]
-    return TensorDict._new_unsafe(entries, torch.Size(new_bs), first.device, first._maybe_names())
+    return TensorDict._new_unsafe(entries, new_bs, first.device, first._maybe_names())
 
 
 def _cat_tensordicts(tds: Sequence[TensorDict], dim: int) -> TensorDict:
     """``cat`` of plain TensorDicts whose batch sizes were checked: a direct walk of their entries."""
     entries = {}
+    bs = tds[0]._batch_size
+    total = 0
+    for td in tds:
+        total += td._batch_size[dim]
+    new_bs = bs[:dim] + (total,) + bs[dim + 1 :]
     for key, value, values in _values_by_key(tds):
         if isinstance(value, torch.Tensor):
+            if type(value) is not _Tensor and type(value) in UNBATCHED_TYPES:  # kept whole: the first one, re-tagged
+                entries[key] = _combine_unbatched(values, new_bs, key, "cat")
+                continue
             try:
                 entries[key] = torch.cat(values, dim)
             except (RuntimeError, TypeError) as err:
@@ -189,11 +222,7 @@ def _cat_tensordicts(tds: Sequence[TensorDict], dim: int) -> TensorDict:
             entries[key] = _cat_tensordicts(values, dim)
         else:
             entries[key] = cat(values, dim)
-    bs = tds[0]._batch_size
-    total = 0
-    for td in tds:
-        total += td._batch_size[dim]
-    return TensorDict._new_unsafe(entries, bs[:dim] + (total,) + bs[dim + 1 :], tds[0]._device, tds[0]._names)
+    return TensorDict._new_unsafe(entries, new_bs, tds[0]._device, tds[0]._names)
 
 
 def _plain_and_aligned(key: str, values: list, batch_size: torch.Size, dim: int) -> bool:
@@ -340,7 +369,10 @@ def pad(
     for i, (before, after) in enumerate(pairs):
         bs[i] += before + after
         if bs[i] < 0:
-            raise ValueError(f"pad: pad_size {pad_size} shrinks batch dim {i} of size {td.batch_size[i]} below zero.")
+            raise ShapeMismatchError(
+                f"pad: negative output size, pad_size {pad_size} shrinks batch dim {i} of size {td.batch_size[i]} "
+                f"to {bs[i]}."
+            )
     return td._map_entries(lambda v: _pad_entry(v, pairs, value), torch.Size(bs), td._maybe_names())
 
 
@@ -353,6 +385,8 @@ def _pad_spec(pairs: list, ndim: int) -> list:
 
 
 def _pad_entry(v: Any, pairs: list, value: float) -> Any:
+    if type(v) in UNBATCHED_TYPES:
+        return v  # the same tensor, as in tensordict
     if isinstance(v, torch.Tensor):
         return F.pad(v, _pad_spec(pairs, v.dim()), value=value)
     if not v._is_non_tensor:

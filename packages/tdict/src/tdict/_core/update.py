@@ -18,6 +18,7 @@ from typing import Any, Iterable, Sequence
 
 import torch
 
+from ..errors import LOCKED
 from .entries import _is_lazy_stack, _non_tensor
 from .indexing import broadcasts_to
 from .utils import _MISSING, _key_to_tuple, is_tensor_collection, unravel_key
@@ -253,7 +254,7 @@ def _content(dest: Any, key: str) -> Any:
         fields = type(dest)._tc_field_set
         if key not in fields:
             raise AttributeError(
-                f"Cannot set {key!r} on {type(dest).__name__}: it is not a field (fields: {list(type(dest)._tc_fields)})."
+                f"Cannot set the attribute {key!r} on {type(dest).__name__}: it is not a field (fields: {list(type(dest)._tc_fields)})."
             )
         return dest._tensordict
     return dest
@@ -262,8 +263,8 @@ def _content(dest: Any, key: str) -> Any:
 def _check_unlocked(content: Any, key: tuple, ignore_lock: bool) -> None:
     if content._is_locked and not ignore_lock:
         raise RuntimeError(
-            f"update: cannot set key {unravel_key(key)!r}: the collection is locked (update_() or "
-            "update(inplace=True) write existing tensors in place; or unlock_() first)."
+            f"{LOCKED}: update cannot set key {unravel_key(key)!r} (update_() or update(inplace=True) write "
+            "existing tensors in place; or unlock_() first)."
         )
 
 

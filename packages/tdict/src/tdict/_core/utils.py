@@ -7,6 +7,8 @@ from typing import Any, Sequence, Tuple, Union
 
 import torch
 
+from ..errors import DimError
+
 NestedKey = Union[str, Tuple[str, ...]]
 
 
@@ -129,7 +131,10 @@ def check_names(value: Sequence[str | None], ndim: int) -> list:
     """Validate dim names: one per batch dim, the non-None ones unique."""
     value = list(value)
     if len(value) != ndim:
-        raise ValueError(f"names: expected {ndim} names (one per batch dim), got {value}.")
+        raise ValueError(
+            f"names: the length of the dimension names must equate the tensordict batch_dims: expected {ndim} "
+            f"names (one per batch dim), got {len(value)}: {value}."
+        )
     named = [v for v in value if v is not None]
     if len(set(named)) != len(named):
         raise ValueError(f"names must be unique, got {value}.")
@@ -143,7 +148,7 @@ def normalize_dim(dim: int, ndim: int, name: str = "dim") -> int:
     if dim < 0:
         dim += ndim
     if not 0 <= dim < ndim:
-        raise IndexError(f"{name}={dim if dim >= 0 else dim - ndim} is out of range for a batch of {ndim} dims.")
+        raise DimError(f"{name}={dim if dim >= 0 else dim - ndim} is out of range for a batch of {ndim} dims.")
     return dim
 
 

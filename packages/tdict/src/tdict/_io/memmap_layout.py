@@ -21,6 +21,8 @@ import torch
 
 from ..base import is_tensor_collection
 from ..memmap import MemoryMappedTensor
+from ..metadata import _metadata_tag
+from ..unbatched import UNBATCHED_TYPES, _unbatched_error
 
 FORMAT = "tdict.memmap"
 VERSION = 2  # 2: the metadata carries a checksum ("sha256"); 1: written before it, still read (unchecked)
@@ -301,6 +303,8 @@ def _plan(
     node = _Node(td, content, meta, tc_class)
     for key, value in content._items_raw():
         full = path + (key,)
+        if type(value) in UNBATCHED_TYPES:
+            raise _unbatched_error("memmap", full if len(full) > 1 else key)
         if isinstance(value, torch.Tensor):
             node.entries.append(
                 (key, _plan_leaf(value, prefix, rel_dir, key, full, copy_existing, like, committed, token, taken))
@@ -353,8 +357,8 @@ def _plan_leaf(value: torch.Tensor, prefix, rel_dir, key, full, copy_existing, l
             return _Leaf(value, os.path.relpath(own, prefix), True)
         if not copy_existing and size is None:
             raise RuntimeError(
-                f"key {full!r}: the tensor is already memory-mapped at {own!r}, outside {prefix!r}; pass "
-                "copy_existing=True to copy it there."
+                f"A filename was provided but the tensor already has a file associated: key {full!r} is memory-mapped "
+                f"at {own!r}, outside prefix {prefix!r}; pass copy_existing=True to copy it there."
             )
     name = _escape(key)
     rel = os.path.join(rel_dir, f"{name}.{token}.memmap") if rel_dir else f"{name}.{token}.memmap"
@@ -376,12 +380,16 @@ def _encode_non_tensor(value: Any, where: str) -> dict:
             "table": [encode_payload(p, where) for p in table],
             "device": _device_str(value.device),
         }
-    return {
+    out = {
         "type": "non_tensor",
         "data": encode_payload(value.data, where),
         "batch_size": list(value.batch_size),
         "device": _device_str(value.device),
     }
+    tag = _metadata_tag(value, where)
+    if tag is not None:  # a MetaData (of type T): loaded back as one
+        out["metadata"] = tag
+    return out
 
 
 def _wrap_tensorclass(cls: type, td: Any) -> Any:

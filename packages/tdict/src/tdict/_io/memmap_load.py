@@ -209,9 +209,12 @@ def _load_non_tensor(entry: dict, prefix: str, where: str, device: torch.device 
         if entry["type"] == "non_tensor":
             from ..non_tensor import NonTensorData
 
-            return NonTensorData(
-                data=decode_payload(entry["data"], where), batch_size=entry["batch_size"], device=device
-            )
+            cls = NonTensorData
+            if "metadata" in entry:
+                from ..metadata import _class_from_tag
+
+                cls = _class_from_tag(entry["metadata"])
+            return cls(data=decode_payload(entry["data"], where), batch_size=entry["batch_size"], device=device)
         from ..non_tensor_stack import NonTensorStack
 
         table = [decode_payload(p, where) for p in entry["table"]]

@@ -25,7 +25,9 @@ import torch
 from .._core.entries import _is_lazy_stack
 from .._core.utils import parse_batch_size, parse_device
 from ..base import is_tensor_collection
+from ..errors import LOCKED
 from ..memmap import MemoryMappedTensor
+from ..unbatched import UNBATCHED_TYPES
 
 __all__ = ["load_state_dict", "state_dict"]
 
@@ -189,7 +191,7 @@ def _plan_load(td: Any, sd: dict, strict: bool, assign: bool, path: tuple, actio
     new_keys = [k for k in sd if k not in own]
     if new_keys and td.is_locked:
         raise RuntimeError(
-            f"load_state_dict: cannot add keys {new_keys} at {path or '<root>'!r}: the collection is locked."
+            f"{LOCKED}: load_state_dict cannot add keys {new_keys} at {path or '<root>'!r}; unlock_() it first."
         )
     for key, value in sd.items():
         full = path + (key,)
@@ -212,7 +214,7 @@ def _plan_load(td: Any, sd: dict, strict: bool, assign: bool, path: tuple, actio
             _plan_load(dest, value, strict, assign, full, actions)
             continue
         if isinstance(value, torch.Tensor):
-            if value.shape[:n] != batch_size:
+            if value.shape[:n] != batch_size and type(value) not in UNBATCHED_TYPES:
                 raise RuntimeError(
                     f"load_state_dict: key {full!r} has shape {list(value.shape)}, which does not start with the batch size {list(batch_size)}."
                 )
@@ -237,7 +239,7 @@ def _plan_load(td: Any, sd: dict, strict: bool, assign: bool, path: tuple, actio
         actions.append(_non_tensor_setter(content, key, value, batch_size, td.device))
     if batch_size != td.batch_size:
         for key, dest in own.items():
-            if key not in sd and not _is_non_tensor(dest):
+            if key not in sd and not _is_non_tensor(dest) and type(dest) not in UNBATCHED_TYPES:
                 shape = dest.shape if isinstance(dest, torch.Tensor) else dest.batch_size
                 if shape[:n] != batch_size:
                     raise RuntimeError(

@@ -129,7 +129,10 @@ class LazyIndexMixin:
             parts.append(p)
         n = len(self._batch_size)
         if used > n:
-            raise IndexError(f"Too many indices for a batch of size {list(self._batch_size)}: {index!r}.")
+            raise IndexError(
+                f"too many indices for tensor of dimension {n} (the lazy stack's batch size is "
+                f"{list(self._batch_size)}): {used} indexed dims in {index!r}."
+            )
         fill = [_FULL] * (n - used)
         if ellipsis is not None:
             parts[ellipsis : ellipsis + 1] = fill

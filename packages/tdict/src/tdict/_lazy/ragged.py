@@ -85,16 +85,18 @@ def _stack_error(key: Any, vals: list) -> RuntimeError:
     kinds = {type(v).__name__ for v in vals}
     if not all(isinstance(v, torch.Tensor) for v in vals):
         return RuntimeError(
-            f"Key {key!r}: the stacked collections hold different kinds of entries ({sorted(kinds)}); it cannot be stacked."
+            f"Failed to stack tensors within a tensordict: key {key!r} holds different kinds of entries in the members "
+            f"({sorted(kinds)})."
         )
     shapes = [tuple(v.shape) for v in vals]
     if len(set(shapes)) == 1:
         devices = sorted({str(v.device) for v in vals})
         return RuntimeError(
-            f"Key {key!r}: the members' tensors cannot be stacked (devices {devices}, dtypes {sorted({str(v.dtype) for v in vals})})."
+            f"Failed to stack tensors within a tensordict: key {key!r}, the members' tensors differ in devices or dtypes (devices {devices}, dtypes {sorted({str(v.dtype) for v in vals})})."
         )
     return RuntimeError(
-        f"Key {key!r}: the stacked collections hold tensors of different shapes {shapes}, which cannot be stacked densely. "
+        f"Failed to stack tensors within a tensordict: key {key!r} holds tensors of different shapes {shapes} in the "
+        "members, which cannot be stacked densely. "
         f"Use get({key!r}, as_padded_tensor=True) or as_padded_tensor({key!r}) to pad them, "
         f"get({key!r}, as_nested_tensor=True) or densify(layout=torch.jagged) for nested tensors, "
         f"or get({key!r}, as_list=True) for the list."
@@ -108,7 +110,8 @@ def _dense_leaf(key: Any, vals: list, sd: int, layout: torch.layout) -> torch.Te
     shapes = [tuple(v.shape) for v in vals]
     if layout is torch.strided:
         raise RuntimeError(
-            f"Key {key!r}: the stacked collections hold tensors of different shapes {shapes}; a strided TensorDict needs equal shapes. "
+            f"Failed to stack tensors within a tensordict: key {key!r} holds tensors of different shapes {shapes} in the "
+            "members; a strided TensorDict needs equal shapes. "
             f"Use densify(layout=torch.jagged), as_padded_tensor({key!r}) or get({key!r}, as_list=True)."
         )
     return _nested(key, vals, sd, layout)

@@ -27,6 +27,7 @@ from .._core.shape_ops import (
     narrow_range,
     rot90_args,
     split_bounds,
+    split_dim,
     split_lengths,
     split_slices,
     tile_reps,
@@ -65,7 +66,7 @@ class LazyShapeMixin:
     @keeps_lock
     def split(self, split_size: int | Sequence[int], dim: int = 0) -> tuple:
         """Like :meth:`TensorDict.split`; the parts are lazy stacks (along the stack dim, of the members)."""
-        d = normalize_dim(dim, self.batch_dims)
+        d = split_dim(dim, self.batch_dims)
         sd = self.stack_dim
         if d != sd:
             per = [td.split(split_size, self._member_dim(d)) for td in self.tensordicts]

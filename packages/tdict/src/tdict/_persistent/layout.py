@@ -17,6 +17,7 @@ import torch
 
 from .._core.keys import _NODE, _OPAQUE, KeysView
 from .._core.utils import _key_to_tuple, check_names, unravel_key
+from ..errors import ShapeMismatchError, incompatible_leaf
 from ..non_tensor import NonTensorData
 from . import h5
 
@@ -120,8 +121,8 @@ def plan_batch_size(td: PersistentTensorDict, new: torch.Size, plan: list, path:
             child_bs = child._full_bs if child._full_bs[:n] == new else new
             plan_batch_size(child, child_bs, plan, full)
         elif not h5.is_non_tensor_dataset(node) and torch.Size(node.shape[:n]) != new:
-            raise RuntimeError(
-                f"Cannot set batch_size {list(new)}: key {unravel_key(full)!r} has shape {list(node.shape)}."
+            raise ShapeMismatchError(
+                f"Cannot set batch_size {list(new)}: {incompatible_leaf(unravel_key(full), node.shape, new)}."
             )
     plan.append((td, new))
 

@@ -22,6 +22,7 @@ from .._core.indexing import broadcasts_to
 from .._core.update import _ALL, _SKIP, _narrow
 from .._core.utils import NO_DEFAULT, NestedKey, _key_to_tuple, unravel_key
 from ..base import TensorDictBase, is_tensor_collection
+from ..errors import LOCKED, ShapeMismatchError, batch_mismatch_error, locked_error
 from ..tensordict import TensorDict
 from . import h5
 from .layout import is_persistent
@@ -50,8 +51,8 @@ class PersistentWritesMixin:
 
     def _lock_error(self, key: Any) -> RuntimeError:
         return RuntimeError(
-            f"Cannot set key {key!r}: the PersistentTensorDict is locked (use set_() for in-place writes to "
-            "existing keys, or unlock_())."
+            f"{LOCKED}. For in-place modification of key {key!r} use set_() (the key must exist); to add or "
+            "replace keys, unlock_() the PersistentTensorDict first."
         )
 
     def _coerce(self, key: Any, value: Any) -> Any:
@@ -92,14 +93,9 @@ class PersistentWritesMixin:
         """A new tensor leaf must start with the batch size."""
         n = len(self._batch_size)
         if isinstance(value, torch.Tensor) and value.shape[:n] != self._batch_size:
-            raise RuntimeError(
-                f"Key {key!r}: value of shape {list(value.shape)} does not start with the batch size {list(self._batch_size)}."
-            )
+            raise batch_mismatch_error(key, value, self._batch_size)
         if is_tensor_collection(value) and value.batch_size[:n] != self._batch_size:
-            raise RuntimeError(
-                f"Key {key!r}: nested collection of batch size {list(value.batch_size)} does not start with "
-                f"the batch size {list(self._batch_size)}."
-            )
+            raise batch_mismatch_error(key, value, self._batch_size)
 
     def _check_tree(self, path: tuple, tree: Any) -> None:
         """Every leaf of the collection ``tree`` can be stored (checked before the first write)."""
@@ -156,8 +152,9 @@ class PersistentWritesMixin:
             target = self._batch_size + torch.Size(node.shape[len(self._full_bs) :])
             if inplace or in_view:
                 if not broadcasts_to(value.shape, target):
-                    raise RuntimeError(
-                        f"Key {full!r}: in-place write of shape {list(value.shape)} into an entry of shape {list(target)}."
+                    raise ShapeMismatchError(
+                        f"Failed to update {full!r}: in-place write of shape {list(value.shape)} into an entry of "
+                        f"shape {list(target)}."
                     )
                 actions.append(lambda: self._write_at(node, value))
                 return
@@ -373,7 +370,7 @@ class PersistentWritesMixin:
         """Move the entry ``old_key`` to ``new_key`` inside the file (no data is copied)."""
         old, new = _key_to_tuple(old_key), _key_to_tuple(new_key)
         if self._is_locked:
-            raise RuntimeError(f"Cannot rename key {unravel_key(old)!r}: the PersistentTensorDict is locked.")
+            raise locked_error(f"cannot rename key {unravel_key(old)!r}; unlock_() the PersistentTensorDict first.")
         for part in new:
             check_key(unravel_key(new), part)
         if self._path_node(old) is None:
@@ -382,7 +379,9 @@ class PersistentWritesMixin:
             return self
         if self._path_node(new) is not None:
             if safe:
-                raise KeyError(f"rename_key_: {unravel_key(new)!r} already exists and safe=True.")
+                raise KeyError(
+                    f"rename_key_: {unravel_key(new)!r} is already present in TensorDict, and safe=True forbids overwriting it."
+                )
         old_parent = self if len(old) == 1 else self._get_tuple(old[:-1], NO_DEFAULT)
         if len(new) == 1:
             new_parent = self

@@ -31,7 +31,9 @@ def _parse_key(key: Any, what: str) -> NestedKey:
     try:
         return unravel_key(key)
     except (TypeError, KeyError) as err:
-        raise ValueError(f"{what}: {key!r} is not a valid key (a string or a tuple of strings): {err}") from None
+        raise ValueError(
+            f"{what}: {key!r} is not a valid key, a key should be a string or a tuple of strings ({err})"
+        ) from None
 
 
 def _parse_key_list(keys: Any, what: str) -> list:
@@ -39,8 +41,19 @@ def _parse_key_list(keys: Any, what: str) -> list:
     if isinstance(keys, (str, tuple)):
         keys = [keys]
     elif not isinstance(keys, Sequence):
-        raise ValueError(f"{what} must be a key or a list of keys (strings or tuples of strings), got {keys!r}.")
-    return [_parse_key(key, what) for key in keys]
+        raise ValueError(
+            f"{what} must be of type list, str or tuples of str (one key or a list of keys), got {keys!r}."
+        )
+    out = []
+    for key in keys:
+        try:
+            out.append(unravel_key(key))
+        except (TypeError, KeyError) as err:
+            raise ValueError(
+                f"{what} must be of type list, str or tuples of str: {key!r} in {keys!r} is not a valid key, a key "
+                f"should be a string or a tuple of strings ({err})"
+            ) from None
+    return out
 
 
 def _payload(value: Any) -> Any:
@@ -131,7 +144,9 @@ class dispatch:
                 name = _joined(key, separator)
                 if args:
                     if name in kwargs:
-                        raise RuntimeError(f"dispatch: {name!r} was given both positionally and as a keyword argument.")
+                        raise RuntimeError(
+                            f"dispatch: Duplicated argument {name!r}, given both positionally and as a keyword argument."
+                        )
                     values[key] = args[0]
                     args = args[1:]
                 elif name in kwargs:
@@ -256,7 +271,7 @@ class TensorDictModuleBase(nn.Module):
         for key in keys:
             if key not in self.out_keys:
                 raise ValueError(
-                    f"select_out_keys: can't select {key!r}, it is not one of the out_keys {self.out_keys}."
+                    f"select_out_keys: Can't select non existent key {key!r}, it is not one of the out_keys {self.out_keys}."
                 )
         self._out_keys_apparent = keys
         self._keys_changed()
@@ -413,7 +428,7 @@ class TensorDictModule(TensorDictModuleBase):
         out_keys = _parse_key_list(out_keys, "out_keys")
         if isinstance(module, type) or (method is None and not callable(module)):
             raise ValueError(
-                f"TensorDictModule: module {module!r} of type {type(module).__name__} is not callable "
+                f"TensorDictModule: Module {module!r} of type {type(module).__name__} is not callable "
                 "(pass an instance, or the name of the method to call with method=...)."
             )
         if method is not None and not callable(getattr(module, method, None)):

@@ -474,8 +474,8 @@ class CompositeDistribution(D.Distribution):
             holding each head's log-prob at ``<sample key>_log_prob`` (entropy: ``<sample key>_entropy``),
             with the batch shape of the (sub-)TensorDict holding that sample key.
         log_prob_key: key of the aggregated log-prob in ``log_prob_composite``; ``"sample_log_prob"``
-            (tensordict 0.14 keeps that name for the summed log-prob of a composite).
-        entropy_key: key of the aggregated entropy in ``entropy_composite``; ``"entropy"``.
+            (tensordict 0.14 keeps that name for the summed log-prob of a composite; ``None`` means it too).
+        entropy_key: key of the aggregated entropy in ``entropy_composite``; ``"entropy"`` (also for ``None``).
 
     Raises:
         KeyError: naming the head key missing from ``params``, or the sample key missing from the
@@ -511,8 +511,8 @@ class CompositeDistribution(D.Distribution):
         name_map: Mapping | None = None,
         extra_kwargs: Mapping | None = None,
         aggregate_probabilities: bool = False,
-        log_prob_key: NestedKey = "sample_log_prob",
-        entropy_key: NestedKey = "entropy",
+        log_prob_key: NestedKey | None = "sample_log_prob",
+        entropy_key: NestedKey | None = "entropy",
     ) -> None:
         self._batch_size = params.batch_size
         name_map = {unravel_key(k): unravel_key(v) for k, v in (name_map or {}).items()}
@@ -534,8 +534,8 @@ class CompositeDistribution(D.Distribution):
             # per-head entropies keep the batch shape of the head's parameters (e.g. one per agent)
             self._head_batch_dims[name] = getattr(head_params, "batch_dims", len(self._batch_size))
         self.aggregate_probabilities = aggregate_probabilities
-        self.log_prob_key = unravel_key(log_prob_key)
-        self.entropy_key = unravel_key(entropy_key)
+        self.log_prob_key = unravel_key("sample_log_prob" if log_prob_key is None else log_prob_key)
+        self.entropy_key = unravel_key("entropy" if entropy_key is None else entropy_key)
         super().__init__(batch_shape=self._batch_size, validate_args=False)
 
     @classmethod
@@ -545,8 +545,8 @@ class CompositeDistribution(D.Distribution):
         distributions: Mapping,
         *,
         aggregate_probabilities: bool = False,
-        log_prob_key: NestedKey = "sample_log_prob",
-        entropy_key: NestedKey = "entropy",
+        log_prob_key: NestedKey | None = "sample_log_prob",
+        entropy_key: NestedKey | None = "entropy",
     ) -> CompositeDistribution:
         """A composite of distributions already built (tensordict 0.14's constructor).
 
@@ -570,8 +570,8 @@ class CompositeDistribution(D.Distribution):
         self.dists = {unravel_key(k): v for k, v in distributions.items()}
         self._head_batch_dims = {k: holder_batch_dims(params, k) for k in self.dists}
         self.aggregate_probabilities = aggregate_probabilities
-        self.log_prob_key = unravel_key(log_prob_key)
-        self.entropy_key = unravel_key(entropy_key)
+        self.log_prob_key = unravel_key("sample_log_prob" if log_prob_key is None else log_prob_key)
+        self.entropy_key = unravel_key("entropy" if entropy_key is None else entropy_key)
         D.Distribution.__init__(self, batch_shape=self._batch_size, validate_args=False)
         return self
 
@@ -584,6 +584,11 @@ class CompositeDistribution(D.Distribution):
     def sample(self, sample_shape: torch.Size | tuple = torch.Size()) -> TensorDict:
         """A TensorDict (batch size ``sample_shape + batch size``) with one sample per head."""
         return self._collect(lambda d: d.sample(sample_shape), torch.Size(sample_shape))
+
+    @property
+    def has_rsample(self) -> bool:  # pyright: ignore[reportIncompatibleVariableOverride]  (a class attribute in torch)
+        """Whether every head draws reparametrised samples."""
+        return all(d.has_rsample for d in self.dists.values())
 
     def rsample(self, sample_shape: torch.Size | tuple = torch.Size()) -> TensorDict:
         """Reparametrised samples for the heads that support it, plain samples for the others."""

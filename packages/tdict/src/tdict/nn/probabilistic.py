@@ -20,6 +20,7 @@ from typing import Any, cast
 
 import torch
 from torch import distributions as D
+from torch.distributions import constraints
 
 from .._core.utils import NestedKey
 from ..non_tensor import is_non_tensor
@@ -95,6 +96,12 @@ def _mean(dist: D.Distribution, n_empirical_estimate: int = 1000) -> Any:
     try:
         return dist.mean
     except NotImplementedError:
+        if isinstance(dist.support, type(constraints.corr_cholesky)):
+            # an average of Cholesky factors of correlation matrices is not one (rows lose their unit norm)
+            raise RuntimeError(
+                f"DETERMINISTIC, MEAN and MODE are not available for {type(dist).__name__}: it has no closed-form "
+                "mean or mode, and an average of its samples leaves its support; use InteractionType.RANDOM."
+            ) from None
         # no closed-form mean: an empirical estimate, as tensordict 0.14 does
         return dist.sample((n_empirical_estimate,)).mean(0)
 
@@ -120,6 +127,8 @@ class ProbabilisticTensorDictModule(TensorDictModuleBase):
     ``MODE`` / ``MEAN`` read that property (``MODE`` falls back to the mean, ``MEAN`` to an empirical
     mean over ``n_empirical_estimate`` samples); ``MEDIAN`` reads ``median`` or falls back to the mean;
     ``DETERMINISTIC`` reads ``deterministic_sample``, else the mode for discrete supports, else the mean.
+    A distribution over Cholesky factors (``LKJCholesky``) has no mean or mode and averaging its samples
+    leaves its support, so every interaction type but ``RANDOM`` raises ``RuntimeError`` for it.
 
     Args:
         in_keys: the keys holding the distribution's keyword arguments. A list uses each key's last

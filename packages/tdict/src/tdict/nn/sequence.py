@@ -144,7 +144,7 @@ class TensorDictSequential(TensorDictModule):
         for key in keys:
             if key not in self.out_keys:
                 raise ValueError(
-                    f"select_out_keys: can't select {key!r}, it is not one of the out_keys {self.out_keys}."
+                    f"select_out_keys: Can't select non existent key {key!r}, it is not one of the out_keys {self.out_keys}."
                 )
         self._out_keys_apparent = keys
         self._keys_changed()

@@ -22,6 +22,7 @@ from collections.abc import Collection, Iterable, Mapping
 from typing import Any, ClassVar
 
 from .._core.utils import is_nested_key, unravel_key
+from ..errors import KeyValueError
 
 __all__ = ["TensorKeys", "TensorKeysMixin"]
 
@@ -91,7 +92,7 @@ class TensorKeysMixin:
         >>> loss.set_keys(value="v")
         Traceback (most recent call last):
         ...
-        ValueError: Loss.set_keys: unknown key name(s) ['value']; accepted: ['action', 'log_prob'].
+        tdict.errors.KeyValueError: Loss.set_keys: unknown key name(s) ['value']; accepted: ['action', 'log_prob'].
         >>> loss.set_keys(action=3)
         Traceback (most recent call last):
         ...
@@ -118,7 +119,9 @@ class TensorKeysMixin:
         Every name and key is checked before anything changes, then ``_on_keys_set`` is called.
 
         Raises:
-            ValueError: an unknown name (listing the accepted ones), or a value that is not a key.
+            KeyValueError: an unknown name, listing the accepted ones (a ``KeyError`` and a
+                ``ValueError``: TorchRL raises the one or the other depending on the class).
+            ValueError: a value that is not a key.
         """
         owner = type(self).__name__
         for old in sorted(set(keys) & set(self.deprecated_key_names)):
@@ -133,7 +136,9 @@ class TensorKeysMixin:
             keys = {(new if name == old else name): value for name, value in keys.items()}
         unknown = sorted(set(keys) - set(self.default_keys))
         if unknown:
-            raise ValueError(f"{owner}.set_keys: unknown key name(s) {unknown}; accepted: {sorted(self.default_keys)}.")
+            raise KeyValueError(
+                f"{owner}.set_keys: unknown key name(s) {unknown}; accepted: {sorted(self.default_keys)}."
+            )
         changed = {name: self._checked_key(f"{owner}.set_keys", name, key) for name, key in keys.items()}
         self.tensor_keys.__dict__.update(changed)
         self._on_keys_set(changed)
