@@ -57,7 +57,7 @@ def test_tensordict_buffer_extend_names_the_argument(data, got):
         + got,
     ):
         rb.extend(data)
-    assert len(rb) == 2 and rb.writer.state_dict() == {"cursor": 2, "write_count": 2}
+    assert len(rb) == 2 and rb.writer.state_dict() == {"_cursor": 2, "_write_count": 2}
 
 
 def test_tensordict_buffer_add_names_the_argument():
@@ -74,23 +74,23 @@ def test_tensordict_buffer_add_names_the_argument():
     "writer, match",
     [
         (
-            {"cursor": "x", "write_count": 3},
-            r"state\['writer'\] is not a valid RoundRobinWriter state: .*state\['cursor'\] must be an int >= 0, got 'x'",
+            {"_cursor": "x", "_write_count": 3},
+            r"state\['_writer'\] is not a valid RoundRobinWriter state: .*state\['_cursor'\] must be an int >= 0, got 'x'",
         ),
         (
             {"write_count": 3},
-            r"state\['writer'\].*state\['cursor'\] must be an int >= 0, got no such entry \(keys: \['write_count'\]\)",
+            r"state\['_writer'\].*state\['_cursor'\] must be an int >= 0, got no such entry \(keys: \['_write_count'\]\)",
         ),
-        ({"cursor": 1, "write_count": -2}, r"state\['write_count'\] must be an int >= 0, got -2"),
-        ({"cursor": 10, "write_count": 10}, r"state\['cursor'\] must be < the capacity 10, got 10"),
-        (None, r"state\['writer'\].*state must be a dict with \['cursor', 'write_count'\], got NoneType"),
+        ({"_cursor": 1, "_write_count": -2}, r"state\['_write_count'\] must be an int >= 0, got -2"),
+        ({"_cursor": 10, "_write_count": 10}, r"state\['_cursor'\] must be < the capacity 10, got 10"),
+        (None, r"state\['_writer'\].*state must be a dict with \['_cursor', '_write_count'\], got NoneType"),
     ],
 )
 def test_load_state_dict_bad_writer_state_changes_nothing(writer, match):
     source = _filled(8)
     source.sample(3)
     state = source.state_dict()
-    state["writer"] = writer
+    state["_writer"] = writer
     rb = _filled()
     before = _state(rb)
     with pytest.raises(ValueError, match=match):
@@ -103,9 +103,13 @@ def test_load_state_dict_bad_storage_or_sampler_or_rng_state_changes_nothing():
     rb = _filled()
     before = _state(rb)
     for part, value, match in [
-        ("storage", {"len": 11}, r"state\['len'\] must be an int in \[0, 10\], got 11"),
-        ("sampler", {"order": [0, 1], "pos": 0}, r"state\['sampler'\] is not a valid SamplerWithoutReplacement state"),
-        ("rng", torch.zeros(3, dtype=torch.uint8), r"state\['rng'\] is not a generator state"),
+        ("_storage", {"len": 11}, r"state\['len'\] must be an int in \[0, 10\], got 11"),
+        (
+            "_sampler",
+            {"order": [0, 1], "pos": 0},
+            r"state\['_sampler'\] is not a valid SamplerWithoutReplacement state",
+        ),
+        ("_rng", torch.zeros(3, dtype=torch.uint8), r"state\['_rng'\] is not a generator state"),
     ]:
         state = source.state_dict()
         state[part] = value
@@ -113,7 +117,7 @@ def test_load_state_dict_bad_storage_or_sampler_or_rng_state_changes_nothing():
             rb.load_state_dict(state)
         assert _state(rb) == before
     with pytest.raises(
-        ValueError, match=r"state must be a dict with 'storage', 'sampler' and 'writer' entries, got \['storage'\]"
+        ValueError, match=r"state must be a dict with '_storage', '_sampler' and '_writer' entries, got \['storage'\]"
     ):
         rb.load_state_dict({"storage": {"len": 1}})
     rb.load_state_dict(source.state_dict())  # a good state still loads

@@ -90,7 +90,7 @@ def _has(module: str) -> bool:
 def test_resume_same_samples(tmp_path, sampler):
     def make():
         return ReplayBuffer(
-            storage=LazyTensorStorage(50), sampler=sampler(), generator=torch.Generator().manual_seed(3)
+            storage=LazyTensorStorage(50), sampler=sampler(), batch_size=7, generator=torch.Generator().manual_seed(3)
         )
 
     def fill(rb):
@@ -109,7 +109,7 @@ def test_restore_into_fresh_buffer_state(tmp_path):
     fresh = ReplayBuffer(storage=LazyTensorStorage(16), generator=torch.Generator())
     assert fresh.storage._storage is None  # lazily allocated from the checkpoint
     fresh.loads(tmp_path / "ck")
-    assert fresh.writer.state_dict() == {"cursor": 4, "write_count": 20}
+    assert fresh.writer.state_dict() == {"_cursor": 4, "_write_count": 20}
     assert len(fresh) == 16
     assert _td_equal(fresh[:], rb[:])
     # writes continue at the same place
@@ -134,7 +134,9 @@ def test_plain_tensor_and_multidim_storages(tmp_path):
     _resume_matches(make1, lambda rb: rb.extend(torch.arange(24.0).view(8, 3)), tmp_path / "a")
 
     def make2():
-        return ReplayBuffer(storage=LazyTensorStorage(20, ndim=2), generator=torch.Generator().manual_seed(1))
+        return ReplayBuffer(
+            storage=LazyTensorStorage(20, ndim=2), generator=torch.Generator().manual_seed(1), dim_extend=0
+        )
 
     _resume_matches(make2, lambda rb: rb.extend(_data(8).reshape(2, 4)), tmp_path / "b")
 
@@ -288,7 +290,7 @@ def test_mismatched_buffer_raises_and_changes_nothing(tmp_path):
     other.extend(TensorDict(x=torch.zeros(2), batch_size=[2]))
     with pytest.raises(CheckpointError, match="keys"):
         other.loads(path)
-    assert len(other) == 2 and other.writer.state_dict()["cursor"] == 2
+    assert len(other) == 2 and other.writer.state_dict()["_cursor"] == 2
 
 
 def test_missing_checkpoint(tmp_path):
@@ -364,7 +366,7 @@ def test_dump_part_load_part(tmp_path):
     load_part(writer, tmp_path / "w")
     assert _td_equal(storage[:7], rb.storage[:7]) and len(storage) == 7
     assert sampler.state_dict() == rb.sampler.state_dict()
-    assert writer.state_dict() == {"cursor": 7, "write_count": 7}
+    assert writer.state_dict() == {"_cursor": 7, "_write_count": 7}
     with pytest.raises(CheckpointError, match="RoundRobinWriter"):
         load_part(RandomSampler(), tmp_path / "w")
 

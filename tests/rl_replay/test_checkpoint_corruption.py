@@ -242,9 +242,9 @@ def test_missing_rng_state_leaves_the_length(tmp_path):
 
 def test_bad_writer_state_raises_checkpoint_error_naming_the_part(tmp_path):
     path = _saved(tmp_path, "tensordict")
-    _rewrite(path / "writer" / "part.json", lambda m: m["state"]["data"].update(cursor="12"))
+    _rewrite(path / "writer" / "part.json", lambda m: m["state"]["data"].update(_cursor="12"))
     rb = _filled("tensordict", 1)
     before = _snapshot(rb)
-    with pytest.raises(CheckpointError, match=r"writer.*state\['cursor'\] must be an int >= 0, got '12'"):
+    with pytest.raises(CheckpointError, match=r"writer.*state\['_cursor'\] must be an int >= 0, got '12'"):
         rb.loads(path)
     assert _same(_snapshot(rb), before)

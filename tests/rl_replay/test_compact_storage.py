@@ -99,10 +99,13 @@ def test_property_reads_equal_a_reference_storage(chunks, random_writes, seed):
 def test_sampled_batches_equal_reference_ndim2():
     data = _stream(60, 4, seed=3)
     rb_c = ReplayBuffer(
-        storage=CompactTensorStorage(80, ndim=2), batch_size=50, generator=torch.Generator().manual_seed(0)
+        storage=CompactTensorStorage(80, ndim=2),
+        batch_size=50,
+        generator=torch.Generator().manual_seed(0),
+        dim_extend=0,  # the data is [time, env] already
     )
     rb_r = ReplayBuffer(
-        storage=LazyTensorStorage(80, ndim=2), batch_size=50, generator=torch.Generator().manual_seed(0)
+        storage=LazyTensorStorage(80, ndim=2), batch_size=50, generator=torch.Generator().manual_seed(0), dim_extend=0
     )
     for start in range(0, 60, 9):
         rb_c.extend(data[start : start + 9])

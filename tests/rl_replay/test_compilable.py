@@ -74,7 +74,7 @@ def test_buffers_build_compilable_default_parts():
 def test_compilable_counters_are_python_ints_and_cannot_be_shared():
     rb = ReplayBuffer(storage=LazyTensorStorage(4, compilable=True), compilable=True)
     rb.extend(torch.arange(6))  # more than the capacity: the last 4 are kept
-    assert len(rb) == 4 and rb.writer.state_dict() == {"cursor": 2, "write_count": 4}
+    assert len(rb) == 4 and rb.writer.state_dict() == {"_cursor": 2, "_write_count": 6}
     assert rb[:].tolist() == [4, 5, 2, 3]
     assert rb.storage.state_dict()["len"] == 4
     with pytest.raises(RuntimeError, match="LazyTensorStorage was built with compilable=True"):
@@ -84,9 +84,9 @@ def test_compilable_counters_are_python_ints_and_cannot_be_shared():
     with pytest.raises(RuntimeError, match="LazyMemmapStorage was built with compilable=True"):
         LazyMemmapStorage(3, compilable=True).share_memory_()
     copy = pickle.loads(pickle.dumps(rb))
-    assert copy.writer.state_dict() == {"cursor": 2, "write_count": 4} and copy[:].tolist() == [4, 5, 2, 3]
+    assert copy.writer.state_dict() == {"_cursor": 2, "_write_count": 6} and copy[:].tolist() == [4, 5, 2, 3]
     rb.empty()
-    assert len(rb) == 0 and rb.writer.state_dict() == {"cursor": 0, "write_count": 0}
+    assert len(rb) == 0 and rb.writer.state_dict() == {"_cursor": 0, "_write_count": 0}
 
 
 @pytest.mark.parametrize("cls", [ReplayBuffer, TensorDictReplayBuffer])
@@ -137,7 +137,7 @@ def test_compiled_extend_and_sample_equal_eager(backend, capacity):
         results.append((steps, rb[:].tolist(), len(rb), rb.writer.state_dict()))
     assert results[0] == results[1]
     _, stored, n, writer_state = results[0]
-    assert n == capacity and writer_state == {"cursor": 30 % capacity, "write_count": 30}
+    assert n == capacity and writer_state == {"_cursor": 30 % capacity, "_write_count": 30}
     values = [10 * step + i for step in range(6) for i in range(5)]
     assert sorted(row[0] for row in stored) == values[-capacity:]
 

@@ -41,9 +41,12 @@ def _check_same(batch: TensorDict, ref: TensorDict, device: str) -> None:
 
 
 def _pair(storage, capacity: int = 64, ndim: int = 1):
-    rb = ReplayBuffer(storage=storage, batch_size=32, generator=torch.Generator().manual_seed(0))
+    rb = ReplayBuffer(storage=storage, batch_size=32, generator=torch.Generator().manual_seed(0), dim_extend=0)
     ref = ReplayBuffer(
-        storage=LazyTensorStorage(capacity, ndim=ndim), batch_size=32, generator=torch.Generator().manual_seed(0)
+        storage=LazyTensorStorage(capacity, ndim=ndim),
+        batch_size=32,
+        generator=torch.Generator().manual_seed(0),
+        dim_extend=0,
     )
     return rb, ref
 

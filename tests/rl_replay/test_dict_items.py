@@ -165,7 +165,7 @@ def test_mismatched_dicts_name_the_key_and_the_index(kind, buffer, bad, error, m
     items = _samples()[:2] + [bad]
     with pytest.raises(error, match=match):
         rb.extend(items)
-    assert len(rb) == before == 1 and rb.writer.state_dict()["cursor"] == 1
+    assert len(rb) == before == 1 and rb.writer.state_dict()["_cursor"] == 1
 
 
 def test_nested_mismatch_names_the_nested_key():

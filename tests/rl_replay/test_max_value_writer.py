@@ -193,7 +193,7 @@ def test_bad_input_changes_nothing():
         rb.extend(TensorDict(other=torch.ones(2), batch_size=[2]))
     with pytest.raises(ValueError, match="NaN"):
         rb.extend(TensorDict(score=torch.tensor([1.0, float("nan")]), batch_size=[2]))
-    with pytest.raises(TypeError, match="expects a TensorDict"):
+    with pytest.raises(TypeError, match="expects data to be a tensor collection"):
         w.extend(torch.ones(3))
     with pytest.raises(ValueError, match="empty batch_size"):
         w.extend(TensorDict(score=torch.tensor(1.0), batch_size=[]))

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import gc
 import os
+import shutil
 import pickle
 import queue
 import sys
@@ -88,7 +89,7 @@ def test_tensor_data_and_dtypes():
 
 def test_ndim2_rows_of_envs():
     s = LazyMemmapStorage(12, ndim=2)
-    rb = ReplayBuffer(storage=s, batch_size=8, generator=torch.Generator().manual_seed(1))
+    rb = ReplayBuffer(storage=s, batch_size=8, generator=torch.Generator().manual_seed(1), dim_extend=0)
     data = TensorDict(obs=torch.arange(24.0).view(4, 3, 2), batch_size=[4, 3])
     rb.extend(data[:2])
     assert s.shape == torch.Size([4, 3]) and len(rb) == 6
@@ -139,8 +140,12 @@ def test_wrong_tensor_shape_raises():
 # ------------------------------------------------------------------------------------ scratch dir
 def test_existsok_refuses_a_non_empty_dir(tmp_path):
     (tmp_path / "old.bin").write_bytes(b"x")
+    refused = LazyMemmapStorage(10, scratch_dir=tmp_path)  # checked at the first write, as TorchRL
     with pytest.raises(FileExistsError, match="existsok=True"):
-        LazyMemmapStorage(10, scratch_dir=tmp_path)
+        refused.set(torch.arange(2), torch.ones(2, 2))
+    with pytest.raises(RuntimeError, match="existsok=True"):  # (TorchRL raises a RuntimeError)
+        refused.set(torch.arange(2), torch.ones(2, 2))
+    assert len(refused) == 0 and sorted(os.listdir(tmp_path)) == ["old.bin"]
     s = LazyMemmapStorage(10, scratch_dir=tmp_path, existsok=True)
     s.set(torch.arange(2), torch.ones(2, 2))
     assert s.get(1).tolist() == [1.0, 1.0]
@@ -150,20 +155,41 @@ def test_existsok_overwrites_a_previous_storage(tmp_path):
     first = LazyMemmapStorage(4, scratch_dir=tmp_path / "s")
     first.set(torch.arange(4), TensorDict(a=torch.ones(4), batch_size=[4]))
     with pytest.raises(FileExistsError):
-        LazyMemmapStorage(4, scratch_dir=tmp_path / "s")
+        LazyMemmapStorage(4, scratch_dir=tmp_path / "s").set(
+            torch.arange(1), TensorDict(b=torch.ones(1), batch_size=[1])
+        )
     second = LazyMemmapStorage(4, scratch_dir=tmp_path / "s", existsok=True)
     second.set(torch.arange(2), TensorDict(b=torch.full((2,), 5), batch_size=[2]))
     assert TensorDict.load_memmap(tmp_path / "s")["b"].tolist() == [5, 5, 0, 0]
 
 
-def test_empty_or_new_dir_is_fine_and_never_removed(tmp_path):
+def test_empty_or_new_dir_is_fine_and_kept_unless_asked(tmp_path):
     s = LazyMemmapStorage(4, scratch_dir=tmp_path / "new" / "dir")
     s.set(torch.arange(1), torch.ones(1))
     path = s.scratch_dir
-    assert not s.cleanup()  # a user directory is never removed
+    assert s._auto_cleanup is False
     del s
     gc.collect()
-    assert os.path.isdir(path) and os.listdir(path)
+    assert os.path.isdir(path) and os.listdir(path)  # a user directory outlives the storage
+    again = LazyMemmapStorage(4, scratch_dir=path, existsok=True)
+    assert again.cleanup() and not os.path.exists(path)  # ... unless cleanup() is called
+    assert not again.cleanup()
+
+
+def test_auto_cleanup_of_a_user_dir(tmp_path):
+    s = LazyMemmapStorage(4, scratch_dir=tmp_path / "d", auto_cleanup=True)
+    s.set(torch.arange(2), torch.ones(2))
+    path = s.scratch_dir
+    del s
+    gc.collect()
+    assert not os.path.exists(path)
+    kept = LazyMemmapStorage(4, auto_cleanup=False)  # a temporary directory kept on request
+    kept.set(torch.arange(1), torch.ones(1))
+    path = kept.scratch_dir
+    del kept
+    gc.collect()
+    assert os.path.isdir(path)
+    shutil.rmtree(path)
 
 
 def test_temporary_dir_removed_on_gc_not_by_copies():

@@ -57,11 +57,11 @@ def test_child_writes_parent_sees_items_and_cursor():
     assert bool((sample["id"] < 30).all()) and torch.equal(sample["obs"][:, 1], 2 * sample["id"].float())
     # the parent writes next: it continues at the shared cursor; then a child wraps around
     rb.extend(children.rows(30, 10))
-    assert rb.writer.state_dict() == {"cursor": 40, "write_count": 40}
+    assert rb.writer.state_dict() == {"_cursor": 40, "_write_count": 40}
     with BufferProcess(children.extend_rows, rb, 40, 85, context=CTX) as p:
         p.join(timeout=60)
     _assert_same_storage(rb, _reference(100, [(0, 30), (30, 10), (40, 85)]))
-    assert rb.writer.state_dict() == {"cursor": 25, "write_count": 125}
+    assert rb.writer.state_dict() == {"_cursor": 25, "_write_count": 125}
 
 
 def test_tensordict_buffer_shared_writes_index():

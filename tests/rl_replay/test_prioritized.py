@@ -143,7 +143,7 @@ def test_trees_equal_recomputation_from_stored_priorities(n, alpha, updates):
 def test_ndim2_storage():
     storage = LazyTensorStorage(12, ndim=2)  # 3 rows (time) x 4 envs
     rb = TensorDictPrioritizedReplayBuffer(
-        alpha=1.0, beta=1.0, storage=storage, batch_size=3000, generator=torch.Generator().manual_seed(0)
+        alpha=1.0, beta=1.0, storage=storage, batch_size=3000, generator=torch.Generator().manual_seed(0), dim_extend=0
     )
     data = TensorDict(
         obs=torch.arange(12.0).reshape(3, 4), td_error=torch.arange(1.0, 13.0).reshape(3, 4), batch_size=[3, 4]

@@ -117,16 +117,21 @@ def test_num_slices_and_errors():
         SliceSampler()
     with pytest.raises(ValueError, match="slice_len must be a positive int"):
         SliceSampler(slice_len=0)
-    with pytest.raises(ValueError, match="pad_output=True needs strict_length=False"):
+    with pytest.raises(ValueError, match="pad_output=True is incompatible with strict_length=True"):
         SliceSampler(slice_len=3, pad_output=True)
     with pytest.raises(RuntimeError, match="cache_values=True"):
         SliceSampler(slice_len=3, ends=torch.zeros(4, dtype=torch.bool))
     with pytest.raises(ValueError, match="span"):
         SliceSampler(slice_len=3, span=-2)
-    rb = make_rb(100, SliceSampler(slice_len=4, traj_key="episode"), 8)
+    rb = make_rb(100, SliceSampler(slice_len=4, traj_key="episode", end_key=("next", "missing")), 8)
     rb.extend(make_data(torch.zeros(10, dtype=torch.bool)))
-    with pytest.raises(KeyError, match="traj_key .*episode.* is not in the storage"):
+    with pytest.raises(KeyError, match=r"none of the boundary keys .*episode.*missing.* is in the storage"):
         rb.sample()
+    # a traj_key that is not stored falls back to the end flags (as TorchRL)
+    rb = make_rb(100, SliceSampler(slice_len=5, traj_key="episode"), 10)
+    rb.extend(make_data(torch.arange(10) % 5 == 4))
+    steps = rb.sample()["step"].view(2, 5)
+    assert bool(((steps % 5) == torch.arange(5)).all())
     rb = make_rb(100, SliceSampler(slice_len=20), 40)
     rb.extend(make_data(torch.arange(30) % 10 == 9))
     with pytest.raises(RuntimeError, match="no trajectory is at least 20 steps long"):
@@ -267,7 +272,7 @@ def test_unnotified_writes_and_state_dict():
     # state_dict is JSON-able; a fresh sampler loaded with it samples the same slices
     rb = make_rb(30, SliceSampler(slice_len=3), 9, seed=5)
     rb.extend(make_data(random_done(40, 0.2, 3)))
-    state = json.loads(json.dumps(rb.state_dict()["sampler"]))
+    state = json.loads(json.dumps(rb.state_dict()["_sampler"]))
     rb2 = TensorDictReplayBuffer(
         storage=rb.storage, sampler=SliceSampler(slice_len=3), batch_size=9, generator=torch.Generator().manual_seed(5)
     )
@@ -386,7 +391,7 @@ def test_ndim2_storage_columns_are_separate_sequences():
             sampler = SliceSampler(slice_len=slice_len)
         storage = LazyTensorStorage(20 * E, ndim=2)  # 20 rows: 30 written steps wrap around
         rb = TensorDictReplayBuffer(
-            storage=storage, sampler=sampler, batch_size=40, generator=torch.Generator().manual_seed(1)
+            storage=storage, sampler=sampler, batch_size=40, generator=torch.Generator().manual_seed(1), dim_extend=0
         )
         rb.extend(data[:12])
         rb.extend(data[12:])

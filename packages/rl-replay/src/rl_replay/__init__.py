@@ -42,6 +42,18 @@ _LAZY = {
     "PrioritizedReplayBuffer": "buffers.prioritized",
     "TensorDictPrioritizedReplayBuffer": "buffers.prioritized",
     "HERReplayBuffer": "buffers.her",
+    "RemoteTensorDictReplayBuffer": "buffers.remote",
+    "SampleUnit": "sample_units",
+    "ConditionalUpdateResult": "conditional_update",
+    "Transition": "sample_units",
+    "Sequence": "sample_units",
+    "LazyStackStorage": "storages.lazy_stack",
+    "PromptGroupSampler": "samplers.prompt_group",
+    "StalenessAwareSampler": "samplers.staleness",
+    "find_start_stop_traj": "boundaries",
+    "tree_iter": "storages._trees",
+    "DEFAULT_DONE_KEYS": "boundaries",
+    "ConsumingSampler": "samplers.consuming",
     "HindsightStrategy": "buffers.her",
     "ReplayBufferEnsemble": "buffers.ensemble",
     "MultiStepTransform": "transforms",
@@ -61,12 +73,42 @@ _LAZY = {
 }
 
 if TYPE_CHECKING:  # type checkers and IDEs see these (`X as X`: re-exported); at run time __getattr__ loads them
+    from .conditional_update import (
+        ConditionalUpdateResult as ConditionalUpdateResult,
+    )
+    from .sample_units import (
+        SampleUnit as SampleUnit,
+        Sequence as Sequence,
+        Transition as Transition,
+    )
+    from .boundaries import (
+        DEFAULT_DONE_KEYS as DEFAULT_DONE_KEYS,
+        find_start_stop_traj as find_start_stop_traj,
+    )
+    from .samplers.prompt_group import (
+        PromptGroupSampler as PromptGroupSampler,
+    )
+    from .samplers.staleness import (
+        StalenessAwareSampler as StalenessAwareSampler,
+    )
+    from .storages._trees import (
+        tree_iter as tree_iter,
+    )
+    from .storages.lazy_stack import (
+        LazyStackStorage as LazyStackStorage,
+    )
     from .buffers.ensemble import (
         ReplayBufferEnsemble as ReplayBufferEnsemble,
     )
     from .buffers.her import (
         HERReplayBuffer as HERReplayBuffer,
         HindsightStrategy as HindsightStrategy,
+    )
+    from .buffers.remote import (
+        RemoteTensorDictReplayBuffer as RemoteTensorDictReplayBuffer,
+    )
+    from .samplers.consuming import (
+        ConsumingSampler as ConsumingSampler,
     )
     from .buffers.prioritized import (
         PrioritizedReplayBuffer as PrioritizedReplayBuffer,
@@ -132,12 +174,16 @@ __all__ = [
     "BufferProcess",
     "CompactTensorStorage",
     "CompressedListStorage",
+    "ConditionalUpdateResult",
+    "ConsumingSampler",
     "D4RLExperienceReplay",
+    "DEFAULT_DONE_KEYS",
     "HERReplayBuffer",
     "HindsightStrategy",
     "ImmutableDatasetWriter",
     "LambdaScheduler",
     "LazyMemmapStorage",
+    "LazyStackStorage",
     "LazyTensorStorage",
     "LinearScheduler",
     "ListStorage",
@@ -149,16 +195,21 @@ __all__ = [
     "PrioritizedReplayBuffer",
     "PrioritizedSampler",
     "PrioritizedSliceSampler",
+    "PromptGroupSampler",
     "RandomCropTensorDict",
     "RandomSampler",
+    "RemoteTensorDictReplayBuffer",
     "ReplayBuffer",
     "ReplayBufferEnsemble",
     "RoundRobinWriter",
+    "SampleUnit",
     "Sampler",
     "SamplerWithoutReplacement",
     "SchedulerList",
+    "Sequence",
     "SliceSampler",
     "SliceSamplerWithoutReplacement",
+    "StalenessAwareSampler",
     "StepScheduler",
     "Storage",
     "SumTree",
@@ -167,11 +218,14 @@ __all__ = [
     "TensorDictReplayBuffer",
     "TensorDictRoundRobinWriter",
     "TensorStorage",
+    "Transition",
     "Writer",
     "__version__",
+    "find_start_stop_traj",
     "load_dataset",
     "make_shared",
     "register_dataset",
+    "tree_iter",
 ]
 
 

@@ -16,6 +16,7 @@ from typing import Any
 
 import torch
 from tdict import is_tensor_collection
+from torch.utils._pytree import treespec_loads
 
 from ._checkpoint_io import CheckpointError
 from ._part import check_loadable
@@ -163,6 +164,16 @@ def _stage_tensor(storage: Any, state: Any, where: str) -> Apply:
         return lambda: storage._len_t.fill_(0)
     items = _data(items, "items", where)
     item_dims = _rows_of(storage, items, rows, where)
+    tree = state.get("tree") if isinstance(state, dict) else None
+    try:
+        spec = None if tree is None else treespec_loads(tree)
+    except (TypeError, ValueError, KeyError, NotImplementedError) as err:
+        raise CheckpointError(f"{where}: the saved pytree structure cannot be read ({err}).") from err
+    if storage._storage is not None and storage._tree_spec != spec:
+        raise CheckpointError(
+            f"{where}: the checkpoint holds {'pytrees' if spec is not None else 'no pytrees'}, the storage "
+            f"{'pytrees of another structure' if storage._tree_spec is not None and spec is not None else 'not'}."
+        )
     current = storage._storage
     if current is not None:
         if is_tensor_collection(current) != is_tensor_collection(items):
@@ -188,10 +199,11 @@ def _stage_tensor(storage: Any, state: Any, where: str) -> Apply:
 
     def apply() -> None:
         if storage._storage is None:
-            storage._init(items)
+            storage._allocate(items)
+        storage._tree_spec = spec
         if rows:
             target = storage._storage
-            assert target is not None  # made by _init above
+            assert target is not None  # made by _allocate above
             if is_tensor_collection(target):
                 target[:rows] = items
             else:

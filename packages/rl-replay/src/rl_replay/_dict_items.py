@@ -14,7 +14,19 @@ from typing import Any, TypeGuard
 import torch
 from tdict import TensorDict
 
-__all__ = ["as_tensordict", "check_dicts", "is_dict_list", "stack_dicts"]
+__all__ = ["as_tensordict", "check_dicts", "converts_to_tensordict", "is_dict_list", "stack_dicts"]
+
+
+def converts_to_tensordict(data: Any) -> bool:
+    """True for a dict whose keys are strings at every level and whose leaves are not lists or tuples."""
+    if not isinstance(data, Mapping):
+        return False
+    for key, value in data.items():
+        if not isinstance(key, str) or isinstance(value, (list, tuple)):
+            return False
+        if isinstance(value, Mapping) and not converts_to_tensordict(value):
+            return False
+    return True
 
 
 def is_dict_list(data: Any) -> TypeGuard[list]:

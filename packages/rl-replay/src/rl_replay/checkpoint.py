@@ -56,6 +56,7 @@ import torch
 from tdict import TensorDict, is_tensor_collection
 from tdict.folders import atomic_dir, committed_dir, reading_dir
 from tdict.persistence import load_memmap, save
+from torch.utils._pytree import treespec_dumps
 
 from ._checkpoint_io import (
     _BYTES,
@@ -175,7 +176,7 @@ def _storage_state(storage: Any) -> dict:
         data = storage._storage
         if data is None or rows == 0:
             return {"kind": "tensor", "max_size": storage.max_size, "ndim": storage.ndim, "rows": 0, "items": None}
-        if structure(storage.get(torch.arange(1))) != structure(data):
+        if storage._tree_spec is None and structure(storage.get(torch.arange(1))) != structure(data):
             # the storage keeps another layout than the items it returns (e.g. CompactTensorStorage):
             # save the items themselves and write them back with set() on load
             items = storage.get(torch.arange(rows))
@@ -186,6 +187,8 @@ def _storage_state(storage: Any) -> dict:
             "ndim": storage.ndim,
             "rows": rows,
             "items": data[:rows],
+            # pytree items: their structure, as torch's JSON tree spec (stored leaves are entries "0", "1", ...)
+            "tree": None if storage._tree_spec is None else treespec_dumps(storage._tree_spec),
         }
     if isinstance(storage, ListStorage):
         return {"kind": "list", "max_size": storage.max_size, "len": len(storage), "items": _list_items(storage._items)}

@@ -12,7 +12,16 @@ from tdict.validation import check_one_of
 from ._part import check_shareable
 from .writers import Writer
 
-__all__ = ["TensorDictMaxValueWriter"]
+__all__ = ["NotATensorCollectionError", "TensorDictMaxValueWriter"]
+
+
+class NotATensorCollectionError(TypeError, RuntimeError):
+    """Data that must be a tensor collection (TensorDict, tensorclass) is not one.
+
+    Both a ``TypeError`` (what it is) and a ``RuntimeError`` (what TorchRL raises here), so either
+    ``except`` clause catches it.
+    """
+
 
 _REDUCTIONS = ("sum", "max", "min", "mean", "median")
 
@@ -72,7 +81,8 @@ class TensorDictMaxValueWriter(Writer):
 
     # ------------------------------------------------------------------ setup
     def register_storage(self, storage: Any) -> None:
-        """Attaches the storage and forgets every rank (the writer then starts empty).
+        """Attaches the storage and forgets every rank (the writer then starts empty), except a
+        state loaded before any storage was registered, kept if it fits.
 
         Raises:
             ValueError: the storage has more than one item dim (``ndim > 1``).
@@ -82,9 +92,13 @@ class TensorDictMaxValueWriter(Writer):
                 "TensorDictMaxValueWriter needs a storage with ndim=1 (one item per row); got ndim="
                 f"{storage.ndim}. Store each trajectory as one item, or flatten the data first."
             )
+        loaded = self._ranks[: self._size] if self._storage is None and self._size <= storage.max_size else None
         super().register_storage(storage)
         self._ranks = torch.full((storage.max_size,), float("-inf"), dtype=torch.float64)
-        self._state.zero_()
+        if loaded is None:
+            self._state.zero_()
+        else:
+            self._ranks[: len(loaded)] = loaded
 
     @property
     def _cursor(self) -> int:
@@ -98,13 +112,21 @@ class TensorDictMaxValueWriter(Writer):
     def _size(self) -> int:
         return int(self._state[2])
 
+    @property
+    def _current_top_values(self) -> list:
+        """``[(rank, slot), ...]`` of the stored items (TorchRL's name for the writer's ranking)."""
+        return [(float(r), i) for i, r in enumerate(self._ranks[: self._size].tolist())]
+
     # ------------------------------------------------------------------ ranks
     def _item_ranks(self, data: Any, single: bool) -> torch.Tensor:
         """One float64 rank per item of ``data`` (validates ``data``; changes nothing)."""
         if self._storage is None:
             raise RuntimeError("TensorDictMaxValueWriter: no storage registered (use it inside a replay buffer).")
         if not is_tensor_collection(data):
-            raise TypeError(f"TensorDictMaxValueWriter expects a TensorDict, got {type(data).__name__}.")
+            raise NotATensorCollectionError(
+                "TensorDictMaxValueWriter expects data to be a tensor collection (a TensorDict or tensorclass), "
+                f"got {type(data).__name__}; rank plain tensors or dicts with another writer."
+            )
         if not single and data.batch_dims == 0:
             raise ValueError(
                 "TensorDictMaxValueWriter.extend: the TensorDict has an empty batch_size; use add() for one item."
@@ -213,8 +235,12 @@ class TensorDictMaxValueWriter(Writer):
         return index
 
     # ------------------------------------------------------------------ state
-    def _empty(self) -> None:
+    def _empty(self, empty_write_count: bool = True) -> None:
+        super()._empty(empty_write_count)
+        count = self._write_count
         self._state.zero_()
+        if not empty_write_count:
+            self._state[1] = count
         self._ranks.fill_(float("-inf"))
 
     def share_memory_(self) -> TensorDictMaxValueWriter:
@@ -248,7 +274,8 @@ class TensorDictMaxValueWriter(Writer):
         """
         ranks = torch.as_tensor(state["ranks"], dtype=torch.float64)
         size = int(state["size"])
-        capacity = len(self._ranks)
+        # no storage yet: the ranks are kept as they are and fitted to the storage when it is registered
+        capacity = len(self._ranks) if self._storage is not None else size
         if not 0 <= size <= capacity or ranks.shape != (size,):
             raise ValueError(
                 f"TensorDictMaxValueWriter.load_state_dict: size {size} and ranks of shape {list(ranks.shape)} do not "
@@ -260,8 +287,11 @@ class TensorDictMaxValueWriter(Writer):
         key = state.get("rank_key", self._rank_key)
         self._rank_key = tuple(key) if isinstance(key, list) else key
         self._reduction = reduction
-        self._ranks.fill_(float("-inf"))
-        self._ranks[:size] = ranks
+        if self._storage is None:
+            self._ranks = ranks.clone()
+        else:
+            self._ranks.fill_(float("-inf"))
+            self._ranks[:size] = ranks
         self._state[0] = cursor
         self._state[1] = write_count
         self._state[2] = size

@@ -87,7 +87,7 @@ def make_shared(buffer: Any, example: Any = None) -> Any:
         if is_tensor_collection(example) and _writes_index(buffer.writer) and "index" not in example.keys():  # noqa: SIM118
             example = example.clone()
             example.set("index", torch.zeros(example.batch_size, dtype=torch.int64))
-        storage._init(example)
+        storage._allocate(example)
     buffer.share_memory_()
     return buffer
 

@@ -32,6 +32,7 @@ class PrioritizedReplayBuffer(ReplayBuffer):
         storage: default ``ListStorage(1000)``.
         collate_fn, pin_memory, prefetch, transform, batch_size, generator, compilable, prefetch_timeout: as
             :class:`ReplayBuffer` (TorchRL 0.14's ``PrioritizedReplayBuffer`` takes no ``compilable``).
+        **kwargs: the other :class:`ReplayBuffer` arguments (``sample_unit``, ``dim_extend``, ``shared``...).
 
     Examples:
         >>> import torch
@@ -61,6 +62,7 @@ class PrioritizedReplayBuffer(ReplayBuffer):
         generator: torch.Generator | None = None,
         compilable: bool = False,
         prefetch_timeout: float | None = None,
+        **kwargs: Any,
     ) -> None:
         storage = storage if storage is not None else ListStorage(1000, compilable=compilable)
         sampler = PrioritizedSampler(storage.max_size, alpha, beta, eps, dtype=dtype)
@@ -75,6 +77,7 @@ class PrioritizedReplayBuffer(ReplayBuffer):
             generator=generator,
             compilable=compilable,
             prefetch_timeout=prefetch_timeout,
+            **kwargs,
         )
 
 
@@ -97,6 +100,7 @@ class TensorDictPrioritizedReplayBuffer(TensorDictReplayBuffer):
         dtype: dtype of the importance weights.
         collate_fn, pin_memory, prefetch, transform, batch_size, generator, compilable, prefetch_timeout: as
             :class:`ReplayBuffer`.
+        **kwargs: the other :class:`ReplayBuffer` arguments (``sample_unit``, ``dim_extend``, ``shared``...).
 
     Examples:
         >>> import torch
@@ -134,6 +138,7 @@ class TensorDictPrioritizedReplayBuffer(TensorDictReplayBuffer):
         dtype: torch.dtype = torch.float,
         compilable: bool = False,
         prefetch_timeout: float | None = None,
+        **kwargs: Any,
     ) -> None:
         storage = storage if storage is not None else ListStorage(1000, compilable=compilable)
         sampler = PrioritizedSampler(storage.max_size, alpha, beta, eps, dtype=dtype, reduction=reduction)
@@ -149,6 +154,7 @@ class TensorDictPrioritizedReplayBuffer(TensorDictReplayBuffer):
             generator=generator,
             compilable=compilable,
             prefetch_timeout=prefetch_timeout,
+            **kwargs,
         )
 
     def _item_priority(self, data: TensorDictBase, priority: torch.Tensor, lead: torch.Size) -> torch.Tensor:
@@ -176,7 +182,8 @@ class TensorDictPrioritizedReplayBuffer(TensorDictReplayBuffer):
                 raise ValueError(
                     f"{type(self).__name__}.extend: data has batch_size {list(data.batch_size)}, the storage needs {ndim} dims."
                 )
-            priority = self._item_priority(data, priority, data.batch_size[:ndim])
+            rows = data.transpose(self._dim_extend, 0) if self._dim_extend else data  # as the storage will hold it
+            priority = self._item_priority(rows, rows.get(self.priority_key), rows.batch_size[:ndim])
             self._sampler._check_values(priority, priority.shape[0], name=repr(self.priority_key))
         with self._lock:
             index = super().extend(data)
@@ -205,9 +212,14 @@ class TensorDictPrioritizedReplayBuffer(TensorDictReplayBuffer):
         return (data, info) if return_info else data
 
     def update_tensordict_priority(self, data: TensorDictBase) -> None:
-        """Sets the priorities of ``data["index"]`` to ``data[priority_key]`` (reduced with ``reduction``)."""
-        index = data.get("index")
+        """Sets the priorities of ``data["index"]`` to ``data[priority_key]`` (reduced with ``reduction``;
+        to one per anchor, the max over its valid records, for a sample drawn through a ``Sequence`` unit)."""
         priority = data.get(self.priority_key)
+        anchored = self._anchor_reduced_priority(data, priority)
+        if anchored is not None:
+            self.update_priority(*anchored)
+            return
+        index = data.get("index")
         ndim = getattr(self._storage, "ndim", 1)
         if ndim > 1 and index.ndim >= 2 and index.shape[-1] == ndim:
             lead = index.shape[:-1]

@@ -49,6 +49,10 @@ class TensorDictReplayBuffer(ReplayBuffer):
     def _from_dicts(self, data: Any, what: str) -> tuple[Any, bool]:
         # every storage gets a TensorDict, and reads give TensorDicts
         owner = f"{type(self).__name__}.{what}"
+        if type(data) is list and data and is_tensor_collection(data[0]):
+            from .replay_buffer import _stack_items
+
+            return _stack_items(owner, data), False
         batch = as_tensordict(data, owner, one=what == "add")
         if batch is None:
             raise TypeError(_not_a_tensordict(owner, data))
@@ -70,20 +74,51 @@ class TensorDictReplayBuffer(ReplayBuffer):
         data, info = super().sample(batch_size, return_info=True)
         if isinstance(data, TensorDictBase):
             batch = data.batch_size
+            index = info.get("index")
+            if isinstance(index, tuple) and len(index) > 1 and index[0].shape == batch[:1]:
+                data.set("index", torch.stack(index, -1))  # a flat batch from a multi-dim storage: coordinates
             for key, value in info.items():
                 if not isinstance(value, torch.Tensor) or not batch or (key == "index" and key in data.keys()):
                     continue  # the sampler's info overrides stored entries (e.g. "is_init" of a slice start)
-                if value.shape[:1] == batch[:1] and value.shape != batch[: value.ndim]:
-                    continue  # not aligned with the batch (e.g. per-slice info of another layout)
-                if value.ndim < len(batch):  # one value per sampled item: shared by its trailing batch dims
+                if value.shape[: len(batch)] == batch:
+                    pass  # one entry per sampled item (maybe with feature dims, e.g. anchor coordinates)
+                elif value.ndim < len(batch) and value.shape == batch[: value.ndim]:
+                    # one value per sampled item: shared by its trailing batch dims
                     value = value.reshape(*value.shape, *([1] * (len(batch) - value.ndim))).expand(batch)
+                else:
+                    continue  # not aligned with the batch (e.g. per-slice info of another layout)
                 data.set(key, value)
         return (data, info) if return_info else data
 
+    def _anchor_reduced_priority(self, data: TensorDictBase, priority: torch.Tensor) -> tuple | None:
+        """``(anchors, priorities)``: per-record priorities of a sample drawn through a
+        :class:`~rl_replay.sample_units.Sequence` unit reduced to one per anchor (the max over the
+        anchor's valid records). ``None`` without such a unit (priorities go to the records)."""
+        from ..sample_units import Sequence
+
+        anchor = data.get("anchor_index", None) if isinstance(self._sample_unit, Sequence) else None
+        if anchor is None:
+            return None
+        n = anchor.shape[0]
+        priority = torch.as_tensor(priority).reshape(n, -1).amax(-1)
+        valid = data.get("validity_mask", None)
+        if valid is not None:
+            keep = valid.reshape(n).bool()
+            anchor, priority = anchor[keep], priority[keep]
+        unique, slot = torch.unique(anchor, dim=0, return_inverse=True)
+        reduced = torch.full((unique.shape[0],), -torch.inf, dtype=priority.dtype, device=priority.device)
+        reduced = reduced.scatter_reduce(0, slot.to(priority.device), priority, "amax")
+        return unique, reduced
+
     def update_tensordict_priority(self, data: TensorDictBase) -> None:
-        """Sets the priorities of ``data["index"]`` to ``data[priority_key]`` (reduced to one value per item)."""
-        index = data.get("index")
+        """Sets the priorities of ``data["index"]`` to ``data[priority_key]`` (reduced to one value per
+        item; to one per anchor for a sample drawn through a ``Sequence`` unit)."""
         priority = data.get(self.priority_key)
+        anchored = self._anchor_reduced_priority(data, priority)
+        if anchored is not None:
+            self.update_priority(*anchored)
+            return
+        index = data.get("index")
         if priority.shape != index.shape:
             if priority.shape[: index.ndim] != index.shape:
                 raise ValueError(

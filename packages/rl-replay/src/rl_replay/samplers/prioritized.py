@@ -326,7 +326,9 @@ class PrioritizedSampler(Sampler):
             self._storage = storage
         n = len(storage)
         if n == 0:
-            raise RuntimeError(f"{type(storage).__name__} is empty: nothing to sample.")
+            raise RuntimeError(
+                f"Cannot sample from an empty storage ({type(storage).__name__} is empty: nothing to sample)."
+            )
         tree = self._sum_tree
         mass = torch.rand(batch_size, dtype=torch.float64, generator=self._rng, device=self._device).mul_(tree._root)
         key = (batch_size, threading.get_ident())  # scratch tensors: one set per thread and batch size

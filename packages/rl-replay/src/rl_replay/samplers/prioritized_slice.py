@@ -205,7 +205,9 @@ class PrioritizedSliceSampler(SliceSampler, PrioritizedSampler):
             self._storage = storage
         n_items = len(storage)
         if n_items == 0:
-            raise RuntimeError(f"{type(storage).__name__} is empty: nothing to sample.")
+            raise RuntimeError(
+                f"Cannot sample from an empty storage ({type(storage).__name__} is empty: nothing to sample)."
+            )
         seq_length, num_slices = self._seq_length(batch_size)
         index = self._sync(storage)
         items = self._draw_starts(index, n_items, num_slices, seq_length)

@@ -9,6 +9,7 @@ rows alone and appends their ends. Drawing a batch then costs O(batch) tensor op
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from typing import Any, cast
 
 import tdict
@@ -152,6 +153,9 @@ class SliceSampler(Sampler):
         slice_len: steps per slice (exclusive with ``num_slices``).
         end_key: the end-of-trajectory flag (default ``("next", "done")``).
         traj_key: the trajectory-id entry (e.g. ``"episode"`` or ``("collector", "traj_ids")``).
+            Given with ``end_key``, the ids are read when stored, else the end flags.
+        end_keys: several end flags OR-ed together (e.g. ``("next", "terminated")`` and
+            ``("next", "truncated")``); the stored ones are used (exclusive with ``end_key``).
         ends: a static 1-D bool tensor of end flags, one per stored row, for a full storage (needs
             ``cache_values=True``; a trajectory without end at the last row continues at row 0).
         trajectories: a static 1-D tensor of trajectory ids, as ``ends``.
@@ -207,9 +211,21 @@ class SliceSampler(Sampler):
         compile: bool | dict = False,
         span: bool | int | tuple = False,
         use_gpu: bool | torch.device = False,
+        end_keys: Sequence[NestedKey] | None = None,
     ) -> None:
         Sampler.__init__(self)  # not super(): subclasses mixing in PrioritizedSampler initialise it themselves
         name = type(self).__name__
+        if end_keys is not None and end_key is not None:
+            raise RuntimeError(
+                f"{name}: end_key and end_keys are exclusive arguments: pass one boundary flag as end_key, or the "
+                "flags to OR together as end_keys."
+            )
+        if end_keys is not None:
+            end_keys = tuple(end_keys)
+            if not end_keys:
+                raise ValueError(f"{name}: end_keys must name at least one entry, got an empty sequence.")
+            if ends is not None or trajectories is not None:
+                raise RuntimeError(f"{name}: ends/trajectories and end_keys are exclusive arguments.")
         if (num_slices is None) == (slice_len is None):
             raise TypeError(
                 f"{name}: give exactly one of num_slices and slice_len, got num_slices={num_slices}, slice_len={slice_len}."
@@ -217,20 +233,28 @@ class SliceSampler(Sampler):
         for arg, value in (("num_slices", num_slices), ("slice_len", slice_len)):
             check_positive_int(name, arg, value, allow_none=True)
         if pad_output and strict_length:
-            raise ValueError(f"{name}: pad_output=True needs strict_length=False (only short slices are padded).")
+            raise ValueError(
+                f"{name}: pad_output=True is incompatible with strict_length=True (only short slices are padded, and "
+                "strict_length=True drops them); pass strict_length=False."
+            )
         if (ends is not None or trajectories is not None) and (end_key is not None or traj_key is not None):
             raise RuntimeError(f"{name}: ends/trajectories and end_key/traj_key are exclusive arguments.")
         if ends is not None and trajectories is not None:
             raise RuntimeError(f"{name}: ends and trajectories are exclusive arguments.")
         if (ends is not None or trajectories is not None) and not cache_values:
             raise RuntimeError(f"{name}: ends/trajectories describe a static storage and need cache_values=True.")
-        if end_key is not None and traj_key is not None:
-            raise RuntimeError(f"{name}: end_key and traj_key are exclusive arguments, got both.")
         self.span = self._check_span(span)
         self.num_slices, self.slice_len = num_slices, slice_len
         self.end_key = ("next", "done") if end_key is None else end_key
+        self.end_keys = end_keys
         self.traj_key = traj_key
-        self._auto_key = end_key is None and traj_key is None and ends is None and trajectories is None
+        self._auto_key = (
+            end_key is None and end_keys is None and traj_key is None and ends is None and trajectories is None
+        )
+        # the entries boundaries are read from (end flags are OR-ed), and whether they are end flags
+        # (else trajectory ids)
+        self._signal_keys: list = [traj_key] if traj_key is not None else list(end_keys or [self.end_key])
+        self._signal_is_end = traj_key is None
         self.truncated_key = truncated_key
         self.init_key = init_key
         self.strict_length, self.pad_output = bool(strict_length), bool(pad_output)
@@ -310,44 +334,56 @@ class SliceSampler(Sampler):
                     f"holding {type(inner).__name__}."
                 )
         inner = cast(TensorDictBase, inner)  # a tensor collection (checked above)
-        if self._auto_key:
-            for key in (("collector", "traj_ids"), "episode"):
-                if _has_key(inner, key):
-                    self.traj_key = key
-                    break
-        key = self.traj_key if self.traj_key is not None else self.end_key
-        if not _has_key(inner, key):
-            what = "traj_key" if self.traj_key is not None else "end_key"
-            raise KeyError(
-                f"{type(self).__name__}: {what} {key!r} is not in the storage; stored keys: "
-                f"{sorted(map(str, inner.keys(include_nested=True, leaves_only=True)))}."
-            )
-        self._key_resolved = True
+        # trajectory ids first (the given traj_key, or the usual ones when no key was given), then the
+        # end flags; a given key missing from the storage falls back to the other kind, as in TorchRL
+        given_end = not self._auto_key and self.traj_key is None
+        trajs = [self.traj_key] if self.traj_key is not None else [("collector", "traj_ids"), "episode"]
+        ends = list(self.end_keys or [self.end_key])
+        order = [([k], False) for k in trajs] + [(ends, True)]
+        if given_end:
+            order = order[-1:] + order[:-1]
+        for keys, is_end in order:
+            present = [k for k in keys if _has_key(inner, k)]
+            if present:
+                if not is_end and self._auto_key:
+                    self.traj_key = present[0]
+                self._signal_keys, self._signal_is_end = present, is_end
+                self._key_resolved = True
+                return
+        tried = [k for keys, _ in order for k in keys]
+        raise KeyError(
+            f"{type(self).__name__}: none of the boundary keys {tried} is in the storage (traj_key={self.traj_key!r}, "
+            f"end_key={self.end_key!r}); stored keys: {sorted(map(str, inner.keys(include_nested=True, leaves_only=True)))}."
+        )
 
     def _read_signal(self, storage: Any, first: int, count: int, rows: torch.Tensor | None = None) -> torch.Tensor:
         """End flags / trajectory ids of the ``count`` physical rows from ``first`` on (wrapping),
         shaped ``[count, per_row]``; ``rows`` lists them when already at hand."""
-        key = self.traj_key if self.traj_key is not None else self.end_key
+        keys = self._signal_keys
         inner = getattr(storage, "_storage", None)
         if is_tensor_collection(inner):  # read as at most two contiguous slices
-            column = cast(TensorDictBase, inner).get(key)
             stop = first + count
-            values = (
-                column[first:stop]
-                if stop <= column.shape[0]
-                else torch.cat([column[first:], column[: stop - column.shape[0]]])
-            )
+            columns = [cast(TensorDictBase, inner).get(key) for key in keys]
+            columns = [
+                c[first:stop] if stop <= c.shape[0] else torch.cat([c[first:], c[: stop - c.shape[0]]]) for c in columns
+            ]
         else:
             rows = (torch.arange(count) + first) % self._index.rows if rows is None else rows
             data = storage.get(rows)
-            values = (tdict.stack(data) if isinstance(data, list) else data).get(key)
+            data = tdict.stack(data) if isinstance(data, list) else data
+            columns = [data.get(key) for key in keys]
+        values = columns[0]
+        for other in columns[1:]:  # several end flags: any of them ends the trajectory
+            values = values.bool() | other.bool()
+        key = keys[0] if len(keys) == 1 else keys
         per_row = self._index.per_row
         if values.numel() != count * per_row:
-            raise ValueError(
-                f"{type(self).__name__}: {key!r} must hold one value per stored item, got shape {list(values.shape)}."
+            raise RuntimeError(
+                f"{type(self).__name__}: Expected the end-of-trajectory signal to be {len(storage.shape)}-dimensional "
+                f"(one value per stored item): {key!r} has shape {list(values.shape)}."
             )
         values = values.reshape(count, per_row)
-        return values.bool() if self.traj_key is None else values
+        return values.bool() if self._signal_is_end else values
 
     def _sync(self, storage: Any) -> _TrajectoryIndex:
         """Brings the trajectory index up to date with ``storage``."""
@@ -379,7 +415,7 @@ class SliceSampler(Sampler):
             )
             if not contiguous:
                 return self._rebuild(storage)
-            index.append(self._read_signal(storage, int(pending[0]), n, pending), self.traj_key is None)
+            index.append(self._read_signal(storage, int(pending[0]), n, pending), self._signal_is_end)
         if index.w - index.lo != len(storage) // per_row:
             return self._rebuild(storage)  # writes we did not hear about
         return index
@@ -394,7 +430,7 @@ class SliceSampler(Sampler):
             return index
         last = self._last_row if 0 <= self._last_row < n_rows else n_rows - 1
         index.phase = (last + 1) % index.rows if n_rows == index.rows else 0
-        index.append(self._read_signal(storage, index.phase, n_rows), self.traj_key is None)
+        index.append(self._read_signal(storage, index.phase, n_rows), self._signal_is_end)
         return index
 
     def _build_static(self, storage: Any) -> None:
@@ -413,6 +449,35 @@ class SliceSampler(Sampler):
         index.reset()
         index.phase = (first + 1) % index.rows  # start right after an end: no trajectory wraps in time
         index.append(ends.roll(-index.phase).reshape(-1, 1), True)
+
+    # ------------------------------------------------------------------ boundaries, TorchRL's way
+    def _find_start_stop_traj(
+        self,
+        *,
+        trajectory: torch.Tensor | None = None,
+        end: torch.Tensor | None = None,
+        at_capacity: bool,
+        cursor: Any = None,
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """:func:`~rl_replay.find_start_stop_traj` (TorchRL's method name)."""
+        from ..boundaries import find_start_stop_traj
+
+        return find_start_stop_traj(trajectory=trajectory, end=end, at_capacity=at_capacity, cursor=cursor)
+
+    def _get_stop_and_length(self, storage: Any) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """``(start, stop, lengths)`` of the stored trajectories in storage coordinates, read from the
+        whole storage (what TorchRL computes at every sample; the sampler itself keeps an index)."""
+        from ..boundaries import find_start_stop_traj
+
+        self._sync(storage)  # resolves the keys and the storage layout
+        shape = storage.shape
+        rows = len(storage) // max(1, math.prod(shape[1:]))
+        signal = self._read_signal(storage, 0, rows).reshape(rows, *shape[1:])
+        full = rows == int(shape[0])
+        cursor = self._last_row if full and 0 <= self._last_row < rows else None
+        if self._signal_is_end:
+            return find_start_stop_traj(end=signal, at_capacity=full, cursor=cursor)
+        return find_start_stop_traj(trajectory=signal, at_capacity=full, cursor=cursor)
 
     # ------------------------------------------------------------------ sampling
     def _seq_length(self, batch_size: int) -> tuple[int, int]:
@@ -446,7 +511,9 @@ class SliceSampler(Sampler):
             RuntimeError: the storage is empty, or ``batch_size`` is not divisible as the slicing needs.
         """
         if len(storage) == 0:
-            raise RuntimeError(f"{type(storage).__name__} is empty: nothing to sample.")
+            raise RuntimeError(
+                f"Cannot sample from an empty storage ({type(storage).__name__} is empty: nothing to sample)."
+            )
         seq_length, num_slices = self._seq_length(batch_size)
         index = self._sync(storage)
         cand = self._candidates(index, seq_length)
@@ -495,11 +562,12 @@ class SliceSampler(Sampler):
         if lengths is None:
             steps = t0.unsqueeze(1) + ar
             real = None
-            mask = torch.ones(steps.numel(), dtype=torch.bool) if self.pad_output else None
+            mask = None  # nothing padded: no mask entry (as TorchRL)
         else:
             real = ar < lengths.unsqueeze(1)
             steps = t0.unsqueeze(1) + torch.minimum(ar, (lengths - 1).unsqueeze(1))
-            mask = real.reshape(-1) if self.pad_output else None
+            # the mask only when something was padded (no short slice: no mask entry, as TorchRL)
+            mask = real.reshape(-1) if self.pad_output and not bool(real.all()) else None
             if self.pad_output:
                 real = None
             else:
@@ -662,7 +730,9 @@ class SliceSamplerWithoutReplacement(SliceSampler):
             RuntimeError: the storage is empty, or ``drop_last`` and fewer eligible trajectories than ``num_slices``.
         """
         if len(storage) == 0:
-            raise RuntimeError(f"{type(storage).__name__} is empty: nothing to sample.")
+            raise RuntimeError(
+                f"Cannot sample from an empty storage ({type(storage).__name__} is empty: nothing to sample)."
+            )
         seq_length, num_slices = self._seq_length(batch_size)
         index = self._sync(storage)
         order = self._order

@@ -65,10 +65,20 @@ class SamplerWithoutReplacement(Sampler):
     def ran_out(self, value: bool) -> None:
         self._ran_out = bool(value)
 
+    @property
+    def _sample_list(self) -> torch.Tensor | None:
+        """The items the current epoch has still to give (``None`` when a new epoch starts next)."""
+        order = self._order
+        if order is None or self._pos >= len(order):
+            return None
+        return order[self._pos :]
+
     def _new_epoch(self, storage: Any) -> None:
         n = len(storage)
         if n == 0:
-            raise RuntimeError(f"{type(storage).__name__} is empty: nothing to sample.")
+            raise RuntimeError(
+                f"Cannot sample from an empty storage ({type(storage).__name__} is empty: nothing to sample)."
+            )
         self._order = torch.randperm(n, generator=self._rng) if self.shuffle else torch.arange(n)
         self._pos = 0
         self._ran_out = False
@@ -87,8 +97,10 @@ class SamplerWithoutReplacement(Sampler):
             self._new_epoch(storage)
             assert self._order is not None  # drawn by _new_epoch
             if self.drop_last and len(self._order) < batch_size:
-                raise RuntimeError(
-                    f"SamplerWithoutReplacement(drop_last=True): batch_size {batch_size} exceeds the {len(self._order)} stored items."
+                raise ValueError(
+                    f"SamplerWithoutReplacement(drop_last=True): The batch size ({batch_size}) is greater than the "
+                    f"storage capacity ({len(self._order)} stored items): no batch without repeated items can be drawn; "
+                    "use drop_last=False or another sampler."
                 )
         index = self._order[self._pos : self._pos + batch_size]
         self._pos += len(index)

@@ -26,6 +26,13 @@ class Storage(BufferPart):
     """
 
     ndim = 1
+    #: per-slot write stamps, put here by a writer that tracks generations (see ``Writer.generations_of``)
+    _slot_generations: torch.Tensor | None = None
+    #: counts the changes of the stored items (writes, loads, ``empty``), so that what is derived
+    #: from them (a sampler's group or trajectory index) knows when to rebuild; process-local
+    _mutation_revision: int = 0
+    #: the dim-0 slot a round-robin writer wrote last (``None``: unknown); the newest item of a ring
+    _last_cursor_index: int | None = None
 
     def __init__(self, max_size: int, compilable: bool = False) -> None:
         check_positive_int(type(self).__name__, "max_size", max_size)
@@ -40,8 +47,9 @@ class Storage(BufferPart):
         return self._compilable
 
     # ------------------------------------------------------------------ subclass hooks
-    def set(self, index: Any, data: Any) -> None:
-        """Writes ``data`` at ``index`` (an int, a slice or a 1-D index tensor along the first dim)."""
+    def set(self, index: Any, data: Any, *, set_cursor: bool = True) -> None:
+        """Writes ``data`` at ``index`` (an int, a slice or a 1-D index tensor along the first dim).
+        ``set_cursor`` is accepted for TorchRL compatibility (the write position is the writer's)."""
         raise NotImplementedError
 
     def get(self, index: Any) -> Any:
@@ -51,6 +59,11 @@ class Storage(BufferPart):
     def _empty(self) -> None:
         """Forgets every item (the capacity stays)."""
         self._len_t.zero_()
+        self._mutation_revision += 1
+
+    def _bump_mutation_revision(self) -> None:
+        """Records that the stored items changed (done by every write)."""
+        self._mutation_revision += 1
 
     # ------------------------------------------------------------------ common API
     def __len__(self) -> int:
@@ -88,7 +101,9 @@ class Storage(BufferPart):
         """``batch_size`` uniform indices of valid items (a tensor; a tuple of tensors when ndim > 1)."""
         n = len(self)
         if n == 0:
-            raise RuntimeError(f"{type(self).__name__} is empty: nothing to sample.")
+            raise RuntimeError(
+                f"Cannot sample from an empty storage ({type(self).__name__} is empty: nothing to sample)."
+            )
         return torch.randint(0, n, (batch_size,), generator=generator)
 
     def share_memory_(self) -> "Storage":

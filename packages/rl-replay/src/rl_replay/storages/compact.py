@@ -116,9 +116,9 @@ class CompactTensorStorage(TensorStorage):
                 )
         return list(self._obs_keys_arg)
 
-    def _init(self, data: Any) -> None:
+    def _allocate(self, data: Any) -> None:
         obs_keys = self._find_obs_keys(data)
-        super()._init(data.exclude(*[("next", *k) for k in obs_keys]))
+        super()._allocate(data.exclude(*[("next", *k) for k in obs_keys]))
         dev = self._storage.device if self._storage.device is not None else self.device
         self.obs_keys = obs_keys
         self._leaves = stored_leaves(data, data.batch_dims)
@@ -192,16 +192,16 @@ class CompactTensorStorage(TensorStorage):
             f"CompactTensorStorage.set: index must be an int, a slice or a 1-D tensor of rows, got {type(index).__name__}."
         )
 
-    def set(self, index: Any, data: Any) -> None:
+    def set(self, index: Any, data: Any, *, set_cursor: bool = True) -> None:
         if self._storage is None:
             if not is_tensor_collection(data):
                 raise TypeError(f"CompactTensorStorage stores TensorDicts of transitions, got {type(data).__name__}.")
-            self._init(data if not isinstance(index, int) else data[None])
+            self._allocate(data if not isinstance(index, int) else data[None])
         rows_idx = self._rows_index(index)
         if isinstance(index, int) and is_tensor_collection(data):
             data = data[None]
         n = rows_idx.shape[0]
-        assert self._storage is not None  # allocated by _init above
+        assert self._storage is not None  # allocated by _allocate above
         check_write("CompactTensorStorage.set", self._leaves, data, torch.Size([n, *self._storage.batch_size[1:]]))
         if n > 1 and torch.unique(rows_idx).shape[0] != n:
             raise ValueError(
@@ -213,6 +213,7 @@ class CompactTensorStorage(TensorStorage):
             data = data.to(self.device)
         self._write(rows_idx, data)
         self._grow_len(rows_idx, n)
+        self._mutation_revision += 1
 
     def _write(self, rows_idx: torch.Tensor, data: Any) -> None:
         R, P, n = self._rows, self._per_row, rows_idx.shape[0]
@@ -349,6 +350,21 @@ class CompactTensorStorage(TensorStorage):
             self._nfree = cap
 
     # ------------------------------------------------------------------ checkpoints
+    def state_dict(self) -> dict:
+        """``{"len": rows, "compact": ...}``: the stored rows, links and side table (copies)."""
+        state = self._checkpoint_state()
+        return {
+            "len": int(self._len_t),
+            "compact": {k: v.clone() if hasattr(v, "clone") else v for k, v in state.items()},
+        }
+
+    def load_state_dict(self, state: dict) -> None:
+        """Restores :meth:`state_dict`."""
+        if isinstance(state, dict) and "compact" in state:
+            self._load_checkpoint_state(state["compact"])
+        else:
+            super().load_state_dict(state)
+
     def _checkpoint_state(self) -> dict:
         """The stored rows, the links and the side table (for ``ReplayBuffer.dumps``)."""
         if self._storage is None:
@@ -381,13 +397,13 @@ class CompactTensorStorage(TensorStorage):
             for k in keys:
                 template.set(("next", *k), template.get(k).clone())
             self._obs_keys_arg = keys
-            self._init(template)
+            self._allocate(template)
         if keys != self.obs_keys or rows > self._rows:
             raise ValueError(
                 f"CompactTensorStorage checkpoint: obs_keys {keys} / {rows} rows do not fit this storage "
                 f"(obs_keys {self.obs_keys}, {self._rows} rows)."
             )
-        assert self._storage is not None  # allocated by _init above
+        assert self._storage is not None  # allocated by _allocate above
         self._storage[:rows] = stored
         self._linked.zero_()
         self._side_slot.fill_(-1)

@@ -203,7 +203,7 @@ class CompressedListStorage(ListStorage):
         return out
 
     # ------------------------------------------------------------------ Storage API
-    def set(self, index: Any, data: Any) -> None:
+    def set(self, index: Any, data: Any, *, set_cursor: bool = True) -> None:
         pos = _positions(index, self.max_size)
         if isinstance(pos, int):
             encoded: Any = self._encode_one(data)

@@ -10,14 +10,21 @@ import weakref
 from typing import Any
 
 import torch
-from tdict import TensorDict, is_tensor_collection
+from tdict import LazyStackedTensorDict, TensorDict, is_tensor_collection
 from tdict.persistence import load_memmap
 
 from .._part import check_shareable
+from ._trees import TREE_ROOTS, td_to_tree
 from ._write_checks import check_write, stored_leaves, write_shape
 from .tensor import TensorStorage
 
-__all__ = ["LazyMemmapStorage"]
+__all__ = ["LazyMemmapStorage", "ScratchDirNotEmptyError"]
+
+
+class ScratchDirNotEmptyError(FileExistsError, RuntimeError):
+    """The scratch directory already holds files and ``existsok`` is ``False`` (a
+    ``FileExistsError``, and the ``RuntimeError`` TorchRL raises here)."""
+
 
 # plain-tensor data is memory-mapped as the single entry of a TensorDict under this key, so that the
 # files carry tdict's crash-safe JSON metadata and another process can open them with load_memmap
@@ -43,15 +50,18 @@ class LazyMemmapStorage(TensorStorage):
 
     Args:
         max_size: the capacity in items.
-        scratch_dir: the directory of the files. ``None``: a fresh temporary directory, removed when
-            the storage is garbage collected or at interpreter exit (by the creating process only).
+        scratch_dir: the directory of the files. ``None``: a fresh temporary directory.
         device: where ``get`` returns the items. The files are always on the CPU; with
             ``device="cuda"`` each read is copied to the GPU (TorchRL refuses non-CPU devices here).
         ndim: how many leading dims of the written data index items.
         existsok: allow a ``scratch_dir`` that already holds files (they are overwritten). With the
-            default ``False`` a non-empty ``scratch_dir`` raises ``FileExistsError``.
+            default ``False`` the first write into a non-empty ``scratch_dir`` raises
+            :class:`ScratchDirNotEmptyError` (a ``FileExistsError`` and a ``RuntimeError``).
         compilable: keep the item count in a Python int (for ``torch.compile``); the files can still
             be opened by other processes, but the count cannot be shared (default ``False``).
+        auto_cleanup: remove ``scratch_dir`` when the storage is garbage collected or the
+            interpreter exits (by the creating process only). ``None``: for a temporary directory
+            only. :meth:`cleanup` removes it at once.
 
     Examples:
         >>> import os, torch
@@ -73,16 +83,22 @@ class LazyMemmapStorage(TensorStorage):
         ndim: int = 1,
         existsok: bool = False,
         compilable: bool = False,
+        auto_cleanup: bool | None = None,
     ) -> None:
         super().__init__(None, max_size, device=device, ndim=ndim, compilable=compilable)
+        if auto_cleanup is not None and not isinstance(auto_cleanup, bool):
+            raise TypeError(f"LazyMemmapStorage: auto_cleanup must be a bool or None, got {auto_cleanup!r}.")
         self.existsok = existsok
         self._finalizer = None
+        self._scratch_dir_is_temp = scratch_dir is None
+        self._auto_cleanup = self._scratch_dir_is_temp if auto_cleanup is None else auto_cleanup
+        self._cleaned_up = False
         if scratch_dir is None:
             self.scratch_dir = tempfile.mkdtemp(prefix="rl_replay_memmap_")
-            self._finalizer = weakref.finalize(self, _remove_scratch_dir, self.scratch_dir, os.getpid())
         else:
             self.scratch_dir = os.path.abspath(os.fspath(scratch_dir))
-            self._check_scratch_dir()
+        if self._auto_cleanup:
+            self._finalizer = weakref.finalize(self, _remove_scratch_dir, self.scratch_dir, os.getpid())
         self._leaves: dict = {}
         self._get_device = None if self.device is None or self.device.type == "cpu" else self.device
 
@@ -93,13 +109,13 @@ class LazyMemmapStorage(TensorStorage):
         if not self.existsok and os.path.isdir(path):
             entries = os.listdir(path)
             if entries:
-                raise FileExistsError(
+                raise ScratchDirNotEmptyError(
                     f"LazyMemmapStorage: scratch_dir {path!r} is not empty ({len(entries)} entries, e.g. "
                     f"{min(entries)!r}); pass existsok=True to overwrite its files, or choose an empty directory."
                 )
 
     # ------------------------------------------------------------------ allocation
-    def _init(self, data: Any) -> None:
+    def _allocate(self, data: Any) -> None:
         leading = data.batch_size if is_tensor_collection(data) else data.shape
         if len(leading) < self.ndim:
             raise ValueError(
@@ -108,12 +124,12 @@ class LazyMemmapStorage(TensorStorage):
             )
         item_dims = torch.Size(leading[1 : self.ndim])
         per_row = math.prod(item_dims)
-        if self.max_size % per_row:
+        rows = self.max_size // per_row  # (a max_size that is not a multiple leaves the remainder unused, as TorchRL)
+        if rows == 0:
             raise ValueError(
-                f"LazyMemmapStorage: max_size {self.max_size} is not a multiple of the {list(item_dims)} items per row."
+                f"LazyMemmapStorage: max_size {self.max_size} holds no row of {list(item_dims)} = {per_row} items."
             )
-        rows = self.max_size // per_row
-        if self._finalizer is None:  # the user's directory may have been filled since construction
+        if not self._scratch_dir_is_temp:  # checked at the first write: nothing is written if it fails
             self._check_scratch_dir()
         is_tensor = not is_tensor_collection(data)
         template = TensorDict({_TENSOR_KEY: data}, batch_size=leading[: self.ndim]) if is_tensor else data
@@ -151,27 +167,47 @@ class LazyMemmapStorage(TensorStorage):
         return True
 
     # ------------------------------------------------------------------ reads and writes
-    def set(self, index: Any, data: Any) -> None:
+    def set(self, index: Any, data: Any, *, set_cursor: bool = True) -> None:
+        if type(index) is range:
+            index = slice(index.start, index.stop, index.step)
+        spec = None
+        if type(data) in TREE_ROOTS:
+            data, spec = self._tree_as_td(index, data)
         if self._storage is None and not self._open_existing():
             # a single item (add) as the first write: allocate from it as a batch of one
-            self._init(data.unsqueeze(0) if isinstance(index, int) else data)
+            self._allocate(data.unsqueeze(0) if isinstance(index, int) else data)
         storage = self._storage
         assert storage is not None  # allocated (or opened) above
         lead = write_shape(storage.shape[: self._lead_dims], index)
         check_write("LazyMemmapStorage.set", self._leaves, data, lead)
         if data.device is None or data.device.type != "cpu":
             data = data.to(_CPU)
-        storage[index] = data
+        if type(data) is LazyStackedTensorDict:  # written item by item, without stacking them first
+            storage.update_at_(data, index)
+        else:
+            storage[index] = data
         self._grow_len(index, 1)
+        self._mutation_revision += 1
+        if spec is not None:
+            self._tree_spec = spec
+
+    def _add_entries(self, new: dict, rows: torch.Size) -> None:
+        if new:
+            raise TypeError(
+                f"LazyMemmapStorage.update_at: cannot add entries {sorted(map(str, new))} to the memory-mapped files; "
+                "write every entry from the first write on (or use LazyTensorStorage)."
+            )
 
     def get(self, index: Any) -> Any:
         if self._storage is None and not self._open_existing():
             raise RuntimeError("LazyMemmapStorage is empty: nothing was written yet.")
         assert self._storage is not None  # opened by _open_existing
+        if type(index) is range:
+            index = slice(index.start, index.stop, index.step)
         out = self._storage[index]
         if self._get_device is not None:
             out = out.to(self._get_device)
-        return out
+        return out if self._tree_spec is None else td_to_tree(out, self._tree_spec)
 
     def __len__(self) -> int:
         if self._storage is None and self.ndim > 1:
@@ -195,16 +231,23 @@ class LazyMemmapStorage(TensorStorage):
         return self
 
     def cleanup(self) -> bool:
-        """Removes the temporary scratch directory now (the storage is unusable afterwards).
+        """Removes the scratch directory and its files now, whoever created it (the storage is
+        unusable afterwards; with ``auto_cleanup`` this happens at garbage collection or exit).
 
-        Returns ``True`` if files were removed; a user-given ``scratch_dir`` is never removed.
+        Returns ``True`` if files were removed (``False``: nothing was written, the directory is
+        gone already, or an earlier call removed it).
         """
-        if self._finalizer is None or not self._finalizer.alive:
+        if self._cleaned_up:
             return False
+        self._cleaned_up = True
+        if self._finalizer is not None:
+            self._finalizer.detach()
+        path = self.scratch_dir
+        removed = os.path.isdir(path) and bool(os.listdir(path))
         self._storage = None
         self._len_t.zero_()
-        self._finalizer()
-        return True
+        shutil.rmtree(path, ignore_errors=True)
+        return removed
 
     def __getstate__(self) -> dict:
         state = self.__dict__.copy()

@@ -6,8 +6,9 @@ import math
 from typing import Any
 
 import torch
-from tdict import is_tensor_collection
+from tdict import LazyStackedTensorDict, is_tensor_collection
 
+from ._trees import TREE_ROOTS, td_to_tree, tree_to_td
 from ._write_checks import check_write, stored_leaves, write_shape
 from .base import Storage
 
@@ -20,6 +21,9 @@ def _leading(data: Any) -> torch.Size:
 
 class TensorStorage(Storage):
     """Items stored along the first dim(s) of a tensor or TensorDict (given, or built on first write).
+
+    Pytrees (dicts and tuples nesting tensors, with any keys, lists inside) are stored too, as a
+    TensorDict of their leaves; reads give the same structure back (see ``storages/_trees.py``).
 
     Args:
         storage: the preallocated tensor/TensorDict (its first ``ndim`` dims index the items), or
@@ -34,11 +38,16 @@ class TensorStorage(Storage):
     Examples:
         >>> import torch
         >>> from tdict import TensorDict
-        >>> s = TensorStorage(TensorDict(obs=torch.zeros(4, 2), batch_size=[4]))
+        >>> s = TensorStorage(TensorDict(obs=torch.zeros(4, 2), batch_size=[4]))  # a given storage is full
         >>> s.set(torch.tensor([0, 1]), TensorDict(obs=torch.ones(2, 2), batch_size=[2]))
         >>> len(s), s.get(torch.tensor([1, 2]))["obs"].tolist()
-        (2, [[1.0, 1.0], [0.0, 0.0]])
+        (4, [[1.0, 1.0], [0.0, 0.0]])
     """
+
+    #: the structure of the stored pytrees (``None``: the items are tensors or TensorDicts)
+    _tree_spec: Any = None
+    #: allocate in shared memory (``share_memory_`` was called before the first write)
+    _shared: bool = False
 
     def __init__(
         self,
@@ -49,15 +58,26 @@ class TensorStorage(Storage):
         ndim: int = 1,
         compilable: bool = False,
     ) -> None:
+        name = type(self).__name__
+        spec = None
+        if type(storage) in TREE_ROOTS:  # a preallocated pytree: kept as a TensorDict of its leaves
+            storage, spec = tree_to_td(name, storage, ndim)
         if storage is not None:
             leading = _leading(storage)
             if len(leading) < ndim:
+                raise ValueError(f"{name}: storage has {len(leading)} leading dims, ndim={ndim} needs more.")
+            items = math.prod(leading[:ndim])
+            if max_size is not None and max_size != items:
                 raise ValueError(
-                    f"{type(self).__name__}: storage has {len(leading)} leading dims, ndim={ndim} needs more."
+                    f"{name}: The max-size and the storage shape mismatch: max_size={max_size}, the storage holds "
+                    f"{items} items (leading dims {list(leading[:ndim])})."
                 )
-            max_size = math.prod(leading[:ndim]) if max_size is None else max_size
+            max_size = items
         if max_size is None:
-            raise ValueError(f"{type(self).__name__}: give max_size or a storage.")
+            raise ValueError(
+                f"{name}: Expected storage to be non-null: give the preallocated tensor / TensorDict, or max_size "
+                "(or use LazyTensorStorage to allocate on the first write)."
+            )
         super().__init__(max_size, compilable=compilable)
         if ndim < 1:
             raise ValueError(f"{type(self).__name__}: ndim must be >= 1, got {ndim}.")
@@ -67,6 +87,8 @@ class TensorStorage(Storage):
         self._storage: Any = storage
         if storage is not None:
             self._adopt_layout(storage)
+            self._len_t.fill_(min(int(_leading(storage)[0]), self.max_size))  # a given storage is full
+            self._tree_spec = spec
 
     @property
     def initialized(self) -> bool:
@@ -83,7 +105,13 @@ class TensorStorage(Storage):
     def _rows(self) -> int:
         return self.shape[0]
 
-    def _init(self, data: Any) -> None:
+    def _init(self, item: Any) -> None:
+        """Allocates the storage from one item (TorchRL's hook: ``item`` has no item dim)."""
+        if type(item) in TREE_ROOTS:
+            item, self._tree_spec = tree_to_td(f"{type(self).__name__}._init", item, self.ndim - 1)
+        self._allocate(item.unsqueeze(0))
+
+    def _allocate(self, data: Any) -> None:
         """Allocates zeros shaped like one row of ``data`` times the capacity."""
         leading = _leading(data)
         if len(leading) < self.ndim:
@@ -93,11 +121,11 @@ class TensorStorage(Storage):
             )
         item_dims = torch.Size(leading[1 : self.ndim])
         per_row = math.prod(item_dims)
-        if self.max_size % per_row:
+        rows = self.max_size // per_row  # (a max_size that is not a multiple leaves the remainder unused, as TorchRL)
+        if rows == 0:
             raise ValueError(
-                f"{type(self).__name__}: max_size {self.max_size} is not a multiple of the {list(item_dims)} items per row."
+                f"{type(self).__name__}: max_size {self.max_size} holds no row of {list(item_dims)} = {per_row} items."
             )
-        rows = self.max_size // per_row
         device = self.device
 
         def alloc(x: torch.Tensor) -> torch.Tensor:
@@ -108,6 +136,8 @@ class TensorStorage(Storage):
             _keep_nested_batch_dims(storage, data)
         else:
             storage = alloc(data)
+        if self._shared:  # shared before it was allocated: the memory other processes see
+            storage.share_memory_()
         self._storage = storage
         self._adopt_layout(storage)
 
@@ -118,23 +148,101 @@ class TensorStorage(Storage):
         self._lead_dims = len(leading)
         self._leaves = stored_leaves(storage, self._lead_dims)
 
-    def set(self, index: Any, data: Any) -> None:
+    def _tree_as_td(self, index: Any, data: Any) -> tuple[Any, Any]:
+        """A pytree to write as ``(TensorDict of its leaves, its structure)``; checked, nothing changed."""
+        owner = f"{type(self).__name__}.set"
+        if self._storage is not None and self._tree_spec is None:
+            held = "a tensor" if isinstance(self._storage, torch.Tensor) else "TensorDicts"
+            raise TypeError(f"{owner}: this storage holds {held}; got a {type(data).__name__} (a pytree) to write.")
+        item_dims = self.ndim - 1 if isinstance(index, int) else self.ndim
+        return tree_to_td(owner, data, item_dims, self._tree_spec)
+
+    def set(self, index: Any, data: Any, *, set_cursor: bool = True) -> None:
+        """Writes ``data`` at ``index`` (an int, slice, range, list or index tensor along dim 0).
+
+        ``set_cursor`` is accepted for TorchRL compatibility (the write position is the writer's).
+        """
+        if type(index) is range:
+            index = slice(index.start, index.stop, index.step)
+        spec = None
+        if type(data) in TREE_ROOTS:
+            data, spec = self._tree_as_td(index, data)
         if self._storage is None:
             # a single item (add) as the first write: allocate from it as a batch of one
-            self._init(data.unsqueeze(0) if isinstance(index, int) else data)
+            self._allocate(data.unsqueeze(0) if isinstance(index, int) else data)
         storage = self._storage
-        assert storage is not None  # allocated by _init above
+        assert storage is not None  # allocated by _allocate above
         # missing keys or shapes that would broadcast raise here, before anything is written
         check_write(type(self).__name__, self._leaves, data, write_shape(_leading(storage)[: self._lead_dims], index))
         if self.device is not None and data.device is not None and data.device != self.device:
             data = data.to(self.device)  # (no device on the data: the copy into storage moves each leaf)
-        storage[index] = data
+        if type(data) is LazyStackedTensorDict:  # written item by item, without stacking them first
+            storage.update_at_(data, index)
+        else:
+            storage[index] = data
         self._grow_len(index, 1)
+        self._mutation_revision += 1
+        if spec is not None:
+            self._tree_spec = spec
+
+    def update_at(self, index: Any, data: Any) -> None:
+        """Writes the entries ``data`` holds at ``index`` (a partial update: the others are kept);
+        entries the storage does not hold yet are added, zero at the other items.
+
+        Raises:
+            TypeError: the storage does not hold TensorDicts, or ``data`` is not one.
+            ValueError: an entry's shape does not fit (checked before anything is written).
+        """
+        owner = f"{type(self).__name__}.update_at"
+        inner = self._storage
+        if inner is None:
+            self.set(index, data)
+            return
+        if not is_tensor_collection(inner) or self._tree_spec is not None or not is_tensor_collection(data):
+            raise TypeError(
+                f"{owner}: needs a storage of TensorDicts and a TensorDict to write, got {type(data).__name__}."
+            )
+        if type(index) is range:
+            index = slice(index.start, index.stop, index.step)
+        rows = _leading(inner)[: self._lead_dims]
+        lead = write_shape(rows, index)
+        got = dict(data.items(include_nested=True, leaves_only=True))
+        new = {}
+        for key, value in got.items():
+            feature = self._leaves.get(key)
+            if feature is None:
+                if value.shape[: len(lead)] != lead:
+                    raise ValueError(
+                        f"{owner}: key {key!r} has shape {list(value.shape)}, expected {list(lead)} first."
+                    )
+                new[key] = (value.shape[len(lead) :], value.dtype, value.device)
+            elif value.shape != lead + feature:
+                raise ValueError(
+                    f"{owner}: key {key!r} has shape {list(value.shape)}, expected {list(lead + feature)} at this index."
+                )
+        self._add_entries(new, rows)
+        for key, value in got.items():
+            leaf = inner.get(key)
+            leaf[index] = value.to(leaf.device)
+        self._grow_len(index, 1)
+        self._mutation_revision += 1
+
+    def _add_entries(self, new: dict, rows: torch.Size) -> None:
+        """Adds zero-filled entries ``{key: (feature shape, dtype, device)}`` (new keys of a write)."""
+        if not new:
+            return
+        inner = self._storage
+        for key, (feature, dtype, device) in new.items():
+            inner.set(key, torch.zeros((*rows, *feature), dtype=dtype, device=self.device or device))
+        self._adopt_layout(inner)
 
     def get(self, index: Any) -> Any:
         if self._storage is None:
             raise RuntimeError(f"{type(self).__name__} is empty: nothing was written yet.")
-        return self._storage[index]
+        if type(index) is range:
+            index = slice(index.start, index.stop, index.step)
+        out = self._storage[index]
+        return out if self._tree_spec is None else td_to_tree(out, self._tree_spec)
 
     def __len__(self) -> int:
         rows = int(self._len_t)
@@ -160,7 +268,9 @@ class TensorStorage(Storage):
     def _rand_given_ndim(self, batch_size: int, generator: torch.Generator | None = None) -> Any:
         n = len(self)
         if n == 0:
-            raise RuntimeError(f"{type(self).__name__} is empty: nothing to sample.")
+            raise RuntimeError(
+                f"Cannot sample from an empty storage ({type(self).__name__} is empty: nothing to sample)."
+            )
         flat = torch.randint(0, n, (batch_size,), generator=generator)
         if self.ndim == 1:
             return flat
@@ -169,8 +279,55 @@ class TensorStorage(Storage):
     def _empty(self) -> None:
         super()._empty()
 
+    def state_dict(self) -> dict:
+        """``{"len": rows, "_storage": a copy of the stored rows}`` (``None`` before the first write).
+
+        Raises:
+            TypeError: the storage holds pytrees (their structure is not a tensor): use ``dumps``.
+        """
+        if self._tree_spec is not None:
+            raise TypeError(
+                f"{type(self).__name__}.state_dict: pytrees are not supported by state_dict() (their structure is "
+                "not a tensor); checkpoint the buffer with dumps()/loads() instead."
+            )
+        rows = int(self._len_t)
+        return {"len": rows, "_storage": None if self._storage is None else self._storage[:rows].clone()}
+
+    def load_state_dict(self, state: dict) -> None:
+        """Restores :meth:`state_dict`: copies the rows in (allocating a lazy storage from them).
+
+        Raises:
+            ValueError: the rows do not fit the storage (count, keys or shapes).
+        """
+        owner = f"{type(self).__name__}.load_state_dict"
+        if not isinstance(state, dict) or "_storage" not in state:
+            super().load_state_dict(state)  # a state of the item count alone
+            return
+        n, data = state.get("len"), state["_storage"]
+        if type(n) is not int or n < 0:
+            raise ValueError(f"{owner}: state['len'] must be an int >= 0, got {n!r}.")
+        if data is None:
+            if n:
+                raise ValueError(f"{owner}: state['len'] is {n} but state['_storage'] holds no rows.")
+            self._len_t.fill_(0)
+            return
+        if not (isinstance(data, torch.Tensor) or is_tensor_collection(data)) or _leading(data)[:1] != (n,):
+            got = list(_leading(data)) if hasattr(data, "shape") else type(data).__name__
+            raise ValueError(f"{owner}: state['_storage'] must hold {n} rows (a tensor or TensorDict), got {got}.")
+        if self._storage is None:
+            self._allocate(data)
+        if n > self._rows:
+            raise ValueError(f"{owner}: {n} rows do not fit the {self._rows} rows of this storage.")
+        storage: Any = self._storage  # allocated above
+        check_write(owner, self._leaves, data, write_shape(_leading(storage)[: self._lead_dims], slice(0, n)))
+        storage[:n] = data
+        self._len_t.fill_(n)
+        self._mutation_revision += 1
+
     def share_memory_(self) -> "TensorStorage":
+        """Moves the items and their count to shared memory (a lazy storage allocates there later)."""
         super().share_memory_()
+        self._shared = True
         if self._storage is not None:
             self._storage.share_memory_()
         return self
