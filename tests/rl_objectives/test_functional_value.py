@@ -229,6 +229,56 @@ def test_td_lambda_per_step_lambda_matches_recursion(vec):
 
 
 @pytest.mark.parametrize("batch", BATCHES)
+@pytest.mark.parametrize("lmbda", [0.7, 1.0])
+def test_rolling_gamma_false_discounts_each_return_with_its_start_step(batch, lmbda):
+    # TorchRL's rolling_gamma=False: G_t uses gamma_t (and lmbda_t) at every later step, i.e. the
+    # n-step-sum reference run with the constant discount gamma_t, read at t
+    data = make_data(batch, seed=30 + len(batch))
+    gamma = data["gamma_t"]
+    inputs = args(data, "next_state_value", "reward", "done", "terminated")
+    ret = td_lambda_return_estimate(gamma, lmbda, *inputs, rolling_gamma=False)
+
+    def ref(state_value, next_state_value, reward, done, terminated, gamma, lmbda):
+        return [
+            ref_td_lambda(state_value, next_state_value, reward, done, terminated, [gamma[t]] * len(reward), lmbda)[t]
+            for t in range(len(reward))
+        ]
+
+    expected = per_env(ref, data, COMMON, ret.shape, gamma=gamma, lmbda=lmbda)
+    torch.testing.assert_close(ret, expected)
+    adv = td_lambda_advantage_estimate(gamma, lmbda, *args(data, *COMMON), rolling_gamma=False)
+    torch.testing.assert_close(adv, expected - data["state_value"])
+    if lmbda == 1.0:
+        torch.testing.assert_close(td1_return_estimate(gamma, *inputs, rolling_gamma=False), expected)
+    # True and None are the per-step rule; a number makes the switch moot
+    for rolling in (True, None):
+        torch.testing.assert_close(
+            td_lambda_return_estimate(gamma, lmbda, *inputs, rolling_gamma=rolling),
+            td_lambda_return_estimate(gamma, lmbda, *inputs),
+        )
+    torch.testing.assert_close(
+        td_lambda_return_estimate(0.9, lmbda, *inputs, rolling_gamma=False),
+        td_lambda_return_estimate(0.9, lmbda, *inputs),
+    )
+
+
+def test_rolling_gamma_false_is_loop_only_and_checked():
+    data = make_data((3,), seed=4)
+    gamma = data["gamma_t"]
+    for fn, extra in (
+        (vec_td_lambda_advantage_estimate, (0.7,)),
+        (vec_td_lambda_return_estimate, (0.7,)),
+        (vec_td1_advantage_estimate, ()),
+        (vec_td1_return_estimate, ()),
+    ):
+        names = COMMON if "advantage" in fn.__name__ else ["next_state_value", "reward", "done", "terminated"]
+        with pytest.raises(NotImplementedError, match=f"call {fn.__name__[4:]}, the loop version"):
+            fn(gamma, *extra, *args(data, *names), rolling_gamma=False)
+    with pytest.raises(TypeError, match="rolling_gamma must be True, False or None"):
+        td_lambda_return_estimate(gamma, 0.7, *args(data, "next_state_value", "reward", "done"), rolling_gamma=0)
+
+
+@pytest.mark.parametrize("batch", BATCHES)
 @pytest.mark.parametrize("kind", ["float", "tensor"])
 @pytest.mark.parametrize("vec", [False, True])
 def test_td1_matches_monte_carlo_reference(batch, kind, vec):

@@ -1,5 +1,7 @@
 """LossModule (networks, target copies, ensembles, keys) and the target updaters."""
 
+import warnings
+
 import pytest
 import torch
 from torch import nn
@@ -312,3 +314,88 @@ def test_total_loss_errors_name_the_entries():
         total_loss(TensorDict(loss_a=torch.tensor(1.0)), ["loss_c"])
     with pytest.raises(ValueError, match=r"'loss_a' must be a scalar tensor, got \(3,\)"):
         total_loss(TensorDict(loss_a=torch.ones(3)))
+
+
+# ------------------------------------------------------------------ TorchRL 0.14 conformance features
+def test_reading_targets_warns_until_an_updater_is_attached():
+    loss = Probe(make_net())
+    with pytest.warns(UserWarning, match="No target network updater has been associated with this loss module"):
+        loss.params_of("net", target=True)
+    with pytest.warns(UserWarning, match="No target network updater"):
+        loss.target_net_params  # noqa: B018  (TorchRL's attribute, read directly)
+    SoftUpdate(loss, tau=0.1)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        loss.params_of("net", target=True)
+        loss.params_of("net")
+    # no target copies: nothing to warn about
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        Probe(make_net(), target=False)(batch())
+
+
+@pytest.mark.parametrize("n", [None, 3])
+def test_reset_parameters_recursive_redraws_every_set_and_target(n):
+    loss = Probe(make_net(), expand_dim=n)
+    SoftUpdate(loss, tau=0.1)
+    holders = [loss.params_of("net"), loss.params_of("net", target=True)]
+    with torch.no_grad():
+        for holder in holders:
+            for t in holder.values(True, True):
+                t.fill_(1000.0)
+    ids = [id(t) for holder in holders for t in holder.values(True, True)]
+    loss.reset_parameters_recursive()
+    fresh = [t for holder in holders for t in holder.values(True, True)]
+    assert [id(t) for t in fresh] == ids  # in place: optimizers and updaters keep their tensors
+    assert all(bool((t.abs() < 1000).all()) for t in fresh)
+    if n is not None:  # each set drawn anew, not n copies of one draw
+        weight = loss.params_of("net")["module", "0", "weight"]
+        assert not torch.equal(weight[0], weight[1])
+
+
+def test_keyword_call_gathers_the_in_keys_and_returns_the_out_keys():
+    class TwoTerms(Probe):
+        out_keys = ["loss_mse", "gap"]
+
+        def forward(self, td):
+            out = self.call_network("net", td)
+            gap = out["prediction"] - td["target"]
+            return TensorDict(loss_mse=gap.pow(2).mean(), gap=gap.abs().mean().detach())
+
+    loss = TwoTerms(make_net(), target=False)
+    assert loss.in_keys == ["x", ("next", "x")]
+    td = batch()
+    # "target" is not an in-key of this toy loss: the call names every entry it passes
+    with pytest.raises(TypeError, match=r"keyword argument\(s\) \['target'\] name no entry this loss reads"):
+        loss(x=td["x"], target=td["target"])
+
+    class Reads(TwoTerms):
+        def _extra_in_keys(self):
+            return ["target"]
+
+    loss = Reads(make_net(), target=False)
+    mse, gap = loss(x=td["x"], target=td["target"])
+    expected = loss(td.clone())
+    torch.testing.assert_close(mse, expected["loss_mse"])
+    torch.testing.assert_close(gap, expected["gap"])
+    assert loss.select_out_keys("gap") is loss
+    assert list(loss(td.clone()).keys()) == ["gap"]
+    torch.testing.assert_close(loss(x=td["x"], target=td["target"]), expected["gap"])  # one key: the tensor
+    with pytest.raises(ValueError, match=r"\['nope'\] are not out keys"):
+        loss.select_out_keys("nope")
+    assert sorted(loss.reset_out_keys()(td.clone()).keys()) == ["gap", "loss_mse"]
+
+
+def test_a_list_of_networks_is_an_ensemble_of_their_parameters():
+    nets = [make_net(seed) for seed in range(3)]
+    loss = Probe(nets, expand_dim=3)
+    stacked = loss.params_of("net")
+    for i, net in enumerate(nets):
+        torch.testing.assert_close(stacked["module", "0", "weight"][i], net.module[0].weight.detach())
+    out = loss.call_network("net", batch(), out_key="prediction")
+    torch.testing.assert_close(out[2], nets[2](batch())["prediction"])
+    with pytest.raises(ValueError, match="a list of 2 networks but 3 parameter sets"):
+        Probe(nets[:2], expand_dim=3)
+    odd = TensorDictModule(nn.Linear(3, 2), in_keys=["x"], out_keys=["prediction"])
+    with pytest.raises(ValueError, match="must share one structure"):
+        Probe([nets[0], odd], expand_dim=2)

@@ -498,9 +498,34 @@ def test_value_estimators_enum():
     ]
     assert ValueEstimators("GAE") is ValueEstimators.GAE
     assert ValueEstimators("tdlambda") is ValueEstimators.TDLambda
-    assert ValueEstimators.TD1 == "TD(1)"
+    assert ValueEstimators.TD1 == "TD(1)" and ValueEstimators.TD1 != "TD(0)"
+    # a plain Enum as in TorchRL: str() names the member (pytest ids, logs), hashing works
+    assert not isinstance(ValueEstimators.GAE, str) and str(ValueEstimators.TD0) == "ValueEstimators.TD0"
+    assert {ValueEstimators.GAE: 1}[ValueEstimators.GAE] == 1
     with pytest.raises(ValueError):
         ValueEstimators("TD(2)")
+
+
+def test_keyword_call_and_time_dim_per_call():
+    net = make_net()
+    td = make_rollout()
+    gae = GAE(gamma=GAMMA, lmbda=LMBDA, value_network=net)
+    expected = gae(td.clone())
+    # TorchRL's dispatch: tensors named after the in-keys (nested ones joined with "_")
+    kwargs = {("_".join(k) if isinstance(k, tuple) else k): td[k] for k in gae.in_keys}
+    advantage, value_target = gae(**kwargs)
+    # (no "time" name on the gathered batch: the last dim is time, as in the rollout)
+    torch.testing.assert_close(advantage, expected["advantage"])
+    torch.testing.assert_close(value_target, expected["value_target"])
+    # time_dim for one call: the transposed rollout with time_dim=0 gives the transposed result
+    flipped = td.clone().transpose(0, 1)
+    out = GAE(gamma=GAMMA, lmbda=LMBDA, value_network=net)(flipped, time_dim=0)
+    torch.testing.assert_close(out["advantage"], expected["advantage"].transpose(0, 1))
+    target = TD1Estimator(gamma=GAMMA, value_network=net).value_estimate(flipped, time_dim=0)
+    reference = TD1Estimator(gamma=GAMMA, value_network=net).value_estimate(td.clone())
+    torch.testing.assert_close(target, reference.transpose(0, 1))
+    with pytest.raises(ValueError, match="time_dim=2 is out of range"):
+        gae(td.clone(), time_dim=2)
 
 
 def test_vtrace_composite_policy_sums_the_heads():

@@ -7,6 +7,7 @@ import pytest
 import torch
 from hypothesis import given
 from hypothesis import strategies as st
+from rl_objectives import SoftUpdate
 from rl_objectives.losses.dqn import DQNLoss
 from rl_objectives.losses.utils import distance_loss
 from rl_objectives.value import ValueEstimators
@@ -268,3 +269,34 @@ def test_distance_loss_matches_torch_reference(xs, ys, loss_function):
         "smooth_l1": lambda: nn.functional.smooth_l1_loss(a, b, reduction="none"),
     }[loss_function]()
     assert torch.allclose(distance_loss(a, b, loss_function), reference, atol=1e-6)
+
+
+def test_one_transition_and_keyword_tensors():
+    # a batch-less transition (batch size []) and TorchRL's keyword spelling of the same call
+    loss = DQNLoss(q_actor("categorical"), action_space="categorical")
+    loss.make_value_estimator(gamma=0.5)
+    SoftUpdate(loss, tau=0.1)
+    assert loss.in_keys == [
+        "action",
+        "observation",
+        ("next", "observation"),
+        ("next", "reward"),
+        ("next", "done"),
+        ("next", "terminated"),
+    ]
+    torch.manual_seed(2)
+    kwargs = {
+        "observation": torch.randn(N_OBS),
+        "action": torch.tensor(1),
+        "next_observation": torch.randn(N_OBS),
+        "next_reward": torch.tensor(0.3),
+        "next_done": torch.tensor(False),
+        "next_terminated": torch.tensor(False),
+    }
+    value = loss(**kwargs)  # one out key: the tensor itself
+    w = loss.params_of("value_network").detach()
+    y = 0.3 + 0.5 * linear_q(w, kwargs["next_observation"]).max()
+    torch.testing.assert_close(value, (linear_q(w, kwargs["observation"])[1] - y).pow(2))
+    td = TensorDict(kwargs).unflatten_keys("_")
+    torch.testing.assert_close(loss(td)["loss"], value)
+    assert td["td_error"].shape == ()

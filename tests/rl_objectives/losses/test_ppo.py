@@ -8,6 +8,7 @@ import pytest
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from rl_objectives import A2CLoss, ReinforceLoss
 from rl_objectives.losses.ppo import ClipPPOLoss, KLPENPPOLoss, PPOLoss
 from rl_objectives.value import ValueEstimators
 from tdict import TensorDict
@@ -212,6 +213,43 @@ def test_clip_value(categorical_actor, state_value_critic, rollout):
     del td["state_value"]
     with pytest.raises(KeyError, match="clip_value is set"):
         ClipPPOLoss(actor, critic, clip_value=0.2)(td)
+    # a one-element tensor is a number; a bool means nothing outside ClipPPOLoss (TorchRL's message)
+    assert float(PPOLoss(actor, critic, clip_value=torch.tensor(0.2)).clip_value) == pytest.approx(0.2)
+    for bad in (True, torch.tensor([0.1, 0.2])):
+        with pytest.raises(ValueError, match="clip_value must be a float or a scalar tensor"):
+            PPOLoss(actor, critic, clip_value=bad)
+
+
+@pytest.mark.parametrize("cls", [PPOLoss, ClipPPOLoss, KLPENPPOLoss, A2CLoss, ReinforceLoss])
+@pytest.mark.parametrize("options", [{}, {"clip_value": 0.5}, {"critic_coeff": None}, {"entropy_bonus": False}])
+def test_out_keys_name_the_output_and_keyword_calls_return_them(
+    cls, options, normal_actor, state_value_critic, rollout
+):
+    if cls is ReinforceLoss:
+        # REINFORCE has no entropy term and no critic coefficient
+        options = {k: v for k, v in options.items() if k not in ("entropy_bonus", "critic_coeff")}
+    actor, _ = normal_actor()
+    critic, clin = state_value_critic()
+    td = rollout(actor, batch=(6,))
+    with torch.no_grad():
+        td["state_value"] = clin(td["obs"]).squeeze(-1)
+    loss = cls(actor, critic, **options)
+    assert set(loss.out_keys) == set(loss(td.clone()).keys())
+    # the keyword spelling (TorchRL's dispatch): the in-keys joined with "_", the out-keys in order
+    names = {("_".join(k) if isinstance(k, tuple) else k): k for k in loss.in_keys}
+    assert {"obs", "action", "next_reward", "next_done", "next_terminated"} <= set(names)
+    if cls is KLPENPPOLoss:
+        assert {"loc", "scale"} <= set(names)  # the stored behaviour distribution
+    assert {"advantage", "value_target"} <= set(names)  # read when given (else estimated)
+    assert ("state_value" in names) == ("clip_value" in options)
+    kwargs = {name: td[key] for name, key in names.items() if key in td.keys(True)}
+    expected = cls(actor, critic, **options)(td.clone())  # fresh losses: KLPEN adapts beta at every call
+    values = cls(actor, critic, **options)(**kwargs)
+    assert len(values) == len(loss.out_keys)
+    for key, value in zip(loss.out_keys, values):
+        torch.testing.assert_close(value, expected[key], msg=key)
+    with pytest.raises(TypeError, match=r"\['bogus'\] name no entry"):
+        loss(**kwargs, bogus=td["obs"])
 
 
 def test_monte_carlo_entropy_when_there_is_no_closed_form(normal_actor, rollout):

@@ -181,7 +181,10 @@ def test_target_entropy_inferred_and_alpha_bounds(nets, transition_batch):
 def test_errors(nets, transition_batch):
     actor, critic, _ = nets()
     with pytest.raises(ValueError, match="sub_sample_len"):
-        REDQLoss(actor, critic, num_qvalue_nets=2, sub_sample_len=3)
+        REDQLoss(actor, critic, num_qvalue_nets=2, sub_sample_len=0)
+    # a subset as large as the ensemble is lowered to a strict one (TorchRL's rule)
+    assert REDQLoss(actor, critic, num_qvalue_nets=3, sub_sample_len=5).sub_sample_len == 2
+    assert REDQLoss(actor, critic, num_qvalue_nets=1).sub_sample_len == 1
     with pytest.raises(ValueError, match="num_qvalue_nets"):
         REDQLoss(actor, critic, num_qvalue_nets=0)
     with pytest.raises(ValueError, match="loss_function"):

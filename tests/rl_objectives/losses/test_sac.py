@@ -8,7 +8,9 @@ import math
 
 import pytest
 import torch
+from rl_objectives import SoftUpdate
 from rl_objectives.losses.sac import SACLoss
+from rl_objectives.modules import ValueOperator
 from tdict import TensorDict
 from tdict.specs import Bounded
 
@@ -63,7 +65,7 @@ def test_losses_match_reference(alpha_init, networks, batch, perturb, q_referenc
 
     torch.manual_seed(7)
     out = loss(td)
-    assert sorted(out.keys()) == sorted(SACLoss.out_keys)
+    assert sorted(out.keys()) == sorted(loss.out_keys)
     assert torch.allclose(out["loss_qvalue"], expected_q, atol=1e-5)
     assert torch.allclose(out["loss_actor"], expected_actor, atol=1e-5)
     assert torch.allclose(out["loss_alpha"], expected_alpha, atol=1e-5)
@@ -120,8 +122,6 @@ def test_fixed_alpha_min_max_and_target_entropy(networks, batch):
 
 def test_errors(networks, batch):
     actor, critic = networks()
-    with pytest.raises(NotImplementedError, match="SAC v1"):
-        SACLoss(actor, critic, value_network=critic)
     with pytest.raises(ValueError, match="alpha_init must be > 0"):
         SACLoss(actor, critic, alpha_init=0.0)
     with pytest.raises(ValueError, match="min_alpha"):
@@ -136,6 +136,76 @@ def test_errors(networks, batch):
     with pytest.raises(ValueError, match="reward"):
         loss(td)
     assert "td_error" not in td.keys()
+
+
+def _value_net(seed=3):
+    torch.manual_seed(seed)
+    return ValueOperator(torch.nn.Linear(N_OBS, 1), in_keys=["observation"])
+
+
+def test_v1_losses_match_reference(networks, batch, perturb, q_reference):
+    # SAC v1: critic i trains on the i-th half of the batch towards r + gamma * V'(s'); V(s) towards
+    # min_i Q'_i(s, a) - alpha * log pi(a|s) with a fresh action; actor and alpha losses as in v2
+    actor, critic = networks()
+    value = _value_net()
+    loss = SACLoss(actor, critic, value, alpha_init=0.5, loss_function="l2", target_entropy=-1.5)
+    loss.make_value_estimator(gamma=0.9)
+    SoftUpdate(loss, tau=0.1)
+    perturb(loss.params_of("qvalue_network"))
+    perturb(loss.params_of("value_network"))
+    td = batch()
+    q_p, t_q = loss.params_of("qvalue_network").detach(), loss.params_of("qvalue_network", target=True)
+    v_p, t_v = loss.params_of("value_network").detach(), loss.params_of("value_network", target=True)
+
+    def v(p, obs):
+        return (obs @ p["module", "weight"].T + p["module", "bias"]).squeeze(-1)
+
+    with torch.no_grad():
+        dist = actor.get_dist(td.copy())
+    torch.manual_seed(7)
+    a_value, a_actor = dist.rsample(), dist.rsample()  # drawn in this order: value loss, then actor loss
+    logp_value, logp_actor = dist.log_prob(a_value).sum(-1), dist.log_prob(a_actor).sum(-1)
+    y = td["next", "reward"] + 0.9 * (~td["next", "terminated"]).float() * v(t_v, td["next", "observation"])
+    q_all = q_reference(q_p, td["observation"], td["action"])  # [2, 6]: each critic on every row
+    pred = torch.cat([q_all[0, :3], q_all[1, 3:]])  # ... but each trains on its own half
+    v_target = q_reference(t_q, td["observation"], a_value).min(0).values - 0.5 * logp_value
+    expected_actor = (0.5 * logp_actor - q_reference(q_p, td["observation"], a_actor).min(0).values).mean()
+
+    torch.manual_seed(7)
+    out = loss(td)
+    assert (
+        sorted(out.keys())
+        == sorted(loss.out_keys)
+        == ["alpha", "entropy", "loss_actor", "loss_alpha", "loss_qvalue", "loss_value"]
+    )
+    torch.testing.assert_close(out["loss_qvalue"], (pred - y).pow(2).mean(), atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(td["td_error"], (pred - y).pow(2), atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(
+        out["loss_value"], (v(v_p, td["observation"]) - v_target).pow(2).mean(), atol=1e-5, rtol=1e-5
+    )
+    torch.testing.assert_close(out["loss_actor"], expected_actor, atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(out["loss_alpha"], (-math.log(0.5) * (logp_actor - 1.5)).mean(), atol=1e-5, rtol=1e-5)
+
+
+def test_v1_gradient_routing_and_batch_check(networks, batch):
+    actor, critic = networks()
+    loss = SACLoss(actor, critic, _value_net())
+    out = loss(batch())
+    groups = {
+        name: list(loss.params_of(name).values(True, True))
+        for name in ("actor_network", "qvalue_network", "value_network")
+    }
+    trains = {"loss_actor": "actor_network", "loss_qvalue": "qvalue_network", "loss_value": "value_network"}
+    for term, owner in trains.items():
+        for name, params in groups.items():
+            grads = torch.autograd.grad(out[term], params, allow_unused=True, retain_graph=True)
+            if name == owner:
+                assert all(g is not None and g.abs().sum() > 0 for g in grads), (term, name)
+            else:
+                assert all(g is None for g in grads), (term, name)
+    # each of the 2 critics trains on half of the batch: an odd batch cannot be split
+    with pytest.raises(ValueError, match="divisible by 2"):
+        loss(batch(n=5))
 
 
 def test_caller_entries_untouched_except_td_error(networks, batch, assert_writes_only_td_error):
@@ -157,3 +227,96 @@ def test_learns_a_one_step_bandit_and_tunes_alpha(networks, train_on_bandit):
 
 def test_compiled_forward_matches_eager(networks, batch, assert_compiled_matches_eager):
     assert_compiled_matches_eager(SACLoss(*networks()), batch(), seed=3)
+
+
+def test_target_entropy_is_a_tensor_as_in_torchrl(networks):
+    loss = SACLoss(*networks(), target_entropy=-1.5)
+    assert isinstance(loss.target_entropy, torch.Tensor) and loss.target_entropy.shape == ()
+    assert loss.target_entropy.item() == -1.5
+    loss.target_entropy = torch.tensor(-0.5)  # assigning a tensor (or a number) sets it
+    assert loss.target_entropy.item() == -0.5
+
+
+def test_a_list_of_critics_trains_their_own_parameters(networks, batch, q_reference):
+    actor, critic = networks()
+    other = networks(seed=1)[1]
+    torch.manual_seed(5)
+    with torch.no_grad():
+        for p in other.parameters():
+            p.add_(torch.randn_like(p))
+    loss = SACLoss(actor, [critic, other], num_qvalue_nets=2, loss_function="l2")
+    q_p = loss.params_of("qvalue_network")
+    for i, net in enumerate((critic, other)):
+        torch.testing.assert_close(q_p["module", "net", "weight"][i], net.module.net.weight.detach())
+    td = batch()
+    pred = q_reference(q_p.detach(), td["observation"], td["action"])
+    torch.testing.assert_close(pred[1], other(td.copy())["state_action_value"].detach())
+    with pytest.raises(ValueError, match="a list of 2 networks but 3 parameter sets"):
+        SACLoss(actor, [critic, other], num_qvalue_nets=3)
+
+
+def test_composite_policy_log_prob_sums_its_heads(batch):
+    # a one-head CompositeDistribution policy: the action is a TensorDict, its log-prob the heads' sum
+    from tdict.nn import (
+        CompositeDistribution,
+        NormalParamExtractor,
+        ProbabilisticTensorDictModule,
+        ProbabilisticTensorDictSequential,
+        TensorDictModule,
+    )
+
+    class Critic(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.net = torch.nn.Linear(N_OBS + N_ACT, 1)
+
+        def forward(self, obs, action):
+            return self.net(torch.cat([obs, action["head"]], -1)).squeeze(-1)
+
+    torch.manual_seed(0)
+    lin = torch.nn.Linear(N_OBS, 2 * N_ACT)
+    actor = ProbabilisticTensorDictSequential(
+        TensorDictModule(
+            torch.nn.Sequential(lin, NormalParamExtractor()),
+            in_keys=["observation"],
+            out_keys=[("params", "head", "loc"), ("params", "head", "scale")],
+        ),
+        ProbabilisticTensorDictModule(
+            in_keys=["params"],
+            out_keys=["action"],
+            distribution_class=functools.partial(
+                CompositeDistribution, distribution_map={"head": torch.distributions.Normal}
+            ),
+        ),
+    )
+    critic = TensorDictModule(Critic(), in_keys=["observation", "action"], out_keys=["state_action_value"])
+    loss = SACLoss(actor, critic, alpha_init=0.5, target_entropy=-1.0)
+    SoftUpdate(loss, tau=0.1)
+    td = batch()
+    td["action"] = TensorDict(head=td["action"], batch_size=td.batch_size)
+    loc, scale = NormalParamExtractor()(lin(td["observation"]).detach())
+    torch.manual_seed(3)
+    _ = torch.randn(td.batch_size + (N_ACT,))  # the next state's draw comes first
+    a = loc + scale * torch.randn(td.batch_size + (N_ACT,))
+    logp = torch.distributions.Normal(loc, scale).log_prob(a).sum(-1)
+    torch.manual_seed(3)
+    out = loss(td)
+    torch.testing.assert_close(out["entropy"], -logp.mean())
+    torch.testing.assert_close(out["loss_alpha"], (-math.log(0.5) * (logp - 1.0)).mean())
+
+
+def test_a_tanh_normal_policy_is_scored_from_its_own_draw(normal_actor, q_critic, batch, monkeypatch):
+    # the draw and its log-prob come from one call (TorchRL's rsample_and_log_prob), never from
+    # inverting tanh of a fresh, possibly saturated sample
+    from rl_objectives.modules import TanhNormal
+
+    actor, _ = normal_actor(N_OBS, N_ACT, dist=TanhNormal, obs_key="observation")
+    loss = SACLoss(actor, q_critic(N_OBS, N_ACT, None))
+    SoftUpdate(loss, tau=0.1)
+
+    def fail(*args, **kwargs):
+        raise AssertionError("SACLoss scored a fresh TanhNormal sample through log_prob")
+
+    monkeypatch.setattr(TanhNormal, "log_prob", fail)
+    out = loss(batch())
+    assert all(bool(v.isfinite().all()) for v in out.values())

@@ -91,6 +91,11 @@ class TestTanhNormal:
         torch.testing.assert_close(got, expected, rtol=1e-9, atol=1e-9)
         # the same values, not that tensor: inverted through atanh of a saturated tanh, far below
         assert d.log_prob(y.clone()).max() < -1e6
+        # TorchRL's joint call gives the sample and that same score at once
+        torch.manual_seed(3)
+        y2, lp = d.rsample_and_log_prob()
+        torch.testing.assert_close(y2, y)
+        torch.testing.assert_close(lp, expected, rtol=1e-9, atol=1e-9)
 
     def test_rsample_gradient_flows(self):
         loc = torch.zeros(5, 2, requires_grad=True)

@@ -5,13 +5,17 @@ from __future__ import annotations
 import os
 import sys
 
+import torch.nn
+
 _PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
+_SKIPPED_DIRS = (_PACKAGE_DIR, os.path.dirname(os.path.abspath(torch.nn.modules.module.__file__)))
 
 
 def user_stacklevel() -> int:
     """The ``stacklevel`` that makes a warning raised by the caller point at the first frame outside
-    this package (the user's constructor call, however deep the ``super().__init__`` chain)."""
+    this package (the user's constructor call, however deep the ``super().__init__`` chain), or of
+    ``torch.nn.Module.__call__`` that runs a forward of ours (the user's ``loss(td)``)."""
     level, frame = 1, sys._getframe(1)
-    while frame is not None and os.path.abspath(frame.f_code.co_filename).startswith(_PACKAGE_DIR):
+    while frame is not None and os.path.abspath(frame.f_code.co_filename).startswith(_SKIPPED_DIRS):
         frame, level = frame.f_back, level + 1
     return level

@@ -16,7 +16,11 @@ Conventions shared by every function here (TorchRL 0.14 names, this project's sh
 - ``gamma`` / ``lmbda``: a Python number, or a tensor broadcastable to the inputs' shape, with values
   in ``[0, 1]`` (else ``ValueError`` naming the argument; tensors are not checked inside
   ``torch.compile``). A tensor gives per-step values: ``gamma[..., t]`` discounts the transition of
-  step t (there is no ``rolling_gamma`` switch). With feature dims give it a trailing 1 (``[*B, T, 1]``).
+  step t. With feature dims give it a trailing 1 (``[*B, T, 1]``). The TD(1) / TD(lambda) functions
+  take TorchRL's ``rolling_gamma``: ``None`` or ``True`` is that per-step rule; ``False`` ties each
+  start step's ``gamma``/``lmbda`` to its whole future (``G_t`` discounts every later step with
+  ``gamma[..., t]``), in the loop versions only (the ``vec_`` ones raise ``NotImplementedError``).
+  The switch changes nothing for a number.
 - Nothing is written in place: results are differentiable through ``state_value``,
   ``next_state_value`` and ``reward`` when those require grad.
 
@@ -343,6 +347,40 @@ def td0_advantage_estimate(
 
 
 # --------------------------------------------------------------------------- TD(lambda)
+def _start_step_discounts(fn: str, rolling_gamma: bool | None) -> bool:
+    """Whether ``rolling_gamma`` asks for TorchRL's ``rolling_gamma=False`` rule (checked)."""
+    if rolling_gamma is None or rolling_gamma is True:
+        return False
+    if rolling_gamma is not False:
+        raise TypeError(f"{fn}: rolling_gamma must be True, False or None, got {rolling_gamma!r}.")
+    if fn.startswith("vec_"):
+        raise NotImplementedError(
+            f"{fn}: rolling_gamma=False is not available here. When using rolling_gamma=False (the gamma and "
+            f"lmbda of each start step discount its whole future), call {fn[len('vec_') :]}, the loop version. "
+            "The vectorized version of TD(1) / TD(lambda) computes rolling_gamma=True (each step's own discount) only."
+        )
+    return True
+
+
+def _start_step_returns(gamma: Scalar, lmbda: Scalar, next_value: _Tensor, reward: _Tensor, end: _Tensor) -> _Tensor:
+    """TD(lambda) returns where ``G_k`` uses ``gamma[..., k]`` and ``lmbda[..., k]`` at every later step
+    (``rolling_gamma=False``; time-last inputs as prepared by :func:`_td_lambda_prepare`).
+
+    Each start ``k`` is the usual recursion with constant coefficients: one scan over a leading
+    start dim (``[T, *B, T]``), whose diagonal holds the answer."""
+
+    def per_start(x: Scalar) -> Scalar:
+        # start k's coefficient at every step: [K, *B, 1]
+        return x.movedim(-1, 0).unsqueeze(-1) if isinstance(x, _Tensor) and x.ndim > 0 else x
+
+    g, lm = per_start(gamma), per_start(lmbda)
+    zero = torch.zeros_like(next_value)
+    a = reward + g * ((1 - lm) * next_value + lm * torch.where(end, next_value, zero))
+    b = torch.where(end, zero, g * lm * torch.ones_like(next_value))
+    a = a.expand(reward.shape[-1], *reward.shape)
+    return _reverse_scan(a, b).diagonal(dim1=0, dim2=-1)
+
+
 def _td_lambda_prepare(fn, gamma, lmbda, next_state_value, reward, done, terminated, time_dim, state_value=None):
     if terminated is None:
         terminated = done
@@ -374,6 +412,7 @@ def td_lambda_return_estimate(
     reward: _Tensor,
     done: _Tensor,
     terminated: _Tensor | None = None,
+    rolling_gamma: bool | None = None,
     *,
     time_dim: int = -1,
 ) -> _Tensor:
@@ -390,9 +429,12 @@ def td_lambda_return_estimate(
         tensor([3., 4.])
     """
     fn = "td_lambda_return_estimate"
+    start_step = _start_step_discounts(fn, rolling_gamma)
     dim, gamma, lmbda, next_value, reward, end = _td_lambda_prepare(
         fn, gamma, lmbda, next_state_value, reward, done, terminated, time_dim
     )
+    if start_step and any(isinstance(x, _Tensor) and x.ndim > 0 for x in (gamma, lmbda)):
+        return _start_step_returns(gamma, lmbda, next_value, reward, end).movedim(-1, dim)
     steps = reward.shape[-1]
     out: list[torch.Tensor | None] = [None] * steps
     ret = None
@@ -412,6 +454,7 @@ def vec_td_lambda_return_estimate(
     reward: _Tensor,
     done: _Tensor,
     terminated: _Tensor | None = None,
+    rolling_gamma: bool | None = None,
     *,
     time_dim: int = -1,
 ) -> _Tensor:
@@ -424,6 +467,7 @@ def vec_td_lambda_return_estimate(
         tensor([3., 4.])
     """
     fn = "vec_td_lambda_return_estimate"
+    _start_step_discounts(fn, rolling_gamma)
     dim, gamma, lmbda, next_value, reward, end = _td_lambda_prepare(
         fn, gamma, lmbda, next_state_value, reward, done, terminated, time_dim
     )
@@ -442,6 +486,7 @@ def td_lambda_advantage_estimate(
     reward: _Tensor,
     done: _Tensor,
     terminated: _Tensor | None = None,
+    rolling_gamma: bool | None = None,
     *,
     time_dim: int = -1,
 ) -> _Tensor:
@@ -455,7 +500,9 @@ def td_lambda_advantage_estimate(
     """
     _check_inputs("td_lambda_advantage_estimate", time_dim, {"state_value": state_value, "reward": reward})
     return (
-        td_lambda_return_estimate(gamma, lmbda, next_state_value, reward, done, terminated, time_dim=time_dim)
+        td_lambda_return_estimate(
+            gamma, lmbda, next_state_value, reward, done, terminated, rolling_gamma, time_dim=time_dim
+        )
         - state_value
     )
 
@@ -468,6 +515,7 @@ def vec_td_lambda_advantage_estimate(
     reward: _Tensor,
     done: _Tensor,
     terminated: _Tensor | None = None,
+    rolling_gamma: bool | None = None,
     *,
     time_dim: int = -1,
 ) -> _Tensor:
@@ -479,6 +527,7 @@ def vec_td_lambda_advantage_estimate(
         >>> vec_td_lambda_advantage_estimate(1.0, 0.5, torch.ones(2), torch.tensor([2.0, 4.0]), torch.zeros(2), done)
         tensor([2., 3.])
     """
+    _start_step_discounts("vec_td_lambda_advantage_estimate", rolling_gamma)
     _check_inputs("vec_td_lambda_advantage_estimate", time_dim, {"state_value": state_value, "reward": reward})
     return (
         vec_td_lambda_return_estimate(gamma, lmbda, next_state_value, reward, done, terminated, time_dim=time_dim)
@@ -493,6 +542,7 @@ def td1_return_estimate(
     reward: _Tensor,
     done: _Tensor,
     terminated: _Tensor | None = None,
+    rolling_gamma: bool | None = None,
     *,
     time_dim: int = -1,
 ) -> _Tensor:
@@ -508,7 +558,9 @@ def td1_return_estimate(
         tensor([3.5000, 5.0000, 5.0000])
     """
     _check_unit_interval("td1_return_estimate", "gamma", gamma)  # named here: the error would name TD(lambda)
-    return td_lambda_return_estimate(gamma, 1.0, next_state_value, reward, done, terminated, time_dim=time_dim)
+    return td_lambda_return_estimate(
+        gamma, 1.0, next_state_value, reward, done, terminated, rolling_gamma, time_dim=time_dim
+    )
 
 
 def vec_td1_return_estimate(
@@ -517,6 +569,7 @@ def vec_td1_return_estimate(
     reward: _Tensor,
     done: _Tensor,
     terminated: _Tensor | None = None,
+    rolling_gamma: bool | None = None,
     *,
     time_dim: int = -1,
 ) -> _Tensor:
@@ -529,6 +582,7 @@ def vec_td1_return_estimate(
         >>> vec_td1_return_estimate(0.5, torch.full((3,), 8.0), torch.ones(3), done, no_term)
         tensor([3.5000, 5.0000, 5.0000])
     """
+    _start_step_discounts("vec_td1_return_estimate", rolling_gamma)
     _check_unit_interval("vec_td1_return_estimate", "gamma", gamma)  # named here: the error would name TD(lambda)
     return vec_td_lambda_return_estimate(gamma, 1.0, next_state_value, reward, done, terminated, time_dim=time_dim)
 
@@ -540,6 +594,7 @@ def td1_advantage_estimate(
     reward: _Tensor,
     done: _Tensor,
     terminated: _Tensor | None = None,
+    rolling_gamma: bool | None = None,
     *,
     time_dim: int = -1,
 ) -> _Tensor:
@@ -553,7 +608,7 @@ def td1_advantage_estimate(
     """
     _check_unit_interval("td1_advantage_estimate", "gamma", gamma)  # named here: the error would name TD(lambda)
     return td_lambda_advantage_estimate(
-        gamma, 1.0, state_value, next_state_value, reward, done, terminated, time_dim=time_dim
+        gamma, 1.0, state_value, next_state_value, reward, done, terminated, rolling_gamma, time_dim=time_dim
     )
 
 
@@ -564,6 +619,7 @@ def vec_td1_advantage_estimate(
     reward: _Tensor,
     done: _Tensor,
     terminated: _Tensor | None = None,
+    rolling_gamma: bool | None = None,
     *,
     time_dim: int = -1,
 ) -> _Tensor:
@@ -575,6 +631,7 @@ def vec_td1_advantage_estimate(
         >>> vec_td1_advantage_estimate(0.5, torch.ones(3), torch.full((3,), 8.0), torch.ones(3), done)
         tensor([0.5000, 0.0000, 4.0000])
     """
+    _start_step_discounts("vec_td1_advantage_estimate", rolling_gamma)
     _check_unit_interval("vec_td1_advantage_estimate", "gamma", gamma)  # named here: the error would name TD(lambda)
     return vec_td_lambda_advantage_estimate(
         gamma, 1.0, state_value, next_state_value, reward, done, terminated, time_dim=time_dim

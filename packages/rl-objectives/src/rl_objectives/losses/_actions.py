@@ -18,6 +18,7 @@ from typing import Any, NamedTuple
 
 import torch
 from tdict.specs import Categorical, Composite, MultiOneHot, OneHot
+from tdict.nn import CompositeDistribution
 from tdict.nn import sum_to_batch as _sum_to_batch
 
 from .utils import _check_batch_shaped
@@ -144,7 +145,7 @@ class PolicyDraw(NamedTuple):
     """A reparameterised draw from the actor (see :func:`rsample_action`)."""
 
     td: Any  # a copy of the input, holding the actor's outputs and the drawn action
-    action: torch.Tensor
+    action: Any  # a tensor, or a TensorDict for a composite policy
     log_prob: torch.Tensor  # batch-shaped: summed over the action's own dims
     dist: Any  # the distribution, e.g. to score other actions
 
@@ -155,12 +156,23 @@ def rsample_action(owner: str, actor: Any, swapped: Any, tensordict: Any, action
     work = tensordict.copy()
     with swapped:
         dist = actor.get_dist(work)
-    if not dist.has_rsample:
+    composite = isinstance(dist, CompositeDistribution)
+    heads = dist.dists.values() if composite else (dist,)
+    flat = [d for d in heads if not d.has_rsample]
+    if flat:
         raise ValueError(
-            f"{owner}: the actor's {type(dist).__name__} distribution has no rsample; a reparameterisable one is needed (e.g. TanhNormal)."
+            f"{owner}: the actor's {type(flat[0]).__name__} distribution has no rsample; a reparameterisable one is needed (e.g. TanhNormal)."
         )
-    action = dist.rsample()
-    log_prob = _sum_to_batch(dist.log_prob(action), tensordict.batch_dims)
+    joint = None if composite else getattr(dist, "rsample_and_log_prob", None)
+    if joint is not None:  # scores the draw itself (TanhNormal: no inverse tanh of a saturated sample)
+        action, log_prob = joint()
+        log_prob = _sum_to_batch(log_prob, tensordict.batch_dims)
+    elif composite:  # a TensorDict action: its heads' log-probs summed
+        action = dist.rsample()
+        log_prob = dist.log_prob(action, aggregate_probabilities=True)
+    else:
+        action = dist.rsample()
+        log_prob = _sum_to_batch(dist.log_prob(action), tensordict.batch_dims)
     _check_batch_shaped(owner, {"log_prob": log_prob}, tensordict.batch_size)
     work.set(action_key, action)
     return PolicyDraw(work, action, log_prob, dist)

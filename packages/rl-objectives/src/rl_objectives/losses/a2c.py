@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import torch
 from tdict import TensorDict
 
 from .actor_critic import _ActorCriticLoss
@@ -51,7 +52,8 @@ class A2CLoss(_ActorCriticLoss):
         separate_losses: the critic loss does not train parameters shared with the actor.
         reduction: ``"mean"`` (default), ``"sum"`` or ``"none"`` (per-step losses, batch-shaped).
         clip_value: clip the value prediction to ``stored value +/- clip_value`` (the input must
-            hold the collection-time ``"state_value"``); adds ``"value_clip_fraction"``.
+            hold the collection-time ``"state_value"``); adds ``"value_clip_fraction"``. A number or
+            a one-element tensor (a bool raises ``ValueError``).
         gamma: deprecated (``DeprecationWarning``): the default discount of the value estimator
             (else 0.99); use ``make_value_estimator(gamma=...)``.
         advantage_norm: a value normaliser (TorchRL's ``ValueNorm`` interface: ``update(value_target)``
@@ -102,7 +104,7 @@ class A2CLoss(_ActorCriticLoss):
         loss_critic_type: str = "smooth_l1",
         separate_losses: bool = False,
         reduction: str | None = "mean",
-        clip_value: float | None = None,
+        clip_value: float | torch.Tensor | None = None,
         gamma: float | None = None,
         advantage_key: Any = None,
         value_target_key: Any = None,
@@ -132,6 +134,11 @@ class A2CLoss(_ActorCriticLoss):
             value_target_key=value_target_key,
             value_key=value_key,
         )
+
+    @property
+    def out_keys(self) -> list[str]:
+        """The entries of the output, in the order a call with keyword tensors returns them."""
+        return ["loss_objective", *self._tail_out_keys()]
 
     def forward(self, tensordict: Any) -> TensorDict:
         """The A2C losses on a batch ``[*B]`` (a flat sample or a ``[N, T]`` rollout)."""

@@ -157,7 +157,7 @@ class _ActorCriticLoss(LossModule):
         loss_critic_type: str = "smooth_l1",
         separate_losses: bool = False,
         reduction: str | None = "mean",
-        clip_value: float | None = None,
+        clip_value: float | torch.Tensor | None = None,
         gamma: float | None = None,
         delay_value: bool = False,
         advantage_key: Any = None,
@@ -202,6 +202,11 @@ class _ActorCriticLoss(LossModule):
                 f"{name}: critic_network must be a TensorDict module or None, got {type(critic_network).__name__}."
             )
         check_positive_int(name, "samples_mc_entropy", samples_mc_entropy)
+        if isinstance(clip_value, bool) or (isinstance(clip_value, torch.Tensor) and clip_value.numel() != 1):
+            # (ClipPPOLoss reads a bool as "clip at clip_epsilon" before this point)
+            raise ValueError(f"{name}: clip_value must be a float or a scalar tensor, got {clip_value}.")
+        if isinstance(clip_value, torch.Tensor):
+            clip_value = float(clip_value)
         check_positive(name, "clip_value", clip_value, allow_none=True)
         renames = {
             k: v
@@ -472,7 +477,23 @@ class _ActorCriticLoss(LossModule):
                 out["explained_variance"] = 1.0 - residual / total
         return loss
 
+    def _extra_in_keys(self) -> list:
+        # read when present: a precomputed advantage and value target, the stored value to clip around
+        keys = [self.tensor_keys.advantage, self.tensor_keys.value_target]
+        return keys if self.clip_value is None else [*keys, self.tensor_keys.value]
+
     # ------------------------------------------------------------------ output
+    def _tail_out_keys(self, entropy: bool = True) -> list[str]:
+        """The output entries after the objective's own: entropy terms, critic loss, diagnostics."""
+        keys = ["entropy", "loss_entropy"] if entropy and self.entropy_bonus else []
+        if self._has_critic:
+            keys.append(self._critic_loss_key)
+            if self.clip_value is not None:
+                keys.append("value_clip_fraction")
+            if self._log_explained_variance:
+                keys.append("explained_variance")
+        return keys
+
     def _output(self, out: dict) -> TensorDict:
         """Reduce the ``loss_*`` entries with ``reduction``; diagnostics are already scalars."""
         reduced = {k: (_reduce(v, self.reduction) if k.startswith("loss_") else v) for k, v in out.items()}

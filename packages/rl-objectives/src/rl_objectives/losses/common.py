@@ -36,6 +36,7 @@ from tdict.nn import TensorDictModuleBase, TensorDictParams, TensorKeysMixin
 from tdict.validation import check_positive_int, check_unit_interval
 
 from .._stack import user_stacklevel as _user_stacklevel
+from .tensor_calls import _TensorCalls
 
 __all__ = ["LossModule", "total_loss"]
 
@@ -91,7 +92,7 @@ def total_loss(losses: TensorDictBase, components: Sequence[str] | None = None) 
     return torch.stack(values).sum() if len(values) > 1 else values[0]
 
 
-class LossModule(TensorKeysMixin, nn.Module):
+class LossModule(_TensorCalls, TensorKeysMixin, nn.Module):
     """Base class of the losses.
 
     Subclasses declare ``default_keys`` (name -> default TensorDict key), register their networks
@@ -131,6 +132,7 @@ class LossModule(TensorKeysMixin, nn.Module):
     """
 
     default_keys: ClassVar[Mapping[str, Any]] = {}
+    out_keys: Any = ()  # the entries a call returns (a class list, or a property where they depend on options)
     # any key may be a list of keys (TorchRL's per-head log-probs and actions of a composite policy)
     accepts_key_lists: ClassVar[bool] = True
     default_value_estimator: ClassVar[Any] = None  # a rl_objectives.value.ValueEstimators member
@@ -150,6 +152,8 @@ class LossModule(TensorKeysMixin, nn.Module):
         self._swap_plans: dict[str, tuple] = {}  # name -> (leaf keys, where each leaf lives in the module)
         self._value_estimator = None
         self._ctor_gamma: float | None = None  # TorchRL's deprecated loss(gamma=...)
+        # set by a TargetNetUpdater built on this loss; until then, reading target parameters warns
+        self._target_updater_attached = False
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
@@ -171,6 +175,18 @@ class LossModule(TensorKeysMixin, nn.Module):
             self._set_schedulable(name, value)
             return
         super().__setattr__(name, value)  # pyright: ignore[reportArgumentType]  # (torch's stub: tensors and modules only)
+
+    def __getattr__(self, name: str) -> Any:
+        value = super().__getattr__(name)
+        # reading target parameters before a target updater exists: they would never move (TorchRL warns too)
+        if (
+            name.startswith("target_")
+            and not self.__dict__.get("_target_updater_attached", True)
+            and name[len("target_") : -len("_params")] in self.__dict__.get("_target_networks", ())
+            and not torch.compiler.is_compiling()
+        ):
+            warnings.warn(self._no_updater_message(), UserWarning, stacklevel=_user_stacklevel())
+        return value
 
     # ------------------------------------------------------------------ scheduled hyper-parameters
     def _set_schedulable(self, name: str, value: Any) -> None:
@@ -256,7 +272,7 @@ class LossModule(TensorKeysMixin, nn.Module):
     # ------------------------------------------------------------------ networks
     def convert_to_functional(
         self,
-        module: nn.Module,
+        module: nn.Module | Sequence[nn.Module],
         module_name: str,
         expand_dim: int | None = None,
         create_target_params: bool = False,
@@ -265,7 +281,9 @@ class LossModule(TensorKeysMixin, nn.Module):
         """Register ``module`` under ``module_name`` with its parameters (and a target copy).
 
         Args:
-            module: the network (a TensorDictModule or any ``nn.Module`` taking a TensorDict).
+            module: the network (a TensorDictModule or any ``nn.Module`` taking a TensorDict), or a
+                list of networks of one structure: an ensemble of their own parameter sets (the first
+                runs the calls; ``expand_dim``, when given, must be the list's length).
             module_name: attribute name; parameters go to ``<module_name>_params``.
             expand_dim: train ``expand_dim`` parameter sets: the first is the module's own values,
                 the others are re-initialised with the module's initialisers.
@@ -275,6 +293,9 @@ class LossModule(TensorKeysMixin, nn.Module):
                 :meth:`params_of` gives them detached (expanded over the sets of an ensemble, instead
                 of re-initialised copies), so this network's losses do not train them.
         """
+        given_sets = None
+        if isinstance(module, (list, tuple)):
+            module, given_sets, expand_dim = self._ensemble_of(module, module_name, expand_dim)
         if not isinstance(module, nn.Module):
             raise TypeError(f"{type(self).__name__}: {module_name} must be an nn.Module, got {type(module).__name__}.")
         if module_name in self._networks:
@@ -300,7 +321,7 @@ class LossModule(TensorKeysMixin, nn.Module):
             setattr(self, module_name, module)
             params_module = TensorDictParams(params, no_convert=True)  # the module's own tensors
         else:
-            stacked = _expanded_params(module, params, expand_dim)
+            stacked = _expanded_params(module, params, expand_dim, given_sets)
             if shared:  # not copies: params_of expands the owner's parameters
                 stacked = stacked.exclude(*shared)
             params_module = TensorDictParams(stacked, no_convert=True)
@@ -318,6 +339,28 @@ class LossModule(TensorKeysMixin, nn.Module):
             target = self.params_of(module_name).detach().clone()
             setattr(self, f"target_{module_name}_params", TensorDictParams(target, no_convert=True))
             self._target_networks.append(module_name)
+
+    def _ensemble_of(self, modules: Sequence[Any], module_name: str, expand_dim: int | None) -> tuple:
+        """``(template, parameter sets, number of sets)`` for a list of networks given as one ensemble."""
+        owner = type(self).__name__
+        if not modules or not all(isinstance(m, nn.Module) for m in modules):
+            raise TypeError(
+                f"{owner}: {module_name} must be an nn.Module or a non-empty list of them, got {modules!r}."
+            )
+        if expand_dim is not None and expand_dim != len(modules):
+            raise ValueError(
+                f"{owner}: {module_name} is a list of {len(modules)} networks but {expand_dim} parameter sets are "
+                "asked for (num_qvalue_nets or expand_dim); give as many networks as sets."
+            )
+        sets = [TensorDict.from_module(m, lock=False) for m in modules]
+        first = {k: v.shape for k, v in sets[0].items(True, True)}
+        for i, other in enumerate(sets[1:], 1):
+            if {k: v.shape for k, v in other.items(True, True)} != first:
+                raise ValueError(
+                    f"{owner}: the networks of {module_name} must share one structure (parameter names and shapes); "
+                    f"network {i} differs from network 0."
+                )
+        return modules[0], sets, len(modules)
 
     def params_of(self, module_name: str, target: bool = False) -> TensorDict:
         """The parameters of a registered network (``target=True``: its target copy)."""
@@ -431,6 +474,45 @@ class LossModule(TensorKeysMixin, nn.Module):
 
         return torch.vmap(one, (0,) * len(leaves), randomness="different")(*leaves)
 
+    def _no_updater_message(self) -> str:
+        return (
+            f"No target network updater has been associated with this loss module ({type(self).__name__}), yet it "
+            f"reads the target parameters of {self._target_networks}: they stay as they are unless you update "
+            "them yourself. Build SoftUpdate(loss, tau=...) or HardUpdate(loss, value_network_update_interval=...) "
+            "and call its step() after each optimizer step (or filter this UserWarning when the targets are "
+            "updated by hand)."
+        )
+
+    def reset_parameters_recursive(self) -> None:
+        """Re-initialise every registered network's parameters, each set of an ensemble and the target
+        copies included, in place (with each submodule's ``reset_parameters``).
+
+        Examples:
+            >>> import torch
+            >>> from torch import nn
+            >>> from tdict.nn import TensorDictModule
+            >>> from rl_objectives import LossModule
+            >>> class L(LossModule):
+            ...     def __init__(self, net):
+            ...         super().__init__()
+            ...         self.convert_to_functional(net, "net", create_target_params=True)
+            >>> loss = L(TensorDictModule(nn.Linear(2, 1), in_keys=["x"], out_keys=["y"]))
+            >>> with torch.no_grad():
+            ...     _ = loss.net.module.weight.fill_(1000.0)
+            >>> loss.reset_parameters_recursive()
+            >>> bool((loss.net.module.weight.abs() < 1000).all())
+            True
+        """
+        with torch.no_grad():
+            for name, sets in self._networks.items():
+                module = getattr(self, name)
+                holders = [getattr(self, f"{name}_params")._param_td]
+                if name in self._target_networks:
+                    holders.append(getattr(self, f"target_{name}_params")._param_td)
+                for holder in holders:
+                    for one_set in [holder] if sets is None else holder.unbind(0):
+                        one_set.update_(_reset_copy(module, one_set))
+
     @property
     def target_networks(self) -> list[str]:
         """Names of the networks that have target parameters (what the target updaters move)."""
@@ -490,15 +572,34 @@ class _Swapped:
             holder[name] = tensor
 
 
-def _expanded_params(module: nn.Module, params: TensorDict, expand_dim: int) -> TensorDictBase:
-    """``expand_dim`` parameter sets stacked on dim 0: the module's values, then fresh draws."""
-    if not isinstance(module, TensorDictModuleBase):
+def _reset_copy(module: nn.Module, params: TensorDictBase) -> TensorDictBase:
+    """A copy of ``params`` re-initialised by ``module``'s submodules (``reset_parameters``)."""
+    if isinstance(module, TensorDictModuleBase):
+        return module.reset_parameters_recursive(params.detach().clone())
+    fresh = params.detach().clone()
+    with fresh.to_module(module):
+        for sub in module.modules():
+            reset = getattr(sub, "reset_parameters", None)
+            if callable(reset):
+                reset()
+    return fresh
+
+
+def _expanded_params(
+    module: nn.Module, params: TensorDict, expand_dim: int, given_sets: list | None = None
+) -> TensorDictBase:
+    """``expand_dim`` parameter sets stacked on dim 0: the module's values, then fresh draws (or
+    copies of ``given_sets``, the parameters of a list of networks)."""
+    if given_sets is not None:
+        sets = [p.detach().clone() for p in given_sets]
+    elif not isinstance(module, TensorDictModuleBase):
         raise TypeError(
             f"expand_dim needs a TensorDictModule (to re-initialise each set), got {type(module).__name__}."
         )
-    sets = [params.detach().clone()]
-    for _ in range(expand_dim - 1):
-        sets.append(module.reset_parameters_recursive(params.detach().clone()))
+    else:
+        sets = [params.detach().clone()]
+        for _ in range(expand_dim - 1):
+            sets.append(module.reset_parameters_recursive(params.detach().clone()))
     stacked = tdict.stack(sets, 0).apply(lambda t: nn.Parameter(t) if t.is_floating_point() else t)
     assert stacked is not None  # (apply gives None only when fn drops every leaf)
     return stacked

@@ -223,7 +223,7 @@ class OnlineDTLoss(_TemperatureMixin, LossModule):
         ...                 return_to_go=torch.randn(4, 6), batch_size=[4, 6])
         >>> out = loss(td)
         >>> sorted(out.keys()), loss.target_entropy
-        (['alpha', 'entropy', 'loss_alpha', 'loss_entropy', 'loss_log_likelihood'], -2.0)
+        (['alpha', 'entropy', 'loss_alpha', 'loss_entropy', 'loss_log_likelihood'], tensor(-2.))
     """
 
     actor_network: ProbabilisticTensorDictModule | ProbabilisticTensorDictSequential  # set by convert_to_functional

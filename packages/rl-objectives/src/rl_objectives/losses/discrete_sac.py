@@ -99,7 +99,7 @@ class DiscreteSACLoss(_TemperatureMixin, _BootstrappedLoss):
         ...     batch_size=[5])
         >>> sorted(loss(td).keys())
         ['alpha', 'entropy', 'loss_actor', 'loss_alpha', 'loss_qvalue']
-        >>> round(loss.target_entropy, 4)
+        >>> round(float(loss.target_entropy), 4)
         1.3586
     """
 
@@ -226,7 +226,7 @@ class DiscreteSACLoss(_TemperatureMixin, _BootstrappedLoss):
         min_q = self._action_values(tensordict, params=self.params_of("qvalue_network").detach()).min(0).values
         loss_actor = self._reduce_loss((probs * (alpha * log_probs - min_q)).sum(-1), tensordict)
         neg_entropy = (probs * log_probs).sum(-1).detach()
-        target_entropy = self.target_entropy
+        target_entropy = self._target_entropy
         assert target_entropy is not None  # resolved in __init__
         loss_alpha = self._reduce_loss(-self.log_alpha * (neg_entropy + target_entropy), tensordict)
 

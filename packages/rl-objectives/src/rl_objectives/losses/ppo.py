@@ -81,7 +81,8 @@ class PPOLoss(_ActorCriticLoss):
             the actor outputs it reads).
         reduction: ``"mean"`` (default), ``"sum"`` or ``"none"`` (batch-shaped losses).
         clip_value: clip the value prediction to ``stored state_value +/- clip_value`` and keep the
-            larger of the clipped and unclipped errors; adds ``"value_clip_fraction"``.
+            larger of the clipped and unclipped errors; adds ``"value_clip_fraction"``. A number or a
+            one-element tensor (a bool raises ``ValueError``).
         log_explained_variance: report ``"explained_variance"`` of the critic. Default ``True``.
         advantage_key, value_target_key, value_key: shortcuts for :meth:`set_keys`.
         max_importance_ratio: cap of the ratio ``pi / pi_old`` (> 0; ``None``: no cap), as TorchRL
@@ -142,7 +143,7 @@ class PPOLoss(_ActorCriticLoss):
         gamma: float | None = None,
         separate_losses: bool = False,
         reduction: str | None = "mean",
-        clip_value: float | None = None,
+        clip_value: float | torch.Tensor | None = None,
         log_explained_variance: bool = True,
         advantage_key: Any = None,
         value_target_key: Any = None,
@@ -254,6 +255,13 @@ class PPOLoss(_ActorCriticLoss):
     def _gain(self, log_weight: _Tensor, advantage: _Tensor, out: dict, cap: _Tensor | None = None) -> _Tensor:
         return (log_weight if cap is None else log_weight + cap).exp() * advantage
 
+    @property
+    def out_keys(self) -> list[str]:
+        """The entries of the output, in the order a call with keyword tensors returns them."""
+        return ["loss_objective", *self._objective_out_keys, *self._tail_out_keys(), "ESS", "kl_approx"]
+
+    _objective_out_keys: tuple = ()  # diagnostics of the surrogate itself (ClipPPO: clip_fraction)
+
     def forward(self, tensordict: Any) -> TensorDict:
         """The PPO losses on a batch ``[*B]`` (a flat sample or a ``[N, T]`` rollout)."""
         td, advantage, dist, log_weight, cap = self._prepare(tensordict)
@@ -314,7 +322,7 @@ class ClipPPOLoss(PPOLoss):
         critic_network: Any = None,
         *,
         clip_epsilon: float = 0.2,
-        clip_value: bool | float | None = None,
+        clip_value: bool | float | torch.Tensor | None = None,
         **kwargs: Any,
     ) -> None:
         if isinstance(clip_epsilon, bool) or not isinstance(clip_epsilon, (int, float)) or not 0.0 < clip_epsilon < 1.0:
@@ -323,6 +331,8 @@ class ClipPPOLoss(PPOLoss):
             clip_value = float(clip_epsilon) if clip_value else None
         super().__init__(actor_network, critic_network, clip_value=clip_value, **kwargs)
         self.register_buffer("clip_epsilon", torch.tensor(float(clip_epsilon), device=kwargs.get("device")))
+
+    _objective_out_keys = ("clip_fraction",)
 
     def _check_hyperparameter(self, name: str, value: float) -> None:
         if name == "clip_epsilon" and not 0.0 < value < 1.0:
@@ -458,6 +468,12 @@ class KLPENPPOLoss(PPOLoss):
         else:
             diff = _sum_to_batch(previous.log_prob(draws) - current.log_prob(draws), batch_dims + 1)
         return diff.mean(0)
+
+    _objective_out_keys = ("kl",)
+
+    def _extra_in_keys(self) -> list:
+        # the behaviour policy is rebuilt from its stored distribution parameters
+        return [*super()._extra_in_keys(), *self._dist_module.in_keys]
 
     def forward(self, tensordict: Any) -> TensorDict:
         """The KL-penalised PPO losses; adapts ``beta`` afterwards (see the class docstring)."""

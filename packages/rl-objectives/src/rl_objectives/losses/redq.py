@@ -45,7 +45,8 @@ class REDQLoss(_TemperatureMixin, _BootstrappedLoss):
 
     Keyword Args:
         num_qvalue_nets: size of the ensemble ``N`` (default 10).
-        sub_sample_len: size ``M`` of the random subset of target critics (default 2).
+        sub_sample_len: size ``M`` of the random subset of target critics (default 2); as in TorchRL it
+            is lowered to ``num_qvalue_nets - 1`` (at least 1) when above, so that the subset is strict.
         loss_function: ``"smooth_l1"`` (default), ``"l1"`` or ``"l2"`` for the critics (averaged
             over the ensemble).
         alpha_init: initial temperature (default 1.0).
@@ -107,7 +108,7 @@ class REDQLoss(_TemperatureMixin, _BootstrappedLoss):
         ...     batch_size=[6])
         >>> out = loss(td)
         >>> out["loss_qvalue"].shape, loss.target_entropy
-        (torch.Size([]), -2.0)
+        (torch.Size([]), tensor(-2.))
     """
 
     default_keys: ClassVar[dict] = {
@@ -174,10 +175,6 @@ class REDQLoss(_TemperatureMixin, _BootstrappedLoss):
         )
         check_positive_int(owner, "num_qvalue_nets", num_qvalue_nets)
         check_positive_int(owner, "sub_sample_len", sub_sample_len)
-        if sub_sample_len > num_qvalue_nets:
-            raise ValueError(
-                f"{owner}: sub_sample_len ({sub_sample_len}) is above num_qvalue_nets ({num_qvalue_nets})."
-            )
         if not hasattr(actor_network, "get_dist"):
             raise TypeError(
                 f"{owner}: actor_network must be a probabilistic module with get_dist (e.g. ProbabilisticActor), got {type(actor_network).__name__}."
@@ -187,7 +184,8 @@ class REDQLoss(_TemperatureMixin, _BootstrappedLoss):
             owner, target_entropy, action_spec, actor_network, self.default_keys["action"]
         )
         self.num_qvalue_nets = num_qvalue_nets
-        self.sub_sample_len = sub_sample_len
+        # as TorchRL: the target is a minimum over a strict subset of the critics when there are several
+        self.sub_sample_len = max(1, min(sub_sample_len, num_qvalue_nets - 1))
         self.delay_actor = bool(delay_actor)
         self.delay_qvalue = bool(delay_qvalue)
         self.gSDE = gSDE

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import torch
 from tdict import TensorDict
 
 from .actor_critic import _ActorCriticLoss
@@ -48,7 +49,7 @@ class ReinforceLoss(_ActorCriticLoss):
         separate_losses: ``loss_value`` does not train parameters shared with the actor.
         reduction: ``"mean"`` (default), ``"sum"`` or ``"none"``.
         clip_value: clip the value prediction to ``stored state_value +/- clip_value``; adds
-            ``"value_clip_fraction"``.
+            ``"value_clip_fraction"``. A number or a one-element tensor (a bool raises ``ValueError``).
 
     Keys (``set_keys``): advantage, value_target, value, sample_log_prob, action, reward, done,
     terminated.
@@ -89,7 +90,7 @@ class ReinforceLoss(_ActorCriticLoss):
         value_key: Any = None,
         separate_losses: bool = False,
         reduction: str | None = "mean",
-        clip_value: float | None = None,
+        clip_value: float | torch.Tensor | None = None,
         functional: bool = True,
         actor: Any = None,
         critic: Any = None,
@@ -112,6 +113,11 @@ class ReinforceLoss(_ActorCriticLoss):
             value_target_key=value_target_key,
             value_key=value_key,
         )
+
+    @property
+    def out_keys(self) -> list[str]:
+        """The entries of the output, in the order a call with keyword tensors returns them."""
+        return ["loss_actor", *self._tail_out_keys(entropy=False)]
 
     def forward(self, tensordict: Any) -> TensorDict:
         """``loss_actor`` (and ``loss_value``) on a batch ``[*B]``."""

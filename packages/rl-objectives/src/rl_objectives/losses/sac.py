@@ -1,10 +1,17 @@
-"""SACLoss: soft actor-critic without a state-value network (Haarnoja et al., 2018, "SAC v2").
+"""SACLoss: soft actor-critic (Haarnoja et al., 2018), with or without a state-value network.
+
+Without a value network ("SAC v2", the default):
 
 - critics: ``Q_i(s, a)`` regress onto ``r + gamma * (1 - terminated) * (min_i Q'_i(s', a') - alpha * log pi(a'|s'))``
   with ``a' ~ pi(.|s')`` (target Q ensemble, the current actor);
 - actor: minimise ``alpha * log pi(a|s) - min_i Q_i(s, a)`` with ``a`` reparameterised (critics detached);
 - temperature: minimise ``-log_alpha * (log pi(a|s) + target_entropy)`` (log-prob detached), so alpha
   grows when the policy's entropy falls below the target.
+
+With a value network ("SAC v1", the first paper's version) the critics regress onto
+``r + gamma * (1 - terminated) * V'(s')`` (the target value network), each critic on its own share of
+the batch, and ``V(s)`` regresses onto ``min_i Q'_i(s, a) - alpha * log pi(a|s)`` with ``a ~ pi(.|s)``
+(``"loss_value"``); actor and temperature losses are the same.
 """
 
 from __future__ import annotations
@@ -25,6 +32,7 @@ from ._actions import (
 from .utils import (
     _BootstrappedLoss,
     _check_alpha_bounds,
+    _check_batch_shaped,
     _check_bool,
     _check_scalar_output_mode,
     _get,
@@ -37,7 +45,7 @@ __all__ = ["SACLoss"]
 
 
 class SACLoss(_TemperatureMixin, _BootstrappedLoss):
-    """The SAC loss (TorchRL's ``SACLoss``, the version without a value network).
+    """The SAC loss (TorchRL's ``SACLoss``).
 
     Args:
         actor_network: a probabilistic actor (``ProbabilisticTensorDictSequential`` or
@@ -45,7 +53,10 @@ class SACLoss(_TemperatureMixin, _BootstrappedLoss):
             ``"action"`` (e.g. ``TanhNormal``).
         qvalue_network: a Q-network reading the observation and ``"action"`` and writing
             ``"state_action_value"`` (batch shape); trained as an ensemble of ``num_qvalue_nets``.
-        value_network: must be ``None``: SAC v1 (with a state-value network) is not implemented.
+        value_network: ``None`` (default, SAC v2), or a state-value network reading the observation
+            and writing ``"state_value"`` (batch shape): SAC v1. Its target copy gives the critics'
+            next-state value, and the critics are then trained each on its own ``1/num_qvalue_nets``
+            of the batch (the first batch dim must divide evenly), as in TorchRL.
 
     Keyword Args:
         num_qvalue_nets: size of the Q ensemble (default 2).
@@ -59,7 +70,7 @@ class SACLoss(_TemperatureMixin, _BootstrappedLoss):
         delay_actor: keep target actor parameters (default ``False``); when ``True`` they sample the
             next action of the target.
         delay_qvalue: keep target Q parameters (default ``True``).
-        delay_value: accepted for TorchRL compatibility; there is no value network.
+        delay_value: keep target parameters of the value network (default ``True``; SAC v1 only).
         reduction: ``"mean"`` (default), ``"sum"`` or ``"none"``.
         deactivate_vmap: run the Q-ensemble's parameter sets in a plain loop instead of ``torch.vmap``
             (TorchRL's option; the same numbers).
@@ -81,10 +92,10 @@ class SACLoss(_TemperatureMixin, _BootstrappedLoss):
         priority_key: deprecated (``DeprecationWarning``): use ``set_keys(priority=...)``.
 
     Returns from ``forward`` a TensorDict with ``"loss_actor"``, ``"loss_qvalue"`` (summed over the
-    ensemble), ``"loss_alpha"``, and the detached ``"alpha"`` and ``"entropy"`` (mean of
-    ``-log pi(a|s)``). Like TorchRL it writes the detached absolute TD error (max over the ensemble)
-    into the input at ``"td_error"`` for prioritized replay. With ``reduction="none"`` the output
-    has the input's batch size.
+    ensemble), ``"loss_alpha"``, ``"loss_value"`` (SAC v1 only), and the detached ``"alpha"`` and
+    ``"entropy"`` (mean of ``-log pi(a|s)``). Like TorchRL it writes the detached TD error into the
+    input at ``"td_error"`` for prioritized replay (v2: absolute, max over the ensemble; v1: squared,
+    each critic on its share). With ``reduction="none"`` the output has the input's batch size.
 
     Examples:
         >>> import torch
@@ -112,7 +123,7 @@ class SACLoss(_TemperatureMixin, _BootstrappedLoss):
         ...     batch_size=[6])
         >>> out = loss(td)
         >>> sorted(out.keys()), loss.target_entropy
-        (['alpha', 'entropy', 'loss_actor', 'loss_alpha', 'loss_qvalue'], -2.0)
+        (['alpha', 'entropy', 'loss_actor', 'loss_alpha', 'loss_qvalue'], tensor(-2.))
     """
 
     default_keys: ClassVar[dict] = {
@@ -126,7 +137,6 @@ class SACLoss(_TemperatureMixin, _BootstrappedLoss):
         "done": "done",
         "terminated": "terminated",
     }
-    out_keys: ClassVar[list] = ["loss_actor", "loss_qvalue", "loss_alpha", "alpha", "entropy"]
 
     def __init__(
         self,
@@ -155,11 +165,6 @@ class SACLoss(_TemperatureMixin, _BootstrappedLoss):
         priority_key: Any = None,
     ) -> None:
         reduction = "mean" if reduction is None else reduction
-        if value_network is not None:
-            raise NotImplementedError(
-                "SACLoss: the version with a state-value network (SAC v1) is not implemented; "
-                "pass value_network=None (SAC v2: the next-state value comes from the target Q ensemble)."
-            )
         _check_bool("SACLoss", "skip_done_states", skip_done_states)
         mode = _check_scalar_output_mode("SACLoss", scalar_output_mode, reduction, ("alpha", "entropy"))
         super().__init__(
@@ -187,16 +192,31 @@ class SACLoss(_TemperatureMixin, _BootstrappedLoss):
         self.skip_done_states = skip_done_states
         self.scalar_output_mode = mode
         self._target_entropy = resolved
+        self._version = 2 if value_network is None else 1
         self.convert_to_functional(actor_network, "actor_network", create_target_params=self.delay_actor)
+        if value_network is not None:
+            self.convert_to_functional(
+                value_network,
+                "value_network",
+                create_target_params=self.delay_value,
+                compare_against=self._policy_params(actor_network),
+            )
+        trained_before = (actor_network,) if value_network is None else (actor_network, value_network)
         self.convert_to_functional(
             qvalue_network,
             "qvalue_network",
             expand_dim=num_qvalue_nets,
             create_target_params=self.delay_qvalue,
-            compare_against=self._policy_params(actor_network),
+            compare_against=self._policy_params(*trained_before),
         )
         self._init_temperature(alpha_init, min_alpha, max_alpha, fixed_alpha)
         self._keys_from_actor(actor_network, "log_prob")
+
+    @property
+    def out_keys(self) -> list[str]:
+        """The entries of the output (``"loss_value"`` with a value network)."""
+        keys = ["loss_actor", "loss_qvalue", "loss_alpha", "alpha", "entropy"]
+        return keys if self._version == 2 else [*keys, "loss_value"]
 
     def _sample(self, tensordict: Any, target: bool = False) -> PolicyDraw:
         """A reparameterised action from the actor (its target parameters with ``target``)."""
@@ -229,6 +249,52 @@ class SACLoss(_TemperatureMixin, _BootstrappedLoss):
         loss = distance_loss(pred, target.expand_as(pred), self.loss_function).sum(0)
         return self._reduce_loss(loss, tensordict), (pred.detach() - target).abs().max(0).values
 
+    def _qvalue_v1_loss(self, tensordict: Any) -> tuple[torch.Tensor, torch.Tensor]:
+        """SAC v1 critics: each trains on its own share of the batch, towards ``r + gamma * V'(s')``."""
+        batch = tensordict.batch_size
+        n = self.num_qvalue_nets
+        if not batch or batch[0] % n:
+            raise ValueError(
+                f"SACLoss: with a value network each of the {n} Q-networks (num_qvalue_nets) trains on its own "
+                f"1/{n} of the batch, so the first batch dim must be divisible by {n}; got batch size {tuple(batch)}."
+            )
+        value_key = self.tensor_keys.value
+        with torch.no_grad():
+            next_td = _get("SACLoss", tensordict, "next").copy()
+            next_value = self.call_network("value_network", next_td, target=self.delay_value, out_key=value_key)
+            _check_batch_shaped("SACLoss", {("next", value_key): next_value}, batch)
+            target = self._bootstrap(tensordict, next_value)
+        pred = self._q_per_share(tensordict)
+        loss = self._reduce_loss(distance_loss(pred, target, self.loss_function), tensordict)
+        return loss, (pred.detach() - target).pow(2)
+
+    def _q_per_share(self, tensordict: Any) -> torch.Tensor:
+        """``Q_i`` on the ``i``-th of ``num_qvalue_nets`` equal shares of the batch (along the first
+        batch dim), laid back out over the batch: batch-shaped."""
+        n, batch = self.num_qvalue_nets, tensordict.batch_size
+        key = self.tensor_keys.state_action_value
+        module = self.qvalue_network
+        shares = tensordict.select(*module.in_keys, strict=False).reshape(n, -1, *batch[1:])
+        leaves, bind = self._binder("qvalue_network", self.params_of("qvalue_network"))
+        preds = []
+        for i in range(n):
+            with bind([leaf[i] for leaf in leaves]):
+                value = _get("SACLoss", module(shares[i].copy()), key)
+            _check_batch_shaped("SACLoss", {key: value}, shares.batch_size[1:])
+            preds.append(value)
+        return torch.stack(preds, 0).reshape(batch)
+
+    def _value_loss(self, tensordict: Any) -> torch.Tensor:
+        """SAC v1 value network: ``V(s)`` towards ``min_i Q'_i(s, a) - alpha * log pi(a|s)``, ``a ~ pi(.|s)``
+        (target actor and critics where kept; nothing but the value network is trained)."""
+        value_key = self.tensor_keys.value
+        pred = self.call_network("value_network", tensordict.detach(), out_key=value_key)
+        _check_batch_shaped("SACLoss", {value_key: pred}, tensordict.batch_size)
+        with torch.no_grad():
+            work, _, log_prob, _ = self._sample(tensordict, target=self.delay_actor)
+            target = self._q(work, target=self.delay_qvalue).min(0).values - self._alpha * log_prob
+        return self._reduce_loss(distance_loss(pred, target, self.loss_function), tensordict)
+
     def _actor_loss(self, tensordict: Any) -> tuple[torch.Tensor, torch.Tensor]:
         work, _, log_prob, _ = self._sample(tensordict)
         min_q = self._q(work, params=self.params_of("qvalue_network").detach()).min(0).values
@@ -236,7 +302,12 @@ class SACLoss(_TemperatureMixin, _BootstrappedLoss):
 
     def forward(self, tensordict: Any) -> TensorDict:
         _get("SACLoss", tensordict, self.tensor_keys.action)
-        loss_qvalue, td_error = self._qvalue_loss(tensordict)
+        losses = {}
+        if self._version == 2:
+            loss_qvalue, td_error = self._qvalue_loss(tensordict)
+        else:
+            loss_qvalue, td_error = self._qvalue_v1_loss(tensordict)
+            losses["loss_value"] = self._value_loss(tensordict)
         loss_actor, log_prob = self._actor_loss(tensordict)
         if self._target_entropy is None:
             # no spec: the action's own shape (beyond the batch dims) gives "auto"
@@ -245,7 +316,7 @@ class SACLoss(_TemperatureMixin, _BootstrappedLoss):
         loss_alpha = self._reduce_loss(-self.log_alpha * (log_prob + self._target_entropy), tensordict)
         tensordict.set(self.tensor_keys.priority, td_error)
         return _loss_output(
-            {"loss_actor": loss_actor, "loss_qvalue": loss_qvalue, "loss_alpha": loss_alpha},
+            {"loss_actor": loss_actor, "loss_qvalue": loss_qvalue, "loss_alpha": loss_alpha, **losses},
             {"alpha": self._alpha, "entropy": -log_prob.mean()},
             self.reduction,
             self.scalar_output_mode,

@@ -33,6 +33,7 @@ class TargetNetUpdater:
         if not names:
             raise ValueError(f"{type(self).__name__}: {type(loss_module).__name__} has no target parameters to update.")
         self.loss_module = loss_module
+        loss_module._target_updater_attached = True
         self._sources: list[torch.Tensor] = []
         self._targets: list[torch.Tensor] = []
         for name in names:

@@ -322,6 +322,8 @@ class _BootstrappedLoss(LossModule):
         The estimator reads reward, done and terminated from ``tensordict["next"]``; ``tensordict``
         itself is not modified (the value goes into a shallow copy).
         """
+        if not tensordict.batch_dims:  # one transition: the estimator runs on a batch of one
+            return self._bootstrap(tensordict.unsqueeze(0), next_value.unsqueeze(0)).squeeze(0)
         estimator = self.value_estimator
         target = estimator.value_estimate(_set_next_value(tensordict, estimator.tensor_keys.value, next_value))
         _check_batch_shaped(type(self).__name__, {"value_target": target}, tensordict.batch_size)
@@ -384,13 +386,17 @@ class _TemperatureMixin:
         def register_buffer(self, name: str, tensor: torch.Tensor | None, persistent: bool = True) -> None: ...
 
     @property
-    def target_entropy(self) -> float | None:
-        """The entropy target (``None`` until the first call when it is inferred from the action);
-        assign a number to change it."""
-        return self._target_entropy
+    def target_entropy(self) -> torch.Tensor | None:
+        """The entropy target, a 0-dim tensor on ``log_alpha``'s device as in TorchRL (``None`` until
+        the first call when it is inferred from the action); assign a number to change it."""
+        if self._target_entropy is None:
+            return None
+        return torch.tensor(self._target_entropy, dtype=self.log_alpha.dtype, device=self.log_alpha.device)
 
     @target_entropy.setter
-    def target_entropy(self, value: float) -> None:
+    def target_entropy(self, value: float | torch.Tensor) -> None:
+        if isinstance(value, torch.Tensor) and value.numel() == 1:
+            value = float(value)
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
             raise ValueError(f"{type(self).__name__}: target_entropy must be a finite number, got {value!r}.")
         self._target_entropy = float(value)

@@ -158,6 +158,27 @@ class TanhNormal(D.Distribution):
         self._last_draw = (y, x)  # log_prob(y) scores x itself (see the class docstring)
         return y
 
+    def rsample_and_log_prob(
+        self, sample_shape: torch.Size | tuple = torch.Size()
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """A reparametrised sample and its log-density, scored from the Normal draw itself (TorchRL's
+        joint call; the same numbers as ``log_prob`` of the tensor ``rsample`` just returned).
+
+        Examples:
+            >>> import torch
+            >>> from rl_objectives.modules import TanhNormal
+            >>> y, lp = TanhNormal(torch.zeros(4, 2), torch.full((4, 2), 1e-3)).rsample_and_log_prob()
+            >>> y.shape, lp.shape, bool(lp.isfinite().all())
+            (torch.Size([4, 2]), torch.Size([4]), True)
+        """
+        y = self.rsample(sample_shape)
+        return y, self._draw_log_prob(self._last_draw[1])
+
+    def _draw_log_prob(self, x: torch.Tensor) -> torch.Tensor:
+        # log(1 - tanh(x)^2) = 2 * (log 2 - x - softplus(-2x)): finite for any x
+        log_det = 2.0 * (math.log(2.0) - x - torch.nn.functional.softplus(-2.0 * x))
+        return _sum_event(self._base.log_prob(x) - log_det - torch.log(self._half), self.event_dims)
+
     def sample(self, sample_shape: torch.Size | tuple = torch.Size()) -> torch.Tensor:
         with torch.no_grad():
             return self.rsample(sample_shape)
@@ -165,10 +186,7 @@ class TanhNormal(D.Distribution):
     def log_prob(self, value: torch.Tensor) -> torch.Tensor:
         last = getattr(self, "_last_draw", None)
         if last is not None and value is last[0]:
-            x = last[1]
-            # log(1 - tanh(x)^2) = 2 * (log 2 - x - softplus(-2x)): finite for any x
-            log_det = 2.0 * (math.log(2.0) - x - torch.nn.functional.softplus(-2.0 * x))
-            return _sum_event(self._base.log_prob(x) - log_det - torch.log(self._half), self.event_dims)
+            return self._draw_log_prob(last[1])
         t = ((value - self._center) / self._half).clamp(-1 + self._eps, 1 - self._eps)
         x = torch.atanh(t)
         # log(1 - t^2) as log1p(-t) + log1p(t): accurate when |t| is close to 1

@@ -17,7 +17,7 @@ from typing import Any, ClassVar, cast
 
 import torch
 from tdict import TensorDict, TensorDictBase, unravel_key
-from tdict.nn import TensorDictModuleBase, TensorKeysMixin
+from tdict.nn import TensorDictModuleBase, TensorKeysMixin, dispatch
 from tdict.validation import check_positive_int
 from torch import nn
 
@@ -30,11 +30,12 @@ _Tensor = torch.Tensor
 _TRAJ_IDS = ("collector", "traj_ids")
 
 
-class ValueEstimators(str, enum.Enum):
+class ValueEstimators(enum.Enum):
     """The value estimators a loss can build, by name (TorchRL's enum with short string values).
 
-    Members compare equal to their value (a ``str`` enum), and ``ValueEstimators("gae")`` also
-    accepts a member name, case-insensitively.
+    A plain ``Enum`` as in TorchRL (``str(member)`` is ``"ValueEstimators.<NAME>"``); members also
+    compare equal to their value string, and ``ValueEstimators("gae")`` also accepts a member name,
+    case-insensitively.
 
     Examples:
         >>> ValueEstimators.GAE.value
@@ -53,6 +54,13 @@ class ValueEstimators(str, enum.Enum):
     GAE = "GAE"
     MAGAE = "Multi-agent generalized advantage estimate"
     VTrace = "VTrace"
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, str):
+            return self.value == other
+        return self is other
+
+    __hash__ = enum.Enum.__hash__
 
     @classmethod
     def _missing_(cls, value: object) -> ValueEstimators | None:
@@ -291,19 +299,21 @@ class ValueEstimatorBase(TensorKeysMixin, nn.Module):
         return [self.tensor_keys.advantage, self.tensor_keys.value_target]
 
     # ------------------------------------------------------------------ helpers
-    def _resolve_time_dim(self, tensordict: Any) -> int:
+    def _resolve_time_dim(self, tensordict: Any, time_dim: int | None = None) -> int:
         ndim = tensordict.batch_dims
         name = type(self).__name__
         if ndim == 0:
             raise ValueError(
                 f"{name}: the tensordict needs a time dim among its batch dims, got batch_size {tuple(tensordict.batch_size)}."
             )
-        if self.time_dim is not None:
-            if not -ndim <= self.time_dim < ndim:
+        if time_dim is None:
+            time_dim = self.time_dim
+        if time_dim is not None:
+            if isinstance(time_dim, bool) or not isinstance(time_dim, int) or not -ndim <= time_dim < ndim:
                 raise ValueError(
-                    f"{name}: time_dim={self.time_dim} is out of range for batch_size {tuple(tensordict.batch_size)}."
+                    f"{name}: time_dim={time_dim!r} is out of range for batch_size {tuple(tensordict.batch_size)}."
                 )
-            return self.time_dim % ndim
+            return time_dim % ndim
         names = tensordict.names
         if "time" in names:
             return names.index("time")
@@ -535,9 +545,11 @@ class ValueEstimatorBase(TensorKeysMixin, nn.Module):
                 "then carry the advantage and the loss uses it), or give the estimator the right time_dim."
             )
 
-    def _run(self, tensordict: Any, params: Any, target_params: Any, need_value: bool) -> tuple:
+    def _run(
+        self, tensordict: Any, params: Any, target_params: Any, need_value: bool, time_dim: int | None = None
+    ) -> tuple:
         keys = self.tensor_keys
-        time_dim = self._resolve_time_dim(tensordict)
+        time_dim = self._resolve_time_dim(tensordict, time_dim)
         reward, done, terminated = self._inputs(tensordict, time_dim)
         self._check_time_order(tensordict, time_dim)
         value, next_value = self._values(tensordict, params, target_params, time_dim, need_value)
@@ -551,33 +563,42 @@ class ValueEstimatorBase(TensorKeysMixin, nn.Module):
     def _grad_context(self) -> Any:
         return contextlib.nullcontext() if self.differentiable else torch.no_grad()
 
-    def forward(self, tensordict: Any, *, params: Any = None, target_params: Any = None) -> Any:
+    @dispatch(auto_batch_size=True)
+    def forward(
+        self, tensordict: Any, *, params: Any = None, target_params: Any = None, time_dim: int | None = None
+    ) -> Any:
         """Write the advantage and the value target into ``tensordict`` and return it.
 
         Args:
-            tensordict: a rollout, batch ``[*B, T]``.
+            tensordict: a rollout, batch ``[*B, T]``. Keyword tensors named after :attr:`in_keys`
+                (nested keys joined with ``"_"``: ``obs=..., next_reward=...``) instead give
+                ``(advantage, value_target)``.
             params: parameters for the value network (a TensorDict as ``TensorDict.from_module``
                 gives), swapped in for the calls; ``None`` uses the network's own.
             target_params: parameters for the next-state value; default ``params``.
+            time_dim: the batch dim of time for this call (default: the estimator's ``time_dim``,
+                else the dim named ``"time"``, else the last one).
 
         Raises:
             KeyError: naming a missing entry. ValueError: on a shape mix, naming the keys.
         """
         keys = self.tensor_keys
         with self._grad_context():
-            advantage, value_target = self._run(tensordict, params, target_params, need_value=True)
+            advantage, value_target = self._run(tensordict, params, target_params, True, time_dim)
         tensordict.set(keys.advantage, advantage)
         tensordict.set(keys.value_target, value_target)
         return tensordict
 
-    def value_estimate(self, tensordict: Any, *, params: Any = None, target_params: Any = None) -> _Tensor:
+    def value_estimate(
+        self, tensordict: Any, *, params: Any = None, target_params: Any = None, time_dim: int | None = None
+    ) -> _Tensor:
         """The value target only (nothing but the value network's outputs is written).
 
         TD estimators need only the next values here, so the value network runs on
-        ``tensordict["next"]`` alone.
+        ``tensordict["next"]`` alone. ``time_dim`` as in :meth:`forward`.
         """
         with self._grad_context():
-            _, value_target = self._run(tensordict, params, target_params, need_value=self._target_needs_value)
+            _, value_target = self._run(tensordict, params, target_params, self._target_needs_value, time_dim)
         return value_target
 
     def extra_repr(self) -> str:
