@@ -171,3 +171,39 @@ def test_summary_sets_private_failures_apart_and_counts_only_the_real_librarys_p
     row = conformance._row("x", conformance.Counter(c))
     # 1 of 4 real passes; 1 of 3 without the private one; 1 of 2 without the not-built one too
     assert row == "| x | 5 | 4 | 2 | 25.0% | 1 | 0 | 33.3% | 1 | 50.0% |"
+
+
+def test_singleton_dim_mixes_count_as_deliberate_and_nothing_else():
+    reason = "per-step scalars (reward, done, value, advantage, log-prob) have no trailing singleton dim"
+    pattern = next(p for p, why in conformance.DELIBERATE if why == reason)
+    mixes = [
+        "ValueError: GAE: ('next', 'reward') has shape (2, 4, 1) but 'state_value' has shape (2, 4) (batch_size (2, 4));",
+        "ValueError: TD0Estimator: ('next', 'chosen_action_value') has shape (2,) but ('next', 'reward') has shape (2, 1);",
+        "ValueError: SACLoss: 'x' has shape (16, 1), expected (16,) (batch_size (16,)); per-step scalars",
+        "ValueError: MultiAgentGAE: reward of shape (2, 4, 1) must have the values' shape (2, 4) (per agent)",
+        "ValueError: DQNLoss: ('next', 'reward') has shape (1,) but ('next', 'chosen_action_value') has shape ();",
+    ]
+    others = [
+        "ValueError: ClipPPOLoss: 'a' has shape (2,) but 'advantage' has shape (2, 8, 7, 1);",
+        "ValueError: X: 'a' has shape (2, 5) but 'b' has shape (2, 1);",
+        "ValueError: X: 'a' has shape (3, 1) but 'b' has shape (2,);",
+    ]
+    assert all(pattern.search(m) for m in mixes)
+    assert not any(pattern.search(m) for m in others)
+
+
+def test_objectives_aliases_reach_the_functional_estimators(tmp_path):
+    proc = _python(
+        """
+        import rl_objectives.value.functional as ours
+        from torchrl.objectives.value.functional import vec_generalized_advantage_estimate
+        from tensordict.nn import set_composite_lp_aggregate
+        assert vec_generalized_advantage_estimate is ours.vec_generalized_advantage_estimate
+        setter = set_composite_lp_aggregate(False)
+        setter.set()
+        setter.unset()  # the switch stubs undo nothing, without failing
+        print("ok")
+        """,
+        tmp_path,
+    )
+    assert proc.returncode == 0 and proc.stdout.strip() == "ok", proc.stderr[-3000:]

@@ -208,7 +208,7 @@ def test_async_collector_exact_and_state_dict():
     c = AsyncCollector(PendulumEnv, None, frames_per_batch=16, total_frames=40)
     assert [b.numel() for b in c] == [16, 16, 8]
     state = c.state_dict()
-    assert state["frames"] == 40 and state["workers"][0]["frames"] == 40
+    assert state["frames"] == 40 and state["worker0"]["frames"] == 40
     c.shutdown()
     c2 = MultiSyncCollector([PendulumEnv], None, frames_per_batch=16, total_frames=48)
     c2.load_state_dict(state)
@@ -320,8 +320,8 @@ def test_bad_arguments():
         MultiSyncCollector(PendulumEnv, None, frames_per_batch=10)
     with pytest.raises(ValueError, match="preemptive_threshold"):
         MultiSyncCollector([PendulumEnv], None, frames_per_batch=10, preemptive_threshold=1.5)
-    with pytest.raises(ValueError, match="trajs_per_batch"):
-        MultiSyncCollector([PendulumEnv], None, frames_per_batch=10, trajs_per_batch=2)
+    with pytest.raises(ValueError, match="trajs_per_write"):
+        MultiSyncCollector([PendulumEnv], None, frames_per_batch=10, trajs_per_write=2)
     assert _no_children()
 
 

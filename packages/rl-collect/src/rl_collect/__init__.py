@@ -14,13 +14,19 @@ Examples:
 
 from __future__ import annotations
 
+from .assembly import TrajectoryAssembler
+from .base import BaseCollector
 from .collector import Collector
 from .distributed import DistributedCollector, run_worker
+from ._multi_base import MultiCollector
 from .multi_async import AsyncCollector, MultiAsyncCollector
 from .multi_sync import MultiSyncCollector
+from .profiling import ProfileConfig, ProfilerHook
 from .ray_collector import RayCollector
 from .trajectories import split_trajectories
 from .weight_sync import (
+    MultiProcessWeightSyncScheme,
+    NoWeightSyncScheme,
     DistributedWeightReceiver,
     DistributedWeightSyncScheme,
     PipeWeightReceiver,
@@ -37,19 +43,26 @@ __version__ = "0.1.0"
 
 __all__ = [
     "AsyncCollector",
+    "BaseCollector",
     "Collector",
     "DistributedCollector",
     "DistributedWeightReceiver",
     "DistributedWeightSyncScheme",
     "MultiAsyncCollector",
+    "MultiCollector",
+    "MultiProcessWeightSyncScheme",
     "MultiSyncCollector",
+    "NoWeightSyncScheme",
     "PipeWeightReceiver",
     "PipeWeightSyncScheme",
+    "ProfileConfig",
+    "ProfilerHook",
     "RayCollector",
     "RayWeightReceiver",
     "RayWeightSyncScheme",
     "SharedMemWeightReceiver",
     "SharedMemWeightSyncScheme",
+    "TrajectoryAssembler",
     "WeightReceiver",
     "WeightSyncScheme",
     "__version__",

@@ -3,8 +3,11 @@
 Protocol (parent -> worker, one duplex pipe per worker): ``("collect", frames)`` -> ``("batch", td,
 frames)``; ``("seed", seed, static)`` -> ``("seed", next_seed)``; ``("state_dict",)`` ->
 ``("state", dict)``; ``("load_state_dict", dict)`` -> ``("ok",)``; ``("reset",)`` -> ``("ok",)``;
-``("close",)`` -> the worker exits. Scheme messages (``("weights", td, version)``) get no reply. A
-worker that raises replies ``("error", traceback_text)`` and exits. Every worker beats and dies with
+``("setattr", name, value)``, ``("getattr", path)`` and ``("call", path, args, kwargs)`` on the
+worker's collector -> ``("result", value, None)``, or ``("result", None, traceback_text)`` when
+that raised (the worker lives on); ``("close",)`` -> the worker exits. Scheme messages
+(``("weights", td, version)``, ``("weights_buffer", td)``) get no reply. A worker that raises
+otherwise replies ``("error", traceback_text, exception_type_name)`` and exits. Every worker beats and dies with
 its parent, even in the middle of a batch (``tdict.liveness``).
 """
 
@@ -12,6 +15,7 @@ from __future__ import annotations
 
 import copy
 import os
+import pickle
 import threading
 import traceback
 import weakref
@@ -24,6 +28,7 @@ from torch import nn
 from tdict import TensorDictBase
 
 from tdict.liveness import HeartbeatBoard, die_with_parent, start_heartbeat
+from .base import call_path, resolve_attr
 from .collector import Collector
 from .weight_sync import WeightReceiver
 
@@ -33,13 +38,83 @@ _WORKER = ("collector", "worker_id")
 TRAJ_ID_STRIDE = 1 << 40
 
 
-def _apply_weights(collector: Collector, policy: Any, receiver: WeightReceiver) -> None:
-    weights, version = receiver.receive()
-    if version == collector.policy_version:
-        return
-    if weights is not None and isinstance(policy, nn.Module):
-        weights.to_module(policy, inplace=True)
-    collector.policy_version = version
+class Portable:
+    """A callable that travels to spawned workers: pickled by reference when it can be, else by value
+    with ``cloudpickle`` (lambdas, closures), when that is installed.
+
+    Examples:
+        >>> import pickle
+        >>> hook = Portable(len)
+        >>> pickle.loads(pickle.dumps(hook))([1, 2])
+        2
+    """
+
+    def __init__(self, fn: Any) -> None:
+        self.fn = fn
+
+    @classmethod
+    def wrap(cls, fn: Any) -> Portable | None:
+        return None if fn is None else cls(fn)
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        return self.fn(*args, **kwargs)
+
+    def __reduce__(self) -> tuple:
+        try:
+            payload = pickle.dumps(self.fn)
+        except Exception as err:
+            try:
+                import cloudpickle
+            except ImportError:
+                raise TypeError(
+                    f"rl_collect: {self.fn!r} cannot be pickled by reference ({err}) to reach the workers; install "
+                    "cloudpickle to send lambdas and closures, or use a module-level function."
+                ) from err
+            payload = cloudpickle.dumps(self.fn)
+        return (_load_portable, (payload,))
+
+
+def _load_portable(payload: bytes) -> Portable:
+    return Portable(pickle.loads(payload))  # cloudpickle output loads with plain pickle
+
+
+class _WeightsApplier:
+    """Loads what the receiver delivers into the worker's policy; the collector's version follows the
+    receiver's only when that changed (a version restored by ``load_state_dict`` stays until then)."""
+
+    def __init__(self, collector: Collector, receiver: WeightReceiver) -> None:
+        self.collector = collector
+        self.receiver = receiver
+        self.seen: int | None = None
+
+    def __call__(self) -> None:
+        weights, version = self.receiver.receive()
+        if weights is None and version == self.seen:
+            return
+        first = self.seen is None
+        self.seen = version
+        if first and weights is None:
+            return  # the version the worker started with
+        policy = self.collector._user_policy_module()
+        if weights is not None and isinstance(policy, nn.Module):
+            weights.to_module(policy, inplace=True)
+        self.collector.policy_version = version
+
+
+def _attr_command(collector: Collector, message: tuple) -> tuple:
+    """The reply to a ``setattr``/``getattr``/``call`` command: ``("result", value, error_text)``."""
+    try:
+        command = message[0]
+        if command == "setattr":
+            setattr(collector, message[1], message[2])
+            value = None
+        elif command == "getattr":
+            value = resolve_attr(collector, message[1])
+        else:
+            value = call_path(collector, message[1], message[2], message[3])
+    except Exception:
+        return ("result", None, traceback.format_exc())
+    return ("result", value, None)
 
 
 def _collect(collector: Collector, worker_id: int, frames: int, stop: torch.Tensor | None) -> Any:
@@ -72,14 +147,19 @@ def worker_main(
             torch.set_num_threads(num_threads)
         policy = copy.deepcopy(policy)  # never write into the parent's (possibly shared) tensors
         collector = Collector(create_env_fn, policy, frames_per_batch=1, total_frames=-1, **collector_kwargs)
+        apply_weights = _WeightsApplier(collector, receiver)
+        apply_weights()
         conn.send(("ready", collector.n_envs))
         while True:
             message = conn.recv()  # the heartbeat thread ends this process if the parent dies meanwhile
             command = message[0]
             if receiver.handle(message):
                 continue
-            if command == "collect":
-                _apply_weights(collector, policy, receiver)
+            if command in ("setattr", "getattr", "call"):
+                apply_weights()
+                conn.send(_attr_command(collector, message))
+            elif command == "collect":
+                apply_weights()
                 batch = _collect(collector, worker_id, message[1], stop)
                 if isinstance(batch, TensorDictBase):
                     # one storage for every leaf: the pipe shares one block of memory instead of one per tensor
@@ -88,6 +168,7 @@ def worker_main(
             elif command == "seed":
                 conn.send(("seed", collector.set_seed(message[1], static_seed=message[2])))
             elif command == "state_dict":
+                apply_weights()
                 conn.send(("state", collector.state_dict()))
             elif command == "load_state_dict":
                 collector.load_state_dict(message[1])
@@ -102,9 +183,9 @@ def worker_main(
                 raise ValueError(f"rl_collect worker: unknown command {command!r}")
     except (EOFError, BrokenPipeError, KeyboardInterrupt):
         return
-    except BaseException:
+    except BaseException as exc:
         try:
-            conn.send(("error", traceback.format_exc()))
+            conn.send(("error", traceback.format_exc(), type(exc).__name__))
         except Exception:
             pass
     finally:
@@ -156,7 +237,7 @@ class WorkerPool:
         self,
         create_env_fns: Sequence[Any],
         policy: Any,
-        collector_kwargs: dict,
+        collector_kwargs: Sequence[dict],
         receivers: Sequence[WeightReceiver],
         *,
         stop: torch.Tensor | None,
@@ -175,7 +256,9 @@ class WorkerPool:
         kernel_signal = threading.current_thread() is threading.main_thread()
         self.procs: list = []
         self.conns: list = []
+        self.locks: list = []  # one per pipe: a background collection thread and the caller may both send
         self.closed = False
+        self.starting = True
         self._finalizer = weakref.finalize(self, _shutdown_processes, self.procs, self.conns)
         try:
             for i, fn in enumerate(create_env_fns):
@@ -186,7 +269,7 @@ class WorkerPool:
                         i,
                         fn,
                         policy,
-                        collector_kwargs,
+                        collector_kwargs[i],
                         child_end,
                         receivers[i],
                         stop,
@@ -203,8 +286,10 @@ class WorkerPool:
                 child_end.close()
                 self.procs.append(proc)
                 self.conns.append(parent_end)
+                self.locks.append(threading.Lock())
             self._since = [_now()] * len(self.procs)
             self.n_envs = [self.recv(i, "ready")[1] for i in range(len(self.procs))]
+            self.starting = False
         except BaseException:
             self.close()
             raise
@@ -216,9 +301,14 @@ class WorkerPool:
         self._since[i] = _now()  # the reply is due within ``timeout`` of this
         self.board.asked(i)
         try:
-            self.conns[i].send(message)
+            with self.locks[i]:
+                self.conns[i].send(message)
         except (BrokenPipeError, OSError):
             self._raise_dead(i)
+
+    def locked_pipes(self) -> list:
+        """The parent ends of the pipes for a weight sync scheme, each ``send`` under the pipe's lock."""
+        return [_LockedPipe(conn, lock) for conn, lock in zip(self.conns, self.locks)]
 
     def recv(self, i: int, expected: str | None = None) -> tuple:
         return self.recv_any([i], expected)[1]
@@ -247,7 +337,11 @@ class WorkerPool:
                 if message[0] == "error":
                     pid = self.procs[i].pid
                     self.close(grace=0.0)
-                    raise RuntimeError(f"rl_collect: worker {i} (pid {pid}) raised:\n{message[1]}")
+                    text = f"rl_collect: worker {i} (pid {pid}) raised:\n{message[1]}"
+                    # while the workers start, a bad argument (a policy the env cannot feed) raises what the
+                    # single-process Collector raises; later faults are RuntimeErrors naming the worker
+                    kind = _STARTUP_ERRORS.get(message[2]) if self.starting and len(message) > 2 else None
+                    raise (kind or RuntimeError)(text)
                 if message[0] == "batch" and isinstance(message[1], TensorDictBase) and message[1].is_locked:
                     message[1].unlock_()  # consolidated for the trip; the parent adds entries (masks, ids)
                 if expected is not None and message[0] != expected:
@@ -305,6 +399,12 @@ class WorkerPool:
             _shutdown_processes(self.procs, self.conns, grace)
 
 
+#: exception types a worker's start-up failure keeps in the parent (by name, as the worker reports it)
+_STARTUP_ERRORS: dict[str, type[Exception]] = {
+    cls.__name__: cls for cls in (TypeError, ValueError, KeyError, NotImplementedError, AttributeError)
+}
+
+
 def split_frames(frames: int, n_envs: Sequence[int]) -> list[int]:
     """``frames`` split over workers in whole env steps (worker ``i`` steps ``n_envs[i]`` frames at
     a time), as evenly as possible: the shares sum to ``frames`` or overshoot it by less than the
@@ -325,3 +425,15 @@ def split_frames(frames: int, n_envs: Sequence[int]) -> list[int]:
         shares[i] += n_envs[i]
         total += n_envs[i]
     return shares
+
+
+class _LockedPipe:
+    """A pipe end whose ``send`` holds a lock (messages from two threads never interleave)."""
+
+    def __init__(self, conn: Any, lock: Any) -> None:
+        self._conn = conn
+        self._lock = lock
+
+    def send(self, message: Any) -> None:
+        with self._lock:
+            self._conn.send(message)

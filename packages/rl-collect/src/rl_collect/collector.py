@@ -8,13 +8,17 @@ from typing import Any, Callable, Iterator, cast
 
 import tdict
 import torch
-from torch.nn.parameter import is_lazy
 from torch import nn
 from tdict import TensorDict, TensorDictBase
 from tdict.nn import InteractionType, TensorDictModule, TensorDictModuleBase, set_interaction_type
 from tdict.seeding import chain_seeds, check_seed, make_generator, next_seed, use_generator
 from tdict.validation import check_positive_int
 
+from ._options import check_unsupported, policy_scheme
+from ._policy import make_env, make_policy, policy_only_entries, weights_of, wrap_policy
+from ._state import CollectorState
+from .assembly import TrajectoryAssembler, check_traj_format, write_trajectories
+from .base import BaseCollector
 from .trajectories import split_trajectories
 
 __all__ = ["Collector"]
@@ -23,65 +27,7 @@ _TRAJ = ("collector", "traj_ids")
 _VERSION = ("collector", "policy_version")
 
 
-def _make_env(create_env_fn: Any, kwargs: dict | None) -> Any:
-    """An env object: ``create_env_fn`` itself when it already is one (duck-typed), else its product."""
-    if not isinstance(create_env_fn, type) and hasattr(create_env_fn, "step") and hasattr(create_env_fn, "reset"):
-        if kwargs:
-            raise TypeError("Collector: create_env_kwargs given with an env instance (they need a factory).")
-        return create_env_fn
-    if not callable(create_env_fn):
-        raise TypeError(f"Collector: expected an env or a callable returning one, got {type(create_env_fn).__name__}.")
-    return create_env_fn(**(kwargs or {}))
-
-
-def _wrap_policy(policy: Any, env: Any) -> Any:
-    """A ``td -> td`` callable: plain modules read the observations and write the actions."""
-    if policy is None or isinstance(policy, TensorDictModuleBase) or not isinstance(policy, nn.Module):
-        return policy
-    obs_keys = list(env.observation_keys)
-    if "observation" in obs_keys:  # the conventional key (Gymnasium-style envs)
-        obs_keys = ["observation"]
-    if len(obs_keys) != 1:
-        raise TypeError(
-            f"Collector: a plain nn.Module policy reads one observation; the env has {obs_keys} and none is "
-            "'observation'. Wrap the module in a tdict.nn.TensorDictModule with explicit in_keys."
-        )
-    return TensorDictModule(policy, in_keys=obs_keys, out_keys=list(env.action_keys))
-
-
-def _plain(td: TensorDictBase) -> dict:
-    """A TensorDict as plain data (lists, numbers, tensors): batch sizes of the root and of every
-    sub-collection, names, and ``(key path, tensor)`` pairs of the tensor leaves. The leaves are
-    the tensors themselves, not copies (as ``nn.Module.state_dict`` gives its parameters): their
-    strides survive ``torch.save``, and a resumed env computes on the same layouts (an expanded
-    parameter and its dense copy take different CPU kernels, which round differently)."""
-
-    def path(key: Any) -> list:
-        return list(key) if isinstance(key, tuple) else [key]
-
-    # sorted by key path (a parent before its children): the same data gives the same state, whatever
-    # order the entries were written in
-    subs = sorted([path(k), list(v.batch_size)] for k, v in td.items(True) if isinstance(v, TensorDictBase))
-    return {
-        "batch_size": list(td.batch_size),
-        "names": list(td.names),
-        "collections": subs,
-        "leaves": sorted(([path(k), v] for k, v in td.items(True, True)), key=lambda item: item[0]),
-    }
-
-
-def _from_plain(data: dict) -> TensorDictBase:
-    td = TensorDict({}, batch_size=data["batch_size"])
-    for key, batch_size in data["collections"]:
-        td.set(tuple(key), TensorDict({}, batch_size=batch_size))
-    for key, value in data["leaves"]:
-        td.set(tuple(key), value)
-    if any(n is not None for n in data["names"]):
-        td.names = data["names"]
-    return td
-
-
-class Collector:
+class Collector(CollectorState, BaseCollector):
     """Turns an env and a policy into an iterator of ``[*env.batch_size, T]`` batches (TorchRL's ``Collector``).
 
     Every batch holds ``frames_per_batch`` frames (``T = frames_per_batch / env batch numel``), with
@@ -93,10 +39,12 @@ class Collector:
         create_env_fn: an env (anything with ``reset``/``step``/``batch_size`` and specs) or a callable
             returning one.
         policy: ``td -> td`` (a TensorDictModule, any callable) or a plain ``nn.Module`` (wired to the
-            env's observation and action keys). ``None``: random actions from the action spec.
+            env's observation and action keys). ``None``: random actions from the action spec. A
+            policy with ``set_action_spec_from_env`` (a ``RandomPolicy()`` without a spec) gets the env's.
+        policy_factory: a callable returning the policy (instead of ``policy``).
         frames_per_batch: frames per yielded batch (rounded up to a multiple of the env's batch numel).
-        total_frames: stop after this many frames (``-1``: never). The last batch is cut so that the
-            total is exact (rounded up to a multiple of the env's batch numel, with a warning).
+        total_frames: stop after this many frames (``-1`` or ``None``: never). The last batch is cut so
+            that the total is exact (rounded up to a multiple of the env's batch numel, with a warning).
         init_random_frames: the first frames use random actions.
         max_frames_per_traj: truncate (and reset) trajectories after this many steps.
         reset_at_each_iter: reset every sub-env at the start of each batch.
@@ -111,10 +59,34 @@ class Collector:
         compact_obs: drop the ``("next", ...)`` observation and state entries (within a trajectory
             they repeat the following step's root; the final observation of a trajectory is lost, as in
             TorchRL). Rewards and done flags stay.
-        trajs_per_batch: yield batches of this many complete trajectories (split, padded) instead of a
-            fixed frame count.
+        trajs_per_batch: yield batches of this many complete trajectories instead of a fixed frame
+            count (``frames_per_batch`` frames are collected at a time until enough have ended). With a
+            replay buffer, every completed trajectory is written, flat (``traj_format="cat"``).
+        traj_format: ``"padded"`` (``[n, T_max]`` with a ``("collector", "mask")``, the default) or
+            ``"cat"`` (the trajectories one after the other, flat) for ``trajs_per_batch``.
+        trajs_per_write: with ``trajs_per_batch`` and a replay buffer, write this many trajectories
+            per ``extend`` (default: all those completed).
+        extend_buffer: ``False`` writes the replay buffer one time step at a time.
         create_env_kwargs: keyword arguments of ``create_env_fn``.
         progress_bar: show a tqdm progress bar over ``total_frames``.
+        track_traj_ids: write the ``("collector", ...)`` entries (``False``: none).
+        track_policy_version: also write the policy version as ``"policy_version"`` and
+            ``("next", "policy_version")``, TorchRL's layout, and report it in :meth:`stats`.
+        set_truncated: mark the last step of each batch truncated (and done) in ``"next"``; the env
+            itself continues the trajectory.
+        pre_collect_hook, post_collect_hook: see :class:`~rl_collect.BaseCollector`.
+        weight_sync_schemes: ``{"policy": scheme}``: accepted for symmetry with the multi-process
+            collectors (a single-process collector loads new weights directly).
+        worker_idx: this collector's index among several (set by multi-process collectors).
+        backend: ``None`` or ``"direct"`` (this class); TorchRL's other backends build other classes,
+            which this constructor never returns: use :class:`~rl_collect.MultiSyncCollector`,
+            :class:`~rl_collect.MultiAsyncCollector`, :class:`~rl_collect.RayCollector` or
+            :class:`~rl_collect.DistributedCollector` directly.
+        backend_options, num_collectors, sync: for ``backend``; only their defaults are accepted.
+        use_buffers, trust_policy, no_cuda_sync, return_same_td: TorchRL performance hints, accepted
+            and without effect here.
+        reset_when_done, compile_policy, cudagraph_policy, weight_updater, weight_recv_schemes,
+            interruptor, auto_register_policy_transforms: only TorchRL's defaults are accepted.
 
     Examples:
         >>> from rl_envs import PendulumEnv  # any env with the rl-envs contract
@@ -126,35 +98,95 @@ class Collector:
 
     def __init__(
         self,
-        create_env_fn: Any,
+        create_env_fn: Any = None,
         policy: Any = None,
         *,
+        policy_factory: Callable[[], Any] | None = None,
+        backend: str | None = None,
+        backend_options: dict | None = None,
+        num_collectors: int | None = None,
+        sync: bool | None = None,
         frames_per_batch: int,
-        total_frames: int = -1,
-        init_random_frames: int = 0,
-        max_frames_per_traj: int | None = None,
-        reset_at_each_iter: bool = False,
-        split_trajs: bool = False,
-        postproc: Callable | None = None,
-        exploration_type: Any = InteractionType.RANDOM,
+        total_frames: int | None = -1,
         device: Any = None,
-        env_device: Any = None,
-        policy_device: Any = None,
         storing_device: Any = None,
-        replay_buffer: Any = None,
-        compact_obs: bool = False,
-        trajs_per_batch: int | None = None,
+        policy_device: Any = None,
+        env_device: Any = None,
         create_env_kwargs: dict | None = None,
+        max_frames_per_traj: int | None = None,
+        init_random_frames: int | None = None,
+        reset_at_each_iter: bool = False,
+        postproc: Callable | None = None,
+        split_trajs: bool | None = None,
+        track_traj_ids: bool = True,
+        exploration_type: Any = InteractionType.RANDOM,
+        return_same_td: bool = False,
+        reset_when_done: bool = True,
+        interruptor: Any = None,
+        set_truncated: bool = False,
+        use_buffers: bool | None = None,
+        replay_buffer: Any = None,
+        extend_buffer: bool = True,
+        trust_policy: bool | None = None,
+        compile_policy: Any = None,
+        cudagraph_policy: Any = None,
+        no_cuda_sync: bool = False,
+        weight_updater: Any = None,
+        weight_sync_schemes: dict | None = None,
+        weight_recv_schemes: dict | None = None,
+        track_policy_version: bool = False,
+        worker_idx: int | None = None,
+        trajs_per_batch: int | None = None,
+        trajs_per_write: int | None = None,
+        traj_format: str | None = None,
+        auto_register_policy_transforms: bool | None = None,
+        pre_collect_hook: Callable[[], Any] | None = None,
+        post_collect_hook: Callable[[Any], Any] | None = None,
+        compact_obs: bool = False,
         progress_bar: bool = False,
     ) -> None:
+        if backend not in (None, "direct") or backend_options or sync is not None or num_collectors not in (None, 1):
+            raise ValueError(
+                f"Collector: backend={backend!r}, backend_options, num_collectors={num_collectors!r} and sync={sync!r} "
+                "select another collector class in TorchRL, which this constructor never returns; build "
+                "MultiSyncCollector, MultiAsyncCollector, RayCollector or DistributedCollector directly."
+            )
         check_positive_int("Collector", "frames_per_batch", frames_per_batch)
+        total_frames = -1 if total_frames is None else total_frames
         if not isinstance(total_frames, int) or (total_frames < 1 and total_frames != -1):
             raise ValueError(f"Collector: total_frames must be a positive int or -1, got {total_frames!r}.")
+        init_random_frames = 0 if init_random_frames is None else int(init_random_frames)
         if max_frames_per_traj is not None and max_frames_per_traj < 1:
             raise ValueError(f"Collector: max_frames_per_traj must be >= 1 or None, got {max_frames_per_traj}.")
         if trajs_per_batch is not None and trajs_per_batch < 1:
             raise ValueError(f"Collector: trajs_per_batch must be >= 1 or None, got {trajs_per_batch}.")
-        self.env = _make_env(create_env_fn, create_env_kwargs)
+        if trajs_per_write is not None and (trajs_per_batch is None or replay_buffer is None or trajs_per_write < 1):
+            raise ValueError(
+                f"Collector: trajs_per_write={trajs_per_write!r} must be >= 1 and needs trajs_per_batch and a replay_buffer."
+            )
+        if replay_buffer is not None and not extend_buffer and (postproc is not None or split_trajs):
+            raise ValueError(
+                "Collector: with extend_buffer=False the replay buffer gets one step at a time; postproc and "
+                "split_trajs need whole batches (set extend_buffer=True)."
+            )
+        if trajs_per_batch is not None and not track_traj_ids:
+            raise ValueError(
+                "Collector: trajs_per_batch assembles trajectories by their ids; it needs track_traj_ids=True."
+            )
+        check_unsupported(
+            "Collector",
+            reset_when_done=reset_when_done,
+            compile_policy=compile_policy,
+            cudagraph_policy=cudagraph_policy,
+            weight_updater=weight_updater,
+            weight_recv_schemes=weight_recv_schemes,
+            interruptor=interruptor,
+            auto_register_policy_transforms=auto_register_policy_transforms,
+        )
+        self.weight_sync_scheme = policy_scheme("Collector", weight_sync_schemes)
+        self.traj_format = check_traj_format("Collector", traj_format, trajs_per_batch, replay_buffer)
+        policy = make_policy("Collector", policy, policy_factory, weight_sync_schemes)
+        self.env = make_env(create_env_fn, create_env_kwargs)
         self._create_env_fn = create_env_fn
         if device is not None:
             env_device = env_device if env_device is not None else device
@@ -163,12 +195,14 @@ class Collector:
         self.env_device = torch.device(env_device) if env_device is not None else None
         self.policy_device = torch.device(policy_device) if policy_device is not None else None
         self.storing_device = torch.device(storing_device) if storing_device is not None else None
+        if hasattr(policy, "set_action_spec_from_env"):  # a RandomPolicy() waiting for the env's spec
+            policy.set_action_spec_from_env(self.env)
         self._given_policy = policy
-        self.policy = _wrap_policy(policy, self.env)
+        self.policy = wrap_policy(policy, self.env)
         if self.policy is not None and self.policy_device is not None and isinstance(self.policy, nn.Module):
             self.policy = self.policy.to(self.policy_device)
         self._random_policy = self.env.rand_action  # the env contract's random action from its spec
-        self._random_fill = _policy_only_entries(self.policy, self.env, init_random_frames > 0, self.policy_device)
+        self._random_fill = policy_only_entries(self.policy, self.env, init_random_frames > 0, self.policy_device)
         batch = self.env.batch_size
         self._n_envs = math.prod(batch)
         steps = -(-frames_per_batch // self._n_envs)
@@ -185,18 +219,38 @@ class Collector:
                 f"collecting {-(-total_frames // self._n_envs) * self._n_envs}.",
                 stacklevel=2,
             )
+        self._truncated_keys: list = []
+        if set_truncated:
+            done_keys = list(getattr(self.env, "done_keys", ["done"]))
+            self._truncated_keys = [k for k in done_keys if (k[-1] if isinstance(k, tuple) else k) == "truncated"]
+            if not self._truncated_keys:
+                raise RuntimeError(
+                    f"Collector: set_truncated=True needs a 'truncated' entry among the env's done keys {done_keys} "
+                    "(add one to the env, e.g. with rl_envs' add_truncated_keys())."
+                )
+        done_keys = [k if isinstance(k, tuple) else (k,) for k in getattr(self.env, "done_keys", ["done"])]
+        # trajectory ids follow the root "done"; envs without one (nested done flags) aggregate theirs
+        self._done_keys = None if ("done",) in done_keys else [k for k in done_keys if k[-1] == "done"]
         self._steps_per_batch = steps
         self.total_frames = total_frames
         self.init_random_frames = init_random_frames
         self.max_frames_per_traj = max_frames_per_traj
         self.reset_at_each_iter = reset_at_each_iter
-        self.split_trajs = split_trajs
+        self.split_trajs = bool(split_trajs)
         self.postproc = postproc
         self.exploration_type = exploration_type
         self.replay_buffer = replay_buffer
+        self.extend_buffer = extend_buffer
         self.compact_obs = compact_obs
         self.trajs_per_batch = trajs_per_batch
+        self.trajs_per_write = trajs_per_write
         self.progress_bar = progress_bar
+        self.track_traj_ids = track_traj_ids
+        self.track_policy_version = track_policy_version
+        self.set_truncated = set_truncated
+        self.worker_idx = worker_idx
+        self.pre_collect_hook = pre_collect_hook
+        self.post_collect_hook = post_collect_hook
         self.policy_version = 0
         self._frames = 0
         self._iter = 0
@@ -205,7 +259,7 @@ class Collector:
         self._traj_ids: torch.Tensor | None = None
         self._traj_steps: torch.Tensor | None = None
         self._add_truncated = False  # set by _start (max_frames_per_traj on an env without "truncated")
-        self._traj_pending: TensorDictBase | None = None  # steps not yet yielded (trajs_per_batch)
+        self._assembler = TrajectoryAssembler(self.traj_format) if trajs_per_batch is not None else None
         self._shut = False
         self._rng: torch.Generator | None = None  # the collector's own random stream (set_seed)
 
@@ -234,89 +288,25 @@ class Collector:
         return next_seed(seed)
 
     def reset(self) -> None:
-        """Restarts every trajectory (the frame count is kept)."""
+        """Restarts every trajectory (the frame count is kept); trajectories being assembled are dropped."""
         self._td = None
-        self._traj_pending = None
+        if self._assembler is not None:
+            self._assembler.clear()
 
-    def shutdown(self) -> None:
-        """Closes the env (nothing of a single-process collector keeps running)."""
+    def shutdown(self, timeout: float | None = None, close_env: bool = True, raise_on_error: bool = True) -> None:
+        """Closes the env (nothing of a single-process collector keeps running); ``close_env=False`` leaves it open."""
+        if self._runner is not None:  # collecting in the background (start()): stop that first
+            runner, self._runner = self._runner, None
+            runner.join(timeout)
         if not self._shut:
             self._shut = True
             close = getattr(self.env, "close", None)
-            if close is not None:
-                close()
-
-    def state_dict(self) -> dict:
-        """What a resumed collector needs: counters, the policy's weights and version, the env's
-        ``state_dict`` (its generators: the resets it will draw) and, for a ``resumable`` env, the
-        step it is at (the carrier TensorDict, trajectory ids and lengths), so that a collector
-        built the same way and loaded with it continues the same trajectories. Plain tensors,
-        lists and numbers only: ``torch.load(weights_only=True)`` reads a saved copy."""
-        state: dict[str, Any] = {
-            "frames": self._frames,
-            "iter": self._iter,
-            "traj_count": self._traj_count,
-            "policy_version": self.policy_version,
-        }
-        if isinstance(self.policy, nn.Module):
-            state["policy_state_dict"] = self.policy.state_dict()
-        if isinstance(self.env, nn.Module):
-            state["env"] = self.env.state_dict()
-        if self._rng is not None:
-            state["generator"] = self._rng.get_state()
-        if self._td is not None and getattr(self.env, "resumable", False) and self.trajs_per_batch is None:
-            assert self._traj_ids is not None  # set with _td by _start
-            state["carrier"] = {
-                "td": _plain(self._td),
-                "traj_ids": self._traj_ids.clone(),
-                "traj_steps": None if self._traj_steps is None else self._traj_steps.clone(),
-                "add_truncated": self._add_truncated,
-            }
-        return state
-
-    def load_state_dict(self, state: dict) -> None:
-        """Restores :meth:`state_dict`. Without a carrier (an env that is not ``resumable``, or a
-        state saved before the first batch) the next batch starts new trajectories with a reset."""
-        carrier = state.get("carrier")
-        td = None
-        if carrier is not None:
-            if not getattr(self.env, "resumable", False):
-                raise ValueError(
-                    f"Collector.load_state_dict: the state holds the step the env was at, but this collector's env "
-                    f"({type(self.env).__name__}) is not resumable: it cannot continue from a saved step."
-                )
-            td = _from_plain(carrier["td"])
-            if tuple(td.batch_size) != tuple(self.env.batch_size):
-                raise ValueError(
-                    f"Collector.load_state_dict: the saved step has batch size {tuple(td.batch_size)}, the env "
-                    f"{tuple(self.env.batch_size)}."
-                )
-        generator = state.get("generator")
-        if generator is not None:
-            if not isinstance(generator, torch.Tensor) or generator.dtype is not torch.uint8:
-                raise ValueError(
-                    "Collector.load_state_dict: state['generator'] must be a uint8 tensor from "
-                    f"Generator.get_state(), got {type(generator).__name__}."
-                )
-            if self._rng is None:
-                self._seed_generator(0)
-            assert self._rng is not None  # made by _seed_generator
-            self._rng.set_state(generator.cpu())
-        if "env" in state and isinstance(self.env, nn.Module):
-            self.env.load_state_dict(state["env"])
-        self._frames = int(state["frames"])
-        self._iter = int(state["iter"])
-        self._traj_count = int(state["traj_count"])
-        self.policy_version = int(state.get("policy_version", 0))
-        if "policy_state_dict" in state and isinstance(self.policy, nn.Module):
-            self.policy.load_state_dict(state["policy_state_dict"])
-        self._td = td
-        self._traj_pending = None
-        if carrier is not None:  # td was read from it
-            self._traj_ids = carrier["traj_ids"].clone()
-            steps = carrier["traj_steps"]
-            self._traj_steps = None if steps is None else steps.clone()
-            self._add_truncated = bool(carrier["add_truncated"])
+            if close is not None and close_env:
+                try:
+                    close()
+                except Exception:
+                    if raise_on_error:
+                        raise
 
     def _user_policy_module(self) -> nn.Module:
         """The module that stands for the policy the user gave (the wrapped module for a plain one)."""
@@ -325,18 +315,35 @@ class Collector:
             return cast(nn.Module, policy.module)  # _wrap_policy wrapped the nn.Module given
         return policy
 
-    def update_policy_weights_(self, weights: TensorDictBase | None = None) -> None:
+    def update_policy_weights_(
+        self, policy_or_weights: Any = None, *, worker_ids: Any = None, weights: Any = None
+    ) -> None:
         """Makes the next batch use new weights: re-reads the policy given (no argument) or loads
-        ``weights`` (a TensorDict from ``TensorDict.from_module`` of the policy given). Bumps
-        :attr:`policy_version`."""
+        ``policy_or_weights`` (a TensorDict from ``TensorDict.from_module`` of the policy given, or a
+        module of the same structure). Bumps :attr:`policy_version`. ``worker_ids`` is accepted for
+        symmetry with the multi-process collectors and ignored."""
+        weights = weights_of("Collector.update_policy_weights_", policy_or_weights if weights is None else weights)
+        if isinstance(weights, dict):  # {worker_id: weights}: this collector is the only worker
+            if len(weights) != 1:
+                raise ValueError(
+                    f"Collector.update_policy_weights_: one collector takes one set of weights, got a dict for workers "
+                    f"{sorted(weights)}."
+                )
+            weights = weights_of("Collector.update_policy_weights_", next(iter(weights.values())))
         if weights is not None:
             if not isinstance(self.policy, nn.Module):
                 raise TypeError("update_policy_weights_: the policy has no parameters to update.")
-            weights.to_module(self._user_policy_module())
+            # collecting in the background (start()): copy into the tensors the running policy reads,
+            # never swap them out under it
+            with torch.no_grad():
+                weights.to_module(self._user_policy_module(), inplace=True if self._runner is not None else None)
         elif isinstance(self._given_policy, nn.Module):
             target = self._user_policy_module()
             if target is not self._given_policy:  # the collector runs a copy (moved to another device)
-                TensorDict.from_module(self._given_policy).to_module(target)
+                with torch.no_grad():
+                    TensorDict.from_module(self._given_policy).to_module(
+                        target, inplace=True if self._runner is not None else None
+                    )
         self.policy_version += 1
 
     # ------------------------------------------------------------------ collection
@@ -351,7 +358,7 @@ class Collector:
         # "next" of every step, so that every batch has the same keys (TorchRL adds a StepCounter)
         self._add_truncated = self.max_frames_per_traj is not None and "truncated" not in td.keys()
         if self._add_truncated:
-            td.set("truncated", torch.zeros(self.env.batch_size, dtype=torch.bool, device=td.get("done").device))
+            td.set("truncated", torch.zeros_like(td.get("done")))
 
     def _act(self, td: TensorDictBase) -> TensorDictBase:
         policy = self.policy
@@ -364,7 +371,10 @@ class Collector:
             # back to env_device, or else to where the env's data came from (a CPU env stepping with a GPU policy)
             back = self.env_device if self.env_device is not None else td.device
             out = policy(td.to(self.policy_device))
-            if back is not None and out.device != back:
+            if back is None:  # a device-less env: so is its data
+                if out.device is not None:
+                    out.clear_device_()
+            elif out.device != back:
                 out = out.to(back)
             return out
         out = policy(td)
@@ -387,10 +397,12 @@ class Collector:
                     self._start()
                 td = self._td
                 assert td is not None  # set by _start
+                track = self.track_traj_ids
                 for _ in range(steps):
                     td = self._act(td)
-                    td.set(_TRAJ, self._traj_ids)
-                    td.set(_VERSION, version)
+                    if track:
+                        td.set(_TRAJ, self._traj_ids)
+                        td.set(_VERSION, version)
                     stepped, td = env.step_and_maybe_reset(td)
                     if self.max_frames_per_traj is not None:
                         td = self._truncate_long_trajectories(env, stepped, td)
@@ -427,7 +439,12 @@ class Collector:
         return root
 
     def _advance_traj_ids(self, stepped: TensorDictBase) -> None:
-        done = stepped.get(("next", "done"))
+        if self._done_keys is None:
+            done = stepped.get(("next", "done"))
+        else:  # no root "done" (nested envs): any sub-env's done flag ends its trajectory
+            done = torch.stack([_per_env(stepped.get(("next", *k)), self.env.batch_size) for k in self._done_keys]).any(
+                0
+            )
         if done.ndim > len(self.env.batch_size):
             done = done.reshape(*self.env.batch_size, -1).any(-1)
         if bool(done.any()):
@@ -454,6 +471,32 @@ class Collector:
         """How many sub-envs step together (the env's batch numel)."""
         return self._n_envs
 
+    def fake_tensordict(self) -> TensorDictBase:
+        """A zero-filled batch with the shape, names and keys of the batches iteration yields (without
+        ``split_trajs``, ``postproc`` or ``trajs_per_batch``): the env's keys, the policy's outputs and
+        the collector's entries. Neither the env nor the collector's state is touched."""
+        step = self.env.fake_tensordict()
+        with torch.no_grad():
+            if self.policy is None:
+                step = self._random_policy(step)
+            else:
+                out = self.policy(step.to(self.policy_device) if self.policy_device is not None else step)
+                step = step if out is None else out
+        step = step.apply(torch.zeros_like)
+        if self.track_traj_ids:
+            step.set(_TRAJ, torch.zeros(self.env.batch_size, dtype=torch.int64))
+            step.set(_VERSION, torch.zeros(self.env.batch_size, dtype=torch.int64))
+        batch = self._mark(
+            step.unsqueeze(len(self.env.batch_size)).expand(*self.env.batch_size, self._steps_per_batch).clone()
+        )
+        batch.names = [None] * len(self.env.batch_size) + ["time"]
+        if self.compact_obs:
+            batch = self._compact(batch)
+        return batch if self.storing_device is None else batch.to(self.storing_device)
+
+    def _tracked_version(self) -> int | None:
+        return self.policy_version if self.track_policy_version else None
+
     def rollout_frames(self, frames: int, stop: Callable[[], bool] | None = None) -> TensorDictBase:
         """Collects about ``frames`` frames now (whole steps of every sub-env) and counts them.
 
@@ -461,6 +504,8 @@ class Collector:
         is taken). Returns the raw ``[*env_batch, T]`` batch; :meth:`finish_batch` gives it the form
         iteration yields. (What multi-process workers run.)
         """
+        if self._pre_collect_hook is not None:
+            self._pre_collect_hook()
         steps = max(1, -(-frames // self._n_envs))
         if stop is None:
             batch = self._rollout(steps)
@@ -474,41 +519,91 @@ class Collector:
         return batch
 
     def finish_batch(self, batch: TensorDictBase) -> Any:
-        """What iteration yields for a raw batch: split, postprocessed, or written to the replay buffer."""
-        return self._finish(batch)
+        """What iteration yields for a raw batch: split, postprocessed, or written to the replay buffer
+        (then ``None``); the post-collect hook sees it."""
+        out = self._finish(batch)
+        if self._post_collect_hook is not None:
+            self._post_collect_hook(out)
+        return out
+
+    def _mark(self, batch: TensorDictBase) -> TensorDictBase:
+        """``set_truncated`` and ``track_policy_version`` entries of a raw ``[*env_batch, T]`` batch."""
+        if self._truncated_keys:
+            nxt = batch.get("next")
+            last = (slice(None),) * (batch.ndim - 1) + (-1,)
+            for key in self._truncated_keys:
+                done_key = (*key[:-1], "done") if isinstance(key, tuple) else "done"
+                truncated = nxt.get(key).clone()
+                truncated[last] = True
+                nxt.set(key, truncated)
+                if done_key in nxt.keys(True):
+                    nxt.set(done_key, nxt.get(done_key) | truncated)
+        if self.track_policy_version:
+            if self.track_traj_ids:
+                version = batch.get(_VERSION)
+            else:
+                version = torch.full(batch.batch_size, self.policy_version, dtype=torch.int64)
+            batch.set("policy_version", version)
+            batch.set(("next", "policy_version"), version)
+        return batch
 
     def _finish(self, batch: TensorDictBase) -> Any:
-        if self.split_trajs or self.trajs_per_batch is not None:
+        batch = self._mark(batch)
+        if self.split_trajs:
             batch = split_trajectories(batch)
         if self.compact_obs and not self.split_trajs:
             batch = self._compact(batch)
         if self.postproc is not None:
             batch = self.postproc(batch)
-        if self.replay_buffer is not None:
-            self.replay_buffer.extend(batch)
-            return None
-        return batch
+        return self._write(batch)
 
-    def _collect_trajs(self) -> TensorDictBase:
-        """Steps until ``trajs_per_batch`` trajectories are complete; returns their steps (flat).
+    def _write(self, batch: TensorDictBase) -> Any:
+        """``batch``, or None once written to the replay buffer (whole, or one time step at a time)."""
+        buffer = self.replay_buffer
+        if buffer is None:
+            return batch
+        if self.extend_buffer or batch.ndim == 0:
+            buffer.extend(batch)
+        else:  # TorchRL's extend_buffer=False: one item per time step (all sub-envs of that step)
+            for t in range(batch.batch_size[-1]):
+                buffer.add(batch[..., t])
+        return None
 
-        Steps of trajectories that are still running, or that finished beyond the batch's count,
-        are kept for the next call, so every yielded trajectory is whole.
-        """
-        pending = self._traj_pending
+    def _steps_now(self) -> int:
+        steps = self._steps_per_batch
+        if self.total_frames > 0:
+            steps = min(steps, -(-(self.total_frames - self._frames) // self._n_envs))
+        return steps
+
+    def _frame_batches(self) -> Iterator[tuple[int, Any]]:
+        while self.total_frames < 0 or self._frames < self.total_frames:
+            if self._pre_collect_hook is not None:
+                self._pre_collect_hook()
+            steps = self._steps_now()
+            batch = self._rollout(steps)
+            self._frames += steps * self._n_envs
+            yield steps * self._n_envs, self._finish(batch)
+
+    def _traj_batches(self) -> Iterator[tuple[int, Any]]:
+        """``trajs_per_batch``: polls of ``frames_per_batch`` frames until enough trajectories ended;
+        with a replay buffer, each poll writes the trajectories completed so far and yields ``None``."""
+        assembler = self._assembler
+        assert assembler is not None and self.trajs_per_batch is not None  # the caller checked
         while True:
-            if pending is not None:
-                ids = pending.get(_TRAJ)
-                ended = torch.unique(ids[pending.get(("next", "done"))])
-                if ended.numel() >= self.trajs_per_batch:
-                    break
-            chunk = self._rollout(1).reshape(-1)
-            self._frames += chunk.numel()
-            pending = chunk if pending is None else tdict.cat([pending, chunk])
-        chosen = ended[: self.trajs_per_batch]  # the oldest finished trajectories (ids grow with start time)
-        keep = torch.isin(pending.get(_TRAJ), chosen)
-        self._traj_pending = pending[~keep] if bool((~keep).any()) else None
-        return pending[keep]
+            if self.replay_buffer is None and assembler.complete >= self.trajs_per_batch:
+                out = assembler.pop(self.trajs_per_batch)
+                yield 0, out if self.postproc is None else self.postproc(out)
+                continue
+            if 0 < self.total_frames <= self._frames:
+                return
+            if self._pre_collect_hook is not None:
+                self._pre_collect_hook()
+            steps = self._steps_now()
+            assembler.add(self._mark(self._rollout(steps)))
+            self._frames += steps * self._n_envs
+            if self.replay_buffer is not None:
+                write_trajectories(assembler, self.replay_buffer, self.trajs_per_write, self.postproc)
+                yield steps * self._n_envs, None
 
     def __iter__(self) -> Iterator[Any]:
         if self._shut:
@@ -519,36 +614,17 @@ class Collector:
 
             bar = tqdm(total=self.total_frames, initial=self._frames, unit="frames")
         try:
-            while self.total_frames < 0 or self._frames < self.total_frames:
-                if self.trajs_per_batch is not None:
-                    batch = self._collect_trajs()
-                    frames = batch.numel()
-                    out = self._finish_trajs(batch)
-                else:
-                    steps = self._steps_per_batch
-                    if self.total_frames > 0:
-                        remaining = self.total_frames - self._frames
-                        steps = min(steps, -(-remaining // self._n_envs))
-                    batch = self._rollout(steps)
-                    frames = steps * self._n_envs
-                    self._frames += frames
-                    out = self._finish(batch)
+            batches = self._traj_batches() if self._assembler is not None else self._frame_batches()
+            for frames, out in batches:
                 self._iter += 1
                 if bar is not None:
                     bar.update(frames)
+                if self._post_collect_hook is not None:
+                    self._post_collect_hook(out)
                 yield out
         finally:
             if bar is not None:
                 bar.close()
-
-    def _finish_trajs(self, flat: TensorDictBase) -> Any:
-        batch = split_trajectories(flat, trajectory_dim=0)
-        if self.postproc is not None:
-            batch = self.postproc(batch)
-        if self.replay_buffer is not None:
-            self.replay_buffer.extend(batch)
-            return None
-        return batch
 
     def __repr__(self) -> str:
         return (
@@ -557,31 +633,6 @@ class Collector:
         )
 
 
-def _policy_only_entries(
-    policy: Any, env: Any, dry_run: bool, policy_device: torch.device | None = None
-) -> TensorDictBase | None:
-    """Run the policy once on a fake step (no grad) when it has lazy layers or ``dry_run`` is set.
-
-    Lazy layers (``nn.LazyLinear``, ``MLP(in_features=None)``) get their shapes before the first
-    batch, so an optimizer or a loss built after the collector sees real parameters. With
-    ``dry_run``, the entries the policy writes besides the action come back as zeros: random-action
-    steps (``init_random_frames``) carry them too, so every batch has the same keys (TorchRL's
-    collectors give random steps the policy's layout the same way).
-    """
-    lazy = isinstance(policy, nn.Module) and any(is_lazy(p) for p in policy.parameters())
-    if policy is None or not (lazy or dry_run):
-        return None
-    fake = env.fake_tensordict()
-    before = set(fake.keys(include_nested=True, leaves_only=True))
-    with torch.no_grad():
-        out = policy(fake.to(policy_device) if policy_device is not None else fake.copy())
-    out = fake if out is None else out
-    actions = set(env.action_keys)
-    written = [k for k in out.keys(include_nested=True, leaves_only=True) if k not in before and k not in actions]
-    if not dry_run or not written:
-        return None
-    zeros = out.select(*written).apply(torch.zeros_like)
-    if policy_device is None:
-        return zeros
-    env_leaf = next(iter(fake.values(include_nested=True, leaves_only=True)), None)
-    return zeros.to(env_leaf.device) if env_leaf is not None else zeros  # random steps live on the env's device
+def _per_env(flag: torch.Tensor, batch_size: torch.Size) -> torch.Tensor:
+    """A done flag reduced to one value per sub-env (any over its extra dims)."""
+    return flag.reshape(*batch_size, -1).any(-1) if flag.ndim > len(batch_size) else flag

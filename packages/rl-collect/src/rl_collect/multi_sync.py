@@ -9,8 +9,9 @@ import tdict
 import torch
 from tdict import TensorDictBase
 
-from ._multi_base import MultiCollectorBase
+from ._multi_base import MultiCollector
 from ._worker import split_frames
+from .assembly import write_trajectories
 from .weight_sync import WeightSyncScheme
 
 __all__ = ["MultiSyncCollector"]
@@ -25,32 +26,42 @@ def _pad_time(batch: TensorDictBase, steps: int) -> TensorDictBase:
     mask = torch.ones(batch.batch_size, dtype=torch.bool)
     if have < steps:
         pad = tdict.stack([batch[..., -1].apply(torch.zeros_like)] * (steps - have), -1)
-        pad.set(_TRAJ, torch.full(pad.batch_size, -1, dtype=torch.int64))
+        if _TRAJ in pad.keys(True):
+            pad.set(_TRAJ, torch.full(pad.batch_size, -1, dtype=torch.int64))
         batch = tdict.cat([batch, pad], -1)
         mask = torch.cat([mask, torch.zeros(pad.batch_size, dtype=torch.bool)], -1)
     batch.set(_MASK, mask)
     return batch
 
 
-class MultiSyncCollector(MultiCollectorBase):
+class MultiSyncCollector(MultiCollector):
     """Runs one :class:`~rl_collect.Collector` per env factory in worker processes; each batch waits
     for every worker (TorchRL's ``MultiSyncCollector``).
 
-    ``frames_per_batch`` is the total over workers, split evenly in whole env steps. With
-    ``cat_results="stack"`` (the default) batches are ``[num_workers, *env_batch, T]``; with ``cat_results=-1`` they are
-    concatenated along time. Every step carries ``("collector", "traj_ids")`` (unique across workers:
-    worker ``i``'s ids start at ``i * 2**40``), ``("collector", "worker_id")`` and
-    ``("collector", "policy_version")``. When the shares differ in length (the last batch, or
-    preemption) the stacked batch is padded and ``("collector", "mask")`` marks the real steps.
+    ``frames_per_batch`` is the total over workers, split evenly in whole env steps (or one share
+    per worker when it is a sequence). With ``cat_results="stack"`` (the default) batches are
+    ``[num_workers, *env_batch, T]``; with ``cat_results=-1`` they are concatenated along time.
+    Every step carries ``("collector", "traj_ids")`` (unique across workers: worker ``i``'s ids start
+    at ``i * 2**40``), ``("collector", "worker_id")`` and ``("collector", "policy_version")``. When the
+    shares differ in length (the last batch, or preemption) the stacked batch is padded and
+    ``("collector", "mask")`` marks the real steps. With a ``replay_buffer`` each worker's share is
+    written on its own (in worker order) and iteration yields ``None``.
 
     Args:
-        create_env_fns: one env factory per worker (picklable when ``mp_start_method="spawn"``).
+        create_env_fn: one env factory per worker (picklable when ``mp_start_method="spawn"``), or one
+            factory with ``num_workers``. ``create_env_fns`` is its former name, still accepted.
         policy: as for :class:`~rl_collect.Collector`; each worker gets a copy.
-        frames_per_batch: frames per batch, over all workers.
+        num_workers: how many workers, when ``create_env_fn`` is a single factory.
+        policy_factory: builds the policy in each worker instead (one callable, or one per worker);
+            with a ``policy`` too (and ``weight_sync_schemes``), that policy is only where the weights
+            sent by :meth:`update_policy_weights_` are read from.
+        frames_per_batch: frames per batch over all workers, or one count per worker.
         total_frames: stop after exactly this many frames (``-1``: never).
-        preemptive_threshold: once this fraction of workers has finished its share, the others stop
-            at their next step and their partial batches are used.
-        weight_sync_scheme: how :meth:`update_policy_weights_` reaches the workers (default: shared
+        preemptive_threshold: once this fraction of workers (in ``[0, 1]``; ``1.0``: never) has
+            finished its share, the others stop at their next step and their partial batches are used.
+            Every batch then asks each worker for its full share, so ``total_frames`` may be exceeded.
+        weight_sync_schemes: ``{"policy": scheme}`` (TorchRL's spelling; ``weight_sync_scheme=scheme``
+            is ours): how :meth:`update_policy_weights_` reaches the workers (default: shared
             memory, :class:`~rl_collect.SharedMemWeightSyncScheme`).
         worker_timeout: the longest a worker may take to deliver its share before it counts as
             hung, busy or not (:class:`TimeoutError`, every worker killed); ``None`` (default): no
@@ -62,10 +73,16 @@ class MultiSyncCollector(MultiCollectorBase):
             step that computes is waited for and a stuck one surfaces within about 21 s; ``None``
             turns the check off. A dead worker surfaces at once, and workers die with this process,
             even in the middle of a batch.
-        cat_results: ``"stack"`` or ``-1`` (see above).
+        cat_results: ``"stack"`` (or ``None``) or the dim to concatenate along (``-1``: time).
         mp_start_method: ``"fork"`` (default where available) or ``"spawn"``/``"forkserver"``.
-        num_threads: torch threads in each worker (``None``: leave torch's default).
-        split_trajs, postproc, replay_buffer: applied in this process to the gathered batch.
+        num_threads: torch threads in each worker (``None``: leave torch's default);
+            ``num_sub_threads`` (TorchRL's name) wins when given.
+        device, storing_device, env_device, policy_device, create_env_kwargs: one for every worker,
+            or a sequence with one per worker.
+        split_trajs, postproc, replay_buffer, extend_buffer, trajs_per_batch, trajs_per_write,
+            traj_format: applied in this process to the gathered batches (as for
+            :class:`~rl_collect.Collector`; trajectories are assembled from every worker's steps).
+        pre_collect_hook, post_collect_hook: run in each worker around each of its shares.
         **collector_kwargs: passed to each worker's :class:`~rl_collect.Collector`.
 
     Examples:
@@ -78,35 +95,47 @@ class MultiSyncCollector(MultiCollectorBase):
 
     def __init__(
         self,
-        create_env_fns: Sequence[Any],
+        create_env_fn: Sequence[Any] | Any = None,
         policy: Any = None,
         *,
-        frames_per_batch: int,
-        total_frames: int = -1,
-        preemptive_threshold: float | None = None,
+        num_workers: int | None = None,
+        policy_factory: Any = None,
+        frames_per_batch: int | Sequence[int],
+        total_frames: int | None = -1,
+        weight_sync_schemes: dict | None = None,
         weight_sync_scheme: WeightSyncScheme | None = None,
         worker_timeout: float | None = None,
         heartbeat_interval: float = 1.0,
         heartbeat_timeout: float | None = 20.0,
-        cat_results: str | int = "stack",
         mp_start_method: str | None = None,
         num_threads: int | None = 1,
-        split_trajs: bool = False,
+        split_trajs: bool | None = False,
         postproc: Callable | None = None,
         replay_buffer: Any = None,
-        **collector_kwargs: Any,
+        preemptive_threshold: float | None = None,
+        cat_results: str | int | None = None,
+        **kwargs: Any,
     ) -> None:
-        if preemptive_threshold is not None and not 0.0 < preemptive_threshold <= 1.0:
-            raise ValueError(f"MultiSyncCollector: preemptive_threshold must be in (0, 1], got {preemptive_threshold}.")
-        if cat_results not in ("stack", -1):
-            raise ValueError(f"MultiSyncCollector: cat_results must be 'stack' or -1, got {cat_results!r}.")
-        self.preemptive_threshold = preemptive_threshold
+        if preemptive_threshold is not None and not 0.0 <= preemptive_threshold <= 1.0:
+            raise ValueError(f"MultiSyncCollector: preemptive_threshold must be in [0, 1], got {preemptive_threshold}.")
+        cat_results = "stack" if cat_results is None else cat_results
+        if cat_results != "stack" and (not isinstance(cat_results, int) or isinstance(cat_results, bool)):
+            raise ValueError(
+                f"MultiSyncCollector: cat_results must be 'stack' or an int (the dim to concatenate), got {cat_results!r}."
+            )
+        # 1.0 waits for every worker: no preemption at all
+        preempt = preemptive_threshold is not None and preemptive_threshold < 1.0
+        self.preemptive_threshold = 1.0 if preemptive_threshold is None else float(preemptive_threshold)
+        self._preempt = preempt
         self.cat_results = cat_results
         super().__init__(
-            create_env_fns,
+            create_env_fn,
             policy,
+            num_workers=num_workers,
+            policy_factory=policy_factory,
             frames_per_batch=frames_per_batch,
             total_frames=total_frames,
+            weight_sync_schemes=weight_sync_schemes,
             weight_sync_scheme=weight_sync_scheme,
             worker_timeout=worker_timeout,
             heartbeat_interval=heartbeat_interval,
@@ -116,12 +145,24 @@ class MultiSyncCollector(MultiCollectorBase):
             split_trajs=split_trajs,
             postproc=postproc,
             replay_buffer=replay_buffer,
-            _preemptive=preemptive_threshold is not None,
-            **collector_kwargs,
+            _preemptive=preempt,
+            **kwargs,
         )
 
+    @property
+    def interruptor(self) -> torch.Tensor | None:
+        """The workers' shared stop flags of preemption (``None`` when it is off)."""
+        return self._stop
+
+    def _shares(self, frames: int) -> list[int]:
+        if self._worker_frames is None:
+            return split_frames(frames, self._n_envs)
+        if frames >= self.frames_per_batch:
+            return list(self._worker_frames)
+        return split_frames(frames, self._n_envs)  # the last, shorter batch
+
     def _gather(self, frames: int) -> tuple[list, int]:
-        shares = split_frames(frames, self._n_envs)
+        shares = self._shares(frames)
         pool = self._pool
         if self._stop is not None:
             self._stop.zero_()
@@ -129,7 +170,7 @@ class MultiSyncCollector(MultiCollectorBase):
         for i in pending:
             pool.send(i, ("collect", shares[i]))
         needed = len(pending)
-        if self.preemptive_threshold is not None:
+        if self._preempt:
             needed = max(1, math.ceil(self.preemptive_threshold * len(pending)))
         results: dict[int, TensorDictBase] = {}
         collected = 0
@@ -145,25 +186,47 @@ class MultiSyncCollector(MultiCollectorBase):
         return [results[i] for i in sorted(results)], collected
 
     def _combine(self, batches: list) -> TensorDictBase:
-        if self.cat_results == -1:
-            return tdict.cat(batches, -1) if len(batches) > 1 else batches[0]
+        if self.cat_results != "stack":
+            return tdict.cat(batches, int(self.cat_results)) if len(batches) > 1 else batches[0]
         lengths = {b.batch_size[-1] for b in batches}
-        if len(lengths) > 1 or self.preemptive_threshold is not None:
+        if len(lengths) > 1 or self._preempt:
             steps = max(lengths)
             batches = [_pad_time(b, steps) for b in batches]
         return tdict.stack(batches, 0)
 
     def __iter__(self) -> Iterator[Any]:
-        while self.total_frames < 0 or self._frames < self.total_frames:
+        assembler = self._assembler
+        per_batch = self.trajs_per_batch or 0  # set whenever there is an assembler
+        while True:
+            if assembler is not None and self.replay_buffer is None and assembler.complete >= per_batch:
+                out = assembler.pop(per_batch)
+                self._iter += 1
+                yield out if self.postproc is None else self.postproc(out)
+                continue
+            if 0 < self.total_frames <= self._frames:
+                return
+            if self.update_at_each_batch:
+                self.update_policy_weights_()
             frames = self.frames_per_batch
-            if self.total_frames > 0:
+            if self.total_frames > 0 and not self._preempt:
+                # exact totals; with preemption every worker gets its full share (a preempted batch is short)
                 frames = min(frames, self.total_frames - self._frames)
             batches, collected = self._gather(frames)
-            if self.split_trajs:
-                # one flat, time-ordered row per worker: padding never becomes a trajectory
-                batch = tdict.cat([b.reshape(-1) for b in batches], 0)
-            else:
-                batch = self._combine(batches)
             self._frames += collected
+            if assembler is not None:
+                for batch in batches:
+                    assembler.add(batch)
+                if self.replay_buffer is None:
+                    continue
+                write_trajectories(assembler, self.replay_buffer, self.trajs_per_write, self.postproc)
+                out = None
+            elif self.replay_buffer is not None and not self.split_trajs:
+                self._write(batches)
+                out = None
+            elif self.split_trajs:
+                # one flat, time-ordered row per worker: padding never becomes a trajectory
+                out = self._finish(tdict.cat([b.reshape(-1) for b in batches], 0))
+            else:
+                out = self._finish(self._combine(batches))
             self._iter += 1
-            yield self._finish(batch)
+            yield out

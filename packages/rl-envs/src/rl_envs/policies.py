@@ -20,7 +20,8 @@ class RandomPolicy:
     action spec writes every one of its leaves (``action_key`` is then unused).
 
     Args:
-        action_spec: the spec to sample, usually ``env.action_spec`` or ``env.full_action_spec``.
+        action_spec: the spec to sample, usually ``env.action_spec`` or ``env.full_action_spec``. ``None``:
+            set later by :meth:`set_action_spec_from_env` (collectors call it with their env).
         action_key: where a leaf spec's sample is written.
 
     Examples:
@@ -33,13 +34,23 @@ class RandomPolicy:
         (torch.Size([4, 2]), True)
     """
 
-    def __init__(self, action_spec: Any, action_key: NestedKey = "action") -> None:
+    def __init__(self, action_spec: Any = None, action_key: NestedKey = "action") -> None:
+        self.action_key = action_key
+        self.action_spec = None
+        if action_spec is not None:
+            self._set_spec(action_spec)
+
+    def _set_spec(self, action_spec: Any) -> None:
         if not hasattr(action_spec, "rand"):
             raise TypeError(f"RandomPolicy: action_spec must be a spec with rand(), got {type(action_spec).__name__}.")
         self.action_spec = action_spec
-        self.action_key = action_key
         self._composite = isinstance(action_spec, Composite)
         self._spec_shape = torch.Size(action_spec.shape)
+
+    def set_action_spec_from_env(self, env: Any) -> None:
+        """Takes ``env.full_action_spec`` when no spec was given (a collector calls this); else does nothing."""
+        if self.action_spec is None:
+            self._set_spec(env.full_action_spec.clone())
 
     def _lead(self, batch: torch.Size) -> torch.Size:
         """The batch dims to prepend: those of ``batch`` that the spec's leading dims do not cover."""
@@ -60,6 +71,11 @@ class RandomPolicy:
         return batch
 
     def __call__(self, tensordict: TensorDictBase) -> TensorDictBase:
+        if self.action_spec is None:
+            raise RuntimeError(
+                "RandomPolicy: action_spec is not set; pass it to the constructor, or give the policy to a "
+                "collector with an env (Collector(env, RandomPolicy())), which sets it from env.full_action_spec."
+            )
         lead = self._lead(tensordict.batch_size)
         sample = self.action_spec.rand(lead) if lead else self.action_spec.rand()
         if self._composite:
@@ -70,4 +86,5 @@ class RandomPolicy:
         return tensordict
 
     def __repr__(self) -> str:
-        return f"RandomPolicy(action_key={self.action_key!r}, action_spec={type(self.action_spec).__name__})"
+        spec = type(self.action_spec).__name__ if self.action_spec is not None else None
+        return f"RandomPolicy(action_key={self.action_key!r}, action_spec={spec})"
