@@ -273,6 +273,7 @@ class BaseCollector:
             runner.check()
 
     def shutdown(self) -> None:  # pragma: no cover - every collector overrides it
+        """Stops the collector and releases its envs and workers (each collector implements it)."""
         raise NotImplementedError
 
     # ------------------------------------------------------------------ remote-style helpers
