@@ -85,8 +85,8 @@ class Collector(CollectorState, BaseCollector):
         backend_options, num_collectors, sync: for ``backend``; only their defaults are accepted.
         use_buffers, trust_policy, no_cuda_sync, return_same_td: TorchRL performance hints, accepted
             and without effect here.
-        reset_when_done, compile_policy, cudagraph_policy, weight_updater, weight_recv_schemes,
-            interruptor, auto_register_policy_transforms: only TorchRL's defaults are accepted.
+        reset_when_done, compile_policy, cudagraph_policy, weight_updater, weight_recv_schemes: only
+            TorchRL's defaults are accepted (likewise ``interruptor`` and ``auto_register_policy_transforms``).
 
     Examples:
         >>> from rl_envs import PendulumEnv  # any env with the rl-envs contract

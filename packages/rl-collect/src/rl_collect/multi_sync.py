@@ -79,8 +79,8 @@ class MultiSyncCollector(MultiCollector):
             ``num_sub_threads`` (TorchRL's name) wins when given.
         device, storing_device, env_device, policy_device, create_env_kwargs: one for every worker,
             or a sequence with one per worker.
-        split_trajs, postproc, replay_buffer, extend_buffer, trajs_per_batch, trajs_per_write,
-            traj_format: applied in this process to the gathered batches (as for
+        split_trajs, postproc, replay_buffer, extend_buffer, trajs_per_batch, trajs_per_write: applied
+            in this process to the gathered batches, as ``traj_format`` is (as for
             :class:`~rl_collect.Collector`; trajectories are assembled from every worker's steps).
         pre_collect_hook, post_collect_hook: run in each worker around each of its shares.
         **collector_kwargs: passed to each worker's :class:`~rl_collect.Collector`.
