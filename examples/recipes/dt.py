@@ -125,7 +125,9 @@ def to_windows(sample: Any, context: int, rtg_scale: float) -> TensorDict:
     before them are zeros, with ``mask`` False (``DTLoss`` leaves them out).
     """
     slices = sample.reshape(-1, context)
-    shift = context - slices["collector", "mask"].sum(-1, keepdim=True)  # zero steps at the front
+    mask = slices.get(("collector", "mask"), None)  # absent when no slice needed padding
+    real_steps = mask.sum(-1, keepdim=True) if mask is not None else torch.full((slices.shape[0], 1), context)
+    shift = context - real_steps  # zero steps at the front
     position = torch.arange(context)
     source, real = (position - shift).clamp_min(0), position >= shift
 
