@@ -18,6 +18,7 @@ import time
 from pathlib import Path
 
 import torch
+from tdict import is_tensor_collection
 from rl_replay import LazyTensorStorage, ReplayBuffer
 
 REPO = Path(__file__).resolve().parents[2]
@@ -64,6 +65,12 @@ def _finish(proc: subprocess.Popen) -> str:
 def _assert_equal(a, b, path="checkpoint"):
     if isinstance(a, torch.Tensor):
         assert torch.equal(a, b), path
+    elif is_tensor_collection(a):  # a storage's items in its state dict
+        assert is_tensor_collection(b) and a.batch_size == b.batch_size, path
+        keys = set(a.keys(True, True))
+        assert keys == set(b.keys(True, True)), path
+        for key in keys:
+            assert torch.equal(a.get(key), b.get(key)), f"{path}/{key}"
     elif isinstance(a, dict):
         assert set(a) == set(b), path
         for key in a:
