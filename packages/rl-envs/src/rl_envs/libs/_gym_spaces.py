@@ -120,7 +120,7 @@ def space_to_spec(
     Examples:
         >>> from gymnasium import spaces
         >>> space_to_spec(spaces.Discrete(3))
-        OneHot(shape=(3,), device=None, dtype=torch.int64, n=3)
+        OneHot(shape=(3,), device=cpu, dtype=torch.int64, n=3)
         >>> space_to_spec(spaces.Dict(a=spaces.Discrete(2), b=spaces.Tuple([spaces.MultiBinary(2)])),
         ...               categorical_action_encoding=True).keys(True, True)
         ['a', ('b', '0')]

@@ -105,7 +105,7 @@ class CartPoleEnv(EnvBase):
         >>> bool(rollout["next", "reward"].eq(1.0).all()), bool(rollout["next", "done"].any())
         (True, True)
         >>> CartPoleEnv(categorical_action_encoding=True).action_spec
-        Categorical(shape=(), device=None, dtype=torch.int64, n=2)
+        Categorical(shape=(), device=cpu, dtype=torch.int64, n=2)
     """
 
     def __init__(
