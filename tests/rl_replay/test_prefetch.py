@@ -134,3 +134,41 @@ def test_tensordict_buffer_prefetches_too():
         sample = rb.sample()
         assert torch.equal(sample["obs"], sample["index"].float())
     rb.close()
+
+
+_EXIT_SCRIPT = """
+import sys, time, torch
+from rl_replay import ListStorage, ReplayBuffer
+
+log = open(sys.argv[1], "a")
+
+def slow_transform(batch):
+    log.write("start\\n"); log.flush()
+    time.sleep(0.3)
+    out = torch.stack([torch.as_tensor(x) for x in batch]).float().matmul(torch.ones(1, 4))
+    log.write("end\\n"); log.flush()
+    return out
+
+kept = ReplayBuffer(storage=ListStorage(20), batch_size=4, prefetch=2, transform=slow_transform)
+dropped = ReplayBuffer(storage=ListStorage(20), batch_size=4, prefetch=2, transform=slow_transform)
+for rb in (kept, dropped):
+    rb.extend([torch.tensor([float(i)]) for i in range(20)])
+    rb.sample()
+del dropped  # its thread is still drawing the queued batches
+"""
+
+
+def test_interpreter_exit_waits_for_running_batches_and_drops_queued_ones(tmp_path):
+    # a thread left inside a torch op while the interpreter finalizes aborts the process
+    # ("terminate called without an active exception"): exit joins every prefetching thread,
+    # also that of a deleted buffer, after the batch it is drawing
+    import subprocess
+    import sys
+
+    log = tmp_path / "log.txt"
+    proc = subprocess.run([sys.executable, "-c", _EXIT_SCRIPT, str(log)], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stderr == ""
+    lines = log.read_text().split()
+    assert lines.count("start") == lines.count("end")  # no batch cut off mid-way
+    assert lines.count("start") < 2 * (1 + 2)  # the queued batches were not all drawn at exit

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import operator
 import queue
@@ -108,12 +109,20 @@ def _timeout_arg(owner: str, value: Any) -> float | None:
     return float(value)
 
 
+# the running threads and their job queues, also those of deleted buffers
+_PREFETCH_THREADS: dict[threading.Thread, queue.SimpleQueue] = {}
+_EXITING = threading.Event()
+_EXIT_JOIN_SECONDS = 10.0
+
+
 class _Prefetcher:
     """One daemon thread that draws batches ahead, in submission order; results come back as Futures.
 
     The thread holds only a weak reference to the buffer, so a buffer that is no longer used is
-    collected (its ``__del__`` then stops the thread), and a daemon thread never blocks the
-    interpreter's exit, even when a batch hangs.
+    collected (its ``__del__`` then stops the thread). At interpreter exit every running thread drops
+    its queued batches and is joined after the batch it is drawing (a thread left inside a torch op
+    while the interpreter finalizes aborts the process); one that hangs is left behind after
+    ``_EXIT_JOIN_SECONDS``, a daemon that never blocks the exit.
     """
 
     def __init__(self, buffer: "ReplayBuffer") -> None:
@@ -121,15 +130,25 @@ class _Prefetcher:
         self._thread = threading.Thread(
             target=_Prefetcher._run, args=(self._jobs, weakref.ref(buffer)), name="rl_replay_prefetch", daemon=True
         )
+        _PREFETCH_THREADS[self._thread] = self._jobs
         self._thread.start()
 
     @staticmethod
     def _run(jobs: queue.SimpleQueue, buffer_ref: Any) -> None:
+        try:
+            _Prefetcher._serve(jobs, buffer_ref)
+        finally:
+            _PREFETCH_THREADS.pop(threading.current_thread(), None)
+
+    @staticmethod
+    def _serve(jobs: queue.SimpleQueue, buffer_ref: Any) -> None:
         while True:
             job = jobs.get()
             if job is None:
                 return
             future, batch_size = job
+            if _EXITING.is_set():
+                future.cancel()
             if not future.set_running_or_notify_cancel():
                 continue
             buffer = buffer_ref()
@@ -154,6 +173,17 @@ class _Prefetcher:
         if timeout != 0 and self._thread is not threading.current_thread():
             self._thread.join(timeout)
         return not self._thread.is_alive()
+
+
+@atexit.register
+def _stop_prefetchers_at_exit() -> None:
+    """Runs before the interpreter finalizes: queued batches are dropped, running ones finish."""
+    _EXITING.set()
+    running = list(_PREFETCH_THREADS.items())
+    for _, jobs in running:
+        jobs.put(None)  # wakes a thread waiting for work
+    for thread, _ in running:
+        thread.join(_EXIT_JOIN_SECONDS)
 
 
 class _WriteTransform:
