@@ -145,7 +145,10 @@ def test_batch_size_setter_names_the_incompatible_tensor():
 
 def test_set_with_a_batch_mismatch():
     td = TensorDict({}, [3, 4])
-    with pytest.raises(ShapeMismatchError, match=r"Key 'w': batch dimension mismatch, value of shape \[3\]"):
+    with pytest.raises(
+        ShapeMismatchError,
+        match=r"Key 'w': batch dimension mismatch, got self.batch_size=torch.Size\(\[3, 4\]\) and value.shape=torch.Size\(\[3\]\): the value of shape \[3\] does not start",
+    ):
         td.set("w", torch.zeros(3))
     with pytest.raises(
         ValueError,

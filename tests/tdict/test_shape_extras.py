@@ -292,7 +292,7 @@ def test_errors_name_argument_expected_and_received():
     td = make_td()
     with pytest.raises(ValueError, match=r"source has 2 dims.*destination has 1"):
         td.movedim((0, 1), 0)
-    with pytest.raises(ValueError, match=r"source=\[0, 0\] repeats"):
+    with pytest.raises(ValueError, match=r"repeated dim in source \[0, 0\]"):
         td.movedim((0, 0), (0, 1))
     with pytest.raises(IndexError, match="destination=2"):
         td.movedim(0, 2)

@@ -157,14 +157,20 @@ def batch_mismatch_error(key: Any, value: Any, batch_size: Sequence[int], where:
 
     Examples:
         >>> err = batch_mismatch_error("a", torch.zeros(3), [2])
-        >>> isinstance(err, RuntimeError) and isinstance(err, ValueError), str(err)
-        (True, "Key 'a': batch dimension mismatch, value of shape [3] does not start with the batch size [2].")
+        >>> isinstance(err, RuntimeError) and isinstance(err, ValueError)
+        True
+        >>> for part in str(err).split(": "):
+        ...     print(part)
+        Key 'a'
+        batch dimension mismatch, got self.batch_size=torch.Size([2]) and value.shape=torch.Size([3])
+        the value of shape [3] does not start with the batch size [2].
     """
     bs = list(batch_size)
     if isinstance(value, torch.Tensor):
         return ShapeMismatchError(
-            f"Key {key!r}: batch dimension mismatch, value of shape {list(value.shape)} does not start with "
-            f"the batch size {bs}{where}."
+            f"Key {key!r}: batch dimension mismatch, got self.batch_size={torch.Size(bs)} and "
+            f"value.shape={value.shape}: the value of shape {list(value.shape)} does not start with the batch "
+            f"size {bs}{where}."
         )
     return ShapeMismatchError(
         f"Key {key!r}: batch dimension mismatch, nested collection of batch size {list(value.batch_size)} does "

@@ -143,7 +143,7 @@ def movedim_order(source: Any, destination: Any, ndim: int) -> list[int]:
     dst = _dims_arg(destination, ndim, "movedim", "destination")
     if len(src) != len(dst):
         raise ValueError(
-            f"movedim: source and destination must have the same number of elements, source has {len(src)} "
+            f"movedim: source and destination must have the same number of elements, source has {len(src)} dims "
             f"({list(src)}), destination has {len(dst)} ({list(dst)})."
         )
     order: list = [None] * ndim
@@ -309,7 +309,7 @@ class ShapeOpsMixin:
         n = self.batch_dims
         dims = normalize_dims(_shape_args(dims), n)
         if sorted(dims) != list(range(n)):
-            raise ValueError(f"permute: dims {list(dims)} are not a permutation of the {n} batch dims.")
+            raise InvalidArgumentError(f"permute: dims {list(dims)} are not a permutation of the {n} batch dims.")
         bs = torch.Size(self.batch_size[d] for d in dims)
         names = self._maybe_names()
         if names is not None:

@@ -371,7 +371,7 @@ def pad(
         if bs[i] < 0:
             raise ShapeMismatchError(
                 f"pad: negative output size, pad_size {pad_size} shrinks batch dim {i} of size {td.batch_size[i]} "
-                f"to {bs[i]}."
+                f"below zero (to {bs[i]})."
             )
     return td._map_entries(lambda v: _pad_entry(v, pairs, value), torch.Size(bs), td._maybe_names())
 

@@ -33,6 +33,7 @@ from .._core.shape_ops import (
     tile_reps,
 )
 from .._core.utils import normalize_dim, normalize_dims
+from ..errors import InvalidArgumentError
 from ..tensordict import TensorDict
 
 if TYPE_CHECKING:
@@ -113,7 +114,7 @@ class LazyShapeMixin:
         n = self.batch_dims
         dims = normalize_dims(_shape_args(dims), n)
         if sorted(dims) != list(range(n)):
-            raise ValueError(f"permute: dims {list(dims)} are not a permutation of the {n} batch dims.")
+            raise InvalidArgumentError(f"permute: dims {list(dims)} are not a permutation of the {n} batch dims.")
         sd = self.stack_dim
         member_perm = [self._member_dim(d) for d in dims if d != sd]
         members = (
