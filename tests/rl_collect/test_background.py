@@ -37,13 +37,14 @@ def _policy(value: float) -> TensorDictModule:
 def test_start_fills_the_buffer_pause_holds_it_and_weights_follow(make):
     buffer = ReplayBuffer(storage=LazyTensorStorage(100_000))
     policy = _policy(0.0)
-    kwargs = dict(replay_buffer=buffer, frames_per_batch=8, total_frames=-1)
     if make == "single":
-        collector = Collector(PendulumEnv, policy, **kwargs)
+        collector = Collector(PendulumEnv, policy, replay_buffer=buffer, frames_per_batch=8, total_frames=-1)
     elif make == "async":
-        collector = AsyncCollector(PendulumEnv, policy, **kwargs)
+        collector = AsyncCollector(PendulumEnv, policy, replay_buffer=buffer, frames_per_batch=8, total_frames=-1)
     else:
-        collector = MultiSyncCollector([PendulumEnv, PendulumEnv], policy, **kwargs)
+        collector = MultiSyncCollector(
+            [PendulumEnv, PendulumEnv], policy, replay_buffer=buffer, frames_per_batch=8, total_frames=-1
+        )
     try:
         collector.start()
         with pytest.raises(RuntimeError, match="already running"):

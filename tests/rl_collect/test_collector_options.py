@@ -30,7 +30,7 @@ def test_policy_factory_builds_the_policy():
     with pytest.raises(TypeError, match="mutually exclusive"):
         Collector(PendulumEnv, _policy(), policy_factory=_policy, frames_per_batch=4)
     with pytest.raises(TypeError, match="policy_factory must be callable"):
-        Collector(PendulumEnv, policy_factory=3, frames_per_batch=4)
+        Collector(PendulumEnv, policy_factory=3, frames_per_batch=4)  # pyright: ignore[reportArgumentType]
 
 
 def test_random_policy_without_spec_takes_the_envs():
@@ -65,7 +65,7 @@ def test_hooks_count_and_see_the_yielded_batch():
     list(c)
     assert len(post) == 5
     with pytest.raises(TypeError, match="post_collect_hook must be callable"):
-        c.post_collect_hook = 3
+        c.post_collect_hook = 3  # pyright: ignore[reportAttributeAccessIssue]
 
 
 def test_stats_len_and_remote_style_helpers():
@@ -216,3 +216,32 @@ def test_split_trajectories_with_prefix_or_from_done_flags():
     steps.set(("agents", "traj_ids"), torch.tensor([7, 7, 7, 8, 8]))
     out = split_trajectories(steps, prefix="agents")
     assert out["agents", "mask"].tolist() == [[True, True, True], [True, True, False]]
+
+
+def test_private_root_entries_are_dropped_from_batches():
+    def policy(td):
+        td.set("action", torch.zeros(*td.batch_size, 1))
+        return td.set("_scratch", torch.ones(td.batch_size))
+
+    (batch,) = list(Collector(PendulumEnv, policy, frames_per_batch=3, total_frames=3))
+    assert "_scratch" not in batch.keys() and "action" in batch.keys()
+    c = Collector(PendulumEnv, policy, frames_per_batch=3, total_frames=3)
+    c.exclude_private_keys = False
+    assert "_scratch" in next(iter(c)).keys()
+
+
+def test_max_frames_per_traj_is_refused_when_the_env_counts_steps():
+    with pytest.raises(ValueError, match="already counts its steps"):
+        Collector(TransformedEnv(PendulumEnv(), StepCounter(2)), frames_per_batch=4, max_frames_per_traj=2)
+
+
+def test_device_less_batches_take_the_buffers_device():
+    buffer = ReplayBuffer(storage=LazyTensorStorage(100, device="cpu"))
+    devices = []
+    extend = buffer.extend
+    buffer.extend = lambda td: devices.append(td.device) or extend(td)  # type: ignore[method-assign]
+    c = Collector(
+        PendulumEnv, frames_per_batch=4, total_frames=8, replay_buffer=buffer, postproc=lambda b: b.clear_device_()
+    )
+    list(c)
+    assert devices == [torch.device("cpu")] * 2 and len(buffer) == 8

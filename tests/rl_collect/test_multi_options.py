@@ -50,7 +50,8 @@ def test_from_backend_names():
     }
     for name, cls in kinds.items():
         assert type(WeightSyncScheme.from_backend(name)) is cls
-    assert not WeightSyncScheme.from_backend("shared", sync=False).sync
+    shared = WeightSyncScheme.from_backend("shared", sync=False)
+    assert isinstance(shared, SharedMemWeightSyncScheme) and not shared.sync
     with pytest.raises(ValueError, match="Unsupported weight-sync backend"):
         WeightSyncScheme.from_backend("unknown")
 

@@ -13,6 +13,7 @@ from tdict import TensorDict, TensorDictBase
 from tdict.liveness import check_heartbeat_args
 from tdict.seeding import chain_seeds, check_seed
 from tdict.validation import check_positive_int
+from ._buffer import write
 from ._options import check_unsupported, policy_scheme
 from ._policy import weights_of
 from ._worker import Portable, WorkerPool
@@ -124,7 +125,7 @@ class MultiCollector(BaseCollector):
         mp_start_method: str | None = None,
         num_threads: int | None = 1,
         num_sub_threads: int | None = None,
-        split_trajs: bool | None = False,
+        split_trajs: bool | None = None,
         postproc: Callable | None = None,
         replay_buffer: Any = None,
         extend_buffer: bool = True,
@@ -243,11 +244,7 @@ class MultiCollector(BaseCollector):
         for batch in batches:
             if self.postproc is not None:
                 batch = self.postproc(batch)
-            if self.extend_buffer:
-                buffer.extend(batch)
-                continue
-            for t in range(batch.batch_size[-1]):  # TorchRL's extend_buffer=False: one item per time step
-                buffer.add(batch[..., t])
+            write(buffer, batch, whole=self.extend_buffer)
 
     def _finish(self, batch: TensorDictBase) -> Any:
         if self.split_trajs:
@@ -255,7 +252,7 @@ class MultiCollector(BaseCollector):
         if self.postproc is not None:
             batch = self.postproc(batch)
         if self.replay_buffer is not None:
-            self.replay_buffer.extend(batch)
+            write(self.replay_buffer, batch)
             return None
         return batch
 

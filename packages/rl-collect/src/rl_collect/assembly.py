@@ -9,6 +9,7 @@ import tdict
 import torch
 from tdict import TensorDictBase
 
+from ._buffer import write
 from .trajectories import split_trajectories
 
 __all__ = ["TrajectoryAssembler", "check_traj_format", "write_trajectories"]
@@ -132,7 +133,7 @@ def write_trajectories(assembler: TrajectoryAssembler, buffer: Any, per_write: i
         steps = assembler.pop(per_write, traj_format="cat")
         assert steps is not None  # enough are complete
         written += per_write or 0
-        buffer.extend(steps if postproc is None else postproc(steps))
+        write(buffer, steps if postproc is None else postproc(steps))
         if per_write is None:
             break
     return written

@@ -14,6 +14,7 @@ from tdict.nn import InteractionType, TensorDictModule, TensorDictModuleBase, se
 from tdict.seeding import chain_seeds, check_seed, make_generator, next_seed, use_generator
 from tdict.validation import check_positive_int
 
+from ._buffer import write
 from ._options import check_unsupported, policy_scheme
 from ._policy import make_env, make_policy, policy_only_entries, weights_of, wrap_policy
 from ._state import CollectorState
@@ -96,9 +97,12 @@ class Collector(CollectorState, BaseCollector):
         >>> collector.shutdown()
     """
 
+    #: drop root entries whose names start with ``"_"`` from the batches (TorchRL does the same)
+    exclude_private_keys: bool = True
+
     def __init__(
         self,
-        create_env_fn: Any = None,
+        create_env_fn: Any,
         policy: Any = None,
         *,
         policy_factory: Callable[[], Any] | None = None,
@@ -188,6 +192,12 @@ class Collector(CollectorState, BaseCollector):
         policy = make_policy("Collector", policy, policy_factory, weight_sync_schemes)
         self.env = make_env(create_env_fn, create_env_kwargs)
         self._create_env_fn = create_env_fn
+        if max_frames_per_traj is not None and "step_count" in list(getattr(self.env, "observation_keys", [])):
+            raise ValueError(
+                f"Collector: max_frames_per_traj={max_frames_per_traj} with an env that already counts its steps (a "
+                "'step_count' entry, e.g. a StepCounter transform): cut trajectories there (StepCounter(max_steps=...)) "
+                "or drop max_frames_per_traj."
+            )
         if device is not None:
             env_device = env_device if env_device is not None else device
             policy_device = policy_device if policy_device is not None else device
@@ -527,7 +537,12 @@ class Collector(CollectorState, BaseCollector):
         return out
 
     def _mark(self, batch: TensorDictBase) -> TensorDictBase:
-        """``set_truncated`` and ``track_policy_version`` entries of a raw ``[*env_batch, T]`` batch."""
+        """``set_truncated`` and ``track_policy_version`` entries of a raw ``[*env_batch, T]`` batch,
+        without its private root entries (names starting with ``"_"``: control keys, scratch outputs)."""
+        if self.exclude_private_keys:
+            private = [key for key in batch.keys() if key.startswith("_")]
+            if private:
+                batch = batch.exclude(*private)
         if self._truncated_keys:
             nxt = batch.get("next")
             last = (slice(None),) * (batch.ndim - 1) + (-1,)
@@ -559,14 +574,9 @@ class Collector(CollectorState, BaseCollector):
 
     def _write(self, batch: TensorDictBase) -> Any:
         """``batch``, or None once written to the replay buffer (whole, or one time step at a time)."""
-        buffer = self.replay_buffer
-        if buffer is None:
+        if self.replay_buffer is None:
             return batch
-        if self.extend_buffer or batch.ndim == 0:
-            buffer.extend(batch)
-        else:  # TorchRL's extend_buffer=False: one item per time step (all sub-envs of that step)
-            for t in range(batch.batch_size[-1]):
-                buffer.add(batch[..., t])
+        write(self.replay_buffer, batch, whole=self.extend_buffer)
         return None
 
     def _steps_now(self) -> int:

@@ -55,7 +55,7 @@ class MultiAsyncCollector(MultiCollector):
         heartbeat_timeout: float | None = 20.0,
         mp_start_method: str | None = None,
         num_threads: int | None = 1,
-        split_trajs: bool | None = False,
+        split_trajs: bool | None = None,
         postproc: Callable | None = None,
         replay_buffer: Any = None,
         cat_results: str | None = None,

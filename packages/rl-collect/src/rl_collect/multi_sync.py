@@ -109,7 +109,7 @@ class MultiSyncCollector(MultiCollector):
         heartbeat_timeout: float | None = 20.0,
         mp_start_method: str | None = None,
         num_threads: int | None = 1,
-        split_trajs: bool | None = False,
+        split_trajs: bool | None = None,
         postproc: Callable | None = None,
         replay_buffer: Any = None,
         preemptive_threshold: float | None = None,
