@@ -124,6 +124,11 @@ DELIBERATE = [
         ),
         "per-step scalars (reward, done, value, advantage, log-prob) have no trailing singleton dim",
     ),
+    (
+        # ours: None for the dims an nd index tensor makes; tensordict: the indexed dim's name, repeated
+        re.compile(r"assert \[[^\]]*None, None[^\]]*\] == \[[^\]]*'(\w+)', '\1'"),
+        "dims made by an index tensor are unnamed (tensordict repeats a name)",
+    ),
 ]
 
 

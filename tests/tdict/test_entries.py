@@ -546,3 +546,48 @@ def test_cuda_devices():
     )
     s = stack().to("cuda")
     assert s.to_padded_tensor(mask_key="m")["m"].is_cuda
+
+
+def test_create_nested_builds_empty_collections_along_the_key():
+    td = TensorDict(a=torch.zeros(3, 2), batch_size=[3], names=["n"])
+    assert td.create_nested("root") is td
+    td.create_nested(("some", "nested", "key"))
+    for key in ("root", ("some", "nested", "key"), ("some", "nested"), "some"):
+        sub = td.get(key)
+        assert isinstance(sub, TensorDict) and sub.batch_size == td.batch_size and sub.names == ["n"]
+    assert list(td["root"].keys()) == [] and list(td["some", "nested", "key"].keys()) == []
+    td.set(("root", "x"), torch.ones(3))
+    td.create_nested("root")  # replaces what was there
+    assert list(td["root"].keys()) == []
+    with td.lock_(), pytest.raises(RuntimeError):
+        td.create_nested("other")
+
+
+def test_as_tensor_turns_memmapped_leaves_into_plain_views(tmp_path):
+    from tdict import MemoryMappedTensor
+
+    td = TensorDict(a=torch.arange(3.0), sub=TensorDict(b=torch.ones(3), batch_size=[3]), batch_size=[3])
+    td.memmap_(tmp_path)
+    assert isinstance(td["a"], MemoryMappedTensor)
+    plain = td.as_tensor()
+    for key in ("a", ("sub", "b")):
+        assert type(plain[key]) is torch.Tensor and plain[key].data_ptr() == td[key].data_ptr()
+        assert torch.equal(plain[key], td[key])
+    assert td.clear_refs_for_compile_() is td
+
+
+def test_convert_ellipsis_to_idx():
+    from tdict import convert_ellipsis_to_idx
+
+    full = (slice(None),) * 3
+    assert convert_ellipsis_to_idx(..., [2, 3, 4]) == full
+    assert convert_ellipsis_to_idx((0, ..., 1), [2, 3, 4]) == (0, slice(None), 1)
+    assert convert_ellipsis_to_idx((..., None, 0), [2, 3, 4]) == (slice(None), slice(None), None, 0)
+    assert convert_ellipsis_to_idx((0, 1), [2, 3, 4]) == (0, 1)
+    x = torch.zeros(2, 3, 4)
+    for index in [(0, ..., 1), (..., 2), (None, ..., 0)]:  # the converted index selects the same elements
+        assert torch.equal(x[index], x[convert_ellipsis_to_idx(index, x.shape)])
+    with pytest.raises(RuntimeError, match="one Ellipsis"):
+        convert_ellipsis_to_idx((..., 0, ...), [2, 3])
+    with pytest.raises(RuntimeError, match="addresses 3 dims"):
+        convert_ellipsis_to_idx((0, 0, ..., 0), [2, 3])

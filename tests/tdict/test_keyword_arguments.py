@@ -88,3 +88,52 @@ def test_non_tensor_update_and_clone_keywords() -> None:
     assert stack.tolist() == ["a", "b"]
     stack.update(NonTensorStack(NonTensorData("c"), NonTensorData("d")))
     assert stack.tolist() == ["c", "d"] and stack.clone(device="cpu").tolist() == ["c", "d"]
+
+
+def test_reshape_and_view_take_size_as_keyword():
+    td = TensorDict(a=torch.arange(12.0).view(3, 4, 1), batch_size=[3, 4])
+    for out in (td.reshape(size=(4, 3)), td.view(size=[4, 3]), td.reshape(size=(-1,))):
+        ref = td["a"].reshape(*out.batch_size, 1)
+        assert out["a"].shape == ref.shape and torch.equal(out["a"], ref)
+    assert td.reshape(size=(-1,)).batch_size == torch.Size([12])
+    with pytest.raises(TypeError, match="positionally or as size="):
+        td.reshape(12, size=(12,))
+
+
+def test_view_dtype_with_a_new_batch_size():
+    td = TensorDict(a=torch.zeros(2, 3), b=torch.ones(2, 1), batch_size=[2])
+    out = td.view(torch.uint8, batch_size=[])
+    assert out.batch_size == torch.Size([]) and out["a"].dtype == torch.uint8
+    assert out["a"].shape == (2, 12) and out["b"].shape == (2, 4)  # float32 -> 4 bytes each
+    assert out["b"].view(torch.float32).eq(1).all()
+
+
+def test_to_other_takes_device_and_common_dtype():
+    td = TensorDict(a=torch.zeros(2), b=torch.ones(2), batch_size=[2])
+    half = TensorDict(x=torch.zeros(1, dtype=torch.half), device="cpu")
+    out = td.to(other=half)
+    assert out.device == torch.device("cpu") and out["a"].dtype == torch.half and out["b"].dtype == torch.half
+    mixed = TensorDict(x=torch.zeros(1, dtype=torch.half), y=torch.zeros(1, dtype=torch.int64), device="cpu")
+    assert td.to(other=mixed)["a"].dtype == torch.float32  # no common dtype: only the device
+    assert td.to(other=torch.zeros(1, dtype=torch.float64))["b"].dtype == torch.float64
+
+
+def test_memmap_return_early_gives_a_future_of_the_result(tmp_path):
+    td = TensorDict(a=torch.arange(4.0), sub=TensorDict(b=torch.ones(4, 2), batch_size=[4]), batch_size=[4])
+    future = td.memmap(tmp_path / "copy", return_early=True)
+    out = future.result(timeout=60)
+    assert out.is_memmap() and not td.is_memmap()
+    assert torch.equal(out["a"], td["a"]) and torch.equal(out["sub", "b"], td["sub", "b"])
+    same = td.memmap_(tmp_path / "inplace", return_early=True).result(timeout=60)
+    assert same is td and td.is_memmap()
+    with pytest.raises(NotImplementedError, match="return_early"):
+        td.memmap_like(tmp_path / "like", return_early=True)
+
+
+def test_memmap_return_early_surfaces_the_write_error(tmp_path):
+    td = TensorDict(a=torch.arange(4.0), batch_size=[4])
+    blocker = tmp_path / "file"
+    blocker.write_text("not a folder")
+    future = td.memmap(blocker, return_early=True)
+    with pytest.raises(Exception):
+        future.result(timeout=60)

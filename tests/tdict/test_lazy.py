@@ -698,3 +698,26 @@ def test_in_place_arithmetic_pairs_nested_lazy_stacks_member_by_member():
                 [2],
             )
         )
+
+
+def test_get_nestedtensor_holds_each_members_leaf():
+    a = TensorDict(x=torch.arange(2.0), sub=TensorDict(y=torch.zeros(1)))
+    b = TensorDict(x=torch.arange(3.0), sub=TensorDict(y=torch.ones(4)))
+    s = lazy_stack([a, b])
+    nested = s.get_nestedtensor("x")
+    assert [t.tolist() for t in nested.unbind()] == [[0.0, 1.0], [0.0, 1.0, 2.0]]
+    assert [t.tolist() for t in s.get_nestedtensor(("sub", "y")).unbind()] == [[0.0], [1.0, 1.0, 1.0, 1.0]]
+    assert s.get_nestedtensor("missing", None) is None
+    with_default = lazy_stack([a, TensorDict(sub=TensorDict(y=torch.ones(1)))])
+    filled = with_default.get_nestedtensor("x", default=torch.full((5,), 7.0))
+    assert [t.tolist() for t in filled.unbind()] == [[0.0, 1.0], [7.0] * 5]
+
+
+def test_get_nestedtensor_needs_stack_dim_zero_and_to_refuses_a_batch_size():
+    s = lazy_stack(
+        [TensorDict(x=torch.zeros(2, 3), batch_size=[2]), TensorDict(x=torch.zeros(2, 3), batch_size=[2])], 1
+    )
+    with pytest.raises(RuntimeError, match="only be called when the stack_dim is 0"):
+        s.get_nestedtensor("x")
+    with pytest.raises(TypeError, match="Cannot pass batch-size"):
+        s.to(torch.float64, batch_size=[])

@@ -158,3 +158,15 @@ def test_map_chunks_of_a_locked_input_are_writable():
     locked = TensorDict({"x": torch.zeros(4, 2)}, [4]).lock_()
     chunks = _map._split(locked, 0, 2, None, 2)
     assert [c.is_locked for c in chunks] == [False, False] and locked.is_locked
+
+
+def test_assigning_is_locked_locks_and_unlocks_recursively():
+    td = TensorDict(a=torch.zeros(2), sub=TensorDict(b=torch.zeros(2), batch_size=[2]), batch_size=[2])
+    td.is_locked = True
+    assert td.is_locked and td["sub"].is_locked
+    with pytest.raises(RuntimeError):
+        td["c"] = torch.zeros(2)
+    td.is_locked = False
+    assert not td.is_locked and not td["sub"].is_locked
+    td["c"] = torch.zeros(2)
+    assert "c" in td.keys()

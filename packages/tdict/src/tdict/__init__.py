@@ -41,6 +41,7 @@ from ._core.constructors import (
     fromkeys,
     make_tensordict,
 )
+from ._core.indexing import convert_ellipsis_to_idx
 from ._core.keys import default_is_leaf
 from ._core.utils import unravel_key_list
 from .testing import assert_allclose_td, assert_close
@@ -93,6 +94,7 @@ __all__ = [
     # constructors, combining and testing helpers
     "assert_allclose_td",
     "assert_close",
+    "convert_ellipsis_to_idx",
     "default_is_leaf",
     "dense_stack_tds",
     "from_any",

@@ -173,8 +173,13 @@ class TensorDictBase(
 
     @property
     def is_locked(self) -> bool:
-        """Whether adding and removing keys is forbidden (see :meth:`lock_`)."""
+        """Whether adding and removing keys is forbidden (see :meth:`lock_`); assigning it locks or
+        unlocks (recursively)."""
         return self._is_locked
+
+    @is_locked.setter
+    def is_locked(self, value: bool) -> None:
+        self._set_lock(bool(value))
 
     # ------------------------------------------------------------------ getting
     def _get_tuple(self, key: tuple, default: Any) -> Any:
@@ -480,6 +485,11 @@ class TensorDictBase(
         was_locked = self._is_locked
         self._set_lock(False)
         self._push_op(was_locked)
+        return self
+
+    def clear_refs_for_compile_(self) -> "TensorDictBase":
+        """Returns ``self``: tdict collections hold no weak references that a compiled region would
+        have to drop before returning them (tensordict's method clears its own)."""
         return self
 
     def _set_lock(self, locked: bool) -> None:

@@ -452,6 +452,16 @@ class MemoryMappedTensor(torch.Tensor):
         finally:
             os.close(fd)
 
+    def as_tensor(self) -> torch.Tensor:
+        """A plain ``torch.Tensor`` viewing the same memory (writes through it still reach the file).
+
+        Examples:
+            >>> t = MemoryMappedTensor.zeros(3)
+            >>> type(t.as_tensor()).__name__, t.as_tensor().data_ptr() == t.data_ptr()
+            ('Tensor', True)
+        """
+        return self.as_subclass(torch.Tensor)
+
     # ------------------------------------------------------------------ torch integration
 
     @classmethod

@@ -668,7 +668,7 @@ class PersistentTensorDict(PersistentWritesMixin, TensorDictBase):
         raise RuntimeError("Cannot pin memory of a PersistentTensorDict: call to_tensordict() first.")
 
     # Ops that return a view of a TensorDict (writes reach the source) cannot return one of a file.
-    def view(self, *shape: Any) -> Any:
+    def view(self, *shape: Any, **kwargs: Any) -> Any:
         raise RuntimeError("Cannot call `view` on a PersistentTensorDict: call reshape (which loads the data) instead.")
 
     def permute(self, *dims: Any) -> Any:

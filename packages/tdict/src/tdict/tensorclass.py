@@ -772,12 +772,18 @@ class TensorClass:
         existsok: bool = True,
         robust_key: bool | None = None,
         share_non_tensor: bool = False,
+        return_early: bool = False,
     ) -> Any:
-        """Write every tensor leaf to memory-mapped files under ``prefix`` and point the fields at them."""
+        """Write every tensor leaf to memory-mapped files under ``prefix`` and point the fields at them
+        (``return_early``: a Future, see :meth:`tdict.TensorDict.memmap_`)."""
+        from ._io.storage_methods import _run_maybe_early
         from .persistence import memmap_
 
-        memmap_(self, prefix, copy_existing=copy_existing, existsok=existsok, inplace=True)
-        return self
+        def write() -> Any:
+            memmap_(self, prefix, copy_existing=copy_existing, existsok=existsok, inplace=True)
+            return self
+
+        return _run_maybe_early(return_early, write)
 
     def memmap(
         self,
@@ -788,11 +794,15 @@ class TensorClass:
         existsok: bool = True,
         robust_key: bool | None = None,
         share_non_tensor: bool = False,
+        return_early: bool = False,
     ) -> Any:
         """Like :meth:`memmap_` but returns a new instance and leaves ``self`` untouched."""
+        from ._io.storage_methods import _run_maybe_early
         from .persistence import memmap_
 
-        return memmap_(self, prefix, copy_existing=copy_existing, existsok=existsok, inplace=False)
+        return _run_maybe_early(
+            return_early, lambda: memmap_(self, prefix, copy_existing=copy_existing, existsok=existsok, inplace=False)
+        )
 
     def memmap_like(
         self, prefix: Any = None, copy_existing: bool = False, *, existsok: bool = True, num_threads: int = 0

@@ -24,6 +24,21 @@ class ConversionsMixin:
     __slots__ = ()
 
     # ------------------------------------------------------------------ conversions
+    def as_tensor(self) -> "TensorDictBase":
+        """The same collection with memory-mapped leaves as plain tensors viewing the same memory
+        (other leaves are kept as they are).
+
+        Examples:
+            >>> import torch
+            >>> from tdict import TensorDict
+            >>> td = TensorDict(a=torch.zeros(2)).memmap_()
+            >>> type(td.as_tensor()["a"]).__name__
+            'Tensor'
+        """
+        from ..memmap import MemoryMappedTensor
+
+        return self.apply(lambda v: v.as_tensor() if isinstance(v, MemoryMappedTensor) else v)
+
     def to_tensordict(self, *, retain_none: bool | None = None) -> "TensorDictBase":
         """A dense TensorDict copy: tensors cloned, lazy stacks and tensor classes converted."""
         from ..tensordict import TensorDict

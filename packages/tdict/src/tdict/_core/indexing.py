@@ -39,6 +39,34 @@ def _expand_index(index: Any, batch_dims: int) -> Any:
     return index
 
 
+def convert_ellipsis_to_idx(index: Any, batch_size: Sequence[int]) -> Any:
+    """``index`` with its Ellipsis replaced by as many ``slice(None)`` as the batch dims it spans.
+
+    ``None`` entries add a dim, as in torch indexing; an index without an Ellipsis is returned as is.
+
+    Raises:
+        RuntimeError: more than one Ellipsis, or more indexed dims than ``batch_size`` has.
+
+    Examples:
+        >>> convert_ellipsis_to_idx((0, ..., 1), [2, 3, 4, 5])
+        (0, slice(None, None, None), slice(None, None, None), 1)
+    """
+    parts = (index,) if index is Ellipsis else index
+    if not isinstance(parts, tuple) or not any(p is Ellipsis for p in parts):
+        return index
+    if sum(p is Ellipsis for p in parts) > 1:
+        raise RuntimeError(f"convert_ellipsis_to_idx: an index can hold one Ellipsis at most, got {index!r}.")
+    indexed = sum(p is not Ellipsis and p is not None for p in parts)
+    if indexed > len(batch_size):
+        raise RuntimeError(
+            f"convert_ellipsis_to_idx: the index {index!r} addresses {indexed} dims, the batch size "
+            f"{list(batch_size)} has {len(batch_size)}."
+        )
+    pos = parts.index(Ellipsis)
+    span = len(batch_size) - indexed
+    return parts[:pos] + (slice(None),) * span + parts[pos + 1 :]
+
+
 def _indexed_batch_size(batch_size: torch.Size, index: Any) -> torch.Size:
     """The batch size that ``index`` produces, computed on a zero-stride stand-in tensor (on the
     index tensors' device: a CUDA mask cannot index a CPU tensor)."""

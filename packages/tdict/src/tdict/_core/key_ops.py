@@ -15,7 +15,7 @@ import torch
 
 from ..errors import locked_error
 from .keys import KeysView, is_leaf_nontensor
-from .utils import _MISSING, NO_DEFAULT, NestedKey, is_tensor_collection, unravel_key
+from .utils import _MISSING, NO_DEFAULT, NestedKey, _key_to_tuple, is_tensor_collection, unravel_key
 
 
 if TYPE_CHECKING:
@@ -123,6 +123,28 @@ class KeyOpsMixin:
                 if not isinstance(value, torch.Tensor) and not value._is_non_tensor:
                     out._set_str(key, value.empty(recurse=True), inplace=False, validated=True)
         return out
+
+    def create_nested(self, key: NestedKey) -> "TensorDictBase":
+        """Sets an empty collection (same batch size, device and names) at ``key``, replacing what
+        was there; missing parents along a nested key are created too. Returns ``self``.
+
+        Examples:
+            >>> from tdict import TensorDict
+            >>> td = TensorDict(batch_size=[3]).create_nested(("a", "b"))
+            >>> td["a", "b"].batch_size, list(td.keys(True))
+            (torch.Size([3]), ['a', ('a', 'b')])
+        """
+        *parents, last = _key_to_tuple(key)
+        node = self
+        for part in parents:
+            child = node.get(part, None)
+            if child is None:
+                child = node.empty()
+                node.set(part, child)
+                child = node.get(part)
+            node = child
+        node.set(last, node.empty())
+        return self
 
     def select(self, *keys: NestedKey, inplace: bool = False, strict: bool = True) -> "TensorDictBase":
         """A collection with only ``keys`` (nested keys keep their parents)."""

@@ -25,7 +25,12 @@ if TYPE_CHECKING:
     from ..base import TensorDictBase
 
 
-def _shape_args(shape: tuple) -> tuple[int, ...]:
+def _shape_args(shape: tuple, size: Any = None, what: str = "reshape") -> tuple[int, ...]:
+    """The shape given as ints, as one sequence, or as ``size=`` (not both)."""
+    if size is not None:
+        if shape:
+            raise TypeError(f"{what}: pass the shape positionally or as size=, not both (got {shape} and size={size}).")
+        return tuple(size)
     if len(shape) == 1 and isinstance(shape[0], (list, tuple, torch.Size)):
         return tuple(shape[0])
     return tuple(shape)
@@ -244,20 +249,28 @@ class ShapeOpsMixin:
 
     # ---- ops that keep a single output
     @keeps_lock
-    def reshape(self, *shape: int) -> Any:
-        """A collection of batch size ``shape`` (ints or one sequence; one ``-1`` is inferred); feature dims are kept."""
-        n, bs = self.batch_dims, infer_shape(_shape_args(shape), self.numel())
+    def reshape(self, *shape: int, size: Sequence[int] | None = None) -> Any:
+        """A collection of batch size ``shape`` (ints, one sequence or ``size=``; one ``-1`` is inferred);
+        feature dims are kept."""
+        n, bs = self.batch_dims, infer_shape(_shape_args(shape, size), self.numel())
         return self._map_batch(lambda v: v.reshape(bs + leaf_shape(v)[n:]), bs)
 
     @keeps_lock
-    def view(self, *shape: Any) -> Any:
-        """Like :meth:`reshape`, with views of the leaves; ``view(dtype)`` views every leaf as ``dtype``.
+    def view(self, *shape: Any, size: Sequence[int] | None = None, batch_size: Sequence[int] | None = None) -> Any:
+        """Like :meth:`reshape`, with views of the leaves; ``view(dtype)`` views every leaf as ``dtype``
+        (``batch_size=`` then sets the result's batch size, which the viewed leaves must start with).
 
         In ``with td.view(shape) as v:``, the new and changed entries of ``v`` are written back
         into ``td`` on exit.
         """
+        as_dtype = len(shape) == 1 and isinstance(shape[0], torch.dtype)
+        if as_dtype and batch_size is not None:
+            dtype = shape[0]
+            return self.apply(lambda v: v.view(dtype), batch_size=torch.Size(batch_size))
+        if size is not None:
+            shape = _shape_args(shape, size, "view")
         out = self._view(*shape)
-        if not (len(shape) == 1 and isinstance(shape[0], torch.dtype)):
+        if not as_dtype:
             source_bs = self.batch_size
             _write_back_on_exit(self, out, lambda result: result.view(source_bs))
         return out

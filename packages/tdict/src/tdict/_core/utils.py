@@ -169,6 +169,8 @@ def parse_to_args(args: tuple, kwargs: dict) -> tuple:
     dtype = kwargs.pop("dtype", None)
     non_blocking = kwargs.pop("non_blocking", False)
     batch_size = kwargs.pop("batch_size", None)
+    if "other" in kwargs:  # to(other=...): the device (and dtype) of a tensor or a collection
+        args = (*args, kwargs.pop("other"))
     if kwargs:
         raise TypeError(f"to(): unexpected arguments {sorted(kwargs)}.")
     for arg in args:
@@ -180,8 +182,8 @@ def parse_to_args(args: tuple, kwargs: dict) -> tuple:
             device = arg
         elif isinstance(arg, torch.Tensor):
             device, dtype = arg.device, arg.dtype
-        elif is_tensor_collection(arg):
-            device = arg.device
+        elif is_tensor_collection(arg):  # its device, and its dtype when all its leaves share one
+            device, dtype = arg.device, getattr(arg, "dtype", None)
         elif isinstance(arg, bool):
             non_blocking = arg
         else:

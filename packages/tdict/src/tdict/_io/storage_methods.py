@@ -6,13 +6,31 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+import threading
+from concurrent.futures import Future
+from typing import TYPE_CHECKING, Any, Callable
 
 
 if TYPE_CHECKING:
     from typing_extensions import Self  # typing.Self is new in 3.11
 
     from ..base import TensorDictBase
+
+
+def _run_maybe_early(return_early: bool, write: Callable[[], Any]) -> Any:
+    """``write()``, or with ``return_early`` a Future of it, written by a (non-daemon) background thread."""
+    if not return_early:
+        return write()
+    future: Future = Future()
+
+    def run() -> None:
+        try:
+            future.set_result(write())
+        except BaseException as err:  # raised by future.result()
+            future.set_exception(err)
+
+    threading.Thread(target=run, name="tdict_memmap", daemon=False).start()
+    return future
 
 
 class StorageMixin:
@@ -50,11 +68,19 @@ class StorageMixin:
         robust_key: bool | None = None,
         share_non_tensor: bool = False,
         fsync: bool = False,
-    ) -> "TensorDictBase":
-        """Write every leaf to memory-mapped files under ``prefix`` (crash-safe) and point the leaves at them."""
+        return_early: bool = False,
+    ) -> Any:
+        """Write every leaf to memory-mapped files under ``prefix`` (crash-safe) and point the leaves at them.
+
+        ``return_early=True`` returns a :class:`concurrent.futures.Future` at once; a background
+        thread writes the files and its ``result()`` is the collection (or raises the write's error).
+        """
         from ..persistence import memmap_
 
-        return memmap_(self, prefix, copy_existing=copy_existing, existsok=existsok, inplace=True, fsync=fsync)
+        return _run_maybe_early(
+            return_early,
+            lambda: memmap_(self, prefix, copy_existing=copy_existing, existsok=existsok, inplace=True, fsync=fsync),
+        )
 
     def memmap(
         self,
@@ -66,16 +92,32 @@ class StorageMixin:
         robust_key: bool | None = None,
         share_non_tensor: bool = False,
         fsync: bool = False,
-    ) -> "TensorDictBase":
-        """Like :meth:`memmap_` but returns a new collection and leaves ``self`` untouched."""
+        return_early: bool = False,
+    ) -> Any:
+        """Like :meth:`memmap_` (``return_early`` included) but returns a new collection and leaves
+        ``self`` untouched."""
         from ..persistence import memmap_
 
-        return memmap_(self, prefix, copy_existing=copy_existing, existsok=existsok, inplace=False, fsync=fsync)
+        return _run_maybe_early(
+            return_early,
+            lambda: memmap_(self, prefix, copy_existing=copy_existing, existsok=existsok, inplace=False, fsync=fsync),
+        )
 
     def memmap_like(
-        self, prefix: Any = None, copy_existing: bool = False, *, existsok: bool = True, num_threads: int = 0
+        self,
+        prefix: Any = None,
+        copy_existing: bool = False,
+        *,
+        existsok: bool = True,
+        num_threads: int = 0,
+        return_early: bool = False,
     ) -> "TensorDictBase":
         """A memory-mapped collection with the same structure, shapes and dtypes, contents uninitialised."""
+        if return_early:
+            raise NotImplementedError(
+                "memmap_like: return_early=True is not supported (there is no data to write in the background); "
+                "call it without return_early."
+            )
         from ..persistence import memmap_like
 
         return memmap_like(self, prefix, existsok=existsok)

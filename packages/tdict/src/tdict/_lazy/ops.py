@@ -51,7 +51,10 @@ class LazyMemberOpsMixin:
     def to(self, *args: Any, **kwargs: Any) -> "LazyStackedTensorDict":
         """Move / cast every member (same arguments as :meth:`TensorDict.to`)."""
         if kwargs.get("batch_size") is not None:
-            raise RuntimeError("to(batch_size=...) is not supported on a lazy stack: change the members and restack.")
+            raise TypeError(
+                "Cannot pass batch-size to a LazyStackedTensorDict's to(): change the members' batch size and restack "
+                "(or densify it first with to_tensordict())."
+            )
         kwargs.pop("batch_size", None)
         tds = self.tensordicts
         members = [td.to(*args, **kwargs) for td in tds]

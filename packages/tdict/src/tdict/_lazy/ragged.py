@@ -15,7 +15,7 @@ from typing import Any
 
 import torch
 
-from .._core.utils import NO_DEFAULT, NestedKey, normalize_dim, unravel_key
+from .._core.utils import NO_DEFAULT, NestedKey, _key_to_tuple, normalize_dim, unravel_key
 from ..tensordict import TensorDict
 
 
@@ -48,6 +48,39 @@ class LazyRaggedMixin:
         flags = {"as_padded_tensor": True, "padding_value": value, "padding_side": padding_side}
         vals = self._member_values(key, NO_DEFAULT, flags)
         return _pad_stack(key, vals, self.stack_dim if dim is None else dim, value, padding_side)
+
+    def get_nestedtensor(self, key: NestedKey, default: Any = NO_DEFAULT, *, layout: torch.layout | None = None) -> Any:
+        """The members' leaves under ``key`` as one nested tensor (their shapes may differ).
+
+        Nested tensors hold their members along dim 0, so the stack dim must be 0. A member
+        without ``key`` takes ``default`` when it is a tensor; any other default is returned as
+        is when a member lacks the key.
+
+        Examples:
+            >>> import torch
+            >>> from tdict import TensorDict, lazy_stack
+            >>> s = lazy_stack([TensorDict(x=torch.zeros(2)), TensorDict(x=torch.ones(3))])
+            >>> [t.tolist() for t in s.get_nestedtensor("x").unbind()]
+            [[0.0, 0.0], [1.0, 1.0, 1.0]]
+        """
+        if self.stack_dim != 0:
+            raise RuntimeError(
+                "Nested tensors stack their members along their first dim: LazyStackedTensorDict.get_nestedtensor can "
+                f"only be called when the stack_dim is 0 (this stack has stack_dim={self.stack_dim}); use "
+                "as_padded_tensor(key) or get(key, as_list=True) instead."
+            )
+        first, *rest = _key_to_tuple(key)
+        if rest:
+            inner = self.get(first, default)
+            if inner is default:
+                return default
+            return inner.get_nestedtensor(tuple(rest), default, layout=layout)
+        vals = [td.get(first, default) for td in self.tensordicts]
+        if not isinstance(default, torch.Tensor) and any(v is default for v in vals):
+            return default
+        if not all(isinstance(v, torch.Tensor) for v in vals):
+            raise TypeError(f"get_nestedtensor: key {key!r} is not a tensor leaf in every member.")
+        return torch.nested.nested_tensor(vals, layout=layout)
 
     def densify(self, *, layout: torch.layout = torch.strided) -> TensorDict:
         """A dense TensorDict of the common keys.

@@ -148,9 +148,10 @@ class LazyShapeMixin:
         return self._like([td.unflatten(self._member_dim(d), sizes) for td in self.tensordicts], new_sd)
 
     @keeps_lock
-    def reshape(self, *shape: int) -> TensorDictBase:
+    def reshape(self, *shape: int, size: Sequence[int] | None = None) -> TensorDictBase:
         """Like :meth:`TensorDict.reshape`: ``self`` when the batch size does not change, else a dense TensorDict."""
-        if infer_shape(_shape_args(shape), self.numel()) == self._batch_size:
+        shape = _shape_args(shape, size)
+        if infer_shape(shape, self.numel()) == self._batch_size:
             return cast("TensorDictBase", self)
         return ShapeOpsMixin.reshape(self, *shape)
 
