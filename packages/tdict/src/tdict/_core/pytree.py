@@ -26,20 +26,21 @@ with the mapped dim removed and hands back outputs with a dim inserted at ``out_
 Every entry is then checked against the result; if they disagree, the batch size falls back to
 the longest leading shape all entries share. Names follow removed/inserted dims.
 
-``vmap`` caveats (a pure pytree approach, torch is not patched): ``in_dims``/``out_dims`` are
-given per tensor, so use non-negative dims (``-1`` means the last dim of every *leaf*, not the
-last batch dim), and a NonTensorStack is not split along the mapped dim (each call sees it
-whole). Under ``torch.compile`` Dynamo cannot trace functorch's batch-dim introspection, so a
-TensorDict vmapped inside a compiled function gets its batch size from shapes alone: right
-unless the leaves still start with the old batch size once the mapped dim is gone (batch ``[4]``
-with ``[4, 4]`` leaves keeps batch ``[4]`` there; eager vmap gets it right).
+``torch.vmap`` does not flatten collections through this registration: :mod:`tdict._core.vmap`
+makes a TensorDict, tensor class or lazy stack one vmap input whose ``in_dims``/``out_dims`` name
+a batch dim (lazy stacks included, along their stack dim too). The inference above still serves
+``tree_map``, ``jacrev``/``jacfwd`` and trees rebuilt by torch itself (``vmap(..., chunk_size=n)``
+concatenation of plain outputs, ``autograd.Function`` vmap rules). A NonTensorStack is not split
+along the mapped dim (each call sees it whole). Under ``torch.compile`` Dynamo cannot trace
+functorch's batch-dim introspection, so a TensorDict rebuilt inside a compiled function gets its
+batch size from shapes alone: right unless the leaves still start with the old batch size once
+the mapped dim is gone (batch ``[4]`` with ``[4, 4]`` leaves keeps batch ``[4]`` there).
 
 ``unflatten`` never validates: like a dict, the node holds whatever leaves it is given (torch
 builds trees of ints with ``tree_unflatten([0] * n, spec)``; ``tree_map`` may return shapes).
 Such a TensorDict is a bare container: read it with ``get``, not with methods that expect tensors.
 
-Registered here: TensorDict and LazyStackedTensorDict (its members are the children; vmap cannot
-map a lazy stack's dims). Tensor classes register one class at a time
+Registered here: TensorDict and LazyStackedTensorDict (its members are the children). Tensor classes register one class at a time
 (:func:`register_tensorclass_type`, called by ``tdict.tensorclass``); a TensorDict subclass
 registers with :func:`register_tensordict_type`.
 """
@@ -55,6 +56,7 @@ from torch.utils._pytree import SUPPORTED_NODES, GetAttrKey, MappingKey, Sequenc
 from ..lazy import LazyStackedTensorDict
 from ..tensordict import TensorDict
 from ..unbatched import UNBATCHED_TYPES
+from . import vmap as _vmap
 
 __all__ = ["register_lazy_stack_type", "register_tensorclass_type", "register_tensordict_type"]
 
@@ -355,6 +357,7 @@ def register_tensordict_type(cls: type) -> None:
     """Register a TensorDict subclass (``_tensordict`` storage, ``_new_unsafe``) as a pytree node."""
     if cls in SUPPORTED_NODES:
         return
+    _vmap.register_vmap_kind(cls, "td")
     register_pytree_node(
         cls,
         _td_flatten,
@@ -373,13 +376,12 @@ def register_lazy_stack_type(cls: type) -> None:
     The context is ``(cls, stack_dim, stack_dim_name, member batch dims, batch size)``;
     ``cls._new_unsafe(members, stack_dim, batch_size, stack_dim_name)`` rebuilds the stack.
 
-    ``vmap`` cannot map a lazy stack's dims through the pytree: the mapped dim would be taken from
-    every member's leaves (a member dim), not from the stack, so a member batch size that gains or
-    loses dims raises. Pass a lazy stack with ``in_dims=None``, or densify it first
-    (``lazy.to_tensordict()`` / ``torch.stack(lazy.tensordicts, lazy.stack_dim)``).
+    ``torch.vmap`` maps a lazy stack's batch dims itself (:mod:`tdict._core.vmap`); a pytree rebuild
+    whose members gained or lost batch dims raises (the stack dim could not be placed).
     """
     if cls in SUPPORTED_NODES:
         return
+    _vmap.register_vmap_kind(cls, "lazy")
 
     def flatten(obj: Any) -> tuple[list, tuple]:
         tds = list(obj.tensordicts)
@@ -397,9 +399,8 @@ def register_lazy_stack_type(cls: type) -> None:
             if _is_collection(td) and td.batch_dims != member_dims:
                 raise RuntimeError(
                     f"{klass.__name__}: a member's batch size went from {member_dims} to {td.batch_dims} dims while "
-                    "rebuilding the lazy stack from its pytree (torch.vmap with in_dims/out_dims on a lazy stack?). "
-                    "vmap cannot map the dims of a lazy stack: pass it with in_dims=None or densify it first "
-                    "with lazy.to_tensordict()."
+                    "rebuilding the lazy stack from its pytree (a tree transform that adds or removes leading dims "
+                    "of the leaves?): densify it first with lazy.to_tensordict()."
                 )
         return klass._new_unsafe(tds, stack_dim, empty_batch_size, name)
 
@@ -415,6 +416,7 @@ def register_tensorclass_type(cls: type) -> None:
     """
     if cls in SUPPORTED_NODES:
         return
+    _vmap.register_vmap_kind(cls, "tc")
 
     def flatten(obj: Any) -> tuple[list, type]:
         return [obj._tensordict], cls
@@ -431,3 +433,4 @@ def register_tensorclass_type(cls: type) -> None:
 
 register_tensordict_type(TensorDict)
 register_lazy_stack_type(LazyStackedTensorDict)
+_vmap.install()
