@@ -183,8 +183,11 @@ def test_composite_distribution_sample_and_log_prob():
     torch.testing.assert_close(det["agent", "action"], params["cont", "loc"])
     assert dist.sample((5,)).batch_size == (5, 4)
     assert dist.rsample()["agent", "action"].shape == (4, 2)
-    composite = dist.log_prob_composite(sample)
+    composite = dist.log_prob_composite(sample, include_sum=True)
     torch.testing.assert_close(composite["sample_log_prob"], expected)
+    torch.testing.assert_close(composite["choice_log_prob"], cat.log_prob(sample["choice"]))
+    assert composite is not sample and "choice_log_prob" not in sample.keys()
+    assert "sample_log_prob" not in dist.log_prob_composite(sample).keys()  # include_sum follows the aggregate
 
 
 def test_composite_per_leaf_log_prob_keeps_the_batch_shape_of_the_group_holding_the_leaf():

@@ -156,13 +156,15 @@ def test_to_module_under_vmap():
 
 
 def test_to_module_round_trip_of_tensordict_params_keeps_buffers_in_their_slot():
-    # TensorDictParams holds BatchNorm's running stats as Parameters; swapping them in and back
-    # without a context manager must leave every tensor object and every slot as it was.
+    # TensorDictParams holds BatchNorm's running stats as Parameters; swapped in, they stay buffers
+    # (plain tensors on the same storage); swapping back without a context manager must leave every
+    # tensor object and every slot as it was.
     m = _net()
     before = m.state_dict(keep_vars=True)
     params = TensorDictParams(TensorDict.from_module(m).clone())
     old = params.to_module(m)
-    assert isinstance(m[2].running_mean, nn.Parameter) and "running_mean" in m[2]._buffers
+    assert not isinstance(m[2].running_mean, nn.Parameter) and "running_mean" in m[2]._buffers
+    assert m[2].running_mean.data_ptr() == params["2", "running_mean"].data_ptr()
     assert list(m.state_dict(keep_vars=True)) == list(before)
     old.to_module(m)
     after = m.state_dict(keep_vars=True)

@@ -328,7 +328,7 @@ class LossModule(_TensorCalls, TensorKeysMixin, nn.Module):
             # the template is only a shape to swap each set into: keep it out of parameters()
             template = copy.deepcopy(module)
             TensorDict.from_module(template, lock=False).apply(lambda t: t.detach().to("meta")).to_module(
-                template, return_swap=False
+                template, return_swap=False, preserve_module_state=False
             )
             self.__dict__[module_name] = template
         setattr(self, f"{module_name}_params", params_module)
@@ -577,7 +577,7 @@ def _reset_copy(module: nn.Module, params: TensorDictBase) -> TensorDictBase:
     if isinstance(module, TensorDictModuleBase):
         return module.reset_parameters_recursive(params.detach().clone())
     fresh = params.detach().clone()
-    with fresh.to_module(module):
+    with fresh.to_module(module, preserve_module_state=False):
         for sub in module.modules():
             reset = getattr(sub, "reset_parameters", None)
             if callable(reset):

@@ -426,7 +426,7 @@ class VTrace(ValueEstimatorBase):
         actor = self.actor_network
         if self.differentiable and isinstance(actor, torch.nn.Module):
             # held out of the graph like the value network: no gradient into the actor's parameters
-            with TensorDict.from_module(actor).detach().to_module(actor):
+            with TensorDict.from_module(actor).detach().to_module(actor, preserve_module_state=False):
                 log_pi = actor.log_prob(tensordict.copy())
         else:
             log_pi = actor.log_prob(tensordict.copy())

@@ -369,7 +369,7 @@ class ValueEstimatorBase(TensorKeysMixin, nn.Module):
             self._call_net(tensordict)
             return
         # TorchRL holds the value network out of the graph: gradients reach its inputs, never its parameters
-        with params.detach().to_module(net):
+        with params.detach().to_module(net, preserve_module_state=False):
             self._call_net(tensordict)
 
     def _group_ids(self, tensordict: Any) -> _Tensor | None:

@@ -9,11 +9,24 @@ A swapped-in tensor lands where the replaced one was: an ``nn.Parameter`` in ``_
 tensor replacing a buffer in ``_buffers``, any other tensor as a plain attribute (``__dict__``) so
 that a non-leaf tensor (e.g. a vmapped or differentiable one) is used as is. Swapping the original
 objects back restores the module exactly.
+
+With ``preserve_module_state=True`` (the default) the module keeps its registrations: a tensor
+swapped into a parameter slot is wrapped as an ``nn.Parameter`` carrying the replaced
+parameter's ``requires_grad`` (so ``state_dict()`` and ``parameters()`` still list it), and a
+parameter swapped into a buffer slot is stored detached (same storage: buffers take no gradient).
+A tensor that requires grad or is a ``torch.func`` transform's wrapper is never wrapped: a new
+``nn.Parameter`` would cut it off its graph, so it goes in as is, as with
+``preserve_module_state=False`` (as does every tensor under ``torch.compile``).
+
+A :class:`~tdict.nn.TensorDictParams` destination (or submodule) has its whole TensorDict swapped:
+reads through it see the new tensors (its registered ``parameters()`` stay the old ones until
+the swap is undone).
 """
 
 from __future__ import annotations
 
-from typing import Any
+import warnings
+from typing import Any, cast
 
 import torch
 from torch import nn
@@ -35,6 +48,11 @@ def _module_td(module: nn.Module) -> Any:
             source[name] = buf
     for name, sub in module._modules.items():
         if sub is None:
+            continue
+        if _is_params_module(sub):
+            # a TensorDictParams is itself a TensorDict: nested as is, so that reads follow a swap of its content
+            if next(iter(cast(Any, sub).keys()), None) is not None:
+                source[name] = sub
             continue
         sub_td = _module_td(sub)
         if sub_td is not None:
@@ -208,8 +226,48 @@ def _swap_tensor(module: nn.Module, name: str, tensor: Any, slot: str | None = N
     return old, old_slot, old_pos
 
 
+_PRESERVE_NONE_WARNING = (
+    "to_module(preserve_module_state=None) is deprecated: it replaces a module's nn.Parameter with a plain "
+    "tensor, which drops it from state_dict() and parameters(). Pass preserve_module_state=True (the default) "
+    "to keep the module's registrations, or False to swap the tensors in as they are."
+)
+
+
+def _is_functorch_wrapped(tensor: torch.Tensor) -> bool:
+    if torch.compiler.is_compiling():
+        return True  # dynamo cannot trace the check; under compile, tensors go in as they are
+    check = getattr(getattr(torch._C, "_functorch", None), "is_functorch_wrapped_tensor", None)
+    return bool(check is not None and check(tensor))
+
+
+def _keep_registration(module: nn.Module, name: str, tensor: torch.Tensor) -> tuple:
+    """``tensor`` adapted to the slot it replaces in ``module`` (see the module docstring), and that slot.
+
+    Returns ``(tensor, slot)`` with ``slot`` ``"param"``, ``"buffer"`` or ``None`` (the default placement).
+    """
+    old_param = module._parameters.get(name)
+    if old_param is not None:
+        if isinstance(tensor, nn.Parameter) and tensor.requires_grad == old_param.requires_grad:
+            return tensor, "param"
+        if tensor.requires_grad or _is_functorch_wrapped(tensor):
+            return tensor, None  # a Parameter wrapper would detach it from its graph
+        return nn.Parameter(tensor, requires_grad=old_param.requires_grad), "param"
+    if module._buffers.get(name) is not None and isinstance(tensor, nn.Parameter):
+        # buffers take no gradient: a plain tensor on the same storage (in-place updates, e.g. running
+        # stats, reach the parameter)
+        return tensor.detach(), "buffer"
+    return tensor, None
+
+
 def _to_module(
-    td: Any, module: nn.Module, inplace: bool, swap: dict | None, non_blocking: bool, memo: dict, undo: list
+    td: Any,
+    module: nn.Module,
+    inplace: bool,
+    swap: dict | None,
+    non_blocking: bool,
+    memo: dict,
+    undo: list,
+    preserve: bool | None = False,
 ) -> None:
     if id(module) in memo:
         return
@@ -224,23 +282,55 @@ def _to_module(
                 with torch.no_grad():
                     current.copy_(value, non_blocking=non_blocking)
             else:
-                old, slot, pos = _swap_tensor(module, key, value)
-                undo.append((module, key, old, slot, pos))
+                slot = None
+                if preserve:
+                    value, slot = _keep_registration(module, key, value)
+                elif (
+                    preserve is None
+                    and not isinstance(value, nn.Parameter)
+                    and module._parameters.get(key) is not None
+                    and not memo.get("_preserve_warned")
+                ):
+                    memo["_preserve_warned"] = True
+                    warnings.warn(_PRESERVE_NONE_WARNING, FutureWarning, stacklevel=4)
+                old, old_slot, pos = _swap_tensor(module, key, value, slot)
+                undo.append((module, key, old, old_slot, pos))
                 if swap is not None:
                     swap[key] = old
         elif not getattr(value, "_is_non_tensor", False):
             sub = module._modules.get(key)
             if sub is None:
                 raise KeyError(f"to_module: {type(module).__name__} has no submodule {key!r}.")
+            if _is_params_module(sub) and not inplace:
+                old_td = _swap_param_td(sub, value, undo)
+                if swap is not None:
+                    swap[key] = old_td
+                continue
             sub_swap = {} if swap is not None else None
-            _to_module(value, sub, inplace, sub_swap, non_blocking, memo, undo)
+            _to_module(value, sub, inplace, sub_swap, non_blocking, memo, undo, preserve)
             if swap is not None:
                 swap[key] = sub_swap
 
 
+def _is_params_module(module: nn.Module) -> bool:
+    return "_param_td" in getattr(module, "__dict__", {})  # a TensorDictParams (tdict.nn.params), without importing it
+
+
+def _swap_param_td(module: nn.Module, td: Any, undo: list) -> Any:
+    """Make ``td`` the TensorDict a ``TensorDictParams`` reads (whole, any batch size); return the previous one."""
+    old = module.__dict__["_param_td"]
+    inner = getattr(td, "__dict__", {}).get("_param_td")  # td may itself be a TensorDictParams
+    module.__dict__["_param_td"] = td if inner is None else inner
+    undo.append((module, "_param_td", old, "param_td", None))
+    return old
+
+
 def _undo(undo: list) -> None:
     for mod, key, old, slot, pos in reversed(undo):
-        _swap_tensor(mod, key, old, slot, pos)
+        if slot == "param_td":
+            mod.__dict__["_param_td"] = old
+        else:
+            _swap_tensor(mod, key, old, slot, pos)
 
 
 def _dict_to_td(d: dict) -> Any:
@@ -261,6 +351,7 @@ def to_module(
     use_state_dict: bool = False,
     non_blocking: bool = False,
     memo: dict | None = None,
+    preserve_module_state: bool | None = True,
 ) -> Any:
     """Swap ``td``'s tensors into ``module``; return the tensors they replaced as a TensorDict.
 
@@ -278,6 +369,12 @@ def to_module(
         use_state_dict: go through ``module.load_state_dict`` (its hooks apply).
         non_blocking: with ``inplace``, copy asynchronously.
         memo: ids of modules already visited (shared submodules are swapped once).
+        preserve_module_state: keep the module's registrations (``True``, the default): a tensor
+            replacing a parameter goes in as an ``nn.Parameter`` with the replaced one's
+            ``requires_grad`` (unless it requires grad itself or is a ``torch.func`` wrapper, which
+            would be cut off its graph), a parameter replacing a buffer as a plain tensor. ``False``
+            swaps the very tensors in (a plain tensor replacing a parameter leaves ``state_dict()``).
+            ``None`` is the deprecated spelling of ``False`` (it warns). Ignored with ``inplace``.
 
     Examples:
         >>> import torch
@@ -286,14 +383,16 @@ def to_module(
         >>> m = nn.Linear(2, 1)
         >>> zeros = TensorDict.from_module(m).apply(torch.zeros_like)
         >>> with zeros.to_module(m):
-        ...     m(torch.ones(2))
-        tensor([0.])
+        ...     m(torch.ones(2)).tolist(), isinstance(m.weight, nn.Parameter)  # still registered
+        ([0.0], True)
         >>> bool(m.weight.abs().sum() > 0)
         True
     """
     from ..tensordict import TensorDict
 
     inplace = bool(inplace)
+    if preserve_module_state not in (True, False, None):
+        raise TypeError(f"to_module: preserve_module_state must be True, False or None, got {preserve_module_state!r}.")
     if use_state_dict:
         flat = dict(td.flatten_keys(".").items())
         old_state = module.state_dict(keep_vars=True)
@@ -311,9 +410,18 @@ def to_module(
             out._lock_ops = [lambda: module.load_state_dict(dict(old_state), strict=False, assign=True) and None]
         return out
     undo: list = []
+    if _is_params_module(module) and not inplace:
+        # a TensorDictParams holds its tensors in a TensorDict: the whole TensorDict is swapped
+        old_td = _swap_param_td(module, td, undo)
+        if not return_swap and swap_dest is None:
+            return None
+        if swap_dest is not None:
+            swap_dest.update(old_td)
+        out = old_td.copy() if swap_dest is None else swap_dest
+        return _push_restore(out, lambda: _undo(undo))
     swap = {} if (return_swap or swap_dest is not None) else None
     try:
-        _to_module(td, module, inplace, swap, non_blocking, {} if memo is None else memo, undo)
+        _to_module(td, module, inplace, swap, non_blocking, {} if memo is None else memo, undo, preserve_module_state)
     except BaseException:
         _undo(undo)  # nothing half-swapped
         raise
@@ -333,6 +441,11 @@ def to_module(
         def restore() -> None:
             to_module(out, module, inplace=True, return_swap=False)
 
+    return _push_restore(out, restore)
+
+
+def _push_restore(out: Any, restore: Any) -> Any:
+    """Register ``restore`` to run when ``out`` leaves a ``with`` block; return ``out``."""
     ops = getattr(out, "_lock_ops", None)
     if ops is None:
         ops = out._lock_ops = []

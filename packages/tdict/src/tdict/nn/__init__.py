@@ -13,7 +13,14 @@ Examples:
     torch.Size([3, 2])
 """
 
-from .common import TensorDictModule, TensorDictModuleBase, TensorDictModuleWrapper, WrapModule, dispatch
+from .common import (
+    TensorDictModule,
+    TensorDictModuleBase,
+    TensorDictModuleWrapper,
+    WrapModule,
+    as_tensordict_module,
+    dispatch,
+)
 from .interaction import InteractionType, ScopedSwitch, interaction_type, set_interaction_type
 from .sequence import TensorDictSequential
 
@@ -25,6 +32,7 @@ __all__ = [
     "TensorDictModuleWrapper",
     "TensorDictSequential",
     "WrapModule",
+    "as_tensordict_module",
     "dispatch",
     "interaction_type",
     "set_interaction_type",
@@ -61,3 +69,6 @@ __all__ += ["CudaGraphModule", "EnsembleModule", "TensorDictParams"]
 from .tensor_keys import TensorKeys, TensorKeysMixin  # noqa: E402
 
 __all__ += ["TensorKeys", "TensorKeysMixin"]
+from .tensorclass_module import TensorClassModuleBase, TensorClassModuleWrapper  # noqa: E402
+
+__all__ += ["TensorClassModuleBase", "TensorClassModuleWrapper"]

@@ -20,7 +20,14 @@ from .._core.utils import NestedKey, is_tensor_collection, unravel_key
 from ..base import NON_TENSOR_CLASSES
 from ..tensordict import TensorDict
 
-__all__ = ["TensorDictModuleBase", "TensorDictModule", "TensorDictModuleWrapper", "WrapModule", "dispatch"]
+__all__ = [
+    "TensorDictModuleBase",
+    "TensorDictModule",
+    "TensorDictModuleWrapper",
+    "WrapModule",
+    "as_tensordict_module",
+    "dispatch",
+]
 
 _EMPTY_SIZE = torch.Size(())
 _Tensor = torch.Tensor
@@ -570,6 +577,69 @@ class TensorDictModule(TensorDictModuleBase):
             if module is None:
                 raise
             return getattr(module, name)
+
+
+class as_tensordict_module:
+    """Decorator turning a function (or a method) into a :class:`TensorDictModule` call.
+
+    The decorated callable takes a TensorDict: it reads ``in_keys`` (passed positionally, after
+    ``self`` for a method), and writes its outputs at ``out_keys``, returning the TensorDict.
+
+    Args:
+        in_keys: the keys read (one key or a list of keys).
+        out_keys: the keys written (one key or a list of keys).
+
+    Examples:
+        >>> from tdict import TensorDict
+        >>> from tdict.nn import as_tensordict_module
+        >>> @as_tensordict_module(in_keys="c", out_keys="d")
+        ... def plus_one(c):
+        ...     return c + 1
+        >>> plus_one(TensorDict(c=0))["d"]
+        tensor(1)
+        >>> class Scaler:
+        ...     factor = 3
+        ...     @as_tensordict_module(in_keys=["x"], out_keys=["y"])
+        ...     def scale(self, x):
+        ...         return x * self.factor
+        >>> Scaler().scale(TensorDict(x=2))["y"]
+        tensor(6)
+    """
+
+    def __init__(self, *, in_keys: Any, out_keys: Any) -> None:
+        self.in_keys = _parse_key_list(in_keys, "as_tensordict_module: in_keys")
+        self.out_keys = _parse_key_list(out_keys, "as_tensordict_module: out_keys")
+
+    def __call__(self, func: Callable) -> Any:
+        if not callable(func):
+            raise TypeError(f"as_tensordict_module: expected a function to decorate, got {type(func).__name__}.")
+        return _TensorDictFunction(func, self.in_keys, self.out_keys)
+
+
+class _TensorDictFunction:
+    """What :class:`as_tensordict_module` returns: a TensorDict-taking callable; on a class, a method."""
+
+    def __init__(self, func: Callable, in_keys: list, out_keys: list) -> None:
+        self.func = func
+        self.in_keys = in_keys
+        self.out_keys = out_keys
+        self._module: TensorDictModule | None = None
+        functools.update_wrapper(self, func)
+
+    def _td_module(self, func: Callable) -> TensorDictModule:
+        return TensorDictModule(func, in_keys=self.in_keys, out_keys=self.out_keys)
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        module = self._module
+        if module is None:
+            module = self._module = self._td_module(self.func)
+        return module(*args, **kwargs)
+
+    def __get__(self, instance: Any, owner: type | None = None) -> Any:
+        if instance is None:
+            return self
+        # a method: bound to the instance, wrapped afresh (the module holds the bound method)
+        return self._td_module(self.func.__get__(instance, owner))
 
 
 from .wrappers import TensorDictModuleWrapper, WrapModule  # noqa: E402  (re-exported: their historical home)

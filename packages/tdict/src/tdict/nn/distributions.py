@@ -611,12 +611,12 @@ class CompositeDistribution(D.Distribution):
 
         return self._collect(_deterministic)
 
-    def _head_sample(self, sample: Any, key: NestedKey) -> torch.Tensor:
+    def _head_sample(self, sample: Any, key: NestedKey, method: str = "log_prob") -> torch.Tensor:
         try:
             return sample.get(key)
         except KeyError:
             raise KeyError(
-                f"CompositeDistribution.log_prob: the sample misses {key!r}; it holds {sorted(map(str, sample.keys(True)))}."
+                f"CompositeDistribution.{method}: the sample misses {key!r}; it holds {sorted(map(str, sample.keys(True)))}."
             ) from None
 
     def log_prob(self, sample: Any, *, aggregate_probabilities: bool | None = None) -> Any:
@@ -640,11 +640,83 @@ class CompositeDistribution(D.Distribution):
             out.set(_add_suffix(key, "_log_prob"), value)
         return out.filter_empty_()
 
-    def log_prob_composite(self, sample: Any) -> Any:
-        """``sample`` updated with each head's log-prob and the summed one at ``log_prob_key``."""
-        per_head = self.log_prob(sample, aggregate_probabilities=False)
-        sample.update(per_head)
-        sample.set(self.log_prob_key, self.log_prob(sample, aggregate_probabilities=True))
+    def log_prob_composite(self, sample: Any, *, include_sum: bool | None = None) -> Any:
+        """A new TensorDict (``sample``'s structure) with each head's log-prob at ``<sample key>_log_prob``.
+
+        Args:
+            sample: a TensorDict holding every head's sample key.
+            include_sum: also write the log-prob summed over heads (down to ``sample``'s batch shape)
+                at ``log_prob_key``; ``None`` follows ``aggregate_probabilities``.
+
+        Examples:
+            >>> import torch
+            >>> from torch import distributions as D
+            >>> from tdict import TensorDict
+            >>> from tdict.nn import CompositeDistribution
+            >>> head = TensorDict(loc=torch.zeros(2), scale=torch.ones(2), batch_size=[2])
+            >>> params = TensorDict(a=head, batch_size=[2])
+            >>> dist = CompositeDistribution(params, distribution_map={"a": D.Normal})
+            >>> sorted(dist.log_prob_composite(dist.sample(), include_sum=True).keys())
+            ['a_log_prob', 'sample_log_prob']
+        """
+        if include_sum is None:
+            include_sum = self.aggregate_probabilities
+        out = self.log_prob(sample, aggregate_probabilities=False)
+        if include_sum:
+            out.set(self.log_prob_key, self.log_prob(sample, aggregate_probabilities=True))
+        return out
+
+    def cdf(self, sample: Any) -> Any:
+        """``sample`` updated with each head's CDF at ``<sample key>_cdf``; returns ``sample``.
+
+        Examples:
+            >>> import torch
+            >>> from torch import distributions as D
+            >>> from tdict import TensorDict
+            >>> from tdict.nn import CompositeDistribution
+            >>> head = TensorDict(loc=torch.zeros(2), scale=torch.ones(2), batch_size=[2])
+            >>> params = TensorDict(a=head, batch_size=[2])
+            >>> dist = CompositeDistribution(params, distribution_map={"a": D.Normal})
+            >>> dist.cdf(TensorDict(a=torch.zeros(2), batch_size=[2]))["a_cdf"]
+            tensor([0.5000, 0.5000])
+        """
+        values = {key: dist.cdf(self._head_sample(sample, key, "cdf")) for key, dist in self.dists.items()}
+        for key, value in values.items():
+            sample.set(_add_suffix(key, "_cdf"), value)
+        return sample
+
+    def icdf(self, sample: Any) -> Any:
+        """``sample`` updated with each head's inverse CDF at ``<sample key>_icdf``; returns ``sample``.
+
+        Each head reads its probabilities at ``<sample key>_cdf`` (written by :meth:`cdf`) or, without
+        it, at ``<sample key>`` itself.
+
+        Examples:
+            >>> import torch
+            >>> from torch import distributions as D
+            >>> from tdict import TensorDict
+            >>> from tdict.nn import CompositeDistribution
+            >>> head = TensorDict(loc=torch.zeros(2), scale=torch.ones(2), batch_size=[2])
+            >>> params = TensorDict(a=head, batch_size=[2])
+            >>> dist = CompositeDistribution(params, distribution_map={"a": D.Normal})
+            >>> dist.icdf(TensorDict(a_cdf=torch.full((2,), 0.5), batch_size=[2]))["a_icdf"]
+            tensor([0., 0.])
+        """
+        values = {}
+        for key, dist in self.dists.items():
+            cdf_key = _add_suffix(key, "_cdf")
+            prob = sample.get(cdf_key, None)
+            if prob is None:
+                try:
+                    prob = sample.get(key)
+                except KeyError:
+                    raise KeyError(
+                        f"CompositeDistribution.icdf: the sample holds neither {cdf_key!r} nor {key!r}; it holds "
+                        f"{sorted(map(str, sample.keys(True)))}."
+                    ) from None
+            values[key] = dist.icdf(prob)
+        for key, value in values.items():
+            sample.set(_add_suffix(key, "_icdf"), value)
         return sample
 
     def entropy(self, *, aggregate_probabilities: bool | None = None) -> Any:

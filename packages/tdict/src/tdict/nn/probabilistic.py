@@ -60,6 +60,9 @@ def _log_prob_keys(sample_keys: list, log_prob_key: Any, log_prob_keys: Any, own
     when given (one per sample key), else ``<sample key>_log_prob`` for each.
     """
     if log_prob_keys is not None:
+        if isinstance(log_prob_keys, tuple) and not all(isinstance(k, str) for k in log_prob_keys):
+            # ("a_log_prob", ("nested", "b_log_prob")) lists two keys (a nested key holds strings only)
+            log_prob_keys = list(log_prob_keys)
         log_prob_keys = _parse_key_list(log_prob_keys, "log_prob_keys")
         if len(log_prob_keys) != len(sample_keys):
             raise ValueError(f"{owner}: log_prob_keys needs one key per sample key {sample_keys}, got {log_prob_keys}.")
@@ -534,9 +537,14 @@ class ProbabilisticTensorDictSequential(TensorDictSequential):
             return_composite = (
                 not last_is_probabilistic or sum(isinstance(m, ProbabilisticTensorDictModule) for m in steps) > 1
             )
-        super().__init__(
-            *modules, partial_tolerant=partial_tolerant, selected_out_keys=selected_out_keys, inplace=inplace
-        )
+        # optional arguments are forwarded only when given: a subclass mixing in another
+        # TensorDictSequential subclass whose __init__ lacks them (TorchRL's pattern) still builds
+        extra: dict = {}
+        if selected_out_keys is not None:
+            extra["selected_out_keys"] = selected_out_keys
+        if inplace is not None:
+            extra["inplace"] = inplace
+        super().__init__(*modules, partial_tolerant=partial_tolerant, **extra)
         self.return_composite = return_composite
 
     def _probabilistic_steps(self) -> list:
