@@ -591,3 +591,28 @@ def test_convert_ellipsis_to_idx():
         convert_ellipsis_to_idx((..., 0, ...), [2, 3])
     with pytest.raises(RuntimeError, match="addresses 3 dims"):
         convert_ellipsis_to_idx((0, 0, ..., 0), [2, 3])
+
+
+def test_dict_values_are_read_as_tensordicts_by_setitem_at_an_index_and_set_():
+    td = TensorDict(a=torch.ones(4, 3), sub=TensorDict(b=torch.ones(4, 2), batch_size=[4]), batch_size=[4])
+    td[1:3] = {"a": torch.zeros(2, 3), "sub": {"b": torch.full((2, 2), 5.0)}}
+    assert td["a"].sum(-1).tolist() == [3.0, 0.0, 0.0, 3.0]
+    assert td["sub", "b"][:, 0].tolist() == [1.0, 5.0, 5.0, 1.0]
+    b_before = td["sub", "b"]
+    td.set_("sub", {"b": torch.full((4, 2), 7.0)})
+    assert td["sub", "b"] is b_before and (b_before == 7).all()  # written in place
+
+
+def test_setitem_at_an_index_creates_the_keys_the_destination_lacks():
+    # pre-allocation: an empty TensorDict filled row by row
+    td = TensorDict(batch_size=[3])
+    for i in range(3):
+        td[i] = TensorDict(x=torch.full((2,), float(i)), sub=TensorDict(y=torch.tensor(i)))
+    assert td["x"].tolist() == [[0.0, 0.0], [1.0, 1.0], [2.0, 2.0]] and td["sub", "y"].tolist() == [0, 1, 2]
+    assert td["sub", "y"].dtype == torch.int64
+    td[1:] = {"z": torch.ones(2, dtype=torch.bool)}
+    assert td["z"].tolist() == [False, True, True]  # created zero-filled, then written
+    td.lock_()
+    with pytest.raises(RuntimeError, match="locked.*'w'"):
+        td[0] = {"w": torch.ones(()), "x": torch.full((2,), 7.0)}
+    assert "w" not in td.keys() and td["x"][0].tolist() == [0.0, 0.0]  # nothing written

@@ -630,3 +630,22 @@ def test_flatten_of_a_batch_less_tensordict_gives_one_dim():
     with pytest.raises(IndexError, match="start_dim"):
         td.flatten(1)
     assert TensorDict({"a": torch.zeros(3)}, [3]).flatten().batch_size == torch.Size([3])
+
+
+def test_where_pads_the_leaves_one_side_lacks():
+    cond = torch.tensor([True, False, True])
+    td = TensorDict(a=torch.arange(3.0), sub=TensorDict(b=torch.ones(3, 2), batch_size=[3]), batch_size=[3])
+    other = TensorDict(a=torch.full((3,), 9.0), c=torch.full((3,), 5.0), batch_size=[3])
+    out = td.where(cond, other, pad=-1)
+    assert out["a"].tolist() == [0.0, 9.0, 2.0]  # both hold it: torch.where
+    assert out["sub", "b"].tolist() == [[1.0, 1.0], [-1.0, -1.0], [1.0, 1.0]]  # other lacks it: pad
+    assert out["c"].tolist() == [-1.0, 5.0, -1.0]  # self lacks it: pad where self is picked
+    with pytest.raises(KeyError, match=r"\('sub', 'b'\).*no pad value provided.*missing from other"):
+        td.where(cond, other)
+    with pytest.raises(KeyError, match="'c'.*no pad value provided.*missing from self"):
+        td.where(cond, other.update({"sub": td["sub"]}))
+    dest = TensorDict(a=torch.zeros(3), batch_size=[3])
+    a_before = dest["a"]
+    assert td.where(cond, other, pad=0, out=dest) is dest
+    assert dest["a"] is a_before and dest["a"].tolist() == [0.0, 9.0, 2.0]  # written in place
+    assert dest["c"].tolist() == [0.0, 5.0, 0.0]  # added

@@ -253,8 +253,14 @@ def test_setitem_by_index_in_place():
     assert torch.equal(td["a"][:, 1], td["a"][:, 0])
     with pytest.raises(RuntimeError, match="'a'"):
         td[0] = TensorDict({"a": torch.ones(5, 2)}, [5])
-    with pytest.raises(KeyError):
-        td[0] = TensorDict({"zz": torch.ones(3)}, [3])
+    td[0] = TensorDict({"zz": torch.ones(3)}, [3])  # a missing key is created zero-filled, then written
+    assert td["zz"].shape == td.batch_size and torch.equal(td["zz"][0], torch.ones(3)) and (td["zz"][1:] == 0).all()
+    with pytest.raises(RuntimeError, match="'new'"):  # a refused write adds no key
+        td[0] = TensorDict({"a": torch.ones(5, 2), "new": torch.ones(5)}, [5])
+    assert "new" not in td.keys()
+    with pytest.raises(RuntimeError, match="'a'"):  # created, then the write of "a" is refused: rolled back
+        td[0] = TensorDict({"a": torch.ones(3, 7), "new": torch.ones(3)}, [3])
+    assert "new" not in td.keys()
 
 
 def test_masked_fill_where_gather():

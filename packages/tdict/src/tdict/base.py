@@ -271,14 +271,56 @@ class TensorDictBase(
                 )
             target.copy_(item)
         else:
-            target.update_(item if is_tensor_collection(item) or target._is_non_tensor else self._to_leaf(item, key))
+            if not (is_tensor_collection(item) or target._is_non_tensor or type(item) is dict):
+                item = self._to_leaf(item, key)
+            target.update_(item)
         return self
 
     def __setitem__(self, index: Any, value: Any) -> None:
         if type(index) is str or _is_key_index(index):
             self.set(index, value)
             return
-        self._set_at_index(index, value)
+        if type(value) is dict:  # read as a TensorDict of the indexed batch size
+            from .tensordict import TensorDict
+
+            value = TensorDict(value, batch_size=_indexed_batch_size(self.batch_size, index), device=self.device)
+        created = self._create_missing_leaves(index, value) if self._creates_keys_on_index_write(value) else []
+        try:
+            self._set_at_index(index, value)
+        except BaseException:
+            for key in created:  # the write was refused: the keys it would have added go too
+                self.del_(key)
+            raise
+
+    def _creates_keys_on_index_write(self, value: Any) -> bool:
+        """Whether ``self[index] = value`` creates the leaves ``self`` lacks: plain TensorDicts do
+        (lazy stacks, tensor classes and files keep their keys)."""
+        from .tensordict import TensorDict
+
+        return type(self) is TensorDict and is_tensor_collection(value)
+
+    def _create_missing_leaves(self, index: Any, value: Any) -> list:
+        """For ``td[index] = value``: the tensor leaves of ``value`` that ``self`` lacks, created
+        zero-filled with ``self``'s batch size (pre-allocation, as in tensordict); their keys."""
+        missing = [
+            (key, leaf)
+            for key, leaf in value.items(True, True)
+            if type(leaf) not in UNBATCHED_TYPES and self.get(key, None) is None
+        ]
+        if not missing:
+            return []
+        if self.is_locked:
+            raise locked_error(f"td[index] = value would add the keys {[k for k, _ in missing]}; unlock_() it first.")
+        dest_bs = _indexed_batch_size(self.batch_size, index)
+        for key, leaf in missing:
+            check_write_shape(key, leaf.shape, dest_bs + leaf.shape[len(dest_bs) :], len(dest_bs))
+        created = []
+        for key, leaf in missing:
+            self.set(
+                key, torch.zeros(self.batch_size + leaf.shape[len(dest_bs) :], dtype=leaf.dtype, device=self.device)
+            )
+            created.append(key)
+        return created
 
     def _set_at_index(self, index: Any, value: Any) -> None:
         """``td[index] = value``: write ``value`` into every leaf at ``index``, in place.

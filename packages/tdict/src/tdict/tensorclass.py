@@ -122,6 +122,9 @@ _NO_WRAP = frozenset(
 )
 
 
+_VALUES_INDICES = tuple(getattr(torch.return_types, n) for n in ("max", "min", "cummax", "cummin"))
+
+
 def _wrap(self: Any, name: str, result: Any) -> Any:
     """Re-wrap ``result`` of ``self._tensordict.<name>(...)`` into ``type(self)`` when it fits."""
     inner = self._tensordict
@@ -133,8 +136,8 @@ def _wrap(self: Any, name: str, result: Any) -> Any:
         return _maybe_wrap_td(type(self), result)
     if type(result) in (tuple, list) and result and all(type(r) is TensorDict for r in result):
         return type(result)(_maybe_wrap_td(type(self), r) for r in result)
-    if type(result).__name__ == "ValuesIndices":  # max/min
-        return type(result)(*(_maybe_wrap_td(type(self), r) for r in result))
+    if type(result) in _VALUES_INDICES:  # max/min/cummax/cummin
+        return type(result)(tuple(_maybe_wrap_td(type(self), r) for r in result))
     return result
 
 
@@ -609,8 +612,12 @@ class TensorClass:
         if type(index) is str:
             self.set(index, value)
             return
+        value_td = _unwrap(value)
         try:
-            self._tensordict[index] = _unwrap(value)
+            if is_tensor_collection(value_td):  # the fields are fixed: no key is created (TensorDict's would)
+                self._tensordict._set_at_index(index, value_td)
+            else:
+                self._tensordict[index] = value_td
         except KeyError as err:
             if getattr(type(value), "_is_tensorclass", False) and type(value) is not type(self):
                 raise KeyValueError(

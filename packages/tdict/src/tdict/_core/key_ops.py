@@ -144,7 +144,7 @@ class KeyOpsMixin:
                 child = node.get(part)
             node = child
         node.set(last, node.empty())
-        return self
+        return cast("TensorDictBase", self)
 
     def select(self, *keys: NestedKey, inplace: bool = False, strict: bool = True) -> "TensorDictBase":
         """A collection with only ``keys`` (nested keys keep their parents)."""

@@ -10,7 +10,6 @@ each leaf", or ``"feature"`` for "the feature dims of each leaf" (the batch shap
 
 from __future__ import annotations
 
-from collections import namedtuple
 from typing import Any, Callable
 
 import torch
@@ -23,7 +22,12 @@ from ..validation import check_one_of
 # Reductions torch defines on floating tensors only: integer and bool leaves are reduced as floats.
 _FLOAT_ONLY = frozenset({"mean", "nanmean", "std", "var", "quantile"})
 _INTERPOLATIONS = ("linear", "lower", "higher", "midpoint", "nearest")
-ValuesIndices = namedtuple("ValuesIndices", ["values", "indices"])
+
+
+def values_indices(name: str, values: Any, indices: Any) -> Any:
+    """``(values, indices)`` as torch returns them from ``torch.<name>`` (``torch.return_types.<name>``:
+    a named tuple with ``.values`` and ``.indices``), here holding collections."""
+    return getattr(torch.return_types, name)((values, indices))
 
 
 def _as_float(v: torch.Tensor) -> torch.Tensor:
@@ -279,7 +283,7 @@ class ReductionsMixin:
             False,
             {},
         )
-        return ValuesIndices(values, indices)
+        return values_indices(name, values, indices)
 
     def max(
         self, dim: Any = NO_DEFAULT, keepdim: bool = False, *, reduce: bool | None = None, return_indices: bool = True
@@ -511,7 +515,7 @@ class ReductionsMixin:
 
         values_td = self._scan(values, d)
         it = iter(indices)  # the second pass visits the leaves in the same order as the first
-        return ValuesIndices(values_td, self._scan(lambda d: lambda v: next(it), d))
+        return values_indices(name, values_td, self._scan(lambda d: lambda v: next(it), d))
 
     def cummax(self, dim: int, *, reduce: bool | None = None, return_indices: bool = True) -> Any:
         """Running max along batch ``dim``: ``(values, indices)`` collections of the input's shape.

@@ -555,20 +555,54 @@ class ShapeOpsMixin:
     def where(self, condition: torch.Tensor, other: Any, *, out: Any = None, pad: Any = None) -> Any:
         """``torch.where(condition, self, other)`` leaf by leaf; ``condition`` is batch-shaped.
 
-        ``out``: a collection of the same keys that receives the result in place (and is returned).
-        """
+        ``pad``: the value of a leaf that only one of ``self`` and ``other`` holds (the result then
+        has the leaves of both); without it, such a leaf raises ``KeyError``. ``out``: a collection
+        that receives the result in place (its missing keys are added) and is returned.
 
-        def pick(v, key):
-            o = other.get(key) if is_tensor_collection(other) else other
+        Examples:
+            >>> import torch
+            >>> from tdict import TensorDict
+            >>> td = TensorDict(a=torch.ones(3), batch_size=[3])
+            >>> td.where(torch.tensor([True, False, True]), td.empty(), pad=0)["a"].tolist()
+            [1.0, 0.0, 1.0]
+        """
+        other_is_td = is_tensor_collection(other)
+
+        def pick(v, o):
             return torch.where(_trailing_ones(condition, v.dim()), v, o)
+
+        def missing(key: Any, where: str) -> KeyError:
+            return KeyError(
+                f"where: key {key!r} of one operand was not found and no pad value provided (it is missing from "
+                f"{where}; pass pad=)."
+            )
 
         result = self.empty(recurse=True)
         for key, value in self.items(True, True):
             if type(value) in UNBATCHED_TYPES:
                 result.set(key, value)  # whole: the condition is over the batch dims, which it lacks
             elif isinstance(value, torch.Tensor):
-                result.set(key, pick(value, key))
-        return result if out is None else out.update_(result)
+                o = other.get(key, None) if other_is_td else other
+                if o is None:
+                    if pad is None:
+                        raise missing(key, "other")
+                    o = torch.full_like(value, pad)
+                result.set(key, pick(value, o))
+        if other_is_td:
+            for key, o in other.items(True, True):
+                if isinstance(o, torch.Tensor) and type(o) not in UNBATCHED_TYPES and key not in result.keys(True):
+                    if pad is None:
+                        raise missing(key, "self")
+                    result.set(key, pick(torch.full_like(o, pad), o))
+        if out is None:
+            return result
+        for key, value in result.items(True, True):
+            dest = out.get(key, None)
+            if isinstance(dest, torch.Tensor) and dest.shape == value.shape:
+                dest.copy_(value)
+            else:
+                out.set(key, value)
+        return out
 
     def gather(self, dim: int, index: torch.Tensor) -> Any:
         """``torch.gather`` along batch dim ``dim``; ``index`` has as many dims as the batch."""
