@@ -284,7 +284,13 @@ class TensorDictBase(
             from .tensordict import TensorDict
 
             value = TensorDict(value, batch_size=_indexed_batch_size(self.batch_size, index), device=self.device)
-        created = self._create_missing_leaves(index, value) if self._creates_keys_on_index_write(value) else []
+        try:
+            self._set_at_index(index, value)  # checks every key and shape before its first write
+            return
+        except KeyError:
+            if not self._creates_keys_on_index_write(value):
+                raise
+        created = self._create_missing_leaves(index, value)  # then write again, with every key there
         try:
             self._set_at_index(index, value)
         except BaseException:
