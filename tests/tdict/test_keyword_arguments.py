@@ -137,3 +137,18 @@ def test_memmap_return_early_surfaces_the_write_error(tmp_path):
     future = td.memmap(blocker, return_early=True)
     with pytest.raises(Exception):
         future.result(timeout=60)
+
+
+def test_to_inplace_rebinds_the_leaves_and_returns_self():
+    td = TensorDict(a=torch.zeros(3), sub=TensorDict(b=torch.ones(3, 2), batch_size=[3]), batch_size=[3], names=["n"])
+    out = td.to(torch.float64, inplace=True, num_threads=2, non_blocking_pin=False)
+    assert out is td and td["a"].dtype == torch.float64 and td["sub", "b"].dtype == torch.float64
+    assert td.names == ["n"] and td["sub", "b"].tolist() == [[1.0, 1.0]] * 3
+    plain = td.to(torch.float32)
+    assert plain is not td and td["a"].dtype == torch.float64  # not inplace: a new TensorDict
+    td.lock_()
+    with pytest.raises(RuntimeError, match="locked.*inplace=True"):
+        td.to(torch.float32, inplace=True)
+    assert td["a"].dtype == torch.float64
+    cpu = TensorDict(a=torch.zeros(2), batch_size=[2], device="cpu").lock_()
+    assert cpu.to("cpu", inplace=True) is cpu  # nothing to move: allowed on a locked TensorDict

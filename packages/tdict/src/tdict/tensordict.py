@@ -566,7 +566,18 @@ class TensorDict(TensorDictBase):
 
     @keeps_lock
     def to(self, *args: Any, **kwargs: Any) -> "TensorDictBase":
-        """Move to a device and/or cast floating dtypes: ``to(device)``, ``to(dtype)``, ``to(other)``, ``to(batch_size=...)``."""
+        """Move to a device and/or cast floating dtypes: ``to(device)``, ``to(dtype)``, ``to(other)``, ``to(batch_size=...)``.
+
+        ``inplace=True`` rebinds ``self``'s leaves to the moved ones and returns ``self`` (refused
+        on a locked TensorDict); ``non_blocking_pin=True`` pins CPU leaves before a non-blocking
+        copy to an accelerator and waits for it; ``num_threads`` is accepted (the copies are
+        issued from this thread).
+        """
+        inplace = kwargs.pop("inplace", False)
+        pin = kwargs.pop("non_blocking_pin", False)
+        kwargs.pop("num_threads", None)
+        if inplace or pin:
+            return self._to_pinned_or_inplace(args, kwargs, inplace, pin)
         device, dtype, non_blocking, batch_size = parse_to_args(args, kwargs)
         result = self
         if batch_size is not None:
@@ -596,6 +607,24 @@ class TensorDict(TensorDictBase):
                 for k, v in items
             }
         return TensorDict._new_unsafe(entries, result._batch_size, new_device, result._names)
+
+    def _to_pinned_or_inplace(self, args: tuple, kwargs: dict, inplace: bool, pin: bool) -> "TensorDictBase":
+        device, _dtype, _non_blocking, _bs = parse_to_args(args, dict(kwargs))  # checks the arguments
+        if pin and device is not None and device.type != "cpu":
+            source = cast(TensorDict, self.apply(lambda v: v.pin_memory() if v.device.type == "cpu" else v))
+            moved = source.to(*args, non_blocking=True, **kwargs)
+            getattr(torch, device.type).synchronize()
+        else:
+            moved = self.to(*args, **kwargs)
+        if not inplace or moved is self:
+            return moved
+        if self._is_locked:
+            raise RuntimeError(f"{LOCKED}: to(..., inplace=True) would rebind its leaves; unlock_() it first.")
+        moved = cast(TensorDict, moved)  # TensorDict.to gives a TensorDict
+        self._tensordict = dict(moved._tensordict)
+        self._device = moved._device
+        self._batch_size = moved._batch_size
+        return self
 
     def update(
         self,
