@@ -34,7 +34,13 @@ from typing import Any, Callable, cast
 
 import torch
 import torch._functorch.vmap as _vmap_mod
-from torch._functorch.predispatch import _add_batch_dim, _remove_batch_dim
+
+try:  # internal names: a torch without them keeps its own vmap (collections then map as pytrees)
+    from torch._functorch.predispatch import _add_batch_dim, _remove_batch_dim
+
+    _HAS_BATCH_DIM_OPS = True
+except ImportError:  # pragma: no cover - depends on the torch release
+    _HAS_BATCH_DIM_OPS = False
 from torch.utils._pytree import _broadcast_to_and_flatten, tree_flatten, tree_unflatten
 
 from ..base import TensorDictBase
@@ -522,7 +528,10 @@ def _flatten_chunks_output(chunks_output: list) -> tuple:
 
 
 def install() -> None:
-    """Wrap torch's vmap input/output steps (idempotent)."""
+    """Wrap torch's vmap input/output steps (idempotent); a torch release without them is left as it is."""
+    names = ("_process_batched_inputs", "_create_batched_inputs", "_unwrap_batched", "_flatten_chunks_output")
+    if not _HAS_BATCH_DIM_OPS or not all(hasattr(_vmap_mod, name) for name in names):
+        return
     for name, fn in (
         ("_process_batched_inputs", _process_batched_inputs),
         ("_create_batched_inputs", _create_batched_inputs),
