@@ -94,11 +94,12 @@ def test_spawned_workers_run_the_policy_on_the_gpu():
     ) as c:
         it = iter(c)
         first = next(it)
-        torch.testing.assert_close(first["action"].cpu(), torch.full((8, 1), 0.25))
+        # one worker's 8 steps, stacked over workers: [workers, T, action]
+        torch.testing.assert_close(first["action"].cpu(), torch.full((1, 8, 1), 0.25))
         _set_constant(policy, -0.75)
         c.update_policy_weights_()
         second = next(it)
-        torch.testing.assert_close(second["action"].cpu(), torch.full((8, 1), -0.75))
+        torch.testing.assert_close(second["action"].cpu(), torch.full((1, 8, 1), -0.75))
     assert _no_children()
 
 

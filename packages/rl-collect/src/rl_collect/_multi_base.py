@@ -27,20 +27,23 @@ from .weight_sync import SharedMemWeightSyncScheme
 _PER_WORKER = ("device", "storing_device", "env_device", "policy_device", "create_env_kwargs", "policy_factory")
 
 
-def _policy_for_workers(owner: str, policy: Any, collector_kwargs: dict, start_method: str | None) -> Any:
+def _policy_for_workers(owner: str, policy: Any, per_worker: dict, start_method: str | None) -> Any:
     """What the workers get as their policy when the learner's policy is on a GPU.
 
-    Workers collecting on the CPU (``policy_device`` or ``device`` "cpu") get a CPU copy (later weights
-    still come from the GPU policy). Workers that run the policy on the GPU need a start method other
-    than ``fork`` (a forked process cannot use CUDA): that case is refused up front.
+    Workers that all collect on the CPU (``policy_device``, else ``device``, "cpu" for each; ``per_worker``
+    holds those arguments split per worker) get a CPU copy (later weights still come from the GPU
+    policy). Workers that run the policy on the GPU need a start method other than ``fork`` (a forked
+    process cannot use CUDA): that case is refused up front.
     """
     if not isinstance(policy, nn.Module):
         return policy
     cuda = next((t.device for t in (*policy.parameters(), *policy.buffers()) if t.device.type == "cuda"), None)
     if cuda is None:
         return policy
-    target = collector_kwargs.get("policy_device", collector_kwargs.get("device"))
-    if target is not None and torch.device(target).type == "cpu":
+    n = max((len(v) for v in per_worker.values()), default=1)
+    policy_devices, devices = per_worker.get("policy_device", [None] * n), per_worker.get("device", [None] * n)
+    targets = [p if p is not None else d for p, d in zip(policy_devices, devices)]
+    if all(t is not None and torch.device(t).type == "cpu" for t in targets):
         return copy.deepcopy(policy).to("cpu")
     method = start_method or ("fork" if "fork" in mp.get_all_start_methods() else "spawn")
     if method == "fork":
@@ -206,7 +209,7 @@ class MultiCollector(BaseCollector):
         self._weight_sync_schemes = {"policy": self.weight_sync_scheme}  # TorchRL's attribute
         self._stop = torch.zeros(n, dtype=torch.int8).share_memory_() if _preemptive else None
         worker_policy = None if factories_given and policy is not None else policy  # the factories build theirs
-        worker_policy = _policy_for_workers(name, worker_policy, collector_kwargs, mp_start_method)
+        worker_policy = _policy_for_workers(name, worker_policy, per_worker, mp_start_method)
         hooks = {
             "pre_collect_hook": Portable.wrap(pre_collect_hook),
             "post_collect_hook": Portable.wrap(post_collect_hook),

@@ -380,8 +380,11 @@ class Collector(CollectorState, BaseCollector):
         if self.policy_device is not None:
             # back to env_device, or else to where the env's data came from (a CPU env stepping with a GPU policy)
             back = self.env_device if self.env_device is not None else td.device
+            leaf = None if back is not None else next(iter(td.values(True, True)), None)
             out = policy(td.to(self.policy_device))
-            if back is None:  # a device-less env: so is its data
+            if back is None:  # a device-less env: its data goes back to where its leaves were, device-less
+                if leaf is not None:
+                    out = out.to(leaf.device)
                 if out.device is not None:
                     out.clear_device_()
             elif out.device != back:
