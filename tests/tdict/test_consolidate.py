@@ -68,7 +68,7 @@ def _assert_same(a, b):
 
 
 def _one_storage(td) -> torch.Tensor:
-    storage = td._consolidated
+    storage = td._consolidated["storage"]
     ptr = storage.untyped_storage().data_ptr()
     for leaf in _leaves(td):
         assert leaf.untyped_storage().data_ptr() == ptr
@@ -118,7 +118,7 @@ def test_pickle_sends_one_storage():
             return None
 
     Spy(io.BytesIO()).dump(state)
-    assert len(tensors) == 1 and tensors[0] is c._consolidated
+    assert len(tensors) == 1 and tensors[0] is c._consolidated["storage"]
     back = pickle.loads(pickle.dumps(c))
     _assert_same(back, td)
     assert back.is_consolidated() and back.is_locked
@@ -149,21 +149,21 @@ def test_to_device_moves_one_storage():
     moved = c.to("cpu")
     assert moved.device == torch.device("cpu") and moved.is_consolidated()
     _assert_same(moved, c)
-    assert moved._consolidated.data_ptr() == c._consolidated.data_ptr()  # same device: no copy
+    assert moved._consolidated["storage"].data_ptr() == c._consolidated["storage"].data_ptr()  # same device: no copy
 
 
 @pytest.mark.gpu
 def test_to_cuda_moves_one_storage():  # pragma: no cover - needs a GPU
     c = _mixed().consolidate()
     g = c.to("cuda")
-    assert g.is_consolidated() and g._consolidated.is_cuda
+    assert g.is_consolidated() and g._consolidated["storage"].is_cuda
     _assert_same(g.cpu(), c)
     assert pickle.loads(pickle.dumps(g)).is_consolidated()
 
 
 def test_share_memory():
     c = _mixed().consolidate(share_memory=True)
-    assert c._consolidated.is_shared() and c.is_shared()
+    assert c._consolidated["storage"].is_shared() and c.is_shared()
     _one_storage(c)
 
 
@@ -171,7 +171,9 @@ def test_filename_variant_and_from_consolidated(tmp_path):
     td = _mixed()
     path = tmp_path / "sub" / "td.bin"
     c = td.consolidate(filename=path)
-    assert isinstance(c._consolidated, MemoryMappedTensor) and c._consolidated.filename == str(path)
+    assert isinstance(c._consolidated["storage"], MemoryMappedTensor) and c._consolidated["storage"].filename == str(
+        path
+    )
     assert [f for f in os.listdir(path.parent)] == ["td.bin"]  # no temp file left
     _assert_same(c, td)
     c["i8"][0] = 42  # writes go to the file
@@ -272,6 +274,54 @@ def test_forking_pickler_shares_the_one_storage():
 
     c = _mixed().consolidate()
     back = pickle.loads(ForkingPickler.dumps(c))
-    assert back.is_consolidated() and c._consolidated.is_shared()  # torch moved it to shared memory
+    assert back.is_consolidated() and c._consolidated["storage"].is_shared()  # torch moved it to shared memory
     back["i8"][0] = 99
     assert c["i8"][0].item() == 99  # same memory
+
+
+def test_consolidated_record_and_zeroed_padding():
+    td = TensorDict({"a": torch.ones(3, dtype=torch.int8), "b": torch.full((3,), 2.0, dtype=torch.float64)}, [3])
+    c = td.consolidate()
+    storage = c._consolidated["storage"]
+    assert storage.dtype == torch.uint8 and storage.numel() == 8 + 24  # "b" starts at the next 8-byte boundary
+    assert storage[3:8].tolist() == [0] * 5  # alignment bytes are zeroed: equal collections, equal storages
+    assert torch.equal(storage, td.consolidate()._consolidated["storage"])
+    storage.zero_()  # the leaves are views of it
+    assert c["a"].tolist() == [0, 0, 0] and c["b"].tolist() == [0.0, 0.0, 0.0]
+
+
+def test_unlock_ends_the_consolidation():
+    c = _mixed().consolidate()
+    with c.unlock_():
+        assert not c.is_consolidated() and getattr(c, "_consolidated", None) is None
+    assert c.is_locked and not c.is_consolidated()
+
+
+def test_file_variant_lives_on_cpu_and_opens_through_the_classmethod(tmp_path):
+    td = TensorDict({"a": torch.arange(4.0), "n": {"b": torch.ones(4, 2)}}, [4])
+    assert td.device is None
+    c = td.consolidate(filename=tmp_path / "td.bin")
+    assert c.device == torch.device("cpu")
+    opened = TensorDict.from_consolidated(tmp_path / "td.bin")
+    assert opened.device == torch.device("cpu") and opened.is_consolidated()
+    assert opened["a"].tolist() == [0.0, 1.0, 2.0, 3.0] and opened["n", "b"].shape == (4, 2)
+
+
+def _jagged() -> torch.Tensor:
+    return torch.nested.nested_tensor_from_jagged(torch.arange(5.0), torch.tensor([0, 2, 5]))
+
+
+@pytest.mark.parametrize("use_file", [False, True])
+def test_nested_jagged_leaves(tmp_path, use_file):
+    td = TensorDict({"j": _jagged(), "x": torch.arange(2)}, [2])
+    c = td.consolidate(filename=tmp_path / "j.bin") if use_file else td.consolidate()
+    assert c.is_consolidated()
+    assert [t.tolist() for t in c["j"].unbind()] == [[0.0, 1.0], [2.0, 3.0, 4.0]]
+    assert c["j"].offsets().tolist() == [0, 2, 5]
+    c._consolidated["storage"].zero_()  # values and offsets are views of the storage
+    assert c["j"].values().tolist() == [0.0] * 5 and c["j"].offsets().tolist() == [0, 0, 0]
+    back = pickle.loads(pickle.dumps(td.consolidate()))
+    assert back.is_consolidated() and [t.tolist() for t in back["j"].unbind()] == [[0.0, 1.0], [2.0, 3.0, 4.0]]
+    if use_file:
+        opened = from_consolidated(tmp_path / "j.bin")
+        assert opened["j"].offsets().tolist() == [0, 0, 0] and opened["x"].tolist() == [0, 0]

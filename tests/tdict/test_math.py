@@ -351,8 +351,6 @@ def test_quantile_errors_name_the_argument():
         td.quantile(0.5, 2)
     with pytest.raises(ValueError, match="twice"):
         td.quantile(0.5, (0, -2))
-    with pytest.raises(ValueError, match="reduce=True"):
-        td.quantile(0.5, 0, reduce=True)
     with pytest.raises(TypeError, match="keepdim"):
         td.quantile(0.5, "feature", keepdim=True)
     with pytest.raises(ValueError, match="dim must be"):
@@ -474,3 +472,26 @@ def test_clamp_with_batch_shaped_tensor_bounds():
     assert stack.clamp(low, high)["a"].tolist() == [[1.0, 1.0, 2.0], [3.0, 4.0, 4.0]]
     with pytest.raises(RuntimeError, match=r"broadcast to the batch size \[2\]"):
         td.clamp(torch.zeros(3))
+
+
+@pytest.mark.parametrize("name", ["sum", "mean", "std", "nansum"])
+@pytest.mark.parametrize(("dim", "torch_dim"), [(1, 1), (-1, 1), ((1, 0), (1, 0))])  # dims count batch dims only
+def test_reduce_with_batch_dim_joins_the_leaves_along_it(name, dim, torch_dim):
+    g = torch.Generator().manual_seed(1)
+    td = TensorDict(
+        a=torch.rand(3, 4, 5, generator=g),
+        sub=TensorDict(c=torch.rand(3, 4, 5, generator=g), batch_size=[3, 4, 5]),
+        batch_size=[3, 4],
+    )
+    joined = torch.cat([td["a"], td["sub", "c"]], torch_dim[0] if isinstance(torch_dim, tuple) else torch_dim)
+    torch.testing.assert_close(getattr(td, name)(dim, reduce=True), getattr(torch, name)(joined, dim=torch_dim))
+    out = td.sum(1, keepdim=True, reduce=True)
+    assert out.shape == (3, 1, 5)
+    along_1 = torch.cat([td["a"], td["sub", "c"]], 1)
+    torch.testing.assert_close(td.quantile(0.5, 1, reduce=True), torch.quantile(along_1, 0.5, dim=1))
+
+
+def test_reduce_with_batch_dim_needs_matching_leaf_shapes():
+    td = TensorDict(a=torch.zeros(3, 4, 2), b=torch.zeros(3, 4), batch_size=[3, 4])
+    with pytest.raises(ValueError, match=r"concatenates the leaves along dim 1.*\[3, 4, 2\] and \[3, 4\]"):
+        td.mean(1, reduce=True)

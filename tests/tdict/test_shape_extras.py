@@ -502,9 +502,19 @@ def test_lazy_pad_inplace():
     assert s.pad([0, 0, 0, 0, 1, 0], inplace=True) is s
     assert s.batch_size == torch.Size([3, 2, 5]) and all(a is b for a, b in zip(s.tensordicts, members))
     assert torch.equal(s.get("f"), before.pad([0, 0, 0, 0, 1, 0])["f"])
-    with pytest.raises(RuntimeError, match="stack dim"):
-        s.pad([0, 0, 1, 0], inplace=True)
-    assert s.batch_size == torch.Size([3, 2, 5])
+
+
+def test_lazy_pad_inplace_along_the_stack_dim():
+    a, b = TensorDict(x=torch.ones(2), batch_size=[2]), TensorDict(x=torch.full((2,), 2.0), batch_size=[2])
+    s = lazy_stack([a, b])
+    assert s.pad([1, 1, 0, 1], value=9.0, inplace=True) is s
+    assert s.batch_size == torch.Size([4, 3]) and s.tensordicts[1] is a and s.tensordicts[2] is b
+    assert s["x"].tolist() == [[9.0] * 3, [1.0, 1.0, 9.0], [2.0, 2.0, 9.0], [9.0] * 3]
+    assert s.pad([-1, -2], inplace=True) is s  # a negative pad drops members
+    assert s.tensordicts == [a] and s.batch_size == torch.Size([1, 3])
+    with pytest.raises(ValueError, match="crops 3 members from a stack of 1"):
+        s.pad([-2, -1], inplace=True)
+    assert s.batch_size == torch.Size([1, 3])
 
 
 def test_non_tensor_stack_entries_follow():
@@ -649,3 +659,87 @@ def test_where_pads_the_leaves_one_side_lacks():
     assert td.where(cond, other, pad=0, out=dest) is dest
     assert dest["a"] is a_before and dest["a"].tolist() == [0.0, 9.0, 2.0]  # written in place
     assert dest["c"].tolist() == [0.0, 5.0, 0.0]  # added
+
+
+# --------------------------------------------------------------------------- inplace=True shape ops
+def _inplace_case() -> TensorDict:
+    return TensorDict(
+        a=torch.arange(24.0).view(3, 4, 2),
+        sub=TensorDict(c=torch.arange(24.0).view(3, 4, 2) * 10, batch_size=[3, 4, 2]),
+        s=NonTensorData("x", batch_size=[3, 4]),
+        batch_size=[3, 4],
+    )
+
+
+INPLACE_OPS = [
+    ("repeat", lambda td, **kw: td.repeat(2, 1, **kw), [6, 4]),
+    ("repeat_interleave", lambda td, **kw: td.repeat_interleave(2, dim=1, **kw), [3, 8]),
+    ("repeat_interleave_flat", lambda td, **kw: td.repeat_interleave(2, **kw), [24]),
+    ("roll", lambda td, **kw: td.roll(1, 0, **kw), [3, 4]),
+    ("gather", lambda td, **kw: td.gather(1, torch.tensor([[3, 0]] * 3), **kw), [3, 2]),
+    ("reshape", lambda td, **kw: td.reshape(12, **kw), [12]),
+    ("flatten", lambda td, **kw: td.flatten(0, 1, **kw), [12]),
+    ("unflatten", lambda td, **kw: td.unflatten(1, (2, 2), **kw), [3, 2, 2]),
+    ("contiguous", lambda td, **kw: td.contiguous(**kw), [3, 4]),
+]
+
+
+@pytest.mark.parametrize(("name", "op", "batch"), INPLACE_OPS, ids=[o[0] for o in INPLACE_OPS])
+def test_inplace_shape_ops_keep_identity_and_match_out_of_place(name, op, batch):
+    td = _inplace_case()
+    sub = td.get("sub")
+    ref = op(_inplace_case())
+    out = op(td, inplace=True)
+    assert out is td and td.get("sub") is sub
+    assert td.batch_size == torch.Size(batch) and sub.batch_size == torch.Size(batch + [2])
+    for key in ("a", ("sub", "c")):
+        assert torch.equal(td[key], ref[key]), key
+    assert td.get("s").batch_size == torch.Size(batch)
+
+
+def test_inplace_shape_op_frees_the_old_leaf_and_keeps_names():
+    import gc
+    import weakref
+
+    td = TensorDict(a=torch.zeros(4, 5, 3), batch_size=[4, 5], names=["t", "e"])
+    old = weakref.ref(td["a"])
+    assert td.roll(1, 0, inplace=True) is td
+    gc.collect()
+    assert old() is None and td.names == ["t", "e"]
+    td.flatten(inplace=True)
+    assert td.names == [None] and td["a"].shape == (20, 3)
+    assert td.flatten(None, None).batch_size == torch.Size([20])  # None: the first / last dim
+
+
+def test_inplace_shape_ops_refuse_before_any_change():
+    s = lazy_stack([TensorDict(x=torch.zeros(4), batch_size=[4])] * 3)
+    for call in (
+        lambda: s.repeat(2, 1, inplace=True),
+        lambda: s.reshape(12, inplace=True),
+        lambda: s.flatten(0, 1, inplace=True),
+        lambda: s.contiguous(inplace=True),
+    ):
+        with pytest.raises(NotImplementedError, match=r"inplace=True\) is not supported on LazyStackedTensorDict"):
+            call()
+    assert s.batch_size == torch.Size([3, 4])
+    locked = _inplace_case().lock_()
+    with pytest.raises(RuntimeError, match=r"locked.*repeat\(inplace=True\)"):
+        locked.repeat(2, 1, inplace=True)
+    assert locked.batch_size == torch.Size([3, 4])
+    td = _inplace_case()
+    with pytest.raises(NotImplementedError, match="index has 1 dims, expected 2"):
+        td.gather(0, torch.tensor([0, 1]), inplace=True)
+    with pytest.raises(ValueError, match="mutually exclusive"):
+        td.gather(0, torch.zeros(3, 4, dtype=torch.long), out=td.clone(), inplace=True)
+    assert td.batch_size == torch.Size([3, 4])
+
+
+def test_gather_out_receives_the_result():
+    td = TensorDict(a=torch.arange(6.0).view(2, 3), batch_size=[2, 3])
+    index = torch.tensor([[2, 0], [1, 1]])
+    out = TensorDict(a=torch.zeros(2, 2), batch_size=[2, 2])
+    assert td.gather(1, index, out=out) is out
+    assert out["a"].tolist() == [[2.0, 0.0], [4.0, 4.0]]
+    assert torch.gather(td, 1, index, out=out) is out
+    with pytest.raises(ValueError, match=r"out must be a collection of batch size \[2, 2\], got batch size \[2, 3\]"):
+        td.gather(1, index, out=td)

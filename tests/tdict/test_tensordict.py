@@ -750,3 +750,25 @@ def test_apply_refuses_results_that_lose_the_batch_dims():
     with pytest.raises(RuntimeError, match=r"'a'.*batch size \[4, 3\].*batch_size="):
         td.apply(lambda x: x[0])
     assert td.apply(lambda x: x[0], batch_size=[3]).batch_size == torch.Size([3])
+
+
+def test_tolist_options():
+    td = TensorDict(
+        a=torch.arange(8).view(2, 2, 2), b=TensorDict(c=torch.arange(4.0).view(2, 2), batch_size=[2, 2]), batch_size=[2]
+    )
+    plain = td.tolist()  # tensors kept (as tensordict)
+    assert len(plain) == 2 and torch.equal(plain[1]["a"], torch.tensor([[4, 5], [6, 7]]))
+    assert torch.equal(plain[0]["b"]["c"], torch.tensor([0.0, 1.0]))
+    assert td.tolist(convert_tensors=True) == [
+        {"a": [[0, 1], [2, 3]], "b": {"c": [0.0, 1.0]}},
+        {"a": [[4, 5], [6, 7]], "b": {"c": [2.0, 3.0]}},
+    ]
+    assert td.tolist(convert_tensors=True, tolist_first=True)[1]["b"] == [{"c": 2.0}, {"c": 3.0}]
+    arrays = td.tolist(convert_tensors="numpy")
+    assert arrays[0]["a"].tolist() == [[0, 1], [2, 3]] and type(arrays[0]["a"]).__module__ == "numpy"
+    nodes = td.tolist(convert_nodes=False)
+    assert isinstance(nodes[0], TensorDict) and nodes[0].batch_size == torch.Size([])
+    with pytest.raises(TypeError, match="convert_tensors needs convert_nodes=True"):
+        td.tolist(convert_nodes=False, convert_tensors=True)
+    with pytest.raises(ValueError, match="convert_tensors must be True, False or 'numpy', got 'list'"):
+        td.tolist(convert_tensors="list")

@@ -509,11 +509,42 @@ class TensorDictBase(
                 out[key] = value.to_dict(convert_tensors=convert_tensors)
         return out
 
-    def tolist(self) -> list | dict:
-        """The batch as nested Python lists of dicts (a dict when the batch size is empty)."""
-        if not self.batch_size:
-            return self.to_dict(convert_tensors=True)
-        return [sub.tolist() for sub in self]
+    def tolist(
+        self, *, convert_nodes: bool = True, convert_tensors: bool | str = False, tolist_first: bool = False
+    ) -> Any:
+        """The batch as nested lists (one level per batch dim) of its elements.
+
+        Args:
+            convert_nodes: each element as a dict (else the element collection itself).
+            convert_tensors: the tensors in those dicts as Python lists (``True``), numpy arrays
+                (``"numpy"``) or kept as tensors (``False``); needs ``convert_nodes=True``.
+            tolist_first: a nested collection with batch dims of its own becomes nested lists too
+                (else a dict of its whole tensors).
+
+        Examples:
+            >>> import torch
+            >>> from tdict import TensorDict
+            >>> td = TensorDict(a=torch.arange(4).view(2, 2), b={"c": torch.zeros(2, 2)}, batch_size=[2])
+            >>> td.tolist(convert_tensors=True)
+            [{'a': [0, 1], 'b': {'c': [0.0, 0.0]}}, {'a': [2, 3], 'b': {'c': [0.0, 0.0]}}]
+            >>> td["b"].batch_size = [2, 2]
+            >>> td.tolist(convert_tensors=True, tolist_first=True)[0]["b"]
+            [{'c': 0.0}, {'c': 0.0}]
+        """
+        if convert_tensors not in (True, False, "numpy"):
+            raise ValueError(f"tolist: convert_tensors must be True, False or 'numpy', got {convert_tensors!r}.")
+        if convert_tensors and not convert_nodes:
+            raise TypeError(
+                "tolist: convert_tensors needs convert_nodes=True (tensors are converted inside the element dicts)."
+            )
+        if self.batch_size:
+            return [
+                sub.tolist(convert_nodes=convert_nodes, convert_tensors=convert_tensors, tolist_first=tolist_first)
+                for sub in self
+            ]
+        if not convert_nodes:
+            return self
+        return _element_dict(self, convert_tensors, tolist_first)
 
     def numpy(self) -> dict:
         """A nested dict of numpy arrays (non-tensor entries keep their Python objects)."""
@@ -529,8 +560,12 @@ class TensorDictBase(
         return self
 
     def unlock_(self) -> "TensorDictBase":
-        """Allow adding and removing keys again; as a context manager, restores the previous state on exit."""
+        """Allow adding and removing keys again; as a context manager, restores the previous state on exit.
+
+        A consolidated collection stops being one (see :mod:`tdict.consolidate`)."""
         was_locked = self._is_locked
+        if getattr(self, "_consolidated", None) is not None:
+            delattr(self, "_consolidated")  # its structure may change from now on
         self._set_lock(False)
         self._push_op(was_locked)
         return self
@@ -641,6 +676,24 @@ class TensorDictBase(
 
     def __repr__(self) -> str:
         return _repr(self, 0)
+
+
+def _element_dict(td: Any, convert_tensors: bool | str, tolist_first: bool) -> dict:
+    """``td``'s entries as a dict, for :meth:`TensorDictBase.tolist`."""
+    out = {}
+    for key, value in td._items_raw():
+        if isinstance(value, torch.Tensor):
+            if convert_tensors == "numpy":
+                out[key] = value.detach().cpu().numpy()
+            else:
+                out[key] = value.tolist() if convert_tensors else value
+        elif value._is_non_tensor:
+            out[key] = value.tolist() if value._is_lazy else value.data
+        elif tolist_first and value.batch_size:
+            out[key] = value.tolist(convert_tensors=convert_tensors, tolist_first=True)
+        else:
+            out[key] = _element_dict(value, convert_tensors, tolist_first)
+    return out
 
 
 def _numpy_tree(tree: dict) -> dict:

@@ -2,7 +2,8 @@
 
 ``td.consolidate()`` copies the leaves into a single ``uint8`` tensor (each leaf at an offset
 aligned to ``max(8, itemsize)`` bytes, row-major) and returns a locked copy of ``td`` whose leaves
-are views into it; the storage is kept on the root (``td._consolidated``). Such a collection:
+are views into it; the root keeps ``td._consolidated = {"storage": <the uint8 storage>, "metadata": <the
+structure>}`` (as tensordict does). Such a collection:
 
 * pickles as one storage plus a small structure description (``TensorDict.__getstate__`` asks
   :func:`_getstate`), so ``pickle`` copies one buffer and ``multiprocessing`` passes one
@@ -18,9 +19,10 @@ are views into it; the storage is kept on the root (``td._consolidated``). Such 
   :func:`tdict.persistence.encode_payload`).
 
 Writes through the leaves (``td["a"][0] = 1``, ``td.set_``) land in the storage, so they travel
-too. The structure is locked; if it is changed anyway (``unlock_`` then ``set``), the collection
-stops being consolidated (:func:`is_consolidated` checks that every leaf still is the view it
-was) and pickles leaf by leaf again.
+too. The structure is locked; ``unlock_()`` ends the consolidation (as in tensordict): the
+collection keeps its leaves but pickles and moves leaf by leaf again. If a leaf is swapped
+another way, :func:`is_consolidated` notices too (it checks that every leaf still is the view it
+was).
 
 Examples:
     >>> import torch
@@ -93,7 +95,9 @@ def _walk(td: Any, on_leaf: Any, path: tuple) -> dict:
     for key, value in content._items_raw():
         if type(value) in UNBATCHED_TYPES:
             raise _unbatched_error("consolidate", path + (key,) if path else key)
-        if isinstance(value, torch.Tensor):
+        if isinstance(value, torch.Tensor) and value.is_nested and value.layout == torch.jagged:
+            entries.append([key, _describe_jagged(value, on_leaf, path + (key,))])
+        elif isinstance(value, torch.Tensor):
             entries.append(
                 [
                     key,
@@ -122,6 +126,22 @@ def _walk(td: Any, on_leaf: Any, path: tuple) -> dict:
     if _is_tensorclass(td):
         meta["class"] = type(td)
     return meta
+
+
+def _describe_jagged(value: torch.Tensor, on_leaf: Any, key: tuple) -> dict:
+    """A nested jagged tensor: its ``values``, ``offsets`` and ``lengths`` (if any) are stored as leaves."""
+
+    def part(t: torch.Tensor) -> dict:
+        return {"type": "tensor", "dtype": t.dtype, "shape": list(t.shape), "offset": on_leaf(t, key)}
+
+    lengths = value.lengths()  # pyright: ignore[reportAttributeAccessIssue]
+    return {
+        "type": "jagged",
+        "ragged_idx": value._ragged_idx,  # pyright: ignore[reportAttributeAccessIssue]
+        "values": part(value.values()),
+        "offsets": part(value.offsets()),  # pyright: ignore[reportAttributeAccessIssue]
+        "lengths": None if lengths is None else part(lengths),
+    }
 
 
 def _layout(td: Any) -> tuple[dict, list, int]:
@@ -191,6 +211,16 @@ def _rebuild(meta: dict, storage: torch.Tensor, device: Any, views: list | None 
     from .non_tensor_stack import NonTensorStack
     from .tensordict import TensorDict
 
+    def leaf(entry: dict) -> torch.Tensor:
+        dtype, shape, start = entry["dtype"], entry["shape"], entry["offset"]
+        n = 1
+        for d in shape:
+            n *= d
+        view = storage[start : start + n * dtype.itemsize].view(dtype).view(shape)
+        if views is not None:
+            views.append(view)
+        return view
+
     def build(node: dict) -> Any:
         if node["type"] == _LAZY:
             from .lazy import LazyStackedTensorDict
@@ -205,15 +235,13 @@ def _rebuild(meta: dict, storage: torch.Tensor, device: Any, views: list | None 
         for key, entry in node["entries"]:
             kind = entry["type"]
             if kind == "tensor":
-                dtype = entry["dtype"]
-                shape = entry["shape"]
-                n = 1
-                for d in shape:
-                    n *= d
-                start = entry["offset"]
-                view = entries[key] = storage[start : start + n * dtype.itemsize].view(dtype).view(shape)
-                if views is not None:
-                    views.append(view)
+                entries[key] = leaf(entry)
+            elif kind == "jagged":
+                values, offsets = leaf(entry["values"]), leaf(entry["offsets"])
+                lengths = None if entry["lengths"] is None else leaf(entry["lengths"])
+                entries[key] = torch.nested.nested_tensor_from_jagged(
+                    values, offsets, lengths, jagged_dim=entry["ragged_idx"]
+                )
             elif kind == "non_tensor":
                 cls = NonTensorData if "metadata" not in entry else _class_from_tag(entry["metadata"])
                 entries[key] = cls._new(entry["data"], torch.Size(entry["batch_size"]), device)
@@ -228,7 +256,7 @@ def _rebuild(meta: dict, storage: torch.Tensor, device: Any, views: list | None 
         return td
 
     out = build(meta)
-    out._consolidated = storage
+    out._consolidated = {"storage": storage, "metadata": meta}
     out.lock_()
     return out
 
@@ -287,7 +315,17 @@ def consolidate(
     with torch.no_grad():  # each leaf goes into the view the result holds: no second set of views
         for (leaf, _), view in zip(leaves, views):
             view.copy_(leaf)
+        _zero_padding(storage, leaves)
     return out
+
+
+def _zero_padding(storage: torch.Tensor, leaves: list) -> None:
+    """Zero the alignment bytes between the leaves, so that equal collections give equal storages."""
+    end = 0
+    for leaf, start in leaves:
+        if start > end:
+            storage[end:start].zero_()
+        end = max(end, start + leaf.numel() * leaf.dtype.itemsize)
 
 
 def _copy_leaves(meta: dict, leaves: list, storage: torch.Tensor) -> None:
@@ -296,11 +334,18 @@ def _copy_leaves(meta: dict, leaves: list, storage: torch.Tensor) -> None:
             nbytes = leaf.numel() * leaf.dtype.itemsize
             if nbytes:
                 storage[start : start + nbytes].view(leaf.dtype).view(leaf.shape).copy_(leaf)
+        _zero_padding(storage, leaves)
+
+
+def _storage_of(td: Any) -> torch.Tensor | None:
+    """The storage recorded by :func:`consolidate` on ``td`` (``None`` if there is none)."""
+    record = getattr(td, "_consolidated", None)
+    return None if record is None else record["storage"]
 
 
 def is_consolidated(td: Any) -> bool:
     """True when ``td`` was made by :func:`consolidate` and every leaf still is its view of the storage."""
-    storage = getattr(td, "_consolidated", None)
+    storage = _storage_of(td)
     if storage is None:
         return False
     try:
@@ -317,7 +362,7 @@ def is_consolidated(td: Any) -> bool:
 
 def _consolidated_state(td: Any) -> tuple | None:
     """``(storage, structure)`` while ``td`` is still consolidated, else ``None``."""
-    storage = getattr(td, "_consolidated", None)
+    storage = _storage_of(td)
     if storage is None:
         return None
     try:
@@ -380,6 +425,12 @@ def _json_meta(meta: dict, where: tuple = ()) -> dict:
         kind = entry["type"]
         if kind == "tensor":
             entries.append([key, dict(entry, dtype=_dtype_name(entry["dtype"]))])
+        elif kind == "jagged":
+            parts = {
+                name: None if entry[name] is None else dict(entry[name], dtype=_dtype_name(entry[name]["dtype"]))
+                for name in ("values", "offsets", "lengths")
+            }
+            entries.append([key, dict(entry, **parts)])
         elif kind == "non_tensor":
             entries.append([key, dict(entry, data=encode_payload(entry["data"], f"key {full!r}"))])
         elif kind == "non_tensor_stack":
@@ -392,6 +443,7 @@ def _json_meta(meta: dict, where: tuple = ()) -> dict:
 
 def _consolidate_to_file(td: Any, meta: dict, leaves: list, total: int, filename: Any) -> Any:
     path = os.path.abspath(os.fspath(filename))
+    meta = dict(meta, device="cpu")  # the file's leaves live on the CPU (the root is never a lazy stack)
     header = json.dumps(
         {"format": "tdict.consolidated", "version": _FILE_VERSION, "data_nbytes": total, "root": _json_meta(meta)},
         separators=(",", ":"),
@@ -416,7 +468,7 @@ def _consolidate_to_file(td: Any, meta: dict, leaves: list, total: int, filename
     storage = MemoryMappedTensor.from_storage(
         mapped[0].as_subclass(torch.Tensor).untyped_storage(), dtype=torch.uint8, shape=(total,), filename=path
     )
-    return _rebuild(meta, storage, torch.device("cpu") if td.device is not None else None)
+    return _rebuild(meta, storage, torch.device("cpu"))
 
 
 def from_consolidated(filename: Any) -> Any:
@@ -468,6 +520,21 @@ def from_consolidated(filename: Any) -> Any:
             f"data size {total!r} does not match the file layout ({size - _TRAILER - n} bytes before the metadata)."
         )
 
+    def tensor_entry(entry: dict, full: tuple, bs: list) -> dict:
+        if entry["type"] != "tensor":
+            raise ValueError(f"key {full!r}: expected a tensor entry, got {entry['type']!r}")
+        dtype = _DTYPES[entry["dtype"]]
+        shape = [int(d) for d in entry["shape"]]
+        start = int(entry["offset"])
+        nbytes = dtype.itemsize
+        for d in shape:
+            if d < 0:
+                raise ValueError(f"negative dim in {shape}")
+            nbytes *= d
+        if start < 0 or start % dtype.itemsize or start + nbytes > total or shape[: len(bs)] != bs:
+            raise ValueError(f"leaf {full!r} (offset {start}, {nbytes} bytes, shape {shape}) does not fit the data")
+        return {"type": "tensor", "dtype": dtype, "shape": shape, "offset": start}
+
     def convert(node: Any, where: tuple) -> dict:
         try:
             if node["type"] == _LAZY:
@@ -501,19 +568,15 @@ def from_consolidated(filename: Any) -> Any:
                 full = where + (key,)
                 kind = entry["type"]
                 if kind == "tensor":
-                    dtype = _DTYPES[entry["dtype"]]
-                    shape = [int(d) for d in entry["shape"]]
-                    start = int(entry["offset"])
-                    nbytes = dtype.itemsize
-                    for d in shape:
-                        if d < 0:
-                            raise ValueError(f"negative dim in {shape}")
-                        nbytes *= d
-                    if start < 0 or start % dtype.itemsize or start + nbytes > total or shape[: len(bs)] != bs:
-                        raise ValueError(
-                            f"leaf {full!r} (offset {start}, {nbytes} bytes, shape {shape}) does not fit the data"
-                        )
-                    out["entries"].append([key, {"type": "tensor", "dtype": dtype, "shape": shape, "offset": start}])
+                    out["entries"].append([key, tensor_entry(entry, full, bs)])
+                elif kind == "jagged":
+                    parts = {
+                        name: None if entry[name] is None else tensor_entry(entry[name], full, [])
+                        for name in ("values", "offsets", "lengths")
+                    }
+                    if parts["values"] is None or parts["offsets"] is None:
+                        raise ValueError(f"key {full!r}: a jagged entry needs values and offsets")
+                    out["entries"].append([key, dict(parts, type="jagged", ragged_idx=int(entry["ragged_idx"]))])
                 elif kind == "non_tensor":
                     out["entries"].append(
                         [

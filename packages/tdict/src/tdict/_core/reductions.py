@@ -110,6 +110,25 @@ class ReductionsMixin:
             dtype = torch.promote_types(dtype, v.dtype)
         return torch.cat([v.to(dtype) for v in leaves], -1)
 
+    def _dim_cat(self, name: str, dims: tuple) -> torch.Tensor:
+        """All leaves concatenated along batch dim ``dims[0]`` (for ``reduce=True`` with batch ``dim``):
+        reducing the result over ``dims`` reduces every leaf's elements together."""
+        leaves = self._dense_leaves()
+        if not leaves:
+            raise ValueError(f"{name}: reduce=True over a collection that holds no tensor.")
+        d = dims[0]
+        ref = leaves[0].shape
+        for v in leaves[1:]:
+            if v.dim() != len(ref) or any(a != b for i, (a, b) in enumerate(zip(v.shape, ref)) if i != d):
+                raise ValueError(
+                    f"{name}: reduce=True with dim={list(dims)} concatenates the leaves along dim {d}, so their "
+                    f"shapes must agree elsewhere; got {list(ref)} and {list(v.shape)}. Use dim='feature' or no dim."
+                )
+        dtype = leaves[0].dtype
+        for v in leaves[1:]:
+            dtype = torch.promote_types(dtype, v.dtype)
+        return torch.cat([v.to(dtype) for v in leaves], d)
+
     def _flat_cat(self) -> torch.Tensor:
         leaves = [v.reshape(-1) for v in self._tensor_leaves()[1]]
         if not leaves:
@@ -152,7 +171,8 @@ class ReductionsMixin:
             return self._feature_map(lambda v: fn(v, dim=-1, **kwargs))
         dims = normalize_dims(dim, self.batch_dims)
         if reduce:
-            raise ValueError(f"{name}: reduce=True reduces over every leaf and cannot take dim={dim}.")
+            axis = dims[0] if len(dims) == 1 else dims
+            return fn(self._dim_cat(name, dims), dim=axis, keepdim=keepdim, **kwargs)
         bs = _reduced_size(self.batch_size, dims, keepdim)
         axis = dims[0] if len(dims) == 1 else dims  # some reductions (prod, all) take one int only
         names = reduced_names(self._maybe_names(), dims, keepdim)
@@ -451,7 +471,7 @@ class ReductionsMixin:
         if len(set(dims)) != len(dims):
             raise ValueError(f"quantile: dim {dim!r} names the same batch dim twice.")
         if reduce:
-            raise ValueError(f"quantile: reduce=True reduces over every leaf and cannot take dim={dim}.")
+            return _quantile_leaf(self._dim_cat("quantile", dims), q, dims, keepdim, interpolation)
         bs = lead + _reduced_size(self.batch_size, dims, keepdim)
         return self._apply(
             lambda v: _quantile_leaf(v, q, dims, keepdim, interpolation),

@@ -242,18 +242,65 @@ def _tensordict_class() -> type:
     return TensorDict
 
 
+def check_inplace(td: Any, what: str, inplace: bool) -> None:
+    """Refuse ``inplace=True`` up front where it cannot work: on anything but a TensorDict (a lazy
+    stack: densify it first), and on a locked collection."""
+    if not inplace:
+        return
+    if not isinstance(td, _tensordict_class()):
+        raise NotImplementedError(
+            f"{what}(inplace=True) is not supported on {type(td).__name__}: "
+            "call .to_tensordict() first, or use inplace=False."
+        )
+    if td._is_locked:
+        raise locked_error(f"{what}(inplace=True) replaces its entries; unlock_() it first.")
+
+
+def _adopt_entry(old: Any, new: Any) -> bool:
+    """Make the unlocked TensorDict or NonTensorStack ``old`` take ``new``'s content (same type),
+    keeping its identity; ``False`` (nothing done) for any other pair."""
+    from ..non_tensor_stack import NonTensorStack  # deferred: it imports this package
+
+    if type(new) is not type(old) or isinstance(old, torch.Tensor) or getattr(old, "_is_locked", True):
+        return False
+    if isinstance(old, _tensordict_class()):
+        _adopt_entries(old, new)
+        return True
+    if type(old) is NonTensorStack:
+        old._origins, old._table, old._names = new._origins, new._table, new._names
+        return True
+    return False
+
+
+def _adopt_entries(td: Any, other: Any) -> None:
+    """Make the TensorDict ``td`` hold ``other``'s entries, batch size and names, keeping the
+    identity of its nested TensorDicts and non-tensor stacks (the in-place form of a shape op)."""
+    entries = td._tensordict
+    if getattr(td, "_consolidated", None) is not None:
+        del td._consolidated
+    for key, new in other._tensordict.items():
+        if not _adopt_entry(entries.get(key), new):
+            entries[key] = new
+    td._batch_size = other._batch_size
+    td._names = other._names
+
+
 class ShapeOpsMixin:
     """reshape, view, (un)squeeze, permute, expand, split... over batch dims."""
 
     __slots__ = ()
 
+    if TYPE_CHECKING:  # TensorDict's entry dict (the in-place forms of the ops only run on a TensorDict)
+        _tensordict: dict[str, Any]
+
     # ---- ops that keep a single output
     @keeps_lock
-    def reshape(self, *shape: int, size: Sequence[int] | None = None) -> Any:
+    def reshape(self, *shape: int, size: Sequence[int] | None = None, inplace: bool = False) -> Any:
         """A collection of batch size ``shape`` (ints, one sequence or ``size=``; one ``-1`` is inferred);
-        feature dims are kept."""
+        feature dims are kept. ``inplace=True`` reshapes ``self`` (see :meth:`_reshape_batch`)."""
+        check_inplace(self, "reshape", inplace)
         n, bs = self.batch_dims, infer_shape(_shape_args(shape, size), self.numel())
-        return self._map_batch(lambda v: v.reshape(bs + leaf_shape(v)[n:]), bs)
+        return self._reshape_batch("reshape", inplace, lambda v: v.reshape(bs + leaf_shape(v)[n:]), bs)
 
     @keeps_lock
     def view(self, *shape: Any, size: Sequence[int] | None = None, batch_size: Sequence[int] | None = None) -> Any:
@@ -343,12 +390,18 @@ class ShapeOpsMixin:
         return self.permute(*order)
 
     @keeps_lock
-    def flatten(self, start_dim: int = 0, end_dim: int = -1) -> Any:
-        """Merge batch dims ``start_dim`` to ``end_dim`` into one (unnamed) dim; a batch of no dims becomes ``[1]``."""
+    def flatten(self, start_dim: int | None = 0, end_dim: int | None = -1, *, inplace: bool = False) -> Any:
+        """Merge batch dims ``start_dim`` to ``end_dim`` (``None``: the first / last) into one (unnamed) dim;
+        a batch of no dims becomes ``[1]``."""
+        check_inplace(self, "flatten", inplace)
+        start_dim = 0 if start_dim is None else start_dim
+        end_dim = -1 if end_dim is None else end_dim
         n = self.batch_dims
         if n == 0:  # as torch: a 0-dim input flattens to one dim of size 1
             normalize_dim(start_dim, 1, "start_dim")
             normalize_dim(end_dim, 1, "end_dim")
+            if inplace:
+                return self._reshape_batch("flatten", True, lambda v: v.unsqueeze(0), torch.Size([1]))
             return self.unsqueeze(0)
         s, e = normalize_dim(start_dim, n, "start_dim"), normalize_dim(end_dim, n, "end_dim")
         if e < s:
@@ -362,15 +415,16 @@ class ShapeOpsMixin:
         names = self._maybe_names()
         if names is not None:  # the merged dim is unnamed, the others keep their names
             names = _named_or_none(names[:s] + [None] + names[e + 1 :])
-        return self._map_batch(lambda v: v.flatten(s, e), torch.Size(bs), names)
+        return self._reshape_batch("flatten", inplace, lambda v: v.flatten(s, e), torch.Size(bs), names)
 
     @keeps_lock
-    def unflatten(self, dim: int, unflattened_size: Sequence[int]) -> Any:
+    def unflatten(self, dim: int, unflattened_size: Sequence[int], *, inplace: bool = False) -> Any:
         """Split batch dim ``dim`` into dims of sizes ``unflattened_size`` (one ``-1`` is inferred)."""
+        check_inplace(self, "unflatten", inplace)
         d = normalize_dim(dim, self.batch_dims)
         sizes = infer_shape(unflattened_size, self.batch_size[d], "unflatten")
         bs = self.batch_size[:d] + sizes + self.batch_size[d + 1 :]
-        return self._map_batch(lambda v: v.unflatten(d, sizes), torch.Size(bs))
+        return self._reshape_batch("unflatten", inplace, lambda v: v.unflatten(d, sizes), torch.Size(bs))
 
     @keeps_lock
     def expand(self, *shape: int) -> Any:
@@ -386,30 +440,44 @@ class ShapeOpsMixin:
         return self.expand(*other.shape)
 
     @keeps_lock
-    def repeat(self, *repeats: int) -> Any:
+    def repeat(self, *repeats: int, inplace: bool = False) -> Any:
         """Tile the batch as :meth:`torch.Tensor.repeat`, with one count per batch dim (feature dims are not repeated)."""
+        check_inplace(self, "repeat", inplace)
         repeats = _shape_args(repeats)
         n = self.batch_dims
         if len(repeats) != n:
             raise ValueError(f"repeat: expected {n} repeat counts (one per batch dim), got {len(repeats)}.")
         bs = torch.Size(s * r for s, r in zip(self.batch_size, repeats))
-        return self._map_batch(lambda v: v.repeat(tuple(repeats) + (1,) * (len(leaf_shape(v)) - n)), bs)
+        return self._reshape_batch(
+            "repeat", inplace, lambda v: v.repeat(tuple(repeats) + (1,) * (len(leaf_shape(v)) - n)), bs
+        )
 
     @keeps_lock
     def repeat_interleave(
-        self, repeats: int | torch.Tensor, dim: int | None = None, *, output_size: int | None = None
+        self,
+        repeats: int | torch.Tensor,
+        dim: int | None = None,
+        *,
+        output_size: int | None = None,
+        inplace: bool = False,
     ) -> Any:
         """Repeat elements along batch ``dim``; without ``dim`` the batch is flattened first (as torch)."""
+        check_inplace(self, "repeat_interleave", inplace)
         if dim is None:
-            return self.reshape(-1).repeat_interleave(repeats, 0, output_size=output_size)
+            flat = self.reshape(-1, inplace=inplace)
+            return flat.repeat_interleave(repeats, 0, output_size=output_size, inplace=inplace)
         d = normalize_dim(dim, self.batch_dims)
         if isinstance(repeats, torch.Tensor) and repeats.numel() > 1:
             new = int(repeats.sum())
         else:
             new = self.batch_size[d] * int(repeats)
         bs = self.batch_size[:d] + (new,) + self.batch_size[d + 1 :]
-        return self._map_batch(
-            lambda v: v.repeat_interleave(repeats, dim=d, output_size=output_size), torch.Size(bs), self._maybe_names()
+        return self._reshape_batch(
+            "repeat_interleave",
+            inplace,
+            lambda v: v.repeat_interleave(repeats, dim=d, output_size=output_size),
+            torch.Size(bs),
+            self._maybe_names(),
         )
 
     @keeps_lock
@@ -419,11 +487,16 @@ class ShapeOpsMixin:
         return self._map_batch(lambda v: v.flip(dims), self.batch_size, self._maybe_names())
 
     @keeps_lock
-    def roll(self, shifts: int | Sequence[int], dims: int | Sequence[int] | None = None) -> Any:
+    def roll(
+        self, shifts: int | Sequence[int], dims: int | Sequence[int] | None = None, *, inplace: bool = False
+    ) -> Any:
         """Roll along batch dims; without ``dims``, over the flattened batch (feature dims untouched)."""
+        check_inplace(self, "roll", inplace)
         if dims is not None:
             dims = normalize_dims(dims, self.batch_dims)
-            return self._map_batch(lambda v: v.roll(shifts, dims), self.batch_size, self._maybe_names())
+            return self._reshape_batch(
+                "roll", inplace, lambda v: v.roll(shifts, dims), self.batch_size, self._maybe_names()
+            )
         shift = _int_arg(shifts, "roll", "shifts (an int when dims is None)")
         n, numel = self.batch_dims, self.numel()
 
@@ -431,7 +504,7 @@ class ShapeOpsMixin:
             shape = leaf_shape(v)
             return v.reshape((numel,) + tuple(shape[n:])).roll(shift, 0).reshape(shape)
 
-        return self._map_batch(roll_flat, self.batch_size, self._maybe_names())
+        return self._reshape_batch("roll", inplace, roll_flat, self.batch_size, self._maybe_names())
 
     # ---- torch-style aliases and compositions
     def movedim(self, source: int | Sequence[int], destination: int | Sequence[int]) -> Any:
@@ -519,9 +592,13 @@ class ShapeOpsMixin:
                 names[d0], names[d1] = names[d1], names[d0]
         return self._map_batch(lambda v: v.rot90(k, (d0, d1)), torch.Size(bs), names)
 
-    def contiguous(self) -> Any:
-        """A collection of contiguous leaves (a leaf that already is contiguous is reused, not copied)."""
-        return self._map_batch(lambda v: v.contiguous(), self.batch_size, self._maybe_names())
+    def contiguous(self, *, inplace: bool = False) -> Any:
+        """A collection of contiguous leaves (a leaf that already is contiguous is reused, not copied);
+        ``inplace=True`` swaps them into ``self``."""
+        check_inplace(self, "contiguous", inplace)
+        return self._reshape_batch(
+            "contiguous", inplace, lambda v: v.contiguous(), self.batch_size, self._maybe_names()
+        )
 
     def masked_fill(self, mask: torch.Tensor, value: Any) -> Any:
         """A copy where entries at ``mask`` (a batch-shaped bool tensor) are ``value``."""
@@ -604,20 +681,42 @@ class ShapeOpsMixin:
                 out.set(key, value)
         return out
 
-    def gather(self, dim: int, index: torch.Tensor) -> Any:
-        """``torch.gather`` along batch dim ``dim``; ``index`` has as many dims as the batch."""
+    def gather(self, dim: int, index: torch.Tensor, *, out: Any = None, inplace: bool = False) -> Any:
+        """``torch.gather`` along batch dim ``dim``; ``index`` has as many dims as the batch.
+
+        ``out=`` receives the result (its entries are written in place); ``inplace=True`` makes ``self`` the result.
+
+        Examples:
+            >>> import torch
+            >>> from tdict import TensorDict
+            >>> td = TensorDict(a=torch.arange(6).view(2, 3), batch_size=[2, 3])
+            >>> td.gather(1, torch.tensor([[2], [0]]), inplace=True) is td, td["a"].tolist()
+            (True, [[2], [3]])
+        """
+        if inplace and out is not None:
+            raise ValueError("gather: out= and inplace=True are mutually exclusive; pass one of them.")
+        check_inplace(self, "gather", inplace)
         d = normalize_dim(dim, self.batch_dims)
         if index.dim() != self.batch_dims:
-            raise ValueError(f"gather: index has {index.dim()} dims, expected {self.batch_dims} (the batch dims).")
+            msg = f"gather: index has {index.dim()} dims, expected {self.batch_dims} (the batch dims)."
+            if inplace:
+                raise NotImplementedError(f"{msg} inplace=True needs index.ndim == batch_dims.")
+            raise ValueError(msg)
+        if out is not None and (not is_tensor_collection(out) or out.batch_size != index.shape):
+            got = f"batch size {list(out.batch_size)}" if is_tensor_collection(out) else type(out).__name__
+            raise ValueError(f"gather: out must be a collection of batch size {list(index.shape)}, got {got}.")
 
         def take(v):
-            if not isinstance(v, torch.Tensor):
-                return v.gather(d, index)
+            if not isinstance(v, torch.Tensor):  # a nested collection: its own extra batch dims are kept whole
+                extra = v.batch_size[self.batch_dims :]
+                return v.gather(d, _trailing_ones(index, v.batch_dims).expand(*index.shape, *extra))
             feat = v.shape[self.batch_dims :]
             idx = _trailing_ones(index, v.dim()).expand(*index.shape, *feat)
             return torch.gather(v, d, idx)
 
-        return self._map_batch(take, index.shape, self._maybe_names())
+        if out is not None:
+            return out.update_(self._map_batch(take, index.shape, self._maybe_names()))
+        return self._reshape_batch("gather", inplace, take, index.shape, self._maybe_names())
 
     def _map_batch(self, fn: Callable[[Any], Any], batch_size: torch.Size, names: Any = None) -> Any:
         """``_map_entries`` for an op on the batch dims: an UnbatchedTensor entry is not passed to
@@ -627,6 +726,31 @@ class ShapeOpsMixin:
             return value._with_batch_size(batch_size) if type(value) in UNBATCHED_TYPES else fn(value)
 
         return self._map_entries(entry, batch_size, names)
+
+    def _reshape_batch(
+        self, what: str, inplace: bool, fn: Callable[[Any], Any], batch_size: torch.Size, names: Any = None
+    ) -> Any:
+        """``_map_batch``, or with ``inplace=True`` its in-place form: ``self`` (and every nested
+        TensorDict) keeps its identity and takes the new entries and batch size; the entries are
+        replaced one at a time, so an old leaf can be freed before the next one is computed.
+        ``check_inplace`` must have run first."""
+        if not inplace:
+            return self._map_batch(fn, batch_size, names)
+        entries = self._tensordict
+        if getattr(self, "_consolidated", None) is not None:
+            del self._consolidated  # the new leaves live outside the consolidated storage
+        for key in list(entries):
+            value = entries[key]
+            if type(value) in UNBATCHED_TYPES:
+                entries[key] = value._with_batch_size(batch_size)
+                continue
+            new = fn(value)
+            if not _adopt_entry(value, new):
+                del value
+                entries[key] = new
+        self._batch_size = torch.Size(batch_size)
+        self._names = names
+        return self
 
     # ---- ops with several outputs
     def _split_entries(self, fn, sizes: Sequence[torch.Size], names: Any = None) -> tuple:
@@ -695,10 +819,7 @@ class ShapeOpsMixin:
             raise RuntimeError(f"{what}(inplace=True) is supported on TensorDict, got {type(self).__name__}.")
         if self._is_locked:
             raise locked_error(f"{what}(inplace=True) replaces its entries; unlock_() it first.")
-        if getattr(self, "_consolidated", None) is not None:
-            del self._consolidated  # the new leaves live outside the consolidated storage
-        self._tensordict = other._tensordict
-        self._batch_size = other._batch_size
+        _adopt_entries(self, other)  # nested TensorDicts and non-tensor stacks keep their identity
         return self
 
     def densify(self, layout: torch.layout = torch.strided) -> Any:

@@ -262,7 +262,7 @@ def _where(condition: torch.Tensor, input: Any, other: Any, *, out: Any = None) 
 
 @implements(torch.gather)
 def _gather(td: TensorDictBase, dim: int, index: torch.Tensor, *, out: Any = None) -> TensorDictBase:
-    return td.gather(dim, index)
+    return td.gather(dim, index, out=out)
 
 
 @implements(torch.clone)

@@ -202,6 +202,22 @@ class StorageMixin:
 
         return consolidate(self, filename=filename, device=device, share_memory=share_memory, pin_memory=pin_memory)
 
+    @classmethod
+    def from_consolidated(cls, filename: Any) -> "TensorDictBase":
+        """Open a file written by ``consolidate(filename=...)`` (see :func:`tdict.from_consolidated`).
+
+        Examples:
+            >>> import os, tempfile, torch
+            >>> from tdict import TensorDict
+            >>> path = os.path.join(tempfile.mkdtemp(), "td.bin")
+            >>> _ = TensorDict(a=torch.arange(3.0), batch_size=[3]).consolidate(filename=path)
+            >>> TensorDict.from_consolidated(path)["a"].tolist()
+            [0.0, 1.0, 2.0]
+        """
+        from ..consolidate import from_consolidated
+
+        return from_consolidated(filename)
+
     def is_consolidated(self) -> bool:
         """True when ``self`` was made by :meth:`consolidate` and every leaf still is a view of its storage."""
         from ..consolidate import is_consolidated

@@ -23,6 +23,7 @@ from .._core.locking import keeps_lock
 from .._core.shape_ops import (
     ShapeOpsMixin,
     _shape_args,
+    check_inplace,
     infer_shape,
     narrow_range,
     rot90_args,
@@ -125,8 +126,11 @@ class LazyShapeMixin:
         return self._like(members, dims.index(sd))
 
     @keeps_lock
-    def flatten(self, start_dim: int = 0, end_dim: int = -1) -> TensorDictBase:
+    def flatten(self, start_dim: int | None = 0, end_dim: int | None = -1, *, inplace: bool = False) -> TensorDictBase:
         """Like :meth:`TensorDict.flatten`; flattening a range that holds the stack dim gives a dense TensorDict."""
+        check_inplace(self, "flatten", inplace)
+        start_dim = 0 if start_dim is None else start_dim
+        end_dim = -1 if end_dim is None else end_dim
         n = self.batch_dims
         s, e = normalize_dim(start_dim, n, "start_dim"), normalize_dim(end_dim, n, "end_dim")
         sd = self.stack_dim
@@ -137,8 +141,9 @@ class LazyShapeMixin:
         return self._like([td.flatten(ms, me) for td in self.tensordicts], new_sd)
 
     @keeps_lock
-    def unflatten(self, dim: int, unflattened_size: Sequence[int]) -> TensorDictBase:
+    def unflatten(self, dim: int, unflattened_size: Sequence[int], *, inplace: bool = False) -> TensorDictBase:
         """Like :meth:`TensorDict.unflatten`, member by member; unflattening the stack dim gives a dense TensorDict."""
+        check_inplace(self, "unflatten", inplace)
         d = normalize_dim(dim, self.batch_dims)
         sd = self.stack_dim
         if d == sd:
@@ -148,8 +153,9 @@ class LazyShapeMixin:
         return self._like([td.unflatten(self._member_dim(d), sizes) for td in self.tensordicts], new_sd)
 
     @keeps_lock
-    def reshape(self, *shape: int, size: Sequence[int] | None = None) -> TensorDictBase:
+    def reshape(self, *shape: int, size: Sequence[int] | None = None, inplace: bool = False) -> TensorDictBase:
         """Like :meth:`TensorDict.reshape`: ``self`` when the batch size does not change, else a dense TensorDict."""
+        check_inplace(self, "reshape", inplace)
         shape = _shape_args(shape, size)
         if infer_shape(shape, self.numel()) == self._batch_size:
             return cast("TensorDictBase", self)
@@ -177,8 +183,11 @@ class LazyShapeMixin:
         return self._like([td.flip(member_dims) for td in tds] if member_dims else tds)
 
     @keeps_lock
-    def roll(self, shifts: int | Sequence[int], dims: int | Sequence[int] | None = None) -> TensorDictBase:
+    def roll(
+        self, shifts: int | Sequence[int], dims: int | Sequence[int] | None = None, *, inplace: bool = False
+    ) -> TensorDictBase:
         """Like :meth:`TensorDict.roll`: a shift along the stack dim rotates the members; without ``dims``, a dense TensorDict."""
+        check_inplace(self, "roll", inplace)
         if dims is None or not self.tensordicts:
             return ShapeOpsMixin.roll(self, shifts, dims)
         dims = normalize_dims(dims, self.batch_dims)
@@ -254,14 +263,24 @@ class LazyShapeMixin:
     ) -> TensorDictBase:
         """Like :meth:`TensorDict.pad`, member by member; padding the stack dim gives a dense TensorDict.
 
-        ``inplace=True`` needs unlocked TensorDict members and cannot pad the stack dim.
+        ``inplace=True`` needs unlocked TensorDict members; it pads them in place, and padding the
+        stack dim adds members filled with ``value`` (or drops members, for a negative pad).
+
+        Examples:
+            >>> import torch
+            >>> from tdict import TensorDict, lazy_stack
+            >>> s = lazy_stack([TensorDict(x=torch.ones(2), batch_size=[2])] * 2)
+            >>> out = s.pad([0, 1, 1, 0], value=5.0, inplace=True)
+            >>> out is s, len(s.tensordicts), s["x"].tolist()
+            (True, 3, [[5.0, 1.0, 1.0], [5.0, 1.0, 1.0], [5.0, 5.0, 5.0]])
         """
         sd = self.stack_dim
         pad_size = list(pad_size)
-        if tuple(pad_size[2 * sd : 2 * sd + 2]) not in ((), (0, 0)) or not self.tensordicts:
+        stack_pad = tuple(pad_size[2 * sd : 2 * sd + 2])
+        if not self.tensordicts or (stack_pad not in ((), (0, 0)) and not inplace):
             if inplace:
                 raise RuntimeError(
-                    "pad(inplace=True) on a lazy stack cannot pad its stack dim: pad out of place (it returns a dense TensorDict)."
+                    "pad(inplace=True) on an empty lazy stack has no member to pad: pad out of place (it returns a dense TensorDict)."
                 )
             return ShapeOpsMixin.pad(cast("TensorDictBase", self), pad_size, value)
         if len(pad_size) % 2 or len(pad_size) // 2 > self.batch_dims:  # checked here: members see fewer dims
@@ -275,9 +294,22 @@ class LazyShapeMixin:
             raise RuntimeError(
                 "pad(inplace=True) on a lazy stack needs unlocked TensorDict members: pad out of place instead."
             )
+        before, after = (tuple(stack_pad) + (0, 0))[:2]
+        kept = len(self.tensordicts) + min(before, 0) + min(after, 0)
+        if kept < 0:
+            raise ValueError(
+                f"pad: pad_size {pad_size} crops {-min(before, 0) - min(after, 0)} members from a stack of {len(self.tensordicts)}."
+            )
         members = [td.pad(member_pad, value) for td in self.tensordicts]  # every check passes before any swap
+        template = members[0]
+        fill = [
+            ShapeOpsMixin.pad(template.unsqueeze(0), [0, 1], value)[1] for _ in range(max(before, 0) + max(after, 0))
+        ]
         for td, new in zip(self.tensordicts, members):
             td._take_entries(new, "pad")
-        bs = self.tensordicts[0].batch_size
-        self._batch_size = torch.Size(tuple(bs[:sd]) + (len(self.tensordicts),) + tuple(bs[sd:]))
+        tds = list(self.tensordicts)[max(-before, 0) : len(self.tensordicts) - max(-after, 0)]
+        tds = fill[: max(before, 0)] + tds + fill[max(before, 0) :]
+        self.tensordicts[:] = tds
+        bs = template.batch_size
+        self._batch_size = torch.Size(tuple(bs[:sd]) + (len(tds),) + tuple(bs[sd:]))
         return cast("TensorDictBase", self)
