@@ -169,10 +169,13 @@ def parse_to_args(args: tuple, kwargs: dict) -> tuple:
     dtype = kwargs.pop("dtype", None)
     non_blocking = kwargs.pop("non_blocking", False)
     batch_size = kwargs.pop("batch_size", None)
-    if "other" in kwargs:  # to(other=...): the device (and dtype) of a tensor or a collection
-        args = (*args, kwargs.pop("other"))
+    other = kwargs.pop("other", None)
     if kwargs:
         raise TypeError(f"to(): unexpected arguments {sorted(kwargs)}.")
+    if is_tensor_collection(other):  # to(other=td): its device, and its dtype when all its leaves share one
+        device, dtype = other.device, getattr(other, "dtype", None)
+    elif other is not None:
+        args = (*args, other)
     for arg in args:
         if arg is None:  # to(None): nothing to move to (tensordict returns the collection unchanged)
             continue
@@ -182,8 +185,8 @@ def parse_to_args(args: tuple, kwargs: dict) -> tuple:
             device = arg
         elif isinstance(arg, torch.Tensor):
             device, dtype = arg.device, arg.dtype
-        elif is_tensor_collection(arg):  # its device, and its dtype when all its leaves share one
-            device, dtype = arg.device, getattr(arg, "dtype", None)
+        elif is_tensor_collection(arg):
+            device = arg.device
         elif isinstance(arg, bool):
             non_blocking = arg
         else:
