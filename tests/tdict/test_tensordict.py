@@ -259,8 +259,8 @@ def test_setitem_by_index_in_place():
         td[0] = TensorDict({"a": torch.ones(5, 2), "new": torch.ones(5)}, [5])
     assert "new" not in td.keys()
     with pytest.raises(RuntimeError, match="'a'"):  # created, then the write of "a" is refused: rolled back
-        td[0] = TensorDict({"a": torch.ones(3, 7), "new": torch.ones(3)}, [3])
-    assert "new" not in td.keys()
+        td[0] = TensorDict({"a": torch.ones(3, 7), "new": torch.ones(3), "sub": {"x": torch.ones(3)}}, [3])
+    assert "new" not in td.keys() and "sub" not in td.keys()  # new sub-collections go too
 
 
 def test_masked_fill_where_gather():

@@ -307,7 +307,8 @@ class TensorDictBase(
 
     def _create_missing_leaves(self, index: Any, value: Any) -> list:
         """For ``td[index] = value``: the tensor leaves of ``value`` that ``self`` lacks, created
-        zero-filled with ``self``'s batch size (pre-allocation, as in tensordict); their keys."""
+        zero-filled with ``self``'s batch size (pre-allocation, as in tensordict); returns the keys to
+        delete to undo it (the first missing key along each path: new sub-collections go too)."""
         missing = [
             (key, leaf)
             for key, leaf in value.items(True, True)
@@ -320,12 +321,16 @@ class TensorDictBase(
         dest_bs = _indexed_batch_size(self.batch_size, index)
         for key, leaf in missing:
             check_write_shape(key, leaf.shape, dest_bs + leaf.shape[len(dest_bs) :], len(dest_bs))
-        created = []
+        created: list = []
+        for key, _ in missing:  # computed before any write: the first prefix of each path that is absent
+            path = _key_to_tuple(key)
+            prefix = next(path[:i] for i in range(1, len(path) + 1) if self.get(path[:i], None) is None)
+            if not any(prefix[: len(c)] == c for c in created):
+                created.append(prefix)
         for key, leaf in missing:
             self.set(
                 key, torch.zeros(self.batch_size + leaf.shape[len(dest_bs) :], dtype=leaf.dtype, device=self.device)
             )
-            created.append(key)
         return created
 
     def _set_at_index(self, index: Any, value: Any) -> None:
