@@ -671,15 +671,7 @@ class ShapeOpsMixin:
                     if pad is None:
                         raise missing(key, "self")
                     result.set(key, pick(torch.full_like(o, pad), o))
-        if out is None:
-            return result
-        for key, value in result.items(True, True):
-            dest = out.get(key, None)
-            if isinstance(dest, torch.Tensor) and dest.shape == value.shape:
-                dest.copy_(value)
-            else:
-                out.set(key, value)
-        return out
+        return result if out is None else out.update(result, inplace=True)
 
     def gather(self, dim: int, index: torch.Tensor, *, out: Any = None, inplace: bool = False) -> Any:
         """``torch.gather`` along batch dim ``dim``; ``index`` has as many dims as the batch.
