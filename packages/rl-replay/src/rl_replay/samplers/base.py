@@ -56,3 +56,18 @@ class Sampler(BufferPart):
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}()"
+
+
+class EndsPasses:
+    """Mixin of the samplers whose passes over the data end: ``ran_out`` is kept in ``_ran_out``
+    (which the sampler sets when a pass is over and the buffer clears to start the next)."""
+
+    _ran_out: bool = False
+
+    @property
+    def ran_out(self) -> bool:
+        return self._ran_out
+
+    @ran_out.setter
+    def ran_out(self, value: bool) -> None:
+        self._ran_out = bool(value)

@@ -6,7 +6,7 @@ from typing import Any
 
 import torch
 
-from .base import Sampler
+from .base import EndsPasses, Sampler
 
 __all__ = ["ConsumingSampler", "check_consuming_setup"]
 
@@ -37,7 +37,7 @@ def check_consuming_setup(owner: str, storage: Any, writer: Any, prefetch: bool)
         )
 
 
-class ConsumingSampler(Sampler):
+class ConsumingSampler(EndsPasses, Sampler):
     """Uniform sampling in which an item is *consumed* after it was returned ``max_sample_count`` times.
 
     Each batch holds distinct items (at most as many as are live). A consumed item no longer counts
@@ -149,14 +149,6 @@ class ConsumingSampler(Sampler):
         self._append_free_indices(index[done])
         self._ran_out = not bool(self._live_mask.any())
         return index, {}
-
-    @property
-    def ran_out(self) -> bool:
-        return self._ran_out
-
-    @ran_out.setter
-    def ran_out(self, value: bool) -> None:
-        self._ran_out = bool(value)
 
     def _empty(self) -> None:
         self._sample_count = torch.zeros(0, dtype=torch.int64)

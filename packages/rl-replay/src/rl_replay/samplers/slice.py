@@ -17,7 +17,7 @@ import torch
 from tdict import TensorDictBase, is_tensor_collection
 from tdict.validation import check_positive_int
 
-from .base import Sampler
+from .base import EndsPasses, Sampler
 
 __all__ = ["SliceSampler", "SliceSamplerWithoutReplacement"]
 
@@ -650,7 +650,7 @@ def _gather(inner: Any, key: NestedKey, out: Any, n: int) -> torch.Tensor | None
     return values.reshape(n) if values.numel() == n else None
 
 
-class SliceSamplerWithoutReplacement(SliceSampler):
+class SliceSamplerWithoutReplacement(EndsPasses, SliceSampler):
     """Slices of every eligible trajectory once per epoch (one slice per trajectory), as TorchRL's.
 
     An epoch is a random (or, with ``shuffle=False``, stored) order of the eligible trajectories;
@@ -711,14 +711,6 @@ class SliceSamplerWithoutReplacement(SliceSampler):
         self._order: torch.Tensor | None = None
         self._pos = 0
         self._ran_out = False
-
-    @property
-    def ran_out(self) -> bool:
-        return self._ran_out
-
-    @ran_out.setter
-    def ran_out(self, value: bool) -> None:
-        self._ran_out = bool(value)
 
     def _on_write(self) -> None:
         self._order, self._pos = None, 0

@@ -6,7 +6,7 @@ from typing import Any
 
 import torch
 
-from .base import Sampler
+from .base import EndsPasses, Sampler
 
 __all__ = ["RandomSampler", "SamplerWithoutReplacement"]
 
@@ -29,7 +29,7 @@ class RandomSampler(Sampler):
         return storage._rand_given_ndim(batch_size, self._rng), {}
 
 
-class SamplerWithoutReplacement(Sampler):
+class SamplerWithoutReplacement(EndsPasses, Sampler):
     """Each stored item once per epoch, in a random (or sequential) order.
 
     Args:
@@ -56,14 +56,6 @@ class SamplerWithoutReplacement(Sampler):
         self._order: torch.Tensor | None = None
         self._pos = 0
         self._ran_out = False
-
-    @property
-    def ran_out(self) -> bool:
-        return self._ran_out
-
-    @ran_out.setter
-    def ran_out(self, value: bool) -> None:
-        self._ran_out = bool(value)
 
     @property
     def _sample_list(self) -> torch.Tensor | None:
