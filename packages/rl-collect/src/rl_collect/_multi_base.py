@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import copy
 import multiprocessing as mp
-from typing import Any, Callable, Sequence, cast
+from typing import Any, Callable, Iterator, Sequence, cast
 
 import torch
 from torch import nn
@@ -427,6 +427,19 @@ class MultiCollector(BaseCollector):
 
         following = chain_seeds(seed, [seed_worker(i) for i in range(self.num_workers)])
         return seed if static_seed else following
+
+    def _assembled_batches(self) -> Iterator[Any]:
+        """Every batch of ``trajs_per_batch`` whole trajectories the assembler holds now (``postproc``
+        applied, each counted as an iteration); none with a replay buffer, which gets the
+        trajectories instead."""
+        assembler = self._assembler
+        if assembler is None or self.replay_buffer is not None:
+            return
+        per_batch = self.trajs_per_batch or 0  # set whenever there is an assembler
+        while assembler.complete >= per_batch:
+            out = assembler.pop(per_batch)
+            self._iter += 1
+            yield out if self.postproc is None else self.postproc(out)
 
     def reset(self, reset_idx: Sequence[bool] | None = None) -> None:
         """Restarts the trajectories of every worker (those whose ``reset_idx`` entry is True)."""

@@ -102,16 +102,11 @@ class MultiAsyncCollector(MultiCollector):
 
     def __iter__(self) -> Iterator[Any]:
         assembler = self._assembler
-        per_batch = self.trajs_per_batch or 0  # set whenever there is an assembler
         for i in range(self.num_workers):
             if i not in self._in_flight:
                 self._request(i)
         while True:
-            if assembler is not None and self.replay_buffer is None and assembler.complete >= per_batch:
-                out = assembler.pop(per_batch)
-                self._iter += 1
-                yield out if self.postproc is None else self.postproc(out)
-                continue
+            yield from self._assembled_batches()
             if not self._in_flight:
                 return
             i, message = self._pool.recv_any(list(self._in_flight), "batch")

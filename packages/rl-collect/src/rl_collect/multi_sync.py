@@ -196,13 +196,8 @@ class MultiSyncCollector(MultiCollector):
 
     def __iter__(self) -> Iterator[Any]:
         assembler = self._assembler
-        per_batch = self.trajs_per_batch or 0  # set whenever there is an assembler
         while True:
-            if assembler is not None and self.replay_buffer is None and assembler.complete >= per_batch:
-                out = assembler.pop(per_batch)
-                self._iter += 1
-                yield out if self.postproc is None else self.postproc(out)
-                continue
+            yield from self._assembled_batches()
             if 0 < self.total_frames <= self._frames:
                 return
             if self.update_at_each_batch:
