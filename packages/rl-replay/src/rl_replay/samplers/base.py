@@ -66,6 +66,7 @@ class EndsPasses:
 
     @property
     def ran_out(self) -> bool:
+        """True when the current pass over the data is over (the next sample starts a new one)."""
         return self._ran_out
 
     @ran_out.setter
