@@ -163,6 +163,45 @@ def test_per_step_gamma_tensor():
     torch.testing.assert_close(est(td)["advantage"], adv)
 
 
+@pytest.mark.parametrize("kind", list(BUILDERS))
+def test_steps_to_next_obs_discounts_each_step_by_gamma_to_the_steps(kind):
+    """n-step transitions (MultiStep writes "steps_to_next_obs" at the root): the discount of a step
+    is gamma ** steps, as in TorchRL; a [N, T, 1] count works like a [N, T] one."""
+    net = make_net()
+    td = make_rollout()
+    steps = torch.randint(1, 4, (N, T), generator=torch.Generator().manual_seed(1))
+    td["steps_to_next_obs"] = steps.unsqueeze(-1)
+    v, nv = values(net, td)
+    r, d, term = td["next", "reward"], td["next", "done"], td["next", "terminated"]
+    gamma = GAMMA ** steps.float()
+    if kind == "td0":  # a hand loop: r + gamma**k * V(s') unless terminated
+        target = torch.stack(
+            [
+                torch.stack([r[i, t] + GAMMA ** int(steps[i, t]) * nv[i, t] * (not term[i, t]) for t in range(T)])
+                for i in range(N)
+            ]
+        )
+        adv = target - v
+    elif kind.startswith("gae"):
+        adv, target = F.generalized_advantage_estimate(gamma, LMBDA, v, nv, r, d, term)
+    elif kind.startswith("td1"):
+        target = F.td1_return_estimate(gamma, nv, r, d, term)
+        adv = target - v
+    else:
+        target = F.td_lambda_return_estimate(gamma, LMBDA, nv, r, d, term)
+        adv = target - v
+    out = BUILDERS[kind](net)(td)
+    torch.testing.assert_close(out["value_target"], target)
+    torch.testing.assert_close(out["advantage"], adv)
+    # without the counts: the plain discount, which differs wherever a count is above 1
+    del td["steps_to_next_obs"]
+    plain = BUILDERS[kind](net)(td)["value_target"]
+    assert not torch.allclose(plain, target)
+    td["steps_to_next_obs"] = torch.ones(N, T, 2, dtype=torch.long)
+    with pytest.raises(ValueError, match="steps_to_next_obs"):
+        BUILDERS[kind](net)(td)
+
+
 # --------------------------------------------------------------------------- value network calls
 def test_skip_existing_reuses_values():
     net = make_net()

@@ -134,6 +134,47 @@ def test_without_delay_value_bootstraps_from_the_online_network(batch):
     assert torch.allclose(loss(td)["loss"], (pred - y).pow(2).mean(), atol=1e-5)
 
 
+def test_n_step_transitions_of_a_multistep_buffer_bootstrap_with_gamma_to_the_steps():
+    """A replay buffer with rl_replay's MultiStepTransform stores 3-step returns and
+    "steps_to_next_obs"; the loss bootstraps each with gamma ** steps (fewer than 3 where the episode
+    ended): the target equals a hand loop over the raw trajectory."""
+    from rl_replay import LazyTensorStorage, MultiStepTransform, ReplayBuffer
+
+    gamma, n, T = 0.5, 3, 10
+    g = torch.Generator().manual_seed(3)
+    obs = torch.randn(T + 1, N_OBS, generator=g)
+    reward = torch.randn(T, generator=g)
+    done = torch.zeros(T, dtype=torch.bool)
+    done[4] = True  # a truncation: the 3-step windows reaching it stop there and bootstrap
+    traj = TensorDict(
+        observation=obs[:-1],
+        action=torch.randint(0, N_ACT, (T,), generator=g),
+        next=TensorDict(
+            observation=obs[1:], reward=reward, done=done, terminated=torch.zeros(T, dtype=torch.bool), batch_size=[T]
+        ),
+        batch_size=[T],
+    )
+    rb = ReplayBuffer(storage=LazyTensorStorage(T), transform=MultiStepTransform(n_steps=n, gamma=gamma))
+    rb.extend(traj)
+    stored = rb[: len(rb)]
+    loss = DQNLoss(q_actor("categorical"), action_space="categorical", delay_value=False, reduction="none")
+    loss.make_value_estimator(gamma=gamma)
+    w = loss.params_of("value_network").detach()
+    expected = []
+    for t in range(len(stored)):
+        ret, k = 0.0, 0
+        while k < n and t + k < T:
+            ret += gamma**k * float(reward[t + k])
+            k += 1
+            if done[t + k - 1]:
+                break
+        bootstrap = linear_q(w, obs[t + k]).max(-1).values
+        pred = linear_q(w, obs[t])[traj["action"][t]]
+        expected.append((pred - (ret + gamma**k * bootstrap)) ** 2)
+    assert stored["steps_to_next_obs"].tolist() == [3, 3, 3, 2, 1, 3, 3]
+    torch.testing.assert_close(loss(stored)["loss"], torch.stack(expected).detach(), atol=1e-5, rtol=1e-5)
+
+
 @pytest.mark.parametrize("reduction", ["none", "sum"])
 def test_reduction(reduction, batch):
     loss = DQNLoss(q_actor(), reduction=reduction)

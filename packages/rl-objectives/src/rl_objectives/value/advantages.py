@@ -57,7 +57,13 @@ class _TDBase(ValueEstimatorBase):
         self.average_rewards = bool(average_rewards)
 
     def _return(
-        self, next_value: _Tensor, reward: _Tensor, done: _Tensor, terminated: _Tensor, time_dim: int
+        self,
+        gamma: float | _Tensor,
+        next_value: _Tensor,
+        reward: _Tensor,
+        done: _Tensor,
+        terminated: _Tensor,
+        time_dim: int,
     ) -> _Tensor:
         raise NotImplementedError
 
@@ -65,7 +71,8 @@ class _TDBase(ValueEstimatorBase):
         if self.average_rewards:
             # the stored rewards are left as they are (TorchRL writes the standardised ones back)
             reward = _standardize(reward, 1e-4, groups=self._group_ids(tensordict))
-        value_target = self._return(next_value, reward, done, terminated, time_dim)
+        gamma = self._step_discount(tensordict, reward)
+        value_target = self._return(gamma, next_value, reward, done, terminated, time_dim)
         advantage = None if value is None else value_target - value
         return advantage, value_target
 
@@ -120,8 +127,8 @@ class TD0Estimator(_TDBase):
             **kwargs,
         )
 
-    def _return(self, next_value, reward, done, terminated, time_dim):
-        return td0_return_estimate(self.gamma, next_value, reward, terminated, time_dim=time_dim)
+    def _return(self, gamma, next_value, reward, done, terminated, time_dim):
+        return td0_return_estimate(gamma, next_value, reward, terminated, time_dim=time_dim)
 
 
 class TD1Estimator(_TDBase):
@@ -173,9 +180,9 @@ class TD1Estimator(_TDBase):
         )
         self.vectorized = bool(vectorized)
 
-    def _return(self, next_value, reward, done, terminated, time_dim):
+    def _return(self, gamma, next_value, reward, done, terminated, time_dim):
         fn = vec_td1_return_estimate if self.vectorized else td1_return_estimate
-        return fn(self.gamma, next_value, reward, done, terminated, time_dim=time_dim)
+        return fn(gamma, next_value, reward, done, terminated, time_dim=time_dim)
 
 
 class TDLambdaEstimator(_TDBase):
@@ -230,9 +237,9 @@ class TDLambdaEstimator(_TDBase):
         self._set_coefficient("lmbda", lmbda)
         self.vectorized = bool(vectorized)
 
-    def _return(self, next_value, reward, done, terminated, time_dim):
+    def _return(self, gamma, next_value, reward, done, terminated, time_dim):
         fn = vec_td_lambda_return_estimate if self.vectorized else td_lambda_return_estimate
-        return fn(self.gamma, self.lmbda, next_value, reward, done, terminated, time_dim=time_dim)
+        return fn(gamma, self.lmbda, next_value, reward, done, terminated, time_dim=time_dim)
 
 
 class GAE(ValueEstimatorBase):
@@ -302,22 +309,25 @@ class GAE(ValueEstimatorBase):
         self.vectorized = bool(vectorized)
         self.auto_reset_env = auto_reset_env
 
-    def _auto_reset(self, tensordict: Any, value: _Tensor, reward: _Tensor, done: _Tensor) -> tuple[_Tensor, _Tensor]:
+    def _auto_reset(
+        self, tensordict: Any, gamma: float | _Tensor, value: _Tensor, reward: _Tensor, done: _Tensor
+    ) -> tuple[_Tensor, _Tensor]:
         """TorchRL's ``auto_reset_env``: the next observation after a truncation is the reset one, so
         a truncated step bootstraps from ``V(s_t)`` (added to its reward) and every ``done`` ends the
         recursion like a termination."""
         truncated = self._read(tensordict, ("next", "truncated"), "('next', 'truncated') (auto_reset_env reads it)")
         truncated = self._to_feature_shape(truncated, value.shape, tensordict.batch_size)
         self._check_shapes([(self.tensor_keys.value, value), (("next", "truncated"), truncated)], tensordict.batch_size)
-        return reward + self.gamma * value * truncated.to(value.dtype), done
+        return reward + gamma * value * truncated.to(value.dtype), done
 
     def _estimate(self, tensordict, value, next_value, reward, done, terminated, time_dim):
         fn = vec_generalized_advantage_estimate if self.vectorized else generalized_advantage_estimate
         assert value is not None  # GAE needs V(s_t) (_target_needs_value)
+        gamma = self._step_discount(tensordict, reward)
         if self.auto_reset_env:
-            reward, terminated = self._auto_reset(tensordict, value, reward, done)
+            reward, terminated = self._auto_reset(tensordict, gamma, value, reward, done)
         advantage, value_target = fn(
-            self.gamma, self.lmbda, value, next_value, reward, done, terminated, time_dim=time_dim
+            gamma, self.lmbda, value, next_value, reward, done, terminated, time_dim=time_dim
         )
         if self.average_gae:
             advantage = self._standardize_advantage(advantage, tensordict)

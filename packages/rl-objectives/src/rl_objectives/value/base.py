@@ -93,7 +93,9 @@ class ValueEstimatorBase(TensorKeysMixin, nn.Module):
     (V(s_{t+1})); ``reward``, ``done`` and ``terminated``, read under ``"next"`` (``done`` stands in
     for a missing ``terminated``); ``sample_log_prob``, the behaviour policy's log-prob of the action
     (V-trace): ``"action_log_prob"`` as in TorchRL 0.14, or a list of per-head keys (summed) for a
-    composite policy.
+    composite policy; ``steps_to_next_obs``, read at the root where present (``MultiStep`` writes
+    it): the number of steps between an observation and its ``"next"`` one, which makes the discount
+    of that step ``gamma ** steps_to_next_obs`` (TD(0), TD(1), TD(lambda) and GAE, as in TorchRL).
 
     Args:
         value_network: a TensorDict module writing the value key (``"state_value"`` by default,
@@ -159,6 +161,7 @@ class ValueEstimatorBase(TensorKeysMixin, nn.Module):
         "done": "done",
         "terminated": "terminated",
         "sample_log_prob": "action_log_prob",
+        "steps_to_next_obs": "steps_to_next_obs",
     }
     accepts_key_lists: ClassVar[frozenset] = frozenset({"sample_log_prob"})
     # whether value_estimate needs V(s_t) (GAE, V-trace) or only the next values (TD estimators)
@@ -491,6 +494,25 @@ class ValueEstimatorBase(TensorKeysMixin, nn.Module):
             batch,
         )
         return reward, done, terminated
+
+    def _step_discount(self, tensordict: Any, reward: _Tensor) -> float | _Tensor:
+        """``gamma``, or ``gamma ** steps_to_next_obs`` laid out like ``reward`` when the batch holds
+        the step counts of n-step transitions (``MultiStep``)."""
+        key = self.tensor_keys.steps_to_next_obs
+        steps = tensordict.get(key, None)
+        if steps is None:
+            return self.gamma
+        batch = tensordict.batch_size
+        if steps.numel() == batch.numel() and reward.shape[: len(batch)] == batch:  # per step, over any features
+            steps = steps.reshape(*batch, *([1] * (reward.ndim - len(batch))))
+        elif steps.numel() == reward.numel():
+            steps = steps.reshape(reward.shape)
+        else:
+            raise ValueError(
+                f"{type(self).__name__}: {key!r} must hold one step count per step (batch {tuple(batch)}) or per "
+                f"reward ({tuple(reward.shape)}), got shape {tuple(steps.shape)}."
+            )
+        return self.gamma ** steps.to(reward.dtype)
 
     # ------------------------------------------------------------------ calls
     def _prepare_signals(self, reward: _Tensor, done: _Tensor, terminated: _Tensor, value: _Tensor) -> tuple:
