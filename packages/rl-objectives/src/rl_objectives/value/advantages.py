@@ -326,9 +326,7 @@ class GAE(ValueEstimatorBase):
         gamma = self._step_discount(tensordict, reward)
         if self.auto_reset_env:
             reward, terminated = self._auto_reset(tensordict, gamma, value, reward, done)
-        advantage, value_target = fn(
-            gamma, self.lmbda, value, next_value, reward, done, terminated, time_dim=time_dim
-        )
+        advantage, value_target = fn(gamma, self.lmbda, value, next_value, reward, done, terminated, time_dim=time_dim)
         if self.average_gae:
             advantage = self._standardize_advantage(advantage, tensordict)
         return advantage, value_target
