@@ -150,6 +150,7 @@ TASKS = {
             "algo.anneal_lr=false",
             "buffer.size=100000",
             "buffer.batch_size=64",
+            "buffer.n_steps=1",
         ],
         sb3={
             "learning_rate": 2.3e-3,

@@ -36,6 +36,7 @@ from rl_replay import LazyMemmapStorage, LazyTensorStorage, ReplayBuffer, Tensor
 
 from .config import TrainConfig, resolve
 from .envs import check_task, make_env, time_limit
+from .nstep import NStepTransitions
 
 EVAL_KEY = "total_r_evaluation"  # LogValidationReward's mean return of whole episodes
 # what the off-policy losses read from a stored transition; the buffer keeps only these (an env step
@@ -250,11 +251,15 @@ def make_off_policy_trainer(run: Run, loss: Any, policy: Any, actor: Any, *, lr:
 
 def add_transition_buffer(run: Run, trainer: Trainer) -> None:
     """The replay buffer of the off-policy recipes (``buffer`` group, no larger than the run's
-    frames), registered with ``trainer``: each batch is cut to ``TRANSITION_KEYS`` and written in,
-    and every gradient step samples ``buffer.batch_size`` transitions from it."""
+    frames), registered with ``trainer``: each batch is cut to ``TRANSITION_KEYS`` and written in
+    (as ``buffer.n_steps``-step transitions, :class:`NStepTransitions`, when above 1), and every
+    gradient step samples ``buffer.batch_size`` transitions from it."""
     cfg = run.cfg
     buffer = make_buffer(run, min(cfg.buffer.size, cfg.collector.total_frames), cfg.buffer.batch_size)
     SelectKeys(list(TRANSITION_KEYS)).register(trainer)  # before the buffer: it stores only these
+    n_steps = 1 if cfg.buffer.n_steps is None else cfg.buffer.n_steps
+    if n_steps != 1:  # discounted like the loss's value estimator (the recipes make it first)
+        NStepTransitions(n_steps, float(trainer.loss_module.value_estimator.gamma)).register(trainer)
     ReplayBufferTrainer(buffer).register(trainer)
 
 

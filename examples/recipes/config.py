@@ -52,6 +52,7 @@ class BufferConfig:
     alpha: float = 0.6  # prioritized replay exponents
     beta: float = 0.4
     memmap: bool = False  # items in memory-mapped files under the run folder (large buffers)
+    n_steps: Optional[int] = None  # n-step transitions (recipes/nstep.py); None: the recipe's preset, else 1
 
 
 @dataclass

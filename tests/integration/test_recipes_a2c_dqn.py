@@ -100,9 +100,11 @@ def test_dqn_quick_run(tmp_path: Path, prioritized: bool) -> None:
     resolved = json.loads((run_dir / "config.json").read_text())
     assert (
         resolved["algo"]["lr"] == 2.3e-3
-        and resolved["algo"]["hidden"] == 256
+        and resolved["algo"]["hidden"] == 128
         and resolved["buffer"]["batch_size"] == 64
+        and resolved["buffer"]["n_steps"] == 3
     )
+    assert state["n_step_transitions"]["held"]["observation"].shape[-2] == 3  # per env, the last 3 steps wait
     assert state["state"]["_optim_count"] == 4 * 2  # two batches after the 256-frame warm-up
     # epsilon counts frames, warm-up included: it reached eps_end after RL-zoo's 16 % of them (the count stops there)
     assert state["anneal_exploration"] == {"anneal_counts": [round(0.16 * 512)]}

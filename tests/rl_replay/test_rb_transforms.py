@@ -107,6 +107,30 @@ def test_streaming_inv_equals_whole_trajectory(n):
     check_against_loop(got, full, n, GAMMA)
 
 
+def test_state_dict_carries_the_held_steps_to_a_new_transform():
+    """A checkpoint of the transform (plain tensors, loadable with weights_only) resumes the stream:
+    the restored transform's next write gives what the original's would."""
+    import io
+
+    full = make_traj((2,), 30, seed=4, feat=(3,))
+    t = MultiStepTransform(n_steps=3, gamma=GAMMA)
+    assert t.state_dict() == {}
+    t.inv(full[..., :17])
+    buf = io.BytesIO()
+    torch.save(t.state_dict(), buf)
+    buf.seek(0)
+    restored = MultiStepTransform(n_steps=3, gamma=GAMMA)
+    restored.load_state_dict(torch.load(buf, weights_only=True))
+    expected, got = t.inv(full[..., 17:]), restored.inv(full[..., 17:])
+    assert got.batch_size == expected.batch_size == (2, 13)
+    for key in [("next", "reward"), ("next", "obs"), "steps_to_next_obs", "obs"]:
+        torch.testing.assert_close(got[key], expected[key])
+    restored.load_state_dict({})
+    assert restored.inv(full[..., :2]) is None  # nothing held any more
+    with pytest.raises(ValueError, match="held"):
+        restored.load_state_dict({"held": {}, "batch_dims": 1})
+
+
 def test_short_first_write_returns_none_then_catches_up():
     full = make_traj((), 10, seed=5)
     t = MultiStepTransform(n_steps=3, gamma=GAMMA)

@@ -242,3 +242,33 @@ def test_bad_arguments():
     with pytest.raises(TypeError, match="expected the collected TensorDict batch .* got NoneType"):
         hook()
     assert hook.state_dict() == {"counter": 0}
+
+
+def test_frames_are_the_collected_batch_even_when_an_earlier_op_shortens_it():
+    """An op registered before the hook may pass on a shorter batch (n-step transitions hold the last
+    steps back for the next batch): the hook and AnnealExploration still count the collected frames
+    (the trainer's batch_frames), as SB3 counts env steps."""
+    from rl_objectives.modules import EGreedyModule
+    from rl_objectives.trainers import AnnealExploration
+    from tdict.specs import OneHot
+
+    n_envs, steps, n_batches, interval = 2, 8, 3, 5
+    loss = TinyLoss()
+    trainer = Trainer(
+        collector=batches(n_batches, n_envs, steps),
+        total_frames=n_batches * n_envs * steps,
+        optim_steps_per_batch=1,
+        loss_module=loss,
+        optimizer=torch.optim.SGD(loss.parameters(), lr=0.05),
+    )
+    trainer.register_op("batch_process", lambda b: b[..., 3:])  # 3 of every env's steps held back
+    updater = RecordingHardUpdate(loss, interval)
+    updater.trainer = trainer
+    TargetNetUpdaterHook(updater, unit="frames").register(trainer)
+    egreedy = EGreedyModule(OneHot(2), eps_init=1.0, eps_end=0.0, annealing_num_steps=1_000)
+    AnnealExploration(egreedy).register(trainer)
+    trainer.train()
+    assert trainer.batch_frames == n_envs * steps
+    assert updater.counter == n_batches * n_envs * steps  # not n_batches * n_envs * (steps - 3)
+    assert updater.copies == reference_copy_frames([n_envs * steps] * n_batches, interval)
+    assert egreedy._anneal_count == n_batches * n_envs * steps

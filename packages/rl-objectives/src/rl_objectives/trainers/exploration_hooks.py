@@ -84,9 +84,10 @@ class AnnealExploration(TrainerHookBase):
             found.extend(m for m in annealed if all(m is not seen for seen in found))
         self.modules = found
         self.frame_skip = 1
+        self._trainer = None  # the trainer registered with, whose batch_frames count the frames
 
     def __call__(self, batch: Any) -> None:
-        frames = _batch_frames("AnnealExploration", batch, self.frame_skip)
+        frames = _batch_frames("AnnealExploration", batch, self.frame_skip, self._trainer)
         for module in self.modules:
             module.step(frames)
 
@@ -116,5 +117,5 @@ class AnnealExploration(TrainerHookBase):
     def register(self, trainer: Any, name: str = "anneal_exploration") -> None:
         frame_skip = _trainer_frame_skip("AnnealExploration", trainer)
         trainer.register_module(name, self)
-        self.frame_skip = frame_skip
+        self.frame_skip, self._trainer = frame_skip, trainer
         trainer.register_op("batch_process", self)

@@ -276,12 +276,15 @@ def _trainer_frame_skip(owner: str, trainer: Any) -> int:
     return frame_skip
 
 
-def _batch_frames(owner: str, batch: Any, frame_skip: int) -> int:
+def _batch_frames(owner: str, batch: Any, frame_skip: int, trainer: Any = None) -> int:
+    """The frames of a collected batch: the registering trainer's ``batch_frames`` (counted before
+    its ``"batch_process"`` ops, which may shorten the batch), else ``batch.numel() * frame_skip``."""
     if not isinstance(batch, TensorDictBase):
         raise TypeError(
             f"{owner}: expected the collected TensorDict batch (to count its frames), got {type(batch).__name__}."
         )
-    return batch.numel() * frame_skip
+    counted = getattr(trainer, "batch_frames", None)
+    return counted if isinstance(counted, int) and counted > 0 else batch.numel() * frame_skip
 
 
 class TargetNetUpdaterHook(TrainerHookBase):
@@ -358,10 +361,12 @@ class TargetNetUpdaterHook(TrainerHookBase):
         self.target_params_updater = target_params_updater
         self.unit = unit
         self.frame_skip = 1
+        self._trainer = None  # the trainer registered with, whose batch_frames count the frames
 
     def __call__(self, tensordict: Any = None) -> Any:
         if self.unit == "frames":
-            self.target_params_updater.step(_batch_frames("TargetNetUpdaterHook", tensordict, self.frame_skip))
+            frames = _batch_frames("TargetNetUpdaterHook", tensordict, self.frame_skip, self._trainer)
+            self.target_params_updater.step(frames)
         else:
             self.target_params_updater.step()
         return tensordict
@@ -379,7 +384,7 @@ class TargetNetUpdaterHook(TrainerHookBase):
     def register(self, trainer: Any, name: str = "target_net_updater") -> None:
         frame_skip = _trainer_frame_skip("TargetNetUpdaterHook", trainer) if self.unit == "frames" else 1
         trainer.register_module(name, self)
-        self.frame_skip = frame_skip
+        self.frame_skip, self._trainer = frame_skip, trainer
         trainer.register_op("batch_process" if self.unit == "frames" else "post_optim", self)
 
 

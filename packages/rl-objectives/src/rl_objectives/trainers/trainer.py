@@ -70,7 +70,8 @@ class Trainer:
 
     1. ``"batch_process"`` ops (``op(batch)``; a returned TensorDict replaces the batch), after the
        batch's frames (``batch.numel() * frame_skip``, counted on the collected batch) were added to
-       ``collected_frames``;
+       ``collected_frames`` and set as ``batch_frames`` (what frame-counting hooks read: an op may
+       shorten the batch it passes on, as n-step transitions holding steps back do);
     2. ``"pre_steps_log"`` ops (``op(batch)``, returned dicts are logged);
     3. once the warm-up is over (``collected_frames > init_random_frames``, see below):
        ``"pre_optim_steps"`` ops, then ``optim_steps_per_batch`` times: ``"process_optim_batch"`` ops
@@ -203,6 +204,7 @@ class Trainer:
         self._pbar_str: dict[str, float] = {}
 
         self.collected_frames = 0
+        self.batch_frames = 0  # frames of the latest collected batch (before its "batch_process" ops)
         self._optim_count = 0
         self._last_log: dict[str, int] = {}
         self._last_save = 0
@@ -545,6 +547,7 @@ class Trainer:
                         )
                     current_frames = batch.numel() * self.frame_skip
                     self.collected_frames += current_frames
+                    self.batch_frames = current_frames
                     batch = self._run_td_ops("batch_process", batch)
                     self._run_log_ops("pre_steps_log", batch)
                     if self.collected_frames > init_random_frames:
