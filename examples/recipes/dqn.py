@@ -18,10 +18,10 @@ during training, but it forgets: measured final returns 35 and 90 (seeds 0, 1), 
 max over-estimating Q up to 190 (returns are at most 100 with gamma 0.99). The 8 envs make a frame
 cheaper and reach the threshold sooner (10,496 to 28,416 frames over seeds 0 to 3, against about
 28,000 with one env). The 3-step transitions carry the reward three steps back per update: with
-them 475 is first seen at 10,240 to 15,360 frames (seeds 0 to 3; 10,240 to 28,160 with one-step
-transitions), and the narrower network makes each of the 0.5 gradient steps per frame about a
-quarter as costly in its middle layer; seed 3 of four ended at 253 (its policy swinging late in the
-run), the others at 500. Expected: the 500 maximum (threshold 475) at the end of the 50,000 frames,
+them 475 is first seen at 7,680 to 20,480 frames (seeds 0 to 3, two runs; about 28,000 with
+one-step transitions), and the narrower network makes each of the 0.5 gradient steps per frame
+about a quarter as costly in its middle layer; one seed in four ends at 253 to 358 (its policy
+swinging late in the run), the others at 500. Expected: the 500 maximum (threshold 475) at the end of the 50,000 frames,
 after 30 to 40 s of training on one core (25,000 gradient steps).
 
 Run: ``python examples/train.py algo=dqn env=cartpole [algo.lr=2.3e-3 buffer=prioritized ...]``.
