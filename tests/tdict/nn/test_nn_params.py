@@ -496,3 +496,27 @@ def test_repr_and_pickling():
     loaded = torch.load(buf, weights_only=False)
     assert type(loaded) is TensorDictParams and _names(loaded) == (["a"], [])
     assert loaded["a"] is dict(loaded.named_parameters())["a"]
+
+
+def test_vmap_over_stacked_params_maps_each_parameter_set_and_grads_reach_them():
+    """torch.vmap(f, in_dims=(None, 0))(x, params) runs f once per parameter set (the function sees a
+    TensorDict of the mapped parameters); equal to a loop, the module's own parameters untouched."""
+    module = nn.Sequential(nn.Linear(3, 4), nn.ReLU(), nn.Linear(4, 5))
+    base = TensorDict.from_module(module)
+    stacked = TensorDictParams(base.data.expand(6).clone().apply(lambda t: t + torch.randn_like(t)))
+
+    def call(x, params):
+        with params.to_module(module, preserve_module_state=False):
+            return module(x)
+
+    x = torch.randn(2, 3)
+    out = torch.vmap(call, (None, 0))(x, stacked)
+    loop = torch.stack([call(x, stacked.data[i]) for i in range(6)])
+    assert out.shape == (6, 2, 5)
+    torch.testing.assert_close(out, loop)
+    assert (TensorDict.from_module(module) == base).all()
+    out.sum().backward()
+    loop_grads = torch.autograd.grad(
+        torch.stack([call(x, stacked[i]) for i in range(6)]).sum(), [stacked["0", "weight"]]
+    )[0]
+    torch.testing.assert_close(stacked["0", "weight"].grad, loop_grads)

@@ -29,6 +29,7 @@ from .tensordict import TensorDict
 from .typed import TypedTensorDict
 from .unbatched import UnbatchedTensor
 from ._core import pytree as _pytree  # noqa: F401  (registers the collections as pytree nodes)
+from ._core.pytree import PYTREE_REGISTERED_LAZY_TDS, PYTREE_REGISTERED_TDS
 from ._core.combining import dense_stack_tds, maybe_dense_stack, merge_tensordicts
 from ._core.constructors import (
     from_any,
@@ -43,7 +44,7 @@ from ._core.constructors import (
 )
 from ._core.indexing import convert_ellipsis_to_idx
 from ._core.keys import default_is_leaf
-from ._core.utils import unravel_key_list
+from ._core.utils import unravel_key_list, unravel_keys
 from .testing import assert_allclose_td, assert_close
 
 __version__ = "0.1.0"
@@ -62,6 +63,8 @@ def __getattr__(name: str):
 
 
 __all__ = [
+    "PYTREE_REGISTERED_LAZY_TDS",
+    "PYTREE_REGISTERED_TDS",
     "LazyStackedTensorDict",
     "MemmapLoadError",
     "MemoryMappedTensor",
@@ -109,4 +112,5 @@ __all__ = [
     "maybe_dense_stack",
     "merge_tensordicts",
     "unravel_key_list",
+    "unravel_keys",
 ]

@@ -341,6 +341,16 @@ def _dict_to_td(d: dict) -> Any:
     )
 
 
+def _check_inlined_nn_modules() -> None:
+    """Under torch.compile (where torch._dynamo is loaded: reading it elsewhere would import it,
+    about a second), refuse a config whose compiled graph would not see the swapped parameters."""
+    if not torch._dynamo.config.inline_inbuilt_nn_modules:  # pyright: ignore[reportAttributeAccessIssue]
+        raise RuntimeError(
+            "to_module under torch.compile needs torch._dynamo.config.inline_inbuilt_nn_modules = True (the default): "
+            "without it the compiled graph would not see the swapped parameters."
+        )
+
+
 def to_module(
     td: Any,
     module: nn.Module,
@@ -390,6 +400,8 @@ def to_module(
     """
     from ..tensordict import TensorDict
 
+    if torch.compiler.is_compiling():
+        _check_inlined_nn_modules()
     inplace = bool(inplace)
     if preserve_module_state not in (True, False, None):
         raise TypeError(f"to_module: preserve_module_state must be True, False or None, got {preserve_module_state!r}.")

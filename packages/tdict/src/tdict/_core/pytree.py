@@ -58,7 +58,13 @@ from ..tensordict import TensorDict
 from ..unbatched import UNBATCHED_TYPES
 from . import vmap as _vmap
 
-__all__ = ["register_lazy_stack_type", "register_tensorclass_type", "register_tensordict_type"]
+__all__ = [
+    "PYTREE_REGISTERED_LAZY_TDS",
+    "PYTREE_REGISTERED_TDS",
+    "register_lazy_stack_type",
+    "register_tensorclass_type",
+    "register_tensordict_type",
+]
 
 _Tensor = torch.Tensor
 _is_batched = _functorch.is_batchedtensor
@@ -431,6 +437,12 @@ def register_tensorclass_type(cls: type) -> None:
     register_pytree_node(cls, flatten, unflatten, flatten_with_keys_fn=flatten_with_keys)
 
 
-register_tensordict_type(TensorDict)
-register_lazy_stack_type(LazyStackedTensorDict)
+# the TensorDict and lazy-stack classes registered as pytree nodes here (tensordict's public names;
+# tensor classes and TypedTensorDict subclasses register themselves when they are defined)
+PYTREE_REGISTERED_TDS = (TensorDict,)
+PYTREE_REGISTERED_LAZY_TDS = (LazyStackedTensorDict,)
+for _cls in PYTREE_REGISTERED_TDS:
+    register_tensordict_type(_cls)
+for _cls in PYTREE_REGISTERED_LAZY_TDS:
+    register_lazy_stack_type(_cls)
 _vmap.install()

@@ -194,6 +194,18 @@ def parse_to_args(args: tuple, kwargs: dict) -> tuple:
     return parse_device(device), dtype, non_blocking, batch_size
 
 
+def unravel_keys(*keys: NestedKey) -> NestedKey | tuple:
+    """``unravel_key`` of one key, or the tuple of each key unravelled (tensordict's ``unravel_keys``).
+
+    Examples:
+        >>> unravel_keys(("a", ("b",))), unravel_keys("a", ("b", ("c",)))
+        (('a', 'b'), ('a', ('b', 'c')))
+    """
+    if len(keys) == 1:
+        return unravel_key(keys[0])
+    return tuple(unravel_key(key) for key in keys)
+
+
 def unravel_key_list(keys: Sequence[NestedKey]) -> list:
     """Every key of ``keys`` unravelled (``("a", ("b",))`` -> ``["a", "b"]``; ``(("a", "b"),)`` -> ``[("a", "b")]``)."""
     if isinstance(keys, str):

@@ -54,14 +54,15 @@ __all__ = ["install", "register_vmap_kind"]
 _Tensor = torch.Tensor
 
 # type -> "td" (``_tensordict`` entries, ``_new_unsafe``), "tc" (tensor class), "lazy" (lazy stack),
+# "params" (TensorDictParams: mapped in as a TensorDict of its parameters, which the function sees),
 # "hidden" (a lazy stack mapped along its stack dim, see _VmappedLazyStack)
 _KINDS: dict[type, str] = {}
 
 
 def register_vmap_kind(cls: type, kind: str) -> None:
     """Let ``torch.vmap`` map the batch dims of ``cls`` (kind ``"td"``, ``"tc"`` or ``"lazy"``, see :data:`_KINDS`)."""
-    if kind not in ("td", "tc", "lazy"):
-        raise ValueError(f"register_vmap_kind: unknown kind {kind!r}, expected 'td', 'tc' or 'lazy'.")
+    if kind not in ("td", "tc", "lazy", "params"):
+        raise ValueError(f"register_vmap_kind: unknown kind {kind!r}, expected 'td', 'tc', 'lazy' or 'params'.")
     _KINDS[cls] = kind
 
 
@@ -95,6 +96,8 @@ def add_batch_dim(coll: Any, in_dim: int, level: int) -> Any:
         return add_batch_dim(coll._dense(), in_dim, level)
     if kind == "tc":
         return type(coll)._from_tensordict(add_batch_dim(coll._tensordict, in_dim, level))
+    if kind == "params":  # the parameters themselves (gradients flow to them), as a TensorDict
+        return add_batch_dim(coll._param_td, in_dim, level)
     if kind == "lazy":
         return _add_lazy(coll, in_dim, level)
     batch_size = torch.Size(_drop(coll._batch_size, in_dim))

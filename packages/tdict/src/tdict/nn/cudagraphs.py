@@ -25,8 +25,8 @@ class CudaGraphModule:
     call (a ``ValueError`` names the first one that differs). Replays run without autograd (the
     outputs carry no graph): the wrapper is meant for inference (acting in a collector).
 
-    Without CUDA (or with a non-CUDA ``device``) the module runs eagerly with the same API, and a
-    warning is issued once.
+    Without CUDA (or with a non-CUDA ``device``) the module runs eagerly with the same API, and
+    each construction warns (a ``UserWarning``, which Python's default filter shows once per call site).
 
     Args:
         module: a TensorDictModule (called with a TensorDict) or a callable taking tensors /
@@ -53,8 +53,6 @@ class CudaGraphModule:
         torch.Size([5, 2])
     """
 
-    _warned_eager = False  # warn once per process, not per instance
-
     def __init__(
         self,
         module: Callable,
@@ -77,8 +75,7 @@ class CudaGraphModule:
         self.counter = 0
         self._graph: torch.cuda.CUDAGraph | None = None  # captured on the first call after the warmup
         self._eager = not torch.cuda.is_available() or (self.device is not None and self.device.type != "cuda")
-        if self._eager and not CudaGraphModule._warned_eager:
-            CudaGraphModule._warned_eager = True
+        if self._eager:
             warnings.warn(
                 "CudaGraphModule: CUDA is unavailable (or device is not CUDA); the module runs eagerly.", stacklevel=2
             )

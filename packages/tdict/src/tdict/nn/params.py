@@ -9,6 +9,7 @@ import torch
 from torch import nn
 
 from .._core.arithmetic import _DTYPE_CASTS, ArithmeticMixin
+from .._core.vmap import register_vmap_kind
 from ..base import TensorDictBase, is_tensor_collection
 from ..tensordict import TensorDict
 
@@ -625,3 +626,4 @@ def _install() -> None:
 
 
 _install()
+register_vmap_kind(TensorDictParams, "params")  # torch.vmap(f, in_dims=0)(params) maps its parameters
