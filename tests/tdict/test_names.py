@@ -37,7 +37,7 @@ def _td() -> TensorDict:
         (lambda t: t[:, 1:], ["x", "y", "z"]),
         (lambda t: t[torch.tensor([0, 1])], ["x", "y", "z"]),
         (lambda t: t[:, torch.tensor([0, 1])], ["x", "y", "z"]),
-        (lambda t: t[torch.tensor([True, False])], ["x", "y", "z"]),
+        (lambda t: t[torch.tensor([True, False])], [None, "y", "z"]),  # a mask makes a new dim (tensordict)
         (lambda t: t[torch.ones(2, 3, dtype=torch.bool)], [None, "z"]),
         (lambda t: t[None], [None, "x", "y", "z"]),
         (lambda t: t[..., 0], ["x", "y"]),
@@ -98,3 +98,42 @@ def test_lazy_stack_members_keep_names_through_update():
     assert stack.names == [None, "t"]
     stack.update({"n": {"b": torch.ones(2, 3)}})
     assert [m["n"].names for m in stack.tensordicts] == [["t"], ["t"]]
+
+
+def test_batch_size_changes_keep_the_names_of_the_leading_dims():
+    td = TensorDict(batch_size=[3, 4, 1], names=["a", "b", "c"])
+    td.batch_size = [3, 4, 1, 1]
+    assert td.names == ["a", "b", "c", None]
+    td.batch_size = [3]
+    assert td.names == ["a"]
+    td.batch_size = []
+    assert td.names == []
+    td.batch_size = [3, 4]
+    assert td.names == [None, None]
+
+
+def test_unflatten_leaves_the_split_dims_unnamed_and_keeps_the_others():
+    td = TensorDict(batch_size=[3, 4, 1, 6], names=["a", "b", "c", "d"])
+    assert td.flatten(1, 2).unflatten(1, (4, 1)).names == ["a", None, None, "d"]
+    assert td.flatten(0, 2).unflatten(0, (3, 4, 1)).names == [None, None, None, "d"]
+
+
+def test_a_named_child_names_an_unnamed_parent():
+    parent = TensorDict({}, [3])
+    child = TensorDict({}, [3, 4], names=["a", "b"])
+    parent["x"] = child
+    assert parent.names == ["a"] and parent["x"].names == ["a", "b"]
+    unnamed = TensorDict({}, [3])
+    unnamed["x"] = TensorDict({}, [3, 4])
+    assert unnamed.names == [None]
+
+
+def test_refine_names_with_an_ellipsis_anywhere():
+    td = TensorDict(batch_size=[3, 4, 5, 6])
+    assert td.refine_names(..., "d").names == [None, None, None, "d"]
+    assert td.refine_names("a", ..., "d").names == ["a", None, None, "d"]
+    assert td.refine_names("a", "b", ...).names == ["a", "b", None, "d"]
+    with pytest.raises(RuntimeError, match="cannot coerce"):
+        td.refine_names(..., "e")
+    with pytest.raises(ValueError, match="does not fit"):
+        td.refine_names("a", "b", "c", "d", "e", ...)

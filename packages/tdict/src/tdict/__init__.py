@@ -26,6 +26,7 @@ from .consolidate import from_consolidated
 from .persistence import MemmapLoadError, load, load_memmap, memmap, save
 from .tensorclass import TensorClass, is_tensorclass, tensorclass
 from .tensordict import TensorDict
+from .attrs import TensorAttrs
 from .typed import TypedTensorDict
 from .unbatched import UnbatchedTensor
 from ._core import pytree as _pytree  # noqa: F401  (registers the collections as pytree nodes)
@@ -74,6 +75,7 @@ __all__ = [
     "NonTensorStack",
     "PersistentTensorDict",
     "TensorClass",
+    "TensorAttrs",
     "TensorDict",
     "TensorDictBase",
     "TypedTensorDict",

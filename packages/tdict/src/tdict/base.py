@@ -622,11 +622,15 @@ class TensorDictBase(
         return None
 
     def refine_names(self, *names: str | None) -> "TensorDictBase":
-        """Set names on unnamed dims (``...`` keeps the leading ones as they are)."""
+        """Set names on unnamed dims (``...``, anywhere once, stands for the dims it covers, kept as they are)."""
         current = list(self.names)
         refined: list[str | None] = list(names)
-        if names and names[0] is Ellipsis:
-            refined = current[: self.batch_dims - len(names) + 1] + list(names[1:])
+        if Ellipsis in names:
+            at = names.index(Ellipsis)
+            fill = self.batch_dims - len(names) + 1
+            if fill < 0 or Ellipsis in names[at + 1 :]:
+                raise ValueError(f"refine_names: {names!r} does not fit {self.batch_dims} dims (one ... at most).")
+            refined = list(names[:at]) + current[at : at + fill] + list(names[at + 1 :])
         if len(refined) != self.batch_dims:
             raise ValueError(f"refine_names: expected {self.batch_dims} names, got {len(refined)}.")
         for i, (old, new) in enumerate(zip(current, refined)):

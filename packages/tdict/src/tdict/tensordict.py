@@ -250,6 +250,10 @@ class TensorDict(TensorDictBase):
                 if names is not None:  # a shallow copy carries the parent's names (the caller's object is left alone)
                     value = value.copy()
                     value.names = names
+            elif bs and not value._is_non_tensor:  # an unnamed parent takes a named child's leading names
+                child_names = value._maybe_names()
+                if child_names is not None and any(n is not None for n in child_names[: len(bs)]):
+                    self._names = list(child_names[: len(bs)])
             return value
         if isinstance(value, dict):
             return TensorDict(value, self._batch_size, self._device, names=self._names)
@@ -566,13 +570,18 @@ class TensorDict(TensorDictBase):
 
     @keeps_lock
     def to(self, *args: Any, **kwargs: Any) -> "TensorDictBase":
-        """Move to a device and/or cast floating dtypes: ``to(device)``, ``to(dtype)``, ``to(other)``, ``to(batch_size=...)``.
+        """Move to a device and/or cast floating dtypes: ``to(device)``, ``to(dtype)``, ``to(other)``, ``to(batch_size=...)``,
+        or each leaf to its own device and dtype: ``to(attrs)`` with ``attrs`` from :meth:`attrs` (:mod:`tdict.attrs`).
 
         ``inplace=True`` rebinds ``self``'s leaves to the moved ones and returns ``self`` (refused
         on a locked TensorDict); ``non_blocking_pin=True`` pins CPU leaves before a non-blocking
         copy to an accelerator and waits for it; ``num_threads`` is accepted (the copies are
         issued from this thread).
         """
+        if args and is_tensor_collection(args[0]):  # td.to(td.attrs()): per-leaf devices and dtypes
+            from .attrs import cast_to_attrs
+
+            return cast_to_attrs(self, args[0], args[1:], kwargs)
         inplace = kwargs.pop("inplace", False)
         pin = kwargs.pop("non_blocking_pin", False)
         kwargs.pop("num_threads", None)
@@ -817,8 +826,9 @@ class TensorDict(TensorDictBase):
         for key, value in list(self._tensordict.items()):
             if type(value) in _UNBATCHED or not isinstance(value, torch.Tensor) and value._is_non_tensor:
                 self._tensordict[key] = value._with_batch_size(new)
-        if self._names is not None and len(self._names) != n:
-            self._names = None
+        if self._names is not None and len(self._names) != n:  # the leading dims keep their names
+            names = [*self._names[:n], *([None] * (n - len(self._names)))]
+            self._names = names if any(name is not None for name in names) else None
         self._batch_size = new
 
     @property

@@ -24,6 +24,21 @@ class ConversionsMixin:
     __slots__ = ()
 
     # ------------------------------------------------------------------ conversions
+    def attrs(self, *, fields: Any = ("device", "dtype", "shape"), num_threads: int | None = None) -> Any:
+        """A batch-less, device-less TensorDict holding the :class:`~tdict.attrs.TensorAttrs` (device,
+        dtype, shape; those in ``fields``) of each tensor leaf, at its key: ``other.to(attrs)`` casts
+        each leaf of ``other`` to its own. ``num_threads`` is accepted (tensordict's signature).
+
+        Examples:
+            >>> import torch
+            >>> from tdict import TensorDict
+            >>> TensorDict(a=torch.zeros(2, dtype=torch.int8)).attrs(fields=("dtype",))["a"].tgt_dtype
+            torch.int8
+        """
+        from ..attrs import record_attrs
+
+        return record_attrs(self, fields)
+
     def as_tensor(self) -> "TensorDictBase":
         """The same collection with memory-mapped leaves as plain tensors viewing the same memory
         (other leaves are kept as they are).

@@ -22,7 +22,8 @@ def indexed_names(names: Sequence[Any], index: Any, out_ndim: int) -> list | Non
     torch's rules: ints select (no dim), slices keep their dim, ``None`` adds one; the index
     tensors (a bool mask spans as many dims as it has) broadcast into one block of dims that sits
     where they are when they are adjacent (ints do not count), in front otherwise. The block keeps
-    the name of its dim when it comes from a single 1-d index over one dim; otherwise it is unnamed.
+    the name of its dim when it comes from a single 1-d integer index over one dim; otherwise (a
+    boolean mask, several or n-d index tensors) it is unnamed, as in tensordict.
     """
     parts = _expand_index(index, len(names))
     parts = parts if isinstance(parts, tuple) else (parts,)
@@ -37,7 +38,8 @@ def indexed_names(names: Sequence[Any], index: Any, out_ndim: int) -> list | Non
         elif isinstance(part, torch.Tensor):
             spans = part.dim() if part.dtype is torch.bool else 1
             shape = (1,) if part.dtype is torch.bool else tuple(part.shape)  # a mask gives one dim
-            advanced.append((len(out), names[dim] if spans == 1 else None, shape))
+            kept = names[dim] if spans == 1 and part.dtype is not torch.bool else None  # a mask's dim is new
+            advanced.append((len(out), kept, shape))
             out.append(_BLOCK)
             dim += spans
         else:  # a slice

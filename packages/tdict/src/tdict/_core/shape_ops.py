@@ -424,7 +424,10 @@ class ShapeOpsMixin:
         d = normalize_dim(dim, self.batch_dims)
         sizes = infer_shape(unflattened_size, self.batch_size[d], "unflatten")
         bs = self.batch_size[:d] + sizes + self.batch_size[d + 1 :]
-        return self._reshape_batch("unflatten", inplace, lambda v: v.unflatten(d, sizes), torch.Size(bs))
+        names = self._maybe_names()
+        if names is not None:  # the split dims are unnamed, the others keep their names
+            names = _named_or_none(names[:d] + [None] * len(sizes) + names[d + 1 :])
+        return self._reshape_batch("unflatten", inplace, lambda v: v.unflatten(d, sizes), torch.Size(bs), names)
 
     @keeps_lock
     def expand(self, *shape: int) -> Any:
