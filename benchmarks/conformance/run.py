@@ -100,6 +100,10 @@ _NOT_BUILT = re.compile(r"conformance: our packages have no [\w.]+")
 # failures that are our documented, deliberate differences (README, "Migrating"): message -> reason
 DELIBERATE = [
     (
+        re.compile(r"cannot store a [\w.]+ as JSON"),
+        "saving never unpickles: non-tensor payloads must be JSON-able",
+    ),
+    (
         re.compile(r"KeyError: .*not found in \w+ with keys"),
         "td.get(missing) raises KeyError instead of returning None",
     ),

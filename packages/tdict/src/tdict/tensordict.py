@@ -786,10 +786,10 @@ class TensorDict(TensorDictBase):
                 leaves.extend(sub_leaves)
         return keys, leaves
 
-    def _binary(self, other: Any, op: Callable) -> Any:
+    def _binary(self, other: Any, op: Callable, default: Any = NO_DEFAULT) -> Any:
         """Out-of-place ``+ - * / **``, maximum, minimum: one fused ``torch._foreach_*`` call over
         all leaves when both sides are plain TensorDict trees (or ``other`` is a number)."""
-        foreach = _FOREACH.get(op)
+        foreach = _FOREACH.get(op) if default is NO_DEFAULT else None
         if foreach is not None:
             leaves: list = []
             if type(other) is TensorDict:
@@ -798,7 +798,7 @@ class TensorDict(TensorDictBase):
                     return self._with_leaves(iter(foreach(leaves, others)))
             elif type(other) in (int, float) and _paired_leaves(self, None, leaves, None):
                 return self._with_leaves(iter(foreach(leaves, other)))
-        return TensorDictBase._binary(self, other, op)
+        return TensorDictBase._binary(self, other, op, default)
 
     def _with_leaves(self, leaves: Iterator) -> "TensorDict":
         """A TensorDict of the same structure whose tensor leaves come from ``leaves``, in order."""
@@ -909,7 +909,9 @@ _FOREACH = {
 
 def _paired_leaves(td: "TensorDict", other: "TensorDict | None", leaves: list, others: list | None) -> bool:
     """Collect ``td``'s tensor leaves (and ``other``'s matching ones, same shapes) depth-first;
-    False when either tree holds anything but tensors and plain TensorDicts."""
+    False when either tree holds anything but tensors and plain TensorDicts, or their keys differ."""
+    if other is not None and len(other._tensordict) != len(td._tensordict):
+        return False
     for key, value in td._tensordict.items():
         match = None if other is None else other._tensordict.get(key)
         if isinstance(value, torch.Tensor):

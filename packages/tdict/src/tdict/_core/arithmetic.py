@@ -108,8 +108,17 @@ class ArithmeticMixin:
     __hash__ = object.__hash__
 
     # ---- core helpers
-    def _binary(self, other: Any, op: Callable) -> Any:
+    def _binary(self, other: Any, op: Callable, default: Any = NO_DEFAULT) -> Any:
         if _is_collection(other):
+            if default is not NO_DEFAULT:
+                return self._binary_with_default(other, op, default)
+            mine = set(self.keys(True, True))
+            extra = [k for k in other.keys(True, True) if k not in mine]
+            if extra:
+                raise KeyError(
+                    f"the other collection has keys {extra} that this one lacks: pass default=<value> to fill the "
+                    "missing side, or default='intersection' to keep the common keys."
+                )
 
             def pair(v, o):
                 return op(v, o)
@@ -136,6 +145,23 @@ class ArithmeticMixin:
         return self._apply(
             lambda v: op(v, other), (), None, (), None, NO_DEFAULT, NO_DEFAULT, False, NO_DEFAULT, None, False, {}
         )
+
+    def _binary_with_default(self, other: Any, op: Callable, default: Any) -> Any:
+        """``op`` against a collection whose tensor keys differ from ``self``'s: ``default="intersection"``
+        keeps the common keys only; any other value stands in for the side that lacks a key (tensordict's
+        ``default=`` of the arithmetic methods)."""
+        mine = set(self.keys(True, True))
+        theirs = set(other.keys(True, True))
+        if isinstance(default, str):
+            if default != "intersection":
+                raise ValueError(f"default: expected 'intersection' or a value, got the string {default!r}.")
+            common = [k for k in self.keys(True, True) if k in theirs]
+            return self.select(*common)._binary(other.select(*common), op)
+        left = self.copy()
+        for key in (k for k in other.keys(True, True) if k not in mine):
+            value = other.get(key)
+            left.set(key, torch.as_tensor(default, device=value.device).expand(value.shape))
+        return left._apply(op, (other,), None, (), None, NO_DEFAULT, NO_DEFAULT, False, default, None, False, {})
 
     def _batch_operand(self, other: torch.Tensor) -> torch.Tensor:
         """A tensor operand lines up with the batch dims, as in tensordict: ``td * mask`` with a
@@ -205,9 +231,12 @@ class ArithmeticMixin:
         return all(torch.allclose(v, o, rtol=rtol, atol=atol, equal_nan=equal_nan) for v, o in zip(leaves, others))
 
     @keeps_lock
-    def add(self, other: Any, *, alpha: float | None = None) -> Any:
-        """``self + alpha * other`` leaf by leaf (``other``: a number, a tensor broadcast over the batch dims, or a collection with the same keys)."""
-        return self._binary(other, operator.add if alpha is None else (lambda a, b: torch.add(a, b, alpha=alpha)))
+    def add(self, other: Any, *, alpha: float | None = None, default: Any = NO_DEFAULT) -> Any:
+        """``self + alpha * other`` leaf by leaf (``other``: a number, a tensor broadcast over the batch dims, or
+        a collection with the same keys; with other keys, ``default="intersection"`` keeps the common ones and a
+        value stands in for a missing side)."""
+        op = operator.add if alpha is None else (lambda a, b: torch.add(a, b, alpha=alpha))
+        return self._binary(other, op, default)
 
     def add_(self, other: Any, *, alpha: float | None = None) -> Any:
         """In place :meth:`add` (one fused ``torch._foreach_add_`` call); returns ``self``."""
@@ -261,14 +290,14 @@ class ArithmeticMixin:
         return self._binary_(other, _VF._foreach_minimum_, lambda x, y: torch.minimum(x, y, out=x))
 
     @keeps_lock
-    def clamp_min(self, other: Any) -> Any:
-        """Element-wise ``max(self, other)`` (``other``: a number, a tensor or a collection)."""
-        return self._binary(other, torch.clamp_min)
+    def clamp_min(self, other: Any, *, default: Any = NO_DEFAULT) -> Any:
+        """Element-wise ``max(self, other)`` (``other``: a number, a tensor or a collection; ``default`` as in :meth:`add`)."""
+        return self._binary(other, torch.clamp_min, default)
 
     @keeps_lock
-    def clamp_max(self, other: Any) -> Any:
-        """Element-wise ``min(self, other)`` (``other``: a number, a tensor or a collection)."""
-        return self._binary(other, torch.clamp_max)
+    def clamp_max(self, other: Any, *, default: Any = NO_DEFAULT) -> Any:
+        """Element-wise ``min(self, other)`` (``other``: a number, a tensor or a collection; ``default`` as in :meth:`add`)."""
+        return self._binary(other, torch.clamp_max, default)
 
     def clamp_min_(self, other: Any) -> Any:
         """In place :meth:`clamp_min`; returns ``self``."""
@@ -491,9 +520,10 @@ def _install() -> None:
     for name, op in _BINARY.items():
         binary = lambda self, other, _op=op: self._binary(other, _op)  # noqa: E731
         if not name.startswith("_"):
+            binary = lambda self, other, *, default=NO_DEFAULT, _op=op: self._binary(other, _op, default)  # noqa: E731
             doc = (
                 f"``{name}`` leaf by leaf; ``other``: a number, a tensor broadcast over the batch dims, "
-                "or a collection with the same keys."
+                "or a collection with the same keys (``default`` as in :meth:`add`)."
             )
             binary = _method(binary, name, doc)
         setattr(ArithmeticMixin, name, binary if name in _COMPARISONS else keeps_lock(binary))

@@ -29,10 +29,64 @@ def _new_size(size: tuple, what: str) -> torch.Size:
         raise ValueError(f"{what}: size must be non-negative ints, got {list(size)}.") from None
 
 
+_SCHEMA_STORAGES = (None, "memmap", "h5", "shared")
+
+
 class FactoriesMixin:
-    """``replace`` and the ``new_*`` factories."""
+    """``replace``, the ``new_*`` factories and ``from_schema``."""
 
     __slots__ = ()
+
+    @classmethod
+    def from_schema(
+        cls, schema: Any, *, batch_size: Any = None, storage: str | None = None, device: Any = None, **kwargs: Any
+    ) -> "TensorDictBase":
+        """A zero-filled TensorDict pre-allocated from ``{key: (element_shape, dtype)}``: each entry
+        is ``[*batch_size, *element_shape]``.
+
+        ``storage``: ``None`` (in memory), ``"memmap"`` (memory-mapped files under ``prefix=``, a
+        temporary folder without it), ``"h5"`` (a :class:`~tdict.PersistentTensorDict` written to
+        ``filename=``) or ``"shared"`` (shared memory). tensordict's ``"zarr"``, ``"redis"`` and
+        ``"dragonfly"`` backends are not provided.
+
+        Examples:
+            >>> import torch
+            >>> from tdict import TensorDict
+            >>> td = TensorDict.from_schema({"obs": ([3], torch.float32), "done": ([], torch.bool)}, batch_size=[5])
+            >>> td["obs"].shape, td["done"].dtype, bool(td["obs"].any())
+            (torch.Size([5, 3]), torch.bool, False)
+        """
+        from ..tensordict import TensorDict
+
+        if storage not in _SCHEMA_STORAGES:
+            if storage in ("zarr", "redis", "dragonfly"):
+                raise NotImplementedError(f"from_schema: the {storage!r} storage backend is not provided here.")
+            raise ValueError(f"from_schema: Unknown storage backend {storage!r}; expected one of {_SCHEMA_STORAGES}.")
+        if not hasattr(schema, "items"):
+            raise TypeError(f"from_schema: schema must map keys to (shape, dtype), got {type(schema).__name__}.")
+        batch = parse_batch_size(() if batch_size is None else batch_size)
+        shapes = {}
+        for key, spec in schema.items():
+            try:
+                shape, dtype = spec
+                shapes[key] = (torch.Size([*batch, *shape]), dtype)
+            except (TypeError, ValueError):
+                raise TypeError(f"from_schema: schema[{key!r}] must be (element_shape, dtype), got {spec!r}.") from None
+        if storage in ("memmap", "h5"):  # expanded zeros: nothing is allocated in memory
+            source = {key: torch.zeros((), dtype=dtype).expand(shape) for key, (shape, dtype) in shapes.items()}
+            if storage == "h5":
+                from ..persistent import PersistentTensorDict
+
+                if "filename" not in kwargs:
+                    raise TypeError("from_schema: storage='h5' needs filename=<path of the HDF5 file>.")
+                filename = kwargs.pop("filename")
+                return PersistentTensorDict.from_dict(source, filename, batch_size=batch, device=device, **kwargs)
+            return TensorDict(source, batch_size=batch).memmap_like(kwargs.pop("prefix", None), **kwargs)
+        if kwargs:
+            raise TypeError(f"from_schema: unexpected keyword arguments {sorted(kwargs)} for storage={storage!r}.")
+        source = {key: torch.zeros(shape, dtype=dtype, device=device) for key, (shape, dtype) in shapes.items()}
+        td = TensorDict(source, batch_size=batch, device=device)
+        return td.share_memory_() if storage == "shared" else td
 
     # ------------------------------------------------------------------ new collections
     def replace(self, *args: Any, **kwargs: Any) -> "TensorDictBase":

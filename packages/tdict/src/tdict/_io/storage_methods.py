@@ -141,17 +141,34 @@ class StorageMixin:
 
     @classmethod
     def load_memmap(
-        cls, prefix: Any, device: Any = None, non_blocking: bool = False, *, out: Any = None
+        cls,
+        prefix: Any,
+        device: Any = None,
+        non_blocking: bool = False,
+        *,
+        out: Any = None,
+        robust_key: bool | None = None,
     ) -> "TensorDictBase":
-        """Open a collection saved with :meth:`memmap_`/:meth:`save` (never unpickles)."""
+        """Open a collection saved with :meth:`memmap_`/:meth:`save` (never unpickles).
+
+        ``robust_key`` is tensordict's switch for file names made from keys; accepted and unused
+        here, where keys live in the metadata and any string key round-trips."""
         from ..persistence import load_memmap
 
         return load_memmap(prefix, device=device, non_blocking=non_blocking, out=out)
 
     @classmethod
-    def load(cls, prefix: Any, device: Any = None, non_blocking: bool = False, *, out: Any = None) -> "TensorDictBase":
+    def load(
+        cls,
+        prefix: Any,
+        device: Any = None,
+        non_blocking: bool = False,
+        *,
+        out: Any = None,
+        robust_key: bool | None = None,
+    ) -> "TensorDictBase":
         """Alias of :meth:`load_memmap`."""
-        return cls.load_memmap(prefix, device=device, non_blocking=non_blocking, out=out)
+        return cls.load_memmap(prefix, device=device, non_blocking=non_blocking, out=out, robust_key=robust_key)
 
     def to_h5(self, filename: Any, **kwargs: Any) -> Any:
         """Write to a new HDF5 file (crash-safe) and return the :class:`~tdict.PersistentTensorDict` on it.

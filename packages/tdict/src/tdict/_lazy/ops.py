@@ -183,12 +183,12 @@ class LazyMemberOpsMixin:
             )
         return self._like([td._compare(part, op) for td, part in zip(self.tensordicts, parts)])
 
-    def _binary(self, other: Any, op: Callable) -> "LazyStackedTensorDict":
+    def _binary(self, other: Any, op: Callable, default: Any = NO_DEFAULT) -> "LazyStackedTensorDict":
         if isinstance(other, torch.Tensor) and other.dim():  # each member takes its slice of the operand
             return self._like(
                 [td._binary(part, op) for td, part in zip(self.tensordicts, self._member_operands(other))]
             )
-        return super()._binary(other, op)
+        return super()._binary(other, op, default)
 
     def _member_operands(self, other: torch.Tensor) -> tuple:
         """A batch-aligned tensor operand cut into one slice per member."""
