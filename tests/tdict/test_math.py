@@ -495,3 +495,26 @@ def test_reduce_with_batch_dim_needs_matching_leaf_shapes():
     td = TensorDict(a=torch.zeros(3, 4, 2), b=torch.zeros(3, 4), batch_size=[3, 4])
     with pytest.raises(ValueError, match=r"concatenates the leaves along dim 1.*\[3, 4, 2\] and \[3, 4\]"):
         td.mean(1, reduce=True)
+
+
+def test_reflected_logical_ops_with_a_scalar_or_tensor_on_the_left():
+    td = TensorDict(a=torch.tensor([True, False]), sub=TensorDict(b=torch.tensor([False, False])))
+    for left in (False, True, torch.tensor(True)):
+        for op in (lambda x, y: x | y, lambda x, y: x & y, lambda x, y: x ^ y):
+            out = op(left, td)
+            assert isinstance(out, TensorDict)
+            for key, value in td.items(True, True):
+                assert torch.equal(out[key], op(left, value))
+
+
+def test_is_tensor_collection_takes_classes_too():
+    from tdict import TensorClass, is_tensor_collection
+
+    class Sub(TensorDict):
+        pass
+
+    class Point(TensorClass):
+        x: torch.Tensor
+
+    assert is_tensor_collection(TensorDict) and is_tensor_collection(Sub) and is_tensor_collection(Point)
+    assert is_tensor_collection(TensorDict()) and not is_tensor_collection(torch.Tensor) and not is_tensor_collection(3)

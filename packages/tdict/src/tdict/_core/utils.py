@@ -42,8 +42,8 @@ _MISSING = _Missing.MISSING
 
 
 def is_tensor_collection(obj: Any) -> bool:
-    """True for TensorDicts, lazy stacks, tensorclasses and non-tensor data."""
-    return getattr(type(obj), "_is_tensor_collection", False)
+    """True for TensorDicts, lazy stacks, tensorclasses and non-tensor data, and for their classes."""
+    return getattr(obj if isinstance(obj, type) else type(obj), "_is_tensor_collection", False)
 
 
 def unravel_key(key: Any) -> NestedKey:
