@@ -43,7 +43,9 @@ _MISSING = _Missing.MISSING
 
 def is_tensor_collection(obj: Any) -> bool:
     """True for TensorDicts, lazy stacks, tensorclasses and non-tensor data, and for their classes."""
-    return getattr(obj if isinstance(obj, type) else type(obj), "_is_tensor_collection", False)
+    if getattr(type(obj), "_is_tensor_collection", False):  # instances first: the hot case
+        return True
+    return isinstance(obj, type) and getattr(obj, "_is_tensor_collection", False)
 
 
 def unravel_key(key: Any) -> NestedKey:
