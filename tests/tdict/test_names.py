@@ -126,6 +126,14 @@ def test_a_named_child_names_an_unnamed_parent():
     unnamed = TensorDict({}, [3])
     unnamed["x"] = TensorDict({}, [3, 4])
     assert unnamed.names == [None]
+    locked = TensorDict({}, [3]).lock_()
+    with pytest.raises(RuntimeError, match="locked"):
+        locked["x"] = child
+    assert locked.names == [None]  # a refused write leaves the names as they were
+    assert TensorDict({"x": child}, [3]).names == ["a"]  # the constructor and update adopt them too
+    updated = TensorDict({}, [3])
+    updated.update({"x": child})
+    assert updated.names == ["a"]
 
 
 def test_refine_names_with_an_ellipsis_anywhere():

@@ -121,7 +121,9 @@ class TensorDict(TensorDictBase):
                 sub._fill(value.items())
                 entries[key] = sub
             else:
-                entries[key] = self._validate(key, value)
+                entries[key] = checked = self._validate(key, value)
+                if not isinstance(checked, torch.Tensor):
+                    self._adopt_child_names(checked)
 
     @classmethod
     def unchecked(
@@ -250,10 +252,6 @@ class TensorDict(TensorDictBase):
                 if names is not None:  # a shallow copy carries the parent's names (the caller's object is left alone)
                     value = value.copy()
                     value.names = names
-            elif bs and not value._is_non_tensor:  # an unnamed parent takes a named child's leading names
-                child_names = value._maybe_names()
-                if child_names is not None and any(n is not None for n in child_names[: len(bs)]):
-                    self._names = list(child_names[: len(bs)])
             return value
         if isinstance(value, dict):
             return TensorDict(value, self._batch_size, self._device, names=self._names)
@@ -298,6 +296,16 @@ class TensorDict(TensorDictBase):
             return TensorDictBase._get_tuple(self, key, default)
         return node
 
+    def _adopt_child_names(self, value: Any) -> None:
+        """After a write: an unnamed TensorDict takes a named sub-collection's leading dim names
+        (tensordict's rule; a named parent already gave the child its names in :meth:`_validate`)."""
+        bs = self._batch_size
+        if self._names is not None or not bs or isinstance(value, torch.Tensor) or value._is_non_tensor:
+            return
+        child = value._maybe_names()
+        if child is not None and any(name is not None for name in child[: len(bs)]):
+            self._names = list(child[: len(bs)])
+
     def _set_str(self, key: str, value: Any, *, inplace: bool, validated: bool, ignore_lock: bool = False) -> None:
         if not validated:
             value = self._validate(key, value)
@@ -322,6 +330,8 @@ class TensorDict(TensorDictBase):
                 "to add or replace keys, unlock_() first."
             )
         entries[key] = value
+        if not isinstance(value, torch.Tensor):
+            self._adopt_child_names(value)
 
     def _del_str(self, key: str) -> None:
         try:
@@ -658,8 +668,10 @@ class TensorDict(TensorDictBase):
         ):
             writes: list = []
             if _plain_updates(self, input_dict_or_td, writes):
-                for entries, key, value in writes:  # all validated: nothing is half-written
-                    entries[key] = value
+                for dest, key, value in writes:  # all validated: nothing is half-written
+                    dest._tensordict[key] = value
+                    if not isinstance(value, torch.Tensor):
+                        dest._adopt_child_names(value)
                 return self
         out = TensorDictBase.update(
             self, input_dict_or_td, clone=clone, inplace=inplace, keys_to_update=keys_to_update, ignore_lock=ignore_lock
@@ -976,7 +988,7 @@ def _parsed_names(names: Sequence[str | None], ndim: int) -> list | None:
 
 
 def _plain_updates(dest: "TensorDict", source: "TensorDict", writes: list) -> bool:
-    """Collect the validated ``(entries, key, value)`` writes of ``dest.update(source)``; False when
+    """Collect the validated ``(destination, key, value)`` writes of ``dest.update(source)``; False when
     the general path must decide (a locked level, a value that does not validate)."""
     if dest._is_locked:
         return False
@@ -995,7 +1007,7 @@ def _plain_updates(dest: "TensorDict", source: "TensorDict", writes: list) -> bo
         ):
             return False  # merging into a tensor class or a lazy stack
         try:
-            writes.append((entries, key, dest._validate(key, value)))
+            writes.append((dest, key, dest._validate(key, value)))
         except (RuntimeError, TypeError, ValueError):
             return False
     return True
