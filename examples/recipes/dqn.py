@@ -21,8 +21,8 @@ cheaper and reach the threshold sooner (10,496 to 28,416 frames over seeds 0 to 
 them 475 is first seen at 7,680 to 20,480 frames (seeds 0 to 3, two runs; about 28,000 with
 one-step transitions), and the narrower network makes each of the 0.5 gradient steps per frame
 about a quarter as costly in its middle layer; one seed in four ends at 253 to 358 (its policy
-swinging late in the run), the others at 500. Expected: the 500 maximum (threshold 475) at the end of the 50,000 frames,
-after 30 to 40 s of training on one core (25,000 gradient steps).
+swinging late in the run), the others at 500. Expected: the 500 maximum (threshold 475) at the end
+of the 50,000 frames, after 30 to 40 s of training on one core (25,000 gradient steps).
 
 Run: ``python examples/train.py algo=dqn env=cartpole [algo.lr=2.3e-3 buffer=prioritized ...]``.
 """

@@ -297,10 +297,11 @@ class TensorDict(TensorDictBase):
         return node
 
     def _adopt_child_names(self, value: Any) -> None:
-        """After a write: an unnamed TensorDict takes a named sub-collection's leading dim names
-        (tensordict's rule; a named parent already gave the child its names in :meth:`_validate`)."""
+        """After writing the collection ``value`` (callers skip tensors, the hot case): an unnamed
+        TensorDict takes a named sub-collection's leading dim names (tensordict's rule; a named
+        parent already gave the child its names in :meth:`_validate`)."""
         bs = self._batch_size
-        if self._names is not None or not bs or isinstance(value, torch.Tensor) or value._is_non_tensor:
+        if self._names is not None or not bs or value._is_non_tensor:
             return
         child = value._maybe_names()
         if child is not None and any(name is not None for name in child[: len(bs)]):
