@@ -91,7 +91,12 @@ def test_steps_carry_over_to_the_next_batch_and_through_a_checkpoint():
     op = NStepTransitions(N, GAMMA)
     part1 = op(first)
     state = op.state_dict()
-    assert set(state) == {"held", "batch_dims"} and all(isinstance(v, torch.Tensor) for v in state["held"].values())
+    assert set(state) == {"held", "batch_size"} and state["batch_size"] == [ENVS, N]
+
+    def leaves(tree):
+        return [x for v in tree.values() for x in (leaves(v) if isinstance(v, dict) else [v])]
+
+    assert leaves(state["held"]) and all(isinstance(v, torch.Tensor) for v in leaves(state["held"]))
     restored = NStepTransitions(N, GAMMA)
     restored.load_state_dict(state)
     part2 = restored(second)
@@ -128,4 +133,4 @@ def test_dqn_run_with_n_step_transitions(tmp_path: Path):
     assert 0 < final <= 50
     state = torch.load(tmp_path / "nstep" / "checkpoint.pt", weights_only=True)
     held = state["n_step_transitions"]["held"]  # the last 3 steps of each of the 4 envs
-    assert held["observation"].shape == (4, 3, 4) and held["next.reward"].shape == (4, 3)
+    assert held["observation"].shape == (4, 3, 4) and held["next"]["reward"].shape == (4, 3)

@@ -125,10 +125,16 @@ def test_state_dict_carries_the_held_steps_to_a_new_transform():
     assert got.batch_size == expected.batch_size == (2, 13)
     for key in [("next", "reward"), ("next", "obs"), "steps_to_next_obs", "obs"]:
         torch.testing.assert_close(got[key], expected[key])
+    dotted = MultiStepTransform(n_steps=2, gamma=GAMMA)  # a key with a dot comes back as that key
+    dotted.inv(full[..., :5].rename_key_("obs", "obs.raw"))
+    again = MultiStepTransform(n_steps=2, gamma=GAMMA)
+    again.load_state_dict(dotted.state_dict())
+    assert again.state_dict()["held"].keys() == dotted.state_dict()["held"].keys()
+    assert "obs.raw" in again.state_dict()["held"]
     restored.load_state_dict({})
     assert restored.inv(full[..., :2]) is None  # nothing held any more
     with pytest.raises(ValueError, match="held"):
-        restored.load_state_dict({"held": {}, "batch_dims": 1})
+        restored.load_state_dict({"held": {}, "batch_size": [2, 3]})
 
 
 def test_short_first_write_returns_none_then_catches_up():

@@ -222,24 +222,22 @@ class MultiStepTransform:
         self._buffer = None
 
     def state_dict(self) -> dict:
-        """The steps kept for the next write, as plain tensors: ``{"held": {"next.obs": ..., ...},
-        "batch_dims": int}`` (empty when nothing is kept), so that a checkpoint restores them."""
+        """The steps kept for the next write, as plain tensors in nested dicts: ``{"held": {"obs": ...,
+        "next": {...}}, "batch_size": [...]}`` (empty when nothing is kept), so that a checkpoint
+        restores them (any string key, dots included, round-trips)."""
         held = self._buffer
         if held is None:
             return {}
-        return {"held": held.flatten_keys(".").to_dict(), "batch_dims": held.batch_dims}
+        return {"held": held.to_dict(), "batch_size": list(held.batch_size)}
 
     def load_state_dict(self, state: dict) -> None:
         """Restores the steps :meth:`state_dict` returned (an empty dict: none)."""
         if not state:
             self._buffer = None
             return
-        leaves = dict(state["held"])
-        if not leaves:
+        if not state["held"]:
             raise ValueError("MultiStepTransform.load_state_dict: 'held' has no entries.")
-        dims = int(state["batch_dims"])
-        batch = next(iter(leaves.values())).shape[:dims]
-        self._buffer = tdict.TensorDict(leaves, batch_size=batch).unflatten_keys(".")
+        self._buffer = tdict.TensorDict(state["held"], batch_size=state["batch_size"])
 
     def __repr__(self) -> str:
         return f"MultiStepTransform(n_steps={self.n_steps}, gamma={self.gamma}, reward_keys={self.reward_keys})"
