@@ -381,7 +381,9 @@ def test_bad_arguments():
     env = SerialEnv(2, PendulumEnv)
     with pytest.raises(ValueError, match=r"'_reset' must have shape \[2\]"):
         env.reset(TensorDict({"_reset": torch.ones(2, 3, dtype=torch.bool)}, batch_size=[2]))
-    with pytest.raises(ValueError, match="batch_size"):
+    with pytest.raises(
+        RuntimeError, match=r"shape==env.batch_size, got batch_size \[3\] for an env of batch_size \[2\]"
+    ):
         env.step(TensorDict({"action": torch.zeros(3, 1)}, batch_size=[3]))
     td = env.rand_action(env.reset()).set("thdot", torch.zeros(2, 5))
     with pytest.raises(ValueError, match=r"'thdot': expected shape \[2\] .* got \[2, 5\]"):

@@ -673,10 +673,12 @@ def test_user_env_missing_reward_key():
 def test_step_batch_mismatch_locked_env(counting_env):
     env = counting_env(batch_size=[2])
     td = TensorDict(action=torch.zeros(3, dtype=torch.int64), count=torch.zeros(3, dtype=torch.int64), batch_size=[3])
-    with pytest.raises(ValueError, match=r"batch_size"):
+    with pytest.raises(
+        RuntimeError, match=r"reset: Expected a tensordict with shape==env.batch_size, got batch_size \[3\]"
+    ):
         env.reset(td)
     td = TensorDict(action=torch.zeros(2, 3, dtype=torch.int64), batch_size=[2, 3])
-    with pytest.raises(ValueError, match=r"batch_size \[2, 3\].*\[2\]"):
+    with pytest.raises(RuntimeError, match=r"step: .*got batch_size \[2, 3\] for an env of batch_size \[2\]"):
         env.step(td)
 
 
@@ -902,3 +904,81 @@ def test_rollout_storing_device(counting_env):
     rollout = env.rollout(3, storing_device="meta", break_when_any_done=False)
     assert rollout.device == torch.device("meta")
     assert rollout["next", "count"].device.type == "meta" and rollout.batch_size == (2, 3)
+
+
+# ----------------------------------------------------------------------------- spec locking (TorchRL's spec_locked)
+def test_specs_locked_after_construction_and_through_pickle():
+    import inspect
+    import pickle
+
+    env = MinimalEnv(batch_size=[2])
+    for _ in range(2):
+        assert env.is_spec_locked and env.output_spec.is_locked and env.input_spec.is_locked
+        with pytest.raises(RuntimeError, match="locked"):
+            env.input_spec["full_action_spec", "extra"] = Unbounded(shape=(2, 1))
+        with pytest.raises(RuntimeError, match="locked"):
+            env.observation_spec["extra"] = Unbounded(shape=(2, 3))
+        env = pickle.loads(pickle.dumps(env))
+    # assigning a whole spec stays allowed, and the env then reads the new keys
+    env.observation_spec = Composite(obs=Unbounded(shape=(2, 2)), extra=Unbounded(shape=(2, 3)), shape=[2])
+    assert sorted(env.observation_keys) == ["extra", "obs"]
+    # the keyword is taken before the subclass's __init__ (which does not accept it), and signatures stay the class's
+    assert "reward_shape" in inspect.signature(MinimalEnv).parameters
+
+
+def test_unlocked_specs_accept_in_place_edits_and_are_read_again():
+    env = MinimalEnv(spec_locked=False)
+    assert not env.is_spec_locked and not env.output_spec.is_locked
+    td = env.rollout(2, lambda td: td.set("action", torch.zeros(1)))
+    assert td["next", "obs"].shape == (2, 2)
+    env.observation_spec["note"] = Unbounded(shape=(3,))  # in place: the keys are read again on the next step
+    assert "note" in env.observation_keys
+    env.set_spec_lock_(True)
+    with pytest.raises(RuntimeError, match="locked"):
+        env.observation_spec["other"] = Unbounded(shape=(1,))
+
+
+def test_batch_unlocked_env_refuses_other_trailing_dims():
+    class Stateless(MinimalEnv):
+        def __new__(cls, *args, **kwargs):
+            return super().__new__(cls, *args, _batch_locked=False, **kwargs)
+
+    env = Stateless(batch_size=[2])
+    assert not env.batch_locked
+    env._check_batch_size("step", TensorDict(batch_size=[3, 2]))  # leading dims are allowed
+    with pytest.raises(RuntimeError, match=r"reset: .*shape ending in env.batch_size \[2\].*got batch_size \[\]"):
+        env.reset(TensorDict())
+    with pytest.raises(
+        RuntimeError,
+        match=r"step: Expected a tensordict with shape ending in env.batch_size \[2\].*got batch_size \[4\]",
+    ):
+        env.step(TensorDict(obs=torch.zeros(4, 2), action=torch.zeros(4, 1), batch_size=[4]))
+
+
+# ----------------------------------------------------------------------------- auto_specs_
+def test_auto_specs_reads_the_specs_off_a_reset_and_a_step():
+    reference = MinimalEnv(batch_size=[3])
+    env = MinimalEnv(batch_size=[3])
+    env.full_observation_spec = Composite(shape=[3])
+    env.full_action_spec = Composite(action=Unbounded(shape=(3, 7)), shape=[3])  # wrong: replaced
+    out = env.auto_specs_(lambda td: td.set("action", torch.full((3, 1), 0.5)), observation_key="obs")
+    assert out is env
+    assert env.full_observation_spec["obs"].shape == reference.full_observation_spec["obs"].shape == (3, 2)
+    assert env.full_action_spec["action"].shape == (3, 1) and env.full_action_spec["action"].dtype == torch.float32
+    assert env.full_reward_spec["reward"].shape == (3,)
+    assert sorted(env.full_done_spec.keys()) == ["done", "terminated"]
+    assert env.full_done_spec["done"].dtype == torch.bool and env.full_done_spec["done"].shape == (3,)
+    assert env.full_state_spec.is_empty()  # everything the reset wrote, the step writes again
+    env.check_env_specs()
+    rollout = env.rollout(3, lambda td: td.set("action", torch.zeros(3, 1)))
+    assert rollout["next", "obs"].shape == (3, 3, 2)
+
+
+def test_auto_specs_refuses_unnamed_outputs_and_changes_nothing():
+    env = MinimalEnv()
+    before = env.full_observation_spec.clone()
+    with pytest.raises(RuntimeError, match=r"the step wrote \['obs'\], which are in none of"):
+        env.auto_specs_(lambda td: td.set("action", torch.zeros(1)))
+    assert env.full_observation_spec == before
+    with pytest.raises(TypeError, match="observation_key must be a key or a list of keys"):
+        env.auto_specs_(lambda td: td.set("action", torch.zeros(1)), observation_key=3)

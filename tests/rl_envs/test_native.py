@@ -262,9 +262,9 @@ def test_pendulum_batched_equals_single():
 def test_cartpole_is_batch_locked():
     env = CartPoleEnv(batch_size=[3])
     assert env.batch_locked
-    with pytest.raises(ValueError, match="batch_size"):
+    with pytest.raises(RuntimeError, match="shape==env.batch_size, got batch_size \\[2\\]"):
         env.reset(TensorDict(batch_size=[2]))
-    with pytest.raises(ValueError, match="batch_size"):
+    with pytest.raises(RuntimeError, match="shape==env.batch_size, got batch_size \\[\\]"):
         env.step(TensorDict(observation=torch.zeros(4), action=torch.zeros((), dtype=torch.int64)))
     with pytest.raises(ValueError, match="action"):
         env.step(TensorDict(observation=torch.zeros(3, 4), action=torch.zeros(3), batch_size=[3]))

@@ -618,15 +618,15 @@ def test_tensorclass_class_path_is_never_imported_or_called(tmp_path, path, matc
 
 
 @needs_tensorclass
-def test_local_tensorclass_is_refused_before_writing(tmp_path):
+def test_local_tensorclass_saves_and_loads_while_defined(tmp_path):
     @tensorclass
     class Local:
         x: torch.Tensor
 
-    with pytest.raises(TypeError, match="inside a function"):
-        Local(x=torch.zeros(2), batch_size=[2]).memmap(tmp_path)
-    assert not (tmp_path / META_NAME).exists()
-    assert Local(x=torch.zeros(2), batch_size=[2]).memmap().x.filename is None  # no file, no class path needed
+    Local(x=torch.arange(2.0), batch_size=[2]).memmap(tmp_path)
+    loaded = load_memmap(tmp_path)
+    assert type(loaded) is Local and loaded.x.tolist() == [0.0, 1.0]
+    assert json.loads((tmp_path / META_NAME).read_text())["root"]["class"].endswith("<locals>.Local")
 
 
 if tensorclass is not None:

@@ -356,3 +356,33 @@ def test_delete_field():
     del d.label
     assert d.label is None and "label" not in d._tensordict.keys()
     assert Data(obs=torch.zeros(1), label="y", batch_size=[1]).label == "y"
+
+
+def test_memmap_of_a_tensorclass_defined_inside_a_function(tmp_path):
+    """Saving never pickles: loading finds the class by its path, here in the live local definitions."""
+    from tdict import MemmapLoadError
+
+    def define():
+        @tensorclass
+        class Local:
+            obs: torch.Tensor
+            text: str
+
+        return Local
+
+    local = define()
+    data = local(obs=torch.arange(6.0).reshape(3, 2), text="hello", batch_size=[3])
+    TensorDict(inner=data, batch_size=[3]).memmap(tmp_path / "nested")
+    data.memmap(tmp_path / "root")
+    root = TensorDict.load_memmap(tmp_path / "root")
+    nested = TensorDict.load_memmap(tmp_path / "nested")["inner"]
+    for loaded in (root, nested):
+        assert type(loaded) is local and loaded.text == "hello"
+        torch.testing.assert_close(loaded.obs, data.obs)
+    redefined = define()  # the latest definition of that path is the one loading finds
+    assert type(TensorDict.load_memmap(tmp_path / "root")) is redefined
+    from tdict.tensorclass import _LOCAL_CLASSES
+
+    del _LOCAL_CLASSES[f"{redefined.__module__}:{redefined.__qualname__}"]  # as if never defined in this process
+    with pytest.raises(MemmapLoadError, match=r"defined inside a function, and no live class of that name"):
+        TensorDict.load_memmap(tmp_path / "root")

@@ -343,6 +343,21 @@ def test_composite_lock_graph():
     assert flat.locked and not flat["a"].locked
 
 
+def test_locked_composite_pickles_and_copies_with_its_lock_graph():
+    import copy
+    import pickle
+
+    spec = Composite(a=Composite(b=Unbounded(shape=(2,)))).lock_()
+    for clone in (pickle.loads(pickle.dumps(spec)), copy.deepcopy(spec)):
+        assert clone.locked and clone["a"].locked and clone["a", "b"].shape == (2,)
+        with pytest.raises(RuntimeError, match="part of a locked graph"):
+            clone["a"].unlock_()  # still locked by its (copied) parent
+        clone.unlock_()
+        assert not clone["a"].locked
+        clone["a", "c"] = Unbounded()
+    assert "c" not in spec["a"].keys()  # the original is untouched
+
+
 # ---- Choice -----------------------------------------------------------------------------------------
 def test_choice():
     spec = Choice([Bounded(0.0, 2.5, shape=()), Bounded(10.0, 12.0, shape=())])

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any, Callable, Sequence
 
+import functools
+
 import torch
 from torch import nn
 from tdict import TensorDict, TensorDictBase
@@ -32,6 +34,28 @@ def _unbatched_property(name: str, doc: str) -> property:
         setattr(env, name, env._batched(spec))
 
     return property(get, set_, doc=doc)
+
+
+def _init_with_spec_lock(init: Callable) -> Callable:
+    """Wraps an env class's ``__init__``: it takes TorchRL's ``spec_locked=`` keyword (so that the
+    class's own ``__init__`` never sees it), and the outermost ``__init__`` applies it once the
+    specs are set (:meth:`EnvBase.set_spec_lock_`)."""
+
+    @functools.wraps(init)
+    def __init__(self: Any, *args: Any, spec_locked: bool | None = None, **kwargs: Any) -> None:
+        state = self.__dict__
+        outer = "_spec_lock_pending" not in state
+        if outer or spec_locked is not None:
+            state["_spec_lock_pending"] = True if spec_locked is None else spec_locked
+        try:
+            init(self, *args, **kwargs)
+        finally:
+            mode = state.pop("_spec_lock_pending") if outer else None
+        if outer:
+            self.set_spec_lock_(mode)
+
+    __init__._applies_spec_lock = True  # type: ignore[attr-defined]
+    return __init__
 
 
 class EnvBase(GeneratorState, nn.Module):
@@ -63,6 +87,10 @@ class EnvBase(GeneratorState, nn.Module):
             Shape and dtype are always checked (cheaply).
         allow_done_after_reset: let ``reset`` return episodes that are already done (by default a
             done flag set in a freshly reset sub-env raises ``RuntimeError``).
+        spec_locked: (taken by any subclass's constructor, TorchRL's keyword) ``True`` (default): once
+            built, the specs are locked, so that an in-place edit (``env.observation_spec["x"] = ...``)
+            raises ``RuntimeError``; assigning a whole spec stays allowed. ``False`` allows in-place
+            edits, at the cost of re-reading the specs' keys on every step. See :meth:`set_spec_lock_`.
 
     TorchRL-style envs port unchanged: specs declared as class attributes ``_output_spec`` /
     ``_input_spec`` in a custom ``__new__`` are adopted, and a ``_step`` that writes only ``done``
@@ -120,6 +148,12 @@ class EnvBase(GeneratorState, nn.Module):
             declared.update({name: spec[name].clone() for name in names if name in spec.keys()})
         env.__dict__["_declared_specs"] = declared
         return env
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        init = cls.__dict__.get("__init__")
+        if init is not None and not getattr(init, "_applies_spec_lock", False):
+            cls.__init__ = _init_with_spec_lock(init)  # type: ignore[method-assign]
 
     def __init__(
         self,
@@ -199,10 +233,41 @@ class EnvBase(GeneratorState, nn.Module):
             specs = self._all_specs()
             self._fill_default_specs(specs)
             keys = EnvKeys(specs, len(self._batch_size))
-            for spec in specs.values():
-                spec.lock_()  # in-place edits would make the cached keys lie: assign a new spec instead
-            self.__dict__["_env_keys"] = keys
+            if self.is_spec_locked:  # in-place edits would make the cached keys lie: assign a new spec instead
+                for spec in specs.values():
+                    spec.lock_()
+                self.__dict__["_env_keys"] = keys
         return keys
+
+    @property
+    def is_spec_locked(self) -> bool:
+        """Whether the specs are locked against in-place edits (``spec_locked`` at construction)."""
+        return self.__dict__.get("_spec_locked", True)
+
+    def set_spec_lock_(self, mode: bool = True) -> EnvBase:
+        """Lock (``mode=True``) or unlock the specs; returns the env.
+
+        Locked specs refuse in-place edits (``env.observation_spec["x"] = spec`` raises
+        ``RuntimeError``), which lets the env read their keys once; assigning a whole new spec
+        (``env.observation_spec = spec``) is always allowed. Unlocked, the keys are re-read on
+        every ``step``/``reset``.
+
+        Examples:
+            >>> from tdict.specs import Unbounded
+            >>> from rl_envs import PendulumEnv
+            >>> env = PendulumEnv()
+            >>> env.is_spec_locked
+            True
+            >>> env.set_spec_lock_(False).observation_spec["extra"] = Unbounded(shape=(2,))
+            >>> "extra" in env.observation_spec.keys()
+            True
+        """
+        mode = bool(mode)
+        self.__dict__["_spec_locked"] = mode
+        self._specs_changed()
+        for spec in (self.__dict__.get("_specs") or {}).values():  # the derived specs lock when first read
+            spec.lock_() if mode else spec.unlock_()
+        return self
 
     def _specs_changed(self) -> None:
         self.__dict__["_env_keys"] = None
@@ -389,7 +454,8 @@ class EnvBase(GeneratorState, nn.Module):
     @property
     def output_spec(self) -> Composite:
         """``Composite(full_observation_spec, full_reward_spec, full_done_spec)``."""
-        return Composite({name: self._get_spec(name) for name in _OUTPUT}, shape=self._batch_size)
+        spec = Composite({name: self._get_spec(name) for name in _OUTPUT}, shape=self._batch_size)
+        return spec.lock_(recurse=False) if self.is_spec_locked else spec
 
     @output_spec.setter
     def output_spec(self, spec: Composite) -> None:
@@ -400,7 +466,8 @@ class EnvBase(GeneratorState, nn.Module):
     @property
     def input_spec(self) -> Composite:
         """``Composite(full_state_spec, full_action_spec)``."""
-        return Composite({name: self._get_spec(name) for name in _INPUT}, shape=self._batch_size)
+        spec = Composite({name: self._get_spec(name) for name in _INPUT}, shape=self._batch_size)
+        return spec.lock_(recurse=False) if self.is_spec_locked else spec
 
     @input_spec.setter
     def input_spec(self, spec: Composite) -> None:
@@ -493,16 +560,7 @@ class EnvBase(GeneratorState, nn.Module):
         keys = self._keys()
         masks = None
         if tensordict is not None:
-            n = len(self._batch_size)
-            if (
-                (tensordict.batch_size != self._batch_size)
-                if self.batch_locked
-                else (tensordict.batch_size[tensordict.batch_dims - n :] != self._batch_size)
-            ):
-                raise ValueError(
-                    f"reset: the tensordict's batch_size {list(tensordict.batch_size)} does not match the env's "
-                    f"batch_size {list(self._batch_size)}."
-                )
+            self._check_batch_size("reset", tensordict)
             masks = [tensordict.get(k, None) for k in keys.reset_keys]
             if all(m is None for m in masks):
                 masks = None
@@ -521,6 +579,20 @@ class EnvBase(GeneratorState, nn.Module):
             return tensordict
         return _partial_update(tensordict, out, keys, masks, self._batch_size)
 
+    def _check_batch_size(self, what: str, tensordict: TensorDictBase) -> None:
+        """Raises unless ``tensordict``'s batch size is the env's (a batch-unlocked env: ends with it)."""
+        size, n = tensordict.batch_size, len(self._batch_size)
+        if self.batch_locked and size != self._batch_size:
+            raise RuntimeError(
+                f"{what}: Expected a tensordict with shape==env.batch_size, got batch_size {list(size)} for an env of "
+                f"batch_size {list(self._batch_size)}."
+            )
+        if not self.batch_locked and (len(size) < n or size[len(size) - n :] != self._batch_size):
+            raise RuntimeError(
+                f"{what}: Expected a tensordict with shape ending in env.batch_size {list(self._batch_size)} "
+                f"(a batch-unlocked env takes leading dims), got batch_size {list(size)}."
+            )
+
     def _complete_reset_done(self, out: TensorDictBase, keys: EnvKeys) -> None:
         done_spec = None
         for key in keys.done_keys:
@@ -536,11 +608,8 @@ class EnvBase(GeneratorState, nn.Module):
         if keys is None:
             keys = self._keys()
         batch_dims = tensordict.batch_dims
-        if self.batch_locked and tensordict.batch_size != self._batch_size:
-            raise ValueError(
-                f"step: the tensordict's batch_size {list(tensordict.batch_size)} does not match the env's "
-                f"batch_size {list(self._batch_size)}."
-            )
+        if tensordict.batch_size != self._batch_size:
+            self._check_batch_size("step", tensordict)
         for key, feature_shape, dtype, shape in keys.action_checks:
             action = tensordict.get(key)
             if action.shape[batch_dims:] != feature_shape or action.dtype != dtype:
@@ -685,6 +754,13 @@ class EnvBase(GeneratorState, nn.Module):
             raise TypeError(f"append_transform takes a Transform, got {type(transform).__name__}.")
         return TransformedEnv(self, transform)
 
+    def auto_specs_(self, policy: Callable[[TensorDictBase], TensorDictBase], **kwargs: Any) -> EnvBase:
+        """Sets the specs from what one reset and one step with ``policy`` produce (TorchRL's
+        ``auto_specs_``); see :func:`rl_envs.auto_specs.auto_specs` for the keyword arguments."""
+        from .auto_specs import auto_specs
+
+        return auto_specs(self, policy, **kwargs)
+
     def check_env_specs(self, *args: Any, **kwargs: Any) -> None:
         """Runs :func:`rl_envs.check_env_specs` on this env (same arguments)."""
         from .checks import check_env_specs
@@ -744,6 +820,9 @@ class EnvBase(GeneratorState, nn.Module):
                 self._specs[name] = spec.to(device)
             self._specs_changed()
         return self
+
+
+EnvBase.__init__ = _init_with_spec_lock(EnvBase.__init__)  # type: ignore[method-assign]
 
 
 def carry_next_preset(tensordict: TensorDictBase, next_td: TensorDictBase) -> TensorDictBase:

@@ -24,6 +24,7 @@ import operator
 import sys
 import types
 import typing
+import weakref
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, Callable, ClassVar, Iterator, Sequence
 
@@ -1146,8 +1147,20 @@ _NOT_COPIED = {
 _METHOD_TYPES = (property, types.FunctionType, types.MethodType, classmethod, staticmethod)
 
 
+# tensor classes defined inside a function, by "module:qualname" (the latest definition): saving never
+# pickles, so loading finds a class by that path, and such a class is found here while it is alive
+_LOCAL_CLASSES: weakref.WeakValueDictionary[str, type] = weakref.WeakValueDictionary()
+
+
+def local_tensorclass(path: str) -> type | None:
+    """The live tensor class defined inside a function at ``path`` (``"module:qualname"``), or ``None``."""
+    return _LOCAL_CLASSES.get(path)
+
+
 def _process_class(cls: type, options: dict) -> type:
     """Turn the annotated ``cls`` into a tensor class with ``options``, in place (checks first)."""
+    if "<locals>" in cls.__qualname__:
+        _LOCAL_CLASSES[f"{cls.__module__}:{cls.__qualname__}"] = cls
     frozen, shadow, tensor_only = options["frozen"], options["shadow"], options["tensor_only"]
     for base in cls.__mro__[1:]:
         if base is not TensorClass and "_tc_fields" in base.__dict__ and base.__dict__["_frozen"] is not frozen:

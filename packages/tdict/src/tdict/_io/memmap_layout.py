@@ -162,8 +162,20 @@ def _class_path(cls: type) -> str:
 
 
 def _resolve_class(path: str, where: str) -> type:
-    """The class at ``module:qualname``, from an *already imported* module only."""
+    """The class at ``module:qualname``, from an *already imported* module only (a class defined
+    inside a function: while its definition is alive in this process)."""
     module_name, _, qualname = path.partition(":")
+    if "<locals>" in qualname:
+        from ..tensorclass import local_tensorclass
+
+        found = local_tensorclass(path)
+        if found is None:
+            raise MemmapLoadError(
+                f"{where}: the saved collection is a {path!r}, a tensorclass defined inside a function, and no live "
+                "class of that name exists in this process; run the code defining it first, or define it at module "
+                "level (tdict never unpickles a class)."
+            )
+        return found
     module = sys.modules.get(module_name)
     if module is None:
         raise MemmapLoadError(
@@ -251,11 +263,6 @@ def _plan(
         return _Node(td, None, meta, None)
     if _is_tensorclass(td):
         tc_class = type(td)
-        if prefix is not None and "<locals>" in tc_class.__qualname__:
-            raise TypeError(
-                f"key {path or '<root>'!r}: tensorclass {_class_path(tc_class)!r} is defined inside a function; "
-                "it could not be found again when loading. Define it at module level."
-            )
     elif getattr(td, "_is_lazy", False) and hasattr(td, "tensordicts"):
         # a lazy stack: its members in sub-directories 0, 1, ... of its own directory
         meta = {

@@ -568,6 +568,16 @@ class Composite:
                 if isinstance(v, Composite):
                     v._propagate_lock(True, chain)
 
+    def __getstate__(self) -> dict:
+        # the parents that locked this one travel as plain references (weak ones cannot be pickled)
+        state = self.__dict__.copy()
+        state["_lock_parents"] = [p for p in (ref() for ref in self._lock_parents) if p is not None]
+        return state
+
+    def __setstate__(self, state: dict) -> None:
+        state["_lock_parents"] = [weakref.ref(p) for p in state.get("_lock_parents", ())]
+        self.__dict__.update(state)
+
     def _locked_parent(self) -> bool:
         """Whether a Composite that locked this one recursively is alive and still locked (else forget them)."""
         for ref in self._lock_parents:
