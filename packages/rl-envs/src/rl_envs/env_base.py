@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Any, Callable, Sequence
-
 import functools
+from typing import Any, Callable, Sequence
 
 import torch
 from torch import nn
