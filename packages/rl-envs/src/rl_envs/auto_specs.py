@@ -79,7 +79,8 @@ def auto_specs(
             the step writes).
 
     Raises:
-        RuntimeError: an entry of the step's output is in none of the groups (nothing is set then).
+        RuntimeError: an entry of the step's output is in none of the groups. Nothing is set
+            when anything raises.
 
     Examples:
         >>> import torch
@@ -110,11 +111,15 @@ def auto_specs(
             "and done_key; name every entry the env writes."
         )
     shape, device = env.batch_size, env.device
-    env.full_action_spec = _group(root, actions, shape, device)
-    env.full_observation_spec = _group(out, observations, shape, device)
-    env.full_reward_spec = _group(out, rewards, shape, device)
-    done = _group(out, dones, shape, device, flags=True)
-    if not done.is_empty():
-        env.full_done_spec = done
-    env.full_state_spec = _group(root, sorted(first - produced - set(actions), key=str), shape, device)
+    specs = {  # all built (and checked) before the first is set
+        "full_action_spec": _group(root, actions, shape, device),
+        "full_observation_spec": _group(out, observations, shape, device),
+        "full_reward_spec": _group(out, rewards, shape, device),
+        "full_done_spec": _group(out, dones, shape, device, flags=True),
+        "full_state_spec": _group(root, sorted(first - produced - set(actions), key=str), shape, device),
+    }
+    if specs["full_done_spec"].is_empty():
+        del specs["full_done_spec"]  # the env keeps its (default) done flags
+    for name, spec in specs.items():
+        setattr(env, name, spec)
     return env
