@@ -124,6 +124,16 @@ DELIBERATE = [
         "specs have static shapes",
     ),
     (
+        # an env writing a done flag or reward with TorchRL's trailing singleton ([*B, 1]) where our spec has [*B]
+        re.compile(
+            r"'(?:done|terminated|truncated|reward)': expected shape \[\] and dtype \S+ \(from the specs?\), "
+            r"got shape \[1\]"
+            r"|'(?:done|terminated|truncated|reward)': expected shape \[([^\]]+)\] and dtype \S+ \(from the specs?\), "
+            r"got shape \[\1, 1\]"
+        ),
+        "per-step scalars (reward, done, value, advantage, log-prob) have no trailing singleton dim",
+    ),
+    (
         # one per-step entry shaped [*B, 1] next to one shaped [*B] (the same dims), either order
         re.compile(
             r"shape \((\d+(?:, \d+)*), 1\)(?:[^;]* has shape|, expected| must have the values' shape) \(\1,?\)"

@@ -982,3 +982,34 @@ def test_auto_specs_refuses_unnamed_outputs_and_changes_nothing():
     assert env.full_observation_spec == before
     with pytest.raises(TypeError, match="observation_key must be a key or a list of keys"):
         env.auto_specs_(lambda td: td.set("action", torch.zeros(1)), observation_key=3)
+
+
+def test_rollout_auto_cast_to_device_runs_the_policy_where_its_parameters_are():
+    from rl_envs.rollout import _device_casting_policy
+
+    policy = TensorDictModule(nn.Linear(2, 1), in_keys=["obs"], out_keys=["action"])
+    torch.manual_seed(0)
+    plain = MinimalEnv().rollout(3, policy)
+    torch.manual_seed(0)
+    cast = MinimalEnv().rollout(3, policy, auto_cast_to_device=True)
+    assert (plain == cast).all()
+    # the policy and the env on one device (or a device-less env or policy): the policy runs as given
+    env = MinimalEnv()
+    assert _device_casting_policy(env, policy) is policy
+    env.device = "cpu"
+    assert _device_casting_policy(env, policy) is policy
+    seen = []
+
+    class Recorder(nn.Module):  # a module on "meta": the step's data goes there, its output comes back
+        def __init__(self):
+            super().__init__()
+            self.w = nn.Parameter(torch.zeros(1, device="meta"))
+
+        def forward(self, td):
+            seen.append(td["obs"].device)
+            return td.empty().set("action", torch.zeros(1, device="meta"))
+
+    wrapped = _device_casting_policy(env, Recorder())
+    with pytest.raises(NotImplementedError):  # meta tensors hold no data to bring back
+        wrapped(env.reset())
+    assert seen == [torch.device("meta")]

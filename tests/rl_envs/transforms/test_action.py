@@ -82,13 +82,54 @@ def test_action_scaling_pendulum_compose_and_plain_td(specs_truthful, recording_
 
 
 def test_action_scaling_bad_spec(counting_env):
-    with pytest.raises(TypeError, match="Bounded"):
+    # what the env's spec cannot give is a RuntimeError when the spec is read (TorchRL's contract)
+    with pytest.raises(RuntimeError, match="ActionScaling: key 'action' needs a float Bounded action spec"):
         TransformedEnv(counting_env(), ActionScaling()).action_spec
+    for low, high in ((float("-inf"), 1.0), (-2.0, torch.finfo(torch.float32).max)):
+        env = TransformedEnv(BoxEnv(action_shape=(3,), low=low, high=high), ActionScaling())
+        with pytest.raises(RuntimeError, match=r"bounds of 'action' must be finite \(below the dtype's largest"):
+            env.action_spec
     with pytest.raises(ValueError, match="together"):
         ActionScaling(loc=1.0)
+    with pytest.raises(ValueError, match="single action key"):
+        ActionScaling(in_keys_inv=["a", "b"])
+    with pytest.raises(ValueError, match="forward-only"):
+        ActionScaling(in_keys_inv=[])
+
+
+def test_action_scaling_refuses_a_width_that_does_not_match():
+    t = ActionScaling(loc=torch.arange(3.0), scale=torch.ones(3))
+    torch.testing.assert_close(t.normalize(torch.arange(3.0).expand(2, 3)), torch.zeros(2, 3))
+    for action in (torch.zeros(4, 1), torch.zeros(4, 5)):
+        with pytest.raises(ValueError, match=r"last dim .* does not match the 3 entries of loc and scale"):
+            t.normalize(action)
+        with pytest.raises(ValueError, match="does not match"):
+            t.denormalize(action)
+    scalar = ActionScaling(loc=1.0, scale=2.0)  # a scalar broadcasts over any width
+    torch.testing.assert_close(scalar.normalize(torch.full((4, 5), 3.0)), torch.ones(4, 5))
 
 
 # ---------------------------------------------------------------------------------------------- FlattenAction
+def test_flatten_action_inverse_of_one_tensor_and_positive_dims():
+    t = FlattenAction(action_shape=(3, 5))
+    action = torch.arange(15.0)
+    unflat = t._inv_apply_transform(action)
+    assert unflat.shape == (3, 5) and torch.equal(t._apply_transform(unflat), action)
+    with pytest.raises(RuntimeError, match="cannot disambiguate"):
+        FlattenAction(in_keys_inv=["a", "b"], action_shape=(3, 5))._inv_apply_transform(action)
+    with pytest.raises(ValueError, match="allow_positive_dim=True"):
+        FlattenAction(first_dim=0, last_dim=1)
+    with pytest.raises(ValueError, match="same sign"):
+        FlattenAction(first_dim=0, last_dim=-1, allow_positive_dim=True)
+    for batch in ([], [2]):  # positive dims count within the action, after the env's batch dims
+        base = BoxEnv(batch_size=batch, action_shape=(3, 5), low=-100.0, high=100.0)
+        env = TransformedEnv(base, FlattenAction(first_dim=0, last_dim=1, allow_positive_dim=True))
+        assert env.action_spec.shape == (*batch, 15)
+        td = env.reset().set("action", torch.arange(15.0).expand(*batch, 15))
+        env.step(td)
+        assert torch.equal(base.actions[-1], torch.arange(15.0).reshape(3, 5).expand(*batch, 3, 5))
+
+
 @pytest.mark.parametrize("batch", [[], [3]])
 def test_flatten_action_env(batch, specs_truthful):
     low = torch.arange(6.0).reshape(2, 3) - 10

@@ -692,6 +692,7 @@ class EnvBase(GeneratorState, nn.Module):
         trust_policy: bool = False,
         actions: Any = None,
         storing_device: Any = None,
+        auto_cast_to_device: bool = False,
     ) -> TensorDictBase:
         """Runs ``max_steps`` steps and returns them stacked: a ``[*batch_size, T]`` TensorDict.
 
@@ -714,6 +715,7 @@ class EnvBase(GeneratorState, nn.Module):
             trust_policy=trust_policy,
             actions=actions,
             storing_device=storing_device,
+            auto_cast_to_device=auto_cast_to_device,
         )
 
     def add_truncated_keys(self) -> EnvBase:

@@ -90,6 +90,21 @@ def _resolve_breaks(any_: bool | None, all_: bool | None) -> tuple[bool, bool]:
     return any_, all_
 
 
+def _device_casting_policy(env: Any, policy: Callable) -> Callable:
+    """``policy`` run on its own device: the step's data moved there, its output moved back to the env's."""
+    params = policy.parameters() if isinstance(policy, torch.nn.Module) else iter(())
+    first = next(params, None)
+    policy_device, env_device = (None if first is None else first.device), env.device
+    if policy_device is None or env_device is None or policy_device == env_device:
+        return policy
+
+    def run(td: TensorDictBase) -> TensorDictBase:
+        result = policy(td.to(policy_device))
+        return td.update(result.to(env_device)) if result is not None else td
+
+    return run
+
+
 def rollout(
     env: Any,
     max_steps: int,
@@ -106,6 +121,7 @@ def rollout(
     trust_policy: bool = False,
     actions: Iterable | None = None,
     storing_device: Any = None,
+    auto_cast_to_device: bool = False,
 ) -> TensorDictBase:
     """Runs ``env`` for up to ``max_steps`` steps; the steps are stacked along a last dim named ``"time"``.
 
@@ -132,6 +148,9 @@ def rollout(
             step. A sized iterable caps ``max_steps`` to its length; an iterator that runs out before
             ``max_steps`` raises ``ValueError``.
         storing_device: the device of the returned rollout (default: where the env's steps are).
+        auto_cast_to_device: move each step's TensorDict to the policy's device (that of its first
+            parameter, for an ``nn.Module`` policy) before calling it, and its output back to the
+            env's device (TorchRL's option; default ``False``: the policy gets the env's data as is).
 
     Examples:
         >>> from rl_envs import PendulumEnv
@@ -149,6 +168,8 @@ def rollout(
             max_steps = min(max_steps, len(actions))
         policy = _replay_policy(env, actions, max_steps)
     policy = _compatible_policy(env, policy, trust_policy)
+    if auto_cast_to_device:
+        policy = _device_casting_policy(env, policy)
     if auto_reset:
         td = env.reset(tensordict)
     elif tensordict is None:

@@ -66,7 +66,9 @@ class ActionScaling(Transform):
     ) -> None:
         in_keys_inv = _keys_or(in_keys_inv, ["action"])
         if len(in_keys_inv) > 1:
-            raise ValueError(f"ActionScaling: one action key per instance, got in_keys_inv={in_keys_inv}.")
+            raise ValueError(
+                f"ActionScaling: one action key per instance (a single action key), got in_keys_inv={in_keys_inv}."
+            )
         out_keys_inv = _keys_or(out_keys_inv, in_keys_inv)
         in_keys = _keys_or(in_keys, in_keys_inv or ["action"])
         super().__init__(
@@ -75,7 +77,7 @@ class ActionScaling(Transform):
         if (loc is None) != (scale is None):
             raise ValueError("ActionScaling: loc and scale must be given together (or both left to None).")
         if not in_keys_inv and loc is None:
-            raise ValueError("ActionScaling: in_keys_inv=[] (forward only) needs explicit loc and scale.")
+            raise ValueError("ActionScaling: in_keys_inv=[] (forward-only) needs explicit loc and scale.")
         self.standard_normal = bool(standard_normal)
         self._explicit = loc is not None
         if loc is not None:
@@ -137,14 +139,19 @@ class ActionScaling(Transform):
         return self.loc is not None
 
     def _init_from_spec(self, spec: Any, batch_dims: int) -> None:
+        # RuntimeError, as TorchRL: the spec read through the env cannot be scaled
         if not isinstance(spec, Bounded) or not spec.dtype.is_floating_point:
-            raise TypeError(
+            raise RuntimeError(
                 f"ActionScaling: key {self.in_keys_inv[0]!r} needs a float Bounded action spec, got {spec!r}."
             )
         first = (0,) * batch_dims  # loc/scale describe one action, not the batch
         low, high = spec.low[first], spec.high[first]
-        if not (torch.isfinite(low).all() and torch.isfinite(high).all()) or (high <= low).any():
-            raise ValueError(f"ActionScaling: the bounds of {self.in_keys_inv[0]!r} must be finite with high > low.")
+        huge = torch.finfo(spec.dtype).max  # a bound at the dtype's largest value stands for "unbounded"
+        if not (low.abs() < huge).all() or not (high.abs() < huge).all() or (high <= low).any():
+            raise RuntimeError(
+                f"ActionScaling: the bounds of {self.in_keys_inv[0]!r} must be finite (below the dtype's largest "
+                f"value) with high > low; got low={low.tolist()}, high={high.tolist()}."
+            )
         self.loc = ((high + low) / 2).to(spec.dtype)
         self.scale = ((high - low) / 2).to(spec.dtype)
 
@@ -155,14 +162,25 @@ class ActionScaling(Transform):
                 raise RuntimeError("ActionScaling: pass loc and scale, or use it inside a TransformedEnv.")
             self._init_from_spec(parent.full_action_spec[self.in_keys_inv[0]], len(parent.batch_size))
 
+    def _check_width(self, action: torch.Tensor) -> None:
+        # per-dim loc/scale must match the action's last dim, never broadcast over another width
+        width = self.loc.shape[-1] if self.loc.ndim else None
+        if width not in (None, 1) and (action.ndim == 0 or action.shape[-1] != width):
+            raise ValueError(
+                f"ActionScaling: the action's last dim ({tuple(action.shape)}) does not match the {width} entries of "
+                "loc and scale."
+            )
+
     def _apply_transform(self, action: torch.Tensor) -> torch.Tensor:
         self._ensure_initialized()
+        self._check_width(action)
         out = (action - self.loc) / self.scale
         return (out + 1) / 2 if not self.standard_normal else out
 
     def _inv_apply_transform(self, action: torch.Tensor) -> torch.Tensor:
         if self.loc is None:
             self._ensure_initialized()
+        self._check_width(action)
         if not self.standard_normal:
             action = action * 2 - 1
         return action * self.scale + self.loc
@@ -235,7 +253,8 @@ class FlattenAction(Transform):
         out_keys_inv: the keys the caller writes (default ``in_keys_inv``).
         in_keys: keys flattened by the forward path (default ``in_keys_inv``).
         out_keys: where the forward path writes (default ``in_keys``).
-        allow_positive_dim: accepted for TorchRL compatibility; positive dims are not supported.
+        allow_positive_dim: accept non-negative dims, counted from the first dim of the action itself
+            (after the env's batch dims); in an env they are turned into the negative equivalent.
         action_shape: the merged dims' original sizes (needed outside an env).
 
     Examples:
@@ -260,8 +279,15 @@ class FlattenAction(Transform):
         *,
         action_shape: Sequence[int] | None = None,
     ) -> None:
-        if first_dim >= 0 or last_dim >= 0:
-            raise ValueError(f"FlattenAction: first_dim and last_dim must be negative, got {first_dim}, {last_dim}.")
+        if not allow_positive_dim and (first_dim >= 0 or last_dim >= 0):
+            raise ValueError(
+                f"FlattenAction: first_dim and last_dim must be negative (or pass allow_positive_dim=True), got "
+                f"{first_dim}, {last_dim}."
+            )
+        if (first_dim >= 0) != (last_dim >= 0):
+            raise ValueError(
+                f"FlattenAction: first_dim and last_dim must have the same sign, got {first_dim}, {last_dim}."
+            )
         if first_dim > last_dim:
             raise ValueError(f"FlattenAction: first_dim ({first_dim}) must be <= last_dim ({last_dim}).")
         in_keys_inv = _keys_or(in_keys_inv, ["action"])
@@ -290,6 +316,20 @@ class FlattenAction(Transform):
 
     def _apply_transform(self, action: torch.Tensor) -> torch.Tensor:
         return action.flatten(self.first_dim, self.last_dim)
+
+    def _inv_apply_transform(self, action: torch.Tensor) -> torch.Tensor:
+        """Unflattens one action (a single ``in_keys_inv`` only: the tensor alone names no key)."""
+        if len(self.in_keys_inv) != 1:
+            raise RuntimeError(
+                f"FlattenAction._inv_apply_transform cannot disambiguate between in_keys_inv={self.in_keys_inv} (it "
+                "gets a tensor, not a key); use inv(), which goes key by key."
+            )
+        shape = self._shapes.get(self.in_keys_inv[0])
+        if shape is None:
+            raise RuntimeError(
+                f"FlattenAction: no original shape for {self.in_keys_inv[0]!r}; pass action_shape= or use it in an env."
+            )
+        return action.unflatten(self.last_dim, shape)
 
     def _call(self, next_tensordict: TensorDictBase) -> TensorDictBase:
         return next_tensordict  # env outputs carry no action
@@ -321,6 +361,9 @@ class FlattenAction(Transform):
     def transform_action_spec(self, action_spec: Composite) -> Composite:
         for in_key, out_key in zip(self.in_keys_inv, self.out_keys_inv):
             spec = action_spec[in_key]
+            if self.first_dim >= 0:  # allow_positive_dim: dims of the action itself, after the batch dims
+                ndim = len(spec.shape) - len(action_spec.shape)
+                self.first_dim, self.last_dim = self.first_dim - ndim, self.last_dim - ndim
             span = self._span(spec.shape, in_key)
             self._shapes[in_key] = span
             probe = torch.empty(spec.shape, device="meta").flatten(self.first_dim, self.last_dim)
