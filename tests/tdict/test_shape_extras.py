@@ -743,3 +743,37 @@ def test_gather_out_receives_the_result():
     assert torch.gather(td, 1, index, out=out) is out
     with pytest.raises(ValueError, match=r"out must be a collection of batch size \[2, 2\], got batch size \[2, 3\]"):
         td.gather(1, index, out=td)
+
+
+# ---- right-expansion (tensordict.utils.expand_right / expand_as_right) ----------------------------
+@settings(max_examples=40, deadline=None, derandomize=True)
+@given(
+    lead=st.lists(st.integers(1, 3), min_size=0, max_size=3),
+    tail=st.lists(st.integers(1, 3), min_size=0, max_size=2),
+)
+def test_expand_right_matches_a_loop(lead, tail):
+    from tdict import expand_right
+
+    tensor = torch.arange(int(torch.Size(lead).numel()), dtype=torch.float32).reshape(lead)
+    out = expand_right(tensor, (*lead, *tail))
+    assert out.shape == (*lead, *tail) and out.data_ptr() == tensor.data_ptr()  # a view
+    for index in torch.cartesian_prod(*[torch.arange(s) for s in (*lead, *tail, 1)]).reshape(
+        -1, len(lead) + len(tail) + 1
+    ):
+        index = tuple(index[:-1].tolist())
+        assert out[index] == tensor[index[: len(lead)]]
+
+
+def test_expand_right_errors_and_tensordict_destination():
+    from tdict import expand_as_right, expand_right
+
+    with pytest.raises(RuntimeError, match=r"has 2 dims \(shape \(2, 3\)\), more than the target shape \(2,\)"):
+        expand_right(torch.zeros(2, 3), (2,))
+    with pytest.raises(RuntimeError, match=r"shape \(3,\) does not match the leading dims of \(2, 4\)"):
+        expand_right(torch.zeros(3), (2, 4))
+    assert expand_right(torch.zeros(1), (5, 2)).shape == (5, 2)  # a size-one dim broadcasts
+    mask = torch.tensor([True, False])
+    dest = TensorDict(obs=torch.zeros(2, 4), nested=TensorDict(x=torch.zeros(2, 3, 5), batch_size=[2]), batch_size=[2])
+    out = expand_as_right(mask, dest)
+    assert out["obs"].shape == (2, 4) and out["nested", "x"].shape == (2, 3, 5)
+    assert out["nested", "x"][0].all() and not out["nested", "x"][1].any()

@@ -586,6 +586,20 @@ def test_batch_size_setter_validates():
         td.batch_size = [5]
 
 
+def test_batch_size_setter_grows_nested_tensordicts_with_fewer_dims():
+    """As tensordict: a nested TensorDict whose batch size is a prefix of the new one takes it too."""
+    td = TensorDict({("next", "reward"): torch.randn(10), ("next", "deep", "x"): torch.zeros(10, 2)}, [])
+    assert td["next"].batch_size == () and td["next", "deep"].batch_size == ()
+    td.batch_size = [10]
+    assert td["next"].batch_size == (10,) and td["next", "deep"].batch_size == (10,)
+    assert td[3]["next", "deep", "x"].shape == (2,)
+    # a nested leaf that cannot take it: refused, naming the leaf, and nothing changes
+    bad = TensorDict({("next", "ok"): torch.zeros(10), ("next", "deep", "x"): torch.zeros(3)}, [])
+    with pytest.raises(RuntimeError, match=r"the Tensor \('next', 'deep', 'x'\) has shape torch.Size\(\[3\]\)"):
+        bad.batch_size = [10]
+    assert bad.batch_size == () and bad["next"].batch_size == () and bad["next", "deep"].batch_size == ()
+
+
 def test_repr_mentions_keys_and_shapes():
     text = repr(make())
     assert "a: Tensor(shape=torch.Size([4, 3, 2])" in text and "batch_size=torch.Size([4, 3])" in text

@@ -123,6 +123,16 @@ def test_reward_scaling(counting_env, standard_normal, all_in, fixed_policy):
     torch.testing.assert_close(out["next", "reward"], fn(raw["next", "reward"]))
 
 
+def test_reward_scaling_maps_a_leaf_spec_like_the_composite():
+    from tdict.specs import Bounded, Composite
+
+    t = RewardScaling(loc=1.0, scale=2.0, standard_normal=False)  # x * 2 + 1
+    leaf = Bounded(0.0, 1.0, shape=(4,))
+    mapped = t.transform_reward_spec(leaf.clone())
+    whole = t.transform_reward_spec(Composite(reward=leaf.clone()))["reward"]
+    assert mapped == whole and mapped.low.tolist() == [1.0] * 4 and mapped.high.tolist() == [3.0] * 4
+
+
 def test_reward_clipping(counting_env, all_in, fixed_policy):
     base = counting_env(batch_size=[3], max_count=6, n_actions=4)
     raw = base.rollout(6, fixed_policy(ACTIONS), break_when_any_done=False)
@@ -189,10 +199,29 @@ def test_reward2go_inverse_and_forward(counting_env, fixed_policy):
     )
 
 
+def test_reward2go_on_torchrl_layout_data():
+    """Flags and rewards shaped [B, T, 1] under a TensorDict of batch [B]: time is the dim before the singleton."""
+    torch.manual_seed(0)
+    reward = torch.randn(4, 6, 1)
+    done = torch.zeros(4, 6, 1, dtype=torch.bool)
+    done[:, 2] = True
+    done[1, 5] = True
+    td = TensorDict(next=TensorDict(reward=reward, done=done, batch_size=[4]), batch_size=[4])
+    out = Reward2GoTransform(gamma=0.9, out_keys=["rtg"]).inv(td)
+    expected = reward_to_go(reward[..., 0], done[..., 0], 0.9)  # our layout [B, T], the same numbers
+    torch.testing.assert_close(out["rtg"], expected[..., None])
+    with pytest.raises(KeyError, match=r"Could not find the reward .*next.*other.* in the trajectory"):
+        Reward2GoTransform(in_keys=[("next", "other")]).inv(td)
+
+
 def test_reward2go_errors(counting_env):
-    env = TransformedEnv(counting_env(), Reward2GoTransform())
     with pytest.raises(ValueError, match="not inside an env"):
-        env.rollout(3)
+        TransformedEnv(counting_env(), Reward2GoTransform())
+    inner = Compose(StepCounter(), Reward2GoTransform())  # refused through a Compose too, which stays free
+    with pytest.raises(ValueError, match="not inside an env"):
+        TransformedEnv(counting_env(), inner)
+    assert inner.container is None
+    assert Compose(Reward2GoTransform()).container is None  # outside an env it is welcome
     td = TensorDict(
         next=TensorDict(reward=torch.ones(2, 3), done=torch.zeros(2, 3, dtype=torch.bool), batch_size=[2, 3]),
         batch_size=[2, 3],

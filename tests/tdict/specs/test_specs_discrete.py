@@ -122,6 +122,10 @@ class TestOneHot:
         with pytest.raises(ValueError, match="event dim"):
             spec.unsqueeze(-1)
         assert spec.enumerate().shape == (3, 2, 3) and spec.cardinality() == 3
+        # an event dim of size one: a 1 after it is the same shape as a 1 before it (TorchRL's nested mock envs)
+        single = Binary(1, shape=(2, 1))
+        assert single.unsqueeze(-1).shape == (2, 1, 1) and single.unsqueeze(-1) == single.unsqueeze(-2)
+        assert single.unsqueeze(-1).expand(2, 4, 1).rand().shape == (2, 4, 1)
 
 
 class TestBinary:

@@ -14,6 +14,8 @@ from tdict import NonTensorData
 from tdict.specs import (
     Binary,
     Bounded,
+    BoundedContinuous,
+    BoundedDiscrete,
     Categorical,
     Choice,
     Composite,
@@ -28,6 +30,21 @@ from tdict.specs import (
 )
 
 SETTINGS = settings(max_examples=60, deadline=None, derandomize=True)
+
+
+# ---- the Bounded family ---------------------------------------------------------------------------
+def test_bounded_family_equal_and_stack():
+    d = BoundedDiscrete(0, 4, shape=(2,))
+    assert d.dtype == torch.int64 and d.domain == "discrete" and d.low.tolist() == [0, 0]
+    assert d == Bounded(0, 4, shape=(2,), dtype=torch.int64) and Bounded(0, 4, shape=(2,), dtype=torch.int64) == d
+    c = BoundedContinuous(-1.0, 1.0, shape=(3,))
+    assert c.dtype == torch.float32 and c.domain == "continuous" and c == Bounded(-1.0, 1.0, shape=(3,))
+    assert d != Bounded(0, 5, shape=(2,), dtype=torch.int64) and c != Bounded(-1.0, 2.0, shape=(3,))
+    assert c != Unbounded(shape=(3,)) and d != Categorical(5, shape=(2,))
+    s = torch.stack([d, Bounded(0, 4, shape=(2,), dtype=torch.int64)], 0)
+    assert isinstance(s, Bounded) and s.shape == (2, 2)
+    x = d.rand((50,))
+    assert x.dtype == torch.int64 and d.is_in(x) and bool(((x >= 0) & (x <= 4)).all())
 
 
 # ---- the Unbounded family -------------------------------------------------------------------------

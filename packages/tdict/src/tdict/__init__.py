@@ -23,6 +23,7 @@ from .metadata import MetaData
 from .non_tensor import NonTensorData, is_non_tensor
 from .non_tensor_stack import NonTensorStack
 from .consolidate import from_consolidated
+from .expand import expand_as_right, expand_right
 from .persistence import MemmapLoadError, load, load_memmap, memmap, save
 from .tensorclass import TensorClass, is_tensorclass, tensorclass
 from .tensordict import TensorDict
@@ -81,6 +82,8 @@ __all__ = [
     "TypedTensorDict",
     "UnbatchedTensor",
     "cat",
+    "expand_as_right",
+    "expand_right",
     "from_consolidated",
     "is_leaf_nontensor",
     "is_non_tensor",

@@ -140,7 +140,10 @@ class Transform(nn.Module):
 
     def _check_pairs(self, ins: list, outs: list, what: str) -> None:
         if len(ins) != len(outs):
-            raise ValueError(f"{type(self).__name__}: {what} keys and their outputs differ in length: {ins} vs {outs}.")
+            raise ValueError(
+                f"{type(self).__name__} expects the same number of input and output keys: {what} keys and their "
+                f"outputs differ in length: {ins} vs {outs}."
+            )
 
     # ------------------------------------------------------------------ forward direction
     def _apply_transform(self, value: torch.Tensor) -> torch.Tensor:
@@ -261,15 +264,30 @@ class Transform(nn.Module):
             raise RuntimeError(
                 f"{type(self).__name__} already belongs to {type(self._container).__name__}; use transform.clone()."
             )
+        previous = self._container
         self.__dict__["_container"] = container
+        try:
+            self._check_attachment()
+        except Exception:
+            self.__dict__["_container"] = previous
+            raise
 
-    def notify_specs_changed(self) -> None:
-        """Tells the env holding this transform to recompute its specs (e.g. after new statistics)."""
+    def _check_attachment(self) -> None:
+        """Called whenever this transform, or a Compose holding it, gets a new container: raise here to
+        refuse a place (e.g. inside an env); the container is then left as it was."""
+
+    def _holding_env(self) -> Any:
+        """The env at the top of this transform's chain of containers, or None."""
         container = self._container
         while isinstance(container, Transform):
             container = container._container
-        if container is not None:
-            container._specs_changed()
+        return container
+
+    def notify_specs_changed(self) -> None:
+        """Tells the env holding this transform to recompute its specs (e.g. after new statistics)."""
+        env = self._holding_env()
+        if env is not None:
+            env._specs_changed()
 
     def reset_parent(self) -> None:
         """Detaches the transform from its container (``container`` becomes ``None``)."""
@@ -364,6 +382,10 @@ class Compose(Transform):
     def set_seed(self, seed: int | None) -> int | None:
         """Seeds the transforms in turn, each with the seed the previous one returned."""
         return chain_seeds(seed, [t.set_seed for t in self])
+
+    def _check_attachment(self) -> None:
+        for t in self.__dict__.get("_modules", {}).get("transforms", ()):  # absent while __init__ adds them
+            t._check_attachment()
 
     def _call(self, next_tensordict: TensorDictBase) -> TensorDictBase:
         for t in self:

@@ -3,10 +3,10 @@ decision-transformer target returns."""
 
 from __future__ import annotations
 
-from typing import Sequence
+from typing import Any, Sequence
 
 import torch
-from tdict import TensorDictBase
+from tdict import TensorDictBase, expand_as_right
 from tdict import NestedKey
 from tdict.specs import Bounded, Categorical, Composite, Unbounded
 
@@ -31,10 +31,6 @@ def _prefix(key: NestedKey) -> tuple:
 def _join(prefix: tuple, name: NestedKey) -> NestedKey:
     path = (*prefix, *((name,) if isinstance(name, str) else name))
     return path[0] if len(path) == 1 else path
-
-
-def _expand_right(mask: torch.Tensor, value: torch.Tensor) -> torch.Tensor:
-    return mask.reshape(tuple(mask.shape) + (1,) * (value.ndim - mask.ndim))
 
 
 def _segment_cumsum(reward: torch.Tensor, done: torch.Tensor, tdim: int) -> torch.Tensor:
@@ -123,7 +119,7 @@ class RewardSum(Transform):
                 old = self._sums.get(out_key)
                 mask = tensordict.get(reset_key, None) if tensordict is not None else None
                 if old is not None and mask is not None and old.shape == zero.shape:
-                    zero = torch.where(_expand_right(mask.reshape(zero.shape[: mask.ndim]), zero), zero, old)
+                    zero = torch.where(expand_as_right(mask.reshape(zero.shape[: mask.ndim]), zero), zero, old)
                 self._sums[out_key] = zero
             else:
                 tensordict_reset.set(out_key, zero)
@@ -219,7 +215,11 @@ class RewardScaling(Transform):
             )
         return Unbounded(shape=leaf.shape, dtype=leaf.dtype, device=leaf.device)
 
-    def transform_reward_spec(self, reward_spec: Composite) -> Composite:
+    def transform_reward_spec(self, reward_spec: Any) -> Any:
+        """Maps the reward spec; a leaf spec (TorchRL accepts one) is mapped as the spec of the first in_key."""
+        if not isinstance(reward_spec, Composite):
+            key = self.in_keys[0]
+            return _map_reward_specs(self, Composite({key: reward_spec}), self._spec)[key]
         return _map_reward_specs(self, reward_spec, self._spec)
 
     def __repr__(self) -> str:
@@ -336,9 +336,10 @@ class Reward2GoTransform(Transform):
         [1.5, 1.0, 1.5, 1.0]
     """
 
+    # no regex metacharacters: callers match it with pytest.raises(match=ENV_ERR), as in TorchRL's tests
     ENV_ERR = (
         "Reward2GoTransform needs complete trajectories: use it on a replay buffer or on collected data "
-        "(transform.inv(batch)), not inside an env."
+        "with transform.inv, not inside an env"
     )
 
     gamma: torch.Tensor  # a buffer
@@ -357,27 +358,31 @@ class Reward2GoTransform(Transform):
         self.register_buffer("gamma", torch.as_tensor(gamma, dtype=torch.get_default_dtype()))
         self.done_key = done_key
 
-    def set_container(self, container) -> None:
-        """Records the container, which must not be an env.
-
-        Raises:
-            ValueError: ``container`` is an env (the transform needs whole trajectories).
-        """
+    def _check_attachment(self) -> None:
+        # refused inside an env, directly or through a Compose (it needs whole trajectories)
         from ..env_base import EnvBase
 
-        if isinstance(container, EnvBase):
+        if isinstance(self._holding_env(), EnvBase):
             raise ValueError(self.ENV_ERR)
-        super().set_container(container)
 
     def _call(self, next_tensordict: TensorDictBase) -> TensorDictBase:
         raise ValueError(self.ENV_ERR)
 
     def _compute(self, tensordict: TensorDictBase) -> TensorDictBase:
-        tdim = _time_dim(tensordict)
         done_key = ("next", self.done_key) if isinstance(self.done_key, str) else ("next", *self.done_key)
         done = tensordict.get(done_key, None)
         if done is None:
             raise KeyError(f"Reward2GoTransform: the trajectory has no {done_key!r} entry.")
+        missing = [k for k in self.in_keys if tensordict.get(k, None) is None]
+        if missing:
+            raise KeyError(
+                f"Reward2GoTransform: Could not find the reward {missing[0]!r} in the trajectory; it holds "
+                f"{sorted(map(str, tensordict.keys(True, True)))}."
+            )
+        if done.ndim > tensordict.batch_dims and done.shape[-1] == 1:
+            tdim = done.ndim - 2  # TorchRL's layout: flags [..., T, 1], time the dim before the singleton
+        else:
+            tdim = _time_dim(tensordict)
         if not bool(done.any(tdim).all()):
             raise RuntimeError(
                 "Reward2GoTransform: some trajectory has no episode end (no done along the time dim); the "

@@ -25,7 +25,8 @@ def _time_dim(tensordict: TensorDictBase) -> int:
     """The batch dim named ``"time"`` (what ``rollout`` writes), else the last batch dim."""
     if tensordict.batch_dims == 0:
         raise ValueError(
-            "expected a trajectory TensorDict with a time dim (batch_size [*batch, T]), got batch_size []."
+            "At least one dimension of the tensordict must be the time dim: expected a trajectory TensorDict "
+            "(batch_size [*batch, T]), got batch_size []."
         )
     names = getattr(tensordict, "names", None)
     if names is not None:

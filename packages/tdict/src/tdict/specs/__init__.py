@@ -13,7 +13,7 @@ Examples:
 """
 
 from .base import TensorSpec
-from .bounded import Bounded, ContinuousBox
+from .bounded import Bounded, BoundedContinuous, BoundedDiscrete, ContinuousBox
 from .choice import Choice
 from .composite import Composite
 from .discrete import Binary, Categorical, MultiCategorical, MultiOneHot, OneHot
@@ -24,6 +24,8 @@ from .unbounded import Unbounded, UnboundedContinuous, UnboundedDiscrete
 __all__ = [
     "Binary",
     "Bounded",
+    "BoundedContinuous",
+    "BoundedDiscrete",
     "Categorical",
     "Choice",
     "Composite",

@@ -434,11 +434,14 @@ class TensorSpec:
 
     def unsqueeze(self, dim: int) -> "TensorSpec":
         """Insert a singleton batch dim at ``dim`` (negative dims count from the end of the whole shape, as in
-        TorchRL; a one-hot spec's event dim stays last, so ``-1`` is refused there with a ``ValueError``)."""
+        TorchRL; a one-hot spec's event dim stays last, so ``-1`` is refused there with a ``ValueError``, unless
+        the event dim has size one)."""
         n, nb = len(self.shape), len(self._batch_shape)
         if not -n - 1 <= dim <= n:
             raise IndexError(f"{type(self).__name__}.unsqueeze: dim {dim} out of range for shape {tuple(self.shape)}")
         dim = dim + n + 1 if dim < 0 else dim
+        if dim > nb and all(s == 1 for s in self.shape[nb:]):
+            dim = nb  # an event dim of size one: a 1 after it is the same shape as a 1 before it (TorchRL allows it)
         if dim > nb:
             raise ValueError(
                 f"{type(self).__name__}.unsqueeze: dim {dim} would follow the event dim, which must remain last"
@@ -539,6 +542,10 @@ class TensorSpec:
     def __eq__(self, other: Any) -> bool:
         if type(other) is not type(self):
             return False
+        return self._equal_content(other)
+
+    def _equal_content(self, other: Any) -> bool:
+        """Equal shape, dtype, device, tensors and extras (the class is the caller's business)."""
         if self.shape != other.shape or self.dtype != other.dtype or self.device != other.device:
             return False
         if self._tensors.keys() != other._tensors.keys():

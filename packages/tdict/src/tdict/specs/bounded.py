@@ -13,7 +13,7 @@ from .base import TensorSpec, _draw_on, _leaf_device, _moved, _size, _spec_shape
 if TYPE_CHECKING:
     from typing_extensions import Self  # typing.Self is new in 3.11
 
-__all__ = ["Bounded", "ContinuousBox"]
+__all__ = ["Bounded", "BoundedContinuous", "BoundedDiscrete", "ContinuousBox"]
 
 
 class ContinuousBox:
@@ -328,3 +328,45 @@ class Bounded(TensorSpec):
 
     def _repr_extra(self) -> str:
         return f", low={self.low}, high={self.high}"
+
+    def __eq__(self, other: Any) -> bool:
+        """Equal to any spec of the Bounded family (:class:`BoundedContinuous`, :class:`BoundedDiscrete`)
+        with the same shape, dtype, device and bounds."""
+        if isinstance(other, Bounded):
+            return self._equal_content(other)
+        return super().__eq__(other)
+
+    __hash__ = None  # pyright: ignore[reportAssignmentType]  (mutable, like TensorSpec)
+
+
+class BoundedContinuous(Bounded):
+    """A :class:`Bounded` spec of floating-point values (TorchRL's name; default dtype: torch's default float).
+
+    It equals a :class:`Bounded` spec of the same shape, dtype, device and bounds.
+
+    Examples:
+        >>> import torch
+        >>> from tdict.specs import Bounded, BoundedContinuous
+        >>> spec = BoundedContinuous(-1.0, 1.0, shape=(3,))
+        >>> spec.rand().dtype, spec == Bounded(-1.0, 1.0, shape=(3,)), spec.domain
+        (torch.float32, True, 'continuous')
+    """
+
+
+class BoundedDiscrete(Bounded):
+    """A :class:`Bounded` spec of integer values (TorchRL's name; default dtype ``torch.int64``).
+
+    It equals a :class:`Bounded` spec of the same shape, dtype, device and bounds.
+
+    Examples:
+        >>> import torch
+        >>> from tdict.specs import Bounded, BoundedDiscrete
+        >>> spec = BoundedDiscrete(0, 4, shape=(2,))
+        >>> spec.rand().dtype, spec == Bounded(0, 4, shape=(2,), dtype=torch.int64), spec.domain
+        (torch.int64, True, 'discrete')
+    """
+
+    def __init__(
+        self, low: Any, high: Any, shape: Any = None, device: Any = None, dtype: torch.dtype | None = torch.int64
+    ) -> None:
+        super().__init__(low, high, shape, device, dtype if dtype is not None else torch.int64)

@@ -10,6 +10,7 @@ from ..lazy import lazy_stack
 from .base import TensorSpec, _device, _shape_args, _size
 from .choice import Choice
 from .composite import Composite, _is_key, _KeyList
+from .bounded import Bounded
 from .unbounded import Unbounded
 
 __all__ = ["Stacked", "StackedComposite", "index_select_spec", "stack_specs"]
@@ -17,8 +18,9 @@ __all__ = ["Stacked", "StackedComposite", "index_select_spec", "stack_specs"]
 
 def _family(cls: type) -> type:
     """The class specs must share to be stacked: the Unbounded family (Unbounded, UnboundedContinuous,
-    UnboundedDiscrete) counts as one, as TorchRL's (whose ``Unbounded(...)`` builds one of the two)."""
-    return Unbounded if issubclass(cls, Unbounded) else cls
+    UnboundedDiscrete) counts as one, as TorchRL's (whose ``Unbounded(...)`` builds one of the two), and
+    so does the Bounded family (Bounded, BoundedContinuous, BoundedDiscrete)."""
+    return Unbounded if issubclass(cls, Unbounded) else Bounded if issubclass(cls, Bounded) else cls
 
 
 def _norm_dim(dim: int, ndim: int) -> int:
