@@ -136,7 +136,7 @@ DELIBERATE = [
             r"|'(?:done|terminated|truncated|reward)': expected shape \[([^\]]+)\] and dtype \S+ \(from the specs?\), "
             r"got shape \[\1, 1\]"
         ),
-        "per-step scalars (reward, done, value, advantage, log-prob) have no trailing singleton dim",
+        "an env's done flags and reward are per-step scalars: no trailing singleton dim",
     ),
     (
         # one per-step entry shaped [*B, 1] next to one shaped [*B] (the same dims), either order

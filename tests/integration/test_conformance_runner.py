@@ -192,6 +192,33 @@ def test_singleton_dim_mixes_count_as_deliberate_and_nothing_else():
     assert not any(pattern.search(m) for m in others)
 
 
+def test_env_flag_and_default_shape_patterns_count_as_deliberate_and_nothing_else():
+    def pattern(reason: str):
+        return next(p for p, why in conformance.DELIBERATE if why == reason)
+
+    flags = pattern("an env's done flags and reward are per-step scalars: no trailing singleton dim")
+    assert flags.search(
+        "ValueError: TransformedEnv._step output 'done': expected shape [] and dtype torch.bool (from the spec), "
+        "got shape [1] and dtype torch.bool."
+    )
+    assert flags.search(
+        "ValueError: X._step output 'reward': expected shape [2] and dtype torch.float32 (from the specs), "
+        "got shape [2, 1] and dtype torch.float32."
+    )
+    for other in (
+        "ValueError: X._step output 'reward': expected shape [2] and dtype torch.float32 (from the spec), got shape [21]",
+        "ValueError: X._step output 'obs': expected shape [] and dtype torch.float32 (from the spec), got shape [1]",
+        "ValueError: X._step output 'done': expected shape [2] and dtype torch.bool (from the spec), got shape [3, 1]",
+    ):
+        assert not flags.search(other), other
+    default = pattern(
+        "Unbounded() and NonTensor() default to shape () (TorchRL: (1,)); per-step scalars have no trailing dim"
+    )
+    assert default.search("assert torch.Size([]) == torch.Size([1])")
+    assert not default.search("assert torch.Size([2]) == torch.Size([2, 1])")
+    assert not default.search("assert torch.Size([]) == torch.Size([3])")
+
+
 def test_objectives_aliases_reach_the_functional_estimators(tmp_path):
     proc = _python(
         """
