@@ -57,8 +57,8 @@ def test_squeeze_compose_inverse_and_plain_td(specs_truthful):
     sample = TensorDict(x=torch.rand(2, 5, 4, 1), batch_size=[2, 5])
     out = SqueezeTransform(-1, in_keys=["x"], out_keys=["y"])(sample.clone())
     torch.testing.assert_close(out["y"], sample["x"][..., 0])
-    with pytest.raises(ValueError, match="size is not 1"):
-        SqueezeTransform(-2, in_keys=["x"])(sample.clone())
+    # dim -2 has size 4: left as it is, as torch.squeeze(-2) does
+    torch.testing.assert_close(SqueezeTransform(-2, in_keys=["x"])(sample.clone())["x"], sample["x"])
     with pytest.raises(ValueError, match="negative"):
         UnsqueezeTransform(0, in_keys=["x"])
 
@@ -131,3 +131,31 @@ def test_permute_inverse_compose_and_plain_td(specs_truthful):
     specs_truthful(env, rollout)
     with pytest.raises(ValueError, match="permutation"):
         PermuteTransform([0, 1])
+
+
+def test_unsqueeze_and_squeeze_with_positive_dims_count_from_the_tensor_start():
+    from tdict.specs import Bounded
+
+    t = UnsqueezeTransform(1, in_keys=["obs"], allow_positive_dim=True)
+    assert t(TensorDict(obs=torch.zeros(3, 16)))["obs"].shape == (3, 1, 16)
+    assert t(TensorDict(obs=torch.zeros(2, 3), batch_size=[2]))["obs"].shape == (2, 1, 3)
+    with pytest.raises(RuntimeError, match="batch dimension mismatch"):  # dim 1 is a batch dim here
+        t(TensorDict(obs=torch.zeros(2, 4, 3), batch_size=[2, 4]))
+    # a leaf spec is mapped as it is (TorchRL's call), a Composite key by key
+    assert t.transform_observation_spec(Bounded(-1.0, 1.0, shape=(3, 16))).shape == (3, 1, 16)
+    squeeze = SqueezeTransform(1, in_keys=["obs"], allow_positive_dim=True)
+    torch.testing.assert_close(
+        squeeze(TensorDict(obs=torch.arange(6.0).reshape(3, 1, 2)))["obs"], torch.arange(6.0).reshape(3, 2)
+    )
+    with pytest.raises(ValueError, match="must be a negative"):
+        UnsqueezeTransform(1, in_keys=["obs"])
+
+
+def test_squeeze_leaves_a_dim_that_is_not_single_as_torch_does():
+    t = SqueezeTransform(-2, in_keys=["obs"])
+    value = torch.arange(6.0).reshape(2, 3)
+    out = t(TensorDict(obs=value.clone()))["obs"]
+    assert torch.equal(out, value.squeeze(-2)) and out.shape == (2, 3)
+    assert t(TensorDict(obs=torch.zeros(4, 1, 3)))["obs"].shape == (4, 3)
+    with pytest.raises(ValueError, match="cannot squeeze dim -2"):  # the inverse of an unsqueeze still checks
+        UnsqueezeTransform(-2, in_keys_inv=["action"]).inv(TensorDict(action=torch.zeros(2, 3)))

@@ -70,9 +70,11 @@ class _MapTransform(Transform):
         return self._spec_fn(spec)
 
     @staticmethod
-    def _map_specs(composite: Composite, ins: list, outs: list, fn: Callable, drop_in: bool) -> Composite:
+    def _map_specs(composite: Any, ins: list, outs: list, fn: Callable, drop_in: bool) -> Any:
         if not ins:
             return composite
+        if not isinstance(composite, Composite):  # a leaf spec (TorchRL accepts one): mapped as it is
+            return fn(composite)
         present = set(composite.keys(True, True))
         for in_key, out_key in zip(ins, outs):
             in_key, out_key = _norm_key(in_key), _norm_key(out_key)

@@ -38,6 +38,9 @@ class UnsqueezeTransform(_MapTransform):
         in_keys_inv: entries the inner env reads; the caller gives them with the extra dim and the
             inverse squeezes it (e.g. a policy that outputs ``[*batch, 1, 1]`` actions).
         out_keys_inv: the entries the caller gives (default ``in_keys_inv``).
+        allow_positive_dim: accept a non-negative ``dim``, counted from the tensor's first dim (batch
+            dims included, as TorchRL); a dim inside the batch dims then fails when the result is
+            written back.
 
     Examples:
         >>> import torch
@@ -54,9 +57,15 @@ class UnsqueezeTransform(_MapTransform):
         out_keys: NestedKey | Sequence[NestedKey] | None = None,
         in_keys_inv: NestedKey | Sequence[NestedKey] | None = None,
         out_keys_inv: NestedKey | Sequence[NestedKey] | None = None,
+        *,
+        allow_positive_dim: bool = False,
     ) -> None:
         super().__init__(in_keys, out_keys, in_keys_inv, out_keys_inv)
-        self.dim = _negative_dim(type(self).__name__, dim, "dim")
+        if allow_positive_dim and isinstance(dim, int) and not isinstance(dim, bool) and dim >= 0:
+            self.dim = dim  # counted from the first dim of the tensor, batch dims included (TorchRL's meaning)
+        else:
+            self.dim = _negative_dim(type(self).__name__, dim, "dim")
+        self.allow_positive_dim = bool(allow_positive_dim)
         self._check_pairs(self.in_keys, self.out_keys, "in")
         self._check_pairs(self.in_keys_inv, self.out_keys_inv, "inverse")
 
@@ -88,8 +97,10 @@ class UnsqueezeTransform(_MapTransform):
 class SqueezeTransform(UnsqueezeTransform):
     """Removes the singleton feature dim ``dim`` (negative); the inverse inserts it back.
 
+    As ``torch.squeeze(dim)`` (and TorchRL), an entry whose ``dim`` is not of size one is left as it is.
+
     Args:
-        dim: the dim to remove, counted from the end; its size must be 1.
+        dim: the dim to remove, counted from the end.
         in_keys: entries squeezed on the way out of the env.
         out_keys: where the results go (default ``in_keys``).
         in_keys_inv: entries the inner env reads; the caller gives them without the dim.
@@ -103,14 +114,17 @@ class SqueezeTransform(UnsqueezeTransform):
         torch.Size([4, 3])
     """
 
+    def _squeeze_if_single(self, value: torch.Tensor) -> torch.Tensor:
+        return value.squeeze(self.dim) if value.shape[self.dim] == 1 else value
+
     def _apply_transform(self, value: torch.Tensor) -> torch.Tensor:
-        return self._squeeze(value)
+        return self._squeeze_if_single(value)
 
     def _inv_apply_transform(self, value: torch.Tensor) -> torch.Tensor:
         return self._unsqueeze(value)
 
     def _spec_fn(self, spec: Any) -> Any:
-        return map_spec(spec, self._squeeze)
+        return map_spec(spec, self._squeeze_if_single)
 
 
 class FlattenObservation(_MapTransform):
