@@ -133,6 +133,20 @@ def test_parent_sees_the_preceding_transforms():
     assert env.transform[1] is second
 
 
+def test_transform_attribute_is_the_single_transform_given_until_the_chain_grows():
+    """TorchRL: ``TransformedEnv(env, t).transform is t``; a Compose given, or a grown chain, is a Compose."""
+    counter = StepCounter(max_steps=3)
+    env = TransformedEnv(PendulumEnv(), counter)
+    assert env.transform is counter and counter.parent is not None
+    assert env.rollout(5)["next", "step_count"].tolist() == [1, 2, 3]
+    added = AddOne(in_keys=["th"], out_keys=["th1"])
+    env.append_transform(added)
+    assert isinstance(env.transform, Compose) and list(env.transform) == [counter, added]
+    given = Compose(StepCounter())
+    assert TransformedEnv(PendulumEnv(), given).transform is given
+    assert isinstance(TransformedEnv(PendulumEnv()).transform, Compose)
+
+
 def test_attribute_forwarding_and_spec_setters():
     env = TransformedEnv(PendulumEnv(), StepCounter())
     assert env.gen_params is not None and callable(env.gen_params)  # a PendulumEnv method
@@ -214,3 +228,14 @@ def test_reset_fills_missing_done_flags_with_the_leading_batch_of_a_stateless_en
     out = env.reset(env.gen_params(batch_size=[3]))
     for key in ("done", "terminated", "truncated"):
         assert out[key].shape == torch.Size([3]) and not out[key].any()
+
+
+def test_step_count_and_init_keys_list_what_is_written():
+    from rl_envs import InitTracker
+
+    env = TransformedEnv(PendulumEnv(), Compose(StepCounter(step_count_key="n"), InitTracker()))
+    counter, tracker = env.transform
+    assert counter.step_count_keys == ["n"] and tracker.init_keys == ["is_init"]
+    rollout = env.rollout(3)
+    assert all(key in rollout.keys() for key in (*counter.step_count_keys, *tracker.init_keys))
+    assert rollout["is_init"].tolist() == [True, False, False] and rollout["next", "n"].tolist() == [1, 2, 3]

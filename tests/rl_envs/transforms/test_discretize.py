@@ -88,7 +88,7 @@ def test_discretizer_one_hot_pendulum(batch, specs_truthful):
     assert isinstance(spec, MultiOneHot) and spec.shape == (*batch, 5)
     r = env.rollout(4)
     index = r["action"].long().argmax(-1)
-    torch.testing.assert_close(env.transform[0].to_continuous(r["action"]).squeeze(-1), -2 + (index + 0.5) * 0.8)
+    torch.testing.assert_close(env.transform.to_continuous(r["action"]).squeeze(-1), -2 + (index + 0.5) * 0.8)
     specs_truthful(env, r)
 
 
@@ -126,7 +126,7 @@ def test_discretizer_scalar_action_and_out_key(specs_truthful):
 
 def test_discretizer_plain_td_and_errors(counting_env):
     env = TransformedEnv(PendulumEnv(), ActionDiscretizer(3))
-    t = env.transform[0]
+    t = env.transform
     env.action_spec  # builds the grid
     td = TensorDict(action=torch.tensor([[0], [1], [2]]), batch_size=[3])
     assert t(td.clone())["action"].tolist() == [[0], [1], [2]]  # forward leaves buffer data discrete

@@ -83,7 +83,7 @@ def test_double_to_float_env(batch_size, specs_truthful):
     assert env.state_spec["gain"].dtype == torch.float32
     assert isinstance(env.observation_spec["obs"], Bounded)
     rollout = env.rollout(4, _policy(batch_size, ACTIONS))
-    t = env.transform[0]
+    t = env.transform
     assert t.in_keys == ["obs", "reward"] and t.in_keys_inv == ["action", "gain"]
     for key in ["obs", "action", "gain", ("next", "obs"), ("next", "reward")]:
         assert rollout[key].dtype == torch.float32, key
@@ -180,7 +180,7 @@ def test_device_cast_env(batch_size, specs_truthful):
     rollout = env.rollout(3, policy)
     torch.testing.assert_close(rollout["next", "observation"], ref["next", "observation"])
     assert rollout["observation"].device.type == "cpu"
-    assert env.transform[0]._target_orig() == torch.device("cpu")
+    assert env.transform._target_orig() == torch.device("cpu")
     specs_truthful(env, rollout)
 
 

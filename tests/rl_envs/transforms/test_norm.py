@@ -52,12 +52,12 @@ def test_observation_norm_init_stats(standard_normal, specs_truthful):
     env = TransformedEnv(PendulumEnv(seed=3), ObservationNorm(in_keys=["observation"], standard_normal=standard_normal))
     assert isinstance(env.full_observation_spec["observation"], Unbounded)  # no stats yet
     torch.manual_seed(0)
-    env.transform[0].init_stats(50)
+    env.transform.init_stats(50)
     ref_env = PendulumEnv(seed=3)
     torch.manual_seed(0)
     data = ref_env.rollout(50)["observation"]
     mean, std = data.mean(0), data.std(0)
-    t = env.transform[0]
+    t = env.transform
     if standard_normal:
         torch.testing.assert_close(t.loc, mean)
         torch.testing.assert_close(t.scale, std)
@@ -81,12 +81,12 @@ def test_observation_norm_init_stats_batched_reduce_dims():
         PendulumEnv(batch_size=[3], seed=1), ObservationNorm(in_keys=["observation"], standard_normal=True)
     )
     torch.manual_seed(0)
-    env.transform[0].init_stats(30, reduce_dim=(0, 1), cat_dim=1, keep_dims=(1,))
+    env.transform.init_stats(30, reduce_dim=(0, 1), cat_dim=1, keep_dims=(1,))
     ref = PendulumEnv(batch_size=[3], seed=1)
     torch.manual_seed(0)
     data = ref.rollout(30)["observation"]
-    torch.testing.assert_close(env.transform[0].loc, data.mean((0, 1), keepdim=True)[0])
-    assert env.transform[0].loc.shape == (1, 3)
+    torch.testing.assert_close(env.transform.loc, data.mean((0, 1), keepdim=True)[0])
+    assert env.transform.loc.shape == (1, 3)
 
 
 def test_observation_norm_plain_td_and_errors():
@@ -180,7 +180,7 @@ def test_vecnorm_two_envs_share_stats():
     env_b = TransformedEnv(PendulumEnv(seed=1), VecNorm(in_keys=["observation"], shared_td=shared, decay=1.0))
     env_a.rollout(3), env_b.rollout(4)
     assert shared["observation_count"].item() == 3 + 4 + 2  # steps + one reset each
-    assert env_a.transform[0].loc["observation"].tolist() == env_b.transform[0].loc["observation"].tolist()
+    assert env_a.transform.loc["observation"].tolist() == env_b.transform.loc["observation"].tolist()
     with pytest.raises(ValueError, match="shared memory"):
         VecNorm(in_keys=["observation"], shared_td=TensorDict(observation_sum=torch.zeros(3)))
 

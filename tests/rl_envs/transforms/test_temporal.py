@@ -181,7 +181,7 @@ def test_timemaxpool_single_env_in_place():
 # ---------------------------------------------------------------------- NextObservationDelta
 def test_next_observation_delta_single_env(added_keys_match):
     env = TransformedEnv(PendulumEnv(seed=0), NextObservationDelta())
-    assert sorted(env.transform[0].in_keys) == ["observation", "th", "thdot"]
+    assert sorted(env.transform.in_keys) == ["observation", "th", "thdot"]
     r = env.rollout(5)
     delta = r["next", "delta", "observation"]
     assert delta.dtype == torch.float16

@@ -47,7 +47,7 @@ class ActionScaling(Transform):
         >>> env = TransformedEnv(PendulumEnv(), ActionScaling())
         >>> env.action_spec.low.tolist(), env.action_spec.high.tolist()
         ([-1.0], [1.0])
-        >>> env.transform[0].inv(env.reset().set("action", torch.tensor([0.5])))["action"].tolist()
+        >>> env.transform.inv(env.reset().set("action", torch.tensor([0.5])))["action"].tolist()
         [1.0]
     """
 

@@ -39,7 +39,7 @@ class ActionDiscretizer(Transform):
         >>> env = TransformedEnv(PendulumEnv(), ActionDiscretizer(4))
         >>> type(env.action_spec).__name__, env.action_spec.nvec.tolist()
         ('MultiCategorical', [4])
-        >>> env.transform[0].intervals.tolist()  # centres of 4 intervals over [-2, 2]
+        >>> env.transform.intervals.tolist()  # centres of 4 intervals over [-2, 2]
         [[-1.5, -0.5, 0.5, 1.5]]
     """
 

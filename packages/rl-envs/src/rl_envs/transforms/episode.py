@@ -85,6 +85,11 @@ class InitTracker(Transform):
     def out_keys(self, value: Any) -> None:
         pass
 
+    @property
+    def init_keys(self) -> list:
+        """The ``is_init`` entries written, one per done group of the parent (TorchRL's name)."""
+        return self.out_keys
+
     def _reset(self, tensordict: TensorDictBase | None, tensordict_reset: TensorDictBase) -> TensorDictBase:
         for reset_key, init_key, done_key in self._init_pairs():
             shape = tensordict_reset.get(done_key).shape

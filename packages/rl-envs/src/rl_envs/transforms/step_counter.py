@@ -95,6 +95,11 @@ class StepCounter(Transform):
         self.__dict__["_group_done_cache"] = (parent, keys)
         return keys
 
+    @property
+    def step_count_keys(self) -> list:
+        """The step-count entries written (TorchRL's list form): the one ``step_count_key``."""
+        return [self.step_count_key]
+
     def forward(self, tensordict: TensorDictBase) -> TensorDictBase:
         return tensordict  # counting only makes sense inside an env
 

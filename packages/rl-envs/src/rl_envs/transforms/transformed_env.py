@@ -38,14 +38,27 @@ class TransformedEnv(EnvBase):
             raise TypeError(f"TransformedEnv wraps an EnvBase, got {type(env).__name__}.")
         self.base_env = env
         self.__dict__["_base"] = env  # plain attribute: read on every step without nn.Module's __getattr__
+        bare = None
         if transform is None:
             transform = Compose()
         elif not isinstance(transform, Compose):
-            transform = Compose(transform)
+            bare, transform = transform, Compose(transform)
         transform.set_container(self)
-        self.transform = transform
+        self._modules["transform"] = transform  # a submodule (state_dict keys "transform.transforms.*")
         self.__dict__["_transform"] = transform
+        self.__dict__["_bare"] = bare
         self._specs_changed()
+
+    @property
+    def transform(self) -> Transform:  # type: ignore[override]
+        """The transform given (TorchRL: a single transform stays itself), or the Compose of the chain
+        once there are several (``append_transform``) or when a Compose was given."""
+        bare, chain = self.__dict__.get("_bare"), self.__dict__.get("_transform")
+        if bare is not None and chain is not None and len(chain) == 1 and chain[0] is bare:
+            return bare
+        if chain is None:  # not built through __init__
+            raise AttributeError(f"{type(self).__name__} has no transform yet.")
+        return chain
 
     @classmethod
     def _view(cls, env: EnvBase, transforms: Sequence[Transform]) -> "TransformedEnv":
@@ -59,7 +72,7 @@ class TransformedEnv(EnvBase):
         from torch import nn
 
         compose.transforms = nn.ModuleList(transforms)
-        view.transform = compose
+        view._modules["transform"] = compose
         view.__dict__["_transform"] = compose
         view._specs_changed()
         return view
@@ -81,9 +94,9 @@ class TransformedEnv(EnvBase):
             base._keys()  # fills the base env's default reward/done specs
             shape = base.batch_size
             output = Composite({n: base._get_spec(n).clone() for n in _OUTPUT}, shape=shape)
-            output = self.transform.transform_output_spec(output)
+            output = self._transform.transform_output_spec(output)
             inputs = Composite({n: base._get_spec(n).clone() for n in _INPUT}, shape=shape)
-            inputs = self.transform.transform_input_spec(inputs)
+            inputs = self._transform.transform_input_spec(inputs)
             specs = {n: output[n] for n in _OUTPUT}
             specs.update({n: inputs[n] for n in _INPUT})
             self.__dict__["_transformed_specs"] = specs
@@ -115,7 +128,8 @@ class TransformedEnv(EnvBase):
         """Adds a transform at the end of the chain."""
         if not isinstance(transform, Transform):
             raise TypeError(f"append_transform takes a Transform, got {type(transform).__name__}.")
-        self.transform.append(transform)
+        self._transform.append(transform)
+        self.__dict__["_bare"] = None  # now a chain: ``transform`` is the Compose
         self._specs_changed()
         return self
 
@@ -123,7 +137,8 @@ class TransformedEnv(EnvBase):
         """Inserts a transform at position ``index`` of the chain."""
         if not isinstance(transform, Transform):
             raise TypeError(f"insert_transform takes a Transform, got {type(transform).__name__}.")
-        self.transform.insert(index, transform)
+        self._transform.insert(index, transform)
+        self.__dict__["_bare"] = None
         self._specs_changed()
         return self
 
@@ -149,13 +164,13 @@ class TransformedEnv(EnvBase):
 
     def _seed_streams(self, seed: int | None) -> int | None:
         """The base env's streams first, then those of the transforms that draw (chain order)."""
-        return chain_seeds(seed, [self.base_env.set_seed, self.transform.set_seed])
+        return chain_seeds(seed, [self.base_env.set_seed, self._transform.set_seed])
 
     def _set_seed(self, seed: int | None) -> None:
         self._seed_streams(seed)
 
     def close(self, *, raise_if_closed: bool = False) -> None:
-        self.transform.close()
+        self._transform.close()
         self.base_env.close(raise_if_closed=raise_if_closed)
 
     def __getattr__(self, name: str) -> Any:
@@ -170,4 +185,4 @@ class TransformedEnv(EnvBase):
         return getattr(base, name)
 
     def __repr__(self) -> str:
-        return f"TransformedEnv(env={self.base_env!r}, transform={self.transform!r})"
+        return f"TransformedEnv(env={self.base_env!r}, transform={self._transform!r})"
