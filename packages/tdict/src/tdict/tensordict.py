@@ -829,49 +829,44 @@ class TensorDict(TensorDictBase):
     @batch_size.setter
     def batch_size(self, new: Any) -> None:
         new = parse_batch_size(new)
-        n = len(new)
-        grow = []  # nested TensorDicts with fewer batch dims that take the new ones (as in tensordict)
-        for key, value in self._tensordict.items():
-            if type(value) in _UNBATCHED:
-                continue
-            shape = value.shape if isinstance(value, torch.Tensor) else value.batch_size
-            if shape[:n] == new or (not isinstance(value, torch.Tensor) and value._is_non_tensor):
-                continue
-            if type(value) is TensorDict and len(shape) < n and new[: len(shape)] == shape:
-                problem = value._batch_size_problem(new, key)
-                if problem is None:
-                    grow.append(value)
-                    continue
-                raise ShapeMismatchError(f"Cannot set batch_size {list(new)}: {problem}.")
-            raise ShapeMismatchError(f"Cannot set batch_size {list(new)}: {incompatible_leaf(key, shape, new)}.")
-        for value in grow:
-            value.batch_size = new
-        for key, value in list(self._tensordict.items()):
-            if type(value) in _UNBATCHED or not isinstance(value, torch.Tensor) and value._is_non_tensor:
-                self._tensordict[key] = value._with_batch_size(new)
-        if self._names is not None and len(self._names) != n:  # the leading dims keep their names
-            names = [*self._names[:n], *([None] * (n - len(self._names)))]
-            self._names = names if any(name is not None for name in names) else None
-        self._batch_size = new
+        problem = self._batch_size_problem(new, ())
+        if problem is not None:
+            raise ShapeMismatchError(f"Cannot set batch_size {list(new)}: {problem}.")
+        self._apply_batch_size(new)
 
-    def _batch_size_problem(self, new: torch.Size, prefix: Any) -> str | None:
-        """Why this TensorDict's entries cannot take batch size ``new`` (``None``: they can); nested
-        TensorDicts with fewer batch dims are looked into, as the setter would grow them."""
+    def _batch_size_problem(self, new: torch.Size, prefix: tuple) -> str | None:
+        """Why this TensorDict's entries cannot take batch size ``new`` (``None``: they can). A nested
+        TensorDict with fewer batch dims, a prefix of ``new``, is looked into: it takes ``new`` too
+        (as in tensordict)."""
         n = len(new)
         for key, value in self._tensordict.items():
-            full = (*((prefix,) if isinstance(prefix, str) else prefix), key)
             if type(value) in _UNBATCHED or (not isinstance(value, torch.Tensor) and value._is_non_tensor):
                 continue
             shape = value.shape if isinstance(value, torch.Tensor) else value.batch_size
             if shape[:n] == new:
                 continue
+            full = (*prefix, key) if prefix else key
             if type(value) is TensorDict and len(shape) < n and new[: len(shape)] == shape:
-                problem = value._batch_size_problem(new, full)
+                problem = value._batch_size_problem(new, (*prefix, key))
                 if problem is None:
                     continue
                 return problem
             return incompatible_leaf(full, shape, new)
         return None
+
+    def _apply_batch_size(self, new: torch.Size) -> None:
+        """Sets batch size ``new``, checked by :meth:`_batch_size_problem`, here and in the nested
+        TensorDicts that grow to it."""
+        n = len(new)
+        for key, value in list(self._tensordict.items()):
+            if type(value) is TensorDict and len(value._batch_size) < n:
+                value._apply_batch_size(new)
+            elif type(value) in _UNBATCHED or not isinstance(value, torch.Tensor) and value._is_non_tensor:
+                self._tensordict[key] = value._with_batch_size(new)
+        if self._names is not None and len(self._names) != n:  # the leading dims keep their names
+            names = [*self._names[:n], *([None] * (n - len(self._names)))]
+            self._names = names if any(name is not None for name in names) else None
+        self._batch_size = new
 
     @property
     def device(self) -> torch.device | None:
