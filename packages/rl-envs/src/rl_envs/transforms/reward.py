@@ -38,7 +38,7 @@ def _segment_cumsum(reward: torch.Tensor, done: torch.Tensor, tdim: int) -> torc
     starts = _episode_starts(done, tdim)
     total = reward.cumsum(tdim)
     before = total - reward  # sum of the rewards before t
-    index = starts.reshape(tuple(starts.shape) + (1,) * (reward.ndim - starts.ndim)).expand_as(reward)
+    index = expand_as_right(starts, reward)
     return total - before.gather(tdim, index)
 
 
@@ -373,7 +373,8 @@ class Reward2GoTransform(Transform):
         done = tensordict.get(done_key, None)
         if done is None:
             raise KeyError(f"Reward2GoTransform: the trajectory has no {done_key!r} entry.")
-        missing = [k for k in self.in_keys if tensordict.get(k, None) is None]
+        rewards = {k: tensordict.get(k, None) for k in self.in_keys}  # read before writing
+        missing = [k for k, reward in rewards.items() if reward is None]
         if missing:
             raise KeyError(
                 f"Reward2GoTransform: Could not find the reward {missing[0]!r} in the trajectory; it holds "
@@ -388,12 +389,10 @@ class Reward2GoTransform(Transform):
                 "Reward2GoTransform: some trajectory has no episode end (no done along the time dim); the "
                 "reward-to-go of an unfinished episode is unknown. Collect longer batches or whole episodes."
             )
-        rewards = {k: tensordict.get(k) for k in self.in_keys}  # read before writing
         gamma = self.gamma
         for in_key, out_key in zip(self.in_keys, self.out_keys):
             reward = rewards[in_key].movedim(tdim, 0)
-            d = done.movedim(tdim, 0)
-            d = d.reshape(tuple(d.shape) + (1,) * (reward.ndim - d.ndim))
+            d = expand_as_right(done.movedim(tdim, 0), reward)
             out = torch.empty_like(reward)
             running = torch.zeros_like(reward[0])
             for t in range(reward.shape[0] - 1, -1, -1):  # T steps of batched tensor ops
