@@ -115,7 +115,7 @@ class SqueezeTransform(UnsqueezeTransform):
     """
 
     def _squeeze_if_single(self, value: torch.Tensor) -> torch.Tensor:
-        return value.squeeze(self.dim) if value.shape[self.dim] == 1 else value
+        return value.squeeze(self.dim)  # torch leaves a dim that is not of size one as it is
 
     def _apply_transform(self, value: torch.Tensor) -> torch.Tensor:
         return self._squeeze_if_single(value)
