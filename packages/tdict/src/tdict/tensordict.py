@@ -859,10 +859,10 @@ class TensorDict(TensorDictBase):
         TensorDicts that grow to it."""
         n = len(new)
         for key, value in list(self._tensordict.items()):
-            if type(value) is TensorDict and len(value._batch_size) < n:
-                value._apply_batch_size(new)
-            elif type(value) in _UNBATCHED or not isinstance(value, torch.Tensor) and value._is_non_tensor:
+            if type(value) in _UNBATCHED or not isinstance(value, torch.Tensor) and value._is_non_tensor:
                 self._tensordict[key] = value._with_batch_size(new)
+            elif type(value) is TensorDict and len(value._batch_size) < n:
+                value._apply_batch_size(new)
         if self._names is not None and len(self._names) != n:  # the leading dims keep their names
             names = [*self._names[:n], *([None] * (n - len(self._names)))]
             self._names = names if any(name is not None for name in names) else None
