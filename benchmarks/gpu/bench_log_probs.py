@@ -5,7 +5,9 @@ Cases (GPU): N=8192 tokens, D=2048, V=65536 in bfloat16, and N=2048 at the same 
 
 - ``naive`` (the baseline): ``(hidden @ weight.T).float().log_softmax(-1).gather(...)`` and autograd;
 - ``torch-chunked``: ``chunked_log_probs(..., backend="torch")``;
-- ``triton``: ``chunked_log_probs(..., backend="triton")``.
+- ``triton``: ``chunked_log_probs(..., backend="triton")`` (its default scheme: cuBLAS logits per chunk and
+  Triton row kernels, where torch >= 2.8 forms float32 logits from half inputs);
+- ``triton fused``: the other scheme, logits formed tile by tile by ``tl.dot`` inside the kernels.
 
 Each is checked first against a float32 reference on the same (upcast) inputs: the largest absolute
 error over the log-probs and the gradients of hidden and weight. The target (bfloat16, ``triton``):
@@ -30,11 +32,13 @@ def _naive(hidden: torch.Tensor, weight: torch.Tensor, targets: torch.Tensor) ->
 
 def _make_impls() -> dict[str, Callable[[torch.Tensor, torch.Tensor, torch.Tensor, int], torch.Tensor]]:
     from rl_kernels import chunked_log_probs
+    from rl_kernels._log_probs_triton import chunked_log_probs_triton
 
     return {
         "naive": lambda h, w, t, c: _naive(h, w, t),
         "torch-chunked": lambda h, w, t, c: chunked_log_probs(h, w, t, c, backend="torch"),
         "triton": lambda h, w, t, c: chunked_log_probs(h, w, t, c, backend="triton"),
+        "triton fused": lambda h, w, t, c: chunked_log_probs_triton(h, w, None, t, c, 1.0, scheme="fused"),
     }
 
 
@@ -86,11 +90,11 @@ def _case(n: int, d: int, v: int, dtype: torch.dtype, chunk: int, device: str, c
                 row["ratio"] = None
             else:
                 row["ratio"] = None if base_time is None else base_time / ms
-            if name == "triton" and dtype == torch.bfloat16:
+            if name.startswith("triton") and dtype == torch.bfloat16:
                 row["target"] = TARGET
                 if cuda and base_time is not None and base_peak is not None and peak is not None:
                     row["met"] = ms <= base_time and peak <= base_peak / 4
-            if name in ("naive", "triton"):  # forward alone
+            if name != "torch-chunked":  # forward alone
                 with torch.no_grad():
                     fwd_ms = median_ms(lambda impl=impl: impl(hidden, weight, targets, chunk), cuda, warmup, reps)
                 fwd = {"op": f"{OP} (forward)", "case": case, "impl": name, "median_ms": fwd_ms, "peak_mem_mb": None}

@@ -170,6 +170,16 @@ def test_bad_inputs_raise_clear_errors(args, kwargs, match):
 # ---------------------------------------------------------------- Triton path (interpreter on CPU)
 
 
+@pytest.fixture(params=["matmul", "fused"])
+def scheme(request, monkeypatch):
+    """Each test of the Triton path runs under both schemes (the default is replaced for the test)."""
+    pytest.importorskip("triton")
+    from rl_kernels import _log_probs_triton
+
+    monkeypatch.setattr(_log_probs_triton, "default_scheme", lambda device, dtype: request.param)
+    return request.param
+
+
 @pytest.mark.parametrize(
     "n, d, v, chunk_size, bias, temperature",
     [
@@ -179,7 +189,7 @@ def test_bad_inputs_raise_clear_errors(args, kwargs, match):
         (5, 16, 16, 2, True, 1.3),  # a single vocabulary tile
     ],
 )
-def test_triton_matches_naive(device, n, d, v, chunk_size, bias, temperature):
+def test_triton_matches_naive(scheme, device, n, d, v, chunk_size, bias, temperature):
     pytest.importorskip("triton")
     hidden, weight, b, targets, grad_out = make(n, d, v, bias=bias, device=device)
     assert_matches(
@@ -196,7 +206,7 @@ def test_triton_matches_naive(device, n, d, v, chunk_size, bias, temperature):
 
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
-def test_triton_half_inputs_accumulate_in_float32(device, dtype):
+def test_triton_half_inputs_accumulate_in_float32(scheme, device, dtype):
     pytest.importorskip("triton")
     hidden, weight, bias, targets, grad_out = make(12, 16, 40, dtype=dtype, device=device)
     out, grads = values_and_grads(
@@ -213,7 +223,7 @@ def test_triton_half_inputs_accumulate_in_float32(device, dtype):
         torch.testing.assert_close(got.float(), want, atol=2e-2, rtol=2e-2)
 
 
-def test_triton_matches_torch_path_on_frozen_head(device):
+def test_triton_matches_torch_path_on_frozen_head(scheme, device):
     pytest.importorskip("triton")
     hidden, weight, bias, targets, grad_out = make(9, 16, 33, device=device)
     assert bias is not None
@@ -238,7 +248,7 @@ def test_triton_rejects_float64(device):
 
 @pytest.mark.gpu
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
-def test_triton_gpu_shapes(dtype, monkeypatch):
+def test_triton_gpu_shapes(scheme, dtype, monkeypatch):
     pytest.importorskip("triton")
     monkeypatch.setattr(torch.backends.cuda.matmul, "allow_tf32", False)  # exact float32 on both sides
     hidden, weight, bias, targets, grad_out = make(1000, 256, 5003, dtype=dtype, device="cuda", seed=0)
@@ -250,3 +260,35 @@ def test_triton_gpu_shapes(dtype, monkeypatch):
     torch.testing.assert_close(out, ref, atol=tol, rtol=tol)
     for got, want in zip(grads, ref_grads):
         torch.testing.assert_close(got.float(), want, atol=tol, rtol=tol)
+
+
+def test_triton_matmul_scheme_forms_at_most_chunk_rows_of_logits(monkeypatch):
+    pytest.importorskip("triton")
+    from rl_kernels import _log_probs_triton
+
+    seen = []
+    form = _log_probs_triton._logits_into
+
+    def recording(out, h, weight, bias):
+        seen.append(tuple(out.shape))
+        form(out, h, weight, bias)
+
+    monkeypatch.setattr(_log_probs_triton, "_logits_into", recording)
+    hidden, weight, bias, targets, grad_out = make(11, 16, 30)
+    out, _ = values_and_grads(
+        chunked_log_probs, hidden, weight, bias, targets, grad_out, chunk_size=4, backend="triton"
+    )
+    # forward and backward each form the three chunks' logits (4 + 4 + 3 rows), never more rows at once
+    assert seen == [(4, 30), (4, 30), (3, 30)] * 2
+    torch.testing.assert_close(out, naive(hidden, weight, targets, bias), atol=1e-5, rtol=1e-5)
+
+
+def test_triton_scheme_choice():
+    pytest.importorskip("triton")
+    from rl_kernels import _log_probs_triton
+
+    cpu = torch.device("cpu")
+    assert _log_probs_triton.default_scheme(cpu, torch.bfloat16) == "matmul"
+    hidden, weight, _, targets, _ = make(3, 16, 20, bias=False)
+    with pytest.raises(ValueError, match="scheme must be one of \\('matmul', 'fused'\\), got 'tiles'"):
+        _log_probs_triton.chunked_log_probs_triton(hidden, weight, None, targets, 2, 1.0, scheme="tiles")

@@ -1,26 +1,31 @@
-"""Triton kernels of :func:`rl_kernels.chunked_log_probs`: the LM head, log-softmax and gather fused.
+"""Triton kernels of :func:`rl_kernels.chunked_log_probs`: log-softmax and gather without the ``[N, V]`` logits.
 
-Forward (:func:`_fwd_kernel`): a program owns ``BLOCK_M`` rows and a run of vocabulary tiles. For each
-tile it computes the ``[BLOCK_M, BLOCK_N]`` logits with ``tl.dot`` over the hidden size, folds them
-into a running max and sum of exponentials (an online log-sum-exp) and picks the target's logit where
-the tile holds it. The programs' partial results (one max, sum and picked logit per row and vocabulary
-run) are merged on the host into ``log p(target)`` and the log-normaliser ``lse`` per row; the
-``[N, V]`` logits never exist.
+Two schemes compute the same thing; both keep only each row's log-normaliser ``lse`` between forward
+and backward, and both recompute the logits in the backward.
 
-Backward (:func:`_dlogits_kernel`, then two matmuls per chunk of rows): the kernel recomputes one
-``[BLOCK_M, BLOCK_N]`` tile of logits, turns it into ``d logits = g * (onehot - exp(logits - lse)) / T``
-and writes it into a ``[chunk, V]`` buffer in the input dtype (and, for the bias, the tile's column
-sums in float32). cuBLAS then gives ``d hidden = d logits @ W`` for the chunk's rows and adds
-``d logits.T @ hidden`` to a float32 ``d W``. Peak extra memory: the ``[chunk, V]`` buffer plus the
-float32 weight gradient.
+``"matmul"`` (the default where torch can form float32 logits from half inputs: CUDA, torch >= 2.8):
+cuBLAS forms the float32 logits of ``chunk_size`` rows at a time into one ``[chunk, V]`` buffer, and one
+Triton program per row reads its row once: the forward (:func:`_row_stats_kernel`) folds it into an
+online log-sum-exp and picks the target's logit; the backward (:func:`_row_dlogits_kernel`) turns it
+into ``d logits = g * (onehot - exp(logits - lse)) / T`` in the input dtype, which two more cuBLAS
+matmuls take (``d hidden = d logits @ W``; ``d logits.T @ hidden`` added to a float32 ``d W``). The
+matrix products run at cuBLAS speed; the price is one write and one read of the chunk's logits.
 
-Half-precision inputs are multiplied by ``tl.dot`` with float32 accumulation; float32 inputs use TF32
-when ``torch.backends.cuda.matmul.allow_tf32`` is set (as torch's own matmuls do), exact float32
-otherwise.
+``"fused"`` (:func:`_fwd_kernel`, :func:`_dlogits_kernel`): the logits are formed tile by tile with
+``tl.dot`` inside the kernels. The forward folds each ``[BLOCK_M, BLOCK_N]`` tile into a running max and
+sum of exponentials and picks the target where the tile holds it; programs over runs of the vocabulary
+are merged on the host. The backward kernel recomputes a tile, writes its ``d logits`` into the
+``[chunk, V]`` buffer (and the tile's column sums for the bias) for the same two cuBLAS matmuls.
+
+Peak extra memory: the ``[chunk, V]`` buffers (float32 logits and input-dtype ``d logits`` for
+``"matmul"``; ``d logits`` alone for ``"fused"``) plus the float32 weight gradient. Half-precision inputs
+are multiplied with float32 accumulation; float32 inputs use TF32 when
+``torch.backends.cuda.matmul.allow_tf32`` is set (as torch's own matmuls do), exact float32 otherwise.
 """
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 import torch
@@ -238,6 +243,64 @@ def _dlogits_kernel(
         tl.store(db_ptr + pid_m * V + cols, tl.sum(d, axis=0), mask=col_ok)
 
 
+@triton.jit
+def _row_stats_kernel(
+    l_ptr,
+    t_ptr,
+    lp_ptr,
+    lse_ptr,
+    V: tl.constexpr,
+    stride_l,
+    inv_temp,
+    BLOCK_V: tl.constexpr,
+):
+    """One row of float32 logits: its log-normaliser and the target's log-probability (online log-sum-exp)."""
+    row = tl.program_id(0)
+    base = l_ptr + row.to(tl.int64) * stride_l
+    run_max = tl.max(tl.full((BLOCK_V,), float("-inf"), dtype=tl.float32), axis=0)
+    run_sum = tl.sum(tl.zeros((BLOCK_V,), dtype=tl.float32), axis=0)
+    for start in range(0, V, BLOCK_V):
+        cols = start + tl.arange(0, BLOCK_V)
+        x = tl.load(base + cols, mask=cols < V, other=float("-inf")) * inv_temp
+        # every block holds at least one real column, so new_max is finite and no inf - inf arises
+        new_max = tl.maximum(run_max, tl.max(x, axis=0))
+        run_sum = run_sum * tl.exp(run_max - new_max) + tl.sum(tl.exp(x - new_max), axis=0)
+        run_max = new_max
+    lse = run_max + tl.log(run_sum)
+    target = tl.load(t_ptr + row)
+    picked = tl.load(base + target) * inv_temp
+    tl.store(lse_ptr + row, lse)
+    tl.store(lp_ptr + row, picked - lse)
+
+
+@triton.jit
+def _row_dlogits_kernel(
+    l_ptr,
+    t_ptr,
+    lse_ptr,
+    g_ptr,
+    dl_ptr,
+    V: tl.constexpr,
+    stride_l,
+    stride_dl,
+    inv_temp,
+    BLOCK_V: tl.constexpr,
+):
+    """One row of ``d logits = g * (onehot - softmax) / T`` from its float32 logits (``dl`` may alias ``l``)."""
+    row = tl.program_id(0)
+    src = l_ptr + row.to(tl.int64) * stride_l
+    dst = dl_ptr + row.to(tl.int64) * stride_dl
+    lse = tl.load(lse_ptr + row)
+    g = tl.load(g_ptr + row) * inv_temp
+    target = tl.load(t_ptr + row)
+    for start in range(0, V, BLOCK_V):
+        cols = start + tl.arange(0, BLOCK_V)
+        ok = cols < V
+        x = tl.load(src + cols, mask=ok, other=0.0) * inv_temp
+        d = tl.where(cols == target, g, 0.0) - tl.exp(x - lse) * g
+        tl.store(dst + cols, d.to(dl_ptr.dtype.element_ty), mask=ok)
+
+
 def _cdiv(a: int, b: int) -> int:
     return -(-a // b)
 
@@ -324,22 +387,38 @@ def _forward(
     return picked.sum(0) - lse, lse
 
 
-_mixed_addmm_ok = True  # whether torch.addmm(..., out_dtype=float32) runs here (CUDA, torch >= 2.8)
+@functools.cache
+def _mm_into_float32(device: torch.device) -> bool:
+    """Whether torch multiplies half-precision matrices into a float32 result on ``device`` (``out_dtype=``:
+    CUDA, torch >= 2.8)."""
+    one = torch.ones(1, 1, device=device, dtype=torch.bfloat16)
+    try:
+        return torch.mm(one, one, torch.float32).dtype == torch.float32
+    except (RuntimeError, TypeError, NotImplementedError):
+        return False
 
 
 def _add_matmul(acc: torch.Tensor, a: torch.Tensor, b: torch.Tensor) -> None:
     """``acc += a @ b`` with ``acc`` float32; half inputs are multiplied with float32 output when possible."""
-    global _mixed_addmm_ok
     if a.dtype == acc.dtype:
         acc.addmm_(a, b)
-        return
-    if _mixed_addmm_ok and acc.is_cuda:
-        try:
-            torch.addmm(acc, a, b, out_dtype=acc.dtype, out=acc)  # pyright: ignore[reportCallIssue]  # torch>=2.8
-            return
-        except (RuntimeError, TypeError, NotImplementedError):
-            _mixed_addmm_ok = False
-    acc += torch.mm(a, b)  # each chunk's product rounded to the input dtype once, summed in float32
+    elif _mm_into_float32(acc.device):
+        torch.addmm(acc, a, b, torch.float32, out=acc)
+    else:
+        acc += torch.mm(a, b)  # each chunk's product rounded to the input dtype once, summed in float32
+
+
+def _logits_into(out: torch.Tensor, h: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> None:
+    """``out = h @ weight.T + bias``, float32 ``[rows, V]``: half inputs multiplied with float32 accumulation
+    and output by cuBLAS (from float32 copies where torch cannot, as on the CPU under the interpreter)."""
+    if h.dtype == torch.float32:
+        torch.mm(h, weight.T, out=out)
+    elif _mm_into_float32(h.device):
+        torch.mm(h, weight.T, torch.float32, out=out)
+    else:
+        torch.mm(h.float(), weight.float().T, out=out)
+    if bias is not None:
+        out += bias
 
 
 def _backward(
@@ -417,6 +496,115 @@ def _backward(
     )
 
 
+def _row_config(device: torch.device, v: int) -> dict[str, int]:
+    """Vocabulary block of the row kernels: 16 under the interpreter (several blocks on test shapes)."""
+    if device.type != "cuda":
+        return {"BLOCK_V": 16, "num_warps": 1}
+    return {"BLOCK_V": min(4096, int(triton.next_power_of_2(v))), "num_warps": 8}
+
+
+def _forward_matmul(
+    hidden: torch.Tensor,
+    weight: torch.Tensor,
+    bias: torch.Tensor | None,
+    targets: torch.Tensor,
+    chunk_size: int,
+    temperature: float,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(log p(target), lse)`` from float32 logits formed by cuBLAS ``chunk_size`` rows at a time."""
+    n, v = hidden.shape[0], weight.shape[0]
+    chunk = min(chunk_size, n)
+    logits = torch.empty(chunk, v, device=hidden.device, dtype=torch.float32)
+    log_probs, lse = torch.empty(2, n, device=hidden.device, dtype=torch.float32).unbind(0)
+    cfg = _row_config(hidden.device, v)
+    for start in range(0, n, chunk):
+        stop = min(start + chunk, n)
+        block = logits[: stop - start]
+        _logits_into(block, hidden[start:stop], weight, bias)
+        _row_stats_kernel[(stop - start,)](
+            block,
+            targets[start:stop],
+            log_probs[start:stop],
+            lse[start:stop],
+            v,
+            block.stride(0),
+            1.0 / temperature,
+            BLOCK_V=cfg["BLOCK_V"],
+            num_warps=cfg["num_warps"],  # pyright: ignore[reportCallIssue]  # a launch option triton does not type
+        )
+    return log_probs, lse
+
+
+def _backward_matmul(
+    hidden: torch.Tensor,
+    weight: torch.Tensor,
+    bias: torch.Tensor | None,
+    targets: torch.Tensor,
+    lse: torch.Tensor,
+    grad_out: torch.Tensor,
+    chunk_size: int,
+    temperature: float,
+    needs: tuple[bool, bool, bool],
+) -> tuple[torch.Tensor | None, torch.Tensor | None, torch.Tensor | None]:
+    """Gradients as :func:`_backward`, the logits recomputed by cuBLAS and turned into ``d logits`` row by row."""
+    n, d = hidden.shape
+    v = weight.shape[0]
+    need_h, need_w, need_b = needs
+    need_b = need_b and bias is not None
+    grad_h = torch.empty_like(hidden, memory_format=torch.contiguous_format) if need_h else None
+    grad_w = torch.zeros(v, d, device=weight.device, dtype=torch.float32) if need_w else None
+    grad_b = torch.zeros(v, device=weight.device, dtype=torch.float32) if need_b else None
+    g = grad_out.to(torch.float32).contiguous()
+    chunk = min(chunk_size, n)
+    logits = torch.empty(chunk, v, device=hidden.device, dtype=torch.float32)
+    # d logits in the input dtype for the matmuls (in place over the logits for float32 inputs)
+    d_buffer = (
+        logits if hidden.dtype == torch.float32 else torch.empty(chunk, v, device=hidden.device, dtype=hidden.dtype)
+    )
+    cfg = _row_config(hidden.device, v)
+    for start in range(0, n, chunk):
+        stop = min(start + chunk, n)
+        rows = stop - start
+        block, d_logits, h = logits[:rows], d_buffer[:rows], hidden[start:stop]
+        _logits_into(block, h, weight, bias)
+        _row_dlogits_kernel[(rows,)](
+            block,
+            targets[start:stop],
+            lse[start:stop],
+            g[start:stop],
+            d_logits,
+            v,
+            block.stride(0),
+            d_logits.stride(0),
+            1.0 / temperature,
+            BLOCK_V=cfg["BLOCK_V"],
+            num_warps=cfg["num_warps"],  # pyright: ignore[reportCallIssue]  # a launch option triton does not type
+        )
+        if grad_h is not None:
+            torch.mm(d_logits, weight, out=grad_h[start:stop])
+        if grad_w is not None:
+            _add_matmul(grad_w, d_logits.T, h)
+        if grad_b is not None:
+            grad_b += d_logits.sum(0, dtype=torch.float32)
+    return (
+        grad_h,
+        None if grad_w is None else grad_w.to(weight.dtype),
+        None if grad_b is None or bias is None else grad_b.to(bias.dtype),
+    )
+
+
+SCHEMES = ("matmul", "fused")
+
+
+def default_scheme(device: torch.device, dtype: torch.dtype) -> str:
+    """``"matmul"`` (cuBLAS logits per chunk, Triton row kernels) wherever torch forms float32 logits from the
+    inputs without copies (float32 inputs, or half inputs on CUDA with torch >= 2.8) and on the CPU (the
+    interpreter); ``"fused"`` (Triton tiles from the inputs) for half inputs on older CUDA torch releases."""
+    if device.type != "cuda" or dtype == torch.float32 or _mm_into_float32(device):
+        return "matmul"
+    return "fused"
+
+
 class _TritonChunkedLogProbs(torch.autograd.Function):
     @staticmethod
     def forward(
@@ -427,18 +615,23 @@ class _TritonChunkedLogProbs(torch.autograd.Function):
         targets: torch.Tensor,
         chunk_size: int,
         temperature: float,
+        scheme: str,
     ) -> torch.Tensor:
-        log_probs, lse = _forward(hidden, weight, bias, targets, temperature)
+        if scheme == "matmul":
+            log_probs, lse = _forward_matmul(hidden, weight, bias, targets, chunk_size, temperature)
+        else:
+            log_probs, lse = _forward(hidden, weight, bias, targets, temperature)
         ctx.save_for_backward(hidden, weight, bias, targets, lse)
-        ctx.chunk_size, ctx.temperature = chunk_size, temperature
+        ctx.chunk_size, ctx.temperature, ctx.scheme = chunk_size, temperature, scheme
         return log_probs
 
     @staticmethod
     def backward(ctx: Any, grad_out: torch.Tensor) -> tuple:
         hidden, weight, bias, targets, lse = ctx.saved_tensors
         needs = (ctx.needs_input_grad[0], ctx.needs_input_grad[1], ctx.needs_input_grad[2])
-        grads = _backward(hidden, weight, bias, targets, lse, grad_out, ctx.chunk_size, ctx.temperature, needs)
-        return (*grads, None, None, None)
+        backward = _backward_matmul if ctx.scheme == "matmul" else _backward
+        grads = backward(hidden, weight, bias, targets, lse, grad_out, ctx.chunk_size, ctx.temperature, needs)
+        return (*grads, None, None, None, None)
 
 
 def chunked_log_probs_triton(
@@ -448,9 +641,17 @@ def chunked_log_probs_triton(
     targets: torch.Tensor,
     chunk_size: int,
     temperature: float,
+    scheme: str | None = None,
 ) -> torch.Tensor:
-    """The Triton path of :func:`rl_kernels.chunked_log_probs` (inputs validated, ``N > 0``; float32 ``[N]``)."""
+    """The Triton path of :func:`rl_kernels.chunked_log_probs` (inputs validated, ``N > 0``; float32 ``[N]``).
+
+    ``scheme`` (one of :data:`SCHEMES`; :func:`default_scheme` when None) picks how the logits are formed.
+    """
     if hidden.dtype not in _SUPPORTED:
         raise ValueError(f"chunked_log_probs: the Triton path takes {_SUPPORTED}, got {hidden.dtype}.")
-    out = _TritonChunkedLogProbs.apply(hidden, weight, bias, targets, chunk_size, temperature)
+    if scheme is None:
+        scheme = default_scheme(hidden.device, hidden.dtype)
+    elif scheme not in SCHEMES:
+        raise ValueError(f"chunked_log_probs: scheme must be one of {SCHEMES}, got {scheme!r}.")
+    out = _TritonChunkedLogProbs.apply(hidden, weight, bias, targets, chunk_size, temperature, scheme)
     return out  # pyright: ignore[reportReturnType]  # autograd.Function.apply is untyped

@@ -6,10 +6,10 @@ and in its gradients w.r.t. ``hidden``, ``weight`` and ``bias``, but never holds
 - ``backend="torch"``: rows are processed ``chunk_size`` at a time, so at most a ``[chunk_size, V]`` block
   of logits lives; the forward keeps only each row's log-normaliser and the backward recomputes each
   block's softmax to form ``d logits = g * (onehot - softmax)``.
-- ``backend="triton"`` (:mod:`rl_kernels._log_probs_triton`): the forward is one kernel that multiplies
-  vocabulary tile by vocabulary tile with an online log-sum-exp and picks the target logit on the way;
-  the backward writes ``d logits`` for ``chunk_size`` rows at a time from a fused kernel and hands it to
-  two matmuls.
+- ``backend="triton"`` (:mod:`rl_kernels._log_probs_triton`): cuBLAS forms ``chunk_size`` rows of float32
+  logits at a time and one Triton program per row folds its row into an online log-sum-exp (forward)
+  or turns it into ``d logits`` for two more matmuls (backward); on CUDA torch releases that cannot
+  multiply half inputs into float32 (< 2.8), the logits are formed tile by tile inside the kernels.
 
 Half-precision inputs are computed with float32 accumulation and the result is float32 (float64 for
 float64 inputs).
