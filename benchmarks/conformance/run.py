@@ -148,6 +148,14 @@ DELIBERATE = [
         "per-step scalars (reward, done, value, advantage, log-prob) have no trailing singleton dim",
     ),
     (
+        # a test that sets one of the peers' switches and reads it back gets the stub's fixed answer
+        re.compile(
+            r"where (?:True|False|None) = (?:get_defaults_to_none|capture_non_tensor_stack|list_to_stack"
+            r"|lazy_legacy|composite_lp_aggregate)\("
+        ),
+        "no process-global behaviour switches (the runner's stubs report our one behaviour)",
+    ),
+    (
         # ours: None for the dims an nd index tensor makes; tensordict: the indexed dim's name, repeated
         re.compile(r"assert \[[^\]]*None, None[^\]]*\] == \[[^\]]*'(\w+)', '\1'"),
         "dims made by an index tensor are unnamed (tensordict repeats a name)",

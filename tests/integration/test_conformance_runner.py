@@ -219,6 +219,18 @@ def test_env_flag_and_default_shape_patterns_count_as_deliberate_and_nothing_els
     assert not default.search("assert torch.Size([]) == torch.Size([3])")
 
 
+def test_switch_read_back_counts_as_deliberate_and_nothing_else():
+    reason = "no process-global behaviour switches (the runner's stubs report our one behaviour)"
+    pattern = next(p for p, why in conformance.DELIBERATE if why == reason)
+    assert pattern.search("assert False\n +  where False = get_defaults_to_none()")
+    assert pattern.search("assert False\n +  where False = capture_non_tensor_stack()")
+    assert pattern.search(
+        "AssertionError: assert False is None\n +  where False = capture_non_tensor_stack(allow_none=True)"
+    )
+    assert not pattern.search("assert False\n +  where False = is_memmap()")
+    assert not pattern.search("assert False\n +  where False = get_defaults_to_none_of_mine()")
+
+
 def test_objectives_aliases_reach_the_functional_estimators(tmp_path):
     proc = _python(
         """

@@ -24,6 +24,7 @@ from ._core.reductions import ReductionsMixin
 from ._core.shape_ops import ShapeOpsMixin
 from ._io.storage_methods import StorageMixin
 from ._core.keys import is_leaf_nontensor
+from ._core.lock_graph import lock_graph, unlock_graph
 from ._core.locking import keeps_lock
 from ._core.indexing import _expand_index, check_write_shape
 from ._core.indexing import _indexed_batch_size as _indexed_batch_size, _is_key_tuple as _is_key_tuple  # re-exported
@@ -179,7 +180,7 @@ class TensorDictBase(
 
     @is_locked.setter
     def is_locked(self, value: bool) -> None:
-        self._set_lock(bool(value))
+        (lock_graph if value else unlock_graph)(self)
 
     # ------------------------------------------------------------------ getting
     def _get_tuple(self, key: tuple, default: Any) -> Any:
@@ -558,20 +559,24 @@ class TensorDictBase(
     # ------------------------------------------------------------------ locking
     def lock_(self) -> "TensorDictBase":
         """Forbid adding or removing keys (recursively); usable as a context manager, which
-        restores the previous state on exit (an already-locked collection stays locked)."""
+        restores the previous state on exit (an already-locked collection stays locked).
+
+        The collections under it cannot be unlocked on their own while it stays locked."""
         was_locked = self._is_locked
-        self._set_lock(True)
+        lock_graph(self)
         self._push_op(was_locked)
         return self
 
     def unlock_(self) -> "TensorDictBase":
         """Allow adding and removing keys again; as a context manager, restores the previous state on exit.
 
-        A consolidated collection stops being one (see :mod:`tdict.consolidate`)."""
+        A consolidated collection stops being one (see :mod:`tdict.consolidate`). Raises
+        ``RuntimeError`` (changing nothing) when a locked collection holds this one or one under it
+        (a parent, or a second locked tree sharing a child)."""
         was_locked = self._is_locked
+        unlock_graph(self)  # first: it may refuse
         if getattr(self, "_consolidated", None) is not None:
             delattr(self, "_consolidated")  # its structure may change from now on
-        self._set_lock(False)
         self._push_op(was_locked)
         return self
 
@@ -610,7 +615,7 @@ class TensorDictBase(
             last()
             return False  # an exception raised inside the block still propagates
         if last is not None:
-            self._set_lock(last)
+            (lock_graph if last else unlock_graph)(self)
         return False
 
     def _pop_op(self):

@@ -91,7 +91,16 @@ class LazyStackedTensorDict(LazyIndexMixin, LazyShapeMixin, LazyMemberOpsMixin, 
         torch.Size([2, 2])
     """
 
-    __slots__ = ("tensordicts", "stack_dim", "_batch_size", "_is_locked", "_lock_ops", "_stack_dim_name", "__weakref__")
+    __slots__ = (
+        "tensordicts",
+        "stack_dim",
+        "_batch_size",
+        "_is_locked",
+        "_lock_ops",
+        "_stack_dim_name",
+        "_lock_parents",
+        "__weakref__",
+    )
     _is_lazy = True
     _is_non_tensor = False
 

@@ -52,6 +52,7 @@ class TensorDict(TensorDictBase):
     """
 
     # _consolidated: the one storage of a consolidated TensorDict (tdict.consolidate); unset otherwise
+    # _lock_parents: weak references to the locked collections that locked this one (_core.lock_graph); unset until then
     __slots__ = (
         "_tensordict",
         "_batch_size",
@@ -60,6 +61,7 @@ class TensorDict(TensorDictBase):
         "_is_locked",
         "_lock_ops",
         "_consolidated",
+        "_lock_parents",
         "__weakref__",
     )
 
