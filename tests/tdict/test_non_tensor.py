@@ -38,12 +38,24 @@ def test_string_is_wrapped_and_payload_returned():
 
 def test_arbitrary_payloads():
     marker = object()
-    td = TensorDict({"d": {"nested": ["u", "v"]}, "o": marker}, batch_size=[2])
-    # plain dicts become sub-TensorDicts; other objects are kept as payloads
+    td = TensorDict({"d": {"nested": ["u", "v"]}, "o": marker, "pair": ("u", "v")}, batch_size=[2])
+    # plain dicts become sub-TensorDicts; a list is a stack of its items (tensordict's list_to_stack);
+    # other objects are kept as payloads
     assert td["d", "nested"] == ["u", "v"]
-    assert td[0]["d", "nested"] == ["u", "v"]
+    assert td[0]["d", "nested"] == "u" and td[1]["d", "nested"] == "v"
     assert td["o"] is marker
     assert td[1]["o"] is marker
+    assert td[1]["pair"] == ("u", "v")
+
+
+def test_lists_stack_along_the_batch():
+    td = TensorDict({"text": [["a", "b"], ["c", "d"]], "frames": [torch.zeros(3), torch.ones(3)]}, [2])
+    assert td.get("text").batch_size == (2, 2) and td[1]["text"] == ["c", "d"]
+    assert torch.equal(td["frames"], torch.stack([torch.zeros(3), torch.ones(3)]))
+    assert TensorDict({"ragged": [["a"], ["b", "c"]]}, [2])[1]["ragged"] == ["b", "c"]
+    assert TensorDict({"words": ["a", "b", "c"]}, [])["words"] == ["a", "b", "c"]  # a stack under no batch
+    with pytest.raises(RuntimeError, match="batch dimension mismatch"):
+        TensorDict({"words": ["a", "b", "c"]}, [2])
 
 
 def test_index_keeps_payload_and_batch_size():

@@ -17,6 +17,7 @@ import torch
 
 from ._core.utils import NO_DEFAULT, normalize_dim, parse_batch_size, parse_device
 from ._core.indexing import index_on_cpu
+from ._core.keys import is_leaf_nontensor
 from .base import NON_TENSOR_CLASSES, TensorDictBase
 from .non_tensor import _NOT_UNIQUE, NonTensorData, _deepcopy_payload, _NonTensorBase, _payload_equal
 
@@ -398,3 +399,26 @@ def _write_out(result: Any, out: Any, what: str) -> Any:
 
 
 NON_TENSOR_CLASSES.add(NonTensorStack)
+
+
+def list_to_stack(items: list, device: Any = None) -> Any:
+    """What a non-empty Python list that is not numeric becomes in a collection (tensordict's
+    ``list_to_stack`` rule): collections of one shape stacked densely, tensors of one shape stacked,
+    anything else a :class:`NonTensorStack` of the items (nested lists of one length give its inner
+    dims), so that indexing the collection indexes the list.
+
+    Examples:
+        >>> import torch
+        >>> from tdict import TensorDict
+        >>> td = TensorDict({"text": ["a", "b", "c"]}, [3])
+        >>> td[1]["text"], td.get("text").batch_size
+        ('b', torch.Size([3]))
+    """
+    if all(isinstance(item, torch.Tensor) for item in items) and len({item.shape for item in items}) == 1:
+        return torch.stack(items).to(device) if device is not None else torch.stack(items)
+    if all(not is_leaf_nontensor(type(item)) for item in items):  # tensor collections, tensor classes
+        return torch.stack(items)
+    try:
+        return NonTensorStack.from_list(items, device=device)
+    except ValueError:  # ragged nested lists: one item per element of the outer list
+        return NonTensorStack(*items, device=device)

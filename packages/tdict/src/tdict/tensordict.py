@@ -260,7 +260,8 @@ class TensorDict(TensorDictBase):
         return self._convert(key, value)
 
     def _convert(self, key: str, value: Any) -> Any:
-        """Numbers, numpy arrays and numeric lists become tensors; anything else NonTensorData."""
+        """Numbers, numpy arrays and numeric lists become tensors; other non-empty lists a stack of their
+        items (:func:`tdict.non_tensor_stack.list_to_stack`); anything else NonTensorData."""
         if isinstance(value, (bool, int, float, complex, list)) or type(value).__module__ == "numpy":
             try:
                 tensor = torch.as_tensor(value, device=self._device)
@@ -268,6 +269,10 @@ class TensorDict(TensorDictBase):
                 tensor = None
             if tensor is not None:
                 return self._validate(key, tensor)
+            if type(value) is list and value:
+                from .non_tensor_stack import list_to_stack
+
+                return self._validate(key, list_to_stack(value, self._device))
         from .non_tensor import NonTensorData
 
         return NonTensorData(data=value, batch_size=self._batch_size, device=self._device)
