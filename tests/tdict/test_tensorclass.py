@@ -6,13 +6,22 @@ import copy
 import dataclasses
 import importlib.util
 import pickle
+from typing import Any, ClassVar
 
 import pytest
 import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
-from tdict import NonTensorData, TensorClass, TensorDict, is_leaf_nontensor, is_tensor_collection, tensorclass
+from tdict import (
+    NonTensorData,
+    TensorClass,
+    TensorDict,
+    from_dataclass,
+    is_leaf_nontensor,
+    is_tensor_collection,
+    tensorclass,
+)
 from tdict.tensorclass import is_tensorclass
 
 
@@ -386,3 +395,115 @@ def test_memmap_of_a_tensorclass_defined_inside_a_function(tmp_path):
     del _LOCAL_CLASSES[f"{redefined.__module__}:{redefined.__qualname__}"]  # as if never defined in this process
     with pytest.raises(MemmapLoadError, match=r"defined inside a function, and no live class of that name"):
         TensorDict.load_memmap(tmp_path / "root")
+
+
+# ---------------------------------------------------------------- TensorDict's constructors and keywords on a class
+
+
+class _Pair(TensorClass):
+    foo: Any
+    bar: Any
+
+
+class _PairChild(_Pair):
+    pass
+
+
+def test_constructors_return_the_class():
+    out = _Pair.from_list([{"foo": 1, "bar": 2.0}, {"foo": 3, "bar": 4.0}])
+    assert type(out) is _Pair and out.batch_size == (2,)
+    assert out.foo.tolist() == [1, 3] and out.bar.tolist() == [2.0, 4.0]
+    assert type(_PairChild.from_list([{"foo": 1, "bar": 2}])) is _PairChild
+    keys = _Pair.fromkeys(["foo", "bar"], 0)
+    assert type(keys) is _Pair and keys.foo.item() == 0 and keys.batch_size == ()
+    pair = _Pair(foo=torch.arange(3.0), bar=torch.ones(3), batch_size=[3])
+    stacked = _Pair.stack([pair, pair])
+    assert type(stacked) is _Pair and stacked.batch_size == (2, 3)
+    assert torch.equal(stacked.foo, torch.stack([pair.foo, pair.foo]))
+    assert type(_Pair.cat([pair, pair])) is _Pair and _Pair.cat([pair, pair]).batch_size == (6,)
+    lazy = _Pair.lazy_stack([pair, pair])
+    assert type(lazy) is _Pair and type(lazy._tensordict).__name__ == "LazyStackedTensorDict"
+    assert type(_Pair.maybe_dense_stack([pair, pair])) is _Pair
+    back = _Pair.from_dict(pair.to_dict(), auto_batch_size=True)
+    assert type(back) is _Pair and back.batch_size == (3,) and torch.equal(back.foo, pair.foo)
+
+
+def test_from_list_checks_the_batch_size():
+    with pytest.raises(ValueError, match=r"batch_size \[3\] does not start with the length of the list \(2\)"):
+        TensorDict.from_list([{"a": 1}, {"a": 2}], batch_size=[3])
+    lazy = TensorDict.from_list([{"a": torch.zeros(2)}, {"a": torch.zeros(3)}])
+    assert type(lazy).__name__ == "LazyStackedTensorDict"  # shapes differ: stacked lazily
+    with pytest.raises(ValueError, match="non-empty list"):
+        TensorDict.from_list([])
+
+
+def test_update_takes_fields_as_keywords():
+    pair = _Pair(foo=torch.zeros(3), bar=torch.zeros(3), batch_size=[3])
+    assert pair.update() is pair and pair.update_() is pair
+    pair.update(foo=torch.ones(3))
+    pair.update_(bar=torch.full((3,), 2.0))
+    assert pair.foo.tolist() == [1.0] * 3 and pair.bar.tolist() == [2.0] * 3
+    other = _Pair(foo=torch.full((3,), 5.0), bar=torch.full((3,), 7.0), batch_size=[3])
+    pair.update(other, bar=torch.full((3,), 9.0))  # the keywords win over the source
+    assert pair.foo.tolist() == [5.0] * 3 and pair.bar.tolist() == [9.0] * 3
+
+
+def test_select_as_tensordict():
+    pair = _Pair(foo=torch.zeros(2), bar="label", batch_size=[2])
+    kept = pair.select("foo")
+    assert type(kept) is _Pair and kept.bar is None
+    plain = pair.select("foo", as_tensordict=True)
+    assert type(plain) is TensorDict and list(plain.keys()) == ["foo"]
+    assert type(TensorDict({"a": 1}).select("a", as_tensordict=True)) is TensorDict
+
+
+def test_property_setters_classvars_and_the_device():
+    @tensorclass
+    class WithProperty:
+        a: torch.Tensor
+        _c: Any = None
+        scale: ClassVar[float] = 0.5
+
+        @property
+        def c(self):
+            return self._c
+
+        @c.setter
+        def c(self, value):
+            self._c = value
+
+    data = WithProperty(a=torch.ones(()))
+    data.c = "1"
+    assert data.c == "1" and data._tensordict["_c"] == "1"
+    assert WithProperty.__expected_keys__ == {"a", "_c"}  # a ClassVar is not a field
+    with pytest.raises(RuntimeError, match="device cannot be set using tensorclass.device = device"):
+        data.device = torch.device("cpu")
+    with pytest.raises(AttributeError, match="it is not a field"):
+        data.other = 1
+
+
+def test_from_dataclass_options():
+    @dataclasses.dataclass
+    class Record:
+        a: int = 0
+        b: Any = 0
+
+    autocast = from_dataclass(Record, autocast=True)
+    nocast = from_dataclass(Record, nocast=True)
+    plain = from_dataclass(Record)
+    assert autocast._autocast and nocast._nocast and not plain._nocast
+    assert from_dataclass(Record, nocast=True) is nocast  # built once per options
+    assert isinstance(nocast(a=0, b=0).a, int) and isinstance(plain(a=0, b=0).a, torch.Tensor)
+    frozen = from_dataclass(Record(a=1, b=2), frozen=True)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        frozen.a = torch.tensor(3)
+    with pytest.raises(TypeError, match="autocast is exclusive with nocast"):
+        from_dataclass(Record, autocast=True, nocast=True)
+
+    @dataclasses.dataclass
+    class Mutable:
+        x: torch.Tensor
+
+    same = from_dataclass(Mutable, inplace=True)
+    assert same is Mutable and is_tensorclass(Mutable)
+    assert Mutable(x=torch.zeros(2), batch_size=[2]).batch_size == (2,)

@@ -142,6 +142,22 @@ def _wrap(self: Any, name: str, result: Any) -> Any:
     return result
 
 
+# the keywords of TensorDict.update / update_ (any other keyword of a tensor class's update is a field)
+_UPDATE_OPTIONS = frozenset(
+    {"clone", "inplace", "keys_to_update", "non_blocking", "is_leaf", "update_batch_size", "ignore_lock"}
+)
+
+
+def _update_source(source: Any, fields: dict) -> Any:
+    """What a tensor class's ``update(source, **fields)`` writes: ``source`` with ``fields`` on top."""
+    if not fields:
+        return None if source is None else _unwrap(source)
+    if source is None:
+        return fields
+    items = _unwrap(source).items() if is_tensor_collection(source) else dict(source).items()
+    return {**dict(items), **fields}
+
+
 def _maybe_wrap_td(cls: type, td: Any) -> Any:
     if type(td) is not TensorDict or td._is_non_tensor:
         if not getattr(type(td), "_is_persistent", False):  # a PersistentTensorDict view is wrapped too
@@ -486,6 +502,11 @@ class TensorClass:
         if name in cls._tc_settable or name[:1] == "_":
             object.__setattr__(self, name, value)
             return
+        if name == "device":
+            raise RuntimeError(
+                "device cannot be set using tensorclass.device = device: a tensor class's device moves with its "
+                "tensors; use tensorclass.to(device), which returns an instance on that device."
+            )
         raise AttributeError(
             f"Cannot set the attribute {name!r} on {cls.__name__}: it is not a field (fields: {list(cls._tc_fields)})."
         )
@@ -844,8 +865,19 @@ class TensorClass:
     dumps = save
 
     @classmethod
-    def load_memmap(cls, prefix: Any, device: Any = None, non_blocking: bool = False, *, out: Any = None) -> Any:
-        """Open an instance saved with :meth:`memmap_` / :meth:`save`."""
+    def load_memmap(
+        cls,
+        prefix: Any,
+        device: Any = None,
+        non_blocking: bool = False,
+        *,
+        out: Any = None,
+        allow_pickle: bool = False,
+    ) -> Any:
+        """Open an instance saved with :meth:`memmap_` / :meth:`save` (the class it was saved as).
+
+        ``allow_pickle`` is accepted for tensordict's signature and changes nothing: tdict never
+        writes or reads pickles (non-tensor payloads are stored as JSON)."""
         from .persistence import load_memmap
 
         loaded = load_memmap(prefix, device=device)
@@ -860,6 +892,73 @@ class TensorClass:
     def fields(cls) -> tuple:
         """The dataclass fields, in declaration order."""
         return dataclasses.fields(cls)
+
+    # ------------------------------------------------------------------ methods with tensor-class keywords
+    def select(self, *keys: Any, inplace: bool = False, strict: bool = True, as_tensordict: bool = False) -> Any:
+        """An instance with only ``keys`` (the other fields read ``None``), or with ``as_tensordict=True``
+        the plain TensorDict of those keys."""
+        result = self._tensordict.select(*keys, inplace=inplace, strict=strict)
+        return result if as_tensordict and not inplace else _wrap(self, "select", result)
+
+    def update(self, input_dict_or_td: Any = None, *args: Any, **kwargs: Any) -> Any:
+        """Like :meth:`tdict.TensorDict.update`; field values may also be given as keywords
+        (``tc.update(other, b=x)``: the keywords win), and an empty call does nothing."""
+        options = {k: kwargs.pop(k) for k in list(kwargs) if k in _UPDATE_OPTIONS}
+        source = _update_source(input_dict_or_td, kwargs)
+        if source is None:
+            return self
+        self._tensordict.update(source, *args, **options)
+        return self
+
+    def update_(self, input_dict_or_td: Any = None, *args: Any, **kwargs: Any) -> Any:
+        """Like :meth:`tdict.TensorDict.update_` (in place), with field values also as keywords."""
+        options = {k: kwargs.pop(k) for k in list(kwargs) if k in _UPDATE_OPTIONS}
+        source = _update_source(input_dict_or_td, kwargs)
+        if source is None:
+            return self
+        self._tensordict.update_(source, *args, **options)
+        return self
+
+    # ------------------------------------------------------------------ TensorDict's constructors, as instances
+    @classmethod
+    def from_dict(cls, input_dict: Any, **kwargs: Any) -> Any:
+        """An instance from a dict of field values (:meth:`TensorDict.from_dict`'s keywords: ``batch_size``,
+        ``auto_batch_size``, ``batch_dims``, ``device``, ``names``)."""
+        return cls.from_tensordict(TensorDict.from_dict(input_dict, **kwargs))
+
+    @classmethod
+    def from_list(cls, input: Any, **kwargs: Any) -> Any:
+        """An instance stacked from a list of dicts of field values (:meth:`TensorDict.from_list`)."""
+        return cls.from_tensordict(TensorDict.from_list([_unwrap(item) for item in input], **kwargs))
+
+    @classmethod
+    def fromkeys(cls, keys: Any, value: Any = 0) -> Any:
+        """An instance (empty batch size) with ``value`` in every field of ``keys``."""
+        return cls.from_tensordict(TensorDict.fromkeys(keys, value))
+
+    @classmethod
+    def stack(cls, input: Sequence[Any], dim: int = 0, *, out: Any = None) -> Any:
+        """``torch.stack`` of instances, as an instance of this class."""
+        return cls._stack_impl(input, dim, out=out)
+
+    @classmethod
+    def cat(cls, input: Sequence[Any], dim: int = 0, *, out: Any = None) -> Any:
+        """``torch.cat`` of instances, as an instance of this class."""
+        return cls._cat_impl(input, dim, out=out)
+
+    @classmethod
+    def lazy_stack(cls, input: Sequence[Any], dim: int = 0, **kwargs: Any) -> Any:
+        """A lazy stack of the instances' TensorDicts, as an instance of this class."""
+        from .lazy import lazy_stack
+
+        return cls._from_tensordict(lazy_stack([_unwrap(item) for item in input], dim, **kwargs))
+
+    @classmethod
+    def maybe_dense_stack(cls, input: Sequence[Any], dim: int = 0) -> Any:
+        """Dense where the instances agree, lazy where they do not, as an instance of this class."""
+        from ._core.combining import maybe_dense_stack
+
+        return cls._from_tensordict(maybe_dense_stack([_unwrap(item) for item in input], dim))
 
 
 def _compare(td: Any, other: Any, op: Callable) -> TensorDict:
@@ -1203,7 +1302,15 @@ def _process_class(cls: type, options: dict) -> type:
         setattr(cls, field.name, descriptor(field.name, field.default, field.default_factory))
     cls._tc_fields = tuple(names)
     cls._tc_field_set = frozenset(names)
-    cls._tc_settable = frozenset(names) | {"batch_size", "names"}
+    # fields, the shape attributes, and properties the class gives a setter
+    setters = {k for k in dir(cls) if isinstance(inspect.getattr_static(cls, k, None), property)}
+    cls._tc_settable = (
+        frozenset(names)
+        | {"batch_size", "names"}
+        | {k for k in setters if inspect.getattr_static(cls, k).fset is not None}
+    )
+    # tensordict's name for the field names (ClassVars are not fields)
+    cls.__expected_keys__ = frozenset(names)
     cls._tc_defaults = defaults
     for opt, value in options.items():
         setattr(cls, "_" + opt, value)

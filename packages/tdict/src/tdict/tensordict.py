@@ -686,7 +686,9 @@ class TensorDict(TensorDictBase):
         )
         return cast(TensorDict, out)  # the base method returns self
 
-    def select(self, *keys: NestedKey, inplace: bool = False, strict: bool = True) -> "TensorDict":
+    def select(
+        self, *keys: NestedKey, inplace: bool = False, strict: bool = True, as_tensordict: bool = False
+    ) -> "TensorDict":
         if inplace:
             return cast(TensorDict, TensorDictBase.select(self, *keys, inplace=inplace, strict=strict))  # self
         src, out, new = self._tensordict, {}, _new_tensordict

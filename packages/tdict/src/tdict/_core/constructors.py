@@ -21,6 +21,7 @@ from ..tensordict import TensorDict
 __all__ = [
     "from_any",
     "from_dataclass",
+    "from_list",
     "from_dict",
     "from_namedtuple",
     "from_pytree",
@@ -107,6 +108,71 @@ def from_dict(
     return TensorDict.from_dict(source, batch_size=batch_size, device=device, batch_dims=batch_dims, names=names)
 
 
+def from_list(
+    input: Sequence[Any],
+    *,
+    auto_batch_size: bool | None = None,
+    batch_size: Any = None,
+    device: Any = None,
+    batch_dims: int | None = None,
+    names: Any = None,
+    lazy: bool | None = None,
+) -> Any:
+    """A TensorDict stacked from a list of dicts (or collections) along a new first dim.
+
+    Each dict is made a TensorDict by :func:`from_dict` (``batch_size``, ``batch_dims`` and ``names``
+    describe the stacked result: their first dim is the list's; without them an item's batch size is
+    empty unless ``auto_batch_size=True``); ``lazy=None`` stacks densely where
+    the items agree and lazily where they do not (:func:`tdict.maybe_dense_stack`), ``True`` always
+    lazily, ``False`` always densely.
+
+    Examples:
+        >>> from tdict import TensorDict
+        >>> td = TensorDict.from_list([{"a": 1, "b": {"c": 2.0}}, {"a": 3, "b": {"c": 4.0}}])
+        >>> td.batch_size, td["a"].tolist(), td["b", "c"].tolist()
+        (torch.Size([2]), [1, 3], [2.0, 4.0])
+    """
+    from .combining import maybe_dense_stack
+    from .torch_function import stack
+
+    if not isinstance(input, (list, tuple)) or not input:
+        raise ValueError(f"from_list: input must be a non-empty list of dicts or collections, got {input!r}.")
+    inner = None
+    if batch_size is not None:
+        full = torch.Size([batch_size]) if isinstance(batch_size, int) else torch.Size(batch_size)
+        if not full or full[0] != len(input):
+            raise ValueError(
+                f"from_list: batch_size {list(full)} does not start with the length of the list ({len(input)})."
+            )
+        inner = full[1:]
+    dims = None if batch_dims is None else batch_dims - 1
+    inner_names = None if names is None else list(names)[1:]
+    items = [
+        item
+        if is_tensor_collection(item)
+        else from_dict(
+            item,
+            batch_size=inner,
+            device=device,
+            batch_dims=dims,
+            names=inner_names,
+            auto_batch_size=bool(auto_batch_size),  # items keep an empty batch size unless asked
+        )
+        for item in input
+    ]
+    if lazy is None:
+        out = maybe_dense_stack(items, 0)
+    elif lazy:
+        from ..lazy import lazy_stack
+
+        out = lazy_stack(items, 0)
+    else:
+        out = stack(items, 0)
+    if names is not None:
+        out.names = list(names)
+    return out
+
+
 def fromkeys(keys: Sequence[NestedKey], value: Any = 0) -> TensorDict:
     """A TensorDict (empty batch size) holding ``value`` under every key (nested keys create sub-TensorDicts).
 
@@ -189,11 +255,13 @@ def td_from_dataclass(
 _TC_CACHE: dict = {}
 
 
-def _tensorclass_for(dc_type: type) -> type:
-    """A tensor class with ``dc_type``'s fields and defaults (built once per dataclass type)."""
+def _tensorclass_for(dc_type: type, options: dict[str, bool]) -> type:
+    """A tensor class with ``dc_type``'s fields and defaults and the given options (built once per
+    dataclass type and options)."""
     from ..tensorclass import TensorClass
 
-    cls = _TC_CACHE.get(dc_type)
+    key = (dc_type, tuple(sorted(options.items())))
+    cls = _TC_CACHE.get(key)
     if cls is None:
         ns: dict = {
             "__annotations__": {},
@@ -206,7 +274,7 @@ def _tensorclass_for(dc_type: type) -> type:
                 ns[f.name] = f.default
             elif f.default_factory is not dataclasses.MISSING:
                 ns[f.name] = dataclasses.field(default_factory=f.default_factory)
-        cls = _TC_CACHE[dc_type] = type(f"{dc_type.__name__}_tc", (TensorClass,), ns)
+        cls = _TC_CACHE[key] = type(f"{dc_type.__name__}_tc", (TensorClass,), ns, **options)
     return cls
 
 
@@ -217,11 +285,20 @@ def from_dataclass(
     auto_batch_size: bool = False,
     batch_dims: int | None = None,
     batch_size: Any = None,
+    frozen: bool = False,
+    autocast: bool = False,
+    nocast: bool = False,
+    inplace: bool = False,
+    shadow: bool = False,
+    tensor_only: bool = False,
     device: Any = None,
 ) -> Any:
     """A tensor class made from a dataclass: a class for a dataclass type, an instance for an instance.
 
-    ``dest_cls`` (a tensor class) receives the fields instead of a generated ``<Name>_tc`` class.
+    ``dest_cls`` (a tensor class) receives the fields instead of a generated ``<Name>_tc`` class;
+    ``frozen``, ``autocast``, ``nocast``, ``shadow`` and ``tensor_only`` are the generated class's
+    options (see :class:`~tdict.TensorClass`); ``inplace=True`` turns a dataclass type itself into the
+    tensor class (the decorator's way) instead of generating one.
 
     Examples:
         >>> import dataclasses, torch
@@ -233,18 +310,25 @@ def from_dataclass(
         >>> p = from_dataclass(Point(torch.zeros(3)), auto_batch_size=True)
         >>> is_tensorclass(p), p.batch_size, p.label
         (True, torch.Size([3]), 'p')
+        >>> from_dataclass(Point, nocast=True)._nocast
+        True
     """
-    from ..tensorclass import is_tensorclass
+    from ..tensorclass import _check_options, is_tensorclass, tensorclass
 
+    options = _check_options(
+        dict(autocast=autocast, frozen=frozen, nocast=nocast, shadow=shadow, tensor_only=tensor_only), "from_dataclass"
+    )
     if not dataclasses.is_dataclass(obj):
         raise TypeError(f"from_dataclass: expected a dataclass type or instance, got {type(obj).__name__}.")
     if dest_cls is not None and not is_tensorclass(dest_cls):
         raise TypeError(f"from_dataclass: dest_cls must be a tensor class, got {dest_cls!r}.")
     if isinstance(obj, type):
-        return dest_cls if dest_cls is not None else _tensorclass_for(obj)
+        if dest_cls is not None or is_tensorclass(obj):
+            return dest_cls if dest_cls is not None else obj
+        return tensorclass(obj, **options) if inplace else _tensorclass_for(obj, options)
     if is_tensorclass(obj):
         return obj
-    cls = dest_cls if dest_cls is not None else _tensorclass_for(type(obj))
+    cls = dest_cls if dest_cls is not None else _tensorclass_for(type(obj), options)
     values = {f.name: _convert(getattr(obj, f.name), device, batch_size) for f in dataclasses.fields(obj)}
     out = cls(**values, batch_size=batch_size, device=device)
     _finish(out._tensordict, auto_batch_size, batch_dims, batch_size, "from_dataclass")

@@ -124,6 +124,11 @@ class ConversionsMixin:
         return _constructors().fromkeys(keys, value)
 
     @classmethod
+    def from_list(cls, input: Any, **kwargs: Any) -> Any:
+        """A TensorDict stacked from a list of dicts along a new first dim (:func:`tdict.from_list`)."""
+        return _constructors().from_list(input, **kwargs)
+
+    @classmethod
     def from_any(cls, obj: Any, **kwargs: Any) -> Any:
         """Convert dicts, namedtuples, tuples, dataclasses and numpy structured arrays to a TensorDict (:func:`tdict.from_any`)."""
         return _constructors().from_any(obj, **kwargs)

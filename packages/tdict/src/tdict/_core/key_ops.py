@@ -146,8 +146,11 @@ class KeyOpsMixin:
         node.set(last, node.empty())
         return cast("TensorDictBase", self)
 
-    def select(self, *keys: NestedKey, inplace: bool = False, strict: bool = True) -> "TensorDictBase":
-        """A collection with only ``keys`` (nested keys keep their parents)."""
+    def select(
+        self, *keys: NestedKey, inplace: bool = False, strict: bool = True, as_tensordict: bool = False
+    ) -> "TensorDictBase":
+        """A collection with only ``keys`` (nested keys keep their parents); ``as_tensordict`` matters
+        to tensor classes only (a collection is returned either way here)."""
         out = cast("TensorDictBase", self) if inplace else self.empty()
         picked = []
         for key in keys:
