@@ -142,19 +142,41 @@ def test_from_dataclass_makes_tensorclasses():
 
 
 def test_from_struct_array():
-    arr = np.zeros(3, dtype=[("a", np.float32), ("b", np.int64, (2,))])
+    arr = np.zeros(3, dtype=[("a", np.float64), ("b", np.int64, (2,))])  # 24-byte records: torch views them
     arr["b"] = [[1, 2], [3, 4], [5, 6]]
     td = from_struct_array(arr)
     assert (
         td.batch_size == torch.Size([3])
-        and td["a"].dtype == torch.float32
+        and td["a"].dtype == torch.float64
         and td["b"].tolist() == [[1, 2], [3, 4], [5, 6]]
     )
     td["b"][0, 0] = 9
-    assert arr["b"][0, 0] == 1  # a copy, not a view
+    assert arr["b"][0, 0] == 9  # a view of the array's memory (as tensordict)
+    arr["a"] += 1
+    assert td["a"].tolist() == [1.0, 1.0, 1.0]
     assert from_any(arr)["b"].shape == torch.Size([3, 2])
+    packed = np.zeros(3, dtype=[("a", np.float32), ("b", np.int64)])  # 12-byte records: int64 copied
+    copied = from_struct_array(packed)
+    copied["b"][0] = 5
+    assert packed["b"][0] == 0 and copied["b"].tolist() == [5, 0, 0]
     with pytest.raises(TypeError, match="structured"):
         from_struct_array(np.zeros(3))
+
+
+def test_struct_array_round_trip_with_strings_and_nesting():
+    inner = np.dtype([("x", np.float64), ("tag", "U4")])
+    arr = np.zeros(2, dtype=[("name", "U10"), ("age", np.int32), ("pos", inner)])
+    arr["name"], arr["age"] = ["Rex", "Fido"], [9, 3]
+    arr["pos"]["x"], arr["pos"]["tag"] = [0.5, 1.5], ["a", "bc"]
+    td = TensorDict.from_struct_array(arr)
+    assert td["name"] == ["Rex", "Fido"] and td[1]["name"] == "Fido"
+    assert td["pos", "tag"] == ["a", "bc"] and td["pos", "x"].tolist() == [0.5, 1.5]
+    back = td.to_struct_array()
+    assert back.shape == (2,) and back.dtype.names == ("name", "age", "pos")
+    assert (back == arr).all()
+    scalar = np.array(("Rex", 9, (0.0, "z")), dtype=arr.dtype)
+    td0 = TensorDict.from_struct_array(scalar)
+    assert td0.batch_size == () and td0["name"] == "Rex" and (td0.to_struct_array() == scalar).all()
 
 
 def test_from_any_dispatch():

@@ -777,3 +777,17 @@ def test_expand_right_errors_and_tensordict_destination():
     out = expand_as_right(mask, dest)
     assert out["obs"].shape == (2, 4) and out["nested", "x"].shape == (2, 3, 5)
     assert out["nested", "x"][0].all() and not out["nested", "x"][1].any()
+
+
+def test_contiguous_canonical_copies_only_non_row_major_leaves():
+    odd = torch.empty_strided((1, 4, 5), (5, 5, 1))  # contiguous for torch, not row-major strides
+    odd.copy_(torch.arange(20.0).view(1, 4, 5))
+    plain = torch.randn(2, 3, 4)
+    td = TensorDict({"odd": odd, "plain": plain, "nested": TensorDict({"leaf": odd}, [])}, [])
+    same = td.contiguous()
+    assert same["odd"].data_ptr() == odd.data_ptr() and same["odd"].stride() == (5, 5, 1)
+    canon = td.contiguous(canonical=True)
+    assert canon["odd"].stride() == (20, 5, 1) and canon["odd"].data_ptr() != odd.data_ptr()
+    assert canon["nested", "leaf"].stride() == (20, 5, 1)
+    assert canon["plain"].data_ptr() == plain.data_ptr()
+    assert torch.equal(canon["odd"], odd) and canon.batch_size == td.batch_size

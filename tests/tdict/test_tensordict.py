@@ -21,12 +21,18 @@ def make(batch=(4, 3)):
 
 # ---------------------------------------------------------------- construction
 def test_construction_nested_dicts_and_tuple_keys():
-    td = TensorDict({"a": torch.zeros(2, 5), ("x", "y"): torch.ones(2)}, batch_size=[2], b=torch.zeros(2))
+    td = TensorDict({"a": torch.zeros(2, 5), ("x", "y"): torch.ones(2), "b": torch.zeros(2)}, batch_size=[2])
     assert isinstance(td["x"], TensorDict)
     assert td["x"].batch_size == torch.Size([2])
     assert torch.equal(td["x", "y"], torch.ones(2))
     assert sorted(td.keys()) == ["a", "b", "x"]
     assert TensorDict().batch_size == torch.Size([])
+    assert sorted(TensorDict(a=torch.zeros(2), b=torch.ones(2), batch_size=[2]).keys()) == [
+        "a",
+        "b",
+    ]  # entries as keywords
+    with pytest.raises(ValueError, match=r"as source or as keywords, not both \(got source and \['b'\]\)"):
+        TensorDict({"a": torch.zeros(2)}, batch_size=[2], b=torch.zeros(2))
 
 
 def test_construction_rejects_wrong_batch_and_names_key():

@@ -189,3 +189,24 @@ def test_load_state_dict_writes_into_a_lazy_stacks_members():
         assert stack["a"].tolist() == [[1.0, 1.0], [2.0, 2.0]]
         assert stack["n", "b"].tolist() == [[0.0, 0.0], [10.0, 10.0]]
         assert all(m["a"] is leaf for m, leaf in zip(stack.tensordicts, leaves))  # copied in place
+
+
+def test_update_takes_entries_as_keywords():
+    td = TensorDict({"a": torch.zeros(3)}, [3])
+    assert td.update() is td and td.update_() is td  # nothing to write
+    td.update(b=torch.ones(3))
+    assert sorted(td.keys()) == ["a", "b"] and td["b"].tolist() == [1.0] * 3
+    td.update({"a": torch.full((3,), 2.0), "b": torch.full((3,), 3.0)}, a=torch.full((3,), 7.0))
+    assert td["a"].tolist() == [7.0] * 3 and td["b"].tolist() == [3.0] * 3  # the keywords win
+    other = TensorDict({"a": torch.full((3,), 5.0)}, [3])
+    td.update(other, b=torch.zeros(3))
+    assert td["a"].tolist() == [5.0] * 3 and td["b"].tolist() == [0.0] * 3
+    before = td["a"]
+    td.update_(a=torch.full((3,), 4.0))
+    assert td["a"] is before and before.tolist() == [4.0] * 3  # in place
+    stack = lazy_stack([TensorDict({"x": torch.zeros(())}), TensorDict({"x": torch.zeros(())})])
+    stack.update(y=torch.arange(2.0))
+    assert stack["y"].tolist() == [0.0, 1.0]
+    with pytest.raises(RuntimeError, match="batch dimension mismatch"):
+        td.update(a=torch.zeros(3), c=torch.zeros(4))
+    assert "c" not in td.keys() and td["a"].tolist() == [4.0] * 3  # nothing written

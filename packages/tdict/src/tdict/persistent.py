@@ -493,8 +493,9 @@ class PersistentTensorDict(PersistentWritesMixin, TensorDictBase):
                 out[key] = value.to_tensordict(retain_none=retain_none)
         return TensorDict._new_unsafe(out, self._batch_size, self._device, self._names)
 
-    def contiguous(self) -> TensorDict:
-        """Load everything into an in-memory :class:`~tdict.TensorDict` (same as :meth:`to_tensordict`)."""
+    def contiguous(self, *, canonical: bool = False) -> TensorDict:
+        """Load everything into an in-memory :class:`~tdict.TensorDict` (same as :meth:`to_tensordict`; the
+        loaded tensors are new, with row-major strides, so ``canonical`` changes nothing)."""
         return self.to_tensordict()
 
     def clone(self, recurse: bool = True, *, device: Any = None, newfile: Any = None) -> TensorDictBase:

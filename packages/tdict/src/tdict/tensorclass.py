@@ -142,22 +142,6 @@ def _wrap(self: Any, name: str, result: Any) -> Any:
     return result
 
 
-# the keywords of TensorDict.update / update_ (any other keyword of a tensor class's update is a field)
-_UPDATE_OPTIONS = frozenset(
-    {"clone", "inplace", "keys_to_update", "non_blocking", "is_leaf", "update_batch_size", "ignore_lock"}
-)
-
-
-def _update_source(source: Any, fields: dict) -> Any:
-    """What a tensor class's ``update(source, **fields)`` writes: ``source`` with ``fields`` on top."""
-    if not fields:
-        return None if source is None else _unwrap(source)
-    if source is None:
-        return fields
-    items = _unwrap(source).items() if is_tensor_collection(source) else dict(source).items()
-    return {**dict(items), **fields}
-
-
 def _maybe_wrap_td(cls: type, td: Any) -> Any:
     if type(td) is not TensorDict or td._is_non_tensor:
         if not getattr(type(td), "_is_persistent", False):  # a PersistentTensorDict view is wrapped too
@@ -899,25 +883,6 @@ class TensorClass:
         the plain TensorDict of those keys."""
         result = self._tensordict.select(*keys, inplace=inplace, strict=strict)
         return result if as_tensordict and not inplace else _wrap(self, "select", result)
-
-    def update(self, input_dict_or_td: Any = None, *args: Any, **kwargs: Any) -> Any:
-        """Like :meth:`tdict.TensorDict.update`; field values may also be given as keywords
-        (``tc.update(other, b=x)``: the keywords win), and an empty call does nothing."""
-        options = {k: kwargs.pop(k) for k in list(kwargs) if k in _UPDATE_OPTIONS}
-        source = _update_source(input_dict_or_td, kwargs)
-        if source is None:
-            return self
-        self._tensordict.update(source, *args, **options)
-        return self
-
-    def update_(self, input_dict_or_td: Any = None, *args: Any, **kwargs: Any) -> Any:
-        """Like :meth:`tdict.TensorDict.update_` (in place), with field values also as keywords."""
-        options = {k: kwargs.pop(k) for k in list(kwargs) if k in _UPDATE_OPTIONS}
-        source = _update_source(input_dict_or_td, kwargs)
-        if source is None:
-            return self
-        self._tensordict.update_(source, *args, **options)
-        return self
 
     # ------------------------------------------------------------------ TensorDict's constructors, as instances
     @classmethod

@@ -21,6 +21,7 @@ from ._core.utils import (
 )
 from ._core.indexing import _batch_size_from_entry, _indexed_batch_size, _normalize_index, check_write_shape
 from ._core.locking import keeps_lock
+from ._core.update import with_entries
 from ._core.names import indexed_names, leading_names
 from .base import _MISSING, NON_TENSOR_CLASSES, TensorDictBase, is_tensor_collection
 from .errors import LOCKED, BatchIndexError, ShapeMismatchError, batch_mismatch_error, incompatible_leaf
@@ -90,6 +91,10 @@ class TensorDict(TensorDictBase):
         if source is None:
             items = kwargs.items()
         else:
+            if kwargs:
+                raise ValueError(
+                    f"TensorDict: pass the entries as source or as keywords, not both (got source and {list(kwargs)})."
+                )
             if is_tensor_collection(source):
                 items = source._items_raw()
             elif hasattr(source, "items"):
@@ -655,7 +660,7 @@ class TensorDict(TensorDictBase):
 
     def update(
         self,
-        input_dict_or_td: Any,
+        input_dict_or_td: Any = None,
         clone: bool = False,
         inplace: bool = False,
         *,
@@ -664,7 +669,12 @@ class TensorDict(TensorDictBase):
         is_leaf: Callable | None = None,
         update_batch_size: bool = False,
         ignore_lock: bool = False,
+        **entries: Any,
     ) -> "TensorDict":
+        if entries or input_dict_or_td is None:
+            input_dict_or_td = with_entries(input_dict_or_td, entries)
+            if input_dict_or_td is None:
+                return self
         # the common case (plain TensorDicts, no options) walks the entry dicts directly; anything
         # else, or any problem, takes the general path, which names the offending key
         if not (

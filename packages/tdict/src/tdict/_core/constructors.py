@@ -26,6 +26,7 @@ __all__ = [
     "from_namedtuple",
     "from_pytree",
     "from_struct_array",
+    "to_struct_array",
     "from_tuple",
     "fromkeys",
     "make_tensordict",
@@ -343,20 +344,74 @@ def from_struct_array(
     device: Any = None,
     batch_size: Any = None,
 ) -> TensorDict:
-    """A TensorDict of a numpy structured array: one entry per field, batch size the array's shape."""
+    """A TensorDict of a numpy structured array: one entry per field, batch size the array's shape.
+
+    Numeric fields share the array's memory where torch can view them (a write to the array shows in
+    the TensorDict) and are copied otherwise; string fields become strings (a
+    :class:`~tdict.NonTensorStack` over the batch); nested structured fields become sub-TensorDicts.
+    :meth:`TensorDict.to_struct_array` goes back.
+
+    Examples:
+        >>> import numpy as np
+        >>> from tdict import from_struct_array
+        >>> x = np.array([("Rex", 9), ("Fido", 3)], dtype=[("name", "U10"), ("age", "i4")])
+        >>> td = from_struct_array(x)
+        >>> x["age"] += 1
+        >>> td["name"], td["age"].tolist()
+        (['Rex', 'Fido'], [10, 4])
+    """
     names = getattr(getattr(struct_array, "dtype", None), "names", None)
     if not names:
         raise TypeError(f"from_struct_array: expected a numpy structured array, got {type(struct_array).__name__}.")
     source = {}
     for name in names:
         field = struct_array[name]
-        source[name] = (
-            from_struct_array(field, device=device)
-            if field.dtype.names
-            else torch.as_tensor(field.copy(), device=device)
-        )
+        if field.dtype.names:
+            source[name] = from_struct_array(field, device=device)
+        elif field.dtype.kind in "USO":  # strings and objects: Python values, one per element
+            source[name] = field.tolist()
+        else:
+            try:
+                tensor = torch.from_numpy(field)  # a view of the array's memory
+            except (TypeError, ValueError, RuntimeError):  # a layout torch cannot view: a copy
+                tensor = torch.as_tensor(field.copy())
+            source[name] = tensor if device is None else tensor.to(device)
     out = TensorDict(source, batch_size=struct_array.shape if batch_size is None else batch_size, device=device)
     return _finish(out, auto_batch_size, batch_dims, None, "from_struct_array")
+
+
+def to_struct_array(td: Any) -> Any:
+    """A numpy structured array of ``td`` (shape ``td.batch_size``): one field per entry, nested
+    collections as nested structured fields, strings as unicode fields. Tensors are copied to the CPU.
+
+    Examples:
+        >>> import torch
+        >>> from tdict import TensorDict
+        >>> td = TensorDict({"age": torch.tensor([9, 3]), "name": ["Rex", "Fido"]}, [2])
+        >>> arr = td.to_struct_array()
+        >>> arr.dtype.names, arr["name"].tolist(), arr["age"].tolist()
+        (('age', 'name'), ['Rex', 'Fido'], [9, 3])
+    """
+    import numpy as np
+
+    shape = tuple(td.batch_size)
+    fields, columns = [], []
+    for key, value in td.items():
+        if isinstance(value, torch.Tensor):
+            column = value.detach().cpu().numpy()
+        elif getattr(type(value), "_is_non_tensor", False):
+            payload = td[key]
+            column = np.asarray(payload) if type(payload) is list else np.full(shape, payload)
+        elif is_tensor_collection(value):
+            column = to_struct_array(value)
+        else:
+            raise TypeError(f"to_struct_array: key {key!r} holds a {type(value).__name__}, which numpy cannot hold.")
+        fields.append((key, column.dtype, column.shape[len(shape) :]))
+        columns.append(column)
+    out = np.empty(shape, dtype=fields)
+    for (key, _, _), column in zip(fields, columns):
+        out[key] = column
+    return out
 
 
 def from_any(

@@ -128,6 +128,15 @@ class ConversionsMixin:
         """A TensorDict stacked from a list of dicts along a new first dim (:func:`tdict.from_list`)."""
         return _constructors().from_list(input, **kwargs)
 
+    def to_struct_array(self) -> Any:
+        """A numpy structured array of the entries, shaped like the batch (:func:`tdict._core.constructors.to_struct_array`)."""
+        return _constructors().to_struct_array(self)
+
+    @classmethod
+    def from_struct_array(cls, struct_array: Any, **kwargs: Any) -> Any:
+        """A TensorDict of a numpy structured array, one entry per field (:func:`tdict.from_struct_array`)."""
+        return _constructors().from_struct_array(struct_array, **kwargs)
+
     @classmethod
     def from_any(cls, obj: Any, **kwargs: Any) -> Any:
         """Convert dicts, namedtuples, tuples, dataclasses and numpy structured arrays to a TensorDict (:func:`tdict.from_any`)."""

@@ -268,7 +268,7 @@ class KeyOpsMixin:
 
     def update(
         self,
-        input_dict_or_td: Any,
+        input_dict_or_td: Any = None,
         clone: bool = False,
         inplace: bool = False,
         *,
@@ -277,30 +277,44 @@ class KeyOpsMixin:
         is_leaf: Callable | None = None,
         update_batch_size: bool = False,
         ignore_lock: bool = False,
+        **entries: Any,
     ) -> "TensorDictBase":
-        """Write every entry of ``input_dict_or_td`` into ``self``, merging sub-collections.
+        """Write every entry of ``input_dict_or_td`` (and of the keyword ``entries``, which win) into
+        ``self``, merging sub-collections.
 
         Tuple keys of a dict are nested keys; ``clone`` copies the values; ``inplace`` copies into
         existing tensors; ``keys_to_update`` restricts the keys (a key also selects what is below
         it). Every entry is checked before the first write: an error leaves ``self`` unchanged.
         """
-        from .update import update
+        from .update import update, with_entries
 
+        source = with_entries(input_dict_or_td, entries)
+        if source is None:
+            return cast("TensorDictBase", self)
         return update(
-            self, input_dict_or_td, clone=clone, inplace=inplace, keys_to_update=keys_to_update, ignore_lock=ignore_lock
+            self, source, clone=clone, inplace=inplace, keys_to_update=keys_to_update, ignore_lock=ignore_lock
         )
 
     def update_(
-        self, input_dict_or_td: Any, clone: bool = False, *, keys_to_update: Sequence | None = None
+        self,
+        input_dict_or_td: Any = None,
+        clone: bool = False,
+        *,
+        keys_to_update: Sequence | None = None,
+        **entries: Any,
     ) -> "TensorDictBase":
-        """Copy every tensor of ``input_dict_or_td`` into the existing entry of ``self``, in place.
+        """Copy every tensor of ``input_dict_or_td`` (and of the keyword ``entries``, which win) into the
+        existing entry of ``self``, in place.
 
         Every key must exist and every value broadcast to its entry; all of it is checked before
         the first write. Non-tensor entries are skipped (as in tensordict).
         """
-        from .update import update_
+        from .update import update_, with_entries
 
-        return update_(self, input_dict_or_td, keys_to_update=keys_to_update)
+        source = with_entries(input_dict_or_td, entries)
+        if source is None:
+            return cast("TensorDictBase", self)
+        return update_(self, source, keys_to_update=keys_to_update)
 
     def update_at_(self, input_dict_or_td: Any, index: Any) -> Self:
         """Write ``input_dict_or_td`` into ``self[index]`` in place."""

@@ -595,13 +595,13 @@ class ShapeOpsMixin:
                 names[d0], names[d1] = names[d1], names[d0]
         return self._map_batch(lambda v: v.rot90(k, (d0, d1)), torch.Size(bs), names)
 
-    def contiguous(self, *, inplace: bool = False) -> Any:
+    def contiguous(self, *, canonical: bool = False, inplace: bool = False) -> Any:
         """A collection of contiguous leaves (a leaf that already is contiguous is reused, not copied);
-        ``inplace=True`` swaps them into ``self``."""
+        ``canonical=True`` also copies a tensor that torch calls contiguous but whose strides are not the
+        row-major ones of its shape (a size-1 dim with any stride); ``inplace=True`` swaps them into ``self``."""
         check_inplace(self, "contiguous", inplace)
-        return self._reshape_batch(
-            "contiguous", inplace, lambda v: v.contiguous(), self.batch_size, self._maybe_names()
-        )
+        fn = _canonical_contiguous if canonical else (lambda v: v.contiguous())
+        return self._reshape_batch("contiguous", inplace, fn, self.batch_size, self._maybe_names())
 
     def masked_fill(self, mask: torch.Tensor, value: Any) -> Any:
         """A copy where entries at ``mask`` (a batch-shaped bool tensor) are ``value``."""
@@ -912,3 +912,17 @@ class ShapeOpsMixin:
             )
         leaves = dict(items)
         return [leaves[k] for k in wanted]
+
+
+def _canonical_contiguous(value: Any) -> Any:
+    """``value`` with the row-major strides of its shape (copied only when its strides differ)."""
+    if not isinstance(value, torch.Tensor):
+        return value.contiguous(canonical=True)
+    stride, expected = value.stride(), []
+    step = 1
+    for size in reversed(value.shape):
+        expected.append(step)
+        step *= max(size, 1)
+    if value.is_contiguous() and tuple(reversed(expected)) == stride:
+        return value
+    return value.clone(memory_format=torch.contiguous_format)

@@ -56,6 +56,17 @@ class _Plan:
                 target._set_str(key, value, inplace=False, validated=True, ignore_lock=True)
 
 
+def with_entries(source: Any, entries: dict) -> Any:
+    """The source of ``update(source, **entries)``: ``source`` with ``entries`` on top (the keywords win);
+    ``None`` when there is neither."""
+    if not entries:
+        return source
+    if source is None:
+        return entries
+    items = source.items() if getattr(type(source), "_is_tensor_collection", False) else dict(source).items()
+    return {**dict(items), **entries}
+
+
 def update(
     td: Any, source: Any, *, clone: bool, inplace: bool, keys_to_update: Sequence | None, ignore_lock: bool
 ) -> Any:
