@@ -16,10 +16,12 @@ from hypothesis import strategies as st
 from tdict import (
     NonTensorData,
     TensorClass,
+    LazyStackedTensorDict,
     TensorDict,
     from_dataclass,
     is_leaf_nontensor,
     is_tensor_collection,
+    lazy_stack,
     tensorclass,
 )
 from tdict.tensorclass import is_tensorclass
@@ -507,3 +509,38 @@ def test_from_dataclass_options():
     same = from_dataclass(Mutable, inplace=True)
     assert same is Mutable and is_tensorclass(Mutable)
     assert Mutable(x=torch.zeros(2), batch_size=[2]).batch_size == (2,)
+
+
+def test_lazy_stacks_of_one_class_keep_the_class():
+    @tensorclass
+    class Node:
+        x: torch.Tensor
+        tag: str
+        child: Any = None
+
+    def node(width):
+        leaf = Node(x=torch.ones(3, width), tag="leaf", batch_size=[3])
+        return Node(x=torch.zeros(3, width), tag="root", child=leaf, batch_size=[3])
+
+    stacked = lazy_stack([node(4), node(5)])
+    assert type(stacked) is Node and type(stacked._tensordict) is LazyStackedTensorDict
+    assert type(stacked.child) is Node and type(stacked.child._tensordict) is LazyStackedTensorDict
+    assert stacked[1].x.shape == (3, 5) and stacked[0].child.x.shape == (3, 4)
+    assert stacked[1].tag == "root" and stacked[0].child.tag == "leaf"
+    dense = _Pair(foo=torch.zeros(1, 2), bar=torch.ones(1, 2), batch_size=[1, 2])
+    lazy = dense.to_lazystack(1)
+    assert type(lazy) is _Pair and type(lazy._tensordict) is LazyStackedTensorDict
+    assert torch.equal(lazy.foo, dense.foo)
+
+
+def test_collection_attributes_come_back_as_the_class():
+    @tensorclass
+    class Model:
+        w: torch.Tensor
+        name: str
+        b: torch.Tensor | None = None
+
+    m = Model(w=torch.randn(3, requires_grad=True), name="m", b=torch.randn(2))
+    (m + 1).sum().w.backward()
+    assert type(m.grad) is Model and m.grad.w.tolist() == [1.0] * 3 and m.grad.b is None
+    assert type(m.data) is Model and not m.data.w.requires_grad

@@ -210,3 +210,17 @@ def test_update_takes_entries_as_keywords():
     with pytest.raises(RuntimeError, match="batch dimension mismatch"):
         td.update(a=torch.zeros(3), c=torch.zeros(4))
     assert "c" not in td.keys() and td["a"].tolist() == [4.0] * 3  # nothing written
+
+
+def test_apply_writes_into_out():
+    td = TensorDict({"a": torch.zeros(3), "b": {"c": torch.ones(3)}}, [3])
+    dest = td.clone()
+    a_before = dest["a"]
+    assert td.apply(lambda x: x + 1, out=dest) is dest
+    assert dest["a"] is a_before and dest["a"].tolist() == [1.0] * 3  # written in place
+    assert dest["b", "c"].tolist() == [2.0] * 3 and td["a"].tolist() == [0.0] * 3
+    fresh = TensorDict({}, [3])
+    td.apply(lambda x: x * 3, out=fresh)
+    assert set(fresh.keys(True, True)) == {"a", ("b", "c")} and fresh["b", "c"].tolist() == [3.0] * 3
+    with pytest.raises(ValueError, match="inplace=True or out=, not both"):
+        td.apply(lambda x: x, inplace=True, out=dest)

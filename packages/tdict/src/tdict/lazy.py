@@ -400,9 +400,11 @@ class LazyStackedTensorDict(LazyIndexMixin, LazyShapeMixin, LazyMemberOpsMixin, 
                     f"Key {key!r}: the members' sub-collections have different batch sizes "
                     f"{sorted({tuple(x.batch_size) for x in vals})}; they cannot form one lazy stack."
                 )
-        out = LazyStackedTensorDict._new_unsafe(vals, self.stack_dim)
+        cls = type(first)
+        tensorclass = getattr(cls, "_is_tensorclass", False) and all(type(v) is cls for v in vals)
+        out = LazyStackedTensorDict._new_unsafe([v._tensordict for v in vals] if tensorclass else vals, self.stack_dim)
         out._is_locked = self._is_locked
-        return out
+        return cls._from_tensordict(out) if tensorclass else out  # instances of one tensor class: that class
 
     def _items_raw(self) -> Iterator[tuple[str, Any]]:
         tds = self.tensordicts
@@ -700,6 +702,11 @@ def lazy_stack(
             f"lazy_stack expects a non-empty list of tensor collections, got {type(list_of_tds).__name__}."
         )
     items = list(list_of_tds)
+    first = type(items[0])
+    if getattr(first, "_is_tensorclass", False) and out is None and all(type(td) is first for td in items):
+        # instances of one tensor class: an instance over the lazy stack of their TensorDicts
+        inner = lazy_stack([td._tensordict for td in items], dim, stack_dim_name=stack_dim_name)
+        return first._from_tensordict(inner)  # pyright: ignore[reportAttributeAccessIssue]
     if all(is_tensor_collection(td) and td._is_non_tensor for td in items):
         # collections go through __torch_function__ (torch's stubs only know tensors)
         return torch.stack(items, dim, out=out) if out is not None else torch.stack(items, dim)  # pyright: ignore[reportArgumentType, reportReturnType]

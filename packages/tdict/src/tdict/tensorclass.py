@@ -144,7 +144,9 @@ def _wrap(self: Any, name: str, result: Any) -> Any:
 
 def _maybe_wrap_td(cls: type, td: Any) -> Any:
     if type(td) is not TensorDict or td._is_non_tensor:
-        if not getattr(type(td), "_is_persistent", False):  # a PersistentTensorDict view is wrapped too
+        kind = type(td)
+        # a PersistentTensorDict view and a lazy stack are wrapped too
+        if td._is_non_tensor or not (getattr(kind, "_is_persistent", False) or kind._is_lazy):
             return td
         keys = td.keys()
     else:
@@ -517,7 +519,7 @@ class TensorClass:
                 )
 
             return method
-        return attr
+        return _wrap(self, name, attr) if isinstance(attr, TensorDictBase) else attr  # td.grad, td.data: the class
 
     # ------------------------------------------------------------------ shape / attributes
     @property

@@ -33,12 +33,14 @@ class ApplyMixin:
         default: Any = NO_DEFAULT,
         filter_empty: bool | None = None,
         call_on_nested: bool = False,
+        out: "TensorDictBase | None" = None,
         **constructor_kwargs,
     ) -> "TensorDictBase | None":
         """Apply ``fn`` to every leaf (and the matching leaves of ``others``).
 
         Returning ``None`` from ``fn`` drops the key; sub-collections left empty are dropped
-        when ``filter_empty`` is true. ``inplace`` writes the results into ``self``.
+        when ``filter_empty`` is true. ``inplace`` writes the results into ``self``; ``out`` (a
+        collection) receives them instead, in place where it has the key, and is returned.
 
         Examples:
             >>> import torch
@@ -46,7 +48,25 @@ class ApplyMixin:
             >>> td = TensorDict(a=torch.zeros(3), batch_size=[3])
             >>> td.apply(lambda x: x + 1)["a"]
             tensor([1., 1., 1.])
+            >>> dest = TensorDict(a=torch.zeros(3), batch_size=[3])
+            >>> td.apply(lambda x: x + 2, out=dest) is dest, dest["a"]
+            (True, tensor([2., 2., 2.]))
         """
+        if out is not None:
+            if inplace:
+                raise ValueError("apply: pass inplace=True or out=, not both.")
+            result = self.apply(
+                fn,
+                *others,
+                batch_size=batch_size,
+                device=device,
+                names=names,
+                default=default,
+                filter_empty=filter_empty,
+                call_on_nested=call_on_nested,
+                **constructor_kwargs,
+            )
+            return out if result is None else out.update(result, inplace=True)
         return self._apply(
             fn,
             others,
