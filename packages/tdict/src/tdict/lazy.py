@@ -705,7 +705,7 @@ def lazy_stack(
     first = type(items[0])
     if getattr(first, "_is_tensorclass", False) and out is None and all(type(td) is first for td in items):
         # instances of one tensor class: an instance over the lazy stack of their TensorDicts
-        inner = lazy_stack([td._tensordict for td in items], dim, stack_dim_name=stack_dim_name)
+        inner = lazy_stack([cast(Any, td)._tensordict for td in items], dim, stack_dim_name=stack_dim_name)
         return first._from_tensordict(inner)  # pyright: ignore[reportAttributeAccessIssue]
     if all(is_tensor_collection(td) and td._is_non_tensor for td in items):
         # collections go through __torch_function__ (torch's stubs only know tensors)
