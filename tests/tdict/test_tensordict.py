@@ -792,3 +792,32 @@ def test_tolist_options():
         td.tolist(convert_nodes=False, convert_tensors=True)
     with pytest.raises(ValueError, match="convert_tensors must be True, False or 'numpy', got 'list'"):
         td.tolist(convert_tensors="list")
+
+
+def test_pad_sequence_pads_leaf_dims():
+    # a feature dim past the batch: the batch is kept, each key padded to its own longest length
+    tds = [
+        TensorDict({"a": torch.ones(6, 3, 8), ("b", "c"): torch.ones(6, 3)}, [6]),
+        TensorDict({"a": torch.full((6, 5, 8), 2.0), ("b", "c"): torch.full((6, 7), 2.0)}, [6]),
+    ]
+    out = pad_sequence(tds, pad_dim=1, return_mask=True)
+    assert out.batch_size == (2, 6) and out["a"].shape == (2, 6, 5, 8) and out["b", "c"].shape == (2, 6, 7)
+    assert (out["a"][0, :, :3] == 1).all() and (out["a"][0, :, 3:] == 0).all() and (out["a"][1] == 2).all()
+    assert out["masks", "a"].shape == (2, 6, 5) and out["masks", "b", "c"].shape == (2, 6, 7)
+    assert torch.equal(out["masks", "a"][0, 0], torch.tensor([True] * 3 + [False] * 2))
+    # batch-less items: pad_dim 0 is the leaves' first dim; non-tensor leaves are stacked
+    short = TensorDict({"a": torch.tensor([2]), "b": "efg"})
+    flat = pad_sequence([TensorDict({"a": torch.tensor([1, 1]), "b": "asd"}), short], padding_value=-1)
+    assert flat.batch_size == (2,) and flat["a"].tolist() == [[1, 1], [2, -1]] and flat["b"] == ["asd", "efg"]
+    # a nested key names the masks entry; negative pad_dim counts from a leaf's end
+    ragged = [TensorDict({("b", "c"): torch.ones(6, n)}, [6]) for n in (3, 7)]
+    keyed = pad_sequence(ragged, pad_dim=-1, return_mask=("m", "n"))
+    assert keyed["b", "c"].shape == (2, 6, 7) and keyed["m", "n", "b", "c"].shape == (2, 6, 7)
+    with pytest.raises(RuntimeError, match=r"key 'a' has shapes \[\[6, 3, 8\], \[6, 5, 8\]\], which differ outside"):
+        pad_sequence(tds, pad_dim=-1)
+    with pytest.raises(RuntimeError, match="cannot pad scalars"):
+        pad_sequence([TensorDict({"s": torch.tensor(1.0)})])
+    with pytest.raises(KeyError, match="must match"):
+        pad_sequence([TensorDict({"a": torch.ones(2)}), TensorDict({"b": torch.ones(2)})])
+    dest = pad_sequence(tds, pad_dim=1).zero_()
+    assert pad_sequence(tds, pad_dim=1, out=dest) is dest and (dest["a"][1] == 2).all()

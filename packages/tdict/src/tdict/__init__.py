@@ -14,7 +14,8 @@ Examples:
 from typing import TYPE_CHECKING
 
 from ._core.keys import is_leaf_nontensor
-from ._core.torch_function import cat, pad, pad_sequence, stack
+from ._core.pad_sequence import pad_sequence
+from ._core.torch_function import cat, pad, stack
 from ._core.utils import NestedKey, unravel_key
 from .base import TensorDictBase, is_tensor_collection
 from .lazy import LazyStackedTensorDict, lazy_stack

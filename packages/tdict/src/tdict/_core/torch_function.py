@@ -402,48 +402,6 @@ def _pad_entry(v: Any, pairs: list, value: float) -> Any:
     return NonTensorStack._new(padded, table, v.device)
 
 
-def pad_sequence(
-    list_of_tds: Sequence[TensorDictBase], pad_dim: int = 0, padding_value: float = 0.0, return_mask: bool = False
-) -> TensorDictBase:
-    """Pad collections along ``pad_dim`` to the longest one and stack them on a new dim 0.
-
-    With ``return_mask`` a ``"masks"`` entry holds, per leaf, True where data is real.
-    """
-    _check_list(list_of_tds, "pad_sequence")
-    dim = normalize_dim(pad_dim, list_of_tds[0].batch_dims)
-    longest = max(td.batch_size[dim] for td in list_of_tds)
-    padded, masks = [], []
-    for td in list_of_tds:
-        missing = longest - td.batch_size[dim]
-        spec = [0, 0] * dim + [0, missing]
-        padded.append(pad(td, spec, padding_value))
-        if return_mask:
-            mask = torch.zeros(padded[-1].batch_size, dtype=torch.bool, device=td.device)
-            mask.narrow(dim, 0, td.batch_size[dim]).fill_(True)
-            masks.append(mask)
-    out = stack(padded, 0)
-    if return_mask:
-        mask = torch.stack(masks, 0)
-        out.set("masks", _mask_tree(out, mask))
-    return out
-
-
-def _mask_tree(td: TensorDictBase, mask: torch.Tensor) -> TensorDictBase:
-    """A collection with ``td``'s structure whose every leaf is ``mask`` broadcast to the leaf's batch part."""
-
-    def fill(v):
-        if isinstance(v, torch.Tensor):
-            return mask
-        return (
-            None
-            if v._is_non_tensor
-            else _mask_tree(v, mask.reshape(mask.shape + (1,) * (v.batch_dims - mask.dim())).expand(v.batch_size))
-        )
-
-    out = {k: fill(v) for k, v in td._items_raw()}
-    return TensorDict._new_unsafe({k: v for k, v in out.items() if v is not None}, td.batch_size, td.device, None)
-
-
 # ---------------------------------------------------------------------- shape ops as torch functions
 @implements(torch.movedim, torch.moveaxis)
 def _movedim(td: TensorDictBase, source: Any, destination: Any) -> TensorDictBase:
