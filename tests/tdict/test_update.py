@@ -224,3 +224,10 @@ def test_apply_writes_into_out():
     assert set(fresh.keys(True, True)) == {"a", ("b", "c")} and fresh["b", "c"].tolist() == [3.0] * 3
     with pytest.raises(ValueError, match="inplace=True or out=, not both"):
         td.apply(lambda x: x, inplace=True, out=dest)
+
+
+def test_update_in_place_names_a_missing_key():
+    td = TensorDict({"a": torch.zeros(3)}, [3])
+    with pytest.raises(KeyError, match=r"update_: key 'b' was not found in TensorDict with keys \['a'\]"):
+        td.update_(b=torch.ones(3))
+    assert list(td.keys()) == ["a"]

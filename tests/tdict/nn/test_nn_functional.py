@@ -171,3 +171,14 @@ def test_to_module_round_trip_of_tensordict_params_keeps_buffers_in_their_slot()
     assert list(after) == list(before)
     assert all(after[k] is before[k] for k in before)
     assert [n for n, _ in m.named_buffers()] == ["2.running_mean", "2.running_var", "2.num_batches_tracked"]
+
+
+def test_from_module_keeps_empty_submodules_on_request():
+    net = nn.Sequential(nn.Linear(2, 3), nn.ReLU(), nn.Sequential(nn.Dropout(), nn.Linear(3, 1)))
+    kept = TensorDict.from_module(net, filter_empty=False)
+    assert kept["1"].is_empty() and kept["2", "0"].is_empty()  # ReLU and Dropout hold no tensor
+    assert kept["2", "1", "weight"] is net[2][1].weight
+    default = TensorDict.from_module(net)
+    assert "1" not in default.keys() and ("2", "0") not in default.keys(include_nested=True)
+    params = TensorDict.from_module(net, as_module=True, filter_empty=False)
+    assert set(params.parameters()) == set(net.parameters())

@@ -36,7 +36,8 @@ from ..errors import InvalidArgumentError
 __all__ = ["from_module", "from_modules", "to_module"]
 
 
-def _module_td(module: nn.Module) -> Any:
+def _module_td(module: nn.Module, filter_empty: bool = True) -> Any:
+    """The module's tensors as a TensorDict; ``None`` for a module without any when ``filter_empty``."""
     from ..tensordict import TensorDict
 
     source: dict = {}
@@ -54,25 +55,33 @@ def _module_td(module: nn.Module) -> Any:
             if next(iter(cast(Any, sub).keys()), None) is not None:
                 source[name] = sub
             continue
-        sub_td = _module_td(sub)
+        sub_td = _module_td(sub, filter_empty)
         if sub_td is not None:
             source[name] = sub_td
-    if not source:
+    if not source and filter_empty:
         return None
     return TensorDict._new_unsafe(source, torch.Size([]))
 
 
-def from_module(module: nn.Module, as_module: bool = False, lock: bool = True, use_state_dict: bool = False) -> Any:
+def from_module(
+    module: nn.Module,
+    as_module: bool = False,
+    lock: bool = True,
+    use_state_dict: bool = False,
+    filter_empty: bool = True,
+) -> Any:
     """The parameters and buffers of ``module`` as a nested TensorDict with batch size ``[]``.
 
     Keys mirror the module tree (submodule names, then ``weight``, ``bias``, buffer names);
-    submodules without tensors are left out. The leaves are the module's own tensors (no copy).
+    submodules without tensors are left out unless ``filter_empty=False`` (then each is an empty
+    TensorDict). The leaves are the module's own tensors (no copy).
 
     Args:
         module: the module to read.
         as_module: return a :class:`~tdict.nn.TensorDictParams` (an ``nn.Module``) instead.
         lock: lock the result.
         use_state_dict: read ``module.state_dict(keep_vars=True)`` (state-dict hooks apply).
+        filter_empty: leave out the submodules that hold no tensor.
 
     Examples:
         >>> from torch import nn
@@ -89,7 +98,7 @@ def from_module(module: nn.Module, as_module: bool = False, lock: bool = True, u
         flat = module.state_dict(keep_vars=True)
         td = TensorDict(dict(flat.items())).unflatten_keys(".") if flat else TensorDict()
     else:
-        td = _module_td(module)
+        td = _module_td(module, filter_empty)
         if td is None:
             td = TensorDict()
     if as_module:

@@ -185,8 +185,12 @@ def _plan_copy(dest: Any, parts: tuple, value: Any, plan: _Plan, allowed: Any, p
     head = parts[0]
     full = path + (head,)
     current = _content(dest, head)._get_str(head, None)
-    if current is None:
-        raise root._missing_key_error(unravel_key(full))
+    if current is None:  # update_ writes in place: the key must exist
+        keys = list(root.keys(include_nested=True))
+        raise KeyError(
+            f"update_: key {unravel_key(full)!r} was not found in {type(root).__name__} with keys {keys} "
+            "(update_ writes into existing entries; update() adds keys)."
+        )
     if len(parts) > 1 or _is_subtree(value):
         if _is_leaf(current):
             what = f"sub-key {unravel_key(parts[1:])!r}" if len(parts) > 1 else "a collection"
