@@ -347,3 +347,29 @@ def test_non_tensor_stack_of_plain_objects():
     assert stack.batch_size == (3,)
     assert stack.tolist() == ["a", {"b": 1}, "c"]
     assert stack[1].data == {"b": 1}
+
+
+def test_where_chooses_non_tensor_payloads_element_by_element():
+    cond = torch.tensor([True, False])
+    mine = NonTensorStack(NonTensorData(["a"]), NonTensorData(["a"]), batch_size=(2,))
+    theirs = NonTensorStack(NonTensorData(["b"]), NonTensorData(["b"]), batch_size=(2,))
+    out = NonTensorStack(NonTensorData(["none"]), NonTensorData(["none"]), batch_size=(2,))
+    result = mine.where(cond, theirs, out=out, pad=0)
+    assert result is out and out.tolist() == [["a"], ["b"]]  # list payloads stay whole
+    td = TensorDict({"s": ["x", "y"], "n": torch.zeros(2)}, [2])
+    other = TensorDict({"s": ["p", "q"], "n": torch.ones(2)}, [2])
+    picked = td.where(cond, other)
+    assert picked["s"] == ["x", "q"] and picked["n"].tolist() == [0.0, 1.0]
+    padded = td.where(cond, TensorDict({"n": torch.ones(2)}, [2]), pad=0)
+    assert padded["s"] == ["x", 0]
+    with pytest.raises(KeyError, match="'s' of one operand was not found"):
+        td.where(cond, TensorDict({"n": torch.ones(2)}, [2]))
+    grid = TensorDict({"s": [["a", "b"], ["c", "d"]]}, [2, 2])
+    assert grid.where(torch.tensor([True, False]), TensorDict({}, [2, 2]), pad=0)["s"] == [["a", "b"], [0, 0]]
+
+
+def test_apply_hands_non_tensor_payloads_of_the_others_to_fn():
+    left, right = TensorDict({"a": 0, "b": 0}), TensorDict({"a": 1, "b": 1})
+    funcs = TensorDict({"a": lambda x, y: x - y, "b": lambda x, y: x + y})
+    out = left.apply(lambda x, y, f: f(x, y), right, funcs)
+    assert out["a"].item() == -1 and out["b"].item() == 1

@@ -157,6 +157,8 @@ class ApplyMixin:
                         other_value = default
                     else:  # a missing sub-collection: an empty one, so that default fills each leaf below
                         other_value = TensorDict._new_unsafe({}, value.batch_size)
+                elif getattr(type(other_value), "_is_non_tensor", False) and not other_value._is_lazy:
+                    other_value = other_value.data  # a tensor leaf meets a non-tensor one: fn gets its payload
                 other_values.append(other_value)
             if isinstance(value, torch.Tensor) or call_on_nested:
                 if batch_size is not None and type(value) in UNBATCHED_TYPES:

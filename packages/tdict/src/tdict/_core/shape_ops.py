@@ -647,6 +647,9 @@ class ShapeOpsMixin:
             [1.0, 0.0, 1.0]
         """
         other_is_td = is_tensor_collection(other)
+        if self._is_non_tensor:  # a non-tensor leaf itself: element-wise choice of the payloads
+            picked = _where_non_tensor(condition, self, other if other is not None else pad)
+            return picked if out is None else out.update_(picked)
 
         def pick(v, o):
             return torch.where(_trailing_ones(condition, v.dim()), v, o)
@@ -658,9 +661,14 @@ class ShapeOpsMixin:
             )
 
         result = self.empty(recurse=True)
-        for key, value in self.items(True, True):
+        for key, value in self.items(True, True, is_leaf=is_leaf_nontensor):
             if type(value) in UNBATCHED_TYPES:
                 result.set(key, value)  # whole: the condition is over the batch dims, which it lacks
+            elif not isinstance(value, torch.Tensor):  # non-tensor data
+                o = other.get(key, None) if other_is_td else other
+                if o is None and pad is None:
+                    raise missing(key, "other")
+                result.set(key, _where_non_tensor(condition, value, o if o is not None else pad))
             elif isinstance(value, torch.Tensor):
                 o = other.get(key, None) if other_is_td else other
                 if o is None:
@@ -926,3 +934,37 @@ def _canonical_contiguous(value: Any) -> Any:
     if value.is_contiguous() and tuple(reversed(expected)) == stride:
         return value
     return value.clone(memory_format=torch.contiguous_format)
+
+
+def _where_non_tensor(condition: torch.Tensor, value: Any, other: Any) -> Any:
+    """A non-tensor leaf choosing, element by element of its batch, ``value``'s payload where
+    ``condition`` holds and ``other``'s (a non-tensor leaf, or one payload for all) elsewhere."""
+    from ..non_tensor_stack import NonTensorStack
+
+    shape = value.batch_size
+    chosen = condition.reshape(condition.shape + (1,) * (len(shape) - condition.dim())).expand(shape).tolist()
+    mine = value.tolist() if shape else value.data
+    if is_tensor_collection(other):
+        theirs = other.tolist() if other.batch_size else other.data
+    else:
+        theirs = other
+        for size in reversed(shape):
+            theirs = [theirs] * size
+
+    def pick(flag: Any, a: Any, b: Any) -> Any:
+        if isinstance(flag, list):
+            return [pick(f, x, y) for f, x, y in zip(flag, a, b)]
+        return a if flag else b
+
+    picked = pick(chosen, mine, theirs)
+    if not shape:
+        return type(value)(picked) if not value._is_lazy else picked
+    flat = NonTensorStack._new(torch.arange(shape.numel()).reshape(shape), _flatten(picked, len(shape)), value.device)
+    return flat
+
+
+def _flatten(nested: Any, depth: int) -> list:
+    """The items of ``depth`` levels of nested lists, in order."""
+    if depth == 0:
+        return [nested]
+    return [item for sub in nested for item in _flatten(sub, depth - 1)]
