@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import collections
 import json
 import math
 import os
@@ -671,26 +672,48 @@ def _sd_td():
 def test_state_dict_roundtrip_weights_only(tmp_path, flatten):
     td = _sd_td()
     sd = td.state_dict(flatten=flatten)
-    if flatten:
-        assert list(sd) == [
-            "a",
-            "n.b",
-            "n.m.c",
-            "n.m.__batch_size",
-            "n.m.__device",
-            "n.__batch_size",
-            "n.__device",
-            "__batch_size",
-            "__device",
-        ]
+    three = {"batch_size": torch.Size([3]), "device": None}
+    if flatten:  # tensordict 0.14's layout: dotted keys, the metadata per level in sd._metadata
+        assert list(sd) == ["a", "n.b", "n.m.c"]
+        assert dict(sd._metadata) == {"": three, "n": three, "n.m": three}
     else:
-        assert set(sd) == {"a", "n", "__batch_size", "__device"} and isinstance(sd["n"], dict)
-    assert sd["__batch_size"] == torch.Size([3]) and sd["__device"] is None
+        assert list(sd) == ["a", "n"] and list(sd["n"]) == ["b", "m"] and list(sd["n"]["m"]) == ["c"]
+        assert dict(sd._metadata) == {"": three} and dict(sd["n"]["m"]._metadata) == {"": three}
     torch.save(sd, tmp_path / "sd.pt")
     back = torch.load(tmp_path / "sd.pt", weights_only=True)
+    assert dict(back._metadata)[""] == three  # the metadata survives torch.save
     target = td.clone().zero_()
     assert target.load_state_dict(back) is target
     _assert_same(target, td)
+    grown = TensorDict({}, [])  # the batch sizes come from the metadata
+    grown.load_state_dict(back, strict=False)
+    assert grown.batch_size == (3,) and grown["n", "m"].batch_size == (3,)
+    _assert_same(grown, td)
+
+
+def test_state_dict_loads_into_a_module():
+    net = torch.nn.Sequential(torch.nn.Linear(2, 3), torch.nn.Linear(3, 1))
+    params = TensorDict.from_module(net).clone().apply(lambda x: x.detach() + 1)
+    net.load_state_dict(params.state_dict())  # flat "0.weight" keys, as nn.Module's own
+    assert torch.equal(net[0].weight, params["0", "weight"])
+
+
+def test_load_state_dict_of_the_legacy_layout():
+    td = _sd_td()
+    legacy = {
+        "a": torch.full((3,), 7.0),
+        "n": {
+            "b": torch.ones(3, 2, dtype=torch.int8),
+            "m": {"c": torch.ones(3, 4), "__batch_size": torch.Size([3]), "__device": None},
+            "__batch_size": torch.Size([3]),
+            "__device": None,
+        },
+        "__batch_size": torch.Size([3]),
+        "__device": None,
+    }
+    target = td.clone().zero_()
+    target.load_state_dict(legacy)
+    assert target["a"].tolist() == [7.0] * 3 and target["n", "m", "c"].sum().item() == 12.0
 
 
 def test_state_dict_prefix_destination_keep_vars():
@@ -700,7 +723,10 @@ def test_state_dict_prefix_destination_keep_vars():
     assert td.state_dict(keep_vars=True)["w"] is w
     dest = {"other": 1}
     out = td.state_dict(destination=dest, prefix="p.")
-    assert out is dest and set(dest) == {"other", "p.w", "p.__batch_size", "p.__device"}
+    assert out is dest and set(dest) == {"other", "p.w"}  # a plain dict takes no _metadata
+    ordered = collections.OrderedDict(other=1)
+    td.state_dict(destination=ordered, prefix="p.")
+    assert ordered._metadata["p"] == {"batch_size": torch.Size([2]), "device": None}
 
 
 def test_state_dict_of_memmap_saves_values(tmp_path):
@@ -715,7 +741,7 @@ def test_load_state_dict_checks_everything_before_writing():
     td = _sd_td()
     sd = td.state_dict()
     sd["a"] = torch.full((3,), 5.0)
-    sd["n"]["b"] = torch.ones(3, 3, dtype=torch.int8)  # wrong shape
+    sd["n.b"] = torch.ones(3, 3, dtype=torch.int8)  # wrong shape
     target = td.clone()
     with pytest.raises(RuntimeError, match=r"\('n', 'b'\).*\[3, 3\].*\[3, 2\]"):
         target.load_state_dict(sd)
@@ -748,7 +774,7 @@ def test_load_state_dict_assign_and_batch_size():
 def test_state_dict_non_tensor_payloads(tmp_path):
     td = TensorDict({"a": torch.zeros(2), "text": "hello"}, [2])
     sd = td.state_dict()
-    assert sd["text"] == "hello"
+    assert "text" not in sd and sd._metadata[""]["_non_tensor"] == {"text": "hello"}
     torch.save(sd, tmp_path / "sd.pt")
     target = TensorDict({"a": torch.ones(2), "text": "bye"}, [2])
     target.load_state_dict(torch.load(tmp_path / "sd.pt", weights_only=True))

@@ -56,9 +56,10 @@ This module holds the public API and the write path (lock, write, commit, clean 
 format itself (file names, the write plan, metadata and payload encoding) lives in
 ``tdict._io.memmap_layout``; validating and rebuilding on load in ``tdict._io.memmap_load``.
 
-State dicts (:func:`state_dict` / :func:`load_state_dict`, implemented in ``tdict._io.state_dict``) are plain (nested, or flat with
-``"."`` keys) dicts of tensors plus ``"__batch_size"`` / ``"__device"`` entries per level, which
-round-trip through ``torch.save`` / ``torch.load(weights_only=True)``.
+State dicts (:func:`state_dict` / :func:`load_state_dict`, implemented in ``tdict._io.state_dict``) are
+``OrderedDict`` s of tensors (``"."`` keys, or nested) with the batch sizes, devices and non-tensor
+payloads in their ``_metadata`` attribute (tensordict 0.14's layout), which round-trip through
+``torch.save`` / ``torch.load(weights_only=True)``.
 
 Examples:
     >>> import tempfile, torch

@@ -886,6 +886,23 @@ class TensorClass:
         result = self._tensordict.select(*keys, inplace=inplace, strict=strict)
         return result if as_tensordict and not inplace else _wrap(self, "select", result)
 
+    def state_dict(
+        self, destination: dict | None = None, prefix: str = "", keep_vars: bool = False, flatten: bool = True
+    ) -> dict:
+        """:meth:`tdict.TensorDict.state_dict`, with the class recorded (``_metadata[level]["_type"]``)."""
+        from .persistence import state_dict
+
+        return state_dict(self, destination=destination, prefix=prefix, keep_vars=keep_vars, flatten=flatten)
+
+    def load_state_dict(
+        self, state_dict: dict, strict: bool = True, assign: bool = False, from_flatten: bool = False
+    ) -> Any:
+        """:meth:`tdict.TensorDict.load_state_dict`; also reads the legacy ``{"_tensordict", "_non_tensordict"}`` layout."""
+        from .persistence import load_state_dict
+
+        load_state_dict(self, state_dict, strict=strict, assign=assign, from_flatten=from_flatten)
+        return self
+
     # ------------------------------------------------------------------ TensorDict's constructors, as instances
     @classmethod
     def from_dict(cls, input_dict: Any, **kwargs: Any) -> Any:

@@ -1,16 +1,22 @@
-"""State dicts of tensor collections: plain dicts of tensors that ``torch.load(weights_only=True)`` reads.
+"""State dicts of tensor collections, in tensordict 0.14's layout, which ``torch.load(weights_only=True)`` reads.
 
-``td.state_dict()`` gives a (nested, or with ``flatten=True`` dotted) dict of the leaves plus
-``"__batch_size"`` and ``"__device"`` entries for every level, the legacy tensordict layout that
-tensordict 0.14 still loads; ``td.load_state_dict(sd)`` checks every key, shape and batch size
-before the first write.
+``td.state_dict()`` is an ``OrderedDict`` of the tensors (dotted keys, ``"a.b"``; with
+``flatten=False`` nested ``OrderedDict`` s) whose ``_metadata`` attribute holds, per level (``""`` for
+the root, ``"a"`` below it), the batch size, the device, the non-tensor payloads (``"_non_tensor"``)
+and a tensor class's type (``"_type"``), as ``nn.Module.state_dict`` keeps its own metadata.
+``td.load_state_dict(sd)`` reads that layout, the legacy one (``"__batch_size"`` / ``"__device"``
+entries per level, and a tensor class's ``"_tensordict"`` / ``"_non_tensordict"``), and plain dicts of
+tensors; it checks every key, shape and batch size before the first write.
 
 Examples:
     >>> import torch
     >>> from tdict import TensorDict
-    >>> td = TensorDict({"a": torch.arange(3.0), "n": {"b": torch.ones(3)}}, [3])
+    >>> td = TensorDict({"a": torch.arange(3.0), "n": {"b": torch.ones(3)}, "tag": "x"}, [3])
+    >>> sd = td.state_dict()
+    >>> list(sd), sd._metadata["n"]["batch_size"], sd._metadata[""]["_non_tensor"]
+    (['a', 'n.b'], torch.Size([3]), {'tag': 'x'})
     >>> target = td.clone().zero_()
-    >>> _ = target.load_state_dict(td.state_dict(flatten=True))
+    >>> _ = target.load_state_dict(sd)
     >>> target["a"].tolist()
     [0.0, 1.0, 2.0]
 """
@@ -62,35 +68,56 @@ def _weights_only_safe(x: Any) -> bool:
 
 
 def state_dict(
-    td: Any, destination: dict | None = None, prefix: str = "", keep_vars: bool = False, flatten: bool = False
+    td: Any, destination: dict | None = None, prefix: str = "", keep_vars: bool = False, flatten: bool = True
 ) -> dict:
-    """A plain dict of ``td``'s leaves plus ``"__batch_size"`` and ``"__device"`` per level.
+    """An ``OrderedDict`` of ``td``'s tensors with the batch sizes, devices and non-tensor payloads in
+    its ``_metadata`` attribute (see the module docstring).
 
-    Nested collections become nested dicts, or with ``flatten=True`` dotted keys (``"a.b"``,
-    ``"a.__batch_size"``). Tensors are detached unless ``keep_vars``; memory-mapped leaves come
-    out as plain tensors sharing the data, so ``torch.save`` stores values, not file names.
-    Non-tensor entries come out as their payload (str/int/float/bool/None or lists of them).
+    Nested collections give dotted keys, or nested ``OrderedDict`` s (each with its own ``_metadata``)
+    with ``flatten=False``. Tensors are detached unless ``keep_vars``; memory-mapped leaves come out
+    as plain tensors sharing the data, so ``torch.save`` stores values, not file names. Non-tensor
+    payloads must be str/int/float/bool/None or lists of them.
 
     Examples:
         >>> import torch
         >>> from tdict import TensorDict
-        >>> sd = TensorDict({"a": torch.zeros(2), "b": {"c": torch.ones(2)}}, [2]).state_dict(flatten=True)
-        >>> sorted(sd)
-        ['__batch_size', '__device', 'a', 'b.__batch_size', 'b.__device', 'b.c']
+        >>> sd = TensorDict({"a": torch.zeros(2), "b": {"c": torch.ones(2)}}, [2]).state_dict()
+        >>> list(sd), list(sd._metadata)
+        (['a', 'b.c'], ['', 'b'])
+        >>> nested = TensorDict({"b": {"c": torch.ones(2)}}, [2]).state_dict(flatten=False)
+        >>> list(nested["b"]), nested["b"]._metadata[""]["batch_size"]
+        (['c'], torch.Size([2]))
     """
-    out = collections.OrderedDict()
-    _state_dict_into(td, out, prefix, keep_vars, flatten, ())
-    if destination is not None:
-        destination.update(out)
-        return destination
-    return out
+    out = _with_metadata(collections.OrderedDict())
+    _state_dict_into(td, out, out._metadata, prefix, keep_vars, flatten, ())
+    if destination is None:
+        return out
+    destination.update(out)
+    try:
+        destination._metadata = getattr(destination, "_metadata", None) or collections.OrderedDict()  # type: ignore[attr-defined]
+        destination._metadata.update(out._metadata)  # type: ignore[attr-defined]
+    except AttributeError:  # a destination that takes no attributes (a plain dict) keeps the tensors only
+        pass
+    return destination
 
 
-def _state_dict_into(td: Any, out: dict, prefix: str, keep_vars: bool, flatten: bool, path: tuple) -> None:
+def _with_metadata(d: Any) -> Any:
+    d._metadata = collections.OrderedDict()
+    return d
+
+
+def _state_dict_into(td: Any, out: Any, meta: dict, prefix: str, keep_vars: bool, flatten: bool, path: tuple) -> None:
     content = _content_of(td)
+    info: dict = {"batch_size": td.batch_size, "device": td.device}
+    if getattr(type(td), "_is_tensorclass", False):
+        info["_type"] = f"{type(td).__module__}.{type(td).__qualname__}"
+    meta[prefix[:-1] if prefix.endswith(".") else prefix] = info
+    payloads: dict = {}
     for key, value in content._items_raw():
         if key in _SENTINELS:
-            raise KeyError(f"state_dict: key {path + (key,)!r} is reserved for the metadata entries {_SENTINELS}.")
+            raise KeyError(
+                f"state_dict: key {path + (key,)!r} is reserved for the legacy metadata entries {_SENTINELS}."
+            )
         if flatten and "." in key:
             raise KeyError(f"state_dict(flatten=True): key {path + (key,)!r} contains '.', the flattening separator.")
         name = prefix + key
@@ -99,15 +126,15 @@ def _state_dict_into(td: Any, out: dict, prefix: str, keep_vars: bool, flatten: 
                 value = value.as_subclass(torch.Tensor)
             out[name] = value if keep_vars else value.detach()
         elif _is_non_tensor(value):
-            out[name] = _state_payload(value, name)
+            payloads[key] = _state_payload(value, name)
         elif flatten:
-            _state_dict_into(value, out, name + ".", keep_vars, True, path + (key,))
+            _state_dict_into(value, out, meta, name + ".", keep_vars, True, path + (key,))
         else:
-            sub = collections.OrderedDict()
-            _state_dict_into(value, sub, "", keep_vars, False, path + (key,))
+            sub = _with_metadata(collections.OrderedDict())
+            _state_dict_into(value, sub, sub._metadata, "", keep_vars, False, path + (key,))
             out[name] = sub
-    out[prefix + "__batch_size"] = td.batch_size
-    out[prefix + "__device"] = td.device
+    if payloads:
+        info["_non_tensor"] = payloads
 
 
 def _unflatten(sd: dict) -> dict:
@@ -140,7 +167,7 @@ def load_state_dict(td: Any, sd: dict, strict: bool = True, assign: bool = False
     if not isinstance(sd, dict):
         raise TypeError(f"load_state_dict expects a dict, got {type(sd).__name__}.")
     content = _content_of(td)
-    sd = _from_metadata_attr(sd)
+    sd = _from_legacy_tensorclass(td, _from_metadata_attr(sd))
     if from_flatten or any(isinstance(k, str) and "." in k and content._get_str(k, None) is None for k in sd):
         sd = _unflatten(sd)
     actions: list = []
@@ -151,17 +178,31 @@ def load_state_dict(td: Any, sd: dict, strict: bool = True, assign: bool = False
 
 
 def _from_metadata_attr(sd: dict) -> dict:
-    """tensordict >= 0.14 keeps batch sizes in ``sd._metadata`` (``{"": {...}, "sub": {...}}``)."""
+    """The legacy form of ``sd`` (``"__batch_size"`` / ``"__device"`` entries, non-tensor payloads as
+    entries) from a ``_metadata`` attribute (``{"": {...}, "sub": {...}}``), nested dicts included."""
+    out = {k: _from_metadata_attr(v) if isinstance(v, dict) else v for k, v in sd.items()}
     meta = getattr(sd, "_metadata", None)
     if not isinstance(meta, dict) or "__batch_size" in sd:
-        return sd
-    out = dict(sd)
+        return out
     for level, info in meta.items():
-        if isinstance(level, str) and isinstance(info, dict) and info.get("batch_size") is not None:
-            dotted = level + "." if level else ""
+        if not (isinstance(level, str) and isinstance(info, dict)):
+            continue
+        dotted = level + "." if level else ""
+        if info.get("batch_size") is not None:
             out[dotted + "__batch_size"] = info["batch_size"]
             out[dotted + "__device"] = info.get("device")
+        for key, payload in (info.get("_non_tensor") or {}).items():
+            out[dotted + key] = payload
     return out
+
+
+def _from_legacy_tensorclass(td: Any, sd: dict) -> dict:
+    """A tensor class's legacy state dict (``{"_tensordict": {...}, "_non_tensordict": {...}}``) as one level."""
+    if getattr(type(td), "_is_tensorclass", False) and set(sd) <= {"_tensordict", "_non_tensordict"} and sd:
+        inner = sd.get("_tensordict")
+        if isinstance(inner, dict):
+            return {**_from_metadata_attr(inner), **dict(sd.get("_non_tensordict") or {})}
+    return sd
 
 
 def _plan_load(td: Any, sd: dict, strict: bool, assign: bool, path: tuple, actions: list) -> None:

@@ -39,9 +39,10 @@ class StorageMixin:
     __slots__ = ()
 
     def state_dict(
-        self, destination: dict | None = None, prefix: str = "", keep_vars: bool = False, flatten: bool = False
+        self, destination: dict | None = None, prefix: str = "", keep_vars: bool = False, flatten: bool = True
     ) -> dict:
-        """A plain dict (nested, or flat with ``"."`` keys) of the leaves plus ``__batch_size`` / ``__device``."""
+        """An ``OrderedDict`` of the tensors (``"."`` keys; nested with ``flatten=False``) whose ``_metadata``
+        attribute holds the batch sizes, devices and non-tensor payloads (tensordict 0.14's layout)."""
         from ..persistence import state_dict
 
         return state_dict(self, destination=destination, prefix=prefix, keep_vars=keep_vars, flatten=flatten)
