@@ -544,3 +544,18 @@ def test_collection_attributes_come_back_as_the_class():
     (m + 1).sum().w.backward()
     assert type(m.grad) is Model and m.grad.w.tolist() == [1.0] * 3 and m.grad.b is None
     assert type(m.data) is Model and not m.data.w.requires_grad
+
+
+def test_indexed_writes_reach_through_nested_tensor_classes():
+    @tensorclass
+    class Inner:
+        x: torch.Tensor
+        tag: str
+
+    td = TensorDict({"a": torch.zeros(4, 3), "inner": Inner(x=torch.zeros(4, 3), tag="s", batch_size=[4, 3])}, [4, 3])
+    part = td[:2].clone().apply(lambda v: v + 1)
+    td[:2] = part  # the value holds the tensor class too
+    assert td["inner"].x[:, 0].tolist() == [1.0, 1.0, 0.0, 0.0]
+    td[2:] = part.to_dict()  # a plain dict: the nested class arrives as a TensorDict
+    assert td["inner"].x.sum().item() == 12.0 and td["a"].sum().item() == 12.0
+    assert type(td["inner"]) is Inner

@@ -1076,12 +1076,9 @@ def _collect_writes(
             if leaf.shape != expected:
                 check_write_shape(path + (key,), leaf.shape, expected, len(dest_bs))
             pairs.append((target, leaf))
-        elif type(leaf) is TensorDict and type(target) is TensorDict:
-            _collect_writes(target, leaf, dest_bs, batch_dims, pairs, path + (key,))
-        elif getattr(type(target), "_is_tensorclass", False) and type(getattr(leaf, "_tensordict", None)) is TensorDict:
-            _collect_writes(
-                target._tensordict, cast(TensorDict, leaf._tensordict), dest_bs, batch_dims, pairs, path + (key,)
-            )
+        elif type(_inner(leaf)) is TensorDict and type(_inner(target)) is TensorDict:
+            # sub-collections, either side possibly a tensor class (written through its TensorDict)
+            _collect_writes(_inner(target), _inner(leaf), dest_bs, batch_dims, pairs, path + (key,))
         elif leaf._is_non_tensor and not isinstance(target, torch.Tensor) and target._is_non_tensor:
             from .non_tensor import _non_tensor_write
 
@@ -1090,6 +1087,11 @@ def _collect_writes(
             raise KeyError(
                 f"td[index] = value: key {path + (key,)!r} cannot be written through (unsupported nested type {type(target).__name__})."
             )
+
+
+def _inner(value: Any) -> Any:
+    """The TensorDict of a tensor-class instance; any other value as it is."""
+    return value._tensordict if getattr(type(value), "_is_tensorclass", False) else value
 
 
 def _as_nested(d: Any) -> Any:
