@@ -616,3 +616,17 @@ def test_setitem_at_an_index_creates_the_keys_the_destination_lacks():
     with pytest.raises(RuntimeError, match="locked.*'w'"):
         td[0] = {"w": torch.ones(()), "x": torch.full((2,), 7.0)}
     assert "w" not in td.keys() and td["x"][0].tolist() == [0.0, 0.0]  # nothing written
+
+
+def test_copy_at_fast_is_tensor_only():
+    td = TensorDict({"val": NonTensorData(data=0, batch_size=[10]), "x": torch.zeros(10)}, [10])
+    src = TensorDict({"val": NonTensorData(data=1, batch_size=[5]), "x": torch.ones(5)}, [5])
+    with pytest.raises(RuntimeError, match=r"fast=True\) copies tensors only.*\['val'\]"):
+        td.copy_at_(src, slice(1, None, 2))
+    assert td.get("val").tolist() == [0] * 10 and td["x"].sum() == 0  # nothing written
+    with pytest.warns(FutureWarning, match="fast=None"):
+        td.copy_at_(src, slice(1, None, 2), fast=None)
+    assert td.get("val").tolist() == [0, 1] * 5 and td["x"].tolist() == [0.0, 1.0] * 5
+    fresh = TensorDict({"x": torch.zeros(4)}, [4])
+    fresh.copy_at_(TensorDict({"x": torch.ones(2)}, [2]), slice(0, 2))  # tensors only: the fast path
+    assert fresh["x"].tolist() == [1.0, 1.0, 0.0, 0.0]

@@ -13,6 +13,7 @@ entry's type or shape (:func:`_probe`); the helpers here are shared by the other
 
 from __future__ import annotations
 
+import warnings
 from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 import torch
@@ -20,7 +21,7 @@ import torch
 from ..errors import locked_error
 from .indexing import _expand_index, _indexed_batch_size
 from .keys import is_leaf_nontensor
-from .utils import _MISSING, NO_DEFAULT, NestedKey, _key_to_tuple, unravel_key
+from .utils import _MISSING, NO_DEFAULT, NestedKey, _key_to_tuple, is_tensor_collection, unravel_key
 
 if TYPE_CHECKING:
     from typing_extensions import Self  # typing.Self is new in 3.11
@@ -124,11 +125,36 @@ class EntryOpsMixin:
     def copy_at_(
         self, tensordict: Any, idx: Any, non_blocking: bool = False, *, fast: bool | None = True
     ) -> "TensorDictBase":
-        """Copy ``tensordict``'s entries into ``self[idx]`` in place (every key must exist in ``self``).
+        """Copy ``tensordict``'s tensors into ``self[idx]`` in place (every key must exist in ``self``).
 
-        One path serves every ``fast`` value: keys and shapes are all checked before the first write.
+        ``fast=True`` (the default, as in tensordict 0.14) is the tensor-only copy: a source holding
+        non-tensor data raises ``RuntimeError`` before any write; ``fast=False`` is :meth:`update_at_`
+        (non-tensor payloads too); ``fast=None`` does the same with a ``FutureWarning`` (tensordict's
+        deprecated transition value). Keys and shapes are all checked before the first write.
+
+        Examples:
+            >>> import torch
+            >>> from tdict import TensorDict
+            >>> td = TensorDict(a=torch.zeros(4), batch_size=[4])
+            >>> td.copy_at_(TensorDict(a=torch.ones(2), batch_size=[2]), slice(0, 2))["a"].tolist()
+            [1.0, 1.0, 0.0, 0.0]
         """
-        return self.update_at_(tensordict, idx)
+        if fast is None:
+            warnings.warn(
+                "copy_at_(..., fast=None) is deprecated (tensordict 0.14's transition value): it copies non-tensor "
+                "data like update_at_; pass fast=False for that, or fast=True for the tensor-only copy.",
+                FutureWarning,
+                stacklevel=2,
+            )
+        elif fast and is_tensor_collection(tensordict):
+            leaves = tensordict.items(True, True, is_leaf=is_leaf_nontensor)
+            non_tensor = [k for k, v in leaves if not isinstance(v, torch.Tensor)]
+            if non_tensor:
+                raise RuntimeError(
+                    f"copy_at_(..., fast=True) copies tensors only, but the source holds non-tensor data at {non_tensor}; "
+                    "use fast=False (or update_at_) to copy it too."
+                )
+        return self.update_at_(tensordict, idx)  # copies are issued in order: non_blocking changes nothing here
 
     def masked_select(self, mask: torch.Tensor) -> "TensorDictBase":
         """A new collection of the elements where ``mask`` (over the leading batch dims) is True.
