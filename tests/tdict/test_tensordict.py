@@ -821,3 +821,17 @@ def test_pad_sequence_pads_leaf_dims():
         pad_sequence([TensorDict({"a": torch.ones(2)}), TensorDict({"b": torch.ones(2)})])
     dest = pad_sequence(tds, pad_dim=1).zero_()
     assert pad_sequence(tds, pad_dim=1, out=dest) is dest and (dest["a"][1] == 2).all()
+
+
+def test_a_nested_collection_with_fewer_batch_dims_takes_the_parents():
+    td = TensorDict({"a": torch.zeros(4, 3)}, [4, 3])
+    inner = TensorDict({"x": torch.randn(4, 3, 1)}, [])
+    td["inner"] = inner
+    assert td["inner"].batch_size == (4, 3) and inner.batch_size == ()  # a copy grows; the caller's is kept
+    assert td["inner", "x"] is inner["x"]
+    td["half"] = TensorDict({"y": torch.ones(4, 3)}, [4])
+    assert td["half"].batch_size == (4, 3)
+    with pytest.raises(RuntimeError, match="nested collection of batch size \\[\\] does not start with"):
+        td["bad"] = TensorDict({"x": torch.zeros(5)}, [])
+    with pytest.raises(RuntimeError, match="does not start with"):
+        td["other"] = TensorDict({"x": torch.zeros(3, 3)}, [3])  # leading dims differ

@@ -251,7 +251,10 @@ class TensorDict(TensorDictBase):
                 if value._is_non_tensor and not value.batch_size and not value._is_lazy:
                     # a batch-less non-tensor entry (one value) is broadcast over the batch, as in tensordict
                     return self._validate(key, value._with_batch_size(bs))
-                raise batch_mismatch_error(key, value, bs)
+                grown = _grown_to(value, bs)
+                if grown is None:
+                    raise batch_mismatch_error(key, value, bs)
+                value = grown
             if self._device is not None and value.device != self._device:
                 value = value.to(self._device)
             if self._names is not None and not value._is_non_tensor:
@@ -1087,6 +1090,21 @@ def _collect_writes(
             raise KeyError(
                 f"td[index] = value: key {path + (key,)!r} cannot be written through (unsupported nested type {type(target).__name__})."
             )
+
+
+def _grown_to(value: Any, batch_size: torch.Size) -> Any:
+    """A shallow copy of the collection ``value`` with the parent's ``batch_size``, when ``value`` has
+    fewer batch dims, they lead ``batch_size`` and every leaf fits it (as tensordict takes such an entry);
+    else ``None``."""
+    own = value.batch_size
+    if value._is_non_tensor or len(own) >= len(batch_size) or batch_size[: len(own)] != own:
+        return None
+    grown = value.copy()
+    try:
+        grown.batch_size = batch_size
+    except (RuntimeError, ValueError):
+        return None
+    return grown
 
 
 def _inner(value: Any) -> Any:
