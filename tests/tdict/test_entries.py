@@ -345,19 +345,22 @@ def test_new_zeros_rejects_non_uniform_stacks():
 def test_new_tensor_from_tensor_and_collection():
     td = TensorDict({"a": torch.ones(3, 2), "n": {"b": torch.ones(3, dtype=torch.int64)}}, [3])
     data = torch.arange(4.0)
-    out = td.new_tensor(data)
+    with pytest.warns(UserWarning, match="To copy construct from a tensor"):  # as torch.Tensor.new_tensor
+        out = td.new_tensor(data)
     assert out.batch_size == torch.Size([4]) and out.device == data.device
     assert torch.equal(out["a"], data) and out["n", "b"].dtype == torch.int64 and out["n", "b"].tolist() == [0, 1, 2, 3]
     assert out["a"].data_ptr() != data.data_ptr()
     src = TensorDict({"a": torch.full((2, 2), 2.0), "n": {"b": torch.full((2,), 3.0)}}, [2])
-    paired = td.new_tensor(src)
+    with pytest.warns(UserWarning, match="To copy construct"):
+        paired = td.new_tensor(src)
     assert (
         paired.batch_size == torch.Size([2])
         and paired["n", "b"].dtype == torch.int64
         and paired["n", "b"].tolist() == [3, 3]
     )
-    with pytest.raises(KeyError, match="'a'"):
+    with pytest.raises(KeyError, match="'a'"), pytest.warns(UserWarning):
         td.new_tensor(TensorDict(n={"b": torch.zeros(2)}, batch_size=[2]))
+    assert td.new_tensor([1.0, 2.0])["a"].tolist() == [1.0, 2.0]  # Python data: no warning
 
 
 # ---------------------------------------------------------------------------- in-place state

@@ -6,6 +6,7 @@
 
 from __future__ import annotations
 
+import warnings
 from typing import TYPE_CHECKING, Any, cast
 
 import torch
@@ -204,7 +205,14 @@ class FactoriesMixin:
         from ..tensordict import TensorDict
 
         collection = is_tensor_collection(data)
-        if not collection and not isinstance(data, torch.Tensor):
+        if collection or isinstance(data, torch.Tensor):  # as torch.Tensor.new_tensor warns
+            warnings.warn(
+                "To copy construct from a tensor (or a tensor collection), prefer data.clone().detach(): "
+                "new_tensor copies and detaches it.",
+                UserWarning,
+                stacklevel=2,
+            )
+        else:
             data = torch.as_tensor(data)
         if collection:  # every key checked before anything is built
             for key in self.keys(True, True):
