@@ -559,3 +559,15 @@ def test_indexed_writes_reach_through_nested_tensor_classes():
     td[2:] = part.to_dict()  # a plain dict: the nested class arrives as a TensorDict
     assert td["inner"].x.sum().item() == 12.0 and td["a"].sum().item() == 12.0
     assert type(td["inner"]) is Inner
+
+
+def test_reflected_logic_ops_keep_the_class():
+    @tensorclass
+    class Mask:
+        x: torch.Tensor
+
+    m = Mask(x=torch.tensor([True, False]), batch_size=[2])
+    assert type(True ^ m) is Mask and (True ^ m).x.tolist() == [False, True]
+    assert (False | m).x.tolist() == [True, False] and (True & m).x.tolist() == [True, False]
+    with pytest.raises(TypeError, match="no implementation found for stacking tensors with tensor collections"):
+        torch.stack([m, torch.zeros(2)])

@@ -116,7 +116,10 @@ def _stack_special(tds: Sequence, dim: int, out: Any) -> Any:
         return hook(tds, dim, out)
     if all(is_tensor_collection(td) for td in tds):
         return stack([td.to_tensordict() if hasattr(td, "to_tensordict") else td for td in tds], dim, out=out)
-    raise TypeError(f"stack: expected tensor collections, got {[type(t).__name__ for t in tds]}.")
+    raise TypeError(
+        f"stack: expected tensor collections, got {[type(t).__name__ for t in tds]} "
+        "(no implementation found for stacking tensors with tensor collections)."
+    )
 
 
 def _stacked_names(tds: Sequence, dim: int):
