@@ -32,6 +32,8 @@ import torch
 import triton
 import triton.language as tl
 
+from .log_probs import grad_buffers, in_input_dtypes
+
 __all__ = ["chunked_log_probs_triton"]
 
 _SUPPORTED = (torch.float16, torch.bfloat16, torch.float32)
@@ -435,14 +437,11 @@ def _backward(
     """Gradients of ``log p(target)`` w.r.t. hidden, weight and bias (None where not needed)."""
     n, d = hidden.shape
     v = weight.shape[0]
-    need_h, need_w, need_b = needs
-    need_b = need_b and bias is not None
     precision = _precision(hidden.device, hidden.dtype)
     cfg = _config(hidden.device, hidden.dtype, precision)
     bm, bn, bk = cfg["BLOCK_M"], cfg["BLOCK_N"], cfg["BLOCK_K"]
-    grad_h = torch.empty_like(hidden, memory_format=torch.contiguous_format) if need_h else None
-    grad_w = torch.zeros(v, d, device=weight.device, dtype=torch.float32) if need_w else None
-    grad_b = torch.zeros(v, device=weight.device, dtype=torch.float32) if need_b else None
+    grad_h, grad_w, grad_b = grad_buffers(hidden, weight, bias, needs, torch.float32)
+    need_b = grad_b is not None
     g = grad_out.to(torch.float32).contiguous()
     chunk = min(chunk_size, n)
     buffer = torch.empty(chunk, v, device=hidden.device, dtype=hidden.dtype)
@@ -489,11 +488,7 @@ def _backward(
             _add_matmul(grad_w, d_logits.T, h)
         if grad_b is not None and bias_parts is not None:
             grad_b += bias_parts[: _cdiv(rows, bm)].sum(0)
-    return (
-        grad_h,
-        None if grad_w is None else grad_w.to(weight.dtype),
-        None if grad_b is None or bias is None else grad_b.to(bias.dtype),
-    )
+    return in_input_dtypes((grad_h, grad_w, grad_b), weight, bias)
 
 
 def _row_config(device: torch.device, v: int) -> dict[str, int]:
@@ -547,13 +542,9 @@ def _backward_matmul(
     needs: tuple[bool, bool, bool],
 ) -> tuple[torch.Tensor | None, torch.Tensor | None, torch.Tensor | None]:
     """Gradients as :func:`_backward`, the logits recomputed by cuBLAS and turned into ``d logits`` row by row."""
-    n, d = hidden.shape
+    n = hidden.shape[0]
     v = weight.shape[0]
-    need_h, need_w, need_b = needs
-    need_b = need_b and bias is not None
-    grad_h = torch.empty_like(hidden, memory_format=torch.contiguous_format) if need_h else None
-    grad_w = torch.zeros(v, d, device=weight.device, dtype=torch.float32) if need_w else None
-    grad_b = torch.zeros(v, device=weight.device, dtype=torch.float32) if need_b else None
+    grad_h, grad_w, grad_b = grad_buffers(hidden, weight, bias, needs, torch.float32)
     g = grad_out.to(torch.float32).contiguous()
     chunk = min(chunk_size, n)
     logits = torch.empty(chunk, v, device=hidden.device, dtype=torch.float32)
@@ -586,11 +577,7 @@ def _backward_matmul(
             _add_matmul(grad_w, d_logits.T, h)
         if grad_b is not None:
             grad_b += d_logits.sum(0, dtype=torch.float32)
-    return (
-        grad_h,
-        None if grad_w is None else grad_w.to(weight.dtype),
-        None if grad_b is None or bias is None else grad_b.to(bias.dtype),
-    )
+    return in_input_dtypes((grad_h, grad_w, grad_b), weight, bias)
 
 
 SCHEMES = ("matmul", "fused")

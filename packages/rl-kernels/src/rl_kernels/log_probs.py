@@ -51,6 +51,37 @@ def _chunk_logits(
     return logits / temperature if temperature != 1.0 else logits
 
 
+def grad_buffers(
+    hidden: torch.Tensor,
+    weight: torch.Tensor,
+    bias: torch.Tensor | None,
+    needs: tuple[bool, bool, bool],
+    dtype: torch.dtype,
+) -> tuple[torch.Tensor | None, torch.Tensor | None, torch.Tensor | None]:
+    """The gradients' buffers (None where not needed): ``d hidden`` in the input dtype, ``d W`` and
+    ``d bias`` accumulators in ``dtype`` (zeroed); shared by the torch and Triton paths."""
+    v, d = weight.shape
+    need_h, need_w, need_b = needs
+    grad_h = torch.empty_like(hidden, memory_format=torch.contiguous_format) if need_h else None
+    grad_w = torch.zeros(v, d, device=weight.device, dtype=dtype) if need_w else None
+    grad_b = torch.zeros(v, device=weight.device, dtype=dtype) if need_b and bias is not None else None
+    return grad_h, grad_w, grad_b
+
+
+def in_input_dtypes(
+    grads: tuple[torch.Tensor | None, torch.Tensor | None, torch.Tensor | None],
+    weight: torch.Tensor,
+    bias: torch.Tensor | None,
+) -> tuple[torch.Tensor | None, torch.Tensor | None, torch.Tensor | None]:
+    """The gradients in the dtypes of what they differentiate (the accumulators may be wider)."""
+    grad_h, grad_w, grad_b = grads
+    return (
+        grad_h,
+        None if grad_w is None else grad_w.to(weight.dtype),
+        None if grad_b is None or bias is None else grad_b.to(bias.dtype),
+    )
+
+
 class _TorchChunkedLogProbs(torch.autograd.Function):
     """The reference path: ``chunk_size`` rows of logits at a time, forward and backward."""
 
@@ -81,13 +112,9 @@ class _TorchChunkedLogProbs(torch.autograd.Function):
     def backward(ctx: Any, grad_out: torch.Tensor) -> tuple:
         hidden, weight, bias, targets, lse = ctx.saved_tensors
         chunk_size, temperature = ctx.chunk_size, ctx.temperature
-        need_h, need_w, need_b = ctx.needs_input_grad[:3]
         dtype = lse.dtype
-        grad_h = torch.empty_like(hidden, memory_format=torch.contiguous_format) if need_h else None
-        grad_w = torch.zeros(weight.shape, device=weight.device, dtype=dtype) if need_w else None
-        grad_b = (
-            torch.zeros(weight.shape[0], device=weight.device, dtype=dtype) if need_b and bias is not None else None
-        )
+        needs = (ctx.needs_input_grad[0], ctx.needs_input_grad[1], ctx.needs_input_grad[2])
+        grad_h, grad_w, grad_b = grad_buffers(hidden, weight, bias, needs, dtype)
         for start in range(0, hidden.shape[0], chunk_size):
             stop = min(start + chunk_size, hidden.shape[0])
             g = grad_out[start:stop].to(dtype)[:, None]
@@ -103,14 +130,7 @@ class _TorchChunkedLogProbs(torch.autograd.Function):
                 grad_w.addmm_(d_logits.T, hidden[start:stop].to(dtype))
             if grad_b is not None:
                 grad_b += d_logits.sum(0)
-        return (
-            grad_h,
-            None if grad_w is None else grad_w.to(weight.dtype),
-            None if grad_b is None or bias is None else grad_b.to(bias.dtype),
-            None,
-            None,
-            None,
-        )
+        return (*in_input_dtypes((grad_h, grad_w, grad_b), weight, bias), None, None, None)
 
 
 def _describe(x: object) -> str:
