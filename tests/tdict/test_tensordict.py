@@ -827,8 +827,9 @@ def test_a_nested_collection_with_fewer_batch_dims_takes_the_parents():
     td = TensorDict({"a": torch.zeros(4, 3)}, [4, 3])
     inner = TensorDict({"x": torch.randn(4, 3, 1)}, [])
     td["inner"] = inner
-    assert td["inner"].batch_size == (4, 3) and inner.batch_size == ()  # a copy grows; the caller's is kept
-    assert td["inner", "x"] is inner["x"]
+    assert td["inner"] is inner and inner.batch_size == (4, 3)  # the entry is the caller's object, grown
+    inner["y"] = torch.ones(4, 3)
+    assert torch.equal(td["inner", "y"], torch.ones(4, 3))
     td["half"] = TensorDict({"y": torch.ones(4, 3)}, [4])
     assert td["half"].batch_size == (4, 3)
     with pytest.raises(RuntimeError, match="nested collection of batch size \\[\\] does not start with"):

@@ -1093,18 +1093,17 @@ def _collect_writes(
 
 
 def _grown_to(value: Any, batch_size: torch.Size) -> Any:
-    """A shallow copy of the collection ``value`` with the parent's ``batch_size``, when ``value`` has
-    fewer batch dims, they lead ``batch_size`` and every leaf fits it (as tensordict takes such an entry);
-    else ``None``."""
+    """``value`` (a collection with fewer batch dims, leading ``batch_size``) given the parent's
+    ``batch_size`` in place, as tensordict does when such an entry is set, so that the stored entry is
+    the caller's object; ``None`` when its dims do not lead ``batch_size`` or a leaf does not fit."""
     own = value.batch_size
     if value._is_non_tensor or len(own) >= len(batch_size) or batch_size[: len(own)] != own:
         return None
-    grown = value.copy()
     try:
-        grown.batch_size = batch_size
+        value.batch_size = batch_size
     except (RuntimeError, ValueError):
         return None
-    return grown
+    return value
 
 
 def _inner(value: Any) -> Any:
