@@ -520,3 +520,10 @@ def test_vmap_over_stacked_params_maps_each_parameter_set_and_grads_reach_them()
         torch.stack([call(x, stacked[i]) for i in range(6)]).sum(), [stacked["0", "weight"]]
     )[0]
     torch.testing.assert_close(stacked["0", "weight"].grad, loop_grads)
+
+
+def test_state_dict_flat_by_default_nested_on_request():
+    params = TensorDictParams(TensorDict({"a": torch.zeros(2), "n": {"b": torch.ones(3)}}, []))
+    assert set(params.state_dict()) == {"a", "n.b"}
+    nested = params.state_dict(flatten=False)
+    assert set(nested) == {"a", "n"} and set(nested["n"]) == {"b"}

@@ -287,7 +287,7 @@ class TensorDictParams(TensorDictBase, nn.Module):
     ) -> Any:  # type: ignore[override]
         """The module state dict (flat, ``"."``-joined keys); ``flatten=False``: ``TensorDict.state_dict``'s nested one."""
         if not flatten:
-            return self._param_td.state_dict(destination=destination, prefix=prefix, keep_vars=keep_vars)
+            return self._param_td.state_dict(destination=destination, prefix=prefix, keep_vars=keep_vars, flatten=False)
         return nn.Module.state_dict(self, *args, destination=destination, prefix=prefix, keep_vars=keep_vars)
 
     def load_state_dict(
