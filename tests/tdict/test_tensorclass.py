@@ -571,3 +571,18 @@ def test_reflected_logic_ops_keep_the_class():
     assert (False | m).x.tolist() == [True, False] and (True & m).x.tolist() == [True, False]
     with pytest.raises(TypeError, match="no implementation found for stacking tensors with tensor collections"):
         torch.stack([m, torch.zeros(2)])
+
+
+def test_a_nested_field_with_fewer_batch_dims_takes_the_instances():
+    @tensorclass(autocast=True)
+    class Tree:
+        x: torch.Tensor
+        child: Any = None
+
+    tree = Tree(x=torch.zeros(10), child=Tree(x=torch.ones(10), batch_size=[]), batch_size=[10])
+    assert type(tree.child) is Tree and tree.child.batch_size == (10,)
+    leaf = Tree(x=torch.ones(10, 2), batch_size=[])
+    tree.child = leaf
+    assert tree.child.batch_size == (10,) and leaf.batch_size == (10,)  # given ours in place
+    with pytest.raises(RuntimeError, match="batch dimension mismatch"):
+        tree.child = Tree(x=torch.ones(3), batch_size=[])

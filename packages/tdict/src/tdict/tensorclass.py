@@ -470,6 +470,11 @@ class TensorClass:
             shape = value.batch_size
         else:
             shape = None
+        if shape is not None and shape[: len(bs)] != bs and not isinstance(value, torch.Tensor):
+            from .tensordict import _grown_to
+
+            if _grown_to(value, bs) is not None:  # fewer batch dims, leading ours: given ours, as tensordict does
+                shape = bs
         if shape is not None and shape[: len(bs)] != bs:
             if isinstance(value, torch.Tensor):
                 what, detail = "tensor of shape", ""
