@@ -41,7 +41,7 @@ from typing import Any
 
 import torch
 
-from ._core.utils import parse_device
+from ._core.utils import content_of, parse_device
 from .base import is_tensor_collection
 from .metadata import _class_from_tag, _metadata_tag
 from .unbatched import UNBATCHED_TYPES, _unbatched_error
@@ -69,10 +69,6 @@ def _is_tensorclass(obj: Any) -> bool:
     return getattr(type(obj), "_is_tensorclass", False)
 
 
-def _content_of(collection: Any) -> Any:
-    return collection._tensordict if _is_tensorclass(collection) else collection
-
-
 # --------------------------------------------------------------------------------------------- #
 # describing a tree
 # --------------------------------------------------------------------------------------------- #
@@ -90,7 +86,7 @@ def _walk(td: Any, on_leaf: Any, path: tuple) -> dict:
         }
     if getattr(td, "_is_lazy", False) or not hasattr(td, "_items_raw"):
         raise TypeError(f"consolidate: {type(td).__name__} at {path or '<root>'!r} is not supported.")
-    content = _content_of(td)
+    content = content_of(td)
     entries = []
     for key, value in content._items_raw():
         if type(value) in UNBATCHED_TYPES:

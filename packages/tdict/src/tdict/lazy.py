@@ -56,7 +56,16 @@ from ._lazy.index import _FULL, LazyIndexMixin
 from ._lazy.ops import LazyMemberOpsMixin
 from ._lazy.ragged import LazyRaggedMixin, _nested, _pad_stack, _stack_error
 from ._lazy.shape import LazyShapeMixin
-from ._core.utils import NO_DEFAULT, NestedKey, _key_to_tuple, check_names, normalize_dim, parse_batch_size, unravel_key
+from ._core.utils import (
+    NO_DEFAULT,
+    NestedKey,
+    _key_to_tuple,
+    check_names,
+    content_of,
+    normalize_dim,
+    parse_batch_size,
+    unravel_key,
+)
 from .base import _MISSING, TensorDictBase, is_tensor_collection
 from .errors import LOCKED, ShapeMismatchError, batch_mismatch_error
 from .tensordict import TensorDict
@@ -402,7 +411,7 @@ class LazyStackedTensorDict(LazyIndexMixin, LazyShapeMixin, LazyMemberOpsMixin, 
                 )
         cls = type(first)
         tensorclass = getattr(cls, "_is_tensorclass", False) and all(type(v) is cls for v in vals)
-        out = LazyStackedTensorDict._new_unsafe([v._tensordict for v in vals] if tensorclass else vals, self.stack_dim)
+        out = LazyStackedTensorDict._new_unsafe([content_of(v) for v in vals] if tensorclass else vals, self.stack_dim)
         out._is_locked = self._is_locked
         return cls._from_tensordict(out) if tensorclass else out  # instances of one tensor class: that class
 
@@ -705,7 +714,7 @@ def lazy_stack(
     first = type(items[0])
     if getattr(first, "_is_tensorclass", False) and out is None and all(type(td) is first for td in items):
         # instances of one tensor class: an instance over the lazy stack of their TensorDicts
-        inner = lazy_stack([cast(Any, td)._tensordict for td in items], dim, stack_dim_name=stack_dim_name)
+        inner = lazy_stack([content_of(td) for td in items], dim, stack_dim_name=stack_dim_name)
         return first._from_tensordict(inner)  # pyright: ignore[reportAttributeAccessIssue]
     if all(is_tensor_collection(td) and td._is_non_tensor for td in items):
         # collections go through __torch_function__ (torch's stubs only know tensors)

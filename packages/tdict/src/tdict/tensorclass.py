@@ -1295,12 +1295,8 @@ def _process_class(cls: type, options: dict) -> type:
     cls._tc_fields = tuple(names)
     cls._tc_field_set = frozenset(names)
     # fields, the shape attributes, and properties the class gives a setter
-    setters = {k for k in dir(cls) if isinstance(inspect.getattr_static(cls, k, None), property)}
-    cls._tc_settable = (
-        frozenset(names)
-        | {"batch_size", "names"}
-        | {k for k in setters if inspect.getattr_static(cls, k).fset is not None}
-    )
+    setters = {k for k in dir(cls) if getattr(inspect.getattr_static(cls, k, None), "fset", None) is not None}
+    cls._tc_settable = frozenset(names) | {"batch_size", "names"} | setters
     # tensordict's name for the field names (ClassVars are not fields)
     cls.__expected_keys__ = frozenset(names)
     cls._tc_defaults = defaults

@@ -14,6 +14,7 @@ from ._core.utils import (
     NestedKey,
     _key_to_tuple,
     check_names,
+    content_of,
     normalize_dim,
     parse_batch_size,
     parse_device,
@@ -1079,9 +1080,9 @@ def _collect_writes(
             if leaf.shape != expected:
                 check_write_shape(path + (key,), leaf.shape, expected, len(dest_bs))
             pairs.append((target, leaf))
-        elif type(_inner(leaf)) is TensorDict and type(_inner(target)) is TensorDict:
+        elif type(content_of(leaf)) is TensorDict and type(content_of(target)) is TensorDict:
             # sub-collections, either side possibly a tensor class (written through its TensorDict)
-            _collect_writes(_inner(target), _inner(leaf), dest_bs, batch_dims, pairs, path + (key,))
+            _collect_writes(content_of(target), content_of(leaf), dest_bs, batch_dims, pairs, path + (key,))
         elif leaf._is_non_tensor and not isinstance(target, torch.Tensor) and target._is_non_tensor:
             from .non_tensor import _non_tensor_write
 
@@ -1104,11 +1105,6 @@ def _grown_to(value: Any, batch_size: torch.Size) -> Any:
     except (RuntimeError, ValueError):
         return None
     return value
-
-
-def _inner(value: Any) -> Any:
-    """The TensorDict of a tensor-class instance; any other value as it is."""
-    return value._tensordict if getattr(type(value), "_is_tensorclass", False) else value
 
 
 def _as_nested(d: Any) -> Any:

@@ -28,6 +28,7 @@ import weakref
 from typing import Any
 
 from .keys import is_leaf_nontensor
+from .utils import content_of
 
 __all__ = ["lock_graph", "unlock_graph"]
 
@@ -38,18 +39,13 @@ _UNLOCK_ERROR = (
 )
 
 
-def _node(value: Any) -> Any:
-    """The object that holds the lock state of ``value`` (a tensor class keeps it in its TensorDict)."""
-    return value._tensordict if getattr(type(value), "_is_tensorclass", False) else value
-
-
 def _children(node: Any) -> list:
     """The collections right under ``node``: a lazy stack's members, a collection's sub-collections."""
     if is_leaf_nontensor(type(node)):  # non-tensor data and stacks are leaves
         return []
     stacked = getattr(node, "tensordicts", None)
     values = stacked if isinstance(stacked, list) else [value for _, value in node._items_raw()]
-    return [_node(value) for value in values if not is_leaf_nontensor(type(value))]
+    return [content_of(value) for value in values if not is_leaf_nontensor(type(value))]
 
 
 def _under(root: Any) -> list:

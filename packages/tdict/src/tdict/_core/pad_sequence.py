@@ -17,7 +17,7 @@ from ..base import TensorDictBase
 from ..tensordict import TensorDict
 from ..unbatched import UNBATCHED_TYPES
 from .keys import is_leaf_nontensor
-from .utils import NestedKey, _key_to_tuple
+from .utils import NestedKey, _key_to_tuple, content_of
 
 __all__ = ["pad_sequence"]
 
@@ -72,7 +72,7 @@ def pad_sequence(
             "pad_sequence: return_mask needs TensorDicts, got tensor classes (convert them with to_tensordict() first)."
         )
     masks_key = ("masks",) if isinstance(return_mask, bool) else _key_to_tuple(return_mask)
-    tds = [td._tensordict if tensorclass is not None else td for td in list_of_tds]
+    tds = [content_of(td) for td in list_of_tds]
     keys = list(tds[0].keys(True, True, is_leaf=is_leaf_nontensor))
     for i, td in enumerate(tds[1:], 1):
         theirs = set(td.keys(True, True, is_leaf=is_leaf_nontensor))

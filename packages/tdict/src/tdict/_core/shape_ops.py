@@ -939,10 +939,11 @@ def _canonical_contiguous(value: Any) -> Any:
 def _where_non_tensor(condition: torch.Tensor, value: Any, other: Any) -> Any:
     """A non-tensor leaf choosing, element by element of its batch, ``value``'s payload where
     ``condition`` holds and ``other``'s (a non-tensor leaf, or one payload for all) elsewhere."""
+    from ..expand import expand_right
     from ..non_tensor_stack import NonTensorStack
 
     shape = value.batch_size
-    chosen = condition.reshape(condition.shape + (1,) * (len(shape) - condition.dim())).expand(shape).tolist()
+    chosen = expand_right(condition, shape).tolist()
     mine = value.tolist() if shape else value.data
     if is_tensor_collection(other):
         theirs = other.tolist() if other.batch_size else other.data
@@ -959,8 +960,7 @@ def _where_non_tensor(condition: torch.Tensor, value: Any, other: Any) -> Any:
     picked = pick(chosen, mine, theirs)
     if not shape:
         return type(value)(picked) if not value._is_lazy else picked
-    flat = NonTensorStack._new(torch.arange(shape.numel()).reshape(shape), _flatten(picked, len(shape)), value.device)
-    return flat
+    return NonTensorStack._new(torch.arange(shape.numel()).reshape(shape), _flatten(picked, len(shape)), value.device)
 
 
 def _flatten(nested: Any, depth: int) -> list:

@@ -63,8 +63,8 @@ def with_entries(source: Any, entries: dict) -> Any:
         return source
     if source is None:
         return entries
-    items = source.items() if getattr(type(source), "_is_tensor_collection", False) else dict(source).items()
-    return {**dict(items), **entries}
+    base = source.items() if getattr(type(source), "_is_tensor_collection", False) else source
+    return {**dict(base), **entries}
 
 
 def update(

@@ -48,6 +48,11 @@ def is_tensor_collection(obj: Any) -> bool:
     return isinstance(obj, type) and getattr(obj, "_is_tensor_collection", False)
 
 
+def content_of(collection: Any) -> Any:
+    """The TensorDict that holds a collection's entries (a tensor class wraps one); any other value as it is."""
+    return collection._tensordict if getattr(type(collection), "_is_tensorclass", False) else collection
+
+
 def unravel_key(key: Any) -> NestedKey:
     """Normalise a nested key: ``("a",)`` -> ``"a"``, ``("a", ("b", "c"))`` -> ``("a", "b", "c")``.
 

@@ -19,6 +19,7 @@ from typing import Any, Iterator
 
 import torch
 
+from .._core.utils import content_of
 from ..base import is_tensor_collection
 from ..memmap import MemoryMappedTensor
 from ..metadata import _metadata_tag
@@ -236,11 +237,6 @@ class _Node:
         self.entries: list[tuple[str, Any]] = []  # (key, _Leaf | _Node | non-tensor object)
 
 
-def _content_of(collection: Any) -> Any:
-    """The TensorDict that holds a collection's entries (a tensorclass wraps one)."""
-    return collection._tensordict if _is_tensorclass(collection) else collection
-
-
 def _device_str(device: Any) -> str | None:
     return None if device is None else str(device)
 
@@ -296,7 +292,7 @@ def _plan(
             f"key {path or '<root>'!r}: memmap does not support {type(td).__name__} entries yet "
             "(supported: TensorDict, tensorclasses, tensors and non-tensor data)."
         )
-    content = _content_of(td)
+    content = content_of(td)
     meta = {
         "type": "tensorclass" if tc_class is not None else "TensorDict",
         "batch_size": list(td.batch_size),

@@ -29,18 +29,14 @@ from typing import Any
 import torch
 
 from .._core.entries import _is_lazy_stack
-from .._core.utils import parse_batch_size, parse_device
+from .._core.utils import content_of, parse_batch_size, parse_device
 from ..base import is_tensor_collection
 from ..errors import LOCKED
 from ..memmap import MemoryMappedTensor
+from .memmap_layout import _class_path
 from ..unbatched import UNBATCHED_TYPES
 
 __all__ = ["load_state_dict", "state_dict"]
-
-
-def _content_of(collection: Any) -> Any:
-    """The TensorDict that holds a collection's entries (a tensorclass wraps one)."""
-    return collection._tensordict if getattr(type(collection), "_is_tensorclass", False) else collection
 
 
 def _is_non_tensor(obj: Any) -> bool:
@@ -107,10 +103,10 @@ def _with_metadata(d: Any) -> Any:
 
 
 def _state_dict_into(td: Any, out: Any, meta: dict, prefix: str, keep_vars: bool, flatten: bool, path: tuple) -> None:
-    content = _content_of(td)
+    content = content_of(td)
     info: dict = {"batch_size": td.batch_size, "device": td.device}
     if getattr(type(td), "_is_tensorclass", False):
-        info["_type"] = f"{type(td).__module__}.{type(td).__qualname__}"
+        info["_type"] = _class_path(type(td))  # module:qualname, as the memmap metadata records it
     meta[prefix[:-1] if prefix.endswith(".") else prefix] = info
     payloads: dict = {}
     for key, value in content._items_raw():
@@ -166,7 +162,7 @@ def load_state_dict(td: Any, sd: dict, strict: bool = True, assign: bool = False
     """
     if not isinstance(sd, dict):
         raise TypeError(f"load_state_dict expects a dict, got {type(sd).__name__}.")
-    content = _content_of(td)
+    content = content_of(td)
     sd = _from_legacy_tensorclass(td, _from_metadata_attr(sd))
     if from_flatten or any(isinstance(k, str) and "." in k and content._get_str(k, None) is None for k in sd):
         sd = _unflatten(sd)
@@ -206,7 +202,7 @@ def _from_legacy_tensorclass(td: Any, sd: dict) -> dict:
 
 
 def _plan_load(td: Any, sd: dict, strict: bool, assign: bool, path: tuple, actions: list) -> None:
-    content = _content_of(td)
+    content = content_of(td)
     sd = dict(sd)
     batch_size = sd.pop("__batch_size", None)
     device = sd.pop("__device", None)
