@@ -207,6 +207,7 @@ def train(cfg: TrainConfig) -> float:
         critic_coeff=algo.critic_coeff,
         loss_critic_type="l2",
         normalize_advantage=True,
+        log_explained_variance=False,  # ten reductions per minibatch for a diagnostic SB3 computes per rollout
     )
     loss.make_value_estimator(ValueEstimators.GAE, gamma=algo.gamma, lmbda=algo.lmbda)
     optimizer = torch.optim.Adam(loss.parameters(), lr=algo.lr, eps=1e-5, fused=True)

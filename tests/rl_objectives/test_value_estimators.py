@@ -779,3 +779,32 @@ def test_compile_gae_forward_fullgraph_matches_eager():
 def test_docstring_examples_run(name):
     result = doctest.testmod(importlib.import_module(name), optionflags=doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE)
     assert result.failed == 0 and result.attempted > 0
+
+
+@pytest.mark.parametrize("average_rewards", [False, True])
+@pytest.mark.parametrize("batch", [(6,), (2, 3)])
+def test_td0_target_from_next_value_equals_value_estimate(batch, average_rewards):
+    # the off-policy losses' one-step target: what value_estimate gives with the next value
+    # written at ("next", "state_value"), without the write; n-step counts discount by gamma ** n
+    torch.manual_seed(0)
+    done = torch.rand(batch) < 0.3
+    td = TensorDict(
+        {
+            "next": {"reward": torch.randn(batch), "done": done, "terminated": done & (torch.rand(batch) < 0.5)},
+            "steps_to_next_obs": torch.randint(1, 4, batch),
+        },
+        batch_size=batch,
+    )
+    next_value = torch.randn(batch)
+    est = TD0Estimator(gamma=0.9, value_network=None, average_rewards=average_rewards)
+    got = est.target_from_next_value(td, next_value)
+    work = td.clone()
+    work["next", "state_value"] = next_value
+    torch.testing.assert_close(got, est.value_estimate(work), rtol=0, atol=0)
+    assert "state_value" not in td["next"].keys()
+    if not average_rewards:
+        gamma = 0.9 ** td["steps_to_next_obs"].float()
+        expected = td["next", "reward"] + gamma * torch.where(td["next", "terminated"], 0.0, next_value)
+        torch.testing.assert_close(got, expected)
+    with pytest.raises(ValueError, match="state_value"):
+        est.target_from_next_value(td, next_value.unsqueeze(-1))  # a [*B, 1] mix is refused, naming the keys

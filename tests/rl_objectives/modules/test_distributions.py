@@ -41,6 +41,33 @@ def test_reexports_are_tdict_classes():
 
 
 class TestTanhNormal:
+    def test_draws_and_scores_are_torch_normal_s_squashed(self):
+        # rsample draws the Normal exactly as torch.distributions.Normal does (same seed, same x),
+        # and the draw's log-density is Normal.log_prob(x) minus the tanh and scale Jacobians
+        torch.manual_seed(0)
+        loc, scale = torch.randn(4, 2), torch.rand(4, 2) + 0.1
+        low, high = torch.tensor([-2.0, 0.0]), torch.tensor([2.0, 1.0])
+        d = TanhNormal(loc, scale, low=low, high=high)
+        torch.manual_seed(3)
+        y, lp = d.rsample_and_log_prob((5,))
+        torch.manual_seed(3)
+        x = D.Normal(loc, scale).rsample((5,))
+        center, half = (high + low) / 2, (high - low) / 2
+        eps = torch.finfo(x.dtype).eps
+        assert torch.equal(y, center + half * torch.tanh(x).clamp(-1 + eps, 1 - eps))
+        expected = (D.Normal(loc, scale).log_prob(x) - torch.log1p(-(torch.tanh(x) ** 2)) - half.log()).sum(-1)
+        torch.testing.assert_close(lp, expected, rtol=1e-5, atol=1e-4)
+        assert lp.shape == (5, 4)
+
+    def test_tensor_bounds_are_compared_unless_validation_is_off(self):
+        low, high = torch.tensor([0.0, 1.0]), torch.tensor([1.0, 0.5])
+        with pytest.raises(ValueError, match="low must be smaller than high everywhere"):
+            TanhNormal(torch.zeros(2), torch.ones(2), low=low, high=high)
+        # validate_args=False spares the comparison (a device sync per construction)
+        TanhNormal(torch.zeros(2), torch.ones(2), low=low, high=high, validate_args=False)
+        with pytest.raises(ValueError, match="low must be smaller than high"):  # numbers: always checked
+            TanhNormal(torch.zeros(2), torch.ones(2), low=1.0, high=0.0, validate_args=False)
+
     @pytest.mark.parametrize("batch", BATCHES)
     def test_log_prob_matches_change_of_variables(self, batch):
         torch.manual_seed(0)

@@ -97,6 +97,31 @@ def test_one_hot_categorical():
     torch.testing.assert_close(d.entropy(), ref.entropy())
 
 
+def test_one_hot_categorical_without_validation_matches_torch_and_skips_every_check():
+    torch.manual_seed(0)
+    logits = torch.randn(5, 4)
+    ref = D.OneHotCategorical(logits=logits, validate_args=False)
+    d = OneHotCategorical(logits=logits, validate_args=False)
+    assert d.batch_shape == ref.batch_shape == (5,) and d.event_shape == ref.event_shape == (4,)
+    torch.testing.assert_close(d.logits, ref.logits, rtol=0, atol=0)
+    value = torch.nn.functional.one_hot(torch.tensor([3, 0, 1, 2, 3]), 4).float()
+    assert torch.equal(d.log_prob(value), ref.log_prob(value))  # the gather path: the same numbers
+    assert torch.equal(d.log_prob(value.long()), ref.log_prob(value.long()))
+    sampled = d.sample((3,))  # a leading sample dim broadcasts through torch's own path
+    assert torch.equal(d.log_prob(sampled), ref.log_prob(sampled))
+    torch.manual_seed(1)
+    a = d.sample()
+    torch.manual_seed(1)
+    assert torch.equal(a, ref.sample())  # the same draws for the same seed
+    # torch's own class validates its inner Categorical whatever validate_args says: NaN logits raise
+    nan_logits = torch.tensor([[float("nan"), 0.0]])
+    with pytest.raises(ValueError):
+        D.OneHotCategorical(logits=nan_logits, validate_args=False)
+    assert OneHotCategorical(logits=nan_logits, validate_args=False).batch_shape == (1,)
+    with pytest.raises(ValueError):
+        OneHotCategorical(logits=nan_logits)  # default validation is kept
+
+
 def _trunc_reference(loc, scale, low, high):
     n = D.Normal(loc, scale)
     return n, (n.cdf(high) - n.cdf(low))

@@ -24,7 +24,7 @@ from .utils import (
     _get,
     _make_bootstrapped_estimator,
     _reduce,
-    _set_next_value,
+    bootstrap_target,
     distance_loss,
 )
 
@@ -206,7 +206,7 @@ class QMixerLoss(LossModule):
             else:
                 next_local = next_values.max(-1).values
             next_value = self._mix(next_work, next_local, batch, target=self.delay_value)
-            target = estimator.value_estimate(_set_next_value(tensordict, estimator.tensor_keys.value, next_value))
+            target = bootstrap_target(estimator, tensordict, next_value)
         _check_batch_shaped("QMixerLoss", {"value_target": target}, batch)
 
         tensordict.set(keys.priority, (pred.detach() - target).pow(2))

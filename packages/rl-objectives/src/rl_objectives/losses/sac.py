@@ -239,12 +239,12 @@ class SACLoss(_TemperatureMixin, _BootstrappedLoss):
         work.set(self.tensor_keys.action, action)
         return work, log_prob
 
-    def _qvalue_loss(self, tensordict: Any) -> tuple[torch.Tensor, torch.Tensor]:
+    def _qvalue_loss(self, tensordict: Any, alpha: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         next_td = _get("SACLoss", tensordict, "next")
         with torch.no_grad():
             next_td, next_log_prob = self._next_state(next_td)
             next_q = self._q(next_td, target=self.delay_qvalue)
-            target = self._bootstrap(tensordict, next_q.min(0).values - self._alpha * next_log_prob)
+            target = self._bootstrap(tensordict, next_q.min(0).values - alpha * next_log_prob)
         pred = self._q(tensordict.copy())
         loss = distance_loss(pred, target.expand_as(pred), self.loss_function).sum(0)
         return self._reduce_loss(loss, tensordict), (pred.detach() - target).abs().max(0).values
@@ -284,7 +284,7 @@ class SACLoss(_TemperatureMixin, _BootstrappedLoss):
             preds.append(value)
         return torch.stack(preds, 0).reshape(batch)
 
-    def _value_loss(self, tensordict: Any) -> torch.Tensor:
+    def _value_loss(self, tensordict: Any, alpha: torch.Tensor) -> torch.Tensor:
         """SAC v1 value network: ``V(s)`` towards ``min_i Q'_i(s, a) - alpha * log pi(a|s)``, ``a ~ pi(.|s)``
         (target actor and critics where kept; nothing but the value network is trained)."""
         value_key = self.tensor_keys.value
@@ -292,23 +292,24 @@ class SACLoss(_TemperatureMixin, _BootstrappedLoss):
         _check_batch_shaped("SACLoss", {value_key: pred}, tensordict.batch_size)
         with torch.no_grad():
             work, _, log_prob, _ = self._sample(tensordict, target=self.delay_actor)
-            target = self._q(work, target=self.delay_qvalue).min(0).values - self._alpha * log_prob
+            target = self._q(work, target=self.delay_qvalue).min(0).values - alpha * log_prob
         return self._reduce_loss(distance_loss(pred, target, self.loss_function), tensordict)
 
-    def _actor_loss(self, tensordict: Any) -> tuple[torch.Tensor, torch.Tensor]:
+    def _actor_loss(self, tensordict: Any, alpha: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         work, _, log_prob, _ = self._sample(tensordict)
         min_q = self._q(work, params=self.params_of("qvalue_network").detach()).min(0).values
-        return self._reduce_loss(self._alpha * log_prob - min_q, tensordict), log_prob.detach()
+        return self._reduce_loss(alpha * log_prob - min_q, tensordict), log_prob.detach()
 
     def forward(self, tensordict: Any) -> TensorDict:
         _get("SACLoss", tensordict, self.tensor_keys.action)
         losses = {}
+        alpha = self._alpha  # the clamped temperature, detached: read once per call
         if self._version == 2:
-            loss_qvalue, td_error = self._qvalue_loss(tensordict)
+            loss_qvalue, td_error = self._qvalue_loss(tensordict, alpha)
         else:
             loss_qvalue, td_error = self._qvalue_v1_loss(tensordict)
-            losses["loss_value"] = self._value_loss(tensordict)
-        loss_actor, log_prob = self._actor_loss(tensordict)
+            losses["loss_value"] = self._value_loss(tensordict, alpha)
+        loss_actor, log_prob = self._actor_loss(tensordict, alpha)
         if self._target_entropy is None:
             # no spec: the action's own shape (beyond the batch dims) gives "auto"
             action = _get("SACLoss", tensordict, self.tensor_keys.action)
@@ -317,7 +318,7 @@ class SACLoss(_TemperatureMixin, _BootstrappedLoss):
         tensordict.set(self.tensor_keys.priority, td_error)
         return _loss_output(
             {"loss_actor": loss_actor, "loss_qvalue": loss_qvalue, "loss_alpha": loss_alpha, **losses},
-            {"alpha": self._alpha, "entropy": -log_prob.mean()},
+            {"alpha": alpha, "entropy": -log_prob.mean()},
             self.reduction,
             self.scalar_output_mode,
             tensordict.batch_size,

@@ -187,14 +187,15 @@ def _check_batch_shaped(
             )
 
 
-def _set_next_value(tensordict: Any, value_key: Any, next_value: torch.Tensor) -> Any:
-    """A shallow copy of ``tensordict`` holding ``next_value`` at ``("next", value_key)``.
-
-    The caller's TensorDict is left untouched: the copy shares the tensors, not the structure.
-    """
+def bootstrap_target(estimator: Any, tensordict: Any, next_value: torch.Tensor) -> torch.Tensor:
+    """The network-free ``estimator``'s return on ``tensordict`` with ``next_value`` as the next-state
+    value: TD(0) computes it directly (``target_from_next_value``); TD(1) / TD(lambda) read it from
+    ``("next", value)`` of a shallow copy (the caller's TensorDict is left untouched)."""
+    if estimator.value_network is None and hasattr(estimator, "target_from_next_value"):
+        return estimator.target_from_next_value(tensordict, next_value)
     work = tensordict.copy()
-    work.get("next").set(value_key, next_value)
-    return work
+    work.get("next").set(estimator.tensor_keys.value, next_value)
+    return estimator.value_estimate(work)
 
 
 def _value_type(loss: Any, value_type: Any) -> Any:
@@ -324,8 +325,7 @@ class _BootstrappedLoss(LossModule):
         """
         if not tensordict.batch_dims:  # one transition: the estimator runs on a batch of one
             return self._bootstrap(tensordict.unsqueeze(0), next_value.unsqueeze(0)).squeeze(0)
-        estimator = self.value_estimator
-        target = estimator.value_estimate(_set_next_value(tensordict, estimator.tensor_keys.value, next_value))
+        target = bootstrap_target(self.value_estimator, tensordict, next_value)
         _check_batch_shaped(type(self).__name__, {"value_target": target}, tensordict.batch_size)
         return target
 

@@ -36,15 +36,16 @@ __all__ = [
 
 
 def _bounds(
-    low: torch.Tensor | float, high: torch.Tensor | float, like: torch.Tensor, what: str
+    low: torch.Tensor | float, high: torch.Tensor | float, like: torch.Tensor, what: str, check: bool = True
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """``low`` and ``high`` as tensors of ``like``'s dtype and device, checked ``low < high``."""
+    """``low`` and ``high`` as tensors of ``like``'s dtype and device, checked ``low < high`` (tensor
+    bounds only with ``check``: the comparison waits for the device)."""
     scalars = isinstance(low, (int, float)) and isinstance(high, (int, float))
     if scalars and not low < high:
         raise ValueError(f"{what}: low must be smaller than high, got low={low} and high={high}.")
     low_t = torch.as_tensor(low, dtype=like.dtype, device=like.device)
     high_t = torch.as_tensor(high, dtype=like.dtype, device=like.device)
-    if not scalars and not bool((low_t < high_t).all()):
+    if check and not scalars and not bool((low_t < high_t).all()):
         raise ValueError(f"{what}: low must be smaller than high everywhere, got low={low_t} and high={high_t}.")
     return low_t, high_t
 
@@ -61,6 +62,15 @@ def _event_dims(event_dims: int | None, loc: torch.Tensor, what: str) -> int:
 
 def _sum_event(value: torch.Tensor, event_dims: int) -> torch.Tensor:
     return value.sum(tuple(range(-event_dims, 0))) if event_dims else value
+
+
+_LOG_SQRT_2PI = math.log(math.sqrt(2 * math.pi))
+
+
+def _normal_log_prob(x: torch.Tensor, loc: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
+    """``log N(x; loc, scale)``, elementwise: torch's ``Normal.log_prob`` formula (the same numbers)
+    without building the distribution."""
+    return -((x - loc) ** 2) / (2 * scale**2) - scale.log() - _LOG_SQRT_2PI
 
 
 class TanhNormal(D.Distribution):
@@ -93,7 +103,9 @@ class TanhNormal(D.Distribution):
         safe_tanh: keep squashed samples ``eps`` away from the bounds (default ``True``).
 
     Raises:
-        ValueError: when ``low >= high`` somewhere, or ``event_dims`` is out of range.
+        ValueError: when ``low >= high`` somewhere (tensor bounds are not compared with
+            ``validate_args=False``, which spares a device sync per construction), or ``event_dims``
+            is out of range.
 
     Examples:
         >>> import torch
@@ -129,16 +141,16 @@ class TanhNormal(D.Distribution):
             )
         if tanh_loc:
             loc = upscale * torch.tanh(loc / upscale)
-        loc, scale = torch.broadcast_tensors(loc, scale)
+        if loc.shape != scale.shape:
+            loc, scale = torch.broadcast_tensors(loc, scale)
         n_event = _event_dims(event_dims, loc, "TanhNormal")
-        self.low, self.high = _bounds(low, high, loc, "TanhNormal")
+        self.low, self.high = _bounds(low, high, loc, "TanhNormal", check=validate_args is not False)
         self.loc, self.scale = loc, scale
         self.upscale, self.tanh_loc, self.safe_tanh = upscale, tanh_loc, safe_tanh
         self.event_dims = n_event
         self._center = (self.high + self.low) / 2
         self._half = (self.high - self.low) / 2
         self._eps = torch.finfo(loc.dtype).eps
-        self._base = D.Normal(loc, scale, validate_args=False)
         split = loc.ndim - n_event
         super().__init__(batch_shape=loc.shape[:split], event_shape=loc.shape[split:], validate_args=validate_args)
 
@@ -153,7 +165,8 @@ class TanhNormal(D.Distribution):
         return self._center + self._half * t
 
     def rsample(self, sample_shape: torch.Size | tuple = torch.Size()) -> torch.Tensor:
-        x = self._base.rsample(sample_shape)
+        noise = torch.empty(torch.Size(sample_shape) + self.loc.shape, dtype=self.loc.dtype, device=self.loc.device)
+        x = self.loc + noise.normal_() * self.scale  # torch's Normal.rsample: the same draws
         y = self._squash(x)
         self._last_draw = (y, x)  # log_prob(y) scores x itself (see the class docstring)
         return y
@@ -177,7 +190,8 @@ class TanhNormal(D.Distribution):
     def _draw_log_prob(self, x: torch.Tensor) -> torch.Tensor:
         # log(1 - tanh(x)^2) = 2 * (log 2 - x - softplus(-2x)): finite for any x
         log_det = 2.0 * (math.log(2.0) - x - torch.nn.functional.softplus(-2.0 * x))
-        return _sum_event(self._base.log_prob(x) - log_det - torch.log(self._half), self.event_dims)
+        log_normal = _normal_log_prob(x, self.loc, self.scale)
+        return _sum_event(log_normal - log_det - torch.log(self._half), self.event_dims)
 
     def sample(self, sample_shape: torch.Size | tuple = torch.Size()) -> torch.Tensor:
         with torch.no_grad():
@@ -190,7 +204,7 @@ class TanhNormal(D.Distribution):
         t = ((value - self._center) / self._half).clamp(-1 + self._eps, 1 - self._eps)
         x = torch.atanh(t)
         # log(1 - t^2) as log1p(-t) + log1p(t): accurate when |t| is close to 1
-        lp = self._base.log_prob(x) - torch.log1p(-t) - torch.log1p(t) - torch.log(self._half)
+        lp = _normal_log_prob(x, self.loc, self.scale) - torch.log1p(-t) - torch.log1p(t) - torch.log(self._half)
         return _sum_event(lp, self.event_dims)
 
     @property

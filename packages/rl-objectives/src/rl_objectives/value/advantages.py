@@ -130,6 +130,29 @@ class TD0Estimator(_TDBase):
     def _return(self, gamma, next_value, reward, done, terminated, time_dim):
         return td0_return_estimate(gamma, next_value, reward, terminated, time_dim=time_dim)
 
+    def target_from_next_value(self, tensordict: Any, next_value: _Tensor) -> _Tensor:
+        """The target ``r + gamma * V'`` for a ``next_value`` computed by the caller (the off-policy
+        losses' clipped double-Q, entropy bonus, ...): what :meth:`value_estimate` returns with
+        ``next_value`` at ``("next", value)``, without writing it there or running a network.
+
+        One step needs no time dim: ``tensordict`` may be any batch of transitions (at least one
+        batch dim). Reward, done and terminated are read and checked as :meth:`value_estimate` does.
+
+        Examples:
+            >>> import torch
+            >>> from tdict import TensorDict
+            >>> from rl_objectives.value import TD0Estimator
+            >>> td = TensorDict({"next": {"reward": torch.ones(2), "done": torch.tensor([False, True]),
+            ...     "terminated": torch.tensor([False, True])}}, batch_size=[2])
+            >>> TD0Estimator(gamma=0.5, value_network=None).target_from_next_value(td, torch.full((2,), 4.0))
+            tensor([3., 1.])
+        """
+        keys = self.tensor_keys
+        reward, done, terminated = self._inputs(tensordict, -1)
+        self._check_shapes([(("next", keys.reward), reward), (("next", keys.value), next_value)], tensordict.batch_size)
+        with self._grad_context():
+            return self._estimate(tensordict, None, next_value, reward, done, terminated, tensordict.batch_dims - 1)[1]
+
 
 class TD1Estimator(_TDBase):
     """TD(1): the discounted return to the end of the trajectory, bootstrapped with V(s_{t+1}) where

@@ -288,6 +288,18 @@ class OneHotCategorical(D.OneHotCategorical):
         torch.Size([3])
     """
 
+    def __init__(
+        self, probs: torch.Tensor | None = None, logits: torch.Tensor | None = None, validate_args: bool | None = None
+    ) -> None:
+        if validate_args is not False:
+            super().__init__(probs, logits, validate_args)
+            return
+        # torch builds its inner Categorical with default validation (a NaN check that waits for
+        # the device) whatever validate_args says; with validation off, the inner one is off too
+        self._categorical = D.Categorical(probs, logits, validate_args=False)
+        categorical = self._categorical
+        D.Distribution.__init__(self, categorical.batch_shape, categorical.param_shape[-1:], validate_args=False)
+
     @property
     def mode(self) -> torch.Tensor:
         logits = self.logits
@@ -297,6 +309,14 @@ class OneHotCategorical(D.OneHotCategorical):
     def deterministic_sample(self) -> torch.Tensor:
         """The :attr:`mode`: the one-hot of the most likely category."""
         return self.mode
+
+    def log_prob(self, value: torch.Tensor) -> torch.Tensor:
+        # torch's value (the normalised logit at the one-hot's argmax), read with one gather when
+        # the value has the distribution's own shape; other shapes broadcast through torch's path
+        logits = self.logits
+        if self._validate_args or value.shape != logits.shape:
+            return super().log_prob(value)
+        return logits.gather(-1, value.max(-1, keepdim=True)[1]).squeeze(-1)
 
 
 _LOG_SQRT_2PI = 0.5 * math.log(2 * math.pi)
