@@ -7,6 +7,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from rl_objectives.modules import (
+    ReparamGradientStrategy,
     Delta,
     IndependentNormal,
     MaskedCategorical,
@@ -38,6 +39,13 @@ def test_reexports_are_tdict_classes():
     # ours extend the tdict.nn classes (grad_method; upscale, tanh_loc and the event dim)
     assert issubclass(OneHotCategorical, tnn.OneHotCategorical)
     assert isinstance(TruncatedNormal(torch.zeros(2), torch.ones(2)).base_dist, tnn.TruncatedNormal)
+
+
+def test_one_hot_categorical_expand_keeps_the_gradient_strategy():
+    d = OneHotCategorical(logits=torch.randn(3, 4), grad_method=ReparamGradientStrategy.RelaxedOneHot)
+    e = d.expand((2, 3))
+    assert type(e) is OneHotCategorical and e.batch_shape == (2, 3) and e.grad_method is d.grad_method
+    assert e.rsample().shape == (2, 3, 4) and e.sample().dtype == torch.int64
 
 
 class TestTanhNormal:

@@ -103,12 +103,22 @@ def test_one_hot_categorical_without_validation_matches_torch_and_skips_every_ch
     ref = D.OneHotCategorical(logits=logits, validate_args=False)
     d = OneHotCategorical(logits=logits, validate_args=False)
     assert d.batch_shape == ref.batch_shape == (5,) and d.event_shape == ref.event_shape == (4,)
-    torch.testing.assert_close(d.logits, ref.logits, rtol=0, atol=0)
+    # logits normalised by log_softmax (torch: minus logsumexp): equal to rounding
+    torch.testing.assert_close(d.logits, ref.logits)
+    torch.testing.assert_close(d.probs, ref.probs)
+    torch.testing.assert_close(d.entropy(), ref.entropy())
     value = torch.nn.functional.one_hot(torch.tensor([3, 0, 1, 2, 3]), 4).float()
-    assert torch.equal(d.log_prob(value), ref.log_prob(value))  # the gather path: the same numbers
-    assert torch.equal(d.log_prob(value.long()), ref.log_prob(value.long()))
+    torch.testing.assert_close(d.log_prob(value), ref.log_prob(value))  # the gather path
+    torch.testing.assert_close(d.log_prob(value.long()), ref.log_prob(value.long()))
     sampled = d.sample((3,))  # a leading sample dim broadcasts through torch's own path
-    assert torch.equal(d.log_prob(sampled), ref.log_prob(sampled))
+    torch.testing.assert_close(d.log_prob(sampled), ref.log_prob(sampled))
+    assert d.expand((2, 5)).batch_shape == (2, 5)
+    one = OneHotCategorical(logits=torch.zeros(3), validate_args=False)  # no batch dims
+    assert one.batch_shape == () and one.event_shape == (3,)
+    logits.requires_grad_(True)  # gradients through the normalisation: those of torch's
+    grad = torch.autograd.grad(OneHotCategorical(logits=logits, validate_args=False).log_prob(value).sum(), logits)
+    expected = torch.autograd.grad(D.OneHotCategorical(logits=logits).log_prob(value).sum(), logits)
+    torch.testing.assert_close(grad, expected)
     torch.manual_seed(1)
     a = d.sample()
     torch.manual_seed(1)

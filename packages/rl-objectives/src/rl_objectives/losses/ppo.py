@@ -247,9 +247,10 @@ class PPOLoss(_ActorCriticLoss):
             kl = (-log_weight.detach()).mean()
             # the ESS describes the weights the surrogate uses (capped, when a cap is set)
             lw = (log_weight if cap is None else log_weight + cap).detach().reshape(-1)
-            # normalised effective sample size of the importance weights: 1 when all are equal
-            ess = torch.exp(2 * lw.logsumexp(0) - (2 * lw).logsumexp(0))
-            out["ESS"] = ess / lw.numel()
+            # normalised effective sample size of the importance weights, (sum w)^2 / sum w^2 / n:
+            # 1 when all are equal; the weights are scaled by exp(-max log w), which cancels
+            w = (lw - lw.max()).exp()
+            out["ESS"] = w.sum().square() / w.square().sum() / lw.numel()
             out["kl_approx"] = kl
 
     def _gain(self, log_weight: _Tensor, advantage: _Tensor, out: dict, cap: _Tensor | None = None) -> _Tensor:

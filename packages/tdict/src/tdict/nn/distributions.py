@@ -273,6 +273,18 @@ class Delta(D.Distribution):
         return self.param.new_zeros(self.batch_shape)
 
 
+def _categorical_from_logits(logits: torch.Tensor) -> D.Categorical:
+    """``torch.distributions.Categorical(logits=logits, validate_args=False)``, its logits normalised
+    by one ``log_softmax`` (torch subtracts a ``logsumexp``: the same values to rounding, but two
+    ops forward and a slower backward). The attributes are those torch's ``__init__`` sets."""
+    categorical = D.Categorical.__new__(D.Categorical)
+    categorical.logits = normalised = torch.log_softmax(logits, -1)
+    categorical._param = normalised
+    categorical._num_events = normalised.shape[-1]
+    D.Distribution.__init__(categorical, normalised.shape[:-1], validate_args=False)
+    return categorical
+
+
 class OneHotCategorical(D.OneHotCategorical):
     """``torch.distributions.OneHotCategorical`` with ``mode`` and ``deterministic_sample``.
 
@@ -296,9 +308,21 @@ class OneHotCategorical(D.OneHotCategorical):
             return
         # torch builds its inner Categorical with default validation (a NaN check that waits for
         # the device) whatever validate_args says; with validation off, the inner one is off too
-        self._categorical = D.Categorical(probs, logits, validate_args=False)
-        categorical = self._categorical
+        if logits is not None and probs is None and logits.ndim >= 1:
+            categorical = _categorical_from_logits(logits)
+        else:
+            categorical = D.Categorical(probs, logits, validate_args=False)
+        self._categorical = categorical
         D.Distribution.__init__(self, categorical.batch_shape, categorical.param_shape[-1:], validate_args=False)
+
+    def expand(self, batch_shape: torch.Size | tuple, _instance: Any = None) -> OneHotCategorical:
+        # torch's expand, on an instance of this class (torch refuses a subclass with its own
+        # __init__ and no instance); attributes a subclass set in its __init__ carry over
+        new = type(self).__new__(type(self)) if _instance is None else _instance
+        expanded = super().expand(batch_shape, new)
+        for name, value in self.__dict__.items():
+            expanded.__dict__.setdefault(name, value)
+        return expanded
 
     @property
     def mode(self) -> torch.Tensor:
