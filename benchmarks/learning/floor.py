@@ -9,7 +9,7 @@ Plain torch is the floor of eager PyTorch for that math: what a library spends a
 overhead (modules, containers, sampling every stored key, diagnostics), and whether 0.8x SB3's CPU
 per frame is reachable without compiling depends on where plain torch sits against SB3.
 
-    hatch run bench:floor [--tasks ppo-cartpole,dqn-cartpole,sac-pendulum]
+    hatch run bench:floor [--tasks ppo-cartpole,dqn-cartpole,sac-pendulum,td3-pendulum]
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ from torch import nn  # noqa: E402
 import train as train_app  # noqa: E402
 
 STEPS = 32  # gradient steps per block
-WARM = {"ppo": 512, "dqn": 2_000, "sac": 2_000}  # frames collected before timing
+WARM = {"ppo": 512, "dqn": 2_000, "sac": 2_000, "td3": 2_000}  # frames collected before timing
 
 
 def mlp(sizes: list[int], act: type) -> nn.Sequential:
@@ -138,7 +138,53 @@ def plain_sac(n: int = 256, size: int = 10_000):
     return step
 
 
-PLAIN = {"ppo": plain_ppo, "dqn": plain_dqn, "sac": plain_sac}
+def plain_td3(n: int = 256, size: int = 10_000):
+    """TD3: deterministic tanh actor scaled to [-2, 2], twin critics, targets of both, target policy
+    smoothing (noise 0.2, clipped at 0.5), the actor and the targets updated every second step,
+    batch 256, [400, 300] ReLU networks, Polyak step 0.005 (RL-zoo Pendulum)."""
+    actor, target_actor = mlp([3, 400, 300, 1], nn.ReLU), mlp([3, 400, 300, 1], nn.ReLU)
+    target_actor.load_state_dict(actor.state_dict())
+    critics = nn.ModuleList([mlp([4, 400, 300, 1], nn.ReLU) for _ in range(2)])
+    targets = nn.ModuleList([mlp([4, 400, 300, 1], nn.ReLU) for _ in range(2)])
+    targets.load_state_dict(critics.state_dict())
+    opt = torch.optim.Adam([*actor.parameters(), *critics.parameters()], lr=1e-3, fused=True)
+    obs, nxt, act = torch.randn(size, 3), torch.randn(size, 3), torch.rand(size, 1) * 4 - 2
+    rew, done = torch.randn(size), torch.zeros(size)
+    critic_params = list(critics.parameters())
+    online = [*actor.parameters(), *critic_params]
+    offline = [*target_actor.parameters(), *targets.parameters()]
+    calls = [0]
+
+    def q_values(nets, o, a) -> torch.Tensor:
+        x = torch.cat([o, a], -1)
+        return torch.stack([net(x).squeeze(-1) for net in nets])
+
+    def step() -> None:
+        i = torch.randint(0, size, (n,))
+        with torch.no_grad():
+            noise = (torch.randn(n, 1) * 0.2).clamp(-0.5, 0.5)
+            a2 = (2 * torch.tanh(target_actor(nxt[i])) + noise).clamp(-2, 2)
+            y = rew[i] + 0.98 * (1 - done[i]) * q_values(targets, nxt[i], a2).min(0).values
+        loss = 0.5 * (q_values(critics, obs[i], act[i]) - y).pow(2).sum(0).mean()
+        calls[0] += 1
+        delayed = calls[0] % 2 == 0
+        if delayed:
+            for p in critic_params:
+                p.requires_grad_(False)
+            loss = loss - critics[0](torch.cat([obs[i], 2 * torch.tanh(actor(obs[i]))], -1)).mean()
+            for p in critic_params:
+                p.requires_grad_(True)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        opt.step()
+        if delayed:
+            with torch.no_grad():
+                torch._foreach_lerp_(offline, online, 0.005)
+
+    return step
+
+
+PLAIN = {"ppo": plain_ppo, "dqn": plain_dqn, "sac": plain_sac, "td3": plain_td3}
 
 
 def our_step(task_name: str):
@@ -191,7 +237,7 @@ def timed(fn, steps: int) -> float:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--tasks", default="ppo-cartpole,dqn-cartpole,sac-pendulum")
+    parser.add_argument("--tasks", default="ppo-cartpole,dqn-cartpole,sac-pendulum,td3-pendulum")
     parser.add_argument("--blocks", type=int, default=9)
     parser.add_argument("--out", default=str(REPO / "benchmarks" / "results" / "learning_floor.json"))
     args = parser.parse_args()
