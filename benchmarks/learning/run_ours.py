@@ -4,7 +4,8 @@ Runs ``examples/recipes/<algo>.py`` through the Hydra config of ``examples/train
 task's overrides, on one torch thread, and writes a JSON record: at every evaluation (10 whole
 episodes, deterministic policy) the frames so far, the training CPU and wall-clock seconds so far
 (the evaluations' own time left out) and the mean return; then the final return, over
-``FINAL_EPISODES`` episodes (settings.py).
+``FINAL_EPISODES`` episodes of the task's Gymnasium env from the start states SB3's run gets
+(final_eval.py; the recipe's own final evaluation is kept as ``recipe_final_return``).
 
     python benchmarks/learning/run_ours.py sac-pendulum --seed 0 --out /tmp/ours.json [--best]
 """
@@ -22,10 +23,14 @@ REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "examples"))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+import gymnasium as gym  # noqa: E402
 import torch  # noqa: E402
 from hydra import compose, initialize_config_dir  # noqa: E402
 from omegaconf import OmegaConf  # noqa: E402
+from final_eval import mean_return  # noqa: E402
+from rl_envs import ExplorationType, set_exploration_type  # noqa: E402
 from settings import FINAL_EPISODES, TASKS  # noqa: E402
+from tdict import TensorDict  # noqa: E402
 
 import recipes.common as common  # noqa: E402
 import train as train_app  # noqa: E402  (registers the config groups)
@@ -84,10 +89,13 @@ def main() -> None:
 
     finish, stopped = None, {}
 
-    def stop_clock(run, trainer, *args, **kwargs):  # training is over: the final evaluation and plot are not counted
+    def stop_clock(run, trainer, policy, *args, **kwargs):  # training is over: the final evaluations are not counted
         stopped["cpu"], stopped["wall"] = clock.now()
         run.cfg.env.eval_envs = FINAL_EPISODES
-        return finish(run, trainer, *args, **kwargs)
+        if getattr(run.cfg.algo, "normalize", False):
+            raise ValueError("run_ours: the shared final evaluation feeds raw observations; algo.normalize must be off")
+        stopped["final"] = mean_return(gym_actions(policy, task.gym_id), task.gym_id)
+        return finish(run, trainer, policy, *args, **kwargs)
 
     common.LogValidationReward = TimedEval
     common.Loggers.log_scalar = recording_log_scalar
@@ -95,19 +103,33 @@ def main() -> None:
     recipe.resume_if_asked, finish, recipe.finish = start_clock, recipe.finish, stop_clock
 
     name = f"{args.task}-{'best' if args.best else 'zoo'}-s{args.seed}-{int(time.time())}"
-    final = recipe.train(compose_config(task, args.seed, args.best, args.runs_dir, name, extra=tuple(args.set)))
+    recipe_final = recipe.train(compose_config(task, args.seed, args.best, args.runs_dir, name, extra=tuple(args.set)))
     cpu, wall = stopped["cpu"], stopped["wall"]
     record = {
         "lib": "ours-best" if args.best else "ours",
         "task": args.task,
         "seed": args.seed,
         "points": points,
-        "final_return": final,
+        "final_return": stopped["final"],
+        "recipe_final_return": recipe_final,
         "train_cpu_s": cpu,
         "train_wall_s": wall,
         "frames": task.frames,
     }
     Path(args.out).write_text(json.dumps(record) + "\n")
+
+
+def gym_actions(policy, gym_id: str):
+    """``policy`` (a TensorDict module reading ``"observation"``) as a function from a Gymnasium
+    observation to a Gymnasium action: deterministic, an index for a discrete action space."""
+    discrete = isinstance(gym.make(gym_id).action_space, gym.spaces.Discrete)
+
+    def act(obs):
+        with torch.no_grad(), set_exploration_type(ExplorationType.DETERMINISTIC):
+            action = policy(TensorDict(observation=torch.as_tensor(obs, dtype=torch.float32)))["action"]
+        return int(action.argmax()) if discrete else action.numpy()
+
+    return act
 
 
 def compose_config(task, seed: int, best: bool, runs_dir: str, name: str, extra: tuple = ()) -> object:

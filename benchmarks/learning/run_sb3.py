@@ -3,7 +3,7 @@
 The task's RL-zoo hyper-parameters, one torch thread, SB3's own Gymnasium env; every
 ``eval_every`` env steps a callback runs ``evaluate_policy`` (10 episodes, deterministic) and
 records the frames, the training CPU and wall-clock seconds so far (the evaluations' own time left
-out) and the mean return.
+out) and the mean return; the final return is final_eval.py's (the start states ours gets).
 
     python benchmarks/learning/run_sb3.py sac-pendulum --seed 0 --out /tmp/sb3.json
 """
@@ -21,7 +21,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import gymnasium as gym  # noqa: E402
 import torch  # noqa: E402
-from settings import FINAL_EPISODES, TASKS  # noqa: E402
+from final_eval import mean_return  # noqa: E402
+from settings import TASKS  # noqa: E402
 from stable_baselines3 import DQN, PPO, SAC, TD3  # noqa: E402
 from stable_baselines3.common.callbacks import BaseCallback  # noqa: E402
 from stable_baselines3.common.env_util import make_vec_env  # noqa: E402
@@ -94,7 +95,7 @@ def main() -> None:
     recorder.cpu0, recorder.wall0 = time.process_time(), time.perf_counter()
     model.learn(total_timesteps=task.frames, callback=recorder)
     cpu, wall = recorder.clock()
-    final, _ = evaluate_policy(model, eval_env, n_eval_episodes=FINAL_EPISODES, deterministic=True)
+    final = mean_return(lambda obs: model.predict(obs, deterministic=True)[0], task.gym_id)
     record = {
         "lib": "sb3",
         "task": args.task,
