@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from typing import Any, Callable
+from typing import Any, Callable, cast
 
 import torch
 from torch import distributions as D, nn
@@ -278,7 +278,8 @@ def _categorical_from_logits(logits: torch.Tensor) -> D.Categorical:
     by one ``log_softmax`` (torch subtracts a ``logsumexp``: the same values to rounding, but two
     ops forward and a slower backward). The attributes are those torch's ``__init__`` sets."""
     categorical = D.Categorical.__new__(D.Categorical)
-    categorical.logits = normalised = torch.log_softmax(logits, -1)
+    normalised = torch.log_softmax(logits, -1)
+    categorical.__dict__["logits"] = normalised  # torch's lazy property, filled as its __init__ does
     categorical._param = normalised
     categorical._num_events = normalised.shape[-1]
     D.Distribution.__init__(categorical, normalised.shape[:-1], validate_args=False)
@@ -319,7 +320,7 @@ class OneHotCategorical(D.OneHotCategorical):
         # torch's expand, on an instance of this class (torch refuses a subclass with its own
         # __init__ and no instance); attributes a subclass set in its __init__ carry over
         new = type(self).__new__(type(self)) if _instance is None else _instance
-        expanded = super().expand(batch_shape, new)
+        expanded = cast("OneHotCategorical", super().expand(batch_shape, new))
         for name, value in self.__dict__.items():
             expanded.__dict__.setdefault(name, value)
         return expanded
