@@ -209,6 +209,7 @@ def make_trainer(
         logger=run.logger,
         seed=cfg.seed,
         clip_norm=clip_norm,
+        measure_grad_norm=clip_norm is not None,  # a recipe that does not clip logs no gradient norm (as SB3)
         # the trainer throttles every logged name: never below the evaluations' spacing, or some would be dropped
         log_interval=min(cfg.logger.log_every, record_interval * batch),
         save_trainer_interval=cfg.logger.save_every or cfg.collector.total_frames,

@@ -87,6 +87,25 @@ def test_optimizer_hook_clips_as_torch(clip_grad_norm, clip_norm, mixed):
         assert p.grad is None
 
 
+@pytest.mark.parametrize("clip_norm", [None, 0.5])
+def test_optimizer_hook_without_the_gradient_norm_steps_the_same(clip_norm):
+    # measure_grad_norm=False leaves the norm out only where nothing is clipped; the step is the same
+    torch.manual_seed(0)
+    net, ref = nn.Linear(3, 2), nn.Linear(3, 2)
+    ref.load_state_dict(net.state_dict())
+    x = torch.randn(8, 3)
+    lean = OptimizerHook(torch.optim.SGD(net.parameters(), lr=0.1), measure_grad_norm=False)
+    out = lean(TensorDict(loss=net(x).pow(2).sum()), True, clip_norm, 0)
+    full = OptimizerHook(torch.optim.SGD(ref.parameters(), lr=0.1))(
+        TensorDict(loss=ref(x).pow(2).sum()), True, clip_norm, 0
+    )
+    assert ("grad_norm_0" in out.keys()) == (clip_norm is not None)
+    if clip_norm is not None:
+        torch.testing.assert_close(out["grad_norm_0"], full["grad_norm_0"])
+    for p, q in zip(net.parameters(), ref.parameters()):
+        assert torch.equal(p.detach(), q.detach()) and p.grad is None
+
+
 def test_optimizer_hook_errors():
     w = nn.Parameter(torch.ones(2))
     hook = OptimizerHook(torch.optim.SGD([w], lr=0.1))

@@ -92,7 +92,7 @@ class OptimizerHook(TrainerHookBase):
     the ``loss_components`` entries (default: every entry whose name starts with ``"loss"``), zeroes the
     gradients of its parameters (so another hook's backward pass never leaks into this step),
     back-propagates, clips, steps and zeroes the gradients again. It writes the gradient norm before
-    clipping at ``"grad_norm_<index>"``.
+    clipping at ``"grad_norm_<index>"`` (unless ``measure_grad_norm=False`` and nothing is clipped).
 
     Clipping: with ``clip_grad_norm=True`` and a ``clip_norm``, the total norm is scaled down to at
     most ``clip_norm``; with ``clip_grad_norm=False`` and a ``clip_norm``, every partial derivative
@@ -102,6 +102,9 @@ class OptimizerHook(TrainerHookBase):
         optimizer: a ``torch.optim.Optimizer`` (anything with ``param_groups``, ``step``,
             ``zero_grad``, ``state_dict`` and ``load_state_dict``).
         loss_components: the loss entries to sum; ``None``: those whose name starts with ``"loss"``.
+        measure_grad_norm: measure and write the gradient norm when nothing is clipped (default
+            ``True``); ``False`` spares one pass over every gradient per step where the norm is
+            not wanted (clipping always measures it).
 
     Examples:
         >>> import torch
@@ -116,7 +119,9 @@ class OptimizerHook(TrainerHookBase):
         tensor([2.2929, 3.2929])
     """
 
-    def __init__(self, optimizer: Any, loss_components: Sequence[str] | None = None) -> None:
+    def __init__(
+        self, optimizer: Any, loss_components: Sequence[str] | None = None, *, measure_grad_norm: bool = True
+    ) -> None:
         missing = [
             a
             for a in ("param_groups", "step", "zero_grad", "state_dict", "load_state_dict")
@@ -137,6 +142,7 @@ class OptimizerHook(TrainerHookBase):
             loss_components = list(loss_components)
         self.optimizer = optimizer
         self.loss_components = loss_components
+        self.measure_grad_norm = bool(measure_grad_norm)
 
     def _params(self) -> list[torch.Tensor]:
         return [p for group in self.optimizer.param_groups for p in group["params"]]
@@ -185,11 +191,13 @@ class OptimizerHook(TrainerHookBase):
         for p in params:  # zero_grad(set_to_none=True), without the optimizer's profiling wrapper
             p.grad = None
         loss.backward()
-        grad_norm = self._grad_clip(params, clip_grad_norm, clip_norm)
+        measured = clip_norm is not None or self.measure_grad_norm
+        grad_norm = self._grad_clip(params, clip_grad_norm, clip_norm) if measured else None
         self.optimizer.step()
         for p in params:
             p.grad = None
-        losses_td.set(f"grad_norm_{index}", grad_norm)
+        if grad_norm is not None:
+            losses_td.set(f"grad_norm_{index}", grad_norm)
         return losses_td
 
     def state_dict(self) -> dict[str, Any]:

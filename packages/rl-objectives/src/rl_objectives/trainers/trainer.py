@@ -104,6 +104,8 @@ class Trainer:
         logger: anything with ``log_scalar(name, value, step=...)``; ``None``: nothing is logged.
         clip_grad_norm: clip the total gradient norm (``True``) or each gradient value (``False``).
         clip_norm: the clipping threshold; ``None``: no clipping (the norm is still measured).
+        measure_grad_norm: the optimizer hook's option: ``False`` leaves the gradient norm out (not
+            measured, not logged) when ``clip_norm`` is ``None``.
         progress_bar: show a tqdm progress bar (warns and does without when tqdm is missing).
         seed: when given, seeds the collector (``set_seed``), then torch, NumPy and Python's
             ``random`` with the seed the collector returns (as SB3's ``set_random_seed``).
@@ -148,6 +150,7 @@ class Trainer:
         logger: Any = None,
         clip_grad_norm: bool = True,
         clip_norm: float | None = None,
+        measure_grad_norm: bool = True,
         progress_bar: bool = False,
         seed: int | None = None,
         save_trainer_interval: int = 10000,
@@ -178,7 +181,8 @@ class Trainer:
         )
         self.save_trainer_interval = check_positive_int("Trainer", "save_trainer_interval", save_trainer_interval)
         self.log_interval = check_positive_int("Trainer", "log_interval", log_interval)
-        optimizer_hook = None if optimizer is None else OptimizerHook(optimizer)  # checks the optimizer first
+        # checks the optimizer first
+        optimizer_hook = None if optimizer is None else OptimizerHook(optimizer, measure_grad_norm=measure_grad_norm)
 
         self.collector = collector
         self.loss_module = loss_module
