@@ -27,6 +27,14 @@ __version__ = "0.1.0"
 # name -> module that defines it (imported on first use: gymnasium & co stay optional)
 _LAZY = {
     "CartPoleEnv": "native.cartpole",
+    "AntEnv": "native.mujoco",
+    "HalfCheetahEnv": "native.mujoco",
+    "HopperEnv": "native.mujoco",
+    "HumanoidEnv": "native.mujoco",
+    "InvertedPendulumEnv": "native.mujoco",
+    "MujocoEnv": "native.mujoco",
+    "ReacherEnv": "native.mujoco",
+    "Walker2dEnv": "native.mujoco",
     "DMControlEnv": "libs.dm_control",
     "DMControlWrapper": "libs.dm_control",
     "GymEnv": "libs.gymnasium",
@@ -90,6 +98,16 @@ if TYPE_CHECKING:  # type checkers and IDEs see these (`X as X`: re-exported); a
     from .native.cartpole import (
         CartPoleEnv as CartPoleEnv,
     )
+    from .native.mujoco import (
+        AntEnv as AntEnv,
+        HalfCheetahEnv as HalfCheetahEnv,
+        HopperEnv as HopperEnv,
+        HumanoidEnv as HumanoidEnv,
+        InvertedPendulumEnv as InvertedPendulumEnv,
+        MujocoEnv as MujocoEnv,
+        ReacherEnv as ReacherEnv,
+        Walker2dEnv as Walker2dEnv,
+    )
     from .policies import (
         RandomPolicy as RandomPolicy,
     )
@@ -150,6 +168,14 @@ if TYPE_CHECKING:  # type checkers and IDEs see these (`X as X`: re-exported); a
 
 # static, so that documentation tools read it (tests/integration/test_layout.py checks it against _LAZY)
 __all__ = [
+    "AntEnv",
+    "HalfCheetahEnv",
+    "HopperEnv",
+    "HumanoidEnv",
+    "InvertedPendulumEnv",
+    "MujocoEnv",
+    "ReacherEnv",
+    "Walker2dEnv",
     "ActionDiscretizer",
     "ActionMask",
     "ActionScaling",

@@ -1,0 +1,26 @@
+"""Native MuJoCo tasks: batches of simulations stepped together, Gymnasium's v5 tasks without Gymnasium.
+
+They need ``mujoco`` (``pip install rl-envs[mujoco]``); the locomotion tasks load the model files
+that Gymnasium ships (``pip install gymnasium``: its package is only read, never imported).
+"""
+
+from .ant import AntEnv
+from .env import MujocoEnv
+from .half_cheetah import HalfCheetahEnv
+from .hopper import HopperEnv, Walker2dEnv
+from .humanoid import HumanoidEnv
+from .inverted_pendulum import InvertedPendulumEnv
+from .reacher import ReacherEnv
+from .simulation import MujocoSimulation
+
+__all__ = [
+    "AntEnv",
+    "HalfCheetahEnv",
+    "HopperEnv",
+    "HumanoidEnv",
+    "InvertedPendulumEnv",
+    "MujocoEnv",
+    "MujocoSimulation",
+    "ReacherEnv",
+    "Walker2dEnv",
+]
