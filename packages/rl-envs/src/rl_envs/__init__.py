@@ -27,6 +27,9 @@ __version__ = "0.1.0"
 # name -> module that defines it (imported on first use: gymnasium & co stay optional)
 _LAZY = {
     "CartPoleEnv": "native.cartpole",
+    "HumanoidMacroAction": "native.mujoco",
+    "SatelliteEnv": "native.mujoco",
+    "SatelliteMacroAction": "native.mujoco",
     "AntEnv": "native.mujoco",
     "HalfCheetahEnv": "native.mujoco",
     "HopperEnv": "native.mujoco",
@@ -103,9 +106,12 @@ if TYPE_CHECKING:  # type checkers and IDEs see these (`X as X`: re-exported); a
         HalfCheetahEnv as HalfCheetahEnv,
         HopperEnv as HopperEnv,
         HumanoidEnv as HumanoidEnv,
+        HumanoidMacroAction as HumanoidMacroAction,
         InvertedPendulumEnv as InvertedPendulumEnv,
         MujocoEnv as MujocoEnv,
         ReacherEnv as ReacherEnv,
+        SatelliteEnv as SatelliteEnv,
+        SatelliteMacroAction as SatelliteMacroAction,
         Walker2dEnv as Walker2dEnv,
     )
     from .policies import (
@@ -138,6 +144,8 @@ if TYPE_CHECKING:  # type checkers and IDEs see these (`X as X`: re-exported); a
         FrameSkipTransform as FrameSkipTransform,
         GrayScale as GrayScale,
         InitTracker as InitTracker,
+        MacroAction as MacroAction,
+        MacroPrimitiveTransform as MacroPrimitiveTransform,
         MultiAction as MultiAction,
         NextObservationDelta as NextObservationDelta,
         NoopResetEnv as NoopResetEnv,
@@ -154,6 +162,7 @@ if TYPE_CHECKING:  # type checkers and IDEs see these (`X as X`: re-exported); a
         SelectTransform as SelectTransform,
         SignTransform as SignTransform,
         SqueezeTransform as SqueezeTransform,
+        TargetMacroAction as TargetMacroAction,
         TargetReturn as TargetReturn,
         TensorDictPrimer as TensorDictPrimer,
         TerminateTransform as TerminateTransform,
@@ -168,6 +177,12 @@ if TYPE_CHECKING:  # type checkers and IDEs see these (`X as X`: re-exported); a
 
 # static, so that documentation tools read it (tests/integration/test_layout.py checks it against _LAZY)
 __all__ = [
+    "HumanoidMacroAction",
+    "SatelliteEnv",
+    "SatelliteMacroAction",
+    "MacroAction",
+    "MacroPrimitiveTransform",
+    "TargetMacroAction",
     "AntEnv",
     "HalfCheetahEnv",
     "HopperEnv",

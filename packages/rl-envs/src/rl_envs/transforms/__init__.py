@@ -43,6 +43,7 @@ _LAZY = {
     "ActionDiscretizer": "discretize",
     **dict.fromkeys(["ObservationNorm", "VecNorm", "NormalizeReward"], "norm"),
     "VideoRecorder": "video",
+    **dict.fromkeys(["MacroAction", "TargetMacroAction", "MacroPrimitiveTransform"], "macro"),
 }
 
 if TYPE_CHECKING:  # type checkers and IDEs see these (`X as X`: re-exported); at run time __getattr__ loads them
@@ -118,6 +119,11 @@ if TYPE_CHECKING:  # type checkers and IDEs see these (`X as X`: re-exported); a
     from .video import (
         VideoRecorder as VideoRecorder,
     )
+    from .macro import (
+        MacroAction as MacroAction,
+        MacroPrimitiveTransform as MacroPrimitiveTransform,
+        TargetMacroAction as TargetMacroAction,
+    )
 
 # static, so that documentation tools read it (tests/integration/test_layout.py checks it against _LAZY)
 __all__ = [
@@ -171,6 +177,9 @@ __all__ = [
     "UnsqueezeTransform",
     "VecNorm",
     "VideoRecorder",
+    "MacroAction",
+    "MacroPrimitiveTransform",
+    "TargetMacroAction",
 ]
 
 

@@ -9,8 +9,11 @@ from .env import MujocoEnv
 from .half_cheetah import HalfCheetahEnv
 from .hopper import HopperEnv, Walker2dEnv
 from .humanoid import HumanoidEnv
+from .humanoid_macro import HumanoidMacroAction
 from .inverted_pendulum import InvertedPendulumEnv
 from .reacher import ReacherEnv
+from .satellite import SatelliteEnv
+from .satellite_macro import SatelliteMacroAction
 from .simulation import MujocoSimulation
 
 __all__ = [
@@ -18,9 +21,12 @@ __all__ = [
     "HalfCheetahEnv",
     "HopperEnv",
     "HumanoidEnv",
+    "HumanoidMacroAction",
     "InvertedPendulumEnv",
     "MujocoEnv",
     "MujocoSimulation",
     "ReacherEnv",
+    "SatelliteEnv",
+    "SatelliteMacroAction",
     "Walker2dEnv",
 ]

@@ -101,7 +101,11 @@ class MujocoEnv(EnvBase):
         render_height = check_positive_int(owner, "render_height", render_height)
         camera_id = check_int(owner, "camera_id", camera_id, minimum=-1)
         mujoco = _mujoco()
-        model = mujoco.MjModel.from_xml_path(resolve_xml(xml_path, self.default_xml, owner))
+        model = (
+            self._load_model(mujoco, owner)
+            if xml_path is None
+            else mujoco.MjModel.from_xml_path(resolve_xml(xml_path, None, owner))
+        )
         if camera_id >= model.ncam:
             raise ValueError(
                 f"{owner}: camera_id must be -1 or below the model's {model.ncam} cameras, got {camera_id}."
@@ -124,9 +128,16 @@ class MujocoEnv(EnvBase):
         self._make_specs(self._observation(self._state).shape[-1])
 
     # ------------------------------------------------------------------ the task (subclasses)
+    def _load_model(self, mujoco: Any, owner: str) -> Any:
+        """The task's default model (``default_xml``); a task that generates its model overrides this."""
+        return mujoco.MjModel.from_xml_path(resolve_xml(None, self.default_xml, owner))
+
     def _initial_state(self, n: int) -> tuple[np.ndarray, np.ndarray]:
         """``n`` initial ``(qpos, qvel)``: the model's plus uniform noise of ``reset_noise_scale``."""
         return self.init_qpos + self._uniform(n, self.model.nq), self.init_qvel + self._uniform(n, self.model.nv)
+
+    def _episode_started(self, indices: np.ndarray) -> None:
+        """Called after the envs ``indices`` were reset: draw per-episode task data (a target...) here."""
 
     def _observation(self, state: State) -> np.ndarray:
         """The ``[n, obs_dim]`` observations of ``state`` (``qpos``, ``qvel`` and ``data_fields``)."""
@@ -186,6 +197,7 @@ class MujocoEnv(EnvBase):
         for field, array in self._state.items():
             array[indices] = fresh[field]
         self._elapsed[indices] = 0
+        self._episode_started(indices)
         done = torch.zeros(n, dtype=torch.bool, device=self.device)
         return self._output({"done": done, "terminated": done.clone(), "truncated": done.clone()})
 
