@@ -3,7 +3,8 @@
 Native tasks (``pendulum``, ``cartpole``) are ``rl_envs`` envs vectorised over a batch dim (a single
 ``cartpole`` is Gymnasium's ``CartPole-v1`` when Gymnasium is installed: cheaper at batch 1);
 ``halfcheetah`` is Gymnasium's ``HalfCheetah-v5`` (needs ``rl-envs[gymnasium]`` and ``mujoco``);
-``navigation`` and ``balance`` are VMAS multi-agent tasks (``rl-envs[vmas]``) whose agents sit
+``satellite`` is the native :class:`~rl_envs.native.mujoco.SatelliteEnv` pointed with slew macro
+actions (one policy step = one ``SatelliteMacroAction``; needs ``mujoco``); ``navigation`` and ``balance`` are VMAS multi-agent tasks (``rl-envs[vmas]``) whose agents sit
 under the ``"agents"`` group. Every env gets a ``StepCounter`` time limit, so that episodes end
 with ``truncated`` and evaluations see whole episodes. :class:`Normalization` is RL-zoo's
 ``normalize: true`` (SB3's ``VecNormalize``) for the recipes that ask for it. VMAS tasks also get the limit inside VMAS
@@ -52,6 +53,16 @@ def _gym(env_id: str) -> Callable[[int, bool, int], Any]:
     return make
 
 
+def _satellite(n: int, discrete: bool, max_steps: int) -> Any:
+    # one policy step is one slew macro of 10 low-level steps (1 s; fewer once on target): the policy
+    # picks the goal attitude; the episode ends at the env's own 200 low-level steps
+    from rl_envs import MacroPrimitiveTransform
+    from rl_envs.native.mujoco import SatelliteEnv, SatelliteMacroAction
+
+    macro = MacroPrimitiveTransform(SatelliteMacroAction, max_duration=10, fixed_duration=True)
+    return TransformedEnv(SatelliteEnv(num_envs=n), macro)
+
+
 def _team_reward(agents_reward: Any) -> Any:
     return agents_reward.mean(-1)  # [N, n_agents] -> [N]
 
@@ -72,6 +83,7 @@ TASKS: dict[str, tuple[Callable[[int, bool, int], Any], int]] = {
     "cartpole": (_cartpole, 500),
     "halfcheetah": (_gym("HalfCheetah-v5"), 1000),
     "hopper": (_gym("Hopper-v5"), 1000),
+    "satellite": (_satellite, 200),
     "navigation": (_vmas("navigation", n_agents=3), 100),
     "balance": (_vmas("balance", n_agents=3), 100),
 }

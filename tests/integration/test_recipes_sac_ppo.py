@@ -55,6 +55,15 @@ def test_sac_quick_run_writes_its_run_folder(tmp_path: Path) -> None:
     assert ckpt["state"]["collected_frames"] == 512 and set(ckpt["replay_buffer"]) == {"__dumped_to__"}
 
 
+def test_sac_quick_run_points_the_satellite_with_macro_actions(tmp_path: Path) -> None:
+    """env=satellite: the policy's action is the slew macro's goal (3 numbers), each step 10 physics steps."""
+    pytest.importorskip("mujoco")
+    env = make_env(EnvConfig(name="satellite", num_envs=2))
+    assert env.action_spec.shape == (2, 3)
+    final = sac.train(_quick(sac, "satellite", tmp_path, total_frames=64, frames_per_batch=32, init_random_frames=32))
+    assert math.isfinite(final) and -2 * 200 * math.pi <= final < 0.0
+
+
 def test_ppo_quick_run_decays_lr_and_clip_range(tmp_path: Path) -> None:
     final = ppo.train(_quick(ppo, "cartpole", tmp_path, total_frames=1024, frames_per_batch=256))
     assert math.isfinite(final) and 0 < final <= 500
@@ -232,8 +241,8 @@ def test_train_app_names_unknown_groups_and_tasks(tmp_path: Path) -> None:
 @pytest.mark.slow
 @pytest.mark.parametrize(
     "recipe, env",
-    [(sac, "pendulum"), (ppo, "cartpole"), (ppo, "pendulum")],
-    ids=["sac-pendulum", "ppo-cartpole", "ppo-pendulum"],
+    [(sac, "pendulum"), (ppo, "cartpole"), (ppo, "pendulum"), (sac, "satellite")],
+    ids=["sac-pendulum", "ppo-cartpole", "ppo-pendulum", "sac-satellite-macros"],
 )
 def test_preset_reaches_its_threshold(recipe, env: str, tmp_path: Path) -> None:
     cfg = TrainConfig(

@@ -23,7 +23,7 @@ def test_macro_action_ramps_then_holds():
 
 def test_from_flat_maps_onto_the_bounds():
     env = PendulumEnv(batch_size=[3])  # torque in [-2, 2]
-    flat = torch.tensor([[-1.0, -1.0, -1.0], [0.0, 1.0, 1.0], [1.0, 0.0, 3.0]])
+    flat = torch.tensor([[-1.0, -1.0, -1.0], [0.0, 1.0, 1.0], [1.0, 3.0, 0.0]])
     macro = MacroAction.from_flat(flat, TensorDict(batch_size=[3]), env, max_duration=9)
     assert macro.value[:, 0].tolist() == [-2.0, 0.0, 2.0]
     assert macro.duration.tolist() == [1, 9, 5]  # 1 + round((f + 1) / 2 * 8)
@@ -36,7 +36,7 @@ def _policy(flat):
 
 def test_transform_equals_stepping_by_hand():
     """The summed reward and the last observation equal those of the low-level steps taken by hand."""
-    flat = torch.tensor([[0.5, 2 / 3, 0.0], [-1.0, -1.0, -1.0]])  # 6 steps, ramp to 1.0 in 3; one step of -2.0
+    flat = torch.tensor([[0.5, 0.0, 2 / 3], [-1.0, -1.0, -1.0]])  # 6 steps, ramp to 1.0 in 3; one step of -2.0
     env = TransformedEnv(PendulumEnv(batch_size=[2], seed=3), MacroPrimitiveTransform(MacroAction, max_duration=7))
     assert env.action_spec.shape == (2, 3)
     out = env.step(env.reset().set("action", flat))["next"]
@@ -61,7 +61,7 @@ def test_episode_end_stops_the_macro():
     env = TransformedEnv(
         PendulumEnv(seed=0), Compose(StepCounter(max_steps=3), MacroPrimitiveTransform(MacroAction, max_duration=10))
     )
-    td = env.step(env.reset().set("action", torch.tensor([0.0, 1.0, -1.0])))
+    td = env.step(env.reset().set("action", torch.tensor([0.0, -1.0, 1.0])))
     assert int(td["next", "step_count"]) == 3 and bool(td["next", "truncated"])
 
 
@@ -107,6 +107,14 @@ def test_target_macro_stops_at_the_target():
     td = env.step(env.reset().set("action", torch.tensor([0.5])))
     steps = int(td["next", "step_count"])
     assert 1 < steps < 50 and float(td["next", "observation"][2]) >= 2.0
+
+
+def test_fixed_duration():
+    transform = MacroPrimitiveTransform(MacroAction, max_duration=4, fixed_duration=True)
+    env = TransformedEnv(PendulumEnv(seed=0), Compose(StepCounter(), transform))
+    assert env.action_spec.shape == (2,)  # [torque, ramp]: no duration
+    td = env.step(env.reset().set("action", torch.tensor([1.0, -1.0])))
+    assert int(td["next", "step_count"]) == 4 and td["action"].shape == (2,)
 
 
 def test_bad_macro_type():

@@ -37,7 +37,7 @@ class MacroAction:
     Fields (``B`` = the env's batch): ``value`` (``[*B, A]``), ``duration`` (int64 ``[*B]``, the
     low-level steps, ``>= 1``) and ``ramp`` (int64 ``[*B]``, ``0``: jump to ``value`` at once).
     From a flat policy action (:meth:`from_flat`): ``[value in [-1, 1] mapped onto the action
-    bounds, duration fraction, ramp fraction]``.
+    bounds, ramp fraction, duration fraction]``.
 
     Examples:
         >>> import torch
@@ -59,13 +59,13 @@ class MacroAction:
 
     @classmethod
     def from_flat(cls, flat: torch.Tensor, tensordict: TensorDictBase, env: Any, max_duration: int) -> "MacroAction":
-        """Decodes ``[value, duration, ramp]`` (each in ``[-1, 1]``) for the bounds of ``env.action_spec``."""
+        """Decodes ``[value, ramp, duration]`` (each in ``[-1, 1]``) for the bounds of ``env.action_spec``."""
         spec = env.action_spec
         size = spec.shape[-1]
         low, high = spec.space.low.to(flat), spec.space.high.to(flat)
         value = low + (flat[..., :size].clamp(-1, 1) + 1) / 2 * (high - low)
-        duration = _duration(flat[..., size], max_duration)
-        ramp = torch.round((flat[..., size + 1].clamp(-1, 1) + 1) / 2 * duration).to(torch.int64)
+        duration = _duration(flat[..., size + 1], max_duration)
+        ramp = torch.round((flat[..., size].clamp(-1, 1) + 1) / 2 * duration).to(torch.int64)
         make: Any = cls  # a tensor class: its generated __init__ takes the fields and batch_size
         return make(value=value, duration=duration, ramp=ramp, batch_size=flat.shape[:-1])
 
@@ -85,7 +85,8 @@ class TargetMacroAction:
     """Closed loop: a controller steers towards ``target`` until within ``tolerance`` or ``duration`` steps.
 
     Subclasses give the task's controller (:meth:`control`), the distance to the target
-    (:meth:`error`) and the decoding of a flat policy action (:meth:`flat_size`, :meth:`from_flat`).
+    (:meth:`error`) and the decoding of a flat policy action (:meth:`flat_size`, :meth:`from_flat`;
+    by convention its last entry is the duration fraction, as :class:`MacroAction`'s).
     Fields: ``target`` (``[*B, T]``), ``duration`` (int64 ``[*B]``) and ``tolerance`` (``[*B]``).
     """
 
@@ -122,16 +123,22 @@ class MacroPrimitiveTransform(Transform):
     """Makes each env step one macro action: decode, run its low-level steps inside the env, sum rewards.
 
     The action the caller gives is the flat parameter vector of ``macro_type`` (``Bounded(-1, 1)``,
-    ``macro_type.flat_size`` long); the transform decodes it (``macro_type.from_flat``), steps the
+    ``macro_type.flat_size`` long, the duration fraction last); the transform decodes it (``macro_type.from_flat``), steps the
     parent env with the macro's low-level actions until the macro finishes or the episode ends (at
     most ``max_duration`` steps), and returns the last step's output with the rewards summed. In a
     batched env the sub-envs whose macro or episode ended keep the output of their last step while
     the others go on.
 
+    With ``fixed_duration=True`` the caller leaves the duration out: every macro lasts
+    ``max_duration`` steps (or until it finishes). Then each decision covers the same time, so that
+    a learner discounting per decision sees one time scale: with durations of its own choice, short
+    macros push the cost of a task into later, more discounted decisions.
+
     Args:
         macro_type: a :class:`MacroAction` or :class:`TargetMacroAction` class.
         max_duration: the largest number of low-level steps per macro action.
         action_key: the action entry (the low-level action below, the flat macro above).
+        fixed_duration: macros last ``max_duration`` steps; the duration entry is not in the action.
 
     Examples:
         >>> import torch
@@ -139,14 +146,16 @@ class MacroPrimitiveTransform(Transform):
         >>> env = TransformedEnv(PendulumEnv(seed=0), StepCounter())
         >>> env.append_transform(MacroPrimitiveTransform(MacroAction, max_duration=5))
         TransformedEnv(...)
-        >>> env.action_spec.shape  # [torque, duration, ramp]
+        >>> env.action_spec.shape  # [torque, ramp, duration]
         torch.Size([3])
-        >>> td = env.step(env.reset().set("action", torch.tensor([1.0, 1.0, -1.0])))
+        >>> td = env.step(env.reset().set("action", torch.tensor([1.0, -1.0, 1.0])))
         >>> int(td["next", "step_count"])  # one macro: 5 low-level steps
         5
     """
 
-    def __init__(self, macro_type: type, max_duration: int = 10, action_key: str = "action") -> None:
+    def __init__(
+        self, macro_type: type, max_duration: int = 10, action_key: str = "action", *, fixed_duration: bool = False
+    ) -> None:
         for name in ("flat_size", "from_flat", "action", "finished"):
             if not callable(getattr(macro_type, name, None)):
                 raise TypeError(
@@ -157,12 +166,13 @@ class MacroPrimitiveTransform(Transform):
         self.macro_type = macro_type
         self.max_duration = check_positive_int("MacroPrimitiveTransform", "max_duration", max_duration)
         self.action_key = action_key
+        self.fixed_duration = bool(fixed_duration)
         self._macro: Any = None
         self._last: torch.Tensor | None = None
 
     def transform_action_spec(self, action_spec: Composite) -> Composite:
         spec = action_spec[self.action_key]
-        size = self.macro_type.flat_size(spec)
+        size = self.macro_type.flat_size(spec) - self.fixed_duration
         shape = (*spec.shape[:-1], size)
         action_spec[self.action_key] = Bounded(-1.0, 1.0, shape=shape, dtype=spec.dtype, device=spec.device)
         return action_spec
@@ -176,6 +186,8 @@ class MacroPrimitiveTransform(Transform):
     def _inv_call(self, tensordict: TensorDictBase) -> TensorDictBase:
         parent = _need_parent(self)
         flat = tensordict.get(self.action_key)
+        if self.fixed_duration:  # the longest duration: fraction 1
+            flat = torch.cat([flat, torch.ones_like(flat[..., :1])], -1)
         macro = self.macro_type.from_flat(flat, tensordict, parent, self.max_duration)
         start = self._low_level_start(parent)
         low = macro.action(0, tensordict, parent, start)
@@ -235,4 +247,5 @@ class MacroPrimitiveTransform(Transform):
         raise RuntimeError(_ENV_ONLY.format("MacroPrimitiveTransform"))
 
     def __repr__(self) -> str:
-        return f"MacroPrimitiveTransform({self.macro_type.__name__}, max_duration={self.max_duration})"
+        fixed = ", fixed_duration=True" if self.fixed_duration else ""
+        return f"MacroPrimitiveTransform({self.macro_type.__name__}, max_duration={self.max_duration}{fixed})"
