@@ -96,10 +96,12 @@ class TargetMacroAction:
 
     @classmethod
     def flat_size(cls, action_spec: TensorSpec) -> int:
+        """The length of the flat action that :meth:`from_flat` decodes (``action_spec``: the low-level one)."""
         raise NotImplementedError(f"{cls.__name__} must implement flat_size(action_spec).")
 
     @classmethod
     def from_flat(cls, flat: torch.Tensor, tensordict: TensorDictBase, env: Any, max_duration: int) -> Any:
+        """The macro actions that the flat policy actions ``flat`` (in ``[-1, 1]``) stand for."""
         raise NotImplementedError(f"{cls.__name__} must implement from_flat(flat, tensordict, env, max_duration).")
 
     def control(self, tensordict: TensorDictBase, env: Any) -> torch.Tensor:

@@ -48,12 +48,14 @@ class HumanoidMacroAction(TargetMacroAction):
 
     @classmethod
     def flat_size(cls, action_spec: Any) -> int:
+        """One target per actuated joint, and the duration."""
         return action_spec.shape[-1] + 1
 
     @classmethod
     def from_flat(
         cls, flat: torch.Tensor, tensordict: TensorDictBase, env: Any, max_duration: int
     ) -> "HumanoidMacroAction":
+        """The postures that the flat actions stand for (each joint's range spans ``[-1, 1]``)."""
         _, _, low, high = _joints(env)
         unit = (flat[..., :-1].clamp(-1, 1) + 1) / 2
         target = low.to(flat) + unit * (high - low).to(flat)

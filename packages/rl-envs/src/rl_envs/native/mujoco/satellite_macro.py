@@ -52,12 +52,14 @@ class SatelliteMacroAction(TargetMacroAction):
 
     @classmethod
     def flat_size(cls, action_spec: Any) -> int:
+        """4: the rotation vector from the target to the goal attitude (times pi), and the duration."""
         return 4
 
     @classmethod
     def from_flat(
         cls, flat: torch.Tensor, tensordict: TensorDictBase, env: Any, max_duration: int
     ) -> "SatelliteMacroAction":
+        """The slews that the flat actions stand for (goal within pi of the target, tolerance 0.05 rad)."""
         rotation = flat[..., :3].clamp(-1, 1).detach().cpu().double().numpy() * math.pi
         goal = torch.from_numpy(_rotation_quaternion(rotation)).to(flat)
         make: Any = cls  # a tensor class: its generated __init__ takes the fields and batch_size
