@@ -122,7 +122,8 @@ def main(argv: list[str] | None = None) -> int:
         print(
             f"{TASK} x {n}, {threads} thread(s): "
             + ", ".join(f"{k} {v:,.0f} steps/s" for k, v in row["steps_per_s"].items())
-            + "; ours / " + ", ours / ".join(f"{k} {v:.2f}x" for k, v in row["ours_over"].items()),
+            + "; ours / "
+            + ", ours / ".join(f"{k} {v:.2f}x" for k, v in row["ours_over"].items()),
             flush=True,
         )
     report = {

@@ -8,6 +8,8 @@ import pkgutil
 import pytest
 
 PACKAGES = ("rl_envs", "rl_replay", "rl_collect", "rl_objectives", "rl_llm", "rl_kernels")
+# modules that import an optional library only inside their functions, whose examples need it
+EXAMPLES_NEED = {"rl_envs.libs.atari": "ale_py", "rl_envs.libs.brax": "brax"}
 
 
 def _modules():
@@ -23,5 +25,7 @@ def test_docstring_examples_run(name):
         module = importlib.import_module(name)
     except ImportError as err:  # an optional third-party library (gymnasium, h5py, ray...) is missing
         pytest.skip(f"{name}: {err}")
+    if name in EXAMPLES_NEED:
+        pytest.importorskip(EXAMPLES_NEED[name], reason=f"{name}'s examples need {EXAMPLES_NEED[name]}")
     result = doctest.testmod(module, optionflags=doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE)
     assert not result.failed, f"{name}: {result.failed} of {result.attempted} examples failed"

@@ -26,6 +26,8 @@ __version__ = "0.1.0"
 
 # name -> module that defines it (imported on first use: gymnasium & co stay optional)
 _LAZY = {
+    "AtariEnv": "libs.atari",
+    "make_atari_env": "libs.atari",
     "CartPoleEnv": "native.cartpole",
     "HumanoidMacroAction": "native.mujoco",
     "SatelliteEnv": "native.mujoco",
@@ -44,6 +46,8 @@ _LAZY = {
     "GymWrapper": "libs.gymnasium",
     "default_info_dict_reader": "libs.gymnasium",
     "BaseInfoDictReader": "libs.gymnasium",
+    "BraxEnv": "libs.brax",
+    "BraxWrapper": "libs.brax",
     "gym_backend": "libs.gymnasium",
     "check_env_specs": "checks",
     "RandomPolicy": "policies",
@@ -74,6 +78,14 @@ if TYPE_CHECKING:  # type checkers and IDEs see these (`X as X`: re-exported); a
     )
     from .env_creator import (
         EnvCreator as EnvCreator,
+    )
+    from .libs.atari import (
+        AtariEnv as AtariEnv,
+        make_atari_env as make_atari_env,
+    )
+    from .libs.brax import (
+        BraxEnv as BraxEnv,
+        BraxWrapper as BraxWrapper,
     )
     from .libs._marl import (
         MarlGroupMapType as MarlGroupMapType,
@@ -194,8 +206,11 @@ __all__ = [
     "ActionDiscretizer",
     "ActionMask",
     "ActionScaling",
+    "AtariEnv",
     "BaseInfoDictReader",
     "BinarizeReward",
+    "BraxEnv",
+    "BraxWrapper",
     "CartPoleEnv",
     "CatFrames",
     "CatTensors",
@@ -265,6 +280,7 @@ __all__ = [
     "check_marl_grouping",
     "default_info_dict_reader",
     "exploration_type",
+    "make_atari_env",
     "make_composite_from_td",
     "rollout",
     "set_exploration_type",

@@ -52,6 +52,22 @@ def _gymnasium() -> Any:
     return gymnasium
 
 
+def _register_ale(gym: Any, env_id: str) -> None:
+    """Registers ale-py's Atari ids with gymnasium (``gymnasium.register_envs(ale_py)``) when ``env_id`` is
+    not registered yet: an ``"ALE/..."`` id needs ale-py, another unknown id gets it only where installed."""
+    if env_id in gym.registry:
+        return
+    try:
+        import ale_py
+    except ImportError as err:
+        if not env_id.startswith("ALE/"):
+            return  # not an Atari id as far as we can tell: gymnasium reports the unknown id
+        raise ImportError(
+            f"{env_id!r} is an Atari id, which needs ale-py (not installed): pip install rl-envs[atari]"
+        ) from err
+    gym.register_envs(ale_py)
+
+
 def gym_backend(submodule: str | None = None) -> Any:
     """The Gymnasium module the wrappers use, or one of its submodules (``gym_backend("spaces")``).
 
@@ -602,7 +618,9 @@ class GymEnv(GymWrapper):
 
     Args:
         env_id: the registered id (``"Pendulum-v1"``, ``"HalfCheetah-v5"``...); TorchRL's
-            ``env_name=`` keyword is accepted too.
+            ``env_name=`` keyword is accepted too. Atari ids (``"ALE/Pong-v5"``) are registered
+            from ale-py on first use (``pip install rl-envs[atari]``); for the standard Atari
+            preprocessing see :func:`rl_envs.libs.atari.make_atari_env`.
         num_envs: build a vector env of this many sub-envs (``batch_size=[num_envs]``), by default a
             ``SyncVectorEnv`` (pass ``vectorization_mode="async"`` for processes) in gymnasium's default
             autoreset mode; ``vector_kwargs={"autoreset_mode": ...}`` picks another one.
@@ -641,6 +659,8 @@ class GymEnv(GymWrapper):
             env_id = kwargs.pop("env_name", None)
             if env_id is None:
                 raise TypeError("GymEnv: give the env id, e.g. GymEnv('Pendulum-v1').")
+        if isinstance(env_id, str):
+            _register_ale(gym, env_id)  # "ALE/Pong-v5": ale-py registers its ids when imported
         if from_pixels:
             kwargs.setdefault("render_mode", "rgb_array")
         if num_envs is None:
