@@ -67,6 +67,10 @@ class MujocoSimulation:
         self.fields = ("qpos", "qvel", *fields)
         self._post_constraint = bool(_POST_CONSTRAINT_FIELDS.intersection(fields))
         self.data = [probe, *(mujoco.MjData(model) for _ in range(num_envs - 1))]
+        # each MjData's arrays are fixed buffers: their numpy views, made once, save the attribute
+        # lookups in the stepping loop (where the GIL is held)
+        self._ctrl = [data.ctrl for data in self.data]
+        self._views = [[getattr(data, f) for f in self.fields] for data in self.data]
         self.num_threads = min(num_threads, num_envs)
         bounds = np.linspace(0, num_envs, self.num_threads + 1).round().astype(int)
         self._blocks = list(zip(bounds[:-1].tolist(), bounds[1:].tolist()))
@@ -124,15 +128,15 @@ class MujocoSimulation:
     def _step_block(self, ctrl: np.ndarray, nstep: int, out: dict[str, np.ndarray], lo: int, hi: int) -> None:
         mujoco, model, post = self._mujoco, self.model, self._post_constraint
         step, rne = mujoco.mj_step, mujoco.mj_rnePostConstraint
-        items = list(out.items())
+        arrays = [out[f] for f in self.fields]
         for i in range(lo, hi):
             data = self.data[i]
-            data.ctrl[:] = ctrl[i]
+            self._ctrl[i][:] = ctrl[i]
             step(model, data, nstep)
             if post:
                 rne(model, data)
-            for field, array in items:
-                array[i] = getattr(data, field)
+            for array, view in zip(arrays, self._views[i]):
+                array[i] = view
 
     def close(self) -> None:
         """Stops the thread pool (the simulations stay readable)."""
