@@ -230,6 +230,35 @@ def test_pixels_or_a_clear_error():
     assert td["pixels"].float().std() > 0
 
 
+_RENDER_SCRIPT = """
+import torch
+from rl_envs.native.mujoco import HalfCheetahEnv
+env = HalfCheetahEnv(num_envs=2, from_pixels=True, render_width=32, render_height=24, seed=0)
+rollout = env.rollout(5, lambda td: td.set("action", torch.ones(2, 6)))
+pixels = rollout["next", "pixels"]
+assert pixels.shape == (2, 5, 24, 32, 3) and pixels.dtype == torch.uint8, pixels.shape
+assert pixels.float().std() > 5  # an image, not a blank frame
+assert (pixels[:, 0].float() - pixels[:, -1].float()).abs().mean() > 0  # the cheetah moved
+assert "observation" in rollout.keys()
+env.close()
+print("rendered")
+"""
+
+
+def test_pixels_render_with_osmesa():
+    """Software rendering where OSMesa is installed (libosmesa6): frames of the right shape that change."""
+    import ctypes.util
+    import os
+    import subprocess
+    import sys
+
+    if ctypes.util.find_library("OSMesa") is None:
+        pytest.skip("OSMesa is not installed (apt-get install libosmesa6)")
+    env = {**os.environ, "MUJOCO_GL": "osmesa", "PYOPENGL_PLATFORM": "osmesa"}
+    proc = subprocess.run([sys.executable, "-c", _RENDER_SCRIPT], env=env, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0 and "rendered" in proc.stdout, proc.stderr[-2000:]
+
+
 def test_simulation_checks_fields():
     model = HalfCheetahEnv().model
     with pytest.raises(ValueError, match=r"\['nope'\] are not array fields of mujoco.MjData"):
