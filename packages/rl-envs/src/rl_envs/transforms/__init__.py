@@ -43,7 +43,7 @@ _LAZY = {
     "ActionDiscretizer": "discretize",
     **dict.fromkeys(["ObservationNorm", "VecNorm", "NormalizeReward"], "norm"),
     "VideoRecorder": "video",
-    **dict.fromkeys(["MacroAction", "TargetMacroAction", "MacroPrimitiveTransform"], "macro"),
+    **dict.fromkeys(["MacroAction", "MacroPrimitive", "TargetMacroAction", "MacroPrimitiveTransform"], "macro"),
 }
 
 if TYPE_CHECKING:  # type checkers and IDEs see these (`X as X`: re-exported); at run time __getattr__ loads them
@@ -121,6 +121,7 @@ if TYPE_CHECKING:  # type checkers and IDEs see these (`X as X`: re-exported); a
     )
     from .macro import (
         MacroAction as MacroAction,
+        MacroPrimitive as MacroPrimitive,
         MacroPrimitiveTransform as MacroPrimitiveTransform,
         TargetMacroAction as TargetMacroAction,
     )
@@ -178,6 +179,7 @@ __all__ = [
     "VecNorm",
     "VideoRecorder",
     "MacroAction",
+    "MacroPrimitive",
     "MacroPrimitiveTransform",
     "TargetMacroAction",
 ]

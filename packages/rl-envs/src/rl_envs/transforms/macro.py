@@ -1,9 +1,10 @@
 """Macro actions: one policy decision expands into several low-level env steps.
 
 A macro action is a tensorclass holding the parameters of a multi-step primitive for every env of
-the batch: :class:`MacroAction` (open loop: ramp to a value, then hold it) and
-:class:`TargetMacroAction` (closed loop: steer towards a target until within tolerance; tasks
-subclass it with their controller, e.g. ``SatelliteMacroAction``). :class:`MacroPrimitiveTransform`
+the batch, with TorchRL's fields (``mode``, ``steps``, ``settle_steps``, ``target``):
+:class:`MacroAction` (wait) and :class:`TargetMacroAction` (move the low-level action to a target,
+then hold it; tasks subclass it with a controller of their own, e.g. ``SatelliteMacroAction``
+slews to an attitude in closed loop). :class:`MacroPrimitiveTransform`
 turns an env into one whose action is the macro's flat parameter vector in ``[-1, 1]``: each step
 decodes it, runs the low-level steps inside the env, and returns the last observation with the
 summed reward.
@@ -11,6 +12,7 @@ summed reward.
 
 from __future__ import annotations
 
+from enum import IntEnum
 from typing import Any
 
 import torch
@@ -21,7 +23,14 @@ from tdict.validation import check_positive_int
 from ._episode_utils import _ENV_ONLY, _need_parent
 from .base import Transform
 
-__all__ = ["MacroAction", "MacroPrimitiveTransform", "TargetMacroAction"]
+__all__ = ["MacroAction", "MacroPrimitive", "MacroPrimitiveTransform", "TargetMacroAction"]
+
+
+class MacroPrimitive(IntEnum):
+    """What a macro action does with the low-level action: hold it (``WAIT``) or move it (``MOVE``)."""
+
+    WAIT = 0
+    MOVE = 1
 
 
 def _duration(fraction: torch.Tensor, max_duration: int) -> torch.Tensor:
@@ -30,50 +39,55 @@ def _duration(fraction: torch.Tensor, max_duration: int) -> torch.Tensor:
     return (1 + torch.round(unit * (max_duration - 1))).to(torch.int64)
 
 
+def _unit(fraction: torch.Tensor) -> torch.Tensor:
+    return (fraction.clamp(-1, 1) + 1) / 2
+
+
 @tensorclass
 class MacroAction:
-    """Open loop: go linearly from the previous low-level action to ``value`` in ``ramp`` steps, then hold it.
+    """A multi-step primitive: ``mode`` for ``steps`` low-level steps, then ``settle_steps`` more holding.
 
-    Fields (``B`` = the env's batch): ``value`` (``[*B, A]``), ``duration`` (int64 ``[*B]``, the
-    low-level steps, ``>= 1``) and ``ramp`` (int64 ``[*B]``, ``0``: jump to ``value`` at once).
-    From a flat policy action (:meth:`from_flat`): ``[value in [-1, 1] mapped onto the action
-    bounds, ramp fraction, duration fraction]``.
+    Fields (``B``: the env's batch; TorchRL's names): ``mode`` (int64 ``[*B]``, a
+    :class:`MacroPrimitive`), ``steps`` and ``settle_steps`` (int64 ``[*B]``). A bare
+    ``MacroAction`` can only wait: it holds the low-level action it starts from for
+    ``steps + settle_steps`` steps (at least one). :class:`TargetMacroAction` moves.
 
     Examples:
         >>> import torch
-        >>> macro = MacroAction(value=torch.ones(1, 1), duration=torch.tensor([4]), ramp=torch.tensor([2]), batch_size=[1])
-        >>> [macro.action(k, None, None, torch.zeros(1, 1)).item() for k in range(4)]
-        [0.5, 1.0, 1.0, 1.0]
-        >>> [bool(macro.finished(k, None, None)) for k in range(4)]
-        [False, False, False, True]
+        >>> wait = MacroAction(mode=torch.tensor([0]), steps=torch.tensor([2]), settle_steps=torch.tensor([1]),
+        ...                    batch_size=[1])
+        >>> [wait.action(k, None, None, torch.ones(1, 1)).item() for k in range(3)]
+        [1.0, 1.0, 1.0]
+        >>> [bool(wait.finished(k, None, None)) for k in range(3)]
+        [False, False, True]
     """
 
-    value: torch.Tensor
-    duration: torch.Tensor
-    ramp: torch.Tensor
+    mode: torch.Tensor
+    steps: torch.Tensor
+    settle_steps: torch.Tensor
 
     @classmethod
     def flat_size(cls, action_spec: TensorSpec) -> int:
-        """The length of the flat action that :meth:`from_flat` decodes."""
-        return action_spec.shape[-1] + 2
+        """The length of the flat policy action :meth:`from_flat` decodes: the duration fraction."""
+        return 1
 
     @classmethod
-    def from_flat(cls, flat: torch.Tensor, tensordict: TensorDictBase, env: Any, max_duration: int) -> "MacroAction":
-        """Decodes ``[value, ramp, duration]`` (each in ``[-1, 1]``) for the bounds of ``env.action_spec``."""
-        spec = env.action_spec
-        size = spec.shape[-1]
-        low, high = spec.space.low.to(flat), spec.space.high.to(flat)
-        value = low + (flat[..., :size].clamp(-1, 1) + 1) / 2 * (high - low)
-        duration = _duration(flat[..., size + 1], max_duration)
-        ramp = torch.round((flat[..., size].clamp(-1, 1) + 1) / 2 * duration).to(torch.int64)
+    def from_flat(cls, flat: torch.Tensor, tensordict: TensorDictBase, env: Any, max_duration: int) -> Any:
+        """Waits of ``1 + round((flat + 1) / 2 * (max_duration - 1))`` steps."""
+        zeros = torch.zeros(flat.shape[:-1], dtype=torch.int64, device=flat.device)
         make: Any = cls  # a tensor class: its generated __init__ takes the fields and batch_size
-        return make(value=value, duration=duration, ramp=ramp, batch_size=flat.shape[:-1])
+        return make(
+            mode=zeros, steps=_duration(flat[..., -1], max_duration), settle_steps=zeros, batch_size=zeros.shape
+        )
+
+    @property
+    def duration(self) -> torch.Tensor:
+        """``steps + settle_steps``, at least 1: the low-level steps the macro takes (``[*B]``)."""
+        return (self.steps + self.settle_steps).clamp(min=1)
 
     def action(self, step: int, tensordict: TensorDictBase | None, env: Any, start: torch.Tensor) -> torch.Tensor:
         """The low-level action of step ``step`` (from 0); ``start`` is the action before the macro."""
-        fraction = ((step + 1) / self.ramp.clamp(min=1).to(self.value.dtype)).clamp(max=1)
-        fraction = torch.where(self.ramp == 0, torch.ones_like(fraction), fraction).unsqueeze(-1)
-        return start + fraction * (self.value - start)
+        return start
 
     def finished(self, step: int, tensordict: TensorDictBase | None, env: Any) -> torch.Tensor:
         """Whether the macro ends after step ``step`` (``[*B]`` bool)."""
@@ -81,44 +95,52 @@ class MacroAction:
 
 
 @tensorclass
-class TargetMacroAction:
-    """Closed loop: a controller steers towards ``target`` until within ``tolerance`` or ``duration`` steps.
+class TargetMacroAction(MacroAction):
+    """Move the low-level action to ``target``: linearly over ``steps`` steps, then hold it ``settle_steps``.
 
-    Subclasses give the task's controller (:meth:`control`), the distance to the target
-    (:meth:`error`) and the decoding of a flat policy action (:meth:`flat_size`, :meth:`from_flat`;
-    by convention its last entry is the duration fraction, as :class:`MacroAction`'s).
-    Fields: ``target`` (``[*B, T]``), ``duration`` (int64 ``[*B]``) and ``tolerance`` (``[*B]``).
+    With ``mode == MacroPrimitive.WAIT`` it holds the starting action instead. ``target`` is
+    ``[*B, A]``; ``steps == 0`` jumps to it at once. From a flat policy action
+    (:meth:`from_flat`): ``[target in [-1, 1] mapped onto the action bounds, the fraction of the
+    duration spent moving, the duration fraction]``. Tasks subclass it with a controller of their
+    own (``SatelliteMacroAction``: ``target`` is an attitude, reached in closed loop).
+
+    Examples:
+        >>> import torch
+        >>> move = TargetMacroAction(mode=torch.tensor([1]), steps=torch.tensor([2]), settle_steps=torch.tensor([2]),
+        ...                          target=torch.ones(1, 1), batch_size=[1])
+        >>> [move.action(k, None, None, torch.zeros(1, 1)).item() for k in range(4)]
+        [0.5, 1.0, 1.0, 1.0]
     """
 
     target: torch.Tensor
-    duration: torch.Tensor
-    tolerance: torch.Tensor
 
     @classmethod
     def flat_size(cls, action_spec: TensorSpec) -> int:
-        """The length of the flat action that :meth:`from_flat` decodes (``action_spec``: the low-level one)."""
-        raise NotImplementedError(f"{cls.__name__} must implement flat_size(action_spec).")
+        """The target's size (the low-level action's), then the moving and the duration fractions."""
+        return action_spec.shape[-1] + 2
 
     @classmethod
     def from_flat(cls, flat: torch.Tensor, tensordict: TensorDictBase, env: Any, max_duration: int) -> Any:
-        """The macro actions that the flat policy actions ``flat`` (in ``[-1, 1]``) stand for."""
-        raise NotImplementedError(f"{cls.__name__} must implement from_flat(flat, tensordict, env, max_duration).")
+        """Moves to the targets in ``flat`` for the bounds of ``env.action_spec``."""
+        spec = env.action_spec
+        size = spec.shape[-1]
+        low, high = spec.space.low.to(flat), spec.space.high.to(flat)
+        duration = _duration(flat[..., size + 1], max_duration)
+        steps = torch.round(_unit(flat[..., size]) * duration).to(torch.int64)
+        make: Any = cls  # a tensor class: its generated __init__ takes the fields and batch_size
+        return make(
+            mode=torch.full_like(steps, int(MacroPrimitive.MOVE)),
+            steps=steps,
+            settle_steps=duration - steps,
+            target=low + _unit(flat[..., :size]) * (high - low),
+            batch_size=steps.shape,
+        )
 
-    def control(self, tensordict: TensorDictBase, env: Any) -> torch.Tensor:
-        """The low-level action that moves towards ``target`` from the observation in ``tensordict``."""
-        raise NotImplementedError(f"{type(self).__name__} must implement control(tensordict, env).")
-
-    def error(self, tensordict: TensorDictBase, env: Any) -> torch.Tensor:
-        """The distance to ``target`` of the observation in ``tensordict`` (``[*B]``)."""
-        raise NotImplementedError(f"{type(self).__name__} must implement error(tensordict, env).")
-
-    def action(self, step: int, tensordict: TensorDictBase, env: Any, start: torch.Tensor) -> torch.Tensor:
-        """The controller's action (closed loop: ``step`` and ``start`` are not used)."""
-        return self.control(tensordict, env)
-
-    def finished(self, step: int, tensordict: TensorDictBase, env: Any) -> torch.Tensor:
-        """Whether the target is reached (``error <= tolerance``) or the duration is spent."""
-        return (self.duration <= step + 1) | (self.error(tensordict, env) <= self.tolerance)
+    def action(self, step: int, tensordict: TensorDictBase | None, env: Any, start: torch.Tensor) -> torch.Tensor:
+        """``start`` moved ``(step + 1) / steps`` of the way to ``target`` (all of it once ``steps`` are done)."""
+        fraction = ((step + 1) / self.steps.clamp(min=1).to(self.target.dtype)).clamp(max=1)
+        fraction = torch.where(self.mode == int(MacroPrimitive.MOVE), fraction, torch.zeros_like(fraction))
+        return start + fraction.unsqueeze(-1) * (self.target - start)
 
 
 class MacroPrimitiveTransform(Transform):
@@ -131,13 +153,17 @@ class MacroPrimitiveTransform(Transform):
     batched env the sub-envs whose macro or episode ended keep the output of their last step while
     the others go on.
 
+    TorchRL's ``MacroPrimitiveTransform`` turns a macro into an action sequence that ``MultiAction``
+    then executes open loop (``execute=True``); here the macro runs inside the env one low-level
+    step at a time, so a closed-loop macro (``SatelliteMacroAction``) reads every new observation.
+
     With ``fixed_duration=True`` the caller leaves the duration out: every macro lasts
     ``max_duration`` steps (or until it finishes). Then each decision covers the same time, so that
     a learner discounting per decision sees one time scale: with durations of its own choice, short
     macros push the cost of a task into later, more discounted decisions.
 
     Args:
-        macro_type: a :class:`MacroAction` or :class:`TargetMacroAction` class.
+        macro_type: a macro action class (:class:`TargetMacroAction` or a subclass, :class:`MacroAction`).
         max_duration: the largest number of low-level steps per macro action.
         action_key: the action entry (the low-level action below, the flat macro above).
         fixed_duration: macros last ``max_duration`` steps; the duration entry is not in the action.
@@ -146,9 +172,9 @@ class MacroPrimitiveTransform(Transform):
         >>> import torch
         >>> from rl_envs import PendulumEnv, StepCounter, TransformedEnv
         >>> env = TransformedEnv(PendulumEnv(seed=0), StepCounter())
-        >>> env.append_transform(MacroPrimitiveTransform(MacroAction, max_duration=5))
+        >>> env.append_transform(MacroPrimitiveTransform(TargetMacroAction, max_duration=5))
         TransformedEnv(...)
-        >>> env.action_spec.shape  # [torque, ramp, duration]
+        >>> env.action_spec.shape  # [target torque, moving fraction, duration fraction]
         torch.Size([3])
         >>> td = env.step(env.reset().set("action", torch.tensor([1.0, -1.0, 1.0])))
         >>> int(td["next", "step_count"])  # one macro: 5 low-level steps
@@ -156,7 +182,12 @@ class MacroPrimitiveTransform(Transform):
     """
 
     def __init__(
-        self, macro_type: type, max_duration: int = 10, action_key: str = "action", *, fixed_duration: bool = False
+        self,
+        macro_type: type = TargetMacroAction,
+        max_duration: int = 10,
+        action_key: str = "action",
+        *,
+        fixed_duration: bool = False,
     ) -> None:
         for name in ("flat_size", "from_flat", "action", "finished"):
             if not callable(getattr(macro_type, name, None)):

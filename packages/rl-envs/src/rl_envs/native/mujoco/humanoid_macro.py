@@ -7,12 +7,13 @@ from typing import Any
 import torch
 from tdict import TensorDictBase, tensorclass
 
-from ...transforms.macro import TargetMacroAction, _duration
+from ...transforms.macro import MacroPrimitive, TargetMacroAction, _duration
 
 __all__ = ["HumanoidMacroAction"]
 
 # PD gains in control units (the motors' gear turns a control of 0.4 into 40 N m at most joints)
 KP, KD = 1.0, 0.05
+TOLERANCE = 0.05  # rad: a posture is reached when every joint is this close
 
 
 def _joints(env: Any) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -31,7 +32,7 @@ class HumanoidMacroAction(TargetMacroAction):
 
     Each low-level step applies ``clip(kp (target - q) - kd q̇)`` to the joint motors (a PD loop on
     the observed joint angles and speeds); the macro finishes when every joint is within
-    ``tolerance`` (rad) of its target or after ``duration`` steps. A flat policy action is 17
+    ``TOLERANCE`` (0.05 rad) of its target or after ``steps + settle_steps`` steps. A flat policy action is 17
     numbers in ``[-1, 1]`` spanning each joint's range, and the duration fraction.
 
     Examples:
@@ -58,21 +59,33 @@ class HumanoidMacroAction(TargetMacroAction):
         """The postures that the flat actions stand for (each joint's range spans ``[-1, 1]``)."""
         _, _, low, high = _joints(env)
         unit = (flat[..., :-1].clamp(-1, 1) + 1) / 2
-        target = low.to(flat) + unit * (high - low).to(flat)
+        steps = _duration(flat[..., -1], max_duration)
         make: Any = cls  # a tensor class: its generated __init__ takes the fields and batch_size
         return make(
-            target=target,
-            duration=_duration(flat[..., -1], max_duration),
-            tolerance=torch.full(flat.shape[:-1], 0.05, dtype=flat.dtype, device=flat.device),
-            batch_size=flat.shape[:-1],
+            mode=torch.full_like(steps, int(MacroPrimitive.MOVE)),
+            steps=steps,
+            settle_steps=torch.zeros_like(steps),
+            target=low.to(flat) + unit * (high - low).to(flat),
+            batch_size=steps.shape,
         )
 
     def error(self, tensordict: TensorDictBase, env: Any) -> torch.Tensor:
+        """The largest distance (rad) of a joint to its target in ``tensordict``'s observation (``[*B]``)."""
         qpos, _, _, _ = _joints(env)
         angles = tensordict.get("observation")[..., qpos.to(self.target.device)]
         return (self.target - angles.to(self.target)).abs().amax(-1)
 
+    def action(self, step: int, tensordict: TensorDictBase, env: Any, start: torch.Tensor) -> torch.Tensor:
+        """The PD loop's motor controls (``WAIT``: ``start``, the controls held)."""
+        controls = self.control(tensordict, env)
+        return torch.where((self.mode == int(MacroPrimitive.MOVE)).unsqueeze(-1), controls, start)
+
+    def finished(self, step: int, tensordict: TensorDictBase, env: Any) -> torch.Tensor:
+        """Every joint within ``TOLERANCE`` of its target, or the duration spent."""
+        return (self.duration <= step + 1) | (self.error(tensordict, env) <= TOLERANCE)
+
     def control(self, tensordict: TensorDictBase, env: Any) -> torch.Tensor:
+        """``clip(kp (target - q) - kd q̇)`` on the actuated joints."""
         qpos, qvel, _, _ = _joints(env)
         observation = tensordict.get("observation").to(self.target)
         torque = KP * (self.target - observation[..., qpos]) - KD * observation[..., qvel]

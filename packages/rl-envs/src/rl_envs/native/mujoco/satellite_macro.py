@@ -9,13 +9,14 @@ import numpy as np
 import torch
 from tdict import TensorDictBase, tensorclass
 
-from ...transforms.macro import TargetMacroAction, _duration
+from ...transforms.macro import MacroPrimitive, TargetMacroAction, _duration
 from .satellite import quaternion_multiply
 
 __all__ = ["SatelliteMacroAction"]
 
 # PD gains for a ~10 kg m² bus: natural frequency 0.5 rad/s, damping ratio 0.9
 KP, KD = 2.5, 9.0
+TOLERANCE = 0.05  # rad: a slew ends this close to its goal
 
 
 def _rotation_quaternion(rotation_vector: np.ndarray) -> np.ndarray:
@@ -32,9 +33,11 @@ class SatelliteMacroAction(TargetMacroAction):
     Each low-level step asks for the body torque ``-kp * e - kd * ω`` (``e``: the vector part of the
     error quaternion to the goal, ``ω``: the body rates) and turns it into gimbal rates with the
     singularity-robust inverse of the CMG torque directions, ``-Aᵀ(A Aᵀ + λ I)⁻¹ τ / h`` with ``λ``
-    growing as the cluster nears a singular configuration. It finishes within ``tolerance`` (rad)
-    of the goal or after ``duration`` steps. A flat policy action (4 numbers in ``[-1, 1]``) is a
-    rotation vector (times pi) from the target to the goal and the duration fraction.
+    growing as the cluster nears a singular configuration. It finishes within ``TOLERANCE`` (0.05
+    rad) of the goal or after ``steps + settle_steps`` steps; with ``mode == MacroPrimitive.WAIT``
+    the gimbals hold their last rates. Fields as TorchRL's ``SatelliteMacroAction``. A flat policy
+    action (4 numbers in ``[-1, 1]``) is a rotation vector (times pi) from the target to the goal
+    and the duration fraction.
 
     Examples:
         >>> import torch
@@ -59,15 +62,17 @@ class SatelliteMacroAction(TargetMacroAction):
     def from_flat(
         cls, flat: torch.Tensor, tensordict: TensorDictBase, env: Any, max_duration: int
     ) -> "SatelliteMacroAction":
-        """The slews that the flat actions stand for (goal within pi of the target, tolerance 0.05 rad)."""
+        """The slews that the flat actions stand for (a goal within pi of the target)."""
         rotation = flat[..., :3].clamp(-1, 1).detach().cpu().double().numpy() * math.pi
         goal = torch.from_numpy(_rotation_quaternion(rotation)).to(flat)
+        steps = _duration(flat[..., 3], max_duration)
         make: Any = cls  # a tensor class: its generated __init__ takes the fields and batch_size
         return make(
+            mode=torch.full_like(steps, int(MacroPrimitive.MOVE)),
+            steps=steps,
+            settle_steps=torch.zeros_like(steps),
             target=goal,
-            duration=_duration(flat[..., 3], max_duration),
-            tolerance=torch.full(flat.shape[:-1], 0.05, dtype=flat.dtype, device=flat.device),
-            batch_size=flat.shape[:-1],
+            batch_size=steps.shape,
         )
 
     def _error_quaternion(self, observation: np.ndarray) -> np.ndarray:
@@ -76,11 +81,22 @@ class SatelliteMacroAction(TargetMacroAction):
         return error * np.where(error[..., :1] < 0, -1.0, 1.0)
 
     def error(self, tensordict: TensorDictBase, env: Any) -> torch.Tensor:
+        """The angle (rad) between the attitude in ``tensordict``'s observation and the goal (``[*B]``)."""
         observation = tensordict.get("observation").detach().cpu().double().numpy()
         w = self._error_quaternion(observation)[..., 0]
-        return torch.from_numpy(2 * np.arccos(np.clip(w, -1.0, 1.0))).to(self.tolerance)
+        return torch.from_numpy(2 * np.arccos(np.clip(w, -1.0, 1.0))).to(self.target)
+
+    def action(self, step: int, tensordict: TensorDictBase, env: Any, start: torch.Tensor) -> torch.Tensor:
+        """The steering law's gimbal rates towards the goal (``WAIT``: ``start``, the rates held)."""
+        rates = self.control(tensordict, env)
+        return torch.where((self.mode == int(MacroPrimitive.MOVE)).unsqueeze(-1), rates.to(start), start)
+
+    def finished(self, step: int, tensordict: TensorDictBase, env: Any) -> torch.Tensor:
+        """Within ``TOLERANCE`` of the goal, or the duration spent."""
+        return (self.duration <= step + 1) | (self.error(tensordict, env) <= TOLERANCE)
 
     def control(self, tensordict: TensorDictBase, env: Any) -> torch.Tensor:
+        """The gimbal rates (rad/s, within ±1) that the steering law asks for."""
         observation = tensordict.get("observation")
         obs = observation.detach().cpu().double().numpy()
         n = env.num_cmgs
