@@ -57,5 +57,6 @@ def test_readme_block_rewrite():
 
 
 def test_reason_for_known_and_unknown_names():
-    assert "issue 16" in not_provided.reason_for("AntEnv")
+    assert "issue 17" in not_provided.reason_for("DreamerV3Loss")
+    assert "micro-duck" in not_provided.reason_for("MicroDuckEnv")
     assert not_provided.reason_for("SomethingNew") == not_provided.NOT_BUILT_YET
