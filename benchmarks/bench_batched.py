@@ -5,10 +5,11 @@ Usage::
     python benchmarks/bench_batched.py [--quick] [--out PATH]
 
 Same method as the other scripts (one process, interleaved rounds, paired medians, 1 torch thread
-in the parent). Each call is a 200-step rollout of 4 Pendulum envs with random actions: ours and
-TorchRL's run their native ``PendulumEnv`` in each worker, the floor is Gymnasium's
-``SyncVectorEnv`` / ``AsyncVectorEnv`` over ``Pendulum-v1`` stepped in a plain loop (the cost of
-the vector env alone, no TensorDict).
+in the parent). Each call is a 200-step rollout with random actions: of 4 Pendulum envs (ours and
+TorchRL's run their native ``PendulumEnv`` in each worker), of 8 ``GymEnv("CartPole-v1")`` in a
+``SerialEnv`` and of 2 ``GymEnv("HalfCheetah-v5")`` in a ``ParallelEnv``. The floor is Gymnasium's
+``SyncVectorEnv`` / ``AsyncVectorEnv`` over the same envs stepped in a plain loop (the cost of the
+vector env alone, no TensorDict).
 """
 
 from __future__ import annotations
@@ -16,7 +17,9 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import platform
+import statistics
 import sys
+import time
 from pathlib import Path
 from types import SimpleNamespace as NS
 
@@ -30,20 +33,20 @@ WORKERS, STEPS = 4, 200
 
 def _ours() -> NS | None:
     try:
-        from rl_envs import ParallelEnv, PendulumEnv, SerialEnv
+        from rl_envs import GymEnv, ParallelEnv, PendulumEnv, SerialEnv
     except Exception as e:  # noqa: BLE001
         print(f"note: skipping ours ({type(e).__name__}: {e})", file=sys.stderr)
         return None
-    return NS(ParallelEnv=ParallelEnv, SerialEnv=SerialEnv, PendulumEnv=PendulumEnv)
+    return NS(ParallelEnv=ParallelEnv, SerialEnv=SerialEnv, PendulumEnv=PendulumEnv, GymEnv=GymEnv)
 
 
 def _torchrl() -> NS | None:
     try:
-        from torchrl.envs import ParallelEnv, PendulumEnv, SerialEnv
+        from torchrl.envs import GymEnv, ParallelEnv, PendulumEnv, SerialEnv
     except Exception as e:  # noqa: BLE001
         print(f"note: skipping torchrl ({type(e).__name__}: {e})", file=sys.stderr)
         return None
-    return NS(ParallelEnv=ParallelEnv, SerialEnv=SerialEnv, PendulumEnv=PendulumEnv)
+    return NS(ParallelEnv=ParallelEnv, SerialEnv=SerialEnv, PendulumEnv=PendulumEnv, GymEnv=GymEnv)
 
 
 def load_impls() -> list[Impl]:
@@ -56,18 +59,31 @@ def load_impls() -> list[Impl]:
     return impls
 
 
-def s_batched(kind: str):
+class _GymMaker:
+    """A picklable ``lambda: GymEnv(env_id)`` of one library (ParallelEnv sends it to its workers)."""
+
+    def __init__(self, gym_env: type, env_id: str) -> None:
+        self.gym_env, self.env_id = gym_env, env_id
+
+    def __call__(self) -> object:
+        return self.gym_env(self.env_id)
+
+
+def s_batched(kind: str, workers: int = WORKERS, env_id: str | None = None):
+    """``kind`` (SerialEnv / ParallelEnv) of ``workers`` native Pendulums, or of ``GymEnv(env_id)``."""
+
     def setup(impl: Impl) -> NS:
         if impl.kind == "plain":
             import gymnasium as gym
 
             vector = gym.vector.AsyncVectorEnv if kind == "ParallelEnv" else gym.vector.SyncVectorEnv
-            envs = vector([lambda: gym.make("Pendulum-v1") for _ in range(WORKERS)])
+            envs = vector([lambda: gym.make(env_id or "Pendulum-v1") for _ in range(workers)])
             envs.reset(seed=0)
             envs.action_space.seed(0)
             return NS(envs=envs)
         m = impl.TensorDict
-        env = getattr(m, kind)(WORKERS, m.PendulumEnv)
+        make = m.PendulumEnv if env_id is None else _GymMaker(m.GymEnv, env_id)
+        env = getattr(m, kind)(workers, make)
         env.set_seed(0)
         env.rollout(2)  # workers started
         return NS(env=env)
@@ -103,8 +119,28 @@ WORKLOADS = [
     Workload(f"ParallelEnv({WORKERS} x Pendulum).rollout({STEPS})", "batched", s_batched("ParallelEnv"),
              td=td_rollout, plain=gym_loop, observe=lambda c, out: "ran", teardown=close,
              note="one process per worker; floor: gymnasium AsyncVectorEnv(Pendulum-v1), random actions"),
+    Workload(f"SerialEnv(8 x GymEnv(CartPole-v1)).rollout({STEPS})", "batched", s_batched("SerialEnv", 8, "CartPole-v1"),
+             td=td_rollout, plain=gym_loop, observe=lambda c, out: "ran", teardown=close,
+             note="issue 16's target: >= 1.0x SyncVectorEnv(8); random actions, episodes end and reset"),
+    Workload(f"ParallelEnv(2 x GymEnv(HalfCheetah-v5)).rollout({STEPS})", "batched",
+             s_batched("ParallelEnv", 2, "HalfCheetah-v5"),
+             td=td_rollout, plain=gym_loop, observe=lambda c, out: "ran", teardown=close,
+             note="issue 16's target: >= 1.0x AsyncVectorEnv(2); random actions"),
 ]
 # fmt: on
+
+
+def startup_seconds(impl: Impl, repeats: int = 3) -> float:
+    """Median time from ``ParallelEnv(2, GymEnv("HalfCheetah-v5"))`` to its first step done (target < 2 s)."""
+    times = []
+    for _ in range(repeats):
+        m = impl.TensorDict
+        start = time.perf_counter()
+        env = m.ParallelEnv(2, _GymMaker(m.GymEnv, "HalfCheetah-v5"))
+        env.rand_step(env.reset())
+        times.append(time.perf_counter() - start)
+        env.close()
+    return statistics.median(times)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -129,6 +165,11 @@ def main(argv: list[str] | None = None) -> int:
     )
     rows, summary = summarize(results, cmp)
     table = render(rows, summary, cmp)
+    startup = {impl.name: startup_seconds(impl) for impl in impls if impl.kind == "td"}
+    table += "\n\nParallelEnv(2 x GymEnv(HalfCheetah-v5)): construction to first step done, median of 3: " + ", ".join(
+        f"{name} {seconds:.2f} s" for name, seconds in startup.items()
+    )
+    summary["parallel_startup_s"] = startup
     print("\n" + table)
     report = {
         "benchmark": "batched",
