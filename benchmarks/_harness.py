@@ -93,6 +93,26 @@ def module_versions(*names: str) -> dict[str, str | None]:
     return versions
 
 
+def machine_info(impls: list[Impl], *modules: str, **extra: Any) -> dict:
+    """What a report says about where it ran: Python, platform, CPUs, torch and its threads, and the
+    versions of the implementations and of ``modules``; ``extra`` entries are added as given."""
+    import os
+    import platform
+
+    versions = {i.name: i.version for i in impls if i.version} | module_versions(*modules)
+    return {
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+        "processor": platform.processor(),
+        "cpu_count": os.cpu_count(),
+        "torch": torch.__version__,
+        "versions": versions,
+        "torch_num_threads": torch.get_num_threads(),
+        "torch_num_interop_threads": torch.get_num_interop_threads(),
+        **extra,
+    }
+
+
 def write_report(path: str | Path, report: dict, table: str | None = None) -> None:
     """Save a report as JSON (and ``table``, the printed text, beside it as ``<stem>_table.txt``) and
     say where (relative to the repository when inside it)."""

@@ -28,8 +28,6 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
-import os
-import platform
 import sys
 import warnings
 from pathlib import Path
@@ -37,7 +35,7 @@ from types import SimpleNamespace as NS
 
 import torch
 
-from _harness import Comparison, Impl, Workload, module_versions, render, run_all, run_config, summarize, write_report
+from _harness import Comparison, Impl, Workload, machine_info, render, run_all, run_config, summarize, write_report
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
@@ -204,17 +202,7 @@ def workloads(thread_counts: list[int]) -> list[Workload]:
 
 
 def environment(impls: list[Impl]) -> dict:
-    versions = {i.name: i.version for i in impls if i.version} | module_versions("ale_py", "gymnasium", "numpy")
-    return {
-        "python": platform.python_version(),
-        "platform": platform.platform(),
-        "processor": platform.processor(),
-        "cpu_count": os.cpu_count(),
-        "torch": torch.__version__,
-        "versions": versions,
-        "torch_num_threads": torch.get_num_threads(),
-        "torch_num_interop_threads": torch.get_num_interop_threads(),
-    }
+    return machine_info(impls, "ale_py", "gymnasium", "numpy")
 
 
 def main(argv: list[str] | None = None) -> int:

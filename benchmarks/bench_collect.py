@@ -30,7 +30,6 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import os
-import platform
 import sys
 import time
 import warnings
@@ -42,7 +41,7 @@ from _harness import (
     Comparison,
     Impl,
     Workload,
-    module_versions,
+    machine_info,
     render,
     run_all,
     run_config,
@@ -340,18 +339,7 @@ def targets(rows: list[dict], multi_row: dict | None) -> tuple[dict, dict]:
 
 
 def environment(impls: list[Impl]) -> dict:
-    versions = {i.name: i.version for i in impls if i.version} | module_versions("tensordict", "tdict", "rl_envs")
-    return {
-        "python": platform.python_version(),
-        "platform": platform.platform(),
-        "processor": platform.processor(),
-        "cpu_count": os.cpu_count(),
-        "loadavg_at_start": os.getloadavg(),
-        "torch": torch.__version__,
-        "versions": versions,
-        "torch_num_threads": torch.get_num_threads(),
-        "torch_num_interop_threads": torch.get_num_interop_threads(),
-    }
+    return machine_info(impls, "tensordict", "tdict", "rl_envs", loadavg_at_start=os.getloadavg())
 
 
 def load() -> list[Impl]:

@@ -26,8 +26,6 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import math
-import os
-import platform
 import sys
 import warnings
 from pathlib import Path
@@ -35,7 +33,7 @@ from types import SimpleNamespace as NS
 
 import torch
 
-from _harness import Comparison, Impl, Workload, module_versions, render, run_all, run_config, summarize, write_report
+from _harness import Comparison, Impl, Workload, machine_info, render, run_all, run_config, summarize, write_report
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
@@ -229,19 +227,7 @@ def targets(rows: list[dict]) -> tuple[dict, dict]:
 
 
 def environment(impls: list[Impl]) -> dict:
-    versions = {i.name: i.version for i in impls if i.version} | module_versions(
-        "gymnasium", "mujoco", "tensordict", "tdict"
-    )
-    return {
-        "python": platform.python_version(),
-        "platform": platform.platform(),
-        "processor": platform.processor(),
-        "cpu_count": os.cpu_count(),
-        "torch": torch.__version__,
-        "versions": versions,
-        "torch_num_threads": torch.get_num_threads(),
-        "torch_num_interop_threads": torch.get_num_interop_threads(),
-    }
+    return machine_info(impls, "gymnasium", "mujoco", "tensordict", "tdict")
 
 
 def main(argv: list[str] | None = None) -> int:

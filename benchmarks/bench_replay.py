@@ -43,7 +43,6 @@ import argparse
 import dataclasses
 import datetime as dt
 import os
-import platform
 import shutil
 import statistics
 import sys
@@ -54,7 +53,18 @@ from types import SimpleNamespace as NS
 
 import torch
 
-from _harness import Comparison, Impl, Workload, fmt_ratio, fmt_us, run_config, run_workload, summarize, write_report
+from _harness import (
+    Comparison,
+    Impl,
+    Workload,
+    fmt_ratio,
+    fmt_us,
+    machine_info,
+    run_config,
+    run_workload,
+    summarize,
+    write_report,
+)
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
@@ -509,24 +519,13 @@ def render(rows: list[dict], refs: dict[str, str | None], checks: dict) -> str:
 
 
 def environment(impls: list[Impl], ext: str | None) -> dict:
-    versions = {i.name: i.version for i in impls if i.version}
-    for mod in ("tensordict", "tdict"):
-        try:
-            versions[mod] = __import__(mod).__version__
-        except Exception:  # noqa: BLE001 (optional)
-            versions[mod] = None
-    return {
-        "python": platform.python_version(),
-        "platform": platform.platform(),
-        "processor": platform.processor(),
-        "cpu_count": os.cpu_count(),
-        "torch": torch.__version__,
-        "versions": versions,
-        "torchrl_extension": "loads" if ext is None else f"does not load: {ext}",
-        "torchrl_extension_file": torchrl_extension_file(),
-        "torch_num_threads": torch.get_num_threads(),
-        "torch_num_interop_threads": torch.get_num_interop_threads(),
-    }
+    return machine_info(
+        impls,
+        "tensordict",
+        "tdict",
+        torchrl_extension="loads" if ext is None else f"does not load: {ext}",
+        torchrl_extension_file=torchrl_extension_file(),
+    )
 
 
 def participants(w: Workload, impls: list[Impl], ref: str | None, ext: str | None) -> tuple[list[Impl], list[str]]:
