@@ -135,6 +135,13 @@ def test_fixed_duration():
     assert int(td["next", "step_count"]) == 4 and td["action"].shape == (2,)
 
 
+def test_discrete_low_level_actions_are_refused():
+    from rl_envs import CartPoleEnv
+
+    with pytest.raises(TypeError, match="low-level action 'action' must be continuous"):
+        TransformedEnv(CartPoleEnv(), MacroPrimitiveTransform()).action_spec
+
+
 def test_bad_macro_type():
     with pytest.raises(TypeError, match="macro_type must be a macro action class with flat_size"):
         MacroPrimitiveTransform(int)

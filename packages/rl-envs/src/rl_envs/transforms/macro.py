@@ -205,6 +205,11 @@ class MacroPrimitiveTransform(Transform):
 
     def transform_action_spec(self, action_spec: Composite) -> Composite:
         spec = action_spec[self.action_key]
+        if not spec.dtype.is_floating_point:
+            raise TypeError(
+                f"MacroPrimitiveTransform: the low-level action {self.action_key!r} must be continuous (a float "
+                f"Bounded spec, whose bounds the macros interpolate within), got {spec!r}."
+            )
         size = self.macro_type.flat_size(spec) - self.fixed_duration
         shape = (*spec.shape[:-1], size)
         action_spec[self.action_key] = Bounded(-1.0, 1.0, shape=shape, dtype=spec.dtype, device=spec.device)
