@@ -31,9 +31,11 @@ class MujocoEnv(EnvBase):
     """``num_envs`` independent simulations of one MuJoCo model, stepped together.
 
     A task subclasses it and fills in :meth:`_observation`, :meth:`_reward` and, if its initial
-    states are not the model's ``qpos0``/``qvel0`` plus uniform noise, :meth:`_initial_state`; the
-    class attributes give its defaults (model file, frame skip, noise, time limit) and the ``MjData``
-    fields it reads (``data_fields``). The env's batch size is ``[num_envs]``.
+    states are not the model's ``qpos0``/``qvel0`` plus uniform noise, :meth:`_initial_state`
+    (:meth:`_episode_started` draws per-episode task data, :meth:`_load_model` builds a model of its
+    own instead of loading ``default_xml``); the class attributes give its defaults (model file,
+    frame skip, noise, time limit) and the ``MjData`` fields it reads (``data_fields``). The env's
+    batch size is ``[num_envs]``. A tutorial: "A MuJoCo task of your own" in the documentation.
 
     Keys: ``"observation"`` (``dtype``), ``"action"`` (float32, the actuators' control range),
     ``"reward"``, and ``"done"`` / ``"terminated"`` / ``"truncated"`` (the time limit). With
