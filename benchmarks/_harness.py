@@ -93,6 +93,19 @@ def module_versions(*names: str) -> dict[str, str | None]:
     return versions
 
 
+def import_ours(*modules: str) -> list:
+    """Imports our packages ``modules`` (``"rl_envs"``...); where they are not installed (a bare checkout),
+    from the checkout's sources, ``tdict``'s included."""
+    import importlib
+
+    try:
+        return [importlib.import_module(m) for m in modules]
+    except ImportError:
+        packages = Path(__file__).resolve().parents[1] / "packages"
+        sys.path[:0] = [str(packages / folder / "src") for folder in ("tdict", *(m.replace("_", "-") for m in modules))]
+        return [importlib.import_module(m) for m in modules]
+
+
 def machine_info(impls: list[Impl], *modules: str, **extra: Any) -> dict:
     """What a report says about where it ran: Python, platform, CPUs, torch and its threads, and the
     versions of the implementations and of ``modules``; ``extra`` entries are added as given."""

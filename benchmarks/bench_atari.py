@@ -28,14 +28,24 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
-import sys
 import warnings
 from pathlib import Path
 from types import SimpleNamespace as NS
 
 import torch
 
-from _harness import Comparison, Impl, Workload, machine_info, render, run_all, run_config, summarize, write_report
+from _harness import (
+    import_ours,
+    Comparison,
+    Impl,
+    Workload,
+    machine_info,
+    render,
+    run_all,
+    run_config,
+    summarize,
+    write_report,
+)
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
@@ -45,12 +55,7 @@ SETTINGS = {"frame_skip": 4, "noop_max": 30, "stack": 4, "size": 84, "sticky": 0
 
 
 def _import_ours():
-    try:
-        import rl_envs
-    except ImportError:  # run from a checkout without the packages installed
-        sys.path[:0] = [str(ROOT / "packages" / "tdict" / "src"), str(ROOT / "packages" / "rl-envs" / "src")]
-        import rl_envs
-    return rl_envs
+    return import_ours("rl_envs")[0]
 
 
 def load() -> list[Impl]:
@@ -123,6 +128,11 @@ def _envpool(envpool, threads: int) -> NS:
         use_fire_reset=False,
     )
     env.reset()
+    return _step_loop(env)
+
+
+def _step_loop(env) -> NS:
+    """The op stepping a raw vector env (EnvPool's or ale-py's engine) through the shared action indices."""
     index, _ = _actions()
 
     def op() -> int:
@@ -151,14 +161,7 @@ def _engine(threads: int) -> NS:
         use_fire_reset=False,
     )
     env.reset(seed=0)
-    index, _ = _actions()
-
-    def op() -> int:
-        for a in index:
-            env.step(a)
-        return STEPS * NUM_ENVS
-
-    return NS(op=op, close=env.close)
+    return _step_loop(env)
 
 
 def s_pong(threads: int, rollout: bool):

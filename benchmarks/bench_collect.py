@@ -30,7 +30,6 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import os
-import sys
 import time
 import warnings
 from pathlib import Path
@@ -38,6 +37,7 @@ from types import SimpleNamespace as NS
 
 import torch
 from _harness import (
+    import_ours,
     Comparison,
     Impl,
     Workload,
@@ -60,14 +60,7 @@ WORKERS = 2
 
 
 def _import_ours():
-    try:
-        import rl_collect
-        import rl_envs
-    except ImportError:  # run from a checkout without the packages installed
-        sys.path[:0] = [str(ROOT / "packages" / p / "src") for p in ("tdict", "rl-envs", "rl-collect")]
-        import rl_collect
-        import rl_envs
-    return rl_collect, rl_envs
+    return tuple(import_ours("rl_collect", "rl_envs"))
 
 
 # ----------------------------------------------------------------------------- policies

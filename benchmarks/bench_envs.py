@@ -26,14 +26,24 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import math
-import sys
 import warnings
 from pathlib import Path
 from types import SimpleNamespace as NS
 
 import torch
 
-from _harness import Comparison, Impl, Workload, machine_info, render, run_all, run_config, summarize, write_report
+from _harness import (
+    import_ours,
+    Comparison,
+    Impl,
+    Workload,
+    machine_info,
+    render,
+    run_all,
+    run_config,
+    summarize,
+    write_report,
+)
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
@@ -43,12 +53,7 @@ OVERHEAD_TARGET_US = 15.0
 
 
 def _import_ours():
-    try:
-        import rl_envs
-    except ImportError:  # run from a checkout without the packages installed
-        sys.path[:0] = [str(ROOT / "packages" / "tdict" / "src"), str(ROOT / "packages" / "rl-envs" / "src")]
-        import rl_envs
-    return rl_envs
+    return import_ours("rl_envs")[0]
 
 
 def load() -> list[Impl]:

@@ -54,6 +54,7 @@ from types import SimpleNamespace as NS
 import torch
 
 from _harness import (
+    import_ours,
     Comparison,
     Impl,
     Workload,
@@ -78,12 +79,7 @@ OBS, ACT = 17, 6
 
 # ----------------------------------------------------------------------------- implementations
 def _import_ours():
-    try:
-        import rl_replay
-    except ImportError:  # run from a checkout without the packages installed
-        sys.path[:0] = [str(ROOT / "packages" / "tdict" / "src"), str(ROOT / "packages" / "rl-replay" / "src")]
-        import rl_replay
-    return rl_replay
+    return import_ours("rl_replay")[0]
 
 
 def _ours_lib() -> NS:
