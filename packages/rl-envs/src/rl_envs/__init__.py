@@ -12,10 +12,10 @@ Examples:
 
 from __future__ import annotations
 
-import importlib
 from typing import Any, TYPE_CHECKING
 
 from . import transforms
+from ._lazy import load_lazy
 from .env_base import EnvBase
 from .mdp import step_mdp
 from .native import PendulumEnv
@@ -290,16 +290,12 @@ __all__ = [
 ]
 
 
+# every transform is also a top-level name: loaded through rl_envs.transforms (itself lazy)
+_RESOLVE = {**dict.fromkeys(transforms.__all__, "transforms"), **_LAZY}
+
+
 def __getattr__(name: str) -> Any:
-    module = _LAZY.get(name)
-    if module is not None:
-        value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
-    elif name in transforms.__all__:
-        value = getattr(transforms, name)
-    else:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    globals()[name] = value
-    return value
+    return load_lazy(__name__, globals(), _RESOLVE, name)
 
 
 def __dir__() -> list:

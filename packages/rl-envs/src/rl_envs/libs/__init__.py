@@ -6,8 +6,9 @@ brax stay optional).
 
 from __future__ import annotations
 
-import importlib
 from typing import TYPE_CHECKING, Any
+
+from .._lazy import load_lazy
 
 # name -> module that defines it (imported on first use)
 _LAZY = {
@@ -31,12 +32,7 @@ __all__ = ["AtariEnv", "BraxEnv", "BraxWrapper", "make_atari_env"]
 
 
 def __getattr__(name: str) -> Any:
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
-    globals()[name] = value
-    return value
+    return load_lazy(__name__, globals(), _LAZY, name)
 
 
 def __dir__() -> list:

@@ -5,8 +5,9 @@ Each transform lives in the module of its family; names are imported on first us
 
 from __future__ import annotations
 
-import importlib
 from typing import Any, TYPE_CHECKING
+
+from .._lazy import load_lazy
 
 from .base import Compose, Transform
 from .step_counter import StepCounter
@@ -186,12 +187,7 @@ __all__ = [
 
 
 def __getattr__(name: str) -> Any:
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
-    globals()[name] = value
-    return value
+    return load_lazy(__name__, globals(), _LAZY, name)
 
 
 def __dir__() -> list:
