@@ -30,6 +30,7 @@ import torch
 from tdict import TensorDict, TensorDictBase
 from tdict.specs import Bounded, Categorical, Composite, TensorSpec, Unbounded
 
+from .._mujoco_gl import render_error
 from ..env_base import EnvBase
 
 if TYPE_CHECKING:
@@ -229,11 +230,7 @@ class DMControlWrapper(EnvBase):
         try:
             return self._render()
         except Exception as err:  # GL errors come in many types (mujoco, PyOpenGL, ctypes)
-            raise RuntimeError(
-                f"{type(self).__name__}(from_pixels=True): MuJoCo could not render with MUJOCO_GL="
-                f"{os.environ.get('MUJOCO_GL')!r} ({type(err).__name__}: {err}). Set MUJOCO_GL=egl or osmesa before "
-                "mujoco/dm_control is first imported, or use from_pixels=False."
-            ) from err
+            raise render_error(type(self).__name__, err) from err
 
     def _read_obs(self, observation: Any) -> dict:
         out = {}

@@ -17,6 +17,7 @@ from tdict.seeding import make_generator
 from tdict.specs import Bounded, Categorical, Composite, Unbounded
 from tdict.validation import check_int, check_positive_int
 
+from ..._mujoco_gl import render_error
 from ...env_base import EnvBase
 from .assets import resolve_xml
 from .simulation import MujocoSimulation, _mujoco
@@ -257,11 +258,7 @@ class MujocoEnv(EnvBase):
             try:
                 self._renderer = mujoco.Renderer(self.model, height=height, width=width)
             except Exception as err:  # GL errors come in many types (mujoco, PyOpenGL, ctypes)
-                raise RuntimeError(
-                    f"{type(self).__name__}(from_pixels=True): MuJoCo could not open an OpenGL context with "
-                    f"MUJOCO_GL={os.environ.get('MUJOCO_GL')!r} ({type(err).__name__}: {err}). Set MUJOCO_GL=egl or "
-                    "osmesa before mujoco is first imported, or use from_pixels=False."
-                ) from err
+                raise render_error(type(self).__name__, err) from err
         frames = np.empty((self.batch_size[0], *self.render_size, 3), dtype=np.uint8)
         for i, data in enumerate(self._sim.data):
             self._renderer.update_scene(data, camera=self.camera_id)
