@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import weakref
 from typing import Any
 
 import torch
@@ -16,14 +17,21 @@ KP, KD = 1.0, 0.05
 TOLERANCE = 0.05  # rad: a posture is reached when every joint is this close
 
 
+# per model, computed once: every low-level step of a macro reads them twice (error and control)
+_JOINTS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
 def _joints(env: Any) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """Observation indices of the actuated joints' angles and speeds, and their ranges (low, high)."""
     model = env.model
-    joint = torch.as_tensor(model.actuator_trnid[:, 0], dtype=torch.int64)
-    qpos = torch.as_tensor(model.jnt_qposadr, dtype=torch.int64)[joint] - 2  # the observation drops x, y
-    qvel = torch.as_tensor(model.jnt_dofadr, dtype=torch.int64)[joint] + (model.nq - 2)
-    low, high = torch.as_tensor(model.jnt_range, dtype=torch.float32)[joint].unbind(-1)
-    return qpos, qvel, low, high
+    found = _JOINTS.get(model)
+    if found is None:
+        joint = torch.as_tensor(model.actuator_trnid[:, 0], dtype=torch.int64)
+        qpos = torch.as_tensor(model.jnt_qposadr, dtype=torch.int64)[joint] - 2  # the observation drops x, y
+        qvel = torch.as_tensor(model.jnt_dofadr, dtype=torch.int64)[joint] + (model.nq - 2)
+        low, high = torch.as_tensor(model.jnt_range, dtype=torch.float32)[joint].unbind(-1)
+        found = _JOINTS[model] = (qpos, qvel, low, high)
+    return found
 
 
 @tensorclass
@@ -32,8 +40,8 @@ class HumanoidMacroAction(TargetMacroAction):
 
     Each low-level step applies ``clip(kp (target - q) - kd q̇)`` to the joint motors (a PD loop on
     the observed joint angles and speeds); the macro finishes when every joint is within
-    ``TOLERANCE`` (0.05 rad) of its target or after ``steps + settle_steps`` steps. A flat policy action is 17
-    numbers in ``[-1, 1]`` spanning each joint's range, and the duration fraction.
+    ``TOLERANCE`` (0.05 rad) of its target or after ``steps + settle_steps`` steps. A flat policy
+    action is 17 numbers in ``[-1, 1]`` spanning each joint's range, and the duration fraction.
 
     Examples:
         >>> import torch
