@@ -529,6 +529,19 @@ class EnvBase(GeneratorState, nn.Module):
     def _set_seed(self, seed: int | None) -> None:
         raise NotImplementedError(f"{type(self).__name__} must implement _set_seed(seed).")
 
+    @classmethod
+    def _fuse_serial(cls, envs: Sequence[EnvBase]) -> Any:
+        """How a :class:`~rl_envs.SerialEnv` may step ``envs`` (its sub-envs, all of this class) as one.
+
+        ``None`` (the default): each sub-env steps on its own. A class may return an object with
+        ``step_keys``, ``reset_keys``, ``step(action, out) -> done``, ``convert(actions)`` /
+        ``step_converted(converted_row, out)`` (the action conversion done once for many steps)
+        and ``reset(rows, out)``, which write numpy rows into ``out`` (see
+        :class:`~rl_envs.libs._gym_fused.GymFusedSteps`); the data must be what the sub-envs' own
+        ``_step`` and ``reset`` give.
+        """
+        return None
+
     def _seed_streams(self, seed: int | None) -> int | None:
         """Seeds every random stream of the env from ``seed``; returns the seed that follows them.
 

@@ -161,6 +161,7 @@ def rollout(
     if isinstance(max_steps, bool) or not hasattr(max_steps, "__index__") or max_steps < 1:
         raise ValueError(f"rollout: max_steps must be an int >= 1, got {max_steps!r}.")
     break_any, break_all = _resolve_breaks(break_when_any_done, break_when_all_done)
+    random_actions = policy is None and actions is None
     if actions is not None:
         if policy is not None:
             raise ValueError("rollout: got both a policy and actions; pass one of them.")
@@ -170,6 +171,55 @@ def rollout(
     policy = _compatible_policy(env, policy, trust_policy)
     if auto_cast_to_device:
         policy = _device_casting_policy(env, policy)
+    # a SerialEnv of sub-envs stepped as one (batched/_fused.py); looked up on the class, so that a
+    # TransformedEnv (which forwards unknown attributes to its base env) never takes it
+    fused = getattr(type(env), "_rollout_fused", None)
+    result = None
+    if (
+        fused is not None
+        and auto_reset
+        and tensordict is None
+        and callback is None
+        and not break_all
+        and out is None
+        and return_contiguous
+        and (random_actions or actions is not None or _writes_root_only(policy))
+    ):
+        # no policy: the fused path draws every step's random actions at once
+        result = fused(env, max_steps, None if random_actions else policy, break_any)
+    if result is None:
+        result = _generic_rollout(env, max_steps, policy, callback, auto_reset, break_any, break_all, tensordict)
+        time_dim = len(env.batch_size) if tensordict is None else max(len(env.batch_size), tensordict.batch_dims)
+        result = stack(result, time_dim, out=out) if return_contiguous else lazy_stack(result, time_dim)
+    else:
+        time_dim = len(env.batch_size)
+    if storing_device is not None:
+        result = result.to(storing_device)
+    result.names = [None] * time_dim + ["time"]
+    if set_truncated:
+        _mark_truncated(result, env._keys())
+    return result
+
+
+def _writes_root_only(policy: Any) -> bool:
+    """A TensorDict module whose outputs are all root entries (none under ``"next"``)."""
+    if not isinstance(policy, TensorDictModuleBase):
+        return False
+    out_keys = getattr(policy, "out_keys", None)
+    return out_keys is not None and all((k if type(k) is str else k[0]) != "next" for k in out_keys)
+
+
+def _generic_rollout(
+    env: Any,
+    max_steps: int,
+    policy: Callable,
+    callback: Callable | None,
+    auto_reset: bool,
+    break_any: bool,
+    break_all: bool,
+    tensordict: TensorDictBase | None,
+) -> list:
+    """The steps of a rollout, one TensorDict each (see :func:`rollout`)."""
     if auto_reset:
         td = env.reset(tensordict)
     elif tensordict is None:
@@ -225,14 +275,7 @@ def rollout(
             append(stepped)
             if callback is not None:
                 callback(env, stepped)
-    time_dim = len(env.batch_size) if tensordict is None else max(len(env.batch_size), tensordict.batch_dims)
-    result = stack(steps, time_dim, out=out) if return_contiguous else lazy_stack(steps, time_dim)
-    if storing_device is not None:
-        result = result.to(storing_device)
-    result.names = [None] * time_dim + ["time"]
-    if set_truncated:
-        _mark_truncated(result, keys)
-    return result
+    return steps
 
 
 def _done_flag(next_td: TensorDictBase, stop_keys: list, batch_size: torch.Size) -> torch.Tensor:

@@ -10,6 +10,7 @@ from tdict.seeding import chain_seeds
 
 from ..env_base import EnvBase
 from ..env_creator import EnvCreator
+from ._fused import fused_rollout
 from ._shared import BatchedEnvBase
 from ._worker import BufferLayout, EnvRunner
 
@@ -24,6 +25,12 @@ class SerialEnv(BatchedEnvBase):
     on its slice, and returns a copy of the buffer's ``"next"`` entries: only the keys the specs
     declare come back. A ``"_reset"`` mask resets only the flagged sub-envs. The sub-envs are built
     on first use (or by :meth:`start`); :meth:`close` closes them and a later call builds new ones.
+
+    Sub-envs whose class can step many instances as one (``EnvBase._fuse_serial``: plain
+    ``GymEnv`` s) are stepped in a single loop that writes into the buffer directly, and
+    :meth:`rollout` then writes into the arrays it returns (with no policy, replayed actions or a
+    TensorDict module as the policy, and no callback): the same data, without a TensorDict per
+    sub-env and per step.
 
     Args:
         num_workers: the number of sub-envs.
@@ -53,7 +60,14 @@ class SerialEnv(BatchedEnvBase):
         >>> env.close()
     """
 
-    _runners: list[EnvRunner]  # set through ``self.__dict__`` (bypasses nn.Module's ``__setattr__``)
+    # set through ``self.__dict__`` (bypasses nn.Module's ``__setattr__``)
+    _runners: list[EnvRunner]
+    _fused: Any  # the sub-envs' fused stepper (EnvBase._fuse_serial), or None
+    _fused_next: dict  # its step outputs: the buffer's "next" entries as numpy arrays
+    _fused_root: dict  # its reset outputs: the buffer's root entries as numpy arrays
+    _fused_action: Any  # the buffer's action tensor, which a fused step reads
+    _fused_written: tuple  # the "next" keys a fused step writes, in the buffer's order
+    _fused_reset_written: tuple  # the root keys a fused reset writes, in the buffer's order
 
     def __init__(
         self,
@@ -75,14 +89,38 @@ class SerialEnv(BatchedEnvBase):
             use_buffers=use_buffers,
         )
         self.__dict__["_runners"] = []
+        self.__dict__["_fused"] = None
 
     def _start_runners(self, buffer: TensorDictBase, layout: BufferLayout) -> None:
         runners = self._runners
         for i, creator in enumerate(self._creators):
             runners.append(EnvRunner(creator(), buffer[i], layout))
+        self.__dict__["_fused"] = self._fuse(buffer, layout)
+
+    def _fuse(self, buffer: TensorDictBase, layout: BufferLayout) -> Any:
+        """The sub-envs' fused stepper, with the buffer views it writes, or None."""
+        envs = [runner.env for runner in self._runners]
+        cls = type(envs[0])
+        fused = cls._fuse_serial(envs) if all(type(env) is cls for env in envs) else None
+        action_keys = self._keys().action_keys
+        if (
+            fused is None
+            or set(fused.step_keys) != set(layout.next_keys)
+            or set(fused.reset_keys) != set(layout.reset_out_keys)
+            or len(action_keys) != 1
+        ):
+            return None
+        nxt = buffer.get("next")
+        self.__dict__["_fused_next"] = {key: nxt.get(key).numpy() for key in fused.step_keys}
+        self.__dict__["_fused_root"] = {key: buffer.get(key).numpy() for key in fused.reset_keys}
+        self.__dict__["_fused_action"] = buffer.get(action_keys[0])
+        self.__dict__["_fused_written"] = tuple(layout.next_keys)
+        self.__dict__["_fused_reset_written"] = tuple(layout.reset_out_keys)
+        return fused
 
     def _stop_runners(self) -> None:
         runners, self.__dict__["_runners"] = self._runners, []
+        self.__dict__["_fused"] = None
         errors = []
         for runner in runners:
             try:
@@ -93,12 +131,18 @@ class SerialEnv(BatchedEnvBase):
             raise errors[0]
 
     def _run_step(self, keys: tuple) -> tuple:
+        if self._fused is not None:
+            self._fused.step(self._fused_action, self._fused_next)
+            return self._fused_written
         written: tuple = ()
         for runner in self._runners:
             written = runner.step(keys)
         return written
 
     def _run_reset(self, need: list, keys: tuple, with_mask: bool, kwargs: dict) -> tuple:
+        if self._fused is not None and not kwargs:
+            self._fused.reset([i for i, flag in enumerate(need) if flag], self._fused_root)
+            return self._fused_reset_written
         written: tuple = ()
         for runner, flag in zip(self._runners, need):
             if flag:
@@ -107,3 +151,13 @@ class SerialEnv(BatchedEnvBase):
 
     def _run_seed(self, seed: int | None) -> int | None:
         return chain_seeds(seed, [runner.seed for runner in self._runners])
+
+    def _rollout_fused(self, max_steps: int, policy: Callable, break_any: bool) -> TensorDictBase | None:
+        """The rollout written straight into its output arrays, or None when the sub-envs do not fuse
+        (:func:`rl_envs.rollout.rollout` then runs the generic loop)."""
+        if self._buffer is None:
+            self.start()
+        if self._fused is None:
+            return None
+        assert self._buffer is not None  # started above
+        return fused_rollout(self, self._fused, self._buffer.get("next"), max_steps, policy, break_any)

@@ -471,6 +471,18 @@ class GymWrapper(EnvBase):
             obs, info = self._env.reset(seed=seed, options=options)
         return self._finish_reset(obs, info)
 
+    def _reset_raw(self) -> Any:
+        """Resets the (single) gymnasium env with the pending seed, if any; returns its raw observation."""
+        seed, self._pending_seed = self._pending_seed, None
+        return self._env.reset(seed=seed)[0]
+
+    @classmethod
+    def _fuse_serial(cls, envs: Sequence[EnvBase]) -> Any:
+        """SerialEnv steps plain single-env wrappers in one loop (:class:`~rl_envs.libs._gym_fused.GymFusedSteps`)."""
+        from ._gym_fused import GymFusedSteps
+
+        return GymFusedSteps.build(envs)
+
     def _finish_reset(self, obs: Any, info: Any) -> TensorDictBase:
         if self._probation > 0:
             self._prev_arrays = self._prev_arrays + self._obs_codec.arrays(obs)

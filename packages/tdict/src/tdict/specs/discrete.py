@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import math
 from typing import Any, Sequence
 
@@ -10,6 +11,15 @@ import torch
 from .base import TensorSpec, _cartesian, _count, _draw_on, _leaf_device, _moved, _size, _spec_shape
 
 __all__ = ["Binary", "Categorical", "MultiCategorical", "MultiOneHot", "OneHot"]
+
+
+# OneHot.rand takes rows of a cached identity matrix up to this many categories (F.one_hot beyond)
+_ONE_HOT_TABLE_MAX = 256
+
+
+@functools.lru_cache(maxsize=64)
+def _one_hot_table(n: int, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+    return torch.eye(n, dtype=dtype, device=device)
 
 
 def _masked_sample(mask: torch.Tensor, lead: torch.Size, generator: torch.Generator | None = None) -> torch.Tensor:
@@ -232,7 +242,9 @@ class OneHot(TensorSpec):
             idx = idx if generator is None else _moved(idx, self.device)
         else:
             idx = _masked_sample(mask, lead, generator)
-        return torch.nn.functional.one_hot(idx, self.n).to(self.dtype)
+        if self.n > _ONE_HOT_TABLE_MAX:
+            return torch.nn.functional.one_hot(idx, self.n).to(self.dtype)
+        return _one_hot_table(self.n, self.dtype, idx.device)[idx]  # rows of an identity: no range check, no cast
 
     def _violation(self, val: Any) -> str | None:
         why = self._check_tensor(val)
