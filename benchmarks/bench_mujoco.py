@@ -10,6 +10,10 @@ that end (ours: ``step_and_maybe_reset``, the collectors' loop, TensorDicts in a
 ``HalfCheetah-v5`` with ``num_threads`` workers: its C++ thread pool). Rounds interleave the
 implementations (the order rotates); figures are medians of steps/s and of per-round ratios.
 One torch thread; ours steps its simulations on ``num_threads`` threads, as EnvPool.
+
+The one-thread rows add the floor: MuJoCo's ``mj_step`` alone (the task's 5 physics steps per env
+step) over the same 64 ``MjData`` in a plain loop, no observation, reward or reset. No one-thread
+implementation of the same physics runs faster than that.
 """
 
 from __future__ import annotations
@@ -42,6 +46,27 @@ def make_ours(n: int, threads: int):
         for t in range(steps):
             _, td = env.step_and_maybe_reset(td.set("action", actions[t % 64]))
         state["td"] = td
+
+    return run, env.close
+
+
+def make_floor(n: int):
+    import mujoco
+    from rl_envs import HalfCheetahEnv
+
+    env = HalfCheetahEnv(num_envs=1)
+    model, frame_skip = env.model, env.frame_skip
+    data = [mujoco.MjData(model) for _ in range(n)]
+    for d in data:
+        mujoco.mj_forward(model, d)
+    actions = np.random.default_rng(0).uniform(-1, 1, (64, n, 6))
+
+    def run(steps: int) -> None:
+        for t in range(steps):
+            row = actions[t % 64]
+            for i, d in enumerate(data):
+                d.ctrl[:] = row[i]
+                mujoco.mj_step(model, d, frame_skip)
 
     return run, env.close
 
@@ -111,6 +136,8 @@ def main(argv: list[str] | None = None) -> int:
         impls = {"ours": make_ours(n, threads), "gymnasium SyncVectorEnv": make_gym(n)}
         if versions["envpool"] is not None:
             impls["envpool"] = make_envpool(n, threads)
+        if threads == 1:
+            impls["mj_step floor"] = make_floor(n)
         rates = measure(impls, n, steps, rounds)
         row = {"threads": threads, "num_envs": n, "steps_per_s": {k: statistics.median(v) for k, v in rates.items()}}
         row["ours_over"] = {
