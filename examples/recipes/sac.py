@@ -14,9 +14,11 @@ Run: ``python examples/train.py algo=sac env=pendulum [algo.lr=3e-4 collector.to
 
 from __future__ import annotations
 
+import copy
 from dataclasses import dataclass
 from typing import Optional
 
+import torch
 from rl_objectives import SACLoss, SoftUpdate
 from rl_objectives.trainers import TargetNetUpdaterHook
 
@@ -38,6 +40,9 @@ class SACConfig:
     # the temperature's entropy target, in nats of the env's action (None: SACLoss's "auto", -dim(A));
     # SB3 measures -dim(A) on actions scaled to [-1, 1]: on the pendulum's [-2, 2], -1 + log 2 here
     target_entropy: Optional[float] = None
+    # evaluate (and keep) an exponential moving average of the actor's weights, updated after every
+    # gradient step with this decay (None: the actor itself); collection always uses the live actor
+    actor_ema: Optional[float] = None
 
 
 Config = SACConfig  # the recipe's entry in the ``algo`` config group
@@ -89,7 +94,16 @@ def train(cfg: TrainConfig) -> float:
         target_entropy="auto" if algo.target_entropy is None else algo.target_entropy,
     )
     loss.make_value_estimator(gamma=algo.gamma)
-    trainer = make_off_policy_trainer(run, loss, actor, actor, lr=algo.lr, utd=algo.utd)
+    eval_actor = actor if algo.actor_ema is None else copy.deepcopy(actor).requires_grad_(False)
+    trainer = make_off_policy_trainer(run, loss, actor, eval_actor, lr=algo.lr, utd=algo.utd)
+    if algo.actor_ema is not None:
+        average, live, weight = list(eval_actor.parameters()), list(actor.parameters()), 1.0 - algo.actor_ema
+
+        @torch.no_grad()  # outside autograd: the average must not join the trained actor's graph
+        def update_average() -> None:
+            torch._foreach_lerp_(average, live, weight)
+
+        trainer.register_op("post_optim", update_average)
     TargetNetUpdaterHook(SoftUpdate(loss, tau=algo.tau)).register(trainer)
     resume_if_asked(run, trainer)
 
@@ -99,4 +113,4 @@ def train(cfg: TrainConfig) -> float:
         flush=True,
     )
     trainer.train()
-    return finish(run, trainer, actor, threshold=THRESHOLDS.get(cfg.env.name))
+    return finish(run, trainer, eval_actor, threshold=THRESHOLDS.get(cfg.env.name))

@@ -55,6 +55,28 @@ def test_sac_quick_run_writes_its_run_folder(tmp_path: Path) -> None:
     assert ckpt["state"]["collected_frames"] == 512 and set(ckpt["replay_buffer"]) == {"__dumped_to__"}
 
 
+def test_sac_actor_ema_is_the_average_of_the_trained_actor(tmp_path: Path, monkeypatch) -> None:
+    """algo.actor_ema: the evaluated (and saved) actor is the exponential moving average of the trained one."""
+    seen = {}
+    finish = sac.finish
+
+    def capture(run, trainer, policy, **kwargs):
+        seen["eval"], seen["trained"] = policy, trainer.loss_module.actor_network
+        return finish(run, trainer, policy, **kwargs)
+
+    monkeypatch.setattr(sac, "finish", capture)
+    cfg = _quick(sac, "pendulum", tmp_path, total_frames=256, init_random_frames=128)
+    cfg.algo.actor_ema = 0.9
+    assert math.isfinite(sac.train(cfg))
+    averaged, trained = list(seen["eval"].parameters()), list(seen["trained"].parameters())
+    assert seen["eval"] is not seen["trained"] and not any(p.requires_grad for p in averaged)
+    assert all(a.shape == t.shape for a, t in zip(averaged, trained))
+    assert any(not torch.equal(a, t) for a, t in zip(averaged, trained))  # it lags the trained weights
+    ckpt = torch.load(tmp_path / "quick" / "checkpoint.pt", weights_only=True)
+    saved = list(ckpt["policy"].values())
+    assert all(torch.equal(s, a) for s, a in zip(saved, averaged))  # the checkpoint keeps the average
+
+
 def test_sac_quick_run_points_the_satellite_with_macro_actions(tmp_path: Path) -> None:
     """env=satellite: the policy's action is the slew macro's goal (3 numbers), each step 10 physics steps."""
     pytest.importorskip("mujoco")
