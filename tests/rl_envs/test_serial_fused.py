@@ -131,6 +131,17 @@ def test_steps_and_partial_resets_equal_generic():
         _assert_same(a, b)
 
 
+def test_maybe_reset_of_a_partial_root_takes_the_generic_path():
+    outs = []
+    for fused in (True, False):
+        env = _serial(fused=fused)
+        root = env.reset().exclude("truncated")
+        root.set("done", torch.tensor([False, True, False, True]))
+        outs.append(env.maybe_reset(root))
+    _assert_same(*outs)
+    assert not outs[0]["done"].any()
+
+
 def test_transformed_serial_env_keeps_its_transforms():
     env = TransformedEnv(_serial(), RewardScaling(loc=0.0, scale=3.0))
     out = env.rollout(20, break_when_any_done=False)

@@ -5,12 +5,12 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from tdict import TensorDictBase
+import torch
+from tdict import TensorDict, TensorDictBase
 from tdict.seeding import chain_seeds
 
 from ..env_base import EnvBase
 from ..env_creator import EnvCreator
-from ._fused import fused_rollout
 from ._shared import BatchedEnvBase
 from ._worker import BufferLayout, EnvRunner
 
@@ -63,9 +63,10 @@ class SerialEnv(BatchedEnvBase):
     # set through ``self.__dict__`` (bypasses nn.Module's ``__setattr__``)
     _runners: list[EnvRunner]
     _fused: Any  # the sub-envs' fused stepper (EnvBase._fuse_serial), or None
-    _fused_next: dict  # its step outputs: the buffer's "next" entries as numpy arrays
+    _fused_next: dict  # the buffer's "next" entries as numpy arrays (the shapes a fused step writes)
     _fused_root: dict  # its reset outputs: the buffer's root entries as numpy arrays
-    _fused_action: Any  # the buffer's action tensor, which a fused step reads
+    _fused_action_key: Any  # the action a fused step reads
+    _fused_stop_key: Any  # the flag whose sub-envs maybe_reset resets
     _fused_written: tuple  # the "next" keys a fused step writes, in the buffer's order
     _fused_reset_written: tuple  # the root keys a fused reset writes, in the buffer's order
 
@@ -113,7 +114,8 @@ class SerialEnv(BatchedEnvBase):
         nxt = buffer.get("next")
         self.__dict__["_fused_next"] = {key: nxt.get(key).numpy() for key in fused.step_keys}
         self.__dict__["_fused_root"] = {key: buffer.get(key).numpy() for key in fused.reset_keys}
-        self.__dict__["_fused_action"] = buffer.get(action_keys[0])
+        self.__dict__["_fused_action_key"] = action_keys[0]
+        self.__dict__["_fused_stop_key"] = self._keys().stop_keys[0]
         self.__dict__["_fused_written"] = tuple(layout.next_keys)
         self.__dict__["_fused_reset_written"] = tuple(layout.reset_out_keys)
         return fused
@@ -130,10 +132,38 @@ class SerialEnv(BatchedEnvBase):
         if errors:
             raise errors[0]
 
+    def _step(self, tensordict: TensorDictBase) -> TensorDictBase:
+        if self._buffer is None:
+            self.start()
+        fused = self._fused
+        if fused is None:
+            return super()._step(tensordict)
+        # fresh arrays, written by the sub-envs and returned as they are (no copy through the buffer)
+        out = {key: like.copy() for key, like in self._fused_next.items()}
+        fused.step(tensordict.get(self._fused_action_key), out)
+        return TensorDict.unchecked(
+            {key: torch.from_numpy(out[key]) for key in self._fused_written}, self.batch_size, self.device
+        )
+
+    def maybe_reset(self, tensordict: TensorDictBase) -> TensorDictBase:
+        """Resets the done sub-envs (see :meth:`EnvBase.maybe_reset`); fused sub-envs in one loop
+        that writes their rows into copies of the root's observation and flags."""
+        fused = self._fused
+        if fused is None:
+            return super().maybe_reset(tensordict)
+        done = tensordict.get(self._fused_stop_key, None)
+        rows = [tensordict.get(key, None) for key in fused.reset_keys]
+        if done is None or any(value is None for value in rows):  # not a step's root: the generic path
+            return super().maybe_reset(tensordict)
+        if not done.any():
+            return tensordict
+        out = {key: value.numpy().copy() for key, value in zip(fused.reset_keys, rows)}
+        fused.reset(done.nonzero().flatten().tolist(), out)
+        for key in fused.reset_keys:
+            tensordict.set(key, torch.from_numpy(out[key]))
+        return tensordict
+
     def _run_step(self, keys: tuple) -> tuple:
-        if self._fused is not None:
-            self._fused.step(self._fused_action, self._fused_next)
-            return self._fused_written
         written: tuple = ()
         for runner in self._runners:
             written = runner.step(keys)
@@ -160,4 +190,6 @@ class SerialEnv(BatchedEnvBase):
         if self._fused is None:
             return None
         assert self._buffer is not None  # started above
+        from ._fused import fused_rollout  # numpy: there only with the sub-envs that fuse (gymnasium)
+
         return fused_rollout(self, self._fused, self._buffer.get("next"), max_steps, policy, break_any)
