@@ -64,9 +64,9 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
                 has_cuda = torch.cuda.is_available()
             if not has_cuda:
                 item.add_marker(pytest.mark.skip(reason="needs a CUDA device"))
-    # JAX (Brax's tests and doctest) starts threads that a later os.fork() may copy in the middle of
-    # holding a lock: run them after every test that forks (collectors, ParallelEnv, shared buffers)
-    items.sort(key=lambda item: "brax" in item.nodeid)
+    # JAX (Brax's and MJX's tests and doctests) starts threads that a later os.fork() may copy in the
+    # middle of holding a lock: run them after every test that forks (collectors, ParallelEnv, shared buffers)
+    items.sort(key=lambda item: "brax" in item.nodeid or "mjx" in item.nodeid)
 
 
 @pytest.fixture(autouse=True)

@@ -25,7 +25,7 @@ from .simulation import MujocoSimulation, _mujoco
 __all__ = ["MujocoEnv"]
 
 State = dict[str, np.ndarray]
-_BACKENDS = ("mujoco",)
+_BACKENDS = ("mujoco", "mjx")
 
 
 class MujocoEnv(EnvBase):
@@ -46,9 +46,15 @@ class MujocoEnv(EnvBase):
 
     Args:
         xml_path: the model file (default: the task's, from the installed package that ships it).
-        backend: the simulator; ``"mujoco"`` (the official bindings) is the one provided.
+        backend: the simulator: ``"mujoco"`` (the official bindings, float64) or ``"mjx"`` (MJX:
+            every env in one jitted JAX call, in ``dtype``'s precision, on JAX's default device;
+            frames rendered from the state copied back; see :class:`MjxSimulation`; ``pip install
+            rl-envs[mjx]``). A task reading a field MJX does not compute raises a ValueError. MJX's
+            physics equals MuJoCo's within its precision for HalfCheetah, Hopper and
+            InvertedPendulum (tested); Ant's contacts (geoms with a margin) already differ at the
+            first contact, so Ant and Humanoid under MJX are MJX's own tasks, not Gymnasium's.
         num_envs: the number of simulations.
-        device: where the output tensors go (the physics runs on the CPU).
+        device: where the output tensors go (``"mujoco"`` runs the physics on the CPU).
         seed: seeds the initial-state sampling.
         frame_skip: physics steps per env step (default: the task's).
         reset_noise_scale: the scale of the initial-state noise (default: the task's).
@@ -123,12 +129,22 @@ class MujocoEnv(EnvBase):
         self.render_size, self.camera_id = (render_height, render_width), camera_id
         self.dtype = dtype
         self.init_qpos, self.init_qvel = model.qpos0.copy(), np.zeros(model.nv)
-        self._sim = MujocoSimulation(model, num_envs, self.data_fields, num_threads=num_threads)
+        self._sim = self._simulation(backend, model, num_envs, num_threads)
         self._rng = make_generator(seed, owner=owner)
         self._renderer: Any = None
         self._elapsed = np.zeros(num_envs, dtype=np.int64)
         self._state = self._sim.read()
         self._make_specs(self._observation(self._state).shape[-1])
+
+    def _simulation(self, backend: str, model: Any, num_envs: int, num_threads: int) -> Any:
+        if backend == "mjx":
+            from .mjx_simulation import MjxSimulation
+
+            try:
+                return MjxSimulation(model, num_envs, self.data_fields, num_threads=num_threads, dtype=self.dtype)
+            except ValueError as err:
+                raise ValueError(f"{type(self).__name__}: {err}") from err
+        return MujocoSimulation(model, num_envs, self.data_fields, num_threads=num_threads)
 
     # ------------------------------------------------------------------ the task (subclasses)
     def _load_model(self, mujoco: Any, owner: str) -> Any:
