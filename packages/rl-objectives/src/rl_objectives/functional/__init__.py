@@ -1,4 +1,5 @@
-"""The math of value estimators as plain tensor functions (TorchRL's ``torchrl.objectives.value.functional``).
+"""The math of value estimators as plain tensor functions (TorchRL's ``torchrl.objectives.value.functional``),
+and DreamerV3's scalar and latent math (:mod:`rl_objectives.functional.dreamer`).
 
 Per-step inputs are shaped ``[*B, T]`` (time last, ``time_dim=-1``) or carry feature dims after
 time (``[*B, T, F]`` with ``time_dim=-2``); ``done`` / ``terminated`` are bool. See
@@ -14,6 +15,18 @@ Examples:
     tensor([1.8750, 1.7500, 1.5000, 1.0000])
 """
 
+from .dreamer import (
+    categorical_kl_balanced,
+    categorical_kl_terms,
+    straight_through_categorical,
+    symexp,
+    symexp_bins,
+    symlog,
+    two_hot_cross_entropy,
+    two_hot_decode,
+    two_hot_encode,
+    unimix_probs,
+)
 from .value import (
     generalized_advantage_estimate,
     reward2go,
@@ -32,14 +45,24 @@ from .value import (
 from .vtrace import vtrace_advantage_estimate
 
 __all__ = [
+    "categorical_kl_balanced",
+    "categorical_kl_terms",
     "generalized_advantage_estimate",
     "reward2go",
+    "straight_through_categorical",
+    "symexp",
+    "symexp_bins",
+    "symlog",
     "td0_advantage_estimate",
     "td0_return_estimate",
     "td1_advantage_estimate",
     "td1_return_estimate",
     "td_lambda_advantage_estimate",
     "td_lambda_return_estimate",
+    "two_hot_cross_entropy",
+    "two_hot_decode",
+    "two_hot_encode",
+    "unimix_probs",
     "vec_generalized_advantage_estimate",
     "vec_td1_advantage_estimate",
     "vec_td1_return_estimate",

@@ -52,6 +52,8 @@ from .exploration import (
 )
 from .models import MLP, ConvNet, SquashDims
 from .tanh import TanhModule
+from .two_hot import SymExpTwoHot
+from ..functional.dreamer import symexp, symlog
 from .recurrent import GRUModule, LSTMModule, recurrent_mode, set_recurrent_mode
 from .multiagent import Mixer, MultiAgentConvNet, MultiAgentMLP, MultiAgentNetBase, QMixer, VDNMixer
 
@@ -88,6 +90,7 @@ __all__ = [
     "SafeModule",
     "SafeProbabilisticModule",
     "SquashDims",
+    "SymExpTwoHot",
     "TanhDelta",
     "TanhModule",
     "TanhNormal",
@@ -95,5 +98,7 @@ __all__ = [
     "VDNMixer",
     "recurrent_mode",
     "set_recurrent_mode",
+    "symexp",
+    "symlog",
     "ValueOperator",
 ]
