@@ -53,6 +53,8 @@ from .exploration import (
 from .models import MLP, ConvNet, SquashDims
 from .tanh import TanhModule
 from .two_hot import SymExpTwoHot
+from .dreamer_layers import DreamerV3MLP
+from .rssm_v3 import RSSMPosteriorV3, RSSMPriorV3, RSSMRolloutV3
 from ..functional.dreamer import symexp, symlog
 from .recurrent import GRUModule, LSTMModule, recurrent_mode, set_recurrent_mode
 from .multiagent import Mixer, MultiAgentConvNet, MultiAgentMLP, MultiAgentNetBase, QMixer, VDNMixer
@@ -68,6 +70,7 @@ __all__ = [
     "DTConfig",
     "DecisionTransformer",
     "DecisionTransformerInferenceWrapper",
+    "DreamerV3MLP",
     "Delta",
     "EGreedyModule",
     "GRUModule",
@@ -86,6 +89,9 @@ __all__ = [
     "QMixer",
     "QValueActor",
     "QValueModule",
+    "RSSMPosteriorV3",
+    "RSSMPriorV3",
+    "RSSMRolloutV3",
     "ReparamGradientStrategy",
     "SafeModule",
     "SafeProbabilisticModule",

@@ -1,0 +1,204 @@
+"""DreamerV3's layers: RMS-normalised MLPs and the block-diagonal GRU of its RSSM.
+
+- ``DreamerV3MLP``: ``depth`` x (linear, RMS norm with a learnt scale, SiLU), then a linear output
+  whose initial weights are scaled by ``outscale`` (0 for DreamerV3's reward and critic heads).
+- ``BlockLinear``: ``num_blocks`` independent linear maps over equal slices of the features (a
+  block-diagonal weight), one ``einsum``.
+- ``BlockGRU``: the recurrent core, ``h' = u * tanh(r * c) + (1 - u) * h`` with ``r = sigmoid(.)``
+  and ``u = sigmoid(. - 1)`` (the update gate leans towards keeping ``h``); every block sees its
+  slice of ``h`` and the projections of ``h``, the latent state and the action (the action
+  divided by ``max(1, |a|)``).
+
+Linear layers start from a normal truncated at two standard deviations, ``std = 1.1368 /
+sqrt(fan_in)``, zero biases (DreamerV3's initialisation).
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+__all__ = ["BlockGRU", "BlockLinear", "DreamerV3MLP", "RMSNorm", "dreamer_v3_init"]
+
+_INIT_GAIN = 1.1368  # makes the truncated normal's standard deviation 1 / sqrt(fan_in)
+
+
+def _truncated_normal_(weight: torch.Tensor, fan_in: int) -> None:
+    std = _INIT_GAIN / fan_in**0.5
+    nn.init.trunc_normal_(weight, std=std, a=-2 * std, b=2 * std)
+
+
+def dreamer_v3_init(module: nn.Module) -> None:
+    """DreamerV3's initialisation of an ``nn.Linear`` (use with ``module.apply``); other modules untouched."""
+    if isinstance(module, nn.Linear):
+        _truncated_normal_(module.weight, module.in_features)
+        if module.bias is not None:
+            nn.init.zeros_(module.bias)
+
+
+class RMSNorm(nn.Module):
+    """``x / sqrt(mean(x^2) + eps) * weight`` over the last dim (computed in float32), no shift.
+
+    Examples:
+        >>> norm = RMSNorm(4)
+        >>> norm(torch.full((2, 4), 3.0)).detach()
+        tensor([[1.0000, 1.0000, 1.0000, 1.0000],
+                [1.0000, 1.0000, 1.0000, 1.0000]])
+    """
+
+    def __init__(self, features: int, eps: float = 1e-4, device: torch.device | str | None = None) -> None:
+        super().__init__()
+        self.eps = eps
+        self.weight = nn.Parameter(torch.ones(features, device=device))
+
+    def forward(self, value: torch.Tensor) -> torch.Tensor:
+        out = F.rms_norm(value.float(), self.weight.shape, self.weight.float(), self.eps)
+        return out.to(value.dtype)
+
+
+def _normed_layer(in_features: int, out_features: int, eps: float, device: torch.device | str | None) -> list:
+    return [nn.Linear(in_features, out_features, device=device), RMSNorm(out_features, eps, device), nn.SiLU()]
+
+
+class BlockLinear(nn.Module):
+    """``num_blocks`` linear maps, block ``b`` from input slice ``b`` to output slice ``b`` (``weight[b]``).
+
+    Examples:
+        >>> layer = BlockLinear(6, 4, num_blocks=2)
+        >>> layer.weight.shape, layer(torch.randn(3, 6)).shape
+        (torch.Size([2, 3, 2]), torch.Size([3, 4]))
+    """
+
+    def __init__(
+        self, in_features: int, out_features: int, num_blocks: int, *, device: torch.device | str | None = None
+    ) -> None:
+        super().__init__()
+        if in_features % num_blocks or out_features % num_blocks:
+            raise ValueError(
+                f"BlockLinear: in_features ({in_features}) and out_features ({out_features}) must be divisible "
+                f"by num_blocks ({num_blocks})."
+            )
+        self.in_features, self.out_features, self.num_blocks = in_features, out_features, num_blocks
+        self.weight = nn.Parameter(
+            torch.empty(num_blocks, in_features // num_blocks, out_features // num_blocks, device=device)
+        )
+        self.bias = nn.Parameter(torch.zeros(out_features, device=device))
+        _truncated_normal_(self.weight, in_features)  # fan-in: the whole (block-diagonal) kernel's
+
+    def forward(self, value: torch.Tensor) -> torch.Tensor:
+        blocks = value.reshape(*value.shape[:-1], self.num_blocks, self.in_features // self.num_blocks)
+        return torch.einsum("...bi,bio->...bo", blocks, self.weight).flatten(-2) + self.bias
+
+    def extra_repr(self) -> str:
+        return f"in_features={self.in_features}, out_features={self.out_features}, num_blocks={self.num_blocks}"
+
+
+class BlockGRU(nn.Module):
+    """DreamerV3's recurrent core: ``belief' = BlockGRU(state, belief, action)``.
+
+    Args:
+        state_dim / action_dim / belief_dim: the latent state's, the action's and the belief's
+            (deterministic state's) sizes; ``belief_dim`` divisible by ``num_blocks``.
+        hidden_dim: the width of the three input projections (belief, state, action).
+        num_blocks: the number of blocks the belief is cut into.
+        num_layers: block-linear hidden layers before the gates.
+        norm_eps: the RMS norms' epsilon.
+
+    Examples:
+        >>> gru = BlockGRU(state_dim=16, action_dim=2, belief_dim=8, hidden_dim=4, num_blocks=2)
+        >>> gru(torch.zeros(3, 16), torch.zeros(3, 8), torch.zeros(3, 2)).shape
+        torch.Size([3, 8])
+    """
+
+    def __init__(
+        self,
+        *,
+        state_dim: int,
+        action_dim: int,
+        belief_dim: int,
+        hidden_dim: int,
+        num_blocks: int = 8,
+        num_layers: int = 1,
+        norm_eps: float = 1e-4,
+        device: torch.device | str | None = None,
+    ) -> None:
+        super().__init__()
+        if belief_dim % num_blocks:
+            raise ValueError(f"BlockGRU: belief_dim ({belief_dim}) must be divisible by num_blocks ({num_blocks}).")
+        self.belief_dim, self.num_blocks = belief_dim, num_blocks
+        self.belief_in = nn.Sequential(*_normed_layer(belief_dim, hidden_dim, norm_eps, device))
+        self.state_in = nn.Sequential(*_normed_layer(state_dim, hidden_dim, norm_eps, device))
+        self.action_in = nn.Sequential(*_normed_layer(action_dim, hidden_dim, norm_eps, device))
+        layers: list = []
+        width = belief_dim + 3 * hidden_dim * num_blocks  # each block: its belief slice + the 3 projections
+        for _ in range(num_layers):
+            layers += [BlockLinear(width, belief_dim, num_blocks, device=device), RMSNorm(belief_dim, norm_eps, device)]
+            layers.append(nn.SiLU())
+            width = belief_dim
+        self.hidden = nn.Sequential(*layers)
+        self.gates = BlockLinear(width, 3 * belief_dim, num_blocks, device=device)
+        self.apply(dreamer_v3_init)
+
+    def forward(self, state: torch.Tensor, belief: torch.Tensor, action: torch.Tensor) -> torch.Tensor:
+        action = action / action.detach().abs().clamp_min(1.0)
+        inputs = torch.cat([self.belief_in(belief), self.state_in(state), self.action_in(action)], -1)
+        blocks, size = self.num_blocks, self.belief_dim // self.num_blocks
+        per_block = torch.cat(
+            [
+                belief.reshape(*belief.shape[:-1], blocks, size),
+                inputs.unsqueeze(-2).expand(*inputs.shape[:-1], blocks, -1),
+            ],
+            -1,
+        )
+        gates = self.gates(self.hidden(per_block.flatten(-2)))
+        reset, candidate, update = gates.reshape(*gates.shape[:-1], blocks, 3, size).unbind(-2)
+        reset = torch.sigmoid(reset.flatten(-2))
+        candidate = torch.tanh(reset * candidate.flatten(-2))
+        update = torch.sigmoid(update.flatten(-2) - 1.0)
+        return update * candidate + (1.0 - update) * belief
+
+
+class DreamerV3MLP(nn.Module):
+    """``depth`` x (linear, RMS norm, SiLU) of ``num_cells`` units, then a linear output (TorchRL's ``DreamerV3MLP``).
+
+    Several inputs are concatenated along the last dim.
+
+    Args:
+        in_features / out_features: the input and output sizes.
+        depth: the number of hidden layers.
+        num_cells: their width.
+        outscale: scales the output layer's initial weights (0: the head starts at its bias).
+        norm_eps: the RMS norms' epsilon.
+        device: where the parameters are created.
+
+    Examples:
+        >>> mlp = DreamerV3MLP(6, 4, depth=2, num_cells=8)
+        >>> mlp(torch.randn(3, 2), torch.randn(3, 4)).shape
+        torch.Size([3, 4])
+    """
+
+    def __init__(
+        self,
+        in_features: int,
+        out_features: int,
+        depth: int = 3,
+        num_cells: int = 1024,
+        outscale: float = 1.0,
+        norm_eps: float = 1e-4,
+        device: torch.device | str | None = None,
+    ) -> None:
+        super().__init__()
+        layers: list = []
+        width = in_features
+        for _ in range(depth):
+            layers += _normed_layer(width, num_cells, norm_eps, device)
+            width = num_cells
+        output = nn.Linear(width, out_features, device=device)
+        self.model = nn.Sequential(*layers, output)
+        self.model.apply(dreamer_v3_init)
+        with torch.no_grad():
+            output.weight.mul_(outscale)
+
+    def forward(self, *inputs: torch.Tensor) -> torch.Tensor:
+        return self.model(inputs[0] if len(inputs) == 1 else torch.cat(inputs, -1))

@@ -1,0 +1,187 @@
+"""DreamerV3's layers and RSSM (modules/dreamer_layers.py, modules/rssm_v3.py) against computations
+written out here: RMS norm, block-diagonal linear maps and the block GRU by loops, and the rollout
+against the prior and posterior stepped by hand (resets included)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from rl_objectives.modules.dreamer_layers import BlockGRU, BlockLinear, DreamerV3MLP, RMSNorm
+from rl_objectives.modules.rssm_v3 import RSSMPosteriorV3, RSSMPriorV3, RSSMRolloutV3
+from tdict import TensorDict
+from tdict.nn import TensorDictModule
+from tdict.specs import Bounded
+
+
+def test_rms_norm_formula():
+    norm = RMSNorm(5, eps=1e-3)
+    with torch.no_grad():
+        norm.weight.copy_(torch.arange(1.0, 6.0))
+    x = torch.randn(3, 5, dtype=torch.float64)
+    expected = x / torch.sqrt((x**2).mean(-1, keepdim=True) + 1e-3) * torch.arange(1.0, 6.0, dtype=torch.float64)
+    out = norm(x)
+    assert out.dtype == torch.float64
+    torch.testing.assert_close(out, expected, rtol=1e-6, atol=1e-6)  # computed in float32
+
+
+def test_block_linear_is_block_diagonal():
+    layer = BlockLinear(6, 9, num_blocks=3)
+    x = torch.randn(4, 6)
+    expected = torch.cat([x[:, 2 * b : 2 * b + 2] @ layer.weight[b] for b in range(3)], -1) + layer.bias
+    torch.testing.assert_close(layer(x), expected)
+    dense = torch.block_diag(*layer.weight.detach())  # the same map as one dense block-diagonal matrix
+    torch.testing.assert_close(layer(x), x @ dense + layer.bias)
+    with pytest.raises(ValueError, match="divisible by num_blocks"):
+        BlockLinear(5, 9, num_blocks=3)
+
+
+def test_block_gru_against_its_formula():
+    torch.manual_seed(0)
+    gru = BlockGRU(state_dim=6, action_dim=2, belief_dim=8, hidden_dim=3, num_blocks=2, num_layers=1)
+    state, belief, action = torch.randn(5, 6), torch.randn(5, 8), torch.randn(5, 2) * 3
+    # the computation written out: inputs, per-block features, one hidden layer, the three gates
+    a = action / action.abs().clamp_min(1.0)
+    proj = torch.cat([gru.belief_in(belief), gru.state_in(state), gru.action_in(a)], -1)  # [5, 9]
+    per_block = torch.cat([torch.cat([belief[:, 4 * b : 4 * b + 4], proj], -1) for b in range(2)], -1)  # [5, 26]
+    hidden = gru.hidden(per_block)
+    gates = gru.gates(hidden)  # [5, 24]: block b holds (reset, candidate, update) of its 4 units
+    reset = torch.cat([gates[:, 12 * b : 12 * b + 4] for b in range(2)], -1)
+    cand = torch.cat([gates[:, 12 * b + 4 : 12 * b + 8] for b in range(2)], -1)
+    update = torch.cat([gates[:, 12 * b + 8 : 12 * b + 12] for b in range(2)], -1)
+    r, u = torch.sigmoid(reset), torch.sigmoid(update - 1)
+    expected = u * torch.tanh(r * cand) + (1 - u) * belief
+    torch.testing.assert_close(gru(state, belief, action), expected)
+    with pytest.raises(ValueError, match="divisible by num_blocks"):
+        BlockGRU(state_dim=6, action_dim=2, belief_dim=9, hidden_dim=3, num_blocks=2)
+
+
+def test_dreamer_mlp_depth_outscale_and_inputs():
+    mlp = DreamerV3MLP(5, 3, depth=2, num_cells=7, outscale=0.0)
+    assert sum(isinstance(m, torch.nn.Linear) for m in mlp.modules()) == 3
+    x = torch.randn(4, 5)
+    torch.testing.assert_close(mlp(x), torch.zeros(4, 3))  # outscale 0: the head starts at its (zero) bias
+    mlp = DreamerV3MLP(5, 3, depth=1, num_cells=7)
+    torch.testing.assert_close(mlp(x[:, :2], x[:, 2:]), mlp(x))
+
+
+@pytest.mark.parametrize("recurrent_model", ["gru", "block_gru"])
+def test_prior_and_posterior_draw_one_hot_states_with_gradients(recurrent_model):
+    torch.manual_seed(1)
+    prior = RSSMPriorV3(
+        action_spec=Bounded(-1.0, 1.0, shape=(2,)),
+        hidden_dim=8,
+        rnn_hidden_dim=8,
+        num_categoricals=3,
+        num_classes=4,
+        action_dim=2,
+        recurrent_model=recurrent_model,
+        num_blocks=2,
+        unimix=0.01,
+    )
+    assert prior.action_shape == (2,)
+    logits, state, belief = prior(torch.zeros(2, 5, 12), torch.zeros(2, 5, 8), torch.randn(2, 5, 2))
+    assert logits.shape == (2, 5, 3, 4) and state.shape == (2, 5, 12) and belief.shape == (2, 5, 8)
+    one_hot = state.detach().reshape(2, 5, 3, 4)
+    assert torch.equal(one_hot.sum(-1), torch.ones(2, 5, 3)) and set(one_hot.unique().tolist()) <= {0.0, 1.0}
+    posterior = RSSMPosteriorV3(hidden_dim=8, num_categoricals=3, num_classes=4, rnn_hidden_dim=8, obs_embed_dim=6)
+    post_logits, post_state = posterior(belief, torch.randn(2, 5, 6))
+    assert post_logits.shape == (2, 5, 3, 4) and post_state.shape == (2, 5, 12)
+    (post_state * torch.randn(12)).sum().backward()  # straight-through: gradients reach both networks
+    assert all(p.grad is not None for p in posterior.parameters())
+    assert any(p.grad is not None and p.grad.abs().sum() > 0 for p in prior.parameters())
+
+
+def test_constructor_errors():
+    with pytest.raises(ValueError, match="not both"):
+        RSSMPriorV3(action_spec=Bounded(-1.0, 1.0, shape=(2,)), action_shape=(2,))
+    with pytest.raises(ValueError, match="needs action_dim"):
+        RSSMPriorV3(recurrent_model="block_gru")
+    with pytest.raises(ValueError, match="'gru' or 'block_gru'"):
+        RSSMPriorV3(recurrent_model="lstm")
+    with pytest.raises(ValueError, match="unimix must be in"):
+        RSSMPosteriorV3(unimix=1.0)
+    with pytest.raises(ValueError, match="needs rnn_hidden_dim and obs_embed_dim"):
+        RSSMPosteriorV3(use_rms_norm=True)
+
+
+def _modules(recurrent_model: str = "block_gru"):
+    torch.manual_seed(2)
+    prior = RSSMPriorV3(
+        action_shape=(2,),
+        hidden_dim=8,
+        rnn_hidden_dim=8,
+        num_categoricals=3,
+        num_classes=4,
+        action_dim=2,
+        recurrent_model=recurrent_model,
+        num_blocks=2,
+        unimix=0.01,
+    )
+    posterior = RSSMPosteriorV3(
+        hidden_dim=8, num_categoricals=3, num_classes=4, rnn_hidden_dim=8, obs_embed_dim=6, use_rms_norm=True
+    )
+    prior_td = TensorDictModule(
+        prior,
+        in_keys=["state", "belief", "action"],
+        out_keys=[("next", "prior_logits"), ("next", "state"), ("next", "belief")],
+    )
+    posterior_td = TensorDictModule(
+        posterior,
+        in_keys=[("next", "belief"), ("next", "encoded_latents")],
+        out_keys=[("next", "posterior_logits"), ("next", "state")],
+    )
+    return prior, posterior, RSSMRolloutV3(prior_td, posterior_td)
+
+
+@pytest.mark.parametrize("recurrent_model", ["gru", "block_gru"])
+def test_rollout_equals_the_steps_unrolled_by_hand(recurrent_model):
+    prior, posterior, rollout = _modules(recurrent_model)
+    B, T = 2, 5
+    action, embed = torch.randn(B, T, 2), torch.randn(B, T, 6)
+    is_init = torch.zeros(B, T, 1, dtype=torch.bool)
+    is_init[:, 0] = True
+    is_init[1, 3] = True  # row 1 starts a new episode at step 3
+    td = TensorDict(
+        {
+            "state": torch.randn(B, T, 12),
+            "belief": torch.randn(B, T, 8),
+            "action": action,
+            "is_init": is_init,
+            "next": {"encoded_latents": embed},
+        },
+        [B, T],
+    )
+    torch.manual_seed(7)
+    out = rollout(td)
+    assert out.batch_size == (B, T)
+    torch.manual_seed(7)  # the same draws, in the same order
+    state, belief = td["state"][:, 0], td["belief"][:, 0]
+    for t in range(T):
+        keep = ~is_init[:, t]
+        state, belief, a = state * keep, belief * keep, action[:, t] * keep
+        prior_logits, _, belief = prior(state, belief, a)
+        post_logits, state = posterior(belief, embed[:, t])
+        torch.testing.assert_close(out["next", "prior_logits"][:, t], prior_logits)
+        torch.testing.assert_close(out["next", "posterior_logits"][:, t], post_logits)
+        torch.testing.assert_close(out["next", "belief"][:, t], belief)
+        torch.testing.assert_close(out["next", "state"][:, t], state)
+    assert torch.equal(out["action"][1, 3], torch.zeros(2)) and torch.equal(out["action"][1, 2], action[1, 2])
+    # gradients flow back through the recursion: the last posterior depends on the first prior step
+    out["next", "posterior_logits"][:, -1].sum().backward()
+    assert any(p.grad is not None and p.grad.abs().sum() > 0 for p in prior.parameters())
+
+
+def test_rollout_infers_or_needs_the_action_key():
+    _, _, rollout = _modules()
+    assert rollout.action_key == "action" and rollout.reset_key == "is_init"
+    prior = TensorDictModule(
+        RSSMPriorV3(action_shape=(2,), hidden_dim=8, rnn_hidden_dim=8, num_categoricals=3, num_classes=4, action_dim=2),
+        in_keys=["state", "belief", "a"],
+        out_keys=[("next", "prior_logits"), ("next", "state"), ("next", "belief")],
+    )
+    assert RSSMRolloutV3(prior, rollout.rssm_posterior).action_key == "a"
+    two = TensorDictModule(
+        lambda s, b, x, y: (s, s, b), in_keys=["state", "belief", "x", "y"], out_keys=["o", "p", "q"]
+    )
+    with pytest.raises(ValueError, match="pass action_key"):
+        RSSMRolloutV3(two, rollout.rssm_posterior)
