@@ -62,6 +62,8 @@ def test_dreamer_mlp_depth_outscale_and_inputs():
     torch.testing.assert_close(mlp(x), torch.zeros(4, 3))  # outscale 0: the head starts at its (zero) bias
     mlp = DreamerV3MLP(5, 3, depth=1, num_cells=7)
     torch.testing.assert_close(mlp(x[:, :2], x[:, 2:]), mlp(x))
+    trunk = DreamerV3MLP(5, None, depth=2, num_cells=7)  # no output layer: the features of the last hidden layer
+    assert isinstance(trunk.model[-1], torch.nn.SiLU) and trunk(x).shape == (4, 7)
 
 
 @pytest.mark.parametrize("recurrent_model", ["gru", "block_gru"])

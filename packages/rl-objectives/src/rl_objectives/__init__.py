@@ -36,6 +36,15 @@ from .losses import (
     distance_loss,
     total_loss,
 )
+from .functional.dreamer import (
+    categorical_kl_balanced,
+    categorical_kl_terms,
+    symexp,
+    symlog,
+    two_hot_cross_entropy,
+    two_hot_decode,
+    two_hot_encode,
+)
 from .value import ValueEstimators
 
 __version__ = "0.1.0"
@@ -68,4 +77,11 @@ __all__ = [
     "distance_loss",
     "total_loss",
     "__version__",
+    "categorical_kl_balanced",
+    "categorical_kl_terms",
+    "symexp",
+    "symlog",
+    "two_hot_cross_entropy",
+    "two_hot_decode",
+    "two_hot_encode",
 ]

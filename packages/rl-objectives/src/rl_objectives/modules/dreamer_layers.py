@@ -165,7 +165,8 @@ class DreamerV3MLP(nn.Module):
     Several inputs are concatenated along the last dim.
 
     Args:
-        in_features / out_features: the input and output sizes.
+        in_features / out_features: the input and output sizes (``out_features=None``: no output
+            layer, the last hidden layer's ``num_cells`` features come out).
         depth: the number of hidden layers.
         num_cells: their width.
         outscale: scales the output layer's initial weights (0: the head starts at its bias).
@@ -181,7 +182,7 @@ class DreamerV3MLP(nn.Module):
     def __init__(
         self,
         in_features: int,
-        out_features: int,
+        out_features: int | None,
         depth: int = 3,
         num_cells: int = 1024,
         outscale: float = 1.0,
@@ -194,11 +195,12 @@ class DreamerV3MLP(nn.Module):
         for _ in range(depth):
             layers += _normed_layer(width, num_cells, norm_eps, device)
             width = num_cells
-        output = nn.Linear(width, out_features, device=device)
-        self.model = nn.Sequential(*layers, output)
+        output = None if out_features is None else nn.Linear(width, out_features, device=device)
+        self.model = nn.Sequential(*layers, *([output] if output is not None else []))
         self.model.apply(dreamer_v3_init)
-        with torch.no_grad():
-            output.weight.mul_(outscale)
+        if output is not None:
+            with torch.no_grad():
+                output.weight.mul_(outscale)
 
     def forward(self, *inputs: torch.Tensor) -> torch.Tensor:
         return self.model(inputs[0] if len(inputs) == 1 else torch.cat(inputs, -1))
