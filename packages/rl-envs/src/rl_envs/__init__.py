@@ -60,6 +60,10 @@ _LAZY = {
     "VmasEnv": "libs.vmas",
     "VmasWrapper": "libs.vmas",
     "SerialEnv": "batched.serial",
+    "DreamerDecoder": "model_based",
+    "DreamerEnv": "model_based",
+    "ModelBasedEnvBase": "model_based",
+    "WorldModelEnv": "model_based",
     "ExplorationType": "utils",
     "exploration_type": "utils",
     "set_exploration_type": "utils",
@@ -109,6 +113,12 @@ if TYPE_CHECKING:  # type checkers and IDEs see these (`X as X`: re-exported); a
     from .libs.vmas import (
         VmasEnv as VmasEnv,
         VmasWrapper as VmasWrapper,
+    )
+    from .model_based import (
+        DreamerDecoder as DreamerDecoder,
+        DreamerEnv as DreamerEnv,
+        ModelBasedEnvBase as ModelBasedEnvBase,
+        WorldModelEnv as WorldModelEnv,
     )
     from .native.cartpole import (
         CartPoleEnv as CartPoleEnv,
@@ -226,6 +236,8 @@ __all__ = [
     "DeviceCastTransform",
     "DiscreteActionProjection",
     "DoubleToFloat",
+    "DreamerDecoder",
+    "DreamerEnv",
     "EndOfLifeTransform",
     "EnvBase",
     "EnvCreator",
@@ -240,6 +252,7 @@ __all__ = [
     "InitTracker",
     "gym_backend",
     "MarlGroupMapType",
+    "ModelBasedEnvBase",
     "MultiAction",
     "NextObservationDelta",
     "NoopResetEnv",
@@ -287,6 +300,7 @@ __all__ = [
     "rollout",
     "set_exploration_type",
     "step_mdp",
+    "WorldModelEnv",
 ]
 
 

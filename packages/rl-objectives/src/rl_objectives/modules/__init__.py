@@ -55,6 +55,7 @@ from .tanh import TanhModule
 from .two_hot import SymExpTwoHot
 from .dreamer_layers import DreamerV3MLP
 from .rssm_v3 import RSSMPosteriorV3, RSSMPriorV3, RSSMRolloutV3
+from .world_models import WorldModel, WorldModelWrapper
 from ..functional.dreamer import symexp, symlog
 from .recurrent import GRUModule, LSTMModule, recurrent_mode, set_recurrent_mode
 from .multiagent import Mixer, MultiAgentConvNet, MultiAgentMLP, MultiAgentNetBase, QMixer, VDNMixer
@@ -102,6 +103,8 @@ __all__ = [
     "TanhNormal",
     "TruncatedNormal",
     "VDNMixer",
+    "WorldModel",
+    "WorldModelWrapper",
     "recurrent_mode",
     "set_recurrent_mode",
     "symexp",
