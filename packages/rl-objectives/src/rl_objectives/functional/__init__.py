@@ -27,6 +27,7 @@ from .dreamer import (
     two_hot_encode,
     unimix_probs,
 )
+from .distributional import categorical_projection, distributional_cross_entropy
 from .value import (
     generalized_advantage_estimate,
     reward2go,
@@ -47,6 +48,8 @@ from .vtrace import vtrace_advantage_estimate
 __all__ = [
     "categorical_kl_balanced",
     "categorical_kl_terms",
+    "categorical_projection",
+    "distributional_cross_entropy",
     "generalized_advantage_estimate",
     "reward2go",
     "straight_through_categorical",

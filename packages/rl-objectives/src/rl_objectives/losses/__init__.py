@@ -7,6 +7,7 @@ from .cql import CQLLoss, DiscreteCQLLoss
 from .ddpg import DDPGLoss
 from .decision_transformer import DTLoss, OnlineDTLoss
 from .discrete_sac import DiscreteSACLoss
+from .distributional_dqn import DistributionalDQNLoss
 from .dqn import DQNLoss
 from .iql import DiscreteIQLLoss, IQLLoss
 from .ppo import ClipPPOLoss, KLPENPPOLoss, PPOLoss
@@ -29,6 +30,7 @@ __all__ = [
     "DiscreteCQLLoss",
     "DiscreteIQLLoss",
     "DiscreteSACLoss",
+    "DistributionalDQNLoss",
     "HardUpdate",
     "IQLLoss",
     "KLPENPPOLoss",

@@ -51,6 +51,9 @@ from .exploration import (
     OrnsteinUhlenbeckProcessModule,
 )
 from .models import MLP, ConvNet, SquashDims
+from .dueling import DuelingCnnDQNet, DuelingMlpDQNet
+from .noisy import NoisyLazyLinear, NoisyLinear, reset_noise
+from .distributional import DistributionalDQNnet, DistributionalQValueActor, DistributionalQValueModule
 from .tanh import TanhModule
 from .two_hot import SymExpTwoHot
 from .dreamer_layers import DreamerV3MLP
@@ -73,6 +76,11 @@ __all__ = [
     "DecisionTransformerInferenceWrapper",
     "DreamerV3MLP",
     "Delta",
+    "DistributionalDQNnet",
+    "DistributionalQValueActor",
+    "DistributionalQValueModule",
+    "DuelingCnnDQNet",
+    "DuelingMlpDQNet",
     "EGreedyModule",
     "GRUModule",
     "IndependentNormal",
@@ -82,6 +90,8 @@ __all__ = [
     "MultiAgentConvNet",
     "MultiAgentMLP",
     "MultiAgentNetBase",
+    "NoisyLazyLinear",
+    "NoisyLinear",
     "NormalParamExtractor",
     "OneHotCategorical",
     "OnlineDTActor",
@@ -106,6 +116,7 @@ __all__ = [
     "WorldModel",
     "WorldModelWrapper",
     "recurrent_mode",
+    "reset_noise",
     "set_recurrent_mode",
     "symexp",
     "symlog",
