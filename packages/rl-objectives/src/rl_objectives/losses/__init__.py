@@ -8,6 +8,7 @@ from .ddpg import DDPGLoss
 from .decision_transformer import DTLoss, OnlineDTLoss
 from .discrete_sac import DiscreteSACLoss
 from .distributional_dqn import DistributionalDQNLoss
+from .dreamer_v3 import DreamerV3ModelLoss
 from .dqn import DQNLoss
 from .iql import DiscreteIQLLoss, IQLLoss
 from .ppo import ClipPPOLoss, KLPENPPOLoss, PPOLoss
@@ -31,6 +32,7 @@ __all__ = [
     "DiscreteIQLLoss",
     "DiscreteSACLoss",
     "DistributionalDQNLoss",
+    "DreamerV3ModelLoss",
     "HardUpdate",
     "IQLLoss",
     "KLPENPPOLoss",
