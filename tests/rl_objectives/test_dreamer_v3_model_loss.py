@@ -7,7 +7,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 from rl_objectives.functional.dreamer import symexp_bins, two_hot_encode
-from rl_objectives.losses.dreamer_v3 import DreamerV3ModelLoss
+from rl_objectives.losses.dreamer_v3_model import DreamerV3ModelLoss
 from rl_objectives.modules import MLP, RSSMPosteriorV3, RSSMPriorV3, RSSMRolloutV3
 from tdict import TensorDict
 from tdict.nn import TensorDictModule, TensorDictSequential

@@ -8,7 +8,8 @@ from .ddpg import DDPGLoss
 from .decision_transformer import DTLoss, OnlineDTLoss
 from .discrete_sac import DiscreteSACLoss
 from .distributional_dqn import DistributionalDQNLoss
-from .dreamer_v3 import DreamerV3ModelLoss
+from .dreamer_v3_model import DreamerV3ModelLoss
+from .dreamer_v3_value import DreamerV3ValueLoss
 from .dqn import DQNLoss
 from .iql import DiscreteIQLLoss, IQLLoss
 from .ppo import ClipPPOLoss, KLPENPPOLoss, PPOLoss
@@ -33,6 +34,7 @@ __all__ = [
     "DiscreteSACLoss",
     "DistributionalDQNLoss",
     "DreamerV3ModelLoss",
+    "DreamerV3ValueLoss",
     "HardUpdate",
     "IQLLoss",
     "KLPENPPOLoss",
