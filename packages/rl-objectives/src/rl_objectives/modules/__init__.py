@@ -56,6 +56,7 @@ from .noisy import NoisyLazyLinear, NoisyLinear, reset_noise
 from .distributional import DistributionalDQNnet, DistributionalQValueActor, DistributionalQValueModule
 from .tanh import TanhModule
 from .two_hot import SymExpTwoHot
+from .dreamer_images import DreamerV3ImageDecoder, DreamerV3ImageEncoder
 from .dreamer_layers import DreamerV3MLP
 from .rssm_v3 import RSSMPosteriorV3, RSSMPriorV3, RSSMRolloutV3
 from .world_models import WorldModel, WorldModelWrapper
@@ -74,6 +75,8 @@ __all__ = [
     "DTConfig",
     "DecisionTransformer",
     "DecisionTransformerInferenceWrapper",
+    "DreamerV3ImageDecoder",
+    "DreamerV3ImageEncoder",
     "DreamerV3MLP",
     "Delta",
     "DistributionalDQNnet",
