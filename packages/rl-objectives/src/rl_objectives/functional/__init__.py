@@ -28,6 +28,7 @@ from .dreamer import (
     unimix_probs,
 )
 from .distributional import categorical_projection, distributional_cross_entropy
+from .signed_hyperbolic import signed_hyperbolic, signed_parabolic
 from .value import (
     generalized_advantage_estimate,
     reward2go,
@@ -52,6 +53,8 @@ __all__ = [
     "distributional_cross_entropy",
     "generalized_advantage_estimate",
     "reward2go",
+    "signed_hyperbolic",
+    "signed_parabolic",
     "straight_through_categorical",
     "symexp",
     "symexp_bins",

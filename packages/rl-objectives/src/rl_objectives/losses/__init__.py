@@ -12,6 +12,7 @@ from .dreamer_v3_model import DreamerV3ModelLoss
 from .dreamer_v3_value import DreamerV3ValueLoss
 from .dqn import DQNLoss
 from .iql import DiscreteIQLLoss, IQLLoss
+from .mappo import IPPOLoss, MAPPOLoss
 from .ppo import ClipPPOLoss, KLPENPPOLoss, PPOLoss
 from .qmixer import QMixerLoss
 from .redq import REDQLoss
@@ -36,9 +37,11 @@ __all__ = [
     "DreamerV3ModelLoss",
     "DreamerV3ValueLoss",
     "HardUpdate",
+    "IPPOLoss",
     "IQLLoss",
     "KLPENPPOLoss",
     "LossModule",
+    "MAPPOLoss",
     "OnlineDTLoss",
     "PPOLoss",
     "QMixerLoss",

@@ -430,6 +430,15 @@ class _ActorCriticLoss(LossModule):
         assert self.critic_coeff is not None  # _has_critic: a critic and a coefficient
         out[self._critic_loss_key] = self._critic_loss(tensordict, out) * self.critic_coeff
 
+    def _critic_loss_inputs(
+        self, target_return: _Tensor, state_value: _Tensor, old_state_value: _Tensor | None
+    ) -> tuple[_Tensor, _Tensor, _Tensor | None]:
+        """TorchRL's hook on the critic loss's inputs ``(target, prediction, stored value)``, called
+        after the shape check and before the distance, the value clip and the explained variance
+        (which all see what it returns); the identity here. :class:`~rl_objectives.MAPPOLoss`
+        normalises the three with its ``value_norm``."""
+        return target_return, state_value, old_state_value
+
     def _critic_loss(self, tensordict: Any, out: dict) -> _Tensor:
         keys = self.tensor_keys
         name = type(self).__name__
@@ -462,6 +471,7 @@ class _ActorCriticLoss(LossModule):
         if old_value is not None:
             named.append((f"{keys.value!r} (stored)", old_value))
         _check_same_shape(name, named)
+        target, value, old_value = self._critic_loss_inputs(target, value, old_value)
         loss = distance_loss(value, target, self.loss_critic_type)
         if old_value is not None and self.clip_value is not None:  # (read above only with clip_value)
             # PPO-style value clipping: the prediction moves at most clip_value from the stored value,

@@ -61,6 +61,15 @@ from .dreamer_layers import DreamerV3MLP
 from .rssm_v3 import RSSMPosteriorV3, RSSMPriorV3, RSSMRolloutV3
 from .world_models import WorldModel, WorldModelWrapper
 from ..functional.dreamer import symexp, symlog
+from ..functional.signed_hyperbolic import signed_hyperbolic, signed_parabolic
+from .value_norm import PercentileValueNorm, PopArtValueNorm, RunningValueNorm, ValueNorm
+from .value_transforms import (
+    ComposeValueTransform,
+    IdentityValueTransform,
+    SignedHyperbolicValueTransform,
+    SymLogValueTransform,
+    ValueTransform,
+)
 from .recurrent import GRUModule, LSTMModule, recurrent_mode, set_recurrent_mode
 from .multiagent import Mixer, MultiAgentConvNet, MultiAgentMLP, MultiAgentNetBase, QMixer, VDNMixer
 
@@ -70,6 +79,7 @@ __all__ = [
     "ActorCriticWrapper",
     "ActorValueOperator",
     "AdditiveGaussianModule",
+    "ComposeValueTransform",
     "ConvNet",
     "DTActor",
     "DTConfig",
@@ -86,6 +96,7 @@ __all__ = [
     "DuelingMlpDQNet",
     "EGreedyModule",
     "GRUModule",
+    "IdentityValueTransform",
     "IndependentNormal",
     "LSTMModule",
     "MaskedCategorical",
@@ -99,6 +110,8 @@ __all__ = [
     "OneHotCategorical",
     "OnlineDTActor",
     "OrnsteinUhlenbeckProcessModule",
+    "PercentileValueNorm",
+    "PopArtValueNorm",
     "ProbabilisticActor",
     "QMixer",
     "QValueActor",
@@ -107,20 +120,27 @@ __all__ = [
     "RSSMPriorV3",
     "RSSMRolloutV3",
     "ReparamGradientStrategy",
+    "RunningValueNorm",
     "SafeModule",
     "SafeProbabilisticModule",
+    "SignedHyperbolicValueTransform",
     "SquashDims",
     "SymExpTwoHot",
+    "SymLogValueTransform",
     "TanhDelta",
     "TanhModule",
     "TanhNormal",
     "TruncatedNormal",
     "VDNMixer",
+    "ValueNorm",
+    "ValueTransform",
     "WorldModel",
     "WorldModelWrapper",
     "recurrent_mode",
     "reset_noise",
     "set_recurrent_mode",
+    "signed_hyperbolic",
+    "signed_parabolic",
     "symexp",
     "symlog",
     "ValueOperator",
