@@ -320,6 +320,7 @@ class TensorClass:
     _autocast: bool = False
     _nocast: bool = False
     _frozen: bool = False
+    _tc_post_init: Callable | None = None  # the class's __post_init__, run by _from_tensordict too
     _shadow: bool = False
     _tensor_only: bool = False
 
@@ -369,9 +370,10 @@ class TensorClass:
     ) -> None:
         cls = type(self)
         fields = cls._tc_fields
-        if len(args) > len(fields):
+        if len(args) > len(fields):  # counted as Python counts them, ``self`` included
             raise TypeError(
-                f"{cls.__name__}.__init__() takes {len(fields)} positional field values but {len(args)} were given."
+                f"{cls.__name__}.__init__() takes {len(fields) + 1} positional arguments but {len(args) + 1} were given "
+                f"(the fields are {list(fields)})."
             )
         values = dict(zip(fields, args))
         for key, value in kwargs.items():
@@ -396,8 +398,10 @@ class TensorClass:
         defaults = cls._tc_defaults
         missing = [f for f in fields if f not in values and f not in defaults]
         if missing:
+            plural = "argument" if len(missing) == 1 else "arguments"
             raise TypeError(
-                f"{cls.__name__}.__init__() missing {len(missing)} required field value(s): {', '.join(map(repr, missing))}."
+                f"{cls.__name__}.__init__() missing {len(missing)} required positional {plural}: "
+                f"{', '.join(map(repr, missing))}."
             )
         object.__setattr__(self, "_tensordict", TensorDict(batch_size=batch_size, device=device))
         # A class's own __setattr__ sees the constructor's values too (as in tensordict).
@@ -424,6 +428,9 @@ class TensorClass:
     def _from_tensordict(cls, tensordict: Any) -> Any:
         self = object.__new__(cls)
         object.__setattr__(self, "_tensordict", tensordict)
+        post_init = cls._tc_post_init  # found once per class (a missing-attribute lookup is slow)
+        if post_init is not None:  # as in tensordict: wrapping data runs the class's checks too
+            post_init(self)
         return self
 
     @classmethod
@@ -1300,6 +1307,7 @@ def _process_class(cls: type, options: dict) -> type:
     # tensordict's name for the field names (ClassVars are not fields)
     cls.__expected_keys__ = frozenset(names)
     cls._tc_defaults = defaults
+    cls._tc_post_init = getattr(cls, "__post_init__", None)
     for opt, value in options.items():
         setattr(cls, "_" + opt, value)
     cls._type_hints = (
@@ -1310,10 +1318,34 @@ def _process_class(cls: type, options: dict) -> type:
     )
     if user_init is not None:
         cls.__init__ = _wrap_user_init(user_init)
+    else:
+        cls.__signature__ = _init_signature(names, defaults)
     from ._core.pytree import register_tensorclass_type  # torch.utils._pytree / vmap see the inner TensorDict
 
     register_tensorclass_type(cls)
     return cls
+
+
+def _init_signature(names: list, defaults: dict) -> inspect.Signature:
+    """What ``inspect.signature`` reports for a tensor class built by the generated ``__init__``: the
+    fields (positional or keyword, in order), then ``batch_size``, ``device`` and ``names`` (keyword
+    only, unless a shadowing field takes the name). ``non_blocking`` and ``lock`` are accepted too."""
+    params, fields_done = [], False
+    kind = inspect.Parameter.POSITIONAL_OR_KEYWORD
+    for name in names:
+        if name in defaults:
+            default, factory = defaults[name]
+            value = None if factory is not dataclasses.MISSING else default
+            fields_done = True
+        elif fields_done:  # a required field after a defaulted one: keyword only
+            kind, value = inspect.Parameter.KEYWORD_ONLY, inspect.Parameter.empty
+        else:
+            value = inspect.Parameter.empty
+        params.append(inspect.Parameter(name, kind, default=value))
+    for name in ("batch_size", "device", "names"):
+        if name not in names:
+            params.append(inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=None))
+    return inspect.Signature(params)
 
 
 def _resolve_hints(cls: type) -> dict | None:
@@ -1356,7 +1388,12 @@ def _tensor_only_type(hint: Any) -> bool:
         return all(_tensor_only_type(arg) for arg in typing.get_args(hint))
     if origin is not None:
         hint = origin  # TensorDict[str, Tensor]
+    if isinstance(hint, _LEGACY_TENSOR_TYPE):  # torch.IntTensor, torch.LongTensor...: not Tensor subclasses
+        return True
     return isinstance(hint, type) and (issubclass(hint, torch.Tensor) or getattr(hint, "_is_tensor_collection", False))
+
+
+_LEGACY_TENSOR_TYPE = type(torch.FloatTensor)  # the metaclass of torch's typed tensor classes
 
 
 def _wrap_user_init(user_init: Callable) -> Callable:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import operator
+from types import GenericAlias
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Sequence, cast
 
 import torch
@@ -70,6 +71,11 @@ class TensorDict(TensorDictBase):
     if TYPE_CHECKING:  # static methods attached at the end of this module (tdict._core.functional)
         from_module: Callable[..., Any]
         from_modules: Callable[..., Any]
+
+    def __class_getitem__(cls, params: Any) -> Any:
+        """``TensorDict[str, torch.Tensor]``: a generic alias for annotations (as ``dict[str, Tensor]``);
+        tensor classes read its origin, ``TensorDict``."""
+        return GenericAlias(cls, params)
 
     def __init__(
         self,

@@ -1,7 +1,8 @@
 """Autograd over a whole collection: ``data``, ``grad`` and ``backward``, as tensordict 0.14 has them.
 
 ``td.data`` and ``td.grad`` are collections of the leaves' ``.data`` and ``.grad`` (leaves without
-a gradient are left out, ``None`` when none has one); both can be assigned, leaf by matching key. ``td.backward()`` runs one
+a gradient are left out, ``None`` when none has one), locked when ``td`` is; both can be assigned,
+leaf by matching key. ``td.backward()`` runs one
 ``torch.autograd.backward`` over every differentiable leaf: a collection of loss terms is
 back-propagated as their sum, or with ``gradient=`` weights matched by key.
 """
@@ -15,6 +16,7 @@ from typing import Any, Sequence
 
 import torch
 
+from .locking import keep_lock
 from .utils import is_tensor_collection
 
 
@@ -42,7 +44,7 @@ class AutogradMixin:
             >>> td.data["w"].requires_grad, td.data["w"].data_ptr() == w.data_ptr()
             (False, True)
         """
-        return self.apply(lambda leaf: leaf.data)
+        return keep_lock(self, self.apply(lambda leaf: leaf.data))
 
     @data.setter
     def data(self, value: Any) -> None:
@@ -64,7 +66,8 @@ class AutogradMixin:
             >>> list(td.grad.keys()), td.grad["w"].tolist()
             (['w'], [3.0, 3.0])
         """
-        return self.apply(lambda leaf: leaf.grad, filter_empty=True)
+        grads = self.apply(lambda leaf: leaf.grad, filter_empty=True)
+        return None if grads is None else keep_lock(self, grads)
 
     @grad.setter
     def grad(self, value: Any) -> None:

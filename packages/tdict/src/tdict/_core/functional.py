@@ -113,9 +113,9 @@ def from_module(
 def _stack_leaves(values: list, expand_identical: bool) -> torch.Tensor:
     first = values[0]
     if expand_identical and all(v is first for v in values[1:]):
-        stacked = first.data.expand((len(values),) + first.shape)
-    else:
-        stacked = torch.stack([v.data for v in values])
+        # the shared tensor itself, expanded: not a new Parameter, its gradient reaches the original
+        return first.expand((len(values),) + first.shape)
+    stacked = torch.stack([v.data for v in values])
     if isinstance(first, nn.Parameter):
         return nn.Parameter(stacked, requires_grad=first.requires_grad)
     return stacked
@@ -161,7 +161,9 @@ def from_modules(
         use_state_dict: read each module through its ``state_dict``.
         lazy_stack: return a lazy stack of the per-module TensorDicts (the leaves stay the
             modules' own tensors) instead of a dense stack.
-        expand_identical: a tensor shared by every module is expanded instead of copied.
+        expand_identical: a tensor shared by every module (the same object) is expanded instead
+            of copied: the entry is a view of the shared tensor (a plain tensor, not a new
+            ``nn.Parameter``) through which gradients reach it.
 
     Examples:
         >>> from torch import nn

@@ -205,7 +205,11 @@ class KeyOpsMixin:
         strict: bool = True,
         reproduce_struct: bool = False,
     ):
-        """Split into one collection per key set, plus one with the remaining keys."""
+        """Split into one collection per key set, plus one with the remaining keys.
+
+        ``inplace=True`` takes the keys out of ``self``, which is returned last. Unless
+        ``reproduce_struct``, the sub-collections left empty in that last collection are removed.
+        """
         outs = [self.select(*ks, strict=strict and default is NO_DEFAULT) for ks in key_sets]
         if default is not NO_DEFAULT:
             for ks, out in zip(key_sets, outs):
@@ -214,6 +218,8 @@ class KeyOpsMixin:
                         out.set(k, default)
         used = [unravel_key(k) for ks in key_sets for k in ks]
         rest = self.exclude(*used, inplace=inplace)
+        if not reproduce_struct:
+            rest.filter_empty_()
         return (*outs, rest)
 
     def rename_key_(self, old_key: NestedKey, new_key: NestedKey, safe: bool = False) -> Self:

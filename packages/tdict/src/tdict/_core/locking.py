@@ -2,7 +2,7 @@
 
 Shape ops (reshape, view, permute, unsqueeze, expand, split...), moves and casts (``to``,
 ``float``, ``detach``...), ``*_like``, element-wise arithmetic (``+``, ``exp``, ``maximum``,
-``lerp``...) and ``norm`` give a locked result when their input is locked. Copies (``clone``,
+``lerp``...), ``norm`` and the ``data``/``grad`` collections give a locked result when their input is locked. Copies (``clone``,
 ``copy``), indexing, ``unbind``, structure ops (``select``, ``exclude``, ``apply``), comparisons,
 ``clamp`` and the other reductions do not.
 

@@ -39,8 +39,13 @@ def _check_list(tds: Sequence, what: str) -> None:
 
 
 @implements(torch.stack)
-def stack(tds: Sequence[TensorDictBase], dim: int = 0, *, out: TensorDictBase | None = None) -> TensorDictBase:
+def stack(
+    tds: Sequence[TensorDictBase], dim: int = 0, *, out: TensorDictBase | None = None, contiguous: bool | None = None
+) -> TensorDictBase:
     """Dense stack of collections with identical keys and batch sizes (``lazy_stack`` for ragged ones).
+
+    ``contiguous`` is accepted for compatibility with tensordict's stack and changes nothing: the
+    result is always dense (build a lazy stack explicitly with ``lazy_stack``).
 
     Examples:
         >>> import torch
