@@ -544,21 +544,25 @@ class QValueModule(TensorDictModuleBase):
             chosen = chosen + v.gather(-1, idx.unsqueeze(-1)).squeeze(-1)
         return torch.cat(actions, -1).to(self._dtype), cast(torch.Tensor, chosen)  # (var_nums is not empty)
 
-    @dispatch(auto_batch_size=False)
-    def forward(self, tensordict: Any) -> Any:
+    def _inputs(self, tensordict: Any) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """The action values and the (bool) action mask, if the module reads one."""
+        owner = type(self).__name__
         try:
             values = tensordict.get(self.action_value_key)
         except KeyError:
             raise KeyError(
-                f"QValueModule: the input misses the action values {self.action_value_key!r}; it holds {sorted(map(str, tensordict.keys(True)))}."
+                f"{owner}: the input misses the action values {self.action_value_key!r}; it holds {sorted(map(str, tensordict.keys(True)))}."
             ) from None
         mask = None
         if self.action_mask_key is not None:
             mask = tensordict.get(self.action_mask_key)
             if mask.dtype is not torch.bool:
-                raise ValueError(
-                    f"QValueModule: the action mask {self.action_mask_key!r} must be bool, got {mask.dtype}."
-                )
+                raise ValueError(f"{owner}: the action mask {self.action_mask_key!r} must be bool, got {mask.dtype}.")
+        return values, mask
+
+    @dispatch(auto_batch_size=False)
+    def forward(self, tensordict: Any) -> Any:
+        values, mask = self._inputs(tensordict)
         action, chosen = self._greedy(values, mask)
         if self._per_sample_shape is not None:
             action = self._check_shape(action, values)

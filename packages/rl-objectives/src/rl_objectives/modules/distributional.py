@@ -150,20 +150,7 @@ class DistributionalQValueModule(QValueModule):
 
     @dispatch(auto_batch_size=False)
     def forward(self, tensordict: Any) -> Any:
-        try:
-            values = tensordict.get(self.action_value_key)
-        except KeyError:
-            raise KeyError(
-                f"DistributionalQValueModule: the input misses the action values {self.action_value_key!r}; it holds "
-                f"{sorted(map(str, tensordict.keys(True)))}."
-            ) from None
-        mask = None
-        if self.action_mask_key is not None:
-            mask = tensordict.get(self.action_mask_key)
-            if mask.dtype is not torch.bool:
-                raise ValueError(
-                    f"DistributionalQValueModule: the action mask {self.action_mask_key!r} must be bool, got {mask.dtype}."
-                )
+        values, mask = self._inputs(tensordict)
         action, _ = self._greedy(self._support_expected(values), mask)
         if self.safe:
             assert self._project is not None  # QValueModule.__init__: safe needs a spec
