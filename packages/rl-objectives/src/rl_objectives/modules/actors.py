@@ -576,6 +576,20 @@ class QValueModule(TensorDictModuleBase):
         return tensordict
 
 
+def _action_value_network(module: Any, action_value_key: Any, in_keys: Any, owner: str) -> Any:
+    """``module`` as the TensorDict module writing the action values: a TensorDict module must
+    already write them; a plain module is wrapped (reading ``in_keys``, default ``"observation"``)."""
+    if TensorDictModuleBase.is_tdmodule_compatible(module):
+        if action_value_key not in module.out_keys:
+            raise ValueError(
+                f"{owner}: the TensorDict module writes {module.out_keys}, not the action values {action_value_key!r}."
+            )
+        return module
+    return TensorDictModule(
+        module, in_keys=_as_key_list(in_keys, ["observation"], f"{owner}: in_keys"), out_keys=[action_value_key]
+    )
+
+
 class QValueActor(TensorDictSequential):
     """A Q-value policy: a network writes action values, a :class:`QValueModule` picks the greedy action.
 
@@ -637,18 +651,7 @@ class QValueActor(TensorDictSequential):
             safe=safe,
             strict_shape=strict_shape,
         )
-        if TensorDictModuleBase.is_tdmodule_compatible(module):
-            if action_value_key not in module.out_keys:
-                raise ValueError(
-                    f"QValueActor: the TensorDict module writes {module.out_keys}, not the action values {action_value_key!r}."
-                )
-        else:
-            module = TensorDictModule(
-                module,
-                in_keys=_as_key_list(in_keys, ["observation"], "QValueActor: in_keys"),
-                out_keys=[action_value_key],
-            )
-        super().__init__(module, qvalue)
+        super().__init__(_action_value_network(module, action_value_key, in_keys, "QValueActor"), qvalue)
 
     @property
     def spec(self) -> Composite | None:

@@ -16,9 +16,9 @@ from typing import Any
 
 import torch
 from tdict import NestedKey
-from tdict.nn import TensorDictModule, TensorDictModuleBase, TensorDictSequential, dispatch
+from tdict.nn import TensorDictModuleBase, TensorDictSequential, dispatch
 
-from .actors import QValueActor, QValueModule, _as_key_list
+from .actors import QValueActor, QValueModule, _action_value_network, _as_key_list
 
 __all__ = ["DistributionalDQNnet", "DistributionalQValueActor", "DistributionalQValueModule"]
 
@@ -213,18 +213,7 @@ class DistributionalQValueActor(QValueActor):
             spec=spec,
             safe=safe,
         )
-        if TensorDictModuleBase.is_tdmodule_compatible(module):
-            if action_value_key not in module.out_keys:
-                raise ValueError(
-                    f"DistributionalQValueActor: the TensorDict module writes {module.out_keys}, not the action values "
-                    f"{action_value_key!r}."
-                )
-        else:
-            module = TensorDictModule(
-                module,
-                in_keys=_as_key_list(in_keys, ["observation"], "DistributionalQValueActor: in_keys"),
-                out_keys=[action_value_key],
-            )
+        module = _action_value_network(module, action_value_key, in_keys, "DistributionalQValueActor")
         steps = [module]
         if make_log_softmax and not isinstance(module, DistributionalDQNnet):
             steps.append(DistributionalDQNnet(in_keys=[action_value_key], out_keys=[action_value_key]))

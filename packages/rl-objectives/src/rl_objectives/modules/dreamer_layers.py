@@ -19,7 +19,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-__all__ = ["BlockGRU", "BlockLinear", "DreamerV3MLP", "RMSNorm", "dreamer_v3_init"]
+__all__ = ["BlockGRU", "BlockLinear", "DreamerV3MLP", "RMSNorm", "dreamer_v3_init", "normed_mlp"]
 
 _INIT_GAIN = 1.1368  # makes the truncated normal's standard deviation 1 / sqrt(fan_in)
 
@@ -59,6 +59,28 @@ class RMSNorm(nn.Module):
 
 def _normed_layer(in_features: int, out_features: int, eps: float, device: torch.device | str | None) -> list:
     return [nn.Linear(in_features, out_features, device=device), RMSNorm(out_features, eps, device), nn.SiLU()]
+
+
+def normed_mlp(
+    in_features: int,
+    out_features: int | None,
+    depth: int,
+    num_cells: int,
+    norm_eps: float,
+    device: torch.device | str | None,
+) -> nn.Sequential:
+    """``depth`` x (linear, RMS norm, SiLU) of ``num_cells`` units, then a linear output (none for
+    ``out_features=None``), with DreamerV3's initialisation."""
+    layers: list = []
+    width = in_features
+    for _ in range(depth):
+        layers += _normed_layer(width, num_cells, norm_eps, device)
+        width = num_cells
+    if out_features is not None:
+        layers.append(nn.Linear(width, out_features, device=device))
+    model = nn.Sequential(*layers)
+    model.apply(dreamer_v3_init)
+    return model
 
 
 class BlockLinear(nn.Module):
@@ -190,15 +212,9 @@ class DreamerV3MLP(nn.Module):
         device: torch.device | str | None = None,
     ) -> None:
         super().__init__()
-        layers: list = []
-        width = in_features
-        for _ in range(depth):
-            layers += _normed_layer(width, num_cells, norm_eps, device)
-            width = num_cells
-        output = None if out_features is None else nn.Linear(width, out_features, device=device)
-        self.model = nn.Sequential(*layers, *([output] if output is not None else []))
-        self.model.apply(dreamer_v3_init)
-        if output is not None:
+        self.model = normed_mlp(in_features, out_features, depth, num_cells, norm_eps, device)
+        output = self.model[-1]
+        if out_features is not None and isinstance(output, nn.Linear):
             with torch.no_grad():
                 output.weight.mul_(outscale)
 

@@ -24,7 +24,7 @@ from tdict.nn import TensorDictModuleBase, TensorDictSequential
 from torch import nn
 
 from ..functional.dreamer import straight_through_categorical, unimix_probs
-from .dreamer_layers import BlockGRU, _normed_layer, dreamer_v3_init
+from .dreamer_layers import BlockGRU, normed_mlp
 
 __all__ = ["RSSMPosteriorV3", "RSSMPriorV3", "RSSMRolloutV3"]
 
@@ -117,13 +117,9 @@ class RSSMPriorV3(nn.Module):
                 norm_eps=norm_eps,
                 device=device,
             )
-            layers: list = []
-            width = rnn_hidden_dim
-            for _ in range(prior_num_layers):
-                layers += _normed_layer(width, hidden_dim, norm_eps, device)
-                width = hidden_dim
-            self.rnn_to_prior_projector = nn.Sequential(*layers, nn.Linear(width, state_dim, device=device))
-            self.rnn_to_prior_projector.apply(dreamer_v3_init)
+            self.rnn_to_prior_projector = normed_mlp(
+                rnn_hidden_dim, state_dim, prior_num_layers, hidden_dim, norm_eps, device
+            )
             self.action_state_projector = None
         else:
             in_features = None if action_dim is None else state_dim + action_dim
@@ -199,13 +195,9 @@ class RSSMPosteriorV3(nn.Module):
         if use_rms_norm:
             if not known or in_features is None:
                 raise ValueError("RSSMPosteriorV3: use_rms_norm=True needs rnn_hidden_dim and obs_embed_dim.")
-            layers: list = []
-            width = in_features
-            for _ in range(num_layers):
-                layers += _normed_layer(width, hidden_dim, norm_eps, device)
-                width = hidden_dim
-            self.obs_rnn_to_post_projector = nn.Sequential(*layers, nn.Linear(width, state_dim, device=device))
-            self.obs_rnn_to_post_projector.apply(dreamer_v3_init)
+            self.obs_rnn_to_post_projector = normed_mlp(
+                in_features, state_dim, num_layers, hidden_dim, norm_eps, device
+            )
         else:
             self.obs_rnn_to_post_projector = nn.Sequential(
                 _linear(in_features, hidden_dim, device), nn.SiLU(), nn.Linear(hidden_dim, state_dim, device=device)
