@@ -4,6 +4,7 @@ from .a2c import A2CLoss
 from .bc import BCLoss
 from .common import LossModule, total_loss
 from .cql import CQLLoss, DiscreteCQLLoss
+from .crossq import CrossQLoss
 from .ddpg import DDPGLoss
 from .decision_transformer import DTLoss, OnlineDTLoss
 from .discrete_sac import DiscreteSACLoss
@@ -20,6 +21,7 @@ from .reinforce import ReinforceLoss
 from .sac import SACLoss
 from .target_updaters import HardUpdate, SoftUpdate, TargetNetUpdater
 from .td3 import TD3Loss
+from .td3_bc import TD3BCLoss
 from .utils import distance_loss
 
 __all__ = [
@@ -27,6 +29,7 @@ __all__ = [
     "BCLoss",
     "CQLLoss",
     "ClipPPOLoss",
+    "CrossQLoss",
     "DDPGLoss",
     "DQNLoss",
     "DTLoss",
@@ -49,6 +52,7 @@ __all__ = [
     "ReinforceLoss",
     "SACLoss",
     "SoftUpdate",
+    "TD3BCLoss",
     "TD3Loss",
     "TargetNetUpdater",
     "distance_loss",

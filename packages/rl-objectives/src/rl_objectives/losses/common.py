@@ -600,6 +600,10 @@ def _expanded_params(
         sets = [params.detach().clone()]
         for _ in range(expand_dim - 1):
             sets.append(module.reset_parameters_recursive(params.detach().clone()))
-    stacked = tdict.stack(sets, 0).apply(lambda t: nn.Parameter(t) if t.is_floating_point() else t)
-    assert stacked is not None  # (apply gives None only when fn drops every leaf)
+    # the module's parameters become trainable sets; its buffers (a batch norm's running statistics)
+    # stay buffers, one per set, updated in place by the forward pass of their set
+    is_param = {k for k, v in params.items(True, True) if isinstance(v, nn.Parameter)}
+    stacked = tdict.stack(sets, 0)
+    for key, value in list(stacked.items(True, True)):
+        stacked.set(key, nn.Parameter(value) if key in is_param else value.detach())
     return stacked

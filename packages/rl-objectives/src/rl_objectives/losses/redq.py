@@ -74,6 +74,12 @@ class REDQLoss(_TemperatureMixin, _BootstrappedLoss):
             nothing to act on and raises ``NotImplementedError``.
         gamma: deprecated (``DeprecationWarning``): the value estimator's discount; use
             ``make_value_estimator(gamma=...)``.
+        use_prioritized_weights: ``"auto"`` (default) or ``True``: when the batch holds
+            ``"priority_weight"`` (a prioritized buffer's importance weights, the ``priority_weight``
+            key of :meth:`set_keys`), each loss is the weighted reduction of its ``[K, *B]`` elements,
+            a sample's weight applied to all its ``K`` rows (``"mean"``: ``sum(w * l) / (K * sum(w))``,
+            ``"sum"``: ``sum(w * l)``, ``"none"``: ``w * l``); ``False`` ignores them. TorchRL
+            0.14.1's REDQLoss has neither the option nor the key (it never weighs).
         priority_key: deprecated (``DeprecationWarning``): use ``set_keys(priority=...)``.
 
     Returns from ``forward`` a TensorDict with ``"loss_actor"``, ``"loss_qvalue"``,
@@ -117,6 +123,7 @@ class REDQLoss(_TemperatureMixin, _BootstrappedLoss):
         "state_action_value": "state_action_value",
         "sample_log_prob": "action_log_prob",  # TorchRL 0.14's name and default (the log-prob is recomputed)
         "priority": "td_error",
+        "priority_weight": "priority_weight",
         "reward": "reward",
         "done": "done",
         "terminated": "terminated",
@@ -153,6 +160,7 @@ class REDQLoss(_TemperatureMixin, _BootstrappedLoss):
         reduction: str | None = "mean",
         separate_losses: bool = False,
         scalar_output_mode: str | None = None,
+        use_prioritized_weights: bool | str = "auto",
         gSDE: bool = False,
         gamma: float | None = None,
         priority_key: Any = None,
@@ -170,6 +178,7 @@ class REDQLoss(_TemperatureMixin, _BootstrappedLoss):
             reduction=reduction,
             deactivate_vmap=deactivate_vmap,
             separate_losses=separate_losses,
+            use_prioritized_weights=use_prioritized_weights,
             gamma=gamma,
             priority_key=priority_key,
         )
@@ -208,6 +217,12 @@ class REDQLoss(_TemperatureMixin, _BootstrappedLoss):
         _check_batch_shaped("REDQLoss", {key: value}, tensordict.batch_size, lead=(n,))
         return value
 
+    def _reduce_stacked(self, loss: torch.Tensor, tensordict: Any) -> torch.Tensor:
+        """``loss`` (``[K, *B]``: per critic, or current / next action) reduced; a prioritized buffer's
+        weights (``[*B]``) weigh every row alike: the weighted mean is ``sum(w * l) / (K * sum(w))``."""
+        weights = self._priority_weight(tensordict)
+        return _reduce(loss, self.reduction, None if weights is None else weights.expand_as(loss))
+
     def forward(self, tensordict: Any) -> TensorDict:
         keys = self.tensor_keys
         _get("REDQLoss", tensordict, keys.action)
@@ -219,7 +234,7 @@ class REDQLoss(_TemperatureMixin, _BootstrappedLoss):
             "REDQLoss", self.actor_network, self.swapped("actor_network"), tensordict, keys.action
         )
         q_actor = self._subset_q(actor_td, self.num_qvalue_nets, params=self.params_of("qvalue_network").detach())
-        loss_actor = _reduce(alpha * log_prob - q_actor, self.reduction)  # [N, *B] before the reduction
+        loss_actor = self._reduce_stacked(alpha * log_prob - q_actor, tensordict)  # [N, *B] before the reduction
 
         with torch.no_grad():
             actor_params = self.params_of("actor_network", target=self.delay_actor)
@@ -231,13 +246,13 @@ class REDQLoss(_TemperatureMixin, _BootstrappedLoss):
             next_value = next_q.min(0).values - alpha * next_log_prob
             target = self._bootstrap(tensordict, next_value)
         pred = self._subset_q(tensordict.copy(), self.num_qvalue_nets)
-        loss_qvalue = _reduce(distance_loss(pred, target.expand_as(pred), self.loss_function), self.reduction)
+        loss_qvalue = self._reduce_stacked(distance_loss(pred, target.expand_as(pred), self.loss_function), tensordict)
 
         if self._target_entropy is None:
             # no spec: the sampled action's own shape (beyond the batch dims) gives "auto"
             self._target_entropy = auto_target_entropy(actor_td.get(keys.action).shape[tensordict.batch_dims :])
         log_pi = torch.stack([log_prob.detach(), next_log_prob], 0)
-        loss_alpha = _reduce(-self.log_alpha.exp() * (log_pi + self._target_entropy), self.reduction)
+        loss_alpha = self._reduce_stacked(-self.log_alpha.exp() * (log_pi + self._target_entropy), tensordict)
 
         tensordict.set(keys.priority, (pred.detach() - target).pow(2).max(0).values)
         return _loss_output(

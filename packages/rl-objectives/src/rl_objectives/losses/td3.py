@@ -19,35 +19,37 @@ from .utils import _BootstrappedLoss, _get, distance_loss
 __all__ = ["TD3Loss"]
 
 
-def _action_bounds(action_spec: Any, bounds: Any, action_key: Any) -> tuple[torch.Tensor, torch.Tensor]:
+def _action_bounds(
+    action_spec: Any, bounds: Any, action_key: Any, owner: str = "TD3Loss"
+) -> tuple[torch.Tensor, torch.Tensor]:
     if bounds is not None:
         if action_spec is not None:
-            raise ValueError("TD3Loss: give action_spec or bounds, not both.")
+            raise ValueError(f"{owner}: give action_spec or bounds, not both.")
         try:
             low, high = bounds
         except (TypeError, ValueError):
-            raise ValueError(f"TD3Loss: bounds must be a (low, high) pair, got {bounds!r}.") from None
+            raise ValueError(f"{owner}: bounds must be a (low, high) pair, got {bounds!r}.") from None
     else:
         if action_spec is None:
             raise ValueError(
-                "TD3Loss: the target action is clamped to the action bounds: give action_spec (a Bounded spec) or bounds=(low, high)."
+                f"{owner}: the target action is clamped to the action bounds: give action_spec (a Bounded spec) or bounds=(low, high)."
             )
         spec = action_spec
         if isinstance(spec, Composite):
             if action_key not in spec:
                 raise ValueError(
-                    f"TD3Loss: the Composite action_spec has no {action_key!r} entry; it holds {spec.keys(True, True)}."
+                    f"{owner}: the Composite action_spec has no {action_key!r} entry; it holds {spec.keys(True, True)}."
                 )
             spec = spec[action_key]
         if not isinstance(spec, Bounded):
             raise ValueError(
-                f"TD3Loss: action_spec must be a Bounded spec (or a Composite holding one), got {type(spec).__name__}."
+                f"{owner}: action_spec must be a Bounded spec (or a Composite holding one), got {type(spec).__name__}."
             )
         low, high = spec.low, spec.high
     low = torch.as_tensor(low, dtype=torch.get_default_dtype()) if not isinstance(low, torch.Tensor) else low
     high = torch.as_tensor(high, dtype=low.dtype, device=low.device) if not isinstance(high, torch.Tensor) else high
     if (low > high).any():
-        raise ValueError(f"TD3Loss: a low bound is above its high bound (low={low.tolist()}, high={high.tolist()}).")
+        raise ValueError(f"{owner}: a low bound is above its high bound (low={low.tolist()}, high={high.tolist()}).")
     return low.clone(), high.clone()
 
 
@@ -165,10 +167,11 @@ class TD3Loss(_BootstrappedLoss):
             gamma=gamma,
             priority_key=priority_key,
         )
-        check_positive_int("TD3Loss", "num_qvalue_nets", num_qvalue_nets)
-        check_non_negative("TD3Loss", "policy_noise", policy_noise)
-        check_non_negative("TD3Loss", "noise_clip", noise_clip)
-        low, high = _action_bounds(action_spec, bounds, self.default_keys["action"])
+        owner = type(self).__name__
+        check_positive_int(owner, "num_qvalue_nets", num_qvalue_nets)
+        check_non_negative(owner, "policy_noise", policy_noise)
+        check_non_negative(owner, "noise_clip", noise_clip)
+        low, high = _action_bounds(action_spec, bounds, self.default_keys["action"], owner)
         self.num_qvalue_nets = num_qvalue_nets
         self.policy_noise = float(policy_noise)
         self.noise_clip = float(noise_clip)
@@ -193,14 +196,14 @@ class TD3Loss(_BootstrappedLoss):
 
     def value_loss(self, tensordict: Any) -> tuple[torch.Tensor, dict]:
         """The critics' loss against the clipped double-Q target with target policy smoothing."""
-        keys = self.tensor_keys
-        action = _get("TD3Loss", tensordict, keys.action)
-        next_td = _get("TD3Loss", tensordict, "next")
+        keys, owner = self.tensor_keys, type(self).__name__
+        action = _get(owner, tensordict, keys.action)
+        next_td = _get(owner, tensordict, "next")
         # drawn before the networks run, so a seeded call is reproducible whatever they do
         noise = (torch.randn_like(action) * self.policy_noise).clamp(-self.noise_clip, self.noise_clip)
         with torch.no_grad():
             next_td = self.call_network("actor_network", next_td.copy(), target=self.delay_actor)
-            next_action = _get("TD3Loss", next_td, keys.action)
+            next_action = _get(owner, next_td, keys.action)
             next_td.set(keys.action, torch.clamp(next_action + noise, self.min_action, self.max_action))
             next_value = self._q(next_td, target=self.delay_qvalue).min(0).values
             target = self._bootstrap(tensordict, next_value)

@@ -344,14 +344,18 @@ class _BootstrappedLoss(LossModule):
         """``Q(s, pi(s))`` of the deterministic ``actor_network``, the Q-network's parameters
         detached: a loss built on it trains the actor only. For an ensemble, only the first
         critic runs (``[*batch]``): the actor follows ``Q_1`` and the others would be wasted work."""
+        return self._policy_and_q(tensordict)[1]
+
+    def _policy_and_q(self, tensordict: Any) -> tuple[Any, torch.Tensor]:
+        """:meth:`_q_of_policy` with the actor's output: ``(copy of tensordict holding pi(s), Q(s, pi(s)))``."""
         acted = self.call_network("actor_network", tensordict.copy())
         params = self.params_of(self._q_network).detach()
         if self._networks[self._q_network] is None:
-            return self._q(acted, params=params)
+            return acted, self._q(acted, params=params)
         key = self.tensor_keys.state_action_value
         value = self.call_network(self._q_network, acted, params=params[:1], out_key=key)[0]
         _check_batch_shaped(type(self).__name__, {key: value}, tensordict.batch_size)
-        return value
+        return acted, value
 
 
 def _check_alpha_bounds(owner: str, alpha_init: Any, min_alpha: Any, max_alpha: Any) -> None:

@@ -51,6 +51,7 @@ from .exploration import (
     OrnsteinUhlenbeckProcessModule,
 )
 from .models import MLP, ConvNet, SquashDims
+from .batchrenorm import BatchRenorm1d
 from .dueling import DuelingCnnDQNet, DuelingMlpDQNet
 from .noisy import NoisyLazyLinear, NoisyLinear, reset_noise
 from .distributional import DistributionalDQNnet, DistributionalQValueActor, DistributionalQValueModule
@@ -79,6 +80,7 @@ __all__ = [
     "ActorCriticWrapper",
     "ActorValueOperator",
     "AdditiveGaussianModule",
+    "BatchRenorm1d",
     "ComposeValueTransform",
     "ConvNet",
     "DTActor",
