@@ -104,6 +104,8 @@ PLUMBING: dict[tuple[str, str], str] = {
     ("tensordict.utils", "implement_for"): "_conformance_alias.implement_for",
     # the test of which leaves batch ops carry over whole (UnbatchedTensor, non-tensor data)
     ("tensordict.utils", "_pass_through"): "tdict.unbatched._pass_through",
+    # the fixed opening of the locked-write errors, which the tests match against: ours is public
+    ("tensordict.utils", "_LOCK_ERROR"): "tdict.errors.LOCKED",
     # a public name TorchRL re-exports from several modules, ours lives in one package (rl_envs)
     ("torchrl.modules", "RandomPolicy"): "rl_envs.RandomPolicy",
     ("torchrl.collectors", "RandomPolicy"): "rl_envs.RandomPolicy",

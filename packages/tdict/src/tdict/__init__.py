@@ -22,7 +22,7 @@ from .lazy import LazyStackedTensorDict, lazy_stack
 from .memmap import MemoryMappedTensor
 from .metadata import MetaData
 from .non_tensor import NonTensorData, is_non_tensor
-from .non_tensor_stack import NonTensorStack
+from .non_tensor_stack import LinkedList, NonTensorStack
 from .consolidate import from_consolidated
 from .expand import expand_as_right, expand_right
 from .persistence import MemmapLoadError, load, load_memmap, memmap, save
@@ -74,6 +74,7 @@ __all__ = [
     "MetaData",
     "NestedKey",
     "NonTensorData",
+    "LinkedList",
     "NonTensorStack",
     "PersistentTensorDict",
     "TensorClass",

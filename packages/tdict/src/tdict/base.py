@@ -221,7 +221,7 @@ class TensorDictBase(
         else:
             return self._index(index)
         if not isinstance(value, torch.Tensor) and type(value)._is_non_tensor:
-            return value.tolist() if value._is_lazy else value.data
+            return value._linked_list() if value._is_lazy else value.data
         return value
 
     def __contains__(self, key: Any) -> bool:
@@ -308,11 +308,12 @@ class TensorDictBase(
 
     def _create_missing_leaves(self, index: Any, value: Any) -> list:
         """For ``td[index] = value``: the tensor leaves of ``value`` that ``self`` lacks, created
-        zero-filled with ``self``'s batch size (pre-allocation, as in tensordict); returns the keys to
+        zero-filled with ``self``'s batch size (pre-allocation, as in tensordict), and its non-tensor
+        entries, created holding the value's (first) payload over the whole batch; returns the keys to
         delete to undo it (the first missing key along each path: new sub-collections go too)."""
         missing = [
             (key, leaf)
-            for key, leaf in value.items(True, True)
+            for key, leaf in value.items(True, True, is_leaf_nontensor)
             if type(leaf) not in UNBATCHED_TYPES and self.get(key, None) is None
         ]
         if not missing:
@@ -321,7 +322,8 @@ class TensorDictBase(
             raise locked_error(f"td[index] = value would add the keys {[k for k, _ in missing]}; unlock_() it first.")
         dest_bs = _indexed_batch_size(self.batch_size, index)
         for key, leaf in missing:
-            check_write_shape(key, leaf.shape, dest_bs + leaf.shape[len(dest_bs) :], len(dest_bs))
+            shape = leaf.shape if isinstance(leaf, torch.Tensor) else leaf.batch_size
+            check_write_shape(key, shape, dest_bs + shape[len(dest_bs) :], len(dest_bs))
         created: list = []
         for key, _ in missing:  # computed before any write: the first prefix of each path that is absent
             path = _key_to_tuple(key)
@@ -329,6 +331,10 @@ class TensorDictBase(
             if not any(prefix[: len(c)] == c for c in created):
                 created.append(prefix)
         for key, leaf in missing:
+            if not isinstance(leaf, torch.Tensor):  # non-tensor data: the write below sets the indexed part
+                full = self.batch_size + leaf.batch_size[len(dest_bs) :]
+                self.set(key, leaf._emptied(full) if leaf._is_lazy else leaf._with_batch_size(full))
+                continue
             self.set(
                 key, torch.zeros(self.batch_size + leaf.shape[len(dest_bs) :], dtype=leaf.dtype, device=self.device)
             )
@@ -562,7 +568,7 @@ class TensorDictBase(
         restores the previous state on exit (an already-locked collection stays locked).
 
         The collections under it cannot be unlocked on their own while it stays locked."""
-        was_locked = self._is_locked
+        was_locked = bool(self._is_locked)  # a lazy stack's is None when it was not locked itself
         lock_graph(self)
         self._push_op(was_locked)
         return self
@@ -573,7 +579,7 @@ class TensorDictBase(
         A consolidated collection stops being one (see :mod:`tdict.consolidate`). Raises
         ``RuntimeError`` (changing nothing) when a locked collection holds this one or one under it
         (a parent, or a second locked tree sharing a child)."""
-        was_locked = self._is_locked
+        was_locked = bool(self._is_locked)
         unlock_graph(self)  # first: it may refuse
         if getattr(self, "_consolidated", None) is not None:
             delattr(self, "_consolidated")  # its structure may change from now on

@@ -67,7 +67,7 @@ from ._core.utils import (
     unravel_key,
 )
 from .base import _MISSING, TensorDictBase, is_tensor_collection
-from .errors import LOCKED, ShapeMismatchError, batch_mismatch_error
+from .errors import LOCKED, ShapeMismatchError, batch_mismatch_error, locked_error
 from .tensordict import TensorDict
 from .unbatched import UNBATCHED_TYPES, _combine_unbatched
 
@@ -154,7 +154,7 @@ class LazyStackedTensorDict(LazyIndexMixin, LazyShapeMixin, LazyMemberOpsMixin, 
         self.tensordicts = tds
         self.stack_dim = stack_dim
         self._batch_size = full
-        self._is_locked = False
+        self._is_locked = None  # not locked itself: is_locked then asks the members
         self._lock_ops = None
         self._stack_dim_name = stack_dim_name
         if names is not None:
@@ -174,7 +174,7 @@ class LazyStackedTensorDict(LazyIndexMixin, LazyShapeMixin, LazyMemberOpsMixin, 
             bs = tds[0].batch_size
             batch_size = torch.Size(tuple(bs[:stack_dim]) + (len(tds),) + tuple(bs[stack_dim:]))
         self._batch_size = batch_size
-        self._is_locked = False
+        self._is_locked = None
         self._lock_ops = None
         self._stack_dim_name = stack_dim_name
         return self
@@ -548,8 +548,10 @@ class LazyStackedTensorDict(LazyIndexMixin, LazyShapeMixin, LazyMemberOpsMixin, 
                 f"insert: Batch sizes in tensordicts differs, the collection has batch size "
                 f"{list(tensordict.batch_size)}, the members have {list(member_bs)}."
             )
-        if self._is_locked:
-            tensordict._set_lock(True)
+        if self.is_locked:
+            raise locked_error(
+                f"insert/append would add a member to a locked lazy stack; unlock_() it first (got {type(tensordict).__name__})."
+            )
         self.tensordicts.insert(index, tensordict)
         self._batch_size = torch.Size(tuple(bs[:sd]) + (len(self.tensordicts),) + tuple(bs[sd + 1 :]))
 
@@ -558,8 +560,22 @@ class LazyStackedTensorDict(LazyIndexMixin, LazyShapeMixin, LazyMemberOpsMixin, 
         self.insert(len(self.tensordicts), tensordict)
 
     # ------------------------------------------------------------------ locking
+    @property
+    def is_locked(self) -> bool:
+        """Whether adding and removing keys is forbidden: the stack was locked (``lock_``, or a locked
+        parent), or every member is locked on its own (then ``_is_locked`` stays ``None``: unlocking
+        a member unlocks the stack). Assigning it locks or unlocks (recursively)."""
+        if self._is_locked:
+            return True
+        tds = self.tensordicts
+        return bool(tds) and all(td.is_locked for td in tds)
+
+    @is_locked.setter
+    def is_locked(self, value: bool) -> None:
+        TensorDictBase.is_locked.fset(self, value)
+
     def _set_lock(self, locked: bool) -> None:
-        self._is_locked = locked
+        self._is_locked = True if locked else None
         for td in self.tensordicts:
             td._set_lock(locked)
 

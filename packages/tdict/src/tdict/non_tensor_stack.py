@@ -11,6 +11,7 @@ element picked back out of the stack (``stack[i]``, ``unbind``) comes back as th
 
 from __future__ import annotations
 
+import weakref
 from typing import Any, Callable, Iterator, Sequence
 
 import torch
@@ -21,7 +22,103 @@ from ._core.keys import is_leaf_nontensor
 from .base import NON_TENSOR_CLASSES, TensorDictBase
 from .non_tensor import _NOT_UNIQUE, NonTensorData, _deepcopy_payload, _NonTensorBase, _payload_equal
 
-__all__ = ["NonTensorStack"]
+__all__ = ["LinkedList", "NonTensorStack"]
+
+
+def _detached() -> None:
+    return None
+
+
+class LinkedList(list):
+    """The payloads of a :class:`NonTensorStack` as a list (what ``td["key"]`` gives for a stacked
+    non-tensor entry) that writes item assignments back into the stack.
+
+    ``lst[i] = value`` and ``lst[a:b] = values`` also set those elements of the stack (in place:
+    the entry the collection holds changes). An op that changes the list's length (``append``,
+    ``extend``, ``insert``, ``pop``, ``remove``, ``clear``, ``del``, ``+=``) unlinks it: the list
+    goes on as a plain copy. ``_td()`` is the linked stack, or ``None`` once unlinked. It compares,
+    copies and pickles as the plain list it holds.
+
+    Examples:
+        >>> from tdict import TensorDict, NonTensorStack
+        >>> td = TensorDict(a=NonTensorStack("foo", "bar"), batch_size=[2])
+        >>> names = td["a"]
+        >>> names
+        LinkedList(['foo', 'bar'])
+        >>> names[0] = "baz"
+        >>> td["a"] == ["baz", "bar"], td[0]["a"]
+        (True, 'baz')
+    """
+
+    __slots__ = ("_td",)
+
+    def __init__(self, items: Any = (), *, td: Any = None) -> None:
+        super().__init__(items)
+        self._td = _detached if td is None else weakref.ref(td)
+
+    def __setitem__(self, index: Any, value: Any) -> None:
+        super().__setitem__(index, value)
+        stack = self._td()
+        if stack is not None:
+            region = stack._origins[index].shape
+            if region and isinstance(value, (list, tuple)):  # several elements: one payload each
+                value = NonTensorStack.from_list(list(value)) if region[0] else NonTensorStack(batch_size=region)
+            new = stack._set_at(index, value)
+            stack._origins, stack._table = new._origins, new._table
+
+    def _unlink(self) -> None:
+        self._td = _detached
+
+    def append(self, item: Any) -> None:
+        self._unlink()
+        super().append(item)
+
+    def extend(self, items: Any) -> None:
+        self._unlink()
+        super().extend(items)
+
+    def insert(self, index: Any, item: Any) -> None:
+        self._unlink()
+        super().insert(index, item)
+
+    def pop(self, index: Any = -1) -> Any:
+        self._unlink()
+        return super().pop(index)
+
+    def remove(self, item: Any) -> None:
+        self._unlink()
+        super().remove(item)
+
+    def clear(self) -> None:
+        self._unlink()
+        super().clear()
+
+    def __delitem__(self, index: Any) -> None:
+        self._unlink()
+        super().__delitem__(index)
+
+    def __iadd__(self, items: Any) -> "LinkedList":
+        self._unlink()
+        return super().__iadd__(items)
+
+    def __repr__(self) -> str:
+        return f"LinkedList({list.__repr__(self)})"
+
+    __str__ = __repr__
+
+    def __eq__(self, other: Any) -> bool:
+        return list(self) == other
+
+    def __ne__(self, other: Any) -> bool:
+        return list(self) != other
+
+    __hash__ = None  # type: ignore[assignment]  # mutable, as a list
+
+    def __reduce__(self) -> Any:
+        return list, (list(self),)  # the link does not survive a copy or a pickle
+
+    def __copy__(self) -> list:
+        return list(self)
 
 
 def _has_int(index: Any) -> bool:
@@ -52,7 +149,7 @@ class NonTensorStack(_NonTensorBase):
         ['b', 'd']
     """
 
-    __slots__ = ("_origins", "_table", "_device", "_names", "_is_locked")
+    __slots__ = ("_origins", "_table", "_device", "_names", "_is_locked", "__weakref__")
     _is_lazy = True
 
     def __init__(self, *items: Any, stack_dim: int = 0, batch_size: Any = None, device: Any = NO_DEFAULT) -> None:
@@ -162,6 +259,13 @@ class NonTensorStack(_NonTensorBase):
             f"A NonTensorStack of batch size {list(shape)} with different payloads cannot take the batch size {list(batch_size)}."
         )
 
+    def _emptied(self, batch_size: torch.Size) -> "NonTensorStack":
+        """A stack of ``batch_size`` to be filled (``new_empty(..., empty_lazy=True)``): every element
+        holds the same placeholder, this stack's first payload (``None`` when it has none)."""
+        flat = self._origins.reshape(-1)
+        placeholder = self._table[int(flat[0])] if flat.numel() else None
+        return NonTensorStack._new(torch.zeros(batch_size, dtype=torch.long), [placeholder], self._device)
+
     def _unique_payload(self) -> Any:
         """The payload every element holds (by ``==``), or ``_NOT_UNIQUE``."""
         flat = self._origins.reshape(-1)
@@ -230,6 +334,10 @@ class NonTensorStack(_NonTensorBase):
     def copy(self) -> "NonTensorStack":
         return NonTensorStack._new(self._origins, self._table, self._device, self._names)
 
+    def contiguous(self, *, canonical: bool = False, inplace: bool = False) -> "NonTensorStack":
+        """``self``: a stack of payloads has no memory layout to make contiguous (as in tensordict)."""
+        return self
+
     # ---- conversion, comparison, display
     def update_(self, input_dict_or_td: Any, clone: bool = False, *, keys_to_update: Any = None) -> "NonTensorStack":
         """Replace every element (``set_`` on a stacked non-tensor entry): ``value`` is a payload,
@@ -271,6 +379,11 @@ class NonTensorStack(_NonTensorBase):
         if unique is _NOT_UNIQUE:
             raise AttributeError("Cannot get the non-unique data of a NonTensorStack. Use .tolist() instead.")
         return unique
+
+    def _linked_list(self) -> Any:
+        """What ``td[key]`` gives for this entry: a :class:`LinkedList` of the payloads (nested lists
+        for more than one dim), linked to ``self``."""
+        return LinkedList(self.tolist(), td=self) if self._origins.dim() else self.tolist()
 
     def to_dict(self, *, retain_none: bool = True, convert_tensors: bool = False) -> list:
         return self.tolist()

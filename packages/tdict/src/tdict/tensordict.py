@@ -218,10 +218,12 @@ class TensorDict(TensorDictBase):
         for value in self._tensordict.values():
             if not isinstance(value, torch.Tensor) and not value._is_non_tensor and not value._is_lazy:
                 value.auto_batch_size_(batch_dims)
+        # non-tensor data count as sub-collections once batched (a list of strings sizes the batch);
+        # a batch-less one (one value) is broadcast over whatever the others give
         shapes = [
             v.shape if isinstance(v, torch.Tensor) else v.batch_size
             for v in self._tensordict.values()
-            if (type(v) not in _UNBATCHED if isinstance(v, torch.Tensor) else not v._is_non_tensor)
+            if (type(v) not in _UNBATCHED if isinstance(v, torch.Tensor) else not v._is_non_tensor or v.batch_size)
         ]
         if not shapes:
             return self
@@ -234,7 +236,9 @@ class TensorDict(TensorDictBase):
             common = common[:batch_dims]
         self._batch_size = torch.Size(common)
         for key, value in list(self._tensordict.items()):
-            if type(value) in _UNBATCHED or not isinstance(value, torch.Tensor) and value._is_non_tensor:
+            if type(value) in _UNBATCHED or (
+                not isinstance(value, torch.Tensor) and value._is_non_tensor and not value.batch_size
+            ):
                 self._tensordict[key] = value._with_batch_size(self._batch_size)
         return self
 
@@ -284,7 +288,7 @@ class TensorDict(TensorDictBase):
                 tensor = None
             if tensor is not None:
                 return self._validate(key, tensor)
-            if type(value) is list and value:
+            if isinstance(value, list) and value:  # a LinkedList (td[key] of a stack) too
                 from .non_tensor_stack import list_to_stack
 
                 return self._validate(key, list_to_stack(value, self._device))
@@ -444,7 +448,7 @@ class TensorDict(TensorDictBase):
             if type(value) is _Tensor:
                 return value
             if value.__class__ in NON_TENSOR_CLASSES:
-                return value.tolist() if value._is_lazy else value.data
+                return value._linked_list() if value._is_lazy else value.data
             return value
         return TensorDictBase.__getitem__(self, index)
 

@@ -101,6 +101,39 @@ def _compare_payloads(src: Any, out: Any, other: Any, op: Callable) -> None:
             _compare_payloads(value, out._get_str(key, None), other_value, op)
 
 
+def _logical_payload(value: Any, other: Any, op: Callable) -> Any:
+    """``op`` (``& | ^``) of two non-tensor entries' payloads: a result that is a tensor is kept, any other
+    gives a bool tensor of the batch shape (one verdict per element of a stack)."""
+    if type(value).__name__ == "NonTensorData" and type(other).__name__ == "NonTensorData":
+        result = op(value.data, other.data)
+        if isinstance(result, torch.Tensor):
+            return result
+        return torch.full(value.batch_size, bool(result), dtype=torch.bool, device=value.device)
+
+    def combine(a: Any, b: Any) -> Any:
+        return [combine(x, y) for x, y in zip(a, b)] if type(a) is list else bool(op(a, b))
+
+    mine, theirs = value.tolist(), other.tolist()
+    return torch.tensor(combine(mine, theirs), dtype=torch.bool, device=value.device).reshape(value.batch_size)
+
+
+def _logical_payloads(src: Any, out: Any, other: Any, op: Callable) -> None:
+    """Replace the non-tensor entries that ``_binary`` copied into ``out`` by ``op`` of the payloads
+    (``td | other``, ``td ^ other``, ``td & other`` with another collection, as tensordict does)."""
+    for key, value in src._items_raw():
+        if isinstance(value, torch.Tensor) or value._is_lazy and not value._is_non_tensor:
+            continue
+        other_value = other._get_str(key, None)
+        if other_value is None or isinstance(other_value, torch.Tensor):
+            continue
+        if value._is_non_tensor:
+            if other_value._is_non_tensor and other_value.batch_size == value.batch_size:
+                result = _logical_payload(value, other_value, op)
+                out._set_str(key, result, inplace=False, validated=False, ignore_lock=True)
+        elif not other_value._is_non_tensor:
+            _logical_payloads(value, out._get_str(key, None), other_value, op)
+
+
 class ArithmeticMixin:
     """``+ - * / ** == < ...``, their in-place forms, unary math, dtype casts (and, inherited, reductions)."""
 
@@ -176,6 +209,14 @@ class ArithmeticMixin:
                 f"A tensor operand must broadcast to the batch size {list(bs)}; got shape {list(other.shape)}."
             )
         return other
+
+    def _logical(self, other: Any, op: Callable) -> Any:
+        """``& | ^``: tensors element-wise; against another collection, non-tensor payloads too (a
+        batch-shaped bool, see :func:`_logical_payloads`)."""
+        out = self._binary(other, op)
+        if _is_collection(other):
+            _logical_payloads(self, out, other, op)
+        return out
 
     def _compare(self, other: Any, op: Callable) -> Any:
         """``==``/``!=``: tensors element-wise; non-tensor payloads by value (a batch-shaped bool)
@@ -447,6 +488,7 @@ _BINARY = {
     "pow": operator.pow,
     "mod": operator.mod,
 }
+_LOGICAL = frozenset({"__and__", "__or__", "__xor__"})  # non-tensor payloads take part, as in == and !=
 _COMPARISONS = frozenset({"__lt__", "__le__", "__gt__", "__ge__"})  # their results are not locked (== and != neither)
 _INPLACE = {
     # name: (foreach op, per-tensor fallback for broadcasting tensors)
@@ -522,6 +564,8 @@ def _method(fn: Callable, name: str, doc: str) -> Callable:
 def _install() -> None:
     for name, op in _BINARY.items():
         binary = lambda self, other, _op=op: self._binary(other, _op)  # noqa: E731
+        if name in _LOGICAL:
+            binary = lambda self, other, _op=op: self._logical(other, _op)  # noqa: E731
         if not name.startswith("_"):
             binary = lambda self, other, *, default=NO_DEFAULT, _op=op: self._binary(other, _op, default)  # noqa: E731
             doc = (

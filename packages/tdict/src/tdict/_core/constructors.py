@@ -358,7 +358,7 @@ def from_struct_array(
         >>> td = from_struct_array(x)
         >>> x["age"] += 1
         >>> td["name"], td["age"].tolist()
-        (['Rex', 'Fido'], [10, 4])
+        (LinkedList(['Rex', 'Fido']), [10, 4])
     """
     names = getattr(getattr(struct_array, "dtype", None), "names", None)
     if not names:

@@ -115,7 +115,11 @@ class FactoriesMixin:
 
         Keyword args as :meth:`torch.Tensor.new_zeros` (``dtype``, ``device``, ``requires_grad``,
         ``layout``, ``pin_memory``); ``dtype=None`` keeps each leaf's dtype. Non-tensor leaves
-        are carried over with the new batch size. Also :meth:`new_ones`, :meth:`new_empty`, :meth:`new_full`.
+        are carried over with the new batch size; a :class:`NonTensorStack` whose elements differ
+        cannot be, unless ``empty_lazy=True`` (which reaches the sub-collections): the stack is then
+        emptied, i.e. replaced by a stack of the new batch size whose elements are placeholders
+        to overwrite (each holds the stack's first payload). Also :meth:`new_ones`, :meth:`new_empty`,
+        :meth:`new_full`.
 
         Examples:
             >>> import torch
@@ -166,10 +170,16 @@ class FactoriesMixin:
             elif isinstance(value, torch.Tensor):
                 out[key] = getattr(value, fn)(size + value.shape[n:], *extra, **kwargs)
             elif value._is_non_tensor:
+                new_bs = size + value.batch_size[n:]
+                if empty_lazy and value._is_lazy:  # a stack to be filled: placeholders, see the docstring
+                    out[key] = value._emptied(new_bs)
+                    continue
                 try:
-                    out[key] = value._with_batch_size(size + value.batch_size[n:])
+                    out[key] = value._with_batch_size(new_bs)
                 except RuntimeError as err:
-                    raise RuntimeError(f"{fn}: key {path + (key,)!r}: {err} Exclude it first.") from None
+                    raise RuntimeError(
+                        f"{fn}: key {path + (key,)!r}: {err} Exclude it first, or pass empty_lazy=True."
+                    ) from None
             else:
                 out[key] = value._new_filled(
                     size + value.batch_size[n:],
@@ -180,6 +190,7 @@ class FactoriesMixin:
                     requires_grad=requires_grad,
                     layout=layout,
                     pin_memory=pin_memory,
+                    empty_lazy=empty_lazy,
                     path=path + (key,),
                 )
         names = self._maybe_names()

@@ -492,7 +492,7 @@ def _create_batched_inputs(flat_in_dims: list, flat_args: list, vmap_level: int,
 
 def _unwrap_batched(batched_outputs: Any, out_dims: Any, vmap_level: int, batch_size: int, func: Callable) -> Any:
     flat, spec, has_collection = _flatten(batched_outputs)
-    if not has_collection:
+    if not has_collection and not any(type(x) in UNBATCHED_TYPES for x in flat):
         return _ORIG["_unwrap_batched"](batched_outputs, out_dims, vmap_level, batch_size, func)
     name = _vmap_mod._get_name(func)
     flat_out_dims = None
@@ -513,9 +513,28 @@ def _unwrap_batched(batched_outputs: Any, out_dims: Any, vmap_level: int, batch_
     for value, out_dim in zip(flat, flat_out_dims):
         if type(value) in _KINDS:
             outputs.append(remove_batch_dim(value, vmap_level, batch_size, out_dim, name))
+        elif type(value) in UNBATCHED_TYPES:  # returned whole: only its batch size gets the mapped dim
+            outputs.append(_unbatched_out(value, batch_size, out_dim, name))
         else:
             outputs.append(_vmap_mod._maybe_remove_batch_dim(name, value, vmap_level, batch_size, out_dim))
     return tree_unflatten(outputs, spec)
+
+
+def _unbatched_out(value: Any, size: int, out_dim: int | None, name: str) -> Any:
+    """An UnbatchedTensor returned by the mapped function: the same tensor (it holds no mapped dim),
+    with the mapped dim (``size`` long) put back at ``out_dim`` of its batch size."""
+    inner = value.batch_size
+    if out_dim is None:
+        return value
+    ndim = len(inner)
+    if not -ndim - 1 <= out_dim <= ndim:
+        raise ValueError(
+            f"vmap({name}, ..., out_dims={out_dim}): an UnbatchedTensor with batch size {list(inner)} takes "
+            f"out_dims in [{-ndim - 1}, {ndim}]."
+        )
+    if out_dim < 0:
+        out_dim += ndim + 1
+    return value._with_batch_size(torch.Size(tuple(inner[:out_dim]) + (size,) + tuple(inner[out_dim:])))
 
 
 def _flatten_chunks_output(chunks_output: list) -> tuple:
