@@ -16,6 +16,7 @@ networks and data (its values are checked by the tests, here only that it is a f
 from __future__ import annotations
 
 import argparse
+import math
 import datetime as dt
 import platform
 import sys
@@ -304,8 +305,19 @@ def loss_step(c: NS):
     return run
 
 
+def scale_mapping(raw: torch.Tensor) -> torch.Tensor:
+    """The actors' scale: ``softplus(x + b) + 0.01`` with ``b`` such that 0 maps to 1, at least 1e-4
+    (``NormalParamExtractor``'s default "biased_softplus_1.0" in TorchRL and ours)."""
+    return (torch.nn.functional.softplus(raw + _SOFTPLUS_BIAS) + 0.01).clamp_min(1e-4)
+
+
+_SOFTPLUS_BIAS = math.log(math.expm1(1.0 - 0.01))
+
+
 def plain_ppo(c: NS):
-    """The clipped PPO step written out on tensors: Gaussian policy, MLP critic, same sizes."""
+    """The clipped PPO step written out on tensors: Gaussian policy, MLP critic, same sizes, and
+    the same outputs as the losses (clip fraction, approximate KL, effective sample size, explained
+    variance, entropy)."""
     torch.manual_seed(0)
     pi, v = _net(OBS, 2 * ACT, 0), _net(OBS, 1, 1)
     g = torch.Generator().manual_seed(3)
@@ -321,15 +333,26 @@ def plain_ppo(c: NS):
         for p in params:
             p.grad = None
         loc, scale = pi(obs).chunk(2, -1)
-        dist = torch.distributions.Independent(
-            torch.distributions.Normal(loc, torch.nn.functional.softplus(scale) + 1e-4), 1
-        )
-        ratio = (dist.log_prob(act) - old_lp).exp()
-        objective = -torch.min(ratio * adv, ratio.clamp(0.8, 1.2) * adv).mean()
-        critic = torch.nn.functional.smooth_l1_loss(v(obs).squeeze(-1), target)
-        total = objective + critic - 0.01 * dist.entropy().mean()
+        scale = scale_mapping(scale)
+        dist = torch.distributions.Independent(torch.distributions.Normal(loc, scale), 1)
+        log_ratio = dist.log_prob(act) - old_lp
+        ratio = log_ratio.exp()
+        clipped = ratio.clamp(0.8, 1.2)
+        objective = -torch.min(ratio * adv, clipped * adv).mean()
+        value = v(obs).squeeze(-1)
+        critic = torch.nn.functional.smooth_l1_loss(value, target)
+        entropy = dist.entropy().mean()
+        total = objective + critic - 0.01 * entropy
+        with torch.no_grad():  # the diagnostics ClipPPOLoss returns (as TorchRL's does)
+            w = torch.softmax(log_ratio, 0)
+            diagnostics = (
+                (clipped != ratio).float().mean(),  # clip fraction
+                -log_ratio.mean(),  # approximate KL
+                1.0 / (w.square().sum() * w.numel()),  # normalised effective sample size
+                1.0 - (value - target).square().mean() / target.var(correction=0),  # explained variance
+            )
         total.backward()
-        return total.detach()
+        return total.detach() + 0 * diagnostics[0]
 
     return run
 
@@ -350,7 +373,7 @@ def plain_sac(c: NS):
 
     def policy(o):
         loc, scale = pi(o).chunk(2, -1)
-        base = torch.distributions.Normal(loc, torch.nn.functional.softplus(scale) + 1e-4)
+        base = torch.distributions.Normal(loc, scale_mapping(scale))
         u = base.rsample()
         a = torch.tanh(u)
         return a, (base.log_prob(u) - torch.log1p(-a.pow(2) + 1e-6)).sum(-1)
@@ -368,7 +391,8 @@ def plain_sac(c: NS):
         q_pi = torch.min(*(q(torch.cat([obs, a], -1)).squeeze(-1) for q in qs))
         actor_loss = (alpha.detach() * lp - q_pi).mean()
         alpha_loss = -(log_alpha * (lp.detach() - ACT)).mean()
-        total = q_loss + actor_loss + alpha_loss
+        entropy = -lp.detach().mean()  # reported by SACLoss, with alpha
+        total = q_loss + actor_loss + alpha_loss + 0 * entropy
         total.backward()
         return total.detach()
 

@@ -225,7 +225,7 @@ def test_bad_arguments_raise(cls):
     for shape in (0, (2, 0), -1, 1.5, "1", True):
         with pytest.raises(ValueError, match="shape must be"):
             cls(shape=shape)
-    with pytest.raises(ValueError, match="epsilon must be positive"):
+    with pytest.raises(ValueError, match="epsilon must be a number > 0"):
         cls(epsilon=0.0)
     norm = cls(shape=(2,))
     with pytest.raises(ValueError, match=r"shape=\(2,\).*trailing dims are \(3,\)"):
@@ -249,7 +249,7 @@ def test_bad_popart_and_percentile_arguments_raise():
             PercentileValueNorm(quantiles=quantiles)  # pyright: ignore[reportArgumentType]
     with pytest.raises(ValueError, match=r"rate must be in \[0, 1\]"):
         PercentileValueNorm(rate=1.5)
-    with pytest.raises(ValueError, match="min_scale must be positive"):
+    with pytest.raises(ValueError, match="min_scale must be a number > 0"):
         PercentileValueNorm(min_scale=0.0)
     with pytest.raises(TypeError, match="center must be a bool"):
         PercentileValueNorm(center=1)  # pyright: ignore[reportArgumentType]

@@ -1,5 +1,12 @@
-"""The math of value estimators as plain tensor functions (TorchRL's ``torchrl.objectives.value.functional``),
-and DreamerV3's scalar and latent math (:mod:`rl_objectives.functional.dreamer`).
+"""The math of the losses and value estimators as plain tensor functions.
+
+One file per family, readable top to bottom like a single-file implementation: the value
+estimators (:mod:`~rl_objectives.functional.value`, TorchRL's ``torchrl.objectives.value.functional``),
+the on-policy losses (:mod:`~rl_objectives.functional.ppo`: A2C, REINFORCE, PPO), C51
+(:mod:`~rl_objectives.functional.distributional`), DreamerV3's scalar and latent math
+(:mod:`~rl_objectives.functional.dreamer`) and the critics' distances
+(:mod:`~rl_objectives.functional.distance`). The loss modules of :mod:`rl_objectives.losses` map
+TensorDict keys to these functions' arguments.
 
 Per-step inputs are shaped ``[*B, T]`` (time last, ``time_dim=-1``) or carry feature dims after
 time (``[*B, T, F]`` with ``time_dim=-2``); ``done`` / ``terminated`` are bool. See
@@ -27,7 +34,19 @@ from .dreamer import (
     two_hot_encode,
     unimix_probs,
 )
+from .distance import distance
 from .distributional import categorical_projection, distributional_cross_entropy
+from .ppo import (
+    approx_kl,
+    clipped_surrogate_loss,
+    effective_sample_size,
+    entropy_loss,
+    explained_variance,
+    importance_weighted_loss,
+    kl_penalty_loss,
+    policy_gradient_loss,
+    value_loss,
+)
 from .signed_hyperbolic import signed_hyperbolic, signed_parabolic
 from .value import (
     generalized_advantage_estimate,
@@ -47,6 +66,16 @@ from .value import (
 from .vtrace import vtrace_advantage_estimate
 
 __all__ = [
+    "approx_kl",
+    "clipped_surrogate_loss",
+    "distance",
+    "effective_sample_size",
+    "entropy_loss",
+    "explained_variance",
+    "importance_weighted_loss",
+    "kl_penalty_loss",
+    "policy_gradient_loss",
+    "value_loss",
     "categorical_kl_balanced",
     "categorical_kl_terms",
     "categorical_projection",

@@ -9,6 +9,8 @@ from .ddpg import DDPGLoss
 from .decision_transformer import DTLoss, OnlineDTLoss
 from .discrete_sac import DiscreteSACLoss
 from .distributional_dqn import DistributionalDQNLoss
+from .dreamer_v3 import DreamerV3Loss
+from .dreamer_v3_actor import DreamerV3ActorLoss
 from .dreamer_v3_model import DreamerV3ModelLoss
 from .dreamer_v3_value import DreamerV3ValueLoss
 from .dqn import DQNLoss
@@ -37,6 +39,8 @@ __all__ = [
     "DiscreteIQLLoss",
     "DiscreteSACLoss",
     "DistributionalDQNLoss",
+    "DreamerV3ActorLoss",
+    "DreamerV3Loss",
     "DreamerV3ModelLoss",
     "DreamerV3ValueLoss",
     "HardUpdate",

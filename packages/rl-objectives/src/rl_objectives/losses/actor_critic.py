@@ -22,23 +22,14 @@ from tdict.validation import check_positive, check_positive_int
 from tdict.nn import sum_to_batch as _sum_to_batch
 from torch import distributions as D
 
-from ..value import (
-    GAE,
-    MultiAgentGAE,
-    TD0Estimator,
-    TD1Estimator,
-    TDLambdaEstimator,
-    ValueEstimators,
-    VTrace,
-)
+from ..functional.ppo import entropy_loss, explained_variance, value_loss
+from ..value import ValueEstimators
 from .common import LossModule
 from .utils import (
     _check_loss_function,
     _check_reduction,
     _present_keys,
     _reduce,
-    _value_type,
-    distance_loss,
 )
 
 __all__: list[str] = []  # private base: the losses built on it are public
@@ -270,25 +261,13 @@ class _ActorCriticLoss(LossModule):
             raise RuntimeError(
                 f"{name}: a value estimator needs a critic_network; pass one, or put the advantage in the input."
             )
-        value_type = _value_type(self, value_type)
-        with_lmbda = (ValueEstimators.GAE, ValueEstimators.MAGAE, ValueEstimators.TDLambda)
-        allowed = ("gamma", "lmbda") if value_type in with_lmbda else ("gamma",)
-        kwargs = self._value_kwargs(hyperparams, allowed)
-        critic = self.critic_network
-        if value_type is ValueEstimators.GAE:
-            estimator = GAE(value_network=critic, **kwargs)
-        elif value_type is ValueEstimators.MAGAE:
-            estimator = MultiAgentGAE(value_network=critic, **kwargs)
-        elif value_type is ValueEstimators.TDLambda:
-            estimator = TDLambdaEstimator(value_network=critic, **kwargs)
-        elif value_type is ValueEstimators.TD1:
-            estimator = TD1Estimator(value_network=critic, **kwargs)
-        elif value_type is ValueEstimators.TD0:
-            estimator = TD0Estimator(value_network=critic, **kwargs)
-        else:
-            estimator = VTrace(value_network=critic, actor_network=self.actor_network, **kwargs)
-        self.value_estimator = estimator
-        self.value_type = value_type
+        self._build_value_estimator(
+            value_type,
+            hyperparams,
+            tuple(ValueEstimators),
+            value_network=self.critic_network,
+            actor_network=self.actor_network,
+        )
         return self
 
     def _advantage(self, tensordict: Any) -> _Tensor:
@@ -419,8 +398,9 @@ class _ActorCriticLoss(LossModule):
     def _entropy_terms(self, dist: D.Distribution, tensordict: Any, out: dict) -> None:
         if self.entropy_bonus:
             entropy = _entropy(dist, self._action_batch_dims(tensordict), self.samples_mc_entropy)
-            out["entropy"] = entropy.detach().mean()
-            out["loss_entropy"] = -self.entropy_coeff * entropy
+            reduced = self._reduced(entropy)  # reduced first: the coefficient scales one number
+            out["entropy"] = (reduced if self.reduction == "mean" else entropy.mean()).detach()
+            out["loss_entropy"] = entropy_loss(reduced, self.entropy_coeff)
 
     # ------------------------------------------------------------------ critic
     def _critic_terms(self, tensordict: Any, out: dict) -> None:
@@ -428,7 +408,7 @@ class _ActorCriticLoss(LossModule):
         if not self._has_critic:
             return
         assert self.critic_coeff is not None  # _has_critic: a critic and a coefficient
-        out[self._critic_loss_key] = self._critic_loss(tensordict, out) * self.critic_coeff
+        out[self._critic_loss_key] = self._reduced(self._critic_loss(tensordict, out)) * self.critic_coeff
 
     def _critic_loss_inputs(
         self, target_return: _Tensor, state_value: _Tensor, old_state_value: _Tensor | None
@@ -472,19 +452,11 @@ class _ActorCriticLoss(LossModule):
             named.append((f"{keys.value!r} (stored)", old_value))
         _check_same_shape(name, named)
         target, value, old_value = self._critic_loss_inputs(target, value, old_value)
-        loss = distance_loss(value, target, self.loss_critic_type)
-        if old_value is not None and self.clip_value is not None:  # (read above only with clip_value)
-            # PPO-style value clipping: the prediction moves at most clip_value from the stored value,
-            # and the larger (more pessimistic) of the two errors is kept
-            delta = value - old_value
-            clipped = delta.clamp(-self.clip_value, self.clip_value)
-            loss = torch.maximum(loss, distance_loss(old_value + clipped, target, self.loss_critic_type))
-            out["value_clip_fraction"] = (delta != clipped).to(value.dtype).mean().detach()
+        loss, clip_fraction = value_loss(value, target, self.loss_critic_type, old_value, self.clip_value)
+        if clip_fraction is not None:
+            out["value_clip_fraction"] = clip_fraction
         if self._log_explained_variance:
-            with torch.no_grad():
-                residual = (target - value).pow(2).mean()
-                total = (target - target.mean()).pow(2).mean().clamp_min(1e-8)
-                out["explained_variance"] = 1.0 - residual / total
+            out["explained_variance"] = explained_variance(value.detach(), target)
         return loss
 
     def _extra_in_keys(self) -> list:
@@ -504,10 +476,13 @@ class _ActorCriticLoss(LossModule):
                 keys.append("explained_variance")
         return keys
 
+    def _reduced(self, loss: _Tensor) -> _Tensor:
+        """A per-sample loss reduced with ``reduction`` (``"none"``: as it is)."""
+        return _reduce(loss, self.reduction)
+
     def _output(self, out: dict) -> TensorDict:
-        """Reduce the ``loss_*`` entries with ``reduction``; diagnostics are already scalars."""
-        reduced = {k: (_reduce(v, self.reduction) if k.startswith("loss_") else v) for k, v in out.items()}
-        return TensorDict(reduced, batch_size=[])
+        """The output TensorDict: ``loss_*`` entries already reduced, scalar diagnostics."""
+        return TensorDict(out, batch_size=[])
 
     def extra_repr(self) -> str:
         return f"reduction={self.reduction!r}, loss_critic_type={self.loss_critic_type!r}, separate_losses={self.separate_losses}"

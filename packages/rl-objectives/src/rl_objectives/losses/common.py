@@ -460,7 +460,7 @@ class LossModule(_TensorCalls, TensorKeysMixin, nn.Module):
 
         if self._networks[module_name] is None:
             with swapped(leaves):
-                return run(tensordict)
+                return module(tensordict) if out_key is None else run(tensordict)
         if self.deactivate_vmap or params.batch_size[0] <= _LOOP_MAX_SETS:
             outs = []
             for one_set in zip(*(leaf.unbind(0) for leaf in leaves)):
@@ -537,6 +537,61 @@ class LossModule(_TensorCalls, TensorKeysMixin, nn.Module):
     def make_value_estimator(self, value_type: Any = None, **hyperparams: Any) -> "LossModule":
         """Build the value estimator of kind ``value_type`` (``None``: the loss's default)."""
         raise NotImplementedError(f"{type(self).__name__} does not use a value estimator.")
+
+    def _resolve_value_type(self, value_type: Any) -> Any:
+        """``value_type`` (``None``: :attr:`default_value_estimator`) as a ``ValueEstimators`` member."""
+        from ..value import ValueEstimators  # local: the value package imports the losses' helpers
+
+        if value_type is None:
+            value_type = self.default_value_estimator
+        try:
+            return ValueEstimators(value_type)
+        except ValueError:
+            raise ValueError(
+                f"{type(self).__name__}.make_value_estimator: unknown value_type {value_type!r}; "
+                f"accepted: {[m.value for m in ValueEstimators]}."
+            ) from None
+
+    def _build_value_estimator(
+        self, value_type: Any, hyperparams: Mapping[str, Any], accepted: tuple, **networks: Any
+    ) -> Any:
+        """The one estimator factory of the losses: the estimator of kind ``value_type`` (``None``:
+        :attr:`default_value_estimator`; one of ``accepted``) on ``networks`` (``value_network=``,
+        and ``actor_network=`` for V-trace), its discount and lambda defaulting to
+        :attr:`default_value_kwargs` (the deprecated constructor ``gamma`` first), overridden by
+        ``hyperparams``. Installs it as :attr:`value_estimator` and returns it.
+
+        Raises:
+            ValueError: an unknown ``value_type``, or ``hyperparams`` naming one of ``networks``.
+            NotImplementedError: a kind this loss does not accept.
+        """
+        from ..value import GAE, MultiAgentGAE, TD0Estimator, TD1Estimator, TDLambdaEstimator, ValueEstimators, VTrace
+
+        owner = type(self).__name__
+        value_type = self._resolve_value_type(value_type)
+        if value_type not in accepted:
+            raise NotImplementedError(
+                f"{owner}: value_type {value_type.value!r} is not implemented for this loss; "
+                f"use one of {[m.value for m in accepted]}."
+            )
+        cls, allowed = {
+            ValueEstimators.TD0: (TD0Estimator, ("gamma",)),
+            ValueEstimators.TD1: (TD1Estimator, ("gamma",)),
+            ValueEstimators.TDLambda: (TDLambdaEstimator, ("gamma", "lmbda")),
+            ValueEstimators.GAE: (GAE, ("gamma", "lmbda")),
+            ValueEstimators.MAGAE: (MultiAgentGAE, ("gamma", "lmbda")),
+            ValueEstimators.VTrace: (VTrace, ("gamma",)),
+        }[value_type]
+        kwargs = self._value_kwargs(hyperparams, allowed)
+        clash = sorted(set(kwargs) & set(networks))
+        if clash:
+            raise ValueError(f"{owner}.make_value_estimator: {clash} is set by the loss, not by the caller.")
+        if value_type is not ValueEstimators.VTrace:
+            networks.pop("actor_network", None)
+        estimator = cls(**networks, **kwargs)
+        self.value_estimator = estimator
+        self.value_type = value_type
+        return estimator
 
     def _value_kwargs(self, hyperparams: Mapping[str, Any], allowed: tuple[str, ...]) -> dict[str, Any]:
         """``default_value_kwargs`` (the deprecated constructor ``gamma`` first) overridden by

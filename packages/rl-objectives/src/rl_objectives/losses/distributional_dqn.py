@@ -18,7 +18,7 @@ from tdict.validation import check_unit_interval
 from ..functional.distributional import categorical_projection, distributional_cross_entropy
 from ._actions import check_discrete_action, chosen_value, resolve_action_space
 from .common import LossModule
-from .utils import _check_batch_shaped, _check_prioritized, _check_reduction, _get, _reduce, _value_type
+from .utils import _check_batch_shaped, _check_prioritized, _check_reduction, _get, _reduce
 
 __all__ = ["DistributionalDQNLoss"]
 
@@ -143,7 +143,7 @@ class DistributionalDQNLoss(LossModule):
         """Only TD(0) (computed in ``forward``, no estimator object, as TorchRL); ``gamma=`` sets the discount."""
         from ..value import ValueEstimators  # local: keeps the import graph as the other losses'
 
-        value_type = _value_type(self, value_type)
+        value_type = self._resolve_value_type(value_type)
         if value_type is not ValueEstimators.TD0:
             raise NotImplementedError(
                 f"{_OWNER}: value_type {value_type.value!r} is not implemented; only TD(0) is (as in TorchRL)."

@@ -24,6 +24,13 @@ from tdict.nn import CompositeDistribution, ProbabilisticTensorDictModule
 from tdict.nn import sum_to_batch as _sum_to_batch
 from torch import distributions as D
 
+from ..functional.ppo import (
+    approx_kl,
+    clipped_surrogate_loss,
+    effective_sample_size,
+    importance_weighted_loss,
+    kl_penalty_loss,
+)
 from .actor_critic import (
     _ActorCriticLoss,
     _check_same_shape,
@@ -243,18 +250,13 @@ class PPOLoss(_ActorCriticLoss):
 
     @staticmethod
     def _weight_diagnostics(log_weight: _Tensor, out: dict, cap: _Tensor | None = None) -> None:
-        with torch.no_grad():
-            kl = (-log_weight.detach()).mean()
-            # the ESS describes the weights the surrogate uses (capped, when a cap is set)
-            lw = (log_weight if cap is None else log_weight + cap).detach().reshape(-1)
-            # normalised effective sample size of the importance weights, (sum w)^2 / sum w^2 / n:
-            # 1 when all are equal; the weights are scaled by exp(-max log w), which cancels
-            w = (lw - lw.max()).exp()
-            out["ESS"] = w.sum().square() / w.square().sum() / lw.numel()
-            out["kl_approx"] = kl
+        # the ESS describes the weights the surrogate uses (capped, when a cap is set)
+        out["ESS"] = effective_sample_size(log_weight if cap is None else log_weight + cap)
+        out["kl_approx"] = approx_kl(log_weight)
 
-    def _gain(self, log_weight: _Tensor, advantage: _Tensor, out: dict, cap: _Tensor | None = None) -> _Tensor:
-        return (log_weight if cap is None else log_weight + cap).exp() * advantage
+    def _surrogate(self, log_weight: _Tensor, advantage: _Tensor, out: dict, cap: _Tensor | None = None) -> _Tensor:
+        """The per-sample policy loss (diagnostics of the surrogate itself go into ``out``)."""
+        return importance_weighted_loss(log_weight, advantage, cap)
 
     @property
     def out_keys(self) -> list[str]:
@@ -266,8 +268,9 @@ class PPOLoss(_ActorCriticLoss):
     def forward(self, tensordict: Any) -> TensorDict:
         """The PPO losses on a batch ``[*B]`` (a flat sample or a ``[N, T]`` rollout)."""
         td, advantage, dist, log_weight, cap = self._prepare(tensordict)
-        out: dict = {}
-        out["loss_objective"] = -self._gain(log_weight, advantage, out, cap)
+        diagnostics: dict = {}
+        loss = self._surrogate(log_weight, advantage, diagnostics, cap)
+        out: dict = {"loss_objective": self._reduced(loss), **diagnostics}
         self._weight_diagnostics(log_weight, out, cap)
         self._entropy_terms(dist, td, out)
         self._critic_terms(td, out)
@@ -340,17 +343,12 @@ class ClipPPOLoss(PPOLoss):
             raise ValueError(f"{type(self).__name__}: clip_epsilon must be in (0, 1), got {value!r}.")
         super()._check_hyperparameter(name, value)
 
-    def _gain(self, log_weight: _Tensor, advantage: _Tensor, out: dict, cap: _Tensor | None = None) -> _Tensor:
-        # the bounds come from the buffer at every call (two scalar ops), so a scheduled, loaded or
-        # in-place edited clip_epsilon always takes effect; the clip acts on the log-ratio:
-        # log(1 - eps) <= log r <= log(1 + eps)
-        eps = self.clip_epsilon
-        clipped = torch.clamp(log_weight, torch.log1p(-eps), torch.log1p(eps))
-        with torch.no_grad():
-            out["clip_fraction"] = (clipped != log_weight).to(log_weight.dtype).mean()
-        if cap is not None:  # as TorchRL: the clip acts on pi / pi_prox, the correction on both terms
-            log_weight, clipped = log_weight + cap, clipped + cap
-        return torch.minimum(log_weight.exp() * advantage, clipped.exp() * advantage)
+    def _surrogate(self, log_weight: _Tensor, advantage: _Tensor, out: dict, cap: _Tensor | None = None) -> _Tensor:
+        # the bounds come from the buffer at every call, so a scheduled, loaded or in-place edited
+        # clip_epsilon always takes effect; as TorchRL, the clip acts on pi / pi_prox and a
+        # correction (delay_actor's behaviour ratio, max_importance_ratio's cap) on both terms
+        loss, out["clip_fraction"] = clipped_surrogate_loss(log_weight, advantage, self.clip_epsilon, cap)
+        return loss
 
     def extra_repr(self) -> str:
         return f"clip_epsilon={float(self.clip_epsilon)}, " + super().extra_repr()
@@ -488,7 +486,7 @@ class KLPENPPOLoss(PPOLoss):
         kl = self._kl(previous, dist, self._action_batch_dims(td))
         _check_same_shape(type(self).__name__, [(self.tensor_keys.advantage, advantage), ("KL", kl)])
         beta = self.beta.clone()
-        out: dict = {"loss_objective": -(self._gain(log_weight, advantage, {}, cap) - beta * kl)}
+        out: dict = {"loss_objective": self._reduced(kl_penalty_loss(log_weight, advantage, kl, beta, cap))}
         with torch.no_grad():
             mean_kl = kl.detach().mean()
             out["kl"] = mean_kl

@@ -16,16 +16,15 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, ClassVar
 
 import torch
-import torch.nn.functional as F
 from tdict.nn import sum_to_batch as _sum_to_batch  # noqa: F401  (re-exported: the losses reduce log-probs with it)
 from tdict.validation import check_one_of
 
 from .._stack import user_stacklevel as _user_stacklevel
+from ..functional.distance import LOSS_TYPES, distance
 from .common import LossModule
 
 __all__ = ["distance_loss"]
 
-_LOSS_FUNCTIONS = ("l1", "l2", "smooth_l1")
 _REDUCTIONS = ("mean", "sum", "none")
 _SCALAR_OUTPUT_MODES = ("exclude", "non_tensor")
 _PRIORITIZED = (True, False, "auto")
@@ -67,17 +66,11 @@ def distance_loss(
             f"distance_loss: v1 has shape {tuple(v1.shape)} but v2 has shape {tuple(v2.shape)}; "
             "they must match (pass strict_shape=False to broadcast)."
         )
-    if loss_function == "l2":
-        return (v1 - v2).pow(2)
-    if loss_function == "l1":
-        return (v1 - v2).abs()
-    if not strict_shape:
-        v1, v2 = torch.broadcast_tensors(v1, v2)
-    return F.smooth_l1_loss(v1, v2, reduction="none")
+    return distance(v1, v2, loss_function)
 
 
 def _check_loss_function(owner: str, loss_function: Any) -> str:
-    return check_one_of(owner, "loss_function", loss_function, _LOSS_FUNCTIONS)
+    return check_one_of(owner, "loss_function", loss_function, LOSS_TYPES)
 
 
 def _check_reduction(owner: str, reduction: Any) -> str:
@@ -198,21 +191,6 @@ def bootstrap_target(estimator: Any, tensordict: Any, next_value: torch.Tensor) 
     return estimator.value_estimate(work)
 
 
-def _value_type(loss: Any, value_type: Any) -> Any:
-    """``value_type`` (``None``: the loss's ``default_value_estimator``) as a ``ValueEstimators`` member."""
-    from ..value import ValueEstimators  # local: keeps utils import-light
-
-    if value_type is None:
-        value_type = loss.default_value_estimator
-    try:
-        return ValueEstimators(value_type)
-    except ValueError:
-        raise ValueError(
-            f"{type(loss).__name__}.make_value_estimator: unknown value_type {value_type!r}; "
-            f"accepted: {[m.value for m in ValueEstimators]}."
-        ) from None
-
-
 def _make_bootstrapped_estimator(loss: Any, value_type: Any, hyperparams: Mapping[str, Any]) -> Any:
     """A TD(0) / TD(1) / TD(lambda) estimator without a value network.
 
@@ -220,34 +198,10 @@ def _make_bootstrapped_estimator(loss: Any, value_type: Any, hyperparams: Mappin
     Q, entropy bonus), write it at ``("next", value)`` of a copy of the batch and ask the estimator
     only for the bootstrapped return: the estimator never runs a network.
     """
-    from ..value import (  # local: keeps utils import-light
-        TD0Estimator,
-        TD1Estimator,
-        TDLambdaEstimator,
-        ValueEstimators,
-    )
+    from ..value import ValueEstimators  # local: keeps utils import-light
 
-    owner = type(loss).__name__
-    value_type = _value_type(loss, value_type)
-    if value_type is ValueEstimators.TD0:
-        cls, allowed = TD0Estimator, ("gamma",)
-    elif value_type is ValueEstimators.TD1:
-        cls, allowed = TD1Estimator, ("gamma",)
-    elif value_type is ValueEstimators.TDLambda:
-        cls, allowed = TDLambdaEstimator, ("gamma", "lmbda")
-    else:
-        raise NotImplementedError(
-            f"{owner}: value_type {value_type.value!r} is not implemented for this loss; use TD(0), TD(1) or TD(lambda)."
-        )
-    kwargs = loss._value_kwargs(hyperparams, allowed)
-    if "value_network" in kwargs:
-        raise ValueError(
-            f"{owner}.make_value_estimator: value_network is set by the loss (the next-state values are computed by it)."
-        )
-    estimator = cls(value_network=None, **kwargs)
-    loss.value_type = value_type
-    loss.value_estimator = estimator
-    return estimator
+    bootstrapped = (ValueEstimators.TD0, ValueEstimators.TD1, ValueEstimators.TDLambda)
+    return loss._build_value_estimator(value_type, hyperparams, bootstrapped, value_network=None)
 
 
 class _BootstrappedLoss(LossModule):

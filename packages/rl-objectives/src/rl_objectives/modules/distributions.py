@@ -65,6 +65,7 @@ def _sum_event(value: torch.Tensor, event_dims: int) -> torch.Tensor:
 
 
 _LOG_SQRT_2PI = math.log(math.sqrt(2 * math.pi))
+_LOG_2 = math.log(2.0)
 
 
 def _normal_log_prob(x: torch.Tensor, loc: torch.Tensor, scale: torch.Tensor) -> torch.Tensor:
@@ -148,8 +149,10 @@ class TanhNormal(D.Distribution):
         self.loc, self.scale = loc, scale
         self.upscale, self.tanh_loc, self.safe_tanh = upscale, tanh_loc, safe_tanh
         self.event_dims = n_event
-        self._center = (self.high + self.low) / 2
-        self._half = (self.high - self.low) / 2
+        # the default bounds (-1, 1): no affine map around tanh, no log(h) in the density
+        self._unit = isinstance(low, (int, float)) and isinstance(high, (int, float)) and (low, high) == (-1, 1)
+        if not self._unit:
+            self._center, self._half = (self.high + self.low) / 2, (self.high - self.low) / 2
         self._eps = torch.finfo(loc.dtype).eps
         split = loc.ndim - n_event
         super().__init__(batch_shape=loc.shape[:split], event_shape=loc.shape[split:], validate_args=validate_args)
@@ -162,7 +165,7 @@ class TanhNormal(D.Distribution):
         t = torch.tanh(x)
         if self.safe_tanh:
             t = t.clamp(-1 + self._eps, 1 - self._eps)
-        return self._center + self._half * t
+        return t if self._unit else self._center + self._half * t
 
     def rsample(self, sample_shape: torch.Size | tuple = torch.Size()) -> torch.Tensor:
         noise = torch.empty(torch.Size(sample_shape) + self.loc.shape, dtype=self.loc.dtype, device=self.loc.device)
@@ -189,9 +192,10 @@ class TanhNormal(D.Distribution):
 
     def _draw_log_prob(self, x: torch.Tensor) -> torch.Tensor:
         # log(1 - tanh(x)^2) = 2 * (log 2 - x - softplus(-2x)): finite for any x
-        log_det = 2.0 * (math.log(2.0) - x - torch.nn.functional.softplus(-2.0 * x))
+        log_det = (x + torch.nn.functional.softplus(-2.0 * x)).sub_(_LOG_2).mul_(-2.0)
         log_normal = _normal_log_prob(x, self.loc, self.scale)
-        return _sum_event(log_normal - log_det - torch.log(self._half), self.event_dims)
+        log_density = log_normal - log_det if self._unit else log_normal - log_det - torch.log(self._half)
+        return _sum_event(log_density, self.event_dims)
 
     def sample(self, sample_shape: torch.Size | tuple = torch.Size()) -> torch.Tensor:
         with torch.no_grad():
@@ -201,11 +205,12 @@ class TanhNormal(D.Distribution):
         last = getattr(self, "_last_draw", None)
         if last is not None and value is last[0]:
             return self._draw_log_prob(last[1])
-        t = ((value - self._center) / self._half).clamp(-1 + self._eps, 1 - self._eps)
+        t = value if self._unit else (value - self._center) / self._half
+        t = t.clamp(-1 + self._eps, 1 - self._eps)
         x = torch.atanh(t)
         # log(1 - t^2) as log1p(-t) + log1p(t): accurate when |t| is close to 1
-        lp = _normal_log_prob(x, self.loc, self.scale) - torch.log1p(-t) - torch.log1p(t) - torch.log(self._half)
-        return _sum_event(lp, self.event_dims)
+        lp = _normal_log_prob(x, self.loc, self.scale) - torch.log1p(-t) - torch.log1p(t)
+        return _sum_event(lp if self._unit else lp - torch.log(self._half), self.event_dims)
 
     @property
     def deterministic_sample(self) -> torch.Tensor:

@@ -25,6 +25,7 @@ from abc import ABCMeta, abstractmethod
 from typing import Any
 
 import torch
+from tdict.validation import check_positive
 from torch import nn
 
 __all__ = ["PercentileValueNorm", "PopArtValueNorm", "RunningValueNorm", "ValueNorm"]
@@ -39,14 +40,6 @@ def _check_unit(owner: str, name: str, value: Any, *, low_open: bool = False, hi
     if not ok:
         interval = f"{'(' if low_open else '['}0, 1{')' if high_open else ']'}"
         raise ValueError(f"{owner}: {name} must be in {interval}, got {value!r}.")
-    return float(value)
-
-
-def _check_positive(owner: str, name: str, value: Any) -> float:
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise TypeError(f"{owner}: {name} must be a number, got {type(value).__name__}.")
-    if not value > 0:
-        raise ValueError(f"{owner}: {name} must be positive, got {value!r}.")
     return float(value)
 
 
@@ -103,7 +96,7 @@ class ValueNorm(nn.Module, metaclass=ABCMeta):
         ):
             raise ValueError(f"{owner}: shape must be a positive int or a tuple of positive ints, got {shape!r}.")
         self.shape = tuple(int(d) for d in dims)
-        self.epsilon = _check_positive(owner, "epsilon", epsilon)
+        self.epsilon = float(check_positive(owner, "epsilon", epsilon))
         self._device = None if device is None else torch.device(device)
         if type(self).scale is ValueNorm.scale:
             warnings.warn(
@@ -382,7 +375,7 @@ class PercentileValueNorm(ValueNorm):
             raise ValueError(f"{owner}: quantiles must satisfy 0 <= low < high <= 1, got {tuple(quantiles)}.")
         self.quantiles = (low, high)
         self.rate = _check_unit(owner, "rate", rate)
-        self.min_scale = _check_positive(owner, "min_scale", min_scale)
+        self.min_scale = float(check_positive(owner, "min_scale", min_scale))
         if not isinstance(center, bool):
             raise TypeError(f"{owner}: center must be a bool, got {type(center).__name__}.")
         self.center = center

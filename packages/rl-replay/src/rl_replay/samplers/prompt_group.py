@@ -8,19 +8,13 @@ from typing import Any
 import torch
 from tdict import is_tensor_collection
 
+from tdict.validation import check_positive_int
+
 from .base import Sampler
 
 __all__ = ["PromptGroupSampler"]
 
 _STRATEGIES = ("random", "recency", "reward", "variance")
-
-
-def _positive_int(name: str, value: Any) -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise TypeError(f"PromptGroupSampler: {name} must be a positive integer, got {value!r}.")
-    if value <= 0:
-        raise ValueError(f"PromptGroupSampler: {name} must be a positive integer, got {value!r}.")
-    return value
 
 
 def _group_values(column: Any) -> list:
@@ -83,9 +77,9 @@ class PromptGroupSampler(Sampler):
                 f"num_groups={num_groups!r}, samples_per_group={samples_per_group!r}."
             )
         if num_groups is not None:
-            num_groups = _positive_int("num_groups", num_groups)
+            num_groups = check_positive_int("PromptGroupSampler", "num_groups", num_groups)
         if samples_per_group is not None:
-            samples_per_group = _positive_int("samples_per_group", samples_per_group)
+            samples_per_group = check_positive_int("PromptGroupSampler", "samples_per_group", samples_per_group)
         if strategy not in _STRATEGIES:
             raise ValueError(f"PromptGroupSampler: strategy must be one of {list(_STRATEGIES)}, got {strategy!r}.")
         self.num_groups, self.samples_per_group = num_groups, samples_per_group
