@@ -216,3 +216,14 @@ def test_bad_arguments_and_shapes_raise():
     bad["next", "reward"] = torch.zeros(N, T, A + 1, dtype=torch.float64)  # per-agent, wrong number of agents
     with pytest.raises(ValueError, match="per-step entries must have the same shape"):
         estimator(0.9, 0.9)(bad)
+
+
+def test_compiled_estimate_equals_eager():
+    td = rollout(0)
+    gae = estimator(0.9, 0.8)
+    expected = gae(td.clone())
+    actual = torch.compile(gae, fullgraph=True, backend="eager")(td.clone())
+    for key in ("advantage", "value_target"):  # per agent: [N, T, A]
+        assert expected[key].shape == (N, T, A)
+        torch.testing.assert_close(actual[key], expected[key])
+    torch.compiler.reset()

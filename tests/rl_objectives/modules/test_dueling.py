@@ -81,3 +81,17 @@ def test_noisy_dueling_in_a_q_value_actor():
     td = actor(TensorDict(observation=torch.randn(4, 3), batch_size=[4]))
     assert td["action"].shape == (4, 2) and td["chosen_action_value"].shape == (4,)
     torch.testing.assert_close(td["action_value"], net(td["observation"]))
+
+
+def test_compiled_forward_equals_eager():
+    torch.manual_seed(0)
+    mlp = DuelingMlpDQNet(
+        4, mlp_kwargs_feature={"num_cells": [16], "out_features": 8}, mlp_kwargs_output={"num_cells": 8}
+    )
+    cnn = DuelingCnnDQNet(
+        5, cnn_kwargs={"num_cells": [4, 4], "kernel_sizes": 3, "strides": 2}, mlp_kwargs={"num_cells": 16}
+    )
+    for net, x in ((mlp, torch.randn(5, 3)), (cnn, torch.randn(2, 3, 16, 16))):
+        expected = net(x)  # (materialises the lazy layers first)
+        torch.testing.assert_close(torch.compile(net, fullgraph=True, backend="eager")(x), expected)
+    torch.compiler.reset()

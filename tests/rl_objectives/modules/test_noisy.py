@@ -138,3 +138,14 @@ def test_state_dict_round_trip():
     x = torch.randn(3, 4)
     with set_interaction_type(InteractionType.RANDOM):
         torch.testing.assert_close(a(x), b(x))
+
+
+def test_compiled_forward_equals_eager():
+    torch.manual_seed(0)
+    layer = NoisyLinear(5, 3)
+    x = torch.randn(4, 5)
+    compiled = torch.compile(layer, fullgraph=True, backend="eager")
+    for mode in (True, False):  # factorised noise in training, the mean weights in evaluation
+        layer.train(mode)
+        torch.testing.assert_close(compiled(x), layer(x))
+    torch.compiler.reset()

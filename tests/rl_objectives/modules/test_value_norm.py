@@ -253,3 +253,19 @@ def test_bad_popart_and_percentile_arguments_raise():
         PercentileValueNorm(min_scale=0.0)
     with pytest.raises(TypeError, match="center must be a bool"):
         PercentileValueNorm(center=1)  # pyright: ignore[reportArgumentType]
+
+
+@pytest.mark.parametrize("cls", [RunningValueNorm, PopArtValueNorm, PercentileValueNorm])
+def test_compiled_update_and_normalisation_equal_eager(cls):
+    values = torch.randn(6, 4, 1) * 3 + 1
+    eager, compiled_norm = cls(shape=1), cls(shape=1)
+
+    def step(norm, x):
+        norm.update(x)
+        return norm.normalize(x), norm.denormalize(x), norm.scale()
+
+    compiled = torch.compile(step, fullgraph=True, backend="eager")
+    for _ in range(3):
+        for got, expected in zip(compiled(compiled_norm, values), step(eager, values)):
+            torch.testing.assert_close(got, expected)
+    torch.compiler.reset()
