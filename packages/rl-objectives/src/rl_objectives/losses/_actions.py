@@ -112,15 +112,6 @@ def check_discrete_action(
     return space
 
 
-def chosen_value(values: torch.Tensor, action: torch.Tensor, space: str) -> torch.Tensor:
-    """The stored action's entry of ``values``: ``[*lead, *batch, n]`` -> ``[*lead, *batch]``
-    (``lead``: e.g. a critic ensemble, broadcast over the action)."""
-    if space == "categorical":
-        index = action.long().unsqueeze(-1).expand(*values.shape[:-1], 1)
-        return values.gather(-1, index).squeeze(-1)
-    return (values * action.to(values.dtype)).sum(-1)
-
-
 def categorical_probs(
     owner: str, dist: Any, n_actions: int | None, batch: torch.Size
 ) -> tuple[torch.Tensor, torch.Tensor]:

@@ -13,6 +13,9 @@ With ``a`` the dataset's action at state ``s`` and ``pi`` the actor:
 
 The dataset action is a target: it is detached. Padded elements (``pad_mask``, ``True`` on padding)
 count neither in the loss nor in its mean.
+
+The arithmetic is :mod:`rl_objectives.functional.bc`'s; this module maps keys, runs the actor and
+reduces over the real elements.
 """
 
 from __future__ import annotations
@@ -22,14 +25,14 @@ from collections.abc import Callable
 from typing import Any, ClassVar
 
 import torch
-import torch.nn.functional as F
 from tdict import TensorDict, unravel_key
 from tdict.nn import Delta, TensorDictModuleBase
 from tdict.nn import sum_to_batch as _sum_to_batch
 
 from .._stack import user_stacklevel as _user_stacklevel
+from ..functional.bc import bc_cross_entropy_loss, bc_nll_loss, bc_regression_loss
 from .common import LossModule
-from .utils import _check_reduction, _get, distance_loss
+from .utils import _check_reduction, _get
 
 __all__ = ["BCLoss"]
 
@@ -158,19 +161,13 @@ class BCLoss(LossModule):
     # ------------------------------------------------------------------ the per-element loss
     def _cross_entropy(self, logits: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
         owner = type(self).__name__
-        if target.shape == logits.shape:  # one-hot
-            index = target.argmax(-1)
-        elif target.shape == logits.shape[:-1]:
-            index = target
-        elif target.shape == logits.shape[:-1] + (1,):  # TorchRL's [*B, 1] indices
-            index = target.squeeze(-1)
-        else:
+        # index [*B], TorchRL's [*B, 1] indices, or one-hot [*B, n]
+        if target.shape not in (logits.shape, logits.shape[:-1], logits.shape[:-1] + (1,)):
             raise ValueError(
                 f"{owner}: cross-entropy needs logits [*B, n] and an action index [*B] (or [*B, 1], or a one-hot [*B, n]); "
                 f"got logits {tuple(logits.shape)} and the action {self.tensor_keys.action!r} {tuple(target.shape)}."
             )
-        flat = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), index.reshape(-1).long(), reduction="none")
-        return flat.reshape(index.shape)
+        return bc_cross_entropy_loss(logits, target)
 
     def _distance(
         self,
@@ -188,7 +185,7 @@ class BCLoss(LossModule):
                 f"{owner}: the prediction at {self.tensor_keys.action!r} has shape {tuple(pred.shape)} but the data action has "
                 f"shape {tuple(target.shape)}; they must match."
             )
-        return distance_loss(pred, target.to(pred.dtype), "l2" if loss_function == "mse" else loss_function)
+        return bc_regression_loss(pred, target, loss_function)
 
     def _loss(self, tensordict: Any, target: torch.Tensor) -> torch.Tensor:
         if self.loss_function is not None:
@@ -199,7 +196,7 @@ class BCLoss(LossModule):
                 dist = self.actor_network.get_dist(tensordict.copy())  # pyright: ignore[reportCallIssue]
             if isinstance(dist, Delta):  # a point mass has no useful likelihood: regress its location
                 return self._distance(dist.deterministic_sample, target, "l2")
-            return -_sum_to_batch(dist.log_prob(target), tensordict.batch_dims)
+            return bc_nll_loss(_sum_to_batch(dist.log_prob(target), tensordict.batch_dims))
         if target.dtype in _INT_DTYPES:
             return self._cross_entropy(self._prediction(tensordict), target)
         return self._distance(self._prediction(tensordict), target, "l2")

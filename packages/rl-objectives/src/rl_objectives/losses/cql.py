@@ -18,6 +18,9 @@ behaviour-cloning actor loss ``alpha * log pi(a|s) - log pi(a_data|s)`` used for
 (sum the actor loss you train with: ``loss_actor`` or ``loss_actor_bc``, not both).
 
 Discrete actions (``DiscreteCQLLoss``): the DQN loss plus ``logsumexp_a Q(s, a) - Q(s, a_data)`` (exact).
+
+The arithmetic is :mod:`rl_objectives.functional.cql`'s (and :mod:`rl_objectives.functional.dqn`'s
+for the TD regression); this module maps keys, draws the proposal actions and runs the networks.
 """
 
 from __future__ import annotations
@@ -31,12 +34,23 @@ from tdict.validation import check_positive_int
 from tdict.nn import sum_to_batch as _sum_to_batch
 from torch import nn
 
+from ..functional.sac import temperature_loss
+from ..functional.cql import (
+    cql_actor_bc_loss,
+    cql_actor_loss,
+    cql_alpha_prime,
+    cql_alpha_prime_loss,
+    cql_lagrange_penalty,
+    cql_logsumexp_penalty,
+    discrete_cql_penalty,
+    uniform_log_density,
+)
+from ..functional.dqn import chosen_action_value, squared_td_error, td_loss
 from ._actions import (
     action_leaf_spec,
     auto_target_entropy,
     check_action_values,
     check_discrete_action,
-    chosen_value,
     continuous_target_entropy,
     resolve_action_space,
     rsample_action,
@@ -50,12 +64,9 @@ from .utils import (
     _loss_output,
     _reduce,
     _TemperatureMixin,
-    distance_loss,
 )
 
 __all__ = ["CQLLoss", "DiscreteCQLLoss"]
-
-_MAX_ALPHA_PRIME = 1e6  # the paper's clamp of the Lagrange multiplier
 
 
 def _uniform_bounds(action_spec: Any, actor_network: Any, action_key: Any) -> tuple[torch.Tensor, torch.Tensor]:
@@ -264,8 +275,7 @@ class CQLLoss(_TemperatureMixin, _BootstrappedLoss):
         key = self.tensor_keys.action
         low, high = self._uniform_low, self._uniform_high
         random_actions = torch.rand((n, *batch, *action_shape), device=pred.device) * (high - low) + low
-        # log of the uniform density 1 / volume, the same for every action
-        random_log_density = -torch.log(high - low).expand(action_shape).sum()
+        random_log_density = uniform_log_density(low, high, action_shape)
         with torch.no_grad():
             _, curr_actions, curr_log_prob, _ = rsample_action(
                 "CQLLoss",
@@ -286,8 +296,7 @@ class CQLLoss(_TemperatureMixin, _BootstrappedLoss):
         proposals.set(key, torch.cat([random_actions, curr_actions, next_actions], 0))
         q = self._q(proposals)  # [2, 3n, *batch]
         log_density = torch.cat([random_log_density.expand(n, *batch), curr_log_prob, next_log_prob], 0)
-        lse = self.temperature * torch.logsumexp((q - log_density) / self.temperature, dim=1)
-        return self.min_q_weight * (lse - pred)
+        return cql_logsumexp_penalty(q, log_density, pred, self.temperature, self.min_q_weight, dim=1)
 
     def forward(self, tensordict: Any) -> TensorDict:
         keys = self.tensor_keys
@@ -300,7 +309,7 @@ class CQLLoss(_TemperatureMixin, _BootstrappedLoss):
         with torch.no_grad():
             target = self._bootstrap(tensordict, self._next_value(next_td, alpha))
         pred = self._q(tensordict.copy())
-        loss_qvalue = _reduce(distance_loss(pred, target.expand_as(pred), self.loss_function).sum(0), self.reduction)
+        loss_qvalue = _reduce(td_loss(pred, target, self.loss_function).sum(0), self.reduction)
 
         _, new_action, log_prob, dist = rsample_action(
             "CQLLoss", self.actor_network, self.swapped("actor_network"), tensordict, keys.action
@@ -311,27 +320,26 @@ class CQLLoss(_TemperatureMixin, _BootstrappedLoss):
         actor_td = tensordict.copy()
         actor_td.set(keys.action, new_action)
         min_q = self._q(actor_td, params=self.params_of("qvalue_network").detach()).min(0).values
-        loss_actor = _reduce(alpha * log_prob - min_q, self.reduction)
-        loss_actor_bc = _reduce(alpha * log_prob - bc_log_prob, self.reduction)
+        loss_actor = _reduce(cql_actor_loss(log_prob, min_q, alpha), self.reduction)
+        loss_actor_bc = _reduce(cql_actor_bc_loss(log_prob, bc_log_prob, alpha), self.reduction)
 
         penalty = self._penalty(tensordict, next_td, pred, action_shape)
         out = {"loss_actor": loss_actor, "loss_actor_bc": loss_actor_bc, "loss_qvalue": loss_qvalue}
         if self.with_lagrange:
-            alpha_prime = self.log_alpha_prime.exp().clamp(0.0, _MAX_ALPHA_PRIME)
+            alpha_prime = cql_alpha_prime(self.log_alpha_prime)
             # the critics see the multiplier as a constant, the multiplier sees the penalty as one
-            out["loss_cql"] = _reduce(alpha_prime.detach() * penalty.sum(0), self.reduction)
-            gap = penalty.detach().mean(tuple(range(1, penalty.dim()))) - self.lagrange_thresh
-            loss_alpha_prime = -0.5 * alpha_prime * gap.sum()
+            out["loss_cql"] = _reduce(cql_lagrange_penalty(penalty, alpha_prime), self.reduction)
+            loss_alpha_prime = cql_alpha_prime_loss(penalty, alpha_prime, self.lagrange_thresh)
         else:
             out["loss_cql"] = _reduce(penalty.sum(0), self.reduction)
 
         if self._target_entropy is None:
             # no spec: the action's own shape gives "auto"
             self._target_entropy = auto_target_entropy(action_shape)
-        out["loss_alpha"] = _reduce(-self.log_alpha * (log_prob.detach() + self._target_entropy), self.reduction)
+        out["loss_alpha"] = _reduce(temperature_loss(self.log_alpha, log_prob, self._target_entropy), self.reduction)
         if self.with_lagrange:
             out["loss_alpha_prime"] = loss_alpha_prime
-        tensordict.set(keys.priority, (pred.detach() - target).pow(2).max(0).values)
+        tensordict.set(keys.priority, squared_td_error(pred, target).max(0).values)
         scalars = {"alpha": alpha, "entropy": -log_prob.detach().mean()}
         return _loss_output(
             out, scalars, self.reduction, self.scalar_output_mode, [] if self.with_lagrange else tensordict.batch_size
@@ -411,7 +419,7 @@ class DiscreteCQLLoss(_BootstrappedLoss):
         action_value = _get("DiscreteCQLLoss", self.call_network("value_network", tensordict.copy()), keys.action_value)
         check_action_values("DiscreteCQLLoss", action_value, batch, keys.action_value)
         space = check_discrete_action("DiscreteCQLLoss", self.action_space, action, action_value.shape, keys.action)
-        pred = chosen_value(action_value, action, space)
+        pred = chosen_action_value(action_value, action, space)
 
         with torch.no_grad():
             target_out = self.call_network("value_network", next_td.copy(), target=self.delay_value)
@@ -419,7 +427,7 @@ class DiscreteCQLLoss(_BootstrappedLoss):
             _check_batch_shaped("DiscreteCQLLoss", {("next", keys.value): next_value}, batch)
             target = self._bootstrap(tensordict, next_value)
 
-        loss_qvalue = _reduce(distance_loss(pred, target, self.loss_function), self.reduction)
-        loss_cql = _reduce(torch.logsumexp(action_value, dim=-1) - pred, self.reduction)
-        tensordict.set(keys.priority, (pred.detach() - target).pow(2))
+        loss_qvalue = _reduce(td_loss(pred, target, self.loss_function), self.reduction)
+        loss_cql = _reduce(discrete_cql_penalty(action_value, pred), self.reduction)
+        tensordict.set(keys.priority, squared_td_error(pred, target))
         return TensorDict(loss_qvalue=loss_qvalue, loss_cql=loss_cql)

@@ -6,6 +6,9 @@ with the same statistics; the next-state half of that pass gives the bootstrappe
 ``r + gamma * (1 - terminated) * (min_i Q_i(s', a') - alpha * log pi(a'|s'))`` (detached), with no
 target copies. The actor's loss ``alpha * log pi(a|s) - min_i Q_i(s, a)`` runs the critics in
 evaluation mode (running statistics); the temperature is SAC's.
+
+The math is SAC's, in :mod:`rl_objectives.functional.sac` (``soft_state_value``, ``sac_qvalue_loss``,
+``sac_actor_loss``, ``temperature_loss``); this module runs the joint pass, maps the keys and reduces.
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ import torch
 from tdict import TensorDict
 from tdict.validation import check_positive_int
 
+from ..functional.sac import sac_actor_loss, sac_qvalue_loss, soft_state_value, temperature_loss
 from ._actions import auto_target_entropy, continuous_target_entropy, rsample_action
 from .utils import (
     _BootstrappedLoss,
@@ -24,7 +28,6 @@ from .utils import (
     _get,
     _loss_output,
     _TemperatureMixin,
-    distance_loss,
 )
 
 __all__ = ["CrossQLoss"]
@@ -222,11 +225,9 @@ class CrossQLoss(_TemperatureMixin, _BootstrappedLoss):
             self._restore(previous)
         pred, next_q = values[:, :n], values[:, n:]
         with torch.no_grad():
-            next_value = next_q.min(0).values - alpha * draw.log_prob
-            target = self._bootstrap(flat, next_value)
-        loss = distance_loss(pred, target.expand_as(pred), self.loss_function).sum(0).reshape(batch)
-        td_error = (pred.detach() - target).abs().max(0).values.reshape(batch)
-        return self._reduce_loss(loss, tensordict), {"td_error": td_error}
+            target = self._bootstrap(flat, soft_state_value(next_q, draw.log_prob, alpha))
+        loss, td_error = sac_qvalue_loss(pred, target, self.loss_function)
+        return self._reduce_loss(loss.reshape(batch), tensordict), {"td_error": td_error.reshape(batch)}
 
     def actor_loss(self, tensordict: Any) -> tuple[torch.Tensor, dict]:
         """``alpha * log pi(a|s) - min_i Q_i(s, a)``, ``a`` reparameterised, the critics detached and in
@@ -244,9 +245,8 @@ class CrossQLoss(_TemperatureMixin, _BootstrappedLoss):
             q = self._q(draw.td, params=self.params_of("qvalue_network").detach())
         finally:
             self._restore(previous)
-        log_prob = draw.log_prob.reshape(batch)
-        loss = self._alpha * log_prob - q.min(0).values.reshape(batch)
-        return self._reduce_loss(loss, tensordict), {"log_prob": log_prob.detach()}
+        loss = sac_actor_loss(draw.log_prob, q, self._alpha).reshape(batch)
+        return self._reduce_loss(loss, tensordict), {"log_prob": draw.log_prob.detach().reshape(batch)}
 
     def alpha_loss(self, log_prob: torch.Tensor, tensordict: Any = None) -> torch.Tensor:
         """``-log_alpha * (log pi + target_entropy)`` (``log_prob`` detached), reduced."""
@@ -259,7 +259,7 @@ class CrossQLoss(_TemperatureMixin, _BootstrappedLoss):
                 )
             action = _get("CrossQLoss", tensordict, self.tensor_keys.action)
             self._target_entropy = auto_target_entropy(action.shape[tensordict.batch_dims :])
-        return self._reduce_loss(-self.log_alpha * (log_prob.detach() + self._target_entropy), tensordict)
+        return self._reduce_loss(temperature_loss(self.log_alpha, log_prob, self._target_entropy), tensordict)
 
     def forward(self, tensordict: Any) -> TensorDict:
         _get("CrossQLoss", tensordict, self.tensor_keys.action)

@@ -3,6 +3,9 @@
 The critic regresses ``Q(s, a)`` onto ``r + gamma * (1 - terminated) * Q'(s', pi'(s'))`` (target
 actor and target critic); the actor maximises ``Q(s, pi(s))`` through a critic whose parameters are
 detached, so the actor loss trains the actor only.
+
+The math is in :mod:`rl_objectives.functional.td3` (``ddpg_value_loss``, ``ddpg_actor_loss``); this
+module runs the networks, maps the keys and reduces.
 """
 
 from __future__ import annotations
@@ -12,7 +15,8 @@ from typing import Any, ClassVar
 import torch
 from tdict import TensorDict
 
-from .utils import _BootstrappedLoss, _get, distance_loss
+from ..functional.td3 import ddpg_actor_loss, ddpg_value_loss
+from .utils import _BootstrappedLoss, _get
 
 __all__ = ["DDPGLoss"]
 
@@ -123,10 +127,11 @@ class DDPGLoss(_BootstrappedLoss):
         with torch.no_grad():
             next_td = self.call_network("actor_network", next_td.copy(), target=self.delay_actor)
             target = self._bootstrap(tensordict, self._q(next_td, target=self.delay_value))
-        loss = self._reduce_loss(distance_loss(pred, target, self.loss_function), tensordict)
+        loss, td_error = ddpg_value_loss(pred, target, self.loss_function)
+        loss = self._reduce_loss(loss, tensordict)
         pred = pred.detach()
         metadata = {
-            "td_error": (pred - target).pow(2),
+            "td_error": td_error,
             "pred_value": pred.mean(),
             "target_value": target.mean(),
             "pred_value_max": pred.max(),
@@ -136,7 +141,7 @@ class DDPGLoss(_BootstrappedLoss):
 
     def loss_actor(self, tensordict: Any) -> tuple[torch.Tensor, dict]:
         """``-Q(s, pi(s))`` with the critic's parameters detached: gradients reach the actor only."""
-        return self._reduce_loss(-self._q_of_policy(tensordict), tensordict), {}
+        return self._reduce_loss(ddpg_actor_loss(self._q_of_policy(tensordict)), tensordict), {}
 
     def forward(self, tensordict: Any) -> TensorDict:
         loss_value, metadata = self.loss_value(tensordict)

@@ -8,6 +8,10 @@ is sampled and no reparameterisation is needed:
 - actor: minimise ``sum_a pi(a|s) (alpha * log pi(a|s) - min_i Q_i(s, a))`` (critics detached);
 - temperature: minimise ``-log_alpha * (sum_a pi log pi + target_entropy)`` with
   ``target_entropy = target_entropy_weight * log(num_actions)`` for ``"auto"``.
+
+The math is in :mod:`rl_objectives.functional.sac` (``discrete_soft_state_value``, ``sac_qvalue_loss``,
+``discrete_sac_actor_loss``, ``discrete_expected_log_prob``, ``temperature_loss``); this module runs
+the networks, maps the keys and reduces.
 """
 
 from __future__ import annotations
@@ -19,10 +23,17 @@ from tdict.nn import ProbabilisticTensorDictModule, ProbabilisticTensorDictSeque
 from tdict import TensorDict
 from tdict.validation import check_positive_int
 
+from ..functional.sac import (
+    discrete_expected_log_prob,
+    discrete_sac_actor_loss,
+    discrete_soft_state_value,
+    sac_qvalue_loss,
+    temperature_loss,
+)
+from ..functional.dqn import chosen_action_value
 from ._actions import (
     categorical_probs,
     check_discrete_action,
-    chosen_value,
     discrete_target_entropy,
     on_live_rows,
     resolve_action_space,
@@ -35,7 +46,6 @@ from .utils import (
     _get,
     _loss_output,
     _TemperatureMixin,
-    distance_loss,
 )
 
 __all__ = ["DiscreteSACLoss"]
@@ -208,8 +218,8 @@ class DiscreteSACLoss(_TemperatureMixin, _BootstrappedLoss):
 
         def soft_value(td: Any) -> tuple[torch.Tensor]:
             next_probs, next_log_probs = self._policy(td)
-            next_q = self._action_values(td, target=self.delay_qvalue).min(0).values
-            return ((next_probs * (next_q - alpha * next_log_probs)).sum(-1),)
+            next_q = self._action_values(td, target=self.delay_qvalue)
+            return (discrete_soft_state_value(next_probs, next_q, next_log_probs, alpha),)
 
         with torch.no_grad():
             if self.skip_done_states:
@@ -217,20 +227,19 @@ class DiscreteSACLoss(_TemperatureMixin, _BootstrappedLoss):
             else:
                 (next_value,) = soft_value(next_td)
             target = self._bootstrap(tensordict, next_value)
-        pred = chosen_value(self._action_values(tensordict), action, space)
-        loss_qvalue = self._reduce_loss(
-            distance_loss(pred, target.expand_as(pred), self.loss_function).sum(0), tensordict
-        )
+        pred = chosen_action_value(self._action_values(tensordict), action, space)
+        loss_qvalue, td_error = sac_qvalue_loss(pred, target, self.loss_function)
+        loss_qvalue = self._reduce_loss(loss_qvalue, tensordict)
 
         probs, log_probs = self._policy(tensordict)
-        min_q = self._action_values(tensordict, params=self.params_of("qvalue_network").detach()).min(0).values
-        loss_actor = self._reduce_loss((probs * (alpha * log_probs - min_q)).sum(-1), tensordict)
-        neg_entropy = (probs * log_probs).sum(-1).detach()
+        q = self._action_values(tensordict, params=self.params_of("qvalue_network").detach())
+        loss_actor = self._reduce_loss(discrete_sac_actor_loss(probs, log_probs, q, alpha), tensordict)
+        neg_entropy = discrete_expected_log_prob(probs, log_probs)
         target_entropy = self._target_entropy
         assert target_entropy is not None  # resolved in __init__
-        loss_alpha = self._reduce_loss(-self.log_alpha * (neg_entropy + target_entropy), tensordict)
+        loss_alpha = self._reduce_loss(temperature_loss(self.log_alpha, neg_entropy, target_entropy), tensordict)
 
-        tensordict.set(keys.priority, (pred.detach() - target).abs().max(0).values)
+        tensordict.set(keys.priority, td_error)
         return _loss_output(
             {"loss_actor": loss_actor, "loss_qvalue": loss_qvalue, "loss_alpha": loss_alpha},
             {"alpha": alpha, "entropy": -neg_entropy.mean()},

@@ -16,7 +16,8 @@ from tdict import TensorDict
 from tdict.validation import check_unit_interval
 
 from ..functional.distributional import categorical_projection, distributional_cross_entropy
-from ._actions import check_discrete_action, chosen_value, resolve_action_space
+from ..functional.dqn import chosen_action_value
+from ._actions import check_discrete_action, resolve_action_space
 from .common import LossModule
 from .utils import _check_batch_shaped, _check_prioritized, _check_reduction, _get, _reduce
 
@@ -165,7 +166,7 @@ class DistributionalDQNLoss(LossModule):
 
     def _pick(self, values: torch.Tensor, action: torch.Tensor, space: str) -> torch.Tensor:
         """``[*B, atoms, n]`` -> ``[*B, atoms]``: each atom's entry of the action."""
-        return chosen_value(values.movedim(-2, 0), action, space).movedim(0, -1)
+        return chosen_action_value(values.movedim(-2, 0), action, space).movedim(0, -1)
 
     def _priority_weight(self, tensordict: Any) -> torch.Tensor | None:
         if self.use_prioritized_weights is False:

@@ -3,6 +3,7 @@
 The regression target is the bootstrapped return ``r + gamma * (1 - terminated) * V'(s')`` where
 ``V'(s') = max_a Q_target(s', a)`` (the target network's ``"chosen_action_value"``), or with double
 DQN ``Q_target(s', argmax_a Q(s', a))`` (action chosen by the online network, valued by the target).
+The arithmetic is :mod:`rl_objectives.functional.dqn`'s; this module maps keys and runs the networks.
 """
 
 from __future__ import annotations
@@ -12,13 +13,9 @@ from typing import Any, ClassVar
 import torch
 from tdict import TensorDict
 
-from ._actions import (
-    check_action_values,
-    check_discrete_action,
-    chosen_value,
-    resolve_action_space,
-)
-from .utils import _BootstrappedLoss, _check_batch_shaped, _get, distance_loss
+from ..functional.dqn import chosen_action_value, squared_td_error, td_loss
+from ._actions import check_action_values, check_discrete_action, resolve_action_space
+from .utils import _BootstrappedLoss, _check_batch_shaped, _get
 
 __all__ = ["DQNLoss"]
 
@@ -127,19 +124,20 @@ class DQNLoss(_BootstrappedLoss):
         action_value = _get("DQNLoss", online, keys.action_value)
         check_action_values("DQNLoss", action_value, batch, keys.action_value)
         space = check_discrete_action("DQNLoss", self.action_space, action, action_value.shape, keys.action)
-        pred = chosen_value(action_value, action, space)
+        pred = chosen_action_value(action_value, action, space)
 
         with torch.no_grad():
             target_td = self.call_network("value_network", next_td.copy(), target=self.delay_value)
             if self.double_dqn:
                 greedy = self.call_network("value_network", next_td.copy())
                 next_action = _get("DQNLoss", greedy, keys.action)
-                next_value = chosen_value(_get("DQNLoss", target_td, keys.action_value), next_action, space)
+                # the online network's greedy action (its action mask applies), valued by the target network
+                next_value = chosen_action_value(_get("DQNLoss", target_td, keys.action_value), next_action, space)
             else:
                 next_value = _get("DQNLoss", target_td, keys.value)
             _check_batch_shaped("DQNLoss", {("next", keys.value): next_value}, batch)
             target = self._bootstrap(tensordict, next_value)
 
-        tensordict.set(keys.priority, (pred.detach() - target).pow(2))
-        loss = self._reduce_loss(distance_loss(pred, target, self.loss_function), tensordict)
+        tensordict.set(keys.priority, squared_td_error(pred, target))
+        loss = self._reduce_loss(td_loss(pred, target, self.loss_function), tensordict)
         return TensorDict(loss=loss)

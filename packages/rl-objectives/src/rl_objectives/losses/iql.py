@@ -6,6 +6,9 @@ querying the policy on unseen actions.
 - critics: ``Q_i(s, a)`` regress onto ``r + gamma * (1 - terminated) * V(s')`` (``V`` detached);
 - actor: advantage-weighted regression, ``-min(exp(temperature * (min_i Q'_i(s, a) - V(s))), 100) * log pi(a|s)``
   with the stored action ``a`` (weights detached).
+
+The arithmetic is :mod:`rl_objectives.functional.iql`'s (and :func:`~rl_objectives.functional.dqn.td_loss`
+for the critics); this module maps keys and runs the networks.
 """
 
 from __future__ import annotations
@@ -18,7 +21,9 @@ from tdict.validation import check_positive_int
 from tdict.nn import ProbabilisticTensorDictModule, ProbabilisticTensorDictSequential
 from tdict.nn import sum_to_batch as _sum_to_batch
 
-from ._actions import check_discrete_action, chosen_value, resolve_action_space
+from ..functional.dqn import chosen_action_value, squared_td_error, td_loss
+from ..functional.iql import iql_actor_loss, iql_value_loss
+from ._actions import check_discrete_action, resolve_action_space
 from .utils import (
     _BootstrappedLoss,
     _check_batch_shaped,
@@ -26,12 +31,9 @@ from .utils import (
     _get,
     _loss_output,
     _reduce,
-    distance_loss,
 )
 
 __all__ = ["DiscreteIQLLoss", "IQLLoss"]
-
-_MAX_WEIGHT = 100.0  # the paper's clip of the advantage weights
 
 
 class IQLLoss(_BootstrappedLoss):
@@ -194,21 +196,19 @@ class IQLLoss(_BootstrappedLoss):
             target = self._bootstrap(tensordict, self._v(next_td))
 
         value = self._v(tensordict)
-        diff = target_min_q - value
-        weight = torch.where(diff > 0, self.expectile, 1.0 - self.expectile)
-        loss_value = _reduce(weight * diff.pow(2), self.reduction)
+        loss_value = _reduce(iql_value_loss(target_min_q, value, self.expectile), self.reduction)
 
         pred = self._stored_q(tensordict)
-        loss_qvalue = _reduce(distance_loss(pred, target.expand_as(pred), self.loss_function).sum(0), self.reduction)
+        loss_qvalue = _reduce(td_loss(pred, target, self.loss_function).sum(0), self.reduction)
 
         with self.swapped("actor_network"):
             dist = self.actor_network.get_dist(tensordict.copy())
         log_prob = _sum_to_batch(dist.log_prob(tensordict.get(self.tensor_keys.action)), tensordict.batch_dims)
         _check_batch_shaped(owner, {"log_prob": log_prob}, batch)
-        advantage_weight = torch.exp(self.temperature * (target_min_q - value.detach())).clamp(max=_MAX_WEIGHT)
-        loss_actor = _reduce(-advantage_weight * log_prob, self.reduction)
+        advantage = target_min_q - value.detach()
+        loss_actor = _reduce(iql_actor_loss(log_prob, advantage, self.temperature), self.reduction)
 
-        tensordict.set(self.tensor_keys.priority, (pred.detach() - target).pow(2).max(0).values)
+        tensordict.set(self.tensor_keys.priority, squared_td_error(pred, target).max(0).values)
         return _loss_output(
             {"loss_actor": loss_actor, "loss_qvalue": loss_qvalue, "loss_value": loss_value},
             {"entropy": -log_prob.detach().mean()},
@@ -305,4 +305,4 @@ class DiscreteIQLLoss(IQLLoss):
         space = check_discrete_action(
             "DiscreteIQLLoss", self.action_space, action, values.shape[1:], self.tensor_keys.action
         )
-        return chosen_value(values, action, space)
+        return chosen_action_value(values, action, space)

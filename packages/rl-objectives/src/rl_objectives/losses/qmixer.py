@@ -5,6 +5,7 @@ team value ``Q_tot(s, a) = mixer(Q_1(s, a_1), ..., Q_n(s, a_n); state)`` (a
 :class:`~rl_objectives.modules.multiagent.QMixer` or
 :class:`~rl_objectives.modules.multiagent.VDNMixer`), which is regressed, as in DQN, onto
 ``r + gamma * (1 - terminated) * mixer_target(max_a Q_target_1(s', a), ..., max_a Q_target_n(s', a); state')``.
+The arithmetic is :mod:`rl_objectives.functional.dqn`'s; this module maps keys and runs the networks.
 """
 
 from __future__ import annotations
@@ -15,7 +16,8 @@ import torch
 from tdict.nn import TensorDictModuleBase
 from tdict import TensorDict
 
-from ._actions import check_discrete_action, chosen_value, resolve_action_space
+from ..functional.dqn import chosen_action_value, greedy_value, squared_td_error, td_loss
+from ._actions import check_discrete_action, resolve_action_space
 from .common import LossModule
 from .utils import (
     _check_batch_shaped,
@@ -25,7 +27,6 @@ from .utils import (
     _make_bootstrapped_estimator,
     _reduce,
     bootstrap_target,
-    distance_loss,
 )
 
 __all__ = ["QMixerLoss"]
@@ -190,7 +191,7 @@ class QMixerLoss(LossModule):
         work = self.call_network("local_value_network", tensordict.copy())
         action_value = self._action_values(work, batch, "the local network's")
         space = check_discrete_action("QMixerLoss", self.action_space, action, action_value.shape, keys.action)
-        local = chosen_value(action_value, action, space)
+        local = chosen_action_value(action_value, action, space)
         pred = self._mix(work, local, batch, target=False)
 
         with torch.no_grad():
@@ -204,11 +205,11 @@ class QMixerLoss(LossModule):
                         f"{tuple(next_values.shape[:-1])} ([*B, n_agents], no trailing singleton dim)."
                     )
             else:
-                next_local = next_values.max(-1).values
+                next_local = greedy_value(next_values)
             next_value = self._mix(next_work, next_local, batch, target=self.delay_value)
             target = bootstrap_target(estimator, tensordict, next_value)
         _check_batch_shaped("QMixerLoss", {"value_target": target}, batch)
 
-        tensordict.set(keys.priority, (pred.detach() - target).pow(2))
-        loss = _reduce(distance_loss(pred, target, self.loss_function), self.reduction)
+        tensordict.set(keys.priority, squared_td_error(pred, target))
+        loss = _reduce(td_loss(pred, target, self.loss_function), self.reduction)
         return TensorDict(loss=loss)

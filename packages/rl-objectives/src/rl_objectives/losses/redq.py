@@ -8,6 +8,10 @@ A large ensemble of ``N`` critics is trained; each update draws a random subset 
   critics detached, ``a`` reparameterised);
 - temperature: minimise ``-alpha * (log pi + target_entropy)`` over the current and next actions'
   log-probs (log-probs detached), as TorchRL's REDQ does.
+
+The math is in :mod:`rl_objectives.functional.sac` (``soft_state_value``, ``redq_qvalue_loss``,
+``redq_actor_loss``, ``redq_temperature_loss``); this module draws the subset, runs the networks,
+maps the keys and reduces.
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ import torch
 from tdict import TensorDict
 from tdict.validation import check_positive_int
 
+from ..functional.sac import redq_actor_loss, redq_qvalue_loss, redq_temperature_loss, soft_state_value
 from ._actions import auto_target_entropy, continuous_target_entropy, rsample_action
 from .utils import (
     _BootstrappedLoss,
@@ -29,7 +34,6 @@ from .utils import (
     _loss_output,
     _reduce,
     _TemperatureMixin,
-    distance_loss,
 )
 
 __all__ = ["REDQLoss"]
@@ -234,7 +238,9 @@ class REDQLoss(_TemperatureMixin, _BootstrappedLoss):
             "REDQLoss", self.actor_network, self.swapped("actor_network"), tensordict, keys.action
         )
         q_actor = self._subset_q(actor_td, self.num_qvalue_nets, params=self.params_of("qvalue_network").detach())
-        loss_actor = self._reduce_stacked(alpha * log_prob - q_actor, tensordict)  # [N, *B] before the reduction
+        loss_actor = self._reduce_stacked(
+            redq_actor_loss(log_prob, q_actor, alpha), tensordict
+        )  # [N, *B] before the reduction
 
         with torch.no_grad():
             actor_params = self.params_of("actor_network", target=self.delay_actor)
@@ -243,18 +249,21 @@ class REDQLoss(_TemperatureMixin, _BootstrappedLoss):
             )
             target_params = self.params_of("qvalue_network", target=self.delay_qvalue)[subset]
             next_q = self._subset_q(next_actor_td, self.sub_sample_len, params=target_params)
-            next_value = next_q.min(0).values - alpha * next_log_prob
+            next_value = soft_state_value(next_q, next_log_prob, alpha)
             target = self._bootstrap(tensordict, next_value)
         pred = self._subset_q(tensordict.copy(), self.num_qvalue_nets)
-        loss_qvalue = self._reduce_stacked(distance_loss(pred, target.expand_as(pred), self.loss_function), tensordict)
+        loss_qvalue, td_error = redq_qvalue_loss(pred, target, self.loss_function)
+        loss_qvalue = self._reduce_stacked(loss_qvalue, tensordict)
 
         if self._target_entropy is None:
             # no spec: the sampled action's own shape (beyond the batch dims) gives "auto"
             self._target_entropy = auto_target_entropy(actor_td.get(keys.action).shape[tensordict.batch_dims :])
         log_pi = torch.stack([log_prob.detach(), next_log_prob], 0)
-        loss_alpha = self._reduce_stacked(-self.log_alpha.exp() * (log_pi + self._target_entropy), tensordict)
+        loss_alpha = self._reduce_stacked(
+            redq_temperature_loss(self.log_alpha, log_pi, self._target_entropy), tensordict
+        )
 
-        tensordict.set(keys.priority, (pred.detach() - target).pow(2).max(0).values)
+        tensordict.set(keys.priority, td_error)
         return _loss_output(
             {
                 "loss_actor": loss_actor,

@@ -12,6 +12,10 @@ With a value network ("SAC v1", the first paper's version) the critics regress o
 ``r + gamma * (1 - terminated) * V'(s')`` (the target value network), each critic on its own share of
 the batch, and ``V(s)`` regresses onto ``min_i Q'_i(s, a) - alpha * log pi(a|s)`` with ``a ~ pi(.|s)``
 (``"loss_value"``); actor and temperature losses are the same.
+
+The math is in :mod:`rl_objectives.functional.sac` (:func:`~rl_objectives.functional.sac.soft_state_value`,
+``sac_qvalue_loss``, ``sac_actor_loss``, ``temperature_loss``, ``sac_value_loss``, ``sac_v1_qvalue_loss``);
+this module runs the networks, maps the keys and reduces.
 """
 
 from __future__ import annotations
@@ -22,6 +26,14 @@ import torch
 from tdict import TensorDict
 from tdict.validation import check_positive_int
 
+from ..functional.sac import (
+    sac_actor_loss,
+    sac_qvalue_loss,
+    sac_v1_qvalue_loss,
+    sac_value_loss,
+    soft_state_value,
+    temperature_loss,
+)
 from ._actions import (
     PolicyDraw,
     auto_target_entropy,
@@ -38,7 +50,6 @@ from .utils import (
     _get,
     _loss_output,
     _TemperatureMixin,
-    distance_loss,
 )
 
 __all__ = ["SACLoss"]
@@ -244,10 +255,10 @@ class SACLoss(_TemperatureMixin, _BootstrappedLoss):
         with torch.no_grad():
             next_td, next_log_prob = self._next_state(next_td)
             next_q = self._q(next_td, target=self.delay_qvalue)
-            target = self._bootstrap(tensordict, next_q.min(0).values - alpha * next_log_prob)
+            target = self._bootstrap(tensordict, soft_state_value(next_q, next_log_prob, alpha))
         pred = self._q(tensordict.copy())
-        loss = distance_loss(pred, target.expand_as(pred), self.loss_function).sum(0)
-        return self._reduce_loss(loss, tensordict), (pred.detach() - target).abs().max(0).values
+        loss, td_error = sac_qvalue_loss(pred, target, self.loss_function)
+        return self._reduce_loss(loss, tensordict), td_error
 
     def _qvalue_v1_loss(self, tensordict: Any) -> tuple[torch.Tensor, torch.Tensor]:
         """SAC v1 critics: each trains on its own share of the batch, towards ``r + gamma * V'(s')``."""
@@ -265,8 +276,8 @@ class SACLoss(_TemperatureMixin, _BootstrappedLoss):
             _check_batch_shaped("SACLoss", {("next", value_key): next_value}, batch)
             target = self._bootstrap(tensordict, next_value)
         pred = self._q_per_share(tensordict)
-        loss = self._reduce_loss(distance_loss(pred, target, self.loss_function), tensordict)
-        return loss, (pred.detach() - target).pow(2)
+        loss, td_error = sac_v1_qvalue_loss(pred, target, self.loss_function)
+        return self._reduce_loss(loss, tensordict), td_error
 
     def _q_per_share(self, tensordict: Any) -> torch.Tensor:
         """``Q_i`` on the ``i``-th of ``num_qvalue_nets`` equal shares of the batch (along the first
@@ -292,13 +303,13 @@ class SACLoss(_TemperatureMixin, _BootstrappedLoss):
         _check_batch_shaped("SACLoss", {value_key: pred}, tensordict.batch_size)
         with torch.no_grad():
             work, _, log_prob, _ = self._sample(tensordict, target=self.delay_actor)
-            target = self._q(work, target=self.delay_qvalue).min(0).values - alpha * log_prob
-        return self._reduce_loss(distance_loss(pred, target, self.loss_function), tensordict)
+            q = self._q(work, target=self.delay_qvalue)
+        return self._reduce_loss(sac_value_loss(pred, q, log_prob, alpha, self.loss_function), tensordict)
 
     def _actor_loss(self, tensordict: Any, alpha: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         work, _, log_prob, _ = self._sample(tensordict)
-        min_q = self._q(work, params=self.params_of("qvalue_network").detach()).min(0).values
-        return self._reduce_loss(alpha * log_prob - min_q, tensordict), log_prob.detach()
+        q = self._q(work, params=self.params_of("qvalue_network").detach())
+        return self._reduce_loss(sac_actor_loss(log_prob, q, alpha), tensordict), log_prob.detach()
 
     def forward(self, tensordict: Any) -> TensorDict:
         _get("SACLoss", tensordict, self.tensor_keys.action)
@@ -314,7 +325,7 @@ class SACLoss(_TemperatureMixin, _BootstrappedLoss):
             # no spec: the action's own shape (beyond the batch dims) gives "auto"
             action = _get("SACLoss", tensordict, self.tensor_keys.action)
             self._target_entropy = auto_target_entropy(action.shape[tensordict.batch_dims :])
-        loss_alpha = self._reduce_loss(-self.log_alpha * (log_prob + self._target_entropy), tensordict)
+        loss_alpha = self._reduce_loss(temperature_loss(self.log_alpha, log_prob, self._target_entropy), tensordict)
         tensordict.set(self.tensor_keys.priority, td_error)
         return _loss_output(
             {"loss_actor": loss_actor, "loss_qvalue": loss_qvalue, "loss_alpha": loss_alpha, **losses},

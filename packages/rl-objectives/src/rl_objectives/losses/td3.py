@@ -3,6 +3,9 @@
 Three changes to DDPG: an ensemble of Q-networks whose minimum at the next state gives the target
 (clipped double Q), clipped Gaussian noise on the target action (target policy smoothing), and target
 copies of both actor and critics. The actor maximises the first Q-network (critics detached).
+
+The math is in :mod:`rl_objectives.functional.td3` (``td3_target_action``, ``clipped_double_q``,
+``td3_qvalue_loss``, ``ddpg_actor_loss``); this module runs the networks, maps the keys and reduces.
 """
 
 from __future__ import annotations
@@ -14,7 +17,8 @@ from tdict import TensorDict
 from tdict.specs import Bounded, Composite
 from tdict.validation import check_non_negative, check_positive_int
 
-from .utils import _BootstrappedLoss, _get, distance_loss
+from ..functional.td3 import clipped_double_q, ddpg_actor_loss, td3_qvalue_loss, td3_target_action
+from .utils import _BootstrappedLoss, _get
 
 __all__ = ["TD3Loss"]
 
@@ -192,7 +196,9 @@ class TD3Loss(_BootstrappedLoss):
         """``-Q_1(s, pi(s))``, critics detached: gradients reach the actor only (the other
         critics are not evaluated)."""
         value = self._q_of_policy(tensordict)  # Q_1: [*batch]
-        return self._reduce_loss(-value, tensordict), {"state_action_value_actor": value.detach().mean()}
+        return self._reduce_loss(ddpg_actor_loss(value), tensordict), {
+            "state_action_value_actor": value.detach().mean()
+        }
 
     def value_loss(self, tensordict: Any) -> tuple[torch.Tensor, dict]:
         """The critics' loss against the clipped double-Q target with target policy smoothing."""
@@ -200,20 +206,21 @@ class TD3Loss(_BootstrappedLoss):
         action = _get(owner, tensordict, keys.action)
         next_td = _get(owner, tensordict, "next")
         # drawn before the networks run, so a seeded call is reproducible whatever they do
-        noise = (torch.randn_like(action) * self.policy_noise).clamp(-self.noise_clip, self.noise_clip)
+        noise = torch.randn_like(action) * self.policy_noise
         with torch.no_grad():
             next_td = self.call_network("actor_network", next_td.copy(), target=self.delay_actor)
             next_action = _get(owner, next_td, keys.action)
-            next_td.set(keys.action, torch.clamp(next_action + noise, self.min_action, self.max_action))
-            next_value = self._q(next_td, target=self.delay_qvalue).min(0).values
+            smoothed = td3_target_action(next_action, noise, self.noise_clip, self.min_action, self.max_action)
+            next_td.set(keys.action, smoothed)
+            next_value = clipped_double_q(self._q(next_td, target=self.delay_qvalue))
             target = self._bootstrap(tensordict, next_value)
         pred = self._q(tensordict.copy())
         # per sample: the sum over the ensemble of each critic's distance to the shared target
-        loss = self._reduce_loss(distance_loss(pred, target.expand_as(pred), self.loss_function).sum(0), tensordict)
-        pred = pred.detach()
+        loss, td_error = td3_qvalue_loss(pred, target, self.loss_function)
+        loss = self._reduce_loss(loss, tensordict)
         metadata = {
-            "td_error": (pred - target).pow(2).max(0).values,
-            "pred_value": pred.mean(),
+            "td_error": td_error,
+            "pred_value": pred.detach().mean(),
             "next_state_value": next_value.mean(),
             "target_value": target.mean(),
         }

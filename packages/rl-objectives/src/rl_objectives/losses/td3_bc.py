@@ -4,6 +4,8 @@ The critics are TD3's (clipped double Q, target policy smoothing, target network
 minimises ``-lambda * Q_1(s, pi(s)) + (pi(s) - a)^2`` with ``lambda = alpha / mean|Q_1(s, pi(s))|``
 (detached, over the batch): the Q term is rescaled so that ``alpha`` alone weighs it against the
 regression onto the dataset's action ``a``.
+
+The actor's math is :func:`rl_objectives.functional.td3.td3_bc_actor_loss`; the critics' is TD3's.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from typing import Any, ClassVar
 import torch
 from tdict.validation import check_non_negative
 
+from ..functional.td3 import td3_bc_actor_loss
 from .td3 import TD3Loss
 from .utils import _get
 
@@ -133,8 +136,7 @@ class TD3BCLoss(TD3Loss):
                 f"TD3BCLoss: the actor's action has shape {tuple(policy_action.shape)} but the stored {key!r} has shape "
                 f"{tuple(action.shape)}; the behaviour-cloning term compares them."
             )
-        bc = (policy_action - action).pow(2).reshape(*tensordict.batch_size, -1).mean(-1)
-        lmbd = self.alpha / value.detach().abs().mean()
-        loss = self._reduce_loss(-lmbd * value + bc, tensordict)
+        loss, bc, lmbd = td3_bc_actor_loss(value, policy_action, action, self.alpha)
+        loss = self._reduce_loss(loss, tensordict)
         metadata = {"bc_loss": bc.detach().mean(), "lmbd": lmbd, "state_action_value_actor": value.detach().mean()}
         return loss, metadata
