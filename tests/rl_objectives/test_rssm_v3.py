@@ -187,3 +187,41 @@ def test_rollout_infers_or_needs_the_action_key():
     )
     with pytest.raises(ValueError, match="pass action_key"):
         RSSMRolloutV3(two, rollout.rssm_posterior)
+
+
+@pytest.mark.parametrize("recurrent_model", ["gru", "block_gru"])
+def test_rollout_gradients_equal_the_plain_autograd_ones(recurrent_model, monkeypatch):
+    """The rollout defers its layers' weight gradients into one product over the steps
+    (``deferred_weight_grads``): the gradients of every parameter equal plain autograd's."""
+    import contextlib
+
+    import rl_objectives.modules.rssm_v3 as rssm_v3
+
+    prior, posterior, rollout = _modules(recurrent_model)
+    B, T = 3, 6
+    td = TensorDict(
+        {
+            "state": torch.zeros(B, T, 12),
+            "belief": torch.zeros(B, T, 8),
+            "action": torch.randn(B, T, 2),
+            "next": {"encoded_latents": torch.randn(B, T, 6)},
+        },
+        [B, T],
+    )
+    params = [*prior.parameters(), *posterior.parameters()]
+
+    def grads() -> list:
+        for p in params:
+            p.grad = None
+        torch.manual_seed(3)
+        out = rollout(td.clone())
+        logits = out["next", "posterior_logits"].square().sum() + out["next", "prior_logits"].square().sum()
+        (logits + out["next", "belief"].sum()).backward()
+        return [p.grad for p in params]
+
+    deferred = grads()
+    monkeypatch.setattr(rssm_v3, "deferred_weight_grads", lambda *modules: contextlib.nullcontext())
+    plain = grads()
+    assert len(deferred) == len(params) and all(g is not None for g in plain)
+    for got, expected in zip(deferred, plain):
+        torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-6)

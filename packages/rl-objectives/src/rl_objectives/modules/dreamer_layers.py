@@ -15,6 +15,11 @@ sqrt(fan_in)``, zero biases (DreamerV3's initialisation).
 
 from __future__ import annotations
 
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -35,6 +40,159 @@ def dreamer_v3_init(module: nn.Module) -> None:
         _truncated_normal_(module.weight, module.in_features)
         if module.bias is not None:
             nn.init.zeros_(module.bias)
+
+
+# ----------------------------------------------------------------------------- recurrences
+# A recurrence calls the same linear layers once per step on a small batch. Autograd then computes
+# each layer's weight gradient once per step (a product over the few rows of that step, written
+# into a full-size matrix) and adds the steps up. Inside ``deferred_weight_grads`` the layers keep
+# their forward values, but their backward only stashes each step's input and output gradient; one
+# product over all steps' rows then gives the weight gradient (the same sum, in one GEMM).
+
+
+class _Stash:
+    __slots__ = ("grads", "inputs")
+
+    def __init__(self) -> None:
+        self.inputs: list[torch.Tensor] = []
+        self.grads: list[torch.Tensor] = []
+
+
+class _WeightAnchor(torch.autograd.Function):
+    """A 0-d tensor that every deferred call of one layer feeds: its backward (after all of theirs)
+    turns the stashed (input, output gradient) rows into the weight and bias gradients."""
+
+    @staticmethod
+    def forward(ctx: Any, weight: torch.Tensor, bias: torch.Tensor | None, stash: _Stash) -> torch.Tensor:  # type: ignore[override]
+        ctx.stash, ctx.has_bias = stash, bias is not None
+        return weight.new_zeros(())
+
+    @staticmethod
+    def backward(ctx: Any, _grad: torch.Tensor) -> tuple:  # type: ignore[override]
+        stash = ctx.stash
+        inputs, grads = stash.inputs, stash.grads
+        stash.inputs, stash.grads = [], []
+        if not grads:
+            return None, None, None
+        grad = grads[0] if len(grads) == 1 else torch.cat(grads)
+        grad_weight = grad.t().mm(inputs[0] if len(inputs) == 1 else torch.cat(inputs))
+        grad_bias = grad.sum(0) if ctx.has_bias and ctx.needs_input_grad[1] else None
+        return grad_weight, grad_bias, None
+
+
+class _DeferredLinear(torch.autograd.Function):
+    """``F.linear(x, weight, bias)`` whose weight gradient goes to the layer's stash."""
+
+    @staticmethod
+    def forward(  # type: ignore[override]
+        ctx: Any,
+        value: torch.Tensor,
+        anchor: torch.Tensor,
+        weight: torch.Tensor,
+        bias: torch.Tensor | None,
+        stash: _Stash,
+    ) -> torch.Tensor:
+        ctx.save_for_backward(value, weight)
+        ctx.stash = stash
+        return F.linear(value, weight, bias)
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> tuple:  # type: ignore[override]
+        value, weight = ctx.saved_tensors
+        ctx.stash.inputs.append(value.reshape(-1, value.shape[-1]))
+        ctx.stash.grads.append(grad.reshape(-1, grad.shape[-1]))
+        grad_value = grad.matmul(weight) if ctx.needs_input_grad[0] else None
+        return grad_value, grad.new_zeros(()), None, None, None
+
+
+class _Deferred(threading.local):
+    """Per thread: ``id(weight) -> (anchor, stash)`` of the layers deferring inside the open blocks."""
+
+    def __init__(self) -> None:
+        self.layers: dict[int, tuple[torch.Tensor, _Stash]] = {}
+
+
+_DEFERRED = _Deferred()
+
+
+def _weight_pairs(module: nn.Module) -> list[tuple[torch.Tensor, torch.Tensor | None]]:
+    if module._forward_hooks or module._forward_pre_hooks:  # a hook must see the call: leave the layer as is
+        return []
+    if isinstance(module, nn.Linear):
+        pairs = [(module.weight, module.bias)]
+    elif isinstance(module, nn.GRUCell):
+        pairs = [(module.weight_ih, module.bias_ih), (module.weight_hh, module.bias_hh)]
+    else:
+        return []
+    return [
+        (w, b)
+        for w, b in pairs
+        if not isinstance(w, nn.parameter.UninitializedParameter) and w.requires_grad and (b is None or b.requires_grad)
+    ]
+
+
+@contextmanager
+def deferred_weight_grads(*modules: nn.Module) -> Iterator[None]:
+    """Within the block, the linear layers and GRU cells of ``modules`` (where called through
+    :func:`linear`, :func:`run_sequential` or :func:`gru_cell`) compute their weight gradients in one
+    product over all their calls. Forward values are unchanged; not for double backward."""
+    added: list[int] = []
+    layers = _DEFERRED.layers
+    # (compiled code and functorch transforms differentiate the plain ops themselves)
+    if torch.is_grad_enabled() and not torch.compiler.is_compiling():
+        for module in modules:
+            for sub in module.modules():
+                for weight, bias in _weight_pairs(sub):
+                    if id(weight) not in layers:
+                        stash = _Stash()
+                        layers[id(weight)] = (_WeightAnchor.apply(weight, bias, stash), stash)
+                        added.append(id(weight))
+    try:
+        yield
+    finally:
+        for key in added:
+            del layers[key]
+
+
+def _linear(value: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+    layers = _DEFERRED.layers
+    entry = layers.get(id(weight)) if layers else None
+    if entry is None or not torch.is_grad_enabled():
+        return F.linear(value, weight, bias)
+    anchor, stash = entry
+    return _DeferredLinear.apply(value, anchor, weight.detach(), None if bias is None else bias.detach(), stash)
+
+
+def linear(module: nn.Module, value: torch.Tensor) -> torch.Tensor:
+    """``module(value)``; an ``nn.Linear`` inside :func:`deferred_weight_grads` defers its weight gradient."""
+    layers = _DEFERRED.layers
+    if layers and isinstance(module, nn.Linear) and id(module.weight) in layers:
+        return _linear(value, module.weight, module.bias)
+    return module(value)
+
+
+def run_sequential(sequence: nn.Module, value: torch.Tensor) -> torch.Tensor:
+    """``sequence(value)``, its linear layers called through :func:`linear`."""
+    if not _DEFERRED.layers or not isinstance(sequence, nn.Sequential):
+        return sequence(value)
+    for module in sequence:
+        value = linear(module, value)
+    return value
+
+
+def gru_cell(cell: nn.Module, value: torch.Tensor, hidden: torch.Tensor) -> torch.Tensor:
+    """``cell(value, hidden)``; an ``nn.GRUCell`` inside :func:`deferred_weight_grads` runs the same
+    operations as torch's CPU cell (same values), its weight gradients deferred."""
+    layers = _DEFERRED.layers
+    if not (layers and isinstance(cell, nn.GRUCell) and id(cell.weight_ih) in layers):
+        return cell(value, hidden)
+    assert isinstance(cell, nn.GRUCell)
+    in_gates = _linear(value, cell.weight_ih, cell.bias_ih).chunk(3, -1)
+    hidden_gates = _linear(hidden, cell.weight_hh, cell.bias_hh).chunk(3, -1)
+    reset = torch.sigmoid(hidden_gates[0] + in_gates[0])
+    update = torch.sigmoid(hidden_gates[1] + in_gates[1])
+    new = torch.tanh(in_gates[2] + hidden_gates[2] * reset)
+    return (hidden - new) * update + new
 
 
 class RMSNorm(nn.Module):
@@ -164,7 +322,14 @@ class BlockGRU(nn.Module):
 
     def forward(self, state: torch.Tensor, belief: torch.Tensor, action: torch.Tensor) -> torch.Tensor:
         action = action / action.detach().abs().clamp_min(1.0)
-        inputs = torch.cat([self.belief_in(belief), self.state_in(state), self.action_in(action)], -1)
+        inputs = torch.cat(
+            [
+                run_sequential(self.belief_in, belief),
+                run_sequential(self.state_in, state),
+                run_sequential(self.action_in, action),
+            ],
+            -1,
+        )
         blocks, size = self.num_blocks, self.belief_dim // self.num_blocks
         per_block = torch.cat(
             [

@@ -24,7 +24,7 @@ from tdict.nn import TensorDictModuleBase, TensorDictSequential
 from torch import nn
 
 from ..functional.dreamer import straight_through_categorical, unimix_probs
-from .dreamer_layers import BlockGRU, normed_mlp
+from .dreamer_layers import BlockGRU, deferred_weight_grads, gru_cell, normed_mlp, run_sequential
 
 __all__ = ["RSSMPosteriorV3", "RSSMPriorV3", "RSSMRolloutV3"]
 
@@ -139,11 +139,15 @@ class RSSMPriorV3(nn.Module):
         if self.action_state_projector is None:
             belief = self.rnn(state, belief, action)
         else:
-            projected = self.action_state_projector(torch.cat([state, action], -1))
+            projected = run_sequential(self.action_state_projector, torch.cat([state, action], -1))
             batch = projected.shape[:-1]  # GRUCell takes one batch dim
-            belief = self.rnn(projected.reshape(-1, projected.shape[-1]), belief.reshape(-1, belief.shape[-1]))
+            belief = gru_cell(
+                self.rnn, projected.reshape(-1, projected.shape[-1]), belief.reshape(-1, belief.shape[-1])
+            )
             belief = belief.reshape(*batch, -1)
-        logits = self.rnn_to_prior_projector(belief).unflatten(-1, (self.num_categoricals, self.num_classes))
+        logits = run_sequential(self.rnn_to_prior_projector, belief).unflatten(
+            -1, (self.num_categoricals, self.num_classes)
+        )
         return logits, _draw_state(logits, self.unimix), belief
 
 
@@ -205,7 +209,7 @@ class RSSMPosteriorV3(nn.Module):
 
     def forward(self, belief: torch.Tensor, obs_embedding: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """``belief [..., H]``, ``obs_embedding [..., E]`` -> ``(posterior_logits [..., C, K], state [..., C*K])``."""
-        logits = self.obs_rnn_to_post_projector(torch.cat([belief, obs_embedding], -1))
+        logits = run_sequential(self.obs_rnn_to_post_projector, torch.cat([belief, obs_embedding], -1))
         logits = logits.unflatten(-1, (self.num_categoricals, self.num_classes))
         return logits, _draw_state(logits, self.unimix)
 
@@ -269,6 +273,10 @@ class RSSMRolloutV3(TensorDictModuleBase):
         """Rolls the model over ``tensordict`` (``[*batch, T]``); returns the ``[*batch, T]`` steps."""
         steps = tensordict.exclude(*self.out_keys).unbind(-1)
         kept = list(steps[0].keys(True, True)) + list(self.out_keys)
+        with deferred_weight_grads(self.rssm_prior, self.rssm_posterior):
+            return self._roll(tensordict, steps, kept)
+
+    def _roll(self, tensordict: TensorDictBase, steps: Any, kept: list) -> TensorDictBase:
         outputs = []
         current = steps[0]
         for t in range(len(steps)):
