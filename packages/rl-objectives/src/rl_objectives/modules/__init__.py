@@ -16,6 +16,7 @@ Examples:
     (torch.Size([8, 2]), torch.Size([8]))
 """
 
+from .safe_sequential import SafeSequential
 from .actors import (
     Actor,
     ActorCriticWrapper,
@@ -125,6 +126,7 @@ __all__ = [
     "RunningValueNorm",
     "SafeModule",
     "SafeProbabilisticModule",
+    "SafeSequential",
     "SignedHyperbolicValueTransform",
     "SquashDims",
     "SymExpTwoHot",
