@@ -140,7 +140,9 @@ class SliceSampler(Sampler):
     The newest row always ends a trajectory, so a slice never joins the newest data to the oldest
     in a wrapped-around storage; a trajectory written across the physical end of the storage is
     followed into its beginning. On ``ndim=2`` storages (``[time, env]``) each env column is its own
-    sequence.
+    sequence: extend the buffer with a collector's ``[env, time]`` batch as it is (the buffer's
+    ``dim_extend`` defaults to ``ndim - 1`` and moves time first); transposing it beforehand puts
+    the envs on the time axis and gives 1-step trajectories.
 
     Info entries (written into the batch by ``TensorDictReplayBuffer``): ``truncated_key`` True at
     the last step of every slice, the matching ``done`` (stored done OR truncated) and
