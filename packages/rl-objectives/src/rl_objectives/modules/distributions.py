@@ -169,9 +169,10 @@ class TanhNormal(D.Distribution):
 
     def rsample(self, sample_shape: torch.Size | tuple = torch.Size()) -> torch.Tensor:
         noise = torch.empty(torch.Size(sample_shape) + self.loc.shape, dtype=self.loc.dtype, device=self.loc.device)
-        x = self.loc + noise.normal_() * self.scale  # torch's Normal.rsample: the same draws
+        noise = noise.normal_()
+        x = self.loc + noise * self.scale  # torch's Normal.rsample: the same draws
         y = self._squash(x)
-        self._last_draw = (y, x)  # log_prob(y) scores x itself (see the class docstring)
+        self._last_draw = (y, x, noise)  # log_prob(y) scores x itself (see the class docstring)
         return y
 
     def rsample_and_log_prob(
@@ -188,12 +189,14 @@ class TanhNormal(D.Distribution):
             (torch.Size([4, 2]), torch.Size([4]), True)
         """
         y = self.rsample(sample_shape)
-        return y, self._draw_log_prob(self._last_draw[1])
+        return y, self._draw_log_prob(*self._last_draw[1:])
 
-    def _draw_log_prob(self, x: torch.Tensor) -> torch.Tensor:
+    def _draw_log_prob(self, x: torch.Tensor, noise: torch.Tensor) -> torch.Tensor:
         # log(1 - tanh(x)^2) = 2 * (log 2 - x - softplus(-2x)): finite for any x
         log_det = (x + torch.nn.functional.softplus(-2.0 * x)).sub_(_LOG_2).mul_(-2.0)
-        log_normal = _normal_log_prob(x, self.loc, self.scale)
+        # x = loc + noise * scale: log N(x; loc, scale) = -noise^2 / 2 - log(scale) - log(sqrt(2 pi)),
+        # with the same total derivatives in loc and scale as the density written in x
+        log_normal = noise.square().mul_(-0.5) - self.scale.log() - _LOG_SQRT_2PI
         log_density = log_normal - log_det if self._unit else log_normal - log_det - torch.log(self._half)
         return _sum_event(log_density, self.event_dims)
 
@@ -204,7 +207,7 @@ class TanhNormal(D.Distribution):
     def log_prob(self, value: torch.Tensor) -> torch.Tensor:
         last = getattr(self, "_last_draw", None)
         if last is not None and value is last[0]:
-            return self._draw_log_prob(last[1])
+            return self._draw_log_prob(*last[1:])
         t = value if self._unit else (value - self._center) / self._half
         t = t.clamp(-1 + self._eps, 1 - self._eps)
         x = torch.atanh(t)
