@@ -57,6 +57,7 @@ _LAZY = {
     "HindsightStrategy": "buffers.her",
     "ReplayBufferEnsemble": "buffers.ensemble",
     "MultiStepTransform": "transforms",
+    "MultiStep": "postprocs",
     "RandomCropTensorDict": "transforms",
     "LinearScheduler": "schedulers",
     "StepScheduler": "schedulers",
@@ -160,6 +161,9 @@ if TYPE_CHECKING:  # type checkers and IDEs see these (`X as X`: re-exported); a
     from .storages.memmap import (
         LazyMemmapStorage as LazyMemmapStorage,
     )
+    from .postprocs import (
+        MultiStep as MultiStep,
+    )
     from .transforms import (
         MultiStepTransform as MultiStepTransform,
         RandomCropTensorDict as RandomCropTensorDict,
@@ -189,6 +193,7 @@ __all__ = [
     "ListStorage",
     "MinTree",
     "MinariExperienceReplay",
+    "MultiStep",
     "MultiStepTransform",
     "OfflineDataset",
     "ParameterScheduler",
