@@ -61,6 +61,10 @@ from .two_hot import SymExpTwoHot
 from .dreamer_images import DreamerV3ImageDecoder, DreamerV3ImageEncoder
 from .dreamer_layers import DreamerV3MLP
 from .rssm_v3 import RSSMPosteriorV3, RSSMPriorV3, RSSMRolloutV3
+from .rssm_state_estimator import RSSMStateEstimatorV3
+from .dreamer_block_gru import DreamerV3BlockGRU, DreamerV3BlockGRUCell
+from .dreamer_actor import DreamerV3DiscreteActor
+from .distributional import DistributionalQValueHook
 from .world_models import WorldModel, WorldModelWrapper
 from ..functional.dreamer import symexp, symlog
 from ..functional.signed_hyperbolic import signed_hyperbolic, signed_parabolic
@@ -122,6 +126,11 @@ __all__ = [
     "RSSMPosteriorV3",
     "RSSMPriorV3",
     "RSSMRolloutV3",
+    "RSSMStateEstimatorV3",
+    "DreamerV3BlockGRU",
+    "DreamerV3BlockGRUCell",
+    "DreamerV3DiscreteActor",
+    "DistributionalQValueHook",
     "ReparamGradientStrategy",
     "RunningValueNorm",
     "SafeModule",

@@ -226,3 +226,61 @@ class DistributionalQValueActor(QValueActor):
     def support(self) -> torch.Tensor:
         """The atoms' returns (the :class:`DistributionalQValueModule`'s buffer)."""
         return self[-1].support
+
+
+class DistributionalQValueHook:
+    """A forward hook turning a network's distributional action values into ``(action, action_values)``
+    (TorchRL's ``DistributionalQValueHook``).
+
+    Register it with ``net.register_forward_hook(hook)``: the network's output ``[*B, atoms, n]``
+    (log-probabilities over the atoms) is replaced by what :class:`DistributionalQValueModule`
+    (``self.qvalue_model``) returns for it: the greedy action of the expected returns
+    ``sum_j exp(log_p[j, a]) * support[j]`` and the action values themselves.
+
+    Args:
+        action_space: ``"one_hot"``, ``"categorical"`` or ``"mult_one_hot"`` (``-`` spellings accepted).
+        support: ``[atoms]`` the return of each atom.
+        var_nums: chunk sizes for ``"mult_one_hot"``.
+        action_value_key / action_mask_key / out_keys: as :class:`DistributionalQValueModule`.
+
+    Examples:
+        >>> import torch
+        >>> from torch import nn
+        >>> from rl_objectives.modules import DistributionalQValueHook
+        >>> net = nn.Sequential(nn.Linear(4, 3 * 2), nn.Unflatten(-1, (3, 2)), nn.LogSoftmax(-2))
+        >>> _ = net.register_forward_hook(DistributionalQValueHook("categorical", support=torch.arange(3.0)))
+        >>> action, values = net(torch.randn(5, 4))
+        >>> action.shape, values.shape
+        (torch.Size([5]), torch.Size([5, 3, 2]))
+    """
+
+    def __init__(
+        self,
+        action_space: str,
+        support: torch.Tensor,
+        var_nums: Sequence[int] | None = None,
+        action_value_key: NestedKey | None = None,
+        action_mask_key: NestedKey | None = None,
+        out_keys: Sequence[NestedKey] | None = None,
+    ) -> None:
+        if not isinstance(action_space, str):
+            raise TypeError(
+                "DistributionalQValueHook: action_space must be a string ('one_hot', 'categorical', 'mult_one_hot'), "
+                f"got {type(action_space).__name__} (specs are not accepted here, as in TorchRL)."
+            )
+        self.qvalue_model = DistributionalQValueModule(
+            action_space=action_space.replace("-", "_"),
+            support=support,
+            var_nums=var_nums,
+            action_value_key=action_value_key,
+            action_mask_key=action_mask_key,
+            out_keys=out_keys,
+        )
+        key = self.qvalue_model.in_keys[0]
+        self.action_value_key = "_".join(key) if isinstance(key, tuple) else key
+
+    def __call__(self, net: torch.nn.Module, observation: Any, values: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        return self.qvalue_model(**{self.action_value_key: values})
+
+
+__all__ += ["DistributionalQValueHook"]

@@ -131,20 +131,21 @@ class RSSMPriorV3(nn.Module):
                 nn.Linear(hidden_dim, state_dim, device=device),
             )
 
+    def belief_step(self, state: torch.Tensor, belief: torch.Tensor, action: torch.Tensor) -> torch.Tensor:
+        """The next belief ``[..., H]`` (the recurrent core's step), without the prior's head and draw."""
+        if self.action_state_projector is None:
+            return self.rnn(state, belief, action)
+        projected = run_sequential(self.action_state_projector, torch.cat([state, action], -1))
+        batch = projected.shape[:-1]  # GRUCell takes one batch dim
+        belief = gru_cell(self.rnn, projected.reshape(-1, projected.shape[-1]), belief.reshape(-1, belief.shape[-1]))
+        return belief.reshape(*batch, -1)
+
     def forward(
         self, state: torch.Tensor, belief: torch.Tensor, action: torch.Tensor
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """``state [..., C*K]``, ``belief [..., H]``, ``action [..., A]`` -> ``(prior_logits [..., C, K],
         state [..., C*K], belief [..., H])``."""
-        if self.action_state_projector is None:
-            belief = self.rnn(state, belief, action)
-        else:
-            projected = run_sequential(self.action_state_projector, torch.cat([state, action], -1))
-            batch = projected.shape[:-1]  # GRUCell takes one batch dim
-            belief = gru_cell(
-                self.rnn, projected.reshape(-1, projected.shape[-1]), belief.reshape(-1, belief.shape[-1])
-            )
-            belief = belief.reshape(*batch, -1)
+        belief = self.belief_step(state, belief, action)
         logits = run_sequential(self.rnn_to_prior_projector, belief).unflatten(
             -1, (self.num_categoricals, self.num_classes)
         )
