@@ -25,7 +25,7 @@ from typing import Any, Optional
 class EnvConfig:
     """Which task, how many copies stepped together, and its time limit."""
 
-    name: str = "pendulum"  # pendulum, cartpole, halfcheetah, hopper, navigation, balance, ... (recipes/envs.py)
+    name: str = "pendulum"  # pendulum, pendulum_pixels, cartpole, halfcheetah, hopper, navigation, balance, ... (recipes/envs.py)
     num_envs: Optional[int] = None  # sub-envs stepped together (one batch dim)
     max_steps: Optional[int] = None  # time limit in steps (None: the task's own)
     eval_envs: int = 10  # episodes per evaluation: one whole episode in each of these sub-envs

@@ -1,7 +1,9 @@
-"""DreamerV3 (Hafner et al. 2023) from vector observations: a world model with discrete latents,
-and an actor and a critic trained in its imagination.
+"""DreamerV3 (Hafner et al. 2023) from vector or pixel observations: a world model with discrete
+latents, and an actor and a critic trained in its imagination.
 
-The world model encodes the symlog observation with an MLP; an RSSM (``RSSMPriorV3`` /
+The world model encodes the symlog observation with an MLP (images ``[C, H, W]`` in [0, 1]: with
+``DreamerV3ImageEncoder``'s stride-2 convolutions, ``algo.cnn_*``, and decodes them with its mirror,
+``DreamerV3ImageDecoder``: squared pixel error, no symlog); an RSSM (``RSSMPriorV3`` /
 ``RSSMPosteriorV3``: a GRU belief and ``num_categoricals`` categoricals of ``num_classes``, 1%
 uniform mixed in) steps it along replayed sequences; heads decode the observation (symlog MSE),
 the reward (two-hot over 255 symexp bins) and the continuation. ``DreamerV3ModelLoss`` trains it
@@ -21,9 +23,16 @@ latent, which the next step reads. The first ``collector.init_random_frames`` fr
 Expected: ``pendulum`` (states, random actions score about -1,200 to -1,400) above -400 in 12,000
 frames; seed 0: -1,442 at 1,792 frames, -1,003 at 3,584, -496 at 5,376, -205 at 7,168, -147 at
 10,752, final -169, in 635 s on one thread of 2 shared cores (2,200 gradient steps of 0.2 s).
+``pendulum_pixels`` (the same task seen as 16 x 16 grayscale images of the pole, ``envs.render_pendulum``:
+the angular velocity must come from the latent; random about -1,200 to -1,400) above -400 in 12,000
+frames; seed 0: -1,182 at 1,792 frames, -1,223 at 3,584, -992 at 5,376, -680 at 7,168, -676 at 8,960,
+-221 at 10,752, final -177, in 981 s on one thread of 2 shared cores (3,660 gradient steps of 0.27 s).
+With one gradient step per 5 frames (the state preset's), seed 0 was at -1,126, -1,426, -1,142, -1,262,
+-1,022 at the same frames (stopped at 8,960).
 
-Run: ``python examples/train.py algo=dreamer_v3 env=pendulum [algo.train_every=8 collector.total_frames=20000 ...]``.
-Not here: pixel observations (``dreamer_images``' encoder and decoder), the replay value loss
+Run: ``python examples/train.py algo=dreamer_v3 env=pendulum [algo.train_every=8 collector.total_frames=20000 ...]``
+(``env=pendulum_pixels`` for images).
+Not here: RGB or larger images (the encoder takes them; no task here renders them), the replay value loss
 (``DreamerV3Loss(replay_value_loss_weight=...)``), terminal steps (the model never sees the
 observation that ends an episode, as TorchRL's recipe).
 """
@@ -39,6 +48,8 @@ from rl_envs.model_based import DreamerEnv
 from rl_objectives import DreamerV3ActorLoss, DreamerV3Loss, DreamerV3ModelLoss, DreamerV3ValueLoss, SoftUpdate
 from rl_objectives.functional.dreamer import symexp, symlog
 from rl_objectives.modules import (
+    DreamerV3ImageDecoder,
+    DreamerV3ImageEncoder,
     DreamerV3MLP,
     ProbabilisticActor,
     RSSMPosteriorV3,
@@ -86,6 +97,9 @@ class DreamerV3Config:
     slow_critic_tau: Optional[float] = None  # Polyak step of the slow critic
     slow_critic_weight: Optional[float] = None  # weight of the regression towards the slow critic
     num_bins: Optional[int] = None  # two-hot support of reward and value
+    cnn_depth: Optional[int] = None  # image observations: channels of the first conv stage (doubled at each)
+    cnn_stages: Optional[int] = None  # image observations: stride-2 conv stages (each halves the image's side)
+    cnn_kernel: Optional[int] = None
 
 
 Config = DreamerV3Config  # the recipe's entry in the ``algo`` config group
@@ -96,6 +110,25 @@ PRESETS = {
         # learning rates above DreamerV3's (its 1e-4 / 3e-5 are tuned for a million updates, this has 2,000)
         "algo": {
             "train_every": 5,
+            "seq_len": 16,
+            "horizon": 15,
+            "hidden": 128,
+            "belief": 128,
+            "gamma": 0.99,
+            "model_lr": 3e-4,
+            "actor_lr": 1e-4,
+            "value_lr": 1e-4,
+        },
+        "env": {"num_envs": 4},
+        "collector": {"frames_per_batch": 256, "total_frames": 12_000, "init_random_frames": 1_024},
+        "buffer": {"size": 100_000, "batch_size": 16},
+        "logger": {"eval_every": 2_000},
+    },
+    "pendulum_pixels": {
+        # the pendulum preset with 16 x 16 images (a 16 -> 32 channel conv encoder, 3 x 3 kernels, and its mirror)
+        # and more gradient steps: one per 3 frames (one per 5, seed 0 was still at -1,022 at 8,960 frames)
+        "algo": {
+            "train_every": 3,
             "seq_len": 16,
             "horizon": 15,
             "hidden": 128,
@@ -136,10 +169,13 @@ DEFAULTS = {
         "slow_critic_tau": 0.02,
         "slow_critic_weight": 1.0,
         "num_bins": 255,
+        "cnn_depth": 16,
+        "cnn_stages": 2,
+        "cnn_kernel": 3,
     },
     "buffer": {"size": 1_000_000, "batch_size": 16},
 }
-THRESHOLDS = {"pendulum": -400.0}
+THRESHOLDS = {"pendulum": -400.0, "pendulum_pixels": -400.0}
 # what the world model reads from a stored step (and the slice sampler's trajectory ids)
 STEP_KEYS = (
     "observation",
@@ -195,19 +231,31 @@ def with_latents(env: Any, algo: Any, action_dim: int, *, init_tracker: bool = F
     return env.append_transform(primer)
 
 
-def build(algo: Any, obs_dim: int, action_spec: Any) -> tuple[DreamerV3Loss, TensorDictSequential, dict]:
+def build(algo: Any, obs_shape: Any, action_spec: Any) -> tuple[DreamerV3Loss, TensorDictSequential, dict]:
     """The world model, actor and critic, their losses (one ``DreamerV3Loss``), the acting policy,
-    and the parameters of each optimizer."""
+    and the parameters of each optimizer. ``obs_shape``: ``(dim,)`` (or ``dim``) for vectors (MLP encoder and
+    decoder, symlog reconstruction), ``(C, H, W)`` for images in [0, 1] (convolutional encoder and decoder,
+    reconstruction of the pixels themselves)."""
     act_dim, width, depth = action_spec.shape[-1], algo.hidden, algo.depth
     stoch = algo.num_categoricals * algo.num_classes
     feat = stoch + algo.belief
     latent = {"num_categoricals": algo.num_categoricals, "num_classes": algo.num_classes, "unimix": algo.unimix}
-    encoder = nn.Sequential(_Symlog(), DreamerV3MLP(obs_dim, None, depth, width))
+    obs_shape = (obs_shape,) if isinstance(obs_shape, int) else tuple(obs_shape)
+    pixels = len(obs_shape) == 3
+    if pixels:
+        mults = tuple(2**i for i in range(algo.cnn_stages))
+        conv = {"depth": algo.cnn_depth, "mults": mults, "kernel_size": algo.cnn_kernel}
+        encoder: nn.Module = DreamerV3ImageEncoder(obs_shape[0], **conv)
+        embed = encoder.output_features(obs_shape)
+        decoder: nn.Module = DreamerV3ImageDecoder(feat, image_shape=obs_shape, num_blocks=1, **conv)
+    else:
+        encoder = nn.Sequential(_Symlog(), DreamerV3MLP(obs_shape[0], None, depth, width))
+        embed = width
+        decoder = _SymexpOut(DreamerV3MLP(feat, obs_shape[0], depth, width))
     prior = RSSMPriorV3(
         action_shape=(act_dim,), hidden_dim=width, rnn_hidden_dim=algo.belief, action_dim=act_dim, **latent
     )
-    posterior = RSSMPosteriorV3(width, rnn_hidden_dim=algo.belief, obs_embed_dim=width, **latent)
-    decoder = _SymexpOut(DreamerV3MLP(feat, obs_dim, depth, width))
+    posterior = RSSMPosteriorV3(width, rnn_hidden_dim=algo.belief, obs_embed_dim=embed, **latent)
     reward_net = DreamerV3MLP(feat, algo.num_bins, depth, width, outscale=0.0)
     continue_net = DreamerV3MLP(feat, 1, depth, width)
     two_hot = SymExpTwoHot(algo.num_bins)
@@ -241,6 +289,7 @@ def build(algo: Any, obs_dim: int, action_spec: Any) -> tuple[DreamerV3Loss, Ten
         unimix=algo.unimix,
         free_bits=algo.free_bits,
         num_reward_bins=algo.num_bins,
+        reco_symlog=not pixels,  # images: squared error of the pixels, summed over each image
     )
     model_loss.set_keys(pixels="observation", reco_pixels="reco_observation")
 
@@ -324,9 +373,9 @@ def train(cfg: TrainConfig) -> float:
     run = start_run(cfg, "dreamer_v3", PRESETS, DEFAULTS)
     cfg, algo = run.cfg, run.cfg.algo
     proto = make_env(cfg.env, 1)
-    obs_dim, action_spec = proto.observation_spec_unbatched["observation"].shape[-1], proto.action_spec_unbatched
+    obs_shape, action_spec = proto.observation_spec_unbatched["observation"].shape, proto.action_spec_unbatched
     act_dim, stoch = action_spec.shape[-1], algo.num_categoricals * algo.num_classes
-    loss, policy, params = build(algo, obs_dim, action_spec)
+    loss, policy, params = build(algo, obs_shape, action_spec)
 
     collector = make_collector(
         run, lambda: with_latents(make_env(cfg.env), algo, act_dim, init_tracker=True), policy, warmup=True

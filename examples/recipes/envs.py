@@ -2,7 +2,8 @@
 
 Native tasks (``pendulum``, ``cartpole``) are ``rl_envs`` envs vectorised over a batch dim (a single
 ``cartpole`` is Gymnasium's ``CartPole-v1`` when Gymnasium is installed: cheaper at batch 1);
-``halfcheetah`` is Gymnasium's ``HalfCheetah-v5`` (needs ``rl-envs[gymnasium]`` and ``mujoco``);
+``pendulum_pixels`` is ``pendulum`` whose ``"observation"`` is a 16 x 16 grayscale image of the pole
+(:func:`render_pendulum`, torch ops: no display); ``halfcheetah`` is Gymnasium's ``HalfCheetah-v5`` (needs ``rl-envs[gymnasium]`` and ``mujoco``);
 ``satellite`` is the native :class:`~rl_envs.native.mujoco.SatelliteEnv` pointed with slew macro
 actions (one policy step = one ``SatelliteMacroAction``; needs ``mujoco``); ``navigation`` and ``balance`` are VMAS multi-agent tasks (``rl-envs[vmas]``) whose agents sit
 under the ``"agents"`` group. Every env gets a ``StepCounter`` time limit, so that episodes end
@@ -17,13 +18,45 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
-from rl_envs import CartPoleEnv, ClipTransform, NormalizeReward, PendulumEnv, StepCounter, TransformedEnv, VecNorm
+import torch
+from rl_envs import (
+    CartPoleEnv,
+    ClipTransform,
+    NormalizeReward,
+    PendulumEnv,
+    StepCounter,
+    TransformedEnv,
+    UnaryTransform,
+    VecNorm,
+)
 
 from .config import EnvConfig
 
 
 def _pendulum(n: int, discrete: bool, max_steps: int) -> Any:
     return PendulumEnv(batch_size=[n])
+
+
+PIXELS = 16  # side of pendulum_pixels' images
+
+
+def render_pendulum(observation: torch.Tensor, size: int = PIXELS) -> torch.Tensor:
+    """Pendulum observations ``[*B, 3]`` (``cos th, sin th, thdot``) -> grayscale images ``[*B, 1, size, size]``
+    in [0, 1]: the pole, a line from the image's centre to radius ``0.4 size`` (up when upright, ``th = 0``),
+    anti-aliased over about a pixel. The angular velocity is not drawn: the agent infers it from successive images."""
+    cos, sin = observation[..., 0:1, None], observation[..., 1:2, None]  # [*B, 1, 1]
+    coords = torch.arange(size, dtype=observation.dtype, device=observation.device) + 0.5 - size / 2
+    x, y = coords.view(1, size), coords.view(size, 1)  # pixel centres, y down
+    tip_x, tip_y = 0.4 * size * sin, -0.4 * size * cos
+    along = ((x * tip_x + y * tip_y) / (0.16 * size * size)).clamp(0.0, 1.0)  # the nearest point of the pole
+    dist = torch.sqrt((x - along * tip_x).square() + (y - along * tip_y).square())
+    return (1.5 - dist).clamp(0.0, 1.0).unsqueeze(-3)
+
+
+def _pendulum_pixels(n: int, discrete: bool, max_steps: int) -> Any:
+    # Pendulum whose "observation" is a PIXELS x PIXELS image of the pole (rendered with torch ops, no display)
+    render = UnaryTransform(in_keys=["observation"], out_keys=["observation"], fn=render_pendulum)
+    return TransformedEnv(PendulumEnv(batch_size=[n]), render)
 
 
 def _cartpole(n: int, discrete: bool, max_steps: int) -> Any:
@@ -80,6 +113,7 @@ def _vmas(scenario: str, **kwargs: Any) -> Callable[[int, bool, int], Any]:
 # name -> (builder(num_envs, discrete_actions, time limit), time limit in steps)
 TASKS: dict[str, tuple[Callable[[int, bool, int], Any], int]] = {
     "pendulum": (_pendulum, 200),
+    "pendulum_pixels": (_pendulum_pixels, 200),
     "cartpole": (_cartpole, 500),
     "halfcheetah": (_gym("HalfCheetah-v5"), 1000),
     "hopper": (_gym("Hopper-v5"), 1000),
