@@ -572,7 +572,7 @@ class LazyStackedTensorDict(LazyIndexMixin, LazyShapeMixin, LazyMemberOpsMixin, 
 
     @is_locked.setter
     def is_locked(self, value: bool) -> None:
-        TensorDictBase.is_locked.fset(self, value)
+        TensorDictBase.is_locked.fset(self, value)  # pyright: ignore[reportOptionalCall]  # (a property with a setter)
 
     def _set_lock(self, locked: bool) -> None:
         self._is_locked = True if locked else None

@@ -308,14 +308,17 @@ class DreamerV3ActorLoss(LossModule):
 
     @property
     def return_normalization_rate(self) -> float:
+        """The rate of the return percentiles' moving averages (TorchRL's attribute)."""
         return self.retnorm.rate
 
     @property
     def return_normalization_quantiles(self) -> tuple[float, float]:
+        """The low and high return quantiles whose range scales the returns."""
         return self.retnorm.quantiles
 
     @property
     def return_normalization_min_scale(self) -> float:
+        """The smallest return scale (DreamerV3's ``max(1, S)``: returns are never amplified)."""
         return self.retnorm.min_scale
 
     @property

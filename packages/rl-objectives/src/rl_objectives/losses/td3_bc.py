@@ -31,11 +31,12 @@ class TD3BCLoss(TD3Loss):
             ``"state_action_value"`` (batch shape), trained as an ensemble of ``num_qvalue_nets``.
 
     Keyword Args:
-        action_spec, bounds, num_qvalue_nets, policy_noise, noise_clip, loss_function,
-        delay_actor, delay_qvalue, separate_losses, reduction, deactivate_vmap,
-        use_prioritized_weights: as in :class:`~rl_objectives.TD3Loss`.
         alpha: the weight of the Q term against the behaviour cloning (default ``2.5``, the paper's).
         priority_key: deprecated (``DeprecationWarning``): use ``set_keys(priority=...)``.
+
+    The other keyword arguments (``action_spec``, ``bounds``, ``num_qvalue_nets``, ``policy_noise``,
+    ``noise_clip``, ``loss_function``, ``delay_actor``, ``delay_qvalue``, ``separate_losses``,
+    ``reduction``, ``deactivate_vmap``, ``use_prioritized_weights``) are :class:`~rl_objectives.TD3Loss`'s.
 
     The behaviour-cloning term of a sample is the mean over the action's own dims of
     ``(pi(s) - a)^2``: averaged over the batch it is TorchRL's ``mse_loss(pi(s), a)``, and a
