@@ -39,6 +39,7 @@ observation that ends an episode, as TorchRL's recipe).
 
 from __future__ import annotations
 
+import copy
 from dataclasses import dataclass
 from typing import Any, Optional, cast
 
@@ -124,26 +125,11 @@ PRESETS = {
         "buffer": {"size": 100_000, "batch_size": 16},
         "logger": {"eval_every": 2_000},
     },
-    "pendulum_pixels": {
-        # the pendulum preset with 16 x 16 images (a 16 -> 32 channel conv encoder, 3 x 3 kernels, and its mirror)
-        # and more gradient steps: one per 3 frames (one per 5, seed 0 was still at -1,022 at 8,960 frames)
-        "algo": {
-            "train_every": 3,
-            "seq_len": 16,
-            "horizon": 15,
-            "hidden": 128,
-            "belief": 128,
-            "gamma": 0.99,
-            "model_lr": 3e-4,
-            "actor_lr": 1e-4,
-            "value_lr": 1e-4,
-        },
-        "env": {"num_envs": 4},
-        "collector": {"frames_per_batch": 256, "total_frames": 12_000, "init_random_frames": 1_024},
-        "buffer": {"size": 100_000, "batch_size": 16},
-        "logger": {"eval_every": 2_000},
-    },
 }
+# the pendulum preset with 16 x 16 images (a 16 -> 32 channel conv encoder, 3 x 3 kernels, and its mirror)
+# and more gradient steps: one per 3 frames (one per 5, seed 0 was still at -1,022 at 8,960 frames)
+PRESETS["pendulum_pixels"] = copy.deepcopy(PRESETS["pendulum"])
+PRESETS["pendulum_pixels"]["algo"]["train_every"] = 3
 DEFAULTS = {
     "algo": {
         "model_lr": 1e-4,
