@@ -40,3 +40,14 @@ def die_hard(buffer) -> None:
 
 def hang(buffer) -> None:
     time.sleep(600)
+
+
+def extend_worker_id(buffer, worker_id: int) -> None:
+    """Writes two items holding ``worker_id`` (a first write may race with the other workers')."""
+    buffer.extend(TensorDict({"x": torch.full((2,), worker_id)}, batch_size=[2]))
+
+
+def extend_and_report_revision(buffer, out) -> None:
+    """Writes two items, then puts the storage's mutation revision and last cursor on ``out``."""
+    buffer.extend(TensorDict({"x": torch.arange(2)}, batch_size=[2]))
+    out.put((buffer.storage._mutation_revision, buffer.storage._last_cursor_index))

@@ -125,6 +125,12 @@ def _stage_storage(storage: Any, state: Any, where: str) -> Apply:
         data = _entry(state, "data", where)
         check_loadable(storage, data)
         return lambda: storage.load_state_dict(data)
+    hooks = getattr(storage, "_load_hooks", None)
+    if hooks and kind in ("tensor", "items") and isinstance(state, dict) and state.get("items") is not None:
+        items = state["items"]
+        for hook in hooks:
+            items = hook(items)
+        state = {**state, "items": items}
     if kind in ("tensor", "items"):
         if not isinstance(storage, TensorStorage):
             raise CheckpointError(f"{where}: holds a tensor storage, this buffer has a {type(storage).__name__}.")
@@ -245,6 +251,10 @@ def _stage_list(storage: Any, state: Any, where: str) -> Apply:
         items = data
     else:
         raise CheckpointError(f"{where}: items stacked as {stacked!r} cannot be a {type(data).__name__}.")
+    for hook in getattr(storage, "_load_hooks", ()):
+        items = hook(items)
+    if not isinstance(items, list):
+        raise CheckpointError(f"{where}: ListStorage load hooks must return a list, got {type(items).__name__}.")
     if len(items) != n or n > storage.max_size:
         raise CheckpointError(
             f"{where}: {len(items)} items for a recorded length of {n} (capacity {storage.max_size})."

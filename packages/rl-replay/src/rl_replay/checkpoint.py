@@ -165,6 +165,28 @@ def _part_meta(part: Any, token: str | None = None) -> dict:
 
 # ------------------------------------------------------------------------------- storages
 def _storage_state(storage: Any) -> dict:
+    """The storage's checkpoint state, its items passed through the storage's save hooks."""
+    state = _raw_storage_state(storage)
+    hooks = getattr(storage, "_save_hooks", None)
+    if hooks and state["kind"] in ("tensor", "items") and state.get("items") is not None:
+        state = {**state, "items": _save_hooked(storage, state["items"])}
+    return state
+
+
+def _save_hooked(storage: Any, items: Any) -> Any:
+    """``items`` passed through the storage's save hooks (told the write position and fullness first)."""
+    last = storage._last_cursor_index
+    shift, is_full = (0 if last is None else last + 1), len(storage) >= storage.max_size
+    for hook in getattr(storage, "_save_hooks", ()):
+        if hasattr(hook, "shift"):
+            hook.shift = shift
+        if hasattr(hook, "is_full"):
+            hook.is_full = is_full
+        items = hook(items)
+    return items
+
+
+def _raw_storage_state(storage: Any) -> dict:
     from .storages.list import ListStorage
     from .storages.tensor import TensorStorage
 
@@ -191,7 +213,12 @@ def _storage_state(storage: Any) -> dict:
             "tree": None if storage._tree_spec is None else treespec_dumps(storage._tree_spec),
         }
     if isinstance(storage, ListStorage):
-        return {"kind": "list", "max_size": storage.max_size, "len": len(storage), "items": _list_items(storage._items)}
+        items = _save_hooked(storage, list(storage._items))
+        if not isinstance(items, list) or len(items) != len(storage):
+            raise TypeError(
+                f"ListStorage save hooks must return a list of {len(storage)} items, got {type(items).__name__}."
+            )
+        return {"kind": "list", "max_size": storage.max_size, "len": len(storage), "items": _list_items(items)}
     return {"kind": "state_dict", "max_size": storage.max_size, "data": storage.state_dict()}
 
 

@@ -67,6 +67,12 @@ def _identity(data: Any) -> Any:
 _DELAYED = frozenset({"_storage", "_sampler", "_writer", "_collate_fn", "_consuming", "_dim_extend"})
 
 
+def _process_write_lock(storage: Any) -> Any:
+    """The cross-process write lock of a ``shared_init`` storage (a no-op for the others)."""
+    shared = getattr(storage, "_shared_init", None)
+    return contextlib.nullcontext() if shared is None else shared.write_lock()
+
+
 def _consume_arg(owner: str, value: Any) -> int | None:
     """``consume_after_n_samples`` as an int >= 1 or ``None``."""
     if value is None:
@@ -645,10 +651,18 @@ class ReplayBuffer:
         (``invert=True``: of those applied to written data, see :meth:`append_transform`).
 
         Raises:
-            TypeError: ``transform`` is not callable.
+            TypeError: ``transform`` is not callable or ``index`` is not an int.
+            ValueError: ``index`` is outside ``[-n, n]`` for ``n`` transforms (nothing inserted).
         """
         if not callable(transform):
             raise TypeError(f"insert_transform takes a callable, got {type(transform).__name__}.")
+        n = len(self._transforms)
+        if not isinstance(index, int) or isinstance(index, bool):
+            raise TypeError(f"insert_transform: index must be an int, got {index!r}.")
+        if not -n <= index <= n:
+            raise ValueError(
+                f"insert_transform: index {index} is out of range for {n} transform(s) (valid: {-n} to {n})."
+            )
         if invert:
             transform = _WriteTransform(transform)
         if self.shared:
@@ -710,7 +724,7 @@ class ReplayBuffer:
             data = self._apply_inverse(data)
             if data is None:  # the transform holds the item back (e.g. n-step returns waiting for more steps)
                 return None
-        with self._guard():
+        with self._guard(), _process_write_lock(self._storage):
             first = dicts and len(self._storage) == 0
             index = self._writer.add(data) if not self._consuming else self._write_consuming(data, None)
             self._sampler.add(index)
@@ -729,7 +743,7 @@ class ReplayBuffer:
                 return torch.zeros(0, dtype=torch.int64)
         if self._dim_extend:
             data = _dim_first(data, self._dim_extend)
-        with self._guard():
+        with self._guard(), _process_write_lock(self._storage):
             first = dicts and len(self._storage) == 0
             index = self._writer.extend(data) if not self._consuming else self._write_consuming(data, _count(data))
             self._sampler.extend(index)
@@ -1114,6 +1128,14 @@ class ReplayBuffer:
                     self.set_rng(generator)
                 else:
                     self._rng.set_state(generator.get_state())
+
+    def register_save_hook(self, hook: Callable) -> None:
+        """Adds a hook applied to the stored items saved by :meth:`dumps` (see ``Storage.register_save_hook``)."""
+        self._storage.register_save_hook(hook)
+
+    def register_load_hook(self, hook: Callable) -> None:
+        """Adds a hook applied to the items :meth:`loads` reads (see ``Storage.register_load_hook``)."""
+        self._storage.register_load_hook(hook)
 
     def dumps(self, path: Any) -> None:
         """Writes a crash-safe checkpoint of the whole buffer (items, sampler, writer, RNG) to ``path``."""

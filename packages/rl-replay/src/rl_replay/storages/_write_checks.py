@@ -5,9 +5,30 @@ from __future__ import annotations
 from typing import Any
 
 import torch
-from tdict import is_tensor_collection
+from tdict import LazyStackedTensorDict, is_tensor_collection
 
-__all__ = ["check_write", "stored_leaves", "write_shape"]
+__all__ = ["RaggedLeaves", "check_write", "is_ragged_stack", "stored_leaves", "write_shape"]
+
+
+class RaggedLeaves:
+    """The stored leaves of a lazy stack whose members' entries differ in shape: per member
+    ``{key: feature shape}``, checked member by member along ``stack_dim``."""
+
+    def __init__(self, stack_dim: int, members: list) -> None:
+        self.stack_dim = stack_dim
+        self.members = members
+
+    def get(self, key: Any, default: Any = None) -> Any:
+        return default
+
+
+def is_ragged_stack(data: Any, item_dims: int) -> bool:
+    """Whether ``data`` is a lazy stack along a feature dim (not one of the ``item_dims`` leading
+    dims) whose members' entries differ in keys or shapes, so that it cannot be stored densely."""
+    if type(data) is not LazyStackedTensorDict or data.stack_dim < item_dims or len(data.tensordicts) < 2:
+        return False
+    first = stored_leaves(data.tensordicts[0], 0)
+    return any(stored_leaves(m, 0) != first for m in data.tensordicts[1:])
 
 
 def write_shape(storage_shape: torch.Size, index: Any) -> torch.Size:
@@ -29,6 +50,17 @@ def check_write(owner: str, leaves: dict, data: Any, lead: torch.Size) -> None:
         data: what is about to be written.
         lead: the leading shape ``data`` must have (the indexed part of the storage).
     """
+    if isinstance(leaves, RaggedLeaves):
+        dim = leaves.stack_dim
+        if not is_tensor_collection(data) or data.batch_dims <= dim or data.batch_size[dim] != len(leaves.members):
+            got = list(data.batch_size) if is_tensor_collection(data) else type(data).__name__
+            raise ValueError(
+                f"{owner}: this storage holds a stack of {len(leaves.members)} along dim {dim}; got {got} to write."
+            )
+        sub_lead = lead[:dim] + lead[dim + 1 :]
+        for member_leaves, member in zip(leaves.members, data.unbind(dim)):
+            check_write(owner, member_leaves, member, sub_lead)
+        return
     if None in leaves:
         if not isinstance(data, torch.Tensor):
             raise TypeError(f"{owner}: this storage holds a tensor; got {type(data).__name__} to write.")
@@ -53,8 +85,11 @@ def check_write(owner: str, leaves: dict, data: Any, lead: torch.Size) -> None:
             )
 
 
-def stored_leaves(storage: Any, batch_dims: int) -> dict:
-    """``{key: feature shape}`` of a storage's leaves (``{None: shape}`` for a tensor storage)."""
+def stored_leaves(storage: Any, batch_dims: int) -> Any:
+    """``{key: feature shape}`` of a storage's leaves (``{None: shape}`` for a tensor storage; a
+    :class:`RaggedLeaves` for a lazy stack of differently shaped members)."""
     if isinstance(storage, torch.Tensor):
         return {None: storage.shape[batch_dims:]}
+    if is_ragged_stack(storage, 0) and storage.stack_dim < batch_dims:
+        return RaggedLeaves(storage.stack_dim, [stored_leaves(m, batch_dims - 1) for m in storage.tensordicts])
     return {key: value.shape[batch_dims:] for key, value in storage.items(include_nested=True, leaves_only=True)}

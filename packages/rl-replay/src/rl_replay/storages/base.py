@@ -28,11 +28,8 @@ class Storage(BufferPart):
     ndim = 1
     #: per-slot write stamps, put here by a writer that tracks generations (see ``Writer.generations_of``)
     _slot_generations: torch.Tensor | None = None
-    #: counts the changes of the stored items (writes, loads, ``empty``), so that what is derived
-    #: from them (a sampler's group or trajectory index) knows when to rebuild; process-local
-    _mutation_revision: int = 0
-    #: the dim-0 slot a round-robin writer wrote last (``None``: unknown); the newest item of a ring
-    _last_cursor_index: int | None = None
+    #: after :meth:`share_memory_`: ``[mutation revision, last cursor index + 1]`` in shared memory
+    _shared_marks: torch.Tensor | None = None
 
     def __init__(self, max_size: int, compilable: bool = False) -> None:
         check_positive_int(type(self).__name__, "max_size", max_size)
@@ -40,6 +37,46 @@ class Storage(BufferPart):
         self.max_size = max_size
         self._compilable = compilable
         self._len_t: Any = HostInts() if compilable else torch.zeros((), dtype=torch.int64)
+
+    @property
+    def _mutation_revision(self) -> int:
+        """Counts the changes of the stored items (writes, loads, ``empty``), so that what is derived
+        from them (a sampler's group or trajectory index) knows when to rebuild; shared between
+        processes after :meth:`share_memory_`."""
+        marks = self._shared_marks
+        return self.__dict__.get("_revision", 0) if marks is None else int(marks[0])
+
+    @_mutation_revision.setter
+    def _mutation_revision(self, value: int) -> None:
+        marks = self._shared_marks
+        if marks is None:
+            self.__dict__["_revision"] = value
+        else:
+            marks[0] = value
+
+    @property
+    def _last_cursor_index(self) -> int | None:
+        """The dim-0 slot a round-robin writer wrote last (``None``: unknown); the newest item of a ring."""
+        marks = self._shared_marks
+        if marks is None:
+            return self.__dict__.get("_last_cursor")
+        last = int(marks[1])
+        return None if last == 0 else last - 1
+
+    @_last_cursor_index.setter
+    def _last_cursor_index(self, value: int | None) -> None:
+        marks = self._shared_marks
+        if marks is None:
+            self.__dict__["_last_cursor"] = value
+        else:
+            marks[1] = 0 if value is None else int(value) + 1
+
+    def _share_marks(self) -> None:
+        """Moves the mutation revision and the last cursor index to shared memory."""
+        if self._shared_marks is None:
+            last = self._last_cursor_index
+            marks = torch.tensor([self._mutation_revision, 0 if last is None else last + 1], dtype=torch.int64)
+            self._shared_marks = marks.share_memory_()
 
     @property
     def compilable(self) -> bool:
@@ -64,6 +101,32 @@ class Storage(BufferPart):
     def _bump_mutation_revision(self) -> None:
         """Records that the stored items changed (done by every write)."""
         self._mutation_revision += 1
+
+    # ------------------------------------------------------------------ checkpoint hooks
+    def register_save_hook(self, hook: Any) -> None:
+        """Adds a callable applied to the saved items by ``dumps`` (its result is what is saved).
+
+        Before the call, a hook with a ``shift`` attribute gets the slot after the newest item (the
+        last write position + 1, 0 if unknown) and one with ``is_full`` whether the storage is full.
+        Hooks are not saved: register them again on a new storage.
+
+        Raises:
+            TypeError: ``hook`` is not callable.
+        """
+        if not callable(hook):
+            raise TypeError(f"{type(self).__name__}.register_save_hook: hook must be callable, got {hook!r}.")
+        self.__dict__.setdefault("_save_hooks", []).append(hook)
+
+    def register_load_hook(self, hook: Any) -> None:
+        """Adds a callable applied by ``loads`` to the items read from a checkpoint, before they are
+        written back (the inverse of a save hook).
+
+        Raises:
+            TypeError: ``hook`` is not callable.
+        """
+        if not callable(hook):
+            raise TypeError(f"{type(self).__name__}.register_load_hook: hook must be callable, got {hook!r}.")
+        self.__dict__.setdefault("_load_hooks", []).append(hook)
 
     # ------------------------------------------------------------------ common API
     def __len__(self) -> int:
@@ -114,6 +177,7 @@ class Storage(BufferPart):
         """
         check_shareable(self)
         self._len_t.share_memory_()
+        self._share_marks()
         return self
 
     def state_dict(self) -> dict:

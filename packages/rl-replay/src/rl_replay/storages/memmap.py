@@ -15,8 +15,8 @@ from tdict.persistence import load_memmap
 
 from .._part import check_shareable
 from ._trees import TREE_ROOTS, td_to_tree
-from ._write_checks import check_write, stored_leaves, write_shape
-from .tensor import TensorStorage
+from ._write_checks import check_write, is_ragged_stack, stored_leaves, write_shape
+from .tensor import _TENSOR_KEY, TensorStorage
 
 __all__ = ["LazyMemmapStorage", "ScratchDirNotEmptyError"]
 
@@ -26,10 +26,19 @@ class ScratchDirNotEmptyError(FileExistsError, RuntimeError):
     ``FileExistsError``, and the ``RuntimeError`` TorchRL raises here)."""
 
 
-# plain-tensor data is memory-mapped as the single entry of a TensorDict under this key, so that the
-# files carry tdict's crash-safe JSON metadata and another process can open them with load_memmap
-_TENSOR_KEY = "__rl_replay_tensor__"
 _CPU = torch.device("cpu")
+
+
+def _broadcast_row(data: Any, rows: int) -> Any:
+    """The first row of ``data`` (on the CPU) expanded to ``rows`` rows, as a zero-stride view."""
+    one = data[:1]
+    if (
+        one.device is not None
+        and one.device.type != "cpu"
+        or any(v.device.type != "cpu" for v in one.values(include_nested=True, leaves_only=True))
+    ):
+        one = one.to(_CPU)
+    return one.expand(rows, *one.batch_size[1:])
 
 
 def _remove_scratch_dir(path: str, owner_pid: int) -> None:
@@ -62,6 +71,9 @@ class LazyMemmapStorage(TensorStorage):
         auto_cleanup: remove ``scratch_dir`` when the storage is garbage collected or the
             interpreter exits (by the creating process only). ``None``: for a temporary directory
             only. :meth:`cleanup` removes it at once.
+        shared_init: the first write of any process allocates the files, under a lock, and the
+            processes that write later map them (several processes may make the first write of a
+            buffer shared before it was used, ``ReplayBuffer.share()``). Shares the item count.
 
     Examples:
         >>> import os, torch
@@ -84,8 +96,10 @@ class LazyMemmapStorage(TensorStorage):
         existsok: bool = False,
         compilable: bool = False,
         auto_cleanup: bool | None = None,
+        shared_init: bool = False,
     ) -> None:
         super().__init__(None, max_size, device=device, ndim=ndim, compilable=compilable)
+        self._setup_shared_init(shared_init)
         if auto_cleanup is not None and not isinstance(auto_cleanup, bool):
             raise TypeError(f"LazyMemmapStorage: auto_cleanup must be a bool or None, got {auto_cleanup!r}.")
         self.existsok = existsok
@@ -116,6 +130,23 @@ class LazyMemmapStorage(TensorStorage):
 
     # ------------------------------------------------------------------ allocation
     def _allocate(self, data: Any) -> None:
+        if self._shared_init is None:
+            self._adopt(self._allocate_files(data))
+            return
+
+        def allocate() -> str:
+            self._allocate_files(data)
+            return self.scratch_dir
+
+        mapped = self._shared_init.allocate_or_open(allocate)
+        self._adopt(mapped[_TENSOR_KEY] if _TENSOR_KEY in mapped.keys() else mapped)
+
+    def _allocate_shared_only(self) -> None:
+        mapped = self._shared_init.allocate_or_open(lambda: self.scratch_dir)  # type: ignore[union-attr]
+        self._adopt(mapped[_TENSOR_KEY] if _TENSOR_KEY in mapped.keys() else mapped)
+
+    def _allocate_files(self, data: Any) -> Any:
+        """Allocates the memory-mapped files from the first write; returns the mapped collection."""
         leading = data.batch_size if is_tensor_collection(data) else data.shape
         if len(leading) < self.ndim:
             raise ValueError(
@@ -135,16 +166,15 @@ class LazyMemmapStorage(TensorStorage):
         template = TensorDict({_TENSOR_KEY: data}, batch_size=leading[: self.ndim]) if is_tensor else data
         # one row of the data broadcast to the capacity (a zero-stride view): memmap_like only reads
         # the structure, shapes and dtypes, so nothing of capacity size is allocated in RAM
-        one = template[:1]
-        if (
-            one.device is not None
-            and one.device.type != "cpu"
-            or any(v.device.type != "cpu" for v in one.values(include_nested=True, leaves_only=True))
-        ):
-            one = one.to(_CPU)
-        full = one.expand(rows, *one.batch_size[1:])
+        if isinstance(template, LazyStackedTensorDict) and is_ragged_stack(template, self.ndim):
+            # members of different shapes: a lazy stack of per-member files
+            full = LazyStackedTensorDict(
+                *[_broadcast_row(m, rows) for m in template.tensordicts], stack_dim=template.stack_dim
+            )
+        else:
+            full = _broadcast_row(template, rows)
         mapped = full.memmap_like(self.scratch_dir, existsok=True)
-        self._adopt(mapped[_TENSOR_KEY] if is_tensor else mapped)
+        return mapped[_TENSOR_KEY] if is_tensor else mapped
 
     def _adopt(self, storage: Any) -> None:
         self._storage = storage
@@ -228,6 +258,7 @@ class LazyMemmapStorage(TensorStorage):
         """
         check_shareable(self)
         self._len_t.share_memory_()
+        self._share_marks()
         return self
 
     def cleanup(self) -> bool:

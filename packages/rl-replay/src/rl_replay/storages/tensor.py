@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import math
+import os
+import warnings
 from typing import Any
 
 import torch
 from tdict import LazyStackedTensorDict, is_tensor_collection
 
+from ._shared_init import SharedInit
 from ._trees import TREE_ROOTS, td_to_tree, tree_to_td
-from ._write_checks import check_write, stored_leaves, write_shape
+from ._write_checks import RaggedLeaves, check_write, is_ragged_stack, stored_leaves, write_shape
 from .base import Storage
 
 __all__ = ["TensorStorage", "LazyTensorStorage"]
@@ -48,6 +51,8 @@ class TensorStorage(Storage):
     _tree_spec: Any = None
     #: allocate in shared memory (``share_memory_`` was called before the first write)
     _shared: bool = False
+    #: ``shared_init=True``: the control directory that makes the first allocation shared by all processes
+    _shared_init: SharedInit | None = None
 
     def __init__(
         self,
@@ -105,6 +110,16 @@ class TensorStorage(Storage):
     def _rows(self) -> int:
         return self.shape[0]
 
+    def _cpu_for_shared_init(self) -> None:
+        if self._shared_init is not None and self.device is not None and self.device.type != "cpu":
+            warnings.warn(
+                f"{type(self).__name__}: device={str(self.device)!r} cannot be honored with shared_init=True "
+                "(the items live in memory-mapped files on the CPU); the storage uses the CPU.",
+                UserWarning,
+                stacklevel=4,
+            )
+            self.device = torch.device("cpu")
+
     def _init(self, item: Any) -> None:
         """Allocates the storage from one item (TorchRL's hook: ``item`` has no item dim)."""
         if type(item) in TREE_ROOTS:
@@ -126,20 +141,60 @@ class TensorStorage(Storage):
             raise ValueError(
                 f"{type(self).__name__}: max_size {self.max_size} holds no row of {list(item_dims)} = {per_row} items."
             )
+        self._cpu_for_shared_init()
         device = self.device
 
         def alloc(x: torch.Tensor) -> torch.Tensor:
             return torch.zeros((rows, *x.shape[1:]), dtype=x.dtype, device=device if device is not None else x.device)
 
-        if is_tensor_collection(data):
+        if is_ragged_stack(data, self.ndim):  # members of different shapes: a lazy stack of per-member storages
+            members = []
+            for m in data.tensordicts:
+                members.append(m[:1].apply(alloc, batch_size=[rows, *m.batch_size[1:]]))
+                _keep_nested_batch_dims(members[-1], m)
+            storage = LazyStackedTensorDict(*members, stack_dim=data.stack_dim)
+        elif is_tensor_collection(data):
             storage = data[:1].apply(alloc, batch_size=[rows, *data.batch_size[1:]])
             _keep_nested_batch_dims(storage, data)
         else:
             storage = alloc(data)
-        if self._shared:  # shared before it was allocated: the memory other processes see
+        shared = self._shared_init
+        if shared is not None:  # memory-mapped files all processes map (the first writer makes them)
+            storage = shared.allocate_or_open(lambda: _memmap_items(storage, shared))
+            storage = storage.get(_TENSOR_KEY) if _TENSOR_KEY in storage.keys() else storage
+        elif self._shared:  # shared before it was allocated: the memory other processes see
             storage.share_memory_()
         self._storage = storage
         self._adopt_layout(storage)
+
+    def _setup_shared_init(self, shared_init: bool) -> None:
+        """Makes the first allocation shared by every process (``shared_init=True``); see ``_shared_init.py``."""
+        if not isinstance(shared_init, bool):
+            raise TypeError(f"{type(self).__name__}: shared_init must be a bool, got {shared_init!r}.")
+        if not shared_init:
+            return
+        if self._compilable:
+            raise ValueError(
+                f"{type(self).__name__}: shared_init=True needs compilable=False (the item count must be "
+                "shared between processes)."
+            )
+        self._shared_init = SharedInit()
+        self._len_t.share_memory_()
+        self._share_marks()
+
+    def _attach_shared(self) -> bool:
+        """Maps the items another process allocated (``shared_init``); ``True`` if the storage exists now."""
+        if self._storage is not None:
+            return True
+        if self._shared_init is None or self._shared_init.ready() is None:
+            return False
+        self._allocate_shared_only()
+        return True
+
+    def _allocate_shared_only(self) -> None:
+        mapped = self._shared_init.allocate_or_open(lambda: "")  # type: ignore[union-attr]  # ready: opens
+        self._storage = mapped.get(_TENSOR_KEY) if _TENSOR_KEY in mapped.keys() else mapped
+        self._adopt_layout(self._storage)
 
     def _adopt_layout(self, storage: Any) -> None:
         """Records what every write is checked against: the item dims and ``{key: feature shape}``."""
@@ -167,7 +222,7 @@ class TensorStorage(Storage):
         spec = None
         if type(data) in TREE_ROOTS:
             data, spec = self._tree_as_td(index, data)
-        if self._storage is None:
+        if self._storage is None and not self._attach_shared():
             # a single item (add) as the first write: allocate from it as a batch of one
             self._allocate(data.unsqueeze(0) if isinstance(index, int) else data)
         storage = self._storage
@@ -198,9 +253,15 @@ class TensorStorage(Storage):
         if inner is None:
             self.set(index, data)
             return
-        if not is_tensor_collection(inner) or self._tree_spec is not None or not is_tensor_collection(data):
+        if (
+            not is_tensor_collection(inner)
+            or self._tree_spec is not None
+            or not is_tensor_collection(data)
+            or isinstance(self._leaves, RaggedLeaves)
+        ):
             raise TypeError(
-                f"{owner}: needs a storage of TensorDicts and a TensorDict to write, got {type(data).__name__}."
+                f"{owner}: needs a storage of TensorDicts (not a stack of differently shaped ones) and a "
+                f"TensorDict to write, got {type(data).__name__}."
             )
         if type(index) is range:
             index = slice(index.start, index.stop, index.step)
@@ -237,14 +298,16 @@ class TensorStorage(Storage):
         self._adopt_layout(inner)
 
     def get(self, index: Any) -> Any:
-        if self._storage is None:
+        if self._storage is None and not self._attach_shared():
             raise RuntimeError(f"{type(self).__name__} is empty: nothing was written yet.")
         if type(index) is range:
             index = slice(index.start, index.stop, index.step)
-        out = self._storage[index]
+        out = self._storage[index]  # pyright: ignore[reportOptionalSubscript]  # attached above
         return out if self._tree_spec is None else td_to_tree(out, self._tree_spec)
 
     def __len__(self) -> int:
+        if self._storage is None and self.ndim > 1:
+            self._attach_shared()
         rows = int(self._len_t)
         return rows * math.prod(self._item_dims) if self.ndim > 1 and self._storage is not None else rows
 
@@ -262,10 +325,14 @@ class TensorStorage(Storage):
             top = int(index.max()) + 1 if index.numel() else 0
         else:
             top = max(int(i) for i in index) + 1 if len(index) else 0
-        if top > int(self._len_t):
+        if torch.compiler.is_compiling():  # no branch on a traced value: fullgraph compiles of set()
+            self._len_t.fill_(torch.sym_min(torch.sym_max(top, int(self._len_t)), rows))
+        elif top > int(self._len_t):
             self._len_t.fill_(min(top, rows))
 
     def _rand_given_ndim(self, batch_size: int, generator: torch.Generator | None = None) -> Any:
+        if self._storage is None:
+            self._attach_shared()
         n = len(self)
         if n == 0:
             raise RuntimeError(
@@ -346,6 +413,9 @@ class LazyTensorStorage(TensorStorage):
         device: where the items live (``"cpu"`` by default).
         ndim: how many leading dims of the written data index items.
         compilable: as :class:`TensorStorage`.
+        shared_init: the first write of any process allocates the items in memory-mapped CPU files
+            that every process (forked or spawned after construction) maps: a buffer shared before
+            its first write (``ReplayBuffer.share()``). Implies a CPU ``device`` (another one warns).
 
     Examples:
         >>> import torch
@@ -356,8 +426,17 @@ class LazyTensorStorage(TensorStorage):
         (3, torch.Size([1, 5]))
     """
 
-    def __init__(self, max_size: int, *, device: Any = "cpu", ndim: int = 1, compilable: bool = False) -> None:
+    def __init__(
+        self,
+        max_size: int,
+        *,
+        device: Any = "cpu",
+        ndim: int = 1,
+        compilable: bool = False,
+        shared_init: bool = False,
+    ) -> None:
         super().__init__(None, max_size, device=device, ndim=ndim, compilable=compilable)
+        self._setup_shared_init(shared_init)
 
 
 def _keep_nested_batch_dims(storage: Any, data: Any) -> None:
@@ -373,3 +452,19 @@ def _keep_nested_batch_dims(storage: Any, data: Any) -> None:
         sub = data.get(key)
         if is_tensor_collection(sub) and not sub._is_non_tensor and sub.batch_dims > storage.batch_dims:
             storage.get(key).batch_size = torch.Size([rows, *sub.batch_size[1:]])
+
+
+# plain-tensor items are memory-mapped as the single entry of a TensorDict under this key, so that
+# the files carry tdict's JSON metadata and another process can open them with load_memmap
+_TENSOR_KEY = "__rl_replay_tensor__"
+
+
+def _memmap_items(storage: Any, shared: SharedInit) -> str:
+    """Writes the allocated ``storage`` as memory-mapped files in ``shared``'s directory; returns it."""
+    from tdict import TensorDict
+
+    where = os.path.join(shared.control_dir, "items")
+    if not is_tensor_collection(storage):
+        storage = TensorDict({_TENSOR_KEY: storage}, batch_size=storage.shape[:1])
+    storage.memmap_(where)
+    return where
