@@ -7,7 +7,7 @@ original produces (resets drawn from the same generator stream, steps computed t
 
 import pytest
 import torch
-from rl_envs import CartPoleEnv, PendulumEnv, StepCounter, TransformedEnv
+from rl_envs import CartPoleEnv, Compose, PendulumEnv, StepCounter, TransformedEnv
 from rl_envs.transforms import CatFrames, NoopResetEnv, RandomTruncationTransform
 
 
@@ -43,9 +43,10 @@ def test_generator_states_are_checked_before_anything_is_set():
 
 
 def test_transforms_with_generators_carry_them():
-    env = TransformedEnv(PendulumEnv(seed=0), RandomTruncationTransform(min_horizon=2, max_horizon=5))
+    chain = Compose(StepCounter(), RandomTruncationTransform(min_horizon=2, max_horizon=5))
+    env = TransformedEnv(PendulumEnv(seed=0), chain)
     keys = set(env.state_dict())
-    assert "transform.transforms.0._extra_state" in keys and "base_env._extra_state" in keys
+    assert "transform.transforms.1._extra_state" in keys and "base_env._extra_state" in keys
     assert set(NoopResetEnv(noops=3).state_dict()) == {"_extra_state"}
 
 
@@ -56,7 +57,8 @@ def test_resumable_follows_the_base_env_and_the_transforms():
     cat = TransformedEnv(PendulumEnv(), CatFrames(N=2, dim=-1, in_keys=["observation"]))
     assert not cat.resumable
     # RandomTruncationTransform keeps each episode's horizon outside the tensordict
-    assert not TransformedEnv(PendulumEnv(), RandomTruncationTransform(min_horizon=2, max_horizon=5)).resumable
+    chain = Compose(StepCounter(), RandomTruncationTransform(min_horizon=2, max_horizon=5))
+    assert not TransformedEnv(PendulumEnv(), chain).resumable
 
 
 def test_a_restored_pendulum_steps_bit_for_bit_like_the_original():

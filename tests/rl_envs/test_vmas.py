@@ -352,3 +352,6 @@ def test_step_counter_truncates_the_agents_group_too():
     # per-agent flags follow the root's at the limit (per-agent GAE reads them), and not before
     assert rollout["next", "agents", "truncated"][:, -1].all() and rollout["next", "agents", "done"][:, -1].all()
     assert not rollout["next", "agents", "truncated"][:, :-1].any()
+    # the flags set at the limit, by TorchRL's names
+    assert env.transform.all_done_keys == ["done", ("agents", "done")]
+    assert env.transform.all_truncated_keys == ["truncated", ("agents", "truncated")]

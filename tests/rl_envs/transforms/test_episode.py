@@ -67,7 +67,7 @@ def test_traj_counter_single_env(counting_env, fixed_policy):
     r = env.rollout(7, fixed_policy(torch.tensor(1)), break_when_any_done=False)
     assert r["traj_count"].tolist() == [0, 0, 0, 1, 1, 1, 2]
     assert torch.equal(r["next", "traj_count"], r["traj_count"])
-    with pytest.raises(RuntimeError, match="only works inside an env"):
+    with pytest.raises(RuntimeError, match="TrajCounter can only be called within an environment step or reset"):
         TrajCounter()(r)
 
 
@@ -112,8 +112,10 @@ def test_noop_reset_counts(counting_env):
             env.action_spec.rand(generator=gen)
     assert [int(env.reset()["step_count"]) for _ in range(4)] == expected
     assert len(set(expected)) > 1
-    with pytest.raises(RuntimeError, match="only works inside an env"):
-        NoopResetEnv()(TensorDict())
+    td = TensorDict({"a": torch.ones(2)}, [])
+    assert NoopResetEnv()(td) is td  # outside an env it passes data through (TorchRL's behaviour)
+    with pytest.raises(RuntimeError, match="NoopResetEnv.parent not found"):
+        NoopResetEnv()._reset(td, td.empty())
 
 
 def test_noop_reset_is_seeded_through_the_env():
@@ -151,7 +153,7 @@ def test_frame_skip_single_env(counting_env, fixed_policy):
     r = env.rollout(10, fixed_policy(torch.tensor(1)))
     assert r["next", "reward"].tolist() == [3, 2] and r["next", "step_count"].tolist() == [3, 5]
     assert r["next", "done"].tolist() == [False, True]
-    with pytest.raises(RuntimeError, match="only works inside an env"):
+    with pytest.raises(RuntimeError, match="FrameSkipTransform can only be used when appended to a transformed env"):
         FrameSkipTransform(2)(r)
     with pytest.raises(ValueError, match="frame_skip"):
         FrameSkipTransform(0)

@@ -188,6 +188,11 @@ class EnvBase(GeneratorState, nn.Module):
         self._specs_changed()
 
     @property
+    def shape(self) -> torch.Size:
+        """The batch size (TorchRL's alias: ``env.shape == env.batch_size``)."""
+        return self._batch_size
+
+    @property
     def device(self) -> torch.device | None:
         """Where the env's tensors live (``None``: not fixed); setting it does not move the specs (``to`` does)."""
         return self._device

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any, Callable, Mapping, cast
 
 import torch
 from tdict import TensorDictBase
-from tdict import NestedKey
+from tdict import NestedKey, unravel_key
 from tdict.specs import Bounded, Categorical, Composite, Unbounded
 from tdict.seeding import make_generator, next_seed
 from tdict.validation import check_unit_interval
@@ -55,7 +55,7 @@ class InitTracker(Transform):
 
     def __init__(self, init_key: str = "is_init") -> None:
         if not isinstance(init_key, str):
-            raise ValueError(f"InitTracker: init_key must be a str (a leaf name), got {init_key!r}.")
+            raise ValueError(f"InitTracker: init_key can only be of type str (a leaf name), got {init_key!r}.")
         super().__init__()
         self.init_key = init_key
         self.__dict__["_pairs"] = None
@@ -102,7 +102,9 @@ class InitTracker(Transform):
         return next_tensordict
 
     def forward(self, tensordict: TensorDictBase) -> TensorDictBase:
-        raise NotImplementedError(_ENV_ONLY.format("InitTracker"))
+        raise NotImplementedError(
+            "InitTracker cannot be executed without a parent env: it flags resets, which happen inside an env."
+        )
 
     def transform_output_spec(self, output_spec: Composite) -> Composite:
         done_spec = output_spec["full_done_spec"]
@@ -142,7 +144,7 @@ class TrajCounter(Transform):
     _initialized: bool
 
     def __init__(self, out_key: NestedKey = "traj_count", *, repeats: int | None = None) -> None:
-        super().__init__(in_keys=[], out_keys=[out_key])
+        super().__init__(in_keys=[], out_keys=[unravel_key(out_key)])  # ("a", ("b",)) -> ("a", "b")
         self.__dict__["_traj_count"] = mp.Value("q", 0)
         self.repeats = repeats or 0
         self.__dict__["_initialized"] = False
@@ -177,7 +179,10 @@ class TrajCounter(Transform):
         return next_tensordict
 
     def forward(self, tensordict: TensorDictBase) -> TensorDictBase:
-        raise RuntimeError(_ENV_ONLY.format("TrajCounter"))
+        raise RuntimeError(
+            "TrajCounter can only be called within an environment step or reset; it has no meaning on a plain "
+            "TensorDict."
+        )
 
     def clone(self) -> "TrajCounter":
         counter = self.__dict__.pop("_traj_count")
@@ -263,9 +268,12 @@ class RandomTruncationTransform(GeneratorState, Transform):
         first_episode_prob = prob if first_episode_prob is None else first_episode_prob
         for name, p in (("prob", prob), ("first_episode_prob", first_episode_prob)):
             check_unit_interval("RandomTruncationTransform", name, p)
-        if min_horizon < 1 or max_horizon < min_horizon:
+        for name, h in (("min_horizon", min_horizon), ("max_horizon", max_horizon)):
+            if h < 1:
+                raise ValueError(f"RandomTruncationTransform: {name} must be >= 1, got {h}.")
+        if max_horizon < min_horizon:
             raise ValueError(
-                f"RandomTruncationTransform: need 1 <= min_horizon <= max_horizon, got {min_horizon}, {max_horizon}."
+                f"RandomTruncationTransform: min_horizon ({min_horizon}) must be <= max_horizon ({max_horizon})."
             )
         super().__init__()
         self.min_horizon, self.max_horizon = int(min_horizon), int(max_horizon)
@@ -314,15 +322,46 @@ class RandomTruncationTransform(GeneratorState, Transform):
         return tensordict_reset
 
     def _step(self, tensordict: TensorDictBase, next_tensordict: TensorDictBase) -> TensorDictBase:
+        horizons = self._horizons
+        if horizons is None:  # no reset seen yet: no horizon to cut at
+            return next_tensordict
         count = next_tensordict.get(self.step_count_key)
-        cut = count >= self._horizons
+        cut = count >= horizons
+        done = next_tensordict.get(self.done_key, None)
+        if done is not None and cut.shape != done.shape:  # a done flag with a trailing dim ([*B, 1])
+            cut = cut.reshape(*cut.shape, *([1] * (done.ndim - cut.ndim))).expand(done.shape)
         for key in (self.truncated_key, self.done_key):
-            old = next_tensordict.get(key, None)
+            old = done if key == self.done_key else next_tensordict.get(key, None)
             next_tensordict.set(key, cut if old is None else old | cut)
         return next_tensordict
 
     def forward(self, tensordict: TensorDictBase) -> TensorDictBase:
-        raise RuntimeError(_ENV_ONLY.format("RandomTruncationTransform"))
+        raise NotImplementedError(_ENV_ONLY.format("RandomTruncationTransform"))
+
+    def _check_attachment(self) -> None:
+        # inside an env, refuse a chain where nothing before this transform writes the step count
+        from ..env_base import EnvBase
+        from .step_counter import StepCounter
+
+        env = self._holding_env()
+        if not isinstance(env, EnvBase):
+            return
+        node, container = self, self._container
+        while isinstance(container, Transform):
+            if isinstance(container, Compose):
+                for t in container:
+                    if t is node:
+                        break
+                    if any(isinstance(m, StepCounter) and m.step_count_key == self.step_count_key for m in t.modules()):
+                        return
+            node, container = container, container._container
+        base = env.__dict__.get("_base")
+        if base is not None and self.step_count_key in base.observation_spec.keys(True, True):
+            return
+        raise RuntimeError(
+            f"RandomTruncationTransform requires a StepCounter earlier in the chain (it reads "
+            f"{self.step_count_key!r}), e.g. Compose(StepCounter(), RandomTruncationTransform(...))."
+        )
 
     def transform_done_spec(self, done_spec: Composite) -> Composite:
         if self.truncated_key not in done_spec.keys(True, True):
@@ -384,7 +423,9 @@ class TerminateTransform(Transform):
         return next_tensordict
 
     def forward(self, tensordict: TensorDictBase) -> TensorDictBase:
-        raise RuntimeError(_ENV_ONLY.format("TerminateTransform"))
+        raise RuntimeError(
+            "TerminateTransform cannot run without a parent environment: it only works inside an env (reset/step)."
+        )
 
     def __repr__(self) -> str:
         return f"TerminateTransform(stop={self.stop!r}, write_done={self.write_done})"

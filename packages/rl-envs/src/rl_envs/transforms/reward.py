@@ -461,12 +461,18 @@ class TargetReturn(Transform):
         self.mode = mode
         self.reset_key = reset_key if reset_key is not None else "_reset"
 
-    def _full(self, in_key: NestedKey, tensordict_reset: TensorDictBase) -> torch.Tensor:
+    def _full(
+        self, in_key: NestedKey, tensordict: TensorDictBase | None, tensordict_reset: TensorDictBase
+    ) -> torch.Tensor:
         parent = self.parent
+        # without an env, the shape of the reward seen in the input's "next" (else the batch shape)
+        reward = tensordict.get(_join(("next",), in_key), None) if parent is None and tensordict is not None else None
         if parent is not None:
             spec = parent.full_reward_spec[in_key]
             extra = tensordict_reset.batch_size[: tensordict_reset.batch_dims - len(parent.batch_size)]
             shape, dtype = (*extra, *spec.shape), spec.dtype
+        elif reward is not None:
+            shape, dtype = reward.shape, reward.dtype
         else:
             shape, dtype = tensordict_reset.batch_size, torch.get_default_dtype()
         return torch.full(shape, self.target_return, dtype=dtype, device=tensordict_reset.device)
@@ -474,7 +480,7 @@ class TargetReturn(Transform):
     def _reset(self, tensordict: TensorDictBase | None, tensordict_reset: TensorDictBase) -> TensorDictBase:
         # every sub-env gets the target; EnvBase.reset keeps the old value where "_reset" is False
         for in_key, out_key in zip(self.in_keys, self.out_keys):
-            tensordict_reset.set(out_key, self._full(in_key, tensordict_reset))
+            tensordict_reset.set(out_key, self._full(in_key, tensordict, tensordict_reset))
         return tensordict_reset
 
     def _step(self, tensordict: TensorDictBase, next_tensordict: TensorDictBase) -> TensorDictBase:

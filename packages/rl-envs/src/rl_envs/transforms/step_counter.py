@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 from tdict import TensorDictBase
 from tdict import NestedKey
@@ -15,7 +17,9 @@ __all__ = ["StepCounter"]
 class StepCounter(Transform):
     """Writes ``step_count`` (steps since the last reset) and sets ``truncated`` once it reaches ``max_steps``.
 
-    ``step_count`` is an int64 per-step scalar (the batch shape, no trailing dim). At the limit the
+    ``step_count`` is an int64 per-step scalar shaped like the env's ``done`` flag (the batch shape, no
+    trailing dim, for our envs; ``[*B, 1]`` for an env whose flags keep a trailing dim). On a partial
+    reset the sub-envs not selected by ``"_reset"`` keep their count. At the limit the
     ``done`` and ``truncated`` flags of nested groups (a multi-agent env's ``("agents", "done")``)
     are set too, so that per-agent value estimators see the episode end.
 
@@ -48,11 +52,22 @@ class StepCounter(Transform):
         self.update_done = update_done
 
     def _reset(self, tensordict: TensorDictBase | None, tensordict_reset: TensorDictBase) -> TensorDictBase:
-        # every sub-env is zeroed here; EnvBase.reset keeps the old count where "_reset" is False
-        tensordict_reset.set(
-            self.step_count_key,
-            torch.zeros(tensordict_reset.batch_size, dtype=torch.int64, device=tensordict_reset.device),
-        )
+        # the count takes the shape of the previous count, else of the done flag (the batch shape for our
+        # envs, [*B, 1] for envs that keep a trailing dim); sub-envs not selected by "_reset" keep theirs
+        previous = tensordict.get(self.step_count_key, None) if tensordict is not None else None
+        if previous is not None:
+            shape = previous.shape
+        else:
+            done = tensordict_reset.get("done", None)
+            shape = done.shape if done is not None else tensordict_reset.batch_size
+        count = torch.zeros(shape, dtype=torch.int64, device=tensordict_reset.device)
+        mask = tensordict.get("_reset", None) if tensordict is not None and previous is not None else None
+        if mask is not None and previous is not None:
+            if mask.shape != count.shape:  # [*B] against [*B, 1], either way round
+                mask = mask.reshape(*mask.shape, *([1] * (count.ndim - mask.ndim))) if mask.ndim < count.ndim else mask
+                mask = mask.reshape(count.shape) if mask.numel() == count.numel() else mask
+            count = torch.where(mask.to(count.device), count, previous.to(count))
+        tensordict_reset.set(self.step_count_key, count)
         return tensordict_reset
 
     def _step(self, tensordict: TensorDictBase, next_tensordict: TensorDictBase) -> TensorDictBase:
@@ -61,12 +76,17 @@ class StepCounter(Transform):
         next_tensordict.set(self.step_count_key, count)
         if self.max_steps is not None:
             truncated = count >= self.max_steps
+            done = next_tensordict.get("done")
+            if truncated.shape != done.shape:  # an env whose done flags keep a trailing dim ([*B, 1])
+                truncated = truncated.reshape(*truncated.shape, *([1] * (done.ndim - truncated.ndim))).expand(
+                    done.shape
+                )
             previous = next_tensordict.get(self.truncated_key, None)
             if previous is not None:
                 truncated = truncated | previous
             next_tensordict.set(self.truncated_key, truncated)
             if self.update_done:
-                next_tensordict.set("done", next_tensordict.get("done") | truncated)
+                next_tensordict.set("done", done | truncated)
             for key in self._group_done_keys():
                 # the done flags of nested groups (("agents", "done"), ...) end their episodes too
                 flags = next_tensordict.get(key, None)
@@ -96,28 +116,54 @@ class StepCounter(Transform):
         return keys
 
     @property
+    def all_done_keys(self) -> list:
+        """The ``done`` entries set at truncation (with ``update_done``): the root one and those of nested groups."""
+        return (["done"] if self.update_done else []) + [k for k in self._group_done_keys() if k[-1] == "done"]
+
+    @property
+    def all_truncated_keys(self) -> list:
+        """The truncated entries set at the limit: ``truncated_key`` and those of nested groups."""
+        return [self.truncated_key] + [
+            k for k in self._group_done_keys() if k[-1] != "done" and k != self.truncated_key
+        ]
+
+    @property
     def step_count_keys(self) -> list:
         """The step-count entries written (TorchRL's list form): the one ``step_count_key``."""
         return [self.step_count_key]
 
     def forward(self, tensordict: TensorDictBase) -> TensorDictBase:
-        return tensordict  # counting only makes sense inside an env
+        raise NotImplementedError(
+            "StepCounter cannot be called independently: it counts the steps of an env (use it inside a "
+            "TransformedEnv)."
+        )
+
+    def transform_output_spec(self, output_spec: Composite) -> Composite:
+        done_spec = output_spec["full_done_spec"]
+        # the count and the truncated flag are shaped like the env's done flag
+        shape = done_spec["done"].shape if "done" in done_spec.keys() else done_spec.shape
+        obs = output_spec["full_observation_spec"]
+        obs[self.step_count_key] = self._count_spec(shape, obs.device)
+        output_spec["full_observation_spec"] = obs
+        if self.max_steps is not None and self.truncated_key not in done_spec.keys(True):
+            done_spec[self.truncated_key] = Categorical(2, shape=shape, dtype=torch.bool, device=done_spec.device)
+            output_spec["full_done_spec"] = done_spec
+        return output_spec
 
     def transform_observation_spec(self, observation_spec: Composite) -> Composite:
-        shape, device = observation_spec.shape, observation_spec.device
-        if self.max_steps is None:
-            spec = Unbounded(shape=shape, dtype=torch.int64, device=device)
-        else:
-            spec = Bounded(0, self.max_steps, shape=shape, dtype=torch.int64, device=device)
-        observation_spec[self.step_count_key] = spec
+        observation_spec[self.step_count_key] = self._count_spec(observation_spec.shape, observation_spec.device)
         return observation_spec
 
     def transform_done_spec(self, done_spec: Composite) -> Composite:
         if self.max_steps is not None and self.truncated_key not in done_spec.keys(True):
-            done_spec[self.truncated_key] = Categorical(
-                2, shape=done_spec.shape, dtype=torch.bool, device=done_spec.device
-            )
+            shape = done_spec["done"].shape if "done" in done_spec.keys() else done_spec.shape
+            done_spec[self.truncated_key] = Categorical(2, shape=shape, dtype=torch.bool, device=done_spec.device)
         return done_spec
+
+    def _count_spec(self, shape: torch.Size, device: Any) -> Unbounded | Bounded:
+        if self.max_steps is None:
+            return Unbounded(shape=shape, dtype=torch.int64, device=device)
+        return Bounded(0, self.max_steps, shape=shape, dtype=torch.int64, device=device)
 
     def __repr__(self) -> str:
         return f"StepCounter(max_steps={self.max_steps}, step_count_key={self.step_count_key!r})"

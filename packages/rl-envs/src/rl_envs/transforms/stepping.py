@@ -8,7 +8,6 @@ from tdict import TensorDictBase
 from tdict.seeding import make_generator, next_seed
 
 from ..mdp import step_mdp
-from ._episode_utils import _ENV_ONLY, _need_parent
 from .._generator_state import GeneratorState
 from .base import Compose, Transform  # noqa: F401  (Compose: used by the doctests)
 
@@ -53,11 +52,13 @@ class NoopResetEnv(GeneratorState, Transform):
         return None if seed is None else next_seed(seed)
 
     def _reset(self, tensordict: TensorDictBase | None, tensordict_reset: TensorDictBase) -> TensorDictBase:
-        parent = _need_parent(self)
+        parent = self.parent
+        if parent is None:
+            raise RuntimeError("NoopResetEnv.parent not found. Make sure that the parent is set (a TransformedEnv).")
         if parent.batch_size.numel() > 1:
             raise ValueError(
-                f"NoopResetEnv: the parent env has batch_size {list(parent.batch_size)}; only single envs are "
-                "supported (a batched env cannot step only the sub-envs being reset)."
+                f"NoopResetEnv: The parent environment batch-size is non-null ({list(parent.batch_size)}); only "
+                "single envs are supported (a batched env cannot step only the sub-envs being reset)."
             )
         noops = int(torch.randint(self.noops, (), generator=self.generator)) if self.random else self.noops
         keys = parent._keys()
@@ -79,9 +80,6 @@ class NoopResetEnv(GeneratorState, Transform):
         raise RuntimeError(
             f"NoopResetEnv: the env was done before {noops} no-op steps in {self._MAX_TRIALS} tries; lower noops."
         )
-
-    def forward(self, tensordict: TensorDictBase) -> TensorDictBase:
-        raise RuntimeError(_ENV_ONLY.format("NoopResetEnv"))
 
     def __repr__(self) -> str:
         return f"NoopResetEnv(noops={self.noops}, random={self.random})"
@@ -106,14 +104,18 @@ class FrameSkipTransform(Transform):
 
     def __init__(self, frame_skip: int = 1) -> None:
         if int(frame_skip) < 1:
-            raise ValueError(f"FrameSkipTransform: frame_skip must be >= 1, got {frame_skip}.")
+            raise ValueError(
+                f"FrameSkipTransform: frame_skip should have a value greater or equal to one, got {frame_skip}."
+            )
         super().__init__()
         self.frame_skip = int(frame_skip)
 
     def _step(self, tensordict: TensorDictBase, next_tensordict: TensorDictBase) -> TensorDictBase:
         if self.frame_skip == 1:
             return next_tensordict
-        parent = _need_parent(self)
+        parent = self.parent
+        if parent is None:
+            raise RuntimeError("parent not found for FrameSkipTransform: use it inside a TransformedEnv.")
         keys = parent._keys()
         batch = next_tensordict.batch_size
         actions = [(k, tensordict.get(k)) for k in keys.action_keys]
@@ -152,7 +154,10 @@ class FrameSkipTransform(Transform):
         return next_tensordict
 
     def forward(self, tensordict: TensorDictBase) -> TensorDictBase:
-        raise RuntimeError(_ENV_ONLY.format("FrameSkipTransform"))
+        raise RuntimeError(
+            "FrameSkipTransform can only be used when appended to a transformed env: it steps the parent env, "
+            "which a plain TensorDict does not have."
+        )
 
     def __repr__(self) -> str:
         return f"FrameSkipTransform(frame_skip={self.frame_skip})"

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any, Sequence
 
+import torch
+
 from tdict import TensorDictBase
 from tdict.seeding import chain_seeds
 from tdict.specs import Composite
@@ -23,6 +25,7 @@ class TransformedEnv(EnvBase):
     Args:
         env: the base env.
         transform: a Transform or a Compose (default: an empty Compose to append to).
+        device: move ``env`` (``env.to(device)``) before wrapping it (default: keep its device).
 
     Examples:
         >>> from rl_envs import PendulumEnv, StepCounter, TransformedEnv
@@ -32,10 +35,12 @@ class TransformedEnv(EnvBase):
         ([1, 2, 3, 4, 5], True)
     """
 
-    def __init__(self, env: EnvBase, transform: Transform | None = None, **kwargs: Any) -> None:
-        super().__init__(device=env.device, batch_size=env.batch_size, **kwargs)
+    def __init__(self, env: EnvBase, transform: Transform | None = None, *, device: Any = None, **kwargs: Any) -> None:
         if not isinstance(env, EnvBase):
             raise TypeError(f"TransformedEnv wraps an EnvBase, got {type(env).__name__}.")
+        if device is not None and env.device != torch.device(device):
+            env = env.to(device)
+        super().__init__(device=env.device, batch_size=env.batch_size, **kwargs)
         self.base_env = env
         self.__dict__["_base"] = env  # plain attribute: read on every step without nn.Module's __getattr__
         bare = None
