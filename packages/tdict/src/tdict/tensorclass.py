@@ -3,7 +3,8 @@
 ``@tensorclass`` (or subclassing :class:`TensorClass`) turns an annotated class into a
 dataclass-like container: instances take ``batch_size`` / ``device`` keywords, tensor fields
 (and nested TensorDicts / tensor classes) are stored in an inner :class:`~tdict.TensorDict`
-(``obj._tensordict``), other Python objects as :class:`~tdict.NonTensorData`. Every TensorDict
+(``obj._tensordict``), other Python objects (a ``dict`` too, unless ``autocast`` casts it to a
+collection annotation) as :class:`~tdict.NonTensorData`. Every TensorDict
 method works on the instance; results that are collections of the same fields come back as the
 tensor class.
 
@@ -26,7 +27,7 @@ import types
 import typing
 import weakref
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any, Callable, ClassVar, Iterator, Sequence
+from typing import TYPE_CHECKING, Any, Callable, ClassVar, Iterator, Sequence, cast
 
 import torch
 
@@ -235,14 +236,22 @@ class _Field:
 
 
 class _RawField(_Field):
-    """A ``tensor_only`` field: reads the stored entry as it is (no payload unwrapping)."""
+    """A ``tensor_only`` field: reads the stored entry as it is (no payload unwrapping). A field
+    removed with ``del obj.field`` is gone (reading it raises ``AttributeError``) until set again."""
 
     __slots__ = ()
 
     def __get__(self, obj: Any, cls: Any = None) -> Any:
         if obj is None:
             return _Field.__get__(self, obj, cls)
-        return obj._tensordict._get_str(self.name, None)
+        value = obj._tensordict._get_str(self.name, None)
+        if value is None and self.name in obj.__dict__.get("_tc_deleted", ()):
+            raise AttributeError(f"{type(obj).__name__!r} object has no attribute {self.name!r} (it was deleted).")
+        return value
+
+    def __delete__(self, obj: Any) -> None:
+        _Field.__delete__(self, obj)
+        obj.__dict__.setdefault("_tc_deleted", set()).add(self.name)
 
 
 class TensorClass:
@@ -439,8 +448,8 @@ class TensorClass:
         if not is_tensor_collection(tensordict):
             raise TypeError(f"{cls.__name__}.from_tensordict expects a TensorDict, got {type(tensordict).__name__}.")
         tensordict = _unwrap(tensordict)
-        if safe:
-            extra = [k for k, _ in tensordict._items_raw() if k not in cls._tc_field_set]
+        if safe:  # keys only: a lazy stack's ragged leaves are not combined
+            extra = [k for k in tensordict.keys() if k not in cls._tc_field_set]
             if extra:
                 raise KeyError(
                     f"{cls.__name__}.from_tensordict: keys {extra} are not fields of {cls.__name__} (fields: {list(cls._tc_fields)})."
@@ -457,6 +466,10 @@ class TensorClass:
     def _set_field(self, name: str, value: Any) -> None:
         td = self._tensordict
         cls = type(self)
+        if cls._tensor_only:
+            deleted = self.__dict__.get("_tc_deleted")
+            if deleted:  # set again after ``del obj.field``
+                deleted.discard(name)
         if cls._tensor_only and name in cls._tc_mapping_fields and isinstance(value, Mapping):
             value = _plain_mapping(value)  # a UserDict, a mappingproxy... become a TensorDict
         elif value is not None and (cls._nocast or cls._autocast):
@@ -464,6 +477,8 @@ class TensorClass:
                 value = _autocast_value(cls, name, value, td)
             elif isinstance(value, (int, float)) or _is_ndarray(value):  # nocast (bool is an int)
                 value = NonTensorData._new(value, td.batch_size, td.device)
+        if isinstance(value, dict) and not (cls._autocast or cls._tensor_only):
+            value = NonTensorData._new(value, td.batch_size, td.device)  # a dict is a value, as in tensordict
         if value is None:
             if td._get_str(name, None) is not None:
                 if td.is_locked:
@@ -474,7 +489,7 @@ class TensorClass:
         if isinstance(value, torch.Tensor):
             shape = value.shape if type(value) not in UNBATCHED_TYPES else None  # any shape (the TensorDict tags it)
         elif is_tensor_collection(value):
-            shape = value.batch_size
+            shape = cast(Any, value).batch_size
         else:
             shape = None
         if shape is not None and shape[: len(bs)] != bs and not isinstance(value, torch.Tensor):
@@ -591,8 +606,13 @@ class TensorClass:
             yield _maybe_wrap_td(type(self), sub)
 
     # ------------------------------------------------------------------ entries
-    def get(self, key: Any, default: Any = NO_DEFAULT) -> Any:
-        """A field's value (payloads for non-tensor fields, ``None`` for unset ones) or a nested entry."""
+    def get(self, key: Any, default: Any = NO_DEFAULT, **kwargs: Any) -> Any:
+        """A field's value (payloads for non-tensor fields, ``None`` for unset ones) or a nested entry.
+
+        Keyword arguments go to the inner collection's ``get`` (a lazy stack's ``as_list``,
+        ``as_padded_tensor``, ``as_nested_tensor``...)."""
+        if kwargs:
+            return self._tensordict.get(key, default, **kwargs)
         if type(key) is str and key in type(self)._tc_field_set:
             value = self._tensordict._get_str(key, None)
             if value is None:
@@ -635,7 +655,22 @@ class TensorClass:
         value_td = _unwrap(value)
         try:
             if is_tensor_collection(value_td):  # the fields are fixed: no key is created (TensorDict's would)
-                self._tensordict._set_at_index(index, value_td)
+                try:
+                    self._tensordict._set_at_index(index, value_td)
+                except KeyError:
+                    # unset fields the value has are allocated (zeros over the whole batch), then written
+                    allocations: list = []
+                    _plan_allocations(self, value_td, allocations)
+                    if not allocations:
+                        raise
+                    for owner, name, empty in allocations:
+                        owner._set_field(name, empty)
+                    try:
+                        self._tensordict._set_at_index(index, value_td)
+                    except Exception:
+                        for owner, name, _ in allocations:  # nothing half-applied: the fields are unset again
+                            owner._set_field(name, None)
+                        raise
             else:
                 self._tensordict[index] = value_td
         except KeyError as err:
@@ -879,7 +914,8 @@ class TensorClass:
         from .persistence import load_memmap
 
         loaded = load_memmap(prefix, device=device)
-        return loaded if isinstance(loaded, cls) else cls._from_tensordict(_unwrap(loaded))
+        # saved as a tensor class: that class, whichever class this is called on (as in tensordict)
+        return loaded if is_tensorclass(loaded) else cls._from_tensordict(_unwrap(loaded))
 
     @classmethod
     def load(cls, prefix: Any, device: Any = None, non_blocking: bool = False, *, out: Any = None) -> Any:
@@ -912,6 +948,7 @@ class TensorClass:
         """:meth:`tdict.TensorDict.load_state_dict`; also reads the legacy ``{"_tensordict", "_non_tensordict"}`` layout."""
         from .persistence import load_state_dict
 
+        _check_state_dict_fields(self, state_dict)
         load_state_dict(self, state_dict, strict=strict, assign=assign, from_flatten=from_flatten)
         return self
 
@@ -955,6 +992,64 @@ class TensorClass:
         from ._core.combining import maybe_dense_stack
 
         return cls._from_tensordict(maybe_dense_stack([_unwrap(item) for item in input], dim))
+
+
+def _plan_allocations(dest: Any, value: Any, out: list) -> None:
+    """``(owner, field, zeros)`` for each field unset in the tensor class ``dest`` (nested ones too) that
+    ``value`` (``dest`` indexed) holds as a tensor or a collection: zeros of ``dest``'s batch size
+    followed by the entry's own dims."""
+    inner = dest._tensordict
+    bs, value_dims = dest.batch_size, len(value.batch_size)
+    for key, leaf in _unwrap(value)._items_raw():
+        target = inner._get_str(key, None)
+        if target is None:
+            if key not in type(dest)._tc_field_set:
+                continue
+            if isinstance(leaf, torch.Tensor) and type(leaf) not in UNBATCHED_TYPES:
+                out.append((dest, key, leaf.new_zeros(bs + leaf.shape[value_dims:])))
+            elif is_tensor_collection(leaf):
+                sub = cast(Any, leaf)
+                if sub._is_non_tensor or sub._is_lazy:
+                    continue  # nothing to allocate from: the write raises
+                shape, own_dims = bs + sub.batch_size[value_dims:], len(sub.batch_size)
+                zeros = sub.apply(lambda t: t.new_zeros(shape + t.shape[own_dims:]), batch_size=shape)
+                out.append((dest, key, zeros))
+        elif getattr(type(target), "_is_tensorclass", False) and is_tensor_collection(leaf):
+            _plan_allocations(target, leaf, out)
+
+
+def _check_state_dict_fields(obj: Any, state_dict: Mapping) -> None:
+    """Raise ``KeyError`` for a state-dict key (an entry, flat or nested, or a ``_metadata`` non-tensor
+    payload) that names no field of the tensor class at its level; checked before anything is loaded."""
+    if not state_dict or set(state_dict) <= {"_tensordict", "_non_tensordict"}:
+        return  # the legacy layout: read as one level by the loader
+    for key, value in state_dict.items():
+        if isinstance(key, str):
+            _check_field_path(obj, key.split("."), value)
+    meta = getattr(state_dict, "_metadata", None)
+    if isinstance(meta, Mapping):
+        for level, info in meta.items():
+            if isinstance(level, str) and isinstance(info, Mapping):
+                for key in info.get("_non_tensor") or ():
+                    _check_field_path(obj, [*(level.split(".") if level else ()), key], None)
+
+
+def _check_field_path(obj: Any, parts: list, value: Any, above: tuple = ()) -> None:
+    for i, part in enumerate(parts):
+        if not getattr(type(obj), "_is_tensorclass", False) or part[:2] == "__":
+            return  # below a plain collection (any key), or a "__batch_size" / "__device" record
+        if part not in type(obj)._tc_field_set:
+            raise KeyError(
+                f"Key {'.'.join([*above, *parts[: i + 1]])!r} wasn't expected in the state-dict: {part!r} is not a "
+                f"field of {type(obj).__name__} (fields: {list(type(obj)._tc_fields)})."
+            )
+        obj = obj._tensordict._get_str(part, None)
+        if obj is None:
+            return
+    if isinstance(value, Mapping):  # the nested form
+        for key, sub in value.items():
+            if isinstance(key, str):
+                _check_field_path(obj, key.split("."), sub, (*above, *parts))
 
 
 def _compare(td: Any, other: Any, op: Callable) -> TensorDict:
@@ -1308,6 +1403,8 @@ def _process_class(cls: type, options: dict) -> type:
     cls.__expected_keys__ = frozenset(names)
     cls._tc_defaults = defaults
     cls._tc_post_init = getattr(cls, "__post_init__", None)
+    if cls.__dict__.get("__hash__", object.__hash__) is object.__hash__:  # a class's own __hash__ is kept
+        setattr(cls, "__hash__", object.__hash__ if frozen else None)  # as a dataclass: mutable ones are unhashable
     for opt, value in options.items():
         setattr(cls, "_" + opt, value)
     cls._type_hints = (
