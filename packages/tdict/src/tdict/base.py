@@ -32,6 +32,7 @@ from ._core.utils import NO_DEFAULT, NestedKey, _key_to_tuple, parse_device, unr
 from ._core.utils import _MISSING as _MISSING, is_tensor_collection as is_tensor_collection  # re-exported
 from .errors import KeyValueError, ShapeMismatchError, locked_error
 from .unbatched import UNBATCHED_TYPES
+from .future import TensorDictFuture as TensorDictFuture  # re-exported (tensordict.utils has it)
 
 # torch functions handled through ``__torch_function__``; filled by ``tdict._core.torch_function``.
 TD_HANDLED_FUNCTIONS: dict[Callable, Callable] = {}
@@ -285,6 +286,11 @@ class TensorDictBase(
             from .tensordict import TensorDict
 
             value = TensorDict(value, batch_size=_indexed_batch_size(self.batch_size, index), device=self.device)
+        self._set_at_index_creating(index, value)
+
+    def _set_at_index_creating(self, index: Any, value: Any) -> None:
+        """``self[index] = value`` for a batch index: ``_set_at_index``, after creating the keys that
+        ``value`` has and ``self`` lacks where ``self`` creates keys (:meth:`_creates_keys_on_index_write`)."""
         try:
             self._set_at_index(index, value)  # checks every key and shape before its first write
             return

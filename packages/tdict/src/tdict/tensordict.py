@@ -212,6 +212,38 @@ class TensorDict(TensorDictBase):
             out.names = names
         return out
 
+    def from_dict_instance(
+        self,
+        input_dict: Any,
+        batch_size: Any = None,
+        device: Any = None,
+        batch_dims: int | None = None,
+        names: Any = None,
+        *,
+        auto_batch_size: bool | None = None,
+    ) -> "TensorDict":
+        """:meth:`from_dict`, with ``self`` as the template: a dict under a key where ``self`` holds a
+        tensor class becomes that class again (the inverse of ``to_dict``).
+
+        Examples:
+            >>> import torch
+            >>> td = TensorDict(a=torch.zeros(2), b={"c": torch.ones(2)}, batch_size=[2])
+            >>> td.from_dict_instance(td.to_dict())["b", "c"].tolist()
+            [1.0, 1.0]
+        """
+        from ._core.constructors import like_template
+
+        if not isinstance(input_dict, dict):
+            raise TypeError(f"from_dict_instance: input_dict must be a dict, got {type(input_dict).__name__}.")
+        return type(self).from_dict(
+            like_template(self, input_dict),
+            batch_size=batch_size,
+            device=device,
+            batch_dims=batch_dims,
+            names=names,
+            auto_batch_size=auto_batch_size,
+        )
+
     def auto_batch_size_(self, batch_dims: int | None = None) -> "TensorDict":
         """Set the batch size to the longest leading shape all entries share (at most ``batch_dims`` dims,
         at every level: sub-collections are sized first, with the same limit)."""
@@ -694,9 +726,11 @@ class TensorDict(TensorDictBase):
         if not (
             clone
             or inplace
+            or update_batch_size
             or keys_to_update is not None
             or type(input_dict_or_td) is not TensorDict
             or input_dict_or_td is self
+            or input_dict_or_td._batch_size != self._batch_size
         ):
             writes: list = []
             if _plain_updates(self, input_dict_or_td, writes):
@@ -706,7 +740,13 @@ class TensorDict(TensorDictBase):
                         dest._adopt_child_names(value)
                 return self
         out = TensorDictBase.update(
-            self, input_dict_or_td, clone=clone, inplace=inplace, keys_to_update=keys_to_update, ignore_lock=ignore_lock
+            self,
+            input_dict_or_td,
+            clone=clone,
+            inplace=inplace,
+            keys_to_update=keys_to_update,
+            ignore_lock=ignore_lock,
+            update_batch_size=update_batch_size,
         )
         return cast(TensorDict, out)  # the base method returns self
 

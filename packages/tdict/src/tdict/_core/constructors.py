@@ -14,7 +14,7 @@ from typing import Any, Sequence
 
 import torch
 
-from .utils import NestedKey, is_tensor_collection, unravel_key_list
+from .utils import NestedKey, is_tensor_collection, parse_device, unravel_key_list
 from ..non_tensor_stack import NonTensorStack
 from ..tensordict import TensorDict
 
@@ -65,10 +65,40 @@ def _convert(value: Any, device: Any, batch_size: Any) -> Any:
         try:
             return torch.as_tensor(value, device=device)
         except (TypeError, ValueError, RuntimeError):
-            return NonTensorStack.from_list(value) if value else value
+            return _list_stack(value, device) if value else value
     if type(value).__module__ == "numpy" and getattr(getattr(value, "dtype", None), "names", None):
         return from_struct_array(value, device=device)
     return value
+
+
+def _list_stack(value: list, device: Any) -> Any:
+    """A NonTensorStack of nested lists; ragged lists are stacked over their rectangular leading
+    dims, each element holding the (ragged) sub-list found there."""
+    try:
+        return NonTensorStack.from_list(value, device=device)
+    except ValueError:
+        pass
+    shape, level = [], [value]
+    while all(isinstance(x, (list, tuple)) for x in level) and len({len(x) for x in level}) == 1 and level[0]:
+        shape.append(len(level[0]))
+        level = [y for x in level for y in x]
+    origins = torch.arange(len(level), dtype=torch.long).reshape(shape)
+    return NonTensorStack._new(origins, level, parse_device(device))
+
+
+def like_template(template: Any, data: dict) -> dict:
+    """``data`` (a nested dict) with each sub-dict found where ``template`` holds a tensor class
+    rebuilt as that class (its constructor casts the fields); other sub-dicts are walked the same way."""
+    out = {}
+    for key, value in data.items():
+        sub = template._get_str(key, None) if isinstance(key, str) else None
+        if isinstance(value, dict) and sub is not None and is_tensor_collection(sub) and not sub._is_non_tensor:
+            inner = sub._tensordict if getattr(type(sub), "_is_tensorclass", False) else sub
+            value = like_template(inner, value)
+            if inner is not sub:
+                value = type(sub)(**value)
+        out[key] = value
+    return out
 
 
 def _is_h5_group(obj: Any) -> bool:

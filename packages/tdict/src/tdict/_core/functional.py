@@ -80,7 +80,7 @@ def from_module(
         module: the module to read.
         as_module: return a :class:`~tdict.nn.TensorDictParams` (an ``nn.Module``) instead.
         lock: lock the result.
-        use_state_dict: read ``module.state_dict(keep_vars=True)`` (state-dict hooks apply).
+        use_state_dict: read ``module.state_dict()``: the detached values it gives, with its hooks applied.
         filter_empty: leave out the submodules that hold no tensor.
 
     Examples:
@@ -95,7 +95,7 @@ def from_module(
     if not isinstance(module, nn.Module):
         raise TypeError(f"from_module: expected an nn.Module, got {type(module).__name__}.")
     if use_state_dict:
-        flat = module.state_dict(keep_vars=True)
+        flat = module.state_dict()  # detached: a hook that swaps a parameter's data leaves them alone
         td = TensorDict(dict(flat.items())).unflatten_keys(".") if flat else TensorDict()
     else:
         td = _module_td(module, filter_empty)

@@ -298,7 +298,13 @@ class KeyOpsMixin:
         if source is None:
             return cast("TensorDictBase", self)
         return update(
-            self, source, clone=clone, inplace=inplace, keys_to_update=keys_to_update, ignore_lock=ignore_lock
+            self,
+            source,
+            clone=clone,
+            inplace=inplace,
+            keys_to_update=keys_to_update,
+            ignore_lock=ignore_lock,
+            update_batch_size=update_batch_size,
         )
 
     def update_(

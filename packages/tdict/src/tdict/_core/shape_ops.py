@@ -367,7 +367,10 @@ class ShapeOpsMixin:
     def permute(self, *dims: int) -> Any:
         """Reorder the batch dims (``dims``: a permutation of them, as ints or one sequence); feature dims stay last."""
         n = self.batch_dims
-        dims = normalize_dims(_shape_args(dims), n)
+        dims = _shape_args(dims)
+        if len(dims) != n:  # checked before the range of each dim, as torch does
+            raise InvalidArgumentError(f"permute: {len(dims)} dims {list(dims)} given for the {n} batch dims.")
+        dims = normalize_dims(dims, n)
         if sorted(dims) != list(range(n)):
             raise InvalidArgumentError(f"permute: dims {list(dims)} are not a permutation of the {n} batch dims.")
         bs = torch.Size(self.batch_size[d] for d in dims)
@@ -439,7 +442,10 @@ class ShapeOpsMixin:
         return self._map_batch(lambda v: v.expand(bs + leaf_shape(v)[n:]), bs, names)
 
     def expand_as(self, other: Any) -> Any:
-        """:meth:`expand` to ``other.shape`` (a tensor's shape, or a collection's batch size)."""
+        """:meth:`expand` to ``other.shape`` (a tensor); a collection ``other`` gives its batch size
+        and each leaf of ``self`` is expanded to the shape of ``other``'s leaf under the same key."""
+        if is_tensor_collection(other):
+            return self.apply(lambda x, y: x.expand_as(y), other, batch_size=other.batch_size)
         return self.expand(*other.shape)
 
     @keeps_lock
@@ -452,7 +458,11 @@ class ShapeOpsMixin:
             raise ValueError(f"repeat: expected {n} repeat counts (one per batch dim), got {len(repeats)}.")
         bs = torch.Size(s * r for s, r in zip(self.batch_size, repeats))
         return self._reshape_batch(
-            "repeat", inplace, lambda v: v.repeat(tuple(repeats) + (1,) * (len(leaf_shape(v)) - n)), bs
+            "repeat",
+            inplace,
+            lambda v: v.repeat(tuple(repeats) + (1,) * (len(leaf_shape(v)) - n)),
+            bs,
+            self._maybe_names(),  # the dims stay where they are: so do their names
         )
 
     @keeps_lock
@@ -780,7 +790,7 @@ class ShapeOpsMixin:
         d = split_dim(dim, self.batch_dims)
         lengths = split_lengths(split_size, self.batch_size[d])
         sizes = [self.batch_size[:d] + (n,) + self.batch_size[d + 1 :] for n in lengths]
-        return self._split_entries(lambda v: v.split(lengths, d), sizes, self._maybe_names())
+        return self._split_entries(lambda v: _split_leaf(v, lengths, d), sizes, self._maybe_names())
 
     def chunk(self, chunks: int, dim: int = 0) -> tuple:
         """Split along batch dim ``dim`` into at most ``chunks`` equal parts (the last may be shorter), as :func:`torch.chunk`."""
@@ -968,3 +978,15 @@ def _flatten(nested: Any, depth: int) -> list:
     if depth == 0:
         return [nested]
     return [item for sub in nested for item in _flatten(sub, depth - 1)]
+
+
+def _split_leaf(value: Any, lengths: list, dim: int) -> Any:
+    """``value.split(lengths, dim)``; a nested tensor split along its first dim (which torch does not
+    support) is rebuilt part by part from its components."""
+    if dim == 0 and isinstance(value, torch.Tensor) and value.is_nested:
+        components, out, start = value.unbind(0), [], 0
+        for n in lengths:
+            out.append(torch.nested.as_nested_tensor(list(components[start : start + n]), layout=value.layout))
+            start += n
+        return tuple(out)
+    return value.split(lengths, dim)

@@ -365,23 +365,49 @@ def pad(
         >>> pad(TensorDict(a=torch.ones(2, 3), batch_size=[2]), [1, 0]).batch_size
         torch.Size([3])
     """
+    if getattr(td, "_is_non_tensor", False):
+        return _pad_non_tensor(td, pad_size, value, inplace)
     if inplace:
         return td.pad(pad_size, value, inplace=True)
+    pairs, bs = _pad_pairs(td.batch_size, pad_size)
+    return td._map_entries(lambda v: _pad_entry(v, pairs, value), bs, td._maybe_names())
+
+
+def _pad_pairs(batch_size: torch.Size, pad_size: Sequence[int]) -> tuple:
+    """``pad_size`` checked against ``batch_size``: its ``(before, after)`` pairs and the padded batch size."""
     pad_size = list(pad_size)
-    if len(pad_size) % 2 or len(pad_size) // 2 > td.batch_dims or not all(isinstance(p, int) for p in pad_size):
+    if len(pad_size) % 2 or len(pad_size) // 2 > len(batch_size) or not all(isinstance(p, int) for p in pad_size):
         raise ValueError(
-            f"pad: pad_size must hold two ints per padded batch dim (at most {td.batch_dims} dims), got {pad_size}."
+            f"pad: pad_size must hold two ints per padded batch dim (at most {len(batch_size)} dims), got {pad_size}."
         )
     pairs = [tuple(pad_size[i : i + 2]) for i in range(0, len(pad_size), 2)]
-    bs = list(td.batch_size)
+    bs = list(batch_size)
     for i, (before, after) in enumerate(pairs):
         bs[i] += before + after
         if bs[i] < 0:
             raise ShapeMismatchError(
-                f"pad: negative output size, pad_size {pad_size} shrinks batch dim {i} of size {td.batch_size[i]} "
+                f"pad: negative output size, pad_size {pad_size} shrinks batch dim {i} of size {batch_size[i]} "
                 f"below zero (to {bs[i]})."
             )
-    return td._map_entries(lambda v: _pad_entry(v, pairs, value), torch.Size(bs), td._maybe_names())
+    return pairs, torch.Size(bs)
+
+
+def _pad_non_tensor(td: Any, pad_size: Sequence[int], value: float, inplace: bool) -> Any:
+    """``pad`` of a top-level NonTensorData / NonTensorStack: a NonTensorStack with ``None`` in the
+    padded slots; ``inplace=True`` pads a NonTensorStack in place (a NonTensorData cannot)."""
+    if inplace and not td._is_lazy:
+        raise RuntimeError(
+            "pad(inplace=True): padding turns a NonTensorData into a NonTensorStack, which cannot preserve "
+            "the identity of the NonTensorData; pass inplace=False."
+        )
+    if inplace and td.is_locked:
+        raise RuntimeError("pad(inplace=True): the NonTensorStack is locked; unlock_() it first.")
+    pairs = _pad_pairs(td.batch_size, pad_size)[0]
+    out = _pad_entry(td, pairs, value)
+    if not inplace:
+        return out
+    td._origins, td._table = out._origins, out._table
+    return td
 
 
 def _pad_spec(pairs: list, ndim: int) -> list:

@@ -21,9 +21,11 @@ import torch
 from ..errors import LOCKED
 from .entries import _is_lazy_stack, _non_tensor
 from .indexing import broadcasts_to
+from .rebatch import batch_sizes_clash, check_rebatch, rebatch, rebatches
 from .utils import _MISSING, _key_to_tuple, is_tensor_collection, unravel_key
 
 _SKIP = object()  # a key that keys_to_update leaves out
+_REBATCH = object()  # a planned write that gives a sub-collection the source's batch size
 _ALL = None  # keys_to_update keeps everything below this key
 
 
@@ -31,11 +33,12 @@ class _Plan:
     """Validated writes, carried out by :meth:`run`; ``pending`` answers what a planned write will
     have put under a key, so that later entries of the same source see it."""
 
-    __slots__ = ("writes", "pending")
+    __slots__ = ("writes", "pending", "update_batch_size")
 
-    def __init__(self) -> None:
+    def __init__(self, update_batch_size: bool = False) -> None:
         self.writes: list = []
         self.pending: dict = {}
+        self.update_batch_size = update_batch_size
 
     def entry(self, content: Any, key: str) -> Any:
         planned = self.pending.get((id(content), key), _MISSING)
@@ -52,6 +55,8 @@ class _Plan:
         for target, key, value in self.writes:
             if key is None:
                 target.copy_(value)
+            elif key is _REBATCH:
+                rebatch(target, *value)
             else:
                 target._set_str(key, value, inplace=False, validated=True, ignore_lock=True)
 
@@ -68,13 +73,24 @@ def with_entries(source: Any, entries: dict) -> Any:
 
 
 def update(
-    td: Any, source: Any, *, clone: bool, inplace: bool, keys_to_update: Sequence | None, ignore_lock: bool
+    td: Any,
+    source: Any,
+    *,
+    clone: bool,
+    inplace: bool,
+    keys_to_update: Sequence | None,
+    ignore_lock: bool,
+    update_batch_size: bool = False,
 ) -> Any:
     """``td.update(source, ...)``: merge ``source`` into ``td`` (see the module docstring)."""
     if source is td:
         return td
     _check_source(source, "update")
-    plan = _Plan()
+    if not isinstance(source, dict) and batch_sizes_clash(td, source):
+        check_rebatch(td, source, update_batch_size=update_batch_size, inplace=inplace, keys_to_update=keys_to_update)
+        rebatch(td, source, clone)
+        return td
+    plan = _Plan(update_batch_size)
     _plan_sets(td, source, plan, clone, inplace, _allowed(keys_to_update), ignore_lock, ())
     plan.run()
     return td
@@ -142,6 +158,20 @@ def _plan_set(
                 f"update: cannot set {unravel_key(path + parts)!r}: {unravel_key(full)!r} holds a leaf ({type(current).__name__}), not a collection."
             )
         _plan_set(current, parts[1:], value, plan, clone, inplace, allowed, ignore_lock, full)
+        return
+    if (
+        plan.update_batch_size
+        and current is not None
+        and is_tensor_collection(value)
+        and is_tensor_collection(current)
+        and batch_sizes_clash(current, value)
+    ):  # update_batch_size=True: the sub-collection takes the value's batch size
+        if rebatches(current, value):  # a sub-TensorDict keeps its identity
+            check_rebatch(current, value, update_batch_size=True, inplace=inplace, keys_to_update=None)
+            plan.writes.append((current, _REBATCH, (value, clone)))
+            return
+        _check_unlocked(content, full, ignore_lock)  # anything else is replaced
+        plan.set(content, head, content._validate(unravel_key(full), _cloned(value) if clone else value))
         return
     if _is_subtree(value) and current is not None and not _is_leaf(current):  # merge into it
         _plan_sets(current, value, plan, clone, inplace, allowed, ignore_lock, full)

@@ -215,10 +215,22 @@ class StorageMixin:
         pin_memory: bool = False,
         metadata: bool = False,
     ) -> "TensorDictBase":
-        """A copy whose leaves all live in one contiguous storage (fast to move and to share)."""
+        """A copy whose leaves all live in one contiguous storage (fast to move and to share).
+
+        ``return_early=True`` builds it on a worker thread and returns a
+        :class:`~tdict.future.TensorDictFuture` at once (its ``result()`` is the copy).
+        """
         from ..consolidate import consolidate
 
-        return consolidate(self, filename=filename, device=device, share_memory=share_memory, pin_memory=pin_memory)
+        kwargs = {"filename": filename, "device": device, "share_memory": share_memory, "pin_memory": pin_memory}
+        if return_early:
+            for name, value in (("use_buffer", use_buffer), ("non_blocking", non_blocking)):
+                if value:
+                    raise NotImplementedError(f"consolidate: return_early=True does not support {name}=True.")
+            from ..future import TensorDictFuture
+
+            return TensorDictFuture.submit(consolidate, self, **kwargs)  # type: ignore[return-value]
+        return consolidate(self, **kwargs)
 
     @classmethod
     def from_consolidated(cls, filename: Any) -> "TensorDictBase":

@@ -183,8 +183,8 @@ class LazyIndexMixin:
         sp = parts[pos]
         others = parts[:pos] + parts[pos + 1 :]
         sub = tuple(others)
-        if type(sp) is int:
-            self._member(sp)._set_at_index(sub, value)
+        if type(sp) is int:  # one member: a plain TensorDict member takes the keys it lacks
+            self._member(sp)._set_at_index_creating(sub, value)
             return
         other_tensor = any(isinstance(o, torch.Tensor) for o in others)
         if (

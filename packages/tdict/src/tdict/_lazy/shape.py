@@ -113,7 +113,10 @@ class LazyShapeMixin:
     def permute(self, *dims: int) -> "LazyStackedTensorDict":
         """Like :meth:`TensorDict.permute`, member by member; the stack dim moves to its new place."""
         n = self.batch_dims
-        dims = normalize_dims(_shape_args(dims), n)
+        dims = _shape_args(dims)
+        if len(dims) != n:  # checked before the range of each dim, as torch does
+            raise InvalidArgumentError(f"permute: {len(dims)} dims {list(dims)} given for the {n} batch dims.")
+        dims = normalize_dims(dims, n)
         if sorted(dims) != list(range(n)):
             raise InvalidArgumentError(f"permute: dims {list(dims)} are not a permutation of the {n} batch dims.")
         sd = self.stack_dim
