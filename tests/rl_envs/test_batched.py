@@ -388,8 +388,9 @@ def test_bad_arguments():
     td = env.rand_action(env.reset()).set("thdot", torch.zeros(2, 5))
     with pytest.raises(ValueError, match=r"'thdot': expected shape \[2\] .* got \[2, 5\]"):
         env.step(td)
+    assert env.to("cpu") is env and env.to(torch.float32) is env  # unchanged device: nothing to move
     with pytest.raises(NotImplementedError, match="build them on the device"):
-        env.to("cpu")
+        env.to("meta")
     env.close()
 
 

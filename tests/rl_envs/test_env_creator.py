@@ -166,3 +166,64 @@ def test_random_policy_in_rollout_stays_in_spec():
 def test_random_policy_rejects_non_spec():
     with pytest.raises(TypeError, match="rand"):
         RandomPolicy(torch.zeros(3))
+
+
+def test_keyword_arguments_go_to_the_factory():
+    creator = EnvCreator(make_pendulum, {"batch_size": [2], "max_steps": 5}, max_steps=3)
+    assert creator.create_env_kwargs == {"batch_size": [2], "max_steps": 3}  # the keyword wins
+    assert creator().rollout(10).batch_size == torch.Size([2, 3])
+    assert EnvCreator(make_pendulum, max_steps=2)().rollout(10).batch_size == torch.Size([2])
+
+
+def _traj_env(max_steps=4):
+    from rl_envs import Compose, TrajCounter
+
+    return TransformedEnv(PendulumEnv(), Compose(StepCounter(max_steps=max_steps), TrajCounter()))
+
+
+@pytest.mark.parametrize("start", ["serial", "spawn"])
+def test_envs_of_a_creator_and_its_variants_share_traj_ids(start):
+    from rl_envs import ParallelEnv, SerialEnv
+
+    c0 = EnvCreator(_traj_env)
+    c1 = c0.make_variant(max_steps=5)
+    a, b = c0(), c1()  # each factory call builds its own TrajCounter; the creator lends the first one's counter
+    first = [m for m in a.modules() if type(m).__name__ == "TrajCounter"][0]
+    second = [m for m in b.modules() if type(m).__name__ == "TrajCounter"][0]
+    assert first._traj_count is second._traj_count
+    env = SerialEnv(2, [c0, c1]) if start == "serial" else ParallelEnv(2, [c0, c1], mp_start_method="spawn")
+    try:
+        r = env.rollout(12, break_when_any_done=False)
+    finally:
+        env.close()
+    ids0, ids1 = set(r[0]["traj_count"].tolist()), set(r[1]["traj_count"].tolist())
+    # 12 steps: episodes of 4 steps (3 episodes) and of 5 steps (3 episodes), six distinct ids in all
+    assert not ids0 & ids1
+    assert len(ids0) == 3 and len(ids1) == 3 and ids0 | ids1 == set(range(6))
+
+
+def test_plain_pickle_drops_the_shared_counters():
+    creator = EnvCreator(_traj_env)
+    creator()
+    assert len(creator._traj_counters) == 1
+    assert pickle.loads(pickle.dumps(creator))._traj_counters == []
+
+
+def test_closure_holding_a_traj_counter_reaches_spawned_workers():
+    from rl_envs import Compose, ParallelEnv, TrajCounter
+
+    shared = TrajCounter()
+
+    def make_env(max_steps=4):  # a closure: pickled by value, with the counter it holds
+        return TransformedEnv(PendulumEnv(), Compose(StepCounter(max_steps=max_steps), shared.clone()))
+
+    env = ParallelEnv(
+        2, [EnvCreator(make_env, max_steps=4), EnvCreator(make_env, max_steps=5)], mp_start_method="spawn"
+    )
+    try:
+        r = env.rollout(12, break_when_any_done=False)
+    finally:
+        env.close()
+    ids0, ids1 = set(r[0]["traj_count"].tolist()), set(r[1]["traj_count"].tolist())
+    assert not ids0 & ids1 and ids0 | ids1 == set(range(6))
+    assert int(shared._traj_count.value) == 6  # the workers counted on the parent's counter

@@ -4,10 +4,11 @@ EndOfLifeTransform."""
 import pytest
 import torch
 from tdict import TensorDict
-from tdict.specs import Unbounded
+from tdict.specs import Categorical, Composite, Unbounded
 
 from rl_envs import (
     Compose,
+    EnvBase,
     EndOfLifeTransform,
     FrameSkipTransform,
     InitTracker,
@@ -44,6 +45,53 @@ def test_init_tracker_single_env(counting_env, fixed_policy):
     assert not r["next", "is_init"].any()
     with pytest.raises(NotImplementedError):
         InitTracker()(r)
+
+
+class _GroupDoneEnv(EnvBase):
+    """One agent group under ``"data"`` with its own done flags; ``root`` adds root done flags too."""
+
+    def __init__(self, root):
+        super().__init__()
+        self.root = root
+        self.observation_spec = Composite(obs=Unbounded(shape=(1,)))
+        self.full_action_spec = Composite(action=Unbounded(shape=(1,)))
+        self.full_reward_spec = Composite(reward=Unbounded(shape=(1,)))
+        flag = Categorical(2, shape=(2, 1), dtype=torch.bool)
+        done: dict = {"data": Composite(done=flag, terminated=flag.clone(), shape=(2,))}
+        if root:
+            done.update(
+                done=Categorical(2, shape=(1,), dtype=torch.bool),
+                terminated=Categorical(2, shape=(1,), dtype=torch.bool),
+            )
+        self.full_done_spec = Composite(done)
+
+    def _flags(self):
+        group = TensorDict(
+            done=torch.zeros(2, 1, dtype=torch.bool), terminated=torch.zeros(2, 1, dtype=torch.bool), batch_size=[2]
+        )
+        out = TensorDict(obs=torch.zeros(1), data=group)
+        if self.root:
+            out.update(done=torch.zeros(1, dtype=torch.bool), terminated=torch.zeros(1, dtype=torch.bool))
+        return out
+
+    def _reset(self, tensordict=None, **kwargs):
+        return self._flags()
+
+    def _step(self, tensordict):
+        return self._flags().set("reward", torch.zeros(1))
+
+    def _set_seed(self, seed):
+        return seed
+
+
+@pytest.mark.parametrize("root", [True, False])
+def test_init_tracker_root_done_hides_nested_groups(root):
+    env = TransformedEnv(_GroupDoneEnv(root), InitTracker())
+    expected = "is_init" if root else ("data", "is_init")
+    assert env.transform.init_keys == [expected]
+    r = env.rollout(2)
+    assert r[expected].view(-1).tolist() == ([True, False] if root else [True, True, False, False])
+    assert (("data", "is_init") in r.keys(True)) == (not root)
 
 
 def test_init_tracker_batched_compose_specs(counting_env, added_keys_match, all_in, fixed_policy):

@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+import io
+import multiprocessing as mp
 import pickle
+from collections import ChainMap
 from dataclasses import dataclass
 from typing import Any, Callable
+
+from multiprocessing.reduction import ForkingPickler
 
 import torch
 from tdict import TensorDictBase
@@ -62,10 +67,17 @@ class EnvMetaData:
         raise AttributeError(f"EnvMetaData has no attribute {name!r}.")
 
 
-def _dumps_fn(fn: Callable) -> tuple[str, bytes]:
-    """Pickle ``fn`` by reference when possible, else by value with cloudpickle (lambdas, closures)."""
+def _dumps_fn(fn: Callable, shared: list, spawning: bool) -> tuple[str, bytes]:
+    """Pickle ``(fn, shared)``: ``fn`` by reference when possible, else by value with cloudpickle
+    (lambdas, closures).
+
+    While a worker process is being started (``spawning``), multiprocessing's own reducers are used
+    too, so that shared objects (TrajCounter id counters, in ``shared`` or held by ``fn``) reach the
+    worker; one pickle for both hands each shared object over once.
+    """
+    obj = (fn, shared)
     try:
-        return "pickle", pickle.dumps(fn)
+        return "pickle", bytes(ForkingPickler.dumps(obj)) if spawning else pickle.dumps(obj)
     except (pickle.PicklingError, AttributeError, TypeError) as err:
         try:
             import cloudpickle
@@ -75,16 +87,32 @@ def _dumps_fn(fn: Callable) -> tuple[str, bytes]:
                 f"(pip install cloudpickle) to send lambdas and closures to worker processes, or pass a module-level "
                 f"function or class."
             ) from None
-        return "cloudpickle", cloudpickle.dumps(fn)
+        if not spawning:
+            return "cloudpickle", cloudpickle.dumps(obj)
+        base: Any = cloudpickle.CloudPickler
+
+        class _SpawnCloudPickler(base):  # the table is read when a pickler is built: set on the class
+            dispatch_table = ChainMap(ForkingPickler._extra_reducers, base.dispatch_table)  # pyright: ignore[reportAttributeAccessIssue]
+
+        buffer = io.BytesIO()
+        _SpawnCloudPickler(buffer).dump(obj)
+        return "cloudpickle", buffer.getvalue()
 
 
 class EnvCreator:
     """Wraps an env factory so that it pickles (lambdas included) and describes the env it makes.
 
     Calling the creator returns a new env built with ``create_env_fn(**create_env_kwargs)``; keyword
-    arguments given to the call override ``create_env_kwargs``. ``meta_data`` (batch size, device, specs
-    and a fake step) is computed once, from a first env built on first access and closed right after;
-    it travels with the creator when pickled, so worker processes do not rebuild it.
+    arguments given to the call override ``create_env_kwargs``. Extra keyword arguments of the
+    constructor are merged into ``create_env_kwargs`` (TorchRL's ``EnvCreator(fn, max_steps=4)``).
+    ``meta_data`` (batch size, device, specs and a fake step) is computed once, from a first env built
+    on first access and closed right after; it travels with the creator when pickled, so worker
+    processes do not rebuild it.
+
+    Every :class:`~rl_envs.TrajCounter` of the envs a creator (and its :meth:`make_variant` copies)
+    makes counts from one shared id sequence: the first env built lends its counters to the next
+    ones, so sub-envs of a batched env never hand out the same trajectory id. The counters travel
+    to worker processes started with the creator (not through a plain ``pickle.dumps``).
 
     Lambdas and closures are pickled by value with ``cloudpickle`` when it is installed (a clear
     ``PicklingError`` otherwise); module-level functions and classes pickle by reference.
@@ -92,6 +120,7 @@ class EnvCreator:
     Args:
         create_env_fn: a callable returning an env (an env class works).
         create_env_kwargs: keyword arguments for ``create_env_fn``.
+        **kwargs: more keyword arguments for ``create_env_fn`` (they win over ``create_env_kwargs``).
 
     Examples:
         >>> import pickle
@@ -104,21 +133,41 @@ class EnvCreator:
         (torch.Size([2]), torch.Size([5]))
     """
 
-    def __init__(self, create_env_fn: Callable[..., Any], create_env_kwargs: dict | None = None) -> None:
+    def __init__(self, create_env_fn: Callable[..., Any], create_env_kwargs: dict | None = None, **kwargs: Any) -> None:
+        if create_env_kwargs is not None and not isinstance(create_env_kwargs, dict):
+            raise TypeError(f"EnvCreator: create_env_kwargs must be a dict, got {type(create_env_kwargs).__name__}.")
+        counters: list = []
         if isinstance(create_env_fn, EnvCreator):
             create_env_kwargs = {**create_env_fn.create_env_kwargs, **(create_env_kwargs or {})}
+            counters = create_env_fn._traj_counters
             create_env_fn = create_env_fn.create_env_fn
         if not callable(create_env_fn):
             raise TypeError(f"EnvCreator: create_env_fn must be callable, got {type(create_env_fn).__name__}.")
-        if create_env_kwargs is not None and not isinstance(create_env_kwargs, dict):
-            raise TypeError(f"EnvCreator: create_env_kwargs must be a dict, got {type(create_env_kwargs).__name__}.")
         self.create_env_fn = create_env_fn
-        self.create_env_kwargs = dict(create_env_kwargs or {})
+        self.create_env_kwargs = {**(create_env_kwargs or {}), **kwargs}
         self._meta_data: EnvMetaData | None = None
+        # the id counters of the TrajCounters of the first env built, lent to the later ones (shared by variants)
+        self._traj_counters: list = counters
 
     def __call__(self, **kwargs: Any) -> Any:
         """A new env; ``kwargs`` override ``create_env_kwargs`` for this env only."""
-        return self.create_env_fn(**{**self.create_env_kwargs, **kwargs})
+        env = self.create_env_fn(**{**self.create_env_kwargs, **kwargs})
+        self._share_traj_counters(env)
+        return env
+
+    def _share_traj_counters(self, env: Any) -> None:
+        from .transforms.episode import TrajCounter
+
+        modules = getattr(env, "modules", None)
+        if modules is None:
+            return
+        found = [m for m in modules() if isinstance(m, TrajCounter)]
+        shared = self._traj_counters
+        if not shared:
+            shared.extend(t._traj_count for t in found)
+        elif len(shared) == len(found):
+            for t, counter in zip(found, shared):
+                t.__dict__["_traj_count"] = counter
 
     @property
     def meta_data(self) -> EnvMetaData:
@@ -143,7 +192,9 @@ class EnvCreator:
 
     def make_variant(self, **kwargs: Any) -> "EnvCreator":
         """A new creator with ``kwargs`` merged into ``create_env_kwargs`` (its metadata is recomputed)."""
-        return EnvCreator(self.create_env_fn, {**self.create_env_kwargs, **kwargs})
+        variant = EnvCreator(self.create_env_fn, {**self.create_env_kwargs, **kwargs})
+        variant._traj_counters = self._traj_counters
+        return variant
 
     @property
     def batch_size(self) -> torch.Size:
@@ -156,11 +207,14 @@ class EnvCreator:
         return self.meta_data.device
 
     def __getstate__(self) -> dict:
-        how, payload = _dumps_fn(self.create_env_fn)
+        # the shared counters travel only while a worker process is being started
+        spawning = mp.context.get_spawning_popen() is not None  # pyright: ignore[reportAttributeAccessIssue]
+        how, payload = _dumps_fn(self.create_env_fn, self._traj_counters if spawning else [], spawning)
         return {"how": how, "fn": payload, "kwargs": self.create_env_kwargs, "meta_data": self._meta_data}
 
     def __setstate__(self, state: dict) -> None:
-        self.create_env_fn = pickle.loads(state["fn"])  # cloudpickle output loads with plain pickle
+        # cloudpickle output loads with plain pickle
+        self.create_env_fn, self._traj_counters = pickle.loads(state["fn"])
         self.create_env_kwargs = state["kwargs"]
         self._meta_data = state["meta_data"]
 

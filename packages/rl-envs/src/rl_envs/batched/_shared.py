@@ -214,9 +214,17 @@ class BatchedEnvBase(EnvBase):
         )
 
     def to(self, *args: Any, **kwargs: Any) -> BatchedEnvBase:
+        """Returns ``self`` when the device is unchanged (the sub-envs cannot be moved from here).
+
+        Raises:
+            NotImplementedError: a device other than the env's (build the sub-envs there instead).
+        """
+        device = torch._C._nn._parse_to(*args, **kwargs)[0]  # pyright: ignore[reportAttributeAccessIssue]
+        if device is None or device == self.device or (self.device is None and device.type == "cpu"):
+            return self
         raise NotImplementedError(
-            f"{type(self).__name__}.to: the sub-envs cannot be moved from the parent; make create_env_fn build them "
-            f"on the device you want."
+            f"{type(self).__name__}.to({device}): the sub-envs (on {self.device or 'no fixed device'}) cannot be moved from the parent; "
+            f"make create_env_fn build them on the device you want."
         )
 
     # ------------------------------------------------------------------ lifecycle

@@ -37,6 +37,9 @@ _LAZY = {
         "episode",
     ),
     "TensorDictPrimer": "primer",
+    "NextStateReconstructor": "next_state",
+    "PolicyAgeFilter": "policy_age",
+    "FiniteTensorDictCheck": "finite_check",
     **dict.fromkeys(["CatFrames", "TimeMaxPool", "NextObservationDelta"], "temporal"),
     **dict.fromkeys(
         ["ActionScaling", "FlattenAction", "ActionMask", "DiscreteActionProjection", "MultiAction"], "action"
@@ -76,6 +79,15 @@ if TYPE_CHECKING:  # type checkers and IDEs see these (`X as X`: re-exported); a
         RandomTruncationTransform as RandomTruncationTransform,
         TerminateTransform as TerminateTransform,
         TrajCounter as TrajCounter,
+    )
+    from .finite_check import (
+        FiniteTensorDictCheck as FiniteTensorDictCheck,
+    )
+    from .next_state import (
+        NextStateReconstructor as NextStateReconstructor,
+    )
+    from .policy_age import (
+        PolicyAgeFilter as PolicyAgeFilter,
     )
     from .image import (
         CenterCrop as CenterCrop,
@@ -145,6 +157,7 @@ __all__ = [
     "DoubleToFloat",
     "EndOfLifeTransform",
     "ExcludeTransform",
+    "FiniteTensorDictCheck",
     "FlattenAction",
     "FlattenObservation",
     "FrameSkipTransform",
@@ -152,10 +165,12 @@ __all__ = [
     "InitTracker",
     "MultiAction",
     "NextObservationDelta",
+    "NextStateReconstructor",
     "NoopResetEnv",
     "NormalizeReward",
     "ObservationNorm",
     "PermuteTransform",
+    "PolicyAgeFilter",
     "RandomTruncationTransform",
     "RenameTransform",
     "Resize",

@@ -38,7 +38,8 @@ class InitTracker(Transform):
     """Writes ``is_init``: True on the first step of each episode (reset output), False afterwards.
 
     With a partial reset only the reset sub-envs are flagged. One flag is written per reset key of
-    the parent env (``"is_init"`` at the root, ``(group, "is_init")`` for nested done entries).
+    the parent env (``"is_init"`` at the root, ``(group, "is_init")`` for nested done entries); when
+    the env has a root done flag, only the root ``"is_init"`` is written.
 
     Args:
         init_key: leaf name of the flag.
@@ -71,7 +72,10 @@ class InitTracker(Transform):
             parent = _need_parent(self)
             keys = parent._keys()
             pairs = []
-            for root, reset_key in zip(keys.done_roots, keys.reset_keys):
+            groups = list(zip(keys.done_roots, keys.reset_keys))
+            if any(not root for root, _ in groups):  # a root done flag: nested ones are ignored (TorchRL's rule)
+                groups = [(root, reset_key) for root, reset_key in groups if not root]
+            for root, reset_key in groups:
                 done = [k for k in keys.done_keys if _prefix(k) == root]
                 pairs.append((reset_key, _join(root, self.init_key), done[0]))
             self.__dict__["_pairs"] = pairs
@@ -145,7 +149,8 @@ class TrajCounter(Transform):
 
     def __init__(self, out_key: NestedKey = "traj_count", *, repeats: int | None = None) -> None:
         super().__init__(in_keys=[], out_keys=[unravel_key(out_key)])  # ("a", ("b",)) -> ("a", "b")
-        self.__dict__["_traj_count"] = mp.Value("q", 0)
+        # a spawn-context lock: it may be handed to workers started by fork, spawn or forkserver
+        self.__dict__["_traj_count"] = mp.get_context("spawn").Value("q", 0)
         self.repeats = repeats or 0
         self.__dict__["_initialized"] = False
 
