@@ -80,6 +80,7 @@ from .td3 import (
 from .distributional import categorical_projection, distributional_cross_entropy
 from .ppo import (
     approx_kl,
+    asymmetric_clipped_surrogate_loss,
     clipped_surrogate_loss,
     effective_sample_size,
     entropy_loss,
@@ -151,6 +152,7 @@ __all__ = [
     "temperature_loss",
     "uniform_log_density",
     "approx_kl",
+    "asymmetric_clipped_surrogate_loss",
     "clipped_surrogate_loss",
     "distance",
     "effective_sample_size",

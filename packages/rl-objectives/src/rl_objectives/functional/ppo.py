@@ -8,6 +8,7 @@ advantage ``A``:
     policy_gradient_loss      -log pi(a|s) * A                          (A2C, REINFORCE)
     importance_weighted_loss  -r * A                                    (PPOLoss)
     clipped_surrogate_loss    -min(r * A, clamp(r, 1 - eps, 1 + eps) * A)  (ClipPPOLoss)
+    asymmetric_clipped_surrogate_loss  the same with clamp(r, 1 - eps_low, 1 + eps_high)
     kl_penalty_loss           -(r * A - beta * KL(pi_old || pi))        (KLPENPPOLoss)
     value_loss                d(V, R), or with value clipping
                               max(d(V, R), d(V_old + clamp(V - V_old, -c, c), R))
@@ -35,6 +36,7 @@ from .distance import distance
 
 __all__ = [
     "approx_kl",
+    "asymmetric_clipped_surrogate_loss",
     "clipped_surrogate_loss",
     "effective_sample_size",
     "entropy_loss",
@@ -94,6 +96,36 @@ def clipped_surrogate_loss(
         clipped = ratio.clamp(clip_epsilon.neg().add_(1), clip_epsilon.add(1))
     else:
         clipped = ratio.clamp(1 - clip_epsilon, 1 + clip_epsilon)
+    clip_fraction = clipped.detach().ne(ratio.detach()).to(ratio.dtype).mean()
+    if correction is not None:
+        scale = correction.exp()
+        ratio, clipped = ratio * scale, clipped * scale
+    return -torch.minimum(ratio * advantage, clipped * advantage), clip_fraction
+
+
+def asymmetric_clipped_surrogate_loss(
+    log_weight: _Tensor,
+    advantage: _Tensor,
+    clip_epsilon_low: float | _Tensor,
+    clip_epsilon_high: float | _Tensor,
+    correction: _Tensor | None = None,
+) -> tuple[_Tensor, _Tensor]:
+    """:func:`clipped_surrogate_loss` with separate bounds: the ratio is clamped to
+    ``[1 - clip_epsilon_low, 1 + clip_epsilon_high]`` (DAPO's "clip-higher"). Returns the per-sample
+    loss and the fraction of ratios the clip changed (detached).
+
+    Examples:
+        >>> import torch
+        >>> log_weight = torch.tensor([2.0, 0.5]).log()
+        >>> loss, fraction = asymmetric_clipped_surrogate_loss(log_weight, torch.tensor([1.0, -1.0]), 0.2, 0.28)
+        >>> loss, fraction
+        (tensor([-1.2800,  0.8000]), tensor(1.))
+    """
+    ratio = log_weight.exp()
+    if isinstance(clip_epsilon_low, _Tensor) and isinstance(clip_epsilon_high, _Tensor):  # (scheduled buffers)
+        clipped = ratio.clamp(clip_epsilon_low.neg().add_(1), clip_epsilon_high.add(1))
+    else:
+        clipped = ratio.clamp(1 - float(clip_epsilon_low), 1 + float(clip_epsilon_high))
     clip_fraction = clipped.detach().ne(ratio.detach()).to(ratio.dtype).mean()
     if correction is not None:
         scale = correction.exp()

@@ -12,6 +12,7 @@ mix raises ``ValueError`` naming the keys instead of broadcasting.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any, ClassVar, cast
 
 import torch
@@ -76,6 +77,36 @@ def _entropy(dist: D.Distribution, batch_dims: int, samples_mc: int) -> _Tensor:
     else:  # a plain distribution draws tensors
         log_prob = _sum_to_batch(dist.log_prob(cast(torch.Tensor, draws)), batch_dims + 1)
     return -log_prob.mean(0)
+
+
+def _entropy_coeff_map(owner: str, entropy_coeff: Any) -> dict | None:
+    """The checked ``{head log-prob key: coefficient}`` of a mapping ``entropy_coeff``; ``None`` for a number."""
+    if not isinstance(entropy_coeff, Mapping):
+        if isinstance(entropy_coeff, bool) or not isinstance(entropy_coeff, (int, float, torch.Tensor)):
+            raise TypeError(
+                f"{owner}: entropy_coeff must be a number or a mapping of head log-prob keys to numbers, "
+                f"got {type(entropy_coeff).__name__}."
+            )
+        return None
+    if not entropy_coeff:
+        raise ValueError(f"{owner}: entropy_coeff mapping is empty.")
+    coeffs = {}
+    for key, value in entropy_coeff.items():
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise TypeError(f"{owner}: entropy_coeff[{key!r}] must be a number, got {value!r}.")
+        leaf = key[-1] if isinstance(key, tuple) else key
+        if not isinstance(leaf, str) or not leaf:
+            raise TypeError(f"{owner}: entropy_coeff keys must be (nested) string keys, got {key!r}.")
+        coeffs[key] = float(value)
+    return coeffs
+
+
+def _entropy_key_of(log_prob_key: Any) -> Any:
+    """The composite distribution's per-head entropy key (``<sample>_entropy``) of a head's log-prob
+    key (``<sample>_log_prob``); a key without that suffix is the head's sample key."""
+    prefix, leaf = (log_prob_key[:-1], log_prob_key[-1]) if isinstance(log_prob_key, tuple) else ((), log_prob_key)
+    leaf = (leaf[: -len("_log_prob")] if leaf.endswith("_log_prob") else leaf) + "_entropy"
+    return (*prefix, leaf) if prefix else leaf
 
 
 def _alias_networks(owner: str, actor_network: Any, critic_network: Any, actor: Any, critic: Any) -> tuple:
@@ -143,7 +174,7 @@ class _ActorCriticLoss(LossModule):
         *,
         entropy_bonus: bool = True,
         samples_mc_entropy: int = 1,
-        entropy_coeff: float = 0.01,
+        entropy_coeff: float | Mapping = 0.01,
         critic_coeff: float | None = 1.0,
         loss_critic_type: str = "smooth_l1",
         separate_losses: bool = False,
@@ -193,6 +224,7 @@ class _ActorCriticLoss(LossModule):
                 f"{name}: critic_network must be a TensorDict module or None, got {type(critic_network).__name__}."
             )
         check_positive_int(name, "samples_mc_entropy", samples_mc_entropy)
+        coeff_map = _entropy_coeff_map(name, entropy_coeff)
         if isinstance(clip_value, bool) or (isinstance(clip_value, torch.Tensor) and clip_value.numel() != 1):
             # (ClipPPOLoss reads a bool as "clip at clip_epsilon" before this point)
             raise ValueError(f"{name}: clip_value must be a float or a scalar tensor, got {clip_value}.")
@@ -221,7 +253,13 @@ class _ActorCriticLoss(LossModule):
         self.entropy_bonus = bool(entropy_bonus)
         self.samples_mc_entropy = samples_mc_entropy
         # the loss's own coefficients live on ``device`` (the networks are not moved, as in TorchRL)
-        self.register_buffer("entropy_coeff", torch.tensor(float(entropy_coeff), device=device))
+        # a per-head mapping has no buffer (nothing to schedule) and its own entropy method, chosen here
+        self._entropy_coeff_map = coeff_map
+        if coeff_map is None:
+            self.register_buffer("entropy_coeff", torch.tensor(float(cast(float, entropy_coeff)), device=device))
+        else:
+            self.register_buffer("entropy_coeff", None)
+            object.__setattr__(self, "_entropy_terms", self._mapped_entropy_terms)
         self.register_buffer(
             "critic_coeff", torch.tensor(float(critic_coeff), device=device) if critic_coeff is not None else None
         )
@@ -401,6 +439,43 @@ class _ActorCriticLoss(LossModule):
             reduced = self._reduced(entropy)  # reduced first: the coefficient scales one number
             out["entropy"] = (reduced if self.reduction == "mean" else entropy.mean()).detach()
             out["loss_entropy"] = entropy_loss(reduced, self.entropy_coeff)
+
+    def _mapped_entropy_terms(self, dist: D.Distribution, tensordict: Any, out: dict) -> None:
+        """``_entropy_terms`` for a per-head ``entropy_coeff`` mapping (a composite policy)."""
+        if not self.entropy_bonus:
+            return
+        if not isinstance(dist, CompositeDistribution):
+            raise TypeError(
+                f"{type(self).__name__}: a mapping entropy_coeff weights the heads of a composite policy; "
+                f"the policy built a {type(dist).__name__}."
+            )
+        coeffs = cast(dict, self._entropy_coeff_map)
+        per_head = dist.entropy(aggregate_probabilities=False)
+        entropy = TensorDict({}, batch_size=[])  # reduced per head: no shared batch shape
+        for key in coeffs:
+            head = per_head.get(_entropy_key_of(key))  # KeyError names a head the policy lacks
+            entropy.set(key, self._reduced(_sum_to_batch(head, holder_batch_dims(per_head, _entropy_key_of(key)))))
+        total: Any = 0.0
+        for key in coeffs:
+            total = total + entropy.get(key).detach().mean()
+        out["entropy"] = total
+        out["loss_entropy"] = self._weighted_loss_entropy(entropy)
+
+    def _weighted_loss_entropy(self, entropy: Any) -> _Tensor:
+        """``-coeff * entropy`` for a number coefficient (``entropy`` a tensor), or the sum over the
+        mapping's heads of ``-coeff[head] * entropy[head]`` (``entropy`` a TensorDict keyed like the
+        mapping; a head it lacks raises ``KeyError``)."""
+        if self._entropy_coeff_map is None:
+            return entropy_loss(entropy, cast(_Tensor, self.entropy_coeff))
+        if isinstance(entropy, torch.Tensor):
+            raise TypeError(
+                f"{type(self).__name__}: a mapping entropy_coeff weights a TensorDict of per-head entropies."
+            )
+        total: Any = None
+        for key, coeff in self._entropy_coeff_map.items():
+            term = entropy_loss(entropy.get(key), coeff)
+            total = term if total is None else total + term
+        return total
 
     # ------------------------------------------------------------------ critic
     def _critic_terms(self, tensordict: Any, out: dict) -> None:

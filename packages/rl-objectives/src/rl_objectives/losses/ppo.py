@@ -15,6 +15,7 @@ clipping) and ``loss_entropy``. Diagnostics: ``"entropy"``, ``"kl_approx"`` (mea
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any, cast
 
 import torch
@@ -26,6 +27,7 @@ from torch import distributions as D
 
 from ..functional.ppo import (
     approx_kl,
+    asymmetric_clipped_surrogate_loss,
     clipped_surrogate_loss,
     effective_sample_size,
     importance_weighted_loss,
@@ -68,7 +70,11 @@ class PPOLoss(_ActorCriticLoss):
         entropy_bonus: add ``loss_entropy = -entropy_coeff * mean(entropy)``. Default ``True``.
         samples_mc_entropy: draws of the Monte-Carlo entropy estimate (distributions without a
             closed-form entropy). Default 1.
-        entropy_coeff: weight of the entropy bonus. Default 0.01.
+        entropy_coeff: weight of the entropy bonus. Default 0.01. A mapping ``{head log-prob key:
+            number}`` weights the heads of a composite policy separately (``loss_entropy`` sums
+            ``-coeff * mean(entropy of the head)`` over the listed heads; unlisted heads get no bonus;
+            ``"entropy"`` reports the sum of the listed heads' mean entropies). A mapping is not
+            schedulable (no ``entropy_coeff`` buffer).
         critic_coeff: weight of the critic loss; ``None`` leaves it out. Default 1.0.
         loss_critic_type: ``"l1"``, ``"l2"`` or ``"smooth_l1"`` (default).
         normalize_advantage: standardise the advantage (mean 0, unbiased std 1) before use.
@@ -142,7 +148,7 @@ class PPOLoss(_ActorCriticLoss):
         *,
         entropy_bonus: bool = True,
         samples_mc_entropy: int = 1,
-        entropy_coeff: float = 0.01,
+        entropy_coeff: float | Mapping = 0.01,
         critic_coeff: float | None = 1.0,
         loss_critic_type: str = "smooth_l1",
         normalize_advantage: bool = False,
@@ -287,6 +293,10 @@ class ClipPPOLoss(PPOLoss):
     Keyword Args:
         clip_epsilon: the ratio's clipping half-width, in (0, 1). Default 0.2. A buffer: anneal it
             with ``loss.clip_epsilon = 0.1`` (checked, written in place; the next call clips with it).
+            A ``(low, high)`` pair clips asymmetrically to ``[1 - low, 1 + high]`` (DAPO's
+            "clip-higher"; ``0 <= low < 1``, ``high >= 0``): buffers ``clip_epsilon_low`` and
+            ``clip_epsilon_high`` replace ``clip_epsilon`` (assigning the other flavour raises
+            ``AttributeError``), and ``clip_value=True`` is refused.
         clip_value: as in :class:`PPOLoss`; ``True`` clips the value with ``clip_epsilon``'s value
             at construction (a buffer of its own, as in TorchRL).
 
@@ -316,32 +326,72 @@ class ClipPPOLoss(PPOLoss):
         tensor(0.0500)
     """
 
-    clip_epsilon: torch.Tensor  # a buffer (set in __init__)
+    clip_epsilon: torch.Tensor  # a buffer (set in __init__; clip_epsilon_low/high for a pair)
 
-    _schedulable_buffers = frozenset({"clip_epsilon"})
+    _schedulable_buffers = frozenset({"clip_epsilon", "clip_epsilon_low", "clip_epsilon_high"})
+    _CLIP_NAMES = ("clip_epsilon", "clip_epsilon_low", "clip_epsilon_high")
 
     def __init__(
         self,
         actor_network: Any = None,
         critic_network: Any = None,
         *,
-        clip_epsilon: float = 0.2,
+        clip_epsilon: float | tuple[float, float] = 0.2,
         clip_value: bool | float | torch.Tensor | None = None,
         **kwargs: Any,
     ) -> None:
-        if isinstance(clip_epsilon, bool) or not isinstance(clip_epsilon, (int, float)) or not 0.0 < clip_epsilon < 1.0:
-            raise ValueError(f"{type(self).__name__}: clip_epsilon must be in (0, 1), got {clip_epsilon!r}.")
-        if isinstance(clip_value, bool):
-            clip_value = float(clip_epsilon) if clip_value else None
+        pair = _clip_pair(type(self).__name__, clip_epsilon, clip_value)
+        if pair is None:
+            if (
+                isinstance(clip_epsilon, bool)
+                or not isinstance(clip_epsilon, (int, float))
+                or not 0.0 < clip_epsilon < 1.0
+            ):
+                raise ValueError(f"{type(self).__name__}: clip_epsilon must be in (0, 1), got {clip_epsilon!r}.")
+            if isinstance(clip_value, bool):
+                clip_value = float(clip_epsilon) if clip_value else None
+        elif clip_value is False:
+            clip_value = None
         super().__init__(actor_network, critic_network, clip_value=clip_value, **kwargs)
-        self.register_buffer("clip_epsilon", torch.tensor(float(clip_epsilon), device=kwargs.get("device")))
+        device = kwargs.get("device")
+        if pair is None:
+            self.register_buffer("clip_epsilon", torch.tensor(float(clip_epsilon), device=device))  # pyright: ignore[reportArgumentType]
+        else:
+            self.register_buffer("clip_epsilon_low", torch.tensor(pair[0], device=device))
+            self.register_buffer("clip_epsilon_high", torch.tensor(pair[1], device=device))
+            # chosen once here: the symmetric forward keeps its one code path
+            object.__setattr__(self, "_surrogate", self._asymmetric_surrogate)
 
     _objective_out_keys = ("clip_fraction",)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        # scheduling the other flavour's bound would create an attribute the clip never reads
+        if name in self._CLIP_NAMES and name not in self.__dict__.get("_buffers", (name,)):
+            buffers = self.__dict__["_buffers"]
+            if name == "clip_epsilon" and "clip_epsilon_low" in buffers:
+                raise AttributeError(
+                    f"{type(self).__name__}: this loss clips asymmetrically; set clip_epsilon_low / clip_epsilon_high."
+                )
+            if name != "clip_epsilon" and "clip_epsilon" in buffers:
+                raise AttributeError(f"{type(self).__name__}: this loss clips symmetrically; set clip_epsilon.")
+        super().__setattr__(name, value)
 
     def _check_hyperparameter(self, name: str, value: float) -> None:
         if name == "clip_epsilon" and not 0.0 < value < 1.0:
             raise ValueError(f"{type(self).__name__}: clip_epsilon must be in (0, 1), got {value!r}.")
+        if name in ("clip_epsilon_low", "clip_epsilon_high"):
+            _check_bound(type(self).__name__, name, value)
         super()._check_hyperparameter(name, value)
+
+    @property
+    def _clip_bounds(self) -> tuple[_Tensor, _Tensor]:
+        """The clip range on the log-ratio: ``(log(1 - eps_low), log(1 + eps_high))``."""
+        buffers = self._buffers
+        if "clip_epsilon" in buffers:
+            low = high = cast(_Tensor, buffers["clip_epsilon"])
+        else:
+            low, high = cast(_Tensor, buffers["clip_epsilon_low"]), cast(_Tensor, buffers["clip_epsilon_high"])
+        return torch.log1p(-low), torch.log1p(high)
 
     def _surrogate(self, log_weight: _Tensor, advantage: _Tensor, out: dict, cap: _Tensor | None = None) -> _Tensor:
         # the bounds come from the buffer at every call, so a scheduled, loaded or in-place edited
@@ -350,8 +400,47 @@ class ClipPPOLoss(PPOLoss):
         loss, out["clip_fraction"] = clipped_surrogate_loss(log_weight, advantage, self.clip_epsilon, cap)
         return loss
 
+    def _asymmetric_surrogate(
+        self, log_weight: _Tensor, advantage: _Tensor, out: dict, cap: _Tensor | None = None
+    ) -> _Tensor:
+        loss, out["clip_fraction"] = asymmetric_clipped_surrogate_loss(
+            log_weight, advantage, self.clip_epsilon_low, self.clip_epsilon_high, cap
+        )
+        return loss
+
     def extra_repr(self) -> str:
-        return f"clip_epsilon={float(self.clip_epsilon)}, " + super().extra_repr()
+        if "clip_epsilon" in self._buffers:
+            clip = f"clip_epsilon={float(self.clip_epsilon)}"
+        else:
+            clip = f"clip_epsilon=({float(self.clip_epsilon_low)}, {float(self.clip_epsilon_high)})"
+        return f"{clip}, " + super().extra_repr()
+
+
+def _check_bound(owner: str, name: str, value: float) -> None:
+    if not value >= 0.0:
+        raise ValueError(f"{owner}: {name} must be non-negative, got {value!r}.")
+    if name == "clip_epsilon_low" and not value < 1.0:
+        raise ValueError(f"{owner}: {name} must be < 1 (the ratio's lower bound 1 - {name} > 0), got {value!r}.")
+
+
+def _clip_pair(owner: str, clip_epsilon: Any, clip_value: Any) -> tuple[float, float] | None:
+    """``(low, high)`` for a ``clip_epsilon`` pair (checked), ``None`` for a number."""
+    if not isinstance(clip_epsilon, (tuple, list)):
+        return None
+    if len(clip_epsilon) != 2:
+        raise ValueError(
+            f"{owner}: clip_epsilon must be a number or a (low, high) pair of length 2, got {clip_epsilon!r}."
+        )
+    for name, value in zip(("clip_epsilon_low", "clip_epsilon_high"), clip_epsilon):
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise ValueError(f"{owner}: clip_epsilon must hold two numbers, got {clip_epsilon!r}.")
+        _check_bound(owner, name, float(value))
+    if clip_value is True:
+        raise ValueError(
+            f"{owner}: clip_value=True takes its width from a single clip_epsilon; with a (low, high) pair pass "
+            "clip_value=<number>."
+        )
+    return float(clip_epsilon[0]), float(clip_epsilon[1])
 
 
 class KLPENPPOLoss(PPOLoss):
