@@ -156,6 +156,11 @@ DELIBERATE = [
         "no process-global behaviour switches (the runner's stubs report our one behaviour)",
     ),
     (
+        re.compile(r"MacroPrimitiveTransform\.__init__\(\) got an unexpected keyword argument 'action_dim'"),
+        "MacroPrimitiveTransform runs a macro in closed loop inside the env step (TorchRL's: an open-loop "
+        "expansion of the action into a fixed-length sequence)",
+    ),
+    (
         # ours: None for the dims an nd index tensor makes; tensordict: the indexed dim's name, repeated
         re.compile(r"assert \[[^\]]*None, None[^\]]*\] == \[[^\]]*'(\w+)', '\1'"),
         "dims made by an index tensor are unnamed (tensordict repeats a name)",
