@@ -114,6 +114,30 @@ def test_devices_cpu():
     assert torch.allclose(batch["action"], expected_action(linear_module(), batch))
 
 
+def test_devices_env_device_only_policy_and_batches_without_device():
+    seen = []
+
+    class DevicelessPolicy(nn.Module):
+        def forward(self, td):
+            seen.append(td.device)
+            return td.set("action", torch.zeros(*td.batch_size, 1))
+
+    env = PendulumEnv(batch_size=[2], seed=0, device="cpu")
+    collector = Collector(env, DevicelessPolicy(), frames_per_batch=4, total_frames=4, env_device="cpu")
+    batch = next(iter(collector))
+    assert seen == [None, None]  # a policy without a device gets its input without one (TorchRL)
+    # no storing device, and the policy does not share the env's: the batch has no device (TorchRL)
+    assert batch.device is None and batch["next"].device is None
+    assert batch["observation"].device == torch.device("cpu") and batch.batch_size == (2, 2)
+    assert collector.fake_tensordict().device is None
+    stored = Collector(
+        env, DevicelessPolicy(), frames_per_batch=4, total_frames=4, env_device="cpu", storing_device="cpu"
+    )
+    assert next(iter(stored)).device == torch.device("cpu")
+    shared = Collector(env, td_policy(), frames_per_batch=4, total_frames=4, env_device="cpu", policy_device="cpu")
+    assert next(iter(shared)).device == torch.device("cpu")  # the policy shares the env's device: kept
+
+
 def test_total_frames_not_multiple_of_env_batch_rounds_up_to_env_batch():
     # 4 sub-envs step together: the closest a run can get to 10 frames from above is 12
     with pytest.warns(UserWarning, match="total_frames=10 is not a multiple.*collecting 12"):
@@ -717,10 +741,15 @@ def test_state_dict_resume_with_an_env_that_is_not_resumable_starts_new_trajecto
     assert "carrier" not in state  # nothing to continue from
     resumed = Collector(make(1), None, frames_per_batch=8, total_frames=32)
     resumed.load_state_dict(state)
+    after_load = resumed.state_dict()
     rest = list(resumed)
     assert [b.batch_size for b in rest] == [torch.Size([8])] * 2
     # a reset starts new trajectories, whose ids keep counting (no collision with earlier ids)
-    assert int(rest[0][TRAJ].min()) >= state["traj_count"] >= 1
+    saved = int(state["traj_pool"]["traj_id"])  # the next trajectory id (TorchRL's layout)
+    assert saved == 1  # one env: the first trajectory (id 0) has not ended in 16 steps
+    # the new trajectories' ids are taken at load, after the saved ones: no collision with earlier ids
+    assert int(after_load["traj_pool"]["traj_id"]) == saved + 1
+    assert rest[0][TRAJ].eq(saved).all()
     assert int(rest[0]["step_count"][0]) == 0
     carrier = Collector(pendulum(), None, frames_per_batch=8, total_frames=32)
     next(iter(carrier))

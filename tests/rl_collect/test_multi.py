@@ -255,8 +255,11 @@ def test_worker_exception_carries_traceback():
     c = MultiSyncCollector(fns, None, frames_per_batch=20)
     with pytest.raises(RuntimeError, match="worker 1") as info:
         list(c)
-    assert "ValueError: boom from the env" in str(info.value)
-    assert "Traceback" in str(info.value)
+    headline, _, rest = str(info.value).partition("\n")
+    # the first line names the error itself; the worker's traceback follows
+    assert headline.startswith("rl_collect: worker 1 (pid ")
+    assert headline.endswith(" raised ValueError: boom from the env")
+    assert rest.startswith("Traceback")
     assert _no_children()
 
 

@@ -17,6 +17,7 @@ from rl_collect import (
     SharedMemWeightSyncScheme,
     WeightSyncScheme,
 )
+from rl_collect._worker import TRAJ_ID_STRIDE
 from rl_envs import CartPoleEnv, PendulumEnv, RandomPolicy
 from rl_replay import LazyTensorStorage, ReplayBuffer
 from tdict import TensorDict
@@ -164,7 +165,7 @@ def test_remote_style_helpers_and_stats(cls):
         assert c.map_fn("get_distant_attr", list_of_args=[("worker_idx",), ("worker_idx",)]) == [0, 1]
         with pytest.raises(ValueError, match="Expected 2 argument entries"):
             c.map_fn("get_distant_attr", list_of_args=[("worker_idx",)])
-        with pytest.raises(RuntimeError, match="worker 0 raised"):
+        with pytest.raises(RuntimeError, match=r"worker 0 raised AttributeError: .*no_such_attribute'\nTraceback"):
             c.get_distant_attr("no_such_attribute")  # the workers live on
         with pytest.raises(ValueError, match="workers must be one of"):
             c.stats(workers="bogus")
@@ -189,13 +190,19 @@ def test_state_layout_and_restored_worker_versions():
         c.update_policy_weights_()
         c.update_policy_weights_()
         state = c.state_dict()
-    assert {"worker0", "worker1", "frames", "iter", "policy_version"} <= set(state)
+    assert {"worker0", "worker1", "frames", "iter", "policy_version", "traj_pool"} <= set(state)
     assert [state[f"worker{i}"]["policy_version"] for i in range(2)] == [2, 2]
+    # no batch yet: each worker's next id is 0; the largest, in the batches' numbering, is worker 1's
+    assert [int(state[f"worker{i}"]["traj_pool"]["traj_id"]) for i in range(2)] == [0, 0]
+    assert int(state["traj_pool"]["traj_id"]) == TRAJ_ID_STRIDE
     with MultiSyncCollector(
         [PendulumEnv, PendulumEnv], _factory(0.5)(), frames_per_batch=8, track_policy_version=True
     ) as c:
         c.load_state_dict(state)
-        assert [c.state_dict()[f"worker{i}"]["policy_version"] for i in range(2)] == [2, 2]
+        loaded = c.state_dict()
+        assert [loaded[f"worker{i}"]["policy_version"] for i in range(2)] == [2, 2]
+        # the ids of the trajectories each worker starts next are taken at load
+        assert int(loaded["traj_pool"]["traj_id"]) == TRAJ_ID_STRIDE + 1
         batch = next(iter(c))
         assert batch["next", "policy_version"].unique().tolist() == [2]
 

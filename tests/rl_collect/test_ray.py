@@ -237,6 +237,38 @@ def test_collects_exact_frames_and_weights(local_ray):
     assert [int(b["collector", "batch_id"][0]) for b in batches] == [0, 1, 2, 3]
 
 
+@inner
+def test_remote_helpers_stats_and_remote_configs(local_ray):
+    from rl_envs import PendulumEnv
+
+    from rl_collect.ray_collector import RayCollector
+
+    c = RayCollector(
+        [PendulumEnv, PendulumEnv],
+        None,
+        frames_per_batch=8,
+        total_frames=16,
+        remote_configs={"num_cpus": 1, "num_gpus": 0},
+    )
+    try:
+        assert c.get_distant_attr("worker_idx") == [0, 1]
+        assert c.map_fn("get_distant_attr", list_of_args=[("worker_idx",), ("frames_per_batch",)]) == [0, 8]
+        with pytest.raises(ValueError, match="Expected 2 argument entries"):
+            c.map_fn("get_distant_attr", list_of_args=[("worker_idx",)])
+        with pytest.raises(ValueError, match="workers must be one of"):
+            c.stats(workers="bogus")
+        assert sum(b.numel() for b in c) == 16
+        stats = c.stats(timeout=30.0)
+        assert (stats["frames"], stats["batches"], stats["completed"]) == (16, 2, True)
+        assert (stats["workers"], stats["workers_alive"], stats["requested_frames_per_batch"]) == (2, 2, 8)
+        assert stats["worker_frames"] == 16  # every request was collected
+        per_worker = c.stats(workers="per_worker")
+        assert "frames" not in per_worker
+        assert per_worker["worker_0/frames"] + per_worker["worker_1/frames"] == 16
+    finally:
+        c.shutdown()
+
+
 def _wait_restarted(actor, old: str, timeout: float = 60.0) -> str:
     """Polls ``actor.ping`` until it answers from an incarnation other than ``old`` (the restart happened)."""
     deadline = time.monotonic() + timeout

@@ -16,7 +16,7 @@ from tdict.validation import check_positive_int
 from ._buffer import write
 from ._options import check_unsupported, policy_scheme
 from ._policy import weights_of
-from ._worker import Portable, WorkerPool
+from ._worker import TRAJ_ID_STRIDE, Portable, WorkerPool, error_line
 from .assembly import TrajectoryAssembler, check_traj_format
 from .base import BaseCollector, _calls
 from .profiling import ProfilerHook
@@ -317,7 +317,7 @@ class MultiCollector(BaseCollector):
         """The values of ``("result", value, error)`` replies; a worker's error is raised here."""
         for i, (_, _, error) in enumerate(replies):
             if error is not None:
-                raise RuntimeError(f"{type(self).__name__}: worker {i} raised:\n{error}")
+                raise RuntimeError(f"{type(self).__name__}: worker {i} raised {error_line(error)}\n{error}")
         return [value for _, value, _ in replies]
 
     def map_fn(
@@ -453,11 +453,20 @@ class MultiCollector(BaseCollector):
             self._pool.recv(i, "ok")
 
     def state_dict(self) -> dict:
-        """``{"worker<i>": worker i's collector state, "frames", "iter", "policy_version"}`` (TorchRL's layout)."""
+        """``{"worker<i>": worker i's collector state, "frames", "iter", "policy_version", "traj_pool"}``
+        (TorchRL's layout). ``state["traj_pool"]["traj_id"]`` is the largest trajectory id a worker gives
+        out next, in the batches' numbering (worker ``i``'s ids start at ``i * TRAJ_ID_STRIDE``); each
+        worker's own counter is in its state, and that is what :meth:`load_state_dict` restores."""
         self._drain()
         replies = self._broadcast(("state_dict",), "state")
         state: dict[str, Any] = {f"worker{i}": message[1] for i, message in enumerate(replies)}
-        state.update(frames=self._frames, iter=self._iter, policy_version=self.policy_version)
+        next_ids = [int(w["traj_pool"]["traj_id"]) + i * TRAJ_ID_STRIDE for i, w in enumerate(state.values())]
+        state.update(
+            frames=self._frames,
+            iter=self._iter,
+            policy_version=self.policy_version,
+            traj_pool={"traj_id": torch.tensor(max(next_ids))},
+        )
         return state
 
     def load_state_dict(self, state: dict) -> None:

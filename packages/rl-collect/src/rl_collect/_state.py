@@ -55,11 +55,15 @@ class CollectorState:
     _rng: torch.Generator | None
     _td: TensorDictBase | None
     _traj_ids: torch.Tensor | None
+    _reserved_ids: torch.Tensor | None
     _traj_steps: torch.Tensor | None
     _add_truncated: bool
     _assembler: Any
 
     def _seed_generator(self, seed: int) -> int:  # pragma: no cover - defined by Collector
+        raise NotImplementedError
+
+    def _take_ids(self) -> torch.Tensor:  # pragma: no cover - defined by Collector
         raise NotImplementedError
 
     def state_dict(self) -> dict:
@@ -71,7 +75,7 @@ class CollectorState:
         state: dict[str, Any] = {
             "frames": self._frames,
             "iter": self._iter,
-            "traj_count": self._traj_count,
+            "traj_pool": {"traj_id": torch.tensor(self._traj_count)},  # the next trajectory id (TorchRL's layout)
             "policy_version": self.policy_version,
         }
         if isinstance(self.policy, nn.Module):
@@ -92,7 +96,9 @@ class CollectorState:
 
     def load_state_dict(self, state: dict) -> None:
         """Restores :meth:`state_dict`. Without a carrier (an env that is not ``resumable``, or a
-        state saved before the first batch) the next batch starts new trajectories with a reset."""
+        state saved before the first batch) the next batch starts new trajectories with a reset; their
+        ids are taken now, after the saved ones (as TorchRL's collectors do), so ``state_dict()`` reports
+        a next trajectory id past the saved one."""
         carrier = state.get("carrier")
         td = None
         if carrier is not None:
@@ -122,14 +128,17 @@ class CollectorState:
             self.env.load_state_dict(state["env"])
         self._frames = int(state["frames"])
         self._iter = int(state["iter"])
-        self._traj_count = int(state["traj_count"])
+        self._traj_count = int(state["traj_pool"]["traj_id"]) if "traj_pool" in state else int(state["traj_count"])
         self.policy_version = int(state.get("policy_version", 0))
         if "policy_state_dict" in state and isinstance(self.policy, nn.Module):
             self.policy.load_state_dict(state["policy_state_dict"])
         self._td = td
         if self._assembler is not None:
             self._assembler.clear()
-        if carrier is not None:  # td was read from it
+        self._reserved_ids = None
+        if carrier is None:  # the ids of the trajectories the next batch starts
+            self._reserved_ids = self._take_ids()
+        else:  # td was read from the carrier
             self._traj_ids = carrier["traj_ids"].clone()
             steps = carrier["traj_steps"]
             self._traj_steps = None if steps is None else steps.clone()

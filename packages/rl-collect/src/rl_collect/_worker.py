@@ -220,6 +220,12 @@ def _now() -> float:
     return time.monotonic()
 
 
+def error_line(trace: str) -> str:
+    """The last line of a formatted traceback (``"ValueError: ..."``): what a worker raised, in brief."""
+    lines = [line for line in trace.strip().splitlines() if line.strip()]
+    return lines[-1].strip() if lines else "(no traceback)"
+
+
 class WorkerPool:
     """Worker processes, one per env factory, each running a :class:`Collector`.
 
@@ -337,7 +343,7 @@ class WorkerPool:
                 if message[0] == "error":
                     pid = self.procs[i].pid
                     self.close(grace=0.0)
-                    text = f"rl_collect: worker {i} (pid {pid}) raised:\n{message[1]}"
+                    text = f"rl_collect: worker {i} (pid {pid}) raised {error_line(message[1])}\n{message[1]}"
                     # while the workers start, a bad argument (a policy the env cannot feed) raises what the
                     # single-process Collector raises; later faults are RuntimeErrors naming the worker
                     kind = _STARTUP_ERRORS.get(message[2]) if self.starting and len(message) > 2 else None

@@ -205,6 +205,10 @@ class Collector(CollectorState, BaseCollector):
         self.env_device = torch.device(env_device) if env_device is not None else None
         self.policy_device = torch.device(policy_device) if policy_device is not None else None
         self.storing_device = torch.device(storing_device) if storing_device is not None else None
+        # TorchRL's device rules where only env_device is given: a policy without a device gets its input
+        # without one, and batches without a storing device keep the env's only when the policy shares it
+        self._policy_without_device = self.policy_device is None and self.env_device is not None
+        self._batch_without_device = self.storing_device is None and self.env_device not in (None, self.policy_device)
         if hasattr(policy, "set_action_spec_from_env"):  # a RandomPolicy() waiting for the env's spec
             policy.set_action_spec_from_env(self.env)
         self._given_policy = policy
@@ -267,6 +271,7 @@ class Collector(CollectorState, BaseCollector):
         self._traj_count = 0
         self._td: TensorDictBase | None = None
         self._traj_ids: torch.Tensor | None = None
+        self._reserved_ids: torch.Tensor | None = None  # ids taken by load_state_dict for the next _start
         self._traj_steps: torch.Tensor | None = None
         self._add_truncated = False  # set by _start (max_frames_per_traj on an env without "truncated")
         self._assembler = TrajectoryAssembler(self.traj_format) if trajs_per_batch is not None else None
@@ -360,15 +365,21 @@ class Collector(CollectorState, BaseCollector):
     def _start(self) -> None:
         td = self.env.reset()
         self._td = td
-        n = self._n_envs
-        self._traj_ids = torch.arange(self._traj_count, self._traj_count + n).reshape(self.env.batch_size)
-        self._traj_count += n
+        ids, self._reserved_ids = self._reserved_ids, None
+        self._traj_ids = ids if ids is not None else self._take_ids()
         self._traj_steps = torch.zeros(self.env.batch_size, dtype=torch.int64)
         # an env without a "truncated" flag gets one from max_frames_per_traj, at the root and in
         # "next" of every step, so that every batch has the same keys (TorchRL adds a StepCounter)
         self._add_truncated = self.max_frames_per_traj is not None and "truncated" not in td.keys()
         if self._add_truncated:
             td.set("truncated", torch.zeros_like(td.get("done")))
+
+    def _take_ids(self) -> torch.Tensor:
+        """The next ``n_envs`` trajectory ids, shaped like the env's batch (they are counted as given out)."""
+        n = self._n_envs
+        ids = torch.arange(self._traj_count, self._traj_count + n).reshape(self.env.batch_size)
+        self._traj_count += n
+        return ids
 
     def _act(self, td: TensorDictBase) -> TensorDictBase:
         policy = self.policy
@@ -390,6 +401,9 @@ class Collector(CollectorState, BaseCollector):
             elif out.device != back:
                 out = out.to(back)
             return out
+        if self._policy_without_device:
+            out = policy(_clear_device(td))
+            return (td if out is None else out).to(self.env_device)
         out = policy(td)
         return td if out is None else out
 
@@ -430,6 +444,8 @@ class Collector(CollectorState, BaseCollector):
         batch.names = [None] * len(env.batch_size) + ["time"]
         if self.storing_device is not None:
             batch = batch.to(self.storing_device)
+        elif self._batch_without_device:
+            _clear_device(batch)
         return batch
 
     def _truncate_long_trajectories(self, env: Any, stepped: TensorDictBase, root: TensorDictBase) -> TensorDictBase:
@@ -505,6 +521,8 @@ class Collector(CollectorState, BaseCollector):
         batch.names = [None] * len(self.env.batch_size) + ["time"]
         if self.compact_obs:
             batch = self._compact(batch)
+        if self._batch_without_device:
+            _clear_device(batch)
         return batch if self.storing_device is None else batch.to(self.storing_device)
 
     def _tracked_version(self) -> int | None:
@@ -649,3 +667,8 @@ class Collector(CollectorState, BaseCollector):
 def _per_env(flag: torch.Tensor, batch_size: torch.Size) -> torch.Tensor:
     """A done flag reduced to one value per sub-env (any over its extra dims)."""
     return flag.reshape(*batch_size, -1).any(-1) if flag.ndim > len(batch_size) else flag
+
+
+def _clear_device(td: Any) -> Any:
+    """``td`` (and its sub-collections) without a device, in place; the leaves stay where they are."""
+    return td.clear_device_()

@@ -17,6 +17,7 @@ from tdict import TensorDict, TensorDictBase
 from tdict.seeding import chain_seeds, check_seed
 from tdict.validation import check_positive_int
 
+from .base import _calls, call_path, resolve_attr
 from .collector import Collector
 from .weight_sync import RayWeightReceiver, RayWeightSyncScheme
 
@@ -88,6 +89,14 @@ class _CollectorActor:
     def set_seed(self, seed: int) -> int:
         return self.collector.set_seed(seed)
 
+    def get_attr(self, path: str) -> Any:
+        """The attribute at dotted path ``path`` of this actor's collector."""
+        return resolve_attr(self.collector, path)
+
+    def call(self, path: str, args: tuple, kwargs: dict) -> Any:
+        """Calls the method at dotted path ``path`` of this actor's collector."""
+        return call_path(self.collector, path, args, kwargs)
+
     def shutdown(self) -> None:
         self.collector.shutdown()
 
@@ -117,6 +126,8 @@ class RayCollector:
             ``shutdown()`` then only disconnects from it (a Ray the collector started is stopped).
         max_restarts: how many times Ray restarts a dead actor (``-1``: forever).
         num_cpus: CPUs reserved per actor.
+        remote_configs: more ``ray.remote`` options of the actors (``{"num_cpus": 1, "num_gpus": 0}``; its
+            entries win over ``num_cpus`` and ``max_restarts``).
         sync: see above.
         **collector_kwargs: passed to each actor's :class:`~rl_collect.Collector`.
 
@@ -141,6 +152,7 @@ class RayCollector:
         max_restarts: int = 3,
         num_cpus: float = 1,
         sync: bool = False,
+        remote_configs: dict | None = None,
         **collector_kwargs: Any,
     ) -> None:
         check_positive_int("RayCollector", "frames_per_batch", frames_per_batch)
@@ -182,9 +194,12 @@ class RayCollector:
         self._worker_incarnations: list[dict[str, int]] = [{} for _ in env_fns]  # id -> per-worker count
         self._restarts = 0
         self._scheme = RayWeightSyncScheme(method="handle_weights")
-        remote_cls = ray.remote(num_cpus=num_cpus, max_restarts=max_restarts)(_CollectorActor)
+        options = {"num_cpus": num_cpus, "max_restarts": max_restarts, **(remote_configs or {})}
+        remote_cls = ray.remote(**options)(_CollectorActor)
         self._actors = [
-            remote_cls.remote(fn, policy, self._worker_frames, collector_kwargs, self._scheme.receiver(i))
+            remote_cls.remote(
+                fn, policy, self._worker_frames, {"worker_idx": i, **collector_kwargs}, self._scheme.receiver(i)
+            )
             for i, fn in enumerate(env_fns)
         ]
         self._scheme.init_sender(None, self._actors)
@@ -337,6 +352,58 @@ class RayCollector:
             weights = TensorDict.from_module(self.policy)
         self.policy_version = version
         self._scheme.send(weights, version)  # the actors apply it (and the version) before their next batch
+
+    def get_distant_attr(self, attr: str) -> list[Any]:
+        """The attribute at dotted path ``attr`` of each actor's collector (``"worker_idx"``: ``[0, 1, ...]``)."""
+        ray = self._ray
+        return ray.get([actor.get_attr.remote(attr) for actor in self._actors])
+
+    def map_fn(
+        self, fn: str, list_of_args: Sequence[Sequence[Any]] | None = None, list_of_kwargs: Sequence[dict] | None = None
+    ) -> list[Any]:
+        """Calls the method at dotted path ``fn`` of each actor's collector, actor ``i`` with
+        ``list_of_args[i]`` / ``list_of_kwargs[i]`` (no arguments when both are None); returns the results.
+
+        Raises:
+            ValueError: not one entry per actor.
+        """
+        given = list_of_args is not None or list_of_kwargs is not None
+        calls = _calls("RayCollector", list_of_args, list_of_kwargs, self.num_collectors if given else None)
+        if not given:
+            calls = calls * self.num_collectors
+        ray = self._ray
+        return ray.get([actor.call.remote(fn, args, kwargs) for actor, (args, kwargs) in zip(self._actors, calls)])
+
+    def stats(self, workers: str = "aggregate", timeout: float | None = None) -> dict[str, Any]:
+        """Progress counters as plain numbers: ``frames`` and ``batches`` yielded, ``total_frames`` and
+        ``completed`` (with a frame budget), ``requested_frames_per_batch``, ``workers``, ``workers_alive``
+        (actors answering within ``timeout`` seconds) and ``worker_frames`` (frames the actors collected,
+        requests in flight included once done). ``workers="per_worker"`` or ``"both"`` adds each actor's
+        own counters as ``"worker_<i>/<name>"`` (``"per_worker"``: only those).
+
+        Raises:
+            ValueError: ``workers`` is none of ``"aggregate"``, ``"per_worker"``, ``"both"``.
+        """
+        if workers not in ("aggregate", "per_worker", "both"):
+            raise ValueError(f"stats: workers must be one of 'aggregate', 'per_worker' or 'both', got {workers!r}.")
+        ray = self._ray
+        refs = [actor.call.remote("stats", (), {}) for actor in self._actors]
+        ready, _ = ray.wait(refs, num_returns=len(refs), timeout=timeout)
+        per_actor = [ray.get(ref) if ref in ready else None for ref in refs]
+        stats: dict[str, Any] = {}
+        if workers != "per_worker":
+            stats = {"frames": int(self._frames), "batches": int(self._next_batch_id)}
+            if self.total_frames >= 0:
+                stats["total_frames"] = int(self.total_frames)
+                stats["completed"] = bool(self._frames >= self.total_frames)
+            stats["requested_frames_per_batch"] = int(self.frames_per_batch)
+            stats["workers"] = self.num_collectors
+            stats["workers_alive"] = sum(s is not None for s in per_actor)
+            stats["worker_frames"] = sum(int(s["frames"]) for s in per_actor if s is not None)
+        if workers != "aggregate":
+            for i, actor_stats in enumerate(per_actor):
+                stats.update({f"worker_{i}/{k}": v for k, v in (actor_stats or {}).items()})
+        return stats
 
     def set_seed(self, seed: int, static_seed: bool = False) -> int:
         """Seeds the actors' collectors in turn, each with the seed the previous one returned.
