@@ -71,7 +71,7 @@ def value_net() -> nn.Module:
 def _ours() -> NS | None:
     try:
         import rl_objectives.functional as F
-        from rl_objectives import ClipPPOLoss, SACLoss
+        from rl_objectives import ClipPPOLoss, SACLoss, SoftUpdate
         from rl_objectives.modules import IndependentNormal, ProbabilisticActor, TanhNormal, ValueOperator
         from rl_objectives.value import GAE
         from tdict import TensorDict
@@ -87,6 +87,7 @@ def _ours() -> NS | None:
         trailing=False,
         ClipPPOLoss=ClipPPOLoss,
         SACLoss=SACLoss,
+        SoftUpdate=SoftUpdate,
         ProbabilisticActor=ProbabilisticActor,
         ValueOperator=ValueOperator,
         IndependentNormal=IndependentNormal,
@@ -101,7 +102,7 @@ def _torchrl() -> NS | None:
         from tensordict import TensorDict
         from tensordict.nn import NormalParamExtractor, TensorDictModule
         from torchrl.modules import IndependentNormal, ProbabilisticActor, TanhNormal, ValueOperator
-        from torchrl.objectives import ClipPPOLoss, SACLoss
+        from torchrl.objectives import ClipPPOLoss, SACLoss, SoftUpdate
         from torchrl.objectives.value import GAE
     except Exception as e:  # noqa: BLE001
         print(f"note: skipping torchrl ({type(e).__name__}: {e})", file=sys.stderr)
@@ -114,6 +115,7 @@ def _torchrl() -> NS | None:
         trailing=True,
         ClipPPOLoss=ClipPPOLoss,
         SACLoss=SACLoss,
+        SoftUpdate=SoftUpdate,
         ProbabilisticActor=ProbabilisticActor,
         ValueOperator=ValueOperator,
         IndependentNormal=IndependentNormal,
@@ -285,8 +287,10 @@ def s_sac(n: int):
             return NS(n=n)
         qnet = m.ValueOperator(_Concat(_net(OBS + ACT, 1, 2)), in_keys=["observation", "action"])
         loss = m.SACLoss(_actor(m, "tanh"), qnet, num_qvalue_nets=2, target_entropy=-float(ACT))
+        # as in training: without a target updater both libraries warn on every read of the targets
+        updater = m.SoftUpdate(loss, tau=0.005)
         td = _batch(m, n, loss.tensor_keys.log_prob)
-        return NS(loss=loss, td=td, params=list(loss.parameters()))
+        return NS(loss=loss, td=td, params=list(loss.parameters()), updater=updater)
 
     return setup
 

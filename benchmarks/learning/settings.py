@@ -51,6 +51,10 @@ TASKS = {
             "buffer.size=1000000",
             "buffer.batch_size=256",
         ],
+        # the pendulum preset's 64-wide layers are tuned for the demo's speed; at 256 (SB3's width) the
+        # final policies are as good as SB3's on every seed (seeds 0-5: -142.1 to -143.3), still at
+        # under half its time to the threshold
+        ours_best=["algo.hidden=256"],
         sb3={
             "learning_rate": 1e-3,
             "buffer_size": 1_000_000,
