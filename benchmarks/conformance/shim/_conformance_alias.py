@@ -166,6 +166,7 @@ SWITCHES = frozenset(
         "set_composite_lp_aggregate",
         "set_printoptions",
         "set_get_defaults_to_none",
+        "set_auto_unwrap_transformed_env",
     }
 )
 GETTERS = {
@@ -174,6 +175,7 @@ GETTERS = {
     "capture_non_tensor_stack": False,
     "composite_lp_aggregate": False,
     "get_defaults_to_none": False,  # td.get(missing) raises KeyError here (DESIGN 2)
+    "auto_unwrap_transformed_env": False,  # batched envs keep a TransformedEnv sub-env as it is
 }
 
 MISSING: Counter = Counter()
