@@ -36,6 +36,18 @@ def _shape_args(shape: tuple, size: Any = None, what: str = "reshape") -> tuple[
     return tuple(shape)
 
 
+def permutation_dims(dims: tuple, n: int) -> tuple[int, ...]:
+    """``permute``'s ``dims`` (ints or one sequence) checked as a permutation of ``n`` batch dims:
+    first their number (as torch does), then each one's range, then that none repeats."""
+    dims = _shape_args(dims)
+    if len(dims) != n:
+        raise InvalidArgumentError(f"permute: {len(dims)} dims {list(dims)} given for the {n} batch dims.")
+    dims = normalize_dims(dims, n)
+    if sorted(dims) != list(range(n)):
+        raise InvalidArgumentError(f"permute: dims {list(dims)} are not a permutation of the {n} batch dims.")
+    return dims
+
+
 def infer_shape(shape: Sequence[int], numel: int, what: str = "reshape") -> torch.Size:
     """Resolve a single ``-1`` in ``shape`` so that it holds ``numel`` elements."""
     shape = list(shape)
@@ -367,12 +379,7 @@ class ShapeOpsMixin:
     def permute(self, *dims: int) -> Any:
         """Reorder the batch dims (``dims``: a permutation of them, as ints or one sequence); feature dims stay last."""
         n = self.batch_dims
-        dims = _shape_args(dims)
-        if len(dims) != n:  # checked before the range of each dim, as torch does
-            raise InvalidArgumentError(f"permute: {len(dims)} dims {list(dims)} given for the {n} batch dims.")
-        dims = normalize_dims(dims, n)
-        if sorted(dims) != list(range(n)):
-            raise InvalidArgumentError(f"permute: dims {list(dims)} are not a permutation of the {n} batch dims.")
+        dims = permutation_dims(dims, n)
         bs = torch.Size(self.batch_size[d] for d in dims)
         names = self._maybe_names()
         if names is not None:

@@ -26,6 +26,7 @@ from .._core.shape_ops import (
     check_inplace,
     infer_shape,
     narrow_range,
+    permutation_dims,
     rot90_args,
     split_bounds,
     split_dim,
@@ -34,7 +35,6 @@ from .._core.shape_ops import (
     tile_reps,
 )
 from .._core.utils import normalize_dim, normalize_dims
-from ..errors import InvalidArgumentError
 from ..tensordict import TensorDict
 
 if TYPE_CHECKING:
@@ -113,12 +113,7 @@ class LazyShapeMixin:
     def permute(self, *dims: int) -> "LazyStackedTensorDict":
         """Like :meth:`TensorDict.permute`, member by member; the stack dim moves to its new place."""
         n = self.batch_dims
-        dims = _shape_args(dims)
-        if len(dims) != n:  # checked before the range of each dim, as torch does
-            raise InvalidArgumentError(f"permute: {len(dims)} dims {list(dims)} given for the {n} batch dims.")
-        dims = normalize_dims(dims, n)
-        if sorted(dims) != list(range(n)):
-            raise InvalidArgumentError(f"permute: dims {list(dims)} are not a permutation of the {n} batch dims.")
+        dims = permutation_dims(dims, n)
         sd = self.stack_dim
         member_perm = [self._member_dim(d) for d in dims if d != sd]
         members = (
