@@ -16,7 +16,7 @@ from tdict.persistence import load_memmap
 from .._part import check_shareable
 from ._trees import TREE_ROOTS, td_to_tree
 from ._write_checks import check_write, is_ragged_stack, stored_leaves, write_shape
-from .tensor import _TENSOR_KEY, TensorStorage
+from .tensor import _TENSOR_KEY, TensorStorage, unwrap_items
 
 __all__ = ["LazyMemmapStorage", "ScratchDirNotEmptyError"]
 
@@ -139,11 +139,11 @@ class LazyMemmapStorage(TensorStorage):
             return self.scratch_dir
 
         mapped = self._shared_init.allocate_or_open(allocate)
-        self._adopt(mapped[_TENSOR_KEY] if _TENSOR_KEY in mapped.keys() else mapped)
+        self._adopt(unwrap_items(mapped))
 
     def _allocate_shared_only(self) -> None:
         mapped = self._shared_init.allocate_or_open(lambda: self.scratch_dir)  # type: ignore[union-attr]
-        self._adopt(mapped[_TENSOR_KEY] if _TENSOR_KEY in mapped.keys() else mapped)
+        self._adopt(unwrap_items(mapped))
 
     def _allocate_files(self, data: Any) -> Any:
         """Allocates the memory-mapped files from the first write; returns the mapped collection."""
@@ -190,10 +190,7 @@ class LazyMemmapStorage(TensorStorage):
             return True
         if int(self._len_t) == 0:
             return False
-        mapped = load_memmap(self.scratch_dir)
-        if _TENSOR_KEY in mapped:
-            mapped = mapped[_TENSOR_KEY]
-        self._adopt(mapped)
+        self._adopt(unwrap_items(load_memmap(self.scratch_dir)))
         return True
 
     # ------------------------------------------------------------------ reads and writes

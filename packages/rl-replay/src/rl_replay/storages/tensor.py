@@ -161,7 +161,7 @@ class TensorStorage(Storage):
         shared = self._shared_init
         if shared is not None:  # memory-mapped files all processes map (the first writer makes them)
             storage = shared.allocate_or_open(lambda: _memmap_items(storage, shared))
-            storage = storage.get(_TENSOR_KEY) if _TENSOR_KEY in storage.keys() else storage
+            storage = unwrap_items(storage)
         elif self._shared:  # shared before it was allocated: the memory other processes see
             storage.share_memory_()
         self._storage = storage
@@ -193,7 +193,7 @@ class TensorStorage(Storage):
 
     def _allocate_shared_only(self) -> None:
         mapped = self._shared_init.allocate_or_open(lambda: "")  # type: ignore[union-attr]  # ready: opens
-        self._storage = mapped.get(_TENSOR_KEY) if _TENSOR_KEY in mapped.keys() else mapped
+        self._storage = unwrap_items(mapped)
         self._adopt_layout(self._storage)
 
     def _adopt_layout(self, storage: Any) -> None:
@@ -457,6 +457,11 @@ def _keep_nested_batch_dims(storage: Any, data: Any) -> None:
 # plain-tensor items are memory-mapped as the single entry of a TensorDict under this key, so that
 # the files carry tdict's JSON metadata and another process can open them with load_memmap
 _TENSOR_KEY = "__rl_replay_tensor__"
+
+
+def unwrap_items(mapped: Any) -> Any:
+    """The items of memory-mapped files: the tensor stored under :data:`_TENSOR_KEY`, or the collection."""
+    return mapped.get(_TENSOR_KEY) if _TENSOR_KEY in mapped.keys() else mapped
 
 
 def _memmap_items(storage: Any, shared: SharedInit) -> str:
