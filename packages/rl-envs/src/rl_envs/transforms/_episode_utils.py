@@ -24,8 +24,10 @@ def _prefix(key: NestedKey) -> tuple:
     return () if isinstance(key, str) else tuple(key[:-1])
 
 
-def _join(prefix: tuple, name: str) -> NestedKey:
-    return name if not prefix else (*prefix, name)
+def _join(prefix: tuple, name: NestedKey) -> NestedKey:
+    """``name`` (a string or a nested key) under ``prefix``; a one-part result is a plain string."""
+    path = (*prefix, *((name,) if isinstance(name, str) else name))
+    return path[0] if len(path) == 1 else path
 
 
 def _mask(tensordict: TensorDictBase | None, key: NestedKey, shape: torch.Size, device: Any) -> torch.Tensor:

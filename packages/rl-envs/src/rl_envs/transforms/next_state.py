@@ -8,16 +8,12 @@ from typing import Sequence
 import torch
 from tdict import NestedKey, TensorDictBase, unravel_key
 
+from ._episode_utils import _join
 from .base import Transform
 
 __all__ = ["NextStateReconstructor"]
 
 _DEFAULT_TRAJ_KEY = ("collector", "traj_ids")
-
-
-def _next_key(key: NestedKey) -> tuple:
-    key = unravel_key(key)
-    return ("next", *key) if isinstance(key, tuple) else ("next", key)
 
 
 class NextStateReconstructor(Transform):
@@ -121,7 +117,7 @@ class NextStateReconstructor(Transform):
             if keep.numel():
                 mask = keep.to(value.device).view(-1, *([1] * (value.ndim - 1)))
                 out[:-1] = torch.where(mask, value[1:], out[:-1])
-            tensordict.set(_next_key(key), out)
+            tensordict.set(_join(("next",), key), out)
         return tensordict
 
     # an env step or reset holds one row per sub-env: there is no next row to read

@@ -10,6 +10,7 @@ from tdict import TensorDictBase, expand_as_right
 from tdict import NestedKey
 from tdict.specs import Bounded, Categorical, Composite, Unbounded
 
+from ._episode_utils import _join, _prefix
 from .base import Transform, _key_list
 from .temporal import _episode_starts, _time_dim
 
@@ -22,15 +23,6 @@ def _replace_last(key: NestedKey, name: str) -> NestedKey:
 
 def _last(key: NestedKey) -> str:
     return key if isinstance(key, str) else key[-1]
-
-
-def _prefix(key: NestedKey) -> tuple:
-    return () if isinstance(key, str) else tuple(key[:-1])
-
-
-def _join(prefix: tuple, name: NestedKey) -> NestedKey:
-    path = (*prefix, *((name,) if isinstance(name, str) else name))
-    return path[0] if len(path) == 1 else path
 
 
 def _segment_cumsum(reward: torch.Tensor, done: torch.Tensor, tdim: int) -> torch.Tensor:
