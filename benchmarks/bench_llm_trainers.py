@@ -14,6 +14,10 @@ checkpointing), which is what each does out of the box, not the same computation
 - ``sft``: SFT tokens per second (non-padding input tokens over wall time of ``--steps`` steps of
   8 rows of up to 256 tokens), TRL's ``SFTTrainer`` against ours, without and with packing.
 
+Each run also times **the model alone**: the same model's forward and backward passes, sampling, clipping
+and fused AdamW in a hand-written loop with no trainer (and, for SFT, no padding). It is the floor of
+what any library running this model eagerly can reach: its ratio to TRL is the best ratio on offer.
+
     hatch run bench:llm-trainers grpo|sft [--steps 10 --repeats 3 --gradient-checkpointing on|off | --library-defaults]
         [--compile-generation]
 """
@@ -92,6 +96,8 @@ def _settings(mode: str) -> dict:
 
 
 def _grpo_child(lib: str, steps: int, mode: str, compile_generation: bool = False) -> dict:
+    if lib == "model":
+        return _grpo_model_alone(steps, mode)
     tok, model = _setup()
     rows, out_dir = _prompts(64), tempfile.mkdtemp()
     common = dict(
@@ -161,6 +167,57 @@ def _grpo_child(lib: str, steps: int, mode: str, compile_generation: bool = Fals
     return {"step_s": statistics.median(times[1:]), "peak_mb": peak}
 
 
+def _checkpointing(model, mode: str) -> None:
+    if mode != "off":  # on, and both libraries' default
+        enable = getattr(model, "activation_checkpointing_enable", None) or model.gradient_checkpointing_enable
+        enable()
+        model.config.use_cache = False
+
+
+def _grpo_model_alone(steps: int, mode: str) -> dict:
+    """The model's own work in a GRPO step with no trainer: 8 completions of 64 tokens drawn with the KV
+    cache (softmax and multinomial, as generate()), one forward and backward of their log-probs, clipping
+    and fused AdamW. A library running this model eagerly cannot take less time than this."""
+    import torch
+
+    tok, model = _setup()
+    rows = _prompts(64)
+    _checkpointing(model, mode)
+    params = list(model.parameters())
+    optimizer = torch.optim.AdamW(params, lr=1e-6, fused=True)
+    times: list[float] = []
+    base = _peak_mb()
+    for i in range(steps + 1):
+        enc = tok([rows[i % len(rows)]["prompt"]] * 8, return_tensors="pt")
+        t = time.process_time()
+        model.eval()
+        with torch.no_grad():
+            mask = enc["attention_mask"]
+            out = model(input_ids=enc["input_ids"], attention_mask=mask, use_cache=True)
+            drawn = []
+            for k in range(64):
+                token = torch.multinomial(torch.softmax(out.logits[:, -1].float(), -1), 1)
+                drawn.append(token)
+                if k == 63:
+                    break
+                mask = torch.cat([mask, mask.new_ones(8, 1)], 1)
+                out = model(input_ids=token, attention_mask=mask, past_key_values=out.past_key_values, use_cache=True)
+        completion = torch.cat(drawn, 1)
+        model.train()
+        ids = torch.cat([enc["input_ids"], completion], 1)
+        full_mask = torch.cat([enc["attention_mask"], torch.ones_like(completion)], 1)
+        logits = model(input_ids=ids, attention_mask=full_mask, use_cache=False).logits[
+            :, enc["input_ids"].shape[1] - 1 : -1
+        ]
+        log_probs = logits.float().log_softmax(-1).gather(-1, completion[..., None]).squeeze(-1)
+        (-log_probs.mean()).backward()
+        torch.nn.utils.clip_grad_norm_(params, 1.0)
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        times.append(time.process_time() - t)
+    return {"step_s": statistics.median(times[1:]), "peak_mb": _peak_mb() - base}
+
+
 # ---------------------------------------------------------------------------- SFT
 def _sft_child(lib: str, steps: int, packing: bool, mode: str) -> dict:
     tok, model = _setup()
@@ -178,6 +235,8 @@ def _sft_child(lib: str, steps: int, packing: bool, mode: str) -> dict:
         max_grad_norm=1.0,
         **_settings(mode),
     )
+    if lib == "model":
+        return _sft_model_alone(tok, model, rows, steps, packing, mode)
     times: list[float] = []
     if lib == "trl":
         from datasets import Dataset
@@ -238,6 +297,52 @@ def _sft_child(lib: str, steps: int, packing: bool, mode: str) -> dict:
     return {"tokens_per_s": sum(tokens) / sum(times[1:]), "tokens": sum(tokens)}
 
 
+def _sft_model_alone(tok, model, rows: list[dict], steps: int, packing: bool, mode: str) -> dict:
+    """The model's own work in an SFT step with no trainer and no padding: each step's sequences end to
+    end in one row (rl_llm's padding-free attention keeps attention within each), forward, next-token
+    cross-entropy, backward, clipping and fused AdamW. Without packing a step takes 8 sequences; with
+    packing, as many as fill 8 rows of 256 tokens in data order."""
+    import torch
+    import torch.nn.functional as F
+    from rl_llm.padding_free import boundaries, padding_free_attention, run_padding_free
+
+    _checkpointing(model, mode)
+    model.train()
+    params = list(model.parameters())
+    optimizer = torch.optim.AdamW(params, lr=1e-4, fused=True)
+    sequences = [(tok(r["text"])["input_ids"] + [tok.eos_token_id])[:256] for r in rows]
+    batches, row, rows_of_step = [], 0, []
+    if not packing:
+        batches = [sequences[i : i + 8] for i in range(0, len(sequences), 8)]
+    else:
+        for seq in sequences:  # greedy packing in data order into 8 rows of at most 256 tokens
+            if not rows_of_step or row + len(seq) > 256:
+                if len(rows_of_step) == 8:
+                    batches.append([s for r in rows_of_step for s in r])
+                    rows_of_step = []
+                rows_of_step.append([])
+                row = 0
+            rows_of_step[-1].append(seq)
+            row += len(seq)
+    times, tokens = [], []
+    for i in range(steps + 1):
+        seqs = batches[i % len(batches)]
+        t = time.perf_counter()
+        ids = torch.tensor([[x for s in seqs for x in s]])
+        positions = torch.cat([torch.arange(len(s)) for s in seqs])[None]
+        keep = positions[0, 1:] != 0  # next-token targets within each sequence
+        with padding_free_attention(model):
+            logits = run_padding_free(model, model, ids, boundaries([len(s) for s in seqs]), positions).logits[0]
+            loss = F.cross_entropy(logits[:-1][keep].float(), ids[0, 1:][keep])
+            loss.backward()
+        torch.nn.utils.clip_grad_norm_(params, 1.0)
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        times.append(time.perf_counter() - t)
+        tokens.append(ids.shape[1])
+    return {"tokens_per_s": sum(tokens[1:]) / sum(times[1:]), "tokens": sum(tokens[1:])}
+
+
 def _run_child(args: list[str]) -> dict:
     out = subprocess.run([sys.executable, __file__, "_child", *args], capture_output=True, text=True)
     if out.returncode:
@@ -283,7 +388,7 @@ def main() -> None:
     for kind, packing in variants:
         rows: dict = {}
         for _ in range(args.repeats):  # alternate the libraries
-            for lib in ("trl", "ours"):
+            for lib in ("trl", "ours", "model"):
                 rows.setdefault(lib, []).append(
                     _run_child([kind, lib, str(args.steps), packing or "-", mode, compiled])
                 )
@@ -292,17 +397,23 @@ def main() -> None:
         if kind == "grpo":
             summary["ratio_step_time"] = summary["ours"]["step_s"] / summary["trl"]["step_s"]
             summary["ratio_peak_memory"] = summary["ours"]["peak_mb"] / summary["trl"]["peak_mb"]
+            summary["ratio_model_alone_step_time"] = summary["model"]["step_s"] / summary["trl"]["step_s"]
             print(
                 f"GRPO step: ours {summary['ours']['step_s']:.3f} s, TRL {summary['trl']['step_s']:.3f} s "
                 f"({summary['ratio_step_time']:.2f}x); peak memory growth ours {summary['ours']['peak_mb']:.0f} MB, "
-                f"TRL {summary['trl']['peak_mb']:.0f} MB ({summary['ratio_peak_memory']:.2f}x)",
+                f"TRL {summary['trl']['peak_mb']:.0f} MB ({summary['ratio_peak_memory']:.2f}x); the model alone "
+                f"{summary['model']['step_s']:.3f} s ({summary['ratio_model_alone_step_time']:.2f}x TRL's time)",
                 flush=True,
             )
         else:
             summary["ratio_tokens_per_s"] = summary["ours"]["tokens_per_s"] / summary["trl"]["tokens_per_s"]
+            summary["ratio_model_alone_tokens_per_s"] = (
+                summary["model"]["tokens_per_s"] / summary["trl"]["tokens_per_s"]
+            )
             print(
                 f"{name}: tokens/s ours {summary['ours']['tokens_per_s']:.0f}, TRL {summary['trl']['tokens_per_s']:.0f} "
-                f"({summary['ratio_tokens_per_s']:.2f}x)",
+                f"({summary['ratio_tokens_per_s']:.2f}x); the model alone {summary['model']['tokens_per_s']:.0f} "
+                f"({summary['ratio_model_alone_tokens_per_s']:.2f}x TRL's)",
                 flush=True,
             )
         result[name] = summary
