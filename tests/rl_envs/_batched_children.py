@@ -7,6 +7,7 @@ children inherit it. Keep imports minimal.
 
 from __future__ import annotations
 
+import threading
 import time
 
 from rl_envs import PendulumEnv
@@ -58,3 +59,31 @@ class HangingPendulum(PendulumEnv):
             else:
                 time.sleep(self.seconds)
         return super()._step(tensordict)
+
+
+class _Nested:
+    value = 42
+
+    def get(self, plus: int = 0) -> int:
+        return self.value + plus
+
+
+class CountingPendulum(PendulumEnv):
+    """A PendulumEnv that counts its steps (``steps``), with a method, a nested object, an attribute
+    that does not pickle and a method that raises: what batched envs forward to their sub-envs."""
+
+    def __init__(self, **kwargs) -> None:
+        super().__init__(**kwargs)
+        self.steps = 0
+        self.nested = _Nested()
+        self.unpicklable = threading.Lock()
+
+    def _step(self, tensordict):
+        self.steps += 1
+        return super()._step(tensordict)
+
+    def scaled(self, k: int) -> int:
+        return self.steps * k
+
+    def explode(self) -> None:
+        raise ValueError("explode was called")

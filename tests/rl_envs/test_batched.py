@@ -225,10 +225,13 @@ def test_parallel_equals_serial_with_spawn():
 
 
 def test_serial_for_single_runs_in_process():
-    env = ParallelEnv(1, PendulumEnv, serial_for_single=True)
+    env = ParallelEnv(1, PendulumEnv, serial_for_single=True, mp_start_method="spawn", worker_timeout=5.0)
+    assert type(env) is SerialEnv and env.num_workers == 1  # ParallelEnv-only arguments are dropped
+    assert type(ParallelEnv(2, PendulumEnv, serial_for_single=True)) is ParallelEnv
+    assert type(ParallelEnv(1, PendulumEnv)) is ParallelEnv
     env.set_seed(0)
     rollout = env.rollout(4, lambda td: td.set("action", torch.ones(1, 1)))
-    assert env._workers == [] and rollout.batch_size == torch.Size([1, 4])
+    assert rollout.batch_size == torch.Size([1, 4])
     ref = SerialEnv(1, PendulumEnv)
     ref.set_seed(0)
     assert (ref.rollout(4, lambda td: td.set("action", torch.ones(1, 1))) == rollout).all()
@@ -363,12 +366,16 @@ def test_seeds_chain_through_workers_with_several_streams(make_batched):
 def test_bad_arguments():
     with pytest.raises(ValueError, match="num_workers must be a positive int, got 0"):
         SerialEnv(0, PendulumEnv)
-    with pytest.raises(ValueError, match="list of 2 callables, expected num_workers=3"):
+    with pytest.raises(
+        ValueError, match=r"len\(create_env_fn\) and num_workers mismatch: a list of 2 callables, num_workers=3"
+    ):
         SerialEnv(3, [PendulumEnv, PendulumEnv])
     with pytest.raises(TypeError, match=r"create_env_fn\[0\] must be callable"):
         SerialEnv(1, [3])
-    with pytest.raises(ValueError, match="list of num_workers=2 dicts"):
+    with pytest.raises(RuntimeError, match=r"len\(create_env_kwargs\) and num_workers mismatch: a list of 1 dicts"):
         SerialEnv(2, PendulumEnv, [{}])
+    with pytest.raises(TypeError, match="create_env_kwargs must hold dicts"):
+        SerialEnv(2, PendulumEnv, [{}, 3])
     with pytest.raises(ValueError, match=r"worker 1 .* has batch size \[2\], worker 0's .* \[\]"):
         SerialEnv(2, [PendulumEnv, lambda: PendulumEnv(batch_size=[2])])
     # different bounds, same structure: accepted, each worker keeps its own bounds

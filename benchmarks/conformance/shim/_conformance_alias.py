@@ -79,6 +79,7 @@ MODULES: dict[str, list[str]] = {
     "torchrl.envs.transforms": ["rl_envs.transforms", "rl_envs"],
     "torchrl.envs.utils": ["rl_envs.utils", "rl_envs"],
     "torchrl.envs.libs.gym": ["rl_envs"],
+    "torchrl.envs.libs.dm_control": ["rl_envs"],
     "torchrl.collectors": ["rl_collect"],
     "torchrl.modules": ["rl_objectives.modules", "tdict.nn"],
     "torchrl.modules.tensordict_module": ["rl_objectives.modules", "tdict.nn"],
@@ -280,7 +281,7 @@ class AliasModule(types.ModuleType):
                 return lambda *args, **kwargs: value
             # the upstream's "is this optional library installed" flags: the same answer as upstream's
             name = attr[len("_has_") :]
-            candidates = {"gym": ["gymnasium", "gym"], "h5": ["h5py"]}.get(name, [name])
+            candidates = {"gym": ["gymnasium", "gym"], "h5": ["h5py"], "dmc": ["dm_control"]}.get(name, [name])
             return any(importlib.util.find_spec(c) is not None for c in candidates)
         sub = f"{self.__name__}.{attr}"
         for module in self._ours:

@@ -17,12 +17,14 @@ from typing import Any
 
 import torch
 from tdict import TensorDict, TensorDictBase
+from tdict.errors import InvalidArgumentError
 from tdict.specs import Composite
 from tdict.validation import check_positive_int
 
 from .._env_keys import _leaf_name, _root_of
 from ..env_base import SPEC_NAMES, EnvBase
 from ..env_creator import EnvCreator, EnvMetaData
+from ._forward import SubEnvAttribute
 from ._worker import BufferLayout
 
 __all__ = ["BatchedEnvBase"]
@@ -40,8 +42,9 @@ def _make_creators(num_workers: int, create_env_fn: Any, create_env_kwargs: Any,
     """One EnvCreator per worker; workers with the same factory and kwargs share one (one metadata query)."""
     if isinstance(create_env_fn, (list, tuple)):
         if len(create_env_fn) != num_workers:
-            raise ValueError(
-                f"{owner}: create_env_fn is a list of {len(create_env_fn)} callables, expected num_workers={num_workers}."
+            raise InvalidArgumentError(
+                f"{owner}: len(create_env_fn) and num_workers mismatch: a list of {len(create_env_fn)} callables, "
+                f"num_workers={num_workers}."
             )
         fns = list(create_env_fn)
     else:
@@ -51,21 +54,7 @@ def _make_creators(num_workers: int, create_env_fn: Any, create_env_kwargs: Any,
             raise TypeError(
                 f"{owner}: create_env_fn[{i}] must be callable (a function, an env class or an EnvCreator), got {type(fn).__name__}."
             )
-    if create_env_kwargs is None:
-        kwargs = [{}] * num_workers
-    elif isinstance(create_env_kwargs, dict):
-        kwargs = [create_env_kwargs] * num_workers
-    elif isinstance(create_env_kwargs, (list, tuple)):
-        if len(create_env_kwargs) != num_workers or not all(isinstance(k, dict) for k in create_env_kwargs):
-            raise ValueError(
-                f"{owner}: create_env_kwargs must be a dict or a list of num_workers={num_workers} dicts, got a list of "
-                f"{len(create_env_kwargs)} {sorted({type(k).__name__ for k in create_env_kwargs})}."
-            )
-        kwargs = list(create_env_kwargs)
-    else:
-        raise TypeError(
-            f"{owner}: create_env_kwargs must be a dict or a list of dicts, got {type(create_env_kwargs).__name__}."
-        )
+    kwargs = _per_worker_kwargs(num_workers, create_env_kwargs, owner, "create_env_kwargs")
     creators: list[EnvCreator] = []
     for fn, kw in zip(fns, kwargs):
         same = next((c for f, k, c in zip(fns, kwargs, creators) if f is fn and k == kw), None)
@@ -73,6 +62,23 @@ def _make_creators(num_workers: int, create_env_fn: Any, create_env_kwargs: Any,
             same = fn if isinstance(fn, EnvCreator) and not kw else EnvCreator(fn, kw)
         creators.append(same)
     return creators
+
+
+def _per_worker_kwargs(num_workers: int, value: Any, owner: str, name: str) -> list[dict]:
+    """``value`` (None, a dict for every worker, or one dict per worker) as one dict per worker."""
+    if value is None:
+        return [{}] * num_workers
+    if isinstance(value, dict):
+        return [value] * num_workers
+    if isinstance(value, (list, tuple)):
+        if len(value) != num_workers:
+            raise InvalidArgumentError(
+                f"{owner}: len({name}) and num_workers mismatch: a list of {len(value)} dicts, num_workers={num_workers}."
+            )
+        if not all(isinstance(k, dict) for k in value):
+            raise TypeError(f"{owner}: {name} must hold dicts, got {sorted({type(k).__name__ for k in value})}.")
+        return list(value)
+    raise TypeError(f"{owner}: {name} must be a dict or a list of dicts, got {type(value).__name__}.")
 
 
 def _structure(spec: Composite) -> list:
@@ -134,11 +140,56 @@ def _batched_device(owner: str, device: Any, sub_device: torch.device | None) ->
     )
 
 
+def _view_positions(item: Any, num_workers: int, owner: str) -> list[int]:
+    """The worker positions ``item`` (an int, a slice, or a 1-d sequence of ints: a list, a tensor, a
+    numpy array) selects, in order."""
+    dtype = getattr(item, "dtype", None)
+    if isinstance(item, bool) or dtype is torch.bool or str(dtype) == "bool":
+        raise NotImplementedError(
+            f"{owner}[...]: Boolean masks are not supported to index a batched env; pass worker indices or a slice."
+        )
+    if isinstance(item, slice):
+        return list(range(num_workers))[item]
+    if hasattr(item, "tolist"):  # tensors, numpy arrays and numpy integers
+        item = item.tolist()
+    positions = [item] if isinstance(item, int) else item
+    if not isinstance(positions, (list, tuple)) or not all(
+        isinstance(i, int) and not isinstance(i, bool) for i in positions
+    ):
+        raise TypeError(f"{owner}[...]: expected an int, a slice or a sequence of ints, got {item!r}.")
+    bad = [i for i in positions if not -num_workers <= i < num_workers]
+    if bad:
+        raise IndexError(f"{owner}[...]: indices {bad} out of range for {num_workers} workers.")
+    return [i % num_workers for i in positions]
+
+
+def _as_slice(ids: list[int], owner: str) -> slice:
+    """The slice of the buffer's first dim holding workers ``ids`` (evenly spaced, increasing)."""
+    if not ids:
+        raise IndexError(f"{owner}[...]: the index selects no worker.")
+    step = ids[1] - ids[0] if len(ids) > 1 else 1
+    if step < 1 or any(b - a != step for a, b in zip(ids, ids[1:])):
+        raise NotImplementedError(
+            f"{owner}[...]: workers {ids} are not evenly spaced and increasing; an indexed batched env is a view "
+            "of the parent's buffer, so it takes a slice or indices such as [0, 2] or [1, 3]."
+        )
+    return slice(ids[0], ids[-1] + 1, step)
+
+
 class BatchedEnvBase(EnvBase):
     """``num_workers`` copies of an env run as one env of batch size ``[num_workers, *sub_batch]``.
 
+    ``env[index]`` (an int, a slice, or evenly spaced worker indices) is a live view of some of the
+    workers: an env of the same class whose steps and resets run only those sub-envs, in place, on the
+    parent's workers and buffer. Closing the view leaves the parent running; closing the parent makes the
+    view raise. Public attributes and methods of the sub-envs that the batched env lacks are reached
+    through it (:class:`~rl_envs.batched._forward.SubEnvAttribute`): ``env.count`` iterates over each
+    sub-env's ``count``, ``env.custom_method()`` returns each sub-env's result.
+
     Subclasses implement how the sub-envs run: ``_start_runners``, ``_run_step``, ``_run_reset``,
-    ``_run_seed`` and ``_stop_runners``.
+    ``_run_seed``, ``_stop_runners``, ``_sub_env_values`` and ``_sub_env_call``; they read the workers
+    they drive from ``self._ids`` (all of them, or a view's) and the shared running state from
+    ``self._owner`` (the env the view was taken from, or the env itself).
     """
 
     # set through ``self.__dict__`` (bypasses nn.Module's ``__setattr__``); the buffer views by ``start``
@@ -151,6 +202,10 @@ class BatchedEnvBase(EnvBase):
     _mask_dests: tuple
     _next_views: dict
     _root_views: dict
+    _ids: tuple  # the workers this env drives (positions in the owner's buffer)
+    _parent: BatchedEnvBase | None  # the env a view was taken from (None: not a view)
+    _view_closed: bool
+    _started: int  # how many times the workers were started (a view checks it to see its parent's restarts)
 
     def __init__(
         self,
@@ -172,14 +227,18 @@ class BatchedEnvBase(EnvBase):
         creators = _make_creators(num_workers, create_env_fn, create_env_kwargs, owner)
         meta = _check_same_specs(creators, owner)
         super().__init__(device=_batched_device(owner, device, meta.device), batch_size=(num_workers, *meta.batch_size))
-        self.__dict__["_creators"] = creators
-        self.__dict__["_meta_data"] = meta
         self.num_workers = num_workers
         self.serial_for_single = bool(serial_for_single)
+        self._use_creators(creators, meta)
+        self.__dict__.update(
+            _buffer=None, _layout=None, _ids=tuple(range(num_workers)), _parent=None, _view_closed=False, _started=0
+        )
+
+    def _use_creators(self, creators: list[EnvCreator], meta: EnvMetaData) -> None:
+        self.__dict__["_creators"] = creators
+        self.__dict__["_meta_data"] = meta
         for name in SPEC_NAMES:
             setattr(self, name, _stack_specs([creator.meta_data.specs[name] for creator in creators]))
-        self.__dict__["_buffer"] = None
-        self.__dict__["_layout"] = None
 
     # ------------------------------------------------------------------ attributes
     @property
@@ -198,20 +257,44 @@ class BatchedEnvBase(EnvBase):
         return [dict(c.create_env_kwargs) for c in self._creators]
 
     @property
+    def _single_task(self) -> bool:
+        """Whether every worker runs the same factory with the same arguments."""
+        return len({id(c) for c in self._creators}) == 1
+
+    @property
+    def _owner(self) -> BatchedEnvBase:
+        return self._parent if self._parent is not None else self
+
+    @property
     def batch_locked(self) -> bool:
         """Batched envs take exactly their batch size (their buffers are preallocated)."""
         return True
 
     @property
     def is_closed(self) -> bool:
-        """True until the sub-envs are started (lazily, or by :meth:`start`) and after :meth:`close`."""
-        return self._buffer is None
+        """True until the sub-envs are started (lazily, or by :meth:`start`) and after :meth:`close`; a view
+        is closed once it or its parent is."""
+        parent = self._parent
+        if parent is None:
+            return self._buffer is None
+        return self._view_closed or parent._buffer is None or parent._started != self._started
 
     def __repr__(self) -> str:
         return (
             f"{type(self).__name__}(num_workers={self.num_workers}, env={self._meta_data.env_str}, "
             f"batch_size={list(self.batch_size)}, device={self.device})"
         )
+
+    def __getattr__(self, name: str) -> Any:
+        try:
+            return super().__getattr__(name)
+        except AttributeError:
+            # a public attribute of the running sub-envs (the first one is asked whether it has it)
+            if name.startswith("_") or "_parent" not in self.__dict__ or self.is_closed:
+                raise
+            if not self._sub_env_has(name):
+                raise
+            return SubEnvAttribute(self, (name,))
 
     def to(self, *args: Any, **kwargs: Any) -> BatchedEnvBase:
         """Returns ``self`` when the device is unchanged (the sub-envs cannot be moved from here).
@@ -227,9 +310,92 @@ class BatchedEnvBase(EnvBase):
             f"make create_env_fn build them on the device you want."
         )
 
+    def update_kwargs(self, kwargs: dict | Sequence[dict]) -> None:
+        """Merges ``kwargs`` (a dict for every worker, or one dict per worker) into the factories'
+        keyword arguments; the sub-envs are built with them when the env next starts.
+
+        Raises:
+            RuntimeError: the env is running (close it first), or a list whose length is not ``num_workers``.
+        """
+        owner = type(self).__name__
+        if not self.is_closed or self._parent is not None:
+            raise RuntimeError(
+                f"{owner}.update_kwargs: the sub-envs are running{' (this is a view of them)' if self._parent else ''}; "
+                "close the env first, the new arguments apply when it starts again."
+            )
+        per_worker = _per_worker_kwargs(self.num_workers, kwargs, owner, "kwargs")
+        variants: dict = {}  # one new creator per (old creator, kwargs), so that equal workers share one
+        creators = []
+        for creator, kw in zip(self._creators, per_worker):
+            key = (id(creator), tuple(sorted(kw.items(), key=lambda item: item[0])))
+            try:
+                variant = variants.get(key)
+            except TypeError:  # unhashable values: no sharing
+                variant = None
+            if variant is None:
+                variant = creator.make_variant(**kw)
+                try:
+                    variants[key] = variant
+                except TypeError:
+                    pass
+            creators.append(variant)
+        meta = _check_same_specs(creators, owner)
+        if meta.batch_size != self._meta_data.batch_size:
+            raise ValueError(
+                f"{owner}.update_kwargs: the sub-envs would have batch size {list(meta.batch_size)}, not "
+                f"{list(self._meta_data.batch_size)}; build a new batched env instead."
+            )
+        self._use_creators(creators, meta)
+
+    # ------------------------------------------------------------------ indexed views
+    def __getitem__(self, item: Any) -> BatchedEnvBase:
+        """A live view of the workers ``item`` selects (see the class docstring)."""
+        owner = type(self).__name__
+        positions = _view_positions(item, self.num_workers, owner)
+        ids = [self._ids[i] for i in positions]
+        _as_slice(ids, owner)  # refused here rather than at the first step
+        if self._parent is None:
+            self.start()
+        return self._view(ids)
+
+    def __setitem__(self, item: Any, value: Any) -> None:
+        raise NotImplementedError(
+            f"{type(self).__name__}[...] = env: snapshot writeback of an env into a worker is not supported; "
+            "set the state through reset(tensordict) instead."
+        )
+
+    def _view(self, ids: list[int]) -> BatchedEnvBase:
+        """A view of the owner's workers ``ids``: an env of this class built from their factories (their
+        metadata is known, nothing is built) that runs on the owner's workers and buffer."""
+        owner = self._owner
+        creators = [owner._creators[i] for i in ids]
+        view = type(self)._view_of(len(ids), creators, owner.device)
+        view.__dict__.update(_ids=tuple(ids), _parent=owner, _started=owner._started)
+        return view
+
+    @classmethod
+    def _view_of(cls, num_workers: int, creators: list, device: Any) -> BatchedEnvBase:
+        return cls(num_workers, creators, device=device)
+
+    def _start_view(self) -> None:
+        parent = self._parent
+        assert parent is not None
+        if self._view_closed:
+            raise RuntimeError(f"{type(self).__name__}: this closed indexed env cannot run; index the parent again.")
+        if parent._buffer is None or parent._started != self._started:
+            raise RuntimeError(
+                f"{type(self).__name__}: the parent environment has been closed; index it again once it runs."
+            )
+        if self._buffer is None:
+            layout = parent._layout
+            assert parent._buffer is not None and layout is not None
+            self._bind(parent._buffer[_as_slice(list(self._ids), type(self).__name__)], layout)
+
     # ------------------------------------------------------------------ lifecycle
     def start(self) -> None:
         """Builds the sub-envs and the buffers now (otherwise done on the first reset/step/set_seed)."""
+        if self._parent is not None:
+            return self._start_view()
         if self._buffer is not None:
             return
         layout, buffer = self._make_buffer()
@@ -238,6 +404,11 @@ class BatchedEnvBase(EnvBase):
         except BaseException:
             self._stop_runners()
             raise
+        self.__dict__["_started"] += 1
+        self._bind(buffer, layout)
+
+    def _bind(self, buffer: TensorDictBase, layout: BufferLayout) -> None:
+        """Uses ``buffer`` (the whole buffer, or a view's slice of it): the destinations of the inputs."""
         self.__dict__["_layout"] = layout
         self.__dict__["_buffer"] = buffer
         root_in = buffer.exclude("next")
@@ -254,7 +425,8 @@ class BatchedEnvBase(EnvBase):
         self.__dict__["_root_views"] = {}
 
     def close(self, *, raise_if_closed: bool = False) -> None:
-        """Closes the sub-envs; the next reset/step starts fresh ones.
+        """Closes the sub-envs; the next reset/step starts fresh ones (a view: only the view is closed,
+        for good, and the parent keeps running).
 
         Idempotent, unless ``raise_if_closed=True`` (TorchRL's default): then closing an env whose
         sub-envs are not running raises ``RuntimeError``.
@@ -262,7 +434,10 @@ class BatchedEnvBase(EnvBase):
         if raise_if_closed and self.is_closed:
             raise RuntimeError(f"{type(self).__name__}.close: the env is already closed (or was never started).")
         try:
-            self._stop_runners()
+            if self._parent is None:
+                self._stop_runners()
+            else:
+                self.__dict__["_view_closed"] = True
         finally:
             self.__dict__["_buffer"] = None
             self.__dict__["_next_views"] = {}
@@ -311,13 +486,13 @@ class BatchedEnvBase(EnvBase):
         return view.clone()  # the buffer is overwritten by the next call
 
     def _step(self, tensordict: TensorDictBase) -> TensorDictBase:
-        if self._buffer is None:
+        if self._buffer is None or self._parent is not None:
             self.start()
         present = self._write_inputs(tensordict, self._step_dests)
         return self._output(self._run_step(present), "next")
 
     def _reset(self, tensordict: TensorDictBase | None = None, **kwargs: Any) -> TensorDictBase:
-        if self._buffer is None:
+        if self._buffer is None or self._parent is not None:
             self.start()
         present: tuple = ()
         masks = [None] * len(self._mask_dests)
@@ -352,7 +527,7 @@ class BatchedEnvBase(EnvBase):
         Worker ``i`` gets ``seed + i`` and ``seed + num_workers`` is returned when every sub-env has one
         random stream (``set_seed``; ``seed=None`` seeds every worker randomly).
         """
-        if self._buffer is None:
+        if self._buffer is None or self._parent is not None:
             self.start()
         return self._run_seed(seed)
 
@@ -374,4 +549,16 @@ class BatchedEnvBase(EnvBase):
 
     def _run_seed(self, seed: int | None) -> int | None:
         """Seeds the sub-envs in turn (:func:`tdict.seeding.chain_seeds`); returns the seed after the last."""
+        raise NotImplementedError(f"{type(self).__name__} must implement how its sub-envs run.")
+
+    def _sub_env_has(self, name: str) -> bool:
+        """Whether the (first) sub-env has the attribute ``name``."""
+        raise NotImplementedError(f"{type(self).__name__} must implement how its sub-envs run.")
+
+    def _sub_env_values(self, path: tuple) -> list:
+        """The attribute ``path`` of each sub-env this env drives, in worker order."""
+        raise NotImplementedError(f"{type(self).__name__} must implement how its sub-envs run.")
+
+    def _sub_env_call(self, path: tuple, args: tuple, kwargs: dict) -> list:
+        """Calls the method ``path`` of each sub-env this env drives; the results in worker order."""
         raise NotImplementedError(f"{type(self).__name__} must implement how its sub-envs run.")

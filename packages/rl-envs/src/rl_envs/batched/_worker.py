@@ -11,6 +11,12 @@ Pipe protocol (parent -> worker; every command gets exactly one reply):
   wrote (``None``: the same as last time). Tensors never travel through the pipe.
 - ``("reset", keys, with_mask, kwargs)`` -> ``("reset", written)``.
 - ``("seed", seed)`` -> ``("seeded", next_seed)``: what the env's ``set_seed(seed)`` returned.
+- ``("attr", path, fetch)`` -> ``("attr", status, payload)``: the env's attribute at ``path`` (a tuple
+  of names); ``status`` is ``"missing"``, ``"callable"`` (no payload), ``"ok"`` (payload: the value if
+  ``fetch``) or ``"failed"`` (payload: the traceback).
+- ``("call", path, args, kwargs)`` -> ``("called", status, payload)``: the method at ``path`` called;
+  ``status`` ``"ok"`` (payload: its result) or ``"failed"`` (the traceback). A failing attribute or
+  call is reported, not fatal: the worker keeps serving.
 - ``("close",)`` -> the worker closes its env and exits (no reply).
 
 The worker first sends ``("ready", None)``. A worker that raises sends ``("error", traceback)`` and
@@ -19,6 +25,7 @@ exits. Every worker beats and dies with its parent, even in the middle of a step
 
 from __future__ import annotations
 
+import pickle
 import traceback
 from typing import Any, NamedTuple
 
@@ -26,6 +33,8 @@ import torch
 from tdict import TensorDictBase
 
 from tdict.liveness import die_with_parent, start_heartbeat
+
+from ._forward import follow
 
 __all__ = ["BufferLayout", "EnvRunner", "worker_main"]
 
@@ -117,6 +126,25 @@ class EnvRunner:
         return tuple(written)
 
 
+def _attribute(env: Any, path: tuple, fetch: bool) -> tuple[str, Any]:
+    try:
+        value = follow(env, path)
+    except AttributeError:
+        return "missing", None
+    except Exception:
+        return "failed", traceback.format_exc()
+    if callable(value):
+        return "callable", None
+    return "ok", value if fetch else None
+
+
+def _call(env: Any, path: tuple, args: tuple, kwargs: dict) -> tuple[str, Any]:
+    try:
+        return "ok", follow(env, path)(*args, **kwargs)
+    except Exception:
+        return "failed", traceback.format_exc()
+
+
 def worker_main(
     index: int,
     create_env_fn: Any,
@@ -155,6 +183,16 @@ def worker_main(
                 conn.send(("reset", runner.reset(message[1], message[2], message[3])))
             elif command == "seed":
                 conn.send(("seeded", runner.seed(message[1])))
+            elif command in ("attr", "call"):
+                reply = (
+                    ("attr", *_attribute(env, message[1], message[2]))
+                    if command == "attr"
+                    else ("called", *_call(env, message[1], message[2], message[3]))
+                )
+                try:  # pickled whole before anything is written: a value that does not pickle is reported
+                    conn.send(reply)
+                except (pickle.PicklingError, TypeError, AttributeError, RuntimeError):
+                    conn.send((reply[0], "failed", traceback.format_exc()))
             elif command == "close":
                 return
             else:

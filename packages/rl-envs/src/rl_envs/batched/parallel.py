@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import atexit
+import inspect
 import os
 import signal
 import threading
@@ -12,6 +13,7 @@ from collections.abc import Callable, Sequence
 from multiprocessing import connection
 from typing import Any, cast
 
+import torch
 import torch.multiprocessing as mp
 from tdict import TensorDictBase
 
@@ -21,9 +23,12 @@ from tdict.liveness import HeartbeatBoard, check_heartbeat_args
 from tdict.seeding import chain_seeds
 from tdict.validation import check_positive_int
 from ._shared import BatchedEnvBase
-from ._worker import BufferLayout, EnvRunner, worker_main
+from ._worker import BufferLayout, worker_main
+from .serial import SerialEnv
 
 __all__ = ["ParallelEnv"]
+
+_SAME_KEYS = ("step", None)  # a step reading the same root keys as the worker's last one
 
 # pools with live workers; closed at interpreter exit by a hook registered after multiprocessing's own
 # (atexit runs last-registered first), so multiprocessing never waits on a worker that waits for us
@@ -246,13 +251,17 @@ class ParallelEnv(BatchedEnvBase):
             or ``"forkserver"`` it must pickle: a module-level function or class, or a lambda
             wrapped by EnvCreator with ``cloudpickle`` installed.
         create_env_kwargs: keyword arguments for the factory: a dict, or one dict per worker.
-        serial_for_single: with ``num_workers == 1``, run the env in this process (no worker).
+        serial_for_single: with ``num_workers == 1``, build a :class:`SerialEnv` instead (the env runs
+            in this process; the arguments only ParallelEnv takes are dropped).
         shared_memory: must be True: the buffers live in shared memory (TorchRL also offers memmap
             buffers and per-worker TensorDicts; these are not implemented).
         mp_start_method: ``"fork"``, ``"spawn"`` or ``"forkserver"``; ``None`` uses multiprocessing's
             default (``"fork"`` on Linux up to Python 3.13), as TorchRL does.
         daemon: start the workers as daemon processes.
         num_sub_threads: ``torch.set_num_threads`` in each worker (TorchRL's default, 1).
+        num_threads: ``torch.set_num_threads`` in this process when the workers start (``None``:
+            left as it is; TorchRL lowers it by the number of workers, a process-wide change we only
+            make when asked).
         worker_timeout: the longest a worker may take to reply (start-up included) before it counts
             as hung, busy or not; ``None`` (default): no limit, as long as it sends heartbeats.
         heartbeat_interval: seconds between two looks of a worker's heartbeat thread at its CPU use
@@ -283,7 +292,6 @@ class ParallelEnv(BatchedEnvBase):
     # set through ``self.__dict__`` (bypasses nn.Module's ``__setattr__``)
     _pool: _WorkerPool | None
     _finalizer: weakref.finalize | None
-    _local: list[EnvRunner]
     _sent_keys: tuple | None
     _written: list
 
@@ -304,6 +312,7 @@ class ParallelEnv(BatchedEnvBase):
         device: Any = None,
         use_buffers: bool = True,
         share_individual_td: bool | None = None,
+        num_threads: int | None = None,
     ) -> None:
         if not shared_memory:
             raise ValueError(
@@ -317,6 +326,7 @@ class ParallelEnv(BatchedEnvBase):
             raise ValueError(f"ParallelEnv: worker_timeout must be > 0 seconds or None, got {worker_timeout!r}.")
         check_heartbeat_args("ParallelEnv", heartbeat_interval, heartbeat_timeout)
         check_positive_int("ParallelEnv", "num_sub_threads", num_sub_threads, allow_none=True)
+        check_positive_int("ParallelEnv", "num_threads", num_threads, allow_none=True)
         super().__init__(
             num_workers,
             create_env_fn,
@@ -326,28 +336,36 @@ class ParallelEnv(BatchedEnvBase):
             use_buffers=use_buffers,
         )
         self.mp_start_method = mp_start_method or mp.get_start_method()
+        self.__dict__["_mp_start_method"] = mp_start_method  # as asked (None: multiprocessing's default)
         self.daemon = daemon
         self.num_sub_threads = num_sub_threads
         self.worker_timeout = worker_timeout
         self.heartbeat_interval = heartbeat_interval
         self.heartbeat_timeout = heartbeat_timeout
+        self.num_threads = num_threads
         self.__dict__["_pool"] = None
         self.__dict__["_finalizer"] = None
-        self.__dict__["_local"] = []  # in-process runners (serial_for_single with one worker)
-        self.__dict__["_sent_keys"] = None
+        self.__dict__["_sent_keys"] = [None] * num_workers  # per worker: the root keys its last step read
         self.__dict__["_written"] = [()] * num_workers
 
-    @property
-    def _in_process(self) -> bool:
-        return self.serial_for_single and self.num_workers == 1
+    def __new__(cls, *args: Any, **kwargs: Any) -> Any:
+        # serial_for_single with one worker: a SerialEnv (it runs in this process; __init__ is not called again)
+        num_workers = args[0] if args else kwargs.get("num_workers")
+        if kwargs.get("serial_for_single") and num_workers == 1:
+            accepted = inspect.signature(SerialEnv.__init__).parameters
+            return SerialEnv(*args, **{key: value for key, value in kwargs.items() if key in accepted})
+        return super().__new__(cls, *args, **kwargs)
+
+    @classmethod
+    def _view_of(cls, num_workers: int, creators: list, device: Any) -> BatchedEnvBase:
+        return cls(num_workers, creators, device=device, serial_for_single=False)
 
     # ------------------------------------------------------------------ lifecycle
     def _start_runners(self, buffer: TensorDictBase, layout: BufferLayout) -> None:
-        self.__dict__["_sent_keys"] = None
+        self.__dict__["_sent_keys"] = [None] * self.num_workers
         self.__dict__["_written"] = [()] * self.num_workers
-        if self._in_process:
-            self.__dict__["_local"] = [EnvRunner(self._creators[0](), buffer[0], layout)]
-            return
+        if self.num_threads is not None:
+            torch.set_num_threads(self.num_threads)
         buffer.share_memory_()
         pool = _WorkerPool(self.worker_timeout, self.heartbeat_interval, self.heartbeat_timeout)
         self.__dict__["_pool"] = pool
@@ -357,18 +375,17 @@ class ParallelEnv(BatchedEnvBase):
         )
 
     def _stop_runners(self) -> None:
-        pool, finalizer, local = self._pool, self._finalizer, self._local
-        self.__dict__.update(_pool=None, _finalizer=None, _local=[])
+        pool, finalizer = self._pool, self._finalizer
+        self.__dict__.update(_pool=None, _finalizer=None)
         if finalizer is not None:
             finalizer.detach()
         if pool is not None:
             pool.close()
-        for runner in local:
-            runner.env.close()
 
-    def _live_pool(self) -> _WorkerPool | None:
-        pool = self._pool
-        if pool is not None and pool.closed:
+    def _live_pool(self) -> _WorkerPool:
+        pool = self._owner._pool
+        assert pool is not None  # started before any command
+        if pool.closed:
             raise RuntimeError(
                 "ParallelEnv: the workers were stopped after a failure (see the earlier exception); call close(), "
                 "after which the next reset/step starts new workers."
@@ -377,29 +394,27 @@ class ParallelEnv(BatchedEnvBase):
 
     @property
     def _workers(self) -> list:
-        """The worker processes (empty while closed or in-process)."""
-        return list(self._pool.procs) if self._pool is not None else []
+        """The worker processes (empty while closed)."""
+        pool = self._owner._pool
+        return list(pool.procs) if pool is not None else []
 
     # ------------------------------------------------------------------ commands
     def _run_step(self, keys: tuple) -> tuple:
-        pool = self._live_pool()
-        if pool is None:
-            return self._local[0].step(keys)
-        message = ("step", None if keys == self._sent_keys else keys)
-        for i in range(self.num_workers):
-            pool.send(i, message)
-        self.__dict__["_sent_keys"] = keys
-        written = self._written
-        for i, reply in pool.gather(range(self.num_workers), "stepped").items():
+        owner = self._owner
+        pool, sent, ids = self._live_pool(), owner._sent_keys, self._ids
+        same, new = _SAME_KEYS, ("step", keys)
+        for i in ids:
+            pool.send(i, same if keys == sent[i] else new)
+            sent[i] = keys
+        written = owner._written
+        for i, reply in pool.gather(ids, "stepped").items():
             if reply[1] is not None:
                 written[i] = reply[1]
-        return written[0]
+        return written[ids[0]]
 
     def _run_reset(self, need: list, keys: tuple, with_mask: bool, kwargs: dict) -> tuple:
         pool = self._live_pool()
-        if pool is None:
-            return self._local[0].reset(keys, with_mask, kwargs) if need[0] else ()
-        indices = [i for i, flag in enumerate(need) if flag]
+        indices = [i for i, flag in zip(self._ids, need) if flag]
         for i in indices:
             pool.send(i, ("reset", keys, with_mask, kwargs))
         replies = pool.gather(indices, "reset")
@@ -407,8 +422,6 @@ class ParallelEnv(BatchedEnvBase):
 
     def _run_seed(self, seed: int | None) -> int | None:
         pool = self._live_pool()
-        if pool is None:
-            return self._local[0].seed(seed)
 
         def seed_worker(i: int) -> Callable[[int | None], int | None]:
             def run(seed: int | None) -> int | None:
@@ -417,4 +430,35 @@ class ParallelEnv(BatchedEnvBase):
 
             return run
 
-        return chain_seeds(seed, [seed_worker(i) for i in range(self.num_workers)])
+        return chain_seeds(seed, [seed_worker(i) for i in self._ids])
+
+    # ------------------------------------------------------------------ the sub-envs' attributes
+    def _ask(self, ids: Sequence[int], message: tuple, expected: str) -> list:
+        pool = self._live_pool()
+        for i in ids:
+            pool.send(i, message)
+        replies = pool.gather(ids, expected)
+        failed = [i for i in ids if replies[i][1] == "failed"]
+        if failed:
+            raise RuntimeError(f"ParallelEnv: worker {failed[0]} failed on {message[1]!r}:\n{replies[failed[0]][2]}")
+        return [replies[i] for i in ids]
+
+    def _sub_env_has(self, name: str) -> bool:
+        return self._ask(self._ids[:1], ("attr", (name,), False), "attr")[0][1] != "missing"
+
+    def _sub_env_values(self, path: tuple) -> list:
+        replies = self._ask(self._ids, ("attr", path, True), "attr")
+        if any(reply[1] == "missing" for reply in replies):
+            raise AttributeError(f"ParallelEnv: the sub-envs have no attribute {'.'.join(path)!r}.")
+        if any(reply[1] == "callable" for reply in replies):
+            raise TypeError(f"ParallelEnv: the sub-envs' {'.'.join(path)!r} is a method: call it.")
+        return [reply[2] for reply in replies]
+
+    def _sub_env_call(self, path: tuple, args: tuple, kwargs: dict) -> list:
+        return [reply[2] for reply in self._ask(self._ids, ("call", path, args, kwargs), "called")]
+
+
+# inspect.signature(ParallelEnv) shows __init__'s arguments, not those of the __new__ above
+ParallelEnv.__signature__ = inspect.Signature(  # pyright: ignore[reportAttributeAccessIssue]
+    list(inspect.signature(ParallelEnv.__init__).parameters.values())[1:]
+)

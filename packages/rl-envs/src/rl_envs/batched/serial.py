@@ -11,6 +11,7 @@ from tdict.seeding import chain_seeds
 
 from ..env_base import EnvBase
 from ..env_creator import EnvCreator
+from ._forward import follow
 from ._shared import BatchedEnvBase
 from ._worker import BufferLayout, EnvRunner
 
@@ -163,9 +164,14 @@ class SerialEnv(BatchedEnvBase):
             tensordict.set(key, torch.from_numpy(out[key]))
         return tensordict
 
+    def _my_runners(self) -> list[EnvRunner]:
+        """The runners of the sub-envs this env drives (a view's are some of its parent's)."""
+        runners = self._owner._runners
+        return runners if self._parent is None else [runners[i] for i in self._ids]
+
     def _run_step(self, keys: tuple) -> tuple:
         written: tuple = ()
-        for runner in self._runners:
+        for runner in self._my_runners():
             written = runner.step(keys)
         return written
 
@@ -174,13 +180,22 @@ class SerialEnv(BatchedEnvBase):
             self._fused.reset([i for i, flag in enumerate(need) if flag], self._fused_root)
             return self._fused_reset_written
         written: tuple = ()
-        for runner, flag in zip(self._runners, need):
+        for runner, flag in zip(self._my_runners(), need):
             if flag:
                 written = runner.reset(keys, with_mask, kwargs)
         return written
 
     def _run_seed(self, seed: int | None) -> int | None:
-        return chain_seeds(seed, [runner.seed for runner in self._runners])
+        return chain_seeds(seed, [runner.seed for runner in self._my_runners()])
+
+    def _sub_env_has(self, name: str) -> bool:
+        return hasattr(self._my_runners()[0].env, name)
+
+    def _sub_env_values(self, path: tuple) -> list:
+        return [follow(runner.env, path) for runner in self._my_runners()]
+
+    def _sub_env_call(self, path: tuple, args: tuple, kwargs: dict) -> list:
+        return [follow(runner.env, path)(*args, **kwargs) for runner in self._my_runners()]
 
     def _rollout_fused(self, max_steps: int, policy: Callable, break_any: bool) -> TensorDictBase | None:
         """The rollout written straight into its output arrays, or None when the sub-envs do not fuse
