@@ -919,8 +919,10 @@ def test_max_frames_per_traj_batches_all_have_the_same_keys():
                         ("next", "count"),
                         ("next", "done"),
                         ("next", "reward"),
+                        ("next", "step_count"),
                         ("next", "terminated"),
                         ("next", "truncated"),
+                        "step_count",
                     ],
                 )
             )

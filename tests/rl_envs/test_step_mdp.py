@@ -314,3 +314,20 @@ def test_make_composite_from_td_describes_every_entry():
     assert make_composite_from_td(scalar, unsqueeze_null_shapes=False)["reward"].shape == ()
     with pytest.raises(ValueError, match="dynamic_shape=True is not supported"):
         make_composite_from_td(data, dynamic_shape=True)
+
+
+def test_step_mdp_of_a_heterogeneous_lazy_stack_copies_member_by_member():
+    from tdict import lazy_stack
+
+    members = [
+        TensorDict({"obs": torch.full((k,), float(k)), "next": {"obs": torch.full((k,), 10.0 + k)}}, []) for k in (2, 3)
+    ]
+    td = lazy_stack(members, 0)
+    out = step_mdp(td)
+    assert [m["obs"].tolist() for m in out.tensordicts] == [[12.0, 12.0], [13.0, 13.0, 13.0]]
+    # a heterogeneous group nested in a plain root (agents of different shapes): copied member by member
+    agents = lazy_stack([TensorDict({"obs": torch.zeros(k)}, []) for k in (2, 3)], 0)
+    next_agents = lazy_stack([TensorDict({"obs": torch.ones(k)}, []) for k in (2, 3)], 0)
+    root = TensorDict({"agents": agents, "next": TensorDict({"agents": next_agents}, [])}, [])
+    out = step_mdp(root, reward_keys=[("agents", "reward")])  # a nested excluded key: the general path
+    assert [m["obs"].tolist() for m in out["agents"].tensordicts] == [[1.0, 1.0], [1.0, 1.0, 1.0]]

@@ -75,6 +75,7 @@ MODULES: dict[str, list[str]] = {
     "torchrl.data.replay_buffers.writers": ["rl_replay"],
     "torchrl.data.replay_buffers.replay_buffers": ["rl_replay"],
     "torchrl.data.replay_buffers.utils": ["rl_replay"],
+    "torchrl.data.utils": ["tdict.specs", "rl_replay", "rl_collect"],  # CloudpickleWrapper lives in rl_collect
     "torchrl.envs": ["rl_envs"],
     "torchrl.envs.transforms": ["rl_envs.transforms", "rl_envs"],
     "torchrl.envs.utils": ["rl_envs.utils", "rl_envs"],

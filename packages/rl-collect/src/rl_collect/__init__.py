@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from .assembly import TrajectoryAssembler
 from .base import BaseCollector
+from .cloudpickle_wrapper import CloudpickleWrapper
 from .collector import Collector
 from .distributed import DistributedCollector, run_worker
 from ._multi_base import MultiCollector
@@ -44,6 +45,7 @@ __version__ = "0.1.0"
 __all__ = [
     "AsyncCollector",
     "BaseCollector",
+    "CloudpickleWrapper",
     "Collector",
     "DistributedCollector",
     "DistributedWeightReceiver",

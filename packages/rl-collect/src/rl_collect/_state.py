@@ -57,6 +57,7 @@ class CollectorState:
     _traj_ids: torch.Tensor | None
     _reserved_ids: torch.Tensor | None
     _traj_steps: torch.Tensor | None
+    _done_ndim: int
     _add_truncated: bool
     _assembler: Any
 
@@ -143,3 +144,8 @@ class CollectorState:
             steps = carrier["traj_steps"]
             self._traj_steps = None if steps is None else steps.clone()
             self._add_truncated = bool(carrier["add_truncated"])
+            done = td.get("done", None) if td is not None else None
+            if done is not None:
+                self._done_ndim = done.ndim
+            elif self._traj_steps is not None:
+                self._done_ndim = self._traj_steps.ndim

@@ -273,6 +273,7 @@ class Collector(CollectorState, BaseCollector):
         self._traj_ids: torch.Tensor | None = None
         self._reserved_ids: torch.Tensor | None = None  # ids taken by load_state_dict for the next _start
         self._traj_steps: torch.Tensor | None = None
+        self._done_ndim = 0  # dims of the env's "done" flag (set by _start)
         self._add_truncated = False  # set by _start (max_frames_per_traj on an env without "truncated")
         self._assembler = TrajectoryAssembler(self.traj_format) if trajs_per_batch is not None else None
         self._shut = False
@@ -368,6 +369,8 @@ class Collector(CollectorState, BaseCollector):
         ids, self._reserved_ids = self._reserved_ids, None
         self._traj_ids = ids if ids is not None else self._take_ids()
         self._traj_steps = torch.zeros(self.env.batch_size, dtype=torch.int64)
+        done = td.get("done", None)
+        self._done_ndim = self._traj_steps.ndim if done is None else done.ndim
         # an env without a "truncated" flag gets one from max_frames_per_traj, at the root and in
         # "next" of every step, so that every batch has the same keys (TorchRL adds a StepCounter)
         self._add_truncated = self.max_frames_per_traj is not None and "truncated" not in td.keys()
@@ -430,6 +433,8 @@ class Collector(CollectorState, BaseCollector):
                     if track:
                         td.set(_TRAJ, self._traj_ids)
                         td.set(_VERSION, version)
+                    if self.max_frames_per_traj is not None:  # TorchRL's StepCounter: the count before the step
+                        td.set("step_count", self._step_counts())
                     stepped, td = env.step_and_maybe_reset(td)
                     if self.max_frames_per_traj is not None:
                         td = self._truncate_long_trajectories(env, stepped, td)
@@ -454,7 +459,9 @@ class Collector(CollectorState, BaseCollector):
         self._traj_steps += 1
         nxt = stepped.get("next")
         done = nxt.get("done")
-        over = (self._traj_steps >= self.max_frames_per_traj) & ~done
+        steps = self._step_counts()
+        nxt.set("step_count", steps)
+        over = (steps >= self.max_frames_per_traj) & ~done
         if self._add_truncated:
             nxt.set("truncated", over)
             root.set("truncated", torch.zeros_like(over))  # the next root is never truncated: cut ones are reset
@@ -463,9 +470,18 @@ class Collector(CollectorState, BaseCollector):
                 nxt.set("truncated", nxt.get("truncated") | over)
             nxt.set("done", done | over)
             root.set("done", root.get("done") | over)
-            root.set("_reset", over)
+            batch_shape = self._traj_steps.shape
+            root.set("_reset", over if over.ndim == len(batch_shape) else over.reshape(*batch_shape, -1).any(-1))
             root = env.reset(root)
         return root
+
+    def _step_counts(self) -> torch.Tensor:
+        """The steps of each sub-env's trajectory so far, shaped like the env's ``"done"`` flag (a
+        ``[*batch, 1]`` flag gets a ``[*batch, 1]`` count)."""
+        steps = self._traj_steps
+        assert steps is not None  # set by _start
+        extra = self._done_ndim - steps.ndim
+        return (steps.reshape(*steps.shape, *(1,) * extra) if extra > 0 else steps).clone()
 
     def _advance_traj_ids(self, stepped: TensorDictBase) -> None:
         if self._done_keys is None:

@@ -7,7 +7,15 @@ from typing import Any, Callable, Sequence
 
 import torch
 from torch import nn
-from tdict import TensorDict, TensorDictBase
+from tdict import (
+    LazyStackedTensorDict,
+    NonTensorStack,
+    TensorDict,
+    TensorDictBase,
+    is_leaf_nontensor,
+    is_non_tensor,
+    lazy_stack,
+)
 from tdict.seeding import check_seed, next_seed
 from tdict.specs import Categorical, Composite, Unbounded
 
@@ -55,6 +63,32 @@ def _init_with_spec_lock(init: Callable) -> Callable:
 
     __init__._applies_spec_lock = True  # type: ignore[attr-defined]
     return __init__
+
+
+def _cast_action(
+    key: Any, action: Any, batch_dims: int, feature_shape: torch.Size, dtype: torch.dtype, batch_size: torch.Size
+) -> torch.Tensor:
+    """An integer or bool ``action`` cast to the spec's ``dtype`` when every value survives the cast.
+
+    A policy writing a one-hot ``int64`` action for a ``bool`` spec, or an ``int32`` index for an
+    ``int8`` spec, gets its action cast (TorchRL passes it through as it is). A wrong shape, a
+    floating-point action for another dtype, or a value the dtype cannot hold (``2`` for a ``bool``
+    spec) raises ``ValueError``.
+    """
+    if (
+        not isinstance(action, torch.Tensor)
+        or action.shape[batch_dims:] != feature_shape
+        or action.is_floating_point()
+        or action.is_complex()
+    ):
+        raise spec_shape_error("action", key, batch_size + feature_shape, dtype, action)
+    cast = action.to(dtype)
+    if not torch.equal(cast.to(action.dtype), action):
+        raise ValueError(
+            f"action {key!r}: dtype {action.dtype} cannot be cast to the spec dtype {dtype} without changing "
+            f"its values (expected shape {list(batch_size + feature_shape)} and dtype {dtype})."
+        )
+    return cast
 
 
 class EnvBase(GeneratorState, nn.Module):
@@ -237,6 +271,11 @@ class EnvBase(GeneratorState, nn.Module):
             specs = self._all_specs()
             self._fill_default_specs(specs)
             keys = EnvKeys(specs, len(self._batch_size))
+            # heterogeneous actions (a stack of specs of different shapes: -1 dims) are lazy stacks that
+            # cannot be read densely; like TorchRL, they are passed to the env unchecked
+            dense = tuple(c for c in keys.action_checks if -1 not in c[3])
+            keys.hetero_actions = len(dense) != len(keys.action_checks)  # type: ignore[attr-defined]
+            keys.action_checks = dense
             if self.is_spec_locked:  # in-place edits would make the cached keys lie: assign a new spec instead
                 for spec in specs.values():
                     spec.lock_()
@@ -297,6 +336,9 @@ class EnvBase(GeneratorState, nn.Module):
     def _set_spec(self, name: str, spec: Any) -> None:
         if not isinstance(spec, Composite):
             raise TypeError(f"{name} must be a Composite, got {type(spec).__name__}.")
+        if "_specs" not in self.__dict__:  # assigned before EnvBase.__init__ ran: adopted there, as in TorchRL
+            self.__dict__.setdefault("_declared_specs", {})[name] = spec
+            return
         if spec.shape != self._batch_size:
             if len(spec.shape) == 0 and len(self._batch_size) > 0:
                 raise ValueError(
@@ -314,7 +356,7 @@ class EnvBase(GeneratorState, nn.Module):
     def _wrap_leaf(self, key: str, spec: Any) -> Composite:
         if isinstance(spec, Composite):
             return spec
-        shape = self._batch_size
+        shape = self.__dict__.get("_batch_size", torch.Size())  # before __init__: the leaf's batch is unknown
         if tuple(spec.shape[: len(shape)]) != tuple(shape):
             raise ValueError(
                 f"{key} spec: shape {list(spec.shape)} must start with the env's batch_size {list(shape)}."
@@ -630,7 +672,7 @@ class EnvBase(GeneratorState, nn.Module):
         for key, feature_shape, dtype, shape in keys.action_checks:
             action = tensordict.get(key)
             if action.shape[batch_dims:] != feature_shape or action.dtype != dtype:
-                raise spec_shape_error("action", key, tensordict.batch_size + feature_shape, dtype, action)
+                tensordict.set(key, _cast_action(key, action, batch_dims, feature_shape, dtype, tensordict.batch_size))
         if self.validate_actions:
             self._validate_actions(tensordict, keys)
         next_td = carry_next_preset(tensordict, self._step(tensordict))
@@ -797,6 +839,9 @@ class EnvBase(GeneratorState, nn.Module):
         if tensordict is None:
             tensordict = TensorDict.unchecked({}, self._batch_size, self._device)
         extra = tensordict.batch_size[: tensordict.batch_dims - keys.batch_dims]
+        if getattr(keys, "hetero_actions", False):  # lazy stacks of actions of different shapes: drawn whole
+            _merge_into(tensordict, self._get_spec("full_action_spec").rand(extra, generator=generator))
+            return tensordict
         for key, spec in keys.action_specs:
             tensordict.set(key, spec.rand(extra, generator=generator))
         return tensordict
@@ -894,29 +939,74 @@ def _expand_mask(mask: torch.Tensor, value: torch.Tensor) -> torch.Tensor:
     return mask.reshape(*mask.shape, *([1] * extra)) if extra > 0 else mask
 
 
+def _merge_into(dest: TensorDictBase, src: TensorDictBase) -> None:
+    """Writes ``src``'s leaves into ``dest``, member by member where both hold lazy stacks (whose
+    members may differ in shape), keeping ``dest``'s other entries."""
+    for key in src.keys():
+        value = src.get(key)
+        target = dest.get(key, None)
+        if isinstance(value, LazyStackedTensorDict) and type(target) is TensorDict:  # split it into members
+            target = lazy_stack(list(target.unbind(value.stack_dim)), value.stack_dim)
+            dest.set(key, target)
+        if isinstance(value, LazyStackedTensorDict) and isinstance(target, LazyStackedTensorDict):
+            if len(value.tensordicts) == len(target.tensordicts) and value.stack_dim == target.stack_dim:
+                for dst_member, src_member in zip(target.tensordicts, value.tensordicts):
+                    _merge_into(dst_member, src_member)
+                continue
+        if isinstance(value, TensorDictBase) and isinstance(target, TensorDictBase):
+            _merge_into(target, value)
+            continue
+        dest.set(key, value)
+
+
 def _partial_update(
     tensordict: TensorDictBase, out: TensorDictBase, keys: EnvKeys, masks: list, batch_size: torch.Size
 ) -> TensorDictBase:
-    """Writes the reset output only where a ``"_reset"`` mask is set; other sub-envs keep their values."""
+    """Writes the reset output only where a ``"_reset"`` mask is set; other sub-envs keep their values.
+
+    A root mask prevails (TorchRL's rule): where it is set, the sub-trees reset too, whatever their
+    own masks say.
+    """
     root_mask = None
     for done_root, mask in zip(keys.done_roots, masks):
         if mask is not None and not done_root:
             root_mask = mask.reshape(batch_size) if mask.numel() == batch_size.numel() else mask
+    given_root = root_mask is not None
     if root_mask is None:  # only sub-tree masks: the root resets where any sub-entry does
         nested = [m for m in masks if m is not None]
         root_mask = nested[0].reshape(*batch_size, -1).any(-1)
         for m in nested[1:]:
             root_mask = root_mask | m.reshape(*batch_size, -1).any(-1)
     sub_masks = {root: m for root, m in zip(keys.done_roots, masks) if root and m is not None}
-    for key, value in out.items(True, True):
+    if given_root:
+        for root, m in sub_masks.items():
+            if m.ndim >= root_mask.ndim and m.shape[: root_mask.ndim] == root_mask.shape:
+                sub_masks[root] = m | root_mask.reshape(*root_mask.shape, *(1,) * (m.ndim - root_mask.ndim))
+    for key, value in out.items(True, True, is_leaf_nontensor):
         path = (key,) if type(key) is str else key
         mask = root_mask
         for root, m in sub_masks.items():
             if path[: len(root)] == root:
                 mask = m
         old = tensordict.get(key, None)
-        if old is None or old.shape != value.shape or not isinstance(value, torch.Tensor):
+        if old is not None and is_non_tensor(value) and is_non_tensor(old) and old.batch_size == value.batch_size:
+            tensordict.set(key, _where_non_tensor(mask, value, old))
+        elif old is None or old.shape != value.shape or not isinstance(value, torch.Tensor):
             tensordict.set(key, value)
         else:
             tensordict.set(key, torch.where(_expand_mask(mask, value), value, old))
     return tensordict
+
+
+def _where_non_tensor(mask: torch.Tensor, new: Any, old: Any) -> Any:
+    """The non-tensor entry holding ``new``'s values where ``mask`` is set and ``old``'s elsewhere."""
+    shape = new.batch_size
+    if mask.numel() != shape.numel():  # a mask over more dims than the entry has: any set flag counts
+        mask = mask.reshape(*shape, -1).any(-1)
+    if not shape:
+        return new if bool(mask) else old
+
+    def choose(flags: Any, a: Any, b: Any) -> Any:
+        return [choose(f, x, y) for f, x, y in zip(flags, a, b)] if isinstance(flags, list) else (a if flags else b)
+
+    return NonTensorStack.from_list(choose(mask.reshape(shape).tolist(), new.tolist(), old.tolist()))

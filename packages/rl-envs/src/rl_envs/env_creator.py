@@ -18,6 +18,21 @@ from tdict.specs import Composite
 __all__ = ["EnvCreator", "EnvMetaData"]
 
 
+class MetaSpecs(dict):
+    """The full specs of an env by name, also indexed by TorchRL's paths through ``input_spec`` and
+    ``output_spec`` (``specs["input_spec", "full_action_spec"]``, ``specs["output_spec"]``)."""
+
+    composites: dict[str, Composite]
+
+    def __getitem__(self, key: Any) -> Any:
+        if type(key) is str and key in ("input_spec", "output_spec"):
+            return self.composites[key]
+        if type(key) is tuple and key:
+            head = self[key[0]]
+            return head[key[1:]] if len(key) > 1 else head
+        return super().__getitem__(key)
+
+
 @dataclass
 class EnvMetaData:
     """What a batched env or a collector needs to know about an env without holding one.
@@ -52,10 +67,12 @@ class EnvMetaData:
         )
 
     @property
-    def specs(self) -> dict[str, Composite]:
-        """The five full specs by name (``full_action_spec``, ``full_observation_spec``...)."""
-        out = {name: self.input_spec[name] for name in self.input_spec.keys()}
+    def specs(self) -> "MetaSpecs":
+        """The five full specs by name (``full_action_spec``, ``full_observation_spec``...); TorchRL's
+        paths (``specs["input_spec", "full_action_spec"]``, ``specs["output_spec"]``) index it too."""
+        out = MetaSpecs({name: self.input_spec[name] for name in self.input_spec.keys()})
         out.update({name: self.output_spec[name] for name in self.output_spec.keys()})
+        out.composites = {"input_spec": self.input_spec, "output_spec": self.output_spec}
         return out
 
     def __getattr__(self, name: str) -> Any:

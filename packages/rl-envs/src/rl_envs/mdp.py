@@ -138,8 +138,18 @@ def _copy_into(
     dest: TensorDictBase, src: TensorDictBase, prefix: tuple, excluded: frozenset, skip: str | None = None
 ) -> bool:
     """Copies ``src``'s entries into ``dest`` except the ``excluded`` paths; sub-TensorDicts are new
-    structures, and those left without a leaf are not created. Returns whether anything was written."""
+    structures, and those left without a leaf are not created. Returns whether anything was written.
+    Lazy stacks copy member by member (their members may differ in shapes: heterogeneous envs)."""
     wrote = False
+    if (
+        type(src) is LazyStackedTensorDict
+        and type(dest) is LazyStackedTensorDict
+        and len(src.tensordicts) == len(dest.tensordicts)
+        and src.stack_dim == dest.stack_dim
+    ):
+        for dest_member, src_member in zip(dest.tensordicts, src.tensordicts):
+            wrote = _copy_into(dest_member, src_member, prefix, excluded, skip) or wrote
+        return wrote
     for key, value in src.items():
         path = prefix + (key,)
         if key == skip or path in excluded:

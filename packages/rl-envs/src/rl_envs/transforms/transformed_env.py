@@ -110,6 +110,13 @@ class TransformedEnv(EnvBase):
     def _fill_default_specs(self, specs: dict[str, Composite]) -> None:
         pass  # the base env fills its own defaults
 
+    def add_truncated_keys(self) -> "TransformedEnv":
+        """Declares the ``"truncated"`` flags on the base env (see :meth:`EnvBase.add_truncated_keys`);
+        the transforms see them from then on. Returns this env."""
+        self.base_env.add_truncated_keys()
+        self._specs_changed()
+        return self
+
     def _set_spec(self, name: str, spec: Any) -> None:
         raise AttributeError(
             f"TransformedEnv: cannot set {name}; set it on the base env or change it with a transform."

@@ -16,6 +16,7 @@ from .base import TensorSpec
 from .bounded import Bounded, BoundedContinuous, BoundedDiscrete, ContinuousBox
 from .choice import Choice
 from .composite import Composite
+from .consolidate import consolidate_spec
 from .discrete import Binary, Categorical, MultiCategorical, MultiOneHot, OneHot
 from .non_tensor import NonTensor
 from .stacked import Stacked, StackedComposite, stack_specs
@@ -40,5 +41,6 @@ __all__ = [
     "Unbounded",
     "UnboundedContinuous",
     "UnboundedDiscrete",
+    "consolidate_spec",
     "stack_specs",
 ]

@@ -336,6 +336,11 @@ class Composite:
                 self._specs[key[0]] = sub
                 self._items = None
                 return self
+            if getattr(type(sub), "_is_stacked_composite", False):  # set in every member (StackedComposite.set)
+                self._check_unlocked("set", key)
+                sub.set(key[1:], spec)
+                self._items = None
+                return self
             if not isinstance(sub, Composite):
                 raise KeyError(
                     f"Composite.set: {key[0]!r} holds a {type(sub).__name__}, not a Composite, so {key!r} cannot be set"
