@@ -10,7 +10,10 @@ from __future__ import annotations
 import threading
 import time
 
-from rl_envs import PendulumEnv
+import torch
+from rl_envs import EnvBase, PendulumEnv
+from tdict import TensorDict
+from tdict.specs import Composite, NonTensor, Unbounded
 
 
 def make_pendulum(**kwargs) -> PendulumEnv:
@@ -87,3 +90,33 @@ class CountingPendulum(PendulumEnv):
 
     def explode(self) -> None:
         raise ValueError("explode was called")
+
+
+class NoteEnv(EnvBase):
+    """An env with a non-tensor observation and state ``note`` (an int counting the steps since the
+    last reset) next to a tensor one: what batched envs must carry without a buffer for it."""
+
+    def __init__(self, start: int = 0) -> None:
+        super().__init__()
+        self.start = start
+        self.observation_spec = Composite(tensor=Unbounded(3), note=NonTensor(shape=()))
+        self.state_spec = Composite(note=NonTensor(shape=()))
+        self.action_spec = Unbounded(1)
+        self.reward_spec = Unbounded(1)
+
+    def _reset(self, tensordict):
+        out = TensorDict({"tensor": torch.zeros(3), "done": torch.zeros((), dtype=torch.bool)}, [])
+        out["terminated"] = torch.zeros((), dtype=torch.bool)
+        out.set_non_tensor("note", self.start)
+        return out
+
+    def _step(self, tensordict):
+        note = tensordict.get("note").data + 1
+        out = TensorDict({"tensor": torch.full((3,), float(note)), "reward": torch.ones(1)}, [])
+        out["done"] = torch.zeros((), dtype=torch.bool)
+        out["terminated"] = torch.zeros((), dtype=torch.bool)
+        out.set_non_tensor("note", note)
+        return out
+
+    def _set_seed(self, seed):
+        return seed

@@ -225,13 +225,11 @@ def test_parallel_equals_serial_with_spawn():
 
 
 def test_serial_for_single_runs_in_process():
-    env = ParallelEnv(1, PendulumEnv, serial_for_single=True, mp_start_method="spawn", worker_timeout=5.0)
-    assert type(env) is SerialEnv and env.num_workers == 1  # ParallelEnv-only arguments are dropped
-    assert type(ParallelEnv(2, PendulumEnv, serial_for_single=True)) is ParallelEnv
-    assert type(ParallelEnv(1, PendulumEnv)) is ParallelEnv
+    env = ParallelEnv(1, PendulumEnv, serial_for_single=True)
     env.set_seed(0)
     rollout = env.rollout(4, lambda td: td.set("action", torch.ones(1, 1)))
-    assert rollout.batch_size == torch.Size([1, 4])
+    assert type(env) is ParallelEnv and env._workers == [] and rollout.batch_size == torch.Size([1, 4])
+    assert [float(p["params", "g"]) for p in env.gen_params()] == [10.0]  # the sub-env's methods, in-process
     ref = SerialEnv(1, PendulumEnv)
     ref.set_seed(0)
     assert (ref.rollout(4, lambda td: td.set("action", torch.ones(1, 1))) == rollout).all()
@@ -558,8 +556,6 @@ def test_batched_device_and_use_buffers_arguments(cls):
         assert env.rollout(2)["next", "observation"].device == torch.device("cpu")
     finally:
         env.close()
-    with pytest.raises(ValueError, match="use_buffers=False is not supported"):
-        cls(2, PendulumEnv, use_buffers=False)
     with pytest.raises(ValueError, match=r"device=meta differs from the sub-envs' device"):
         cls(2, PendulumEnv, device="meta")
 

@@ -213,3 +213,18 @@ def test_parallel_num_threads_applies_when_workers_start():
     with pytest.raises(ValueError, match="num_threads"):
         ParallelEnv(1, PendulumEnv, num_threads=0)
     assert ParallelEnv(1, PendulumEnv)._mp_start_method is None
+
+
+def test_in_process_parallel_env_forwards_and_indexes():
+    env = ParallelEnv(1, children.CountingPendulum, serial_for_single=True)
+    try:
+        env.rand_step(env.reset())
+        assert type(env) is ParallelEnv and env._workers == []
+        assert list(env.steps) == [1] and env.scaled(3) == [3]
+        with pytest.raises(RuntimeError, match="explode was called"):  # reported as a worker's would be
+            env.explode()
+        view = env[0]
+        view.rand_step(view.reset())
+        assert list(env.steps) == [2]
+    finally:
+        env.close()

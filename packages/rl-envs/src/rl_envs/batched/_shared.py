@@ -13,10 +13,10 @@ copy of the buffer's ``"next"`` entries; a reset does the same with the root out
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, cast
 
 import torch
-from tdict import TensorDict, TensorDictBase
+from tdict import TensorDict, TensorDictBase, is_leaf_nontensor, lazy_stack
 from tdict.errors import InvalidArgumentError
 from tdict.specs import Composite
 from tdict.validation import check_positive_int
@@ -126,6 +126,42 @@ def _stack_specs(specs: list[Composite]) -> Composite:
     return Composite(entries, shape=(len(specs), *first.shape), device=first.device)
 
 
+def _non_tensor_rows(tensordict: TensorDictBase | None, keys: tuple, num_workers: int) -> list | None:
+    """Each worker's row of the non-tensor entries ``keys`` of ``tensordict`` (None: none given)."""
+    if tensordict is None or not keys:
+        return None
+    rows: list = [{} for _ in range(num_workers)]
+    for key in keys:
+        value = tensordict.get(key, None)
+        if value is not None:
+            for row, part in zip(rows, value.unbind(0)):
+                row[key] = part
+    return rows if rows[0] else None
+
+
+def _set_non_tensor(out: TensorDictBase, rows: list, keys: tuple) -> None:
+    """Sets the non-tensor entries ``keys`` of ``out`` from each worker's values."""
+    for key in keys:
+        values = [row.get(key) for row in rows]
+        if all(v is not None for v in values):
+            out.set(key, torch.stack(values, 0))
+
+
+def _stack_rows(rows: list) -> TensorDictBase:
+    """The sub-envs' outputs as one TensorDict of the batched env's batch size: a dense stack, or a lazy
+    one where the rows differ in keys or shapes (non-tensor entries stack either way)."""
+    first = rows[0]
+    keys = set(first.keys(True, True))
+    same = all(
+        set(r.keys(True, True)) == keys
+        and all(
+            not isinstance(v, torch.Tensor) or v.shape == first.get(k).shape for k, v in ((k, r.get(k)) for k in keys)
+        )
+        for r in rows[1:]
+    )
+    return cast(TensorDictBase, torch.stack(rows, 0)) if same else lazy_stack(rows, 0)
+
+
 def _batched_device(owner: str, device: Any, sub_device: torch.device | None) -> torch.device | None:
     """The batched env's device: its sub-envs' (``device`` may only restate it, or pin device-free
     sub-envs, whose tensors are CPU tensors, to the CPU)."""
@@ -219,11 +255,6 @@ class BatchedEnvBase(EnvBase):
     ) -> None:
         owner = type(self).__name__
         check_positive_int(owner, "num_workers", num_workers)
-        if not use_buffers:
-            raise ValueError(
-                f"{owner}: use_buffers=False is not supported; the sub-envs always exchange data through "
-                "preallocated buffers."
-            )
         creators = _make_creators(num_workers, create_env_fn, create_env_kwargs, owner)
         meta = _check_same_specs(creators, owner)
         super().__init__(device=_batched_device(owner, device, meta.device), batch_size=(num_workers, *meta.batch_size))
@@ -233,6 +264,7 @@ class BatchedEnvBase(EnvBase):
         self.__dict__.update(
             _buffer=None, _layout=None, _ids=tuple(range(num_workers)), _parent=None, _view_closed=False, _started=0
         )
+        self.__dict__["_use_buffers"] = bool(use_buffers)
 
     def _use_creators(self, creators: list[EnvCreator], meta: EnvMetaData) -> None:
         self.__dict__["_creators"] = creators
@@ -369,13 +401,13 @@ class BatchedEnvBase(EnvBase):
         metadata is known, nothing is built) that runs on the owner's workers and buffer."""
         owner = self._owner
         creators = [owner._creators[i] for i in ids]
-        view = type(self)._view_of(len(ids), creators, owner.device)
+        view = type(self)._view_of(len(ids), creators, owner.device, owner._use_buffers)
         view.__dict__.update(_ids=tuple(ids), _parent=owner, _started=owner._started)
         return view
 
     @classmethod
-    def _view_of(cls, num_workers: int, creators: list, device: Any) -> BatchedEnvBase:
-        return cls(num_workers, creators, device=device)
+    def _view_of(cls, num_workers: int, creators: list, device: Any, use_buffers: bool) -> BatchedEnvBase:
+        return cls(num_workers, creators, device=device, use_buffers=use_buffers)
 
     def _start_view(self) -> None:
         parent = self._parent
@@ -421,6 +453,18 @@ class BatchedEnvBase(EnvBase):
             (k, root_in.get(k)) for k in keys.state_keys if isinstance(root_in.get(k), torch.Tensor)
         )
         self.__dict__["_mask_dests"] = tuple((k, buffer.get(k)) for k in layout.mask_keys)
+        self.__dict__["_step_keys"] = step_in
+
+        def non_tensor(source: TensorDictBase, keys: Sequence) -> tuple:
+            return tuple(k for k in keys if not isinstance(source.get(k, None), (torch.Tensor, type(None))))
+
+        self.__dict__["_nt_step_in"] = non_tensor(root_in, step_in)
+        self.__dict__["_nt_reset_in"] = non_tensor(root_in, keys.state_keys)
+        self.__dict__["_nt_next"] = non_tensor(buffer.get("next"), layout.next_keys)
+        self.__dict__["_nt_reset_out"] = non_tensor(root_in, layout.reset_out_keys)
+        if self._parent is None:
+            self.__dict__["_nt_current"] = [{} for _ in range(self.num_workers)]
+            self.__dict__["_last_rows"] = [None] * self.num_workers  # use_buffers=False: each worker's last output
         self.__dict__["_next_views"] = {}
         self.__dict__["_root_views"] = {}
 
@@ -453,7 +497,7 @@ class BatchedEnvBase(EnvBase):
             done_keys = [k for k in keys.done_keys if _root_of(k) == root]
             done_key = next((k for k in done_keys if _leaf_name(k) == "done"), done_keys[0])
             buffer.set(mask_key, torch.zeros(buffer.get(done_key).shape, dtype=torch.bool, device=self.device))
-        next_keys = tuple(buffer.get("next").keys(True, True))
+        next_keys = _unique([*keys.observation_keys, *keys.reward_keys, *keys.done_keys])
         reset_out = _unique([*keys.observation_keys, *keys.done_keys, *keys.state_keys])
         return BufferLayout(next_keys, reset_out, tuple(keys.reset_keys)), buffer
 
@@ -488,8 +532,57 @@ class BatchedEnvBase(EnvBase):
     def _step(self, tensordict: TensorDictBase) -> TensorDictBase:
         if self._buffer is None or self._parent is not None:
             self.start()
+        partial = tensordict.get("_step", None)
+        if partial is not None:
+            flags = partial.reshape(self.num_workers, -1).any(-1).tolist()
+            if not all(flags):
+                return self._partial_step(tensordict, [i for i, flag in enumerate(flags) if flag])
+        if not self._use_buffers:
+            parts = tensordict.select(*self._step_keys, strict=False).unbind(0)
+            rows = self._run_step_tds(list(parts))
+            last = self._owner._last_rows
+            for i, row in zip(self._ids, rows):
+                last[i] = row
+            return _stack_rows(rows)
         present = self._write_inputs(tensordict, self._step_dests)
-        return self._output(self._run_step(present), "next")
+        if not self._nt_step_in and not self._nt_next:
+            return self._output(self._run_step(present, None)[0], "next")
+        # non-tensor entries have no buffer: they travel with the commands and replies
+        written, non_tensor = self._run_step(present, _non_tensor_rows(tensordict, self._nt_step_in, self.num_workers))
+        out = self._output(written, "next")
+        _set_non_tensor(out, non_tensor, self._nt_next)
+        current = self._owner._nt_current
+        for i, values in zip(self._ids, non_tensor):  # what the next reset leaves as it is
+            current[i] = {**current[i], **{k: v for k, v in values.items() if k in self._nt_reset_out}}
+        return out
+
+    def _partial_step(self, tensordict: TensorDictBase, positions: list) -> TensorDictBase:
+        """A step of the workers at ``positions`` only (TorchRL's ``"_step"`` mask): the others' next
+        entries carry their root values over (rewards zero), and they do not step."""
+        rows = list(self._carried_next(tensordict).unbind(0))
+        if positions:
+            if self._use_buffers:
+                present = self._write_inputs(tensordict, self._step_dests)
+                extras = _non_tensor_rows(tensordict, self._nt_step_in, self.num_workers)
+                written, non_tensor = self._run_step(present, extras, positions)
+                out = self._output(written, "next")
+                for p, extra in zip(positions, non_tensor):
+                    rows[p] = out[p].update(extra) if extra else out[p]
+            else:
+                parts = tensordict.select(*self._step_keys, strict=False).unbind(0)
+                for p, row in zip(positions, self._run_step_tds([parts[p] for p in positions], positions)):
+                    rows[p] = row
+        return _stack_rows(rows)
+
+    def _carried_next(self, tensordict: TensorDictBase) -> TensorDictBase:
+        """The next entries of a worker that does not step: its root values where the root has the key
+        (observations, done flags), zeros elsewhere (rewards)."""
+        carried = self.fake_tensordict().get("next").clone()
+        for key in carried.keys(True, True, is_leaf_nontensor):
+            value = tensordict.get(key, None)
+            if value is not None:
+                carried.set(key, value.clone() if isinstance(value, torch.Tensor) else value)
+        return carried
 
     def _reset(self, tensordict: TensorDictBase | None = None, **kwargs: Any) -> TensorDictBase:
         if self._buffer is None or self._parent is not None:
@@ -503,6 +596,9 @@ class BatchedEnvBase(EnvBase):
                     raise ValueError(
                         f"reset: {key!r} must have shape {list(dest.shape)} (one flag per sub-env), got {list(mask.shape)}."
                     )
+        if not self._use_buffers:
+            return self._reset_unbuffered(tensordict, masks, kwargs)
+        if tensordict is not None:
             present = self._write_inputs(tensordict, self._reset_dests)
         with_mask = any(m is not None for m in masks)
         if with_mask:
@@ -516,10 +612,51 @@ class BatchedEnvBase(EnvBase):
             need_list = need.tolist()
         else:
             need_list = [True] * self.num_workers
-        written = self._run_reset(need_list, present, with_mask, kwargs)
-        if not written:
+        extras = _non_tensor_rows(tensordict, self._nt_reset_in, self.num_workers)
+        written, non_tensor = self._run_reset(need_list, present, with_mask, kwargs, extras)
+        if not written and not self._nt_reset_out:
             return TensorDict.unchecked({}, self.batch_size, self.device)
-        return self._output(written, "root")
+        out = self._output(written, "root")
+        if self._nt_reset_out:
+            current = self._owner._nt_current
+            for i, values in zip(self._ids, non_tensor):  # workers not reset report nothing: their last values
+                if values is not None:
+                    current[i] = {**current[i], **values}
+            _set_non_tensor(out, [current[i] for i in self._ids], self._nt_reset_out)
+        return out
+
+    def _reset_unbuffered(self, tensordict: TensorDictBase | None, masks: list, kwargs: dict) -> TensorDictBase:
+        """Resets the workers whose mask is set (all without masks), each with its row of ``tensordict``;
+        the rows of the others hold their last outputs (what ``EnvBase.reset`` keeps of them where the
+        input lacks an entry)."""
+        n = self.num_workers
+        need = [True] * n
+        if any(m is not None for m in masks):
+            need = [False] * n
+            for m in masks:
+                if m is not None:
+                    flags = m.reshape(n, -1).any(-1).tolist()
+                    need = [a or b for a, b in zip(need, flags)]
+        rows: list = [None] * n
+        keys = self._keys()
+        inputs = None
+        if tensordict is not None:
+            wanted = [*keys.state_keys, *keys.reset_keys]
+            inputs = tensordict.select(*wanted, strict=False).unbind(0)
+        chosen = [i for i in range(n) if need[i]]
+        outs = self._run_reset_tds(chosen, [None if inputs is None else inputs[i] for i in chosen], kwargs)
+        for i, out in zip(chosen, outs):
+            rows[i] = out
+        last = self._owner._last_rows
+        for i, out in zip(chosen, outs):
+            last[self._ids[i]] = out
+        for i in range(n):  # the workers not reset: their last values, in the structure of a reset row
+            if rows[i] is None and chosen:
+                rows[i] = outs[0].clone()
+                previous = last[self._ids[i]]
+                if previous is not None:
+                    rows[i].update(previous.select(*rows[i].keys(True, True, is_leaf_nontensor), strict=False))
+        return _stack_rows(rows) if chosen else TensorDict.unchecked({}, self.batch_size, self.device)
 
     def _seed_streams(self, seed: int | None) -> int | None:
         """Seeds the workers in turn, each with the seed the previous one's ``set_seed`` returned.
@@ -541,14 +678,28 @@ class BatchedEnvBase(EnvBase):
     def _stop_runners(self) -> None:
         raise NotImplementedError(f"{type(self).__name__} must implement how its sub-envs run.")
 
-    def _run_step(self, keys: tuple) -> tuple:
+    def _run_step(self, keys: tuple, extras: list | None, positions: list | None = None) -> tuple[tuple, list]:
+        """Steps the sub-envs (those at ``positions`` of this env's, or all) on the buffer's root entries
+        ``keys`` and each worker's non-tensor inputs ``extras``; returns the ``"next"`` keys written and
+        the non-tensor outputs of each worker stepped."""
         raise NotImplementedError(f"{type(self).__name__} must implement how its sub-envs run.")
 
-    def _run_reset(self, need: list, keys: tuple, with_mask: bool, kwargs: dict) -> tuple:
+    def _run_reset(self, need: list, keys: tuple, with_mask: bool, kwargs: dict, extras: list | None) -> tuple:
+        """Resets the workers flagged in ``need``; returns the root keys written and each worker's
+        non-tensor outputs (``None`` for workers not reset)."""
         raise NotImplementedError(f"{type(self).__name__} must implement how its sub-envs run.")
 
     def _run_seed(self, seed: int | None) -> int | None:
         """Seeds the sub-envs in turn (:func:`tdict.seeding.chain_seeds`); returns the seed after the last."""
+        raise NotImplementedError(f"{type(self).__name__} must implement how its sub-envs run.")
+
+    def _run_step_tds(self, parts: list, positions: list | None = None) -> list:
+        """``use_buffers=False``: steps each sub-env this env drives (or those at ``positions``) on its
+        row; the ``_step`` outputs."""
+        raise NotImplementedError(f"{type(self).__name__} must implement how its sub-envs run.")
+
+    def _run_reset_tds(self, positions: list, parts: list, kwargs: dict) -> list:
+        """``use_buffers=False``: resets the sub-envs at ``positions`` (of this env's) with ``parts``."""
         raise NotImplementedError(f"{type(self).__name__} must implement how its sub-envs run.")
 
     def _sub_env_has(self, name: str) -> bool:

@@ -6,10 +6,11 @@ same kind of preallocated buffer, so the two produce identical results by constr
 
 Pipe protocol (parent -> worker; every command gets exactly one reply):
 
-- ``("step", keys | None)`` -> ``("stepped", written | None)``: step with the root entries ``keys``
-  of the buffer (``None``: the same keys as last time); ``written``: the ``"next"`` keys the env
-  wrote (``None``: the same as last time). Tensors never travel through the pipe.
-- ``("reset", keys, with_mask, kwargs)`` -> ``("reset", written)``.
+- ``("step", keys | None, extras)`` -> ``("stepped", written | None, extra)``: step with the root
+  entries ``keys`` of the buffer (``None``: the same keys as last time); ``written``: the ``"next"``
+  keys the env wrote (``None``: the same as last time). Tensors never travel through the pipe; the
+  non-tensor entries (which have no buffer) do: ``extras`` in, ``extra`` out (None when there are none).
+- ``("reset", keys, with_mask, kwargs, extras)`` -> ``("reset", written, extra)``.
 - ``("seed", seed)`` -> ``("seeded", next_seed)``: what the env's ``set_seed(seed)`` returned.
 - ``("attr", path, fetch)`` -> ``("attr", status, payload)``: the env's attribute at ``path`` (a tuple
   of names); ``status`` is ``"missing"``, ``"callable"`` (no payload), ``"ok"`` (payload: the value if
@@ -17,6 +18,9 @@ Pipe protocol (parent -> worker; every command gets exactly one reply):
 - ``("call", path, args, kwargs)`` -> ``("called", status, payload)``: the method at ``path`` called;
   ``status`` ``"ok"`` (payload: its result) or ``"failed"`` (the traceback). A failing attribute or
   call is reported, not fatal: the worker keeps serving.
+- ``("step_td", td)`` -> ``("stepped_td", out)`` and ``("reset_td", td | None, kwargs)`` -> ``("reset_td",
+  out)``: ``use_buffers=False``, the TensorDicts themselves travel through the pipe (non-tensor entries
+  included).
 - ``("close",)`` -> the worker closes its env and exits (no reply).
 
 The worker first sends ``("ready", None)``. A worker that raises sends ``("error", traceback)`` and
@@ -30,13 +34,13 @@ import traceback
 from typing import Any, NamedTuple
 
 import torch
-from tdict import TensorDictBase
+from tdict import TensorDict, TensorDictBase
 
 from tdict.liveness import die_with_parent, start_heartbeat
 
 from ._forward import follow
 
-__all__ = ["BufferLayout", "EnvRunner", "worker_main"]
+__all__ = ["BufferLayout", "CommandServer", "EnvRunner", "worker_main"]
 
 
 class BufferLayout(NamedTuple):
@@ -56,6 +60,12 @@ def _dests(td: TensorDictBase, keys: tuple) -> tuple:
     return tuple(out)
 
 
+def _pick(out: TensorDictBase, keys: tuple) -> dict | None:
+    if not keys:
+        return None
+    return {key: value for key in keys if (value := out.get(key, None)) is not None}
+
+
 class EnvRunner:
     """One sub-env and its slice of the batched env's buffer.
 
@@ -65,12 +75,17 @@ class EnvRunner:
         layout: which keys are outputs.
     """
 
-    def __init__(self, env: Any, root: TensorDictBase, layout: BufferLayout) -> None:
+    def __init__(self, env: Any, root: TensorDictBase | None, layout: BufferLayout | None) -> None:
         self.env = env
-        self.root = root
+        if root is None or layout is None:  # use_buffers=False: step_td / reset_td only
+            root, layout = TensorDict.unchecked({"next": {}}, torch.Size()), BufferLayout((), (), ())
+        self.root: TensorDictBase = root
         self.mask_keys = layout.mask_keys
         self.next_dests = _dests(root.get("next"), layout.next_keys)
         self.reset_dests = _dests(root, layout.reset_out_keys)
+        # outputs with no place in the buffer (non-tensor entries): sent back with the reply
+        self.next_extra = tuple(k for k in layout.next_keys if k not in dict(self.next_dests))
+        self.reset_extra = tuple(k for k in layout.reset_out_keys if k not in dict(self.reset_dests))
         self._inputs: dict = {}  # key tuple -> root.select(*keys): views, refreshed by in-place writes
         self._checked: set = set()
         self._validate = bool(getattr(env, "validate_actions", False))  # its step() is bypassed
@@ -81,21 +96,38 @@ class EnvRunner:
             view = self._inputs[keys] = self.root.select(*keys)
         return view
 
-    def step(self, keys: tuple) -> tuple:
-        """Steps the env on the buffer's root entries ``keys``; returns the ``"next"`` keys written."""
+    def step(self, keys: tuple, extras: dict | None = None) -> tuple[tuple, dict | None]:
+        """Steps the env on the buffer's root entries ``keys`` (plus the non-tensor ``extras``); returns
+        the ``"next"`` keys written and the non-tensor outputs (None when the env has none)."""
         td = self._input(keys)
+        if extras:
+            td = td.copy().update(extras)
         if self._validate:
             self.env._validate_actions(td, self.env._keys())
         out = self.env._step(td)
-        return self._write(self.next_dests, out, "_step")
+        return self._write(self.next_dests, out, "_step"), _pick(out, self.next_extra)
 
-    def reset(self, keys: tuple, with_mask: bool, kwargs: dict) -> tuple:
-        """Resets the env (with the buffer's ``keys`` and, if ``with_mask``, its ``"_reset"`` masks)."""
+    def reset(self, keys: tuple, with_mask: bool, kwargs: dict, extras: dict | None = None) -> tuple:
+        """Resets the env (with the buffer's ``keys``, the non-tensor ``extras`` and, if ``with_mask``,
+        its ``"_reset"`` masks); returns the keys written and the non-tensor outputs."""
         keys = keys + self.mask_keys if with_mask else keys
         # a private copy: the env's reset may update its input in place
-        td = self.root.select(*keys).clone() if keys else None
+        td = self.root.select(*keys).clone() if keys or extras else None
+        if extras:
+            assert td is not None
+            td.update(extras)
         out = self.env.reset(td, **kwargs)
-        return self._write(self.reset_dests, out, "reset")
+        return self._write(self.reset_dests, out, "reset"), _pick(out, self.reset_extra)
+
+    def step_td(self, td: TensorDictBase) -> TensorDictBase:
+        """``use_buffers=False``: steps the env on ``td`` (its row of the root); returns its output."""
+        if self._validate:
+            self.env._validate_actions(td, self.env._keys())
+        return self.env._step(td)
+
+    def reset_td(self, td: TensorDictBase | None, kwargs: dict) -> TensorDictBase:
+        """``use_buffers=False``: resets the env with ``td`` (its row, or None); returns the root entries."""
+        return self.env.reset(td, **kwargs).exclude("next")
 
     def seed(self, seed: int | None) -> int | None:
         """Seeds the env; returns the next seed (what its ``set_seed`` returned)."""
@@ -145,11 +177,45 @@ def _call(env: Any, path: tuple, args: tuple, kwargs: dict) -> tuple[str, Any]:
         return "failed", traceback.format_exc()
 
 
+class CommandServer:
+    """Serves the pipe protocol's commands (module docstring) for one runner: the loop of a worker
+    process, or ParallelEnv's in-process worker (``serial_for_single``)."""
+
+    def __init__(self, runner: EnvRunner) -> None:
+        self.runner = runner
+        self.last_keys: tuple = ()
+        self.last_written: tuple | None = None
+
+    def handle(self, message: tuple) -> tuple:
+        """The reply to ``message`` (any command but ``"close"``)."""
+        command, runner = message[0], self.runner
+        if command == "step":
+            if message[1] is not None:
+                self.last_keys = message[1]
+            written, extra = runner.step(self.last_keys, message[2])
+            reply = ("stepped", None if written == self.last_written else written, extra)
+            self.last_written = written
+            return reply
+        if command == "reset":
+            return ("reset", *runner.reset(message[1], message[2], message[3], message[4]))
+        if command == "step_td":
+            return ("stepped_td", runner.step_td(message[1]))
+        if command == "reset_td":
+            return ("reset_td", runner.reset_td(message[1], message[2]))
+        if command == "seed":
+            return ("seeded", runner.seed(message[1]))
+        if command == "attr":
+            return ("attr", *_attribute(runner.env, message[1], message[2]))
+        if command == "call":
+            return ("called", *_call(runner.env, message[1], message[2], message[3]))
+        raise ValueError(f"ParallelEnv worker: unknown command {command!r}.")
+
+
 def worker_main(
     index: int,
     create_env_fn: Any,
-    buffer: TensorDictBase,
-    layout: BufferLayout,
+    buffer: TensorDictBase | None,
+    layout: BufferLayout | None,
     conn: Any,
     parent_pid: int,
     num_threads: int | None,
@@ -165,38 +231,21 @@ def worker_main(
         if num_threads is not None:
             torch.set_num_threads(num_threads)
         env = create_env_fn()
-        runner = EnvRunner(env, buffer[index], layout)
+        runner = EnvRunner(env, None if buffer is None else buffer[index], layout)
         del buffer  # only this worker's slice is kept
         conn.send(("ready", None))
-        last_keys: tuple = ()
-        last_written: tuple | None = None
+        server = CommandServer(runner)
         while True:
             message = conn.recv()  # the heartbeat thread ends this process if the parent dies meanwhile
-            command = message[0]
-            if command == "step":
-                if message[1] is not None:
-                    last_keys = message[1]
-                written = runner.step(last_keys)
-                conn.send(("stepped", None if written == last_written else written))
-                last_written = written
-            elif command == "reset":
-                conn.send(("reset", runner.reset(message[1], message[2], message[3])))
-            elif command == "seed":
-                conn.send(("seeded", runner.seed(message[1])))
-            elif command in ("attr", "call"):
-                reply = (
-                    ("attr", *_attribute(env, message[1], message[2]))
-                    if command == "attr"
-                    else ("called", *_call(env, message[1], message[2], message[3]))
-                )
-                try:  # pickled whole before anything is written: a value that does not pickle is reported
-                    conn.send(reply)
-                except (pickle.PicklingError, TypeError, AttributeError, RuntimeError):
-                    conn.send((reply[0], "failed", traceback.format_exc()))
-            elif command == "close":
+            if message[0] == "close":
                 return
-            else:
-                raise ValueError(f"ParallelEnv worker {index}: unknown command {command!r}.")
+            reply = server.handle(message)
+            try:  # pickled whole before anything is written: an attribute that does not pickle is reported
+                conn.send(reply)
+            except (pickle.PicklingError, TypeError, AttributeError, RuntimeError):
+                if reply[0] not in ("attr", "called"):
+                    raise
+                conn.send((reply[0], "failed", traceback.format_exc()))
     except (EOFError, BrokenPipeError, KeyboardInterrupt):
         return
     except BaseException:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import atexit
-import inspect
 import os
 import signal
 import threading
@@ -23,12 +22,11 @@ from tdict.liveness import HeartbeatBoard, check_heartbeat_args
 from tdict.seeding import chain_seeds
 from tdict.validation import check_positive_int
 from ._shared import BatchedEnvBase
-from ._worker import BufferLayout, worker_main
-from .serial import SerialEnv
+from ._worker import BufferLayout, CommandServer, EnvRunner, worker_main
 
 __all__ = ["ParallelEnv"]
 
-_SAME_KEYS = ("step", None)  # a step reading the same root keys as the worker's last one
+_SAME_KEYS = ("step", None, None)  # a step reading the same root keys as the worker's last one
 
 # pools with live workers; closed at interpreter exit by a hook registered after multiprocessing's own
 # (atexit runs last-registered first), so multiprocessing never waits on a worker that waits for us
@@ -71,8 +69,8 @@ class _WorkerPool:
         self,
         ctx: Any,
         creators: list,
-        buffer: TensorDictBase,
-        layout: BufferLayout,
+        buffer: TensorDictBase | None,
+        layout: BufferLayout | None,
         num_threads: int | None,
         daemon: bool,
     ) -> None:
@@ -223,6 +221,28 @@ class _WorkerPool:
                 pass
 
 
+class _InProcessPool:
+    """The worker pool's interface over one sub-env run in this process (``serial_for_single``):
+    each command is served as it is sent; the sub-env's exceptions surface as they are."""
+
+    def __init__(self, server: CommandServer) -> None:
+        self.server = server
+        self.procs: list = []
+        self.closed = False
+        self._replies: dict = {}
+
+    def send(self, i: int, message: tuple) -> None:
+        self._replies[i] = self.server.handle(message)
+
+    def gather(self, indices: Any, expected: str) -> dict:
+        return {i: self._replies.pop(i) for i in indices}
+
+    def close(self, grace: float = 0.0) -> None:
+        if not self.closed:
+            self.closed = True
+            self.server.runner.env.close()
+
+
 class ParallelEnv(BatchedEnvBase):
     """Runs ``num_workers`` sub-envs, each in its own process; batch size ``[num_workers, *sub_batch]``.
 
@@ -251,8 +271,8 @@ class ParallelEnv(BatchedEnvBase):
             or ``"forkserver"`` it must pickle: a module-level function or class, or a lambda
             wrapped by EnvCreator with ``cloudpickle`` installed.
         create_env_kwargs: keyword arguments for the factory: a dict, or one dict per worker.
-        serial_for_single: with ``num_workers == 1``, build a :class:`SerialEnv` instead (the env runs
-            in this process; the arguments only ParallelEnv takes are dropped).
+        serial_for_single: with ``num_workers == 1``, run the env in this process (no worker; still a
+            ParallelEnv, whose commands are served in-process).
         shared_memory: must be True: the buffers live in shared memory (TorchRL also offers memmap
             buffers and per-worker TensorDicts; these are not implemented).
         mp_start_method: ``"fork"``, ``"spawn"`` or ``"forkserver"``; ``None`` uses multiprocessing's
@@ -273,7 +293,10 @@ class ParallelEnv(BatchedEnvBase):
             device raises ``ValueError`` (build the sub-envs there instead).
         share_individual_td: accepted for TorchRL compatibility: the sub-envs write into one
             stacked buffer either way, and the data returned is the same.
-        use_buffers: only ``True`` (the workers always exchange data through shared-memory buffers).
+        use_buffers: ``True`` (default): the data go through the shared-memory buffers, only tensors
+            whose shapes the specs fix. ``False``: each step's TensorDicts are pickled through the
+            pipes, slower but with non-tensor entries (strings, metadata) and sub-envs whose outputs
+            differ in shape (stacked lazily).
 
     Seeding (:mod:`tdict.seeding`): the workers are seeded in turn, each with the seed the previous
     one's ``set_seed`` returned: with one random stream per sub-env, worker ``i`` gets ``seed + i`` and
@@ -290,7 +313,7 @@ class ParallelEnv(BatchedEnvBase):
     """
 
     # set through ``self.__dict__`` (bypasses nn.Module's ``__setattr__``)
-    _pool: _WorkerPool | None
+    _pool: _WorkerPool | _InProcessPool | None
     _finalizer: weakref.finalize | None
     _sent_keys: tuple | None
     _written: list
@@ -348,17 +371,13 @@ class ParallelEnv(BatchedEnvBase):
         self.__dict__["_sent_keys"] = [None] * num_workers  # per worker: the root keys its last step read
         self.__dict__["_written"] = [()] * num_workers
 
-    def __new__(cls, *args: Any, **kwargs: Any) -> Any:
-        # serial_for_single with one worker: a SerialEnv (it runs in this process; __init__ is not called again)
-        num_workers = args[0] if args else kwargs.get("num_workers")
-        if kwargs.get("serial_for_single") and num_workers == 1:
-            accepted = inspect.signature(SerialEnv.__init__).parameters
-            return SerialEnv(*args, **{key: value for key, value in kwargs.items() if key in accepted})
-        return super().__new__(cls, *args, **kwargs)
+    @property
+    def _in_process(self) -> bool:
+        return self.serial_for_single and self.num_workers == 1
 
     @classmethod
-    def _view_of(cls, num_workers: int, creators: list, device: Any) -> BatchedEnvBase:
-        return cls(num_workers, creators, device=device, serial_for_single=False)
+    def _view_of(cls, num_workers: int, creators: list, device: Any, use_buffers: bool) -> BatchedEnvBase:
+        return cls(num_workers, creators, device=device, use_buffers=use_buffers, serial_for_single=False)
 
     # ------------------------------------------------------------------ lifecycle
     def _start_runners(self, buffer: TensorDictBase, layout: BufferLayout) -> None:
@@ -366,13 +385,17 @@ class ParallelEnv(BatchedEnvBase):
         self.__dict__["_written"] = [()] * self.num_workers
         if self.num_threads is not None:
             torch.set_num_threads(self.num_threads)
-        buffer.share_memory_()
+        if self._in_process:  # serial_for_single with one worker: its commands are served here
+            shared = (buffer[0], layout) if self._use_buffers else (None, None)
+            self.__dict__["_pool"] = _InProcessPool(CommandServer(EnvRunner(self._creators[0](), *shared)))
+            return
+        if self._use_buffers:
+            buffer.share_memory_()
         pool = _WorkerPool(self.worker_timeout, self.heartbeat_interval, self.heartbeat_timeout)
         self.__dict__["_pool"] = pool
         self.__dict__["_finalizer"] = weakref.finalize(self, pool.close)
-        pool.start(
-            mp.get_context(self.mp_start_method), self._creators, buffer, layout, self.num_sub_threads, self.daemon
-        )
+        shared = (buffer, layout) if self._use_buffers else (None, None)
+        pool.start(mp.get_context(self.mp_start_method), self._creators, *shared, self.num_sub_threads, self.daemon)
 
     def _stop_runners(self) -> None:
         pool, finalizer = self._pool, self._finalizer
@@ -382,7 +405,7 @@ class ParallelEnv(BatchedEnvBase):
         if pool is not None:
             pool.close()
 
-    def _live_pool(self) -> _WorkerPool:
+    def _live_pool(self) -> _WorkerPool | _InProcessPool:
         pool = self._owner._pool
         assert pool is not None  # started before any command
         if pool.closed:
@@ -399,26 +422,38 @@ class ParallelEnv(BatchedEnvBase):
         return list(pool.procs) if pool is not None else []
 
     # ------------------------------------------------------------------ commands
-    def _run_step(self, keys: tuple) -> tuple:
+    def _run_step(self, keys: tuple, extras: list | None, positions: list | None = None) -> tuple[tuple, list]:
         owner = self._owner
         pool, sent, ids = self._live_pool(), owner._sent_keys, self._ids
-        same, new = _SAME_KEYS, ("step", keys)
-        for i in ids:
-            pool.send(i, same if keys == sent[i] else new)
-            sent[i] = keys
+        if positions is not None:
+            ids = tuple(ids[p] for p in positions)
+            extras = None if extras is None else [extras[p] for p in positions]
+        if extras is None:
+            same, new = _SAME_KEYS, ("step", keys, None)
+            for i in ids:
+                pool.send(i, same if keys == sent[i] else new)
+                sent[i] = keys
+        else:
+            for i, extra in zip(ids, extras):
+                pool.send(i, ("step", None if keys == sent[i] else keys, extra))
+                sent[i] = keys
         written = owner._written
-        for i, reply in pool.gather(ids, "stepped").items():
+        replies = pool.gather(ids, "stepped")
+        for i, reply in replies.items():
             if reply[1] is not None:
                 written[i] = reply[1]
-        return written[ids[0]]
+        return written[ids[0]], [replies[i][2] for i in ids]
 
-    def _run_reset(self, need: list, keys: tuple, with_mask: bool, kwargs: dict) -> tuple:
+    def _run_reset(self, need: list, keys: tuple, with_mask: bool, kwargs: dict, extras: list | None) -> tuple:
         pool = self._live_pool()
-        indices = [i for i, flag in zip(self._ids, need) if flag]
-        for i in indices:
-            pool.send(i, ("reset", keys, with_mask, kwargs))
-        replies = pool.gather(indices, "reset")
-        return replies[indices[0]][1] if indices else ()
+        positions = [p for p, flag in enumerate(need) if flag]
+        for p in positions:
+            pool.send(self._ids[p], ("reset", keys, with_mask, kwargs, None if extras is None else extras[p]))
+        replies = pool.gather([self._ids[p] for p in positions], "reset")
+        extra: list = [None] * len(need)
+        for p in positions:
+            extra[p] = replies[self._ids[p]][2]
+        return (replies[self._ids[positions[0]]][1] if positions else ()), extra
 
     def _run_seed(self, seed: int | None) -> int | None:
         pool = self._live_pool()
@@ -431,6 +466,23 @@ class ParallelEnv(BatchedEnvBase):
             return run
 
         return chain_seeds(seed, [seed_worker(i) for i in self._ids])
+
+    def _run_step_tds(self, parts: list, positions: list | None = None) -> list:
+        pool, ids = self._live_pool(), self._ids
+        if positions is not None:
+            ids = tuple(ids[p] for p in positions)
+        for i, part in zip(ids, parts):
+            pool.send(i, ("step_td", part))
+        replies = pool.gather(ids, "stepped_td")
+        return [replies[i][1] for i in ids]
+
+    def _run_reset_tds(self, positions: list, parts: list, kwargs: dict) -> list:
+        pool = self._live_pool()
+        ids = [self._ids[p] for p in positions]
+        for i, part in zip(ids, parts):
+            pool.send(i, ("reset_td", part, kwargs))
+        replies = pool.gather(ids, "reset_td")
+        return [replies[i][1] for i in ids]
 
     # ------------------------------------------------------------------ the sub-envs' attributes
     def _ask(self, ids: Sequence[int], message: tuple, expected: str) -> list:
@@ -456,9 +508,3 @@ class ParallelEnv(BatchedEnvBase):
 
     def _sub_env_call(self, path: tuple, args: tuple, kwargs: dict) -> list:
         return [reply[2] for reply in self._ask(self._ids, ("call", path, args, kwargs), "called")]
-
-
-# inspect.signature(ParallelEnv) shows __init__'s arguments, not those of the __new__ above
-ParallelEnv.__signature__ = inspect.Signature(  # pyright: ignore[reportAttributeAccessIssue]
-    list(inspect.signature(ParallelEnv.__init__).parameters.values())[1:]
-)

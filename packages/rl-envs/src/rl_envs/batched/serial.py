@@ -44,7 +44,10 @@ class SerialEnv(BatchedEnvBase):
             device raises ``ValueError`` (build the sub-envs there instead).
         share_individual_td: accepted for TorchRL compatibility: the sub-envs write into one
             stacked buffer either way, and the data returned is the same.
-        use_buffers: only ``True`` (the sub-envs always exchange data through preallocated buffers).
+        use_buffers: ``True`` (default): the data go through a preallocated buffer (tensors whose shapes
+            the specs fix; gymnasium sub-envs step fused). ``False``: each sub-env steps on its row of
+            the input and the outputs are stacked, non-tensor entries (strings, metadata) included, lazily
+            where the sub-envs' outputs differ in shape.
 
     Seeding (:mod:`tdict.seeding`): the sub-envs are seeded in turn, each with the seed the previous
     one's ``set_seed`` returned: with one random stream per sub-env, worker ``i`` gets ``seed + i`` and
@@ -96,8 +99,8 @@ class SerialEnv(BatchedEnvBase):
     def _start_runners(self, buffer: TensorDictBase, layout: BufferLayout) -> None:
         runners = self._runners
         for i, creator in enumerate(self._creators):
-            runners.append(EnvRunner(creator(), buffer[i], layout))
-        self.__dict__["_fused"] = self._fuse(buffer, layout)
+            runners.append(EnvRunner(creator(), *((buffer[i], layout) if self._use_buffers else (None, None))))
+        self.__dict__["_fused"] = self._fuse(buffer, layout) if self._use_buffers else None
 
     def _fuse(self, buffer: TensorDictBase, layout: BufferLayout) -> Any:
         """The sub-envs' fused stepper, with the buffer views it writes, or None."""
@@ -169,24 +172,39 @@ class SerialEnv(BatchedEnvBase):
         runners = self._owner._runners
         return runners if self._parent is None else [runners[i] for i in self._ids]
 
-    def _run_step(self, keys: tuple) -> tuple:
+    def _run_step(self, keys: tuple, extras: list | None, positions: list | None = None) -> tuple[tuple, list]:
         written: tuple = ()
-        for runner in self._my_runners():
-            written = runner.step(keys)
-        return written
+        runners = self._my_runners()
+        chosen = range(len(runners)) if positions is None else positions
+        extra = []
+        for i in chosen:
+            written, out = runners[i].step(keys, None if extras is None else extras[i])
+            extra.append(out)
+        return written, extra
 
-    def _run_reset(self, need: list, keys: tuple, with_mask: bool, kwargs: dict) -> tuple:
+    def _run_reset(self, need: list, keys: tuple, with_mask: bool, kwargs: dict, extras: list | None) -> tuple:
         if self._fused is not None and not kwargs:
             self._fused.reset([i for i, flag in enumerate(need) if flag], self._fused_root)
-            return self._fused_reset_written
+            return self._fused_reset_written, [None] * len(need)
         written: tuple = ()
-        for runner, flag in zip(self._my_runners(), need):
+        runners = self._my_runners()
+        extra: list = [None] * len(runners)
+        for i, (runner, flag) in enumerate(zip(runners, need)):
             if flag:
-                written = runner.reset(keys, with_mask, kwargs)
-        return written
+                written, extra[i] = runner.reset(keys, with_mask, kwargs, None if extras is None else extras[i])
+        return written, extra
 
     def _run_seed(self, seed: int | None) -> int | None:
         return chain_seeds(seed, [runner.seed for runner in self._my_runners()])
+
+    def _run_step_tds(self, parts: list, positions: list | None = None) -> list:
+        runners = self._my_runners()
+        chosen = range(len(runners)) if positions is None else positions
+        return [runners[i].step_td(part) for i, part in zip(chosen, parts)]
+
+    def _run_reset_tds(self, positions: list, parts: list, kwargs: dict) -> list:
+        runners = self._my_runners()
+        return [runners[i].reset_td(part, kwargs) for i, part in zip(positions, parts)]
 
     def _sub_env_has(self, name: str) -> bool:
         return hasattr(self._my_runners()[0].env, name)
