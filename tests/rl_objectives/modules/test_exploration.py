@@ -259,3 +259,16 @@ class TestOrnsteinUhlenbeck:
             OrnsteinUhlenbeckProcessModule(None)
         with pytest.raises(ValueError, match="eps_end=0.9 is larger than eps_init=0.5"):
             OrnsteinUhlenbeckProcessModule(Bounded(-1.0, 1.0, shape=(2,)), eps_init=0.5, eps_end=0.9)
+
+
+@pytest.mark.parametrize("cls", [OrnsteinUhlenbeckProcessModule, AdditiveGaussianModule])
+def test_placeholder_spec_means_no_projection(cls):
+    # TorchRL's placeholder (the key, no spec): the noise is added and nothing is clipped
+    torch.manual_seed(0)
+    module = cls(spec=Composite({"action": None}), safe=True)
+    td = TensorDict({"action": torch.full((4, 2), 100.0)}, [4])
+    out = module(td)["action"]
+    assert out.shape == (4, 2) and not torch.equal(out, torch.full((4, 2), 100.0))
+    assert (out - 100.0).abs().max() < 10  # noise around the action, no clip to any bound
+    with pytest.raises(ValueError, match="placeholder"):
+        EGreedyModule(Composite({"action": None}))

@@ -37,7 +37,9 @@ def _exploring() -> bool:
     return itype is None or itype is InteractionType.RANDOM
 
 
-def _leaf_spec(spec: Any, action_key: NestedKey, what: str, required: bool) -> Any:
+def _leaf_spec(spec: Any, action_key: NestedKey, what: str, required: bool, placeholder_ok: bool = False) -> Any:
+    """The action's spec in ``spec``. With ``placeholder_ok``, a Composite holding ``None`` for the
+    action (TorchRL's placeholder: the key exists, its spec is unknown) gives ``None``: nothing to project into."""
     if spec is None:
         if required:
             raise ValueError(f"{what}: spec is required (the action spec), got None.")
@@ -47,7 +49,10 @@ def _leaf_spec(spec: Any, action_key: NestedKey, what: str, required: bool) -> A
             raise KeyError(
                 f"{what}: the Composite spec has no entry for action_key {action_key!r}; it holds {spec.keys(True, True)}."
             )
-        return spec.get(action_key)
+        leaf = spec.get(action_key)
+        if leaf is None and required and not placeholder_ok:
+            raise ValueError(f"{what}: the Composite spec holds no spec (a placeholder) for action_key {action_key!r}.")
+        return leaf
     if not getattr(type(spec), "_is_spec", False):
         raise TypeError(f"{what}: spec must be a TensorSpec or a Composite, got {type(spec).__name__}.")
     return spec
@@ -238,7 +243,8 @@ class AdditiveGaussianModule(_Annealed):
         annealing_num_steps: steps from ``sigma_init`` to ``sigma_end`` (default 1000).
         mean, std: parameters of the unit noise (default 0 and 1).
         action_key: the action entry (default ``"action"``).
-        safe: project the noisy action into ``spec`` (default ``True``).
+        safe: project the noisy action into ``spec`` (default ``True``; a Composite holding ``None`` for
+            the action, TorchRL's placeholder, leaves nothing to project into).
         device: device of the buffers.
 
     Raises:
@@ -282,7 +288,7 @@ class AdditiveGaussianModule(_Annealed):
         _check_schedule(
             sigma_init, sigma_end, annealing_num_steps, "AdditiveGaussianModule", ("sigma_init", "sigma_end")
         )
-        self._leaf = _leaf_spec(spec, action_key, "AdditiveGaussianModule", required=safe)
+        self._leaf = _leaf_spec(spec, action_key, "AdditiveGaussianModule", required=safe, placeholder_ok=True)
         self.action_key = action_key
         self.in_keys = [action_key]
         self.out_keys = [action_key]
@@ -305,8 +311,7 @@ class AdditiveGaussianModule(_Annealed):
         action = _get(tensordict, self.action_key, "AdditiveGaussianModule")
         noise = torch.randn_like(action) * self.std.to(action) + self.mean.to(action)
         action = action + self.sigma.to(action) * noise
-        if self.safe:
-            assert self._project is not None  # safe requires a spec (_leaf_spec)
+        if self.safe and self._project is not None:  # None: a placeholder spec, nothing to project into
             action = self._project(action)
         tensordict.set(self.action_key, action)
         return tensordict
@@ -339,7 +344,8 @@ class OrnsteinUhlenbeckProcessModule(_Annealed):
         n_steps_annealing: steps (per trajectory) over which ``sigma_t`` goes from ``sigma`` to ``sigma_min``.
         action_key: the action entry (default ``"action"``).
         is_init_key: the reset flag (default ``"is_init"``), batch shape (a trailing 1 is accepted).
-        safe: project the noisy action into ``spec`` (default ``True``).
+        safe: project the noisy action into ``spec`` (default ``True``; a Composite holding ``None`` for
+            the action, TorchRL's placeholder, leaves nothing to project into).
         device: device of the buffers.
 
     Raises:
@@ -390,7 +396,7 @@ class OrnsteinUhlenbeckProcessModule(_Annealed):
             raise ValueError(
                 f"OrnsteinUhlenbeckProcessModule: sigma and sigma_min must be >= 0 and dt > 0, got sigma={sigma}, sigma_min={sigma_min}, dt={dt}."
             )
-        self._leaf = _leaf_spec(spec, action_key, "OrnsteinUhlenbeckProcessModule", required=safe)
+        self._leaf = _leaf_spec(spec, action_key, "OrnsteinUhlenbeckProcessModule", required=safe, placeholder_ok=True)
         self.theta, self.mu, self.sigma, self.dt = float(theta), float(mu), float(sigma), float(dt)
         self.sigma_min = float(sigma if sigma_min is None else sigma_min)
         # sigma_t = max(sigma_min, slope * n + sigma); slope 0 keeps sigma constant
@@ -459,8 +465,7 @@ class OrnsteinUhlenbeckProcessModule(_Annealed):
         sigma_t = self.current_sigma(_right_expand(steps, x.ndim).to(action.dtype))
         noise = x + self.theta * (self.mu - x) * self.dt + sigma_t * math.sqrt(self.dt) * torch.randn_like(x)
         action = action + self.eps.to(action) * noise
-        if self.safe:
-            assert self._project is not None  # safe requires a spec (_leaf_spec)
+        if self.safe and self._project is not None:  # None: a placeholder spec, nothing to project into
             action = self._project(action)
         tensordict.set(self.noise_key, noise - self.x0.to(action))
         tensordict.set(self.steps_key, steps + 1)
