@@ -60,7 +60,7 @@ def iql_reference(q_online, q_target, v_lin, log_prob, td, *, gamma, expectile, 
 
 
 @pytest.mark.parametrize("loss_function", ["l2", "smooth_l1"])
-@pytest.mark.parametrize("expectile,temperature", [(0.5, 1.0), (0.8, 3.0), (0.7, 60.0)])
+@pytest.mark.parametrize("expectile,temperature", [(0.5, 1.0), (0.8, 3.0), (0.7, 60.0), (1.0, 1.0)])
 def test_iql_matches_reference(
     loss_function, expectile, temperature, nets, transition_batch, q_reference, normal_dist, perturb
 ):
@@ -101,7 +101,7 @@ def discrete_nets(space="categorical", seed=0, n_obs=N_OBS, n=N_DISCRETE):
         TensorDictModule(actor_lin, in_keys=["observation"], out_keys=["logits"]),
         ProbabilisticTensorDictModule(in_keys=["logits"], out_keys=["action"], distribution_class=dist),
     )
-    qvalue = TensorDictModule(nn.Linear(n_obs, n), in_keys=["observation"], out_keys=["action_value"])
+    qvalue = TensorDictModule(nn.Linear(n_obs, n), in_keys=["observation"], out_keys=["state_action_value"])
     value, v_lin = value_net(n_obs)
     return actor, qvalue, value, actor_lin, v_lin
 
@@ -209,8 +209,10 @@ def test_set_keys(nets, transition_batch):
 
 def test_errors(nets, transition_batch):
     actor, critic, value, _, _ = nets()
+    with pytest.raises(ValueError, match=r"expectile must be in \(0, 1\], got 1.5"):
+        IQLLoss(actor, critic, value, expectile=1.5)
     with pytest.raises(ValueError, match="expectile"):
-        IQLLoss(actor, critic, value, expectile=1.0)
+        IQLLoss(actor, critic, value, expectile=0.0)
     with pytest.raises(ValueError, match="temperature"):
         IQLLoss(actor, critic, value, temperature=-1.0)
     with pytest.raises(TypeError, match="value_network"):

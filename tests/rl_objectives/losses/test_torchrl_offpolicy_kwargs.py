@@ -169,6 +169,7 @@ def test_separate_losses_discrete_sac_and_iql():
     assert not any(grads_of(out["loss_qvalue"], list(trunk.parameters())))
     assert all(grads_of(out["loss_actor"], list(trunk.parameters())))
     iql = DiscreteIQLLoss(actor, qnet, vnet, action_space="categorical", separate_losses=True)
+    iql.set_keys(state_action_value="action_value")  # the Q-network DiscreteSACLoss reads
     out = iql(td.clone())
     for key in ("loss_qvalue", "loss_value"):
         assert not any(grads_of(out[key], list(trunk.parameters()))), key

@@ -51,8 +51,8 @@ class IQLLoss(_BootstrappedLoss):
         loss_function: ``"smooth_l1"`` (default), ``"l1"`` or ``"l2"`` for the critics.
         temperature: the inverse temperature ``beta`` of the advantage weights (default 1.0): small
             values behave like behaviour cloning, large ones like greedy improvement.
-        expectile: the expectile ``tau`` in ``(0, 1)`` of the value regression (default 0.5: the mean;
-            0.7-0.9 in the paper).
+        expectile: the expectile ``tau`` in ``(0, 1]`` of the value regression (default 0.5: the mean;
+            0.7-0.9 in the paper; 1: only underestimates of ``min Q`` are penalised).
         reduction: ``"mean"`` (default), ``"sum"`` or ``"none"``.
         deactivate_vmap: run the Q-ensemble's parameter sets in a plain loop instead of ``torch.vmap``
             (TorchRL's option; the same numbers).
@@ -155,8 +155,8 @@ class IQLLoss(_BootstrappedLoss):
             )
         if not isinstance(temperature, (int, float)) or isinstance(temperature, bool) or temperature < 0:
             raise ValueError(f"{owner}: temperature must be a number >= 0, got {temperature!r}.")
-        if not isinstance(expectile, (int, float)) or isinstance(expectile, bool) or not 0 < expectile < 1:
-            raise ValueError(f"{owner}: expectile must be in (0, 1), got {expectile!r}.")
+        if not isinstance(expectile, (int, float)) or isinstance(expectile, bool) or not 0 < expectile <= 1:
+            raise ValueError(f"{owner}: expectile must be in (0, 1], got {expectile!r}.")
         self.num_qvalue_nets = num_qvalue_nets
         self.temperature = float(temperature)
         self.expectile = float(expectile)
@@ -221,8 +221,9 @@ class IQLLoss(_BootstrappedLoss):
 class DiscreteIQLLoss(IQLLoss):
     """The IQL loss over a finite action set (TorchRL's ``DiscreteIQLLoss``).
 
-    As :class:`IQLLoss`, except that the Q-network reads only the observation and writes
-    ``"action_value"`` (``[*B, n]``); ``Q(s, a)`` is the stored action's entry. The actor gives a
+    As :class:`IQLLoss`, except that the Q-network reads only the observation and writes one value
+    per action at ``"state_action_value"`` (``[*B, n]``, TorchRL's key); ``Q(s, a)`` is the stored
+    action's entry. The actor gives a
     ``Categorical`` (stored action: an index) or ``OneHotCategorical`` (a one-hot vector).
 
     Keyword Args:
@@ -241,7 +242,7 @@ class DiscreteIQLLoss(IQLLoss):
         ...     TensorDictModule(nn.Linear(3, 4), in_keys=["observation"], out_keys=["logits"]),
         ...     ProbabilisticTensorDictModule(in_keys=["logits"], out_keys=["action"],
         ...                                   distribution_class=torch.distributions.Categorical))
-        >>> qvalue = TensorDictModule(nn.Linear(3, 4), in_keys=["observation"], out_keys=["action_value"])
+        >>> qvalue = TensorDictModule(nn.Linear(3, 4), in_keys=["observation"], out_keys=["state_action_value"])
         >>> value = ValueOperator(nn.Linear(3, 1), in_keys=["observation"])  # squeezes the 1-wide head
         >>> loss = DiscreteIQLLoss(actor, qvalue, value, action_space="categorical")
         >>> td = TensorDict({"observation": torch.randn(5, 3), "action": torch.randint(4, (5,)),
@@ -251,8 +252,6 @@ class DiscreteIQLLoss(IQLLoss):
         >>> loss(td)["loss_value"].shape
         torch.Size([])
     """
-
-    default_keys: ClassVar[dict] = {**IQLLoss.default_keys, "action_value": "action_value"}
 
     def __init__(
         self,
@@ -290,7 +289,7 @@ class DiscreteIQLLoss(IQLLoss):
 
     def _action_values(self, tensordict: Any, **kwargs: Any) -> torch.Tensor:
         out = self.call_network("qvalue_network", tensordict.copy(), **kwargs)
-        key = self.tensor_keys.action_value
+        key = self.tensor_keys.state_action_value
         values = _get("DiscreteIQLLoss", out, key)
         if values.dim() != tensordict.batch_dims + 2 or values.shape[1:-1] != tensordict.batch_size:
             raise ValueError(
