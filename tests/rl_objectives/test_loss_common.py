@@ -399,3 +399,26 @@ def test_a_list_of_networks_is_an_ensemble_of_their_parameters():
     odd = TensorDictModule(nn.Linear(3, 2), in_keys=["x"], out_keys=["prediction"])
     with pytest.raises(ValueError, match="must share one structure"):
         Probe([nets[0], odd], expand_dim=2)
+
+
+def test_vmap_randomness_of_a_vmapped_ensemble():
+    torch.manual_seed(0)
+    net = TensorDictModule(
+        nn.Sequential(nn.Linear(3, 8), nn.Dropout(0.5), nn.Linear(8, 1)), in_keys=["obs"], out_keys=["prediction"]
+    )
+    loss = Probe(net, expand_dim=6, target=False)  # more than 4 sets: the ensemble runs through torch.vmap
+    params = loss.net_params.data.clone()
+    params[:] = params[0]  # six copies of one parameter set: only the dropout masks can differ
+    loss.net_params.data.copy_(params)
+    td = TensorDict({"obs": torch.randn(5, 3)}, [5])
+    assert loss.vmap_randomness == "different"
+    out = loss.call_network("net", td.clone(), out_key="prediction")
+    assert out.shape == (6, 5, 1) and not torch.equal(out[0], out[1])  # each set draws its own mask
+    loss.set_vmap_randomness("same")
+    out = loss.call_network("net", td.clone(), out_key="prediction")
+    assert all(torch.equal(out[0], out[i]) for i in range(1, 6))  # one mask for all
+    loss.set_vmap_randomness("error")
+    with pytest.raises(RuntimeError, match="randomness"):
+        loss.call_network("net", td.clone(), out_key="prediction")
+    with pytest.raises(ValueError, match="vmap_randomness"):
+        loss.set_vmap_randomness("sometimes")

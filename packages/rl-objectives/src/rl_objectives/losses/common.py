@@ -33,7 +33,7 @@ from torch.nn.parameter import is_lazy
 
 from tdict import TensorDict, TensorDictBase
 from tdict.nn import TensorDictModuleBase, TensorDictParams, TensorKeysMixin
-from tdict.validation import check_positive_int, check_unit_interval
+from tdict.validation import check_one_of, check_positive_int, check_unit_interval
 
 from .._stack import user_stacklevel as _user_stacklevel
 from .tensor_calls import _TensorCalls
@@ -143,6 +143,23 @@ class LossModule(_TensorCalls, TensorKeysMixin, nn.Module):
     _all_schedulable_buffers: ClassVar[frozenset] = frozenset()
     # TorchRL's deactivate_vmap: run every parameter set of an ensemble in a plain loop
     deactivate_vmap: bool = False
+
+    @property
+    def vmap_randomness(self) -> str:
+        """``torch.vmap``'s ``randomness`` for the ensembles this loss runs through ``torch.vmap``:
+        what :meth:`set_vmap_randomness` set, else ``"different"`` (each parameter set draws its own
+        dropout masks and noise)."""
+        return self.__dict__.get("_vmap_randomness") or "different"
+
+    def set_vmap_randomness(self, value: str) -> None:
+        """Sets :attr:`vmap_randomness`: ``"different"``, ``"same"`` or ``"error"`` (a random op
+        inside the vmapped call raises).
+
+        Raises:
+            ValueError: another value.
+        """
+        check_one_of(type(self).__name__, "vmap_randomness", value, ("different", "same", "error"))
+        self.__dict__["_vmap_randomness"] = value
 
     def __init__(self) -> None:
         super().__init__()
@@ -472,7 +489,7 @@ class LossModule(_TensorCalls, TensorKeysMixin, nn.Module):
             with swapped(one_set):
                 return run(tensordict.copy())
 
-        return torch.vmap(one, (0,) * len(leaves), randomness="different")(*leaves)
+        return torch.vmap(one, (0,) * len(leaves), randomness=self.vmap_randomness)(*leaves)
 
     def _no_updater_message(self) -> str:
         return (
