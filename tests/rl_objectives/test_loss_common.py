@@ -222,6 +222,9 @@ def test_updaters_reject_bad_arguments():
         HardUpdate(loss, value_network_update_interval=0)
     with pytest.raises(ValueError, match="no target parameters"):
         SoftUpdate(Probe(make_net(), target=False), tau=0.1)
+    for error in (TypeError, ValueError):  # a TypeError that TorchRL's ValueError handlers catch too
+        with pytest.raises(error, match="The loss_module must be a LossModule instance, got Linear"):
+            SoftUpdate(nn.Linear(2, 2), tau=0.1)
     with pytest.raises(TypeError, match="LossModule"):
         SoftUpdate(nn.Linear(2, 2), tau=0.1)
 

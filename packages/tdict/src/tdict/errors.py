@@ -25,6 +25,7 @@ from typing import Any, Sequence
 import torch
 
 __all__ = [
+    "ArgumentTypeError",
     "BatchIndexError",
     "DimError",
     "InvalidArgumentError",
@@ -71,6 +72,16 @@ class InvalidArgumentError(RuntimeError, ValueError):
 
     Examples:
         >>> issubclass(InvalidArgumentError, RuntimeError) and issubclass(InvalidArgumentError, ValueError)
+        True
+    """
+
+
+class ArgumentTypeError(TypeError, ValueError):
+    """An argument of the wrong type where the peer library raises ``ValueError``: a ``TypeError``
+    (the better contract) that code catching ``ValueError`` also catches.
+
+    Examples:
+        >>> issubclass(ArgumentTypeError, TypeError) and issubclass(ArgumentTypeError, ValueError)
         True
     """
 

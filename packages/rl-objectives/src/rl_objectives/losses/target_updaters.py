@@ -9,6 +9,7 @@ step, as in TorchRL; ``step(n)`` counts ``n`` at once (collected frames, with
 from __future__ import annotations
 
 import torch
+from tdict.errors import ArgumentTypeError
 from tdict.validation import check_non_negative_int, check_positive_int
 
 from .common import LossModule
@@ -26,8 +27,8 @@ class TargetNetUpdater:
 
     def __init__(self, loss_module: LossModule) -> None:
         if not isinstance(loss_module, LossModule):
-            raise TypeError(
-                f"{type(self).__name__}: loss_module must be a LossModule, got {type(loss_module).__name__}."
+            raise ArgumentTypeError(  # a TypeError, also the ValueError TorchRL raises
+                f"{type(self).__name__}: The loss_module must be a LossModule instance, got {type(loss_module).__name__}."
             )
         names = loss_module.target_networks
         if not names:
