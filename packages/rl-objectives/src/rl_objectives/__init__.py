@@ -10,6 +10,7 @@ libraries, never a sibling ``rl_*`` package.
 """
 
 from .losses import (
+    AUTO_LOSS_MASK_KEYS,
     A2CLoss,
     BCLoss,
     CQLLoss,
@@ -60,6 +61,7 @@ from .value import ValueEstimators
 __version__ = "0.1.0"
 
 __all__ = [
+    "AUTO_LOSS_MASK_KEYS",
     "A2CLoss",
     "BCLoss",
     "CQLLoss",

@@ -3,6 +3,7 @@
 from .a2c import A2CLoss
 from .bc import BCLoss
 from .common import LossModule, total_loss
+from .loss_mask import AUTO_LOSS_MASK_KEYS
 from .cql import CQLLoss, DiscreteCQLLoss
 from .crossq import CrossQLoss
 from .ddpg import DDPGLoss
@@ -27,6 +28,7 @@ from .td3_bc import TD3BCLoss
 from .utils import distance_loss
 
 __all__ = [
+    "AUTO_LOSS_MASK_KEYS",
     "A2CLoss",
     "BCLoss",
     "CQLLoss",

@@ -36,6 +36,7 @@ from tdict.nn import TensorDictModuleBase, TensorDictParams, TensorKeysMixin
 from tdict.validation import check_one_of, check_positive_int, check_unit_interval
 
 from .._stack import user_stacklevel as _user_stacklevel
+from .loss_mask import check_loss_mask_key, combine_masks, masked_reduce, read_loss_mask
 from .tensor_calls import _TensorCalls
 
 __all__ = ["LossModule", "total_loss"]
@@ -143,6 +144,29 @@ class LossModule(_TensorCalls, TensorKeysMixin, nn.Module):
     _all_schedulable_buffers: ClassVar[frozenset] = frozenset()
     # TorchRL's deactivate_vmap: run every parameter set of an ensemble in a plain loop
     deactivate_vmap: bool = False
+
+    @property
+    def loss_mask_key(self) -> Any:
+        """Where :meth:`_reduce_loss` reads the validity mask of a loss's positions: ``"auto"``
+        (default: every entry of ``AUTO_LOSS_MASK_KEYS`` present, ANDed), a key, or ``None`` (no
+        mask); see :mod:`rl_objectives.losses.loss_mask`."""
+        return self.__dict__.get("_loss_mask_key", "auto")
+
+    @loss_mask_key.setter
+    def loss_mask_key(self, value: Any) -> None:
+        self.__dict__["_loss_mask_key"] = check_loss_mask_key(type(self).__name__, value)
+
+    def _reduce_loss(self, loss: torch.Tensor, tensordict: Any, mask: torch.Tensor | None = None) -> torch.Tensor:
+        """``loss`` reduced with ``self.reduction`` over the valid positions: those of the mask read
+        from ``tensordict`` (:attr:`loss_mask_key`) and of ``mask``. Masked positions are selected
+        out, never multiplied by zero. With ``reduction="none"`` a mask read from the input keeps the
+        loss's shape (zeros where masked), while a ``mask`` passed here compacts the output to the
+        kept elements."""
+        read = read_loss_mask(tensordict, self.loss_mask_key)
+        if mask is not None:
+            read = mask.bool() if read is None else combine_masks(mask.bool(), read)
+        reduction = getattr(self, "reduction", "mean") or "mean"
+        return masked_reduce(loss, read, reduction, compact=mask is not None)
 
     @property
     def vmap_randomness(self) -> str:
