@@ -340,3 +340,23 @@ def test_learns_an_experts_linear_policy(probabilistic):
         optim.step()
     weight = lin.weight[:ACT]  # the Gaussian's location rows
     torch.testing.assert_close(weight.detach(), expert, atol=0.02, rtol=0)
+
+
+def test_the_collectors_mask_leaves_its_positions_out():
+    actor, lin = gaussian_actor()
+    td = data()
+    valid = torch.tensor([True, False, True, True, False, True, True, True])
+    td["action"][~valid] = 1e6  # garbage where the collector padded
+    td["collector", "mask"] = valid
+    reference = normal_nll(lin, td[valid]).mean()
+    check_loss_and_grads(BCLoss(actor), td, list(actor.parameters()), reference)
+    pad = torch.zeros(B, dtype=torch.bool)
+    pad[0] = True  # a pad mask and the collector's mask combine
+    td["is_pad"] = pad
+    both = valid & ~pad
+    torch.testing.assert_close(
+        BCLoss(actor).set_keys(pad_mask="is_pad")(td)["loss_bc"], normal_nll(lin, td[both]).mean()
+    )
+    unmasked = BCLoss(actor)
+    unmasked.loss_mask_key = None
+    assert unmasked(td)["loss_bc"] > 1e3  # without the mask the garbage counts

@@ -32,6 +32,7 @@ from tdict.nn import sum_to_batch as _sum_to_batch
 from .._stack import user_stacklevel as _user_stacklevel
 from ..functional.bc import bc_cross_entropy_loss, bc_nll_loss, bc_regression_loss
 from .common import LossModule
+from .loss_mask import align_mask, read_loss_mask
 from .utils import _check_reduction, _get
 
 __all__ = ["BCLoss"]
@@ -67,6 +68,8 @@ class BCLoss(LossModule):
     prediction: the actor runs on a shallow copy, the caller's TensorDict is not modified),
     ``pad_mask`` (``None``: no masking; a bool entry ``[*B]`` or ``[*B, ...]``, ``True`` on padded
     elements, broadcast over the trailing dims of the loss; ``set_keys(pad_mask=None)`` turns it off).
+    The validity masks :attr:`~rl_objectives.LossModule.loss_mask_key` reads (the collector's
+    ``("collector", "mask")`` by default) leave their invalid positions out the same way.
     As in TorchRL 0.14, an actor that writes ``"action"`` while the action key is another one still
     works, with a ``FutureWarning``; an actor that writes neither raises.
 
@@ -236,6 +239,11 @@ class BCLoss(LossModule):
     def forward(self, tensordict: Any) -> TensorDict:
         target = _get(type(self).__name__, tensordict, self.tensor_keys.action).detach()
         loss = self._loss(tensordict, target)
-        loss = self._reduce(loss, self._pad_mask(tensordict, loss))
+        keep = self._pad_mask(tensordict, loss)
+        valid = read_loss_mask(tensordict, self.loss_mask_key)  # the collector's mask and the like
+        if valid is not None:
+            valid = align_mask(valid, loss)
+            keep = valid if keep is None else keep & valid
+        loss = self._reduce(loss, keep)
         batch_size = tensordict.batch_size if self.reduction == "none" else []
         return TensorDict({"loss_bc": loss}, batch_size=batch_size)

@@ -21,7 +21,14 @@ from typing import Any
 
 import torch
 
-__all__ = ["AUTO_LOSS_MASK_KEYS", "check_loss_mask_key", "combine_masks", "masked_reduce", "read_loss_mask"]
+__all__ = [
+    "AUTO_LOSS_MASK_KEYS",
+    "align_mask",
+    "check_loss_mask_key",
+    "combine_masks",
+    "masked_reduce",
+    "read_loss_mask",
+]
 
 AUTO_LOSS_MASK_KEYS: tuple = (("collector", "mask"), "shifted_valid")
 
@@ -60,9 +67,13 @@ def combine_masks(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     return a.reshape(*a.shape, *(1,) * (dims - a.ndim)) & b.reshape(*b.shape, *(1,) * (dims - b.ndim))
 
 
-def _align(mask: torch.Tensor, loss: torch.Tensor) -> torch.Tensor:
+def align_mask(mask: torch.Tensor, loss: torch.Tensor) -> torch.Tensor:
     """``mask`` broadcast to ``loss``'s shape: trailing singleton dims beyond the loss's dropped,
-    missing trailing dims added (a per-step mask over a per-step-and-feature loss)."""
+    missing trailing dims added (a per-step mask over a per-step-and-feature loss).
+
+    Raises:
+        ValueError: the mask has more non-singleton dims than the loss.
+    """
     while mask.ndim > loss.ndim and mask.shape[-1] == 1:
         mask = mask.squeeze(-1)
     if mask.ndim > loss.ndim:
@@ -82,7 +93,7 @@ def masked_reduce(loss: torch.Tensor, mask: torch.Tensor | None, reduction: str,
     """
     if mask is None:
         return loss.mean() if reduction == "mean" else loss.sum() if reduction == "sum" else loss
-    mask = _align(mask, loss)
+    mask = align_mask(mask, loss)
     if reduction == "none":
         return loss[mask] if compact else torch.where(mask, loss, torch.zeros((), dtype=loss.dtype, device=loss.device))
     kept = loss[mask]
