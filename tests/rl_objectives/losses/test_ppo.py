@@ -440,3 +440,28 @@ def test_clipped_objective_is_the_piecewise_pessimistic_bound(log_w, adv_seed, e
     ratio = log_w.exp()
     expected = [-(min(r, 1 + eps) * a if a >= 0 else max(r, 1 - eps) * a) for r, a in zip(ratio.tolist(), adv.tolist())]
     torch.testing.assert_close(out["loss_objective"], torch.tensor(expected), rtol=1e-5, atol=1e-6)
+
+
+def test_make_value_estimator_with_an_estimator_instance_or_class(categorical_actor, state_value_critic, rollout):
+    from rl_objectives.value import GAE, TD0Estimator
+
+    actor, _ = categorical_actor()
+    critic, clin = state_value_critic()
+    loss = PPOLoss(actor, critic, entropy_bonus=False)
+    mine = TD0Estimator(gamma=0.5, value_network=critic)
+    assert loss.make_value_estimator(mine) is loss
+    assert loss.value_estimator is mine and loss.value_type is TD0Estimator
+    td = rollout(actor, batch=(2, 3), with_adv=False)
+    out = loss(td)
+    with torch.no_grad():
+        next_value = clin(td["next", "obs"]).squeeze(-1)
+    target = td["next", "reward"] + 0.5 * next_value * (~td["next", "terminated"])
+    torch.testing.assert_close(out["loss_critic"], F.smooth_l1_loss(clin(td["obs"]).squeeze(-1), target))
+    # a class: built on the loss's critic, with the loss's defaults where not given, on its device
+    loss.make_value_estimator(GAE, lmbda=0.5)
+    estimator = loss.value_estimator
+    assert type(estimator) is GAE and loss.value_type is GAE and estimator.value_network is critic
+    assert estimator.gamma.item() == pytest.approx(0.99) and estimator.lmbda.item() == 0.5
+    assert torch.is_tensor(estimator.gamma) and estimator.gamma.device == clin.weight.device
+    with pytest.raises(ValueError, match="an estimator instance takes no keyword arguments"):
+        loss.make_value_estimator(mine, gamma=0.9)

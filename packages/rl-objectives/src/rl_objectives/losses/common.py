@@ -20,6 +20,7 @@ follows the owner's updates), so its losses send no gradient into them.
 from __future__ import annotations
 
 import copy
+import inspect
 import math
 import numbers
 import warnings
@@ -607,8 +608,13 @@ class LossModule(_TensorCalls, TensorKeysMixin, nn.Module):
             NotImplementedError: a kind this loss does not accept.
         """
         from ..value import GAE, MultiAgentGAE, TD0Estimator, TD1Estimator, TDLambdaEstimator, ValueEstimators, VTrace
+        from ..value.base import ValueEstimatorBase
 
         owner = type(self).__name__
+        if isinstance(value_type, ValueEstimatorBase) or (
+            isinstance(value_type, type) and issubclass(value_type, ValueEstimatorBase)
+        ):
+            return self._use_value_estimator(value_type, hyperparams, networks, VTrace)
         value_type = self._resolve_value_type(value_type)
         if value_type not in accepted:
             raise NotImplementedError(
@@ -632,6 +638,31 @@ class LossModule(_TensorCalls, TensorKeysMixin, nn.Module):
         estimator = cls(**networks, **kwargs)
         self.value_estimator = estimator
         self.value_type = value_type
+        return estimator
+
+    def _use_value_estimator(self, estimator: Any, hyperparams: Mapping[str, Any], networks: dict, vtrace: type) -> Any:
+        """TorchRL's other spellings of ``make_value_estimator``: an estimator instance, used as it
+        is, or an estimator class, built with the loss's networks, its default discount and lambda
+        and the loss's device, overridden by ``hyperparams``. ``value_type`` becomes the class."""
+        owner = type(self).__name__
+        if not isinstance(estimator, type):
+            if hyperparams:
+                raise ValueError(
+                    f"{owner}.make_value_estimator: an estimator instance takes no keyword arguments, got {sorted(hyperparams)}."
+                )
+            cls = type(estimator)
+        else:
+            cls = estimator
+            accepted = inspect.signature(cls.__init__).parameters
+            kwargs = {k: v for k, v in networks.items() if k in accepted and (k != "actor_network" or cls is vtrace)}
+            kwargs.update(self._value_kwargs({}, tuple(name for name in ("gamma", "lmbda") if name in accepted)))
+            device = next((p.device for p in self.parameters()), None)
+            if device is not None and "device" not in hyperparams:
+                kwargs["device"] = device
+            kwargs.update(hyperparams)
+            estimator = cls(**kwargs)
+        self.value_estimator = estimator
+        self.value_type = cls
         return estimator
 
     def _value_kwargs(self, hyperparams: Mapping[str, Any], allowed: tuple[str, ...]) -> dict[str, Any]:
