@@ -341,3 +341,27 @@ def test_one_transition_and_keyword_tensors():
     td = TensorDict(kwargs).unflatten_keys("_")
     torch.testing.assert_close(loss(td)["loss"], value)
     assert td["td_error"].shape == ()
+
+
+def test_the_collectors_mask_leaves_padded_transitions_out(batch):
+    td, _ = batch("categorical")
+    loss = DQNLoss(q_actor(), action_space="categorical", delay_value=False, reduction="none")
+    per_sample = loss(td.clone())["loss"]
+    valid = torch.tensor([True, False] * (B // 2) + [True] * (B % 2))
+    masked = td.clone()
+    masked["collector", "mask"] = valid
+    masked["next", "observation"][~valid] = float("nan")  # padding garbage must not leak
+    for reduction, expected in (
+        ("mean", per_sample[valid].mean()),
+        ("sum", per_sample[valid].sum()),
+        ("none", torch.where(valid, per_sample, 0.0)),
+    ):
+        loss.reduction = reduction
+        out = loss(masked.clone())["loss"]
+        torch.testing.assert_close(out, expected)
+    # with a prioritized buffer's weights: the weighted mean over the valid transitions
+    weights = torch.linspace(0.5, 2.0, B)
+    masked["priority_weight"] = weights
+    loss.reduction = "mean"
+    expected = (per_sample * weights)[valid].sum() / weights[valid].sum()
+    torch.testing.assert_close(loss(masked.clone())["loss"], expected)

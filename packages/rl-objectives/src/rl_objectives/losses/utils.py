@@ -22,6 +22,7 @@ from tdict.validation import check_one_of
 from .._stack import user_stacklevel as _user_stacklevel
 from ..functional.distance import LOSS_TYPES, distance
 from .common import LossModule
+from .loss_mask import align_mask, combine_masks, masked_reduce, read_loss_mask
 
 __all__ = ["distance_loss"]
 
@@ -261,10 +262,24 @@ class _BootstrappedLoss(LossModule):
             _check_batch_shaped(type(self).__name__, {key: weights}, tensordict.batch_size)
         return weights
 
-    def _reduce_loss(self, loss: torch.Tensor, tensordict: Any) -> torch.Tensor:
-        """``loss`` (batch-shaped) reduced with ``reduction``, weighted by the importance weights of
-        a prioritized buffer when :meth:`_priority_weight` finds them (as TorchRL 0.14 does)."""
-        return _reduce(loss, self.reduction, self._priority_weight(tensordict))
+    def _reduce_loss(self, loss: torch.Tensor, tensordict: Any, mask: torch.Tensor | None = None) -> torch.Tensor:
+        """``loss`` (batch-shaped) reduced with ``reduction`` over the positions the loss mask keeps
+        (:attr:`~LossModule.loss_mask_key`: the collector's ``("collector", "mask")`` by default, and
+        ``mask``), weighted by the importance weights of a prioritized buffer when
+        :meth:`_priority_weight` finds them (as TorchRL 0.14 does)."""
+        weights = self._priority_weight(tensordict)
+        valid = read_loss_mask(tensordict, self.loss_mask_key)
+        if mask is not None:
+            valid = mask.bool() if valid is None else combine_masks(mask.bool(), valid)
+        if valid is None:
+            return _reduce(loss, self.reduction, weights)
+        valid = align_mask(valid, loss)
+        if weights is None:
+            return masked_reduce(loss, valid, self.reduction)
+        if self.reduction == "none":
+            return torch.where(valid, loss * weights, torch.zeros((), dtype=loss.dtype, device=loss.device))
+        # selected, not multiplied: a NaN at a masked position reaches neither the loss nor its gradient
+        return _reduce(loss[valid], self.reduction, weights.expand_as(loss)[valid])
 
     def make_value_estimator(self, value_type: Any = None, **hyperparams: Any) -> _BootstrappedLoss:
         """Build the bootstrapped estimator: TD(0) (default), TD(1) or TD(lambda); GAE raises."""
