@@ -347,3 +347,18 @@ def test_two_batch_dims_match_the_flat_batch(nets, transition_batch):
     grid = loss(td.clone().reshape(3, 2))
     for key in flat.keys():
         torch.testing.assert_close(grid[key], flat[key])
+
+
+def test_the_collectors_mask_leaves_padded_transitions_out(nets, transition_batch):
+    actor, critic, value, _, _ = nets()
+    loss = IQLLoss(actor, critic, value, reduction="none")
+    td = transition_batch()
+    per_sample = loss(td.clone())
+    n = td.batch_size[0]
+    valid = torch.arange(n) % 3 != 1
+    masked = td.clone()
+    masked["collector", "mask"] = valid
+    loss.reduction = "mean"
+    out = loss(masked)
+    for key in ("loss_actor", "loss_qvalue", "loss_value"):
+        torch.testing.assert_close(out[key], per_sample[key][valid].mean())

@@ -30,7 +30,6 @@ from .utils import (
     _check_scalar_output_mode,
     _get,
     _loss_output,
-    _reduce,
 )
 
 __all__ = ["DiscreteIQLLoss", "IQLLoss"]
@@ -196,17 +195,17 @@ class IQLLoss(_BootstrappedLoss):
             target = self._bootstrap(tensordict, self._v(next_td))
 
         value = self._v(tensordict)
-        loss_value = _reduce(iql_value_loss(target_min_q, value, self.expectile), self.reduction)
+        loss_value = self._reduce_loss(iql_value_loss(target_min_q, value, self.expectile), tensordict)
 
         pred = self._stored_q(tensordict)
-        loss_qvalue = _reduce(td_loss(pred, target, self.loss_function).sum(0), self.reduction)
+        loss_qvalue = self._reduce_loss(td_loss(pred, target, self.loss_function).sum(0), tensordict)
 
         with self.swapped("actor_network"):
             dist = self.actor_network.get_dist(tensordict.copy())
         log_prob = _sum_to_batch(dist.log_prob(tensordict.get(self.tensor_keys.action)), tensordict.batch_dims)
         _check_batch_shaped(owner, {"log_prob": log_prob}, batch)
         advantage = target_min_q - value.detach()
-        loss_actor = _reduce(iql_actor_loss(log_prob, advantage, self.temperature), self.reduction)
+        loss_actor = self._reduce_loss(iql_actor_loss(log_prob, advantage, self.temperature), tensordict)
 
         tensordict.set(self.tensor_keys.priority, squared_td_error(pred, target).max(0).values)
         return _loss_output(
