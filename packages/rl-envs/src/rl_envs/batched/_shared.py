@@ -126,6 +126,18 @@ def _stack_specs(specs: list[Composite]) -> Composite:
     return Composite(entries, shape=(len(specs), *first.shape), device=first.device)
 
 
+def _flagged_workers(masks: list, num_workers: int) -> list[bool]:
+    """Per worker, whether any of ``masks`` (``[num_workers, ...]`` bool tensors, or None) flags it;
+    every worker when no mask is given."""
+    given = [m for m in masks if m is not None]
+    if not given:
+        return [True] * num_workers
+    flags = given[0].reshape(num_workers, -1).any(-1)
+    for m in given[1:]:
+        flags = flags | m.reshape(num_workers, -1).any(-1)
+    return flags.tolist()
+
+
 def _non_tensor_rows(tensordict: TensorDictBase | None, keys: tuple, num_workers: int) -> list | None:
     """Each worker's row of the non-tensor entries ``keys`` of ``tensordict`` (None: none given)."""
     if tensordict is None or not keys:
@@ -534,7 +546,7 @@ class BatchedEnvBase(EnvBase):
             self.start()
         partial = tensordict.get("_step", None)
         if partial is not None:
-            flags = partial.reshape(self.num_workers, -1).any(-1).tolist()
+            flags = _flagged_workers([partial], self.num_workers)
             if not all(flags):
                 return self._partial_step(tensordict, [i for i, flag in enumerate(flags) if flag])
         if not self._use_buffers:
@@ -602,16 +614,12 @@ class BatchedEnvBase(EnvBase):
             present = self._write_inputs(tensordict, self._reset_dests)
         with_mask = any(m is not None for m in masks)
         if with_mask:
-            need = torch.zeros(self.num_workers, dtype=torch.bool, device=self.device)
             for (key, dest), mask in zip(self._mask_dests, masks):
                 if mask is None:
                     dest.zero_()
                 else:
                     dest.copy_(mask.reshape(dest.shape))
-                need |= dest.reshape(self.num_workers, -1).any(-1)
-            need_list = need.tolist()
-        else:
-            need_list = [True] * self.num_workers
+        need_list = _flagged_workers(masks, self.num_workers)
         extras = _non_tensor_rows(tensordict, self._nt_reset_in, self.num_workers)
         written, non_tensor = self._run_reset(need_list, present, with_mask, kwargs, extras)
         if not written and not self._nt_reset_out:
@@ -630,13 +638,7 @@ class BatchedEnvBase(EnvBase):
         the rows of the others hold their last outputs (what ``EnvBase.reset`` keeps of them where the
         input lacks an entry)."""
         n = self.num_workers
-        need = [True] * n
-        if any(m is not None for m in masks):
-            need = [False] * n
-            for m in masks:
-                if m is not None:
-                    flags = m.reshape(n, -1).any(-1).tolist()
-                    need = [a or b for a, b in zip(need, flags)]
+        need = _flagged_workers(masks, n)
         rows: list = [None] * n
         keys = self._keys()
         inputs = None
@@ -645,18 +647,18 @@ class BatchedEnvBase(EnvBase):
             inputs = tensordict.select(*wanted, strict=False).unbind(0)
         chosen = [i for i in range(n) if need[i]]
         outs = self._run_reset_tds(chosen, [None if inputs is None else inputs[i] for i in chosen], kwargs)
-        for i, out in zip(chosen, outs):
-            rows[i] = out
+        if not chosen:
+            return TensorDict.unchecked({}, self.batch_size, self.device)
         last = self._owner._last_rows
         for i, out in zip(chosen, outs):
-            last[self._ids[i]] = out
+            rows[i] = last[self._ids[i]] = out
         for i in range(n):  # the workers not reset: their last values, in the structure of a reset row
-            if rows[i] is None and chosen:
+            if rows[i] is None:
                 rows[i] = outs[0].clone()
                 previous = last[self._ids[i]]
                 if previous is not None:
                     rows[i].update(previous.select(*rows[i].keys(True, True, is_leaf_nontensor), strict=False))
-        return _stack_rows(rows) if chosen else TensorDict.unchecked({}, self.batch_size, self.device)
+        return _stack_rows(rows)
 
     def _seed_streams(self, seed: int | None) -> int | None:
         """Seeds the workers in turn, each with the seed the previous one's ``set_seed`` returned.

@@ -32,7 +32,7 @@ from tdict.nn import sum_to_batch as _sum_to_batch
 from .._stack import user_stacklevel as _user_stacklevel
 from ..functional.bc import bc_cross_entropy_loss, bc_nll_loss, bc_regression_loss
 from .common import LossModule
-from .loss_mask import align_mask, read_loss_mask
+from .loss_mask import align_mask
 from .utils import _check_reduction, _get
 
 __all__ = ["BCLoss"]
@@ -240,7 +240,7 @@ class BCLoss(LossModule):
         target = _get(type(self).__name__, tensordict, self.tensor_keys.action).detach()
         loss = self._loss(tensordict, target)
         keep = self._pad_mask(tensordict, loss)
-        valid = read_loss_mask(tensordict, self.loss_mask_key)  # the collector's mask and the like
+        valid = self._valid_positions(tensordict)  # the collector's mask and the like
         if valid is not None:
             valid = align_mask(valid, loss)
             keep = valid if keep is None else keep & valid

@@ -163,11 +163,15 @@ class LossModule(_TensorCalls, TensorKeysMixin, nn.Module):
         out, never multiplied by zero. With ``reduction="none"`` a mask read from the input keeps the
         loss's shape (zeros where masked), while a ``mask`` passed here compacts the output to the
         kept elements."""
-        read = read_loss_mask(tensordict, self.loss_mask_key)
-        if mask is not None:
-            read = mask.bool() if read is None else combine_masks(mask.bool(), read)
         reduction = getattr(self, "reduction", "mean") or "mean"
-        return masked_reduce(loss, read, reduction, compact=mask is not None)
+        return masked_reduce(loss, self._valid_positions(tensordict, mask), reduction, compact=mask is not None)
+
+    def _valid_positions(self, tensordict: Any, mask: torch.Tensor | None = None) -> torch.Tensor | None:
+        """The mask :attr:`loss_mask_key` reads from ``tensordict``, ANDed with ``mask`` (None: no mask)."""
+        read = read_loss_mask(tensordict, self.loss_mask_key)
+        if mask is None:
+            return read
+        return mask.bool() if read is None else combine_masks(mask.bool(), read)
 
     @property
     def vmap_randomness(self) -> str:

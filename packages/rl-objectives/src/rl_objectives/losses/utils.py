@@ -22,7 +22,7 @@ from tdict.validation import check_one_of
 from .._stack import user_stacklevel as _user_stacklevel
 from ..functional.distance import LOSS_TYPES, distance
 from .common import LossModule
-from .loss_mask import align_mask, combine_masks, masked_reduce, read_loss_mask
+from .loss_mask import align_mask, masked_reduce
 
 __all__ = ["distance_loss"]
 
@@ -268,9 +268,7 @@ class _BootstrappedLoss(LossModule):
         ``mask``), weighted by the importance weights of a prioritized buffer when
         :meth:`_priority_weight` finds them (as TorchRL 0.14 does)."""
         weights = self._priority_weight(tensordict)
-        valid = read_loss_mask(tensordict, self.loss_mask_key)
-        if mask is not None:
-            valid = mask.bool() if valid is None else combine_masks(mask.bool(), valid)
+        valid = self._valid_positions(tensordict, mask)
         if valid is None:
             return _reduce(loss, self.reduction, weights)
         valid = align_mask(valid, loss)
