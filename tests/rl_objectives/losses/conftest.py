@@ -23,6 +23,7 @@ import pytest
 import torch
 from tdict import TensorDict
 from tdict.nn import (
+    CompositeDistribution,
     InteractionType,
     NormalParamExtractor,
     ProbabilisticTensorDictModule,
@@ -412,3 +413,44 @@ def assert_compiled_matches_eager() -> Callable:
             torch.compiler.reset()
 
     return check
+
+
+@pytest.fixture
+def composite_policy() -> Callable:
+    """``(seed=0) -> (actor, td, params)``: a two-head composite policy (a 2-dim Normal ``"cont"``
+    and a 3-way Categorical ``"disc"``) on ``"obs"``, a batch of 6 with its stored actions, per-head
+    behaviour log-probs (-2 and -1) and advantages, and ``params(obs)``: the heads' parameters."""
+
+    def build(seed: int = 0):
+        torch.manual_seed(seed)
+        net = nn.Linear(3, 7)
+
+        def params(obs):
+            out = net(obs)
+            return TensorDict(
+                cont=TensorDict(loc=out[..., :2], scale=out[..., 2:4].exp(), batch_size=obs.shape[:-1]),
+                disc=TensorDict(logits=out[..., 4:], batch_size=obs.shape[:-1]),
+                batch_size=obs.shape[:-1],
+            )
+
+        actor = ProbabilisticTensorDictSequential(
+            TensorDictModule(params, in_keys=["obs"], out_keys=["params"]),
+            ProbabilisticTensorDictModule(
+                in_keys=["params"],
+                distribution_class=CompositeDistribution,
+                return_log_prob=True,
+                distribution_kwargs={"distribution_map": {"cont": D.Normal, "disc": D.Categorical}},
+            ),
+        )
+        td = TensorDict(
+            obs=torch.randn(6, 3),
+            cont=torch.randn(6, 2),
+            disc=torch.tensor([0, 1, 2, 0, 1, 2]),
+            cont_log_prob=torch.full((6,), -2.0),
+            disc_log_prob=torch.full((6,), -1.0),
+            advantage=torch.linspace(-1, 1, 6),
+            batch_size=[6],
+        )
+        return actor, td, params
+
+    return build

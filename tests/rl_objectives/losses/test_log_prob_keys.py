@@ -19,7 +19,6 @@ from rl_objectives import (
 )
 from tdict import TensorDict
 from tdict.nn import (
-    CompositeDistribution,
     ProbabilisticTensorDictModule,
     ProbabilisticTensorDictSequential,
     TensorDictModule,
@@ -106,43 +105,14 @@ def test_a_missing_log_prob_names_the_key_and_the_old_name_when_present():
     assert "older versions" not in str(info.value)
 
 
-def test_composite_policy_per_head_keys_are_summed():
+def test_composite_policy_per_head_keys_are_summed(composite_policy):
     # two heads (a 2-dim Normal and a Categorical): TorchRL's PPO reads one log-prob key per head
-    torch.manual_seed(0)
-    net = nn.Linear(3, 7)
-
-    def params(obs):
-        out = net(obs)
-        return TensorDict(
-            cont=TensorDict(loc=out[..., :2], scale=out[..., 2:4].exp(), batch_size=obs.shape[:-1]),
-            disc=TensorDict(logits=out[..., 4:], batch_size=obs.shape[:-1]),
-            batch_size=obs.shape[:-1],
-        )
-
-    actor = ProbabilisticTensorDictSequential(
-        TensorDictModule(params, in_keys=["obs"], out_keys=["params"]),
-        ProbabilisticTensorDictModule(
-            in_keys=["params"],
-            distribution_class=CompositeDistribution,
-            return_log_prob=True,
-            distribution_kwargs={"distribution_map": {"cont": D.Normal, "disc": D.Categorical}},
-        ),
-    )
+    actor, td, params = composite_policy()
     loss = PPOLoss(actor, None, entropy_bonus=False)
     assert loss.tensor_keys.sample_log_prob == ["cont_log_prob", "disc_log_prob"]
     assert loss.tensor_keys.action == ["cont", "disc"]
-    obs = torch.randn(6, 3)
-    td = TensorDict(
-        obs=obs,
-        cont=torch.randn(6, 2),
-        disc=torch.tensor([0, 1, 2, 0, 1, 2]),
-        cont_log_prob=torch.full((6,), -2.0),
-        disc_log_prob=torch.full((6,), -1.0),
-        advantage=torch.linspace(-1, 1, 6),
-        batch_size=[6],
-    )
     out = loss(td)
-    p = params(obs)
+    p = params(td["obs"])
     log_pi = D.Normal(p["cont", "loc"], p["cont", "scale"]).log_prob(td["cont"]).sum(-1) + D.Categorical(
         logits=p["disc", "logits"]
     ).log_prob(td["disc"])

@@ -132,17 +132,21 @@ def test_missing_advantage_is_estimated_with_gae_without_touching_the_input(
     assert isinstance(loss.value_estimator, nn.Module) and loss.value_type is ValueEstimators.GAE
 
 
+def td0_critic_loss(clin, td, gamma):
+    """The smooth-L1 critic loss against the TD(0) target ``r + gamma * V(s')`` (0 after termination)."""
+    with torch.no_grad():
+        next_value = clin(td["next", "obs"]).squeeze(-1)
+    target = td["next", "reward"] + gamma * next_value * (~td["next", "terminated"])
+    return F.smooth_l1_loss(clin(td["obs"]).squeeze(-1), target)
+
+
 def test_make_value_estimator_types_and_keys(categorical_actor, state_value_critic, rollout):
     actor, _ = categorical_actor()
     critic, clin = state_value_critic()
     loss = PPOLoss(actor, critic, entropy_bonus=False)
     loss.make_value_estimator(ValueEstimators.TD0, gamma=0.5)
     td = rollout(actor, batch=(2, 3), with_adv=False)
-    out = loss(td)
-    with torch.no_grad():
-        next_value = clin(td["next", "obs"]).squeeze(-1)
-    target = td["next", "reward"] + 0.5 * next_value * (~td["next", "terminated"])
-    torch.testing.assert_close(out["loss_critic"], F.smooth_l1_loss(clin(td["obs"]).squeeze(-1), target))
+    torch.testing.assert_close(loss(td)["loss_critic"], td0_critic_loss(clin, td, gamma=0.5))
     loss.make_value_estimator("td(lambda)", lmbda=0.3)
     assert (
         loss.value_estimator.lmbda == 0.3
@@ -452,11 +456,7 @@ def test_make_value_estimator_with_an_estimator_instance_or_class(categorical_ac
     assert loss.make_value_estimator(mine) is loss
     assert loss.value_estimator is mine and loss.value_type is TD0Estimator
     td = rollout(actor, batch=(2, 3), with_adv=False)
-    out = loss(td)
-    with torch.no_grad():
-        next_value = clin(td["next", "obs"]).squeeze(-1)
-    target = td["next", "reward"] + 0.5 * next_value * (~td["next", "terminated"])
-    torch.testing.assert_close(out["loss_critic"], F.smooth_l1_loss(clin(td["obs"]).squeeze(-1), target))
+    torch.testing.assert_close(loss(td)["loss_critic"], td0_critic_loss(clin, td, gamma=0.5))
     # a class: built on the loss's critic, with the loss's defaults where not given, on its device
     loss.make_value_estimator(GAE, lmbda=0.5)
     estimator = loss.value_estimator
