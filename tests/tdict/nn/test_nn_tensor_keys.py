@@ -132,3 +132,39 @@ def test_compiled_reads():
 
     compiled = torch.compile(read, fullgraph=True, backend="eager")
     assert compiled({"obs": torch.zeros(2)}).tolist() == [1.0, 1.0]
+
+
+def test_keys_declared_as_a_dataclass():
+    """TorchRL's form: the keys are the fields of ``_AcceptedKeys`` (or of ``default_keys`` itself)."""
+    import dataclasses
+
+    class Declared(TensorKeysMixin):
+        @dataclasses.dataclass
+        class _AcceptedKeys:
+            reward: str = "reward"
+            done: tuple = ("next", "done")
+            priority: str = None  # off by default
+            extra: list = dataclasses.field(default_factory=lambda: "made")
+
+    assert Declared.default_keys == {"reward": "reward", "done": ("next", "done"), "priority": None, "extra": "made"}
+    owner = Declared().set_keys(reward="r", priority="p")
+    assert (owner.tensor_keys.reward, owner.tensor_keys.priority, owner.tensor_keys.done) == (
+        "r",
+        "p",
+        ("next", "done"),
+    )
+    with pytest.raises(KeyError, match="unknown key name"):
+        owner.set_keys(other="x")
+
+    @dataclasses.dataclass
+    class Keys:
+        value: str = "state_value"
+
+    class AsDefaultKeys(TensorKeysMixin):
+        default_keys = Keys
+
+    class Inheriting(AsDefaultKeys):  # a subclass keeps its parent's keys
+        pass
+
+    assert AsDefaultKeys.default_keys == {"value": "state_value"}
+    assert Inheriting().tensor_keys.value == "state_value"

@@ -61,11 +61,11 @@ __all__ += [
     "holder_batch_dims",
     "sum_to_batch",
 ]
-from .params import TensorDictParams  # noqa: E402
+from .params import Buffer, TensorDictParams  # noqa: E402
 from .ensemble import EnsembleModule  # noqa: E402
 from .cudagraphs import CudaGraphModule  # noqa: E402
 
-__all__ += ["CudaGraphModule", "EnsembleModule", "TensorDictParams"]
+__all__ += ["Buffer", "CudaGraphModule", "EnsembleModule", "TensorDictParams"]
 from .tensor_keys import TensorKeys, TensorKeysMixin  # noqa: E402
 
 __all__ += ["TensorKeys", "TensorKeysMixin"]

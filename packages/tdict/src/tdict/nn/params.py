@@ -13,7 +13,7 @@ from .._core.vmap import register_vmap_kind
 from ..base import TensorDictBase, is_tensor_collection
 from ..tensordict import TensorDict
 
-__all__ = ["TensorDictParams"]
+__all__ = ["Buffer", "TensorDictParams"]
 
 # dtypes made nn.Parameters (as tensordict: bfloat16 and complex leaves become buffers)
 _PARAM_DTYPES = (torch.float32, torch.float64, torch.float16)
@@ -35,10 +35,28 @@ def _mark_buffer(tensor: torch.Tensor) -> torch.Tensor:
     return tensor
 
 
+class _BufferMeta(type):
+    def __instancecheck__(cls, instance: Any) -> bool:
+        return isinstance(instance, torch.Tensor) and bool(getattr(instance, "_is_buffer", False))
+
+
+class _Buffer(metaclass=_BufferMeta):
+    """``torch.nn.Buffer`` for torch 2.4: ``Buffer(t)`` is a detached alias of ``t`` flagged as a
+    buffer, and ``isinstance(x, Buffer)`` tells a tensor so flagged."""
+
+    def __new__(cls, data: torch.Tensor | None = None, *, persistent: bool = True) -> Any:  # type: ignore[misc]
+        tensor = _mark_buffer((torch.empty(0) if data is None else data).detach())
+        tensor.persistent = persistent  # type: ignore[attr-defined]
+        return tensor
+
+
+# what a TensorDictParams registers its non-parameter leaves as (tensordict.nn.utils.Buffer)
+Buffer: Any = getattr(nn, "Buffer", _Buffer)
+
+
 def _buffer(tensor: torch.Tensor) -> torch.Tensor:
-    """``nn.Buffer(tensor)`` (torch >= 2.5); on older torch, a detached alias flagged as a buffer."""
-    make = getattr(nn, "Buffer", None)
-    return make(tensor) if make is not None else _mark_buffer(tensor.detach())
+    """``Buffer(tensor)``: a detached alias of ``tensor`` flagged as a buffer."""
+    return Buffer(tensor)
 
 
 def _converted(tensor: torch.Tensor, no_convert: bool) -> torch.Tensor:

@@ -17,6 +17,7 @@ Examples:
 
 from __future__ import annotations
 
+import dataclasses
 import warnings
 from collections.abc import Collection, Iterable, Mapping
 from typing import Any, ClassVar
@@ -67,6 +68,19 @@ class TensorKeys:
         return f"TensorKeys({', '.join(f'{k}={v!r}' for k, v in self.__dict__.items())})"
 
 
+def _dataclass_defaults(keys: type) -> dict[str, Any]:
+    """name -> default key of a dataclass listing keys as fields (``None`` for a field without a default)."""
+    defaults = {}
+    for field in dataclasses.fields(keys):
+        if field.default is not dataclasses.MISSING:
+            defaults[field.name] = field.default
+        elif field.default_factory is not dataclasses.MISSING:
+            defaults[field.name] = field.default_factory()
+        else:
+            defaults[field.name] = None
+    return defaults
+
+
 class TensorKeysMixin:
     """Gives a class ``tensor_keys`` and ``set_keys`` from its ``default_keys`` (TorchRL's loss keys).
 
@@ -102,6 +116,13 @@ class TensorKeysMixin:
     default_keys: ClassVar[Mapping[str, Any]] = {}
     deprecated_key_names: ClassVar[Mapping[str, str]] = {}
     accepts_key_lists: ClassVar[bool | Collection[str]] = False
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        # TorchRL's form: the keys as the fields of a dataclass, ``_AcceptedKeys`` or ``default_keys`` itself
+        declared = cls.__dict__.get("default_keys", cls.__dict__.get("_AcceptedKeys"))
+        if isinstance(declared, type) and dataclasses.is_dataclass(declared):
+            cls.default_keys = _dataclass_defaults(declared)
 
     @property
     def tensor_keys(self) -> TensorKeys:
