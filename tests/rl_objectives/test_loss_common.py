@@ -214,19 +214,93 @@ def test_soft_update_step_n_is_n_polyak_steps():
 
 def test_updaters_reject_bad_arguments():
     loss = Probe(make_net())
-    with pytest.raises(ValueError, match="exactly one of eps or tau"):
+    with pytest.raises(ValueError, match="One and only one argument of eps and tau"):
         SoftUpdate(loss, eps=0.9, tau=0.1)
     with pytest.raises(ValueError, match="eps must be in"):
         SoftUpdate(loss, tau=1.5)
     with pytest.raises(ValueError, match="value_network_update_interval"):
         HardUpdate(loss, value_network_update_interval=0)
-    with pytest.raises(ValueError, match="no target parameters"):
-        SoftUpdate(Probe(make_net(), target=False), tau=0.1)
+    for error in (RuntimeError, ValueError):  # TorchRL's RuntimeError, and our ValueError of earlier releases
+        with pytest.raises(error, match="Did not find any target parameters or buffers in the loss module Probe"):
+            SoftUpdate(Probe(make_net(), target=False), tau=0.1)
     for error in (TypeError, ValueError):  # a TypeError that TorchRL's ValueError handlers catch too
         with pytest.raises(error, match="The loss_module must be a LossModule instance, got Linear"):
             SoftUpdate(nn.Linear(2, 2), tau=0.1)
     with pytest.raises(TypeError, match="LossModule"):
         SoftUpdate(nn.Linear(2, 2), tau=0.1)
+
+
+@pytest.mark.parametrize("updater", [lambda loss: SoftUpdate(loss, tau=0.1), lambda loss: HardUpdate(loss)])
+def test_updaters_pair_sources_and_targets_by_name(updater):
+    loss = Probe(make_net(bn=True))
+    upd = updater(loss)
+    # TorchRL's layout: "<name>_params" and "target_<name>_params", the loss's own tensors
+    assert set(upd._sources.keys()) == {"net_params"} and set(upd._targets.keys()) == {"target_net_params"}
+    for key, source in upd._sources.items(True, True):
+        target = upd._targets[("target_" + key[0], *key[1:])]
+        assert source is loss.params_of("net")[key[1:]]
+        assert target is loss.params_of("net", target=True)[key[1:]]
+        assert torch.equal(source, target)  # initialised by the constructor
+    with torch.no_grad():
+        for target in upd._targets.values(True, True):
+            target.add_(1)
+    with pytest.warns(UserWarning, match="already initialized"):
+        upd.init_()  # copies again, and says so
+    for key, source in upd._sources.items(True, True):
+        assert torch.equal(source, upd._targets[("target_" + key[0], *key[1:])])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # a scheduled copy is not a second initialisation
+        for _ in range(1001):
+            upd.step()
+
+
+def test_register_coeff_buffer():
+    loss = Probe(make_net())
+    loss.register_coeff_buffer("entropy_coeff", 0.01)
+    assert dict(loss.named_buffers())["entropy_coeff"] is loss.entropy_coeff
+    assert loss.entropy_coeff.dtype == torch.float32 and loss.entropy_coeff.shape == ()
+    torch.testing.assert_close(loss.entropy_coeff, torch.tensor(0.01))
+    loss.register_coeff_buffer("beta", torch.tensor([2.0]), dtype=torch.float64)
+    assert loss.beta.dtype == torch.float64 and loss.beta.tolist() == [2.0]
+    loss.register_coeff_buffer("critic_coeff", None)  # off: a plain attribute, not a buffer
+    assert loss.critic_coeff is None and "critic_coeff" not in dict(loss.named_buffers())
+    loss.to(torch.float64)
+    assert loss.entropy_coeff.dtype == torch.float64
+    for bad, shown in ((True, "True"), ("0.1", "'0.1'"), (torch.ones(2), r"shape \(2,\)")):
+        with pytest.raises(
+            ValueError, match=f"register_coeff_buffer: c must be a float or a scalar tensor, got .*{shown}"
+        ):
+            loss.register_coeff_buffer("c", bad)
+    assert "c" not in dict(loss.named_buffers())
+
+
+def test_value_estimator_keys_hook_takes_keyword_arguments():
+    class Recorder:
+        def __init__(self):
+            self.keys = {}
+
+        def set_keys(self, **keys):
+            self.keys.update(keys)
+
+    calls = []
+
+    class WithInKeys(Probe):
+        def _set_in_keys(self):
+            calls.append(self.tensor_keys.value)
+
+    loss = WithInKeys(make_net())
+    loss._forward_value_estimator_keys()  # no estimator yet: only the in-keys are refreshed
+    assert calls == ["state_value"]
+    loss.value_estimator = Recorder()
+    loss.set_keys(value="v")
+    assert loss.value_estimator.keys == {"value": "v"} and calls[-1] == "v"
+
+    class Overriding(Probe):  # TorchRL's subclasses override the hook with **kwargs
+        def _forward_value_estimator_keys(self, **kwargs):
+            calls.append(kwargs)
+
+    Overriding(make_net()).set_keys(value="w")
+    assert calls[-1] == {"value": "w"}
 
 
 def test_set_keys_renames_and_forwards_to_the_value_estimator():

@@ -89,7 +89,7 @@ MODULES: dict[str, list[str]] = {
     "torchrl.objectives": ["rl_objectives"],
     "torchrl.objectives.value": ["rl_objectives.value"],
     "torchrl.objectives.value.functional": ["rl_objectives.value.functional", "rl_objectives.value"],
-    "torchrl.objectives.utils": ["rl_objectives"],
+    "torchrl.objectives.utils": ["rl_objectives", "rl_objectives.value.registry"],
     "torchrl.trainers": ["rl_objectives.trainers"],
 }
 

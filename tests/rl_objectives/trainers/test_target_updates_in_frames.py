@@ -46,10 +46,10 @@ class RecordingHardUpdate(HardUpdate):
         self.trainer, self.copies = None, []
         super().__init__(loss, value_network_update_interval=interval)
 
-    def init_(self):
+    def _copy(self):  # every copy into the targets: at construction and each one step() makes
         if self.trainer is not None:
             self.copies.append(self.trainer.collected_frames)
-        super().init_()
+        super()._copy()
 
 
 def run(n_envs, steps, n_batches, interval, frame_skip=1, optim_steps=2, unit="frames", total=None):

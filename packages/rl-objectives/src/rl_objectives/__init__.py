@@ -44,6 +44,8 @@ from .losses import (
     TD3Loss,
     TargetNetUpdater,
     distance_loss,
+    hold_out_net,
+    hold_out_params,
     total_loss,
 )
 from .functional.signed_hyperbolic import signed_hyperbolic, signed_parabolic
@@ -57,6 +59,7 @@ from .functional.dreamer import (
     two_hot_encode,
 )
 from .value import ValueEstimators
+from .value.registry import default_value_kwargs
 
 __version__ = "0.1.0"
 
@@ -95,7 +98,10 @@ __all__ = [
     "TD3Loss",
     "TargetNetUpdater",
     "ValueEstimators",
+    "default_value_kwargs",
     "distance_loss",
+    "hold_out_net",
+    "hold_out_params",
     "total_loss",
     "__version__",
     "categorical_kl_balanced",

@@ -26,6 +26,7 @@ from .target_updaters import HardUpdate, SoftUpdate, TargetNetUpdater
 from .td3 import TD3Loss
 from .td3_bc import TD3BCLoss
 from .utils import distance_loss
+from .hold_out import hold_out_net, hold_out_params
 
 __all__ = [
     "AUTO_LOSS_MASK_KEYS",
@@ -62,5 +63,7 @@ __all__ = [
     "TD3Loss",
     "TargetNetUpdater",
     "distance_loss",
+    "hold_out_net",
+    "hold_out_params",
     "total_loss",
 ]

@@ -25,6 +25,7 @@ import math
 import numbers
 import warnings
 from collections.abc import Iterable, Mapping, Sequence
+from copy import deepcopy as _deepcopy
 from typing import Any, ClassVar
 
 import tdict
@@ -200,6 +201,9 @@ class LossModule(_TensorCalls, TensorKeysMixin, nn.Module):
         self._ctor_gamma: float | None = None  # TorchRL's deprecated loss(gamma=...)
         # set by a TargetNetUpdater built on this loss; until then, reading target parameters warns
         self._target_updater_attached = False
+        # shared entries are views of the owner's parameters: a checkpoint's copy of them is not loaded
+        self._register_load_state_dict_pre_hook(_drop_shared_entries, with_module=True)
+        self.register_load_state_dict_post_hook(_forgive_shared_entries)
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
@@ -234,6 +238,30 @@ class LossModule(_TensorCalls, TensorKeysMixin, nn.Module):
             warnings.warn(self._no_updater_message(), UserWarning, stacklevel=_user_stacklevel())
         return value
 
+    def __setstate__(self, state: dict) -> None:  # a deep copy or an unpickled loss: views of its own copies
+        super().__setstate__(state)
+        self._link_shared()
+
+    def _apply(self, fn: Any, *args: Any, **kwargs: Any) -> Any:
+        out = super()._apply(fn, *args, **kwargs)
+        self._link_shared()  # .to() converted the views into copies: point them at the owner again
+        return out
+
+    def _link_shared(self) -> None:
+        """Point each shared entry of ``<name>_params`` at its owner's parameter (the same object kept)."""
+        for name, shared in self.__dict__.get("_shared_params", {}).items():
+            held = getattr(self, f"{name}_params")._param_td
+            for key, owned in shared.items():
+                held.get(key).data = _shared_view(owned, self._networks[name]).data
+
+    def _shared_entries(self, prefix: str = "") -> list[str]:
+        """The state-dict names of the shared entries (under ``prefix``)."""
+        return [
+            f"{prefix}{name}_params." + ".".join(key if isinstance(key, tuple) else (key,))
+            for name, shared in self._shared_params.items()
+            for key in shared
+        ]
+
     # ------------------------------------------------------------------ scheduled hyper-parameters
     def _set_schedulable(self, name: str, value: Any) -> None:
         """``loss.<name> = value`` for a schedulable buffer: checked, then copied in place."""
@@ -252,6 +280,38 @@ class LossModule(_TensorCalls, TensorKeysMixin, nn.Module):
         with torch.no_grad():
             buffer.fill_(float(value))
 
+    def register_coeff_buffer(
+        self, name: str, value: Any, *, device: Any = None, dtype: torch.dtype | None = None
+    ) -> None:
+        """Hold the coefficient ``value`` (a number or a one-element tensor) as the buffer ``name``
+        (moved by ``.to()``, saved in ``state_dict``); ``None`` sets a plain ``None`` attribute.
+
+        Examples:
+            >>> import torch
+            >>> from rl_objectives import LossModule
+            >>> loss = LossModule()
+            >>> loss.register_coeff_buffer("entropy_coeff", 0.01, dtype=torch.float64)
+            >>> loss.entropy_coeff
+            tensor(0.0100, dtype=torch.float64)
+
+        Raises:
+            ValueError: ``value`` is a bool, not a number, or a tensor of more than one element.
+        """
+        if value is None:
+            setattr(self, name, None)
+            return
+        if isinstance(value, bool) or not isinstance(value, (numbers.Real, torch.Tensor)):
+            raise ValueError(
+                f"{type(self).__name__}.register_coeff_buffer: {name} must be a float or a scalar tensor, got {value!r}."
+            )
+        tensor = torch.as_tensor(value, device=device, dtype=dtype)
+        if tensor.numel() != 1:
+            raise ValueError(
+                f"{type(self).__name__}.register_coeff_buffer: {name} must be a float or a scalar tensor, got a "
+                f"tensor of shape {tuple(tensor.shape)}."
+            )
+        self.register_buffer(name, tensor)
+
     def _check_hyperparameter(self, name: str, value: float) -> None:
         """Raise ``ValueError`` naming ``name`` when ``value`` is not allowed (override per loss;
         the constructor's rule). Called before a scheduled value is written."""
@@ -259,8 +319,7 @@ class LossModule(_TensorCalls, TensorKeysMixin, nn.Module):
     # ------------------------------------------------------------------ keys
     # ``tensor_keys`` and ``set_keys`` come from tdict.nn.TensorKeysMixin; the value estimator follows
     def _on_keys_set(self, changed: dict[str, Any]) -> None:
-        if self._value_estimator is not None:
-            self._forward_value_estimator_keys(self._value_estimator)
+        self._forward_value_estimator_keys(**changed)
 
     def _set_deprecated_ctor_args(self, *, gamma: Any = None, priority_key: Any = None) -> None:
         """TorchRL's deprecated constructor arguments: ``gamma`` (the value estimator's discount, now
@@ -310,10 +369,18 @@ class LossModule(_TensorCalls, TensorKeysMixin, nn.Module):
         shared = ("advantage", "value_target", "value", "reward", "done", "terminated", "sample_log_prob")
         return {name: getattr(self.tensor_keys, name) for name in shared if name in self.default_keys}
 
-    def _forward_value_estimator_keys(self, estimator: Any) -> None:
-        keys = self._value_estimator_keys()
-        if keys:
-            estimator.set_keys(**keys)
+    def _forward_value_estimator_keys(self, **kwargs: Any) -> None:
+        """Give the value estimator (if built) the keys it shares with this loss, then refresh the
+        loss's own in-keys (``_set_in_keys``, where a subclass defines it). TorchRL's hook: subclasses
+        may override it (``kwargs`` are the keys just set)."""
+        estimator = self._value_estimator
+        if estimator is not None:
+            keys = self._value_estimator_keys()
+            if keys:
+                estimator.set_keys(**keys)
+        set_in_keys = getattr(self, "_set_in_keys", None)
+        if callable(set_in_keys):
+            set_in_keys()
 
     # ------------------------------------------------------------------ networks
     def convert_to_functional(
@@ -365,12 +432,13 @@ class LossModule(_TensorCalls, TensorKeysMixin, nn.Module):
         shared = {k: v for k, v in params.items(True, True) if isinstance(v, nn.Parameter) and id(v) in others}
         if expand_dim is None:
             setattr(self, module_name, module)
-            params_module = TensorDictParams(params, no_convert=True)  # the module's own tensors
+            held = params.copy()  # the module's own tensors
         else:
-            stacked = _expanded_params(module, params, expand_dim, given_sets)
-            if shared:  # not copies: params_of expands the owner's parameters
-                stacked = stacked.exclude(*shared)
-            params_module = TensorDictParams(stacked, no_convert=True)
+            held = _expanded_params(module, params, expand_dim, given_sets)
+        for key, owned in shared.items():  # not copies: detached views of the owner's parameters
+            held.set(key, _shared_view(owned, expand_dim))
+        params_module = TensorDictParams(held, no_convert=True)
+        if expand_dim is not None:
             # the template is only a shape to swap each set into: keep it out of parameters()
             template = copy.deepcopy(module)
             TensorDict.from_module(template, lock=False).apply(lambda t: t.detach().to("meta")).to_module(
@@ -418,16 +486,7 @@ class LossModule(_TensorCalls, TensorKeysMixin, nn.Module):
             raise KeyError(
                 f"{type(self).__name__}: {module_name!r} has no target parameters (create_target_params=False)."
             )
-        holder = getattr(self, f"target_{module_name}_params" if target else f"{module_name}_params")
-        shared = None if target else self._shared_params.get(module_name)
-        if not shared:
-            return holder._param_td
-        # parameters owned by another network: seen detached, so this network's losses leave them alone
-        params = holder._param_td.copy()
-        sets = self._networks[module_name]
-        for key, owned in shared.items():
-            params.set(key, owned.detach() if sets is None else owned.detach().expand(sets, *owned.shape))
-        return params
+        return getattr(self, f"target_{module_name}_params" if target else f"{module_name}_params")._param_td
 
     def swapped(self, module_name: str, params: Any = None, *, target: bool = False) -> "_Swapped":
         """A context manager running a registered network with ``params`` (default: its own, or
@@ -529,6 +588,62 @@ class LossModule(_TensorCalls, TensorKeysMixin, nn.Module):
             "updated by hand)."
         )
 
+    def get_stateful_net(self, network_name: str, copy: bool | None = None) -> nn.Module:
+        """The registered network holding this loss's parameters of it, e.g. to initialise them by hand.
+
+        ``copy`` (default ``True``): a deep copy of the network into which the loss's parameter
+        tensors are put (writing into them writes into the loss; assigning new ones does not: see
+        :meth:`from_stateful_net`). ``copy=False``: the registered network itself. An ensemble's
+        network holds the stacked sets, to be called through ``torch.vmap``.
+
+        Examples:
+            >>> import torch
+            >>> from torch import nn
+            >>> from tdict.nn import TensorDictModule
+            >>> from rl_objectives import LossModule
+            >>> class L(LossModule):
+            ...     def __init__(self, net):
+            ...         super().__init__()
+            ...         self.convert_to_functional(net, "net")
+            >>> loss = L(TensorDictModule(nn.Linear(2, 1), in_keys=["x"], out_keys=["y"]))
+            >>> net = loss.get_stateful_net("net")
+            >>> net.module.weight = nn.Parameter(torch.ones(1, 2))
+            >>> _ = loss.from_stateful_net("net", net)
+            >>> loss.params_of("net")["module", "weight"].tolist()
+            [[1.0, 1.0]]
+        """
+        params = self.params_of(network_name)  # checks the name
+        net = getattr(self, network_name)
+        if copy is False and self._networks[network_name] is None:
+            return net  # it holds its own parameters already
+        if copy is not False:
+            net = _deepcopy(net)  # (the argument ``copy`` hides the module)
+        params.to_module(net, return_swap=False, preserve_module_state=False)
+        return net
+
+    @torch.no_grad()
+    def from_stateful_net(self, network_name: str, stateful_net: nn.Module) -> "LossModule":
+        """Copy the parameters of ``stateful_net`` (a network of the same structure, such as one from
+        :meth:`get_stateful_net`) into this loss's parameters of ``network_name``, in place; returns ``self``.
+
+        The entries shared with another network (``compare_against``) belong to that network and
+        are left to it.
+
+        Raises:
+            KeyError: the two hold different parameter names (both differences are listed).
+        """
+        shared = list(self._shared_params.get(network_name, ()))
+        mine = self.params_of(network_name).exclude(*shared)
+        given = TensorDict.from_module(stateful_net, lock=False).exclude(*shared)
+        ours, theirs = set(mine.keys(True, True)), set(given.keys(True, True))
+        if ours != theirs:
+            raise KeyError(
+                f"{type(self).__name__}.from_stateful_net: {network_name} holds {sorted(map(str, ours - theirs))} that "
+                f"the module lacks, and the module holds {sorted(map(str, theirs - ours))} that {network_name} lacks."
+            )
+        mine.update_(given)
+        return self
+
     def reset_parameters_recursive(self) -> None:
         """Re-initialise every registered network's parameters, each set of an ensemble and the target
         copies included, in place (with each submodule's ``reset_parameters``).
@@ -555,7 +670,10 @@ class LossModule(_TensorCalls, TensorKeysMixin, nn.Module):
                 holders = [getattr(self, f"{name}_params")._param_td]
                 if name in self._target_networks:
                     holders.append(getattr(self, f"target_{name}_params")._param_td)
+                shared = list(self._shared_params.get(name, ()))
                 for holder in holders:
+                    if shared:  # the owner's parameters, reset with the owner
+                        holder = holder.exclude(*shared)
                     for one_set in [holder] if sets is None else holder.unbind(0):
                         one_set.update_(_reset_copy(module, one_set))
 
@@ -578,7 +696,7 @@ class LossModule(_TensorCalls, TensorKeysMixin, nn.Module):
     def value_estimator(self, estimator: Any) -> None:
         self._value_estimator = estimator
         if estimator is not None:
-            self._forward_value_estimator_keys(estimator)
+            self._forward_value_estimator_keys()
 
     def make_value_estimator(self, value_type: Any = None, **hyperparams: Any) -> "LossModule":
         """Build the value estimator of kind ``value_type`` (``None``: the loss's default)."""
@@ -611,8 +729,9 @@ class LossModule(_TensorCalls, TensorKeysMixin, nn.Module):
             ValueError: an unknown ``value_type``, or ``hyperparams`` naming one of ``networks``.
             NotImplementedError: a kind this loss does not accept.
         """
-        from ..value import GAE, MultiAgentGAE, TD0Estimator, TD1Estimator, TDLambdaEstimator, ValueEstimators, VTrace
+        from ..value import VTrace
         from ..value.base import ValueEstimatorBase
+        from ..value.registry import get_value_estimator_entry
 
         owner = type(self).__name__
         if isinstance(value_type, ValueEstimatorBase) or (
@@ -625,21 +744,14 @@ class LossModule(_TensorCalls, TensorKeysMixin, nn.Module):
                 f"{owner}: value_type {value_type.value!r} is not implemented for this loss; "
                 f"use one of {[m.value for m in accepted]}."
             )
-        cls, allowed = {
-            ValueEstimators.TD0: (TD0Estimator, ("gamma",)),
-            ValueEstimators.TD1: (TD1Estimator, ("gamma",)),
-            ValueEstimators.TDLambda: (TDLambdaEstimator, ("gamma", "lmbda")),
-            ValueEstimators.GAE: (GAE, ("gamma", "lmbda")),
-            ValueEstimators.MAGAE: (MultiAgentGAE, ("gamma", "lmbda")),
-            ValueEstimators.VTrace: (VTrace, ("gamma",)),
-        }[value_type]
-        kwargs = self._value_kwargs(hyperparams, allowed)
+        entry = get_value_estimator_entry(value_type)
+        kwargs = self._value_kwargs(hyperparams, tuple(entry.default_kwargs))
         clash = sorted(set(kwargs) & set(networks))
         if clash:
             raise ValueError(f"{owner}.make_value_estimator: {clash} is set by the loss, not by the caller.")
-        if value_type is not ValueEstimators.VTrace:
+        if not issubclass(entry.cls, VTrace):
             networks.pop("actor_network", None)
-        estimator = cls(**networks, **kwargs)
+        estimator = entry.cls(**networks, **kwargs)
         self.value_estimator = estimator
         self.value_type = value_type
         return estimator
@@ -701,6 +813,25 @@ class _Swapped:
     def __exit__(self, *exc: Any) -> None:
         for (holder, name), tensor in zip(self._slots, self._previous):
             holder[name] = tensor
+
+
+def _shared_view(owned: nn.Parameter, sets: int | None) -> torch.Tensor:
+    """A network's view of a parameter another network trains: detached (expanded over the sets of
+    an ensemble), so that it follows the owner's updates and this network's losses leave it alone."""
+    view = owned.detach()
+    return view if sets is None else view.expand(sets, *owned.shape)
+
+
+def _drop_shared_entries(loss: LossModule, state_dict: dict, prefix: str, *args: Any) -> None:
+    for name in loss._shared_entries(prefix):
+        state_dict.pop(name, None)
+
+
+def _forgive_shared_entries(loss: nn.Module, incompatible: Any) -> None:
+    entries = loss._shared_entries() if isinstance(loss, LossModule) else []
+    if entries:  # the missing keys carry the prefix of any module holding the loss
+        missing = incompatible.missing_keys
+        missing[:] = [k for k in missing if not any(k == e or k.endswith("." + e) for e in entries)]
 
 
 def _reset_copy(module: nn.Module, params: TensorDictBase) -> TensorDictBase:

@@ -8,8 +8,11 @@ step, as in TorchRL; ``step(n)`` counts ``n`` at once (collected frames, with
 
 from __future__ import annotations
 
+import warnings
+
 import torch
-from tdict.errors import ArgumentTypeError
+from tdict import TensorDict
+from tdict.errors import ArgumentTypeError, InvalidArgumentError
 from tdict.validation import check_non_negative_int, check_positive_int
 
 from .common import LossModule
@@ -32,23 +35,42 @@ class TargetNetUpdater:
             )
         names = loss_module.target_networks
         if not names:
-            raise ValueError(f"{type(self).__name__}: {type(loss_module).__name__} has no target parameters to update.")
+            raise InvalidArgumentError(  # a ValueError, also the RuntimeError TorchRL raises
+                f"{type(self).__name__}: Did not find any target parameters or buffers in the loss module "
+                f"{type(loss_module).__name__} (register a network with create_target_params=True)."
+            )
         self.loss_module = loss_module
         loss_module._target_updater_attached = True
-        self._sources: list[torch.Tensor] = []
-        self._targets: list[torch.Tensor] = []
+        # "<name>_params" / "target_<name>_params" -> the network's leaves (TorchRL's layout)
+        self._sources = TensorDict({f"{name}_params": loss_module.params_of(name) for name in names})
+        self._targets = TensorDict({f"target_{name}_params": loss_module.params_of(name, True) for name in names})
+        self._source_leaves: list[torch.Tensor] = []
+        self._target_leaves: list[torch.Tensor] = []
         for name in names:
             source = loss_module.params_of(name)
             target = loss_module.params_of(name, target=True)
             for key in source.keys(include_nested=True, leaves_only=True):
-                self._sources.append(source.get(key))
-                self._targets.append(target.get(key))
+                self._source_leaves.append(source.get(key))
+                self._target_leaves.append(target.get(key))
+        self.initialized = False
         self.init_()
 
     @torch.no_grad()
     def init_(self) -> None:
-        """Copy the trained parameters into the targets."""
-        for src, dst in zip(self._sources, self._targets):
+        """Copy the trained parameters into the targets (warns when called again: the targets restart)."""
+        if self.initialized:
+            warnings.warn(
+                f"{type(self).__name__}: the updater was already initialized; init_() copies the trained parameters "
+                "into the targets again.",
+                UserWarning,
+                stacklevel=2,
+            )
+        self._copy()
+        self.initialized = True
+
+    @torch.no_grad()
+    def _copy(self) -> None:
+        for src, dst in zip(self._source_leaves, self._target_leaves):
             dst.copy_(src)
 
     def step(self, n: int = 1) -> None:  # pragma: no cover - abstract
@@ -89,7 +111,10 @@ class SoftUpdate(TargetNetUpdater):
 
     def __init__(self, loss_module: LossModule, *, eps: float | None = None, tau: float | None = None) -> None:
         if (eps is None) == (tau is None):
-            raise ValueError(f"SoftUpdate: give exactly one of eps or tau, got eps={eps!r}, tau={tau!r}.")
+            raise ValueError(
+                f"SoftUpdate: One and only one argument of eps and tau must be given (tau = 1 - eps), got eps={eps!r}, "
+                f"tau={tau!r}."
+            )
         if eps is None:
             assert tau is not None  # exactly one of them (checked above)
             eps = 1.0 - tau
@@ -107,10 +132,10 @@ class SoftUpdate(TargetNetUpdater):
         """
         if check_non_negative_int("SoftUpdate.step", "n (the number of steps to count)", n) == 0:
             return
-        floats = [(s, t) for s, t in zip(self._sources, self._targets) if t.is_floating_point()]
+        floats = [(s, t) for s, t in zip(self._source_leaves, self._target_leaves) if t.is_floating_point()]
         if floats:
             torch._foreach_lerp_([t for _, t in floats], [s for s, _ in floats], 1.0 - self.eps**n)  # pyright: ignore[reportPrivateImportUsage]
-        for src, dst in zip(self._sources, self._targets):
+        for src, dst in zip(self._source_leaves, self._target_leaves):
             if not dst.is_floating_point():
                 dst.copy_(src)  # counters and other integer buffers follow exactly
 
@@ -169,4 +194,4 @@ class HardUpdate(TargetNetUpdater):
         self.counter = before + n
         interval = self.value_network_update_interval
         if self.counter // interval > before // interval:
-            self.init_()
+            self._copy()

@@ -25,7 +25,11 @@ from ..functional import (
     vec_td_lambda_return_estimate,
     vtrace_advantage_estimate,
 )
-from .base import ValueEstimatorBase, _standardize
+from .base import ValueEstimatorBase, ValueEstimators, _standardize
+from .registry import register_value_estimator
+
+_DISCOUNT = {"gamma": 0.99}
+_DISCOUNT_AND_LAMBDA = {"gamma": 0.99, "lmbda": 0.95}
 
 __all__ = [
     "GAE",
@@ -77,6 +81,7 @@ class _TDBase(ValueEstimatorBase):
         return advantage, value_target
 
 
+@register_value_estimator(ValueEstimators.TD0, default_kwargs=_DISCOUNT)
 class TD0Estimator(_TDBase):
     """One-step TD target ``r_t + gamma * V(s_{t+1})`` (0 after termination); advantage = target - V(s_t).
 
@@ -154,6 +159,7 @@ class TD0Estimator(_TDBase):
             return self._estimate(tensordict, None, next_value, reward, done, terminated, tensordict.batch_dims - 1)[1]
 
 
+@register_value_estimator(ValueEstimators.TD1, default_kwargs=_DISCOUNT)
 class TD1Estimator(_TDBase):
     """TD(1): the discounted return to the end of the trajectory, bootstrapped with V(s_{t+1}) where
     the data stops without a termination (a truncation, the end of the window).
@@ -208,6 +214,7 @@ class TD1Estimator(_TDBase):
         return fn(gamma, next_value, reward, done, terminated, time_dim=time_dim)
 
 
+@register_value_estimator(ValueEstimators.TDLambda, default_kwargs=_DISCOUNT_AND_LAMBDA)
 class TDLambdaEstimator(_TDBase):
     """TD(lambda): the lambda-weighted mix of n-step returns (``lmbda=0`` is TD(0), ``1`` TD(1)).
 
@@ -265,6 +272,7 @@ class TDLambdaEstimator(_TDBase):
         return fn(gamma, self.lmbda, next_value, reward, done, terminated, time_dim=time_dim)
 
 
+@register_value_estimator(ValueEstimators.GAE, default_kwargs=_DISCOUNT_AND_LAMBDA)
 class GAE(ValueEstimatorBase):
     """Generalized advantage estimate; the value target is ``advantage + V(s_t)``.
 
@@ -358,6 +366,7 @@ class GAE(ValueEstimatorBase):
         return _standardize(advantage, 1e-5, groups=self._group_ids(tensordict))
 
 
+@register_value_estimator(ValueEstimators.VTrace, default_kwargs=_DISCOUNT)
 class VTrace(ValueEstimatorBase):
     """V-trace (IMPALA) value targets and policy-gradient advantages for off-policy data.
 
@@ -494,6 +503,7 @@ class VTrace(ValueEstimatorBase):
         return advantage, value_target
 
 
+@register_value_estimator(ValueEstimators.MAGAE, default_kwargs=_DISCOUNT_AND_LAMBDA)
 class MultiAgentGAE(GAE):
     """GAE for per-agent values with a team reward (TorchRL's ``MultiAgentGAE``).
 
