@@ -239,6 +239,16 @@ def test_indexing_with_a_mask_over_all_batch_dims(data):
     assert_matches(out, {k: v[mask] for k, v in ref.leaves.items()}, (int(mask.sum()),))
 
 
+@FAST
+@given(data=st.data())
+def test_indexing_with_a_mask_over_the_first_batch_dim(data):
+    """A 1-D mask over the rows (the positions are found once, then the rows taken) equals per-leaf masking."""
+    td, ref, bs, _ = data.draw(td_and_ref(min_dims=1))
+    mask = torch.tensor(data.draw(st.lists(st.booleans(), min_size=bs[0], max_size=bs[0])), dtype=torch.bool)
+    out = td[mask]
+    assert_matches(out, {k: v[mask] for k, v in ref.leaves.items()}, (int(mask.sum()), *bs[1:]))
+
+
 # --------------------------------------------------------------------------- shape ops
 def _norm(dim: int, n: int) -> int:
     return dim % n

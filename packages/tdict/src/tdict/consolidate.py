@@ -303,7 +303,9 @@ def consolidate(
         raise ValueError(f"consolidate: filename= and share_memory=True need device='cpu', got {device}.")
     if filename is not None:
         return _consolidate_to_file(td, meta, leaves, total, filename)
-    storage = torch.empty(total, dtype=torch.uint8, device=device, pin_memory=pin_memory)
+    # a small storage is cheaper zeroed whole (one fill) than gap by gap (one op per gap)
+    zeroed = total <= _ZERO_WHOLE_BYTES
+    storage = (torch.zeros if zeroed else torch.empty)(total, dtype=torch.uint8, device=device, pin_memory=pin_memory)
     if share_memory:
         storage.share_memory_()
     views: list = []
@@ -311,8 +313,12 @@ def consolidate(
     with torch.no_grad():  # each leaf goes into the view the result holds: no second set of views
         for (leaf, _), view in zip(leaves, views):
             view.copy_(leaf)
-        _zero_padding(storage, leaves)
+        if not zeroed:
+            _zero_padding(storage, leaves)
     return out
+
+
+_ZERO_WHOLE_BYTES = 1 << 16
 
 
 def _zero_padding(storage: torch.Tensor, leaves: list) -> None:

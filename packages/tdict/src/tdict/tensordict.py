@@ -32,6 +32,9 @@ from .unbatched import UNBATCHED_TYPES as _UNBATCHED
 _Tensor = torch.Tensor
 
 
+_DEVICE_OR_DTYPE = (str, torch.device, torch.dtype)
+
+
 class TensorDict(TensorDictBase):
     """A dictionary of tensors (and nested TensorDicts) with common leading batch dims.
 
@@ -574,6 +577,17 @@ class TensorDict(TensorDictBase):
                     bad = low.item() - bs[0] if low.item() < 0 else high.item()  # as the caller wrote it
                     raise IndexError(f"index {bad} is out of bounds for batch dim 0 of size {bs[0]}.")
             return self._take_rows(index)
+        elif (
+            kind is torch.Tensor
+            and index.dtype is torch.bool
+            and index.ndim == 1
+            and bs
+            and index.shape[0] == bs[0]
+            and not torch.compiler.is_compiling()
+        ):
+            # a mask over the rows: its positions found once, then the rows taken (value[mask] on
+            # every leaf would search the mask once per leaf)
+            return self._take_rows(index.nonzero().squeeze(-1), new_dim=True)
         else:
             index = _normalize_index(index, bs)
             new_bs = None
@@ -603,20 +617,24 @@ class TensorDict(TensorDictBase):
                 out[key] = out[key]._with_batch_size(new_bs)
         return TensorDict._new_unsafe(out, new_bs, self._device, names)
 
-    def _take_rows(self, index: torch.Tensor) -> "TensorDict":
-        """``self[index]`` for a 1-D int64 ``index`` of positions already checked to lie in ``[0, n)``."""
+    def _take_rows(self, index: torch.Tensor, new_dim: bool = False) -> "TensorDict":
+        """``self[index]`` for a 1-D int64 ``index`` of positions already checked to lie in ``[0, n)``
+        (``new_dim``: the positions of a mask, whose result dim is unnamed, as a mask makes a new dim)."""
         out = {}
         new_bs = torch.Size((index.shape[0],)) + self._batch_size[1:]
         for key, value in self._tensordict.items():
             if type(value) is _Tensor or isinstance(value, torch.Tensor) and type(value) not in _UNBATCHED:
                 out[key] = value.index_select(0, index if value.device == index.device else index.to(value.device))
             elif type(value) is TensorDict:
-                out[key] = value._take_rows(index)
+                out[key] = value._take_rows(index, new_dim)
             elif type(value) in _UNBATCHED:
                 out[key] = cast(Any, value)._with_batch_size(new_bs)
             else:
                 out[key] = value[index]
-        return TensorDict._new_unsafe(out, new_bs, self._device, self._names)
+        names = self._names
+        if new_dim and names is not None:
+            names = [None, *names[1:]] if any(names[1:]) else None
+        return TensorDict._new_unsafe(out, new_bs, self._device, names)
 
     # ------------------------------------------------------------------ whole-collection ops
     def clone(self, recurse: bool = True, *, device: Any = None) -> "TensorDict":
@@ -647,15 +665,17 @@ class TensorDict(TensorDictBase):
         copy to an accelerator and waits for it; ``num_threads`` is accepted (the copies are
         issued from this thread).
         """
-        if args and is_tensor_collection(args[0]):  # td.to(td.attrs()): per-leaf devices and dtypes
+        # td.to(td.attrs()): per-leaf devices and dtypes (a device or dtype, the common case, is checked first)
+        if args and type(args[0]) not in _DEVICE_OR_DTYPE and is_tensor_collection(args[0]):
             from .attrs import cast_to_attrs
 
             return cast_to_attrs(self, args[0], args[1:], kwargs)
-        inplace = kwargs.pop("inplace", False)
-        pin = kwargs.pop("non_blocking_pin", False)
-        kwargs.pop("num_threads", None)
-        if inplace or pin:
-            return self._to_pinned_or_inplace(args, kwargs, inplace, pin)
+        if kwargs:
+            inplace = kwargs.pop("inplace", False)
+            pin = kwargs.pop("non_blocking_pin", False)
+            kwargs.pop("num_threads", None)
+            if inplace or pin:
+                return self._to_pinned_or_inplace(args, kwargs, inplace, pin)
         device, dtype, non_blocking, batch_size = parse_to_args(args, kwargs)
         result = self
         if batch_size is not None:

@@ -172,16 +172,21 @@ def leaf_shape(value: Any) -> torch.Size:
 
 def parse_to_args(args: tuple, kwargs: dict) -> tuple:
     """``to(...)`` arguments as ``(device, dtype, non_blocking, batch_size)``."""
-    device = kwargs.pop("device", None)
-    dtype = kwargs.pop("dtype", None)
-    non_blocking = kwargs.pop("non_blocking", False)
-    batch_size = kwargs.pop("batch_size", None)
-    other = kwargs.pop("other", None)
-    if kwargs:
-        raise TypeError(f"to(): unexpected arguments {sorted(kwargs)}.")
-    if is_tensor_collection(other):  # to(other=td): its device, and its dtype when all its leaves share one
+    device = dtype = batch_size = other = None
+    non_blocking = False
+    if kwargs:  # (most calls pass positional arguments only)
+        device = kwargs.pop("device", None)
+        dtype = kwargs.pop("dtype", None)
+        non_blocking = kwargs.pop("non_blocking", False)
+        batch_size = kwargs.pop("batch_size", None)
+        other = kwargs.pop("other", None)
+        if kwargs:
+            raise TypeError(f"to(): unexpected arguments {sorted(kwargs)}.")
+    if other is None:
+        pass
+    elif is_tensor_collection(other):  # to(other=td): its device, and its dtype when all its leaves share one
         device, dtype = other.device, getattr(other, "dtype", None)
-    elif other is not None:
+    else:
         args = (*args, other)
     for arg in args:
         if arg is None:  # to(None): nothing to move to (tensordict returns the collection unchanged)
