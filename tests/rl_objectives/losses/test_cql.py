@@ -411,3 +411,37 @@ def test_two_batch_dims_match_the_flat_batch(max_q_backup, nets, transition_batc
     grid = loss(td.clone().reshape(3, 2))
     for key in flat.keys():
         torch.testing.assert_close(grid[key], flat[key])
+
+
+@pytest.mark.parametrize("with_lagrange", [False, True])
+def test_the_collectors_mask_leaves_padded_transitions_out(with_lagrange, nets, transition_batch):
+    actor, critic, _ = nets()
+    kwargs = {"with_lagrange": with_lagrange, "lagrange_thresh": 5.0} if with_lagrange else {}
+    loss = CQLLoss(actor, critic, reduction="none", **kwargs)
+    td = transition_batch(n=9)
+    valid = torch.arange(9) % 3 != 1
+    torch.manual_seed(0)
+    per_sample = loss(td.clone())
+    masked = td.clone()
+    masked["collector", "mask"] = valid
+    # prioritized weights are not CQL's (TorchRL's neither): present, they change nothing
+    masked["priority_weight"] = torch.rand(9) + 0.5
+    loss.reduction = "mean"
+    torch.manual_seed(0)  # the same draws as the per-sample call
+    out = loss(masked)
+    for key in ("loss_actor", "loss_actor_bc", "loss_qvalue", "loss_cql", "loss_alpha"):
+        torch.testing.assert_close(out[key], per_sample[key][valid].mean(), msg=key)
+
+
+def test_discrete_cql_mask_leaves_padded_transitions_out():
+    actor, _ = q_actor("categorical")
+    td, _ = discrete_batch("categorical", n=9)
+    loss = DiscreteCQLLoss(actor, action_space="categorical", reduction="none")
+    per_sample = loss(td.clone())
+    valid = torch.arange(9) % 3 != 1
+    masked = td.clone()
+    masked["shifted_valid"] = valid
+    loss.reduction = "sum"
+    out = loss(masked)
+    for key in ("loss_qvalue", "loss_cql"):
+        torch.testing.assert_close(out[key], per_sample[key][valid].sum(), msg=key)

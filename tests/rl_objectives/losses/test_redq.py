@@ -261,3 +261,26 @@ def test_two_batch_dims_match_the_flat_batch(nets, transition_batch):
     for key in flat.keys():
         torch.testing.assert_close(grid[key], flat[key])
     assert grid_td["td_error"].shape == (2, 3)
+
+
+@pytest.mark.parametrize("weighted", [False, True])
+def test_the_collectors_mask_leaves_padded_transitions_out(weighted, nets, transition_batch):
+    actor, critic, _ = nets()
+    loss = REDQLoss(actor, critic, num_qvalue_nets=4, sub_sample_len=2, reduction="none")
+    td = transition_batch(n=9)
+    if weighted:
+        td["priority_weight"] = torch.rand(9) + 0.5
+    valid = torch.arange(9) % 3 != 1
+    torch.manual_seed(0)
+    per_sample = loss(td.clone())  # [K, 9]: the weights already applied
+    masked = td.clone()
+    masked["collector", "mask"] = valid
+    torch.manual_seed(0)  # the same subset and draws
+    kept = loss(masked)
+    for key in ("loss_actor", "loss_qvalue", "loss_alpha"):
+        assert (kept[key][:, ~valid] == 0).all() and torch.equal(kept[key][:, valid], per_sample[key][:, valid]), key
+    loss.reduction = "sum"
+    torch.manual_seed(0)
+    out = loss(masked)
+    for key in ("loss_actor", "loss_qvalue", "loss_alpha"):
+        torch.testing.assert_close(out[key], per_sample[key][:, valid].sum(), msg=key)

@@ -26,12 +26,8 @@ from torch import distributions as D
 from ..functional.ppo import entropy_loss, explained_variance, value_loss
 from ..value import ValueEstimators
 from .common import LossModule
-from .utils import (
-    _check_loss_function,
-    _check_reduction,
-    _present_keys,
-    _reduce,
-)
+from .loss_mask import align_mask
+from .utils import _check_loss_function, _check_reduction, _present_keys
 
 __all__: list[str] = []  # private base: the losses built on it are public
 
@@ -51,14 +47,24 @@ def _check_same_shape(owner: str, named: list) -> None:
             )
 
 
-def _standardize(value: _Tensor, exclude_dims: tuple) -> _Tensor:
-    """``(value - mean) / std`` over every dim but ``exclude_dims`` (std: unbiased, at least 1e-6)."""
+def _standardize(value: _Tensor, exclude_dims: tuple, valid: _Tensor | None = None) -> _Tensor:
+    """``(value - mean) / std`` over every dim but ``exclude_dims`` (std: unbiased, at least 1e-6),
+    the statistics taken over the ``valid`` positions only when a mask is given (the others are
+    selected out, so a NaN there does not spread)."""
     excluded = {d % value.ndim for d in exclude_dims}
     dims = [d for d in range(value.ndim) if d not in excluded]
     if not dims:
         return value
-    mean = value.mean(dims, keepdim=True)
-    std = value.std(dims, keepdim=True).clamp_min(1e-6)
+    if valid is None:
+        mean = value.mean(dims, keepdim=True)
+        std = value.std(dims, keepdim=True).clamp_min(1e-6)
+        return (value - mean) / std
+    valid = align_mask(valid, value)
+    zero = torch.zeros((), dtype=value.dtype, device=value.device)
+    count = valid.sum(dims, keepdim=True)
+    mean = torch.where(valid, value, zero).sum(dims, keepdim=True) / count.clamp_min(1)
+    squares = torch.where(valid, (value - mean).square(), zero).sum(dims, keepdim=True)
+    std = (squares / (count - 1).clamp_min(1)).sqrt().clamp_min(1e-6)
     return (value - mean) / std
 
 
@@ -436,7 +442,7 @@ class _ActorCriticLoss(LossModule):
     def _entropy_terms(self, dist: D.Distribution, tensordict: Any, out: dict) -> None:
         if self.entropy_bonus:
             entropy = _entropy(dist, self._action_batch_dims(tensordict), self.samples_mc_entropy)
-            reduced = self._reduced(entropy)  # reduced first: the coefficient scales one number
+            reduced = self._reduced(entropy, tensordict)  # reduced first: the coefficient scales one number
             out["entropy"] = (reduced if self.reduction == "mean" else entropy.mean()).detach()
             out["loss_entropy"] = entropy_loss(reduced, self.entropy_coeff)
 
@@ -454,7 +460,8 @@ class _ActorCriticLoss(LossModule):
         entropy = TensorDict({}, batch_size=[])  # reduced per head: no shared batch shape
         for key in coeffs:
             head = per_head.get(_entropy_key_of(key))  # KeyError names a head the policy lacks
-            entropy.set(key, self._reduced(_sum_to_batch(head, holder_batch_dims(per_head, _entropy_key_of(key)))))
+            head = _sum_to_batch(head, holder_batch_dims(per_head, _entropy_key_of(key)))
+            entropy.set(key, self._reduced(head, tensordict))
         total: Any = 0.0
         for key in coeffs:
             total = total + entropy.get(key).detach().mean()
@@ -483,7 +490,7 @@ class _ActorCriticLoss(LossModule):
         if not self._has_critic:
             return
         assert self.critic_coeff is not None  # _has_critic: a critic and a coefficient
-        out[self._critic_loss_key] = self._reduced(self._critic_loss(tensordict, out)) * self.critic_coeff
+        out[self._critic_loss_key] = self._reduced(self._critic_loss(tensordict, out), tensordict) * self.critic_coeff
 
     def _critic_loss_inputs(
         self, target_return: _Tensor, state_value: _Tensor, old_state_value: _Tensor | None
@@ -551,9 +558,10 @@ class _ActorCriticLoss(LossModule):
                 keys.append("explained_variance")
         return keys
 
-    def _reduced(self, loss: _Tensor) -> _Tensor:
-        """A per-sample loss reduced with ``reduction`` (``"none"``: as it is)."""
-        return _reduce(loss, self.reduction)
+    def _reduced(self, loss: _Tensor, tensordict: Any) -> _Tensor:
+        """A per-sample loss reduced with ``reduction`` over the positions the loss mask of
+        ``tensordict`` keeps (:attr:`loss_mask_key`; ``"none"``: the loss, zero where masked)."""
+        return self._reduce_loss(loss, tensordict)
 
     def _output(self, out: dict) -> TensorDict:
         """The output TensorDict: ``loss_*`` entries already reduced, scalar diagnostics."""

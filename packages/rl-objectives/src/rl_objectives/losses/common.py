@@ -568,9 +568,11 @@ class LossModule(_TensorCalls, TensorKeysMixin, nn.Module):
                 return module(tensordict) if out_key is None else run(tensordict)
         if self.deactivate_vmap or params.batch_size[0] <= _LOOP_MAX_SETS:
             outs = []
+            work = tensordict.copy()  # one working copy: each set's outputs are read before the next writes
             for one_set in zip(*(leaf.unbind(0) for leaf in leaves)):
                 with swapped(one_set):
-                    outs.append(run(tensordict.copy()))
+                    out = run(work)
+                    outs.append(out.copy() if out_key is None else out)
             return torch.stack(outs, 0)
 
         def one(*one_set: torch.Tensor) -> Any:

@@ -62,7 +62,6 @@ from .utils import (
     _check_scalar_output_mode,
     _get,
     _loss_output,
-    _reduce,
     _TemperatureMixin,
 )
 
@@ -154,6 +153,8 @@ class CQLLoss(_TemperatureMixin, _BootstrappedLoss):
         ['alpha', 'entropy', 'loss_actor', 'loss_actor_bc', 'loss_alpha', 'loss_alpha_prime',
          'loss_cql', 'loss_qvalue']
     """
+
+    _weighs_priorities = False  # the loss mask only, as TorchRL's CQL
 
     # buffers (set in __init__)
     _uniform_low: torch.Tensor
@@ -309,7 +310,7 @@ class CQLLoss(_TemperatureMixin, _BootstrappedLoss):
         with torch.no_grad():
             target = self._bootstrap(tensordict, self._next_value(next_td, alpha))
         pred = self._q(tensordict.copy())
-        loss_qvalue = _reduce(td_loss(pred, target, self.loss_function).sum(0), self.reduction)
+        loss_qvalue = self._reduce_loss(td_loss(pred, target, self.loss_function).sum(0), tensordict)
 
         _, new_action, log_prob, dist = rsample_action(
             "CQLLoss", self.actor_network, self.swapped("actor_network"), tensordict, keys.action
@@ -320,23 +321,25 @@ class CQLLoss(_TemperatureMixin, _BootstrappedLoss):
         actor_td = tensordict.copy()
         actor_td.set(keys.action, new_action)
         min_q = self._q(actor_td, params=self.params_of("qvalue_network").detach()).min(0).values
-        loss_actor = _reduce(cql_actor_loss(log_prob, min_q, alpha), self.reduction)
-        loss_actor_bc = _reduce(cql_actor_bc_loss(log_prob, bc_log_prob, alpha), self.reduction)
+        loss_actor = self._reduce_loss(cql_actor_loss(log_prob, min_q, alpha), tensordict)
+        loss_actor_bc = self._reduce_loss(cql_actor_bc_loss(log_prob, bc_log_prob, alpha), tensordict)
 
         penalty = self._penalty(tensordict, next_td, pred, action_shape)
         out = {"loss_actor": loss_actor, "loss_actor_bc": loss_actor_bc, "loss_qvalue": loss_qvalue}
         if self.with_lagrange:
             alpha_prime = cql_alpha_prime(self.log_alpha_prime)
             # the critics see the multiplier as a constant, the multiplier sees the penalty as one
-            out["loss_cql"] = _reduce(cql_lagrange_penalty(penalty, alpha_prime), self.reduction)
+            out["loss_cql"] = self._reduce_loss(cql_lagrange_penalty(penalty, alpha_prime), tensordict)
             loss_alpha_prime = cql_alpha_prime_loss(penalty, alpha_prime, self.lagrange_thresh)
         else:
-            out["loss_cql"] = _reduce(penalty.sum(0), self.reduction)
+            out["loss_cql"] = self._reduce_loss(penalty.sum(0), tensordict)
 
         if self._target_entropy is None:
             # no spec: the action's own shape gives "auto"
             self._target_entropy = auto_target_entropy(action_shape)
-        out["loss_alpha"] = _reduce(temperature_loss(self.log_alpha, log_prob, self._target_entropy), self.reduction)
+        out["loss_alpha"] = self._reduce_loss(
+            temperature_loss(self.log_alpha, log_prob, self._target_entropy), tensordict
+        )
         if self.with_lagrange:
             out["loss_alpha_prime"] = loss_alpha_prime
         tensordict.set(keys.priority, squared_td_error(pred, target).max(0).values)
@@ -383,6 +386,8 @@ class DiscreteCQLLoss(_BootstrappedLoss):
         ['loss_cql', 'loss_qvalue']
     """
 
+    _weighs_priorities = False  # the loss mask only, as TorchRL's CQL
+
     default_keys: ClassVar[dict] = {
         "value_target": "value_target",
         "value": "chosen_action_value",
@@ -427,7 +432,7 @@ class DiscreteCQLLoss(_BootstrappedLoss):
             _check_batch_shaped("DiscreteCQLLoss", {("next", keys.value): next_value}, batch)
             target = self._bootstrap(tensordict, next_value)
 
-        loss_qvalue = _reduce(td_loss(pred, target, self.loss_function), self.reduction)
-        loss_cql = _reduce(discrete_cql_penalty(action_value, pred), self.reduction)
+        loss_qvalue = self._reduce_loss(td_loss(pred, target, self.loss_function), tensordict)
+        loss_cql = self._reduce_loss(discrete_cql_penalty(action_value, pred), tensordict)
         tensordict.set(keys.priority, squared_td_error(pred, target))
         return TensorDict(loss_qvalue=loss_qvalue, loss_cql=loss_cql)

@@ -239,7 +239,8 @@ class PPOLoss(_ActorCriticLoss):
         name = type(self).__name__
         td, advantage, dist, log_prob = self._score(tensordict)
         if self.normalize_advantage and advantage.numel() > 1:
-            advantage = _standardize(advantage, self.normalize_advantage_exclude_dims)
+            # over the positions the loss keeps
+            advantage = _standardize(advantage, self.normalize_advantage_exclude_dims, self._valid_positions(td))
         prev_log_prob = self._behaviour_log_prob(td)
         _check_same_shape(
             name, [(self.tensor_keys.advantage, advantage), (self.tensor_keys.sample_log_prob, prev_log_prob)]
@@ -276,7 +277,7 @@ class PPOLoss(_ActorCriticLoss):
         td, advantage, dist, log_weight, cap = self._prepare(tensordict)
         diagnostics: dict = {}
         loss = self._surrogate(log_weight, advantage, diagnostics, cap)
-        out: dict = {"loss_objective": self._reduced(loss), **diagnostics}
+        out: dict = {"loss_objective": self._reduced(loss, td), **diagnostics}
         self._weight_diagnostics(log_weight, out, cap)
         self._entropy_terms(dist, td, out)
         self._critic_terms(td, out)
@@ -575,7 +576,7 @@ class KLPENPPOLoss(PPOLoss):
         kl = self._kl(previous, dist, self._action_batch_dims(td))
         _check_same_shape(type(self).__name__, [(self.tensor_keys.advantage, advantage), ("KL", kl)])
         beta = self.beta.clone()
-        out: dict = {"loss_objective": self._reduced(kl_penalty_loss(log_weight, advantage, kl, beta, cap))}
+        out: dict = {"loss_objective": self._reduced(kl_penalty_loss(log_weight, advantage, kl, beta, cap), td)}
         with torch.no_grad():
             mean_kl = kl.detach().mean()
             out["kl"] = mean_kl

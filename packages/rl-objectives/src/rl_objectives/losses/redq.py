@@ -222,10 +222,20 @@ class REDQLoss(_TemperatureMixin, _BootstrappedLoss):
         return value
 
     def _reduce_stacked(self, loss: torch.Tensor, tensordict: Any) -> torch.Tensor:
-        """``loss`` (``[K, *B]``: per critic, or current / next action) reduced; a prioritized buffer's
-        weights (``[*B]``) weigh every row alike: the weighted mean is ``sum(w * l) / (K * sum(w))``."""
+        """``loss`` (``[K, *B]``: per critic, or current / next action) reduced over the positions the
+        loss mask (``[*B]``) keeps, in every row; a prioritized buffer's weights (``[*B]``) weigh every
+        row alike: the weighted mean is ``sum(w * l) / (K * sum(w))``."""
         weights = self._priority_weight(tensordict)
-        return _reduce(loss, self.reduction, None if weights is None else weights.expand_as(loss))
+        weights = None if weights is None else weights.expand_as(loss)
+        valid = self._valid_positions(tensordict)
+        if valid is None:
+            return _reduce(loss, self.reduction, weights)
+        valid = valid.expand_as(loss)  # the batch dims trail: every row shares the mask
+        if self.reduction == "none":
+            kept = loss if weights is None else loss * weights
+            return torch.where(valid, kept, torch.zeros((), dtype=loss.dtype, device=loss.device))
+        # selected, not multiplied: a NaN at a masked position reaches neither the loss nor its gradient
+        return _reduce(loss[valid], self.reduction, None if weights is None else weights[valid])
 
     def forward(self, tensordict: Any) -> TensorDict:
         keys = self.tensor_keys

@@ -215,6 +215,9 @@ class _BootstrappedLoss(LossModule):
     ``_q_network``, an ensemble gets a leading dim).
     """
 
+    # the prioritized buffer's importance weights enter the reduction (CQL: not, as in TorchRL)
+    _weighs_priorities: ClassVar[bool] = True
+
     default_value_estimator = "TD(0)"
     default_value_kwargs: ClassVar[dict] = {"gamma": 0.99, "lmbda": 0.95}
     _q_network: ClassVar[str] = "qvalue_network"
@@ -267,7 +270,7 @@ class _BootstrappedLoss(LossModule):
         (:attr:`~LossModule.loss_mask_key`: the collector's ``("collector", "mask")`` by default, and
         ``mask``), weighted by the importance weights of a prioritized buffer when
         :meth:`_priority_weight` finds them (as TorchRL 0.14 does)."""
-        weights = self._priority_weight(tensordict)
+        weights = self._priority_weight(tensordict) if self._weighs_priorities else None
         valid = self._valid_positions(tensordict, mask)
         if valid is None:
             return _reduce(loss, self.reduction, weights)

@@ -145,17 +145,34 @@ class TanhNormal(D.Distribution):
         if loc.shape != scale.shape:
             loc, scale = torch.broadcast_tensors(loc, scale)
         n_event = _event_dims(event_dims, loc, "TanhNormal")
-        self.low, self.high = _bounds(low, high, loc, "TanhNormal", check=validate_args is not False)
         self.loc, self.scale = loc, scale
+        # the default bounds (-1, 1): no affine map around tanh, no log(h) in the density, and the
+        # bound tensors made only when read (two tensor constructions per policy call spared)
+        self._unit = isinstance(low, (int, float)) and isinstance(high, (int, float)) and (low, high) == (-1, 1)
+        if self._unit:
+            self._low = self._high = None
+        else:
+            self._low, self._high = _bounds(low, high, loc, "TanhNormal", check=validate_args is not False)
+            self._center, self._half = (self._high + self._low) / 2, (self._high - self._low) / 2
         self.upscale, self.tanh_loc, self.safe_tanh = upscale, tanh_loc, safe_tanh
         self.event_dims = n_event
-        # the default bounds (-1, 1): no affine map around tanh, no log(h) in the density
-        self._unit = isinstance(low, (int, float)) and isinstance(high, (int, float)) and (low, high) == (-1, 1)
-        if not self._unit:
-            self._center, self._half = (self.high + self.low) / 2, (self.high - self.low) / 2
         self._eps = torch.finfo(loc.dtype).eps
         split = loc.ndim - n_event
         super().__init__(batch_shape=loc.shape[:split], event_shape=loc.shape[split:], validate_args=validate_args)
+
+    @property
+    def low(self) -> torch.Tensor:
+        """The lower bound, a tensor of ``loc``'s dtype and device."""
+        if self._low is None:
+            self._low, self._high = _bounds(-1.0, 1.0, self.loc, "TanhNormal")
+        return self._low
+
+    @property
+    def high(self) -> torch.Tensor:
+        """The upper bound, a tensor of ``loc``'s dtype and device."""
+        if self._high is None:
+            self._low, self._high = _bounds(-1.0, 1.0, self.loc, "TanhNormal")
+        return self._high
 
     @property
     def support(self) -> constraints.Constraint:
@@ -229,8 +246,8 @@ class TanhNormal(D.Distribution):
         return TanhNormal(
             self.loc.expand(shape),
             self.scale.expand(shape),
-            low=self.low,
-            high=self.high,
+            low=-1.0 if self._unit else self.low,
+            high=1.0 if self._unit else self.high,
             event_dims=self.event_dims,
             safe_tanh=self.safe_tanh,
             validate_args=False,
