@@ -132,7 +132,8 @@ def test_dispatch_checks_the_supported_kinds_and_installs_the_estimator():
     )
     assert loss.value_estimator is estimator and loss.value_type is ValueEstimators.TDLambda
     assert isinstance(estimator, TDLambdaEstimator) and float(estimator.lmbda) == 0.5
-    assert estimator.tensor_keys.value == loss.tensor_keys.value  # the loss's keys win when installed
+    assert estimator.tensor_keys.value == "v"  # the caller's keys, given after the loss's
+    assert estimator.tensor_keys.reward == loss.tensor_keys.reward
 
 
 def test_losses_build_from_the_registry(slow_gae):

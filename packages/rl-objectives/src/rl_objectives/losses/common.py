@@ -13,8 +13,9 @@ twin Q-networks): the sets are stacked along a new leading dim and one call runs
 
 ``compare_against`` (TorchRL's ``separate_losses``): the parameters a network shares with another one
 (a critic built on the actor's trunk) are trained only through that other network. This network's
-calls see them detached (an ensemble sees a detached expansion of them, one view per set, that
-follows the owner's updates), so its losses send no gradient into them.
+``<name>_params`` holds them as detached views of the owner's parameters (an ensemble's expanded
+over its sets), registered as buffers: they follow the owner's updates, ``.to()``, copies and
+checkpoints, and this network's losses send no gradient into them.
 """
 
 from __future__ import annotations
@@ -403,8 +404,9 @@ class LossModule(_TensorCalls, TensorKeysMixin, nn.Module):
             create_target_params: also keep ``target_<module_name>_params`` (detached buffers).
             compare_against: parameters of another registered network (TorchRL's argument, used for
                 ``separate_losses``): those ``module`` shares are trained only through that network.
-                :meth:`params_of` gives them detached (expanded over the sets of an ensemble, instead
-                of re-initialised copies), so this network's losses do not train them.
+                ``<module_name>_params`` holds them as detached views of that network's parameters
+                (expanded over the sets of an ensemble, instead of re-initialised copies), so this
+                network's losses do not train them.
         """
         given_sets = None
         if isinstance(module, (list, tuple)):

@@ -44,14 +44,11 @@ class TargetNetUpdater:
         # "<name>_params" / "target_<name>_params" -> the network's leaves (TorchRL's layout)
         self._sources = TensorDict({f"{name}_params": loss_module.params_of(name) for name in names})
         self._targets = TensorDict({f"target_{name}_params": loss_module.params_of(name, True) for name in names})
-        self._source_leaves: list[torch.Tensor] = []
+        self._source_leaves: list[torch.Tensor] = []  # paired by key, flat: what step() walks
         self._target_leaves: list[torch.Tensor] = []
-        for name in names:
-            source = loss_module.params_of(name)
-            target = loss_module.params_of(name, target=True)
-            for key in source.keys(include_nested=True, leaves_only=True):
-                self._source_leaves.append(source.get(key))
-                self._target_leaves.append(target.get(key))
+        for key, source in self._sources.items(include_nested=True, leaves_only=True):
+            self._source_leaves.append(source)
+            self._target_leaves.append(self._targets.get(("target_" + key[0], *key[1:])))
         self.initialized = False
         self.init_()
 

@@ -163,7 +163,8 @@ def dispatch_value_estimator(
     """Build the estimator of kind ``value_type`` for ``loss_module`` (see :func:`build_value_estimator`;
     the loss's ``gamma`` attribute, when it has one, is the default discount), after checking that
     the loss supports that kind, and install it as ``loss_module.value_estimator``. ``tensor_keys``:
-    keys given to the estimator's ``set_keys``. Returns the estimator.
+    keys given to the estimator's ``set_keys`` once installed (they override the loss's). Returns
+    the estimator.
 
     Raises:
         NotImplementedError: ``value_type`` is not one of ``supported``.
@@ -179,8 +180,8 @@ def dispatch_value_estimator(
     if gamma is not None:
         hyperparams.setdefault("gamma", gamma)
     estimator = build_value_estimator(loss_module, kind, **hyperparams)
-    if tensor_keys:
-        estimator.set_keys(**tensor_keys)
     loss_module.value_type = kind
-    loss_module.value_estimator = estimator
+    loss_module.value_estimator = estimator  # a loss gives it the keys they share
+    if tensor_keys:
+        estimator.set_keys(**tensor_keys)  # then the caller's, which win
     return estimator
