@@ -161,7 +161,14 @@ def test_rollout_equals_the_steps_unrolled_by_hand(recurrent_model):
     for t in range(T):
         keep = ~is_init[:, t]
         state, belief, a = state * keep, belief * keep, action[:, t] * keep
-        prior_logits, _, belief = prior(state, belief, a)
+        with torch.random.fork_rng():  # the prior's forward: its belief step, its head, a draw
+            logits_of_forward, _, belief_of_forward = prior(state, belief, a)
+        # the rollout runs the belief step per step and the prior's head once over all steps; the
+        # prior's own draw is not made (the posterior's state replaces it)
+        belief = prior.belief_step(state, belief, a)
+        prior_logits = prior.prior_logits(belief)
+        torch.testing.assert_close(prior_logits, logits_of_forward)
+        torch.testing.assert_close(belief, belief_of_forward)
         post_logits, state = posterior(belief, embed[:, t])
         torch.testing.assert_close(out["next", "prior_logits"][:, t], prior_logits)
         torch.testing.assert_close(out["next", "posterior_logits"][:, t], post_logits)
@@ -171,6 +178,35 @@ def test_rollout_equals_the_steps_unrolled_by_hand(recurrent_model):
     # gradients flow back through the recursion: the last posterior depends on the first prior step
     out["next", "posterior_logits"][:, -1].sum().backward()
     assert any(p.grad is not None and p.grad.abs().sum() > 0 for p in prior.parameters())
+
+
+def test_rollout_runs_the_prior_per_step_when_its_state_is_used():
+    """When the posterior does not replace the prior's drawn state, the prior module runs whole at
+    every step (its draw feeds the recurrence); the same logits as the deferred head otherwise."""
+    prior, posterior, deferred = _modules("gru")
+    assert deferred._deferred_prior() is prior
+    posterior_td = TensorDictModule(
+        posterior,
+        in_keys=[("next", "belief"), ("next", "encoded_latents")],
+        out_keys=[("next", "posterior_logits"), ("next", "posterior_state")],
+    )
+    per_step = RSSMRolloutV3(deferred.rssm_prior, posterior_td)
+    assert per_step._deferred_prior() is None
+    B, T = 2, 4
+    td = TensorDict(
+        {
+            "state": torch.zeros(B, T, 12),
+            "belief": torch.zeros(B, T, 8),
+            "action": torch.randn(B, T, 2),
+            "next": {"encoded_latents": torch.randn(B, T, 6)},
+        },
+        [B, T],
+    )
+    out = per_step(td.clone())
+    # the state carried from step to step is the prior's draw: one-hot rows of its categoricals
+    assert out["next", "state"].shape == (B, T, 12)
+    torch.testing.assert_close(out["next", "state"].reshape(B, T, 3, 4).sum(-1), torch.ones(B, T, 3))
+    torch.testing.assert_close(out["next", "prior_logits"], prior.prior_logits(out["next", "belief"]))
 
 
 def test_rollout_infers_or_needs_the_action_key():

@@ -20,6 +20,7 @@ from typing import Any, Literal
 
 import torch
 from tdict import TensorDictBase, stack, unravel_key
+from tdict.nn import TensorDictModule as _TDModule
 from tdict.nn import TensorDictModuleBase, TensorDictSequential
 from torch import nn
 
@@ -146,10 +147,14 @@ class RSSMPriorV3(nn.Module):
         """``state [..., C*K]``, ``belief [..., H]``, ``action [..., A]`` -> ``(prior_logits [..., C, K],
         state [..., C*K], belief [..., H])``."""
         belief = self.belief_step(state, belief, action)
-        logits = run_sequential(self.rnn_to_prior_projector, belief).unflatten(
+        logits = self.prior_logits(belief)
+        return logits, _draw_state(logits, self.unimix), belief
+
+    def prior_logits(self, belief: torch.Tensor) -> torch.Tensor:
+        """The prior's logits ``[..., C, K]`` from the belief ``[..., H]`` (its head, without the draw)."""
+        return run_sequential(self.rnn_to_prior_projector, belief).unflatten(
             -1, (self.num_categoricals, self.num_classes)
         )
-        return logits, _draw_state(logits, self.unimix), belief
 
 
 class RSSMPosteriorV3(nn.Module):
@@ -277,13 +282,40 @@ class RSSMRolloutV3(TensorDictModuleBase):
         with deferred_weight_grads(self.rssm_prior, self.rssm_posterior):
             return self._roll(tensordict, steps, kept)
 
+    def _deferred_prior(self) -> RSSMPriorV3 | None:
+        """The :class:`RSSMPriorV3` whose head can run once after the loop: the prior module wraps
+        one with TorchRL's layout (``state, belief, action -> prior_logits, state, belief``) and the
+        posterior overwrites the prior's drawn state, so the recurrence only needs the belief step."""
+        prior = getattr(self.rssm_prior, "module", None)
+        in_keys, out_keys = (
+            list(map(unravel_key, self.rssm_prior.in_keys)),
+            list(map(unravel_key, self.rssm_prior.out_keys)),
+        )
+        if (
+            not isinstance(prior, RSSMPriorV3)
+            or len(in_keys) != 3
+            or len(out_keys) != 3
+            or out_keys[1] not in map(unravel_key, self.rssm_posterior.out_keys)
+            or type(self.rssm_prior).forward is not _TDModule.forward
+        ):
+            return None
+        return prior
+
     def _roll(self, tensordict: TensorDictBase, steps: Any, kept: list) -> TensorDictBase:
+        prior = self._deferred_prior()
+        if prior is not None:
+            state_key, belief_key, action_key = map(unravel_key, self.rssm_prior.in_keys)
+            logits_key, _, next_belief_key = map(unravel_key, self.rssm_prior.out_keys)
         outputs = []
         current = steps[0]
         for t in range(len(steps)):
             if self.reset_key is not None and current.get(self.reset_key, None) is not None:
                 self._zero_at_reset(current)
-            self.rssm_prior(current)
+            if prior is None:
+                self.rssm_prior(current)
+            else:  # the belief step only: the prior's head runs once over every step below
+                belief = prior.belief_step(current.get(state_key), current.get(belief_key), current.get(action_key))
+                current.set(next_belief_key, belief)
             self.rssm_posterior(current)
             outputs.append(current.select(*kept, strict=False))
             if t + 1 < len(steps):
@@ -291,7 +323,11 @@ class RSSMRolloutV3(TensorDictModuleBase):
                 current = steps[t + 1]
                 current.set("state", state)
                 current.set("belief", belief)
-        return stack(outputs, tensordict.ndim - 1)
+        out = stack(outputs, tensordict.ndim - 1)
+        if prior is not None:
+            # the same logits as per step, in one batched call (the draw it would make is overwritten)
+            out.set(logits_key, prior.prior_logits(out.get(next_belief_key)))
+        return out
 
     def _zero_at_reset(self, step: TensorDictBase) -> None:
         assert self.reset_key is not None  # the caller checked it
