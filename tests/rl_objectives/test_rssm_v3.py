@@ -192,6 +192,10 @@ def test_rollout_runs_the_prior_per_step_when_its_state_is_used():
     )
     per_step = RSSMRolloutV3(deferred.rssm_prior, posterior_td)
     assert per_step._deferred_prior() is None
+    calls = []
+    handle = deferred.rssm_prior.register_forward_hook(lambda *args: calls.append(1))
+    assert deferred._deferred_prior() is None  # a hook must see every call of the prior
+    handle.remove()
     B, T = 2, 4
     td = TensorDict(
         {

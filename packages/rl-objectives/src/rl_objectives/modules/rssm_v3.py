@@ -285,7 +285,8 @@ class RSSMRolloutV3(TensorDictModuleBase):
     def _deferred_prior(self) -> RSSMPriorV3 | None:
         """The :class:`RSSMPriorV3` whose head can run once after the loop: the prior module wraps
         one with TorchRL's layout (``state, belief, action -> prior_logits, state, belief``) and the
-        posterior overwrites the prior's drawn state, so the recurrence only needs the belief step."""
+        posterior overwrites the prior's drawn state, so the recurrence only needs the belief step
+        (and no forward hook expects to see the prior's calls)."""
         prior = getattr(self.rssm_prior, "module", None)
         in_keys, out_keys = (
             list(map(unravel_key, self.rssm_prior.in_keys)),
@@ -297,6 +298,7 @@ class RSSMRolloutV3(TensorDictModuleBase):
             or len(out_keys) != 3
             or out_keys[1] not in map(unravel_key, self.rssm_posterior.out_keys)
             or type(self.rssm_prior).forward is not _TDModule.forward
+            or any(m._forward_hooks or m._forward_pre_hooks for m in (self.rssm_prior, prior))  # hooks see calls
         ):
             return None
         return prior
