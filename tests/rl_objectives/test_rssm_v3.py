@@ -135,6 +135,19 @@ def _modules(recurrent_model: str = "block_gru"):
     return prior, posterior, RSSMRolloutV3(prior_td, posterior_td)
 
 
+def _rollout_input(B: int, T: int) -> TensorDict:
+    """Zero initial state and belief, random actions and embeddings, for the modules of :func:`_modules`."""
+    return TensorDict(
+        {
+            "state": torch.zeros(B, T, 12),
+            "belief": torch.zeros(B, T, 8),
+            "action": torch.randn(B, T, 2),
+            "next": {"encoded_latents": torch.randn(B, T, 6)},
+        },
+        [B, T],
+    )
+
+
 @pytest.mark.parametrize("recurrent_model", ["gru", "block_gru"])
 def test_rollout_equals_the_steps_unrolled_by_hand(recurrent_model):
     prior, posterior, rollout = _modules(recurrent_model)
@@ -192,20 +205,11 @@ def test_rollout_runs_the_prior_per_step_when_its_state_is_used():
     )
     per_step = RSSMRolloutV3(deferred.rssm_prior, posterior_td)
     assert per_step._deferred_prior() is None
-    calls = []
-    handle = deferred.rssm_prior.register_forward_hook(lambda *args: calls.append(1))
+    handle = deferred.rssm_prior.register_forward_hook(lambda *args: None)
     assert deferred._deferred_prior() is None  # a hook must see every call of the prior
     handle.remove()
     B, T = 2, 4
-    td = TensorDict(
-        {
-            "state": torch.zeros(B, T, 12),
-            "belief": torch.zeros(B, T, 8),
-            "action": torch.randn(B, T, 2),
-            "next": {"encoded_latents": torch.randn(B, T, 6)},
-        },
-        [B, T],
-    )
+    td = _rollout_input(B, T)
     out = per_step(td.clone())
     # the state carried from step to step is the prior's draw: one-hot rows of its categoricals
     assert out["next", "state"].shape == (B, T, 12)
@@ -239,15 +243,7 @@ def test_rollout_gradients_equal_the_plain_autograd_ones(recurrent_model, monkey
 
     prior, posterior, rollout = _modules(recurrent_model)
     B, T = 3, 6
-    td = TensorDict(
-        {
-            "state": torch.zeros(B, T, 12),
-            "belief": torch.zeros(B, T, 8),
-            "action": torch.randn(B, T, 2),
-            "next": {"encoded_latents": torch.randn(B, T, 6)},
-        },
-        [B, T],
-    )
+    td = _rollout_input(B, T)
     params = [*prior.parameters(), *posterior.parameters()]
 
     def grads() -> list:

@@ -262,6 +262,10 @@ def _rebuild(meta: dict, storage: torch.Tensor, device: Any, views: list | None 
 # --------------------------------------------------------------------------------------------- #
 
 
+# a storage up to this size is zeroed whole (one fill) rather than gap by gap (one op per gap)
+_ZERO_WHOLE_BYTES = 1 << 16
+
+
 def consolidate(
     td: Any, filename: Any = None, device: Any = None, share_memory: bool = False, pin_memory: bool = False
 ) -> Any:
@@ -303,7 +307,6 @@ def consolidate(
         raise ValueError(f"consolidate: filename= and share_memory=True need device='cpu', got {device}.")
     if filename is not None:
         return _consolidate_to_file(td, meta, leaves, total, filename)
-    # a small storage is cheaper zeroed whole (one fill) than gap by gap (one op per gap)
     zeroed = total <= _ZERO_WHOLE_BYTES
     storage = (torch.zeros if zeroed else torch.empty)(total, dtype=torch.uint8, device=device, pin_memory=pin_memory)
     if share_memory:
@@ -316,9 +319,6 @@ def consolidate(
         if not zeroed:
             _zero_padding(storage, leaves)
     return out
-
-
-_ZERO_WHOLE_BYTES = 1 << 16
 
 
 def _zero_padding(storage: torch.Tensor, leaves: list) -> None:

@@ -32,7 +32,7 @@ from .utils import (
     _check_scalar_output_mode,
     _get,
     _loss_output,
-    _reduce,
+    _masked_weighted_reduce,
     _TemperatureMixin,
 )
 
@@ -228,14 +228,8 @@ class REDQLoss(_TemperatureMixin, _BootstrappedLoss):
         weights = self._priority_weight(tensordict)
         weights = None if weights is None else weights.expand_as(loss)
         valid = self._valid_positions(tensordict)
-        if valid is None:
-            return _reduce(loss, self.reduction, weights)
-        valid = valid.expand_as(loss)  # the batch dims trail: every row shares the mask
-        if self.reduction == "none":
-            kept = loss if weights is None else loss * weights
-            return torch.where(valid, kept, torch.zeros((), dtype=loss.dtype, device=loss.device))
-        # selected, not multiplied: a NaN at a masked position reaches neither the loss nor its gradient
-        return _reduce(loss[valid], self.reduction, None if weights is None else weights[valid])
+        # the batch dims trail: every row shares the mask
+        return _masked_weighted_reduce(loss, None if valid is None else valid.expand_as(loss), weights, self.reduction)
 
     def forward(self, tensordict: Any) -> TensorDict:
         keys = self.tensor_keys

@@ -146,6 +146,23 @@ def _reduce(tensor: torch.Tensor, reduction: str, weights: torch.Tensor | None =
     return tensor
 
 
+def _masked_weighted_reduce(
+    loss: torch.Tensor, valid: torch.Tensor | None, weights: torch.Tensor | None, reduction: str
+) -> torch.Tensor:
+    """``loss`` reduced with ``reduction`` over the positions ``valid`` keeps (``None``: all of them;
+    else a mask of ``loss``'s shape), weighted by a prioritized buffer's ``weights`` when given (see
+    :func:`_reduce`). Masked positions are selected out, not multiplied by zero: a NaN there reaches
+    neither the loss nor its gradient (``"none"``: the loss, zero where masked)."""
+    if valid is None:
+        return _reduce(loss, reduction, weights)
+    if weights is None:
+        return masked_reduce(loss, valid, reduction)
+    weights = weights.expand_as(loss)
+    if reduction == "none":
+        return torch.where(valid, loss * weights, torch.zeros((), dtype=loss.dtype, device=loss.device))
+    return _reduce(loss[valid], reduction, weights[valid])
+
+
 def _present_keys(tensordict: Any) -> list[str]:
     """The (nested) leaf keys of ``tensordict``, sorted, for error messages."""
     return sorted(map(str, tensordict.keys(True, True)))
@@ -272,15 +289,9 @@ class _BootstrappedLoss(LossModule):
         :meth:`_priority_weight` finds them (as TorchRL 0.14 does)."""
         weights = self._priority_weight(tensordict) if self._weighs_priorities else None
         valid = self._valid_positions(tensordict, mask)
-        if valid is None:
-            return _reduce(loss, self.reduction, weights)
-        valid = align_mask(valid, loss)
-        if weights is None:
-            return masked_reduce(loss, valid, self.reduction)
-        if self.reduction == "none":
-            return torch.where(valid, loss * weights, torch.zeros((), dtype=loss.dtype, device=loss.device))
-        # selected, not multiplied: a NaN at a masked position reaches neither the loss nor its gradient
-        return _reduce(loss[valid], self.reduction, weights.expand_as(loss)[valid])
+        return _masked_weighted_reduce(
+            loss, None if valid is None else align_mask(valid, loss), weights, self.reduction
+        )
 
     def make_value_estimator(self, value_type: Any = None, **hyperparams: Any) -> _BootstrappedLoss:
         """Build the bootstrapped estimator: TD(0) (default), TD(1) or TD(lambda); GAE raises."""

@@ -160,19 +160,21 @@ class TanhNormal(D.Distribution):
         split = loc.ndim - n_event
         super().__init__(batch_shape=loc.shape[:split], event_shape=loc.shape[split:], validate_args=validate_args)
 
+    def _bound_tensors(self) -> tuple[torch.Tensor, torch.Tensor]:
+        low, high = self._low, self._high
+        if low is None or high is None:  # the default (-1, 1): made on first read
+            low, high = self._low, self._high = _bounds(-1.0, 1.0, self.loc, "TanhNormal")
+        return low, high
+
     @property
     def low(self) -> torch.Tensor:
         """The lower bound, a tensor of ``loc``'s dtype and device."""
-        if self._low is None:
-            self._low, self._high = _bounds(-1.0, 1.0, self.loc, "TanhNormal")
-        return self._low
+        return self._bound_tensors()[0]
 
     @property
     def high(self) -> torch.Tensor:
         """The upper bound, a tensor of ``loc``'s dtype and device."""
-        if self._high is None:
-            self._low, self._high = _bounds(-1.0, 1.0, self.loc, "TanhNormal")
-        return self._high
+        return self._bound_tensors()[1]
 
     @property
     def support(self) -> constraints.Constraint:
