@@ -313,7 +313,7 @@ class TestOnlineDTLoss:
             OnlineDTLoss(actor, samples_mc_entropy=0)
         with pytest.raises(ValueError, match="target_entropy must be a number or 'auto'"):
             OnlineDTLoss(actor, target_entropy="high")
-        with pytest.raises(ValueError, match="alpha_init must be > 0"):
+        with pytest.raises(ValueError, match="alpha_init must be a number > 0"):
             OnlineDTLoss(actor, alpha_init=0.0)
         with pytest.raises(ValueError, match="min_alpha .* is above max_alpha"):
             OnlineDTLoss(actor, min_alpha=1.0, max_alpha=0.1)

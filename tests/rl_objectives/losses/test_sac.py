@@ -122,7 +122,7 @@ def test_fixed_alpha_min_max_and_target_entropy(networks, batch):
 
 def test_errors(networks, batch):
     actor, critic = networks()
-    with pytest.raises(ValueError, match="alpha_init must be > 0"):
+    with pytest.raises(ValueError, match="alpha_init must be a number > 0"):
         SACLoss(actor, critic, alpha_init=0.0)
     with pytest.raises(ValueError, match="min_alpha"):
         SACLoss(actor, critic, min_alpha=2.0, max_alpha=1.0)

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import torch
 import torch.nn.functional as F
+from tdict.validation import check_int, check_positive
 
 __all__ = [
     "categorical_kl_balanced",
@@ -81,10 +82,8 @@ def symexp_bins(
         >>> symexp_bins(5, limit=1.0)
         tensor([-1.7183, -0.6487,  0.0000,  0.6487,  1.7183])
     """
-    if isinstance(num_bins, bool) or not isinstance(num_bins, int) or num_bins < 2:
-        raise ValueError(f"symexp_bins: num_bins must be an int >= 2, got {num_bins!r}.")
-    if not limit > 0:
-        raise ValueError(f"symexp_bins: limit must be > 0, got {limit!r}.")
+    check_int("symexp_bins", "num_bins", num_bins, minimum=2)
+    check_positive("symexp_bins", "limit", limit)
     grid = torch.linspace(-limit, limit, num_bins, dtype=torch.float64)
     half = symexp(grid[: num_bins // 2])
     middle = torch.zeros(num_bins % 2, dtype=torch.float64)

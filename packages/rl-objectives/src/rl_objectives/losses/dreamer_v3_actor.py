@@ -31,7 +31,7 @@ from typing import Any, ClassVar, Iterator
 import torch
 from tdict import TensorDict, TensorDictBase, unravel_key
 from tdict.nn import InteractionType, set_interaction_type
-from tdict.validation import check_non_negative, check_positive, check_unit_interval
+from tdict.validation import check_non_negative, check_positive, check_positive_int, check_unit_interval
 
 from .._stack import user_stacklevel as _user_stacklevel
 from ..functional.dreamer import symexp_bins, two_hot_decode
@@ -210,8 +210,7 @@ class DreamerV3ActorLoss(LossModule):
                 f"{owner}: model_based_env must be an env with reset() and rollout() (e.g. DreamerEnv), got "
                 f"{type(model_based_env).__name__}."
             )
-        if isinstance(imagination_horizon, bool) or not isinstance(imagination_horizon, int) or imagination_horizon < 1:
-            raise ValueError(f"{owner}: imagination_horizon must be an int >= 1, got {imagination_horizon!r}.")
+        check_positive_int(owner, "imagination_horizon", imagination_horizon)
         for name, flag in (
             ("discount_loss", discount_loss),
             ("use_reinforce", use_reinforce),

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 import torch
 from tdict.nn import sum_to_batch as _sum_to_batch  # noqa: F401  (re-exported: the losses reduce log-probs with it)
-from tdict.validation import check_one_of
+from tdict.validation import check_one_of, check_positive
 
 from .._stack import user_stacklevel as _user_stacklevel
 from ..functional.distance import LOSS_TYPES, distance
@@ -341,9 +341,9 @@ class _BootstrappedLoss(LossModule):
 
 def _check_alpha_bounds(owner: str, alpha_init: Any, min_alpha: Any, max_alpha: Any) -> None:
     """``alpha_init`` > 0, ``min_alpha`` / ``max_alpha`` > 0 or ``None``, ``min_alpha <= max_alpha``."""
-    for name, value in (("alpha_init", alpha_init), ("min_alpha", min_alpha), ("max_alpha", max_alpha)):
-        if value is not None and not (isinstance(value, (int, float)) and not isinstance(value, bool) and value > 0):
-            raise ValueError(f"{owner}: {name} must be > 0, got {value!r}.")
+    check_positive(owner, "alpha_init", alpha_init)
+    for name, value in (("min_alpha", min_alpha), ("max_alpha", max_alpha)):
+        check_positive(owner, name, value, allow_none=True)
     if min_alpha is not None and max_alpha is not None and min_alpha > max_alpha:
         raise ValueError(f"{owner}: min_alpha ({min_alpha}) is above max_alpha ({max_alpha}).")
 

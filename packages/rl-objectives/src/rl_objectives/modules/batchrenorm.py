@@ -10,6 +10,13 @@ linearly instead. In evaluation the running statistics alone are used, as in bat
 from __future__ import annotations
 
 import torch
+from tdict.validation import (
+    check_non_negative,
+    check_non_negative_int,
+    check_positive,
+    check_positive_int,
+    check_unit_interval,
+)
 from torch import nn
 
 __all__ = ["BatchRenorm1d"]
@@ -66,18 +73,13 @@ class BatchRenorm1d(nn.Module):
     ) -> None:
         super().__init__()
         name = type(self).__name__
-        if isinstance(num_features, bool) or not isinstance(num_features, int) or num_features < 1:
-            raise ValueError(f"{name}: num_features must be a positive int, got {num_features!r}.")
-        if not 0.0 <= momentum <= 1.0:
-            raise ValueError(f"{name}: momentum must be in [0, 1], got {momentum!r}.")
-        if not eps > 0:
-            raise ValueError(f"{name}: eps must be > 0, got {eps!r}.")
+        check_positive_int(name, "num_features", num_features)
+        check_unit_interval(name, "momentum", momentum)
+        check_positive(name, "eps", eps)
         if not max_r >= 1.0:
             raise ValueError(f"{name}: max_r must be >= 1 (r is clamped to [1/max_r, max_r]), got {max_r!r}.")
-        if not max_d >= 0.0:
-            raise ValueError(f"{name}: max_d must be >= 0 (d is clamped to [-max_d, max_d]), got {max_d!r}.")
-        if isinstance(warmup_steps, bool) or not isinstance(warmup_steps, int) or warmup_steps < 0:
-            raise ValueError(f"{name}: warmup_steps must be a non-negative int, got {warmup_steps!r}.")
+        check_non_negative(name, "max_d", max_d)  # d is clamped to [-max_d, max_d]
+        check_non_negative_int(name, "warmup_steps", warmup_steps)
         self.num_features = num_features
         self.momentum = float(momentum)
         self.eps = float(eps)

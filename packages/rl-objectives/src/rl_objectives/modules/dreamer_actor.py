@@ -13,6 +13,7 @@ from collections.abc import Sequence
 
 import torch
 from tdict import NestedKey
+from tdict.validation import check_positive_int
 from tdict.nn import (
     InteractionType,
     ProbabilisticTensorDictModule,
@@ -125,8 +126,7 @@ class DreamerV3DiscreteActor(ProbabilisticTensorDictSequential):
                 f"DreamerV3DiscreteActor: in_keys must hold the state and belief keys, in that order; got {keys}."
             )
         for name, value in (("in_features", in_features), ("out_features", out_features), ("depth", depth)):
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"DreamerV3DiscreteActor: {name} must be a positive int, got {value!r}.")
+            check_positive_int("DreamerV3DiscreteActor", name, value)
         if not 0.0 <= unimix < 1.0:
             raise ValueError(f"DreamerV3DiscreteActor: unimix must be in [0, 1), got {unimix!r}.")
         net = _DreamerV3DiscreteActorNet(in_features, out_features, depth, num_cells, norm_eps, float(unimix), device)

@@ -18,6 +18,7 @@ from typing import Literal, cast
 
 import torch
 import torch.nn.functional as F
+from tdict.validation import check_positive_int
 from torch import nn
 
 from .dreamer_layers import BlockLinear, RMSNorm, dreamer_v3_init
@@ -107,8 +108,7 @@ class DreamerV3BlockGRUCell(nn.Module):
             ("num_blocks", num_blocks),
             ("num_layers", num_layers),
         ):
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ValueError(f"DreamerV3BlockGRUCell: {name} must be a positive int, got {value!r}.")
+            check_positive_int("DreamerV3BlockGRUCell", name, value)
         if hidden_size % num_blocks:
             raise ValueError(
                 f"DreamerV3BlockGRUCell: hidden_size ({hidden_size}) must be divisible by num_blocks ({num_blocks})."
