@@ -261,3 +261,44 @@ def test_rollout_gradients_equal_the_plain_autograd_ones(recurrent_model, monkey
     assert len(deferred) == len(params) and all(g is not None for g in plain)
     for got, expected in zip(deferred, plain):
         torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-6)
+
+
+def test_block_linear_defers_its_weight_gradient_inside_a_recurrence():
+    """Inside ``deferred_weight_grads`` a BlockLinear stepped through a small recurrence runs the
+    deferred product (its weight gradient summed over the steps in one batched product) and gives
+    the outputs and the input, weight and bias gradients of plain autograd."""
+    from rl_objectives.modules.dreamer_layers import deferred_weight_grads
+
+    torch.manual_seed(0)
+    layer = BlockLinear(6, 6, num_blocks=3)
+    start = torch.randn(4, 2, 6, requires_grad=True)
+    tensors = (start, layer.weight, layer.bias)
+
+    def roll() -> torch.Tensor:
+        h = start
+        for _ in range(3):
+            h = torch.tanh(layer(h))
+        return h
+
+    def graph_nodes(out: torch.Tensor) -> set:
+        seen, todo = set(), [out.grad_fn]
+        while todo:
+            node = todo.pop()
+            if node is not None and node not in seen:
+                seen.add(node)
+                todo.extend(next_node for next_node, _ in node.next_functions)
+        return {type(node).__name__ for node in seen}
+
+    with deferred_weight_grads(layer):
+        deferred_out = roll()
+    assert "_DeferredLinearBackward" in graph_nodes(deferred_out)
+    deferred_out.square().sum().backward()
+    deferred = [t.grad for t in tensors]
+    for t in tensors:
+        t.grad = None
+    plain_out = roll()
+    assert "_DeferredLinearBackward" not in graph_nodes(plain_out)
+    plain_out.square().sum().backward()
+    torch.testing.assert_close(deferred_out, plain_out, rtol=0, atol=0)
+    for got, want in zip(deferred, (t.grad for t in tensors)):
+        torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6)

@@ -47,7 +47,8 @@ def dreamer_v3_init(module: nn.Module) -> None:
 # each layer's weight gradient once per step (a product over the few rows of that step, written
 # into a full-size matrix) and adds the steps up. Inside ``deferred_weight_grads`` the layers keep
 # their forward values, but their backward only stashes each step's input and output gradient; one
-# product over all steps' rows then gives the weight gradient (the same sum, in one GEMM).
+# product over all steps' rows then gives the weight gradient (the same sum, in one GEMM; one
+# batched product for a block-diagonal layer).
 
 
 class _Stash:
@@ -75,13 +76,25 @@ class _WeightAnchor(torch.autograd.Function):
         if not grads:
             return None, None, None
         grad = grads[0] if len(grads) == 1 else torch.cat(grads)
-        grad_weight = grad.t().mm(inputs[0] if len(inputs) == 1 else torch.cat(inputs))
+        value = inputs[0] if len(inputs) == 1 else torch.cat(inputs)
+        if grad.ndim == 2:  # a dense layer: rows [N, out] and [N, in]
+            grad_weight = grad.t().mm(value)
+        else:  # a block-diagonal one: [N, b, o] and [N, b, i], weight [b, i, o]
+            grad_weight = torch.bmm(value.permute(1, 2, 0), grad.transpose(0, 1))
         grad_bias = grad.sum(0) if ctx.has_bias and ctx.needs_input_grad[1] else None
         return grad_weight, grad_bias, None
 
 
+def _product(value: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+    """``F.linear(value, weight, bias)`` for a dense ``weight [out, in]``; for a block-diagonal one
+    ``[b, i, o]`` (:class:`BlockLinear`, no bias here) ``value [..., b, i] -> [..., b, o]``."""
+    if weight.ndim == 2:
+        return F.linear(value, weight, bias)
+    return torch.einsum("...bi,bio->...bo", value, weight)
+
+
 class _DeferredLinear(torch.autograd.Function):
-    """``F.linear(x, weight, bias)`` whose weight gradient goes to the layer's stash."""
+    """:func:`_product` of a dense or block-diagonal layer, whose weight gradient goes to its stash."""
 
     @staticmethod
     def forward(  # type: ignore[override]
@@ -94,14 +107,17 @@ class _DeferredLinear(torch.autograd.Function):
     ) -> torch.Tensor:
         ctx.save_for_backward(value, weight)
         ctx.stash = stash
-        return F.linear(value, weight, bias)
+        return _product(value, weight, bias)
 
     @staticmethod
     def backward(ctx: Any, grad: torch.Tensor) -> tuple:  # type: ignore[override]
         value, weight = ctx.saved_tensors
-        ctx.stash.inputs.append(value.reshape(-1, value.shape[-1]))
-        ctx.stash.grads.append(grad.reshape(-1, grad.shape[-1]))
-        grad_value = grad.matmul(weight) if ctx.needs_input_grad[0] else None
+        row = weight.ndim - 1  # the dims of one row: (in,) dense, (b, i) block-diagonal
+        ctx.stash.inputs.append(value.reshape(-1, *value.shape[-row:]))
+        ctx.stash.grads.append(grad.reshape(-1, *grad.shape[-row:]))
+        grad_value = None
+        if ctx.needs_input_grad[0]:
+            grad_value = grad.matmul(weight) if row == 1 else torch.einsum("...bo,bio->...bi", grad, weight)
         return grad_value, grad.new_zeros(()), None, None, None
 
 
@@ -120,6 +136,8 @@ def _weight_pairs(module: nn.Module) -> list[tuple[torch.Tensor, torch.Tensor | 
         return []
     if isinstance(module, nn.Linear):
         pairs = [(module.weight, module.bias)]
+    elif isinstance(module, BlockLinear):  # its bias is added outside the product: plain autograd
+        pairs = [(module.weight, None)]
     elif isinstance(module, nn.GRUCell):
         pairs = [(module.weight_ih, module.bias_ih), (module.weight_hh, module.bias_hh)]
     else:
@@ -133,9 +151,10 @@ def _weight_pairs(module: nn.Module) -> list[tuple[torch.Tensor, torch.Tensor | 
 
 @contextmanager
 def deferred_weight_grads(*modules: nn.Module) -> Iterator[None]:
-    """Within the block, the linear layers and GRU cells of ``modules`` (where called through
-    :func:`linear`, :func:`run_sequential` or :func:`gru_cell`) compute their weight gradients in one
-    product over all their calls. Forward values are unchanged; not for double backward."""
+    """Within the block, the linear layers (where called through :func:`linear`,
+    :func:`run_sequential` or :func:`gru_cell`), GRU cells and :class:`BlockLinear` layers of
+    ``modules`` compute their weight gradients in one product over all their calls. Forward values
+    are unchanged; not for double backward."""
     added: list[int] = []
     layers = _DEFERRED.layers
     # (compiled code and functorch transforms differentiate the plain ops themselves)
@@ -158,7 +177,7 @@ def _linear(value: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None
     layers = _DEFERRED.layers
     entry = layers.get(id(weight)) if layers else None
     if entry is None or not torch.is_grad_enabled():
-        return F.linear(value, weight, bias)
+        return _product(value, weight, bias)
     anchor, stash = entry
     return _DeferredLinear.apply(value, anchor, weight.detach(), None if bias is None else bias.detach(), stash)
 
@@ -268,7 +287,7 @@ class BlockLinear(nn.Module):
 
     def forward(self, value: torch.Tensor) -> torch.Tensor:
         blocks = value.reshape(*value.shape[:-1], self.num_blocks, self.in_features // self.num_blocks)
-        return torch.einsum("...bi,bio->...bo", blocks, self.weight).flatten(-2) + self.bias
+        return _linear(blocks, self.weight, None).flatten(-2) + self.bias  # (deferred inside a recurrence)
 
     def extra_repr(self) -> str:
         return f"in_features={self.in_features}, out_features={self.out_features}, num_blocks={self.num_blocks}"
