@@ -362,7 +362,9 @@ def plain_ppo(c: NS):
 
 
 def plain_sac(c: NS):
-    """The SAC step written out on tensors: tanh-Gaussian actor, twin MLP critics with targets, alpha."""
+    """The SAC step written out on tensors: tanh-Gaussian actor, twin MLP critics with targets, alpha.
+    The actor's loss reads the critics with their parameters frozen (as SACLoss and TorchRL's detach
+    them): its gradient reaches the actor only."""
     import copy
 
     pi = _net(OBS, 2 * ACT, 0)
@@ -373,7 +375,8 @@ def plain_sac(c: NS):
     obs, act = torch.randn(c.n, OBS, generator=g), torch.rand(c.n, ACT, generator=g) * 1.8 - 0.9
     nobs, rew = torch.randn(c.n, OBS, generator=g), torch.randn(c.n, generator=g)
     term = torch.rand(c.n, generator=g) < 0.05
-    params = [*pi.parameters(), *(p for q in qs for p in q.parameters()), log_alpha]
+    critic_params = [p for q in qs for p in q.parameters()]
+    params = [*pi.parameters(), *critic_params, log_alpha]
 
     def policy(o):
         loc, scale = pi(o).chunk(2, -1)
@@ -392,7 +395,11 @@ def plain_sac(c: NS):
             y = rew + 0.99 * (~term) * nq
         q_loss = sum(torch.nn.functional.smooth_l1_loss(q(torch.cat([obs, act], -1)).squeeze(-1), y) for q in qs)
         a, lp = policy(obs)
+        for p in critic_params:  # the actor's loss trains the actor only
+            p.requires_grad_(False)
         q_pi = torch.min(*(q(torch.cat([obs, a], -1)).squeeze(-1) for q in qs))
+        for p in critic_params:
+            p.requires_grad_(True)
         actor_loss = (alpha.detach() * lp - q_pi).mean()
         alpha_loss = -(log_alpha * (lp.detach() - ACT)).mean()
         entropy = -lp.detach().mean()  # reported by SACLoss, with alpha
