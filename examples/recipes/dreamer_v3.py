@@ -24,13 +24,15 @@ Expected: ``pendulum`` (states, random actions score about -1,200 to -1,400) abo
 frames; seed 0: -1,435 at 1,792 frames, -1,273 at 3,584, -326 at 5,376, -247 at 7,168, -145 at
 10,752, final -173 (2026-12-06, after the rollout's prior head moved out of its loop, which changes
 the random draws), in 635 s on one thread of 2 shared cores (2,200 gradient steps of 0.2 s; 1,006 s
-on a slower, loaded day). The pixel curve below was recorded before that change.
+on a slower, loaded day).
 ``pendulum_pixels`` (the same task seen as 16 x 16 grayscale images of the pole, ``envs.render_pendulum``:
 the angular velocity must come from the latent; random about -1,200 to -1,400) above -400 in 12,000
-frames; seed 0: -1,182 at 1,792 frames, -1,223 at 3,584, -992 at 5,376, -680 at 7,168, -676 at 8,960,
--221 at 10,752, final -177, in 981 s on one thread of 2 shared cores (3,660 gradient steps of 0.27 s).
-With one gradient step per 5 frames (the state preset's), seed 0 was at -1,126, -1,426, -1,142, -1,262,
--1,022 at the same frames (stopped at 8,960).
+frames with one gradient step per 2 frames; seed 0: -1,428 at 1,792 frames, -1,343 at 3,584, -493 at
+5,376, -155 at 7,168, -175 at 8,960, -163 at 10,752, final -167 (2026-12-06, after the rollout change),
+in 2,510 s on one thread of a slow day with another run on the second core (5,500 gradient steps).
+Fewer gradient steps, seed 0 after the same change: one per 3 frames (this preset until then) ended at
+-571 in 12,000 frames (-509 at 10,752) and reached -189 only at 16,000; before the change it had ended
+at -177 in 12,000 frames. One per 5 frames (the state preset's) was still at -1,022 at 8,960 frames.
 
 Run: ``python examples/train.py algo=dreamer_v3 env=pendulum [algo.train_every=8 collector.total_frames=20000 ...]``
 (``env=pendulum_pixels`` for images).
@@ -129,9 +131,10 @@ PRESETS = {
     },
 }
 # the pendulum preset with 16 x 16 images (a 16 -> 32 channel conv encoder, 3 x 3 kernels, and its mirror)
-# and more gradient steps: one per 3 frames (one per 5, seed 0 was still at -1,022 at 8,960 frames)
+# and more gradient steps: one per 2 frames (seed 0 with one per 3 ended at -571, with one per 5 it
+# was still at -1,022 at 8,960 frames; see the module docstring)
 PRESETS["pendulum_pixels"] = copy.deepcopy(PRESETS["pendulum"])
-PRESETS["pendulum_pixels"]["algo"]["train_every"] = 3
+PRESETS["pendulum_pixels"]["algo"]["train_every"] = 2
 DEFAULTS = {
     "algo": {
         "model_lr": 1e-4,
