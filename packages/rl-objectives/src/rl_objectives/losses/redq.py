@@ -225,11 +225,10 @@ class REDQLoss(_TemperatureMixin, _BootstrappedLoss):
         """``loss`` (``[K, *B]``: per critic, or current / next action) reduced over the positions the
         loss mask (``[*B]``) keeps, in every row; a prioritized buffer's weights (``[*B]``) weigh every
         row alike: the weighted mean is ``sum(w * l) / (K * sum(w))``."""
-        weights = self._priority_weight(tensordict)
-        weights = None if weights is None else weights.expand_as(loss)
         valid = self._valid_positions(tensordict)
-        # the batch dims trail: every row shares the mask
-        return _masked_weighted_reduce(loss, None if valid is None else valid.expand_as(loss), weights, self.reduction)
+        # the batch dims trail: every row shares the mask and the weights
+        valid = None if valid is None else valid.expand_as(loss)
+        return _masked_weighted_reduce(loss, valid, self._priority_weight(tensordict), self.reduction)
 
     def forward(self, tensordict: Any) -> TensorDict:
         keys = self.tensor_keys

@@ -150,14 +150,15 @@ def _masked_weighted_reduce(
     loss: torch.Tensor, valid: torch.Tensor | None, weights: torch.Tensor | None, reduction: str
 ) -> torch.Tensor:
     """``loss`` reduced with ``reduction`` over the positions ``valid`` keeps (``None``: all of them;
-    else a mask of ``loss``'s shape), weighted by a prioritized buffer's ``weights`` when given (see
-    :func:`_reduce`). Masked positions are selected out, not multiplied by zero: a NaN there reaches
-    neither the loss nor its gradient (``"none"``: the loss, zero where masked)."""
+    else a mask of ``loss``'s shape), weighted by a prioritized buffer's ``weights`` when given
+    (broadcast to ``loss``: every row of a stacked loss weighs alike; see :func:`_reduce`). Masked
+    positions are selected out, not multiplied by zero: a NaN there reaches neither the loss nor its
+    gradient (``"none"``: the loss, zero where masked)."""
+    weights = None if weights is None else weights.expand_as(loss)
     if valid is None:
         return _reduce(loss, reduction, weights)
     if weights is None:
         return masked_reduce(loss, valid, reduction)
-    weights = weights.expand_as(loss)
     if reduction == "none":
         return torch.where(valid, loss * weights, torch.zeros((), dtype=loss.dtype, device=loss.device))
     return _reduce(loss[valid], reduction, weights[valid])
