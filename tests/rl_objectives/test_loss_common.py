@@ -499,3 +499,27 @@ def test_vmap_randomness_of_a_vmapped_ensemble():
         loss.call_network("net", td.clone(), out_key="prediction")
     with pytest.raises(ValueError, match="vmap_randomness"):
         loss.set_vmap_randomness("sometimes")
+
+
+@pytest.mark.parametrize("n", [None, 2, 6])
+def test_out_key_call_writes_the_input_as_the_network_call_does(n):
+    # a plain TensorDictModule runs on the input tensors; a single network still writes its output
+    # into the input (as its in-place call does), an ensemble's sets never do
+    loss = Probe(make_net(), expand_dim=n)
+    td = batch()
+    value = loss.call_network("net", td, out_key="prediction")
+    if n is None:
+        assert sorted(td.keys()) == ["prediction", "target", "x"] and td["prediction"] is value
+    else:
+        assert sorted(td.keys()) == ["target", "x"]
+
+
+def test_out_key_call_of_a_hooked_network_runs_its_hooks():
+    loss = Probe(make_net(), expand_dim=2)
+    seen = []
+    loss.net.register_forward_hook(lambda module, args, out: seen.append(type(args[0]).__name__))
+    td = batch()
+    plain = Probe(make_net(), expand_dim=2).call_network("net", td.clone(), out_key="prediction")
+    hooked = loss.call_network("net", td.clone(), out_key="prediction")
+    assert seen == ["TensorDict", "TensorDict"]  # one TensorDict call per parameter set
+    torch.testing.assert_close(hooked, plain)

@@ -74,6 +74,26 @@ def test_a_float_is_written_into_the_buffer_in_place(categorical_actor, state_va
     assert float(loss.state_dict()["clip_epsilon"]) == pytest.approx(0.1)
 
 
+@pytest.mark.parametrize("route", ["assign", "fill_", "load_state_dict", "new tensor"])
+def test_clip_epsilon_changed_after_a_call_is_used_by_the_next(route, normal_actor, state_value_critic, rollout):
+    # the loss reads its clip bounds as numbers, again whenever the buffer changed
+    actor, _ = normal_actor()
+    critic, _ = state_value_critic()
+    td = rollout(actor)
+    loss = ClipPPOLoss(actor, critic, clip_epsilon=0.3)
+    assert float(loss(td)["clip_fraction"]) < 1.0
+    if route == "assign":
+        loss.clip_epsilon = 0.02
+    elif route == "fill_":
+        with torch.no_grad():
+            loss.clip_epsilon.fill_(0.02)
+    elif route == "load_state_dict":
+        loss.load_state_dict(ClipPPOLoss(actor, critic, clip_epsilon=0.02).state_dict())
+    else:
+        loss._buffers["clip_epsilon"] = torch.tensor(0.02)  # what Module.to / _apply do
+    _assert_same_outputs(loss(td), ClipPPOLoss(actor, critic, clip_epsilon=0.02)(td))
+
+
 @pytest.mark.parametrize("cls", [A2CLoss, PPOLoss, ClipPPOLoss])
 def test_entropy_critic_coefficients_and_value_clip_take_effect(cls, normal_actor, state_value_critic, rollout):
     actor, _ = normal_actor()

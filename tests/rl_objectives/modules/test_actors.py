@@ -478,3 +478,23 @@ def test_compiled_matches_eager():
                 torch.testing.assert_close(out[key], ref[key])
     finally:
         D.Distribution.set_default_validate_args(validate)
+
+
+@pytest.mark.parametrize("in_keys", [["observation"], ["observation", "action"]])
+def test_value_operator_tensor_function_squeezes_like_its_call(in_keys):
+    net = MLP(in_features=3 * len(in_keys), out_features=1, num_cells=[4])
+    critic = ValueOperator(net, in_keys=in_keys)
+    td = TensorDict({key: torch.randn(2, 5, 3) for key in in_keys}, batch_size=[2, 5])
+    (value,) = critic.tensor_function(td.batch_dims)(*(td[key] for key in in_keys))
+    assert value.shape == (2, 5)
+    assert torch.equal(value, critic(td.clone())[critic.out_keys[0]])
+    # a batch dim of size 1 is not squeezed
+    one = TensorDict({key: torch.randn(4, 1, 3) for key in in_keys}, batch_size=[4, 1])
+    (value,) = critic.tensor_function(2)(*(one[key] for key in in_keys))
+    assert value.shape == (4, 1) and torch.equal(value, critic(one.clone())[critic.out_keys[0]])
+
+    class Shifted(ValueOperator):  # its own forward: no tensor function unless it gives one
+        def forward(self, tensordict):
+            return super().forward(tensordict).apply(lambda t: t + 1)
+
+    assert Shifted(net, in_keys=in_keys).tensor_function(2) is None

@@ -322,3 +322,41 @@ def test_no_in_keys_and_tensordict_keyword():
     neg = TensorDictModule(torch.neg, in_keys=["x"], out_keys=["y"])
     assert neg(tensordict=td) is td
     torch.testing.assert_close(td["y"], -torch.arange(3.0))
+
+
+def test_tensor_function_returns_what_a_call_writes():
+    lin = nn.Linear(3, 2)
+    mod = TensorDictModule(lambda x, y: (lin(x), x.sum(-1) + y), in_keys=["x", ("n", "y")], out_keys=["a", "_"])
+    td = _td(x=torch.randn(4, 3), n={"y": torch.randn(4)})
+    a, discarded = mod.tensor_function(1)(td["x"], td["n", "y"])
+    assert torch.equal(a, mod(td.clone())["a"])
+    torch.testing.assert_close(discarded, td["x"].sum(-1) + td["n", "y"])
+    # one tensor returned: a 1-tuple, as the call's out-keys
+    assert TensorDictModule(torch.neg, in_keys=["x"], out_keys=["y"]).tensor_function()(torch.ones(2))[0].tolist() == [
+        -1,
+        -1,
+    ]
+    with pytest.raises(RuntimeError, match="returned 1 outputs but out_keys"):
+        TensorDictModule(torch.neg, in_keys=["x"], out_keys=["y", "z"]).tensor_function()(torch.ones(2))
+
+
+def test_tensor_function_is_none_when_a_call_does_more():
+    def plain():
+        return TensorDictModule(nn.Linear(3, 2), in_keys=["x"], out_keys=["y"])
+
+    assert plain().tensor_function() is not None
+    assert TensorDictModule(lambda x: x, in_keys={"x": "a"}, out_keys=["y"]).tensor_function() is None  # keywords
+    assert TensorDictModule(nn.Linear(3, 2), in_keys=["x"], out_keys=["y"], strict=False).tensor_function() is None
+    two = TensorDictModule(lambda x: (x, -x), in_keys=["x"], out_keys=["y", "z"])
+    assert two.select_out_keys("y").tensor_function() is None  # the call also drops entries
+    hooked = plain()
+    handle = hooked.register_forward_hook(lambda *args: None)
+    assert hooked.tensor_function() is None
+    handle.remove()
+    assert hooked.tensor_function() is not None  # asked again: the hook is gone
+
+    class Doubling(TensorDictModule):
+        def forward(self, tensordict):
+            return super().forward(tensordict).apply(lambda t: 2 * t)
+
+    assert Doubling(nn.Linear(3, 2), in_keys=["x"], out_keys=["y"]).tensor_function() is None

@@ -444,7 +444,7 @@ class _ActorCriticLoss(LossModule):
             entropy = _entropy(dist, self._action_batch_dims(tensordict), self.samples_mc_entropy)
             reduced = self._reduced(entropy, tensordict)  # reduced first: the coefficient scales one number
             out["entropy"] = (reduced if self.reduction == "mean" else entropy.mean()).detach()
-            out["loss_entropy"] = entropy_loss(reduced, self.entropy_coeff)
+            out["loss_entropy"] = entropy_loss(reduced, self._scalar("entropy_coeff"))
 
     def _mapped_entropy_terms(self, dist: D.Distribution, tensordict: Any, out: dict) -> None:
         """``_entropy_terms`` for a per-head ``entropy_coeff`` mapping (a composite policy)."""
@@ -490,7 +490,9 @@ class _ActorCriticLoss(LossModule):
         if not self._has_critic:
             return
         assert self.critic_coeff is not None  # _has_critic: a critic and a coefficient
-        out[self._critic_loss_key] = self._reduced(self._critic_loss(tensordict, out), tensordict) * self.critic_coeff
+        out[self._critic_loss_key] = self._reduced(self._critic_loss(tensordict, out), tensordict) * self._scalar(
+            "critic_coeff"
+        )
 
     def _critic_loss_inputs(
         self, target_return: _Tensor, state_value: _Tensor, old_state_value: _Tensor | None
@@ -522,13 +524,7 @@ class _ActorCriticLoss(LossModule):
                 ) from None
         source = tensordict.detach() if self.separate_losses else tensordict
         source = source.select(*self._critic_in_keys, strict=False)
-        value_td = self.call_network("critic_network", source)
-        try:
-            value = value_td.get(keys.value)
-        except KeyError:
-            raise KeyError(
-                f"{name}: critic_network did not write the value key {keys.value!r}; set it with set_keys(value=...)."
-            ) from None
+        value = self.call_network("critic_network", source, out_key=keys.value)
         named = [(keys.value, value), (keys.value_target, target)]
         if old_value is not None:
             named.append((f"{keys.value!r} (stored)", old_value))

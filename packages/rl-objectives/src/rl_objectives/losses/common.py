@@ -168,6 +168,22 @@ class LossModule(_TensorCalls, TensorKeysMixin, nn.Module):
         reduction = getattr(self, "reduction", "mean") or "mean"
         return masked_reduce(loss, self._valid_positions(tensordict, mask), reduction, compact=mask is not None)
 
+    def _scalar(self, name: str) -> float | torch.Tensor:
+        """The one-element buffer ``name`` (a scheduled hyper-parameter) as a Python float, read again
+        only after the buffer changed (its version counter moved, or another tensor took its place),
+        so that a step spends no tensor op on it and a device reads it once per change; the buffer
+        itself while ``torch.compile`` traces."""
+        tensor = self._buffers[name]
+        if tensor is None:
+            raise AttributeError(f"{type(self).__name__}: the buffer {name!r} is not set.")
+        if torch.compiler.is_compiling():
+            return tensor
+        cache = self.__dict__.setdefault("_scalar_cache", {})
+        held = cache.get(name)
+        if held is None or held[0] is not tensor or held[1] != tensor._version:
+            held = cache[name] = (tensor, tensor._version, float(tensor))
+        return held[2]
+
     def _valid_positions(self, tensordict: Any, mask: torch.Tensor | None = None) -> torch.Tensor | None:
         """The mask :attr:`loss_mask_key` reads from ``tensordict``, ANDed with ``mask`` (None: no mask)."""
         read = read_loss_mask(tensordict, self.loss_mask_key)
@@ -548,11 +564,20 @@ class LossModule(_TensorCalls, TensorKeysMixin, nn.Module):
         dim of size ``expand_dim``. Up to ``_LOOP_MAX_SETS`` sets run one after the other (cheaper
         than ``torch.vmap``'s set-up for twin critics); more run as one vmapped call, unless
         ``deactivate_vmap`` is set (then they all run in the loop).
+
+        With ``out_key``, a network whose call is its module's on tensors (a plain
+        ``TensorDictModule`` or ``ValueOperator``: see ``TensorDictModule.tensor_function``) runs on
+        the input tensors directly; a single network still writes its outputs into ``tensordict``
+        as its call would.
         """
         if params is None:
             params = self.params_of(module_name, target)
         module = getattr(self, module_name)
         leaves, swapped = self._binder(module_name, params)
+        one_set = self._networks[module_name] is None
+        plan = None if out_key is None else _tensor_plan(module, tensordict, out_key, write=one_set)
+        if plan is not None:
+            return self._call_on_tensors(plan, leaves, swapped, None if one_set else params.batch_size[0])
 
         def run(td: Any) -> Any:
             out = module(td)
@@ -561,11 +586,12 @@ class LossModule(_TensorCalls, TensorKeysMixin, nn.Module):
             value = out.get(out_key, None)
             if value is None:
                 raise KeyError(
-                    f"{type(self).__name__}: {module_name} wrote no {out_key!r}; its output holds {sorted(map(str, out.keys(True, True)))}."
+                    f"{type(self).__name__}: {module_name} wrote no {out_key!r}; its output holds "
+                    f"{sorted(map(str, out.keys(True, True)))} (set_keys(...) makes the loss read another entry)."
                 )
             return value
 
-        if self._networks[module_name] is None:
+        if one_set:
             with swapped(leaves):
                 return module(tensordict) if out_key is None else run(tensordict)
         if self.deactivate_vmap or params.batch_size[0] <= _LOOP_MAX_SETS:
@@ -580,6 +606,29 @@ class LossModule(_TensorCalls, TensorKeysMixin, nn.Module):
         def one(*one_set: torch.Tensor) -> Any:
             with swapped(one_set):
                 return run(tensordict.copy())
+
+        return torch.vmap(one, (0,) * len(leaves), randomness=self.vmap_randomness)(*leaves)
+
+    def _call_on_tensors(self, plan: tuple, leaves: list, swapped: Any, sets: int | None) -> torch.Tensor:
+        """:meth:`call_network` on tensors: ``plan`` from :func:`_tensor_plan`, run with ``leaves``
+        (one parameter set, or ``sets`` stacked ones, looped or vmapped as the TensorDict call is)."""
+        call, index, writes = plan
+        if sets is None:
+            with swapped(leaves):
+                values = call()
+            if writes is not None:
+                writes(values)
+            return values[index]
+        if self.deactivate_vmap or sets <= _LOOP_MAX_SETS:
+            outs = []
+            for one_set in zip(*(leaf.unbind(0) for leaf in leaves)):
+                with swapped(one_set):
+                    outs.append(call()[index])
+            return torch.stack(outs, 0)
+
+        def one(*one_set: torch.Tensor) -> torch.Tensor:
+            with swapped(one_set):
+                return call()[index]
 
         return torch.vmap(one, (0,) * len(leaves), randomness=self.vmap_randomness)(*leaves)
 
@@ -797,6 +846,34 @@ class LossModule(_TensorCalls, TensorKeysMixin, nn.Module):
 
     def forward(self, tensordict: Any) -> Any:  # pragma: no cover - abstract
         raise NotImplementedError
+
+
+def _tensor_plan(module: Any, tensordict: Any, out_key: Any, write: bool) -> tuple | None:
+    """``(call, index, writes)`` to run ``module`` on ``tensordict``'s tensors: ``call()`` gives its
+    outputs, ``out_key`` is at ``index``, and ``writes`` (with ``write``, for a module writing into
+    its input) puts them into ``tensordict`` as its call would. ``None`` when the module has no
+    tensor function (see ``TensorDictModule.tensor_function``), does not write ``out_key``, or an
+    input is missing or not a plain tensor: the TensorDict call then runs (and reports)."""
+    tensor_function = getattr(module, "tensor_function", None)
+    run = None if tensor_function is None else tensor_function(tensordict.batch_dims)
+    if run is None:
+        return None
+    keys = module.out_keys_source
+    if out_key not in keys:
+        return None
+    inputs = []
+    for key in module.in_keys:
+        value = tensordict.get(key, None)
+        if type(value) is not torch.Tensor:
+            return None
+        inputs.append(value)
+
+    def writes(values: tuple) -> None:
+        for key, value in zip(keys, values):
+            if key != "_":
+                tensordict.set(key, value)
+
+    return (lambda: run(*inputs)), keys.index(out_key), (writes if write and module.inplace is True else None)
 
 
 class _Swapped:

@@ -395,17 +395,17 @@ class ClipPPOLoss(PPOLoss):
         return torch.log1p(-low), torch.log1p(high)
 
     def _surrogate(self, log_weight: _Tensor, advantage: _Tensor, out: dict, cap: _Tensor | None = None) -> _Tensor:
-        # the bounds come from the buffer at every call, so a scheduled, loaded or in-place edited
-        # clip_epsilon always takes effect; as TorchRL, the clip acts on pi / pi_prox and a
+        # the bounds follow the buffer (read again whenever it changes), so a scheduled, loaded or
+        # in-place edited clip_epsilon always takes effect; as TorchRL, the clip acts on pi / pi_prox and a
         # correction (delay_actor's behaviour ratio, max_importance_ratio's cap) on both terms
-        loss, out["clip_fraction"] = clipped_surrogate_loss(log_weight, advantage, self.clip_epsilon, cap)
+        loss, out["clip_fraction"] = clipped_surrogate_loss(log_weight, advantage, self._scalar("clip_epsilon"), cap)
         return loss
 
     def _asymmetric_surrogate(
         self, log_weight: _Tensor, advantage: _Tensor, out: dict, cap: _Tensor | None = None
     ) -> _Tensor:
         loss, out["clip_fraction"] = asymmetric_clipped_surrogate_loss(
-            log_weight, advantage, self.clip_epsilon_low, self.clip_epsilon_high, cap
+            log_weight, advantage, self._scalar("clip_epsilon_low"), self._scalar("clip_epsilon_high"), cap
         )
         return loss
 

@@ -11,7 +11,7 @@ Names, arguments and default keys follow torchrl.modules (0.14). The design diff
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, cast
 
 import torch
@@ -366,6 +366,25 @@ class ValueOperator(TensorDictModule):
             if value.ndim > batch_dims and value.shape[-1] == 1:  # a 1-wide head, not a batch dim
                 out.set(key, value.squeeze(-1))
         return out
+
+    def tensor_function(self, batch_dims: int = 0) -> Callable[..., tuple] | None:
+        """:meth:`TensorDictModule.tensor_function <tdict.nn.TensorDictModule.tensor_function>`
+        with this critic's squeeze of 1-wide heads (beyond ``batch_dims``)."""
+        cls = type(self)
+        if cls.forward is not ValueOperator.forward and cls.tensor_function is ValueOperator.tensor_function:
+            return None
+        run = super().tensor_function(batch_dims)
+        if run is None:
+            return None
+        squeezed = tuple(key != "_" for key in self.out_keys_source)
+
+        def values(*inputs: torch.Tensor) -> tuple:
+            return tuple(
+                v.squeeze(-1) if wanted and v.ndim > batch_dims and v.shape[-1] == 1 else v
+                for wanted, v in zip(squeezed, run(*inputs))
+            )
+
+        return values
 
 
 _ACTION_SPACES = ("one_hot", "categorical", "mult_one_hot", "binary")

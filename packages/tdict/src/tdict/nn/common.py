@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any, Callable
 
 import torch
 from torch import nn
+from torch.nn.modules.module import _global_forward_hooks, _global_forward_pre_hooks
 
 from .._core.utils import NestedKey, is_tensor_collection, unravel_key
 from ..base import NON_TENSOR_CLASSES
@@ -522,6 +523,23 @@ class TensorDictModule(TensorDictModuleBase):
             raise self._missing_in_key(tensordict) from None
         if self._kw_t is not None:
             out = self._fn(**kwargs)
+        out = self._outputs(out)
+        if tensordict_out is None:
+            inplace = self.inplace
+            if inplace is True:
+                tensordict_out = tensordict
+            elif inplace == "empty":
+                tensordict_out = tensordict.empty()
+            else:
+                tensordict_out = TensorDict._new_unsafe({}, _EMPTY_SIZE)
+        for i, key in self._out_plan:
+            tensordict_out.set(key, out[i])
+        if self._select:
+            tensordict_out.select(*self.in_keys, *self.out_keys, inplace=True, strict=False)
+        return tensordict_out
+
+    def _outputs(self, out: Any) -> tuple:
+        """What the module returned as a tuple of one value per out-key (length checked)."""
         if type(out) is not tuple:
             if isinstance(out, torch.Tensor):
                 out = (out,)
@@ -536,19 +554,38 @@ class TensorDictModule(TensorDictModuleBase):
                 f"TensorDictModule: the module returned {len(out)} outputs but out_keys={self.out_keys_source} "
                 f"expects {self._n_out}."
             )
-        if tensordict_out is None:
-            inplace = self.inplace
-            if inplace is True:
-                tensordict_out = tensordict
-            elif inplace == "empty":
-                tensordict_out = tensordict.empty()
-            else:
-                tensordict_out = TensorDict._new_unsafe({}, _EMPTY_SIZE)
-        for i, key in self._out_plan:
-            tensordict_out.set(key, out[i])
-        if self._select:
-            tensordict_out.select(*self.in_keys, *self.out_keys, inplace=True, strict=False)
-        return tensordict_out
+        return out
+
+    def tensor_function(self, batch_dims: int = 0) -> Callable[..., tuple] | None:
+        """The call on tensors: ``f(*inputs)`` takes the in-key entries (plain tensors, in ``in_keys``
+        order) and returns the values a call on a TensorDict with ``batch_dims`` batch dims writes,
+        one per out-key (``"_"`` positions included), without building or filling a TensorDict.
+
+        ``None`` when a call does more than run the module: keyword in-keys, ``method_kwargs``,
+        ``get_kwargs`` or ``strict=False``, :meth:`select_out_keys` in effect, forward hooks on
+        this module (or global ones), or a subclass with its own ``forward`` (a subclass keeps the path by also
+        overriding this method). Ask at each use: the answer follows the module's settings.
+
+        Examples:
+            >>> import torch
+            >>> from tdict.nn import TensorDictModule
+            >>> m = TensorDictModule(lambda x, y: (x + y, x * y), in_keys=["x", "y"], out_keys=["s", "p"])
+            >>> m.tensor_function()(torch.tensor(2.0), torch.tensor(3.0))
+            (tensor(5.), tensor(6.))
+            >>> m.select_out_keys("s").tensor_function() is None
+            True
+        """
+        cls = type(self)
+        if cls.forward is not TensorDictModule.forward and cls.tensor_function is TensorDictModule.tensor_function:
+            return None
+        if self._kw_t is not None or self.method_kwargs or self._get_kw is not None or self._select:
+            return None
+        if self._forward_hooks or self._forward_pre_hooks or self._backward_hooks or self._backward_pre_hooks:
+            return None
+        if _global_forward_hooks or _global_forward_pre_hooks:
+            return None
+        fn, outputs = self._fn, self._outputs
+        return lambda *inputs: outputs(fn(*inputs))
 
     def _from_mapping(self, out: Any) -> tuple:
         if isinstance(out, Mapping):

@@ -623,9 +623,7 @@ class ProbabilisticTensorDictSequential(TensorDictSequential):
 
     def get_dist_params(self, tensordict: Any) -> Any:
         """Run the deterministic steps on ``tensordict`` and return it."""
-        for module in self._steps[:-1]:
-            tensordict = module(tensordict)
-        return tensordict
+        return self._run_steps(tensordict, len(self._steps) - 1)
 
     def get_dist(self, tensordict: Any) -> D.Distribution:
         """Run the deterministic steps, then build the distribution from their outputs (with

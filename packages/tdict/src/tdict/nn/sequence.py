@@ -166,31 +166,20 @@ class TensorDictSequential(TensorDictModule):
                     module(member)
         return tensordict
 
-    @dispatch(auto_batch_size=False)
-    def forward(self, tensordict: Any, tensordict_out: Any = None, **kwargs: Any) -> Any:
-        """Run every step on ``tensordict`` (see the class docstring)."""
-        if kwargs:
-            raise RuntimeError(
-                f"TensorDictSequential takes no keyword arguments other than tensordict_out or its in_keys {self.in_keys}; "
-                f"got {sorted(kwargs)}."
-            )
-        select = self._select
-        # a shallow copy keeps the input untouched when the result goes elsewhere (tensordict 0.14 writes the
-        # intermediates into the input even with inplace=False; we do not)
-        if select or tensordict_out is not None or (self.inplace is not None and self.inplace is not True):
-            current = tensordict.copy()
-        else:
-            current = tensordict
+    def _run_steps(self, current: Any, stop: int, partial: bool = False) -> Any:
+        """Run the first ``stop`` steps on ``current`` and return what the last one returns; a
+        failure gets a note naming its step. Steps whose forward is one of ours run without
+        ``nn.Module.__call__`` and dispatch when no hook is set (checked per call)."""
         i = -1
         try:
-            if self.partial_tolerant:
-                for i, module in enumerate(self._steps):
-                    current = self._run_partial(module, current)
+            if partial:
+                for i in range(stop):
+                    current = self._run_partial(self._steps[i], current)
             elif _global_hooks():
-                for i, module in enumerate(self._steps):
-                    current = module(current)
+                for i in range(stop):
+                    current = self._steps[i](current)
             else:
-                for raw, module in zip(self._raw, self._steps):
+                for raw, module in zip(self._raw[:stop], self._steps[:stop]):
                     i += 1
                     if (
                         raw is None
@@ -206,6 +195,24 @@ class TensorDictSequential(TensorDictModule):
             if i >= 0 and hasattr(err, "add_note"):
                 err.add_note(f"Failed while executing module {self._names[i]!r}.")  # pyright: ignore[reportAttributeAccessIssue]  (3.11+)
             raise
+        return current
+
+    @dispatch(auto_batch_size=False)
+    def forward(self, tensordict: Any, tensordict_out: Any = None, **kwargs: Any) -> Any:
+        """Run every step on ``tensordict`` (see the class docstring)."""
+        if kwargs:
+            raise RuntimeError(
+                f"TensorDictSequential takes no keyword arguments other than tensordict_out or its in_keys {self.in_keys}; "
+                f"got {sorted(kwargs)}."
+            )
+        select = self._select
+        # a shallow copy keeps the input untouched when the result goes elsewhere (tensordict 0.14 writes the
+        # intermediates into the input even with inplace=False; we do not)
+        if select or tensordict_out is not None or (self.inplace is not None and self.inplace is not True):
+            current = tensordict.copy()
+        else:
+            current = tensordict
+        current = self._run_steps(current, len(self._steps), self.partial_tolerant)
         if tensordict_out is None:
             inplace = self.inplace
             if inplace is True:
