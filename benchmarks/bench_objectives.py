@@ -2,7 +2,7 @@
 
 Usage::
 
-    python benchmarks/bench_objectives.py [--quick] [--out PATH] [--threads N]
+    python benchmarks/bench_objectives.py [--quick] [--out PATH] [--threads N] [--samples N]
 
 Same method as ``bench_tdict.py`` (one process, interleaved rounds, paired medians, 1 thread by
 default). Every implementation gets the same seeded rollout: ours as ``[N, T]`` tensors (time last,
@@ -444,10 +444,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--out", default=str(HERE / "results" / "objectives.json"))
     ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--samples", type=int, default=None, help="rounds per workload (default 101; --quick 7)")
     args = ap.parse_args(argv)
     if args.threads > 0:
         torch.set_num_threads(args.threads)
-    cfg = run_config(args.quick)
+    # a loss step is a few ms: 101 rounds of one or two calls each keep the paired ratios within about 1%
+    cfg = run_config(args.quick, args.samples or (None if args.quick else 101))
     impls = load_impls()
     versions = module_versions("torch", "torchrl", "tensordict", "rl_objectives")
     header = f"{', '.join(f'{k} {v}' for k, v in versions.items())}; python {platform.python_version()}; {torch.get_num_threads()} thread(s)"

@@ -345,7 +345,8 @@ class IndependentNormal(D.Independent):
     ) -> None:
         if tanh_loc:
             loc = upscale * torch.tanh(loc / upscale)
-        loc, scale = torch.broadcast_tensors(loc, scale)
+        if loc.shape != scale.shape:
+            loc, scale = torch.broadcast_tensors(loc, scale)
         if not isinstance(event_dim, int) or not 0 <= event_dim <= loc.ndim:
             raise ValueError(
                 f"IndependentNormal: event_dim must be an int in [0, {loc.ndim}] (loc has shape {tuple(loc.shape)}), got {event_dim!r}."
