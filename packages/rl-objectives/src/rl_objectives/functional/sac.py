@@ -80,7 +80,7 @@ def soft_state_value(q: _Tensor, log_prob: _Tensor, alpha: float | _Tensor) -> _
         >>> soft_state_value(torch.tensor([[1.0, 2.0], [3.0, 0.0]]), torch.tensor([-1.0, 2.0]), 0.5)
         tensor([ 1.5000, -1.0000])
     """
-    return q.min(0).values - alpha * log_prob
+    return q.amin(0) - alpha * log_prob
 
 
 def sac_q_target(
@@ -118,7 +118,7 @@ def sac_qvalue_loss(q: _Tensor, target: _Tensor, loss_type: str = "smooth_l1") -
         (tensor([2., 4.]), tensor([1., 2.]))
     """
     loss = distance(q, target.expand_as(q), loss_type).sum(0)
-    td_error = (q.detach() - target).abs().max(0).values
+    td_error = (q.detach() - target).abs().amax(0)
     return loss, td_error
 
 
@@ -131,7 +131,7 @@ def sac_actor_loss(log_prob: _Tensor, q: _Tensor, alpha: float | _Tensor) -> _Te
         >>> sac_actor_loss(torch.tensor([-1.0, 2.0]), torch.tensor([[1.0, 2.0], [3.0, 0.0]]), 0.5)
         tensor([-1.5000,  1.0000])
     """
-    return alpha * log_prob - q.min(0).values
+    return alpha * log_prob - q.amin(0)
 
 
 def temperature_loss(log_alpha: _Tensor, log_prob: _Tensor, target_entropy: float | _Tensor) -> _Tensor:
@@ -187,7 +187,7 @@ def discrete_soft_state_value(probs: _Tensor, q: _Tensor, log_probs: _Tensor, al
         >>> discrete_soft_state_value(probs, q, probs.log(), 1.0)
         tensor([2.1931])
     """
-    return (probs * (q.min(0).values - alpha * log_probs)).sum(-1)
+    return (probs * (q.amin(0) - alpha * log_probs)).sum(-1)
 
 
 def discrete_sac_actor_loss(probs: _Tensor, log_probs: _Tensor, q: _Tensor, alpha: float | _Tensor) -> _Tensor:
@@ -201,7 +201,7 @@ def discrete_sac_actor_loss(probs: _Tensor, log_probs: _Tensor, q: _Tensor, alph
         >>> discrete_sac_actor_loss(probs, probs.log(), q, 1.0)
         tensor([-2.1931])
     """
-    return (probs * (alpha * log_probs - q.min(0).values)).sum(-1)
+    return (probs * (alpha * log_probs - q.amin(0))).sum(-1)
 
 
 def discrete_expected_log_prob(probs: _Tensor, log_probs: _Tensor) -> _Tensor:
@@ -228,7 +228,7 @@ def redq_qvalue_loss(q: _Tensor, target: _Tensor, loss_type: str = "smooth_l1") 
                 [1., 0.]]), tensor([1., 4.]))
     """
     loss = distance(q, target.expand_as(q), loss_type)
-    td_error = (q.detach() - target).pow(2).max(0).values
+    td_error = (q.detach() - target).pow(2).amax(0)
     return loss, td_error
 
 

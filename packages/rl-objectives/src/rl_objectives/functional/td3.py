@@ -123,7 +123,7 @@ def clipped_double_q(next_q: _Tensor) -> _Tensor:
         >>> clipped_double_q(torch.tensor([[1.0, 2.0], [3.0, 0.0]]))
         tensor([1., 0.])
     """
-    return next_q.min(0).values
+    return next_q.amin(0)
 
 
 def td3_q_target(reward: _Tensor, next_q: _Tensor, gamma: float | _Tensor, terminated: _Tensor) -> _Tensor:
@@ -148,7 +148,7 @@ def td3_qvalue_loss(q: _Tensor, target: _Tensor, loss_type: str = "smooth_l1") -
         (tensor([2., 4.]), tensor([1., 4.]))
     """
     loss = distance(q, target.expand_as(q), loss_type).sum(0)
-    td_error = (q.detach() - target).pow(2).max(0).values
+    td_error = (q.detach() - target).pow(2).amax(0)
     return loss, td_error
 
 

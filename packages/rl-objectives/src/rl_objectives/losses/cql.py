@@ -258,12 +258,12 @@ class CQLLoss(_TemperatureMixin, _BootstrappedLoss):
                 self.tensor_keys.action,
             )
             return (
-                self._q(work, params=q_params).max(1).values.min(0).values
+                self._q(work, params=q_params).amax(1).amin(0)
             )  # best of the policy's actions, then the pessimistic critic
         work, _, log_prob, _ = rsample_action(
             "CQLLoss", self.actor_network, self.swapped("actor_network", actor_params), next_td, self.tensor_keys.action
         )
-        value = self._q(work, params=q_params).min(0).values
+        value = self._q(work, params=q_params).amin(0)
         if not self.deterministic_backup:
             value = value - alpha * log_prob
         return value
@@ -320,7 +320,7 @@ class CQLLoss(_TemperatureMixin, _BootstrappedLoss):
         _check_batch_shaped("CQLLoss", {"bc_log_prob": bc_log_prob}, batch)
         actor_td = tensordict.copy()
         actor_td.set(keys.action, new_action)
-        min_q = self._q(actor_td, params=self.params_of("qvalue_network").detach()).min(0).values
+        min_q = self._q(actor_td, params=self.params_of("qvalue_network").detach()).amin(0)
         loss_actor = self._reduce_loss(cql_actor_loss(log_prob, min_q, alpha), tensordict)
         loss_actor_bc = self._reduce_loss(cql_actor_bc_loss(log_prob, bc_log_prob, alpha), tensordict)
 
@@ -342,7 +342,7 @@ class CQLLoss(_TemperatureMixin, _BootstrappedLoss):
         )
         if self.with_lagrange:
             out["loss_alpha_prime"] = loss_alpha_prime
-        tensordict.set(keys.priority, squared_td_error(pred, target).max(0).values)
+        tensordict.set(keys.priority, squared_td_error(pred, target).amax(0))
         scalars = {"alpha": alpha, "entropy": -log_prob.detach().mean()}
         return _loss_output(
             out, scalars, self.reduction, self.scalar_output_mode, [] if self.with_lagrange else tensordict.batch_size

@@ -191,7 +191,7 @@ class IQLLoss(_BootstrappedLoss):
         next_td = _get(owner, tensordict, "next")
 
         with torch.no_grad():
-            target_min_q = self._stored_q(tensordict, target=True).min(0).values
+            target_min_q = self._stored_q(tensordict, target=True).amin(0)
             target = self._bootstrap(tensordict, self._v(next_td))
 
         value = self._v(tensordict)
@@ -207,7 +207,7 @@ class IQLLoss(_BootstrappedLoss):
         advantage = target_min_q - value.detach()
         loss_actor = self._reduce_loss(iql_actor_loss(log_prob, advantage, self.temperature), tensordict)
 
-        tensordict.set(self.tensor_keys.priority, squared_td_error(pred, target).max(0).values)
+        tensordict.set(self.tensor_keys.priority, squared_td_error(pred, target).amax(0))
         return _loss_output(
             {"loss_actor": loss_actor, "loss_qvalue": loss_qvalue, "loss_value": loss_value},
             {"entropy": -log_prob.detach().mean()},
