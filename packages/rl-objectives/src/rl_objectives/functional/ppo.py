@@ -96,7 +96,7 @@ def clipped_surrogate_loss(
         clipped = ratio.clamp(clip_epsilon.neg().add_(1), clip_epsilon.add(1))
     else:
         clipped = ratio.clamp(1 - clip_epsilon, 1 + clip_epsilon)
-    clip_fraction = clipped.detach().ne(ratio.detach()).to(ratio.dtype).mean()
+    clip_fraction = clipped.ne(ratio).to(ratio.dtype).mean()  # (a comparison carries no gradient)
     if correction is not None:
         scale = correction.exp()
         ratio, clipped = ratio * scale, clipped * scale
@@ -126,7 +126,7 @@ def asymmetric_clipped_surrogate_loss(
         clipped = ratio.clamp(clip_epsilon_low.neg().add_(1), clip_epsilon_high.add(1))
     else:
         clipped = ratio.clamp(1 - float(clip_epsilon_low), 1 + float(clip_epsilon_high))
-    clip_fraction = clipped.detach().ne(ratio.detach()).to(ratio.dtype).mean()
+    clip_fraction = clipped.ne(ratio).to(ratio.dtype).mean()  # (a comparison carries no gradient)
     if correction is not None:
         scale = correction.exp()
         ratio, clipped = ratio * scale, clipped * scale
@@ -175,7 +175,7 @@ def value_loss(
     delta = value - old_value
     clipped = delta.clamp(-clip_value, clip_value)  # pyright: ignore[reportCallIssue, reportArgumentType]  # (tensor bounds: torch's stubs miss them)
     loss = torch.maximum(loss, distance(old_value + clipped, target, loss_type))
-    fraction = delta.detach().ne(clipped.detach()).to(value.dtype).mean()
+    fraction = delta.ne(clipped).to(value.dtype).mean()
     return loss, fraction
 
 

@@ -534,7 +534,7 @@ class _ActorCriticLoss(LossModule):
         if clip_fraction is not None:
             out["value_clip_fraction"] = clip_fraction
         if self._log_explained_variance:
-            out["explained_variance"] = explained_variance(value.detach(), target)
+            out["explained_variance"] = explained_variance(value, target)  # (it detaches both)
         return loss
 
     def _extra_in_keys(self) -> list:
