@@ -523,3 +523,54 @@ def test_out_key_call_of_a_hooked_network_runs_its_hooks():
     hooked = loss.call_network("net", td.clone(), out_key="prediction")
     assert seen == ["TensorDict", "TensorDict"]  # one TensorDict call per parameter set
     torch.testing.assert_close(hooked, plain)
+
+
+@pytest.mark.parametrize("n", [None, 3])
+def test_reused_detached_params_and_target_sets_follow_in_place_updates(n):
+    # detached parameters and the sets of gradient-free ensembles are made once and reused: the
+    # reused views must show every in-place update, and new data (a dtype change) must replace them
+    loss = Probe(make_net(), expand_dim=n, target=True)
+    td = batch()
+    detached = loss._detached_params("net")
+    assert loss._detached_params("net") is detached
+    assert not any(t.requires_grad for t in detached.values(True, True))
+
+    def both():  # the target copy, and the detached parameters
+        return (
+            loss.call_network("net", td.clone(), target=True, out_key="prediction"),
+            loss.call_network("net", td.clone(), params=loss._detached_params("net"), out_key="prediction"),
+        )
+
+    def fresh():  # new tensors: nothing reused
+        return (
+            loss.call_network(
+                "net", td.clone(), params=loss.params_of("net", target=True).clone(), out_key="prediction"
+            ),
+            loss.call_network("net", td.clone(), params=loss.params_of("net").detach().clone(), out_key="prediction"),
+        )
+
+    before = both()
+    with torch.no_grad():
+        loss.params_of("net", target=True).apply_(lambda t: t.add_(0.5))
+        loss.params_of("net").apply_(lambda t: t.mul_(2.0))
+    after = both()
+    for old, new, expected in zip(before, after, fresh()):
+        assert not torch.allclose(old, new) and torch.equal(new, expected)
+    loss.double()  # new data under the same parameter objects
+    td = td.double()
+    for value, expected in zip(both(), fresh()):
+        assert value.dtype == torch.float64 and torch.equal(value, expected)
+
+
+def test_params_detached_in_inference_mode_are_not_kept():
+    loss = Probe(make_net(), expand_dim=2, target=True)
+    with torch.inference_mode():
+        inferred = loss._detached_params("net")
+        loss.call_network("net", batch(), target=True, out_key="prediction")
+    assert loss._detached_params("net") is not inferred
+    # training afterwards meets no inference tensor: the input's gradient flows through both reads
+    td = batch()
+    x = td["x"].requires_grad_()
+    q = loss.call_network("net", td, params=loss._detached_params("net"), out_key="prediction")
+    (q.sum() + loss.call_network("net", td, target=True, out_key="prediction").sum()).backward()
+    assert x.grad is not None and x.grad.shape == x.shape

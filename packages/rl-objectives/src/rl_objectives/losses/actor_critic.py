@@ -328,7 +328,7 @@ class _ActorCriticLoss(LossModule):
                     f"{type(self).__name__}: the input has no {key!r} entry and there is no critic_network to "
                     f"estimate it; keys present: {_present_keys(tensordict)}."
                 )
-            params = self.params_of("critic_network").detach()
+            params = self._detached_params("critic_network")
             target = self.params_of("critic_network", target=True) if self.delay_value else params
             with torch.no_grad():
                 self.value_estimator(tensordict, params=params, target_params=target)

@@ -506,6 +506,41 @@ class LossModule(_TensorCalls, TensorKeysMixin, nn.Module):
             )
         return getattr(self, f"target_{module_name}_params" if target else f"{module_name}_params")._param_td
 
+    def _detached_params(self, module_name: str) -> TensorDict:
+        """:meth:`params_of` detached, for a loss term that reads a network it must not train. Made
+        once and reused while the network holds the same parameter tensors (detached views share
+        their storage, so in-place updates show through); callers only read it."""
+        params = self.params_of(module_name)
+        if torch.compiler.is_compiling() or torch.is_inference_mode_enabled():  # (inference tensors: never kept)
+            return params.detach()
+        keys, _ = self._swap_plan(module_name)
+        leaves = [params.get(k) for k in keys]
+        cache = self.__dict__.setdefault("_detached_cache", {})
+        held = cache.get(module_name)
+        if held is None or not _still_viewing(held[0], held[1], leaves):
+            detached = params.detach()
+            held = cache[module_name] = (leaves, [detached.get(k) for k in keys], detached)
+        return held[2]
+
+    def _parameter_sets(self, leaves: list) -> list:
+        """An ensemble's parameter sets: ``leaves`` (stacked over the sets) unbound along their first
+        dim. Leaves that carry no gradient (target copies, :meth:`_detached_params`) are unbound
+        once and the views reused while the same tensors come back."""
+        if (
+            torch.compiler.is_compiling()
+            or torch.is_inference_mode_enabled()
+            or any(leaf.requires_grad for leaf in leaves)
+        ):
+            return list(zip(*(leaf.unbind(0) for leaf in leaves)))
+        cache = self.__dict__.setdefault("_sets_cache", {})
+        key = tuple(map(id, leaves))
+        held = cache.get(key)  # (holding the leaves keeps their ids from being reused)
+        if held is None or not _still_viewing(held[0], held[1][0], leaves):
+            if len(cache) >= 16:  # replaced tensors (a .to(), a reload, a slice per call) leave stale entries
+                cache.clear()
+            held = cache[key] = (list(leaves), list(zip(*(leaf.unbind(0) for leaf in leaves))))
+        return held[1]
+
     def swapped(self, module_name: str, params: Any = None, *, target: bool = False) -> "_Swapped":
         """A context manager running a registered network with ``params`` (default: its own, or
         its target copy with ``target``): ``with loss.swapped("actor_network", p): actor(td)``.
@@ -597,7 +632,7 @@ class LossModule(_TensorCalls, TensorKeysMixin, nn.Module):
         if self.deactivate_vmap or params.batch_size[0] <= _LOOP_MAX_SETS:
             outs = []
             work = tensordict.copy()  # one working copy: each set's outputs are read before the next writes
-            for one_set in zip(*(leaf.unbind(0) for leaf in leaves)):
+            for one_set in self._parameter_sets(leaves):
                 with swapped(one_set):
                     out = run(work)
                     outs.append(out.copy() if out_key is None else out)
@@ -621,7 +656,7 @@ class LossModule(_TensorCalls, TensorKeysMixin, nn.Module):
             return values[index]
         if self.deactivate_vmap or sets <= _LOOP_MAX_SETS:
             outs = []
-            for one_set in zip(*(leaf.unbind(0) for leaf in leaves)):
+            for one_set in self._parameter_sets(leaves):
                 with swapped(one_set):
                     outs.append(call()[index])
             return torch.stack(outs, 0)
@@ -846,6 +881,15 @@ class LossModule(_TensorCalls, TensorKeysMixin, nn.Module):
 
     def forward(self, tensordict: Any) -> Any:  # pragma: no cover - abstract
         raise NotImplementedError
+
+
+def _still_viewing(held: list, views: Sequence[torch.Tensor], leaves: list) -> bool:
+    """Whether ``views`` (one per tensor of ``held``, starting at its data) still view ``leaves``: the
+    same tensor objects, on the same memory (``module.to()`` or ``.double()`` may give a parameter new
+    data under the same object; the views keep the old memory alive, so an address cannot repeat)."""
+    return len(held) == len(leaves) and all(
+        a is b and view.data_ptr() == b.data_ptr() for a, b, view in zip(held, leaves, views)
+    )
 
 
 def _tensor_plan(module: Any, tensordict: Any, out_key: Any, write: bool) -> tuple | None:

@@ -320,7 +320,7 @@ class CQLLoss(_TemperatureMixin, _BootstrappedLoss):
         _check_batch_shaped("CQLLoss", {"bc_log_prob": bc_log_prob}, batch)
         actor_td = tensordict.copy()
         actor_td.set(keys.action, new_action)
-        min_q = self._q(actor_td, params=self.params_of("qvalue_network").detach()).amin(0)
+        min_q = self._q(actor_td, params=self._detached_params("qvalue_network")).amin(0)
         loss_actor = self._reduce_loss(cql_actor_loss(log_prob, min_q, alpha), tensordict)
         loss_actor_bc = self._reduce_loss(cql_actor_bc_loss(log_prob, bc_log_prob, alpha), tensordict)
 

@@ -242,7 +242,7 @@ class CrossQLoss(_TemperatureMixin, _BootstrappedLoss):
         )
         previous = self._critics_in_mode(False)
         try:
-            q = self._q(draw.td, params=self.params_of("qvalue_network").detach())
+            q = self._q(draw.td, params=self._detached_params("qvalue_network"))
         finally:
             self._restore(previous)
         loss = sac_actor_loss(draw.log_prob, q, self._alpha).reshape(batch)

@@ -232,7 +232,7 @@ class DiscreteSACLoss(_TemperatureMixin, _BootstrappedLoss):
         loss_qvalue = self._reduce_loss(loss_qvalue, tensordict)
 
         probs, log_probs = self._policy(tensordict)
-        q = self._action_values(tensordict, params=self.params_of("qvalue_network").detach())
+        q = self._action_values(tensordict, params=self._detached_params("qvalue_network"))
         loss_actor = self._reduce_loss(discrete_sac_actor_loss(probs, log_probs, q, alpha), tensordict)
         neg_entropy = discrete_expected_log_prob(probs, log_probs)
         target_entropy = self._target_entropy

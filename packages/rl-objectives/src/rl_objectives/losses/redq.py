@@ -240,7 +240,7 @@ class REDQLoss(_TemperatureMixin, _BootstrappedLoss):
         actor_td, _, log_prob, _ = rsample_action(
             "REDQLoss", self.actor_network, self.swapped("actor_network"), tensordict, keys.action
         )
-        q_actor = self._subset_q(actor_td, self.num_qvalue_nets, params=self.params_of("qvalue_network").detach())
+        q_actor = self._subset_q(actor_td, self.num_qvalue_nets, params=self._detached_params("qvalue_network"))
         loss_actor = self._reduce_stacked(
             redq_actor_loss(log_prob, q_actor, alpha), tensordict
         )  # [N, *B] before the reduction

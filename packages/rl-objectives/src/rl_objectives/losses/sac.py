@@ -308,7 +308,7 @@ class SACLoss(_TemperatureMixin, _BootstrappedLoss):
 
     def _actor_loss(self, tensordict: Any, alpha: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         work, _, log_prob, _ = self._sample(tensordict)
-        q = self._q(work, params=self.params_of("qvalue_network").detach())
+        q = self._q(work, params=self._detached_params("qvalue_network"))
         return self._reduce_loss(sac_actor_loss(log_prob, q, alpha), tensordict), log_prob.detach()
 
     def forward(self, tensordict: Any) -> TensorDict:

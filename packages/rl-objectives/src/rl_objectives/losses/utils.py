@@ -331,7 +331,7 @@ class _BootstrappedLoss(LossModule):
     def _policy_and_q(self, tensordict: Any) -> tuple[Any, torch.Tensor]:
         """:meth:`_q_of_policy` with the actor's output: ``(copy of tensordict holding pi(s), Q(s, pi(s)))``."""
         acted = self.call_network("actor_network", tensordict.copy())
-        params = self.params_of(self._q_network).detach()
+        params = self._detached_params(self._q_network)
         if self._networks[self._q_network] is None:
             return acted, self._q(acted, params=params)
         key = self.tensor_keys.state_action_value
