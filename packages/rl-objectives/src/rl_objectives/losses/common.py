@@ -527,7 +527,8 @@ class LossModule(_TensorCalls, TensorKeysMixin, nn.Module):
         dim. Leaves that carry no gradient (target copies, :meth:`_detached_params`) are unbound
         once and the views reused while the same tensors come back."""
         if (
-            torch.compiler.is_compiling()
+            not leaves
+            or torch.compiler.is_compiling()
             or torch.is_inference_mode_enabled()
             or any(leaf.requires_grad for leaf in leaves)
         ):

@@ -562,9 +562,9 @@ class TensorDictModule(TensorDictModuleBase):
         one per out-key (``"_"`` positions included), without building or filling a TensorDict.
 
         ``None`` when a call does more than run the module: keyword in-keys, ``method_kwargs``,
-        ``get_kwargs`` or ``strict=False``, :meth:`select_out_keys` in effect, forward hooks on
-        this module (or global ones), or a subclass with its own ``forward`` (a subclass keeps the path by also
-        overriding this method). Ask at each use: the answer follows the module's settings.
+        ``get_kwargs`` or ``strict=False``, :meth:`select_out_keys` in effect, hooks on this module
+        (or global forward hooks), or a subclass with its own ``forward`` (a subclass keeps the path
+        by also overriding this method). Ask at each use: the answer follows the module's settings.
 
         Examples:
             >>> import torch
