@@ -574,3 +574,16 @@ def test_params_detached_in_inference_mode_are_not_kept():
     q = loss.call_network("net", td, params=loss._detached_params("net"), out_key="prediction")
     (q.sum() + loss.call_network("net", td, target=True, out_key="prediction").sum()).backward()
     assert x.grad is not None and x.grad.shape == x.shape
+
+
+def test_kept_views_are_dropped_when_the_loss_moves_or_is_copied():
+    import copy
+
+    loss = Probe(make_net(), expand_dim=2, target=True)
+    loss.call_network("net", batch(), target=True, out_key="prediction")
+    loss._detached_params("net")
+    assert {"_sets_cache", "_detached_cache"} <= set(vars(loss))
+    twin = copy.deepcopy(loss)
+    assert not {"_sets_cache", "_detached_cache"} & set(vars(twin))
+    loss.double()
+    assert not {"_sets_cache", "_detached_cache"} & set(vars(loss))

@@ -258,11 +258,19 @@ class LossModule(_TensorCalls, TensorKeysMixin, nn.Module):
     def __setstate__(self, state: dict) -> None:  # a deep copy or an unpickled loss: views of its own copies
         super().__setstate__(state)
         self._link_shared()
+        self._drop_kept_views()
 
     def _apply(self, fn: Any, *args: Any, **kwargs: Any) -> Any:
         out = super()._apply(fn, *args, **kwargs)
         self._link_shared()  # .to() converted the views into copies: point them at the owner again
+        self._drop_kept_views()  # (they would keep the old tensors' memory alive)
         return out
+
+    def _drop_kept_views(self) -> None:
+        """Forget the views and numbers kept between calls (:meth:`_detached_params`,
+        :meth:`_parameter_sets`, :meth:`_scalar`); the next call makes them afresh."""
+        for name in ("_detached_cache", "_sets_cache", "_scalar_cache"):
+            self.__dict__.pop(name, None)
 
     def _link_shared(self) -> None:
         """Point each shared entry of ``<name>_params`` at its owner's parameter (the same object kept)."""
