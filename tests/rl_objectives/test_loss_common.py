@@ -556,7 +556,12 @@ def test_reused_detached_params_and_target_sets_follow_in_place_updates(n):
     after = both()
     for old, new, expected in zip(before, after, fresh()):
         assert not torch.allclose(old, new) and torch.equal(new, expected)
-    loss.double()  # new data under the same parameter objects
+    for params in (loss.params_of("net", target=True), loss.params_of("net")):  # new memory, same objects
+        for leaf in params.values(True, True):
+            leaf.data = leaf.data * 3.0
+    for old, new, expected in zip(after, both(), fresh()):
+        assert not torch.allclose(old, new) and torch.equal(new, expected)
+    loss.double()  # new data under the same parameter objects (and the kept views dropped)
     td = td.double()
     for value, expected in zip(both(), fresh()):
         assert value.dtype == torch.float64 and torch.equal(value, expected)
