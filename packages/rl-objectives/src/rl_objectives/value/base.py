@@ -441,6 +441,8 @@ class ValueEstimatorBase(TensorKeysMixin, nn.Module):
         ref_key, ref = named[0]
         for key, value in named[1:]:
             if value.shape != ref.shape:
+                # (a nested key is shown flat: ("next", ("a", "b")) reads ("next", "a", "b"))
+                key, ref_key = (unravel_key(k) if isinstance(k, tuple) else k for k in (key, ref_key))
                 raise ValueError(
                     f"{type(self).__name__}: {key!r} has shape {tuple(value.shape)} but {ref_key!r} has shape "
                     f"{tuple(ref.shape)} (batch_size {tuple(batch_size)}); per-step entries must have the same shape, "
@@ -472,8 +474,10 @@ class ValueEstimatorBase(TensorKeysMixin, nn.Module):
             TensorDictBase,
             self._read(tensordict, "next", "the 'next' entry (a rollout holds ('next', reward/done/...))"),
         )
-        reward = self._read(next_td, keys.reward, repr(_nested("next", keys.reward)))
-        done = self._read(next_td, keys.done, repr(_nested("next", keys.done)))
+        reward, done = next_td.get(keys.reward, None), next_td.get(keys.done, None)
+        if reward is None or done is None:  # (the names are built only for the error)
+            missing = keys.reward if reward is None else keys.done
+            self._read(next_td, missing, repr(_nested("next", missing)))
         terminated = next_td.get(keys.terminated, None)
         if terminated is None:
             terminated = done
@@ -486,11 +490,7 @@ class ValueEstimatorBase(TensorKeysMixin, nn.Module):
         done = self._to_feature_shape(done, reward.shape, batch)
         terminated = self._to_feature_shape(terminated, reward.shape, batch)
         self._check_shapes(
-            [
-                (_nested("next", keys.reward), reward),
-                (_nested("next", keys.done), done),
-                (_nested("next", keys.terminated), terminated),
-            ],
+            [(("next", keys.reward), reward), (("next", keys.done), done), (("next", keys.terminated), terminated)],
             batch,
         )
         return reward, done, terminated
@@ -583,7 +583,8 @@ class ValueEstimatorBase(TensorKeysMixin, nn.Module):
         return self._estimate(tensordict, value, next_value, reward, done, terminated, time_dim)
 
     def _grad_context(self) -> Any:
-        return contextlib.nullcontext() if self.differentiable else torch.no_grad()
+        # (with gradients already off, as in the losses' target computations, there is nothing to switch)
+        return contextlib.nullcontext() if self.differentiable or not torch.is_grad_enabled() else torch.no_grad()
 
     @dispatch(auto_batch_size=True)
     def forward(
