@@ -475,9 +475,10 @@ class ValueEstimatorBase(TensorKeysMixin, nn.Module):
             self._read(tensordict, "next", "the 'next' entry (a rollout holds ('next', reward/done/...))"),
         )
         reward, done = next_td.get(keys.reward, None), next_td.get(keys.done, None)
-        if reward is None or done is None:  # (the names are built only for the error)
-            missing = keys.reward if reward is None else keys.done
-            self._read(next_td, missing, repr(_nested("next", missing)))
+        if reward is None:  # (the names are built only for the error)
+            reward = self._read(next_td, keys.reward, repr(_nested("next", keys.reward)))
+        if done is None:
+            done = self._read(next_td, keys.done, repr(_nested("next", keys.done)))
         terminated = next_td.get(keys.terminated, None)
         if terminated is None:
             terminated = done
