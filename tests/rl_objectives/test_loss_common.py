@@ -561,6 +561,10 @@ def test_reused_detached_params_and_target_sets_follow_in_place_updates(n):
             leaf.data = leaf.data * 3.0
     for old, new, expected in zip(after, both(), fresh()):
         assert not torch.allclose(old, new) and torch.equal(new, expected)
+    if n is not None:  # other parameter tensors (a slice per call) are unbound each time, never kept
+        for _ in range(3):
+            loss.call_network("net", td.clone(), params=loss._detached_params("net")[:2], out_key="prediction")
+        assert set(vars(loss)["_sets_cache"]) == {("net", "target"), ("net", "detached")}
     loss.double()  # new data under the same parameter objects (and the kept views dropped)
     td = td.double()
     for value, expected in zip(both(), fresh()):

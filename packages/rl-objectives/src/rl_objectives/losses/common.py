@@ -530,25 +530,42 @@ class LossModule(_TensorCalls, TensorKeysMixin, nn.Module):
             held = cache[module_name] = (leaves, [detached.get(k) for k in keys], detached)
         return held[2]
 
-    def _parameter_sets(self, leaves: list) -> list:
+    def _parameter_sets(self, leaves: list, kept: tuple | None) -> list:
         """An ensemble's parameter sets: ``leaves`` (stacked over the sets) unbound along their first
-        dim. Leaves that carry no gradient (target copies, :meth:`_detached_params`) are unbound
-        once and the views reused while the same tensors come back."""
+        dim. ``kept`` names gradient-free leaves the loss holds (``(network, "target")`` or
+        ``(network, "detached")``, see :meth:`_detached_params`): their sets are unbound once and the
+        views reused while the same tensors, on the same memory, come back."""
         if (
-            not leaves
+            kept is None
+            or not leaves
             or torch.compiler.is_compiling()
             or torch.is_inference_mode_enabled()
             or any(leaf.requires_grad for leaf in leaves)
         ):
             return list(zip(*(leaf.unbind(0) for leaf in leaves)))
         cache = self.__dict__.setdefault("_sets_cache", {})
-        key = tuple(map(id, leaves))
-        held = cache.get(key)  # (holding the leaves keeps their ids from being reused)
+        held = cache.get(kept)
         if held is None or not _still_viewing(held[0], held[1][0], leaves):
-            if len(cache) >= 16:  # replaced tensors (a .to(), a reload, a slice per call) leave stale entries
-                cache.clear()
-            held = cache[key] = (list(leaves), list(zip(*(leaf.unbind(0) for leaf in leaves))))
+            held = cache[kept] = (list(leaves), list(zip(*(leaf.unbind(0) for leaf in leaves))))
         return held[1]
+
+    def _map_sets(self, params: Any, leaves: list, swapped: Any, kept: tuple | None, looped: Any, mapped: Any) -> Any:
+        """Run the parameter sets of an ensemble (``params``, its ``leaves``): each set put into the
+        network in turn for ``looped()`` (up to ``_LOOP_MAX_SETS`` sets, or all with
+        ``deactivate_vmap``), the results stacked; more sets map ``mapped()`` over the stacked
+        leaves in one ``torch.vmap`` call."""
+        if self.deactivate_vmap or params.batch_size[0] <= _LOOP_MAX_SETS:
+            outs = []
+            for one_set in self._parameter_sets(leaves, kept):
+                with swapped(one_set):
+                    outs.append(looped())
+            return torch.stack(outs, 0)
+
+        def one(*one_set: torch.Tensor) -> Any:
+            with swapped(one_set):
+                return mapped()
+
+        return torch.vmap(one, (0,) * len(leaves), randomness=self.vmap_randomness)(*leaves)
 
     def swapped(self, module_name: str, params: Any = None, *, target: bool = False) -> "_Swapped":
         """A context manager running a registered network with ``params`` (default: its own, or
@@ -616,12 +633,23 @@ class LossModule(_TensorCalls, TensorKeysMixin, nn.Module):
         """
         if params is None:
             params = self.params_of(module_name, target)
+            kept = (module_name, "target") if target else None
+        else:
+            held = self.__dict__.get("_detached_cache", {}).get(module_name)
+            kept = (module_name, "detached") if held is not None and params is held[2] else None
         module = getattr(self, module_name)
         leaves, swapped = self._binder(module_name, params)
         one_set = self._networks[module_name] is None
         plan = None if out_key is None else _tensor_plan(module, tensordict, out_key, write=one_set)
-        if plan is not None:
-            return self._call_on_tensors(plan, leaves, swapped, None if one_set else params.batch_size[0])
+        if plan is not None:  # on tensors
+            call, index, writes = plan
+            if one_set:
+                with swapped(leaves):
+                    values = call()
+                if writes is not None:
+                    writes(values)
+                return values[index]
+            return self._map_sets(params, leaves, swapped, kept, lambda: call()[index], lambda: call()[index])
 
         def run(td: Any) -> Any:
             out = module(td)
@@ -638,43 +666,13 @@ class LossModule(_TensorCalls, TensorKeysMixin, nn.Module):
         if one_set:
             with swapped(leaves):
                 return module(tensordict) if out_key is None else run(tensordict)
-        if self.deactivate_vmap or params.batch_size[0] <= _LOOP_MAX_SETS:
-            outs = []
-            work = tensordict.copy()  # one working copy: each set's outputs are read before the next writes
-            for one_set in self._parameter_sets(leaves):
-                with swapped(one_set):
-                    out = run(work)
-                    outs.append(out.copy() if out_key is None else out)
-            return torch.stack(outs, 0)
+        work = tensordict.copy()  # one working copy for the loop: each set's outputs are read before the next writes
 
-        def one(*one_set: torch.Tensor) -> Any:
-            with swapped(one_set):
-                return run(tensordict.copy())
+        def looped() -> Any:
+            out = run(work)
+            return out.copy() if out_key is None else out
 
-        return torch.vmap(one, (0,) * len(leaves), randomness=self.vmap_randomness)(*leaves)
-
-    def _call_on_tensors(self, plan: tuple, leaves: list, swapped: Any, sets: int | None) -> torch.Tensor:
-        """:meth:`call_network` on tensors: ``plan`` from :func:`_tensor_plan`, run with ``leaves``
-        (one parameter set, or ``sets`` stacked ones, looped or vmapped as the TensorDict call is)."""
-        call, index, writes = plan
-        if sets is None:
-            with swapped(leaves):
-                values = call()
-            if writes is not None:
-                writes(values)
-            return values[index]
-        if self.deactivate_vmap or sets <= _LOOP_MAX_SETS:
-            outs = []
-            for one_set in self._parameter_sets(leaves):
-                with swapped(one_set):
-                    outs.append(call()[index])
-            return torch.stack(outs, 0)
-
-        def one(*one_set: torch.Tensor) -> torch.Tensor:
-            with swapped(one_set):
-                return call()[index]
-
-        return torch.vmap(one, (0,) * len(leaves), randomness=self.vmap_randomness)(*leaves)
+        return self._map_sets(params, leaves, swapped, kept, looped, lambda: run(tensordict.copy()))
 
     def _no_updater_message(self) -> str:
         return (
