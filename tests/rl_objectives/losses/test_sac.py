@@ -320,3 +320,61 @@ def test_a_tanh_normal_policy_is_scored_from_its_own_draw(normal_actor, q_critic
     monkeypatch.setattr(TanhNormal, "log_prob", fail)
     out = loss(batch())
     assert all(bool(v.isfinite().all()) for v in out.values())
+
+
+@pytest.mark.parametrize("options", [{}, {"delay_actor": True}, {"v1": True}, {"num_qvalue_nets": 3}])
+def test_tensor_calls_match_the_tensordict_calls(networks, batch, perturb, options):
+    """Networks with tensor functions run on the batch's tensors; the numbers, the gradients and
+    the written TD error are those of their TensorDict calls."""
+    options = dict(options)
+    actor, critic = networks()
+    value = _value_net() if options.pop("v1", False) else None
+    loss = SACLoss(actor, critic, value, **options)
+    SoftUpdate(loss, tau=0.5)  # (the targets are read: an updater is expected)
+    perturb(loss.params_of("qvalue_network"))
+    td = batch()
+    assert loss._tensor_calls(td) is not None
+
+    def run(tensor_calls):
+        loss.zero_grad()
+        original = SACLoss._tensor_calls
+        try:
+            if not tensor_calls:
+                SACLoss._tensor_calls = lambda self, tensordict: None
+            torch.manual_seed(3)
+            work = td.clone()
+            out = loss(work)
+        finally:
+            SACLoss._tensor_calls = original
+        sum(out[k] for k in out.keys() if k.startswith("loss_")).backward()
+        grads = {name: p.grad.clone() for name, p in loss.named_parameters() if p.grad is not None}
+        return out, work["td_error"], grads
+
+    out, td_error, grads = run(True)
+    ref_out, ref_td_error, ref_grads = run(False)
+    assert sorted(out.keys()) == sorted(ref_out.keys())
+    for key in out.keys():
+        torch.testing.assert_close(out[key], ref_out[key], rtol=0, atol=0)
+    torch.testing.assert_close(td_error, ref_td_error, rtol=0, atol=0)
+    assert grads.keys() == ref_grads.keys() and len(grads) > 0
+    for name in grads:
+        torch.testing.assert_close(grads[name], ref_grads[name], rtol=0, atol=0)
+
+
+def test_tensor_calls_only_where_the_tensordict_calls_do_the_same(networks, batch):
+    actor, critic = networks()
+    loss = SACLoss(actor, critic)
+    SoftUpdate(loss, tau=0.5)
+    td = batch()
+    assert loss._tensor_calls(td) is not None
+    assert loss._tensor_calls(td[0]) is None  # no batch dim: the estimator's one-transition path
+    skipping = SACLoss(*networks(), skip_done_states=True)
+    assert skipping._tensor_calls(td) is None
+    handle = loss.actor_network[0].register_forward_hook(lambda *args: None)
+    assert loss._tensor_calls(td) is None  # a hooked step runs through its call
+    handle.remove()
+    no_next_obs = td.clone()
+    del no_next_obs["next", "observation"]
+    assert loss._tensor_calls(no_next_obs) is None  # the TensorDict call reports what is missing
+    with pytest.raises(KeyError):
+        loss(no_next_obs)

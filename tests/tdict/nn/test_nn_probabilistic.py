@@ -471,3 +471,54 @@ def test_return_composite():
     assert not single.return_composite
     with pytest.raises(TypeError, match="return_composite must be a bool or None"):
         _two_step(return_composite="yes")
+
+
+def test_dist_function_builds_what_get_dist_builds():
+    torch.manual_seed(0)
+    body = nn.Sequential(nn.Linear(3, 4), NormalParamExtractor())
+    actor = ProbSeq(
+        TensorDictModule(body, in_keys=["obs"], out_keys=["loc", "scale"]),
+        ProbMod(in_keys={"loc": "loc", "scale": "scale"}, out_keys=["action"], distribution_class=D.Normal),
+    )
+    td = TensorDict(obs=torch.randn(6, 3), batch_size=[6])
+    expected = actor.get_dist(td.clone())
+    dist = actor.dist_function(batch_dims=1)(td["obs"])
+    assert type(dist) is D.Normal and dist.batch_shape == (6, 2)
+    assert torch.equal(dist.loc, expected.loc) and torch.equal(dist.scale, expected.scale)
+    loc, scale = body(td["obs"])
+    torch.testing.assert_close(dist.loc, loc)
+    torch.testing.assert_close(dist.scale, scale)
+    # a module alone: its parameters in in_keys order, constant keyword arguments added
+    bounded = ProbMod(
+        in_keys=["loc", "scale"],
+        out_keys=["a"],
+        distribution_class=TruncatedNormal,
+        distribution_kwargs={"low": -1.0, "high": 1.0},
+    )
+    built = bounded.dist_function()(torch.zeros(2), torch.ones(2))
+    reference = bounded.get_dist(TensorDict(loc=torch.zeros(2), scale=torch.ones(2)))
+    assert type(built) is TruncatedNormal
+    torch.testing.assert_close(built.log_prob(torch.full((2,), 0.5)), reference.log_prob(torch.full((2,), 0.5)))
+
+
+def test_dist_function_is_none_when_get_dist_does_more():
+    def actor(**kwargs):
+        return ProbSeq(
+            TensorDictModule(NormalParamExtractor(), in_keys=["x"], out_keys=["loc", "scale"]),
+            ProbMod(in_keys=["loc", "scale"], out_keys=["a"], **kwargs),
+        )
+
+    assert actor().dist_function() is not None
+    assert actor(cache_dist=True).dist_function() is None  # get_dist also stores the distribution
+    hooked = actor()
+    handle = hooked[0].register_forward_hook(lambda *args: None)
+    assert hooked.dist_function() is None
+    handle.remove()
+    assert hooked.dist_function() is not None
+
+    class Shifted(ProbSeq):
+        def get_dist(self, tensordict):
+            return super().get_dist(tensordict)
+
+    assert Shifted(*actor()).dist_function() is None
+    assert ProbSeq(actor(), return_composite=True).dist_function() is None

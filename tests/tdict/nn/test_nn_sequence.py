@@ -182,3 +182,44 @@ def test_setitem_delitem_recompute_keys():
     named = Seq({"x": Mod(torch.neg, in_keys=["a"], out_keys=["b"])})
     named["y"] = lambda td: td.set("z", td["b"] * 2)
     assert named(TensorDict(a=torch.ones(())))["z"] == -2
+
+
+def test_tensor_function_chains_the_steps_like_a_call():
+    l1, l2 = nn.Linear(3, 4), nn.Linear(4, 2)
+    seq = Seq(
+        Mod(l1, in_keys=["x"], out_keys=["h"]),
+        Mod(lambda h, x: (l2(h), h.sum(-1) + x.sum(-1)), in_keys=["h", "x"], out_keys=["y", "_"]),
+        Mod(torch.neg, in_keys=["y"], out_keys=[("out", "neg")]),
+    )
+    td = TensorDict(x=torch.randn(5, 3), batch_size=[5])
+    expected = seq(td.clone())
+    values = seq.tensor_function(1)(td["x"])
+    assert seq.out_keys == ["h", "y", "_", ("out", "neg")]
+    assert len(values) == 4
+    for key, value in zip(seq.out_keys, values):
+        if key != "_":
+            assert torch.equal(value, expected[key]), key
+    torch.testing.assert_close(values[2], l1(td["x"]).sum(-1) + td["x"].sum(-1))  # the discarded output
+    torch.testing.assert_close(values[3], -l2(l1(td["x"])))
+
+
+def test_tensor_function_of_a_sequence_is_none_when_a_call_does_more():
+    def seq(**kwargs):
+        return Seq(
+            Mod(torch.neg, in_keys=["x"], out_keys=["y"]), Mod(torch.exp, in_keys=["y"], out_keys=["z"]), **kwargs
+        )
+
+    assert seq().tensor_function() is not None
+    assert seq(partial_tolerant=True).tensor_function() is None
+    assert seq(selected_out_keys=["z"]).tensor_function() is None
+    hooked = seq()
+    handle = hooked[1].register_forward_hook(lambda *args: None)  # a step's hook
+    assert hooked.tensor_function() is None
+    handle.remove()
+    handle = hooked.register_forward_pre_hook(lambda *args: None)  # the sequence's own
+    assert hooked.tensor_function() is None
+    handle.remove()
+    assert hooked.tensor_function() is not None
+    assert (
+        Seq(Mod(torch.neg, in_keys=["x"], out_keys=["y"]), lambda td: td).tensor_function() is None
+    )  # a plain callable step

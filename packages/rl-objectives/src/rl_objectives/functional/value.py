@@ -306,9 +306,13 @@ def td0_return_estimate(
             raise ValueError(f"{fn}: pass terminated (or done, read as terminated when terminated is None).")
         terminated = done
     _check_inputs(fn, time_dim, {"next_state_value": next_state_value, "reward": reward, "terminated": terminated})
-    gamma = _coef(fn, "gamma", gamma, reward.shape, None)
-    next_value = torch.where(terminated, torch.zeros_like(next_state_value), next_state_value)
-    return reward + gamma * next_value
+    return _td0_return(_coef(fn, "gamma", gamma, reward.shape, None), next_state_value, reward, terminated)
+
+
+def _td0_return(gamma: Scalar, next_state_value: _Tensor, reward: _Tensor, terminated: _Tensor) -> _Tensor:
+    """:func:`td0_return_estimate` on inputs already checked (same shapes, bool ``terminated``,
+    ``gamma`` in ``[0, 1]`` and broadcastable): the value estimators' path, which checks them once."""
+    return reward + gamma * torch.where(terminated, torch.zeros_like(next_state_value), next_state_value)
 
 
 def td0_advantage_estimate(

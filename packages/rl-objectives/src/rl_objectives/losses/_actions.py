@@ -147,6 +147,14 @@ def rsample_action(owner: str, actor: Any, swapped: Any, tensordict: Any, action
     work = tensordict.copy()
     with swapped:
         dist = actor.get_dist(work)
+    action, log_prob = rsample_with_log_prob(owner, dist, tensordict.batch_size)
+    work.set(action_key, action)
+    return PolicyDraw(work, action, log_prob, dist)
+
+
+def rsample_with_log_prob(owner: str, dist: Any, batch_size: torch.Size) -> tuple[Any, torch.Tensor]:
+    """``(a, log pi(a))``: a reparameterised draw from ``dist`` and its log-prob summed to the batch
+    shape ``batch_size`` (checked)."""
     composite = isinstance(dist, CompositeDistribution)
     heads = dist.dists.values() if composite else (dist,)
     flat = [d for d in heads if not d.has_rsample]
@@ -157,16 +165,15 @@ def rsample_action(owner: str, actor: Any, swapped: Any, tensordict: Any, action
     joint = None if composite else getattr(dist, "rsample_and_log_prob", None)
     if joint is not None:  # scores the draw itself (TanhNormal: no inverse tanh of a saturated sample)
         action, log_prob = joint()
-        log_prob = _sum_to_batch(log_prob, tensordict.batch_dims)
+        log_prob = _sum_to_batch(log_prob, len(batch_size))
     elif composite:  # a TensorDict action: its heads' log-probs summed
         action = dist.rsample()
         log_prob = dist.log_prob(action, aggregate_probabilities=True)
     else:
         action = dist.rsample()
-        log_prob = _sum_to_batch(dist.log_prob(action), tensordict.batch_dims)
-    _check_batch_shaped(owner, {"log_prob": log_prob}, tensordict.batch_size)
-    work.set(action_key, action)
-    return PolicyDraw(work, action, log_prob, dist)
+        log_prob = _sum_to_batch(dist.log_prob(action), len(batch_size))
+    _check_batch_shaped(owner, {"log_prob": log_prob}, batch_size)
+    return action, log_prob
 
 
 def on_live_rows(owner: str, tensordict: Any, done_key: Any, fn: Any) -> tuple:

@@ -24,10 +24,11 @@ import copy
 import inspect
 import math
 import numbers
+import operator
 import warnings
 from collections.abc import Iterable, Mapping, Sequence
 from copy import deepcopy as _deepcopy
-from typing import Any, ClassVar
+from typing import Any, Callable, ClassVar
 
 import tdict
 import torch
@@ -44,6 +45,14 @@ from .tensor_calls import _TensorCalls
 
 __all__ = ["LossModule", "total_loss"]
 
+# a reduction over every position, unweighted
+_PLAIN_REDUCTIONS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
+    "mean": torch.mean,
+    "sum": torch.sum,
+    "none": lambda loss: loss,
+}
+_data_ptr = torch.Tensor.data_ptr
+_requires_grad = operator.attrgetter("requires_grad")
 _LOOP_MAX_SETS = 4  # measured crossover: a loop beats torch.vmap for 2 to 4 small networks
 
 
@@ -165,8 +174,16 @@ class LossModule(_TensorCalls, TensorKeysMixin, nn.Module):
         out, never multiplied by zero. With ``reduction="none"`` a mask read from the input keeps the
         loss's shape (zeros where masked), while a ``mask`` passed here compacts the output to the
         kept elements."""
+        return self._reducer(tensordict, mask)(loss)
+
+    def _reducer(self, tensordict: Any, mask: torch.Tensor | None = None) -> Callable[[torch.Tensor], torch.Tensor]:
+        """:meth:`_reduce_loss` for every term of one batch, its mask read once."""
         reduction = getattr(self, "reduction", "mean") or "mean"
-        return masked_reduce(loss, self._valid_positions(tensordict, mask), reduction, compact=mask is not None)
+        valid = self._valid_positions(tensordict, mask)
+        if valid is None:
+            return _PLAIN_REDUCTIONS[reduction]
+        compact = mask is not None
+        return lambda loss: masked_reduce(loss, valid, reduction, compact=compact)
 
     def _scalar(self, name: str) -> float | torch.Tensor:
         """The one-element buffer ``name`` (a scheduled hyper-parameter) as a Python float, read again
@@ -540,7 +557,7 @@ class LossModule(_TensorCalls, TensorKeysMixin, nn.Module):
             or not leaves
             or torch.compiler.is_compiling()
             or torch.is_inference_mode_enabled()
-            or any(leaf.requires_grad for leaf in leaves)
+            or any(map(_requires_grad, leaves))
         ):
             return list(zip(*(leaf.unbind(0) for leaf in leaves)))
         cache = self.__dict__.setdefault("_sets_cache", {})
@@ -631,25 +648,18 @@ class LossModule(_TensorCalls, TensorKeysMixin, nn.Module):
         the input tensors directly; a single network still writes its outputs into ``tensordict``
         as its call would.
         """
-        if params is None:
-            params = self.params_of(module_name, target)
-            kept = (module_name, "target") if target else None
-        else:
-            held = self.__dict__.get("_detached_cache", {}).get(module_name)
-            kept = (module_name, "detached") if held is not None and params is held[2] else None
+        params, kept = self._params_and_kept(module_name, target, params)
         module = getattr(self, module_name)
-        leaves, swapped = self._binder(module_name, params)
         one_set = self._networks[module_name] is None
         plan = None if out_key is None else _tensor_plan(module, tensordict, out_key, write=one_set)
         if plan is not None:  # on tensors
             call, index, writes = plan
-            if one_set:
-                with swapped(leaves):
-                    values = call()
-                if writes is not None:
-                    writes(values)
-                return values[index]
-            return self._map_sets(params, leaves, swapped, kept, lambda: call()[index], lambda: call()[index])
+            if writes is None:
+                return self._with_params(module_name, params, kept, lambda: call()[index])
+            values = self._with_params(module_name, params, kept, call)
+            writes(values)
+            return values[index]
+        leaves, swapped = self._binder(module_name, params)
 
         def run(td: Any) -> Any:
             out = module(td)
@@ -673,6 +683,35 @@ class LossModule(_TensorCalls, TensorKeysMixin, nn.Module):
             return out.copy() if out_key is None else out
 
         return self._map_sets(params, leaves, swapped, kept, looped, lambda: run(tensordict.copy()))
+
+    def _params_and_kept(self, module_name: str, target: bool, params: Any) -> tuple:
+        """``(params, kept)``: the parameters a call runs with (``params``, else the network's own or
+        its target copy) and, for the gradient-free ones the loss holds, the key under which their
+        unbound sets are kept (see :meth:`_parameter_sets`)."""
+        if params is None:
+            return self.params_of(module_name, target), ((module_name, "target") if target else None)
+        held = self.__dict__.get("_detached_cache", {}).get(module_name)
+        return params, ((module_name, "detached") if held is not None and params is held[2] else None)
+
+    def _with_params(self, module_name: str, params: Any, kept: tuple | None, call: Any) -> Any:
+        """``call()`` run with ``params`` in the network: once for a single network, once per set
+        for an ensemble (results stacked on a new leading dim, see :meth:`_map_sets`)."""
+        leaves, swapped = self._binder(module_name, params)
+        if self._networks[module_name] is None:
+            with swapped(leaves):
+                return call()
+        return self._map_sets(params, leaves, swapped, kept, call, call)
+
+    def _tensor_network(self, module_name: str, out_key: Any, batch_dims: int) -> tuple | None:
+        """``(in_keys, f)``: the registered network's ``out_key`` output as a function of its in-key
+        tensors, ``f(*inputs)`` (run it under :meth:`_with_params`). ``None`` when the network has no
+        tensor function (see ``TensorDictModule.tensor_function``) or does not write ``out_key``."""
+        module = getattr(self, module_name)
+        found = _tensor_function(module, out_key, batch_dims)
+        if found is None:
+            return None
+        run, index = found
+        return tuple(module.in_keys), lambda *inputs: run(*inputs)[index]
 
     def _no_updater_message(self) -> str:
         return (
@@ -894,9 +933,23 @@ def _still_viewing(held: list, views: Sequence[torch.Tensor], leaves: list) -> b
     """Whether ``views`` (one per tensor of ``held``, starting at its data) still view ``leaves``: the
     same tensor objects, on the same memory (``module.to()`` or ``.double()`` may give a parameter new
     data under the same object; the views keep the old memory alive, so an address cannot repeat)."""
-    return len(held) == len(leaves) and all(
-        a is b and view.data_ptr() == b.data_ptr() for a, b, view in zip(held, leaves, views)
+    # (map over C functions: no Python frame per tensor on this per-call path)
+    return (
+        len(held) == len(leaves)
+        and all(map(operator.is_, held, leaves))
+        and list(map(_data_ptr, views)) == list(map(_data_ptr, leaves))
     )
+
+
+def _tensor_function(module: Any, out_key: Any, batch_dims: int) -> tuple | None:
+    """``(run, index)``: ``module``'s tensor function (``TensorDictModule.tensor_function``) and the
+    position of ``out_key`` among its outputs; ``None`` when it has none or does not write ``out_key``."""
+    tensor_function = getattr(module, "tensor_function", None)
+    run = None if tensor_function is None else tensor_function(batch_dims)
+    if run is None:
+        return None
+    keys = module.out_keys_source
+    return None if out_key not in keys else (run, keys.index(out_key))
 
 
 def _tensor_plan(module: Any, tensordict: Any, out_key: Any, write: bool) -> tuple | None:
@@ -905,26 +958,34 @@ def _tensor_plan(module: Any, tensordict: Any, out_key: Any, write: bool) -> tup
     its input) puts them into ``tensordict`` as its call would. ``None`` when the module has no
     tensor function (see ``TensorDictModule.tensor_function``), does not write ``out_key``, or an
     input is missing or not a plain tensor: the TensorDict call then runs (and reports)."""
-    tensor_function = getattr(module, "tensor_function", None)
-    run = None if tensor_function is None else tensor_function(tensordict.batch_dims)
-    if run is None:
+    if write and module.inplace is None:  # a sequence returning what its steps wrote: the TensorDict call
+        return None
+    found = _tensor_function(module, out_key, tensordict.batch_dims)
+    if found is None:
+        return None
+    run, index = found
+    inputs = _plain_tensors(tensordict, module.in_keys)
+    if inputs is None:
         return None
     keys = module.out_keys_source
-    if out_key not in keys:
-        return None
-    inputs = []
-    for key in module.in_keys:
-        value = tensordict.get(key, None)
-        if type(value) is not torch.Tensor:
-            return None
-        inputs.append(value)
 
     def writes(values: tuple) -> None:
         for key, value in zip(keys, values):
             if key != "_":
                 tensordict.set(key, value)
 
-    return (lambda: run(*inputs)), keys.index(out_key), (writes if write and module.inplace is True else None)
+    return (lambda: run(*inputs)), index, (writes if write and module.inplace is True else None)
+
+
+def _plain_tensors(tensordict: Any, keys: Sequence[Any]) -> list | None:
+    """The entries ``keys`` of ``tensordict``; ``None`` when one is missing or not a plain tensor."""
+    values = []
+    for key in keys:
+        value = tensordict.get(key, None)
+        if type(value) is not torch.Tensor:
+            return None
+        values.append(value)
+    return values
 
 
 class _Swapped:

@@ -20,7 +20,7 @@ this module runs the networks, maps the keys and reduces.
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
+from typing import Any, Callable, ClassVar, NamedTuple
 
 import torch
 from tdict import TensorDict
@@ -40,7 +40,9 @@ from ._actions import (
     continuous_target_entropy,
     on_live_rows,
     rsample_action,
+    rsample_with_log_prob,
 )
+from .common import _plain_tensors
 from .utils import (
     _BootstrappedLoss,
     _check_alpha_bounds,
@@ -53,6 +55,18 @@ from .utils import (
 )
 
 __all__ = ["SACLoss"]
+
+
+class _Calls(NamedTuple):
+    """SACLoss's networks bound to one batch: on its TensorDicts (any network), or on its tensors
+    (networks with tensor functions: ``dist_function`` / ``tensor_function``), with no TensorDict
+    built per call. A state is the batch's (or its next states') inputs, including an action."""
+
+    state: Any  # the batch: what the actor and the critics read
+    next_state: Any  # the next states: what they read there (no action)
+    policy: Callable  # (state, target=False) -> (the state acting with a ~ pi(.|s), log pi(a|s))
+    next_policy: Callable  # next_state -> the same with the next action's actor (delay_actor: its target)
+    q: Callable  # (state, target=False, params=None) -> Q_i(s, a) of every critic, [num_qvalue_nets, *B]
 
 
 class SACLoss(_TemperatureMixin, _BootstrappedLoss):
@@ -250,17 +264,17 @@ class SACLoss(_TemperatureMixin, _BootstrappedLoss):
         work.set(self.tensor_keys.action, action)
         return work, log_prob
 
-    def _qvalue_loss(self, tensordict: Any, alpha: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        next_td = _get("SACLoss", tensordict, "next")
+    def _qvalue_loss(
+        self, calls: _Calls, tensordict: Any, alpha: torch.Tensor, reduce: Callable
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         with torch.no_grad():
-            next_td, next_log_prob = self._next_state(next_td)
-            next_q = self._q(next_td, target=self.delay_qvalue)
+            next_state, next_log_prob = calls.next_policy(calls.next_state)
+            next_q = calls.q(next_state, target=self.delay_qvalue)
             target = self._bootstrap(tensordict, soft_state_value(next_q, next_log_prob, alpha))
-        pred = self._q(tensordict.copy())
-        loss, td_error = sac_qvalue_loss(pred, target, self.loss_function)
-        return self._reduce_loss(loss, tensordict), td_error
+        loss, td_error = sac_qvalue_loss(calls.q(calls.state), target, self.loss_function)
+        return reduce(loss), td_error
 
-    def _qvalue_v1_loss(self, tensordict: Any) -> tuple[torch.Tensor, torch.Tensor]:
+    def _qvalue_v1_loss(self, tensordict: Any, reduce: Callable) -> tuple[torch.Tensor, torch.Tensor]:
         """SAC v1 critics: each trains on its own share of the batch, towards ``r + gamma * V'(s')``."""
         batch = tensordict.batch_size
         n = self.num_qvalue_nets
@@ -277,7 +291,7 @@ class SACLoss(_TemperatureMixin, _BootstrappedLoss):
             target = self._bootstrap(tensordict, next_value)
         pred = self._q_per_share(tensordict)
         loss, td_error = sac_v1_qvalue_loss(pred, target, self.loss_function)
-        return self._reduce_loss(loss, tensordict), td_error
+        return reduce(loss), td_error
 
     def _q_per_share(self, tensordict: Any) -> torch.Tensor:
         """``Q_i`` on the ``i``-th of ``num_qvalue_nets`` equal shares of the batch (along the first
@@ -295,37 +309,97 @@ class SACLoss(_TemperatureMixin, _BootstrappedLoss):
             preds.append(value)
         return torch.stack(preds, 0).reshape(batch)
 
-    def _value_loss(self, tensordict: Any, alpha: torch.Tensor) -> torch.Tensor:
+    def _value_loss(self, calls: _Calls, tensordict: Any, alpha: torch.Tensor, reduce: Callable) -> torch.Tensor:
         """SAC v1 value network: ``V(s)`` towards ``min_i Q'_i(s, a) - alpha * log pi(a|s)``, ``a ~ pi(.|s)``
         (target actor and critics where kept; nothing but the value network is trained)."""
         value_key = self.tensor_keys.value
         pred = self.call_network("value_network", tensordict.detach(), out_key=value_key)
         _check_batch_shaped("SACLoss", {value_key: pred}, tensordict.batch_size)
         with torch.no_grad():
-            work, _, log_prob, _ = self._sample(tensordict, target=self.delay_actor)
-            q = self._q(work, target=self.delay_qvalue)
-        return self._reduce_loss(sac_value_loss(pred, q, log_prob, alpha, self.loss_function), tensordict)
+            acting, log_prob = calls.policy(calls.state, target=self.delay_actor)
+            q = calls.q(acting, target=self.delay_qvalue)
+        return reduce(sac_value_loss(pred, q, log_prob, alpha, self.loss_function))
 
-    def _actor_loss(self, tensordict: Any, alpha: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        work, _, log_prob, _ = self._sample(tensordict)
-        q = self._q(work, params=self._detached_params("qvalue_network"))
-        return self._reduce_loss(sac_actor_loss(log_prob, q, alpha), tensordict), log_prob.detach()
+    def _actor_loss(self, calls: _Calls, alpha: torch.Tensor, reduce: Callable) -> tuple[torch.Tensor, torch.Tensor]:
+        acting, log_prob = calls.policy(calls.state)
+        q = calls.q(acting, params=self._detached_params("qvalue_network"))
+        return reduce(sac_actor_loss(log_prob, q, alpha)), log_prob.detach()
+
+    def _tensordict_calls(self, tensordict: Any) -> _Calls:
+        """The networks on the batch's TensorDicts (their copies hold what the actor wrote)."""
+
+        def policy(state: Any, target: bool = False) -> tuple[Any, torch.Tensor]:
+            draw = self._sample(state, target=target)
+            return draw.td, draw.log_prob
+
+        def q(state: Any, target: bool = False, params: Any = None) -> torch.Tensor:
+            return self._q(state, target=target, params=params)
+
+        return _Calls(tensordict, _get("SACLoss", tensordict, "next"), policy, self._next_state, q)
+
+    def _tensor_calls(self, tensordict: Any) -> _Calls | None:
+        """The networks on the batch's tensors; ``None`` when a network has no tensor function, an
+        input is missing or not a plain tensor, or with ``skip_done_states``: the TensorDict calls
+        then run (and report)."""
+        batch_dims = tensordict.batch_dims
+        dist_function = getattr(self.actor_network, "dist_function", None)
+        if self.skip_done_states or dist_function is None or not batch_dims:
+            return None
+        build = dist_function(batch_dims)
+        key = self.tensor_keys.state_action_value
+        critic = self._tensor_network("qvalue_network", key, batch_dims)
+        action_key = self.tensor_keys.action
+        actor_keys = tuple(self.actor_network.in_keys)
+        if build is None or critic is None or action_key in actor_keys:
+            return None
+        critic_keys, critic_fn = critic
+        keys = list(dict.fromkeys((*actor_keys, *critic_keys)))
+        next_keys = [k for k in keys if k != action_key]
+        next_td = tensordict.get("next", None)
+        values = _plain_tensors(tensordict, keys)
+        next_values = None if next_td is None else _plain_tensors(next_td, next_keys)
+        if values is None or next_values is None:
+            return None
+        batch, sets = tensordict.batch_size, (self.num_qvalue_nets,)
+
+        def policy(state: dict, target: bool = False) -> tuple[dict, torch.Tensor]:
+            with self.swapped("actor_network", target=target):
+                dist = build(*[state[k] for k in actor_keys])
+            action, log_prob = rsample_with_log_prob("SACLoss", dist, batch)
+            return {**state, action_key: action}, log_prob
+
+        def q(state: dict, target: bool = False, params: Any = None) -> torch.Tensor:
+            params, kept = self._params_and_kept("qvalue_network", target, params)
+            inputs = [state[k] for k in critic_keys]
+            value = self._with_params("qvalue_network", params, kept, lambda: critic_fn(*inputs))
+            _check_batch_shaped("SACLoss", {key: value}, batch, lead=sets)
+            return value
+
+        return _Calls(
+            dict(zip(keys, values)),
+            dict(zip(next_keys, next_values)),
+            policy,
+            lambda state: policy(state, target=self.delay_actor),
+            q,
+        )
 
     def forward(self, tensordict: Any) -> TensorDict:
         _get("SACLoss", tensordict, self.tensor_keys.action)
         losses = {}
         alpha = self._alpha  # the clamped temperature, detached: read once per call
+        calls = self._tensor_calls(tensordict) or self._tensordict_calls(tensordict)
+        reduce = self._reducer(tensordict)  # the loss mask and priority weights, read once
         if self._version == 2:
-            loss_qvalue, td_error = self._qvalue_loss(tensordict, alpha)
+            loss_qvalue, td_error = self._qvalue_loss(calls, tensordict, alpha, reduce)
         else:
-            loss_qvalue, td_error = self._qvalue_v1_loss(tensordict)
-            losses["loss_value"] = self._value_loss(tensordict, alpha)
-        loss_actor, log_prob = self._actor_loss(tensordict, alpha)
+            loss_qvalue, td_error = self._qvalue_v1_loss(tensordict, reduce)
+            losses["loss_value"] = self._value_loss(calls, tensordict, alpha, reduce)
+        loss_actor, log_prob = self._actor_loss(calls, alpha, reduce)
         if self._target_entropy is None:
             # no spec: the action's own shape (beyond the batch dims) gives "auto"
             action = _get("SACLoss", tensordict, self.tensor_keys.action)
             self._target_entropy = auto_target_entropy(action.shape[tensordict.batch_dims :])
-        loss_alpha = self._reduce_loss(temperature_loss(self.log_alpha, log_prob, self._target_entropy), tensordict)
+        loss_alpha = reduce(temperature_loss(self.log_alpha, log_prob, self._target_entropy))
         tensordict.set(self.tensor_keys.priority, td_error)
         return _loss_output(
             {"loss_actor": loss_actor, "loss_qvalue": loss_qvalue, "loss_alpha": loss_alpha, **losses},

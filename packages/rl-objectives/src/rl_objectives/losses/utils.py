@@ -13,7 +13,7 @@ from __future__ import annotations
 import math
 import warnings
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any, Callable, ClassVar
 
 import torch
 from tdict.nn import sum_to_batch as _sum_to_batch  # noqa: F401  (re-exported: the losses reduce log-probs with it)
@@ -21,7 +21,7 @@ from tdict.validation import check_one_of, check_positive
 
 from .._stack import user_stacklevel as _user_stacklevel
 from ..functional.distance import LOSS_TYPES, distance
-from .common import LossModule
+from .common import _PLAIN_REDUCTIONS, LossModule
 from .loss_mask import align_mask, masked_reduce
 
 __all__ = ["distance_loss"]
@@ -283,15 +283,18 @@ class _BootstrappedLoss(LossModule):
             _check_batch_shaped(type(self).__name__, {key: weights}, tensordict.batch_size)
         return weights
 
-    def _reduce_loss(self, loss: torch.Tensor, tensordict: Any, mask: torch.Tensor | None = None) -> torch.Tensor:
-        """``loss`` (batch-shaped) reduced with ``reduction`` over the positions the loss mask keeps
-        (:attr:`~LossModule.loss_mask_key`: the collector's ``("collector", "mask")`` by default, and
-        ``mask``), weighted by the importance weights of a prioritized buffer when
-        :meth:`_priority_weight` finds them (as TorchRL 0.14 does)."""
+    def _reducer(self, tensordict: Any, mask: torch.Tensor | None = None) -> Callable[[torch.Tensor], torch.Tensor]:
+        """:meth:`~LossModule._reduce_loss` for every term of one batch: the reduction over the
+        positions the loss mask keeps (:attr:`~LossModule.loss_mask_key`: the collector's
+        ``("collector", "mask")`` by default, and ``mask``), weighted by the importance weights of a
+        prioritized buffer when :meth:`_priority_weight` finds them (as TorchRL 0.14 does)."""
         weights = self._priority_weight(tensordict) if self._weighs_priorities else None
         valid = self._valid_positions(tensordict, mask)
-        return _masked_weighted_reduce(
-            loss, None if valid is None else align_mask(valid, loss), weights, self.reduction
+        reduction = self.reduction
+        if valid is None and weights is None:
+            return _PLAIN_REDUCTIONS[reduction]
+        return lambda loss: _masked_weighted_reduce(
+            loss, None if valid is None else align_mask(valid, loss), weights, reduction
         )
 
     def make_value_estimator(self, value_type: Any = None, **hyperparams: Any) -> _BootstrappedLoss:

@@ -17,7 +17,6 @@ from tdict.validation import check_positive
 
 from ..functional import (
     generalized_advantage_estimate,
-    td0_return_estimate,
     td1_return_estimate,
     td_lambda_return_estimate,
     vec_generalized_advantage_estimate,
@@ -25,6 +24,7 @@ from ..functional import (
     vec_td_lambda_return_estimate,
     vtrace_advantage_estimate,
 )
+from ..functional.value import _td0_return
 from .base import ValueEstimatorBase, ValueEstimators, _standardize
 from .registry import register_value_estimator
 
@@ -133,7 +133,8 @@ class TD0Estimator(_TDBase):
         )
 
     def _return(self, gamma, next_value, reward, done, terminated, time_dim):
-        return td0_return_estimate(gamma, next_value, reward, terminated, time_dim=time_dim)
+        # the inputs were checked by _inputs / _check_shapes, gamma when it was set
+        return _td0_return(gamma, next_value, reward, terminated)
 
     def target_from_next_value(self, tensordict: Any, next_value: _Tensor) -> _Tensor:
         """The target ``r + gamma * V'`` for a ``next_value`` computed by the caller (the off-policy

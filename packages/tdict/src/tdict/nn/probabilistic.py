@@ -16,7 +16,7 @@ beyond those batch dims, so a ``Normal`` over a ``[B, A]`` action (TensorDict ba
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any, cast
+from typing import Any, Callable, cast
 
 import torch
 from torch import distributions as D
@@ -28,7 +28,7 @@ from ..seeding import use_generator
 from .common import TensorDictModuleBase, _parse_key, _parse_key_list
 from .distributions import CompositeDistribution, _add_suffix, holder_batch_dims, sum_to_batch
 from .interaction import InteractionType, interaction_type
-from .sequence import TensorDictSequential
+from .sequence import TensorDictSequential, tensor_chain
 
 __all__ = ["ProbabilisticTensorDictModule", "ProbabilisticTensorDictSequential"]
 
@@ -321,6 +321,38 @@ class ProbabilisticTensorDictModule(TensorDictModuleBase):
 
     # tensordict 0.14 name
     build_dist_from_params = get_dist
+
+    def dist_function(self) -> Callable[..., D.Distribution] | None:
+        """The distribution on tensors: ``f(*params)`` takes the in-key entries (plain tensors, in
+        :attr:`in_keys` order) and returns what :meth:`get_dist` returns, without reading a TensorDict.
+
+        ``None`` for a ``CompositeDistribution`` (its parameters are a TensorDict), with
+        ``cache_dist``, or for a subclass with its own ``get_dist`` (unless it also overrides this).
+
+        Examples:
+            >>> import torch
+            >>> from tdict.nn import ProbabilisticTensorDictModule
+            >>> m = ProbabilisticTensorDictModule(in_keys=["loc", "scale"], out_keys=["a"])
+            >>> m.dist_function()(torch.zeros(3), torch.ones(3)).batch_shape
+            torch.Size([3])
+        """
+        cls = type(self)
+        if cls.get_dist is not ProbabilisticTensorDictModule.get_dist and (
+            cls.dist_function is ProbabilisticTensorDictModule.dist_function
+        ):
+            return None
+        if self.cache_dist or self.distribution_class is CompositeDistribution:
+            return None
+        distribution_class, names = self.distribution_class, tuple(name for name, _ in self._dist_pairs)
+        constant = self.distribution_kwargs
+
+        def build(*params: Any) -> D.Distribution:
+            kwargs = dict(zip(names, params))
+            if constant:
+                kwargs.update(constant)
+            return distribution_class(**kwargs)
+
+        return build
 
     def _sample(self, dist: D.Distribution, generator: torch.Generator | None = None) -> Any:
         itype = interaction_type()
@@ -650,6 +682,44 @@ class ProbabilisticTensorDictSequential(TensorDictSequential):
                 f"{type(self).__name__}.get_dist: no probabilistic module among the steps {list(self._names)}."
             )
         return CompositeDistribution.from_distributions(work, dists)
+
+    def dist_function(self, batch_dims: int = 0) -> Callable[..., D.Distribution] | None:
+        """:meth:`get_dist` on tensors: ``f(*inputs)`` takes the :attr:`in_keys` entries (plain
+        tensors, in that order), runs the deterministic steps through their tensor functions (see
+        :meth:`TensorDictSequential.tensor_function`) and returns the last step's distribution
+        (:meth:`ProbabilisticTensorDictModule.dist_function`).
+
+        ``None`` with ``return_composite``, when a step has no tensor function, the last step no
+        distribution function, or for a subclass with its own ``get_dist`` or ``get_dist_params``.
+
+        Examples:
+            >>> import torch
+            >>> from tdict.nn import (NormalParamExtractor, ProbabilisticTensorDictModule,
+            ...                       ProbabilisticTensorDictSequential, TensorDictModule)
+            >>> actor = ProbabilisticTensorDictSequential(
+            ...     TensorDictModule(NormalParamExtractor(), in_keys=["x"], out_keys=["loc", "scale"]),
+            ...     ProbabilisticTensorDictModule(in_keys=["loc", "scale"], out_keys=["a"]))
+            >>> actor.dist_function(batch_dims=1)(torch.zeros(5, 4)).batch_shape
+            torch.Size([5, 2])
+        """
+        cls = type(self)
+        base = ProbabilisticTensorDictSequential
+        if (cls.get_dist is not base.get_dist or cls.get_dist_params is not base.get_dist_params) and (
+            cls.dist_function is base.dist_function
+        ):
+            return None
+        if self.return_composite:
+            return None
+        last = self._steps[-1]
+        build = getattr(last, "dist_function", None)
+        build = None if build is None or isinstance(last, TensorDictSequential) else build()
+        if build is None:
+            return None
+        chain = tensor_chain(self._steps[:-1], batch_dims, self.in_keys)
+        if chain is None:
+            return None
+        params = tuple(last.in_keys)
+        return lambda *inputs: build(*chain(inputs, params))
 
     def build_dist_from_params(self, tensordict: Any) -> D.Distribution:
         """The distribution built from parameters already in ``tensordict`` (no step is run)."""

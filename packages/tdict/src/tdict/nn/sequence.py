@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import collections
 from collections.abc import Mapping, MutableSequence
-from typing import Any, Iterable, Iterator
+from typing import Any, Callable, Iterable, Iterator
 
 from torch import nn
 from torch.nn.modules import module as _nn_module
@@ -197,6 +197,39 @@ class TensorDictSequential(TensorDictModule):
             raise
         return current
 
+    def tensor_function(self, batch_dims: int = 0) -> Callable[..., tuple] | None:
+        """The steps on tensors: ``f(*inputs)`` takes the :attr:`in_keys` entries (plain tensors, in
+        that order) and returns the values of :attr:`out_keys`, each step reading what the earlier
+        ones produced, without building a TensorDict (see
+        :meth:`TensorDictModule.tensor_function`).
+
+        ``None`` when a step has no tensor function, or the sequence does more than run its steps
+        (``partial_tolerant``, :meth:`select_out_keys`, hooks, a subclass with its own ``forward``).
+
+        Examples:
+            >>> import torch
+            >>> from tdict.nn import TensorDictModule as Mod, TensorDictSequential as Seq
+            >>> seq = Seq(Mod(lambda x: x + 1, in_keys=["x"], out_keys=["y"]),
+            ...           Mod(lambda x, y: x * y, in_keys=["x", "y"], out_keys=["z"]))
+            >>> seq.tensor_function()(torch.tensor(2.0))
+            (tensor(3.), tensor(6.))
+        """
+        cls = type(self)
+        if (
+            cls.forward is not TensorDictSequential.forward
+            and cls.tensor_function is TensorDictSequential.tensor_function
+        ):
+            return None
+        if self.partial_tolerant or self._select or self._forward_hooks or self._forward_pre_hooks:
+            return None
+        if self._backward_hooks or self._backward_pre_hooks:
+            return None
+        chain = tensor_chain(self._steps, batch_dims, self.in_keys)
+        if chain is None:
+            return None
+        out_keys = tuple(self.out_keys)
+        return lambda *inputs: chain(inputs, out_keys)
+
     @dispatch(auto_batch_size=False)
     def forward(self, tensordict: Any, tensordict_out: Any = None, **kwargs: Any) -> Any:
         """Run every step on ``tensordict`` (see the class docstring)."""
@@ -332,3 +365,26 @@ class TensorDictSequential(TensorDictModule):
 
 # the forwards that _raw_forward may unwrap: their dispatch wrapper only matters for tensor arguments
 _RAW_OK = (TensorDictModule.forward, TensorDictSequential.forward)
+
+
+def tensor_chain(steps: Iterable[Any], batch_dims: int, in_keys: list) -> Callable[[tuple, tuple], tuple] | None:
+    """``run(inputs, wanted)``: ``steps`` run on tensors one after the other (each through its
+    ``tensor_function``), starting from ``inputs`` (the ``in_keys`` entries, in that order); returns
+    the values of the keys ``wanted`` (a ``"_"`` key: the last value a step discarded). ``None`` when a
+    step has no tensor function."""
+    plan = []
+    for step in steps:
+        tensor_function = getattr(step, "tensor_function", None)
+        run = None if tensor_function is None else tensor_function(batch_dims)
+        if run is None:
+            return None
+        plan.append((run, tuple(step.in_keys), tuple(step.out_keys_source)))
+    start = tuple(in_keys)
+
+    def chain(inputs: tuple, wanted: tuple) -> tuple:
+        values = dict(zip(start, inputs))
+        for run, reads, writes in plan:
+            values.update(zip(writes, run(*[values[key] for key in reads])))  # ("_": the latest discarded value)
+        return tuple(values[key] for key in wanted)
+
+    return chain
