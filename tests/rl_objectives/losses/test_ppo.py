@@ -465,3 +465,35 @@ def test_make_value_estimator_with_an_estimator_instance_or_class(categorical_ac
     assert torch.is_tensor(estimator.gamma) and estimator.gamma.device == clin.weight.device
     with pytest.raises(ValueError, match="an estimator instance takes no keyword arguments"):
         loss.make_value_estimator(mine, gamma=0.9)
+
+
+@pytest.mark.parametrize("separate", [False, True])
+def test_a_critic_with_a_tensor_function_gives_what_its_call_gives(separate, normal_actor, state_value_critic, rollout):
+    """The critic runs on the input tensors (no TensorDict call); a hooked critic takes its call:
+    the same losses and gradients, and neither writes into the input."""
+    actor, _ = normal_actor()
+    critic, _ = state_value_critic()
+    td = rollout(actor, perturb=True)
+    loss = ClipPPOLoss(actor, critic, separate_losses=separate)
+    assert loss._tensor_network("critic_network", "state_value", td.batch_dims) is not None
+
+    def run():
+        loss.zero_grad()
+        work = td.clone()
+        out = loss(work)
+        sum(out[k] for k in out.keys() if k.startswith("loss_")).backward()
+        assert "state_value" not in work.keys()
+        return out, {n: p.grad.clone() for n, p in loss.named_parameters() if p.grad is not None}
+
+    out, grads = run()
+    handle = critic.register_forward_hook(lambda *args: None)  # the TensorDict call
+    try:
+        assert loss._tensor_network("critic_network", "state_value", td.batch_dims) is None
+        ref_out, ref_grads = run()
+    finally:
+        handle.remove()
+    for key in ref_out.keys():
+        torch.testing.assert_close(out[key], ref_out[key], rtol=0, atol=0)
+    assert grads.keys() == ref_grads.keys()
+    for name in grads:
+        torch.testing.assert_close(grads[name], ref_grads[name], rtol=0, atol=0)

@@ -360,3 +360,24 @@ def test_tensor_function_is_none_when_a_call_does_more():
             return super().forward(tensordict).apply(lambda t: 2 * t)
 
     assert Doubling(nn.Linear(3, 2), in_keys=["x"], out_keys=["y"]).tensor_function() is None
+
+
+def test_tensor_function_follows_the_module_through_changes_copies_and_pickles():
+    import copy
+    import pickle
+
+    mod = TensorDictModule(nn.Linear(3, 2), in_keys=["x"], out_keys=["y"])
+    run = mod.tensor_function(1)
+    assert mod.tensor_function(1) is run  # kept while nothing changes
+    x = torch.randn(4, 3)
+    clone = copy.deepcopy(mod)
+    with torch.no_grad():
+        clone.module.weight.add_(1.0)
+    # the copy runs its own network, not the original's
+    torch.testing.assert_close(clone.tensor_function(1)(x)[0], clone.module(x))
+    assert not torch.allclose(clone.tensor_function(1)(x)[0], run(x)[0])
+    restored = pickle.loads(pickle.dumps(mod))  # a closure is never pickled
+    torch.testing.assert_close(restored.tensor_function(1)(x)[0], mod.module(x))
+    other = nn.Linear(3, 2)
+    mod.module = other  # a new wrapped network: a new function
+    torch.testing.assert_close(mod.tensor_function(1)(x)[0], other(x))

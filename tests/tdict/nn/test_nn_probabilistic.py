@@ -522,3 +522,17 @@ def test_dist_function_is_none_when_get_dist_does_more():
 
     assert Shifted(*actor()).dist_function() is None
     assert ProbSeq(actor(), return_composite=True).dist_function() is None
+
+
+def test_dist_function_reads_the_settings_at_each_call():
+    import copy
+
+    module = ProbMod(in_keys=["loc", "scale"], out_keys=["a"], distribution_class=D.Normal)
+    build = module.dist_function()
+    assert module.dist_function() is build
+    module.distribution_class = D.Laplace  # read again by the next call, as get_dist does
+    assert type(build(torch.zeros(2), torch.ones(2))) is D.Laplace
+    clone = copy.deepcopy(module)
+    clone.distribution_class = D.Normal
+    assert type(clone.dist_function()(torch.zeros(2), torch.ones(2))) is D.Normal
+    assert type(module.dist_function()(torch.zeros(2), torch.ones(2))) is D.Laplace

@@ -223,3 +223,13 @@ def test_tensor_function_of_a_sequence_is_none_when_a_call_does_more():
     assert (
         Seq(Mod(torch.neg, in_keys=["x"], out_keys=["y"]), lambda td: td).tensor_function() is None
     )  # a plain callable step
+
+
+def test_tensor_function_of_a_sequence_follows_its_steps():
+    first = Mod(lambda x: x + 1, in_keys=["x"], out_keys=["y"])
+    seq = Seq(first, Mod(lambda y: 2 * y, in_keys=["y"], out_keys=["z"]))
+    run = seq.tensor_function()
+    assert seq.tensor_function() is run
+    assert run(torch.tensor(1.0)) == (torch.tensor(2.0), torch.tensor(4.0))
+    first.module = lambda x: x - 1  # a step changed: the chain is made again
+    assert seq.tensor_function()(torch.tensor(1.0)) == (torch.tensor(0.0), torch.tensor(0.0))

@@ -144,7 +144,8 @@ class A2CLoss(_ActorCriticLoss):
     def forward(self, tensordict: Any) -> TensorDict:
         """The A2C losses on a batch ``[*B]`` (a flat sample or a ``[N, T]`` rollout)."""
         td, advantage, dist, log_prob = self._score(tensordict)
-        out: dict = {"loss_objective": self._reduced(policy_gradient_loss(log_prob, advantage), td)}
-        self._entropy_terms(dist, td, out)
-        self._critic_terms(td, out)
+        reduce = self._reducer(td)  # the loss mask, read once
+        out: dict = {"loss_objective": reduce(policy_gradient_loss(log_prob, advantage))}
+        self._entropy_terms(dist, td, out, reduce)
+        self._critic_terms(td, out, reduce)
         return self._output(out)

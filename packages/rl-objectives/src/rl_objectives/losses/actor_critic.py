@@ -13,7 +13,7 @@ mix raises ``ValueError`` naming the keys instead of broadcasting.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any, ClassVar, cast
+from typing import Any, Callable, ClassVar, cast
 
 import torch
 from tdict import TensorDict
@@ -25,7 +25,7 @@ from torch import distributions as D
 
 from ..functional.ppo import entropy_loss, explained_variance, value_loss
 from ..value import ValueEstimators
-from .common import LossModule
+from .common import LossModule, _plain_tensors
 from .loss_mask import align_mask
 from .utils import _check_loss_function, _check_reduction, _present_keys
 
@@ -439,14 +439,15 @@ class _ActorCriticLoss(LossModule):
         )
         return td, advantage, dist, log_prob
 
-    def _entropy_terms(self, dist: D.Distribution, tensordict: Any, out: dict) -> None:
+    def _entropy_terms(self, dist: D.Distribution, tensordict: Any, out: dict, reduce: Callable) -> None:
+        """``entropy`` and ``loss_entropy`` into ``out``; ``reduce``: the batch's :meth:`_reducer`."""
         if self.entropy_bonus:
             entropy = _entropy(dist, self._action_batch_dims(tensordict), self.samples_mc_entropy)
-            reduced = self._reduced(entropy, tensordict)  # reduced first: the coefficient scales one number
+            reduced = reduce(entropy)  # reduced first: the coefficient scales one number
             out["entropy"] = (reduced if self.reduction == "mean" else entropy.mean()).detach()
             out["loss_entropy"] = entropy_loss(reduced, self._scalar("entropy_coeff"))
 
-    def _mapped_entropy_terms(self, dist: D.Distribution, tensordict: Any, out: dict) -> None:
+    def _mapped_entropy_terms(self, dist: D.Distribution, tensordict: Any, out: dict, reduce: Callable) -> None:
         """``_entropy_terms`` for a per-head ``entropy_coeff`` mapping (a composite policy)."""
         if not self.entropy_bonus:
             return
@@ -461,7 +462,7 @@ class _ActorCriticLoss(LossModule):
         for key in coeffs:
             head = per_head.get(_entropy_key_of(key))  # KeyError names a head the policy lacks
             head = _sum_to_batch(head, holder_batch_dims(per_head, _entropy_key_of(key)))
-            entropy.set(key, self._reduced(head, tensordict))
+            entropy.set(key, reduce(head))
         total: Any = 0.0
         for key in coeffs:
             total = total + entropy.get(key).detach().mean()
@@ -485,14 +486,15 @@ class _ActorCriticLoss(LossModule):
         return total
 
     # ------------------------------------------------------------------ critic
-    def _critic_terms(self, tensordict: Any, out: dict) -> None:
-        """``loss_critic`` (and ``value_clip_fraction`` / ``explained_variance``) into ``out``."""
+    def _critic_terms(self, tensordict: Any, out: dict, reduce: Callable) -> None:
+        """``loss_critic`` (and ``value_clip_fraction`` / ``explained_variance``) into ``out``;
+        ``reduce``: the batch's :meth:`_reducer`."""
         if not self._has_critic:
             return
         assert self.critic_coeff is not None  # _has_critic: a critic and a coefficient
-        out[self._critic_loss_key] = self._reduced(self._critic_loss(tensordict, out), tensordict) * self._scalar(
-            "critic_coeff"
-        )
+        loss = reduce(self._critic_loss(tensordict, out))
+        coeff = self._scalar("critic_coeff")
+        out[self._critic_loss_key] = loss if isinstance(coeff, float) and coeff == 1.0 else loss * coeff
 
     def _critic_loss_inputs(
         self, target_return: _Tensor, state_value: _Tensor, old_state_value: _Tensor | None
@@ -522,9 +524,7 @@ class _ActorCriticLoss(LossModule):
                     f"{name}: clip_value is set, so the input must hold the collection-time value {keys.value!r}; "
                     f"keys present: {_present_keys(tensordict)}."
                 ) from None
-        source = tensordict.detach() if self.separate_losses else tensordict
-        source = source.select(*self._critic_in_keys, strict=False)
-        value = self.call_network("critic_network", source, out_key=keys.value)
+        value = self._state_value(tensordict)
         named = [(keys.value, value), (keys.value_target, target)]
         if old_value is not None:
             named.append((f"{keys.value!r} (stored)", old_value))
@@ -536,6 +536,21 @@ class _ActorCriticLoss(LossModule):
         if self._log_explained_variance:
             out["explained_variance"] = explained_variance(value, target)  # (it detaches both)
         return loss
+
+    def _state_value(self, tensordict: Any) -> _Tensor:
+        """The critic's value at the states of ``tensordict`` (``separate_losses``: on detached
+        inputs), never written there: a critic with a tensor function runs on the input tensors,
+        any other on a copy holding only its in-keys."""
+        key = self.tensor_keys.value
+        tensor = self._tensor_network("critic_network", key, tensordict.batch_dims)
+        inputs = None if tensor is None else _plain_tensors(tensordict, tensor[0])
+        if tensor is None or inputs is None:
+            source = tensordict.detach() if self.separate_losses else tensordict
+            return self.call_network("critic_network", source.select(*self._critic_in_keys, strict=False), out_key=key)
+        if self.separate_losses:
+            inputs = [x.detach() for x in inputs]
+        call = tensor[1]
+        return self._with_params("critic_network", self.params_of("critic_network"), None, lambda: call(*inputs))
 
     def _extra_in_keys(self) -> list:
         # read when present: a precomputed advantage and value target, the stored value to clip around
@@ -553,11 +568,6 @@ class _ActorCriticLoss(LossModule):
             if self._log_explained_variance:
                 keys.append("explained_variance")
         return keys
-
-    def _reduced(self, loss: _Tensor, tensordict: Any) -> _Tensor:
-        """A per-sample loss reduced with ``reduction`` over the positions the loss mask of
-        ``tensordict`` keeps (:attr:`loss_mask_key`; ``"none"``: the loss, zero where masked)."""
-        return self._reduce_loss(loss, tensordict)
 
     def _output(self, out: dict) -> TensorDict:
         """The output TensorDict: ``loss_*`` entries already reduced, scalar diagnostics."""

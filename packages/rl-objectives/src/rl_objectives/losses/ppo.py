@@ -277,10 +277,11 @@ class PPOLoss(_ActorCriticLoss):
         td, advantage, dist, log_weight, cap = self._prepare(tensordict)
         diagnostics: dict = {}
         loss = self._surrogate(log_weight, advantage, diagnostics, cap)
-        out: dict = {"loss_objective": self._reduced(loss, td), **diagnostics}
+        reduce = self._reducer(td)  # the loss mask, read once
+        out: dict = {"loss_objective": reduce(loss), **diagnostics}
         self._weight_diagnostics(log_weight, out, cap)
-        self._entropy_terms(dist, td, out)
-        self._critic_terms(td, out)
+        self._entropy_terms(dist, td, out, reduce)
+        self._critic_terms(td, out, reduce)
         return self._output(out)
 
 
@@ -576,7 +577,8 @@ class KLPENPPOLoss(PPOLoss):
         kl = self._kl(previous, dist, self._action_batch_dims(td))
         _check_same_shape(type(self).__name__, [(self.tensor_keys.advantage, advantage), ("KL", kl)])
         beta = self.beta.clone()
-        out: dict = {"loss_objective": self._reduced(kl_penalty_loss(log_weight, advantage, kl, beta, cap), td)}
+        reduce = self._reducer(td)  # the loss mask, read once
+        out: dict = {"loss_objective": reduce(kl_penalty_loss(log_weight, advantage, kl, beta, cap))}
         with torch.no_grad():
             mean_kl = kl.detach().mean()
             out["kl"] = mean_kl
@@ -586,8 +588,8 @@ class KLPENPPOLoss(PPOLoss):
             )
             self.beta.copy_(beta * factor)
         self._weight_diagnostics(log_weight, out, cap)
-        self._entropy_terms(dist, td, out)
-        self._critic_terms(td, out)
+        self._entropy_terms(dist, td, out, reduce)
+        self._critic_terms(td, out, reduce)
         return self._output(out)
 
     def reset(self) -> None:

@@ -128,6 +128,7 @@ class ReinforceLoss(_ActorCriticLoss):
         if estimated:  # as TorchRL does, the estimate is written into the input (nothing else is)
             tensordict.set(keys.advantage, advantage)
             tensordict.set(keys.value_target, td.get(keys.value_target))
-        out: dict = {"loss_actor": self._reduced(policy_gradient_loss(log_prob, advantage), td)}
-        self._critic_terms(td, out)
+        reduce = self._reducer(td)  # the loss mask, read once
+        out: dict = {"loss_actor": reduce(policy_gradient_loss(log_prob, advantage))}
+        self._critic_terms(td, out, reduce)
         return self._output(out)

@@ -376,6 +376,10 @@ class ValueOperator(TensorDictModule):
         run = super().tensor_function(batch_dims)
         if run is None:
             return None
+        compiling = torch.compiler.is_compiling()  # (nothing kept while tracing)
+        held = None if compiling else self.__dict__.get("_squeezing")  # made once per (module function, batch dims)
+        if held is not None and held[0] is run and held[1] == batch_dims:
+            return held[2]
         squeezed = tuple(key != "_" for key in self.out_keys_source)
 
         def values(*inputs: torch.Tensor) -> tuple:
@@ -384,7 +388,14 @@ class ValueOperator(TensorDictModule):
                 for wanted, v in zip(squeezed, run(*inputs))
             )
 
+        if not compiling:
+            self.__dict__["_squeezing"] = (run, batch_dims, values)
         return values
+
+    def __getstate__(self) -> dict:
+        state = super().__getstate__()
+        state.pop("_squeezing", None)  # a closure over this object: copies make their own
+        return state
 
 
 _ACTION_SPACES = ("one_hot", "categorical", "mult_one_hot", "binary")

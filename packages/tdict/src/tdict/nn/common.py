@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import functools
 import inspect
+import operator
 import warnings
 from collections.abc import Mapping, Sequence
 from textwrap import indent
@@ -188,6 +189,19 @@ class dispatch:
             return wrapper
 
 
+def made_for(module: nn.Module, name: Any, parts: tuple, make: Callable[[], Any]) -> Any:
+    """``make()``, kept in ``module`` under ``name`` and returned again while ``parts`` are the same
+    objects (a plan built from them: the tensor functions of a module's steps, its wrapped callable).
+    Copies and pickles of ``module`` keep none (:meth:`TensorDictModuleBase.__getstate__`)."""
+    if torch.compiler.is_compiling():  # nothing kept while tracing: a graph guarded on no cache state
+        return make()
+    made = module.__dict__.setdefault("_made", {})
+    held = made.get(name)
+    if held is None or len(held[0]) != len(parts) or not all(map(operator.is_, held[0], parts)):
+        held = made[name] = (parts, make())
+    return held[1]
+
+
 class TensorDictModuleBase(nn.Module):
     """Base class of modules that read ``in_keys`` from a TensorDict and write ``out_keys`` to it.
 
@@ -215,6 +229,12 @@ class TensorDictModuleBase(nn.Module):
     _in_keys: list = []
     _out_keys: list = []
     _out_keys_apparent: list | None = None
+
+    def __getstate__(self) -> dict:
+        # copies and pickles hold no plan made for this object (see made_for): closures over it
+        state = dict(self.__dict__)
+        state.pop("_made", None)
+        return state
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
@@ -260,7 +280,9 @@ class TensorDictModuleBase(nn.Module):
         return self._out_keys
 
     def _keys_changed(self) -> None:
-        """Hook for subclasses that precompute call plans from the keys."""
+        """Hook for subclasses that precompute call plans from the keys (the plans :func:`made_for`
+        kept are dropped)."""
+        self.__dict__.pop("_made", None)
 
     def _selecting(self) -> bool:
         apparent = self._out_keys_apparent
@@ -473,6 +495,7 @@ class TensorDictModule(TensorDictModuleBase):
             module = getattr(module, method)
         # method_kwargs are merged per call (only when non-empty) so edits to the dict take effect, as in 0.14
         d["_fn"] = module
+        d["_made"] = {}  # plans made for the previous keys and settings (see made_for)
         d["_in_t"] = tuple(self._in_keys)
         out_keys = self._out_keys
         d["_n_out"] = len(out_keys)
@@ -584,8 +607,9 @@ class TensorDictModule(TensorDictModuleBase):
             return None
         if _global_forward_hooks or _global_forward_pre_hooks:
             return None
+        # one function per batch_dims, made again when the wrapped callable or the keys change
         fn, outputs = self._fn, self._outputs
-        return lambda *inputs: outputs(fn(*inputs))
+        return made_for(self, ("tensor_function", batch_dims), (fn,), lambda: lambda *inputs: outputs(fn(*inputs)))
 
     def _from_mapping(self, out: Any) -> tuple:
         if isinstance(out, Mapping):

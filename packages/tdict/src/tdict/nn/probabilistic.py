@@ -25,10 +25,10 @@ from torch.distributions import constraints
 from .._core.utils import NestedKey
 from ..non_tensor import is_non_tensor
 from ..seeding import use_generator
-from .common import TensorDictModuleBase, _parse_key, _parse_key_list
+from .common import TensorDictModuleBase, _parse_key, _parse_key_list, made_for
 from .distributions import CompositeDistribution, _add_suffix, holder_batch_dims, sum_to_batch
 from .interaction import InteractionType, interaction_type
-from .sequence import TensorDictSequential, tensor_chain
+from .sequence import TensorDictSequential, step_functions, tensor_chain
 
 __all__ = ["ProbabilisticTensorDictModule", "ProbabilisticTensorDictSequential"]
 
@@ -343,16 +343,14 @@ class ProbabilisticTensorDictModule(TensorDictModuleBase):
             return None
         if self.cache_dist or self.distribution_class is CompositeDistribution:
             return None
-        distribution_class, names = self.distribution_class, tuple(name for name, _ in self._dist_pairs)
-        constant = self.distribution_kwargs
 
-        def build(*params: Any) -> D.Distribution:
-            kwargs = dict(zip(names, params))
-            if constant:
-                kwargs.update(constant)
-            return distribution_class(**kwargs)
+        def build(*params: Any) -> D.Distribution:  # the settings as they are at each call, as get_dist
+            kwargs = {name: param for (name, _), param in zip(self._dist_pairs, params)}
+            if self.distribution_kwargs:
+                kwargs.update(self.distribution_kwargs)
+            return self.distribution_class(**kwargs)
 
-        return build
+        return made_for(self, "dist_function", (), lambda: build)
 
     def _sample(self, dist: D.Distribution, generator: torch.Generator | None = None) -> Any:
         itype = interaction_type()
@@ -715,11 +713,18 @@ class ProbabilisticTensorDictSequential(TensorDictSequential):
         build = None if build is None or isinstance(last, TensorDictSequential) else build()
         if build is None:
             return None
-        chain = tensor_chain(self._steps[:-1], batch_dims, self.in_keys)
-        if chain is None:
+        steps = self._steps[:-1]
+        runs = step_functions(steps, batch_dims)
+        if runs is None:
             return None
-        params = tuple(last.in_keys)
-        return lambda *inputs: build(*chain(inputs, params))
+        in_keys, params = tuple(self.in_keys), tuple(last.in_keys)
+
+        def make() -> Callable[..., D.Distribution]:
+            chain = tensor_chain(steps, runs, in_keys)
+            return lambda *inputs: build(*chain(inputs, params))
+
+        # kept while the steps' tensor functions and the last step's builder are the same objects
+        return made_for(self, ("dist_function", batch_dims), (*runs, build), make)
 
     def build_dist_from_params(self, tensordict: Any) -> D.Distribution:
         """The distribution built from parameters already in ``tensordict`` (no step is run)."""

@@ -11,7 +11,15 @@ from torch.nn.modules import module as _nn_module
 
 from .._core.utils import NestedKey
 from ..tensordict import TensorDict
-from .common import TensorDictModule, TensorDictModuleBase, WrapModule, _EMPTY_SIZE, _parse_key_list, dispatch
+from .common import (
+    TensorDictModule,
+    TensorDictModuleBase,
+    WrapModule,
+    _EMPTY_SIZE,
+    _parse_key_list,
+    dispatch,
+    made_for,
+)
 
 __all__ = ["TensorDictSequential"]
 
@@ -224,11 +232,16 @@ class TensorDictSequential(TensorDictModule):
             return None
         if self._backward_hooks or self._backward_pre_hooks:
             return None
-        chain = tensor_chain(self._steps, batch_dims, self.in_keys)
-        if chain is None:
+        runs = step_functions(self._steps, batch_dims)
+        if runs is None:
             return None
-        out_keys = tuple(self.out_keys)
-        return lambda *inputs: chain(inputs, out_keys)
+        steps, in_keys, out_keys = self._steps, tuple(self.in_keys), tuple(self.out_keys)
+
+        def make() -> Callable[..., tuple]:
+            chain = tensor_chain(steps, runs, in_keys)
+            return lambda *inputs: chain(inputs, out_keys)
+
+        return made_for(self, ("tensor_function", batch_dims), runs, make)
 
     @dispatch(auto_batch_size=False)
     def forward(self, tensordict: Any, tensordict_out: Any = None, **kwargs: Any) -> Any:
@@ -367,24 +380,28 @@ class TensorDictSequential(TensorDictModule):
 _RAW_OK = (TensorDictModule.forward, TensorDictSequential.forward)
 
 
-def tensor_chain(steps: Iterable[Any], batch_dims: int, in_keys: list) -> Callable[[tuple, tuple], tuple] | None:
-    """``run(inputs, wanted)``: ``steps`` run on tensors one after the other (each through its
-    ``tensor_function``), starting from ``inputs`` (the ``in_keys`` entries, in that order); returns
-    the values of the keys ``wanted`` (a ``"_"`` key: the last value a step discarded). ``None`` when a
-    step has no tensor function."""
-    plan = []
+def step_functions(steps: Iterable[Any], batch_dims: int) -> tuple | None:
+    """Each step's ``tensor_function(batch_dims)``; ``None`` when one has none."""
+    runs = []
     for step in steps:
         tensor_function = getattr(step, "tensor_function", None)
         run = None if tensor_function is None else tensor_function(batch_dims)
         if run is None:
             return None
-        plan.append((run, tuple(step.in_keys), tuple(step.out_keys_source)))
-    start = tuple(in_keys)
+        runs.append(run)
+    return tuple(runs)
+
+
+def tensor_chain(steps: Iterable[Any], runs: tuple, in_keys: tuple) -> Callable[[tuple, tuple], tuple]:
+    """``run(inputs, wanted)``: ``steps`` run on tensors one after the other (``runs``: their tensor
+    functions), starting from ``inputs`` (the ``in_keys`` entries, in that order); returns the values
+    of the keys ``wanted`` (a ``"_"`` key: the last value a step discarded)."""
+    plan = [(run, tuple(step.in_keys), tuple(step.out_keys_source)) for step, run in zip(steps, runs)]
 
     def chain(inputs: tuple, wanted: tuple) -> tuple:
-        values = dict(zip(start, inputs))
+        values = dict(zip(in_keys, inputs))
         for run, reads, writes in plan:
-            values.update(zip(writes, run(*[values[key] for key in reads])))  # ("_": the latest discarded value)
+            values.update(zip(writes, run(*[values[key] for key in reads])))
         return tuple(values[key] for key in wanted)
 
     return chain
