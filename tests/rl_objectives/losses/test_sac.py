@@ -229,6 +229,18 @@ def test_compiled_forward_matches_eager(networks, batch, assert_compiled_matches
     assert_compiled_matches_eager(SACLoss(*networks()), batch(), seed=3)
 
 
+@pytest.mark.parametrize("v1", [False, True])
+def test_compiled_forward_with_a_target_actor_matches_eager(
+    v1, networks, batch, perturb, assert_compiled_matches_eager
+):
+    """The target actor (read twice per call with a value network) differs from the trained one."""
+    actor, critic = networks()
+    loss = SACLoss(actor, critic, _value_net() if v1 else None, delay_actor=True)
+    SoftUpdate(loss, tau=0.5)
+    perturb(loss.params_of("actor_network"))
+    assert_compiled_matches_eager(loss, batch(), seed=3)
+
+
 def test_target_entropy_is_a_tensor_as_in_torchrl(networks):
     loss = SACLoss(*networks(), target_entropy=-1.5)
     assert isinstance(loss.target_entropy, torch.Tensor) and loss.target_entropy.shape == ()

@@ -172,7 +172,8 @@ def rsample_with_log_prob(owner: str, dist: Any, batch_size: torch.Size) -> tupl
     else:
         action = dist.rsample()
         log_prob = _sum_to_batch(dist.log_prob(action), len(batch_size))
-    _check_batch_shaped(owner, {"log_prob": log_prob}, batch_size)
+    if log_prob.shape != batch_size:
+        _check_batch_shaped(owner, {"log_prob": log_prob}, batch_size)
     return action, log_prob
 
 

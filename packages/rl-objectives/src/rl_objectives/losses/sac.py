@@ -361,9 +361,15 @@ class SACLoss(_TemperatureMixin, _BootstrappedLoss):
         if values is None or next_values is None:
             return None
         batch, sets = tensordict.batch_size, (self.num_qvalue_nets,)
+        expected = torch.Size(sets) + batch
+        binders: dict = {}  # the actor's parameters and their swap, looked up once per batch
 
         def policy(state: dict, target: bool = False) -> tuple[dict, torch.Tensor]:
-            with self.swapped("actor_network", target=target):
+            bound = binders.get(target)
+            if bound is None:
+                bound = binders[target] = self._binder("actor_network", self.params_of("actor_network", target))
+            leaves, bind = bound
+            with bind(leaves):
                 dist = build(*[state[k] for k in actor_keys])
             action, log_prob = rsample_with_log_prob("SACLoss", dist, batch)
             return {**state, action_key: action}, log_prob
@@ -372,7 +378,8 @@ class SACLoss(_TemperatureMixin, _BootstrappedLoss):
             params, kept = self._params_and_kept("qvalue_network", target, params)
             inputs = [state[k] for k in critic_keys]
             value = self._with_params("qvalue_network", params, kept, lambda: critic_fn(*inputs))
-            _check_batch_shaped("SACLoss", {key: value}, batch, lead=sets)
+            if value.shape != expected:
+                _check_batch_shaped("SACLoss", {key: value}, batch, lead=sets)
             return value
 
         return _Calls(

@@ -404,8 +404,7 @@ class _TemperatureMixin:
 
     @property
     def _alpha(self) -> torch.Tensor:
-        with torch.no_grad():
-            log_alpha = self.log_alpha
-            if self.min_log_alpha is not None or self.max_log_alpha is not None:
-                log_alpha = log_alpha.clamp(self.min_log_alpha, self.max_log_alpha)
-            return log_alpha.exp()
+        log_alpha = self.log_alpha.detach()  # no gradient, without entering no_grad
+        if self.min_log_alpha is not None or self.max_log_alpha is not None:
+            log_alpha = log_alpha.clamp(self.min_log_alpha, self.max_log_alpha)
+        return log_alpha.exp()

@@ -155,7 +155,10 @@ class TD0Estimator(_TDBase):
         """
         keys = self.tensor_keys
         reward, done, terminated = self._inputs(tensordict, -1)
-        self._check_shapes([(("next", keys.reward), reward), (("next", keys.value), next_value)], tensordict.batch_size)
+        if next_value.shape != reward.shape:
+            self._check_shapes(
+                [(("next", keys.reward), reward), (("next", keys.value), next_value)], tensordict.batch_size
+            )
         with self._grad_context():
             return self._estimate(tensordict, None, next_value, reward, done, terminated, tensordict.batch_dims - 1)[1]
 

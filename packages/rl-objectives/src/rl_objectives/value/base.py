@@ -487,13 +487,15 @@ class ValueEstimatorBase(TensorKeysMixin, nn.Module):
                 raise TypeError(
                     f"{type(self).__name__}: {_nested('next', key)!r} must be bool, got dtype {mask.dtype}."
                 )
-        batch = tensordict.batch_size
-        done = self._to_feature_shape(done, reward.shape, batch)
-        terminated = self._to_feature_shape(terminated, reward.shape, batch)
-        self._check_shapes(
-            [(("next", keys.reward), reward), (("next", keys.done), done), (("next", keys.terminated), terminated)],
-            batch,
-        )
+        shape = reward.shape
+        if done.shape != shape or terminated.shape != shape:  # (the common case needs neither step)
+            batch = tensordict.batch_size
+            done = self._to_feature_shape(done, shape, batch)
+            terminated = self._to_feature_shape(terminated, shape, batch)
+            self._check_shapes(
+                [(("next", keys.reward), reward), (("next", keys.done), done), (("next", keys.terminated), terminated)],
+                batch,
+            )
         return reward, done, terminated
 
     def _step_discount(self, tensordict: Any, reward: _Tensor) -> float | _Tensor:
