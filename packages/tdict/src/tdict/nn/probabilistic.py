@@ -717,10 +717,9 @@ class ProbabilisticTensorDictSequential(TensorDictSequential):
         runs = step_functions(steps, batch_dims)
         if runs is None:
             return None
-        in_keys, params = tuple(self.in_keys), tuple(last.in_keys)
 
         def make() -> Callable[..., D.Distribution]:
-            chain = tensor_chain(steps, runs, in_keys)
+            chain, params = tensor_chain(steps, runs, tuple(self.in_keys)), tuple(last.in_keys)
             return lambda *inputs: build(*chain(inputs, params))
 
         # kept while the steps' tensor functions and the last step's builder are the same objects

@@ -235,10 +235,10 @@ class TensorDictSequential(TensorDictModule):
         runs = step_functions(self._steps, batch_dims)
         if runs is None:
             return None
-        steps, in_keys, out_keys = self._steps, tuple(self.in_keys), tuple(self.out_keys)
+        steps = self._steps
 
         def make() -> Callable[..., tuple]:
-            chain = tensor_chain(steps, runs, in_keys)
+            chain, out_keys = tensor_chain(steps, runs, tuple(self.in_keys)), tuple(self.out_keys)
             return lambda *inputs: chain(inputs, out_keys)
 
         return made_for(self, ("tensor_function", batch_dims), runs, make)
