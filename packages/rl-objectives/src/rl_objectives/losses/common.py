@@ -958,10 +958,8 @@ def _tensor_plan(module: Any, tensordict: Any, out_key: Any, write: bool) -> tup
     its input) puts them into ``tensordict`` as its call would. ``None`` when the module has no
     tensor function (see ``TensorDictModule.tensor_function``), does not write ``out_key``, or an
     input is missing or not a plain tensor: the TensorDict call then runs (and reports)."""
-    if write and module.inplace is None:  # a sequence returning what its steps wrote: the TensorDict call
-        return None
     found = _tensor_function(module, out_key, tensordict.batch_dims)
-    if found is None:
+    if found is None or (write and module.inplace is None):  # (a sequence returning what its steps wrote)
         return None
     run, index = found
     inputs = _plain_tensors(tensordict, module.in_keys)

@@ -232,7 +232,7 @@ class TensorDictModuleBase(nn.Module):
 
     def __getstate__(self) -> dict:
         # copies and pickles hold no plan made for this object (see made_for): closures over it
-        state = dict(self.__dict__)
+        state = super().__getstate__()
         state.pop("_made", None)
         return state
 
