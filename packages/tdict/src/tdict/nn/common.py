@@ -189,7 +189,7 @@ class dispatch:
             return wrapper
 
 
-def made_for(module: nn.Module, name: Any, parts: tuple, make: Callable[[], Any]) -> Any:
+def _made_for(module: nn.Module, name: Any, parts: tuple, make: Callable[[], Any]) -> Any:
     """``make()``, kept in ``module`` under ``name`` and returned again while ``parts`` are the same
     objects (a plan built from them: the tensor functions of a module's steps, its wrapped callable).
     Copies and pickles of ``module`` keep none (:meth:`TensorDictModuleBase.__getstate__`)."""
@@ -231,7 +231,7 @@ class TensorDictModuleBase(nn.Module):
     _out_keys_apparent: list | None = None
 
     def __getstate__(self) -> dict:
-        # copies and pickles hold no plan made for this object (see made_for): closures over it
+        # copies and pickles hold no plan made for this object (see _made_for): closures over it
         state = super().__getstate__()
         state.pop("_made", None)
         return state
@@ -280,7 +280,7 @@ class TensorDictModuleBase(nn.Module):
         return self._out_keys
 
     def _keys_changed(self) -> None:
-        """Hook for subclasses that precompute call plans from the keys (the plans :func:`made_for`
+        """Hook for subclasses that precompute call plans from the keys (the plans :func:`_made_for`
         kept are dropped)."""
         self.__dict__.pop("_made", None)
 
@@ -495,7 +495,7 @@ class TensorDictModule(TensorDictModuleBase):
             module = getattr(module, method)
         # method_kwargs are merged per call (only when non-empty) so edits to the dict take effect, as in 0.14
         d["_fn"] = module
-        d["_made"] = {}  # plans made for the previous keys and settings (see made_for)
+        d["_made"] = {}  # plans made for the previous keys and settings (see _made_for)
         d["_in_t"] = tuple(self._in_keys)
         out_keys = self._out_keys
         d["_n_out"] = len(out_keys)
@@ -609,7 +609,7 @@ class TensorDictModule(TensorDictModuleBase):
             return None
         # one function per batch_dims, made again when the wrapped callable or the keys change
         fn, outputs = self._fn, self._outputs
-        return made_for(self, ("tensor_function", batch_dims), (fn,), lambda: lambda *inputs: outputs(fn(*inputs)))
+        return _made_for(self, ("tensor_function", batch_dims), (fn,), lambda: lambda *inputs: outputs(fn(*inputs)))
 
     def _from_mapping(self, out: Any) -> tuple:
         if isinstance(out, Mapping):

@@ -25,10 +25,10 @@ from torch.distributions import constraints
 from .._core.utils import NestedKey
 from ..non_tensor import is_non_tensor
 from ..seeding import use_generator
-from .common import TensorDictModuleBase, _parse_key, _parse_key_list, made_for
+from .common import TensorDictModuleBase, _parse_key, _parse_key_list, _made_for
 from .distributions import CompositeDistribution, _add_suffix, holder_batch_dims, sum_to_batch
 from .interaction import InteractionType, interaction_type
-from .sequence import TensorDictSequential, step_functions, tensor_chain
+from .sequence import TensorDictSequential, _step_functions, _tensor_chain
 
 __all__ = ["ProbabilisticTensorDictModule", "ProbabilisticTensorDictSequential"]
 
@@ -350,7 +350,7 @@ class ProbabilisticTensorDictModule(TensorDictModuleBase):
                 kwargs.update(self.distribution_kwargs)
             return self.distribution_class(**kwargs)
 
-        return made_for(self, "dist_function", (), lambda: build)
+        return _made_for(self, "dist_function", (), lambda: build)
 
     def _sample(self, dist: D.Distribution, generator: torch.Generator | None = None) -> Any:
         itype = interaction_type()
@@ -714,16 +714,16 @@ class ProbabilisticTensorDictSequential(TensorDictSequential):
         if build is None:
             return None
         steps = self._steps[:-1]
-        runs = step_functions(steps, batch_dims)
+        runs = _step_functions(steps, batch_dims)
         if runs is None:
             return None
 
         def make() -> Callable[..., D.Distribution]:
-            chain, params = tensor_chain(steps, runs, tuple(self.in_keys)), tuple(last.in_keys)
+            chain, params = _tensor_chain(steps, runs, tuple(self.in_keys)), tuple(last.in_keys)
             return lambda *inputs: build(*chain(inputs, params))
 
         # kept while the steps' tensor functions and the last step's builder are the same objects
-        return made_for(self, ("dist_function", batch_dims), (*runs, build), make)
+        return _made_for(self, ("dist_function", batch_dims), (*runs, build), make)
 
     def build_dist_from_params(self, tensordict: Any) -> D.Distribution:
         """The distribution built from parameters already in ``tensordict`` (no step is run)."""

@@ -18,7 +18,7 @@ from .common import (
     _EMPTY_SIZE,
     _parse_key_list,
     dispatch,
-    made_for,
+    _made_for,
 )
 
 __all__ = ["TensorDictSequential"]
@@ -232,16 +232,16 @@ class TensorDictSequential(TensorDictModule):
             return None
         if self._backward_hooks or self._backward_pre_hooks:
             return None
-        runs = step_functions(self._steps, batch_dims)
+        runs = _step_functions(self._steps, batch_dims)
         if runs is None:
             return None
         steps = self._steps
 
         def make() -> Callable[..., tuple]:
-            chain, out_keys = tensor_chain(steps, runs, tuple(self.in_keys)), tuple(self.out_keys)
+            chain, out_keys = _tensor_chain(steps, runs, tuple(self.in_keys)), tuple(self.out_keys)
             return lambda *inputs: chain(inputs, out_keys)
 
-        return made_for(self, ("tensor_function", batch_dims), runs, make)
+        return _made_for(self, ("tensor_function", batch_dims), runs, make)
 
     @dispatch(auto_batch_size=False)
     def forward(self, tensordict: Any, tensordict_out: Any = None, **kwargs: Any) -> Any:
@@ -380,7 +380,7 @@ class TensorDictSequential(TensorDictModule):
 _RAW_OK = (TensorDictModule.forward, TensorDictSequential.forward)
 
 
-def step_functions(steps: Iterable[Any], batch_dims: int) -> tuple | None:
+def _step_functions(steps: Iterable[Any], batch_dims: int) -> tuple | None:
     """Each step's ``tensor_function(batch_dims)``; ``None`` when one has none."""
     runs = []
     for step in steps:
@@ -392,7 +392,7 @@ def step_functions(steps: Iterable[Any], batch_dims: int) -> tuple | None:
     return tuple(runs)
 
 
-def tensor_chain(steps: Iterable[Any], runs: tuple, in_keys: tuple) -> Callable[[tuple, tuple], tuple]:
+def _tensor_chain(steps: Iterable[Any], runs: tuple, in_keys: tuple) -> Callable[[tuple, tuple], tuple]:
     """``run(inputs, wanted)``: ``steps`` run on tensors one after the other (``runs``: their tensor
     functions), starting from ``inputs`` (the ``in_keys`` entries, in that order); returns the values
     of the keys ``wanted`` (a ``"_"`` key: the last value a step discarded)."""
