@@ -156,12 +156,12 @@ def rsample_with_log_prob(owner: str, dist: Any, batch_size: torch.Size) -> tupl
     """``(a, log pi(a))``: a reparameterised draw from ``dist`` and its log-prob summed to the batch
     shape ``batch_size`` (checked)."""
     composite = isinstance(dist, CompositeDistribution)
-    heads = dist.dists.values() if composite else (dist,)
-    flat = [d for d in heads if not d.has_rsample]
-    if flat:
-        raise ValueError(
-            f"{owner}: the actor's {type(flat[0]).__name__} distribution has no rsample; a reparameterisable one is needed (e.g. TanhNormal)."
-        )
+    if composite or not dist.has_rsample:
+        flat = [d for d in (dist.dists.values() if composite else (dist,)) if not d.has_rsample]
+        if flat:
+            raise ValueError(
+                f"{owner}: the actor's {type(flat[0]).__name__} distribution has no rsample; a reparameterisable one is needed (e.g. TanhNormal)."
+            )
     joint = None if composite else getattr(dist, "rsample_and_log_prob", None)
     if joint is not None:  # scores the draw itself (TanhNormal: no inverse tanh of a saturated sample)
         action, log_prob = joint()

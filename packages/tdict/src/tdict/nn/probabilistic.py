@@ -229,6 +229,7 @@ class ProbabilisticTensorDictModule(TensorDictModuleBase):
             if not isinstance(name, str):
                 raise ValueError(f"in_keys: the distribution argument names must be strings, got {name!r}.")
         self._dist_pairs = tuple(pairs)
+        self._dist_names = tuple(name for name, _ in pairs)
         if out_keys is None:
             out_keys = (
                 _composite_out_keys(distribution_kwargs or {}) if distribution_class is CompositeDistribution else ["_"]
@@ -345,7 +346,7 @@ class ProbabilisticTensorDictModule(TensorDictModuleBase):
             return None
 
         def build(*params: Any) -> D.Distribution:  # the settings as they are at each call, as get_dist
-            kwargs = {name: param for (name, _), param in zip(self._dist_pairs, params)}
+            kwargs = dict(zip(self._dist_names, params))
             if self.distribution_kwargs:
                 kwargs.update(self.distribution_kwargs)
             return self.distribution_class(**kwargs)
