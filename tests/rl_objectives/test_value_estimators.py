@@ -806,5 +806,9 @@ def test_td0_target_from_next_value_equals_value_estimate(batch, average_rewards
         gamma = 0.9 ** td["steps_to_next_obs"].float()
         expected = td["next", "reward"] + gamma * torch.where(td["next", "terminated"], 0.0, next_value)
         torch.testing.assert_close(got, expected)
+    tracked = next_value.clone().requires_grad_(True)
+    assert not est.target_from_next_value(td, tracked).requires_grad  # a target carries no gradient
+    differentiable = TD0Estimator(gamma=0.9, value_network=None, average_rewards=average_rewards, differentiable=True)
+    assert differentiable.target_from_next_value(td, tracked).requires_grad
     with pytest.raises(ValueError, match="state_value"):
         est.target_from_next_value(td, next_value.unsqueeze(-1))  # a [*B, 1] mix is refused, naming the keys
