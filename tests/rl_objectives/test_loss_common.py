@@ -596,3 +596,31 @@ def test_kept_views_are_dropped_when_the_loss_moves_or_is_copied():
     assert not {"_sets_cache", "_detached_cache"} & set(vars(twin))
     loss.double()
     assert not {"_sets_cache", "_detached_cache"} & set(vars(loss))
+
+
+def test_a_sequence_network_on_tensors_gives_what_its_call_gives():
+    """A TensorDictSequential network: an ensemble runs on the input tensors (its chained tensor
+    function), a single one keeps its TensorDict call, which writes every step's output."""
+    from tdict.nn import TensorDictSequential
+
+    def sequence(seed):
+        torch.manual_seed(seed)
+        return TensorDictSequential(
+            TensorDictModule(nn.Linear(3, 4), in_keys=["x"], out_keys=["hidden"]),
+            TensorDictModule(nn.Linear(4, 2), in_keys=["hidden"], out_keys=["prediction"]),
+        )
+
+    nets = [sequence(seed) for seed in range(2)]
+    ensemble = Probe(nets, expand_dim=2, target=False)
+    assert ensemble.net.tensor_function(1) is not None
+    td = batch()
+    out = ensemble.call_network("net", td, out_key="prediction")
+    for i, net in enumerate(nets):
+        torch.testing.assert_close(out[i], net(td.clone())["prediction"])
+    assert "prediction" not in td.keys() and "hidden" not in td.keys()  # an ensemble writes nothing
+
+    single = Probe(sequence(5), target=False)
+    work = batch()
+    value = single.call_network("net", work, out_key="prediction")
+    torch.testing.assert_close(value, single.net(batch())["prediction"])
+    assert "hidden" in work.keys() and torch.equal(work["prediction"], value)  # as its call writes
