@@ -624,3 +624,11 @@ def test_a_sequence_network_on_tensors_gives_what_its_call_gives():
     value = single.call_network("net", work, out_key="prediction")
     torch.testing.assert_close(value, single.net(batch())["prediction"])
     assert "hidden" in work.keys() and torch.equal(work["prediction"], value)  # as its call writes
+    untouched = batch()
+    torch.testing.assert_close(single.call_network("net", untouched, out_key="prediction", write=False), value)
+    assert sorted(untouched.keys()) == ["target", "x"]  # write=False: the input is left as it is
+    plain = Probe(make_net(), target=False)  # a network with a tensor function: the same on tensors
+    untouched = batch()
+    expected = plain.net(batch())["prediction"]
+    torch.testing.assert_close(plain.call_network("net", untouched, out_key="prediction", write=False), expected)
+    assert sorted(untouched.keys()) == ["target", "x"]

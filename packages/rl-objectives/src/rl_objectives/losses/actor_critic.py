@@ -25,7 +25,7 @@ from torch import distributions as D
 
 from ..functional.ppo import entropy_loss, explained_variance, value_loss
 from ..value import ValueEstimators
-from .common import LossModule, _plain_tensors
+from .common import LossModule
 from .loss_mask import align_mask
 from .utils import _check_loss_function, _check_reduction, _present_keys
 
@@ -253,8 +253,6 @@ class _ActorCriticLoss(LossModule):
             self.convert_to_functional(
                 critic_network, "critic_network", create_target_params=delay_value, compare_against=shared
             )
-        # (a TensorDict module has in_keys; nn.Module's typing does not know them)
-        self._critic_in_keys = list(critic_network.in_keys) if critic_network is not None else []  # pyright: ignore[reportAttributeAccessIssue, reportArgumentType]
         self.advantage_norm = advantage_norm
         self.entropy_bonus = bool(entropy_bonus)
         self.samples_mc_entropy = samples_mc_entropy
@@ -539,18 +537,9 @@ class _ActorCriticLoss(LossModule):
 
     def _state_value(self, tensordict: Any) -> _Tensor:
         """The critic's value at the states of ``tensordict`` (``separate_losses``: on detached
-        inputs), never written there: a critic with a tensor function runs on the input tensors,
-        any other on a copy holding only its in-keys."""
-        key = self.tensor_keys.value
-        tensor = self._tensor_network("critic_network", key, tensordict.batch_dims)
-        inputs = None if tensor is None else _plain_tensors(tensordict, tensor[0])
-        if tensor is None or inputs is None:
-            source = tensordict.detach() if self.separate_losses else tensordict
-            return self.call_network("critic_network", source.select(*self._critic_in_keys, strict=False), out_key=key)
-        if self.separate_losses:
-            inputs = [x.detach() for x in inputs]
-        call = tensor[1]
-        return self._with_params("critic_network", self.params_of("critic_network"), None, lambda: call(*inputs))
+        inputs), never written there (a critic with a tensor function runs on the input tensors)."""
+        source = tensordict.detach() if self.separate_losses else tensordict
+        return self.call_network("critic_network", source, out_key=self.tensor_keys.value, write=False)
 
     def _extra_in_keys(self) -> list:
         # read when present: a precomputed advantage and value target, the stored value to clip around

@@ -633,7 +633,14 @@ class LossModule(_TensorCalls, TensorKeysMixin, nn.Module):
         return plan
 
     def call_network(
-        self, module_name: str, tensordict: Any, *, target: bool = False, params: Any = None, out_key: Any = None
+        self,
+        module_name: str,
+        tensordict: Any,
+        *,
+        target: bool = False,
+        params: Any = None,
+        out_key: Any = None,
+        write: bool = True,
     ) -> Any:
         """Run a registered network on ``tensordict`` with its parameters (or ``params``, a
         TensorDict shaped like :meth:`params_of`'s); ``out_key``: return only that output entry.
@@ -646,12 +653,13 @@ class LossModule(_TensorCalls, TensorKeysMixin, nn.Module):
         With ``out_key``, a network whose call is its module's on tensors (a plain
         ``TensorDictModule`` or ``ValueOperator``: see ``TensorDictModule.tensor_function``) runs on
         the input tensors directly; a single network still writes its outputs into ``tensordict``
-        as its call would.
+        as its call would, unless ``write=False`` (its TensorDict call then runs on a copy holding
+        only its in-keys). An ensemble never writes into ``tensordict``.
         """
         params, kept = self._params_and_kept(module_name, target, params)
         module = getattr(self, module_name)
         one_set = self._networks[module_name] is None
-        plan = None if out_key is None else _tensor_plan(module, tensordict, out_key, write=one_set)
+        plan = None if out_key is None else _tensor_plan(module, tensordict, out_key, write=one_set and write)
         if plan is not None:  # on tensors
             call, index, writes = plan
             if writes is None:
@@ -674,8 +682,9 @@ class LossModule(_TensorCalls, TensorKeysMixin, nn.Module):
             return value
 
         if one_set:
+            source = tensordict if write else tensordict.select(*module.in_keys, strict=False)
             with swapped(leaves):
-                return module(tensordict) if out_key is None else run(tensordict)
+                return module(source) if out_key is None else run(source)
         work = tensordict.copy()  # one working copy for the loop: each set's outputs are read before the next writes
 
         def looped() -> Any:

@@ -159,16 +159,8 @@ class TD0Estimator(_TDBase):
             self._check_shapes(
                 [(("next", keys.reward), reward), (("next", keys.value), next_value)], tensordict.batch_size
             )
-        if self.average_rewards:  # (standardised over the batch: the estimator's general path)
-            with self._grad_context():
-                return self._estimate(
-                    tensordict, None, next_value, reward, done, terminated, tensordict.batch_dims - 1
-                )[1]
-        gamma = self._step_discount(tensordict, reward)
-        if self.differentiable or not torch.is_grad_enabled():
-            return _td0_return(gamma, next_value, reward, terminated)
-        with torch.no_grad():
-            return _td0_return(gamma, next_value, reward, terminated)
+        with self._grad_context():
+            return self._estimate(tensordict, None, next_value, reward, done, terminated, tensordict.batch_dims - 1)[1]
 
 
 @register_value_estimator(ValueEstimators.TD1, default_kwargs=_DISCOUNT)
