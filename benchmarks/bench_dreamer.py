@@ -28,9 +28,8 @@ Weights: every module of the two libraries has the same parameter layout, so Tor
 copy of ours (state-dict values in order, shapes checked). Before timing, the script checks that
 with those weights the deterministic parts agree (encoder, one prior and one posterior step, the
 heads; within 1e-5) and that both losses give the same values on the same world-model output (the
-rollout draws its categorical states at random, and the two libraries draw differently: ours with
-``torch.multinomial``, TorchRL by inverting the cumulative probabilities, so full-update values are
-not compared). The timed call's result is checked as finite loss terms of the same names.
+rollout draws its categorical states at random, and each library consumes the random stream in its
+own way, so full-update values are not compared). The timed call's result is checked as finite loss terms of the same names.
 
 The floor (``hand-written``) is the same update written out on tensors: the same weights, a Python
 loop over time with ``torch`` ops, the loss terms computed inline; no TensorDict, no modules'
@@ -344,7 +343,8 @@ def _mlp_params(seq) -> list:
 
 def _draw(logits: torch.Tensor) -> torch.Tensor:
     probs = torch.softmax(logits, -1) * (1 - UNIMIX) + UNIMIX / CLASSES
-    index = torch.multinomial(probs.detach().reshape(-1, CLASSES), 1).reshape(probs.shape[:-1])
+    cdf = probs.detach().cumsum(-1)  # inverse-CDF draw, one uniform per categorical
+    index = (cdf / cdf[..., -1:] <= torch.rand(*cdf.shape[:-1], 1)).sum(-1)
     return (F.one_hot(index, CLASSES).to(probs.dtype) + probs - probs.detach()).flatten(-2)
 
 

@@ -154,6 +154,19 @@ def test_straight_through_samples_are_one_hot_with_the_probabilities_gradient():
     torch.testing.assert_close(freq, torch.tensor([0.2, 0.5, 0.3]), atol=0.015, rtol=0)
 
 
+def test_straight_through_draws_follow_unnormalised_probabilities_and_skip_empty_classes():
+    gen = torch.Generator().manual_seed(1)
+    # unnormalised, with empty classes first, inside and last: those are never drawn
+    weights = torch.tensor([0.0, 2.0, 0.0, 1.0, 5.0, 0.0])
+    freq = straight_through_categorical(weights.expand(30000, 6), generator=gen).mean(0)
+    assert freq[[0, 2, 5]].eq(0).all()
+    torch.testing.assert_close(freq, weights / weights.sum(), atol=0.012, rtol=0)
+    # a degenerate categorical is an error, not a silent draw
+    for bad in (torch.zeros(2, 3), torch.tensor([[0.5, float("nan"), 0.5]]), torch.tensor([[1.0, float("inf"), 0.0]])):
+        with pytest.raises(ValueError, match="finite, positive total"):
+            straight_through_categorical(bad)
+
+
 def _kl_loop(q, p):
     """KL(q || p) of every categorical, written out: [..., G]."""
     out = torch.zeros(q.shape[:-1], dtype=q.dtype)

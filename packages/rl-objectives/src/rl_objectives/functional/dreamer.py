@@ -187,10 +187,23 @@ def straight_through_categorical(probs: torch.Tensor, *, generator: torch.Genera
         >>> sample.sum().backward(); probs.grad
         tensor([[1., 1., 1.]])
     """
-    flat = probs.detach().reshape(-1, probs.shape[-1])
-    index = torch.multinomial(flat, 1, generator=generator).reshape(probs.shape[:-1])
+    index = _categorical_index(probs.detach(), generator)
     one_hot = F.one_hot(index, probs.shape[-1]).to(probs.dtype)
     return one_hot + (probs - probs.detach())  # exactly the one-hot values, the probabilities' gradient
+
+
+def _categorical_index(probs: torch.Tensor, generator: torch.Generator | None) -> torch.Tensor:
+    """One class index per categorical of ``probs`` (last dim, unnormalised), by inverting the
+    cumulative distribution at a uniform draw: one random number per categorical, where
+    ``torch.multinomial`` draws one per class. A class of zero probability is never drawn (its
+    cumulative value equals its predecessor's), and the last cumulative value, divided by itself,
+    is exactly 1, above every uniform draw."""
+    cdf = probs.cumsum(-1)
+    total = cdf[..., -1:]
+    if not torch.compiler.is_compiling() and not bool((torch.isfinite(total) & (total > 0)).all()):
+        raise ValueError("straight_through_categorical: every categorical needs a finite, positive total probability.")
+    uniform = torch.rand(total.shape, generator=generator, dtype=probs.dtype, device=probs.device)
+    return (cdf / total <= uniform).sum(-1)
 
 
 def _check_latents(posterior_logits: torch.Tensor, prior_logits: torch.Tensor, what: str) -> None:
