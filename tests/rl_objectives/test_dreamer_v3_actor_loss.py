@@ -164,7 +164,7 @@ def test_two_hot_critic_is_decoded_through_the_symexp_bins():
 
 
 def test_return_normaliser_is_the_moving_average_of_the_percentile_span():
-    env, actor, critic, _, start = _setup(critic_scale=30.0)
+    env, actor, critic, _, start = _setup(critic_scale=100.0)
     loss = DreamerV3ActorLoss(
         actor, critic, env, imagination_horizon=H, entropy_bonus=0.0, return_normalization_rate=0.5
     )

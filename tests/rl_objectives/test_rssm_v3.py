@@ -236,7 +236,8 @@ def test_rollout_infers_or_needs_the_action_key():
 @pytest.mark.parametrize("recurrent_model", ["gru", "block_gru"])
 def test_rollout_gradients_equal_the_plain_autograd_ones(recurrent_model, monkeypatch):
     """The rollout defers its layers' weight gradients into one product over the steps
-    (``deferred_weight_grads``): the gradients of every parameter equal plain autograd's."""
+    (``deferred_weight_grads``) and there sums the weight columns of the one-hot states' ones: the
+    gradients of every parameter equal plain autograd's (up to the order of the additions)."""
     import contextlib
 
     import rl_objectives.modules.rssm_v3 as rssm_v3
@@ -260,7 +261,7 @@ def test_rollout_gradients_equal_the_plain_autograd_ones(recurrent_model, monkey
     plain = grads()
     assert len(deferred) == len(params) and all(g is not None for g in plain)
     for got, expected in zip(deferred, plain):
-        torch.testing.assert_close(got, expected, rtol=1e-5, atol=1e-6)
+        torch.testing.assert_close(got, expected, rtol=1e-4, atol=1e-5)
 
 
 def test_block_linear_defers_its_weight_gradient_inside_a_recurrence():

@@ -187,9 +187,16 @@ def straight_through_categorical(probs: torch.Tensor, *, generator: torch.Genera
         >>> sample.sum().backward(); probs.grad
         tensor([[1., 1., 1.]])
     """
+    return _straight_through_draw(probs, generator)[0]
+
+
+def _straight_through_draw(
+    probs: torch.Tensor, generator: torch.Generator | None = None
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """:func:`straight_through_categorical` and the classes drawn, ``[...]`` (int64)."""
     index = _categorical_index(probs.detach(), generator)
     one_hot = F.one_hot(index, probs.shape[-1]).to(probs.dtype)
-    return one_hot + (probs - probs.detach())  # exactly the one-hot values, the probabilities' gradient
+    return one_hot + (probs - probs.detach()), index  # exactly the one-hot values, the probabilities' gradient
 
 
 def _categorical_index(probs: torch.Tensor, generator: torch.Generator | None) -> torch.Tensor:

@@ -24,6 +24,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from .one_hot_latents import drawn_columns, latent_linear, one_hot_classes
+
 __all__ = ["BlockGRU", "BlockLinear", "DreamerV3MLP", "RMSNorm", "dreamer_v3_init", "normed_mlp"]
 
 _INIT_GAIN = 1.1368  # makes the truncated normal's standard deviation 1 / sqrt(fan_in)
@@ -52,11 +54,12 @@ def dreamer_v3_init(module: nn.Module) -> None:
 
 
 class _Stash:
-    __slots__ = ("grads", "inputs")
+    __slots__ = ("grads", "inputs", "state_columns")
 
     def __init__(self) -> None:
         self.inputs: list[torch.Tensor] = []
         self.grads: list[torch.Tensor] = []
+        self.state_columns: torch.Tensor | None = None  # [state width, out]: the rows a one-hot state gathers
 
 
 class _WeightAnchor(torch.autograd.Function):
@@ -104,10 +107,21 @@ class _DeferredLinear(torch.autograd.Function):
         weight: torch.Tensor,
         bias: torch.Tensor | None,
         stash: _Stash,
+        one_hot: tuple[torch.Tensor, int] | None,
     ) -> torch.Tensor:
         ctx.save_for_backward(value, weight)
         ctx.stash = stash
-        return _product(value, weight, bias)
+        if one_hot is None:
+            return _product(value, weight, bias)
+        # a one-hot latent state leads the input: its ones' weight columns, summed (the backward is dense)
+        classes, width = one_hot
+        if stash.state_columns is None:  # the weight is fixed for the whole recurrence
+            stash.state_columns = weight[:, :width].t().contiguous()
+        out = F.embedding_bag(drawn_columns(classes, width), stash.state_columns, mode="sum")
+        out = out.reshape(*value.shape[:-1], -1)
+        if value.shape[-1] > width:
+            return out + F.linear(value[..., width:], weight[:, width:], bias)
+        return out if bias is None else out + bias
 
     @staticmethod
     def backward(ctx: Any, grad: torch.Tensor) -> tuple:  # type: ignore[override]
@@ -118,7 +132,7 @@ class _DeferredLinear(torch.autograd.Function):
         grad_value = None
         if ctx.needs_input_grad[0]:
             grad_value = grad.matmul(weight) if row == 1 else torch.einsum("...bo,bio->...bi", grad, weight)
-        return grad_value, grad.new_zeros(()), None, None, None
+        return grad_value, grad.new_zeros(()), None, None, None, None
 
 
 class _Deferred(threading.local):
@@ -173,29 +187,50 @@ def deferred_weight_grads(*modules: nn.Module) -> Iterator[None]:
             del layers[key]
 
 
-def _linear(value: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+def _linear(
+    value: torch.Tensor,
+    weight: torch.Tensor,
+    bias: torch.Tensor | None,
+    one_hot: tuple[torch.Tensor, int] | None = None,
+) -> torch.Tensor:
     layers = _DEFERRED.layers
     entry = layers.get(id(weight)) if layers else None
     if entry is None or not torch.is_grad_enabled():
         return _product(value, weight, bias)
     anchor, stash = entry
-    return _DeferredLinear.apply(value, anchor, weight.detach(), None if bias is None else bias.detach(), stash)
+    if one_hot is not None and (weight.ndim != 2 or value.dtype != weight.dtype):
+        one_hot = None
+    detached_bias = None if bias is None else bias.detach()
+    return _DeferredLinear.apply(value, anchor, weight.detach(), detached_bias, stash, one_hot)
 
 
-def linear(module: nn.Module, value: torch.Tensor) -> torch.Tensor:
-    """``module(value)``; an ``nn.Linear`` inside :func:`deferred_weight_grads` defers its weight gradient."""
+def linear(module: nn.Module, value: torch.Tensor, one_hot: tuple[torch.Tensor, int] | None = None) -> torch.Tensor:
+    """``module(value)``; an ``nn.Linear`` inside :func:`deferred_weight_grads` defers its weight
+    gradient, and where ``value`` starts with a one-hot latent state (``one_hot``: the classes it
+    drew and its width) sums the weight columns of its ones instead of multiplying."""
     layers = _DEFERRED.layers
     if layers and isinstance(module, nn.Linear) and id(module.weight) in layers:
-        return _linear(value, module.weight, module.bias)
+        return _linear(value, module.weight, module.bias, one_hot)
     return module(value)
 
 
-def run_sequential(sequence: nn.Module, value: torch.Tensor) -> torch.Tensor:
-    """``sequence(value)``, its linear layers called through :func:`linear`."""
+def leading_one_hot(state: torch.Tensor) -> tuple[torch.Tensor, int] | None:
+    """``(classes, width)`` of a marked one-hot latent ``state`` (for :func:`linear` on an input it
+    leads), else ``None``."""
+    classes = one_hot_classes(state)
+    return None if classes is None else (classes, state.shape[-1])
+
+
+def run_sequential(
+    sequence: nn.Module, value: torch.Tensor, one_hot: tuple[torch.Tensor, int] | None = None
+) -> torch.Tensor:
+    """``sequence(value)``, its linear layers called through :func:`linear` (``one_hot``: the
+    first one's)."""
     if not _DEFERRED.layers or not isinstance(sequence, nn.Sequential):
         return sequence(value)
     for module in sequence:
-        value = linear(module, value)
+        value = linear(module, value, one_hot)
+        one_hot = None
     return value
 
 
@@ -344,7 +379,7 @@ class BlockGRU(nn.Module):
         inputs = torch.cat(
             [
                 run_sequential(self.belief_in, belief),
-                run_sequential(self.state_in, state),
+                run_sequential(self.state_in, state, leading_one_hot(state)),
                 run_sequential(self.action_in, action),
             ],
             -1,
@@ -403,4 +438,10 @@ class DreamerV3MLP(nn.Module):
                 output.weight.mul_(outscale)
 
     def forward(self, *inputs: torch.Tensor) -> torch.Tensor:
-        return self.model(inputs[0] if len(inputs) == 1 else torch.cat(inputs, -1))
+        if self.model._forward_hooks or self.model._forward_pre_hooks or not self.model:
+            return self.model(inputs[0] if len(inputs) == 1 else torch.cat(inputs, -1))
+        first, *rest = self.model  # the first layer gathers the columns of one-hot latent states
+        value = latent_linear(inputs, first)
+        for module in rest:
+            value = module(value)
+        return value

@@ -24,15 +24,18 @@ from tdict.nn import TensorDictModule as _TDModule
 from tdict.nn import TensorDictModuleBase, TensorDictSequential
 from torch import nn
 
-from ..functional.dreamer import straight_through_categorical, unimix_probs
-from .dreamer_layers import BlockGRU, deferred_weight_grads, gru_cell, normed_mlp, run_sequential
+from ..functional.dreamer import _straight_through_draw, unimix_probs
+from .dreamer_layers import BlockGRU, deferred_weight_grads, gru_cell, leading_one_hot, normed_mlp, run_sequential
+from .one_hot_latents import mark_one_hot, one_hot_classes
 
 __all__ = ["RSSMPosteriorV3", "RSSMPriorV3", "RSSMRolloutV3"]
 
 
 def _draw_state(logits: torch.Tensor, unimix: float) -> torch.Tensor:
-    """A straight-through one-hot draw of every categorical, flattened to ``[..., C * K]``."""
-    return straight_through_categorical(unimix_probs(logits, unimix)).flatten(-2)
+    """A straight-through one-hot draw of every categorical, flattened to ``[..., C * K]`` and marked
+    with its classes (:func:`~rl_objectives.modules.one_hot_latents.mark_one_hot`)."""
+    state, classes = _straight_through_draw(unimix_probs(logits, unimix))
+    return mark_one_hot(state.flatten(-2), classes)
 
 
 def _check_unimix(unimix: float, owner: str) -> float:
@@ -136,7 +139,7 @@ class RSSMPriorV3(nn.Module):
         """The next belief ``[..., H]`` (the recurrent core's step), without the prior's head and draw."""
         if self.action_state_projector is None:
             return self.rnn(state, belief, action)
-        projected = run_sequential(self.action_state_projector, torch.cat([state, action], -1))
+        projected = run_sequential(self.action_state_projector, torch.cat([state, action], -1), leading_one_hot(state))
         batch = projected.shape[:-1]  # GRUCell takes one batch dim
         belief = gru_cell(self.rnn, projected.reshape(-1, projected.shape[-1]), belief.reshape(-1, belief.shape[-1]))
         return belief.reshape(*batch, -1)
@@ -308,7 +311,7 @@ class RSSMRolloutV3(TensorDictModuleBase):
         if prior is not None:
             state_key, belief_key, action_key = map(unravel_key, self.rssm_prior.in_keys)
             logits_key, _, next_belief_key = map(unravel_key, self.rssm_prior.out_keys)
-        outputs = []
+        outputs, classes = [], []
         current = steps[0]
         for t in range(len(steps)):
             if self.reset_key is not None and current.get(self.reset_key, None) is not None:
@@ -320,12 +323,15 @@ class RSSMRolloutV3(TensorDictModuleBase):
                 current.set(next_belief_key, belief)
             self.rssm_posterior(current)
             outputs.append(current.select(*kept, strict=False))
+            state, belief = current.get(("next", "state")), current.get(("next", "belief"))
+            classes.append(one_hot_classes(state))
             if t + 1 < len(steps):
-                state, belief = current.get(("next", "state")), current.get(("next", "belief"))
                 current = steps[t + 1]
                 current.set("state", state)
                 current.set("belief", belief)
         out = stack(outputs, tensordict.ndim - 1)
+        if all(c is not None for c in classes):  # the heads gather the stacked states' columns
+            mark_one_hot(out.get(("next", "state")), torch.stack(classes, tensordict.ndim - 1))
         if prior is not None:
             # the same logits as per step, in one batched call (the draw it would make is overwritten)
             out.set(logits_key, prior.prior_logits(out.get(next_belief_key)))

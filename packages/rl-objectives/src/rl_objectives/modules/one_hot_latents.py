@@ -1,0 +1,119 @@
+"""One-hot latent states that remember their classes, and the linear layer that gathers their columns.
+
+A DreamerV3 latent state is ``num_categoricals`` one-hot vectors, flattened: a linear layer reading
+it adds up one weight column per categorical and multiplies every other column by zero. The RSSM
+marks each state it draws with the classes drawn (:func:`mark_one_hot`); :func:`latent_linear`,
+``layer(torch.cat(inputs, -1))`` for the first layer of ``DreamerV3MLP`` (the model's heads, the
+actor and critic), then sums the marked inputs' columns (``F.embedding_bag``) instead of
+multiplying, and multiplies the other inputs. Inside the rollout's recurrence the prior's first
+layer does the same (``dreamer_layers.linear(..., one_hot=)``).
+
+- Values equal the dense product up to the order of the additions.
+- Gradients are the dense product's: the state's is ``grad @ weight`` (the straight-through
+  gradient the draw passes on to the probabilities), the weight's has a row for each drawn column.
+- A mark holds while the tensor is not modified in place (its version counter is compared); a
+  state built by any other operation, or under ``torch.inference_mode``, is not marked and is
+  multiplied as before, as are all inputs under ``torch.compile`` or in another dtype than the weight.
+
+Examples:
+    >>> import torch
+    >>> from torch import nn
+    >>> classes = torch.tensor([[1, 0], [2, 2]])  # 2 rows, 2 categoricals of 3 classes
+    >>> state = mark_one_hot(torch.nn.functional.one_hot(classes, 3).float().flatten(-2), classes)
+    >>> layer = nn.Linear(6 + 4, 5)
+    >>> belief = torch.randn(2, 4)
+    >>> torch.allclose(latent_linear([state, belief], layer), layer(torch.cat([state, belief], -1)))
+    True
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+__all__ = ["latent_linear", "mark_one_hot", "one_hot_classes"]
+
+_MARK = "_one_hot_columns"
+
+
+def mark_one_hot(state: torch.Tensor, classes: torch.Tensor) -> torch.Tensor:
+    """Records on ``state`` (``[..., C * K]``, exactly one-hot per categorical) the classes drawn,
+    ``classes [..., C]``; returns ``state`` (an inference tensor has no version counter: not marked)."""
+    if not state.is_inference():
+        setattr(state, _MARK, (classes, state._version))
+    return state
+
+
+def one_hot_classes(state: torch.Tensor) -> torch.Tensor | None:
+    """The classes ``[..., C]`` of a marked ``state``; ``None`` when it is not marked, or was modified
+    in place since."""
+    mark = getattr(state, _MARK, None)
+    if mark is None or mark[1] != state._version:
+        return None
+    return mark[0]
+
+
+def drawn_columns(classes: torch.Tensor, width: int) -> torch.Tensor:
+    """The columns ``[N, C]`` of the ones of a flattened one-hot state ``[..., width]`` whose
+    categoricals drew ``classes [..., C]`` (one bag per row for ``F.embedding_bag``)."""
+    categoricals = classes.shape[-1]
+    offsets = torch.arange(0, width, width // categoricals, device=classes.device)
+    return (classes + offsets).reshape(-1, categoricals)
+
+
+class _GatheredRows(torch.autograd.Function):
+    """``gathered + rest``, where ``gathered`` is ``state @ weight.T`` summed from ``weight``'s columns:
+    ``state`` receives the dense product's gradient, ``grad @ weight``."""
+
+    @staticmethod
+    def forward(  # type: ignore[override]
+        ctx: Any, gathered: torch.Tensor, rest: torch.Tensor, state: torch.Tensor, weight: torch.Tensor
+    ) -> torch.Tensor:
+        ctx.save_for_backward(weight)
+        return gathered + rest
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> tuple:  # type: ignore[override]
+        (weight,) = ctx.saved_tensors
+        grad_state = grad.matmul(weight) if ctx.needs_input_grad[2] else None
+        return grad, grad, grad_state, None
+
+
+def latent_linear(inputs: list[torch.Tensor] | tuple[torch.Tensor, ...], layer: nn.Module) -> torch.Tensor:
+    """``layer(torch.cat(inputs, -1))``, the columns of marked one-hot inputs gathered, not multiplied."""
+    classes = [None if torch.compiler.is_compiling() else one_hot_classes(x) for x in inputs]
+    if (
+        all(c is None for c in classes)
+        or type(layer) is not nn.Linear
+        or layer._forward_hooks
+        or layer._forward_pre_hooks
+    ):
+        return layer(inputs[0] if len(inputs) == 1 else torch.cat(inputs, -1))
+    weight, bias = layer.weight, layer.bias
+    if any(x.dtype != weight.dtype for x in inputs):
+        return layer(torch.cat(inputs, -1))
+    dense, dense_weights, gathered = [], [], []
+    start = 0
+    for x, drawn in zip(inputs, classes, strict=True):
+        part = weight[:, start : start + x.shape[-1]]
+        start += x.shape[-1]
+        if drawn is None:
+            dense.append(x)
+            dense_weights.append(part)
+        else:
+            gathered.append((x, drawn_columns(drawn, x.shape[-1]), part))
+    if dense:
+        out = F.linear(
+            dense[0] if len(dense) == 1 else torch.cat(dense, -1),
+            dense_weights[0] if len(dense) == 1 else torch.cat(dense_weights, -1),
+            bias,
+        )
+    else:
+        out = bias if bias is not None else weight.new_zeros(())
+    for x, columns, part in gathered:
+        rows = F.embedding_bag(columns, part.t().contiguous(), mode="sum")
+        out = _GatheredRows.apply(rows.reshape(*x.shape[:-1], -1), out, x, part.detach())
+    return out
