@@ -33,7 +33,7 @@ def _values_and_grads(fn, inputs, leaves, layer, grad_out_seed=1):
     out = fn(inputs, layer)
     g = torch.randn(out.shape, generator=torch.Generator().manual_seed(grad_out_seed))
     params = [p for p in (layer.weight, layer.bias) if p is not None]
-    return out, torch.autograd.grad(out, [*leaves, *params], g)
+    return out, torch.autograd.grad(out, [*leaves, *params], g, retain_graph=True)
 
 
 @settings(max_examples=25, deadline=None)
@@ -67,6 +67,21 @@ def test_two_marked_inputs_and_the_gradients_reach_each_probability():
     inputs = [first, belief, second]
     got, got_grads = _values_and_grads(latent_linear, inputs, [p1, p2, belief], layer)
     want, want_grads = _values_and_grads(_dense, inputs, [p1, p2, belief], layer)
+    torch.testing.assert_close(got, want)
+    for a, b in zip(got_grads, want_grads, strict=True):
+        torch.testing.assert_close(a, b)
+
+
+def test_zeroed_categoricals_gather_nothing():
+    """Class -1 marks a categorical set to zeros (an episode's first step): it adds no column."""
+    state, probs, drawn = _latent((6,), 3, 4)
+    zero = torch.tensor([[True], [False], [False], [True], [False], [False]])  # whole rows, as at a reset
+    zero = zero | (torch.arange(3) == 1) & torch.tensor([False, True, False, False, False, False])[:, None]
+    zeroed = mark_one_hot(torch.where(zero.repeat_interleave(4, -1), 0.0, state), torch.where(zero, -1, drawn))
+    belief = torch.randn(6, 2, requires_grad=True)
+    layer = torch.nn.Linear(12 + 2, 5)
+    got, got_grads = _values_and_grads(latent_linear, [zeroed, belief], [probs, belief], layer)
+    want, want_grads = _values_and_grads(_dense, [zeroed, belief], [probs, belief], layer)
     torch.testing.assert_close(got, want)
     for a, b in zip(got_grads, want_grads, strict=True):
         torch.testing.assert_close(a, b)

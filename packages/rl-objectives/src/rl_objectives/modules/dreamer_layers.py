@@ -24,7 +24,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .one_hot_latents import drawn_columns, latent_linear, one_hot_classes
+from .one_hot_latents import drawn_columns, gather_table, latent_linear, one_hot_classes
 
 __all__ = ["BlockGRU", "BlockLinear", "DreamerV3MLP", "RMSNorm", "dreamer_v3_init", "normed_mlp"]
 
@@ -59,7 +59,7 @@ class _Stash:
     def __init__(self) -> None:
         self.inputs: list[torch.Tensor] = []
         self.grads: list[torch.Tensor] = []
-        self.state_columns: torch.Tensor | None = None  # [state width, out]: the rows a one-hot state gathers
+        self.state_columns: torch.Tensor | None = None  # [state width + 1, out]: what a one-hot state gathers
 
 
 class _WeightAnchor(torch.autograd.Function):
@@ -116,7 +116,7 @@ class _DeferredLinear(torch.autograd.Function):
         # a one-hot latent state leads the input: its ones' weight columns, summed (the backward is dense)
         classes, width = one_hot
         if stash.state_columns is None:  # the weight is fixed for the whole recurrence
-            stash.state_columns = weight[:, :width].t().contiguous()
+            stash.state_columns = gather_table(weight[:, :width])
         out = F.embedding_bag(drawn_columns(classes, width), stash.state_columns, mode="sum")
         out = out.reshape(*value.shape[:-1], -1)
         if value.shape[-1] > width:

@@ -41,7 +41,8 @@ _MARK = "_one_hot_columns"
 
 def mark_one_hot(state: torch.Tensor, classes: torch.Tensor) -> torch.Tensor:
     """Records on ``state`` (``[..., C * K]``, exactly one-hot per categorical) the classes drawn,
-    ``classes [..., C]``; returns ``state`` (an inference tensor has no version counter: not marked)."""
+    ``classes [..., C]`` (-1 for a categorical set to zeros); returns ``state`` (an inference tensor
+    has no version counter: not marked)."""
     if not state.is_inference():
         setattr(state, _MARK, (classes, state._version))
     return state
@@ -58,10 +59,17 @@ def one_hot_classes(state: torch.Tensor) -> torch.Tensor | None:
 
 def drawn_columns(classes: torch.Tensor, width: int) -> torch.Tensor:
     """The columns ``[N, C]`` of the ones of a flattened one-hot state ``[..., width]`` whose
-    categoricals drew ``classes [..., C]`` (one bag per row for ``F.embedding_bag``)."""
+    categoricals drew ``classes [..., C]`` (one bag per row for ``F.embedding_bag``); a zeroed
+    categorical (class -1) points at column ``width``, the zero row of :func:`gather_table`."""
     categoricals = classes.shape[-1]
     offsets = torch.arange(0, width, width // categoricals, device=classes.device)
-    return (classes + offsets).reshape(-1, categoricals)
+    columns = torch.where(classes < 0, width, classes + offsets)
+    return columns.reshape(-1, categoricals)
+
+
+def gather_table(weight: torch.Tensor) -> torch.Tensor:
+    """The rows that :func:`drawn_columns` index: ``weight [out, width]`` transposed, then a zero row."""
+    return torch.cat([weight.t(), weight.new_zeros(1, weight.shape[0])])
 
 
 class _GatheredRows(torch.autograd.Function):
@@ -114,6 +122,6 @@ def latent_linear(inputs: list[torch.Tensor] | tuple[torch.Tensor, ...], layer: 
     else:
         out = bias if bias is not None else weight.new_zeros(())
     for x, columns, part in gathered:
-        rows = F.embedding_bag(columns, part.t().contiguous(), mode="sum")
+        rows = F.embedding_bag(columns, gather_table(part), mode="sum")
         out = _GatheredRows.apply(rows.reshape(*x.shape[:-1], -1), out, x, part.detach())
     return out

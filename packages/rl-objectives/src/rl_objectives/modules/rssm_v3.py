@@ -346,4 +346,8 @@ class RSSMRolloutV3(TensorDictModuleBase):
             if value is None:
                 continue
             flag = reset.reshape(*reset.shape[: step.batch_dims], *([1] * (value.ndim - step.batch_dims)))
-            step.set(key, torch.where(flag, torch.zeros((), dtype=value.dtype, device=value.device), value))
+            zeroed = torch.where(flag, torch.zeros((), dtype=value.dtype, device=value.device), value)
+            classes = one_hot_classes(value) if key == "state" else None
+            if classes is not None:  # still one-hot where kept: class -1 where zeroed
+                mark_one_hot(zeroed, torch.where(flag, -1, classes))
+            step.set(key, zeroed)
