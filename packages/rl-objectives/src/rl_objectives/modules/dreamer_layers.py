@@ -403,7 +403,9 @@ class BlockGRU(nn.Module):
 class DreamerV3MLP(nn.Module):
     """``depth`` x (linear, RMS norm, SiLU) of ``num_cells`` units, then a linear output (TorchRL's ``DreamerV3MLP``).
 
-    Several inputs are concatenated along the last dim.
+    Several inputs are concatenated along the last dim. The first layer sums the weight columns of
+    the ones of a one-hot latent state drawn by the RSSM (marked with its classes,
+    :mod:`~rl_objectives.modules.one_hot_latents`) instead of multiplying by it.
 
     Args:
         in_features / out_features: the input and output sizes (``out_features=None``: no output

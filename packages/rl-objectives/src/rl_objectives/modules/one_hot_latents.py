@@ -36,7 +36,7 @@ from torch import nn
 
 __all__ = ["latent_linear", "mark_one_hot", "one_hot_classes"]
 
-_MARK = "_one_hot_columns"
+_MARK = "_one_hot_classes"
 
 
 def mark_one_hot(state: torch.Tensor, classes: torch.Tensor) -> torch.Tensor:
