@@ -165,3 +165,73 @@ def test_the_rssm_marks_its_draws_and_the_rollout_its_stacked_states(recurrent_m
         inferred = rollout(td.clone())
     assert one_hot_classes(inferred["next", "state"]) is None
     assert inferred["next", "state"].sum(-1).eq(C).all()
+
+
+@pytest.mark.parametrize("recurrent_model", ["gru", "block_gru"])
+def test_a_world_model_update_equals_the_dense_one(recurrent_model, monkeypatch):
+    """DreamerV3ModelLoss over an RSSM world model with DreamerV3MLP heads: the loss terms and every
+    parameter's gradient equal those with every gather turned off (the dense products), resets
+    inside the sequences included."""
+    import rl_objectives.modules.dreamer_layers as layers
+    import rl_objectives.modules.one_hot_latents as latents
+    from rl_objectives.losses.dreamer_v3_model import DreamerV3ModelLoss
+    from tdict.nn import TensorDictSequential
+
+    torch.manual_seed(0)
+    C, K, H, A, O, E = 4, 5, 16, 2, 6, 8
+    post = [("next", "state"), ("next", "belief")]
+    prior = RSSMPriorV3(
+        action_shape=(A,), hidden_dim=16, rnn_hidden_dim=H, num_categoricals=C, num_classes=K, action_dim=A,
+        recurrent_model=recurrent_model, num_blocks=2, unimix=0.01,
+    )  # fmt: skip
+    model = TensorDictSequential(
+        TensorDictModule(DreamerV3MLP(O, None, 1, E), [("next", "pixels")], [("next", "encoded_latents")]),
+        RSSMRolloutV3(
+            TensorDictModule(prior, ["state", "belief", "action"], [("next", "prior_logits"), "_", ("next", "belief")]),
+            TensorDictModule(
+                RSSMPosteriorV3(16, C, K, rnn_hidden_dim=H, obs_embed_dim=E, unimix=0.01),
+                [("next", "belief"), ("next", "encoded_latents")], [("next", "posterior_logits"), ("next", "state")],
+            ),
+        ),
+        TensorDictModule(DreamerV3MLP(C * K + H, O, 2, 16), post, [("next", "reco_pixels")]),
+        TensorDictModule(DreamerV3MLP(C * K + H, 15, 2, 16), post, [("next", "reward_logits")]),
+    )  # fmt: skip
+    N, L = 3, 7
+    is_init = torch.zeros(N, L, dtype=torch.bool)
+    is_init[:, 0] = is_init[1, 4] = is_init[2, 2] = True
+    td = TensorDict(
+        {
+            "state": torch.zeros(N, L, C * K),
+            "belief": torch.zeros(N, L, H),
+            "action": torch.randn(N, L, A),
+            "is_init": is_init,
+            "next": {"pixels": torch.randn(N, L, O), "reward": torch.randn(N, L)},
+        },
+        [N, L],
+    )
+    loss = DreamerV3ModelLoss(model, num_reward_bins=15, kl_mode="separate", free_bits=0.0, unimix=0.01)
+    params = list(model.parameters())
+
+    def update():
+        torch.manual_seed(1)  # the same draws in both runs
+        losses, _ = loss(td.clone())
+        total = sum(v for k, v in losses.items() if k.startswith("loss_"))
+        return {k: v.detach() for k, v in losses.items()}, torch.autograd.grad(total, params)
+
+    calls = []
+    embedding_bag = F.embedding_bag
+    monkeypatch.setattr(F, "embedding_bag", lambda *a, **k: calls.append(a[1].shape) or embedding_bag(*a, **k))
+    gathered = update()
+    # the prior's projection gathered at every step after the first (which reads the batch's zero
+    # state), resets included, and both heads once
+    assert len(calls) == (L - 1) + 2
+    monkeypatch.setattr(latents, "one_hot_classes", lambda state: None)
+    monkeypatch.setattr(layers, "one_hot_classes", lambda state: None)
+    calls.clear()
+    dense = update()
+    assert not calls
+    assert gathered[0].keys() == dense[0].keys()
+    for k in dense[0]:
+        torch.testing.assert_close(gathered[0][k], dense[0][k], rtol=1e-5, atol=1e-6)
+    for a, b in zip(gathered[1], dense[1], strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5)
