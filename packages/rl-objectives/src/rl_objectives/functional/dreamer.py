@@ -204,10 +204,15 @@ def _categorical_index(probs: torch.Tensor, generator: torch.Generator | None) -
     cumulative distribution at a uniform draw: one random number per categorical, where
     ``torch.multinomial`` draws one per class. A class of zero probability is never drawn (its
     cumulative value equals its predecessor's), and the last cumulative value, divided by itself,
-    is exactly 1, above every uniform draw."""
+    is exactly 1, above every uniform draw. On the CPU a categorical without a finite, positive total
+    raises (elsewhere the check would wait for the device at every draw)."""
     cdf = probs.cumsum(-1)
     total = cdf[..., -1:]
-    if not torch.compiler.is_compiling() and not bool((torch.isfinite(total) & (total > 0)).all()):
+    if (
+        total.device.type == "cpu"
+        and not torch.compiler.is_compiling()
+        and not bool((torch.isfinite(total) & (total > 0)).all())
+    ):
         raise ValueError("straight_through_categorical: every categorical needs a finite, positive total probability.")
     uniform = torch.rand(total.shape, generator=generator, dtype=probs.dtype, device=probs.device)
     return (cdf / total <= uniform).sum(-1)
