@@ -167,8 +167,14 @@ def test_the_rssm_marks_its_draws_and_the_rollout_its_stacked_states(recurrent_m
     assert inferred["next", "state"].sum(-1).eq(C).all()
 
 
+_CUDA = pytest.param(
+    "cuda", marks=[pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")]
+)
+
+
+@pytest.mark.parametrize("device", ["cpu", _CUDA])
 @pytest.mark.parametrize("recurrent_model", ["gru", "block_gru"])
-def test_a_world_model_update_equals_the_dense_one(recurrent_model, monkeypatch):
+def test_a_world_model_update_equals_the_dense_one(recurrent_model, device, monkeypatch):
     """DreamerV3ModelLoss over an RSSM world model with DreamerV3MLP heads: the loss terms and every
     parameter's gradient equal those with every gather turned off (the dense products), resets
     inside the sequences included."""
@@ -209,6 +215,7 @@ def test_a_world_model_update_equals_the_dense_one(recurrent_model, monkeypatch)
         },
         [N, L],
     )
+    model, td = model.to(device), td.to(device)
     loss = DreamerV3ModelLoss(model, num_reward_bins=15, kl_mode="separate", free_bits=0.0, unimix=0.01)
     params = list(model.parameters())
 
