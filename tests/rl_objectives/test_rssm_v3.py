@@ -24,6 +24,35 @@ def test_rms_norm_formula():
     torch.testing.assert_close(out, expected, rtol=1e-6, atol=1e-6)  # computed in float32
 
 
+@pytest.mark.parametrize("rows", [3, 300])  # under and over the size where the fused function takes over
+def test_rms_norm_gradients_against_the_formula_vmap_and_functional_grad(rows):
+    torch.manual_seed(0)
+    norm = RMSNorm(512, eps=1e-3)
+    with torch.no_grad():
+        norm.weight.uniform_(0.5, 1.5)
+    x = torch.randn(2, rows, 512, requires_grad=True)
+    g = torch.randn(2, rows, 512)
+
+    def formula(value, weight):
+        return value / torch.sqrt((value**2).mean(-1, keepdim=True) + 1e-3) * weight
+
+    got = torch.autograd.grad(norm(x), [x, norm.weight], g)
+    want = torch.autograd.grad(formula(x, norm.weight), [x, norm.weight], g)
+    for a, b in zip(got, want, strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5)
+    # a batch of inputs under vmap, and the weight's gradient through torch.func
+    xs = x.detach()
+    torch.testing.assert_close(torch.vmap(norm)(xs), formula(xs, norm.weight), rtol=1e-5, atol=1e-5)
+    params = dict(norm.named_parameters())
+    grads = torch.func.grad(lambda p: torch.func.functional_call(norm, p, (xs,)).square().sum())(params)
+    (expected,) = torch.autograd.grad(formula(xs, norm.weight).square().sum(), norm.weight)
+    torch.testing.assert_close(grads["weight"], expected, rtol=1e-4, atol=1e-4)
+    # other activation dtypes: computed in float32, returned in theirs
+    assert norm(x.detach().bfloat16()).dtype == torch.bfloat16
+    compiled = torch.compile(norm, fullgraph=True, backend="eager")  # the composite, for the compiler
+    torch.testing.assert_close(compiled(xs), norm(xs), rtol=1e-5, atol=1e-5)
+
+
 def test_block_linear_is_block_diagonal():
     layer = BlockLinear(6, 9, num_blocks=3)
     x = torch.randn(4, 6)

@@ -249,6 +249,49 @@ def gru_cell(cell: nn.Module, value: torch.Tensor, hidden: torch.Tensor) -> torc
     return (hidden - new) * update + new
 
 
+_FUSED_RMS_NORM_MIN = 1 << 17
+
+
+class _RMSNorm(torch.autograd.Function):
+    """``F.rms_norm`` over the last dim in fewer passes over the data: the mean square from one
+    vector norm, the backward from one dot product per row (``dx = r * (g w - x_hat * mean(g w
+    x_hat))``, ``x_hat = r x``, ``r = 1 / sqrt(mean(x^2) + eps)``) instead of differentiating the
+    composite's steps; vmap-able (its rule generated), not twice differentiable."""
+
+    generate_vmap_rule = True
+
+    @staticmethod
+    def _inverse_rms(value: torch.Tensor, eps: float) -> torch.Tensor:
+        norm = torch.linalg.vector_norm(value, dim=-1, keepdim=True)
+        return torch.rsqrt(norm.square().div(value.shape[-1]).add(eps))
+
+    @staticmethod
+    def forward(value: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:  # type: ignore[override]
+        return value * _RMSNorm._inverse_rms(value, eps) * weight
+
+    @staticmethod
+    def setup_context(ctx: Any, inputs: tuple, output: torch.Tensor) -> None:
+        value, weight, eps = inputs
+        ctx.save_for_backward(value, weight)
+        ctx.eps = eps
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable
+    def backward(ctx: Any, grad: torch.Tensor) -> tuple:  # type: ignore[override]
+        value, weight = ctx.saved_tensors
+        inverse_rms = _RMSNorm._inverse_rms(value, ctx.eps)
+        normed = value * inverse_rms
+        grad_weight = None
+        if ctx.needs_input_grad[1]:
+            grad_weight = (grad * normed).reshape(-1, normed.shape[-1]).sum(0)
+        grad_value = None
+        if ctx.needs_input_grad[0]:
+            scaled = grad * weight
+            mean_dot = torch.linalg.vecdot(scaled, normed).unsqueeze(-1).div(normed.shape[-1])
+            grad_value = torch.addcmul(scaled, normed, mean_dot, value=-1).mul_(inverse_rms)
+        return grad_value, grad_weight, None
+
+
 class RMSNorm(nn.Module):
     """``x / sqrt(mean(x^2) + eps) * weight`` over the last dim (computed in float32), no shift.
 
@@ -265,7 +308,13 @@ class RMSNorm(nn.Module):
         self.weight = nn.Parameter(torch.ones(features, device=device))
 
     def forward(self, value: torch.Tensor) -> torch.Tensor:
-        out = F.rms_norm(value.float(), self.weight.shape, self.weight.float(), self.eps)
+        # the compiler fuses the composite itself; below ~100k elements the fused function's call
+        # costs more than its passes save (one CPU thread: 0.26 ms against 0.15 ms at 16 x 512,
+        # 2.4 ms against 3.5 ms at 1024 x 512, forward and backward)
+        if torch.compiler.is_compiling() or value.numel() < _FUSED_RMS_NORM_MIN:
+            out = F.rms_norm(value.float(), self.weight.shape, self.weight.float(), self.eps)
+        else:
+            out = _RMSNorm.apply(value.float(), self.weight.float(), self.eps)
         return out.to(value.dtype)
 
 
