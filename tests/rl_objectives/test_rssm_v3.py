@@ -195,6 +195,7 @@ def test_rollout_equals_the_steps_unrolled_by_hand(recurrent_model):
         },
         [B, T],
     )
+    assert rollout._split_posterior(td) is posterior  # its embedding columns: once, for every step
     torch.manual_seed(7)
     out = rollout(td)
     assert out.batch_size == (B, T)
@@ -220,6 +221,36 @@ def test_rollout_equals_the_steps_unrolled_by_hand(recurrent_model):
     # gradients flow back through the recursion: the last posterior depends on the first prior step
     out["next", "posterior_logits"][:, -1].sum().backward()
     assert any(p.grad is not None and p.grad.abs().sum() > 0 for p in prior.parameters())
+
+
+@pytest.mark.parametrize("recurrent_model", ["gru", "block_gru"])
+def test_the_posterior_split_gives_the_per_step_gradients_and_yields_to_hooks(recurrent_model, monkeypatch):
+    """The rollout multiplies every step's embedding by the posterior's first layer at once and only
+    the belief per step: outputs and every parameter's gradient equal the posterior module called
+    whole at each step; a hook on the posterior sees that per-step call."""
+    prior, posterior, rollout = _modules(recurrent_model)
+    td = _rollout_input(3, 6)
+    assert rollout._split_posterior(td) is posterior
+    params = [*prior.parameters(), *posterior.parameters()]
+
+    def run():
+        torch.manual_seed(3)
+        out = rollout(td.clone())
+        total = out["next", "posterior_logits"].square().sum() + out["next", "prior_logits"].square().sum()
+        total = total + out["next", "state"].sum() * 0.5
+        return out, torch.autograd.grad(total + out["next", "belief"].sum(), params)
+
+    split, split_grads = run()
+    calls = []
+    handle = posterior.register_forward_hook(lambda *args: calls.append(1))
+    assert rollout._split_posterior(td) is None
+    whole, whole_grads = run()
+    handle.remove()
+    assert len(calls) == 6  # once per step
+    for key in [("next", "posterior_logits"), ("next", "state"), ("next", "belief"), ("next", "prior_logits")]:
+        torch.testing.assert_close(split[key], whole[key])
+    for a, b in zip(split_grads, whole_grads, strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5)
 
 
 def test_rollout_runs_the_prior_per_step_when_its_state_is_used():
@@ -286,7 +317,7 @@ def test_rollout_gradients_equal_the_plain_autograd_ones(recurrent_model, monkey
         return [p.grad for p in params]
 
     deferred = grads()
-    monkeypatch.setattr(rssm_v3, "deferred_weight_grads", lambda *modules: contextlib.nullcontext())
+    monkeypatch.setattr(rssm_v3, "deferred_weight_grads", lambda *modules, weights=(): contextlib.nullcontext())
     plain = grads()
     assert len(deferred) == len(params) and all(g is not None for g in plain)
     for got, expected in zip(deferred, plain):

@@ -164,22 +164,23 @@ def _weight_pairs(module: nn.Module) -> list[tuple[torch.Tensor, torch.Tensor | 
 
 
 @contextmanager
-def deferred_weight_grads(*modules: nn.Module) -> Iterator[None]:
+def deferred_weight_grads(*modules: nn.Module, weights: tuple[torch.Tensor, ...] = ()) -> Iterator[None]:
     """Within the block, the linear layers (where called through :func:`linear`,
     :func:`run_sequential` or :func:`gru_cell`), GRU cells and :class:`BlockLinear` layers of
-    ``modules`` compute their weight gradients in one product over all their calls. Forward values
-    are unchanged; not for double backward."""
+    ``modules``, and the dense ``weights`` (e.g. a slice of a layer's weight, where called through
+    :func:`weight_product`), compute their weight gradients in one product over all their calls.
+    Forward values are unchanged; not for double backward."""
     added: list[int] = []
     layers = _DEFERRED.layers
     # (compiled code and functorch transforms differentiate the plain ops themselves)
     if torch.is_grad_enabled() and not torch.compiler.is_compiling():
-        for module in modules:
-            for sub in module.modules():
-                for weight, bias in _weight_pairs(sub):
-                    if id(weight) not in layers:
-                        stash = _Stash()
-                        layers[id(weight)] = (_WeightAnchor.apply(weight, bias, stash), stash)
-                        added.append(id(weight))
+        pairs = [pair for module in modules for sub in module.modules() for pair in _weight_pairs(sub)]
+        pairs += [(weight, None) for weight in weights if weight.requires_grad]
+        for weight, bias in pairs:
+            if id(weight) not in layers:
+                stash = _Stash()
+                layers[id(weight)] = (_WeightAnchor.apply(weight, bias, stash), stash)
+                added.append(id(weight))
     try:
         yield
     finally:
@@ -202,6 +203,11 @@ def _linear(
         one_hot = None
     detached_bias = None if bias is None else bias.detach()
     return _DeferredLinear.apply(value, anchor, weight.detach(), detached_bias, stash, one_hot)
+
+
+def weight_product(value: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+    """``value @ weight.T``; inside :func:`deferred_weight_grads` naming ``weight``, deferred."""
+    return _linear(value, weight, None)
 
 
 def linear(module: nn.Module, value: torch.Tensor, one_hot: tuple[torch.Tensor, int] | None = None) -> torch.Tensor:

@@ -19,13 +19,23 @@ from __future__ import annotations
 from typing import Any, Literal
 
 import torch
+import torch.nn.functional as F
 from tdict import TensorDictBase, stack, unravel_key
 from tdict.nn import TensorDictModule as _TDModule
 from tdict.nn import TensorDictModuleBase, TensorDictSequential
 from torch import nn
 
 from ..functional.dreamer import _straight_through_draw, unimix_probs
-from .dreamer_layers import BlockGRU, deferred_weight_grads, gru_cell, leading_one_hot, normed_mlp, run_sequential
+from .dreamer_layers import (
+    BlockGRU,
+    deferred_weight_grads,
+    gru_cell,
+    leading_one_hot,
+    linear,
+    normed_mlp,
+    run_sequential,
+    weight_product,
+)
 from .one_hot_latents import mark_one_hot, one_hot_classes
 
 __all__ = ["RSSMPosteriorV3", "RSSMPriorV3", "RSSMRolloutV3"]
@@ -198,7 +208,7 @@ class RSSMPosteriorV3(nn.Module):
         unimix: float = 0.0,
     ) -> None:
         super().__init__()
-        self.num_categoricals, self.num_classes = num_categoricals, num_classes
+        self.num_categoricals, self.num_classes, self.obs_embed_dim = num_categoricals, num_classes, obs_embed_dim
         self.unimix = _check_unimix(unimix, "RSSMPosteriorV3")
         known = rnn_hidden_dim is not None and obs_embed_dim is not None
         in_features = (
@@ -219,8 +229,38 @@ class RSSMPosteriorV3(nn.Module):
     def forward(self, belief: torch.Tensor, obs_embedding: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """``belief [..., H]``, ``obs_embedding [..., E]`` -> ``(posterior_logits [..., C, K], state [..., C*K])``."""
         logits = run_sequential(self.obs_rnn_to_post_projector, torch.cat([belief, obs_embedding], -1))
-        logits = logits.unflatten(-1, (self.num_categoricals, self.num_classes))
+        return self._draw(logits)
+
+    def _draw(self, flat_logits: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        logits = flat_logits.unflatten(-1, (self.num_categoricals, self.num_classes))
         return logits, _draw_state(logits, self.unimix)
+
+    def _first_layer(self) -> tuple[nn.Linear, int]:
+        """The first linear layer and the number of its input columns that read the belief."""
+        first = self.obs_rnn_to_post_projector[0]
+        assert isinstance(first, nn.Linear) and self.obs_embed_dim is not None  # the rollout checked both
+        return first, first.in_features - self.obs_embed_dim
+
+    def belief_weight(self) -> torch.Tensor:
+        """The first layer's weight columns that read the belief (a view)."""
+        first, belief_columns = self._first_layer()
+        return first.weight[:, :belief_columns]
+
+    def embedding_product(self, obs_embedding: torch.Tensor) -> torch.Tensor:
+        """The first layer's embedding columns times ``obs_embedding [..., E]``, plus its bias: the part
+        of the first layer that does not depend on the belief (computed once for a whole sequence)."""
+        first, belief_columns = self._first_layer()
+        return F.linear(obs_embedding, first.weight[:, belief_columns:], first.bias)
+
+    def step_from_embedding(
+        self, belief: torch.Tensor, embedding_product: torch.Tensor, belief_weight: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """:meth:`forward` given the :meth:`embedding_product` of the step's embedding and the
+        :meth:`belief_weight` (deferred inside ``deferred_weight_grads(..., weights=(belief_weight,))``)."""
+        value = weight_product(belief, belief_weight) + embedding_product
+        for module in list(self.obs_rnn_to_post_projector)[1:]:
+            value = linear(module, value)
+        return self._draw(value)
 
 
 class RSSMRolloutV3(TensorDictModuleBase):
@@ -282,8 +322,10 @@ class RSSMRolloutV3(TensorDictModuleBase):
         """Rolls the model over ``tensordict`` (``[*batch, T]``); returns the ``[*batch, T]`` steps."""
         steps = tensordict.exclude(*self.out_keys).unbind(-1)
         kept = list(steps[0].keys(True, True)) + list(self.out_keys)
-        with deferred_weight_grads(self.rssm_prior, self.rssm_posterior):
-            return self._roll(tensordict, steps, kept)
+        posterior = self._split_posterior(tensordict)
+        belief_weight = () if posterior is None else (posterior.belief_weight(),)
+        with deferred_weight_grads(self.rssm_prior, self.rssm_posterior, weights=belief_weight):
+            return self._roll(tensordict, steps, kept, posterior, *belief_weight)
 
     def _deferred_prior(self) -> RSSMPriorV3 | None:
         """The :class:`RSSMPriorV3` whose head can run once after the loop: the prior module wraps
@@ -306,11 +348,45 @@ class RSSMRolloutV3(TensorDictModuleBase):
             return None
         return prior
 
-    def _roll(self, tensordict: TensorDictBase, steps: Any, kept: list) -> TensorDictBase:
+    def _split_posterior(self, tensordict: TensorDictBase) -> RSSMPosteriorV3 | None:
+        """The :class:`RSSMPosteriorV3` whose first layer's embedding columns can multiply every
+        step's embedding at once (only the belief's columns then run per step): the posterior
+        module wraps one with TorchRL's layout (``belief, embedding -> logits, state``), its first
+        layer is a plain ``nn.Linear``, no hook expects to see its calls, and the embeddings are
+        in ``tensordict`` (with the rollout's batch shape)."""
+        posterior = getattr(self.rssm_posterior, "module", None)
+        if not isinstance(posterior, RSSMPosteriorV3) or posterior.obs_embed_dim is None:
+            return None
+        first = posterior.obs_rnn_to_post_projector[0]
+        embedding = tensordict.get(unravel_key(self.rssm_posterior.in_keys[-1]), None)
+        if (
+            len(self.rssm_posterior.in_keys) != 2
+            or len(self.rssm_posterior.out_keys) != 2
+            or type(self.rssm_posterior).forward is not _TDModule.forward
+            or type(first) is not nn.Linear
+            or not isinstance(embedding, torch.Tensor)
+            or embedding.shape[-1] != posterior.obs_embed_dim
+            or any(m._forward_hooks or m._forward_pre_hooks for m in (self.rssm_posterior, posterior, first))
+        ):
+            return None
+        return posterior
+
+    def _roll(
+        self,
+        tensordict: TensorDictBase,
+        steps: Any,
+        kept: list,
+        posterior: RSSMPosteriorV3 | None,
+        belief_weight: torch.Tensor | None = None,
+    ) -> TensorDictBase:
         prior = self._deferred_prior()
         if prior is not None:
             state_key, belief_key, action_key = map(unravel_key, self.rssm_prior.in_keys)
             logits_key, _, next_belief_key = map(unravel_key, self.rssm_prior.out_keys)
+        if posterior is not None:  # the embeddings' share of the first layer, for every step at once
+            post_belief_key, embedding_key = map(unravel_key, self.rssm_posterior.in_keys)
+            post_logits_key, post_state_key = map(unravel_key, self.rssm_posterior.out_keys)
+            embedded = posterior.embedding_product(tensordict.get(embedding_key)).unbind(tensordict.ndim - 1)
         outputs, classes = [], []
         current = steps[0]
         for t in range(len(steps)):
@@ -321,7 +397,13 @@ class RSSMRolloutV3(TensorDictModuleBase):
             else:  # the belief step only: the prior's head runs once over every step below
                 belief = prior.belief_step(current.get(state_key), current.get(belief_key), current.get(action_key))
                 current.set(next_belief_key, belief)
-            self.rssm_posterior(current)
+            if posterior is None:
+                self.rssm_posterior(current)
+            else:
+                assert belief_weight is not None  # given with the posterior
+                logits, state = posterior.step_from_embedding(current.get(post_belief_key), embedded[t], belief_weight)
+                current.set(post_logits_key, logits)
+                current.set(post_state_key, state)
             outputs.append(current.select(*kept, strict=False))
             state, belief = current.get(("next", "state")), current.get(("next", "belief"))
             classes.append(one_hot_classes(state))
