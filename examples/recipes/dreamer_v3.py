@@ -21,10 +21,10 @@ them, updates the posterior with the observation's embedding, and samples the ac
 latent, which the next step reads. The first ``collector.init_random_frames`` frames are random.
 
 Expected: ``pendulum`` (states, random actions score about -1,200 to -1,400) above -400 in 12,000
-frames; seed 0: -1,435 at 1,792 frames, -1,273 at 3,584, -326 at 5,376, -247 at 7,168, -145 at
-10,752, final -173 (2026-12-06, after the rollout's prior head moved out of its loop, which changes
-the random draws), in 635 s on one thread of 2 shared cores (2,200 gradient steps of 0.2 s; 1,006 s
-on a slower, loaded day).
+frames; seed 0: -1,425 at 1,792 frames, -1,034 at 3,584, -247 at 5,376, -182 at 7,168, -201 at
+8,960, -145 at 10,752, final -170 (2026-12-06, after the latents came to be drawn by inverting their
+cumulative distribution, which changes the random draws), in 804 s on one thread with other work on
+the second core (2,200 gradient steps; 635 s on a quiet machine before that change).
 ``pendulum_pixels`` (the same task seen as 16 x 16 grayscale images of the pole, ``envs.render_pendulum``:
 the angular velocity must come from the latent; random about -1,200 to -1,400) above -400 in 12,000
 frames with one gradient step per 2 frames; seed 0: -1,428 at 1,792 frames, -1,343 at 3,584, -493 at
