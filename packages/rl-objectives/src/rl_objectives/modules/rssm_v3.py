@@ -323,9 +323,10 @@ class RSSMRolloutV3(TensorDictModuleBase):
         steps = tensordict.exclude(*self.out_keys).unbind(-1)
         kept = list(steps[0].keys(True, True)) + list(self.out_keys)
         posterior = self._split_posterior(tensordict)
-        belief_weight = () if posterior is None else (posterior.belief_weight(),)
-        with deferred_weight_grads(self.rssm_prior, self.rssm_posterior, weights=belief_weight):
-            return self._roll(tensordict, steps, kept, posterior, *belief_weight)
+        belief_weight = None if posterior is None else posterior.belief_weight()
+        deferred = () if belief_weight is None else (belief_weight,)
+        with deferred_weight_grads(self.rssm_prior, self.rssm_posterior, weights=deferred):
+            return self._roll(tensordict, steps, kept, posterior, belief_weight)
 
     def _deferred_prior(self) -> RSSMPriorV3 | None:
         """The :class:`RSSMPriorV3` whose head can run once after the loop: the prior module wraps
@@ -377,7 +378,7 @@ class RSSMRolloutV3(TensorDictModuleBase):
         steps: Any,
         kept: list,
         posterior: RSSMPosteriorV3 | None,
-        belief_weight: torch.Tensor | None = None,
+        belief_weight: torch.Tensor | None,
     ) -> TensorDictBase:
         prior = self._deferred_prior()
         if prior is not None:
