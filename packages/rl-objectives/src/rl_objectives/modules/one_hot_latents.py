@@ -104,10 +104,8 @@ def latent_linear(inputs: list[torch.Tensor] | tuple[torch.Tensor, ...], layer: 
     if any(x.dtype != weight.dtype for x in inputs):
         return layer(torch.cat(inputs, -1))
     dense, dense_weights, gathered = [], [], []
-    start = 0
-    for x, drawn in zip(inputs, classes, strict=True):
-        part = weight[:, start : start + x.shape[-1]]
-        start += x.shape[-1]
+    parts = weight.split([x.shape[-1] for x in inputs], -1)  # one gradient, concatenated, for the weight
+    for x, drawn, part in zip(inputs, classes, parts, strict=True):
         if drawn is None:
             dense.append(x)
             dense_weights.append(part)

@@ -241,22 +241,25 @@ class RSSMPosteriorV3(nn.Module):
         assert isinstance(first, nn.Linear) and self.obs_embed_dim is not None  # the rollout checked both
         return first, first.in_features - self.obs_embed_dim
 
-    def belief_weight(self) -> torch.Tensor:
-        """The first layer's weight columns that read the belief (a view)."""
+    def split_weight(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """The first layer's weight columns that read the belief and those that read the embedding
+        (views, from one split: their gradients are concatenated once)."""
         first, belief_columns = self._first_layer()
-        return first.weight[:, :belief_columns]
+        belief_weight, embedding_weight = first.weight.split([belief_columns, first.in_features - belief_columns], -1)
+        return belief_weight, embedding_weight
 
-    def embedding_product(self, obs_embedding: torch.Tensor) -> torch.Tensor:
-        """The first layer's embedding columns times ``obs_embedding [..., E]``, plus its bias: the part
-        of the first layer that does not depend on the belief (computed once for a whole sequence)."""
-        first, belief_columns = self._first_layer()
-        return F.linear(obs_embedding, first.weight[:, belief_columns:], first.bias)
+    def embedding_product(self, obs_embedding: torch.Tensor, embedding_weight: torch.Tensor) -> torch.Tensor:
+        """The first layer's embedding columns (``split_weight()[1]``) times ``obs_embedding [..., E]``,
+        plus its bias: the part of the first layer that does not depend on the belief (computed once
+        for a whole sequence)."""
+        first, _ = self._first_layer()
+        return F.linear(obs_embedding, embedding_weight, first.bias)
 
     def step_from_embedding(
         self, belief: torch.Tensor, embedding_product: torch.Tensor, belief_weight: torch.Tensor
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        """:meth:`forward` given the :meth:`embedding_product` of the step's embedding and the
-        :meth:`belief_weight` (deferred inside ``deferred_weight_grads(..., weights=(belief_weight,))``)."""
+        """:meth:`forward` given the :meth:`embedding_product` of the step's embedding and the belief's
+        columns of :meth:`split_weight` (deferred inside ``deferred_weight_grads(..., weights=(belief_weight,))``)."""
         value = weight_product(belief, belief_weight) + embedding_product
         for module in list(self.obs_rnn_to_post_projector)[1:]:
             value = linear(module, value)
@@ -323,10 +326,11 @@ class RSSMRolloutV3(TensorDictModuleBase):
         steps = tensordict.exclude(*self.out_keys).unbind(-1)
         kept = list(steps[0].keys(True, True)) + list(self.out_keys)
         posterior = self._split_posterior(tensordict)
-        belief_weight = None if posterior is None else posterior.belief_weight()
-        deferred = () if belief_weight is None else (belief_weight,)
-        with deferred_weight_grads(self.rssm_prior, self.rssm_posterior, weights=deferred):
-            return self._roll(tensordict, steps, kept, posterior, belief_weight)
+        weights = None if posterior is None else posterior.split_weight()
+        with deferred_weight_grads(
+            self.rssm_prior, self.rssm_posterior, weights=() if weights is None else weights[:1]
+        ):
+            return self._roll(tensordict, steps, kept, posterior, weights)
 
     def _deferred_prior(self) -> RSSMPriorV3 | None:
         """The :class:`RSSMPriorV3` whose head can run once after the loop: the prior module wraps
@@ -378,7 +382,7 @@ class RSSMRolloutV3(TensorDictModuleBase):
         steps: Any,
         kept: list,
         posterior: RSSMPosteriorV3 | None,
-        belief_weight: torch.Tensor | None,
+        weights: tuple[torch.Tensor, torch.Tensor] | None,
     ) -> TensorDictBase:
         prior = self._deferred_prior()
         if prior is not None:
@@ -387,7 +391,10 @@ class RSSMRolloutV3(TensorDictModuleBase):
         if posterior is not None:  # the embeddings' share of the first layer, for every step at once
             post_belief_key, embedding_key = map(unravel_key, self.rssm_posterior.in_keys)
             post_logits_key, post_state_key = map(unravel_key, self.rssm_posterior.out_keys)
-            embedded = posterior.embedding_product(tensordict.get(embedding_key)).unbind(tensordict.ndim - 1)
+            assert weights is not None  # split with the posterior
+            belief_weight, embedding_weight = weights
+            embedded = posterior.embedding_product(tensordict.get(embedding_key), embedding_weight)
+            embedded = embedded.unbind(tensordict.ndim - 1)
         outputs, classes = [], []
         current = steps[0]
         for t in range(len(steps)):
@@ -401,7 +408,6 @@ class RSSMRolloutV3(TensorDictModuleBase):
             if posterior is None:
                 self.rssm_posterior(current)
             else:
-                assert belief_weight is not None  # given with the posterior
                 logits, state = posterior.step_from_embedding(current.get(post_belief_key), embedded[t], belief_weight)
                 current.set(post_logits_key, logits)
                 current.set(post_state_key, state)
