@@ -27,9 +27,10 @@ cumulative distribution, which changes the random draws), in 804 s on one thread
 the second core (2,200 gradient steps; 635 s on a quiet machine before that change).
 ``pendulum_pixels`` (the same task seen as 16 x 16 grayscale images of the pole, ``envs.render_pendulum``:
 the angular velocity must come from the latent; random about -1,200 to -1,400) above -400 in 12,000
-frames with one gradient step per 2 frames; seed 0: -1,428 at 1,792 frames, -1,343 at 3,584, -493 at
-5,376, -155 at 7,168, -175 at 8,960, -163 at 10,752, final -167 (2026-12-06, after the rollout change),
-in 2,510 s on one thread of a slow day with another run on the second core (5,500 gradient steps).
+frames with one gradient step per 2 frames; seed 0: -1,427 at 1,792 frames, -1,079 at 3,584, -806 at
+5,376, -615 at 7,168, -161 at 8,960, -179 at 10,752, final -166 (2026-12-06, after the draws changed),
+in 2,202 s on one thread with other work on the second core (5,500 gradient steps; before that change
+-155 at 7,168 and final -167, in 2,510 s on a slow day).
 Fewer gradient steps, seed 0 after the same change: one per 3 frames (this preset until then) ended at
 -571 in 12,000 frames (-509 at 10,752) and reached -189 only at 16,000; before the change it had ended
 at -177 in 12,000 frames. One per 5 frames (the state preset's) was still at -1,022 at 8,960 frames.
