@@ -24,7 +24,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .one_hot_latents import drawn_columns, gather_table, latent_linear, one_hot_classes
+from .one_hot_latents import gather_table, gathered_product, latent_linear, one_hot_classes
 
 __all__ = ["BlockGRU", "BlockLinear", "DreamerV3MLP", "RMSNorm", "dreamer_v3_init", "normed_mlp"]
 
@@ -117,8 +117,7 @@ class _DeferredLinear(torch.autograd.Function):
         classes, width = one_hot
         if stash.state_columns is None:  # the weight is fixed for the whole recurrence
             stash.state_columns = gather_table(weight[:, :width])
-        out = F.embedding_bag(drawn_columns(classes, width), stash.state_columns, mode="sum")
-        out = out.reshape(*value.shape[:-1], -1)
+        out = gathered_product(classes, stash.state_columns)
         if value.shape[-1] > width:
             return out + F.linear(value[..., width:], weight[:, width:], bias)
         return out if bias is None else out + bias

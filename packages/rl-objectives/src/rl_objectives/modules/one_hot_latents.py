@@ -57,19 +57,20 @@ def one_hot_classes(state: torch.Tensor) -> torch.Tensor | None:
     return mark[0]
 
 
-def drawn_columns(classes: torch.Tensor, width: int) -> torch.Tensor:
-    """The columns ``[N, C]`` of the ones of a flattened one-hot state ``[..., width]`` whose
-    categoricals drew ``classes [..., C]`` (one bag per row for ``F.embedding_bag``); a zeroed
-    categorical (class -1) points at column ``width``, the zero row of :func:`gather_table`."""
-    categoricals = classes.shape[-1]
+def gather_table(weight: torch.Tensor) -> torch.Tensor:
+    """The rows :func:`gathered_product` sums: ``weight [out, width]`` transposed, then a zero row."""
+    return torch.cat([weight.t(), weight.new_zeros(1, weight.shape[0])])
+
+
+def gathered_product(classes: torch.Tensor, table: torch.Tensor) -> torch.Tensor:
+    """``state @ weight.T`` ``[..., out]`` for the flattened one-hot state whose categoricals drew
+    ``classes [..., C]``: the sum of one row of ``table`` (:func:`gather_table` of ``weight``) per
+    categorical; a zeroed categorical (class -1) adds the zero row."""
+    categoricals, width = classes.shape[-1], table.shape[0] - 1
     offsets = torch.arange(0, width, width // categoricals, device=classes.device)
     columns = torch.where(classes < 0, width, classes + offsets)
-    return columns.reshape(-1, categoricals)
-
-
-def gather_table(weight: torch.Tensor) -> torch.Tensor:
-    """The rows that :func:`drawn_columns` index: ``weight [out, width]`` transposed, then a zero row."""
-    return torch.cat([weight.t(), weight.new_zeros(1, weight.shape[0])])
+    rows = F.embedding_bag(columns.reshape(-1, categoricals), table, mode="sum")
+    return rows.reshape(*classes.shape[:-1], -1)
 
 
 class _GatheredRows(torch.autograd.Function):
@@ -110,7 +111,7 @@ def latent_linear(inputs: list[torch.Tensor] | tuple[torch.Tensor, ...], layer: 
             dense.append(x)
             dense_weights.append(part)
         else:
-            gathered.append((x, drawn_columns(drawn, x.shape[-1]), part))
+            gathered.append((x, drawn, part))
     if dense:
         out = F.linear(
             dense[0] if len(dense) == 1 else torch.cat(dense, -1),
@@ -119,7 +120,6 @@ def latent_linear(inputs: list[torch.Tensor] | tuple[torch.Tensor, ...], layer: 
         )
     else:
         out = bias if bias is not None else weight.new_zeros(())
-    for x, columns, part in gathered:
-        rows = F.embedding_bag(columns, gather_table(part), mode="sum")
-        out = _GatheredRows.apply(rows.reshape(*x.shape[:-1], -1), out, x, part.detach())
+    for x, drawn, part in gathered:
+        out = _GatheredRows.apply(gathered_product(drawn, gather_table(part)), out, x, part.detach())
     return out
