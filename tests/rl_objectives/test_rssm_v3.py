@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+import torch.nn.functional as F
 from rl_objectives.modules.dreamer_layers import BlockGRU, BlockLinear, DreamerV3MLP, RMSNorm
 from rl_objectives.modules.rssm_v3 import RSSMPosteriorV3, RSSMPriorV3, RSSMRolloutV3
 from tdict import TensorDict
@@ -82,6 +83,52 @@ def test_block_gru_against_its_formula():
     torch.testing.assert_close(gru(state, belief, action), expected)
     with pytest.raises(ValueError, match="divisible by num_blocks"):
         BlockGRU(state_dim=6, action_dim=2, belief_dim=9, hidden_dim=3, num_blocks=2)
+
+
+@pytest.mark.parametrize("num_layers", [0, 1, 2])
+def test_block_gru_split_input_equals_the_expanded_one(num_layers):
+    """Without hooks the first block layer runs on the belief slices and the shared projections
+    apart (``BlockLinear.forward_shared``, with weights derived per call or once, as a recurrence
+    passes them); values and every gradient equal the expanded input's, which a hook forces."""
+    torch.manual_seed(0)
+    gru = BlockGRU(state_dim=6, action_dim=2, belief_dim=8, hidden_dim=3, num_blocks=2, num_layers=num_layers)
+    inputs = [torch.randn(5, 6, requires_grad=True), torch.randn(5, 8, requires_grad=True), torch.randn(5, 2) * 3]
+    tensors = [*inputs[:2], *gru.parameters()]
+
+    def run(**kwargs):
+        out = gru(*inputs, **kwargs)
+        return out, torch.autograd.grad((out * torch.linspace(-1, 1, 8)).sum(), tensors)
+
+    split, derived = run(), run(weights=gru.input_weights())
+    first = gru.hidden[0] if num_layers else gru.gates
+    assert len(gru.input_weights()) == 2 and gru.input_weights()[1].shape == (first.out_features, 3 * 3)
+    handle = first.register_forward_hook(lambda *args: None)
+    assert gru.input_weights() == ()
+    expanded = run()
+    handle.remove()
+    for got in (split, derived):
+        torch.testing.assert_close(got[0], expanded[0], rtol=1e-6, atol=1e-6)
+        for g, e in zip(got[1], expanded[1], strict=True):
+            torch.testing.assert_close(g, e, rtol=1e-5, atol=1e-6)
+
+
+def test_recurrent_products_read_a_packed_weight_where_onednn_applies():
+    """Inside a recurrence a dense float32 CPU weight is reordered once into oneDNN's layout; the
+    products equal ``F.linear``'s up to rounding; other dtypes take the plain product."""
+    from rl_objectives.modules.dreamer_layers import _packed_weight, _Stash
+
+    torch.manual_seed(0)
+    weight, value = torch.randn(12, 7), torch.randn(4, 7)
+    stash = _Stash()
+    packed = _packed_weight(stash, value, weight)
+    if not torch.backends.mkldnn.is_available():
+        assert packed is None and stash.packed is False
+        return
+    assert packed is not None and _packed_weight(stash, value, weight) is packed  # reordered once
+    out = torch.ops.mkldnn._linear_pointwise(value, packed, None, "none", [], "")
+    torch.testing.assert_close(out, F.linear(value, weight), rtol=1e-5, atol=1e-5)
+    assert _packed_weight(stash, value.double(), weight) is None
+    assert _packed_weight(_Stash(), value.double(), weight.double()) is None
 
 
 def test_dreamer_mlp_depth_outscale_and_inputs():

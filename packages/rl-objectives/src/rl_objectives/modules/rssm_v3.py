@@ -145,10 +145,18 @@ class RSSMPriorV3(nn.Module):
                 nn.Linear(hidden_dim, state_dim, device=device),
             )
 
-    def belief_step(self, state: torch.Tensor, belief: torch.Tensor, action: torch.Tensor) -> torch.Tensor:
-        """The next belief ``[..., H]`` (the recurrent core's step), without the prior's head and draw."""
+    def recurrent_weights(self) -> tuple[torch.Tensor, ...]:
+        """Weights derived from the recurrent core's parameters once for a whole sequence, for
+        :meth:`belief_step`'s ``weights`` (the block GRU's :meth:`~rl_objectives.modules.dreamer_layers.BlockGRU.input_weights`)."""
+        return self.rnn.input_weights() if isinstance(self.rnn, BlockGRU) else ()
+
+    def belief_step(
+        self, state: torch.Tensor, belief: torch.Tensor, action: torch.Tensor, weights: tuple[torch.Tensor, ...] = ()
+    ) -> torch.Tensor:
+        """The next belief ``[..., H]`` (the recurrent core's step), without the prior's head and draw;
+        ``weights``: :meth:`recurrent_weights`."""
         if self.action_state_projector is None:
-            return self.rnn(state, belief, action)
+            return self.rnn(state, belief, action, weights)
         projected = run_sequential(self.action_state_projector, torch.cat([state, action], -1), leading_one_hot(state))
         batch = projected.shape[:-1]  # GRUCell takes one batch dim
         belief = gru_cell(self.rnn, projected.reshape(-1, projected.shape[-1]), belief.reshape(-1, belief.shape[-1]))
@@ -325,12 +333,13 @@ class RSSMRolloutV3(TensorDictModuleBase):
         """Rolls the model over ``tensordict`` (``[*batch, T]``); returns the ``[*batch, T]`` steps."""
         steps = tensordict.exclude(*self.out_keys).unbind(-1)
         kept = list(steps[0].keys(True, True)) + list(self.out_keys)
-        posterior = self._split_posterior(tensordict)
+        prior, posterior = self._deferred_prior(), self._split_posterior(tensordict)
+        prior_weights = () if prior is None else prior.recurrent_weights()
         weights = None if posterior is None else posterior.split_weight()
         with deferred_weight_grads(
-            self.rssm_prior, self.rssm_posterior, weights=() if weights is None else weights[:1]
+            self.rssm_prior, self.rssm_posterior, weights=prior_weights + (() if weights is None else weights[:1])
         ):
-            return self._roll(tensordict, steps, kept, posterior, weights)
+            return self._roll(tensordict, steps, kept, prior, prior_weights, posterior, weights)
 
     def _deferred_prior(self) -> RSSMPriorV3 | None:
         """The :class:`RSSMPriorV3` whose head can run once after the loop: the prior module wraps
@@ -381,10 +390,11 @@ class RSSMRolloutV3(TensorDictModuleBase):
         tensordict: TensorDictBase,
         steps: Any,
         kept: list,
+        prior: RSSMPriorV3 | None,
+        prior_weights: tuple[torch.Tensor, ...],
         posterior: RSSMPosteriorV3 | None,
         weights: tuple[torch.Tensor, torch.Tensor] | None,
     ) -> TensorDictBase:
-        prior = self._deferred_prior()
         if prior is not None:
             state_key, belief_key, action_key = map(unravel_key, self.rssm_prior.in_keys)
             logits_key, _, next_belief_key = map(unravel_key, self.rssm_prior.out_keys)
@@ -403,7 +413,9 @@ class RSSMRolloutV3(TensorDictModuleBase):
             if prior is None:
                 self.rssm_prior(current)
             else:  # the belief step only: the prior's head runs once over every step below
-                belief = prior.belief_step(current.get(state_key), current.get(belief_key), current.get(action_key))
+                belief = prior.belief_step(
+                    current.get(state_key), current.get(belief_key), current.get(action_key), prior_weights
+                )
                 current.set(next_belief_key, belief)
             if posterior is None:
                 self.rssm_posterior(current)
