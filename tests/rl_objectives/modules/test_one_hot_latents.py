@@ -10,7 +10,7 @@ import torch.nn.functional as F
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from rl_objectives.modules import DreamerV3MLP, RSSMPosteriorV3, RSSMPriorV3, RSSMRolloutV3
-from rl_objectives.modules.one_hot_latents import latent_linear, mark_one_hot, one_hot_classes
+from rl_objectives.modules.one_hot_latents import latent_linear, mark_one_hot, one_hot_classes, scattered_columns
 from tdict import TensorDict
 from tdict.nn import TensorDictModule
 
@@ -57,6 +57,31 @@ def test_latent_linear_equals_the_dense_product(batch, categoricals, classes, de
     torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
     for a, b in zip(got_grads, want_grads, strict=True):
         torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5)
+
+
+@settings(max_examples=25, deadline=None)
+@given(
+    rows=st.integers(1, 40),
+    categoricals=st.integers(1, 5),
+    classes=st.integers(1, 6),
+    out=st.integers(1, 7),
+    zeroed=st.floats(0.0, 1.0),
+)
+def test_scattered_columns_is_the_dense_weight_gradient(rows, categoricals, classes, out, zeroed):
+    """The weight gradient of a gathered product, ``grad.T @ state`` written out, with zeroed
+    categoricals (class -1) adding nothing."""
+    g = torch.Generator().manual_seed(rows * 7 + categoricals)
+    drawn = torch.randint(classes, (rows, categoricals), generator=g)
+    drawn = torch.where(torch.rand(drawn.shape, generator=g) < zeroed, -1, drawn)
+    state = torch.zeros(rows, categoricals, classes)
+    for r in range(rows):
+        for c in range(categoricals):
+            if drawn[r, c] >= 0:
+                state[r, c, drawn[r, c]] = 1.0
+    grad = torch.randn(rows, out, generator=g)
+    got = scattered_columns(drawn, grad, categoricals * classes)
+    assert got.shape == (out, categoricals * classes)
+    torch.testing.assert_close(got, grad.t() @ state.flatten(-2), rtol=1e-5, atol=1e-5)
 
 
 def test_two_marked_inputs_and_the_gradients_reach_each_probability():

@@ -24,7 +24,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .one_hot_latents import gather_table, gathered_product, latent_linear, one_hot_classes
+from .one_hot_latents import gather_table, gathered_product, latent_linear, one_hot_classes, scattered_columns
 
 __all__ = ["BlockGRU", "BlockLinear", "DreamerV3MLP", "RMSNorm", "dreamer_v3_init", "normed_mlp"]
 
@@ -54,11 +54,13 @@ def dreamer_v3_init(module: nn.Module) -> None:
 
 
 class _Stash:
-    __slots__ = ("grads", "inputs", "packed", "state_columns")
+    __slots__ = ("grads", "inputs", "one_hot_rows", "packed", "state_columns")
 
     def __init__(self) -> None:
         self.inputs: list[torch.Tensor] = []
         self.grads: list[torch.Tensor] = []
+        # calls on a one-hot state: (classes [N, C], the other input columns [N, rest], output gradient [N, out])
+        self.one_hot_rows: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = []
         self.state_columns: torch.Tensor | None = None  # [state width + 1, out]: what a one-hot state gathers
         self.packed: torch.Tensor | bool | None = None  # the weight in oneDNN's layout (False: not available)
 
@@ -98,18 +100,32 @@ class _WeightAnchor(torch.autograd.Function):
     @staticmethod
     def backward(ctx: Any, _grad: torch.Tensor) -> tuple:  # type: ignore[override]
         stash = ctx.stash
-        inputs, grads = stash.inputs, stash.grads
-        stash.inputs, stash.grads = [], []
-        if not grads:
-            return None, None, None
-        grad = grads[0] if len(grads) == 1 else torch.cat(grads)
-        value = inputs[0] if len(inputs) == 1 else torch.cat(inputs)
-        if grad.ndim == 2:  # a dense layer: rows [N, out] and [N, in]
-            grad_weight = grad.t().mm(value)
-        else:  # a block-diagonal one: [N, b, o] and [N, b, i], weight [b, i, o]
-            grad_weight = torch.bmm(value.permute(1, 2, 0), grad.transpose(0, 1))
-        grad_bias = grad.sum(0) if ctx.has_bias and ctx.needs_input_grad[1] else None
+        inputs, grads, one_hot_rows = stash.inputs, stash.grads, stash.one_hot_rows
+        stash.inputs, stash.grads, stash.one_hot_rows = [], [], []
+        grad_weight = grad_bias = None
+        if grads:
+            grad = _cat(grads)
+            value = _cat(inputs)
+            if grad.ndim == 2:  # a dense layer: rows [N, out] and [N, in]
+                grad_weight = grad.t().mm(value)
+            else:  # a block-diagonal one: [N, b, o] and [N, b, i], weight [b, i, o]
+                grad_weight = torch.bmm(value.permute(1, 2, 0), grad.transpose(0, 1))
+            grad_bias = grad.sum(0)
+        if one_hot_rows:  # the state's columns scattered, the other columns multiplied
+            classes, rest, grad = (_cat(list(rows)) for rows in zip(*one_hot_rows, strict=True))
+            assert stash.state_columns is not None  # set by the calls that stashed these rows
+            part = scattered_columns(classes, grad, stash.state_columns.shape[0] - 1)
+            if rest.shape[-1]:
+                part = torch.cat([part, grad.t().mm(rest)], 1)
+            grad_weight = part if grad_weight is None else grad_weight + part
+            grad_bias = grad.sum(0) if grad_bias is None else grad_bias + grad.sum(0)
+        if not ctx.has_bias or not ctx.needs_input_grad[1]:
+            grad_bias = None
         return grad_weight, grad_bias, None
+
+
+def _cat(tensors: list[torch.Tensor]) -> torch.Tensor:
+    return tensors[0] if len(tensors) == 1 else torch.cat(tensors)
 
 
 def _product(value: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
@@ -133,28 +149,39 @@ class _DeferredLinear(torch.autograd.Function):
         stash: _Stash,
         one_hot: tuple[torch.Tensor, int] | None,
     ) -> torch.Tensor:
-        ctx.save_for_backward(value, weight)
-        ctx.stash = stash
+        ctx.stash, ctx.classes = stash, None
         if one_hot is None:
+            ctx.save_for_backward(value, weight)
             packed = _packed_weight(stash, value, weight)
             if packed is not None:
                 return torch.ops.mkldnn._linear_pointwise(value, packed, bias, "none", [], "")
             return _product(value, weight, bias)
-        # a one-hot latent state leads the input: its ones' weight columns, summed (the backward is dense)
+        # a one-hot latent state leads the input: its ones' weight columns, summed; the backward
+        # passes the state the dense product's gradient, and the weight's scatters into those columns
         classes, width = one_hot
         if stash.state_columns is None:  # the weight is fixed for the whole recurrence
             stash.state_columns = gather_table(weight[:, :width])
+        rest = value[..., width:]
+        ctx.save_for_backward(rest, weight)
+        ctx.classes = classes
         out = gathered_product(classes, stash.state_columns)
-        if value.shape[-1] > width:
-            return out + F.linear(value[..., width:], weight[:, width:], bias)
+        if rest.shape[-1]:
+            return out + F.linear(rest, weight[:, width:], bias)
         return out if bias is None else out + bias
 
     @staticmethod
     def backward(ctx: Any, grad: torch.Tensor) -> tuple:  # type: ignore[override]
         value, weight = ctx.saved_tensors
         row = weight.ndim - 1  # the dims of one row: (in,) dense, (b, i) block-diagonal
-        ctx.stash.inputs.append(value.reshape(-1, *value.shape[-row:]))
-        ctx.stash.grads.append(grad.reshape(-1, *grad.shape[-row:]))
+        if ctx.classes is None:
+            ctx.stash.inputs.append(value.reshape(-1, *value.shape[-row:]))
+            ctx.stash.grads.append(grad.reshape(-1, *grad.shape[-row:]))
+        else:  # value: the columns after the state
+            classes = ctx.classes
+            rows = classes.shape[:-1].numel()
+            ctx.stash.one_hot_rows.append(
+                (classes.reshape(rows, -1), value.reshape(rows, value.shape[-1]), grad.reshape(rows, -1))
+            )
         grad_value = None
         if ctx.needs_input_grad[0]:
             grad_value = grad.matmul(weight) if row == 1 else torch.einsum("...bo,bio->...bi", grad, weight)

@@ -66,11 +66,27 @@ def gathered_product(classes: torch.Tensor, table: torch.Tensor) -> torch.Tensor
     """``state @ weight.T`` ``[..., out]`` for the flattened one-hot state whose categoricals drew
     ``classes [..., C]``: the sum of one row of ``table`` (:func:`gather_table` of ``weight``) per
     categorical; a zeroed categorical (class -1) adds the zero row."""
-    categoricals, width = classes.shape[-1], table.shape[0] - 1
-    offsets = torch.arange(0, width, width // categoricals, device=classes.device)
-    columns = torch.where(classes < 0, width, classes + offsets)
-    rows = F.embedding_bag(columns.reshape(-1, categoricals), table, mode="sum")
+    columns = _columns(classes, table.shape[0] - 1)
+    rows = F.embedding_bag(columns.reshape(-1, classes.shape[-1]), table, mode="sum")
     return rows.reshape(*classes.shape[:-1], -1)
+
+
+def scattered_columns(classes: torch.Tensor, grad: torch.Tensor, width: int) -> torch.Tensor:
+    """The weight gradient of :func:`gathered_product`, ``[out, width]``: each row's output gradient
+    ``grad [N, out]`` added to the column its categoricals drew (``classes [N, C]``; none for -1),
+    where the dense product ``grad.T @ state`` multiplies every other column by zero."""
+    columns = _columns(classes, width)
+    table = grad.new_zeros(width + 1, grad.shape[-1])
+    for categorical in columns.unbind(-1):  # one index_add per categorical: no [N * C, out] copy of grad
+        table.index_add_(0, categorical, grad)
+    return table[:-1].t()
+
+
+def _columns(classes: torch.Tensor, width: int) -> torch.Tensor:
+    """The state's column of each drawn class (categorical ``c`` owns columns ``c * K`` to ``c * K + K - 1``);
+    ``width`` (the zero row of a gather table) for a zeroed categorical."""
+    offsets = torch.arange(0, width, width // classes.shape[-1], device=classes.device)
+    return torch.where(classes < 0, width, classes + offsets)
 
 
 class _GatheredRows(torch.autograd.Function):
