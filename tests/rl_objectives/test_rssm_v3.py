@@ -113,22 +113,28 @@ def test_block_gru_split_input_equals_the_expanded_one(num_layers):
 
 
 def test_recurrent_products_read_a_packed_weight_where_onednn_applies():
-    """Inside a recurrence a dense float32 CPU weight is reordered once into oneDNN's layout; the
-    products equal ``F.linear``'s up to rounding; other dtypes take the plain product."""
-    from rl_objectives.modules.dreamer_layers import _packed_weight, _Stash
+    """Inside a recurrence a dense float32 CPU weight is reordered into oneDNN's layout at its
+    second call and kept; the products equal ``F.linear``'s up to rounding; the first call and
+    other dtypes take the plain product."""
+    from rl_objectives.modules.dreamer_layers import _packed_product, _Stash
 
     torch.manual_seed(0)
-    weight, value = torch.randn(12, 7), torch.randn(4, 7)
+    weight, bias, value = torch.randn(12, 7), torch.randn(12), torch.randn(4, 7)
     stash = _Stash()
-    packed = _packed_weight(stash, value, weight)
+    assert _packed_product(stash, value, weight, bias) is None  # first call
+    out = _packed_product(stash, value, weight, bias)
     if not torch.backends.mkldnn.is_available():
-        assert packed is None and stash.packed is False
+        assert out is None and stash.packed is False
         return
-    assert packed is not None and _packed_weight(stash, value, weight) is packed  # reordered once
-    out = torch.ops.mkldnn._linear_pointwise(value, packed, None, "none", [], "")
-    torch.testing.assert_close(out, F.linear(value, weight), rtol=1e-5, atol=1e-5)
-    assert _packed_weight(stash, value.double(), weight) is None
-    assert _packed_weight(_Stash(), value.double(), weight.double()) is None
+    assert out is not None and isinstance(stash.packed, torch.Tensor)
+    packed = stash.packed
+    torch.testing.assert_close(out, F.linear(value, weight, bias), rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(_packed_product(stash, value[:1], weight, None), F.linear(value[:1], weight))
+    assert stash.packed is packed  # reordered once
+    assert _packed_product(stash, value.double(), weight, bias) is None
+    double = _Stash()
+    for _ in range(2):
+        assert _packed_product(double, value.double(), weight.double(), None) is None
 
 
 def test_dreamer_mlp_depth_outscale_and_inputs():

@@ -62,30 +62,35 @@ class _Stash:
         # calls on a one-hot state: (classes [N, C], the other input columns [N, rest], output gradient [N, out])
         self.one_hot_rows: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = []
         self.state_columns: torch.Tensor | None = None  # [state width + 1, out]: what a one-hot state gathers
-        self.packed: torch.Tensor | bool | None = None  # the weight in oneDNN's layout (False: not available)
+        self.packed: torch.Tensor | bool | None = None  # the weight in oneDNN's layout: see _packed_product
 
 
-def _packed_weight(stash: _Stash, value: torch.Tensor, weight: torch.Tensor) -> torch.Tensor | None:
-    """A dense float32 CPU ``weight`` reordered once per recurrence into oneDNN's blocked layout, or
-    ``None`` where that does not apply. A recurrence's small-batch products stream their weights
-    from memory at every step: read in the blocked layout (and not repacked by each call) they run
-    about 15% faster (one thread, 16 rows; measured in ``bench_dreamer.py``)."""
-    if stash.packed is None:
-        usable = (
+def _packed_product(
+    stash: _Stash, value: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None
+) -> torch.Tensor | None:
+    """``F.linear(value, weight, bias)`` from the weight reordered once per recurrence into
+    oneDNN's blocked layout; ``None`` where that does not apply (not a dense float32 CPU product,
+    no oneDNN) and on the first call (a weight used once is not worth reordering). A recurrence's
+    small-batch products stream their weights from memory at every step; read in the blocked
+    layout, not repacked by each call, they run about 15% faster (one thread, 16 rows, the DreamerV3
+    benchmark's sizes). (The backward's ``grad @ weight`` gains nothing from it.)"""
+    if stash.packed is None:  # first call: plain product; reorder from the second on
+        stash.packed = (
             weight.ndim == 2
             and weight.device.type == "cpu"
             and weight.dtype == torch.float32
             and torch.backends.mkldnn.is_available()
         )
-        try:
-            stash.packed = (
-                torch.ops.mkldnn._reorder_linear_weight(weight, value.shape[:-1].numel()) if usable else False
-            )
-        except (AttributeError, RuntimeError):  # a build without the op
-            stash.packed = False
+        return None
     if stash.packed is False or value.dtype != torch.float32 or value.device.type != "cpu":
         return None
-    return stash.packed  # type: ignore[return-value]
+    if stash.packed is True:
+        try:
+            stash.packed = torch.ops.mkldnn._reorder_linear_weight(weight, value.shape[:-1].numel())
+        except (AttributeError, RuntimeError):  # a build without the op
+            stash.packed = False
+            return None
+    return torch.ops.mkldnn._linear_pointwise(value, stash.packed, bias, "none", [], "")
 
 
 class _WeightAnchor(torch.autograd.Function):
@@ -152,9 +157,8 @@ class _DeferredLinear(torch.autograd.Function):
         ctx.stash, ctx.classes = stash, None
         if one_hot is None:
             ctx.save_for_backward(value, weight)
-            packed = _packed_weight(stash, value, weight)
-            if packed is not None:
-                return torch.ops.mkldnn._linear_pointwise(value, packed, bias, "none", [], "")
+            if (out := _packed_product(stash, value, weight, bias)) is not None:
+                return out
             return _product(value, weight, bias)
         # a one-hot latent state leads the input: its ones' weight columns, summed; the backward
         # passes the state the dense product's gradient, and the weight's scatters into those columns
