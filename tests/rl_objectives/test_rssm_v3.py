@@ -377,6 +377,47 @@ def test_rollout_gradients_equal_the_plain_autograd_ones(recurrent_model, monkey
         torch.testing.assert_close(got, expected, rtol=1e-4, atol=1e-5)
 
 
+def graph_nodes(out: torch.Tensor) -> set:
+    """The class names of the autograd nodes ``out`` was computed through."""
+    seen, todo = set(), [out.grad_fn]
+    while todo:
+        node = todo.pop()
+        if node is not None and node not in seen:
+            seen.add(node)
+            todo.extend(next_node for next_node, _ in node.next_functions)
+    return {type(node).__name__ for node in seen}
+
+
+@pytest.mark.parametrize("bias", [True, False])
+def test_gru_cell_inside_a_recurrence_equals_torchs_cell(bias):
+    """``gru_cell`` inside ``deferred_weight_grads`` runs a step as one autograd node (closed-form
+    gate gradients, deferred weight gradients): over a small recurrence, values and the gradients
+    of the inputs, the first hidden state and every parameter equal ``nn.GRUCell``'s."""
+    from rl_objectives.modules.dreamer_layers import deferred_weight_grads, gru_cell
+
+    torch.manual_seed(0)
+    cell = torch.nn.GRUCell(5, 4, bias=bias)
+    inputs = [torch.randn(3, 5, requires_grad=True) for _ in range(4)]
+    first = torch.randn(3, 4, requires_grad=True)
+    leaves = [*inputs, first, *cell.parameters()]
+
+    def roll(step):
+        hidden, outs = first, []
+        for x in inputs:
+            hidden = step(x, hidden)
+            outs.append(hidden)
+        out = torch.stack(outs)
+        return out, torch.autograd.grad((out * torch.linspace(-1, 1, 4)).sum(), leaves)
+
+    with deferred_weight_grads(cell):
+        fused, fused_grads = roll(lambda x, h: gru_cell(cell, x, h))
+        assert "_DeferredGRUCellBackward" in graph_nodes(fused)
+    plain, plain_grads = roll(cell)
+    torch.testing.assert_close(fused, plain, rtol=1e-5, atol=1e-6)
+    for got, want in zip(fused_grads, plain_grads, strict=True):
+        torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6)
+
+
 def test_block_linear_defers_its_weight_gradient_inside_a_recurrence():
     """Inside ``deferred_weight_grads`` a BlockLinear stepped through a small recurrence runs the
     deferred product (its weight gradient summed over the steps in one batched product) and gives
@@ -393,15 +434,6 @@ def test_block_linear_defers_its_weight_gradient_inside_a_recurrence():
         for _ in range(3):
             h = torch.tanh(layer(h))
         return h
-
-    def graph_nodes(out: torch.Tensor) -> set:
-        seen, todo = set(), [out.grad_fn]
-        while todo:
-            node = todo.pop()
-            if node is not None and node not in seen:
-                seen.add(node)
-                todo.extend(next_node for next_node, _ in node.next_functions)
-        return {type(node).__name__ for node in seen}
 
     with deferred_weight_grads(layer):
         deferred_out = roll()

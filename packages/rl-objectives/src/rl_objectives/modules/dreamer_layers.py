@@ -298,18 +298,69 @@ def run_sequential(
 
 
 def gru_cell(cell: nn.Module, value: torch.Tensor, hidden: torch.Tensor) -> torch.Tensor:
-    """``cell(value, hidden)``; an ``nn.GRUCell`` inside :func:`deferred_weight_grads` runs the same
-    operations as torch's CPU cell (same values), its weight gradients deferred."""
+    """``cell(value, hidden)``; an ``nn.GRUCell`` inside :func:`deferred_weight_grads` runs the
+    operations of torch's CPU cell as one autograd step (:class:`_DeferredGRUCell`), its weight
+    gradients deferred."""
     layers = _DEFERRED.layers
-    if not (layers and isinstance(cell, nn.GRUCell) and id(cell.weight_ih) in layers):
+    if not (layers and isinstance(cell, nn.GRUCell) and torch.is_grad_enabled()):
         return cell(value, hidden)
-    assert isinstance(cell, nn.GRUCell)
-    in_gates = _linear(value, cell.weight_ih, cell.bias_ih).chunk(3, -1)
-    hidden_gates = _linear(hidden, cell.weight_hh, cell.bias_hh).chunk(3, -1)
-    reset = torch.sigmoid(hidden_gates[0] + in_gates[0])
-    update = torch.sigmoid(hidden_gates[1] + in_gates[1])
-    new = torch.tanh(in_gates[2] + hidden_gates[2] * reset)
-    return (hidden - new) * update + new
+    ih, hh = layers.get(id(cell.weight_ih)), layers.get(id(cell.weight_hh))
+    if ih is None or hh is None or value.ndim != 2 or not value.dtype == hidden.dtype == cell.weight_ih.dtype:
+        return cell(value, hidden)
+    weights = [None if w is None else w.detach() for w in (cell.weight_ih, cell.bias_ih, cell.weight_hh, cell.bias_hh)]
+    return _DeferredGRUCell.apply(value, hidden, ih[0], hh[0], *weights, ih[1], hh[1])
+
+
+class _DeferredGRUCell(torch.autograd.Function):
+    """A GRU cell step (torch's gate order: reset, update, new) whose two products defer their
+    weight gradients to their stashes, and whose backward writes the gates' gradients in closed
+    form (``h' = z h + (1 - z) n``, ``n = tanh(i_n + r h_n)``, ``r`` and ``z`` sigmoids) instead
+    of through a node per operation."""
+
+    @staticmethod
+    def forward(  # type: ignore[override]
+        ctx: Any,
+        value: torch.Tensor,
+        hidden: torch.Tensor,
+        anchor_ih: torch.Tensor,
+        anchor_hh: torch.Tensor,
+        weight_ih: torch.Tensor,
+        bias_ih: torch.Tensor | None,
+        weight_hh: torch.Tensor,
+        bias_hh: torch.Tensor | None,
+        stash_ih: _Stash,
+        stash_hh: _Stash,
+    ) -> torch.Tensor:
+        in_gates, hidden_gates = (
+            out if (out := _packed_product(stash, x, w, b)) is not None else F.linear(x, w, b)
+            for stash, x, w, b in ((stash_ih, value, weight_ih, bias_ih), (stash_hh, hidden, weight_hh, bias_hh))
+        )
+        in_reset, in_update, in_new = in_gates.chunk(3, -1)
+        hidden_reset, hidden_update, hidden_new = hidden_gates.chunk(3, -1)
+        reset = torch.sigmoid(hidden_reset + in_reset)
+        update = torch.sigmoid(hidden_update + in_update)
+        new = torch.tanh(in_new + hidden_new * reset)
+        ctx.save_for_backward(value, hidden, weight_ih, weight_hh, reset, update, new, hidden_new)
+        ctx.stashes = stash_ih, stash_hh
+        return (hidden - new) * update + new
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> tuple:  # type: ignore[override]
+        value, hidden, weight_ih, weight_hh, reset, update, new, hidden_new = ctx.saved_tensors
+        grad_new = (1 - update).mul_(grad).mul_(1 - new * new)  # through the tanh
+        grad_update = (hidden - new).mul_(grad).mul_(update * (1 - update))  # through the sigmoid
+        grad_reset = (grad_new * hidden_new).mul_(reset * (1 - reset))
+        grad_in = torch.cat([grad_reset, grad_update, grad_new], -1)
+        grad_hidden_gates = torch.cat([grad_reset, grad_update, grad_new * reset], -1)
+        stash_ih, stash_hh = ctx.stashes
+        stash_ih.inputs.append(value)
+        stash_ih.grads.append(grad_in)
+        stash_hh.inputs.append(hidden)
+        stash_hh.grads.append(grad_hidden_gates)
+        grad_value = grad_in.mm(weight_ih) if ctx.needs_input_grad[0] else None
+        grad_hidden = torch.addmm(grad * update, grad_hidden_gates, weight_hh) if ctx.needs_input_grad[1] else None
+        zero = grad.new_zeros(())
+        return grad_value, grad_hidden, zero, zero, None, None, None, None, None, None
 
 
 _FUSED_RMS_NORM_MIN = 1 << 17
