@@ -335,11 +335,10 @@ class RSSMRolloutV3(TensorDictModuleBase):
         kept = list(steps[0].keys(True, True)) + list(self.out_keys)
         prior, posterior = self._deferred_prior(), self._split_posterior(tensordict)
         prior_weights = () if prior is None else prior.recurrent_weights()
-        weights = None if posterior is None else posterior.split_weight()
-        with deferred_weight_grads(
-            self.rssm_prior, self.rssm_posterior, weights=prior_weights + (() if weights is None else weights[:1])
-        ):
-            return self._roll(tensordict, steps, kept, prior, prior_weights, posterior, weights)
+        posterior_weights = None if posterior is None else posterior.split_weight()
+        deferred = prior_weights + (() if posterior_weights is None else posterior_weights[:1])
+        with deferred_weight_grads(self.rssm_prior, self.rssm_posterior, weights=deferred):
+            return self._roll(tensordict, steps, kept, prior, prior_weights, posterior, posterior_weights)
 
     def _deferred_prior(self) -> RSSMPriorV3 | None:
         """The :class:`RSSMPriorV3` whose head can run once after the loop: the prior module wraps
@@ -393,7 +392,7 @@ class RSSMRolloutV3(TensorDictModuleBase):
         prior: RSSMPriorV3 | None,
         prior_weights: tuple[torch.Tensor, ...],
         posterior: RSSMPosteriorV3 | None,
-        weights: tuple[torch.Tensor, torch.Tensor] | None,
+        posterior_weights: tuple[torch.Tensor, torch.Tensor] | None,
     ) -> TensorDictBase:
         if prior is not None:
             state_key, belief_key, action_key = map(unravel_key, self.rssm_prior.in_keys)
@@ -401,8 +400,8 @@ class RSSMRolloutV3(TensorDictModuleBase):
         if posterior is not None:  # the embeddings' share of the first layer, for every step at once
             post_belief_key, embedding_key = map(unravel_key, self.rssm_posterior.in_keys)
             post_logits_key, post_state_key = map(unravel_key, self.rssm_posterior.out_keys)
-            assert weights is not None  # split with the posterior
-            belief_weight, embedding_weight = weights
+            assert posterior_weights is not None  # split with the posterior
+            belief_weight, embedding_weight = posterior_weights
             embedded = posterior.embedding_product(tensordict.get(embedding_key), embedding_weight)
             embedded = embedded.unbind(tensordict.ndim - 1)
         outputs, classes = [], []
