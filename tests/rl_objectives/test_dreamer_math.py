@@ -167,6 +167,20 @@ def test_straight_through_draws_follow_unnormalised_probabilities_and_skip_empty
             straight_through_categorical(bad)
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16])
+def test_straight_through_draw_is_the_count_of_cumulative_values_below_the_uniform(dtype):
+    # the class drawn is the number of normalised cumulative probabilities at or below one uniform
+    # draw per categorical, written out here with the same generator state
+    probs = torch.rand(7, 5, 9, generator=torch.Generator().manual_seed(2)).to(dtype)
+    probs[..., ::4] = 0.0  # empty classes, first and last included
+    sample = straight_through_categorical(probs, generator=torch.Generator().manual_seed(3))
+    cdf = probs.cumsum(-1)
+    uniform = torch.rand(7, 5, 1, generator=torch.Generator().manual_seed(3), dtype=dtype)
+    expected = (cdf / cdf[..., -1:] <= uniform).sum(-1)
+    assert sample.dtype == dtype and sample.shape == probs.shape
+    assert torch.equal(sample.argmax(-1), expected) and torch.equal(sample.sum(-1), torch.ones(7, 5, dtype=dtype))
+
+
 def _kl_loop(q, p):
     """KL(q || p) of every categorical, written out: [..., G]."""
     out = torch.zeros(q.shape[:-1], dtype=q.dtype)

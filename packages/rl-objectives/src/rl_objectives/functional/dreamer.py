@@ -27,6 +27,8 @@ Examples:
 
 from __future__ import annotations
 
+import math
+
 import torch
 import torch.nn.functional as F
 from tdict.validation import check_int, check_positive
@@ -194,28 +196,31 @@ def _straight_through_draw(
     probs: torch.Tensor, generator: torch.Generator | None = None
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """:func:`straight_through_categorical` and the classes drawn, ``[...]`` (int64)."""
-    index = _categorical_index(probs.detach(), generator)
-    one_hot = F.one_hot(index, probs.shape[-1]).to(probs.dtype)
-    return one_hot + (probs - probs.detach()), index  # exactly the one-hot values, the probabilities' gradient
+    detached = probs.detach()
+    index = _categorical_index(detached, generator)
+    one_hot = torch.zeros_like(detached).scatter_(-1, index.unsqueeze(-1), 1.0)
+    return one_hot + (probs - detached), index  # exactly the one-hot values, the probabilities' gradient
 
 
 def _categorical_index(probs: torch.Tensor, generator: torch.Generator | None) -> torch.Tensor:
     """One class index per categorical of ``probs`` (last dim, unnormalised), by inverting the
     cumulative distribution at a uniform draw: one random number per categorical, where
-    ``torch.multinomial`` draws one per class. A class of zero probability is never drawn (its
-    cumulative value equals its predecessor's), and the last cumulative value, divided by itself,
-    is exactly 1, above every uniform draw. On the CPU a categorical without a finite, positive total
-    raises (elsewhere the check would wait for the device at every draw)."""
+    ``torch.multinomial`` draws one per class. The index is the number of cumulative values at or
+    below the draw (a binary search: the cumulative sums of non-negative values never decrease). A
+    class of zero probability is never drawn (its cumulative value equals its predecessor's), and the
+    last cumulative value, divided by itself, is exactly 1, above every uniform draw. On the CPU a
+    categorical without a finite, positive total raises (elsewhere the check would wait for the
+    device at every draw)."""
     cdf = probs.cumsum(-1)
     total = cdf[..., -1:]
-    if (
-        total.device.type == "cpu"
-        and not torch.compiler.is_compiling()
-        and not bool((torch.isfinite(total) & (total > 0)).all())
-    ):
-        raise ValueError("straight_through_categorical: every categorical needs a finite, positive total probability.")
+    if total.device.type == "cpu" and not torch.compiler.is_compiling() and total.numel():
+        low, high = torch.aminmax(total)  # NaN propagates to both
+        if not (low.item() > 0 and high.item() < math.inf):
+            raise ValueError(
+                "straight_through_categorical: every categorical needs a finite, positive total probability."
+            )
     uniform = torch.rand(total.shape, generator=generator, dtype=probs.dtype, device=probs.device)
-    return (cdf / total <= uniform).sum(-1)
+    return torch.searchsorted(cdf / total, uniform, right=True).squeeze(-1)
 
 
 def _check_latents(posterior_logits: torch.Tensor, prior_logits: torch.Tensor, what: str) -> None:

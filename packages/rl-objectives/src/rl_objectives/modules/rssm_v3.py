@@ -405,9 +405,10 @@ class RSSMRolloutV3(TensorDictModuleBase):
             embedded = posterior.embedding_product(tensordict.get(embedding_key), embedding_weight)
             embedded = embedded.unbind(tensordict.ndim - 1)
         outputs, classes = [], []
+        resets = self._reset_steps(tensordict, len(steps))
         current = steps[0]
         for t in range(len(steps)):
-            if self.reset_key is not None and current.get(self.reset_key, None) is not None:
+            if resets[t] and current.get(self.reset_key, None) is not None:
                 self._zero_at_reset(current)
             if prior is None:
                 self.rssm_prior(current)
@@ -436,6 +437,16 @@ class RSSMRolloutV3(TensorDictModuleBase):
             # the same logits as per step, in one batched call (the draw it would make is overwritten)
             out.set(logits_key, prior.prior_logits(out.get(next_belief_key)))
         return out
+
+    def _reset_steps(self, tensordict: TensorDictBase, num_steps: int) -> list[bool]:
+        """Per step, whether any of its episodes may start there (no zeroing where none does): a
+        boolean reset flag is read once for the whole sequence; anything else is checked at every step."""
+        if self.reset_key is None:
+            return [False] * num_steps
+        reset = tensordict.get(self.reset_key, None)
+        if not isinstance(reset, torch.Tensor) or reset.dtype != torch.bool or torch.compiler.is_compiling():
+            return [True] * num_steps
+        return reset.movedim(tensordict.ndim - 1, 0).reshape(num_steps, -1).any(-1).tolist()
 
     def _zero_at_reset(self, step: TensorDictBase) -> None:
         assert self.reset_key is not None  # the caller checked it
