@@ -211,6 +211,50 @@ def test_kl_terms_against_a_loop_with_free_nats_and_stop_gradients():
         categorical_kl_terms(post, prior[:, :2])
 
 
+@pytest.mark.parametrize("unimix", [0.0, 0.01])
+def test_kl_terms_gradients_equal_the_written_out_losses_each_alone_and_under_transforms(unimix):
+    """With gradients the two KL terms are computed in closed form: each term's gradient (taken
+    alone, the other never differentiated) equals autograd's through the losses written out here,
+    and so do torch.func.grad and vmap."""
+    torch.manual_seed(2)
+    post = (torch.randn(4, 3, 5, 6, dtype=torch.float64) * 2).requires_grad_(True)
+    prior = (torch.randn(4, 3, 5, 6, dtype=torch.float64) * 2).requires_grad_(True)
+
+    def written_out(post, prior, free):
+        q = torch.softmax(post, -1) * (1 - unimix) + unimix / 6
+        p = torch.softmax(prior, -1) * (1 - unimix) + unimix / 6
+        dynamics = (q.detach() * (q.detach().log() - p.log())).sum((-2, -1))
+        representation = (q * (q.log() - p.detach().log())).sum((-2, -1))
+        return dynamics.clamp_min(free).mean(), representation.clamp_min(free).mean()
+
+    for free in (0.0, 0.3):
+        dynamics, representation = categorical_kl_terms(post, prior, free_nats=free, unimix=unimix)
+        want_dynamics, want_representation = written_out(post, prior, free)
+        torch.testing.assert_close(dynamics, want_dynamics)
+        torch.testing.assert_close(representation, want_representation)
+        (got,) = torch.autograd.grad(dynamics, prior)  # one term alone; the other never differentiated
+        torch.testing.assert_close(got, torch.autograd.grad(want_dynamics, prior)[0])
+        (got,) = torch.autograd.grad(representation, post)
+        torch.testing.assert_close(got, torch.autograd.grad(want_representation, post)[0])
+
+    def total(kl_terms):
+        return lambda post, prior: sum(w * t for w, t in zip((0.5, 0.1), kl_terms(post, prior), strict=True))
+
+    ours = total(lambda a, b: categorical_kl_terms(a, b, free_nats=0.3, unimix=unimix))
+    reference = total(lambda a, b: written_out(a, b, 0.3))
+    got = torch.func.grad(ours, argnums=(0, 1))(post.detach(), prior.detach())
+    want = torch.autograd.grad(reference(post, prior), (post, prior))
+    for a, b in zip(got, want, strict=True):
+        torch.testing.assert_close(a, b)
+    batched = torch.vmap(torch.func.grad(ours, argnums=(0, 1)))(post.detach(), prior.detach())
+    for i in range(4):
+        for a, b in zip(batched, torch.autograd.grad(reference(post[i], prior[i]), (post, prior)), strict=True):
+            torch.testing.assert_close(a[i], b[i])
+    with torch.no_grad():  # values only
+        for a, b in zip(categorical_kl_terms(post, prior, 0.3, unimix), written_out(post, prior, 0.3), strict=True):
+            torch.testing.assert_close(a, b)
+
+
 def test_kl_balanced_against_a_loop():
     torch.manual_seed(2)
     post = torch.randn(2, 3, 4, dtype=torch.float64, requires_grad=True)

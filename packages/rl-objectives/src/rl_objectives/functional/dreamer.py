@@ -28,6 +28,7 @@ Examples:
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -245,6 +246,10 @@ def categorical_kl_terms(
     - dynamics: ``max(free_nats, KL(sg(q) || p))``, which trains the prior;
     - representation: ``max(free_nats, KL(q || sg(p)))``, which trains the posterior.
 
+    With gradients (outside the compiler) the KL and both gradients come in closed form from one
+    pass over the logits (:func:`_balanced_kl`); each term stays its own autograd node, not twice
+    differentiable.
+
     Examples:
         >>> q = torch.zeros(2, 4, 8)
         >>> dynamics, representation = categorical_kl_terms(q, q.clone(), free_nats=0.0)
@@ -252,14 +257,74 @@ def categorical_kl_terms(
         (0.0, 0.0)
     """
     _check_latents(posterior_logits, prior_logits, "categorical_kl_terms")
-    q = unimix_probs(posterior_logits, unimix)
-    p = unimix_probs(prior_logits, unimix)
-    log_q, log_p = q.log(), p.log()
-    dynamics = (q.detach() * (log_q.detach() - log_p)).sum((-2, -1))
-    representation = (q * (log_q - log_p.detach())).sum((-2, -1))
+    if not 0.0 <= unimix < 1.0:
+        raise ValueError(f"categorical_kl_terms: unimix must be in [0, 1), got {unimix!r}.")
+    if torch.compiler.is_compiling() or not torch.is_grad_enabled():
+        q = unimix_probs(posterior_logits, unimix)
+        p = unimix_probs(prior_logits, unimix)
+        log_q, log_p = q.log(), p.log()
+        dynamics = (q.detach() * (log_q.detach() - log_p)).sum((-2, -1))
+        representation = (q * (log_q - log_p.detach())).sum((-2, -1))
+    else:
+        dynamics, representation = _balanced_kl(posterior_logits, prior_logits, unimix)
     if free_nats:
         dynamics, representation = dynamics.clamp_min(free_nats), representation.clamp_min(free_nats)
     return dynamics.mean(), representation.mean()
+
+
+class _KLSide(torch.autograd.Function):
+    """One side of :func:`categorical_kl_terms`: the KL ``[...]`` computed outside, its gradient
+    with respect to ``logits`` (one side's) the precomputed ``unit`` (the gradient of each KL)
+    times the incoming one. Each side is its own node, so either loss may be differentiated
+    alone."""
+
+    generate_vmap_rule = True
+
+    @staticmethod
+    def forward(logits: torch.Tensor, kl: torch.Tensor, unit: torch.Tensor) -> torch.Tensor:  # type: ignore[override]
+        return kl.clone()
+
+    @staticmethod
+    def setup_context(ctx: Any, inputs: tuple, output: torch.Tensor) -> None:
+        ctx.save_for_backward(inputs[2])
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable
+    def backward(ctx: Any, grad: torch.Tensor) -> tuple:  # type: ignore[override]
+        (unit,) = ctx.saved_tensors
+        return unit * grad[..., None, None], None, None
+
+
+def _balanced_kl(
+    posterior_logits: torch.Tensor, prior_logits: torch.Tensor, unimix: float
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The dynamics and representation KLs ``[...]`` (before free nats) with their gradients in
+    closed form, in a few passes over the logits (each new tensor of the size of the logits is a
+    pass, and often fresh pages): with ``s`` a softmax, ``q = (1 - u) s_q + u / K``, ``d = log q -
+    log p``,
+
+    - representation, to the posterior logits: ``(1 - u) s_q (d - <s_q, d>)``;
+    - dynamics, to the prior logits: ``-(1 - u) s_p (q / p - <s_p, q / p>)``
+
+    (``<., .>`` over each categorical's classes)."""
+    with torch.no_grad():
+        classes = posterior_logits.shape[-1]
+        soft_q, soft_p = torch.softmax(posterior_logits, -1), torch.softmax(prior_logits, -1)
+        q = soft_q.mul(1.0 - unimix).add_(unimix / classes)
+        p = soft_p.mul(1.0 - unimix).add_(unimix / classes)
+        difference = q.log().sub_(p.log())
+        kl = torch.linalg.vecdot(q, difference).sum(-1)
+        representation_unit = dynamics_unit = None
+        if posterior_logits.requires_grad:  # (in place: the difference is not needed after)
+            unit = difference.sub_(torch.linalg.vecdot(soft_q, difference).unsqueeze(-1))
+            representation_unit = unit.mul_(soft_q).mul_(1.0 - unimix)
+        if prior_logits.requires_grad:
+            ratio = q.div_(p)
+            unit = ratio.sub_(torch.linalg.vecdot(soft_p, ratio).unsqueeze(-1))
+            dynamics_unit = unit.mul_(soft_p).mul_(unimix - 1.0)
+    dynamics = kl if dynamics_unit is None else _KLSide.apply(prior_logits, kl, dynamics_unit)
+    representation = kl if representation_unit is None else _KLSide.apply(posterior_logits, kl, representation_unit)
+    return dynamics, representation
 
 
 def categorical_kl_balanced(
