@@ -112,6 +112,34 @@ def test_block_gru_split_input_equals_the_expanded_one(num_layers):
             torch.testing.assert_close(g, e, rtol=1e-5, atol=1e-6)
 
 
+@pytest.mark.parametrize("rows", [5, 15000])  # stacked; over the size where each norm runs on its own
+def test_block_gru_projections_stacked_equal_each_layer_called(rows):
+    """For few rows the three projections' products are normalised and activated stacked: values
+    and every gradient (inputs, the projections' weights and norms) equal each (linear, RMS norm,
+    SiLU) layer called on its own; a hook on one of them makes the layers run on their own."""
+    torch.manual_seed(0)
+    gru = BlockGRU(state_dim=6, action_dim=2, belief_dim=8, hidden_dim=3, num_blocks=2)
+    with torch.no_grad():
+        for seq in (gru.belief_in, gru.state_in, gru.action_in):
+            seq[1].weight.uniform_(0.5, 1.5)  # three different norm weights
+    state, belief = torch.randn(rows, 6, requires_grad=True), torch.randn(rows, 8, requires_grad=True)
+    action = torch.randn(rows, 2)
+    tensors = [state, belief, *gru.belief_in.parameters(), *gru.state_in.parameters(), *gru.action_in.parameters()]
+    norms = gru._stacked_norms((gru.belief_in, gru.state_in, gru.action_in), rows)
+    assert (norms == [gru.belief_in[1], gru.state_in[1], gru.action_in[1]]) == (rows == 5)
+    out = gru._projections(state, belief, action)
+    expected = torch.cat([gru.belief_in(belief), gru.state_in(state), gru.action_in(action)], -1)
+    assert out.shape == (rows, 9)
+    torch.testing.assert_close(out, expected, rtol=1e-6, atol=1e-6)
+    weights = torch.randn(rows, 9)
+    got = torch.autograd.grad((out * weights).sum(), tensors)
+    for g, e in zip(got, torch.autograd.grad((expected * weights).sum(), tensors), strict=True):
+        torch.testing.assert_close(g, e, rtol=1e-5, atol=1e-5)
+    handle = gru.action_in[2].register_forward_hook(lambda *args: None)
+    assert gru._stacked_norms((gru.belief_in, gru.state_in, gru.action_in), 5) is None
+    handle.remove()
+
+
 def test_recurrent_products_read_a_packed_weight_where_onednn_applies():
     """Inside a recurrence a dense float32 CPU weight is reordered into oneDNN's layout at its
     second call and kept; the products equal ``F.linear``'s up to rounding; the first call and

@@ -575,6 +575,46 @@ class BlockGRU(nn.Module):
             return None
         return first
 
+    def _projections(self, state: torch.Tensor, belief: torch.Tensor, action: torch.Tensor) -> torch.Tensor:
+        """The three projections (belief, state, action: each linear, RMS norm, SiLU), concatenated.
+        For a small batch (a recurrence's step) the three products are stacked and normalised and
+        activated together: at that size each operation costs its call, not its data (one thread,
+        16 rows: 0.40 against 0.61 ms forward and backward)."""
+        sequences = (self.belief_in, self.state_in, self.action_in)
+        inputs = (belief, state, action)
+        one_hots = (None, leading_one_hot(state), None)
+        norms = self._stacked_norms(sequences, belief.shape[:-1].numel())
+        if norms is None:
+            return torch.cat([run_sequential(*args) for args in zip(sequences, inputs, one_hots, strict=True)], -1)
+        products = torch.stack(
+            [linear(seq[0], x, one_hot) for seq, x, one_hot in zip(sequences, inputs, one_hots, strict=True)], -2
+        )
+        weight = torch.stack([norm.weight for norm in norms]).float()
+        normed = F.rms_norm(products.float(), products.shape[-1:], None, norms[0].eps) * weight
+        return F.silu(normed.to(products.dtype)).flatten(-2)
+
+    @staticmethod
+    def _stacked_norms(sequences: tuple[nn.Sequential, ...], rows: int) -> list[RMSNorm] | None:
+        """The projections' norms where the three may run stacked: each exactly (linear, RMS norm,
+        SiLU) with one epsilon, no hook to see their calls, and few rows (where each norm would
+        take the composite; the compiler sees the layers as they are)."""
+        norms: list[RMSNorm] = []
+        for seq in sequences:
+            layers = list(seq)
+            if len(layers) != 3 or any(m._forward_hooks or m._forward_pre_hooks for m in (seq, *layers)):
+                return None
+            first, norm, activation = layers
+            if not (type(first) is nn.Linear and isinstance(norm, RMSNorm) and type(activation) is nn.SiLU):
+                return None
+            norms.append(norm)
+        if (
+            torch.compiler.is_compiling()
+            or any(type(norm) is not RMSNorm or norm.eps != norms[0].eps for norm in norms)
+            or 3 * rows * norms[0].weight.shape[0] >= _FUSED_RMS_NORM_MIN
+        ):
+            return None
+        return norms
+
     def input_weights(self) -> tuple[torch.Tensor, ...]:
         """The first block-linear layer's :meth:`BlockLinear.shared_input_weights` (each block reads
         its slice of the belief, then the projections every block shares), for :meth:`forward`'s
@@ -587,14 +627,7 @@ class BlockGRU(nn.Module):
     ) -> torch.Tensor:
         """The next belief; ``weights``: :meth:`input_weights`, computed once for a whole sequence."""
         action = action / action.detach().abs().clamp_min(1.0)
-        inputs = torch.cat(
-            [
-                run_sequential(self.belief_in, belief),
-                run_sequential(self.state_in, state, leading_one_hot(state)),
-                run_sequential(self.action_in, action),
-            ],
-            -1,
-        )
+        inputs = self._projections(state, belief, action)
         blocks, size = self.num_blocks, self.belief_dim // self.num_blocks
         own = belief.reshape(*belief.shape[:-1], blocks, size)
         first = self._first_block_layer()
