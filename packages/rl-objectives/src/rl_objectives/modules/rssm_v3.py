@@ -158,6 +158,8 @@ class RSSMPriorV3(nn.Module):
         if self.action_state_projector is None:
             return self.rnn(state, belief, action, weights)
         projected = run_sequential(self.action_state_projector, torch.cat([state, action], -1), leading_one_hot(state))
+        if projected.ndim == 2:  # (a reshape, even to the same shape, is one more autograd node per step)
+            return gru_cell(self.rnn, projected, belief)
         batch = projected.shape[:-1]  # GRUCell takes one batch dim
         belief = gru_cell(self.rnn, projected.reshape(-1, projected.shape[-1]), belief.reshape(-1, belief.shape[-1]))
         return belief.reshape(*batch, -1)
