@@ -90,21 +90,28 @@ def _columns(classes: torch.Tensor, width: int) -> torch.Tensor:
 
 
 class _GatheredRows(torch.autograd.Function):
-    """``gathered + rest``, where ``gathered`` is ``state @ weight.T`` summed from ``weight``'s columns:
-    ``state`` receives the dense product's gradient, ``grad @ weight``."""
+    """``rest + state @ weight.T`` for a marked one-hot ``state`` whose categoricals drew ``classes``:
+    the columns gathered and summed (:func:`gathered_product`). ``state`` receives the dense
+    product's gradient, ``grad @ weight``; ``weight`` the rows' gradients added to the columns drawn
+    (:func:`scattered_columns`: one ``index_add`` per categorical, where autograd through the
+    gather would sort every index and scatter into the transposed table)."""
 
     @staticmethod
     def forward(  # type: ignore[override]
-        ctx: Any, gathered: torch.Tensor, rest: torch.Tensor, state: torch.Tensor, weight: torch.Tensor
+        ctx: Any, rest: torch.Tensor, state: torch.Tensor, classes: torch.Tensor, weight: torch.Tensor
     ) -> torch.Tensor:
-        ctx.save_for_backward(weight)
-        return gathered + rest
+        ctx.save_for_backward(classes, weight)
+        return gathered_product(classes, gather_table(weight)) + rest
 
     @staticmethod
     def backward(ctx: Any, grad: torch.Tensor) -> tuple:  # type: ignore[override]
-        (weight,) = ctx.saved_tensors
-        grad_state = grad.matmul(weight) if ctx.needs_input_grad[2] else None
-        return grad, grad, grad_state, None
+        classes, weight = ctx.saved_tensors
+        grad_state = grad.matmul(weight) if ctx.needs_input_grad[1] else None
+        grad_weight = None
+        if ctx.needs_input_grad[3]:
+            rows = classes.shape[:-1].numel()
+            grad_weight = scattered_columns(classes.reshape(rows, -1), grad.reshape(rows, -1), weight.shape[1])
+        return grad, grad_state, None, grad_weight
 
 
 def latent_linear(inputs: list[torch.Tensor] | tuple[torch.Tensor, ...], layer: nn.Module) -> torch.Tensor:
@@ -137,5 +144,5 @@ def latent_linear(inputs: list[torch.Tensor] | tuple[torch.Tensor, ...], layer: 
     else:
         out = bias if bias is not None else weight.new_zeros(())
     for x, drawn, part in gathered:
-        out = _GatheredRows.apply(gathered_product(drawn, gather_table(part)), out, x, part.detach())
+        out = _GatheredRows.apply(out, x, drawn, part)
     return out
