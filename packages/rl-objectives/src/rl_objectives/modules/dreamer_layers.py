@@ -54,9 +54,10 @@ def dreamer_v3_init(module: nn.Module) -> None:
 
 
 class _Stash:
-    __slots__ = ("grads", "inputs", "one_hot_rows", "packed", "state_columns")
+    __slots__ = ("bias", "grads", "inputs", "one_hot_rows", "packed", "state_columns", "weight")
 
-    def __init__(self) -> None:
+    def __init__(self, weight: torch.Tensor | None = None, bias: torch.Tensor | None = None) -> None:
+        self.weight, self.bias = weight, bias  # detached once: what every call multiplies by
         self.inputs: list[torch.Tensor] = []
         self.grads: list[torch.Tensor] = []
         # calls on a one-hot state: (classes [N, C], the other input columns [N, rest], output gradient [N, out])
@@ -235,7 +236,7 @@ def deferred_weight_grads(*modules: nn.Module, weights: tuple[torch.Tensor, ...]
         pairs += [(weight, None) for weight in weights if weight.requires_grad]
         for weight, bias in pairs:
             if id(weight) not in layers:
-                stash = _Stash()
+                stash = _Stash(weight.detach(), None if bias is None else bias.detach())
                 layers[id(weight)] = (_WeightAnchor.apply(weight, bias, stash), stash)
                 added.append(id(weight))
     try:
@@ -258,8 +259,8 @@ def _linear(
     anchor, stash = entry
     if one_hot is not None and (weight.ndim != 2 or value.dtype != weight.dtype):
         one_hot = None
-    detached_bias = None if bias is None else bias.detach()
-    return _DeferredLinear.apply(value, anchor, weight.detach(), detached_bias, stash, one_hot)
+    detached_bias = None if bias is None else stash.bias if stash.bias is not None else bias.detach()
+    return _DeferredLinear.apply(value, anchor, stash.weight, detached_bias, stash, one_hot)
 
 
 def weight_product(value: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
@@ -307,8 +308,10 @@ def gru_cell(cell: nn.Module, value: torch.Tensor, hidden: torch.Tensor) -> torc
     ih, hh = layers.get(id(cell.weight_ih)), layers.get(id(cell.weight_hh))
     if ih is None or hh is None or value.ndim != 2 or not value.dtype == hidden.dtype == cell.weight_ih.dtype:
         return cell(value, hidden)
-    weights = [None if w is None else w.detach() for w in (cell.weight_ih, cell.bias_ih, cell.weight_hh, cell.bias_hh)]
-    return _DeferredGRUCell.apply(value, hidden, ih[0], hh[0], *weights, ih[1], hh[1])
+    stash_ih, stash_hh = ih[1], hh[1]
+    return _DeferredGRUCell.apply(
+        value, hidden, ih[0], hh[0], stash_ih.weight, stash_ih.bias, stash_hh.weight, stash_hh.bias, stash_ih, stash_hh
+    )
 
 
 class _DeferredGRUCell(torch.autograd.Function):
