@@ -277,6 +277,7 @@ def test_rollout_equals_the_steps_unrolled_by_hand(recurrent_model):
         [B, T],
     )
     assert rollout._split_posterior(td) is posterior  # its embedding columns: once, for every step
+    assert rollout._reset_steps(td, T) == [True, False, False, True, False]  # the steps zeroed
     torch.manual_seed(7)
     out = rollout(td)
     assert out.batch_size == (B, T)

@@ -448,6 +448,8 @@ class RSSMRolloutV3(TensorDictModuleBase):
         reset = tensordict.get(self.reset_key, None)
         if not isinstance(reset, torch.Tensor) or reset.dtype != torch.bool or torch.compiler.is_compiling():
             return [True] * num_steps
+        if not reset.numel():
+            return [False] * num_steps
         return reset.movedim(tensordict.ndim - 1, 0).reshape(num_steps, -1).any(-1).tolist()
 
     def _zero_at_reset(self, step: TensorDictBase) -> None:
