@@ -447,6 +447,38 @@ def test_gru_cell_inside_a_recurrence_equals_torchs_cell(bias):
         torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-6)
 
 
+def test_layers_tying_a_weight_with_other_biases_keep_plain_autograds_values_and_gradients():
+    """Inside ``deferred_weight_grads`` a weight is registered with its layer's bias: another layer
+    (or cell) tying that weight with a bias of its own, and a bias-free product of the weight, run
+    undeferred. Values and the gradients of the weight and of every bias equal plain autograd's."""
+    from rl_objectives.modules.dreamer_layers import deferred_weight_grads, gru_cell, linear, weight_product
+
+    torch.manual_seed(0)
+    first, second = torch.nn.Linear(4, 4), torch.nn.Linear(4, 4)
+    second.weight = first.weight
+    cell, tied = torch.nn.GRUCell(4, 4), torch.nn.GRUCell(4, 4)
+    tied.weight_ih, tied.weight_hh = cell.weight_ih, cell.weight_hh
+    with torch.no_grad():
+        second.bias.add_(5.0)
+        tied.bias_ih.add_(1.0)
+    start = torch.randn(2, 4, requires_grad=True)
+    tensors = [start, first.weight, first.bias, second.bias, *cell.parameters(), tied.bias_ih, tied.bias_hh]
+
+    def roll(dense, product, step):
+        h = start
+        for _ in range(3):
+            h = torch.tanh(dense(second, dense(first, h)) + product(h, first.weight))
+            h = step(tied, h, step(cell, h, h))
+        return h, torch.autograd.grad((h * torch.linspace(-1, 1, 4)).sum(), tensors)
+
+    plain = roll(lambda layer, x: layer(x), lambda x, w: x @ w.T, lambda c, x, h: c(x, h))
+    with deferred_weight_grads(first, second, cell, tied):
+        deferred = roll(linear, weight_product, gru_cell)
+    torch.testing.assert_close(deferred[0], plain[0], rtol=1e-5, atol=1e-6)
+    for got, want in zip(deferred[1], plain[1], strict=True):
+        torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+
+
 def test_block_linear_defers_its_weight_gradient_inside_a_recurrence():
     """Inside ``deferred_weight_grads`` a BlockLinear stepped through a small recurrence runs the
     deferred product (its weight gradient summed over the steps in one batched product) and gives

@@ -54,10 +54,13 @@ def dreamer_v3_init(module: nn.Module) -> None:
 
 
 class _Stash:
-    __slots__ = ("bias", "grads", "inputs", "one_hot_rows", "packed", "state_columns", "weight")
+    __slots__ = ("bias", "grads", "inputs", "one_hot_rows", "packed", "registered_bias", "state_columns", "weight")
 
     def __init__(self, weight: torch.Tensor | None = None, bias: torch.Tensor | None = None) -> None:
-        self.weight, self.bias = weight, bias  # detached once: what every call multiplies by
+        self.registered_bias = bias  # the bias whose gradient the anchor returns
+        # detached once: what every call multiplies by
+        self.weight = None if weight is None else weight.detach()
+        self.bias = None if bias is None else bias.detach()
         self.inputs: list[torch.Tensor] = []
         self.grads: list[torch.Tensor] = []
         # calls on a one-hot state: (classes [N, C], the other input columns [N, rest], output gradient [N, out])
@@ -243,7 +246,7 @@ def deferred_weight_grads(*modules: nn.Module, weights: tuple[torch.Tensor, ...]
         pairs += [(weight, None) for weight in weights if weight.requires_grad]
         for weight, bias in pairs:
             if id(weight) not in layers:
-                stash = _Stash(weight.detach(), None if bias is None else bias.detach())
+                stash = _Stash(weight, bias)
                 layers[id(weight)] = (_WeightAnchor.apply(weight, bias, stash), stash)
                 added.append(id(weight))
     try:
@@ -261,13 +264,14 @@ def _linear(
 ) -> torch.Tensor:
     layers = _DEFERRED.layers
     entry = layers.get(id(weight)) if layers else None
-    if entry is None or not torch.is_grad_enabled():
+    # a call with another bias than the one registered with the weight (a layer tying the weight,
+    # a bias-free product of a layer's weight) is not deferred: the anchor returns the registered bias's gradient
+    if entry is None or not torch.is_grad_enabled() or bias is not entry[1].registered_bias:
         return _product(value, weight, bias)
     anchor, stash = entry
     if one_hot is not None and (weight.ndim != 2 or value.dtype != weight.dtype):
         one_hot = None
-    detached_bias = None if bias is None else stash.bias if stash.bias is not None else bias.detach()
-    return _DeferredLinear.apply(value, anchor, stash.weight, detached_bias, stash, one_hot)
+    return _DeferredLinear.apply(value, anchor, stash.weight, stash.bias, stash, one_hot)
 
 
 def weight_product(value: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
@@ -313,7 +317,14 @@ def gru_cell(cell: nn.Module, value: torch.Tensor, hidden: torch.Tensor) -> torc
     if not (layers and isinstance(cell, nn.GRUCell) and torch.is_grad_enabled()):
         return cell(value, hidden)
     ih, hh = layers.get(id(cell.weight_ih)), layers.get(id(cell.weight_hh))
-    if ih is None or hh is None or value.ndim != 2 or not value.dtype == hidden.dtype == cell.weight_ih.dtype:
+    if (
+        ih is None
+        or hh is None
+        or ih[1].registered_bias is not cell.bias_ih  # weights tied to another cell's (see _linear)
+        or hh[1].registered_bias is not cell.bias_hh
+        or value.ndim != 2
+        or not value.dtype == hidden.dtype == cell.weight_ih.dtype
+    ):
         return cell(value, hidden)
     stash_ih, stash_hh = ih[1], hh[1]
     return _DeferredGRUCell.apply(
@@ -614,12 +625,12 @@ class BlockGRU(nn.Module):
             if len(layers) != 3 or any(m._forward_hooks or m._forward_pre_hooks for m in (seq, *layers)):
                 return None
             first, norm, activation = layers
-            if not (type(first) is nn.Linear and isinstance(norm, RMSNorm) and type(activation) is nn.SiLU):
+            if not (type(first) is nn.Linear and type(norm) is RMSNorm and type(activation) is nn.SiLU):
                 return None
             norms.append(norm)
         if (
             torch.compiler.is_compiling()
-            or any(type(norm) is not RMSNorm or norm.eps != norms[0].eps for norm in norms)
+            or any(norm.eps != norms[0].eps for norm in norms)
             or 3 * rows * norms[0].weight.shape[0] >= _FUSED_RMS_NORM_MIN
         ):
             return None
