@@ -26,6 +26,7 @@ from .non_tensor_stack import LinkedList, NonTensorStack
 from .consolidate import from_consolidated
 from .expand import expand_as_right, expand_right
 from .persistence import MemmapLoadError, load, load_memmap, memmap, save
+from .scalars import scalar_like
 from .tensorclass import TensorClass, is_tensorclass, tensorclass
 from .tensordict import TensorDict
 from .attrs import TensorAttrs
@@ -98,6 +99,7 @@ __all__ = [
     "pad",
     "pad_sequence",
     "save",
+    "scalar_like",
     "stack",
     "tensorclass",
     "unravel_key",

@@ -32,6 +32,7 @@ from typing import Any
 
 import torch
 import torch.nn.functional as F
+from tdict import scalar_like
 from tdict.validation import check_int, check_positive
 
 __all__ = [
@@ -176,7 +177,10 @@ def unimix_probs(logits: torch.Tensor, unimix: float = 0.01) -> torch.Tensor:
     if not 0.0 <= unimix < 1.0:
         raise ValueError(f"unimix_probs: unimix must be in [0, 1), got {unimix!r}.")
     probs = torch.softmax(logits, dim=-1)
-    return probs if unimix == 0 else probs * (1.0 - unimix) + unimix / logits.shape[-1]
+    if unimix == 0:
+        return probs
+    # (the numbers as tensors made once: a Python number is converted at every call)
+    return probs.mul(scalar_like(1.0 - unimix, probs)).add_(scalar_like(unimix / logits.shape[-1], probs))
 
 
 def straight_through_categorical(probs: torch.Tensor, *, generator: torch.Generator | None = None) -> torch.Tensor:

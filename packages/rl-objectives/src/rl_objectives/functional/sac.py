@@ -45,6 +45,7 @@ Examples:
 from __future__ import annotations
 
 import torch
+from tdict import scalar_like
 
 from .distance import distance
 from .td3 import ddpg_value_loss
@@ -143,6 +144,8 @@ def temperature_loss(log_alpha: _Tensor, log_prob: _Tensor, target_entropy: floa
         >>> temperature_loss(torch.tensor(0.5), torch.tensor([1.0, -3.0]), -2.0)
         tensor([0.5000, 2.5000])
     """
+    if isinstance(target_entropy, (int, float)):
+        target_entropy = scalar_like(target_entropy, log_prob)
     return -log_alpha * (log_prob.detach() + target_entropy)
 
 

@@ -36,6 +36,7 @@ from collections.abc import Callable
 from typing import cast
 
 import torch
+from tdict import scalar_like
 from tdict.validation import check_unit_interval
 import torch.nn.functional as F
 
@@ -312,6 +313,8 @@ def td0_return_estimate(
 def _td0_return(gamma: Scalar, next_state_value: _Tensor, reward: _Tensor, terminated: _Tensor) -> _Tensor:
     """:func:`td0_return_estimate` on inputs already checked (same shapes, bool ``terminated``,
     ``gamma`` in ``[0, 1]`` and broadcastable): the value estimators' path, which checks them once."""
+    if isinstance(gamma, (int, float)):  # a number: one tensor made once, not converted at every call
+        gamma = scalar_like(gamma, next_state_value)
     return reward + gamma * torch.where(terminated, torch.zeros_like(next_state_value), next_state_value)
 
 

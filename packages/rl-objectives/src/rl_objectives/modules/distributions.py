@@ -17,7 +17,7 @@ import enum
 import math
 
 import torch
-from tdict import nn as tnn
+from tdict import nn as tnn, scalar_like
 from tdict.nn import Delta, NormalParamExtractor
 from torch import distributions as D
 from torch.distributions import constraints
@@ -212,10 +212,12 @@ class TanhNormal(D.Distribution):
 
     def _draw_log_prob(self, x: torch.Tensor, noise: torch.Tensor) -> torch.Tensor:
         # log(1 - tanh(x)^2) = 2 * (log 2 - x - softplus(-2x)): finite for any x
-        log_det = (x + torch.nn.functional.softplus(-2.0 * x)).sub_(_LOG_2).mul_(-2.0)
+        # (the numbers as cached tensors: each Python number would be converted at every call)
+        minus_two = scalar_like(-2.0, x)
+        log_det = (x + torch.nn.functional.softplus(x * minus_two)).sub_(scalar_like(_LOG_2, x)).mul_(minus_two)
         # x = loc + noise * scale: log N(x; loc, scale) = -noise^2 / 2 - log(scale) - log(sqrt(2 pi)),
         # with the same total derivatives in loc and scale as the density written in x
-        log_normal = noise.square().mul_(-0.5) - self.scale.log() - _LOG_SQRT_2PI
+        log_normal = noise.square().mul_(scalar_like(-0.5, x)) - self.scale.log() - scalar_like(_LOG_SQRT_2PI, x)
         log_density = log_normal - log_det if self._unit else log_normal - log_det - torch.log(self._half)
         return _sum_event(log_density, self.event_dims)
 

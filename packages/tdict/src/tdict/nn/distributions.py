@@ -23,6 +23,7 @@ from torch import distributions as D, nn
 from torch.distributions import constraints
 
 from .._core.utils import NestedKey, unravel_key
+from ..scalars import scalar_like
 from ..tensordict import TensorDict
 
 __all__ = [
@@ -60,7 +61,7 @@ class biased_softplus(nn.Module):
         self.bias = inv_softplus(bias - min_val)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return nn.functional.softplus(x + self.bias) + self.min_val
+        return nn.functional.softplus(x + scalar_like(self.bias, x)) + scalar_like(self.min_val, x)
 
 
 def _expln(x: torch.Tensor) -> torch.Tensor:
