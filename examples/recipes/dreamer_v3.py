@@ -29,7 +29,10 @@ recurrence's packed weights, scattered state-column gradients and one-node GRU s
 other rounding): -1,425 at 1,792, -1,171 at 3,584, -312 at 5,376, -182 at 7,168, -200 at 8,960,
 -197 at 10,752, final -169, in 770 s. After the closed-form KL, the draw by binary search and the
 heads' scattered state-column gradients (same math, other rounding): -1,425 at 1,792, -1,111 at
-3,584, -195 at 5,376, -183 at 7,168, -161 at 8,960, -145 at 10,752, final -170, in 723 s.
+3,584, -195 at 5,376, -183 at 7,168, -161 at 8,960, -145 at 10,752, final -170, in 723 s. After the
+numbers became cached tensors, the small RMS norms lost their conversions and the GRU backward its
+``1 - x`` steps (same math, other rounding): -1,425 at 1,792, -1,105 at 3,584, -255 at 5,376, -197 at
+7,168, -160 at 8,960, -158 at 10,752, final -183, in 723 s.
 ``pendulum_pixels`` (the same task seen as 16 x 16 grayscale images of the pole, ``envs.render_pendulum``:
 the angular velocity must come from the latent; random about -1,200 to -1,400) above -400 in 12,000
 frames with one gradient step per 2 frames; seed 0: -1,427 at 1,792 frames, -1,079 at 3,584, -806 at

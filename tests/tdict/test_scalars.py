@@ -19,7 +19,7 @@ def test_same_results_as_the_number(value: float, seed: int) -> None:
     assert torch.equal(c - x, value - x)
 
 
-def test_made_once_per_value_and_device() -> None:
+def test_made_once_per_value() -> None:
     x = torch.ones(2)
     assert scalar_like(0.25, x) is scalar_like(0.25, torch.zeros(7, 1))
     assert scalar_like(0.25, x) is not scalar_like(0.5, x)
@@ -60,3 +60,7 @@ def test_compiled_code_sees_the_number() -> None:
 def test_under_vmap() -> None:
     x = torch.randn(3, 4)
     assert torch.equal(torch.vmap(lambda row: row * scalar_like(-0.5, row))(x), x * -0.5)
+
+
+def test_meta_device_keeps_the_number() -> None:
+    assert scalar_like(0.1, torch.zeros(2, device="meta")) == 0.1

@@ -437,7 +437,7 @@ def _small_rms_norm(value: torch.Tensor, weight: torch.Tensor | None, eps: float
     of Python numbers (the mean's ``1 / n`` and ``eps``), which at 16 x 512 cost as much as an
     operation (fused: about 5% of its forward and backward)."""
     eps_tensor = scalar_like(eps, value)
-    if not isinstance(eps_tensor, torch.Tensor) or torch.compiler.is_compiling():
+    if not isinstance(eps_tensor, torch.Tensor):  # (other dtypes or devices, compiled code)
         return F.rms_norm(value, value.shape[-1:], weight, eps)
     squares = value.square().sum(-1, keepdim=True)
     out = value * torch.rsqrt(torch.add(eps_tensor, squares, alpha=1.0 / value.shape[-1]))
