@@ -38,7 +38,9 @@ the angular velocity must come from the latent; random about -1,200 to -1,400) a
 frames with one gradient step per 2 frames; seed 0: -1,427 at 1,792 frames, -1,079 at 3,584, -806 at
 5,376, -615 at 7,168, -161 at 8,960, -179 at 10,752, final -166 (2026-12-06, after the draws changed),
 in 2,202 s on one thread with other work on the second core (5,500 gradient steps; before that change
--155 at 7,168 and final -167, in 2,510 s on a slow day).
+-155 at 7,168 and final -167, in 2,510 s on a slow day). After the changes of 2026-12-06's two later
+sessions (same math, other rounding): -1,427 at 1,792, -1,339 at 3,584, -570 at 5,376, -153 at 7,168,
+-163 at 8,960, -162 at 10,752, final -171, in 1,972 s.
 Fewer gradient steps, seed 0 after the same change: one per 3 frames (this preset until then) ended at
 -571 in 12,000 frames (-509 at 10,752) and reached -189 only at 16,000; before the change it had ended
 at -177 in 12,000 frames. One per 5 frames (the state preset's) was still at -1,022 at 8,960 frames.
