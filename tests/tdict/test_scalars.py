@@ -64,3 +64,10 @@ def test_under_vmap() -> None:
 
 def test_meta_device_keeps_the_number() -> None:
     assert scalar_like(0.1, torch.zeros(2, device="meta")) == 0.1
+
+
+def test_made_on_the_cpu_under_another_default_device() -> None:
+    with torch.device("meta"):
+        made = scalar_like(0.2718281, torch.ones(2, device="cpu"))
+    assert made.device.type == "cpu"
+    assert torch.equal(torch.ones(2) * scalar_like(0.2718281, torch.ones(2)), torch.ones(2) * 0.2718281)

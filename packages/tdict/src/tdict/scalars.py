@@ -41,9 +41,10 @@ def scalar_like(value: float, like: torch.Tensor) -> torch.Tensor | float:
         return value
     made = _MADE.get(value)
     if made is None:
-        # outside inference mode: a shared constant must also serve calls that record gradients
+        # outside inference mode: a shared constant must also serve calls that record gradients;
+        # on the CPU whatever the default device (a `with torch.device("meta")` block, say)
         with torch.inference_mode(False):
-            made = torch.tensor(value, dtype=torch.float32)
+            made = torch.tensor(value, dtype=torch.float32, device="cpu")
         if len(_MADE) < _MAX_HELD:
             _MADE[value] = made
     return made
