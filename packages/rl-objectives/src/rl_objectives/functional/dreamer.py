@@ -177,10 +177,13 @@ def unimix_probs(logits: torch.Tensor, unimix: float = 0.01) -> torch.Tensor:
     if not 0.0 <= unimix < 1.0:
         raise ValueError(f"unimix_probs: unimix must be in [0, 1), got {unimix!r}.")
     probs = torch.softmax(logits, dim=-1)
-    if unimix == 0:
-        return probs
-    # (the numbers as tensors made once: a Python number is converted at every call)
-    return probs.mul(scalar_like(1.0 - unimix, probs)).add_(scalar_like(unimix / logits.shape[-1], probs))
+    return probs if unimix == 0 else _mix_uniform(probs, unimix)
+
+
+def _mix_uniform(probs: torch.Tensor, unimix: float) -> torch.Tensor:
+    """``(1 - unimix) * probs + unimix / num_classes`` (the numbers as tensors made once: a
+    Python number is converted at every call)."""
+    return probs.mul(scalar_like(1.0 - unimix, probs)).add_(scalar_like(unimix / probs.shape[-1], probs))
 
 
 def straight_through_categorical(probs: torch.Tensor, *, generator: torch.Generator | None = None) -> torch.Tensor:
@@ -312,10 +315,8 @@ def _balanced_kl(
 
     (``<., .>`` over each categorical's classes)."""
     with torch.no_grad():
-        classes = posterior_logits.shape[-1]
         soft_q, soft_p = torch.softmax(posterior_logits, -1), torch.softmax(prior_logits, -1)
-        q = soft_q.mul(1.0 - unimix).add_(unimix / classes)
-        p = soft_p.mul(1.0 - unimix).add_(unimix / classes)
+        q, p = _mix_uniform(soft_q, unimix), _mix_uniform(soft_p, unimix)
         difference = q.log().sub_(p.log())
         kl = torch.linalg.vecdot(q, difference).sum(-1)
         representation_unit = dynamics_unit = None
