@@ -525,11 +525,14 @@ def test_out_key_call_of_a_hooked_network_runs_its_hooks():
     torch.testing.assert_close(hooked, plain)
 
 
+@pytest.mark.parametrize("stacked", [False, True])
 @pytest.mark.parametrize("n", [None, 3])
-def test_reused_detached_params_and_target_sets_follow_in_place_updates(n):
+def test_reused_detached_params_and_target_sets_follow_in_place_updates(n, stacked):
     # detached parameters and the sets of gradient-free ensembles are made once and reused: the
-    # reused views must show every in-place update, and new data (a dtype change) must replace them
+    # reused views must show every in-place update, and new data (a dtype change) must replace them;
+    # the stacked call (the default for this linear network) reads them afresh at every call
     loss = Probe(make_net(), expand_dim=n, target=True)
+    loss.deactivate_vmap = not stacked
     td = batch()
     detached = loss._detached_params("net")
     assert loss._detached_params("net") is detached
@@ -561,7 +564,7 @@ def test_reused_detached_params_and_target_sets_follow_in_place_updates(n):
             leaf.data = leaf.data * 3.0
     for old, new, expected in zip(after, both(), fresh()):
         assert not torch.allclose(old, new) and torch.equal(new, expected)
-    if n is not None:  # other parameter tensors (a slice per call) are unbound each time, never kept
+    if n is not None and not stacked:  # other parameter tensors (a slice per call) are unbound each time, never kept
         for _ in range(3):
             loss.call_network("net", td.clone(), params=loss._detached_params("net")[:2], out_key="prediction")
         assert set(vars(loss)["_sets_cache"]) == {("net", "target"), ("net", "detached")}

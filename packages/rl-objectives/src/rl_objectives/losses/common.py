@@ -8,8 +8,9 @@ buffers (saved in ``state_dict``, moved by ``.to()``, never seen by optimizers),
 :class:`~rl_objectives.SoftUpdate` / :class:`~rl_objectives.HardUpdate` move towards the trained ones.
 
 With ``expand_dim=n`` a network is trained as an ensemble of ``n`` parameter sets (SAC's and TD3's
-twin Q-networks): the sets are stacked along a new leading dim and one call runs them all through
-``torch.vmap``; outputs get that leading dim.
+twin Q-networks): the sets are stacked along a new leading dim and outputs get that leading dim.
+A network made of linear layers runs every set in one batched call (:mod:`.stacked_ensemble`);
+others run up to four sets in a loop, more through ``torch.vmap``.
 
 ``compare_against`` (TorchRL's ``separate_losses``): the parameters a network shares with another one
 (a critic built on the actor's trunk) are trained only through that other network. This network's
@@ -41,6 +42,7 @@ from tdict.validation import check_one_of, check_positive_int, check_unit_interv
 
 from .._stack import user_stacklevel as _user_stacklevel
 from .loss_mask import check_loss_mask_key, combine_masks, masked_reduce, read_loss_mask
+from .stacked_ensemble import LinearStack
 from .tensor_calls import _TensorCalls
 
 __all__ = ["LossModule", "total_loss"]
@@ -54,6 +56,7 @@ _PLAIN_REDUCTIONS: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
 _data_ptr = torch.Tensor.data_ptr
 _requires_grad = operator.attrgetter("requires_grad")
 _LOOP_MAX_SETS = 4  # measured crossover: a loop beats torch.vmap for 2 to 4 small networks
+_MAX_STACK_VERDICTS = 256  # input signatures remembered per loss (see LossModule._stacked_sets)
 
 
 def total_loss(losses: TensorDictBase, components: Sequence[str] | None = None) -> torch.Tensor:
@@ -646,9 +649,11 @@ class LossModule(_TensorCalls, TensorKeysMixin, nn.Module):
         TensorDict shaped like :meth:`params_of`'s); ``out_key``: return only that output entry.
 
         An expanded network maps every parameter set over the same input; the result has a leading
-        dim of size ``expand_dim``. Up to ``_LOOP_MAX_SETS`` sets run one after the other (cheaper
-        than ``torch.vmap``'s set-up for twin critics); more run as one vmapped call, unless
-        ``deactivate_vmap`` is set (then they all run in the loop).
+        dim of size ``expand_dim``. On tensors (see below), a network made of linear layers runs
+        every set in one batched call (see :meth:`_stacked_sets`). Otherwise up to
+        ``_LOOP_MAX_SETS`` sets run one after the other (cheaper than ``torch.vmap``'s set-up for
+        twin critics); more run as one vmapped call, unless ``deactivate_vmap`` is set (then they
+        all run in the loop).
 
         With ``out_key``, a network whose call is its module's on tensors (a plain
         ``TensorDictModule`` or ``ValueOperator``: see ``TensorDictModule.tensor_function``) runs on
@@ -661,9 +666,10 @@ class LossModule(_TensorCalls, TensorKeysMixin, nn.Module):
         one_set = self._networks[module_name] is None
         plan = None if out_key is None else _tensor_plan(module, tensordict, out_key, write=one_set and write)
         if plan is not None:  # on tensors
-            call, index, writes = plan
+            call, index, writes, inputs = plan
             if writes is None:
-                return self._with_params(module_name, params, kept, lambda: call()[index])
+                stacked = None if one_set else _stacked_call(module, out_key, tensordict.batch_dims, inputs)
+                return self._with_params(module_name, params, kept, lambda: call()[index], stacked)
             values = self._with_params(module_name, params, kept, call)
             writes(values)
             return values[index]
@@ -702,14 +708,46 @@ class LossModule(_TensorCalls, TensorKeysMixin, nn.Module):
         held = self.__dict__.get("_detached_cache", {}).get(module_name)
         return params, ((module_name, "detached") if held is not None and params is held[2] else None)
 
-    def _with_params(self, module_name: str, params: Any, kept: tuple | None, call: Any) -> Any:
+    def _with_params(self, module_name: str, params: Any, kept: tuple | None, call: Any, stacked: Any = None) -> Any:
         """``call()`` run with ``params`` in the network: once for a single network, once per set
-        for an ensemble (results stacked on a new leading dim, see :meth:`_map_sets`)."""
+        for an ensemble (results stacked on a new leading dim, see :meth:`_map_sets`).
+
+        ``stacked``: ``(f, inputs)``, the same call on tensors with every set at once: ``f`` takes
+        the inputs with a leading dim of the sets (see :meth:`_stacked_sets`)."""
         leaves, swapped = self._binder(module_name, params)
         if self._networks[module_name] is None:
             with swapped(leaves):
                 return call()
-        return self._map_sets(params, leaves, swapped, kept, call, call)
+
+        def loop() -> Any:
+            return self._map_sets(params, leaves, swapped, kept, call, call)
+
+        return loop() if stacked is None else self._stacked_sets(module_name, leaves, stacked, loop)
+
+    def _stacked_sets(self, module_name: str, leaves: list, stacked: tuple, loop: Callable[[], Any]) -> Any:
+        """An ensemble's sets run as one batched call when its parameters all live in plain linear
+        layers (see :mod:`.stacked_ensemble`), else ``loop()``. The first call with a new input
+        signature probes both ways (without gradients): the batched call serves that signature
+        only if it gave the loop's values, so one signature always gets the same path.
+        ``deactivate_vmap`` (and compiling) keep the loop."""
+        if self.deactivate_vmap or not leaves or torch.compiler.is_compiling():
+            return loop()
+        stacks = self.__dict__.setdefault("_linear_stacks", {})
+        if module_name not in stacks:
+            stacks[module_name] = LinearStack.of(getattr(self, module_name), self._swap_plan(module_name)[1])
+        stack = stacks[module_name]
+        if stack is None or not stack.intact():
+            return loop()
+        call, inputs = stacked
+        first = leaves[0]
+        signature = (module_name, first.dtype, first.device, *[(x.shape, x.dtype, x.device) for x in inputs])
+        verdicts = self.__dict__.setdefault("_stack_verdicts", {})
+        verdict = verdicts.get(signature)
+        if verdict is None:
+            if len(verdicts) >= _MAX_STACK_VERDICTS:
+                verdicts.clear()
+            verdict = verdicts[signature] = stack.probe(leaves, call, inputs, loop)
+        return stack.run(leaves, call, inputs) if verdict else loop()
 
     def _tensor_network(self, module_name: str, out_key: Any, batch_dims: int) -> tuple | None:
         """``(in_keys, f)``: the registered network's ``out_key`` output as a function of its in-key
@@ -962,8 +1000,8 @@ def _tensor_function(module: Any, out_key: Any, batch_dims: int) -> tuple | None
 
 
 def _tensor_plan(module: Any, tensordict: Any, out_key: Any, write: bool) -> tuple | None:
-    """``(call, index, writes)`` to run ``module`` on ``tensordict``'s tensors: ``call()`` gives its
-    outputs, ``out_key`` is at ``index``, and ``writes`` (with ``write``, for a module writing into
+    """``(call, index, writes, inputs)`` to run ``module`` on ``tensordict``'s tensors (``inputs``):
+    ``call()`` gives its outputs, ``out_key`` is at ``index``, and ``writes`` (with ``write``, for a module writing into
     its input) puts them into ``tensordict`` as its call would. ``None`` when the module has no
     tensor function (see ``TensorDictModule.tensor_function``), does not write ``out_key``, or an
     input is missing or not a plain tensor: the TensorDict call then runs (and reports)."""
@@ -981,7 +1019,17 @@ def _tensor_plan(module: Any, tensordict: Any, out_key: Any, write: bool) -> tup
             if key != "_":
                 tensordict.set(key, value)
 
-    return (lambda: run(*inputs)), index, (writes if write and module.inplace is True else None)
+    return (lambda: run(*inputs)), index, (writes if write and module.inplace is True else None), inputs
+
+
+def _stacked_call(module: Any, out_key: Any, batch_dims: int, inputs: list) -> tuple | None:
+    """``(f, inputs)`` for :meth:`LossModule._with_params`: ``module``'s ``out_key`` output on inputs
+    with one more leading (batch) dim, the ensemble's sets; ``None`` without a tensor function."""
+    found = _tensor_function(module, out_key, batch_dims + 1)
+    if found is None:
+        return None
+    run, index = found
+    return (lambda *stacked: run(*stacked)[index]), inputs
 
 
 def _plain_tensors(tensordict: Any, keys: Sequence[Any]) -> list | None:

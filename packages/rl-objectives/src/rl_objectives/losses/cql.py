@@ -110,8 +110,8 @@ class CQLLoss(_TemperatureMixin, _BootstrappedLoss):
             the penalty stays near ``lagrange_thresh`` (``loss_alpha_prime`` is then returned).
         lagrange_thresh: the target of the penalty with ``with_lagrange`` (default 0.0).
         reduction: ``"mean"`` (default), ``"sum"`` or ``"none"``.
-        deactivate_vmap: run the Q-ensemble's parameter sets in a plain loop instead of ``torch.vmap``
-            (TorchRL's option; the same numbers).
+        deactivate_vmap: run the Q-ensemble's parameter sets in a plain loop instead of one
+            batched or vmapped call (TorchRL's option; the same numbers up to rounding).
         scalar_output_mode: with ``reduction="none"``, ``"exclude"`` leaves ``"alpha"`` and
             ``"entropy"`` out of the output, ``"non_tensor"`` keeps them as non-tensor entries;
             ``None`` excludes them with a warning, as TorchRL. The output then has the input's batch

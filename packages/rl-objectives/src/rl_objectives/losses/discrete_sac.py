@@ -74,8 +74,8 @@ class DiscreteSACLoss(_TemperatureMixin, _BootstrappedLoss):
         target_entropy: a number, or ``"auto"``.
         delay_qvalue: keep target Q parameters for the bootstrap (default ``True``).
         reduction: ``"mean"`` (default), ``"sum"`` or ``"none"``.
-        deactivate_vmap: run the Q-ensemble's parameter sets in a plain loop instead of ``torch.vmap``
-            (TorchRL's option; the same numbers).
+        deactivate_vmap: run the Q-ensemble's parameter sets in a plain loop instead of one
+            batched or vmapped call (TorchRL's option; the same numbers up to rounding).
         separate_losses: parameters the Q-network shares with the actor are trained by the actor
             loss only (the critics see them detached, expanded over the ensemble).
         skip_done_states: run the actor and the target critics only on the next states that are

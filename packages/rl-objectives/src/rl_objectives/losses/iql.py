@@ -53,8 +53,8 @@ class IQLLoss(_BootstrappedLoss):
         expectile: the expectile ``tau`` in ``(0, 1]`` of the value regression (default 0.5: the mean;
             0.7-0.9 in the paper; 1: only underestimates of ``min Q`` are penalised).
         reduction: ``"mean"`` (default), ``"sum"`` or ``"none"``.
-        deactivate_vmap: run the Q-ensemble's parameter sets in a plain loop instead of ``torch.vmap``
-            (TorchRL's option; the same numbers).
+        deactivate_vmap: run the Q-ensemble's parameter sets in a plain loop instead of one
+            batched or vmapped call (TorchRL's option; the same numbers up to rounding).
         separate_losses: parameters the value network shares with the actor, and those the
             Q-network shares with the actor or the value network, are trained only through their
             owner (the actor's loss, then the value loss), as in TorchRL.

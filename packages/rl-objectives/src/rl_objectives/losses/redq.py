@@ -61,8 +61,8 @@ class REDQLoss(_TemperatureMixin, _BootstrappedLoss):
         target_entropy: a number, or ``"auto"`` for ``-prod(action shape)``.
         delay_actor: keep target actor parameters that draw the next action (default ``False``).
         delay_qvalue: keep target Q parameters (default ``True``).
-        deactivate_vmap: run the Q-ensemble's parameter sets in a plain loop instead of ``torch.vmap``
-            (TorchRL's option; the same numbers).
+        deactivate_vmap: run the Q-ensemble's parameter sets in a plain loop instead of one
+            batched or vmapped call (TorchRL's option; the same numbers up to rounding).
         reduction: ``"mean"`` (default), ``"sum"`` or ``"none"``, applied as TorchRL's REDQ does to
             the element-wise losses: ``loss_actor`` and ``loss_qvalue`` are ``[num_qvalue_nets, *B]``
             (``alpha * log pi(a|s) - Q_i(s, a)`` and each critic's distance to the target),
@@ -215,9 +215,8 @@ class REDQLoss(_TemperatureMixin, _BootstrappedLoss):
 
     def _subset_q(self, tensordict: Any, n: int, **kwargs: Any) -> torch.Tensor:
         """``n`` critics' values, ``[n, *batch]`` (``n``: the ensemble, or the target subset)."""
-        out = self.call_network("qvalue_network", tensordict, **kwargs)
         key = self.tensor_keys.state_action_value
-        value = _get("REDQLoss", out, key)
+        value = self.call_network("qvalue_network", tensordict, out_key=key, **kwargs)
         _check_batch_shaped("REDQLoss", {key: value}, tensordict.batch_size, lead=(n,))
         return value
 

@@ -97,8 +97,8 @@ class SACLoss(_TemperatureMixin, _BootstrappedLoss):
         delay_qvalue: keep target Q parameters (default ``True``).
         delay_value: keep target parameters of the value network (default ``True``; SAC v1 only).
         reduction: ``"mean"`` (default), ``"sum"`` or ``"none"``.
-        deactivate_vmap: run the Q-ensemble's parameter sets in a plain loop instead of ``torch.vmap``
-            (TorchRL's option; the same numbers).
+        deactivate_vmap: run the Q-ensemble's parameter sets in a plain loop instead of one
+            batched or vmapped call (TorchRL's option; the same numbers up to rounding).
         separate_losses: parameters the Q-network shares with the actor are trained by the actor
             loss only (the critics see them detached, expanded over the ensemble).
         skip_done_states: run the actor only on the next states that are not done; the done ones
@@ -348,11 +348,13 @@ class SACLoss(_TemperatureMixin, _BootstrappedLoss):
         build = dist_function(batch_dims)
         key = self.tensor_keys.state_action_value
         critic = self._tensor_network("qvalue_network", key, batch_dims)
+        stacked_critic = self._tensor_network("qvalue_network", key, batch_dims + 1)  # every set at once
         action_key = self.tensor_keys.action
         actor_keys = tuple(self.actor_network.in_keys)
-        if build is None or critic is None or action_key in actor_keys:
+        if build is None or critic is None or stacked_critic is None or action_key in actor_keys:
             return None
         critic_keys, critic_fn = critic
+        stacked_fn = stacked_critic[1]
         keys = list(dict.fromkeys((*actor_keys, *critic_keys)))
         next_keys = [k for k in keys if k != action_key]
         next_td = tensordict.get("next", None)
@@ -377,7 +379,9 @@ class SACLoss(_TemperatureMixin, _BootstrappedLoss):
         def q(state: dict, target: bool = False, params: Any = None) -> torch.Tensor:
             params, kept = self._params_and_kept("qvalue_network", target, params)
             inputs = [state[k] for k in critic_keys]
-            value = self._with_params("qvalue_network", params, kept, lambda: critic_fn(*inputs))
+            value = self._with_params(
+                "qvalue_network", params, kept, lambda: critic_fn(*inputs), stacked=(stacked_fn, inputs)
+            )
             if value.shape != expected:
                 _check_batch_shaped("SACLoss", {key: value}, batch, lead=sets)
             return value

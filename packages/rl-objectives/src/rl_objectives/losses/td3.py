@@ -77,8 +77,8 @@ class TD3Loss(_BootstrappedLoss):
         delay_actor: keep target actor parameters (default ``True``).
         delay_qvalue: keep target Q parameters (default ``True``).
         reduction: ``"mean"`` (default), ``"sum"`` or ``"none"``.
-        deactivate_vmap: run the Q-ensemble's parameter sets in a plain loop instead of ``torch.vmap``
-            (TorchRL's option; the same numbers).
+        deactivate_vmap: run the Q-ensemble's parameter sets in a plain loop instead of one
+            batched or vmapped call (TorchRL's option; the same numbers up to rounding).
         separate_losses: parameters the Q-network shares with the actor are trained by the actor
             loss only (the critics see them detached, expanded over the ensemble).
         use_prioritized_weights: ``"auto"`` (default) or ``True``: when the batch holds

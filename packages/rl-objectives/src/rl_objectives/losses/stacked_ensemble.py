@@ -1,0 +1,176 @@
+"""An ensemble of Linear-only networks run as one batched call: every parameter set at once.
+
+A loss trains an ensemble (SAC's twin critics, REDQ's ten) as one network whose parameters are
+stacked over the sets. Running the sets one after the other costs one call per set, plus unbinding
+the stacked parameters and stacking the outputs (forward and backward). When every parameter of the
+network lives in plain ``nn.Linear`` layers, the sets can instead run together, as ``torch.vmap``
+would run them: the inputs get a leading dim of the sets' size (expanded, no copy), and each linear
+layer becomes one batched product with its stacked weight (``torch.baddbmm``). The other layers hold
+no parameters and see that leading dim as one more batch dim.
+
+That holds only for layers that treat leading dims alike, which code cannot tell; so the loss runs
+a new input signature both ways once and keeps the batched call only when it gives the loop's
+values (:func:`stacked_matches`).
+
+Examples:
+    >>> import torch
+    >>> from torch import nn
+    >>> net = nn.Sequential(nn.Linear(3, 8), nn.Tanh(), nn.Linear(8, 1))
+    >>> slots = [(net[i]._parameters, name) for i in (0, 2) for name in ("weight", "bias")]
+    >>> stack = LinearStack.of(net, slots)
+    >>> weights = [torch.randn(2, 8, 3), torch.randn(2, 8), torch.randn(2, 1, 8), torch.randn(2, 1)]
+    >>> x = torch.randn(5, 3)
+    >>> out = stack.run(weights, net, (x,))
+    >>> out.shape  # [sets, batch, 1]
+    torch.Size([2, 5, 1])
+    >>> loop = torch.stack([nn.functional.linear(torch.tanh(nn.functional.linear(x, weights[0][i], weights[1][i])),
+    ...                                          weights[2][i], weights[3][i]) for i in range(2)])
+    >>> torch.allclose(out, loop, atol=1e-5)
+    True
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import torch
+from torch import nn
+
+__all__ = ["LinearStack", "stacked_matches"]
+
+
+class _StackedLinear(nn.Module):
+    """Stands in for one ``nn.Linear`` during a stacked call: ``x`` of shape ``[sets, *batch, in]``
+    times the stacked ``weight`` ``[sets, out, in]``, plus ``bias`` ``[sets, out]`` (or ``None``)."""
+
+    weight: torch.Tensor
+    bias: torch.Tensor | None
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        weight, bias = self.weight, self.bias
+        sets = weight.shape[0]
+        if x.ndim < 2 or x.shape[0] != sets:
+            raise RuntimeError(
+                f"a stacked linear layer expects a leading dim of {sets} parameter sets, got an input of shape {tuple(x.shape)}."
+            )
+        flat = x if x.ndim == 3 else x.reshape(sets, -1, x.shape[-1])
+        out = torch.bmm(flat, weight.mT) if bias is None else torch.baddbmm(bias.unsqueeze(1), flat, weight.mT)
+        return out if x.ndim == 3 else out.view(*x.shape[:-1], weight.shape[1])
+
+    # an internal stand-in has no hooks: its parent's call goes straight to forward
+    __call__ = forward  # pyright: ignore[reportAssignmentType]
+
+
+def _hooked(module: nn.Module) -> bool:
+    return bool(
+        module._forward_hooks or module._forward_pre_hooks or module._backward_hooks or module._backward_pre_hooks
+    )
+
+
+class LinearStack:
+    """Where a network's ``nn.Linear`` layers sit, and a stand-in for each: :meth:`run` puts the
+    stand-ins in their parents' places, fills them with the stacked weights and biases, calls the
+    network, and puts the layers back. Built by :meth:`of`, which says whether the network qualifies.
+    """
+
+    def __init__(
+        self,
+        places: list[tuple[dict, str, nn.Linear]],
+        stand_ins: dict[int, _StackedLinear],
+        fills: list[tuple[_StackedLinear, str]],
+    ) -> None:
+        self._places = places  # (the parent's _modules, the child's name, the layer)
+        self._stand_ins = stand_ins  # id(layer) -> its stand-in
+        self._fills = fills  # per leaf: (the stand-in, "weight" or "bias")
+
+    @classmethod
+    def of(cls, network: nn.Module, slots: Sequence[tuple[dict, str]]) -> LinearStack | None:
+        """The stack of ``network`` whose leaves sit in ``slots`` (per leaf: the dict holding it and
+        its name, as ``LossModule``'s swap plan has them). ``None`` when a parameter or buffer lives
+        outside a plain ``nn.Linear`` (a subclass, a parametrized layer, a norm, a convolution), when
+        a layer is reached twice, or when the network has no linear layer."""
+        places, owners = [], {}  # owners: id of a dict that may hold a layer's tensors -> (layer, stand-in)
+        for parent in network.modules():
+            if type(parent) is not nn.Linear and (parent._parameters or parent._buffers):
+                return None
+            for name, child in parent._modules.items():
+                if type(child) is nn.Linear:
+                    if id(child._parameters) in owners:
+                        return None
+                    # (a loss keeps a network's tensors as plain attributes: the layer's __dict__)
+                    owners[id(child._parameters)] = owners[id(child.__dict__)] = (child, _StackedLinear())
+                    places.append((parent._modules, name, child))
+        fills, filled = [], set()
+        for holder, name in slots:
+            found = owners.get(id(holder))
+            if found is None or name not in ("weight", "bias"):
+                return None
+            fills.append((found[1], name))
+            filled.add((id(found[0]), name))
+        for _, _, layer in places:  # every tensor a layer uses comes from the leaves
+            needed = ("weight",) if layer.bias is None else ("weight", "bias")
+            if any((id(layer), name) not in filled for name in needed):
+                return None
+        if not places:
+            return None
+        return cls(places, {id(layer): stand_in for layer, stand_in in owners.values()}, fills)
+
+    def intact(self) -> bool:
+        """Whether each layer is still in its place, without hooks (checked at every call: the
+        stand-ins would skip them)."""
+        return all(holder.get(name) is layer and not _hooked(layer) for holder, name, layer in self._places)
+
+    def run(self, leaves: Sequence[torch.Tensor], call: Callable[..., Any], inputs: Sequence[torch.Tensor]) -> Any:
+        """``call(*inputs)`` with every set at once: the leaves (stacked over the sets, in the order
+        of the slots given to :meth:`of`) fill the stand-ins, and the inputs are expanded over the
+        sets. Returns what ``call`` returns (its values with the sets' leading dim)."""
+        sets = leaves[0].shape[0]
+        for stand_in in self._stand_ins.values():
+            vars(stand_in)["bias"] = None
+        for (stand_in, name), leaf in zip(self._fills, leaves):
+            vars(stand_in)[name] = leaf  # (plain attributes: nn.Module would register a Parameter)
+        for holder, name, layer in self._places:
+            holder[name] = self._stand_ins[id(layer)]
+        try:
+            return call(*[x.expand(sets, *x.shape) for x in inputs])
+        finally:
+            for holder, name, layer in self._places:
+                holder[name] = layer
+            for stand_in in self._stand_ins.values():  # (no reference to the leaves kept between calls)
+                vars(stand_in).update(weight=None, bias=None)
+
+    def probe(
+        self, leaves: Sequence[torch.Tensor], call: Callable[..., Any], inputs: Sequence[torch.Tensor], loop: Callable
+    ) -> bool:
+        """Whether :meth:`run` gives what ``loop()`` (the sets one after the other, on the same
+        leaves and inputs) gives (see :func:`stacked_matches`). Both run without gradients and on a
+        forked random state, so that the draws after the probe are the ones without it; a stacked
+        call that raises does not match."""
+        device = leaves[0].device
+        devices, kind = ([], "cuda") if device.type == "cpu" else ([device], device.type)
+        with torch.random.fork_rng(devices=devices, device_type=kind), torch.no_grad():
+            try:
+                candidate = self.run(leaves, call, inputs)
+            except Exception:  # noqa: BLE001  (a layer that needs the loop: the loop then serves)
+                return False
+            reference = loop()
+        return stacked_matches(reference, candidate)
+
+
+def stacked_matches(reference: torch.Tensor, candidate: Any) -> bool:
+    """Whether a stacked call's ``candidate`` gives the loop's ``reference``: same shape and dtype,
+    and the same values up to the rounding of a different product order (relative and absolute
+    ``sqrt(eps)`` of the dtype, the absolute part scaled by the mean magnitude, at least 1)."""
+    if not isinstance(candidate, torch.Tensor) or candidate.shape != reference.shape:
+        return False
+    if candidate.dtype != reference.dtype or candidate.device != reference.device:
+        return False
+    reference, candidate = reference.detach(), candidate.detach()
+    if not reference.is_floating_point():
+        return bool(torch.equal(reference, candidate))
+    if reference.numel() == 0:
+        return True
+    tol = torch.finfo(reference.dtype).eps ** 0.5
+    scale = float(reference.nan_to_num(0.0, 0.0, 0.0).abs().mean().clamp_min(1.0))
+    return bool(torch.allclose(candidate, reference, rtol=tol, atol=tol * scale, equal_nan=True))
