@@ -10,7 +10,7 @@ from torch import nn
 from torch.nn import functional as F
 from torch.nn.utils import parametrize
 
-from rl_objectives import REDQLoss, SoftUpdate, TD3Loss
+from rl_objectives import LossModule, REDQLoss, SoftUpdate, TD3Loss
 from rl_objectives.losses.sac import SACLoss
 from rl_objectives.losses.stacked_ensemble import LinearStack, stacked_matches
 from rl_objectives.modules import Actor, ProbabilisticActor, TanhNormal, ValueOperator
@@ -144,7 +144,7 @@ def test_run_equals_the_loop_in_values_and_gradients(sets, batch, n_in, hidden, 
         torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4)
     # the layers are back in place, and the stand-ins hold no tensor between calls
     assert type(net[0]) is nn.Linear and type(net[2]) is nn.Linear
-    assert all(vars(s)["weight"] is None for s in stack._stand_ins.values())
+    assert all(vars(place[3])["weight"] is None for place in stack._places)
 
 
 def test_run_without_bias_and_several_inputs():
@@ -345,3 +345,51 @@ def test_redq_and_td3_stacked_equal_the_loop():
         for seed in range(2):
             _assert_same_step(_step(stacked, td, seed), _step(looped, td, seed), rtol=1e-4, atol=1e-5)
         assert vars(stacked)["_stack_verdicts"] and all(vars(stacked)["_stack_verdicts"].values())
+
+
+class _Ensemble(LossModule):
+    def __init__(self, net, sets, deactivate_vmap=False):
+        super().__init__()
+        self.deactivate_vmap = deactivate_vmap
+        self.convert_to_functional(net, "net", expand_dim=sets)
+
+    def forward(self, td):
+        return self.call_network("net", td, out_key="prediction")
+
+
+def test_under_torch_vmap_the_loop_serves():
+    # the probe reads values, which a transform's tensors do not allow: inside torch.vmap the
+    # sets run in the loop (and no verdict is kept for the shapes seen there)
+    torch.manual_seed(0)
+    net = TensorDictModule(
+        nn.Sequential(nn.Linear(3, 4), nn.Tanh(), nn.Linear(4, 2)), in_keys=["x"], out_keys=["prediction"]
+    )
+    loss, looped = _Ensemble(net, 3), _Ensemble(net, 3, deactivate_vmap=True)
+    looped.load_state_dict(loss.state_dict())
+    xs = torch.randn(5, 6, 3)
+    mapped = torch.vmap(lambda x: loss(TensorDict(x=x, batch_size=[6])))(xs)
+    assert "_stack_verdicts" not in vars(loss)
+    expected = torch.stack([looped(TensorDict(x=x, batch_size=[6])) for x in xs])
+    assert mapped.shape == (5, 3, 6, 2)
+    torch.testing.assert_close(mapped, expected)
+    torch.testing.assert_close(torch.stack([loss(TensorDict(x=x, batch_size=[6])) for x in xs]), expected)
+    assert list(vars(loss)["_stack_verdicts"].values()) == [True]
+
+
+def test_copies_and_pickles_of_a_loss_run_their_own_stack():
+    import copy
+    import io
+    import pickle
+
+    loss, td = _sac(), _loss_batch()
+    reference = _step(_sac(deactivate_vmap=True), td)
+    _assert_same_step(_step(loss, td), reference)
+    buffer = io.BytesIO()
+    pickle.dump(loss, buffer)
+    for twin in (copy.deepcopy(loss), pickle.loads(buffer.getvalue())):
+        _assert_same_step(_step(twin, td), reference)
+        assert all(vars(twin)["_stack_verdicts"].values())
+        # the twin's stack swaps the twin's layers, not the original's
+        stack = vars(twin)["_linear_stacks"]["qvalue_network"]
+        layers = [m for m in twin.qvalue_network.modules() if type(m) is nn.Linear]
+        assert [place[2] for place in stack._places] == layers

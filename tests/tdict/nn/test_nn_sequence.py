@@ -233,3 +233,17 @@ def test_tensor_function_of_a_sequence_follows_its_steps():
     assert run(torch.tensor(1.0)) == (torch.tensor(2.0), torch.tensor(4.0))
     first.module = lambda x: x - 1  # a step changed: the chain is made again
     assert seq.tensor_function()(torch.tensor(1.0)) == (torch.tensor(0.0), torch.tensor(0.0))
+
+
+def test_pickles_and_copies_run_as_the_original():
+    # the fast path keeps each step's undecorated forward, which pickle cannot name: a pickle leaves
+    # them out and the loaded sequence finds them again
+    import copy
+    import pickle
+
+    seq, _, _ = _chain()
+    td = TensorDict(obs=torch.randn(5, 3), batch_size=[5])
+    expected = seq(td.clone())["action"]
+    for twin in (pickle.loads(pickle.dumps(seq)), copy.deepcopy(seq)):
+        assert twin._raw == seq._raw and all(raw is not None for raw in twin._raw)
+        torch.testing.assert_close(twin(td.clone())["action"], expected)

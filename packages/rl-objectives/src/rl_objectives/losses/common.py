@@ -42,7 +42,7 @@ from tdict.validation import check_one_of, check_positive_int, check_unit_interv
 
 from .._stack import user_stacklevel as _user_stacklevel
 from .loss_mask import check_loss_mask_key, combine_masks, masked_reduce, read_loss_mask
-from .stacked_ensemble import LinearStack
+from .stacked_ensemble import LinearStack, transformed
 from .tensor_calls import _TensorCalls
 
 __all__ = ["LossModule", "total_loss"]
@@ -730,7 +730,7 @@ class LossModule(_TensorCalls, TensorKeysMixin, nn.Module):
         signature probes both ways (without gradients): the batched call serves that signature
         only if it gave the loop's values, so one signature always gets the same path.
         ``deactivate_vmap`` (and compiling) keep the loop."""
-        if self.deactivate_vmap or not leaves or torch.compiler.is_compiling():
+        if self.deactivate_vmap or not leaves or torch.compiler.is_compiling() or transformed():
             return loop()
         stacks = self.__dict__.setdefault("_linear_stacks", {})
         if module_name not in stacks:

@@ -37,7 +37,7 @@ from typing import Any
 import torch
 from torch import nn
 
-__all__ = ["LinearStack", "stacked_matches"]
+__all__ = ["LinearStack", "stacked_matches", "transformed"]
 
 
 class _StackedLinear(nn.Module):
@@ -46,6 +46,10 @@ class _StackedLinear(nn.Module):
 
     weight: torch.Tensor
     bias: torch.Tensor | None
+
+    def __init__(self) -> None:
+        super().__init__()
+        vars(self).update(weight=None, bias=None)  # filled by LinearStack.run, emptied after
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         weight, bias = self.weight, self.bias
@@ -62,6 +66,13 @@ class _StackedLinear(nn.Module):
     __call__ = forward  # pyright: ignore[reportAssignmentType]
 
 
+def transformed() -> bool:
+    """Whether a ``torch.func`` transform (``vmap``, ``grad``, ...) is running: the probe's
+    comparison reads values, which a transform's tensors do not allow, so the loop serves."""
+    peek = getattr(torch._C._functorch, "peek_interpreter_stack", None)  # pyright: ignore[reportAttributeAccessIssue]  # private torch API
+    return peek is not None and peek() is not None
+
+
 def _hooked(module: nn.Module) -> bool:
     return bool(
         module._forward_hooks or module._forward_pre_hooks or module._backward_hooks or module._backward_pre_hooks
@@ -75,14 +86,10 @@ class LinearStack:
     """
 
     def __init__(
-        self,
-        places: list[tuple[dict, str, nn.Linear]],
-        stand_ins: dict[int, _StackedLinear],
-        fills: list[tuple[_StackedLinear, str]],
+        self, places: list[tuple[dict, str, nn.Linear, _StackedLinear]], fills: list[tuple[_StackedLinear, str]]
     ) -> None:
-        self._places = places  # (the parent's _modules, the child's name, the layer)
-        self._stand_ins = stand_ins  # id(layer) -> its stand-in
-        self._fills = fills  # per leaf: (the stand-in, "weight" or "bias")
+        self._places = places  # (the parent's _modules, the child's name, the layer, its stand-in)
+        self._fills = fills  # per leaf: (the stand-in it fills, "weight" or "bias")
 
     @classmethod
     def of(cls, network: nn.Module, slots: Sequence[tuple[dict, str]]) -> LinearStack | None:
@@ -98,9 +105,10 @@ class LinearStack:
                 if type(child) is nn.Linear:
                     if id(child._parameters) in owners:
                         return None
+                    stand_in = _StackedLinear()
                     # (a loss keeps a network's tensors as plain attributes: the layer's __dict__)
-                    owners[id(child._parameters)] = owners[id(child.__dict__)] = (child, _StackedLinear())
-                    places.append((parent._modules, name, child))
+                    owners[id(child._parameters)] = owners[id(child.__dict__)] = (child, stand_in)
+                    places.append((parent._modules, name, child, stand_in))
         fills, filled = [], set()
         for holder, name in slots:
             found = owners.get(id(holder))
@@ -108,37 +116,32 @@ class LinearStack:
                 return None
             fills.append((found[1], name))
             filled.add((id(found[0]), name))
-        for _, _, layer in places:  # every tensor a layer uses comes from the leaves
+        for _, _, layer, _ in places:  # every tensor a layer uses comes from the leaves
             needed = ("weight",) if layer.bias is None else ("weight", "bias")
             if any((id(layer), name) not in filled for name in needed):
                 return None
-        if not places:
-            return None
-        return cls(places, {id(layer): stand_in for layer, stand_in in owners.values()}, fills)
+        return cls(places, fills) if places else None
 
     def intact(self) -> bool:
         """Whether each layer is still in its place, without hooks (checked at every call: the
         stand-ins would skip them)."""
-        return all(holder.get(name) is layer and not _hooked(layer) for holder, name, layer in self._places)
+        return all(holder.get(name) is layer and not _hooked(layer) for holder, name, layer, _ in self._places)
 
     def run(self, leaves: Sequence[torch.Tensor], call: Callable[..., Any], inputs: Sequence[torch.Tensor]) -> Any:
         """``call(*inputs)`` with every set at once: the leaves (stacked over the sets, in the order
         of the slots given to :meth:`of`) fill the stand-ins, and the inputs are expanded over the
         sets. Returns what ``call`` returns (its values with the sets' leading dim)."""
         sets = leaves[0].shape[0]
-        for stand_in in self._stand_ins.values():
-            vars(stand_in)["bias"] = None
         for (stand_in, name), leaf in zip(self._fills, leaves):
             vars(stand_in)[name] = leaf  # (plain attributes: nn.Module would register a Parameter)
-        for holder, name, layer in self._places:
-            holder[name] = self._stand_ins[id(layer)]
+        for holder, name, _, stand_in in self._places:
+            holder[name] = stand_in
         try:
             return call(*[x.expand(sets, *x.shape) for x in inputs])
         finally:
-            for holder, name, layer in self._places:
+            for holder, name, layer, stand_in in self._places:
                 holder[name] = layer
-            for stand_in in self._stand_ins.values():  # (no reference to the leaves kept between calls)
-                vars(stand_in).update(weight=None, bias=None)
+                vars(stand_in).update(weight=None, bias=None)  # (no reference to the leaves kept between calls)
 
     def probe(
         self, leaves: Sequence[torch.Tensor], call: Callable[..., Any], inputs: Sequence[torch.Tensor], loop: Callable

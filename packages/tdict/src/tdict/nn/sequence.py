@@ -140,6 +140,18 @@ class TensorDictSequential(TensorDictModule):
             # they carry no hooks (checked per call): that halves a step's overhead
             d["_raw"] = tuple(_raw_forward(step) for step in d["_steps"])
 
+    def __getstate__(self) -> dict:
+        # the raw forwards are functions pickle cannot name (their decorated versions hold the names)
+        state = super().__getstate__()
+        state.pop("_raw", None)
+        return state
+
+    def __setstate__(self, state: dict) -> None:
+        super().__setstate__(state)
+        steps = self.__dict__.get("_steps")
+        if steps is not None:
+            self.__dict__["_raw"] = tuple(_raw_forward(step) for step in steps)
+
     def select_out_keys(self, *out_keys: NestedKey) -> "TensorDictSequential":
         """Keep only ``out_keys`` in the result: intermediate outputs are not written to the input.
 
