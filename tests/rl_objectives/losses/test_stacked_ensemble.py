@@ -306,13 +306,29 @@ def test_new_shapes_are_probed_once_each():
     assert len(vars(loss)["_stack_verdicts"]) == 2 and all(vars(loss)["_stack_verdicts"].values())
 
 
-def test_a_hook_added_later_runs():
+@pytest.mark.parametrize("where", [0, 1])  # a linear layer, the activation after it
+def test_a_hook_added_later_sees_the_loop(where):
     loss, td = _sac(), _loss_batch()
     _step(loss, td)
-    calls = []
-    loss.qvalue_network.module.net[0].register_forward_hook(lambda *args: calls.append(1))
+    shapes = []
+    loss.qvalue_network.module.net[where].register_forward_hook(lambda m, args, out: shapes.append(out.shape))
     _step(loss, td)
-    assert calls  # the loop ran: the stand-ins would have skipped the hook
+    # the loop ran: a stand-in would skip the hook, and the activation would see the sets' dim
+    assert shapes and all(shape == (12, 16) for shape in shapes)
+
+
+def test_train_and_eval_modes_are_probed_apart():
+    # probed in eval mode (dropout off: the sets stack), a dropout layer draws in train mode:
+    # that mode is probed on its own (the sets draw apart, the loop serves)
+    td = _loss_batch()
+    loss, looped = _sac(middle=nn.Dropout(0.3)), _sac(middle=nn.Dropout(0.3), deactivate_vmap=True)
+    for net in (loss.qvalue_network, looped.qvalue_network):
+        net.eval()
+    _assert_same_step(_step(loss, td), _step(looped, td))
+    for net in (loss.qvalue_network, looped.qvalue_network):
+        net.train()
+    _assert_same_step(_step(loss, td, seed=1), _step(looped, td, seed=1))
+    assert sorted(vars(loss)["_stack_verdicts"].values()) == [False, True]
 
 
 def test_redq_and_td3_stacked_equal_the_loop():

@@ -728,8 +728,9 @@ class LossModule(_TensorCalls, TensorKeysMixin, nn.Module):
         """An ensemble's sets run as one batched call when its parameters all live in plain linear
         layers (see :mod:`.stacked_ensemble`), else ``loop()``. The first call with a new input
         signature probes both ways (without gradients): the batched call serves that signature
-        only if it gave the loop's values, so one signature always gets the same path.
-        ``deactivate_vmap`` (and compiling) keep the loop."""
+        only if it gave the loop's values, so one signature always gets the same path. The
+        signature holds the inputs' shapes, dtypes and devices, and the network's training mode.
+        ``deactivate_vmap``, compiling and ``torch.func`` transforms keep the loop."""
         if self.deactivate_vmap or not leaves or torch.compiler.is_compiling() or transformed():
             return loop()
         stacks = self.__dict__.setdefault("_linear_stacks", {})
@@ -740,7 +741,10 @@ class LossModule(_TensorCalls, TensorKeysMixin, nn.Module):
             return loop()
         call, inputs = stacked
         first = leaves[0]
-        signature = (module_name, first.dtype, first.device, *[(x.shape, x.dtype, x.device) for x in inputs])
+        # (training mode too: a random layer probed in eval mode would draw in train mode)
+        network = getattr(self, module_name)
+        signature = (module_name, network.training, first.dtype, first.device)
+        signature += tuple((x.shape, x.dtype, x.device) for x in inputs)
         verdicts = self.__dict__.setdefault("_stack_verdicts", {})
         verdict = verdicts.get(signature)
         if verdict is None:

@@ -86,8 +86,12 @@ class LinearStack:
     """
 
     def __init__(
-        self, places: list[tuple[dict, str, nn.Linear, _StackedLinear]], fills: list[tuple[_StackedLinear, str]]
+        self,
+        modules: list[nn.Module],
+        places: list[tuple[dict, str, nn.Linear, _StackedLinear]],
+        fills: list[tuple[_StackedLinear, str]],
     ) -> None:
+        self._modules = modules  # every module of the network
         self._places = places  # (the parent's _modules, the child's name, the layer, its stand-in)
         self._fills = fills  # per leaf: (the stand-in it fills, "weight" or "bias")
 
@@ -98,7 +102,8 @@ class LinearStack:
         outside a plain ``nn.Linear`` (a subclass, a parametrized layer, a norm, a convolution), when
         a layer is reached twice, or when the network has no linear layer."""
         places, owners = [], {}  # owners: id of a dict that may hold a layer's tensors -> (layer, stand-in)
-        for parent in network.modules():
+        modules = list(network.modules())
+        for parent in modules:
             if type(parent) is not nn.Linear and (parent._parameters or parent._buffers):
                 return None
             for name, child in parent._modules.items():
@@ -120,12 +125,14 @@ class LinearStack:
             needed = ("weight",) if layer.bias is None else ("weight", "bias")
             if any((id(layer), name) not in filled for name in needed):
                 return None
-        return cls(places, fills) if places else None
+        return cls(modules, places, fills) if places else None
 
     def intact(self) -> bool:
-        """Whether each layer is still in its place, without hooks (checked at every call: the
-        stand-ins would skip them)."""
-        return all(holder.get(name) is layer and not _hooked(layer) for holder, name, layer, _ in self._places)
+        """Whether each layer is still in its place and no module has hooks (checked at every call:
+        the stand-ins would skip a layer's hooks, and the others would see the sets' dim)."""
+        return all(holder.get(name) is layer for holder, name, layer, _ in self._places) and not any(
+            map(_hooked, self._modules)
+        )
 
     def run(self, leaves: Sequence[torch.Tensor], call: Callable[..., Any], inputs: Sequence[torch.Tensor]) -> Any:
         """``call(*inputs)`` with every set at once: the leaves (stacked over the sets, in the order
