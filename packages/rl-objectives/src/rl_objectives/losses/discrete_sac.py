@@ -196,9 +196,8 @@ class DiscreteSACLoss(_TemperatureMixin, _BootstrappedLoss):
 
     def _action_values(self, tensordict: Any, **kwargs: Any) -> torch.Tensor:
         """The ensemble's action values, ``[num_qvalue_nets, *batch, num_actions]``."""
-        out = self.call_network("qvalue_network", tensordict.copy(), **kwargs)
         key = self.tensor_keys.action_value
-        values = _get("DiscreteSACLoss", out, key)
+        values = self.call_network("qvalue_network", tensordict, out_key=key, **kwargs)
         expected = (self.num_qvalue_nets, *tensordict.batch_size, self.num_actions)
         if values.shape != expected:
             raise ValueError(

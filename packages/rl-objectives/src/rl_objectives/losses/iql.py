@@ -287,9 +287,8 @@ class DiscreteIQLLoss(IQLLoss):
         self.action_space = space
 
     def _action_values(self, tensordict: Any, **kwargs: Any) -> torch.Tensor:
-        out = self.call_network("qvalue_network", tensordict.copy(), **kwargs)
         key = self.tensor_keys.state_action_value
-        values = _get("DiscreteIQLLoss", out, key)
+        values = self.call_network("qvalue_network", tensordict, out_key=key, **kwargs)
         if values.dim() != tensordict.batch_dims + 2 or values.shape[1:-1] != tensordict.batch_size:
             raise ValueError(
                 f"DiscreteIQLLoss: {key!r} has shape {tuple(values.shape[1:])} per critic, expected the batch shape "
