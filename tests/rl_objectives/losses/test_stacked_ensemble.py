@@ -226,7 +226,8 @@ class _Critic(nn.Module):
         return self.net(torch.cat([obs, action], -1))
 
 
-def _sac(middle=None, num_qvalue_nets=2, deactivate_vmap=False):
+def _actor_and_critic(middle=None):
+    """A tanh-Gaussian actor and a Q-network (seeded: every loss built from them starts alike)."""
     torch.manual_seed(0)
     body = TensorDictModule(
         nn.Sequential(nn.Linear(OBS, 2 * ACT), NormalParamExtractor()),
@@ -234,7 +235,11 @@ def _sac(middle=None, num_qvalue_nets=2, deactivate_vmap=False):
         out_keys=["loc", "scale"],
     )
     actor = ProbabilisticActor(body, in_keys=["loc", "scale"], distribution_class=TanhNormal, return_log_prob=True)
-    critic = ValueOperator(_Critic(middle), in_keys=["observation", "action"])
+    return actor, ValueOperator(_Critic(middle), in_keys=["observation", "action"])
+
+
+def _sac(middle=None, num_qvalue_nets=2, deactivate_vmap=False):
+    actor, critic = _actor_and_critic(middle)
     loss = SACLoss(actor, critic, num_qvalue_nets=num_qvalue_nets, deactivate_vmap=deactivate_vmap)
     SoftUpdate(loss, tau=0.1)
     return loss
@@ -335,14 +340,7 @@ def test_redq_and_td3_stacked_equal_the_loop():
     td = _loss_batch()
 
     def redq(deactivate_vmap):
-        torch.manual_seed(0)
-        body = TensorDictModule(
-            nn.Sequential(nn.Linear(OBS, 2 * ACT), NormalParamExtractor()),
-            in_keys=["observation"],
-            out_keys=["loc", "scale"],
-        )
-        actor = ProbabilisticActor(body, in_keys=["loc", "scale"], distribution_class=TanhNormal, return_log_prob=True)
-        critic = ValueOperator(_Critic(), in_keys=["observation", "action"])
+        actor, critic = _actor_and_critic()
         loss = REDQLoss(actor, critic, num_qvalue_nets=10, sub_sample_len=2, deactivate_vmap=deactivate_vmap)
         SoftUpdate(loss, tau=0.1)
         return loss

@@ -1005,10 +1005,11 @@ def _tensor_function(module: Any, out_key: Any, batch_dims: int) -> tuple | None
 
 def _tensor_plan(module: Any, tensordict: Any, out_key: Any, write: bool) -> tuple | None:
     """``(call, index, writes, inputs)`` to run ``module`` on ``tensordict``'s tensors (``inputs``):
-    ``call()`` gives its outputs, ``out_key`` is at ``index``, and ``writes`` (with ``write``, for a module writing into
-    its input) puts them into ``tensordict`` as its call would. ``None`` when the module has no
-    tensor function (see ``TensorDictModule.tensor_function``), does not write ``out_key``, or an
-    input is missing or not a plain tensor: the TensorDict call then runs (and reports)."""
+    ``call()`` gives its outputs, ``out_key`` is at ``index``, and ``writes`` (with ``write``, for a
+    module writing into its input) puts them into ``tensordict`` as its call would. ``None`` when the
+    module has no tensor function (see ``TensorDictModule.tensor_function``), does not write
+    ``out_key``, or an input is missing or not a plain tensor: the TensorDict call then runs (and
+    reports)."""
     found = _tensor_function(module, out_key, tensordict.batch_dims)
     if found is None or (write and module.inplace is None):  # (a sequence returning what its steps wrote)
         return None

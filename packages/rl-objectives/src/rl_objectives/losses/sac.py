@@ -351,10 +351,10 @@ class SACLoss(_TemperatureMixin, _BootstrappedLoss):
         stacked_critic = self._tensor_network("qvalue_network", key, batch_dims + 1)  # every set at once
         action_key = self.tensor_keys.action
         actor_keys = tuple(self.actor_network.in_keys)
-        if build is None or critic is None or stacked_critic is None or action_key in actor_keys:
+        if build is None or critic is None or action_key in actor_keys:
             return None
         critic_keys, critic_fn = critic
-        stacked_fn = stacked_critic[1]
+        stacked_fn = None if stacked_critic is None else stacked_critic[1]
         keys = list(dict.fromkeys((*actor_keys, *critic_keys)))
         next_keys = [k for k in keys if k != action_key]
         next_td = tensordict.get("next", None)
@@ -379,9 +379,8 @@ class SACLoss(_TemperatureMixin, _BootstrappedLoss):
         def q(state: dict, target: bool = False, params: Any = None) -> torch.Tensor:
             params, kept = self._params_and_kept("qvalue_network", target, params)
             inputs = [state[k] for k in critic_keys]
-            value = self._with_params(
-                "qvalue_network", params, kept, lambda: critic_fn(*inputs), stacked=(stacked_fn, inputs)
-            )
+            stacked = None if stacked_fn is None else (stacked_fn, inputs)
+            value = self._with_params("qvalue_network", params, kept, lambda: critic_fn(*inputs), stacked)
             if value.shape != expected:
                 _check_batch_shaped("SACLoss", {key: value}, batch, lead=sets)
             return value
