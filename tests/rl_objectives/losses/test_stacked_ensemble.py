@@ -22,11 +22,11 @@ OBS, ACT = 4, 2
 
 
 def slots_of(net):
-    """Each linear layer's weight and bias slot, in module order (what a loss's swap plan holds)."""
+    """Each linear or layer-norm weight and bias slot, in module order (what a loss's swap plan holds)."""
     return [
         (m._parameters, name)
         for m in net.modules()
-        if type(m) is nn.Linear
+        if type(m) in (nn.Linear, nn.LayerNorm)
         for name in ("weight", "bias")
         if m._parameters.get(name) is not None
     ]
@@ -49,6 +49,10 @@ def test_linear_networks_qualify():
     assert LinearStack.of(net, slots_of(net)) is not None
     no_bias = nn.Sequential(nn.Linear(3, 8, bias=False), nn.ELU(), nn.Linear(8, 2))
     assert LinearStack.of(no_bias, slots_of(no_bias)) is not None
+    normed = nn.Sequential(nn.Linear(3, 8), nn.LayerNorm(8), nn.ReLU(), nn.Linear(8, 1))
+    assert len(LinearStack.of(normed, slots_of(normed))._places) == 3
+    plain_norm = nn.Sequential(nn.Linear(3, 8), nn.LayerNorm(8, elementwise_affine=False), nn.Linear(8, 1))
+    assert len(LinearStack.of(plain_norm, slots_of(plain_norm))._places) == 2  # (no parameters: runs as it is)
 
 
 class _Scaled(nn.Module):
@@ -78,7 +82,7 @@ def _parametrized():
 @pytest.mark.parametrize(
     "make",
     [
-        lambda: nn.Sequential(nn.Linear(3, 8), nn.LayerNorm(8), nn.Linear(8, 1)),  # a parameter outside a linear
+        lambda: nn.Sequential(nn.Linear(3, 8), nn.GroupNorm(2, 8), nn.Linear(8, 1)),  # another norm's parameters
         lambda: nn.Sequential(nn.Linear(3, 8), _Scaled(), nn.Linear(8, 1)),  # a custom module's own parameter
         lambda: nn.Sequential(nn.Linear(3, 8), nn.BatchNorm1d(8), nn.Linear(8, 1)),  # buffers
         lambda: nn.Sequential(_SubLinear(3, 8), nn.Tanh(), nn.Linear(8, 1)),  # a subclass: its own forward
@@ -145,6 +149,40 @@ def test_run_equals_the_loop_in_values_and_gradients(sets, batch, n_in, hidden, 
     # the layers are back in place, and the stand-ins hold no tensor between calls
     assert type(net[0]) is nn.Linear and type(net[2]) is nn.Linear
     assert all(vars(place[3])["weight"] is None for place in stack._places)
+
+
+@settings(max_examples=30, deadline=None)
+@given(
+    sets=st.integers(1, 4),
+    batch=st.lists(st.integers(1, 4), min_size=0, max_size=2),
+    affine=st.sampled_from(["both", "weight", "none"]),
+    seed=st.integers(0, 2**16),
+)
+def test_run_with_layer_norms_equals_the_loop(sets, batch, affine, seed):
+    torch.manual_seed(seed)
+    norm = nn.LayerNorm(6, elementwise_affine=affine != "none", bias=affine == "both")
+    net = nn.Sequential(nn.Linear(3, 6), norm, nn.ReLU(), nn.Linear(6, 2))
+    stack = LinearStack.of(net, slots_of(net))
+    norm_shapes = {"both": [(6,), (6,)], "weight": [(6,)], "none": []}[affine]
+    shapes = [(6, 3), (6,), *norm_shapes, (2, 6), (2,)]
+    weights = [torch.randn(sets, *shape, requires_grad=True) for shape in shapes]
+    x = torch.randn(*batch, 3, requires_grad=True)
+
+    def one_set(x, w):
+        w = list(w)
+        h = F.linear(x, w.pop(0), w.pop(0))
+        norm_weight = w.pop(0) if affine != "none" else None
+        norm_bias = w.pop(0) if affine == "both" else None
+        h = F.layer_norm(h, (6,), norm_weight, norm_bias, norm.eps)
+        return F.linear(torch.relu(h), w.pop(0), w.pop(0))
+
+    out = stack.run(weights, net, (x,))
+    expected = loop_reference(one_set, weights, x)
+    torch.testing.assert_close(out, expected, rtol=1e-5, atol=1e-5)
+    grads = torch.autograd.grad(out.square().sum(), [*weights, x])
+    for got, want in zip(grads, torch.autograd.grad(expected.square().sum(), [*weights, x])):
+        torch.testing.assert_close(got, want, rtol=1e-4, atol=1e-4)
+    assert type(net[1]) is nn.LayerNorm
 
 
 def test_run_without_bias_and_several_inputs():
@@ -266,10 +304,15 @@ def _assert_same_step(a, b, rtol=1e-5, atol=1e-6):
             torch.testing.assert_close(ga, gb, rtol=rtol, atol=atol)
 
 
+@pytest.mark.parametrize("middle", [None, "layer_norm"])
 @pytest.mark.parametrize("num_qvalue_nets", [2, 6])
-def test_sac_stacked_equals_the_loop(num_qvalue_nets):
+def test_sac_stacked_equals_the_loop(num_qvalue_nets, middle):
     td = _loss_batch()
-    stacked, looped = _sac(num_qvalue_nets=num_qvalue_nets), _sac(num_qvalue_nets=num_qvalue_nets, deactivate_vmap=True)
+
+    def make(**kwargs):
+        return _sac(nn.LayerNorm(16) if middle else None, num_qvalue_nets=num_qvalue_nets, **kwargs)
+
+    stacked, looped = make(), make(deactivate_vmap=True)
     for seed in range(3):  # the first call probes, the next ones run stacked
         _assert_same_step(_step(stacked, td, seed), _step(looped, td, seed))
     verdicts = vars(stacked)["_stack_verdicts"]
@@ -407,3 +450,32 @@ def test_copies_and_pickles_of_a_loss_run_their_own_stack():
         stack = vars(twin)["_linear_stacks"]["qvalue_network"]
         layers = [m for m in twin.qvalue_network.modules() if type(m) is nn.Linear]
         assert [place[2] for place in stack._places] == layers
+
+
+def test_large_layers_and_batches_keep_the_loop():
+    # on the CPU a batched product per layer is slower than one per set past these sizes (measured)
+    def stack_of(width):
+        net = nn.Sequential(nn.Linear(3, width), nn.Tanh(), nn.Linear(width, 1))
+        return LinearStack.of(net, slots_of(net)), [
+            torch.empty(2, width, 3),
+            torch.empty(2, width),
+            torch.empty(2, 1, width),
+            torch.empty(2, 1),
+        ]
+
+    small, small_leaves = stack_of(64)
+    assert small.pays_off(small_leaves, [torch.empty(256, 3)])
+    assert not small.pays_off(small_leaves, [torch.empty(4096, 3)])  # 4096 rows x 64 wide
+    wide, wide_leaves = stack_of(512)  # one set's weights: 512 x 3 and 1 x 512, under the bound
+    assert wide.pays_off(wide_leaves, [torch.empty(128, 3)]) and not wide.pays_off(wide_leaves, [torch.empty(512, 3)])
+    net = nn.Sequential(nn.Linear(3, 300), nn.Tanh(), nn.Linear(300, 300), nn.Tanh(), nn.Linear(300, 1))
+    square = LinearStack.of(net, slots_of(net))
+    leaves = [torch.empty(2, *p.shape) for m in net.modules() if type(m) is nn.Linear for p in (m.weight, m.bias)]
+    assert not square.pays_off(leaves, [torch.empty(8, 3)])  # a 300 x 300 layer
+
+
+def test_a_loss_with_large_critics_keeps_the_loop():
+    td = _loss_batch(n=9000)  # 9000 rows x 16 wide: past the bound
+    loss = _sac()
+    _step(loss, td)
+    assert list(vars(loss)["_stack_verdicts"].values()) == [False]

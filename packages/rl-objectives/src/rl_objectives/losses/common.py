@@ -9,7 +9,7 @@ buffers (saved in ``state_dict``, moved by ``.to()``, never seen by optimizers),
 
 With ``expand_dim=n`` a network is trained as an ensemble of ``n`` parameter sets (SAC's and TD3's
 twin Q-networks): the sets are stacked along a new leading dim and outputs get that leading dim.
-A network made of linear layers runs every set in one batched call (:mod:`.stacked_ensemble`);
+A network of small linear layers runs every set in one batched call (:mod:`.stacked_ensemble`);
 others run up to four sets in a loop, more through ``torch.vmap``.
 
 ``compare_against`` (TorchRL's ``separate_losses``): the parameters a network shares with another one
@@ -726,11 +726,12 @@ class LossModule(_TensorCalls, TensorKeysMixin, nn.Module):
 
     def _stacked_sets(self, module_name: str, leaves: list, stacked: tuple, loop: Callable[[], Any]) -> Any:
         """An ensemble's sets run as one batched call when its parameters all live in plain linear
-        layers (see :mod:`.stacked_ensemble`), else ``loop()``. The first call with a new input
-        signature probes both ways (without gradients): the batched call serves that signature
-        only if it gave the loop's values, so one signature always gets the same path. The
-        signature holds the inputs' shapes, dtypes and devices, and the network's training mode.
-        ``deactivate_vmap``, compiling and ``torch.func`` transforms keep the loop."""
+        layers and layer norms small enough for it to pay off (see :mod:`.stacked_ensemble`), else
+        ``loop()``. The first call with a new input signature probes both ways (without gradients):
+        the batched call serves that signature only if it gave the loop's values, so one signature
+        always gets the same path. The signature holds the inputs' shapes, dtypes and devices, and
+        the network's training mode. ``deactivate_vmap``, compiling and ``torch.func`` transforms
+        keep the loop."""
         if self.deactivate_vmap or not leaves or torch.compiler.is_compiling() or transformed():
             return loop()
         stacks = self.__dict__.setdefault("_linear_stacks", {})
@@ -750,7 +751,7 @@ class LossModule(_TensorCalls, TensorKeysMixin, nn.Module):
         if verdict is None:
             if len(verdicts) >= _MAX_STACK_VERDICTS:
                 verdicts.clear()
-            verdict = verdicts[signature] = stack.probe(leaves, call, inputs, loop)
+            verdict = verdicts[signature] = stack.pays_off(leaves, inputs) and stack.probe(leaves, call, inputs, loop)
         return stack.run(leaves, call, inputs) if verdict else loop()
 
     def _tensor_network(self, module_name: str, out_key: Any, batch_dims: int) -> tuple | None:
