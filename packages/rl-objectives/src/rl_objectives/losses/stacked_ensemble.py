@@ -65,10 +65,6 @@ class _StandIn(nn.Module):
             )
         return sets
 
-    # an internal stand-in has no hooks: its parent's call goes straight to forward
-    def __call__(self, x: torch.Tensor) -> torch.Tensor:
-        return self.forward(x)
-
 
 class _StackedLinear(_StandIn):
     """``nn.Linear``: ``x`` of shape ``[sets, *batch, in]`` times the stacked ``weight``
@@ -81,6 +77,9 @@ class _StackedLinear(_StandIn):
         flat = x if x.ndim == 3 else x.reshape(sets, -1, x.shape[-1])
         out = torch.bmm(flat, weight.mT) if bias is None else torch.baddbmm(bias.unsqueeze(1), flat, weight.mT)
         return out if x.ndim == 3 else out.view(*x.shape[:-1], weight.shape[1])
+
+    # an internal stand-in has no hooks: its parent's call goes straight to forward
+    __call__ = forward  # pyright: ignore[reportAssignmentType]
 
 
 class _StackedLayerNorm(_StandIn):
@@ -105,6 +104,8 @@ class _StackedLayerNorm(_StandIn):
         if bias is None:
             return normalized * weight.view(shape)
         return torch.addcmul(bias.view(shape), normalized, weight.view(shape))
+
+    __call__ = forward  # pyright: ignore[reportAssignmentType]
 
 
 # the layers with parameters a stacked call runs, and their stand-ins
