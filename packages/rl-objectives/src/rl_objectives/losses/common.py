@@ -649,8 +649,8 @@ class LossModule(_TensorCalls, TensorKeysMixin, nn.Module):
         TensorDict shaped like :meth:`params_of`'s); ``out_key``: return only that output entry.
 
         An expanded network maps every parameter set over the same input; the result has a leading
-        dim of size ``expand_dim``. On tensors (see below), a network made of linear layers runs
-        every set in one batched call (see :meth:`_stacked_sets`). Otherwise up to
+        dim of size ``expand_dim``. On tensors (see below), a network of small linear layers (and
+        layer norms) runs every set in one batched call (see :meth:`_stacked_sets`). Otherwise up to
         ``_LOOP_MAX_SETS`` sets run one after the other (cheaper than ``torch.vmap``'s set-up for
         twin critics); more run as one vmapped call, unless ``deactivate_vmap`` is set (then they
         all run in the loop).
@@ -668,7 +668,9 @@ class LossModule(_TensorCalls, TensorKeysMixin, nn.Module):
         if plan is not None:  # on tensors
             call, index, writes, inputs = plan
             if writes is None:
-                stacked = None if one_set else _stacked_call(module, out_key, tensordict.batch_dims, inputs)
+                # every set at once: the same output on inputs with one more leading (batch) dim
+                found = None if one_set else self._tensor_network(module_name, out_key, tensordict.batch_dims + 1)
+                stacked = None if found is None else (found[1], inputs)
                 return self._with_params(module_name, params, kept, lambda: call()[index], stacked)
             values = self._with_params(module_name, params, kept, call)
             writes(values)
@@ -1026,16 +1028,6 @@ def _tensor_plan(module: Any, tensordict: Any, out_key: Any, write: bool) -> tup
                 tensordict.set(key, value)
 
     return (lambda: run(*inputs)), index, (writes if write and module.inplace is True else None), inputs
-
-
-def _stacked_call(module: Any, out_key: Any, batch_dims: int, inputs: list) -> tuple | None:
-    """``(f, inputs)`` for :meth:`LossModule._with_params`: ``module``'s ``out_key`` output on inputs
-    with one more leading (batch) dim, the ensemble's sets; ``None`` without a tensor function."""
-    found = _tensor_function(module, out_key, batch_dims + 1)
-    if found is None:
-        return None
-    run, index = found
-    return (lambda *stacked: run(*stacked)[index]), inputs
 
 
 def _plain_tensors(tensordict: Any, keys: Sequence[Any]) -> list | None:
